@@ -1,0 +1,92 @@
+"""Every Redis key agentmill touches, built in one place.
+
+All keys of one run carry the hash tag ``{runId}`` so they live in one Redis Cluster slot and one
+Lua script may touch them together. Cross-run keys (the live index, arq's queue) are few and named
+here too. arq's own key layout is mirrored from arq.constants so the enqueue script can write it.
+"""
+
+from __future__ import annotations
+
+from arq.constants import (
+    default_queue_name,
+    in_progress_key_prefix,
+    job_key_prefix,
+    result_key_prefix,
+    retry_key_prefix,
+)
+
+PREFIX = "am"
+QUEUE = default_queue_name  # arq's sorted set of pending job ids
+LIVE = f"{PREFIX}:live"  # zset runId -> when the reconciler should next look at it (ms)
+WORKERS = f"{PREFIX}:workers"  # zset workerId -> last heartbeat (ms)
+WEBHOOKS = f"{PREFIX}:webhooks"  # list of runIds whose terminal result awaits webhook delivery
+WEBHOOKS_DUE = f"{PREFIX}:webhooks:due"  # zset runId -> next delivery attempt (ms)
+
+
+def run_key(run_id: str) -> str:
+    """Hash: status, epoch, gen, lastSeq, input, ckpt, result, owner, leaseUntil, tenant, …"""
+    return f"{PREFIX}:{{{run_id}}}:run"
+
+
+def events_stream(run_id: str) -> str:
+    """Stream of RunEvents; entry id ``<seq>-0``, fields seq, kind, ts, payload (JSON), epoch (the writer's)."""
+    return f"{PREFIX}:{{{run_id}}}:events"
+
+
+def tools_key(run_id: str) -> str:
+    """Hash toolCallId -> JSON record {state: pending|done, epoch, attempts, result}."""
+    return f"{PREFIX}:{{{run_id}}}:tools"
+
+
+def session_key(session_id: str) -> str:
+    """Hash: tenant, createdAt, activeRun."""
+    return f"{PREFIX}:s:{{{session_id}}}"
+
+
+def session_history_key(session_id: str) -> str:
+    """List of finished run loops (JSON), oldest first."""
+    return f"{PREFIX}:s:{{{session_id}}}:loops"
+
+
+def session_tool_results_key(session_id: str) -> str:
+    """Hash toolCallId -> tool result JSON, for recall_tool_call."""
+    return f"{PREFIX}:s:{{{session_id}}}:toolresults"
+
+
+def session_queue_key(session_id: str) -> str:
+    """List of runIds waiting for the session's active run to finish."""
+    return f"{PREFIX}:s:{{{session_id}}}:pending"
+
+
+def session_runs_key(session_id: str) -> str:
+    """List of every runId of the session, in submission order."""
+    return f"{PREFIX}:s:{{{session_id}}}:runs"
+
+
+def idempotency_key(tenant: str, key: str) -> str:
+    return f"{PREFIX}:idem:{tenant}:{key}"
+
+
+def webhook_key(run_id: str) -> str:
+    return f"{PREFIX}:{{{run_id}}}:webhook"
+
+
+def job_id(run_id: str, gen: int) -> str:
+    """arq job id of a run's dispatch number ``gen``: the run id itself first, then ``runId#gen``."""
+    return run_id if gen <= 1 else f"{run_id}#{gen}"
+
+
+def arq_job_key(job: str) -> str:
+    return job_key_prefix + job
+
+
+def arq_in_progress_key(job: str) -> str:
+    return in_progress_key_prefix + job
+
+
+def arq_result_key(job: str) -> str:
+    return result_key_prefix + job
+
+
+def arq_retry_key(job: str) -> str:
+    return retry_key_prefix + job

@@ -1,0 +1,10 @@
+"""Size bounds for everything a caller can send. Oversized input is refused with a clear error."""
+
+MAX_INPUT_MESSAGES = 200
+MAX_MESSAGE_CHARS = 100_000
+MAX_RUN_INPUT_BYTES = 1_000_000
+MAX_MAP_BYTES = 64_000  # runtimeInitData, runtimeHints, metadata (each, as JSON)
+MAX_TOOL_NAMES = 128
+MAX_ID_CHARS = 128
+MAX_TOOL_RESULT_CHARS = 64_000
+MAX_BATCH_ITEMS = 1_000

@@ -1,0 +1,138 @@
+"""Agent profiles: the named configurations a RunInput refers to by `agent`.
+
+Workers and the API load the same file (``AGENTMILL_PROFILES``, JSON: ``{"profiles": [...]}``);
+with none set, the built-in profiles below are used. Callers never send model keys: a profile
+names the environment variable or mounted file that holds one.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+from pydantic import Field
+
+from shared.models import LoopLimits, Model, ToolPolicy
+
+
+class RetryConfig(Model):
+    """Model-call retries (seed 000): exponential backoff 1 s, doubling, capped at 10 s, jittered."""
+
+    max_retries: int = Field(default=3, ge=0, le=20)
+    base_delay_ms: int = Field(default=1_000, ge=0)
+    max_delay_ms: int = Field(default=10_000, ge=0)
+    jitter: float = Field(default=0.2, ge=0, le=1)
+    retry_after_cap_ms: int = Field(default=60_000, ge=0)
+
+
+class ToolSettings(Model):
+    requires_approval: bool = False
+    timeout_s: float = Field(default=30.0, gt=0)
+    max_tries: int = Field(default=3, ge=1, le=20)
+    retry_delay_ms: int = Field(default=1_000, ge=0)
+
+
+class HttpToolConfig(Model):
+    """A tool that POSTs {runId, toolCallId, name, arguments} to a URL with an Idempotency-Key."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
+    url: str
+    method: Literal["POST", "PUT"] = "POST"
+    headers: dict[str, str] = Field(default_factory=dict)  # a value "env:NAME" is read from the environment
+    allow_hosts: list[str] = Field(default_factory=list)  # hosts exempt from the private-address guard
+    max_response_chars: int = 16_000
+
+
+class ContextConfig(Model):
+    """Run-loop context windows (seed 002)."""
+
+    max_run_loops: int = Field(default=10, ge=0)
+    max_message_length: int = Field(default=500, ge=1)
+    max_time_range_ms: int = Field(default=7 * 24 * 3_600_000, ge=0)
+
+
+class CompactionConfig(Model):
+    max_messages: int = Field(default=60, ge=4)
+    max_estimated_tokens: int = Field(default=100_000, ge=100)
+    keep_recent: int = Field(default=8, ge=1)
+    use_model: bool = False
+    max_overflow_retries: int = Field(default=2, ge=0)
+
+
+class ProviderConfig(Model):
+    kind: Literal["scripted", "openai"] = "scripted"
+    # scripted
+    mode: Literal["calculator", "script"] = "script"
+    script: list[dict[str, Any]] | None = None
+    chunk_chars: int = 8
+    # openai-compatible
+    base_url: str | None = None
+    model: str | None = None
+    api_key_env: str | None = None
+    api_key_file: str | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    tool_choice: str | None = None
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 120.0
+
+
+class AgentProfile(Model):
+    name: str
+    provider: ProviderConfig = Field(default_factory=ProviderConfig)
+    system_prompt: str = "You are a helpful assistant."
+    tools: list[str] = Field(default_factory=list)  # built-in tool names
+    http_tools: list[HttpToolConfig] = Field(default_factory=list)
+    tool_settings: dict[str, ToolSettings] = Field(default_factory=dict)
+    loop_limits: LoopLimits = Field(default_factory=LoopLimits)
+    tool_policy: ToolPolicy = Field(default_factory=ToolPolicy)
+    retry: RetryConfig = Field(default_factory=RetryConfig)
+    context: ContextConfig = Field(default_factory=ContextConfig)
+    compaction: CompactionConfig = Field(default_factory=CompactionConfig)
+
+    def tool_names(self) -> list[str]:
+        return [*self.tools, *(t.name for t in self.http_tools)]
+
+    def settings_for(self, tool: str) -> ToolSettings:
+        return self.tool_settings.get(tool) or ToolSettings()
+
+
+class ProfileFile(Model):
+    profiles: list[AgentProfile]
+
+
+BUILTIN_PROFILES: tuple[AgentProfile, ...] = (
+    AgentProfile(
+        name="default",
+        provider=ProviderConfig(kind="scripted", mode="calculator"),
+        system_prompt="You are a careful calculator agent. Use the calculator tool for arithmetic.",
+        tools=["calculator"],
+    ),
+    AgentProfile(
+        name="scripted",
+        provider=ProviderConfig(kind="scripted", mode="script"),
+        system_prompt="You follow the script in runtimeHints.",
+        tools=["calculator", "echo", "sleep", "fail", "flaky"],
+        tool_settings={"sleep": ToolSettings(timeout_s=600), "flaky": ToolSettings(retry_delay_ms=100)},
+    ),
+)
+
+
+def load_profiles(path: str | None) -> dict[str, AgentProfile]:
+    """Built-ins, overridden and extended by the file at ``path`` when given."""
+    profiles = {p.name: p for p in BUILTIN_PROFILES}
+    if path:
+        data = orjson.loads(Path(path).read_bytes())
+        for p in ProfileFile.model_validate(data).profiles:
+            profiles[p.name] = p
+    return profiles
+
+
+@lru_cache(maxsize=8)
+def profiles_from(path: str | None) -> dict[str, AgentProfile]:
+    return load_profiles(path)

@@ -1,0 +1,57 @@
+"""Process configuration from the environment. Every variable is listed in the README."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="AGENTMILL_", extra="ignore", populate_by_name=True)
+
+    redis_url: str = Field(default="redis://127.0.0.1:6379/0", validation_alias="REDIS_URL")
+    redis_sentinels: str | None = None  # "host:port,host:port"; REDIS_URL then names db and password
+    redis_sentinel_master: str = "mymaster"
+    profiles: str | None = None  # path of a JSON file of agent profiles
+
+    # worker
+    max_jobs: int = 500  # concurrent runs per worker process
+    poll_delay_s: float = 0.05  # arq queue poll interval; small so an idle pool starts a run at once
+    claim_batch: int = 64  # most jobs one poll claims, so a burst spreads over the workers
+    lease_ms: int = 30_000  # a run whose worker stops renewing is re-dispatched after this
+    heartbeat_ms: int = 500  # lease renewal and abort checks, one pipelined round trip per worker
+    reconcile_ms: int = 2_000  # how often each worker sweeps for runs that lost their worker
+    max_crash_restarts: int = 5  # a run restarted more often than this after crashes ends failed
+    shutdown_grace_s: float = 20.0  # SIGTERM: time for in-flight steps to reach a checkpoint
+    queued_check_ms: int = 60_000  # a queued run with no arq job after this is re-enqueued
+    worker_metrics_port: int = 9100  # /metrics and /healthz; 0 = an ephemeral port, -1 = off
+    worker_id: str | None = None
+    delta_flush_ms: int = 50  # model_delta coalescing: at most one event per run per this interval
+    delta_flush_chars: int = 2_000
+
+    # retention
+    stream_maxlen: int = 10_000
+    retention_s: int = 7 * 24 * 3600  # streams and results of finished runs expire after this
+
+    # api
+    api_host: str = "127.0.0.1"
+    api_port: int = 8000
+    api_tokens: str | None = None  # "token=tenant,token2=tenant2"
+    api_tokens_file: str | None = None
+    auth_disabled: bool = False
+    max_body_bytes: int = 2_000_000
+    max_batch: int = 1_000
+    max_queue_depth: int = 100_000  # above this, submissions get 429
+    webhook_secret: str | None = None  # HMAC-SHA256 key for X-Agentmill-Signature
+    webhook_allow_hosts: str = ""  # comma-separated hosts exempt from the private-address guard
+    webhook_max_attempts: int = 8
+
+    log_json: bool = False
+    log_level: str = "INFO"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()
