@@ -1,0 +1,18 @@
+"""``python -m worker``: one worker process (the same as ``agentmill worker``)."""
+
+from __future__ import annotations
+
+from shared import logs, loop
+from shared.settings import get_settings
+from worker.jobs import WorkerProcess
+
+
+def main() -> None:
+    settings = get_settings()
+    proc = WorkerProcess(settings)
+    logs.configure(json_lines=settings.log_json, level=settings.log_level, workerId=proc.worker_id)
+    loop.run(proc.run())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,273 @@
+"""The arq side: the job function, a Worker that survives Redis outages, and the worker process
+with its lease keeper, reconciler and graceful shutdown.
+
+arq facts designed around (0.28): a SIGKILLed job is retried only after its in-progress key
+expires (job timeout + 10 s); a job timeout is a terminal failure; a connection error in the poll
+loop ends ``Worker.main``. So the job timeout is set beyond any run's duration, crash recovery is
+ours (lease + reconciler + a new job id per dispatch), and the poll loop is wrapped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import signal
+import socket
+import time
+import uuid
+from typing import Any
+
+import httpx
+from arq.connections import ArqRedis
+from arq.constants import in_progress_key_prefix
+from arq.worker import Worker, func
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from shared.dispatch import RUN_FUNCTION, deserialize, serialize
+from shared.profiles import AgentProfile, profiles_from
+from shared.redis_conn import connect
+from shared.scripts import Scripts
+from shared.settings import Settings, get_settings
+from worker.deps import WorkerDeps
+from worker.health import HealthServer
+from worker.metrics import MetricsObserver
+from worker.observer import Observer
+from worker.reconciler import reconcile_once
+from worker.runner import RunDriver
+from worker.store import renew_many
+
+log = logging.getLogger("agentmill.worker")
+
+JOB_TIMEOUT_S = 8 * 24 * 3600  # beyond the longest allowed run; runs end themselves by maxRunDurationMs
+
+
+async def run_agent(ctx: dict[str, Any], run_id: str, gen: int) -> str:
+    deps: WorkerDeps = ctx["deps"]
+    return await RunDriver(deps, run_id, int(gen), job_try=int(ctx.get("job_try", 1))).run()
+
+
+class ResilientWorker(Worker):
+    """arq's Worker whose poll loop outlives a Redis restart and which claims jobs in batches.
+
+    arq claims each job with its own WATCH/MULTI transaction, one job after another, which caps
+    how fast a worker fills up (about 700 jobs/s on two cores). ``start_jobs`` here claims every
+    due job it has room for in one script with the same rule (the job is due and its in-progress
+    key is free), then starts them exactly as arq does.
+    """
+
+    claim_script: Any = None
+    claim_batch: int = 64
+
+    async def start_jobs(self, job_ids: list[bytes]) -> None:
+        free = min(self.max_jobs - self.job_counter, self.claim_batch)
+        if free <= 0 or not job_ids:
+            return
+        if self.claim_script is None:
+            self.claim_script = Scripts(self.pool).claim_jobs
+        reply = await self.claim_script(
+            keys=[self.queue_name],
+            args=[int(time.time() * 1000), int(self.in_progress_timeout_s * 1000), free,
+                  in_progress_key_prefix, *job_ids],
+        )  # fmt: skip
+        for i in range(0, len(reply), 2):
+            job_id = reply[i].decode() if isinstance(reply[i], bytes) else str(reply[i])
+            score = int(float(reply[i + 1]))
+            await self.sem.acquire()
+            self.job_counter += 1
+            task = self.loop.create_task(self.run_job(job_id, score))
+            task.add_done_callback(lambda _: self._release_sem_dec_counter_on_complete())
+            self.tasks[job_id] = task
+
+    async def _poll_iteration(self) -> None:
+        try:
+            await super()._poll_iteration()
+        except (RedisError, OSError) as exc:
+            log.warning("redis unavailable in the poll loop (%s: %s); retrying", type(exc).__name__, exc)
+            await asyncio.sleep(0.5)
+
+
+async def _lag_probe(path: str) -> None:
+    """For the bench: event-loop lag samples (how late a 20 ms sleep wakes), written on cancel."""
+    import json
+    import time
+
+    def rss() -> int:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        return 0
+
+    start = rss()
+    lags: list[float] = []
+    try:
+        while True:
+            t = time.perf_counter()
+            await asyncio.sleep(0.02)
+            lags.append((time.perf_counter() - t - 0.02) * 1000)
+            del lags[:-20_000]
+    finally:
+        s = sorted(lags) or [0.0]
+        with open(path, "w") as f:  # noqa: ASYNC230 - once, at shutdown, for the bench
+            json.dump(
+                {
+                    "rss_start": start,
+                    "lag_p50_ms": s[len(s) // 2],
+                    "lag_p99_ms": s[int(len(s) * 0.99)],
+                    "lag_max_ms": s[-1],
+                },
+                f,
+            )
+
+
+def new_worker_id(settings: Settings) -> str:
+    return settings.worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class WorkerProcess:
+    """One worker process: an arq Worker plus the loops that keep its runs honest."""
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        profiles: dict[str, AgentProfile] | None = None,
+        observer: Observer | None = None,
+        burst: bool = False,
+    ) -> None:
+        self.settings = settings or get_settings()
+        self.profiles = profiles if profiles is not None else profiles_from(self.settings.profiles)
+        self.metrics = MetricsObserver()
+        self.observer = observer or self.metrics
+        self.health: HealthServer | None = None
+        self.metrics_port: int | None = None
+        self.burst = burst
+        self.worker_id = new_worker_id(self.settings)
+        self.stopping = asyncio.Event()
+        self._bg: list[asyncio.Task[None]] = []
+
+    async def run(self) -> None:
+        s = self.settings
+        redis: Redis = connect(s, retries=60)
+        arq_pool = connect(s, retries=60, cls=ArqRedis)
+        arq_pool.job_serializer = serialize
+        arq_pool.job_deserializer = deserialize
+        http = httpx.AsyncClient(limits=httpx.Limits(max_connections=200, max_keepalive_connections=50))
+        self.deps = WorkerDeps(redis=redis, settings=s, profiles=self.profiles, http=http,
+                               worker_id=self.worker_id, observer=self.observer)  # fmt: skip
+        self.worker = ResilientWorker(
+            functions=[func(run_agent, name=RUN_FUNCTION, max_tries=1_000_000, timeout=JOB_TIMEOUT_S)],
+            redis_pool=arq_pool,
+            job_serializer=serialize,
+            job_deserializer=deserialize,
+            max_jobs=s.max_jobs,
+            poll_delay=s.poll_delay_s,
+            keep_result=60,
+            handle_signals=False,
+            burst=self.burst,
+            ctx={"deps": self.deps},
+            health_check_interval=10,
+        )
+        self.worker.claim_batch = s.claim_batch
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self.request_stop)
+        self._bg = [asyncio.create_task(self._lease_keeper()), asyncio.create_task(self._reconciler())]
+        if s.worker_metrics_port >= 0:
+            self.health = HealthServer(self.metrics.registry, self.metrics.render)
+            self.metrics_port = await self.health.start("0.0.0.0", s.worker_metrics_port)
+            log.info("worker %s serves /metrics and /healthz on port %d", self.worker_id, self.metrics_port)
+        stats_path = os.environ.get("AGENTMILL_BENCH_STATS")
+        if stats_path:
+            self._bg.append(asyncio.create_task(_lag_probe(stats_path)))
+        self.main = asyncio.create_task(self.worker.main())
+        log.info("worker %s started (max_jobs=%d, lease=%d ms)", self.worker_id, s.max_jobs, s.lease_ms)
+        stop = asyncio.create_task(self.stopping.wait())
+        try:
+            await asyncio.wait({self.main, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if self.stopping.is_set():
+                await self._graceful_stop()
+        finally:
+            stop.cancel()
+            for t in self._bg:
+                t.cancel()
+            await asyncio.gather(*self._bg, stop, return_exceptions=True)
+            if not self.main.done():
+                self.main.cancel()
+            await asyncio.gather(self.main, return_exceptions=True)
+            with contextlib.suppress(Exception):
+                await self.worker.close()
+            if self.health is not None:
+                await self.health.stop()
+            await self.deps.aclose()
+            await http.aclose()
+            await redis.aclose()
+            log.info("worker %s stopped", self.worker_id)
+
+    def request_stop(self) -> None:
+        if not self.stopping.is_set():
+            log.info("worker %s: stop requested; draining %d runs", self.worker_id, len(self.deps.active))
+            self.stopping.set()
+
+    async def _graceful_stop(self) -> None:
+        """Stop taking jobs; let in-flight steps reach a checkpoint; hand every run back to the queue."""
+        self.worker.allow_pick_jobs = False
+        for d in list(self.deps.active.values()):
+            d.drain()
+        grace = self.settings.shutdown_grace_s
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._until_idle(), grace)
+        for d in list(self.deps.active.values()):
+            d.cancel_effects_for_shutdown()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._until_idle(), 5.0)
+        tasks = [t for t in self.worker.tasks.values() if not t.done()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=5.0)
+
+    async def _until_idle(self) -> None:
+        while self.deps.active:  # noqa: ASYNC110 - runs leave the dict from their own tasks; 50 ms is fine at shutdown
+            await asyncio.sleep(0.05)
+
+    async def _lease_keeper(self) -> None:
+        """Renew every run's lease and pick up abort requests: one pipelined round trip a beat."""
+        s = self.settings
+        while True:
+            await asyncio.sleep(s.heartbeat_ms / 1000.0)
+            drivers = [d for d in self.deps.active.values() if d.store.epoch]
+            if not drivers:
+                continue
+            try:
+                verdicts = await renew_many(
+                    self.deps.redis,
+                    self.deps.scripts,
+                    [(d.run_id, d.store.epoch) for d in drivers],
+                    s.lease_ms,
+                )
+            except (RedisError, OSError) as exc:
+                log.warning("lease renewal failed: %s", exc)
+                continue
+            for d, (verdict, abort) in zip(drivers, verdicts, strict=True):
+                if verdict == "fenced":
+                    log.warning("run %s was taken over by another worker; stopping it here", d.run_id)
+                    d.fence()
+                elif verdict == "ok" and abort:
+                    d.request_abort(abort)
+
+    async def _reconciler(self) -> None:
+        s = self.settings
+        while True:
+            await asyncio.sleep(s.reconcile_ms / 1000.0 * random.uniform(0.8, 1.2))
+            try:
+                verdicts = await reconcile_once(self.deps.redis, self.deps.scripts, s)
+            except (RedisError, OSError) as exc:
+                log.warning("reconcile sweep failed: %s", exc)
+                continue
+            moved = {k: v for k, v in verdicts.items() if k in ("redispatched", "approval_timeout")}
+            if moved:
+                log.info("reconciler: %s", dict(moved))

@@ -1,0 +1,184 @@
+"""The worker's Prometheus metrics, fed only by the runner's observer hooks (worker/observer.py).
+
+One ``agentmill_`` prefix, base units, ``_total`` counters, buckets fit for LLM latencies, and no
+unbounded labels: never runId or sessionId; tool names come from profiles and are capped.
+Queue depth is exported by the API (one place), not here.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+LLM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300)
+RUN_BUCKETS = (0.1, 0.5, 1, 5, 15, 30, 60, 120, 300, 900, 1800, 3600, 14400)
+ITER_BUCKETS = (1, 2, 3, 5, 8, 13, 21, 34, 55, 100)
+TOOL_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+MAX_TOOL_LABELS = 100
+
+
+class MetricsObserver:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = self.registry = registry or CollectorRegistry()
+        self.runs_started = Counter(
+            "agentmill_runs_started",
+            "Runs started by a job (resumed = from a checkpoint).",
+            ["resumed"],
+            registry=r,
+        )
+        self.runs_finished = Counter(
+            "agentmill_runs_finished", "Runs that ended, by status.", ["status"], registry=r
+        )
+        self.iterations = Histogram(
+            "agentmill_run_iterations", "Model replies per finished run.", buckets=ITER_BUCKETS, registry=r
+        )
+        self.run_duration = Histogram(
+            "agentmill_run_duration_seconds",
+            "Time a job spent driving a run to its end.",
+            buckets=RUN_BUCKETS,
+            registry=r,
+        )
+        self.in_progress = Gauge("agentmill_runs_in_progress", "Runs this worker is driving now.", registry=r)
+        self.awaiting = Gauge(
+            "agentmill_runs_awaiting_approval",
+            "Runs this worker parked awaiting approval (net, since start).",
+            registry=r,
+        )
+        self.job_retries = Counter("agentmill_job_retries", "Jobs started with arq try > 1.", registry=r)
+        self.resumed = Counter("agentmill_runs_resumed", "Runs resumed from a checkpoint.", registry=r)
+        self.model_calls = Counter(
+            "agentmill_model_calls", "Model calls by outcome.", ["outcome"], registry=r
+        )
+        self.model_retries = Counter(
+            "agentmill_model_retries", "Model-call retries by reason.", ["reason"], registry=r
+        )
+        self.model_latency = Histogram(
+            "agentmill_model_call_duration_seconds", "Model call duration.", buckets=LLM_BUCKETS, registry=r
+        )
+        self.ttft = Histogram(
+            "agentmill_model_time_to_first_token_seconds",
+            "Time to the first streamed chunk.",
+            buckets=LLM_BUCKETS,
+            registry=r,
+        )
+        self.tokens = Counter(
+            "agentmill_model_tokens", "Tokens reported by providers.", ["direction"], registry=r
+        )
+        self.tool_calls = Counter(
+            "agentmill_tool_calls", "Tool executions by tool and outcome.", ["tool", "outcome"], registry=r
+        )
+        self.tool_duration = Histogram(
+            "agentmill_tool_call_duration_seconds",
+            "Tool execution time.",
+            ["tool"],
+            buckets=TOOL_BUCKETS,
+            registry=r,
+        )
+        self.tool_retries = Counter(
+            "agentmill_tool_retries", "Retries of retryable tool failures.", ["tool"], registry=r
+        )
+        self.tool_from_record = Counter(
+            "agentmill_tool_results_from_record",
+            "Tool results served from the idempotency record instead of re-executed.",
+            ["tool"],
+            registry=r,
+        )
+        self.reexecuted = Counter(
+            "agentmill_tool_calls_reexecuted",
+            "Claimed tool calls executed again because their worker died mid-call.",
+            ["tool"],
+            registry=r,
+        )
+        self.events = Counter(
+            "agentmill_events_published", "RunEvents appended, by kind.", ["kind"], registry=r
+        )
+        self.refused = Counter(
+            "agentmill_appends_refused",
+            "Writes refused by the store (duplicate seq or stale epoch).",
+            ["reason"],
+            registry=r,
+        )
+        self.compactions = Counter(
+            "agentmill_compactions", "Context compactions by reason.", ["reason"], registry=r
+        )
+        self.transitions = Counter(
+            "agentmill_state_transitions", "Machine transitions.", ["from_state", "to_state"], registry=r
+        )
+        self._tools: set[str] = set()
+
+    def _tool(self, name: str) -> str:
+        if name in self._tools:
+            return name
+        if len(self._tools) >= MAX_TOOL_LABELS:
+            return "other"
+        self._tools.add(name)
+        return name
+
+    # ---- Observer ----
+
+    def transition(self, src: str, dst: str, event: str) -> None:
+        if src != dst:
+            self.transitions.labels(src, dst).inc()
+
+    def run_started(self, *, resumed: bool, job_try: int) -> None:
+        self.runs_started.labels("true" if resumed else "false").inc()
+        self.in_progress.inc()
+        if resumed:
+            self.resumed.inc()
+        if job_try > 1:
+            self.job_retries.inc()
+
+    def run_finished(self, status: str, *, iterations: int, duration_s: float) -> None:
+        self.runs_finished.labels(status).inc()
+        self.iterations.observe(iterations)
+        self.run_duration.observe(duration_s)
+        self.in_progress.dec()
+
+    def run_left(self) -> None:
+        """The job ended without finishing the run (handed back, parked, fenced)."""
+        self.in_progress.dec()
+
+    def awaiting_human(self, delta: int) -> None:
+        self.awaiting.inc(delta)
+
+    def model_call(self, outcome: str, *, latency_s: float, ttft_s: float | None) -> None:
+        self.model_calls.labels(outcome).inc()
+        self.model_latency.observe(latency_s)
+        if ttft_s is not None:
+            self.ttft.observe(ttft_s)
+
+    def model_retry(self, reason: str) -> None:
+        self.model_retries.labels(reason).inc()
+
+    def tokens_used(self, *, input_tokens: int, output_tokens: int) -> None:
+        self.tokens.labels("input").inc(input_tokens)
+        self.tokens.labels("output").inc(output_tokens)
+
+    def tool_call(self, tool: str, outcome: str, *, duration_s: float) -> None:
+        t = self._tool(tool)
+        self.tool_calls.labels(t, outcome).inc()
+        self.tool_duration.labels(t).observe(duration_s)
+
+    def tool_retry(self, tool: str) -> None:
+        self.tool_retries.labels(self._tool(tool)).inc()
+
+    def tool_served_from_record(self, tool: str) -> None:
+        self.tool_from_record.labels(self._tool(tool)).inc()
+
+    def tool_reexecuted(self, tool: str) -> None:
+        self.reexecuted.labels(self._tool(tool)).inc()
+
+    def event_published(self, kind: str, count: int = 1) -> None:
+        self.events.labels(kind).inc(count)
+
+    def append_refused(self, reason: str) -> None:
+        self.refused.labels(reason).inc()
+
+    def compaction(self, reason: str) -> None:
+        self.compactions.labels(reason).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST

@@ -1,0 +1,57 @@
+"""The model-provider port: a provider streams chunks for a ModelRequest or raises ModelCallError.
+
+Providers do I/O; the assembling of chunks into a message and every decision about failures
+happen elsewhere (worker/assembler.py, worker/policy.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from typing import Protocol
+
+from shared.models import Usage
+from worker.machine import ModelRequest
+from worker.policy import FailureKind, ModelFailure
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A fragment of tool call number ``index``; id and name usually come in the first fragment."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEnd:
+    finish_reason: str | None = None
+    usage: Usage | None = None
+
+
+Chunk = TextDelta | ToolCallDelta | StreamEnd
+
+
+class ModelCallError(Exception):
+    """A failed model call, classified by worker.policy.classify via ``failure``."""
+
+    def __init__(
+        self, kind: FailureKind, message: str, *, status: int | None = None, retry_after_ms: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.failure = ModelFailure(kind=kind, message=message, status=status, retry_after_ms=retry_after_ms)
+
+
+class ModelProvider(Protocol):
+    def stream(self, request: ModelRequest, hints: dict[str, object]) -> AsyncGenerator[Chunk, None]:
+        """Open the call and yield its chunks. Raises ModelCallError; cancellation closes the stream."""
+        ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,255 @@
+"""Provider ``openai``: any OpenAI-compatible chat-completions server, streamed.
+
+The wire mapping (request body, chunk -> our chunks, error -> ModelCallError) is pure functions;
+``OpenAIProvider.stream`` is the thin request around them, over the worker's one shared
+``httpx.AsyncClient``. The API key never appears in events, logs, errors or reprs.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import os
+import time
+from collections.abc import AsyncGenerator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+from shared.models import Message, Usage
+from shared.profiles import ProviderConfig
+from worker.config import ToolSpec
+from worker.machine import ModelRequest
+from worker.models.base import Chunk, ModelCallError, StreamEnd, TextDelta, ToolCallDelta
+from worker.models.sse import SseParser
+
+OVERFLOW_HINTS = (
+    "context_length_exceeded",
+    "maximum context length",
+    "context length",
+    "too many tokens",
+    "prompt is too long",
+)
+
+
+# ---- pure wire mapping ----
+
+
+def wire_message(m: Message) -> dict[str, Any]:
+    if m.role == "tool":
+        return {"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content}
+    if m.role == "assistant" and m.tool_calls:
+        return {
+            "role": "assistant",
+            "content": m.content or None,
+            "tool_calls": [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in m.tool_calls
+            ],
+        }
+    return {"role": m.role, "content": m.content}
+
+
+def wire_tool(t: ToolSpec) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+    }
+
+
+def request_body(cfg: ProviderConfig, req: ModelRequest) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": cfg.model,
+        "messages": [wire_message(m) for m in req.messages],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if req.tools:
+        body["tools"] = [wire_tool(t) for t in req.tools]
+        if cfg.tool_choice:
+            body["tool_choice"] = cfg.tool_choice
+    if cfg.temperature is not None:
+        body["temperature"] = cfg.temperature
+    if cfg.max_tokens is not None:
+        body["max_tokens"] = cfg.max_tokens
+    body.update(cfg.extra_body)
+    return body
+
+
+class ChunkReader:
+    """Turns decoded stream chunks into our chunks; remembers finish reason and usage."""
+
+    def __init__(self) -> None:
+        self.finish_reason: str | None = None
+        self.usage: Usage | None = None
+        self.got_content = False
+
+    def consume(self, obj: Any) -> list[Chunk]:
+        if not isinstance(obj, dict):
+            return []
+        if obj.get("error"):
+            raise stream_error(obj["error"])
+        out: list[Chunk] = []
+        for choice in obj.get("choices") or []:
+            delta = choice.get("delta") or choice.get("message") or {}
+            text = delta.get("content")
+            if text:
+                out.append(TextDelta(text))
+            for tc in delta.get("tool_calls") or []:
+                fn = tc.get("function") or {}
+                out.append(ToolCallDelta(index=int(tc.get("index") or 0), id=tc.get("id") or None,
+                                         name=fn.get("name") or None, arguments=fn.get("arguments") or ""))  # fmt: skip
+            fc = delta.get("function_call")
+            if fc and not delta.get("tool_calls"):  # the legacy single-call field
+                out.append(
+                    ToolCallDelta(
+                        index=0, id=None, name=fc.get("name") or None, arguments=fc.get("arguments") or ""
+                    )
+                )
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            self.usage = Usage(
+                input_tokens=int(usage.get("prompt_tokens") or 0),
+                output_tokens=int(usage.get("completion_tokens") or 0),
+            )
+        self.got_content = self.got_content or bool(out)
+        return out
+
+    def end(self) -> StreamEnd:
+        if not self.got_content and self.finish_reason is None:
+            raise ModelCallError("stream", "the stream ended before any answer")
+        return StreamEnd(finish_reason=self.finish_reason, usage=self.usage)
+
+
+def _message_of(err: Any) -> tuple[str, str]:
+    if isinstance(err, dict):
+        return str(err.get("message") or err)[:500], str(err.get("code") or err.get("type") or "")
+    return str(err)[:500], ""
+
+
+def _is_overflow(message: str, code: str) -> bool:
+    text = f"{code} {message}".lower()
+    return any(h in text for h in OVERFLOW_HINTS)
+
+
+def stream_error(err: Any) -> ModelCallError:
+    """A ``data: {"error": …}`` in the middle of a stream."""
+    message, code = _message_of(err)
+    if _is_overflow(message, code):
+        return ModelCallError("overflow", message)
+    status = err.get("status") if isinstance(err, dict) else None
+    if isinstance(status, int):
+        return ModelCallError("http", message, status=status)
+    return ModelCallError("stream", f"the provider reported an error mid-stream: {message}")
+
+
+def retry_after_ms(headers: httpx.Headers, now: float | None = None) -> int | None:
+    if (ms := headers.get("retry-after-ms")) is not None:
+        try:
+            return max(0, int(float(ms)))
+        except ValueError:
+            pass
+    ra = headers.get("retry-after")
+    if ra is None:
+        return None
+    try:
+        return max(0, int(float(ra) * 1000))
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(ra).timestamp()
+        except (TypeError, ValueError):
+            return None
+        return max(0, int((when - (now or time.time())) * 1000))
+
+
+def http_error(status: int, headers: httpx.Headers, raw: bytes) -> ModelCallError:
+    try:
+        message, code = _message_of(orjson.loads(raw).get("error"))
+    except (orjson.JSONDecodeError, AttributeError):
+        message, code = raw.decode("utf-8", errors="replace")[:500], ""
+    message = message or f"HTTP {status}"
+    if status in (400, 413) and _is_overflow(message, code):
+        return ModelCallError("overflow", message, status=status)
+    return ModelCallError(
+        "http", f"HTTP {status}: {message}", status=status, retry_after_ms=retry_after_ms(headers)
+    )
+
+
+# ---- the request ----
+
+
+def load_key(cfg: ProviderConfig) -> str:
+    if cfg.api_key_env:
+        return os.environ.get(cfg.api_key_env, "")
+    if cfg.api_key_file:
+        return Path(cfg.api_key_file).read_text().strip()
+    return ""
+
+
+class OpenAIProvider:
+    def __init__(self, config: ProviderConfig, client: httpx.AsyncClient) -> None:
+        if not config.base_url or not config.model:
+            raise ValueError("the openai provider needs baseUrl and model")
+        self.config = config
+        self.client = client
+        self.url = config.base_url.rstrip("/") + "/chat/completions"
+        self._key = load_key(config)
+        self.timeout = httpx.Timeout(
+            connect=config.connect_timeout_s, read=config.read_timeout_s, write=30.0, pool=30.0
+        )
+
+    def __repr__(self) -> str:
+        return f"OpenAIProvider({self.url!r}, model={self.config.model!r})"
+
+    async def aclose(self) -> None:
+        return None  # the HTTP client is the worker's
+
+    async def stream(self, request: ModelRequest, hints: dict[str, Any]) -> AsyncGenerator[Chunk, None]:
+        headers = {"Accept": "text/event-stream"}
+        if self._key:
+            headers["Authorization"] = f"Bearer {self._key}"
+        body = orjson.dumps(request_body(self.config, request))
+        reader = ChunkReader()
+        parser = SseParser()
+        try:
+            async with self.client.stream(
+                "POST",
+                self.url,
+                content=body,
+                headers={**headers, "Content-Type": "application/json"},
+                timeout=self.timeout,
+            ) as resp:
+                if resp.status_code >= 400:
+                    raise http_error(resp.status_code, resp.headers, await resp.aread())
+                async for raw in resp.aiter_bytes():
+                    for ev in parser.feed(raw):
+                        if ev.data.strip() == "[DONE]":
+                            yield reader.end()
+                            return
+                        for out in reader.consume(_json(ev.data)):
+                            yield out
+                for ev in parser.close():
+                    if ev.data.strip() != "[DONE]":
+                        for out in reader.consume(_json(ev.data)):
+                            yield out
+                yield reader.end()  # a stream that ends without [DONE] is fine if it answered
+        except httpx.TimeoutException as exc:
+            raise ModelCallError("timeout", f"{type(exc).__name__} talking to {self.url}") from None
+        except httpx.ConnectError as exc:
+            raise ModelCallError(
+                "connection", f"cannot connect to {self.url}: {type(exc).__name__}"
+            ) from None
+        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            raise ModelCallError(
+                "stream", f"the stream from {self.url} broke: {type(exc).__name__}"
+            ) from None
+
+
+def _json(data: str) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise ModelCallError("stream", f"unparseable chunk: {data[:200]!r}") from None

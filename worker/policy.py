@@ -1,0 +1,90 @@
+"""Pure run policy: retry classification, backoff, tool selection, size estimates.
+
+No I/O, no clock, no randomness: jitter arrives as a number in [0, 1) drawn by the caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from shared.models import Message
+from shared.profiles import RetryConfig
+
+RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+Classification = Literal["retryable", "fatal", "overflow"]
+FailureKind = Literal["connection", "timeout", "http", "invalid", "overflow", "stream", "internal"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFailure:
+    """What went wrong with one model-call attempt, as plain data."""
+
+    kind: FailureKind
+    message: str
+    status: int | None = None
+    retry_after_ms: int | None = None
+
+    @property
+    def reason(self) -> str:
+        return f"http_{self.status}" if self.kind == "http" and self.status else self.kind
+
+
+def classify(failure: ModelFailure) -> Classification:
+    """Seed 000: network errors, timeouts, 429 and 5xx retry; 4xx and invalid requests do not."""
+    if failure.kind == "overflow":
+        return "overflow"
+    if failure.kind in ("connection", "timeout", "stream"):
+        return "retryable"
+    retryable_status = failure.status is not None and (
+        failure.status in RETRYABLE_STATUSES or failure.status >= 500
+    )
+    return "retryable" if failure.kind == "http" and retryable_status else "fatal"
+
+
+def backoff_ms(attempt: int, cfg: RetryConfig, jitter_u: float, retry_after_ms: int | None = None) -> int:
+    """Delay before retry number ``attempt`` (1-based): base * 2^(attempt-1), capped, jittered ±jitter.
+
+    A provider's Retry-After wins when it is longer, up to ``retry_after_cap_ms``.
+    """
+    exp = min(cfg.max_delay_ms, cfg.base_delay_ms * (1 << max(0, attempt - 1)))
+    delay = exp * (1.0 + cfg.jitter * (2.0 * jitter_u - 1.0))
+    delay = min(float(cfg.max_delay_ms), max(0.0, delay))
+    if retry_after_ms is not None:
+        delay = max(delay, float(min(retry_after_ms, cfg.retry_after_cap_ms)))
+    return round(delay)
+
+
+def allowed_tools(
+    profile_tools: Sequence[str],
+    *,
+    enabled: bool | None,
+    allow_list: Iterable[str] | None,
+    allowed: Iterable[str] | None,
+    order: Sequence[str] | None,
+) -> list[str]:
+    """toolPolicy.allowList ∩ allowedTools (a missing one means all), ordered by toolOrder first."""
+    if enabled is False:
+        return []
+    names = list(dict.fromkeys(profile_tools))
+    if allow_list is not None:
+        keep = set(allow_list)
+        names = [n for n in names if n in keep]
+    if allowed is not None:
+        keep = set(allowed)
+        names = [n for n in names if n in keep]
+    if order:
+        rank = {n: i for i, n in enumerate(order)}
+        names.sort(key=lambda n: (rank.get(n, len(rank)), names.index(n)))
+    return names
+
+
+def estimate_tokens(messages: Iterable[Message]) -> int:
+    """A provider-neutral estimate: four characters a token, plus a little per message."""
+    total = 0
+    for m in messages:
+        total += 4 + len(m.content) // 4
+        for c in m.tool_calls or ():
+            total += (len(c.name) + len(c.arguments)) // 4 + 4
+    return total

@@ -1,0 +1,139 @@
+"""Built-in tools: a calculator for the demo agent and a few for tests (echo, sleep, fail, flaky)."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from worker.tools.base import Tool, ToolContext, ToolError, ToolOutcome
+
+_BINOPS: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+_UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
+
+
+def evaluate(expression: str) -> float | int:
+    """Arithmetic only: numbers, + - * / // % ** and parentheses; no names, no calls."""
+    if len(expression) > 500:
+        raise ToolError("expression is longer than 500 characters")
+    try:
+        tree = ast.parse(expression, mode="eval")
+    except SyntaxError as exc:
+        raise ToolError(f"not an arithmetic expression: {exc.msg}") from None
+
+    def ev(node: ast.AST) -> float | int:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, int | float)
+            and not isinstance(node.value, bool)
+        ):
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+            left, right = ev(node.left), ev(node.right)
+            if isinstance(node.op, ast.Pow) and abs(right) > 64:
+                raise ToolError("exponent too large")
+            try:
+                return _BINOPS[type(node.op)](left, right)  # type: ignore[no-any-return]
+            except ZeroDivisionError:
+                raise ToolError("division by zero") from None
+        if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+            return _UNARY[type(node.op)](ev(node.operand))  # type: ignore[no-any-return]
+        raise ToolError(f"unsupported element: {type(node).__name__}")
+
+    return ev(tree)
+
+
+def _fmt(value: float | int) -> str:
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return str(value)
+
+
+@dataclass
+class FunctionTool:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    fn: Callable[[dict[str, Any], ToolContext], Any]
+
+    async def __call__(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+        out = self.fn(args, ctx)
+        if asyncio.iscoroutine(out):
+            out = await out
+        return out if isinstance(out, ToolOutcome) else ToolOutcome(str(out))
+
+
+def _calculator(args: dict[str, Any], ctx: ToolContext) -> str:
+    return _fmt(evaluate(str(args["expression"])))
+
+
+def _echo(args: dict[str, Any], ctx: ToolContext) -> str:
+    return str(args.get("text", ""))
+
+
+async def _sleep(args: dict[str, Any], ctx: ToolContext) -> str:
+    ms = int(args.get("ms", 0))
+    await asyncio.sleep(ms / 1000.0)
+    return f"slept {ms} ms"
+
+
+def _fail(args: dict[str, Any], ctx: ToolContext) -> str:
+    raise ToolError(
+        str(args.get("message", "this tool always fails")), retryable=bool(args.get("retryable", False))
+    )
+
+
+def _flaky(args: dict[str, Any], ctx: ToolContext) -> str:
+    """Fails (retryably) on the first ``failures`` attempts of a call, then succeeds."""
+    if ctx.attempt <= int(args.get("failures", 1)):
+        raise ToolError(f"flaky failure on attempt {ctx.attempt}", retryable=True)
+    return f"ok after {ctx.attempt} attempts"
+
+
+def _obj(props: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
+    return {"type": "object", "properties": props, "required": required or [], "additionalProperties": False}
+
+
+BUILTINS: dict[str, Tool] = {
+    t.name: t
+    for t in (
+        FunctionTool(
+            "calculator",
+            "Evaluate an arithmetic expression (numbers, + - * / // % ** and parentheses).",
+            _obj({"expression": {"type": "string", "maxLength": 500}}, ["expression"]),
+            _calculator,
+        ),
+        FunctionTool("echo", "Return the given text.", _obj({"text": {"type": "string"}}), _echo),
+        FunctionTool(
+            "sleep",
+            "Wait for ms milliseconds.",
+            _obj({"ms": {"type": "integer", "minimum": 0, "maximum": 3_600_000}}),
+            _sleep,
+        ),
+        FunctionTool(
+            "fail",
+            "Always fails (for tests).",
+            _obj({"message": {"type": "string"}, "retryable": {"type": "boolean"}}),
+            _fail,
+        ),
+        FunctionTool(
+            "flaky",
+            "Fails retryably on the first attempts, then succeeds (for tests).",
+            _obj({"failures": {"type": "integer", "minimum": 0, "maximum": 10}}),
+            _flaky,
+        ),
+    )
+}

@@ -1,0 +1,119 @@
+"""Which tools a profile has, what the model is told about them, and how a call is executed:
+schema check first, then the tool with a per-call timeout and retries of retryable failures."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import jsonschema
+import orjson
+
+from shared import limits
+from shared.models import ToolCall, ToolResult
+from shared.profiles import AgentProfile, ToolSettings
+from worker.config import ToolSpec
+from worker.tools.base import Tool, ToolContext, ToolError, ToolOutcome
+from worker.tools.builtin import BUILTINS
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRetry:
+    """Reported for each retry of a tool call (the runner publishes it and counts it)."""
+
+    call: ToolCall
+    attempt: int
+    reason: str
+
+
+class ProfileTools:
+    """The tools of one profile, built once per worker and shared by its runs."""
+
+    def __init__(self, profile: AgentProfile, http: httpx.AsyncClient | None = None) -> None:
+        self.profile = profile
+        self.tools: dict[str, Tool] = {}
+        for name in profile.tools:
+            if name not in BUILTINS:
+                raise ValueError(f"profile {profile.name!r}: no built-in tool named {name!r}")
+            self.tools[name] = BUILTINS[name]
+        for cfg in profile.http_tools:
+            from worker.tools.http import HttpTool
+
+            if http is None:
+                raise ValueError("HTTP tools need the worker's HTTP client")
+            self.tools[cfg.name] = HttpTool(cfg, profile.settings_for(cfg.name), http)
+        self.specs = {
+            n: ToolSpec(name=n, description=t.description, parameters=t.parameters)
+            for n, t in self.tools.items()
+        }
+        self._validators = {n: jsonschema.Draft202012Validator(t.parameters) for n, t in self.tools.items()}
+
+    def settings(self, name: str) -> ToolSettings:
+        return self.profile.settings_for(name)
+
+    def check_arguments(self, name: str, args: Any) -> str | None:
+        if not isinstance(args, dict):
+            return "arguments must be a JSON object"
+        errors = sorted(self._validators[name].iter_errors(args), key=lambda e: list(e.path))
+        if not errors:
+            return None
+        e = errors[0]
+        where = "/".join(str(p) for p in e.path) or "arguments"
+        return f"{where}: {e.message}"
+
+    async def execute(
+        self,
+        call: ToolCall,
+        ctx: ToolContext,
+        on_retry: Any = None,
+    ) -> ToolResult:
+        """Never raises for a tool's failure: failures become error results the model sees (seed 000)."""
+        tool = self.tools.get(call.name)
+        if tool is None:
+            return _err(call, f"error: tool {call.name!r} is not available")
+        try:
+            args = orjson.loads(call.arguments or "{}")
+        except orjson.JSONDecodeError as exc:
+            return _err(call, f"error: arguments are not valid JSON ({exc})")
+        problem = self.check_arguments(call.name, args)
+        if problem is not None:
+            return _err(call, f"error: invalid arguments: {problem}")
+        st = self.settings(call.name)
+        attempt = 1
+        while True:
+            try:
+                actx = ToolContext(ctx.run_id, ctx.session_id, ctx.tool_call_id, ctx.idempotency_key, attempt)
+                outcome: ToolOutcome = await asyncio.wait_for(tool(args, actx), st.timeout_s)
+                return ToolResult(
+                    tool_call_id=call.id,
+                    name=call.name,
+                    content=_bound(outcome.content),
+                    is_error=outcome.is_error,
+                )
+            except ToolError as exc:
+                reason, retryable = str(exc), exc.retryable
+            except TimeoutError:
+                reason, retryable = f"timed out after {st.timeout_s:g} s", True
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a tool bug must not crash the run
+                reason, retryable = f"{type(exc).__name__}: {exc}", False
+            if not retryable or attempt >= st.max_tries:
+                suffix = f" (after {attempt} attempts)" if attempt > 1 else ""
+                return _err(call, f"error: {reason}{suffix}")
+            if on_retry is not None:
+                await on_retry(ToolRetry(call, attempt, reason))
+            attempt += 1
+            await asyncio.sleep(st.retry_delay_ms / 1000.0)
+
+
+def _bound(text: str) -> str:
+    if len(text) <= limits.MAX_TOOL_RESULT_CHARS:
+        return text
+    return text[: limits.MAX_TOOL_RESULT_CHARS] + "…[truncated]"
+
+
+def _err(call: ToolCall, text: str) -> ToolResult:
+    return ToolResult(tool_call_id=call.id, name=call.name, content=_bound(text), is_error=True)
