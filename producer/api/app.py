@@ -1,0 +1,502 @@
+"""The HTTP API (FastAPI on uvicorn): submit, follow, control runs. Every route is in the OpenAPI doc.
+
+FastAPI because it is the ecosystem's default ASGI framework: pydantic bodies (our contracts are
+pydantic already), an OpenAPI document for free, and Starlette's streaming responses for SSE.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+import orjson
+from fastapi import Depends, FastAPI, Header, Query, Request, Response
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, Field
+from redis.asyncio import Redis
+
+from producer.api import errors
+from producer.api.auth import Authenticator
+from producer.api.errors import COMMON_ERRORS, ApiError, ErrorResponse, OrjsonResponse
+from producer.api.metrics import ApiMetrics
+from producer.enqueue import Producer, RunRecord, SubmissionError, Submitted
+from shared import limits
+from shared.codec import to_jsonable
+from shared.models import ApprovalDecision, RunEvent, RunInput, RunResult
+from shared.profiles import profiles_from
+from shared.redis_conn import connect
+from shared.settings import Settings, get_settings
+
+log = logging.getLogger("agentmill.api")
+
+
+# ---- bodies and answers (documented in OpenAPI) ----
+
+
+class Accepted(BaseModel):
+    runId: str  # wire names are camelCase
+    status: str
+    eventsUrl: str
+
+
+class BatchBody(BaseModel):
+    runs: list[dict[str, Any]] = Field(
+        description="RunInput objects; each is validated on its own", max_length=limits.MAX_BATCH_ITEMS * 10
+    )
+    webhook: str | None = Field(
+        default=None, description="applies to items without their own webhook", pattern=r"^https?://"
+    )
+
+
+class BatchItem(BaseModel):
+    runId: str | None = None
+    status: str | None = None
+    error: errors.ErrorBody | None = None
+
+
+class BatchAnswer(BaseModel):
+    results: list[BatchItem]
+
+
+class RunView(BaseModel):
+    runId: str
+    status: str
+    sessionId: str | None = None
+    createdAt: int
+    lastSeq: int
+    result: RunResult | None = None
+    pendingApprovals: list[dict[str, Any]] | None = None
+
+
+class EventsPage(BaseModel):
+    events: list[RunEvent]
+    next: int
+
+
+class AbortAnswer(BaseModel):
+    runId: str
+    result: str = Field(
+        description="aborted (was queued or awaiting approval) | requested (its worker stops it) | finished (no-op)"
+    )
+
+
+class ApprovalsBody(BaseModel):
+    decisions: list[ApprovalDecision] = Field(min_length=1, max_length=256)
+
+
+class ApprovalVerdict(BaseModel):
+    toolCallId: str
+    result: str
+
+
+class ApprovalsAnswer(BaseModel):
+    runId: str
+    results: list[ApprovalVerdict]
+    resumed: bool
+
+
+class SessionView(BaseModel):
+    sessionId: str
+    createdAt: int
+    activeRun: str | None = None
+    runs: list[str]
+    history: list[dict[str, Any]]
+
+
+# ---- the app ----
+
+
+class BodyLimit:
+    """413 for bodies over the limit, by Content-Length or by counting a streamed body."""
+
+    def __init__(self, app: Any, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(
+        self, scope: dict[str, Any], receive: Callable[[], Awaitable[dict[str, Any]]], send: Any
+    ) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope.get("headers") or []).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            await self._reject(send)
+            return
+        seen = 0
+
+        async def counted() -> dict[str, Any]:
+            nonlocal seen
+            msg = await receive()
+            if msg["type"] == "http.request":
+                seen += len(msg.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _TooLarge
+            return msg
+
+        try:
+            await self.app(scope, counted, send)
+        except _TooLarge:
+            await self._reject(send)
+
+    async def _reject(self, send: Any) -> None:
+        body = orjson.dumps(
+            {"error": {"code": "too_large", "message": f"request body over {self.max_bytes} bytes"}}
+        )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class Api:
+    """Shared state of one API process."""
+
+    def __init__(self, settings: Settings, redis: Redis) -> None:
+        self.settings = settings
+        self.redis = redis
+        self.producer = Producer(redis, settings=settings, profiles=profiles_from(settings.profiles))
+        self.auth = Authenticator(settings)
+        self.metrics = ApiMetrics()
+        self._depth = (0.0, 0)
+        self.sse_heartbeat_s = float(os.environ.get("AGENTMILL_SSE_HEARTBEAT_S", "10"))
+
+    async def queue_depth(self) -> int:
+        at, depth = self._depth
+        if time.monotonic() - at > 0.5:
+            depth = await self.producer.queue_depth()
+            self._depth = (time.monotonic(), depth)
+        return depth
+
+    async def admit(self, n: int = 1) -> None:
+        """Backpressure: refuse new work while the queue is deeper than configured."""
+        if await self.queue_depth() + n > self.settings.max_queue_depth:
+            raise ApiError(
+                429,
+                "queue_full",
+                f"the queue holds more than {self.settings.max_queue_depth} runs; retry later",
+                headers={"Retry-After": "5"},
+            )
+
+
+def get_api(request: Request) -> Api:
+    api: Api = request.app.state.api
+    return api
+
+
+async def tenant_of(request: Request, authorization: Annotated[str | None, Header()] = None) -> str:
+    tenant = get_api(request).auth.tenant(authorization)
+    if tenant is None:
+        raise ApiError(
+            401, "unauthorized", "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"}
+        )
+    return tenant
+
+
+ApiDep = Annotated[Api, Depends(get_api)]
+Tenant = Annotated[str, Depends(tenant_of)]
+
+
+def create_app(
+    settings: Settings | None = None, *, redis: Redis | None = None, background: bool = True
+) -> FastAPI:
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        client = redis or connect(settings, retries=2, max_connections=256)
+        api = Api(settings, client)
+        app.state.api = api
+        tasks: list[asyncio.Task[None]] = []
+        stop = asyncio.Event()
+        if background and os.environ.get("AGENTMILL_WEBHOOKS", "true").lower() not in ("0", "false", "no"):
+            from producer.webhooks import deliver_forever
+
+            tasks.append(asyncio.create_task(deliver_forever(client, settings, stop)))
+        try:
+            yield
+        finally:
+            stop.set()
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if redis is None:
+                await client.aclose()
+
+    app = FastAPI(
+        title="agentmill",
+        version="0.1.0",
+        description="Submit LLM agent runs, follow their events, control them.",
+        lifespan=lifespan,
+        default_response_class=OrjsonResponse,
+    )
+    for exc_type, handler in errors.HANDLERS:
+        app.add_exception_handler(exc_type, handler)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+
+    @app.middleware("http")
+    async def observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        t0 = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        path = getattr(route, "path", "unmatched")
+        request.app.state.api.metrics.request(
+            request.method, path, response.status_code, time.perf_counter() - t0
+        )
+        return response
+
+    async def record_or_404(api: Api, run_id: str, tenant: str) -> RunRecord:
+        rec = await api.producer.get(run_id, tenant=tenant)
+        if rec is None:
+            raise ApiError(404, "unknown_run", f"no run {run_id}")
+        return rec
+
+    def view(rec: RunRecord) -> dict[str, Any]:
+        return rec.view()
+
+    @app.post(
+        "/v1/runs",
+        status_code=202,
+        response_model=Accepted,
+        responses={
+            **COMMON_ERRORS,
+            200: {"model": Accepted, "description": "the same run was submitted before"},
+            404: {"model": ErrorResponse},
+            409: {"model": ErrorResponse},
+            413: {"model": ErrorResponse},
+            429: {"model": ErrorResponse},
+        },
+        summary="Submit one run",
+    )
+    async def submit(
+        body: RunInput,
+        api: ApiDep,
+        tenant: Tenant,
+        response: Response,
+        idempotency_key: Annotated[str | None, Header(max_length=256)] = None,
+    ) -> Accepted:
+        await api.admit()
+        try:
+            sub = await api.producer.submit(body, tenant=tenant, idempotency_key=idempotency_key)
+        except SubmissionError:
+            api.metrics.submitted(False)
+            raise
+        api.metrics.submitted(True)
+        if not sub.created:
+            response.status_code = 200
+        return Accepted(runId=sub.run_id, status=sub.status, eventsUrl=f"/v1/runs/{sub.run_id}/events")
+
+    @app.post(
+        "/v1/runs/batch",
+        response_model=BatchAnswer,
+        responses={**COMMON_ERRORS, 413: {"model": ErrorResponse}, 429: {"model": ErrorResponse}},
+        summary="Submit many runs",
+    )
+    async def submit_batch(body: BatchBody, api: ApiDep, tenant: Tenant) -> BatchAnswer:
+        if len(body.runs) > api.settings.max_batch:
+            raise ApiError(413, "batch_too_large", f"runs: at most {api.settings.max_batch} items per batch")
+        await api.admit(len(body.runs))
+        items: list[Any] = []
+        for raw in body.runs:
+            if body.webhook and isinstance(raw, dict) and not raw.get("webhook"):
+                raw = {**raw, "webhook": body.webhook}
+            items.append(raw)
+        results = await api.producer.submit_many(items, tenant=tenant)
+        out = []
+        for r in results:
+            if isinstance(r, Submitted):
+                api.metrics.submitted(True)
+                out.append(BatchItem(runId=r.run_id, status=r.status))
+            else:
+                api.metrics.submitted(False)
+                out.append(BatchItem(error=errors.ErrorBody(code=r.code, message=r.message, field=r.field)))
+        return BatchAnswer(results=out)
+
+    @app.get(
+        "/v1/runs/{run_id}",
+        response_model=RunView,
+        responses={**COMMON_ERRORS, 404: {"model": ErrorResponse}},
+        summary="A run's status and result",
+    )
+    async def get_run(run_id: str, api: ApiDep, tenant: Tenant) -> dict[str, Any]:
+        return view(await record_or_404(api, run_id, tenant))
+
+    @app.get(
+        "/v1/runs/{run_id}/wait",
+        response_model=RunView,
+        responses={**COMMON_ERRORS, 404: {"model": ErrorResponse}},
+        summary="Long-poll until the run ends",
+    )
+    async def wait_run(
+        run_id: str,
+        api: ApiDep,
+        tenant: Tenant,
+        timeout_s: Annotated[float, Query(alias="timeout", ge=0, le=60)] = 30.0,
+    ) -> dict[str, Any]:
+        await record_or_404(api, run_id, tenant)
+        rec = await api.producer.wait(run_id, timeout_s=timeout_s, tenant=tenant)
+        if rec is None:
+            raise ApiError(404, "unknown_run", f"no run {run_id}")
+        return view(rec)
+
+    @app.get(
+        "/v1/runs/{run_id}/events",
+        responses={
+            **COMMON_ERRORS,
+            404: {"model": ErrorResponse},
+            200: {
+                "description": "text/event-stream (id: seq, event: kind, data: RunEvent JSON), or with format=json an EventsPage",
+                "content": {
+                    "text/event-stream": {},
+                    "application/json": {"schema": {"$ref": "#/components/schemas/EventsPage"}},
+                },
+            },
+        },
+        summary="A run's events: Server-Sent Events, resumable; or a JSON page",
+    )
+    async def events(
+        run_id: str,
+        request: Request,
+        api: ApiDep,
+        tenant: Tenant,
+        after: Annotated[int | None, Query(ge=0)] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        format: Annotated[str, Query(pattern="^(sse|json)$")] = "sse",
+        last_event_id: Annotated[str | None, Header()] = None,
+    ) -> Response:
+        await record_or_404(api, run_id, tenant)
+        start = after if after is not None else _seq(last_event_id)
+        if format == "json":
+            page = await api.producer.read_events(run_id, after=start, limit=limit)
+            return OrjsonResponse(
+                {"events": [to_jsonable(e) for e in page], "next": page[-1].seq if page else start}
+            )
+        return StreamingResponse(
+            _sse(api, request, run_id, start),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    @app.post(
+        "/v1/runs/{run_id}/abort",
+        response_model=AbortAnswer,
+        responses={**COMMON_ERRORS, 404: {"model": ErrorResponse}},
+        summary="Abort a run",
+    )
+    async def abort(run_id: str, api: ApiDep, tenant: Tenant) -> AbortAnswer:
+        verdict = await api.producer.abort(run_id, tenant=tenant)
+        if verdict == "unknown":
+            raise ApiError(404, "unknown_run", f"no run {run_id}")
+        return AbortAnswer(runId=run_id, result=verdict)
+
+    @app.post(
+        "/v1/runs/{run_id}/approvals",
+        response_model=ApprovalsAnswer,
+        responses={**COMMON_ERRORS, 404: {"model": ErrorResponse}, 409: {"model": ErrorResponse}},
+        summary="Approve or reject pending tool calls",
+    )
+    async def approvals(run_id: str, body: ApprovalsBody, api: ApiDep, tenant: Tenant) -> ApprovalsAnswer:
+        out: list[ApprovalVerdict] = []
+        resumed = False
+        for d in body.decisions:
+            verdict = await api.producer.decide(
+                run_id, d.tool_call_id, approved=d.approved, reason=d.reason, tenant=tenant
+            )
+            if verdict == "unknown_run":
+                raise ApiError(404, "unknown_run", f"no run {run_id}")
+            if verdict == "unknown_call":
+                raise ApiError(
+                    404, "unknown_tool_call", f"run {run_id} has no pending tool call {d.tool_call_id}"
+                )
+            if verdict == "already_decided":
+                raise ApiError(409, "already_decided", f"tool call {d.tool_call_id} was already decided")
+            if verdict in ("not_awaiting", "moved"):
+                raise ApiError(409, "not_awaiting_approval", f"run {run_id} is not waiting for approval")
+            resumed = resumed or verdict == "resumed"
+            out.append(ApprovalVerdict(toolCallId=d.tool_call_id, result=verdict))
+        return ApprovalsAnswer(runId=run_id, results=out, resumed=resumed)
+
+    @app.get(
+        "/v1/sessions/{session_id}",
+        response_model=SessionView,
+        responses={**COMMON_ERRORS, 404: {"model": ErrorResponse}},
+        summary="A session's runs and history",
+    )
+    async def session(session_id: str, api: ApiDep, tenant: Tenant) -> dict[str, Any]:
+        found = await api.producer.get_session(session_id, tenant=tenant)
+        if found is None:
+            raise ApiError(404, "unknown_session", f"no session {session_id}")
+        return found
+
+    @app.get("/healthz", summary="The process is up")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", responses={503: {"model": ErrorResponse}}, summary="Redis is reachable")
+    async def readyz(api: ApiDep) -> dict[str, str]:
+        await asyncio.wait_for(api.redis.ping(), 2.0)
+        return {"status": "ready"}
+
+    @app.get(
+        "/metrics",
+        response_class=Response,
+        responses={200: {"content": {"text/plain": {}}}},
+        summary="Prometheus metrics",
+    )
+    async def metrics(api: ApiDep) -> Response:
+        with contextlib.suppress(Exception):
+            api.metrics.queue_depth.set(await api.producer.queue_depth())
+        body, ctype = api.metrics.render()
+        return Response(body, media_type=ctype)
+
+    return app
+
+
+def _seq(last_event_id: str | None) -> int:
+    if last_event_id and last_event_id.strip().isdigit():
+        return int(last_event_id.strip())
+    return 0
+
+
+async def _sse(api: Api, request: Request, run_id: str, after: int) -> AsyncIterator[bytes]:
+    """Events after ``after``; a comment line while idle; ends after the terminal event."""
+    last = after
+    block_ms = int(min(api.sse_heartbeat_s, 5.0) * 1000)
+    idle_since = time.monotonic()
+    yield b": connected\n\n"
+    while True:
+        if await request.is_disconnected():
+            return
+        page = await api.producer.read_events(run_id, after=last, limit=200, block_ms=block_ms)
+        if not page:
+            if time.monotonic() - idle_since >= api.sse_heartbeat_s:
+                idle_since = time.monotonic()
+                yield b": keep-alive\n\n"
+            rec = await api.producer.get(run_id)
+            if rec is None or (rec.status.terminal and rec.last_seq <= last):
+                return  # finished, and everything it wrote has been sent (or the stream expired)
+            continue
+        idle_since = time.monotonic()
+        for e in page:
+            last = e.seq
+            data = orjson.dumps(to_jsonable(e))
+            yield b"id: %d\nevent: %s\ndata: %s\n\n" % (e.seq, e.kind.value.encode(), data)
+            if e.terminal:
+                return
+
+
+app_factory = create_app

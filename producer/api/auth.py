@@ -1,0 +1,52 @@
+"""Bearer-token auth: every token belongs to a tenant; tokens compare in constant time."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from pathlib import Path
+
+from shared.settings import Settings
+
+log = logging.getLogger("agentmill.api")
+OPEN_TENANT = "default"
+
+
+def parse_tokens(spec: str) -> dict[str, str]:
+    """ "token=tenant,token2=tenant2" (or one per line) -> {token: tenant}."""
+    out: dict[str, str] = {}
+    for item in spec.replace("\n", ",").split(","):
+        item = item.strip()
+        if not item or item.startswith("#"):
+            continue
+        token, _, tenant = item.partition("=")
+        out[token.strip()] = tenant.strip() or OPEN_TENANT
+    return out
+
+
+class Authenticator:
+    def __init__(self, settings: Settings) -> None:
+        self.disabled = settings.auth_disabled
+        tokens = parse_tokens(settings.api_tokens or "")
+        if settings.api_tokens_file:
+            tokens.update(parse_tokens(Path(settings.api_tokens_file).read_text()))
+        self.tokens = [(t.encode(), tenant) for t, tenant in tokens.items() if t]
+        if self.disabled:
+            log.warning(
+                "API authentication is OFF (AGENTMILL_AUTH_DISABLED): every caller is tenant %r", OPEN_TENANT
+            )
+        elif not self.tokens:
+            log.warning("no API tokens configured (AGENTMILL_API_TOKENS): every request will get 401")
+
+    def tenant(self, authorization: str | None) -> str | None:
+        """The caller's tenant, or None when the token is missing or wrong."""
+        if self.disabled:
+            return OPEN_TENANT
+        if not authorization or not authorization.lower().startswith("bearer "):
+            return None
+        given = authorization[7:].strip().encode()
+        found = None
+        for token, tenant in self.tokens:  # compare with every token, so timing says nothing
+            if hmac.compare_digest(given, token):
+                found = tenant
+        return found

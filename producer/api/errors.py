@@ -1,0 +1,104 @@
+"""One error shape for every API failure: ``{"error": {"code": "...", "message": "..."}}``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from producer.enqueue import SubmissionError
+
+
+class OrjsonResponse(JSONResponse):
+    """JSON rendered with orjson (FastAPI's own OrjsonResponse is deprecated)."""
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    field: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+class ApiError(Exception):
+    def __init__(
+        self, status: int, code: str, message: str, *, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = headers
+
+
+def error_response(
+    status: int, code: str, message: str, *, field: str | None = None, headers: dict[str, str] | None = None
+) -> OrjsonResponse:
+    body: dict[str, Any] = {"code": code, "message": message}
+    if field:
+        body["field"] = field
+    return OrjsonResponse({"error": body}, status_code=status, headers=headers)
+
+
+async def on_api_error(request: Request, exc: Exception) -> OrjsonResponse:
+    assert isinstance(exc, ApiError)
+    return error_response(exc.status, exc.code, exc.message, headers=exc.headers)
+
+
+async def on_submission_error(request: Request, exc: Exception) -> OrjsonResponse:
+    assert isinstance(exc, SubmissionError)
+    return error_response(exc.status, exc.code, exc.message, field=exc.field)
+
+
+async def on_validation_error(request: Request, exc: Exception) -> OrjsonResponse:
+    assert isinstance(exc, RequestValidationError)
+    parts, first = [], None
+    for err in exc.errors()[:5]:
+        loc = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path", "header")]
+        where = ".".join(loc) or "body"
+        first = first or where
+        parts.append(f"{where}: {err.get('msg')}")
+    return error_response(422, "invalid_input", "; ".join(parts) or "invalid request", field=first)
+
+
+async def on_http_error(request: Request, exc: Exception) -> OrjsonResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}.get(exc.status_code, "http_error")
+    return error_response(exc.status_code, code, str(exc.detail))
+
+
+async def on_redis_down(request: Request, exc: Exception) -> OrjsonResponse:
+    return error_response(
+        503, "redis_unavailable", "Redis is unreachable; try again shortly", headers={"Retry-After": "2"}
+    )
+
+
+HANDLERS: list[tuple[type[Exception], Any]] = [
+    (ApiError, on_api_error),
+    (SubmissionError, on_submission_error),
+    (RequestValidationError, on_validation_error),
+    (StarletteHTTPException, on_http_error),
+    (RedisConnectionError, on_redis_down),
+    (RedisTimeoutError, on_redis_down),
+    (ConnectionRefusedError, on_redis_down),
+]
+
+# Documented on every route that can fail this way.
+COMMON_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorResponse, "description": "missing or wrong bearer token"},
+    422: {"model": ErrorResponse, "description": "invalid input; `field` names the offending field"},
+    503: {"model": ErrorResponse, "description": "Redis is unreachable"},
+}
