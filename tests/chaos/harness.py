@@ -1,0 +1,375 @@
+"""The chaos harness: many multi-step runs whose tools write to a ledger, while workers die.
+
+Kills workers with SIGKILL at random times and at chosen points (failpoints: after a tool's side
+effect but before its result is recorded; after events were published but before the checkpoint),
+pauses one with SIGSTOP past its lease, sends one SIGTERM, and restarts Redis (AOF) once. Then it
+checks the promises from the stream, the run hashes and the ledger, and prints a table.
+
+Short version: tests/chaos/test_chaos.py. Longer: ``python -m tests.chaos.harness --runs 300 --seconds 120``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import random
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from redis.asyncio import Redis
+
+from producer.enqueue import Producer, Submitted
+from shared import keys
+from shared.events import decode_entry
+from shared.profiles import load_profiles
+from shared.redis_server import RedisServer
+from shared.settings import Settings
+from tests.support.ledger import Ledger
+from tests.support.procs import WorkerProc
+
+
+@dataclass
+class ChaosConfig:
+    runs: int = 40
+    steps: int = 4
+    workers: int = 3
+    seconds: float = 40.0  # how long the chaos lasts; runs keep going after it until done
+    lease_ms: int = 2_000
+    kill_every_s: float = 4.0
+    failpoints: str = "after_tool_effect:0.04,after_delta_publish:0.03"
+    redis_restart: bool = True
+    sigstop: bool = True
+    sigterm: bool = True
+    finish_timeout_s: float = 120.0
+    seed: int = 7
+    model_ms: tuple[int, int] = (200, 500)  # per step: the model's answer time
+    tool_ms: tuple[int, int] = (100, 300)  # per step: the ledger's answer time
+
+
+@dataclass
+class ChaosReport:
+    submitted: int = 0
+    completed: int = 0
+    failed: dict[str, int] = field(default_factory=dict)
+    lost: int = 0
+    duplicate_seqs: int = 0
+    gaps: int = 0
+    recorded_results_reexecuted: int = 0
+    reexecuted_after_crash: int = 0
+    model_calls_repeated_after_checkpoint: int = 0
+    max_concurrent_writers: int = 0
+    kills: int = 0
+    failpoint_deaths: int = 0
+    sigstops: int = 0
+    sigterms: int = 0
+    redis_restarts: int = 0
+    recovery_s: list[float] = field(default_factory=list)
+    tool_executions: int = 0
+    elapsed_s: float = 0.0
+
+    def figures(self) -> dict[str, Any]:
+        rec = sorted(self.recovery_s)
+        return {
+            "runs submitted": self.submitted,
+            "completed": self.completed,
+            "failed (by reason)": dict(self.failed) or 0,
+            "lost (must be 0)": self.lost,
+            "duplicate seqs (must be 0)": self.duplicate_seqs,
+            "seq gaps (must be 0)": self.gaps,
+            "recorded tool results executed again (must be 0)": self.recorded_results_reexecuted,
+            "tool calls executed twice after a worker died mid-call": self.reexecuted_after_crash,
+            "model calls repeated after a checkpoint (must be 0)": self.model_calls_repeated_after_checkpoint,
+            "most workers writing one run at once (must be 1)": self.max_concurrent_writers,
+            "SIGKILLs (random) / failpoint deaths": f"{self.kills} / {self.failpoint_deaths}",
+            "SIGSTOP / SIGTERM / Redis restarts": f"{self.sigstops} / {self.sigterms} / {self.redis_restarts}",
+            "recovery after SIGKILL p50 / p99 (s)": (
+                f"{statistics.median(rec):.2f} / {rec[min(len(rec) - 1, int(len(rec) * 0.99))]:.2f} (n={len(rec)})"
+                if rec
+                else "n/a"
+            ),
+            "tool executions recorded by the ledger": self.tool_executions,
+            "elapsed (s)": round(self.elapsed_s, 1),
+        }
+
+    def table(self) -> str:
+        rows = self.figures()
+        width = max(len(k) for k in rows)
+        return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows.items())
+
+    def violations(self) -> list[str]:
+        bad = []
+        if self.lost:
+            bad.append(f"{self.lost} runs lost")
+        if self.duplicate_seqs or self.gaps:
+            bad.append(f"stream seqs: {self.duplicate_seqs} duplicates, {self.gaps} gaps")
+        if self.recorded_results_reexecuted:
+            bad.append(f"{self.recorded_results_reexecuted} recorded tool results executed again")
+        if self.model_calls_repeated_after_checkpoint:
+            bad.append(
+                f"{self.model_calls_repeated_after_checkpoint} model calls repeated after a checkpoint"
+            )
+        if self.max_concurrent_writers > 1:
+            bad.append(f"{self.max_concurrent_writers} workers wrote one run at once")
+        return bad
+
+
+def chaos_profiles(ledger_url: str, path: Path) -> Path:
+    doc = {
+        "profiles": [
+            {
+                "name": "chaos",
+                "provider": {"kind": "scripted", "mode": "script", "chunkChars": 4},
+                "tools": ["echo"],
+                "httpTools": [
+                    {
+                        "name": "ledger",
+                        "description": "Record a step in the ledger.",
+                        "parameters": {
+                            "type": "object",
+                            "properties": {"step": {"type": "integer"}, "delayMs": {"type": "integer"}},
+                            "required": ["step"],
+                        },
+                        "url": ledger_url,
+                        "allowHosts": ["127.0.0.1"],
+                    }
+                ],
+                "toolSettings": {"ledger": {"timeoutS": 10, "maxTries": 3, "retryDelayMs": 100}},
+                "retry": {"baseDelayMs": 100, "maxDelayMs": 500},
+            }
+        ]
+    }
+    path.write_bytes(orjson.dumps(doc))
+    load_profiles(str(path))  # fail early on a bad profile
+    return path
+
+
+def run_body(i: int, cfg: ChaosConfig, rng: random.Random) -> dict[str, Any]:
+    script: list[dict[str, Any]] = []
+    for s in range(cfg.steps):
+        script.append(
+            {
+                "text": f"step {s} of run {i}: thinking out loud",
+                "delayMs": rng.randint(*cfg.model_ms),
+                "toolCalls": [
+                    {"name": "ledger", "arguments": {"step": s, "delayMs": rng.randint(*cfg.tool_ms)}}
+                ],
+            }
+        )
+    script.append({"text": f"run {i} finished", "delayMs": 50})
+    return {"agent": "chaos", "inputMessages": [{"role": "user", "content": f"chaos run {i}"}],
+            "runtimeHints": {"script": script}}  # fmt: skip
+
+
+class Chaos:
+    def __init__(self, cfg: ChaosConfig, log_dir: Path) -> None:
+        self.cfg = cfg
+        self.log_dir = log_dir
+        self.rng = random.Random(cfg.seed)
+        self.report = ChaosReport()
+        self.procs: list[WorkerProc] = []
+        self.n_started = 0
+        self.expected_deaths: set[int] = set()
+        self.kill_marks: list[tuple[float, str]] = []  # (time, worker id) of each SIGKILL
+
+    def _env(self, profiles: Path, with_failpoints: bool) -> dict[str, str]:
+        env = {
+            "AGENTMILL_PROFILES": str(profiles),
+            "AGENTMILL_LEASE_MS": str(self.cfg.lease_ms),
+            "AGENTMILL_HEARTBEAT_MS": "300",
+            "AGENTMILL_RECONCILE_MS": "500",
+            "AGENTMILL_MAX_CRASH_RESTARTS": "50",
+            "AGENTMILL_SHUTDOWN_GRACE_S": "5",
+            "AGENTMILL_QUEUED_CHECK_MS": "3000",
+            "AGENTMILL_WORKER_ID": f"chaos-w{self.n_started}",
+        }
+        if with_failpoints:
+            env["AGENTMILL_FAILPOINTS"] = self.cfg.failpoints
+        return env
+
+    def _spawn(self, url: str, profiles: Path) -> WorkerProc:
+        with_fp = self.n_started % 2 == 1  # every other worker may die at a failpoint
+        p = WorkerProc(
+            url, env=self._env(profiles, with_fp), log=self.log_dir / f"worker{self.n_started}.log"
+        ).start()
+        p.worker_id = f"chaos-w{self.n_started}"  # type: ignore[attr-defined]
+        self.n_started += 1
+        return p
+
+    async def run(self) -> ChaosReport:
+        cfg = self.cfg
+        t_start = time.monotonic()
+        with RedisServer(appendonly=True, appendfsync="everysec") as server, Ledger() as ledger:
+            profiles = chaos_profiles(ledger.url, self.log_dir / "profiles.json")
+            settings = Settings(redis_url=server.url, profiles=str(profiles))
+            redis = Redis.from_url(server.url)
+            try:
+                producer = Producer(redis, settings=settings, profiles=load_profiles(str(profiles)))
+                subs = await producer.submit_many([run_body(i, cfg, self.rng) for i in range(cfg.runs)])
+                run_ids = [s.run_id for s in subs if isinstance(s, Submitted)]
+                self.report.submitted = len(run_ids)
+                self.procs = [self._spawn(server.url, profiles) for _ in range(cfg.workers)]
+                await self._chaos(server, redis, profiles, run_ids)
+                await self._wait_done(redis, run_ids, server, profiles)
+                await self._check(redis, run_ids, ledger)
+            finally:
+                for p in self.procs:
+                    p.stop(timeout=15)
+                await redis.aclose()
+        self.report.elapsed_s = time.monotonic() - t_start
+        return self.report
+
+    async def _owners(self, redis: Redis) -> dict[str, str]:
+        out: dict[str, str] = {}
+        async for key in redis.scan_iter(match="am:{*}:run", count=500):
+            owner = await redis.hget(key, "owner")
+            if owner:
+                out[key.decode().split("{")[1].split("}")[0]] = owner.decode()
+        return out
+
+    async def _kill(self, redis: Redis, victim: WorkerProc, sig: int) -> None:
+        owners = await self._owners(redis)
+        wid = victim.worker_id  # type: ignore[attr-defined]
+        now = time.time()
+        for rid, owner in owners.items():
+            if owner == wid:
+                self.kill_marks.append((now, rid))
+        self.expected_deaths.add(victim.pid)
+        victim.signal(sig)
+
+    async def _chaos(self, server: RedisServer, redis: Redis, profiles: Path, run_ids: list[str]) -> None:
+        cfg = self.cfg
+        end = time.monotonic() + cfg.seconds
+        next_kill = time.monotonic() + cfg.kill_every_s * 0.5
+        stop_at = time.monotonic() + cfg.seconds * 0.3 if cfg.sigstop else None
+        term_at = time.monotonic() + cfg.seconds * 0.5 if cfg.sigterm else None
+        redis_at = time.monotonic() + cfg.seconds * 0.7 if cfg.redis_restart else None
+        stopped: tuple[WorkerProc, float] | None = None
+        while time.monotonic() < end:
+            await asyncio.sleep(0.1)
+            now = time.monotonic()
+            self._replace_dead(server.url, profiles)
+            live = [p for p in self.procs if p.alive]
+            if now >= next_kill and live:
+                owning = set((await self._owners(redis)).values())
+                busy = [p for p in live if p.worker_id in owning]  # type: ignore[attr-defined]
+                await self._kill(redis, self.rng.choice(busy or live), signal.SIGKILL)
+                self.report.kills += 1
+                next_kill = now + cfg.kill_every_s * self.rng.uniform(0.5, 1.5)
+            if stop_at is not None and now >= stop_at and live:
+                victim = self.rng.choice(live)
+                victim.signal(signal.SIGSTOP)
+                stopped = (victim, now + cfg.lease_ms / 1000.0 * 2 + 1.0)
+                self.report.sigstops += 1
+                stop_at = None
+            if stopped is not None and now >= stopped[1]:
+                stopped[0].signal(signal.SIGCONT)  # it wakes up fenced: its writes are refused
+                stopped = None
+            if term_at is not None and now >= term_at and live:
+                victim = self.rng.choice([p for p in live if stopped is None or p is not stopped[0]] or live)
+                self.expected_deaths.add(victim.pid)
+                victim.signal(signal.SIGTERM)
+                self.report.sigterms += 1
+                term_at = None
+            if redis_at is not None and now >= redis_at:
+                await asyncio.to_thread(server.restart, 1.0, kill=False)
+                self.report.redis_restarts += 1
+                redis_at = None
+        if stopped is not None:
+            stopped[0].signal(signal.SIGCONT)
+
+    def _replace_dead(self, url: str, profiles: Path) -> None:
+        for i, p in enumerate(self.procs):
+            if not p.alive:
+                if p.pid not in self.expected_deaths:
+                    self.report.failpoint_deaths += 1
+                self.procs[i] = self._spawn(url, profiles)
+
+    async def _wait_done(self, redis: Redis, run_ids: list[str], server: RedisServer, profiles: Path) -> None:
+        deadline = time.monotonic() + self.cfg.finish_timeout_s
+        while time.monotonic() < deadline:
+            self._replace_dead(server.url, profiles)
+            async with redis.pipeline(transaction=False) as pipe:
+                for rid in run_ids:
+                    pipe.hget(keys.run_key(rid), "status")
+                statuses = await pipe.execute()
+            if all(s in (b"completed", b"failed", b"aborted") for s in statuses):
+                return
+            await asyncio.sleep(0.25)
+
+    async def _check(self, redis: Redis, run_ids: list[str], ledger: Ledger) -> None:
+        r = self.report
+        failed: Counter[str] = Counter()
+        first_event_after_kill: dict[str, list[float]] = defaultdict(list)
+        for rid in run_ids:
+            h = await redis.hgetall(keys.run_key(rid))
+            status = h.get(b"status", b"").decode()
+            if status == "completed":
+                r.completed += 1
+            elif status in ("failed", "aborted"):
+                failed[orjson.loads(h[b"result"])["lastError"]["code"]] += 1
+            else:
+                r.lost += 1
+            entries = await redis.xrange(keys.events_stream(rid))
+            seqs = [int(f[b"seq"]) for _, f in entries]
+            r.duplicate_seqs += len(seqs) - len(set(seqs))
+            r.gaps += 0 if seqs == list(range(1, len(seqs) + 1)) else 1
+            epochs = [int(f[b"epoch"]) for _, f in entries]
+            # Epochs never go back along the stream: no two workers' writes interleave.
+            interleaved = any(b < a for a, b in itertools.pairwise(epochs))
+            r.max_concurrent_writers = max(r.max_concurrent_writers, 2 if interleaved else 1)
+            events = [decode_entry(rid, f) for _, f in entries]
+            per_call = Counter(e.payload["modelCallIndex"] for e in events if e.kind == "assistant_message")
+            r.model_calls_repeated_after_checkpoint += sum(n - 1 for n in per_call.values())
+            for ts, _ in [(e.ts / 1000.0, e) for e in events]:
+                first_event_after_kill[rid].append(ts)
+            tools = {
+                k.decode(): orjson.loads(v) for k, v in (await redis.hgetall(keys.tools_key(rid))).items()
+            }
+            counts = ledger.counts()
+            for call_id, rec in tools.items():
+                n = counts.get(f"{rid}:{call_id}", 0)
+                if n > rec.get("attempts", 1):
+                    r.recorded_results_reexecuted += n - rec.get("attempts", 1)
+                if n > 1:
+                    r.reexecuted_after_crash += 1
+        r.failed = dict(failed)
+        r.tool_executions = sum(ledger.counts().values())
+        for t_kill, rid in self.kill_marks:
+            later = [ts for ts in first_event_after_kill[rid] if ts > t_kill]
+            if later:
+                r.recovery_s.append(min(later) - t_kill)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--runs", type=int, default=300)
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--seconds", type=float, default=120.0)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    cfg = ChaosConfig(runs=args.runs, steps=args.steps, workers=args.workers, seconds=args.seconds,
+                      finish_timeout_s=max(180.0, args.seconds * 2))  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="agentmill-chaos-") as d:
+        report = asyncio.run(Chaos(cfg, Path(d)).run())
+    print(report.table())
+    if args.json:
+        args.json.write_text(json.dumps(report.figures(), indent=2))
+    bad = report.violations()
+    for b in bad:
+        print("VIOLATION:", b, file=sys.stderr)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""Shared pieces of the integration tests: a producer on the test's private Redis, stream checks."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from redis.asyncio import Redis
+
+from producer.enqueue import Producer, RunRecord
+from shared import keys
+from shared.events import decode_entry
+from shared.models import RunEvent
+from shared.profiles import profiles_from
+from shared.settings import Settings
+
+
+def producer_for(redis: Redis, redis_url: str, **settings: Any) -> Producer:
+    return Producer(redis, settings=Settings(redis_url=redis_url, **settings), profiles=profiles_from(None))
+
+
+async def stream(redis: Redis, run_id: str) -> list[RunEvent]:
+    entries = await redis.xrange(keys.events_stream(run_id))
+    events = [decode_entry(run_id, f) for _, f in entries]
+    for (eid, _), ev in zip(entries, events, strict=True):
+        assert (eid.decode() if isinstance(eid, bytes) else eid) == f"{ev.seq}-0"
+    return events
+
+
+def assert_clean_stream(events: list[RunEvent]) -> None:
+    """seq exactly 1..n, first a status running, last a terminal status, no terminal before it."""
+    assert [e.seq for e in events] == list(range(1, len(events) + 1)), [e.seq for e in events]
+    assert events[0].kind == "status" and events[0].payload["status"] == "running"
+    assert events[-1].terminal, events[-1]
+    assert not any(e.terminal for e in events[:-1])
+
+
+async def wait_all(p: Producer, run_ids: list[str], timeout_s: float) -> dict[str, RunRecord]:
+    recs = await asyncio.gather(*(p.wait(r, timeout_s=timeout_s) for r in run_ids))
+    out: dict[str, RunRecord] = {}
+    for rid, rec in zip(run_ids, recs, strict=True):
+        assert rec is not None, rid
+        out[rid] = rec
+    return out
+
+
+def script_run(script: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    return {
+        "agent": "scripted",
+        "inputMessages": [{"role": "user", "content": "go"}],
+        "runtimeHints": {"script": script},
+        **extra,
+    }

@@ -1,0 +1,157 @@
+"""The Python client across an API restart, and the CLI (tail, submit, status, demo)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+import uvicorn
+from redis.asyncio import Redis
+
+from producer.api.app import create_app
+from producer.client import AsyncClient, Client
+from shared.redis_server import free_port
+from shared.settings import Settings
+from tests.integration.helpers import producer_for, script_run, wait_all
+from worker.jobs import WorkerProcess
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def api_server(redis_url: str, port: int) -> uvicorn.Server:
+    return uvicorn.Server(
+        uvicorn.Config(
+            create_app(Settings(redis_url=redis_url, auth_disabled=True)),
+            host="127.0.0.1",
+            port=port,
+            log_level="error",
+        )
+    )
+
+
+async def test_events_survive_an_api_restart_and_yield_every_seq_once(redis_url: str) -> None:
+    port = free_port()
+    server = api_server(redis_url, port)
+    task = asyncio.create_task(server.serve())
+    wp = WorkerProcess(Settings(redis_url=redis_url, poll_delay_s=0.02, worker_metrics_port=-1))
+    wtask = asyncio.create_task(wp.run())
+    try:
+        while not server.started:
+            await asyncio.sleep(0.01)
+        script = [
+            {
+                "text": f"step {i} " * 3,
+                "delayMs": 250,
+                "toolCalls": [{"name": "echo", "arguments": {"text": str(i)}}],
+            }
+            for i in range(6)
+        ]
+        async with AsyncClient(f"http://127.0.0.1:{port}") as c:
+            run_id = (await c.submit(script_run(script)))["runId"]
+            seen: list[int] = []
+            restarted = False
+            async for e in c.events(run_id):
+                seen.append(e.seq)
+                if len(seen) == 4 and not restarted:  # take the API down mid-stream and bring it back
+                    restarted = True
+                    server.should_exit = True
+                    await task
+                    await asyncio.sleep(0.5)
+                    server = api_server(redis_url, port)
+                    task = asyncio.create_task(server.serve())
+            view = await c.get(run_id)
+        assert restarted and view["status"] == "completed"
+        assert seen == list(range(1, view["lastSeq"] + 1))
+    finally:
+        wp.request_stop()
+        server.should_exit = True
+        await asyncio.gather(wtask, task, return_exceptions=True)
+
+
+def test_sync_client_round_trip(redis_url: str) -> None:
+    import threading
+
+    port = free_port()
+    server = api_server(redis_url, port)
+    t = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
+    t.start()
+    try:
+        while not server.started:
+            pass
+        with Client(f"http://127.0.0.1:{port}") as c:
+            sub = c.submit(script_run([{"text": "x"}]), idempotency_key="k1")
+            assert c.submit(script_run([{"text": "x"}]), idempotency_key="k1")["runId"] == sub["runId"]
+            assert c.get(sub["runId"])["status"] == "queued"
+            assert c.abort(sub["runId"])["result"] == "aborted"
+            assert [e.payload["status"] for e in c.events(sub["runId"])] == ["aborted"]
+    finally:
+        server.should_exit = True
+        t.join(10)
+
+
+def cli(redis_url: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "REDIS_URL": redis_url, "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "producer.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+async def test_cli_tail_status_submit(redis: Redis, redis_url: str, tmp_path: Path) -> None:
+    p = producer_for(redis, redis_url)
+    sub = await p.submit(
+        script_run([{"toolCalls": [{"name": "echo", "arguments": {"text": "hey"}}]}, {"text": "bye"}])
+    )
+    wp = WorkerProcess(Settings(redis_url=redis_url, poll_delay_s=0.02, worker_metrics_port=-1))
+    wtask = asyncio.create_task(wp.run())
+    try:
+        await wait_all(p, [sub.run_id], 10)
+        out = await asyncio.to_thread(cli, redis_url, "tail", sub.run_id)
+        assert out.returncode == 0, out.stderr
+        assert "echo" in out.stdout and "assistant: bye" in out.stdout and "completed" in out.stdout
+        resumed = await asyncio.to_thread(cli, redis_url, "tail", sub.run_id, "--after", "5")
+        assert resumed.returncode == 0 and "echo(" not in resumed.stdout and "completed" in resumed.stdout
+        missing = await asyncio.to_thread(cli, redis_url, "tail", "no-such-run")
+        assert missing.returncode == 2 and "no run no-such-run" in missing.stderr
+        status = await asyncio.to_thread(cli, redis_url, "status", sub.run_id)
+        assert status.returncode == 0 and '"completed"' in status.stdout
+        jsonl = tmp_path / "runs.jsonl"
+        jsonl.write_text(
+            "\n".join(
+                [
+                    orjson.dumps(script_run([{"text": "a"}])).decode(),
+                    '{"inputMessages": []}',
+                    orjson.dumps(script_run([{"text": "b"}])).decode(),
+                ]
+            )
+        )
+        bad = await asyncio.to_thread(cli, redis_url, "submit", str(jsonl), "--wait")
+        assert bad.returncode == 1 and "item 1:" in bad.stderr and "accepted 2, rejected 1" in bad.stdout
+        jsonl.write_text(orjson.dumps(script_run([{"text": "c"}])).decode() + "\n")
+        good = await asyncio.to_thread(cli, redis_url, "submit", str(jsonl), "--wait")
+        assert good.returncode == 0, good.stdout + good.stderr
+    finally:
+        wp.request_stop()
+        await wtask
+
+
+def test_cli_demo_runs_to_completion() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    out = subprocess.run([sys.executable, "-m", "producer.cli", "demo", "--runs", "20"], cwd=ROOT, env={**env, "COLUMNS": "200"},
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert (
+        "20 / 20" in out.stdout
+        and "The answer is" in out.stdout
+        and "completed after 2 iterations" in out.stdout
+    )

@@ -1,0 +1,349 @@
+"""Run control through a real worker and Redis: abort in every state, approvals, sessions (issue 7)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import AsyncIterator
+
+import orjson
+import pytest
+from redis.asyncio import Redis
+
+from producer.enqueue import Producer, SubmissionError
+from shared import keys
+from shared.models import RunEvent
+from shared.settings import Settings
+from tests.integration.helpers import assert_clean_stream, producer_for, script_run, stream, wait_all
+from worker.jobs import WorkerProcess
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def worker(redis_url: str) -> AsyncIterator[WorkerProcess]:
+    wp = WorkerProcess(Settings(redis_url=redis_url, poll_delay_s=0.02, worker_metrics_port=-1))
+    task = asyncio.create_task(wp.run())
+    yield wp
+    wp.request_stop()
+    await asyncio.wait_for(task, 30)
+
+
+async def until_event(redis: Redis, run_id: str, pred: object, within: float = 15) -> list[RunEvent]:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        events = await stream(redis, run_id) if await redis.exists(keys.events_stream(run_id)) else []
+        if any(pred(e) for e in events):  # type: ignore[operator]
+            return events
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"no matching event in {run_id}")
+
+
+async def abort_and_time(p: Producer, run_id: str) -> float:
+    t0 = time.monotonic()
+    assert await p.abort(run_id, reason="user pressed stop") == "requested"
+    rec = await p.wait(run_id, timeout_s=10)
+    assert rec is not None and rec.status.value == "aborted"
+    return time.monotonic() - t0
+
+
+async def test_abort_mid_stream_stops_within_a_second(
+    redis: Redis, redis_url: str, worker: WorkerProcess
+) -> None:
+    p = producer_for(redis, redis_url)
+    sub = await p.submit(script_run([{"text": "a very long answer " * 50, "delayMs": 20_000}]))
+    await until_event(redis, sub.run_id, lambda e: e.kind == "model_delta")
+    assert await abort_and_time(p, sub.run_id) < 1.5
+    events = await stream(redis, sub.run_id)
+    assert_clean_stream(events)
+    assert (
+        events[-1].payload["status"] == "aborted"
+        and events[-1].payload["error"]["message"] == "user pressed stop"
+    )
+    assert not any(e.kind == "assistant_message" for e in events)
+
+
+async def test_abort_mid_tool_cancels_the_tool(redis: Redis, redis_url: str, worker: WorkerProcess) -> None:
+    p = producer_for(redis, redis_url)
+    sub = await p.submit(script_run([{"toolCalls": [{"name": "sleep", "arguments": {"ms": 30_000}}]}]))
+    await until_event(redis, sub.run_id, lambda e: e.kind == "tool_call")
+    await asyncio.sleep(0.1)
+    assert await abort_and_time(p, sub.run_id) < 1.5
+    assert not any(e.kind == "tool_result" for e in await stream(redis, sub.run_id))
+    assert worker.deps.active == {}
+
+
+async def test_abort_queued_run_never_starts(redis: Redis, redis_url: str) -> None:
+    p = producer_for(redis, redis_url)
+    sub = await p.submit(script_run([{"text": "never"}]))
+    assert await p.abort(sub.run_id) == "aborted"
+    wp = WorkerProcess(Settings(redis_url=redis_url, poll_delay_s=0.02))
+    task = asyncio.create_task(wp.run())
+    await asyncio.sleep(0.5)
+    wp.request_stop()
+    await task
+    events = await stream(redis, sub.run_id)
+    assert [e.payload["status"] for e in events] == ["aborted"]
+
+
+async def test_abort_awaiting_approval_finished_and_unknown(
+    redis: Redis, redis_url: str, worker: WorkerProcess
+) -> None:
+    p = producer_for(redis, redis_url)
+    sub = await p.submit(script_run([{"toolCalls": [{"name": "echo", "arguments": {"text": "x"}}]}],
+                                    toolPolicy={"requireApprovalByDefault": True}))  # fmt: skip
+    rec = await p.wait(sub.run_id, timeout_s=10)
+    assert rec is not None and rec.status.value == "awaiting_human"
+    assert await p.abort(sub.run_id) == "aborted"
+    events = await stream(redis, sub.run_id)
+    assert_clean_stream(events)
+    assert events[-1].payload["status"] == "aborted"
+    assert await p.abort(sub.run_id) == "finished"
+    assert await p.abort("no-such-run") == "unknown"
+    later = await p.submit(script_run([{"text": "later run"}]))
+    rec = await p.wait(later.run_id, timeout_s=10)
+    assert rec is not None and rec.status.value == "completed"
+
+
+async def test_approval_pauses_without_holding_a_worker_and_resumes_elsewhere(
+    redis: Redis, redis_url: str
+) -> None:
+    p = producer_for(redis, redis_url)
+    script = [
+        {"toolCalls": [{"id": "ok-1", "name": "flaky", "arguments": {"failures": 0}},
+                       {"id": "no-1", "name": "echo", "arguments": {"text": "must not run"}}]},
+        {"echoContext": True},
+    ]  # fmt: skip
+    sub = await p.submit(script_run(script, toolPolicy={"requireApprovalByDefault": True}))
+    first = WorkerProcess(Settings(redis_url=redis_url, poll_delay_s=0.02))
+    t1 = asyncio.create_task(first.run())
+    rec = await p.wait(sub.run_id, timeout_s=10)
+    assert rec is not None and rec.status.value == "awaiting_human"
+    assert {a["toolCallId"] for a in rec.pending_approvals} == {"ok-1", "no-1"}
+    await asyncio.sleep(0.3)
+    assert first.deps.active == {}  # the job ended: no slot held while a human thinks
+    assert await redis.zcard(keys.QUEUE) == 0 and not await redis.keys("arq:in-progress:*")
+    first.request_stop()
+    await t1  # a worker restart in between changes nothing
+    assert (await p.get(sub.run_id)).status.value == "awaiting_human"  # type: ignore[union-attr]
+    assert await p.decide(sub.run_id, "ok-1", approved=True) == "recorded"
+    assert await p.decide(sub.run_id, "no-1", approved=False, reason="not today") == "resumed"
+    assert await p.decide(sub.run_id, "no-1", approved=True) in ("not_awaiting", "already_decided")
+    second = WorkerProcess(Settings(redis_url=redis_url, poll_delay_s=0.02))
+    t2 = asyncio.create_task(second.run())
+    rec = await p.wait(sub.run_id, timeout_s=10)
+    second.request_stop()
+    await t2
+    assert rec is not None and rec.status.value == "completed"
+    events = await stream(redis, sub.run_id)
+    assert_clean_stream(events)
+    results = {e.payload["toolCallId"]: e.payload for e in events if e.kind == "tool_result"}
+    assert results["ok-1"]["content"] == "ok after 1 attempts" and not results["ok-1"]["isError"]
+    assert results["no-1"]["content"] == "rejected by a human: not today" and results["no-1"]["isError"]
+    tools = {
+        k.decode(): orjson.loads(v) for k, v in (await redis.hgetall(keys.tools_key(sub.run_id))).items()
+    }
+    assert (
+        tools == {"ok-1": tools["ok-1"]} and tools["ok-1"]["attempts"] == 1
+    )  # the rejected call was never claimed
+    seen = orjson.loads(rec.result.final_assistant_message.content)  # type: ignore[union-attr]
+    assert [m["role"] for m in seen["messages"]][-3:] == ["assistant", "tool", "tool"]
+
+
+async def test_approval_timeout_ends_the_run(redis: Redis, redis_url: str) -> None:
+    p = producer_for(redis, redis_url)
+    sub = await p.submit(script_run([{"toolCalls": [{"name": "echo", "arguments": {}}]}],
+                                    toolPolicy={"requireApprovalByDefault": True, "approvalTimeoutMs": 300}))  # fmt: skip
+    wp = WorkerProcess(Settings(redis_url=redis_url, poll_delay_s=0.02, reconcile_ms=200))
+    task = asyncio.create_task(wp.run())
+    rec = await p.wait(
+        sub.run_id, timeout_s=10
+    )  # awaiting_human is not terminal: this returns at the timeout
+    wp.request_stop()
+    await task
+    statuses = [e.payload["status"] for e in await stream(redis, sub.run_id) if e.kind == "status"]
+    assert statuses == ["running", "awaiting_human", "failed"]
+    assert rec is not None and rec.status.value == "failed"
+    assert rec.result is not None and rec.result.last_error is not None
+    assert rec.result.last_error.code == "approval_timeout"
+
+
+def session_body(sid: str, text: str, script: list[dict], **extra: object) -> dict:
+    body = script_run(script, sessionId=sid, **extra)
+    body["inputMessages"] = [{"role": "user", "content": text}]
+    return body
+
+
+async def test_sessions_see_reduced_history_and_recall_past_results(
+    redis: Redis, redis_url: str, worker: WorkerProcess
+) -> None:
+    p = producer_for(redis, redis_url)
+    with pytest.raises(SubmissionError) as exc:
+        await p.submit(session_body("s-unknown", "hi", [{"text": "x"}]))
+    assert exc.value.code == "unknown_session"
+    long_reply = "R" * 900
+    r1 = await p.submit(session_body("s1", "first question", [
+        {"toolCalls": [{"id": "t-1", "name": "echo", "arguments": {"text": "secret tool output"}}]},
+        {"text": long_reply}], autoCreateSession=True))  # fmt: skip
+    await wait_all(p, [r1.run_id], 10)
+    r2 = await p.submit(session_body("s1", "second question", [{"text": "second answer"}]))
+    await wait_all(p, [r2.run_id], 10)
+    r3 = await p.submit(session_body("s1", "third question", [
+        {"echoContext": True, "toolCalls": [{"id": "t-3", "name": "recall_tool_call", "arguments": {"callId": "t-1"}}]},
+        {"text": "done"}]))  # fmt: skip
+    recs = await wait_all(p, [r3.run_id], 10)
+    assert recs[r3.run_id].status.value == "completed"
+    events = await stream(redis, r3.run_id)
+    seen = orjson.loads(
+        next(e for e in events if e.kind == "assistant_message").payload["message"]["content"]
+    )
+    msgs = [(m["role"], m["content"]) for m in seen["messages"]]
+    assert msgs[0][0] == "system"
+    assert msgs[1:] == [
+        ("user", "first question"), ("assistant", "R" * 500 + "…[truncated]"),
+        ("user", "second question"), ("assistant", "second answer"),
+        ("user", "third question"),
+    ]  # fmt: skip
+    assert "secret tool output" not in str(seen)  # past tool results are not in the model input…
+    assert "recall_tool_call" in seen["tools"]
+    recalled = next(e for e in events if e.kind == "tool_result")
+    assert recalled.payload["content"] == "secret tool output"  # …but are reachable through recall_tool_call
+    loops = await redis.lrange(keys.session_history_key("s1"), 0, -1)
+    assert len(loops) == 3
+
+
+async def run_windows(redis: Redis, run_ids: list[str]) -> list[tuple[int, int]]:
+    out = []
+    for rid in run_ids:
+        ev = await stream(redis, rid)
+        out.append((ev[0].ts, ev[-1].ts))
+    return out
+
+
+@pytest.mark.parametrize("strategy", ["enqueue", "interrupt"])
+async def test_one_run_per_session_at_a_time(redis: Redis, redis_url: str, strategy: str) -> None:
+    p = producer_for(redis, redis_url)
+    wps = [WorkerProcess(Settings(redis_url=redis_url, poll_delay_s=0.02)) for _ in range(2)]
+    tasks = [asyncio.create_task(w.run()) for w in wps]
+    try:
+        ids = []
+        for i in range(3):
+            extra = {"autoCreateSession": True} if i == 0 else {"multitaskStrategy": strategy}
+            delay = 400 if strategy == "enqueue" else 5_000
+            sub = await p.submit(
+                session_body(
+                    f"s-{strategy}", f"q{i}", [{"text": f"answer {i} " * 5, "delayMs": delay}], **extra
+                )
+            )
+            ids.append(sub.run_id)
+            await asyncio.sleep(0.3)
+        recs = await wait_all(p, ids, 20)
+    finally:
+        for w in wps:
+            w.request_stop()
+        await asyncio.gather(*tasks)
+    windows = await run_windows(redis, ids)
+    for (_, end_prev), (start_next, _) in itertools.pairwise(windows):
+        assert start_next >= end_prev, windows  # never two runs of one session at once
+    statuses = [recs[r].status.value for r in ids]
+    if strategy == "enqueue":
+        assert statuses == ["completed"] * 3
+    else:
+        assert statuses == ["aborted", "aborted", "completed"]
+        assert recs[ids[0]].result.last_error.message == f"interrupted by run {ids[1]}"  # type: ignore[union-attr]
+        assert recs[ids[1]].result.last_error.message == f"interrupted by run {ids[2]}"  # type: ignore[union-attr]
+
+
+async def test_reject_strategy_refuses_while_busy(
+    redis: Redis, redis_url: str, worker: WorkerProcess
+) -> None:
+    p = producer_for(redis, redis_url)
+    first = await p.submit(
+        session_body("s-rej", "q0", [{"text": "slow", "delayMs": 600}], autoCreateSession=True)
+    )
+    with pytest.raises(SubmissionError) as exc:
+        await p.submit(session_body("s-rej", "q1", [{"text": "x"}], multitaskStrategy="reject"))
+    assert exc.value.code == "session_busy" and exc.value.status == 409
+    await wait_all(p, [first.run_id], 10)
+    later = await p.submit(session_body("s-rej", "q2", [{"text": "x"}], multitaskStrategy="reject"))
+    assert (await wait_all(p, [later.run_id], 10))[later.run_id].status.value == "completed"
+
+
+async def test_context_overflow_compacts_and_retries_a_bounded_number_of_times(
+    redis: Redis, redis_url: str, worker: WorkerProcess
+) -> None:
+    p = producer_for(redis, redis_url)
+    overflow = {"error": {"status": 400, "code": "context_length_exceeded", "message": "too long"}}
+    ok = await p.submit(script_run([overflow, {"text": "fits now"}]))
+    bad = await p.submit(script_run([overflow] * 6))
+    recs = await wait_all(p, [ok.run_id, bad.run_id], 15)
+    assert recs[ok.run_id].status.value == "completed"
+    kinds = [
+        (e.kind.value, e.payload.get("status"), e.payload.get("reason"))
+        for e in await stream(redis, ok.run_id)
+    ]
+    assert ("status", "compacting", "overflow") in kinds and any(k == "compaction" for k, _, _ in kinds)
+    assert recs[bad.run_id].status.value == "failed"
+    assert recs[bad.run_id].result.last_error.code == "context_overflow"  # type: ignore[union-attr]
+
+
+async def test_compaction_by_threshold_uses_the_model_when_configured(
+    redis: Redis, redis_url: str, tmp_path: object
+) -> None:
+    import pathlib
+
+    path = pathlib.Path(str(tmp_path)) / "profiles.json"
+    path.write_bytes(
+        orjson.dumps(
+            {
+                "profiles": [
+                    {"name": "compacting", "provider": {"kind": "scripted", "mode": "script"}, "tools": ["echo"],
+                     "compaction": {"maxMessages": 6, "keepRecent": 2, "useModel": True}}
+                ]
+            }
+        )
+    )  # fmt: skip
+    from shared.profiles import load_profiles
+
+    p = producer_for(redis, redis_url)
+    p.profiles = load_profiles(str(path))
+    script = [{"toolCalls": [{"name": "echo", "arguments": {"text": f"r{i}"}}]} for i in range(5)] + [
+        {"echoContext": True}
+    ]
+    body = script_run(script)
+    body["agent"] = "compacting"
+    sub = await p.submit(body)
+    wp = WorkerProcess(Settings(redis_url=redis_url, poll_delay_s=0.02, profiles=str(path)))
+    task = asyncio.create_task(wp.run())
+    recs = await wait_all(p, [sub.run_id], 20)
+    wp.request_stop()
+    await task
+    assert recs[sub.run_id].status.value == "completed"
+    events = await stream(redis, sub.run_id)
+    compactions = [e.payload for e in events if e.kind == "compaction"]
+    assert compactions and all(c["reason"] == "threshold" for c in compactions)
+    seen = orjson.loads(recs[sub.run_id].result.final_assistant_message.content)  # type: ignore[union-attr]
+    contents = [m["content"] for m in seen["messages"]]
+    assert any(
+        "earlier messages were compacted" in c and "(scripted)" in c for c in contents
+    )  # the model's summary
+    assert len(seen["messages"]) <= 1 + 6 + 2  # system + threshold + the step that crossed it
+
+
+async def test_session_view_lists_runs_and_history(
+    redis: Redis, redis_url: str, worker: WorkerProcess
+) -> None:
+    p = producer_for(redis, redis_url)
+    a = await p.submit(session_body("s-view", "one", [{"text": "first"}], autoCreateSession=True))
+    await wait_all(p, [a.run_id], 10)
+    b = await p.submit(session_body("s-view", "two", [{"text": "second"}]))
+    await wait_all(p, [b.run_id], 10)
+    view = await p.get_session("s-view")
+    assert view is not None and view["runs"] == [a.run_id, b.run_id] and view["activeRun"] is None
+    assert [(lp["user"]["content"], lp["assistant"]["content"]) for lp in view["history"]] == [
+        ("one", "first"),
+        ("two", "second"),
+    ]
+    assert await p.get_session("s-view", tenant="other") is None
+    assert await p.get_session("nope") is None

@@ -1,0 +1,151 @@
+"""Full agent runs against a local OpenAI-compatible server, through a real worker and Redis (issue 6)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import orjson
+import pytest
+from redis.asyncio import Redis
+
+from shared.profiles import load_profiles
+from shared.settings import Settings
+from tests.integration.helpers import assert_clean_stream, producer_for, stream, wait_all
+from tests.support.fake_openai import FakeOpenAI, Reply
+from worker.jobs import WorkerProcess
+
+pytestmark = pytest.mark.integration
+KEY = "sk-live-DO-NOT-LEAK-42"
+
+
+@pytest.fixture
+async def setup(
+    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[FakeOpenAI, Path]]:
+    monkeypatch.setenv("FAKE_OPENAI_KEY", KEY)
+    fake = FakeOpenAI([])
+    path = tmp_path / "profiles.json"
+    path.write_bytes(orjson.dumps({"profiles": [{
+        "name": "gpt", "provider": {"kind": "openai", "baseUrl": fake.base_url, "model": "fake-1", "apiKeyEnv": "FAKE_OPENAI_KEY",
+                                    "temperature": 0.1},
+        "tools": ["calculator", "echo"]}]}))  # fmt: skip
+    async with fake:
+        yield fake, path
+
+
+async def run_with(
+    redis: Redis, redis_url: str, path: Path, body: dict, within: float = 20
+) -> tuple[object, list]:
+    p = producer_for(redis, redis_url)
+    p.profiles = load_profiles(str(path))
+    sub = await p.submit({"agent": "gpt", **body})
+    wp = WorkerProcess(Settings(redis_url=redis_url, poll_delay_s=0.02, profiles=str(path)))
+    task = asyncio.create_task(wp.run())
+    try:
+        rec = (await wait_all(p, [sub.run_id], within))[sub.run_id]
+    finally:
+        wp.request_stop()
+        await task
+    events = await stream(redis, sub.run_id)
+    assert_clean_stream(events)
+    return rec, events
+
+
+USER = {"inputMessages": [{"role": "user", "content": "compute please"}]}
+
+
+async def test_a_run_with_two_tool_rounds_completes(
+    redis: Redis, redis_url: str, setup: tuple[FakeOpenAI, Path]
+) -> None:
+    fake, path = setup
+    fake.replies += [
+        Reply(
+            text="Let me compute.",
+            tool_calls=[("calculator", {"expression": "6*7"}), ("echo", {"text": "hi"})],
+        ),
+        Reply(tool_calls=[("calculator", {"expression": "42+1"})]),
+        Reply(text="The answer is 43."),
+    ]
+    rec, events = await run_with(redis, redis_url, path, USER)
+    assert rec.status.value == "completed"  # type: ignore[attr-defined]
+    assert rec.result.final_assistant_message.content == "The answer is 43."  # type: ignore[attr-defined]
+    assert [e.payload["content"] for e in events if e.kind == "tool_result"] == ["42", "hi", "43"]
+    assert any(e.kind == "model_delta" for e in events)
+    third = fake.requests[2]
+    assert [m["role"] for m in third["messages"]] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "tool",
+        "assistant",
+        "tool",
+    ]
+    assert (
+        third["stream"] is True
+        and third["temperature"] == 0.1
+        and {t["function"]["name"] for t in third["tools"]} == {"calculator", "echo"}
+    )
+    assert all(h["authorization"] == f"Bearer {KEY}" for h in fake.headers)
+    assert rec.result.usage.input_tokens == 33  # type: ignore[attr-defined]  # 3 calls × 11 from the usage chunks
+    assert KEY not in str([e.payload for e in events])
+
+
+async def test_429_with_retry_after_is_retried_after_about_a_second(
+    redis: Redis, redis_url: str, setup: tuple[FakeOpenAI, Path]
+) -> None:
+    fake, path = setup
+    fake.replies += [
+        Reply(status=429, headers={"Retry-After": "1"}, error="rate limited"),
+        Reply(text="fine"),
+    ]
+    t0 = time.monotonic()
+    rec, events = await run_with(redis, redis_url, path, USER)
+    assert rec.status.value == "completed" and time.monotonic() - t0 >= 1.0  # type: ignore[attr-defined]
+    retry = next(e.payload for e in events if e.payload.get("status") == "retrying")
+    assert retry["reason"] == "http_429" and 1000 <= retry["delayMs"] <= 1300
+
+
+async def test_401_fails_the_run_at_once_without_leaking_the_key(
+    redis: Redis, redis_url: str, setup: tuple[FakeOpenAI, Path]
+) -> None:
+    fake, path = setup
+    fake.replies += [Reply(status=401, error="Incorrect API key provided")]
+    rec, _ = await run_with(redis, redis_url, path, USER)
+    err = rec.result.last_error  # type: ignore[attr-defined]
+    assert (
+        rec.status.value == "failed" and err.code == "model_http_401" and "Incorrect API key" in err.message
+    )  # type: ignore[attr-defined]
+    assert len(fake.requests) == 1 and KEY not in err.message
+
+
+async def test_abort_mid_stream_closes_the_http_stream(
+    redis: Redis, redis_url: str, setup: tuple[FakeOpenAI, Path]
+) -> None:
+    fake, path = setup
+    fake.replies += [Reply(text="slow " * 200, pieces=200, chunk_delay_s=0.1)]
+    p = producer_for(redis, redis_url)
+    p.profiles = load_profiles(str(path))
+    sub = await p.submit({"agent": "gpt", **USER})
+    wp = WorkerProcess(Settings(redis_url=redis_url, poll_delay_s=0.02, profiles=str(path)))
+    task = asyncio.create_task(wp.run())
+    try:
+        while not any(
+            e.kind == "model_delta"
+            for e in (
+                await stream(redis, sub.run_id) if await redis.exists(f"am:{{{sub.run_id}}}:events") else []
+            )
+        ):
+            await asyncio.sleep(0.05)
+        t0 = time.monotonic()
+        assert await p.abort(sub.run_id) == "requested"
+        rec = (await wait_all(p, [sub.run_id], 5))[sub.run_id]
+        stopped = time.monotonic() - t0
+        await asyncio.wait_for(fake.disconnected.wait(), 2)
+    finally:
+        wp.request_stop()
+        await task
+    assert rec.status.value == "aborted" and stopped < 1.5

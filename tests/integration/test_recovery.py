@@ -1,0 +1,128 @@
+"""Crash recovery, graceful hand-back and Redis outages with real worker processes (issue 4)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections import Counter
+
+import orjson
+import pytest
+from redis.asyncio import Redis
+
+from shared import keys
+from shared.redis_server import RedisServer
+from tests.integration.helpers import assert_clean_stream, producer_for, script_run, stream, wait_all
+from tests.support.procs import WorkerProc
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+FAST = {"AGENTMILL_LEASE_MS": "2000", "AGENTMILL_HEARTBEAT_MS": "300", "AGENTMILL_RECONCILE_MS": "300"}
+
+
+def steps(n: int, delay_ms: int) -> list[dict]:
+    return [
+        {
+            "text": f"step {i} ",
+            "delayMs": delay_ms,
+            "toolCalls": [{"name": "flaky", "arguments": {"failures": 0}}],
+        }
+        for i in range(n)
+    ] + [{"text": "done"}]
+
+
+def assert_resumed_not_restarted(events: list) -> None:
+    per_call = Counter(e.payload["modelCallIndex"] for e in events if e.kind == "assistant_message")
+    assert all(n == 1 for n in per_call.values()), per_call  # no checkpointed model call was asked again
+
+
+async def owners(redis: Redis, run_ids: list[str]) -> dict[str, str]:
+    return {r: (await redis.hget(keys.run_key(r), "owner") or b"").decode() for r in run_ids}
+
+
+async def test_sigkill_mid_run_resumes_from_checkpoint_within_the_lease(redis: Redis, redis_url: str) -> None:
+    p = producer_for(redis, redis_url)
+    subs = await p.submit_many([script_run(steps(4, 300)) for _ in range(6)])
+    ids = [s.run_id for s in subs]  # type: ignore[union-attr]
+    victim = WorkerProc(redis_url, env={**FAST, "AGENTMILL_WORKER_ID": "victim"}).start()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:  # wait until the victim is mid-run with every run past step 1
+        lengths = [await redis.xlen(keys.events_stream(r)) for r in ids]
+        if min(lengths) >= 6:
+            break
+        await asyncio.sleep(0.05)
+    assert set((await owners(redis, ids)).values()) == {"victim"}
+    before = {r: len(await stream(redis, r)) for r in ids}
+    victim.kill()
+    t_kill = time.time()
+    rescuer = WorkerProc(redis_url, env={**FAST, "AGENTMILL_WORKER_ID": "rescuer"}).start()
+    try:
+        recs = await wait_all(p, ids, 40)
+    finally:
+        rescuer.stop()
+    assert {r.status.value for r in recs.values()} == {"completed"}
+    for r in ids:
+        events = await stream(redis, r)
+        assert_clean_stream(events)
+        assert_resumed_not_restarted(events)
+        resumed_at = next(e.ts for e in events[before[r] :]) / 1000.0
+        assert resumed_at - t_kill < 2.0 + 0.3 + 3.0  # lease + sweep + start, independent of run length
+        tools = {k.decode(): orjson.loads(v) for k, v in (await redis.hgetall(keys.tools_key(r))).items()}
+        assert all(t["state"] == "done" for t in tools.values()) and len(tools) == 4
+        h = await redis.hgetall(keys.run_key(r))
+        assert int(h[b"restarts"]) == 1 and int(h[b"epoch"]) == 2
+
+
+async def test_sigterm_hands_runs_back_at_a_checkpoint(redis: Redis, redis_url: str) -> None:
+    p = producer_for(redis, redis_url)
+    subs = await p.submit_many([script_run(steps(3, 400)) for _ in range(5)])
+    ids = [s.run_id for s in subs]  # type: ignore[union-attr]
+    first = WorkerProc(redis_url, env={**FAST, "AGENTMILL_SHUTDOWN_GRACE_S": "5"}).start()
+    while len(await redis.keys("am:{*}:events")) < len(ids):
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.3)
+    first.signal(signal.SIGTERM)
+    rc = await asyncio.to_thread(first.wait, 15)
+    assert rc == 0  # it exited by itself, within the grace period
+    for r in ids:
+        h = await redis.hgetall(keys.run_key(r))
+        assert h[b"status"] in (b"queued", b"completed") and h[b"owner"] == b""  # handed back, not abandoned
+    second = WorkerProc(redis_url, env=FAST).start()
+    try:
+        recs = await wait_all(p, ids, 30)
+    finally:
+        second.stop()
+    assert {r.status.value for r in recs.values()} == {"completed"}
+    for r in ids:
+        events = await stream(redis, r)
+        assert_clean_stream(events)
+        assert_resumed_not_restarted(events)
+        assert int((await redis.hget(keys.run_key(r), "restarts")) or 0) == 0  # a hand-back is not a crash
+
+
+async def test_workers_survive_a_ten_second_redis_outage(tmp_path: object) -> None:
+    with RedisServer(appendonly=True, appendfsync="always") as server:
+        redis = Redis.from_url(server.url)
+        try:
+            p = producer_for(redis, server.url)
+            subs = await p.submit_many([script_run(steps(3, 1500)) for _ in range(4)])
+            ids = [s.run_id for s in subs]  # type: ignore[union-attr]
+            w = WorkerProc(server.url, env={"AGENTMILL_LEASE_MS": "30000"}).start()
+            try:
+                while len(await redis.keys("am:{*}:events")) < len(ids):
+                    await asyncio.sleep(0.05)
+                await asyncio.to_thread(server.restart, 10.0, kill=True)
+                assert w.alive  # the worker rode out the outage
+                await redis.aclose()
+                redis = Redis.from_url(server.url)
+                p = producer_for(redis, server.url)
+                recs = await wait_all(p, ids, 60)
+                assert w.alive
+            finally:
+                w.stop()
+            assert {r.status.value for r in recs.values()} == {"completed"}
+            for r in ids:
+                assert_clean_stream(await stream(redis, r))
+        finally:
+            await redis.aclose()

@@ -1,0 +1,94 @@
+"""The walking skeleton through real worker processes on a real redis-server."""
+
+from __future__ import annotations
+
+import pytest
+from redis.asyncio import Redis
+
+from producer.enqueue import SubmissionError, Submitted
+from shared import keys
+from tests.integration.helpers import assert_clean_stream, producer_for, script_run, stream, wait_all
+from tests.support.procs import workers
+
+pytestmark = pytest.mark.integration
+
+
+async def test_hundred_runs_on_two_workers_complete_with_clean_streams(redis: Redis, redis_url: str) -> None:
+    p = producer_for(redis, redis_url)
+    items = []
+    for i in range(100):
+        if i % 3 == 0:
+            items.append({"inputMessages": [{"role": "user", "content": f"what is {i} * 3 + 4?"}]})
+        elif i % 3 == 1:
+            items.append(
+                script_run(
+                    [{"toolCalls": [{"name": "echo", "arguments": {"text": f"n{i}"}}]}, {"text": "ok"}]
+                )
+            )
+        else:
+            items.append(script_run([{"text": f"plain answer {i}"}]))
+    subs = await p.submit_many(items)
+    assert all(isinstance(s, Submitted) and s.created for s in subs)
+    run_ids = [s.run_id for s in subs if isinstance(s, Submitted)]
+    with workers(redis_url, 2):
+        recs = await wait_all(p, run_ids, timeout_s=90)
+    assert {r.status.value for r in recs.values()} == {"completed"}
+    tool_runs = 0
+    for i, rid in enumerate(run_ids):
+        events = await stream(redis, rid)
+        assert_clean_stream(events)
+        assert events[-1].payload["status"] == "completed"
+        if any(e.kind == "tool_result" for e in events):
+            tool_runs += 1
+        if i % 3 == 0:
+            assert recs[rid].result is not None and recs[rid].result.final_assistant_message is not None
+            assert recs[rid].result.final_assistant_message.content == f"The answer is {i * 3 + 4}."
+    assert tool_runs == 67
+    assert await redis.zcard(keys.LIVE) == 0  # nothing left for the reconciler
+
+
+async def test_same_run_id_twice_is_one_run(redis: Redis, redis_url: str) -> None:
+    p = producer_for(redis, redis_url)
+    body = script_run([{"text": "once"}], runId="run-same-1")
+    first = await p.submit(body)
+    second = await p.submit(body)
+    assert first.created and not second.created and first.run_id == second.run_id == "run-same-1"
+    assert await redis.zcard(keys.QUEUE) == 1
+    with pytest.raises(SubmissionError) as exc:
+        await p.submit(script_run([{"text": "different"}], runId="run-same-1"))
+    assert exc.value.status == 409
+    with workers(redis_url, 1):
+        await wait_all(p, ["run-same-1"], timeout_s=30)
+    events = await stream(redis, "run-same-1")
+    assert_clean_stream(events)
+    assert len(await redis.keys("am:{run-same-1}:events")) == 1
+    # Submitting again after it finished still names the same run and enqueues nothing.
+    again = await p.submit(body)
+    assert not again.created and again.status == "completed"
+    assert await redis.zcard(keys.QUEUE) == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"inputMessages": []}, "inputMessages"),
+        ({"inputMessages": [{"role": "wizard", "content": "x"}]}, "inputMessages.0.role"),
+        (
+            {"inputMessages": [{"role": "user", "content": "x"}], "loopLimits": {"maxIterations": 0}},
+            "loopLimits.maxIterations",
+        ),
+        ({"inputMessages": [{"role": "user", "content": "x"}], "runId": "has{brace}"}, "runId"),
+        ({"inputMessages": [{"role": "user", "content": "x" * 100_001}]}, "inputMessages.0.content"),
+        ({"inputMessages": [{"role": "user", "content": "x"}], "colour": "blue"}, "colour"),
+        ({"inputMessages": [{"role": "user", "content": "x"}], "agent": "nobody"}, "agent"),
+    ],
+)
+async def test_invalid_input_is_refused_naming_the_field(
+    redis: Redis, redis_url: str, body: dict, field: str
+) -> None:
+    p = producer_for(redis, redis_url)
+    with pytest.raises(SubmissionError) as exc:
+        await p.submit(body)
+    assert exc.value.field == field, exc.value.message
+    assert field.split(".")[0] in exc.value.message
+    assert await redis.dbsize() == 0  # nothing enqueued, nothing written

@@ -1,0 +1,231 @@
+"""Each atomic script against a real redis-server, including the races (issue 4)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+from redis.asyncio import Redis
+
+from shared import keys
+from shared.scripts import Scripts
+from shared.settings import Settings
+from tests.integration.helpers import producer_for, script_run, stream
+from worker.reconciler import reconcile_once
+from worker.store import Acquired, FencedError, NotAcquired, Outbox, RunStore, SeqConflictError, renew_many
+
+pytestmark = pytest.mark.integration
+
+
+def ev(kind: str = "status", **payload: object) -> tuple[str, int, bytes]:
+    return (kind, 1, orjson.dumps(payload or {"status": "running"}))
+
+
+@pytest.fixture
+def settings(redis_url: str) -> Settings:
+    return Settings(redis_url=redis_url, lease_ms=300, max_crash_restarts=2, queued_check_ms=200)
+
+
+async def new_run(redis: Redis, redis_url: str, rid: str = "r1") -> str:
+    await producer_for(redis, redis_url, queued_check_ms=200).submit(script_run([{"text": "x"}], runId=rid))
+    return rid
+
+
+async def acquire(
+    redis: Redis, settings: Settings, rid: str, worker: str, gen: int = 1
+) -> tuple[RunStore, Acquired | NotAcquired]:
+    store = RunStore(redis, Scripts(redis), settings, rid)
+    return store, await store.acquire(gen, worker)
+
+
+async def test_compare_and_append_refuses_gaps_and_repeats(
+    redis: Redis, redis_url: str, settings: Settings
+) -> None:
+    rid = await new_run(redis, redis_url)
+    store, acq = await acquire(redis, settings, rid, "w1")
+    assert isinstance(acq, Acquired) and acq.epoch == 1
+    assert await store.commit(Outbox([ev(), ev("model_delta", text="a")])) == 2
+    store.last_seq = 0  # a writer that believes the stream is empty: a repeat of seq 1
+    with pytest.raises(SeqConflictError):
+        await store.commit(Outbox([ev()]))
+    store.last_seq = 5  # a writer that skipped ahead: a gap
+    with pytest.raises(SeqConflictError):
+        await store.commit(Outbox([ev()]))
+    assert [e.seq for e in await stream(redis, rid)] == [1, 2]
+    # Redis itself refuses an entry id at or below the last one.
+    with pytest.raises(Exception, match="equal or smaller"):
+        await redis.xadd(keys.events_stream(rid), {"seq": 2}, id="2-0")
+
+
+async def test_events_checkpoint_claims_and_records_land_together(
+    redis: Redis, redis_url: str, settings: Settings
+) -> None:
+    rid = await new_run(redis, redis_url)
+    store, _ = await acquire(redis, settings, rid, "w1")
+    await store.commit(Outbox([ev()], claims=["c1", "c2"]), checkpoint=b'{"seq":1,"state":{}}')
+    tools = {k.decode(): orjson.loads(v) for k, v in (await redis.hgetall(keys.tools_key(rid))).items()}
+    assert tools == {
+        "c1": {"state": "pending", "epoch": 1, "attempts": 1},
+        "c2": {"state": "pending", "epoch": 1, "attempts": 1},
+    }
+    done = orjson.dumps(
+        {
+            "state": "done",
+            "epoch": 1,
+            "attempts": 1,
+            "result": {"toolCallId": "c1", "name": "t", "content": "ok", "isError": False},
+        }
+    )
+    await store.commit(
+        Outbox([ev("tool_result")], records=[("c1", done)]), checkpoint=b'{"seq":2,"state":{}}'
+    )
+    assert await redis.hget(keys.run_key(rid), "ckpt") == b'{"seq":2,"state":{}}'
+    assert orjson.loads(await redis.hget(keys.tools_key(rid), "c1"))["state"] == "done"
+
+
+async def test_two_workers_acquiring_at_once_one_wins(
+    redis: Redis, redis_url: str, settings: Settings
+) -> None:
+    rid = await new_run(redis, redis_url)
+    results = await asyncio.gather(*(acquire(redis, settings, rid, f"w{i}") for i in range(8)))
+    verdicts = [a for _, a in results]
+    assert sum(isinstance(a, Acquired) for a in verdicts) == 1
+    assert {a.verdict for a in verdicts if isinstance(a, NotAcquired)} == {"busy"}
+
+
+async def test_a_stale_epoch_is_fenced_off_everywhere(
+    redis: Redis, redis_url: str, settings: Settings
+) -> None:
+    rid = await new_run(redis, redis_url)
+    old, _ = await acquire(redis, settings, rid, "w-old")
+    await old.commit(Outbox([ev()], claims=["c1"]))
+    await asyncio.sleep(0.35)  # the old worker is paused past its lease
+    new, acq = await acquire(redis, settings, rid, "w-new")
+    assert isinstance(acq, Acquired) and acq.epoch == 2 and acq.restarts == 1
+    assert acq.tool_records["c1"]["state"] == "pending"  # the new owner sees the dangling claim
+    before = await redis.hgetall(keys.run_key(rid))
+    with pytest.raises(FencedError):
+        await old.commit(
+            Outbox([ev()], records=[("c1", b'{"state":"done"}')]),
+            checkpoint=b"stale",
+            status="completed",
+            aux=b"{}",
+        )
+    assert await redis.hgetall(keys.run_key(rid)) == before
+    assert orjson.loads(await redis.hget(keys.tools_key(rid), "c1"))["state"] == "pending"
+    assert [e.seq for e in await stream(redis, rid)] == [1]
+    renewals = await renew_many(redis, Scripts(redis), [(rid, 1), (rid, 2)], 300)
+    assert [v for v, _ in renewals] == ["fenced", "ok"]
+    await new.commit(Outbox([ev()], claims=["c1"]))
+    assert orjson.loads(await redis.hget(keys.tools_key(rid), "c1")) == {
+        "state": "pending",
+        "epoch": 2,
+        "attempts": 2,
+    }
+
+
+async def test_crash_budget_ends_the_run_failed(redis: Redis, redis_url: str, settings: Settings) -> None:
+    rid = await new_run(redis, redis_url)
+    for i in range(3):
+        store, acq = await acquire(redis, settings, rid, f"w{i}")
+        assert isinstance(acq, Acquired)
+        await store.commit(Outbox([ev()]))
+        await asyncio.sleep(0.35)
+    _, acq = await acquire(redis, settings, rid, "w-last")
+    assert isinstance(acq, NotAcquired) and acq.verdict == "exhausted"
+    h = await redis.hgetall(keys.run_key(rid))
+    assert h[b"status"] == b"failed"
+    assert orjson.loads(h[b"result"])["lastError"]["code"] == "crash_limit"
+    events = await stream(redis, rid)
+    assert [e.seq for e in events] == [1, 2, 3, 4] and events[-1].terminal
+    assert await redis.zscore(keys.LIVE, rid) is None
+
+
+async def test_release_hands_back_without_counting_a_crash(
+    redis: Redis, redis_url: str, settings: Settings
+) -> None:
+    rid = await new_run(redis, redis_url)
+    store, _ = await acquire(redis, settings, rid, "w1")
+    assert await store.release(1) == "released"
+    assert await redis.zscore(keys.QUEUE, f"{rid}#2") is not None
+    _, stale = await acquire(redis, settings, rid, "w2", gen=1)
+    assert isinstance(stale, NotAcquired) and stale.verdict == "superseded"
+    _, acq = await acquire(redis, settings, rid, "w2", gen=2)
+    assert isinstance(acq, Acquired) and acq.restarts == 0 and acq.epoch == 2
+
+
+async def test_reconciler_redispatches_expired_and_lost_runs_once(
+    redis: Redis, redis_url: str, settings: Settings
+) -> None:
+    scripts = Scripts(redis)
+    crashed = await new_run(redis, redis_url, "crashed")
+    await acquire(redis, settings, crashed, "w-dead")
+    alive = await new_run(redis, redis_url, "alive")
+    _store, _ = await acquire(redis, settings, alive, "w-live")
+    lost = await new_run(redis, redis_url, "lost")
+    await redis.delete(keys.arq_job_key("lost"))  # as if Redis lost the job's write
+    waiting = await new_run(redis, redis_url, "waiting")
+    await asyncio.sleep(0.35)
+    await renew_many(redis, scripts, [(alive, 1)], 5_000)
+    sweeps = await asyncio.gather(*(reconcile_once(redis, scripts, settings) for _ in range(4)))
+    total = sum(sweeps, start=type(sweeps[0])())
+    assert total["redispatched"] == 2  # crashed + lost, each once despite four concurrent sweeps
+    assert await redis.hget(keys.run_key(crashed), "gen") == b"2"
+    assert await redis.hget(keys.run_key(lost), "gen") == b"2"
+    assert await redis.hget(keys.run_key(alive), "gen") == b"1"
+    assert await redis.hget(keys.run_key(waiting), "gen") == b"1"
+    queue = {m.decode() for m in await redis.zrange(keys.QUEUE, 0, -1)}
+    assert "crashed#2" in queue and "crashed" not in queue and "lost#2" in queue and "waiting" in queue
+
+
+async def test_abort_verdicts(redis: Redis, redis_url: str, settings: Settings) -> None:
+    p = producer_for(redis, redis_url)
+    assert await p.abort("nobody") == "unknown"
+    queued = await new_run(redis, redis_url, "q")
+    assert await p.abort(queued) == "aborted"
+    events = await stream(redis, queued)
+    assert events[-1].payload["status"] == "aborted"
+    assert await p.abort(queued) == "finished"
+    running = await new_run(redis, redis_url, "run")
+    store, _ = await acquire(redis, settings, running, "w1")
+    assert await p.abort(running, reason="stop it") == "requested"
+    assert await renew_many(redis, Scripts(redis), [(running, store.epoch)], 300) == [("ok", "stop it")]
+    assert await p.abort(running, tenant="someone-else") == "unknown"
+
+
+async def test_approval_decisions(redis: Redis, redis_url: str, settings: Settings) -> None:
+    p = producer_for(redis, redis_url)
+    rid = await new_run(redis, redis_url)
+    store, _ = await acquire(redis, settings, rid, "w1")
+    assert await p.decide(rid, "a", approved=True) == "not_awaiting"
+    approvals = {
+        "a": {"decision": "pending", "name": "t", "arguments": "{}"},
+        "b": {"decision": "pending", "name": "t", "arguments": "{}"},
+    }
+    await store.commit(Outbox([ev()]), status="awaiting_human", aux=orjson.dumps(approvals))
+    rec = await p.get(rid)
+    assert rec is not None and [a["toolCallId"] for a in rec.pending_approvals] == ["a", "b"]
+    assert await p.decide(rid, "zzz", approved=True) == "unknown_call"
+    assert await p.decide(rid, "a", approved=True) == "recorded"
+    assert await p.decide(rid, "a", approved=False) == "already_decided"
+    assert await redis.zscore(keys.QUEUE, f"{rid}#2") is None
+    assert await p.decide(rid, "b", approved=False, reason="no") == "resumed"
+    assert await redis.zscore(keys.QUEUE, f"{rid}#2") is not None
+    stored = orjson.loads(await redis.hget(keys.run_key(rid), "approvals"))
+    assert stored["a"]["decision"] == "approved" and stored["b"] == {
+        "decision": "rejected",
+        "name": "t",
+        "arguments": "{}",
+        "reason": "no",
+    }
+
+
+async def test_renewal_never_revives_a_finished_run(redis: Redis, redis_url: str, settings: Settings) -> None:
+    rid = await new_run(redis, redis_url)
+    store, _ = await acquire(redis, settings, rid, "w1")
+    await store.commit(Outbox([ev(status="completed")]), status="completed", aux=b"{}")
+    assert await redis.zscore(keys.LIVE, rid) is None
+    # A lease beat that raced the terminal commit must not put the run back in the live index.
+    assert await renew_many(redis, Scripts(redis), [(rid, store.epoch)], 300) == [("done", "")]
+    assert await redis.zscore(keys.LIVE, rid) is None

@@ -1,0 +1,120 @@
+"""The worker's /metrics after real runs, and /healthz when its event loop is blocked (issue 8)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+from redis.asyncio import Redis
+
+from shared.settings import Settings
+from tests.integration.helpers import producer_for, script_run, wait_all
+from worker.health import HealthServer
+from worker.jobs import WorkerProcess
+
+pytestmark = pytest.mark.integration
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def get(url: str, timeout: float = 2.0) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+async def test_metrics_after_real_runs(redis: Redis, redis_url: str) -> None:
+    wp = WorkerProcess(Settings(redis_url=redis_url, poll_delay_s=0.02, worker_metrics_port=0))
+    task = asyncio.create_task(wp.run())
+    try:
+        p = producer_for(redis, redis_url)
+        ok = await p.submit(
+            script_run(
+                [
+                    {"error": {"status": 503, "retryAfterMs": 10}},
+                    {"toolCalls": [{"name": "echo", "arguments": {"text": "x"}}]},
+                    {"text": "done"},
+                ]
+            )
+        )
+        bad = await p.submit(script_run([{"error": {"status": 401}}]))
+        await wait_all(p, [ok.run_id, bad.run_id], 20)
+        while wp.metrics_port is None:
+            await asyncio.sleep(0.01)
+        status, body = await asyncio.to_thread(get, f"http://127.0.0.1:{wp.metrics_port}/metrics")
+    finally:
+        wp.request_stop()
+        await task
+    assert status == 200
+    m = samples(body)
+    assert m[("agentmill_runs_started_total", (("resumed", "false"),))] == 2
+    assert m[("agentmill_runs_finished_total", (("status", "completed"),))] == 1
+    assert m[("agentmill_runs_finished_total", (("status", "failed"),))] == 1
+    assert m[("agentmill_model_retries_total", (("reason", "http_503"),))] == 1
+    assert m[("agentmill_model_calls_total", (("outcome", "error"),))] == 2
+    assert m[("agentmill_model_calls_total", (("outcome", "success"),))] == 2
+    assert m[("agentmill_tool_calls_total", (("outcome", "ok"), ("tool", "echo")))] == 1
+    assert m[("agentmill_events_published_total", (("kind", "tool_result"),))] == 1
+    assert m[("agentmill_run_iterations_count", ())] == 2 and m[("agentmill_run_iterations_sum", ())] == 2
+    assert m[("agentmill_runs_in_progress", ())] == 0
+    assert m[("agentmill_model_tokens_total", (("direction", "output"),))] > 0
+    assert (
+        m[
+            (
+                "agentmill_state_transitions_total",
+                (("from_state", "model_running.calling"), ("to_state", "model_running.retrying")),
+            )
+        ]
+        >= 0
+    )
+    assert not any("run_" in k for name, labels in m for k in dict(labels).values())  # no run ids in labels
+    promtool = shutil.which("promtool") or shutil.which("promtool", path=os.path.dirname(sys.executable))
+    if promtool:
+        check = await asyncio.to_thread(
+            subprocess.run, [promtool, "check", "metrics"], input=body.encode(), capture_output=True
+        )
+        assert check.returncode == 0, check.stdout + check.stderr
+
+
+async def test_health_fails_while_the_loop_is_blocked() -> None:
+    server = HealthServer(CollectorRegistry(), lambda: b"", stale_after_s=0.8)
+    port = await server.start("127.0.0.1", 0)
+    try:
+        await asyncio.sleep(0.6)
+        assert (await asyncio.to_thread(get, f"http://127.0.0.1:{port}/healthz"))[0] == 200
+        probe: dict[str, object] = {}
+
+        def kubelet() -> None:  # a probe with a 0.5 s timeout, sent while the loop is blocked
+            try:
+                probe["status"] = get(f"http://127.0.0.1:{port}/healthz", timeout=0.5)[0]
+            except OSError as exc:
+                probe["error"] = exc
+
+        t = threading.Thread(target=kubelet)
+        t.start()
+        time.sleep(1.5)  # block the event loop (the bug this probe exists to catch)
+        assert server.health()[0] == 503  # right after the block, the heartbeat is stale
+        await asyncio.to_thread(t.join)
+        assert "error" in probe  # the probe timed out: a blocked loop cannot answer
+        await asyncio.sleep(0.6)
+        status, body = await asyncio.to_thread(get, f"http://127.0.0.1:{port}/healthz")
+        assert status == 200 and '"ok"' in body
+    finally:
+        await server.stop()

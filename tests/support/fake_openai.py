@@ -1,0 +1,125 @@
+"""A local OpenAI-compatible chat-completions server for tests: scripted, streamed chunk by chunk."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from shared.redis_server import free_port
+
+
+@dataclass
+class Reply:
+    """One scripted answer: an error status, or text and/or tool calls streamed in pieces."""
+
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    error: str = ""
+    text: str = ""
+    tool_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (name, arguments)
+    chunk_delay_s: float = 0.02
+    pieces: int = 4
+
+
+class FakeOpenAI:
+    def __init__(self, replies: list[Reply]) -> None:
+        self.replies = replies
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.disconnected = asyncio.Event()
+        self.port = free_port()
+        app = Starlette(routes=[Route("/v1/chat/completions", self.completions, methods=["POST"])])
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error", lifespan="off")
+        )
+        self.task: asyncio.Task[None] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def __aenter__(self) -> FakeOpenAI:
+        self.task = asyncio.create_task(self.server.serve())
+        while not self.server.started:
+            await asyncio.sleep(0.01)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        if self.task:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.task, 5)
+
+    async def completions(self, request: Request) -> Response:
+        self.requests.append(orjson.loads(await request.body()))
+        self.headers.append(dict(request.headers))
+        reply = self.replies.pop(0) if self.replies else Reply(text="(script exhausted)")
+        if reply.status != 200:
+            return JSONResponse(
+                {"error": {"message": reply.error or "error", "type": "test"}},
+                status_code=reply.status,
+                headers=reply.headers,
+            )
+        return StreamingResponse(self._stream(reply, request), media_type="text/event-stream")
+
+    async def _stream(self, reply: Reply, request: Request) -> AsyncIterator[bytes]:
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            return (
+                b"data: "
+                + orjson.dumps(
+                    {
+                        "id": "x",
+                        "object": "chat.completion.chunk",
+                        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                    }
+                )
+                + b"\n\n"
+            )
+
+        finished = False
+        try:
+            yield b": keep-alive\n\n"
+            text = reply.text
+            size = max(1, len(text) // reply.pieces) if text else 1
+            for i in range(0, len(text), size):
+                await asyncio.sleep(reply.chunk_delay_s)
+                yield chunk({"content": text[i : i + size]})
+            for idx, (name, args) in enumerate(reply.tool_calls):
+                raw = orjson.dumps(args).decode()
+                half = len(raw) // 2
+                await asyncio.sleep(reply.chunk_delay_s)
+                yield chunk(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": idx,
+                                "id": f"call_{len(self.requests)}_{idx}",
+                                "type": "function",
+                                "function": {"name": name, "arguments": raw[:half]},
+                            }
+                        ]
+                    }
+                )
+                await asyncio.sleep(reply.chunk_delay_s)
+                yield chunk({"tool_calls": [{"index": idx, "function": {"arguments": raw[half:]}}]})
+            yield chunk({}, "tool_calls" if reply.tool_calls else "stop")
+            yield (
+                b"data: "
+                + orjson.dumps({"choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": 5}})
+                + b"\n\n"
+            )
+            yield b"data: [DONE]\n\n"
+            finished = True
+        finally:
+            if not finished:  # the client went away mid-stream (cancelled or closed)
+                self.disconnected.set()

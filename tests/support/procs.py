@@ -1,0 +1,93 @@
+"""Real worker processes for integration and chaos tests: start, signal, kill, reap."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class WorkerProc:
+    def __init__(self, redis_url: str, *, env: dict[str, str] | None = None, log: Path | None = None) -> None:
+        self.env = {
+            **os.environ,
+            "REDIS_URL": redis_url,
+            "AGENTMILL_WORKER_METRICS_PORT": "-1",
+            "AGENTMILL_POLL_DELAY_S": "0.02",
+            **(env or {}),
+        }
+        self.log_path = log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> WorkerProc:
+        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "worker"], cwd=ROOT, env=self.env, stdout=out, stderr=out
+        )
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def signal(self, sig: int) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+
+    def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+        self.wait(10)
+
+    def wait(self, timeout: float) -> int | None:
+        if self.proc is None:
+            return None
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.signal(signal.SIGCONT)
+        self.signal(signal.SIGTERM)
+        rc = self.wait(timeout)
+        if rc is None:
+            self.kill()
+        return rc
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+@contextmanager
+def workers(
+    redis_url: str, n: int, *, env: dict[str, str] | None = None, log_dir: Path | None = None
+) -> Iterator[list[WorkerProc]]:
+    procs = [
+        WorkerProc(redis_url, env=env, log=(log_dir / f"worker{i}.log") if log_dir else None).start()
+        for i in range(n)
+    ]
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            p.stop(timeout=20)
+
+
+def wait_until(pred: object, timeout: float, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():  # type: ignore[operator]
+            return True
+        time.sleep(interval)
+    return False

@@ -1,0 +1,253 @@
+"""Every legal transition of TRANSITIONS is exercised; every illegal (node, event) pair raises."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from shared.models import Message
+from tests.unit.machine_driver import (
+    T0,
+    calling,
+    calls_reply,
+    config,
+    failure,
+    go,
+    in_node,
+    result,
+    started,
+    text_reply,
+)
+from worker import machine as m
+
+NON_TERMINAL = sorted(m.TRANSITIONS)
+
+
+def events_for(node: str) -> list[tuple[m.Event, m.RunState]]:
+    """Events (with the state to apply them to) that cover each legal target of each event type."""
+    s = in_node(node)
+    cases: list[tuple[m.Event, m.RunState]] = [(m.AbortRequested(T0, "stop"), s), (m.DeadlineReached(T0), s)]
+    if node in m.RESUMABLE:
+        cases.append((m.Resumed(T0), s))
+    if node == m.Phase.IDLE:
+        cases.append((m.Started(T0, config(), [Message(role="user", content="hi")]), s))
+    if node == m.Phase.PREPARING:
+        cases += [
+            (m.ContextLoaded(T0, []), s),
+            (
+                m.ContextLoaded(T0, []),
+                started(
+                    config(compaction=config().compaction.model_copy(update={"max_messages": 4}))
+                ).model_copy(update={"transcript": [Message(role="user", content="u")] * 5}),
+            ),
+            (m.ContextLoaded(T0 + 10_000, []), started(config(max_run_duration_ms=5))),
+        ]
+    if node in (m.CALLING, m.STREAMING):
+        limited = in_node(node).model_copy(update={"config": config(max_iterations=1, max_tool_rounds=0)})
+        small = in_node(node).model_copy(
+            update={"config": config(compaction=config().compaction.model_copy(update={"max_messages": 4}))}
+        )
+        cases += [
+            (text_reply(), s),
+            (calls_reply(("c1", "echo", "{}")), s),
+            (calls_reply(("c1", "danger", "{}")), s),
+            (calls_reply(("c1", "nope", "{}")), s),
+            (
+                calls_reply(("c1", "nope", "{}")),
+                in_node(node).model_copy(update={"config": config(max_iterations=1)}),
+            ),
+            (
+                calls_reply(("c1", "nope", "{}")),
+                small.model_copy(update={"transcript": [Message(role="user", content="u")] * 5}),
+            ),
+            (calls_reply(("c1", "echo", "{}")), limited),
+            (failure(), s),
+            (failure(kind="overflow", status=None), s),
+            (failure(status=401), s),
+        ]
+    if node == m.CALLING:
+        cases.append((m.ModelStreamOpened(T0), s))
+    if node == m.RETRYING:
+        cases += [
+            (m.RetryTimerFired(T0), s),
+            (m.RetryTimerFired(T0 + 10_000), s.model_copy(update={"config": config(max_run_duration_ms=5)})),
+        ]
+    if node == m.Phase.TOOL_RUNNING:
+        two = go(calling(), calls_reply(("c1", "echo", "{}"), ("c2", "echo", "{}"), ("c3", "echo", "{}")))[0]
+        cases += [
+            (result("c1"), s),
+            (result("c1"), two),
+            (result("c1"), s.model_copy(update={"config": config(max_iterations=1)})),
+            (
+                result("c1"),
+                s.model_copy(
+                    update={
+                        "config": config(
+                            compaction=config().compaction.model_copy(update={"max_messages": 4})
+                        ),
+                        "transcript": [Message(role="user", content="u")] * 5,
+                    }
+                ),
+            ),
+        ]
+    if node == m.Phase.AWAITING_HUMAN:
+        both = go(calling(), calls_reply(("c1", "danger", "{}"), ("c2", "echo", "{}")))[0]
+        cases += [
+            (m.ApprovalsDecided(T0, {"c1": True}), s),
+            (m.ApprovalsDecided(T0, {"c1": False}), s),
+            (
+                m.ApprovalsDecided(T0, {"c1": False}),
+                s.model_copy(update={"config": config(max_iterations=1)}),
+            ),
+            (
+                m.ApprovalsDecided(T0, {"c1": False}),
+                s.model_copy(
+                    update={
+                        "config": config(
+                            compaction=config().compaction.model_copy(update={"max_messages": 4})
+                        ),
+                        "transcript": [Message(role="user", content="u")] * 5,
+                    }
+                ),
+            ),
+            (m.ApprovalsDecided(T0, {"c1": True}), both),
+        ]
+    if node == m.Phase.COMPACTING:
+        cases += [
+            (m.CompactionDone(T0, s.transcript, 0, "overflow"), s),
+            (
+                m.CompactionDone(T0 + 10_000, s.transcript, 0, "overflow"),
+                s.model_copy(update={"config": config(max_run_duration_ms=5)}),
+            ),
+        ]
+    return cases
+
+
+@pytest.mark.parametrize("node", NON_TERMINAL)
+def test_every_legal_transition_lands_in_the_table(node: str) -> None:
+    reached: dict[type, set[str]] = {}
+    for ev, s in events_for(node):
+        assert s.node == node
+        new, _ = m.decide(s, ev)
+        assert new.node in m.TRANSITIONS[node][type(ev)]
+        reached.setdefault(type(ev), set()).add(new.node)
+    for ev_type, targets in m.TRANSITIONS[node].items():
+        assert reached.get(ev_type) == set(targets), (
+            f"{node} --{ev_type.__name__}--> missing {set(targets) - reached.get(ev_type, set())}"
+        )
+
+
+SAMPLE_EVENTS: list[m.Event] = [
+    m.Started(T0, config(), [Message(role="user", content="x")]), m.ContextLoaded(T0, []), m.Resumed(T0),
+    m.ModelStreamOpened(T0), text_reply(), failure(), m.RetryTimerFired(T0), result("c1"),
+    m.ApprovalsDecided(T0, {}), m.CompactionDone(T0, [], 0, "x"), m.AbortRequested(T0), m.DeadlineReached(T0),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("node", "event"), [
+    (n, e) for n, e in itertools.product(NON_TERMINAL, SAMPLE_EVENTS) if type(e) not in m.TRANSITIONS[n]
+])  # fmt: skip
+def test_illegal_pairs_raise(node: str, event: m.Event) -> None:
+    with pytest.raises(m.IllegalTransition):
+        m.decide(in_node(node), event)
+
+
+@pytest.mark.parametrize("event", SAMPLE_EVENTS)
+def test_terminal_states_absorb_every_event(event: m.Event) -> None:
+    for end in (
+        go(calling(), text_reply())[0],
+        go(calling(), failure(status=401))[0],
+        go(calling(), m.AbortRequested(T0))[0],
+    ):
+        assert end.terminal
+        assert m.decide(end, event) == (end, [])
+
+
+def test_retries_back_off_and_then_fail_naming_the_cause() -> None:
+    s, cmds = go(calling(), failure())
+    retry = next(c for c in cmds if isinstance(c, m.Emit))
+    assert retry.payload == {
+        "status": "retrying",
+        "attempt": 1,
+        "delayMs": 1000,
+        "reason": "http_503",
+        "message": "boom",
+    }
+    s, cmds = go(s, m.RetryTimerFired(T0), failure())
+    assert [c.delay_ms for c in cmds if isinstance(c, m.Wait)] == [2000]
+    s, cmds = go(s, m.RetryTimerFired(T0), failure())
+    assert s.phase == m.Phase.FAILED and s.last_error is not None
+    assert (
+        s.last_error.code == "model_retries_exhausted"
+        and "http_503" in s.last_error.message
+        and s.last_error.retryable
+    )
+
+
+def test_partial_failure_discards_and_fatal_fails_at_once() -> None:
+    s, cmds = go(calling(), m.ModelStreamOpened(T0), failure(partial=True))
+    assert any(isinstance(c, m.Emit) and c.payload["status"] == "model_call_discarded" for c in cmds)
+    s, _ = go(calling(), failure(status=401))
+    assert s.phase == m.Phase.FAILED and s.last_error.code == "model_http_401"  # type: ignore[union-attr]
+
+
+def test_tool_policy_max_parallel_max_calls_and_bad_calls() -> None:
+    s = calling(config(max_parallel=2, max_calls_per_run=3))
+    s, cmds = go(
+        s,
+        calls_reply(
+            ("a", "echo", "{}"),
+            ("b", "echo", "{}"),
+            ("c", "echo", "{}"),
+            ("d", "echo", "{}"),
+            ("e", "nope", "{}"),
+            ("f", "echo", "[1]"),
+        ),
+    )
+    assert [c.call.id for c in cmds if isinstance(c, m.ExecuteTool)] == ["a", "b"]  # maxParallel = 2
+    errors = {
+        e.payload["toolCallId"]: e.payload["content"]
+        for e in cmds
+        if isinstance(e, m.Emit) and e.kind == "tool_result"
+    }
+    assert (
+        "maxCallsPerRun=3" in errors["d"] and "not available" in errors["e"] and "JSON object" in errors["f"]
+    )
+    s, cmds = go(s, result("a"))
+    assert [c.call.id for c in cmds if isinstance(c, m.ExecuteTool)] == ["c"]
+    s, cmds = go(s, result("b"), result("c"))
+    assert s.node == m.CALLING and [x.role for x in s.transcript][-6:] == ["tool"] * 6
+
+
+def test_loop_limits_name_the_limit() -> None:
+    s, _ = go(
+        calling(config(max_iterations=2)),
+        calls_reply(("a", "echo", "{}")),
+        result("a"),
+        calls_reply(("b", "echo", "{}")),
+        result("b"),
+    )
+    assert s.last_error is not None and s.last_error.code == "max_iterations"
+    s, _ = go(
+        calling(config(max_tool_rounds=1)),
+        calls_reply(("a", "echo", "{}")),
+        result("a"),
+        calls_reply(("b", "echo", "{}")),
+    )
+    assert s.last_error is not None and s.last_error.code == "max_tool_rounds"
+    s, cmds = go(calling(config(max_run_duration_ms=100)), m.DeadlineReached(T0 + 100))
+    assert s.last_error is not None and s.last_error.code == "max_run_duration"
+    assert (
+        isinstance(cmds[-2], m.Emit)
+        and cmds[-2].payload["status"] == "failed"
+        and isinstance(cmds[-1], m.Finish)
+    )
+
+
+def test_the_readme_diagram_is_drawn_from_the_table() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "state-machine.md").read_text()
+    assert "```mermaid\n" + m.mermaid() + "\n```" in doc, (
+        "docs/state-machine.md is out of date: paste worker.machine.mermaid() into its mermaid block"
+    )
