@@ -1,0 +1,23 @@
+# One image for the API and the worker: `agentmill api` or `agentmill worker` (the default).
+# Dependencies come from uv.lock; the runtime stage has only the virtualenv, runs as a numeric
+# non-root user, and execs agentmill directly so SIGTERM reaches it (graceful hand-back).
+
+FROM python:3.11.11-slim-bookworm AS build
+ENV UV_COMPILE_BYTECODE=1 UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /app
+RUN pip install --no-cache-dir uv==0.13.9
+COPY pyproject.toml uv.lock README.md ./
+RUN uv sync --frozen --no-install-project
+COPY shared ./shared
+COPY producer ./producer
+COPY worker ./worker
+RUN uv sync --frozen --no-editable
+
+FROM python:3.11.11-slim-bookworm
+ENV PATH=/app/.venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 AGENTMILL_LOG_JSON=true
+WORKDIR /app
+COPY --from=build /app/.venv /app/.venv
+USER 10001:10001
+EXPOSE 8000 9100
+ENTRYPOINT ["agentmill"]
+CMD ["worker"]
