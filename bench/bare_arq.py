@@ -1,0 +1,25 @@
+"""The baseline: a bare arq worker with a no-op job, with the same serializer, max_jobs and poll delay."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from arq.connections import RedisSettings
+
+from shared.dispatch import deserialize, serialize
+
+
+async def noop(ctx: dict[str, Any], *args: Any) -> None:
+    return None
+
+
+class WorkerSettings:
+    functions = [noop]
+    redis_settings = RedisSettings.from_dsn(os.environ["REDIS_URL"])
+    max_jobs = int(os.environ.get("AGENTMILL_MAX_JOBS", "500"))
+    poll_delay = float(os.environ.get("AGENTMILL_POLL_DELAY_S", "0.05"))
+    job_serializer = serialize
+    job_deserializer = deserialize
+    keep_result = 60
+    handle_signals = True
