@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import redis.asyncio as aioredis
 
 from shared.redis_server import RedisServer
+
+# A worker built in a test serves /metrics on an ephemeral port unless the test asks otherwise:
+# a fixed port (the production default, 9100) collides between workers and with the machine.
+os.environ["AGENTMILL_WORKER_METRICS_PORT"] = "0"
 
 
 @pytest.fixture(scope="session")
