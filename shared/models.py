@@ -81,7 +81,13 @@ class MultitaskStrategy(StrEnum):
 
 
 def _bounded_map(value: dict[str, Any] | None, field: str) -> dict[str, Any] | None:
-    if value is not None and len(orjson.dumps(value)) > limits.MAX_MAP_BYTES:
+    if value is None:
+        return None
+    try:
+        size = len(orjson.dumps(value))
+    except orjson.JSONEncodeError as exc:  # an integer past 64 bits, a lone surrogate …
+        raise ValueError(f"{field} cannot be stored as JSON: {exc}") from None
+    if size > limits.MAX_MAP_BYTES:
         raise ValueError(f"{field} is larger than {limits.MAX_MAP_BYTES} bytes of JSON")
     return value
 
