@@ -378,9 +378,13 @@ return {'resumed', '0'}
 # own rule (the job is due and nobody holds its in-progress key).
 # KEYS: queue   ARGV: now, inProgressMs, limit, inProgressPrefix, ids...
 CLAIM_JOBS = r"""
+-- ARGV: now ms, in-progress ttl ms, most jobs to claim, in-progress key prefix, claim check ms, job ids…
+-- A claimed run's reconciler check moves to one lease from now: if its worker dies before it takes
+-- the lease, the sweep finds the run still queued with its job in progress and re-dispatches it.
 local out = {}
 local limit = tonumber(ARGV[3])
-for i = 5, #ARGV do
+local check_at = tonumber(ARGV[1]) + tonumber(ARGV[5])
+for i = 6, #ARGV do
   if #out >= 2 * limit then break end
   local id = ARGV[i]
   local score = redis.call('ZSCORE', KEYS[1], id)
@@ -388,6 +392,7 @@ for i = 5, #ARGV do
     if redis.call('SET', ARGV[4] .. id, '1', 'NX', 'PX', ARGV[2]) then
       out[#out + 1] = id
       out[#out + 1] = score
+      redis.call('ZADD', LIVE, 'XX', 'LT', check_at, string.match(id, '^(.-)#%d+$') or id)
     end
   end
 end

@@ -179,6 +179,38 @@ async def test_reconciler_redispatches_expired_and_lost_runs_once(
     assert "crashed#2" in queue and "crashed" not in queue and "lost#2" in queue and "waiting" in queue
 
 
+async def test_a_claimed_run_whose_worker_died_before_its_lease_is_redispatched_after_one_lease(
+    redis: Redis, redis_url: str, settings: Settings
+) -> None:
+    # Submitted with a queued check a minute away: without the claim script moving the check,
+    # the run below would sit behind a dead worker's in-progress key for that minute.
+    p = producer_for(redis, redis_url, queued_check_ms=60_000)
+    for rid in ("orphan", "taken"):
+        await p.submit(script_run([{"text": "x"}], runId=rid))
+    scripts = Scripts(redis)
+    t = await redis.time()
+    now_ms = int(t[0]) * 1000 + int(t[1]) // 1000
+    claimed = await scripts.claim_jobs(
+        keys=[keys.QUEUE],
+        args=[now_ms, 86_400_000, 10, keys.arq_in_progress_key(""), settings.lease_ms, "orphan", "taken"],
+    )
+    assert [c.decode() for c in claimed[::2]] == ["orphan", "taken"]
+    _, got = await acquire(redis, settings, "taken", "w-alive")
+    assert isinstance(got, Acquired)  # "orphan" is never acquired: its worker died after the claim
+    assert await reconcile_once(redis, scripts, settings) == {}  # not due yet
+    await asyncio.sleep(settings.lease_ms / 1000 + 0.1)
+    await renew_many(redis, scripts, [("taken", got.epoch)], 5_000)
+    verdicts = await reconcile_once(redis, scripts, settings)
+    assert verdicts["redispatched"] == 1
+    assert await redis.hget(keys.run_key("orphan"), "gen") == b"2"
+    assert await redis.hget(keys.run_key("taken"), "gen") == b"1"
+    # The dead claim's job, should its worker wake up, is refused; the new dispatch is taken.
+    _, late = await acquire(redis, settings, "orphan", "w-dead", gen=1)
+    assert isinstance(late, NotAcquired)
+    _, fresh = await acquire(redis, settings, "orphan", "w-new", gen=2)
+    assert isinstance(fresh, Acquired)
+
+
 async def test_abort_verdicts(redis: Redis, redis_url: str, settings: Settings) -> None:
     p = producer_for(redis, redis_url)
     assert await p.abort("nobody") == "unknown"
