@@ -218,6 +218,7 @@ class Chaos:
                 run_ids = [s.run_id for s in subs if isinstance(s, Submitted)]
                 self.report.submitted = len(run_ids)
                 self.procs = [self._spawn(server.url, profiles) for _ in range(cfg.workers)]
+                await self._until_carried(redis)
                 await self._chaos(server, redis, profiles, run_ids)
                 await self._wait_done(redis, run_ids, server, profiles)
                 await self._check(redis, run_ids, ledger)
@@ -235,6 +236,14 @@ class Chaos:
             if owner:
                 out[key.decode().split("{")[1].split("}")[0]] = owner.decode()
         return out
+
+    async def _until_carried(self, redis: Redis, within_s: float = 60.0) -> None:
+        """Faults start once workers carry runs: on a cold machine a worker takes seconds to import."""
+        deadline = time.monotonic() + within_s
+        while not await self._owners(redis):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no worker took a run within {within_s:.0f} s; see {self.log_dir}")
+            await asyncio.sleep(0.1)
 
     async def _kill(self, redis: Redis, victim: WorkerProc, sig: int) -> None:
         owners = await self._owners(redis)
