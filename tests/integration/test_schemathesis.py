@@ -3,15 +3,12 @@ real Redis: no 5xx, and every response matches the documented schema, status and
 
 from __future__ import annotations
 
-import asyncio
 import os
-import threading
-import time
 from collections.abc import Iterator
 
+import httpx
 import pytest
 import schemathesis
-import uvicorn
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
@@ -20,9 +17,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from producer.api.app import create_app
 from shared.redis_server import RedisServer, free_port
-from shared.settings import Settings
+from tests.support.procs import WorkerProc, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
@@ -32,26 +28,34 @@ EXAMPLES = int(os.environ.get("AGENTMILL_FUZZ_EXAMPLES", "25"))
 
 
 @pytest.fixture(scope="module")
-def api_url() -> Iterator[str]:
+def api_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    # The API runs as its own process (`agentmill api`), as in production. In a thread of this
+    # process it also raced pytest's assertion rewriting of schemathesis's lazily imported modules
+    # into CPython 3.11.7's process-wide AST recursion counter ("AST constructor recursion depth
+    # mismatch"), which failed a fresh clone's first run.
     with RedisServer() as redis:
         port = free_port()
-        server = uvicorn.Server(
-            uvicorn.Config(
-                create_app(Settings(redis_url=redis.url, auth_disabled=True)),
-                host="127.0.0.1",
-                port=port,
-                log_level="error",
-            )
-        )
-        thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
-        thread.start()
-        while not server.started:
-            time.sleep(0.01)
+        log = tmp_path_factory.mktemp("api") / "api.log"
+        api = WorkerProc(
+            redis.url,
+            argv=["-m", "producer.cli", "api"],
+            env={"AGENTMILL_API_PORT": str(port), "AGENTMILL_AUTH_DISABLED": "true"},
+            log=log,
+        ).start()
+        url = f"http://127.0.0.1:{port}"
         try:
-            yield f"http://127.0.0.1:{port}"
+            if not wait_until(lambda: _ready(url) or not api.alive, 30.0) or not api.alive:
+                raise RuntimeError(f"the API did not start: {log.read_text()[-2000:]}")
+            yield url
         finally:
-            server.should_exit = True
-            thread.join(10)
+            api.stop(timeout=10)
+
+
+def _ready(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/readyz", timeout=1.0).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def test_every_operation_survives_generated_input(api_url: str) -> None:

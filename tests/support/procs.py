@@ -15,7 +15,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class WorkerProc:
-    def __init__(self, redis_url: str, *, env: dict[str, str] | None = None, log: Path | None = None) -> None:
+    """A process of the project's own entry points: ``python -m worker`` unless ``argv`` says otherwise."""
+
+    def __init__(
+        self,
+        redis_url: str,
+        *,
+        env: dict[str, str] | None = None,
+        log: Path | None = None,
+        argv: list[str] | None = None,
+    ) -> None:
+        self.argv = argv or ["-m", "worker"]
         self.env = {
             **os.environ,
             "REDIS_URL": redis_url,
@@ -29,7 +39,7 @@ class WorkerProc:
     def start(self) -> WorkerProc:
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "worker"], cwd=ROOT, env=self.env, stdout=out, stderr=out
+            [sys.executable, *self.argv], cwd=ROOT, env=self.env, stdout=out, stderr=out
         )
         return self
 
