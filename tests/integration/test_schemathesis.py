@@ -3,10 +3,7 @@ real Redis: no 5xx, and every response matches the documented schema, status and
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import os
-import pkgutil
 from collections.abc import Iterator
 
 import httpx
@@ -22,23 +19,6 @@ from schemathesis.specs.openapi.checks import (
 
 from shared.redis_server import RedisServer, free_port
 from tests.support.procs import WorkerProc, wait_until
-
-
-def _import_all(package: str) -> None:
-    """Import every module of a package now, at collection, before any test runs or starts a thread.
-
-    schemathesis imports much of itself lazily, and pytest rewrites its modules (it is a pytest
-    plugin). On a fresh clone the first such import came mid-suite, and CPython 3.11.7's
-    process-wide AST depth counter failed it: "SystemError: AST constructor recursion depth
-    mismatch" (fixed in 3.11.8). Alone the test passed, so the state left by earlier tests matters.
-    """
-    root = importlib.import_module(package)
-    for info in pkgutil.walk_packages(root.__path__, f"{package}."):
-        with contextlib.suppress(Exception):  # optional extras this project does not install
-            importlib.import_module(info.name)
-
-
-_import_all("schemathesis")
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
