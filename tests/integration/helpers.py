@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from redis.asyncio import Redis
@@ -13,6 +15,20 @@ from shared.events import decode_entry
 from shared.models import RunEvent
 from shared.profiles import profiles_from
 from shared.settings import Settings
+from worker.jobs import WorkerProcess
+
+
+@asynccontextmanager
+async def running_worker(redis_url: str, **settings: Any) -> AsyncIterator[WorkerProcess]:
+    """An in-process worker on the test's Redis, polling fast; stopped gracefully on exit."""
+    settings = {"poll_delay_s": 0.02, "worker_metrics_port": -1, **settings}
+    wp = WorkerProcess(Settings(redis_url=redis_url, **settings))
+    task = asyncio.create_task(wp.run())
+    try:
+        yield wp
+    finally:
+        wp.request_stop()
+        await asyncio.wait_for(task, 30)
 
 
 def producer_for(redis: Redis, redis_url: str, **settings: Any) -> Producer:

@@ -22,7 +22,7 @@ from starlette.routing import Route
 from producer.api.app import create_app
 from shared.redis_server import RedisServer, free_port
 from shared.settings import Settings
-from worker.jobs import WorkerProcess
+from tests.integration.helpers import running_worker
 
 pytestmark = pytest.mark.integration
 TOKENS = "tok-a=tenant-a,tok-b=tenant-b"
@@ -43,17 +43,6 @@ async def api(settings: Settings) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
-        await task
-
-
-@asynccontextmanager
-async def worker(redis_url: str) -> AsyncIterator[WorkerProcess]:
-    wp = WorkerProcess(Settings(redis_url=redis_url, poll_delay_s=0.02, worker_metrics_port=-1))
-    task = asyncio.create_task(wp.run())
-    try:
-        yield wp
-    finally:
-        wp.request_stop()
         await task
 
 
@@ -157,7 +146,7 @@ async def test_events_sse_resume_without_loss_or_repeat_and_json_pages(redis_url
     try:
         async with (
             api(settings(redis_url)) as url,
-            worker(redis_url),
+            running_worker(redis_url),
             httpx.AsyncClient(base_url=url, headers=A, timeout=30) as c,
         ):
             run_id = (await c.post("/v1/runs", json=run_body(script))).json()["runId"]
@@ -245,7 +234,7 @@ async def test_abort_approvals_and_sessions_routes(redis_url: str) -> None:
         body = run_body([{"toolCalls": [{"id": "t1", "name": "echo", "arguments": {"text": "a"}}]}, {"text": "ok"}],
                         toolPolicy={"requireApprovalByDefault": True}, sessionId="s-api", autoCreateSession=True)  # fmt: skip
         rid = (await c.post("/v1/runs", json=body)).json()["runId"]
-        async with worker(redis_url):
+        async with running_worker(redis_url):
             view = (await c.get(f"/v1/runs/{rid}/wait", params={"timeout": 1})).json()
             while view["status"] != "awaiting_human":
                 view = (await c.get(f"/v1/runs/{rid}")).json()
@@ -294,7 +283,7 @@ async def test_webhook_is_signed_retried_and_delivered_once(redis_url: str, redi
     webhooks.backoff_ms = lambda attempt: 200  # type: ignore[assignment]
     try:
         s = settings(redis_url, webhook_secret="whsec", webhook_allow_hosts="127.0.0.1")
-        async with api(s) as url, worker(redis_url), httpx.AsyncClient(base_url=url, headers=A) as c:
+        async with api(s) as url, running_worker(redis_url), httpx.AsyncClient(base_url=url, headers=A) as c:
             rid = (await c.post("/v1/runs", json=run_body(webhook=f"http://127.0.0.1:{port}/hook"))).json()[
                 "runId"
             ]

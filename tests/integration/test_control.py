@@ -15,7 +15,14 @@ from producer.enqueue import Producer, SubmissionError
 from shared import keys
 from shared.models import RunEvent
 from shared.settings import Settings
-from tests.integration.helpers import assert_clean_stream, producer_for, script_run, stream, wait_all
+from tests.integration.helpers import (
+    assert_clean_stream,
+    producer_for,
+    running_worker,
+    script_run,
+    stream,
+    wait_all,
+)
 from worker.jobs import WorkerProcess
 
 pytestmark = pytest.mark.integration
@@ -23,11 +30,8 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 async def worker(redis_url: str) -> AsyncIterator[WorkerProcess]:
-    wp = WorkerProcess(Settings(redis_url=redis_url, poll_delay_s=0.02, worker_metrics_port=-1))
-    task = asyncio.create_task(wp.run())
-    yield wp
-    wp.request_stop()
-    await asyncio.wait_for(task, 30)
+    async with running_worker(redis_url) as wp:
+        yield wp
 
 
 async def until_event(redis: Redis, run_id: str, pred: object, within: float = 15) -> list[RunEvent]:
