@@ -63,12 +63,8 @@ class RunConfig(Model):
 def resolve_config(
     profile: AgentProfile, run: RunInput, specs: dict[str, ToolSpec], *, has_session: bool
 ) -> RunConfig:
-    """Merge profile defaults with the run's overrides (the run can only narrow, never widen, tools)."""
-    tp = (
-        profile.tool_policy.model_copy(update=run.tool_policy.model_dump(exclude_none=True))
-        if run.tool_policy
-        else profile.tool_policy
-    )
+    """Merge profile defaults with the run's overrides (the run can narrow its tools, never widen them)."""
+    tp = policy.narrow_tool_policy(profile.tool_policy, run.tool_policy)
     ll = (
         profile.loop_limits.model_copy(update=run.loop_limits.model_dump(exclude_none=True))
         if run.loop_limits

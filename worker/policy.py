@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from shared.models import Message
+from shared.models import Message, ToolPolicy
 from shared.profiles import RetryConfig
 
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
@@ -56,6 +56,34 @@ def backoff_ms(attempt: int, cfg: RetryConfig, jitter_u: float, retry_after_ms: 
     return round(delay)
 
 
+def narrow_tool_policy(profile: ToolPolicy, run: ToolPolicy | None) -> ToolPolicy:
+    """The run's toolPolicy applied to the profile's: a run can narrow what its profile allows,
+    never widen it. Tools stay off if either turns them off, allow-lists intersect, approval is
+    required if either requires it, and numeric caps take the smaller value."""
+    if run is None:
+        return profile
+
+    def both(a: int | None, b: int | None) -> int | None:
+        return b if a is None else a if b is None else min(a, b)
+
+    allow: list[str] | None
+    if profile.allow_list is None or run.allow_list is None:
+        allow = run.allow_list if profile.allow_list is None else profile.allow_list
+    else:
+        keep = set(run.allow_list)
+        allow = [n for n in profile.allow_list if n in keep]
+    off = profile.enabled is False or run.enabled is False
+    approve = bool(profile.require_approval_by_default or run.require_approval_by_default)
+    return ToolPolicy(
+        enabled=False if off else (run.enabled if run.enabled is not None else profile.enabled),
+        allow_list=allow,
+        max_parallel=both(profile.max_parallel, run.max_parallel),
+        max_calls_per_run=both(profile.max_calls_per_run, run.max_calls_per_run),
+        require_approval_by_default=approve or None,
+        approval_timeout_ms=both(profile.approval_timeout_ms, run.approval_timeout_ms),
+    )
+
+
 def allowed_tools(
     profile_tools: Sequence[str],
     *,
@@ -75,8 +103,9 @@ def allowed_tools(
         keep = set(allowed)
         names = [n for n in names if n in keep]
     if order:
+        # Named tools first, in toolOrder's order; the rest keep the profile's order (sort is stable).
         rank = {n: i for i, n in enumerate(order)}
-        names.sort(key=lambda n: (rank.get(n, len(rank)), names.index(n)))
+        names.sort(key=lambda n: rank.get(n, len(rank)))
     return names
 
 

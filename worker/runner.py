@@ -194,11 +194,11 @@ class RunDriver:
                 profile = self.deps.profile(run_input.agent)
                 tools = self.deps.tools_for(profile)
                 self.deps.provider_for(profile)
-            except Exception as exc:
+                cfg = resolve_config(
+                    profile, run_input, tools.specs, has_session=run_input.session_id is not None
+                )
+            except Exception as exc:  # a bad profile or policy fails the run with a reason
                 return await self._fail_unstarted("configuration", f"agent {run_input.agent!r}: {exc}")
-            cfg = resolve_config(
-                profile, run_input, tools.specs, has_session=run_input.session_id is not None
-            )
             first = Started(now_ms(), cfg, list(run_input.input_messages))
         self.deps.observer.run_started(resumed=resumed, job_try=self.job_try)
         self.observed_start = True
