@@ -19,6 +19,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from shared import keys
+from shared.models import usable_url
 from shared.scripts import Scripts, text
 from shared.settings import Settings
 from worker.netguard import BlockedAddressError, guarded_request
@@ -67,6 +68,7 @@ async def _deliver(
     }
     error = ""
     try:
+        usable_url(url, "webhook")  # one stored before submissions checked it
         resp = await guarded_request(
             http, "POST", url, allow_hosts=allow, content=body, headers=headers, timeout=10.0
         )
@@ -82,9 +84,12 @@ async def _deliver(
                 await pipe.execute()
             return
         error = f"HTTP {resp.status_code}"
-    except BlockedAddressError as exc:
-        error, attempt = f"blocked: {exc}", settings.webhook_max_attempts  # never retried
+    except (BlockedAddressError, ValueError) as exc:  # refused or unusable URL: never retried
+        error, attempt = f"refused: {exc}", settings.webhook_max_attempts
     except httpx.HTTPError as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # one bad delivery must not stop the others: record it, back off
+        log.exception("webhook of run %s failed unexpectedly", run_id)
         error = f"{type(exc).__name__}: {exc}"
     async with redis.pipeline(transaction=True) as pipe:
         pipe.hset(state_key, mapping={"attempts": attempt, "lastError": error[:500]})
@@ -107,6 +112,9 @@ async def deliver_forever(
                 n = await deliver_once(redis, settings, http)
             except (RedisError, OSError) as exc:
                 log.warning("webhook delivery paused: %s", exc)
+                n = 0
+            except Exception:  # the loop outlives any single bad sweep
+                log.exception("webhook delivery sweep failed")
                 n = 0
             if n == 0:
                 with contextlib.suppress(TimeoutError):

@@ -20,6 +20,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from producer.api.app import create_app
+from shared import keys
 from shared.redis_server import RedisServer, free_port
 from shared.settings import Settings
 from tests.integration.helpers import running_worker
@@ -307,3 +308,44 @@ async def test_webhook_is_signed_retried_and_delivered_once(redis_url: str, redi
     assert [h["x-agentmill-attempt"] for h, _ in received] == ["1", "2"]
     state = await redis.hgetall(f"am:{{{rid}}}:webhook")
     assert state[b"delivered"] == b"1"
+
+
+async def test_an_unusable_webhook_url_is_given_up_without_stopping_other_deliveries(
+    redis_url: str, redis: Redis
+) -> None:
+    received: list[bytes] = []
+
+    async def hook(request: Request) -> Response:
+        received.append(await request.body())
+        return Response(status_code=200)
+
+    port = free_port()
+    receiver = uvicorn.Server(
+        uvicorn.Config(Starlette(routes=[Route("/hook", hook, methods=["POST"])]), host="127.0.0.1",
+                       port=port, log_level="error", lifespan="off")
+    )  # fmt: skip
+    rtask = asyncio.create_task(receiver.serve())
+    from producer import webhooks
+
+    # Two finished runs awaiting delivery; the first's URL (stored before submissions validated
+    # webhook URLs) has a port out of range, which the URL parser refuses.
+    urls = {"bad": "http://127.0.0.1:99999/hook", "good": f"http://127.0.0.1:{port}/hook"}
+    for rid, hook_url in urls.items():
+        await redis.hset(
+            keys.run_key(rid), mapping={"webhook": hook_url, "result": b'{"status":"completed"}'}
+        )
+        await redis.lpush(keys.WEBHOOKS, rid)
+    s = settings(redis_url, webhook_allow_hosts="127.0.0.1")
+    try:
+        while not receiver.started:
+            await asyncio.sleep(0.01)
+        async with httpx.AsyncClient() as http:
+            assert await webhooks.deliver_once(redis, s, http) == 2
+    finally:
+        receiver.should_exit = True
+        await rtask
+    assert received == [b'{"status":"completed"}']
+    bad = await redis.hgetall(keys.webhook_key("bad"))
+    assert bad[b"failed"] == b"1" and bad[b"lastError"].startswith(b"refused")
+    assert (await redis.hgetall(keys.webhook_key("good")))[b"delivered"] == b"1"
+    assert await redis.zcard(keys.WEBHOOKS_DUE) == 0

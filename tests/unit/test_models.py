@@ -61,3 +61,15 @@ def test_input_messages_may_not_carry_tool_traffic() -> None:
         RunInput.model_validate({"inputMessages": [{"role": "tool", "toolCallId": "c1", "content": "x"}]})
     with pytest.raises(ValidationError):
         RunInput.model_validate({"inputMessages": []})
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:99999/hook", "https://", "http://:80/x"])
+def test_an_unusable_webhook_url_is_refused(url: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        RunInput.model_validate({"inputMessages": USER, "webhook": url})
+    assert "webhook" in _error_fields(info.value)
+
+
+def test_a_webhook_url_with_a_port_is_fine() -> None:
+    run = RunInput.model_validate({"inputMessages": USER, "webhook": "https://hooks.example:8443/done"})
+    assert run.webhook == "https://hooks.example:8443/done"
