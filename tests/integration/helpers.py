@@ -32,7 +32,8 @@ async def running_worker(redis_url: str, **settings: Any) -> AsyncIterator[Worke
 
 
 def producer_for(redis: Redis, redis_url: str, **settings: Any) -> Producer:
-    return Producer(redis, settings=Settings(redis_url=redis_url, **settings), profiles=profiles_from(None))
+    s = Settings(redis_url=redis_url, **settings)
+    return Producer(redis, settings=s, profiles=profiles_from(s.profiles))
 
 
 async def stream(redis: Redis, run_id: str) -> list[RunEvent]:

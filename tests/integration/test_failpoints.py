@@ -1,0 +1,82 @@
+"""A worker killed at the two worst moments, deterministically (issue 4): what the next worker does
+about it is counted and visible in the stream. The chaos test hits the same points at random."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+from redis.asyncio import Redis
+
+from shared import keys
+from tests.chaos.harness import chaos_profiles
+from tests.integration.helpers import assert_clean_stream, producer_for, stream, wait_all
+from tests.support.ledger import Ledger
+from tests.support.procs import WorkerProc, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+FAST = {"AGENTMILL_LEASE_MS": "1500", "AGENTMILL_HEARTBEAT_MS": "300", "AGENTMILL_RECONCILE_MS": "300"}
+
+
+def chaos_run(script: list[dict[str, object]]) -> dict[str, object]:
+    return {"agent": "chaos", "inputMessages": [{"role": "user", "content": "go"}],
+            "runtimeHints": {"script": script}}  # fmt: skip
+
+
+async def crash_then_rescue(
+    redis: Redis, redis_url: str, tmp_path: Path, ledger: Ledger, failpoint: str, body: dict[str, object]
+) -> str:
+    profiles = chaos_profiles(ledger.url, tmp_path / "profiles.json")
+    env = {**FAST, "AGENTMILL_PROFILES": str(profiles)}
+    p = producer_for(redis, redis_url, profiles=str(profiles))  # the chaos profile: an HTTP ledger tool
+    sub = await p.submit(body)
+    doomed = WorkerProc(redis_url, env={**env, "AGENTMILL_FAILPOINTS": f"{failpoint}:1"}).start()
+    assert wait_until(lambda: not doomed.alive, 30), f"the worker never reached {failpoint}"
+    rescuer = WorkerProc(redis_url, env=env).start()
+    try:
+        rec = (await wait_all(p, [sub.run_id], 30))[sub.run_id]
+    finally:
+        rescuer.stop()
+    assert rec.status.value == "completed", rec.result
+    return sub.run_id
+
+
+async def test_a_tool_whose_worker_died_mid_call_runs_again_with_the_same_key_and_says_so(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    with Ledger() as ledger:
+        run_id = await crash_then_rescue(
+            redis, redis_url, tmp_path, ledger, "after_tool_effect",
+            chaos_run([{"toolCalls": [{"name": "ledger", "arguments": {"step": 1}}]}, {"text": "done"}]),
+        )  # fmt: skip
+        counts = ledger.counts()
+    events = await stream(redis, run_id)
+    assert_clean_stream(events)
+    call_id = next(e.payload["toolCallId"] for e in events if e.kind == "tool_call")
+    assert counts == {f"{run_id}:{call_id}": 2}  # the side effect happened twice, under one key
+    notices = [e for e in events if e.kind == "status" and e.payload["status"] == "tool_reexecuted"]
+    assert [n.payload["toolCallId"] for n in notices] == [call_id]
+    record = orjson.loads(await redis.hget(keys.tools_key(run_id), call_id))
+    assert record["state"] == "done" and record["attempts"] == 2
+    assert [e.payload["toolCallId"] for e in events if e.kind == "tool_result"] == [call_id]
+
+
+async def test_a_model_call_cut_off_after_its_deltas_were_published_is_announced_as_restarted(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    with Ledger() as ledger:
+        run_id = await crash_then_rescue(
+            redis, redis_url, tmp_path, ledger, "after_delta_publish",
+            chaos_run([{"text": "a long answer streamed in many small pieces " * 4, "delayMs": 800}]),
+        )  # fmt: skip
+    events = await stream(redis, run_id)
+    assert_clean_stream(events)
+    restarts = [e for e in events if e.kind == "status" and e.payload["status"] == "model_call_restarted"]
+    assert len(restarts) == 1
+    cut = restarts[0]
+    abandoned = [e for e in events if e.kind == "model_delta" and e.seq < cut.seq]
+    assert abandoned and all(e.seq > cut.payload["discardAfterSeq"] for e in abandoned)
+    answers = [e for e in events if e.kind == "assistant_message"]
+    assert len(answers) == 1 and answers[0].seq > cut.seq  # the call started over and answered once
