@@ -164,7 +164,14 @@ async def test_401_and_context_length_400(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 @pytest.mark.parametrize(
-    ("error", "kind"), [(httpx.ConnectError("refused"), "connection"), (httpx.ReadTimeout("slow"), "timeout")]
+    ("error", "kind"),
+    [
+        (httpx.ConnectError("refused"), "connection"),
+        (httpx.ReadTimeout("slow"), "timeout"),
+        (httpx.WriteError("broken pipe"), "connection"),  # was a fatal "internal" failure
+        (httpx.LocalProtocolError("bad state"), "connection"),
+        (httpx.ProxyError("proxy down"), "connection"),
+    ],
 )
 async def test_transport_failures(monkeypatch: pytest.MonkeyPatch, error: Exception, kind: str) -> None:
     def handler(request: httpx.Request) -> httpx.Response:

@@ -246,6 +246,10 @@ class OpenAIProvider:
             raise ModelCallError(
                 "stream", f"the stream from {self.url} broke: {type(exc).__name__}"
             ) from None
+        except httpx.TransportError as exc:  # write errors, closed connections, proxy errors …
+            raise ModelCallError(
+                "connection", f"talking to {self.url} failed: {type(exc).__name__}"
+            ) from None
 
 
 def _json(data: str) -> Any:
