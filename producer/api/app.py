@@ -20,6 +20,7 @@ from fastapi import Depends, FastAPI, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 from redis.asyncio import Redis
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from producer.api import errors
 from producer.api.auth import Authenticator
@@ -137,7 +138,7 @@ class BodyLimit:
             if msg["type"] == "http.request":
                 seen += len(msg.get("body", b""))
                 if seen > self.max_bytes:
-                    raise _TooLarge
+                    raise _TooLarge(self.max_bytes)
             return msg
 
         try:
@@ -159,8 +160,12 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": body})
 
 
-class _TooLarge(Exception):
-    pass
+class _TooLarge(StarletteHTTPException):
+    """Raised while the body streams in (no Content-Length). An HTTPException, so FastAPI's body
+    parsing lets it through as a 413 instead of turning it into a 400 "error parsing the body"."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(413, f"request body over {max_bytes} bytes")
 
 
 class Api:

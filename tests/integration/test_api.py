@@ -196,6 +196,14 @@ async def test_413_422_429(redis_url: str) -> None:
         big = run_body([{"text": "x" * 6_000}])
         r = await c.post("/v1/runs", json=big)
         assert r.status_code == 413 and r.json()["error"]["code"] == "too_large"
+        raw = orjson.dumps(big)
+
+        async def chunked() -> AsyncIterator[bytes]:  # no Content-Length: counted as it arrives
+            for i in range(0, len(raw), 1_000):
+                yield raw[i : i + 1_000]
+
+        r = await c.post("/v1/runs", content=chunked(), headers={"Content-Type": "application/json"})
+        assert r.status_code == 413 and r.json()["error"]["code"] == "too_large"
         r = await c.post(
             "/v1/runs",
             json={"inputMessages": [{"role": "user", "content": "x"}], "loopLimits": {"maxIterations": 0}},
