@@ -257,27 +257,31 @@ async def _submit(file: Path, wait: bool, api_url: str | None, token: str | None
         except orjson.JSONDecodeError as exc:
             err.print(f"[red]line {n}:[/] not JSON: {exc}")
             bad += 1
+    # A file may hold more runs than one batch request takes: submit it in batches.
+    size = max(1, get_settings().max_batch)
+    batches = [(start, items[start : start + size]) for start in range(0, len(items), size)]
+    accepted: list[str] = []
     if api_url:
         from producer.client import AsyncClient
 
         async with AsyncClient(api_url, token=token) as c:
-            results = await c.submit_batch(items)
-            accepted = [r["runId"] for r in results if r.get("runId")]
-            for i, r in enumerate(results):
-                if r.get("error"):
-                    err.print(f"[red]item {i}:[/] {r['error']['message']}")
-                    bad += 1
+            for start, batch in batches:
+                for i, r in enumerate(await c.submit_batch(batch), start):
+                    if r.get("runId") and not r.get("error"):
+                        accepted.append(r["runId"])
+                    else:
+                        err.print(f"[red]item {i}:[/] {r['error']['message']}")
+                        bad += 1
             done = await _progress(accepted, lambda rid: c.get(rid)) if wait else {}
     else:
         async with _producer() as p:
-            outs = await p.submit_many(items)
-            accepted = []
-            for i, o in enumerate(outs):
-                if hasattr(o, "run_id"):
-                    accepted.append(o.run_id)
-                else:
-                    err.print(f"[red]item {i}:[/] {o.message}")
-                    bad += 1
+            for start, batch in batches:
+                for i, o in enumerate(await p.submit_many(batch), start):
+                    if hasattr(o, "run_id"):
+                        accepted.append(o.run_id)
+                    else:
+                        err.print(f"[red]item {i}:[/] {o.message}")
+                        bad += 1
 
             async def view(rid: str) -> dict[str, Any]:
                 rec = await p.get(rid)

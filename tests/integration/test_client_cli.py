@@ -95,8 +95,10 @@ def test_sync_client_round_trip(redis_url: str) -> None:
         t.join(10)
 
 
-def cli(redis_url: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "REDIS_URL": redis_url, "COLUMNS": "200"}
+def cli(
+    redis_url: str, *args: str, timeout: float = 60, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "REDIS_URL": redis_url, "COLUMNS": "200", **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "producer.cli", *args],
         cwd=ROOT,
@@ -135,7 +137,9 @@ async def test_cli_tail_status_submit(redis: Redis, redis_url: str, tmp_path: Pa
                 ]
             )
         )
-        bad = await asyncio.to_thread(cli, redis_url, "submit", str(jsonl), "--wait")
+        # Two runs a batch: the file goes in two batches and errors keep their place in the file.
+        small = {"AGENTMILL_MAX_BATCH": "2"}
+        bad = await asyncio.to_thread(cli, redis_url, "submit", str(jsonl), "--wait", env=small)
         assert bad.returncode == 1 and "item 1:" in bad.stderr and "accepted 2, rejected 1" in bad.stdout
         jsonl.write_text(orjson.dumps(script_run([{"text": "c"}])).decode() + "\n")
         good = await asyncio.to_thread(cli, redis_url, "submit", str(jsonl), "--wait")
