@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -21,13 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 from redis.asyncio import Redis
 
 from producer.enqueue import Producer
 from shared import keys
 from shared.profiles import profiles_from
-from shared.redis_server import RedisServer
+from shared.redis_server import RedisServer, free_port
 from shared.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,6 +115,24 @@ class Bench:
         self.procs.append(p)
         return p
 
+    async def spawn_api(self) -> tuple[subprocess.Popen[bytes], str]:
+        """`agentmill api` as its own process, auth off; returns it and its base URL once ready."""
+        port = free_port()
+        p = self.spawn(
+            ["-m", "producer.cli", "api"],
+            AGENTMILL_API_PORT=str(port),
+            AGENTMILL_AUTH_DISABLED="true",
+            AGENTMILL_MAX_QUEUE_DEPTH="10000000",
+        )
+        url = f"http://127.0.0.1:{port}"
+        async with httpx.AsyncClient() as c:
+            for _ in range(600):
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await c.get(f"{url}/readyz")).status_code == 200:
+                        return p, url
+                await asyncio.sleep(0.05)
+        raise RuntimeError("the API did not start")
+
     def stop(self, p: subprocess.Popen[bytes]) -> None:
         if p.poll() is None:
             p.terminate()
@@ -176,9 +196,8 @@ class Bench:
 
     def producer(self, r: Redis, **settings: Any) -> Producer:
         settings.setdefault("max_batch", 100_000)
-        return Producer(
-            r, settings=Settings(redis_url=self.server.url, **settings), profiles=profiles_from(None)
-        )
+        s = Settings(redis_url=self.server.url, **settings)
+        return Producer(r, settings=s, profiles=profiles_from(s.profiles))
 
     @staticmethod
     def script_run(script: list[dict[str, Any]]) -> dict[str, Any]:
@@ -438,6 +457,24 @@ class Bench:
         f.higher_is_better = False
         f.note = f"ours p50 {statistics.median(ours):.2f} ms (n={len(ours)}); raw p50 {statistics.median(raw):.2f} ms; ours includes the commit script"
         self.figures.append(f)
+        # The same through the API's Server-Sent Events, read by a client in another process.
+        w = self.spawn(["-m", "worker"])
+        api, url = await self.spawn_api()
+        await self.wait_started(r)
+        sub = await p.submit(self.script_run([{"text": "x" * 4000, "delayMs": 4000}]))
+        sse = await _sse_latency(url, sub.run_id, 8.0)
+        self.stop(api)
+        self.stop(w)
+        f = Figure(
+            "5c. event publish → received by an SSE client (p99)",
+            "ms",
+            base_name="raw XADD → XREAD BLOCK",
+            target="p99 < 20 ms",
+        )
+        f.ours, f.base = [_pct(sse, 99)], [_pct(raw, 99)]
+        f.higher_is_better = False
+        f.note = f"ours p50 {statistics.median(sse):.2f} ms (n={len(sse)}), through `agentmill api` in its own process"
+        self.figures.append(f)
 
     async def fig_batch(self, r: Redis) -> None:
         n = 1000
@@ -458,6 +495,72 @@ class Bench:
             await self.producer(r).submit_many(items)
             f.ours.append(n / (time.perf_counter() - t0))
         f.note = "through the Python producer (validation + one Lua submit per run, one pipelined round trip)"
+        self.figures.append(f)
+        api, url = await self.spawn_api()
+        g = Figure(
+            "6b. batch submission of 1,000 runs in one API request",
+            "runs/s",
+            base_name="raw pipelined arq enqueue",
+            target="≥ 0.5 × raw",
+        )
+        g.base = list(f.base)
+        body = orjson.dumps({"runs": [self.script_run([{"text": "hi"}]) for _ in range(n)]})
+        async with httpx.AsyncClient(timeout=60) as c:
+            for _ in range(self.args.reps):
+                await self.flush(r)
+                t0 = time.perf_counter()
+                resp = await c.post(
+                    f"{url}/v1/runs/batch", content=body, headers={"Content-Type": "application/json"}
+                )
+                g.ours.append(n / (time.perf_counter() - t0))
+                accepted = sum(1 for x in resp.json()["results"] if x.get("runId") and not x.get("error"))
+                if resp.status_code >= 300 or accepted != n:
+                    raise RuntimeError(f"batch answered {resp.status_code} with {accepted} of {n} accepted")
+        self.stop(api)
+        g.note = "POST /v1/runs/batch to `agentmill api` in its own process: HTTP, JSON parsing, validation, enqueue"
+        self.figures.append(g)
+
+    async def fig_ledger(self, r: Redis) -> None:
+        """Figure 7: steps whose tool is an HTTP call to the chaos ledger (claim, call with an
+        Idempotency-Key, record) against the same runs with the in-process echo tool."""
+        from tests.chaos.harness import chaos_profiles
+        from tests.support.ledger import Ledger
+
+        n = self.args.step_runs
+        f = Figure(
+            "7. steps/s of ten-step runs whose tool is an HTTP ledger call",
+            "steps/s",
+            base_name="the same runs with the in-process echo tool",
+            target="(no target; shows the HTTP tool's cost)",
+        )
+        with Ledger() as ledger:
+            (ROOT / "bench" / "results").mkdir(parents=True, exist_ok=True)
+            profiles = chaos_profiles(ledger.url, ROOT / "bench" / "results" / "ledger-profiles.json")
+            for tool in ("echo", "ledger"):
+                args: dict[str, Any] = {"text": "x"} if tool == "echo" else {"step": 1}
+                script = [{"toolCalls": [{"name": tool, "arguments": args}]}] * 10 + [{"text": "done"}]
+                body = {**self.script_run(script), "agent": "chaos"}
+                for _ in range(self.args.reps):
+                    await self.flush(r)
+                    await self.producer(r, profiles=str(profiles)).submit_many([body] * n)
+                    box: list[subprocess.Popen[bytes]] = []
+                    t = await self.drain_time(
+                        r,
+                        n,
+                        lambda box=box: box.append(
+                            self.spawn(["-m", "worker"], AGENTMILL_PROFILES=str(profiles))
+                        ),
+                        lambda: self.runs_done(r),
+                    )
+                    (f.base if tool == "echo" else f.ours).append(n * 10 / t)
+                    self.stop(box[0])
+            executions = ledger.counts()
+        once = sum(1 for v in executions.values() if v == 1)
+        f.note = (
+            f"{len(executions)} distinct Idempotency-Keys reached the ledger, {once} exactly once; "
+            "checkpoints and tool records cannot be switched off (they are the guarantee), so the "
+            "baseline keeps them and drops only the HTTP call"
+        )
         self.figures.append(f)
 
     # ---- report ----
@@ -483,18 +586,28 @@ class Bench:
         self.server.start()
         r = Redis.from_url(self.server.url)
         try:
+            rtt, cmds = 1, 1
             if "cost" in a.only or "steps" in a.only:
                 rtt, cmds = await self.fig_cost(r)
-            if "throughput" in a.only:
-                await self.fig_throughput(r)
-            if "steps" in a.only:
-                await self.fig_steps(r, rtt, cmds)
-            if "concurrency" in a.only:
-                await self.fig_concurrency(r)
-            if "latency" in a.only:
-                await self.fig_latency(r)
-            if "batch" in a.only:
-                await self.fig_batch(r)
+            figures: list[tuple[str, Callable[[], Awaitable[None]]]] = [
+                ("throughput", lambda: self.fig_throughput(r)),
+                ("steps", lambda: self.fig_steps(r, rtt, cmds)),
+                ("concurrency", lambda: self.fig_concurrency(r)),
+                ("latency", lambda: self.fig_latency(r)),
+                ("batch", lambda: self.fig_batch(r)),
+                ("ledger", lambda: self.fig_ledger(r)),
+            ]
+            for name, measure in figures:
+                if name not in a.only:
+                    continue
+                try:
+                    await measure()
+                except Exception as exc:  # one broken figure must not cost the others
+                    self.figures.append(
+                        Figure(f"{name}: not measured", "", note=f"{type(exc).__name__}: {exc}")
+                    )
+                    for p in self.procs:
+                        self.stop(p)
         finally:
             for p in self.procs:
                 self.stop(p)
@@ -528,13 +641,15 @@ def _pct(xs: list[float], p: float) -> float:
 TAIL = r"""
 import sys, time, redis
 r = redis.Redis.from_url(sys.argv[1]); key = sys.argv[2]; until = time.time() + float(sys.argv[3]); last = '0-0'; out = []
+start = time.time() * 1000  # events published before the reader listened are backlog, not latency
 while time.time() < until:
     got = r.xread({key: last}, block=200)
     now = time.time() * 1000
     for _, entries in got or []:
         for eid, f in entries:
             last = eid
-            out.append(now - float(f[b'ts']))
+            if float(f[b'ts']) >= start:
+                out.append(now - float(f[b'ts']))
 print(','.join(f'{x:.3f}' for x in out))
 """
 
@@ -547,12 +662,37 @@ for i in range(int(sys.argv[3])):
 """
 
 
-async def _tail_latency(url: str, key: str, seconds: float) -> list[float]:
+SSE_TAIL = r"""
+import sys, time, json, httpx
+url, run_id, until = sys.argv[1], sys.argv[2], time.time() + float(sys.argv[3]); out = []
+with httpx.stream("GET", f"{url}/v1/runs/{run_id}/events", timeout=None) as resp:
+    start = time.time() * 1000  # the stream is open: earlier events are backlog, not latency
+    for line in resp.iter_lines():
+        if line.startswith("data:"):
+            now, ts = time.time() * 1000, float(json.loads(line[5:])["ts"])
+            if ts >= start:
+                out.append(now - ts)
+        if time.time() > until:
+            break
+print(','.join(f'{x:.3f}' for x in out))
+"""
+
+
+async def _probe(script: str, *args: str) -> list[float]:
+    """Run a reader in its own process; it prints its latencies (ms) comma-separated."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", TAIL, url, key, str(seconds), stdout=asyncio.subprocess.PIPE
+        sys.executable, "-c", script, *args, stdout=asyncio.subprocess.PIPE
     )
     out, _ = await proc.communicate()
     return [float(x) for x in out.decode().strip().split(",") if x]
+
+
+async def _sse_latency(url: str, run_id: str, seconds: float) -> list[float]:
+    return await _probe(SSE_TAIL, url, run_id, str(seconds))
+
+
+async def _tail_latency(url: str, key: str, seconds: float) -> list[float]:
+    return await _probe(TAIL, url, key, str(seconds))
 
 
 async def _raw_xadd_latency(url: str, n: int = 150) -> list[float]:
@@ -574,7 +714,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency-samples", type=int, default=100)
     ap.add_argument("--poll-delay", type=float, default=0.05)
     ap.add_argument(
-        "--only", nargs="+", default=["cost", "throughput", "steps", "concurrency", "latency", "batch"]
+        "--only",
+        nargs="+",
+        default=["cost", "throughput", "steps", "concurrency", "latency", "batch", "ledger"],
     )
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "latest.json")
     args = ap.parse_args(argv)
