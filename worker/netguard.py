@@ -65,6 +65,19 @@ async def check_url(url: str, allow_hosts: Collection[str] = ()) -> None:
             )
 
 
+# Headers that may follow a redirect to another origin; any other (credentials, API keys a profile
+# sets) is dropped there, as browsers and httpx drop Authorization.
+CROSS_ORIGIN_HEADERS = frozenset(
+    {"content-type", "accept", "user-agent", "idempotency-key",
+     "x-agentmill-delivery", "x-agentmill-attempt", "x-agentmill-signature"}
+)  # fmt: skip
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    return parts.scheme, (parts.hostname or "").lower(), parts.port
+
+
 async def guarded_request(
     client: httpx.AsyncClient, method: str, url: str, *, allow_hosts: Collection[str] = (), **kwargs: Any
 ) -> httpx.Response:
@@ -74,7 +87,11 @@ async def guarded_request(
         response = await client.request(method, url, follow_redirects=False, **kwargs)
         if response.is_redirect and "location" in response.headers:
             await response.aclose()
-            url = urljoin(url, response.headers["location"])
+            target = urljoin(url, response.headers["location"])
+            if _origin(target) != _origin(url) and kwargs.get("headers"):
+                kept = {k: v for k, v in kwargs["headers"].items() if k.lower() in CROSS_ORIGIN_HEADERS}
+                kwargs = {**kwargs, "headers": kept}
+            url = target
             if response.status_code in (301, 302, 303):
                 method, kwargs = (
                     "GET",

@@ -28,6 +28,7 @@ class Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple[dict[str, str], dict[str, Any]]] = []
         self.fail_next = 0
+        self.port = 0
 
     async def tool(self, request: Request) -> Response:
         self.calls.append((dict(request.headers), orjson.loads(await request.body())))
@@ -38,6 +39,10 @@ class Recorder:
 
     async def redirect(self, request: Request) -> Response:
         return RedirectResponse("http://127.0.0.1:1/private", status_code=307)
+
+    async def hop(self, request: Request) -> Response:
+        """To /tool on the same port, under the host name the query names (another origin or not)."""
+        return RedirectResponse(f"http://{request.query_params['host']}:{self.port}/tool", status_code=307)
 
 
 @pytest.fixture
@@ -50,8 +55,10 @@ async def server() -> AsyncIterator[tuple[Recorder, int]]:
         routes=[
             Route("/tool", rec.tool, methods=["POST"]),
             Route("/redirect", rec.redirect, methods=["POST"]),
+            Route("/hop", rec.hop, methods=["POST"]),
         ]
     )
+    rec.port = port
     srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="off"))
     task = asyncio.create_task(srv.serve())
     while not srv.started:
@@ -170,6 +177,26 @@ async def test_redirects_are_checked_hop_by_hop(server: tuple[Recorder, int]) ->
             await guarded_request(
                 client, "POST", f"http://localhost:{port}/redirect", allow_hosts=["localhost"]
             )
+
+
+@pytest.mark.parametrize(("target", "secret_kept"), [("localhost", True), ("127.0.0.1", False)])
+async def test_secret_headers_do_not_follow_a_redirect_to_another_origin(
+    server: tuple[Recorder, int], target: str, secret_kept: bool
+) -> None:
+    from worker.netguard import guarded_request
+
+    rec, port = server
+    headers = {"X-Secret": "s3cret", "Idempotency-Key": "run_1:call_9", "Content-Type": "application/json"}
+    async with httpx.AsyncClient() as client:
+        resp = await guarded_request(
+            client, "POST", f"http://localhost:{port}/hop?host={target}",
+            allow_hosts=["localhost", "127.0.0.1"], content=b"{}", headers=headers,
+        )  # fmt: skip
+        await resp.aclose()
+    assert resp.status_code == 200
+    ((got, _),) = rec.calls
+    assert got["idempotency-key"] == "run_1:call_9"
+    assert ("x-secret" in got) is secret_kept
 
 
 @pytest.mark.parametrize(
