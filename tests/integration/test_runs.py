@@ -7,7 +7,14 @@ from redis.asyncio import Redis
 
 from producer.enqueue import SubmissionError, Submitted
 from shared import keys
-from tests.integration.helpers import assert_clean_stream, producer_for, script_run, stream, wait_all
+from tests.integration.helpers import (
+    assert_clean_stream,
+    producer_for,
+    running_worker,
+    script_run,
+    stream,
+    wait_all,
+)
 from tests.support.procs import workers
 
 pytestmark = pytest.mark.integration
@@ -92,3 +99,24 @@ async def test_invalid_input_is_refused_naming_the_field(
     assert exc.value.field == field, exc.value.message
     assert field.split(".")[0] in exc.value.message
     assert await redis.dbsize() == 0  # nothing enqueued, nothing written
+
+
+async def test_a_finished_run_expires_after_the_retention_and_its_stream_is_capped(
+    redis: Redis, redis_url: str
+) -> None:
+    # 80 tool rounds publish over 240 events; the stream keeps about AGENTMILL_STREAM_MAXLEN of them
+    # (XADD MAXLEN ~ trims whole nodes of 100 entries) and, like the run and its tool records,
+    # expires AGENTMILL_RETENTION_S after the run ends.
+    p = producer_for(redis, redis_url)
+    script = [{"toolCalls": [{"name": "echo", "arguments": {"text": str(i)}}]} for i in range(80)]
+    sub = await p.submit(script_run([*script, {"text": "done"}], loopLimits={"maxIterations": 100}))
+    async with running_worker(redis_url, stream_maxlen=20, retention_s=600):
+        rec = (await wait_all(p, [sub.run_id], 30))[sub.run_id]
+    assert rec.status.value == "completed"
+    last_seq = int(await redis.hget(keys.run_key(sub.run_id), "lastSeq"))
+    kept = await redis.xlen(keys.events_stream(sub.run_id))
+    assert last_seq > 240 and 20 <= kept <= 20 + 100
+    entries = await redis.xrange(keys.events_stream(sub.run_id))
+    assert [int(f[b"seq"]) for _, f in entries] == list(range(last_seq - kept + 1, last_seq + 1))
+    for key in (keys.run_key(sub.run_id), keys.events_stream(sub.run_id), keys.tools_key(sub.run_id)):
+        assert 0 < await redis.ttl(key) <= 600, key
