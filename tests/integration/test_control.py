@@ -259,6 +259,36 @@ async def test_one_run_per_session_at_a_time(redis: Redis, redis_url: str, strat
         assert recs[ids[1]].result.last_error.message == f"interrupted by run {ids[2]}"  # type: ignore[union-attr]
 
 
+async def test_a_burst_of_submissions_on_one_session_runs_one_at_a_time(redis: Redis, redis_url: str) -> None:
+    # Six submissions race each other (one connection each) while the session's first run is
+    # running on one of two workers: the submit script must queue every one of them.
+    p = producer_for(redis, redis_url)
+    clients = [Redis.from_url(redis_url) for _ in range(6)]
+    try:
+        async with running_worker(redis_url), running_worker(redis_url):
+            first = await p.submit(
+                session_body("s-burst", "q0", [{"text": "first", "delayMs": 300}], autoCreateSession=True)
+            )
+            await until_event(redis, first.run_id, lambda e: e.kind == "status")
+            burst = await asyncio.gather(
+                *(
+                    producer_for(c, redis_url).submit(
+                        session_body("s-burst", f"q{i}", [{"text": f"answer {i}", "delayMs": 50}])
+                    )
+                    for i, c in enumerate(clients, 1)
+                )
+            )
+            ids = [first.run_id, *(s.run_id for s in burst)]
+            recs = await wait_all(p, ids, 30)
+    finally:
+        for c in clients:
+            await c.aclose()
+    assert {r.status.value for r in recs.values()} == {"completed"}
+    windows = sorted(await run_windows(redis, ids))
+    for (_, end_prev), (start_next, _) in itertools.pairwise(windows):
+        assert start_next >= end_prev, windows
+
+
 async def test_reject_strategy_refuses_while_busy(
     redis: Redis, redis_url: str, worker: WorkerProcess
 ) -> None:
