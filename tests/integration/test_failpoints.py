@@ -3,6 +3,7 @@ about it is counted and visible in the stream. The chaos test hits the same poin
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import orjson
@@ -10,8 +11,10 @@ import pytest
 from redis.asyncio import Redis
 
 from shared import keys
+from shared.redis_server import free_port
 from tests.chaos.harness import chaos_profiles
 from tests.integration.helpers import assert_clean_stream, producer_for, stream, wait_all
+from tests.integration.test_worker_metrics import get, samples
 from tests.support.ledger import Ledger
 from tests.support.procs import WorkerProc, wait_until
 
@@ -27,27 +30,35 @@ def chaos_run(script: list[dict[str, object]]) -> dict[str, object]:
 
 async def crash_then_rescue(
     redis: Redis, redis_url: str, tmp_path: Path, ledger: Ledger, failpoint: str, body: dict[str, object]
-) -> str:
+) -> tuple[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]]:
+    """The run's first worker dies at the failpoint; a second finishes it. Returns the run id and
+    the rescuer's metrics."""
     profiles = chaos_profiles(ledger.url, tmp_path / "profiles.json")
     env = {**FAST, "AGENTMILL_PROFILES": str(profiles)}
     p = producer_for(redis, redis_url, profiles=str(profiles))  # the chaos profile: an HTTP ledger tool
     sub = await p.submit(body)
     doomed = WorkerProc(redis_url, env={**env, "AGENTMILL_FAILPOINTS": f"{failpoint}:1"}).start()
     assert wait_until(lambda: not doomed.alive, 30), f"the worker never reached {failpoint}"
-    rescuer = WorkerProc(redis_url, env=env).start()
+    port = free_port()
+    rescuer = WorkerProc(redis_url, env={**env, "AGENTMILL_WORKER_METRICS_PORT": str(port)}).start()
     try:
         rec = (await wait_all(p, [sub.run_id], 30))[sub.run_id]
+        status, body_text = await asyncio.to_thread(get, f"http://127.0.0.1:{port}/metrics")
     finally:
         rescuer.stop()
     assert rec.status.value == "completed", rec.result
-    return sub.run_id
+    assert status == 200
+    metrics = samples(body_text)
+    assert metrics[("agentmill_runs_resumed_total", ())] == 1
+    assert metrics[("agentmill_runs_started_total", (("resumed", "true"),))] == 1
+    return sub.run_id, metrics
 
 
 async def test_a_tool_whose_worker_died_mid_call_runs_again_with_the_same_key_and_says_so(
     redis: Redis, redis_url: str, tmp_path: Path
 ) -> None:
     with Ledger() as ledger:
-        run_id = await crash_then_rescue(
+        run_id, metrics = await crash_then_rescue(
             redis, redis_url, tmp_path, ledger, "after_tool_effect",
             chaos_run([{"toolCalls": [{"name": "ledger", "arguments": {"step": 1}}]}, {"text": "done"}]),
         )  # fmt: skip
@@ -58,6 +69,7 @@ async def test_a_tool_whose_worker_died_mid_call_runs_again_with_the_same_key_an
     assert counts == {f"{run_id}:{call_id}": 2}  # the side effect happened twice, under one key
     notices = [e for e in events if e.kind == "status" and e.payload["status"] == "tool_reexecuted"]
     assert [n.payload["toolCallId"] for n in notices] == [call_id]
+    assert metrics[("agentmill_tool_calls_reexecuted_total", (("tool", "ledger"),))] == 1
     record = orjson.loads(await redis.hget(keys.tools_key(run_id), call_id))
     assert record["state"] == "done" and record["attempts"] == 2
     assert [e.payload["toolCallId"] for e in events if e.kind == "tool_result"] == [call_id]
@@ -67,7 +79,7 @@ async def test_a_model_call_cut_off_after_its_deltas_were_published_is_announced
     redis: Redis, redis_url: str, tmp_path: Path
 ) -> None:
     with Ledger() as ledger:
-        run_id = await crash_then_rescue(
+        run_id, _ = await crash_then_rescue(
             redis, redis_url, tmp_path, ledger, "after_delta_publish",
             chaos_run([{"text": "a long answer streamed in many small pieces " * 4, "delayMs": 800}]),
         )  # fmt: skip

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
+from shared import keys
 from shared.settings import Settings
 from tests.integration.helpers import producer_for, script_run, wait_all
 from worker.health import HealthServer
@@ -50,12 +51,25 @@ async def test_metrics_after_real_runs(redis: Redis, redis_url: str) -> None:
                 [
                     {"error": {"status": 503, "retryAfterMs": 10}},
                     {"toolCalls": [{"name": "echo", "arguments": {"text": "x"}}]},
+                    {"toolCalls": [{"name": "flaky", "arguments": {"failures": 1}}]},
                     {"text": "done"},
                 ]
             )
         )
         bad = await p.submit(script_run([{"error": {"status": 401}}]))
-        await wait_all(p, [ok.run_id, bad.run_id], 20)
+        overflow = {"error": {"status": 400, "code": "context_length_exceeded", "message": "too long"}}
+        squeezed = await p.submit(script_run([overflow, {"text": "fits now"}]))
+        parked = await p.submit(
+            script_run(
+                [{"toolCalls": [{"name": "echo", "arguments": {}}]}],
+                toolPolicy={"requireApprovalByDefault": True},
+            )
+        )
+        await wait_all(p, [ok.run_id, bad.run_id, squeezed.run_id], 20)
+        for _ in range(200):  # awaiting approval is not terminal: wait for the run to park
+            if await redis.hget(keys.run_key(parked.run_id), "status") == b"awaiting_human":
+                break
+            await asyncio.sleep(0.05)
         while wp.metrics_port is None:
             await asyncio.sleep(0.01)
         status, body = await asyncio.to_thread(get, f"http://127.0.0.1:{wp.metrics_port}/metrics")
@@ -64,26 +78,39 @@ async def test_metrics_after_real_runs(redis: Redis, redis_url: str) -> None:
         await task
     assert status == 200
     m = samples(body)
-    assert m[("agentmill_runs_started_total", (("resumed", "false"),))] == 2
-    assert m[("agentmill_runs_finished_total", (("status", "completed"),))] == 1
-    assert m[("agentmill_runs_finished_total", (("status", "failed"),))] == 1
-    assert m[("agentmill_model_retries_total", (("reason", "http_503"),))] == 1
-    assert m[("agentmill_model_calls_total", (("outcome", "error"),))] == 2
-    assert m[("agentmill_model_calls_total", (("outcome", "success"),))] == 2
-    assert m[("agentmill_tool_calls_total", (("outcome", "ok"), ("tool", "echo")))] == 1
-    assert m[("agentmill_events_published_total", (("kind", "tool_result"),))] == 1
-    assert m[("agentmill_run_iterations_count", ())] == 2 and m[("agentmill_run_iterations_sum", ())] == 2
-    assert m[("agentmill_runs_in_progress", ())] == 0
-    assert m[("agentmill_model_tokens_total", (("direction", "output"),))] > 0
-    assert (
-        m[
-            (
-                "agentmill_state_transitions_total",
-                (("from_state", "model_running.calling"), ("to_state", "model_running.retrying")),
-            )
-        ]
-        >= 0
-    )
+
+    def one(name: str, **labels: str) -> float:
+        return m[(name, tuple(sorted(labels.items())))]
+
+    # ok: 503 → retry, echo, flaky (fails once, retried), done. bad: 401. squeezed: context-length
+    # error → compaction → answer. parked: a tool call that waits for approval.
+    assert one("agentmill_runs_started_total", resumed="false") == 4
+    assert one("agentmill_runs_finished_total", status="completed") == 2
+    assert one("agentmill_runs_finished_total", status="failed") == 1
+    assert one("agentmill_runs_awaiting_approval") == 1
+    assert one("agentmill_runs_in_progress") == 0
+    assert one("agentmill_run_iterations_count") == 3 and one("agentmill_run_iterations_sum") == 3 + 0 + 1
+    assert one("agentmill_run_duration_seconds_count") == 3
+    assert one("agentmill_model_calls_total", outcome="error") == 3  # 503, 401, overflow
+    assert one("agentmill_model_calls_total", outcome="success") == 5
+    assert one("agentmill_model_call_duration_seconds_count") == 8
+    assert one("agentmill_model_time_to_first_token_seconds_count") == 5
+    assert one("agentmill_model_retries_total", reason="http_503") == 1
+    assert one("agentmill_model_tokens_total", direction="input") > 0
+    assert one("agentmill_model_tokens_total", direction="output") > 0
+    assert one("agentmill_compactions_total", reason="overflow") == 1
+    assert one("agentmill_tool_calls_total", tool="echo", outcome="ok") == 1  # the parked one never ran
+    assert one("agentmill_tool_calls_total", tool="flaky", outcome="ok") == 1
+    assert one("agentmill_tool_retries_total", tool="flaky") == 1
+    assert one("agentmill_tool_call_duration_seconds_count", tool="flaky") == 1
+    assert one("agentmill_events_published_total", kind="tool_call") == 3
+    assert one("agentmill_events_published_total", kind="tool_result") == 2
+    assert one("agentmill_events_published_total", kind="assistant_message") == 5
+    assert one("agentmill_events_published_total", kind="compaction") == 1
+    assert one("agentmill_job_retries_total") == 0 and one("agentmill_runs_resumed_total") == 0
+    step = {"from_state": "model_running.calling", "to_state": "model_running.retrying"}
+    assert one("agentmill_state_transitions_total", **step) == 1
+    assert one("agentmill_state_transitions_total", from_state="idle", to_state="preparing") == 4
     assert not any("run_" in k for name, labels in m for k in dict(labels).values())  # no run ids in labels
     promtool = shutil.which("promtool") or shutil.which("promtool", path=os.path.dirname(sys.executable))
     if promtool:
