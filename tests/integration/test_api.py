@@ -5,6 +5,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import os
+import shutil
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -357,3 +361,24 @@ async def test_an_unusable_webhook_url_is_given_up_without_stopping_other_delive
     assert bad[b"failed"] == b"1" and bad[b"lastError"].startswith(b"refused")
     assert (await redis.hgetall(keys.webhook_key("good")))[b"delivered"] == b"1"
     assert await redis.zcard(keys.WEBHOOKS_DUE) == 0
+
+
+async def test_api_metrics_pass_promtool(redis_url: str) -> None:
+    async with api(settings(redis_url)) as url, httpx.AsyncClient(base_url=url, headers=A) as c:
+        sub = await c.post("/v1/runs", json=run_body())
+        assert sub.status_code == 202
+        assert (await c.get("/v1/runs/nope-42")).status_code == 404
+        resp = await c.get("/metrics")
+    assert resp.status_code == 200
+    text = resp.text
+    assert 'agentmill_api_submissions_total{outcome="accepted"} 1.0' in text
+    assert "agentmill_queue_depth 1.0" in text
+    assert 'route="/v1/runs/{run_id}"' in text  # labels carry the route template, never an id
+    assert "nope-42" not in text and sub.json()["runId"] not in text
+    promtool = shutil.which("promtool") or shutil.which("promtool", path=os.path.dirname(sys.executable))
+    if promtool is None:
+        pytest.skip("promtool is not installed (bin/dev installs it from Debian's prometheus package)")
+    check = await asyncio.to_thread(
+        subprocess.run, [promtool, "check", "metrics"], input=text.encode(), capture_output=True
+    )
+    assert check.returncode == 0, check.stdout + check.stderr

@@ -125,6 +125,28 @@ async def test_a_stale_epoch_is_fenced_off_everywhere(
     }
 
 
+async def test_two_workers_claiming_one_call_at_once_only_the_owner_wins(
+    redis: Redis, redis_url: str, settings: Settings
+) -> None:
+    # Ten runs, each with a worker paused past its lease and the worker that took the run over,
+    # both claiming tool call c1 in the same instant (twenty commits in flight together).
+    rids = [await new_run(redis, redis_url, f"race{i}") for i in range(10)]
+    olds = [(await acquire(redis, settings, r, "w-old"))[0] for r in rids]
+    await asyncio.sleep(0.35)
+    news = [(await acquire(redis, settings, r, "w-new"))[0] for r in rids]
+    commits = []
+    for i, (old, new) in enumerate(zip(olds, news, strict=True)):
+        pair = [old.commit(Outbox([ev()], claims=["c1"])), new.commit(Outbox([ev()], claims=["c1"]))]
+        commits += pair[::-1] if i % 2 else pair
+    results = await asyncio.gather(*commits, return_exceptions=True)
+    assert sum(isinstance(r, FencedError) for r in results) == 10
+    assert not [r for r in results if isinstance(r, BaseException) and not isinstance(r, FencedError)]
+    for rid in rids:
+        claim = orjson.loads(await redis.hget(keys.tools_key(rid), "c1"))
+        assert claim == {"state": "pending", "epoch": 2, "attempts": 1}
+        assert [e.seq for e in await stream(redis, rid)] == [1]  # one event: the owner's
+
+
 async def test_crash_budget_ends_the_run_failed(redis: Redis, redis_url: str, settings: Settings) -> None:
     rid = await new_run(redis, redis_url)
     for i in range(3):
