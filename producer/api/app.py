@@ -453,7 +453,12 @@ def create_app(
 
     @app.get("/readyz", responses={503: {"model": ErrorResponse}}, summary="Redis is reachable")
     async def readyz(api: ApiDep) -> dict[str, str]:
-        await asyncio.wait_for(api.redis.ping(), 2.0)
+        try:
+            await asyncio.wait_for(api.redis.ping(), 2.0)
+        except TimeoutError:  # up but not answering (stalled, overloaded): not ready either
+            raise ApiError(
+                503, "redis_unavailable", "Redis did not answer within 2 s", headers={"Retry-After": "2"}
+            ) from None
         return {"status": "ready"}
 
     @app.get(

@@ -7,6 +7,7 @@ import hashlib
 import hmac
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -236,6 +237,15 @@ async def test_503_while_redis_is_down() -> None:
             assert (await c.get("/healthz")).status_code == 200
             server.start()
             assert (await c.post("/v1/runs", json=run_body())).status_code == 202
+            # Stalled rather than down: readiness fails with the same JSON error, not a plain 500.
+            assert server.proc is not None
+            os.kill(server.proc.pid, signal.SIGSTOP)
+            try:
+                r = await c.get("/readyz")
+            finally:
+                os.kill(server.proc.pid, signal.SIGCONT)
+            assert r.status_code == 503 and r.json()["error"]["code"] == "redis_unavailable"
+            assert (await c.get("/readyz")).status_code == 200
 
 
 async def test_abort_approvals_and_sessions_routes(redis_url: str) -> None:
