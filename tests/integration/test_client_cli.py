@@ -15,9 +15,10 @@ from redis.asyncio import Redis
 
 from producer.api.app import create_app
 from producer.client import AsyncClient, Client
+from shared import keys
 from shared.redis_server import free_port
 from shared.settings import Settings
-from tests.integration.helpers import producer_for, script_run, wait_all
+from tests.integration.helpers import producer_for, running_worker, script_run, stream, wait_all
 from worker.jobs import WorkerProcess
 
 pytestmark = pytest.mark.integration
@@ -159,3 +160,49 @@ def test_cli_demo_runs_to_completion() -> None:
         and "The answer is" in out.stdout
         and "completed after 2 iterations" in out.stdout
     )
+
+
+async def test_cli_approve_reject_and_abort(redis: Redis, redis_url: str) -> None:
+    p = producer_for(redis, redis_url)
+    calls = [
+        {"id": "ok-1", "name": "echo", "arguments": {"text": "yes"}},
+        {"id": "no-1", "name": "echo", "arguments": {"text": "no"}},
+    ]
+    parked = await p.submit(
+        script_run([{"toolCalls": calls}, {"text": "done"}], toolPolicy={"requireApprovalByDefault": True})
+    )
+    queued = await p.submit(script_run([{"text": "never"}]))
+    # No worker yet: the queued run is aborted before it starts.
+    out = await asyncio.to_thread(cli, redis_url, "abort", queued.run_id)
+    assert out.returncode == 0 and "aborted" in out.stdout
+    async with running_worker(redis_url):
+        for _ in range(200):
+            if await redis.hget(keys.run_key(parked.run_id), "status") == b"awaiting_human":
+                break
+            await asyncio.sleep(0.05)
+        approve = await asyncio.to_thread(cli, redis_url, "approve", parked.run_id, "ok-1")
+        assert approve.returncode == 0 and "recorded" in approve.stdout, approve.stdout + approve.stderr
+        unknown = await asyncio.to_thread(cli, redis_url, "approve", parked.run_id, "nope")
+        assert unknown.returncode == 2
+        reject = await asyncio.to_thread(
+            cli, redis_url, "reject", parked.run_id, "no-1", "--reason", "not today"
+        )
+        assert reject.returncode == 0 and "resumed" in reject.stdout
+        again = await asyncio.to_thread(cli, redis_url, "approve", parked.run_id, "no-1")
+        assert again.returncode == 2  # decided already: a clear refusal, not a second execution
+        recs = await wait_all(p, [parked.run_id, queued.run_id], 15)
+    assert recs[parked.run_id].status.value == "completed"
+    assert recs[queued.run_id].status.value == "aborted"
+    results = [e for e in await stream(redis, parked.run_id) if e.kind == "tool_result"]
+    assert sorted((e.payload["toolCallId"], e.payload["isError"]) for e in results) == [
+        ("no-1", True),  # rejected: an error result the model sees, never executed
+        ("ok-1", False),
+    ]
+    records = {
+        k.decode(): orjson.loads(v) for k, v in (await redis.hgetall(keys.tools_key(parked.run_id))).items()
+    }
+    assert list(records) == ["ok-1"] and records["ok-1"]["attempts"] == 1  # executed once; no-1 never
+    finished = await asyncio.to_thread(cli, redis_url, "abort", parked.run_id)
+    assert finished.returncode == 0 and "already finished" in finished.stdout
+    missing = await asyncio.to_thread(cli, redis_url, "abort", "no-such-run")
+    assert missing.returncode == 2 and "no run" in missing.stdout
