@@ -253,6 +253,12 @@ elseif is_terminal(status) then
       redis.call('LTRIM', session_key(sid) .. ':loops', -1000, -1)
     end
     if #trs > 0 then redis.call('HSET', session_key(sid) .. ':toolresults', unpack(trs)) end
+    -- A session's history lives for the retention after its latest run ended.
+    local skey = session_key(sid)
+    redis.call('LTRIM', skey .. ':runs', -1000, -1)
+    for _, k in ipairs({skey .. ':loops', skey .. ':toolresults', skey .. ':runs'}) do
+      redis.call('EXPIRE', k, ARGV[4])
+    end
     session_advance(sid, ARGV[6])
   end
   redis.call('EXPIRE', KEYS[1], ARGV[4])

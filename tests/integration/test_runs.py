@@ -120,3 +120,20 @@ async def test_a_finished_run_expires_after_the_retention_and_its_stream_is_capp
     assert [int(f[b"seq"]) for _, f in entries] == list(range(last_seq - kept + 1, last_seq + 1))
     for key in (keys.run_key(sub.run_id), keys.events_stream(sub.run_id), keys.tools_key(sub.run_id)):
         assert 0 < await redis.ttl(key) <= 600, key
+
+
+async def test_a_sessions_history_expires_after_the_retention(redis: Redis, redis_url: str) -> None:
+    p = producer_for(redis, redis_url)
+    script = [{"toolCalls": [{"name": "echo", "arguments": {"text": "x"}}]}, {"text": "ok"}]
+    sub = await p.submit(script_run(script, sessionId="s-ttl", autoCreateSession=True))
+    async with running_worker(redis_url, retention_s=600):
+        assert (await wait_all(p, [sub.run_id], 15))[sub.run_id].status.value == "completed"
+    sid = "s-ttl"
+    for key in (
+        keys.session_history_key(sid),
+        keys.session_tool_results_key(sid),
+        keys.session_runs_key(sid),
+    ):
+        assert 0 < await redis.ttl(key) <= 600, key
+    # The session record (its active and pending runs) is small and never expires under a run.
+    assert await redis.ttl(keys.session_key(sid)) == -1
