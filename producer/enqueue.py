@@ -382,6 +382,14 @@ class Producer:
     async def queue_depth(self) -> int:
         return int(await self.redis.zcard(keys.QUEUE))
 
+    async def gauges(self) -> tuple[int, int]:
+        """Queue depth and runs awaiting approval, in one round trip (the API exports both)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zcard(keys.QUEUE)
+            pipe.zcard(keys.AWAITING)
+            depth, awaiting = await pipe.execute()
+        return int(depth), int(awaiting)
+
 
 def _now_ms() -> int:
     return int(time.time() * 1000)

@@ -18,6 +18,7 @@ from arq.constants import (
 PREFIX = "am"
 QUEUE = default_queue_name  # arq's sorted set of pending job ids
 LIVE = f"{PREFIX}:live"  # zset runId -> when the reconciler should next look at it (ms)
+AWAITING = f"{PREFIX}:awaiting"  # zset runId -> since when it waits for a human decision (ms)
 WORKERS = f"{PREFIX}:workers"  # zset workerId -> last heartbeat (ms)
 WEBHOOKS = f"{PREFIX}:webhooks"  # list of runIds whose terminal result awaits webhook delivery
 WEBHOOKS_DUE = f"{PREFIX}:webhooks:due"  # zset runId -> next delivery attempt (ms)

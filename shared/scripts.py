@@ -33,6 +33,7 @@ end
 local WEBHOOKS = '__WEBHOOKS__'
 local QUEUE = '__QUEUE__'
 local LIVE = '__LIVE__'
+local AWAITING = '__AWAITING__'
 local function run_key(id) return '__PREFIX__:{' .. id .. '}:run' end
 local function stream_key(id) return '__PREFIX__:{' .. id .. '}:events' end
 local function tools_key(id) return '__PREFIX__:{' .. id .. '}:tools' end
@@ -91,6 +92,7 @@ local function finalize(run, stream, tools, live, run_id, status, code, message,
   redis.call('HSET', run, 'status', status, 'result', cjson.encode(result), 'lastSeq', seq,
     'owner', '', 'leaseUntil', 0, 'epoch', tonumber(h[4] or '0') + 1, 'finishedAt', ts, 'abort', '')
   redis.call('ZREM', live, run_id)
+  redis.call('ZREM', AWAITING, run_id)
   local wh = redis.call('HGET', run, 'webhook')
   if wh and wh ~= '' then redis.call('LPUSH', WEBHOOKS, run_id) end
   session_advance(h[2], run_id)
@@ -245,6 +247,7 @@ elseif is_terminal(status) then
   redis.call('HSET', KEYS[1], 'status', status, 'result', ARGV[8], 'owner', '', 'leaseUntil', 0,
     'finishedAt', now)
   redis.call('ZREM', KEYS[4], ARGV[6])
+  redis.call('ZREM', AWAITING, ARGV[6])
   local wh = redis.call('HGET', KEYS[1], 'webhook')
   if wh and wh ~= '' then redis.call('LPUSH', WEBHOOKS, ARGV[6]) end
   if sid ~= '' then
@@ -267,6 +270,7 @@ elseif is_terminal(status) then
 elseif status == 'awaiting_human' then
   redis.call('HSET', KEYS[1], 'status', status, 'approvals', ARGV[8], 'owner', '', 'leaseUntil', 0,
     'awaitingSince', now, 'approvalTimeoutMs', approval_timeout)
+  redis.call('ZADD', AWAITING, now, ARGV[6])
   if approval_timeout ~= '' then
     redis.call('ZADD', KEYS[4], now + tonumber(approval_timeout), ARGV[6])
   else
@@ -377,6 +381,7 @@ redis.call('HSET', KEYS[1], 'gen', tonumber(h[3]) + 1, 'status', 'queued')
 redis.call('SET', KEYS[4], ARGV[7], 'PX', ARGV[8])
 redis.call('ZADD', KEYS[3], now, ARGV[6])
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[9]), ARGV[1])
+redis.call('ZREM', AWAITING, ARGV[1])
 return {'resumed', '0'}
 """
 
@@ -464,6 +469,7 @@ class Scripts:
             "__WEBHOOKS__": keys.WEBHOOKS,
             "__QUEUE__": keys.QUEUE,
             "__LIVE__": keys.LIVE,
+            "__AWAITING__": keys.AWAITING,
             "__PREFIX__": keys.PREFIX,
             "__JOBPREFIX__": keys.arq_job_key(""),
             "__FUNCTION__": RUN_FUNCTION,

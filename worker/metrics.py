@@ -39,11 +39,6 @@ class MetricsObserver:
             registry=r,
         )
         self.in_progress = Gauge("agentmill_runs_in_progress", "Runs this worker is driving now.", registry=r)
-        self.awaiting = Gauge(
-            "agentmill_runs_awaiting_approval",
-            "Runs this worker parked awaiting approval (net, since start).",
-            registry=r,
-        )
         self.job_retries = Counter("agentmill_job_retries", "Jobs started with arq try > 1.", registry=r)
         self.resumed = Counter("agentmill_runs_resumed", "Runs resumed from a checkpoint.", registry=r)
         self.model_calls = Counter(
@@ -139,7 +134,8 @@ class MetricsObserver:
         self.in_progress.dec()
 
     def awaiting_human(self, delta: int) -> None:
-        self.awaiting.inc(delta)
+        """Not a worker series: a parked run belongs to no worker, and an abort or an approval
+        timeout ends it without one. The API exports agentmill_runs_awaiting_approval from Redis."""
 
     def model_call(self, outcome: str, *, latency_s: float, ttft_s: float | None) -> None:
         self.model_calls.labels(outcome).inc()

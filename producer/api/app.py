@@ -469,7 +469,9 @@ def create_app(
     )
     async def metrics(api: ApiDep) -> Response:
         with contextlib.suppress(Exception):
-            api.metrics.queue_depth.set(await api.producer.queue_depth())
+            depth, awaiting = await api.producer.gauges()
+            api.metrics.queue_depth.set(depth)
+            api.metrics.awaiting.set(awaiting)
         body, ctype = api.metrics.render()
         return Response(body, media_type=ctype)
 

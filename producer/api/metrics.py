@@ -1,5 +1,5 @@
-"""The API's Prometheus metrics. Queue depth is exported here, and only here, so it is not
-multiplied by the number of workers."""
+"""The API's Prometheus metrics. Queue depth and runs awaiting approval are read from Redis and
+exported here, and only here, so they are not multiplied by the number of workers."""
 
 from __future__ import annotations
 
@@ -29,6 +29,11 @@ class ApiMetrics:
         self.queue_depth = Gauge(
             "agentmill_queue_depth",
             "Jobs waiting in arq's queue (runs queued or running).",
+            registry=self.registry,
+        )
+        self.awaiting = Gauge(
+            "agentmill_runs_awaiting_approval",
+            "Runs waiting for a human decision on a tool call (no worker holds them).",
             registry=self.registry,
         )
 

@@ -392,3 +392,35 @@ async def test_api_metrics_pass_promtool(redis_url: str) -> None:
         subprocess.run, [promtool, "check", "metrics"], input=text.encode(), capture_output=True
     )
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+async def test_runs_awaiting_approval_are_exported_once_from_redis(redis_url: str, redis: Redis) -> None:
+    def awaiting(text: str) -> float:
+        line = next(x for x in text.splitlines() if x.startswith("agentmill_runs_awaiting_approval "))
+        return float(line.split()[1])
+
+    async with (
+        api(settings(redis_url)) as url,
+        running_worker(redis_url),
+        httpx.AsyncClient(base_url=url, headers=A) as c,
+    ):
+        parked = [
+            (await c.post("/v1/runs", json=run_body(
+                [{"toolCalls": [{"id": "t1", "name": "echo", "arguments": {}}]}, {"text": "ok"}],
+                toolPolicy={"requireApprovalByDefault": True},
+            ))).json()["runId"]
+            for _ in range(2)
+        ]  # fmt: skip
+        for rid in parked:
+            for _ in range(200):
+                if (await c.get(f"/v1/runs/{rid}")).json()["status"] == "awaiting_human":
+                    break
+                await asyncio.sleep(0.05)
+        assert awaiting((await c.get("/metrics")).text) == 2
+        assert (await c.post(f"/v1/runs/{parked[0]}/abort")).status_code == 200
+        decision = {"decisions": [{"toolCallId": "t1", "approved": True}]}
+        assert (await c.post(f"/v1/runs/{parked[1]}/approvals", json=decision)).status_code == 200
+        final = (await c.get(f"/v1/runs/{parked[1]}/wait", params={"timeout": 10})).json()
+        assert final["status"] == "completed"
+        assert awaiting((await c.get("/metrics")).text) == 0  # neither the abort nor the approval leaks
+    assert await redis.zcard(keys.AWAITING) == 0
