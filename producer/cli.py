@@ -267,12 +267,12 @@ async def _submit(file: Path, wait: bool, api_url: str | None, token: str | None
         async with AsyncClient(api_url, token=token) as c:
             for start, batch in batches:
                 for i, r in enumerate(await c.submit_batch(batch), start):
-                    if r.get("runId") and not r.get("error"):
-                        accepted.append(r["runId"])
+                    if r.runId and r.error is None:
+                        accepted.append(r.runId)
                     else:
-                        err.print(f"[red]item {i}:[/] {r['error']['message']}")
+                        err.print(f"[red]item {i}:[/] {r.error.message if r.error else 'not accepted'}")
                         bad += 1
-            done = await _progress(accepted, lambda rid: c.get(rid)) if wait else {}
+            done = await _progress(accepted, lambda rid: _view_of(c, rid)) if wait else {}
     else:
         async with _producer() as p:
             for start, batch in batches:
@@ -293,6 +293,12 @@ async def _submit(file: Path, wait: bool, api_url: str | None, token: str | None
         console.print(rid)
     not_completed = [r for r, v in done.items() if v.get("status") != "completed"]
     return 1 if bad or (wait and not_completed) else 0
+
+
+async def _view_of(client: Any, run_id: str) -> dict[str, Any]:
+    """A run's view through the API client, as the JSON the API sent (what _progress reads)."""
+    view = await client.get(run_id)
+    return dict(view.model_dump(mode="json", by_alias=True, exclude_none=True))
 
 
 async def _progress(run_ids: list[str], view: Any) -> dict[str, dict[str, Any]]:
@@ -374,7 +380,7 @@ async def _demo(n: int) -> int:
                 for i in range(n)
             ]  # fmt: skip
             results = await c.submit_batch(items)
-            ids = [r["runId"] for r in results if r.get("runId")]
+            ids = [r.runId for r in results if r.runId]
             console.print(f"submitted {len(ids)} runs through POST /v1/runs/batch")
             watched = ids[0]
             tail_lines: list[RunEvent] = []
@@ -384,7 +390,7 @@ async def _demo(n: int) -> int:
                     tail_lines.append(e)
 
             follower = asyncio.create_task(follow())
-            views = await _progress(ids, c.get)
+            views = await _progress(ids, lambda rid: _view_of(c, rid))
             await asyncio.wait_for(follower, 10)
             console.print(
                 f"\n[bold]events of run {watched}[/] (GET /v1/runs/{watched}/events, Server-Sent Events):"

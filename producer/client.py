@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import orjson
 
+from shared.api import AbortAnswer, Accepted, ApprovalsAnswer, BatchItem, RunView
 from shared.codec import to_jsonable
 from shared.models import RunEvent, RunInput
 
@@ -68,32 +69,38 @@ class AsyncClient:
     async def aclose(self) -> None:
         await self.http.aclose()
 
-    async def submit(
-        self, run: RunInput | dict[str, Any], *, idempotency_key: str | None = None
-    ) -> dict[str, Any]:
+    async def submit(self, run: RunInput | dict[str, Any], *, idempotency_key: str | None = None) -> Accepted:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        return _check(await self.http.post("/v1/runs", json=_body(run), headers=headers))  # type: ignore[no-any-return]
+        return Accepted.model_validate(
+            _check(await self.http.post("/v1/runs", json=_body(run), headers=headers))
+        )
 
     async def submit_batch(
         self, runs: Sequence[RunInput | dict[str, Any]], *, webhook: str | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[BatchItem]:
+        """One answer per run, in order: ``runId`` when accepted, else ``error`` (code, message, field)."""
         body: dict[str, Any] = {"runs": [_body(r) for r in runs]}
         if webhook:
             body["webhook"] = webhook
-        return _check(await self.http.post("/v1/runs/batch", json=body))["results"]  # type: ignore[no-any-return]
+        answer = _check(await self.http.post("/v1/runs/batch", json=body))
+        return [BatchItem.model_validate(r) for r in answer["results"]]
 
-    async def get(self, run_id: str) -> dict[str, Any]:
-        return _check(await self.http.get(f"/v1/runs/{run_id}"))  # type: ignore[no-any-return]
+    async def get(self, run_id: str) -> RunView:
+        return RunView.model_validate(_check(await self.http.get(f"/v1/runs/{run_id}")))
 
-    async def wait(self, run_id: str, *, timeout: float = 60.0) -> dict[str, Any]:  # noqa: ASYNC109 - server-side long poll
+    async def wait(self, run_id: str, *, timeout: float = 60.0) -> RunView:  # noqa: ASYNC109 - server-side long poll
         deadline = time.monotonic() + timeout
         while True:
             left = max(0.0, min(55.0, deadline - time.monotonic()))
-            view = _check(
-                await self.http.get(f"/v1/runs/{run_id}/wait", params={"timeout": left}, timeout=left + 10)
+            view = RunView.model_validate(
+                _check(
+                    await self.http.get(
+                        f"/v1/runs/{run_id}/wait", params={"timeout": left}, timeout=left + 10
+                    )
+                )
             )
-            if view["status"] in ("completed", "failed", "aborted") or time.monotonic() >= deadline:
-                return view  # type: ignore[no-any-return]
+            if view.status in ("completed", "failed", "aborted") or time.monotonic() >= deadline:
+                return view
 
     async def events(
         self, run_id: str, *, after: int = 0, retry_s: float = 0.5, give_up_s: float = 60.0
@@ -129,22 +136,23 @@ class AsyncClient:
                 raise ApiError(503, "unreachable", f"the API was unreachable for {give_up_s:.0f} s")
             await asyncio.sleep(retry_s)
 
-    async def abort(self, run_id: str) -> dict[str, Any]:
-        return _check(await self.http.post(f"/v1/runs/{run_id}/abort"))  # type: ignore[no-any-return]
+    async def abort(self, run_id: str) -> AbortAnswer:
+        return AbortAnswer.model_validate(_check(await self.http.post(f"/v1/runs/{run_id}/abort")))
 
-    async def approve(self, run_id: str, tool_call_id: str, *, reason: str | None = None) -> dict[str, Any]:
+    async def approve(self, run_id: str, tool_call_id: str, *, reason: str | None = None) -> ApprovalsAnswer:
         return await self._decide(run_id, tool_call_id, True, reason)
 
-    async def reject(self, run_id: str, tool_call_id: str, *, reason: str | None = None) -> dict[str, Any]:
+    async def reject(self, run_id: str, tool_call_id: str, *, reason: str | None = None) -> ApprovalsAnswer:
         return await self._decide(run_id, tool_call_id, False, reason)
 
     async def _decide(
         self, run_id: str, tool_call_id: str, approved: bool, reason: str | None
-    ) -> dict[str, Any]:
+    ) -> ApprovalsAnswer:
         d: dict[str, Any] = {"toolCallId": tool_call_id, "approved": approved}
         if reason:
             d["reason"] = reason
-        return _check(await self.http.post(f"/v1/runs/{run_id}/approvals", json={"decisions": [d]}))  # type: ignore[no-any-return]
+        answer = _check(await self.http.post(f"/v1/runs/{run_id}/approvals", json={"decisions": [d]}))
+        return ApprovalsAnswer.model_validate(answer)
 
 
 async def _parse_sse(resp: httpx.Response) -> AsyncIterator[RunEvent]:
@@ -178,18 +186,18 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def submit(self, run: RunInput | dict[str, Any], *, idempotency_key: str | None = None) -> dict[str, Any]:
+    def submit(self, run: RunInput | dict[str, Any], *, idempotency_key: str | None = None) -> Accepted:
         return self._run(self._async.submit(run, idempotency_key=idempotency_key))  # type: ignore[no-any-return]
 
     def submit_batch(
         self, runs: Sequence[RunInput | dict[str, Any]], *, webhook: str | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[BatchItem]:
         return self._run(self._async.submit_batch(runs, webhook=webhook))  # type: ignore[no-any-return]
 
-    def get(self, run_id: str) -> dict[str, Any]:
+    def get(self, run_id: str) -> RunView:
         return self._run(self._async.get(run_id))  # type: ignore[no-any-return]
 
-    def wait(self, run_id: str, *, timeout: float = 60.0) -> dict[str, Any]:
+    def wait(self, run_id: str, *, timeout: float = 60.0) -> RunView:
         return self._run(self._async.wait(run_id, timeout=timeout))  # type: ignore[no-any-return]
 
     def events(self, run_id: str, *, after: int = 0) -> Iterator[RunEvent]:
@@ -203,11 +211,11 @@ class Client:
         finally:
             self._run(agen.aclose())
 
-    def abort(self, run_id: str) -> dict[str, Any]:
+    def abort(self, run_id: str) -> AbortAnswer:
         return self._run(self._async.abort(run_id))  # type: ignore[no-any-return]
 
-    def approve(self, run_id: str, tool_call_id: str, *, reason: str | None = None) -> dict[str, Any]:
+    def approve(self, run_id: str, tool_call_id: str, *, reason: str | None = None) -> ApprovalsAnswer:
         return self._run(self._async.approve(run_id, tool_call_id, reason=reason))  # type: ignore[no-any-return]
 
-    def reject(self, run_id: str, tool_call_id: str, *, reason: str | None = None) -> dict[str, Any]:
+    def reject(self, run_id: str, tool_call_id: str, *, reason: str | None = None) -> ApprovalsAnswer:
         return self._run(self._async.reject(run_id, tool_call_id, reason=reason))  # type: ignore[no-any-return]

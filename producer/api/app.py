@@ -28,8 +28,20 @@ from producer.api.errors import COMMON_ERRORS, ApiError, ErrorResponse, OrjsonRe
 from producer.api.metrics import ApiMetrics
 from producer.enqueue import Producer, RunRecord, SubmissionError, Submitted
 from shared import limits
+from shared.api import (
+    AbortAnswer,
+    Accepted,
+    ApprovalsAnswer,
+    ApprovalVerdict,
+    BatchAnswer,
+    BatchItem,
+    ErrorBody,
+    EventsPage,
+    RunView,
+    SessionView,
+)
 from shared.codec import to_jsonable
-from shared.models import ApprovalDecision, RunEvent, RunInput, RunResult
+from shared.models import ApprovalDecision, RunInput
 from shared.profiles import profiles_from
 from shared.redis_conn import connect
 from shared.settings import Settings, get_settings
@@ -38,12 +50,6 @@ log = logging.getLogger("agentmill.api")
 
 
 # ---- bodies and answers (documented in OpenAPI) ----
-
-
-class Accepted(BaseModel):
-    runId: str  # wire names are camelCase
-    status: str
-    eventsUrl: str
 
 
 class BatchBody(BaseModel):
@@ -55,59 +61,8 @@ class BatchBody(BaseModel):
     )
 
 
-class BatchItem(BaseModel):
-    runId: str | None = None
-    status: str | None = None
-    error: errors.ErrorBody | None = None
-
-
-class BatchAnswer(BaseModel):
-    results: list[BatchItem]
-
-
-class RunView(BaseModel):
-    runId: str
-    status: str
-    sessionId: str | None = None
-    createdAt: int
-    lastSeq: int
-    result: RunResult | None = None
-    pendingApprovals: list[dict[str, Any]] | None = None
-
-
-class EventsPage(BaseModel):
-    events: list[RunEvent]
-    next: int
-
-
-class AbortAnswer(BaseModel):
-    runId: str
-    result: str = Field(
-        description="aborted (was queued or awaiting approval) | requested (its worker stops it) | finished (no-op)"
-    )
-
-
 class ApprovalsBody(BaseModel):
     decisions: list[ApprovalDecision] = Field(min_length=1, max_length=256)
-
-
-class ApprovalVerdict(BaseModel):
-    toolCallId: str
-    result: str
-
-
-class ApprovalsAnswer(BaseModel):
-    runId: str
-    results: list[ApprovalVerdict]
-    resumed: bool
-
-
-class SessionView(BaseModel):
-    sessionId: str
-    createdAt: int
-    activeRun: str | None = None
-    runs: list[str]
-    history: list[dict[str, Any]]
 
 
 # ---- the app ----
@@ -328,7 +283,7 @@ def create_app(
                 out.append(BatchItem(runId=r.run_id, status=r.status))
             else:
                 api.metrics.submitted(False)
-                out.append(BatchItem(error=errors.ErrorBody(code=r.code, message=r.message, field=r.field)))
+                out.append(BatchItem(error=ErrorBody(code=r.code, message=r.message, field=r.field)))
         return BatchAnswer(results=out)
 
     @app.get(
@@ -365,10 +320,8 @@ def create_app(
             404: {"model": ErrorResponse},
             200: {
                 "description": "text/event-stream (id: seq, event: kind, data: RunEvent JSON), or with format=json an EventsPage",
-                "content": {
-                    "text/event-stream": {},
-                    "application/json": {"schema": {"$ref": "#/components/schemas/EventsPage"}},
-                },
+                "model": EventsPage,  # registers the schema; FastAPI puts it under application/json
+                "content": {"text/event-stream": {}},
             },
         },
         summary="A run's events: Server-Sent Events, resumable; or a JSON page",

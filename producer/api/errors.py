@@ -14,6 +14,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from producer.enqueue import SubmissionError
+from shared.api import ErrorBody
 
 
 class OrjsonResponse(JSONResponse):
@@ -21,12 +22,6 @@ class OrjsonResponse(JSONResponse):
 
     def render(self, content: Any) -> bytes:
         return orjson.dumps(content)
-
-
-class ErrorBody(BaseModel):
-    code: str
-    message: str
-    field: str | None = None
 
 
 class ErrorResponse(BaseModel):

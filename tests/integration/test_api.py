@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import hmac
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -424,3 +425,14 @@ async def test_runs_awaiting_approval_are_exported_once_from_redis(redis_url: st
         assert final["status"] == "completed"
         assert awaiting((await c.get("/metrics")).text) == 0  # neither the abort nor the approval leaks
     assert await redis.zcard(keys.AWAITING) == 0
+
+
+def test_the_openapi_document_has_no_dangling_references() -> None:
+    # The events route once pointed at #/components/schemas/EventsPage without registering it.
+    doc = create_app(Settings(auth_disabled=True)).openapi()
+    refs = set(re.findall(r"#/components/schemas/(\w+)", orjson.dumps(doc).decode()))
+    assert "EventsPage" in refs and refs <= set(doc["components"]["schemas"])
+    assert set(doc["paths"]["/v1/runs/{run_id}/events"]["get"]["responses"]["200"]["content"]) == {
+        "application/json",
+        "text/event-stream",
+    }

@@ -14,7 +14,7 @@ import uvicorn
 from redis.asyncio import Redis
 
 from producer.api.app import create_app
-from producer.client import AsyncClient, Client
+from producer.client import ApiError, AsyncClient, Client
 from shared import keys
 from shared.redis_server import free_port
 from shared.settings import Settings
@@ -54,7 +54,7 @@ async def test_events_survive_an_api_restart_and_yield_every_seq_once(redis_url:
             for i in range(6)
         ]
         async with AsyncClient(f"http://127.0.0.1:{port}") as c:
-            run_id = (await c.submit(script_run(script)))["runId"]
+            run_id = (await c.submit(script_run(script))).runId
             seen: list[int] = []
             restarted = False
             async for e in c.events(run_id):
@@ -67,8 +67,9 @@ async def test_events_survive_an_api_restart_and_yield_every_seq_once(redis_url:
                     server = api_server(redis_url, port)
                     task = asyncio.create_task(server.serve())
             view = await c.get(run_id)
-        assert restarted and view["status"] == "completed"
-        assert seen == list(range(1, view["lastSeq"] + 1))
+        assert restarted and view.status == "completed"
+        assert view.result is not None and view.result.final_assistant_message is not None
+        assert seen == list(range(1, view.lastSeq + 1))
     finally:
         wp.request_stop()
         server.should_exit = True
@@ -87,10 +88,17 @@ def test_sync_client_round_trip(redis_url: str) -> None:
             pass
         with Client(f"http://127.0.0.1:{port}") as c:
             sub = c.submit(script_run([{"text": "x"}]), idempotency_key="k1")
-            assert c.submit(script_run([{"text": "x"}]), idempotency_key="k1")["runId"] == sub["runId"]
-            assert c.get(sub["runId"])["status"] == "queued"
-            assert c.abort(sub["runId"])["result"] == "aborted"
-            assert [e.payload["status"] for e in c.events(sub["runId"])] == ["aborted"]
+            assert c.submit(script_run([{"text": "x"}]), idempotency_key="k1").runId == sub.runId
+            assert c.get(sub.runId).status == "queued"
+            assert c.abort(sub.runId).result == "aborted"
+            assert [e.payload["status"] for e in c.events(sub.runId)] == ["aborted"]
+            items = c.submit_batch([script_run([{"text": "y"}]), {"inputMessages": []}])
+            assert items[0].runId and items[0].error is None
+            assert items[1].runId is None and items[1].error is not None
+            assert items[1].error.field == "runs.1.inputMessages"
+            with pytest.raises(ApiError) as err:
+                c.approve(sub.runId, "nope")
+            assert err.value.status == 409 and err.value.code == "not_awaiting_approval"
     finally:
         server.should_exit = True
         t.join(10)

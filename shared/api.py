@@ -1,0 +1,73 @@
+"""The HTTP API's answers, shared by the API (which documents them in OpenAPI) and the Python
+client (which returns them). Field names are the wire's camelCase."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from shared.models import RunEvent, RunResult
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    field: str | None = None
+
+
+class Accepted(BaseModel):
+    runId: str  # wire names are camelCase
+    status: str
+    eventsUrl: str
+
+
+class BatchItem(BaseModel):
+    runId: str | None = None
+    status: str | None = None
+    error: ErrorBody | None = None
+
+
+class BatchAnswer(BaseModel):
+    results: list[BatchItem]
+
+
+class RunView(BaseModel):
+    runId: str
+    status: str
+    sessionId: str | None = None
+    createdAt: int
+    lastSeq: int
+    result: RunResult | None = None
+    pendingApprovals: list[dict[str, Any]] | None = None
+
+
+class EventsPage(BaseModel):
+    events: list[RunEvent]
+    next: int
+
+
+class AbortAnswer(BaseModel):
+    runId: str
+    result: str = Field(
+        description="aborted (was queued or awaiting approval) | requested (its worker stops it) | finished (no-op)"
+    )
+
+
+class ApprovalVerdict(BaseModel):
+    toolCallId: str
+    result: str
+
+
+class ApprovalsAnswer(BaseModel):
+    runId: str
+    results: list[ApprovalVerdict]
+    resumed: bool
+
+
+class SessionView(BaseModel):
+    sessionId: str
+    createdAt: int
+    activeRun: str | None = None
+    runs: list[str]
+    history: list[dict[str, Any]]
