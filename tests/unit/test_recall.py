@@ -1,0 +1,114 @@
+"""Seed 002 as a property: past tool results never reach the model input, yet every one of them is
+reachable through recall_tool_call; the window stays within its bounds and is built deterministically.
+
+Fast unit test on fakeredis: a finished run's session update is stored the way the commit script
+stores it (RPUSH the run loop, HSET the tool results), then the next run's model input is built with
+the worker's own load_history + build_messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import fakeredis
+import httpx
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shared import keys
+from shared.models import Message, RunResult, RunStatus, ToolCall
+from shared.profiles import ContextConfig, profiles_from
+from shared.settings import Settings
+from worker.config import RECALL_TOOL, RunConfig
+from worker.context import TRUNCATED
+from worker.deps import WorkerDeps
+from worker.machine import RunState, build_messages
+
+SID = "s-prop"
+words = st.text(alphabet="abcdefgh ", min_size=0, max_size=700)
+
+
+@st.composite
+def past_runs(draw: st.DrawFn) -> list[tuple[str, list[str], str]]:
+    """(user text, tool result contents, final reply) per past run; results carry unique markers."""
+    runs = []
+    for i in range(draw(st.integers(0, 14))):
+        results = [f"RESULT-{i}-{j}:" + draw(words) for j in range(draw(st.integers(0, 3)))]
+        runs.append((draw(words), results, draw(words)))
+    return runs
+
+
+def finished_state(
+    i: int, user: str, results: list[str], reply: str, started_at_ms: int
+) -> tuple[RunState, RunResult]:
+    calls = [ToolCall(id=f"r{i}c{j}", name="echo", arguments="{}") for j in range(len(results))]
+    transcript = [Message(role="user", content=user)]
+    if calls:
+        transcript.append(Message(role="assistant", content="", tool_calls=calls))
+        transcript += [
+            Message(role="tool", content=r, tool_call_id=c.id, name=c.name)
+            for c, r in zip(calls, results, strict=True)
+        ]
+    final = Message(role="assistant", content=reply)
+    state = RunState(
+        run_id=f"run{i}", session_id=SID, transcript=[*transcript, final], started_at_ms=started_at_ms
+    )
+    result = RunResult(
+        run_id=f"run{i}", session_id=SID, status=RunStatus.COMPLETED, final_assistant_message=final
+    )
+    return state, result
+
+
+async def check(runs: list[tuple[str, list[str], str]], cfg: ContextConfig) -> None:
+    redis = fakeredis.aioredis.FakeRedis()
+    async with httpx.AsyncClient() as http:
+        deps = WorkerDeps(
+            redis=redis, settings=Settings(), profiles=profiles_from(None), http=http, worker_id="t"
+        )
+        now = int(time.time() * 1000)
+        for i, (user, results, reply) in enumerate(runs):  # one a minute, the last a minute ago
+            update = deps.session_update(
+                *finished_state(i, user, results, reply, now - (len(runs) - i) * 60_000)
+            )
+            assert update is not None and update.loop
+            await redis.rpush(keys.session_history_key(SID), update.loop)
+            for call_id, raw in update.tool_results:
+                await redis.hset(keys.session_tool_results_key(SID), call_id, raw)
+
+        async def model_input() -> bytes:
+            history = await deps.load_history(SID, cfg)
+            state = RunState(
+                run_id="now", session_id=SID, history=history,
+                config=RunConfig(agent="a", system_prompt="sys"),
+                transcript=[Message(role="user", content="and now?")],
+            )  # fmt: skip
+            return orjson.dumps([m.model_dump(mode="json") for m in build_messages(state)])
+
+        first = await model_input()
+        assert first == await model_input()  # deterministic, byte for byte
+        messages = orjson.loads(first)
+        past = messages[1:-1]
+        assert len(past) == 2 * min(len(runs), cfg.max_run_loops)  # user + reply of the newest loops
+        assert all(len(m["content"]) <= cfg.max_message_length + len(TRUNCATED) for m in past)
+        assert all(m["role"] in ("user", "assistant") and not m.get("tool_calls") for m in past)
+        assert b"RESULT-" not in first  # no past tool result reaches the model
+        for i, (_, results, _) in enumerate(runs):
+            for j, content in enumerate(results):
+                ask = ToolCall(
+                    id="q", name=RECALL_TOOL, arguments=orjson.dumps({"callId": f"r{i}c{j}"}).decode()
+                )
+                got = await deps.recall(SID, ask)
+                assert not got.is_error and got.content == content  # …but every one is recallable
+        missing = await deps.recall(SID, ToolCall(id="q", name=RECALL_TOOL, arguments='{"callId": "nope"}'))
+        assert missing.is_error
+    await redis.aclose()
+
+
+@settings(max_examples=60, deadline=None)
+@given(past_runs(), st.integers(0, 5), st.integers(1, 300))
+def test_past_tool_results_stay_out_of_the_model_input_but_are_recallable(
+    runs: list[tuple[str, list[str], str]], max_loops: int, max_len: int
+) -> None:
+    asyncio.run(check(runs, ContextConfig(max_run_loops=max_loops, max_message_length=max_len)))
