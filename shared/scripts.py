@@ -205,7 +205,22 @@ local h = redis.call('HMGET', KEYS[1], 'epoch', 'lastSeq')
 if not h[1] then return {'missing'} end
 if tonumber(h[1]) ~= tonumber(ARGV[1]) then return {'fenced', h[1]} end
 local first = tonumber(ARGV[2])
-if tonumber(h[2]) ~= first - 1 then return {'seq_conflict', h[2]} end
+if tonumber(h[2]) ~= first - 1 then
+  -- The same commit sent again after its reply was lost (redis-py retries on connection errors):
+  -- same epoch, the stream ends where this batch ends, with this batch's last event. It was
+  -- applied; answer as the first time did instead of refusing the worker its own write.
+  local n0 = tonumber(ARGV[10])
+  local last0 = first + n0 - 1
+  if n0 > 0 and tonumber(h[2]) == last0 then
+    local e = redis.call('XRANGE', KEYS[2], last0 .. '-0', last0 .. '-0')
+    if #e == 1 then
+      local f = {}
+      for k = 1, #e[1][2], 2 do f[e[1][2][k]] = e[1][2][k + 1] end
+      if f.epoch == ARGV[1] and f.payload == ARGV[10 + 3 * n0] then return {'ok', h[2]} end
+    end
+  end
+  return {'seq_conflict', h[2]}
+end
 local i = 10
 local n = tonumber(ARGV[i]); i = i + 1
 for k = 0, n - 1 do

@@ -147,6 +147,24 @@ async def test_two_workers_claiming_one_call_at_once_only_the_owner_wins(
         assert [e.seq for e in await stream(redis, rid)] == [1]  # one event: the owner's
 
 
+async def test_a_commit_sent_again_after_a_lost_reply_is_answered_not_refused(
+    redis: Redis, redis_url: str, settings: Settings
+) -> None:
+    rid = await new_run(redis, redis_url)
+    store, _ = await acquire(redis, settings, rid, "w")
+    batch = Outbox([ev(step=1), ev(step=2)], claims=["c1"])
+    assert await store.commit(batch, checkpoint=b"ck") == 2
+    store.last_seq = 0  # the reply was lost: the client sends the very same commit again
+    assert await store.commit(batch, checkpoint=b"ck") == 2
+    assert [e.seq for e in await stream(redis, rid)] == [1, 2]
+    assert orjson.loads(await redis.hget(keys.tools_key(rid), "c1"))["attempts"] == 1  # not applied twice
+    store.last_seq = 0  # a different batch at a stale position is still refused
+    with pytest.raises(SeqConflictError):
+        await store.commit(Outbox([ev(step=7), ev(step=8)]))
+    with pytest.raises(SeqConflictError):
+        await store.commit(Outbox([ev(step=1)]))
+
+
 async def test_crash_budget_ends_the_run_failed(redis: Redis, redis_url: str, settings: Settings) -> None:
     rid = await new_run(redis, redis_url)
     for i in range(3):
