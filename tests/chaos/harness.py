@@ -190,6 +190,9 @@ class Chaos:
             "AGENTMILL_MAX_CRASH_RESTARTS": "50",
             "AGENTMILL_SHUTDOWN_GRACE_S": "5",
             "AGENTMILL_QUEUED_CHECK_MS": "3000",
+            # Small claims spread the runs over the workers, as in a pool under steady load; with the
+            # default batch the first worker to poll takes every run, and each kill orphans them all.
+            "AGENTMILL_CLAIM_BATCH": "4",
             "AGENTMILL_WORKER_ID": f"chaos-w{self.n_started}",
         }
         if with_failpoints:

@@ -25,7 +25,9 @@ async def test_no_run_lost_no_duplicate_event_no_recorded_tool_call_twice(tmp_pa
     assert report.kills >= 3 and report.sigstops == 1 and report.sigterms == 1 and report.redis_restarts == 1
     # Every step's tool call reached the ledger at least once.
     assert report.tool_executions >= report.completed * cfg.steps
-    # Runs of a killed worker move on within lease + sweep + start (typically); a run can be unlucky
-    # enough to land on the next victim, so the tail gets a looser bound.
-    assert report.recovery_s and statistics.median(report.recovery_s) < cfg.lease_ms / 1000.0 + 2.0
+    # Runs of a killed worker move on within lease + sweep + poll + start (typically; the exact bound
+    # is test_recovery's). A run can land on the next victim before it publishes, and then its
+    # "recovery" spans two kills, so the median gets a second of slack and only the tail a loose bound:
+    # a run stuck behind arq's in-progress key or the queued check would blow through it.
+    assert report.recovery_s and statistics.median(report.recovery_s) < cfg.lease_ms / 1000.0 + 3.0
     assert max(report.recovery_s) < 30.0
