@@ -263,6 +263,7 @@ def create_app(
     @app.post(
         "/v1/runs/batch",
         response_model=BatchAnswer,
+        response_model_exclude_none=True,  # an item is {runId, status} or {error: {code, message[, field]}}
         responses={**COMMON_ERRORS, 413: {"model": ErrorResponse}, 429: {"model": ErrorResponse}},
         summary="Submit many runs",
     )
