@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
@@ -26,6 +26,9 @@ from shared import logs
 from shared.loop import run as run_loop
 from shared.models import RunEvent
 from shared.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from producer.client import AsyncClient
 
 console = Console(stderr=False, highlight=False)
 err = Console(stderr=True, highlight=False)
@@ -295,7 +298,7 @@ async def _submit(file: Path, wait: bool, api_url: str | None, token: str | None
     return 1 if bad or (wait and not_completed) else 0
 
 
-async def _view_of(client: Any, run_id: str) -> dict[str, Any]:
+async def _view_of(client: AsyncClient, run_id: str) -> dict[str, Any]:
     """A run's view through the API client, as the JSON the API sent (what _progress reads)."""
     view = await client.get(run_id)
     return dict(view.model_dump(mode="json", by_alias=True, exclude_none=True))

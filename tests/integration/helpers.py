@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import time
+import urllib.error
+import urllib.request
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
 from producer.enqueue import Producer, RunRecord
@@ -68,3 +72,30 @@ def script_run(script: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
         "runtimeHints": {"script": script},
         **extra,
     }
+
+
+async def until_status(redis: Redis, run_id: str, status: str, within: float = 10.0) -> None:
+    """Wait for a run's status in Redis (for states that are not terminal, e.g. awaiting_human)."""
+    deadline = time.monotonic() + within
+    while await redis.hget(keys.run_key(run_id), "status") != status.encode():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"run {run_id} did not reach {status} within {within} s")
+        await asyncio.sleep(0.05)
+
+
+def metric_samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Prometheus exposition text -> {(sample name, sorted labels): value}."""
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def http_get(url: str, timeout: float = 2.0) -> tuple[int, str]:
+    """A blocking GET (run it with asyncio.to_thread): status and body, error statuses included."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()

@@ -29,7 +29,7 @@ from producer.api.app import create_app
 from shared import keys
 from shared.redis_server import RedisServer, free_port
 from shared.settings import Settings
-from tests.integration.helpers import running_worker
+from tests.integration.helpers import running_worker, until_status
 
 pytestmark = pytest.mark.integration
 TOKENS = "tok-a=tenant-a,tok-b=tenant-b"
@@ -413,10 +413,7 @@ async def test_runs_awaiting_approval_are_exported_once_from_redis(redis_url: st
             for _ in range(2)
         ]  # fmt: skip
         for rid in parked:
-            for _ in range(200):
-                if (await c.get(f"/v1/runs/{rid}")).json()["status"] == "awaiting_human":
-                    break
-                await asyncio.sleep(0.05)
+            await until_status(redis, rid, "awaiting_human")
         assert awaiting((await c.get("/metrics")).text) == 2
         assert (await c.post(f"/v1/runs/{parked[0]}/abort")).status_code == 200
         decision = {"decisions": [{"toolCallId": "t1", "approved": True}]}

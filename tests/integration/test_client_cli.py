@@ -18,7 +18,7 @@ from producer.client import ApiError, AsyncClient, Client
 from shared import keys
 from shared.redis_server import free_port
 from shared.settings import Settings
-from tests.integration.helpers import producer_for, running_worker, script_run, stream, wait_all
+from tests.integration.helpers import producer_for, running_worker, script_run, stream, until_status, wait_all
 from worker.jobs import WorkerProcess
 
 pytestmark = pytest.mark.integration
@@ -184,10 +184,7 @@ async def test_cli_approve_reject_and_abort(redis: Redis, redis_url: str) -> Non
     out = await asyncio.to_thread(cli, redis_url, "abort", queued.run_id)
     assert out.returncode == 0 and "aborted" in out.stdout
     async with running_worker(redis_url):
-        for _ in range(200):
-            if await redis.hget(keys.run_key(parked.run_id), "status") == b"awaiting_human":
-                break
-            await asyncio.sleep(0.05)
+        await until_status(redis, parked.run_id, "awaiting_human")
         approve = await asyncio.to_thread(cli, redis_url, "approve", parked.run_id, "ok-1")
         assert approve.returncode == 0 and "recorded" in approve.stdout, approve.stdout + approve.stderr
         unknown = await asyncio.to_thread(cli, redis_url, "approve", parked.run_id, "nope")

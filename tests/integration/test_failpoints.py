@@ -13,8 +13,14 @@ from redis.asyncio import Redis
 from shared import keys
 from shared.redis_server import free_port
 from tests.chaos.harness import chaos_profiles
-from tests.integration.helpers import assert_clean_stream, producer_for, stream, wait_all
-from tests.integration.test_worker_metrics import get, samples
+from tests.integration.helpers import (
+    assert_clean_stream,
+    http_get,
+    metric_samples,
+    producer_for,
+    stream,
+    wait_all,
+)
 from tests.support.ledger import Ledger
 from tests.support.procs import WorkerProc, wait_until
 
@@ -43,12 +49,12 @@ async def crash_then_rescue(
     rescuer = WorkerProc(redis_url, env={**env, "AGENTMILL_WORKER_METRICS_PORT": str(port)}).start()
     try:
         rec = (await wait_all(p, [sub.run_id], 30))[sub.run_id]
-        status, body_text = await asyncio.to_thread(get, f"http://127.0.0.1:{port}/metrics")
+        status, body_text = await asyncio.to_thread(http_get, f"http://127.0.0.1:{port}/metrics")
     finally:
         rescuer.stop()
     assert rec.status.value == "completed", rec.result
     assert status == 200
-    metrics = samples(body_text)
+    metrics = metric_samples(body_text)
     assert metrics[("agentmill_runs_resumed_total", ())] == 1
     assert metrics[("agentmill_runs_started_total", (("resumed", "true"),))] == 1
     return sub.run_id, metrics

@@ -9,36 +9,24 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 
 import pytest
 from prometheus_client import CollectorRegistry
-from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
-from shared import keys
 from shared.settings import Settings
-from tests.integration.helpers import producer_for, script_run, wait_all
+from tests.integration.helpers import (
+    http_get,
+    metric_samples,
+    producer_for,
+    script_run,
+    until_status,
+    wait_all,
+)
 from worker.health import HealthServer
 from worker.jobs import WorkerProcess
 
 pytestmark = pytest.mark.integration
-
-
-def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    out = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
-
-
-def get(url: str, timeout: float = 2.0) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
 
 
 async def test_metrics_after_real_runs(redis: Redis, redis_url: str) -> None:
@@ -66,18 +54,15 @@ async def test_metrics_after_real_runs(redis: Redis, redis_url: str) -> None:
             )
         )
         await wait_all(p, [ok.run_id, bad.run_id, squeezed.run_id], 20)
-        for _ in range(200):  # awaiting approval is not terminal: wait for the run to park
-            if await redis.hget(keys.run_key(parked.run_id), "status") == b"awaiting_human":
-                break
-            await asyncio.sleep(0.05)
+        await until_status(redis, parked.run_id, "awaiting_human")  # not terminal: wait for it to park
         while wp.metrics_port is None:
             await asyncio.sleep(0.01)
-        status, body = await asyncio.to_thread(get, f"http://127.0.0.1:{wp.metrics_port}/metrics")
+        status, body = await asyncio.to_thread(http_get, f"http://127.0.0.1:{wp.metrics_port}/metrics")
     finally:
         wp.request_stop()
         await task
     assert status == 200
-    m = samples(body)
+    m = metric_samples(body)
 
     def one(name: str, **labels: str) -> float:
         return m[(name, tuple(sorted(labels.items())))]
@@ -125,12 +110,12 @@ async def test_health_fails_while_the_loop_is_blocked() -> None:
     port = await server.start("127.0.0.1", 0)
     try:
         await asyncio.sleep(0.6)
-        assert (await asyncio.to_thread(get, f"http://127.0.0.1:{port}/healthz"))[0] == 200
+        assert (await asyncio.to_thread(http_get, f"http://127.0.0.1:{port}/healthz"))[0] == 200
         probe: dict[str, object] = {}
 
         def kubelet() -> None:  # a probe with a 0.5 s timeout, sent while the loop is blocked
             try:
-                probe["status"] = get(f"http://127.0.0.1:{port}/healthz", timeout=0.5)[0]
+                probe["status"] = http_get(f"http://127.0.0.1:{port}/healthz", timeout=0.5)[0]
             except OSError as exc:
                 probe["error"] = exc
 
@@ -141,7 +126,7 @@ async def test_health_fails_while_the_loop_is_blocked() -> None:
         await asyncio.to_thread(t.join)
         assert "error" in probe  # the probe timed out: a blocked loop cannot answer
         await asyncio.sleep(0.6)
-        status, body = await asyncio.to_thread(get, f"http://127.0.0.1:{port}/healthz")
+        status, body = await asyncio.to_thread(http_get, f"http://127.0.0.1:{port}/healthz")
         assert status == 200 and '"ok"' in body
     finally:
         await server.stop()
