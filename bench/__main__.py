@@ -33,6 +33,8 @@ from shared.redis_server import RedisServer, free_port
 from shared.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
+# The bench drives runs with the test-only `scripted` profile; its workers inherit this.
+os.environ.setdefault("AGENTMILL_DEV_PROFILES", "true")
 
 
 @dataclass

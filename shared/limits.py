@@ -8,3 +8,8 @@ MAX_TOOL_NAMES = 128
 MAX_ID_CHARS = 128
 MAX_TOOL_RESULT_CHARS = 64_000
 MAX_BATCH_ITEMS = 1_000
+
+# Bounds on what a profile or a test script may ask for (a caller cannot hold a worker slot longer).
+MAX_TOOL_TIMEOUT_S = 300.0  # one tool attempt
+MAX_TOOL_RETRY_DELAY_MS = 60_000
+MAX_SCRIPT_DELAY_MS = 60_000  # a scripted turn's delayMs (test profiles only)

@@ -7,6 +7,7 @@ names the environment variable or mounted file that holds one.
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -14,7 +15,14 @@ from typing import Any, Literal
 import orjson
 from pydantic import Field
 
+from shared import limits
 from shared.models import LoopLimits, Model, ToolPolicy
+
+# Test-only parts: a scripted model in ``script`` mode follows the caller's runtimeHints (sleeps,
+# echoes, stalls on request) and these tools sleep, echo or fail on a caller's say-so. They are
+# loaded only with AGENTMILL_DEV_PROFILES=true (the tests and the bench set it).
+DEV_TOOLS = frozenset({"echo", "sleep", "fail", "flaky"})
+DEV_PROFILES_ENV = "AGENTMILL_DEV_PROFILES"
 
 
 class RetryConfig(Model):
@@ -29,9 +37,9 @@ class RetryConfig(Model):
 
 class ToolSettings(Model):
     requires_approval: bool = False
-    timeout_s: float = Field(default=30.0, gt=0)
+    timeout_s: float = Field(default=30.0, gt=0, le=limits.MAX_TOOL_TIMEOUT_S)
     max_tries: int = Field(default=3, ge=1, le=20)
-    retry_delay_ms: int = Field(default=1_000, ge=0)
+    retry_delay_ms: int = Field(default=1_000, ge=0, le=limits.MAX_TOOL_RETRY_DELAY_MS)
 
 
 class HttpToolConfig(Model):
@@ -101,6 +109,13 @@ class AgentProfile(Model):
     def settings_for(self, tool: str) -> ToolSettings:
         return self.tool_settings.get(tool) or ToolSettings()
 
+    def dev_only(self) -> str | None:
+        """Why this profile is for development only, or None when it is fit for production."""
+        if self.provider.kind == "scripted" and self.provider.mode == "script":
+            return "its scripted model follows the caller's runtimeHints"
+        dev = sorted(DEV_TOOLS.intersection(self.tools))
+        return f"it offers the test tools {', '.join(dev)}" if dev else None
+
 
 class ProfileFile(Model):
     profiles: list[AgentProfile]
@@ -118,21 +133,42 @@ BUILTIN_PROFILES: tuple[AgentProfile, ...] = (
         provider=ProviderConfig(kind="scripted", mode="script"),
         system_prompt="You follow the script in runtimeHints.",
         tools=["calculator", "echo", "sleep", "fail", "flaky"],
-        tool_settings={"sleep": ToolSettings(timeout_s=600), "flaky": ToolSettings(retry_delay_ms=100)},
+        tool_settings={
+            "sleep": ToolSettings(timeout_s=limits.MAX_TOOL_TIMEOUT_S),
+            "flaky": ToolSettings(retry_delay_ms=100),
+        },
+        loop_limits=LoopLimits(max_iterations=1_000),  # tests script long runs; a run may narrow it
     ),
 )
 
 
-def load_profiles(path: str | None) -> dict[str, AgentProfile]:
-    """Built-ins, overridden and extended by the file at ``path`` when given."""
-    profiles = {p.name: p for p in BUILTIN_PROFILES}
+def dev_profiles_enabled() -> bool:
+    return os.environ.get(DEV_PROFILES_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def load_profiles(path: str | None, *, dev: bool | None = None) -> dict[str, AgentProfile]:
+    """Built-ins, overridden and extended by the file at ``path`` when given.
+
+    Without ``dev`` (default: AGENTMILL_DEV_PROFILES) the test-only built-in ``scripted`` is not
+    loaded, and a file profile that is test-only is refused with an error naming it."""
+    dev = dev_profiles_enabled() if dev is None else dev
+    profiles = {p.name: p for p in BUILTIN_PROFILES if dev or p.dev_only() is None}
     if path:
         data = orjson.loads(Path(path).read_bytes())
         for p in ProfileFile.model_validate(data).profiles:
+            why = p.dev_only()
+            if why and not dev:
+                raise ValueError(
+                    f"profile {p.name!r} is for tests only ({why}); set {DEV_PROFILES_ENV}=true to load it"
+                )
             profiles[p.name] = p
     return profiles
 
 
-@lru_cache(maxsize=8)
 def profiles_from(path: str | None) -> dict[str, AgentProfile]:
-    return load_profiles(path)
+    return _cached_profiles(path, dev_profiles_enabled())
+
+
+@lru_cache(maxsize=8)
+def _cached_profiles(path: str | None, dev: bool) -> dict[str, AgentProfile]:
+    return load_profiles(path, dev=dev)

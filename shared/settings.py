@@ -15,6 +15,9 @@ class Settings(BaseSettings):
     redis_sentinels: str | None = None  # "host:port,host:port"; REDIS_URL then names db and password
     redis_sentinel_master: str = "mymaster"
     profiles: str | None = None  # path of a JSON file of agent profiles
+    dev_profiles: bool = False  # load test-only profiles and tools (scripted, echo, sleep, fail, flaky)
+    run_duration_default_ms: int = 3_600_000  # maxRunDurationMs when neither run nor profile sets one
+    run_duration_max_ms: int = 24 * 3_600_000  # no run lasts longer, whatever its profile or input says
 
     # worker
     max_jobs: int = 500  # concurrent runs per worker process

@@ -13,6 +13,9 @@ from shared.redis_server import RedisServer
 # A worker built in a test serves /metrics on an ephemeral port unless the test asks otherwise:
 # a fixed port (the production default, 9100) collides between workers and with the machine.
 os.environ["AGENTMILL_WORKER_METRICS_PORT"] = "0"
+# The tests drive runs with the test-only `scripted` profile and tools (echo, sleep, fail, flaky);
+# worker processes the tests start inherit this. Production leaves it unset.
+os.environ["AGENTMILL_DEV_PROFILES"] = "true"
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import Field
 
-from shared.models import Model, RunInput
+from shared.models import LoopLimits, Model, RunInput
 from shared.profiles import AgentProfile, CompactionConfig, ContextConfig, RetryConfig
 from worker import policy
 
@@ -60,15 +60,42 @@ class RunConfig(Model):
         return {t.name for t in self.tools} | {t.name for t in self.internal_tools}
 
 
+def _narrowest(*values: int | None) -> int | None:
+    given = [v for v in values if v is not None]
+    return min(given) if given else None
+
+
+def narrow_limits(
+    profile: LoopLimits, run: LoopLimits | None, *, duration_default_ms: int, duration_max_ms: int
+) -> LoopLimits:
+    """Every field is the smaller of the run's and the profile's: a caller can only narrow them.
+    The run's duration is also capped by the deployment's maximum and defaults to its default."""
+    run = run or LoopLimits()
+    duration = _narrowest(profile.max_run_duration_ms, run.max_run_duration_ms)
+    return LoopLimits(
+        max_iterations=_narrowest(profile.max_iterations or DEFAULT_MAX_ITERATIONS, run.max_iterations),
+        max_tool_rounds=_narrowest(profile.max_tool_rounds, run.max_tool_rounds),
+        max_run_duration_ms=min(duration or duration_default_ms, duration_max_ms),
+    )
+
+
 def resolve_config(
-    profile: AgentProfile, run: RunInput, specs: dict[str, ToolSpec], *, has_session: bool
+    profile: AgentProfile,
+    run: RunInput,
+    specs: dict[str, ToolSpec],
+    *,
+    has_session: bool,
+    duration_default_ms: int = 3_600_000,
+    duration_max_ms: int = 24 * 3_600_000,
 ) -> RunConfig:
-    """Merge profile defaults with the run's overrides (the run can narrow its tools, never widen them)."""
+    """Merge profile defaults with the run's overrides (the run can narrow its tools and limits,
+    never widen them)."""
     tp = policy.narrow_tool_policy(profile.tool_policy, run.tool_policy)
-    ll = (
-        profile.loop_limits.model_copy(update=run.loop_limits.model_dump(exclude_none=True))
-        if run.loop_limits
-        else profile.loop_limits
+    ll = narrow_limits(
+        profile.loop_limits,
+        run.loop_limits,
+        duration_default_ms=duration_default_ms,
+        duration_max_ms=duration_max_ms,
     )
     names = policy.allowed_tools(
         profile.tool_names(),

@@ -195,8 +195,10 @@ class RunDriver:
                 tools = self.deps.tools_for(profile)
                 self.deps.provider_for(profile)
                 cfg = resolve_config(
-                    profile, run_input, tools.specs, has_session=run_input.session_id is not None
-                )
+                    profile, run_input, tools.specs, has_session=run_input.session_id is not None,
+                    duration_default_ms=self.deps.settings.run_duration_default_ms,
+                    duration_max_ms=self.deps.settings.run_duration_max_ms,
+                )  # fmt: skip
             except Exception as exc:  # a bad profile or policy fails the run with a reason
                 return await self._fail_unstarted("configuration", f"agent {run_input.agent!r}: {exc}")
             first = Started(now_ms(), cfg, list(run_input.input_messages))

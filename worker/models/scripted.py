@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from shared import limits
 from shared.models import Message, Usage
 from shared.profiles import ProviderConfig
 from worker import policy
@@ -66,7 +67,7 @@ class ScriptedProvider:
             turn = self.turn_for(request, hints)
         except ScriptError as exc:
             raise ModelCallError("invalid", str(exc)) from None
-        delay_s = float(turn.get("delayMs", 0)) / 1000.0
+        delay_s = min(max(0.0, float(turn.get("delayMs", 0))), limits.MAX_SCRIPT_DELAY_MS) / 1000.0
         if turn.get("stall"):
             await asyncio.sleep(delay_s or 3600.0)
         error = turn.get("error")
