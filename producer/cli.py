@@ -111,6 +111,9 @@ def describe(e: RunEvent) -> str:
     if k == "tool_result":
         color = "red" if p.get("isError") else "green"
         return f"[{color}]← {p.get('name')}:[/] {str(p.get('content', ''))[:200]}"
+    if k == "error":
+        where = p.get("name") or p.get("scope", "")
+        return f"[red]! {p.get('code')}[/] ({where}) {str(p.get('message', ''))[:200]}"
     if k == "compaction":
         return f"⇊ compacted {p.get('removed')} messages ({p.get('reason')})"
     return f"{k}: {orjson.dumps(p).decode()[:200]}"

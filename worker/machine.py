@@ -346,6 +346,11 @@ def _status(status: str, **extra: Any) -> Emit:
     return Emit(EventKind.STATUS, {"status": status, **extra})
 
 
+def error_event(scope: str, code: str, message: str, **extra: Any) -> Emit:
+    """The seed's ``error`` RunEvent: scope model | tool | run, a stable code, a message."""
+    return Emit(EventKind.ERROR, {"scope": scope, "code": code, "message": message[:2000], **extra})
+
+
 def _on_started(s: RunState, e: Started) -> Decision:
     s = _up(
         s, phase=Phase.PREPARING, config=e.config, transcript=list(e.input_messages), started_at_ms=e.now_ms
@@ -419,7 +424,7 @@ def _on_replied(s: RunState, e: ModelReplied) -> Decision:
         if problem is not None:
             res = ToolResult(tool_call_id=call.id, name=call.name, content=problem, is_error=True)
             results[call.id] = res
-            cmds.append(_tool_result_emit(res))
+            cmds += _tool_result_emits(res, "tool_refused")
     s = _up(s, results=results, tool_calls_used=used)
     pending = [c for c in s.round if c.id not in results and c.name in cfg.approval_tools]
     if pending:
@@ -451,8 +456,12 @@ def _precheck(call: ToolCall, allowed: set[str]) -> str | None:
     return None
 
 
-def _tool_result_emit(res: ToolResult) -> Emit:
-    return Emit(EventKind.TOOL_RESULT, res.model_dump(mode="json", by_alias=True))
+def _tool_result_emits(res: ToolResult, code: str = "tool_failed") -> list[Command]:
+    """The tool_result event, and beside an error result the ``error`` event naming it."""
+    out: list[Command] = [Emit(EventKind.TOOL_RESULT, res.model_dump(mode="json", by_alias=True))]
+    if res.is_error:
+        out.append(error_event("tool", code, res.content, toolCallId=res.tool_call_id, name=res.name))
+    return out
 
 
 def _begin_tools(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
@@ -488,7 +497,7 @@ def _on_tool_finished(s: RunState, e: ToolFinished) -> Decision:
         results={**s.results, res.tool_call_id: res},
         running=[i for i in s.running if i != res.tool_call_id],
     )
-    s, cmds = _start_tools(s, [_tool_result_emit(res)])
+    s, cmds = _start_tools(s, _tool_result_emits(res))
     if s.running:
         return s, cmds
     return _close_round(s, e.now_ms, cmds)
@@ -519,7 +528,7 @@ def _on_approvals(s: RunState, e: ApprovalsDecided) -> Decision:
             text = "rejected by a human" + (f": {why}" if why else "")
             res = ToolResult(tool_call_id=call.id, name=call.name, content=text, is_error=True)
             results[call.id] = res
-            cmds.append(_tool_result_emit(res))
+            cmds += _tool_result_emits(res, "tool_rejected")
     s = _up(s, approvals=approvals, results=results)
     return _begin_tools(s, e.now_ms, cmds)
 
@@ -527,7 +536,17 @@ def _on_approvals(s: RunState, e: ApprovalsDecided) -> Decision:
 def _on_failed(s: RunState, e: ModelFailed) -> Decision:
     f = e.failure
     cls = policy.classify(f)
-    cmds: list[Command] = []
+    cmds: list[Command] = [
+        error_event(
+            "model",
+            f"model_{f.reason}",
+            f.message,
+            retryable=cls != "fatal",
+            modelCallIndex=s.model_call_index,
+            attempt=s.attempt,
+            **({"httpStatus": f.status} if f.status is not None else {}),
+        )
+    ]
     if e.partial:
         cmds.append(
             _status(
@@ -678,6 +697,8 @@ def _finish(
     payload: dict[str, Any] = {"status": status.value, "iterations": s.iterations}
     if error is not None:
         payload["error"] = error.model_dump(by_alias=True)
+    if error is not None and status == RunStatus.FAILED:
+        cmds = [*cmds, error_event("run", error.code, error.message, retryable=error.retryable)]
     return s, [*cmds, Emit(EventKind.STATUS, payload), Finish(result)]
 
 

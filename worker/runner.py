@@ -339,6 +339,11 @@ class RunDriver:
         """An event outside the machine (restart and retry notices): published with the next commit."""
         self.deltas.append((EventKind.STATUS.value, now_ms(), orjson.dumps({"status": status, **fields})))
 
+    def _note_error(self, scope: str, code: str, message: str, **fields: Any) -> None:
+        """An ``error`` event outside the machine (a failed tool attempt that is retried)."""
+        e = machine.error_event(scope, code, message, **fields)
+        self.deltas.append((e.kind.value, now_ms(), orjson.dumps(e.payload)))
+
     async def _publish_now(self) -> None:
         async with self.lock:
             events = _stamped(self._take_deltas())
@@ -571,6 +576,10 @@ class RunDriver:
 
             async def on_retry(r: ToolRetry) -> None:
                 obs.tool_retry(r.call.name)
+                self._note_error(
+                    "tool", "tool_attempt_failed", r.reason, retryable=True, toolCallId=r.call.id,
+                    name=r.call.name, attempt=r.attempt,
+                )  # fmt: skip
                 self._note(
                     "tool_retrying",
                     toolCallId=r.call.id,
@@ -610,7 +619,9 @@ class RunDriver:
         result = RunResult(session_id=self.state.session_id, run_id=self.run_id, status=RunStatus.FAILED,
                            last_error=err, usage=Usage(), iterations=0)  # fmt: skip
         payload = {"status": "failed", "iterations": 0, "error": err.model_dump(by_alias=True)}
-        outbox = Outbox(events=[(EventKind.STATUS.value, now_ms(), orjson.dumps(payload))])
+        error = machine.error_event("run", code, message)
+        outbox = Outbox(events=[(EventKind.ERROR.value, now_ms(), orjson.dumps(error.payload)),
+                                (EventKind.STATUS.value, now_ms(), orjson.dumps(payload))])  # fmt: skip
         self.state = self.state.model_copy(update={"phase": machine.Phase.FAILED, "last_error": err})
         await self._commit(
             outbox, status="failed", aux=encode(result), session=self.deps.session_update(self.state, result)
