@@ -62,11 +62,13 @@ def api() -> None:
     import uvicorn
 
     from producer.api.app import create_app
+    from producer.api.serve import server_config
 
     settings = get_settings()
     logs.configure(json_lines=settings.log_json, level=settings.log_level, process="api")
-    config = uvicorn.Config(
+    config = server_config(
         create_app(settings),
+        settings,
         host=settings.api_host,
         port=settings.api_port,
         loop="uvloop",
@@ -350,6 +352,7 @@ async def _demo(n: int) -> int:
     import uvicorn
 
     from producer.api.app import create_app
+    from producer.api.serve import server_config
     from producer.client import AsyncClient
     from shared.redis_server import RedisServer, RedisServerError, free_port
     from worker.jobs import WorkerProcess
@@ -371,7 +374,9 @@ async def _demo(n: int) -> int:
         f"[bold]agentmill demo[/]: Redis {_safe_url(url)}{' (private)' if server else ''}, API http://127.0.0.1:{port}, one worker"
     )
     api = uvicorn.Server(
-        uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="error", access_log=False)
+        server_config(
+            create_app(settings), settings, host="127.0.0.1", port=port, log_level="error", access_log=False
+        )
     )
     api_task = asyncio.create_task(api.serve())
     wp = WorkerProcess(settings)

@@ -13,3 +13,4 @@ MAX_BATCH_ITEMS = 1_000
 MAX_TOOL_TIMEOUT_S = 300.0  # one tool attempt
 MAX_TOOL_RETRY_DELAY_MS = 60_000
 MAX_SCRIPT_DELAY_MS = 60_000  # a scripted turn's delayMs (test profiles only)
+MAX_SEQ = 2**63 - 1  # an event seq (events?after=, Last-Event-ID) above this is refused

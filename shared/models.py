@@ -6,6 +6,7 @@ models forbid unknown fields so a typo is an error naming the field, not a silen
 
 from __future__ import annotations
 
+import math
 from enum import StrEnum
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -81,9 +82,25 @@ class MultitaskStrategy(StrEnum):
     INTERRUPT = "interrupt"
 
 
+def _finite(value: Any) -> bool:
+    """No NaN or ±Infinity anywhere inside (JSON has no such numbers; they would be stored as null)."""
+    todo = [value]
+    while todo:
+        v = todo.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            return False
+        if isinstance(v, dict):
+            todo.extend(v.values())
+        elif isinstance(v, list | tuple):
+            todo.extend(v)
+    return True
+
+
 def _bounded_map(value: dict[str, Any] | None, field: str) -> dict[str, Any] | None:
     if value is None:
         return None
+    if not _finite(value):
+        raise ValueError(f"{field} holds NaN or Infinity, which JSON cannot carry")
     try:
         size = len(orjson.dumps(value))
     except orjson.JSONEncodeError as exc:  # an integer past 64 bits, a lone surrogate …

@@ -47,6 +47,8 @@ class Settings(BaseSettings):
     max_body_bytes: int = 2_000_000
     max_batch: int = 1_000
     max_queue_depth: int = 100_000  # above this, submissions get 429
+    header_timeout_s: float = 10.0  # a connection whose request headers take longer is closed
+    body_timeout_s: float = 30.0  # a request body that takes longer to arrive gets 408
     webhook_secret: str | None = None  # HMAC-SHA256 key for X-Agentmill-Signature
     webhook_allow_hosts: str = ""  # comma-separated hosts exempt from the private-address guard
     webhook_max_attempts: int = 8

@@ -10,6 +10,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from worker.policy import RETRYABLE_STATUSES
+
 LLM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300)
 RUN_BUCKETS = (0.1, 0.5, 1, 5, 15, 30, 60, 120, 300, 900, 1800, 3600, 14400)
 ITER_BUCKETS = (1, 2, 3, 5, 8, 13, 21, 34, 55, 100)
@@ -144,7 +146,7 @@ class MetricsObserver:
             self.ttft.observe(ttft_s)
 
     def model_retry(self, reason: str) -> None:
-        self.model_retries.labels(reason).inc()
+        self.model_retries.labels(retry_reason_label(reason)).inc()
 
     def tokens_used(self, *, input_tokens: int, output_tokens: int) -> None:
         self.tokens.labels("input").inc(input_tokens)
@@ -178,3 +180,16 @@ class MetricsObserver:
 
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+# A fixed set of label values: a provider's status code must not mint a new time series each.
+RETRY_REASONS = frozenset(
+    {"connection", "timeout", "stream", "overflow", "invalid", "internal"}
+    | {f"http_{code}" for code in RETRYABLE_STATUSES}
+)
+
+
+def retry_reason_label(reason: str) -> str:
+    if reason in RETRY_REASONS:
+        return reason
+    return "http_other" if reason.startswith("http") else "other"

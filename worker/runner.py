@@ -18,6 +18,7 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 import orjson
+from pydantic import ValidationError
 
 from shared import logs
 from shared.codec import encode, to_jsonable
@@ -94,6 +95,13 @@ def _stamped(events: list[tuple[str, int, bytes]]) -> list[tuple[str, int, bytes
 
 class _Wake:
     """Put in the inbox to make the loop look at its flags (drain, fence)."""
+
+
+class _Crashed(_Wake):
+    """An effect raised something it should not have: the run fails with it as lastError."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
 
 
 class RunDriver:
@@ -241,6 +249,8 @@ class RunDriver:
                 return "released"
             else:
                 ev = await self.inbox.get()
+            if isinstance(ev, _Crashed):
+                return await self._fail_crashed(ev.exc)
             if isinstance(ev, _Wake):
                 continue
             outcome = await self._apply(ev)
@@ -385,8 +395,11 @@ class RunDriver:
 
     def _effect_done(self, task: asyncio.Task[None]) -> None:
         self.tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("run %s: effect crashed", self.run_id, exc_info=task.exception())
+        exc = None if task.cancelled() else task.exception()
+        if exc is not None:
+            log.error("run %s: effect crashed; failing the run", self.run_id, exc_info=exc)
+            self.inbox.put_nowait(_Crashed(exc))
+            return
         self.inbox.put_nowait(_Wake())
 
     def _cancel_effects(self) -> None:
@@ -508,15 +521,26 @@ class RunDriver:
                 ModelFailed(now_ms(), failure, random.random(), partial=self.delta_published)
             )
             return
-        tool_calls = [
-            ToolCall(
-                id=c["id"] or f"call_{req.model_call_index}_{i}",
-                name=c["name"] or "unknown",
-                arguments=c["arguments"] or "{}",
+        try:
+            tool_calls = [
+                ToolCall(
+                    id=c["id"] or f"call_{req.model_call_index}_{i}",
+                    name=c["name"] or "unknown",
+                    arguments=c["arguments"] or "{}",
+                )
+                for i, c in sorted(calls.items())
+            ]
+            msg = Message(role="assistant", content="".join(text), tool_calls=tool_calls or None)
+        except ValidationError as exc:  # over a bound (content, arguments, names): not retried
+            obs.model_call("error", latency_s=loop.time() - t0, ttft_s=ttft)
+            detail = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:3])
+            failure = ModelFailure(
+                kind="invalid", message=f"the model's reply is not a valid message: {detail}"
             )
-            for i, c in sorted(calls.items())
-        ]
-        msg = Message(role="assistant", content="".join(text), tool_calls=tool_calls or None)
+            self.inbox.put_nowait(
+                ModelFailed(now_ms(), failure, random.random(), partial=self.delta_published)
+            )
+            return
         obs.model_call("success", latency_s=loop.time() - t0, ttft_s=ttft)
         if end.usage is not None:
             obs.tokens_used(input_tokens=end.usage.input_tokens, output_tokens=end.usage.output_tokens)
@@ -613,6 +637,32 @@ class RunDriver:
         self.deps.observer.run_finished(
             result.status.value, iterations=result.iterations, duration_s=time.monotonic() - self.started_mono
         )
+
+    async def _fail_crashed(self, exc: BaseException) -> str:
+        """An effect crashed (a bug, corrupt data): end the run failed with the reason, never leave
+        it running with its lease renewed."""
+        await self._cancel_tasks()
+        err = RunError(code="internal", message=f"{type(exc).__name__}: {str(exc)[:500]}")
+        self.state = self.state.model_copy(
+            update={
+                "phase": machine.Phase.FAILED,
+                "call": machine.CallPhase.NONE,
+                "last_error": err,
+                "running": [],
+            }
+        )
+        result = machine.result_of(self.state)
+        payload = {
+            "status": "failed",
+            "iterations": self.state.iterations,
+            "error": err.model_dump(by_alias=True),
+        }
+        outbox = Outbox(events=[(EventKind.STATUS.value, now_ms(), orjson.dumps(payload))])
+        await self._commit(
+            outbox, status="failed", aux=encode(result), session=self.deps.session_update(self.state, result)
+        )
+        self._finished(result)
+        return "failed"
 
     async def _fail_unstarted(self, code: str, message: str) -> str:
         err = RunError(code=code, message=message)

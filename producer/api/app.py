@@ -69,11 +69,13 @@ class ApprovalsBody(BaseModel):
 
 
 class BodyLimit:
-    """413 for bodies over the limit, by Content-Length or by counting a streamed body."""
+    """413 for bodies over the limit, by Content-Length or by counting a streamed body; 408 for a
+    body that has not fully arrived ``timeout_s`` after the request started."""
 
-    def __init__(self, app: Any, max_bytes: int) -> None:
+    def __init__(self, app: Any, max_bytes: int, timeout_s: float = 30.0) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
 
     async def __call__(
         self, scope: dict[str, Any], receive: Callable[[], Awaitable[dict[str, Any]]], send: Any
@@ -83,15 +85,24 @@ class BodyLimit:
             return
         length = dict(scope.get("headers") or []).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            await self._reject(send)
+            await self._reject(send, 413, "too_large", f"request body over {self.max_bytes} bytes")
             return
         seen = 0
+        deadline = time.monotonic() + self.timeout_s
+        complete = False
 
         async def counted() -> dict[str, Any]:
-            nonlocal seen
-            msg = await receive()
+            nonlocal seen, complete
+            if complete:  # after the body: waiting for a disconnect (SSE) has no deadline
+                return await receive()
+            try:
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    msg = await receive()
+            except TimeoutError:
+                raise _SlowBody(self.timeout_s) from None
             if msg["type"] == "http.request":
                 seen += len(msg.get("body", b""))
+                complete = not msg.get("more_body", False)
                 if seen > self.max_bytes:
                     raise _TooLarge(self.max_bytes)
             return msg
@@ -99,17 +110,19 @@ class BodyLimit:
         try:
             await self.app(scope, counted, send)
         except _TooLarge:
-            await self._reject(send)
+            await self._reject(send, 413, "too_large", f"request body over {self.max_bytes} bytes")
+        except _SlowBody:
+            await self._reject(
+                send, 408, "request_timeout", f"the request body did not arrive within {self.timeout_s:g} s"
+            )
 
-    async def _reject(self, send: Any) -> None:
-        body = orjson.dumps(
-            {"error": {"code": "too_large", "message": f"request body over {self.max_bytes} bytes"}}
-        )
+    async def _reject(self, send: Any, status: int, code: str, message: str) -> None:
+        body = orjson.dumps({"error": {"code": code, "message": message}})
         await send(
             {
                 "type": "http.response.start",
-                "status": 413,
-                "headers": [(b"content-type", b"application/json")],
+                "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"connection", b"close")],
             }
         )
         await send({"type": "http.response.body", "body": body})
@@ -121,6 +134,11 @@ class _TooLarge(StarletteHTTPException):
 
     def __init__(self, max_bytes: int) -> None:
         super().__init__(413, f"request body over {max_bytes} bytes")
+
+
+class _SlowBody(StarletteHTTPException):
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(408, f"the request body did not arrive within {timeout_s:g} s")
 
 
 class Api:
@@ -206,7 +224,7 @@ def create_app(
     )
     for exc_type, handler in errors.HANDLERS:
         app.add_exception_handler(exc_type, handler)
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s)
 
     @app.middleware("http")
     async def observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
@@ -332,7 +350,7 @@ def create_app(
         request: Request,
         api: ApiDep,
         tenant: Tenant,
-        after: Annotated[int | None, Query(ge=0)] = None,
+        after: Annotated[int | None, Query(ge=0, le=limits.MAX_SEQ)] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
         format: Annotated[str, Query(pattern="^(sse|json)$")] = "sse",
         last_event_id: Annotated[str | None, Header()] = None,
@@ -433,9 +451,12 @@ def create_app(
 
 
 def _seq(last_event_id: str | None) -> int:
-    if last_event_id and last_event_id.strip().isdigit():
-        return int(last_event_id.strip())
-    return 0
+    value = (last_event_id or "").strip()
+    if not (value.isascii() and value.isdigit()):
+        return 0
+    if len(value) > 19 or int(value) > limits.MAX_SEQ:
+        raise ApiError(422, "invalid_input", f"Last-Event-ID: an event seq is at most {limits.MAX_SEQ}")
+    return int(value)
 
 
 async def _sse(api: Api, request: Request, run_id: str, after: int) -> AsyncIterator[bytes]:

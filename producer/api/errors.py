@@ -71,7 +71,9 @@ async def on_validation_error(request: Request, exc: Exception) -> OrjsonRespons
 
 async def on_http_error(request: Request, exc: Exception) -> OrjsonResponse:
     assert isinstance(exc, StarletteHTTPException)
-    code = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}.get(exc.status_code, "http_error")
+    code = {404: "not_found", 405: "method_not_allowed", 408: "request_timeout", 413: "too_large"}.get(
+        exc.status_code, "http_error"
+    )
     return error_response(exc.status_code, code, str(exc.detail))
 
 

@@ -97,3 +97,16 @@ async def test_a_scripted_turns_delay_is_capped(monkeypatch: pytest.MonkeyPatch)
     t0 = time.monotonic()
     chunks = [c async for c in provider.stream(req, {"script": [{"text": "hi", "delayMs": 10**9}]})]
     assert chunks and time.monotonic() - t0 < 2.0
+
+
+def test_retry_reason_labels_are_a_fixed_set() -> None:
+    from worker.metrics import MetricsObserver, retry_reason_label
+
+    assert retry_reason_label("http_503") == "http_503"
+    assert retry_reason_label("timeout") == "timeout"
+    assert retry_reason_label("http_599") == retry_reason_label("http_123456") == "http_other"
+    m = MetricsObserver()
+    for code in range(600, 700):
+        m.model_retry(f"http_{code}")
+    assert b'reason="http_other"} 100.0' in m.render()
+    assert b"http_650" not in m.render()

@@ -1,0 +1,55 @@
+"""How the API is served: uvicorn with a deadline on slow request headers.
+
+uvicorn bounds an idle keep-alive connection but not one that trickles its request headers byte
+by byte (each byte restarts nothing and nothing times it out), so a few hundred such connections
+would hold the process. The protocol below closes a connection whose request headers are not
+complete ``header_timeout_s`` after it opened or after its previous response; the body has its
+own deadline in the app (producer/api/app.py, BodyLimit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from shared.settings import Settings
+
+
+class HeaderDeadlineProtocol(H11Protocol):
+    header_timeout_s: float = 10.0
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_header_deadline()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._arm_header_deadline()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        handle = getattr(self, "_header_deadline", None)
+        if handle is not None:
+            handle.cancel()
+        super().connection_lost(exc)
+
+    def _arm_header_deadline(self) -> None:
+        handle = getattr(self, "_header_deadline", None)
+        if handle is not None:
+            handle.cancel()
+        self._header_deadline = self.loop.call_later(self.header_timeout_s, self._headers_overdue)
+
+    def _headers_overdue(self) -> None:
+        waiting = self.cycle is None or self.cycle.response_complete  # no request under way
+        if waiting and not self.transport.is_closing():
+            self.transport.close()
+
+
+def server_config(app: Any, settings: Settings, **kw: Any) -> uvicorn.Config:
+    """uvicorn's Config for the API app with the header deadline of ``settings``."""
+    protocol = type(
+        "HeaderDeadlineProtocol", (HeaderDeadlineProtocol,), {"header_timeout_s": settings.header_timeout_s}
+    )
+    return uvicorn.Config(app, http=protocol, **kw)
