@@ -657,7 +657,9 @@ class RunDriver:
             "iterations": self.state.iterations,
             "error": err.model_dump(by_alias=True),
         }
-        outbox = Outbox(events=[(EventKind.STATUS.value, now_ms(), orjson.dumps(payload))])
+        error = machine.error_event("run", err.code, err.message)
+        outbox = Outbox(events=[(EventKind.ERROR.value, now_ms(), orjson.dumps(error.payload)),
+                                (EventKind.STATUS.value, now_ms(), orjson.dumps(payload))])  # fmt: skip
         await self._commit(
             outbox, status="failed", aux=encode(result), session=self.deps.session_update(self.state, result)
         )
