@@ -203,6 +203,7 @@ class RunResult(Model):
     last_error: RunError | None = None
     usage: Usage | None = None
     iterations: int = 0
+    stop_reason: str | None = None  # the limit a completed run stopped at: max_iterations | max_tool_rounds
 
 
 class EventKind(StrEnum):

@@ -102,6 +102,10 @@ class AgentProfile(Model):
     retry: RetryConfig = Field(default_factory=RetryConfig)
     context: ContextConfig = Field(default_factory=ContextConfig)
     compaction: CompactionConfig = Field(default_factory=CompactionConfig)
+    # Reaching loopLimits.maxIterations / maxToolRounds: "answer" makes one last model call without
+    # tools for the final answer (the run completes, result.stopReason names the limit); "fail"
+    # ends the run failed with the limit as its error.
+    on_limit: Literal["answer", "fail"] = "answer"
 
     def tool_names(self) -> list[str]:
         return [*self.tools, *(t.name for t in self.http_tools)]

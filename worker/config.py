@@ -6,7 +6,7 @@ profile file changed meanwhile.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -55,6 +55,7 @@ class RunConfig(Model):
     retry: RetryConfig = Field(default_factory=RetryConfig)
     context: ContextConfig = Field(default_factory=ContextConfig)
     compaction: CompactionConfig = Field(default_factory=CompactionConfig)
+    on_limit: Literal["answer", "fail"] = "answer"
 
     def tool_names(self) -> set[str]:
         return {t.name for t in self.tools} | {t.name for t in self.internal_tools}
@@ -126,4 +127,5 @@ def resolve_config(
         retry=profile.retry,
         context=profile.context,
         compaction=profile.compaction,
+        on_limit=profile.on_limit,
     )

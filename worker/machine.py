@@ -95,6 +95,7 @@ class RunState(Model):
     usage: Usage = Field(default_factory=Usage)
     final_message: Message | None = None
     last_error: RunError | None = None
+    final_call: str | None = None  # the loop limit reached: the model is asked, without tools, for its answer
 
     @property
     def node(self) -> str:
@@ -384,6 +385,9 @@ def _on_stream_opened(s: RunState, e: ModelStreamOpened) -> Decision:
 
 def _on_replied(s: RunState, e: ModelReplied) -> Decision:
     msg = e.message
+    refused = len(msg.tool_calls or ()) if s.final_call else 0
+    if refused:  # the last call for an answer accepts no tool calls: keep the text only
+        msg = Message(role="assistant", content=msg.content)
     usage = s.usage + e.usage if e.usage else s.usage
     s = _up(s, iterations=s.iterations + 1, usage=usage, transcript=[*s.transcript, msg], attempt=0)
     cmds: list[Command] = [
@@ -396,23 +400,32 @@ def _on_replied(s: RunState, e: ModelReplied) -> Decision:
             },
         )
     ]
+    if refused:
+        cmds.append(_status("tool_calls_refused", count=refused, reason=f"{s.final_call} reached"))
     if not msg.tool_calls:
         return _finish(s, RunStatus.COMPLETED, cmds, final=msg)
     rounds = s.tool_rounds + 1
     cfg = s.cfg
     if cfg.max_tool_rounds is not None and rounds > cfg.max_tool_rounds:
-        err = RunError(
-            code="max_tool_rounds", message=f"loopLimits.maxToolRounds={cfg.max_tool_rounds} reached"
-        )
-        return _finish(s, RunStatus.FAILED, cmds, error=err)
+        text = f"loopLimits.maxToolRounds={cfg.max_tool_rounds} reached"
+        if cfg.on_limit == "fail":
+            return _finish(s, RunStatus.FAILED, cmds, error=RunError(code="max_tool_rounds", message=text))
+        # Answer every call of the refused round (the model input stays well-formed), then ask for the answer.
+        msgs = []
+        for call in msg.tool_calls:
+            cmds.append(_tool_call_emit(call))
+            res = ToolResult(tool_call_id=call.id, name=call.name, content=f"error: not executed: {text}",
+                             is_error=True)  # fmt: skip
+            cmds += _tool_result_emits(res, "tool_refused")
+            msgs.append(Message(role="tool", content=res.content, tool_call_id=call.id, name=call.name))
+        s = _up(s, transcript=[*s.transcript, *msgs])
+        return _final_call(s, e.now_ms, cmds, "max_tool_rounds")
     s = _up(s, tool_rounds=rounds, round=list(msg.tool_calls), results={}, running=[], approvals={})
     results: dict[str, ToolResult] = {}
     used = s.tool_calls_used
     allowed = cfg.tool_names()
     for call in msg.tool_calls:
-        cmds.append(
-            Emit(EventKind.TOOL_CALL, {"toolCallId": call.id, "name": call.name, "arguments": call.arguments})
-        )
+        cmds.append(_tool_call_emit(call))
         problem = _precheck(call, allowed)
         if problem is None and call.name != RECALL_TOOL:
             if cfg.max_calls_per_run is not None and used >= cfg.max_calls_per_run:
@@ -442,6 +455,10 @@ def _on_replied(s: RunState, e: ModelReplied) -> Decision:
         cmds.append(AwaitHuman(pending))
         return s, cmds
     return _begin_tools(s, e.now_ms, cmds)
+
+
+def _tool_call_emit(call: ToolCall) -> Emit:
+    return Emit(EventKind.TOOL_CALL, {"toolCallId": call.id, "name": call.name, "arguments": call.arguments})
 
 
 def _precheck(call: ToolCall, allowed: set[str]) -> str | None:
@@ -627,10 +644,10 @@ def _next_model_call(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
     if (err := _over_time(s, now_ms)) is not None:
         return _finish(s, RunStatus.FAILED, cmds, error=err)
     if s.iterations >= cfg.max_iterations:
-        err = RunError(
-            code="max_iterations", message=f"loopLimits.maxIterations={cfg.max_iterations} reached"
-        )
-        return _finish(s, RunStatus.FAILED, cmds, error=err)
+        text = f"loopLimits.maxIterations={cfg.max_iterations} reached"
+        if cfg.on_limit == "fail":
+            return _finish(s, RunStatus.FAILED, cmds, error=RunError(code="max_iterations", message=text))
+        return _final_call(s, now_ms, cmds, "max_iterations")
     comp = cfg.compaction
     if (
         len(s.transcript) > comp.max_messages
@@ -651,6 +668,18 @@ def _call(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
     return s, [*cmds, CallModel(_request(s))]
 
 
+def _final_call(s: RunState, now_ms: int, cmds: list[Command], limit: str) -> Decision:
+    """A loop limit was reached with onLimit=answer: one last model call, without tools."""
+    s = _up(s, final_call=limit)
+    return _call(s, now_ms, [*cmds, _status("limit_reached", limit=limit, action="final_answer")])
+
+
+FINAL_ANSWER_PROMPT = (
+    "The run has reached its limit ({limit}). Tools are no longer available. Using what you have "
+    "found so far, give your final answer now."
+)
+
+
 def _compact(s: RunState, cmds: list[Command], reason: str) -> Decision:
     s = _up(s, phase=Phase.COMPACTING, call=CallPhase.NONE)
     return s, [
@@ -667,11 +696,14 @@ def build_messages(s: RunState) -> list[Message]:
 
 def _request(s: RunState) -> ModelRequest:
     cfg = s.cfg
+    messages = build_messages(s)
+    if s.final_call:
+        messages.append(Message(role="user", content=FINAL_ANSWER_PROMPT.format(limit=s.final_call)))
     return ModelRequest(
         run_id=s.run_id,
         session_id=s.session_id,
-        messages=build_messages(s),
-        tools=[*cfg.tools, *cfg.internal_tools],
+        messages=messages,
+        tools=[] if s.final_call else [*cfg.tools, *cfg.internal_tools],
         model_call_index=s.model_call_index,
         attempt=s.attempt,
         failures=s.failures,
@@ -695,6 +727,8 @@ def _finish(
     s = _up(s, phase=phase, call=CallPhase.NONE, final_message=final, last_error=error, running=[])
     result = result_of(s)
     payload: dict[str, Any] = {"status": status.value, "iterations": s.iterations}
+    if result.stop_reason:
+        payload["stopReason"] = result.stop_reason
     if error is not None:
         payload["error"] = error.model_dump(by_alias=True)
     if error is not None and status == RunStatus.FAILED:
@@ -718,6 +752,7 @@ def result_of(s: RunState) -> RunResult:
         last_error=s.last_error,
         usage=s.usage,
         iterations=s.iterations,
+        stop_reason=s.final_call if s.phase == Phase.COMPLETED else None,
     )
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
+import orjson
 import pytest
 from redis.asyncio import Redis
 
@@ -117,12 +119,18 @@ async def test_retryable_tool_failures_are_retried(
     assert [e.payload["content"] for e in events if e.kind == "tool_result"] == ["ok after 3 attempts"]
 
 
-async def test_max_iterations_fails_the_run_naming_the_limit(
-    redis: Redis, redis_url: str, worker: WorkerProcess
+async def test_max_iterations_with_on_limit_fail_fails_the_run_naming_the_limit(
+    redis: Redis, redis_url: str, tmp_path: Path
 ) -> None:
-    p = producer_for(redis, redis_url)
+    profiles = tmp_path / "profiles.json"
+    strict = {"name": "strict", "provider": {"kind": "scripted", "mode": "script"}, "tools": ["echo"],
+              "onLimit": "fail"}  # fmt: skip
+    profiles.write_bytes(orjson.dumps({"profiles": [strict]}))
+    p = producer_for(redis, redis_url, profiles=str(profiles))
     script = [{"toolCalls": [{"name": "echo", "arguments": {"text": "again"}}]}] * 10
-    status, events, result = await run_one(p, redis, script_run(script, loopLimits={"maxIterations": 3}))
+    body = {**script_run(script, loopLimits={"maxIterations": 3}), "agent": "strict"}
+    async with running_worker(redis_url, profiles=str(profiles)):
+        status, events, result = await run_one(p, redis, body)
     assert status == "failed"
     assert result.last_error.code == "max_iterations"  # type: ignore[attr-defined]
     assert len([e for e in events if e.kind == "assistant_message"]) == 3

@@ -22,6 +22,7 @@ def config(**kw: Any) -> RunConfig:
         max_parallel=2,
         retry=RetryConfig(max_retries=2),
         compaction=CompactionConfig(max_messages=30, keep_recent=4, max_overflow_retries=1),
+        on_limit="fail",  # the limits' answer mode has its own tests (test_machine_seed.py)
     )
     base.update(kw)
     return RunConfig(**base)

@@ -25,12 +25,14 @@ TOOL_OUTCOMES = st.sampled_from(["ok", "error: boom"])
     st.integers(1, 6),
     st.integers(0, 3),
     st.integers(1, 3),
+    st.sampled_from(["fail", "answer"]),
 )
 def test_random_runs_terminate_within_limits_with_consistent_commands(
-    model: list[str], tools: list[str], max_iter: int, retries: int, parallel: int
+    model: list[str], tools: list[str], max_iter: int, retries: int, parallel: int, on_limit: str
 ) -> None:
     cfg = config(
         max_iterations=max_iter,
+        on_limit=on_limit,
         max_parallel=parallel,
         retry=config().retry.model_copy(update={"max_retries": retries}),
     )
@@ -40,7 +42,9 @@ def test_random_runs_terminate_within_limits_with_consistent_commands(
     assert s.terminal, (s.node, d.steps)
     assert d.terminal_emits == 1 and d.finishes == 1  # exactly one terminal event, one Finish
     assert d.max_running <= parallel
-    assert s.iterations <= max_iter
+    assert s.iterations <= max_iter + (on_limit == "answer")  # at most one last call for the answer
+    if m.result_of(s).stop_reason:
+        assert on_limit == "answer" and s.phase == m.Phase.COMPLETED
     for ev in (m.AbortRequested(T0), m.DeadlineReached(T0), m.ModelStreamOpened(T0)):
         assert m.decide(s, ev) == (s, [])  # terminal states absorb everything
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.unit.machine_driver import T0, calling, calls_reply, failure, go, result
+from shared.models import Message, ToolCall
+from tests.unit.machine_driver import T0, calling, calls_reply, config, failure, go, result, text_reply
 from worker import machine as m
 
 
@@ -51,3 +52,68 @@ def test_tool_errors_emit_error_events_and_successes_do_not() -> None:
 def test_aborts_are_not_errors() -> None:
     _, cmds = go(calling(), m.AbortRequested(T0, "stop"))
     assert errors(cmds) == []
+
+
+# ---- limits that end with an answer ----
+
+
+def test_max_iterations_asks_once_more_without_tools_and_completes_naming_the_limit() -> None:
+    s, cmds = go(calling(config(max_iterations=1, on_limit="answer")), calls_reply(("a", "echo", "{}")))
+    s, cmds = go(s, result("a"))
+    assert s.node == m.CALLING and s.final_call == "max_iterations"
+    req = next(c.request for c in cmds if isinstance(c, m.CallModel))
+    assert req.tools == [] and "final answer" in req.messages[-1].content and req.messages[-1].role == "user"
+    assert {"status": "limit_reached", "limit": "max_iterations", "action": "final_answer"} in [
+        c.payload for c in cmds if isinstance(c, m.Emit)
+    ]
+    s, cmds = go(s, text_reply("here is what I found"))
+    assert s.phase == m.Phase.COMPLETED and s.final_message is not None
+    res = m.result_of(s)
+    assert (
+        res.stop_reason == "max_iterations" and res.final_assistant_message.content == "here is what I found"
+    )  # type: ignore[union-attr]
+    assert cmds[-2].payload["stopReason"] == "max_iterations"  # type: ignore[union-attr]
+
+
+def test_the_last_call_refuses_tool_calls_and_keeps_the_text() -> None:
+    s, _ = go(
+        calling(config(max_iterations=1, on_limit="answer")), calls_reply(("a", "echo", "{}")), result("a")
+    )
+    reply = m.ModelReplied(T0, Message(role="assistant", content="partial answer",
+                                       tool_calls=[ToolCall(id="x", name="echo")]))  # fmt: skip
+    s, cmds = go(s, reply)
+    assert s.phase == m.Phase.COMPLETED and s.final_message == Message(
+        role="assistant", content="partial answer"
+    )
+    assert not any(isinstance(c, m.ExecuteTool) for c in cmds)
+    assert any(isinstance(c, m.Emit) and c.payload.get("status") == "tool_calls_refused" for c in cmds)
+    assert s.transcript[-1].tool_calls is None  # no dangling call in what the session keeps
+
+
+def test_max_tool_rounds_answers_the_refused_round_then_asks_for_the_answer() -> None:
+    s, _ = go(
+        calling(config(max_tool_rounds=1, on_limit="answer")), calls_reply(("a", "echo", "{}")), result("a")
+    )
+    s, cmds = go(s, calls_reply(("b", "echo", "{}"), ("c", "calc", "{}")))
+    assert s.node == m.CALLING and s.final_call == "max_tool_rounds"
+    assert not any(isinstance(c, m.ExecuteTool) for c in cmds)
+    assert [x.tool_call_id for x in s.transcript if x.role == "tool"] == ["a", "b", "c"]
+    assert "maxToolRounds=1" in s.transcript[-1].content
+    assert [e["code"] for e in errors(cmds)] == ["tool_refused", "tool_refused"]
+    s, _ = go(s, text_reply("final"))
+    assert m.result_of(s).stop_reason == "max_tool_rounds" and s.phase == m.Phase.COMPLETED
+
+
+def test_the_last_call_is_bounded_a_failure_still_fails() -> None:
+    s, _ = go(
+        calling(config(max_iterations=1, on_limit="answer")), calls_reply(("a", "echo", "{}")), result("a")
+    )
+    s, _ = go(s, failure(status=401))
+    assert s.phase == m.Phase.FAILED and m.result_of(s).stop_reason is None
+
+
+def test_on_limit_fail_keeps_the_old_behaviour() -> None:
+    s, _ = go(
+        calling(config(max_iterations=1, on_limit="fail")), calls_reply(("a", "echo", "{}")), result("a")
+    )
+    assert s.phase == m.Phase.FAILED and s.last_error is not None and s.last_error.code == "max_iterations"
