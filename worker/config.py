@@ -12,7 +12,7 @@ from pydantic import Field
 
 from shared.models import LoopLimits, Model, RunInput
 from shared.profiles import AgentProfile, CompactionConfig, ContextConfig, RetryConfig
-from worker import policy
+from worker import policy, prompt
 
 DEFAULT_MAX_ITERATIONS = 25  # seed 004
 RECALL_TOOL = "recall_tool_call"
@@ -56,6 +56,7 @@ class RunConfig(Model):
     context: ContextConfig = Field(default_factory=ContextConfig)
     compaction: CompactionConfig = Field(default_factory=CompactionConfig)
     on_limit: Literal["answer", "fail"] = "answer"
+    runtime_init_data: dict[str, Any] = Field(default_factory=dict)  # handed to every tool's context
 
     def tool_names(self) -> set[str]:
         return {t.name for t in self.tools} | {t.name for t in self.internal_tools}
@@ -114,7 +115,11 @@ def resolve_config(
     internal = [RECALL_SPEC] if has_session and tp.enabled is not False else []
     return RunConfig(
         agent=profile.name,
-        system_prompt=run.system_prompt_override or profile.system_prompt,
+        system_prompt=prompt.render(
+            run.system_prompt_override or profile.system_prompt,
+            run.runtime_init_data,
+            {"runId": run.run_id or "", "sessionId": run.session_id or "", "agent": profile.name},
+        ),
         tools=tools,
         internal_tools=internal,
         approval_tools=approval,
@@ -128,4 +133,5 @@ def resolve_config(
         context=profile.context,
         compaction=profile.compaction,
         on_limit=profile.on_limit,
+        runtime_init_data=dict(run.runtime_init_data or {}),
     )

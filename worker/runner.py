@@ -592,7 +592,8 @@ class RunDriver:
             self._note("tool_reexecuted", toolCallId=call.id, name=call.name, claim=attempts,
                        reason="the worker executing this call stopped before recording its result")  # fmt: skip
         t0 = time.monotonic()
-        ctx = ToolContext(self.run_id, self.state.session_id, call.id, f"{self.run_id}:{call.id}", 1)
+        ctx = ToolContext(self.run_id, self.state.session_id, call.id, f"{self.run_id}:{call.id}", 1,
+                          self.state.cfg.runtime_init_data)  # fmt: skip
         if call.name == RECALL_TOOL:
             result = await self.deps.recall(self.state.session_id, call)
         else:

@@ -3,7 +3,12 @@ runtimeInitData, recall (issue 17)."""
 
 from __future__ import annotations
 
+import json
+import threading
 from collections.abc import AsyncIterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -68,3 +73,57 @@ async def test_a_run_at_its_iteration_limit_completes_with_an_answer_and_stop_re
     assert_clean_stream(events)
     assert events[-1].payload["stopReason"] == "max_iterations"
     assert any(e.payload.get("status") == "limit_reached" for e in events)
+
+
+class BodyRecorder:
+    """A local HTTP tool endpoint (a thread of the test process) that keeps every body it gets."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+        rec = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                rec.bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                out = b'{"ok": true}'
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+async def test_runtime_init_data_reaches_the_prompt_and_http_tools(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    rec = BodyRecorder()
+    profile = {
+        "name": "ctx", "provider": {"kind": "scripted", "mode": "script"},
+        "systemPrompt": "You serve {{customer.name}} (plan {{plan}}) in run {{runId}}; {{unknown}} stays.",
+        "httpTools": [{"name": "lookup", "url": f"http://127.0.0.1:{rec.port}/t", "allowHosts": ["127.0.0.1"]}],
+    }  # fmt: skip
+    path = tmp_path / "profiles.json"
+    path.write_bytes(orjson.dumps({"profiles": [profile]}))
+    p = producer_for(redis, redis_url, profiles=str(path))
+    body = {**script_run([{"toolCalls": [{"id": "l1", "name": "lookup", "arguments": {"q": "x"}}]},
+                          {"echoContext": True}]),
+            "agent": "ctx", "runId": "ctx-run", "runtimeInitData": {"customer": {"name": "ACME"}, "plan": 3}}  # fmt: skip
+    try:
+        async with running_worker(redis_url, profiles=str(path)):
+            rec_ = (await wait_all(p, [(await p.submit(body)).run_id], 15))["ctx-run"]
+    finally:
+        rec.server.shutdown()
+    assert rec_.status.value == "completed"
+    seen = orjson.loads(rec_.result.final_assistant_message.content)  # type: ignore[union-attr]
+    assert seen["messages"][0]["content"].startswith(
+        "You serve ACME (plan 3) in run ctx-run; {{unknown}} stays."
+    )
+    assert rec.bodies == [{"runId": "ctx-run", "toolCallId": "l1", "name": "lookup", "arguments": {"q": "x"},
+                           "runtimeInitData": {"customer": {"name": "ACME"}, "plan": 3}}]  # fmt: skip

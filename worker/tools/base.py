@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 
@@ -13,6 +14,7 @@ class ToolContext:
     tool_call_id: str
     idempotency_key: str  # "<runId>:<toolCallId>": the same for every re-execution of the call
     attempt: int  # 1 for the first execution within this claim
+    init_data: Mapping[str, Any] = field(default_factory=dict)  # the run's runtimeInitData
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""HTTP tools declared in a profile: POST ``{runId, toolCallId, name, arguments}`` to a URL with
+"""HTTP tools declared in a profile: POST ``{runId, toolCallId, name, arguments[, runtimeInitData]}`` to a URL with
 ``Idempotency-Key: <runId>:<toolCallId>``, the same key on every re-execution of the call, so the
 remote side can deduplicate a call that a crashed worker had already sent."""
 
@@ -37,9 +37,12 @@ class HttpTool:
 
     async def __call__(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
         cfg = self.config
-        body = orjson.dumps(
-            {"runId": ctx.run_id, "toolCallId": ctx.tool_call_id, "name": cfg.name, "arguments": args}
-        )
+        fields: dict[str, Any] = {
+            "runId": ctx.run_id, "toolCallId": ctx.tool_call_id, "name": cfg.name, "arguments": args
+        }  # fmt: skip
+        if ctx.init_data:
+            fields["runtimeInitData"] = ctx.init_data
+        body = orjson.dumps(fields)
         headers = {k: _header_value(v) for k, v in cfg.headers.items()}
         headers.update({"Content-Type": "application/json", "Idempotency-Key": ctx.idempotency_key})
         try:

@@ -84,7 +84,9 @@ class ProfileTools:
         attempt = 1
         while True:
             try:
-                actx = ToolContext(ctx.run_id, ctx.session_id, ctx.tool_call_id, ctx.idempotency_key, attempt)
+                actx = ToolContext(
+                    ctx.run_id, ctx.session_id, ctx.tool_call_id, ctx.idempotency_key, attempt, ctx.init_data
+                )
                 outcome: ToolOutcome = await asyncio.wait_for(tool(args, actx), st.timeout_s)
                 return ToolResult(
                     tool_call_id=call.id,
