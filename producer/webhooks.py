@@ -1,8 +1,15 @@
 """Completion webhooks: POST a finished run's RunResult to its webhook URL.
 
-Signed with ``X-Agentmill-Signature: sha256=<HMAC of the body>``, identified by a stable
-``X-Agentmill-Delivery: <runId>`` so receivers can deduplicate, retried with backoff, and never
-repeated once a delivery is recorded as successful. The SSRF guard of HTTP tools applies.
+Signed with ``X-Agentmill-Signature: sha256=<HMAC of the body>`` under AGENTMILL_WEBHOOK_SECRET,
+identified by a stable ``X-Agentmill-Delivery: <runId>`` so receivers can deduplicate, retried with
+backoff, and never repeated once a delivery is recorded as successful. Without a secret, deliveries
+go out unsigned and say so (``X-Agentmill-Unsigned: true``, no signature header): a signature under
+an empty key would look valid and be forgeable by anyone.
+
+Every delivery goes through the SSRF guard of HTTP tools (worker/netguard.py), reads at most
+MAX_WEBHOOK_RESPONSE_BYTES of the answer and ends within DELIVERY_DEADLINE_S. Deliveries run
+concurrently, at most ``CONCURRENCY`` at once and ``PER_HOST`` per receiver host, so one slow
+receiver holds a few slots for a few seconds and never the others' deliveries.
 """
 
 from __future__ import annotations
@@ -13,109 +20,204 @@ import hashlib
 import hmac
 import logging
 import time
+from collections import Counter
+from urllib.parse import urlsplit
 
 import httpx
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from shared import keys
+from shared import keys, limits
 from shared.models import usable_url
 from shared.scripts import Scripts, text
 from shared.settings import Settings
-from worker.netguard import BlockedAddressError, guarded_request
+from worker.netguard import BlockedAddressError, ResponseTooLargeError, guarded_client, guarded_request
 
 log = logging.getLogger("agentmill.webhooks")
 LEASE_MS = 60_000
+DELIVERY_DEADLINE_S = 10.0
+CONCURRENCY = 32
+PER_HOST = 4
+HOST_BUSY_DELAY_MS = 500
 
 
-def signature(secret: str | None, body: bytes) -> str:
-    return "sha256=" + hmac.new((secret or "").encode(), body, hashlib.sha256).hexdigest()
+def signature(secret: str, body: bytes) -> str:
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def signing_headers(secret: str | None, body: bytes) -> dict[str, str]:
+    if not secret:
+        return {"X-Agentmill-Unsigned": "true"}
+    return {"X-Agentmill-Signature": signature(secret, body)}
 
 
 def backoff_ms(attempt: int) -> int:
     return min(300_000, 1_000 * (1 << max(0, attempt - 1)))
 
 
+class Deliverer:
+    """Delivers due webhooks with bounded concurrency, overall and per receiver host."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        settings: Settings,
+        http: httpx.AsyncClient,
+        *,
+        concurrency: int = CONCURRENCY,
+        per_host: int = PER_HOST,
+        deadline_s: float = DELIVERY_DEADLINE_S,
+    ) -> None:
+        self.redis = redis
+        self.settings = settings
+        self.http = http
+        self.scripts = Scripts(redis)
+        self.concurrency = concurrency
+        self.per_host = per_host
+        self.deadline_s = deadline_s
+        self.allow = [h.strip() for h in settings.webhook_allow_hosts.split(",") if h.strip()]
+        self.busy: Counter[str] = Counter()
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def claim(self, limit: int) -> list[str]:
+        now = int(time.time() * 1000)
+        due = await self.scripts.claim_webhooks(
+            keys=[keys.WEBHOOKS, keys.WEBHOOKS_DUE], args=[now, LEASE_MS, limit]
+        )
+        return [text(rid) for rid in due]
+
+    def start(self, run_id: str) -> None:
+        task = asyncio.create_task(self.deliver(run_id))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def run(self, stop: asyncio.Event, interval_s: float) -> None:
+        try:
+            while not stop.is_set():
+                free = self.concurrency - len(self.tasks)
+                due: list[str] = []
+                if free > 0:
+                    try:
+                        due = await self.claim(free)
+                    except (RedisError, OSError) as exc:
+                        log.warning("webhook delivery paused: %s", exc)
+                for rid in due:
+                    self.start(rid)
+                if due and len(self.tasks) < self.concurrency:
+                    continue
+                stopped = asyncio.ensure_future(stop.wait())
+                await asyncio.wait(
+                    {stopped, *self.tasks}, timeout=interval_s, return_when=asyncio.FIRST_COMPLETED
+                )
+                stopped.cancel()
+        finally:
+            for t in list(self.tasks):
+                t.cancel()
+            await asyncio.gather(*self.tasks, return_exceptions=True)
+
+    async def deliver(self, run_id: str) -> None:
+        try:
+            await self._deliver(run_id)
+        except (RedisError, OSError) as exc:  # the claim's lease brings it back later
+            log.warning("webhook of run %s not recorded: %s", run_id, exc)
+        except Exception:
+            log.exception("webhook of run %s failed unexpectedly", run_id)
+
+    async def _deliver(self, run_id: str) -> None:
+        redis, settings = self.redis, self.settings
+        state_key = keys.webhook_key(run_id)
+        state = {text(k): text(v) for k, v in (await redis.hgetall(state_key)).items()}  # type: ignore[misc]
+        if state.get("delivered") == "1":
+            await redis.zrem(keys.WEBHOOKS_DUE, run_id)
+            return
+        url_raw, body = await redis.hmget(keys.run_key(run_id), ["webhook", "result"])  # type: ignore[misc]
+        if not url_raw or not body:
+            await redis.zrem(keys.WEBHOOKS_DUE, run_id)
+            return
+        url = text(url_raw)
+        host = ""
+        with contextlib.suppress(ValueError):
+            host = (urlsplit(url).hostname or "").lower()
+        if self.busy[host] >= self.per_host:  # that receiver already has its share: a little later
+            await redis.zadd(keys.WEBHOOKS_DUE, {run_id: int(time.time() * 1000) + HOST_BUSY_DELAY_MS})
+            return
+        attempt = int(state.get("attempts") or 0) + 1
+        headers = {
+            "Content-Type": "application/json",
+            "X-Agentmill-Delivery": run_id,
+            "X-Agentmill-Attempt": str(attempt),
+            **signing_headers(settings.webhook_secret, body),
+        }
+        error = ""
+        self.busy[host] += 1
+        try:
+            usable_url(url, "webhook")  # one stored before submissions checked it
+            resp = await guarded_request(
+                self.http, "POST", url, allow_hosts=self.allow, content=body, headers=headers,
+                timeout=self.deadline_s, deadline_s=self.deadline_s,
+                max_bytes=limits.MAX_WEBHOOK_RESPONSE_BYTES,
+            )  # fmt: skip
+            if 200 <= resp.status_code < 300:
+                async with redis.pipeline(transaction=True) as pipe:
+                    pipe.hset(
+                        state_key,
+                        mapping={
+                            "delivered": "1",
+                            "attempts": attempt,
+                            "deliveredAt": int(time.time() * 1000),
+                        },
+                    )
+                    pipe.expire(state_key, settings.retention_s)
+                    pipe.zrem(keys.WEBHOOKS_DUE, run_id)
+                    await pipe.execute()
+                return
+            error = f"HTTP {resp.status_code}"
+        except (BlockedAddressError, ValueError) as exc:  # refused or unusable URL: never retried
+            error, attempt = f"refused: {exc}", settings.webhook_max_attempts
+        except ResponseTooLargeError as exc:
+            error = str(exc)
+        except httpx.HTTPError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.busy[host] -= 1
+            if self.busy[host] <= 0:
+                del self.busy[host]
+        async with redis.pipeline(transaction=True) as pipe:
+            pipe.hset(state_key, mapping={"attempts": attempt, "lastError": error[:500]})
+            pipe.expire(state_key, settings.retention_s)
+            if attempt >= settings.webhook_max_attempts:
+                pipe.hset(state_key, "failed", "1")
+                pipe.zrem(keys.WEBHOOKS_DUE, run_id)
+                log.warning("webhook of run %s given up after %d attempts: %s", run_id, attempt, error)
+            else:
+                pipe.zadd(keys.WEBHOOKS_DUE, {run_id: int(time.time() * 1000) + backoff_ms(attempt)})
+            await pipe.execute()
+
+
 async def deliver_once(redis: Redis, settings: Settings, http: httpx.AsyncClient, *, limit: int = 20) -> int:
-    """Claim due deliveries and attempt each once; returns how many were attempted."""
-    scripts = Scripts(redis)
-    now = int(time.time() * 1000)
-    due = await scripts.claim_webhooks(keys=[keys.WEBHOOKS, keys.WEBHOOKS_DUE], args=[now, LEASE_MS, limit])
-    allow = [h.strip() for h in settings.webhook_allow_hosts.split(",") if h.strip()]
-    await asyncio.gather(*(_deliver(redis, settings, http, text(rid), allow) for rid in due))
+    """Claim due deliveries and attempt each once (concurrently); returns how many were claimed."""
+    d = Deliverer(redis, settings, http)
+    due = await d.claim(limit)
+    await asyncio.gather(*(d.deliver(rid) for rid in due))
     return len(due)
 
 
-async def _deliver(
-    redis: Redis, settings: Settings, http: httpx.AsyncClient, run_id: str, allow: list[str]
-) -> None:
-    state_key = keys.webhook_key(run_id)
-    state = {text(k): text(v) for k, v in (await redis.hgetall(state_key)).items()}  # type: ignore[misc]
-    if state.get("delivered") == "1":
-        await redis.zrem(keys.WEBHOOKS_DUE, run_id)
-        return
-    url_raw, body = await redis.hmget(keys.run_key(run_id), ["webhook", "result"])  # type: ignore[misc]
-    if not url_raw or not body:
-        await redis.zrem(keys.WEBHOOKS_DUE, run_id)
-        return
-    url = text(url_raw)
-    attempt = int(state.get("attempts") or 0) + 1
-    headers = {
-        "Content-Type": "application/json",
-        "X-Agentmill-Delivery": run_id,
-        "X-Agentmill-Attempt": str(attempt),
-        "X-Agentmill-Signature": signature(settings.webhook_secret, body),
-    }
-    error = ""
-    try:
-        usable_url(url, "webhook")  # one stored before submissions checked it
-        resp = await guarded_request(
-            http, "POST", url, allow_hosts=allow, content=body, headers=headers, timeout=10.0
-        )
-        await resp.aclose()
-        if 200 <= resp.status_code < 300:
-            async with redis.pipeline(transaction=True) as pipe:
-                pipe.hset(
-                    state_key,
-                    mapping={"delivered": "1", "attempts": attempt, "deliveredAt": int(time.time() * 1000)},
-                )
-                pipe.expire(state_key, settings.retention_s)
-                pipe.zrem(keys.WEBHOOKS_DUE, run_id)
-                await pipe.execute()
-            return
-        error = f"HTTP {resp.status_code}"
-    except (BlockedAddressError, ValueError) as exc:  # refused or unusable URL: never retried
-        error, attempt = f"refused: {exc}", settings.webhook_max_attempts
-    except httpx.HTTPError as exc:
-        error = f"{type(exc).__name__}: {exc}"
-    except Exception as exc:  # one bad delivery must not stop the others: record it, back off
-        log.exception("webhook of run %s failed unexpectedly", run_id)
-        error = f"{type(exc).__name__}: {exc}"
-    async with redis.pipeline(transaction=True) as pipe:
-        pipe.hset(state_key, mapping={"attempts": attempt, "lastError": error[:500]})
-        pipe.expire(state_key, settings.retention_s)
-        if attempt >= settings.webhook_max_attempts:
-            pipe.hset(state_key, "failed", "1")
-            pipe.zrem(keys.WEBHOOKS_DUE, run_id)
-            log.warning("webhook of run %s given up after %d attempts: %s", run_id, attempt, error)
-        else:
-            pipe.zadd(keys.WEBHOOKS_DUE, {run_id: int(time.time() * 1000) + backoff_ms(attempt)})
-        await pipe.execute()
-
-
 async def deliver_forever(
-    redis: Redis, settings: Settings, stop: asyncio.Event, *, interval_s: float = 0.5
+    redis: Redis,
+    settings: Settings,
+    stop: asyncio.Event,
+    *,
+    interval_s: float = 0.5,
+    http: httpx.AsyncClient | None = None,
 ) -> None:
-    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=20)) as http:
-        while not stop.is_set():
-            try:
-                n = await deliver_once(redis, settings, http)
-            except (RedisError, OSError) as exc:
-                log.warning("webhook delivery paused: %s", exc)
-                n = 0
-            except Exception:  # the loop outlives any single bad sweep
-                log.exception("webhook delivery sweep failed")
-                n = 0
-            if n == 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), interval_s)
+    if not settings.webhook_secret:
+        log.warning(
+            "AGENTMILL_WEBHOOK_SECRET is not set: webhooks are sent unsigned (X-Agentmill-Unsigned: true)"
+        )
+    own = http is None
+    client = http or guarded_client(max_connections=CONCURRENCY)
+    try:
+        await Deliverer(redis, settings, client).run(stop, interval_s)
+    finally:
+        if own:
+            await client.aclose()

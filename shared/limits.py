@@ -14,3 +14,5 @@ MAX_TOOL_TIMEOUT_S = 300.0  # one tool attempt
 MAX_TOOL_RETRY_DELAY_MS = 60_000
 MAX_SCRIPT_DELAY_MS = 60_000  # a scripted turn's delayMs (test profiles only)
 MAX_SEQ = 2**63 - 1  # an event seq (events?after=, Last-Event-ID) above this is refused
+MAX_TOOL_RESPONSE_BYTES = 1_000_000  # an HTTP tool's response body is cut (the call fails) past this
+MAX_WEBHOOK_RESPONSE_BYTES = 64_000  # a webhook receiver's answer is not needed beyond its status

@@ -14,7 +14,7 @@ from shared.models import Message, RunResult, RunStatus, ToolCall, ToolResult
 from shared.profiles import AgentProfile, ContextConfig
 from shared.scripts import Scripts
 from shared.settings import Settings
-from worker import context
+from worker import context, netguard
 from worker.config import RECALL_TOOL
 from worker.machine import RunState
 from worker.models.base import ModelProvider
@@ -39,6 +39,7 @@ class WorkerDeps:
     http: httpx.AsyncClient
     worker_id: str
     observer: Observer = field(default_factory=NullObserver)
+    guarded_http: httpx.AsyncClient = field(default_factory=netguard.guarded_client)  # HTTP tools
     scripts: Scripts = field(init=False)
     active: dict[str, RunDriver] = field(default_factory=dict)
     _tools: dict[str, ProfileTools] = field(default_factory=dict)
@@ -61,7 +62,7 @@ class WorkerDeps:
     def tools_for(self, profile: AgentProfile) -> ProfileTools:
         t = self._tools.get(profile.name)
         if t is None:
-            t = self._tools[profile.name] = ProfileTools(profile, self.http)
+            t = self._tools[profile.name] = ProfileTools(profile, self.guarded_http)
         return t
 
     def provider_for(self, profile: AgentProfile) -> ModelProvider:
@@ -131,3 +132,4 @@ class WorkerDeps:
     async def aclose(self) -> None:
         for p in self._providers.values():
             await p.aclose()
+        await self.guarded_http.aclose()

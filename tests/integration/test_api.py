@@ -30,6 +30,7 @@ from shared import keys
 from shared.redis_server import RedisServer, free_port
 from shared.settings import Settings
 from tests.integration.helpers import running_worker, until_status
+from worker.netguard import guarded_client
 
 pytestmark = pytest.mark.integration
 TOKENS = "tok-a=tenant-a,tok-b=tenant-b"
@@ -362,7 +363,7 @@ async def test_an_unusable_webhook_url_is_given_up_without_stopping_other_delive
     try:
         while not receiver.started:
             await asyncio.sleep(0.01)
-        async with httpx.AsyncClient() as http:
+        async with guarded_client() as http:
             assert await webhooks.deliver_once(redis, s, http) == 2
     finally:
         receiver.should_exit = True

@@ -17,7 +17,7 @@ from starlette.routing import Route
 
 from shared.profiles import HttpToolConfig, ToolSettings
 from shared.redis_server import free_port
-from worker.netguard import BlockedAddressError, _forbidden, check_url
+from worker.netguard import BlockedAddressError, _forbidden, check_url, guarded_client
 from worker.tools.base import ToolContext, ToolError
 from worker.tools.http import HttpTool
 
@@ -71,7 +71,7 @@ async def server() -> AsyncIterator[tuple[Recorder, int]]:
 def tool(
     port: int, path: str = "/tool", allow: list[str] | None = None, **cfg: Any
 ) -> tuple[HttpTool, httpx.AsyncClient]:
-    client = httpx.AsyncClient()
+    client = guarded_client()
     config = HttpToolConfig(
         name="lookup", url=f"http://127.0.0.1:{port}{path}", allow_hosts=["127.0.0.1"] if allow is None else allow,
         parameters={"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"], "additionalProperties": False},
@@ -106,7 +106,7 @@ async def test_schema_invalid_arguments_never_reach_the_server(server: tuple[Rec
     from worker.tools.registry import ProfileTools
 
     rec, port = server
-    async with httpx.AsyncClient() as client:
+    async with guarded_client() as client:
         profile = AgentProfile(name="p", http_tools=[HttpToolConfig(
             name="lookup", url=f"http://127.0.0.1:{port}/tool", allow_hosts=["127.0.0.1"],
             parameters={"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]})])  # fmt: skip
@@ -127,7 +127,7 @@ async def test_5xx_is_retryable_and_retried_with_the_same_key(server: tuple[Reco
 
     rec, port = server
     rec.fail_next = 1
-    async with httpx.AsyncClient() as client:
+    async with guarded_client() as client:
         t, _ = tool(port)
         with pytest.raises(ToolError) as exc:
             await t({"q": "x"}, CTX)
@@ -149,7 +149,7 @@ async def test_private_addresses_are_refused_unless_allow_listed(server: tuple[R
     rec, port = server
     t, client = tool(port, allow=[])
     async with client:
-        with pytest.raises(ToolError, match="private or reserved"):
+        with pytest.raises(ToolError, match="not a public address"):
             await t({"q": "x"}, CTX)
         assert rec.calls == []
         t2, c2 = tool(
@@ -171,7 +171,7 @@ async def test_redirects_are_checked_hop_by_hop(server: tuple[Recorder, int]) ->
     from worker.netguard import guarded_request
 
     _, port = server
-    async with httpx.AsyncClient() as client:
+    async with guarded_client() as client:
         # The first hop is allow-listed by name; the redirect target is 127.0.0.1:1 by address, which is not.
         with pytest.raises(BlockedAddressError):
             await guarded_request(
@@ -187,7 +187,7 @@ async def test_secret_headers_do_not_follow_a_redirect_to_another_origin(
 
     rec, port = server
     headers = {"X-Secret": "s3cret", "Idempotency-Key": "run_1:call_9", "Content-Type": "application/json"}
-    async with httpx.AsyncClient() as client:
+    async with guarded_client() as client:
         resp = await guarded_request(
             client, "POST", f"http://localhost:{port}/hop?host={target}",
             allow_hosts=["localhost", "127.0.0.1"], content=b"{}", headers=headers,

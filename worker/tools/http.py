@@ -11,8 +11,9 @@ from typing import Any
 import httpx
 import orjson
 
+from shared import limits
 from shared.profiles import HttpToolConfig, ToolSettings
-from worker.netguard import BlockedAddressError, guarded_request
+from worker.netguard import BlockedAddressError, ResponseTooLargeError, guarded_request
 from worker.tools.base import ToolContext, ToolError, ToolOutcome
 
 
@@ -48,10 +49,13 @@ class HttpTool:
         try:
             resp = await guarded_request(
                 self.client, cfg.method, cfg.url, allow_hosts=cfg.allow_hosts, content=body, headers=headers,
-                timeout=httpx.Timeout(self.settings.timeout_s),
+                timeout=httpx.Timeout(self.settings.timeout_s), deadline_s=self.settings.timeout_s,
+                max_bytes=limits.MAX_TOOL_RESPONSE_BYTES,
             )  # fmt: skip
         except BlockedAddressError as exc:
             raise ToolError(f"refused: {exc}") from None
+        except ResponseTooLargeError as exc:
+            raise ToolError(str(exc)) from None
         except httpx.TimeoutException:
             raise ToolError(f"{cfg.name} timed out", retryable=True) from None
         except httpx.TransportError as exc:

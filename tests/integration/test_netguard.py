@@ -1,0 +1,213 @@
+"""The outbound guard connects to what it checked; webhooks are bounded in size, time and share.
+
+Only loopback is ever connected to: public addresses appear only in fake resolvers whose answers
+reach a recording backend that refuses to connect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpcore
+import httpx
+import pytest
+import uvicorn
+from redis.asyncio import Redis
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from producer import webhooks
+from shared import keys, limits
+from shared.redis_server import free_port
+from shared.settings import Settings
+from worker.netguard import BlockedAddressError, _forbidden, guarded_client, guarded_request
+
+pytestmark = pytest.mark.integration
+
+
+class Recording(httpcore.AsyncNetworkBackend):
+    """Records where the guard asked to connect, and connects nowhere."""
+
+    def __init__(self) -> None:
+        self.targets: list[tuple[str, int]] = []
+
+    async def connect_tcp(self, host: str, port: int, *args: Any, **kw: Any) -> httpcore.AsyncNetworkStream:
+        self.targets.append((host, port))
+        raise httpcore.ConnectError("the test backend connects nowhere")
+
+
+def rebinding(*answers: list[str]) -> tuple[Callable[[str, int], Any], list[str]]:
+    """A resolver answering each question with the next answer (the last one repeats)."""
+    asked: list[str] = []
+
+    async def resolve(host: str, port: int) -> list[str]:
+        asked.append(host)
+        return answers[min(len(asked), len(answers)) - 1]
+
+    return resolve, asked
+
+
+async def test_a_rebinding_resolver_is_asked_once_and_its_checked_answer_is_used() -> None:
+    backend = Recording()
+    resolve, asked = rebinding(["8.8.8.8"], ["127.0.0.1"])
+    async with guarded_client(resolver=resolve, inner=backend) as client:
+        with pytest.raises(httpx.ConnectError):
+            await guarded_request(client, "POST", "http://rebind.example:8080/hook", content=b"{}")
+    assert asked == ["rebind.example"]  # resolved once ...
+    assert backend.targets == [("8.8.8.8", 8080)]  # ... and connected to the address it checked
+
+
+@pytest.mark.parametrize(
+    "answers",
+    [[["127.0.0.1"], ["8.8.8.8"]], [["8.8.8.8", "127.0.0.1"]], [["100.100.100.200"]], [["100.64.1.2"]]],
+)
+async def test_a_host_resolving_to_any_non_global_address_is_refused(answers: list[list[str]]) -> None:
+    backend = Recording()
+    resolve, _ = rebinding(*answers)
+    async with guarded_client(resolver=resolve, inner=backend) as client:
+        with pytest.raises(BlockedAddressError, match="not a public address"):
+            await guarded_request(client, "GET", "https://rebind.example/")
+    assert backend.targets == []
+
+
+@pytest.mark.parametrize(
+    "ip", ["100.64.0.1", "100.100.100.200", "100.127.255.254", "169.254.169.254", "fd00:ec2::254", "192.0.0.192",
+           "198.18.0.1", "::ffff:100.64.0.1", "2001:db8::1", "240.0.0.1"],
+)  # fmt: skip
+def test_shared_metadata_and_reserved_ranges_are_refused(ip: str) -> None:
+    assert _forbidden(ipaddress.ip_address(ip))
+
+
+async def test_literal_addresses_are_checked_without_a_lookup() -> None:
+    backend = Recording()
+    resolve, asked = rebinding(["8.8.8.8"])
+    async with guarded_client(resolver=resolve, inner=backend) as client:
+        with pytest.raises(BlockedAddressError):
+            await guarded_request(client, "GET", "http://100.100.100.200/latest/meta-data")
+        with pytest.raises(httpx.ConnectError):
+            await guarded_request(client, "GET", "https://[2606:4700:4700::1111]:8443/")
+    assert asked == [] and backend.targets == [("2606:4700:4700::1111", 8443)]
+
+
+async def test_a_plain_client_is_not_accepted() -> None:
+    async with httpx.AsyncClient() as client:
+        with pytest.raises(TypeError):
+            await guarded_request(client, "GET", "http://127.0.0.1:1/")
+
+
+# ---- webhooks against local receivers ----
+
+
+@asynccontextmanager
+async def receiver(app: Starlette) -> AsyncIterator[int]:
+    port = free_port()
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="off"))
+    task = asyncio.create_task(srv.serve())
+    while not srv.started:
+        await asyncio.sleep(0.01)
+    try:
+        yield port
+    finally:
+        srv.should_exit = True
+        srv.force_exit = True
+        await asyncio.wait_for(task, 10)
+
+
+async def finished_run(redis: Redis, rid: str, url: str) -> None:
+    await redis.hset(keys.run_key(rid), mapping={"webhook": url, "result": b'{"status":"completed"}'})
+    await redis.lpush(keys.WEBHOOKS, rid)
+
+
+def hook_settings(redis_url: str, **kw: Any) -> Settings:
+    return Settings(redis_url=redis_url, webhook_allow_hosts="127.0.0.1,localhost", **kw)
+
+
+async def test_a_200_mb_webhook_answer_is_cut_at_the_cap(redis_url: str, redis: Redis) -> None:
+    sent = 0
+
+    async def huge(request: Request) -> Response:
+        async def body() -> AsyncIterator[bytes]:
+            nonlocal sent
+            chunk = b"x" * 1_000_000
+            for _ in range(200):
+                sent += len(chunk)
+                yield chunk
+
+        return StreamingResponse(body(), media_type="application/octet-stream")
+
+    async with receiver(Starlette(routes=[Route("/hook", huge, methods=["POST"])])) as port:
+        await finished_run(redis, "big", f"http://127.0.0.1:{port}/hook")
+        async with guarded_client() as http:
+            t0 = time.monotonic()
+            assert await webhooks.deliver_once(redis, hook_settings(redis_url), http) == 1
+            assert time.monotonic() - t0 < 5
+    state = await redis.hgetall(keys.webhook_key("big"))
+    assert f"over {limits.MAX_WEBHOOK_RESPONSE_BYTES} bytes".encode() in state[b"lastError"]
+    assert b"delivered" not in state
+    assert sent > 0  # the receiver did answer (a closed socket swallows the rest of its 200 MB)
+
+
+async def test_a_trickling_receiver_is_cut_at_the_deadline(redis_url: str, redis: Redis) -> None:
+    async def trickle(request: Request) -> Response:
+        async def body() -> AsyncIterator[bytes]:
+            for _ in range(600):
+                yield b"."
+                await asyncio.sleep(0.05)  # each byte well inside any read timeout
+
+        return StreamingResponse(body())
+
+    async with receiver(Starlette(routes=[Route("/hook", trickle, methods=["POST"])])) as port:
+        await finished_run(redis, "slow", f"http://127.0.0.1:{port}/hook")
+        async with guarded_client() as http:
+            d = webhooks.Deliverer(redis, hook_settings(redis_url), http, deadline_s=1.0)
+            t0 = time.monotonic()
+            (rid,) = await d.claim(10)
+            await d.deliver(rid)
+            assert time.monotonic() - t0 < 3
+    state = await redis.hgetall(keys.webhook_key("slow"))
+    assert b"Timeout" in state[b"lastError"] and b"delivered" not in state
+
+
+async def test_one_slow_receiver_does_not_hold_back_other_deliveries(redis_url: str, redis: Redis) -> None:
+    arrived: dict[str, float] = {}
+    headers: dict[str, dict[str, str]] = {}
+
+    async def slow(request: Request) -> Response:
+        await asyncio.sleep(8)
+        return Response(status_code=200)
+
+    async def fast(request: Request) -> Response:
+        arrived[request.headers["x-agentmill-delivery"]] = time.monotonic()
+        headers[request.headers["x-agentmill-delivery"]] = dict(request.headers)
+        return Response(status_code=200)
+
+    async with (
+        receiver(Starlette(routes=[Route("/hook", slow, methods=["POST"])])) as slow_port,
+        receiver(Starlette(routes=[Route("/hook", fast, methods=["POST"])])) as fast_port,
+    ):
+        for i in range(40):  # more than all delivery slots, to one slow host
+            await finished_run(redis, f"slow-{i}", f"http://localhost:{slow_port}/hook")
+        stop = asyncio.Event()
+        task = asyncio.create_task(
+            webhooks.deliver_forever(redis, hook_settings(redis_url), stop, interval_s=0.05)
+        )
+        try:
+            await asyncio.sleep(0.5)  # the slow deliveries are under way
+            t0 = time.monotonic()
+            await finished_run(redis, "fast", f"http://127.0.0.1:{fast_port}/hook")
+            while "fast" not in arrived and time.monotonic() - t0 < 5:
+                await asyncio.sleep(0.02)
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 10)
+    assert "fast" in arrived and arrived["fast"] - t0 < 1.0
+    # No AGENTMILL_WEBHOOK_SECRET: sent unsigned and marked so, never signed with an empty key.
+    assert headers["fast"]["x-agentmill-unsigned"] == "true"
+    assert "x-agentmill-signature" not in headers["fast"]
