@@ -109,8 +109,10 @@ class Producer:
         *,
         settings: Settings | None = None,
         profiles: dict[str, AgentProfile] | None = None,
+        stream_redis: Redis | None = None,
     ) -> None:
         self.redis = redis
+        self.stream_redis = stream_redis or redis  # blocking reads (XREAD BLOCK) go here
         self.settings = settings or get_settings()
         self.profiles = profiles
         self.scripts = Scripts(
@@ -298,7 +300,7 @@ class Producer:
         if block_ms is None:
             entries = await self.redis.xrange(stream, min=f"({stream_id(after)}", count=limit)
         else:
-            reply = await self.redis.xread({stream: stream_id(after)}, count=limit, block=block_ms)
+            reply = await self.stream_redis.xread({stream: stream_id(after)}, count=limit, block=block_ms)
             entries = reply[0][1] if reply else []
         return [decode_entry(run_id, fields) for _, fields in entries]
 

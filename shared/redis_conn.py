@@ -22,12 +22,21 @@ from shared.settings import Settings
 R = TypeVar("R", bound=Redis)
 
 
-def connect(settings: Settings, *, retries: int = 40, cls: type[R] = Redis, max_connections: int = 64) -> R:  # type: ignore[assignment]
-    """A client on a bounded, blocking pool: callers wait for a free connection instead of failing."""
+def connect(
+    settings: Settings,
+    *,
+    retries: int = 40,
+    cls: type[R] = Redis,  # type: ignore[assignment]
+    max_connections: int = 64,
+    socket_timeout: float | None = None,
+) -> R:
+    """A client on a bounded, blocking pool: callers wait for a free connection instead of failing.
+    ``socket_timeout`` bounds every call (a stalled Redis then fails the call instead of hanging it)."""
     retry = Retry(ExponentialBackoff(cap=1.0, base=0.05), retries)
     common = dict(
         retry=retry,
         retry_on_error=[RedisConnectionError, RedisTimeoutError, ConnectionResetError, OSError],
+        socket_timeout=socket_timeout,
         socket_connect_timeout=2.0,
         socket_keepalive=True,
         health_check_interval=15,

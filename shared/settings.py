@@ -47,6 +47,11 @@ class Settings(BaseSettings):
     max_body_bytes: int = 2_000_000
     max_batch: int = 1_000
     max_queue_depth: int = 100_000  # above this, submissions get 429
+    max_streams_per_tenant: int = 100  # open SSE streams + long-polls of one tenant per API process
+    max_streams: int = 1_000  # … of all tenants per API process; beyond either, 429
+    redis_timeout_s: float = (
+        5.0  # socket timeout of every Redis call from the API (blocking reads: + their block)
+    )
     header_timeout_s: float = 10.0  # a connection whose request headers take longer is closed
     body_timeout_s: float = 30.0  # a request body that takes longer to arrive gets 408
     webhook_secret: str | None = None  # HMAC-SHA256 key for X-Agentmill-Signature

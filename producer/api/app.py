@@ -17,7 +17,6 @@ from typing import Annotated, Any
 
 import orjson
 from fastapi import Depends, FastAPI, Header, Query, Request, Response
-from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 from redis.asyncio import Redis
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -26,6 +25,7 @@ from producer.api import errors
 from producer.api.auth import Authenticator
 from producer.api.errors import COMMON_ERRORS, ApiError, ErrorResponse, OrjsonResponse
 from producer.api.metrics import ApiMetrics
+from producer.api.streams import SlotStreamingResponse, StreamLimiter
 from producer.enqueue import Producer, RunRecord, SubmissionError, Submitted
 from shared import limits
 from shared.api import (
@@ -47,6 +47,7 @@ from shared.redis_conn import connect
 from shared.settings import Settings, get_settings
 
 log = logging.getLogger("agentmill.api")
+MAX_BLOCK_S = 5.0  # longest blocking stream read (XREAD BLOCK) of an SSE stream or long-poll
 
 
 # ---- bodies and answers (documented in OpenAPI) ----
@@ -144,10 +145,13 @@ class _SlowBody(StarletteHTTPException):
 class Api:
     """Shared state of one API process."""
 
-    def __init__(self, settings: Settings, redis: Redis) -> None:
+    def __init__(self, settings: Settings, redis: Redis, stream_redis: Redis | None = None) -> None:
         self.settings = settings
         self.redis = redis
-        self.producer = Producer(redis, settings=settings, profiles=profiles_from(settings.profiles))
+        self.producer = Producer(
+            redis, settings=settings, profiles=profiles_from(settings.profiles), stream_redis=stream_redis
+        )
+        self.streams = StreamLimiter(settings.max_streams_per_tenant, settings.max_streams)
         self.auth = Authenticator(settings)
         self.metrics = ApiMetrics()
         self._depth = (0.0, 0)
@@ -196,8 +200,16 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        client = redis or connect(settings, retries=2, max_connections=256)
-        api = Api(settings, client)
+        # Two pools: short calls on one, blocking stream reads (SSE, long-polls) on their own, so
+        # streams can never take the connections /readyz, submissions and reads need.
+        client = redis or connect(
+            settings, retries=2, max_connections=256, socket_timeout=settings.redis_timeout_s
+        )
+        blocking = redis or connect(
+            settings, retries=2, max_connections=settings.max_streams + 8,
+            socket_timeout=settings.redis_timeout_s + MAX_BLOCK_S,
+        )  # fmt: skip
+        api = Api(settings, client, blocking)
         app.state.api = api
         tasks: list[asyncio.Task[None]] = []
         stop = asyncio.Event()
@@ -214,6 +226,7 @@ def create_app(
             await asyncio.gather(*tasks, return_exceptions=True)
             if redis is None:
                 await client.aclose()
+                await blocking.aclose()
 
     app = FastAPI(
         title="agentmill",
@@ -327,7 +340,8 @@ def create_app(
         timeout_s: Annotated[float, Query(alias="timeout", ge=0, le=60)] = 30.0,
     ) -> dict[str, Any]:
         await record_or_404(api, run_id, tenant)
-        rec = await api.producer.wait(run_id, timeout_s=timeout_s, tenant=tenant)
+        with api.streams.acquire(tenant):
+            rec = await api.producer.wait(run_id, timeout_s=timeout_s, tenant=tenant)
         if rec is None:
             raise ApiError(404, "unknown_run", f"no run {run_id}")
         return view(rec)
@@ -362,8 +376,10 @@ def create_app(
             return OrjsonResponse(
                 {"events": [to_jsonable(e) for e in page], "next": page[-1].seq if page else start}
             )
-        return StreamingResponse(
+        slot = api.streams.acquire(tenant)
+        return SlotStreamingResponse(
             _sse(api, request, run_id, start),
+            slot,
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
@@ -462,7 +478,7 @@ def _seq(last_event_id: str | None) -> int:
 async def _sse(api: Api, request: Request, run_id: str, after: int) -> AsyncIterator[bytes]:
     """Events after ``after``; a comment line while idle; ends after the terminal event."""
     last = after
-    block_ms = int(min(api.sse_heartbeat_s, 5.0) * 1000)
+    block_ms = int(min(api.sse_heartbeat_s, MAX_BLOCK_S) * 1000)
     idle_since = time.monotonic()
     yield b": connected\n\n"
     while True:

@@ -150,3 +150,60 @@ async def test_an_effect_that_crashes_fails_its_run_with_last_error(redis: Redis
     events = await redis.xrange(keys.events_stream(sub.run_id))
     last = orjson.loads(events[-1][1][b"payload"])
     assert last["status"] == "failed" and last["error"]["code"] == "internal"
+
+
+async def test_a_tenants_800_streams_leave_other_tenants_fast_and_the_api_ready(redis_url: str) -> None:
+    # Tenant B opens 800 event streams on its queued run: the first 100 (its cap) stay open,
+    # blocking in XREAD on the API's stream pool; the rest get 429. Tenant A's reads stay fast,
+    # /readyz stays 200, and the process cap (120) holds for A too.
+    s = settings(redis_url, max_streams_per_tenant=100, max_streams=120)
+    limits_ = httpx.Limits(max_connections=1000, max_keepalive_connections=0)
+    async with (
+        api(s) as url,
+        httpx.AsyncClient(base_url=url, headers=B, limits=limits_, timeout=30) as cb,
+        httpx.AsyncClient(base_url=url, headers=A, timeout=30) as ca,
+    ):
+        rid_b = (await cb.post("/v1/runs", json=body())).json()["runId"]
+        rid_a = (await ca.post("/v1/runs", json=body())).json()["runId"]
+        open_streams: list[httpx.Response] = []
+        statuses: list[int] = []
+
+        async def open_one() -> None:
+            req = cb.build_request("GET", f"/v1/runs/{rid_b}/events")
+            resp = await cb.send(req, stream=True)
+            statuses.append(resp.status_code)
+            if resp.status_code == 200:
+                open_streams.append(resp)
+            else:
+                assert resp.headers["retry-after"] and (await resp.aread())
+                assert orjson.loads(resp.content)["error"]["code"] == "too_many_streams"
+                await resp.aclose()
+
+        try:
+            await asyncio.gather(*(open_one() for _ in range(800)))
+            assert statuses.count(200) == 100 and statuses.count(429) == 700
+            timings = []
+            for _ in range(5):
+                t0 = time.perf_counter()
+                r = await ca.get(f"/v1/runs/{rid_a}")
+                timings.append(time.perf_counter() - t0)
+                assert r.status_code == 200
+            assert sorted(timings)[2] < 0.1, timings
+            assert (await ca.get("/readyz")).status_code == 200
+            assert (await ca.post("/v1/runs", json=body())).status_code == 202
+            # The process cap: A may open 20 more, not 21.
+            a_streams = [await ca.send(ca.build_request("GET", f"/v1/runs/{rid_a}/events"), stream=True)
+                         for _ in range(21)]  # fmt: skip
+            assert [r.status_code for r in a_streams].count(200) == 20 and a_streams[-1].status_code == 429
+            for r in a_streams:
+                await r.aclose()
+            deadline = time.monotonic() + 3
+            while (
+                poll := await ca.get(f"/v1/runs/{rid_a}/wait", params={"timeout": 0.1})
+            ).status_code == 429:
+                assert time.monotonic() < deadline, "the slots of closed streams never came back"
+                await asyncio.sleep(0.05)
+            assert poll.status_code == 200
+        finally:
+            for r in open_streams:
+                await r.aclose()
