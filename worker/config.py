@@ -29,14 +29,22 @@ class ToolSpec(Model):
 RECALL_SPEC = ToolSpec(
     name=RECALL_TOOL,
     description=(
-        "Recall the full result of an earlier tool call of this session by its id. Results of past "
-        "turns are left out of the conversation; use this when you need one again."
+        "Recall the full result of an earlier tool call of this run or session by its toolCallId. "
+        "Results of past turns and of compacted messages are left out of the conversation; their ids "
+        "are shown where the calls are mentioned. Use this when you need one again."
     ),
     parameters={
         "type": "object",
         "properties": {"callId": {"type": "string", "description": "the toolCallId to recall"}},
         "required": ["callId"],
     },
+)
+
+
+RECALL_PROMPT = (
+    "Earlier tool results may be left out of this conversation (past turns, compacted messages); "
+    "their toolCallIds are shown where the calls are mentioned. To read one again, call "
+    f"{RECALL_TOOL} with its callId."
 )
 
 
@@ -112,14 +120,18 @@ def resolve_config(
         for t in tools
         if tp.require_approval_by_default or profile.settings_for(t.name).requires_approval
     ]
-    internal = [RECALL_SPEC] if has_session and tp.enabled is not False else []
+    # Recall is offered when there is something to recall: a session's past runs or this run's tools.
+    internal = [RECALL_SPEC] if (has_session or tools) and tp.enabled is not False else []
+    system_prompt = prompt.render(
+        run.system_prompt_override or profile.system_prompt,
+        run.runtime_init_data,
+        {"runId": run.run_id or "", "sessionId": run.session_id or "", "agent": profile.name},
+    )
+    if internal:
+        system_prompt += "\n\n" + RECALL_PROMPT
     return RunConfig(
         agent=profile.name,
-        system_prompt=prompt.render(
-            run.system_prompt_override or profile.system_prompt,
-            run.runtime_init_data,
-            {"runId": run.run_id or "", "sessionId": run.session_id or "", "agent": profile.name},
-        ),
+        system_prompt=system_prompt,
         tools=tools,
         internal_tools=internal,
         approval_tools=approval,

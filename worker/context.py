@@ -11,6 +11,13 @@ from shared.models import Message, Model
 from shared.profiles import ContextConfig
 
 TRUNCATED = "…[truncated]"
+MAX_NOTE_CHARS = 600  # the line naming a past turn's tool calls
+RECALL_HINT = "recallable by id with recall_tool_call"
+
+
+class PastCall(Model):
+    id: str
+    name: str = ""
 
 
 class RunLoop(Model):
@@ -22,6 +29,27 @@ class RunLoop(Model):
     user: Message
     assistant: Message | None = None
     tool_call_ids: list[str] = Field(default_factory=list)
+    tool_calls: list[PastCall] = Field(default_factory=list)  # ids with names (older loops: ids only)
+
+
+def calls_note(calls: Sequence[PastCall]) -> str:
+    """One bounded line naming tool calls by id and tool, e.g. ``[tool calls, …: c1 echo, c2 calc]``."""
+    head = f"[tool calls, {RECALL_HINT}: "
+    parts: list[str] = []
+    size = len(head) + 1
+    for i, c in enumerate(calls):
+        part = f"{c.id} {c.name}".strip()
+        more = f" … and {len(calls) - i} more"
+        if size + len(part) + 2 + len(more) > MAX_NOTE_CHARS:
+            parts.append(more.strip())
+            break
+        parts.append(part)
+        size += len(part) + 2
+    return head + ", ".join(parts) + "]"
+
+
+def past_calls(lp: RunLoop) -> list[PastCall]:
+    return lp.tool_calls or [PastCall(id=i) for i in lp.tool_call_ids]
 
 
 def truncate(m: Message, limit: int) -> Message:
@@ -38,8 +66,13 @@ def reduce_history(loops: Sequence[RunLoop], cfg: ContextConfig, now_ms: int) ->
     out: list[Message] = []
     for lp in recent[-cfg.max_run_loops :]:
         out.append(truncate(lp.user, cfg.max_message_length))
-        if lp.assistant is not None:
-            out.append(truncate(lp.assistant, cfg.max_message_length))
+        reply = truncate(lp.assistant, cfg.max_message_length) if lp.assistant is not None else None
+        calls = past_calls(lp)
+        if calls:  # the turn's tool calls, by id, so the model can recall their results
+            text = calls_note(calls) + ("\n" + reply.content if reply is not None else "")
+            reply = Message(role="assistant", content=text)
+        if reply is not None:
+            out.append(reply)
     return out
 
 
@@ -67,14 +100,23 @@ def summary_message(removed: int, summary: str) -> Message:
 
 
 def truncation_summary(middle: Sequence[Message]) -> str:
-    """The deterministic summary: one truncated line per removed message."""
+    """The deterministic summary: one truncated line per removed message, tool calls with their ids."""
     lines = []
     for m in middle:
         what: Any = m.content[:200]
         if m.tool_calls:
-            what = "calls " + ", ".join(f"{c.name}({c.arguments[:80]})" for c in m.tool_calls)
-        lines.append(f"- {m.role}{' ' + (m.name or '') if m.role == 'tool' else ''}: {what}")
+            what = "calls " + ", ".join(f"{c.name}({c.arguments[:80]}) [{c.id}]" for c in m.tool_calls)
+        who = f" {m.name or ''} [{m.tool_call_id}]" if m.role == "tool" else ""
+        lines.append(f"- {m.role}{who}: {what}")
+    if any(m.role == "tool" for m in middle):
+        lines.insert(0, f"(tool results below are cut short; the full ones are {RECALL_HINT})")
     return "\n".join(lines)[:8000]
+
+
+def compacted_calls(middle: Sequence[Message]) -> list[PastCall]:
+    return [
+        PastCall(id=m.tool_call_id, name=m.name or "") for m in middle if m.role == "tool" and m.tool_call_id
+    ]
 
 
 def compact(
@@ -88,4 +130,7 @@ def compact(
         return list(transcript), 0
     head, middle, tail = parts
     text = summary if summary is not None else truncation_summary(middle)
+    calls = compacted_calls(middle)
+    if summary is not None and calls:  # a model's summary may drop the ids: name them
+        text = text.rstrip() + "\n" + calls_note(calls)
     return [head, summary_message(len(middle), text), *tail], len(middle)

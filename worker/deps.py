@@ -86,14 +86,21 @@ class WorkerDeps:
         loops = [context.RunLoop.model_validate_json(r) for r in raw]
         return context.reduce_history(loops, cfg, now_ms())
 
-    async def recall(self, session_id: str | None, call: ToolCall) -> ToolResult:
-        """The internal recall_tool_call tool: a past tool result of this session by its id."""
+    async def recall(self, session_id: str | None, call: ToolCall, run_id: str | None = None) -> ToolResult:
+        """The internal recall_tool_call tool: a tool result by its id, from this run's own calls
+        (compacted away or not) or else from the session's past runs."""
         try:
             wanted = str(orjson.loads(call.arguments or "{}").get("callId", ""))
         except (orjson.JSONDecodeError, AttributeError):
             wanted = ""
         raw = None
-        if session_id is not None and wanted:
+        if run_id is not None and wanted:
+            rec = await self.redis.hget(keys.tools_key(run_id), wanted)  # type: ignore[misc]
+            if rec is not None:
+                record = orjson.loads(rec)
+                if record.get("state") == "done" and isinstance(record.get("result"), dict):
+                    raw = orjson.dumps(record["result"])
+        if raw is None and session_id is not None and wanted:
             raw = await self.redis.hget(keys.session_tool_results_key(session_id), wanted)  # type: ignore[misc]
         if raw is None:
             content = orjson.dumps({"error": "tool call result not found", "callId": wanted}).decode()
@@ -122,6 +129,7 @@ class WorkerDeps:
             user=user,
             assistant=result.final_assistant_message,
             tool_call_ids=[i for i, _ in tool_results],
+            tool_calls=[context.PastCall(id=i, name=r.name) for i, r in tool_results],
         )
         return SessionUpdate(
             state.session_id,

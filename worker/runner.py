@@ -595,7 +595,7 @@ class RunDriver:
         ctx = ToolContext(self.run_id, self.state.session_id, call.id, f"{self.run_id}:{call.id}", 1,
                           self.state.cfg.runtime_init_data)  # fmt: skip
         if call.name == RECALL_TOOL:
-            result = await self.deps.recall(self.state.session_id, call)
+            result = await self.deps.recall(self.state.session_id, call, self.run_id)
         else:
             tools = self.deps.tools_for(self.deps.profile(self.state.cfg.agent))
 

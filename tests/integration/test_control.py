@@ -205,7 +205,8 @@ async def test_sessions_see_reduced_history_and_recall_past_results(
     msgs = [(m["role"], m["content"]) for m in seen["messages"]]
     assert msgs[0][0] == "system"
     assert msgs[1:] == [
-        ("user", "first question"), ("assistant", "R" * 500 + "…[truncated]"),
+        ("user", "first question"),
+        ("assistant", "[tool calls, recallable by id with recall_tool_call: t-1 echo]\n" + "R" * 500 + "…[truncated]"),
         ("user", "second question"), ("assistant", "second answer"),
         ("user", "third question"),
     ]  # fmt: skip

@@ -87,7 +87,7 @@ async def test_a_run_with_two_tool_rounds_completes(
     assert (
         third["stream"] is True
         and third["temperature"] == 0.1
-        and {t["function"]["name"] for t in third["tools"]} == {"calculator", "echo"}
+        and {t["function"]["name"] for t in third["tools"]} == {"calculator", "echo", "recall_tool_call"}
     )
     assert all(h["authorization"] == f"Bearer {KEY}" for h in fake.headers)
     assert rec.result.usage.input_tokens == 33  # type: ignore[attr-defined]  # 3 calls × 11 from the usage chunks

@@ -127,3 +127,37 @@ async def test_runtime_init_data_reaches_the_prompt_and_http_tools(
     )
     assert rec.bodies == [{"runId": "ctx-run", "toolCallId": "l1", "name": "lookup", "arguments": {"q": "x"},
                            "runtimeInitData": {"customer": {"name": "ACME"}, "plan": 3}}]  # fmt: skip
+
+
+async def test_a_result_compacted_away_in_the_current_run_is_recalled(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    tight = {"name": "tight", "provider": {"kind": "scripted", "mode": "script"}, "tools": ["echo"],
+             "compaction": {"maxMessages": 4, "keepRecent": 1}}  # fmt: skip
+    path = tmp_path / "profiles.json"
+    path.write_bytes(orjson.dumps({"profiles": [tight]}))
+    p = producer_for(redis, redis_url, profiles=str(path))
+    long_result = "START-1 " + "x" * 600 + " END-1"
+    script = [
+        {"toolCalls": [{"id": "e1", "name": "echo", "arguments": {"text": long_result}}]},
+        {"toolCalls": [{"id": "e2", "name": "echo", "arguments": {"text": "second"}}]},
+        {"echoContext": True, "toolCalls": [{"id": "r1", "name": "recall_tool_call", "arguments": {"callId": "e1"}}]},
+        {"echoContext": True},
+    ]  # fmt: skip
+    body = {**script_run(script), "agent": "tight"}  # no session: the run recalls its own calls
+    async with running_worker(redis_url, profiles=str(path)):
+        sub = await p.submit(body)
+        rec = (await wait_all(p, [sub.run_id], 15))[sub.run_id]
+    assert rec.status.value == "completed"
+    events = await stream(redis, sub.run_id)
+    assert any(e.kind == "compaction" for e in events)
+    asked = orjson.loads(next(e for e in events if e.kind == "assistant_message" and "r1" in str(e.payload))
+                         .payload["message"]["content"])  # fmt: skip
+    before = orjson.dumps(asked["messages"]).decode()
+    assert "END-1" not in before  # the result was compacted away (cut short in the summary)…
+    assert "[e1]" in before  # …its call id stays in the model input…
+    assert "recall_tool_call" in asked["tools"] and "recall_tool_call" in asked["messages"][0]["content"]
+    recalled = next(e.payload for e in events if e.kind == "tool_result" and e.payload["toolCallId"] == "r1")
+    assert recalled["content"] == long_result and not recalled["isError"]  # …and recall brings it back whole
+    final = orjson.loads(rec.result.final_assistant_message.content)  # type: ignore[union-attr]
+    assert long_result in [m["content"] for m in final["messages"] if m["role"] == "tool"]

@@ -8,7 +8,16 @@ from hypothesis import strategies as st
 
 from shared.models import Message, ToolCall
 from shared.profiles import ContextConfig
-from worker.context import TRUNCATED, RunLoop, compact, reduce_history
+from worker.context import (
+    MAX_NOTE_CHARS,
+    RECALL_HINT,
+    TRUNCATED,
+    PastCall,
+    RunLoop,
+    calls_note,
+    compact,
+    reduce_history,
+)
 
 DAY = 24 * 3_600_000
 text = st.text(min_size=0, max_size=1200)
@@ -43,8 +52,17 @@ def test_window_stays_within_its_bounds(
     window = reduce_history(ls, cfg, now)
     assert len(window) <= 2 * max_loops
     assert all(m.role in ("user", "assistant") and not m.tool_calls for m in window)  # no tool results, ever
-    assert all(len(m.content) <= max_len + len(TRUNCATED) for m in window)
+    note = MAX_NOTE_CHARS + 1  # a past turn's reply starts with the line naming its tool calls
+    assert all(
+        len(m.content) <= max_len + len(TRUNCATED) + (note if m.role == "assistant" else 0) for m in window
+    )
     kept = [lp for lp in ls if now - lp.started_at_ms <= time_range][-max_loops:] if max_loops else []
+    replies = [m.content for m in window if m.role == "assistant"]
+    assert len(replies) == len(kept)  # every kept turn made a tool call, so every one names it
+    assert all(
+        r.startswith(f"[tool calls, {RECALL_HINT}: c{lp.run_id[1:]}")
+        for r, lp in zip(replies, kept, strict=True)
+    )
     assert [m.content[:max_len] for m in window if m.role == "user"] == [
         lp.user.content[:max_len] for lp in kept
     ]
@@ -81,3 +99,28 @@ def test_compaction_keeps_the_request_and_whole_tool_rounds(msgs: list[Message],
     assert len(tail) >= keep and tail[0].role != "tool"  # never starts inside a tool round
     assert out[1].role == "user" and f"[{removed} earlier messages were compacted]" in out[1].content
     assert compact(msgs, keep) == (out, removed)  # deterministic
+
+
+def test_the_calls_note_is_bounded_and_names_what_it_drops() -> None:
+    many = [PastCall(id=f"call_{i:04d}", name="calculator") for i in range(200)]
+    note = calls_note(many)
+    assert len(note) <= MAX_NOTE_CHARS and note.startswith("[tool calls") and note.endswith("more]")
+    assert "call_0000 calculator" in note
+    assert calls_note([PastCall(id="a", name="echo")]) == f"[tool calls, {RECALL_HINT}: a echo]"
+
+
+def test_compaction_keeps_the_ids_of_what_it_removes() -> None:
+    calls = [ToolCall(id=f"k{i}", name="t", arguments="{}") for i in range(3)]
+    msgs = [Message(role="user", content="go")]
+    for c in calls:
+        msgs += [Message(role="assistant", content="", tool_calls=[c]),
+                 Message(role="tool", content="x" * 500, tool_call_id=c.id, name="t")]  # fmt: skip
+    out, removed = compact(msgs, 2)
+    assert (
+        removed == 4
+        and "[k0]" in out[1].content
+        and "[k1]" in out[1].content
+        and RECALL_HINT in out[1].content
+    )
+    by_model, _ = compact(msgs, 2, summary="the model's own words")
+    assert "k0 t, k1 t" in by_model[1].content  # a model-written summary gets the ids appended

@@ -22,7 +22,7 @@ from shared.models import Message, RunResult, RunStatus, ToolCall
 from shared.profiles import ContextConfig, profiles_from
 from shared.settings import Settings
 from worker.config import RECALL_TOOL, RunConfig
-from worker.context import TRUNCATED
+from worker.context import MAX_NOTE_CHARS, TRUNCATED
 from worker.deps import WorkerDeps
 from worker.machine import RunState, build_messages
 
@@ -91,9 +91,13 @@ async def check(runs: list[tuple[str, list[str], str]], cfg: ContextConfig) -> N
         messages = orjson.loads(first)
         past = messages[1:-1]
         assert len(past) == 2 * min(len(runs), cfg.max_run_loops)  # user + reply of the newest loops
-        assert all(len(m["content"]) <= cfg.max_message_length + len(TRUNCATED) for m in past)
+        note = MAX_NOTE_CHARS + 1  # the line naming a past turn's tool calls by id
+        assert all(len(m["content"]) <= cfg.max_message_length + len(TRUNCATED) + note for m in past)
         assert all(m["role"] in ("user", "assistant") and not m.get("tool_calls") for m in past)
-        assert b"RESULT-" not in first  # no past tool result reaches the model
+        assert b"RESULT-" not in first  # no past tool result reaches the model…
+        kept = range(len(runs) - min(len(runs), cfg.max_run_loops), len(runs))
+        for i in kept:  # …but the ids of the kept turns' calls do, so the model can ask for them
+            assert all(f"r{i}c{j} echo".encode() in first for j in range(len(runs[i][1])))
         for i, (_, results, _) in enumerate(runs):
             for j, content in enumerate(results):
                 ask = ToolCall(
@@ -112,3 +116,34 @@ def test_past_tool_results_stay_out_of_the_model_input_but_are_recallable(
     runs: list[tuple[str, list[str], str]], max_loops: int, max_len: int
 ) -> None:
     asyncio.run(check(runs, ContextConfig(max_run_loops=max_loops, max_message_length=max_len)))
+
+
+async def test_without_a_session_recall_reads_the_runs_own_calls_and_the_prompt_names_it() -> None:
+    from shared.models import RunInput
+    from shared.profiles import AgentProfile
+    from worker.config import RECALL_PROMPT, ToolSpec, resolve_config
+
+    run = RunInput.model_validate({"inputMessages": [{"role": "user", "content": "x"}]})
+    cfg = resolve_config(AgentProfile(name="p", tools=["calculator"]), run,
+                         {"calculator": ToolSpec(name="calculator")}, has_session=False)  # fmt: skip
+    assert [t.name for t in cfg.internal_tools] == [RECALL_TOOL] and cfg.system_prompt.endswith(RECALL_PROMPT)
+    bare = resolve_config(AgentProfile(name="p"), run, {}, has_session=False)
+    assert bare.internal_tools == [] and RECALL_TOOL not in bare.system_prompt  # nothing to recall
+
+    redis = fakeredis.aioredis.FakeRedis()
+    async with httpx.AsyncClient() as http:
+        deps = WorkerDeps(
+            redis=redis, settings=Settings(), profiles=profiles_from(None), http=http, worker_id="t"
+        )
+        record = {"state": "done", "result": {"toolCallId": "own-1", "name": "calculator", "content": "42"}}
+        await redis.hset(keys.tools_key("run-a"), "own-1", orjson.dumps(record))
+        await redis.hset(keys.tools_key("run-a"), "half", orjson.dumps({"state": "pending", "attempts": 1}))
+        ask = ToolCall(id="q", name=RECALL_TOOL, arguments='{"callId": "own-1"}')
+        got = await deps.recall(None, ask, "run-a")
+        assert (got.content, got.is_error, got.tool_call_id) == ("42", False, "q")
+        unfinished = await deps.recall(
+            None, ToolCall(id="q", name=RECALL_TOOL, arguments='{"callId": "half"}'), "run-a"
+        )
+        assert unfinished.is_error
+        assert (await deps.recall(None, ask, "run-b")).is_error  # another run's calls are not this run's
+    await redis.aclose()
