@@ -496,7 +496,7 @@ class Bench:
             t0 = time.perf_counter()
             await self.producer(r).submit_many(items)
             f.ours.append(n / (time.perf_counter() - t0))
-        f.note = "through the Python producer (validation + one Lua submit per run, one pipelined round trip)"
+        f.note = "through the Python producer (validation, then one Lua call per 100 runs, each sent as soon as it is ready)"
         self.figures.append(f)
         api, url = await self.spawn_api()
         g = Figure(

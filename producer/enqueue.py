@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -16,6 +17,9 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shared import keys, limits
 from shared.codec import to_jsonable
@@ -102,6 +106,50 @@ def input_hash(run: RunInput) -> str:
     return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
+def batch_run_prefix(tenant: str, batch_id: str) -> str:
+    """A batch names its runs too: item ``i`` of it is always run ``<prefix><i>`` (unique per tenant
+    and batch, as run_id_for_key's ids are per tenant and key)."""
+    return "run_" + hashlib.sha256(f"{tenant}\0batch\0{batch_id}".encode()).hexdigest()[:32] + "_"
+
+
+def meta_terms(metadata: dict[str, Any] | None) -> list[str]:
+    """The ``key=value`` terms a run's metadata is listed under: scalar values of the first
+    MAX_META_TERMS keys (bools as true/false, numbers as JSON), keys and values bounded in length."""
+    out: list[str] = []
+    for k, v in (metadata or {}).items():
+        if len(out) >= limits.MAX_META_TERMS:
+            break
+        term = meta_term(k, v)
+        if term is not None:
+            out.append(term)
+    return out
+
+
+def meta_term(key: str, value: Any) -> str | None:
+    if isinstance(value, bool):
+        v = "true" if value else "false"
+    elif isinstance(value, int | float):
+        v = orjson.dumps(value).decode()
+    elif isinstance(value, str):
+        v = value
+    else:
+        return None
+    if len(key) > limits.MAX_META_KEY_CHARS or len(v) > limits.MAX_META_VALUE_CHARS:
+        return None
+    return f"{key}={v}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """One valid run, encoded once for its submit script."""
+
+    run: RunInput
+    run_id: str
+    session_id: str
+    body: bytes
+    digest: str
+
+
 class Producer:
     def __init__(
         self,
@@ -121,6 +169,7 @@ class Producer:
             stream_maxlen=self.settings.stream_maxlen,
             retention_s=self.settings.retention_s,
         )
+        self._many_loaded = False
 
     # ---- submission ----
 
@@ -154,6 +203,37 @@ class Producer:
             run = run.model_copy(update={"session_id": f"ses_{run.run_id}"})
         return run
 
+    def _prepare_encoded(
+        self, raw: RunInput | dict[str, Any], tenant: str, default_id: str | None
+    ) -> _Prepared:
+        """prepare(), with the body serialized once (size check, stored input, input hash)."""
+        if isinstance(raw, RunInput):
+            run = raw
+        else:
+            try:
+                run = RunInput.model_validate(raw)
+            except ValidationError as exc:
+                raise validation_error(exc) from None
+        if self.profiles is not None and run.agent not in self.profiles:
+            known = ", ".join(sorted(self.profiles))
+            raise SubmissionError(
+                "unknown_agent", f"agent: no profile named {run.agent!r} (known: {known})", field="agent"
+            )
+        body = to_jsonable(run)
+        rid = body.pop("runId", None) or default_id or _new_run_id()
+        if run.session_id is None and run.auto_create_session:
+            body["sessionId"] = f"ses_{rid}"
+        canonical = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+        if len(canonical) > limits.MAX_RUN_INPUT_BYTES:
+            raise SubmissionError(
+                "too_large",
+                f"the run input is {len(canonical)} bytes; at most {limits.MAX_RUN_INPUT_BYTES}",
+                status=413,
+            )
+        digest = hashlib.sha256(canonical).hexdigest()
+        body["runId"] = rid
+        return _Prepared(run, rid, body.get("sessionId") or "", orjson.dumps(body), digest)
+
     def _submit_call(self, run: RunInput, tenant: str, now_ms: int) -> tuple[list[str], list[Any]]:
         rid = run.run_id
         assert rid is not None
@@ -173,13 +253,16 @@ class Producer:
             run.webhook or "",
             "1" if run.auto_create_session else "",
             (run.multitask_strategy or "enqueue"),
+            "",  # batch
+            run.agent,
+            *_counted(meta_terms(run.metadata)),
         ]
         return k, a
 
     @staticmethod
-    def _outcome(run: RunInput, reply: Sequence[Any]) -> Submitted:
+    def _outcome(run: RunInput, reply: Sequence[Any], run_id: str | None = None) -> Submitted:
         verdict, status = text(reply[0]), text(reply[1])
-        rid = run.run_id or ""
+        rid = run_id or run.run_id or ""
         if verdict == "conflict":
             raise SubmissionError(
                 "conflict", f"run {rid} already exists with a different input", status=409, field="runId"
@@ -213,49 +296,77 @@ class Producer:
         return self._outcome(run, reply)
 
     async def submit_many(
-        self, items: Sequence[RunInput | dict[str, Any]], *, tenant: str = DEFAULT_TENANT
+        self,
+        items: Sequence[RunInput | dict[str, Any]],
+        *,
+        tenant: str = DEFAULT_TENANT,
+        batch_id: str | None = None,
+        offset: int = 0,
+        batch_webhook: str | None = None,
     ) -> list[Submitted | SubmissionError]:
-        """Validate every item; enqueue the valid ones in one pipelined round trip, in order."""
+        """Validate every item and enqueue the valid ones, in order: one script call per chunk of
+        SUBMIT_CHUNK runs, each chunk sent as soon as it is ready on one connection, so Redis runs a
+        chunk while the next one is validated, and all replies are read at the end. With
+        ``batch_id`` the runs form a batch (producer.listing); items without a runId then get one
+        derived from (batch, offset + index), so sending the same batch again creates nothing new."""
         if len(items) > self.settings.max_batch:
             raise SubmissionError(
                 "batch_too_large", f"runs: at most {self.settings.max_batch} items per batch", field="runs"
             )
         out: list[Submitted | SubmissionError | None] = [None] * len(items)
-        valid: list[tuple[int, RunInput]] = []
+        chunks: list[list[tuple[int, _Prepared]]] = [[]]
         seen: set[str] = set()
-        for i, raw in enumerate(items):
-            try:
-                run = self.prepare(raw, tenant=tenant)
-            except SubmissionError as exc:
-                exc.field = f"runs.{i}.{exc.field}" if exc.field else f"runs.{i}"
-                exc.message = f"runs.{i}: {exc.message}"
-                out[i] = exc
-                continue
-            if run.run_id in seen:
-                out[i] = SubmissionError(
-                    "duplicate",
-                    f"runs.{i}: runId {run.run_id} appears twice in the batch",
-                    field=f"runs.{i}.runId",
-                )
-                continue
-            seen.add(run.run_id or "")
-            valid.append((i, run))
-        if valid:
-            now = _now_ms()
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for _, run in valid:
-                    k, a = self._submit_call(run, tenant, now)
-                    await self.scripts.submit(keys=k, args=a, client=pipe)
-                replies = await pipe.execute(raise_on_error=False)
-            for (i, run), reply in zip(valid, replies, strict=True):
-                if isinstance(reply, Exception):
-                    out[i] = SubmissionError("enqueue_failed", f"runs.{i}: {reply}", status=503)
+        prefix = batch_run_prefix(tenant, batch_id) if batch_id else None
+        async with _ChunkSender(self, tenant, batch_id or "", batch_webhook or "") as sender:
+            for i, raw in enumerate(items):
+                default_id = f"{prefix}{offset + i}" if prefix else None
+                try:
+                    prep = self._prepare_encoded(raw, tenant, default_id)
+                except SubmissionError as exc:
+                    exc.field = f"runs.{i}.{exc.field}" if exc.field else f"runs.{i}"
+                    exc.message = f"runs.{i}: {exc.message}"
+                    out[i] = exc
+                    continue
+                if prep.run_id in seen:
+                    out[i] = SubmissionError(
+                        "duplicate",
+                        f"runs.{i}: runId {prep.run_id} appears twice in the batch",
+                        field=f"runs.{i}.runId",
+                    )
+                    continue
+                seen.add(prep.run_id)
+                chunks[-1].append((i, prep))
+                if len(chunks[-1]) == SUBMIT_CHUNK:
+                    await sender.send([p for _, p in chunks[-1]])
+                    chunks.append([])
+            if chunks[-1]:
+                await sender.send([p for _, p in chunks[-1]])
+            else:
+                chunks.pop()
+            answers = await sender.replies()
+        for chunk, answer in zip(chunks, answers, strict=True):
+            for k, (i, prep) in enumerate(chunk):
+                if isinstance(answer, Exception):
+                    out[i] = SubmissionError("enqueue_failed", f"runs.{i}: {answer}", status=503)
                     continue
                 try:
-                    out[i] = self._outcome(run, reply)
+                    out[i] = self._outcome(prep.run, answer[2 * k : 2 * k + 2], prep.run_id)
                 except SubmissionError as exc:
                     out[i] = exc
         return [o for o in out if o is not None]
+
+    def _submit_many_args(
+        self, chunk: list[_Prepared], tenant: str, batch_id: str, batch_webhook: str
+    ) -> list[Any]:
+        spec = [
+            [p.run_id, p.digest, p.session_id, p.run.webhook or "", "1" if p.run.auto_create_session else "",
+             p.run.multitask_strategy or "enqueue", p.run.agent, meta_terms(p.run.metadata)]
+            for p in chunk
+        ]  # fmt: skip
+        s = self.settings
+        return [tenant, batch_id, batch_webhook, JOB_EXPIRE_MS, s.queued_check_ms, orjson.dumps(spec)] + [
+            p.body for p in chunk
+        ]
 
     # ---- reading ----
 
@@ -393,11 +504,73 @@ class Producer:
         return int(depth), int(awaiting)
 
 
+SUBMIT_CHUNK = 100  # runs per SUBMIT_MANY call: small enough that Redis runs one while the next is prepared
+
+
+class _ChunkSender:
+    """Writes SUBMIT_MANY calls on one connection as they are ready and reads the replies at the end
+    (a pipeline whose commands go out early). A chunk answered NOSCRIPT (Redis lost its script
+    cache) or left unanswered by a connection error is sent again through the ordinary client, which
+    loads the script and retries: SUBMIT is idempotent per runId."""
+
+    def __init__(self, producer: Producer, tenant: str, batch_id: str, batch_webhook: str) -> None:
+        self.p, self.tenant, self.batch_id, self.batch_webhook = producer, tenant, batch_id, batch_webhook
+        self.sent: list[list[Any]] = []
+        self.conn: Any = None
+        self.broken = False
+
+    async def __aenter__(self) -> _ChunkSender:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.conn is not None:
+            if self.broken or exc[0] is not None:
+                await self.conn.disconnect()
+            await self.p.redis.connection_pool.release(self.conn)
+
+    async def send(self, chunk: list[_Prepared]) -> None:
+        args = self.p._submit_many_args(chunk, self.tenant, self.batch_id, self.batch_webhook)
+        self.sent.append(args)
+        if self.broken:
+            return
+        try:
+            if self.conn is None:
+                if not self.p._many_loaded:
+                    await self.p.redis.script_load(self.p.scripts.submit_many.script)
+                    self.p._many_loaded = True
+                self.conn = await self.p.redis.connection_pool.get_connection()
+            await self.conn.send_command("EVALSHA", self.p.scripts.submit_many.sha, 0, *args)
+        except (RedisConnectionError, RedisTimeoutError, OSError):
+            self.broken = True
+
+    async def replies(self) -> list[Any]:
+        out: list[Any] = []
+        for args in self.sent:
+            if not self.broken:
+                try:
+                    out.append(await self.conn.read_response(disconnect_on_error=True))
+                    continue
+                except NoScriptError:
+                    pass  # sent again below, through the client that loads the script
+                except ResponseError as exc:
+                    out.append(exc)
+                    continue
+                except (RedisConnectionError, RedisTimeoutError, OSError):
+                    self.broken = True
+            try:
+                out.append(await self.p.scripts.submit_many(args=args))
+            except RedisError as exc:
+                out.append(exc)
+        return out
+
+
+def _counted(items: list[str]) -> list[Any]:
+    return [len(items), *items]
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
 def _new_run_id() -> str:
-    from shared.ids import new_run_id
-
-    return new_run_id()
+    return "run_" + os.urandom(16).hex()  # shared.ids.new_run_id's form, without uuid4's overhead

@@ -10,6 +10,9 @@ Every delivery goes through the SSRF guard of HTTP tools (worker/netguard.py), r
 MAX_WEBHOOK_RESPONSE_BYTES of the answer and ends within DELIVERY_DEADLINE_S. Deliveries run
 concurrently, at most ``CONCURRENCY`` at once and ``PER_HOST`` per receiver host, so one slow
 receiver holds a few slots for a few seconds and never the others' deliveries.
+
+A batch whose runs have all ended posts its counters (producer.listing.batch_view) to the batch's
+webhook the same way, with the delivery id ``{batch}<batch key>``.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import httpx
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from producer.listing import batch_body, batch_delivery_key
 from shared import keys, limits
 from shared.models import usable_url
 from shared.scripts import Scripts, text
@@ -130,7 +134,12 @@ class Deliverer:
         if state.get("delivered") == "1":
             await redis.zrem(keys.WEBHOOKS_DUE, run_id)
             return
-        url_raw, body = await redis.hmget(keys.run_key(run_id), ["webhook", "result"])  # type: ignore[misc]
+        batch = batch_delivery_key(run_id)
+        if batch is not None:  # a whole batch ended: its counters go to the batch's webhook
+            h = {text(k): text(v) for k, v in (await redis.hgetall(batch)).items()}  # type: ignore[misc]
+            url_raw, body = h.get("webhook"), batch_body(h) if h else None
+        else:
+            url_raw, body = await redis.hmget(keys.run_key(run_id), ["webhook", "result"])  # type: ignore[misc]
         if not url_raw or not body:
             await redis.zrem(keys.WEBHOOKS_DUE, run_id)
             return

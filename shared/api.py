@@ -30,6 +30,42 @@ class BatchItem(BaseModel):
 
 class BatchAnswer(BaseModel):
     results: list[BatchItem]
+    batchId: str | None = None  # GET /v1/batches/{batchId} follows it
+
+
+class RunSummary(BaseModel):
+    """One row of a run listing."""
+
+    runId: str
+    status: str
+    createdAt: int
+    agent: str = ""
+    sessionId: str | None = None
+    batchId: str | None = None
+    finishedAt: int | None = None
+
+
+class RunsPage(BaseModel):
+    runs: list[RunSummary]
+    next: str | None = Field(default=None, description="cursor of the next page; null at the end")
+
+
+class BatchView(BaseModel):
+    batchId: str
+    total: int = Field(description="runs created in the batch")
+    counts: dict[str, int] = Field(description="runs per status, kept by the scripts that change statuses")
+    done: int = Field(description="runs that have ended (completed, failed or aborted)")
+    progress: float = Field(description="done / total")
+    createdAt: int
+    finishedAt: int | None = Field(default=None, description="when its last run ended")
+    finished: bool
+
+
+class BatchAbortAnswer(BaseModel):
+    batchId: str
+    aborted: int = Field(description="runs that were queued or awaiting approval, now aborted")
+    requested: int = Field(description="running runs whose workers stop them")
+    finished: int = Field(description="runs that had ended meanwhile")
 
 
 class RunView(BaseModel):

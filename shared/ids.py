@@ -19,3 +19,7 @@ def new_session_id() -> str:
 
 def is_valid_id(value: str) -> bool:
     return bool(_ID_RE.match(value))
+
+
+def new_batch_id() -> str:
+    return "bat_" + uuid.uuid4().hex

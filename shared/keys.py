@@ -91,3 +91,23 @@ def arq_result_key(job: str) -> str:
 
 def arq_retry_key(job: str) -> str:
     return retry_key_prefix + job
+
+
+# ---- listing indexes and batches (per tenant; bounded, expiring with the retention) ----
+# Every index is a sorted set runId -> createdAt (ms), written by the scripts that create runs or
+# change their status. ``dim`` is one of INDEX_DIMS; the tenant-wide index is dim "all", value "".
+INDEX_DIMS = ("all", "status", "agent", "session", "batch", "meta")
+
+
+def index_key(tenant: str, dim: str, value: str = "") -> str:
+    return f"{PREFIX}:t:{tenant}:ix:{dim}:{value}"
+
+
+def batch_key(tenant: str, batch_id: str) -> str:
+    """Hash: createdAt, total, done, one counter per status, finishedAt, webhook, result."""
+    return f"{PREFIX}:t:{tenant}:batch:{batch_id}"
+
+
+# A finished batch's webhook delivery id on keys.WEBHOOKS: this prefix, then its batch_key (a runId
+# never holds a brace, so the two kinds of delivery cannot be confused).
+BATCH_DELIVERY = "{batch}"

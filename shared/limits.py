@@ -16,3 +16,7 @@ MAX_SCRIPT_DELAY_MS = 60_000  # a scripted turn's delayMs (test profiles only)
 MAX_SEQ = 2**63 - 1  # an event seq (events?after=, Last-Event-ID) above this is refused
 MAX_TOOL_RESPONSE_BYTES = 1_000_000  # an HTTP tool's response body is cut (the call fails) past this
 MAX_WEBHOOK_RESPONSE_BYTES = 64_000  # a webhook receiver's answer is not needed beyond its status
+MAX_INDEX_RUNS = 100_000  # most runs one listing index (per tenant and filter value) keeps
+MAX_META_TERMS = 16  # metadata keys a run is listed under (the first ones with scalar values)
+MAX_META_KEY_CHARS = 64
+MAX_META_VALUE_CHARS = 256

@@ -104,9 +104,9 @@ def _bounded_map(value: dict[str, Any] | None, field: str) -> dict[str, Any] | N
     try:
         size = len(orjson.dumps(value))
     except orjson.JSONEncodeError as exc:  # an integer past 64 bits, a lone surrogate …
-        raise ValueError(f"{field} cannot be stored as JSON: {exc}") from None
+        raise ValueError(f"{to_camel(field)} cannot be stored as JSON: {exc}") from None
     if size > limits.MAX_MAP_BYTES:
-        raise ValueError(f"{field} is larger than {limits.MAX_MAP_BYTES} bytes of JSON")
+        raise ValueError(f"{to_camel(field)} is larger than {limits.MAX_MAP_BYTES} bytes of JSON")
     return value
 
 
@@ -159,7 +159,7 @@ class RunInput(Model):
     @field_validator("runtime_init_data", "runtime_hints", "metadata")
     @classmethod
     def _maps_bounded(cls, value: dict[str, Any] | None, info: Any) -> dict[str, Any] | None:
-        return _bounded_map(value, to_camel(info.field_name))
+        return _bounded_map(value, info.field_name)
 
 
 class RunStatus(StrEnum):

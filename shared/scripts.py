@@ -18,15 +18,18 @@ that is fine on a single Redis or Sentinel (what arq supports), not on Cluster.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
-from shared import keys
+from shared import keys, limits
 
 PRELUDE = r"""
+local FIXED_NOW = nil  -- set by a script that creates many runs: one clock reading for all of them
 local function now_ms()
+  if FIXED_NOW then return FIXED_NOW end
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
@@ -44,6 +47,61 @@ end
 local function xadd(stream, seq, kind, ts, payload, maxlen, epoch)
   redis.call('XADD', stream, 'MAXLEN', '~', maxlen, seq .. '-0',
     'seq', seq, 'kind', kind, 'ts', ts, 'payload', payload, 'epoch', epoch)
+end
+-- Listing indexes and batch counters (keys.index_key, keys.batch_key): each index is a zset
+-- runId -> createdAt, trimmed to __INDEX_MAX__ entries and expiring a retention after its last write.
+local function tenant_prefix(t) return '__PREFIX__:t:' .. t end
+local function batch_key(t, b) return tenant_prefix(t) .. ':batch:' .. b end
+-- While a script creates many runs, DEFERRED collects its ZADDs (key -> score, member, …) and TRIM
+-- the indexes they touch: one ZADD per key and one trim per index at the end (flush_deferred).
+local DEFERRED, TRIM = nil, nil
+local function ix_trim(k)
+  redis.call('ZREMRANGEBYRANK', k, 0, -__INDEX_MAX__ - 1)
+  redis.call('EXPIRE', k, __RETENTION__)
+end
+local function zadd(k, score, member)
+  if not DEFERRED then return redis.call('ZADD', k, score, member) end
+  local t = DEFERRED[k]
+  if not t then t = {}; DEFERRED[k] = t end
+  t[#t + 1] = score; t[#t + 1] = member
+end
+local function flush_deferred()
+  if not DEFERRED then return end
+  for k, t in pairs(DEFERRED) do
+    for i = 1, #t, 1000 do redis.call('ZADD', k, unpack(t, i, math.min(i + 999, #t))) end
+  end
+  for k in pairs(TRIM) do ix_trim(k) end
+  DEFERRED, TRIM = {}, {}
+end
+local function ix_add(t, dim, value, id, score)
+  local k = tenant_prefix(t) .. ':ix:' .. dim .. ':' .. value
+  zadd(k, score, id)
+  if TRIM then TRIM[k] = true else ix_trim(k) end
+end
+-- A run's status changed from old ('' = just created) to new: move it between its tenant's status
+-- indexes and its batch's counters. Every script that changes a run's status calls this, in the same
+-- call, so the counters are the runs' real statuses. The batch's last run to end marks it finished.
+local function track(run, id, old, new)
+  old = old or ''
+  if old == new then return end
+  local h = redis.call('HMGET', run, 'tenant', 'createdAt', 'batch')
+  if not h[1] then return end
+  if old ~= '' then redis.call('ZREM', tenant_prefix(h[1]) .. ':ix:status:' .. old, id) end
+  ix_add(h[1], 'status', new, id, tonumber(h[2] or '0'))
+  if not h[3] or h[3] == '' then return end
+  local bk = batch_key(h[1], h[3])
+  if redis.call('EXISTS', bk) == 0 then return end
+  if old ~= '' then redis.call('HINCRBY', bk, old, -1) end
+  redis.call('HINCRBY', bk, new, 1)
+  redis.call('EXPIRE', bk, __RETENTION__)
+  if is_terminal(new) and not is_terminal(old) then
+    local done = redis.call('HINCRBY', bk, 'done', 1)
+    redis.call('EXPIRE', tenant_prefix(h[1]) .. ':ix:batch:' .. h[3], __RETENTION__)
+    if done >= tonumber(redis.call('HGET', bk, 'total') or '0') then
+      redis.call('HSET', bk, 'finishedAt', now_ms())
+      if (redis.call('HGET', bk, 'webhook') or '') ~= '' then redis.call('LPUSH', WEBHOOKS, '__BATCH_DELIVERY__' .. bk) end
+    end
+  end
 end
 -- Put dispatch 1 of a run on arq's queue (the JSON arq's worker reads with our serializer).
 local function enqueue_first(id, now)
@@ -74,7 +132,8 @@ end
 -- End a run from outside its worker (abort while queued or awaiting approval, crash budget spent,
 -- approval timeout). Bumps the epoch so any worker still holding the run is fenced off.
 local function finalize(run, stream, tools, live, run_id, status, code, message, maxlen, retention)
-  local h = redis.call('HMGET', run, 'lastSeq', 'sessionId', 'ckpt', 'epoch')
+  flush_deferred()  -- a run created earlier in this script may be the one ending
+  local h = redis.call('HMGET', run, 'lastSeq', 'sessionId', 'ckpt', 'epoch', 'status')
   local seq = tonumber(h[1] or '0') + 1
   local iterations = 0
   if h[3] then
@@ -93,6 +152,7 @@ local function finalize(run, stream, tools, live, run_id, status, code, message,
     'owner', '', 'leaseUntil', 0, 'epoch', tonumber(h[4] or '0') + 1, 'finishedAt', ts, 'abort', '')
   redis.call('ZREM', live, run_id)
   redis.call('ZREM', AWAITING, run_id)
+  track(run, run_id, h[5], status)
   local wh = redis.call('HGET', run, 'webhook')
   if wh and wh ~= '' then redis.call('LPUSH', WEBHOOKS, run_id) end
   session_advance(h[2], run_id)
@@ -105,67 +165,123 @@ end
 
 # KEYS: run, arq job key, arq queue, live, session, session pending, session runs
 # ARGV: runId, input, inputHash, tenant, sessionId, job payload, jobExpireMs, queuedCheckMs, webhook,
-#       autoCreateSession ('1' or ''), multitaskStrategy (enqueue | reject | interrupt)
-SUBMIT = r"""
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  local h = redis.call('HMGET', KEYS[1], 'inputHash', 'status', 'tenant')
-  if h[3] ~= ARGV[4] then return {'conflict', ''} end
-  if h[1] == ARGV[3] then return {'exists', h[2]} end
-  return {'conflict', h[2]}
-end
-local now = now_ms()
-local dispatch = true
-if ARGV[5] ~= '' then
-  local s = redis.call('HMGET', KEYS[5], 'tenant', 'activeRun')
-  if not s[1] then
-    if ARGV[10] ~= '1' then return {'unknown_session', ''} end
-    redis.call('HSET', KEYS[5], 'tenant', ARGV[4], 'createdAt', now, 'activeRun', '')
-    s = {ARGV[4], ''}
-  elseif s[1] ~= ARGV[4] then
-    return {'unknown_session', ''}
+#       autoCreateSession ('1' or ''), multitaskStrategy (enqueue | reject | interrupt),
+#       batchId ('' = none), agent, nMeta, then nMeta 'key=value' strings (the indexed metadata)
+SUBMIT_ONE = r"""
+-- The listing indexes and the batch of a run just created (A as submit_one's).
+local function index_new(run, A, now)
+  local t, id, batch = A[4], A[1], A[12] or ''
+  ix_add(t, 'all', '', id, now)
+  if A[13] then ix_add(t, 'agent', A[13], id, now) end
+  if A[5] ~= '' then ix_add(t, 'session', A[5], id, now) end
+  if batch ~= '' then
+    local bk = batch_key(t, batch)
+    if redis.call('HSETNX', bk, 'createdAt', now) == 1 then redis.call('HSET', bk, 'batchId', batch, 'tenant', t) end
+    redis.call('HINCRBY', bk, 'total', 1)
+    redis.call('HDEL', bk, 'finishedAt')
+    ix_add(t, 'batch', batch, id, now)
   end
-  local active = s[2]
-  if active and active ~= '' then
-    local st = redis.call('HGET', run_key(active), 'status')
-    if st and not is_terminal(st) then
-      if ARGV[11] == 'reject' then return {'session_busy', active} end
-      dispatch = false
-      if ARGV[11] == 'interrupt' then
-        local why = 'interrupted by run ' .. ARGV[1]
-        for _, pid in ipairs(redis.call('LRANGE', KEYS[6], 0, -1)) do
-          if redis.call('HGET', run_key(pid), 'status') == 'queued' then
-            finalize(run_key(pid), stream_key(pid), tools_key(pid), LIVE, pid, 'aborted', 'aborted', why,
-              __MAXLEN__, __RETENTION__)
+  for j = 1, tonumber(A[14] or '0') do ix_add(t, 'meta', A[14 + j], id, now) end
+  ix_add(t, 'status', 'queued', id, now)
+  if batch ~= '' then redis.call('HINCRBY', batch_key(t, batch), 'queued', 1) end
+end
+local function submit_one(K, A)
+  if redis.call('EXISTS', K[1]) == 1 then
+    local h = redis.call('HMGET', K[1], 'inputHash', 'status', 'tenant')
+    if h[3] ~= A[4] then return {'conflict', ''} end
+    if h[1] == A[3] then return {'exists', h[2]} end
+    return {'conflict', h[2]}
+  end
+  local now = now_ms()
+  local dispatch = true
+  if A[5] ~= '' then
+    local s = redis.call('HMGET', K[5], 'tenant', 'activeRun')
+    if not s[1] then
+      if A[10] ~= '1' then return {'unknown_session', ''} end
+      redis.call('HSET', K[5], 'tenant', A[4], 'createdAt', now, 'activeRun', '')
+      s = {A[4], ''}
+    elseif s[1] ~= A[4] then
+      return {'unknown_session', ''}
+    end
+    local active = s[2]
+    if active and active ~= '' then
+      local st = redis.call('HGET', run_key(active), 'status')
+      if st and not is_terminal(st) then
+        if A[11] == 'reject' then return {'session_busy', active} end
+        dispatch = false
+        if A[11] == 'interrupt' then
+          local why = 'interrupted by run ' .. A[1]
+          for _, pid in ipairs(redis.call('LRANGE', K[6], 0, -1)) do
+            if redis.call('HGET', run_key(pid), 'status') == 'queued' then
+              finalize(run_key(pid), stream_key(pid), tools_key(pid), LIVE, pid, 'aborted', 'aborted', why,
+                __MAXLEN__, __RETENTION__)
+            end
           end
-        end
-        redis.call('DEL', KEYS[6])
-        if st == 'running' then
-          redis.call('HSET', run_key(active), 'abort', why)
-        else
-          finalize(run_key(active), stream_key(active), tools_key(active), LIVE, active, 'aborted', 'aborted', why,
-            __MAXLEN__, __RETENTION__)
-          dispatch = true
+          redis.call('DEL', K[6])
+          if st == 'running' then
+            redis.call('HSET', run_key(active), 'abort', why)
+          else
+            finalize(run_key(active), stream_key(active), tools_key(active), LIVE, active, 'aborted', 'aborted', why,
+              __MAXLEN__, __RETENTION__)
+            dispatch = true
+          end
         end
       end
     end
+    redis.call('RPUSH', K[7], A[1])
+    if dispatch then
+      redis.call('HSET', K[5], 'activeRun', A[1])
+    else
+      redis.call('RPUSH', K[6], A[1])
+    end
   end
-  redis.call('RPUSH', KEYS[7], ARGV[1])
+  redis.call('HSET', K[1], 'status', 'queued', 'input', A[2], 'inputHash', A[3],
+    'tenant', A[4], 'sessionId', A[5], 'createdAt', now, 'gen', 1, 'epoch', 0, 'lastSeq', 0,
+    'owner', '', 'leaseUntil', 0, 'restarts', 0, 'webhook', A[9], 'abort', '', 'held', dispatch and '' or '1',
+    'agent', A[13] or '', 'batch', A[12] or '')
+  index_new(K[1], A, now)
   if dispatch then
-    redis.call('HSET', KEYS[5], 'activeRun', ARGV[1])
-  else
-    redis.call('RPUSH', KEYS[6], ARGV[1])
+    redis.call('SET', K[2], A[6], 'PX', A[7])
+    zadd(K[3], now, A[1])
+    zadd(K[4], now + tonumber(A[8]), A[1])
   end
+  return {'created', 'queued'}
 end
-redis.call('HSET', KEYS[1], 'status', 'queued', 'input', ARGV[2], 'inputHash', ARGV[3],
-  'tenant', ARGV[4], 'sessionId', ARGV[5], 'createdAt', now, 'gen', 1, 'epoch', 0, 'lastSeq', 0,
-  'owner', '', 'leaseUntil', 0, 'restarts', 0, 'webhook', ARGV[9], 'abort', '', 'held', dispatch and '' or '1')
-if dispatch then
-  redis.call('SET', KEYS[2], ARGV[6], 'PX', ARGV[7])
-  redis.call('ZADD', KEYS[3], now, ARGV[1])
-  redis.call('ZADD', KEYS[4], now + tonumber(ARGV[8]), ARGV[1])
-end
-return {'created', 'queued'}
 """
+SUBMIT = SUBMIT_ONE + "return submit_one(KEYS, ARGV)\n"
+
+# Many runs of one tenant in one call (the batch path): the keys are derived here, not passed, and
+# the runs' small fields travel as one JSON array (a few arguments instead of a dozen per run).
+# ARGV: tenant, batchId ('' = none), batch webhook ('' = none), jobExpireMs, queuedCheckMs,
+#   runs JSON [[runId, inputHash, sessionId, webhook, autoCreateSession, multitaskStrategy, agent,
+#   [metadata 'key=value' terms]], …], then each run's input.   Reply: verdict, status per run.
+SUBMIT_MANY = (
+    SUBMIT_ONE
+    + r"""
+local t, batch = ARGV[1], ARGV[2]
+local runs = cjson.decode(ARGV[6])
+local out = {}
+DEFERRED, TRIM = {}, {}
+local now = now_ms()
+FIXED_NOW = now
+local job_tail = '",1],"k":{},"et":' .. now .. '}'  -- the arq job dispatch_payload writes; ids need no escaping
+for n, r in ipairs(runs) do
+  local id, sid, terms = r[1], r[3], r[8]
+  local job = '{"t":null,"f":"__FUNCTION__","a":["' .. id .. job_tail
+  local A = {id, ARGV[6 + n], r[2], t, sid, job, ARGV[4], ARGV[5], r[4], r[5], r[6], batch, r[7], #terms}
+  for j = 1, #terms do A[14 + j] = terms[j] end
+  local K = {run_key(id), '__JOBPREFIX__' .. id, QUEUE, LIVE, session_key(sid), session_key(sid) .. ':pending',
+    session_key(sid) .. ':runs'}
+  local v = submit_one(K, A)
+  out[#out + 1] = v[1]; out[#out + 1] = v[2]
+end
+flush_deferred()
+if batch ~= '' and ARGV[3] ~= '' and redis.call('EXISTS', batch_key(t, batch)) == 1 then
+  redis.call('HSET', batch_key(t, batch), 'webhook', ARGV[3])
+end
+return out
+"""
+)
 
 # KEYS: run, stream, tools, live
 # ARGV: runId, gen, workerId, leaseMs, maxRestarts, maxlen, retention
@@ -189,6 +305,7 @@ local epoch = tonumber(h[5]) + 1
 local lease = now + tonumber(ARGV[4])
 redis.call('HSET', KEYS[1], 'epoch', epoch, 'owner', ARGV[3], 'leaseUntil', lease,
   'restarts', restarts, 'status', 'running')
+track(KEYS[1], ARGV[1], h[1], 'running')
 redis.call('ZADD', KEYS[4], lease, ARGV[1])
 local d = redis.call('HMGET', KEYS[1], 'lastSeq', 'ckpt', 'input', 'abort', 'approvals')
 return {'ok', tostring(epoch), d[1] or '0', d[2] or '', d[3] or '', d[4] or '', d[5] or '',
@@ -259,6 +376,7 @@ if status == '' then
   redis.call('HSET', KEYS[1], 'leaseUntil', lease)
   redis.call('ZADD', KEYS[4], lease, ARGV[6])
 elseif is_terminal(status) then
+  track(KEYS[1], ARGV[6], redis.call('HGET', KEYS[1], 'status'), status)
   redis.call('HSET', KEYS[1], 'status', status, 'result', ARGV[8], 'owner', '', 'leaseUntil', 0,
     'finishedAt', now)
   redis.call('ZREM', KEYS[4], ARGV[6])
@@ -283,6 +401,7 @@ elseif is_terminal(status) then
   redis.call('EXPIRE', KEYS[2], ARGV[4])
   redis.call('EXPIRE', KEYS[3], ARGV[4])
 elseif status == 'awaiting_human' then
+  track(KEYS[1], ARGV[6], redis.call('HGET', KEYS[1], 'status'), status)
   redis.call('HSET', KEYS[1], 'status', status, 'approvals', ARGV[8], 'owner', '', 'leaseUntil', 0,
     'awaitingSince', now, 'approvalTimeoutMs', approval_timeout)
   redis.call('ZADD', AWAITING, now, ARGV[6])
@@ -314,6 +433,7 @@ if not h[1] or tonumber(h[1]) ~= tonumber(ARGV[1]) then return {'fenced'} end
 if is_terminal(h[2]) then return {'terminal'} end
 local now = now_ms()
 redis.call('HSET', KEYS[1], 'owner', '', 'leaseUntil', 0, 'gen', ARGV[3], 'status', 'queued')
+track(KEYS[1], ARGV[2], h[2], 'queued')
 redis.call('SET', KEYS[4], ARGV[5], 'PX', ARGV[6])
 redis.call('ZADD', KEYS[3], now, ARGV[4])
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[7]), ARGV[2])
@@ -352,6 +472,7 @@ end
 redis.call('ZREM', KEYS[3], ARGV[3])
 redis.call('DEL', KEYS[4])
 redis.call('HSET', KEYS[1], 'gen', tonumber(h[2]) + 1, 'status', 'queued')
+track(KEYS[1], ARGV[1], h[1], 'queued')
 redis.call('SET', KEYS[6], ARGV[5], 'PX', ARGV[6])
 redis.call('ZADD', KEYS[3], now, ARGV[4])
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[7]), ARGV[1])
@@ -393,6 +514,7 @@ redis.call('HSET', KEYS[1], 'approvals', cjson.encode(approvals))
 if open > 0 then return {'recorded', tostring(open)} end
 local now = now_ms()
 redis.call('HSET', KEYS[1], 'gen', tonumber(h[3]) + 1, 'status', 'queued')
+track(KEYS[1], ARGV[1], h[1], 'queued')
 redis.call('SET', KEYS[4], ARGV[7], 'PX', ARGV[8])
 redis.call('ZADD', KEYS[3], now, ARGV[6])
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[9]), ARGV[1])
@@ -441,8 +563,87 @@ end
 return ids
 """
 
+# A page of a tenant's runs, newest first: walk the smallest of the filters' indexes and keep the
+# runs that are in every other one. The cursor is the last (createdAt, runId) returned: the next page
+# starts right after it (by its rank while it is still in the index, else by score), so runs
+# inserted meanwhile never shift a page. Entries whose run has expired are dropped on the way.
+# ARGV: tenant, limit, scanMax, cursorScore ('' = first page), cursorId, createdAfter ('' = none,
+#   exclusive), createdBefore ('' = none, exclusive), nFilters, then dim, value pairs.
+# Reply: nextCursorScore ('' = the end), nextCursorId, then per run: runId, status, createdAt,
+#   sessionId, agent, batch, finishedAt.
+LIST_RUNS = r"""
+local pre = tenant_prefix(ARGV[1]) .. ':ix:'
+local limit, scan_max = tonumber(ARGV[2]), tonumber(ARGV[3])
+local idx = {}
+for j = 1, tonumber(ARGV[8]) do idx[#idx + 1] = pre .. ARGV[7 + 2 * j] .. ':' .. ARGV[8 + 2 * j] end
+if #idx == 0 then idx = {pre .. 'all:'} end
+local driver, best = 1, nil
+for j, k in ipairs(idx) do
+  local n = redis.call('ZCARD', k)
+  if best == nil or n < best then driver, best = j, n end
+end
+local dkey = idx[driver]
+local max = ARGV[7] ~= '' and ('(' .. ARGV[7]) or '+inf'
+local min = ARGV[6] ~= '' and ('(' .. ARGV[6]) or '-inf'
+local cs, cid = ARGV[4], ARGV[5]
+local by_rank = nil
+if cs ~= '' then
+  if redis.call('ZSCORE', dkey, cid) == cs then
+    by_rank = redis.call('ZREVRANK', dkey, cid) + 1
+  elseif ARGV[7] == '' or tonumber(cs) < tonumber(ARGV[7]) then
+    max = cs
+  end
+end
+local out, dead = {'', ''}, {}
+local after = ARGV[6] ~= '' and tonumber(ARGV[6]) or nil
+local before = ARGV[7] ~= '' and tonumber(ARGV[7]) or nil
+local scanned, offset, last_score, last_id, ended = 0, 0, nil, nil, false
+local n = 0
+while not ended and scanned < scan_max and n < limit do
+  local page
+  if by_rank then
+    page = redis.call('ZREVRANGE', dkey, by_rank + offset, by_rank + offset + 99, 'WITHSCORES')
+  else
+    page = redis.call('ZREVRANGEBYSCORE', dkey, max, min, 'WITHSCORES', 'LIMIT', offset, 100)
+  end
+  if #page < 200 then ended = true end
+  offset = offset + #page / 2
+  for p = 1, #page, 2 do
+    local id, score = page[p], page[p + 1]
+    local s = tonumber(score)
+    if after and s <= after then ended = true; break end
+    local skip = (before and s >= before) or (not by_rank and cs ~= '' and score == cs and id >= cid)
+    if not skip then
+      scanned = scanned + 1
+      last_score, last_id = score, id
+      local ok = true
+      for j, k in ipairs(idx) do
+        if j ~= driver and not redis.call('ZSCORE', k, id) then ok = false; break end
+      end
+      if ok then
+        local h = redis.call('HMGET', run_key(id), 'status', 'createdAt', 'sessionId', 'agent', 'batch',
+          'finishedAt', 'tenant')
+        if not h[1] or h[7] ~= ARGV[1] then
+          dead[#dead + 1] = id
+        else
+          out[#out + 1] = id
+          for f = 1, 6 do out[#out + 1] = h[f] or '' end
+          n = n + 1
+        end
+      end
+      if n >= limit or scanned >= scan_max then break end
+    end
+  end
+end
+if #dead > 0 then redis.call('ZREM', dkey, unpack(dead)) end
+if last_id and (n >= limit or scanned >= scan_max) then out[1], out[2] = last_score, last_id end
+return out
+"""
+
 _SOURCES = {
     "submit": SUBMIT,
+    "submit_many": SUBMIT_MANY,
+    "list_runs": LIST_RUNS,
     "acquire": ACQUIRE,
     "commit": COMMIT,
     "renew": RENEW,
@@ -459,6 +660,8 @@ class Scripts:
     """The scripts registered on one client; call as ``await scripts.commit(keys=…, args=…)``."""
 
     submit: AsyncScript
+    submit_many: AsyncScript
+    list_runs: AsyncScript
     acquire: AsyncScript
     commit: AsyncScript
     renew: AsyncScript
@@ -479,8 +682,7 @@ class Scripts:
     ) -> None:
         from shared.dispatch import JOB_EXPIRE_MS, RUN_FUNCTION
 
-        prelude = PRELUDE
-        for token, value in {
+        tokens = {
             "__WEBHOOKS__": keys.WEBHOOKS,
             "__QUEUE__": keys.QUEUE,
             "__LIVE__": keys.LIVE,
@@ -492,10 +694,23 @@ class Scripts:
             "__QUEUED_CHECK_MS__": str(queued_check_ms),
             "__MAXLEN__": str(stream_maxlen),
             "__RETENTION__": str(retention_s),
-        }.items():
-            prelude = prelude.replace(token, value)
-        for name, body in _SOURCES.items():
-            setattr(self, name, redis.register_script(prelude + body))
+            "__INDEX_MAX__": str(limits.MAX_INDEX_RUNS),
+            "__BATCH_DELIVERY__": keys.BATCH_DELIVERY,
+        }
+        for name, source in _rendered(tuple(tokens.items())).items():
+            setattr(self, name, redis.register_script(source))
+
+
+@functools.lru_cache(maxsize=16)
+def _rendered(tokens: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """Every script's source with the tokens filled in (once per distinct settings)."""
+    out = {}
+    for name, body in _SOURCES.items():
+        source = PRELUDE + body
+        for token, value in tokens:
+            source = source.replace(token, value)
+        out[name] = source
+    return out
 
 
 def text(value: Any) -> str:

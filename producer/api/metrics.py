@@ -41,8 +41,9 @@ class ApiMetrics:
         self.requests.labels(method, route, str(status)).inc()
         self.latency.labels(route).observe(seconds)
 
-    def submitted(self, accepted: bool) -> None:
-        self.submissions.labels("accepted" if accepted else "rejected").inc()
+    def submitted(self, accepted: bool, n: int = 1) -> None:
+        if n:
+            self.submissions.labels("accepted" if accepted else "rejected").inc(n)
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,102 @@
+"""/v1/runs (listing) and /v1/batches…: finding a tenant's runs and following its batches.
+
+Every route answers within the caller's tenant only: the indexes and batch hashes it reads are
+keyed by tenant, and a run another tenant owns is never read from them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+
+from producer.api.app import ApiDep, Tenant
+from producer.api.errors import COMMON_ERRORS, ApiError, ErrorResponse
+from producer.listing import Catalog, ListingError, RunFilter
+from shared.api import BatchAbortAnswer, BatchView, RunsPage
+from shared.ids import ID_PATTERN
+
+router = APIRouter()
+_404 = {**COMMON_ERRORS, 404: {"model": ErrorResponse}}
+_400 = {**COMMON_ERRORS, 400: {"model": ErrorResponse, "description": "a cursor this API did not return"}}
+Limit = Annotated[int, Query(ge=1, le=500, description="runs per page")]
+Cursor = Annotated[str | None, Query(max_length=400, description="the `next` of the previous page")]
+
+
+async def _page(api: Any, tenant: str, flt: RunFilter, limit: int, cursor: str | None) -> dict[str, Any]:
+    try:
+        runs, nxt = await Catalog(api.producer).list_runs(tenant, flt, limit=limit, cursor=cursor)
+    except ListingError as exc:
+        code = 400 if exc.field == "cursor" else 422
+        raise ApiError(code, "invalid_cursor" if code == 400 else "invalid_input", str(exc)) from None
+    return {"runs": runs, "next": nxt}
+
+
+@router.get("/v1/runs", response_model=RunsPage, responses=_400, summary="List and search runs, newest first")
+async def list_runs(
+    api: ApiDep,
+    tenant: Tenant,
+    status: Annotated[
+        str | None, Query(description="queued, running, awaiting_human, completed, failed, aborted")
+    ] = None,
+    agent: Annotated[str | None, Query(max_length=128)] = None,
+    session_id: Annotated[str | None, Query(alias="sessionId", pattern=ID_PATTERN)] = None,
+    batch_id: Annotated[str | None, Query(alias="batchId", pattern=ID_PATTERN)] = None,
+    metadata: Annotated[
+        list[str] | None, Query(max_length=8, description="key=value; repeat for several")
+    ] = None,
+    created_after: Annotated[
+        int | None, Query(alias="createdAfter", ge=0, description="ms, exclusive")
+    ] = None,
+    created_before: Annotated[
+        int | None, Query(alias="createdBefore", ge=0, description="ms, exclusive")
+    ] = None,
+    limit: Limit = 50,
+    cursor: Cursor = None,
+) -> dict[str, Any]:
+    flt = RunFilter(status, agent, session_id, batch_id, tuple(metadata or ()), created_after, created_before)
+    return await _page(api, tenant, flt, limit, cursor)
+
+
+async def _batch_or_404(api: Any, tenant: str, batch_id: str) -> dict[str, Any]:
+    found = await Catalog(api.producer).batch(tenant, batch_id)
+    if found is None:
+        raise ApiError(404, "unknown_batch", f"no batch {batch_id}")
+    return found
+
+
+@router.get("/v1/batches/{batch_id}", response_model=BatchView, responses=_404, summary="A batch's progress")
+async def get_batch(batch_id: str, api: ApiDep, tenant: Tenant) -> dict[str, Any]:
+    return await _batch_or_404(api, tenant, batch_id)
+
+
+@router.get(
+    "/v1/batches/{batch_id}/runs",
+    response_model=RunsPage,
+    responses=_404,
+    summary="A batch's runs, newest first",
+)
+async def batch_runs(
+    batch_id: str,
+    api: ApiDep,
+    tenant: Tenant,
+    status: Annotated[str | None, Query()] = None,
+    limit: Limit = 100,
+    cursor: Cursor = None,
+) -> dict[str, Any]:
+    await _batch_or_404(api, tenant, batch_id)
+    return await _page(api, tenant, RunFilter(status=status, batch_id=batch_id), limit, cursor)
+
+
+@router.post(
+    "/v1/batches/{batch_id}/abort",
+    response_model=BatchAbortAnswer,
+    responses=_404,
+    summary="Abort a batch's runs",
+)
+async def abort_batch(batch_id: str, api: ApiDep, tenant: Tenant) -> dict[str, Any]:
+    await _batch_or_404(api, tenant, batch_id)
+    verdicts = await Catalog(api.producer).abort_batch(
+        tenant, batch_id, f"batch {batch_id} aborted by request"
+    )
+    return {"batchId": batch_id, **verdicts}

@@ -1,0 +1,273 @@
+"""Batches and run listing through the HTTP API, a real Redis and a real worker (issue 18)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+import uvicorn
+from redis.asyncio import Redis
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from shared import keys, limits
+from shared.redis_server import free_port
+from tests.integration.helpers import running_worker, until_status
+from tests.integration.test_api import A, B, api, run_body, settings
+
+pytestmark = pytest.mark.integration
+TERMINAL = ("completed", "failed", "aborted")
+
+
+async def all_pages(c: httpx.AsyncClient, path: str, **params: Any) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    cursor = None
+    for _ in range(1000):
+        q = {**params, **({"cursor": cursor} if cursor else {})}
+        r = await c.get(path, params=q)
+        assert r.status_code == 200, r.text
+        out += r.json()["runs"]
+        cursor = r.json()["next"]
+        if cursor is None:
+            return out
+    raise AssertionError("the cursor never ended")
+
+
+async def until_batch(c: httpx.AsyncClient, batch_id: str, pred: Any, within: float = 20.0) -> dict[str, Any]:
+    deadline = time.monotonic() + within
+    while True:
+        view = (await c.get(f"/v1/batches/{batch_id}")).json()
+        if pred(view) or time.monotonic() > deadline:
+            return dict(view)
+        await asyncio.sleep(0.1)
+
+
+async def test_batch_counts_match_the_runs_real_statuses_after_a_mixed_batch(redis_url: str) -> None:
+    received: list[tuple[dict[str, str], bytes]] = []
+
+    async def hook(request: Request) -> Response:
+        received.append((dict(request.headers), await request.body()))
+        return Response(status_code=200)
+
+    port = free_port()
+    receiver = uvicorn.Server(
+        uvicorn.Config(Starlette(routes=[Route("/batch-done", hook, methods=["POST"])]), host="127.0.0.1",
+                       port=port, log_level="error", lifespan="off")
+    )  # fmt: skip
+    rtask = asyncio.create_task(receiver.serve())
+    approval = {"toolPolicy": {"requireApprovalByDefault": True}}
+    runs = (
+        [run_body([{"text": "fine"}]) for _ in range(4)]
+        + [run_body([{"error": {"status": 400, "message": "bad request"}}]) for _ in range(3)]
+        + [
+            run_body([{"toolCalls": [{"name": "echo", "arguments": {"text": "x"}}]}], **approval)
+            for _ in range(2)
+        ]
+        + [run_body([{"stall": True}])]
+        + [{"inputMessages": []}]  # invalid: refused, not part of the batch
+    )
+    s = settings(redis_url, webhook_allow_hosts="127.0.0.1")
+    try:
+        async with api(s) as url, running_worker(redis_url), httpx.AsyncClient(base_url=url, headers=A) as c:
+            r = await c.post("/v1/runs/batch", json={"runs": runs, "batchId": "nightly-1",
+                                                      "batchWebhook": f"http://127.0.0.1:{port}/batch-done"})  # fmt: skip
+            assert r.status_code == 200, r.text
+            assert r.json()["batchId"] == "nightly-1"
+            ids = [x["runId"] for x in r.json()["results"] if "runId" in x]
+            assert len(ids) == 10 and "error" in r.json()["results"][-1]
+            # Sending the same batch again creates nothing: its runs are named by (batch, index).
+            again = await c.post("/v1/runs/batch", json={"runs": runs, "batchId": "nightly-1"})
+            assert [x.get("runId") for x in again.json()["results"][:10]] == ids
+            view = (await c.get("/v1/batches/nightly-1")).json()
+            assert view["total"] == 10 and sum(view["counts"].values()) == 10
+
+            view = await until_batch(
+                c, "nightly-1", lambda v: v["counts"]["awaiting_human"] == 2 and v["counts"]["running"] == 1
+                and v["done"] == 7,
+            )  # fmt: skip
+            assert view["counts"]["awaiting_human"] == 2 and view["counts"]["running"] == 1, view
+            assert not view["finished"] and view["finishedAt"] is None and view["progress"] == 0.7
+            assert received == []
+            aborted = (await c.post("/v1/batches/nightly-1/abort")).json()
+            assert (aborted["aborted"], aborted["requested"]) == (2, 1), aborted
+            view = await until_batch(c, "nightly-1", lambda v: v["finished"])
+            statuses = Counter([(await c.get(f"/v1/runs/{rid}")).json()["status"] for rid in ids])
+            assert statuses == Counter({"completed": 4, "failed": 3, "aborted": 3})
+            assert {k: v for k, v in view["counts"].items() if v} == dict(statuses)
+            assert view["done"] == 10 and view["progress"] == 1.0 and view["finishedAt"] >= view["createdAt"]
+
+            listed = await all_pages(c, "/v1/batches/nightly-1/runs", limit=3)
+            assert sorted(x["runId"] for x in listed) == sorted(ids)
+            assert Counter(x["status"] for x in listed) == statuses
+            assert all(x["batchId"] == "nightly-1" for x in listed)
+            failed = await all_pages(c, "/v1/batches/nightly-1/runs", status="failed")
+            assert len(failed) == 3
+            assert (await c.get("/v1/batches/nightly-2")).status_code == 404
+
+            for _ in range(100):
+                if received:
+                    break
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(0.3)
+            assert len(received) == 1  # once, when the last run ended
+            headers, body = received[0]
+            assert headers["x-agentmill-delivery"].startswith(keys.BATCH_DELIVERY)
+            sent = orjson.loads(body)
+            assert sent["batchId"] == "nightly-1" and sent["finished"] and sent["counts"]["aborted"] == 3
+    finally:
+        receiver.should_exit = True
+        await rtask
+
+
+async def test_a_tenant_never_sees_another_tenants_runs_or_batches(redis_url: str) -> None:
+    async with (
+        api(settings(redis_url)) as url,
+        httpx.AsyncClient(base_url=url, headers=A) as a,
+        httpx.AsyncClient(base_url=url, headers=B) as b,
+    ):
+        meta = {"metadata": {"team": "red"}}
+        ra = await a.post(
+            "/v1/runs/batch", json={"runs": [run_body(**meta) for _ in range(3)], "batchId": "same"}
+        )
+        rb = await b.post(
+            "/v1/runs/batch", json={"runs": [run_body(**meta) for _ in range(2)], "batchId": "same"}
+        )
+        ids_a = {x["runId"] for x in ra.json()["results"]}
+        ids_b = {x["runId"] for x in rb.json()["results"]}
+        sa = (await a.post("/v1/runs", json=run_body(sessionId="ses-a", autoCreateSession=True))).json()[
+            "runId"
+        ]
+        ids_a.add(sa)
+        assert not ids_a & ids_b
+        assert (await a.get("/v1/batches/same")).json()["total"] == 3
+        assert (await b.get("/v1/batches/same")).json()["total"] == 2
+        for client, own, other in ((a, ids_a, ids_b), (b, ids_b, ids_a)):
+            for params in ({}, {"batchId": "same"}, {"status": "queued"}, {"agent": "scripted"},
+                           {"metadata": "team=red"}, {"createdAfter": 0}):  # fmt: skip
+                seen = {x["runId"] for x in await all_pages(client, "/v1/runs", **params)}
+                assert seen <= own and not seen & other, params
+            seen = {x["runId"] for x in await all_pages(client, "/v1/batches/same/runs")}
+            assert seen and seen <= own
+        assert (await b.get("/v1/runs", params={"sessionId": "ses-a"})).json()["runs"] == []
+        assert (await b.post("/v1/batches/bat-of-a/abort")).status_code == 404
+        await a.post("/v1/runs/batch", json={"runs": [run_body()], "batchId": "only-a"})
+        assert (await b.get("/v1/batches/only-a")).status_code == 404
+        assert (await b.get("/v1/batches/only-a/runs")).status_code == 404
+        assert (await b.post("/v1/batches/only-a/abort")).status_code == 404
+        assert (await a.get("/v1/runs")).status_code == 200
+        assert (await a.get("/v1/runs", headers={"Authorization": "Bearer nope"})).status_code == 401
+
+
+async def test_filters_and_cursors_stable_under_concurrent_inserts(redis_url: str) -> None:
+    async with api(settings(redis_url)) as url, httpx.AsyncClient(base_url=url, headers=A) as c:
+        first = [run_body(metadata={"n": i, "even": i % 2 == 0}) for i in range(60)]
+        for i in range(0, 60, 20):  # three batches, so createdAt differs between some and ties within
+            await c.post("/v1/runs/batch", json={"runs": first[i : i + 20]})
+            await asyncio.sleep(0.005)
+        original = await all_pages(c, "/v1/runs", limit=100)
+        assert len(original) == 60
+        assert [x["createdAt"] for x in original] == sorted((x["createdAt"] for x in original), reverse=True)
+
+        stop = asyncio.Event()
+
+        async def insert() -> None:
+            while not stop.is_set():
+                await c.post("/v1/runs/batch", json={"runs": [run_body() for _ in range(5)]})
+                await c.post("/v1/runs", json=run_body())
+
+        writer = asyncio.create_task(insert())
+        try:
+            seen: list[str] = []
+            cursor = None
+            while True:
+                page = (
+                    await c.get("/v1/runs", params={"limit": 7, **({"cursor": cursor} if cursor else {})})
+                ).json()
+                seen += [x["runId"] for x in page["runs"]]
+                cursor = page["next"]
+                await asyncio.sleep(0.01)  # let the writer insert between pages
+                if cursor is None:
+                    break
+        finally:
+            stop.set()
+            await writer
+        assert len(seen) == len(set(seen)), "a run was listed twice"
+        old = [x["runId"] for x in original]
+        assert [r for r in seen if r in set(old)] == old, "the original runs, each once, in order"
+
+        evens = await all_pages(c, "/v1/runs", metadata="even=true", limit=9)
+        assert len(evens) == 30
+        assert len(await all_pages(c, "/v1/runs", metadata=["even=true", "n=4"])) == 1
+        assert len(await all_pages(c, "/v1/runs", metadata="n=4", agent="scripted", status="queued")) == 1
+        assert await all_pages(c, "/v1/runs", metadata="n=4", status="running") == []
+        mid = original[30]["createdAt"]
+        older = await all_pages(c, "/v1/runs", createdBefore=mid)
+        assert older and all(x["createdAt"] < mid for x in older)
+        assert {x["runId"] for x in older} == {x["runId"] for x in original if x["createdAt"] < mid}
+        newer = await all_pages(c, "/v1/runs", createdAfter=mid, batchId=original[0]["batchId"])
+        assert newer and all(x["createdAt"] > mid and x["batchId"] == original[0]["batchId"] for x in newer)
+        bad = await c.get("/v1/runs", params={"cursor": "not-a-cursor"})
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_cursor"
+        bad = await c.get("/v1/runs", params={"status": "sleeping"})
+        assert bad.status_code == 422 and "status" in bad.json()["error"]["message"]
+        bad = await c.get("/v1/runs", params={"metadata": "no-equals"})
+        assert bad.status_code == 422
+
+
+async def test_indexes_are_bounded_and_expire_with_the_retention(
+    redis_url: str, redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(limits, "MAX_INDEX_RUNS", 5)
+    s = settings(redis_url, retention_s=2)
+    async with (
+        api(s) as url,
+        running_worker(redis_url, retention_s=2),
+        httpx.AsyncClient(base_url=url, headers=A) as c,
+    ):
+        r = await c.post("/v1/runs/batch", json={"runs": [run_body() for _ in range(8)], "batchId": "short"})
+        ids = [x["runId"] for x in r.json()["results"]]
+        for rid in ids:
+            await until_status(redis, rid, "completed")
+        index_keys = [k.decode() async for k in redis.scan_iter(match=keys.index_key("tenant-a", "*") + "*")]
+        assert (
+            keys.index_key("tenant-a", "all") in index_keys
+            and keys.index_key("tenant-a", "batch", "short") in index_keys
+        )
+        for k in index_keys:
+            assert 0 < await redis.ttl(k) <= 2, k
+            assert await redis.zcard(k) <= 5, k  # trimmed to the newest MAX_INDEX_RUNS
+        assert 0 < await redis.ttl(keys.batch_key("tenant-a", "short")) <= 2
+        assert len(await all_pages(c, "/v1/runs")) == 5
+        await asyncio.sleep(3.2)
+        assert [k async for k in redis.scan_iter(match=keys.index_key("tenant-a", "*") + "*")] == []
+        assert (await c.get("/v1/batches/short")).status_code == 404
+        assert (await c.get("/v1/runs")).json() == {"runs": [], "next": None}
+
+
+async def test_chunked_submission_keeps_order_and_survives_a_flushed_script_cache(
+    redis_url: str, redis: Redis
+) -> None:
+    from producer.enqueue import SUBMIT_CHUNK, Submitted
+    from tests.integration.helpers import producer_for, script_run
+
+    p = producer_for(redis, redis_url)
+    n = 2 * SUBMIT_CHUNK + 7
+    items = [
+        script_run([{"text": "x"}], sessionId="one", autoCreateSession=True, metadata={"i": i})
+        for i in range(n)
+    ]
+    first = await p.submit_many(items[:SUBMIT_CHUNK])
+    await redis.script_flush()  # Redis restarted meanwhile: the next call meets NOSCRIPT
+    rest = await p.submit_many(items[SUBMIT_CHUNK:], batch_id="b1")
+    subs = first + rest
+    assert all(isinstance(s, Submitted) and s.created for s in subs)
+    ids = [s.run_id for s in subs if isinstance(s, Submitted)]
+    assert [r.decode() for r in await redis.lrange(keys.session_runs_key("one"), 0, -1)] == ids
+    assert int(await redis.hget(keys.batch_key("default", "b1"), "total")) == n - SUBMIT_CHUNK
