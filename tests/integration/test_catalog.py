@@ -271,3 +271,62 @@ async def test_chunked_submission_keeps_order_and_survives_a_flushed_script_cach
     ids = [s.run_id for s in subs if isinstance(s, Submitted)]
     assert [r.decode() for r in await redis.lrange(keys.session_runs_key("one"), 0, -1)] == ids
     assert int(await redis.hget(keys.batch_key("default", "b1"), "total")) == n - SUBMIT_CHUNK
+
+
+async def test_cli_and_client_find_runs_and_follow_batches(redis_url: str, tmp_path: Any) -> None:
+    import re
+
+    from producer.client import AsyncClient
+    from tests.integration.test_client_cli import cli
+
+    s = settings(redis_url)
+    token = {"AGENTMILL_TOKEN": "tok-a"}
+    jsonl = tmp_path / "runs.jsonl"
+    jsonl.write_text(
+        "\n".join(orjson.dumps(run_body([{"text": f"r{i}"}], metadata={"i": i})).decode() for i in range(5))
+    )
+    async with api(s) as url, running_worker(redis_url):
+        # Three runs a request: the file goes in two parts of one batch; --wait follows the batch.
+        out = await asyncio.to_thread(cli, redis_url, "submit", str(jsonl), "--wait", "--api", url,
+                                      env={**token, "AGENTMILL_MAX_BATCH": "3"})  # fmt: skip
+        assert out.returncode == 0, out.stdout + out.stderr
+        batch_id = re.search(r"batch (bat_\w+): accepted 5, rejected 0", out.stdout).group(1)  # type: ignore[union-attr]
+        status = await asyncio.to_thread(cli, redis_url, "batch", "status", batch_id, "--api", url, env=token)
+        assert (
+            status.returncode == 0
+            and "finished, 5/5 ended (100%)" in status.stdout
+            and "5 completed" in status.stdout
+        )
+        direct = await asyncio.to_thread(cli, redis_url, "batch", "status", batch_id, "--tenant", "tenant-a")
+        assert direct.returncode == 0 and "5/5 ended" in direct.stdout
+        other = await asyncio.to_thread(cli, redis_url, "batch", "status", batch_id)  # tenant "default"
+        assert other.returncode == 2 and f"no batch {batch_id}" in other.stderr
+        ls = await asyncio.to_thread(cli, redis_url, "runs", "ls", "--batch", batch_id, "--meta", "i=3", "--json",
+                                     "--api", url, env=token)  # fmt: skip
+        rows = [orjson.loads(line) for line in ls.stdout.splitlines() if line.strip()]
+        assert ls.returncode == 0 and len(rows) == 1 and rows[0]["status"] == "completed"
+        ls = await asyncio.to_thread(
+            cli, redis_url, "runs", "ls", "--status", "completed", "--tenant", "tenant-a"
+        )
+        assert ls.returncode == 0 and "5 run(s)" in ls.stdout and batch_id in ls.stdout
+        bad = await asyncio.to_thread(cli, redis_url, "runs", "ls", "--status", "nope")
+        assert bad.returncode == 2 and "status" in bad.stderr
+
+        async with AsyncClient(url, token="tok-a") as c:
+            parked = await c.create_batch(
+                [run_body([{"toolCalls": [{"name": "echo", "arguments": {}}]}],
+                          toolPolicy={"requireApprovalByDefault": True}) for _ in range(3)],
+                batch_id="parked",
+            )  # fmt: skip
+            assert parked.batchId == "parked" and all(r.runId for r in parked.results)
+            page = await c.list_runs(metadata={"i": 2}, limit=10)
+            assert len(page.runs) == 1 and page.runs[0].batchId == batch_id and page.next is None
+            assert len([r async for r in c.iter_runs(batch_id=batch_id, limit=2)]) == 5
+            for _ in range(100):
+                if (await c.get_batch("parked")).counts["awaiting_human"] == 3:
+                    break
+                await asyncio.sleep(0.1)
+            assert (await c.abort_batch("parked")).aborted == 3
+            view = await c.get_batch("parked")
+            assert view.finished and view.counts["aborted"] == 3
+            assert {r.status for r in (await c.batch_runs("parked")).runs} == {"aborted"}
