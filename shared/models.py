@@ -204,6 +204,9 @@ class RunResult(Model):
     usage: Usage | None = None
     iterations: int = 0
     stop_reason: str | None = None  # the limit a completed run stopped at: max_iterations | max_tool_rounds
+    # The last model reply's finish_reason: "stop"; "length" when the answer hit maxTokens (the run
+    # completes with that answer, marked so); "content_filter" on a run failed by the provider's filter.
+    finish_reason: str | None = None
 
 
 class EventKind(StrEnum):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import orjson
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from shared import limits
 from shared.models import LoopLimits, Model, ToolPolicy
@@ -84,10 +84,22 @@ class ProviderConfig(Model):
     api_key_file: str | None = None
     temperature: float | None = None
     max_tokens: int | None = None
-    tool_choice: str | None = None
+    # "auto" | "none" | "required", or the object {"type": "function", "function": {"name": …}}
+    tool_choice: str | dict[str, Any] | None = None
     extra_body: dict[str, Any] = Field(default_factory=dict)
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 120.0
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _tool_choice(cls, value: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
+        if isinstance(value, dict):
+            fn = value.get("function")
+            if value.get("type") != "function" or not isinstance(fn, dict) or not fn.get("name"):
+                raise ValueError(
+                    'toolChoice as an object must be {"type": "function", "function": {"name": …}}'
+                )
+        return value
 
 
 class AgentProfile(Model):

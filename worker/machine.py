@@ -94,6 +94,7 @@ class RunState(Model):
     approvals: dict[str, str] = Field(default_factory=dict)  # toolCallId -> pending|approved|rejected
     usage: Usage = Field(default_factory=Usage)
     final_message: Message | None = None
+    finish_reason: str | None = None  # of the last model reply
     last_error: RunError | None = None
     final_call: str | None = None  # the loop limit reached: the model is asked, without tools, for its answer
 
@@ -142,10 +143,14 @@ class ModelStreamOpened:
 
 @dataclass(frozen=True, slots=True)
 class ModelReplied:
+    """The stream ended; ``finish_reason`` is what it said (None: it stopped without saying)."""
+
     now_ms: int
     message: Message
     usage: Usage | None = None
-    finish_reason: str | None = None
+    finish_reason: str | None = "stop"
+    jitter: float = 0.5  # for the retry of a reply that turns out cut off
+    partial: bool = False  # deltas of this attempt were already published
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,8 +284,13 @@ CALLING = f"{_MR}.{CallPhase.CALLING}"
 STREAMING = f"{_MR}.{CallPhase.STREAMING}"
 RETRYING = f"{_MR}.{CallPhase.RETRYING}"
 _NEXT_CALL = {CALLING, Phase.COMPACTING.value, Phase.FAILED.value}  # what "ask the model again" can lead to
-_AFTER_REPLY = {Phase.COMPLETED.value, Phase.TOOL_RUNNING.value, Phase.AWAITING_HUMAN.value} | _NEXT_CALL
 _AFTER_FAILURE = {RETRYING, Phase.COMPACTING.value, Phase.FAILED.value}
+# A reply without a finish_reason is a failed attempt, so a reply may also lead where failures do.
+_AFTER_REPLY = (
+    {Phase.COMPLETED.value, Phase.TOOL_RUNNING.value, Phase.AWAITING_HUMAN.value}
+    | _NEXT_CALL
+    | _AFTER_FAILURE
+)
 
 TRANSITIONS: dict[str, dict[type[Any], frozenset[str]]] = {
     Phase.IDLE.value: {Started: frozenset({Phase.PREPARING.value})},
@@ -384,18 +394,23 @@ def _on_stream_opened(s: RunState, e: ModelStreamOpened) -> Decision:
 
 
 def _on_replied(s: RunState, e: ModelReplied) -> Decision:
+    if (failure := policy.reply_failure(e.finish_reason)) is not None:
+        s = _up(s, finish_reason=e.finish_reason)
+        return _on_failed(s, ModelFailed(e.now_ms, failure, e.jitter, e.partial))
     msg = e.message
     refused = len(msg.tool_calls or ()) if s.final_call else 0
     if refused:  # the last call for an answer accepts no tool calls: keep the text only
         msg = Message(role="assistant", content=msg.content)
     usage = s.usage + e.usage if e.usage else s.usage
-    s = _up(s, iterations=s.iterations + 1, usage=usage, transcript=[*s.transcript, msg], attempt=0)
+    s = _up(s, iterations=s.iterations + 1, usage=usage, transcript=[*s.transcript, msg], attempt=0,
+            finish_reason=e.finish_reason)  # fmt: skip
     cmds: list[Command] = [
         Emit(
             EventKind.ASSISTANT_MESSAGE,
             {
                 "message": msg.model_dump(mode="json", by_alias=True, exclude_none=True),
                 "modelCallIndex": s.model_call_index,
+                "finishReason": e.finish_reason,
                 **({"usage": e.usage.model_dump(by_alias=True)} if e.usage else {}),
             },
         )
@@ -424,9 +439,10 @@ def _on_replied(s: RunState, e: ModelReplied) -> Decision:
     results: dict[str, ToolResult] = {}
     used = s.tool_calls_used
     allowed = cfg.tool_names()
+    cut_off = e.finish_reason == policy.LENGTH
     for call in msg.tool_calls:
         cmds.append(_tool_call_emit(call))
-        problem = _precheck(call, allowed)
+        problem = policy.CUT_OFF_CALL if cut_off else _precheck(call, allowed)
         if problem is None and call.name != RECALL_TOOL:
             if cfg.max_calls_per_run is not None and used >= cfg.max_calls_per_run:
                 problem = (
@@ -729,6 +745,8 @@ def _finish(
     payload: dict[str, Any] = {"status": status.value, "iterations": s.iterations}
     if result.stop_reason:
         payload["stopReason"] = result.stop_reason
+    if final is not None and s.finish_reason is not None:
+        payload["finishReason"] = s.finish_reason
     if error is not None:
         payload["error"] = error.model_dump(by_alias=True)
     if error is not None and status == RunStatus.FAILED:
@@ -753,6 +771,7 @@ def result_of(s: RunState) -> RunResult:
         usage=s.usage,
         iterations=s.iterations,
         stop_reason=s.final_call if s.phase == Phase.COMPLETED else None,
+        finish_reason=s.finish_reason,
     )
 
 

@@ -14,7 +14,17 @@ from shared.profiles import RetryConfig
 
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 Classification = Literal["retryable", "fatal", "overflow"]
-FailureKind = Literal["connection", "timeout", "http", "invalid", "overflow", "stream", "internal"]
+FailureKind = Literal[
+    "connection",
+    "timeout",
+    "http",
+    "invalid",
+    "overflow",
+    "stream",
+    "internal",
+    "truncated",
+    "content_filter",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,12 +45,39 @@ def classify(failure: ModelFailure) -> Classification:
     """Seed 000: network errors, timeouts, 429 and 5xx retry; 4xx and invalid requests do not."""
     if failure.kind == "overflow":
         return "overflow"
-    if failure.kind in ("connection", "timeout", "stream"):
+    if failure.kind in ("connection", "timeout", "stream", "truncated"):
         return "retryable"
     retryable_status = failure.status is not None and (
         failure.status in RETRYABLE_STATUSES or failure.status >= 500
     )
     return "retryable" if failure.kind == "http" and retryable_status else "fatal"
+
+
+LENGTH = "length"  # the reply hit max_tokens (or the context end)
+CONTENT_FILTER = "content_filter"
+CUT_OFF_CALL = (
+    "error: the model's reply hit its token limit (finish_reason length) before this tool call was "
+    "complete, so it was not executed. Ask again with shorter arguments."
+)
+
+
+def reply_failure(finish_reason: str | None) -> ModelFailure | None:
+    """A streamed reply counts only when the stream said it ended (a ``finish_reason``).
+
+    None: the stream stopped without one (a server interrupted it, a proxy cut it): a retryable
+    truncation. ``content_filter``: the provider withheld the answer; the run fails with its own
+    code. Every other reason (``stop``, ``tool_calls``, ``length``, …) is a complete reply;
+    ``length`` is handled by the machine (cut-off tool calls are not executed).
+    """
+    if finish_reason is None:
+        return ModelFailure(
+            kind="truncated", message="the stream ended without a finish_reason: the answer was cut off"
+        )
+    if finish_reason == CONTENT_FILTER:
+        return ModelFailure(
+            kind="content_filter", message="the provider stopped the answer (finish_reason content_filter)"
+        )
+    return None
 
 
 def backoff_ms(attempt: int, cfg: RetryConfig, jitter_u: float, retry_after_ms: int | None = None) -> int:

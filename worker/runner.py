@@ -60,7 +60,7 @@ from worker.machine import (
     ToolFinished,
     Wait,
 )
-from worker.models.base import ModelCallError, StreamEnd, TextDelta, ToolCallDelta
+from worker.models.base import ModelCallError, ReasoningDelta, StreamEnd, TextDelta, ToolCallDelta
 from worker.policy import ModelFailure
 from worker.store import (
     Acquired,
@@ -456,9 +456,14 @@ class RunDriver:
             )
             try:
                 provider = self.deps.provider_for(self.deps.profile(self.state.cfg.agent))
+                text: list[str] = []
+                ended = False
                 async with contextlib.aclosing(provider.stream(req, self.hints)) as chunks:
-                    text = [ch.text async for ch in chunks if isinstance(ch, TextDelta)]
-                summary = "".join(text).strip() or None
+                    async for ch in chunks:
+                        if isinstance(ch, TextDelta):
+                            text.append(ch.text)
+                        ended = ended or (isinstance(ch, StreamEnd) and ch.finish_reason is not None)
+                summary = ("".join(text).strip() or None) if ended else None  # a cut-off summary is none
             except ModelCallError as exc:
                 log.warning("run %s: summary call failed (%s); truncating instead", self.run_id, exc)
         new, removed = context.compact(c.transcript, c.keep_recent, summary)
@@ -478,7 +483,7 @@ class RunDriver:
         self.last_flush = t0
         text: list[str] = []
         calls: dict[int, dict[str, str]] = {}
-        end = StreamEnd()
+        end = StreamEnd()  # a provider that stops without a StreamEnd said nothing about the ending
         try:
             provider = self.deps.provider_for(self.deps.profile(self.state.cfg.agent))
             # aclosing: a cancel that lands outside the generator (e.g. while flushing deltas) must
@@ -491,6 +496,8 @@ class RunDriver:
                     if isinstance(chunk, TextDelta):
                         text.append(chunk.text)
                         self._delta(req, {"text": chunk.text})
+                    elif isinstance(chunk, ReasoningDelta):  # shown to readers, not part of the answer
+                        self._delta(req, {"reasoning": chunk.text})
                     elif isinstance(chunk, ToolCallDelta):
                         slot = calls.setdefault(chunk.index, {"id": "", "name": "", "arguments": ""})
                         slot["id"] = slot["id"] or (chunk.id or "")
@@ -498,7 +505,7 @@ class RunDriver:
                         slot["arguments"] += chunk.arguments
                         self._delta(req, {"toolCall": {"index": chunk.index, "id": chunk.id, "name": chunk.name,
                                                        "arguments": chunk.arguments}})  # fmt: skip
-                    else:
+                    elif isinstance(chunk, StreamEnd):
                         end = chunk
                     if loop.time() - self.last_flush >= self.deps.settings.delta_flush_ms / 1000.0:
                         await self._flush_deltas()
@@ -541,23 +548,30 @@ class RunDriver:
                 ModelFailed(now_ms(), failure, random.random(), partial=self.delta_published)
             )
             return
-        obs.model_call("success", latency_s=loop.time() - t0, ttft_s=ttft)
+        # A stream that stopped without a finish_reason is no answer: the machine retries it.
+        outcome = "success" if end.finish_reason is not None else "error"
+        obs.model_call(outcome, latency_s=loop.time() - t0, ttft_s=ttft)
         if end.usage is not None:
             obs.tokens_used(input_tokens=end.usage.input_tokens, output_tokens=end.usage.output_tokens)
-        self.inbox.put_nowait(ModelReplied(now_ms(), msg, end.usage, end.finish_reason))
+        if end.finish_reason is None:
+            self._drop_unpublished_deltas()
+        self.inbox.put_nowait(
+            ModelReplied(now_ms(), msg, end.usage, end.finish_reason, random.random(), self.delta_published)
+        )
 
     def _delta(self, req: ModelRequest, body: dict[str, Any]) -> None:
-        """Coalesce: consecutive text fragments merge into one buffered model_delta event."""
+        """Coalesce: consecutive text (or reasoning) fragments merge into one buffered model_delta event."""
         s = self.deps.settings
-        if self.deltas and "text" in body:
+        field = "text" if "text" in body else "reasoning" if "reasoning" in body else None
+        if self.deltas and field is not None:
             kind, ts, raw = self.deltas[-1]
             last = orjson.loads(raw)
             if (
                 kind == EventKind.MODEL_DELTA.value
-                and "text" in last
-                and len(last["text"]) < s.delta_flush_chars
+                and field in last
+                and len(last[field]) < s.delta_flush_chars
             ):
-                last["text"] += body["text"]
+                last[field] += body[field]
                 self.deltas[-1] = (kind, ts, orjson.dumps(last))
                 return
         self.delta_seq += 1

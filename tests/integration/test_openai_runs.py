@@ -149,3 +149,56 @@ async def test_abort_mid_stream_closes_the_http_stream(
         wp.request_stop()
         await task
     assert rec.status.value == "aborted" and stopped < 1.5
+
+
+async def test_a_tool_round_trip_sends_string_content_a_strict_server_accepts(
+    redis: Redis, redis_url: str, setup: tuple[FakeOpenAI, Path]
+) -> None:
+    """Issue 12: llama-cpp-python refused the follow-up request's ``"content": null`` with a 500."""
+    fake, path = setup
+    fake.strict = True
+    fake.replies += [Reply(tool_calls=[("calculator", {"expression": "2+3"})]), Reply(text="It is 5.")]
+    rec, _ = await run_with(redis, redis_url, path, USER)
+    assert rec.status.value == "completed" and len(fake.requests) == 2  # type: ignore[attr-defined]
+    assistant = fake.requests[1]["messages"][2]
+    assert assistant["role"] == "assistant" and assistant["content"] == "" and assistant["tool_calls"]
+
+
+async def test_a_cut_off_stream_is_retried_and_never_completes_the_run(
+    redis: Redis, redis_url: str, setup: tuple[FakeOpenAI, Path]
+) -> None:
+    """A stream that stops without a finish_reason (a server interrupting it) is withdrawn and retried."""
+    fake, path = setup
+    fake.replies += [
+        Reply(text="Name a colour. (2", finish=None, pieces=2, chunk_delay_s=0.15),
+        Reply(text="Name a colour. (2)", reasoning="short answer"),
+    ]
+    rec, events = await run_with(redis, redis_url, path, USER)
+    assert rec.status.value == "completed"  # type: ignore[attr-defined]
+    assert rec.result.final_assistant_message.content == "Name a colour. (2)"  # type: ignore[attr-defined]
+    assert rec.result.finish_reason == "stop"  # type: ignore[attr-defined]
+    st = [e.payload for e in events if e.kind == "status"]
+    assert any(p["status"] == "retrying" and p["reason"] == "truncated" for p in st)
+    deltas = [e.payload for e in events if e.kind == "model_delta"]
+    # What readers saw of the cut-off attempt (chunks 150 ms apart: published) was withdrawn.
+    assert any(d["attempt"] == 0 for d in deltas)
+    assert any(p["status"] == "model_call_discarded" and p["attempt"] == 0 for p in st)
+    assert any(d.get("reasoning") == "short answer" and d["attempt"] == 1 for d in deltas)
+    assert "".join(d.get("text", "") for d in deltas if d["attempt"] == 1) == "Name a colour. (2)"
+    assert [e.payload["message"]["content"] for e in events if e.kind == "assistant_message"] == [
+        "Name a colour. (2)"
+    ]
+
+
+async def test_length_and_content_filter_end_the_run_as_documented(
+    redis: Redis, redis_url: str, setup: tuple[FakeOpenAI, Path]
+) -> None:
+    fake, path = setup
+    fake.replies += [Reply(text="The first primes are 2, 3 and", finish="length")]
+    rec, events = await run_with(redis, redis_url, path, USER)
+    assert (rec.status.value, rec.result.finish_reason) == ("completed", "length")  # type: ignore[attr-defined]
+    assert events[-1].payload.get("finishReason") == "length"
+    fake.replies += [Reply(text="I can", finish="content_filter")]
+    rec, _ = await run_with(redis, redis_url, path, USER)
+    assert rec.status.value == "failed" and rec.result.last_error.code == "model_content_filter"  # type: ignore[attr-defined]
+    assert len(fake.requests) == 2  # not retried

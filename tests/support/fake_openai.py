@@ -29,11 +29,18 @@ class Reply:
     tool_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (name, arguments)
     chunk_delay_s: float = 0.02
     pieces: int = 4
+    reasoning: str = ""  # streamed as delta.reasoning_content before the text
+    finish: str | None = ""  # "" = stop or tool_calls; None = stop streaming without a finish_reason
 
 
 class FakeOpenAI:
-    def __init__(self, replies: list[Reply]) -> None:
+    """``strict``: refuse a message whose content is not a string, the way llama-cpp-python does."""
+
+    def __init__(self, replies: list[Reply], *, strict: bool = False) -> None:
         self.replies = replies
+        self.strict = strict
+        self.active = 0  # requests being answered now
+        self.max_active = 0
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.disconnected = asyncio.Event()
@@ -61,8 +68,11 @@ class FakeOpenAI:
                 await asyncio.wait_for(self.task, 5)
 
     async def completions(self, request: Request) -> Response:
-        self.requests.append(orjson.loads(await request.body()))
+        body = orjson.loads(await request.body())
+        self.requests.append(body)
         self.headers.append(dict(request.headers))
+        if self.strict and any(not isinstance(m.get("content"), str) for m in body["messages"]):
+            return JSONResponse({"detail": "content: Input should be a valid string"}, status_code=500)
         reply = self.replies.pop(0) if self.replies else Reply(text="(script exhausted)")
         if reply.status != 200:
             return JSONResponse(
@@ -87,8 +97,12 @@ class FakeOpenAI:
             )
 
         finished = False
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
         try:
             yield b": keep-alive\n\n"
+            if reply.reasoning:
+                yield chunk({"reasoning_content": reply.reasoning})
             text = reply.text
             size = max(1, len(text) // reply.pieces) if text else 1
             for i in range(0, len(text), size):
@@ -112,7 +126,10 @@ class FakeOpenAI:
                 )
                 await asyncio.sleep(reply.chunk_delay_s)
                 yield chunk({"tool_calls": [{"index": idx, "function": {"arguments": raw[half:]}}]})
-            yield chunk({}, "tool_calls" if reply.tool_calls else "stop")
+            if reply.finish is None:
+                finished = True
+                return
+            yield chunk({}, reply.finish or ("tool_calls" if reply.tool_calls else "stop"))
             yield (
                 b"data: "
                 + orjson.dumps({"choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": 5}})
@@ -121,5 +138,6 @@ class FakeOpenAI:
             yield b"data: [DONE]\n\n"
             finished = True
         finally:
+            self.active -= 1
             if not finished:  # the client went away mid-stream (cancelled or closed)
                 self.disconnected.set()

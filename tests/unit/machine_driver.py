@@ -119,6 +119,13 @@ class Driver:
                 return [calls_reply((f"z{cmd.request.model_call_index}", "danger", "{}"))]
             if out == "partial":
                 return [m.ModelStreamOpened(T0), failure(partial=True)]
+            if out == "cut":  # the stream stopped without a finish_reason
+                msg = Message(role="assistant", content="par")
+                return [m.ModelStreamOpened(T0), m.ModelReplied(T0, msg, finish_reason=None, partial=True)]
+            if out == "cut_calls":  # max tokens hit inside the arguments
+                msg = Message(role="assistant", tool_calls=[ToolCall(id=f"t{cmd.request.model_call_index}",
+                                                                     name="echo", arguments='{"te')])  # fmt: skip
+                return [m.ModelReplied(T0, msg, finish_reason="length")]
             return [failure(kind={"retry": "http", "fatal": "http", "overflow": "overflow", "conn": "connection"}[out],
                             status={"retry": 503, "fatal": 401}.get(out))]  # fmt: skip
         if isinstance(cmd, m.Wait):

@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 from tests.unit.machine_driver import T0, Driver, calling, calls_reply, config, go, in_node, result
 from worker import machine as m
 
-OUTCOMES = st.sampled_from(["text", "calls", "danger", "retry", "fatal", "overflow", "conn", "partial"])
+OUTCOMES = st.sampled_from(
+    ["text", "calls", "danger", "retry", "fatal", "overflow", "conn", "partial", "cut", "cut_calls"]
+)
 TOOL_OUTCOMES = st.sampled_from(["ok", "error: boom"])
 
 

@@ -64,6 +64,7 @@ def events_for(node: str) -> list[tuple[m.Event, m.RunState]]:
             ),
             (calls_reply(("c1", "echo", "{}")), limited),
             (failure(), s),
+            (m.ModelReplied(T0, Message(role="assistant", content="cut"), finish_reason=None), s),
             (failure(kind="overflow", status=None), s),
             (failure(status=401), s),
         ]

@@ -7,12 +7,13 @@ from collections.abc import Callable
 import httpx
 import orjson
 import pytest
+from pydantic import ValidationError
 
 from shared.models import Message, ToolCall
 from shared.profiles import ProviderConfig
 from worker.config import ToolSpec
 from worker.machine import ModelRequest
-from worker.models.base import Chunk, ModelCallError, StreamEnd, TextDelta, ToolCallDelta
+from worker.models.base import Chunk, ModelCallError, ReasoningDelta, StreamEnd, TextDelta, ToolCallDelta
 from worker.models.openai import OpenAIProvider, request_body
 from worker.models.sse import SseParser
 
@@ -116,10 +117,28 @@ async def test_a_stream_without_done_still_answers(monkeypatch: pytest.MonkeyPat
     assert text == "ok" and end.finish_reason == "stop"
 
 
-async def test_an_empty_stream_is_a_retryable_stream_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(ModelCallError) as exc:
-        await run(reply(b": nothing\n\n"), monkeypatch)
-    assert exc.value.failure.kind == "stream"
+async def test_a_stream_that_stops_without_a_finish_reason_reports_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The provider reports what the stream said; the machine calls it a truncation (test_completion)."""
+    text, _, end = assembled(
+        await run(reply(sse(delta(content="Name a colour. (2"), done=False)), monkeypatch)
+    )
+    assert text == "Name a colour. (2" and end.finish_reason is None and end.done is False
+    _, _, end = assembled(await run(reply(b": nothing\n\n"), monkeypatch))
+    assert end.finish_reason is None
+    # [DONE] without a finish_reason before it is no ending either.
+    _, _, end = assembled(await run(reply(sse(delta(content="par"))), monkeypatch))
+    assert end.finish_reason is None and end.done is True
+
+
+async def test_reasoning_deltas_are_apart_from_the_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    body = sse(delta(reasoning_content="Let me think"), delta(reasoning=" more."), delta(content="Blue."),
+               finish("stop"))  # fmt: skip
+    chunks = await run(reply(body), monkeypatch)
+    assert [c.text for c in chunks if isinstance(c, ReasoningDelta)] == ["Let me think", " more."]
+    text, _, end = assembled(chunks)
+    assert text == "Blue." and end.finish_reason == "stop" and end.done is True
 
 
 async def test_an_error_in_the_middle_of_the_stream(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -205,8 +224,33 @@ def test_request_body_maps_messages_tools_and_options() -> None:
     assert (
         body["model"] == "m1" and body["stream"] is True and body["stream_options"] == {"include_usage": True}
     )
-    assert body["messages"][2] == {"role": "assistant", "content": None,
+    assert body["messages"][2] == {"role": "assistant", "content": "",
                                    "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "calc", "arguments": '{"a":1}'}}]}  # fmt: skip
     assert body["messages"][3] == {"role": "tool", "tool_call_id": "c1", "content": "2"}
     assert body["tools"][0]["function"]["name"] == "calc" and body["tool_choice"] == "auto"
     assert (body["temperature"], body["max_tokens"], body["top_p"]) == (0.2, 99, 0.9)
+
+
+def test_tool_choice_takes_the_string_or_the_object_form() -> None:
+    forced = {"type": "function", "function": {"name": "calc"}}
+    tools = [ToolSpec(name="calc", description="d", parameters={"type": "object"})]
+    for choice in ("required", forced):
+        cfg = ProviderConfig.model_validate(
+            {"kind": "openai", "baseUrl": "http://x", "model": "m", "toolChoice": choice}
+        )
+        assert request_body(cfg, req(tools=tools))["tool_choice"] == choice
+        assert "tool_choice" not in request_body(cfg, req())  # no tools, no tool_choice
+    with pytest.raises(ValidationError, match="toolChoice as an object"):
+        ProviderConfig.model_validate({"kind": "openai", "toolChoice": {"type": "function", "function": {}}})
+
+
+def test_no_message_is_sent_with_null_content() -> None:
+    """llama-cpp-python's server rejects a null content (tests/data/llama_cpp/null_content_500.json)."""
+    cfg = ProviderConfig(kind="openai", base_url="http://x", model="m")
+    msgs = [
+        Message(role="system", content=""), Message(role="user", content="u"),
+        Message(role="assistant", tool_calls=[ToolCall(id="c1", name="calc", arguments="{}")]),
+        Message(role="tool", content="", tool_call_id="c1", name="calc"), Message(role="assistant", content="x"),
+    ]  # fmt: skip
+    for m in request_body(cfg, req(messages=msgs))["messages"]:
+        assert isinstance(m["content"], str), m

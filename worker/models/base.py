@@ -21,6 +21,13 @@ class TextDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    """Thinking text some servers stream apart from the answer (``reasoning_content``, ``reasoning``)."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class ToolCallDelta:
     """A fragment of tool call number ``index``; id and name usually come in the first fragment."""
 
@@ -32,11 +39,15 @@ class ToolCallDelta:
 
 @dataclass(frozen=True, slots=True)
 class StreamEnd:
+    """What the stream said at its end. ``finish_reason`` None: it stopped without one (the
+    machine decides what that means, see worker.policy.reply_failure); ``done``: it sent [DONE]."""
+
     finish_reason: str | None = None
     usage: Usage | None = None
+    done: bool = False
 
 
-Chunk = TextDelta | ToolCallDelta | StreamEnd
+Chunk = TextDelta | ReasoningDelta | ToolCallDelta | StreamEnd
 
 
 class ModelCallError(Exception):

@@ -21,7 +21,14 @@ from shared.models import Message, Usage
 from shared.profiles import ProviderConfig
 from worker.config import ToolSpec
 from worker.machine import ModelRequest
-from worker.models.base import Chunk, ModelCallError, StreamEnd, TextDelta, ToolCallDelta
+from worker.models.base import (
+    Chunk,
+    ModelCallError,
+    ReasoningDelta,
+    StreamEnd,
+    TextDelta,
+    ToolCallDelta,
+)
 from worker.models.sse import SseParser
 
 OVERFLOW_HINTS = (
@@ -37,12 +44,15 @@ OVERFLOW_HINTS = (
 
 
 def wire_message(m: Message) -> dict[str, Any]:
+    """Every ``content`` is a string, never null: an assistant tool-call message with no text sends
+    ``""``. OpenAI, vLLM, llama.cpp's llama-server, Ollama and LiteLLM take ``""``; llama-cpp-python's
+    server rejects null (HTTP 500, "Input should be a valid string")."""
     if m.role == "tool":
         return {"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content}
     if m.role == "assistant" and m.tool_calls:
         return {
             "role": "assistant",
-            "content": m.content or None,
+            "content": m.content,
             "tool_calls": [
                 {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
                 for c in m.tool_calls
@@ -78,12 +88,15 @@ def request_body(cfg: ProviderConfig, req: ModelRequest) -> dict[str, Any]:
 
 
 class ChunkReader:
-    """Turns decoded stream chunks into our chunks; remembers finish reason and usage."""
+    """Turns decoded stream chunks into our chunks; remembers finish reason and usage.
+
+    It only reports what the stream said; whether a stream that stopped without a finish_reason
+    is an answer is decided by the machine (worker.policy.reply_failure).
+    """
 
     def __init__(self) -> None:
         self.finish_reason: str | None = None
         self.usage: Usage | None = None
-        self.got_content = False
 
     def consume(self, obj: Any) -> list[Chunk]:
         if not isinstance(obj, dict):
@@ -93,6 +106,9 @@ class ChunkReader:
         out: list[Chunk] = []
         for choice in obj.get("choices") or []:
             delta = choice.get("delta") or choice.get("message") or {}
+            thought = delta.get("reasoning_content") or delta.get("reasoning")
+            if isinstance(thought, str) and thought:
+                out.append(ReasoningDelta(thought))
             text = delta.get("content")
             if text:
                 out.append(TextDelta(text))
@@ -115,13 +131,10 @@ class ChunkReader:
                 input_tokens=int(usage.get("prompt_tokens") or 0),
                 output_tokens=int(usage.get("completion_tokens") or 0),
             )
-        self.got_content = self.got_content or bool(out)
         return out
 
-    def end(self) -> StreamEnd:
-        if not self.got_content and self.finish_reason is None:
-            raise ModelCallError("stream", "the stream ended before any answer")
-        return StreamEnd(finish_reason=self.finish_reason, usage=self.usage)
+    def end(self, *, done: bool) -> StreamEnd:
+        return StreamEnd(finish_reason=self.finish_reason, usage=self.usage, done=done)
 
 
 def _message_of(err: Any) -> tuple[str, str]:
@@ -227,7 +240,7 @@ class OpenAIProvider:
                 async for raw in resp.aiter_bytes():
                     for ev in parser.feed(raw):
                         if ev.data.strip() == "[DONE]":
-                            yield reader.end()
+                            yield reader.end(done=True)
                             return
                         for out in reader.consume(_json(ev.data)):
                             yield out
@@ -235,7 +248,7 @@ class OpenAIProvider:
                     if ev.data.strip() != "[DONE]":
                         for out in reader.consume(_json(ev.data)):
                             yield out
-                yield reader.end()  # a stream that ends without [DONE] is fine if it answered
+                yield reader.end(done=False)  # complete if it sent a finish_reason
         except httpx.TimeoutException as exc:
             raise ModelCallError("timeout", f"{type(exc).__name__} talking to {self.url}") from None
         except httpx.ConnectError as exc:

@@ -4,7 +4,8 @@ Mode ``script`` follows a list of turns (``runtimeHints.script`` of the run, els
 ``{"text": "…"}``, ``{"toolCalls": [{"name": "…", "arguments": {…}}]}`` (or ``"rawArguments": "…"``
 for invalid JSON), ``{"error": {"status": 503, "message": "…"}}`` (``"kind"`` may be connection,
 timeout or overflow; ``"afterChunks"`` fails mid-stream; ``"retryAfterMs"``), ``{"stall": true}``, ``{"echoContext": true}`` (answers with the messages and tool names it was given, as JSON);
-each with an optional ``"delayMs"`` over which text is streamed. The turn answering a call is
+each with an optional ``"delayMs"`` over which text is streamed, ``"reasoning": "…"`` streamed
+before it, and ``"finishReason"`` (null: the stream stops without one). The turn answering a call is
 number ``iterations + failures`` of the run, so retries and crash-resumes replay the same script.
 When the script runs out the model answers with a final text.
 
@@ -26,7 +27,7 @@ from shared.models import Message, Usage
 from shared.profiles import ProviderConfig
 from worker import policy
 from worker.machine import ModelRequest
-from worker.models.base import Chunk, ModelCallError, StreamEnd, TextDelta, ToolCallDelta
+from worker.models.base import Chunk, ModelCallError, ReasoningDelta, StreamEnd, TextDelta, ToolCallDelta
 
 FINAL_TEXT = "Done."
 _EXPR = re.compile(r"[-+*/%().\d\s]{3,}")
@@ -90,6 +91,8 @@ class ScriptedProvider:
             if delay_s:
                 await asyncio.sleep(delay_s)
             raise _error(error)
+        for piece in _split(str(turn.get("reasoning", "")), self.config.chunk_chars):
+            yield ReasoningDelta(piece)
         step = delay_s / max(1, len(pieces))
         for i, piece in enumerate(pieces):
             if step:
@@ -110,7 +113,7 @@ class ScriptedProvider:
             yield ToolCallDelta(index=i, id=call_id, name=str(call["name"]), arguments=args)
         out_tokens = (len(text) + sum(len(str(c)) for c in calls)) // 4 + 1
         yield StreamEnd(
-            finish_reason="tool_calls" if calls else "stop",
+            finish_reason=turn.get("finishReason", "tool_calls" if calls else "stop"),
             usage=Usage(input_tokens=policy.estimate_tokens(request.messages), output_tokens=out_tokens),
         )
 
