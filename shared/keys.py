@@ -7,6 +7,8 @@ here too. arq's own key layout is mirrored from arq.constants so the enqueue scr
 
 from __future__ import annotations
 
+import hashlib
+
 from arq.constants import (
     default_queue_name,
     in_progress_key_prefix,
@@ -70,6 +72,31 @@ def idempotency_key(tenant: str, key: str) -> str:
 
 def webhook_key(run_id: str) -> str:
     return f"{PREFIX}:{{{run_id}}}:webhook"
+
+
+def endpoint_hash(base_url: str) -> str:
+    """A model endpoint's id in limiter keys: the hash of its base URL (no secrets, bounded length)."""
+    return hashlib.sha256(base_url.rstrip("/").lower().encode()).hexdigest()[:16]
+
+
+def provider_slots_key(endpoint: str) -> str:
+    """Zset holder -> expiry (ms): the calls in flight to one endpoint; a dead holder's entry expires."""
+    return f"{PREFIX}:p:{{{endpoint}}}:slots"
+
+
+def provider_requests_key(endpoint: str) -> str:
+    """Zset holder -> start (ms): the requests of the sliding window (requestsPerMinute)."""
+    return f"{PREFIX}:p:{{{endpoint}}}:requests"
+
+
+def provider_tokens_key(endpoint: str) -> str:
+    """Zset "holder:tokens" -> start (ms): the tokens of the sliding window (tokensPerMinute)."""
+    return f"{PREFIX}:p:{{{endpoint}}}:tokens"
+
+
+def provider_pause_key(endpoint: str) -> str:
+    """String: until when (ms) no call may start, set from a 429's Retry-After; expires by itself."""
+    return f"{PREFIX}:p:{{{endpoint}}}:pause"
 
 
 def job_id(run_id: str, gen: int) -> str:

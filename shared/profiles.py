@@ -89,6 +89,11 @@ class ProviderConfig(Model):
     extra_body: dict[str, Any] = Field(default_factory=dict)
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 120.0
+    # Pool-wide limits for this provider's endpoint (baseUrl), enforced across every worker through
+    # Redis (worker/limiter.py); a run waits for capacity. None = no such limit.
+    max_concurrent: int | None = Field(default=None, ge=1)
+    requests_per_minute: int | None = Field(default=None, ge=1)
+    tokens_per_minute: int | None = Field(default=None, ge=1)
 
     @field_validator("tool_choice")
     @classmethod

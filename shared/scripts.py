@@ -640,6 +640,93 @@ if last_id and (n >= limit or scanned >= scan_max) then out[1], out[2] = last_sc
 return out
 """
 
+# ---- pool-wide provider limits (worker/limiter.py); the keys of one endpoint share a hash tag ----
+
+# KEYS slots, requests, tokens, pause; ARGV holder, leaseMs, maxConcurrent, rpm, tpm, tokens, windowMs
+# (0 = no such limit). Returns {0, 'ok'} when granted, else {waitHintMs, reason}.
+CAPACITY_ACQUIRE = r"""
+local now = now_ms()
+local holder = ARGV[1]
+local lease, maxc, rpm = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local tpm, tokens, window = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local paused = tonumber(redis.call('GET', KEYS[4]) or '0')
+if paused > now then return {paused - now, 'paused'} end
+if maxc > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+  if redis.call('ZCARD', KEYS[1]) >= maxc then
+    local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+    return {math.max(1, tonumber(first[2]) - now), 'concurrency'}
+  end
+end
+if rpm > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - window)
+  if redis.call('ZCARD', KEYS[2]) >= rpm then
+    local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+    return {math.max(1, tonumber(first[2]) + window - now), 'requests'}
+  end
+end
+if tpm > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - window)
+  local entries = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
+  local used = 0
+  for i = 1, #entries, 2 do used = used + tonumber(string.match(entries[i], ':(%d+)$')) end
+  -- A request larger than the whole budget still goes, alone in an empty window.
+  if used > 0 and used + tokens > tpm then
+    local excess = used + tokens - tpm
+    for i = 1, #entries, 2 do
+      excess = excess - tonumber(string.match(entries[i], ':(%d+)$'))
+      if excess <= 0 then return {math.max(1, tonumber(entries[i + 1]) + window - now), 'tokens'} end
+    end
+    return {window, 'tokens'}
+  end
+end
+if maxc > 0 then
+  redis.call('ZADD', KEYS[1], now + lease, holder)
+  redis.call('PEXPIRE', KEYS[1], lease * 2)
+end
+if rpm > 0 then
+  redis.call('ZADD', KEYS[2], now, holder)
+  redis.call('PEXPIRE', KEYS[2], window * 2)
+end
+if tpm > 0 then
+  redis.call('ZADD', KEYS[3], now, holder .. ':' .. tokens)
+  redis.call('PEXPIRE', KEYS[3], window * 2)
+end
+return {0, 'ok'}
+"""
+
+# KEYS slots; ARGV holder, leaseMs. Extends a live call's slot (puts it back if it had expired).
+CAPACITY_RENEW = r"""
+redis.call('ZADD', KEYS[1], now_ms() + tonumber(ARGV[2]), ARGV[1])
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 2)
+return 1
+"""
+
+# KEYS slots, tokens; ARGV holder, estimatedTokens, actualTokens (-1: keep the estimate).
+CAPACITY_RELEASE = r"""
+redis.call('ZREM', KEYS[1], ARGV[1])
+local actual = tonumber(ARGV[3])
+if actual >= 0 and ARGV[2] ~= ARGV[3] then
+  local member = ARGV[1] .. ':' .. ARGV[2]
+  local started = redis.call('ZSCORE', KEYS[2], member)
+  if started then
+    redis.call('ZREM', KEYS[2], member)
+    redis.call('ZADD', KEYS[2], started, ARGV[1] .. ':' .. actual)
+  end
+end
+return 1
+"""
+
+# KEYS pause; ARGV ms. No call to the endpoint starts for ms (an existing longer pause stays).
+CAPACITY_PAUSE = r"""
+local now = now_ms()
+local ms = tonumber(ARGV[1])
+local current = tonumber(redis.call('GET', KEYS[1]) or '0')
+if current >= now + ms then return current - now end
+redis.call('SET', KEYS[1], now + ms, 'PX', ms)
+return ms
+"""
+
 _SOURCES = {
     "submit": SUBMIT,
     "submit_many": SUBMIT_MANY,
@@ -653,6 +740,10 @@ _SOURCES = {
     "decide": DECIDE,
     "claim_jobs": CLAIM_JOBS,
     "claim_webhooks": CLAIM_WEBHOOKS,
+    "capacity_acquire": CAPACITY_ACQUIRE,
+    "capacity_renew": CAPACITY_RENEW,
+    "capacity_release": CAPACITY_RELEASE,
+    "capacity_pause": CAPACITY_PAUSE,
 }
 
 
@@ -671,6 +762,10 @@ class Scripts:
     decide: AsyncScript
     claim_jobs: AsyncScript
     claim_webhooks: AsyncScript
+    capacity_acquire: AsyncScript
+    capacity_renew: AsyncScript
+    capacity_release: AsyncScript
+    capacity_pause: AsyncScript
 
     def __init__(
         self,

@@ -16,6 +16,7 @@ from shared.scripts import Scripts
 from shared.settings import Settings
 from worker import context, netguard
 from worker.config import RECALL_TOOL
+from worker.limiter import ProviderLimiter
 from worker.machine import RunState
 from worker.models.base import ModelProvider
 from worker.models.scripted import ScriptedProvider
@@ -41,6 +42,7 @@ class WorkerDeps:
     observer: Observer = field(default_factory=NullObserver)
     guarded_http: httpx.AsyncClient = field(default_factory=netguard.guarded_client)  # HTTP tools
     scripts: Scripts = field(init=False)
+    limiter: ProviderLimiter = field(init=False)
     active: dict[str, RunDriver] = field(default_factory=dict)
     _tools: dict[str, ProfileTools] = field(default_factory=dict)
     _providers: dict[str, ModelProvider] = field(default_factory=dict)
@@ -52,6 +54,7 @@ class WorkerDeps:
             stream_maxlen=self.settings.stream_maxlen,
             retention_s=self.settings.retention_s,
         )
+        self.limiter = ProviderLimiter(self.scripts)
 
     def profile(self, name: str) -> AgentProfile:
         try:

@@ -101,6 +101,19 @@ class MetricsObserver:
         self.transitions = Counter(
             "agentmill_state_transitions", "Machine transitions.", ["from_state", "to_state"], registry=r
         )
+        self.capacity_wait = Histogram(
+            "agentmill_provider_capacity_wait_seconds",
+            "Time model calls waited for pool-wide provider capacity (limited endpoints only).",
+            buckets=LLM_BUCKETS,
+            registry=r,
+        )
+        self.throttled_calls = Counter(
+            "agentmill_provider_throttled",
+            "Model calls held back by a provider limit (concurrency, requests, tokens, paused) or "
+            "answered 429 (http_429).",
+            ["reason"],
+            registry=r,
+        )
         self._tools: set[str] = set()
 
     def _tool(self, name: str) -> str:
@@ -174,6 +187,12 @@ class MetricsObserver:
 
     def compaction(self, reason: str) -> None:
         self.compactions.labels(reason).inc()
+
+    def capacity_waited(self, seconds: float) -> None:
+        self.capacity_wait.observe(seconds)
+
+    def throttled(self, reason: str) -> None:
+        self.throttled_calls.labels(reason).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

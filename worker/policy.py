@@ -24,6 +24,7 @@ FailureKind = Literal[
     "internal",
     "truncated",
     "content_filter",
+    "empty",
 ]
 
 
@@ -45,7 +46,7 @@ def classify(failure: ModelFailure) -> Classification:
     """Seed 000: network errors, timeouts, 429 and 5xx retry; 4xx and invalid requests do not."""
     if failure.kind == "overflow":
         return "overflow"
-    if failure.kind in ("connection", "timeout", "stream", "truncated"):
+    if failure.kind in ("connection", "timeout", "stream", "truncated", "empty"):
         return "retryable"
     retryable_status = failure.status is not None and (
         failure.status in RETRYABLE_STATUSES or failure.status >= 500
@@ -61,13 +62,15 @@ CUT_OFF_CALL = (
 )
 
 
-def reply_failure(finish_reason: str | None) -> ModelFailure | None:
+def reply_failure(finish_reason: str | None, *, empty: bool = False) -> ModelFailure | None:
     """A streamed reply counts only when the stream said it ended (a ``finish_reason``).
 
     None: the stream stopped without one (a server interrupted it, a proxy cut it): a retryable
     truncation. ``content_filter``: the provider withheld the answer; the run fails with its own
-    code. Every other reason (``stop``, ``tool_calls``, ``length``, …) is a complete reply;
-    ``length`` is handled by the machine (cut-off tool calls are not executed).
+    code. A reply with neither text nor a tool call (llama-cpp-python answers so to some
+    ``tool_choice: auto`` requests) is retried too: an empty answer is no success. Every other
+    reason (``stop``, ``tool_calls``, ``length``, …) is a complete reply; the machine handles
+    ``length`` (cut-off tool calls are not executed).
     """
     if finish_reason is None:
         return ModelFailure(
@@ -76,6 +79,11 @@ def reply_failure(finish_reason: str | None) -> ModelFailure | None:
     if finish_reason == CONTENT_FILTER:
         return ModelFailure(
             kind="content_filter", message="the provider stopped the answer (finish_reason content_filter)"
+        )
+    if empty:
+        return ModelFailure(
+            kind="empty",
+            message=f"the model answered with no text and no tool call (finish_reason {finish_reason})",
         )
     return None
 
@@ -144,6 +152,12 @@ def allowed_tools(
         rank = {n: i for i, n in enumerate(order)}
         names.sort(key=lambda n: rank.get(n, len(rank)))
     return names
+
+
+def request_tokens(messages: Iterable[Message], max_tokens: int | None) -> int:
+    """What a call is counted against tokensPerMinute before it runs: its prompt estimate plus the
+    reply it may write (maxTokens). The provider's reported usage replaces it afterwards."""
+    return estimate_tokens(messages) + (max_tokens or 0)
 
 
 def estimate_tokens(messages: Iterable[Message]) -> int:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 from pydantic import ValidationError
+from redis.exceptions import RedisError
 
 from shared import logs
 from shared.codec import encode, to_jsonable
@@ -33,8 +34,9 @@ from shared.models import (
     ToolResult,
     Usage,
 )
-from worker import context, failpoints, machine
+from worker import context, failpoints, machine, policy
 from worker.config import RECALL_TOOL, resolve_config
+from worker.limiter import Held, limited
 from worker.machine import (
     AbortRequested,
     ApprovalsDecided,
@@ -458,11 +460,16 @@ class RunDriver:
                 provider = self.deps.provider_for(self.deps.profile(self.state.cfg.agent))
                 text: list[str] = []
                 ended = False
-                async with contextlib.aclosing(provider.stream(req, self.hints)) as chunks:
-                    async for ch in chunks:
-                        if isinstance(ch, TextDelta):
-                            text.append(ch.text)
-                        ended = ended or (isinstance(ch, StreamEnd) and ch.finish_reason is not None)
+                held = await self._capacity(req)
+                try:
+                    async with contextlib.aclosing(provider.stream(req, self.hints)) as chunks:
+                        async for ch in chunks:
+                            if isinstance(ch, TextDelta):
+                                text.append(ch.text)
+                            ended = ended or (isinstance(ch, StreamEnd) and ch.finish_reason is not None)
+                finally:
+                    if held is not None:
+                        await held.release(None)
                 summary = ("".join(text).strip() or None) if ended else None  # a cut-off summary is none
             except ModelCallError as exc:
                 log.warning("run %s: summary call failed (%s); truncating instead", self.run_id, exc)
@@ -484,8 +491,11 @@ class RunDriver:
         text: list[str] = []
         calls: dict[int, dict[str, str]] = {}
         end = StreamEnd()  # a provider that stops without a StreamEnd said nothing about the ending
+        held: Held | None = None
         try:
             provider = self.deps.provider_for(self.deps.profile(self.state.cfg.agent))
+            held = await self._capacity(req)
+            t0 = self.last_flush = loop.time()  # the call starts once it has capacity
             # aclosing: a cancel that lands outside the generator (e.g. while flushing deltas) must
             # still close the provider's HTTP stream at once, not when the generator is collected.
             async with contextlib.aclosing(provider.stream(req, self.hints)) as chunks:
@@ -511,6 +521,7 @@ class RunDriver:
                         await self._flush_deltas()
         except ModelCallError as exc:
             self._drop_unpublished_deltas()
+            await self._throttled(exc.failure)
             obs.model_call("error", latency_s=loop.time() - t0, ttft_s=ttft)
             self.inbox.put_nowait(
                 ModelFailed(now_ms(), exc.failure, random.random(), partial=self.delta_published)
@@ -528,6 +539,10 @@ class RunDriver:
                 ModelFailed(now_ms(), failure, random.random(), partial=self.delta_published)
             )
             return
+        finally:
+            if held is not None:
+                u = end.usage
+                await held.release(u.input_tokens + u.output_tokens if u is not None else None)
         try:
             tool_calls = [
                 ToolCall(
@@ -558,6 +573,41 @@ class RunDriver:
         self.inbox.put_nowait(
             ModelReplied(now_ms(), msg, end.usage, end.finish_reason, random.random(), self.delta_published)
         )
+
+    async def _capacity(self, req: ModelRequest) -> Held | None:
+        """Wait for pool-wide capacity of the profile's provider (worker/limiter.py); None: unlimited."""
+        pcfg = self.deps.profile(self.state.cfg.agent).provider
+        if not limited(pcfg):
+            return None
+        t0 = time.monotonic()
+
+        async def on_wait(reason: str, hint_ms: int) -> None:
+            self.deps.observer.throttled(reason)
+            self._note("waiting_for_capacity", modelCallIndex=req.model_call_index, attempt=req.attempt,
+                       reason=reason, waitMs=hint_ms)  # fmt: skip
+            await self._publish_now()
+
+        try:
+            held = await self.deps.limiter.hold(
+                pcfg, policy.request_tokens(req.messages, pcfg.max_tokens), on_wait
+            )
+        except RedisError as exc:
+            raise ModelCallError("connection", f"the provider limiter could not reach Redis: {exc}") from None
+        if pcfg.max_concurrent or pcfg.requests_per_minute or pcfg.tokens_per_minute:
+            self.deps.observer.capacity_waited(time.monotonic() - t0)
+        return held
+
+    async def _throttled(self, f: ModelFailure) -> None:
+        """A 429: counted; with Retry-After, no worker calls that endpoint until it has passed."""
+        if f.status != 429:
+            return
+        self.deps.observer.throttled("http_429")
+        pcfg = self.deps.profile(self.state.cfg.agent).provider
+        if f.retry_after_ms and limited(pcfg):
+            with contextlib.suppress(RedisError):
+                await self.deps.limiter.pause(
+                    pcfg, min(f.retry_after_ms, self.state.cfg.retry.retry_after_cap_ms)
+                )
 
     def _delta(self, req: ModelRequest, body: dict[str, Any]) -> None:
         """Coalesce: consecutive text (or reasoning) fragments merge into one buffered model_delta event."""

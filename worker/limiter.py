@@ -1,0 +1,144 @@
+"""Pool-wide provider limits: maxConcurrent, requestsPerMinute and tokensPerMinute of a profile's
+provider, and the pause a 429's Retry-After asks for, shared by every worker through Redis.
+
+Each model call to a limited endpoint first takes capacity with one Lua script
+(shared/scripts.py CAPACITY_ACQUIRE). Concurrency slots are a sorted set of holders scored by
+expiry: the holder renews its slot while the call runs, so the slot of a worker that died frees
+itself after ``lease_ms``. Rates are sliding windows of start times (and token counts). A call
+that must wait polls with growing, jittered sleeps; it holds nothing but its asyncio task, so an
+abort cancels it at once. Keys: shared/keys.py, per endpoint (a hash of baseUrl).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from shared import keys
+from shared.profiles import ProviderConfig
+from shared.scripts import Scripts, text
+
+WINDOW_MS = 60_000
+OnWait = Callable[[str, int], Awaitable[None]]  # (reason, wait hint ms), called once per wait
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    endpoint: str
+    holder: str
+    tokens: int
+    slot: bool  # holds a concurrency slot (to renew and free)
+
+
+def limited(cfg: ProviderConfig) -> bool:
+    """Calls to this provider go through the limiter (a 429 pause applies to every HTTP endpoint)."""
+    return cfg.kind == "openai" and bool(cfg.base_url)
+
+
+class ProviderLimiter:
+    def __init__(
+        self,
+        scripts: Scripts,
+        *,
+        lease_ms: int = 15_000,
+        window_ms: int = WINDOW_MS,
+        poll_min_ms: int = 20,
+        poll_max_ms: int = 500,
+    ) -> None:
+        self.scripts = scripts
+        self.lease_ms = lease_ms
+        self.window_ms = window_ms
+        self.poll_min_ms = poll_min_ms
+        self.poll_max_ms = poll_max_ms
+
+    @staticmethod
+    def _keys(endpoint: str) -> list[str]:
+        return [
+            keys.provider_slots_key(endpoint),
+            keys.provider_requests_key(endpoint),
+            keys.provider_tokens_key(endpoint),
+            keys.provider_pause_key(endpoint),
+        ]
+
+    async def try_acquire(self, cfg: ProviderConfig, holder: str, tokens: int) -> tuple[int, str]:
+        """One attempt: (0, "ok") when granted, else (wait hint ms, reason)."""
+        endpoint = keys.endpoint_hash(cfg.base_url or "")
+        wait, reason = await self.scripts.capacity_acquire(
+            keys=self._keys(endpoint),
+            args=[holder, self.lease_ms, cfg.max_concurrent or 0, cfg.requests_per_minute or 0,
+                  cfg.tokens_per_minute or 0, max(0, tokens), self.window_ms],
+        )  # fmt: skip
+        return int(wait), text(reason)
+
+    async def acquire(self, cfg: ProviderConfig, tokens: int, on_wait: OnWait | None = None) -> Grant:
+        """Wait until the endpoint has capacity for one call of about ``tokens`` tokens."""
+        endpoint = keys.endpoint_hash(cfg.base_url or "")
+        holder = uuid.uuid4().hex
+        told = False
+        poll = self.poll_min_ms
+        while True:
+            wait, reason = await self.try_acquire(cfg, holder, tokens)
+            if wait == 0:
+                return Grant(endpoint, holder, tokens, slot=cfg.max_concurrent is not None)
+            if not told and on_wait is not None:
+                told = True
+                await on_wait(reason, wait)
+            if reason == "concurrency":
+                # A freed slot is noticed by polling: short at first, growing, jittered to spread waiters.
+                delay = poll * random.uniform(0.5, 1.0)
+                poll = min(self.poll_max_ms, poll * 2)
+            else:  # a window or a pause ends at a known time
+                delay = wait + random.uniform(0, self.poll_min_ms)
+            await asyncio.sleep(delay / 1000.0)
+
+    async def renew(self, grant: Grant) -> None:
+        await self.scripts.capacity_renew(
+            keys=[keys.provider_slots_key(grant.endpoint)], args=[grant.holder, self.lease_ms]
+        )
+
+    async def keep(self, grant: Grant) -> None:
+        """Renew the slot while the call runs (a task the caller cancels)."""
+        if not grant.slot:
+            return
+        while True:
+            await asyncio.sleep(self.lease_ms / 3000.0)
+            with contextlib.suppress(Exception):  # a missed renewal costs at most an early expiry
+                await self.renew(grant)
+
+    async def hold(self, cfg: ProviderConfig, tokens: int, on_wait: OnWait | None = None) -> Held:
+        """acquire(), plus a task renewing the slot until ``Held.release``."""
+        grant = await self.acquire(cfg, tokens, on_wait)
+        keeper = asyncio.create_task(self.keep(grant)) if grant.slot else None
+        return Held(self, grant, keeper)
+
+    async def release(self, grant: Grant, actual_tokens: int | None) -> None:
+        await self.scripts.capacity_release(
+            keys=[keys.provider_slots_key(grant.endpoint), keys.provider_tokens_key(grant.endpoint)],
+            args=[grant.holder, grant.tokens, -1 if actual_tokens is None else actual_tokens],
+        )
+
+    async def pause(self, cfg: ProviderConfig, ms: int) -> None:
+        """No call to this endpoint starts for ``ms`` (a 429's Retry-After), on any worker."""
+        if ms > 0:
+            endpoint = keys.endpoint_hash(cfg.base_url or "")
+            await self.scripts.capacity_pause(keys=[keys.provider_pause_key(endpoint)], args=[ms])
+
+
+class Held:
+    """Capacity held for one call; ``release`` must run when the call ends, however it ends."""
+
+    def __init__(self, limiter: ProviderLimiter, grant: Grant, keeper: asyncio.Task[None] | None) -> None:
+        self.limiter, self.grant, self.keeper = limiter, grant, keeper
+
+    async def release(self, actual_tokens: int | None) -> None:
+        if self.keeper is not None:
+            self.keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.keeper
+        # Shielded: an abort landing now must not leave the slot taken until its lease runs out.
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.shield(self.limiter.release(self.grant, actual_tokens)), 5.0)
