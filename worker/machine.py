@@ -394,7 +394,8 @@ def _on_stream_opened(s: RunState, e: ModelStreamOpened) -> Decision:
 
 
 def _on_replied(s: RunState, e: ModelReplied) -> Decision:
-    if (failure := policy.reply_failure(e.finish_reason)) is not None:
+    empty = not e.message.content and not e.message.tool_calls
+    if (failure := policy.reply_failure(e.finish_reason, empty=empty)) is not None:
         s = _up(s, finish_reason=e.finish_reason)
         return _on_failed(s, ModelFailed(e.now_ms, failure, e.jitter, e.partial))
     msg = e.message

@@ -33,6 +33,8 @@ def test_reply_failure_table(finish: str | None, expected: str | None) -> None:
     assert (f.kind if f else None) == expected
     if f is not None:
         assert policy.classify(f) == ("retryable" if expected == "truncated" else "fatal")
+    empty = policy.reply_failure(finish, empty=True)
+    assert empty is not None and empty.kind == (expected or "empty")
 
 
 def test_a_stream_without_finish_reason_is_retried_and_its_deltas_withdrawn() -> None:
@@ -116,3 +118,11 @@ def test_a_plain_stop_completes_with_finish_reason_stop() -> None:
     _, cmds = go(calling(), reply("stop", "Blue."))
     res = next(c.result for c in cmds if isinstance(c, m.Finish))
     assert (res.status.value, res.finish_reason) == ("completed", "stop")
+
+
+def test_an_empty_answer_is_retried_not_completed() -> None:
+    """llama-cpp-python with tool_choice auto may stream just ``content: ""`` and finish_reason stop."""
+    s, cmds = go(calling(), reply("stop", ""))
+    assert s.node == m.RETRYING and statuses(cmds)[-1]["reason"] == "empty"
+    s, cmds = go(s, m.RetryTimerFired(T0), reply("stop", "Blue."))
+    assert s.phase == m.Phase.COMPLETED

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import email.utils
 import os
+import re
 import time
 from collections.abc import AsyncGenerator
 from pathlib import Path
@@ -38,6 +39,10 @@ OVERFLOW_HINTS = (
     "too many tokens",
     "prompt is too long",
 )
+
+
+VALIDATION_HINT = re.compile(r"^\d+ validation errors?:")  # pydantic's summary line
+MAX_ERROR_CHARS = 2_000  # enough for a validation error to name the field
 
 
 # ---- pure wire mapping ----
@@ -139,8 +144,8 @@ class ChunkReader:
 
 def _message_of(err: Any) -> tuple[str, str]:
     if isinstance(err, dict):
-        return str(err.get("message") or err)[:500], str(err.get("code") or err.get("type") or "")
-    return str(err)[:500], ""
+        return str(err.get("message") or err)[:MAX_ERROR_CHARS], str(err.get("code") or err.get("type") or "")
+    return str(err)[:MAX_ERROR_CHARS], ""
 
 
 def _is_overflow(message: str, code: str) -> bool:
@@ -182,10 +187,15 @@ def http_error(status: int, headers: httpx.Headers, raw: bytes) -> ModelCallErro
     try:
         message, code = _message_of(orjson.loads(raw).get("error"))
     except (orjson.JSONDecodeError, AttributeError):
-        message, code = raw.decode("utf-8", errors="replace")[:500], ""
+        message, code = raw.decode("utf-8", errors="replace")[:MAX_ERROR_CHARS], ""
     message = message or f"HTTP {status}"
     if status in (400, 413) and _is_overflow(message, code):
         return ModelCallError("overflow", message, status=status)
+    if status == 500 and VALIDATION_HINT.search(message):
+        # llama-cpp-python answers a request body it cannot validate with 500, not 422.
+        return ModelCallError(
+            "invalid", f"HTTP {status}: the server refused the request: {message}", status=status
+        )
     return ModelCallError(
         "http", f"HTTP {status}: {message}", status=status, retry_after_ms=retry_after_ms(headers)
     )

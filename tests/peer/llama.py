@@ -1,0 +1,191 @@
+"""llama-cpp-python's OpenAI-compatible server, as installed by bin/peers/llama.sh, on a free port.
+
+``recordings()`` talks to a running server and returns the transcripts the unit suite replays
+(tests/data/llama_cpp/): the exact response bytes for requests our provider builds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+from shared.models import Message, ToolCall
+from shared.profiles import ProviderConfig
+from shared.redis_server import free_port
+from worker.config import ToolSpec
+from worker.machine import ModelRequest
+from worker.models.openai import request_body
+from worker.tools.builtin import BUILTINS
+
+PEERS = Path(os.environ.get("AGENTMILL_PEERS_DIR", Path.home() / ".cache" / "agentmill-peers"))
+VENV = PEERS / "llama"
+DATA = Path(__file__).resolve().parents[1] / "data" / "llama_cpp"
+SYSTEM = "You are a helpful assistant. Use the calculator tool for arithmetic."
+FORCED = {"type": "function", "function": {"name": "calculator"}}
+
+
+def installed() -> tuple[Path, Path] | None:
+    python = VENV / "bin" / "python"
+    models = sorted((VENV / "models").glob("*.gguf")) if (VENV / "models").is_dir() else []
+    return (python, models[0]) if python.exists() and models else None
+
+
+class LlamaServer:
+    """``python -m llama_cpp.server`` started on a free loopback port; stopped (its own pid) on exit."""
+
+    def __init__(self, log: Path) -> None:
+        found = installed()
+        if found is None:
+            raise RuntimeError("llama-cpp-python is not installed: run bin/peers/llama.sh (or bin/dev peer)")
+        self.python, self.model = found
+        self.port = free_port()
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self, within_s: float = 120.0) -> LlamaServer:
+        out = open(self.log, "ab")  # noqa: SIM115 - closed with the process
+        self.proc = subprocess.Popen(
+            [str(self.python), "-m", "llama_cpp.server", "--model", str(self.model),
+             "--chat_format", "chatml-function-calling", "--host", "127.0.0.1", "--port", str(self.port)],
+            stdout=out, stderr=out,
+        )  # fmt: skip
+        deadline = time.monotonic() + within_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the llama server exited with {self.proc.returncode}; see {self.log}")
+            try:
+                if httpx.get(f"{self.base_url}/models", timeout=1.0).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"the llama server did not answer within {within_s} s; see {self.log}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+def provider(base_url: str, **kw: Any) -> ProviderConfig:
+    return ProviderConfig.model_validate(
+        {"kind": "openai", "baseUrl": base_url, "model": "gemma-3-270m", "temperature": 0, **kw}
+    )
+
+
+def calculator() -> ToolSpec:
+    t = BUILTINS["calculator"]
+    return ToolSpec(name=t.name, description=t.description, parameters=t.parameters)
+
+
+def body(cfg: ProviderConfig, messages: list[Message], tools: list[ToolSpec] | None = None) -> dict[str, Any]:
+    """The exact request body our provider sends for these messages."""
+    req = ModelRequest(run_id="rec", session_id=None, messages=messages, tools=tools or [],
+                       model_call_index=1, attempt=0, failures=0)  # fmt: skip
+    return request_body(cfg, req)
+
+
+@dataclass
+class Transcript:
+    request: dict[str, Any]
+    status: int
+    content_type: str
+    body: bytes
+    broke: str = ""  # the transport error that ended the body early, if any
+
+
+async def post(url: str, payload: dict[str, Any], answering: asyncio.Event | None = None) -> Transcript:
+    """One request on its own connection; the body's bytes as they came, even if it broke off.
+    ``answering`` is set once the body holds a content delta."""
+    parts: list[bytes] = []
+    async with (
+        httpx.AsyncClient(timeout=120) as client,
+        client.stream("POST", f"{url}/chat/completions", json=payload) as resp,
+    ):
+        ctype = resp.headers.get("content-type", "")
+        try:
+            async for b in resp.aiter_raw():
+                parts.append(b)
+                if answering is not None and b'"content": "' in b"".join(parts):
+                    answering.set()
+        except httpx.TransportError as exc:
+            return Transcript(payload, resp.status_code, ctype, b"".join(parts), type(exc).__name__)
+        return Transcript(payload, resp.status_code, ctype, b"".join(parts))
+
+
+def user(text: str) -> list[Message]:
+    return [Message(role="system", content=SYSTEM), Message(role="user", content=text)]
+
+
+async def recordings(base_url: str) -> dict[str, Transcript]:
+    """One of each quirk the unit suite replays, from the live server."""
+    plain = provider(base_url, maxTokens=48)
+    forced = provider(base_url, toolChoice=FORCED)
+    auto = provider(base_url, toolChoice="auto")
+    out: dict[str, Transcript] = {}
+    tools = [calculator()]
+    out["chat_stream"] = await post(base_url, body(plain, user("Name a colour.")))
+    out["tool_call_stream"] = await post(base_url, body(forced, user("What is 6*7?"), tools))
+    # tool_choice "auto" while streaming: when the model picks a message, the server's grammar
+    # lets it say nothing; when it picks a tool, the server fails after sending 200 OK.
+    # tool_choice "auto" while streaming: when the model picks a message, the server's grammar
+    # lets it say nothing; when it picks a tool, the server fails after sending 200 OK: no bytes.
+    out["empty_stream_auto"] = await post(
+        base_url, body(auto, [Message(role="user", content="What is 6*7?")], tools)
+    )
+    out["auto_tool_broken_stream"] = await post(base_url, body(auto, user("Name a colour."), tools))
+    # The follow-up of a tool call with "content": null, as agentmill sent it before issue 12.
+    call = ToolCall(id="call_1", name="calculator", arguments='{"expression": "6*7"}')
+    follow = body(forced, [*user("What is 6*7?"), Message(role="assistant", tool_calls=[call]),
+                           Message(role="tool", content="42", tool_call_id="call_1", name="calculator")],
+                  tools)  # fmt: skip
+    follow["messages"][2]["content"] = None
+    out["null_content_500"] = await post(base_url, follow)
+    # A stream the server interrupts because another request arrives (its default).
+    answering = asyncio.Event()
+    story = body(
+        provider(base_url, maxTokens=400), user("Write a long story about a dragon, in ten paragraphs.")
+    )
+    first = asyncio.create_task(post(base_url, story, answering))
+    await asyncio.wait_for(answering.wait(), 60)
+    await post(base_url, body(plain, user("Name a fruit.")))
+    out["interrupted_stream"] = await first
+    return out
+
+
+def save(transcripts: dict[str, Transcript]) -> None:
+    DATA.mkdir(parents=True, exist_ok=True)
+    index: dict[str, Any] = {}
+    for name, t in transcripts.items():
+        suffix = ".sse" if t.content_type.startswith("text/event-stream") else ".body"
+        (DATA / f"{name}{suffix}").write_bytes(t.body)
+        index[name] = {"file": f"{name}{suffix}", "status": t.status, "contentType": t.content_type,
+                       "broke": t.broke, "request": t.request}  # fmt: skip
+    (DATA / "transcripts.json").write_bytes(orjson.dumps(index, option=orjson.OPT_INDENT_2) + b"\n")
+
+
+def load() -> dict[str, Transcript]:
+    index = orjson.loads((DATA / "transcripts.json").read_bytes())
+    return {
+        name: Transcript(
+            v["request"], v["status"], v["contentType"], (DATA / v["file"]).read_bytes(), v["broke"]
+        )
+        for name, v in index.items()
+    }

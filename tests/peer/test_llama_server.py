@@ -1,0 +1,217 @@
+"""Conformance against llama-cpp-python's OpenAI-compatible server serving Gemma 3 270M (issue 12).
+
+Installed by bin/peers/llama.sh (``bin/dev peer`` runs it, then these tests). Each test starts
+the server on a free port. ``AGENTMILL_RECORD=1`` rewrites tests/data/llama_cpp/ from the live
+server; tests/unit/test_llama_cpp_replay.py replays those files in CI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from redis.asyncio import Redis
+
+from shared import keys
+from shared.profiles import load_profiles
+from shared.redis_server import free_port
+from tests.integration.helpers import assert_clean_stream, producer_for, running_worker, stream, wait_all
+from tests.peer import llama
+
+pytestmark = [
+    pytest.mark.peer,
+    pytest.mark.timeout(600),
+    pytest.mark.skipif(
+        llama.installed() is None, reason="llama-cpp-python not installed: run bin/peers/llama.sh"
+    ),
+]
+# Gemma 270M under the chatml template mostly echoes the user: a long list makes a long stream.
+LONG = "Please repeat this list back to me exactly: " + ", ".join(f"item number {i}" for i in range(1, 120))
+PROMPTS = [
+    "Name a colour.",
+    "Name a fruit.",
+    "Name an animal.",
+    "Name a country.",
+    "Name a planet.",
+    "Say hello.",
+]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[llama.LlamaServer]:
+    s = llama.LlamaServer(tmp_path_factory.mktemp("llama") / "server.log").start()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def write_profiles(path: Path, base_url: str, **provider: Any) -> Path:
+    path.write_bytes(orjson.dumps({"profiles": [{
+        "name": "gemma", "systemPrompt": llama.SYSTEM, "tools": ["calculator"],
+        "retry": {"maxRetries": 3, "baseDelayMs": 200, "maxDelayMs": 1000},
+        "provider": {"kind": "openai", "baseUrl": base_url, "model": "gemma-3-270m", "temperature": 0,
+                     "maxTokens": 48, "readTimeoutS": 300, **provider}}]}))  # fmt: skip
+    return path
+
+
+async def direct_answer(base_url: str, prompt: str, tools: bool = True) -> str:
+    """The server's own answer (not streamed, nothing else running) to the body a run sends."""
+    cfg = llama.provider(base_url, maxTokens=48)
+    payload = llama.body(cfg, llama.user(prompt), [llama.calculator()] if tools else None)
+    payload.pop("stream_options")
+    payload["stream"] = False
+    async with httpx.AsyncClient(timeout=300) as client:
+        r = await client.post(f"{base_url}/chat/completions", json=payload)
+    r.raise_for_status()
+    return str(r.json()["choices"][0]["message"]["content"])
+
+
+@pytest.fixture
+async def pool(redis: Redis, redis_url: str, tmp_path: Path, server: llama.LlamaServer) -> AsyncIterator[Any]:
+    """Submit runs of profile ``gemma`` (provider fields given per call) to one in-process worker."""
+    ctx: dict[str, Any] = {}
+
+    async def run(bodies: list[dict[str, Any]], within: float = 300, **provider: Any) -> list[Any]:
+        path = write_profiles(
+            tmp_path / "profiles.json", provider.pop("base_url", server.base_url), **provider
+        )
+        p = producer_for(redis, redis_url)
+        p.profiles = load_profiles(str(path))
+        async with running_worker(redis_url, profiles=str(path)):
+            subs = await p.submit_many([{"agent": "gemma", **b} for b in bodies])
+            ids = [s.run_id for s in subs]  # type: ignore[union-attr]
+            recs = await wait_all(p, ids, within)
+        ctx["ids"] = ids
+        return [recs[i] for i in ids]
+
+    yield run
+
+
+def ask(prompt: str) -> dict[str, Any]:
+    return {"inputMessages": [{"role": "user", "content": prompt}]}
+
+
+async def test_recordings_still_describe_the_server(server: llama.LlamaServer) -> None:
+    """The quirks the unit suite replays are still what this server does (AGENTMILL_RECORD=1 saves)."""
+    live = await llama.recordings(server.base_url)
+    if os.environ.get("AGENTMILL_RECORD") == "1":
+        llama.save(live)
+    stored = llama.load()
+    assert set(live) == set(stored)
+    for name, t in live.items():
+        assert (t.status, t.request) == (stored[name].status, stored[name].request), name
+    assert b'"finish_reason": "stop"' in live["chat_stream"].body
+    assert b'"finish_reason": "tool_calls"' in live["tool_call_stream"].body
+    assert b"Input should be a valid string" in live["null_content_500"].body
+    assert live["auto_tool_broken_stream"].body == b""
+    interrupted = live["interrupted_stream"].body
+    assert interrupted.rstrip().endswith(b"data: [DONE]") and b'"finish_reason": "stop"' not in interrupted
+
+
+async def test_a_chat_run_completes_with_the_whole_answer(
+    pool: Any, server: llama.LlamaServer, redis: Redis
+) -> None:
+    expected = await direct_answer(server.base_url, "Name a colour.")
+    [rec] = await pool([ask("Name a colour.")], maxConcurrent=1)
+    assert rec.status.value == "completed", rec.result
+    assert rec.result.final_assistant_message.content == expected and expected
+    assert rec.result.finish_reason in ("stop", "length")
+
+
+async def test_a_forced_tool_run_calls_the_calculator_and_the_follow_up_is_accepted(
+    pool: Any, redis: Redis
+) -> None:
+    """tool_choice forces the calculator on every call, so the run stops at maxIterations=2; what
+    matters is that the second model request (carrying the tool result) is accepted."""
+    body = {**ask("What is 6*7?"), "loopLimits": {"maxIterations": 2}}
+    [rec] = await pool([body], toolChoice=llama.FORCED)
+    events = await stream(redis, rec.run_id)
+    assert_clean_stream(events)
+    calls = [e.payload for e in events if e.kind == "tool_call"]
+    results = [e.payload for e in events if e.kind == "tool_result"]
+    replies = [e.payload for e in events if e.kind == "assistant_message"]
+    assert calls and calls[0]["name"] == "calculator" and len(results) >= 1
+    assert len(replies) == 2  # the second call, with the tool result, was answered
+    assert not any(e.payload.get("status") == "retrying" for e in events)
+    assert rec.status.value == "failed" and rec.result.last_error.code == "max_iterations"
+
+
+async def test_six_parallel_runs_with_max_concurrent_one_match_the_servers_own_answers(
+    pool: Any, server: llama.LlamaServer, redis: Redis
+) -> None:
+    expected = [await direct_answer(server.base_url, p) for p in PROMPTS]
+    t0 = time.monotonic()
+    recs = await pool([ask(p) for p in PROMPTS], maxConcurrent=1)
+    took = time.monotonic() - t0
+    answers = [
+        r.result.final_assistant_message.content if r.result.final_assistant_message else None for r in recs
+    ]
+    print(f"six runs, maxConcurrent 1: {took:.1f} s")
+    assert [r.status.value for r in recs] == ["completed"] * 6, [r.result.last_error for r in recs]
+    assert answers == expected
+    waited = 0
+    for r in recs:
+        events = await stream(redis, r.run_id)
+        assert not any(e.payload.get("reason") == "truncated" for e in events)  # never interrupted
+        waited += sum(1 for e in events if e.payload.get("status") == "waiting_for_capacity")
+    assert waited >= 1
+
+
+async def test_without_a_limit_the_server_interrupts_and_no_cut_answer_completes(
+    pool: Any, server: llama.LlamaServer, redis: Redis
+) -> None:
+    """The issue's failure: parallel runs interrupt each other. Cut-off answers must never complete."""
+    expected = [await direct_answer(server.base_url, p) for p in PROMPTS]
+    recs = await pool([ask(p) for p in PROMPTS])
+    truncations = 0
+    for r, want in zip(recs, expected, strict=True):
+        events = await stream(redis, r.run_id)
+        truncations += sum(1 for e in events if e.payload.get("reason") == "truncated")
+        if r.status.value == "completed":
+            assert r.result.final_assistant_message.content == want
+    print(f"six runs, no limit: {truncations} truncated attempts, "
+          f"{sum(r.status.value == 'completed' for r in recs)} completed")  # fmt: skip
+
+
+async def test_abort_mid_stream_stops_within_a_second(
+    redis: Redis, redis_url: str, tmp_path: Path, server: llama.LlamaServer
+) -> None:
+    path = write_profiles(tmp_path / "profiles.json", server.base_url, maxTokens=1500)
+    p = producer_for(redis, redis_url)
+    p.profiles = load_profiles(str(path))
+    async with running_worker(redis_url, profiles=str(path)):
+        sub = await p.submit({"agent": "gemma", **ask(LONG)})
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if await redis.exists(keys.events_stream(sub.run_id)) and any(
+                e.kind == "model_delta" for e in await stream(redis, sub.run_id)
+            ):
+                break
+            await asyncio.sleep(0.05)
+        t0 = time.monotonic()
+        assert await p.abort(sub.run_id) == "requested"
+        rec = (await wait_all(p, [sub.run_id], 10))[sub.run_id]
+        stopped = time.monotonic() - t0
+        # The server is free again: it answers the next request at once.
+        t1 = time.monotonic()
+        await direct_answer(server.base_url, "Name a colour.")
+        next_answer = time.monotonic() - t1
+    print(f"abort mid-stream: {stopped * 1000:.0f} ms; the next request answered in {next_answer:.1f} s")
+    assert rec.status.value == "aborted" and stopped < 1.0
+    assert not any(e.kind == "assistant_message" for e in await stream(redis, sub.run_id))
+
+
+async def test_a_server_that_is_not_listening_fails_the_run_with_a_clear_error(pool: Any) -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    [rec] = await pool([ask("Name a colour.")], within=60, base_url=url)
+    err = rec.result.last_error
+    assert rec.status.value == "failed" and err.code == "model_retries_exhausted"
+    assert f"cannot connect to {url}/chat/completions" in err.message and "ConnectError" in err.message

@@ -1,0 +1,144 @@
+"""Transcripts recorded from llama-cpp-python's server (tests/data/llama_cpp/, written by
+tests/peer/test_llama_server.py with AGENTMILL_RECORD=1) replayed byte for byte through the
+provider, and what the machine makes of each."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import orjson
+import pytest
+
+from shared.models import EventKind, Message, ToolCall
+from tests.peer import llama
+from tests.unit.machine_driver import T0, calling, config, go
+from worker import machine as m
+from worker.models.base import ModelCallError, ReasoningDelta, StreamEnd, TextDelta, ToolCallDelta
+from worker.models.openai import OpenAIProvider
+from worker.policy import CUT_OFF_CALL, classify
+
+REC = llama.load()
+
+
+class Replay(httpx.AsyncByteStream):
+    def __init__(self, body: bytes, broke: str) -> None:
+        self.body, self.broke = body, broke
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for i in range(0, len(self.body), 97):  # split anywhere, as the network does
+            yield self.body[i : i + 97]
+        if self.broke:
+            raise getattr(httpx, self.broke)("recorded: the server dropped the connection")
+
+
+async def replay(name: str) -> tuple[str, list[ToolCall], StreamEnd, dict]:
+    t = REC[name]
+    seen: list[dict] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(orjson.loads(request.content))
+        return httpx.Response(
+            t.status, headers={"content-type": t.content_type}, stream=Replay(t.body, t.broke)
+        )
+
+    cfg = llama.provider("http://127.0.0.1:9/v1").model_copy(
+        update={"tool_choice": t.request.get("tool_choice")}
+    )
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        p = OpenAIProvider(cfg, client)
+        req = m.ModelRequest(run_id="r", session_id=None, messages=[Message(role="user", content="x")], tools=[],
+                             model_call_index=1, attempt=0, failures=0)  # fmt: skip
+        chunks = [c async for c in p.stream(req, {})]
+    text = "".join(c.text for c in chunks if isinstance(c, TextDelta))
+    assert not any(isinstance(c, ReasoningDelta) for c in chunks)
+    calls: dict[int, dict[str, str]] = {}
+    for c in chunks:
+        if isinstance(c, ToolCallDelta):
+            slot = calls.setdefault(c.index, {"id": "", "name": "", "arguments": ""})
+            slot["id"] = slot["id"] or (c.id or "")
+            slot["name"] = slot["name"] or (c.name or "")
+            slot["arguments"] += c.arguments
+    end = chunks[-1]
+    assert isinstance(end, StreamEnd)
+    return text, [ToolCall(**v) for _, v in sorted(calls.items())], end, seen[0]
+
+
+def decided(text: str, calls: list[ToolCall], end: StreamEnd) -> tuple[m.RunState, list[m.Command]]:
+    msg = Message(role="assistant", content=text, tool_calls=calls or None)
+    s = calling(config(tools=[llama.calculator()]))
+    return go(s, m.ModelStreamOpened(T0), m.ModelReplied(T0, msg, end.usage, end.finish_reason, 0.5, True))
+
+
+def test_the_recordings_answer_the_requests_agentmill_sends_today() -> None:
+    """Each recorded request is what request_body builds now (the 500's differs only by its null)."""
+    plain = llama.provider("http://x", maxTokens=48)
+    assert REC["chat_stream"].request == llama.body(plain, llama.user("Name a colour."))
+    forced = llama.provider("http://x", toolChoice=llama.FORCED)
+    assert REC["tool_call_stream"].request == llama.body(
+        forced, llama.user("What is 6*7?"), [llama.calculator()]
+    )
+    sent = REC["null_content_500"].request
+    ours = llama.body(forced, [Message(role=x["role"], content=x["content"] or "", tool_call_id=x.get("tool_call_id"),
+                                       tool_calls=[ToolCall(id=c["id"], name=c["function"]["name"],
+                                                            arguments=c["function"]["arguments"])
+                                                   for c in x.get("tool_calls", [])] or None,
+                                       name="calculator" if x["role"] == "tool" else None)
+                               for x in sent["messages"]], [llama.calculator()])  # fmt: skip
+    assert ours["messages"][2]["content"] == "" and sent["messages"][2]["content"] is None
+    ours["messages"][2]["content"] = None
+    assert ours == sent
+
+
+async def test_a_recorded_chat_stream_completes_with_the_whole_answer() -> None:
+    text, calls, end, _ = await replay("chat_stream")
+    assert (text, calls, end.finish_reason, end.done) == ("Name a colour.", [], "stop", True)
+    s, _ = decided(text, calls, end)
+    assert s.phase == m.Phase.COMPLETED and s.final_message is not None
+    assert s.final_message.content == "Name a colour."
+
+
+async def test_a_recorded_tool_call_stream_runs_the_calculator_once() -> None:
+    """The server repeats each fragment in the legacy function_call field: counted once."""
+    text, calls, end, _ = await replay("tool_call_stream")
+    assert REC["tool_call_stream"].request["tool_choice"] == llama.FORCED
+    assert text == "" and end.finish_reason == "tool_calls" and len(calls) == 1
+    assert calls[0].name == "calculator" and calls[0].id.startswith("call__0_calculator_")
+    assert isinstance(orjson.loads(calls[0].arguments)["expression"], str)
+    _, cmds = decided(text, calls, end)
+    assert [c.call.name for c in cmds if isinstance(c, m.ExecuteTool)] == ["calculator"]
+
+
+async def test_a_recorded_interrupted_stream_is_retried_not_completed() -> None:
+    """Interrupted by a newer request, the server sends [DONE] without a finish_reason, then drops
+    the connection."""
+    assert REC["interrupted_stream"].broke == "RemoteProtocolError"
+    text, calls, end, _ = await replay("interrupted_stream")
+    assert text and end.finish_reason is None and end.done is True
+    s, cmds = decided(text, calls, end)
+    assert s.node == m.RETRYING and s.final_message is None
+    reasons = [c.payload.get("reason") for c in cmds if isinstance(c, m.Emit) and c.kind == EventKind.STATUS]
+    assert reasons == ["truncated", "truncated"]  # model_call_discarded, retrying
+
+
+@pytest.mark.parametrize("name", ["empty_stream_auto", "auto_tool_broken_stream"])
+async def test_recorded_empty_streams_under_tool_choice_auto_are_retried(name: str) -> None:
+    text, calls, end, _ = await replay(name)
+    assert REC[name].request["tool_choice"] == "auto" and text == "" and calls == []
+    s, cmds = decided(text, calls, end)
+    assert s.node == m.RETRYING
+    retry = next(c.payload for c in cmds if isinstance(c, m.Emit) and c.payload.get("status") == "retrying")
+    assert retry["reason"] == ("empty" if name == "empty_stream_auto" else "truncated")
+
+
+async def test_the_recorded_500_for_null_content_fails_at_once_with_the_reason() -> None:
+    """The server answers a body it cannot validate with a 500: retrying the same body cannot help."""
+    with pytest.raises(ModelCallError) as exc:
+        await replay("null_content_500")
+    f = exc.value.failure
+    assert (f.kind, f.status, classify(f)) == ("invalid", 500, "fatal")
+    assert "'content'), 'msg': 'Input should be a valid string', 'input': None" in f.message
+
+
+def test_cut_off_call_text_is_what_the_model_reads() -> None:
+    assert CUT_OFF_CALL.startswith("error:") and "not executed" in CUT_OFF_CALL
