@@ -115,7 +115,8 @@ class RunDriver:
         self.store = RunStore(deps.redis, deps.scripts, deps.settings, run_id)
         self.inbox: asyncio.Queue[Event | _Wake] = asyncio.Queue()
         self.pending: deque[Event] = deque()
-        self.tasks: set[asyncio.Task[None]] = set()
+        self.tasks: set[asyncio.Task[None]] = set()  # running effects; a drain waits for them
+        self.deadline: asyncio.TimerHandle | None = None  # not an effect: a drain does not wait for it
         self.lock = asyncio.Lock()  # one commit at a time: deltas from the model task, steps from the loop
         self.state = machine.initial_state(run_id)
         self.hints: dict[str, Any] = {}
@@ -410,6 +411,8 @@ class RunDriver:
                 t.cancel()
 
     async def _cancel_tasks(self) -> None:
+        if self.deadline is not None:
+            self.deadline.cancel()
         tasks = list(self.tasks)
         self._cancel_effects()
         if tasks:
@@ -422,14 +425,11 @@ class RunDriver:
             return
         start = self.state.started_at_ms or now_ms()
         left_s = max(0.0, (start + cfg.max_run_duration_ms - now_ms()) / 1000.0)
-
-        async def fire() -> None:
-            await asyncio.sleep(left_s)
-            self.inbox.put_nowait(DeadlineReached(now_ms()))
-
-        task = asyncio.create_task(fire())
-        self.tasks.add(task)
-        task.add_done_callback(lambda t: self.tasks.discard(t))
+        if self.deadline is not None:
+            self.deadline.cancel()
+        self.deadline = asyncio.get_running_loop().call_later(
+            left_s, lambda: self.inbox.put_nowait(DeadlineReached(now_ms()))
+        )
 
     async def _load_context(self, c: LoadContext) -> None:
         history = await self.deps.load_history(c.session_id, self.state.cfg.context)
