@@ -103,6 +103,11 @@ class Bench:
             "AGENTMILL_WORKER_METRICS_PORT": "-1",
             "AGENTMILL_POLL_DELAY_S": str(self.args.poll_delay),
             "AGENTMILL_LOG_LEVEL": "WARNING",
+            # One tenant's raw throughput is measured: no per-tenant quotas (they cost nothing
+            # extra per run beyond one claim-script lookup, but would cap the figures).
+            "AGENTMILL_TENANT_MAX_RUNNING": "0",
+            "AGENTMILL_TENANT_MAX_ACTIVE": "0",
+            "AGENTMILL_TENANT_SUBMITS_PER_SECOND": "0",
             **extra,
         }
 

@@ -27,21 +27,34 @@ from shared.dispatch import JOB_EXPIRE_MS, job_payload, job_ref
 from shared.events import decode_entry, stream_id
 from shared.models import RunEvent, RunInput, RunResult, RunStatus
 from shared.profiles import AgentProfile
+from shared.quotas import Quota
 from shared.scripts import Scripts, text
 from shared.settings import Settings, get_settings
 
 DEFAULT_TENANT = "default"
+ADMIT_GRACE_MS = (
+    60_000  # a counted run whose hash never appeared (refused at submit) stops counting after this
+)
 
 
 class SubmissionError(Exception):
     """A run that was not accepted. ``code`` is stable; ``status`` is the HTTP status it maps to."""
 
-    def __init__(self, code: str, message: str, *, status: int = 422, field: str | None = None) -> None:
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        status: int = 422,
+        field: str | None = None,
+        retry_after_s: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.status = status
         self.field = field
+        self.retry_after_s = retry_after_s
 
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"code": self.code, "message": self.message}
@@ -283,14 +296,43 @@ class Producer:
             )
         return Submitted(run_id=rid, status=status, created=verdict == "created")
 
+    async def admit(self, tenant: str, run_ids: list[str], quota: Quota | None) -> None:
+        """Count the runs against the tenant's maxActive and submitsPerSecond quotas, or raise 429."""
+        if quota is None or not run_ids or (quota.max_active == 0 and quota.submits_per_second == 0):
+            return
+        now = _now_ms()
+        reply = await self.scripts.admit_tenant(
+            keys=[keys.tenant_active_key(tenant), keys.tenant_rate_key(tenant, now // 1000)],
+            args=[now, quota.max_active, quota.submits_per_second, self.settings.retention_s * 1000,
+                  ADMIT_GRACE_MS, *run_ids],
+        )  # fmt: skip
+        verdict = text(reply[0])
+        if verdict == "rate_limited":
+            raise SubmissionError(
+                "rate_limited",
+                f"this tenant may submit {quota.submits_per_second} runs per second; retry in a second",
+                status=429,
+                retry_after_s=1,
+            )
+        if verdict == "full":
+            raise SubmissionError(
+                "quota_exceeded",
+                f"this tenant has {text(reply[1])} queued and running runs and may have {quota.max_active}; "
+                "retry when some have finished",
+                status=429,
+                retry_after_s=5,
+            )
+
     async def submit(
         self,
         raw: RunInput | dict[str, Any],
         *,
         tenant: str = DEFAULT_TENANT,
         idempotency_key: str | None = None,
+        quota: Quota | None = None,
     ) -> Submitted:
         run = self.prepare(raw, tenant=tenant, idempotency_key=idempotency_key)
+        await self.admit(tenant, [run.run_id or ""], quota)
         k, a = self._submit_call(run, tenant, _now_ms())
         reply = await self.scripts.submit(keys=k, args=a)
         return self._outcome(run, reply)
@@ -303,6 +345,7 @@ class Producer:
         batch_id: str | None = None,
         offset: int = 0,
         batch_webhook: str | None = None,
+        quota: Quota | None = None,
     ) -> list[Submitted | SubmissionError]:
         """Validate every item and enqueue the valid ones, in order: one script call per chunk of
         SUBMIT_CHUNK runs, each chunk sent as soon as it is ready on one connection, so Redis runs a
@@ -318,6 +361,19 @@ class Producer:
         seen: set[str] = set()
         prefix = batch_run_prefix(tenant, batch_id) if batch_id else None
         async with _ChunkSender(self, tenant, batch_id or "", batch_webhook or "") as sender:
+
+            async def send(chunk: list[tuple[int, _Prepared]]) -> bool:
+                """Admit the chunk under the tenant's quota and send it; or mark its items refused."""
+                try:
+                    await self.admit(tenant, [p.run_id for _, p in chunk], quota)
+                except SubmissionError as exc:
+                    for i, _ in chunk:
+                        out[i] = SubmissionError(exc.code, f"runs.{i}: {exc.message}", status=exc.status,
+                                                 field=f"runs.{i}", retry_after_s=exc.retry_after_s)  # fmt: skip
+                    return False
+                await sender.send([p for _, p in chunk])
+                return True
+
             for i, raw in enumerate(items):
                 default_id = f"{prefix}{offset + i}" if prefix else None
                 try:
@@ -337,11 +393,11 @@ class Producer:
                 seen.add(prep.run_id)
                 chunks[-1].append((i, prep))
                 if len(chunks[-1]) == SUBMIT_CHUNK:
-                    await sender.send([p for _, p in chunks[-1]])
-                    chunks.append([])
-            if chunks[-1]:
-                await sender.send([p for _, p in chunks[-1]])
-            else:
+                    if await send(chunks[-1]):
+                        chunks.append([])
+                    else:
+                        chunks[-1] = []
+            if not (chunks[-1] and await send(chunks[-1])):
                 chunks.pop()
             answers = await sender.replies()
         for chunk, answer in zip(chunks, answers, strict=True):

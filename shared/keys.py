@@ -66,6 +66,21 @@ def session_runs_key(session_id: str) -> str:
     return f"{PREFIX}:s:{{{session_id}}}:runs"
 
 
+def tenant_active_key(tenant: str) -> str:
+    """Zset runId -> submitted at (ms): the tenant's runs counted against its maxActive quota."""
+    return f"{PREFIX}:tenant:{tenant}:active"
+
+
+def tenant_running_key(tenant: str) -> str:
+    """Zset runId -> claimed at (ms): the tenant's runs counted against its maxRunning quota."""
+    return f"{PREFIX}:tenant:{tenant}:running"
+
+
+def tenant_rate_key(tenant: str, second: int) -> str:
+    """Counter of the runs the tenant submitted in one second (expires after two)."""
+    return f"{PREFIX}:tenant:{tenant}:rate:{second}"
+
+
 def idempotency_key(tenant: str, key: str) -> str:
     return f"{PREFIX}:idem:{tenant}:{key}"
 

@@ -41,6 +41,7 @@ local function run_key(id) return '__PREFIX__:{' .. id .. '}:run' end
 local function stream_key(id) return '__PREFIX__:{' .. id .. '}:events' end
 local function tools_key(id) return '__PREFIX__:{' .. id .. '}:tools' end
 local function session_key(sid) return '__PREFIX__:s:{' .. sid .. '}' end
+local function tenant_running_key(t) return '__PREFIX__:tenant:' .. t .. ':running' end
 local function is_terminal(s)
   return s == 'completed' or s == 'failed' or s == 'aborted'
 end
@@ -526,25 +527,112 @@ return {'resumed', '0'}
 # own rule (the job is due and nobody holds its in-progress key).
 # KEYS: queue   ARGV: now, inProgressMs, limit, inProgressPrefix, ids...
 CLAIM_JOBS = r"""
--- ARGV: now ms, in-progress ttl ms, most jobs to claim, in-progress key prefix, claim check ms, job ids…
+-- ARGV: now ms, in-progress ttl ms, most jobs to claim, in-progress key prefix, claim check ms,
+--       default maxRunning per tenant (0: none), {tenant: maxRunning} JSON or '', push-back ms, job ids…
 -- A claimed run's reconciler check moves to one lease from now: if its worker dies before it takes
 -- the lease, the sweep finds the run still queued with its job in progress and re-dispatches it.
+-- Fair dispatch: a job whose tenant already runs its maxRunning is not claimed; its score moves
+-- push-back ms ahead, so the jobs of other tenants behind it come within arq's poll window.
 local out = {}
+local now = tonumber(ARGV[1])
 local limit = tonumber(ARGV[3])
-local check_at = tonumber(ARGV[1]) + tonumber(ARGV[5])
-for i = 6, #ARGV do
+local check_ms = tonumber(ARGV[5])
+local check_at = now + check_ms
+local max_running = tonumber(ARGV[6])
+local caps = {}
+if ARGV[7] ~= '' then caps = cjson.decode(ARGV[7]) end
+local push_to = now + tonumber(ARGV[8])
+local counts = {}
+-- Runs of the tenant still running (or claimed moments ago and not yet started); the set is
+-- pruned, oldest claims first and at most 200 a call, only when it looks full.
+local function running_count(t, cap)
+  if counts[t] then return counts[t] end
+  local key = tenant_running_key(t)
+  local n = redis.call('ZCARD', key)
+  if n >= cap then
+    local members = redis.call('ZRANGE', key, 0, 199, 'WITHSCORES')
+    for i = 1, #members, 2 do
+      local st = redis.call('HGET', run_key(members[i]), 'status')
+      if st ~= 'running' and not (st == 'queued' and tonumber(members[i + 1]) >= now - check_ms) then
+        redis.call('ZREM', key, members[i])
+      end
+    end
+    n = redis.call('ZCARD', key)
+  end
+  counts[t] = n
+  return n
+end
+for i = 9, #ARGV do
   if #out >= 2 * limit then break end
   local id = ARGV[i]
+  local rid = string.match(id, '^(.-)#%d+$') or id
   local score = redis.call('ZSCORE', KEYS[1], id)
-  if score and tonumber(score) <= tonumber(ARGV[1]) then
-    if redis.call('SET', ARGV[4] .. id, '1', 'NX', 'PX', ARGV[2]) then
+  if score and tonumber(score) <= now then
+    local tenant, cap = '', 0
+    if max_running > 0 or ARGV[7] ~= '' then
+      tenant = redis.call('HGET', run_key(rid), 'tenant') or ''
+      cap = tonumber(caps[tenant] or max_running)
+    end
+    if cap > 0 and running_count(tenant, cap) >= cap then
+      redis.call('ZADD', KEYS[1], 'XX', push_to, id)
+    elseif redis.call('SET', ARGV[4] .. id, '1', 'NX', 'PX', ARGV[2]) then
       out[#out + 1] = id
       out[#out + 1] = score
-      redis.call('ZADD', LIVE, 'XX', 'LT', check_at, string.match(id, '^(.-)#%d+$') or id)
+      redis.call('ZADD', LIVE, 'XX', 'LT', check_at, rid)
+      if cap > 0 then
+        redis.call('ZADD', tenant_running_key(tenant), now, rid)
+        counts[tenant] = counts[tenant] + 1
+      end
     end
   end
 end
 return out
+"""
+
+# Tenant admission (maxActive and submitsPerSecond quotas) for runs about to be submitted.
+# KEYS: the tenant's active zset, its rate counter of this second
+# ARGV: now ms, maxActive (0: none), submitsPerSecond (0: none), active set ttl ms, grace ms, runIds…
+# Returns {'ok'} | {'rate_limited', submitted this second} | {'full', active count}.
+ADMIT_TENANT = r"""
+local now = tonumber(ARGV[1])
+local max_active = tonumber(ARGV[2])
+local rate = tonumber(ARGV[3])
+local n = #ARGV - 5
+if rate > 0 then
+  local c = redis.call('INCRBY', KEYS[2], n)
+  if c == n then redis.call('PEXPIRE', KEYS[2], 2000) end
+  if c > rate then
+    redis.call('DECRBY', KEYS[2], n)
+    return {'rate_limited', c - n}
+  end
+end
+if max_active > 0 then
+  local new = 0
+  for i = 6, #ARGV do
+    if not redis.call('ZSCORE', KEYS[1], ARGV[i]) then new = new + 1 end
+  end
+  local count = redis.call('ZCARD', KEYS[1])
+  if count + new > max_active then
+    -- Forget runs that ended (or expired): oldest first, at most 200 a call, so a full tenant
+    -- costs Redis a bounded amount per refused submission.
+    local members = redis.call('ZRANGE', KEYS[1], 0, 199, 'WITHSCORES')
+    for i = 1, #members, 2 do
+      local st = redis.call('HGET', run_key(members[i]), 'status')
+      if (st and st ~= 'queued' and st ~= 'running')
+          or (not st and tonumber(members[i + 1]) < now - tonumber(ARGV[5])) then
+        redis.call('ZREM', KEYS[1], members[i])
+      end
+    end
+    count = redis.call('ZCARD', KEYS[1])
+  end
+  if count + new > max_active then
+    if rate > 0 then redis.call('DECRBY', KEYS[2], n) end
+    return {'full', count}
+  end
+  for i = 6, #ARGV do redis.call('ZADD', KEYS[1], 'NX', now, ARGV[i]) end
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+end
+return {'ok', 0}
 """
 
 # Webhook deliveries: move newly finished runs from the list the scripts push to into the due set,
@@ -744,6 +832,7 @@ _SOURCES = {
     "capacity_renew": CAPACITY_RENEW,
     "capacity_release": CAPACITY_RELEASE,
     "capacity_pause": CAPACITY_PAUSE,
+    "admit_tenant": ADMIT_TENANT,
 }
 
 
@@ -766,6 +855,7 @@ class Scripts:
     capacity_renew: AsyncScript
     capacity_release: AsyncScript
     capacity_pause: AsyncScript
+    admit_tenant: AsyncScript
 
     def __init__(
         self,

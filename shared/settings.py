@@ -47,6 +47,12 @@ class Settings(BaseSettings):
     max_body_bytes: int = 2_000_000
     max_batch: int = 1_000
     max_queue_depth: int = 100_000  # above this, submissions get 429
+    tenant_max_active: int = 10_000  # queued + running runs per tenant; beyond, submissions get 429
+    tenant_max_running: int = 100  # runs of one tenant running at once (claim time); 0 = no limit
+    tenant_submits_per_second: int = 1_000  # runs a tenant may submit per second (a batch counts each)
+    tenant_quotas: str | None = (
+        None  # JSON (or a file of it): {"tenant": {"maxActive", "maxRunning", "submitsPerSecond"}}
+    )
     max_streams_per_tenant: int = 100  # open SSE streams + long-polls of one tenant per API process
     max_streams: int = 1_000  # … of all tenants per API process; beyond either, 429
     redis_timeout_s: float = (

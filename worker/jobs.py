@@ -29,6 +29,7 @@ from redis.exceptions import RedisError
 
 from shared.dispatch import RUN_FUNCTION, deserialize, serialize
 from shared.profiles import AgentProfile, profiles_from
+from shared.quotas import Quotas
 from shared.redis_conn import connect
 from shared.scripts import Scripts
 from shared.settings import Settings, get_settings
@@ -64,6 +65,9 @@ class ResilientWorker(Worker):
     claim_script: Any = None
     claim_batch: int = 64
     claim_check_ms: int = 30_000  # the lease: a claimed run not acquired by then is re-dispatched
+    max_running: int = 0  # per tenant (0: none); over-cap jobs are pushed back, not claimed
+    running_caps: str = ""  # {tenant: maxRunning} JSON of tenants with their own quota
+    push_back_ms: int = 500
 
     async def start_jobs(self, job_ids: list[bytes]) -> None:
         free = min(self.max_jobs - self.job_counter, self.claim_batch)
@@ -74,7 +78,8 @@ class ResilientWorker(Worker):
         reply = await self.claim_script(
             keys=[self.queue_name],
             args=[int(time.time() * 1000), int(self.in_progress_timeout_s * 1000), free,
-                  in_progress_key_prefix, self.claim_check_ms, *job_ids],
+                  in_progress_key_prefix, self.claim_check_ms, self.max_running, self.running_caps,
+                  self.push_back_ms, *job_ids],
         )  # fmt: skip
         for i in range(0, len(reply), 2):
             job_id = reply[i].decode() if isinstance(reply[i], bytes) else str(reply[i])
@@ -177,6 +182,8 @@ class WorkerProcess:
         )
         self.worker.claim_batch = s.claim_batch
         self.worker.claim_check_ms = s.lease_ms
+        self.worker.max_running = s.tenant_max_running
+        self.worker.running_caps = Quotas(s).running_overrides_json
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):

@@ -42,10 +42,12 @@ from shared.codec import to_jsonable
 from shared.ids import ID_PATTERN, new_batch_id
 from shared.models import ApprovalDecision, RunInput
 from shared.profiles import profiles_from
+from shared.quotas import Quotas
 from shared.redis_conn import connect
 from shared.settings import Settings, get_settings
 
 log = logging.getLogger("agentmill.api")
+QUOTA_CODES = ("quota_exceeded", "rate_limited")
 MAX_BLOCK_S = 5.0  # longest blocking stream read (XREAD BLOCK) of an SSE stream or long-poll
 
 
@@ -164,6 +166,7 @@ class Api:
             redis, settings=settings, profiles=profiles_from(settings.profiles), stream_redis=stream_redis
         )
         self.streams = StreamLimiter(settings.max_streams_per_tenant, settings.max_streams)
+        self.quotas = Quotas(settings)
         self.auth = Authenticator(settings)
         self.metrics = ApiMetrics()
         self._depth = (0.0, 0)
@@ -294,7 +297,9 @@ def create_app(
     ) -> Accepted:
         await api.admit()
         try:
-            sub = await api.producer.submit(body, tenant=tenant, idempotency_key=idempotency_key)
+            sub = await api.producer.submit(
+                body, tenant=tenant, idempotency_key=idempotency_key, quota=api.quotas.of(tenant)
+            )
         except SubmissionError:
             api.metrics.submitted(False)
             raise
@@ -321,8 +326,16 @@ def create_app(
             items.append(raw)
         batch_id = body.batchId or new_batch_id()
         results = await api.producer.submit_many(
-            items, tenant=tenant, batch_id=batch_id, offset=body.offset, batch_webhook=body.batchWebhook
-        )
+            items, tenant=tenant, batch_id=batch_id, offset=body.offset, batch_webhook=body.batchWebhook,
+            quota=api.quotas.of(tenant),
+        )  # fmt: skip
+        if not any(isinstance(r, Submitted) for r in results):  # refused whole by a quota: say so
+            refused = next(
+                (r for r in results if isinstance(r, SubmissionError) and r.code in QUOTA_CODES), None
+            )
+            if refused is not None:
+                raise ApiError(429, refused.code, refused.message.partition(": ")[2],
+                               headers={"Retry-After": str(refused.retry_after_s or 1)})  # fmt: skip
         out: list[dict[str, Any]] = []
         for r in (
             results

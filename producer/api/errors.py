@@ -55,7 +55,8 @@ async def on_api_error(request: Request, exc: Exception) -> OrjsonResponse:
 
 async def on_submission_error(request: Request, exc: Exception) -> OrjsonResponse:
     assert isinstance(exc, SubmissionError)
-    return error_response(exc.status, exc.code, exc.message, field=exc.field)
+    headers = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s else None
+    return error_response(exc.status, exc.code, exc.message, field=exc.field, headers=headers)
 
 
 async def on_validation_error(request: Request, exc: Exception) -> OrjsonResponse:

@@ -232,7 +232,18 @@ async def test_a_claimed_run_whose_worker_died_before_its_lease_is_redispatched_
     now_ms = int(t[0]) * 1000 + int(t[1]) // 1000
     claimed = await scripts.claim_jobs(
         keys=[keys.QUEUE],
-        args=[now_ms, 86_400_000, 10, keys.arq_in_progress_key(""), settings.lease_ms, "orphan", "taken"],
+        args=[
+            now_ms,
+            86_400_000,
+            10,
+            keys.arq_in_progress_key(""),
+            settings.lease_ms,
+            0,
+            "",
+            500,
+            "orphan",
+            "taken",
+        ],
     )
     assert [c.decode() for c in claimed[::2]] == ["orphan", "taken"]
     _, got = await acquire(redis, settings, "taken", "w-alive")

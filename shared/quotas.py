@@ -1,0 +1,52 @@
+"""Per-tenant quotas: how many runs a tenant may have queued and running, how many may run at
+once, and how many it may submit per second. Defaults come from settings; AGENTMILL_TENANT_QUOTAS
+(JSON, inline or a file path) overrides them per tenant:
+``{"tenant-a": {"maxActive": 50, "maxRunning": 10, "submitsPerSecond": 5}}``. 0 means no limit.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+
+import orjson
+from pydantic import Field
+
+from shared.models import Model
+from shared.settings import Settings
+
+
+class Quota(Model):
+    max_active: int = Field(default=0, ge=0)  # queued + running runs (checked at submission)
+    max_running: int = Field(default=0, ge=0)  # running at once (enforced when a worker claims a run)
+    submits_per_second: int = Field(default=0, ge=0)  # runs submitted per second (a batch counts each)
+
+
+class Quotas:
+    def __init__(self, settings: Settings) -> None:
+        self.default = Quota(
+            max_active=settings.tenant_max_active,
+            max_running=settings.tenant_max_running,
+            submits_per_second=settings.tenant_submits_per_second,
+        )
+        self.overrides: dict[str, Quota] = {}
+        spec = (settings.tenant_quotas or "").strip()
+        if spec:
+            raw = orjson.loads(spec if spec.startswith("{") else Path(spec).read_bytes())
+            if not isinstance(raw, dict):
+                raise ValueError("AGENTMILL_TENANT_QUOTAS must be a JSON object of tenant -> quota")
+            for tenant, q in raw.items():
+                self.overrides[tenant] = self.default.model_copy(
+                    update=Quota.model_validate(q).model_dump(exclude_unset=True)
+                )
+
+    def of(self, tenant: str) -> Quota:
+        return self.overrides.get(tenant, self.default)
+
+    @cached_property
+    def running_overrides_json(self) -> str:
+        """{tenant: maxRunning} for the claim script, "" when no tenant has its own."""
+        caps = {
+            t: q.max_running for t, q in self.overrides.items() if q.max_running != self.default.max_running
+        }
+        return orjson.dumps(caps).decode() if caps else ""

@@ -1,0 +1,98 @@
+"""Per-tenant quotas: queued+running runs, submissions per second, and fair dispatch (issue 13)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from redis.asyncio import Redis
+
+from shared import keys
+from shared.quotas import Quotas
+from shared.settings import Settings
+from tests.integration.helpers import producer_for, running_worker, script_run
+from tests.integration.test_hardening import A, B, api, body, settings
+
+pytestmark = pytest.mark.integration
+
+
+async def test_max_active_runs_per_tenant_is_a_429_with_retry_after(redis_url: str) -> None:
+    quotas = orjson.dumps({"tenant-b": {"maxActive": 3}}).decode()
+    async with (
+        api(settings(redis_url, tenant_quotas=quotas)) as url,
+        httpx.AsyncClient(base_url=url, headers=B) as cb,
+        httpx.AsyncClient(base_url=url, headers=A) as ca,
+    ):
+        ids = [(await cb.post("/v1/runs", json=body())).json()["runId"] for _ in range(3)]
+        r = await cb.post("/v1/runs", json=body())
+        assert r.status_code == 429 and r.json()["error"]["code"] == "quota_exceeded"
+        assert r.headers["retry-after"] == "5" and "3" in r.json()["error"]["message"]
+        r = await cb.post("/v1/runs/batch", json={"runs": [body(), body()]})
+        assert r.status_code == 429 and r.json()["error"]["code"] == "quota_exceeded"
+        # The same run again takes no new room; another tenant is not affected.
+        assert (await cb.post("/v1/runs", json=body(runId=ids[0]))).status_code == 200
+        assert (await ca.post("/v1/runs", json=body())).status_code == 202
+        # A run that ends frees its place.
+        assert (await cb.post(f"/v1/runs/{ids[0]}/abort")).status_code == 200
+        assert (await cb.post("/v1/runs", json=body())).status_code == 202
+
+
+async def test_submissions_per_second_are_limited_per_tenant(redis_url: str) -> None:
+    quotas = orjson.dumps({"tenant-b": {"submitsPerSecond": 5}}).decode()
+    async with (
+        api(settings(redis_url, tenant_quotas=quotas)) as url,
+        httpx.AsyncClient(base_url=url, headers=B) as cb,
+        httpx.AsyncClient(base_url=url, headers=A) as ca,
+    ):
+        t0 = time.monotonic()
+        answers = [await cb.post("/v1/runs", json=body()) for _ in range(12)]
+        took = time.monotonic() - t0
+        codes = [r.status_code for r in answers]
+        assert codes.count(202) <= 5 * (int(took) + 2) and 429 in codes, codes
+        limited = next(r for r in answers if r.status_code == 429)
+        assert limited.json()["error"]["code"] == "rate_limited" and limited.headers["retry-after"] == "1"
+        assert [(await ca.post("/v1/runs", json=body())).status_code for _ in range(8)] == [202] * 8
+        await asyncio.sleep(1.1)
+        assert (await cb.post("/v1/runs", json=body())).status_code == 202
+
+
+def test_quota_overrides_inherit_the_defaults() -> None:
+    s = Settings(tenant_max_active=7, tenant_max_running=3, tenant_submits_per_second=9,
+                 tenant_quotas='{"t1": {"maxRunning": 1}, "t2": {"maxActive": 2}}')  # fmt: skip
+    q = Quotas(s)
+    assert (q.of("t1").max_active, q.of("t1").max_running, q.of("t1").submits_per_second) == (7, 1, 9)
+    assert (q.of("t2").max_active, q.of("t2").max_running) == (2, 3)
+    assert q.of("other") == q.default
+    assert orjson.loads(q.running_overrides_json) == {"t1": 1}
+
+
+async def test_a_noisy_tenants_500_stalled_runs_leave_another_tenants_run_starting_within_a_second(
+    redis: Redis, redis_url: str
+) -> None:
+    # One worker with room for 150 runs; tenant B may run 100 at once. B's 500 stalled runs are
+    # ahead of A's run in the queue: B gets its 100, the rest wait their turn, A's starts at once.
+    p = producer_for(redis, redis_url)
+    stalled: list[dict[str, Any]] = [script_run([{"stall": True}]) for _ in range(500)]
+    b_ids = [s.run_id for s in await p.submit_many(stalled, tenant="tenant-b")]  # type: ignore[union-attr]
+    async with running_worker(redis_url, max_jobs=150, tenant_max_running=100, shutdown_grace_s=0.5):
+        deadline = time.monotonic() + 30
+        while await redis.zcard(keys.tenant_running_key("tenant-b")) < 100:
+            assert time.monotonic() < deadline, "tenant B's runs did not start"
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)  # a few polls with B at its cap
+        t0 = time.monotonic()
+        a = await p.submit(script_run([{"text": "hi"}]), tenant="tenant-a")
+        while (await redis.hget(keys.run_key(a.run_id), "status")) == b"queued":
+            assert time.monotonic() - t0 < 1.0, "tenant A's run did not start within a second"
+            await asyncio.sleep(0.02)
+        started_after = time.monotonic() - t0
+        async with redis.pipeline(transaction=False) as pipe:
+            for rid in b_ids:
+                pipe.hget(keys.run_key(rid), "status")
+            running_b = sum(1 for st in await pipe.execute() if st == b"running")
+    assert started_after < 1.0
+    assert running_b <= 100  # B never ran more than its cap
