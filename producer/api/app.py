@@ -495,9 +495,10 @@ def create_app(
         body, ctype = api.metrics.render()
         return Response(body, media_type=ctype)
 
-    from producer.api import routes_catalog
+    from producer.api import routes_catalog, routes_ui
 
     app.include_router(routes_catalog.router)
+    app.include_router(routes_ui.router)
     return app
 
 

@@ -330,3 +330,29 @@ async def test_cli_and_client_find_runs_and_follow_batches(redis_url: str, tmp_p
             view = await c.get_batch("parked")
             assert view.finished and view.counts["aborted"] == 3
             assert {r.status for r in (await c.batch_runs("parked")).runs} == {"aborted"}
+
+
+async def test_console_files_are_served_under_a_strict_csp_without_weakening_auth(redis_url: str) -> None:
+    import re
+
+    async with api(settings(redis_url)) as url, httpx.AsyncClient(base_url=url) as c:
+        page = await c.get("/ui")
+        csp = page.headers["content-security-policy"]
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        assert "default-src 'none'" in csp and "script-src 'self'" in csp and "frame-ancestors 'none'" in csp
+        assert "unsafe" not in csp and page.headers["x-content-type-options"] == "nosniff"
+        html = page.text
+        assert not re.search(r"<script(?![^>]*\bsrc=)[^>]*>", html), (
+            "an inline script would need 'unsafe-inline'"
+        )
+        assert " style=" not in html and not re.search(r"\son\w+=", html), "inline styles and handlers too"
+        js = await c.get("/ui/app.js")
+        assert js.status_code == 200 and js.headers["content-type"].startswith("text/javascript")
+        assert "innerHTML" not in js.text and "eval(" not in js.text
+        assert (await c.get("/ui/app.css")).headers["content-security-policy"] == csp
+        assert (await c.get("/ui/../app.py")).status_code == 404
+        assert (await c.get("/ui/secrets.txt")).status_code == 404
+        # The page is public; every API call it makes still needs the token.
+        assert (await c.get("/v1/runs")).status_code == 401
+        assert (await c.get("/v1/batches/x")).status_code == 401
+        assert "/ui" not in (await c.get("/openapi.json")).json()["paths"]

@@ -1,0 +1,390 @@
+// agentmill's web console: plain JS, no build step. Every request carries the bearer token the user
+// typed (kept in sessionStorage); the event stream is read with fetch (EventSource cannot send an
+// Authorization header). The DOM is built with textContent only: run data never becomes markup.
+"use strict";
+
+const TOKEN_KEY = "agentmill.token";
+const TERMINAL = new Set(["completed", "failed", "aborted"]);
+const STATUSES = ["queued", "running", "awaiting_human", "completed", "failed", "aborted"];
+let cleanup = [];  // what the current page must stop (timers, streams) when the user leaves it
+
+// ---- small helpers ----
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "class") node.className = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else if (k === "text") node.textContent = v;
+    else node.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children.flat(Infinity)) {
+    if (c === null || c === undefined) continue;
+    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+}
+
+function token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
+function auth() { return { Authorization: "Bearer " + token() }; }
+function when(ms) { return ms ? new Date(ms).toISOString().replace("T", " ").slice(0, 19) + " UTC" : "—"; }
+function toast(msg) {
+  const t = document.getElementById("toast");
+  t.textContent = msg;
+  setTimeout(() => { if (t.textContent === msg) t.textContent = ""; }, 4000);
+}
+function statusBadge(s) { return el("span", { class: "status status-" + s, text: s.replace("_", " ") }); }
+
+class Unauthorized extends Error {}
+
+async function api(method, path, body) {
+  const init = { method, headers: { ...auth() } };
+  if (body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  const resp = await fetch(path, init);
+  if (resp.status === 401) { signOut(); throw new Unauthorized("the token was refused"); }
+  const data = await resp.json().catch(() => ({}));
+  if (!resp.ok) {
+    const e = new Error((data.error && data.error.message) || "HTTP " + resp.status);
+    e.status = resp.status;
+    throw e;
+  }
+  return data;
+}
+
+// ---- sign-in ----
+
+function signOut() {
+  sessionStorage.removeItem(TOKEN_KEY);
+  showLogin("");
+}
+
+function showLogin(message) {
+  stopPage();
+  document.getElementById("view").replaceChildren();
+  document.getElementById("login").hidden = false;
+  document.getElementById("logout").hidden = true;
+  document.getElementById("login-error").textContent = message;
+  document.getElementById("token").focus();
+}
+
+async function onLogin(ev) {
+  ev.preventDefault();
+  const input = document.getElementById("token");
+  sessionStorage.setItem(TOKEN_KEY, input.value.trim());
+  input.value = "";
+  try {
+    await api("GET", "/v1/runs?limit=1");
+  } catch (e) {
+    showLogin(e instanceof Unauthorized ? "That token was not accepted." : e.message);
+    return;
+  }
+  document.getElementById("login").hidden = true;
+  route();
+}
+
+// ---- routing: #/runs?filters, #/batch/ID, #/run/ID ----
+
+function stopPage() { for (const stop of cleanup) stop(); cleanup = []; }
+
+function route() {
+  stopPage();
+  if (!token()) { showLogin(""); return; }
+  document.getElementById("login").hidden = true;
+  document.getElementById("logout").hidden = false;
+  const hash = location.hash.slice(1) || "/runs";
+  const [path, query] = hash.split("?");
+  const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
+  const view = document.getElementById("view");
+  view.replaceChildren();
+  if (parts[0] === "run" && parts[1]) runPage(view, parts[1]);
+  else if (parts[0] === "batch" && parts[1]) batchPage(view, parts[1]);
+  else runsPage(view, new URLSearchParams(query || ""));
+}
+
+function onError(view, e) {
+  if (e instanceof Unauthorized) return;
+  view.append(el("p", { role: "alert", class: "error", text: e.message }));
+}
+
+function every(ms, fn) {
+  const id = setInterval(fn, ms);
+  cleanup.push(() => clearInterval(id));
+}
+
+// ---- the runs table ----
+
+function runsTable(caption, runs) {
+  const rows = runs.map((r) => el("tr", { "data-run": r.runId },
+    el("td", {}, el("a", { href: "#/run/" + encodeURIComponent(r.runId), text: r.runId })),
+    el("td", {}, statusBadge(r.status)),
+    el("td", { text: when(r.createdAt) }),
+    el("td", { text: r.agent || "" }),
+    el("td", { text: r.sessionId || "" }),
+    el("td", {}, r.batchId ? el("a", { href: "#/batch/" + encodeURIComponent(r.batchId), text: r.batchId }) : ""),
+  ));
+  return el("table", {},
+    el("caption", { text: caption }),
+    el("thead", {}, el("tr", {}, ["Run", "Status", "Created", "Agent", "Session", "Batch"].map((h) => el("th", { scope: "col", text: h })))),
+    el("tbody", {}, rows.length ? rows : el("tr", {}, el("td", { colspan: 6, class: "muted", text: "No runs." }))),
+  );
+}
+
+function runsPage(view, params) {
+  view.append(el("h1", { text: "Runs" }));
+  const field = (label, name, input) => el("label", {}, label, input);
+  const status = el("select", { name: "status", id: "f-status" },
+    el("option", { value: "", text: "any" }), STATUSES.map((s) => el("option", { value: s, text: s })));
+  status.value = params.get("status") || "";
+  const text = (name, ph) => el("input", { name, id: "f-" + name, value: params.get(name) || "", placeholder: ph || "" });
+  const dt = (name) => {
+    const input = el("input", { name, id: "f-" + name, type: "datetime-local" });
+    if (params.get(name)) input.value = new Date(+params.get(name)).toISOString().slice(0, 16);
+    return input;
+  };
+  const form = el("form", { class: "filters", role: "search", "aria-label": "Filter runs" },
+    field("Status", "status", status),
+    field("Agent", "agent", text("agent")),
+    field("Session", "sessionId", text("sessionId")),
+    field("Batch", "batchId", text("batchId")),
+    field("Metadata (key=value)", "metadata", text("metadata", "team=red")),
+    field("Created after (UTC)", "createdAfter", dt("createdAfter")),
+    field("Created before (UTC)", "createdBefore", dt("createdBefore")),
+    el("button", { type: "submit", text: "Apply" }),
+  );
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const q = new URLSearchParams();
+    for (const [k, v] of new FormData(form).entries()) {
+      if (!v) continue;
+      q.set(k, k.startsWith("created") ? String(Date.parse(v + "Z")) : String(v));
+    }
+    location.hash = "/runs?" + q.toString();
+  });
+  const holder = el("div", { "aria-live": "polite" });
+  const pager = el("div", { class: "actions" });
+  view.append(form, holder, pager);
+  const cursors = [null];  // the cursor of each page seen, to go back to the first
+  let page = 0;
+
+  async function load() {
+    const q = new URLSearchParams(params);
+    q.set("limit", "25");
+    if (cursors[page]) q.set("cursor", cursors[page]);
+    try {
+      const data = await api("GET", "/v1/runs?" + q.toString());
+      cursors[page + 1] = data.next;
+      holder.replaceChildren(runsTable(`Page ${page + 1}, newest first; statuses refresh every 2 s`, data.runs));
+      pager.replaceChildren(
+        el("button", { type: "button", disabled: page === 0, onclick: () => { page = 0; load(); }, text: "First page" }),
+        el("button", { type: "button", disabled: !data.next, onclick: () => { page += 1; load(); }, text: "Next page" }),
+      );
+    } catch (e) { holder.replaceChildren(); onError(holder, e); }
+  }
+  load();
+  every(2000, load);
+}
+
+// ---- a batch ----
+
+function batchPage(view, batchId) {
+  view.append(el("h1", {}, "Batch ", el("code", { text: batchId })));
+  const summary = el("div", { "aria-live": "polite" });
+  const abort = el("button", { type: "button", class: "danger", id: "abort-batch", text: "Abort the batch's runs" });
+  const runs = el("div");
+  view.append(summary, el("div", { class: "actions" }, abort), runs);
+  abort.addEventListener("click", async () => {
+    if (!confirm("Abort every run of this batch that has not ended?")) return;
+    try {
+      const r = await api("POST", `/v1/batches/${encodeURIComponent(batchId)}/abort`);
+      toast(`${r.aborted} aborted, ${r.requested} stopping, ${r.finished} had ended`);
+      load();
+    } catch (e) { onError(view, e); }
+  });
+
+  async function load() {
+    try {
+      const b = await api("GET", `/v1/batches/${encodeURIComponent(batchId)}`);
+      const pct = Math.round(b.progress * 100);
+      summary.replaceChildren(
+        el("label", { for: "batch-progress" }, `${b.done} of ${b.total} runs ended (${pct}%)`),
+        el("progress", { id: "batch-progress", max: b.total || 1, value: b.done }),
+        el("dl", { class: "counts" },
+          STATUSES.map((s) => [el("dt", { text: s.replace("_", " ") }), el("dd", { "data-count": s, text: b.counts[s] || 0 })]),
+          el("dt", { text: "started" }), el("dd", { text: when(b.createdAt) }),
+          el("dt", { text: "ended" }), el("dd", { text: b.finished ? when(b.finishedAt) : "not yet" }),
+        ),
+      );
+      abort.disabled = b.finished;
+      const page = await api("GET", `/v1/batches/${encodeURIComponent(batchId)}/runs?limit=100`);
+      runs.replaceChildren(runsTable(`Runs of the batch (newest 100)`, page.runs));
+      return b.finished;
+    } catch (e) { summary.replaceChildren(); onError(summary, e); return true; }
+  }
+  load();
+  every(1000, load);
+}
+
+// ---- a run and its live timeline ----
+
+function describeArgs(a) { return typeof a === "string" ? a : JSON.stringify(a); }
+
+function eventItem(e, state) {
+  const p = e.payload || {};
+  const seq = el("span", { class: "seq", text: "#" + e.seq });
+  switch (e.kind) {
+    case "status": {
+      const parts = [seq, "status ", statusBadge(p.status)];
+      if (p.status === "retrying") parts.push(` attempt ${p.attempt} in ${((p.delayMs || 0) / 1000).toFixed(1)} s (${p.reason || ""})`);
+      if (p.error) parts.push(` ${p.error.code}: ${p.error.message}`);
+      if (p.status === "completed" && p.iterations !== undefined) parts.push(` after ${p.iterations} iterations`);
+      return el("li", { "data-kind": "status", "data-status": p.status }, parts);
+    }
+    case "model_delta": {
+      const frag = p.text || (p.toolCall && p.toolCall.arguments) || "";
+      if (state.stream) { state.stream.textContent += frag; return null; }
+      state.stream = el("span", { class: "stream", text: frag });
+      return el("li", { "data-kind": "model_delta" }, seq, "streaming: ", state.stream);
+    }
+    case "assistant_message": {
+      state.stream = null;
+      const m = p.message || {};
+      if (m.toolCalls && m.toolCalls.length) {
+        return el("li", { "data-kind": "assistant_message" }, seq, "assistant asks for ",
+          m.toolCalls.map((c) => `${c.name}(${describeArgs(c.arguments)})`).join(", "));
+      }
+      return el("li", { "data-kind": "assistant_message" }, seq, "assistant: ", el("strong", { text: m.content || "" }));
+    }
+    case "tool_call":
+      return el("li", { "data-kind": "tool_call" }, seq, "→ tool call ", el("code", { text: `${p.name}(${describeArgs(p.arguments)})` }));
+    case "tool_result":
+      return el("li", { "data-kind": "tool_result", class: p.isError ? "error" : "" }, seq, `← ${p.name}: `,
+        el("pre", { text: String(p.content === undefined ? "" : describeArgs(p.content)).slice(0, 2000) }));
+    case "error":
+      return el("li", { "data-kind": "error", class: "error" }, seq, `error ${p.code || ""}: ${p.message || ""}`);
+    case "compaction":
+      return el("li", { "data-kind": "compaction" }, seq, `compacted ${p.removed} messages (${p.reason || ""})`);
+    default:
+      return el("li", { "data-kind": e.kind }, seq, `${e.kind}: ${JSON.stringify(p).slice(0, 300)}`);
+  }
+}
+
+// Reads GET /v1/runs/{id}/events (Server-Sent Events) with fetch, calling onEvent per event; resolves
+// when the stream ends. Throws on HTTP errors.
+async function readStream(runId, after, onEvent, signal) {
+  const resp = await fetch(`/v1/runs/${encodeURIComponent(runId)}/events?after=${after}`,
+    { headers: { ...auth(), Accept: "text/event-stream" }, signal });
+  if (resp.status === 401) { signOut(); throw new Unauthorized("the token was refused"); }
+  if (!resp.ok) throw new Error("events: HTTP " + resp.status);
+  const reader = resp.body.getReader();
+  const decoder = new TextDecoder();
+  let buf = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buf += decoder.decode(value, { stream: true });
+    let cut;
+    while ((cut = buf.indexOf("\n\n")) >= 0) {
+      const block = buf.slice(0, cut);
+      buf = buf.slice(cut + 2);
+      const data = block.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).replace(/^ /, ""));
+      if (data.length) onEvent(JSON.parse(data.join("\n")));
+    }
+  }
+}
+
+function runPage(view, runId) {
+  const status = el("span", { id: "run-status", "aria-live": "polite" });
+  const abort = el("button", { type: "button", class: "danger", id: "abort", text: "Abort run" });
+  const approvals = el("section", { class: "approvals", id: "approvals", "aria-labelledby": "approvals-title", hidden: true });
+  const meta = el("p", { class: "muted" });
+  const timeline = el("ol", { class: "timeline", id: "timeline", "aria-label": "Events, oldest first" });
+  const live = el("p", { class: "muted", id: "live", text: "connecting…" });
+  view.append(el("h1", {}, "Run ", el("code", { text: runId })), el("p", {}, "Status: ", status), meta,
+    el("div", { class: "actions" }, abort), approvals, el("h2", { text: "Timeline" }), live, timeline);
+  const state = { stream: null, last: 0, status: "", ended: false };
+  const controller = new AbortController();
+  cleanup.push(() => controller.abort());
+
+  function setStatus(s) {
+    state.status = s;
+    status.replaceChildren(statusBadge(s));
+    abort.disabled = TERMINAL.has(s);
+    if (s !== "awaiting_human") { approvals.hidden = true; approvals.replaceChildren(); }
+  }
+
+  function showApprovals(pending) {
+    if (!pending || !pending.length) return;
+    approvals.hidden = false;
+    approvals.replaceChildren(el("h2", { id: "approvals-title", text: "Waiting for your approval" }),
+      el("ul", {}, pending.map((a) => {
+        const result = el("span", { class: "muted", "aria-live": "polite" });
+        const decide = async (approved, buttons) => {
+          buttons.forEach((b) => { b.disabled = true; });
+          try {
+            const r = await api("POST", `/v1/runs/${encodeURIComponent(runId)}/approvals`,
+              { decisions: [{ toolCallId: a.toolCallId, approved }] });
+            result.textContent = (approved ? "approved" : "rejected") + (r.resumed ? "; the run resumes" : "");
+          } catch (e) { result.textContent = e.message; buttons.forEach((b) => { b.disabled = false; }); }
+        };
+        const yes = el("button", { type: "button", "data-action": "approve", "data-call": a.toolCallId,
+          "aria-label": `Approve ${a.name} (${a.toolCallId})`, text: "Approve" });
+        const no = el("button", { type: "button", class: "danger", "data-action": "reject", "data-call": a.toolCallId,
+          "aria-label": `Reject ${a.name} (${a.toolCallId})`, text: "Reject" });
+        yes.addEventListener("click", () => decide(true, [yes, no]));
+        no.addEventListener("click", () => decide(false, [yes, no]));
+        return el("li", {}, el("code", { text: `${a.name}(${describeArgs(a.arguments)})` }), " ", yes, " ", no, " ", result);
+      })));
+  }
+
+  abort.addEventListener("click", async () => {
+    try {
+      const r = await api("POST", `/v1/runs/${encodeURIComponent(runId)}/abort`);
+      toast(r.result === "requested" ? "abort requested: its worker stops it" : "run " + r.result);
+    } catch (e) { onError(view, e); }
+  });
+
+  function onEvent(e) {
+    if (e.seq <= state.last) return;
+    state.last = e.seq;
+    const item = eventItem(e, state);
+    if (item) timeline.append(item);
+    if (e.kind === "status" && e.payload.status !== "retrying") {
+      setStatus(e.payload.status);
+      if (e.payload.status === "awaiting_human") showApprovals(e.payload.pendingApprovals);
+      if (TERMINAL.has(e.payload.status)) state.ended = true;
+    }
+  }
+
+  (async () => {
+    try {
+      const run = await api("GET", `/v1/runs/${encodeURIComponent(runId)}`);
+      setStatus(run.status);
+      meta.textContent = `created ${when(run.createdAt)}` + (run.sessionId ? ` · session ${run.sessionId}` : "");
+      if (run.status === "awaiting_human") showApprovals(run.pendingApprovals);
+    } catch (e) { onError(view, e); return; }
+    while (!state.ended && !controller.signal.aborted) {
+      try {
+        live.textContent = "live: following the event stream";
+        await readStream(runId, state.last, onEvent, controller.signal);
+      } catch (e) {
+        if (controller.signal.aborted || e instanceof Unauthorized) return;
+        live.textContent = "stream interrupted (" + e.message + "); reconnecting…";
+      }
+      if (!state.ended) await new Promise((r) => setTimeout(r, 1000));
+    }
+    live.textContent = "the run has ended";
+  })();
+}
+
+// ---- start ----
+
+document.addEventListener("DOMContentLoaded", () => {
+  document.getElementById("login-form").addEventListener("submit", onLogin);
+  document.getElementById("logout").addEventListener("click", signOut);
+  window.addEventListener("hashchange", route);
+  route();
+});
