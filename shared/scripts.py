@@ -66,13 +66,24 @@ local function zadd(k, score, member)
   if not t then t = {}; DEFERRED[k] = t end
   t[#t + 1] = score; t[#t + 1] = member
 end
+local BATCH_NEW = nil  -- while deferring: batch key -> {tenant, batchId, runs created}
+-- n runs were created in a batch: create its hash if needed, count them (all start queued).
+local function batch_add(t, batch, n, now)
+  local bk = batch_key(t, batch)
+  if redis.call('HSETNX', bk, 'createdAt', now) == 1 then redis.call('HSET', bk, 'batchId', batch, 'tenant', t) end
+  redis.call('HINCRBY', bk, 'total', n)
+  redis.call('HINCRBY', bk, 'queued', n)
+  redis.call('HDEL', bk, 'finishedAt')
+  redis.call('EXPIRE', bk, __RETENTION__)
+end
 local function flush_deferred()
   if not DEFERRED then return end
   for k, t in pairs(DEFERRED) do
     for i = 1, #t, 1000 do redis.call('ZADD', k, unpack(t, i, math.min(i + 999, #t))) end
   end
   for k in pairs(TRIM) do ix_trim(k) end
-  DEFERRED, TRIM = {}, {}
+  for _, b in pairs(BATCH_NEW) do batch_add(b[1], b[2], b[3], now_ms()) end
+  DEFERRED, TRIM, BATCH_NEW = {}, {}, {}
 end
 local function ix_add(t, dim, value, id, score)
   local k = tenant_prefix(t) .. ':ix:' .. dim .. ':' .. value
@@ -176,15 +187,17 @@ local function index_new(run, A, now)
   if A[13] then ix_add(t, 'agent', A[13], id, now) end
   if A[5] ~= '' then ix_add(t, 'session', A[5], id, now) end
   if batch ~= '' then
-    local bk = batch_key(t, batch)
-    if redis.call('HSETNX', bk, 'createdAt', now) == 1 then redis.call('HSET', bk, 'batchId', batch, 'tenant', t) end
-    redis.call('HINCRBY', bk, 'total', 1)
-    redis.call('HDEL', bk, 'finishedAt')
+    if BATCH_NEW then
+      local b = BATCH_NEW[batch]
+      if not b then b = {t, batch, 0}; BATCH_NEW[batch] = b end
+      b[3] = b[3] + 1
+    else
+      batch_add(t, batch, 1, now)
+    end
     ix_add(t, 'batch', batch, id, now)
   end
   for j = 1, tonumber(A[14] or '0') do ix_add(t, 'meta', A[14 + j], id, now) end
   ix_add(t, 'status', 'queued', id, now)
-  if batch ~= '' then redis.call('HINCRBY', batch_key(t, batch), 'queued', 1) end
 end
 local function submit_one(K, A)
   if redis.call('EXISTS', K[1]) == 1 then
@@ -262,7 +275,7 @@ SUBMIT_MANY = (
 local t, batch = ARGV[1], ARGV[2]
 local runs = cjson.decode(ARGV[6])
 local out = {}
-DEFERRED, TRIM = {}, {}
+DEFERRED, TRIM, BATCH_NEW = {}, {}, {}
 local now = now_ms()
 FIXED_NOW = now
 local job_tail = '",1],"k":{},"et":' .. now .. '}'  -- the arq job dispatch_payload writes; ids need no escaping
@@ -271,8 +284,11 @@ for n, r in ipairs(runs) do
   local job = '{"t":null,"f":"__FUNCTION__","a":["' .. id .. job_tail
   local A = {id, ARGV[6 + n], r[2], t, sid, job, ARGV[4], ARGV[5], r[4], r[5], r[6], batch, r[7], #terms}
   for j = 1, #terms do A[14 + j] = terms[j] end
-  local K = {run_key(id), '__JOBPREFIX__' .. id, QUEUE, LIVE, session_key(sid), session_key(sid) .. ':pending',
-    session_key(sid) .. ':runs'}
+  local K = {run_key(id), '__JOBPREFIX__' .. id, QUEUE, LIVE}
+  if sid ~= '' then
+    local sk = session_key(sid)
+    K[5], K[6], K[7] = sk, sk .. ':pending', sk .. ':runs'
+  end
   local v = submit_one(K, A)
   out[#out + 1] = v[1]; out[#out + 1] = v[2]
 end
