@@ -98,6 +98,11 @@ def describe(e: RunEvent) -> str:
                 f"{c['name']}({c['arguments']}) [{c['toolCallId']}]" for c in p.get("pendingApprovals", [])
             )
             return f"[magenta]⏸ awaiting approval[/] {calls}"
+        if s == "awaiting_tools":
+            calls = ", ".join(
+                f"{c['name']}({c['arguments']}) [{c['toolCallId']}]" for c in p.get("pendingToolCalls", [])
+            )
+            return f"[magenta]⏸ awaiting client tool results[/] {calls}"
         extra = {k2: v for k2, v in p.items() if k2 != "status"}
         return f"[cyan]● {s}[/] {orjson.dumps(extra).decode() if extra else ''}"
     if k == "model_delta":
@@ -109,7 +114,8 @@ def describe(e: RunEvent) -> str:
             return "assistant → " + ", ".join(f"{c['name']}({c['arguments']})" for c in m["toolCalls"])
         return f"assistant: [bold]{m.get('content', '')}[/]"
     if k == "tool_call":
-        return f"→ {p.get('name')}({p.get('arguments')})"
+        where = " [client]" if p.get("execution") == "client" else ""
+        return f"→ {p.get('name')}({p.get('arguments')}){where} [{p.get('toolCallId')}]"
     if k == "tool_result":
         color = "red" if p.get("isError") else "green"
         return f"[{color}]← {p.get('name')}:[/] {str(p.get('content', ''))[:200]}"
@@ -205,7 +211,11 @@ def status(run_id: str) -> None:
                 err.print(f"[red]error:[/] no run {run_id}")
                 return 2
             console.print_json(orjson.dumps(rec.view()).decode())
-            return 0 if rec.status.value in ("completed", "queued", "running", "awaiting_human") else 1
+            return (
+                0
+                if rec.status.value in ("completed", "queued", "running", "awaiting_human", "awaiting_tools")
+                else 1
+            )
 
     _run(go())
 
@@ -243,6 +253,45 @@ def _decision(approved: bool) -> Any:
 
 main.command("approve", help="Approve a pending tool call.")(_decision(True))
 main.command("reject", help="Reject a pending tool call.")(_decision(False))
+
+
+@main.command(
+    "tool-result", help="Post the result of a client tool call (a repeat of the same result is a no-op)."
+)
+@click.argument("run_id")
+@click.argument("tool_call_id")
+@click.option("--content", required=True, help="the result text ('-' reads it from stdin)")
+@click.option("--error", "is_error", is_flag=True, help="the call failed: content is the error")
+@click.option("--api", "api_url", default=None, help="post through the HTTP API instead of Redis")
+@click.option("--token", envvar="AGENTMILL_TOKEN", default=None)
+def tool_result(run_id: str, tool_call_id: str, content: str, is_error: bool, api_url: str | None,
+                token: str | None) -> None:  # fmt: skip
+    from shared.models import ClientToolResult
+
+    text = sys.stdin.read() if content == "-" else content
+    result = ClientToolResult(tool_call_id=tool_call_id, content=text, is_error=is_error)
+
+    async def go() -> int:
+        if api_url:
+            from producer.client import ApiError, AsyncClient
+
+            async with AsyncClient(api_url, token=token) as c:
+                try:
+                    answer = await c.tool_results(run_id, [result])
+                except ApiError as exc:
+                    err.print(f"[red]✗ {exc.code}:[/] {exc.message}")
+                    return 2
+            console.print(f"✓ {answer.results[0].result}{' (run resumed)' if answer.resumed else ''}")
+            return 0
+        async with _producer() as p:
+            verdict, call, each = await p.post_tool_results(run_id, [result])
+            if verdict not in ("recorded", "resumed"):
+                err.print(f"[red]✗ {verdict}[/] {call}")
+                return 2
+            console.print(f"✓ {each[0]}{' (run resumed)' if verdict == 'resumed' else ''}")
+            return 0
+
+    _run(go())
 
 
 @main.command(help="Submit runs from a JSONL file (one RunInput per line) as one batch.")

@@ -25,9 +25,10 @@ from shared.api import (
     RunsPage,
     RunSummary,
     RunView,
+    ToolResultsAnswer,
 )
 from shared.codec import to_jsonable
-from shared.models import RunEvent, RunInput
+from shared.models import ClientToolResult, RunEvent, RunInput
 
 
 class ApiError(Exception):
@@ -219,6 +220,20 @@ class AsyncClient:
     async def reject(self, run_id: str, tool_call_id: str, *, reason: str | None = None) -> ApprovalsAnswer:
         return await self._decide(run_id, tool_call_id, False, reason)
 
+    async def tool_results(self, run_id: str, results: Sequence[ClientToolResult]) -> ToolResultsAnswer:
+        """Results of client tool calls, all or none; posting the same result again is a no-op."""
+        body = {"results": [to_jsonable(r) for r in results]}
+        return ToolResultsAnswer.model_validate(
+            _check(await self.http.post(f"/v1/runs/{run_id}/tool-results", json=body))
+        )
+
+    async def tool_result(
+        self, run_id: str, tool_call_id: str, content: str, *, is_error: bool = False
+    ) -> ToolResultsAnswer:
+        return await self.tool_results(
+            run_id, [ClientToolResult(tool_call_id=tool_call_id, content=content, is_error=is_error)]
+        )
+
     async def _decide(
         self, run_id: str, tool_call_id: str, approved: bool, reason: str | None
     ) -> ApprovalsAnswer:
@@ -343,3 +358,11 @@ class Client:
 
     def reject(self, run_id: str, tool_call_id: str, *, reason: str | None = None) -> ApprovalsAnswer:
         return self._run(self._async.reject(run_id, tool_call_id, reason=reason))  # type: ignore[no-any-return]
+
+    def tool_results(self, run_id: str, results: Sequence[ClientToolResult]) -> ToolResultsAnswer:
+        return self._run(self._async.tool_results(run_id, results))  # type: ignore[no-any-return]
+
+    def tool_result(
+        self, run_id: str, tool_call_id: str, content: str, *, is_error: bool = False
+    ) -> ToolResultsAnswer:
+        return self._run(self._async.tool_result(run_id, tool_call_id, content, is_error=is_error))  # type: ignore[no-any-return]

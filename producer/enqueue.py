@@ -25,7 +25,7 @@ from shared import keys, limits
 from shared.codec import to_jsonable
 from shared.dispatch import JOB_EXPIRE_MS, job_payload, job_ref
 from shared.events import decode_entry, stream_id
-from shared.models import RunEvent, RunInput, RunResult, RunStatus
+from shared.models import ClientToolResult, RunEvent, RunInput, RunResult, RunStatus
 from shared.profiles import AgentProfile
 from shared.quotas import Quota
 from shared.scripts import Scripts, text
@@ -81,6 +81,7 @@ class RunRecord:
     result: RunResult | None
     pending_approvals: list[dict[str, Any]] = field(default_factory=list)
     abort_requested: bool = False
+    pending_tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
     def view(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -94,6 +95,8 @@ class RunRecord:
             d["result"] = to_jsonable(self.result)
         if self.pending_approvals:
             d["pendingApprovals"] = self.pending_approvals
+        if self.pending_tool_calls:
+            d["pendingToolCalls"] = self.pending_tool_calls
         return d
 
 
@@ -202,6 +205,10 @@ class Producer:
             raise SubmissionError(
                 "unknown_agent", f"agent: no profile named {run.agent!r} (known: {known})", field="agent"
             )
+        if self.profiles is not None and run.client_tools:
+            problem = self.profiles[run.agent].client_tool_problem(run.client_tools)
+            if problem is not None:
+                raise SubmissionError("client_tool_not_allowed", problem, field=problem.split(":", 1)[0])
         size = len(orjson.dumps(to_jsonable(run)))
         if size > limits.MAX_RUN_INPUT_BYTES:
             raise SubmissionError(
@@ -427,7 +434,8 @@ class Producer:
     # ---- reading ----
 
     async def get(self, run_id: str, *, tenant: str | None = None) -> RunRecord | None:
-        fields = ["status", "tenant", "sessionId", "createdAt", "lastSeq", "result", "approvals", "abort"]
+        fields = ["status", "tenant", "sessionId", "createdAt", "lastSeq", "result", "approvals", "abort",
+                  "clientPending"]  # fmt: skip
         vals = await self.redis.hmget(keys.run_key(run_id), fields)  # type: ignore[misc]
         if vals[0] is None:
             return None
@@ -447,6 +455,13 @@ class Producer:
                             "arguments": entry.get("arguments"),
                         }
                     )
+        calls: list[dict[str, Any]] = []
+        if status == RunStatus.AWAITING_TOOLS and h["clientPending"]:
+            calls = orjson.loads(h["clientPending"])
+            recs = await self.redis.hmget(keys.tools_key(run_id), [c["toolCallId"] for c in calls])  # type: ignore[misc]
+            calls = [
+                c for c, r in zip(calls, recs, strict=True) if r and orjson.loads(r).get("state") != "done"
+            ]
         return RunRecord(
             run_id=run_id,
             status=status,
@@ -457,6 +472,7 @@ class Producer:
             result=result,
             pending_approvals=pending,
             abort_requested=bool(h["abort"]),
+            pending_tool_calls=calls,
         )
 
     async def read_events(
@@ -526,6 +542,23 @@ class Producer:
                 return verdict
             await asyncio.sleep(0.01)
         return "moved"
+
+    async def post_tool_results(
+        self, run_id: str, results: Sequence[ClientToolResult], *, tenant: str | None = None
+    ) -> tuple[str, str, list[str]]:
+        """Record results of client tool calls, all or none. Returns (verdict, toolCallId, per-result
+        verdicts): recorded | resumed (the run went back on the queue), each result recorded | duplicate;
+        or unknown_run | finished | unknown_call | not_client | conflict | timed_out naming the call."""
+        args: list[Any] = [run_id, tenant or "", len(results)]
+        for r in results:
+            args += [r.tool_call_id, r.content, "1" if r.is_error else ""]
+        reply = await self.scripts.tool_results(
+            keys=[keys.run_key(run_id), keys.tools_key(run_id)], args=args
+        )
+        verdict = text(reply[0])
+        if verdict in ("recorded", "resumed"):
+            return verdict, "", [text(v) for v in reply[1:]]
+        return verdict, text(reply[1]) if len(reply) > 1 else "", []
 
     async def get_session(self, session_id: str, *, tenant: str | None = None) -> dict[str, Any] | None:
         """The session's runs (in submission order), its active run and its history of run loops."""

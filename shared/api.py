@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from shared.models import RunEvent, RunResult
+from shared.models import ClientToolResult, RunEvent, RunResult
 
 
 class ErrorBody(BaseModel):
@@ -76,6 +76,7 @@ class RunView(BaseModel):
     lastSeq: int
     result: RunResult | None = None
     pendingApprovals: list[dict[str, Any]] | None = None
+    pendingToolCalls: list[dict[str, Any]] | None = None
 
 
 class EventsPage(BaseModel):
@@ -99,6 +100,23 @@ class ApprovalsAnswer(BaseModel):
     runId: str
     results: list[ApprovalVerdict]
     resumed: bool
+
+
+class ToolResultsBody(BaseModel):
+    results: list[ClientToolResult] = Field(min_length=1, max_length=256)
+
+
+class ToolResultVerdict(BaseModel):
+    toolCallId: str
+    result: str = Field(description="recorded | duplicate (the same result was recorded before: a no-op)")
+
+
+class ToolResultsAnswer(BaseModel):
+    runId: str
+    results: list[ToolResultVerdict]
+    resumed: bool = Field(
+        description="every pending client call has its result: the run is back on the queue"
+    )
 
 
 class SessionView(BaseModel):

@@ -61,6 +61,36 @@ class ToolResult(Model):
     is_error: bool = False
 
 
+class ClientTool(Model):
+    """A tool the caller executes (seed: external tools): the run publishes each call as a
+    ``tool_call`` event with ``execution: "client"``, waits without holding a worker, and resumes
+    when the caller posts the result to ``POST /v1/runs/{id}/tool-results``."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str = Field(default="", max_length=4096)
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})  # JSON Schema
+    execution: Literal["client"] = "client"
+
+    @field_validator("parameters")
+    @classmethod
+    def _a_schema(cls, value: dict[str, Any]) -> dict[str, Any]:
+        import jsonschema
+
+        try:
+            jsonschema.Draft202012Validator.check_schema(value)
+        except jsonschema.SchemaError as exc:
+            raise ValueError(f"not a JSON Schema: {exc.message}") from None
+        return value
+
+
+class ClientToolResult(Model):
+    """One result a caller posts for a client tool call."""
+
+    tool_call_id: str = Field(min_length=1, max_length=limits.MAX_ID_CHARS * 2)
+    content: str = Field(max_length=limits.MAX_TOOL_RESULT_CHARS)
+    is_error: bool = False
+
+
 class ToolPolicy(Model):
     enabled: bool | None = None
     allow_list: list[str] | None = Field(default=None, max_length=limits.MAX_TOOL_NAMES)
@@ -138,6 +168,7 @@ class RunInput(Model):
     multitask_strategy: MultitaskStrategy | None = None
     runtime_init_data: dict[str, Any] | None = None
     runtime_hints: dict[str, Any] | None = None
+    client_tools: list[ClientTool] | None = Field(default=None, max_length=limits.MAX_TOOL_NAMES)
     metadata: dict[str, Any] | None = None
     webhook: str | None = Field(default=None, max_length=2048, pattern=r"^https?://")
 
@@ -166,6 +197,7 @@ class RunStatus(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
     AWAITING_HUMAN = "awaiting_human"
+    AWAITING_TOOLS = "awaiting_tools"  # waiting for results of client tool calls, on no worker
     COMPLETED = "completed"
     FAILED = "failed"
     ABORTED = "aborted"

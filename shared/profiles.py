@@ -16,7 +16,7 @@ import orjson
 from pydantic import Field, field_validator
 
 from shared import limits
-from shared.models import LoopLimits, Model, ToolPolicy
+from shared.models import ClientTool, LoopLimits, Model, ToolPolicy
 
 # Test-only parts: a scripted model in ``script`` mode follows the caller's runtimeHints (sleeps,
 # echoes, stalls on request) and these tools sleep, echo or fail on a caller's say-so. They are
@@ -123,6 +123,25 @@ class AgentProfile(Model):
     # tools for the final answer (the run completes, result.stopReason names the limit); "fail"
     # ends the run failed with the limit as its error.
     on_limit: Literal["answer", "fail"] = "answer"
+    # Tools the caller executes (execution "client"), and the names a RunInput's clientTools may
+    # declare ("*": any name not taken by the profile's own tools).
+    client_tools: list[ClientTool] = Field(default_factory=list)
+    run_client_tools: list[str] = Field(default_factory=list)
+    client_tool_timeout_ms: int = Field(default=600_000, ge=1, le=7 * 24 * 3_600_000)  # per call
+
+    def client_tool_problem(self, tools: list[ClientTool]) -> str | None:
+        """Why a RunInput may not declare these client tools, or None."""
+        taken = {*self.tool_names(), *(t.name for t in self.client_tools), "recall_tool_call"}
+        seen: set[str] = set()
+        for i, t in enumerate(tools):
+            if t.name in taken or t.name in seen:
+                return f"clientTools.{i}.name: {t.name!r} is already a tool of this run"
+            if "*" not in self.run_client_tools and t.name not in self.run_client_tools:
+                return (
+                    f"clientTools.{i}.name: profile {self.name!r} does not allow a run to declare {t.name!r}"
+                )
+            seen.add(t.name)
+        return None
 
     def tool_names(self) -> list[str]:
         return [*self.tools, *(t.name for t in self.http_tools)]

@@ -122,6 +122,48 @@ local function enqueue_first(id, now)
   redis.call('ZADD', QUEUE, now, id)
   redis.call('ZADD', LIVE, now + __QUEUED_CHECK_MS__, id)
 end
+-- Put dispatch ``gen`` of a run on arq's queue (job id ``runId#gen`` past the first, keys.job_id).
+local function enqueue_gen(id, gen, now)
+  local jid = id
+  if gen > 1 then jid = id .. '#' .. gen end
+  redis.call('SET', '__JOBPREFIX__' .. jid,
+    cjson.encode({t = cjson.null, f = '__FUNCTION__', a = {id, gen}, k = {}, et = now}), 'PX', __JOB_EXPIRE_MS__)
+  redis.call('ZADD', QUEUE, now, jid)
+  redis.call('ZADD', LIVE, now + __QUEUED_CHECK_MS__, id)
+end
+-- A run waiting for client tool results (run field clientPending: the calls, JSON): every call
+-- still pending past its deadline gets a timeout error as its result. Returns how many calls are
+-- still open and the earliest open deadline (Redis time decides, as for leases).
+local function client_settle(run, tools, now)
+  local raw = redis.call('HGET', run, 'clientPending')
+  if not raw or raw == '' then return 0, 0 end
+  local open, earliest = 0, 0
+  for _, p in ipairs(cjson.decode(raw)) do
+    local rec = redis.call('HGET', tools, p.toolCallId)
+    if rec then
+      local r = cjson.decode(rec)
+      if r.state == 'client_pending' then
+        local deadline = tonumber(r.deadlineMs or 0) or 0
+        if now >= deadline then
+          local msg = 'error: the client returned no result within ' .. tostring(r.timeoutMs or '?') .. ' ms'
+          redis.call('HSET', tools, p.toolCallId, cjson.encode({state = 'done', client = true, timedOut = true,
+            result = {toolCallId = p.toolCallId, name = r.name, content = msg, isError = true}}))
+        else
+          open = open + 1
+          if earliest == 0 or deadline < earliest then earliest = deadline end
+        end
+      end
+    end
+  end
+  return open, earliest
+end
+-- Every client call of a parked run has its result: back on the queue as dispatch gen + 1.
+local function client_resume(run, run_id, now)
+  local gen = tonumber(redis.call('HGET', run, 'gen')) + 1
+  track(run, run_id, redis.call('HGET', run, 'status'), 'queued')
+  redis.call('HSET', run, 'gen', gen, 'status', 'queued', 'owner', '', 'leaseUntil', 0)
+  enqueue_gen(run_id, gen, now)
+end
 -- The session's active run ended: start the next run waiting on the session, if any.
 local function session_advance(sid, finished)
   if not sid or sid == '' then return end
@@ -427,6 +469,17 @@ elseif status == 'awaiting_human' then
   else
     redis.call('ZREM', KEYS[4], ARGV[6])
   end
+elseif status == 'awaiting_tools' then
+  -- ARGV[8]: the pending client calls. Parked on no worker until each has a result or times out.
+  track(KEYS[1], ARGV[6], redis.call('HGET', KEYS[1], 'status'), status)
+  redis.call('HSET', KEYS[1], 'status', status, 'clientPending', ARGV[8], 'owner', '', 'leaseUntil', 0,
+    'awaitingSince', now)
+  local open, earliest = client_settle(KEYS[1], KEYS[3], now)
+  if open == 0 then
+    client_resume(KEYS[1], ARGV[6], now)
+  else
+    redis.call('ZADD', KEYS[4], earliest, ARGV[6])
+  end
 end
 return {'ok', tostring(last)}
 """
@@ -485,6 +538,13 @@ elseif h[1] == 'awaiting_human' then
   end
   redis.call('ZREM', KEYS[2], ARGV[1])
   return {'awaiting'}
+elseif h[1] == 'awaiting_tools' then
+  local open, earliest = client_settle(KEYS[1], KEYS[8], now)
+  if open > 0 then
+    redis.call('ZADD', KEYS[2], earliest, ARGV[1])
+    return {'awaiting_tools'}
+  end
+  reason = 'client_tools_settled'
 end
 redis.call('ZREM', KEYS[3], ARGV[3])
 redis.call('DEL', KEYS[4])
@@ -502,7 +562,7 @@ local h = redis.call('HMGET', KEYS[1], 'status', 'tenant')
 if not h[1] then return {'unknown'} end
 if ARGV[5] ~= '' and h[2] ~= ARGV[5] then return {'unknown'} end
 if is_terminal(h[1]) then return {'finished', h[1]} end
-if h[1] == 'queued' or h[1] == 'awaiting_human' then
+if h[1] == 'queued' or h[1] == 'awaiting_human' or h[1] == 'awaiting_tools' then
   finalize(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], 'aborted', 'aborted', ARGV[2], ARGV[3], ARGV[4])
   return {'aborted', h[1]}
 end
@@ -537,6 +597,57 @@ redis.call('ZADD', KEYS[3], now, ARGV[6])
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[9]), ARGV[1])
 redis.call('ZREM', AWAITING, ARGV[1])
 return {'resumed', '0'}
+"""
+
+# A caller's results for client tool calls, all or none: each must name a client call of the run;
+# a repeat of a recorded result is a no-op, a different one a conflict. When the run is parked and
+# this completes its calls, it goes back on the queue.
+# KEYS: run, tools   ARGV: runId, tenant ('' = any), n, then toolCallId, content, isError ('1'|'') × n
+TOOL_RESULTS = r"""
+local h = redis.call('HMGET', KEYS[1], 'status', 'tenant')
+if not h[1] then return {'unknown_run'} end
+if ARGV[2] ~= '' and h[2] ~= ARGV[2] then return {'unknown_run'} end
+local finished = is_terminal(h[1])  -- then only exact repeats are answered (as no-ops)
+local now = now_ms()
+local n = tonumber(ARGV[3])
+local out = {'recorded'}
+local new = {}
+for k = 0, n - 1 do
+  local id, content, is_err = ARGV[4 + 3 * k], ARGV[5 + 3 * k], ARGV[6 + 3 * k] == '1'
+  local rec = redis.call('HGET', KEYS[2], id)
+  if not rec then return finished and {'finished', h[1]} or {'unknown_call', id} end
+  local r = cjson.decode(rec)
+  if finished and r.state ~= 'done' then return {'finished', h[1]} end
+  if not r.client then return {'not_client', id} end
+  local prev = nil
+  if r.state == 'done' then
+    if r.timedOut then return {'timed_out', id} end
+    prev = r.result
+  elseif new[id] then
+    prev = new[id].result
+  elseif now >= (tonumber(r.deadlineMs or 0) or 0) then
+    return {'timed_out', id}
+  end
+  if prev then
+    if prev.content ~= content or (prev.isError == true) ~= is_err then
+      return finished and {'finished', h[1]} or {'conflict', id}
+    end
+    out[#out + 1] = 'duplicate'
+  else
+    new[id] = {state = 'done', client = true,
+      result = {toolCallId = id, name = r.name, content = content, isError = is_err}}
+    out[#out + 1] = 'recorded'
+  end
+end
+for id, rec in pairs(new) do redis.call('HSET', KEYS[2], id, cjson.encode(rec)) end
+if h[1] == 'awaiting_tools' then
+  local open = client_settle(KEYS[1], KEYS[2], now)
+  if open == 0 then
+    client_resume(KEYS[1], ARGV[1], now)
+    out[1] = 'resumed'
+  end
+end
+return out
 """
 
 # arq's job start, batched: claim up to ARGV[3] of the given job ids in one round trip, with arq's
@@ -842,6 +953,7 @@ _SOURCES = {
     "redispatch": REDISPATCH,
     "abort": ABORT,
     "decide": DECIDE,
+    "tool_results": TOOL_RESULTS,
     "claim_jobs": CLAIM_JOBS,
     "claim_webhooks": CLAIM_WEBHOOKS,
     "capacity_acquire": CAPACITY_ACQUIRE,
@@ -865,6 +977,7 @@ class Scripts:
     redispatch: AsyncScript
     abort: AsyncScript
     decide: AsyncScript
+    tool_results: AsyncScript
     claim_jobs: AsyncScript
     claim_webhooks: AsyncScript
     capacity_acquire: AsyncScript

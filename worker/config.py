@@ -65,6 +65,8 @@ class RunConfig(Model):
     compaction: CompactionConfig = Field(default_factory=CompactionConfig)
     on_limit: Literal["answer", "fail"] = "answer"
     runtime_init_data: dict[str, Any] = Field(default_factory=dict)  # handed to every tool's context
+    client_tools: list[str] = Field(default_factory=list)  # names executed by the caller
+    client_tool_timeout_ms: int = 600_000
 
     def tool_names(self) -> set[str]:
         return {t.name for t in self.tools} | {t.name for t in self.internal_tools}
@@ -107,8 +109,14 @@ def resolve_config(
         duration_default_ms=duration_default_ms,
         duration_max_ms=duration_max_ms,
     )
+    run_client = run.client_tools or []
+    if run_client and (problem := profile.client_tool_problem(run_client)) is not None:
+        raise ValueError(problem)
+    client = [*profile.client_tools, *run_client]
+    specs = {**specs, **{t.name: ToolSpec(name=t.name, description=t.description, parameters=t.parameters)
+                         for t in client}}  # fmt: skip
     names = policy.allowed_tools(
-        profile.tool_names(),
+        [*profile.tool_names(), *(t.name for t in client)],
         enabled=tp.enabled,
         allow_list=tp.allow_list,
         allowed=run.allowed_tools,
@@ -146,4 +154,6 @@ def resolve_config(
         compaction=profile.compaction,
         on_limit=profile.on_limit,
         runtime_init_data=dict(run.runtime_init_data or {}),
+        client_tools=[t.name for t in client if t.name in names],
+        client_tool_timeout_ms=profile.client_tool_timeout_ms,
     )

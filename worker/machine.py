@@ -42,6 +42,7 @@ class Phase(StrEnum):
     MODEL_RUNNING = "model_running"
     TOOL_RUNNING = "tool_running"
     AWAITING_HUMAN = "awaiting_human"
+    AWAITING_TOOLS = "awaiting_tools"  # the round waits for client tool results, on no worker
     COMPACTING = "compacting"
     COMPLETED = "completed"
     FAILED = "failed"
@@ -92,6 +93,9 @@ class RunState(Model):
     results: dict[str, ToolResult] = Field(default_factory=dict)  # results of the current round
     running: list[str] = Field(default_factory=list)  # tool calls being executed now
     approvals: dict[str, str] = Field(default_factory=dict)  # toolCallId -> pending|approved|rejected
+    client_waiting: dict[str, int] = Field(
+        default_factory=dict
+    )  # client calls offered: toolCallId -> deadline ms
     usage: Usage = Field(default_factory=Usage)
     final_message: Message | None = None
     finish_reason: str | None = None  # of the last model reply
@@ -180,6 +184,15 @@ class ApprovalsDecided:
 
 
 @dataclass(frozen=True, slots=True)
+class ClientResultsReceived:
+    """Results of client tool calls the caller posted (the store holds them; a call past its
+    deadline carries a timeout error written by the store)."""
+
+    now_ms: int
+    results: dict[str, ToolResult]
+
+
+@dataclass(frozen=True, slots=True)
 class CompactionDone:
     now_ms: int
     transcript: list[Message]
@@ -208,6 +221,7 @@ Event = (
     | RetryTimerFired
     | ToolFinished
     | ApprovalsDecided
+    | ClientResultsReceived
     | CompactionDone
     | AbortRequested
     | DeadlineReached
@@ -270,11 +284,31 @@ class AwaitHuman:
 
 
 @dataclass(frozen=True, slots=True)
+class OfferClientCalls:
+    """Record these client calls as pending, with their deadlines, in the same commit."""
+
+    calls: list[ToolCall]
+    deadlines: dict[str, int]
+    timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitClient:
+    """Park the run until every pending client call has a result (or passed its deadline)."""
+
+    pending: list[ToolCall]
+    deadlines: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
 class Finish:
     result: RunResult
 
 
-Command = Emit | LoadContext | CallModel | Wait | ExecuteTool | Compact | AwaitHuman | Finish
+Command = (
+    Emit | LoadContext | CallModel | Wait | ExecuteTool | Compact | AwaitHuman | OfferClientCalls | AwaitClient
+    | Finish
+)  # fmt: skip
 Decision = tuple[RunState, list[Command]]
 
 # ---- the table: node -> event type -> nodes it may lead to ----
@@ -284,10 +318,11 @@ CALLING = f"{_MR}.{CallPhase.CALLING}"
 STREAMING = f"{_MR}.{CallPhase.STREAMING}"
 RETRYING = f"{_MR}.{CallPhase.RETRYING}"
 _NEXT_CALL = {CALLING, Phase.COMPACTING.value, Phase.FAILED.value}  # what "ask the model again" can lead to
+_WAIT = Phase.AWAITING_TOOLS.value
 _AFTER_FAILURE = {RETRYING, Phase.COMPACTING.value, Phase.FAILED.value}
 # A reply without a finish_reason is a failed attempt, so a reply may also lead where failures do.
 _AFTER_REPLY = (
-    {Phase.COMPLETED.value, Phase.TOOL_RUNNING.value, Phase.AWAITING_HUMAN.value}
+    {Phase.COMPLETED.value, Phase.TOOL_RUNNING.value, Phase.AWAITING_HUMAN.value, _WAIT}
     | _NEXT_CALL
     | _AFTER_FAILURE
 )
@@ -303,11 +338,12 @@ TRANSITIONS: dict[str, dict[type[Any], frozenset[str]]] = {
     STREAMING: {ModelReplied: frozenset(_AFTER_REPLY), ModelFailed: frozenset(_AFTER_FAILURE)},
     RETRYING: {RetryTimerFired: frozenset({CALLING, Phase.FAILED.value})},
     Phase.TOOL_RUNNING.value: {
-        ToolFinished: frozenset({Phase.TOOL_RUNNING.value} | _NEXT_CALL),
+        ToolFinished: frozenset({Phase.TOOL_RUNNING.value, _WAIT} | _NEXT_CALL),
     },
     Phase.AWAITING_HUMAN.value: {
-        ApprovalsDecided: frozenset({Phase.TOOL_RUNNING.value} | _NEXT_CALL),
+        ApprovalsDecided: frozenset({Phase.TOOL_RUNNING.value, _WAIT} | _NEXT_CALL),
     },
+    _WAIT: {ClientResultsReceived: frozenset({_WAIT} | _NEXT_CALL)},
     Phase.COMPACTING.value: {CompactionDone: frozenset({CALLING, Phase.FAILED.value})},
 }
 # Legal in every non-terminal node.
@@ -316,7 +352,7 @@ _ANYWHERE: dict[type[Any], frozenset[str]] = {
     DeadlineReached: frozenset({Phase.FAILED.value}),
 }
 RESUMABLE = {CALLING, STREAMING, RETRYING, Phase.PREPARING.value, Phase.TOOL_RUNNING.value,
-             Phase.AWAITING_HUMAN.value, Phase.COMPACTING.value}  # fmt: skip
+             Phase.AWAITING_HUMAN.value, Phase.COMPACTING.value, _WAIT}  # fmt: skip
 for _node in RESUMABLE:
     _resume_to = {CALLING if _node in (STREAMING, RETRYING) else _node}
     TRANSITIONS[_node][Resumed] = frozenset(_resume_to)
@@ -429,7 +465,7 @@ def _on_replied(s: RunState, e: ModelReplied) -> Decision:
         # Answer every call of the refused round (the model input stays well-formed), then ask for the answer.
         msgs = []
         for call in msg.tool_calls:
-            cmds.append(_tool_call_emit(call))
+            cmds.append(_tool_call_emit(call, cfg))
             res = ToolResult(tool_call_id=call.id, name=call.name, content=f"error: not executed: {text}",
                              is_error=True)  # fmt: skip
             cmds += _tool_result_emits(res, "tool_refused")
@@ -442,7 +478,7 @@ def _on_replied(s: RunState, e: ModelReplied) -> Decision:
     allowed = cfg.tool_names()
     cut_off = e.finish_reason == policy.LENGTH
     for call in msg.tool_calls:
-        cmds.append(_tool_call_emit(call))
+        cmds.append(_tool_call_emit(call, cfg))
         problem = policy.CUT_OFF_CALL if cut_off else _precheck(call, allowed)
         if problem is None and call.name != RECALL_TOOL:
             if cfg.max_calls_per_run is not None and used >= cfg.max_calls_per_run:
@@ -474,8 +510,14 @@ def _on_replied(s: RunState, e: ModelReplied) -> Decision:
     return _begin_tools(s, e.now_ms, cmds)
 
 
-def _tool_call_emit(call: ToolCall) -> Emit:
-    return Emit(EventKind.TOOL_CALL, {"toolCallId": call.id, "name": call.name, "arguments": call.arguments})
+def _execution(name: str, cfg: RunConfig) -> str:
+    """Who runs a call: the caller (client), the worker, or the machine's own context (internal)."""
+    return "client" if name in cfg.client_tools else "internal" if name == RECALL_TOOL else "worker"
+
+
+def _tool_call_emit(call: ToolCall, cfg: RunConfig) -> Emit:
+    return Emit(EventKind.TOOL_CALL, {"toolCallId": call.id, "name": call.name, "arguments": call.arguments,
+                                      "execution": _execution(call.name, cfg)})  # fmt: skip
 
 
 def _precheck(call: ToolCall, allowed: set[str]) -> str | None:
@@ -500,17 +542,66 @@ def _tool_result_emits(res: ToolResult, code: str = "tool_failed") -> list[Comma
 
 def _begin_tools(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
     s = _up(s, phase=Phase.TOOL_RUNNING, call=CallPhase.NONE)
+    s, cmds = _offer_client_calls(s, now_ms, cmds)
     s, cmds = _start_tools(s, cmds)
     if not s.running:
-        return _close_round(s, now_ms, cmds)
+        return _after_tools(s, now_ms, cmds)
     return s, cmds
 
 
+def _ready(s: RunState, c: ToolCall) -> bool:
+    return c.id not in s.results and s.approvals.get(c.id, "approved") == "approved"
+
+
 def _runnable(s: RunState) -> list[ToolCall]:
-    return [
-        c for c in s.round
-        if c.id not in s.results and c.id not in s.running and s.approvals.get(c.id, "approved") == "approved"
-    ]  # fmt: skip
+    client = s.cfg.client_tools
+    return [c for c in s.round if _ready(s, c) and c.id not in s.running and c.name not in client]
+
+
+def _offer_client_calls(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
+    """Client calls of the round (approved, not refused) are recorded as pending with a deadline."""
+    cfg = s.cfg
+    offer = [
+        c for c in s.round if c.name in cfg.client_tools and _ready(s, c) and c.id not in s.client_waiting
+    ]
+    if not offer:
+        return s, cmds
+    deadlines = {c.id: now_ms + cfg.client_tool_timeout_ms for c in offer}
+    s = _up(s, client_waiting={**s.client_waiting, **deadlines})
+    return s, [*cmds, OfferClientCalls(offer, deadlines, cfg.client_tool_timeout_ms)]
+
+
+def _after_tools(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
+    """Nothing runs in the worker any more: wait for the client's results, or close the round."""
+    waiting = [c for c in s.round if c.id in s.client_waiting and c.id not in s.results]
+    if not waiting:
+        return _close_round(s, now_ms, cmds)
+    s = _up(s, phase=Phase.AWAITING_TOOLS, call=CallPhase.NONE)
+    deadlines = {c.id: s.client_waiting[c.id] for c in waiting}
+    pending = [{"toolCallId": c.id, "name": c.name, "arguments": c.arguments, "deadlineMs": deadlines[c.id]}
+               for c in waiting]  # fmt: skip
+    return s, [
+        *cmds,
+        _status(RunStatus.AWAITING_TOOLS.value, pendingToolCalls=pending),
+        AwaitClient(waiting, deadlines),
+    ]
+
+
+def _on_client_results(s: RunState, e: ClientResultsReceived) -> Decision:
+    results = dict(s.results)
+    cmds: list[Command] = []
+    for c in s.round:
+        res = e.results.get(c.id)
+        if res is None or c.id not in s.client_waiting or c.id in results:
+            continue
+        res = ToolResult(tool_call_id=c.id, name=c.name, content=res.content, is_error=res.is_error)
+        results[c.id] = res
+        cmds += _tool_result_emits(res, "client_tool_error")
+    s = _up(s, results=results)
+    waiting = [c for c in s.round if c.id in s.client_waiting and c.id not in s.results]
+    if waiting:  # still open: park again with the same deadlines
+        return s, [*cmds, AwaitClient(waiting, {c.id: s.client_waiting[c.id] for c in waiting})]
+    return _close_round(s, e.now_ms, cmds)
 
 
 def _start_tools(s: RunState, cmds: list[Command]) -> Decision:
@@ -534,7 +625,7 @@ def _on_tool_finished(s: RunState, e: ToolFinished) -> Decision:
     s, cmds = _start_tools(s, _tool_result_emits(res))
     if s.running:
         return s, cmds
-    return _close_round(s, e.now_ms, cmds)
+    return _after_tools(s, e.now_ms, cmds)
 
 
 def _close_round(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
@@ -542,7 +633,8 @@ def _close_round(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
     tool_msgs = [
         Message(role="tool", content=s.results[c.id].content, tool_call_id=c.id, name=c.name) for c in s.round
     ]
-    s = _up(s, transcript=[*s.transcript, *tool_msgs], round=[], results={}, running=[], approvals={})
+    s = _up(s, transcript=[*s.transcript, *tool_msgs], round=[], results={}, running=[], approvals={},
+            client_waiting={})  # fmt: skip
     return _next_model_call(s, now_ms, cmds)
 
 
@@ -761,6 +853,7 @@ def result_of(s: RunState) -> RunResult:
         Phase.FAILED: RunStatus.FAILED,
         Phase.ABORTED: RunStatus.ABORTED,
         Phase.AWAITING_HUMAN: RunStatus.AWAITING_HUMAN,
+        Phase.AWAITING_TOOLS: RunStatus.AWAITING_TOOLS,
         Phase.IDLE: RunStatus.QUEUED,
     }.get(s.phase, RunStatus.RUNNING)
     return RunResult(
@@ -786,6 +879,7 @@ _HANDLERS: dict[type[Any], Callable[[RunState, Any], Decision]] = {
     RetryTimerFired: _on_retry_timer,
     ToolFinished: _on_tool_finished,
     ApprovalsDecided: _on_approvals,
+    ClientResultsReceived: _on_client_results,
     CompactionDone: _on_compacted,
     AbortRequested: _on_abort,
     DeadlineReached: _on_deadline,

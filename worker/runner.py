@@ -40,8 +40,10 @@ from worker.limiter import Held, limited
 from worker.machine import (
     AbortRequested,
     ApprovalsDecided,
+    AwaitClient,
     AwaitHuman,
     CallModel,
+    ClientResultsReceived,
     Compact,
     CompactionDone,
     ContextLoaded,
@@ -55,6 +57,7 @@ from worker.machine import (
     ModelReplied,
     ModelRequest,
     ModelStreamOpened,
+    OfferClientCalls,
     Resumed,
     RetryTimerFired,
     RunState,
@@ -182,7 +185,8 @@ class RunDriver:
             raise
         finally:
             await self._cancel_tasks()
-            self.deps.active.pop(self.run_id, None)
+            if self.deps.active.get(self.run_id) is self:  # a job resuming it may already be here
+                self.deps.active.pop(self.run_id, None)
             if self.observed_start and not self.state.terminal:
                 self.deps.observer.run_left()
 
@@ -237,6 +241,15 @@ class RunDriver:
                         {k: str(v["reason"]) for k, v in decided.items() if v.get("reason")},
                     )
                 )
+        elif self.state.phase == machine.Phase.AWAITING_TOOLS:
+            # The store holds the client's results (and timeout errors for calls past their deadline).
+            done = {
+                i: self.records[i]
+                for i in self.state.client_waiting
+                if self.records.get(i, {}).get("state") == "done"
+            }
+            results = {i: ToolResult.model_validate(r["result"]) for i, r in done.items()}
+            self.pending.append(ClientResultsReceived(now_ms(), results))
         return await self._loop()
 
     async def _loop(self) -> str:
@@ -271,6 +284,7 @@ class RunDriver:
         effects: list[machine.Command] = []
         finish: Finish | None = None
         await_human: AwaitHuman | None = None
+        await_client: AwaitClient | None = None
         ts = now_ms()
         for c in cmds:
             if isinstance(c, Emit):
@@ -284,6 +298,14 @@ class RunDriver:
                 finish = c
             elif isinstance(c, AwaitHuman):
                 await_human = c
+            elif isinstance(c, OfferClientCalls):
+                for call in c.calls:
+                    rec = {"state": "client_pending", "client": True, "name": call.name, "arguments": call.arguments,
+                           "deadlineMs": c.deadlines[call.id], "timeoutMs": c.timeout_ms}  # fmt: skip
+                    self.records[call.id] = rec
+                    outbox.records.append((call.id, orjson.dumps(rec)))
+            elif isinstance(c, AwaitClient):
+                await_client = c
             else:
                 effects.append(c)
         if isinstance(ev, ToolFinished) and ev.result.tool_call_id in self.done_records:
@@ -311,6 +333,13 @@ class RunDriver:
             )
             obs.awaiting_human(1)
             return RunStatus.AWAITING_HUMAN.value
+        if await_client is not None:
+            # Parked on no worker; the store puts it back on the queue once every call has a
+            # result or is past its deadline (at once, if the client was quicker than this commit).
+            pending = [{"toolCallId": c.id, "name": c.name, "arguments": c.arguments,
+                        "deadlineMs": await_client.deadlines[c.id]} for c in await_client.pending]  # fmt: skip
+            await self._commit(outbox, status=RunStatus.AWAITING_TOOLS.value, aux=orjson.dumps(pending))
+            return RunStatus.AWAITING_TOOLS.value
         if outbox:
             await self._commit(outbox)
         if isinstance(ev, ApprovalsDecided):

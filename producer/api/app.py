@@ -37,6 +37,9 @@ from shared.api import (
     EventsPage,
     RunView,
     SessionView,
+    ToolResultsAnswer,
+    ToolResultsBody,
+    ToolResultVerdict,
 )
 from shared.codec import to_jsonable
 from shared.ids import ID_PATTERN, new_batch_id
@@ -454,6 +457,37 @@ def create_app(
             resumed = resumed or verdict == "resumed"
             out.append(ApprovalVerdict(toolCallId=d.tool_call_id, result=verdict))
         return ApprovalsAnswer(runId=run_id, results=out, resumed=resumed)
+
+    @app.post(
+        "/v1/runs/{run_id}/tool-results",
+        response_model=ToolResultsAnswer,
+        responses={**COMMON_ERRORS, 404: {"model": ErrorResponse}, 409: {"model": ErrorResponse}},
+        summary="Post results of client tool calls (idempotent per toolCallId)",
+    )
+    async def tool_results(
+        run_id: str, body: ToolResultsBody, api: ApiDep, tenant: Tenant
+    ) -> ToolResultsAnswer:
+        verdict, call, each = await api.producer.post_tool_results(run_id, body.results, tenant=tenant)
+        if verdict in ("recorded", "resumed"):
+            out = [
+                ToolResultVerdict(toolCallId=r.tool_call_id, result=v)
+                for r, v in zip(body.results, each, strict=True)
+            ]
+            return ToolResultsAnswer(runId=run_id, results=out, resumed=verdict == "resumed")
+        status, message = {
+            "unknown_run": (404, f"no run {run_id}"),
+            "unknown_call": (404, f"run {run_id} has no tool call {call}"),
+            "not_client": (422, f"tool call {call} is not a client tool call: its worker executes it"),
+            "finished": (409, f"run {run_id} has already finished"),
+            "conflict": (409, f"tool call {call} already has a different result"),
+            "timed_out": (409, f"tool call {call} passed its deadline; the model was given a timeout error"),
+        }.get(verdict, (409, verdict))
+        code = {
+            "unknown_call": "unknown_tool_call",
+            "not_client": "not_client_tool",
+            "finished": "run_finished",
+        }
+        raise ApiError(status, code.get(verdict, verdict), message)
 
     @app.get(
         "/v1/sessions/{session_id}",

@@ -17,7 +17,14 @@ def config(**kw: Any) -> RunConfig:
     base: dict[str, Any] = dict(
         agent="t",
         system_prompt="sys",
-        tools=[ToolSpec(name="echo"), ToolSpec(name="calc"), ToolSpec(name="danger")],
+        tools=[
+            ToolSpec(name="echo"),
+            ToolSpec(name="calc"),
+            ToolSpec(name="danger"),
+            ToolSpec(name="remote"),
+        ],
+        client_tools=["remote"],
+        client_tool_timeout_ms=5_000,
         approval_tools=["danger"],
         max_parallel=2,
         retry=RetryConfig(max_retries=2),
@@ -84,6 +91,8 @@ def in_node(node: str) -> m.RunState:
         return go(calling(), calls_reply(("c1", "danger", "{}")))[0]
     if node == m.Phase.COMPACTING:
         return go(calling(), failure(kind="overflow", status=None))[0]
+    if node == m.Phase.AWAITING_TOOLS:
+        return go(calling(), calls_reply(("c1", "remote", "{}")))[0]
     raise AssertionError(node)
 
 
@@ -117,6 +126,11 @@ class Driver:
                 ]
             if out == "danger":
                 return [calls_reply((f"z{cmd.request.model_call_index}", "danger", "{}"))]
+            if out == "remote":
+                n = cmd.request.model_call_index
+                return [
+                    calls_reply((f"r{n}", "remote", "{}"), (f"e{n}", "echo", "{}"), (f"s{n}", "remote", "{}"))
+                ]
             if out == "partial":
                 return [m.ModelStreamOpened(T0), failure(partial=True)]
             if out == "cut":  # the stream stopped without a finish_reason
@@ -145,6 +159,10 @@ class Driver:
             ]
         if isinstance(cmd, m.Compact):
             return [m.CompactionDone(T0, cmd.transcript[-cmd.keep_recent :], 1, cmd.reason)]
+        if isinstance(cmd, m.AwaitClient):  # one result at a time: the run parks again in between
+            c = cmd.pending[0]
+            res = ToolResult(tool_call_id=c.id, name=c.name, content="from the client")
+            return [m.Resumed(T0), m.ClientResultsReceived(T0, {c.id: res})]
         if isinstance(cmd, m.AwaitHuman):
             return [m.ApprovalsDecided(T0, {c.id: i % 2 == 0 for i, c in enumerate(cmd.pending)})]
         return []

@@ -8,6 +8,7 @@ from typing import Any
 from shared.models import Message, ToolCall
 from tests.unit.machine_driver import T0, calling, calls_reply, config, failure, go, result, text_reply
 from worker import machine as m
+from worker.config import ToolSpec
 
 
 def errors(cmds: list[m.Command]) -> list[dict[str, Any]]:
@@ -117,3 +118,63 @@ def test_on_limit_fail_keeps_the_old_behaviour() -> None:
         calling(config(max_iterations=1, on_limit="fail")), calls_reply(("a", "echo", "{}")), result("a")
     )
     assert s.phase == m.Phase.FAILED and s.last_error is not None and s.last_error.code == "max_iterations"
+
+
+# ---- client tools ----
+
+
+def emits(cmds: list[m.Command], kind: str) -> list[dict[str, Any]]:
+    return [c.payload for c in cmds if isinstance(c, m.Emit) and c.kind == kind]
+
+
+def test_client_calls_are_offered_then_the_run_parks_once_the_worker_has_nothing_to_run() -> None:
+    cfg = config(internal_tools=[ToolSpec(name="recall_tool_call")])
+    s, cmds = go(
+        calling(cfg),
+        calls_reply(("w", "echo", "{}"), ("c", "remote", '{"q": 1}'), ("i", "recall_tool_call", "{}")),
+    )
+    assert [(p["toolCallId"], p["execution"]) for p in emits(cmds, "tool_call")] == [
+        ("w", "worker"), ("c", "client"), ("i", "internal")
+    ]  # fmt: skip
+    offer = next(c for c in cmds if isinstance(c, m.OfferClientCalls))
+    assert [c.id for c in offer.calls] == ["c"] and offer.deadlines == {"c": T0 + 5_000}
+    assert sorted(c.call.id for c in cmds if isinstance(c, m.ExecuteTool)) == ["i", "w"]  # never the client's
+    assert s.phase == m.Phase.TOOL_RUNNING and s.client_waiting == {"c": T0 + 5_000}
+    s, cmds = go(s, result("w"), result("i", name="recall_tool_call"))
+    assert s.phase == m.Phase.AWAITING_TOOLS and m.result_of(s).status == "awaiting_tools"
+    park = next(c for c in cmds if isinstance(c, m.AwaitClient))
+    assert [c.id for c in park.pending] == ["c"] and park.deadlines == {"c": T0 + 5_000}
+    assert emits(cmds, "status")[-1] == {
+        "status": "awaiting_tools",
+        "pendingToolCalls": [
+            {"toolCallId": "c", "name": "remote", "arguments": '{"q": 1}', "deadlineMs": T0 + 5_000}
+        ],
+    }
+    s, cmds = go(s, m.Resumed(T0), m.ClientResultsReceived(T0, {"c": result("c", "42", "remote").result}))
+    assert s.node == m.CALLING and [x.content for x in s.transcript if x.role == "tool"] == ["ok", "42", "ok"]
+    assert emits(cmds, "tool_result")[0]["content"] == "42" and s.client_waiting == {}
+
+
+def test_only_client_calls_park_at_once_and_partial_results_park_again() -> None:
+    s, cmds = go(calling(), calls_reply(("a", "remote", "{}"), ("b", "remote", "{}")))
+    assert s.phase == m.Phase.AWAITING_TOOLS and not any(isinstance(c, m.ExecuteTool) for c in cmds)
+    s, cmds = go(s, m.ClientResultsReceived(T0, {"a": result("a", "1", "remote").result}))
+    assert s.phase == m.Phase.AWAITING_TOOLS
+    assert [c.id for c in cmds if isinstance(c, m.AwaitClient) for c in c.pending] == ["b"]
+    assert not emits(cmds, "status")  # parking again is not news
+    timeout = result("b", "error: the client returned no result within 5000 ms", "remote").result
+    s, cmds = go(s, m.ClientResultsReceived(T0, {"b": timeout.model_copy(update={"is_error": True})}))
+    assert s.node == m.CALLING and s.transcript[-1].content.startswith("error: the client returned no result")
+    assert [e["code"] for e in errors(cmds)] == ["client_tool_error"]
+
+
+def test_client_calls_need_approval_like_any_other_and_abort_ends_the_wait() -> None:
+    cfg = config(approval_tools=["remote"])
+    s, cmds = go(calling(cfg), calls_reply(("a", "remote", "{}"), ("b", "remote", "{}")))
+    assert s.phase == m.Phase.AWAITING_HUMAN and not any(isinstance(c, m.OfferClientCalls) for c in cmds)
+    s, cmds = go(s, m.ApprovalsDecided(T0 + 7, {"a": True, "b": False}))
+    offer = next(c for c in cmds if isinstance(c, m.OfferClientCalls))
+    assert [c.id for c in offer.calls] == ["a"] and offer.deadlines == {"a": T0 + 7 + 5_000}
+    assert s.phase == m.Phase.AWAITING_TOOLS
+    s, _ = go(s, m.AbortRequested(T0, "stop"))
+    assert s.phase == m.Phase.ABORTED

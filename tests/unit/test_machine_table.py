@@ -53,6 +53,7 @@ def events_for(node: str) -> list[tuple[m.Event, m.RunState]]:
             (text_reply(), s),
             (calls_reply(("c1", "echo", "{}")), s),
             (calls_reply(("c1", "danger", "{}")), s),
+            (calls_reply(("c1", "remote", "{}")), s),
             (calls_reply(("c1", "nope", "{}")), s),
             (
                 calls_reply(("c1", "nope", "{}")),
@@ -77,9 +78,11 @@ def events_for(node: str) -> list[tuple[m.Event, m.RunState]]:
         ]
     if node == m.Phase.TOOL_RUNNING:
         two = go(calling(), calls_reply(("c1", "echo", "{}"), ("c2", "echo", "{}"), ("c3", "echo", "{}")))[0]
+        mixed = go(calling(), calls_reply(("c1", "echo", "{}"), ("c2", "remote", "{}")))[0]
         cases += [
             (result("c1"), s),
             (result("c1"), two),
+            (result("c1"), mixed),
             (result("c1"), s.model_copy(update={"config": config(max_iterations=1)})),
             (
                 result("c1"),
@@ -114,6 +117,33 @@ def events_for(node: str) -> list[tuple[m.Event, m.RunState]]:
                 ),
             ),
             (m.ApprovalsDecided(T0, {"c1": True}), both),
+            (
+                m.ApprovalsDecided(T0, {"c1": True}),
+                s.model_copy(update={"config": config(client_tools=["danger"])}),
+            ),
+        ]
+    if node == m.Phase.AWAITING_TOOLS:
+        two = go(calling(), calls_reply(("c1", "remote", "{}"), ("c2", "remote", "{}")))[0]
+        got = result("c1", "from the client", "remote").result
+        cases += [
+            (m.ClientResultsReceived(T0, {"c1": got}), s),
+            (m.ClientResultsReceived(T0, {"c1": got}), two),
+            (m.ClientResultsReceived(T0, {}), s),
+            (
+                m.ClientResultsReceived(T0, {"c1": got}),
+                s.model_copy(update={"config": config(max_iterations=1)}),
+            ),
+            (
+                m.ClientResultsReceived(T0, {"c1": got}),
+                s.model_copy(
+                    update={
+                        "config": config(
+                            compaction=config().compaction.model_copy(update={"max_messages": 4})
+                        ),
+                        "transcript": [Message(role="user", content="u")] * 5,
+                    }
+                ),
+            ),
         ]
     if node == m.Phase.COMPACTING:
         cases += [
@@ -144,6 +174,7 @@ SAMPLE_EVENTS: list[m.Event] = [
     m.Started(T0, config(), [Message(role="user", content="x")]), m.ContextLoaded(T0, []), m.Resumed(T0),
     m.ModelStreamOpened(T0), text_reply(), failure(), m.RetryTimerFired(T0), result("c1"),
     m.ApprovalsDecided(T0, {}), m.CompactionDone(T0, [], 0, "x"), m.AbortRequested(T0), m.DeadlineReached(T0),
+    m.ClientResultsReceived(T0, {}),
 ]  # fmt: skip
 
 
