@@ -193,6 +193,22 @@ class Api:
             )
 
 
+def _link(path: str, method: str, **parameters: str) -> dict[str, Any]:
+    """An OpenAPI link to another operation (clients and the stateful fuzzer follow them)."""
+    return {"operationRef": "#/paths/" + path.replace("/", "~1") + "/" + method, "parameters": parameters}
+
+
+def run_links(run_id: str) -> dict[str, Any]:
+    """Links from an answer naming a run to what can be done with that run."""
+    return {
+        "GetRun": _link("/v1/runs/{run_id}", "get", run_id=run_id),
+        "WaitRun": _link("/v1/runs/{run_id}/wait", "get", run_id=run_id),
+        "RunEvents": _link("/v1/runs/{run_id}/events", "get", run_id=run_id),
+        "AbortRun": _link("/v1/runs/{run_id}/abort", "post", run_id=run_id),
+        "DecideApprovals": _link("/v1/runs/{run_id}/approvals", "post", run_id=run_id),
+    }
+
+
 def get_api(request: Request) -> Api:
     api: Api = request.app.state.api
     return api
@@ -283,7 +299,12 @@ def create_app(
         response_model=Accepted,
         responses={
             **COMMON_ERRORS,
-            200: {"model": Accepted, "description": "the same run was submitted before"},
+            202: {"links": run_links("$response.body#/runId")},
+            200: {
+                "model": Accepted,
+                "description": "the same run was submitted before",
+                "links": run_links("$response.body#/runId"),
+            },
             404: {"model": ErrorResponse},
             409: {"model": ErrorResponse},
             413: {"model": ErrorResponse},
@@ -315,7 +336,12 @@ def create_app(
         "/v1/runs/batch",
         response_model=BatchAnswer,
         response_model_exclude_none=True,  # an item is {runId, status} or {error: {code, message[, field]}}
-        responses={**COMMON_ERRORS, 413: {"model": ErrorResponse}, 429: {"model": ErrorResponse}},
+        responses={
+            **COMMON_ERRORS,
+            200: {"links": run_links("$response.body#/results/0/runId")},
+            413: {"model": ErrorResponse},
+            429: {"model": ErrorResponse},
+        },
         summary="Submit many runs",
     )
     async def submit_batch(body: BatchBody, api: ApiDep, tenant: Tenant) -> Response:
@@ -356,7 +382,17 @@ def create_app(
     @app.get(
         "/v1/runs/{run_id}",
         response_model=RunView,
-        responses={**COMMON_ERRORS, 404: {"model": ErrorResponse}},
+        responses={
+            **COMMON_ERRORS,
+            200: {
+                "links": {
+                    "GetSession": _link(
+                        "/v1/sessions/{session_id}", "get", session_id="$response.body#/sessionId"
+                    )
+                }
+            },
+            404: {"model": ErrorResponse},
+        },
         summary="A run's status and result",
     )
     async def get_run(run_id: str, api: ApiDep, tenant: Tenant) -> dict[str, Any]:
