@@ -445,7 +445,11 @@ def runs() -> None:
 
 
 @runs.command("ls", help="List runs, newest first (every filter narrows the list).")
-@click.option("--status", default=None, help="queued, running, awaiting_human, completed, failed, aborted")
+@click.option(
+    "--status",
+    default=None,
+    help="queued, running, awaiting_human, awaiting_tools, completed, failed, aborted",
+)
 @click.option("--agent", default=None)
 @click.option("--session", "session_id", default=None)
 @click.option("--batch", "batch_id", default=None)

@@ -37,7 +37,8 @@ async def list_runs(
     api: ApiDep,
     tenant: Tenant,
     status: Annotated[
-        str | None, Query(description="queued, running, awaiting_human, completed, failed, aborted")
+        str | None,
+        Query(description="queued, running, awaiting_human, awaiting_tools, completed, failed, aborted"),
     ] = None,
     agent: Annotated[str | None, Query(max_length=128)] = None,
     session_id: Annotated[str | None, Query(alias="sessionId", pattern=ID_PATTERN)] = None,

@@ -5,7 +5,7 @@
 
 const TOKEN_KEY = "agentmill.token";
 const TERMINAL = new Set(["completed", "failed", "aborted"]);
-const STATUSES = ["queued", "running", "awaiting_human", "completed", "failed", "aborted"];
+const STATUSES = ["queued", "running", "awaiting_human", "awaiting_tools", "completed", "failed", "aborted"];
 let cleanup = [];  // what the current page must stop (timers, streams) when the user leaves it
 
 // ---- small helpers ----
@@ -34,7 +34,7 @@ function toast(msg) {
   t.textContent = msg;
   setTimeout(() => { if (t.textContent === msg) t.textContent = ""; }, 4000);
 }
-function statusBadge(s) { return el("span", { class: "status status-" + s, text: s.replace("_", " ") }); }
+function statusBadge(s) { return el("span", { class: "status status-" + s, text: s.replace(/_/g, " ") }); }
 
 class Unauthorized extends Error {}
 
@@ -213,7 +213,7 @@ function batchPage(view, batchId) {
         el("label", { for: "batch-progress" }, `${b.done} of ${b.total} runs ended (${pct}%)`),
         el("progress", { id: "batch-progress", max: b.total || 1, value: b.done }),
         el("dl", { class: "counts" },
-          STATUSES.map((s) => [el("dt", { text: s.replace("_", " ") }), el("dd", { "data-count": s, text: b.counts[s] || 0 })]),
+          STATUSES.map((s) => [el("dt", { text: s.replace(/_/g, " ") }), el("dd", { "data-count": s, text: b.counts[s] || 0 })]),
           el("dt", { text: "started" }), el("dd", { text: when(b.createdAt) }),
           el("dt", { text: "ended" }), el("dd", { text: b.finished ? when(b.finishedAt) : "not yet" }),
         ),
