@@ -100,6 +100,7 @@ class RunState(Model):
     final_message: Message | None = None
     finish_reason: str | None = None  # of the last model reply
     last_error: RunError | None = None
+    node_since_ms: int = 0  # when the run entered its current node (time per state, from event times)
     final_call: str | None = None  # the loop limit reached: the model is asked, without tools, for its answer
 
     @property
@@ -379,6 +380,8 @@ def decide(state: RunState, event: Event) -> Decision:
     new, commands = _HANDLERS[type(event)](state, event)
     if new.node not in allowed:
         raise MachineError(f"{type(event).__name__} led {node} to {new.node}, outside the table")
+    if new.node != node:
+        new = _up(new, node_since_ms=event.now_ms)
     return new, commands
 
 
@@ -715,9 +718,18 @@ def _on_retry_timer(s: RunState, e: RetryTimerFired) -> Decision:
 
 
 def _on_compacted(s: RunState, e: CompactionDone) -> Decision:
+    tokens = max(0, policy.estimate_tokens(s.transcript) - policy.estimate_tokens(e.transcript))
     s = _up(s, transcript=list(e.transcript), compactions=s.compactions + 1)
     cmds: list[Command] = [
-        Emit(EventKind.COMPACTION, {"reason": e.reason, "removed": e.removed, "messages": len(e.transcript)})
+        Emit(
+            EventKind.COMPACTION,
+            {
+                "reason": e.reason,
+                "removed": e.removed,
+                "messages": len(e.transcript),
+                "removedTokens": tokens,
+            },
+        )
     ]
     if (err := _over_time(s, e.now_ms)) is not None:
         return _finish(s, RunStatus.FAILED, cmds, error=err)

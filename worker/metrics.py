@@ -15,6 +15,7 @@ from worker.policy import RETRYABLE_STATUSES
 LLM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300)
 RUN_BUCKETS = (0.1, 0.5, 1, 5, 15, 30, 60, 120, 300, 900, 1800, 3600, 14400)
 ITER_BUCKETS = (1, 2, 3, 5, 8, 13, 21, 34, 55, 100)
+STATE_BUCKETS = (0.01, 0.05, 0.25, 1, 5, 15, 60, 300, 1800, 3600, 14400, 86400)
 TOOL_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 MAX_TOOL_LABELS = 100
 
@@ -97,6 +98,21 @@ class MetricsObserver:
         )
         self.compactions = Counter(
             "agentmill_compactions", "Context compactions by reason.", ["reason"], registry=r
+        )
+        self.compaction_messages = Counter(
+            "agentmill_compaction_removed_messages", "Messages replaced by compaction summaries.", registry=r
+        )
+        self.compaction_tokens = Counter(
+            "agentmill_compaction_removed_tokens",
+            "Estimated tokens (worker.policy.estimate_tokens) removed from model input by compaction.",
+            registry=r,
+        )
+        self.state_seconds = Histogram(
+            "agentmill_state_duration_seconds",
+            "Time a run spent in a machine state before leaving it (waits for humans and clients included).",
+            ["state"],
+            buckets=STATE_BUCKETS,
+            registry=r,
         )
         self.transitions = Counter(
             "agentmill_state_transitions", "Machine transitions.", ["from_state", "to_state"], registry=r
@@ -187,6 +203,13 @@ class MetricsObserver:
 
     def compaction(self, reason: str) -> None:
         self.compactions.labels(reason).inc()
+
+    def compaction_removed(self, *, messages: int, tokens: int) -> None:
+        self.compaction_messages.inc(messages)
+        self.compaction_tokens.inc(tokens)
+
+    def state_time(self, state: str, seconds: float) -> None:
+        self.state_seconds.labels(state).observe(seconds)
 
     def capacity_waited(self, seconds: float) -> None:
         self.capacity_wait.observe(seconds)

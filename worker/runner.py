@@ -276,10 +276,12 @@ class RunDriver:
                 self._arm_deadline()
 
     async def _apply(self, ev: Event) -> str | None:
-        src = self.state.node
+        src, since = self.state.node, self.state.node_since_ms
         self.state, cmds = machine.decide(self.state, ev)
         obs = self.deps.observer
         obs.transition(src, self.state.node, type(ev).__name__)
+        if self.state.node != src and since:  # time in the node just left, parked time included
+            obs.state_time(src, max(0, ev.now_ms - since) / 1000.0)
         outbox = Outbox()
         effects: list[machine.Command] = []
         finish: Finish | None = None
@@ -726,6 +728,9 @@ class RunDriver:
             self.deps.observer.model_retry(str(c.payload.get("reason", "unknown")))
         elif c.kind == EventKind.COMPACTION:
             self.deps.observer.compaction(str(c.payload.get("reason", "threshold")))
+            self.deps.observer.compaction_removed(
+                messages=int(c.payload.get("removed", 0)), tokens=int(c.payload.get("removedTokens", 0))
+            )
 
     def _finished(self, result: RunResult) -> None:
         self.deps.observer.run_finished(

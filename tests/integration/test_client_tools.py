@@ -23,6 +23,7 @@ from shared.redis_server import free_port
 from shared.settings import Settings
 from tests.integration.helpers import (
     assert_clean_stream,
+    metric_samples,
     producer_for,
     running_worker,
     script_run,
@@ -116,9 +117,13 @@ async def test_a_call_past_its_timeout_gives_the_model_an_error_and_abort_ends_a
     path = profiles(tmp_path, timeout_ms=300)
     p = producer_for(redis, redis_url, profiles=path)
     ask = {"toolCalls": [{"id": "t1", "name": "lookup", "arguments": {"q": "slow"}}]}
-    async with running_worker(redis_url, profiles=path, reconcile_ms=100):
+    async with running_worker(redis_url, profiles=path, reconcile_ms=100) as wp:
         slow = await p.submit(crm_run([ask, {"echoContext": True}]))
         done = (await wait_all(p, [slow.run_id], 20))[slow.run_id]
+        parked = metric_samples(wp.metrics.render().decode())
+        key = (("state", "awaiting_tools"),)  # the time parked on no worker counts too
+        assert parked[("agentmill_state_duration_seconds_count", key)] == 1
+        assert parked[("agentmill_state_duration_seconds_sum", key)] >= 0.3
         assert done.status.value == "completed"
         seen = orjson.loads(done.result.final_assistant_message.content)  # type: ignore[union-attr]
         assert seen["messages"][-1]["content"] == "error: the client returned no result within 300 ms"

@@ -16,6 +16,7 @@ from redis.asyncio import Redis
 
 from tests.integration.helpers import (
     assert_clean_stream,
+    metric_samples,
     producer_for,
     running_worker,
     script_run,
@@ -145,10 +146,23 @@ async def test_a_result_compacted_away_in_the_current_run_is_recalled(
         {"echoContext": True},
     ]  # fmt: skip
     body = {**script_run(script), "agent": "tight"}  # no session: the run recalls its own calls
-    async with running_worker(redis_url, profiles=str(path)):
+    async with running_worker(redis_url, profiles=str(path)) as wp:
         sub = await p.submit(body)
         rec = (await wait_all(p, [sub.run_id], 15))[sub.run_id]
+        samples = metric_samples(wp.metrics.render().decode())
     assert rec.status.value == "completed"
+    removed = [e.payload for e in await stream(redis, sub.run_id) if e.kind == "compaction"]
+    # The monitoring points: what compaction removed, and time per state.
+    assert (
+        samples[("agentmill_compaction_removed_messages_total", ())] == sum(c["removed"] for c in removed) > 0
+    )
+    assert (
+        samples[("agentmill_compaction_removed_tokens_total", ())]
+        == sum(c["removedTokens"] for c in removed)
+        > 0
+    )
+    for state in ("tool_running", "compacting", "model_running.calling"):
+        assert samples[("agentmill_state_duration_seconds_count", (("state", state),))] >= 1
     events = await stream(redis, sub.run_id)
     assert any(e.kind == "compaction" for e in events)
     asked = orjson.loads(next(e for e in events if e.kind == "assistant_message" and "r1" in str(e.payload))

@@ -178,3 +178,26 @@ def test_client_calls_need_approval_like_any_other_and_abort_ends_the_wait() -> 
     assert s.phase == m.Phase.AWAITING_TOOLS
     s, _ = go(s, m.AbortRequested(T0, "stop"))
     assert s.phase == m.Phase.ABORTED
+
+
+# ---- monitoring points: time per state, what compaction removed ----
+
+
+def test_the_state_records_when_it_entered_its_node_from_event_times() -> None:
+    s, _ = go(calling(), m.ModelStreamOpened(T0 + 40))
+    assert s.node == m.STREAMING and s.node_since_ms == T0 + 40
+    s, _ = go(s, calls_reply(("a", "remote", "{}")))  # ModelReplied at T0
+    assert s.node == m.Phase.AWAITING_TOOLS and s.node_since_ms == T0
+    same, _ = go(s, m.Resumed(T0 + 9_000))  # the node does not change: the clock does not restart
+    assert same.node_since_ms == T0
+    after, _ = go(same, m.ClientResultsReceived(T0 + 9_500, {"a": result("a", "x", "remote").result}))
+    assert after.node == m.CALLING and after.node_since_ms == T0 + 9_500
+
+
+def test_a_compaction_event_says_how_many_estimated_tokens_it_removed() -> None:
+    big = [Message(role="user", content="u")] + [Message(role="assistant", content="x" * 4_000)] * 6
+    s = calling().model_copy(update={"transcript": big})
+    s, _ = go(s, failure(kind="overflow", status=None))
+    s, cmds = go(s, m.CompactionDone(T0, big[:1] + big[-1:], 5, "overflow"))
+    payload = emits(cmds, "compaction")[0]
+    assert payload["removed"] == 5 and payload["removedTokens"] == 5 * (4 + 1000)
