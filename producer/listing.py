@@ -146,7 +146,7 @@ class Catalog:
     async def abort_batch(self, tenant: str, batch_id: str, reason: str) -> dict[str, int]:
         """Abort every run of the batch that has not ended; counts of the abort verdicts."""
         verdicts: dict[str, int] = {"aborted": 0, "requested": 0, "finished": 0}
-        for status in ("queued", "awaiting_human", "running"):
+        for status in ("queued", "awaiting_human", "awaiting_tools", "running"):
             cursor: str | None = None
             while True:
                 page, cursor = await self.list_runs(
