@@ -136,9 +136,16 @@ def _scenario(url: str, chromium: str, driver_path: str, shots: Path) -> None:
         d.save_screenshot(str(shots / "aborted-run.png"))
 
         # The runs table filters by status; the batch page shows progress.
-        d.get(f"{url}/ui#/runs?status=aborted")
+        from selenium.webdriver.support.ui import Select
+
+        d.find_element(By.LINK_TEXT, "Runs").click()
+        Select(wait.until(ec.presence_of_element_located((By.ID, "f-status")))).select_by_value("aborted")
+        d.find_element(By.ID, "f-batchId").send_keys("ui-batch")
+        d.find_element(By.CSS_SELECTOR, "form.filters button[type=submit]").click()
+        wait.until(lambda _: "status=aborted" in d.current_url and "batchId=ui-batch" in d.current_url)
         wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, f'tr[data-run="{stalled_run}"]')))
         assert not d.find_elements(By.CSS_SELECTOR, f'tr[data-run="{approval_run}"]')
+        d.save_screenshot(str(shots / "runs-page.png"))
         d.get(f"{url}/ui#/batch/ui-batch")
         wait.until(
             ec.text_to_be_present_in_element(
