@@ -483,6 +483,12 @@ def _on_replied(s: RunState, e: ModelReplied) -> Decision:
     for call in msg.tool_calls:
         cmds.append(_tool_call_emit(call, cfg))
         problem = policy.CUT_OFF_CALL if cut_off else _precheck(call, allowed)
+        if (
+            problem is None and call.name in cfg.client_tools
+        ):  # the caller gets only calls that fit the schema
+            spec = next(t for t in cfg.tools if t.name == call.name)
+            why = policy.argument_problem(spec.parameters, json.loads(call.arguments or "{}"))
+            problem = None if why is None else f"error: invalid arguments: {why}"
         if problem is None and call.name != RECALL_TOOL:
             if cfg.max_calls_per_run is not None and used >= cfg.max_calls_per_run:
                 problem = (

@@ -7,7 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from functools import lru_cache
+from typing import Any, Literal
+
+import jsonschema
+import orjson
 
 from shared.models import Message, ToolPolicy
 from shared.profiles import RetryConfig
@@ -158,6 +162,21 @@ def request_tokens(messages: Iterable[Message], max_tokens: int | None) -> int:
     """What a call is counted against tokensPerMinute before it runs: its prompt estimate plus the
     reply it may write (maxTokens). The provider's reported usage replaces it afterwards."""
     return estimate_tokens(messages) + (max_tokens or 0)
+
+
+@lru_cache(maxsize=256)
+def _validator(schema_json: str) -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(orjson.loads(schema_json))
+
+
+def argument_problem(schema: dict[str, Any], args: Any) -> str | None:
+    """Why ``args`` do not fit the JSON Schema ``schema`` (the first error, with its path), or None."""
+    errors = sorted(_validator(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS).decode()).iter_errors(args),
+                    key=lambda e: list(e.path))  # fmt: skip
+    if not errors:
+        return None
+    where = "/".join(str(p) for p in errors[0].path) or "arguments"
+    return f"{where}: {errors[0].message}"
 
 
 def estimate_tokens(messages: Iterable[Message]) -> int:

@@ -201,3 +201,16 @@ def test_a_compaction_event_says_how_many_estimated_tokens_it_removed() -> None:
     s, cmds = go(s, m.CompactionDone(T0, big[:1] + big[-1:], 5, "overflow"))
     payload = emits(cmds, "compaction")[0]
     assert payload["removed"] == 5 and payload["removedTokens"] == 5 * (4 + 1000)
+
+
+def test_client_calls_that_do_not_fit_their_schema_are_refused_not_offered() -> None:
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
+    tools = [ToolSpec(name="echo"), ToolSpec(name="remote", parameters=schema)]
+    s, cmds = go(
+        calling(config(tools=tools)),
+        calls_reply(("bad", "remote", '{"q": 5}'), ("ok", "remote", '{"q": "x"}')),
+    )
+    offer = next(c for c in cmds if isinstance(c, m.OfferClientCalls))
+    assert [c.id for c in offer.calls] == ["ok"]
+    assert [(e["toolCallId"], e["code"]) for e in errors(cmds)] == [("bad", "tool_refused")]
+    assert "q: 5 is not of type 'string'" in s.results["bad"].content
