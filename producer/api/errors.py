@@ -72,6 +72,8 @@ async def on_validation_error(request: Request, exc: Exception) -> OrjsonRespons
 
 async def on_http_error(request: Request, exc: Exception) -> OrjsonResponse:
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400:  # FastAPI could not parse the body: documented, like any bad input, as 422
+        return error_response(422, "invalid_input", f"body: {exc.detail}", field="body")
     code = {404: "not_found", 405: "method_not_allowed", 408: "request_timeout", 413: "too_large"}.get(
         exc.status_code, "http_error"
     )

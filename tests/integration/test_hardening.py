@@ -207,3 +207,11 @@ async def test_a_tenants_800_streams_leave_other_tenants_fast_and_the_api_ready(
         finally:
             for r in open_streams:
                 await r.aclose()
+
+
+async def test_a_body_that_is_not_json_is_a_422(redis_url: str) -> None:
+    async with api(settings(redis_url)) as url, httpx.AsyncClient(base_url=url, headers=A) as c:
+        rid = (await c.post("/v1/runs", json=body())).json()["runId"]
+        for path in ("/v1/runs", f"/v1/runs/{rid}/approvals", "/v1/runs/batch"):
+            r = await c.post(path, content=b"\xfe\xca\xb3\xffH", headers={"Content-Type": "application/json"})
+            assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_input", (path, r.text)
