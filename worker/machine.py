@@ -575,9 +575,12 @@ def _offer_client_calls(s: RunState, now_ms: int, cmds: list[Command]) -> Decisi
     ]
     if not offer:
         return s, cmds
-    deadlines = {c.id: now_ms + cfg.client_tool_timeout_ms for c in offer}
+    deadline = now_ms + cfg.client_tool_timeout_ms
+    if cfg.max_run_duration_ms is not None:  # a parked run has no timer: its deadline bounds the wait too
+        deadline = min(deadline, s.started_at_ms + cfg.max_run_duration_ms)
+    deadlines = {c.id: deadline for c in offer}
     s = _up(s, client_waiting={**s.client_waiting, **deadlines})
-    return s, [*cmds, OfferClientCalls(offer, deadlines, cfg.client_tool_timeout_ms)]
+    return s, [*cmds, OfferClientCalls(offer, deadlines, deadline - now_ms)]
 
 
 def _after_tools(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:

@@ -175,3 +175,21 @@ async def test_a_result_compacted_away_in_the_current_run_is_recalled(
     assert recalled["content"] == long_result and not recalled["isError"]  # …and recall brings it back whole
     final = orjson.loads(rec.result.final_assistant_message.content)  # type: ignore[union-attr]
     assert long_result in [m["content"] for m in final["messages"] if m["role"] == "tool"]
+
+
+async def test_a_run_at_its_tool_round_limit_completes_with_an_answer(
+    redis: Redis, redis_url: str, worker: WorkerProcess
+) -> None:
+    p = producer_for(redis, redis_url)
+    echo = {"toolCalls": [{"name": "echo", "arguments": {"text": "found it"}}]}
+    sub = await p.submit(script_run([echo, echo, {"echoContext": True}], loopLimits={"maxToolRounds": 1}))
+    rec = (await wait_all(p, [sub.run_id], 15))[sub.run_id]
+    assert rec.status.value == "completed" and rec.result is not None
+    assert rec.result.stop_reason == "max_tool_rounds"
+    seen = orjson.loads(rec.result.final_assistant_message.content)  # type: ignore[union-attr]
+    tool_msgs = [m["content"] for m in seen["messages"] if m["role"] == "tool"]
+    assert tool_msgs[0] == "found it" and "not executed: loopLimits.maxToolRounds=1 reached" in tool_msgs[1]
+    assert seen["tools"] == []
+    events = await stream(redis, sub.run_id)
+    assert [e.payload["isError"] for e in events if e.kind == "tool_result"] == [False, True]
+    assert events[-1].payload["stopReason"] == "max_tool_rounds"

@@ -214,3 +214,14 @@ def test_client_calls_that_do_not_fit_their_schema_are_refused_not_offered() -> 
     assert [c.id for c in offer.calls] == ["ok"]
     assert [(e["toolCallId"], e["code"]) for e in errors(cmds)] == [("bad", "tool_refused")]
     assert "q: 5 is not of type 'string'" in s.results["bad"].content
+
+
+def test_the_wait_for_the_client_ends_by_the_runs_own_deadline() -> None:
+    s, cmds = go(calling(config(max_run_duration_ms=2_000)), calls_reply(("a", "remote", "{}")))
+    offer = next(c for c in cmds if isinstance(c, m.OfferClientCalls))
+    assert (
+        offer.deadlines == {"a": T0 + 2_000} and offer.timeout_ms == 2_000
+    )  # not 5_000, the per-call timeout
+    late = result("a", "error: the client returned no result within 5000 ms", "remote").result
+    s, _ = go(s, m.ClientResultsReceived(T0 + 2_000, {"a": late.model_copy(update={"is_error": True})}))
+    assert s.phase == m.Phase.FAILED and s.last_error is not None and s.last_error.code == "max_run_duration"
