@@ -7,6 +7,10 @@ expiry: the holder renews its slot while the call runs, so the slot of a worker 
 itself after ``lease_ms``. Rates are sliding windows of start times (and token counts). A call
 that must wait polls with growing, jittered sleeps; it holds nothing but its asyncio task, so an
 abort cancels it at once. Keys: shared/keys.py, per endpoint (a hash of baseUrl).
+
+Round trips per call: one to acquire (also with no limit declared: the 429 pause check), one to
+release, one per renewal (every lease/3) while a slot is held, and one per poll while waiting.
+Waiters are served in no particular order (polling, not a queue).
 """
 
 from __future__ import annotations
