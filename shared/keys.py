@@ -21,13 +21,13 @@ PREFIX = "am"
 QUEUE = default_queue_name  # arq's sorted set of pending job ids
 LIVE = f"{PREFIX}:live"  # zset runId -> when the reconciler should next look at it (ms)
 AWAITING = f"{PREFIX}:awaiting"  # zset runId -> since when it waits for a human decision (ms)
-WORKERS = f"{PREFIX}:workers"  # zset workerId -> last heartbeat (ms)
+WORKERS = f"{PREFIX}:workers"  # zset worker lease id -> when its lease expires (ms, Redis time)
 WEBHOOKS = f"{PREFIX}:webhooks"  # list of runIds whose terminal result awaits webhook delivery
 WEBHOOKS_DUE = f"{PREFIX}:webhooks:due"  # zset runId -> next delivery attempt (ms)
 
 
 def run_key(run_id: str) -> str:
-    """Hash: status, epoch, gen, lastSeq, input, ckpt, result, owner, leaseUntil, tenant, …"""
+    """Hash: status, epoch, gen, lastSeq, input, ckpt, result, owner (a worker lease id), tenant, …"""
     return f"{PREFIX}:{{{run_id}}}:run"
 
 
@@ -79,6 +79,16 @@ def tenant_running_key(tenant: str) -> str:
 def tenant_rate_key(tenant: str, second: int) -> str:
     """Counter of the runs the tenant submitted in one second (expires after two)."""
     return f"{PREFIX}:tenant:{tenant}:rate:{second}"
+
+
+def worker_runs_key(lease_id: str) -> str:
+    """Set of the runIds a worker (one lease id) holds: what the reconciler re-dispatches when it dies."""
+    return f"{PREFIX}:w:{{{lease_id}}}:runs"
+
+
+def worker_inbox_key(lease_id: str) -> str:
+    """List of runIds with an abort request for this worker, read by its heartbeat (bounded)."""
+    return f"{PREFIX}:w:{{{lease_id}}}:inbox"
 
 
 def idempotency_key(tenant: str, key: str) -> str:

@@ -1,8 +1,13 @@
 """Every multi-key Redis change, as a Lua script registered once per client.
 
 The run hash (keys.run_key) is the source of truth: ``status``, ``gen`` (dispatch number, one arq
-job each), ``epoch`` (fencing token, taken by every job start), ``owner``/``leaseUntil`` (who runs
-it, until when), ``lastSeq`` (the stream's last seq), ``ckpt`` (the machine state), ``result``.
+job each), ``epoch`` (fencing token, taken by every job start), ``owner`` (the lease id of the worker
+running it), ``lastSeq`` (the stream's last seq), ``ckpt`` (the machine state), ``result``.
+
+Liveness is per worker, not per run: each worker renews one entry in keys.WORKERS (its lease
+expiry) per beat, whatever its number of runs, and keeps the runs it holds in its runs set. A run
+is carried while its owner's lease is unexpired; the reconciler re-dispatches the runs of a worker
+whose lease expired. Abort requests for a running run go to its owner's inbox, read by the beat.
 
 Guarantees the scripts give:
 - the stream holds seq 1..n exactly: every append checks ``lastSeq == first - 1`` and uses the
@@ -37,11 +42,35 @@ local WEBHOOKS = '__WEBHOOKS__'
 local QUEUE = '__QUEUE__'
 local LIVE = '__LIVE__'
 local AWAITING = '__AWAITING__'
+local WORKERS = '__WORKERS__'
 local function run_key(id) return '__PREFIX__:{' .. id .. '}:run' end
 local function stream_key(id) return '__PREFIX__:{' .. id .. '}:events' end
 local function tools_key(id) return '__PREFIX__:{' .. id .. '}:tools' end
 local function session_key(sid) return '__PREFIX__:s:{' .. sid .. '}' end
 local function tenant_running_key(t) return '__PREFIX__:tenant:' .. t .. ':running' end
+local function worker_runs_key(w) return '__PREFIX__:w:{' .. w .. '}:runs' end
+local function worker_inbox_key(w) return '__PREFIX__:w:{' .. w .. '}:inbox' end
+-- Is this worker lease id's lease unexpired (Redis time)?
+local function worker_alive(w, now)
+  if not w or w == '' then return false end
+  local exp = redis.call('ZSCORE', WORKERS, w)
+  return exp ~= false and exp ~= nil and tonumber(exp) > now
+end
+-- The run leaves its worker (finished, handed back, waiting for someone): out of the worker's set.
+local function leave_worker(run, run_id)
+  local owner = redis.call('HGET', run, 'owner')
+  if owner and owner ~= '' then redis.call('SREM', worker_runs_key(owner), run_id) end
+end
+-- Ask the worker running a run to abort it: the run hash holds the reason, the inbox the nudge.
+local function request_abort(run_id, reason)
+  redis.call('HSET', run_key(run_id), 'abort', reason)
+  local owner = redis.call('HGET', run_key(run_id), 'owner')
+  if owner and owner ~= '' then
+    local inbox = worker_inbox_key(owner)
+    redis.call('RPUSH', inbox, run_id)
+    redis.call('LTRIM', inbox, -10000, -1)
+  end
+end
 local function is_terminal(s)
   return s == 'completed' or s == 'failed' or s == 'aborted'
 end
@@ -200,6 +229,7 @@ local function finalize(run, stream, tools, live, run_id, status, code, message,
   local result = {runId = run_id, status = status, iterations = iterations, lastError = err}
   if h[2] and h[2] ~= '' then result.sessionId = h[2] end
   local ts = now_ms()
+  leave_worker(run, run_id)
   xadd(stream, seq, 'status', ts, cjson.encode({status = status, iterations = iterations, error = err}), maxlen,
     tonumber(h[4] or '0') + 1)
   redis.call('HSET', run, 'status', status, 'result', cjson.encode(result), 'lastSeq', seq,
@@ -275,7 +305,7 @@ local function submit_one(K, A)
           end
           redis.call('DEL', K[6])
           if st == 'running' then
-            redis.call('HSET', run_key(active), 'abort', why)
+            request_abort(active, why)
           else
             finalize(run_key(active), stream_key(active), tools_key(active), LIVE, active, 'aborted', 'aborted', why,
               __MAXLEN__, __RETENTION__)
@@ -343,14 +373,16 @@ return out
 )
 
 # KEYS: run, stream, tools, live
-# ARGV: runId, gen, workerId, leaseMs, maxRestarts, maxlen, retention
+# ARGV: runId, gen, worker lease id, leaseMs (unused), maxRestarts, maxlen, retention
+# Refused (no_lease) unless the acquiring worker's own lease is unexpired.
 ACQUIRE = r"""
 local h = redis.call('HMGET', KEYS[1], 'status', 'gen', 'owner', 'leaseUntil', 'epoch', 'restarts')
 if not h[1] then return {'missing'} end
 if is_terminal(h[1]) then return {'terminal', h[1]} end
 if tonumber(h[2]) ~= tonumber(ARGV[2]) then return {'superseded', h[2]} end
 local now = now_ms()
-if h[3] ~= '' and tonumber(h[4]) > now then return {'busy', h[3]} end
+if not worker_alive(ARGV[3], now) then return {'no_lease', ARGV[3]} end
+if h[3] ~= '' and worker_alive(h[3], now) then return {'busy', h[3]} end
 local restarts = tonumber(h[6] or '0')
 if h[3] ~= '' then restarts = restarts + 1 end
 if restarts > tonumber(ARGV[5]) then
@@ -361,11 +393,11 @@ if restarts > tonumber(ARGV[5]) then
   return {'exhausted', tostring(restarts)}
 end
 local epoch = tonumber(h[5]) + 1
-local lease = now + tonumber(ARGV[4])
-redis.call('HSET', KEYS[1], 'epoch', epoch, 'owner', ARGV[3], 'leaseUntil', lease,
-  'restarts', restarts, 'status', 'running')
+if h[3] ~= '' then redis.call('SREM', worker_runs_key(h[3]), ARGV[1]) end
+redis.call('HSET', KEYS[1], 'epoch', epoch, 'owner', ARGV[3], 'restarts', restarts, 'status', 'running')
 track(KEYS[1], ARGV[1], h[1], 'running')
-redis.call('ZADD', KEYS[4], lease, ARGV[1])
+redis.call('SADD', worker_runs_key(ARGV[3]), ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1])  -- a running run is watched through its worker's lease
 local d = redis.call('HMGET', KEYS[1], 'lastSeq', 'ckpt', 'input', 'abort', 'approvals')
 return {'ok', tostring(epoch), d[1] or '0', d[2] or '', d[3] or '', d[4] or '', d[5] or '',
   redis.call('HGETALL', KEYS[3]), tostring(restarts)}
@@ -377,9 +409,11 @@ return {'ok', tostring(epoch), d[1] or '0', d[2] or '', d[3] or '', d[4] or '', 
 #   unchanged) [10] nEvents, then kind, ts, payload per event; nClaims, ids; nRecords, id, json;
 #   sessionId, run loop JSON ('' = none), nToolResults, id, json; approvalTimeoutMs ('' = none).
 COMMIT = r"""
-local h = redis.call('HMGET', KEYS[1], 'epoch', 'lastSeq')
+local h = redis.call('HMGET', KEYS[1], 'epoch', 'lastSeq', 'owner')
 if not h[1] then return {'missing'} end
 if tonumber(h[1]) ~= tonumber(ARGV[1]) then return {'fenced', h[1]} end
+-- A worker past its lease writes nothing, even before anyone took its runs over.
+if not worker_alive(h[3], now_ms()) then return {'fenced', h[1]} end
 local first = tonumber(ARGV[2])
 if tonumber(h[2]) ~= first - 1 then
   -- The same commit sent again after its reply was lost (redis-py retries on connection errors):
@@ -430,10 +464,9 @@ if n > 0 then redis.call('HSET', KEYS[1], 'lastSeq', last) end
 if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'ckpt', ARGV[9]) end
 local status = ARGV[7]
 local now = now_ms()
+if status ~= '' then leave_worker(KEYS[1], ARGV[6]) end
 if status == '' then
-  local lease = now + tonumber(ARGV[5])
-  redis.call('HSET', KEYS[1], 'leaseUntil', lease)
-  redis.call('ZADD', KEYS[4], lease, ARGV[6])
+  -- still running: its worker's lease covers it
 elseif is_terminal(status) then
   track(KEYS[1], ARGV[6], redis.call('HGET', KEYS[1], 'status'), status)
   redis.call('HSET', KEYS[1], 'status', status, 'result', ARGV[8], 'owner', '', 'leaseUntil', 0,
@@ -484,15 +517,43 @@ end
 return {'ok', tostring(last)}
 """
 
-# KEYS: run, live   ARGV: epoch, leaseMs, runId
-RENEW = r"""
-local h = redis.call('HMGET', KEYS[1], 'epoch', 'abort', 'status')
-if not h[1] or tonumber(h[1]) ~= tonumber(ARGV[1]) then return {'fenced', ''} end
-if h[3] ~= 'running' then return {'done', ''} end
-local lease = now_ms() + tonumber(ARGV[2])
-redis.call('HSET', KEYS[1], 'leaseUntil', lease)
-redis.call('ZADD', KEYS[2], lease, ARGV[3])
-return {'ok', h[2] or ''}
+# One worker heartbeat, O(1) whatever the worker's number of runs: renew its lease and take up to
+# ARGV[3] abort nudges from its inbox, each answered with the run's epoch and abort reason (the run
+# hash stays the truth). A lease that already expired is not renewed: the worker must give up its
+# runs (``lost``). ARGV[4] = '1' registers a new lease id.
+# KEYS: workers, inbox   ARGV: lease id, leaseMs, max messages, register
+BEAT = r"""
+local now = now_ms()
+if ARGV[4] ~= '1' and not worker_alive(ARGV[1], now) then return {'lost'} end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+local out = {'ok'}
+local msgs = redis.call('LPOP', KEYS[2], tonumber(ARGV[3]))
+if msgs then
+  for _, rid in ipairs(msgs) do
+    local r = redis.call('HMGET', run_key(rid), 'epoch', 'abort', 'owner')
+    if r[3] == ARGV[1] then
+      out[#out + 1] = rid; out[#out + 1] = r[1] or '0'; out[#out + 1] = r[2] or ''
+    end
+  end
+end
+return out
+"""
+
+# A worker gives up its lease (graceful stop, or it found its lease lapsed), or the reconciler
+# forgets a dead one: the lease ends now; the entry, runs set and inbox go once the set is empty
+# (until then the entry stays, expired, so sweeps keep finding the runs).
+# KEYS: workers, runs set, inbox   ARGV: lease id, only if expired ('1' = the reconciler's check)
+FORGET_WORKER = r"""
+local exp = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if ARGV[2] == '1' and exp and tonumber(exp) > now_ms() then return {'alive'} end
+if redis.call('SCARD', KEYS[2]) > 0 then
+  if exp then redis.call('ZADD', KEYS[1], 0, ARGV[1]) end
+  return {'has_runs'}
+end
+redis.call('DEL', KEYS[2], KEYS[3])
+if not exp then return {'gone'} end
+redis.call('ZREM', KEYS[1], ARGV[1])
+return {'forgotten'}
 """
 
 # Graceful hand-back: the worker stops at a checkpoint and the run goes straight back on the queue.
@@ -502,6 +563,7 @@ local h = redis.call('HMGET', KEYS[1], 'epoch', 'status')
 if not h[1] or tonumber(h[1]) ~= tonumber(ARGV[1]) then return {'fenced'} end
 if is_terminal(h[2]) then return {'terminal'} end
 local now = now_ms()
+leave_worker(KEYS[1], ARGV[2])
 redis.call('HSET', KEYS[1], 'owner', '', 'leaseUntil', 0, 'gen', ARGV[3], 'status', 'queued')
 track(KEYS[1], ARGV[2], h[2], 'queued')
 redis.call('SET', KEYS[4], ARGV[5], 'PX', ARGV[6])
@@ -510,18 +572,25 @@ redis.call('ZADD', KEYS[2], now + tonumber(ARGV[7]), ARGV[2])
 return {'released'}
 """
 
-# The reconciler's per-run check of a run whose live-index deadline has passed.
+# The reconciler's per-run check of a run whose live-index deadline has passed, or (ARGV[10] = a
+# worker lease id) of a run in the runs set of a worker whose lease expired.
 # KEYS: run, live, queue, current job key, current job in-progress key, new job key, stream, tools
-# ARGV: runId, expectedGen, currentJobId, newJobId, job, jobExpireMs, queuedCheckMs, maxlen, retention
+# ARGV: runId, expectedGen, currentJobId, newJobId, job, jobExpireMs, queuedCheckMs, maxlen, retention,
+#       dead worker lease id ('' = from the live index)
 REDISPATCH = r"""
-local h = redis.call('HMGET', KEYS[1], 'status', 'gen', 'leaseUntil', 'awaitingSince', 'approvalTimeoutMs')
+local h = redis.call('HMGET', KEYS[1], 'status', 'gen', 'owner', 'awaitingSince', 'approvalTimeoutMs')
+if ARGV[10] ~= '' and (h[3] ~= ARGV[10] or h[1] ~= 'running') then
+  redis.call('SREM', worker_runs_key(ARGV[10]), ARGV[1])  -- no longer that worker's to carry
+  return {'moved'}
+end
 if not h[1] then redis.call('ZREM', KEYS[2], ARGV[1]); return {'missing'} end
 if is_terminal(h[1]) then redis.call('ZREM', KEYS[2], ARGV[1]); return {'terminal'} end
 if tonumber(h[2]) ~= tonumber(ARGV[2]) then return {'moved'} end
 local now = now_ms()
 local reason = ''
 if h[1] == 'running' then
-  if tonumber(h[3]) > now then redis.call('ZADD', KEYS[2], h[3], ARGV[1]); return {'alive'} end
+  if worker_alive(h[3], now) then redis.call('ZREM', KEYS[2], ARGV[1]); return {'alive'} end
+  redis.call('SREM', worker_runs_key(h[3]), ARGV[1])
   reason = 'lease_expired'
 elseif h[1] == 'queued' then
   if redis.call('EXISTS', KEYS[5]) == 0 and redis.call('EXISTS', KEYS[4]) == 1 then
@@ -566,7 +635,7 @@ if h[1] == 'queued' or h[1] == 'awaiting_human' or h[1] == 'awaiting_tools' then
   finalize(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], 'aborted', 'aborted', ARGV[2], ARGV[3], ARGV[4])
   return {'aborted', h[1]}
 end
-redis.call('HSET', KEYS[1], 'abort', ARGV[2])
+request_abort(ARGV[1], ARGV[2])
 return {'requested', h[1]}
 """
 
@@ -948,7 +1017,8 @@ _SOURCES = {
     "list_runs": LIST_RUNS,
     "acquire": ACQUIRE,
     "commit": COMMIT,
-    "renew": RENEW,
+    "beat": BEAT,
+    "forget_worker": FORGET_WORKER,
     "release": RELEASE,
     "redispatch": REDISPATCH,
     "abort": ABORT,
@@ -972,7 +1042,8 @@ class Scripts:
     list_runs: AsyncScript
     acquire: AsyncScript
     commit: AsyncScript
-    renew: AsyncScript
+    beat: AsyncScript
+    forget_worker: AsyncScript
     release: AsyncScript
     redispatch: AsyncScript
     abort: AsyncScript
@@ -1001,6 +1072,7 @@ class Scripts:
             "__QUEUE__": keys.QUEUE,
             "__LIVE__": keys.LIVE,
             "__AWAITING__": keys.AWAITING,
+            "__WORKERS__": keys.WORKERS,
             "__PREFIX__": keys.PREFIX,
             "__JOBPREFIX__": keys.arq_job_key(""),
             "__FUNCTION__": RUN_FUNCTION,

@@ -16,6 +16,7 @@ from shared.scripts import Scripts
 from shared.settings import Settings
 from worker import context, netguard
 from worker.config import RECALL_TOOL
+from worker.lease import WorkerLease
 from worker.limiter import ProviderLimiter
 from worker.machine import RunState
 from worker.models.base import ModelProvider
@@ -41,6 +42,8 @@ class WorkerDeps:
     worker_id: str
     observer: Observer = field(default_factory=NullObserver)
     guarded_http: httpx.AsyncClient = field(default_factory=netguard.guarded_client)  # HTTP tools
+    lease: WorkerLease | None = None  # the worker's lease deadline; None = unguarded (unit tests)
+    lease_id: str = ""  # the id this worker holds its lease and runs under ("" = worker_id)
     scripts: Scripts = field(init=False)
     limiter: ProviderLimiter = field(init=False)
     active: dict[str, RunDriver] = field(default_factory=dict)
@@ -48,6 +51,7 @@ class WorkerDeps:
     _providers: dict[str, ModelProvider] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self.lease_id = self.lease_id or self.worker_id
         self.scripts = Scripts(
             self.redis,
             queued_check_ms=self.settings.queued_check_ms,

@@ -1,5 +1,5 @@
 """The arq side: the job function, a Worker that survives Redis outages, and the worker process
-with its lease keeper, reconciler and graceful shutdown.
+with its heartbeat (one lease per worker), reconciler and graceful shutdown.
 
 arq facts designed around (0.28): a SIGKILLed job is retried only after its in-progress key
 expires (job timeout + 10 s); a job timeout is a terminal failure; a connection error in the poll
@@ -33,13 +33,15 @@ from shared.quotas import Quotas
 from shared.redis_conn import connect
 from shared.scripts import Scripts
 from shared.settings import Settings, get_settings
+from worker import netguard
 from worker.deps import WorkerDeps
 from worker.health import HealthServer
+from worker.lease import LeaseBackend, WorkerLease, add_lease_hook, lease_guarded_client
 from worker.metrics import MetricsObserver
 from worker.observer import Observer
-from worker.reconciler import reconcile_once
+from worker.reconciler import reconcile_once, reconcile_worker
 from worker.runner import RunDriver
-from worker.store import renew_many
+from worker.store import beat, forget_worker
 
 log = logging.getLogger("agentmill.worker")
 
@@ -132,6 +134,12 @@ async def _lag_probe(path: str) -> None:
             )
 
 
+def lease_margin_ms(settings: Settings) -> int:
+    """How much earlier than Redis a worker considers its lease over: a beat interval, at least a
+    tenth of the lease (clock-rate differences, the time from the check to the bytes on the wire)."""
+    return min(max(settings.heartbeat_ms, settings.lease_ms // 10), settings.lease_ms // 2)
+
+
 def new_worker_id(settings: Settings) -> str:
     return settings.worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
@@ -157,6 +165,9 @@ class WorkerProcess:
         self.worker_id = new_worker_id(self.settings)
         self.stopping = asyncio.Event()
         self._bg: list[asyncio.Task[None]] = []
+        s = self.settings
+        self.lease = WorkerLease(s.lease_ms, lease_margin_ms(s))
+        self.incarnation = 1
 
     async def run(self) -> None:
         s = self.settings
@@ -164,9 +175,14 @@ class WorkerProcess:
         arq_pool = connect(s, retries=60, cls=ArqRedis)
         arq_pool.job_serializer = serialize
         arq_pool.job_deserializer = deserialize
-        http = httpx.AsyncClient(limits=httpx.Limits(max_connections=200, max_keepalive_connections=50))
+        http = lease_guarded_client(
+            self.lease, httpx.Limits(max_connections=200, max_keepalive_connections=50)
+        )
+        # HTTP tools: the SSRF guard's backend connects, the lease backend guards every write.
+        tools_http = add_lease_hook(netguard.guarded_client(inner=LeaseBackend(self.lease)), self.lease)
         self.deps = WorkerDeps(redis=redis, settings=s, profiles=self.profiles, http=http,
-                               worker_id=self.worker_id, observer=self.observer)  # fmt: skip
+                               worker_id=self.worker_id, observer=self.observer, lease=self.lease,
+                               guarded_http=tools_http)  # fmt: skip
         self.worker = ResilientWorker(
             functions=[func(run_agent, name=RUN_FUNCTION, max_tries=1_000_000, timeout=JOB_TIMEOUT_S)],
             redis_pool=arq_pool,
@@ -188,7 +204,8 @@ class WorkerProcess:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.request_stop)
-        self._bg = [asyncio.create_task(self._lease_keeper()), asyncio.create_task(self._reconciler())]
+        await self._register()  # the first lease, before any job is taken
+        self._bg = [asyncio.create_task(self._heartbeat()), asyncio.create_task(self._reconciler())]
         if s.worker_metrics_port >= 0:
             self.health = HealthServer(self.metrics.registry, self.metrics.render)
             self.metrics_port = await self.health.start("0.0.0.0", s.worker_metrics_port)
@@ -240,35 +257,77 @@ class WorkerProcess:
         tasks = [t for t in self.worker.tasks.values() if not t.done()]
         if tasks:
             await asyncio.wait(tasks, timeout=5.0)
+        if not self.deps.active:  # every run handed back: give the lease up at once
+            with contextlib.suppress(RedisError, OSError):
+                await forget_worker(
+                    self.deps.redis, self.deps.scripts, self.deps.lease_id, only_if_expired=False
+                )
 
     async def _until_idle(self) -> None:
         while self.deps.active:  # noqa: ASYNC110 - runs leave the dict from their own tasks; 50 ms is fine at shutdown
             await asyncio.sleep(0.05)
 
-    async def _lease_keeper(self) -> None:
-        """Renew every run's lease and pick up abort requests: one pipelined round trip a beat."""
+    async def _register(self) -> None:
+        """Take a lease under the current lease id (retrying while Redis is away)."""
+        s = self.settings
+        while True:
+            sent = self.lease.now()
+            try:
+                await beat(self.deps.redis, self.deps.scripts, self.deps.lease_id, s.lease_ms, register=True)
+            except (RedisError, OSError) as exc:
+                log.warning("worker %s: cannot register its lease (%s); retrying", self.deps.lease_id, exc)
+                await asyncio.sleep(s.heartbeat_ms / 1000.0)
+                continue
+            self.lease.renewed(sent)
+            return
+
+    async def _heartbeat(self) -> None:
+        """One beat per worker: renew its lease and read its abort inbox, O(1) whatever its runs.
+
+        A worker that finds itself past its own deadline (or told by Redis that its lease expired)
+        stops its runs without writing, hands them to the queue and carries on under a new lease id.
+        """
         s = self.settings
         while True:
             await asyncio.sleep(s.heartbeat_ms / 1000.0)
-            drivers = [d for d in self.deps.active.values() if d.store.epoch]
-            if not drivers:
+            if self.lease.expired():
+                await self._lease_lost("its lease deadline passed")
                 continue
+            sent = self.lease.now()
             try:
-                verdicts = await renew_many(
-                    self.deps.redis,
-                    self.deps.scripts,
-                    [(d.run_id, d.store.epoch) for d in drivers],
-                    s.lease_ms,
-                )
+                b = await beat(self.deps.redis, self.deps.scripts, self.deps.lease_id, s.lease_ms)
             except (RedisError, OSError) as exc:
-                log.warning("lease renewal failed: %s", exc)
+                log.warning("heartbeat failed: %s", exc)
                 continue
-            for d, (verdict, abort) in zip(drivers, verdicts, strict=True):
-                if verdict == "fenced":
-                    log.warning("run %s was taken over by another worker; stopping it here", d.run_id)
-                    d.fence()
-                elif verdict == "ok" and abort:
-                    d.request_abort(abort)
+            if b.lost:
+                await self._lease_lost("Redis reports its lease expired")
+                continue
+            self.lease.renewed(sent)
+            for run_id, epoch, reason in b.aborts:
+                d = self.deps.active.get(run_id)
+                if d is not None and d.store.epoch == epoch and reason:
+                    d.request_abort(reason)
+
+    async def _lease_lost(self, why: str) -> None:
+        """Stop every run here without writing, put them back on the queue, take a new lease id."""
+        self.lease.lapse()
+        pick = self.worker.allow_pick_jobs
+        self.worker.allow_pick_jobs = False
+        old = self.deps.lease_id
+        log.warning("worker %s: %s; stopping its %d runs without writing", old, why, len(self.deps.active))
+        for d in list(self.deps.active.values()):
+            d.fence()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._until_idle(), 5.0)
+        try:
+            await reconcile_worker(self.deps.redis, self.deps.scripts, self.settings, old, expired_only=False)
+        except (RedisError, OSError) as exc:  # the reconcilers will find the old lease expired
+            log.warning("worker %s: could not hand its runs back (%s)", old, exc)
+        self.incarnation += 1
+        self.deps.lease_id = f"{self.worker_id}~{self.incarnation}"
+        await self._register()
+        self.worker.allow_pick_jobs = pick and not self.stopping.is_set()
+        log.info("worker %s carries on under lease id %s", self.worker_id, self.deps.lease_id)
 
     async def _reconciler(self) -> None:
         s = self.settings

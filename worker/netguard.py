@@ -172,7 +172,7 @@ def guarded_client(
 # Headers that may follow a redirect to another origin; any other (credentials, API keys a profile
 # sets) is dropped there, as browsers and httpx drop Authorization.
 CROSS_ORIGIN_HEADERS = frozenset(
-    {"content-type", "accept", "user-agent", "idempotency-key",
+    {"content-type", "accept", "user-agent", "idempotency-key", "agentmill-fencing-token",
      "x-agentmill-delivery", "x-agentmill-attempt", "x-agentmill-signature", "x-agentmill-unsigned"}
 )  # fmt: skip
 

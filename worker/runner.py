@@ -36,6 +36,7 @@ from shared.models import (
 )
 from worker import context, failpoints, machine, policy
 from worker.config import RECALL_TOOL, resolve_config
+from worker.lease import LeaseExpiredError
 from worker.limiter import Held, limited
 from worker.machine import (
     AbortRequested,
@@ -115,7 +116,7 @@ class RunDriver:
         self.run_id = run_id
         self.gen = gen
         self.job_try = job_try
-        self.store = RunStore(deps.redis, deps.scripts, deps.settings, run_id)
+        self.store = RunStore(deps.redis, deps.scripts, deps.settings, run_id, deps.lease)
         self.inbox: asyncio.Queue[Event | _Wake] = asyncio.Queue()
         self.pending: deque[Event] = deque()
         self.tasks: set[asyncio.Task[None]] = set()  # running effects; a drain waits for them
@@ -161,7 +162,7 @@ class RunDriver:
     # ---- the job ----
 
     async def run(self) -> str:
-        acq = await self.store.acquire(self.gen, self.deps.worker_id)
+        acq = await self.store.acquire(self.gen, self.deps.lease_id)
         if isinstance(acq, NotAcquired):
             if acq.verdict == "exhausted":
                 self.deps.observer.run_started(resumed=True, job_try=self.job_try)
@@ -256,7 +257,9 @@ class RunDriver:
         self._arm_deadline()
         while True:
             if self.fenced:
-                raise FencedError(f"run {self.run_id}: the lease keeper reported another owner")
+                raise FencedError(
+                    f"run {self.run_id}: this worker gave the run up (its lease lapsed, or another worker took it)"
+                )
             if self.pending:
                 ev: Event | _Wake = self.pending.popleft()
             elif self.draining and not self.tasks:
@@ -348,6 +351,9 @@ class RunDriver:
             obs.awaiting_human(-1)
         if self.draining:
             return None  # effects are recomputed from the checkpoint by whoever resumes the run
+        if effects and self.deps.lease is not None and self.deps.lease.expired():
+            self.fence()  # past the worker's lease: start nothing; whoever takes the run over will
+            return None
         for c in effects:
             self._start(c)
         return None
@@ -430,7 +436,10 @@ class RunDriver:
     def _effect_done(self, task: asyncio.Task[None]) -> None:
         self.tasks.discard(task)
         exc = None if task.cancelled() else task.exception()
-        if exc is not None:
+        if isinstance(exc, LeaseExpiredError):
+            log.warning("run %s: %s; stopping without writing", self.run_id, exc)
+            self.fence()
+        elif exc is not None:
             log.error("run %s: effect crashed; failing the run", self.run_id, exc_info=exc)
             self.inbox.put_nowait(_Crashed(exc))
             return
@@ -523,6 +532,8 @@ class RunDriver:
         calls: dict[int, dict[str, str]] = {}
         end = StreamEnd()  # a provider that stops without a StreamEnd said nothing about the ending
         held: Held | None = None
+        if self.deps.lease is not None:
+            self.deps.lease.check("a model call")
         try:
             provider = self.deps.provider_for(self.deps.profile(self.state.cfg.agent))
             held = await self._capacity(req)
@@ -688,7 +699,9 @@ class RunDriver:
                        reason="the worker executing this call stopped before recording its result")  # fmt: skip
         t0 = time.monotonic()
         ctx = ToolContext(self.run_id, self.state.session_id, call.id, f"{self.run_id}:{call.id}", 1,
-                          self.state.cfg.runtime_init_data)  # fmt: skip
+                          self.state.cfg.runtime_init_data, fencing_token=self.store.epoch)  # fmt: skip
+        if self.deps.lease is not None:
+            self.deps.lease.check(f"tool call {call.name}")
         if call.name == RECALL_TOOL:
             result = await self.deps.recall(self.state.session_id, call, self.run_id)
         else:

@@ -1,13 +1,14 @@
-"""The worker's side of the run's Redis state: acquire, fenced commits, lease renewal, hand-back.
+"""The worker's side of the run's Redis state: acquire, fenced commits, hand-back, the worker beat.
 
-Every write goes through a script that checks the run's epoch, so a stale worker (paused past its
-lease, or racing a re-dispatched job) is refused and stops without writing anything.
+Every write goes through a script that checks the run's epoch and that the writing worker's lease is
+unexpired, so a stale worker (paused past its lease, or racing a re-dispatched job) is refused and
+stops without writing anything. The worker also checks its own lease deadline (worker.lease) before
+it sends a write, so it does not even try once it knows it is late.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,7 @@ from shared import keys
 from shared.dispatch import JOB_EXPIRE_MS, job_payload, job_ref
 from shared.scripts import Scripts, text
 from shared.settings import Settings
+from worker.lease import WorkerLease
 
 
 class FencedError(Exception):
@@ -74,8 +76,16 @@ def now_ms() -> int:
 class RunStore:
     """One worker's handle on one run at one epoch. Counts its round trips (for the bench)."""
 
-    def __init__(self, redis: Redis, scripts: Scripts, settings: Settings, run_id: str) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        scripts: Scripts,
+        settings: Settings,
+        run_id: str,
+        lease: WorkerLease | None = None,
+    ) -> None:
         self.redis = redis
+        self.lease = lease
         self.scripts = scripts
         self.settings = settings
         self.run_id = run_id
@@ -84,8 +94,15 @@ class RunStore:
         self.round_trips = 0
         self._keys = [keys.run_key(run_id), keys.events_stream(run_id), keys.tools_key(run_id), keys.LIVE]
 
+    def _check_lease(self) -> None:
+        if self.lease is not None and self.lease.expired():
+            raise FencedError(f"run {self.run_id}: this worker is past its lease deadline")
+
     async def acquire(self, gen: int, worker_id: str) -> Acquired | NotAcquired:
+        """``worker_id`` is the worker's lease id (keys.WORKERS); the run joins its runs set."""
         s = self.settings
+        if self.lease is not None and self.lease.expired():
+            return NotAcquired("no_lease", "this worker is past its lease deadline")
         self.round_trips += 1
         r = await self.scripts.acquire(
             keys=self._keys,
@@ -127,8 +144,9 @@ class RunStore:
         session: SessionUpdate | None = None,
         approval_timeout_ms: int | None = None,
     ) -> int:
-        """Append events, write the checkpoint, claims and tool records, and renew the lease: one round trip."""
+        """Append events, write the checkpoint, claims and tool records: one round trip."""
         s = self.settings
+        self._check_lease()
         first = self.last_seq + 1
         args: list[Any] = [
             self.epoch, first, s.stream_maxlen, s.retention_s, s.lease_ms, self.run_id, status, aux,
@@ -163,6 +181,7 @@ class RunStore:
     async def release(self, gen: int) -> str:
         """Hand the run back: it goes straight back on the queue as dispatch gen + 1."""
         new_job, new_key = job_ref(self.run_id, gen + 1)
+        self._check_lease()
         self.round_trips += 1
         r = await self.scripts.release(
             keys=[keys.run_key(self.run_id), keys.LIVE, keys.QUEUE, new_key],
@@ -172,25 +191,43 @@ class RunStore:
         return text(r[0])
 
 
-async def renew_many(
-    redis: Redis, scripts: Scripts, leases: Sequence[tuple[str, int]], lease_ms: int
-) -> list[tuple[str, str]]:
-    """Renew the leases of all (runId, epoch) pairs in one pipelined round trip.
+@dataclass(frozen=True, slots=True)
+class Beat:
+    """A heartbeat's answer: ``lost`` if the lease had already expired (not renewed); else the abort
+    requests waiting in the worker's inbox as (runId, epoch, reason)."""
 
-    Returns (verdict, abort reason) per run: verdict ``fenced`` means the run was taken over.
-    """
-    if not leases:
-        return []
-    async with redis.pipeline(transaction=False) as pipe:
-        for run_id, epoch in leases:
-            await scripts.renew(
-                keys=[keys.run_key(run_id), keys.LIVE], args=[epoch, lease_ms, run_id], client=pipe
-            )
-        replies = await pipe.execute(raise_on_error=False)
-    out: list[tuple[str, str]] = []
-    for r in replies:
-        if isinstance(r, Exception):
-            out.append(("error", ""))
-        else:
-            out.append((text(r[0]), text(r[1])))
-    return out
+    lost: bool
+    aborts: list[tuple[str, int, str]] = field(default_factory=list)
+
+
+async def beat(
+    redis: Redis,
+    scripts: Scripts,
+    lease_id: str,
+    lease_ms: int,
+    *,
+    register: bool = False,
+    max_messages: int = 200,
+) -> Beat:
+    """One worker heartbeat: one script, O(1) whatever the number of runs the worker holds."""
+    r = await scripts.beat(
+        keys=[keys.WORKERS, keys.worker_inbox_key(lease_id)],
+        args=[lease_id, lease_ms, max_messages, "1" if register else ""],
+        client=redis,
+    )
+    if text(r[0]) == "lost":
+        return Beat(lost=True)
+    return Beat(
+        lost=False,
+        aborts=[(text(r[i]), int(text(r[i + 1]) or 0), text(r[i + 2])) for i in range(1, len(r), 3)],
+    )
+
+
+async def forget_worker(redis: Redis, scripts: Scripts, lease_id: str, *, only_if_expired: bool) -> str:
+    """Drop a worker's lease entry (and its runs set and inbox once the set is empty)."""
+    r = await scripts.forget_worker(
+        keys=[keys.WORKERS, keys.worker_runs_key(lease_id), keys.worker_inbox_key(lease_id)],
+        args=[lease_id, "1" if only_if_expired else ""],
+        client=redis,
+    )
+    return text(r[0])

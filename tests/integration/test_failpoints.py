@@ -69,10 +69,12 @@ async def test_a_tool_whose_worker_died_mid_call_runs_again_with_the_same_key_an
             chaos_run([{"toolCalls": [{"name": "ledger", "arguments": {"step": 1}}]}, {"text": "done"}]),
         )  # fmt: skip
         counts = ledger.counts()
+        tokens = dict(ledger.tokens)
     events = await stream(redis, run_id)
     assert_clean_stream(events)
     call_id = next(e.payload["toolCallId"] for e in events if e.kind == "tool_call")
     assert counts == {f"{run_id}:{call_id}": 2}  # the side effect happened twice, under one key
+    assert tokens[f"{run_id}:{call_id}"] == ["1", "2"]  # with a higher fencing token the second time
     notices = [e for e in events if e.kind == "status" and e.payload["status"] == "tool_reexecuted"]
     assert [n.payload["toolCallId"] for n in notices] == [call_id]
     assert metrics[("agentmill_tool_calls_reexecuted_total", (("tool", "ledger"),))] == 1

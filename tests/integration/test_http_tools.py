@@ -81,8 +81,9 @@ def tool(
 
 
 CTX = ToolContext(
-    run_id="run_1", session_id=None, tool_call_id="call_9", idempotency_key="run_1:call_9", attempt=1
-)
+    run_id="run_1", session_id=None, tool_call_id="call_9", idempotency_key="run_1:call_9", attempt=1,
+    fencing_token=3,
+)  # fmt: skip
 
 
 async def test_idempotency_key_body_and_secret_header(
@@ -95,6 +96,7 @@ async def test_idempotency_key_body_and_secret_header(
         out = await t({"q": "x"}, CTX)
     headers, body = rec.calls[0]
     assert headers["idempotency-key"] == "run_1:call_9" and headers["x-secret"] == "s3cr3t"
+    assert headers["agentmill-fencing-token"] == "3"  # the run's epoch, beside the key
     assert body == {"runId": "run_1", "toolCallId": "call_9", "name": "lookup", "arguments": {"q": "x"}}
     assert len(out.content) <= 100 + len("…[truncated]") and out.content.endswith("…[truncated]")
     assert "s3cr3t" not in repr(t)
@@ -143,6 +145,7 @@ async def test_5xx_is_retryable_and_retried_with_the_same_key(server: tuple[Reco
         )
     assert not res.is_error
     assert [h["idempotency-key"] for h, _ in rec.calls[1:]] == ["run_1:call_9"] * 3
+    assert [h["agentmill-fencing-token"] for h, _ in rec.calls[1:]] == ["3"] * 3
 
 
 async def test_private_addresses_are_refused_unless_allow_listed(server: tuple[Recorder, int]) -> None:

@@ -13,7 +13,7 @@ from shared.scripts import Scripts
 from shared.settings import Settings
 from tests.integration.helpers import producer_for, script_run, stream
 from worker.reconciler import reconcile_once
-from worker.store import Acquired, FencedError, NotAcquired, Outbox, RunStore, SeqConflictError, renew_many
+from worker.store import Acquired, FencedError, NotAcquired, Outbox, RunStore, SeqConflictError, beat
 
 pytestmark = pytest.mark.integration
 
@@ -35,6 +35,8 @@ async def new_run(redis: Redis, redis_url: str, rid: str = "r1") -> str:
 async def acquire(
     redis: Redis, settings: Settings, rid: str, worker: str, gen: int = 1
 ) -> tuple[RunStore, Acquired | NotAcquired]:
+    """``worker`` takes (or renews) its lease of settings.lease_ms, then acquires the run."""
+    await beat(redis, Scripts(redis), worker, settings.lease_ms, register=True)
     store = RunStore(redis, Scripts(redis), settings, rid)
     return store, await store.acquire(gen, worker)
 
@@ -115,8 +117,9 @@ async def test_a_stale_epoch_is_fenced_off_everywhere(
     assert await redis.hgetall(keys.run_key(rid)) == before
     assert orjson.loads(await redis.hget(keys.tools_key(rid), "c1"))["state"] == "pending"
     assert [e.seq for e in await stream(redis, rid)] == [1]
-    renewals = await renew_many(redis, Scripts(redis), [(rid, 1), (rid, 2)], 300)
-    assert [v for v, _ in renewals] == ["fenced", "ok"]
+    # The old worker's heartbeat is refused (its lease expired); the new owner's renews.
+    assert (await beat(redis, Scripts(redis), "w-old", 300)).lost
+    assert not (await beat(redis, Scripts(redis), "w-new", 300)).lost
     await new.commit(Outbox([ev()], claims=["c1"]))
     assert orjson.loads(await redis.hget(keys.tools_key(rid), "c1")) == {
         "state": "pending",
@@ -206,11 +209,15 @@ async def test_reconciler_redispatches_expired_and_lost_runs_once(
     lost = await new_run(redis, redis_url, "lost")
     await redis.delete(keys.arq_job_key("lost"))  # as if Redis lost the job's write
     waiting = await new_run(redis, redis_url, "waiting")
+    await beat(redis, scripts, "w-live", 5_000)  # w-live keeps beating; w-dead's lease expires
     await asyncio.sleep(0.35)
-    await renew_many(redis, scripts, [(alive, 1)], 5_000)
     sweeps = await asyncio.gather(*(reconcile_once(redis, scripts, settings) for _ in range(4)))
     total = sum(sweeps, start=type(sweeps[0])())
     assert total["redispatched"] == 2  # crashed + lost, each once despite four concurrent sweeps
+    assert total["worker_expired"] == 1  # w-dead is forgotten once its runs were handed on
+    assert await redis.zscore(keys.WORKERS, "w-dead") is None
+    assert not await redis.exists(keys.worker_runs_key("w-dead"))
+    assert await redis.smembers(keys.worker_runs_key("w-live")) == {b"alive"}
     assert await redis.hget(keys.run_key(crashed), "gen") == b"2"
     assert await redis.hget(keys.run_key(lost), "gen") == b"2"
     assert await redis.hget(keys.run_key(alive), "gen") == b"1"
@@ -249,8 +256,8 @@ async def test_a_claimed_run_whose_worker_died_before_its_lease_is_redispatched_
     _, got = await acquire(redis, settings, "taken", "w-alive")
     assert isinstance(got, Acquired)  # "orphan" is never acquired: its worker died after the claim
     assert await reconcile_once(redis, scripts, settings) == {}  # not due yet
+    await beat(redis, scripts, "w-alive", 5_000)
     await asyncio.sleep(settings.lease_ms / 1000 + 0.1)
-    await renew_many(redis, scripts, [("taken", got.epoch)], 5_000)
     verdicts = await reconcile_once(redis, scripts, settings)
     assert verdicts["redispatched"] == 1
     assert await redis.hget(keys.run_key("orphan"), "gen") == b"2"
@@ -273,7 +280,10 @@ async def test_abort_verdicts(redis: Redis, redis_url: str, settings: Settings) 
     running = await new_run(redis, redis_url, "run")
     store, _ = await acquire(redis, settings, running, "w1")
     assert await p.abort(running, reason="stop it") == "requested"
-    assert await renew_many(redis, Scripts(redis), [(running, store.epoch)], 300) == [("ok", "stop it")]
+    # The request reaches the owning worker through its next heartbeat, with the run's epoch.
+    assert (await beat(redis, Scripts(redis), "w1", 300)).aborts == [(running, store.epoch, "stop it")]
+    assert (await beat(redis, Scripts(redis), "w1", 300)).aborts == []  # delivered once
+    assert await redis.hget(keys.run_key(running), "abort") == b"stop it"  # the hash stays the truth
     assert await p.abort(running, tenant="someone-else") == "unknown"
 
 
@@ -304,11 +314,32 @@ async def test_approval_decisions(redis: Redis, redis_url: str, settings: Settin
     }
 
 
-async def test_renewal_never_revives_a_finished_run(redis: Redis, redis_url: str, settings: Settings) -> None:
+async def test_a_finished_run_leaves_its_worker(redis: Redis, redis_url: str, settings: Settings) -> None:
     rid = await new_run(redis, redis_url)
     store, _ = await acquire(redis, settings, rid, "w1")
+    assert await redis.smembers(keys.worker_runs_key("w1")) == {rid.encode()}
+    assert await redis.zscore(keys.LIVE, rid) is None  # running: watched through w1's lease
     await store.commit(Outbox([ev(status="completed")]), status="completed", aux=b"{}")
     assert await redis.zscore(keys.LIVE, rid) is None
-    # A lease beat that raced the terminal commit must not put the run back in the live index.
-    assert await renew_many(redis, Scripts(redis), [(rid, store.epoch)], 300) == [("done", "")]
-    assert await redis.zscore(keys.LIVE, rid) is None
+    assert await redis.smembers(keys.worker_runs_key("w1")) == set()
+    await asyncio.sleep(0.35)  # w1's lease expires: the sweep finds nothing of it to re-dispatch
+    verdicts = await reconcile_once(redis, Scripts(redis), settings)
+    assert verdicts == {"worker_expired": 1} and await redis.hget(keys.run_key(rid), "status") == b"completed"
+
+
+async def test_a_worker_without_a_live_lease_cannot_acquire_or_commit(
+    redis: Redis, redis_url: str, settings: Settings
+) -> None:
+    rid = await new_run(redis, redis_url)
+    store = RunStore(redis, Scripts(redis), settings, rid)
+    assert await store.acquire(1, "never-registered") == NotAcquired("no_lease", "never-registered")
+    store, acq = await acquire(redis, settings, rid, "w1")
+    assert isinstance(acq, Acquired)
+    await store.commit(Outbox([ev()]))
+    await asyncio.sleep(0.35)  # w1 paused past its lease; nobody has taken the run over yet
+    with pytest.raises(FencedError):  # Redis refuses the write all the same
+        await store.commit(Outbox([ev()]))
+    assert [e.seq for e in await stream(redis, rid)] == [1]
+    # Its runs go back on the queue in one sweep, whatever their number: one lease, one check.
+    assert (await reconcile_once(redis, Scripts(redis), settings))["redispatched"] == 1
+    assert await redis.hget(keys.run_key(rid), "gen") == b"2"

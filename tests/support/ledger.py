@@ -1,11 +1,17 @@
 """A local HTTP ledger that records every tool execution by Idempotency-Key (for the chaos test).
 
-It runs in a thread of the test process, so it outlives the worker processes being killed.
+It runs in a thread of the test process, so it outlives the worker processes being killed. Each
+execution is recorded with its time and the request's ``Agentmill-Fencing-Token``.
+
+``hold_accepts()`` makes it a busy downstream: it stops accepting connections and fills its short
+listen backlog, so the kernel drops new SYNs and callers' connects hang (retrying SYN) until
+``release_accepts()``.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections import defaultdict
@@ -14,10 +20,14 @@ from typing import Any
 
 
 class Ledger:
-    def __init__(self, delay_s: float = 0.0) -> None:
+    def __init__(self, delay_s: float = 0.0, backlog: int = 128) -> None:
         self.delay_s = delay_s
         self.lock = threading.Lock()
         self.executions: dict[str, list[float]] = defaultdict(list)
+        self.tokens: dict[str, list[str]] = defaultdict(list)
+        self.accepting = threading.Event()
+        self.accepting.set()
+        self._fillers: list[socket.socket] = []
         ledger = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -30,6 +40,7 @@ class Ledger:
                     time.sleep(delay)
                 with ledger.lock:
                     ledger.executions[key].append(time.time())
+                    ledger.tokens[key].append(self.headers.get("Agentmill-Fencing-Token") or "")
                     n = len(ledger.executions[key])
                 out = json.dumps({"recorded": key, "execution": n}).encode()
                 try:
@@ -44,8 +55,15 @@ class Ledger:
             def log_message(self, format: str, *args: Any) -> None:
                 return
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        class Server(ThreadingHTTPServer):
+            request_queue_size = backlog
+            daemon_threads = True
+
+            def get_request(self) -> tuple[socket.socket, Any]:
+                ledger.accepting.wait()  # held: connections wait in the (full) accept queue
+                return self.socket.accept()
+
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.port = int(self.server.server_address[1])
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -58,9 +76,34 @@ class Ledger:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.release_accepts()
         self.server.shutdown()
         self.server.server_close()
+
+    def hold_accepts(self) -> int:
+        """Stop accepting and fill the accept queue; returns how many connections filled it."""
+        self.accepting.clear()
+        for _ in range(256):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.settimeout(0.3)
+            try:
+                s.connect(("127.0.0.1", self.port))
+            except OSError:  # timed out: the queue is full and the SYN was dropped
+                s.close()
+                break
+            self._fillers.append(s)
+        return len(self._fillers)
+
+    def release_accepts(self) -> None:
+        for s in self._fillers:
+            s.close()
+        self._fillers.clear()
+        self.accepting.set()
 
     def counts(self) -> dict[str, int]:
         with self.lock:
             return {k: len(v) for k, v in self.executions.items()}
+
+    def executed_at(self) -> dict[str, list[float]]:
+        with self.lock:
+            return {k: list(v) for k, v in self.executions.items()}

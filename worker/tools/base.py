@@ -15,6 +15,7 @@ class ToolContext:
     idempotency_key: str  # "<runId>:<toolCallId>": the same for every re-execution of the call
     attempt: int  # 1 for the first execution within this claim
     init_data: Mapping[str, Any] = field(default_factory=dict)  # the run's runtimeInitData
+    fencing_token: int = 0  # the run's epoch: higher for every worker that takes the run over
 
 
 @dataclass(frozen=True, slots=True)

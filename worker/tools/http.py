@@ -1,6 +1,8 @@
 """HTTP tools declared in a profile: POST ``{runId, toolCallId, name, arguments[, runtimeInitData]}`` to a URL with
 ``Idempotency-Key: <runId>:<toolCallId>``, the same key on every re-execution of the call, so the
-remote side can deduplicate a call that a crashed worker had already sent."""
+remote side can deduplicate a call that a crashed worker had already sent, and
+``Agentmill-Fencing-Token: <epoch>``, which grows each time another worker takes the run over, so
+the remote side can refuse a request from a worker that lost the run (a token lower than one seen)."""
 
 from __future__ import annotations
 
@@ -45,7 +47,8 @@ class HttpTool:
             fields["runtimeInitData"] = ctx.init_data
         body = orjson.dumps(fields)
         headers = {k: _header_value(v) for k, v in cfg.headers.items()}
-        headers.update({"Content-Type": "application/json", "Idempotency-Key": ctx.idempotency_key})
+        headers.update({"Content-Type": "application/json", "Idempotency-Key": ctx.idempotency_key,
+                        "Agentmill-Fencing-Token": str(ctx.fencing_token)})  # fmt: skip
         try:
             resp = await guarded_request(
                 self.client, cfg.method, cfg.url, allow_hosts=cfg.allow_hosts, content=body, headers=headers,

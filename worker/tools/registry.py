@@ -15,6 +15,7 @@ from shared import limits
 from shared.models import ToolCall, ToolResult
 from shared.profiles import AgentProfile, ToolSettings
 from worker.config import ToolSpec
+from worker.lease import LeaseExpiredError
 from worker.tools.base import Tool, ToolContext, ToolError, ToolOutcome
 from worker.tools.builtin import BUILTINS
 
@@ -85,7 +86,13 @@ class ProfileTools:
         while True:
             try:
                 actx = ToolContext(
-                    ctx.run_id, ctx.session_id, ctx.tool_call_id, ctx.idempotency_key, attempt, ctx.init_data
+                    ctx.run_id,
+                    ctx.session_id,
+                    ctx.tool_call_id,
+                    ctx.idempotency_key,
+                    attempt,
+                    ctx.init_data,
+                    ctx.fencing_token,
                 )
                 outcome: ToolOutcome = await asyncio.wait_for(tool(args, actx), st.timeout_s)
                 return ToolResult(
@@ -98,7 +105,7 @@ class ProfileTools:
                 reason, retryable = str(exc), exc.retryable
             except TimeoutError:
                 reason, retryable = f"timed out after {st.timeout_s:g} s", True
-            except asyncio.CancelledError:
+            except (asyncio.CancelledError, LeaseExpiredError):
                 raise
             except Exception as exc:  # a tool bug must not crash the run
                 reason, retryable = f"{type(exc).__name__}: {exc}", False
