@@ -33,6 +33,7 @@ class Settings(BaseSettings):
     worker_id: str | None = None
     delta_flush_ms: int = 50  # model_delta coalescing: at most one event per run per this interval
     delta_flush_chars: int = 2_000
+    provider_slot_lease_ms: int = 15_000  # a maxConcurrent slot whose worker died frees after this
 
     # retention
     stream_maxlen: int = 10_000

@@ -58,7 +58,7 @@ class WorkerDeps:
             stream_maxlen=self.settings.stream_maxlen,
             retention_s=self.settings.retention_s,
         )
-        self.limiter = ProviderLimiter(self.scripts)
+        self.limiter = ProviderLimiter(self.scripts, lease_ms=self.settings.provider_slot_lease_ms)
 
     def profile(self, name: str) -> AgentProfile:
         try:

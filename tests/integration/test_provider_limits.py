@@ -197,3 +197,41 @@ async def test_a_run_waiting_for_capacity_aborts_at_once(
     assert rec.status.value == "aborted" and stopped < 1.0 and not fake.requests
     slots = await redis.zrange(keys.provider_slots_key(keys.endpoint_hash(fake.base_url)), 0, -1)
     assert slots == [b"someone-else"]  # the aborted run took nothing
+
+
+async def test_the_slot_of_a_killed_worker_frees_itself_and_another_worker_finishes(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    fake = FakeOpenAI([Reply(text="slow " * 100, pieces=100, chunk_delay_s=0.1), Reply(text="done")])
+    async with fake:
+        path = profiles(tmp_path, fake.base_url, maxConcurrent=1)
+        env = {"AGENTMILL_PROFILES": str(path), "AGENTMILL_LEASE_MS": "1500", "AGENTMILL_HEARTBEAT_MS": "300",
+               "AGENTMILL_RECONCILE_MS": "300", "AGENTMILL_PROVIDER_SLOT_LEASE_MS": "6000"}  # fmt: skip
+        p = producer_for(redis, redis_url)
+        p.profiles = load_profiles(str(path))
+        victim = WorkerProc(redis_url, env=env).start()
+        rescuer = None
+        try:
+            sub = await p.submit({"agent": "lim", **USER})
+            deadline = time.monotonic() + 20
+            while fake.active == 0 and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.5)  # mid-stream, the slot renewed at least once
+            victim.kill()
+            t_kill = time.monotonic()
+            slots = keys.provider_slots_key(keys.endpoint_hash(fake.base_url))
+            assert await redis.zcard(slots) == 1  # the dead worker's slot is still there
+            rescuer = WorkerProc(redis_url, env=env).start()
+            rec = (await wait_all(p, [sub.run_id], 30))[sub.run_id]
+            took = time.monotonic() - t_kill
+        finally:
+            victim.kill()
+            if rescuer is not None:
+                rescuer.stop()
+    assert rec.status.value == "completed" and rec.result.final_assistant_message.content == "done"  # type: ignore[union-attr]
+    events = await stream(redis, sub.run_id)
+    assert any(e.payload.get("status") == "model_call_restarted" for e in events)
+    w = [e.payload for e in events if e.payload.get("status") == "waiting_for_capacity"]
+    assert [x["reason"] for x in w] == ["concurrency"]
+    assert took >= 4.0  # the slot was renewed within the last 2 s before the kill: it freed by expiry
+    assert fake.max_active == 1 and await redis.zcard(slots) == 0
