@@ -11,7 +11,7 @@ import hashlib
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -82,6 +82,15 @@ class RunRecord:
     pending_approvals: list[dict[str, Any]] = field(default_factory=list)
     abort_requested: bool = False
     pending_tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    key_id: str = ""  # the id its keys use, when not run_id (a tenant-scoped id, see scoped_id)
+
+    @property
+    def key(self) -> str:
+        return self.key_id or self.run_id
+
+    def as_seen_by(self, client_id: str) -> RunRecord:
+        """The record under the id its tenant knows it by."""
+        return self if client_id == self.run_id else replace(self, run_id=client_id, key_id=self.key)
 
     def view(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -93,11 +102,26 @@ class RunRecord:
         }
         if self.result is not None:
             d["result"] = to_jsonable(self.result)
+            d["result"]["runId"] = self.run_id
         if self.pending_approvals:
             d["pendingApprovals"] = self.pending_approvals
         if self.pending_tool_calls:
             d["pendingToolCalls"] = self.pending_tool_calls
         return d
+
+
+def scoped_id(tenant: str, client_id: str) -> str:
+    """The id a tenant's run or session takes when its own id is held by another tenant: ids are
+    scoped by tenant, so another tenant's id answers like a free one and cannot be squatted."""
+    return "tsc_" + hashlib.sha256(f"{tenant}\0{client_id}".encode()).hexdigest()[:40]
+
+
+class _ForeignRunError(SubmissionError):
+    """The runId is held by another tenant (a 409 only if the scoped id is held as well)."""
+
+
+class _ForeignSessionError(SubmissionError):
+    """The sessionId is held by another tenant."""
 
 
 def validation_error(exc: ValidationError) -> SubmissionError:
@@ -284,8 +308,13 @@ class Producer:
         verdict, status = text(reply[0]), text(reply[1])
         rid = run_id or run.run_id or ""
         if verdict == "conflict":
-            raise SubmissionError(
+            cls = _ForeignRunError if status == "" else SubmissionError  # '' : another tenant's run
+            raise cls(
                 "conflict", f"run {rid} already exists with a different input", status=409, field="runId"
+            )
+        if verdict == "unknown_session" and run.auto_create_session and run.session_id:
+            raise _ForeignSessionError(  # it would have been created: another tenant holds the id
+                "unknown_session", f"sessionId: no session {run.session_id!r}", status=404, field="sessionId"
             )
         if verdict == "unknown_session":
             raise SubmissionError(
@@ -340,9 +369,30 @@ class Producer:
     ) -> Submitted:
         run = self.prepare(raw, tenant=tenant, idempotency_key=idempotency_key)
         await self.admit(tenant, [run.run_id or ""], quota)
-        k, a = self._submit_call(run, tenant, _now_ms())
-        reply = await self.scripts.submit(keys=k, args=a)
-        return self._outcome(run, reply)
+        return await self._submit_scoped(run, tenant)
+
+    async def _submit_scoped(self, run: RunInput, tenant: str) -> Submitted:
+        """Submit; a runId or sessionId that another tenant holds is replaced by its scoped id."""
+        client_id = run.run_id or ""
+        scoped: set[str] = set()
+        while True:
+            k, a = self._submit_call(run, tenant, _now_ms())
+            reply = await self.scripts.submit(keys=k, args=a)
+            try:
+                sub = self._outcome(run, reply)
+            except _ForeignRunError:
+                if "run" in scoped:
+                    raise
+                scoped.add("run")
+                run = run.model_copy(update={"run_id": scoped_id(tenant, client_id)})
+                continue
+            except _ForeignSessionError:
+                if "session" in scoped:
+                    raise
+                scoped.add("session")
+                run = run.model_copy(update={"session_id": scoped_id(tenant, run.session_id or "")})
+                continue
+            return Submitted(run_id=client_id, status=sub.status, created=sub.created)
 
     async def submit_many(
         self,
@@ -414,6 +464,12 @@ class Producer:
                     continue
                 try:
                     out[i] = self._outcome(prep.run, answer[2 * k : 2 * k + 2], prep.run_id)
+                except (_ForeignRunError, _ForeignSessionError):  # rare: again alone, scoped
+                    run = prep.run.model_copy(update={"run_id": prep.run_id})
+                    try:
+                        out[i] = await self._submit_scoped(run, tenant)
+                    except SubmissionError as exc:
+                        out[i] = exc
                 except SubmissionError as exc:
                     out[i] = exc
         return [o for o in out if o is not None]
@@ -434,6 +490,26 @@ class Producer:
     # ---- reading ----
 
     async def get(self, run_id: str, *, tenant: str | None = None) -> RunRecord | None:
+        """The run as ``tenant`` knows it by ``run_id`` (its own run, or its run scoped under that
+        id when another tenant holds the id); None when the tenant has none."""
+        rec = await self._get(run_id, tenant)
+        if rec is None and tenant is not None:
+            scoped = await self._get(scoped_id(tenant, run_id), tenant)
+            return scoped.as_seen_by(run_id) if scoped is not None else None
+        return rec
+
+    async def resolve(self, run_id: str, tenant: str) -> str:
+        """The id the keys of ``tenant``'s run ``run_id`` use (run_id itself when it has none)."""
+        rk = keys.run_key
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hget(rk(run_id), "tenant")
+            pipe.hget(rk(scoped_id(tenant, run_id)), "tenant")
+            own, scoped = await pipe.execute()
+        if own is None or text(own) == tenant or scoped is None or text(scoped) != tenant:
+            return run_id
+        return scoped_id(tenant, run_id)
+
+    async def _get(self, run_id: str, tenant: str | None) -> RunRecord | None:
         fields = ["status", "tenant", "sessionId", "createdAt", "lastSeq", "result", "approvals", "abort",
                   "clientPending"]  # fmt: skip
         vals = await self.redis.hmget(keys.run_key(run_id), fields)  # type: ignore[misc]
@@ -476,16 +552,23 @@ class Producer:
         )
 
     async def read_events(
-        self, run_id: str, *, after: int = 0, limit: int = 1000, block_ms: int | None = None
+        self,
+        run_id: str,
+        *,
+        after: int = 0,
+        limit: int = 1000,
+        block_ms: int | None = None,
+        label: str | None = None,
     ) -> list[RunEvent]:
-        """Events with seq > after, oldest first; with block_ms, waits for the first one to appear."""
+        """Events with seq > after, oldest first; with block_ms, waits for the first one to appear.
+        ``label``: the run id the events carry (the tenant's id of a scoped run)."""
         stream = keys.events_stream(run_id)
         if block_ms is None:
             entries = await self.redis.xrange(stream, min=f"({stream_id(after)}", count=limit)
         else:
             reply = await self.stream_redis.xread({stream: stream_id(after)}, count=limit, block=block_ms)
             entries = reply[0][1] if reply else []
-        return [decode_entry(run_id, fields) for _, fields in entries]
+        return [decode_entry(label or run_id, fields) for _, fields in entries]
 
     async def wait(self, run_id: str, *, timeout_s: float, tenant: str | None = None) -> RunRecord | None:
         """Until the run is terminal or the timeout passes; returns the latest record."""
@@ -498,7 +581,7 @@ class Producer:
             if left <= 0:
                 return rec
             await self.read_events(
-                run_id, after=rec.last_seq, limit=1, block_ms=max(1, int(min(left, 1.0) * 1000))
+                rec.key, after=rec.last_seq, limit=1, block_ms=max(1, int(min(left, 1.0) * 1000))
             )
 
     # ---- control ----
@@ -561,7 +644,16 @@ class Producer:
         return verdict, text(reply[1]) if len(reply) > 1 else "", []
 
     async def get_session(self, session_id: str, *, tenant: str | None = None) -> dict[str, Any] | None:
-        """The session's runs (in submission order), its active run and its history of run loops."""
+        """The session's runs (in submission order), its active run and its history of run loops;
+        the tenant's session scoped under this id when another tenant holds it."""
+        found = await self._get_session(session_id, tenant)
+        if found is None and tenant is not None:
+            found = await self._get_session(scoped_id(tenant, session_id), tenant)
+            if found is not None:
+                found["sessionId"] = session_id
+        return found
+
+    async def _get_session(self, session_id: str, tenant: str | None) -> dict[str, Any] | None:
         sk = keys.session_key(session_id)
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hgetall(sk)

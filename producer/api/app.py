@@ -415,7 +415,7 @@ def create_app(
             rec = await api.producer.wait(run_id, timeout_s=timeout_s, tenant=tenant)
         if rec is None:
             raise ApiError(404, "unknown_run", f"no run {run_id}")
-        return view(rec)
+        return view(rec.as_seen_by(run_id))
 
     @app.get(
         "/v1/runs/{run_id}/events",
@@ -440,16 +440,16 @@ def create_app(
         format: Annotated[str, Query(pattern="^(sse|json)$")] = "sse",
         last_event_id: Annotated[str | None, Header()] = None,
     ) -> Response:
-        await record_or_404(api, run_id, tenant)
+        key = (await record_or_404(api, run_id, tenant)).key
         start = after if after is not None else _seq(last_event_id)
         if format == "json":
-            page = await api.producer.read_events(run_id, after=start, limit=limit)
+            page = await api.producer.read_events(key, after=start, limit=limit, label=run_id)
             return OrjsonResponse(
                 {"events": [to_jsonable(e) for e in page], "next": page[-1].seq if page else start}
             )
         slot = api.streams.acquire(tenant)
         return SlotStreamingResponse(
-            _sse(api, request, run_id, start),
+            _sse(api, request, key, start, label=run_id),
             slot,
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
@@ -462,7 +462,7 @@ def create_app(
         summary="Abort a run",
     )
     async def abort(run_id: str, api: ApiDep, tenant: Tenant) -> AbortAnswer:
-        verdict = await api.producer.abort(run_id, tenant=tenant)
+        verdict = await api.producer.abort(await api.producer.resolve(run_id, tenant), tenant=tenant)
         if verdict == "unknown":
             raise ApiError(404, "unknown_run", f"no run {run_id}")
         return AbortAnswer(runId=run_id, result=verdict)
@@ -476,9 +476,10 @@ def create_app(
     async def approvals(run_id: str, body: ApprovalsBody, api: ApiDep, tenant: Tenant) -> ApprovalsAnswer:
         out: list[ApprovalVerdict] = []
         resumed = False
+        key = await api.producer.resolve(run_id, tenant)
         for d in body.decisions:
             verdict = await api.producer.decide(
-                run_id, d.tool_call_id, approved=d.approved, reason=d.reason, tenant=tenant
+                key, d.tool_call_id, approved=d.approved, reason=d.reason, tenant=tenant
             )
             if verdict == "unknown_run":
                 raise ApiError(404, "unknown_run", f"no run {run_id}")
@@ -503,7 +504,8 @@ def create_app(
     async def tool_results(
         run_id: str, body: ToolResultsBody, api: ApiDep, tenant: Tenant
     ) -> ToolResultsAnswer:
-        verdict, call, each = await api.producer.post_tool_results(run_id, body.results, tenant=tenant)
+        key = await api.producer.resolve(run_id, tenant)
+        verdict, call, each = await api.producer.post_tool_results(key, body.results, tenant=tenant)
         if verdict in ("recorded", "resumed"):
             out = [
                 ToolResultVerdict(toolCallId=r.tool_call_id, result=v)
@@ -581,7 +583,9 @@ def _seq(last_event_id: str | None) -> int:
     return int(value)
 
 
-async def _sse(api: Api, request: Request, run_id: str, after: int) -> AsyncIterator[bytes]:
+async def _sse(
+    api: Api, request: Request, run_id: str, after: int, *, label: str | None = None
+) -> AsyncIterator[bytes]:
     """Events after ``after``; a comment line while idle; ends after the terminal event."""
     last = after
     block_ms = int(min(api.sse_heartbeat_s, MAX_BLOCK_S) * 1000)
@@ -590,7 +594,7 @@ async def _sse(api: Api, request: Request, run_id: str, after: int) -> AsyncIter
     while True:
         if await request.is_disconnected():
             return
-        page = await api.producer.read_events(run_id, after=last, limit=200, block_ms=block_ms)
+        page = await api.producer.read_events(run_id, after=last, limit=200, block_ms=block_ms, label=label)
         if not page:
             if time.monotonic() - idle_since >= api.sse_heartbeat_s:
                 idle_since = time.monotonic()

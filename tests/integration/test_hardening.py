@@ -215,3 +215,49 @@ async def test_a_body_that_is_not_json_is_a_422(redis_url: str) -> None:
         for path in ("/v1/runs", f"/v1/runs/{rid}/approvals", "/v1/runs/batch"):
             r = await c.post(path, content=b"\xfe\xca\xb3\xffH", headers={"Content-Type": "application/json"})
             assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_input", (path, r.text)
+
+
+async def test_another_tenants_run_id_answers_like_a_free_one_and_cannot_be_squatted(
+    redis_url: str, redis: Redis
+) -> None:
+    def said(text: str, **kw: Any) -> dict[str, Any]:
+        return body(runtimeHints={"script": [{"text": text}]}, **kw)
+
+    async with (
+        api(settings(redis_url)) as url,
+        httpx.AsyncClient(base_url=url, headers=A) as ca,
+        httpx.AsyncClient(base_url=url, headers=B) as cb,
+        running_worker(redis_url),
+    ):
+        # A holds "shared-1"; B submitting it gets 202 (not 409) and a run of its own.
+        assert (await ca.post("/v1/runs", json=said("from A", runId="shared-1"))).status_code == 202
+        r = await cb.post("/v1/runs", json=said("from B", runId="shared-1"))
+        assert r.status_code == 202 and r.json()["runId"] == "shared-1", r.text
+        assert (await cb.post("/v1/runs", json=said("from B", runId="shared-1"))).status_code == 200
+        # B holds "early-1" before A uses it: A still gets it.
+        assert (await cb.post("/v1/runs", json=said("squat", runId="early-1"))).status_code == 202
+        assert (await ca.post("/v1/runs", json=said("mine", runId="early-1"))).status_code == 202
+        # A run only A has is unknown to B, exactly like a free id.
+        assert (await ca.post("/v1/runs", json=said("only A", runId="a-only"))).status_code == 202
+        for path in ("/v1/runs/a-only", "/v1/runs/a-only/events?format=json", "/v1/runs/free-9"):
+            got = await cb.get(path)
+            assert got.status_code == 404 and got.json()["error"]["code"] == "unknown_run", path
+        assert (await cb.post("/v1/runs/a-only/abort")).status_code == 404
+        answers = {}
+        for who, c in (("A", ca), ("B", cb)):
+            for rid in ("shared-1", "early-1"):
+                v = (await c.get(f"/v1/runs/{rid}/wait", params={"timeout": 20})).json()
+                assert v["runId"] == rid and v["result"]["runId"] == rid
+                answers[who, rid] = v["result"]["finalAssistantMessage"]["content"]
+                page = (await c.get(f"/v1/runs/{rid}/events", params={"format": "json"})).json()
+                assert page["events"] and {e["runId"] for e in page["events"]} == {rid}
+        assert answers == {("A", "shared-1"): "from A", ("B", "shared-1"): "from B",
+                           ("A", "early-1"): "mine", ("B", "early-1"): "squat"}  # fmt: skip
+        # Sessions likewise: B's "ses-1" is its own, though A created one first.
+        await ca.post("/v1/runs", json=said("a", sessionId="ses-1", autoCreateSession=True))
+        r = await cb.post("/v1/runs", json=said("b", sessionId="ses-1", autoCreateSession=True))
+        assert r.status_code == 202, r.text
+        sa = (await ca.get("/v1/sessions/ses-1")).json()
+        sb = (await cb.get("/v1/sessions/ses-1")).json()
+        assert sb["sessionId"] == "ses-1" and len(sa["runs"]) == len(sb["runs"]) == 1
+        assert sa["runs"] != sb["runs"]
