@@ -580,7 +580,7 @@ def _offer_client_calls(s: RunState, now_ms: int, cmds: list[Command]) -> Decisi
         deadline = min(deadline, s.started_at_ms + cfg.max_run_duration_ms)
     deadlines = {c.id: deadline for c in offer}
     s = _up(s, client_waiting={**s.client_waiting, **deadlines})
-    return s, [*cmds, OfferClientCalls(offer, deadlines, deadline - now_ms)]
+    return s, [*cmds, OfferClientCalls(offer, deadlines, max(0, deadline - now_ms))]
 
 
 def _after_tools(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
