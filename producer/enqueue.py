@@ -417,24 +417,25 @@ class Producer:
         chunks: list[list[tuple[int, _Prepared]]] = [[]]
         seen: set[str] = set()
         prefix = batch_run_prefix(tenant, batch_id) if batch_id else None
+        defaults = [f"{prefix}{offset + i}" if prefix else _new_run_id() for i in range(len(items))]
+        # The tenant's quota admits the whole request at once, before anything is sent: one round
+        # trip, after which validation and Redis overlap again (a check per chunk would wait for
+        # Redis to finish the previous chunk every time). Items that then fail validation were
+        # counted and are forgotten after ADMIT_GRACE_MS, as any refused submission.
+        try:
+            await self.admit(
+                tenant, [_claimed_id(raw) or d for raw, d in zip(items, defaults, strict=True)], quota
+            )
+        except SubmissionError as exc:
+            return [
+                SubmissionError(exc.code, f"runs.{i}: {exc.message}", status=exc.status, field=f"runs.{i}",
+                                retry_after_s=exc.retry_after_s)
+                for i in range(len(items))
+            ]  # fmt: skip
         async with _ChunkSender(self, tenant, batch_id or "", batch_webhook or "") as sender:
-
-            async def send(chunk: list[tuple[int, _Prepared]]) -> bool:
-                """Admit the chunk under the tenant's quota and send it; or mark its items refused."""
-                try:
-                    await self.admit(tenant, [p.run_id for _, p in chunk], quota)
-                except SubmissionError as exc:
-                    for i, _ in chunk:
-                        out[i] = SubmissionError(exc.code, f"runs.{i}: {exc.message}", status=exc.status,
-                                                 field=f"runs.{i}", retry_after_s=exc.retry_after_s)  # fmt: skip
-                    return False
-                await sender.send([p for _, p in chunk])
-                return True
-
             for i, raw in enumerate(items):
-                default_id = f"{prefix}{offset + i}" if prefix else None
                 try:
-                    prep = self._prepare_encoded(raw, tenant, default_id)
+                    prep = self._prepare_encoded(raw, tenant, defaults[i])
                 except SubmissionError as exc:
                     exc.field = f"runs.{i}.{exc.field}" if exc.field else f"runs.{i}"
                     exc.message = f"runs.{i}: {exc.message}"
@@ -450,11 +451,11 @@ class Producer:
                 seen.add(prep.run_id)
                 chunks[-1].append((i, prep))
                 if len(chunks[-1]) == SUBMIT_CHUNK:
-                    if await send(chunks[-1]):
-                        chunks.append([])
-                    else:
-                        chunks[-1] = []
-            if not (chunks[-1] and await send(chunks[-1])):
+                    await sender.send([p for _, p in chunks[-1]])
+                    chunks.append([])
+            if chunks[-1]:
+                await sender.send([p for _, p in chunks[-1]])
+            else:
                 chunks.pop()
             answers = await sender.replies()
         for chunk, answer in zip(chunks, answers, strict=True):
@@ -743,6 +744,12 @@ class _ChunkSender:
             except RedisError as exc:
                 out.append(exc)
         return out
+
+
+def _claimed_id(raw: RunInput | dict[str, Any]) -> str | None:
+    """The runId an item names, before it is validated (quota admission counts it by this id)."""
+    rid = raw.run_id if isinstance(raw, RunInput) else raw.get("runId") if isinstance(raw, dict) else None
+    return rid if isinstance(rid, str) and rid else None
 
 
 def _counted(items: list[str]) -> list[Any]:
