@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -124,6 +124,8 @@ class Catalog:
         self, tenant: str, flt: RunFilter, *, limit: int = 50, cursor: str | None = None
     ) -> tuple[list[dict[str, Any]], str | None]:
         """One page, newest first, and the cursor of the next page (None at the end)."""
+        if flt.session_id is not None:
+            flt = replace(flt, session_id=await self._own_session(tenant, flt.session_id))
         pairs = flt.pairs()
         cs, cid = decode_cursor(cursor) if cursor else ("", "")
         args = [
@@ -136,6 +138,19 @@ class Catalog:
         items = [_summary(reply[k : k + 7]) for k in range(2, len(reply), 7)]
         nxt = encode_cursor(text(reply[0]), text(reply[1])) if text(reply[0]) else None
         return items, nxt
+
+    async def _own_session(self, tenant: str, session_id: str) -> str:
+        """The id the tenant's session ``session_id`` is kept under (scoped when another tenant holds it)."""
+        from producer.enqueue import scoped_id
+
+        scoped = scoped_id(tenant, session_id)
+        async with self.p.redis.pipeline(transaction=False) as pipe:
+            pipe.hget(keys.session_key(session_id), "tenant")
+            pipe.hget(keys.session_key(scoped), "tenant")
+            own, other = await pipe.execute()
+        if (own is None or text(own) != tenant) and other is not None and text(other) == tenant:
+            return scoped
+        return session_id
 
     async def batch(self, tenant: str, batch_id: str) -> dict[str, Any] | None:
         raw = await self.p.redis.hgetall(keys.batch_key(tenant, batch_id))  # type: ignore[misc]

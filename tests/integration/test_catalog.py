@@ -356,3 +356,19 @@ async def test_console_files_are_served_under_a_strict_csp_without_weakening_aut
         assert (await c.get("/v1/runs")).status_code == 401
         assert (await c.get("/v1/batches/x")).status_code == 401
         assert "/ui" not in (await c.get("/openapi.json")).json()["paths"]
+
+
+async def test_a_session_id_another_tenant_holds_lists_the_callers_own_runs(redis_url: str) -> None:
+    async with (
+        api(settings(redis_url)) as url,
+        httpx.AsyncClient(base_url=url, headers=A) as a,
+        httpx.AsyncClient(base_url=url, headers=B) as b,
+    ):
+        ra = (await a.post("/v1/runs", json=run_body(sessionId="shared", autoCreateSession=True))).json()[
+            "runId"
+        ]
+        rb = (await b.post("/v1/runs", json=run_body(sessionId="shared", autoCreateSession=True))).json()[
+            "runId"
+        ]
+        assert [x["runId"] for x in await all_pages(a, "/v1/runs", sessionId="shared")] == [ra]
+        assert [x["runId"] for x in await all_pages(b, "/v1/runs", sessionId="shared")] == [rb]
