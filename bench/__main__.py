@@ -396,6 +396,52 @@ class Bench:
             self.figures.append(f)
         return max(1, round(per_step["store_rtt"])), max(1, round(per_step["server_cmds"]))
 
+    async def fig_heartbeat(self, r: Redis) -> None:
+        """Figure 4b: the Redis work of a worker whose runs all wait on their model, by runs in flight.
+        Liveness is one lease per worker, so it must not grow with the runs (it used to be a renewal
+        script per run per beat: about 8 commands per run per second)."""
+        base = 0.0
+        for n in self.args.beat_inflight:
+            await self.flush(r)
+            await self.producer(r).submit_many([self.script_run([{"text": "ok", "delayMs": 30_000}])] * n)
+            w = self.spawn(["-m", "worker"], AGENTMILL_MAX_JOBS=str(n + 10))
+            deadline = time.monotonic() + 120
+            while True:  # every run acquired: in its worker's runs set
+                ids = await r.zrange(keys.WORKERS, 0, -1)
+                held = await r.scard(keys.worker_runs_key(ids[0].decode())) if ids else 0  # type: ignore[misc]
+                if held >= n:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"only {held} of {n} runs started")
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(1.0)  # past the start-up commits
+            await r.config_resetstat()
+            t0 = time.perf_counter()
+            await asyncio.sleep(self.args.beat_seconds)
+            stats = await r.info("commandstats")
+            span = time.perf_counter() - t0
+            self.stop(w)
+            calls = {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
+            calls.pop("config", None)
+            calls.pop("info", None)
+            per_s = sum(calls.values()) / span
+            beats = calls.get("lpop", 0)  # only the heartbeat script pops (the worker's inbox)
+            beat_cmds = sum(calls.get(c, 0) for c in ("lpop", "zscore", "zadd")) + beats  # + its EVALSHA
+            base = base or per_s
+            f = Figure(
+                f"4b. Redis commands/s of one worker, {n} runs waiting on the model",
+                "cmds/s",
+                base_name=f"the same with {self.args.beat_inflight[0]} runs",
+                target="flat: does not grow with runs in flight",
+                higher_is_better=False,
+            )
+            f.ours, f.base = [per_s], [base]
+            f.note = (
+                f"{beats / span:.1f} beats/s, {beat_cmds / max(1, beats):.0f} commands per beat "
+                f"(EVALSHA, ZSCORE, ZADD, LPOP); the rest is arq's poll loop and the reconciler sweep"
+            )
+            self.figures.append(f)
+
     async def fig_concurrency(self, r: Redis) -> None:
         for n in self.args.inflight:
             await self.flush(r)
@@ -603,6 +649,7 @@ class Bench:
                 ("throughput", lambda: self.fig_throughput(r)),
                 ("steps", lambda: self.fig_steps(r, rtt, cmds)),
                 ("concurrency", lambda: self.fig_concurrency(r)),
+                ("heartbeat", lambda: self.fig_heartbeat(r)),
                 ("latency", lambda: self.fig_latency(r)),
                 ("batch", lambda: self.fig_batch(r)),
                 ("ledger", lambda: self.fig_ledger(r)),
@@ -721,12 +768,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--step-runs", type=int, default=100, help="ten-step runs per repetition (figure 2)")
     ap.add_argument("--cost-runs", type=int, default=100)
     ap.add_argument("--inflight", type=int, nargs="+", default=[100, 1000, 2000])
+    ap.add_argument("--beat-inflight", type=int, nargs="+", default=[100, 1000, 2000], help="figure 4b")
+    ap.add_argument("--beat-seconds", type=float, default=3.0, help="figure 4b: how long to count")
     ap.add_argument("--latency-samples", type=int, default=100)
     ap.add_argument("--poll-delay", type=float, default=0.05)
     ap.add_argument(
         "--only",
         nargs="+",
-        default=["cost", "throughput", "steps", "concurrency", "latency", "batch", "ledger"],
+        default=["cost", "throughput", "steps", "concurrency", "heartbeat", "latency", "batch", "ledger"],
     )
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "latest.json")
     args = ap.parse_args(argv)

@@ -720,7 +720,7 @@ return out
 """
 
 # arq's job start, batched: claim up to ARGV[3] of the given job ids in one round trip, with arq's
-# own rule (the job is due and nobody holds its in-progress key).
+# own rule (the job is due and nobody holds its in-progress key); a claimed job leaves the queue.
 # KEYS: queue   ARGV: now, inProgressMs, limit, inProgressPrefix, ids...
 CLAIM_JOBS = r"""
 -- ARGV: now ms, in-progress ttl ms, most jobs to claim, in-progress key prefix, claim check ms,
@@ -772,6 +772,10 @@ for i = 9, #ARGV do
     if cap > 0 and running_count(tenant, cap) >= cap then
       redis.call('ZADD', KEYS[1], 'XX', push_to, id)
     elseif redis.call('SET', ARGV[4] .. id, '1', 'NX', 'PX', ARGV[2]) then
+      -- Claimed: off the queue, so later polls (every worker's, every 50 ms) do not scan it again
+      -- while it runs. A lost claim is found by the reconciler (the run's live-index check), not
+      -- by arq's in-progress expiry.
+      redis.call('ZREM', KEYS[1], id)
       out[#out + 1] = id
       out[#out + 1] = score
       redis.call('ZADD', LIVE, 'XX', 'LT', check_at, rid)

@@ -253,6 +253,8 @@ async def test_a_claimed_run_whose_worker_died_before_its_lease_is_redispatched_
         ],
     )
     assert [c.decode() for c in claimed[::2]] == ["orphan", "taken"]
+    # Claimed jobs leave arq's queue: later polls do not scan them again while they run.
+    assert await redis.zcard(keys.QUEUE) == 0
     _, got = await acquire(redis, settings, "taken", "w-alive")
     assert isinstance(got, Acquired)  # "orphan" is never acquired: its worker died after the claim
     assert await reconcile_once(redis, scripts, settings) == {}  # not due yet
