@@ -418,41 +418,50 @@ class Producer:
         seen: set[str] = set()
         prefix = batch_run_prefix(tenant, batch_id) if batch_id else None
         defaults = [f"{prefix}{offset + i}" if prefix else _new_run_id() for i in range(len(items))]
-        # The tenant's quota admits the whole request at once, before anything is sent: one round
-        # trip, after which validation and Redis overlap again (a check per chunk would wait for
-        # Redis to finish the previous chunk every time). Items that then fail validation were
-        # counted and are forgotten after ADMIT_GRACE_MS, as any refused submission.
-        try:
-            await self.admit(
-                tenant, [_claimed_id(raw) or d for raw, d in zip(items, defaults, strict=True)], quota
-            )
-        except SubmissionError as exc:
+        # The tenant's quota admits the whole request at once, in one call that Redis runs while
+        # the first chunk is validated; nothing is sent before it answers (a check per chunk would
+        # wait for Redis to finish the previous chunk every time). Items that then fail validation
+        # were counted and are forgotten after ADMIT_GRACE_MS, as any refused submission.
+        claimed = [_claimed_id(raw) or d for raw, d in zip(items, defaults, strict=True)]
+        admission = asyncio.ensure_future(self.admit(tenant, claimed, quota))
+        await asyncio.sleep(0)  # let it go out
+
+        def refused(exc: SubmissionError) -> list[Submitted | SubmissionError]:
             return [
                 SubmissionError(exc.code, f"runs.{i}: {exc.message}", status=exc.status, field=f"runs.{i}",
                                 retry_after_s=exc.retry_after_s)
                 for i in range(len(items))
             ]  # fmt: skip
+
         async with _ChunkSender(self, tenant, batch_id or "", batch_webhook or "") as sender:
-            for i, raw in enumerate(items):
-                try:
-                    prep = self._prepare_encoded(raw, tenant, defaults[i])
-                except SubmissionError as exc:
-                    exc.field = f"runs.{i}.{exc.field}" if exc.field else f"runs.{i}"
-                    exc.message = f"runs.{i}: {exc.message}"
-                    out[i] = exc
-                    continue
-                if prep.run_id in seen:
-                    out[i] = SubmissionError(
-                        "duplicate",
-                        f"runs.{i}: runId {prep.run_id} appears twice in the batch",
-                        field=f"runs.{i}.runId",
-                    )
-                    continue
-                seen.add(prep.run_id)
-                chunks[-1].append((i, prep))
-                if len(chunks[-1]) == SUBMIT_CHUNK:
-                    await sender.send([p for _, p in chunks[-1]])
-                    chunks.append([])
+            try:
+                for i, raw in enumerate(items):
+                    try:
+                        prep = self._prepare_encoded(raw, tenant, defaults[i])
+                    except SubmissionError as exc:
+                        exc.field = f"runs.{i}.{exc.field}" if exc.field else f"runs.{i}"
+                        exc.message = f"runs.{i}: {exc.message}"
+                        out[i] = exc
+                        continue
+                    if prep.run_id in seen:
+                        out[i] = SubmissionError(
+                            "duplicate",
+                            f"runs.{i}: runId {prep.run_id} appears twice in the batch",
+                            field=f"runs.{i}.runId",
+                        )
+                        continue
+                    seen.add(prep.run_id)
+                    chunks[-1].append((i, prep))
+                    if len(chunks[-1]) == SUBMIT_CHUNK:
+                        await admission  # raises the quota's refusal before anything is sent
+                        await sender.send([p for _, p in chunks[-1]])
+                        chunks.append([])
+                await admission
+            except SubmissionError as exc:
+                return refused(exc)
+            finally:
+                if not admission.done():  # an unexpected error while validating: do not leave it
+                    admission.cancel()
             if chunks[-1]:
                 await sender.send([p for _, p in chunks[-1]])
             else:
