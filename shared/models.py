@@ -129,12 +129,14 @@ def _finite(value: Any) -> bool:
 def _bounded_map(value: dict[str, Any] | None, field: str) -> dict[str, Any] | None:
     if value is None:
         return None
-    if not _finite(value):
-        raise ValueError(f"{field} holds NaN or Infinity, which JSON cannot carry")
     try:
-        size = len(orjson.dumps(value))
+        data = orjson.dumps(value)
     except orjson.JSONEncodeError as exc:  # an integer past 64 bits, a lone surrogate …
         raise ValueError(f"{to_camel(field)} cannot be stored as JSON: {exc}") from None
+    # orjson writes NaN and ±Infinity as null: only a map whose JSON holds a null needs the walk.
+    if b"null" in data and not _finite(value):
+        raise ValueError(f"{field} holds NaN or Infinity, which JSON cannot carry")
+    size = len(data)
     if size > limits.MAX_MAP_BYTES:
         raise ValueError(f"{to_camel(field)} is larger than {limits.MAX_MAP_BYTES} bytes of JSON")
     return value
