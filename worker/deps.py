@@ -15,6 +15,7 @@ from shared.profiles import AgentProfile, ContextConfig
 from shared.scripts import Scripts
 from shared.settings import Settings
 from worker import context, netguard
+from worker.batcher import ScriptBatcher
 from worker.config import RECALL_TOOL
 from worker.lease import WorkerLease
 from worker.limiter import ProviderLimiter
@@ -45,6 +46,7 @@ class WorkerDeps:
     lease: WorkerLease | None = None  # the worker's lease deadline; None = unguarded (unit tests)
     lease_id: str = ""  # the id this worker holds its lease and runs under ("" = worker_id)
     scripts: Scripts = field(init=False)
+    batcher: ScriptBatcher = field(init=False)  # the runs' commits, pipelined per loop turn
     limiter: ProviderLimiter = field(init=False)
     active: dict[str, RunDriver] = field(default_factory=dict)
     _tools: dict[str, ProfileTools] = field(default_factory=dict)
@@ -52,6 +54,7 @@ class WorkerDeps:
 
     def __post_init__(self) -> None:
         self.lease_id = self.lease_id or self.worker_id
+        self.batcher = ScriptBatcher(self.redis)
         self.scripts = Scripts(
             self.redis,
             queued_check_ms=self.settings.queued_check_ms,
@@ -145,6 +148,7 @@ class WorkerDeps:
         )
 
     async def aclose(self) -> None:
+        await self.batcher.aclose()
         for p in self._providers.values():
             await p.aclose()
         await self.guarded_http.aclose()

@@ -116,7 +116,7 @@ class RunDriver:
         self.run_id = run_id
         self.gen = gen
         self.job_try = job_try
-        self.store = RunStore(deps.redis, deps.scripts, deps.settings, run_id, deps.lease)
+        self.store = RunStore(deps.redis, deps.scripts, deps.settings, run_id, deps.lease, deps.batcher)
         self.inbox: asyncio.Queue[Event | _Wake] = asyncio.Queue()
         self.pending: deque[Event] = deque()
         self.tasks: set[asyncio.Task[None]] = set()  # running effects; a drain waits for them

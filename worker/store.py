@@ -14,11 +14,13 @@ from typing import Any
 
 import orjson
 from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
 
 from shared import keys
 from shared.dispatch import JOB_EXPIRE_MS, job_payload, job_ref
 from shared.scripts import Scripts, text
 from shared.settings import Settings
+from worker.batcher import ScriptBatcher
 from worker.lease import WorkerLease
 
 
@@ -83,9 +85,11 @@ class RunStore:
         settings: Settings,
         run_id: str,
         lease: WorkerLease | None = None,
+        batcher: ScriptBatcher | None = None,
     ) -> None:
         self.redis = redis
         self.lease = lease
+        self.batcher = batcher
         self.scripts = scripts
         self.settings = settings
         self.run_id = run_id
@@ -93,6 +97,11 @@ class RunStore:
         self.last_seq = 0
         self.round_trips = 0
         self._keys = [keys.run_key(run_id), keys.events_stream(run_id), keys.tools_key(run_id), keys.LIVE]
+
+    async def _run(self, script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
+        if self.batcher is not None:
+            return await self.batcher.call(script, keys, args)
+        return await script(keys=keys, args=args)
 
     def _check_lease(self) -> None:
         if self.lease is not None and self.lease.expired():
@@ -104,9 +113,10 @@ class RunStore:
         if self.lease is not None and self.lease.expired():
             return NotAcquired("no_lease", "this worker is past its lease deadline")
         self.round_trips += 1
-        r = await self.scripts.acquire(
-            keys=self._keys,
-            args=[
+        r = await self._run(
+            self.scripts.acquire,
+            self._keys,
+            [
                 self.run_id,
                 gen,
                 worker_id,
@@ -167,7 +177,7 @@ class RunStore:
                 args += [call_id, res]
         args.append("" if approval_timeout_ms is None else approval_timeout_ms)
         self.round_trips += 1
-        r = await self.scripts.commit(keys=self._keys, args=args)
+        r = await self._run(self.scripts.commit, self._keys, args)
         verdict = text(r[0])
         if verdict == "fenced" or verdict == "missing":
             raise FencedError(f"run {self.run_id}: epoch {self.epoch} is no longer current ({verdict})")

@@ -1,0 +1,50 @@
+"""Script calls of one loop turn share a round trip, each with its own reply (worker/batcher.py)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+from worker.batcher import ScriptBatcher
+
+pytestmark = pytest.mark.integration
+
+INCR = "redis.call('INCR', KEYS[1]); if ARGV[1] == 'boom' then return redis.error_reply('boom') end; return ARGV[1]"
+
+
+async def test_calls_of_one_turn_go_in_one_round_trip_each_with_its_reply(redis: Redis) -> None:
+    script = redis.register_script(INCR)
+    await script(keys=["warm"], args=["x"])  # loaded once, as the worker's scripts are
+    b = ScriptBatcher(redis)
+    replies = await asyncio.gather(
+        *(b.call(script, ["n"], [str(i)]) for i in range(50)), b.call(script, ["n"], ["boom"]),
+        return_exceptions=True,
+    )  # fmt: skip
+    assert replies[:50] == [str(i).encode() for i in range(50)]
+    assert isinstance(replies[50], ResponseError) and "boom" in str(replies[50])  # only its own call fails
+    assert (b.batches, b.calls) == (1, 51)
+    assert await redis.get("n") == b"51"
+
+
+async def test_a_call_whose_caller_gave_up_before_the_batch_left_is_not_sent(redis: Redis) -> None:
+    script = redis.register_script(INCR)
+    await script(keys=["warm"], args=["x"])
+    b = ScriptBatcher(redis)
+    kept = b.call(script, ["n"], ["a"])
+    dropped = b.call(script, ["n"], ["b"])
+    dropped.cancel()
+    assert await kept == b"a"
+    await b.aclose()
+    assert await redis.get("n") == b"1"
+
+
+async def test_scripts_flushed_by_a_redis_restart_are_loaded_again(redis: Redis) -> None:
+    script = redis.register_script(INCR)
+    await script(keys=["warm"], args=["x"])
+    await redis.script_flush()
+    b = ScriptBatcher(redis)
+    assert await asyncio.gather(b.call(script, ["n"], ["a"]), b.call(script, ["n"], ["b"])) == [b"a", b"b"]
+    assert await redis.get("n") == b"2"
