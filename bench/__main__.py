@@ -188,14 +188,14 @@ class Bench:
     async def runs_done(self, r: Redis) -> bool:
         return await r.zcard(keys.LIVE) == 0 and await self.arq_done(r)
 
-    async def raw_enqueue(self, r: Redis, n: int, prefix: str = "noop") -> None:
+    async def raw_enqueue(self, r: Redis, n: int, prefix: str = "noop", function: str = "noop") -> None:
         now = int(time.time() * 1000)
         async with r.pipeline(transaction=False) as pipe:
             for i in range(n):
                 jid = f"{prefix}{i}"
                 pipe.set(
                     keys.arq_job_key(jid),
-                    orjson.dumps({"t": None, "f": "noop", "a": [], "k": {}, "et": now}),
+                    orjson.dumps({"t": None, "f": function, "a": [], "k": {}, "et": now}),
                     px=86_400_000,
                 )
                 pipe.zadd(keys.QUEUE, {jid: now})
@@ -462,6 +462,18 @@ class Bench:
             idle_rss = _vm(box[0].pid, "VmRSS")
             self.stop(box[0])
             lag = await asyncio.to_thread(_read_json, stats_path)
+            # The same in-flight count of bare arq jobs that only sleep 1 s: what arq itself reaches.
+            await self.flush(r)
+            await self.raw_enqueue(r, n, prefix="sleep", function="sleep1")
+            bare = await self.drain_time(
+                r,
+                n,
+                lambda box=box, n=n: box.append(
+                    self.spawn(["-m", "arq", "bench.bare_arq.WorkerSettings"], AGENTMILL_MAX_JOBS=str(n + 10))
+                ),
+                lambda: self.arq_done(r),
+            )
+            self.stop(box[-1])
             f = Figure(
                 f"4. {n} runs in flight, model latency 1 s",
                 "runs/s",
@@ -472,7 +484,8 @@ class Bench:
             f.base = [float(n)]
             f.note = (
                 f"peak RSS {rss_peak / 1e6:.0f} MB, {max(0, rss_peak - lag.get('rss_start', idle_rss)) / n / 1e3:.0f} KB per run "
-                f"(target ≤ 150 KB); loop lag p99 {lag.get('lag_p99_ms', float('nan')):.1f} ms (target < 50 ms)"
+                f"(target ≤ 150 KB); loop lag p99 {lag.get('lag_p99_ms', float('nan')):.1f} ms (target < 50 ms); "
+                f"bare arq jobs sleeping 1 s: {n / bare:.0f}/s ({n / bare / n:.2f} of ideal)"
             )
             self.figures.append(f)
 

@@ -1,7 +1,9 @@
-"""The baseline: a bare arq worker with a no-op job, with the same serializer, max_jobs and poll delay."""
+"""The baseline: a bare arq worker with a no-op job (and one that sleeps 1 s, for figure 4), with the
+same serializer, max_jobs and poll delay."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Any
 
@@ -14,8 +16,12 @@ async def noop(ctx: dict[str, Any], *args: Any) -> None:
     return None
 
 
+async def sleep1(ctx: dict[str, Any], *args: Any) -> None:
+    await asyncio.sleep(1.0)
+
+
 class WorkerSettings:
-    functions = [noop]
+    functions = [noop, sleep1]
     redis_settings = RedisSettings.from_dsn(os.environ["REDIS_URL"])
     max_jobs = int(os.environ.get("AGENTMILL_MAX_JOBS", "500"))
     poll_delay = float(os.environ.get("AGENTMILL_POLL_DELAY_S", "0.05"))
