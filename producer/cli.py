@@ -24,16 +24,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from shared import logs
+from shared.errors import ApiError
 from shared.loop import run as run_loop
 from shared.models import RunEvent
 from shared.settings import Settings, get_settings
+from shared.statuses import TERMINAL, RunStatus
 
 if TYPE_CHECKING:
     from producer.client import AsyncClient
 
 console = Console(stderr=False, highlight=False)
 err = Console(stderr=True, highlight=False)
-TERMINAL = ("completed", "failed", "aborted")
 
 
 def _run(coro: Coroutine[Any, Any, int]) -> None:
@@ -176,7 +177,7 @@ async def _tail_redis(run_id: str, after: int) -> int:
 
 
 async def _tail_api(api: str, token: str | None, run_id: str, after: int) -> int:
-    from producer.client import ApiError, AsyncClient
+    from producer.client import AsyncClient
 
     async with AsyncClient(api, token=token) as c:
         try:
@@ -217,11 +218,7 @@ def status(run_id: str) -> None:
                 err.print(f"[red]error:[/] no run {run_id}")
                 return 2
             console.print_json(orjson.dumps(rec.view()).decode())
-            return (
-                0
-                if rec.status.value in ("completed", "queued", "running", "awaiting_human", "awaiting_tools")
-                else 1
-            )
+            return 1 if rec.status.terminal and rec.status != RunStatus.COMPLETED else 0
 
     _run(go())
 
@@ -247,7 +244,7 @@ def _decision(approved: bool) -> Any:
     def cmd(run_id: str, tool_call_id: str, reason: str | None) -> None:
         async def go() -> int:
             async with _producer() as p:
-                verdict = await p.decide(run_id, tool_call_id, approved=approved, reason=reason)
+                verdict = await p.settle_approval(run_id, tool_call_id, approved=approved, reason=reason)
                 ok = verdict in ("recorded", "resumed")
                 (console if ok else err).print(f"{'✓' if ok else '✗'} {verdict}")
                 return 0 if ok else 2
@@ -279,7 +276,7 @@ def tool_result(run_id: str, tool_call_id: str, content: str, is_error: bool, ap
 
     async def go() -> int:
         if api_url:
-            from producer.client import ApiError, AsyncClient
+            from producer.client import AsyncClient
 
             async with AsyncClient(api_url, token=token) as c:
                 try:
@@ -481,7 +478,7 @@ async def _runs_ls(
     rows: list[dict[str, Any]] = []
     try:
         if api_url:
-            from producer.client import ApiError, AsyncClient
+            from producer.client import AsyncClient
 
             meta = dict(t.partition("=")[::2] for t in flt.pop("metadata"))
             async with AsyncClient(api_url, token=token) as c:
@@ -529,7 +526,7 @@ def batch() -> None:
 
 async def _batch_call(batch_id: str, api_url: str | None, token: str | None, tenant: str, abort: bool) -> int:
     if api_url:
-        from producer.client import ApiError, AsyncClient
+        from producer.client import AsyncClient
 
         async with AsyncClient(api_url, token=token) as c:
             try:

@@ -28,17 +28,11 @@ from shared.api import (
     ToolResultsAnswer,
 )
 from shared.codec import to_jsonable
+from shared.errors import ApiError
+
+__all__ = ["ApiError", "AsyncClient", "Client"]  # ApiError: what every call raises on an error answer
 from shared.models import ClientToolResult, RunEvent, RunInput
-
-
-class ApiError(Exception):
-    """An error answer of the API, with its stable ``code``."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(f"{status} {code}: {message}")
-        self.status = status
-        self.code = code
-        self.message = message
+from shared.statuses import TERMINAL
 
 
 def _body(run: RunInput | dict[str, Any]) -> dict[str, Any]:
@@ -174,7 +168,7 @@ class AsyncClient:
                     )
                 )
             )
-            if view.status in ("completed", "failed", "aborted") or time.monotonic() >= deadline:
+            if view.status in TERMINAL or time.monotonic() >= deadline:
                 return view
 
     async def events(

@@ -22,6 +22,7 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shared import keys, limits
+from shared.clock import now_ms
 from shared.codec import to_jsonable
 from shared.dispatch import JOB_EXPIRE_MS, job_payload, job_ref
 from shared.events import decode_entry, stream_id
@@ -336,7 +337,7 @@ class Producer:
         """Count the runs against the tenant's maxActive and submitsPerSecond quotas, or raise 429."""
         if quota is None or not run_ids or (quota.max_active == 0 and quota.submits_per_second == 0):
             return
-        now = _now_ms()
+        now = now_ms()
         reply = await self.scripts.admit_tenant(
             keys=[keys.tenant_active_key(tenant), keys.tenant_rate_key(tenant, now // 1000)],
             args=[now, quota.max_active, quota.submits_per_second, self.settings.retention_s * 1000,
@@ -376,7 +377,7 @@ class Producer:
         client_id = run.run_id or ""
         scoped: set[str] = set()
         while True:
-            k, a = self._submit_call(run, tenant, _now_ms())
+            k, a = self._submit_call(run, tenant, now_ms())
             reply = await self.scripts.submit(keys=k, args=a)
             try:
                 sub = self._outcome(run, reply)
@@ -394,6 +395,16 @@ class Producer:
                 continue
             return Submitted(run_id=client_id, status=sub.status, created=sub.created)
 
+    def check_batch_size(self, n: int) -> None:
+        """The batch limit (AGENTMILL_MAX_BATCH), for the API and the Python API alike: 413 past it."""
+        if n > self.settings.max_batch:
+            raise SubmissionError(
+                "batch_too_large",
+                f"runs: at most {self.settings.max_batch} items per batch",
+                status=413,
+                field="runs",
+            )
+
     async def submit_many(
         self,
         items: Sequence[RunInput | dict[str, Any]],
@@ -409,10 +420,7 @@ class Producer:
         chunk while the next one is validated, and all replies are read at the end. With
         ``batch_id`` the runs form a batch (producer.listing); items without a runId then get one
         derived from (batch, offset + index), so sending the same batch again creates nothing new."""
-        if len(items) > self.settings.max_batch:
-            raise SubmissionError(
-                "batch_too_large", f"runs: at most {self.settings.max_batch} items per batch", field="runs"
-            )
+        self.check_batch_size(len(items))
         out: list[Submitted | SubmissionError | None] = [None] * len(items)
         chunks: list[list[tuple[int, _Prepared]]] = [[]]
         seen: set[str] = set()
@@ -607,7 +615,7 @@ class Producer:
         )
         return text(reply[0])
 
-    async def decide(
+    async def settle_approval(
         self,
         run_id: str,
         tool_call_id: str,
@@ -623,7 +631,7 @@ class Producer:
                 return "unknown_run"
             gen = int(gen_raw)
             new_job, new_key = job_ref(run_id, gen + 1)
-            reply = await self.scripts.decide(
+            reply = await self.scripts.settle_approval(
                 keys=[keys.run_key(run_id), keys.LIVE, keys.QUEUE, new_key],
                 args=[
                     run_id, tool_call_id, "approved" if approved else "rejected", reason or "", gen, new_job,
@@ -763,10 +771,6 @@ def _claimed_id(raw: RunInput | dict[str, Any]) -> str | None:
 
 def _counted(items: list[str]) -> list[Any]:
     return [len(items), *items]
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _new_run_id() -> str:

@@ -18,6 +18,7 @@ from shared import keys
 from shared.ids import is_valid_id
 from shared.models import RunStatus
 from shared.scripts import text
+from shared.statuses import ACTIVE
 
 if TYPE_CHECKING:
     from producer.enqueue import Producer
@@ -161,7 +162,7 @@ class Catalog:
     async def abort_batch(self, tenant: str, batch_id: str, reason: str) -> dict[str, int]:
         """Abort every run of the batch that has not ended; counts of the abort verdicts."""
         verdicts: dict[str, int] = {"aborted": 0, "requested": 0, "finished": 0}
-        for status in ("queued", "awaiting_human", "awaiting_tools", "running"):
+        for status in sorted(ACTIVE, key=lambda s: (s == RunStatus.RUNNING, s.value)):  # running ones last
             cursor: str | None = None
             while True:
                 page, cursor = await self.list_runs(

@@ -6,7 +6,7 @@ backoff, and never repeated once a delivery is recorded as successful. Without a
 go out unsigned and say so (``X-Agentmill-Unsigned: true``, no signature header): a signature under
 an empty key would look valid and be forgeable by anyone.
 
-Every delivery goes through the SSRF guard of HTTP tools (worker/netguard.py), reads at most
+Every delivery goes through the SSRF guard of HTTP tools (shared/netguard.py), reads at most
 MAX_WEBHOOK_RESPONSE_BYTES of the answer and ends within DELIVERY_DEADLINE_S. Deliveries run
 concurrently, at most ``CONCURRENCY`` at once and ``PER_HOST`` per receiver host, so one slow
 receiver holds a few slots for a few seconds and never the others' deliveries.
@@ -22,7 +22,6 @@ import contextlib
 import hashlib
 import hmac
 import logging
-import time
 from collections import Counter
 from urllib.parse import urlsplit
 
@@ -31,11 +30,13 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from producer.listing import batch_body, batch_delivery_key
-from shared import keys, limits
+from shared import backoff, keys, limits
+from shared.clock import now_ms
 from shared.models import usable_url
+from shared.netguard import BlockedAddressError, ResponseTooLargeError, guarded_client, guarded_request
+from shared.profiles import RetryConfig
 from shared.scripts import Scripts, text
 from shared.settings import Settings
-from worker.netguard import BlockedAddressError, ResponseTooLargeError, guarded_client, guarded_request
 
 log = logging.getLogger("agentmill.webhooks")
 LEASE_MS = 60_000
@@ -55,8 +56,12 @@ def signing_headers(secret: str | None, body: bytes) -> dict[str, str]:
     return {"X-Agentmill-Signature": signature(secret, body)}
 
 
+# Deliveries are retried after 1 s, doubling, at most 5 minutes apart; no jitter.
+RETRY = RetryConfig(base_delay_ms=1_000, max_delay_ms=300_000, jitter=0.0)
+
+
 def backoff_ms(attempt: int) -> int:
-    return min(300_000, 1_000 * (1 << max(0, attempt - 1)))
+    return backoff.backoff_ms(attempt, RETRY)
 
 
 class Deliverer:
@@ -84,7 +89,7 @@ class Deliverer:
         self.tasks: set[asyncio.Task[None]] = set()
 
     async def claim(self, limit: int) -> list[str]:
-        now = int(time.time() * 1000)
+        now = now_ms()
         due = await self.scripts.claim_webhooks(
             keys=[keys.WEBHOOKS, keys.WEBHOOKS_DUE], args=[now, LEASE_MS, limit]
         )
@@ -148,7 +153,7 @@ class Deliverer:
         with contextlib.suppress(ValueError):
             host = (urlsplit(url).hostname or "").lower()
         if self.busy[host] >= self.per_host:  # that receiver already has its share: a little later
-            await redis.zadd(keys.WEBHOOKS_DUE, {run_id: int(time.time() * 1000) + HOST_BUSY_DELAY_MS})
+            await redis.zadd(keys.WEBHOOKS_DUE, {run_id: now_ms() + HOST_BUSY_DELAY_MS})
             return
         attempt = int(state.get("attempts") or 0) + 1
         headers = {
@@ -173,7 +178,7 @@ class Deliverer:
                         mapping={
                             "delivered": "1",
                             "attempts": attempt,
-                            "deliveredAt": int(time.time() * 1000),
+                            "deliveredAt": now_ms(),
                         },
                     )
                     pipe.expire(state_key, settings.retention_s)
@@ -199,7 +204,7 @@ class Deliverer:
                 pipe.zrem(keys.WEBHOOKS_DUE, run_id)
                 log.warning("webhook of run %s given up after %d attempts: %s", run_id, attempt, error)
             else:
-                pipe.zadd(keys.WEBHOOKS_DUE, {run_id: int(time.time() * 1000) + backoff_ms(attempt)})
+                pipe.zadd(keys.WEBHOOKS_DUE, {run_id: now_ms() + backoff_ms(attempt)})
             await pipe.execute()
 
 

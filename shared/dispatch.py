@@ -6,12 +6,11 @@ same bytes ``ArqRedis.enqueue_job`` would have written.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import orjson
 
-from shared import keys
+from shared import clock, keys
 
 RUN_FUNCTION = "run_agent"
 JOB_EXPIRE_MS = (
@@ -28,7 +27,7 @@ def deserialize(data: bytes) -> Any:
 
 
 def job_payload(run_id: str, gen: int, now_ms: int | None = None) -> bytes:
-    et = int(time.time() * 1000) if now_ms is None else now_ms
+    et = clock.now_ms() if now_ms is None else now_ms
     return serialize({"t": None, "f": RUN_FUNCTION, "a": [run_id, gen], "k": {}, "et": et})
 
 

@@ -17,15 +17,34 @@ from pydantic.alias_generators import to_camel
 
 from shared import limits
 from shared.ids import ID_PATTERN
+from shared.statuses import TERMINAL, RunStatus
+
+__all__ = [
+    "ApprovalDecision",
+    "ClientTool",
+    "ClientToolResult",
+    "EventKind",
+    "LoopLimits",
+    "Message",
+    "Model",
+    "MultitaskStrategy",
+    "RunError",
+    "RunEvent",
+    "RunInput",
+    "RunResult",
+    "RunStatus",  # defined in shared.statuses; part of this contract (RunResult.status)
+    "ToolCall",
+    "ToolPolicy",
+    "ToolResult",
+    "Usage",
+    "usable_url",
+]
 
 
 class Model(BaseModel):
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, validate_default=False
     )
-
-
-Id = str  # validated with ID_PATTERN where it becomes part of a Redis key
 
 
 class ToolCall(Model):
@@ -195,23 +214,6 @@ class RunInput(Model):
         return _bounded_map(value, info.field_name)
 
 
-class RunStatus(StrEnum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    AWAITING_HUMAN = "awaiting_human"
-    AWAITING_TOOLS = "awaiting_tools"  # waiting for results of client tool calls, on no worker
-    COMPLETED = "completed"
-    FAILED = "failed"
-    ABORTED = "aborted"
-
-    @property
-    def terminal(self) -> bool:
-        return self in TERMINAL_STATUSES
-
-
-TERMINAL_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.ABORTED})
-
-
 class RunError(Model):
     code: str
     message: str
@@ -264,9 +266,7 @@ class RunEvent(Model):
 
     @property
     def terminal(self) -> bool:
-        return self.kind == EventKind.STATUS and self.payload.get("status") in {
-            s.value for s in TERMINAL_STATUSES
-        }
+        return self.kind == EventKind.STATUS and self.payload.get("status") in TERMINAL
 
 
 class ApprovalDecision(Model):

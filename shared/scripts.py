@@ -30,6 +30,7 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
 from shared import keys, limits
+from shared.statuses import TERMINAL
 
 PRELUDE = r"""
 local FIXED_NOW = nil  -- set by a script that creates many runs: one clock reading for all of them
@@ -71,8 +72,9 @@ local function request_abort(run_id, reason)
     redis.call('LTRIM', inbox, -10000, -1)
   end
 end
+local TERMINAL = {__TERMINAL__}  -- shared.statuses.TERMINAL
 local function is_terminal(s)
-  return s == 'completed' or s == 'failed' or s == 'aborted'
+  return TERMINAL[s] == true
 end
 local function xadd(stream, seq, kind, ts, payload, maxlen, epoch)
   redis.call('XADD', stream, 'MAXLEN', '~', maxlen, seq .. '-0',
@@ -642,7 +644,7 @@ return {'requested', h[1]}
 # KEYS: run, live, queue, new job key
 # ARGV: runId, toolCallId, decision ('approved'|'rejected'), reason, expectedGen, newJobId, job,
 #       jobExpireMs, queuedCheckMs, tenant ('' = any)
-DECIDE = r"""
+SETTLE_APPROVAL = r"""
 local h = redis.call('HMGET', KEYS[1], 'status', 'approvals', 'gen', 'tenant')
 if not h[1] then return {'unknown_run'} end
 if ARGV[10] ~= '' and h[4] ~= ARGV[10] then return {'unknown_run'} end
@@ -1032,7 +1034,7 @@ _SOURCES = {
     "release": RELEASE,
     "redispatch": REDISPATCH,
     "abort": ABORT,
-    "decide": DECIDE,
+    "settle_approval": SETTLE_APPROVAL,
     "tool_results": TOOL_RESULTS,
     "claim_jobs": CLAIM_JOBS,
     "claim_webhooks": CLAIM_WEBHOOKS,
@@ -1057,7 +1059,7 @@ class Scripts:
     release: AsyncScript
     redispatch: AsyncScript
     abort: AsyncScript
-    decide: AsyncScript
+    settle_approval: AsyncScript
     tool_results: AsyncScript
     claim_jobs: AsyncScript
     claim_webhooks: AsyncScript
@@ -1092,6 +1094,7 @@ class Scripts:
             "__RETENTION__": str(retention_s),
             "__INDEX_MAX__": str(limits.MAX_INDEX_RUNS),
             "__BATCH_DELIVERY__": keys.BATCH_DELIVERY,
+            "__TERMINAL__": ", ".join(f"{s.value}=true" for s in sorted(TERMINAL)),
         }
         for name, source in _rendered(tuple(tokens.items())).items():
             setattr(self, name, redis.register_script(source))

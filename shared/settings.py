@@ -7,6 +7,8 @@ from functools import lru_cache
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from shared import limits
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="AGENTMILL_", extra="ignore", populate_by_name=True)
@@ -46,7 +48,7 @@ class Settings(BaseSettings):
     api_tokens_file: str | None = None
     auth_disabled: bool = False
     max_body_bytes: int = 2_000_000
-    max_batch: int = 1_000
+    max_batch: int = limits.MAX_BATCH_ITEMS  # items per batch request (producer.enqueue.check_batch_size)
     max_queue_depth: int = 100_000  # above this, submissions get 429
     tenant_max_active: int = 10_000  # queued + running runs per tenant; beyond, submissions get 429
     tenant_max_running: int = 100  # runs of one tenant running at once (claim time); 0 = no limit

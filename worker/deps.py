@@ -9,12 +9,13 @@ import httpx
 import orjson
 from redis.asyncio import Redis
 
-from shared import keys
+from shared import keys, netguard
+from shared.clock import now_ms
 from shared.models import Message, RunResult, RunStatus, ToolCall, ToolResult
 from shared.profiles import AgentProfile, ContextConfig
 from shared.scripts import Scripts
 from shared.settings import Settings
-from worker import context, netguard
+from worker import context
 from worker.batcher import ScriptBatcher
 from worker.config import RECALL_TOOL
 from worker.lease import WorkerLease
@@ -23,7 +24,7 @@ from worker.machine import RunState
 from worker.models.base import ModelProvider
 from worker.models.scripted import ScriptedProvider
 from worker.observer import NullObserver, Observer
-from worker.store import SessionUpdate, now_ms
+from worker.store import SessionUpdate
 from worker.tools.registry import ProfileTools
 
 if TYPE_CHECKING:

@@ -27,13 +27,13 @@ from arq.worker import Worker, func
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from shared import netguard
 from shared.dispatch import RUN_FUNCTION, deserialize, serialize
 from shared.profiles import AgentProfile, profiles_from
 from shared.quotas import Quotas
 from shared.redis_conn import connect
 from shared.scripts import Scripts
 from shared.settings import Settings, get_settings
-from worker import netguard
 from worker.deps import WorkerDeps
 from worker.health import HealthServer
 from worker.lease import LeaseBackend, WorkerLease, add_lease_hook, lease_guarded_client

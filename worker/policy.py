@@ -13,8 +13,8 @@ from typing import Any, Literal
 import jsonschema
 import orjson
 
+from shared.backoff import backoff_ms as backoff_ms  # the machine retries model calls by it
 from shared.models import Message, ToolPolicy
-from shared.profiles import RetryConfig
 
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 Classification = Literal["retryable", "fatal", "overflow"]
@@ -90,19 +90,6 @@ def reply_failure(finish_reason: str | None, *, empty: bool = False) -> ModelFai
             message=f"the model answered with no text and no tool call (finish_reason {finish_reason})",
         )
     return None
-
-
-def backoff_ms(attempt: int, cfg: RetryConfig, jitter_u: float, retry_after_ms: int | None = None) -> int:
-    """Delay before retry number ``attempt`` (1-based): base * 2^(attempt-1), capped, jittered ±jitter.
-
-    A provider's Retry-After wins when it is longer, up to ``retry_after_cap_ms``.
-    """
-    exp = min(cfg.max_delay_ms, cfg.base_delay_ms * (1 << max(0, attempt - 1)))
-    delay = exp * (1.0 + cfg.jitter * (2.0 * jitter_u - 1.0))
-    delay = min(float(cfg.max_delay_ms), max(0.0, delay))
-    if retry_after_ms is not None:
-        delay = max(delay, float(min(retry_after_ms, cfg.retry_after_cap_ms)))
-    return round(delay)
 
 
 def narrow_tool_policy(profile: ToolPolicy, run: ToolPolicy | None) -> ToolPolicy:

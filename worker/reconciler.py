@@ -15,10 +15,11 @@ from collections import Counter
 from redis.asyncio import Redis
 
 from shared import keys
+from shared.clock import now_ms
 from shared.dispatch import JOB_EXPIRE_MS, job_payload, job_ref
 from shared.scripts import Scripts, text
 from shared.settings import Settings
-from worker.store import forget_worker, now_ms
+from worker.store import forget_worker
 
 
 async def reconcile_once(

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from redis.exceptions import RedisError
 
 from shared import logs
+from shared.clock import now_ms
 from shared.codec import encode, to_jsonable
 from shared.models import (
     EventKind,
@@ -76,7 +77,6 @@ from worker.store import (
     RunStore,
     SeqConflictError,
     SessionUpdate,
-    now_ms,
 )
 from worker.tools.base import ToolContext
 from worker.tools.registry import ToolRetry

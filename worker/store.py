@@ -8,7 +8,6 @@ it sends a write, so it does not even try once it knows it is late.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,10 +68,6 @@ class SessionUpdate:
     session_id: str
     loop: bytes = b""
     tool_results: list[tuple[str, bytes]] = field(default_factory=list)
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class RunStore:

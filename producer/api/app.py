@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from producer.api import errors
 from producer.api.auth import Authenticator
-from producer.api.errors import COMMON_ERRORS, ApiError, ErrorResponse, OrjsonResponse
+from producer.api.errors import COMMON_ERRORS, ErrorResponse, OrjsonResponse
 from producer.api.metrics import ApiMetrics
 from producer.api.streams import SlotStreamingResponse, StreamLimiter
 from producer.enqueue import Producer, RunRecord, SubmissionError, Submitted
@@ -42,6 +42,7 @@ from shared.api import (
     ToolResultVerdict,
 )
 from shared.codec import to_jsonable
+from shared.errors import ApiError
 from shared.ids import ID_PATTERN, new_batch_id
 from shared.models import ApprovalDecision, RunInput
 from shared.profiles import profiles_from
@@ -59,7 +60,7 @@ MAX_BLOCK_S = 5.0  # longest blocking stream read (XREAD BLOCK) of an SSE stream
 
 class BatchBody(BaseModel):
     runs: list[dict[str, Any]] = Field(
-        description="RunInput objects; each is validated on its own", max_length=limits.MAX_BATCH_ITEMS * 10
+        description="RunInput objects; each is validated on its own; at most AGENTMILL_MAX_BATCH of them"
     )
     webhook: str | None = Field(
         default=None, description="applies to items without their own webhook", pattern=r"^https?://"
@@ -345,8 +346,7 @@ def create_app(
         summary="Submit many runs",
     )
     async def submit_batch(body: BatchBody, api: ApiDep, tenant: Tenant) -> Response:
-        if len(body.runs) > api.settings.max_batch:
-            raise ApiError(413, "batch_too_large", f"runs: at most {api.settings.max_batch} items per batch")
+        api.producer.check_batch_size(len(body.runs))
         await api.admit(len(body.runs))
         items: list[Any] = []
         for raw in body.runs:
@@ -478,7 +478,7 @@ def create_app(
         resumed = False
         key = await api.producer.resolve(run_id, tenant)
         for d in body.decisions:
-            verdict = await api.producer.decide(
+            verdict = await api.producer.settle_approval(
                 key, d.tool_call_id, approved=d.approved, reason=d.reason, tenant=tenant
             )
             if verdict == "unknown_run":

@@ -15,6 +15,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from producer.enqueue import SubmissionError
 from shared.api import ErrorBody
+from shared.errors import ApiError
+
+__all__ = ["COMMON_ERRORS", "HANDLERS", "ErrorResponse", "OrjsonResponse", "error_response"]
 
 
 class OrjsonResponse(JSONResponse):
@@ -26,17 +29,6 @@ class OrjsonResponse(JSONResponse):
 
 class ErrorResponse(BaseModel):
     error: ErrorBody
-
-
-class ApiError(Exception):
-    def __init__(
-        self, status: int, code: str, message: str, *, headers: dict[str, str] | None = None
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.headers = headers
 
 
 def error_response(

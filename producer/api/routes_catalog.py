@@ -11,9 +11,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 
 from producer.api.app import ApiDep, Tenant
-from producer.api.errors import COMMON_ERRORS, ApiError, ErrorResponse
+from producer.api.errors import COMMON_ERRORS, ErrorResponse
 from producer.listing import Catalog, ListingError, RunFilter
 from shared.api import BatchAbortAnswer, BatchView, RunsPage
+from shared.errors import ApiError
 from shared.ids import ID_PATTERN
 
 router = APIRouter()

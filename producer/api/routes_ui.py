@@ -13,7 +13,7 @@ from pathlib import Path
 
 from fastapi import APIRouter, Response
 
-from producer.api.errors import ApiError
+from shared.errors import ApiError
 
 router = APIRouter(include_in_schema=False)
 UI_DIR = Path(__file__).parent / "ui"

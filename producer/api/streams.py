@@ -13,7 +13,7 @@ from typing import Any
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from producer.api.errors import ApiError
+from shared.errors import ApiError
 
 
 class Slot:

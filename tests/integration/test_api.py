@@ -27,10 +27,10 @@ from starlette.routing import Route
 
 from producer.api.app import create_app
 from shared import keys
+from shared.netguard import guarded_client
 from shared.redis_server import RedisServer, free_port
 from shared.settings import Settings
 from tests.integration.helpers import running_worker, until_status
-from worker.netguard import guarded_client
 
 pytestmark = pytest.mark.integration
 TOKENS = "tok-a=tenant-a,tok-b=tenant-b"

@@ -131,9 +131,9 @@ async def test_approval_pauses_without_holding_a_worker_and_resumes_elsewhere(
     first.request_stop()
     await t1  # a worker restart in between changes nothing
     assert (await p.get(sub.run_id)).status.value == "awaiting_human"  # type: ignore[union-attr]
-    assert await p.decide(sub.run_id, "ok-1", approved=True) == "recorded"
-    assert await p.decide(sub.run_id, "no-1", approved=False, reason="not today") == "resumed"
-    assert await p.decide(sub.run_id, "no-1", approved=True) in ("not_awaiting", "already_decided")
+    assert await p.settle_approval(sub.run_id, "ok-1", approved=True) == "recorded"
+    assert await p.settle_approval(sub.run_id, "no-1", approved=False, reason="not today") == "resumed"
+    assert await p.settle_approval(sub.run_id, "no-1", approved=True) in ("not_awaiting", "already_decided")
     second = WorkerProcess(Settings(redis_url=redis_url, poll_delay_s=0.02))
     t2 = asyncio.create_task(second.run())
     rec = await p.wait(sub.run_id, timeout_s=10)

@@ -15,9 +15,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from shared.netguard import BlockedAddressError, _forbidden, check_url, guarded_client
 from shared.profiles import HttpToolConfig, ToolSettings
 from shared.redis_server import free_port
-from worker.netguard import BlockedAddressError, _forbidden, check_url, guarded_client
 from worker.tools.base import ToolContext, ToolError
 from worker.tools.http import HttpTool
 
@@ -171,7 +171,7 @@ async def test_private_addresses_are_refused_unless_allow_listed(server: tuple[R
 
 
 async def test_redirects_are_checked_hop_by_hop(server: tuple[Recorder, int]) -> None:
-    from worker.netguard import guarded_request
+    from shared.netguard import guarded_request
 
     _, port = server
     async with guarded_client() as client:
@@ -186,7 +186,7 @@ async def test_redirects_are_checked_hop_by_hop(server: tuple[Recorder, int]) ->
 async def test_secret_headers_do_not_follow_a_redirect_to_another_origin(
     server: tuple[Recorder, int], target: str, secret_kept: bool
 ) -> None:
-    from worker.netguard import guarded_request
+    from shared.netguard import guarded_request
 
     rec, port = server
     headers = {"X-Secret": "s3cret", "Idempotency-Key": "run_1:call_9", "Content-Type": "application/json"}

@@ -25,9 +25,9 @@ from starlette.routing import Route
 
 from producer import webhooks
 from shared import keys, limits
+from shared.netguard import BlockedAddressError, _forbidden, guarded_client, guarded_request
 from shared.redis_server import free_port
 from shared.settings import Settings
-from worker.netguard import BlockedAddressError, _forbidden, guarded_client, guarded_request
 
 pytestmark = pytest.mark.integration
 

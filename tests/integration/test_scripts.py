@@ -293,7 +293,7 @@ async def test_approval_decisions(redis: Redis, redis_url: str, settings: Settin
     p = producer_for(redis, redis_url)
     rid = await new_run(redis, redis_url)
     store, _ = await acquire(redis, settings, rid, "w1")
-    assert await p.decide(rid, "a", approved=True) == "not_awaiting"
+    assert await p.settle_approval(rid, "a", approved=True) == "not_awaiting"
     approvals = {
         "a": {"decision": "pending", "name": "t", "arguments": "{}"},
         "b": {"decision": "pending", "name": "t", "arguments": "{}"},
@@ -301,11 +301,11 @@ async def test_approval_decisions(redis: Redis, redis_url: str, settings: Settin
     await store.commit(Outbox([ev()]), status="awaiting_human", aux=orjson.dumps(approvals))
     rec = await p.get(rid)
     assert rec is not None and [a["toolCallId"] for a in rec.pending_approvals] == ["a", "b"]
-    assert await p.decide(rid, "zzz", approved=True) == "unknown_call"
-    assert await p.decide(rid, "a", approved=True) == "recorded"
-    assert await p.decide(rid, "a", approved=False) == "already_decided"
+    assert await p.settle_approval(rid, "zzz", approved=True) == "unknown_call"
+    assert await p.settle_approval(rid, "a", approved=True) == "recorded"
+    assert await p.settle_approval(rid, "a", approved=False) == "already_decided"
     assert await redis.zscore(keys.QUEUE, f"{rid}#2") is None
-    assert await p.decide(rid, "b", approved=False, reason="no") == "resumed"
+    assert await p.settle_approval(rid, "b", approved=False, reason="no") == "resumed"
     assert await redis.zscore(keys.QUEUE, f"{rid}#2") is not None
     stored = orjson.loads(await redis.hget(keys.run_key(rid), "approvals"))
     assert stored["a"]["decision"] == "approved" and stored["b"] == {

@@ -14,8 +14,8 @@ import httpx
 import orjson
 
 from shared import limits
+from shared.netguard import BlockedAddressError, ResponseTooLargeError, guarded_request
 from shared.profiles import HttpToolConfig, ToolSettings
-from worker.netguard import BlockedAddressError, ResponseTooLargeError, guarded_request
 from worker.tools.base import ToolContext, ToolError, ToolOutcome
 
 

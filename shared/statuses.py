@@ -1,0 +1,26 @@
+"""A run's status, and the one place the sets of terminal and active statuses live."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = ["ACTIVE", "TERMINAL", "RunStatus"]
+
+
+class RunStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    AWAITING_HUMAN = "awaiting_human"
+    AWAITING_TOOLS = "awaiting_tools"  # waiting for results of client tool calls, on no worker
+    COMPLETED = "completed"
+    FAILED = "failed"
+    ABORTED = "aborted"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+# A StrEnum member equals (and hashes as) its value, so ``"failed" in TERMINAL`` holds as well.
+TERMINAL = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.ABORTED})
+ACTIVE = frozenset(RunStatus) - TERMINAL
