@@ -344,8 +344,8 @@ async def _submit(file: Path, wait: bool, api_url: str | None, token: str | None
 
             final = await _batch_progress(batch_id, view) if wait and accepted else None
     else:
-        from producer.enqueue import DEFAULT_TENANT
         from producer.listing import Catalog
+        from shared.quotas import DEFAULT_TENANT
 
         async with _producer() as p:
             for start, part in parts:

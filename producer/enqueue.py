@@ -28,11 +28,10 @@ from shared.dispatch import JOB_EXPIRE_MS, job_payload, job_ref
 from shared.events import decode_entry, stream_id
 from shared.models import ClientToolResult, RunEvent, RunInput, RunResult, RunStatus
 from shared.profiles import AgentProfile
-from shared.quotas import Quota
+from shared.quotas import DEFAULT_TENANT, Quota
 from shared.scripts import Scripts, text
 from shared.settings import Settings, get_settings
 
-DEFAULT_TENANT = "default"
 ADMIT_GRACE_MS = (
     60_000  # a counted run whose hash never appeared (refused at submit) stops counting after this
 )

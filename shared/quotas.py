@@ -2,6 +2,11 @@
 once, and how many it may submit per second. Defaults come from settings; AGENTMILL_TENANT_QUOTAS
 (JSON, inline or a file path) overrides them per tenant:
 ``{"tenant-a": {"maxActive": 50, "maxRunning": 10, "submitsPerSecond": 5}}``. 0 means no limit.
+
+The running cap keeps tenants from crowding each other out, so it does not apply to the default
+tenant (the one an API without auth, a token without a tenant, and the Python producer submit as):
+a single-tenant pool runs as many runs at once as its workers hold. Naming "default" in
+AGENTMILL_TENANT_QUOTAS gives it a cap after all.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from pydantic import Field
 
 from shared.models import Model
 from shared.settings import Settings
+
+DEFAULT_TENANT = "default"
 
 
 class Quota(Model):
@@ -39,6 +46,8 @@ class Quotas:
                 self.overrides[tenant] = self.default.model_copy(
                     update=Quota.model_validate(q).model_dump(exclude_unset=True)
                 )
+        if DEFAULT_TENANT not in self.overrides:
+            self.overrides[DEFAULT_TENANT] = self.default.model_copy(update={"max_running": 0})
 
     def of(self, tenant: str) -> Quota:
         return self.overrides.get(tenant, self.default)

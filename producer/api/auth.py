@@ -6,10 +6,11 @@ import hmac
 import logging
 from pathlib import Path
 
+from shared.quotas import DEFAULT_TENANT
 from shared.settings import Settings
 
 log = logging.getLogger("agentmill.api")
-OPEN_TENANT = "default"
+OPEN_TENANT = DEFAULT_TENANT
 
 
 def parse_tokens(spec: str) -> dict[str, str]:

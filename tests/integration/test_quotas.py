@@ -67,7 +67,32 @@ def test_quota_overrides_inherit_the_defaults() -> None:
     assert (q.of("t1").max_active, q.of("t1").max_running, q.of("t1").submits_per_second) == (7, 1, 9)
     assert (q.of("t2").max_active, q.of("t2").max_running) == (2, 3)
     assert q.of("other") == q.default
-    assert orjson.loads(q.running_overrides_json) == {"t1": 1}
+    assert orjson.loads(q.running_overrides_json) == {"t1": 1, "default": 0}
+
+
+def test_the_default_tenant_has_no_running_cap_unless_named() -> None:
+    s = Settings(tenant_max_active=7, tenant_max_running=3)
+    assert (Quotas(s).of("default").max_running, Quotas(s).of("default").max_active) == (0, 7)
+    named = Quotas(Settings(tenant_max_running=3, tenant_quotas='{"default": {"maxRunning": 2}}'))
+    assert named.of("default").max_running == 2
+
+
+async def test_a_single_tenant_pool_runs_past_the_per_tenant_cap(redis: Redis, redis_url: str) -> None:
+    # The cap is fairness between tenants; the default tenant (auth off, the Python producer) alone
+    # runs as many runs at once as the worker holds.
+    p = producer_for(redis, redis_url)
+    ids = [s.run_id for s in await p.submit_many([script_run([{"stall": True}]) for _ in range(6)])]  # type: ignore[union-attr]
+    async with running_worker(redis_url, max_jobs=10, tenant_max_running=2, shutdown_grace_s=0.5):
+        deadline = time.monotonic() + 20
+        while True:
+            async with redis.pipeline(transaction=False) as pipe:
+                for rid in ids:
+                    pipe.hget(keys.run_key(rid), "status")
+                running = sum(1 for st in await pipe.execute() if st == b"running")
+            if running == len(ids):
+                break
+            assert time.monotonic() < deadline, f"only {running} of {len(ids)} runs started"
+            await asyncio.sleep(0.05)
 
 
 async def test_a_noisy_tenants_500_stalled_runs_leave_another_tenants_run_starting_within_a_second(
