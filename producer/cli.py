@@ -33,6 +33,8 @@ from shared.statuses import TERMINAL, RunStatus
 if TYPE_CHECKING:
     from producer.client import AsyncClient
 
+__all__ = ["describe", "main", "print_event"]
+
 console = Console(stderr=False, highlight=False)
 err = Console(stderr=True, highlight=False)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -26,11 +25,29 @@ from shared.clock import now_ms
 from shared.codec import to_jsonable
 from shared.dispatch import JOB_EXPIRE_MS, job_payload, job_ref
 from shared.events import decode_entry, stream_id
+from shared.ids import new_run_id
 from shared.models import ClientToolResult, RunEvent, RunInput, RunResult, RunStatus
 from shared.profiles import AgentProfile
 from shared.quotas import DEFAULT_TENANT, Quota
 from shared.scripts import Scripts, text
 from shared.settings import Settings, get_settings
+
+__all__ = [
+    "ADMIT_GRACE_MS",
+    "DEFAULT_TENANT",
+    "SUBMIT_CHUNK",
+    "Producer",
+    "RunRecord",
+    "SubmissionError",
+    "Submitted",
+    "batch_run_prefix",
+    "input_hash",
+    "meta_term",
+    "meta_terms",
+    "run_id_for_key",
+    "scoped_id",
+    "validation_error",
+]
 
 ADMIT_GRACE_MS = (
     60_000  # a counted run whose hash never appeared (refused at submit) stops counting after this
@@ -241,7 +258,7 @@ class Producer:
                 status=413,
             )
         if run.run_id is None:
-            rid = run_id_for_key(tenant, idempotency_key) if idempotency_key else _new_run_id()
+            rid = run_id_for_key(tenant, idempotency_key) if idempotency_key else new_run_id()
             run = run.model_copy(update={"run_id": rid})
         if run.session_id is None and run.auto_create_session:
             run = run.model_copy(update={"session_id": f"ses_{run.run_id}"})
@@ -264,7 +281,7 @@ class Producer:
                 "unknown_agent", f"agent: no profile named {run.agent!r} (known: {known})", field="agent"
             )
         body = to_jsonable(run)
-        rid = body.pop("runId", None) or default_id or _new_run_id()
+        rid = body.pop("runId", None) or default_id or new_run_id()
         if run.session_id is None and run.auto_create_session:
             body["sessionId"] = f"ses_{rid}"
         canonical = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
@@ -424,7 +441,7 @@ class Producer:
         chunks: list[list[tuple[int, _Prepared]]] = [[]]
         seen: set[str] = set()
         prefix = batch_run_prefix(tenant, batch_id) if batch_id else None
-        defaults = [f"{prefix}{offset + i}" if prefix else _new_run_id() for i in range(len(items))]
+        defaults = [f"{prefix}{offset + i}" if prefix else new_run_id() for i in range(len(items))]
         # The tenant's quota admits the whole request at once, in one call that Redis runs while
         # the first chunk is validated; nothing is sent before it answers (a check per chunk would
         # wait for Redis to finish the previous chunk every time). Items that then fail validation
@@ -770,7 +787,3 @@ def _claimed_id(raw: RunInput | dict[str, Any]) -> str | None:
 
 def _counted(items: list[str]) -> list[Any]:
     return [len(items), *items]
-
-
-def _new_run_id() -> str:
-    return "run_" + os.urandom(16).hex()  # shared.ids.new_run_id's form, without uuid4's overhead

@@ -23,6 +23,19 @@ from shared.statuses import ACTIVE
 if TYPE_CHECKING:
     from producer.enqueue import Producer
 
+__all__ = [
+    "SCAN_MAX",
+    "STATUSES",
+    "Catalog",
+    "ListingError",
+    "RunFilter",
+    "batch_body",
+    "batch_delivery_key",
+    "batch_view",
+    "decode_cursor",
+    "encode_cursor",
+]
+
 STATUSES = tuple(s.value for s in RunStatus)
 SCAN_MAX = 5_000  # index entries one listing call looks at, at most; the cursor continues after them
 

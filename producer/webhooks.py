@@ -38,6 +38,21 @@ from shared.profiles import RetryConfig
 from shared.scripts import Scripts, text
 from shared.settings import Settings
 
+__all__ = [
+    "CONCURRENCY",
+    "DELIVERY_DEADLINE_S",
+    "HOST_BUSY_DELAY_MS",
+    "LEASE_MS",
+    "PER_HOST",
+    "RETRY",
+    "Deliverer",
+    "backoff_ms",
+    "deliver_forever",
+    "deliver_once",
+    "signature",
+    "signing_headers",
+]
+
 log = logging.getLogger("agentmill.webhooks")
 LEASE_MS = 60_000
 DELIVERY_DEADLINE_S = 10.0

@@ -9,6 +9,26 @@ from pydantic import BaseModel, Field
 
 from shared.models import ClientToolResult, RunEvent, RunResult
 
+__all__ = [
+    "AbortAnswer",
+    "Accepted",
+    "ApprovalVerdict",
+    "ApprovalsAnswer",
+    "BatchAbortAnswer",
+    "BatchAnswer",
+    "BatchItem",
+    "BatchView",
+    "ErrorBody",
+    "EventsPage",
+    "RunSummary",
+    "RunView",
+    "RunsPage",
+    "SessionView",
+    "ToolResultVerdict",
+    "ToolResultsAnswer",
+    "ToolResultsBody",
+]
+
 
 class ErrorBody(BaseModel):
     code: str

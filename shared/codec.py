@@ -1,21 +1,13 @@
-"""JSON encoding (orjson) for models, events and checkpoints."""
+"""JSON encoding (orjson) of models: the camelCase wire form."""
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
 from pydantic import BaseModel
 
-M = TypeVar("M", bound=BaseModel)
-
-
-def dumps(value: Any) -> bytes:
-    return orjson.dumps(value)
-
-
-def loads(data: bytes | str) -> Any:
-    return orjson.loads(data)
+__all__ = ["encode", "to_jsonable"]
 
 
 def to_jsonable(model: BaseModel) -> dict[str, Any]:
@@ -25,7 +17,3 @@ def to_jsonable(model: BaseModel) -> dict[str, Any]:
 
 def encode(model: BaseModel) -> bytes:
     return orjson.dumps(to_jsonable(model))
-
-
-def decode(cls: type[M], data: bytes | str) -> M:
-    return cls.model_validate_json(data)

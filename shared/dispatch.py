@@ -12,6 +12,8 @@ import orjson
 
 from shared import clock, keys
 
+__all__ = ["JOB_EXPIRE_MS", "RUN_FUNCTION", "deserialize", "job_payload", "job_ref", "serialize"]
+
 RUN_FUNCTION = "run_agent"
 JOB_EXPIRE_MS = (
     86_400_000  # arq's default: a job not started within a day expires (the reconciler re-enqueues)

@@ -9,6 +9,8 @@ import orjson
 
 from shared.models import EventKind, RunEvent
 
+__all__ = ["decode_entry", "stream_id"]
+
 
 def stream_id(seq: int) -> str:
     return f"{seq}-0"

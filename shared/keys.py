@@ -13,9 +13,43 @@ from arq.constants import (
     default_queue_name,
     in_progress_key_prefix,
     job_key_prefix,
-    result_key_prefix,
-    retry_key_prefix,
 )
+
+__all__ = [
+    "AWAITING",
+    "BATCH_DELIVERY",
+    "INDEX_DIMS",
+    "LIVE",
+    "PREFIX",
+    "QUEUE",
+    "WEBHOOKS",
+    "WEBHOOKS_DUE",
+    "WORKERS",
+    "arq_in_progress_key",
+    "arq_job_key",
+    "batch_key",
+    "endpoint_hash",
+    "events_stream",
+    "index_key",
+    "job_id",
+    "provider_pause_key",
+    "provider_requests_key",
+    "provider_slots_key",
+    "provider_tokens_key",
+    "run_key",
+    "session_history_key",
+    "session_key",
+    "session_queue_key",
+    "session_runs_key",
+    "session_tool_results_key",
+    "tenant_active_key",
+    "tenant_rate_key",
+    "tenant_running_key",
+    "tools_key",
+    "webhook_key",
+    "worker_inbox_key",
+    "worker_runs_key",
+]
 
 PREFIX = "am"
 QUEUE = default_queue_name  # arq's sorted set of pending job ids
@@ -91,10 +125,6 @@ def worker_inbox_key(lease_id: str) -> str:
     return f"{PREFIX}:w:{{{lease_id}}}:inbox"
 
 
-def idempotency_key(tenant: str, key: str) -> str:
-    return f"{PREFIX}:idem:{tenant}:{key}"
-
-
 def webhook_key(run_id: str) -> str:
     return f"{PREFIX}:{{{run_id}}}:webhook"
 
@@ -135,14 +165,6 @@ def arq_job_key(job: str) -> str:
 
 def arq_in_progress_key(job: str) -> str:
     return in_progress_key_prefix + job
-
-
-def arq_result_key(job: str) -> str:
-    return result_key_prefix + job
-
-
-def arq_retry_key(job: str) -> str:
-    return retry_key_prefix + job
 
 
 # ---- listing indexes and batches (per tenant; bounded, expiring with the retention) ----

@@ -1,5 +1,27 @@
 """Size bounds for everything a caller can send. Oversized input is refused with a clear error."""
 
+__all__ = [
+    "MAX_BATCH_ITEMS",
+    "MAX_ID_CHARS",
+    "MAX_INDEX_RUNS",
+    "MAX_INPUT_MESSAGES",
+    "MAX_MAP_BYTES",
+    "MAX_MESSAGE_CHARS",
+    "MAX_META_KEY_CHARS",
+    "MAX_META_TERMS",
+    "MAX_META_VALUE_CHARS",
+    "MAX_RUN_INPUT_BYTES",
+    "MAX_SCRIPT_DELAY_MS",
+    "MAX_SEQ",
+    "MAX_TOOL_NAMES",
+    "MAX_TOOL_RESPONSE_BYTES",
+    "MAX_TOOL_RESULT_CHARS",
+    "MAX_TOOL_RETRY_DELAY_MS",
+    "MAX_TOOL_TIMEOUT_S",
+    "MAX_WEBHOOK_RESPONSE_BYTES",
+]
+
+
 MAX_INPUT_MESSAGES = 200
 MAX_MESSAGE_CHARS = 100_000
 MAX_RUN_INPUT_BYTES = 1_000_000

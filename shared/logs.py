@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 
+__all__ = ["JsonFormatter", "PlainFormatter", "configure", "process_context", "run_context"]
+
 run_context: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "agentmill_run", default=None
 )

@@ -24,6 +24,24 @@ from urllib.parse import urljoin, urlsplit
 import httpcore
 import httpx
 
+__all__ = [
+    "CROSS_ORIGIN_HEADERS",
+    "DEFAULT_DEADLINE_S",
+    "DEFAULT_MAX_BYTES",
+    "IP",
+    "MAX_REDIRECTS",
+    "METADATA",
+    "BlockedAddressError",
+    "GuardedBackend",
+    "Resolver",
+    "ResponseTooLargeError",
+    "check_url",
+    "guarded_client",
+    "guarded_request",
+    "resolve_checked",
+    "system_resolver",
+]
+
 IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 

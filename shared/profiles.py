@@ -18,6 +18,23 @@ from pydantic import Field, field_validator
 from shared import limits
 from shared.models import ClientTool, LoopLimits, Model, ToolPolicy
 
+__all__ = [
+    "BUILTIN_PROFILES",
+    "DEV_PROFILES_ENV",
+    "DEV_TOOLS",
+    "AgentProfile",
+    "CompactionConfig",
+    "ContextConfig",
+    "HttpToolConfig",
+    "ProfileFile",
+    "ProviderConfig",
+    "RetryConfig",
+    "ToolSettings",
+    "dev_profiles_enabled",
+    "load_profiles",
+    "profiles_from",
+]
+
 # Test-only parts: a scripted model in ``script`` mode follows the caller's runtimeHints (sleeps,
 # echoes, stalls on request) and these tools sleep, echo or fail on a caller's say-so. They are
 # loaded only with AGENTMILL_DEV_PROFILES=true (the tests and the bench set it).

@@ -20,6 +20,8 @@ from pydantic import Field
 from shared.models import Model
 from shared.settings import Settings
 
+__all__ = ["DEFAULT_TENANT", "Quota", "Quotas"]
+
 DEFAULT_TENANT = "default"
 
 

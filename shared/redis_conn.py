@@ -19,6 +19,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shared.settings import Settings
 
+__all__ = ["connect"]
+
 R = TypeVar("R", bound=Redis)
 
 

@@ -16,6 +16,8 @@ from types import TracebackType
 
 import redis
 
+__all__ = ["RedisServer", "RedisServerError", "free_port", "redis_server_binary"]
+
 
 class RedisServerError(RuntimeError):
     pass

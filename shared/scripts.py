@@ -32,6 +32,32 @@ from redis.commands.core import AsyncScript
 from shared import keys, limits
 from shared.statuses import TERMINAL
 
+__all__ = [
+    "ABORT",
+    "ACQUIRE",
+    "ADMIT_TENANT",
+    "BEAT",
+    "CAPACITY_ACQUIRE",
+    "CAPACITY_PAUSE",
+    "CAPACITY_RELEASE",
+    "CAPACITY_RENEW",
+    "CLAIM_JOBS",
+    "CLAIM_WEBHOOKS",
+    "COMMIT",
+    "FORGET_WORKER",
+    "LIST_RUNS",
+    "PRELUDE",
+    "REDISPATCH",
+    "RELEASE",
+    "SETTLE_APPROVAL",
+    "SUBMIT",
+    "SUBMIT_MANY",
+    "SUBMIT_ONE",
+    "TOOL_RESULTS",
+    "Scripts",
+    "text",
+]
+
 PRELUDE = r"""
 local FIXED_NOW = nil  -- set by a script that creates many runs: one clock reading for all of them
 local function now_ms()

@@ -9,6 +9,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from shared import limits
 
+__all__ = ["Settings", "get_settings"]
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="AGENTMILL_", extra="ignore", populate_by_name=True)

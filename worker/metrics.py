@@ -8,7 +8,7 @@ Queue depth is exported by the API (one place), not here.
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import generate_latest
 
 from worker.policy import RETRYABLE_STATUSES
 
@@ -219,9 +219,6 @@ class MetricsObserver:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
-
-
-CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
 # A fixed set of label values: a provider's status code must not mint a new time series each.

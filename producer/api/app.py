@@ -50,6 +50,21 @@ from shared.quotas import Quotas
 from shared.redis_conn import connect
 from shared.settings import Settings, get_settings
 
+__all__ = [
+    "MAX_BLOCK_S",
+    "QUOTA_CODES",
+    "Api",
+    "ApiDep",
+    "ApprovalsBody",
+    "BatchBody",
+    "BodyLimit",
+    "Tenant",
+    "create_app",
+    "get_api",
+    "run_links",
+    "tenant_of",
+]
+
 log = logging.getLogger("agentmill.api")
 QUOTA_CODES = ("quota_exceeded", "rate_limited")
 MAX_BLOCK_S = 5.0  # longest blocking stream read (XREAD BLOCK) of an SSE stream or long-poll
@@ -610,6 +625,3 @@ async def _sse(
             yield b"id: %d\nevent: %s\ndata: %s\n\n" % (e.seq, e.kind.value.encode(), data)
             if e.terminal:
                 return
-
-
-app_factory = create_app

@@ -9,6 +9,8 @@ from pathlib import Path
 from shared.quotas import DEFAULT_TENANT
 from shared.settings import Settings
 
+__all__ = ["OPEN_TENANT", "Authenticator", "parse_tokens"]
+
 log = logging.getLogger("agentmill.api")
 OPEN_TENANT = DEFAULT_TENANT
 

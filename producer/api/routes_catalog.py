@@ -17,6 +17,8 @@ from shared.api import BatchAbortAnswer, BatchView, RunsPage
 from shared.errors import ApiError
 from shared.ids import ID_PATTERN
 
+__all__ = ["Cursor", "Limit", "abort_batch", "batch_runs", "get_batch", "list_runs"]
+
 router = APIRouter()
 _404 = {**COMMON_ERRORS, 404: {"model": ErrorResponse}}
 _400 = {**COMMON_ERRORS, 400: {"model": ErrorResponse, "description": "a cursor this API did not return"}}

@@ -15,6 +15,8 @@ from fastapi import APIRouter, Response
 
 from shared.errors import ApiError
 
+__all__ = ["CSP", "HEADERS", "TYPES", "UI_DIR", "asset"]
+
 router = APIRouter(include_in_schema=False)
 UI_DIR = Path(__file__).parent / "ui"
 TYPES = {

@@ -17,6 +17,8 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from shared.settings import Settings
 
+__all__ = ["HeaderDeadlineProtocol", "server_config"]
+
 
 class HeaderDeadlineProtocol(H11Protocol):
     header_timeout_s: float = 10.0

@@ -15,6 +15,8 @@ from starlette.types import Receive, Scope, Send
 
 from shared.errors import ApiError
 
+__all__ = ["Slot", "SlotStreamingResponse", "StreamLimiter"]
+
 
 class Slot:
     """One admitted stream; release() is idempotent."""
