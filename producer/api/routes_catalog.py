@@ -10,8 +10,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
-from producer.api.app import ApiDep, Tenant
 from producer.api.errors import COMMON_ERRORS, ErrorResponse
+from producer.api.state import ApiDep, Tenant
 from producer.listing import Catalog, ListingError, RunFilter
 from shared.api import BatchAbortAnswer, BatchView, RunsPage
 from shared.errors import ApiError

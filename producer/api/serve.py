@@ -4,7 +4,7 @@ uvicorn bounds an idle keep-alive connection but not one that trickles its reque
 by byte (each byte restarts nothing and nothing times it out), so a few hundred such connections
 would hold the process. The protocol below closes a connection whose request headers are not
 complete ``header_timeout_s`` after it opened or after its previous response; the body has its
-own deadline in the app (producer/api/app.py, BodyLimit).
+own deadline in the app (producer/api/middleware.py, BodyLimit).
 """
 
 from __future__ import annotations

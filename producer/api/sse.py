@@ -1,0 +1,100 @@
+"""GET /v1/runs/{run_id}/events: a run's events as Server-Sent Events (resumable by seq), or a JSON page."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+import orjson
+from fastapi import APIRouter, Header, Query, Request, Response
+
+from producer.api.errors import COMMON_ERRORS, ErrorResponse, OrjsonResponse
+from producer.api.state import Api, ApiDep, Tenant, record_or_404
+from producer.api.streams import SlotStreamingResponse
+from shared import limits
+from shared.api import EventsPage
+from shared.codec import to_jsonable
+from shared.errors import ApiError
+
+__all__ = ["MAX_BLOCK_S", "events", "router"]
+
+MAX_BLOCK_S = 5.0  # longest blocking stream read (XREAD BLOCK) of an SSE stream or long-poll
+router = APIRouter()
+
+
+@router.get(
+    "/v1/runs/{run_id}/events",
+    responses={
+        **COMMON_ERRORS,
+        404: {"model": ErrorResponse},
+        200: {
+            "description": "text/event-stream (id: seq, event: kind, data: RunEvent JSON), or with format=json an EventsPage",
+            "model": EventsPage,  # registers the schema; FastAPI puts it under application/json
+            "content": {"text/event-stream": {}},
+        },
+    },
+    summary="A run's events: Server-Sent Events, resumable; or a JSON page",
+)
+async def events(
+    run_id: str,
+    request: Request,
+    api: ApiDep,
+    tenant: Tenant,
+    after: Annotated[int | None, Query(ge=0, le=limits.MAX_SEQ)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    format: Annotated[str, Query(pattern="^(sse|json)$")] = "sse",
+    last_event_id: Annotated[str | None, Header()] = None,
+) -> Response:
+    key = (await record_or_404(api, run_id, tenant)).key
+    start = after if after is not None else _seq(last_event_id)
+    if format == "json":
+        page = await api.producer.read_events(key, after=start, limit=limit, label=run_id)
+        return OrjsonResponse(
+            {"events": [to_jsonable(e) for e in page], "next": page[-1].seq if page else start}
+        )
+    slot = api.streams.acquire(tenant)
+    return SlotStreamingResponse(
+        _sse(api, request, key, start, label=run_id),
+        slot,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+def _seq(last_event_id: str | None) -> int:
+    value = (last_event_id or "").strip()
+    if not (value.isascii() and value.isdigit()):
+        return 0
+    if len(value) > 19 or int(value) > limits.MAX_SEQ:
+        raise ApiError(422, "invalid_input", f"Last-Event-ID: an event seq is at most {limits.MAX_SEQ}")
+    return int(value)
+
+
+async def _sse(
+    api: Api, request: Request, run_id: str, after: int, *, label: str | None = None
+) -> AsyncIterator[bytes]:
+    """Events after ``after``; a comment line while idle; ends after the terminal event."""
+    last = after
+    block_ms = int(min(api.sse_heartbeat_s, MAX_BLOCK_S) * 1000)
+    idle_since = time.monotonic()
+    yield b": connected\n\n"
+    while True:
+        if await request.is_disconnected():
+            return
+        page = await api.producer.read_events(run_id, after=last, limit=200, block_ms=block_ms, label=label)
+        if not page:
+            if time.monotonic() - idle_since >= api.sse_heartbeat_s:
+                idle_since = time.monotonic()
+                yield b": keep-alive\n\n"
+            rec = await api.producer.get(run_id)
+            if rec is None or (rec.status.terminal and rec.last_seq <= last):
+                return  # finished, and everything it wrote has been sent (or the stream expired)
+            continue
+        idle_since = time.monotonic()
+        for e in page:
+            last = e.seq
+            data = orjson.dumps(to_jsonable(e))
+            yield b"id: %d\nevent: %s\ndata: %s\n\n" % (e.seq, e.kind.value.encode(), data)
+            if e.terminal:
+                return

@@ -1,0 +1,81 @@
+"""The shared state of one API process (``Api``) and the dependencies every route takes: the
+process state and the caller's tenant."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Annotated
+
+from fastapi import Depends, Header, Request
+from redis.asyncio import Redis
+
+from producer.api.auth import Authenticator
+from producer.api.metrics import ApiMetrics
+from producer.api.streams import StreamLimiter
+from producer.enqueue import Producer, RunRecord
+from shared.errors import ApiError
+from shared.profiles import profiles_from
+from shared.quotas import Quotas
+from shared.settings import Settings
+
+__all__ = ["Api", "ApiDep", "Tenant", "get_api", "record_or_404", "tenant_of"]
+
+
+class Api:
+    """Shared state of one API process."""
+
+    def __init__(self, settings: Settings, redis: Redis, stream_redis: Redis | None = None) -> None:
+        self.settings = settings
+        self.redis = redis
+        self.producer = Producer(
+            redis, settings=settings, profiles=profiles_from(settings.profiles), stream_redis=stream_redis
+        )
+        self.streams = StreamLimiter(settings.max_streams_per_tenant, settings.max_streams)
+        self.quotas = Quotas(settings)
+        self.auth = Authenticator(settings)
+        self.metrics = ApiMetrics()
+        self._depth = (0.0, 0)
+        self.sse_heartbeat_s = float(os.environ.get("AGENTMILL_SSE_HEARTBEAT_S", "10"))
+
+    async def queue_depth(self) -> int:
+        at, depth = self._depth
+        if time.monotonic() - at > 0.5:
+            depth = await self.producer.queue_depth()
+            self._depth = (time.monotonic(), depth)
+        return depth
+
+    async def admit(self, n: int = 1) -> None:
+        """Backpressure: refuse new work while the queue is deeper than configured."""
+        if await self.queue_depth() + n > self.settings.max_queue_depth:
+            raise ApiError(
+                429,
+                "queue_full",
+                f"the queue holds more than {self.settings.max_queue_depth} runs; retry later",
+                headers={"Retry-After": "5"},
+            )
+
+
+def get_api(request: Request) -> Api:
+    api: Api = request.app.state.api
+    return api
+
+
+async def tenant_of(request: Request, authorization: Annotated[str | None, Header()] = None) -> str:
+    tenant = get_api(request).auth.tenant(authorization)
+    if tenant is None:
+        raise ApiError(
+            401, "unauthorized", "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"}
+        )
+    return tenant
+
+
+ApiDep = Annotated[Api, Depends(get_api)]
+Tenant = Annotated[str, Depends(tenant_of)]
+
+
+async def record_or_404(api: Api, run_id: str, tenant: str) -> RunRecord:
+    rec = await api.producer.get(run_id, tenant=tenant)
+    if rec is None:
+        raise ApiError(404, "unknown_run", f"no run {run_id}")
+    return rec
