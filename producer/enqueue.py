@@ -648,10 +648,12 @@ class Producer:
             gen = int(gen_raw)
             new_job, new_key = job_ref(run_id, gen + 1)
             reply = await self.scripts.settle_approval(
-                keys=[keys.run_key(run_id), keys.LIVE, keys.QUEUE, new_key],
+                keys=[keys.run_key(run_id), keys.LIVE, keys.QUEUE, new_key, keys.events_stream(run_id),
+                      keys.tools_key(run_id)],
                 args=[
                     run_id, tool_call_id, "approved" if approved else "rejected", reason or "", gen, new_job,
                     job_payload(run_id, gen + 1), JOB_EXPIRE_MS, self.settings.queued_check_ms, tenant or "",
+                    self.settings.stream_maxlen, self.settings.retention_s,
                 ],
             )  # fmt: skip
             verdict = text(reply[0])

@@ -258,6 +258,11 @@ local function finalize(run, stream, tools, live, run_id, status, code, message,
   if h[2] and h[2] ~= '' then result.sessionId = h[2] end
   local ts = now_ms()
   leave_worker(run, run_id)
+  if status == 'failed' then  -- the machine's order: the run's error event, then its status
+    xadd(stream, seq, 'error', ts, cjson.encode({scope = 'run', code = code, message = message, retryable = false}),
+      maxlen, tonumber(h[4] or '0') + 1)
+    seq = seq + 1
+  end
   xadd(stream, seq, 'status', ts, cjson.encode({status = status, iterations = iterations, error = err}), maxlen,
     tonumber(h[4] or '0') + 1)
   redis.call('HSET', run, 'status', status, 'result', cjson.encode(result), 'lastSeq', seq,
@@ -272,6 +277,21 @@ local function finalize(run, stream, tools, live, run_id, status, code, message,
   redis.call('EXPIRE', stream, retention)
   redis.call('EXPIRE', tools, retention)
   return seq
+end
+-- A run awaiting approval past its approval timeout or its maxRunDurationMs (whichever came first):
+-- the lastError code and message it ends with, or nil while it may still wait.
+local function approval_expired(run, now)
+  local h = redis.call('HMGET', run, 'awaitingSince', 'approvalTimeoutMs', 'runDeadlineMs')
+  local timeout = tonumber(h[2] or '') or 0
+  local approval_at = timeout > 0 and (tonumber(h[1] or '0') or 0) + timeout or nil
+  local run_at = tonumber(h[3] or '')
+  if run_at and now >= run_at and (not approval_at or run_at <= approval_at) then
+    return 'max_run_duration', 'loopLimits.maxRunDurationMs reached while awaiting approval'
+  end
+  if approval_at and now >= approval_at then
+    return 'approval_timeout', 'no approval decision within ' .. timeout .. ' ms'
+  end
+  return nil
 end
 """
 
@@ -435,7 +455,8 @@ return {'ok', tostring(epoch), d[1] or '0', d[2] or '', d[3] or '', d[4] or '', 
 # ARGV: [1] epoch [2] firstSeq [3] maxlen [4] retention [5] leaseMs [6] runId [7] status ('' = still
 #   running) [8] aux (result JSON when terminal, approvals JSON when awaiting_human) [9] ckpt ('' =
 #   unchanged) [10] nEvents, then kind, ts, payload per event; nClaims, ids; nRecords, id, json;
-#   sessionId, run loop JSON ('' = none), nToolResults, id, json; approvalTimeoutMs ('' = none).
+#   sessionId, run loop JSON ('' = none), nToolResults, id, json; approvalTimeoutMs ('' = none),
+#   run deadline ms (maxRunDurationMs from the start; '' = none; bounds an approval wait too).
 COMMIT = r"""
 local h = redis.call('HMGET', KEYS[1], 'epoch', 'lastSeq', 'owner')
 if not h[1] then return {'missing'} end
@@ -488,6 +509,7 @@ for k = 1, ntr do
   i = i + 2
 end
 local approval_timeout = ARGV[i]
+local run_deadline = ARGV[i + 1] or ''
 if n > 0 then redis.call('HSET', KEYS[1], 'lastSeq', last) end
 if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'ckpt', ARGV[9]) end
 local status = ARGV[7]
@@ -523,10 +545,14 @@ elseif is_terminal(status) then
 elseif status == 'awaiting_human' then
   track(KEYS[1], ARGV[6], redis.call('HGET', KEYS[1], 'status'), status)
   redis.call('HSET', KEYS[1], 'status', status, 'approvals', ARGV[8], 'owner', '', 'leaseUntil', 0,
-    'awaitingSince', now, 'approvalTimeoutMs', approval_timeout)
+    'awaitingSince', now, 'approvalTimeoutMs', approval_timeout, 'runDeadlineMs', run_deadline)
   redis.call('ZADD', AWAITING, now, ARGV[6])
-  if approval_timeout ~= '' then
-    redis.call('ZADD', KEYS[4], now + tonumber(approval_timeout), ARGV[6])
+  -- the reconciler ends the wait at the approval timeout or the run's deadline, whichever is first
+  local due = nil
+  if approval_timeout ~= '' then due = now + tonumber(approval_timeout) end
+  if run_deadline ~= '' and (not due or tonumber(run_deadline) < due) then due = tonumber(run_deadline) end
+  if due then
+    redis.call('ZADD', KEYS[4], due, ARGV[6])
   else
     redis.call('ZREM', KEYS[4], ARGV[6])
   end
@@ -606,7 +632,7 @@ return {'released'}
 # ARGV: runId, expectedGen, currentJobId, newJobId, job, jobExpireMs, queuedCheckMs, maxlen, retention,
 #       dead worker lease id ('' = from the live index)
 REDISPATCH = r"""
-local h = redis.call('HMGET', KEYS[1], 'status', 'gen', 'owner', 'awaitingSince', 'approvalTimeoutMs')
+local h = redis.call('HMGET', KEYS[1], 'status', 'gen', 'owner')
 if ARGV[10] ~= '' and (h[3] ~= ARGV[10] or h[1] ~= 'running') then
   redis.call('SREM', worker_runs_key(ARGV[10]), ARGV[1])  -- no longer that worker's to carry
   return {'moved'}
@@ -627,11 +653,10 @@ elseif h[1] == 'queued' then
   end
   reason = 'job_lost'
 elseif h[1] == 'awaiting_human' then
-  local timeout = tonumber(h[5] or '0') or 0
-  if timeout > 0 and now >= tonumber(h[4] or '0') + timeout then
-    finalize(KEYS[1], KEYS[7], KEYS[8], KEYS[2], ARGV[1], 'failed', 'approval_timeout',
-      'no approval decision within ' .. timeout .. ' ms', ARGV[8], ARGV[9])
-    return {'approval_timeout'}
+  local code, message = approval_expired(KEYS[1], now)
+  if code then
+    finalize(KEYS[1], KEYS[7], KEYS[8], KEYS[2], ARGV[1], 'failed', code, message, ARGV[8], ARGV[9])
+    return {code}
   end
   redis.call('ZREM', KEYS[2], ARGV[1])
   return {'awaiting'}
@@ -667,15 +692,22 @@ request_abort(ARGV[1], ARGV[2])
 return {'requested', h[1]}
 """
 
-# KEYS: run, live, queue, new job key
+# A decision past the approval timeout or the run's deadline comes too late: the run ends then and
+# there (as the reconciler would end it) and the decision is refused like one for a finished run.
+# KEYS: run, live, queue, new job key, stream, tools
 # ARGV: runId, toolCallId, decision ('approved'|'rejected'), reason, expectedGen, newJobId, job,
-#       jobExpireMs, queuedCheckMs, tenant ('' = any)
+#       jobExpireMs, queuedCheckMs, tenant ('' = any), maxlen, retention
 SETTLE_APPROVAL = r"""
 local h = redis.call('HMGET', KEYS[1], 'status', 'approvals', 'gen', 'tenant')
 if not h[1] then return {'unknown_run'} end
 if ARGV[10] ~= '' and h[4] ~= ARGV[10] then return {'unknown_run'} end
 if h[1] ~= 'awaiting_human' then return {'not_awaiting', h[1]} end
 if tonumber(h[3]) ~= tonumber(ARGV[5]) then return {'moved'} end
+local code, message = approval_expired(KEYS[1], now_ms())
+if code then
+  finalize(KEYS[1], KEYS[5], KEYS[6], KEYS[2], ARGV[1], 'failed', code, message, ARGV[11], ARGV[12])
+  return {'not_awaiting', 'failed'}
+end
 local approvals = cjson.decode(h[2])
 local entry = approvals[ARGV[2]]
 if entry == nil then return {'unknown_call'} end

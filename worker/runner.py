@@ -335,6 +335,7 @@ class RunDriver:
                 status=RunStatus.AWAITING_HUMAN.value,
                 aux=orjson.dumps(approvals),
                 approval_timeout_ms=self.state.cfg.approval_timeout_ms,
+                run_deadline_ms=self._run_deadline_ms(),
             )
             obs.awaiting_human(1)
             return RunStatus.AWAITING_HUMAN.value
@@ -368,6 +369,7 @@ class RunDriver:
         aux: bytes = b"",
         session: SessionUpdate | None = None,
         approval_timeout_ms: int | None = None,
+        run_deadline_ms: int | None = None,
     ) -> None:
         async with self.lock:
             events = _stamped([*self._take_deltas(), *outbox.events])
@@ -380,6 +382,7 @@ class RunDriver:
                 aux=aux,
                 session=session,
                 approval_timeout_ms=approval_timeout_ms,
+                run_deadline_ms=run_deadline_ms,
             )
             self.ckpt_seq = last
         for kind, _, _ in events:
@@ -458,6 +461,13 @@ class RunDriver:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         self.tasks.clear()
+
+    def _run_deadline_ms(self) -> int | None:
+        """When maxRunDurationMs ends the run (a parked run has no timer: Redis keeps this one)."""
+        cfg = self.state.config
+        if cfg is None or cfg.max_run_duration_ms is None:
+            return None
+        return (self.state.started_at_ms or now_ms()) + cfg.max_run_duration_ms
 
     def _arm_deadline(self) -> None:
         cfg = self.state.config

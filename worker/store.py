@@ -148,6 +148,7 @@ class RunStore:
         aux: bytes = b"",
         session: SessionUpdate | None = None,
         approval_timeout_ms: int | None = None,
+        run_deadline_ms: int | None = None,
     ) -> int:
         """Append events, write the checkpoint, claims and tool records: one round trip."""
         s = self.settings
@@ -171,6 +172,7 @@ class RunStore:
             for call_id, res in session.tool_results:
                 args += [call_id, res]
         args.append("" if approval_timeout_ms is None else approval_timeout_ms)
+        args.append("" if run_deadline_ms is None else run_deadline_ms)
         self.round_trips += 1
         r = await self._run(self.scripts.commit, self._keys, args)
         verdict = text(r[0])

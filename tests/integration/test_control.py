@@ -173,6 +173,64 @@ async def test_approval_timeout_ends_the_run(redis: Redis, redis_url: str) -> No
     assert rec.result.last_error.code == "approval_timeout"
 
 
+async def test_run_deadline_ends_an_approval_wait_once(redis: Redis, redis_url: str) -> None:
+    """maxRunDurationMs bounds a run parked for approval, which no worker holds: it ends failed with
+    max_run_duration (error and terminal status once), and a later decision is refused."""
+    p = producer_for(redis, redis_url)
+    sub = await p.submit(script_run([{"toolCalls": [{"id": "c1", "name": "echo", "arguments": {}}]}],
+                                    toolPolicy={"requireApprovalByDefault": True, "approvalTimeoutMs": 60_000},
+                                    loopLimits={"maxRunDurationMs": 1_500}))  # fmt: skip
+    wp = WorkerProcess(Settings(redis_url=redis_url, poll_delay_s=0.02, reconcile_ms=200))
+    task = asyncio.create_task(wp.run())
+    try:
+        parked = await until_event(redis, sub.run_id, lambda e: e.payload.get("status") == "awaiting_human")
+        assert len(parked) >= 2
+        rec = await p.wait(sub.run_id, timeout_s=10)
+    finally:
+        wp.request_stop()
+        await task
+    assert rec is not None and rec.status.value == "failed"
+    assert rec.result is not None and rec.result.last_error is not None
+    assert rec.result.last_error.code == "max_run_duration"
+    events = await stream(redis, sub.run_id)
+    assert_clean_stream(events)
+    statuses = [e.payload["status"] for e in events if e.kind == "status"]
+    assert statuses == ["running", "awaiting_human", "failed"]
+    assert [e.payload["code"] for e in events if e.kind == "error"] == ["max_run_duration"]
+    assert await p.settle_approval(sub.run_id, "c1", approved=True) == "not_awaiting"
+    assert (await p.get(sub.run_id)).status.value == "failed"  # type: ignore[union-attr]
+    assert len(await stream(redis, sub.run_id)) == len(events)
+
+
+async def test_a_decision_after_the_run_deadline_is_refused_and_ends_the_run(
+    redis: Redis, redis_url: str
+) -> None:
+    """Past the deadline but before the reconciler's sweep, approving ends the run instead of resuming it."""
+    p = producer_for(redis, redis_url)
+    sub = await p.submit(script_run([{"toolCalls": [{"id": "c1", "name": "echo", "arguments": {}}]}],
+                                    toolPolicy={"requireApprovalByDefault": True},
+                                    loopLimits={"maxRunDurationMs": 800}))  # fmt: skip
+    no_sweep = Settings(redis_url=redis_url, poll_delay_s=0.02, reconcile_ms=60_000)
+    wp = WorkerProcess(no_sweep)
+    task = asyncio.create_task(wp.run())
+    try:
+        await until_event(redis, sub.run_id, lambda e: e.payload.get("status") == "awaiting_human")
+        await asyncio.sleep(1.0)
+        assert (await p.get(sub.run_id)).status.value == "awaiting_human"  # type: ignore[union-attr]
+        assert await p.settle_approval(sub.run_id, "c1", approved=True) == "not_awaiting"
+        rec = await p.get(sub.run_id)
+        await asyncio.sleep(0.3)
+    finally:
+        wp.request_stop()
+        await task
+    assert rec is not None and rec.status.value == "failed" and rec.result is not None
+    assert rec.result.last_error is not None and rec.result.last_error.code == "max_run_duration"
+    events = await stream(redis, sub.run_id)
+    assert_clean_stream(events)
+    assert [e.kind for e in events].count("tool_result") == 0  # the approved call never ran
+    assert await redis.zscore(keys.LIVE, sub.run_id) is None
+
+
 def session_body(sid: str, text: str, script: list[dict], **extra: object) -> dict:
     body = script_run(script, sessionId=sid, **extra)
     body["inputMessages"] = [{"role": "user", "content": text}]
