@@ -182,7 +182,9 @@ async def test_crash_budget_ends_the_run_failed(redis: Redis, redis_url: str, se
     assert orjson.loads(h[b"result"])["lastError"]["code"] == "crash_limit"
     events = await stream(redis, rid)
     assert [e.seq for e in events] == [1, 2, 3, 4, 5] and events[-1].terminal
-    assert events[-2].kind == "error" and events[-2].payload["code"] == "crash_limit"  # as the machine's failures
+    assert (
+        events[-2].kind == "error" and events[-2].payload["code"] == "crash_limit"
+    )  # as the machine's failures
     assert await redis.zscore(keys.LIVE, rid) is None
 
 
