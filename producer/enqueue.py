@@ -295,7 +295,11 @@ class Producer:
         body["runId"] = rid
         return _Prepared(run, rid, body.get("sessionId") or "", orjson.dumps(body), digest)
 
-    def _submit_call(self, run: RunInput, tenant: str, now_ms: int) -> tuple[list[str], list[Any]]:
+    def _submit_call(
+        self, run: RunInput, tenant: str, now_ms: int, *, client_id: str = "", batch_id: str = ""
+    ) -> tuple[list[str], list[Any]]:
+        """SUBMIT's keys and arguments; ``client_id``: the id the client chose, when ``run`` carries
+        its tenant-scoped id (views show it)."""
         rid = run.run_id
         assert rid is not None
         _, job_key = job_ref(rid, 1)
@@ -314,9 +318,10 @@ class Producer:
             run.webhook or "",
             "1" if run.auto_create_session else "",
             (run.multitask_strategy or "enqueue"),
-            "",  # batch
+            batch_id,
             run.agent,
             *_counted(meta_terms(run.metadata)),
+            client_id if client_id != rid else "",
         ]
         return k, a
 
@@ -388,12 +393,12 @@ class Producer:
         await self.admit(tenant, [run.run_id or ""], quota)
         return await self._submit_scoped(run, tenant)
 
-    async def _submit_scoped(self, run: RunInput, tenant: str) -> Submitted:
+    async def _submit_scoped(self, run: RunInput, tenant: str, batch_id: str = "") -> Submitted:
         """Submit; a runId or sessionId that another tenant holds is replaced by its scoped id."""
         client_id = run.run_id or ""
         scoped: set[str] = set()
         while True:
-            k, a = self._submit_call(run, tenant, now_ms())
+            k, a = self._submit_call(run, tenant, now_ms(), client_id=client_id, batch_id=batch_id)
             reply = await self.scripts.submit(keys=k, args=a)
             try:
                 sub = self._outcome(run, reply)
@@ -501,7 +506,7 @@ class Producer:
                 except (_ForeignRunError, _ForeignSessionError):  # rare: again alone, scoped
                     run = prep.run.model_copy(update={"run_id": prep.run_id})
                     try:
-                        out[i] = await self._submit_scoped(run, tenant)
+                        out[i] = await self._submit_scoped(run, tenant, batch_id or "")
                     except SubmissionError as exc:
                         out[i] = exc
                 except SubmissionError as exc:
@@ -701,13 +706,28 @@ class Producer:
         h = {text(k): text(v) for k, v in meta.items()}
         if tenant is not None and h.get("tenant") != tenant:
             return None
+        runs = [text(r) for r in runs]
+        shown = await self.client_ids([*runs, h.get("activeRun") or ""])
+        active = h.get("activeRun") or None
         return {
             "sessionId": session_id,
             "createdAt": int(h.get("createdAt") or 0),
-            "activeRun": h.get("activeRun") or None,
-            "runs": [text(r) for r in runs],
+            "activeRun": shown.get(active, active) if active else None,
+            "runs": [shown.get(r, r) for r in runs],
             "history": [orjson.loads(lp) for lp in loops],
         }
+
+    async def client_ids(self, run_ids: Sequence[str]) -> dict[str, str]:
+        """The ids the clients chose for those of ``run_ids`` that are tenant-scoped (``tsc_…``); one
+        round trip, and none when there are no such ids."""
+        scoped = sorted({r for r in run_ids if r.startswith("tsc_")})
+        if not scoped:
+            return {}
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for r in scoped:
+                pipe.hget(keys.run_key(r), "clientId")
+            found = await pipe.execute()
+        return {r: text(c) for r, c in zip(scoped, found, strict=True) if c}
 
     async def queue_depth(self) -> int:
         return int(await self.redis.zcard(keys.QUEUE))

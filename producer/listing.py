@@ -99,8 +99,13 @@ def decode_cursor(cursor: str) -> tuple[str, str]:
 
 
 def _summary(fields: list[Any]) -> dict[str, Any]:
-    run_id, status, created, session, agent, batch, finished = (text(f) for f in fields)
-    d: dict[str, Any] = {"runId": run_id, "status": status, "createdAt": int(created or 0), "agent": agent}
+    run_id, status, created, session, agent, batch, finished, client_id = (text(f) for f in fields)
+    d: dict[str, Any] = {
+        "runId": client_id or run_id,
+        "status": status,
+        "createdAt": int(created or 0),
+        "agent": agent,
+    }
     if session:
         d["sessionId"] = session
     if batch:
@@ -149,7 +154,7 @@ class Catalog:
             len(pairs) // 2, *pairs,
         ]  # fmt: skip
         reply = await self.p.scripts.list_runs(args=args)
-        items = [_summary(reply[k : k + 7]) for k in range(2, len(reply), 7)]
+        items = [_summary(reply[k : k + 8]) for k in range(2, len(reply), 8)]
         nxt = encode_cursor(text(reply[0]), text(reply[1])) if text(reply[0]) else None
         return items, nxt
 

@@ -298,7 +298,8 @@ end
 # KEYS: run, arq job key, arq queue, live, session, session pending, session runs
 # ARGV: runId, input, inputHash, tenant, sessionId, job payload, jobExpireMs, queuedCheckMs, webhook,
 #       autoCreateSession ('1' or ''), multitaskStrategy (enqueue | reject | interrupt),
-#       batchId ('' = none), agent, nMeta, then nMeta 'key=value' strings (the indexed metadata)
+#       batchId ('' = none), agent, nMeta, then nMeta 'key=value' strings (the indexed metadata),
+#       then the id the client chose when runId is its tenant-scoped id (absent or '' otherwise)
 SUBMIT_ONE = r"""
 -- The listing indexes and the batch of a run just created (A as submit_one's).
 local function index_new(run, A, now)
@@ -373,6 +374,8 @@ local function submit_one(K, A)
     'tenant', A[4], 'sessionId', A[5], 'createdAt', now, 'gen', 1, 'epoch', 0, 'lastSeq', 0,
     'owner', '', 'leaseUntil', 0, 'restarts', 0, 'webhook', A[9], 'abort', '', 'held', dispatch and '' or '1',
     'agent', A[13] or '', 'batch', A[12] or '')
+  local client_id = A[15 + tonumber(A[14] or '0')]
+  if client_id and client_id ~= '' then redis.call('HSET', K[1], 'clientId', client_id) end
   index_new(K[1], A, now)
   if dispatch then
     redis.call('SET', K[2], A[6], 'PX', A[7])
@@ -924,7 +927,7 @@ return ids
 # ARGV: tenant, limit, scanMax, cursorScore ('' = first page), cursorId, createdAfter ('' = none,
 #   exclusive), createdBefore ('' = none, exclusive), nFilters, then dim, value pairs.
 # Reply: nextCursorScore ('' = the end), nextCursorId, then per run: runId, status, createdAt,
-#   sessionId, agent, batch, finishedAt.
+#   sessionId, agent, batch, finishedAt, clientId (the id shown for a tenant-scoped run).
 LIST_RUNS = r"""
 local pre = tenant_prefix(ARGV[1]) .. ':ix:'
 local limit, scan_max = tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -976,12 +979,12 @@ while not ended and scanned < scan_max and n < limit do
       end
       if ok then
         local h = redis.call('HMGET', run_key(id), 'status', 'createdAt', 'sessionId', 'agent', 'batch',
-          'finishedAt', 'tenant')
-        if not h[1] or h[7] ~= ARGV[1] then
+          'finishedAt', 'clientId', 'tenant')
+        if not h[1] or h[8] ~= ARGV[1] then
           dead[#dead + 1] = id
         else
           out[#out + 1] = id
-          for f = 1, 6 do out[#out + 1] = h[f] or '' end
+          for f = 1, 7 do out[#out + 1] = h[f] or '' end
           n = n + 1
         end
       end

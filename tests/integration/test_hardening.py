@@ -13,9 +13,14 @@ import orjson
 import pytest
 import uvicorn
 from redis.asyncio import Redis
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from producer.api.app import create_app
 from producer.api.serve import server_config
+from producer.enqueue import scoped_id
 from shared import keys, limits
 from shared.redis_server import free_port
 from shared.settings import Settings
@@ -261,3 +266,65 @@ async def test_another_tenants_run_id_answers_like_a_free_one_and_cannot_be_squa
         sb = (await cb.get("/v1/sessions/ses-1")).json()
         assert sb["sessionId"] == "ses-1" and len(sa["runs"]) == len(sb["runs"]) == 1
         assert sa["runs"] != sb["runs"]
+
+
+async def test_a_scoped_run_shows_the_id_its_client_chose(redis_url: str, redis: Redis) -> None:
+    """B's runs kept under tenant-scoped ids (A holds the ids) show B's own ids in the run listing,
+    its batch's run page, its session's run list and its webhook; the keys use the scoped id."""
+    received: list[bytes] = []
+
+    async def hook(request: Request) -> Response:
+        received.append(await request.body())
+        return Response(status_code=204)
+
+    port = free_port()
+    receiver = uvicorn.Server(
+        uvicorn.Config(Starlette(routes=[Route("/hook", hook, methods=["POST"])]), host="127.0.0.1",
+                       port=port, log_level="error", lifespan="off")
+    )  # fmt: skip
+    rtask = asyncio.create_task(receiver.serve())
+
+    def said(text: str, **kw: Any) -> dict[str, Any]:
+        return body(runtimeHints={"script": [{"text": text}]}, **kw)
+
+    try:
+        async with (
+            api(settings(redis_url, webhook_allow_hosts="127.0.0.1")) as url,
+            httpx.AsyncClient(base_url=url, headers=A) as ca,
+            httpx.AsyncClient(base_url=url, headers=B) as cb,
+            running_worker(redis_url),
+        ):
+            for rid in ("same", "same-s", "same-b"):
+                assert (await ca.post("/v1/runs", json=said("A", runId=rid))).status_code == 202
+            hook_url = f"http://127.0.0.1:{port}/hook"
+            assert (
+                await cb.post("/v1/runs", json=said("B", runId="same", webhook=hook_url))
+            ).status_code == 202
+            r = await cb.post(
+                "/v1/runs", json=said("B", runId="same-s", sessionId="ses-b", autoCreateSession=True)
+            )
+            assert r.status_code == 202, r.text
+            r = await cb.post(
+                "/v1/runs/batch", json={"runs": [said("B", runId="same-b"), said("B")], "batchId": "bb"}
+            )
+            assert r.status_code == 200 and r.json()["results"][0]["runId"] == "same-b", r.text
+            assert await redis.hget(keys.run_key(scoped_id("tenant-b", "same")), "tenant") == b"tenant-b"
+            for rid in ("same", "same-s", "same-b"):
+                v = (await cb.get(f"/v1/runs/{rid}/wait", params={"timeout": 20})).json()
+                assert v["status"] == "completed" and v["runId"] == rid, v
+            listed = [x["runId"] for x in (await cb.get("/v1/runs")).json()["runs"]]
+            assert len(listed) == 4 and {"same", "same-s", "same-b"} <= set(listed), listed
+            assert not any(x.startswith("tsc_") for x in listed)
+            in_batch = [x["runId"] for x in (await cb.get("/v1/batches/bb/runs")).json()["runs"]]
+            assert len(in_batch) == 2 and "same-b" in in_batch, in_batch
+            assert (await cb.get("/v1/batches/bb")).json()["total"] == 2
+            assert (await cb.get("/v1/sessions/ses-b")).json()["runs"] == ["same-s"]
+            assert [x["runId"] for x in (await ca.get("/v1/runs")).json()["runs"]].count("same") == 1
+            for _ in range(100):
+                if received:
+                    break
+                await asyncio.sleep(0.1)
+            assert len(received) == 1 and orjson.loads(received[0])["runId"] == "same"
+    finally:
+        receiver.should_exit = True
+        await rtask
