@@ -26,7 +26,7 @@ import httpx
 import orjson
 from redis.asyncio import Redis
 
-from producer.enqueue import Producer
+from producer.service import Producer
 from shared import keys
 from shared.profiles import profiles_from
 from shared.redis_server import RedisServer, free_port

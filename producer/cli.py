@@ -147,7 +147,7 @@ def print_event(e: RunEvent) -> None:
 async def _producer() -> AsyncIterator[Any]:
     from redis.asyncio import Redis
 
-    from producer.enqueue import Producer
+    from producer.service import Producer
     from shared.profiles import profiles_from
     from shared.redis_conn import connect
 

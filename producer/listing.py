@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from producer.submission import scoped_id
 from shared import keys
 from shared.ids import is_valid_id
 from shared.models import RunStatus
@@ -21,7 +22,7 @@ from shared.scripts import text
 from shared.statuses import ACTIVE
 
 if TYPE_CHECKING:
-    from producer.enqueue import Producer
+    from producer.service import Producer
 
 __all__ = [
     "SCAN_MAX",
@@ -54,7 +55,7 @@ class RunFilter:
     agent: str | None = None
     session_id: str | None = None
     batch_id: str | None = None
-    metadata: tuple[str, ...] = ()  # "key=value" terms, as producer.enqueue.meta_term writes them
+    metadata: tuple[str, ...] = ()  # "key=value" terms, as producer.submission.meta_term writes them
     created_after: int | None = None  # ms, exclusive
     created_before: int | None = None  # ms, exclusive
 
@@ -160,8 +161,6 @@ class Catalog:
 
     async def _own_session(self, tenant: str, session_id: str) -> str:
         """The id the tenant's session ``session_id`` is kept under (scoped when another tenant holds it)."""
-        from producer.enqueue import scoped_id
-
         scoped = scoped_id(tenant, session_id)
         async with self.p.redis.pipeline(transaction=False) as pipe:
             pipe.hget(keys.session_key(session_id), "tenant")

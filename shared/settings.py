@@ -50,7 +50,7 @@ class Settings(BaseSettings):
     api_tokens_file: str | None = None
     auth_disabled: bool = False
     max_body_bytes: int = 2_000_000
-    max_batch: int = limits.MAX_BATCH_ITEMS  # items per batch request (producer.enqueue.check_batch_size)
+    max_batch: int = limits.MAX_BATCH_ITEMS  # items per batch request (Submitter.check_batch_size)
     max_queue_depth: int = 100_000  # above this, submissions get 429
     tenant_max_active: int = 10_000  # queued + running runs per tenant; beyond, submissions get 429
     tenant_max_running: int = 100  # runs of one tenant running at once (claim time); 0 = no limit

@@ -13,7 +13,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from producer.enqueue import SubmissionError
+from producer.submission import SubmissionError
 from shared.api import ErrorBody
 from shared.errors import ApiError
 

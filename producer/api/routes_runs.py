@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from producer.api.errors import COMMON_ERRORS, ErrorResponse, OrjsonResponse
 from producer.api.state import ApiDep, Tenant, record_or_404
-from producer.enqueue import SubmissionError, Submitted
+from producer.service import SubmissionError, Submitted
 from shared.api import (
     AbortAnswer,
     Accepted,

@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 from producer.api.auth import Authenticator
 from producer.api.metrics import ApiMetrics
 from producer.api.streams import StreamLimiter
-from producer.enqueue import Producer, RunRecord
+from producer.service import Producer, RunRecord
 from shared.errors import ApiError
 from shared.profiles import profiles_from
 from shared.quotas import Quotas

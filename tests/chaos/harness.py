@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
-from producer.enqueue import Producer, Submitted
+from producer.service import Producer, Submitted
 from shared import keys
 from shared.events import decode_entry
 from shared.profiles import load_profiles

@@ -13,7 +13,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
-from producer.enqueue import Producer, RunRecord
+from producer.service import Producer, RunRecord
 from shared import keys
 from shared.events import decode_entry
 from shared.models import RunEvent

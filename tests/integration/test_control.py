@@ -11,7 +11,7 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from producer.enqueue import Producer, SubmissionError
+from producer.service import Producer, SubmissionError
 from shared import keys
 from shared.models import RunEvent
 from shared.settings import Settings

@@ -9,7 +9,7 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from producer.enqueue import Producer
+from producer.service import Producer
 from shared.models import RunEvent
 from tests.integration.helpers import (
     assert_clean_stream,

@@ -20,7 +20,7 @@ from starlette.routing import Route
 
 from producer.api.app import create_app
 from producer.api.serve import server_config
-from producer.enqueue import scoped_id
+from producer.submission import scoped_id
 from shared import keys, limits
 from shared.redis_server import free_port
 from shared.settings import Settings

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from redis.asyncio import Redis
 
-from producer.enqueue import SubmissionError, Submitted
+from producer.service import SubmissionError, Submitted
 from shared import keys
 from tests.integration.helpers import (
     assert_clean_stream,

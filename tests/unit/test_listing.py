@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from producer.enqueue import batch_run_prefix, meta_term, meta_terms
 from producer.listing import STATUSES, ListingError, RunFilter, batch_view, decode_cursor, encode_cursor
+from producer.submission import batch_run_prefix, meta_term, meta_terms
 from shared import limits
 from shared.models import RunStatus
 
