@@ -73,8 +73,9 @@ async def until(pred: object, timeout: float, what: str) -> None:
         await asyncio.sleep(0.05)
 
 
-async def trial(redis: Redis, redis_url: str, tmp_path: Path, n: int, k: int) -> dict[str, int]:
-    """One trial; returns counts: calls, ledger executions, and executions after the result was published."""
+async def trial(redis: Redis, redis_url: str, tmp_path: Path, n: int, k: int) -> dict[str, object]:
+    """One trial; returns counts: calls, ledger executions, executions after the result was published
+    (and the fencing tokens they carried: 1 is the paused worker's, 2 the rescuer's)."""
     await redis.flushall()
     with Ledger(backlog=1) as ledger:
         profiles = chaos_profiles(ledger.url, tmp_path / f"profiles{k}.json")
@@ -119,14 +120,21 @@ async def trial(redis: Redis, redis_url: str, tmp_path: Path, n: int, k: int) ->
             if rescuer is not None:
                 rescuer.stop(timeout=10)
         executed = ledger.executed_at()
+        tokens = {k: list(v) for k, v in ledger.tokens.items()}
     late = 0
+    late_tokens: list[str] = []
     for rid in ids:
         events = await stream(redis, rid)
         published = {e.payload["toolCallId"]: e.ts / 1000.0 for e in events if e.kind == "tool_result"}
         assert len(published) == 1
         for call_id, at in published.items():
-            late += sum(1 for t in executed.get(f"{rid}:{call_id}", []) if t > at)
-    return {"calls": n, "executions": sum(len(v) for v in executed.values()), "late": late}
+            key = f"{rid}:{call_id}"
+            for t, token in zip(executed.get(key, []), tokens.get(key, []), strict=True):
+                if t >= at + 0.001:  # an event's ts is whole milliseconds, cut down
+                    late += 1
+                    late_tokens.append(token)
+    return {"calls": n, "executions": sum(len(v) for v in executed.values()), "late": late,
+            "late_tokens": late_tokens}  # fmt: skip
 
 
 async def run_trials(redis: Redis, redis_url: str, tmp_path: Path, trials: int, n: int) -> None:

@@ -5,7 +5,7 @@ execution is recorded with its time and the request's ``Agentmill-Fencing-Token`
 
 ``hold_accepts()`` makes it a busy downstream: it stops accepting connections and fills its short
 listen backlog, so the kernel drops new SYNs and callers' connects hang (retrying SYN) until
-``release_accepts()``.
+``release_accepts()``, which also widens the backlog so the callers that come next are not dropped.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any
 class Ledger:
     def __init__(self, delay_s: float = 0.0, backlog: int = 128) -> None:
         self.delay_s = delay_s
+        self.backlog = backlog
         self.lock = threading.Lock()
         self.executions: dict[str, list[float]] = defaultdict(list)
         self.tokens: dict[str, list[str]] = defaultdict(list)
@@ -83,6 +84,7 @@ class Ledger:
     def hold_accepts(self) -> int:
         """Stop accepting and fill the accept queue; returns how many connections filled it."""
         self.accepting.clear()
+        self.server.socket.listen(self.backlog)
         for _ in range(256):
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             s.settimeout(0.3)
@@ -95,9 +97,11 @@ class Ledger:
         return len(self._fillers)
 
     def release_accepts(self) -> None:
+        """Accept again, with a roomy backlog (Linux takes a new backlog from a second listen)."""
         for s in self._fillers:
             s.close()
         self._fillers.clear()
+        self.server.socket.listen(128)
         self.accepting.set()
 
     def counts(self) -> dict[str, int]:
