@@ -1,0 +1,5 @@
+"""The ``agentmill`` command (entry point ``producer.cli:main``)."""
+
+from producer.cli.main import main
+
+__all__ = ["main"]

@@ -1,0 +1,3 @@
+from producer.cli.main import main
+
+main()

@@ -1,0 +1,137 @@
+"""What every ``agentmill`` command shares: the consoles, how a command reaches Redis or the API,
+and how a run's events are shown."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
+
+import click
+import orjson
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from shared.loop import run as run_loop
+from shared.models import RunEvent
+from shared.settings import get_settings
+
+__all__ = [
+    "console",
+    "describe",
+    "direct_producer",
+    "err",
+    "exit_with",
+    "print_event",
+    "progress_bar",
+    "reach",
+    "safe_url",
+]
+
+console = Console(stderr=False, highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+def exit_with(coro: Coroutine[Any, Any, int]) -> None:
+    sys.exit(run_loop(coro))
+
+
+# ---- readable events ----
+
+
+def describe(e: RunEvent) -> str:
+    p = e.payload
+    k = e.kind.value
+    if k == "status":
+        s = p.get("status")
+        if s == "retrying":
+            return f"[yellow]↻ retrying[/] attempt {p.get('attempt')} in {p.get('delayMs', 0) / 1000:.1f} s ({p.get('reason')})"
+        if s == "completed":
+            return f"[green]✓ completed[/] after {p.get('iterations')} iterations"
+        if s in ("failed", "aborted"):
+            er = p.get("error") or {}
+            return f"[red]✗ {s}[/] {er.get('code', '')}: {er.get('message', '')}"
+        if s == "awaiting_human":
+            calls = ", ".join(
+                f"{c['name']}({c['arguments']}) [{c['toolCallId']}]" for c in p.get("pendingApprovals", [])
+            )
+            return f"[magenta]⏸ awaiting approval[/] {calls}"
+        if s == "awaiting_tools":
+            calls = ", ".join(
+                f"{c['name']}({c['arguments']}) [{c['toolCallId']}]" for c in p.get("pendingToolCalls", [])
+            )
+            return f"[magenta]⏸ awaiting client tool results[/] {calls}"
+        extra = {k2: v for k2, v in p.items() if k2 != "status"}
+        return f"[cyan]● {s}[/] {orjson.dumps(extra).decode() if extra else ''}"
+    if k == "model_delta":
+        frag = p.get("text") or (p.get("toolCall") or {}).get("arguments", "")
+        return f"[dim]… {frag!r}[/]"
+    if k == "assistant_message":
+        m = p.get("message", {})
+        if m.get("toolCalls"):
+            return "assistant → " + ", ".join(f"{c['name']}({c['arguments']})" for c in m["toolCalls"])
+        return f"assistant: [bold]{m.get('content', '')}[/]"
+    if k == "tool_call":
+        where = " [client]" if p.get("execution") == "client" else ""
+        return f"→ {p.get('name')}({p.get('arguments')}){where} [{p.get('toolCallId')}]"
+    if k == "tool_result":
+        color = "red" if p.get("isError") else "green"
+        return f"[{color}]← {p.get('name')}:[/] {str(p.get('content', ''))[:200]}"
+    if k == "error":
+        where = p.get("name") or p.get("scope", "")
+        return f"[red]! {p.get('code')}[/] ({where}) {str(p.get('message', ''))[:200]}"
+    if k == "compaction":
+        return f"⇊ compacted {p.get('removed')} messages ({p.get('reason')})"
+    return f"{k}: {orjson.dumps(p).decode()[:200]}"
+
+
+def print_event(e: RunEvent) -> None:
+    console.print(f"[dim]{e.seq:>4}[/] {describe(e)}")
+
+
+# ---- direct-Redis helpers ----
+
+
+@contextlib.asynccontextmanager
+async def direct_producer() -> AsyncIterator[Any]:
+    from redis.asyncio import Redis
+
+    from producer.service import Producer
+    from shared.profiles import profiles_from
+    from shared.redis_conn import connect
+
+    settings = get_settings()
+    redis: Redis = connect(settings, retries=3)
+    try:
+        yield Producer(redis, settings=settings, profiles=profiles_from(settings.profiles))
+    finally:
+        await redis.aclose()
+
+
+def safe_url(url: str) -> str:
+    """The URL without its password, for messages."""
+    if "@" in url:
+        scheme, _, rest = url.partition("://")
+        return f"{scheme}://***@{rest.split('@', 1)[1]}"
+    return url
+
+
+def reach(f: Any) -> Any:
+    """--api/--token (through the HTTP API, the token's tenant) or --tenant (straight to Redis)."""
+    f = click.option(
+        "--tenant", default="default", show_default=True, help="tenant, when reading Redis directly"
+    )(f)
+    f = click.option("--token", envvar="AGENTMILL_TOKEN", default=None)(f)
+    return click.option("--api", "api_url", default=None, help="go through the HTTP API instead of Redis")(f)
+
+
+def progress_bar() -> Progress:
+    """A bar with its description, count and elapsed time (a batch's or the demo's runs)."""
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    )
