@@ -283,3 +283,20 @@ def test_the_readme_diagram_is_drawn_from_the_table() -> None:
     assert "```mermaid\n" + m.mermaid() + "\n```" in doc, (
         "docs/state-machine.md is out of date: paste worker.machine.mermaid() into its mermaid block"
     )
+
+
+def test_the_checked_in_doc_is_the_generated_one() -> None:
+    from worker.machine import diagram
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "state-machine.md").read_text()
+    assert doc == diagram.document(), (
+        "docs/state-machine.md is out of date: python -m worker.machine.diagram > docs/state-machine.md"
+    )
+
+
+def test_the_table_is_complete_in_the_source() -> None:
+    """Abort and deadline are rows of every node (nothing adds them at import time), and the
+    terminal nodes are not in it (they absorb events)."""
+    for node, row in m.TABLE.items():
+        assert all(ev in row for ev in m.EVERYWHERE), node
+    assert not set(m.TABLE) & {p.value for p in m.TERMINAL_PHASES}

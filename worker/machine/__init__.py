@@ -1,0 +1,116 @@
+"""The agent run as a pure transition function: ``decide(state, event) -> (state, commands)``.
+
+Reconciles the seeds: the outer ReAct loop (idle → preparing → model_running ⇄ tool_running →
+completed | failed | aborted, with awaiting_human, awaiting_tools and compacting) and, inside
+model_running, the model-call loop (calling → streaming → retrying → calling …). No I/O, no clock, no
+randomness: time, jitter and outcomes arrive as event fields, so a recorded event sequence replays to
+the same states. The runner (worker/runner/) executes the commands and feeds the outcomes back.
+
+- state.py: Phase, CallPhase, RunState;  events.py: the input;  commands.py: the output
+- table.py: the literal (node, event) → handler, next nodes table; ``decide`` dispatches on it
+- handlers.py (run, model call), tool_round.py (a round of tool calls), steps.py (shared steps, the ending)
+- diagram.py: docs/state-machine.md drawn from the table
+"""
+
+from worker.machine.commands import (
+    AwaitClient,
+    AwaitHuman,
+    CallModel,
+    Command,
+    Compact,
+    Decision,
+    Emit,
+    ExecuteTool,
+    Finish,
+    LoadContext,
+    ModelRequest,
+    OfferClientCalls,
+    Wait,
+)
+from worker.machine.events import (
+    AbortRequested,
+    ApprovalsDecided,
+    ClientResultsReceived,
+    CompactionDone,
+    ContextLoaded,
+    DeadlineReached,
+    Event,
+    ModelFailed,
+    ModelReplied,
+    ModelStreamOpened,
+    Resumed,
+    RetryTimerFired,
+    Started,
+    ToolFinished,
+)
+from worker.machine.state import (
+    CALLING,
+    RETRYING,
+    STREAMING,
+    TERMINAL_PHASES,
+    CallPhase,
+    IllegalTransition,
+    MachineError,
+    Phase,
+    RunState,
+    initial_state,
+)
+from worker.machine.steps import FINAL_ANSWER_PROMPT, build_messages, error_event, result_of
+from worker.machine.table import EVERYWHERE, RESUMABLE, TABLE, TRANSITIONS, decide
+
+__all__ = [
+    "CALLING",
+    "EVERYWHERE",
+    "FINAL_ANSWER_PROMPT",
+    "RESUMABLE",
+    "RETRYING",
+    "STREAMING",
+    "TABLE",
+    "TERMINAL_PHASES",
+    "TRANSITIONS",
+    "AbortRequested",
+    "ApprovalsDecided",
+    "AwaitClient",
+    "AwaitHuman",
+    "CallModel",
+    "CallPhase",
+    "ClientResultsReceived",
+    "Command",
+    "Compact",
+    "CompactionDone",
+    "ContextLoaded",
+    "DeadlineReached",
+    "Decision",
+    "Emit",
+    "Event",
+    "ExecuteTool",
+    "Finish",
+    "IllegalTransition",
+    "LoadContext",
+    "MachineError",
+    "ModelFailed",
+    "ModelReplied",
+    "ModelRequest",
+    "ModelStreamOpened",
+    "OfferClientCalls",
+    "Phase",
+    "Resumed",
+    "RetryTimerFired",
+    "RunState",
+    "Started",
+    "ToolFinished",
+    "Wait",
+    "build_messages",
+    "decide",
+    "error_event",
+    "initial_state",
+    "mermaid",
+    "result_of",
+]
+
+
+def mermaid() -> str:
+    """The state diagram drawn from the table (imported late: ``python -m worker.machine.diagram``)."""
+    from worker.machine import diagram
+
+    return diagram.mermaid()

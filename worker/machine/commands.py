@@ -1,0 +1,109 @@
+"""The machine's output: what to do next (imperatives). The runner executes them and feeds the outcomes
+back as events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from shared.models import EventKind, Message, RunResult, ToolCall
+from worker.config import ToolSpec
+from worker.machine.state import RunState
+
+__all__ = [
+    "AwaitClient",
+    "AwaitHuman",
+    "CallModel",
+    "Command",
+    "Compact",
+    "Decision",
+    "Emit",
+    "ExecuteTool",
+    "Finish",
+    "LoadContext",
+    "ModelRequest",
+    "OfferClientCalls",
+    "Wait",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    """Publish a RunEvent; the runner numbers it and commits it with the checkpoint."""
+
+    kind: EventKind
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadContext:
+    session_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    run_id: str
+    session_id: str | None
+    messages: list[Message]
+    tools: list[ToolSpec]
+    model_call_index: int
+    attempt: int
+    failures: int
+    iterations: int = 0  # successful replies so far (a scripted model's position is iterations + failures)
+    purpose: str = "turn"  # "turn" | "summary" (a compaction summary, not a step of the run)
+
+
+@dataclass(frozen=True, slots=True)
+class CallModel:
+    request: ModelRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    delay_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExecuteTool:
+    call: ToolCall
+
+
+@dataclass(frozen=True, slots=True)
+class Compact:
+    transcript: list[Message]
+    keep_recent: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitHuman:
+    pending: list[ToolCall]
+
+
+@dataclass(frozen=True, slots=True)
+class OfferClientCalls:
+    """Record these client calls as pending, with their deadlines, in the same commit."""
+
+    calls: list[ToolCall]
+    deadlines: dict[str, int]
+    timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitClient:
+    """Park the run until every pending client call has a result (or passed its deadline)."""
+
+    pending: list[ToolCall]
+    deadlines: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    result: RunResult
+
+
+Command = (
+    Emit | LoadContext | CallModel | Wait | ExecuteTool | Compact | AwaitHuman | OfferClientCalls | AwaitClient
+    | Finish
+)  # fmt: skip
+Decision = tuple[RunState, list[Command]]

@@ -1,0 +1,135 @@
+"""The machine's input: what happened (past-tense nouns). Every event carries the time it happened,
+and any randomness (retry jitter) arrives as a field, so a recorded sequence replays to the same states."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from shared.models import Message, ToolResult, Usage
+from worker.config import RunConfig
+from worker.policy import ModelFailure
+
+__all__ = [
+    "AbortRequested",
+    "ApprovalsDecided",
+    "ClientResultsReceived",
+    "CompactionDone",
+    "ContextLoaded",
+    "DeadlineReached",
+    "Event",
+    "ModelFailed",
+    "ModelReplied",
+    "ModelStreamOpened",
+    "Resumed",
+    "RetryTimerFired",
+    "Started",
+    "ToolFinished",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    now_ms: int
+    config: RunConfig
+    input_messages: list[Message]
+
+
+@dataclass(frozen=True, slots=True)
+class ContextLoaded:
+    now_ms: int
+    history: list[Message]
+
+
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """A new job took the run over from its checkpoint."""
+
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ModelStreamOpened:
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReplied:
+    """The stream ended; ``finish_reason`` is what it said (None: it stopped without saying)."""
+
+    now_ms: int
+    message: Message
+    usage: Usage | None = None
+    finish_reason: str | None = "stop"
+    jitter: float = 0.5  # for the retry of a reply that turns out cut off
+    partial: bool = False  # deltas of this attempt were already published
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFailed:
+    now_ms: int
+    failure: ModelFailure
+    jitter: float = 0.5  # uniform in [0, 1), drawn by the runner
+    partial: bool = False  # deltas of this attempt were already published
+
+
+@dataclass(frozen=True, slots=True)
+class RetryTimerFired:
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFinished:
+    now_ms: int
+    result: ToolResult
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalsDecided:
+    now_ms: int
+    decisions: dict[str, bool]
+    reasons: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientResultsReceived:
+    """Results of client tool calls the caller posted (the store holds them; a call past its
+    deadline carries a timeout error written by the store)."""
+
+    now_ms: int
+    results: dict[str, ToolResult]
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionDone:
+    now_ms: int
+    transcript: list[Message]
+    removed: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class AbortRequested:
+    now_ms: int
+    reason: str = "aborted by request"
+
+
+@dataclass(frozen=True, slots=True)
+class DeadlineReached:
+    now_ms: int
+
+
+Event = (
+    Started
+    | ContextLoaded
+    | Resumed
+    | ModelStreamOpened
+    | ModelReplied
+    | ModelFailed
+    | RetryTimerFired
+    | ToolFinished
+    | ApprovalsDecided
+    | ClientResultsReceived
+    | CompactionDone
+    | AbortRequested
+    | DeadlineReached
+)

@@ -1,0 +1,193 @@
+"""The machine's handlers of the run and the model call; the tool round's are in tool_round.py.
+
+Each is pure: (state, event) in, (state, commands) out. table.py says which handler takes which
+event in which node, and where it may lead.
+"""
+
+from __future__ import annotations
+
+from shared.models import EventKind, Message, RunError, RunStatus
+from worker import policy
+from worker.machine.commands import CallModel, Command, Compact, Decision, Emit, LoadContext, Wait
+from worker.machine.events import (
+    AbortRequested,
+    CompactionDone,
+    ContextLoaded,
+    DeadlineReached,
+    ModelFailed,
+    ModelReplied,
+    ModelStreamOpened,
+    Resumed,
+    RetryTimerFired,
+    Started,
+)
+from worker.machine.state import CallPhase, Phase, RunState
+from worker.machine.steps import (
+    call_model,
+    compact,
+    duration_error,
+    error_event,
+    finish,
+    next_model_call,
+    over_time,
+    request_of,
+    status_event,
+    up,
+)
+from worker.machine.tool_round import start_round, start_tools
+
+
+def on_started(s: RunState, e: Started) -> Decision:
+    s = up(
+        s, phase=Phase.PREPARING, config=e.config, transcript=list(e.input_messages), started_at_ms=e.now_ms
+    )
+    return s, [status_event(RunStatus.RUNNING.value, agent=e.config.agent), LoadContext(s.session_id)]
+
+
+def on_context_loaded(s: RunState, e: ContextLoaded) -> Decision:
+    return next_model_call(up(s, history=list(e.history)), e.now_ms, [])
+
+
+# ---- Resumed: a new job took the run over; its effects are recomputed from the checkpointed state ----
+
+
+def on_resumed_preparing(s: RunState, e: Resumed) -> Decision:
+    return s, [LoadContext(s.session_id)]
+
+
+def on_resumed_model(s: RunState, e: Resumed) -> Decision:
+    """A model call that was cut off (streaming) or waiting to retry starts over."""
+    s = up(s, call=CallPhase.CALLING)
+    return s, [CallModel(request_of(s))]
+
+
+def on_resumed_tools(s: RunState, e: Resumed) -> Decision:
+    """Unfinished calls are started again (a recorded result is served from its record)."""
+    return start_tools(up(s, running=[]), [])
+
+
+def on_resumed_compacting(s: RunState, e: Resumed) -> Decision:
+    return s, [Compact(list(s.transcript), s.cfg.compaction.keep_recent, "resume")]
+
+
+def on_resumed_parked(s: RunState, e: Resumed) -> Decision:
+    """awaiting_human, awaiting_tools: nothing to do until the human or the client answers."""
+    return s, []
+
+
+def on_stream_opened(s: RunState, e: ModelStreamOpened) -> Decision:
+    return up(s, call=CallPhase.STREAMING), []
+
+
+def on_replied(s: RunState, e: ModelReplied) -> Decision:
+    empty = not e.message.content and not e.message.tool_calls
+    if (failure := policy.reply_failure(e.finish_reason, empty=empty)) is not None:
+        s = up(s, finish_reason=e.finish_reason)
+        return on_failed(s, ModelFailed(e.now_ms, failure, e.jitter, e.partial))
+    msg = e.message
+    refused = len(msg.tool_calls or ()) if s.final_call else 0
+    if refused:  # the last call for an answer accepts no tool calls: keep the text only
+        msg = Message(role="assistant", content=msg.content)
+    usage = s.usage + e.usage if e.usage else s.usage
+    s = up(s, iterations=s.iterations + 1, usage=usage, transcript=[*s.transcript, msg], attempt=0,
+            finish_reason=e.finish_reason)  # fmt: skip
+    cmds: list[Command] = [
+        Emit(
+            EventKind.ASSISTANT_MESSAGE,
+            {
+                "message": msg.model_dump(mode="json", by_alias=True, exclude_none=True),
+                "modelCallIndex": s.model_call_index,
+                "finishReason": e.finish_reason,
+                **({"usage": e.usage.model_dump(by_alias=True)} if e.usage else {}),
+            },
+        )
+    ]
+    if refused:
+        cmds.append(status_event("tool_calls_refused", count=refused, reason=f"{s.final_call} reached"))
+    if not msg.tool_calls:
+        return finish(s, RunStatus.COMPLETED, cmds, final=msg)
+    return start_round(s, msg, e.now_ms, e.finish_reason, cmds)
+
+
+def on_failed(s: RunState, e: ModelFailed) -> Decision:
+    f = e.failure
+    cls = policy.classify(f)
+    cmds: list[Command] = [
+        error_event(
+            "model",
+            f"model_{f.reason}",
+            f.message,
+            retryable=cls != "fatal",
+            modelCallIndex=s.model_call_index,
+            attempt=s.attempt,
+            **({"httpStatus": f.status} if f.status is not None else {}),
+        )
+    ]
+    if e.partial:
+        cmds.append(
+            status_event(
+                "model_call_discarded", modelCallIndex=s.model_call_index, attempt=s.attempt, reason=f.reason
+            )
+        )
+    cfg = s.cfg
+    if cls == "overflow":
+        if s.overflow_retries >= cfg.compaction.max_overflow_retries:
+            err = RunError(
+                code="context_overflow",
+                message=f"the context is still too long after compaction: {f.message}",
+            )
+            return finish(s, RunStatus.FAILED, cmds, error=err)
+        s = up(s, overflow_retries=s.overflow_retries + 1, failures=s.failures + 1)
+        return compact(s, cmds, "overflow")
+    if cls == "retryable" and s.attempt < cfg.retry.max_retries:
+        attempt = s.attempt + 1
+        delay = policy.backoff_ms(attempt, cfg.retry, e.jitter, f.retry_after_ms)
+        s = up(s, attempt=attempt, failures=s.failures + 1, call=CallPhase.RETRYING)
+        cmds.append(
+            status_event("retrying", attempt=attempt, delayMs=delay, reason=f.reason, message=f.message)
+        )
+        cmds.append(Wait(delay))
+        return s, cmds
+    if cls == "retryable":
+        err = RunError(
+            code="model_retries_exhausted",
+            message=f"model call failed after {s.attempt + 1} attempts: {f.reason}: {f.message}",
+            retryable=True,
+        )
+    else:
+        err = RunError(code=f"model_{f.reason}", message=f"model call failed: {f.message}")
+    return finish(up(s, failures=s.failures + 1), RunStatus.FAILED, cmds, error=err)
+
+
+def on_retry_timer(s: RunState, e: RetryTimerFired) -> Decision:
+    s = up(s, call=CallPhase.CALLING)
+    if (err := over_time(s, e.now_ms)) is not None:
+        return finish(s, RunStatus.FAILED, [], error=err)
+    return s, [CallModel(request_of(s))]
+
+
+def on_compacted(s: RunState, e: CompactionDone) -> Decision:
+    tokens = max(0, policy.estimate_tokens(s.transcript) - policy.estimate_tokens(e.transcript))
+    s = up(s, transcript=list(e.transcript), compactions=s.compactions + 1)
+    cmds: list[Command] = [
+        Emit(
+            EventKind.COMPACTION,
+            {
+                "reason": e.reason,
+                "removed": e.removed,
+                "messages": len(e.transcript),
+                "removedTokens": tokens,
+            },
+        )
+    ]
+    if (err := over_time(s, e.now_ms)) is not None:
+        return finish(s, RunStatus.FAILED, cmds, error=err)
+    return call_model(s, e.now_ms, cmds)
+
+
+def on_abort(s: RunState, e: AbortRequested) -> Decision:
+    return finish(s, RunStatus.ABORTED, [], error=RunError(code="aborted", message=e.reason))
+
+
+def on_deadline(s: RunState, e: DeadlineReached) -> Decision:
+    return finish(s, RunStatus.FAILED, [], error=duration_error(s))

@@ -1,0 +1,115 @@
+"""The run's state: the outer phase, the model-call loop inside ``model_running``, and the checkpoint."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field
+
+from shared.models import Message, Model, RunError, ToolCall, ToolResult, Usage
+from worker.config import RunConfig
+
+__all__ = [
+    "CALLING",
+    "RETRYING",
+    "STREAMING",
+    "TERMINAL_PHASES",
+    "CallPhase",
+    "IllegalTransition",
+    "MachineError",
+    "Phase",
+    "RunState",
+    "initial_state",
+]
+
+
+class Phase(StrEnum):
+    IDLE = "idle"
+    PREPARING = "preparing"
+    MODEL_RUNNING = "model_running"
+    TOOL_RUNNING = "tool_running"
+    AWAITING_HUMAN = "awaiting_human"
+    AWAITING_TOOLS = "awaiting_tools"  # the round waits for client tool results, on no worker
+    COMPACTING = "compacting"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    ABORTED = "aborted"
+
+
+class CallPhase(StrEnum):
+    """The inner model-call loop; meaningful only while the run is model_running."""
+
+    NONE = "none"
+    CALLING = "calling"
+    STREAMING = "streaming"
+    RETRYING = "retrying"
+
+
+TERMINAL_PHASES = frozenset({Phase.COMPLETED, Phase.FAILED, Phase.ABORTED})
+
+
+class MachineError(Exception):
+    """Base of the machine's errors."""
+
+
+class IllegalTransition(MachineError):
+    def __init__(self, node: str, event: object) -> None:
+        super().__init__(f"{type(event).__name__} is not legal in state {node}")
+        self.node = node
+        self.event = event
+
+
+class RunState(Model):
+    run_id: str
+    session_id: str | None = None
+    phase: Phase = Phase.IDLE
+    call: CallPhase = CallPhase.NONE
+    config: RunConfig | None = None
+    history: list[Message] = Field(default_factory=list)  # reduced past run loops (seed 002)
+    transcript: list[Message] = Field(default_factory=list)  # this run loop in full
+    started_at_ms: int = 0
+    iterations: int = 0  # successful model replies
+    tool_rounds: int = 0
+    tool_calls_used: int = 0
+    model_call_index: int = 0
+    attempt: int = 0  # retries of the current model call
+    failures: int = 0  # failed model attempts over the whole run
+    overflow_retries: int = 0
+    compactions: int = 0
+    round: list[ToolCall] = Field(default_factory=list)  # the current tool round, in model order
+    results: dict[str, ToolResult] = Field(default_factory=dict)  # results of the current round
+    running: list[str] = Field(default_factory=list)  # tool calls being executed now
+    approvals: dict[str, str] = Field(default_factory=dict)  # toolCallId -> pending|approved|rejected
+    client_waiting: dict[str, int] = Field(
+        default_factory=dict
+    )  # client calls offered: toolCallId -> deadline ms
+    usage: Usage = Field(default_factory=Usage)
+    final_message: Message | None = None
+    finish_reason: str | None = None  # of the last model reply
+    last_error: RunError | None = None
+    node_since_ms: int = 0  # when the run entered its current node (time per state, from event times)
+    final_call: str | None = None  # the loop limit reached: the model is asked, without tools, for its answer
+
+    @property
+    def node(self) -> str:
+        return f"{self.phase}.{self.call}" if self.phase == Phase.MODEL_RUNNING else str(self.phase)
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in TERMINAL_PHASES
+
+    @property
+    def cfg(self) -> RunConfig:
+        if self.config is None:
+            raise MachineError("the run has no configuration yet")
+        return self.config
+
+
+# The nodes of the table: a phase, or inside model_running the model-call loop's phase.
+CALLING = f"{Phase.MODEL_RUNNING}.{CallPhase.CALLING}"
+STREAMING = f"{Phase.MODEL_RUNNING}.{CallPhase.STREAMING}"
+RETRYING = f"{Phase.MODEL_RUNNING}.{CallPhase.RETRYING}"
+
+
+def initial_state(run_id: str, session_id: str | None = None) -> RunState:
+    return RunState(run_id=run_id, session_id=session_id)

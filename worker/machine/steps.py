@@ -1,0 +1,163 @@
+"""Steps the handlers share: the next model call (limits, compaction), the request, the run's ending.
+
+The run's ending is built here only: ``finish`` sets the terminal phase, the closing events and the
+``Finish`` command with ``result_of`` the state.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shared.models import EventKind, Message, RunError, RunResult, RunStatus
+from worker import policy
+from worker.machine.commands import CallModel, Command, Compact, Decision, Emit, Finish, ModelRequest
+from worker.machine.state import CallPhase, Phase, RunState
+
+__all__ = ["FINAL_ANSWER_PROMPT", "build_messages", "error_event", "finish", "result_of"]
+
+
+def up(state: RunState, **changes: Any) -> RunState:
+    return state.model_copy(update=changes)
+
+
+def status_event(status: str, **extra: Any) -> Emit:
+    return Emit(EventKind.STATUS, {"status": status, **extra})
+
+
+def error_event(scope: str, code: str, message: str, **extra: Any) -> Emit:
+    """The seed's ``error`` RunEvent: scope model | tool | run, a stable code, a message."""
+    return Emit(EventKind.ERROR, {"scope": scope, "code": code, "message": message[:2000], **extra})
+
+
+def duration_error(s: RunState) -> RunError:
+    limit = s.config.max_run_duration_ms if s.config is not None else None
+    return RunError(code="max_run_duration", message=f"loopLimits.maxRunDurationMs={limit} reached")
+
+
+def over_time(s: RunState, now_ms: int) -> RunError | None:
+    limit = s.cfg.max_run_duration_ms
+    if limit is not None and now_ms - s.started_at_ms >= limit:
+        return duration_error(s)
+    return None
+
+
+def next_model_call(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
+    """Check the loop limits and compaction threshold, then ask the model."""
+    cfg = s.cfg
+    if (err := over_time(s, now_ms)) is not None:
+        return finish(s, RunStatus.FAILED, cmds, error=err)
+    if s.iterations >= cfg.max_iterations:
+        text = f"loopLimits.maxIterations={cfg.max_iterations} reached"
+        if cfg.on_limit == "fail":
+            return finish(s, RunStatus.FAILED, cmds, error=RunError(code="max_iterations", message=text))
+        return final_call(s, now_ms, cmds, "max_iterations")
+    comp = cfg.compaction
+    if (
+        len(s.transcript) > comp.max_messages
+        or policy.estimate_tokens(s.transcript) > comp.max_estimated_tokens
+    ):
+        return compact(s, cmds, "threshold")
+    return call_model(s, now_ms, cmds)
+
+
+def call_model(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
+    s = up(
+        s,
+        phase=Phase.MODEL_RUNNING,
+        call=CallPhase.CALLING,
+        model_call_index=s.model_call_index + 1,
+        attempt=0,
+    )
+    return s, [*cmds, CallModel(request_of(s))]
+
+
+def final_call(s: RunState, now_ms: int, cmds: list[Command], limit: str) -> Decision:
+    """A loop limit was reached with onLimit=answer: one last model call, without tools."""
+    s = up(s, final_call=limit)
+    return call_model(s, now_ms, [*cmds, status_event("limit_reached", limit=limit, action="final_answer")])
+
+
+FINAL_ANSWER_PROMPT = (
+    "The run has reached its limit ({limit}). Tools are no longer available. Using what you have "
+    "found so far, give your final answer now."
+)
+
+
+def compact(s: RunState, cmds: list[Command], reason: str) -> Decision:
+    s = up(s, phase=Phase.COMPACTING, call=CallPhase.NONE)
+    return s, [
+        *cmds,
+        status_event("compacting", reason=reason),
+        Compact(list(s.transcript), s.cfg.compaction.keep_recent, reason),
+    ]
+
+
+def build_messages(s: RunState) -> list[Message]:
+    """System prompt + reduced past run loops + the current run loop in full (seed 002)."""
+    return [Message(role="system", content=s.cfg.system_prompt), *s.history, *s.transcript]
+
+
+def request_of(s: RunState) -> ModelRequest:
+    cfg = s.cfg
+    messages = build_messages(s)
+    if s.final_call:
+        messages.append(Message(role="user", content=FINAL_ANSWER_PROMPT.format(limit=s.final_call)))
+    return ModelRequest(
+        run_id=s.run_id,
+        session_id=s.session_id,
+        messages=messages,
+        tools=[] if s.final_call else [*cfg.tools, *cfg.internal_tools],
+        model_call_index=s.model_call_index,
+        attempt=s.attempt,
+        failures=s.failures,
+        iterations=s.iterations,
+    )
+
+
+def finish(
+    s: RunState,
+    status: RunStatus,
+    cmds: list[Command],
+    *,
+    final: Message | None = None,
+    error: RunError | None = None,
+) -> Decision:
+    phase = {
+        RunStatus.COMPLETED: Phase.COMPLETED,
+        RunStatus.FAILED: Phase.FAILED,
+        RunStatus.ABORTED: Phase.ABORTED,
+    }[status]
+    s = up(s, phase=phase, call=CallPhase.NONE, final_message=final, last_error=error, running=[])
+    result = result_of(s)
+    payload: dict[str, Any] = {"status": status.value, "iterations": s.iterations}
+    if result.stop_reason:
+        payload["stopReason"] = result.stop_reason
+    if final is not None and s.finish_reason is not None:
+        payload["finishReason"] = s.finish_reason
+    if error is not None:
+        payload["error"] = error.model_dump(by_alias=True)
+    if error is not None and status == RunStatus.FAILED:
+        cmds = [*cmds, error_event("run", error.code, error.message, retryable=error.retryable)]
+    return s, [*cmds, Emit(EventKind.STATUS, payload), Finish(result)]
+
+
+def result_of(s: RunState) -> RunResult:
+    status = {
+        Phase.COMPLETED: RunStatus.COMPLETED,
+        Phase.FAILED: RunStatus.FAILED,
+        Phase.ABORTED: RunStatus.ABORTED,
+        Phase.AWAITING_HUMAN: RunStatus.AWAITING_HUMAN,
+        Phase.AWAITING_TOOLS: RunStatus.AWAITING_TOOLS,
+        Phase.IDLE: RunStatus.QUEUED,
+    }.get(s.phase, RunStatus.RUNNING)
+    return RunResult(
+        session_id=s.session_id,
+        run_id=s.run_id,
+        status=status,
+        final_assistant_message=s.final_message,
+        last_error=s.last_error,
+        usage=s.usage,
+        iterations=s.iterations,
+        stop_reason=s.final_call if s.phase == Phase.COMPLETED else None,
+        finish_reason=s.finish_reason,
+    )

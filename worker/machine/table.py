@@ -1,0 +1,170 @@
+"""The transition table, and ``decide``, which dispatches on it.
+
+``TABLE[node][event type]`` names the handler that takes the event in that node and the nodes it may
+lead to. The literal below is the whole table: a (node, event) pair it does not hold raises
+``IllegalTransition``; a handler that leads elsewhere raises ``MachineError``. Terminal nodes
+(completed, failed, aborted) are not in it: they absorb every further event.
+``docs/state-machine.md`` is drawn from it (``python -m worker.machine.diagram``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from worker.machine.commands import Decision
+from worker.machine.events import (
+    AbortRequested,
+    ApprovalsDecided,
+    ClientResultsReceived,
+    CompactionDone,
+    ContextLoaded,
+    DeadlineReached,
+    Event,
+    ModelFailed,
+    ModelReplied,
+    ModelStreamOpened,
+    Resumed,
+    RetryTimerFired,
+    Started,
+    ToolFinished,
+)
+from worker.machine.handlers import (
+    on_abort,
+    on_compacted,
+    on_context_loaded,
+    on_deadline,
+    on_failed,
+    on_replied,
+    on_resumed_compacting,
+    on_resumed_model,
+    on_resumed_parked,
+    on_resumed_preparing,
+    on_resumed_tools,
+    on_retry_timer,
+    on_started,
+    on_stream_opened,
+)
+from worker.machine.state import (
+    CALLING,
+    RETRYING,
+    STREAMING,
+    IllegalTransition,
+    MachineError,
+    Phase,
+    RunState,
+)
+from worker.machine.steps import up
+from worker.machine.tool_round import on_approvals, on_client_results, on_tool_finished
+
+__all__ = ["EVERYWHERE", "RESUMABLE", "TABLE", "TRANSITIONS", "Rule", "decide"]
+
+Handler = Callable[[RunState, Any], Decision]
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    handler: Handler
+    to: frozenset[str]
+
+
+def _rule(handler: Handler, *to: str) -> Rule:
+    return Rule(handler, frozenset(to))
+
+
+IDLE = Phase.IDLE.value
+PREPARING = Phase.PREPARING.value
+TOOL_RUNNING = Phase.TOOL_RUNNING.value
+AWAITING_HUMAN = Phase.AWAITING_HUMAN.value
+AWAITING_TOOLS = Phase.AWAITING_TOOLS.value
+COMPACTING = Phase.COMPACTING.value
+COMPLETED = Phase.COMPLETED.value
+FAILED = Phase.FAILED.value
+ABORTED = Phase.ABORTED.value
+
+# "Ask the model again" leads to a call, to compaction first, or to failure (a limit, the deadline).
+# A reply without a finish_reason is a failed attempt, so a reply may also lead where failures do.
+# fmt: off
+TABLE: dict[str, dict[type[Any], Rule]] = {
+    IDLE: {
+        Started: _rule(on_started, PREPARING),
+        AbortRequested: _rule(on_abort, ABORTED),
+        DeadlineReached: _rule(on_deadline, FAILED),
+    },
+    PREPARING: {
+        ContextLoaded: _rule(on_context_loaded, CALLING, COMPACTING, FAILED),
+        Resumed: _rule(on_resumed_preparing, PREPARING),
+        AbortRequested: _rule(on_abort, ABORTED),
+        DeadlineReached: _rule(on_deadline, FAILED),
+    },
+    CALLING: {
+        ModelStreamOpened: _rule(on_stream_opened, STREAMING),
+        ModelReplied: _rule(on_replied, COMPLETED, TOOL_RUNNING, AWAITING_HUMAN, AWAITING_TOOLS, CALLING, COMPACTING, FAILED, RETRYING),
+        ModelFailed: _rule(on_failed, RETRYING, COMPACTING, FAILED),
+        Resumed: _rule(on_resumed_model, CALLING),
+        AbortRequested: _rule(on_abort, ABORTED),
+        DeadlineReached: _rule(on_deadline, FAILED),
+    },
+    STREAMING: {
+        ModelReplied: _rule(on_replied, COMPLETED, TOOL_RUNNING, AWAITING_HUMAN, AWAITING_TOOLS, CALLING, COMPACTING, FAILED, RETRYING),
+        ModelFailed: _rule(on_failed, RETRYING, COMPACTING, FAILED),
+        Resumed: _rule(on_resumed_model, CALLING),
+        AbortRequested: _rule(on_abort, ABORTED),
+        DeadlineReached: _rule(on_deadline, FAILED),
+    },
+    RETRYING: {
+        RetryTimerFired: _rule(on_retry_timer, CALLING, FAILED),
+        Resumed: _rule(on_resumed_model, CALLING),
+        AbortRequested: _rule(on_abort, ABORTED),
+        DeadlineReached: _rule(on_deadline, FAILED),
+    },
+    TOOL_RUNNING: {
+        ToolFinished: _rule(on_tool_finished, TOOL_RUNNING, AWAITING_TOOLS, CALLING, COMPACTING, FAILED),
+        Resumed: _rule(on_resumed_tools, TOOL_RUNNING),
+        AbortRequested: _rule(on_abort, ABORTED),
+        DeadlineReached: _rule(on_deadline, FAILED),
+    },
+    AWAITING_HUMAN: {
+        ApprovalsDecided: _rule(on_approvals, TOOL_RUNNING, AWAITING_TOOLS, CALLING, COMPACTING, FAILED),
+        Resumed: _rule(on_resumed_parked, AWAITING_HUMAN),
+        AbortRequested: _rule(on_abort, ABORTED),
+        DeadlineReached: _rule(on_deadline, FAILED),
+    },
+    AWAITING_TOOLS: {
+        ClientResultsReceived: _rule(on_client_results, AWAITING_TOOLS, CALLING, COMPACTING, FAILED),
+        Resumed: _rule(on_resumed_parked, AWAITING_TOOLS),
+        AbortRequested: _rule(on_abort, ABORTED),
+        DeadlineReached: _rule(on_deadline, FAILED),
+    },
+    COMPACTING: {
+        CompactionDone: _rule(on_compacted, CALLING, FAILED),
+        Resumed: _rule(on_resumed_compacting, COMPACTING),
+        AbortRequested: _rule(on_abort, ABORTED),
+        DeadlineReached: _rule(on_deadline, FAILED),
+    },
+}
+# fmt: on
+
+# Views of the table (read-only projections, not completions of it).
+TRANSITIONS: dict[str, dict[type[Any], frozenset[str]]] = {
+    node: {ev: rule.to for ev, rule in row.items()} for node, row in TABLE.items()
+}
+RESUMABLE = frozenset(node for node, row in TABLE.items() if Resumed in row)
+EVERYWHERE = (AbortRequested, DeadlineReached)  # in every row of the table (a test checks it)
+
+
+def decide(state: RunState, event: Event) -> Decision:
+    """The transition function. Terminal states absorb events; pairs outside the table raise."""
+    if state.terminal:
+        return state, []
+    node = state.node
+    rule = TABLE.get(node, {}).get(type(event))
+    if rule is None:
+        raise IllegalTransition(node, event)
+    new, commands = rule.handler(state, event)
+    if new.node not in rule.to:
+        raise MachineError(f"{type(event).__name__} led {node} to {new.node}, outside the table")
+    if new.node != node:
+        new = up(new, node_since_ms=event.now_ms)
+    return new, commands

@@ -1,0 +1,241 @@
+"""A tool round: the calls of one model reply, refused, approved, offered to the client or executed,
+until every call has a result and the round closes into the next model call."""
+
+from __future__ import annotations
+
+import json
+
+from shared.models import EventKind, Message, RunError, RunStatus, ToolCall, ToolResult
+from worker import policy
+from worker.config import RECALL_TOOL, RunConfig
+from worker.machine.commands import (
+    AwaitClient,
+    AwaitHuman,
+    Command,
+    Decision,
+    Emit,
+    ExecuteTool,
+    OfferClientCalls,
+)
+from worker.machine.events import ApprovalsDecided, ClientResultsReceived, ToolFinished
+from worker.machine.state import CallPhase, MachineError, Phase, RunState
+from worker.machine.steps import error_event, final_call, finish, next_model_call, status_event, up
+
+__all__ = ["on_approvals", "on_client_results", "on_tool_finished", "start_round", "start_tools"]
+
+
+def start_round(
+    s: RunState, msg: Message, now_ms: int, finish_reason: str | None, cmds: list[Command]
+) -> Decision:
+    """A reply with tool calls: refuse what may not run, ask a human where needed, start the rest."""
+    calls = msg.tool_calls or []
+    rounds = s.tool_rounds + 1
+    cfg = s.cfg
+    if cfg.max_tool_rounds is not None and rounds > cfg.max_tool_rounds:
+        text = f"loopLimits.maxToolRounds={cfg.max_tool_rounds} reached"
+        if cfg.on_limit == "fail":
+            return finish(s, RunStatus.FAILED, cmds, error=RunError(code="max_tool_rounds", message=text))
+        # Answer every call of the refused round (the model input stays well-formed), then ask for the answer.
+        msgs = []
+        for call in calls:
+            cmds.append(tool_call_emit(call, cfg))
+            res = ToolResult(tool_call_id=call.id, name=call.name, content=f"error: not executed: {text}",
+                             is_error=True)  # fmt: skip
+            cmds += tool_result_emits(res, "tool_refused")
+            msgs.append(Message(role="tool", content=res.content, tool_call_id=call.id, name=call.name))
+        s = up(s, transcript=[*s.transcript, *msgs])
+        return final_call(s, now_ms, cmds, "max_tool_rounds")
+    s = up(s, tool_rounds=rounds, round=list(calls), results={}, running=[], approvals={})
+    results: dict[str, ToolResult] = {}
+    used = s.tool_calls_used
+    allowed = cfg.tool_names()
+    cut_off = finish_reason == policy.LENGTH
+    for call in calls:
+        cmds.append(tool_call_emit(call, cfg))
+        problem = policy.CUT_OFF_CALL if cut_off else _precheck(call, allowed)
+        if (
+            problem is None and call.name in cfg.client_tools
+        ):  # the caller gets only calls that fit the schema
+            spec = next(t for t in cfg.tools if t.name == call.name)
+            why = policy.argument_problem(spec.parameters, json.loads(call.arguments or "{}"))
+            problem = None if why is None else f"error: invalid arguments: {why}"
+        if problem is None and call.name != RECALL_TOOL:
+            if cfg.max_calls_per_run is not None and used >= cfg.max_calls_per_run:
+                problem = (
+                    f"toolPolicy.maxCallsPerRun={cfg.max_calls_per_run} reached; the call was not executed"
+                )
+            else:
+                used += 1
+        if problem is not None:
+            res = ToolResult(tool_call_id=call.id, name=call.name, content=problem, is_error=True)
+            results[call.id] = res
+            cmds += tool_result_emits(res, "tool_refused")
+    s = up(s, results=results, tool_calls_used=used)
+    pending = [c for c in s.round if c.id not in results and c.name in cfg.approval_tools]
+    if pending:
+        s = up(
+            s, phase=Phase.AWAITING_HUMAN, call=CallPhase.NONE, approvals={c.id: "pending" for c in pending}
+        )
+        cmds.append(
+            status_event(
+                RunStatus.AWAITING_HUMAN.value,
+                pendingApprovals=[
+                    {"toolCallId": c.id, "name": c.name, "arguments": c.arguments} for c in pending
+                ],
+            )
+        )
+        cmds.append(AwaitHuman(pending))
+        return s, cmds
+    return begin_tools(s, now_ms, cmds)
+
+
+def _execution(name: str, cfg: RunConfig) -> str:
+    """Who runs a call: the caller (client), the worker, or the machine's own context (internal)."""
+    return "client" if name in cfg.client_tools else "internal" if name == RECALL_TOOL else "worker"
+
+
+def tool_call_emit(call: ToolCall, cfg: RunConfig) -> Emit:
+    return Emit(EventKind.TOOL_CALL, {"toolCallId": call.id, "name": call.name, "arguments": call.arguments,
+                                      "execution": _execution(call.name, cfg)})  # fmt: skip
+
+
+def _precheck(call: ToolCall, allowed: set[str]) -> str | None:
+    if call.name not in allowed:
+        return f"error: tool {call.name!r} is not available to this run"
+    try:
+        args = json.loads(call.arguments or "{}")
+    except ValueError as exc:
+        return f"error: arguments are not valid JSON ({exc})"
+    if not isinstance(args, dict):
+        return "error: arguments must be a JSON object"
+    return None
+
+
+def tool_result_emits(res: ToolResult, code: str = "tool_failed") -> list[Command]:
+    """The tool_result event, and beside an error result the ``error`` event naming it."""
+    out: list[Command] = [Emit(EventKind.TOOL_RESULT, res.model_dump(mode="json", by_alias=True))]
+    if res.is_error:
+        out.append(error_event("tool", code, res.content, toolCallId=res.tool_call_id, name=res.name))
+    return out
+
+
+def begin_tools(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
+    s = up(s, phase=Phase.TOOL_RUNNING, call=CallPhase.NONE)
+    s, cmds = _offer_client_calls(s, now_ms, cmds)
+    s, cmds = start_tools(s, cmds)
+    if not s.running:
+        return _after_tools(s, now_ms, cmds)
+    return s, cmds
+
+
+def _ready(s: RunState, c: ToolCall) -> bool:
+    return c.id not in s.results and s.approvals.get(c.id, "approved") == "approved"
+
+
+def _runnable(s: RunState) -> list[ToolCall]:
+    client = s.cfg.client_tools
+    return [c for c in s.round if _ready(s, c) and c.id not in s.running and c.name not in client]
+
+
+def _offer_client_calls(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
+    """Client calls of the round (approved, not refused) are recorded as pending with a deadline."""
+    cfg = s.cfg
+    offer = [
+        c for c in s.round if c.name in cfg.client_tools and _ready(s, c) and c.id not in s.client_waiting
+    ]
+    if not offer:
+        return s, cmds
+    deadline = now_ms + cfg.client_tool_timeout_ms
+    if cfg.max_run_duration_ms is not None:  # a parked run has no timer: its deadline bounds the wait too
+        deadline = min(deadline, s.started_at_ms + cfg.max_run_duration_ms)
+    deadlines = {c.id: deadline for c in offer}
+    s = up(s, client_waiting={**s.client_waiting, **deadlines})
+    return s, [*cmds, OfferClientCalls(offer, deadlines, max(0, deadline - now_ms))]
+
+
+def _after_tools(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
+    """Nothing runs in the worker any more: wait for the client's results, or close the round."""
+    waiting = [c for c in s.round if c.id in s.client_waiting and c.id not in s.results]
+    if not waiting:
+        return _close_round(s, now_ms, cmds)
+    s = up(s, phase=Phase.AWAITING_TOOLS, call=CallPhase.NONE)
+    deadlines = {c.id: s.client_waiting[c.id] for c in waiting}
+    pending = [{"toolCallId": c.id, "name": c.name, "arguments": c.arguments, "deadlineMs": deadlines[c.id]}
+               for c in waiting]  # fmt: skip
+    return s, [
+        *cmds,
+        status_event(RunStatus.AWAITING_TOOLS.value, pendingToolCalls=pending),
+        AwaitClient(waiting, deadlines),
+    ]
+
+
+def on_client_results(s: RunState, e: ClientResultsReceived) -> Decision:
+    results = dict(s.results)
+    cmds: list[Command] = []
+    for c in s.round:
+        res = e.results.get(c.id)
+        if res is None or c.id not in s.client_waiting or c.id in results:
+            continue
+        res = ToolResult(tool_call_id=c.id, name=c.name, content=res.content, is_error=res.is_error)
+        results[c.id] = res
+        cmds += tool_result_emits(res, "client_tool_error")
+    s = up(s, results=results)
+    waiting = [c for c in s.round if c.id in s.client_waiting and c.id not in s.results]
+    if waiting:  # still open: park again with the same deadlines
+        return s, [*cmds, AwaitClient(waiting, {c.id: s.client_waiting[c.id] for c in waiting})]
+    return _close_round(s, e.now_ms, cmds)
+
+
+def start_tools(s: RunState, cmds: list[Command]) -> Decision:
+    free = s.cfg.max_parallel - len(s.running)
+    start = _runnable(s)[: max(0, free)]
+    if start:
+        s = up(s, running=[*s.running, *(c.id for c in start)])
+        cmds = [*cmds, *(ExecuteTool(c) for c in start)]
+    return s, cmds
+
+
+def on_tool_finished(s: RunState, e: ToolFinished) -> Decision:
+    res = e.result
+    if res.tool_call_id not in s.running:
+        raise MachineError(f"tool call {res.tool_call_id} finished but was not running")
+    s = up(
+        s,
+        results={**s.results, res.tool_call_id: res},
+        running=[i for i in s.running if i != res.tool_call_id],
+    )
+    s, cmds = start_tools(s, tool_result_emits(res))
+    if s.running:
+        return s, cmds
+    return _after_tools(s, e.now_ms, cmds)
+
+
+def _close_round(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
+    """Every call of the round has a result: append them in call order and ask the model again."""
+    tool_msgs = [
+        Message(role="tool", content=s.results[c.id].content, tool_call_id=c.id, name=c.name) for c in s.round
+    ]
+    s = up(s, transcript=[*s.transcript, *tool_msgs], round=[], results={}, running=[], approvals={},
+            client_waiting={})  # fmt: skip
+    return next_model_call(s, now_ms, cmds)
+
+
+def on_approvals(s: RunState, e: ApprovalsDecided) -> Decision:
+    approvals = dict(s.approvals)
+    results = dict(s.results)
+    cmds: list[Command] = []
+    for call in s.round:
+        if approvals.get(call.id) != "pending":
+            continue
+        ok = e.decisions.get(call.id)
+        if ok is None:
+            raise MachineError(f"no decision for pending tool call {call.id}")
+        approvals[call.id] = "approved" if ok else "rejected"
+        if not ok:
+            why = e.reasons.get(call.id)
+            text = "rejected by a human" + (f": {why}" if why else "")
+            res = ToolResult(tool_call_id=call.id, name=call.name, content=text, is_error=True)
+            results[call.id] = res
+            cmds += tool_result_emits(res, "tool_rejected")
+    s = up(s, approvals=approvals, results=results)
+    return begin_tools(s, e.now_ms, cmds)
