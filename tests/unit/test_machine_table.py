@@ -28,11 +28,13 @@ NON_TERMINAL = sorted(m.TRANSITIONS)
 def events_for(node: str) -> list[tuple[m.Event, m.RunState]]:
     """Events (with the state to apply them to) that cover each legal target of each event type."""
     s = in_node(node)
-    cases: list[tuple[m.Event, m.RunState]] = [(m.AbortRequested(T0, "stop"), s), (m.DeadlineReached(T0), s)]
+    cases: list[tuple[m.Event, m.RunState]] = [(m.AbortRequested(T0, "stop"), s), (m.DeadlineReached(T0), s),
+                                           (m.EffectCrashed(T0, "boom"), s)]  # fmt: skip
     if node in m.RESUMABLE:
         cases.append((m.Resumed(T0), s))
     if node == m.Phase.IDLE:
         cases.append((m.Started(T0, config(), [Message(role="user", content="hi")]), s))
+        cases.append((m.StartRejected(T0, "configuration", "no such profile"), s))
     if node == m.Phase.PREPARING:
         cases += [
             (m.ContextLoaded(T0, []), s),
@@ -174,7 +176,7 @@ SAMPLE_EVENTS: list[m.Event] = [
     m.Started(T0, config(), [Message(role="user", content="x")]), m.ContextLoaded(T0, []), m.Resumed(T0),
     m.ModelStreamOpened(T0), text_reply(), failure(), m.RetryTimerFired(T0), result("c1"),
     m.ApprovalsDecided(T0, {}), m.CompactionDone(T0, [], 0, "x"), m.AbortRequested(T0), m.DeadlineReached(T0),
-    m.ClientResultsReceived(T0, {}),
+    m.ClientResultsReceived(T0, {}), m.StartRejected(T0, "configuration", "x"),
 ]  # fmt: skip
 
 

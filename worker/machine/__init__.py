@@ -34,6 +34,7 @@ from worker.machine.events import (
     CompactionDone,
     ContextLoaded,
     DeadlineReached,
+    EffectCrashed,
     Event,
     ModelFailed,
     ModelReplied,
@@ -41,6 +42,7 @@ from worker.machine.events import (
     Resumed,
     RetryTimerFired,
     Started,
+    StartRejected,
     ToolFinished,
 )
 from worker.machine.state import (
@@ -81,6 +83,7 @@ __all__ = [
     "ContextLoaded",
     "DeadlineReached",
     "Decision",
+    "EffectCrashed",
     "Emit",
     "Event",
     "ExecuteTool",
@@ -97,6 +100,7 @@ __all__ = [
     "Resumed",
     "RetryTimerFired",
     "RunState",
+    "StartRejected",
     "Started",
     "ToolFinished",
     "Wait",

@@ -16,12 +16,14 @@ __all__ = [
     "CompactionDone",
     "ContextLoaded",
     "DeadlineReached",
+    "EffectCrashed",
     "Event",
     "ModelFailed",
     "ModelReplied",
     "ModelStreamOpened",
     "Resumed",
     "RetryTimerFired",
+    "StartRejected",
     "Started",
     "ToolFinished",
 ]
@@ -118,6 +120,23 @@ class DeadlineReached:
     now_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class StartRejected:
+    """The run cannot start: its profile or policy does not resolve to a configuration."""
+
+    now_ms: int
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class EffectCrashed:
+    """An effect raised what it should not (a bug, corrupt data): the run fails with it, never hangs."""
+
+    now_ms: int
+    message: str
+
+
 Event = (
     Started
     | ContextLoaded
@@ -132,4 +151,6 @@ Event = (
     | CompactionDone
     | AbortRequested
     | DeadlineReached
+    | StartRejected
+    | EffectCrashed
 )

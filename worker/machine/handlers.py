@@ -14,12 +14,14 @@ from worker.machine.events import (
     CompactionDone,
     ContextLoaded,
     DeadlineReached,
+    EffectCrashed,
     ModelFailed,
     ModelReplied,
     ModelStreamOpened,
     Resumed,
     RetryTimerFired,
     Started,
+    StartRejected,
 )
 from worker.machine.state import CallPhase, Phase, RunState
 from worker.machine.steps import (
@@ -191,3 +193,11 @@ def on_abort(s: RunState, e: AbortRequested) -> Decision:
 
 def on_deadline(s: RunState, e: DeadlineReached) -> Decision:
     return finish(s, RunStatus.FAILED, [], error=duration_error(s))
+
+
+def on_start_rejected(s: RunState, e: StartRejected) -> Decision:
+    return finish(s, RunStatus.FAILED, [], error=RunError(code=e.code, message=e.message))
+
+
+def on_crashed(s: RunState, e: EffectCrashed) -> Decision:
+    return finish(s, RunStatus.FAILED, [], error=RunError(code="internal", message=e.message))

@@ -21,6 +21,7 @@ from worker.machine.events import (
     CompactionDone,
     ContextLoaded,
     DeadlineReached,
+    EffectCrashed,
     Event,
     ModelFailed,
     ModelReplied,
@@ -28,12 +29,14 @@ from worker.machine.events import (
     Resumed,
     RetryTimerFired,
     Started,
+    StartRejected,
     ToolFinished,
 )
 from worker.machine.handlers import (
     on_abort,
     on_compacted,
     on_context_loaded,
+    on_crashed,
     on_deadline,
     on_failed,
     on_replied,
@@ -43,6 +46,7 @@ from worker.machine.handlers import (
     on_resumed_preparing,
     on_resumed_tools,
     on_retry_timer,
+    on_start_rejected,
     on_started,
     on_stream_opened,
 )
@@ -89,14 +93,17 @@ ABORTED = Phase.ABORTED.value
 TABLE: dict[str, dict[type[Any], Rule]] = {
     IDLE: {
         Started: _rule(on_started, PREPARING),
+        StartRejected: _rule(on_start_rejected, FAILED),
         AbortRequested: _rule(on_abort, ABORTED),
         DeadlineReached: _rule(on_deadline, FAILED),
+        EffectCrashed: _rule(on_crashed, FAILED),
     },
     PREPARING: {
         ContextLoaded: _rule(on_context_loaded, CALLING, COMPACTING, FAILED),
         Resumed: _rule(on_resumed_preparing, PREPARING),
         AbortRequested: _rule(on_abort, ABORTED),
         DeadlineReached: _rule(on_deadline, FAILED),
+        EffectCrashed: _rule(on_crashed, FAILED),
     },
     CALLING: {
         ModelStreamOpened: _rule(on_stream_opened, STREAMING),
@@ -105,6 +112,7 @@ TABLE: dict[str, dict[type[Any], Rule]] = {
         Resumed: _rule(on_resumed_model, CALLING),
         AbortRequested: _rule(on_abort, ABORTED),
         DeadlineReached: _rule(on_deadline, FAILED),
+        EffectCrashed: _rule(on_crashed, FAILED),
     },
     STREAMING: {
         ModelReplied: _rule(on_replied, COMPLETED, TOOL_RUNNING, AWAITING_HUMAN, AWAITING_TOOLS, CALLING, COMPACTING, FAILED, RETRYING),
@@ -112,36 +120,42 @@ TABLE: dict[str, dict[type[Any], Rule]] = {
         Resumed: _rule(on_resumed_model, CALLING),
         AbortRequested: _rule(on_abort, ABORTED),
         DeadlineReached: _rule(on_deadline, FAILED),
+        EffectCrashed: _rule(on_crashed, FAILED),
     },
     RETRYING: {
         RetryTimerFired: _rule(on_retry_timer, CALLING, FAILED),
         Resumed: _rule(on_resumed_model, CALLING),
         AbortRequested: _rule(on_abort, ABORTED),
         DeadlineReached: _rule(on_deadline, FAILED),
+        EffectCrashed: _rule(on_crashed, FAILED),
     },
     TOOL_RUNNING: {
         ToolFinished: _rule(on_tool_finished, TOOL_RUNNING, AWAITING_TOOLS, CALLING, COMPACTING, FAILED),
         Resumed: _rule(on_resumed_tools, TOOL_RUNNING),
         AbortRequested: _rule(on_abort, ABORTED),
         DeadlineReached: _rule(on_deadline, FAILED),
+        EffectCrashed: _rule(on_crashed, FAILED),
     },
     AWAITING_HUMAN: {
         ApprovalsDecided: _rule(on_approvals, TOOL_RUNNING, AWAITING_TOOLS, CALLING, COMPACTING, FAILED),
         Resumed: _rule(on_resumed_parked, AWAITING_HUMAN),
         AbortRequested: _rule(on_abort, ABORTED),
         DeadlineReached: _rule(on_deadline, FAILED),
+        EffectCrashed: _rule(on_crashed, FAILED),
     },
     AWAITING_TOOLS: {
         ClientResultsReceived: _rule(on_client_results, AWAITING_TOOLS, CALLING, COMPACTING, FAILED),
         Resumed: _rule(on_resumed_parked, AWAITING_TOOLS),
         AbortRequested: _rule(on_abort, ABORTED),
         DeadlineReached: _rule(on_deadline, FAILED),
+        EffectCrashed: _rule(on_crashed, FAILED),
     },
     COMPACTING: {
         CompactionDone: _rule(on_compacted, CALLING, FAILED),
         Resumed: _rule(on_resumed_compacting, COMPACTING),
         AbortRequested: _rule(on_abort, ABORTED),
         DeadlineReached: _rule(on_deadline, FAILED),
+        EffectCrashed: _rule(on_crashed, FAILED),
     },
 }
 # fmt: on
@@ -151,7 +165,7 @@ TRANSITIONS: dict[str, dict[type[Any], frozenset[str]]] = {
     node: {ev: rule.to for ev, rule in row.items()} for node, row in TABLE.items()
 }
 RESUMABLE = frozenset(node for node, row in TABLE.items() if Resumed in row)
-EVERYWHERE = (AbortRequested, DeadlineReached)  # in every row of the table (a test checks it)
+EVERYWHERE = (AbortRequested, DeadlineReached, EffectCrashed)  # in every row of the table (a test checks it)
 
 
 def decide(state: RunState, event: Event) -> Decision:
