@@ -293,7 +293,7 @@ class Bench:
 
     async def fig_cost(self, r: Redis) -> tuple[int, int]:
         """Redis commands (server side, INFO commandstats) and round trips (client side) per run and per step."""
-        from worker import store as store_mod
+        from worker import redis_store as store_mod
         from worker.jobs import WorkerProcess
 
         counts = {"rtt": 0}
@@ -311,14 +311,14 @@ class Bench:
             return await orig_pipe(self, *args, **kw)
 
         store_rtt = {"n": 0}
-        orig_commit = store_mod.RunStore.commit
-        orig_acquire = store_mod.RunStore.acquire
+        orig_commit = store_mod.RedisRunStore.commit
+        orig_acquire = store_mod.RedisRunStore.acquire
 
-        async def c_commit(self: store_mod.RunStore, *args: Any, **kw: Any) -> int:
+        async def c_commit(self: store_mod.RedisRunStore, *args: Any, **kw: Any) -> int:
             store_rtt["n"] += 1
             return await orig_commit(self, *args, **kw)
 
-        async def c_acquire(self: store_mod.RunStore, *args: Any, **kw: Any) -> Any:
+        async def c_acquire(self: store_mod.RedisRunStore, *args: Any, **kw: Any) -> Any:
             store_rtt["n"] += 1
             return await orig_acquire(self, *args, **kw)
 
@@ -335,8 +335,8 @@ class Bench:
             store_rtt["n"] = 0
             Redis.execute_command = counted  # type: ignore[method-assign]
             Pipeline.execute = counted_pipe  # type: ignore[method-assign]
-            store_mod.RunStore.commit = c_commit  # type: ignore[method-assign]
-            store_mod.RunStore.acquire = c_acquire  # type: ignore[method-assign]
+            store_mod.RedisRunStore.commit = c_commit  # type: ignore[method-assign]
+            store_mod.RedisRunStore.acquire = c_acquire  # type: ignore[method-assign]
             try:
                 wp = WorkerProcess(
                     Settings(
@@ -364,8 +364,8 @@ class Bench:
             finally:
                 Redis.execute_command = orig_exec  # type: ignore[method-assign]
                 Pipeline.execute = orig_pipe  # type: ignore[method-assign]
-                store_mod.RunStore.commit = orig_commit  # type: ignore[method-assign]
-                store_mod.RunStore.acquire = orig_acquire  # type: ignore[method-assign]
+                store_mod.RedisRunStore.commit = orig_commit  # type: ignore[method-assign]
+                store_mod.RedisRunStore.acquire = orig_acquire  # type: ignore[method-assign]
             stats = await r.info("commandstats")
             server_cmds = sum(
                 v["calls"]

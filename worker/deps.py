@@ -1,38 +1,104 @@
-"""What every run on one worker process shares: Redis, scripts, profiles, tools, providers, HTTP."""
+"""What every run on one worker process shares (Redis, scripts, profiles, HTTP, the lease), and the
+ports each run's driver is given (worker/ports.py): Redis stores, providers, tools."""
 
 from __future__ import annotations
 
+import contextlib
+import random
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import httpx
-import orjson
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
-from shared import keys, netguard
-from shared.clock import now_ms
-from shared.models import Message, RunResult, RunStatus, ToolCall, ToolResult
-from shared.profiles import AgentProfile, ContextConfig
+from shared import netguard
+from shared.models import ToolCall, ToolResult
+from shared.profiles import AgentProfile, ProviderConfig
 from shared.scripts import Scripts
 from shared.settings import Settings
-from worker import context
 from worker.batcher import ScriptBatcher
-from worker.config import RECALL_TOOL
+from worker.config import ToolSpec
 from worker.lease import WorkerLease
-from worker.limiter import ProviderLimiter
-from worker.machine import RunState
-from worker.models.base import ModelProvider
+from worker.limiter import Held, OnWait, ProviderLimiter
+from worker.models.base import ModelCallError, ModelProvider
 from worker.models.scripted import ScriptedProvider
 from worker.observer import NullObserver, Observer
-from worker.store import SessionUpdate
-from worker.tools.registry import ProfileTools
+from worker.ports import RunPorts, SystemClock
+from worker.redis_store import RedisRunStore, RedisSessionStore
+from worker.tools.base import ToolContext
+from worker.tools.registry import ProfileTools, ToolRetry
 
 if TYPE_CHECKING:
     from worker.runner import RunDriver
 
+__all__ = ["Providers", "Toolbox", "UnknownProfileError", "WorkerDeps"]
+
 
 class UnknownProfileError(LookupError):
     pass
+
+
+class Providers:
+    """ModelPort: one provider per profile (built on first use), capacity through the Redis limiter."""
+
+    def __init__(self, http: httpx.AsyncClient, limiter: ProviderLimiter) -> None:
+        self.http = http
+        self.limiter = limiter
+        self._providers: dict[str, ModelProvider] = {}
+
+    def provider(self, profile: AgentProfile) -> ModelProvider:
+        p = self._providers.get(profile.name)
+        if p is None:
+            if profile.provider.kind == "scripted":
+                p = ScriptedProvider(profile.provider)
+            else:
+                from worker.models.openai import OpenAIProvider
+
+                p = OpenAIProvider(profile.provider, self.http)
+            self._providers[profile.name] = p
+        return p
+
+    async def hold(self, cfg: ProviderConfig, tokens: int, on_wait: OnWait) -> Held:
+        try:
+            return await self.limiter.hold(cfg, tokens, on_wait)
+        except RedisError as exc:
+            raise ModelCallError("connection", f"the provider limiter could not reach Redis: {exc}") from None
+
+    async def pause(self, cfg: ProviderConfig, ms: int) -> None:
+        with contextlib.suppress(RedisError):
+            await self.limiter.pause(cfg, ms)
+
+    async def aclose(self) -> None:
+        for p in self._providers.values():
+            await p.aclose()
+
+
+class Toolbox:
+    """ToolPort: the tools of each profile (built on first use); HTTP tools use the guarded client."""
+
+    def __init__(self, http: httpx.AsyncClient | None) -> None:
+        self.http = http
+        self._tools: dict[str, ProfileTools] = {}
+
+    def _of(self, profile: AgentProfile) -> ProfileTools:
+        t = self._tools.get(profile.name)
+        if t is None:
+            t = self._tools[profile.name] = ProfileTools(profile, self.http)
+        return t
+
+    def specs(self, profile: AgentProfile) -> dict[str, ToolSpec]:
+        return self._of(profile).specs
+
+    async def execute(
+        self,
+        profile: AgentProfile,
+        call: ToolCall,
+        ctx: ToolContext,
+        on_retry: Callable[[ToolRetry], Awaitable[None]] | None = None,
+    ) -> ToolResult:
+        return await self._of(profile).execute(call, ctx, on_retry)
 
 
 @dataclass
@@ -47,15 +113,15 @@ class WorkerDeps:
     lease: WorkerLease | None = None  # the worker's lease deadline; None = unguarded (unit tests)
     lease_id: str = ""  # the id this worker holds its lease and runs under ("" = worker_id)
     scripts: Scripts = field(init=False)
-    batcher: ScriptBatcher = field(init=False)  # the runs' commits, pipelined per loop turn
     limiter: ProviderLimiter = field(init=False)
+    batcher: ScriptBatcher = field(init=False)  # the runs' commits, pipelined per loop turn
+    models: Providers = field(init=False)
+    tools: Toolbox = field(init=False)
+    sessions: RedisSessionStore = field(init=False)
     active: dict[str, RunDriver] = field(default_factory=dict)
-    _tools: dict[str, ProfileTools] = field(default_factory=dict)
-    _providers: dict[str, ModelProvider] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.lease_id = self.lease_id or self.worker_id
-        self.batcher = ScriptBatcher(self.redis)
         self.scripts = Scripts(
             self.redis,
             queued_check_ms=self.settings.queued_check_ms,
@@ -63,6 +129,10 @@ class WorkerDeps:
             retention_s=self.settings.retention_s,
         )
         self.limiter = ProviderLimiter(self.scripts, lease_ms=self.settings.provider_slot_lease_ms)
+        self.batcher = ScriptBatcher(self.redis)
+        self.models = Providers(self.http, self.limiter)
+        self.tools = Toolbox(self.guarded_http)
+        self.sessions = RedisSessionStore(self.redis, SystemClock())
 
     def profile(self, name: str) -> AgentProfile:
         try:
@@ -70,86 +140,12 @@ class WorkerDeps:
         except KeyError:
             raise UnknownProfileError(f"no profile named {name!r}") from None
 
-    def tools_for(self, profile: AgentProfile) -> ProfileTools:
-        t = self._tools.get(profile.name)
-        if t is None:
-            t = self._tools[profile.name] = ProfileTools(profile, self.guarded_http)
-        return t
-
-    def provider_for(self, profile: AgentProfile) -> ModelProvider:
-        p = self._providers.get(profile.name)
-        if p is None:
-            if profile.provider.kind == "scripted":
-                p = ScriptedProvider(profile.provider)
-            else:
-                from worker.models.openai import OpenAIProvider
-
-                p = OpenAIProvider(profile.provider, self.http)
-            self._providers[profile.name] = p
-        return p
-
-    async def load_history(self, session_id: str | None, cfg: ContextConfig) -> list[Message]:
-        """The reduced past run loops of the session (seed 002)."""
-        if session_id is None:
-            return []
-        key = keys.session_history_key(session_id)
-        raw = await self.redis.lrange(key, -max(cfg.max_run_loops, 1), -1)  # type: ignore[misc]
-        loops = [context.RunLoop.model_validate_json(r) for r in raw]
-        return context.reduce_history(loops, cfg, now_ms())
-
-    async def recall(self, session_id: str | None, call: ToolCall, run_id: str | None = None) -> ToolResult:
-        """The internal recall_tool_call tool: a tool result by its id, from this run's own calls
-        (compacted away or not) or else from the session's past runs."""
-        try:
-            wanted = str(orjson.loads(call.arguments or "{}").get("callId", ""))
-        except (orjson.JSONDecodeError, AttributeError):
-            wanted = ""
-        raw = None
-        if run_id is not None and wanted:
-            rec = await self.redis.hget(keys.tools_key(run_id), wanted)  # type: ignore[misc]
-            if rec is not None:
-                record = orjson.loads(rec)
-                if record.get("state") == "done" and isinstance(record.get("result"), dict):
-                    raw = orjson.dumps(record["result"])
-        if raw is None and session_id is not None and wanted:
-            raw = await self.redis.hget(keys.session_tool_results_key(session_id), wanted)  # type: ignore[misc]
-        if raw is None:
-            content = orjson.dumps({"error": "tool call result not found", "callId": wanted}).decode()
-            return ToolResult(tool_call_id=call.id, name=call.name, content=content, is_error=True)
-        past = ToolResult.model_validate_json(raw)
-        return ToolResult(tool_call_id=call.id, name=call.name, content=past.content, is_error=past.is_error)
-
-    def session_update(self, state: RunState, result: RunResult) -> SessionUpdate | None:
-        """A completed run becomes a run loop of its session; aborted and failed runs leave no trace (seed 001)."""
-        if state.session_id is None:
-            return None
-        if result.status != RunStatus.COMPLETED:
-            return SessionUpdate(state.session_id)
-        user = next((m for m in state.transcript if m.role == "user"), None)
-        if user is None:
-            return SessionUpdate(state.session_id)
-        tool_results = [
-            (m.tool_call_id, ToolResult(tool_call_id=m.tool_call_id, name=m.name or "", content=m.content))
-            for m in state.transcript
-            if m.role == "tool" and m.tool_call_id and m.name != RECALL_TOOL
-        ]
-        loop = context.RunLoop(
-            run_id=state.run_id,
-            started_at_ms=state.started_at_ms,
-            ended_at_ms=now_ms(),
-            user=user,
-            assistant=result.final_assistant_message,
-            tool_call_ids=[i for i, _ in tool_results],
-            tool_calls=[context.PastCall(id=i, name=r.name) for i, r in tool_results],
-        )
-        return SessionUpdate(
-            state.session_id,
-            loop.model_dump_json(by_alias=True).encode(),
-            [(i, r.model_dump_json(by_alias=True).encode()) for i, r in tool_results],
-        )
+    def ports(self, run_id: str) -> RunPorts:
+        """The ports of one run's driver, on this process's Redis, providers and tools."""
+        store = RedisRunStore(self.redis, self.scripts, self.settings, run_id, self.lease, self.batcher)
+        return RunPorts(store, self.sessions, self.models, self.tools, SystemClock(), random.Random())
 
     async def aclose(self) -> None:
         await self.batcher.aclose()
-        for p in self._providers.values():
-            await p.aclose()
+        await self.models.aclose()
         await self.guarded_http.aclose()

@@ -40,8 +40,8 @@ from worker.lease import LeaseBackend, WorkerLease, add_lease_hook, lease_guarde
 from worker.metrics import MetricsObserver
 from worker.observer import Observer
 from worker.reconciler import reconcile_once, reconcile_worker
+from worker.redis_store import beat, forget_worker
 from worker.runner import RunDriver
-from worker.store import beat, forget_worker
 
 log = logging.getLogger("agentmill.worker")
 
@@ -50,7 +50,9 @@ JOB_TIMEOUT_S = 8 * 24 * 3600  # beyond the longest allowed run; runs end themse
 
 async def run_agent(ctx: dict[str, Any], run_id: str, gen: int) -> str:
     deps: WorkerDeps = ctx["deps"]
-    return await RunDriver(deps, run_id, int(gen), job_try=int(ctx.get("job_try", 1))).run()
+    return await RunDriver(
+        deps, deps.ports(run_id), run_id, int(gen), job_try=int(ctx.get("job_try", 1))
+    ).run()
 
 
 class ResilientWorker(Worker):

@@ -19,7 +19,7 @@ from shared.clock import now_ms
 from shared.dispatch import JOB_EXPIRE_MS, job_payload, job_ref
 from shared.scripts import Scripts, text
 from shared.settings import Settings
-from worker.store import forget_worker
+from worker.redis_store import forget_worker
 
 
 async def reconcile_once(

@@ -12,8 +12,10 @@ from shared import keys
 from shared.scripts import Scripts
 from shared.settings import Settings
 from tests.integration.helpers import producer_for, script_run, stream
+from worker.ports import Acquired, FencedError, NotAcquired, Outbox, SeqConflictError
 from worker.reconciler import reconcile_once
-from worker.store import Acquired, FencedError, NotAcquired, Outbox, RunStore, SeqConflictError, beat
+from worker.redis_store import RedisRunStore as RunStore
+from worker.redis_store import beat
 
 pytestmark = pytest.mark.integration
 

@@ -25,6 +25,7 @@ from worker.config import RECALL_TOOL, RunConfig
 from worker.context import MAX_NOTE_CHARS, TRUNCATED
 from worker.deps import WorkerDeps
 from worker.machine import RunState, build_messages
+from worker.sessions import session_update
 
 SID = "s-prop"
 words = st.text(alphabet="abcdefgh ", min_size=0, max_size=700)
@@ -69,8 +70,8 @@ async def check(runs: list[tuple[str, list[str], str]], cfg: ContextConfig) -> N
         )
         now = int(time.time() * 1000)
         for i, (user, results, reply) in enumerate(runs):  # one a minute, the last a minute ago
-            update = deps.session_update(
-                *finished_state(i, user, results, reply, now - (len(runs) - i) * 60_000)
+            update = session_update(
+                *finished_state(i, user, results, reply, now - (len(runs) - i) * 60_000), now_ms=now
             )
             assert update is not None and update.loop
             await redis.rpush(keys.session_history_key(SID), update.loop)
@@ -78,7 +79,7 @@ async def check(runs: list[tuple[str, list[str], str]], cfg: ContextConfig) -> N
                 await redis.hset(keys.session_tool_results_key(SID), call_id, raw)
 
         async def model_input() -> bytes:
-            history = await deps.load_history(SID, cfg)
+            history = await deps.sessions.load_history(SID, cfg)
             state = RunState(
                 run_id="now", session_id=SID, history=history,
                 config=RunConfig(agent="a", system_prompt="sys"),
@@ -103,9 +104,11 @@ async def check(runs: list[tuple[str, list[str], str]], cfg: ContextConfig) -> N
                 ask = ToolCall(
                     id="q", name=RECALL_TOOL, arguments=orjson.dumps({"callId": f"r{i}c{j}"}).decode()
                 )
-                got = await deps.recall(SID, ask)
+                got = await deps.sessions.recall(SID, ask)
                 assert not got.is_error and got.content == content  # …but every one is recallable
-        missing = await deps.recall(SID, ToolCall(id="q", name=RECALL_TOOL, arguments='{"callId": "nope"}'))
+        missing = await deps.sessions.recall(
+            SID, ToolCall(id="q", name=RECALL_TOOL, arguments='{"callId": "nope"}')
+        )
         assert missing.is_error
     await redis.aclose()
 
@@ -139,11 +142,13 @@ async def test_without_a_session_recall_reads_the_runs_own_calls_and_the_prompt_
         await redis.hset(keys.tools_key("run-a"), "own-1", orjson.dumps(record))
         await redis.hset(keys.tools_key("run-a"), "half", orjson.dumps({"state": "pending", "attempts": 1}))
         ask = ToolCall(id="q", name=RECALL_TOOL, arguments='{"callId": "own-1"}')
-        got = await deps.recall(None, ask, "run-a")
+        got = await deps.sessions.recall(None, ask, "run-a")
         assert (got.content, got.is_error, got.tool_call_id) == ("42", False, "q")
-        unfinished = await deps.recall(
+        unfinished = await deps.sessions.recall(
             None, ToolCall(id="q", name=RECALL_TOOL, arguments='{"callId": "half"}'), "run-a"
         )
         assert unfinished.is_error
-        assert (await deps.recall(None, ask, "run-b")).is_error  # another run's calls are not this run's
+        assert (
+            await deps.sessions.recall(None, ask, "run-b")
+        ).is_error  # another run's calls are not this run's
     await redis.aclose()

@@ -1,4 +1,5 @@
-"""The worker's side of the run's Redis state: acquire, fenced commits, hand-back, the worker beat.
+"""The ports of worker/ports.py on Redis: a run's store (acquire, fenced commits, hand-back), a session's
+history and recall; and the worker beat.
 
 Every write goes through a script that checks the run's epoch and that the writing worker's lease is
 unexpired, so a stale worker (paused past its lease, or racing a re-dispatched job) is refused and
@@ -17,61 +18,18 @@ from redis.commands.core import AsyncScript
 
 from shared import keys
 from shared.dispatch import JOB_EXPIRE_MS, job_payload, job_ref
+from shared.models import Message, ToolCall, ToolResult
+from shared.profiles import ContextConfig
 from shared.scripts import Scripts, text
 from shared.settings import Settings
+from worker import context, sessions
 from worker.batcher import ScriptBatcher
 from worker.lease import WorkerLease
+from worker.ports import Acquired, Clock, FencedError, NotAcquired, Outbox, SeqConflictError, SessionUpdate
 
 
-class FencedError(Exception):
-    """This worker no longer owns the run; it must stop without writing."""
-
-
-class SeqConflictError(Exception):
-    """The stream's last seq is not what this writer expected (another writer got in)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Acquired:
-    epoch: int
-    last_seq: int
-    checkpoint: bytes | None
-    input: bytes
-    abort_reason: str
-    approvals: dict[str, Any]
-    tool_records: dict[str, dict[str, Any]]
-    restarts: int
-
-
-@dataclass(frozen=True, slots=True)
-class NotAcquired:
-    verdict: str  # missing | terminal | superseded | busy | exhausted
-    detail: str = ""
-
-
-@dataclass(slots=True)
-class Outbox:
-    """What one commit writes besides the checkpoint."""
-
-    events: list[tuple[str, int, bytes]] = field(default_factory=list)  # kind, ts, payload JSON
-    claims: list[str] = field(default_factory=list)
-    records: list[tuple[str, bytes]] = field(default_factory=list)
-
-    def __bool__(self) -> bool:
-        return bool(self.events or self.claims or self.records)
-
-
-@dataclass(frozen=True, slots=True)
-class SessionUpdate:
-    """Written with a run's terminal commit: its run loop and tool results join the session history."""
-
-    session_id: str
-    loop: bytes = b""
-    tool_results: list[tuple[str, bytes]] = field(default_factory=list)
-
-
-class RunStore:
-    """One worker's handle on one run at one epoch. Counts its round trips (for the bench)."""
+class RedisRunStore:
+    """RunStore: one worker's handle on one run at one epoch. Counts its round trips (for the bench)."""
 
     def __init__(
         self,
@@ -196,6 +154,35 @@ class RunStore:
                   self.settings.queued_check_ms],
         )  # fmt: skip
         return text(r[0])
+
+
+class RedisSessionStore:
+    """SessionStore: a session's run loops (a list) and past tool results (a hash), read raw."""
+
+    def __init__(self, redis: Redis, clock: Clock) -> None:
+        self.redis = redis
+        self.clock = clock
+
+    async def load_history(self, session_id: str | None, cfg: ContextConfig) -> list[Message]:
+        """The reduced past run loops of the session (seed 002)."""
+        if session_id is None:
+            return []
+        key = keys.session_history_key(session_id)
+        raw = await self.redis.lrange(key, -max(cfg.max_run_loops, 1), -1)  # type: ignore[misc]
+        loops = [context.RunLoop.model_validate_json(r) for r in raw]
+        return context.reduce_history(loops, cfg, self.clock.now_ms())
+
+    async def recall(self, session_id: str | None, call: ToolCall, run_id: str | None = None) -> ToolResult:
+        """The internal recall_tool_call tool: a tool result by its id, from this run's own calls
+        (compacted away or not) or else from the session's past runs."""
+        wanted = sessions.recall_id(call)
+        raw = None
+        if run_id is not None and wanted:
+            rec = await self.redis.hget(keys.tools_key(run_id), wanted)  # type: ignore[misc]
+            raw = sessions.recorded_result(rec) if rec is not None else None
+        if raw is None and session_id is not None and wanted:
+            raw = await self.redis.hget(keys.session_tool_results_key(session_id), wanted)  # type: ignore[misc]
+        return sessions.recalled(call, wanted, raw)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,208 @@
+"""The ports a run's driver talks to the world through: small protocols, with Redis implementations
+(worker/redis_store.py, worker/deps.py) and in-memory ones for unit tests (worker/memory_store.py).
+
+- ``RunStore``: one run at one epoch — acquire, fenced commits (events, checkpoint, tool claims and
+  records, the ending), hand-back. Every write is refused once another worker holds the run.
+- ``SessionStore``: a session's past run loops, and recall of past tool results.
+- ``ModelPort``: the provider of a profile, and the pool-wide capacity of its endpoint.
+- ``ToolPort``: the tools of a profile: their specs and their execution.
+- ``Clock`` and ``Rng``: wall time and the jitter the machine's retries use.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from shared.clock import now_ms
+from shared.models import Message, ToolCall, ToolResult
+from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
+from shared.settings import Settings
+from worker.config import ToolSpec
+from worker.lease import WorkerLease
+from worker.models.base import ModelProvider
+from worker.observer import Observer
+from worker.tools.base import ToolContext
+
+if TYPE_CHECKING:
+    from worker.runner import RunDriver
+    from worker.tools.registry import ToolRetry
+
+__all__ = [
+    "Acquired",
+    "Capacity",
+    "Clock",
+    "FencedError",
+    "Host",
+    "ModelPort",
+    "NotAcquired",
+    "Outbox",
+    "Rng",
+    "RunPorts",
+    "RunStore",
+    "SeqConflictError",
+    "SessionStore",
+    "SessionUpdate",
+    "SystemClock",
+    "ToolPort",
+]
+
+
+class FencedError(Exception):
+    """This worker no longer owns the run; it must stop without writing."""
+
+
+class SeqConflictError(Exception):
+    """The stream's last seq is not what this writer expected (another writer got in)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Acquired:
+    epoch: int
+    last_seq: int
+    checkpoint: bytes | None
+    input: bytes
+    abort_reason: str
+    approvals: dict[str, Any]
+    tool_records: dict[str, dict[str, Any]]
+    restarts: int
+
+
+@dataclass(frozen=True, slots=True)
+class NotAcquired:
+    verdict: str  # missing | terminal | superseded | busy | exhausted | no_lease
+    detail: str = ""
+
+
+@dataclass(slots=True)
+class Outbox:
+    """What one commit writes besides the checkpoint."""
+
+    events: list[tuple[str, int, bytes]] = field(default_factory=list)  # kind, ts, payload JSON
+    claims: list[str] = field(default_factory=list)
+    records: list[tuple[str, bytes]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.events or self.claims or self.records)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionUpdate:
+    """Written with a run's terminal commit: its run loop and tool results join the session history."""
+
+    session_id: str
+    loop: bytes = b""
+    tool_results: list[tuple[str, bytes]] = field(default_factory=list)
+
+
+class RunStore(Protocol):
+    epoch: int  # the epoch this handle writes at (0 before acquire)
+    last_seq: int  # the last event seq this handle wrote or saw
+
+    async def acquire(self, gen: int, worker_id: str) -> Acquired | NotAcquired: ...
+
+    async def commit(
+        self,
+        outbox: Outbox,
+        *,
+        checkpoint: bytes | None = None,
+        status: str = "",
+        aux: bytes = b"",
+        session: SessionUpdate | None = None,
+        approval_timeout_ms: int | None = None,
+        run_deadline_ms: int | None = None,
+    ) -> int:
+        """Everything in one fenced write; raises FencedError or SeqConflictError and writes nothing."""
+        ...
+
+    async def release(self, gen: int) -> str: ...
+
+
+class SessionStore(Protocol):
+    async def load_history(self, session_id: str | None, cfg: ContextConfig) -> list[Message]: ...
+
+    async def recall(
+        self, session_id: str | None, call: ToolCall, run_id: str | None = None
+    ) -> ToolResult: ...
+
+
+OnWait = Callable[[str, int], Awaitable[None]]
+
+
+class Capacity(Protocol):
+    async def release(self, actual_tokens: int | None) -> None: ...
+
+
+class ModelPort(Protocol):
+    def provider(self, profile: AgentProfile) -> ModelProvider: ...
+
+    async def hold(self, cfg: ProviderConfig, tokens: int, on_wait: OnWait) -> Capacity:
+        """Wait for pool-wide capacity of a limited endpoint (worker/limiter.py)."""
+        ...
+
+    async def pause(self, cfg: ProviderConfig, ms: int) -> None:
+        """A 429's Retry-After: no worker calls the endpoint for ``ms``."""
+        ...
+
+
+class ToolPort(Protocol):
+    def specs(self, profile: AgentProfile) -> dict[str, ToolSpec]: ...
+
+    async def execute(
+        self,
+        profile: AgentProfile,
+        call: ToolCall,
+        ctx: ToolContext,
+        on_retry: Callable[[ToolRetry], Awaitable[None]] | None = None,
+    ) -> ToolResult: ...
+
+
+class Clock(Protocol):
+    def now_ms(self) -> int:
+        """Wall time in unix ms (event times, deadlines)."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds, for durations."""
+        ...
+
+
+class Rng(Protocol):
+    def random(self) -> float:
+        """Uniform in [0, 1)."""
+        ...
+
+
+class SystemClock:
+    def now_ms(self) -> int:
+        return now_ms()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+@dataclass(slots=True)
+class RunPorts:
+    """What one run's driver is given to reach the world."""
+
+    store: RunStore
+    sessions: SessionStore
+    models: ModelPort
+    tools: ToolPort
+    clock: Clock = field(default_factory=SystemClock)
+    rng: Rng = field(default_factory=random.Random)
+
+
+class Host(Protocol):
+    """What the worker process shares with its runs (worker/deps.py WorkerDeps)."""
+
+    settings: Settings
+    observer: Observer
+    lease: WorkerLease | None  # the worker's lease deadline; None = unguarded
+    lease_id: str
+    active: dict[str, RunDriver]  # the runs this process drives now
+
+    def profile(self, name: str) -> AgentProfile: ...

@@ -1,0 +1,12 @@
+"""The effect runner: ask the machine what to do, do it, commit, feed the outcome back.
+
+- driver.py: ``RunDriver``, the loop — apply decisions, commit, start effects, feed results back
+- opening.py: the first events of a job (a start, or a resume from the checkpoint)
+- model_call.py: one model call — capacity, stream, coalesce deltas, assemble the reply; summaries
+- tool_call.py: one tool call — serve from its record or execute, and record
+The driver reaches the world only through the ports it is given (worker/ports.py).
+"""
+
+from worker.runner.driver import RunDriver
+
+__all__ = ["RunDriver"]

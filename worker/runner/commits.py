@@ -1,0 +1,89 @@
+"""A run's writes: the buffer of events published between the machine's steps (model deltas, retry
+and restart notices), and the fenced commit of a step with its checkpoint. One commit at a time:
+deltas come from the model task, steps from the loop."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+
+from shared.models import EventKind
+from worker import failpoints, machine
+from worker.machine import RunState
+from worker.observer import Observer
+from worker.ports import Clock, Outbox, RunStore, SessionUpdate
+
+__all__ = ["Commits"]
+
+Entry = tuple[str, int, bytes]  # kind, ts, payload JSON
+
+
+class Commits:
+    def __init__(self, store: RunStore, clock: Clock, observer: Observer) -> None:
+        self.store = store
+        self.clock = clock
+        self.observer = observer
+        self.lock = asyncio.Lock()
+        self.buffer: list[Entry] = []  # published with the next commit
+        self.ckpt_seq = 0  # the seq the last checkpoint was committed with
+
+    async def step(
+        self,
+        state: RunState,
+        outbox: Outbox,
+        *,
+        status: str = "",
+        aux: bytes = b"",
+        session: SessionUpdate | None = None,
+        approval_timeout_ms: int | None = None,
+        run_deadline_ms: int | None = None,
+    ) -> None:
+        """The buffer, the step's events, its claims and records and the checkpoint: one fenced write."""
+        async with self.lock:
+            events = self._stamped([*self._take(), *outbox.events])
+            last = self.store.last_seq + len(events)
+            ckpt = orjson.dumps({"seq": last, "state": state.model_dump(mode="json", by_alias=True)})
+            await self.store.commit(
+                Outbox(events, outbox.claims, outbox.records),
+                checkpoint=ckpt,
+                status=status,
+                aux=aux,
+                session=session,
+                approval_timeout_ms=approval_timeout_ms,
+                run_deadline_ms=run_deadline_ms,
+            )
+            self.ckpt_seq = last
+        for kind, _, _ in events:
+            self.observer.event_published(kind)
+
+    async def publish_now(self) -> None:
+        """The buffer alone (deltas while a model streams), without a checkpoint."""
+        async with self.lock:
+            events = self._stamped(self._take())
+            if not events:
+                return
+            await self.store.commit(Outbox(events))
+        failpoints.hit("after_delta_publish")
+        for kind, _, _ in events:
+            self.observer.event_published(kind)
+
+    def note(self, status: str, **fields: Any) -> None:
+        """An event outside the machine (restart and retry notices): published with the next commit."""
+        payload = orjson.dumps({"status": status, **fields})
+        self.buffer.append((EventKind.STATUS.value, self.clock.now_ms(), payload))
+
+    def note_error(self, scope: str, code: str, message: str, **fields: Any) -> None:
+        """An ``error`` event outside the machine (a failed tool attempt that is retried)."""
+        e = machine.error_event(scope, code, message, **fields)
+        self.buffer.append((e.kind.value, self.clock.now_ms(), orjson.dumps(e.payload)))
+
+    def _stamped(self, events: list[Entry]) -> list[Entry]:
+        """An event's ts is when it is published (coalesced deltas were buffered earlier)."""
+        ts = self.clock.now_ms()
+        return [(kind, ts, payload) for kind, _, payload in events]
+
+    def _take(self) -> list[Entry]:
+        out, self.buffer = self.buffer, []
+        return out

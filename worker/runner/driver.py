@@ -1,0 +1,401 @@
+"""RunDriver: ask the machine what to do, do it, commit, feed the outcome back.
+
+One ``RunDriver`` drives one run for one job. Each transition's events, the checkpoint, tool
+claims and tool results go to the store in one fenced commit before any effect it asked for starts,
+so a crash at any point resumes from the last commit: a checkpointed model reply is never asked
+for again, a recorded tool result is never executed again. The driver reaches the world only
+through the ports it is given (worker/ports.py); the effects are in model_call.py and tool_call.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Coroutine
+from typing import Any
+
+import orjson
+
+from shared import logs
+from shared.codec import encode
+from shared.models import EventKind, RunInput, RunResult, RunStatus
+from worker import context, machine
+from worker.lease import LeaseExpiredError
+from worker.machine import (
+    AbortRequested,
+    ApprovalsDecided,
+    AwaitClient,
+    AwaitHuman,
+    CallModel,
+    Compact,
+    CompactionDone,
+    ContextLoaded,
+    DeadlineReached,
+    EffectCrashed,
+    Emit,
+    Event,
+    ExecuteTool,
+    Finish,
+    LoadContext,
+    OfferClientCalls,
+    Resumed,
+    RetryTimerFired,
+    Started,
+    ToolFinished,
+    Wait,
+)
+from worker.ports import (
+    Acquired,
+    FencedError,
+    Host,
+    NotAcquired,
+    Outbox,
+    RunPorts,
+    SeqConflictError,
+)
+from worker.runner import opening
+from worker.runner.commits import Commits
+from worker.runner.model_call import call_model, summarise
+from worker.runner.tool_call import run_tool
+from worker.sessions import session_update
+
+__all__ = ["RunDriver"]
+
+log = logging.getLogger("agentmill.runner")
+
+
+class _Wake:
+    """Put in the inbox to make the loop look at its flags (drain, fence)."""
+
+
+class _Crashed(_Wake):
+    """An effect raised something it should not have: the run fails with it as lastError."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+class RunDriver:
+    def __init__(self, host: Host, ports: RunPorts, run_id: str, gen: int, job_try: int = 1) -> None:
+        self.host = host
+        self.ports = ports
+        self.clock = ports.clock
+        self.run_id = run_id
+        self.gen = gen
+        self.job_try = job_try
+        self.store = ports.store
+        self.inbox: asyncio.Queue[Event | _Wake] = asyncio.Queue()
+        self.pending: deque[Event] = deque()
+        self.tasks: set[asyncio.Task[None]] = set()  # running effects; a drain waits for them
+        self.deadline: asyncio.TimerHandle | None = None  # not an effect: a drain does not wait for it
+        self.state = machine.initial_state(run_id)
+        self.hints: dict[str, Any] = {}
+        self.records: dict[str, dict[str, Any]] = {}
+        self.done_records: dict[str, bytes] = {}
+        self.out = Commits(self.store, self.clock, host.observer)
+        self.delta_seq = 0
+        self.last_flush = 0.0
+        self.delta_published = False
+        self.started_mono = self.clock.monotonic()
+        self.draining = False
+        self.fenced = False
+        self.abort_reason: str | None = None
+        self.observed_start = False
+
+    # ---- signals from the worker (lease keeper, shutdown) ----
+
+    def request_abort(self, reason: str) -> None:
+        if self.abort_reason is None and not self.state.terminal:
+            self.abort_reason = reason or "aborted by request"
+            self._cancel_effects()
+            self.inbox.put_nowait(AbortRequested(self.clock.now_ms(), self.abort_reason))
+
+    def fence(self) -> None:
+        self.fenced = True
+        self._cancel_effects()
+        self.inbox.put_nowait(_Wake())
+
+    def drain(self) -> None:
+        self.draining = True
+        self.inbox.put_nowait(_Wake())
+
+    def cancel_effects_for_shutdown(self) -> None:
+        self._cancel_effects()
+        self.inbox.put_nowait(_Wake())
+
+    # ---- the job ----
+
+    async def run(self) -> str:
+        obs = self.host.observer
+        acq = await self.store.acquire(self.gen, self.host.lease_id)
+        if isinstance(acq, NotAcquired):
+            if acq.verdict == "exhausted":
+                obs.run_started(resumed=True, job_try=self.job_try)
+                obs.run_finished(RunStatus.FAILED.value, iterations=0, duration_s=0.0)
+            log.info("run %s gen %s not started: %s %s", self.run_id, self.gen, acq.verdict, acq.detail)
+            return acq.verdict
+        self.host.active[self.run_id] = self
+        self.observed_start = False
+        logs.run_context.set({"runId": self.run_id, "attempt": acq.restarts + 1, "epoch": acq.epoch})
+        try:
+            return await self._run(acq)
+        except (FencedError, SeqConflictError) as exc:
+            obs.append_refused("fenced" if isinstance(exc, FencedError) else "duplicate")
+            log.warning("run %s: %s; stopping without writing", self.run_id, exc)
+            return "fenced"
+        except asyncio.CancelledError:
+            await self._cancel_tasks()
+            if not self.state.terminal and not self.fenced:
+                with contextlib.suppress(Exception):  # best effort; otherwise the lease runs out
+                    await asyncio.wait_for(asyncio.shield(self.store.release(self.gen)), 2.0)
+            raise
+        finally:
+            await self._cancel_tasks()
+            if self.host.active.get(self.run_id) is self:  # a job resuming it may already be here
+                self.host.active.pop(self.run_id, None)
+            if self.observed_start and not self.state.terminal:
+                obs.run_left()
+
+    async def _run(self, acq: Acquired) -> str:
+        run_input = RunInput.model_validate_json(acq.input)
+        if run_input.session_id:
+            logs.run_context.set({**(logs.run_context.get() or {}), "sessionId": run_input.session_id})
+        self.hints = dict(run_input.runtime_hints or {})
+        self.records = acq.tool_records
+        resumed = acq.checkpoint is not None
+        now = self.clock.now_ms()
+        first: Event
+        if acq.checkpoint is not None:
+            self.state, self.out.ckpt_seq = opening.restore(acq.checkpoint)
+            first = Resumed(now)
+        else:
+            self.state = machine.initial_state(self.run_id, run_input.session_id)
+            first = opening.start(self.host, self.ports.tools, self.ports.models, run_input, now)
+        self.host.observer.run_started(resumed=resumed, job_try=self.job_try)
+        self.observed_start = True
+        if resumed and acq.last_seq > self.out.ckpt_seq:
+            # Deltas of a model call that was cut off by a crash: tell readers to drop them.
+            self.out.note(
+                "model_call_restarted",
+                modelCallIndex=self.state.model_call_index,
+                discardAfterSeq=self.out.ckpt_seq,
+                reason="the worker running this model call stopped; the call starts over",
+            )
+        self.pending.append(first)
+        if acq.abort_reason:
+            self.abort_reason = acq.abort_reason
+            self.pending.append(AbortRequested(now, acq.abort_reason))
+        else:
+            self.pending.extend(opening.answers(self.state, acq, self.records, now))
+        return await self._loop()
+
+    async def _loop(self) -> str:
+        self._arm_deadline()
+        while True:
+            if self.fenced:
+                raise FencedError(
+                    f"run {self.run_id}: this worker gave the run up (its lease lapsed, or another worker took it)"
+                )
+            if self.pending:
+                ev: Event | _Wake = self.pending.popleft()
+            elif self.draining and not self.tasks:
+                verdict = await self.store.release(self.gen)
+                log.info("run %s handed back at a checkpoint (%s)", self.run_id, verdict)
+                return "released"
+            else:
+                ev = await self.inbox.get()
+            if isinstance(ev, _Crashed):
+                await self._cancel_tasks()
+                ev = EffectCrashed(self.clock.now_ms(), f"{type(ev.exc).__name__}: {str(ev.exc)[:500]}")
+            if isinstance(ev, _Wake):
+                continue
+            outcome = await self._apply(ev)
+            if outcome is not None:
+                return outcome
+            if isinstance(ev, Started):
+                self._arm_deadline()
+
+    async def _apply(self, ev: Event) -> str | None:
+        src, since = self.state.node, self.state.node_since_ms
+        self.state, cmds = machine.decide(self.state, ev)
+        obs = self.host.observer
+        obs.transition(src, self.state.node, type(ev).__name__)
+        if self.state.node != src and since:  # time in the node just left, parked time included
+            obs.state_time(src, max(0, ev.now_ms - since) / 1000.0)
+        outbox = Outbox()
+        effects: list[machine.Command] = []
+        finish: Finish | None = None
+        await_human: AwaitHuman | None = None
+        await_client: AwaitClient | None = None
+        ts = self.clock.now_ms()
+        for c in cmds:
+            if isinstance(c, Emit):
+                outbox.events.append((c.kind.value, ts, orjson.dumps(c.payload)))
+                self._observe_emit(c)
+            elif isinstance(c, ExecuteTool):
+                if self.records.get(c.call.id, {}).get("state") != "done":
+                    outbox.claims.append(c.call.id)
+                effects.append(c)
+            elif isinstance(c, Finish):
+                finish = c
+            elif isinstance(c, AwaitHuman):
+                await_human = c
+            elif isinstance(c, OfferClientCalls):
+                for call in c.calls:
+                    rec = {"state": "client_pending", "client": True, "name": call.name, "arguments": call.arguments,
+                           "deadlineMs": c.deadlines[call.id], "timeoutMs": c.timeout_ms}  # fmt: skip
+                    self.records[call.id] = rec
+                    outbox.records.append((call.id, orjson.dumps(rec)))
+            elif isinstance(c, AwaitClient):
+                await_client = c
+            else:
+                effects.append(c)
+        if isinstance(ev, ToolFinished) and ev.result.tool_call_id in self.done_records:
+            outbox.records.append((ev.result.tool_call_id, self.done_records.pop(ev.result.tool_call_id)))
+        if finish is not None:
+            await self._cancel_tasks()
+            session = session_update(self.state, finish.result, self.clock.now_ms())
+            await self.out.step(
+                self.state,
+                outbox,
+                status=finish.result.status.value,
+                aux=encode(finish.result),
+                session=session,
+            )
+            self._finished(finish.result)
+            return finish.result.status.value
+        if await_human is not None:
+            approvals = {
+                c.id: {"decision": "pending", "name": c.name, "arguments": c.arguments}
+                for c in await_human.pending
+            }
+            await self.out.step(
+                self.state,
+                outbox,
+                status=RunStatus.AWAITING_HUMAN.value,
+                aux=orjson.dumps(approvals),
+                approval_timeout_ms=self.state.cfg.approval_timeout_ms,
+                run_deadline_ms=self._run_deadline_ms(),
+            )
+            obs.awaiting_human(1)
+            return RunStatus.AWAITING_HUMAN.value
+        if await_client is not None:
+            # Parked on no worker; the store puts it back on the queue once every call has a
+            # result or is past its deadline (at once, if the client was quicker than this commit).
+            pending = [{"toolCallId": c.id, "name": c.name, "arguments": c.arguments,
+                        "deadlineMs": await_client.deadlines[c.id]} for c in await_client.pending]  # fmt: skip
+            await self.out.step(
+                self.state, outbox, status=RunStatus.AWAITING_TOOLS.value, aux=orjson.dumps(pending)
+            )
+            return RunStatus.AWAITING_TOOLS.value
+        if outbox:
+            await self.out.step(self.state, outbox)
+        if isinstance(ev, ApprovalsDecided):
+            obs.awaiting_human(-1)
+        if self.draining:
+            return None  # effects are recomputed from the checkpoint by whoever resumes the run
+        if effects and self.host.lease is not None and self.host.lease.expired():
+            self.fence()  # past the worker's lease: start nothing; whoever takes the run over will
+            return None
+        for c in effects:
+            self._start(c)
+        return None
+
+    # ---- effects ----
+
+    def _start(self, c: machine.Command) -> None:
+        if isinstance(c, LoadContext):
+            self._spawn(self._load_context(c))
+        elif isinstance(c, CallModel):
+            self._spawn(call_model(self, c.request))
+        elif isinstance(c, Wait):
+            self._spawn(self._wait(c.delay_ms))
+        elif isinstance(c, ExecuteTool):
+            self._spawn(run_tool(self, c.call))
+        elif isinstance(c, Compact):
+            if self.state.cfg.compaction.use_model:
+                self._spawn(summarise(self, c))
+            else:
+                new, removed = context.compact(c.transcript, c.keep_recent)
+                self.pending.append(CompactionDone(self.clock.now_ms(), new, removed, c.reason))
+        else:  # pragma: no cover - the machine emits nothing else
+            raise TypeError(f"unknown command {c!r}")
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self._effect_done)
+
+    def _effect_done(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        exc = None if task.cancelled() else task.exception()
+        if isinstance(exc, LeaseExpiredError):
+            log.warning("run %s: %s; stopping without writing", self.run_id, exc)
+            self.fence()
+        elif exc is not None:
+            log.error("run %s: effect crashed; failing the run", self.run_id, exc_info=exc)
+            self.inbox.put_nowait(_Crashed(exc))
+            return
+        self.inbox.put_nowait(_Wake())
+
+    def _cancel_effects(self) -> None:
+        for t in list(self.tasks):
+            if not t.cancelling():  # a second cancel would interrupt its clean-up (closing an HTTP stream)
+                t.cancel()
+
+    async def _cancel_tasks(self) -> None:
+        if self.deadline is not None:
+            self.deadline.cancel()
+        tasks = list(self.tasks)
+        self._cancel_effects()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self.tasks.clear()
+
+    def _run_deadline_ms(self) -> int | None:
+        """When maxRunDurationMs ends the run (a parked run has no timer: Redis keeps this one)."""
+        cfg = self.state.config
+        if cfg is None or cfg.max_run_duration_ms is None:
+            return None
+        return (self.state.started_at_ms or self.clock.now_ms()) + cfg.max_run_duration_ms
+
+    def _arm_deadline(self) -> None:
+        cfg = self.state.config
+        if cfg is None or cfg.max_run_duration_ms is None or self.state.terminal:
+            return
+        now = self.clock.now_ms()
+        start = self.state.started_at_ms or now
+        left_s = max(0.0, (start + cfg.max_run_duration_ms - now) / 1000.0)
+        if self.deadline is not None:
+            self.deadline.cancel()
+        self.deadline = asyncio.get_running_loop().call_later(
+            left_s, lambda: self.inbox.put_nowait(DeadlineReached(self.clock.now_ms()))
+        )
+
+    async def _load_context(self, c: LoadContext) -> None:
+        history = await self.ports.sessions.load_history(c.session_id, self.state.cfg.context)
+        self.inbox.put_nowait(ContextLoaded(self.clock.now_ms(), history))
+
+    async def _wait(self, delay_ms: int) -> None:
+        await asyncio.sleep(delay_ms / 1000.0)
+        self.inbox.put_nowait(RetryTimerFired(self.clock.now_ms()))
+
+    # ---- what the observer hears ----
+
+    def _observe_emit(self, c: Emit) -> None:
+        obs = self.host.observer
+        if c.kind == EventKind.STATUS and c.payload.get("status") == "retrying":
+            obs.model_retry(str(c.payload.get("reason", "unknown")))
+        elif c.kind == EventKind.COMPACTION:
+            obs.compaction(str(c.payload.get("reason", "threshold")))
+            obs.compaction_removed(
+                messages=int(c.payload.get("removed", 0)), tokens=int(c.payload.get("removedTokens", 0))
+            )
+
+    def _finished(self, result: RunResult) -> None:
+        duration = self.clock.monotonic() - self.started_mono
+        self.host.observer.run_finished(
+            result.status.value, iterations=result.iterations, duration_s=duration
+        )

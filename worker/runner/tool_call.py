@@ -1,0 +1,61 @@
+"""One tool call as an effect: serve it from its record when a result is already recorded, else
+execute it (through the ToolPort, or recall through the SessionStore) and record the result, which
+the next commit writes with the machine's ``ToolFinished`` step."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import orjson
+
+from shared.codec import to_jsonable
+from shared.models import ToolCall, ToolResult
+from worker import failpoints
+from worker.config import RECALL_TOOL
+from worker.machine import ToolFinished
+from worker.tools.base import ToolContext
+from worker.tools.registry import ToolRetry
+
+if TYPE_CHECKING:
+    from worker.runner.driver import RunDriver
+
+__all__ = ["run_tool"]
+
+
+async def run_tool(d: RunDriver, call: ToolCall) -> None:
+    obs = d.host.observer
+    rec = d.records.get(call.id)
+    if rec is not None and rec.get("state") == "done":
+        obs.tool_served_from_record(call.name)
+        d.inbox.put_nowait(ToolFinished(d.clock.now_ms(), ToolResult.model_validate(rec["result"])))
+        return
+    attempts = int(rec.get("attempts", 0)) + 1 if rec else 1
+    if rec is not None:
+        # Claimed by a worker that died before recording a result: run it again, same key.
+        obs.tool_reexecuted(call.name)
+        d.out.note("tool_reexecuted", toolCallId=call.id, name=call.name, claim=attempts,
+               reason="the worker executing this call stopped before recording its result")  # fmt: skip
+    t0 = d.clock.monotonic()
+    ctx = ToolContext(d.run_id, d.state.session_id, call.id, f"{d.run_id}:{call.id}", 1,
+                      d.state.cfg.runtime_init_data, fencing_token=d.store.epoch)  # fmt: skip
+    if d.host.lease is not None:
+        d.host.lease.check(f"tool call {call.name}")
+    if call.name == RECALL_TOOL:
+        result = await d.ports.sessions.recall(d.state.session_id, call, d.run_id)
+    else:
+
+        async def on_retry(r: ToolRetry) -> None:
+            obs.tool_retry(r.call.name)
+            d.out.note_error("tool", "tool_attempt_failed", r.reason, retryable=True, toolCallId=r.call.id,
+                         name=r.call.name, attempt=r.attempt)  # fmt: skip
+            d.out.note(
+                "tool_retrying", toolCallId=r.call.id, name=r.call.name, attempt=r.attempt, reason=r.reason
+            )
+
+        result = await d.ports.tools.execute(d.host.profile(d.state.cfg.agent), call, ctx, on_retry)
+    obs.tool_call(call.name, "error" if result.is_error else "ok", duration_s=d.clock.monotonic() - t0)
+    failpoints.hit("after_tool_effect")
+    record = {"state": "done", "epoch": d.store.epoch, "attempts": attempts, "result": to_jsonable(result)}
+    d.done_records[call.id] = orjson.dumps(record)
+    d.records[call.id] = record
+    d.inbox.put_nowait(ToolFinished(d.clock.now_ms(), result))

@@ -1,0 +1,69 @@
+"""What a run leaves in its session and reads back from it, as pure functions the stores share:
+the run loop a completed run becomes (seed 001), and recall of a past tool result by its id."""
+
+from __future__ import annotations
+
+import orjson
+
+from shared.models import RunResult, RunStatus, ToolCall, ToolResult
+from worker import context
+from worker.config import RECALL_TOOL
+from worker.machine import RunState
+from worker.ports import SessionUpdate
+
+__all__ = ["recall_id", "recalled", "recorded_result", "session_update"]
+
+
+def session_update(state: RunState, result: RunResult, now_ms: int) -> SessionUpdate | None:
+    """A completed run becomes a run loop of its session; aborted and failed runs leave no trace (seed 001)."""
+    if state.session_id is None:
+        return None
+    if result.status != RunStatus.COMPLETED:
+        return SessionUpdate(state.session_id)
+    user = next((m for m in state.transcript if m.role == "user"), None)
+    if user is None:
+        return SessionUpdate(state.session_id)
+    tool_results = [
+        (m.tool_call_id, ToolResult(tool_call_id=m.tool_call_id, name=m.name or "", content=m.content))
+        for m in state.transcript
+        if m.role == "tool" and m.tool_call_id and m.name != RECALL_TOOL
+    ]
+    loop = context.RunLoop(
+        run_id=state.run_id,
+        started_at_ms=state.started_at_ms,
+        ended_at_ms=now_ms,
+        user=user,
+        assistant=result.final_assistant_message,
+        tool_call_ids=[i for i, _ in tool_results],
+        tool_calls=[context.PastCall(id=i, name=r.name) for i, r in tool_results],
+    )
+    return SessionUpdate(
+        state.session_id,
+        loop.model_dump_json(by_alias=True).encode(),
+        [(i, r.model_dump_json(by_alias=True).encode()) for i, r in tool_results],
+    )
+
+
+def recall_id(call: ToolCall) -> str:
+    """The id a recall_tool_call asks for ("" when its arguments name none)."""
+    try:
+        return str(orjson.loads(call.arguments or "{}").get("callId", ""))
+    except (orjson.JSONDecodeError, AttributeError):
+        return ""
+
+
+def recorded_result(record: bytes | str) -> bytes | None:
+    """The result JSON of a run's tool record, when the call is done."""
+    rec = orjson.loads(record)
+    if rec.get("state") == "done" and isinstance(rec.get("result"), dict):
+        return orjson.dumps(rec["result"])
+    return None
+
+
+def recalled(call: ToolCall, wanted: str, raw: bytes | str | None) -> ToolResult:
+    """The recall call's result: the past result's content under this call's id, or an error."""
+    if raw is None:
+        content = orjson.dumps({"error": "tool call result not found", "callId": wanted}).decode()
+        return ToolResult(tool_call_id=call.id, name=call.name, content=content, is_error=True)
+    past = ToolResult.model_validate_json(raw)
+    return ToolResult(tool_call_id=call.id, name=call.name, content=past.content, is_error=past.is_error)
