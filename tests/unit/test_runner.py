@@ -1,0 +1,184 @@
+"""The effect runner on in-memory ports (worker/memory_store.py): no Redis, no sockets, no processes.
+
+Each test drives a real RunDriver with the scripted model and the builtin tools; what the run wrote
+is read back from the MemoryRun, as a reader would read the stream and the run hash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+
+from shared.models import RunInput, RunResult
+from shared.profiles import AgentProfile, RetryConfig
+from worker.machine import Phase
+from worker.memory_store import (
+    MemoryHost,
+    MemoryModels,
+    MemoryRun,
+    MemoryRunStore,
+    MemorySessionStore,
+    MemoryTools,
+)
+from worker.models.scripted import ScriptedProvider
+from worker.observer import NullObserver
+from worker.ports import Acquired, RunPorts
+from worker.runner import RunDriver
+
+PROFILE = AgentProfile(
+    name="t",
+    tools=["echo", "sleep"],
+    retry=RetryConfig(max_retries=2, base_delay_ms=1, max_delay_ms=1, jitter=0.0),
+)
+
+
+class HalfRng:
+    def __init__(self) -> None:
+        self.draws = 0
+
+    def random(self) -> float:
+        self.draws += 1
+        return 0.5
+
+
+class Counting(NullObserver):
+    def __init__(self) -> None:
+        self.served: list[str] = []
+        self.refused: list[str] = []
+
+    def tool_served_from_record(self, tool: str) -> None:
+        self.served.append(tool)
+
+    def append_refused(self, reason: str) -> None:
+        self.refused.append(reason)
+
+
+class World:
+    """One run in memory and the ports of the workers that drive it."""
+
+    def __init__(self, script: list[dict[str, Any]], run_id: str = "run-1", agent: str = "t") -> None:
+        run_input = RunInput.model_validate({"agent": agent, "inputMessages": [{"role": "user", "content": "go"}],
+                                             "runtimeHints": {"script": script}})  # fmt: skip
+        self.run = MemoryRun.submitted(run_id, run_input)
+        self.sessions = MemorySessionStore()
+        self.sessions.runs[run_id] = self.run
+        self.models = MemoryModels(lambda p: ScriptedProvider(p.provider))
+        self.tools = MemoryTools()
+        self.rng = HalfRng()
+        self.observer = Counting()
+        self.host = MemoryHost({"t": PROFILE}, observer=self.observer)
+
+    def driver(self) -> tuple[RunDriver, MemoryRunStore]:
+        store = MemoryRunStore(self.run, self.sessions)
+        ports = RunPorts(store, self.sessions, self.models, self.tools, rng=self.rng)
+        return RunDriver(self.host, ports, self.run.run_id, gen=1), store
+
+    def result(self) -> RunResult:
+        return RunResult.model_validate_json(self.run.result)
+
+
+async def until(cond: Callable[[], bool], timeout: float = 2.0) -> None:
+    t0 = time.monotonic()
+    while not cond():
+        assert time.monotonic() - t0 < timeout, "timed out waiting"
+        await asyncio.sleep(0.001)
+
+
+def started(coro: Awaitable[str]) -> asyncio.Task[str]:
+    return asyncio.ensure_future(coro)
+
+
+async def test_a_run_with_a_tool_round_completes_and_commits_each_step() -> None:
+    w = World(
+        [{"toolCalls": [{"id": "c1", "name": "echo", "arguments": {"text": "hi"}}]}, {"text": "all done"}]
+    )
+    driver, _ = w.driver()
+    assert await driver.run() == "completed"
+    assert w.run.status == "completed" and w.tools.executed == ["c1"]
+    result = w.result()
+    assert result.final_assistant_message is not None and result.final_assistant_message.content == "all done"
+    assert result.iterations == 2
+    assert w.run.kinds() == ["status", "model_delta", "assistant_message", "tool_call", "tool_result",
+                             "model_delta", "assistant_message", "status"]  # fmt: skip
+    assert w.run.payloads("status") == [
+        {"status": "running", "agent": "t"},
+        {"status": "completed", "iterations": 2, "finishReason": "stop"},
+    ]
+    assert w.run.payloads("tool_result")[0]["content"] == "hi"
+    assert w.run.tools["c1"]["state"] == "done"
+    seqs = [s for s, _, _, _ in w.run.events]
+    assert seqs == list(range(1, len(seqs) + 1))  # one stream, no gaps, no repeats
+    ck = orjson.loads(w.run.checkpoint or b"{}")
+    assert ck["seq"] == len(seqs) and ck["state"]["phase"] == "completed"
+
+
+async def test_a_failed_model_call_is_retried_with_the_drawn_jitter() -> None:
+    w = World([{"error": {"status": 503, "message": "busy"}}, {"text": "ok"}])
+    driver, _ = w.driver()
+    assert await driver.run() == "completed"
+    errors = w.run.payloads("error")
+    assert [(e["scope"], e["code"], e["retryable"]) for e in errors] == [("model", "model_http_503", True)]
+    retrying = [s for s in w.run.payloads("status") if s["status"] == "retrying"]
+    assert [(r["attempt"], r["delayMs"]) for r in retrying] == [(1, 1)]
+    assert w.rng.draws == 2  # one draw per model call outcome, from the Rng port
+    assert w.result().final_assistant_message.content == "ok"  # type: ignore[union-attr]
+
+
+async def test_a_tool_call_with_a_recorded_result_is_served_not_executed() -> None:
+    w = World([{"toolCalls": [{"id": "c1", "name": "sleep", "arguments": {"ms": 10_000}}]}, {"text": "fin"}])
+    first, _ = w.driver()
+    job = started(first.run())
+    await until(lambda: w.run.tools.get("c1", {}).get("state") == "pending")  # claimed, executing
+    job.cancel()  # the worker stops mid-call…
+    await asyncio.gather(job, return_exceptions=True)
+    recorded = {"toolCallId": "c1", "name": "sleep", "content": "slept (recorded)", "isError": False}
+    w.run.tools["c1"] = {"state": "done", "epoch": 1, "attempts": 1, "result": recorded}  # …after recording
+    second, _ = w.driver()
+    assert await second.run() == "completed"
+    assert w.tools.executed == ["c1"]  # only the first worker's attempt: the record was served
+    assert w.observer.served == ["sleep"]
+    assert w.run.payloads("tool_result")[-1]["content"] == "slept (recorded)"
+
+
+async def test_abort_during_a_model_call_ends_the_run_at_once() -> None:
+    w = World([{"stall": True}])
+    driver, _ = w.driver()
+    job = started(driver.run())
+    await until(lambda: driver.state.node == "model_running.calling" and bool(driver.tasks))
+    t0 = time.monotonic()
+    driver.request_abort("stop it")
+    assert await job == "aborted"
+    assert time.monotonic() - t0 < 0.5  # the stalled call was cancelled, not waited for
+    assert w.run.status == "aborted" and not driver.tasks
+    err = w.result().last_error
+    assert err is not None and (err.code, err.message) == ("aborted", "stop it")
+
+
+async def test_a_worker_whose_run_was_taken_over_is_fenced_and_writes_nothing() -> None:
+    w = World([{"toolCalls": [{"id": "c1", "name": "sleep", "arguments": {"ms": 30}}]}, {"text": "fin"}])
+    old, _ = w.driver()
+    job = started(old.run())
+    await until(lambda: "c1" in w.run.tools)
+    _, newer = w.driver()
+    assert isinstance(await newer.acquire(2, "other-worker"), Acquired)  # another worker takes the run
+    written = len(w.run.events)
+    assert await job == "fenced"  # its ToolFinished commit was refused
+    assert len(w.run.events) == written and w.run.tools["c1"]["state"] == "pending"
+    assert w.observer.refused == ["fenced"]
+    assert old.state.phase == Phase.MODEL_RUNNING  # its own step went on; the store never saw it
+
+
+async def test_a_configuration_rejected_before_start_fails_the_run_through_the_machine() -> None:
+    w = World([], agent="nobody")
+    driver, _ = w.driver()
+    assert await driver.run() == "failed"
+    err = w.result().last_error
+    assert err is not None and err.code == "configuration" and "nobody" in err.message
+    assert w.run.payloads("error") == [
+        {"scope": "run", "code": "configuration", "message": err.message, "retryable": False}
+    ]
+    assert w.run.payloads("status")[-1]["status"] == "failed" and w.models.holds == 0

@@ -1,0 +1,243 @@
+"""The ports of worker/ports.py in memory, for unit tests of the runner: no Redis, no sockets.
+
+``MemoryRun`` is what Redis holds for one run (hash, stream, tool records); a ``MemoryRunStore`` is
+one worker's handle on it at one epoch, so two handles on the same run are two workers, and the
+older one is fenced the way the Lua scripts fence it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from shared.models import Message, RunInput, RunStatus, ToolCall, ToolResult
+from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
+from shared.settings import Settings
+from worker import context, sessions
+from worker.config import ToolSpec
+from worker.lease import WorkerLease
+from worker.machine import TERMINAL_PHASES
+from worker.models.base import ModelProvider
+from worker.observer import NullObserver, Observer
+from worker.ports import (
+    Acquired,
+    Capacity,
+    Clock,
+    FencedError,
+    NotAcquired,
+    OnWait,
+    Outbox,
+    SeqConflictError,
+    SessionUpdate,
+    SystemClock,
+)
+from worker.runner import RunDriver
+from worker.tools.base import ToolContext
+from worker.tools.registry import ProfileTools, ToolRetry
+
+__all__ = ["MemoryHost", "MemoryModels", "MemoryRun", "MemoryRunStore", "MemorySessionStore", "MemoryTools"]
+
+_TERMINAL = {p.value for p in TERMINAL_PHASES}
+
+
+@dataclass
+class MemoryRun:
+    """One run's stored state: what the run hash, its event stream and its tool records hold."""
+
+    run_id: str
+    input: bytes
+    status: str = RunStatus.QUEUED.value
+    epoch: int = 0
+    checkpoint: bytes | None = None
+    result: bytes = b""
+    aux: bytes = b""
+    abort_reason: str = ""
+    restarts: int = 0
+    events: list[tuple[int, str, int, bytes]] = field(default_factory=list)  # seq, kind, ts, payload
+    tools: dict[str, dict[str, Any]] = field(default_factory=dict)
+    approvals: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def submitted(cls, run_id: str, run_input: RunInput) -> MemoryRun:
+        return cls(run_id, run_input.model_dump_json(by_alias=True).encode())
+
+    def kinds(self) -> list[str]:
+        return [k for _, k, _, _ in self.events]
+
+    def payloads(self, kind: str) -> list[dict[str, Any]]:
+        return [orjson.loads(p) for _, k, _, p in self.events if k == kind]
+
+
+class MemoryRunStore:
+    """RunStore on a MemoryRun: epochs fence older handles; seqs must follow on."""
+
+    def __init__(self, run: MemoryRun, sessions: MemorySessionStore | None = None) -> None:
+        self.run = run
+        self.sessions = sessions
+        self.epoch = 0
+        self.last_seq = 0
+        self.commits = 0
+
+    async def acquire(self, gen: int, worker_id: str) -> Acquired | NotAcquired:
+        r = self.run
+        if r.status in _TERMINAL:
+            return NotAcquired("terminal", r.status)
+        if r.checkpoint is not None and r.status == RunStatus.RUNNING.value:
+            r.restarts += 1  # taken over from a worker that stopped without handing it back
+        r.epoch += 1
+        r.status = RunStatus.RUNNING.value
+        self.epoch, self.last_seq = r.epoch, len(r.events)
+        return Acquired(self.epoch, self.last_seq, r.checkpoint, r.input, r.abort_reason, dict(r.approvals),
+                        {k: dict(v) for k, v in r.tools.items()}, r.restarts)  # fmt: skip
+
+    async def commit(
+        self,
+        outbox: Outbox,
+        *,
+        checkpoint: bytes | None = None,
+        status: str = "",
+        aux: bytes = b"",
+        session: SessionUpdate | None = None,
+        approval_timeout_ms: int | None = None,
+        run_deadline_ms: int | None = None,
+    ) -> int:
+        r = self.run
+        if r.epoch != self.epoch:
+            raise FencedError(f"run {r.run_id}: epoch {self.epoch} is no longer current (fenced)")
+        if self.last_seq != len(r.events):
+            raise SeqConflictError(
+                f"run {r.run_id}: expected last seq {self.last_seq}, stream has {len(r.events)}"
+            )
+        for kind, ts, payload in outbox.events:
+            r.events.append((len(r.events) + 1, kind, ts, payload))
+        for call_id in outbox.claims:
+            prev = r.tools.get(call_id, {})
+            r.tools[call_id] = {
+                "state": "pending",
+                "epoch": self.epoch,
+                "attempts": prev.get("attempts", 0) + 1,
+            }
+        for call_id, rec in outbox.records:
+            r.tools[call_id] = orjson.loads(rec)
+        if checkpoint:
+            r.checkpoint = checkpoint
+        if status:
+            r.status = status
+            if status in _TERMINAL:
+                r.result = aux
+            else:
+                r.aux = aux
+        if status == RunStatus.AWAITING_HUMAN.value and aux:
+            r.approvals = orjson.loads(aux)
+        if session is not None and self.sessions is not None:
+            self.sessions.apply(session)
+        self.last_seq = len(r.events)
+        self.commits += 1
+        return self.last_seq
+
+    async def release(self, gen: int) -> str:
+        if self.run.epoch != self.epoch:
+            return "fenced"
+        self.run.status = RunStatus.QUEUED.value
+        return "released"
+
+
+class MemorySessionStore:
+    """SessionStore in memory: run loops and past tool results per session; ``runs`` for recall
+    of a run's own calls."""
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.clock = clock or SystemClock()
+        self.history: dict[str, list[bytes]] = {}
+        self.results: dict[str, dict[str, bytes]] = {}
+        self.runs: dict[str, MemoryRun] = {}
+
+    def apply(self, u: SessionUpdate) -> None:
+        if u.loop:
+            self.history.setdefault(u.session_id, []).append(u.loop)
+        self.results.setdefault(u.session_id, {}).update(dict(u.tool_results))
+
+    async def load_history(self, session_id: str | None, cfg: ContextConfig) -> list[Message]:
+        if session_id is None:
+            return []
+        raw = self.history.get(session_id, [])[-max(cfg.max_run_loops, 1) :]
+        loops = [context.RunLoop.model_validate_json(r) for r in raw]
+        return context.reduce_history(loops, cfg, self.clock.now_ms())
+
+    async def recall(self, session_id: str | None, call: ToolCall, run_id: str | None = None) -> ToolResult:
+        wanted = sessions.recall_id(call)
+        raw = None
+        run = self.runs.get(run_id or "")
+        if run is not None and wanted in run.tools:
+            raw = sessions.recorded_result(orjson.dumps(run.tools[wanted]))
+        if raw is None and session_id is not None and wanted:
+            raw = self.results.get(session_id, {}).get(wanted)
+        return sessions.recalled(call, wanted, raw)
+
+
+class MemoryModels:
+    """ModelPort: a provider per profile name (or one for all); no limits."""
+
+    def __init__(self, provider: Callable[[AgentProfile], ModelProvider]) -> None:
+        self._provider = provider
+        self.holds = 0
+
+    def provider(self, profile: AgentProfile) -> ModelProvider:
+        return self._provider(profile)
+
+    async def hold(self, cfg: ProviderConfig, tokens: int, on_wait: OnWait) -> Capacity:
+        self.holds += 1
+        return _Unlimited()
+
+    async def pause(self, cfg: ProviderConfig, ms: int) -> None:
+        return None
+
+
+class _Unlimited:
+    async def release(self, actual_tokens: int | None) -> None:
+        return None
+
+
+class MemoryTools:
+    """ToolPort: the profile's builtin tools, counting executions per call id."""
+
+    def __init__(self) -> None:
+        self._tools: dict[str, ProfileTools] = {}
+        self.executed: list[str] = []
+
+    def _of(self, profile: AgentProfile) -> ProfileTools:
+        return self._tools.setdefault(profile.name, ProfileTools(profile))
+
+    def specs(self, profile: AgentProfile) -> dict[str, ToolSpec]:
+        return self._of(profile).specs
+
+    async def execute(
+        self,
+        profile: AgentProfile,
+        call: ToolCall,
+        ctx: ToolContext,
+        on_retry: Callable[[ToolRetry], Awaitable[None]] | None = None,
+    ) -> ToolResult:
+        self.executed.append(call.id)
+        return await self._of(profile).execute(call, ctx, on_retry)
+
+
+@dataclass
+class MemoryHost:
+    """Host: what a worker process shares with its runs, without a process."""
+
+    profiles: dict[str, AgentProfile]
+    settings: Settings = field(default_factory=Settings)
+    observer: Observer = field(default_factory=NullObserver)
+    lease: WorkerLease | None = None
+    lease_id: str = "memory-worker"
+    active: dict[str, RunDriver] = field(default_factory=dict)
+
+    def profile(self, name: str) -> AgentProfile:
+        try:
+            return self.profiles[name]
+        except KeyError:
+            raise LookupError(f"no profile named {name!r}") from None
