@@ -453,7 +453,9 @@ class Bench:
             def start(box: list[subprocess.Popen[bytes]] = box, n: int = n, stats: Path = stats_path) -> None:
                 box.append(
                     self.spawn(
-                        ["-m", "worker"], AGENTMILL_MAX_JOBS=str(n + 10), AGENTMILL_BENCH_STATS=str(stats)
+                        ["-m", "bench.worker_probe"],
+                        AGENTMILL_MAX_JOBS=str(n + 10),
+                        AGENTMILL_BENCH_STATS=str(stats),
                     )
                 )
 

@@ -15,6 +15,9 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
+__all__ = ["ScriptBatcher"]
+
+
 _Call = tuple[AsyncScript, list[Any], list[Any], "asyncio.Future[Any]"]
 
 

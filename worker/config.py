@@ -14,6 +14,18 @@ from shared.models import LoopLimits, Model, RunInput
 from shared.profiles import AgentProfile, CompactionConfig, ContextConfig, RetryConfig
 from worker import policy, prompt
 
+__all__ = [
+    "DEFAULT_MAX_ITERATIONS",
+    "RECALL_PROMPT",
+    "RECALL_SPEC",
+    "RECALL_TOOL",
+    "RunConfig",
+    "ToolSpec",
+    "narrow_limits",
+    "resolve_config",
+]
+
+
 DEFAULT_MAX_ITERATIONS = 25  # seed 004
 RECALL_TOOL = "recall_tool_call"
 

@@ -10,6 +10,24 @@ from pydantic import Field
 from shared.models import Message, Model
 from shared.profiles import ContextConfig
 
+__all__ = [
+    "MAX_NOTE_CHARS",
+    "RECALL_HINT",
+    "TRUNCATED",
+    "PastCall",
+    "RunLoop",
+    "calls_note",
+    "compact",
+    "compacted_calls",
+    "past_calls",
+    "reduce_history",
+    "split_for_compaction",
+    "summary_message",
+    "truncate",
+    "truncation_summary",
+]
+
+
 TRUNCATED = "…[truncated]"
 MAX_NOTE_CHARS = 600  # the line naming a past turn's tool calls
 RECALL_HINT = "recallable by id with recall_tool_call"

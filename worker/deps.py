@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import random
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -14,12 +13,10 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from shared import netguard
-from shared.models import ToolCall, ToolResult
 from shared.profiles import AgentProfile, ProviderConfig
 from shared.scripts import Scripts
 from shared.settings import Settings
 from worker.batcher import ScriptBatcher
-from worker.config import ToolSpec
 from worker.lease import WorkerLease
 from worker.limiter import Held, OnWait, ProviderLimiter
 from worker.models.base import ModelCallError, ModelProvider
@@ -27,13 +24,12 @@ from worker.models.scripted import ScriptedProvider
 from worker.observer import NullObserver, Observer
 from worker.ports import RunPorts, SystemClock
 from worker.redis_store import RedisRunStore, RedisSessionStore
-from worker.tools.base import ToolContext
-from worker.tools.registry import ProfileTools, ToolRetry
+from worker.tools.registry import Toolbox
 
 if TYPE_CHECKING:
     from worker.runner import RunDriver
 
-__all__ = ["Providers", "Toolbox", "UnknownProfileError", "WorkerDeps"]
+__all__ = ["Providers", "UnknownProfileError", "WorkerDeps"]
 
 
 class UnknownProfileError(LookupError):
@@ -73,32 +69,6 @@ class Providers:
     async def aclose(self) -> None:
         for p in self._providers.values():
             await p.aclose()
-
-
-class Toolbox:
-    """ToolPort: the tools of each profile (built on first use); HTTP tools use the guarded client."""
-
-    def __init__(self, http: httpx.AsyncClient | None) -> None:
-        self.http = http
-        self._tools: dict[str, ProfileTools] = {}
-
-    def _of(self, profile: AgentProfile) -> ProfileTools:
-        t = self._tools.get(profile.name)
-        if t is None:
-            t = self._tools[profile.name] = ProfileTools(profile, self.http)
-        return t
-
-    def specs(self, profile: AgentProfile) -> dict[str, ToolSpec]:
-        return self._of(profile).specs
-
-    async def execute(
-        self,
-        profile: AgentProfile,
-        call: ToolCall,
-        ctx: ToolContext,
-        on_retry: Callable[[ToolRetry], Awaitable[None]] | None = None,
-    ) -> ToolResult:
-        return await self._of(profile).execute(call, ctx, on_retry)
 
 
 @dataclass

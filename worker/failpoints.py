@@ -11,6 +11,9 @@ import os
 import random
 import signal
 
+__all__ = ["hit"]
+
+
 _points: dict[str, float] = {}
 for _item in filter(None, os.environ.get("AGENTMILL_FAILPOINTS", "").split(",")):
     _name, _, _p = _item.partition(":")

@@ -16,6 +16,9 @@ from collections.abc import Callable
 import orjson
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 
+__all__ = ["BEAT_S", "LAG_BUCKETS", "HealthServer"]
+
+
 BEAT_S = 0.5
 LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 

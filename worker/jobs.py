@@ -43,6 +43,16 @@ from worker.reconciler import reconcile_once, reconcile_worker
 from worker.redis_store import beat, forget_worker
 from worker.runner import RunDriver
 
+__all__ = [
+    "JOB_TIMEOUT_S",
+    "ResilientWorker",
+    "WorkerProcess",
+    "lease_margin_ms",
+    "new_worker_id",
+    "run_agent",
+]
+
+
 log = logging.getLogger("agentmill.worker")
 
 JOB_TIMEOUT_S = 8 * 24 * 3600  # beyond the longest allowed run; runs end themselves by maxRunDurationMs
@@ -100,40 +110,6 @@ class ResilientWorker(Worker):
         except (RedisError, OSError) as exc:
             log.warning("redis unavailable in the poll loop (%s: %s); retrying", type(exc).__name__, exc)
             await asyncio.sleep(0.5)
-
-
-async def _lag_probe(path: str) -> None:
-    """For the bench: event-loop lag samples (how late a 20 ms sleep wakes), written on cancel."""
-    import json
-    import time
-
-    def rss() -> int:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-        return 0
-
-    start = rss()
-    lags: list[float] = []
-    try:
-        while True:
-            t = time.perf_counter()
-            await asyncio.sleep(0.02)
-            lags.append((time.perf_counter() - t - 0.02) * 1000)
-            del lags[:-20_000]
-    finally:
-        s = sorted(lags) or [0.0]
-        with open(path, "w") as f:  # noqa: ASYNC230 - once, at shutdown, for the bench
-            json.dump(
-                {
-                    "rss_start": start,
-                    "lag_p50_ms": s[len(s) // 2],
-                    "lag_p99_ms": s[int(len(s) * 0.99)],
-                    "lag_max_ms": s[-1],
-                },
-                f,
-            )
 
 
 def lease_margin_ms(settings: Settings) -> int:
@@ -212,9 +188,6 @@ class WorkerProcess:
             self.health = HealthServer(self.metrics.registry, self.metrics.render)
             self.metrics_port = await self.health.start("0.0.0.0", s.worker_metrics_port)
             log.info("worker %s serves /metrics and /healthz on port %d", self.worker_id, self.metrics_port)
-        stats_path = os.environ.get("AGENTMILL_BENCH_STATS")
-        if stats_path:
-            self._bg.append(asyncio.create_task(_lag_probe(stats_path)))
         self.main = asyncio.create_task(self.worker.main())
         log.info("worker %s started (max_jobs=%d, lease=%d ms)", self.worker_id, s.max_jobs, s.lease_ms)
         stop = asyncio.create_task(self.stopping.wait())

@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable
 import httpcore
 import httpx
 
+__all__ = ["LeaseBackend", "LeaseExpiredError", "WorkerLease", "add_lease_hook", "lease_guarded_client"]
+
 
 class LeaseExpiredError(Exception):
     """This worker is past its lease deadline: it must not start effects or write."""

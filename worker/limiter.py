@@ -26,6 +26,9 @@ from shared import keys
 from shared.profiles import ProviderConfig
 from shared.scripts import Scripts, text
 
+__all__ = ["WINDOW_MS", "Grant", "Held", "OnWait", "ProviderLimiter", "limited"]
+
+
 WINDOW_MS = 60_000
 OnWait = Callable[[str, int], Awaitable[None]]  # (reason, wait hint ms), called once per wait
 

@@ -17,7 +17,6 @@ from shared.models import Message, RunInput, RunStatus, ToolCall, ToolResult
 from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
 from shared.settings import Settings
 from worker import context, sessions
-from worker.config import ToolSpec
 from worker.lease import WorkerLease
 from worker.machine import TERMINAL_PHASES
 from worker.models.base import ModelProvider
@@ -36,7 +35,7 @@ from worker.ports import (
 )
 from worker.runner import RunDriver
 from worker.tools.base import ToolContext
-from worker.tools.registry import ProfileTools, ToolRetry
+from worker.tools.registry import Toolbox, ToolRetry
 
 __all__ = ["MemoryHost", "MemoryModels", "MemoryRun", "MemoryRunStore", "MemorySessionStore", "MemoryTools"]
 
@@ -201,18 +200,12 @@ class _Unlimited:
         return None
 
 
-class MemoryTools:
-    """ToolPort: the profile's builtin tools, counting executions per call id."""
+class MemoryTools(Toolbox):
+    """ToolPort: the profile's builtin tools, noting each call it executes."""
 
     def __init__(self) -> None:
-        self._tools: dict[str, ProfileTools] = {}
+        super().__init__(None)
         self.executed: list[str] = []
-
-    def _of(self, profile: AgentProfile) -> ProfileTools:
-        return self._tools.setdefault(profile.name, ProfileTools(profile))
-
-    def specs(self, profile: AgentProfile) -> dict[str, ToolSpec]:
-        return self._of(profile).specs
 
     async def execute(
         self,
@@ -222,7 +215,7 @@ class MemoryTools:
         on_retry: Callable[[ToolRetry], Awaitable[None]] | None = None,
     ) -> ToolResult:
         self.executed.append(call.id)
-        return await self._of(profile).execute(call, ctx, on_retry)
+        return await super().execute(profile, call, ctx, on_retry)
 
 
 @dataclass

@@ -12,6 +12,19 @@ from prometheus_client.exposition import generate_latest
 
 from worker.policy import RETRYABLE_STATUSES
 
+__all__ = [
+    "ITER_BUCKETS",
+    "LLM_BUCKETS",
+    "MAX_TOOL_LABELS",
+    "RETRY_REASONS",
+    "RUN_BUCKETS",
+    "STATE_BUCKETS",
+    "TOOL_BUCKETS",
+    "MetricsObserver",
+    "retry_reason_label",
+]
+
+
 LLM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300)
 RUN_BUCKETS = (0.1, 0.5, 1, 5, 15, 30, 60, 120, 300, 900, 1800, 3600, 14400)
 ITER_BUCKETS = (1, 2, 3, 5, 8, 13, 21, 34, 55, 100)

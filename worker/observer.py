@@ -1,12 +1,14 @@
 """Observer hooks: the one place metrics and logs hang off the runner.
 
 The runner calls these on every transition, model call, retry, tool call, compaction and run
-start/finish. Implementations must be cheap and must not raise; ``Observers`` fans out.
+start/finish. Implementations must be cheap and must not raise (worker/metrics.py is the one in use).
 """
 
 from __future__ import annotations
 
 from typing import Protocol
+
+__all__ = ["NullObserver", "Observer"]
 
 
 class Observer(Protocol):

@@ -16,6 +16,25 @@ import orjson
 from shared.backoff import backoff_ms as backoff_ms  # the machine retries model calls by it
 from shared.models import Message, ToolPolicy
 
+__all__ = [
+    "CONTENT_FILTER",
+    "CUT_OFF_CALL",
+    "LENGTH",
+    "RETRYABLE_STATUSES",
+    "Classification",
+    "FailureKind",
+    "ModelFailure",
+    "allowed_tools",
+    "argument_problem",
+    "backoff_ms",
+    "classify",
+    "estimate_tokens",
+    "narrow_tool_policy",
+    "reply_failure",
+    "request_tokens",
+]
+
+
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 Classification = Literal["retryable", "fatal", "overflow"]
 FailureKind = Literal[

@@ -12,6 +12,9 @@ from typing import Any
 
 import orjson
 
+__all__ = ["render"]
+
+
 _VAR = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_\-]*(?:\.[A-Za-z0-9_\-]+)*)\s*\}\}")
 _MISSING = object()
 

@@ -21,6 +21,8 @@ from shared.scripts import Scripts, text
 from shared.settings import Settings
 from worker.redis_store import forget_worker
 
+__all__ = ["reconcile_once", "reconcile_worker"]
+
 
 async def reconcile_once(
     redis: Redis, scripts: Scripts, settings: Settings, *, limit: int = 200

@@ -27,6 +27,8 @@ from worker.batcher import ScriptBatcher
 from worker.lease import WorkerLease
 from worker.ports import Acquired, Clock, FencedError, NotAcquired, Outbox, SeqConflictError, SessionUpdate
 
+__all__ = ["Beat", "RedisRunStore", "RedisSessionStore", "beat", "forget_worker"]
+
 
 class RedisRunStore:
     """RunStore: one worker's handle on one run at one epoch. Counts its round trips (for the bench)."""

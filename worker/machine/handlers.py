@@ -38,6 +38,25 @@ from worker.machine.steps import (
 )
 from worker.machine.tool_round import start_round, start_tools
 
+__all__ = [
+    "on_abort",
+    "on_compacted",
+    "on_context_loaded",
+    "on_crashed",
+    "on_deadline",
+    "on_failed",
+    "on_replied",
+    "on_resumed_compacting",
+    "on_resumed_model",
+    "on_resumed_parked",
+    "on_resumed_preparing",
+    "on_resumed_tools",
+    "on_retry_timer",
+    "on_start_rejected",
+    "on_started",
+    "on_stream_opened",
+]
+
 
 def on_started(s: RunState, e: Started) -> Decision:
     s = up(

@@ -1,7 +1,7 @@
 """The model-provider port: a provider streams chunks for a ModelRequest or raises ModelCallError.
 
 Providers do I/O; the assembling of chunks into a message and every decision about failures
-happen elsewhere (worker/assembler.py, worker/policy.py).
+happen elsewhere (worker/runner/model_call.py, worker/policy.py).
 """
 
 from __future__ import annotations
@@ -13,6 +13,16 @@ from typing import Protocol
 from shared.models import Usage
 from worker.machine import ModelRequest
 from worker.policy import FailureKind, ModelFailure
+
+__all__ = [
+    "Chunk",
+    "ModelCallError",
+    "ModelProvider",
+    "ReasoningDelta",
+    "StreamEnd",
+    "TextDelta",
+    "ToolCallDelta",
+]
 
 
 @dataclass(frozen=True, slots=True)

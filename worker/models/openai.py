@@ -32,6 +32,22 @@ from worker.models.base import (
 )
 from worker.models.sse import SseParser
 
+__all__ = [
+    "MAX_ERROR_CHARS",
+    "OVERFLOW_HINTS",
+    "VALIDATION_HINT",
+    "ChunkReader",
+    "OpenAIProvider",
+    "http_error",
+    "load_key",
+    "request_body",
+    "retry_after_ms",
+    "stream_error",
+    "wire_message",
+    "wire_tool",
+]
+
+
 OVERFLOW_HINTS = (
     "context_length_exceeded",
     "maximum context length",

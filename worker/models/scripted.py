@@ -29,6 +29,9 @@ from worker import policy
 from worker.machine import ModelRequest
 from worker.models.base import Chunk, ModelCallError, ReasoningDelta, StreamEnd, TextDelta, ToolCallDelta
 
+__all__ = ["FINAL_TEXT", "ScriptError", "ScriptedProvider", "calculator_turn"]
+
+
 FINAL_TEXT = "Done."
 _EXPR = re.compile(r"[-+*/%().\d\s]{3,}")
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+__all__ = ["SseEvent", "SseParser"]
+
 
 @dataclass(frozen=True, slots=True)
 class SseEvent:

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+__all__ = ["Tool", "ToolContext", "ToolError", "ToolOutcome"]
+
 
 @dataclass(frozen=True, slots=True)
 class ToolContext:

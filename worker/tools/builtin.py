@@ -11,6 +11,9 @@ from typing import Any
 
 from worker.tools.base import Tool, ToolContext, ToolError, ToolOutcome
 
+__all__ = ["BUILTINS", "FunctionTool", "evaluate"]
+
+
 _BINOPS: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,

@@ -18,6 +18,8 @@ from shared.netguard import BlockedAddressError, ResponseTooLargeError, guarded_
 from shared.profiles import HttpToolConfig, ToolSettings
 from worker.tools.base import ToolContext, ToolError, ToolOutcome
 
+__all__ = ["HttpTool"]
+
 
 def _header_value(value: str) -> str:
     """``env:NAME`` reads a secret from the environment; anything else is literal."""

@@ -4,6 +4,7 @@ schema check first, then the tool with a per-call timeout and retries of retryab
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,8 @@ from worker.config import ToolSpec
 from worker.lease import LeaseExpiredError
 from worker.tools.base import Tool, ToolContext, ToolError, ToolOutcome
 from worker.tools.builtin import BUILTINS
+
+__all__ = ["ProfileTools", "ToolRetry", "Toolbox"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,3 +129,29 @@ def _bound(text: str) -> str:
 
 def _err(call: ToolCall, text: str) -> ToolResult:
     return ToolResult(tool_call_id=call.id, name=call.name, content=_bound(text), is_error=True)
+
+
+class Toolbox:
+    """ToolPort: the tools of each profile (built on first use); HTTP tools use the guarded client."""
+
+    def __init__(self, http: httpx.AsyncClient | None) -> None:
+        self.http = http
+        self._tools: dict[str, ProfileTools] = {}
+
+    def _of(self, profile: AgentProfile) -> ProfileTools:
+        t = self._tools.get(profile.name)
+        if t is None:
+            t = self._tools[profile.name] = ProfileTools(profile, self.http)
+        return t
+
+    def specs(self, profile: AgentProfile) -> dict[str, ToolSpec]:
+        return self._of(profile).specs
+
+    async def execute(
+        self,
+        profile: AgentProfile,
+        call: ToolCall,
+        ctx: ToolContext,
+        on_retry: Callable[[ToolRetry], Awaitable[None]] | None = None,
+    ) -> ToolResult:
+        return await self._of(profile).execute(call, ctx, on_retry)
