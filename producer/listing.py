@@ -122,6 +122,7 @@ def batch_view(h: dict[str, str]) -> dict[str, Any]:
     done = int(h.get("done") or 0)
     counts = {s: max(0, int(h.get(s) or 0)) for s in STATUSES}
     finished = h.get("finishedAt")
+    ended = done >= total and h.get("open") != "1"  # open: a part said more are to come
     return {
         "batchId": h.get("batchId", ""),
         "total": total,
@@ -129,8 +130,8 @@ def batch_view(h: dict[str, str]) -> dict[str, Any]:
         "done": done,
         "progress": round(done / total, 4) if total else 1.0,
         "createdAt": int(h.get("createdAt") or 0),
-        "finishedAt": int(finished) if finished and done >= total else None,
-        "finished": done >= total,
+        "finishedAt": int(finished) if finished and ended else None,
+        "finished": ended,
     }
 
 

@@ -159,6 +159,13 @@ class Submitter:
                 status=404,
                 field="sessionId",
             )
+        if verdict == "batch_finished":
+            raise SubmissionError(
+                "batch_finished",
+                "the batch has finished (its last part came without more: true) and takes no new runs",
+                status=409,
+                field="batchId",
+            )
         if verdict == "session_busy":
             raise SubmissionError(
                 "session_busy",
@@ -249,12 +256,15 @@ class Submitter:
         offset: int = 0,
         batch_webhook: str | None = None,
         quota: Quota | None = None,
+        more: bool = False,
     ) -> list[Submitted | SubmissionError]:
         """Validate every item and enqueue the valid ones, in order: one script call per chunk of
         SUBMIT_CHUNK runs, each chunk sent as soon as it is ready on one connection, so Redis runs a
         chunk while the next one is validated, and all replies are read at the end. With
         ``batch_id`` the runs form a batch (producer.listing); items without a runId then get one
-        derived from (batch, offset + index), so sending the same batch again creates nothing new."""
+        derived from (batch, offset + index), so sending the same batch again creates nothing new.
+        ``more``: more parts of the batch follow, so it cannot finish yet; a request without it closes
+        the batch, which then finishes (and fires its webhook, once) when its runs have all ended."""
         self.check_batch_size(len(items))
         out: list[Submitted | SubmissionError | None] = [None] * len(items)
         chunks: list[list[tuple[int, Prepared]]] = [[]]
@@ -325,6 +335,8 @@ class Submitter:
                         out[i] = exc
                 except SubmissionError as exc:
                     out[i] = exc
+        if batch_id and not more:
+            await self.scripts.batch_close(args=[tenant, batch_id])
         return [o for o in out if o is not None]
 
     def _submit_many_args(

@@ -142,6 +142,21 @@ local function flush_deferred()
   for _, b in pairs(BATCH_NEW) do batch_add(b[1], b[2], b[3], now_ms()) end
   DEFERRED, TRIM, BATCH_NEW = {}, {}, {}
 end
+-- A batch is finished once every run it has ended and no part is still to come (field open: the
+-- latest request said more); then, once, its webhook is queued. A finished batch takes no new runs.
+local function batch_settle(bk)
+  local b = redis.call('HMGET', bk, 'done', 'total', 'open', 'finishedAt', 'webhook')
+  if b[4] or b[3] == '1' or tonumber(b[1] or '0') < tonumber(b[2] or '0') then return false end
+  redis.call('HSET', bk, 'finishedAt', now_ms())
+  if (b[5] or '') ~= '' then redis.call('LPUSH', WEBHOOKS, '__BATCH_DELIVERY__' .. bk) end
+  return true
+end
+local BATCH_FINISHED = {}  -- batch key -> finished, looked up once per script call
+local function batch_finished(t, batch)
+  local bk = batch_key(t, batch)
+  if BATCH_FINISHED[bk] == nil then BATCH_FINISHED[bk] = redis.call('HEXISTS', bk, 'finishedAt') == 1 end
+  return BATCH_FINISHED[bk]
+end
 local function ix_add(t, dim, value, id, score)
   local k = tenant_prefix(t) .. ':ix:' .. dim .. ':' .. value
   zadd(k, score, id)
@@ -149,7 +164,8 @@ local function ix_add(t, dim, value, id, score)
 end
 -- A run's status changed from old ('' = just created) to new: move it between its tenant's status
 -- indexes and its batch's counters. Every script that changes a run's status calls this, in the same
--- call, so the counters are the runs' real statuses. The batch's last run to end marks it finished.
+-- call, so the counters are the runs' real statuses. The batch's last run to end marks it finished
+-- (batch_settle).
 local function track(run, id, old, new)
   old = old or ''
   if old == new then return end
@@ -164,12 +180,9 @@ local function track(run, id, old, new)
   redis.call('HINCRBY', bk, new, 1)
   redis.call('EXPIRE', bk, __RETENTION__)
   if is_terminal(new) and not is_terminal(old) then
-    local done = redis.call('HINCRBY', bk, 'done', 1)
+    redis.call('HINCRBY', bk, 'done', 1)
     redis.call('EXPIRE', tenant_prefix(h[1]) .. ':ix:batch:' .. h[3], __RETENTION__)
-    if done >= tonumber(redis.call('HGET', bk, 'total') or '0') then
-      redis.call('HSET', bk, 'finishedAt', now_ms())
-      if (redis.call('HGET', bk, 'webhook') or '') ~= '' then redis.call('LPUSH', WEBHOOKS, '__BATCH_DELIVERY__' .. bk) end
-    end
+    batch_settle(bk)
   end
 end
 -- Put dispatch 1 of a run on arq's queue (the JSON arq's worker reads with our serializer).
@@ -327,6 +340,7 @@ local function submit_one(K, A)
     if h[1] == A[3] then return {'exists', h[2]} end
     return {'conflict', h[2]}
   end
+  if (A[12] or '') ~= '' and batch_finished(A[4], A[12]) then return {'batch_finished', ''} end
   local now = now_ms()
   local dispatch = true
   if A[5] ~= '' then
@@ -401,6 +415,9 @@ local out = {}
 DEFERRED, TRIM, BATCH_NEW = {}, {}, {}
 local now = now_ms()
 FIXED_NOW = now
+if batch ~= '' and redis.call('EXISTS', batch_key(t, batch)) == 1 and not batch_finished(t, batch) then
+  redis.call('HSET', batch_key(t, batch), 'open', '1')  -- a run this call ends must not finish it
+end
 local job_tail = '",1],"k":{},"et":' .. now .. '}'  -- the arq job dispatch_payload writes; ids need no escaping
 for n, r in ipairs(runs) do
   local id, sid, terms = r[1], r[3], r[8]
@@ -416,12 +433,24 @@ for n, r in ipairs(runs) do
   out[#out + 1] = v[1]; out[#out + 1] = v[2]
 end
 flush_deferred()
-if batch ~= '' and ARGV[3] ~= '' and redis.call('EXISTS', batch_key(t, batch)) == 1 then
-  redis.call('HSET', batch_key(t, batch), 'webhook', ARGV[3])
+if batch ~= '' and redis.call('EXISTS', batch_key(t, batch)) == 1 and not batch_finished(t, batch) then
+  -- open until the request ends: its last chunk may not be here yet (BATCH_CLOSE closes it)
+  redis.call('HSET', batch_key(t, batch), 'open', '1')
+  if ARGV[3] ~= '' then redis.call('HSET', batch_key(t, batch), 'webhook', ARGV[3]) end
 end
 return out
 """
 )
+
+# The end of a batch request that did not say more: no part is still to come, so the batch is
+# finished as soon as its runs have all ended (now, if they already have). ARGV: tenant, batchId
+BATCH_CLOSE = r"""
+local bk = batch_key(ARGV[1], ARGV[2])
+if redis.call('EXISTS', bk) == 0 then return {'missing'} end
+redis.call('HDEL', bk, 'open')
+if redis.call('HEXISTS', bk, 'finishedAt') == 1 or batch_settle(bk) then return {'finished'} end
+return {'closed'}
+"""
 
 # KEYS: run, stream, tools, live
 # ARGV: runId, gen, worker lease id, leaseMs (unused), maxRestarts, maxlen, retention
@@ -1087,6 +1116,7 @@ return ms
 _SOURCES = {
     "submit": SUBMIT,
     "submit_many": SUBMIT_MANY,
+    "batch_close": BATCH_CLOSE,
     "list_runs": LIST_RUNS,
     "acquire": ACQUIRE,
     "commit": COMMIT,
@@ -1121,6 +1151,7 @@ class Scripts:
     redispatch: AsyncScript
     abort: AsyncScript
     settle_approval: AsyncScript
+    batch_close: AsyncScript
     tool_results: AsyncScript
     claim_jobs: AsyncScript
     claim_webhooks: AsyncScript

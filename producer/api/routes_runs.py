@@ -54,7 +54,12 @@ class BatchBody(BaseModel):
         default=None,
         max_length=2048,
         pattern=r"^https?://",
-        description="POSTed the batch's counters once all its runs ended",
+        description="POSTed the batch's counters once, when it has finished",
+    )
+    more: bool = Field(
+        default=False,
+        description="more parts of this batch follow: it cannot finish before a part without more arrives "
+        "(then, once all its runs ended, it is finished, fires its batchWebhook once, and takes no new runs)",
     )
 
 
@@ -141,7 +146,7 @@ async def submit_batch(body: BatchBody, api: ApiDep, tenant: Tenant) -> Response
     batch_id = body.batchId or new_batch_id()
     results = await api.producer.submit_many(
         items, tenant=tenant, batch_id=batch_id, offset=body.offset, batch_webhook=body.batchWebhook,
-        quota=api.quotas.of(tenant),
+        quota=api.quotas.of(tenant), more=body.more,
     )  # fmt: skip
     if not any(isinstance(r, Submitted) for r in results):  # refused whole by a quota: say so
         refused = next((r for r in results if isinstance(r, SubmissionError) and r.code in QUOTA_CODES), None)

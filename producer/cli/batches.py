@@ -39,7 +39,8 @@ async def _submit(file: Path, wait: bool, api_url: str | None, token: str | None
             err.print(f"[red]line {n}:[/] not JSON: {exc}")
             bad += 1
     # A file may hold more runs than one batch request takes: it goes in parts of one batch, each
-    # part placed by its offset, so the batch's progress counts every run of the file.
+    # part placed by its offset, so the batch's progress counts every run of the file; every part
+    # but the last says more follow, so the batch cannot finish (nor fire its webhook) early.
     from shared.ids import new_batch_id
 
     size = max(1, get_settings().max_batch)
@@ -52,7 +53,8 @@ async def _submit(file: Path, wait: bool, api_url: str | None, token: str | None
 
         async with AsyncClient(api_url, token=token) as c:
             for start, part in parts:
-                answer = await c.create_batch(part, batch_id=batch_id, offset=start)
+                more = start + len(part) < len(items)
+                answer = await c.create_batch(part, batch_id=batch_id, offset=start, more=more)
                 for i, r in enumerate(answer.results, start):
                     if r.runId and r.error is None:
                         accepted.append(r.runId)
@@ -70,7 +72,9 @@ async def _submit(file: Path, wait: bool, api_url: str | None, token: str | None
 
         async with direct_producer() as p:
             for start, part in parts:
-                for i, o in enumerate(await p.submit_many(part, batch_id=batch_id, offset=start), start):
+                more = start + len(part) < len(items)
+                got = await p.submit_many(part, batch_id=batch_id, offset=start, more=more)
+                for i, o in enumerate(got, start):
                     if hasattr(o, "run_id"):
                         accepted.append(o.run_id)
                     else:

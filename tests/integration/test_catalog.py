@@ -126,6 +126,72 @@ async def test_batch_counts_match_the_runs_real_statuses_after_a_mixed_batch(red
         await rtask
 
 
+async def test_a_batch_sent_in_parts_finishes_and_fires_its_webhook_once(redis_url: str) -> None:
+    """Every run of part 1 (more: true) ends before part 2 arrives: the batch is not finished and its
+    webhook waits. It fires once, after the last part's runs ended, counting every run. A finished
+    batch takes no new runs; sending a part again still answers its runs. A batch whose runs all
+    ended is finished by the request that closes it, even one that creates nothing."""
+    received: list[bytes] = []
+
+    async def hook(request: Request) -> Response:
+        received.append(await request.body())
+        return Response(status_code=204)
+
+    port = free_port()
+    receiver = uvicorn.Server(
+        uvicorn.Config(Starlette(routes=[Route("/hook", hook, methods=["POST"])]), host="127.0.0.1",
+                       port=port, log_level="error", lifespan="off")
+    )  # fmt: skip
+    rtask = asyncio.create_task(receiver.serve())
+    hook_url = f"http://127.0.0.1:{port}/hook"
+
+    async def until_received(n: int) -> None:
+        for _ in range(100):
+            if len(received) >= n:
+                break
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.5)  # and nothing more comes
+
+    s = settings(redis_url, webhook_allow_hosts="127.0.0.1")
+    try:
+        async with api(s) as url, running_worker(redis_url), httpx.AsyncClient(base_url=url, headers=A) as c:
+            part1 = [run_body([{"text": "one"}]) for _ in range(3)]
+            part2 = [run_body([{"text": "two"}]) for _ in range(2)]
+            r = await c.post("/v1/runs/batch", json={"runs": part1, "batchId": "parts-1", "more": True,
+                                                      "batchWebhook": hook_url})  # fmt: skip
+            assert r.status_code == 200, r.text
+            view = await until_batch(c, "parts-1", lambda v: v["done"] == 3)
+            assert view["done"] == view["total"] == 3 and not view["finished"] and view["finishedAt"] is None
+            await until_received(1)
+            assert received == []  # not finished: more parts were announced
+            r = await c.post("/v1/runs/batch", json={"runs": part2, "batchId": "parts-1", "offset": 3})
+            assert r.status_code == 200, r.text
+            view = await until_batch(c, "parts-1", lambda v: v["finished"])
+            assert view["finished"] and view["total"] == view["done"] == 5 and view["finishedAt"]
+            await until_received(1)
+            assert len(received) == 1
+            sent = orjson.loads(received[0])
+            assert sent["batchId"] == "parts-1" and sent["total"] == 5 and sent["finished"]
+            late = await c.post("/v1/runs/batch", json={"runs": [run_body([{"text": "late"}])],
+                                                         "batchId": "parts-1", "offset": 5})  # fmt: skip
+            assert late.json()["results"][0]["error"]["code"] == "batch_finished", late.text
+            again = await c.post("/v1/runs/batch", json={"runs": part2, "batchId": "parts-1", "offset": 3})
+            assert [x["status"] for x in again.json()["results"]] == ["completed", "completed"], again.text
+            assert (await c.get("/v1/batches/parts-1")).json()["total"] == 5
+
+            r = await c.post("/v1/runs/batch", json={"runs": part1, "batchId": "parts-2", "more": True,
+                                                      "batchWebhook": hook_url})  # fmt: skip
+            await until_batch(c, "parts-2", lambda v: v["done"] == 3)
+            assert not (await c.get("/v1/batches/parts-2")).json()["finished"]
+            r = await c.post("/v1/runs/batch", json={"runs": part1, "batchId": "parts-2"})  # creates nothing
+            assert (await c.get("/v1/batches/parts-2")).json()["finished"]
+            await until_received(2)
+            assert len(received) == 2 and orjson.loads(received[1])["batchId"] == "parts-2"
+    finally:
+        receiver.should_exit = True
+        await rtask
+
+
 async def test_a_tenant_never_sees_another_tenants_runs_or_batches(redis_url: str) -> None:
     async with (
         api(settings(redis_url)) as url,
