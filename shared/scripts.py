@@ -292,7 +292,7 @@ local function finalize(run, stream, tools, live, run_id, status, code, message,
   return seq
 end
 -- A run awaiting approval past its approval timeout or its maxRunDurationMs (whichever came first):
--- the lastError code and message it ends with, or nil while it may still wait.
+-- the lastError code and message it ends with, or nil, nil and when the wait ends (nil: never).
 local function approval_expired(run, now)
   local h = redis.call('HMGET', run, 'awaitingSince', 'approvalTimeoutMs', 'runDeadlineMs')
   local timeout = tonumber(h[2] or '') or 0
@@ -304,7 +304,8 @@ local function approval_expired(run, now)
   if approval_at and now >= approval_at then
     return 'approval_timeout', 'no approval decision within ' .. timeout .. ' ms'
   end
-  return nil
+  if run_at and (not approval_at or run_at < approval_at) then return nil, nil, run_at end
+  return nil, nil, approval_at
 end
 """
 
@@ -685,12 +686,16 @@ elseif h[1] == 'queued' then
   end
   reason = 'job_lost'
 elseif h[1] == 'awaiting_human' then
-  local code, message = approval_expired(KEYS[1], now)
+  local code, message, due = approval_expired(KEYS[1], now)
   if code then
     finalize(KEYS[1], KEYS[7], KEYS[8], KEYS[2], ARGV[1], 'failed', code, message, ARGV[8], ARGV[9])
     return {code}
   end
-  redis.call('ZREM', KEYS[2], ARGV[1])
+  if due then  -- checked early (the sweeper's clock is not Redis's): keep the deadline watched
+    redis.call('ZADD', KEYS[2], due, ARGV[1])
+  else
+    redis.call('ZREM', KEYS[2], ARGV[1])
+  end
   return {'awaiting'}
 elseif h[1] == 'awaiting_tools' then
   local open, earliest = client_settle(KEYS[1], KEYS[8], now)

@@ -294,6 +294,25 @@ async def test_abort_verdicts(redis: Redis, redis_url: str, settings: Settings) 
     assert await p.abort(running, tenant="someone-else") == "unknown"
 
 
+async def test_an_early_check_of_an_approval_wait_keeps_its_deadline_watched(
+    redis: Redis, redis_url: str, settings: Settings
+) -> None:
+    """The live index holds a parked run at the earlier of its approval timeout and run deadline; a
+    check that comes before it (the sweeper's clock runs ahead of Redis's) leaves the entry in place."""
+    from worker.reconciler import _redispatch
+
+    rid = await new_run(redis, redis_url)
+    store, _ = await acquire(redis, settings, rid, "w1")
+    deadline = int((await redis.time())[0]) * 1000 + 60_000
+    approvals = {"a": {"decision": "pending", "name": "t", "arguments": "{}"}}
+    await store.commit(Outbox([ev()]), status="awaiting_human", aux=orjson.dumps(approvals),
+                       approval_timeout_ms=600_000, run_deadline_ms=deadline)  # fmt: skip
+    assert await redis.zscore(keys.LIVE, rid) == deadline
+    assert (await _redispatch(redis, Scripts(redis), settings, [rid]))["awaiting"] == 1
+    assert await redis.zscore(keys.LIVE, rid) == deadline
+    assert await redis.hget(keys.run_key(rid), "status") == b"awaiting_human"
+
+
 async def test_approval_decisions(redis: Redis, redis_url: str, settings: Settings) -> None:
     p = producer_for(redis, redis_url)
     rid = await new_run(redis, redis_url)
