@@ -81,6 +81,24 @@ def events_for(node: str) -> list[tuple[m.Event, m.RunState]]:
     if node == m.Phase.TOOL_RUNNING:
         two = go(calling(), calls_reply(("c1", "echo", "{}"), ("c2", "echo", "{}"), ("c3", "echo", "{}")))[0]
         mixed = go(calling(), calls_reply(("c1", "echo", "{}"), ("c2", "remote", "{}")))[0]
+        served = m.Resumed(T0, {"c1": result("c1", "recorded").result})  # a recorded result is served
+        cases += [
+            (served, s),
+            (served, two),
+            (served, mixed),
+            (served, s.model_copy(update={"config": config(max_iterations=1)})),
+            (
+                served,
+                s.model_copy(
+                    update={
+                        "config": config(
+                            compaction=config().compaction.model_copy(update={"max_messages": 4})
+                        ),
+                        "transcript": [Message(role="user", content="u")] * 5,
+                    }
+                ),
+            ),
+        ]
         cases += [
             (result("c1"), s),
             (result("c1"), two),

@@ -37,7 +37,12 @@ _AFTER = """\
   store puts it back on the queue when every call has a result or passed its deadline (a timeout error);
   the resuming job feeds them in as `ClientResultsReceived`, which closes the round (or parks again).
 - `Resumed` is how a new job takes over a checkpoint: the effects are recomputed from the state (a model call
-  starts over, unfinished tool calls are claimed again and served from their records when already done).
+  starts over, unfinished tool calls are claimed again). The event carries the tool results the store
+  holds (`recorded`): a call whose result is recorded is served from it, never executed again, and the
+  round may close at once (`tool_running` → the next call, `awaiting_tools`, `compacting` or `failed`).
+- The run's ending is built in one place (`finish`): completion, a limit, a failure, `AbortRequested`,
+  `DeadlineReached`, `StartRejected` (a profile or policy that does not resolve to a configuration) and
+  `EffectCrashed` (an effect raised what it should not) all end through it.
 """
 
 

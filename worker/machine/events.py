@@ -44,9 +44,11 @@ class ContextLoaded:
 
 @dataclass(frozen=True, slots=True)
 class Resumed:
-    """A new job took the run over from its checkpoint."""
+    """A new job took the run over from its checkpoint. ``recorded``: tool results the store holds
+    (recorded by a worker that stopped before its step was committed): served, never executed again."""
 
     now_ms: int
+    recorded: dict[str, ToolResult] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,7 @@ from worker.machine.steps import (
     status_event,
     up,
 )
-from worker.machine.tool_round import start_round, start_tools
+from worker.machine.tool_round import start_round
 
 __all__ = [
     "on_abort",
@@ -50,7 +50,6 @@ __all__ = [
     "on_resumed_model",
     "on_resumed_parked",
     "on_resumed_preparing",
-    "on_resumed_tools",
     "on_retry_timer",
     "on_start_rejected",
     "on_started",
@@ -80,11 +79,6 @@ def on_resumed_model(s: RunState, e: Resumed) -> Decision:
     """A model call that was cut off (streaming) or waiting to retry starts over."""
     s = up(s, call=CallPhase.CALLING)
     return s, [CallModel(request_of(s))]
-
-
-def on_resumed_tools(s: RunState, e: Resumed) -> Decision:
-    """Unfinished calls are started again (a recorded result is served from its record)."""
-    return start_tools(up(s, running=[]), [])
 
 
 def on_resumed_compacting(s: RunState, e: Resumed) -> Decision:

@@ -44,7 +44,6 @@ from worker.machine.handlers import (
     on_resumed_model,
     on_resumed_parked,
     on_resumed_preparing,
-    on_resumed_tools,
     on_retry_timer,
     on_start_rejected,
     on_started,
@@ -60,7 +59,7 @@ from worker.machine.state import (
     RunState,
 )
 from worker.machine.steps import up
-from worker.machine.tool_round import on_approvals, on_client_results, on_tool_finished
+from worker.machine.tool_round import on_approvals, on_client_results, on_resumed_tools, on_tool_finished
 
 __all__ = ["EVERYWHERE", "RESUMABLE", "TABLE", "TRANSITIONS", "Rule", "decide"]
 
@@ -131,7 +130,7 @@ TABLE: dict[str, dict[type[Any], Rule]] = {
     },
     TOOL_RUNNING: {
         ToolFinished: _rule(on_tool_finished, TOOL_RUNNING, AWAITING_TOOLS, CALLING, COMPACTING, FAILED),
-        Resumed: _rule(on_resumed_tools, TOOL_RUNNING),
+        Resumed: _rule(on_resumed_tools, TOOL_RUNNING, AWAITING_TOOLS, CALLING, COMPACTING, FAILED),
         AbortRequested: _rule(on_abort, ABORTED),
         DeadlineReached: _rule(on_deadline, FAILED),
         EffectCrashed: _rule(on_crashed, FAILED),

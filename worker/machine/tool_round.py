@@ -17,11 +17,18 @@ from worker.machine.commands import (
     ExecuteTool,
     OfferClientCalls,
 )
-from worker.machine.events import ApprovalsDecided, ClientResultsReceived, ToolFinished
+from worker.machine.events import ApprovalsDecided, ClientResultsReceived, Resumed, ToolFinished
 from worker.machine.state import CallPhase, MachineError, Phase, RunState
 from worker.machine.steps import error_event, final_call, finish, next_model_call, status_event, up
 
-__all__ = ["on_approvals", "on_client_results", "on_tool_finished", "start_round", "start_tools"]
+__all__ = [
+    "on_approvals",
+    "on_client_results",
+    "on_resumed_tools",
+    "on_tool_finished",
+    "start_round",
+    "start_tools",
+]
 
 
 def start_round(
@@ -192,6 +199,21 @@ def start_tools(s: RunState, cmds: list[Command]) -> Decision:
     if start:
         s = up(s, running=[*s.running, *(c.id for c in start)])
         cmds = [*cmds, *(ExecuteTool(c) for c in start)]
+    return s, cmds
+
+
+def on_resumed_tools(s: RunState, e: Resumed) -> Decision:
+    """Unfinished calls start again, except those whose result is already recorded: those are served
+    from the record (and the round may close at once)."""
+    s = up(s, running=[])
+    served = [c for c in _runnable(s) if c.id in e.recorded]
+    cmds: list[Command] = []
+    for c in served:
+        cmds += tool_result_emits(e.recorded[c.id])
+    s = up(s, results={**s.results, **{c.id: e.recorded[c.id] for c in served}})
+    s, cmds = start_tools(s, cmds)
+    if served and not s.running:
+        return _after_tools(s, e.now_ms, cmds)
     return s, cmds
 
 

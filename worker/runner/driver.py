@@ -169,7 +169,7 @@ class RunDriver:
         first: Event
         if acq.checkpoint is not None:
             self.state, self.out.ckpt_seq = opening.restore(acq.checkpoint)
-            first = Resumed(now)
+            first = opening.resumed(self.records, now)
         else:
             self.state = machine.initial_state(self.run_id, run_input.session_id)
             first = opening.start(self.host, self.ports.tools, self.ports.models, run_input, now)
@@ -234,9 +234,10 @@ class RunDriver:
             if isinstance(c, Emit):
                 outbox.events.append((c.kind.value, ts, orjson.dumps(c.payload)))
                 self._observe_emit(c)
+                if isinstance(ev, Resumed) and c.kind == EventKind.TOOL_RESULT:
+                    obs.tool_served_from_record(str(c.payload.get("name", "")))
             elif isinstance(c, ExecuteTool):
-                if self.records.get(c.call.id, {}).get("state") != "done":
-                    outbox.claims.append(c.call.id)
+                outbox.claims.append(c.call.id)
                 effects.append(c)
             elif isinstance(c, Finish):
                 finish = c

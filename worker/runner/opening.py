@@ -3,6 +3,8 @@ taken over from its checkpoint, and the answers that arrived while it was parked
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 
 from shared.models import RunInput, ToolResult
@@ -13,19 +15,30 @@ from worker.machine import (
     ClientResultsReceived,
     Event,
     Phase,
+    Resumed,
     RunState,
     Started,
     StartRejected,
 )
 from worker.ports import Acquired, Host, ModelPort, ToolPort
 
-__all__ = ["answers", "restore", "start"]
+__all__ = ["answers", "restore", "resumed", "start"]
 
 
 def restore(checkpoint: bytes) -> tuple[RunState, int]:
     """The checkpointed state and the seq of the last event committed with it."""
     ck = orjson.loads(checkpoint)
     return RunState.model_validate(ck["state"]), int(ck["seq"])
+
+
+def resumed(records: dict[str, dict[str, Any]], now_ms: int) -> Resumed:
+    """The take-over, with the tool results the store holds (the machine serves the ones it needs)."""
+    done = {
+        i: r["result"]
+        for i, r in records.items()
+        if r.get("state") == "done" and isinstance(r.get("result"), dict)
+    }
+    return Resumed(now_ms, {i: ToolResult.model_validate(r) for i, r in done.items()})
 
 
 def start(host: Host, tools: ToolPort, models: ModelPort, run_input: RunInput, now_ms: int) -> Event:

@@ -1,6 +1,6 @@
-"""One tool call as an effect: serve it from its record when a result is already recorded, else
-execute it (through the ToolPort, or recall through the SessionStore) and record the result, which
-the next commit writes with the machine's ``ToolFinished`` step."""
+"""One tool call as an effect: execute it (through the ToolPort, or recall through the SessionStore)
+and record the result, which the next commit writes with the machine's ``ToolFinished`` step. A call
+whose result is already recorded never gets here: the machine serves it on ``Resumed``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from shared.codec import to_jsonable
-from shared.models import ToolCall, ToolResult
+from shared.models import ToolCall
 from worker import failpoints
 from worker.config import RECALL_TOOL
 from worker.machine import ToolFinished
@@ -24,11 +24,7 @@ __all__ = ["run_tool"]
 
 async def run_tool(d: RunDriver, call: ToolCall) -> None:
     obs = d.host.observer
-    rec = d.records.get(call.id)
-    if rec is not None and rec.get("state") == "done":
-        obs.tool_served_from_record(call.name)
-        d.inbox.put_nowait(ToolFinished(d.clock.now_ms(), ToolResult.model_validate(rec["result"])))
-        return
+    rec = d.records.get(call.id)  # a claim without a result (a recorded result is served by the machine)
     attempts = int(rec.get("attempts", 0)) + 1 if rec else 1
     if rec is not None:
         # Claimed by a worker that died before recording a result: run it again, same key.
