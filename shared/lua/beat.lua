@@ -1,0 +1,19 @@
+-- One worker heartbeat, O(1) whatever the worker's number of runs: renew its lease and take up to
+-- ARGV[3] abort nudges from its inbox, each answered with the run's epoch and abort reason (the run
+-- hash stays the truth). A lease that already expired is not renewed: the worker must give up its
+-- runs (``lost``). ARGV[4] = '1' registers a new lease id.
+-- KEYS: workers, inbox   ARGV: lease id, leaseMs, max messages, register
+local now = now_ms()
+if ARGV[4] ~= '1' and not worker_alive(ARGV[1], now) then return {'lost'} end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+local out = {'ok'}
+local msgs = redis.call('LPOP', KEYS[2], tonumber(ARGV[3]))
+if msgs then
+  for _, rid in ipairs(msgs) do
+    local r = redis.call('HMGET', run_key(rid), 'epoch', 'abort', 'owner')
+    if r[3] == ARGV[1] then
+      out[#out + 1] = rid; out[#out + 1] = r[1] or '0'; out[#out + 1] = r[2] or ''
+    end
+  end
+end
+return out
