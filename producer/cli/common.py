@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from shared.loop import run as run_loop
 from shared.models import RunEvent
 from shared.settings import get_settings
+from shared.statuses import TERMINAL
 
 __all__ = [
     "console",
@@ -49,7 +50,7 @@ def describe(e: RunEvent) -> str:
             return f"[yellow]↻ retrying[/] attempt {p.get('attempt')} in {p.get('delayMs', 0) / 1000:.1f} s ({p.get('reason')})"
         if s == "completed":
             return f"[green]✓ completed[/] after {p.get('iterations')} iterations"
-        if s in ("failed", "aborted"):
+        if s in TERMINAL:  # failed or aborted (completed is above)
             er = p.get("error") or {}
             return f"[red]✗ {s}[/] {er.get('code', '')}: {er.get('message', '')}"
         if s == "awaiting_human":
