@@ -73,6 +73,10 @@ class Submitter:
             raise SubmissionError(
                 "unknown_agent", f"agent: no profile named {run.agent!r} (known: {known})", field="agent"
             )
+        if self.profiles is not None and run.client_tools:
+            problem = self.profiles[run.agent].client_tool_problem(run.client_tools)
+            if problem is not None:
+                raise SubmissionError("client_tool_not_allowed", problem, field=problem.split(":", 1)[0])
         return run
 
     def prepare(
@@ -80,10 +84,6 @@ class Submitter:
     ) -> RunInput:
         """Validate one input and fix its runId; raises SubmissionError naming the field."""
         run = self._validated(raw)
-        if self.profiles is not None and run.client_tools:
-            problem = self.profiles[run.agent].client_tool_problem(run.client_tools)
-            if problem is not None:
-                raise SubmissionError("client_tool_not_allowed", problem, field=problem.split(":", 1)[0])
         _check_size(len(orjson.dumps(to_jsonable(run))))
         if run.run_id is None:
             rid = run_id_for_key(tenant, idempotency_key) if idempotency_key else new_run_id()

@@ -160,6 +160,10 @@ async def test_run_declared_client_tools_the_api_the_client_and_the_cli(
             with pytest.raises(ApiError) as exc:  # outside the profile's allow-list
                 await c.submit(crm_run([], clientTools=[{**browser, "name": "shell"}]))
             assert exc.value.status == 422 and exc.value.code == "client_tool_not_allowed"
+            items = await c.submit_batch([crm_run([], clientTools=[{**browser, "name": "shell"}])])
+            assert (
+                items[0].error is not None and items[0].error.code == "client_tool_not_allowed"
+            )  # batch too
             with pytest.raises(ApiError) as exc:
                 await c.submit(crm_run([], clientTools=[{**browser, "parameters": {"type": 5}}]))
             assert exc.value.status == 422
