@@ -51,6 +51,7 @@ class MemoryRun:
     status: str = RunStatus.QUEUED.value
     epoch: int = 0
     checkpoint: bytes | None = None
+    iterations: int = 0  # as the last commit reported it (the Redis run hash keeps the same field)
     result: bytes = b""
     aux: bytes = b""
     abort_reason: str = ""
@@ -102,6 +103,7 @@ class MemoryRunStore:
         session: SessionUpdate | None = None,
         approval_timeout_ms: int | None = None,
         run_deadline_ms: int | None = None,
+        iterations: int | None = None,
     ) -> int:
         r = self.run
         if r.epoch != self.epoch:
@@ -123,6 +125,8 @@ class MemoryRunStore:
             r.tools[call_id] = orjson.loads(rec)
         if checkpoint:
             r.checkpoint = checkpoint
+        if iterations is not None:
+            r.iterations = iterations
         if status:
             r.status = status
             if status in _TERMINAL:

@@ -114,6 +114,7 @@ class RunStore(Protocol):
         session: SessionUpdate | None = None,
         approval_timeout_ms: int | None = None,
         run_deadline_ms: int | None = None,
+        iterations: int | None = None,
     ) -> int:
         """Everything in one fenced write; raises FencedError or SeqConflictError and writes nothing."""
         ...

@@ -109,6 +109,7 @@ class RedisRunStore:
         session: SessionUpdate | None = None,
         approval_timeout_ms: int | None = None,
         run_deadline_ms: int | None = None,
+        iterations: int | None = None,
     ) -> int:
         """Append events, write the checkpoint, claims and tool records: one round trip."""
         s = self.settings
@@ -133,6 +134,7 @@ class RedisRunStore:
                 args += [call_id, res]
         args.append("" if approval_timeout_ms is None else approval_timeout_ms)
         args.append("" if run_deadline_ms is None else run_deadline_ms)
+        args.append("" if iterations is None else iterations)
         self.round_trips += 1
         r = await self._run(self.scripts.commit, self._keys, args)
         verdict = text(r[0])

@@ -3,7 +3,9 @@
 --   running) [8] aux (result JSON when terminal, approvals JSON when awaiting_human) [9] ckpt ('' =
 --   unchanged) [10] nEvents, then kind, ts, payload per event; nClaims, ids; nRecords, id, json;
 --   sessionId, run loop JSON ('' = none), nToolResults, id, json; approvalTimeoutMs ('' = none),
---   run deadline ms (maxRunDurationMs from the start; '' = none; bounds an approval wait too).
+--   run deadline ms (maxRunDurationMs from the start; '' = none; bounds an approval wait too),
+--   iterations ('' = unchanged; kept as a field so scripts that end a run report it without
+--   parsing the checkpoint).
 local h = redis.call('HMGET', KEYS[1], 'epoch', 'lastSeq', 'owner')
 if not h[1] then return {'missing'} end
 if tonumber(h[1]) ~= tonumber(ARGV[1]) then return {'fenced', h[1]} end
@@ -56,8 +58,10 @@ for k = 1, ntr do
 end
 local approval_timeout = ARGV[i]
 local run_deadline = ARGV[i + 1] or ''
+local iterations = ARGV[i + 2] or ''
 if n > 0 then redis.call('HSET', KEYS[1], 'lastSeq', last) end
 if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'ckpt', ARGV[9]) end
+if iterations ~= '' then redis.call('HSET', KEYS[1], 'iterations', iterations) end
 local status = ARGV[7]
 local now = now_ms()
 if status ~= '' then leave_worker(KEYS[1], ARGV[6]) end

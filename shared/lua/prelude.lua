@@ -197,15 +197,9 @@ end
 -- approval timeout). Bumps the epoch so any worker still holding the run is fenced off.
 local function finalize(run, stream, tools, live, run_id, status, code, message, maxlen, retention)
   flush_deferred()  -- a run created earlier in this script may be the one ending
-  local h = redis.call('HMGET', run, 'lastSeq', 'sessionId', 'ckpt', 'epoch', 'status')
+  local h = redis.call('HMGET', run, 'lastSeq', 'sessionId', 'iterations', 'epoch', 'status')
   local seq = tonumber(h[1] or '0') + 1
-  local iterations = 0
-  if h[3] then
-    local ok, c = pcall(cjson.decode, h[3])
-    if ok and type(c) == 'table' and type(c.state) == 'table' and c.state.iterations then
-      iterations = c.state.iterations
-    end
-  end
+  local iterations = tonumber(h[3] or '0')
   local err = {code = code, message = message, retryable = false}
   local result = {runId = run_id, status = status, iterations = iterations, lastError = err}
   if h[2] and h[2] ~= '' then result.sessionId = h[2] end

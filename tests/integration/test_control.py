@@ -103,6 +103,10 @@ async def test_abort_awaiting_approval_finished_and_unknown(
     events = await stream(redis, sub.run_id)
     assert_clean_stream(events)
     assert events[-1].payload["status"] == "aborted"
+    # Ended by a script, not its worker: the iterations it reports are those the last commit passed.
+    assert events[-1].payload["iterations"] == 1
+    ended = await p.get(sub.run_id)
+    assert ended is not None and ended.result is not None and ended.result.iterations == 1
     assert await p.abort(sub.run_id) == "finished"
     assert await p.abort("no-such-run") == "unknown"
     later = await p.submit(script_run([{"text": "later run"}]))

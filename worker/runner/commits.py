@@ -53,6 +53,7 @@ class Commits:
                 session=session,
                 approval_timeout_ms=approval_timeout_ms,
                 run_deadline_ms=run_deadline_ms,
+                iterations=state.iterations,
             )
             self.ckpt_seq = last
         for kind, _, _ in events:
