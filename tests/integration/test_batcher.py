@@ -48,3 +48,14 @@ async def test_scripts_flushed_by_a_redis_restart_are_loaded_again(redis: Redis)
     b = ScriptBatcher(redis)
     assert await asyncio.gather(b.call(script, ["n"], ["a"]), b.call(script, ["n"], ["b"])) == [b"a", b"b"]
     assert await redis.get("n") == b"2"
+
+
+async def test_calls_refused_for_an_unknown_script_are_sent_again_in_one_round_trip(redis: Redis) -> None:
+    script = redis.register_script(INCR)
+    await script(keys=["warm"], args=["x"])
+    await redis.script_flush()
+    b = ScriptBatcher(redis)
+    replies = await asyncio.gather(*(b.call(script, ["n"], [str(i)]) for i in range(40)))
+    assert replies == [str(i).encode() for i in range(40)]
+    assert (b.batches, b.calls) == (2, 80)  # the refused batch, then all of it again (not 40 singles)
+    assert await redis.get("n") == b"40"
