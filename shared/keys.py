@@ -32,6 +32,7 @@ __all__ = [
     "events_stream",
     "index_key",
     "job_id",
+    "parse_job_id",
     "provider_pause_key",
     "provider_requests_key",
     "provider_slots_key",
@@ -157,6 +158,14 @@ def provider_pause_key(endpoint: str) -> str:
 def job_id(run_id: str, gen: int) -> str:
     """arq job id of a run's dispatch number ``gen``: the run id itself first, then ``runId#gen``."""
     return run_id if gen <= 1 else f"{run_id}#{gen}"
+
+
+def parse_job_id(job: str) -> tuple[str, int]:
+    """(run id, dispatch number) of an arq job id written by ``job_id`` (run ids have no ``#``)."""
+    run_id, sep, gen = job.rpartition("#")
+    if sep and gen.isdigit():
+        return run_id, int(gen)
+    return job, 1
 
 
 def arq_job_key(job: str) -> str:

@@ -1,0 +1,66 @@
+"""The worker starts and finishes the arq jobs it claimed itself (worker/jobs.py, worker/finisher.py):
+the runs are driven as before, arq's keys are cleared as arq clears them, arq reads the result."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from arq.jobs import Job, JobStatus
+from redis.asyncio import Redis
+
+from shared import keys
+from shared.dispatch import deserialize
+from tests.integration.helpers import producer_for, running_worker, script_run, wait_all
+from worker.jobs import claim_size
+
+pytestmark = pytest.mark.integration
+
+
+async def test_finished_jobs_leave_arq_keys_as_arq_does_and_share_round_trips(
+    redis: Redis, redis_url: str
+) -> None:
+    p = producer_for(redis, redis_url)
+    subs = await p.submit_many([script_run([{"text": "hi", "delayMs": 200}])] * 60)
+    ids = [s.run_id for s in subs]
+    async with running_worker(redis_url) as wp:
+        recs = await wait_all(p, ids, 20)
+        assert {r.status.value for r in recs.values()} == {"completed"}
+        for _ in range(100):  # a job's keys go a moment after its run's terminal commit
+            if not await redis.keys("arq:in-progress:*"):
+                break
+            await asyncio.sleep(0.02)
+        finisher = wp.worker.finisher
+        assert finisher is not None and 1 <= finisher.batches < len(ids)  # finishes shared round trips
+    assert await redis.zcard(keys.QUEUE) == 0
+    for rid in ids:
+        assert not await redis.exists(
+            keys.arq_job_key(rid), keys.arq_in_progress_key(rid), f"arq:retry:{rid}"
+        )
+        job = Job(rid, redis, _deserializer=deserialize)
+        assert await job.status() == JobStatus.complete
+        info = await job.result_info()
+        assert info is not None and info.success and info.result == "completed"
+        assert info.function == "run_agent" and tuple(info.args) == (rid, 1)
+
+
+async def test_a_job_whose_key_redis_lost_still_runs_its_run(redis: Redis, redis_url: str) -> None:
+    p = producer_for(redis, redis_url)
+    sub = await p.submit(script_run([{"text": "hi"}]))
+    await redis.delete(keys.arq_job_key(sub.run_id))  # the run hash, not the job payload, decides
+    async with running_worker(redis_url):
+        rec = await p.wait(sub.run_id, timeout_s=10)
+    assert rec is not None and rec.status.value == "completed"
+
+
+def test_a_deep_queue_is_claimed_in_halves_a_shallow_one_in_batches() -> None:
+    assert claim_size(room=500, due=40, batch=64) == 64  # as before: a burst spreads over workers
+    assert claim_size(room=1010, due=1000, batch=64) == 256  # an idle worker, a deep queue
+    assert claim_size(room=300, due=1000, batch=64) == 150  # half its room, others find the rest
+    assert claim_size(room=30, due=1000, batch=64) == 30  # never beyond the room
+    assert claim_size(room=0, due=1000, batch=64) == 0
+
+
+def test_job_ids_name_their_run_and_dispatch() -> None:
+    for rid, gen in (("r1", 1), ("r1", 2), ("a.b:c-d_9", 17)):
+        assert keys.parse_job_id(keys.job_id(rid, gen)) == (rid, gen)
