@@ -118,3 +118,20 @@ def test_the_machine_imports_nothing_that_does_io() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True
     ).stdout.strip()
     assert out == "[]", out
+
+
+def test_the_runner_builds_no_event_of_its_own() -> None:
+    # Every event a run publishes is built in worker/machine (transitions, or notices.py for the
+    # events between checkpoints); the runner only stamps and publishes them.
+    root = Path(__file__).resolve().parents[2]
+    for path in sorted((root / "worker" / "runner").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name | ast.Attribute):
+                name = node.func.id if isinstance(node.func, ast.Name) else node.func.attr
+                assert name not in {"Emit", "status_event", "error_event"}, f"{path.name} builds an event"
+            if isinstance(node, ast.Dict):
+                literal_keys = {k.value for k in node.keys if isinstance(k, ast.Constant)}
+                assert not literal_keys & {"status", "modelCallIndex", "toolCallId"}, (
+                    f"{path.name}:{node.lineno} builds an event payload"
+                )

@@ -79,6 +79,10 @@ class Compact:
 class AwaitHuman:
     pending: list[ToolCall]
 
+    def record(self) -> dict[str, dict[str, Any]]:
+        """The approvals the run hash keeps while it waits (the API shows them, humans settle them)."""
+        return {c.id: {"decision": "pending", "name": c.name, "arguments": c.arguments} for c in self.pending}
+
 
 @dataclass(frozen=True, slots=True)
 class OfferClientCalls:
@@ -95,6 +99,13 @@ class AwaitClient:
 
     pending: list[ToolCall]
     deadlines: dict[str, int]
+
+    def record(self) -> list[dict[str, Any]]:
+        """The pending client calls the run hash keeps while it waits (the caller answers them)."""
+        return [
+            {"toolCallId": c.id, "name": c.name, "arguments": c.arguments, "deadlineMs": self.deadlines[c.id]}
+            for c in self.pending
+        ]
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,13 +5,11 @@ deltas come from the model task, steps from the loop."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import orjson
 
-from shared.models import EventKind
-from worker import failpoints, machine
-from worker.machine import RunState
+from worker import failpoints
+from worker.machine import Emit, RunState
 from worker.observer import Observer
 from worker.ports import Clock, Outbox, RunStore, SessionUpdate
 
@@ -70,15 +68,10 @@ class Commits:
         for kind, _, _ in events:
             self.observer.event_published(kind)
 
-    def note(self, status: str, **fields: Any) -> None:
-        """An event outside the machine (restart and retry notices): published with the next commit."""
-        payload = orjson.dumps({"status": status, **fields})
-        self.buffer.append((EventKind.STATUS.value, self.clock.now_ms(), payload))
-
-    def note_error(self, scope: str, code: str, message: str, **fields: Any) -> None:
-        """An ``error`` event outside the machine (a failed tool attempt that is retried)."""
-        e = machine.error_event(scope, code, message, **fields)
-        self.buffer.append((e.kind.value, self.clock.now_ms(), orjson.dumps(e.payload)))
+    def emit(self, *events: Emit) -> None:
+        """Events built between checkpoints (worker/machine/notices.py): out with the next commit."""
+        now = self.clock.now_ms()
+        self.buffer.extend((e.kind.value, now, orjson.dumps(e.payload)) for e in events)
 
     def _stamped(self, events: list[Entry]) -> list[Entry]:
         """An event's ts is when it is published (coalesced deltas were buffered earlier)."""

@@ -45,6 +45,7 @@ from worker.machine import (
     Started,
     ToolFinished,
     Wait,
+    notices,
 )
 from worker.ports import (
     Acquired,
@@ -177,12 +178,7 @@ class RunDriver:
         self.observed_start = True
         if resumed and acq.last_seq > self.out.ckpt_seq:
             # Deltas of a model call that was cut off by a crash: tell readers to drop them.
-            self.out.note(
-                "model_call_restarted",
-                modelCallIndex=self.state.model_call_index,
-                discardAfterSeq=self.out.ckpt_seq,
-                reason="the worker running this model call stopped; the call starts over",
-            )
+            self.out.emit(notices.model_call_restarted(self.state.model_call_index, self.out.ckpt_seq))
         self.pending.append(first)
         if acq.abort_reason:
             self.abort_reason = acq.abort_reason
@@ -268,15 +264,11 @@ class RunDriver:
             self._finished(finish.result)
             return finish.result.status.value
         if await_human is not None:
-            approvals = {
-                c.id: {"decision": "pending", "name": c.name, "arguments": c.arguments}
-                for c in await_human.pending
-            }
             await self.out.step(
                 self.state,
                 outbox,
                 status=RunStatus.AWAITING_HUMAN.value,
-                aux=orjson.dumps(approvals),
+                aux=orjson.dumps(await_human.record()),
                 approval_timeout_ms=self.state.cfg.approval_timeout_ms,
                 run_deadline_ms=self._run_deadline_ms(),
             )
@@ -285,10 +277,11 @@ class RunDriver:
         if await_client is not None:
             # Parked on no worker; the store puts it back on the queue once every call has a
             # result or is past its deadline (at once, if the client was quicker than this commit).
-            pending = [{"toolCallId": c.id, "name": c.name, "arguments": c.arguments,
-                        "deadlineMs": await_client.deadlines[c.id]} for c in await_client.pending]  # fmt: skip
             await self.out.step(
-                self.state, outbox, status=RunStatus.AWAITING_TOOLS.value, aux=orjson.dumps(pending)
+                self.state,
+                outbox,
+                status=RunStatus.AWAITING_TOOLS.value,
+                aux=orjson.dumps(await_client.record()),
             )
             return RunStatus.AWAITING_TOOLS.value
         if outbox:

@@ -22,6 +22,7 @@ from worker.machine import (
     ModelReplied,
     ModelRequest,
     ModelStreamOpened,
+    notices,
 )
 from worker.models.base import ModelCallError, ReasoningDelta, StreamEnd, TextDelta, ToolCallDelta
 from worker.policy import ModelFailure
@@ -152,8 +153,7 @@ async def _capacity(d: RunDriver, req: ModelRequest) -> Capacity | None:
 
     async def on_wait(reason: str, hint_ms: int) -> None:
         d.host.observer.throttled(reason)
-        d.out.note("waiting_for_capacity", modelCallIndex=req.model_call_index, attempt=req.attempt,
-               reason=reason, waitMs=hint_ms)  # fmt: skip
+        d.out.emit(notices.capacity_wait(req, reason, hint_ms))
         await d.out.publish_now()
 
     held = await d.ports.models.hold(pcfg, policy.request_tokens(req.messages, pcfg.max_tokens), on_wait)
@@ -187,13 +187,7 @@ def _delta(d: RunDriver, req: ModelRequest, body: dict[str, Any]) -> None:
             d.out.buffer[-1] = (kind, ts, orjson.dumps(last))
             return
     d.delta_seq += 1
-    payload = {
-        "modelCallIndex": req.model_call_index,
-        "attempt": req.attempt,
-        "deltaSeq": d.delta_seq,
-        **body,
-    }
-    d.out.buffer.append((EventKind.MODEL_DELTA.value, d.clock.now_ms(), orjson.dumps(payload)))
+    d.out.emit(notices.model_delta(req, d.delta_seq, body))
 
 
 async def _flush_deltas(d: RunDriver) -> None:

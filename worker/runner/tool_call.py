@@ -12,7 +12,7 @@ from shared.codec import to_jsonable
 from shared.models import ToolCall
 from worker import failpoints
 from worker.config import RECALL_TOOL
-from worker.machine import ToolFinished
+from worker.machine import ToolFinished, notices
 from worker.tools.base import ToolContext
 from worker.tools.registry import ToolRetry
 
@@ -29,8 +29,7 @@ async def run_tool(d: RunDriver, call: ToolCall) -> None:
     if rec is not None:
         # Claimed by a worker that died before recording a result: run it again, same key.
         obs.tool_reexecuted(call.name)
-        d.out.note("tool_reexecuted", toolCallId=call.id, name=call.name, claim=attempts,
-               reason="the worker executing this call stopped before recording its result")  # fmt: skip
+        d.out.emit(notices.tool_reexecuted(call, attempts))
     t0 = d.clock.monotonic()
     ctx = ToolContext(d.run_id, d.state.session_id, call.id, f"{d.run_id}:{call.id}", 1,
                       d.state.cfg.runtime_init_data, fencing_token=d.store.epoch)  # fmt: skip
@@ -42,11 +41,7 @@ async def run_tool(d: RunDriver, call: ToolCall) -> None:
 
         async def on_retry(r: ToolRetry) -> None:
             obs.tool_retry(r.call.name)
-            d.out.note_error("tool", "tool_attempt_failed", r.reason, retryable=True, toolCallId=r.call.id,
-                         name=r.call.name, attempt=r.attempt)  # fmt: skip
-            d.out.note(
-                "tool_retrying", toolCallId=r.call.id, name=r.call.name, attempt=r.attempt, reason=r.reason
-            )
+            d.out.emit(*notices.tool_attempt_failed(r.call, r.attempt, r.reason))
 
         result = await d.ports.tools.execute(d.host.profile(d.state.cfg.agent), call, ctx, on_retry)
     obs.tool_call(call.name, "error" if result.is_error else "ok", duration_s=d.clock.monotonic() - t0)
