@@ -1,0 +1,295 @@
+"""Figures 1–4b: throughput, steps, Redis cost per step, concurrency, heartbeat cost."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from redis.asyncio import Redis
+
+from bench.figure import Figure
+from bench.plumbing import Plumbing
+from bench.probes import read_json, vm_kib
+from shared import keys
+from shared.settings import Settings
+
+
+class RunFigures(Plumbing):
+    async def fig_throughput(self, r: Redis) -> None:
+        a = self.args
+        f = Figure(
+            "1. one-step runs/s, one worker process",
+            "runs/s",
+            base_name="bare arq no-op job",
+            target="≥ 0.5 × bare arq",
+        )
+        for _ in range(a.reps):
+            await self.flush(r)
+            await self.raw_enqueue(r, a.runs)
+            box: list[subprocess.Popen[bytes]] = []
+            t = await self.drain_time(
+                r,
+                a.runs,
+                lambda box=box: box.append(self.spawn(["-m", "arq", "bench.bare_arq.WorkerSettings"])),
+                lambda: self.arq_done(r),
+            )
+            f.base.append(a.runs / t)
+            self.stop(box[0])
+            await self.flush(r)
+            await self.producer(r).submit_many([self.script_run([{"text": "hi"}])] * a.runs)
+            t = await self.drain_time(
+                r, a.runs, lambda box=box: box.append(self.spawn(["-m", "worker"])), lambda: self.runs_done(r)
+            )
+            f.ours.append(a.runs / t)
+            self.stop(box[1])
+        self.figures.append(f)
+
+    async def fig_steps(self, r: Redis, per_step_rtt: int, per_step_cmds: int) -> None:
+        a = self.args
+        f = Figure(
+            "2. steps/s of ten-step runs (one tool call a step)",
+            "steps/s",
+            base_name=f"raw agent step ({per_step_cmds} cmds in {per_step_rtt} round trips)",
+            target="≥ 0.5 × raw step",
+        )
+        n = a.step_runs
+        script = [{"toolCalls": [{"name": "echo", "arguments": {"text": "x"}}]}] * 10 + [{"text": "done"}]
+        for _ in range(a.reps):
+            await self.flush(r)
+            await self.producer(r).submit_many([self.script_run(script)] * n)
+            box: list[subprocess.Popen[bytes]] = []
+            t = await self.drain_time(
+                r, n, lambda box=box: box.append(self.spawn(["-m", "worker"])), lambda: self.runs_done(r)
+            )
+            f.ours.append(n * 10 / t)
+            self.stop(box[0])
+            f.base.append(await self.raw_steps(r, n, per_step_rtt, per_step_cmds))
+        self.figures.append(f)
+
+    async def raw_steps(self, r: Redis, runs: int, rtt: int, cmds: int) -> float:
+        """The same Redis work as our steps, without arq or the agent: many tasks, pipelined."""
+        await self.flush(r)
+        per_rt = max(1, cmds // max(1, rtt))
+        payload = b'{"kind":"tool_result","content":"x"}'
+
+        async def one_run(i: int) -> None:
+            stream, h = f"raw:{{{i}}}:events", f"raw:{{{i}}}:run"
+            for s in range(10):
+                for _ in range(rtt):
+                    async with r.pipeline(transaction=False) as pipe:
+                        for k in range(per_rt):
+                            if k % 3 == 0:
+                                pipe.xadd(stream, {"seq": s, "payload": payload})
+                            elif k % 3 == 1:
+                                pipe.hset(h, "ckpt", payload)
+                            else:
+                                pipe.zadd("raw:live", {str(i): s})
+                        await pipe.execute()
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one_run(i) for i in range(runs)))
+        return runs * 10 / (time.perf_counter() - t0)
+
+    async def fig_cost(self, r: Redis) -> tuple[int, int]:
+        """Redis commands (server side, INFO commandstats) and round trips (client side) per run and per step."""
+        from worker import redis_store as store_mod
+        from worker.jobs import WorkerProcess
+
+        counts = {"rtt": 0}
+        orig_exec = Redis.execute_command
+        from redis.asyncio.client import Pipeline
+
+        orig_pipe = Pipeline.execute
+
+        async def counted(self: Redis, *args: Any, **kw: Any) -> Any:
+            counts["rtt"] += 1
+            return await orig_exec(self, *args, **kw)
+
+        async def counted_pipe(self: Pipeline, *args: Any, **kw: Any) -> Any:
+            counts["rtt"] += 1
+            return await orig_pipe(self, *args, **kw)
+
+        store_rtt = {"n": 0}
+        orig_commit = store_mod.RedisRunStore.commit
+        orig_acquire = store_mod.RedisRunStore.acquire
+
+        async def c_commit(self: store_mod.RedisRunStore, *args: Any, **kw: Any) -> int:
+            store_rtt["n"] += 1
+            return await orig_commit(self, *args, **kw)
+
+        async def c_acquire(self: store_mod.RedisRunStore, *args: Any, **kw: Any) -> Any:
+            store_rtt["n"] += 1
+            return await orig_acquire(self, *args, **kw)
+
+        results: dict[int, dict[str, float]] = {}
+        n = self.args.cost_runs
+        for steps in (0, 10):
+            await self.flush(r)
+            script = [{"toolCalls": [{"name": "echo", "arguments": {"text": "x"}}]}] * steps + [
+                {"text": "done"}
+            ]
+            await self.producer(r).submit_many([self.script_run(script)] * n)
+            await r.config_resetstat()
+            counts["rtt"] = 0
+            store_rtt["n"] = 0
+            Redis.execute_command = counted  # type: ignore[method-assign]
+            Pipeline.execute = counted_pipe  # type: ignore[method-assign]
+            store_mod.RedisRunStore.commit = c_commit  # type: ignore[method-assign]
+            store_mod.RedisRunStore.acquire = c_acquire  # type: ignore[method-assign]
+            try:
+                wp = WorkerProcess(
+                    Settings(
+                        redis_url=self.server.url,
+                        poll_delay_s=self.args.poll_delay,
+                        heartbeat_ms=60_000,
+                        reconcile_ms=60_000,
+                        worker_metrics_port=-1,
+                    )
+                )
+                task = asyncio.create_task(wp.run())
+                probe = Redis.from_url(self.server.url)
+                try:
+                    while not (
+                        await probe.zcard(keys.LIVE) == 0
+                        and await probe.zcard(keys.QUEUE) == 0
+                        and not wp.deps.active
+                    ):
+                        await asyncio.sleep(0.01)
+                finally:
+                    await probe.aclose()
+                client_rtt = counts["rtt"]
+                wp.request_stop()
+                await task
+            finally:
+                Redis.execute_command = orig_exec  # type: ignore[method-assign]
+                Pipeline.execute = orig_pipe  # type: ignore[method-assign]
+                store_mod.RedisRunStore.commit = orig_commit  # type: ignore[method-assign]
+                store_mod.RedisRunStore.acquire = orig_acquire  # type: ignore[method-assign]
+            stats = await r.info("commandstats")
+            server_cmds = sum(
+                v["calls"]
+                for k, v in stats.items()
+                if not k.startswith(
+                    ("cmdstat_info", "cmdstat_config", "cmdstat_zcard", "cmdstat_evalsha", "cmdstat_script")
+                )
+            )
+            results[steps] = {
+                "client_rtt": client_rtt / n,
+                "store_rtt": store_rtt["n"] / n,
+                "server_cmds": server_cmds / n,
+            }
+        fixed, ten = results[0], results[10]
+        per_step = {k: (ten[k] - fixed[k]) / 10 for k in fixed}
+        for label, key in (
+            ("agentmill round trips (acquire + commits)", "store_rtt"),
+            ("all client round trips incl. arq", "client_rtt"),
+            ("Redis commands run by the server", "server_cmds"),
+        ):
+            f = Figure(
+                f"3. {label}: per step / per run fixed",
+                "count",
+                target="≤ 2 round trips per step" if key == "store_rtt" else "",
+            )
+            f.ours = [per_step[key]]
+            f.note = f"fixed per run: {fixed[key]:.1f}; 10-step run: {ten[key]:.1f}"
+            self.figures.append(f)
+        return max(1, round(per_step["store_rtt"])), max(1, round(per_step["server_cmds"]))
+
+    async def fig_heartbeat(self, r: Redis) -> None:
+        """Figure 4b: the Redis work of a worker whose runs all wait on their model, by runs in flight.
+        Liveness is one lease per worker, so it must not grow with the runs (it used to be a renewal
+        script per run per beat: about 8 commands per run per second)."""
+        base = 0.0
+        for n in self.args.beat_inflight:
+            await self.flush(r)
+            await self.producer(r).submit_many([self.script_run([{"text": "ok", "delayMs": 30_000}])] * n)
+            w = self.spawn(["-m", "worker"], AGENTMILL_MAX_JOBS=str(n + 10))
+            deadline = time.monotonic() + 120
+            while True:  # every run acquired: in its worker's runs set
+                ids = await r.zrange(keys.WORKERS, 0, -1)
+                held = await r.scard(keys.worker_runs_key(ids[0].decode())) if ids else 0  # type: ignore[misc]
+                if held >= n:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"only {held} of {n} runs started")
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(1.0)  # past the start-up commits
+            await r.config_resetstat()
+            t0 = time.perf_counter()
+            await asyncio.sleep(self.args.beat_seconds)
+            stats = await r.info("commandstats")
+            span = time.perf_counter() - t0
+            self.stop(w)
+            calls = {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
+            calls.pop("config", None)
+            calls.pop("info", None)
+            per_s = sum(calls.values()) / span
+            beats = calls.get("lpop", 0)  # only the heartbeat script pops (the worker's inbox)
+            beat_cmds = sum(calls.get(c, 0) for c in ("lpop", "zscore", "zadd")) + beats  # + its EVALSHA
+            base = base or per_s
+            f = Figure(
+                f"4b. Redis commands/s of one worker, {n} runs waiting on the model",
+                "cmds/s",
+                base_name=f"the same with {self.args.beat_inflight[0]} runs",
+                target="flat: does not grow with runs in flight",
+                higher_is_better=False,
+            )
+            f.ours, f.base = [per_s], [base]
+            f.note = (
+                f"{beats / span:.1f} beats/s, {beat_cmds / max(1, beats):.0f} commands per beat "
+                f"(EVALSHA, ZSCORE, ZADD, LPOP); the rest is arq's poll loop and the reconciler sweep"
+            )
+            self.figures.append(f)
+
+    async def fig_concurrency(self, r: Redis) -> None:
+        for n in self.args.inflight:
+            await self.flush(r)
+            await self.producer(r).submit_many([self.script_run([{"text": "ok", "delayMs": 1000}])] * n)
+            stats_path = Path(f"/tmp/agentmill-bench-lag-{os.getpid()}-{n}.json")
+            box: list[subprocess.Popen[bytes]] = []
+            idle_rss = 0
+
+            def start(box: list[subprocess.Popen[bytes]] = box, n: int = n, stats: Path = stats_path) -> None:
+                box.append(
+                    self.spawn(
+                        ["-m", "bench.worker_probe"],
+                        AGENTMILL_MAX_JOBS=str(n + 10),
+                        AGENTMILL_BENCH_STATS=str(stats),
+                    )
+                )
+
+            t = await self.drain_time(r, n, start, lambda: self.runs_done(r))
+            rss_peak = vm_kib(box[0].pid, "VmHWM")
+            idle_rss = vm_kib(box[0].pid, "VmRSS")
+            self.stop(box[0])
+            lag = await asyncio.to_thread(read_json, stats_path)
+            # The same in-flight count of bare arq jobs that only sleep 1 s: what arq itself reaches.
+            await self.flush(r)
+            await self.raw_enqueue(r, n, prefix="sleep", function="sleep1")
+            bare = await self.drain_time(
+                r,
+                n,
+                lambda box=box, n=n: box.append(
+                    self.spawn(["-m", "arq", "bench.bare_arq.WorkerSettings"], AGENTMILL_MAX_JOBS=str(n + 10))
+                ),
+                lambda: self.arq_done(r),
+            )
+            self.stop(box[-1])
+            f = Figure(
+                f"4. {n} runs in flight, model latency 1 s",
+                "runs/s",
+                base_name="ideal (in-flight ÷ latency)",
+                target="1,000 in flight ≥ 80 % of ideal",
+            )
+            f.ours = [n / t]
+            f.base = [float(n)]
+            f.note = (
+                f"peak RSS {rss_peak / 1e6:.0f} MB, {max(0, rss_peak - lag.get('rss_start', idle_rss)) / n / 1e3:.0f} KB per run "
+                f"(target ≤ 150 KB); loop lag p99 {lag.get('lag_p99_ms', float('nan')):.1f} ms (target < 50 ms); "
+                f"bare arq jobs sleeping 1 s: {n / bare:.0f}/s ({n / bare / n:.2f} of ideal)"
+            )
+            self.figures.append(f)

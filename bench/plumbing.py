@@ -1,0 +1,159 @@
+"""The bench's plumbing: its own redis-server, worker and API processes, producers, drains."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+from redis.asyncio import Redis
+
+from bench.figure import Figure
+from producer.service import Producer
+from shared import keys
+from shared.profiles import profiles_from
+from shared.redis_server import RedisServer, free_port
+from shared.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+# The bench drives runs with the test-only `scripted` profile; its workers inherit this.
+os.environ.setdefault("AGENTMILL_DEV_PROFILES", "true")
+
+
+class Plumbing:
+    """Processes, Redis and producers the figures share."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.figures: list[Figure] = []
+        self.server = RedisServer()
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    # ---- plumbing ----
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return {
+            **os.environ,
+            "REDIS_URL": self.server.url,
+            "AGENTMILL_WORKER_METRICS_PORT": "-1",
+            "AGENTMILL_POLL_DELAY_S": str(self.args.poll_delay),
+            "AGENTMILL_LOG_LEVEL": "WARNING",
+            # One tenant's raw throughput is measured: no per-tenant quotas (they cost nothing
+            # extra per run beyond one claim-script lookup, but would cap the figures).
+            "AGENTMILL_TENANT_MAX_RUNNING": "0",
+            "AGENTMILL_TENANT_MAX_ACTIVE": "0",
+            "AGENTMILL_TENANT_SUBMITS_PER_SECOND": "0",
+            **extra,
+        }
+
+    def spawn(self, argv: list[str], **env: str) -> subprocess.Popen[bytes]:
+        p = subprocess.Popen(
+            [sys.executable, *argv],
+            cwd=ROOT,
+            env=self.env(**env),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.procs.append(p)
+        return p
+
+    async def spawn_api(self) -> tuple[subprocess.Popen[bytes], str]:
+        """`agentmill api` as its own process, auth off; returns it and its base URL once ready."""
+        port = free_port()
+        p = self.spawn(
+            ["-m", "producer.cli", "api"],
+            AGENTMILL_API_PORT=str(port),
+            AGENTMILL_AUTH_DISABLED="true",
+            AGENTMILL_MAX_QUEUE_DEPTH="10000000",
+        )
+        url = f"http://127.0.0.1:{port}"
+        async with httpx.AsyncClient() as c:
+            for _ in range(600):
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await c.get(f"{url}/readyz")).status_code == 200:
+                        return p, url
+                await asyncio.sleep(0.05)
+        raise RuntimeError("the API did not start")
+
+    def stop(self, p: subprocess.Popen[bytes]) -> None:
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    async def flush(self, r: Redis) -> None:
+        await r.flushall()
+
+    async def wait_started(self, r: Redis, within: float = 20.0) -> None:
+        """arq records its health key at its first poll: the worker is up and polling."""
+        deadline = time.monotonic() + within
+        while not await r.exists(keys.QUEUE + ":health-check"):
+            if time.monotonic() > deadline:
+                raise RuntimeError("worker did not start")
+            await asyncio.sleep(0.01)
+
+    async def drain_time(
+        self, r: Redis, n: int, start: Callable[[], Any], done: Callable[[], Awaitable[bool]]
+    ) -> float:
+        """Start the worker on a pre-filled queue, wait until all is done, and return the span from
+        the first job's start to the last job's finish as arq's result records state them."""
+        start()
+        deadline = time.monotonic() + 600
+        while not await done():
+            if time.monotonic() > deadline:
+                raise RuntimeError("the queue did not drain in 10 minutes")
+            await asyncio.sleep(0.01)
+        starts, ends = [], []
+        async for key in r.scan_iter(match="arq:result:*", count=1000):
+            raw = await r.get(key)
+            if raw:
+                d = orjson.loads(raw)
+                starts.append(d["st"])
+                ends.append(d["ft"])
+        if len(starts) < n:
+            raise RuntimeError(f"only {len(starts)} of {n} jobs left a result")
+        return (max(ends) - min(starts)) / 1000.0
+
+    async def arq_done(self, r: Redis) -> bool:
+        return await r.zcard(keys.QUEUE) == 0 and not await r.keys("arq:in-progress:*")
+
+    async def runs_done(self, r: Redis) -> bool:
+        return await r.zcard(keys.LIVE) == 0 and await self.arq_done(r)
+
+    async def raw_enqueue(self, r: Redis, n: int, prefix: str = "noop", function: str = "noop") -> None:
+        now = int(time.time() * 1000)
+        async with r.pipeline(transaction=False) as pipe:
+            for i in range(n):
+                jid = f"{prefix}{i}"
+                pipe.set(
+                    keys.arq_job_key(jid),
+                    orjson.dumps({"t": None, "f": function, "a": [], "k": {}, "et": now}),
+                    px=86_400_000,
+                )
+                pipe.zadd(keys.QUEUE, {jid: now})
+            await pipe.execute()
+
+    def producer(self, r: Redis, **settings: Any) -> Producer:
+        settings.setdefault("max_batch", 100_000)
+        s = Settings(redis_url=self.server.url, **settings)
+        return Producer(r, settings=s, profiles=profiles_from(s.profiles))
+
+    @staticmethod
+    def script_run(script: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "agent": "scripted",
+            "inputMessages": [{"role": "user", "content": "bench"}],
+            "runtimeHints": {"script": script},
+        }
