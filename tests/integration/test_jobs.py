@@ -11,8 +11,9 @@ from redis.asyncio import Redis
 
 from shared import keys
 from shared.dispatch import deserialize
+from shared.settings import Settings
 from tests.integration.helpers import producer_for, running_worker, script_run, wait_all
-from worker.jobs import claim_size
+from worker.jobs import GC_THRESHOLDS, WorkerProcess, claim_size
 
 pytestmark = pytest.mark.integration
 
@@ -64,3 +65,15 @@ def test_a_deep_queue_is_claimed_in_halves_a_shallow_one_in_batches() -> None:
 def test_job_ids_name_their_run_and_dispatch() -> None:
     for rid, gen in (("r1", 1), ("r1", 2), ("a.b:c-d_9", 17)):
         assert keys.parse_job_id(keys.job_id(rid, gen)) == (rid, gen)
+
+
+def test_a_worker_process_freezes_what_start_up_built() -> None:
+    import gc
+
+    before = gc.get_threshold()
+    try:
+        WorkerProcess(Settings(redis_url="redis://127.0.0.1:1/0", worker_metrics_port=-1))
+        assert gc.get_freeze_count() > 0  # start-up objects are no longer scanned
+        assert gc.get_threshold() == GC_THRESHOLDS
+    finally:
+        gc.set_threshold(*before)
