@@ -11,6 +11,7 @@ Short version: tests/chaos/test_chaos.py. Longer: ``python -m tests.chaos.harnes
 from __future__ import annotations
 
 import argparse
+import os
 import asyncio
 import itertools
 import json
@@ -363,6 +364,9 @@ class Chaos:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Its runs use the test-only scripted model (the tests' conftest sets this for pytest); the
+    # workers it starts inherit it.
+    os.environ.setdefault("AGENTMILL_DEV_PROFILES", "true")
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=300)
     ap.add_argument("--steps", type=int, default=6)
