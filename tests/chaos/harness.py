@@ -11,10 +11,10 @@ Short version: tests/chaos/test_chaos.py. Longer: ``python -m tests.chaos.harnes
 from __future__ import annotations
 
 import argparse
-import os
 import asyncio
 import itertools
 import json
+import os
 import random
 import signal
 import statistics
