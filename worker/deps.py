@@ -89,6 +89,7 @@ class WorkerDeps:
     tools: Toolbox = field(init=False)
     sessions: RedisSessionStore = field(init=False)
     active: dict[str, RunDriver] = field(default_factory=dict)
+    rng: random.Random = field(default_factory=random.Random)  # retry jitter, one per process
 
     def __post_init__(self) -> None:
         self.lease_id = self.lease_id or self.worker_id
@@ -113,7 +114,7 @@ class WorkerDeps:
     def ports(self, run_id: str) -> RunPorts:
         """The ports of one run's driver, on this process's Redis, providers and tools."""
         store = RedisRunStore(self.redis, self.scripts, self.settings, run_id, self.lease, self.batcher)
-        return RunPorts(store, self.sessions, self.models, self.tools, SystemClock(), random.Random())
+        return RunPorts(store, self.sessions, self.models, self.tools, SystemClock(), self.rng)
 
     async def aclose(self) -> None:
         await self.batcher.aclose()

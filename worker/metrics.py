@@ -7,6 +7,8 @@ Queue depth is exported by the API (one place), not here.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
@@ -144,6 +146,16 @@ class MetricsObserver:
             registry=r,
         )
         self._tools: set[str] = set()
+        # Children by (metric, label values): ``.labels()`` validates and locks on every call, a
+        # few of them per event; the label values are bounded (see above), so is this dict.
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def _c(self, metric: Any, *values: str) -> Any:
+        key = (id(metric), values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child
 
     def _tool(self, name: str) -> str:
         if name in self._tools:
@@ -157,10 +169,10 @@ class MetricsObserver:
 
     def transition(self, src: str, dst: str, event: str) -> None:
         if src != dst:
-            self.transitions.labels(src, dst).inc()
+            self._c(self.transitions, src, dst).inc()
 
     def run_started(self, *, resumed: bool, job_try: int) -> None:
-        self.runs_started.labels("true" if resumed else "false").inc()
+        self._c(self.runs_started, "true" if resumed else "false").inc()
         self.in_progress.inc()
         if resumed:
             self.resumed.inc()
@@ -168,7 +180,7 @@ class MetricsObserver:
             self.job_retries.inc()
 
     def run_finished(self, status: str, *, iterations: int, duration_s: float) -> None:
-        self.runs_finished.labels(status).inc()
+        self._c(self.runs_finished, status).inc()
         self.iterations.observe(iterations)
         self.run_duration.observe(duration_s)
         self.in_progress.dec()
@@ -182,53 +194,53 @@ class MetricsObserver:
         timeout ends it without one. The API exports agentmill_runs_awaiting_approval from Redis."""
 
     def model_call(self, outcome: str, *, latency_s: float, ttft_s: float | None) -> None:
-        self.model_calls.labels(outcome).inc()
+        self._c(self.model_calls, outcome).inc()
         self.model_latency.observe(latency_s)
         if ttft_s is not None:
             self.ttft.observe(ttft_s)
 
     def model_retry(self, reason: str) -> None:
-        self.model_retries.labels(retry_reason_label(reason)).inc()
+        self._c(self.model_retries, retry_reason_label(reason)).inc()
 
     def tokens_used(self, *, input_tokens: int, output_tokens: int) -> None:
-        self.tokens.labels("input").inc(input_tokens)
-        self.tokens.labels("output").inc(output_tokens)
+        self._c(self.tokens, "input").inc(input_tokens)
+        self._c(self.tokens, "output").inc(output_tokens)
 
     def tool_call(self, tool: str, outcome: str, *, duration_s: float) -> None:
         t = self._tool(tool)
-        self.tool_calls.labels(t, outcome).inc()
-        self.tool_duration.labels(t).observe(duration_s)
+        self._c(self.tool_calls, t, outcome).inc()
+        self._c(self.tool_duration, t).observe(duration_s)
 
     def tool_retry(self, tool: str) -> None:
-        self.tool_retries.labels(self._tool(tool)).inc()
+        self._c(self.tool_retries, self._tool(tool)).inc()
 
     def tool_served_from_record(self, tool: str) -> None:
-        self.tool_from_record.labels(self._tool(tool)).inc()
+        self._c(self.tool_from_record, self._tool(tool)).inc()
 
     def tool_reexecuted(self, tool: str) -> None:
-        self.reexecuted.labels(self._tool(tool)).inc()
+        self._c(self.reexecuted, self._tool(tool)).inc()
 
     def event_published(self, kind: str, count: int = 1) -> None:
-        self.events.labels(kind).inc(count)
+        self._c(self.events, kind).inc(count)
 
     def append_refused(self, reason: str) -> None:
-        self.refused.labels(reason).inc()
+        self._c(self.refused, reason).inc()
 
     def compaction(self, reason: str) -> None:
-        self.compactions.labels(reason).inc()
+        self._c(self.compactions, reason).inc()
 
     def compaction_removed(self, *, messages: int, tokens: int) -> None:
         self.compaction_messages.inc(messages)
         self.compaction_tokens.inc(tokens)
 
     def state_time(self, state: str, seconds: float) -> None:
-        self.state_seconds.labels(state).observe(seconds)
+        self._c(self.state_seconds, state).observe(seconds)
 
     def capacity_waited(self, seconds: float) -> None:
         self.capacity_wait.observe(seconds)
 
     def throttled(self, reason: str) -> None:
-        self.throttled_calls.labels(reason).inc()
+        self._c(self.throttled_calls, reason).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
