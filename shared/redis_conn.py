@@ -39,13 +39,21 @@ class FastPack:
             args = tuple(args[0].encode().split()) + args[1:]
         elif b" " in args[0]:
             args = tuple(args[0].split()) + args[1:]
-        encode = self.encoder.encode  # type: ignore[attr-defined]
+        enc = self.encoder  # type: ignore[attr-defined]
+        encode, charset, errors = enc.encode, enc.encoding, enc.encoding_errors
         cutoff: int = self._buffer_cutoff  # type: ignore[attr-defined]
         output: list[bytes] = []
         pieces = [b"*%d\r\n" % len(args)]
         for a in args:
             t = type(a)
-            arg = a if t is bytes else b"%d" % a if t is int else encode(a)
+            if t is bytes:
+                arg = a
+            elif t is str:
+                arg = a.encode(charset, errors)
+            elif t is int:
+                arg = b"%d" % a
+            else:  # floats, memoryviews, subclasses, and what redis-py refuses (DataError)
+                arg = encode(a)
             n = len(arg)
             if n > cutoff or isinstance(arg, memoryview):  # large values go as their own chunk
                 pieces.append(b"$%d\r\n" % n)

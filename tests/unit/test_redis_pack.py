@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import IntEnum, StrEnum
 from typing import Any
 
 import pytest
@@ -11,11 +12,21 @@ from redis.exceptions import DataError
 from shared.redis_conn import FastPack, connect, fast_pack
 from shared.settings import Settings
 
+
+class Kind(StrEnum):
+    A = "a-kind"
+
+
+class Num(IntEnum):
+    ONE = 1
+
+
 CASES: list[tuple[Any, ...]] = [
     ("PING",),
     ("CONFIG GET", "maxmemory"),  # a command name of two words
     (b"SCRIPT LOAD", "return 1"),
     ("EVALSHA", "a" * 40, 3, "k1", "k2", "k3", 5, -12, 0, 1.5, 2**70, "", b"", "é ü 中"),
+    ("XADD", Kind.A, Num.ONE, 7),  # subclasses of str and int go through redis-py's encoder
     ("SET", "k", b"x" * 7000),  # beyond the buffer cutoff: a chunk of its own
     ("HSET", "h", "f", "y" * 10_000, "g", memoryview(b"zz"), "tail"),
     ("EVALSHA", "s", 1, "q", *range(1000), *(b"job:%d" % i for i in range(1000))),
