@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -30,37 +29,10 @@ from shared import keys
 from shared.netguard import guarded_client
 from shared.redis_server import RedisServer, free_port
 from shared.settings import Settings
+from tests.integration.api_support import A, B, api, run_body, settings
 from tests.integration.helpers import running_worker, until_status
 
 pytestmark = pytest.mark.integration
-TOKENS = "tok-a=tenant-a,tok-b=tenant-b"
-A = {"Authorization": "Bearer tok-a"}
-B = {"Authorization": "Bearer tok-b"}
-
-
-@asynccontextmanager
-async def api(settings: Settings) -> AsyncIterator[str]:
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="error")
-    )
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
-
-
-def settings(redis_url: str, **kw: Any) -> Settings:
-    return Settings(redis_url=redis_url, api_tokens=TOKENS, **kw)
-
-
-def run_body(script: list[dict[str, Any]] | None = None, **kw: Any) -> dict[str, Any]:
-    return {"agent": "scripted", "inputMessages": [{"role": "user", "content": "go"}],
-            "runtimeHints": {"script": script or [{"text": "hello"}]}, **kw}  # fmt: skip
 
 
 async def test_submit_is_idempotent_by_key_and_run_id(redis_url: str, redis: Redis) -> None:

@@ -19,8 +19,8 @@ from starlette.routing import Route
 
 from shared import keys, limits
 from shared.redis_server import free_port
+from tests.integration.api_support import A, B, api, run_body, settings
 from tests.integration.helpers import running_worker, until_status
-from tests.integration.test_api import A, B, api, run_body, settings
 
 pytestmark = pytest.mark.integration
 TERMINAL = ("completed", "failed", "aborted")

@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from shared.settings import Settings
+from tests.integration.api_support import api, run_body
 from tests.integration.helpers import running_worker
-from tests.integration.test_api import api, run_body
 
 pytestmark = [pytest.mark.integration, pytest.mark.peer]
 PEERS = Path(os.environ.get("AGENTMILL_PEERS_DIR", Path.home() / ".cache" / "agentmill-peers"))

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -18,42 +16,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from producer.api.app import create_app
-from producer.api.serve import server_config
 from producer.submission import scoped_id
 from shared import keys, limits
 from shared.redis_server import free_port
-from shared.settings import Settings
+from tests.integration.api_support import A, B, api, body, settings
 from tests.integration.helpers import producer_for, running_worker, script_run, wait_all
 
 pytestmark = pytest.mark.integration
-TOKENS = "tok-a=tenant-a,tok-b=tenant-b"
-A = {"Authorization": "Bearer tok-a"}
-B = {"Authorization": "Bearer tok-b"}
-
-
-@asynccontextmanager
-async def api(settings: Settings) -> AsyncIterator[str]:
-    port = free_port()
-    server = uvicorn.Server(
-        server_config(create_app(settings), settings, host="127.0.0.1", port=port, log_level="error")
-    )
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
-
-
-def settings(redis_url: str, **kw: Any) -> Settings:
-    return Settings(redis_url=redis_url, api_tokens=TOKENS, **kw)
-
-
-def body(**kw: Any) -> dict[str, Any]:
-    return {"agent": "scripted", "inputMessages": [{"role": "user", "content": "go"}], **kw}
 
 
 async def test_an_event_seq_past_the_stream_id_range_is_a_422(redis_url: str) -> None:

@@ -14,8 +14,8 @@ from redis.asyncio import Redis
 from shared import keys
 from shared.quotas import Quotas
 from shared.settings import Settings
+from tests.integration.api_support import A, B, api, body, settings
 from tests.integration.helpers import producer_for, running_worker, script_run
-from tests.integration.test_hardening import A, B, api, body, settings
 
 pytestmark = pytest.mark.integration
 

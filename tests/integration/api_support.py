@@ -1,0 +1,51 @@
+"""The API as the integration tests run it: `agentmill api`'s server config on a free port, two
+tenants' tokens, and run bodies for the scripted profile."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import uvicorn
+
+from producer.api.app import create_app
+from producer.api.serve import server_config
+from shared.redis_server import free_port
+from shared.settings import Settings
+
+TOKENS = "tok-a=tenant-a,tok-b=tenant-b"
+A = {"Authorization": "Bearer tok-a"}
+B = {"Authorization": "Bearer tok-b"}
+
+
+@asynccontextmanager
+async def api(settings: Settings) -> AsyncIterator[str]:
+    """The API in this process, served as `agentmill api` serves it; yields its base URL."""
+    port = free_port()
+    server = uvicorn.Server(
+        server_config(create_app(settings), settings, host="127.0.0.1", port=port, log_level="error")
+    )
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+
+
+def settings(redis_url: str, **kw: Any) -> Settings:
+    return Settings(redis_url=redis_url, api_tokens=TOKENS, **kw)
+
+
+def body(**kw: Any) -> dict[str, Any]:
+    """A run of the scripted profile with no script (it answers with its default turn)."""
+    return {"agent": "scripted", "inputMessages": [{"role": "user", "content": "go"}], **kw}
+
+
+def run_body(script: list[dict[str, Any]] | None = None, **kw: Any) -> dict[str, Any]:
+    """A run of the scripted profile following ``script`` (one greeting by default)."""
+    return body(runtimeHints={"script": script or [{"text": "hello"}]}, **kw)
