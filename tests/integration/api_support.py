@@ -4,11 +4,15 @@ tenants' tokens, and run bodies for the scripted profile."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from producer.api.app import create_app
 from producer.api.serve import server_config
@@ -49,3 +53,25 @@ def body(**kw: Any) -> dict[str, Any]:
 def run_body(script: list[dict[str, Any]] | None = None, **kw: Any) -> dict[str, Any]:
     """A run of the scripted profile following ``script`` (one greeting by default)."""
     return body(runtimeHints={"script": script or [{"text": "hello"}]}, **kw)
+
+
+class HookServer:
+    """A webhook receiver on a free loopback port: ``hook`` answers POSTs to ``path``."""
+
+    def __init__(self, hook: Callable[[Request], Awaitable[Response]], path: str = "/hook") -> None:
+        self.port = free_port()
+        app = Starlette(routes=[Route(path, hook, methods=["POST"])])
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error", lifespan="off")
+        )
+        self.task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self.task = asyncio.create_task(self.server.serve())
+        while not self.server.started:
+            await asyncio.sleep(0.01)
+
+    async def stop(self) -> None:
+        self.server.should_exit = True
+        if self.task is not None:
+            await self.task

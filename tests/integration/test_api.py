@@ -17,19 +17,16 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-import uvicorn
 from redis.asyncio import Redis
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from producer.api.app import create_app
 from shared import keys
 from shared.netguard import guarded_client
-from shared.redis_server import RedisServer, free_port
+from shared.redis_server import RedisServer
 from shared.settings import Settings
-from tests.integration.api_support import A, B, api, run_body, settings
+from tests.integration.api_support import A, B, HookServer, api, run_body, settings
 from tests.integration.helpers import running_worker, until_status
 
 pytestmark = pytest.mark.integration
@@ -263,17 +260,9 @@ async def test_webhook_is_signed_retried_and_delivered_once(redis_url: str, redi
         received.append((dict(request.headers), await request.body()))
         return Response(status_code=500 if len(received) == 1 else 200)
 
-    port = free_port()
-    receiver = uvicorn.Server(
-        uvicorn.Config(
-            Starlette(routes=[Route("/hook", hook, methods=["POST"])]),
-            host="127.0.0.1",
-            port=port,
-            log_level="error",
-            lifespan="off",
-        )
-    )
-    rtask = asyncio.create_task(receiver.serve())
+    receiver = HookServer(hook)
+    port = receiver.port
+    await receiver.start()
     from producer import webhooks
 
     original = webhooks.backoff_ms
@@ -291,8 +280,7 @@ async def test_webhook_is_signed_retried_and_delivered_once(redis_url: str, redi
             await asyncio.sleep(1.0)  # a third delivery would have happened by now
     finally:
         webhooks.backoff_ms = original  # type: ignore[assignment]
-        receiver.should_exit = True
-        await rtask
+        await receiver.stop()
     assert len(received) == 2
     for headers, body in received:
         assert headers["x-agentmill-delivery"] == rid
@@ -315,12 +303,9 @@ async def test_an_unusable_webhook_url_is_given_up_without_stopping_other_delive
         received.append(await request.body())
         return Response(status_code=200)
 
-    port = free_port()
-    receiver = uvicorn.Server(
-        uvicorn.Config(Starlette(routes=[Route("/hook", hook, methods=["POST"])]), host="127.0.0.1",
-                       port=port, log_level="error", lifespan="off")
-    )  # fmt: skip
-    rtask = asyncio.create_task(receiver.serve())
+    receiver = HookServer(hook)
+    port = receiver.port
+    await receiver.start()
     from producer import webhooks
 
     # Two finished runs awaiting delivery; the first's URL (stored before submissions validated
@@ -333,13 +318,10 @@ async def test_an_unusable_webhook_url_is_given_up_without_stopping_other_delive
         await redis.lpush(keys.WEBHOOKS, rid)
     s = settings(redis_url, webhook_allow_hosts="127.0.0.1")
     try:
-        while not receiver.started:
-            await asyncio.sleep(0.01)
         async with guarded_client() as http:
             assert await webhooks.deliver_once(redis, s, http) == 2
     finally:
-        receiver.should_exit = True
-        await rtask
+        await receiver.stop()
     assert received == [b'{"status":"completed"}']
     bad = await redis.hgetall(keys.webhook_key("bad"))
     assert bad[b"failed"] == b"1" and bad[b"lastError"].startswith(b"refused")

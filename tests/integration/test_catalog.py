@@ -10,16 +10,12 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-import uvicorn
 from redis.asyncio import Redis
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from shared import keys, limits
-from shared.redis_server import free_port
-from tests.integration.api_support import A, B, api, run_body, settings
+from tests.integration.api_support import A, B, HookServer, api, run_body, settings
 from tests.integration.helpers import running_worker, until_status
 
 pytestmark = pytest.mark.integration
@@ -56,12 +52,9 @@ async def test_batch_counts_match_the_runs_real_statuses_after_a_mixed_batch(red
         received.append((dict(request.headers), await request.body()))
         return Response(status_code=200)
 
-    port = free_port()
-    receiver = uvicorn.Server(
-        uvicorn.Config(Starlette(routes=[Route("/batch-done", hook, methods=["POST"])]), host="127.0.0.1",
-                       port=port, log_level="error", lifespan="off")
-    )  # fmt: skip
-    rtask = asyncio.create_task(receiver.serve())
+    receiver = HookServer(hook, "/batch-done")
+    port = receiver.port
+    await receiver.start()
     approval = {"toolPolicy": {"requireApprovalByDefault": True}}
     runs = (
         [run_body([{"text": "fine"}]) for _ in range(4)]
@@ -122,8 +115,7 @@ async def test_batch_counts_match_the_runs_real_statuses_after_a_mixed_batch(red
             sent = orjson.loads(body)
             assert sent["batchId"] == "nightly-1" and sent["finished"] and sent["counts"]["aborted"] == 3
     finally:
-        receiver.should_exit = True
-        await rtask
+        await receiver.stop()
 
 
 async def test_a_batch_sent_in_parts_finishes_and_fires_its_webhook_once(redis_url: str) -> None:
@@ -137,12 +129,9 @@ async def test_a_batch_sent_in_parts_finishes_and_fires_its_webhook_once(redis_u
         received.append(await request.body())
         return Response(status_code=204)
 
-    port = free_port()
-    receiver = uvicorn.Server(
-        uvicorn.Config(Starlette(routes=[Route("/hook", hook, methods=["POST"])]), host="127.0.0.1",
-                       port=port, log_level="error", lifespan="off")
-    )  # fmt: skip
-    rtask = asyncio.create_task(receiver.serve())
+    receiver = HookServer(hook)
+    port = receiver.port
+    await receiver.start()
     hook_url = f"http://127.0.0.1:{port}/hook"
 
     async def until_received(n: int) -> None:
@@ -188,8 +177,7 @@ async def test_a_batch_sent_in_parts_finishes_and_fires_its_webhook_once(redis_u
             await until_received(2)
             assert len(received) == 2 and orjson.loads(received[1])["batchId"] == "parts-2"
     finally:
-        receiver.should_exit = True
-        await rtask
+        await receiver.stop()
 
 
 async def test_a_tenant_never_sees_another_tenants_runs_or_batches(redis_url: str) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import AsyncIterator
 
 import orjson
 import pytest
@@ -26,12 +25,6 @@ from tests.integration.helpers import (
 from worker.jobs import WorkerProcess
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def worker(redis_url: str) -> AsyncIterator[WorkerProcess]:
-    async with running_worker(redis_url) as wp:
-        yield wp
 
 
 async def until_event(redis: Redis, run_id: str, pred: object, within: float = 15) -> list[RunEvent]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import orjson
@@ -22,12 +21,6 @@ from tests.integration.helpers import (
 from worker.jobs import WorkerProcess
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def worker(redis_url: str) -> AsyncIterator[WorkerProcess]:
-    async with running_worker(redis_url) as wp:
-        yield wp
 
 
 async def run_one(

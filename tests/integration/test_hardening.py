@@ -9,17 +9,13 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-import uvicorn
 from redis.asyncio import Redis
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from producer.submission import scoped_id
 from shared import keys, limits
-from shared.redis_server import free_port
-from tests.integration.api_support import A, B, api, body, settings
+from tests.integration.api_support import A, B, HookServer, api, body, settings
 from tests.integration.helpers import producer_for, running_worker, script_run, wait_all
 
 pytestmark = pytest.mark.integration
@@ -246,12 +242,9 @@ async def test_a_scoped_run_shows_the_id_its_client_chose(redis_url: str, redis:
         received.append(await request.body())
         return Response(status_code=204)
 
-    port = free_port()
-    receiver = uvicorn.Server(
-        uvicorn.Config(Starlette(routes=[Route("/hook", hook, methods=["POST"])]), host="127.0.0.1",
-                       port=port, log_level="error", lifespan="off")
-    )  # fmt: skip
-    rtask = asyncio.create_task(receiver.serve())
+    receiver = HookServer(hook)
+    port = receiver.port
+    await receiver.start()
 
     def said(text: str, **kw: Any) -> dict[str, Any]:
         return body(runtimeHints={"script": [{"text": text}]}, **kw)
@@ -295,5 +288,4 @@ async def test_a_scoped_run_shows_the_id_its_client_chose(redis_url: str, redis:
                 await asyncio.sleep(0.1)
             assert len(received) == 1 and orjson.loads(received[0])["runId"] == "same"
     finally:
-        receiver.should_exit = True
-        await rtask
+        await receiver.stop()

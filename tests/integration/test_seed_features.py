@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import AsyncIterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -26,12 +25,6 @@ from tests.integration.helpers import (
 from worker.jobs import WorkerProcess
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def worker(redis_url: str) -> AsyncIterator[WorkerProcess]:
-    async with running_worker(redis_url) as wp:
-        yield wp
 
 
 async def test_failed_model_calls_and_tool_errors_are_error_events(
