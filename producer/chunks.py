@@ -1,74 +1,98 @@
-"""How a batch's chunks reach Redis: SUBMIT_MANY calls written on one connection as they are ready,
-their replies read at the end."""
+"""How a batch's chunks reach Redis: SUBMIT_MANY calls (each on one partition) written on one
+connection per node as they are ready, their replies read at the end."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import orjson
+from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from producer.submission import Prepared
+from producer.routing import run_script
+from producer.submission import Prepared, meta_terms
+from shared import keys
+from shared.topology import is_retryable
 
 if TYPE_CHECKING:
     from producer.submitter import Submitter
 
 __all__ = ["ChunkSender"]
 
+_DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
+
 
 class ChunkSender:
-    """Writes SUBMIT_MANY calls on one connection as they are ready and reads the replies at the end
-    (a pipeline whose commands go out early). A chunk answered NOSCRIPT (Redis lost its script
-    cache) or left unanswered by a connection error is sent again through the ordinary client, which
-    loads the script and retries: SUBMIT is idempotent per runId."""
+    """Writes SUBMIT_MANY calls as they are ready, on one connection per node, and reads the replies
+    at the end (a pipeline per node whose commands go out early). A chunk answered NOSCRIPT (the
+    node lost its script cache) or a redirection, or left unanswered by a connection error, is sent
+    again through ``Partitions.call``, which loads the script, follows the slot and retries: SUBMIT
+    is idempotent per runId."""
 
-    def __init__(self, producer: Submitter, tenant: str, batch_id: str, batch_webhook: str) -> None:
-        self.p, self.tenant, self.batch_id, self.batch_webhook = producer, tenant, batch_id, batch_webhook
-        self.sent: list[list[Any]] = []
-        self.conn: Any = None
-        self.broken = False
+    def __init__(self, producer: Submitter, tenant: str, batch_id: str) -> None:
+        self.p, self.tenant, self.batch_id = producer, tenant, batch_id
+        # per chunk: its partition, KEYS, ARGV, and the node it was written to (None: not written)
+        self.sent: list[tuple[keys.Partition, list[Any], list[Any], int | None]] = []
+        self.conns: dict[int, tuple[Redis, Any]] = {}  # node (id of its client) -> (client, connection)
+        self.broken: set[int] = set()
 
     async def __aenter__(self) -> ChunkSender:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self.conn is not None:
-            if self.broken or exc[0] is not None:
-                await self.conn.disconnect()
-            await self.p.redis.connection_pool.release(self.conn)
+        for node, (client, conn) in self.conns.items():
+            if node in self.broken or exc[0] is not None:
+                await conn.disconnect()
+            await client.connection_pool.release(conn)
 
-    async def send(self, chunk: list[Prepared]) -> None:
-        args = self.p._submit_many_args(chunk, self.tenant, self.batch_id, self.batch_webhook)
-        self.sent.append(args)
-        if self.broken:
-            return
-        try:
-            if self.conn is None:
-                if not self.p._many_loaded:
-                    await self.p.redis.script_load(self.p.scripts.submit_many.script)
-                    self.p._many_loaded = True
-                self.conn = await self.p.redis.connection_pool.get_connection()
-            await self.conn.send_command("EVALSHA", self.p.scripts.submit_many.sha, 0, *args)
-        except (RedisConnectionError, RedisTimeoutError, OSError):
-            self.broken = True
+    def args(self, chunk: list[Prepared], batch_webhook: str) -> list[Any]:
+        """SUBMIT_MANY's arguments (after the partition's context) for one chunk."""
+        spec = [
+            [p.run_id, p.digest, p.session_id, p.run.webhook or "", "1" if p.run.auto_create_session else "",
+             p.run.multitask_strategy or "enqueue", p.run.agent, meta_terms(p.run.metadata)]
+            for p in chunk
+        ]  # fmt: skip
+        return [self.tenant, self.batch_id, batch_webhook, orjson.dumps(spec), *(p.body for p in chunk)]
+
+    async def send(self, part: keys.Partition, chunk: list[Prepared], batch_webhook: str) -> None:
+        k, a = self.p.scripts.frame(part, [], self.args(chunk, batch_webhook))
+        client = self.p.parts.client(part)
+        node: int | None = id(client)
+        if node in self.broken:
+            node = None
+        else:
+            try:
+                if node not in self.conns:
+                    if node not in self.p._many_loaded:
+                        await client.script_load(self.p.scripts.submit_many.script)
+                        self.p._many_loaded.add(id(client))
+                    self.conns[id(client)] = (client, await client.connection_pool.get_connection())
+                conn = self.conns[id(client)][1]
+                await conn.send_command("EVALSHA", self.p.scripts.submit_many.sha, len(k), *k, *a)
+            except _DOWN:
+                self.broken.add(id(client))
+                node = None
+        self.sent.append((part, k, a, node))
 
     async def replies(self) -> list[Any]:
         out: list[Any] = []
-        for args in self.sent:
-            if not self.broken:
+        for part, k, a, node in self.sent:
+            if node is not None and node not in self.broken:
                 try:
-                    out.append(await self.conn.read_response(disconnect_on_error=True))
+                    out.append(await self.conns[node][1].read_response(disconnect_on_error=True))
                     continue
                 except NoScriptError:
                     pass  # sent again below, through the client that loads the script
                 except ResponseError as exc:
-                    out.append(exc)
-                    continue
-                except (RedisConnectionError, RedisTimeoutError, OSError):
-                    self.broken = True
+                    if not is_retryable(exc):  # a redirection is sent again below
+                        out.append(exc)
+                        continue
+                except _DOWN:
+                    self.broken.add(node)
             try:
-                out.append(await self.p.scripts.submit_many(args=args))
+                out.append(await run_script(self.p.parts, self.p.scripts.submit_many, part, k, a))
             except RedisError as exc:
                 out.append(exc)
         return out

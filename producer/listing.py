@@ -1,8 +1,10 @@
 """Finding runs: a tenant's runs listed by filters, newest first, and batches with their progress.
 
-Both read what the scripts keep (shared/scripts.py): per-tenant sorted sets of runIds by creation
-time, one per filter value (keys.index_key), and one hash of counters per batch (keys.batch_key),
-updated by every script that changes a run's status, in the same call. Nothing here scans Redis.
+Both read what the scripts keep (shared/scripts.py) on every partition: per-tenant sorted sets of
+runIds by creation time, one per filter value (keys.Partition.index_key), and one hash of counters
+per batch share (keys.Partition.batch, producer.batching), updated by every script that changes a
+run's status, in the same call. A listing asks every partition for a page from the same cursor and
+merges them (merge_pages). Nothing here scans Redis.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from producer.batching import merge_batch, read_batch
+from producer.routing import read_many, run_many
 from producer.submission import scoped_id
 from shared import keys
 from shared.ids import is_valid_id
@@ -35,6 +39,7 @@ __all__ = [
     "batch_view",
     "decode_cursor",
     "encode_cursor",
+    "merge_pages",
 ]
 
 STATUSES = tuple(s.value for s in RunStatus)
@@ -116,6 +121,38 @@ def _summary(fields: list[Any]) -> dict[str, Any]:
     return d
 
 
+Row = list[str]  # a listing's run: runId, status, createdAt, sessionId, agent, batch, finishedAt, clientId
+Position = tuple[int, str, str]  # where a listing stopped: (createdAt, runId, the score as Redis wrote it)
+
+
+def merge_pages(replies: list[list[Any]], limit: int) -> tuple[list[tuple[int, Row]], Position | None]:
+    """One page from the pages several partitions gave for the same cursor (LIST_RUNS replies): the
+    newest ``limit`` runs by (createdAt, runId), each with the index of the reply it came from, and
+    where the next page starts (None at the end). A partition that stopped early (its
+    page full, or its scan limit reached) only answers for runs at or before where it stopped, so
+    the page holds no run past the least advanced such position, and the next page starts there
+    at the latest: no run is skipped, none is listed twice."""
+    rows: list[tuple[int, Row]] = []
+    stops: list[Position] = []
+    for index, reply in enumerate(replies):
+        if text(reply[0]):
+            stops.append((int(text(reply[0])), text(reply[1]), text(reply[0])))
+        rows += [(index, [text(f) for f in reply[k : k + 8]]) for k in range(2, len(reply), 8)]
+
+    def order(r: tuple[int, Row]) -> tuple[int, str]:
+        return int(r[1][2] or 0), r[1][0]
+
+    bound = max(stops) if stops else None
+    if bound is not None and len(replies) > 1:
+        rows = [r for r in rows if order(r) >= bound[:2]]
+    rows.sort(key=order, reverse=True)
+    if len(rows) > limit:
+        rows = rows[:limit]
+        last = rows[-1][1]
+        return rows, (int(last[2] or 0), last[0], last[2])
+    return rows, bound
+
+
 def batch_view(h: dict[str, str]) -> dict[str, Any]:
     """A batch's counters as the API shows them (and its webhook sends)."""
     total = int(h.get("total") or 0)
@@ -145,6 +182,14 @@ class Catalog:
         self, tenant: str, flt: RunFilter, *, limit: int = 50, cursor: str | None = None
     ) -> tuple[list[dict[str, Any]], str | None]:
         """One page, newest first, and the cursor of the next page (None at the end)."""
+        rows, nxt = await self._rows(tenant, flt, limit, cursor)
+        return [_summary(r) for _, r in rows], nxt
+
+    async def _rows(
+        self, tenant: str, flt: RunFilter, limit: int, cursor: str | None
+    ) -> tuple[list[tuple[keys.Partition, Row]], str | None]:
+        """list_runs' page as rows with their partition. A session's runs all live at its home
+        partition: only that one is asked."""
         if flt.session_id is not None:
             flt = replace(flt, session_id=await self._own_session(tenant, flt.session_id))
         pairs = flt.pairs()
@@ -155,27 +200,28 @@ class Catalog:
             "" if flt.created_before is None else flt.created_before,
             len(pairs) // 2, *pairs,
         ]  # fmt: skip
-        reply = await self.p.scripts.list_runs(args=args)
-        items = [_summary(reply[k : k + 8]) for k in range(2, len(reply), 8)]
-        nxt = encode_cursor(text(reply[0]), text(reply[1])) if text(reply[0]) else None
-        return items, nxt
+        scripts, parts = self.p.scripts, self.p.parts
+        where = [parts.home(flt.session_id)] if flt.session_id is not None else list(parts.parts)
+        replies = await run_many(parts, scripts.list_runs, [(q, *scripts.frame(q, [], args)) for q in where])
+        rows, at = merge_pages(replies, limit)
+        return [(where[i], r) for i, r in rows], encode_cursor(at[2], at[1]) if at is not None else None
 
     async def _own_session(self, tenant: str, session_id: str) -> str:
         """The id the tenant's session ``session_id`` is kept under (scoped when another tenant holds it)."""
-        scoped = scoped_id(tenant, session_id)
-        async with self.p.redis.pipeline(transaction=False) as pipe:
-            pipe.hget(keys.session_key(session_id), "tenant")
-            pipe.hget(keys.session_key(scoped), "tenant")
-            own, other = await pipe.execute()
+        ids = [session_id, scoped_id(tenant, session_id)]
+
+        def hget(part: keys.Partition, sid: str) -> tuple[keys.Partition, Any]:
+            return part, lambda pipe: pipe.hget(part.session(sid), "tenant")
+
+        (own,), (other,) = await read_many(self.p.parts, [hget(self.p.parts.home(s), s) for s in ids])
         if (own is None or text(own) != tenant) and other is not None and text(other) == tenant:
-            return scoped
+            return ids[1]
         return session_id
 
     async def batch(self, tenant: str, batch_id: str) -> dict[str, Any] | None:
-        raw = await self.p.redis.hgetall(keys.batch_key(tenant, batch_id))  # type: ignore[misc]
-        if not raw:
-            return None
-        return batch_view({text(k): text(v) for k, v in raw.items()})
+        """The batch's progress: its shares summed (producer.batching)."""
+        h = merge_batch(await read_batch(self.p.parts, tenant, batch_id))
+        return batch_view(h) if h is not None else None
 
     async def abort_batch(self, tenant: str, batch_id: str, reason: str) -> dict[str, int]:
         """Abort every run of the batch that has not ended; counts of the abort verdicts."""
@@ -183,27 +229,29 @@ class Catalog:
         for status in sorted(ACTIVE, key=lambda s: (s == RunStatus.RUNNING, s.value)):  # running ones last
             cursor: str | None = None
             while True:
-                page, cursor = await self.list_runs(
+                page, cursor = await self._rows(
                     tenant, RunFilter(batch_id=batch_id, status=status), limit=500, cursor=cursor
                 )
-                for verdict in await self._abort_many([r["runId"] for r in page], reason, tenant):
+                for verdict in await self._abort_many(page, reason, tenant):
                     if verdict in verdicts:
                         verdicts[verdict] += 1
                 if cursor is None:
                     break
         return verdicts
 
-    async def _abort_many(self, run_ids: list[str], reason: str, tenant: str) -> list[str]:
-        s = self.p.settings
-        async with self.p.redis.pipeline(transaction=False) as pipe:
-            for rid in run_ids:
-                await self.p.scripts.abort(
-                    keys=[keys.run_key(rid), keys.events_stream(rid), keys.tools_key(rid), keys.LIVE],
-                    args=[rid, reason, s.stream_maxlen, s.retention_s, tenant],
-                    client=pipe,
-                )
-            replies = await pipe.execute()
-        return [text(r[0]) for r in replies]
+    async def _abort_many(
+        self, rows: list[tuple[keys.Partition, Row]], reason: str, tenant: str
+    ) -> list[str]:
+        """ABORT for each listed run, on its partition: one pipelined round trip per node."""
+        if not rows:
+            return []
+        s, scripts, parts = self.p.settings, self.p.scripts, self.p.parts
+        calls = []
+        for part, row in rows:
+            rid = row[0]
+            args = [rid, reason, s.stream_maxlen, s.retention_s, tenant]
+            calls.append((part, *scripts.frame(part, part.run_keys(rid), args)))
+        return [text(r[0]) for r in await run_many(parts, scripts.abort, calls)]
 
 
 def batch_delivery_key(delivery_id: str) -> str | None:

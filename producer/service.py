@@ -1,5 +1,8 @@
 """The producer service in Python: submit runs (producer.submitter), read them and their events, wait
-for them, abort them, settle their approvals, post client tool results, read sessions."""
+for them, abort them, settle their approvals, post client tool results, read sessions.
+
+Every read by run id first finds the run's partition (Partitions.locate: no round trip with one
+partition); a session lives at its id's home partition."""
 
 from __future__ import annotations
 
@@ -12,11 +15,12 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
+from producer.placement import locate_many
+from producer.routing import Parts, as_partitions, read_many, run_script
 from producer.submission import SubmissionError, Submitted, scoped_id
 from producer.submitter import Submitter
 from shared import keys
 from shared.codec import to_jsonable
-from shared.dispatch import JOB_EXPIRE_MS, job_payload, job_ref
 from shared.events import decode_entry, stream_id
 from shared.models import ClientToolResult, RunEvent, RunResult, RunStatus
 from shared.profiles import AgentProfile
@@ -25,6 +29,9 @@ from shared.scripts import Scripts, text
 from shared.settings import Settings, get_settings
 
 __all__ = ["DEFAULT_TENANT", "Producer", "RunRecord", "SubmissionError", "Submitted"]
+
+_RUN_FIELDS = ["status", "tenant", "sessionId", "createdAt", "lastSeq", "result", "approvals", "abort",
+               "clientPending"]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +47,7 @@ class RunRecord:
     abort_requested: bool = False
     pending_tool_calls: list[dict[str, Any]] = field(default_factory=list)
     key_id: str = ""  # the id its keys use, when not run_id (a tenant-scoped id, see scoped_id)
+    stream_key: str = ""  # the Redis stream of its events (``redis-cli XREAD … STREAMS <it> 0`` tails it)
 
     @property
     def key(self) -> str:
@@ -56,6 +64,7 @@ class RunRecord:
             "sessionId": self.session_id,
             "createdAt": self.created_at_ms,
             "lastSeq": self.last_seq,
+            "streamKey": self.stream_key,
         }
         if self.result is not None:
             d["result"] = to_jsonable(self.result)
@@ -68,27 +77,35 @@ class RunRecord:
 
 
 class Producer(Submitter):
-    """The producer service in Python: submit runs (Submitter), read them, wait for them, control them."""
+    """The producer service in Python: submit runs (Submitter), read them, wait for them, control them.
+
+    ``redis``: a plain client (the settings' partitions all on it) or a started Partitions; the
+    caller closes it. ``stream_redis`` likewise, for blocking stream reads (default: ``redis``)."""
 
     def __init__(
         self,
-        redis: Redis,
+        redis: Redis | Parts,
         *,
         settings: Settings | None = None,
         profiles: dict[str, AgentProfile] | None = None,
-        stream_redis: Redis | None = None,
+        stream_redis: Redis | Parts | None = None,
     ) -> None:
-        self.redis = redis
-        self.stream_redis = stream_redis or redis  # blocking reads (XREAD BLOCK) go here
         self.settings = settings or get_settings()
+        self.parts = as_partitions(redis, self.settings)
+        self.stream_parts = self.parts if stream_redis is None else as_partitions(stream_redis, self.settings)
+        self.redis: Redis = self.parts.client(self.parts.parts[0])  # a client, for what needs one at all
         self.profiles = profiles
         self.scripts = Scripts(
-            redis,
+            self.redis,
             queued_check_ms=self.settings.queued_check_ms,
             stream_maxlen=self.settings.stream_maxlen,
             retention_s=self.settings.retention_s,
         )
-        self._many_loaded = False
+        self._many_loaded = set()
+
+    async def locate(self, run_id: str) -> keys.Partition | None:
+        """The run's partition, or None when there is no such run (no round trip with one partition)."""
+        return await self.parts.locate(run_id)
 
     # ---- reading ----
 
@@ -103,22 +120,33 @@ class Producer(Submitter):
 
     async def resolve(self, run_id: str, tenant: str) -> str:
         """The id the keys of ``tenant``'s run ``run_id`` use (run_id itself when it has none)."""
-        rk = keys.run_key
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hget(rk(run_id), "tenant")
-            pipe.hget(rk(scoped_id(tenant, run_id)), "tenant")
-            own, scoped = await pipe.execute()
+        ids = [run_id, scoped_id(tenant, run_id)]
+        where = [(i, p) for i, p in enumerate(await locate_many(self.parts, ids)) if p is not None]
+
+        def hget(key: str) -> Any:
+            return lambda pipe: pipe.hget(key, "tenant")
+
+        tenants: list[Any] = [None, None]
+        replies = await read_many(self.parts, [(p, hget(p.run(ids[i]))) for i, p in where])
+        for (i, _), r in zip(where, replies, strict=True):
+            tenants[i] = r[0]
+        own, scoped = tenants
         if own is None or text(own) == tenant or scoped is None or text(scoped) != tenant:
             return run_id
-        return scoped_id(tenant, run_id)
+        return ids[1]
 
     async def _get(self, run_id: str, tenant: str | None) -> RunRecord | None:
-        fields = ["status", "tenant", "sessionId", "createdAt", "lastSeq", "result", "approvals", "abort",
-                  "clientPending"]  # fmt: skip
-        vals = await self.redis.hmget(keys.run_key(run_id), fields)  # type: ignore[misc]
+        part = await self.locate(run_id)
+        if part is None:
+            return None
+
+        async def read(c: Redis) -> list[Any]:
+            return list(await c.hmget(part.run(run_id), _RUN_FIELDS))  # type: ignore[misc]
+
+        vals = await self.parts.call(part, read)
         if vals[0] is None:
             return None
-        h = dict(zip(fields, (text(v) if v is not None else None for v in vals), strict=True))
+        h = dict(zip(_RUN_FIELDS, (text(v) if v is not None else None for v in vals), strict=True))
         if tenant is not None and h["tenant"] != tenant:
             return None
         status = RunStatus(h["status"] or RunStatus.QUEUED.value)
@@ -137,7 +165,11 @@ class Producer(Submitter):
         calls: list[dict[str, Any]] = []
         if status == RunStatus.AWAITING_TOOLS and h["clientPending"]:
             calls = orjson.loads(h["clientPending"])
-            recs = await self.redis.hmget(keys.tools_key(run_id), [c["toolCallId"] for c in calls])  # type: ignore[misc]
+
+            async def tools(c: Redis) -> list[Any]:
+                return list(await c.hmget(part.tools(run_id), [c_["toolCallId"] for c_ in calls]))  # type: ignore[misc]
+
+            recs = await self.parts.call(part, tools)
             calls = [
                 c for c, r in zip(calls, recs, strict=True) if r and orjson.loads(r).get("state") != "done"
             ]
@@ -152,6 +184,7 @@ class Producer(Submitter):
             pending_approvals=pending,
             abort_requested=bool(h["abort"]),
             pending_tool_calls=calls,
+            stream_key=part.events(run_id),
         )
 
     async def read_events(
@@ -162,15 +195,29 @@ class Producer(Submitter):
         limit: int = 1000,
         block_ms: int | None = None,
         label: str | None = None,
+        part: keys.Partition | None = None,
     ) -> list[RunEvent]:
         """Events with seq > after, oldest first; with block_ms, waits for the first one to appear.
-        ``label``: the run id the events carry (the tenant's id of a scoped run)."""
-        stream = keys.events_stream(run_id)
+        ``label``: the run id the events carry (the tenant's id of a scoped run). ``part``: the
+        run's partition when the caller knows it (else located); no run, no events."""
+        part = part or await self.locate(run_id)
+        if part is None:
+            return []
+        stream = part.events(run_id)
+        entries: list[Any]
         if block_ms is None:
-            entries = await self.redis.xrange(stream, min=f"({stream_id(after)}", count=limit)
+
+            async def page(c: Redis) -> list[Any]:
+                return list(await c.xrange(stream, min=f"({stream_id(after)}", count=limit))
+
+            entries = await self.parts.call(part, page)
         else:
-            reply = await self.stream_redis.xread({stream: stream_id(after)}, count=limit, block=block_ms)
-            entries = reply[0][1] if reply else []
+
+            async def wait(c: Redis) -> list[Any]:
+                reply = await c.xread({stream: stream_id(after)}, count=limit, block=block_ms)
+                return list(reply[0][1]) if reply else []
+
+            entries = await self.stream_parts.call(part, wait)
         return [decode_entry(label or run_id, fields) for _, fields in entries]
 
     async def wait(self, run_id: str, *, timeout_s: float, tenant: str | None = None) -> RunRecord | None:
@@ -184,8 +231,9 @@ class Producer(Submitter):
             if left <= 0:
                 return rec
             await self.read_events(
-                rec.key, after=rec.last_seq, limit=1, block_ms=max(1, int(min(left, 1.0) * 1000))
-            )
+                rec.key, after=rec.last_seq, limit=1, block_ms=max(1, int(min(left, 1.0) * 1000)),
+                part=self.parts.layout.of_key(rec.stream_key),
+            )  # fmt: skip
 
     # ---- control ----
 
@@ -193,12 +241,14 @@ class Producer(Submitter):
         self, run_id: str, *, reason: str = "aborted by request", tenant: str | None = None
     ) -> str:
         """unknown | finished | aborted (was queued or awaiting approval) | requested (its worker stops it)."""
+        part = await self.locate(run_id)
+        if part is None:
+            return "unknown"
         s = self.settings
-        reply = await self.scripts.abort(
-            keys=[keys.run_key(run_id), keys.events_stream(run_id), keys.tools_key(run_id), keys.LIVE],
-            args=[run_id, reason, s.stream_maxlen, s.retention_s, tenant or ""],
+        k, a = self.scripts.frame(
+            part, part.run_keys(run_id), [run_id, reason, s.stream_maxlen, s.retention_s, tenant or ""]
         )
-        return text(reply[0])
+        return text((await run_script(self.parts, self.scripts.abort, part, k, a))[0])
 
     async def settle_approval(
         self,
@@ -210,22 +260,24 @@ class Producer(Submitter):
         tenant: str | None = None,
     ) -> str:
         """Record one approval decision; the last one re-enqueues the run. Returns the script verdict."""
+        part = await self.locate(run_id)
+        if part is None:
+            return "unknown_run"
+
+        async def gen_of(c: Redis) -> Any:
+            return await c.hget(part.run(run_id), "gen")  # type: ignore[misc]
+
         for _ in range(5):
-            gen_raw = await self.redis.hget(keys.run_key(run_id), "gen")  # type: ignore[misc]
+            gen_raw = await self.parts.call(part, gen_of)
             if gen_raw is None:
                 return "unknown_run"
             gen = int(gen_raw)
-            new_job, new_key = job_ref(run_id, gen + 1)
-            reply = await self.scripts.settle_approval(
-                keys=[keys.run_key(run_id), keys.LIVE, keys.QUEUE, new_key, keys.events_stream(run_id),
-                      keys.tools_key(run_id)],
-                args=[
-                    run_id, tool_call_id, "approved" if approved else "rejected", reason or "", gen, new_job,
-                    job_payload(run_id, gen + 1), JOB_EXPIRE_MS, self.settings.queued_check_ms, tenant or "",
-                    self.settings.stream_maxlen, self.settings.retention_s,
-                ],
+            k, a = self.scripts.frame(
+                part, [*part.run_keys(run_id), part.job_key(part.job_id(run_id, gen + 1))],
+                [run_id, tool_call_id, "approved" if approved else "rejected", reason or "", gen, tenant or "",
+                 self.settings.stream_maxlen, self.settings.retention_s],
             )  # fmt: skip
-            verdict = text(reply[0])
+            verdict = text((await run_script(self.parts, self.scripts.settle_approval, part, k, a))[0])
             if verdict != "moved":
                 return verdict
             await asyncio.sleep(0.01)
@@ -237,12 +289,14 @@ class Producer(Submitter):
         """Record results of client tool calls, all or none. Returns (verdict, toolCallId, per-result
         verdicts): recorded | resumed (the run went back on the queue), each result recorded | duplicate;
         or unknown_run | finished | unknown_call | not_client | conflict | timed_out naming the call."""
+        part = await self.locate(run_id)
+        if part is None:
+            return "unknown_run", "", []
         args: list[Any] = [run_id, tenant or "", len(results)]
         for r in results:
             args += [r.tool_call_id, r.content, "1" if r.is_error else ""]
-        reply = await self.scripts.tool_results(
-            keys=[keys.run_key(run_id), keys.tools_key(run_id)], args=args
-        )
+        k, a = self.scripts.frame(part, [part.run(run_id), part.tools(run_id)], args)
+        reply = await run_script(self.parts, self.scripts.tool_results, part, k, a)
         verdict = text(reply[0])
         if verdict in ("recorded", "resumed"):
             return verdict, "", [text(v) for v in reply[1:]]
@@ -259,19 +313,21 @@ class Producer(Submitter):
         return found
 
     async def _get_session(self, session_id: str, tenant: str | None) -> dict[str, Any] | None:
-        sk = keys.session_key(session_id)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hgetall(sk)
-            pipe.lrange(keys.session_runs_key(session_id), 0, -1)
-            pipe.lrange(keys.session_history_key(session_id), -100, -1)
-            meta, runs, loops = await pipe.execute()
+        part = self.parts.home(session_id)
+
+        def op(pipe: Any) -> None:
+            pipe.hgetall(part.session(session_id))
+            pipe.lrange(part.session_runs(session_id), 0, -1)
+            pipe.lrange(part.session_loops(session_id), -100, -1)
+
+        meta, runs, loops = (await read_many(self.parts, [(part, op)]))[0]
         if not meta:
             return None
         h = {text(k): text(v) for k, v in meta.items()}
         if tenant is not None and h.get("tenant") != tenant:
             return None
         runs = [text(r) for r in runs]
-        shown = await self.client_ids([*runs, h.get("activeRun") or ""])
+        shown = await self.client_ids([*runs, h.get("activeRun") or ""], part=part)
         active = h.get("activeRun") or None
         return {
             "sessionId": session_id,
@@ -281,25 +337,39 @@ class Producer(Submitter):
             "history": [orjson.loads(lp) for lp in loops],
         }
 
-    async def client_ids(self, run_ids: Sequence[str]) -> dict[str, str]:
+    async def client_ids(
+        self, run_ids: Sequence[str], *, part: keys.Partition | None = None
+    ) -> dict[str, str]:
         """The ids the clients chose for those of ``run_ids`` that are tenant-scoped (``tsc_…``); one
-        round trip, and none when there are no such ids."""
+        round trip per node, and none when there are no such ids. ``part``: the runs' partition (a
+        session's), else each is located."""
         scoped = sorted({r for r in run_ids if r.startswith("tsc_")})
         if not scoped:
             return {}
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for r in scoped:
-                pipe.hget(keys.run_key(r), "clientId")
-            found = await pipe.execute()
-        return {r: text(c) for r, c in zip(scoped, found, strict=True) if c}
+        where = [part] * len(scoped) if part is not None else await locate_many(self.parts, scoped)
+
+        def hget(key: str) -> Any:
+            return lambda pipe: pipe.hget(key, "clientId")
+
+        found = [(r, p) for r, p in zip(scoped, where, strict=True) if p is not None]
+        replies = await read_many(self.parts, [(p, hget(p.run(r))) for r, p in found])
+        return {r: text(c[0]) for (r, _), c in zip(found, replies, strict=True) if c[0]}
 
     async def queue_depth(self) -> int:
-        return int(await self.redis.zcard(keys.QUEUE))
+        """Jobs waiting on every partition's queue: one round trip per node."""
+
+        def op(pipe: Any, p: keys.Partition) -> None:
+            pipe.zcard(p.queue)
+
+        return sum(int(r[0]) for r in await self.parts.each(op))
 
     async def gauges(self) -> tuple[int, int]:
-        """Queue depth and runs awaiting approval, in one round trip (the API exports both)."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.zcard(keys.QUEUE)
-            pipe.zcard(keys.AWAITING)
-            depth, awaiting = await pipe.execute()
-        return int(depth), int(awaiting)
+        """Queue depth and runs awaiting approval, summed over the partitions in one round trip per
+        node (the API exports both)."""
+
+        def op(pipe: Any, p: keys.Partition) -> None:
+            pipe.zcard(p.queue)
+            pipe.zcard(p.awaiting)
+
+        replies = await self.parts.each(op)
+        return sum(int(r[0]) for r in replies), sum(int(r[1]) for r in replies)

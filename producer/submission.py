@@ -4,6 +4,7 @@ batches, tenant scoping), its input hash and the metadata terms it is listed und
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +14,7 @@ from pydantic import ValidationError
 from shared import limits
 from shared.codec import to_jsonable
 from shared.models import RunInput
+from shared.scripts import text
 
 __all__ = [
     "ForeignRunError",
@@ -22,10 +24,12 @@ __all__ = [
     "Submitted",
     "batch_run_prefix",
     "claimed_id",
+    "claimed_session",
     "counted",
     "input_hash",
     "meta_term",
     "meta_terms",
+    "outcome",
     "run_id_for_key",
     "scoped_id",
     "validation_error",
@@ -77,6 +81,41 @@ class ForeignRunError(SubmissionError):
 
 class ForeignSessionError(SubmissionError):
     """The sessionId is held by another tenant."""
+
+
+def outcome(run: RunInput, reply: Sequence[Any], run_id: str | None = None) -> Submitted:
+    """A SUBMIT verdict as the run's answer; a refusal raises its SubmissionError."""
+    verdict, status = text(reply[0]), text(reply[1])
+    rid = run_id or run.run_id or ""
+    if verdict == "conflict":
+        cls = ForeignRunError if status == "" else SubmissionError  # '' : another tenant's run
+        raise cls("conflict", f"run {rid} already exists with a different input", status=409, field="runId")
+    if verdict == "unknown_session" and run.auto_create_session and run.session_id:
+        raise ForeignSessionError(  # it would have been created: another tenant holds the id
+            "unknown_session", f"sessionId: no session {run.session_id!r}", status=404, field="sessionId"
+        )
+    if verdict == "unknown_session":
+        raise SubmissionError(
+            "unknown_session",
+            f"sessionId: no session {run.session_id!r}; set autoCreateSession to create it",
+            status=404,
+            field="sessionId",
+        )
+    if verdict == "batch_finished":
+        raise SubmissionError(
+            "batch_finished",
+            "the batch has finished (its last part came without more: true) and takes no new runs",
+            status=409,
+            field="batchId",
+        )
+    if verdict == "session_busy":
+        raise SubmissionError(
+            "session_busy",
+            f"session {run.session_id} is running {status} and multitaskStrategy is reject",
+            status=409,
+            field="multitaskStrategy",
+        )
+    return Submitted(run_id=rid, status=status, created=verdict == "created")
 
 
 def validation_error(exc: ValidationError) -> SubmissionError:
@@ -149,6 +188,23 @@ def claimed_id(raw: RunInput | dict[str, Any]) -> str | None:
     """The runId an item names, before it is validated (quota admission counts it by this id)."""
     rid = raw.run_id if isinstance(raw, RunInput) else raw.get("runId") if isinstance(raw, dict) else None
     return rid if isinstance(rid, str) and rid else None
+
+
+def claimed_session(raw: RunInput | dict[str, Any], run_id: str) -> str:
+    """The session an item names (or creates, named after its run), before it is validated ('' = none):
+    where its run will live (producer.placement)."""
+    if isinstance(raw, RunInput):
+        sid, auto = raw.session_id, raw.auto_create_session
+    elif isinstance(raw, dict):
+        sid, auto = (
+            raw.get("sessionId", raw.get("session_id")),
+            raw.get("autoCreateSession", raw.get("auto_create_session")),
+        )
+    else:
+        return ""
+    if isinstance(sid, str) and sid:
+        return sid
+    return f"ses_{run_id}" if auto is True else ""
 
 
 def counted(items: list[str]) -> list[Any]:

@@ -11,8 +11,12 @@ MAX_WEBHOOK_RESPONSE_BYTES of the answer and ends within DELIVERY_DEADLINE_S. De
 concurrently, at most ``CONCURRENCY`` at once and ``PER_HOST`` per receiver host, so one slow
 receiver holds a few slots for a few seconds and never the others' deliveries.
 
-A batch whose runs have all ended posts its counters (producer.listing.batch_view) to the batch's
-webhook the same way, with the delivery id ``{batch}<batch key>``.
+Each partition keeps its own deliveries (its webhook list, due set and delivery states); a run's
+delivery comes from its partition's list. A batch's share that finishes queues a delivery
+``{batch}<share key>`` on its partition; the batch is delivered once every share has finished, by
+the one delivery that wins the batch's ``done`` marker at the batch's home partition, which posts the
+summed counters (producer.listing.batch_view) with the delivery id ``{batch}<home share key>``; the
+other deliveries of the batch are dropped.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import hashlib
 import hmac
 import logging
 from collections import Counter
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -30,7 +35,9 @@ import orjson
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from producer.batching import merge_batch, read_batch
 from producer.listing import batch_body, batch_delivery_key
+from producer.routing import Parts, as_partitions, run_many
 from shared import backoff, keys, limits
 from shared.clock import now_ms
 from shared.models import usable_url
@@ -47,6 +54,7 @@ __all__ = [
     "PER_HOST",
     "RETRY",
     "Deliverer",
+    "Delivery",
     "backoff_ms",
     "deliver_forever",
     "deliver_once",
@@ -60,6 +68,7 @@ DELIVERY_DEADLINE_S = 10.0
 CONCURRENCY = 32
 PER_HOST = 4
 HOST_BUSY_DELAY_MS = 500
+Delivery = tuple[keys.Partition, str]  # a delivery id (a run id, or a batch share's) and its partition
 
 
 def signature(secret: str, body: bytes) -> str:
@@ -85,7 +94,7 @@ class Deliverer:
 
     def __init__(
         self,
-        redis: Redis,
+        redis: Redis | Parts,
         settings: Settings,
         http: httpx.AsyncClient,
         *,
@@ -93,26 +102,36 @@ class Deliverer:
         per_host: int = PER_HOST,
         deadline_s: float = DELIVERY_DEADLINE_S,
     ) -> None:
-        self.redis = redis
+        self.parts = as_partitions(redis, settings)
+        self.redis = self.parts.client(self.parts.parts[0])
         self.settings = settings
         self.http = http
-        self.scripts = Scripts(redis)
+        self.scripts = Scripts(self.redis)
         self.concurrency = concurrency
         self.per_host = per_host
         self.deadline_s = deadline_s
         self.allow = [h.strip() for h in settings.webhook_allow_hosts.split(",") if h.strip()]
         self.busy: Counter[str] = Counter()
         self.tasks: set[asyncio.Task[None]] = set()
+        self._turn = 0  # which partitions claim one more this time (limit spread over them)
 
-    async def claim(self, limit: int) -> list[str]:
-        now = now_ms()
-        due = await self.scripts.claim_webhooks(
-            keys=[keys.WEBHOOKS, keys.WEBHOOKS_DUE], args=[now, LEASE_MS, limit]
-        )
-        return [text(rid) for rid in due]
+    async def claim(self, limit: int) -> list[Delivery]:
+        """Due deliveries of every partition, ``limit`` in all (spread over the partitions, in
+        turns), one pipelined round trip per node."""
+        now, parts = now_ms(), self.parts.parts
+        n = len(parts)
+        share = [limit // n + (1 if (i - self._turn) % n < limit % n else 0) for i in range(n)]
+        self._turn = (self._turn + limit % n) % n
+        calls = [
+            (p, *self.scripts.frame(p, [p.webhooks_due], [now, LEASE_MS, share[p.index]]))
+            for p in parts
+            if share[p.index] > 0
+        ]
+        replies = await run_many(self.parts, self.scripts.claim_webhooks, calls)
+        return [(c[0], text(d)) for c, due in zip(calls, replies, strict=True) for d in due]
 
-    def start(self, run_id: str) -> None:
-        task = asyncio.create_task(self.deliver(run_id))
+    def start(self, delivery: Delivery) -> None:
+        task = asyncio.create_task(self.deliver(delivery))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
@@ -120,14 +139,14 @@ class Deliverer:
         try:
             while not stop.is_set():
                 free = self.concurrency - len(self.tasks)
-                due: list[str] = []
+                due: list[Delivery] = []
                 if free > 0:
                     try:
                         due = await self.claim(free)
                     except (RedisError, OSError) as exc:
                         log.warning("webhook delivery paused: %s", exc)
-                for rid in due:
-                    self.start(rid)
+                for d in due:
+                    self.start(d)
                 if due and len(self.tasks) < self.concurrency:
                     continue
                 stopped = asyncio.ensure_future(stop.wait())
@@ -140,45 +159,73 @@ class Deliverer:
                 t.cancel()
             await asyncio.gather(*self.tasks, return_exceptions=True)
 
-    async def deliver(self, run_id: str) -> None:
+    async def deliver(self, delivery: Delivery) -> None:
+        run_id = delivery[1]
         try:
-            await self._deliver(run_id)
+            await self._deliver(*delivery)
         except (RedisError, OSError) as exc:  # the claim's lease brings it back later
             log.warning("webhook of run %s not recorded: %s", run_id, exc)
         except Exception:
             log.exception("webhook of run %s failed unexpectedly", run_id)
 
-    async def _deliver(self, run_id: str) -> None:
-        redis, settings = self.redis, self.settings
-        state_key = keys.webhook_key(run_id)
+    async def _batch(self, part: keys.Partition, share_key: str) -> tuple[str, bytes | None, Any]:
+        """(delivery id, body, url) of a batch share's delivery: the summed batch, when every share
+        has finished and this delivery holds the batch's ``done`` marker; else no body (dropped)."""
+        redis, settings = self.parts.client(part), self.settings
+        share = {text(k): text(v) for k, v in (await redis.hgetall(share_key)).items()}  # type: ignore[misc]
+        tenant, batch_id = share.get("tenant", ""), share.get("batchId", "")
+        if not share or self.parts.layout.count == 1:  # one share: the batch itself
+            return keys.BATCH_DELIVERY + share_key, batch_body(share) if share else None, share.get("webhook")
+        shares = [h for h in await read_batch(self.parts, tenant, batch_id) if h]
+        home = self.parts.home(batch_id)
+        delivery_id = keys.BATCH_DELIVERY + home.batch(tenant, batch_id)
+        h = merge_batch(shares)
+        if h is None or not all(s.get("finishedAt") for s in shares):
+            return delivery_id, None, None  # a share still runs: its own delivery comes when it finishes
+        mine = keys.BATCH_DELIVERY + share_key
+        done = home.batch_done(tenant, batch_id)
+
+        async def won(c: Redis) -> bool:
+            async with c.pipeline(transaction=False) as pipe:
+                pipe.set(done, mine, nx=True, ex=settings.retention_s)
+                pipe.get(done)
+                _, holder = await pipe.execute()
+            return text(holder) == mine
+
+        if not await self.parts.call(home, won):
+            return delivery_id, None, None
+        return delivery_id, batch_body(h), h.get("webhook")
+
+    async def _deliver(self, part: keys.Partition, run_id: str) -> None:
+        redis, settings = self.parts.client(part), self.settings
+        due_key = part.webhooks_due
+        state_key = part.webhook(run_id)
         state = {text(k): text(v) for k, v in (await redis.hgetall(state_key)).items()}  # type: ignore[misc]
         if state.get("delivered") == "1":
-            await redis.zrem(keys.WEBHOOKS_DUE, run_id)
+            await redis.zrem(due_key, run_id)
             return
+        shown = run_id  # the delivery id the receiver sees
         batch = batch_delivery_key(run_id)
-        if batch is not None:  # a whole batch ended: its counters go to the batch's webhook
-            h = {text(k): text(v) for k, v in (await redis.hgetall(batch)).items()}  # type: ignore[misc]
-            url_raw, body = h.get("webhook"), batch_body(h) if h else None
+        if batch is not None:  # a batch's share ended: the batch's counters go to its webhook, once
+            shown, body, url_raw = await self._batch(part, batch)
         else:
-            url_raw, body, client_id = await redis.hmget(
-                keys.run_key(run_id), ["webhook", "result", "clientId"]
-            )  # type: ignore[misc]
+            url_raw, body, client_id = await redis.hmget(part.run(run_id), ["webhook", "result", "clientId"])  # type: ignore[misc]
             if body and client_id:  # a tenant-scoped run: its client knows it by the id it chose
                 body = orjson.dumps({**orjson.loads(body), "runId": text(client_id)})
         if not url_raw or not body:
-            await redis.zrem(keys.WEBHOOKS_DUE, run_id)
+            await redis.zrem(due_key, run_id)
             return
         url = text(url_raw)
         host = ""
         with contextlib.suppress(ValueError):
             host = (urlsplit(url).hostname or "").lower()
         if self.busy[host] >= self.per_host:  # that receiver already has its share: a little later
-            await redis.zadd(keys.WEBHOOKS_DUE, {run_id: now_ms() + HOST_BUSY_DELAY_MS})
+            await redis.zadd(due_key, {run_id: now_ms() + HOST_BUSY_DELAY_MS})
             return
         attempt = int(state.get("attempts") or 0) + 1
         headers = {
             "Content-Type": "application/json",
-            "X-Agentmill-Delivery": run_id,
+            "X-Agentmill-Delivery": shown,
             "X-Agentmill-Attempt": str(attempt),
             **signing_headers(settings.webhook_secret, body),
         }
@@ -202,7 +249,7 @@ class Deliverer:
                         },
                     )
                     pipe.expire(state_key, settings.retention_s)
-                    pipe.zrem(keys.WEBHOOKS_DUE, run_id)
+                    pipe.zrem(due_key, run_id)
                     await pipe.execute()
                 return
             error = f"HTTP {resp.status_code}"
@@ -221,23 +268,25 @@ class Deliverer:
             pipe.expire(state_key, settings.retention_s)
             if attempt >= settings.webhook_max_attempts:
                 pipe.hset(state_key, "failed", "1")
-                pipe.zrem(keys.WEBHOOKS_DUE, run_id)
+                pipe.zrem(due_key, run_id)
                 log.warning("webhook of run %s given up after %d attempts: %s", run_id, attempt, error)
             else:
-                pipe.zadd(keys.WEBHOOKS_DUE, {run_id: now_ms() + backoff_ms(attempt)})
+                pipe.zadd(due_key, {run_id: now_ms() + backoff_ms(attempt)})
             await pipe.execute()
 
 
-async def deliver_once(redis: Redis, settings: Settings, http: httpx.AsyncClient, *, limit: int = 20) -> int:
+async def deliver_once(
+    redis: Redis | Parts, settings: Settings, http: httpx.AsyncClient, *, limit: int = 20
+) -> int:
     """Claim due deliveries and attempt each once (concurrently); returns how many were claimed."""
     d = Deliverer(redis, settings, http)
     due = await d.claim(limit)
-    await asyncio.gather(*(d.deliver(rid) for rid in due))
+    await asyncio.gather(*(d.deliver(one) for one in due))
     return len(due)
 
 
 async def deliver_forever(
-    redis: Redis,
+    redis: Redis | Parts,
     settings: Settings,
     stop: asyncio.Event,
     *,

@@ -1,133 +1,267 @@
-"""Every Redis key agentmill touches, built in one place.
+"""Every Redis key agentmill touches, built in one place: the schema.
 
-All keys of one run carry the hash tag ``{runId}`` so they live in one Redis Cluster slot and one
-Lua script may touch them together. Cross-run keys (the live index, arq's queue) are few and named
-here too. arq's own key layout is mirrored from arq.constants so the enqueue script can write it.
+Runs live in a fixed number of partitions (``AGENTMILL_PARTITIONS``, chosen at deploy time). A
+partition is one Redis Cluster hash tag, so every key of its runs - run hash, stream, tool records,
+its sessions' keys, its arq queue and job keys, and the live, awaiting, worker and webhook indexes
+- shares one slot, and every script touches one slot only. On a single Redis all partitions live on
+the one node, exactly as on a cluster; one partition there is the default.
+
+A run's partition is its session's, else its run id's home (``Layout.home``, a hash of the id). A
+run in a session whose home is another partition leaves a pointer at its home (``pointer``), so a
+run id alone always finds its run.
+
+Lua never composes a key format of its own: a script gets the keys it knows up front in KEYS, and
+for the keys that depend on what it reads (the next run of a session, the runs a listing returns)
+the partition's prefixes in ``Partition.context`` (the first ARGV of every script, parsed by
+shared/lua/prelude.lua), where a key is a prefix followed by an id. Compound keys (a tenant's
+listing index, a batch) join their parts with ``:`` in both languages; a test compares them.
 """
 
 from __future__ import annotations
 
 import hashlib
+import zlib
+from collections.abc import Iterable
+from functools import cached_property
 
-from arq.constants import (
-    default_queue_name,
-    in_progress_key_prefix,
-    job_key_prefix,
-)
+from arq.constants import in_progress_key_prefix, job_key_prefix
+from redis.crc import key_slot
 
 __all__ = [
-    "AWAITING",
     "BATCH_DELIVERY",
+    "CONTEXT_FIELDS",
     "INDEX_DIMS",
-    "LIVE",
-    "PREFIX",
-    "QUEUE",
-    "WEBHOOKS",
-    "WEBHOOKS_DUE",
-    "WORKERS",
-    "arq_in_progress_key",
-    "arq_job_key",
-    "batch_key",
+    "SLOTS",
+    "Layout",
+    "Partition",
     "endpoint_hash",
-    "events_stream",
-    "index_key",
-    "job_id",
     "parse_job_id",
+    "partition_tag",
     "provider_pause_key",
     "provider_requests_key",
     "provider_slots_key",
     "provider_tokens_key",
-    "run_key",
-    "session_history_key",
-    "session_key",
-    "session_queue_key",
-    "session_runs_key",
-    "session_tool_results_key",
-    "tenant_active_key",
-    "tenant_rate_key",
-    "tenant_running_key",
-    "tools_key",
-    "webhook_key",
-    "worker_inbox_key",
-    "worker_runs_key",
+    "slot_of",
 ]
 
 PREFIX = "am"
-QUEUE = default_queue_name  # arq's sorted set of pending job ids
-LIVE = f"{PREFIX}:live"  # zset runId -> when the reconciler should next look at it (ms)
-AWAITING = f"{PREFIX}:awaiting"  # zset runId -> since when it waits for a human decision (ms)
-WORKERS = f"{PREFIX}:workers"  # zset worker lease id -> when its lease expires (ms, Redis time)
-WEBHOOKS = f"{PREFIX}:webhooks"  # list of runIds whose terminal result awaits webhook delivery
-WEBHOOKS_DUE = f"{PREFIX}:webhooks:due"  # zset runId -> next delivery attempt (ms)
+SLOTS = 16384  # Redis Cluster's hash slots
+SEP = "\x1f"  # between the fields of Partition.context (ids, tenants and JSON never hold it)
+
+# Listing indexes (per tenant and partition; bounded, expiring with the retention): sorted sets
+# runId -> createdAt (ms). ``dim`` is one of these; the tenant-wide index is dim "all", value "".
+INDEX_DIMS = ("all", "status", "agent", "session", "batch", "meta")
+
+# A finished batch's delivery id on a partition's webhook list: this prefix, then the batch key (a
+# runId never holds a brace, so the two kinds of delivery cannot be confused).
+BATCH_DELIVERY = "{batch}"
+
+# The order of Partition.context's fields; prelude.lua reads them by these names.
+CONTEXT_FIELDS = (
+    "run", "events", "tools", "webhook", "pointer", "session", "session_loops", "session_results",
+    "session_pending", "session_runs", "worker_runs", "worker_inbox", "worker_lease", "tenant_active",
+    "tenant_running",
+    "index", "batch", "job_key", "job_id", "queue", "live", "awaiting", "workers", "webhooks",
+)  # fmt: skip
 
 
-def run_key(run_id: str) -> str:
-    """Hash: status, epoch, gen, lastSeq, input, ckpt, result, owner (a worker lease id), tenant, …"""
-    return f"{PREFIX}:{{{run_id}}}:run"
+def slot_of(key_or_tag: str) -> int:
+    """The cluster slot of a key (of its ``{tag}`` when it has one)."""
+    return int(key_slot(key_or_tag.encode()))
 
 
-def events_stream(run_id: str) -> str:
-    """Stream of RunEvents; entry id ``<seq>-0``, fields seq, kind, ts, payload (JSON), epoch (the writer's)."""
-    return f"{PREFIX}:{{{run_id}}}:events"
+def partition_tag(index: int, count: int) -> str:
+    """Partition ``index`` of ``count``'s hash tag (braces included): the first of ``i``, ``i.0``,
+    ``i.1`` … whose slot lies in the index-th of ``count`` equal slot ranges, so a cluster whose
+    masters own equal ranges (what ``redis-cli --cluster create`` makes) gets equal shares."""
+    lo, hi = index * SLOTS // count, (index + 1) * SLOTS // count
+    candidate, k = str(index), 0
+    while not lo <= slot_of(candidate) < hi:
+        candidate, k = f"{index}.{k}", k + 1
+    return "{" + candidate + "}"
 
 
-def tools_key(run_id: str) -> str:
-    """Hash toolCallId -> JSON record {state: pending|done, epoch, attempts, result}."""
-    return f"{PREFIX}:{{{run_id}}}:tools"
+class Partition:
+    """The keys of one partition. Per-id keys are a prefix followed by the id."""
+
+    def __init__(self, index: int, count: int) -> None:
+        self.index = index
+        self.tag = partition_tag(index, count)
+        self.slot = slot_of(self.tag)
+        b = self.base = f"{PREFIX}:{self.tag}:"
+        self.run_prefix = b + "run:"  # hash: status, epoch, gen, lastSeq, input, ckpt, result, owner, …
+        self.events_prefix = b + "events:"  # stream of RunEvents; entry id <seq>-0
+        self.tools_prefix = b + "tools:"  # hash toolCallId -> {state, epoch, attempts, result}
+        self.webhook_prefix = b + "webhook:"  # hash: a run's (or batch's) webhook delivery state
+        self.pointer_prefix = b + "at:"  # string: partition index of a run living away from home
+        self.session_prefix = b + "s:"  # hash: tenant, createdAt, activeRun
+        self.session_loops_prefix = b + "s.loops:"  # list of finished run loops (JSON), oldest first
+        self.session_results_prefix = b + "s.results:"  # hash toolCallId -> result, for recall
+        self.session_pending_prefix = b + "s.pending:"  # list of runIds waiting for the active run
+        self.session_runs_prefix = b + "s.runs:"  # list of every runId of the session
+        self.worker_runs_prefix = b + "w.runs:"  # set of the runIds a worker (lease id) holds here
+        self.worker_inbox_prefix = b + "w.inbox:"  # list of runIds with an abort request (bounded)
+        self.worker_lease_prefix = b + "w.lease:"  # string, expiring with the worker's lease here
+        self.tenant_active_prefix = b + "t.active:"  # zset runId -> submitted at: maxActive
+        self.tenant_running_prefix = b + "t.running:"  # zset runId -> claimed at: maxRunning
+        self.index_prefix = b + "ix:"  # + tenant:dim:value (index_key)
+        self.batch_prefix = b + "batch:"  # + tenant:batchId (batch_key)
+        self.job_key_prefix = job_key_prefix  # arq's; the job id carries the tag (job_id)
+        self.queue = f"arq:queue:{self.tag}"  # arq's sorted set of this partition's pending job ids
+        self.live = b + "live"  # zset runId -> when the reconciler should next look at it (ms)
+        self.awaiting = b + "awaiting"  # zset runId -> since when it waits for a human decision
+        self.workers = b + "workers"  # zset worker lease id -> lease expiry (ms, Redis time)
+        self.webhooks = b + "webhooks"  # list of deliveries (runIds, batch ids) to make
+        self.webhooks_due = b + "webhooks:due"  # zset delivery id -> next attempt (ms)
+
+    def __repr__(self) -> str:
+        return f"Partition({self.index}, {self.tag})"
+
+    def run(self, run_id: str) -> str:
+        return self.run_prefix + run_id
+
+    def events(self, run_id: str) -> str:
+        return self.events_prefix + run_id
+
+    def tools(self, run_id: str) -> str:
+        return self.tools_prefix + run_id
+
+    def webhook(self, delivery_id: str) -> str:
+        return self.webhook_prefix + delivery_id
+
+    def pointer(self, run_id: str) -> str:
+        return self.pointer_prefix + run_id
+
+    def session(self, session_id: str) -> str:
+        return self.session_prefix + session_id
+
+    def session_loops(self, session_id: str) -> str:
+        return self.session_loops_prefix + session_id
+
+    def session_results(self, session_id: str) -> str:
+        return self.session_results_prefix + session_id
+
+    def session_pending(self, session_id: str) -> str:
+        return self.session_pending_prefix + session_id
+
+    def session_runs(self, session_id: str) -> str:
+        return self.session_runs_prefix + session_id
+
+    def session_keys(self, session_id: str) -> list[str]:
+        """hash, pending, runs, loops, results: what the scripts that create or end runs touch."""
+        s = session_id
+        return [self.session(s), self.session_pending(s), self.session_runs(s), self.session_loops(s),
+                self.session_results(s)]  # fmt: skip
+
+    def worker_runs(self, lease_id: str) -> str:
+        return self.worker_runs_prefix + lease_id
+
+    def worker_inbox(self, lease_id: str) -> str:
+        return self.worker_inbox_prefix + lease_id
+
+    def worker_lease(self, lease_id: str) -> str:
+        """Exists while the worker's lease is unexpired (PX: Redis's clock decides): what a commit
+        checks in one command. ``workers`` holds the same expiry, for the sweep to find it."""
+        return self.worker_lease_prefix + lease_id
+
+    def tenant_active(self, tenant: str) -> str:
+        return self.tenant_active_prefix + tenant
+
+    def tenant_running(self, tenant: str) -> str:
+        return self.tenant_running_prefix + tenant
+
+    def tenant_rate(self, tenant: str, second: int) -> str:
+        """Counter of the runs the tenant submitted in one second (at the tenant's home partition)."""
+        return f"{self.base}t.rate:{tenant}:{second}"
+
+    def index_key(self, tenant: str, dim: str, value: str = "") -> str:
+        return f"{self.index_prefix}{tenant}:{dim}:{value}"
+
+    def batch(self, tenant: str, batch_id: str) -> str:
+        """Hash: createdAt, total, done, one counter per status, open, finishedAt, webhook (this
+        partition's share of the batch's runs)."""
+        return f"{self.batch_prefix}{tenant}:{batch_id}"
+
+    def batch_done(self, tenant: str, batch_id: str) -> str:
+        """String set once when the whole batch finished (at its home partition): its webhook fires once."""
+        return f"{self.batch_prefix}{tenant}:{batch_id}:done"
+
+    def job_id(self, run_id: str, gen: int) -> str:
+        """arq job id of a run's dispatch ``gen``: the tag, the run id, and ``#gen`` past the first."""
+        return f"{self.tag}{run_id}" if gen <= 1 else f"{self.tag}{run_id}#{gen}"
+
+    def job_key(self, job: str) -> str:
+        return job_key_prefix + job
+
+    def in_progress_key(self, job: str) -> str:
+        return in_progress_key_prefix + job
+
+    def run_keys(self, run_id: str) -> list[str]:
+        """run, stream, tools: the keys of one run every run script takes first."""
+        return [self.run_prefix + run_id, self.events_prefix + run_id, self.tools_prefix + run_id]
+
+    @cached_property
+    def context(self) -> str:
+        """The prefixes and fixed keys a script may need for keys that depend on what it reads
+        (CONTEXT_FIELDS order): the first ARGV of every script."""
+        values = {
+            "run": self.run_prefix, "events": self.events_prefix, "tools": self.tools_prefix,
+            "webhook": self.webhook_prefix, "pointer": self.pointer_prefix, "session": self.session_prefix,
+            "session_loops": self.session_loops_prefix, "session_results": self.session_results_prefix,
+            "session_pending": self.session_pending_prefix, "session_runs": self.session_runs_prefix,
+            "worker_runs": self.worker_runs_prefix, "worker_inbox": self.worker_inbox_prefix,
+            "worker_lease": self.worker_lease_prefix,
+            "tenant_active": self.tenant_active_prefix, "tenant_running": self.tenant_running_prefix,
+            "index": self.index_prefix, "batch": self.batch_prefix, "job_key": self.job_key_prefix,
+            "job_id": self.tag, "queue": self.queue, "live": self.live, "awaiting": self.awaiting,
+            "workers": self.workers, "webhooks": self.webhooks,
+        }  # fmt: skip
+        return SEP.join(values[f] for f in CONTEXT_FIELDS) + SEP
 
 
-def session_key(session_id: str) -> str:
-    """Hash: tenant, createdAt, activeRun."""
-    return f"{PREFIX}:s:{{{session_id}}}"
+class Layout:
+    """``count`` partitions, and which one an id calls home."""
+
+    def __init__(self, count: int = 1) -> None:
+        if not 1 <= count <= 1024:
+            raise ValueError("AGENTMILL_PARTITIONS must be between 1 and 1024")
+        self.count = count
+        self.parts = tuple(Partition(i, count) for i in range(count))
+        self._by_tag = {p.tag: p for p in self.parts}
+
+    def __repr__(self) -> str:
+        return f"Layout({self.count})"
+
+    def home(self, some_id: str) -> Partition:
+        """The partition an id (run, session, tenant, batch) hashes to."""
+        if self.count == 1:
+            return self.parts[0]
+        return self.parts[zlib.crc32(some_id.encode()) % self.count]
+
+    def of_job(self, job: str) -> tuple[Partition, str, int]:
+        """(partition, run id, dispatch number) of a job id written by ``Partition.job_id``."""
+        end = job.index("}") + 1
+        run_id, gen = parse_job_id(job[end:])
+        return self._by_tag[job[:end]], run_id, gen
+
+    def of_key(self, key: str) -> Partition:
+        """The partition of a key this schema built (its ``{tag}``)."""
+        start = key.index("{")
+        return self._by_tag[key[start : key.index("}", start) + 1]]
+
+    def by_index(self, indexes: Iterable[int]) -> list[Partition]:
+        return [self.parts[i] for i in indexes]
 
 
-def session_history_key(session_id: str) -> str:
-    """List of finished run loops (JSON), oldest first."""
-    return f"{PREFIX}:s:{{{session_id}}}:loops"
+def parse_job_id(job: str) -> tuple[str, int]:
+    """(run id, dispatch number) of a job id without its tag (run ids have no ``#``)."""
+    run_id, sep, gen = job.rpartition("#")
+    if sep and gen.isdigit():
+        return run_id, int(gen)
+    return job, 1
 
 
-def session_tool_results_key(session_id: str) -> str:
-    """Hash toolCallId -> tool result JSON, for recall_tool_call."""
-    return f"{PREFIX}:s:{{{session_id}}}:toolresults"
-
-
-def session_queue_key(session_id: str) -> str:
-    """List of runIds waiting for the session's active run to finish."""
-    return f"{PREFIX}:s:{{{session_id}}}:pending"
-
-
-def session_runs_key(session_id: str) -> str:
-    """List of every runId of the session, in submission order."""
-    return f"{PREFIX}:s:{{{session_id}}}:runs"
-
-
-def tenant_active_key(tenant: str) -> str:
-    """Zset runId -> submitted at (ms): the tenant's runs counted against its maxActive quota."""
-    return f"{PREFIX}:tenant:{tenant}:active"
-
-
-def tenant_running_key(tenant: str) -> str:
-    """Zset runId -> claimed at (ms): the tenant's runs counted against its maxRunning quota."""
-    return f"{PREFIX}:tenant:{tenant}:running"
-
-
-def tenant_rate_key(tenant: str, second: int) -> str:
-    """Counter of the runs the tenant submitted in one second (expires after two)."""
-    return f"{PREFIX}:tenant:{tenant}:rate:{second}"
-
-
-def worker_runs_key(lease_id: str) -> str:
-    """Set of the runIds a worker (one lease id) holds: what the reconciler re-dispatches when it dies."""
-    return f"{PREFIX}:w:{{{lease_id}}}:runs"
-
-
-def worker_inbox_key(lease_id: str) -> str:
-    """List of runIds with an abort request for this worker, read by its heartbeat (bounded)."""
-    return f"{PREFIX}:w:{{{lease_id}}}:inbox"
-
-
-def webhook_key(run_id: str) -> str:
-    return f"{PREFIX}:{{{run_id}}}:webhook"
+# ---- provider limits: one hash tag per model endpoint (a slot of its own) ----
 
 
 def endpoint_hash(base_url: str) -> str:
@@ -153,44 +287,3 @@ def provider_tokens_key(endpoint: str) -> str:
 def provider_pause_key(endpoint: str) -> str:
     """String: until when (ms) no call may start, set from a 429's Retry-After; expires by itself."""
     return f"{PREFIX}:p:{{{endpoint}}}:pause"
-
-
-def job_id(run_id: str, gen: int) -> str:
-    """arq job id of a run's dispatch number ``gen``: the run id itself first, then ``runId#gen``."""
-    return run_id if gen <= 1 else f"{run_id}#{gen}"
-
-
-def parse_job_id(job: str) -> tuple[str, int]:
-    """(run id, dispatch number) of an arq job id written by ``job_id`` (run ids have no ``#``)."""
-    run_id, sep, gen = job.rpartition("#")
-    if sep and gen.isdigit():
-        return run_id, int(gen)
-    return job, 1
-
-
-def arq_job_key(job: str) -> str:
-    return job_key_prefix + job
-
-
-def arq_in_progress_key(job: str) -> str:
-    return in_progress_key_prefix + job
-
-
-# ---- listing indexes and batches (per tenant; bounded, expiring with the retention) ----
-# Every index is a sorted set runId -> createdAt (ms), written by the scripts that create runs or
-# change their status. ``dim`` is one of INDEX_DIMS; the tenant-wide index is dim "all", value "".
-INDEX_DIMS = ("all", "status", "agent", "session", "batch", "meta")
-
-
-def index_key(tenant: str, dim: str, value: str = "") -> str:
-    return f"{PREFIX}:t:{tenant}:ix:{dim}:{value}"
-
-
-def batch_key(tenant: str, batch_id: str) -> str:
-    """Hash: createdAt, total, done, one counter per status, finishedAt, webhook, result."""
-    return f"{PREFIX}:t:{tenant}:batch:{batch_id}"
-
-
-# A finished batch's webhook delivery id on keys.WEBHOOKS: this prefix, then its batch_key (a runId
-# never holds a brace, so the two kinds of delivery cannot be confused).
-BATCH_DELIVERY = "{batch}"

@@ -1,12 +1,13 @@
 """Every multi-key Redis change, as a Lua script registered once per client. The scripts are the
-files in shared/lua/ (one per script, its KEYS and ARGV at its top), each run after prelude.lua.
+files in shared/lua/ (one per script, its KEYS and ARGV at its top), each run after clock.lua and, for
+the scripts on a partition, prelude.lua.
 
-The run hash (keys.run_key) is the source of truth: ``status``, ``gen`` (dispatch number, one arq
+The run hash (keys.Partition.run) is the source of truth: ``status``, ``gen`` (dispatch number, one arq
 job each), ``epoch`` (fencing token, taken by every job start), ``owner`` (the lease id of the worker
 running it), ``lastSeq`` (the stream's last seq), ``ckpt`` (the machine state), ``result``.
 
-Liveness is per worker, not per run: each worker renews one entry in keys.WORKERS (its lease
-expiry) per beat, whatever its number of runs, and keeps the runs it holds in its runs set. A run
+Liveness is per worker, not per run: each worker renews one entry in each partition's workers zset (its
+lease expiry) per beat, whatever its number of runs, and keeps the runs it holds in its runs set. A run
 is carried while its owner's lease is unexpired; the reconciler re-dispatches the runs of a worker
 whose lease expired. Abort requests for a running run go to its owner's inbox, read by the beat.
 
@@ -17,9 +18,13 @@ Guarantees the scripts give:
 - events, checkpoint, tool claims and tool results of one step land in one atomic commit.
 
 Time comes from Redis (``TIME``), so worker clocks never decide whose lease has expired.
-A run that ends with a webhook configured is pushed on keys.WEBHOOKS for delivery.
-Scripts that enqueue an arq job also touch arq's queue key, which is outside the run's hash slot:
-that is fine on a single Redis or Sentinel (what arq supports), not on Cluster.
+A run that ends with a webhook configured is pushed on its partition's webhook list for delivery.
+
+Every script on a partition touches that partition's slot only: it is called with its own KEYS
+followed by the partition's five fixed keys (``Scripts.frame``), and with the partition's context
+as its first ARGV (key prefixes, the arq job template, the settings), so the Lua builds no key
+format and reads no setting of its own. The provider limiter's scripts work on one endpoint's keys
+and take neither.
 """
 
 from __future__ import annotations
@@ -31,29 +36,41 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
-from shared import keys, limits
+from shared import dispatch, keys, limits
 from shared.statuses import TERMINAL
 
-__all__ = ["LUA_DIR", "SCRIPTS", "Scripts", "source", "text"]
+__all__ = ["CONTEXT_EXTRA", "LUA_DIR", "SCRIPTS", "Scripts", "render", "source", "text"]
 
 LUA_DIR = Path(__file__).with_name("lua")
-# Each script's files after prelude.lua, in order (submit_one.lua is a function both submits call).
+_ON_PARTITION = ("clock", "prelude")
+# Each script's files, in order (submit_one.lua is a function both submits call).
 SCRIPTS: dict[str, tuple[str, ...]] = {
-    "submit": ("submit_one", "submit"),
-    "submit_many": ("submit_one", "submit_many"),
+    "submit": (*_ON_PARTITION, "submit_one", "submit"),
+    "submit_many": (*_ON_PARTITION, "submit_one", "submit_many"),
     **{
-        name: (name,)
+        name: (*_ON_PARTITION, name)
         for name in (
-            "batch_close", "list_runs", "acquire", "commit", "beat", "forget_worker", "release", "redispatch", "abort",
-            "settle_approval", "tool_results", "claim_jobs", "claim_webhooks", "capacity_acquire",
-            "capacity_renew", "capacity_release", "capacity_pause", "admit_tenant",
+            "batch_close", "list_runs", "acquire", "commit", "beat", "forget_worker", "release", "redispatch",
+            "abort", "settle_approval", "tool_results", "claim_jobs", "claim_webhooks", "admit_tenant",
         )
+    },
+    **{
+        name: ("clock", name)
+        for name in ("capacity_acquire", "capacity_renew", "capacity_release", "capacity_pause", "admit_rate")
     },
 }  # fmt: skip
 
+# The context's fields after the partition's key prefixes (keys.CONTEXT_FIELDS): the arq job
+# template's four pieces (dispatch.JOB_TEMPLATE) and the settings the scripts read.
+CONTEXT_EXTRA = (
+    "job_a", "job_b", "job_c", "job_d", "maxlen", "retention", "queued_check_ms", "job_expire_ms",
+    "index_max", "batch_delivery",
+)  # fmt: skip
+
 
 class Scripts:
-    """The scripts registered on one client; call as ``await scripts.commit(keys=…, args=…)``."""
+    """The scripts registered on one client; call a partition's script with ``frame``:
+    ``await scripts.commit(*scripts.frame(part, keys, args))`` (or ``keys=…, args=…`` of it)."""
 
     submit: AsyncScript
     submit_many: AsyncScript
@@ -75,6 +92,7 @@ class Scripts:
     capacity_release: AsyncScript
     capacity_pause: AsyncScript
     admit_tenant: AsyncScript
+    admit_rate: AsyncScript
 
     def __init__(
         self,
@@ -84,45 +102,56 @@ class Scripts:
         stream_maxlen: int = 10_000,
         retention_s: int = 604_800,
     ) -> None:
-        from shared.dispatch import JOB_EXPIRE_MS, RUN_FUNCTION
+        for name, text_ in _rendered().items():
+            setattr(self, name, redis.register_script(text_))
+        extra = {
+            **dict(zip(("job_a", "job_b", "job_c", "job_d"), dispatch.JOB_TEMPLATE, strict=True)),
+            "maxlen": str(stream_maxlen), "retention": str(retention_s), "queued_check_ms": str(queued_check_ms),
+            "job_expire_ms": str(dispatch.JOB_EXPIRE_MS), "index_max": str(limits.MAX_INDEX_RUNS),
+            "batch_delivery": keys.BATCH_DELIVERY,
+        }  # fmt: skip
+        self._extra = keys.SEP.join(extra[f] for f in CONTEXT_EXTRA) + keys.SEP
+        self._contexts: dict[int, str] = {}
 
-        tokens = {
-            "__WEBHOOKS__": keys.WEBHOOKS,
-            "__QUEUE__": keys.QUEUE,
-            "__LIVE__": keys.LIVE,
-            "__AWAITING__": keys.AWAITING,
-            "__WORKERS__": keys.WORKERS,
-            "__PREFIX__": keys.PREFIX,
-            "__JOBPREFIX__": keys.arq_job_key(""),
-            "__FUNCTION__": RUN_FUNCTION,
-            "__JOB_EXPIRE_MS__": str(JOB_EXPIRE_MS),
-            "__QUEUED_CHECK_MS__": str(queued_check_ms),
-            "__MAXLEN__": str(stream_maxlen),
-            "__RETENTION__": str(retention_s),
-            "__INDEX_MAX__": str(limits.MAX_INDEX_RUNS),
-            "__BATCH_DELIVERY__": keys.BATCH_DELIVERY,
-            "__TERMINAL__": ", ".join(f"{s.value}=true" for s in sorted(TERMINAL)),
-        }
-        for name, source in _rendered(tuple(tokens.items())).items():
-            setattr(self, name, redis.register_script(source))
+    def context(self, part: keys.Partition) -> str:
+        """The first ARGV of every script on ``part``."""
+        c = self._contexts.get(part.index)
+        if c is None:
+            c = self._contexts[part.index] = part.context + self._extra
+        return c
+
+    def frame(
+        self, part: keys.Partition, own_keys: list[Any], args: list[Any]
+    ) -> tuple[list[Any], list[Any]]:
+        """(KEYS, ARGV) of a script call on ``part``: its own keys then the partition's fixed keys
+        (prelude.lua takes them off again), the partition's context then its own arguments."""
+        return (
+            [*own_keys, part.queue, part.live, part.awaiting, part.workers, part.webhooks],
+            [self.context(part), *args],
+        )
 
 
 @functools.cache
 def source(name: str) -> str:
-    """A script's source as written (prelude first), its tokens not filled in yet."""
-    return "".join((LUA_DIR / f"{part}.lua").read_text() for part in ("prelude", *SCRIPTS[name]))
+    """A script's source as written, its tokens not filled in yet."""
+    return "".join((LUA_DIR / f"{part}.lua").read_text() for part in SCRIPTS[name])
 
 
-@functools.lru_cache(maxsize=16)
-def _rendered(tokens: tuple[tuple[str, str], ...]) -> dict[str, str]:
-    """Every script's source with the tokens filled in (once per distinct settings)."""
-    out = {}
-    for name in SCRIPTS:
-        text = source(name)
-        for token, value in tokens:
-            text = text.replace(token, value)
-        out[name] = text
-    return out
+def render(text_: str) -> str:
+    """A script's text with the schema's constants filled in (the context's field names, the
+    terminal statuses): code, not settings."""
+    tokens = {
+        "__CONTEXT_FIELDS__": ", ".join(f"'{f}'" for f in (*keys.CONTEXT_FIELDS, *CONTEXT_EXTRA)),
+        "__TERMINAL__": ", ".join(f"{s.value}=true" for s in sorted(TERMINAL)),
+    }
+    for token, value in tokens.items():
+        text_ = text_.replace(token, value)
+    return text_
+
+
+@functools.cache
+def _rendered() -> dict[str, str]:
+    return {name: render(source(name)) for name in SCRIPTS}
 
 
 def text(value: Any) -> str:

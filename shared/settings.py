@@ -18,6 +18,10 @@ class Settings(BaseSettings):
     redis_url: str = Field(default="redis://127.0.0.1:6379/0", validation_alias="REDIS_URL")
     redis_sentinels: str | None = None  # "host:port,host:port"; REDIS_URL then names db and password
     redis_sentinel_master: str = "mymaster"
+    redis_cluster: bool = False  # REDIS_URL names any node of a Redis Cluster
+    # Replicas a worker's writes wait for (WAIT) before it acts on them: default 1 on a cluster, else 0.
+    redis_wait_replicas: int | None = None
+    partitions: int | None = None  # partitions of the run key space; default 16 on a cluster, 1 on one Redis
     profiles: str | None = None  # path of a JSON file of agent profiles
     dev_profiles: bool = False  # load test-only profiles and tools (scripted, echo, sleep, fail, flaky)
     run_duration_default_ms: int = 3_600_000  # maxRunDurationMs when neither run nor profile sets one

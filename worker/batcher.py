@@ -1,40 +1,68 @@
-"""Script calls made by many runs in the same event-loop turn go to Redis in one pipelined round trip.
+"""Script calls made by many runs in the same event-loop turn go to Redis in one pipelined round trip
+per node.
 
 With hundreds of runs in flight, redis-py's fixed cost per command (take a connection, check it,
 write, read under a timeout, give it back) is most of a worker's CPU. Commits of different runs
 share nothing, so they can share a round trip: each call still gets its own reply or error. A call
 whose caller was cancelled before the batch left is dropped, as a single command would have been.
+
+On a cluster, a batch that meets a moved slot or a dead master is sent again, after the topology is
+read anew, to the node that serves each call's partition now (every script here answers a repeat
+of itself as the first time, so a batch whose reply was lost may be sent again). With
+``wait_replicas``, each batch ends with ``WAIT``: its callers hear back once that many replicas
+hold the writes, so a failover that follows loses none of what a run then acts upon.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from typing import Any
 
-from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
+from shared.keys import Partition
+from shared.partitions import Partitions
+from shared.topology import is_retryable
+
 __all__ = ["ScriptBatcher"]
 
+log = logging.getLogger("agentmill.worker")
 
-_Call = tuple[AsyncScript, list[Any], list[Any], "asyncio.Future[Any]"]
+_Call = tuple[Partition, AsyncScript, list[Any], list[Any], "asyncio.Future[Any]"]
 
 
 class ScriptBatcher:
-    def __init__(self, redis: Redis, max_batch: int = 512) -> None:
-        self.redis = redis
+    def __init__(
+        self,
+        parts: Partitions[Any],
+        max_batch: int = 512,
+        *,
+        wait_replicas: int = 0,
+        wait_timeout_ms: int = 200,
+        reroute_deadline_s: float = 30.0,
+    ) -> None:
+        self.parts = parts
         self.max_batch = max_batch
+        self.wait_replicas = wait_replicas
+        self.wait_timeout_ms = wait_timeout_ms
+        self.reroute_deadline_s = reroute_deadline_s
         self.pending: list[_Call] = []
         self.scheduled = False
         self.sending: set[asyncio.Task[None]] = set()
         self.batches = 0  # round trips sent (for the bench)
         self.calls = 0
+        self.rerouted = 0  # calls sent again after a failover or a moved slot
+        self.unreplicated = 0  # batches whose WAIT saw fewer replicas than asked for
 
-    def call(self, script: AsyncScript, keys: list[Any], args: list[Any]) -> asyncio.Future[Any]:
+    def call(
+        self, part: Partition, script: AsyncScript, keys: list[Any], args: list[Any]
+    ) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
-        self.pending.append((script, keys, args, fut))
+        self.pending.append((part, script, keys, args, fut))
         if not self.scheduled:
             self.scheduled = True
             loop.call_soon(self._flush)
@@ -42,74 +70,107 @@ class ScriptBatcher:
 
     def _flush(self) -> None:
         self.scheduled = False
-        while self.pending:
-            batch, self.pending = self.pending[: self.max_batch], self.pending[self.max_batch :]
-            task = asyncio.get_running_loop().create_task(self._send(batch))
-            self.sending.add(task)
-            task.add_done_callback(self.sending.discard)
+        pending, self.pending = self.pending, []
+        self._dispatch(pending, time.monotonic() + self.reroute_deadline_s)
 
-    async def _send(self, batch: list[_Call], reloaded: bool = False) -> None:
-        batch = [c for c in batch if not c[3].done()]  # its caller gave up before it left
+    def _dispatch(self, calls: list[_Call], deadline: float) -> None:
+        """Group calls by the node that serves their partition now, one task per batch."""
+        groups: dict[int, tuple[Any, list[_Call]]] = {}
+        for c in calls:
+            client = self.parts.client(c[0])
+            groups.setdefault(id(client), (client, []))[1].append(c)
+        loop = asyncio.get_running_loop()
+        for client, group in groups.values():
+            for i in range(0, len(group), self.max_batch):
+                task = loop.create_task(self._send(client, group[i : i + self.max_batch], deadline))
+                self.sending.add(task)
+                task.add_done_callback(self.sending.discard)
+
+    async def _send(self, client: Any, batch: list[_Call], deadline: float, reloaded: bool = False) -> None:
+        batch = [c for c in batch if not c[4].done()]  # its caller gave up before it left
         if not batch:
             return
         self.batches += 1
         self.calls += len(batch)
-        if len(batch) == 1:
-            script, keys, args, fut = batch[0]
-            await _settle(fut, script(keys=keys, args=args))
-            return
         try:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for script, keys, args, _ in batch:
+            async with client.pipeline(transaction=False) as pipe:
+                for _, script, keys, args, _ in batch:
                     pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+                if self.wait_replicas:
+                    pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
                 replies = await pipe.execute(raise_on_error=False)
         except BaseException as exc:
+            if is_retryable(exc) and await self._reroute(batch, deadline, exc):
+                return
             for *_, fut in batch:
                 if not fut.done():
                     fut.set_exception(exc)
             if isinstance(exc, asyncio.CancelledError):
                 raise
             return
+        if self.wait_replicas:
+            acked = replies.pop()
+            if not isinstance(acked, int) or acked < self.wait_replicas:
+                self.unreplicated += 1
         unknown: list[_Call] = []
+        moved: list[_Call] = []
+        first_moved: BaseException | None = None
         for call, reply in zip(batch, replies, strict=True):
-            script, keys, args, fut = call
+            fut = call[4]
             if isinstance(reply, NoScriptError):  # Redis (re)started without its scripts
                 unknown.append(call)
+            elif isinstance(reply, Exception) and is_retryable(reply) and not fut.done():
+                moved.append(call)
+                first_moved = first_moved or reply
             elif fut.done():
                 continue
             elif isinstance(reply, Exception):
                 fut.set_exception(reply)
             else:
                 fut.set_result(reply)
-        if unknown and not reloaded:
-            # Load each script once and send the calls again together (not one round trip and one
-            # pooled connection per call: with a thousand runs starting, that was most of the CPU).
-            try:
-                for script in {id(c[0]): c[0] for c in unknown}.values():
-                    await self.redis.script_load(script.script)
-            except BaseException as exc:
-                for *_, fut in unknown:
-                    if not fut.done():
-                        fut.set_exception(exc)
-                if isinstance(exc, asyncio.CancelledError):
-                    raise
+        if moved and not await self._reroute(moved, deadline, first_moved):
+            for *_, fut in moved:
+                if not fut.done():
+                    fut.set_exception(first_moved or RuntimeError("moved"))
+        if not unknown:
+            return
+        if reloaded:
+            for *_, fut in unknown:
+                if not fut.done():
+                    fut.set_exception(NoScriptError("the script is still unknown after SCRIPT LOAD"))
+            return
+        # Load each script once and send the calls again together (not one round trip and one
+        # pooled connection per call: with a thousand runs starting, that was most of the CPU).
+        try:
+            for script in {id(c[1]): c[1] for c in unknown}.values():
+                await client.script_load(script.script)
+        except BaseException as exc:
+            if is_retryable(exc) and await self._reroute(unknown, deadline, exc):
                 return
-            await self._send(unknown, reloaded=True)
-        else:
-            for script, keys, args, fut in unknown:
-                await _settle(fut, script(keys=keys, args=args))
+            for *_, fut in unknown:
+                if not fut.done():
+                    fut.set_exception(exc)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return
+        await self._send(client, unknown, deadline, reloaded=True)
+
+    async def _reroute(self, calls: list[_Call], deadline: float, exc: BaseException | None) -> bool:
+        """On a cluster: read the topology anew and send the calls again to whoever serves their
+        partitions now (False: a single Redis, whose client retried already, or past the deadline)."""
+        if self.parts.single or time.monotonic() >= deadline:
+            return False
+        log.info("resending %d script calls after %s", len(calls), type(exc).__name__)
+        await asyncio.sleep(0.05)
+        try:
+            await self.parts.topology.refresh()
+        except Exception as refresh_exc:  # every node unreachable for now: try again after a pause
+            log.warning("cluster topology refresh failed: %s", refresh_exc)
+            await asyncio.sleep(0.2)
+        self.rerouted += len(calls)
+        self._dispatch(calls, deadline)
+        return True
 
     async def aclose(self) -> None:
-        if self.sending:
-            await asyncio.gather(*self.sending, return_exceptions=True)
-
-
-async def _settle(fut: asyncio.Future[Any], call: Any) -> None:
-    try:
-        reply = await call
-    except Exception as exc:
-        if not fut.done():
-            fut.set_exception(exc)
-        return
-    if not fut.done():
-        fut.set_result(reply)
+        while self.sending:
+            await asyncio.gather(*list(self.sending), return_exceptions=True)

@@ -6,13 +6,13 @@ from __future__ import annotations
 import contextlib
 import random
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from shared import netguard
+from shared import keys, netguard
+from shared.partitions import Partitions
 from shared.profiles import AgentProfile, ProviderConfig
 from shared.scripts import Scripts
 from shared.settings import Settings
@@ -29,7 +29,14 @@ from worker.tools.registry import Toolbox
 if TYPE_CHECKING:
     from worker.runner import RunDriver
 
-__all__ = ["Providers", "UnknownProfileError", "WorkerDeps"]
+__all__ = ["Providers", "UnknownProfileError", "WorkerDeps", "wait_replicas"]
+
+
+def wait_replicas(settings: Settings) -> int:
+    """Replicas a worker's writes wait for (AGENTMILL_REDIS_WAIT_REPLICAS; 1 on a cluster, else 0)."""
+    if settings.redis_wait_replicas is not None:
+        return settings.redis_wait_replicas
+    return 1 if settings.redis_cluster else 0
 
 
 class UnknownProfileError(LookupError):
@@ -73,7 +80,7 @@ class Providers:
 
 @dataclass
 class WorkerDeps:
-    redis: Redis
+    parts: Partitions[Any]
     settings: Settings
     profiles: dict[str, AgentProfile]
     http: httpx.AsyncClient
@@ -94,16 +101,21 @@ class WorkerDeps:
     def __post_init__(self) -> None:
         self.lease_id = self.lease_id or self.worker_id
         self.scripts = Scripts(
-            self.redis,
+            self.parts.client(self.parts.parts[0]),
             queued_check_ms=self.settings.queued_check_ms,
             stream_maxlen=self.settings.stream_maxlen,
             retention_s=self.settings.retention_s,
         )
-        self.limiter = ProviderLimiter(self.scripts, lease_ms=self.settings.provider_slot_lease_ms)
-        self.batcher = ScriptBatcher(self.redis)
+        topo = self.parts.topology
+        self.limiter = ProviderLimiter(
+            self.scripts,
+            lease_ms=self.settings.provider_slot_lease_ms,
+            client_for=None if self.parts.single else lambda k: topo.for_slot(keys.slot_of(k)),
+        )
+        self.batcher = ScriptBatcher(self.parts, wait_replicas=wait_replicas(self.settings))
         self.models = Providers(self.http, self.limiter)
         self.tools = Toolbox(self.guarded_http)
-        self.sessions = RedisSessionStore(self.redis, SystemClock())
+        self.sessions = RedisSessionStore(self.parts, SystemClock())
 
     def profile(self, name: str) -> AgentProfile:
         try:
@@ -111,9 +123,9 @@ class WorkerDeps:
         except KeyError:
             raise UnknownProfileError(f"no profile named {name!r}") from None
 
-    def ports(self, run_id: str) -> RunPorts:
+    def ports(self, part: keys.Partition, run_id: str) -> RunPorts:
         """The ports of one run's driver, on this process's Redis, providers and tools."""
-        store = RedisRunStore(self.redis, self.scripts, self.settings, run_id, self.lease, self.batcher)
+        store = RedisRunStore(self.parts, self.scripts, self.settings, part, run_id, self.lease, self.batcher)
         return RunPorts(store, self.sessions, self.models, self.tools, SystemClock(), self.rng)
 
     async def aclose(self) -> None:

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 from arq.constants import (
-    abort_jobs_ss,
     in_progress_key_prefix,
     job_key_prefix,
     result_key_prefix,
     retry_key_prefix,
 )
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
+
+from shared.partitions import Partitions
 
 log = logging.getLogger("agentmill.worker")
 
@@ -32,10 +33,9 @@ _End = tuple[str, bool, bytes | None]
 
 class JobFinisher:
     def __init__(
-        self, redis: Redis, queue: str, keep_result_ms: int, *, tries: int = 3, retry_s: float = 0.5
+        self, parts: Partitions[Any], keep_result_ms: int, *, tries: int = 3, retry_s: float = 0.5
     ) -> None:
-        self.redis = redis
-        self.queue = queue
+        self.parts = parts
         self.keep_result_ms = keep_result_ms
         self.tries = tries
         self.retry_s = retry_s
@@ -63,40 +63,51 @@ class JobFinisher:
             task.add_done_callback(self.sending.discard)
 
     async def _send(self, batch: list[tuple[_End, asyncio.Future[None]]]) -> None:
+        """One pipeline per node: each job's keys carry its partition's tag (keys.Partition.job_id)."""
+        by_part: dict[int, list[_End]] = {}
+        for end, _ in batch:
+            by_part.setdefault(self.parts.layout.of_job(end[0])[0].index, []).append(end)
+        try:
+            await asyncio.gather(*(self._send_part(i, ends) for i, ends in by_part.items()))
+        finally:
+            for _, fut in batch:
+                if not fut.done():
+                    fut.set_result(None)
+
+    async def _send_part(self, index: int, ends: list[_End]) -> None:
+        part = self.parts.parts[index]
         gone: list[str] = []
         done: list[str] = []
         results: list[tuple[str, bytes]] = []
-        for (job_id, finished, result), _ in batch:
+        for job_id, finished, result in ends:
             gone.append(in_progress_key_prefix + job_id)
             if finished:
                 done.append(job_id)
                 gone += (retry_key_prefix + job_id, job_key_prefix + job_id)
                 if result is not None and self.keep_result_ms > 0:
                     results.append((result_key_prefix + job_id, result))
-        try:
-            for attempt in range(1, self.tries + 1):
-                try:
-                    async with self.redis.pipeline(transaction=False) as pipe:
-                        for key, value in results:
-                            pipe.set(key, value, px=self.keep_result_ms)
-                        if done:
-                            pipe.zrem(abort_jobs_ss, *done)
-                            pipe.zrem(self.queue, *done)
-                        pipe.delete(*gone)
-                        await pipe.execute()
-                    self.batches += 1
-                    break
-                except (RedisError, OSError) as exc:
-                    # What is left behind is harmless: job ids are never reused, the job key
-                    # expires, and the reconciler decides from the run hash, not from these keys.
-                    if attempt == self.tries:
-                        log.warning("could not clear %d finished jobs' arq keys: %s", len(batch), exc)
-                    else:
-                        await asyncio.sleep(self.retry_s)
-        finally:
-            for _, fut in batch:
-                if not fut.done():
-                    fut.set_result(None)
+
+        async def send(c: Any) -> None:
+            async with c.pipeline(transaction=False) as pipe:
+                for key, value in results:
+                    pipe.set(key, value, px=self.keep_result_ms)
+                if done:
+                    pipe.zrem(part.queue, *done)
+                pipe.delete(*gone)
+                await pipe.execute()
+
+        for attempt in range(1, self.tries + 1):
+            try:
+                await self.parts.call(part, send, deadline_s=10.0)
+                self.batches += 1
+                return
+            except (RedisError, OSError) as exc:
+                # What is left behind is harmless: job ids are never reused, the job key
+                # expires, and the reconciler decides from the run hash, not from these keys.
+                if attempt == self.tries:
+                    log.warning("could not clear %d finished jobs' arq keys: %s", len(ends), exc)
+                else:
+                    await asyncio.sleep(self.retry_s)
 
     async def aclose(self) -> None:
         if self.sending:

@@ -25,16 +25,17 @@ import httpx
 from arq.connections import ArqRedis
 from arq.constants import in_progress_key_prefix
 from arq.jobs import serialize_result
-from arq.utils import timestamp_ms
+from arq.utils import poll, timestamp_ms
 from arq.worker import Worker, func
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from shared import keys, netguard
+from shared import netguard
 from shared.dispatch import RUN_FUNCTION, deserialize, serialize
+from shared.keys import Partition
+from shared.partitions import Partitions
 from shared.profiles import AgentProfile, profiles_from
 from shared.quotas import Quotas
-from shared.redis_conn import connect
 from shared.scripts import Scripts
 from shared.settings import Settings, get_settings
 from worker.deps import WorkerDeps
@@ -64,8 +65,9 @@ JOB_TIMEOUT_S = 8 * 24 * 3600  # beyond the longest allowed run; runs end themse
 
 async def run_agent(ctx: dict[str, Any], run_id: str, gen: int) -> str:
     deps: WorkerDeps = ctx["deps"]
+    part = ctx.get("partition") or deps.parts.layout.of_job(ctx["job_id"])[0]
     return await RunDriver(
-        deps, deps.ports(run_id), run_id, int(gen), job_try=int(ctx.get("job_try", 1))
+        deps, deps.ports(part, run_id), run_id, int(gen), job_try=int(ctx.get("job_try", 1))
     ).run()
 
 
@@ -98,34 +100,84 @@ class ResilientWorker(Worker):
     keys and result record. A job whose key Redis lost still runs: its run hash decides.
     """
 
-    claim_script: Any = None
+    parts: Partitions[Any]  # the partitions whose queues this worker serves, on arq's clients
+    scripts: Scripts | None = None  # the process's (WorkerProcess sets them)
     claim_batch: int = 64
     claim_check_ms: int = 30_000  # the lease: a claimed run not acquired by then is re-dispatched
-    max_running: int = 0  # per tenant (0: none); over-cap jobs are pushed back, not claimed
+    max_running: int = 0  # per tenant and partition (0: none); over-cap jobs are pushed back
     running_caps: str = ""  # {tenant: maxRunning} JSON of tenants with their own quota
     push_back_ms: int = 500
     finisher: JobFinisher | None = None
 
+    async def _due_jobs(self) -> list[tuple[Partition, list[bytes]]]:
+        """Every partition's due job ids: one pipelined round trip per node."""
+        now, count = timestamp_ms(), self.queue_read_limit
+
+        def read(pipe: Any, part: Partition) -> None:
+            pipe.zrangebyscore(part.queue, "-inf", now, start=0, num=count)
+
+        replies = await self.parts.each(read)
+        return [(p, ids) for p, (ids,) in zip(self.parts.parts, replies, strict=True) if ids]
+
+    async def _poll_iteration(self) -> None:
+        """arq's poll over every partition's queue: claim what is due, then arq's health record."""
+        try:
+            if self.allow_pick_jobs and self.job_counter < self.max_jobs:
+                due = await self._due_jobs()
+                # Partitions in turn from a rotating start, so none is always served last.
+                if due:
+                    k = self._poll_turn % len(due)
+                    self._poll_turn += 1
+                    for part, ids in due[k:] + due[:k]:
+                        await self.start_jobs_on(part, ids)
+            await self.heart_beat()
+        except (RedisError, OSError) as exc:
+            log.warning("redis unavailable in the poll loop (%s: %s); retrying", type(exc).__name__, exc)
+            if not self.parts.single:
+                with contextlib.suppress(Exception):
+                    await self.parts.topology.refresh()
+            await asyncio.sleep(0.5)
+
+    _poll_turn = 0
+
+    async def main(self) -> None:
+        """arq's loop, with ``_poll_iteration`` over the partitions; a burst worker stops when every
+        partition's queue is empty and its jobs are done."""
+        self.ctx["redis"] = self.pool
+        async for _ in poll(self.poll_delay_s):
+            await self._poll_iteration()
+            if self.burst:
+                depth = sum(n for (n,) in await self.parts.each(lambda pipe, p: pipe.zcard(p.queue)))
+                if depth == 0 and self.job_counter == 0:
+                    await asyncio.gather(*self.tasks.values())
+                    return
+
     async def start_jobs(self, job_ids: list[bytes]) -> None:
+        """arq's entry point for one queue: the first partition's (``start_jobs_on`` for the rest)."""
+        await self.start_jobs_on(self.parts.parts[0], job_ids)
+
+    async def start_jobs_on(self, part: Partition, job_ids: list[bytes]) -> None:
         free = claim_size(self.max_jobs - self.job_counter, len(job_ids), self.claim_batch)
         if free <= 0 or not job_ids:
             return
-        if self.claim_script is None:
-            self.claim_script = Scripts(self.pool).claim_jobs
+        if self.scripts is None:
+            self.scripts = Scripts(self.pool)
         if self.finisher is None:
-            self.finisher = JobFinisher(self.pool, self.queue_name, int(self.keep_result_s * 1000))
-        reply = await self.claim_script(
-            keys=[self.queue_name],
-            args=[int(time.time() * 1000), int(self.in_progress_timeout_s * 1000), free,
-                  in_progress_key_prefix, self.claim_check_ms, self.max_running, self.running_caps,
-                  self.push_back_ms, *job_ids],
+            self.finisher = JobFinisher(self.parts, int(self.keep_result_s * 1000))
+        claim = self.scripts.claim_jobs
+        k, a = self.scripts.frame(
+            part,
+            [],
+            [int(time.time() * 1000), int(self.in_progress_timeout_s * 1000), free, in_progress_key_prefix,
+             self.claim_check_ms, self.max_running, self.running_caps, self.push_back_ms, *job_ids],
         )  # fmt: skip
+        reply = await self.parts.call(part, lambda c: claim(keys=k, args=a, client=c))
         for i in range(0, len(reply), 2):
             job_id = reply[i].decode() if isinstance(reply[i], bytes) else str(reply[i])
             score = int(float(reply[i + 1]))
             await self.sem.acquire()
             self.job_counter += 1
-            task = self.loop.create_task(self._run_claimed(job_id, score), name=job_id)
+            task = self.loop.create_task(self._run_claimed(part, job_id, score), name=job_id)
             task.add_done_callback(self._job_done)
             self.tasks[job_id] = task
 
@@ -136,12 +188,12 @@ class ResilientWorker(Worker):
         if self.tasks.get(job_id) is task:
             del self.tasks[job_id]
 
-    async def _run_claimed(self, job_id: str, score: int) -> None:
+    async def _run_claimed(self, part: Partition, job_id: str, score: int) -> None:
         """arq's ``run_job`` for a job this worker claimed, without its two transactions."""
         assert self.finisher is not None
-        run_id, gen = keys.parse_job_id(job_id)
+        _, run_id, gen = self.parts.layout.of_job(job_id)
         function = self.functions[RUN_FUNCTION]
-        ctx = {**self.ctx, "job_id": job_id, "job_try": 1, "score": score}
+        ctx = {**self.ctx, "job_id": job_id, "job_try": 1, "score": score, "partition": part}
         start_ms = timestamp_ms()
         result: Any = None
         finished, success = True, False
@@ -164,13 +216,6 @@ class ResilientWorker(Worker):
                 f"{job_id}:{RUN_FUNCTION}", self.queue_name, job_id=job_id, serializer=self.job_serializer,
             )  # fmt: skip
         await asyncio.shield(self.finisher.finish(job_id, finished, record))
-
-    async def _poll_iteration(self) -> None:
-        try:
-            await super()._poll_iteration()
-        except (RedisError, OSError) as exc:
-            log.warning("redis unavailable in the poll loop (%s: %s); retrying", type(exc).__name__, exc)
-            await asyncio.sleep(0.5)
 
 
 # Python's defaults are (700, 10, 10). Young collections every 10,000 allocations; their survivors
@@ -227,16 +272,20 @@ class WorkerProcess:
 
     async def run(self) -> None:
         s = self.settings
-        redis: Redis = connect(s, retries=60)
-        arq_pool = connect(s, retries=60, cls=ArqRedis)
-        arq_pool.job_serializer = serialize
-        arq_pool.job_deserializer = deserialize
+        parts: Partitions[Redis] = Partitions.from_settings(s, retries=60)
+        arq_parts: Partitions[ArqRedis] = Partitions.from_settings(s, retries=60, client_cls=ArqRedis)
+        await parts.start()
+        await arq_parts.start()
+        arq_pool = arq_parts.client(arq_parts.parts[0])  # arq's own records (health) on partition 0
+        for pool in arq_parts.topology.clients():
+            pool.job_serializer = serialize
+            pool.job_deserializer = deserialize
         http = lease_guarded_client(
             self.lease, httpx.Limits(max_connections=200, max_keepalive_connections=50)
         )
         # HTTP tools: the SSRF guard's backend connects, the lease backend guards every write.
         tools_http = add_lease_hook(netguard.guarded_client(inner=LeaseBackend(self.lease)), self.lease)
-        self.deps = WorkerDeps(redis=redis, settings=s, profiles=self.profiles, http=http,
+        self.deps = WorkerDeps(parts=parts, settings=s, profiles=self.profiles, http=http,
                                worker_id=self.worker_id, observer=self.observer, lease=self.lease,
                                guarded_http=tools_http)  # fmt: skip
         self.worker = ResilientWorker(
@@ -255,6 +304,8 @@ class WorkerProcess:
             # arq's default (5 × max_jobs) re-reads thousands of ids 20 times a second.
             queue_read_limit=max(100, 16 * s.claim_batch),
         )
+        self.worker.parts = arq_parts
+        self.worker.scripts = self.deps.scripts
         self.worker.claim_batch = s.claim_batch
         self.worker.claim_check_ms = s.lease_ms
         self.worker.max_running = s.tenant_max_running
@@ -291,7 +342,8 @@ class WorkerProcess:
                 await self.health.stop()
             await self.deps.aclose()
             await http.aclose()
-            await redis.aclose()
+            await parts.aclose()
+            await arq_parts.aclose()
             log.info("worker %s stopped", self.worker_id)
 
     def request_stop(self) -> None:
@@ -317,7 +369,7 @@ class WorkerProcess:
         if not self.deps.active:  # every run handed back: give the lease up at once
             with contextlib.suppress(RedisError, OSError):
                 await forget_worker(
-                    self.deps.redis, self.deps.scripts, self.deps.lease_id, only_if_expired=False
+                    self.deps.parts, self.deps.scripts, self.deps.lease_id, only_if_expired=False
                 )
 
     async def _until_idle(self) -> None:
@@ -330,7 +382,7 @@ class WorkerProcess:
         while True:
             sent = self.lease.now()
             try:
-                await beat(self.deps.redis, self.deps.scripts, self.deps.lease_id, s.lease_ms, register=True)
+                await beat(self.deps.parts, self.deps.scripts, self.deps.lease_id, s.lease_ms, register=True)
             except (RedisError, OSError) as exc:
                 log.warning("worker %s: cannot register its lease (%s); retrying", self.deps.lease_id, exc)
                 await asyncio.sleep(s.heartbeat_ms / 1000.0)
@@ -352,7 +404,7 @@ class WorkerProcess:
                 continue
             sent = self.lease.now()
             try:
-                b = await beat(self.deps.redis, self.deps.scripts, self.deps.lease_id, s.lease_ms)
+                b = await beat(self.deps.parts, self.deps.scripts, self.deps.lease_id, s.lease_ms)
             except (RedisError, OSError) as exc:
                 log.warning("heartbeat failed: %s", exc)
                 continue
@@ -377,7 +429,7 @@ class WorkerProcess:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._until_idle(), 5.0)
         try:
-            await reconcile_worker(self.deps.redis, self.deps.scripts, self.settings, old, expired_only=False)
+            await reconcile_worker(self.deps.parts, self.deps.scripts, self.settings, old, expired_only=False)
         except (RedisError, OSError) as exc:  # the reconcilers will find the old lease expired
             log.warning("worker %s: could not hand its runs back (%s)", old, exc)
         self.incarnation += 1
@@ -391,7 +443,7 @@ class WorkerProcess:
         while True:
             await asyncio.sleep(s.reconcile_ms / 1000.0 * random.uniform(0.8, 1.2))
             try:
-                verdicts = await reconcile_once(self.deps.redis, self.deps.scripts, s)
+                verdicts = await reconcile_once(self.deps.parts, self.deps.scripts, s)
             except (RedisError, OSError) as exc:
                 log.warning("reconcile sweep failed: %s", exc)
                 continue

@@ -21,6 +21,7 @@ import random
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from shared import keys
 from shared.profiles import ProviderConfig
@@ -55,8 +56,12 @@ class ProviderLimiter:
         window_ms: int = WINDOW_MS,
         poll_min_ms: int = 20,
         poll_max_ms: int = 500,
+        client_for: Callable[[str], Any] | None = None,
     ) -> None:
         self.scripts = scripts
+        # The client of the node serving a key's slot (an endpoint's keys share one); None: the
+        # client the scripts were registered on.
+        self.client_for = client_for
         self.lease_ms = lease_ms
         self.window_ms = window_ms
         self.poll_min_ms = poll_min_ms
@@ -74,8 +79,10 @@ class ProviderLimiter:
     async def try_acquire(self, cfg: ProviderConfig, holder: str, tokens: int) -> tuple[int, str]:
         """One attempt: (0, "ok") when granted, else (wait hint ms, reason)."""
         endpoint = keys.endpoint_hash(cfg.base_url or "")
+        ks = self._keys(endpoint)
         wait, reason = await self.scripts.capacity_acquire(
-            keys=self._keys(endpoint),
+            keys=ks,
+            client=self._client(ks[0]),
             args=[holder, self.lease_ms, cfg.max_concurrent or 0, cfg.requests_per_minute or 0,
                   cfg.tokens_per_minute or 0, max(0, tokens), self.window_ms],
         )  # fmt: skip
@@ -103,8 +110,9 @@ class ProviderLimiter:
             await asyncio.sleep(delay / 1000.0)
 
     async def renew(self, grant: Grant) -> None:
+        k = keys.provider_slots_key(grant.endpoint)
         await self.scripts.capacity_renew(
-            keys=[keys.provider_slots_key(grant.endpoint)], args=[grant.holder, self.lease_ms]
+            keys=[k], args=[grant.holder, self.lease_ms], client=self._client(k)
         )
 
     async def keep(self, grant: Grant) -> None:
@@ -123,8 +131,10 @@ class ProviderLimiter:
         return Held(self, grant, keeper)
 
     async def release(self, grant: Grant, actual_tokens: int | None) -> None:
+        k = keys.provider_slots_key(grant.endpoint)
         await self.scripts.capacity_release(
-            keys=[keys.provider_slots_key(grant.endpoint), keys.provider_tokens_key(grant.endpoint)],
+            keys=[k, keys.provider_tokens_key(grant.endpoint)],
+            client=self._client(k),
             args=[grant.holder, grant.tokens, -1 if actual_tokens is None else actual_tokens],
         )
 
@@ -132,7 +142,11 @@ class ProviderLimiter:
         """No call to this endpoint starts for ``ms`` (a 429's Retry-After), on any worker."""
         if ms > 0:
             endpoint = keys.endpoint_hash(cfg.base_url or "")
-            await self.scripts.capacity_pause(keys=[keys.provider_pause_key(endpoint)], args=[ms])
+            k = keys.provider_pause_key(endpoint)
+            await self.scripts.capacity_pause(keys=[k], args=[ms], client=self._client(k))
+
+    def _client(self, key: str) -> Any:
+        return None if self.client_for is None else self.client_for(key)
 
 
 class Held:

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError
 
-from shared import keys
-from shared.dispatch import JOB_EXPIRE_MS, job_payload, job_ref
+from shared.keys import Partition
 from shared.models import Message, ToolCall, ToolResult
+from shared.partitions import Partitions
 from shared.profiles import ContextConfig
 from shared.scripts import Scripts, text
 from shared.settings import Settings
@@ -35,14 +35,16 @@ class RedisRunStore:
 
     def __init__(
         self,
-        redis: Redis,
+        parts: Partitions[Any],
         scripts: Scripts,
         settings: Settings,
+        part: Partition,
         run_id: str,
         lease: WorkerLease | None = None,
         batcher: ScriptBatcher | None = None,
     ) -> None:
-        self.redis = redis
+        self.parts = parts
+        self.part = part
         self.lease = lease
         self.batcher = batcher
         self.scripts = scripts
@@ -51,12 +53,15 @@ class RedisRunStore:
         self.epoch = 0
         self.last_seq = 0
         self.round_trips = 0
-        self._keys = [keys.run_key(run_id), keys.events_stream(run_id), keys.tools_key(run_id), keys.LIVE]
+        self._keys = part.run_keys(run_id)
+        self.attempts: dict[str, int] = {}  # tool call id -> attempts recorded (claims count on)
+        self.lease_id = ""  # the worker lease id it acquired the run under
 
-    async def _run(self, script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
+    async def _run(self, script: AsyncScript, own_keys: list[Any], args: list[Any]) -> Any:
+        k, a = self.scripts.frame(self.part, own_keys, args)
         if self.batcher is not None:
-            return await self.batcher.call(script, keys, args)
-        return await script(keys=keys, args=args)
+            return await self.batcher.call(self.part, script, k, a)
+        return await self.parts.call(self.part, lambda c: script(keys=k, args=a, client=c))
 
     def _check_lease(self) -> None:
         if self.lease is not None and self.lease.expired():
@@ -71,23 +76,17 @@ class RedisRunStore:
         r = await self._run(
             self.scripts.acquire,
             self._keys,
-            [
-                self.run_id,
-                gen,
-                worker_id,
-                s.lease_ms,
-                s.max_crash_restarts,
-                s.stream_maxlen,
-                s.retention_s,
-            ],
+            [self.run_id, gen, worker_id, s.max_crash_restarts, s.stream_maxlen, s.retention_s],
         )
         verdict = text(r[0])
         if verdict != "ok":
             return NotAcquired(verdict, text(r[1]) if len(r) > 1 else "")
         self.epoch = int(text(r[1]))
+        self.lease_id = worker_id
         self.last_seq = int(text(r[2]) or 0)
         flat = r[7]
         records = {text(flat[i]): orjson.loads(flat[i + 1]) for i in range(0, len(flat), 2)}
+        self.attempts = {k: int(v.get("attempts") or 0) for k, v in records.items() if isinstance(v, dict)}
         return Acquired(
             epoch=self.epoch,
             last_seq=self.last_seq,
@@ -116,13 +115,14 @@ class RedisRunStore:
         self._check_lease()
         first = self.last_seq + 1
         args: list[Any] = [
-            self.epoch, first, s.stream_maxlen, s.retention_s, s.lease_ms, self.run_id, status, aux,
+            self.epoch, first, s.stream_maxlen, s.retention_s, self.lease_id, self.run_id, status, aux,
             checkpoint or b"", len(outbox.events),
         ]  # fmt: skip
         for kind, ts, payload in outbox.events:
             args += [kind, ts, payload]
         args.append(len(outbox.claims))
-        args += outbox.claims
+        for call_id in outbox.claims:
+            args += [call_id, self.attempts.get(call_id, 0) + 1]
         args.append(len(outbox.records))
         for call_id, rec in outbox.records:
             args += [call_id, rec]
@@ -135,8 +135,11 @@ class RedisRunStore:
         args.append("" if approval_timeout_ms is None else approval_timeout_ms)
         args.append("" if run_deadline_ms is None else run_deadline_ms)
         args.append("" if iterations is None else iterations)
+        own = [*self._keys, self.part.worker_lease(self.lease_id)]
+        if session is not None:
+            own += self.part.session_keys(session.session_id)
         self.round_trips += 1
-        r = await self._run(self.scripts.commit, self._keys, args)
+        r = await self._run(self.scripts.commit, own, args)
         verdict = text(r[0])
         if verdict == "fenced" or verdict == "missing":
             raise FencedError(f"run {self.run_id}: epoch {self.epoch} is no longer current ({verdict})")
@@ -145,34 +148,34 @@ class RedisRunStore:
                 f"run {self.run_id}: expected last seq {first - 1}, stream has {text(r[1])}"
             )
         self.last_seq = int(text(r[1]))
+        for call_id in outbox.claims:
+            self.attempts[call_id] = self.attempts.get(call_id, 0) + 1
         return self.last_seq
 
     async def release(self, gen: int) -> str:
         """Hand the run back: it goes straight back on the queue as dispatch gen + 1."""
-        new_job, new_key = job_ref(self.run_id, gen + 1)
         self._check_lease()
         self.round_trips += 1
-        r = await self.scripts.release(
-            keys=[keys.run_key(self.run_id), keys.LIVE, keys.QUEUE, new_key],
-            args=[self.epoch, self.run_id, gen + 1, new_job, job_payload(self.run_id, gen + 1), JOB_EXPIRE_MS,
-                  self.settings.queued_check_ms],
-        )  # fmt: skip
+        r = await self._run(self.scripts.release, [self._keys[0]], [self.epoch, self.run_id, gen + 1])
         return text(r[0])
 
 
 class RedisSessionStore:
-    """SessionStore: a session's run loops (a list) and past tool results (a hash), read raw."""
+    """SessionStore: a session's run loops (a list) and past tool results (a hash), read raw, on
+    the session's partition (a run of the session lives there too)."""
 
-    def __init__(self, redis: Redis, clock: Clock) -> None:
-        self.redis = redis
+    def __init__(self, parts: Partitions[Any], clock: Clock) -> None:
+        self.parts = parts
         self.clock = clock
 
     async def load_history(self, session_id: str | None, cfg: ContextConfig) -> list[Message]:
         """The reduced past run loops of the session (seed 002)."""
         if session_id is None:
             return []
-        key = keys.session_history_key(session_id)
-        raw = await self.redis.lrange(key, -max(cfg.max_run_loops, 1), -1)  # type: ignore[misc]
+        part = self.parts.home(session_id)
+        key = part.session_loops(session_id)
+        n = max(cfg.max_run_loops, 1)
+        raw = await self.parts.call(part, lambda c: c.lrange(key, -n, -1))
         loops = [context.RunLoop.model_validate_json(r) for r in raw]
         return context.reduce_history(loops, cfg, self.clock.now_ms())
 
@@ -182,10 +185,14 @@ class RedisSessionStore:
         wanted = sessions.recall_id(call)
         raw = None
         if run_id is not None and wanted:
-            rec = await self.redis.hget(keys.tools_key(run_id), wanted)  # type: ignore[misc]
+            part = self.parts.home(session_id) if session_id else self.parts.home(run_id)
+            tools = part.tools(run_id)
+            rec = await self.parts.call(part, lambda c: c.hget(tools, wanted))
             raw = sessions.recorded_result(rec) if rec is not None else None
         if raw is None and session_id is not None and wanted:
-            raw = await self.redis.hget(keys.session_tool_results_key(session_id), wanted)  # type: ignore[misc]
+            part = self.parts.home(session_id)
+            results = part.session_results(session_id)
+            raw = await self.parts.call(part, lambda c: c.hget(results, wanted))
         return sessions.recalled(call, wanted, raw)
 
 
@@ -199,7 +206,7 @@ class Beat:
 
 
 async def beat(
-    redis: Redis,
+    parts: Partitions[Any],
     scripts: Scripts,
     lease_id: str,
     lease_ms: int,
@@ -207,25 +214,47 @@ async def beat(
     register: bool = False,
     max_messages: int = 200,
 ) -> Beat:
-    """One worker heartbeat: one script, O(1) whatever the number of runs the worker holds."""
-    r = await scripts.beat(
-        keys=[keys.WORKERS, keys.worker_inbox_key(lease_id)],
-        args=[lease_id, lease_ms, max_messages, "1" if register else ""],
-        client=redis,
-    )
-    if text(r[0]) == "lost":
-        return Beat(lost=True)
-    return Beat(
-        lost=False,
-        aborts=[(text(r[i]), int(text(r[i + 1]) or 0), text(r[i + 2])) for i in range(1, len(r), 3)],
-    )
+    """One worker heartbeat: one script per partition, one pipelined round trip per node, whatever
+    the number of runs the worker holds. Lost on any partition is lost (the worker starts over)."""
+
+    def queue(pipe: Any, part: Partition) -> None:
+        k, a = scripts.frame(part, [part.worker_inbox(lease_id), part.worker_lease(lease_id)],
+                             [lease_id, lease_ms, max_messages, "1" if register else ""])  # fmt: skip
+        pipe.evalsha(scripts.beat.sha, len(k), *k, *a)
+
+    replies = await _each_script(parts, scripts.beat, queue)
+    aborts: list[tuple[str, int, str]] = []
+    for (r,) in replies:
+        if text(r[0]) == "lost":
+            return Beat(lost=True)
+        aborts += [(text(r[i]), int(text(r[i + 1]) or 0), text(r[i + 2])) for i in range(1, len(r), 3)]
+    return Beat(lost=False, aborts=aborts)
 
 
-async def forget_worker(redis: Redis, scripts: Scripts, lease_id: str, *, only_if_expired: bool) -> str:
-    """Drop a worker's lease entry (and its runs set and inbox once the set is empty)."""
-    r = await scripts.forget_worker(
-        keys=[keys.WORKERS, keys.worker_runs_key(lease_id), keys.worker_inbox_key(lease_id)],
-        args=[lease_id, "1" if only_if_expired else ""],
-        client=redis,
-    )
-    return text(r[0])
+async def forget_worker(
+    parts: Partitions[Any], scripts: Scripts, lease_id: str, *, only_if_expired: bool
+) -> str:
+    """Drop a worker's lease entries (and its runs sets and inboxes where the set is empty): the
+    verdict of the partition furthest from forgotten (has_runs, alive, gone, forgotten)."""
+
+    def queue(pipe: Any, part: Partition) -> None:
+        own = [part.worker_runs(lease_id), part.worker_inbox(lease_id), part.worker_lease(lease_id)]
+        k, a = scripts.frame(part, own, [lease_id, "1" if only_if_expired else ""])
+        pipe.evalsha(scripts.forget_worker.sha, len(k), *k, *a)
+
+    verdicts = {text(r[0]) for (r,) in await _each_script(parts, scripts.forget_worker, queue)}
+    for v in ("has_runs", "alive", "forgotten"):
+        if v in verdicts:
+            return v
+    return "gone"
+
+
+async def _each_script(parts: Partitions[Any], script: AsyncScript, queue: Any) -> list[Any]:
+    """``queue(pipe, part)`` on every partition; once more after loading the script where Redis
+    did not know it (a fresh or restarted node)."""
+    try:
+        return await parts.each(queue)
+    except NoScriptError:
+        for client in parts.topology.clients():
+            await client.script_load(script.script)
+        return await parts.each(queue)

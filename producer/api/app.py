@@ -7,6 +7,7 @@ pydantic already), an OpenAPI document for free, and Starlette's streaming respo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,46 +20,56 @@ from producer.api.errors import OrjsonResponse
 from producer.api.middleware import BodyLimit, observe
 from producer.api.sse import MAX_BLOCK_S
 from producer.api.state import Api
-from shared.redis_conn import connect
+from producer.routing import Parts
+from shared.partitions import Partitions
 from shared.settings import Settings, get_settings
 
 __all__ = ["create_app"]
 
 
 def create_app(
-    settings: Settings | None = None, *, redis: Redis | None = None, background: bool = True
+    settings: Settings | None = None, *, redis: Redis | Parts | None = None, background: bool = True
 ) -> FastAPI:
+    """``redis``: a client (or started Partitions) the caller owns; else the app builds its own
+    from the settings (REDIS_URL, AGENTMILL_REDIS_CLUSTER, AGENTMILL_PARTITIONS) and closes them."""
     settings = settings or get_settings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # Two pools: short calls on one, blocking stream reads (SSE, long-polls) on their own, so
-        # streams can never take the connections /readyz, submissions and reads need.
-        client = redis or connect(
-            settings, retries=2, max_connections=256, socket_timeout=settings.redis_timeout_s
-        )
-        blocking = redis or connect(
-            settings, retries=2, max_connections=settings.max_streams + 8,
-            socket_timeout=settings.redis_timeout_s + MAX_BLOCK_S,
-        )  # fmt: skip
-        api = Api(settings, client, blocking)
-        app.state.api = api
-        tasks: list[asyncio.Task[None]] = []
-        stop = asyncio.Event()
-        if background and os.environ.get("AGENTMILL_WEBHOOKS", "true").lower() not in ("0", "false", "no"):
-            from producer.webhooks import deliver_forever
-
-            tasks.append(asyncio.create_task(deliver_forever(client, settings, stop)))
-        try:
-            yield
-        finally:
-            stop.set()
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+        async with contextlib.AsyncExitStack() as own:
+            # Two sets of pools: short calls on one, blocking stream reads (SSE, long-polls) on their
+            # own, so streams can never take the connections /readyz, submissions and reads need.
+            pools: list[Redis | Parts] = [redis, redis] if redis is not None else []
             if redis is None:
-                await client.aclose()
-                await blocking.aclose()
+                for size, timeout in (
+                    (256, settings.redis_timeout_s),
+                    (settings.max_streams + 8, settings.redis_timeout_s + MAX_BLOCK_S),
+                ):
+                    parts: Parts = Partitions.from_settings(
+                        settings, retries=2, max_connections=size, socket_timeout=timeout
+                    )
+                    own.push_async_callback(parts.aclose)
+                    await parts.start()
+                    pools.append(parts)
+            api = Api(settings, *pools)
+            app.state.api = api
+            tasks: list[asyncio.Task[None]] = []
+            stop = asyncio.Event()
+            if background and os.environ.get("AGENTMILL_WEBHOOKS", "true").lower() not in (
+                "0",
+                "false",
+                "no",
+            ):
+                from producer.webhooks import deliver_forever
+
+                tasks.append(asyncio.create_task(deliver_forever(api.producer.parts, settings, stop)))
+            try:
+                yield
+            finally:
+                stop.set()
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
 
     app = FastAPI(
         title="agentmill",

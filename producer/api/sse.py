@@ -12,7 +12,7 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from producer.api.errors import COMMON_ERRORS, ErrorResponse, OrjsonResponse
 from producer.api.state import Api, ApiDep, Tenant, record_or_404
 from producer.api.streams import SlotStreamingResponse
-from shared import limits
+from shared import keys, limits
 from shared.api import EventsPage
 from shared.codec import to_jsonable
 from shared.errors import ApiError
@@ -46,16 +46,17 @@ async def events(
     format: Annotated[str, Query(pattern="^(sse|json)$")] = "sse",
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> Response:
-    key = (await record_or_404(api, run_id, tenant)).key
+    rec = await record_or_404(api, run_id, tenant)
+    key, part = rec.key, api.parts.layout.of_key(rec.stream_key)
     start = after if after is not None else _seq(last_event_id)
     if format == "json":
-        page = await api.producer.read_events(key, after=start, limit=limit, label=run_id)
+        page = await api.producer.read_events(key, after=start, limit=limit, label=run_id, part=part)
         return OrjsonResponse(
             {"events": [to_jsonable(e) for e in page], "next": page[-1].seq if page else start}
         )
     slot = api.streams.acquire(tenant)
     return SlotStreamingResponse(
-        _sse(api, request, key, start, label=run_id),
+        _sse(api, request, key, start, label=run_id, part=part),
         slot,
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
@@ -72,7 +73,13 @@ def _seq(last_event_id: str | None) -> int:
 
 
 async def _sse(
-    api: Api, request: Request, run_id: str, after: int, *, label: str | None = None
+    api: Api,
+    request: Request,
+    run_id: str,
+    after: int,
+    *,
+    label: str | None = None,
+    part: keys.Partition | None = None,
 ) -> AsyncIterator[bytes]:
     """Events after ``after``; a comment line while idle; ends after the terminal event."""
     last = after
@@ -82,7 +89,9 @@ async def _sse(
     while True:
         if await request.is_disconnected():
             return
-        page = await api.producer.read_events(run_id, after=last, limit=200, block_ms=block_ms, label=label)
+        page = await api.producer.read_events(
+            run_id, after=last, limit=200, block_ms=block_ms, label=label, part=part
+        )
         if not page:
             if time.monotonic() - idle_since >= api.sse_heartbeat_s:
                 idle_since = time.monotonic()

@@ -13,6 +13,7 @@ from redis.asyncio import Redis
 from producer.api.auth import Authenticator
 from producer.api.metrics import ApiMetrics
 from producer.api.streams import StreamLimiter
+from producer.routing import Parts
 from producer.service import Producer, RunRecord
 from shared.errors import ApiError
 from shared.profiles import profiles_from
@@ -25,12 +26,15 @@ __all__ = ["Api", "ApiDep", "Tenant", "get_api", "record_or_404", "tenant_of"]
 class Api:
     """Shared state of one API process."""
 
-    def __init__(self, settings: Settings, redis: Redis, stream_redis: Redis | None = None) -> None:
+    def __init__(
+        self, settings: Settings, redis: Redis | Parts, stream_redis: Redis | Parts | None = None
+    ) -> None:
         self.settings = settings
-        self.redis = redis
         self.producer = Producer(
             redis, settings=settings, profiles=profiles_from(settings.profiles), stream_redis=stream_redis
         )
+        self.parts = self.producer.parts
+        self.redis = self.producer.redis  # the first partition's client
         self.streams = StreamLimiter(settings.max_streams_per_tenant, settings.max_streams)
         self.quotas = Quotas(settings)
         self.auth = Authenticator(settings)

@@ -96,18 +96,19 @@ def print_event(e: RunEvent) -> None:
 
 @contextlib.asynccontextmanager
 async def direct_producer() -> AsyncIterator[Any]:
-    from redis.asyncio import Redis
-
+    """A Producer on the partitions the settings name (REDIS_URL, AGENTMILL_REDIS_CLUSTER,
+    AGENTMILL_PARTITIONS), closed after."""
     from producer.service import Producer
+    from shared.partitions import Partitions
     from shared.profiles import profiles_from
-    from shared.redis_conn import connect
 
     settings = get_settings()
-    redis: Redis = connect(settings, retries=3)
+    parts: Partitions[Any] = Partitions.from_settings(settings, retries=3)
     try:
-        yield Producer(redis, settings=settings, profiles=profiles_from(settings.profiles))
+        await parts.start()
+        yield Producer(parts, settings=settings, profiles=profiles_from(settings.profiles))
     finally:
-        await redis.aclose()
+        await parts.aclose()
 
 
 def safe_url(url: str) -> str:

@@ -1,28 +1,32 @@
--- KEYS: run, stream, tools, live
--- ARGV: runId, gen, worker lease id, leaseMs (unused), maxRestarts, maxlen, retention
--- Refused (no_lease) unless the acquiring worker's own lease is unexpired.
-local h = redis.call('HMGET', KEYS[1], 'status', 'gen', 'owner', 'leaseUntil', 'epoch', 'restarts')
+-- KEYS: run, stream, tools
+-- ARGV: runId, gen, worker lease id, maxRestarts, maxlen, retention
+-- Refused (no_lease) unless the acquiring worker's own lease is unexpired. The same acquire sent
+-- again (its reply lost, or the batch re-sent after a failover) answers as the first did.
+local function loaded(epoch, restarts)
+  local d = redis.call('HMGET', KEYS[1], 'lastSeq', 'ckpt', 'input', 'abort', 'approvals')
+  return {'ok', tostring(epoch), d[1] or '0', d[2] or '', d[3] or '', d[4] or '', d[5] or '',
+    redis.call('HGETALL', KEYS[3]), tostring(restarts)}
+end
+local h = redis.call('HMGET', KEYS[1], 'status', 'gen', 'owner', 'epoch', 'restarts')
 if not h[1] then return {'missing'} end
 if is_terminal(h[1]) then return {'terminal', h[1]} end
 if tonumber(h[2]) ~= tonumber(ARGV[2]) then return {'superseded', h[2]} end
-local now = now_ms()
-if not worker_alive(ARGV[3], now) then return {'no_lease', ARGV[3]} end
-if h[3] ~= '' and worker_alive(h[3], now) then return {'busy', h[3]} end
-local restarts = tonumber(h[6] or '0')
+if not worker_alive(ARGV[3]) then return {'no_lease', ARGV[3]} end
+if h[3] == ARGV[3] and h[1] == 'running' then return loaded(h[4], h[5] or '0') end
+if h[3] ~= '' and worker_alive(h[3]) then return {'busy', h[3]} end
+local restarts = tonumber(h[5] or '0')
 if h[3] ~= '' then restarts = restarts + 1 end
-if restarts > tonumber(ARGV[5]) then
+if restarts > tonumber(ARGV[4]) then
   redis.call('HSET', KEYS[1], 'restarts', restarts)
-  finalize(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], 'failed', 'crash_limit',
-    'the run lost its worker ' .. restarts .. ' times (AGENTMILL_MAX_CRASH_RESTARTS=' .. ARGV[5] .. ')',
-    ARGV[6], ARGV[7])
+  finalize(KEYS[1], KEYS[2], KEYS[3], LIVE, ARGV[1], 'failed', 'crash_limit',
+    'the run lost its worker ' .. restarts .. ' times (AGENTMILL_MAX_CRASH_RESTARTS=' .. ARGV[4] .. ')',
+    ARGV[5], ARGV[6])
   return {'exhausted', tostring(restarts)}
 end
-local epoch = tonumber(h[5]) + 1
+local epoch = tonumber(h[4]) + 1
 if h[3] ~= '' then redis.call('SREM', worker_runs_key(h[3]), ARGV[1]) end
 redis.call('HSET', KEYS[1], 'epoch', epoch, 'owner', ARGV[3], 'restarts', restarts, 'status', 'running')
 track(KEYS[1], ARGV[1], h[1], 'running')
 redis.call('SADD', worker_runs_key(ARGV[3]), ARGV[1])
-redis.call('ZREM', KEYS[4], ARGV[1])  -- a running run is watched through its worker's lease
-local d = redis.call('HMGET', KEYS[1], 'lastSeq', 'ckpt', 'input', 'abort', 'approvals')
-return {'ok', tostring(epoch), d[1] or '0', d[2] or '', d[3] or '', d[4] or '', d[5] or '',
-  redis.call('HGETALL', KEYS[3]), tostring(restarts)}
+redis.call('ZREM', LIVE, ARGV[1])  -- a running run is watched through its worker's lease
+return loaded(epoch, restarts)

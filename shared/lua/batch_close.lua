@@ -1,7 +1,7 @@
--- The end of a batch request that did not say more: no part is still to come, so the batch is
--- finished as soon as its runs have all ended (now, if they already have). ARGV: tenant, batchId
-local bk = batch_key(ARGV[1], ARGV[2])
-if redis.call('EXISTS', bk) == 0 then return {'missing'} end
-redis.call('HDEL', bk, 'open')
-if redis.call('HEXISTS', bk, 'finishedAt') == 1 or batch_settle(bk) then return {'finished'} end
+-- The end of a batch request that did not say more: no part is still to come, so the batch's share
+-- in this partition is finished as soon as its runs have all ended (now, if they already have).
+-- KEYS: batch   ARGV: none
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing'} end
+redis.call('HDEL', KEYS[1], 'open')
+if redis.call('HEXISTS', KEYS[1], 'finishedAt') == 1 or batch_settle(KEYS[1]) then return {'finished'} end
 return {'closed'}

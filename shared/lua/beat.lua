@@ -1,13 +1,14 @@
--- One worker heartbeat, O(1) whatever the worker's number of runs: renew its lease and take up to
--- ARGV[3] abort nudges from its inbox, each answered with the run's epoch and abort reason (the run
--- hash stays the truth). A lease that already expired is not renewed: the worker must give up its
--- runs (``lost``). ARGV[4] = '1' registers a new lease id.
--- KEYS: workers, inbox   ARGV: lease id, leaseMs, max messages, register
-local now = now_ms()
-if ARGV[4] ~= '1' and not worker_alive(ARGV[1], now) then return {'lost'} end
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+-- One worker heartbeat on one partition, O(1) whatever the worker's number of runs: renew its lease
+-- (its lease key, which a commit checks, and its entry in the workers zset, which the sweep reads)
+-- and take up to ARGV[3] abort nudges from its inbox, each answered with the run's epoch and abort
+-- reason (the run hash stays the truth). A lease that already expired is not renewed: the worker
+-- must give up its runs (``lost``). ARGV[4] = '1' registers a new lease id.
+-- KEYS: inbox, lease key   ARGV: lease id, leaseMs, max messages, register
+if ARGV[4] ~= '1' and redis.call('EXISTS', KEYS[2]) == 0 then return {'lost'} end
+redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
+redis.call('ZADD', WORKERS, now_ms() + tonumber(ARGV[2]), ARGV[1])
 local out = {'ok'}
-local msgs = redis.call('LPOP', KEYS[2], tonumber(ARGV[3]))
+local msgs = redis.call('LPOP', KEYS[1], tonumber(ARGV[3]))
 if msgs then
   for _, rid in ipairs(msgs) do
     local r = redis.call('HMGET', run_key(rid), 'epoch', 'abort', 'owner')

@@ -1,6 +1,6 @@
 -- arq's job start, batched: claim up to ARGV[3] of the given job ids in one round trip, with arq's
 -- own rule (the job is due and nobody holds its in-progress key); a claimed job leaves the queue.
--- KEYS: queue   ARGV: now, inProgressMs, limit, inProgressPrefix, ids...
+-- KEYS: none of its own (the partition's queue and live index)
 -- ARGV: now ms, in-progress ttl ms, most jobs to claim, in-progress key prefix, claim check ms,
 --       default maxRunning per tenant (0: none), {tenant: maxRunning} JSON or '', push-back ms, job ids…
 -- A claimed run's reconciler check moves to one lease from now: if its worker dies before it takes
@@ -39,8 +39,8 @@ end
 for i = 9, #ARGV do
   if #out >= 2 * limit then break end
   local id = ARGV[i]
-  local rid = string.match(id, '^(.-)#%d+$') or id
-  local score = redis.call('ZSCORE', KEYS[1], id)
+  local rid = run_of_job(id)
+  local score = redis.call('ZSCORE', QUEUE, id)
   if score and tonumber(score) <= now then
     local tenant, cap = '', 0
     if max_running > 0 or ARGV[7] ~= '' then
@@ -48,12 +48,12 @@ for i = 9, #ARGV do
       cap = tonumber(caps[tenant] or max_running)
     end
     if cap > 0 and running_count(tenant, cap) >= cap then
-      redis.call('ZADD', KEYS[1], 'XX', push_to, id)
+      redis.call('ZADD', QUEUE, 'XX', push_to, id)
     elseif redis.call('SET', ARGV[4] .. id, '1', 'NX', 'PX', ARGV[2]) then
       -- Claimed: off the queue, so later polls (every worker's, every 50 ms) do not scan it again
       -- while it runs. A lost claim is found by the reconciler (the run's live-index check), not
       -- by arq's in-progress expiry.
-      redis.call('ZREM', KEYS[1], id)
+      redis.call('ZREM', QUEUE, id)
       out[#out + 1] = id
       out[#out + 1] = score
       redis.call('ZADD', LIVE, 'XX', 'LT', check_at, rid)

@@ -1,16 +1,19 @@
--- KEYS: run, stream, tools, live
--- ARGV: [1] epoch [2] firstSeq [3] maxlen [4] retention [5] leaseMs [6] runId [7] status ('' = still
+-- KEYS: run, stream, tools, the committing worker's lease key, then with a session update: the
+--   session's hash, pending, runs, loops, results (shared.keys.Partition.session_keys)
+-- ARGV: [1] epoch [2] firstSeq [3] maxlen [4] retention [5] the worker's lease id [6] runId [7] status ('' = still
 --   running) [8] aux (result JSON when terminal, approvals JSON when awaiting_human) [9] ckpt ('' =
---   unchanged) [10] nEvents, then kind, ts, payload per event; nClaims, ids; nRecords, id, json;
+--   unchanged) [10] nEvents, then kind, ts, payload per event; nClaims, then id, attempt number per
+--   claim; nRecords, id, json;
 --   sessionId, run loop JSON ('' = none), nToolResults, id, json; approvalTimeoutMs ('' = none),
 --   run deadline ms (maxRunDurationMs from the start; '' = none; bounds an approval wait too),
 --   iterations ('' = unchanged; kept as a field so scripts that end a run report it without
 --   parsing the checkpoint).
-local h = redis.call('HMGET', KEYS[1], 'epoch', 'lastSeq', 'owner')
+local h = redis.call('HMGET', KEYS[1], 'epoch', 'lastSeq', 'owner', 'status', 'webhook')
 if not h[1] then return {'missing'} end
 if tonumber(h[1]) ~= tonumber(ARGV[1]) then return {'fenced', h[1]} end
 -- A worker past its lease writes nothing, even before anyone took its runs over.
-if not worker_alive(h[3], now_ms()) then return {'fenced', h[1]} end
+-- (The epoch matches, so the run's owner is this worker unless the run was handed back.)
+if h[3] ~= ARGV[5] or redis.call('EXISTS', KEYS[4]) == 0 then return {'fenced', h[1]} end
 local first = tonumber(ARGV[2])
 if tonumber(h[2]) ~= first - 1 then
   -- The same commit sent again after its reply was lost (redis-py retries on connection errors):
@@ -35,20 +38,21 @@ for k = 0, n - 1 do
   i = i + 3
 end
 local last = first + n - 1
+-- Tool claims (pending, with the attempt number the worker counted from the records it acquired)
+-- and tool results: one HSET.
 local nc = tonumber(ARGV[i]); i = i + 1
+local tool_fields = {}
 for k = 1, nc do
-  local prev = redis.call('HGET', KEYS[3], ARGV[i])
-  local attempts = 0
-  if prev then attempts = cjson.decode(prev).attempts or 0 end
-  redis.call('HSET', KEYS[3], ARGV[i],
-    cjson.encode({state = 'pending', epoch = tonumber(ARGV[1]), attempts = attempts + 1}))
-  i = i + 1
+  tool_fields[#tool_fields + 1] = ARGV[i]
+  tool_fields[#tool_fields + 1] = cjson.encode({state = 'pending', epoch = tonumber(ARGV[1]), attempts = tonumber(ARGV[i + 1])})
+  i = i + 2
 end
 local nr = tonumber(ARGV[i]); i = i + 1
 for k = 1, nr do
-  redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
+  tool_fields[#tool_fields + 1] = ARGV[i]; tool_fields[#tool_fields + 1] = ARGV[i + 1]
   i = i + 2
 end
+if #tool_fields > 0 then redis.call('HSET', KEYS[3], unpack(tool_fields)) end
 local sid = ARGV[i]; local loop = ARGV[i + 1]; i = i + 2
 local ntr = tonumber(ARGV[i]); i = i + 1
 local trs = {}
@@ -59,63 +63,65 @@ end
 local approval_timeout = ARGV[i]
 local run_deadline = ARGV[i + 1] or ''
 local iterations = ARGV[i + 2] or ''
-if n > 0 then redis.call('HSET', KEYS[1], 'lastSeq', last) end
-if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'ckpt', ARGV[9]) end
-if iterations ~= '' then redis.call('HSET', KEYS[1], 'iterations', iterations) end
+-- The run hash's fields this commit changes, in one HSET at the end.
+local run_fields = {}
+local function set(k, v) run_fields[#run_fields + 1] = k; run_fields[#run_fields + 1] = v end
+if n > 0 then set('lastSeq', last) end
+if ARGV[9] ~= '' then set('ckpt', ARGV[9]) end
+if iterations ~= '' then set('iterations', iterations) end
 local status = ARGV[7]
-local now = now_ms()
-if status ~= '' then leave_worker(KEYS[1], ARGV[6]) end
+local now = status ~= '' and now_ms() or 0
+if status ~= '' then
+  local owner = h[3]
+  if owner and owner ~= '' then redis.call('SREM', worker_runs_key(owner), ARGV[6]) end
+  track(KEYS[1], ARGV[6], h[4], status)
+  set('status', status); set('owner', '')
+end
 if status == '' then
   -- still running: its worker's lease covers it
 elseif is_terminal(status) then
-  track(KEYS[1], ARGV[6], redis.call('HGET', KEYS[1], 'status'), status)
-  redis.call('HSET', KEYS[1], 'status', status, 'result', ARGV[8], 'owner', '', 'leaseUntil', 0,
-    'finishedAt', now)
-  redis.call('ZREM', KEYS[4], ARGV[6])
+  set('result', ARGV[8]); set('finishedAt', now)
+  redis.call('ZREM', LIVE, ARGV[6])
   redis.call('ZREM', AWAITING, ARGV[6])
-  local wh = redis.call('HGET', KEYS[1], 'webhook')
-  if wh and wh ~= '' then redis.call('LPUSH', WEBHOOKS, ARGV[6]) end
+  if h[5] and h[5] ~= '' then redis.call('LPUSH', WEBHOOKS, ARGV[6]) end
   if sid ~= '' then
     if loop ~= '' then
-      redis.call('RPUSH', session_key(sid) .. ':loops', loop)
-      redis.call('LTRIM', session_key(sid) .. ':loops', -1000, -1)
+      redis.call('RPUSH', KEYS[8], loop)
+      redis.call('LTRIM', KEYS[8], -1000, -1)
     end
-    if #trs > 0 then redis.call('HSET', session_key(sid) .. ':toolresults', unpack(trs)) end
+    if #trs > 0 then redis.call('HSET', KEYS[9], unpack(trs)) end
     -- A session's history lives for the retention after its latest run ended.
-    local skey = session_key(sid)
-    redis.call('LTRIM', skey .. ':runs', -1000, -1)
-    for _, k in ipairs({skey .. ':loops', skey .. ':toolresults', skey .. ':runs'}) do
-      redis.call('EXPIRE', k, ARGV[4])
-    end
+    redis.call('LTRIM', KEYS[7], -1000, -1)
+    for k = 7, 9 do redis.call('EXPIRE', KEYS[k], ARGV[4]) end
+    redis.call('HSET', KEYS[1], unpack(run_fields)); run_fields = {}
     session_advance(sid, ARGV[6])
   end
   redis.call('EXPIRE', KEYS[1], ARGV[4])
   redis.call('EXPIRE', KEYS[2], ARGV[4])
   redis.call('EXPIRE', KEYS[3], ARGV[4])
 elseif status == 'awaiting_human' then
-  track(KEYS[1], ARGV[6], redis.call('HGET', KEYS[1], 'status'), status)
-  redis.call('HSET', KEYS[1], 'status', status, 'approvals', ARGV[8], 'owner', '', 'leaseUntil', 0,
-    'awaitingSince', now, 'approvalTimeoutMs', approval_timeout, 'runDeadlineMs', run_deadline)
+  set('approvals', ARGV[8]); set('awaitingSince', now)
+  set('approvalTimeoutMs', approval_timeout); set('runDeadlineMs', run_deadline)
   redis.call('ZADD', AWAITING, now, ARGV[6])
   -- the reconciler ends the wait at the approval timeout or the run's deadline, whichever is first
   local due = nil
   if approval_timeout ~= '' then due = now + tonumber(approval_timeout) end
   if run_deadline ~= '' and (not due or tonumber(run_deadline) < due) then due = tonumber(run_deadline) end
   if due then
-    redis.call('ZADD', KEYS[4], due, ARGV[6])
+    redis.call('ZADD', LIVE, due, ARGV[6])
   else
-    redis.call('ZREM', KEYS[4], ARGV[6])
+    redis.call('ZREM', LIVE, ARGV[6])
   end
 elseif status == 'awaiting_tools' then
   -- ARGV[8]: the pending client calls. Parked on no worker until each has a result or times out.
-  track(KEYS[1], ARGV[6], redis.call('HGET', KEYS[1], 'status'), status)
-  redis.call('HSET', KEYS[1], 'status', status, 'clientPending', ARGV[8], 'owner', '', 'leaseUntil', 0,
-    'awaitingSince', now)
+  set('clientPending', ARGV[8]); set('awaitingSince', now)
+  redis.call('HSET', KEYS[1], unpack(run_fields)); run_fields = {}
   local open, earliest = client_settle(KEYS[1], KEYS[3], now)
   if open == 0 then
     client_resume(KEYS[1], ARGV[6], now)
   else
-    redis.call('ZADD', KEYS[4], earliest, ARGV[6])
+    redis.call('ZADD', LIVE, earliest, ARGV[6])
   end
 end
+if #run_fields > 0 then redis.call('HSET', KEYS[1], unpack(run_fields)) end
 return {'ok', tostring(last)}

@@ -2,15 +2,15 @@
 -- runs that are in every other one. The cursor is the last (createdAt, runId) returned: the next page
 -- starts right after it (by its rank while it is still in the index, else by score), so runs
 -- inserted meanwhile never shift a page. Entries whose run has expired are dropped on the way.
+-- KEYS: none of its own (the indexes are named by its arguments)
 -- ARGV: tenant, limit, scanMax, cursorScore ('' = first page), cursorId, createdAfter ('' = none,
 --   exclusive), createdBefore ('' = none, exclusive), nFilters, then dim, value pairs.
 -- Reply: nextCursorScore ('' = the end), nextCursorId, then per run: runId, status, createdAt,
 --   sessionId, agent, batch, finishedAt, clientId (the id shown for a tenant-scoped run).
-local pre = tenant_prefix(ARGV[1]) .. ':ix:'
 local limit, scan_max = tonumber(ARGV[2]), tonumber(ARGV[3])
 local idx = {}
-for j = 1, tonumber(ARGV[8]) do idx[#idx + 1] = pre .. ARGV[7 + 2 * j] .. ':' .. ARGV[8 + 2 * j] end
-if #idx == 0 then idx = {pre .. 'all:'} end
+for j = 1, tonumber(ARGV[8]) do idx[#idx + 1] = index_key(ARGV[1], ARGV[7 + 2 * j], ARGV[8 + 2 * j]) end
+if #idx == 0 then idx = {index_key(ARGV[1], 'all', '')} end
 local driver, best = 1, nil
 for j, k in ipairs(idx) do
   local n = redis.call('ZCARD', k)

@@ -1,27 +1,51 @@
--- The prelude of every script: the clock, key names, and the helpers the scripts share.
-local FIXED_NOW = nil  -- set by a script that creates many runs: one clock reading for all of them
-local function now_ms()
-  if FIXED_NOW then return FIXED_NOW end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- The prelude of every script on a partition: its context, and the helpers those scripts share.
+-- Every call passes, besides its own keys and arguments (documented in each script, numbered as
+-- if these were not there):
+--   KEYS (last five): the partition's arq queue, live index, awaiting index, workers, webhook list
+--   ARGV[1]: the partition's context (shared.scripts.Scripts.context: the key prefixes of
+--            shared.keys.Partition.context, the arq job template, the settings), parsed on demand
+local CTX_RAW = table.remove(ARGV, 1)
+local WEBHOOKS = table.remove(KEYS)
+local WORKERS = table.remove(KEYS)
+local AWAITING = table.remove(KEYS)
+local LIVE = table.remove(KEYS)
+local QUEUE = table.remove(KEYS)
+local CTX = nil
+local function ctx()
+  if CTX then return CTX end
+  CTX = {}
+  local names = {__CONTEXT_FIELDS__}
+  local i = 1
+  for v in string.gmatch(CTX_RAW, '([^\031]*)\031') do CTX[names[i]] = v; i = i + 1 end
+  return CTX
 end
-local WEBHOOKS = '__WEBHOOKS__'
-local QUEUE = '__QUEUE__'
-local LIVE = '__LIVE__'
-local AWAITING = '__AWAITING__'
-local WORKERS = '__WORKERS__'
-local function run_key(id) return '__PREFIX__:{' .. id .. '}:run' end
-local function stream_key(id) return '__PREFIX__:{' .. id .. '}:events' end
-local function tools_key(id) return '__PREFIX__:{' .. id .. '}:tools' end
-local function session_key(sid) return '__PREFIX__:s:{' .. sid .. '}' end
-local function tenant_running_key(t) return '__PREFIX__:tenant:' .. t .. ':running' end
-local function worker_runs_key(w) return '__PREFIX__:w:{' .. w .. '}:runs' end
-local function worker_inbox_key(w) return '__PREFIX__:w:{' .. w .. '}:inbox' end
--- Is this worker lease id's lease unexpired (Redis time)?
-local function worker_alive(w, now)
+-- Keys that depend on what a script reads: a prefix of the context followed by an id.
+local function run_key(id) return ctx().run .. id end
+local function stream_key(id) return ctx().events .. id end
+local function tools_key(id) return ctx().tools .. id end
+local function session_key(sid) return ctx().session .. sid end
+local function tenant_running_key(t) return ctx().tenant_running .. t end
+local function worker_runs_key(w) return ctx().worker_runs .. w end
+local function worker_inbox_key(w) return ctx().worker_inbox .. w end
+-- arq job id of dispatch ``gen`` of a run (shared.keys.Partition.job_id) and its job payload
+-- (shared.dispatch.JOB_TEMPLATE: four pieces around the run id, dispatch number and enqueue time).
+local function job_id(id, gen)
+  if gen > 1 then return ctx().job_id .. id .. '#' .. gen end
+  return ctx().job_id .. id
+end
+-- The run id of a job id (its tag and '#gen' off).
+local function run_of_job(jid)
+  local rest = string.sub(jid, #ctx().job_id + 1)
+  return string.match(rest, '^(.-)#%d+$') or rest
+end
+local function job_payload(id, gen, now)
+  local c = ctx()
+  return c.job_a .. id .. c.job_b .. gen .. c.job_c .. now .. c.job_d
+end
+-- Is this worker lease id's lease unexpired? Its lease key exists (it expires by Redis's clock).
+local function worker_alive(w)
   if not w or w == '' then return false end
-  local exp = redis.call('ZSCORE', WORKERS, w)
-  return exp ~= false and exp ~= nil and tonumber(exp) > now
+  return redis.call('EXISTS', ctx().worker_lease .. w) == 1
 end
 -- The run leaves its worker (finished, handed back, waiting for someone): out of the worker's set.
 local function leave_worker(run, run_id)
@@ -47,15 +71,16 @@ local function xadd(stream, seq, kind, ts, payload, maxlen, epoch)
     'seq', seq, 'kind', kind, 'ts', ts, 'payload', payload, 'epoch', epoch)
 end
 -- Listing indexes and batch counters (keys.index_key, keys.batch_key): each index is a zset
--- runId -> createdAt, trimmed to __INDEX_MAX__ entries and expiring a retention after its last write.
-local function tenant_prefix(t) return '__PREFIX__:t:' .. t end
-local function batch_key(t, b) return tenant_prefix(t) .. ':batch:' .. b end
+-- runId -> createdAt, trimmed to tonumber(ctx().index_max) entries and expiring a retention after its last write.
+-- (shared.keys.Partition.index and .batch: the prefix, then the parts joined by ':')
+local function index_key(t, dim, value) return ctx().index .. t .. ':' .. dim .. ':' .. value end
+local function batch_key(t, b) return ctx().batch .. t .. ':' .. b end
 -- While a script creates many runs, DEFERRED collects its ZADDs (key -> score, member, …) and TRIM
 -- the indexes they touch: one ZADD per key and one trim per index at the end (flush_deferred).
 local DEFERRED, TRIM = nil, nil
 local function ix_trim(k)
-  redis.call('ZREMRANGEBYRANK', k, 0, -__INDEX_MAX__ - 1)
-  redis.call('EXPIRE', k, __RETENTION__)
+  redis.call('ZREMRANGEBYRANK', k, 0, -tonumber(ctx().index_max) - 1)
+  redis.call('EXPIRE', k, ctx().retention)
 end
 local function zadd(k, score, member)
   if not DEFERRED then return redis.call('ZADD', k, score, member) end
@@ -71,7 +96,7 @@ local function batch_add(t, batch, n, now)
   redis.call('HINCRBY', bk, 'total', n)
   redis.call('HINCRBY', bk, 'queued', n)
   redis.call('HDEL', bk, 'finishedAt')
-  redis.call('EXPIRE', bk, __RETENTION__)
+  redis.call('EXPIRE', bk, ctx().retention)
 end
 local function flush_deferred()
   if not DEFERRED then return end
@@ -88,7 +113,7 @@ local function batch_settle(bk)
   local b = redis.call('HMGET', bk, 'done', 'total', 'open', 'finishedAt', 'webhook')
   if b[4] or b[3] == '1' or tonumber(b[1] or '0') < tonumber(b[2] or '0') then return false end
   redis.call('HSET', bk, 'finishedAt', now_ms())
-  if (b[5] or '') ~= '' then redis.call('LPUSH', WEBHOOKS, '__BATCH_DELIVERY__' .. bk) end
+  if (b[5] or '') ~= '' then redis.call('LPUSH', WEBHOOKS, ctx().batch_delivery .. bk) end
   return true
 end
 local BATCH_FINISHED = {}  -- batch key -> finished, looked up once per script call
@@ -98,7 +123,7 @@ local function batch_finished(t, batch)
   return BATCH_FINISHED[bk]
 end
 local function ix_add(t, dim, value, id, score)
-  local k = tenant_prefix(t) .. ':ix:' .. dim .. ':' .. value
+  local k = index_key(t, dim, value)
   zadd(k, score, id)
   if TRIM then TRIM[k] = true else ix_trim(k) end
 end
@@ -111,36 +136,29 @@ local function track(run, id, old, new)
   if old == new then return end
   local h = redis.call('HMGET', run, 'tenant', 'createdAt', 'batch')
   if not h[1] then return end
-  if old ~= '' then redis.call('ZREM', tenant_prefix(h[1]) .. ':ix:status:' .. old, id) end
+  if old ~= '' then redis.call('ZREM', index_key(h[1], 'status', old), id) end
   ix_add(h[1], 'status', new, id, tonumber(h[2] or '0'))
   if not h[3] or h[3] == '' then return end
   local bk = batch_key(h[1], h[3])
   if redis.call('EXISTS', bk) == 0 then return end
   if old ~= '' then redis.call('HINCRBY', bk, old, -1) end
   redis.call('HINCRBY', bk, new, 1)
-  redis.call('EXPIRE', bk, __RETENTION__)
+  redis.call('EXPIRE', bk, ctx().retention)
   if is_terminal(new) and not is_terminal(old) then
     redis.call('HINCRBY', bk, 'done', 1)
-    redis.call('EXPIRE', tenant_prefix(h[1]) .. ':ix:batch:' .. h[3], __RETENTION__)
+    redis.call('EXPIRE', index_key(h[1], 'batch', h[3]), ctx().retention)
     batch_settle(bk)
   end
 end
--- Put dispatch 1 of a run on arq's queue (the JSON arq's worker reads with our serializer).
-local function enqueue_first(id, now)
-  redis.call('SET', '__JOBPREFIX__' .. id,
-    cjson.encode({t = cjson.null, f = '__FUNCTION__', a = {id, 1}, k = {}, et = now}), 'PX', __JOB_EXPIRE_MS__)
-  redis.call('ZADD', QUEUE, now, id)
-  redis.call('ZADD', LIVE, now + __QUEUED_CHECK_MS__, id)
-end
--- Put dispatch ``gen`` of a run on arq's queue (job id ``runId#gen`` past the first, keys.job_id).
-local function enqueue_gen(id, gen, now)
-  local jid = id
-  if gen > 1 then jid = id .. '#' .. gen end
-  redis.call('SET', '__JOBPREFIX__' .. jid,
-    cjson.encode({t = cjson.null, f = '__FUNCTION__', a = {id, gen}, k = {}, et = now}), 'PX', __JOB_EXPIRE_MS__)
+-- Put dispatch ``gen`` of a run on its partition's arq queue (the JSON arq's worker reads).
+-- ``key``: the job key when the caller declared it in KEYS (else built from the context).
+local function enqueue_gen(id, gen, now, key)
+  local jid = job_id(id, gen)
+  redis.call('SET', key or (ctx().job_key .. jid), job_payload(id, gen, now), 'PX', ctx().job_expire_ms)
   redis.call('ZADD', QUEUE, now, jid)
-  redis.call('ZADD', LIVE, now + __QUEUED_CHECK_MS__, id)
+  redis.call('ZADD', LIVE, now + tonumber(ctx().queued_check_ms), id)
 end
+local function enqueue_first(id, now) enqueue_gen(id, 1, now) end
 -- A run waiting for client tool results (run field clientPending: the calls, JSON): every call
 -- still pending past its deadline gets a timeout error as its result. Returns how many calls are
 -- still open and the earliest open deadline (Redis time decides, as for leases).
@@ -171,7 +189,7 @@ end
 local function client_resume(run, run_id, now)
   local gen = tonumber(redis.call('HGET', run, 'gen')) + 1
   track(run, run_id, redis.call('HGET', run, 'status'), 'queued')
-  redis.call('HSET', run, 'gen', gen, 'status', 'queued', 'owner', '', 'leaseUntil', 0)
+  redis.call('HSET', run, 'gen', gen, 'status', 'queued', 'owner', '')
   enqueue_gen(run_id, gen, now)
 end
 -- The session's active run ended: start the next run waiting on the session, if any.
@@ -180,7 +198,7 @@ local function session_advance(sid, finished)
   local skey = session_key(sid)
   if redis.call('HGET', skey, 'activeRun') ~= finished then return end
   while true do
-    local nxt = redis.call('LPOP', skey .. ':pending')
+    local nxt = redis.call('LPOP', ctx().session_pending .. sid)
     if not nxt then
       redis.call('HSET', skey, 'activeRun', '')
       return
@@ -213,7 +231,7 @@ local function finalize(run, stream, tools, live, run_id, status, code, message,
   xadd(stream, seq, 'status', ts, cjson.encode({status = status, iterations = iterations, error = err}), maxlen,
     tonumber(h[4] or '0') + 1)
   redis.call('HSET', run, 'status', status, 'result', cjson.encode(result), 'lastSeq', seq,
-    'owner', '', 'leaseUntil', 0, 'epoch', tonumber(h[4] or '0') + 1, 'finishedAt', ts, 'abort', '')
+    'owner', '', 'epoch', tonumber(h[4] or '0') + 1, 'finishedAt', ts, 'abort', '')
   redis.call('ZREM', live, run_id)
   redis.call('ZREM', AWAITING, run_id)
   track(run, run_id, h[5], status)

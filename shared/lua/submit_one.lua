@@ -1,14 +1,15 @@
 -- submit_one(K, A): create one run (the body of SUBMIT and, per run, of SUBMIT_MANY).
--- KEYS: run, arq job key, arq queue, live, session, session pending, session runs
--- ARGV: runId, input, inputHash, tenant, sessionId, job payload, jobExpireMs, queuedCheckMs, webhook,
---       autoCreateSession ('1' or ''), multitaskStrategy (enqueue | reject | interrupt),
---       batchId ('' = none), agent, nMeta, then nMeta 'key=value' strings (the indexed metadata),
---       then the id the client chose when runId is its tenant-scoped id (absent or '' otherwise)
+-- K: run, arq job key of dispatch 1, session, session pending, session runs (the session's keys
+--    are unused without a session)
+-- A: runId, input, inputHash, tenant, sessionId, webhook, autoCreateSession ('1' or ''),
+--    multitaskStrategy (enqueue | reject | interrupt), batchId ('' = none), agent, nMeta, then nMeta
+--    'key=value' strings (the indexed metadata), then the id the client chose when runId is its
+--    tenant-scoped id (absent or '' otherwise)
 -- The listing indexes and the batch of a run just created (A as submit_one's).
 local function index_new(run, A, now)
-  local t, id, batch = A[4], A[1], A[12] or ''
+  local t, id, batch = A[4], A[1], A[9] or ''
   ix_add(t, 'all', '', id, now)
-  if A[13] then ix_add(t, 'agent', A[13], id, now) end
+  if A[10] then ix_add(t, 'agent', A[10], id, now) end
   if A[5] ~= '' then ix_add(t, 'session', A[5], id, now) end
   if batch ~= '' then
     if BATCH_NEW then
@@ -20,7 +21,7 @@ local function index_new(run, A, now)
     end
     ix_add(t, 'batch', batch, id, now)
   end
-  for j = 1, tonumber(A[14] or '0') do ix_add(t, 'meta', A[14 + j], id, now) end
+  for j = 1, tonumber(A[11] or '0') do ix_add(t, 'meta', A[11 + j], id, now) end
   ix_add(t, 'status', 'queued', id, now)
 end
 local function submit_one(K, A)
@@ -30,14 +31,14 @@ local function submit_one(K, A)
     if h[1] == A[3] then return {'exists', h[2]} end
     return {'conflict', h[2]}
   end
-  if (A[12] or '') ~= '' and batch_finished(A[4], A[12]) then return {'batch_finished', ''} end
+  if (A[9] or '') ~= '' and batch_finished(A[4], A[9]) then return {'batch_finished', ''} end
   local now = now_ms()
   local dispatch = true
   if A[5] ~= '' then
-    local s = redis.call('HMGET', K[5], 'tenant', 'activeRun')
+    local s = redis.call('HMGET', K[3], 'tenant', 'activeRun')
     if not s[1] then
-      if A[10] ~= '1' then return {'unknown_session', ''} end
-      redis.call('HSET', K[5], 'tenant', A[4], 'createdAt', now, 'activeRun', '')
+      if A[7] ~= '1' then return {'unknown_session', ''} end
+      redis.call('HSET', K[3], 'tenant', A[4], 'createdAt', now, 'activeRun', '')
       s = {A[4], ''}
     elseif s[1] ~= A[4] then
       return {'unknown_session', ''}
@@ -46,45 +47,45 @@ local function submit_one(K, A)
     if active and active ~= '' then
       local st = redis.call('HGET', run_key(active), 'status')
       if st and not is_terminal(st) then
-        if A[11] == 'reject' then return {'session_busy', active} end
+        if A[8] == 'reject' then return {'session_busy', active} end
         dispatch = false
-        if A[11] == 'interrupt' then
+        if A[8] == 'interrupt' then
           local why = 'interrupted by run ' .. A[1]
-          for _, pid in ipairs(redis.call('LRANGE', K[6], 0, -1)) do
+          for _, pid in ipairs(redis.call('LRANGE', K[4], 0, -1)) do
             if redis.call('HGET', run_key(pid), 'status') == 'queued' then
               finalize(run_key(pid), stream_key(pid), tools_key(pid), LIVE, pid, 'aborted', 'aborted', why,
-                __MAXLEN__, __RETENTION__)
+                ctx().maxlen, ctx().retention)
             end
           end
-          redis.call('DEL', K[6])
+          redis.call('DEL', K[4])
           if st == 'running' then
             request_abort(active, why)
           else
             finalize(run_key(active), stream_key(active), tools_key(active), LIVE, active, 'aborted', 'aborted', why,
-              __MAXLEN__, __RETENTION__)
+              ctx().maxlen, ctx().retention)
             dispatch = true
           end
         end
       end
     end
-    redis.call('RPUSH', K[7], A[1])
+    redis.call('RPUSH', K[5], A[1])
     if dispatch then
-      redis.call('HSET', K[5], 'activeRun', A[1])
+      redis.call('HSET', K[3], 'activeRun', A[1])
     else
-      redis.call('RPUSH', K[6], A[1])
+      redis.call('RPUSH', K[4], A[1])
     end
   end
   redis.call('HSET', K[1], 'status', 'queued', 'input', A[2], 'inputHash', A[3],
     'tenant', A[4], 'sessionId', A[5], 'createdAt', now, 'gen', 1, 'epoch', 0, 'lastSeq', 0,
-    'owner', '', 'leaseUntil', 0, 'restarts', 0, 'webhook', A[9], 'abort', '', 'held', dispatch and '' or '1',
-    'agent', A[13] or '', 'batch', A[12] or '')
-  local client_id = A[15 + tonumber(A[14] or '0')]
+    'owner', '', 'restarts', 0, 'webhook', A[6], 'abort', '', 'held', dispatch and '' or '1',
+    'agent', A[10] or '', 'batch', A[9] or '')
+  local client_id = A[12 + tonumber(A[11] or '0')]
   if client_id and client_id ~= '' then redis.call('HSET', K[1], 'clientId', client_id) end
   index_new(K[1], A, now)
   if dispatch then
-    redis.call('SET', K[2], A[6], 'PX', A[7])
-    zadd(K[3], now, A[1])
-    zadd(K[4], now + tonumber(A[8]), A[1])
+    redis.call('SET', K[2], job_payload(A[1], 1, now), 'PX', ctx().job_expire_ms)
+    zadd(QUEUE, now, job_id(A[1], 1))
+    zadd(LIVE, now + tonumber(ctx().queued_check_ms), A[1])
   end
   return {'created', 'queued'}
 end

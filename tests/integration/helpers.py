@@ -14,11 +14,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
 from producer.service import Producer, RunRecord
-from shared import keys
 from shared.events import decode_entry
 from shared.models import RunEvent
 from shared.profiles import profiles_from
 from shared.settings import Settings
+from tests.support.schema import K
 from worker.jobs import WorkerProcess
 
 
@@ -41,7 +41,7 @@ def producer_for(redis: Redis, redis_url: str, **settings: Any) -> Producer:
 
 
 async def stream(redis: Redis, run_id: str) -> list[RunEvent]:
-    entries = await redis.xrange(keys.events_stream(run_id))
+    entries = await redis.xrange(K.events(run_id))
     events = [decode_entry(run_id, f) for _, f in entries]
     for (eid, _), ev in zip(entries, events, strict=True):
         assert (eid.decode() if isinstance(eid, bytes) else eid) == f"{ev.seq}-0"
@@ -77,7 +77,7 @@ def script_run(script: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
 async def until_status(redis: Redis, run_id: str, status: str, within: float = 10.0) -> None:
     """Wait for a run's status in Redis (for states that are not terminal, e.g. awaiting_human)."""
     deadline = time.monotonic() + within
-    while await redis.hget(keys.run_key(run_id), "status") != status.encode():
+    while await redis.hget(K.run(run_id), "status") != status.encode():
         if time.monotonic() > deadline:
             raise AssertionError(f"run {run_id} did not reach {status} within {within} s")
         await asyncio.sleep(0.05)

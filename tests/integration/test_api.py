@@ -22,12 +22,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from producer.api.app import create_app
-from shared import keys
 from shared.netguard import guarded_client
 from shared.redis_server import RedisServer
 from shared.settings import Settings
 from tests.integration.api_support import A, B, HookServer, api, run_body, settings
 from tests.integration.helpers import running_worker, until_status
+from tests.support.schema import K
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +48,7 @@ async def test_submit_is_idempotent_by_key_and_run_id(redis_url: str, redis: Red
         r5 = await c.post("/v1/runs", json=run_body(runId="mine-1"))
         r6 = await c.post("/v1/runs", json=run_body(runId="mine-1"))
         assert (r5.status_code, r6.status_code) == (202, 200)
-    assert await redis.zcard("arq:queue") == 3
+    assert await redis.zcard(K.queue) == 3
 
 
 async def test_a_thousand_item_batch_with_invalid_items(redis_url: str, redis: Redis) -> None:
@@ -88,7 +88,7 @@ async def test_a_thousand_item_batch_with_invalid_items(redis_url: str, redis: R
             assert res["error"]["code"] == "unknown_agent" and res["error"]["field"] == f"runs.{i}.agent"
         else:
             assert set(res) == {"runId", "status"} and res["status"] == "queued"
-    assert await redis.zcard("arq:queue") == 800
+    assert await redis.zcard(K.queue) == 800
     assert calls["pipelines"] <= 2  # 800 enqueues in one pipelined round trip (plus script loading)
 
 
@@ -290,7 +290,7 @@ async def test_webhook_is_signed_retried_and_delivered_once(redis_url: str, redi
         )
         assert orjson.loads(body)["status"] == "completed"
     assert [h["x-agentmill-attempt"] for h, _ in received] == ["1", "2"]
-    state = await redis.hgetall(f"am:{{{rid}}}:webhook")
+    state = await redis.hgetall(K.webhook(rid))
     assert state[b"delivered"] == b"1"
 
 
@@ -312,10 +312,8 @@ async def test_an_unusable_webhook_url_is_given_up_without_stopping_other_delive
     # webhook URLs) has a port out of range, which the URL parser refuses.
     urls = {"bad": "http://127.0.0.1:99999/hook", "good": f"http://127.0.0.1:{port}/hook"}
     for rid, hook_url in urls.items():
-        await redis.hset(
-            keys.run_key(rid), mapping={"webhook": hook_url, "result": b'{"status":"completed"}'}
-        )
-        await redis.lpush(keys.WEBHOOKS, rid)
+        await redis.hset(K.run(rid), mapping={"webhook": hook_url, "result": b'{"status":"completed"}'})
+        await redis.lpush(K.webhooks, rid)
     s = settings(redis_url, webhook_allow_hosts="127.0.0.1")
     try:
         async with guarded_client() as http:
@@ -323,10 +321,10 @@ async def test_an_unusable_webhook_url_is_given_up_without_stopping_other_delive
     finally:
         await receiver.stop()
     assert received == [b'{"status":"completed"}']
-    bad = await redis.hgetall(keys.webhook_key("bad"))
+    bad = await redis.hgetall(K.webhook("bad"))
     assert bad[b"failed"] == b"1" and bad[b"lastError"].startswith(b"refused")
-    assert (await redis.hgetall(keys.webhook_key("good")))[b"delivered"] == b"1"
-    assert await redis.zcard(keys.WEBHOOKS_DUE) == 0
+    assert (await redis.hgetall(K.webhook("good")))[b"delivered"] == b"1"
+    assert await redis.zcard(K.webhooks_due) == 0
 
 
 async def test_api_metrics_pass_promtool(redis_url: str) -> None:
@@ -376,7 +374,7 @@ async def test_runs_awaiting_approval_are_exported_once_from_redis(redis_url: st
         final = (await c.get(f"/v1/runs/{parked[1]}/wait", params={"timeout": 10})).json()
         assert final["status"] == "completed"
         assert awaiting((await c.get("/metrics")).text) == 0  # neither the abort nor the approval leaks
-    assert await redis.zcard(keys.AWAITING) == 0
+    assert await redis.zcard(K.awaiting) == 0
 
 
 def test_the_openapi_document_has_no_dangling_references() -> None:

@@ -8,6 +8,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
+from tests.support.schema import K, parts_of
 from worker.batcher import ScriptBatcher
 
 pytestmark = pytest.mark.integration
@@ -18,9 +19,9 @@ INCR = "redis.call('INCR', KEYS[1]); if ARGV[1] == 'boom' then return redis.erro
 async def test_calls_of_one_turn_go_in_one_round_trip_each_with_its_reply(redis: Redis) -> None:
     script = redis.register_script(INCR)
     await script(keys=["warm"], args=["x"])  # loaded once, as the worker's scripts are
-    b = ScriptBatcher(redis)
+    b = ScriptBatcher(parts_of(redis))
     replies = await asyncio.gather(
-        *(b.call(script, ["n"], [str(i)]) for i in range(50)), b.call(script, ["n"], ["boom"]),
+        *(b.call(K, script, ["n"], [str(i)]) for i in range(50)), b.call(K, script, ["n"], ["boom"]),
         return_exceptions=True,
     )  # fmt: skip
     assert replies[:50] == [str(i).encode() for i in range(50)]
@@ -32,9 +33,9 @@ async def test_calls_of_one_turn_go_in_one_round_trip_each_with_its_reply(redis:
 async def test_a_call_whose_caller_gave_up_before_the_batch_left_is_not_sent(redis: Redis) -> None:
     script = redis.register_script(INCR)
     await script(keys=["warm"], args=["x"])
-    b = ScriptBatcher(redis)
-    kept = b.call(script, ["n"], ["a"])
-    dropped = b.call(script, ["n"], ["b"])
+    b = ScriptBatcher(parts_of(redis))
+    kept = b.call(K, script, ["n"], ["a"])
+    dropped = b.call(K, script, ["n"], ["b"])
     dropped.cancel()
     assert await kept == b"a"
     await b.aclose()
@@ -45,8 +46,11 @@ async def test_scripts_flushed_by_a_redis_restart_are_loaded_again(redis: Redis)
     script = redis.register_script(INCR)
     await script(keys=["warm"], args=["x"])
     await redis.script_flush()
-    b = ScriptBatcher(redis)
-    assert await asyncio.gather(b.call(script, ["n"], ["a"]), b.call(script, ["n"], ["b"])) == [b"a", b"b"]
+    b = ScriptBatcher(parts_of(redis))
+    assert await asyncio.gather(b.call(K, script, ["n"], ["a"]), b.call(K, script, ["n"], ["b"])) == [
+        b"a",
+        b"b",
+    ]
     assert await redis.get("n") == b"2"
 
 
@@ -54,8 +58,8 @@ async def test_calls_refused_for_an_unknown_script_are_sent_again_in_one_round_t
     script = redis.register_script(INCR)
     await script(keys=["warm"], args=["x"])
     await redis.script_flush()
-    b = ScriptBatcher(redis)
-    replies = await asyncio.gather(*(b.call(script, ["n"], [str(i)]) for i in range(40)))
+    b = ScriptBatcher(parts_of(redis))
+    replies = await asyncio.gather(*(b.call(K, script, ["n"], [str(i)]) for i in range(40)))
     assert replies == [str(i).encode() for i in range(40)]
     assert (b.batches, b.calls) == (2, 80)  # the refused batch, then all of it again (not 40 singles)
     assert await redis.get("n") == b"40"

@@ -17,6 +17,7 @@ from starlette.responses import Response
 from shared import keys, limits
 from tests.integration.api_support import A, B, HookServer, api, run_body, settings
 from tests.integration.helpers import running_worker, until_status
+from tests.support.schema import K
 
 pytestmark = pytest.mark.integration
 TERMINAL = ("completed", "failed", "aborted")
@@ -289,18 +290,18 @@ async def test_indexes_are_bounded_and_expire_with_the_retention(
         ids = [x["runId"] for x in r.json()["results"]]
         for rid in ids:
             await until_status(redis, rid, "completed")
-        index_keys = [k.decode() async for k in redis.scan_iter(match=keys.index_key("tenant-a", "*") + "*")]
+        index_keys = [k.decode() async for k in redis.scan_iter(match=K.index_key("tenant-a", "*") + "*")]
         assert (
-            keys.index_key("tenant-a", "all") in index_keys
-            and keys.index_key("tenant-a", "batch", "short") in index_keys
+            K.index_key("tenant-a", "all") in index_keys
+            and K.index_key("tenant-a", "batch", "short") in index_keys
         )
         for k in index_keys:
             assert 0 < await redis.ttl(k) <= 2, k
             assert await redis.zcard(k) <= 5, k  # trimmed to the newest MAX_INDEX_RUNS
-        assert 0 < await redis.ttl(keys.batch_key("tenant-a", "short")) <= 2
+        assert 0 < await redis.ttl(K.batch("tenant-a", "short")) <= 2
         assert len(await all_pages(c, "/v1/runs")) == 5
         await asyncio.sleep(3.2)
-        assert [k async for k in redis.scan_iter(match=keys.index_key("tenant-a", "*") + "*")] == []
+        assert [k async for k in redis.scan_iter(match=K.index_key("tenant-a", "*") + "*")] == []
         assert (await c.get("/v1/batches/short")).status_code == 404
         assert (await c.get("/v1/runs")).json() == {"runs": [], "next": None}
 
@@ -324,8 +325,8 @@ async def test_chunked_submission_keeps_order_and_survives_a_flushed_script_cach
     subs = first + rest
     assert all(isinstance(s, Submitted) and s.created for s in subs)
     ids = [s.run_id for s in subs if isinstance(s, Submitted)]
-    assert [r.decode() for r in await redis.lrange(keys.session_runs_key("one"), 0, -1)] == ids
-    assert int(await redis.hget(keys.batch_key("default", "b1"), "total")) == n - SUBMIT_CHUNK
+    assert [r.decode() for r in await redis.lrange(K.session_runs("one"), 0, -1)] == ids
+    assert int(await redis.hget(K.batch("default", "b1"), "total")) == n - SUBMIT_CHUNK
 
 
 async def test_cli_and_client_find_runs_and_follow_batches(redis_url: str, tmp_path: Any) -> None:

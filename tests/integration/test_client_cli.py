@@ -15,10 +15,10 @@ from redis.asyncio import Redis
 
 from producer.api.app import create_app
 from producer.client import ApiError, AsyncClient, Client
-from shared import keys
 from shared.redis_server import free_port
 from shared.settings import Settings
 from tests.integration.helpers import producer_for, running_worker, script_run, stream, until_status, wait_all
+from tests.support.schema import K
 from worker.jobs import WorkerProcess
 
 pytestmark = pytest.mark.integration
@@ -203,9 +203,7 @@ async def test_cli_approve_reject_and_abort(redis: Redis, redis_url: str) -> Non
         ("no-1", True),  # rejected: an error result the model sees, never executed
         ("ok-1", False),
     ]
-    records = {
-        k.decode(): orjson.loads(v) for k, v in (await redis.hgetall(keys.tools_key(parked.run_id))).items()
-    }
+    records = {k.decode(): orjson.loads(v) for k, v in (await redis.hgetall(K.tools(parked.run_id))).items()}
     assert list(records) == ["ok-1"] and records["ok-1"]["attempts"] == 1  # executed once; no-1 never
     finished = await asyncio.to_thread(cli, redis_url, "abort", parked.run_id)
     assert finished.returncode == 0 and "already finished" in finished.stdout

@@ -11,7 +11,6 @@ import pytest
 from redis.asyncio import Redis
 
 from producer.service import Producer, SubmissionError
-from shared import keys
 from shared.models import RunEvent
 from shared.settings import Settings
 from tests.integration.helpers import (
@@ -22,6 +21,7 @@ from tests.integration.helpers import (
     stream,
     wait_all,
 )
+from tests.support.schema import K
 from worker.jobs import WorkerProcess
 
 pytestmark = pytest.mark.integration
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.integration
 async def until_event(redis: Redis, run_id: str, pred: object, within: float = 15) -> list[RunEvent]:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        events = await stream(redis, run_id) if await redis.exists(keys.events_stream(run_id)) else []
+        events = await stream(redis, run_id) if await redis.exists(K.events(run_id)) else []
         if any(pred(e) for e in events):  # type: ignore[operator]
             return events
         await asyncio.sleep(0.02)
@@ -124,7 +124,7 @@ async def test_approval_pauses_without_holding_a_worker_and_resumes_elsewhere(
     assert {a["toolCallId"] for a in rec.pending_approvals} == {"ok-1", "no-1"}
     await asyncio.sleep(0.3)
     assert first.deps.active == {}  # the job ended: no slot held while a human thinks
-    assert await redis.zcard(keys.QUEUE) == 0 and not await redis.keys("arq:in-progress:*")
+    assert await redis.zcard(K.queue) == 0 and not await redis.keys("arq:in-progress:*")
     first.request_stop()
     await t1  # a worker restart in between changes nothing
     assert (await p.get(sub.run_id)).status.value == "awaiting_human"  # type: ignore[union-attr]
@@ -142,9 +142,7 @@ async def test_approval_pauses_without_holding_a_worker_and_resumes_elsewhere(
     results = {e.payload["toolCallId"]: e.payload for e in events if e.kind == "tool_result"}
     assert results["ok-1"]["content"] == "ok after 1 attempts" and not results["ok-1"]["isError"]
     assert results["no-1"]["content"] == "rejected by a human: not today" and results["no-1"]["isError"]
-    tools = {
-        k.decode(): orjson.loads(v) for k, v in (await redis.hgetall(keys.tools_key(sub.run_id))).items()
-    }
+    tools = {k.decode(): orjson.loads(v) for k, v in (await redis.hgetall(K.tools(sub.run_id))).items()}
     assert (
         tools == {"ok-1": tools["ok-1"]} and tools["ok-1"]["attempts"] == 1
     )  # the rejected call was never claimed
@@ -225,7 +223,7 @@ async def test_a_decision_after_the_run_deadline_is_refused_and_ends_the_run(
     events = await stream(redis, sub.run_id)
     assert_clean_stream(events)
     assert [e.kind for e in events].count("tool_result") == 0  # the approved call never ran
-    assert await redis.zscore(keys.LIVE, sub.run_id) is None
+    assert await redis.zscore(K.live, sub.run_id) is None
 
 
 def session_body(sid: str, text: str, script: list[dict], **extra: object) -> dict:
@@ -269,7 +267,7 @@ async def test_sessions_see_reduced_history_and_recall_past_results(
     assert "recall_tool_call" in seen["tools"]
     recalled = next(e for e in events if e.kind == "tool_result")
     assert recalled.payload["content"] == "secret tool output"  # …but are reachable through recall_tool_call
-    loops = await redis.lrange(keys.session_history_key("s1"), 0, -1)
+    loops = await redis.lrange(K.session_loops("s1"), 0, -1)
     assert len(loops) == 3
 
 

@@ -10,7 +10,6 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from shared import keys
 from shared.redis_server import free_port
 from tests.chaos.harness import chaos_profiles
 from tests.integration.helpers import (
@@ -23,6 +22,7 @@ from tests.integration.helpers import (
 )
 from tests.support.ledger import Ledger
 from tests.support.procs import WorkerProc, wait_until
+from tests.support.schema import K
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -78,7 +78,7 @@ async def test_a_tool_whose_worker_died_mid_call_runs_again_with_the_same_key_an
     notices = [e for e in events if e.kind == "status" and e.payload["status"] == "tool_reexecuted"]
     assert [n.payload["toolCallId"] for n in notices] == [call_id]
     assert metrics[("agentmill_tool_calls_reexecuted_total", (("tool", "ledger"),))] == 1
-    record = orjson.loads(await redis.hget(keys.tools_key(run_id), call_id))
+    record = orjson.loads(await redis.hget(K.tools(run_id), call_id))
     assert record["state"] == "done" and record["attempts"] == 2
     assert [e.payload["toolCallId"] for e in events if e.kind == "tool_result"] == [call_id]
 

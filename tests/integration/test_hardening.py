@@ -14,9 +14,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from producer.submission import scoped_id
-from shared import keys, limits
+from shared import limits
 from tests.integration.api_support import A, B, HookServer, api, body, settings
 from tests.integration.helpers import producer_for, running_worker, script_run, wait_all
+from tests.support.schema import K
 
 pytestmark = pytest.mark.integration
 
@@ -111,13 +112,13 @@ async def test_an_effect_that_crashes_fails_its_run_with_last_error(redis: Redis
     first = await p.submit(script_run([{"text": "one"}], sessionId="s-corrupt", autoCreateSession=True))
     async with running_worker(redis_url):
         await wait_all(p, [first.run_id], 30)
-        await redis.rpush(keys.session_history_key("s-corrupt"), b"{not json")
+        await redis.rpush(K.session_loops("s-corrupt"), b"{not json")
         sub = await p.submit(script_run([{"text": "two"}], sessionId="s-corrupt"))
         rec = (await wait_all(p, [sub.run_id], 30))[sub.run_id]
     assert rec.status.value == "failed", rec
     assert rec.result is not None and rec.result.last_error is not None
     assert rec.result.last_error.code == "internal"
-    events = await redis.xrange(keys.events_stream(sub.run_id))
+    events = await redis.xrange(K.events(sub.run_id))
     last = orjson.loads(events[-1][1][b"payload"])
     assert last["status"] == "failed" and last["error"]["code"] == "internal"
 
@@ -270,7 +271,7 @@ async def test_a_scoped_run_shows_the_id_its_client_chose(redis_url: str, redis:
                 "/v1/runs/batch", json={"runs": [said("B", runId="same-b"), said("B")], "batchId": "bb"}
             )
             assert r.status_code == 200 and r.json()["results"][0]["runId"] == "same-b", r.text
-            assert await redis.hget(keys.run_key(scoped_id("tenant-b", "same")), "tenant") == b"tenant-b"
+            assert await redis.hget(K.run(scoped_id("tenant-b", "same")), "tenant") == b"tenant-b"
             for rid in ("same", "same-s", "same-b"):
                 v = (await cb.get(f"/v1/runs/{rid}/wait", params={"timeout": 20})).json()
                 assert v["status"] == "completed" and v["runId"] == rid, v

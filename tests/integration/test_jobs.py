@@ -9,10 +9,10 @@ import pytest
 from arq.jobs import Job, JobStatus
 from redis.asyncio import Redis
 
-from shared import keys
 from shared.dispatch import deserialize
 from shared.settings import Settings
 from tests.integration.helpers import producer_for, running_worker, script_run, wait_all
+from tests.support.schema import LAYOUT, K
 from worker.jobs import GC_THRESHOLDS, WorkerProcess, claim_size
 
 pytestmark = pytest.mark.integration
@@ -33,12 +33,11 @@ async def test_finished_jobs_leave_arq_keys_as_arq_does_and_share_round_trips(
             await asyncio.sleep(0.02)
         finisher = wp.worker.finisher
         assert finisher is not None and 1 <= finisher.batches < len(ids)  # finishes shared round trips
-    assert await redis.zcard(keys.QUEUE) == 0
+    assert await redis.zcard(K.queue) == 0
     for rid in ids:
-        assert not await redis.exists(
-            keys.arq_job_key(rid), keys.arq_in_progress_key(rid), f"arq:retry:{rid}"
-        )
-        job = Job(rid, redis, _deserializer=deserialize)
+        jid = K.job_id(rid, 1)
+        assert not await redis.exists(K.job_key(jid), K.in_progress_key(jid), f"arq:retry:{jid}")
+        job = Job(jid, redis, _deserializer=deserialize)
         assert await job.status() == JobStatus.complete
         info = await job.result_info()
         assert info is not None and info.success and info.result == "completed"
@@ -48,7 +47,7 @@ async def test_finished_jobs_leave_arq_keys_as_arq_does_and_share_round_trips(
 async def test_a_job_whose_key_redis_lost_still_runs_its_run(redis: Redis, redis_url: str) -> None:
     p = producer_for(redis, redis_url)
     sub = await p.submit(script_run([{"text": "hi"}]))
-    await redis.delete(keys.arq_job_key(sub.run_id))  # the run hash, not the job payload, decides
+    await redis.delete(K.job_key(K.job_id(sub.run_id, 1)))  # the run hash, not the job payload, decides
     async with running_worker(redis_url):
         rec = await p.wait(sub.run_id, timeout_s=10)
     assert rec is not None and rec.status.value == "completed"
@@ -64,7 +63,7 @@ def test_a_deep_queue_is_claimed_in_halves_a_shallow_one_in_batches() -> None:
 
 def test_job_ids_name_their_run_and_dispatch() -> None:
     for rid, gen in (("r1", 1), ("r1", 2), ("a.b:c-d_9", 17)):
-        assert keys.parse_job_id(keys.job_id(rid, gen)) == (rid, gen)
+        assert LAYOUT.of_job(K.job_id(rid, gen)) == (K, rid, gen)
 
 
 def test_a_worker_process_freezes_what_start_up_built() -> None:

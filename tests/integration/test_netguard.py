@@ -24,10 +24,11 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from producer import webhooks
-from shared import keys, limits
+from shared import limits
 from shared.netguard import BlockedAddressError, _forbidden, guarded_client, guarded_request
 from shared.redis_server import free_port
 from shared.settings import Settings
+from tests.support.schema import K
 
 pytestmark = pytest.mark.integration
 
@@ -121,8 +122,8 @@ async def receiver(app: Starlette) -> AsyncIterator[int]:
 
 
 async def finished_run(redis: Redis, rid: str, url: str) -> None:
-    await redis.hset(keys.run_key(rid), mapping={"webhook": url, "result": b'{"status":"completed"}'})
-    await redis.lpush(keys.WEBHOOKS, rid)
+    await redis.hset(K.run(rid), mapping={"webhook": url, "result": b'{"status":"completed"}'})
+    await redis.lpush(K.webhooks, rid)
 
 
 def hook_settings(redis_url: str, **kw: Any) -> Settings:
@@ -148,7 +149,7 @@ async def test_a_200_mb_webhook_answer_is_cut_at_the_cap(redis_url: str, redis: 
             t0 = time.monotonic()
             assert await webhooks.deliver_once(redis, hook_settings(redis_url), http) == 1
             assert time.monotonic() - t0 < 5
-    state = await redis.hgetall(keys.webhook_key("big"))
+    state = await redis.hgetall(K.webhook("big"))
     assert f"over {limits.MAX_WEBHOOK_RESPONSE_BYTES} bytes".encode() in state[b"lastError"]
     assert b"delivered" not in state
     assert sent > 0  # the receiver did answer (a closed socket swallows the rest of its 200 MB)
@@ -171,7 +172,7 @@ async def test_a_trickling_receiver_is_cut_at_the_deadline(redis_url: str, redis
             (rid,) = await d.claim(10)
             await d.deliver(rid)
             assert time.monotonic() - t0 < 3
-    state = await redis.hgetall(keys.webhook_key("slow"))
+    state = await redis.hgetall(K.webhook("slow"))
     assert b"Timeout" in state[b"lastError"] and b"delivered" not in state
 
 

@@ -15,6 +15,7 @@ from shared.profiles import load_profiles
 from shared.settings import Settings
 from tests.integration.helpers import assert_clean_stream, producer_for, stream, wait_all
 from tests.support.fake_openai import FakeOpenAI, Reply
+from tests.support.schema import K
 from worker.jobs import WorkerProcess
 
 pytestmark = pytest.mark.integration
@@ -135,9 +136,7 @@ async def test_abort_mid_stream_closes_the_http_stream(
     try:
         while not any(
             e.kind == "model_delta"
-            for e in (
-                await stream(redis, sub.run_id) if await redis.exists(f"am:{{{sub.run_id}}}:events") else []
-            )
+            for e in (await stream(redis, sub.run_id) if await redis.exists(K.events(sub.run_id)) else [])
         ):
             await asyncio.sleep(0.05)
         t0 = time.monotonic()

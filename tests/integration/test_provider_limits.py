@@ -26,6 +26,7 @@ from tests.integration.helpers import (
 )
 from tests.support.fake_openai import FakeOpenAI, Reply
 from tests.support.procs import WorkerProc
+from tests.support.schema import K
 from worker.limiter import ProviderLimiter
 
 pytestmark = pytest.mark.integration
@@ -188,7 +189,7 @@ async def test_a_run_waiting_for_capacity_aborts_at_once(
         async with running_worker(redis_url, profiles=str(path)):
             sub = await p.submit({"agent": "lim", **USER})
             while not any(e.payload.get("status") == "waiting_for_capacity"
-                          for e in (await stream(redis, sub.run_id) if await redis.exists(keys.events_stream(sub.run_id)) else [])):  # fmt: skip
+                          for e in (await stream(redis, sub.run_id) if await redis.exists(K.events(sub.run_id)) else [])):  # fmt: skip
                 await asyncio.sleep(0.05)
             t0 = time.monotonic()
             assert await p.abort(sub.run_id) == "requested"

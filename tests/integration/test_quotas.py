@@ -11,11 +11,11 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from shared import keys
 from shared.quotas import Quotas
 from shared.settings import Settings
 from tests.integration.api_support import A, B, api, body, settings
 from tests.integration.helpers import producer_for, running_worker, script_run
+from tests.support.schema import K
 
 pytestmark = pytest.mark.integration
 
@@ -87,7 +87,7 @@ async def test_a_single_tenant_pool_runs_past_the_per_tenant_cap(redis: Redis, r
         while True:
             async with redis.pipeline(transaction=False) as pipe:
                 for rid in ids:
-                    pipe.hget(keys.run_key(rid), "status")
+                    pipe.hget(K.run(rid), "status")
                 running = sum(1 for st in await pipe.execute() if st == b"running")
             if running == len(ids):
                 break
@@ -105,19 +105,19 @@ async def test_a_noisy_tenants_500_stalled_runs_leave_another_tenants_run_starti
     b_ids = [s.run_id for s in await p.submit_many(stalled, tenant="tenant-b")]  # type: ignore[union-attr]
     async with running_worker(redis_url, max_jobs=150, tenant_max_running=100, shutdown_grace_s=0.5):
         deadline = time.monotonic() + 30
-        while await redis.zcard(keys.tenant_running_key("tenant-b")) < 100:
+        while await redis.zcard(K.tenant_running("tenant-b")) < 100:
             assert time.monotonic() < deadline, "tenant B's runs did not start"
             await asyncio.sleep(0.05)
         await asyncio.sleep(0.3)  # a few polls with B at its cap
         t0 = time.monotonic()
         a = await p.submit(script_run([{"text": "hi"}]), tenant="tenant-a")
-        while (await redis.hget(keys.run_key(a.run_id), "status")) == b"queued":
+        while (await redis.hget(K.run(a.run_id), "status")) == b"queued":
             assert time.monotonic() - t0 < 1.0, "tenant A's run did not start within a second"
             await asyncio.sleep(0.02)
         started_after = time.monotonic() - t0
         async with redis.pipeline(transaction=False) as pipe:
             for rid in b_ids:
-                pipe.hget(keys.run_key(rid), "status")
+                pipe.hget(K.run(rid), "status")
             running_b = sum(1 for st in await pipe.execute() if st == b"running")
     assert started_after < 1.0
     assert running_b <= 100  # B never ran more than its cap

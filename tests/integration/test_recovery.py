@@ -11,10 +11,10 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from shared import keys
 from shared.redis_server import RedisServer
 from tests.integration.helpers import assert_clean_stream, producer_for, script_run, stream, wait_all
 from tests.support.procs import WorkerProc
+from tests.support.schema import K
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -38,7 +38,7 @@ def assert_resumed_not_restarted(events: list) -> None:
 
 
 async def owners(redis: Redis, run_ids: list[str]) -> dict[str, str]:
-    return {r: (await redis.hget(keys.run_key(r), "owner") or b"").decode() for r in run_ids}
+    return {r: (await redis.hget(K.run(r), "owner") or b"").decode() for r in run_ids}
 
 
 async def test_sigkill_mid_run_resumes_from_checkpoint_within_the_lease(redis: Redis, redis_url: str) -> None:
@@ -48,7 +48,7 @@ async def test_sigkill_mid_run_resumes_from_checkpoint_within_the_lease(redis: R
     victim = WorkerProc(redis_url, env={**FAST, "AGENTMILL_WORKER_ID": "victim"}).start()
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:  # wait until the victim is mid-run with every run past step 1
-        lengths = [await redis.xlen(keys.events_stream(r)) for r in ids]
+        lengths = [await redis.xlen(K.events(r)) for r in ids]
         if min(lengths) >= 6:
             break
         await asyncio.sleep(0.05)
@@ -68,9 +68,9 @@ async def test_sigkill_mid_run_resumes_from_checkpoint_within_the_lease(redis: R
         assert_resumed_not_restarted(events)
         resumed_at = next(e.ts for e in events[before[r] :]) / 1000.0
         assert resumed_at - t_kill < 2.0 + 0.3 + 3.0  # lease + sweep + start, independent of run length
-        tools = {k.decode(): orjson.loads(v) for k, v in (await redis.hgetall(keys.tools_key(r))).items()}
+        tools = {k.decode(): orjson.loads(v) for k, v in (await redis.hgetall(K.tools(r))).items()}
         assert all(t["state"] == "done" for t in tools.values()) and len(tools) == 4
-        h = await redis.hgetall(keys.run_key(r))
+        h = await redis.hgetall(K.run(r))
         assert int(h[b"restarts"]) == 1 and int(h[b"epoch"]) == 2
 
 
@@ -79,14 +79,14 @@ async def test_sigterm_hands_runs_back_at_a_checkpoint(redis: Redis, redis_url: 
     subs = await p.submit_many([script_run(steps(3, 400)) for _ in range(5)])
     ids = [s.run_id for s in subs]  # type: ignore[union-attr]
     first = WorkerProc(redis_url, env={**FAST, "AGENTMILL_SHUTDOWN_GRACE_S": "5"}).start()
-    while len(await redis.keys("am:{*}:events")) < len(ids):
+    while len(await redis.keys(K.events("*"))) < len(ids):
         await asyncio.sleep(0.05)
     await asyncio.sleep(0.3)
     first.signal(signal.SIGTERM)
     rc = await asyncio.to_thread(first.wait, 15)
     assert rc == 0  # it exited by itself, within the grace period
     for r in ids:
-        h = await redis.hgetall(keys.run_key(r))
+        h = await redis.hgetall(K.run(r))
         assert h[b"status"] in (b"queued", b"completed") and h[b"owner"] == b""  # handed back, not abandoned
     second = WorkerProc(redis_url, env=FAST).start()
     try:
@@ -98,7 +98,7 @@ async def test_sigterm_hands_runs_back_at_a_checkpoint(redis: Redis, redis_url: 
         events = await stream(redis, r)
         assert_clean_stream(events)
         assert_resumed_not_restarted(events)
-        assert int((await redis.hget(keys.run_key(r), "restarts")) or 0) == 0  # a hand-back is not a crash
+        assert int((await redis.hget(K.run(r), "restarts")) or 0) == 0  # a hand-back is not a crash
 
 
 async def test_workers_survive_a_ten_second_redis_outage(tmp_path: object) -> None:
@@ -110,7 +110,7 @@ async def test_workers_survive_a_ten_second_redis_outage(tmp_path: object) -> No
             ids = [s.run_id for s in subs]  # type: ignore[union-attr]
             w = WorkerProc(server.url, env={"AGENTMILL_LEASE_MS": "30000"}).start()
             try:
-                while len(await redis.keys("am:{*}:events")) < len(ids):
+                while len(await redis.keys(K.events("*"))) < len(ids):
                     await asyncio.sleep(0.05)
                 await asyncio.to_thread(server.restart, 10.0, kill=True)
                 assert w.alive  # the worker rode out the outage

@@ -6,7 +6,6 @@ import pytest
 from redis.asyncio import Redis
 
 from producer.service import SubmissionError, Submitted
-from shared import keys
 from tests.integration.helpers import (
     assert_clean_stream,
     producer_for,
@@ -16,6 +15,7 @@ from tests.integration.helpers import (
     wait_all,
 )
 from tests.support.procs import workers
+from tests.support.schema import K
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +51,7 @@ async def test_hundred_runs_on_two_workers_complete_with_clean_streams(redis: Re
             assert recs[rid].result is not None and recs[rid].result.final_assistant_message is not None
             assert recs[rid].result.final_assistant_message.content == f"The answer is {i * 3 + 4}."
     assert tool_runs == 67
-    assert await redis.zcard(keys.LIVE) == 0  # nothing left for the reconciler
+    assert await redis.zcard(K.live) == 0  # nothing left for the reconciler
 
 
 async def test_same_run_id_twice_is_one_run(redis: Redis, redis_url: str) -> None:
@@ -60,7 +60,7 @@ async def test_same_run_id_twice_is_one_run(redis: Redis, redis_url: str) -> Non
     first = await p.submit(body)
     second = await p.submit(body)
     assert first.created and not second.created and first.run_id == second.run_id == "run-same-1"
-    assert await redis.zcard(keys.QUEUE) == 1
+    assert await redis.zcard(K.queue) == 1
     with pytest.raises(SubmissionError) as exc:
         await p.submit(script_run([{"text": "different"}], runId="run-same-1"))
     assert exc.value.status == 409
@@ -68,11 +68,11 @@ async def test_same_run_id_twice_is_one_run(redis: Redis, redis_url: str) -> Non
         await wait_all(p, ["run-same-1"], timeout_s=30)
     events = await stream(redis, "run-same-1")
     assert_clean_stream(events)
-    assert len(await redis.keys("am:{run-same-1}:events")) == 1
+    assert len(await redis.keys(K.events("run-same-1"))) == 1
     # Submitting again after it finished still names the same run and enqueues nothing.
     again = await p.submit(body)
     assert not again.created and again.status == "completed"
-    assert await redis.zcard(keys.QUEUE) == 0
+    assert await redis.zcard(K.queue) == 0
 
 
 @pytest.mark.parametrize(
@@ -113,12 +113,12 @@ async def test_a_finished_run_expires_after_the_retention_and_its_stream_is_capp
     async with running_worker(redis_url, stream_maxlen=20, retention_s=600):
         rec = (await wait_all(p, [sub.run_id], 30))[sub.run_id]
     assert rec.status.value == "completed"
-    last_seq = int(await redis.hget(keys.run_key(sub.run_id), "lastSeq"))
-    kept = await redis.xlen(keys.events_stream(sub.run_id))
+    last_seq = int(await redis.hget(K.run(sub.run_id), "lastSeq"))
+    kept = await redis.xlen(K.events(sub.run_id))
     assert last_seq > 240 and 20 <= kept <= 20 + 100
-    entries = await redis.xrange(keys.events_stream(sub.run_id))
+    entries = await redis.xrange(K.events(sub.run_id))
     assert [int(f[b"seq"]) for _, f in entries] == list(range(last_seq - kept + 1, last_seq + 1))
-    for key in (keys.run_key(sub.run_id), keys.events_stream(sub.run_id), keys.tools_key(sub.run_id)):
+    for key in (K.run(sub.run_id), K.events(sub.run_id), K.tools(sub.run_id)):
         assert 0 < await redis.ttl(key) <= 600, key
 
 
@@ -130,10 +130,10 @@ async def test_a_sessions_history_expires_after_the_retention(redis: Redis, redi
         assert (await wait_all(p, [sub.run_id], 15))[sub.run_id].status.value == "completed"
     sid = "s-ttl"
     for key in (
-        keys.session_history_key(sid),
-        keys.session_tool_results_key(sid),
-        keys.session_runs_key(sid),
+        K.session_loops(sid),
+        K.session_results(sid),
+        K.session_runs(sid),
     ):
         assert 0 < await redis.ttl(key) <= 600, key
     # The session record (its active and pending runs) is small and never expires under a run.
-    assert await redis.ttl(keys.session_key(sid)) == -1
+    assert await redis.ttl(K.session(sid)) == -1

@@ -8,10 +8,10 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from shared import keys
 from shared.scripts import Scripts
 from shared.settings import Settings
 from tests.integration.helpers import producer_for, script_run, stream
+from tests.support.schema import K, parts_of
 from worker.ports import Acquired, FencedError, NotAcquired, Outbox, SeqConflictError
 from worker.reconciler import reconcile_once
 from worker.redis_store import RedisRunStore as RunStore
@@ -38,8 +38,8 @@ async def acquire(
     redis: Redis, settings: Settings, rid: str, worker: str, gen: int = 1
 ) -> tuple[RunStore, Acquired | NotAcquired]:
     """``worker`` takes (or renews) its lease of settings.lease_ms, then acquires the run."""
-    await beat(redis, Scripts(redis), worker, settings.lease_ms, register=True)
-    store = RunStore(redis, Scripts(redis), settings, rid)
+    await beat(parts_of(redis), Scripts(redis), worker, settings.lease_ms, register=True)
+    store = RunStore(parts_of(redis), Scripts(redis), settings, K, rid)
     return store, await store.acquire(gen, worker)
 
 
@@ -59,7 +59,7 @@ async def test_compare_and_append_refuses_gaps_and_repeats(
     assert [e.seq for e in await stream(redis, rid)] == [1, 2]
     # Redis itself refuses an entry id at or below the last one.
     with pytest.raises(Exception, match="equal or smaller"):
-        await redis.xadd(keys.events_stream(rid), {"seq": 2}, id="2-0")
+        await redis.xadd(K.events(rid), {"seq": 2}, id="2-0")
 
 
 async def test_events_checkpoint_claims_and_records_land_together(
@@ -68,7 +68,7 @@ async def test_events_checkpoint_claims_and_records_land_together(
     rid = await new_run(redis, redis_url)
     store, _ = await acquire(redis, settings, rid, "w1")
     await store.commit(Outbox([ev()], claims=["c1", "c2"]), checkpoint=b'{"seq":1,"state":{}}')
-    tools = {k.decode(): orjson.loads(v) for k, v in (await redis.hgetall(keys.tools_key(rid))).items()}
+    tools = {k.decode(): orjson.loads(v) for k, v in (await redis.hgetall(K.tools(rid))).items()}
     assert tools == {
         "c1": {"state": "pending", "epoch": 1, "attempts": 1},
         "c2": {"state": "pending", "epoch": 1, "attempts": 1},
@@ -84,8 +84,8 @@ async def test_events_checkpoint_claims_and_records_land_together(
     await store.commit(
         Outbox([ev("tool_result")], records=[("c1", done)]), checkpoint=b'{"seq":2,"state":{}}'
     )
-    assert await redis.hget(keys.run_key(rid), "ckpt") == b'{"seq":2,"state":{}}'
-    assert orjson.loads(await redis.hget(keys.tools_key(rid), "c1"))["state"] == "done"
+    assert await redis.hget(K.run(rid), "ckpt") == b'{"seq":2,"state":{}}'
+    assert orjson.loads(await redis.hget(K.tools(rid), "c1"))["state"] == "done"
 
 
 async def test_two_workers_acquiring_at_once_one_wins(
@@ -108,7 +108,7 @@ async def test_a_stale_epoch_is_fenced_off_everywhere(
     new, acq = await acquire(redis, settings, rid, "w-new")
     assert isinstance(acq, Acquired) and acq.epoch == 2 and acq.restarts == 1
     assert acq.tool_records["c1"]["state"] == "pending"  # the new owner sees the dangling claim
-    before = await redis.hgetall(keys.run_key(rid))
+    before = await redis.hgetall(K.run(rid))
     with pytest.raises(FencedError):
         await old.commit(
             Outbox([ev()], records=[("c1", b'{"state":"done"}')]),
@@ -116,14 +116,14 @@ async def test_a_stale_epoch_is_fenced_off_everywhere(
             status="completed",
             aux=b"{}",
         )
-    assert await redis.hgetall(keys.run_key(rid)) == before
-    assert orjson.loads(await redis.hget(keys.tools_key(rid), "c1"))["state"] == "pending"
+    assert await redis.hgetall(K.run(rid)) == before
+    assert orjson.loads(await redis.hget(K.tools(rid), "c1"))["state"] == "pending"
     assert [e.seq for e in await stream(redis, rid)] == [1]
     # The old worker's heartbeat is refused (its lease expired); the new owner's renews.
-    assert (await beat(redis, Scripts(redis), "w-old", 300)).lost
-    assert not (await beat(redis, Scripts(redis), "w-new", 300)).lost
+    assert (await beat(parts_of(redis), Scripts(redis), "w-old", 300)).lost
+    assert not (await beat(parts_of(redis), Scripts(redis), "w-new", 300)).lost
     await new.commit(Outbox([ev()], claims=["c1"]))
-    assert orjson.loads(await redis.hget(keys.tools_key(rid), "c1")) == {
+    assert orjson.loads(await redis.hget(K.tools(rid), "c1")) == {
         "state": "pending",
         "epoch": 2,
         "attempts": 2,
@@ -147,7 +147,7 @@ async def test_two_workers_claiming_one_call_at_once_only_the_owner_wins(
     assert sum(isinstance(r, FencedError) for r in results) == 10
     assert not [r for r in results if isinstance(r, BaseException) and not isinstance(r, FencedError)]
     for rid in rids:
-        claim = orjson.loads(await redis.hget(keys.tools_key(rid), "c1"))
+        claim = orjson.loads(await redis.hget(K.tools(rid), "c1"))
         assert claim == {"state": "pending", "epoch": 2, "attempts": 1}
         assert [e.seq for e in await stream(redis, rid)] == [1]  # one event: the owner's
 
@@ -162,7 +162,7 @@ async def test_a_commit_sent_again_after_a_lost_reply_is_answered_not_refused(
     store.last_seq = 0  # the reply was lost: the client sends the very same commit again
     assert await store.commit(batch, checkpoint=b"ck") == 2
     assert [e.seq for e in await stream(redis, rid)] == [1, 2]
-    assert orjson.loads(await redis.hget(keys.tools_key(rid), "c1"))["attempts"] == 1  # not applied twice
+    assert orjson.loads(await redis.hget(K.tools(rid), "c1"))["attempts"] == 1  # not applied twice
     store.last_seq = 0  # a different batch at a stale position is still refused
     with pytest.raises(SeqConflictError):
         await store.commit(Outbox([ev(step=7), ev(step=8)]))
@@ -179,7 +179,7 @@ async def test_crash_budget_ends_the_run_failed(redis: Redis, redis_url: str, se
         await asyncio.sleep(0.35)
     _, acq = await acquire(redis, settings, rid, "w-last")
     assert isinstance(acq, NotAcquired) and acq.verdict == "exhausted"
-    h = await redis.hgetall(keys.run_key(rid))
+    h = await redis.hgetall(K.run(rid))
     assert h[b"status"] == b"failed"
     assert orjson.loads(h[b"result"])["lastError"]["code"] == "crash_limit"
     events = await stream(redis, rid)
@@ -187,7 +187,7 @@ async def test_crash_budget_ends_the_run_failed(redis: Redis, redis_url: str, se
     assert (
         events[-2].kind == "error" and events[-2].payload["code"] == "crash_limit"
     )  # as the machine's failures
-    assert await redis.zscore(keys.LIVE, rid) is None
+    assert await redis.zscore(K.live, rid) is None
 
 
 async def test_release_hands_back_without_counting_a_crash(
@@ -196,7 +196,7 @@ async def test_release_hands_back_without_counting_a_crash(
     rid = await new_run(redis, redis_url)
     store, _ = await acquire(redis, settings, rid, "w1")
     assert await store.release(1) == "released"
-    assert await redis.zscore(keys.QUEUE, f"{rid}#2") is not None
+    assert await redis.zscore(K.queue, K.job_id(rid, 2)) is not None
     _, stale = await acquire(redis, settings, rid, "w2", gen=1)
     assert isinstance(stale, NotAcquired) and stale.verdict == "superseded"
     _, acq = await acquire(redis, settings, rid, "w2", gen=2)
@@ -212,23 +212,24 @@ async def test_reconciler_redispatches_expired_and_lost_runs_once(
     alive = await new_run(redis, redis_url, "alive")
     _store, _ = await acquire(redis, settings, alive, "w-live")
     lost = await new_run(redis, redis_url, "lost")
-    await redis.delete(keys.arq_job_key("lost"))  # as if Redis lost the job's write
+    await redis.delete(K.job_key(K.job_id("lost", 1)))  # as if Redis lost the job's write
     waiting = await new_run(redis, redis_url, "waiting")
-    await beat(redis, scripts, "w-live", 5_000)  # w-live keeps beating; w-dead's lease expires
+    await beat(parts_of(redis), scripts, "w-live", 5_000)  # w-live keeps beating; w-dead's lease expires
     await asyncio.sleep(0.35)
-    sweeps = await asyncio.gather(*(reconcile_once(redis, scripts, settings) for _ in range(4)))
+    sweeps = await asyncio.gather(*(reconcile_once(parts_of(redis), scripts, settings) for _ in range(4)))
     total = sum(sweeps, start=type(sweeps[0])())
     assert total["redispatched"] == 2  # crashed + lost, each once despite four concurrent sweeps
     assert total["worker_expired"] == 1  # w-dead is forgotten once its runs were handed on
-    assert await redis.zscore(keys.WORKERS, "w-dead") is None
-    assert not await redis.exists(keys.worker_runs_key("w-dead"))
-    assert await redis.smembers(keys.worker_runs_key("w-live")) == {b"alive"}
-    assert await redis.hget(keys.run_key(crashed), "gen") == b"2"
-    assert await redis.hget(keys.run_key(lost), "gen") == b"2"
-    assert await redis.hget(keys.run_key(alive), "gen") == b"1"
-    assert await redis.hget(keys.run_key(waiting), "gen") == b"1"
-    queue = {m.decode() for m in await redis.zrange(keys.QUEUE, 0, -1)}
-    assert "crashed#2" in queue and "crashed" not in queue and "lost#2" in queue and "waiting" in queue
+    assert await redis.zscore(K.workers, "w-dead") is None
+    assert not await redis.exists(K.worker_runs("w-dead"))
+    assert await redis.smembers(K.worker_runs("w-live")) == {b"alive"}
+    assert await redis.hget(K.run(crashed), "gen") == b"2"
+    assert await redis.hget(K.run(lost), "gen") == b"2"
+    assert await redis.hget(K.run(alive), "gen") == b"1"
+    assert await redis.hget(K.run(waiting), "gen") == b"1"
+    queue = {m.decode() for m in await redis.zrange(K.queue, 0, -1)}
+    assert K.job_id("crashed", 2) in queue and K.job_id("crashed", 1) not in queue
+    assert K.job_id("lost", 2) in queue and K.job_id("waiting", 1) in queue
 
 
 async def test_a_claimed_run_whose_worker_died_before_its_lease_is_redispatched_after_one_lease(
@@ -243,32 +244,25 @@ async def test_a_claimed_run_whose_worker_died_before_its_lease_is_redispatched_
     t = await redis.time()
     now_ms = int(t[0]) * 1000 + int(t[1]) // 1000
     claimed = await scripts.claim_jobs(
-        keys=[keys.QUEUE],
-        args=[
-            now_ms,
-            86_400_000,
-            10,
-            keys.arq_in_progress_key(""),
-            settings.lease_ms,
-            0,
-            "",
-            500,
-            "orphan",
-            "taken",
-        ],
-    )
-    assert [c.decode() for c in claimed[::2]] == ["orphan", "taken"]
+        *scripts.frame(
+            K,
+            [],
+            [now_ms, 86_400_000, 10, K.in_progress_key(""), settings.lease_ms, 0, "", 500,
+             K.job_id("orphan", 1), K.job_id("taken", 1)],
+        )
+    )  # fmt: skip
+    assert [c.decode() for c in claimed[::2]] == [K.job_id("orphan", 1), K.job_id("taken", 1)]
     # Claimed jobs leave arq's queue: later polls do not scan them again while they run.
-    assert await redis.zcard(keys.QUEUE) == 0
+    assert await redis.zcard(K.queue) == 0
     _, got = await acquire(redis, settings, "taken", "w-alive")
     assert isinstance(got, Acquired)  # "orphan" is never acquired: its worker died after the claim
-    assert await reconcile_once(redis, scripts, settings) == {}  # not due yet
-    await beat(redis, scripts, "w-alive", 5_000)
+    assert await reconcile_once(parts_of(redis), scripts, settings) == {}  # not due yet
+    await beat(parts_of(redis), scripts, "w-alive", 5_000)
     await asyncio.sleep(settings.lease_ms / 1000 + 0.1)
-    verdicts = await reconcile_once(redis, scripts, settings)
+    verdicts = await reconcile_once(parts_of(redis), scripts, settings)
     assert verdicts["redispatched"] == 1
-    assert await redis.hget(keys.run_key("orphan"), "gen") == b"2"
-    assert await redis.hget(keys.run_key("taken"), "gen") == b"1"
+    assert await redis.hget(K.run("orphan"), "gen") == b"2"
+    assert await redis.hget(K.run("taken"), "gen") == b"1"
     # The dead claim's job, should its worker wake up, is refused; the new dispatch is taken.
     _, late = await acquire(redis, settings, "orphan", "w-dead", gen=1)
     assert isinstance(late, NotAcquired)
@@ -288,9 +282,11 @@ async def test_abort_verdicts(redis: Redis, redis_url: str, settings: Settings) 
     store, _ = await acquire(redis, settings, running, "w1")
     assert await p.abort(running, reason="stop it") == "requested"
     # The request reaches the owning worker through its next heartbeat, with the run's epoch.
-    assert (await beat(redis, Scripts(redis), "w1", 300)).aborts == [(running, store.epoch, "stop it")]
-    assert (await beat(redis, Scripts(redis), "w1", 300)).aborts == []  # delivered once
-    assert await redis.hget(keys.run_key(running), "abort") == b"stop it"  # the hash stays the truth
+    assert (await beat(parts_of(redis), Scripts(redis), "w1", 300)).aborts == [
+        (running, store.epoch, "stop it")
+    ]
+    assert (await beat(parts_of(redis), Scripts(redis), "w1", 300)).aborts == []  # delivered once
+    assert await redis.hget(K.run(running), "abort") == b"stop it"  # the hash stays the truth
     assert await p.abort(running, tenant="someone-else") == "unknown"
 
 
@@ -307,10 +303,10 @@ async def test_an_early_check_of_an_approval_wait_keeps_its_deadline_watched(
     approvals = {"a": {"decision": "pending", "name": "t", "arguments": "{}"}}
     await store.commit(Outbox([ev()]), status="awaiting_human", aux=orjson.dumps(approvals),
                        approval_timeout_ms=600_000, run_deadline_ms=deadline)  # fmt: skip
-    assert await redis.zscore(keys.LIVE, rid) == deadline
-    assert (await _redispatch(redis, Scripts(redis), settings, [rid]))["awaiting"] == 1
-    assert await redis.zscore(keys.LIVE, rid) == deadline
-    assert await redis.hget(keys.run_key(rid), "status") == b"awaiting_human"
+    assert await redis.zscore(K.live, rid) == deadline
+    assert (await _redispatch(parts_of(redis), Scripts(redis), settings, K, [rid]))["awaiting"] == 1
+    assert await redis.zscore(K.live, rid) == deadline
+    assert await redis.hget(K.run(rid), "status") == b"awaiting_human"
 
 
 async def test_approval_decisions(redis: Redis, redis_url: str, settings: Settings) -> None:
@@ -328,10 +324,10 @@ async def test_approval_decisions(redis: Redis, redis_url: str, settings: Settin
     assert await p.settle_approval(rid, "zzz", approved=True) == "unknown_call"
     assert await p.settle_approval(rid, "a", approved=True) == "recorded"
     assert await p.settle_approval(rid, "a", approved=False) == "already_decided"
-    assert await redis.zscore(keys.QUEUE, f"{rid}#2") is None
+    assert await redis.zscore(K.queue, K.job_id(rid, 2)) is None
     assert await p.settle_approval(rid, "b", approved=False, reason="no") == "resumed"
-    assert await redis.zscore(keys.QUEUE, f"{rid}#2") is not None
-    stored = orjson.loads(await redis.hget(keys.run_key(rid), "approvals"))
+    assert await redis.zscore(K.queue, K.job_id(rid, 2)) is not None
+    stored = orjson.loads(await redis.hget(K.run(rid), "approvals"))
     assert stored["a"]["decision"] == "approved" and stored["b"] == {
         "decision": "rejected",
         "name": "t",
@@ -343,21 +339,21 @@ async def test_approval_decisions(redis: Redis, redis_url: str, settings: Settin
 async def test_a_finished_run_leaves_its_worker(redis: Redis, redis_url: str, settings: Settings) -> None:
     rid = await new_run(redis, redis_url)
     store, _ = await acquire(redis, settings, rid, "w1")
-    assert await redis.smembers(keys.worker_runs_key("w1")) == {rid.encode()}
-    assert await redis.zscore(keys.LIVE, rid) is None  # running: watched through w1's lease
+    assert await redis.smembers(K.worker_runs("w1")) == {rid.encode()}
+    assert await redis.zscore(K.live, rid) is None  # running: watched through w1's lease
     await store.commit(Outbox([ev(status="completed")]), status="completed", aux=b"{}")
-    assert await redis.zscore(keys.LIVE, rid) is None
-    assert await redis.smembers(keys.worker_runs_key("w1")) == set()
+    assert await redis.zscore(K.live, rid) is None
+    assert await redis.smembers(K.worker_runs("w1")) == set()
     await asyncio.sleep(0.35)  # w1's lease expires: the sweep finds nothing of it to re-dispatch
-    verdicts = await reconcile_once(redis, Scripts(redis), settings)
-    assert verdicts == {"worker_expired": 1} and await redis.hget(keys.run_key(rid), "status") == b"completed"
+    verdicts = await reconcile_once(parts_of(redis), Scripts(redis), settings)
+    assert verdicts == {"worker_expired": 1} and await redis.hget(K.run(rid), "status") == b"completed"
 
 
 async def test_a_worker_without_a_live_lease_cannot_acquire_or_commit(
     redis: Redis, redis_url: str, settings: Settings
 ) -> None:
     rid = await new_run(redis, redis_url)
-    store = RunStore(redis, Scripts(redis), settings, rid)
+    store = RunStore(parts_of(redis), Scripts(redis), settings, K, rid)
     assert await store.acquire(1, "never-registered") == NotAcquired("no_lease", "never-registered")
     store, acq = await acquire(redis, settings, rid, "w1")
     assert isinstance(acq, Acquired)
@@ -367,5 +363,5 @@ async def test_a_worker_without_a_live_lease_cannot_acquire_or_commit(
         await store.commit(Outbox([ev()]))
     assert [e.seq for e in await stream(redis, rid)] == [1]
     # Its runs go back on the queue in one sweep, whatever their number: one lease, one check.
-    assert (await reconcile_once(redis, Scripts(redis), settings))["redispatched"] == 1
-    assert await redis.hget(keys.run_key(rid), "gen") == b"2"
+    assert (await reconcile_once(parts_of(redis), Scripts(redis), settings))["redispatched"] == 1
+    assert await redis.hget(K.run(rid), "gen") == b"2"

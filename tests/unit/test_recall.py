@@ -17,10 +17,10 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared import keys
 from shared.models import Message, RunResult, RunStatus, ToolCall
 from shared.profiles import ContextConfig, profiles_from
 from shared.settings import Settings
+from tests.support.schema import K, parts_of
 from worker.config import RECALL_TOOL, RunConfig
 from worker.context import MAX_NOTE_CHARS, TRUNCATED
 from worker.deps import WorkerDeps
@@ -66,7 +66,7 @@ async def check(runs: list[tuple[str, list[str], str]], cfg: ContextConfig) -> N
     redis = fakeredis.aioredis.FakeRedis()
     async with httpx.AsyncClient() as http:
         deps = WorkerDeps(
-            redis=redis, settings=Settings(), profiles=profiles_from(None), http=http, worker_id="t"
+            parts=parts_of(redis), settings=Settings(), profiles=profiles_from(None), http=http, worker_id="t"
         )
         now = int(time.time() * 1000)
         for i, (user, results, reply) in enumerate(runs):  # one a minute, the last a minute ago
@@ -74,9 +74,9 @@ async def check(runs: list[tuple[str, list[str], str]], cfg: ContextConfig) -> N
                 *finished_state(i, user, results, reply, now - (len(runs) - i) * 60_000), now_ms=now
             )
             assert update is not None and update.loop
-            await redis.rpush(keys.session_history_key(SID), update.loop)
+            await redis.rpush(K.session_loops(SID), update.loop)
             for call_id, raw in update.tool_results:
-                await redis.hset(keys.session_tool_results_key(SID), call_id, raw)
+                await redis.hset(K.session_results(SID), call_id, raw)
 
         async def model_input() -> bytes:
             history = await deps.sessions.load_history(SID, cfg)
@@ -136,11 +136,11 @@ async def test_without_a_session_recall_reads_the_runs_own_calls_and_the_prompt_
     redis = fakeredis.aioredis.FakeRedis()
     async with httpx.AsyncClient() as http:
         deps = WorkerDeps(
-            redis=redis, settings=Settings(), profiles=profiles_from(None), http=http, worker_id="t"
+            parts=parts_of(redis), settings=Settings(), profiles=profiles_from(None), http=http, worker_id="t"
         )
         record = {"state": "done", "result": {"toolCallId": "own-1", "name": "calculator", "content": "42"}}
-        await redis.hset(keys.tools_key("run-a"), "own-1", orjson.dumps(record))
-        await redis.hset(keys.tools_key("run-a"), "half", orjson.dumps({"state": "pending", "attempts": 1}))
+        await redis.hset(K.tools("run-a"), "own-1", orjson.dumps(record))
+        await redis.hset(K.tools("run-a"), "half", orjson.dumps({"state": "pending", "attempts": 1}))
         ask = ToolCall(id="q", name=RECALL_TOOL, arguments='{"callId": "own-1"}')
         got = await deps.sessions.recall(None, ask, "run-a")
         assert (got.content, got.is_error, got.tool_call_id) == ("42", False, "q")

@@ -145,6 +145,12 @@ class RunDriver:
         except (FencedError, SeqConflictError) as exc:
             obs.append_refused("fenced" if isinstance(exc, FencedError) else "duplicate")
             log.warning("run %s: %s; stopping without writing", self.run_id, exc)
+            if isinstance(exc, SeqConflictError) and not self.fenced:
+                # Still this worker's run (its epoch holds), but Redis has a different stream end
+                # than this worker wrote (a failover lost an acknowledged write): hand it back, so
+                # it resumes from what Redis holds instead of waiting for this worker's lease.
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(asyncio.shield(self.store.release(self.gen)), 5.0)
             return "fenced"
         except asyncio.CancelledError:
             await self._cancel_tasks()

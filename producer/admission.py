@@ -1,0 +1,146 @@
+"""Tenant quotas at submission, over the partitions: submitsPerSecond counted once per request at
+the tenant's home partition (admit_rate.lua), then maxActive on each partition that receives runs
+(admit_tenant.lua), allowed there the quota less the tenant's runs on the other partitions (those
+counted already and this request's new ones). A refusal anywhere uncounts what the others admitted,
+gives the rate counter its runs back and refuses the whole request. Partitions are admitted one
+call each, not in one transaction: two requests of a tenant at once may pass its quota by a little."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from producer.routing import Parts, run_many, run_script
+from producer.submission import SubmissionError
+from shared import keys
+from shared.clock import now_ms
+from shared.quotas import Quota
+from shared.scripts import Scripts, text
+
+__all__ = ["ADMIT_GRACE_MS", "admit"]
+
+ADMIT_GRACE_MS = (
+    60_000  # a counted run whose hash never appeared (refused at submit) stops counting after this
+)
+
+
+async def admit(
+    parts: Parts,
+    scripts: Scripts,
+    ttl_ms: int,
+    tenant: str,
+    placed: Mapping[int, Sequence[str]],
+    quota: Quota | None,
+) -> None:
+    """Count the runs (run ids by partition index) against the tenant's quotas, or raise 429."""
+    n = sum(len(ids) for ids in placed.values())
+    if quota is None or n == 0 or (quota.max_active == 0 and quota.submits_per_second == 0):
+        return
+    home = parts.home(tenant)
+    now = now_ms()
+    rate_key = home.tenant_rate(tenant, now // 1000)
+
+    async def rate(refund: bool) -> str:
+        args = [n, quota.submits_per_second, "1" if refund else ""]
+        return text((await run_script(parts, scripts.admit_rate, home, [rate_key], args))[0])
+
+    async def no_rate() -> str:
+        return "ok"
+
+    # The rate once, at the tenant's home; meanwhile what the tenant has on every partition.
+    limited = quota.submits_per_second > 0
+    verdict, (active, new) = await asyncio.gather(
+        rate(False) if limited else no_rate(), _counted(parts, tenant, placed, quota)
+    )
+    if verdict == "rate_limited":
+        raise SubmissionError(
+            "rate_limited",
+            f"this tenant may submit {quota.submits_per_second} runs per second; retry in a second",
+            status=429,
+            retry_after_s=1,
+        )
+    if quota.max_active == 0:
+        return
+    targets = [p for p in parts.parts if placed.get(p.index)]
+    admitted: list[keys.Partition] = []
+    for attempt in range(2):
+        held = [a + b for a, b in zip(active, new, strict=True)]  # counted, and coming now
+        calls = [
+            (p, *scripts.frame(p, [p.tenant_active(tenant)], [
+                now, quota.max_active - (sum(held) - held[p.index]), ttl_ms, ADMIT_GRACE_MS, *placed[p.index],
+            ]))
+            for p in targets
+        ]  # fmt: skip
+        replies = await run_many(parts, scripts.admit_tenant, calls)
+        full = [(p, int(text(r[1]))) for p, r in zip(targets, replies, strict=True) if text(r[0]) == "full"]
+        admitted += [p for p, r in zip(targets, replies, strict=True) if text(r[0]) != "full"]
+        if not full:
+            return
+        p, here = full[0]
+        if attempt == 0 and sum(active) - active[p.index] > 0:
+            # Runs counted on the other partitions may have ended: forget those (as a full partition
+            # does for itself) and ask again with the fresh counts (the runs admitted now included).
+            active = await _forget_ended(parts, scripts, ttl_ms, tenant)
+            new = [0 if q in admitted else new[q.index] for q in parts.parts]
+            targets = [q for q, _ in full]
+            continue
+        await _give_back(parts, tenant, now, {q.index: placed[q.index] for q in admitted})
+        if limited:
+            await rate(True)
+        raise SubmissionError(
+            "quota_exceeded",
+            f"this tenant has {here + sum(active) - active[p.index]} queued and running runs and may have "
+            f"{quota.max_active}; retry when some have finished",
+            status=429,
+            retry_after_s=5,
+        )
+
+
+async def _counted(
+    parts: Parts, tenant: str, placed: Mapping[int, Sequence[str]], quota: Quota
+) -> tuple[list[int], list[int]]:
+    """Per partition: the tenant's counted runs, and how many of the runs going there are not
+    counted yet. Not read with one partition (its script sees it all), nor without maxActive."""
+    zeros = [0] * parts.layout.count
+    if quota.max_active == 0 or parts.layout.count == 1:
+        return zeros, list(zeros)
+
+    def op(pipe: Any, p: keys.Partition) -> None:
+        pipe.zcard(p.tenant_active(tenant))
+        if placed.get(p.index):
+            pipe.zmscore(p.tenant_active(tenant), list(placed[p.index]))
+
+    replies = await parts.each(op)
+    active = [int(r[0]) for r in replies]
+    new = [sum(1 for s in r[1] if s is None) if len(r) > 1 else 0 for r in replies]
+    return active, new
+
+
+async def _forget_ended(parts: Parts, scripts: Scripts, ttl_ms: int, tenant: str) -> list[int]:
+    """admit_tenant with nothing to add and room for nothing, on every partition: it forgets the
+    ended runs it counts and answers how many are left."""
+    args = [now_ms(), -1, ttl_ms, ADMIT_GRACE_MS]
+    calls = [(p, *scripts.frame(p, [p.tenant_active(tenant)], args)) for p in parts.parts]
+    return [int(text(r[1])) for r in await run_many(parts, scripts.admit_tenant, calls)]
+
+
+async def _give_back(parts: Parts, tenant: str, now: int, admitted: dict[int, Sequence[str]]) -> None:
+    """Uncount the runs this request added on the partitions that admitted them (those scored
+    ``now``; a run counted before keeps its place)."""
+    if not admitted:
+        return
+    where = [parts.parts[i] for i in admitted]
+
+    def added(pipe: Any, p: keys.Partition) -> None:
+        pipe.zrangebyscore(p.tenant_active(tenant), now, now)
+
+    replies = await parts.each(added, where)
+    ours = {
+        p.index: set(admitted[p.index]) & {text(m) for m in r[0]} for p, r in zip(where, replies, strict=True)
+    }
+
+    def remove(pipe: Any, p: keys.Partition) -> None:
+        pipe.zrem(p.tenant_active(tenant), *ours[p.index])
+
+    await parts.each(remove, [p for p in where if ours[p.index]])

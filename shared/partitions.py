@@ -1,0 +1,157 @@
+"""The partitions of the key space (keys.Layout) on the Redis nodes that serve them (topology).
+
+On a single Redis every partition's client is the one client; on a cluster, the client of the
+master that owns the partition's slot now, re-bound when a call meets MOVED or a dead master.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Generic, TypeVar
+
+from redis.asyncio import Redis
+
+from shared import keys
+from shared.scripts import text
+from shared.settings import Settings
+from shared.topology import Topology
+
+__all__ = ["FixedTopology", "Partitions", "partition_count"]
+
+R = TypeVar("R", bound=Redis)
+T = TypeVar("T")
+
+
+def partition_count(settings: Settings) -> int:
+    """AGENTMILL_PARTITIONS, else 16 on a cluster and 1 on a single Redis."""
+    if settings.partitions is not None:
+        return settings.partitions
+    return 16 if settings.redis_cluster else 1
+
+
+class Partitions(Generic[R]):
+    def __init__(self, layout: keys.Layout, topology: Topology[R]) -> None:
+        self.layout = layout
+        self.topology = topology
+        self.parts = layout.parts
+
+    @classmethod
+    def of_client(cls, client: R, count: int = 1) -> Partitions[R]:
+        """``count`` partitions on one client the caller owns (and closes)."""
+        return cls(keys.Layout(count), FixedTopology(client))  # type: ignore[arg-type]
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **client_options: Any) -> Partitions[R]:
+        """Not connected yet: ``await start()`` discovers a cluster's nodes."""
+        topo: Topology[R] = Topology.from_settings(settings, **client_options)
+        return cls(keys.Layout(partition_count(settings)), topo)
+
+    async def start(self) -> None:
+        await self.topology.start()
+
+    async def aclose(self) -> None:
+        await self.topology.aclose()
+
+    @property
+    def single(self) -> bool:
+        """Every partition on one client (no cluster)."""
+        return not self.topology.is_cluster
+
+    def client(self, part: keys.Partition) -> R:
+        return self.topology.for_slot(part.slot)
+
+    def home(self, some_id: str) -> keys.Partition:
+        return self.layout.home(some_id)
+
+    async def call(
+        self, part: keys.Partition, fn: Callable[[R], Awaitable[T]], *, deadline_s: float = 30.0
+    ) -> T:
+        """``fn(client)`` on the partition's node, following a failover or a moved slot."""
+        return await self.topology.call(part.slot, fn, deadline_s=deadline_s)
+
+    def by_node(self, parts: Iterable[keys.Partition]) -> list[tuple[R, list[keys.Partition]]]:
+        """The partitions grouped by the client that serves them now (one pipeline per node)."""
+        groups: dict[int, tuple[R, list[keys.Partition]]] = {}
+        for p in parts:
+            c = self.client(p)
+            groups.setdefault(id(c), (c, []))[1].append(p)
+        return list(groups.values())
+
+    async def each(
+        self, fn: Callable[[Any, keys.Partition], None], parts: Iterable[keys.Partition] | None = None
+    ) -> list[Any]:
+        """Queue ``fn(pipe, part)`` for every partition, one pipelined round trip per node (all in
+        parallel); the replies in partition order, each a list of that partition's command replies."""
+        chosen = list(self.parts if parts is None else parts)
+        out: dict[int, list[Any]] = {}
+
+        async def node(client: R, group: list[keys.Partition]) -> None:
+            async def send(c: R) -> list[Any]:
+                counts = []
+                async with c.pipeline(transaction=False) as pipe:
+                    for p in group:
+                        before = len(pipe.command_stack)
+                        fn(pipe, p)
+                        counts.append(len(pipe.command_stack) - before)
+                    replies = await pipe.execute()
+                res, i = [], 0
+                for n in counts:
+                    res.append(replies[i : i + n])
+                    i += n
+                return res
+
+            replies = await self.topology.call(group[0].slot, send)
+            for p, r in zip(group, replies, strict=True):
+                out[p.index] = r
+
+        await asyncio.gather(*(node(c, g) for c, g in self.by_node(chosen)))
+        return [out[p.index] for p in chosen]
+
+    async def locate(self, run_id: str) -> keys.Partition | None:
+        """The partition a run lives in: its home, or where its home's pointer says (a run of a
+        session that lives elsewhere); None when there is no such run. No round trip with one
+        partition."""
+        if self.layout.count == 1:
+            return self.parts[0]
+        home = self.layout.home(run_id)
+
+        async def look(c: R) -> list[Any]:
+            async with c.pipeline(transaction=False) as pipe:
+                pipe.exists(home.run(run_id))
+                pipe.get(home.pointer(run_id))
+                return list(await pipe.execute())
+
+        exists, pointer = await self.call(home, look)
+        if exists:
+            return home
+        if pointer is not None:
+            return self.parts[int(text(pointer))]
+        return None
+
+
+class FixedTopology(Generic[R]):
+    """One client the caller owns serving every slot (a single Redis handed in, as tests do)."""
+
+    is_cluster = False
+
+    def __init__(self, client: R) -> None:
+        self.client = client
+
+    async def start(self) -> None:
+        return None
+
+    def for_slot(self, slot: int) -> R:
+        return self.client
+
+    def clients(self) -> list[R]:
+        return [self.client]
+
+    async def refresh(self) -> bool:
+        return False
+
+    async def call(self, slot: int, fn: Callable[[R], Awaitable[T]], *, deadline_s: float = 30.0) -> T:
+        return await fn(self.client)
+
+    async def aclose(self) -> None:
+        return None  # the caller closes its client

@@ -1,0 +1,41 @@
+"""The key schema is defined once (shared/keys.py): the Lua builds every key and job from the
+partition's context, and what it builds equals what Python builds."""
+
+from __future__ import annotations
+
+import re
+
+from shared import keys
+from shared.scripts import LUA_DIR, SCRIPTS, source
+
+
+def test_partition_tags_spread_over_equal_slot_ranges_and_ids_find_their_home() -> None:
+    for count in (1, 3, 16, 64):
+        layout = keys.Layout(count)
+        for i, part in enumerate(layout.parts):
+            assert i * keys.SLOTS // count <= part.slot < (i + 1) * keys.SLOTS // count
+            assert keys.slot_of(part.run("x")) == keys.slot_of(part.queue) == part.slot
+            assert layout.of_key(part.events("r")) is part
+        homes = {layout.home(f"run_{n}").index for n in range(2000)}
+        assert homes == set(range(count))  # every partition gets ids
+        assert layout.home("run_7") is layout.home("run_7")
+
+
+def test_job_ids_carry_their_partition_and_dispatch() -> None:
+    layout = keys.Layout(16)
+    part = layout.parts[5]
+    for gen in (1, 2, 17):
+        job = part.job_id("run-a.b:c", gen)
+        assert layout.of_job(job) == (part, "run-a.b:c", gen)
+        assert keys.slot_of(part.job_key(job)) == keys.slot_of(part.in_progress_key(job)) == part.slot
+
+
+def test_no_script_spells_a_key_or_a_setting_of_its_own() -> None:
+    for name in SCRIPTS:
+        src = source(name)
+        assert "am:" not in src and "arq:" not in src, name
+        assert set(re.findall(r"__[A-Z_]+__", src)) <= {"__CONTEXT_FIELDS__", "__TERMINAL__"}, name
+    for path in LUA_DIR.glob("*.lua"):
+        if path.stem in ("clock", "prelude", "submit_one", "submit"):
+            continue
+        assert re.search(r"^-- KEYS", path.read_text(), re.M), f"{path.name} documents no KEYS"
