@@ -5,7 +5,13 @@ effect but before its result is recorded; after events were published but before
 pauses one with SIGSTOP past its lease, sends one SIGTERM, and restarts Redis (AOF) once. Then it
 checks the promises from the stream, the run hashes and the ledger, and prints a table.
 
-Short version: tests/chaos/test_chaos.py. Longer: ``python -m tests.chaos.harness --runs 300 --seconds 120``.
+With ``cluster=True`` it runs on a local Redis Cluster (three masters, three replicas) instead:
+runs spread over 16 partitions, some of them in sessions with ids of the client's choosing (they
+live away from their home partition), an API process serving reads throughout, and, in place of
+the Redis restart, a manual failover and a SIGKILLed master (which later rejoins as a replica).
+
+Short versions: tests/chaos/test_chaos.py, tests/cluster/test_cluster_chaos.py. Longer:
+``python -m tests.chaos.harness --runs 300 --seconds 120`` (``--cluster`` for the cluster).
 """
 
 from __future__ import annotations
@@ -26,14 +32,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 from redis.asyncio import Redis
 
 from producer.service import Producer, Submitted
-from shared import keys
 from shared.events import decode_entry
+from shared.keys import Partition
+from shared.partitions import Partitions
 from shared.profiles import load_profiles
-from shared.redis_server import RedisServer
+from shared.redis_cluster import LocalRedisCluster
+from shared.redis_server import RedisServer, free_port
 from shared.settings import Settings
 from tests.support.ledger import Ledger
 from tests.support.procs import WorkerProc
@@ -55,6 +64,8 @@ class ChaosConfig:
     seed: int = 7
     model_ms: tuple[int, int] = (200, 500)  # per step: the model's answer time
     tool_ms: tuple[int, int] = (100, 300)  # per step: the ledger's answer time
+    cluster: bool = False  # a local Redis Cluster (failover + killed master) instead of one Redis
+    sessions: int = 0  # runs of this many sessions, three runs each, with ids the client chose
 
 
 @dataclass
@@ -77,6 +88,12 @@ class ChaosReport:
     recovery_s: list[float] = field(default_factory=list)
     tool_executions: int = 0
     elapsed_s: float = 0.0
+    failovers: int = 0
+    masters_killed: int = 0
+    runs_per_master: dict[str, int] = field(default_factory=dict)
+    api_reads: int = 0
+    api_failed_reads: int = 0
+    api_failed_after_faults: int = 0
 
     def figures(self) -> dict[str, Any]:
         rec = sorted(self.recovery_s)
@@ -100,6 +117,17 @@ class ChaosReport:
             ),
             "tool executions recorded by the ledger": self.tool_executions,
             "elapsed (s)": round(self.elapsed_s, 1),
+            **(
+                {
+                    "runs per master (partition slots at the start)": self.runs_per_master,
+                    "manual failovers / masters SIGKILLed": f"{self.failovers} / {self.masters_killed}",
+                    "API reads / failed / failed once the faults were over": (
+                        f"{self.api_reads} / {self.api_failed_reads} / {self.api_failed_after_faults}"
+                    ),
+                }
+                if self.runs_per_master
+                else {}
+            ),
         }
 
     def table(self) -> str:
@@ -121,6 +149,8 @@ class ChaosReport:
             )
         if self.max_concurrent_writers > 1:
             bad.append(f"{self.max_concurrent_writers} workers wrote one run at once")
+        if self.api_failed_after_faults:
+            bad.append(f"{self.api_failed_after_faults} API reads failed after the faults were over")
         return bad
 
 
@@ -155,6 +185,14 @@ def chaos_profiles(ledger_url: str, path: Path) -> Path:
 
 
 def run_body(i: int, cfg: ChaosConfig, rng: random.Random) -> dict[str, Any]:
+    """Run ``i``; the first ``3 * cfg.sessions`` runs go three to a session, under ids they chose."""
+    body = _steps(i, cfg, rng)
+    if i < 3 * cfg.sessions:
+        body.update(runId=f"chaos-{i}", sessionId=f"chaos-s{i // 3}", autoCreateSession=True)
+    return body
+
+
+def _steps(i: int, cfg: ChaosConfig, rng: random.Random) -> dict[str, Any]:
     script: list[dict[str, Any]] = []
     for s in range(cfg.steps):
         script.append(
@@ -181,6 +219,10 @@ class Chaos:
         self.n_started = 0
         self.expected_deaths: set[int] = set()
         self.kill_marks: list[tuple[float, str]] = []  # (time, worker id) of each SIGKILL
+        self.url = ""
+        self.parts: Partitions[Redis] | None = None
+        self.where: dict[str, Partition] = {}  # each run's partition
+        self.faults_over_at = float("inf")
 
     def _env(self, profiles: Path, with_failpoints: bool) -> dict[str, str]:
         env = {
@@ -195,6 +237,7 @@ class Chaos:
             # default batch the first worker to poll takes every run, and each kill orphans them all.
             "AGENTMILL_CLAIM_BATCH": "4",
             "AGENTMILL_WORKER_ID": f"chaos-w{self.n_started}",
+            "AGENTMILL_REDIS_CLUSTER": "true" if self.cfg.cluster else "false",
         }
         if with_failpoints:
             env["AGENTMILL_FAILPOINTS"] = self.cfg.failpoints
@@ -210,47 +253,129 @@ class Chaos:
         return p
 
     async def run(self) -> ChaosReport:
-        cfg = self.cfg
         t_start = time.monotonic()
-        with RedisServer(appendonly=True, appendfsync="everysec") as server, Ledger() as ledger:
-            profiles = chaos_profiles(ledger.url, self.log_dir / "profiles.json")
-            settings = Settings(redis_url=server.url, profiles=str(profiles))
-            redis = Redis.from_url(server.url)
-            try:
-                producer = Producer(redis, settings=settings, profiles=load_profiles(str(profiles)))
-                subs = await producer.submit_many([run_body(i, cfg, self.rng) for i in range(cfg.runs)])
-                run_ids = [s.run_id for s in subs if isinstance(s, Submitted)]
-                self.report.submitted = len(run_ids)
-                self.procs = [self._spawn(server.url, profiles) for _ in range(cfg.workers)]
-                await self._until_carried(redis)
-                await self._chaos(server, redis, profiles, run_ids)
-                await self._wait_done(redis, run_ids, server, profiles)
-                await self._check(redis, run_ids, ledger)
-            finally:
-                for p in self.procs:
-                    p.stop(timeout=15)
-                await redis.aclose()
+        with Ledger() as ledger:
+            if self.cfg.cluster:
+                with LocalRedisCluster(masters=3, replicas_per_master=1, node_timeout_ms=1000) as cluster:
+                    await self._run(cluster.url, ledger, cluster=cluster)
+            else:
+                with RedisServer(appendonly=True, appendfsync="everysec") as server:
+                    await self._run(server.url, ledger, server=server)
         self.report.elapsed_s = time.monotonic() - t_start
         return self.report
 
-    async def _owners(self, redis: Redis) -> dict[str, str]:
-        out: dict[str, str] = {}
-        async for key in redis.scan_iter(match="am:{*}:run", count=500):
-            owner = await redis.hget(key, "owner")
-            if owner:
-                out[key.decode().split("{")[1].split("}")[0]] = owner.decode()
+    async def _run(
+        self,
+        url: str,
+        ledger: Ledger,
+        *,
+        server: RedisServer | None = None,
+        cluster: LocalRedisCluster | None = None,
+    ) -> None:
+        cfg = self.cfg
+        self.url = url
+        profiles = chaos_profiles(ledger.url, self.log_dir / "profiles.json")
+        settings = Settings(redis_url=url, profiles=str(profiles), redis_cluster=cfg.cluster)
+        parts: Partitions[Redis] = Partitions.from_settings(settings, retries=5)
+        await parts.start()
+        self.parts = parts
+        api: WorkerProc | None = None
+        reader: asyncio.Task[None] | None = None
+        try:
+            producer = Producer(parts, settings=settings, profiles=load_profiles(str(profiles)))
+            subs = await producer.submit_many([run_body(i, cfg, self.rng) for i in range(cfg.runs)])
+            run_ids = [s.run_id for s in subs if isinstance(s, Submitted)]
+            self.report.submitted = len(run_ids)
+            for rid in run_ids:
+                part = await parts.locate(rid)
+                assert part is not None, rid
+                self.where[rid] = part
+            if cluster is not None:
+                per: Counter[str] = Counter(str(cluster.master_for_slot(p.slot)) for p in self.where.values())
+                self.report.runs_per_master = dict(sorted(per.items()))
+                api, api_url = self._start_api(url)
+                reader = asyncio.create_task(self._read_through_api(api_url, run_ids))
+            self.procs = [self._spawn(url, profiles) for _ in range(cfg.workers)]
+            await self._until_carried()
+            await self._chaos(profiles, server, cluster)
+            self.faults_over_at = time.monotonic() + 8.0  # a killed master's partitions come back by then
+            await self._wait_done(run_ids, profiles)
+            if reader is not None:
+                await asyncio.sleep(max(0.0, self.faults_over_at - time.monotonic()) + 1.0)
+                reader.cancel()
+                await asyncio.gather(reader, return_exceptions=True)
+            await self._check(run_ids, ledger)
+        finally:
+            for p in self.procs:
+                p.stop(timeout=15)
+            if api is not None:
+                api.stop(timeout=10)
+            await parts.aclose()
+
+    def _start_api(self, url: str) -> tuple[WorkerProc, str]:
+        port = free_port()
+        api = WorkerProc(
+            url,
+            argv=["-m", "producer.cli", "api"],
+            env={"AGENTMILL_API_PORT": str(port), "AGENTMILL_AUTH_DISABLED": "true",
+                 "AGENTMILL_REDIS_CLUSTER": "true"},
+            log=self.log_dir / "api.log",
+        ).start()  # fmt: skip
+        return api, f"http://127.0.0.1:{port}"
+
+    async def _read_through_api(self, api_url: str, run_ids: list[str]) -> None:
+        """Read random runs through the API all along: it must keep answering (a read may fail only
+        while a killed master's partitions have no master yet)."""
+        async with httpx.AsyncClient(base_url=api_url, timeout=5.0) as http:
+            while True:
+                rid = self.rng.choice(run_ids)
+                try:
+                    ok = (await http.get(f"/v1/runs/{rid}")).status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                self.report.api_reads += 1
+                if not ok:
+                    self.report.api_failed_reads += 1
+                    if time.monotonic() > self.faults_over_at:
+                        self.report.api_failed_after_faults += 1
+                await asyncio.sleep(0.05)
+
+    async def _fields(self, field_name: str, run_ids: list[str] | None = None) -> dict[str, bytes | None]:
+        """One field of every run's hash, one pipeline per partition."""
+        assert self.parts is not None
+        by_part: dict[int, list[str]] = defaultdict(list)
+        for rid in self.where if run_ids is None else run_ids:
+            by_part[self.where[rid].index].append(rid)
+        out: dict[str, bytes | None] = {}
+
+        async def read(index: int, rids: list[str]) -> None:
+            part = self.parts.parts[index]  # type: ignore[union-attr]
+
+            async def get(c: Redis) -> list[Any]:
+                async with c.pipeline(transaction=False) as pipe:
+                    for rid in rids:
+                        pipe.hget(part.run(rid), field_name)
+                    return list(await pipe.execute())
+
+            values = await self.parts.call(part, get)  # type: ignore[union-attr]
+            out.update(zip(rids, values, strict=True))
+
+        await asyncio.gather(*(read(i, rids) for i, rids in by_part.items()))
         return out
 
-    async def _until_carried(self, redis: Redis, within_s: float = 60.0) -> None:
+    async def _owners(self) -> dict[str, str]:
+        return {rid: o.decode() for rid, o in (await self._fields("owner")).items() if o}
+
+    async def _until_carried(self, within_s: float = 60.0) -> None:
         """Faults start once workers carry runs: on a cold machine a worker takes seconds to import."""
         deadline = time.monotonic() + within_s
-        while not await self._owners(redis):
+        while not await self._owners():
             if time.monotonic() > deadline:
                 raise RuntimeError(f"no worker took a run within {within_s:.0f} s; see {self.log_dir}")
             await asyncio.sleep(0.1)
 
-    async def _kill(self, redis: Redis, victim: WorkerProc, sig: int) -> None:
-        owners = await self._owners(redis)
+    async def _kill(self, victim: WorkerProc, sig: int) -> None:
+        owners = await self._owners()
         wid = victim.worker_id  # type: ignore[attr-defined]
         now = time.time()
         for rid, owner in owners.items():
@@ -259,23 +384,27 @@ class Chaos:
         self.expected_deaths.add(victim.pid)
         victim.signal(sig)
 
-    async def _chaos(self, server: RedisServer, redis: Redis, profiles: Path, run_ids: list[str]) -> None:
+    async def _chaos(
+        self, profiles: Path, server: RedisServer | None, cluster: LocalRedisCluster | None
+    ) -> None:
         cfg = self.cfg
         end = time.monotonic() + cfg.seconds
         next_kill = time.monotonic() + cfg.kill_every_s * 0.5
         stop_at = time.monotonic() + cfg.seconds * 0.3 if cfg.sigstop else None
         term_at = time.monotonic() + cfg.seconds * 0.5 if cfg.sigterm else None
         redis_at = time.monotonic() + cfg.seconds * 0.7 if cfg.redis_restart else None
+        failover_at = time.monotonic() + cfg.seconds * 0.4 if cluster is not None else None
+        killed: tuple[int, float] | None = None  # a killed master's port, when it comes back
         stopped: tuple[WorkerProc, float] | None = None
         while time.monotonic() < end:
             await asyncio.sleep(0.1)
             now = time.monotonic()
-            self._replace_dead(server.url, profiles)
+            self._replace_dead(profiles)
             live = [p for p in self.procs if p.alive]
             if now >= next_kill and live:
-                owning = set((await self._owners(redis)).values())
+                owning = set((await self._owners()).values())
                 busy = [p for p in live if p.worker_id in owning]  # type: ignore[attr-defined]
-                await self._kill(redis, self.rng.choice(busy or live), signal.SIGKILL)
+                await self._kill(self.rng.choice(busy or live), signal.SIGKILL)
                 self.report.kills += 1
                 next_kill = now + cfg.kill_every_s * self.rng.uniform(0.5, 1.5)
             if stop_at is not None and now >= stop_at and live:
@@ -293,38 +422,62 @@ class Chaos:
                 victim.signal(signal.SIGTERM)
                 self.report.sigterms += 1
                 term_at = None
+            if failover_at is not None and cluster is not None and now >= failover_at:
+                # The master of the partition with the most runs hands over to its replica.
+                await asyncio.to_thread(cluster.failover, self._busiest_slot())
+                self.report.failovers += 1
+                failover_at = None
             if redis_at is not None and now >= redis_at:
-                await asyncio.to_thread(server.restart, 1.0, kill=False)
-                self.report.redis_restarts += 1
+                if cluster is not None:
+                    port = await asyncio.to_thread(cluster.kill_master, self._busiest_slot(), wait=False)
+                    self.report.masters_killed += 1
+                    killed = (port, now + 5.0)
+                elif server is not None:
+                    await asyncio.to_thread(server.restart, 1.0, kill=False)
+                    self.report.redis_restarts += 1
                 redis_at = None
+            if killed is not None and cluster is not None and now >= killed[1]:
+                await asyncio.to_thread(cluster.restart_node, killed[0])  # back as a replica
+                killed = None
         if stopped is not None:
             stopped[0].signal(signal.SIGCONT)
+        if killed is not None and cluster is not None:
+            await asyncio.to_thread(cluster.restart_node, killed[0])
 
-    def _replace_dead(self, url: str, profiles: Path) -> None:
+    def _busiest_slot(self) -> int:
+        counts = Counter(p.slot for p in self.where.values())
+        return counts.most_common(1)[0][0]
+
+    def _replace_dead(self, profiles: Path) -> None:
         for i, p in enumerate(self.procs):
             if not p.alive:
                 if p.pid not in self.expected_deaths:
                     self.report.failpoint_deaths += 1
-                self.procs[i] = self._spawn(url, profiles)
+                self.procs[i] = self._spawn(self.url, profiles)
 
-    async def _wait_done(self, redis: Redis, run_ids: list[str], server: RedisServer, profiles: Path) -> None:
+    async def _wait_done(self, run_ids: list[str], profiles: Path) -> None:
         deadline = time.monotonic() + self.cfg.finish_timeout_s
         while time.monotonic() < deadline:
-            self._replace_dead(server.url, profiles)
-            async with redis.pipeline(transaction=False) as pipe:
-                for rid in run_ids:
-                    pipe.hget(keys.run_key(rid), "status")
-                statuses = await pipe.execute()
-            if all(s in (b"completed", b"failed", b"aborted") for s in statuses):
+            self._replace_dead(profiles)
+            try:
+                statuses = await self._fields("status", run_ids)
+            except Exception:
+                await asyncio.sleep(0.25)
+                continue
+            if all(s in (b"completed", b"failed", b"aborted") for s in statuses.values()):
                 return
             await asyncio.sleep(0.25)
 
-    async def _check(self, redis: Redis, run_ids: list[str], ledger: Ledger) -> None:
+    async def _check(self, run_ids: list[str], ledger: Ledger) -> None:
         r = self.report
+        assert self.parts is not None
+        await self.parts.topology.refresh()  # after a failover, read each partition's new master
         failed: Counter[str] = Counter()
         first_event_after_kill: dict[str, list[float]] = defaultdict(list)
         for rid in run_ids:
-            h = await redis.hgetall(keys.run_key(rid))
+            part = self.where[rid]
+            redis = self.parts.client(part)
+            h = await redis.hgetall(part.run(rid))
             status = h.get(b"status", b"").decode()
             if status == "completed":
                 r.completed += 1
@@ -332,7 +485,7 @@ class Chaos:
                 failed[orjson.loads(h[b"result"])["lastError"]["code"]] += 1
             else:
                 r.lost += 1
-            entries = await redis.xrange(keys.events_stream(rid))
+            entries = await redis.xrange(part.events(rid))
             seqs = [int(f[b"seq"]) for _, f in entries]
             r.duplicate_seqs += len(seqs) - len(set(seqs))
             r.gaps += 0 if seqs == list(range(1, len(seqs) + 1)) else 1
@@ -345,9 +498,7 @@ class Chaos:
             r.model_calls_repeated_after_checkpoint += sum(n - 1 for n in per_call.values())
             for ts, _ in [(e.ts / 1000.0, e) for e in events]:
                 first_event_after_kill[rid].append(ts)
-            tools = {
-                k.decode(): orjson.loads(v) for k, v in (await redis.hgetall(keys.tools_key(rid))).items()
-            }
+            tools = {k.decode(): orjson.loads(v) for k, v in (await redis.hgetall(part.tools(rid))).items()}
             counts = ledger.counts()
             for call_id, rec in tools.items():
                 n = counts.get(f"{rid}:{call_id}", 0)
@@ -373,9 +524,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--seconds", type=float, default=120.0)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument(
+        "--cluster", action="store_true", help="on a local Redis Cluster (failover, killed master)"
+    )
+    ap.add_argument("--sessions", type=int, default=0, help="runs of this many sessions, three each")
     args = ap.parse_args(argv)
     cfg = ChaosConfig(runs=args.runs, steps=args.steps, workers=args.workers, seconds=args.seconds,
-                      finish_timeout_s=max(180.0, args.seconds * 2))  # fmt: skip
+                      finish_timeout_s=max(180.0, args.seconds * 2), cluster=args.cluster,
+                      sessions=args.sessions)  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="agentmill-chaos-") as d:
         report = asyncio.run(Chaos(cfg, Path(d)).run())
     print(report.table())

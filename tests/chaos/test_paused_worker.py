@@ -22,12 +22,12 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from shared import keys
 from shared.profiles import load_profiles
 from tests.chaos.harness import chaos_profiles
 from tests.integration.helpers import producer_for, stream, wait_all
 from tests.support.ledger import Ledger
 from tests.support.procs import WorkerProc
+from tests.support.schema import K
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -86,13 +86,13 @@ async def trial(redis: Redis, redis_url: str, tmp_path: Path, n: int, k: int) ->
                            log=tmp_path / f"stale{k}.log").start()  # fmt: skip
         rescuer: WorkerProc | None = None
         try:
-            await until(lambda: redis.zscore(keys.WORKERS, f"stale{k}"), 30, "the first worker's lease")
+            await until(lambda: redis.zscore(K.workers, f"stale{k}"), 30, "the first worker's lease")
             ledger.hold_accepts()  # from now on connects to the ledger hang in SYN retries
             subs = await p.submit_many([one_call(i) for i in range(n)])
             ids = [s.run_id for s in subs]  # type: ignore[union-attr]
 
             async def all_claimed() -> bool:
-                return all([await redis.hlen(keys.tools_key(r)) for r in ids])
+                return all([await redis.hlen(K.tools(r)) for r in ids])
 
             await until(all_claimed, 20, "every call to be claimed")
 

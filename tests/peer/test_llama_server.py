@@ -19,12 +19,12 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from shared import keys
 from shared.models import RunInput
 from shared.profiles import load_profiles
 from shared.redis_server import free_port
 from tests.integration.helpers import assert_clean_stream, producer_for, running_worker, stream, wait_all
 from tests.peer import llama
+from tests.support.schema import K
 from worker import machine
 from worker.config import resolve_config
 from worker.models.openai import request_body
@@ -208,7 +208,7 @@ async def test_abort_mid_stream_stops_within_a_second(
         sub = await p.submit({"agent": "gemma", **ask(LONG)})
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            if await redis.exists(keys.events_stream(sub.run_id)) and any(
+            if await redis.exists(K.events(sub.run_id)) and any(
                 e.kind == "model_delta" for e in await stream(redis, sub.run_id)
             ):
                 break

@@ -1,0 +1,37 @@
+"""agentmill on a real Redis Cluster the test starts itself (three masters, three replicas): 300
+runs with tools and sessions spread over every master, a manual failover and a SIGKILLed master
+during the load. Every promise holds: no run lost, every stream seq 1..n, no recorded tool call
+executed again, and the API and the workers keep serving."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.harness import Chaos, ChaosConfig
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.chaos,
+    pytest.mark.timeout(420),
+    pytest.mark.skipif(shutil.which("redis-cli") is None, reason="redis-cli is needed to create a cluster"),
+]
+
+
+async def test_300_runs_on_a_cluster_through_a_failover_and_a_killed_master(tmp_path: Path) -> None:
+    cfg = ChaosConfig(
+        runs=300, steps=3, workers=3, seconds=20.0, lease_ms=3_000, kill_every_s=1_000.0,
+        failpoints="", sigstop=False, sigterm=False, redis_restart=True, cluster=True, sessions=20,
+        model_ms=(150, 400), tool_ms=(50, 150), finish_timeout_s=240.0,
+    )  # fmt: skip
+    report = await Chaos(cfg, tmp_path).run()
+    print("\n" + report.table())
+    assert report.violations() == []
+    assert report.submitted == 300 and report.lost == 0
+    assert report.completed == 300, report.failed
+    assert report.failovers == 1 and report.masters_killed == 1
+    assert len(report.runs_per_master) == 3 and min(report.runs_per_master.values()) > 30
+    assert report.tool_executions >= report.completed * cfg.steps
+    assert report.api_reads > 100 and report.api_failed_after_faults == 0
