@@ -20,12 +20,13 @@ from pathlib import Path
 from redis.asyncio import Redis
 
 from bench.figure import Figure, fmt
+from bench.figures_cluster import ClusterFigures
 from bench.figures_io import IoFigures
 from bench.figures_runs import RunFigures
 from bench.plumbing import ROOT
 
 
-class Bench(RunFigures, IoFigures):
+class Bench(RunFigures, IoFigures, ClusterFigures):
     """Every figure, run in order; a table and JSON at the end."""
 
     # ---- report ----
@@ -62,6 +63,7 @@ class Bench(RunFigures, IoFigures):
                 ("latency", lambda: self.fig_latency(r)),
                 ("batch", lambda: self.fig_batch(r)),
                 ("ledger", lambda: self.fig_ledger(r)),
+                ("cluster", lambda: self.fig_cluster(r)),
             ]
             for name, measure in figures:
                 if name not in a.only:
@@ -92,10 +94,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--beat-seconds", type=float, default=3.0, help="figure 4b: how long to count")
     ap.add_argument("--latency-samples", type=int, default=100)
     ap.add_argument("--poll-delay", type=float, default=0.05)
+    ap.add_argument("--cluster-runs", type=int, default=300, help="ten-step runs per cluster load (figure 8)")
+    ap.add_argument("--cluster-workers", type=int, default=2, help="worker processes of figure 8")
     ap.add_argument(
         "--only",
         nargs="+",
-        default=["cost", "throughput", "steps", "concurrency", "heartbeat", "latency", "batch", "ledger"],
+        default=[
+            "cost",
+            "throughput",
+            "steps",
+            "concurrency",
+            "heartbeat",
+            "latency",
+            "batch",
+            "ledger",
+            "cluster",
+        ],
     )
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "latest.json")
     args = ap.parse_args(argv)

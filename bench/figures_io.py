@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 from bench.figure import Figure
 from bench.plumbing import ROOT, Plumbing
 from bench.probes import pct, raw_xadd_latency, sse_latency, tail_latency
-from shared import keys
+from tests.support.schema import K
 
 
 class IoFigures(Plumbing):
@@ -29,7 +29,7 @@ class IoFigures(Plumbing):
         for _ in range(self.args.latency_samples):
             t0 = time.perf_counter()
             sub = await p.submit(self.script_run([{"text": "hi"}]))
-            await r.xread({keys.events_stream(sub.run_id): "0-0"}, count=1, block=5000)
+            await r.xread({K.events(sub.run_id): "0-0"}, count=1, block=5000)
             lat.append((time.perf_counter() - t0) * 1000)
             await asyncio.sleep(0.01)
         f = Figure(
@@ -40,7 +40,7 @@ class IoFigures(Plumbing):
         self.figures.append(f)
         # Event publish → a Redis tail in another process: ours (worker → stream) vs raw XADD → XREAD.
         sub = await p.submit(self.script_run([{"text": "x" * 4000, "delayMs": 4000}]))
-        ours = await tail_latency(self.server.url, keys.events_stream(sub.run_id), 3.5)
+        ours = await tail_latency(self.server.url, K.events(sub.run_id), 3.5)
         raw = await raw_xadd_latency(self.server.url)
         self.stop(w)
         f = Figure(

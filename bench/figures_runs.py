@@ -14,8 +14,8 @@ from redis.asyncio import Redis
 from bench.figure import Figure
 from bench.plumbing import Plumbing
 from bench.probes import read_json, vm_kib
-from shared import keys
 from shared.settings import Settings
+from tests.support.schema import K
 
 
 class RunFigures(Plumbing):
@@ -126,6 +126,7 @@ class RunFigures(Plumbing):
             return await orig_acquire(self, *args, **kw)
 
         results: dict[int, dict[str, float]] = {}
+        by_cmd: dict[int, dict[str, int]] = {}
         n = self.args.cost_runs
         for steps in (0, 10):
             await self.flush(r)
@@ -154,8 +155,8 @@ class RunFigures(Plumbing):
                 probe = Redis.from_url(self.server.url)
                 try:
                     while not (
-                        await probe.zcard(keys.LIVE) == 0
-                        and await probe.zcard(keys.QUEUE) == 0
+                        await probe.zcard(K.live) == 0
+                        and await probe.zcard(K.queue) == 0
                         and not wp.deps.active
                     ):
                         await asyncio.sleep(0.01)
@@ -170,13 +171,15 @@ class RunFigures(Plumbing):
                 store_mod.RedisRunStore.commit = orig_commit  # type: ignore[method-assign]
                 store_mod.RedisRunStore.acquire = orig_acquire  # type: ignore[method-assign]
             stats = await r.info("commandstats")
-            server_cmds = sum(
-                v["calls"]
+            counted_cmds = {
+                k.removeprefix("cmdstat_"): v["calls"]
                 for k, v in stats.items()
                 if not k.startswith(
                     ("cmdstat_info", "cmdstat_config", "cmdstat_zcard", "cmdstat_evalsha", "cmdstat_script")
                 )
-            )
+            }
+            by_cmd[steps] = counted_cmds
+            server_cmds = sum(counted_cmds.values())
             results[steps] = {
                 "client_rtt": client_rtt / n,
                 "store_rtt": store_rtt["n"] / n,
@@ -196,6 +199,11 @@ class RunFigures(Plumbing):
             )
             f.ours = [per_step[key]]
             f.note = f"fixed per run: {fixed[key]:.1f}; 10-step run: {ten[key]:.1f}"
+            if key == "server_cmds":  # where they go: each command's calls per step
+                step_cmds = {c: (by_cmd[10].get(c, 0) - by_cmd[0].get(c, 0)) / (10 * n) for c in by_cmd[10]}
+                f.note += "; per step: " + ", ".join(
+                    f"{c} {v:.1f}" for c, v in sorted(step_cmds.items(), key=lambda kv: -kv[1]) if v >= 0.05
+                )
             self.figures.append(f)
         return max(1, round(per_step["store_rtt"])), max(1, round(per_step["server_cmds"]))
 
@@ -210,8 +218,8 @@ class RunFigures(Plumbing):
             w = self.spawn(["-m", "worker"], AGENTMILL_MAX_JOBS=str(n + 10))
             deadline = time.monotonic() + 120
             while True:  # every run acquired: in its worker's runs set
-                ids = await r.zrange(keys.WORKERS, 0, -1)
-                held = await r.scard(keys.worker_runs_key(ids[0].decode())) if ids else 0  # type: ignore[misc]
+                ids = await r.zrange(K.workers, 0, -1)
+                held = await r.scard(K.worker_runs(ids[0].decode())) if ids else 0  # type: ignore[misc]
                 if held >= n:
                     break
                 if time.monotonic() > deadline:

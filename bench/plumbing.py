@@ -19,10 +19,10 @@ from redis.asyncio import Redis
 
 from bench.figure import Figure
 from producer.service import Producer
-from shared import keys
 from shared.profiles import profiles_from
 from shared.redis_server import RedisServer, free_port
 from shared.settings import Settings
+from tests.support.schema import K
 
 ROOT = Path(__file__).resolve().parents[1]
 # The bench drives runs with the test-only `scripted` profile; its workers inherit this.
@@ -99,7 +99,7 @@ class Plumbing:
     async def wait_started(self, r: Redis, within: float = 20.0) -> None:
         """arq records its health key at its first poll: the worker is up and polling."""
         deadline = time.monotonic() + within
-        while not await r.exists(keys.QUEUE + ":health-check"):
+        while not await r.exists(K.queue + ":health-check"):
             if time.monotonic() > deadline:
                 raise RuntimeError("worker did not start")
             await asyncio.sleep(0.01)
@@ -127,10 +127,10 @@ class Plumbing:
         return (max(ends) - min(starts)) / 1000.0
 
     async def arq_done(self, r: Redis) -> bool:
-        return await r.zcard(keys.QUEUE) == 0 and not await r.keys("arq:in-progress:*")
+        return await r.zcard(K.queue) == 0 and not await r.keys("arq:in-progress:*")
 
     async def runs_done(self, r: Redis) -> bool:
-        return await r.zcard(keys.LIVE) == 0 and await self.arq_done(r)
+        return await r.zcard(K.live) == 0 and await self.arq_done(r)
 
     async def raw_enqueue(self, r: Redis, n: int, prefix: str = "noop", function: str = "noop") -> None:
         now = int(time.time() * 1000)
@@ -138,11 +138,11 @@ class Plumbing:
             for i in range(n):
                 jid = f"{prefix}{i}"
                 pipe.set(
-                    keys.arq_job_key(jid),
+                    K.job_key(jid),
                     orjson.dumps({"t": None, "f": function, "a": [], "k": {}, "et": now}),
                     px=86_400_000,
                 )
-                pipe.zadd(keys.QUEUE, {jid: now})
+                pipe.zadd(K.queue, {jid: now})
             await pipe.execute()
 
     def producer(self, r: Redis, **settings: Any) -> Producer:

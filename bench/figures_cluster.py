@@ -1,0 +1,120 @@
+"""Figure 8: the same load on a Redis Cluster of one and of three masters, side by side: steps/s,
+Redis CPU and commands per step, each master's share; and the scale-out estimate built on them."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+
+from redis.asyncio import Redis
+
+from bench.figure import Figure
+from bench.plumbing import Plumbing
+from producer.service import Producer
+from shared.partitions import Partitions
+from shared.profiles import profiles_from
+from shared.redis_cluster import LocalRedisCluster
+from shared.settings import Settings
+from shared.statuses import TERMINAL
+
+TARGET_RUNS = 100_000  # concurrent runs of the estimate
+TARGET_STEP_EVERY_S = 5.0  # one agent step per run every this many seconds
+REDIS_CORE_BUDGET = 0.5  # a master planned at half a core, the rest for replication, spikes, failover
+
+
+class ClusterFigures(Plumbing):
+    async def fig_cluster(self, r: Redis) -> None:
+        a = self.args
+        steps_f = Figure(
+            "8. steps/s of ten-step runs on a cluster: 3 masters vs 1",
+            "steps/s",
+            base_name="the same load on a 1-master cluster",
+        )
+        cpu_f = Figure("8b. Redis CPU per step (all masters): 3 masters vs 1", "µs", base_name="1 master")
+        cmds_f = Figure(
+            "8c. Redis commands per step (all masters): 3 masters vs 1", "cmds", base_name="1 master"
+        )
+        share_f = Figure("8d. busiest master's share of the commands, 3 masters", "%", target="≈ 33 %")
+        for _ in range(a.reps):
+            for masters in (1, 3):
+                got = await self._cluster_load(masters, a.cluster_runs, a.cluster_workers)
+                (steps_f.ours if masters == 3 else steps_f.base).append(got["steps_s"])
+                (cpu_f.ours if masters == 3 else cpu_f.base).append(got["cpu_us"])
+                (cmds_f.ours if masters == 3 else cmds_f.base).append(got["cmds"])
+                if masters == 3:
+                    share_f.ours.append(got["top_share"])
+        self.figures += [steps_f, cpu_f, cmds_f, share_f]
+        self.figures.append(self._estimate(cpu_f.med(cpu_f.ours), cmds_f.med(cmds_f.ours)))
+
+    async def _cluster_load(self, masters: int, runs: int, workers: int) -> dict[str, float]:
+        """``runs`` ten-step runs (one echo tool call a step) through ``workers`` worker processes on
+        a fresh cluster of ``masters`` masters (no replicas: their CPU would share these cores)."""
+        with LocalRedisCluster(masters=masters, replicas_per_master=0) as cluster:
+            s = Settings(redis_url=cluster.url, redis_cluster=True, max_batch=100_000)
+            parts: Partitions[Redis] = Partitions.from_settings(s)
+            await parts.start()
+            try:
+                producer = Producer(parts, settings=s, profiles=profiles_from(None))
+                script = [{"toolCalls": [{"name": "echo", "arguments": {"text": "x"}}]}] * 10 + [
+                    {"text": "done"}
+                ]
+                subs = await producer.submit_many([self.script_run(script)] * runs)
+                ids = [sub.run_id for sub in subs]
+                before = cluster.node_stats()
+                env = {"REDIS_URL": cluster.url, "AGENTMILL_REDIS_CLUSTER": "true",
+                       "AGENTMILL_REDIS_WAIT_REPLICAS": "0"}  # fmt: skip
+                t0 = time.perf_counter()
+                procs = [self.spawn(["-m", "worker"], **env) for _ in range(workers)]
+                try:
+                    await self._until_terminal(producer, ids)
+                    span = time.perf_counter() - t0
+                finally:
+                    for p in procs:
+                        self.stop(p)
+                after = cluster.node_stats()
+            finally:
+                await parts.aclose()
+        steps = runs * 10
+        cmds = {port: after[port]["commands"] - before[port]["commands"] for port in after}
+        cpu = sum(after[port]["cpu_s"] - before[port]["cpu_s"] for port in after)
+        return {
+            "steps_s": steps / span,
+            "cpu_us": cpu / steps * 1e6,
+            "cmds": sum(cmds.values()) / steps,
+            "top_share": 100.0 * max(cmds.values()) / max(1, sum(cmds.values())),
+        }
+
+    @staticmethod
+    async def _until_terminal(producer: Producer, ids: list[str], within_s: float = 600.0) -> None:
+        deadline = time.monotonic() + within_s
+        left = list(ids)
+        while left:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{len(left)} runs did not finish")
+            recs = await asyncio.gather(*(producer.get(rid) for rid in left[:200]))
+            done = {rec.run_id for rec in recs if rec is not None and rec.status in TERMINAL}
+            left = [rid for rid in left if rid not in done]
+            if left:
+                await asyncio.sleep(0.2)
+
+    def _estimate(self, cpu_us: float, cmds: float) -> Figure:
+        """Masters, workers and Redis CPU for TARGET_RUNS concurrent runs at a step every
+        TARGET_STEP_EVERY_S, from the measured Redis CPU per step (commands and start-up included)
+        and figure 4's runs in flight per worker process."""
+        steps_s = TARGET_RUNS / TARGET_STEP_EVERY_S
+        cores = steps_s * cpu_us / 1e6
+        masters = max(1, math.ceil(cores / REDIS_CORE_BUDGET))
+        per_worker = 1_000  # figure 4: one process carries 1,000 runs in flight at ~0.75 of ideal
+        workers = math.ceil(TARGET_RUNS / per_worker)
+        f = Figure(
+            f"8e. estimate: {TARGET_RUNS:,} runs, a step each every {TARGET_STEP_EVERY_S:.0f} s", "masters"
+        )
+        f.ours = [float(masters)]
+        f.note = (
+            f"{steps_s:,.0f} steps/s × {cpu_us:.0f} µs Redis CPU a step = {cores:.1f} Redis cores "
+            f"({steps_s * cmds:,.0f} commands/s) → {masters} masters at {REDIS_CORE_BUDGET:.0%} of a core each "
+            f"(+ as many replicas), {workers} worker processes of {per_worker} runs (figure 4), "
+            f"AGENTMILL_PARTITIONS ≥ {max(16, 4 * masters)} so each master holds several partitions"
+        )
+        return f
