@@ -62,9 +62,10 @@ _RETRYABLE = (
     TimeoutError,
     OSError,
 )
-# The codes of those errors, for a ResponseError parsed without the cluster parser (a pipeline
+# UNBLOCKED: a blocking read (XREAD BLOCK) on a master that was just demoted. The codes of those
+# errors, for a ResponseError parsed without the cluster parser (a pipeline
 # prefixes the args' repr: "Command # 1 (SET k 1) of pipeline caused error: ('MOVED 7 h:p',)").
-_CODES = ("MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY")
+_CODES = ("MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "UNBLOCKED")
 
 
 def slot_of(key: str | bytes) -> int:
