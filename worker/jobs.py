@@ -291,6 +291,7 @@ class WorkerProcess:
         self.worker = ResilientWorker(
             functions=[func(run_agent, name=RUN_FUNCTION, max_tries=1_000_000, timeout=JOB_TIMEOUT_S)],
             redis_pool=arq_pool,
+            queue_name=arq_parts.parts[0].queue,  # arq's own records (health) in partition 0's slot
             job_serializer=serialize,
             job_deserializer=deserialize,
             max_jobs=s.max_jobs,

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 from shared.keys import Partition
 from shared.models import Message, ToolCall, ToolResult
@@ -254,7 +254,13 @@ async def _each_script(parts: Partitions[Any], script: AsyncScript, queue: Any) 
     did not know it (a fresh or restarted node)."""
     try:
         return await parts.each(queue)
-    except NoScriptError:
+    except ResponseError as exc:  # NoScriptError, or its text inside a pipeline's annotated error
+        if (
+            not isinstance(exc, NoScriptError)
+            and "NOSCRIPT" not in str(exc)
+            and "No matching script" not in str(exc)
+        ):
+            raise
         for client in parts.topology.clients():
             await client.script_load(script.script)
         return await parts.each(queue)
