@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import orjson
+from arq.constants import default_queue_name, job_key_prefix
 from redis.asyncio import Redis
 
 from bench.figure import Figure
@@ -126,23 +127,25 @@ class Plumbing:
             raise RuntimeError(f"only {len(starts)} of {n} jobs left a result")
         return (max(ends) - min(starts)) / 1000.0
 
-    async def arq_done(self, r: Redis) -> bool:
-        return await r.zcard(K.queue) == 0 and not await r.keys("arq:in-progress:*")
+    async def arq_done(self, r: Redis, queue: str = default_queue_name) -> bool:
+        """The bare arq baseline's queue (arq's default) is empty and nothing is in progress."""
+        return await r.zcard(queue) == 0 and not await r.keys("arq:in-progress:*")
 
     async def runs_done(self, r: Redis) -> bool:
-        return await r.zcard(K.live) == 0 and await self.arq_done(r)
+        return await r.zcard(K.live) == 0 and await self.arq_done(r, K.queue)
 
     async def raw_enqueue(self, r: Redis, n: int, prefix: str = "noop", function: str = "noop") -> None:
+        """Jobs for the bare arq baseline, written as arq writes them (its default queue)."""
         now = int(time.time() * 1000)
         async with r.pipeline(transaction=False) as pipe:
             for i in range(n):
                 jid = f"{prefix}{i}"
                 pipe.set(
-                    K.job_key(jid),
+                    job_key_prefix + jid,
                     orjson.dumps({"t": None, "f": function, "a": [], "k": {}, "et": now}),
                     px=86_400_000,
                 )
-                pipe.zadd(K.queue, {jid: now})
+                pipe.zadd(default_queue_name, {jid: now})
             await pipe.execute()
 
     def producer(self, r: Redis, **settings: Any) -> Producer:
