@@ -18,6 +18,14 @@ ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
 BIN = Path(sys.executable).parent
 IN_CI = os.environ.get("CI") == "true"
+OVERLAYS = ["dev", "prod", "cluster-managed", "cluster-selfhosted"]
+CLUSTER_OVERLAYS = ["cluster-managed", "cluster-selfhosted"]
+CLUSTER_ENV = {
+    "AGENTMILL_REDIS_CLUSTER": "true",
+    "AGENTMILL_PARTITIONS": "32",
+    "AGENTMILL_REDIS_WAIT_REPLICAS": "1",
+}
+REDIS_NODES = [f"agentmill-redis-cluster-{i}.agentmill-redis-cluster:6379" for i in range(6)]
 
 
 def tool(name: str) -> str | None:
@@ -47,6 +55,37 @@ def rendered(overlay: str) -> list[dict]:
     return docs
 
 
+def needs_kustomize() -> None:
+    """The overlays' patches (replicas, env, Secret) are applied only when kubectl renders them."""
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl is not installed: the overlays' patches cannot be applied")
+
+
+def one(docs: list[dict], kind: str, name: str) -> dict:
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(found) == 1, f"{kind}/{name}: {len(found)} found"
+    return found[0]
+
+
+def pod_templates(docs: list[dict]) -> dict[str, dict]:
+    """The pod template of every Deployment, StatefulSet and Job, by kind/name."""
+    return {
+        f"{d['kind']}/{d['metadata']['name']}": d["spec"]["template"]
+        for d in docs
+        if d["kind"] in ("Deployment", "StatefulSet", "Job")
+    }
+
+
+def env_of(container: dict) -> dict[str, dict]:
+    return {e["name"]: e for e in container.get("env", [])}
+
+
+def selects(selector: dict, labels: dict) -> bool:
+    """A NetworkPolicy/PDB label selector (matchLabels only, as these manifests use) over labels."""
+    assert set(selector) <= {"matchLabels"}, selector
+    return all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
+
+
 def test_dockerfile_passes_hadolint() -> None:
     hadolint = tool("hadolint")
     if hadolint is None:
@@ -59,7 +98,7 @@ def test_dockerfile_passes_hadolint() -> None:
     assert "uv.lock" in text and (ROOT / ".dockerignore").exists()
 
 
-@pytest.mark.parametrize("overlay", ["dev", "prod"])
+@pytest.mark.parametrize("overlay", OVERLAYS)
 def test_core_manifests_validate_strictly(overlay: str, tmp_path: Path) -> None:
     validate = tool("kubernetes-validate")
     if validate is None:
@@ -73,13 +112,40 @@ def test_core_manifests_validate_strictly(overlay: str, tmp_path: Path) -> None:
     kinds = {d["kind"] for d in docs}
     assert {"Namespace", "ConfigMap", "Secret", "Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget",
             "NetworkPolicy", "ScaledObject", "ServiceMonitor"} <= kinds  # fmt: skip
-    if overlay == "dev":
-        redis = next(d for d in docs if d["kind"] == "StatefulSet")
-        assert "--appendonly" in redis["spec"]["template"]["spec"]["containers"][0]["args"]
+    redis = [d for d in docs if d["kind"] == "StatefulSet"]
+    assert len(redis) == (overlay in ("dev", "cluster-selfhosted"))  # the others bring their own Redis
+    for sts in redis:
+        c = sts["spec"]["template"]["spec"]["containers"][0]
+        assert "--appendonly yes" in " ".join(c.get("command", []) + c.get("args", []))
 
 
-def test_worker_pod_is_restricted_and_outlives_its_shutdown_grace() -> None:
-    docs = rendered("prod")
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_pod_is_restricted(overlay: str) -> None:
+    """The namespace enforces the restricted Pod Security Standard: a pod that breaks it is refused."""
+    docs = rendered(overlay)
+    ns = next(d for d in docs if d["kind"] == "Namespace")
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    templates = pod_templates(docs)
+    assert {"Deployment/agentmill-api", "Deployment/agentmill-worker"} <= set(templates)
+    for name, tpl in templates.items():
+        pod = tpl["spec"]
+        assert pod["automountServiceAccountToken"] is False, name
+        assert pod["securityContext"]["runAsNonRoot"] is True, name
+        assert pod["securityContext"]["runAsUser"] != 0, name
+        assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault", name
+        assert not pod.get("hostNetwork") and not pod.get("hostPID") and not pod.get("hostIPC"), name
+        assert all("hostPath" not in v for v in pod.get("volumes", [])), name
+        for c in pod["containers"] + pod.get("initContainers", []):
+            assert c["securityContext"] == {
+                "allowPrivilegeEscalation": False,
+                "readOnlyRootFilesystem": True,
+                "capabilities": {"drop": ["ALL"]},
+            }, (name, c["name"])
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_worker_pod_is_restricted_and_outlives_its_shutdown_grace(overlay: str) -> None:
+    docs = rendered(overlay)
     worker = next(
         d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "agentmill-worker"
     )
@@ -104,12 +170,13 @@ def test_worker_pod_is_restricted_and_outlives_its_shutdown_grace() -> None:
     )
 
 
+@pytest.mark.parametrize("overlay", OVERLAYS)
 @pytest.mark.parametrize(
     ("kind", "schema"), [("ScaledObject", "scaledobject.json"), ("ServiceMonitor", "servicemonitor.json")]
 )
-def test_crd_objects_match_their_schemas(kind: str, schema: str) -> None:
+def test_crd_objects_match_their_schemas(kind: str, schema: str, overlay: str) -> None:
     spec = json.loads((ROOT / "tests" / "data" / "crd" / schema).read_text())
-    objs = [d for d in rendered("prod") if d["kind"] == kind]
+    objs = [d for d in rendered(overlay) if d["kind"] == kind]
     assert objs
     for obj in objs:
         jsonschema.validate(obj, spec)
@@ -117,6 +184,112 @@ def test_crd_objects_match_their_schemas(kind: str, schema: str) -> None:
     broken["spec"]["unexpected"] = 1
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(broken, spec)
+
+
+@pytest.mark.parametrize("overlay", CLUSTER_OVERLAYS)
+def test_cluster_overlays_set_the_cluster_settings_on_the_worker_and_the_api(overlay: str) -> None:
+    needs_kustomize()
+    docs, prod = rendered(overlay), rendered("prod")
+    for name in ("agentmill-worker", "agentmill-api"):
+        dep = one(docs, "Deployment", name)
+        env = env_of(dep["spec"]["template"]["spec"]["containers"][0])
+        assert {k: env[k].get("value") for k in CLUSTER_ENV if k in env} == CLUSTER_ENV, name
+        assert env["REDIS_URL"]["valueFrom"]["secretKeyRef"] == {
+            "name": "agentmill-secrets",
+            "key": "REDIS_URL",
+        }
+        assert dep["spec"]["replicas"] == one(prod, "Deployment", name)["spec"]["replicas"], name
+    url = one(docs, "Secret", "agentmill-secrets")["stringData"]["REDIS_URL"]
+    assert url.startswith("rediss://" if overlay == "cluster-managed" else "redis://")
+    for plain in ("dev", "prod"):  # the single-Redis overlays stay single-Redis
+        for d in rendered(plain):
+            if d["kind"] == "Deployment":
+                assert not set(CLUSTER_ENV) & set(env_of(d["spec"]["template"]["spec"]["containers"][0]))
+
+
+def test_selfhosted_cluster_is_6_nodes_joined_by_a_create_job() -> None:
+    needs_kustomize()
+    docs = rendered("cluster-selfhosted")
+    sts = one(docs, "StatefulSet", "agentmill-redis-cluster")
+    assert sts["spec"]["replicas"] == 6
+    worker = one(docs, "Deployment", "agentmill-worker")["spec"]["template"]["spec"]["containers"][0]
+    masters = sts["spec"]["replicas"] // 2  # one replica each
+    assert int(env_of(worker)["AGENTMILL_PARTITIONS"]["value"]) >= max(16, 4 * masters)
+    labels = sts["spec"]["template"]["metadata"]["labels"]
+    assert selects(sts["spec"]["selector"], labels)
+    svc = one(docs, "Service", sts["spec"]["serviceName"])
+    assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
+    assert svc["spec"]["selector"] == sts["spec"]["selector"]["matchLabels"]
+    assert {p["port"] for p in svc["spec"]["ports"]} == {6379, 16379}
+    [c] = sts["spec"]["template"]["spec"]["containers"]
+    script = " ".join(c["command"] + c["args"])
+    for flag in (
+        "--cluster-enabled yes",
+        "--cluster-config-file /data/nodes.conf",
+        "--cluster-node-timeout 5000",
+        "--appendonly yes",
+        "--appendfsync everysec",
+        '--requirepass "${REDIS_PASSWORD}"',
+        '--masterauth "${REDIS_PASSWORD}"',
+        '--cluster-announce-hostname "${POD_NAME}.agentmill-redis-cluster"',
+        "--cluster-preferred-endpoint-type hostname",
+    ):
+        assert flag in script, flag
+    env = env_of(c)
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    password_ref = env["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"]
+    assert {v["mountPath"] for v in c["volumeMounts"]} == {"/data"}
+    assert [t["metadata"]["name"] for t in sts["spec"]["volumeClaimTemplates"]] == ["data"]
+    [pdb] = [d for d in docs if d["kind"] == "PodDisruptionBudget" and selects(d["spec"]["selector"], labels)]
+    assert pdb["spec"] == {"maxUnavailable": 1, "selector": sts["spec"]["selector"]}
+
+    job = one(docs, "Job", "agentmill-redis-cluster-create")
+    [jc] = job["spec"]["template"]["spec"]["containers"]
+    assert jc["command"] == ["sh", "-c"]
+    script, _argv0, *nodes = jc["args"]
+    assert nodes == REDIS_NODES  # 6 pods, by their stable DNS names
+    assert nodes[0].rsplit(":", 1)[0] == f"{sts['metadata']['name']}-0.{svc['metadata']['name']}"
+    create = [ln.strip() for ln in script.splitlines() if "--cluster create" in ln]
+    assert create == ['redis-cli --cluster create "$@" --cluster-replicas 1 --cluster-yes -a "${REDIS_PASSWORD}" --no-auth-warning']  # fmt: skip
+    assert env_of(jc)["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == password_ref
+    assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+
+    # REDIS_URL names node 0 with the Redis password (both Secrets are examples; they must agree).
+    secrets = {d["metadata"]["name"]: d["stringData"] for d in docs if d["kind"] == "Secret"}
+    password = secrets[password_ref["name"]][password_ref["key"]]
+    assert secrets["agentmill-secrets"]["REDIS_URL"] == f"redis://:{password}@{nodes[0]}/0"
+
+
+def test_only_the_api_the_workers_and_the_cluster_itself_reach_redis() -> None:
+    needs_kustomize()
+    docs = rendered("cluster-selfhosted")
+    templates = pod_templates(docs)
+    stranger = {"app.kubernetes.io/name": "stranger"}  # any other pod of the namespace
+    templates["Pod/stranger"] = {"metadata": {"labels": stranger}}
+    redis = templates["StatefulSet/agentmill-redis-cluster"]["metadata"]["labels"]
+    allowed: dict[int, set[str]] = {}  # port -> pod templates let in
+    for pol in (d for d in docs if d["kind"] == "NetworkPolicy"):
+        if not selects(pol["spec"]["podSelector"], redis):
+            continue
+        assert pol["spec"]["policyTypes"] == ["Ingress"]
+        for rule in pol["spec"]["ingress"]:
+            assert rule.get("from") and rule.get("ports"), pol["metadata"]["name"]  # never from anywhere
+            for peer in rule["from"]:
+                assert set(peer) == {"podSelector"}, peer  # pods of this namespace only
+                pods = {
+                    n for n, t in templates.items() if selects(peer["podSelector"], t["metadata"]["labels"])
+                }
+                for port in rule["ports"]:
+                    allowed.setdefault(port["port"], set()).update(pods)
+    assert allowed == {
+        6379: {
+            "Deployment/agentmill-api",
+            "Deployment/agentmill-worker",
+            "StatefulSet/agentmill-redis-cluster",
+            "Job/agentmill-redis-cluster-create",
+        },
+        16379: {"StatefulSet/agentmill-redis-cluster"},
+    }
 
 
 def known_metrics() -> set[str]:
