@@ -97,6 +97,10 @@ class RunView(BaseModel):
     result: RunResult | None = None
     pendingApprovals: list[dict[str, Any]] | None = None
     pendingToolCalls: list[dict[str, Any]] | None = None
+    streamKey: str | None = Field(
+        default=None,
+        description="the Redis stream of the run's events (XREAD it to tail them; redis-cli -c on a cluster)",
+    )
 
 
 class EventsPage(BaseModel):

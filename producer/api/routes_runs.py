@@ -27,7 +27,7 @@ from shared.errors import ApiError
 from shared.ids import ID_PATTERN, new_batch_id
 from shared.models import ApprovalDecision, RunInput
 
-__all__ = ["QUOTA_CODES", "ApprovalsBody", "BatchBody", "RunDetail", "router", "run_links"]
+__all__ = ["QUOTA_CODES", "ApprovalsBody", "BatchBody", "router", "run_links"]
 
 QUOTA_CODES = ("quota_exceeded", "rate_limited")
 router = APIRouter()
@@ -60,14 +60,6 @@ class BatchBody(BaseModel):
         default=False,
         description="more parts of this batch follow: it cannot finish before a part without more arrives "
         "(then, once all its runs ended, it is finished, fires its batchWebhook once, and takes no new runs)",
-    )
-
-
-class RunDetail(RunView):
-    """RunView, and the Redis stream of the run's events (on the run's partition)."""
-
-    streamKey: str | None = Field(
-        default=None, description="the Redis stream holding the run's events (XREAD it to tail them)"
     )
 
 
@@ -176,7 +168,7 @@ async def submit_batch(body: BatchBody, api: ApiDep, tenant: Tenant) -> Response
 
 @router.get(
     "/v1/runs/{run_id}",
-    response_model=RunDetail,
+    response_model=RunView,
     responses={
         **COMMON_ERRORS,
         200: {
@@ -196,7 +188,7 @@ async def get_run(run_id: str, api: ApiDep, tenant: Tenant) -> dict[str, Any]:
 
 @router.get(
     "/v1/runs/{run_id}/wait",
-    response_model=RunDetail,
+    response_model=RunView,
     responses={**COMMON_ERRORS, 404: {"model": ErrorResponse}},
     summary="Long-poll until the run ends",
 )
