@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import statistics
 import time
 
 from redis.asyncio import Redis
@@ -46,6 +47,46 @@ class ClusterFigures(Plumbing):
                     share_f.ours.append(got["top_share"])
         self.figures += [steps_f, cpu_f, cmds_f, share_f]
         self.figures.append(self._estimate(cpu_f.med(cpu_f.ours), cmds_f.med(cmds_f.ours)))
+        await self._idle_start_latency()
+
+    async def _idle_start_latency(self) -> None:
+        """Submit → the run's first event with an idle worker: a 3-master cluster of 16 partitions
+        (every worker polls all of them) beside this bench's single Redis of one partition."""
+        f = Figure(
+            "8f. submit → first event, idle pool: 3-master cluster, 16 partitions (p50 / p99)",
+            "ms",
+            base_name="single Redis, one partition",
+            target="as on one Redis",
+            higher_is_better=False,
+        )
+        with LocalRedisCluster(masters=3, replicas_per_master=0) as cluster:
+            s = Settings(redis_url=cluster.url, redis_cluster=True)
+            f.ours = await self._start_latency(s, {"AGENTMILL_REDIS_WAIT_REPLICAS": "0"})
+        f.base = await self._start_latency(Settings(redis_url=self.server.url), {})
+        f.note = f"{self.args.latency_samples} runs each, one at a time"
+        self.figures.append(f)
+
+    async def _start_latency(self, s: Settings, env: dict[str, str]) -> list[float]:
+        parts: Partitions[Redis] = Partitions.from_settings(s)
+        await parts.start()
+        w = self.spawn(["-m", "worker"], REDIS_URL=s.redis_url,
+                       AGENTMILL_REDIS_CLUSTER="true" if s.redis_cluster else "false", **env)  # fmt: skip
+        try:
+            producer = Producer(parts, settings=s, profiles=profiles_from(None))
+            warm = await producer.submit(self.script_run([{"text": "warm"}]))
+            await producer.wait(warm.run_id, timeout_s=30)  # the worker is up and polling
+            lat: list[float] = []
+            for _ in range(self.args.latency_samples):
+                t0 = time.perf_counter()
+                sub = await producer.submit(self.script_run([{"text": "hi"}]))
+                await producer.read_events(sub.run_id, limit=1, block_ms=5000)
+                lat.append((time.perf_counter() - t0) * 1000)
+                await asyncio.sleep(0.01)
+        finally:
+            self.stop(w)
+            await parts.aclose()
+        lat.sort()
+        return [statistics.median(lat), lat[min(len(lat) - 1, int(len(lat) * 0.99))]]
 
     async def _cluster_load(self, masters: int, runs: int, workers: int) -> dict[str, float]:
         """``runs`` ten-step runs (one echo tool call a step) through ``workers`` worker processes on
