@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from producer.batching import merge_batch, read_batch
-from producer.routing import read_many, run_many
+from producer.routing import run_many
 from producer.submission import scoped_id
 from shared import keys
 from shared.ids import is_valid_id
@@ -213,7 +213,7 @@ class Catalog:
         def hget(part: keys.Partition, sid: str) -> tuple[keys.Partition, Any]:
             return part, lambda pipe: pipe.hget(part.session(sid), "tenant")
 
-        (own,), (other,) = await read_many(self.p.parts, [hget(self.p.parts.home(s), s) for s in ids])
+        (own,), (other,) = await self.p.parts.pipelined([hget(self.p.parts.home(s), s) for s in ids])
         if (own is None or text(own) != tenant) and other is not None and text(other) == tenant:
             return ids[1]
         return session_id

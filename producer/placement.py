@@ -13,7 +13,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
-from producer.routing import Parts, read_many
+from producer.routing import Parts
 from shared import keys
 from shared.ids import new_run_id
 from shared.scripts import text
@@ -73,7 +73,7 @@ async def claim(parts: Parts, runs: Sequence[tuple[str, keys.Partition]], ttl_s:
         ops.append((home, op))
     out: list[Holder] = []
     elsewhere: list[tuple[int, keys.Partition, str]] = []  # runs at home whose home points elsewhere
-    for (rid, part), replies in zip(runs, await read_many(parts, ops), strict=True):
+    for (rid, part), replies in zip(runs, await parts.pipelined(ops), strict=True):
         pointer = replies[-1]
         if part is not parts.home(rid):
             h = replies[0]
@@ -92,7 +92,7 @@ async def claim(parts: Parts, runs: Sequence[tuple[str, keys.Partition]], ttl_s:
         def there(q: keys.Partition, rid: str) -> Any:
             return lambda pipe: pipe.hmget(q.run(rid), _RUN_FIELDS)
 
-        found = await read_many(parts, [(q, there(q, rid)) for _, q, rid in elsewhere])
+        found = await parts.pipelined([(q, there(q, rid)) for _, q, rid in elsewhere])
         for (at, _, _), (h,) in zip(elsewhere, found, strict=True):
             out[at] = list(h) if h[0] is not None else None
     return out
@@ -149,7 +149,7 @@ async def locate_many(parts: Parts, run_ids: Sequence[str]) -> list[keys.Partiti
 
         ops.append((home, op))
     out: list[keys.Partition | None] = []
-    for rid, (exists, pointer) in zip(run_ids, await read_many(parts, ops), strict=True):
+    for rid, (exists, pointer) in zip(run_ids, await parts.pipelined(ops), strict=True):
         if exists:
             out.append(parts.home(rid))
         else:

@@ -1,11 +1,11 @@
 """Reaching the partitions (shared/partitions.py) from the producer: one script on one partition,
-one script on several partitions, and reads on several partitions, each in one pipelined round trip
-per node. Every call follows a failover or a moved slot (``Partitions.call``)."""
+one script on several partitions, in one pipelined round trip per node (reads on several
+partitions: ``Partitions.pipelined``). Every call follows a failover or a moved slot (``Partitions.call``)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from redis.asyncio import Redis
@@ -17,7 +17,7 @@ from shared.partitions import Partitions, partition_count
 from shared.settings import Settings
 from shared.topology import is_retryable
 
-__all__ = ["Parts", "as_partitions", "by_node", "read_many", "run_many", "run_script"]
+__all__ = ["Parts", "as_partitions", "by_node", "run_many", "run_script"]
 
 Parts = Partitions[Redis]
 # One script call already framed (Scripts.frame, or plain for a script off the partitions): where it
@@ -81,33 +81,4 @@ async def run_many(parts: Parts, script: AsyncScript, calls: Sequence[Call]) -> 
             out[i] = r
 
     await asyncio.gather(*(node(idx) for idx in by_node(parts, [c[0] for c in calls])))
-    return out
-
-
-async def read_many(
-    parts: Parts, ops: Sequence[tuple[keys.Partition, Callable[[Any], None]]]
-) -> list[list[Any]]:
-    """Each op queues commands on a pipeline of its partition's node; one pipelined round trip per
-    node (all nodes at once). The replies of each op, in order."""
-    out: list[list[Any]] = [[] for _ in ops]
-
-    async def node(idx: list[int]) -> None:
-        async def send(c: Redis) -> list[Any]:
-            counts = []
-            async with c.pipeline(transaction=False) as pipe:
-                for i in idx:
-                    before = len(pipe.command_stack)
-                    ops[i][1](pipe)
-                    counts.append(len(pipe.command_stack) - before)
-                replies = await pipe.execute()
-            res, at = [], 0
-            for n in counts:
-                res.append(replies[at : at + n])
-                at += n
-            return res
-
-        for i, r in zip(idx, await parts.call(ops[idx[0]][0], send), strict=True):
-            out[i] = r
-
-    await asyncio.gather(*(node(idx) for idx in by_node(parts, [o[0] for o in ops])))
     return out

@@ -16,7 +16,7 @@ import orjson
 from redis.asyncio import Redis
 
 from producer.placement import locate_many
-from producer.routing import Parts, as_partitions, read_many, run_script
+from producer.routing import Parts, as_partitions, run_script
 from producer.submission import SubmissionError, Submitted, scoped_id
 from producer.submitter import Submitter
 from shared import keys
@@ -127,7 +127,7 @@ class Producer(Submitter):
             return lambda pipe: pipe.hget(key, "tenant")
 
         tenants: list[Any] = [None, None]
-        replies = await read_many(self.parts, [(p, hget(p.run(ids[i]))) for i, p in where])
+        replies = await self.parts.pipelined([(p, hget(p.run(ids[i]))) for i, p in where])
         for (i, _), r in zip(where, replies, strict=True):
             tenants[i] = r[0]
         own, scoped = tenants
@@ -320,7 +320,7 @@ class Producer(Submitter):
             pipe.lrange(part.session_runs(session_id), 0, -1)
             pipe.lrange(part.session_loops(session_id), -100, -1)
 
-        meta, runs, loops = (await read_many(self.parts, [(part, op)]))[0]
+        meta, runs, loops = (await self.parts.pipelined([(part, op)]))[0]
         if not meta:
             return None
         h = {text(k): text(v) for k, v in meta.items()}
@@ -352,7 +352,7 @@ class Producer(Submitter):
             return lambda pipe: pipe.hget(key, "clientId")
 
         found = [(r, p) for r, p in zip(scoped, where, strict=True) if p is not None]
-        replies = await read_many(self.parts, [(p, hget(p.run(r))) for r, p in found])
+        replies = await self.parts.pipelined([(p, hget(p.run(r))) for r, p in found])
         return {r: text(c[0]) for (r, _), c in zip(found, replies, strict=True) if c[0]}
 
     async def queue_depth(self) -> int:

@@ -7,7 +7,8 @@ master that owns the partition's slot now, re-bound when a call meets MOVED or a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable
+import functools
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Generic, TypeVar
 
 from redis.asyncio import Redis
@@ -70,43 +71,43 @@ class Partitions(Generic[R]):
         """``fn(client)`` on the partition's node, following a failover or a moved slot."""
         return await self.topology.call(part.slot, fn, deadline_s=deadline_s)
 
-    def by_node(self, parts: Iterable[keys.Partition]) -> list[tuple[R, list[keys.Partition]]]:
-        """The partitions grouped by the client that serves them now (one pipeline per node)."""
-        groups: dict[int, tuple[R, list[keys.Partition]]] = {}
-        for p in parts:
-            c = self.client(p)
-            groups.setdefault(id(c), (c, []))[1].append(p)
-        return list(groups.values())
-
     async def each(
         self, fn: Callable[[Any, keys.Partition], None], parts: Iterable[keys.Partition] | None = None
     ) -> list[Any]:
-        """Queue ``fn(pipe, part)`` for every partition, one pipelined round trip per node (all in
-        parallel); the replies in partition order, each a list of that partition's command replies."""
+        """Queue ``fn(pipe, part)`` for every partition (or those given), one pipelined round trip
+        per node (all in parallel); the replies in partition order, each a list of that partition's
+        command replies."""
         chosen = list(self.parts if parts is None else parts)
-        out: dict[int, list[Any]] = {}
+        return await self.pipelined([(p, functools.partial(_apply_to, fn, p)) for p in chosen])
 
-        async def node(client: R, group: list[keys.Partition]) -> None:
-            async def send(c: R) -> list[Any]:
+    async def pipelined(self, ops: Sequence[tuple[keys.Partition, Callable[[Any], None]]]) -> list[list[Any]]:
+        """Each op queues commands on a pipeline to its partition's node; one pipelined round trip
+        per node (all nodes at once), following a failover. The replies of each op, in order."""
+        out: list[list[Any]] = [[] for _ in ops]
+        groups: dict[int, tuple[keys.Partition, list[int]]] = {}
+        for i, (part, _) in enumerate(ops):
+            groups.setdefault(id(self.client(part)), (part, []))[1].append(i)
+
+        async def node(first: keys.Partition, idx: list[int]) -> None:
+            async def send(c: R) -> list[list[Any]]:
                 counts = []
                 async with c.pipeline(transaction=False) as pipe:
-                    for p in group:
+                    for i in idx:
                         before = len(pipe.command_stack)
-                        fn(pipe, p)
+                        ops[i][1](pipe)
                         counts.append(len(pipe.command_stack) - before)
                     replies = await pipe.execute()
-                res, i = [], 0
+                res, at = [], 0
                 for n in counts:
-                    res.append(replies[i : i + n])
-                    i += n
+                    res.append(replies[at : at + n])
+                    at += n
                 return res
 
-            replies = await self.topology.call(group[0].slot, send)
-            for p, r in zip(group, replies, strict=True):
-                out[p.index] = r
+            for i, r in zip(idx, await self.call(first, send), strict=True):
+                out[i] = r
 
-        await asyncio.gather(*(node(c, g) for c, g in self.by_node(chosen)))
-        return [out[p.index] for p in chosen]
+        await asyncio.gather(*(node(first, idx) for first, idx in groups.values()))
+        return out
 
     async def locate(self, run_id: str) -> keys.Partition | None:
         """The partition a run lives in: its home, or where its home's pointer says (a run of a
@@ -128,6 +129,10 @@ class Partitions(Generic[R]):
         if pointer is not None:
             return self.parts[int(text(pointer))]
         return None
+
+
+def _apply_to(fn: Callable[[Any, keys.Partition], None], part: keys.Partition, pipe: Any) -> None:
+    fn(pipe, part)
 
 
 class FixedTopology(Generic[R]):
