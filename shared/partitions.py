@@ -72,17 +72,31 @@ class Partitions(Generic[R]):
         return await self.topology.call(part.slot, fn, deadline_s=deadline_s)
 
     async def each(
-        self, fn: Callable[[Any, keys.Partition], None], parts: Iterable[keys.Partition] | None = None
+        self,
+        fn: Callable[[Any, keys.Partition], None],
+        parts: Iterable[keys.Partition] | None = None,
+        *,
+        deadline_s: float = 30.0,
     ) -> list[Any]:
         """Queue ``fn(pipe, part)`` for every partition (or those given), one pipelined round trip
         per node (all in parallel); the replies in partition order, each a list of that partition's
         command replies."""
         chosen = list(self.parts if parts is None else parts)
-        return await self.pipelined([(p, functools.partial(_apply_to, fn, p)) for p in chosen])
+        return await self.pipelined(
+            [(p, functools.partial(_apply_to, fn, p)) for p in chosen], deadline_s=deadline_s
+        )
 
-    async def pipelined(self, ops: Sequence[tuple[keys.Partition, Callable[[Any], None]]]) -> list[list[Any]]:
+    async def pipelined(
+        self,
+        ops: Sequence[tuple[keys.Partition, Callable[[Any], None]]],
+        *,
+        deadline_s: float = 30.0,
+        skip_failed: bool = False,
+    ) -> list[list[Any]]:
         """Each op queues commands on a pipeline to its partition's node; one pipelined round trip
-        per node (all nodes at once), following a failover. The replies of each op, in order."""
+        per node (all nodes at once), following a failover for up to ``deadline_s``. The replies of
+        each op, in order; with ``skip_failed``, a node that stays unreachable gives its ops no
+        replies (``[]``) instead of failing them all."""
         out: list[list[Any]] = [[] for _ in ops]
         groups: dict[int, tuple[keys.Partition, list[int]]] = {}
         for i, (part, _) in enumerate(ops):
@@ -103,7 +117,13 @@ class Partitions(Generic[R]):
                     at += n
                 return res
 
-            for i, r in zip(idx, await self.call(first, send), strict=True):
+            try:
+                replies = await self.call(first, send, deadline_s=deadline_s)
+            except Exception:
+                if not skip_failed:
+                    raise
+                return
+            for i, r in zip(idx, replies, strict=True):
                 out[i] = r
 
         await asyncio.gather(*(node(first, idx) for first, idx in groups.values()))

@@ -19,6 +19,7 @@ import signal
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -113,11 +114,14 @@ class ResilientWorker(Worker):
         """Every partition's due job ids: one pipelined round trip per node."""
         now, count = timestamp_ms(), self.queue_read_limit
 
-        def read(pipe: Any, part: Partition) -> None:
-            pipe.zrangebyscore(part.queue, "-inf", now, start=0, num=count)
+        def read(part: Partition) -> Callable[[Any], None]:
+            return lambda pipe: pipe.zrangebyscore(part.queue, "-inf", now, start=0, num=count)
 
-        replies = await self.parts.each(read)
-        return [(p, ids) for p, (ids,) in zip(self.parts.parts, replies, strict=True) if ids]
+        # A node without a master for now (a failover under way) must not hold up the others'.
+        replies = await self.parts.pipelined(
+            [(p, read(p)) for p in self.parts.parts], deadline_s=self.poll_delay_s * 4, skip_failed=True
+        )
+        return [(p, r[0]) for p, r in zip(self.parts.parts, replies, strict=True) if r and r[0]]
 
     async def _poll_iteration(self) -> None:
         """arq's poll over every partition's queue: claim what is due, then arq's health record."""

@@ -222,7 +222,8 @@ async def beat(
                              [lease_id, lease_ms, max_messages, "1" if register else ""])  # fmt: skip
         pipe.evalsha(scripts.beat.sha, len(k), *k, *a)
 
-    replies = await _each_script(parts, scripts.beat, queue)
+    # Bounded: a beat stuck on a dead master would keep the worker from seeing its lease run out.
+    replies = await _each_script(parts, scripts.beat, queue, deadline_s=max(0.5, lease_ms / 3000.0))
     aborts: list[tuple[str, int, str]] = []
     for (r,) in replies:
         if text(r[0]) == "lost":
@@ -249,11 +250,13 @@ async def forget_worker(
     return "gone"
 
 
-async def _each_script(parts: Partitions[Any], script: AsyncScript, queue: Any) -> list[Any]:
+async def _each_script(
+    parts: Partitions[Any], script: AsyncScript, queue: Any, *, deadline_s: float = 30.0
+) -> list[Any]:
     """``queue(pipe, part)`` on every partition; once more after loading the script where Redis
     did not know it (a fresh or restarted node)."""
     try:
-        return await parts.each(queue)
+        return await parts.each(queue, deadline_s=deadline_s)
     except ResponseError as exc:  # NoScriptError, or its text inside a pipeline's annotated error
         if (
             not isinstance(exc, NoScriptError)
@@ -263,4 +266,4 @@ async def _each_script(parts: Partitions[Any], script: AsyncScript, queue: Any) 
             raise
         for client in parts.topology.clients():
             await client.script_load(script.script)
-        return await parts.each(queue)
+        return await parts.each(queue, deadline_s=deadline_s)
