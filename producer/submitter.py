@@ -40,6 +40,7 @@ from producer.submission import (
 )
 from shared import keys, limits
 from shared.codec import to_jsonable
+from shared.ids import new_run_id
 from shared.models import RunInput
 from shared.profiles import AgentProfile
 from shared.quotas import DEFAULT_TENANT, Quota
@@ -115,6 +116,8 @@ class Submitter:
 
     def _generated(self, raw: RunInput | dict[str, Any]) -> str:
         """A new id for the run of ``raw``, living at home (producer.placement.generated_id)."""
+        if self.parts.layout.count == 1:  # every id lives at home
+            return new_run_id()
         return generated_id(self.parts.layout, lambda r: claimed_session(raw, r))
 
     def _partition(self, run_id: str, session_id: str) -> keys.Partition:
@@ -269,11 +272,13 @@ class Submitter:
         # (producer.placement), and the batch's shares looked at (producer.batching.batch_gate).
         placed: dict[int, list[str]] = {}
         chosen: dict[int, tuple[str, keys.Partition]] = {}  # item -> (its id, where its id is claimed)
-        for i, (raw, d) in enumerate(zip(items, defaults, strict=True)):
+        if layout.count == 1:  # one partition: every run lives there, no pointer to claim
+            placed[0] = [claimed_id(raw) or d for raw, d in zip(items, defaults, strict=True)]
+        for i, (raw, d) in enumerate(zip(items, defaults, strict=True) if layout.count > 1 else ()):
             rid = claimed_id(raw) or d
             part = self._partition(rid, claimed_session(raw, rid))
             placed.setdefault(part.index, []).append(rid)
-            if layout.count > 1 and (prefix is not None or rid != d):
+            if prefix is not None or rid != d:
                 chosen[i] = (rid, part)
         admitted = asyncio.ensure_future(self.admit(tenant, placed, quota))
         gated = (
