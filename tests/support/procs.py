@@ -37,10 +37,16 @@ class WorkerProc:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> WorkerProc:
-        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [sys.executable, *self.argv], cwd=ROOT, env=self.env, stdout=out, stderr=out
-        )
+        if self.log_path is None:
+            self.proc = subprocess.Popen(
+                [sys.executable, *self.argv], cwd=ROOT, env=self.env,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            return self
+        with open(self.log_path, "ab") as out:  # the child keeps its own copy of the descriptor
+            self.proc = subprocess.Popen(
+                [sys.executable, *self.argv], cwd=ROOT, env=self.env, stdout=out, stderr=out
+            )
         return self
 
     @property
