@@ -1,7 +1,7 @@
 """The worker's own lease deadline, and the guard that keeps a worker past it from causing effects.
 
-Redis decides when a worker's lease has expired (its heartbeat entry in keys.WORKERS, Redis time);
-after that the reconciler may hand the worker's runs to another worker. A worker that was paused
+Redis decides when a worker's lease has expired (its lease key on each partition expires by
+Redis's clock); after that the reconciler may hand the worker's runs to another worker. A worker that was paused
 (SIGSTOP, a long GC, a frozen VM) does not know it was paused, so it keeps its own deadline on the
 monotonic clock: the send time of the last acknowledged beat plus the lease, minus a margin. The
 beat is executed no earlier than it was sent, so this deadline falls before Redis's expiry.

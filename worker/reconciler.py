@@ -1,11 +1,12 @@
 """The sweep that finds runs nobody is carrying and puts them back on the queue (or ends them).
 
-Two sources. Every queued or waiting run has an entry in the live index (keys.LIVE) scored with the
-time someone should look at it (a queued run whose job was never claimed, a claimed run never
-acquired, an approval timeout). A running run is carried by its worker's lease (keys.WORKERS): when
-a worker's lease expires, the sweep re-dispatches every run in its runs set. Each worker sweeps
-every few seconds; the per-run script re-checks under Redis time and bumps the dispatch number, so
-two sweeping workers never dispatch a run twice.
+Two sources, on every partition. Every queued or waiting run has an entry in the partition's live
+index scored with the time someone should look at it (a queued run whose job was never claimed, a
+claimed run never acquired, an approval timeout). A running run is carried by its worker's lease
+(its lease key and its ``workers`` entry on the partition): when a worker's lease expires, the
+sweep re-dispatches every run in its runs set. Each worker sweeps every few seconds; the per-run
+script re-checks under Redis time and bumps the dispatch number, so two sweeping workers never
+dispatch a run twice.
 """
 
 from __future__ import annotations

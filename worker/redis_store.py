@@ -68,7 +68,7 @@ class RedisRunStore:
             raise FencedError(f"run {self.run_id}: this worker is past its lease deadline")
 
     async def acquire(self, gen: int, worker_id: str) -> Acquired | NotAcquired:
-        """``worker_id`` is the worker's lease id (keys.WORKERS); the run joins its runs set."""
+        """``worker_id`` is the worker's lease id (keys.Partition.worker_lease); the run joins its runs set."""
         s = self.settings
         if self.lease is not None and self.lease.expired():
             return NotAcquired("no_lease", "this worker is past its lease deadline")
