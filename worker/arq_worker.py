@@ -1,0 +1,195 @@
+"""The arq worker: the job function, and a Worker that claims, starts and finishes its jobs itself,
+over every partition's queue, and survives Redis outages and failovers.
+
+arq facts designed around (0.28): a SIGKILLed job is retried only after its in-progress key
+expires (job timeout + 10 s); a job timeout is a terminal failure; a connection error in the poll
+loop ends ``Worker.main``. So the job timeout is set beyond any run's duration, crash recovery is
+ours (lease + reconciler + a new job id per dispatch), and the poll loop is wrapped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from arq.constants import in_progress_key_prefix
+from arq.jobs import serialize_result
+from arq.utils import poll, timestamp_ms
+from arq.worker import Worker
+from redis.exceptions import RedisError
+
+from shared.dispatch import RUN_FUNCTION
+from shared.keys import Partition
+from shared.partitions import Partitions
+from shared.scripts import Scripts
+from worker.deps import WorkerDeps
+from worker.finisher import JobFinisher
+from worker.runner import RunDriver
+
+__all__ = ["JOB_TIMEOUT_S", "ResilientWorker", "claim_size", "run_agent"]
+
+log = logging.getLogger("agentmill.worker")
+
+JOB_TIMEOUT_S = 8 * 24 * 3600  # beyond the longest allowed run; runs end themselves by maxRunDurationMs
+
+
+async def run_agent(ctx: dict[str, Any], run_id: str, gen: int) -> str:
+    deps: WorkerDeps = ctx["deps"]
+    part = ctx.get("partition") or deps.parts.layout.of_job(ctx["job_id"])[0]
+    return await RunDriver(
+        deps, deps.ports(part, run_id), run_id, int(gen), job_try=int(ctx.get("job_try", 1))
+    ).run()
+
+
+def claim_size(room: int, due: int, batch: int) -> int:
+    """How many of ``due`` jobs one poll claims with ``room`` free slots: up to ``batch``, or half
+    of what is due (at most half the room, at most four batches) when that is more. The jobs a poll
+    claims take their first steps in one event-loop turn: four batches keep that turn short."""
+    return max(0, min(room, max(batch, min(due // 2, room // 2, 4 * batch))))
+
+
+class ResilientWorker(Worker):
+    """arq's Worker whose poll loop outlives a Redis restart, which claims jobs in batches and which
+    starts and finishes the jobs it claimed itself.
+
+    arq claims each job with its own WATCH/MULTI transaction, one job after another, which caps
+    how fast a worker fills up (about 700 jobs/s on two cores). ``start_jobs`` here claims every
+    due job it has room for in one script with the same rule (the job is due and its in-progress
+    key is free). The same script moves each claimed run's reconciler check to one lease from now,
+    so a worker that dies between claiming a job and taking the run's lease delays the run by a
+    lease, not by the queued-run check.
+
+    A claim takes ``claim_size`` jobs: a deep queue fills an idle worker in a few polls, and other
+    workers polling meanwhile still find the other half.
+
+    arq's ``run_job`` then reads the job and bumps its retry counter in one transaction and
+    ``finish_job`` clears its keys in another: two round trips and much Python per job. A job id
+    here already names its run and dispatch (``keys.job_id``; a dispatch is never re-run under the
+    same id, since a claimed job leaves the queue), so ``_run_claimed`` starts the run from the id
+    alone and the jobs ending in one loop turn are finished together (``JobFinisher``), with arq's
+    keys and result record. A job whose key Redis lost still runs: its run hash decides.
+    """
+
+    parts: Partitions[Any]  # the partitions whose queues this worker serves, on arq's clients
+    scripts: Scripts | None = None  # the process's (WorkerProcess sets them)
+    claim_batch: int = 64
+    claim_check_ms: int = 30_000  # the lease: a claimed run not acquired by then is re-dispatched
+    max_running: int = 0  # per tenant and partition (0: none); over-cap jobs are pushed back
+    running_caps: str = ""  # {tenant: maxRunning} JSON of tenants with their own quota
+    push_back_ms: int = 500
+    finisher: JobFinisher | None = None
+
+    async def _due_jobs(self) -> list[tuple[Partition, list[bytes]]]:
+        """Every partition's due job ids: one pipelined round trip per node."""
+        now, count = timestamp_ms(), self.queue_read_limit
+
+        def read(part: Partition) -> Callable[[Any], None]:
+            return lambda pipe: pipe.zrangebyscore(part.queue, "-inf", now, start=0, num=count)
+
+        # A node without a master for now (a failover under way) must not hold up the others'.
+        replies = await self.parts.pipelined(
+            [(p, read(p)) for p in self.parts.parts], deadline_s=self.poll_delay_s * 4, skip_failed=True
+        )
+        return [(p, r[0]) for p, r in zip(self.parts.parts, replies, strict=True) if r and r[0]]
+
+    async def _poll_iteration(self) -> None:
+        """arq's poll over every partition's queue: claim what is due, then arq's health record."""
+        try:
+            if self.allow_pick_jobs and self.job_counter < self.max_jobs:
+                due = await self._due_jobs()
+                # Partitions in turn from a rotating start, so none is always served last.
+                if due:
+                    k = self._poll_turn % len(due)
+                    self._poll_turn += 1
+                    for part, ids in due[k:] + due[:k]:
+                        await self.start_jobs_on(part, ids)
+            await self.heart_beat()
+        except (RedisError, OSError) as exc:
+            log.warning("redis unavailable in the poll loop (%s: %s); retrying", type(exc).__name__, exc)
+            if not self.parts.single:
+                with contextlib.suppress(Exception):
+                    await self.parts.topology.refresh()
+            await asyncio.sleep(0.5)
+
+    _poll_turn = 0
+
+    async def main(self) -> None:
+        """arq's loop, with ``_poll_iteration`` over the partitions; a burst worker stops when every
+        partition's queue is empty and its jobs are done."""
+        self.ctx["redis"] = self.pool
+        async for _ in poll(self.poll_delay_s):
+            await self._poll_iteration()
+            if self.burst:
+                depth = sum(n for (n,) in await self.parts.each(lambda pipe, p: pipe.zcard(p.queue)))
+                if depth == 0 and self.job_counter == 0:
+                    await asyncio.gather(*self.tasks.values())
+                    return
+
+    async def start_jobs(self, job_ids: list[bytes]) -> None:
+        """arq's entry point for one queue: the first partition's (``start_jobs_on`` for the rest)."""
+        await self.start_jobs_on(self.parts.parts[0], job_ids)
+
+    async def start_jobs_on(self, part: Partition, job_ids: list[bytes]) -> None:
+        free = claim_size(self.max_jobs - self.job_counter, len(job_ids), self.claim_batch)
+        if free <= 0 or not job_ids:
+            return
+        if self.scripts is None:
+            self.scripts = Scripts(self.pool)
+        if self.finisher is None:
+            self.finisher = JobFinisher(self.parts, int(self.keep_result_s * 1000))
+        claim = self.scripts.claim_jobs
+        k, a = self.scripts.frame(
+            part,
+            [],
+            [int(time.time() * 1000), int(self.in_progress_timeout_s * 1000), free, in_progress_key_prefix,
+             self.claim_check_ms, self.max_running, self.running_caps, self.push_back_ms, *job_ids],
+        )  # fmt: skip
+        reply = await self.parts.call(part, lambda c: claim(keys=k, args=a, client=c))
+        for i in range(0, len(reply), 2):
+            job_id = reply[i].decode() if isinstance(reply[i], bytes) else str(reply[i])
+            score = int(float(reply[i + 1]))
+            await self.sem.acquire()
+            self.job_counter += 1
+            task = self.loop.create_task(self._run_claimed(part, job_id, score), name=job_id)
+            task.add_done_callback(self._job_done)
+            self.tasks[job_id] = task
+
+    def _job_done(self, task: asyncio.Task[None]) -> None:
+        """Free the slot and forget the task (arq's poll would walk every task to find the done)."""
+        self._release_sem_dec_counter_on_complete()
+        job_id = task.get_name()
+        if self.tasks.get(job_id) is task:
+            del self.tasks[job_id]
+
+    async def _run_claimed(self, part: Partition, job_id: str, score: int) -> None:
+        """arq's ``run_job`` for a job this worker claimed, without its two transactions."""
+        assert self.finisher is not None
+        _, run_id, gen = self.parts.layout.of_job(job_id)
+        function = self.functions[RUN_FUNCTION]
+        ctx = {**self.ctx, "job_id": job_id, "job_try": 1, "score": score, "partition": part}
+        start_ms = timestamp_ms()
+        result: Any = None
+        finished, success = True, False
+        try:
+            result = await function.coroutine(ctx, run_id, gen)
+            success = True
+            self.jobs_complete += 1
+        except asyncio.CancelledError:
+            finished = False  # shutdown: the job stays for the reconciler, as arq leaves it (and,
+            # as arq does, the task then ends normally: Worker.close gathers the tasks)
+            self.jobs_retried += 1
+        except Exception as exc:
+            log.exception("job %s failed", job_id)
+            result = exc
+            self.jobs_failed += 1
+        record = None
+        if finished and self.keep_result_s > 0:
+            record = serialize_result(
+                RUN_FUNCTION, (run_id, gen), {}, 1, score, success, result, start_ms, timestamp_ms(),
+                f"{job_id}:{RUN_FUNCTION}", self.queue_name, job_id=job_id, serializer=self.job_serializer,
+            )  # fmt: skip
+        await asyncio.shield(self.finisher.finish(job_id, finished, record))
