@@ -146,9 +146,7 @@ class RunDriver:
             obs.append_refused("fenced" if isinstance(exc, FencedError) else "duplicate")
             log.warning("run %s: %s; stopping without writing", self.run_id, exc)
             if isinstance(exc, SeqConflictError) and not self.fenced:
-                # Still this worker's run (its epoch holds), but Redis has a different stream end
-                # than this worker wrote (a failover lost an acknowledged write): hand it back, so
-                # it resumes from what Redis holds instead of waiting for this worker's lease.
+                # Still ours, but Redis lost a write we saw acknowledged (a failover): hand it back.
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(asyncio.shield(self.store.release(self.gen)), 5.0)
             return "fenced"
