@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from shared.models import RunInput, RunResult
+from shared.models import RunInput, RunResult, RunStatus
 from shared.profiles import AgentProfile, RetryConfig
 from worker.machine import Phase
 from worker.memory_store import (
@@ -170,6 +170,19 @@ async def test_a_worker_whose_run_was_taken_over_is_fenced_and_writes_nothing() 
     assert len(w.run.events) == written and w.run.tools["c1"]["state"] == "pending"
     assert w.observer.refused == ["fenced"]
     assert old.state.phase == Phase.MODEL_RUNNING  # its own step went on; the store never saw it
+
+
+async def test_a_run_whose_acknowledged_write_was_lost_is_handed_back_not_left_to_its_lease() -> None:
+    # A failover lost a commit the worker saw acknowledged: Redis's stream ends before the worker's.
+    w = World([{"toolCalls": [{"id": "c1", "name": "sleep", "arguments": {"ms": 30}}]}, {"text": "fin"}])
+    driver, store = w.driver()
+    job = started(driver.run())
+    await until(lambda: "c1" in w.run.tools)
+    del w.run.events[-1]  # the last commit's last event, gone with the old master
+    assert await job == "fenced"  # its next commit is refused (seq conflict) and it writes nothing
+    assert w.observer.refused == ["duplicate"]
+    assert w.run.status == RunStatus.QUEUED.value  # handed back at once: another worker resumes it
+    assert store.epoch == w.run.epoch  # it still held the run when it gave it back
 
 
 async def test_a_configuration_rejected_before_start_fails_the_run_through_the_machine() -> None:
