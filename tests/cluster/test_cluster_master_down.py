@@ -4,6 +4,7 @@ wait on the dead node. The dead master's runs resume after the failover."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import time
 from collections.abc import Iterator
@@ -48,6 +49,12 @@ async def test_other_masters_runs_start_while_one_master_is_down(cluster: LocalR
             doomed = await producer.submit(
                 script_run([{"text": "slow", "delayMs": 1500}], runId=_id_on(layout, owner, victim, True))
             )
+            # Running: its worker acquired it, and the acquire waited for the replica (WAIT), so the
+            # run survives the master's death (a submit acknowledged but not yet replicated may not).
+            deadline = time.monotonic() + 20
+            while (await producer.get(doomed.run_id)).status.value != "running":  # type: ignore[union-attr]
+                assert time.monotonic() < deadline, "the doomed run did not start"
+                await asyncio.sleep(0.05)
             t_kill = time.monotonic()
             cluster.kill_master(victim_slot, wait=False)
             # Runs on the other masters start and finish while the failover is still under way.
