@@ -8,6 +8,7 @@ import asyncio
 import shutil
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -55,6 +56,18 @@ async def test_other_masters_runs_start_while_one_master_is_down(cluster: LocalR
             while (await producer.get(doomed.run_id)).status.value != "running":  # type: ignore[union-attr]
                 assert time.monotonic() < deadline, "the doomed run did not start"
                 await asyncio.sleep(0.05)
+            # And replicated: replication is asynchronous (a worker's WAIT is bounded, best effort),
+            # so a write can be acknowledged and die with its master; that window is not this
+            # test's subject. A write and WAIT on the partition's master: all before it is there.
+            home = layout.home(doomed.run_id)
+
+            async def replicated(c: Any) -> Any:
+                async with c.pipeline(transaction=False) as pipe:
+                    pipe.set(home.base + "probe", 1)
+                    pipe.execute_command("WAIT", 1, 10_000)
+                    return (await pipe.execute())[1]
+
+            assert await parts.call(home, replicated) >= 1
             t_kill = time.monotonic()
             cluster.kill_master(victim_slot, wait=False)
             # Runs on the other masters start and finish while the failover is still under way.
@@ -74,6 +87,7 @@ async def test_other_masters_runs_start_while_one_master_is_down(cluster: LocalR
             rec = await producer.wait(doomed.run_id, timeout_s=40)
             assert rec is not None and rec.status.value == "completed", rec
             print(f"the run on the killed master completed {time.monotonic() - t_kill:.1f} s after the kill")
+            cluster.restart_node(victim)  # back, as its successor's replica, for the next test
     finally:
         await parts.aclose()
 
