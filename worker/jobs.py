@@ -199,6 +199,11 @@ class WorkerProcess:
         if tasks:
             await asyncio.wait(tasks, timeout=5.0)
         if not self.deps.active:  # every run handed back: give the lease up at once
+            # The heartbeat first: a beat after the lease is given up finds it gone and would take
+            # a new one (and sweep for runs) while the process stops.
+            for t in self._bg:
+                t.cancel()
+            await asyncio.gather(*self._bg, return_exceptions=True)
             with contextlib.suppress(RedisError, OSError):
                 await forget_worker(
                     self.deps.parts, self.deps.scripts, self.deps.lease_id, only_if_expired=False
