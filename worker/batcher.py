@@ -102,9 +102,7 @@ class ScriptBatcher:
         except BaseException as exc:
             if is_retryable(exc) and await self._reroute(batch, deadline, exc):
                 return
-            for *_, fut in batch:
-                if not fut.done():
-                    fut.set_exception(exc)
+            _fail(batch, exc)
             if isinstance(exc, asyncio.CancelledError):
                 raise
             return
@@ -129,15 +127,11 @@ class ScriptBatcher:
             else:
                 fut.set_result(reply)
         if moved and not await self._reroute(moved, deadline, first_moved):
-            for *_, fut in moved:
-                if not fut.done():
-                    fut.set_exception(first_moved or RuntimeError("moved"))
+            _fail(moved, first_moved or RuntimeError("moved"))
         if not unknown:
             return
         if reloaded:
-            for *_, fut in unknown:
-                if not fut.done():
-                    fut.set_exception(NoScriptError("the script is still unknown after SCRIPT LOAD"))
+            _fail(unknown, NoScriptError("the script is still unknown after SCRIPT LOAD"))
             return
         # Load each script once and send the calls again together (not one round trip and one
         # pooled connection per call: with a thousand runs starting, that was most of the CPU).
@@ -147,9 +141,7 @@ class ScriptBatcher:
         except BaseException as exc:
             if is_retryable(exc) and await self._reroute(unknown, deadline, exc):
                 return
-            for *_, fut in unknown:
-                if not fut.done():
-                    fut.set_exception(exc)
+            _fail(unknown, exc)
             if isinstance(exc, asyncio.CancelledError):
                 raise
             return
@@ -174,3 +166,10 @@ class ScriptBatcher:
     async def aclose(self) -> None:
         while self.sending:
             await asyncio.gather(*list(self.sending), return_exceptions=True)
+
+
+def _fail(calls: list[_Call], exc: BaseException) -> None:
+    """Each call's caller, unless it gave up already, gets ``exc``."""
+    for *_, fut in calls:
+        if not fut.done():
+            fut.set_exception(exc)
