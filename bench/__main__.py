@@ -97,6 +97,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cluster-runs", type=int, default=300, help="ten-step runs per cluster load (figure 8)")
     ap.add_argument("--cluster-workers", type=int, default=2, help="worker processes of figure 8")
     ap.add_argument(
+        "--profile",
+        type=Path,
+        help="figure 4: py-spy samples each worker into PROFILE-<in-flight>.json (speedscope)",
+    )
+    ap.add_argument(
         "--only",
         nargs="+",
         default=[

@@ -267,10 +267,12 @@ class RunFigures(Plumbing):
                         ["-m", "bench.worker_probe"],
                         AGENTMILL_MAX_JOBS=str(n + 10),
                         AGENTMILL_BENCH_STATS=str(stats),
+                        AGENTMILL_BENCH_PROFILE=f"{self.args.profile}-{n}.json" if self.args.profile else "",
                     )
                 )
 
             t = await self.drain_time(r, n, start, lambda: self.runs_done(r))
+            spread, fastest = self.last_spread_ms
             rss_peak = vm_kib(box[0].pid, "VmHWM")
             idle_rss = vm_kib(box[0].pid, "VmRSS")
             self.stop(box[0])
@@ -296,6 +298,9 @@ class RunFigures(Plumbing):
             f.ours = [n / t]
             f.base = [float(n)]
             f.note = (
+                f"runs started over {spread} ms, the fastest took {fastest} ms; "
+                f"collector {sum(lag.get('gc_ms', [0.0])):.0f} ms in {sum(lag.get('gc_count', [0]))} passes "
+                f"(by generation: {lag.get('gc_ms')} ms); "
                 f"peak RSS {rss_peak / 1e6:.0f} MB, {max(0, rss_peak - lag.get('rss_start', idle_rss)) / n / 1e3:.0f} KB per run "
                 f"(target ≤ 150 KB); loop lag p99 {lag.get('lag_p99_ms', float('nan')):.1f} ms (target < 50 ms); "
                 f"bare arq jobs sleeping 1 s: {n / bare:.0f}/s ({n / bare / n:.2f} of ideal)"

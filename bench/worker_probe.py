@@ -5,13 +5,35 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import os
+import shutil
+import signal
+import subprocess
 import time
 
 from shared import logs, loop
 from shared.settings import get_settings
 from worker.jobs import WorkerProcess
+
+
+class GcClock:
+    """Time the collector takes, by generation (gc.callbacks), for the bench's notes."""
+
+    def __init__(self) -> None:
+        self.spent = [0.0, 0.0, 0.0]
+        self.count = [0, 0, 0]
+        self._t = 0.0
+        gc.callbacks.append(self._cb)
+
+    def _cb(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t = time.perf_counter()
+        else:
+            g = info["generation"]
+            self.spent[g] += time.perf_counter() - self._t
+            self.count[g] += 1
 
 
 async def lag_probe(path: str) -> None:
@@ -25,6 +47,7 @@ async def lag_probe(path: str) -> None:
         return 0
 
     start = rss()
+    gcc = GcClock()
     lags: list[float] = []
     try:
         while True:
@@ -41,9 +64,36 @@ async def lag_probe(path: str) -> None:
                     "lag_p50_ms": s[len(s) // 2],
                     "lag_p99_ms": s[int(len(s) * 0.99)],
                     "lag_max_ms": s[-1],
+                    "gc_ms": [round(x * 1000, 1) for x in gcc.spent],
+                    "gc_count": gcc.count,
                 },
                 f,
             )
+
+
+def profiler(out: str) -> subprocess.Popen[bytes] | None:
+    """With ``$AGENTMILL_BENCH_PROFILE`` set (bench ``--profile``), py-spy samples this process into that
+    file (speedscope JSON, 1,000 samples a second, idle ones kept so that the samples are a timeline)
+    until the worker stops."""
+    if not out:
+        return None
+    spy = shutil.which("py-spy")
+    if spy is None:
+        raise SystemExit("--profile needs py-spy on PATH (pip install py-spy)")
+    cmd = [
+        spy,
+        "record",
+        "--pid",
+        str(os.getpid()),
+        "--rate",
+        "1000",
+        "--idle",
+        "--format",
+        "speedscope",
+        "-o",
+        out,
+    ]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 async def main() -> None:
@@ -51,9 +101,13 @@ async def main() -> None:
     proc = WorkerProcess(settings)
     logs.configure(json_lines=settings.log_json, level=settings.log_level, workerId=proc.worker_id)
     probe = asyncio.create_task(lag_probe(os.environ["AGENTMILL_BENCH_STATS"]))
+    spy = profiler(os.environ.get("AGENTMILL_BENCH_PROFILE", ""))
     try:
         await proc.run()
     finally:
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            await asyncio.to_thread(spy.wait, 30)
         probe.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await probe
