@@ -45,10 +45,14 @@ async def run_agent(ctx: dict[str, Any], run_id: str, gen: int) -> str:
     ).run()
 
 
-def claim_size(room: int, due: int, batch: int) -> int:
+def claim_size(room: int, due: int, batch: int, workers: int = 2) -> int:
     """How many of ``due`` jobs one poll claims with ``room`` free slots: up to ``batch``, or half
-    of what is due (at most half the room, at most four batches) when that is more. The jobs a poll
-    claims take their first steps in one event-loop turn: four batches keep that turn short."""
+    of what is due (at most half the room, at most four batches) when that is more, so that other
+    workers find the other half. A worker alone (``workers`` live, itself included) shares with no
+    one: it takes what is due, up to its room and four batches. The jobs a poll claims take their
+    first steps in one event-loop turn: four batches keep that turn short."""
+    if workers <= 1:
+        return max(0, min(room, max(batch, min(due, 4 * batch))))
     return max(0, min(room, max(batch, min(due // 2, room // 2, 4 * batch))))
 
 
@@ -77,6 +81,7 @@ class ResilientWorker(Worker):
     parts: Partitions[Any]  # the partitions whose queues this worker serves, on arq's clients
     scripts: Scripts | None = None  # the process's (WorkerProcess sets them)
     claim_batch: int = 64
+    workers: int = 2  # live workers (itself included) at the last beat: 2 until one says otherwise
     claim_check_ms: int = 30_000  # the lease: a claimed run not acquired by then is re-dispatched
     max_running: int = 0  # per tenant and partition (0: none); over-cap jobs are pushed back
     running_caps: str = ""  # {tenant: maxRunning} JSON of tenants with their own quota
@@ -134,7 +139,7 @@ class ResilientWorker(Worker):
         await self.start_jobs_on(self.parts.parts[0], job_ids)
 
     async def start_jobs_on(self, part: Partition, job_ids: list[bytes]) -> None:
-        free = claim_size(self.max_jobs - self.job_counter, len(job_ids), self.claim_batch)
+        free = claim_size(self.max_jobs - self.job_counter, len(job_ids), self.claim_batch, self.workers)
         if free <= 0 or not job_ids:
             return
         if self.scripts is None:

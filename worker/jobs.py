@@ -219,12 +219,15 @@ class WorkerProcess:
         while True:
             sent = self.lease.now()
             try:
-                await beat(self.deps.parts, self.deps.scripts, self.deps.lease_id, s.lease_ms, register=True)
+                b = await beat(
+                    self.deps.parts, self.deps.scripts, self.deps.lease_id, s.lease_ms, register=True
+                )
             except (RedisError, OSError) as exc:
                 log.warning("worker %s: cannot register its lease (%s); retrying", self.deps.lease_id, exc)
                 await asyncio.sleep(s.heartbeat_ms / 1000.0)
                 continue
             self.lease.renewed(sent)
+            self.worker.workers = b.workers
             return
 
     async def _heartbeat(self) -> None:
@@ -249,6 +252,7 @@ class WorkerProcess:
                 await self._lease_lost("Redis reports its lease expired")
                 continue
             self.lease.renewed(sent)
+            self.worker.workers = b.workers
             for run_id, epoch, reason in b.aborts:
                 d = self.deps.active.get(run_id)
                 if d is not None and d.store.epoch == epoch and reason:

@@ -198,10 +198,12 @@ class RedisSessionStore:
 
 @dataclass(frozen=True, slots=True)
 class Beat:
-    """A heartbeat's answer: ``lost`` if the lease had already expired (not renewed); else the abort
-    requests waiting in the worker's inbox as (runId, epoch, reason)."""
+    """A heartbeat's answer: ``lost`` if the lease had already expired (not renewed); else the number
+    of live workers (this one included) and the abort requests waiting in the worker's inbox as
+    (runId, epoch, reason)."""
 
     lost: bool
+    workers: int = 1
     aborts: list[tuple[str, int, str]] = field(default_factory=list)
 
 
@@ -225,11 +227,13 @@ async def beat(
     # Bounded: a beat stuck on a dead master would keep the worker from seeing its lease run out.
     replies = await _each_script(parts, scripts.beat, queue, deadline_s=max(0.5, lease_ms / 3000.0))
     aborts: list[tuple[str, int, str]] = []
+    workers = 1
     for (r,) in replies:
         if text(r[0]) == "lost":
             return Beat(lost=True)
-        aborts += [(text(r[i]), int(text(r[i + 1]) or 0), text(r[i + 2])) for i in range(1, len(r), 3)]
-    return Beat(lost=False, aborts=aborts)
+        workers = max(workers, int(r[1]))
+        aborts += [(text(r[i]), int(text(r[i + 1]) or 0), text(r[i + 2])) for i in range(2, len(r), 3)]
+    return Beat(lost=False, workers=workers, aborts=aborts)
 
 
 async def forget_worker(

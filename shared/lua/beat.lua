@@ -1,13 +1,15 @@
 -- One worker heartbeat on one partition, O(1) whatever the worker's number of runs: renew its lease
 -- (its lease key, which a commit checks, and its entry in the workers zset, which the sweep reads)
 -- and take up to ARGV[3] abort nudges from its inbox, each answered with the run's epoch and abort
--- reason (the run hash stays the truth). A lease that already expired is not renewed: the worker
--- must give up its runs (``lost``). ARGV[4] = '1' registers a new lease id.
+-- reason (the run hash stays the truth), after the number of live workers (its claims' share). A
+-- lease that already expired is not renewed: the worker must give up its runs (``lost``).
+-- ARGV[4] = '1' registers a new lease id.
 -- KEYS: inbox, lease key   ARGV: lease id, leaseMs, max messages, register
 if ARGV[4] ~= '1' and redis.call('EXISTS', KEYS[2]) == 0 then return {'lost'} end
 redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
-redis.call('ZADD', WORKERS, now_ms() + tonumber(ARGV[2]), ARGV[1])
-local out = {'ok'}
+local now = now_ms()
+redis.call('ZADD', WORKERS, now + tonumber(ARGV[2]), ARGV[1])
+local out = {'ok', redis.call('ZCOUNT', WORKERS, now, '+inf')}
 local msgs = redis.call('LPOP', KEYS[1], tonumber(ARGV[3]))
 if msgs then
   for _, rid in ipairs(msgs) do

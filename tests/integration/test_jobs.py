@@ -53,12 +53,17 @@ async def test_a_job_whose_key_redis_lost_still_runs_its_run(redis: Redis, redis
     assert rec is not None and rec.status.value == "completed"
 
 
-def test_a_deep_queue_is_claimed_in_halves_a_shallow_one_in_batches() -> None:
+def test_a_deep_queue_is_claimed_in_halves_a_shallow_one_in_batches_by_a_worker_not_alone() -> None:
     assert claim_size(room=500, due=40, batch=64) == 64  # as before: a burst spreads over workers
     assert claim_size(room=1010, due=1000, batch=64) == 256  # an idle worker, a deep queue
     assert claim_size(room=300, due=1000, batch=64) == 150  # half its room, others find the rest
     assert claim_size(room=30, due=1000, batch=64) == 30  # never beyond the room
     assert claim_size(room=0, due=1000, batch=64) == 0
+    # A worker alone shares with no one: no halving tail (244 due → 122, 64, 58 over three polls).
+    assert claim_size(room=254, due=244, batch=64, workers=1) == 244
+    assert claim_size(room=1010, due=1000, batch=64, workers=1) == 256  # still four batches a turn
+    assert claim_size(room=100, due=244, batch=64, workers=1) == 100
+    assert claim_size(room=254, due=244, batch=64, workers=2) == 122
 
 
 def test_job_ids_name_their_run_and_dispatch() -> None:
