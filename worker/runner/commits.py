@@ -5,10 +5,12 @@ deltas come from the model task, steps from the loop."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import orjson
 
 from worker import failpoints
+from worker.config import RunConfig
 from worker.machine import Emit, RunState
 from worker.observer import Observer
 from worker.ports import Clock, Outbox, RunStore, SessionUpdate
@@ -16,6 +18,8 @@ from worker.ports import Clock, Outbox, RunStore, SessionUpdate
 __all__ = ["Commits"]
 
 Entry = tuple[str, int, bytes]  # kind, ts, payload JSON
+_CONFIG = {"config"}
+_CONFIG_KEY = RunState.model_fields["config"].alias or "config"
 
 
 class Commits:
@@ -26,6 +30,8 @@ class Commits:
         self.lock = asyncio.Lock()
         self.buffer: list[Entry] = []  # published with the next commit
         self.ckpt_seq = 0  # the seq the last checkpoint was committed with
+        self._config: RunConfig | None = None
+        self._config_json = orjson.Fragment(b"null")
 
     async def step(
         self,
@@ -42,7 +48,7 @@ class Commits:
         async with self.lock:
             events = self._stamped([*self._take(), *outbox.events])
             last = self.store.last_seq + len(events)
-            ckpt = orjson.dumps({"seq": last, "state": state.model_dump(mode="json", by_alias=True)})
+            ckpt = orjson.dumps({"seq": last, "state": self._dump(state)})
             await self.store.commit(
                 Outbox(events, outbox.claims, outbox.records),
                 checkpoint=ckpt,
@@ -56,6 +62,20 @@ class Commits:
             self.ckpt_seq = last
         for kind, _, _ in events:
             self.observer.event_published(kind)
+
+    def _dump(self, state: RunState) -> dict[str, Any]:
+        """The state as JSON-ready data. Its config, set at start and never changed, is serialised
+        once per run and spliced in (it was two thirds of a checkpoint's serialisation)."""
+        if state.config is None:
+            return state.model_dump(mode="json", by_alias=True)
+        if state.config is not self._config:
+            self._config = state.config
+            self._config_json = orjson.Fragment(
+                orjson.dumps(state.config.model_dump(mode="json", by_alias=True))
+            )
+        out = state.model_dump(mode="json", by_alias=True, exclude=_CONFIG)
+        out[_CONFIG_KEY] = self._config_json
+        return out
 
     async def publish_now(self) -> None:
         """The buffer alone (deltas while a model streams), without a checkpoint."""

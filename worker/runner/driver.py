@@ -58,7 +58,7 @@ from worker.ports import (
 )
 from worker.runner import opening
 from worker.runner.commits import Commits
-from worker.runner.model_call import call_model, summarise
+from worker.runner.model_call import FlushDeltas, call_model, flush_deltas, summarise
 from worker.runner.tool_call import run_tool
 from worker.sessions import session_update
 
@@ -87,7 +87,7 @@ class RunDriver:
         self.gen = gen
         self.job_try = job_try
         self.store = ports.store
-        self.inbox: asyncio.Queue[Event | _Wake] = asyncio.Queue()
+        self.inbox: asyncio.Queue[Event | _Wake | FlushDeltas] = asyncio.Queue()
         self.pending: deque[Event] = deque()
         self.tasks: set[asyncio.Task[None]] = set()  # running effects; a drain waits for them
         self.deadline: asyncio.TimerHandle | None = None  # not an effect: a drain does not wait for it
@@ -99,6 +99,8 @@ class RunDriver:
         self.delta_seq = 0
         self.last_flush = 0.0
         self.delta_published = False
+        self.flush_queued = False  # a FlushDeltas is in the inbox
+        self.outcome_queued = False  # the model call's ModelReplied/ModelFailed is in the inbox
         self.started_mono = self.clock.monotonic()
         self.draining = False
         self.fenced = False
@@ -199,7 +201,7 @@ class RunDriver:
                     f"run {self.run_id}: this worker gave the run up (its lease lapsed, or another worker took it)"
                 )
             if self.pending:
-                ev: Event | _Wake = self.pending.popleft()
+                ev: Event | _Wake | FlushDeltas = self.pending.popleft()
             elif self.draining and not self.tasks:
                 verdict = await self.store.release(self.gen)
                 log.info("run %s handed back at a checkpoint (%s)", self.run_id, verdict)
@@ -210,6 +212,9 @@ class RunDriver:
                 await self._cancel_tasks()
                 ev = EffectCrashed(self.clock.now_ms(), f"{type(ev.exc).__name__}: {str(ev.exc)[:500]}")
             if isinstance(ev, _Wake):
+                continue
+            if isinstance(ev, FlushDeltas):
+                await flush_deltas(self)
                 continue
             outcome = await self._apply(ev)
             if outcome is not None:
@@ -305,7 +310,10 @@ class RunDriver:
 
     def _start(self, c: machine.Command) -> None:
         if isinstance(c, LoadContext):
-            self._spawn(self._load_context(c))
+            if c.session_id is None:  # nothing to read: no task, no trip through the inbox
+                self.pending.append(ContextLoaded(self.clock.now_ms(), []))
+            else:
+                self._spawn(self._load_context(c))
         elif isinstance(c, CallModel):
             self._spawn(call_model(self, c.request))
         elif isinstance(c, Wait):

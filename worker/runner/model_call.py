@@ -31,7 +31,7 @@ from worker.ports import Capacity
 if TYPE_CHECKING:
     from worker.runner.driver import RunDriver
 
-__all__ = ["SUMMARY_PROMPT", "call_model", "summarise"]
+__all__ = ["SUMMARY_PROMPT", "FlushDeltas", "call_model", "flush_deltas", "summarise"]
 
 log = logging.getLogger("agentmill.runner")
 
@@ -41,6 +41,13 @@ SUMMARY_PROMPT = (
 )
 
 
+class FlushDeltas:
+    """Put in the run's inbox when buffered deltas are due out: the driver publishes them when it
+    next looks, unless the model's outcome is queued behind by then. A reply whose last deltas
+    arrive in the same event-loop turn as its end (a short answer, a final burst) then publishes
+    them with its own commit: one write instead of two."""
+
+
 async def call_model(d: RunDriver, req: ModelRequest) -> None:
     obs = d.host.observer
     loop = asyncio.get_running_loop()
@@ -48,6 +55,7 @@ async def call_model(d: RunDriver, req: ModelRequest) -> None:
     ttft: float | None = None
     d.delta_seq = 0
     d.delta_published = False
+    d.outcome_queued = False
     d.last_flush = t0
     text: list[str] = []
     calls: dict[int, dict[str, str]] = {}
@@ -81,8 +89,10 @@ async def call_model(d: RunDriver, req: ModelRequest) -> None:
                                                  "arguments": chunk.arguments}})  # fmt: skip
                 elif isinstance(chunk, StreamEnd):
                     end = chunk
-                if loop.time() - d.last_flush >= flush_s:
-                    await _flush_deltas(d)
+                if loop.time() - d.last_flush >= flush_s and not d.flush_queued:
+                    d.flush_queued = True
+                    d.last_flush = loop.time()
+                    d.inbox.put_nowait(FlushDeltas())
     except ModelCallError as exc:
         _drop_unpublished_deltas(d)
         await _throttled(d, exc.failure)
@@ -118,10 +128,12 @@ async def call_model(d: RunDriver, req: ModelRequest) -> None:
         obs.tokens_used(input_tokens=end.usage.input_tokens, output_tokens=end.usage.output_tokens)
     if end.finish_reason is None:
         _drop_unpublished_deltas(d)
+    # Deltas still buffered go out with the commit of this outcome, before its events: readers see
+    # them as they would have from a flush.
+    partial = d.delta_published or any(k == EventKind.MODEL_DELTA.value for k, _, _ in d.out.buffer)
+    d.outcome_queued = True
     d.inbox.put_nowait(
-        ModelReplied(
-            d.clock.now_ms(), msg, end.usage, end.finish_reason, d.ports.rng.random(), d.delta_published
-        )
+        ModelReplied(d.clock.now_ms(), msg, end.usage, end.finish_reason, d.ports.rng.random(), partial)
     )
 
 
@@ -139,6 +151,7 @@ def _assemble(req: ModelRequest, text: list[str], calls: dict[int, dict[str, str
 
 
 def _failed(d: RunDriver, failure: ModelFailure) -> None:
+    d.outcome_queued = True
     d.inbox.put_nowait(
         ModelFailed(d.clock.now_ms(), failure, d.ports.rng.random(), partial=d.delta_published)
     )
@@ -190,8 +203,12 @@ def _delta(d: RunDriver, req: ModelRequest, body: dict[str, Any]) -> None:
     d.out.emit(notices.model_delta(req, d.delta_seq, body))
 
 
-async def _flush_deltas(d: RunDriver) -> None:
-    d.last_flush = asyncio.get_running_loop().time()
+async def flush_deltas(d: RunDriver) -> None:
+    """The driver's answer to ``FlushDeltas``: publish the buffered deltas now, unless the model's
+    outcome is already queued (its commit takes them)."""
+    d.flush_queued = False
+    if d.outcome_queued:
+        return
     if any(k == EventKind.MODEL_DELTA.value for k, _, _ in d.out.buffer):
         d.delta_published = True
     await d.out.publish_now()
