@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 INCR = "redis.call('INCR', KEYS[1]); if ARGV[1] == 'boom' then return redis.error_reply('boom') end; return ARGV[1]"
 
 
-async def test_calls_of_one_turn_go_in_one_round_trip_each_with_its_reply(redis: Redis) -> None:
+async def test_calls_of_one_turn_go_in_pipelines_of_max_batch_each_with_its_reply(redis: Redis) -> None:
     script = redis.register_script(INCR)
     await script(keys=["warm"], args=["x"])  # loaded once, as the worker's scripts are
     b = ScriptBatcher(parts_of(redis))
@@ -26,7 +26,7 @@ async def test_calls_of_one_turn_go_in_one_round_trip_each_with_its_reply(redis:
     )  # fmt: skip
     assert replies[:50] == [str(i).encode() for i in range(50)]
     assert isinstance(replies[50], ResponseError) and "boom" in str(replies[50])  # only its own call fails
-    assert (b.batches, b.calls) == (1, 51)
+    assert (b.max_batch, b.batches, b.calls) == (32, 2, 51)  # 32 + 19, side by side
     assert await redis.get("n") == b"51"
 
 
@@ -58,7 +58,7 @@ async def test_calls_refused_for_an_unknown_script_are_sent_again_in_one_round_t
     script = redis.register_script(INCR)
     await script(keys=["warm"], args=["x"])
     await redis.script_flush()
-    b = ScriptBatcher(parts_of(redis))
+    b = ScriptBatcher(parts_of(redis), max_batch=64)
     replies = await asyncio.gather(*(b.call(K, script, ["n"], [str(i)]) for i in range(40)))
     assert replies == [str(i).encode() for i in range(40)]
     assert (b.batches, b.calls) == (2, 80)  # the refused batch, then all of it again (not 40 singles)
