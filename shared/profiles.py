@@ -59,6 +59,9 @@ class ToolSettings(Model):
     retry_delay_ms: int = Field(default=1_000, ge=0, le=limits.MAX_TOOL_RETRY_DELAY_MS)
 
 
+_DEFAULT_TOOL_SETTINGS = ToolSettings()  # frozen: one instance serves every tool without settings
+
+
 class HttpToolConfig(Model):
     """A tool that POSTs {runId, toolCallId, name, arguments} to a URL with an Idempotency-Key."""
 
@@ -164,7 +167,7 @@ class AgentProfile(Model):
         return [*self.tools, *(t.name for t in self.http_tools)]
 
     def settings_for(self, tool: str) -> ToolSettings:
-        return self.tool_settings.get(tool) or ToolSettings()
+        return self.tool_settings.get(tool) or _DEFAULT_TOOL_SETTINGS
 
     def dev_only(self) -> str | None:
         """Why this profile is for development only, or None when it is fit for production."""
