@@ -23,6 +23,7 @@ from arq.constants import (
 from redis.exceptions import RedisError
 
 from shared.partitions import Partitions
+from worker.batcher import pipelined
 
 log = logging.getLogger("agentmill.worker")
 
@@ -87,14 +88,15 @@ class JobFinisher:
                 if result is not None and self.keep_result_ms > 0:
                     results.append((result_key_prefix + job_id, result))
 
+        commands: list[tuple[Any, ...]] = [("SET", k, v, "PX", self.keep_result_ms) for k, v in results]
+        if done:
+            commands.append(("ZREM", part.queue, *done))
+        commands.append(("DEL", *gone))
+
         async def send(c: Any) -> None:
-            async with c.pipeline(transaction=False) as pipe:
-                for key, value in results:
-                    pipe.set(key, value, px=self.keep_result_ms)
-                if done:
-                    pipe.zrem(part.queue, *done)
-                pipe.delete(*gone)
-                await pipe.execute()
+            for reply in await pipelined(c, commands):
+                if isinstance(reply, Exception):
+                    raise reply
 
         for attempt in range(1, self.tries + 1):
             try:

@@ -8,8 +8,10 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
+from shared.redis_conn import connect
+from shared.settings import Settings
 from tests.support.schema import K, parts_of
-from worker.batcher import ScriptBatcher
+from worker.batcher import ScriptBatcher, pipelined
 
 pytestmark = pytest.mark.integration
 
@@ -63,3 +65,28 @@ async def test_calls_refused_for_an_unknown_script_are_sent_again_in_one_round_t
     assert replies == [str(i).encode() for i in range(40)]
     assert (b.batches, b.calls) == (2, 80)  # the refused batch, then all of it again (not 40 singles)
     assert await redis.get("n") == b"40"
+
+
+async def test_pipelined_gives_each_command_its_own_reply_and_resends_after_a_dropped_connection(
+    redis: Redis, redis_url: str
+) -> None:
+    client = connect(Settings(redis_url=redis_url), retries=3)
+    try:
+        replies = await pipelined(
+            client, [("SET", "a", "1"), ("INCR", "a"), ("HGET", "a", "f"), ("GET", "a")]
+        )
+        assert replies[:2] == [b"OK", 2] and replies[3] == b"2"  # raw replies: no callbacks
+        assert isinstance(replies[2], ResponseError) and "WRONGTYPE" in str(replies[2])
+        # The server drops the pooled connection: the round trip is sent again on a new one.
+        killed = await redis.client_kill_filter(_type="normal", skipme=True)
+        assert killed >= 1
+        assert await pipelined(client, [("INCR", "a"), ("GET", "a")]) == [3, b"3"]
+        # A cancel mid-read drops the connection: the pool never hands out one with a reply unread.
+        task = asyncio.create_task(pipelined(client, [("BLPOP", "nothing", 5)]))
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await pipelined(client, [("GET", "a")]) == [b"3"]
+    finally:
+        await client.aclose()
