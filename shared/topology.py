@@ -6,8 +6,8 @@ MULTI/EXEC and our Lua scripts run by EVALSHA over many keys, and ``RedisCluster
 neither transactions nor multi-key scripts as one call. Every call we make is single-slot (all
 keys of a run or partition carry one hash tag), so a plain connection to the master that owns the
 slot does everything a single Redis does. What this module adds is the slot map (``CLUSTER
-SHARDS``, refreshed on redirections and errors) and ``call``, which rebinds to the slot's new
-master after a failover instead of retrying a dead one.
+SHARDS`` as shared/slot_map.py reads it, refreshed on redirections and errors) and ``call``, which
+rebinds to the slot's new master after a failover instead of retrying a dead one.
 
 Node clients parse cluster errors into redis-py's classes (``MovedError``, ``TryAgainError``, …);
 a plain client's parser would raise them as bare ``ResponseError``s.
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar, overload
 from urllib.parse import urlparse, urlunparse
 
@@ -40,8 +40,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MovedError as MovedError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from shared import slot_map
 from shared.redis_conn import connect, fast_pack
 from shared.settings import Settings
+from shared.slot_map import Shard
 
 __all__ = ["SLOTS", "Topology", "is_retryable", "slot_of"]
 
@@ -83,13 +85,6 @@ def is_retryable(e: BaseException) -> bool:
         msg = str(e.args[0]).rpartition("caused error: ")[2].lstrip("('\"")
         return msg.startswith(_CODES)
     return False
-
-
-def _pairs(item: Any) -> dict[str, Any]:
-    """A CLUSTER SHARDS map: a dict under RESP3, a flat key/value list under RESP2."""
-    if isinstance(item, dict):
-        return {str(k): v for k, v in item.items()}
-    return {str(item[i]): item[i + 1] for i in range(0, len(item), 2)}
 
 
 class _OneConnect(AbstractConnection):
@@ -313,7 +308,7 @@ class Topology(Generic[R]):
             f"no node of the Redis Cluster answered CLUSTER SHARDS: {'; '.join(errors)}"
         )
 
-    async def _ask(self, addr: str) -> list[tuple[list[tuple[int, int]], str, list[str]]]:
+    async def _ask(self, addr: str) -> list[Shard]:
         """Node ``addr``'s slot map: (slot ranges, master address, every node address) per shard."""
         host = addr.rpartition(":")[0]
         client: Redis = Redis.from_url(
@@ -326,40 +321,12 @@ class Topology(Generic[R]):
                 if "unknown" not in str(e).lower():
                     raise
                 slots = await client.execute_command("CLUSTER SLOTS")  # type: ignore[no-untyped-call]
-                return self._from_slots(slots, host)
+                return slot_map.from_slots(slots, host)
         finally:
             await client.aclose()
-        tls = self._seed.scheme == "rediss"
-        out = []
-        for shard in raw:
-            s = _pairs(shard)
-            flat = [int(x) for x in s.get("slots") or []]
-            ranges = list(zip(flat[::2], flat[1::2], strict=True))
-            master, everyone = None, []
-            for node in s.get("nodes") or []:
-                n = _pairs(node)
-                endpoint = n.get("endpoint") or n.get("ip")
-                if endpoint in (None, "", "?"):
-                    endpoint = host
-                port_ = n.get("tls-port") if tls and n.get("tls-port") else n.get("port")
-                a = f"{endpoint}:{port_}"
-                everyone.append(a)
-                if n.get("role") == "master":
-                    master = a
-            if ranges and master is not None:
-                out.append((ranges, master, everyone))
-        return out
+        return slot_map.from_shards(raw, host, tls=self._seed.scheme == "rediss")
 
-    @staticmethod
-    def _from_slots(raw: Sequence[Any], host: str) -> list[tuple[list[tuple[int, int]], str, list[str]]]:
-        """CLUSTER SLOTS (before Redis 7): [start, end, [ip, port, id], replicas…] per range."""
-        out = []
-        for start, end, *nodes in raw:
-            addrs = [f"{n[0] or host}:{n[1]}" for n in nodes]
-            out.append(([(int(start), int(end))], addrs[0], addrs))
-        return out
-
-    def _apply(self, shards: list[tuple[list[tuple[int, int]], str, list[str]]], source: str) -> bool:
+    def _apply(self, shards: list[Shard], source: str) -> bool:
         by_addr: list[str | None] = [None] * SLOTS
         known: list[str] = []
         for ranges, master, everyone in shards:
