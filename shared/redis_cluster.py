@@ -3,7 +3,8 @@
 Like ``shared.redis_server.RedisServer`` for one server: it starts its own ``redis-server``
 processes (each with its own directory, ``nodes.conf`` and log under one temp dir), joins them with
 ``redis-cli --cluster create``, and never touches a Redis it did not start. The admin calls
-(failover, kill, restart, stats) are synchronous and every wait is bounded.
+(failover, kill, restart, stats) are synchronous and every wait is bounded; what the nodes answer
+is read by shared/cluster_nodes.py.
 
 Each node gets an explicit cluster bus port (``--cluster-port``): the default, port + 10000, can
 fall outside 65535 for an ephemeral port.
@@ -19,10 +20,12 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NamedTuple, TypedDict, cast
+from typing import Any, cast
 
 import redis
 
+from shared import cluster_nodes
+from shared.cluster_nodes import ClusterMaster, NodeStats
 from shared.redis_server import free_port, redis_server_binary
 
 __all__ = ["ClusterMaster", "LocalRedisCluster", "LocalRedisClusterError", "NodeStats", "redis_cli_binary"]
@@ -35,33 +38,8 @@ class LocalRedisClusterError(RuntimeError):
     pass
 
 
-class ClusterMaster(NamedTuple):
-    host: str
-    port: int
-    slots: tuple[tuple[int, int], ...]  # inclusive (start, end) ranges
-
-
-class NodeStats(TypedDict):
-    port: int
-    role: str  # "master" or "replica"
-    cpu_s: float  # used_cpu_user + used_cpu_sys
-    commands: int  # total_commands_processed
-    keys: int  # DBSIZE
-
-
 def redis_cli_binary() -> str | None:
     return shutil.which("redis-cli")
-
-
-def _parse_ranges(fields: list[str]) -> tuple[tuple[int, int], ...]:
-    """The slot fields of a CLUSTER NODES line ("0-5460", "7", "[93->-id]" while migrating)."""
-    out = []
-    for f in fields:
-        if f.startswith("["):
-            continue
-        start, _, end = f.partition("-")
-        out.append((int(start), int(end or start)))
-    return tuple(out)
 
 
 class LocalRedisCluster:
@@ -190,7 +168,7 @@ class LocalRedisCluster:
             except redis.RedisError:
                 continue
             if "master" in me[2].split(",") and len(me) > 8:
-                out.append(ClusterMaster(HOST, port, _parse_ranges(me[8:])))
+                out.append(ClusterMaster(HOST, port, cluster_nodes.parse_ranges(me[8:])))
         return sorted(out, key=lambda m: m.slots)
 
     def master_for_slot(self, slot: int) -> int:
@@ -199,8 +177,9 @@ class LocalRedisCluster:
                 return m.port
         raise LocalRedisClusterError(f"no live master owns slot {slot}")
 
-    def replicas_of(self, master_port: int) -> list[int]:
-        """Live replicas of ``master_port``, those with their replication link up first."""
+    def replicas_of(self, master_port: int, *, linked: bool = False) -> list[int]:
+        """Live replicas of ``master_port``, those with their replication link up first (only
+        those, with ``linked``)."""
         found = []
         for port in self._live():
             try:
@@ -209,7 +188,7 @@ class LocalRedisCluster:
                 continue
             if info.get("role") == "slave" and int(info.get("master_port", 0)) == master_port:
                 found.append((info.get("master_link_status") != "up", port))
-        return [p for _, p in sorted(found)]
+        return [p for down, p in sorted(found) if not (linked and down)]
 
     def replica_of(self, master_port: int) -> int:
         replicas = self.replicas_of(master_port)
@@ -226,13 +205,7 @@ class LocalRedisCluster:
                 keys = int(self._call(port, "DBSIZE"))
             except redis.RedisError:
                 continue
-            out[port] = NodeStats(
-                port=port,
-                role="master" if info["role"] == "master" else "replica",
-                cpu_s=float(info["used_cpu_user"]) + float(info["used_cpu_sys"]),
-                commands=int(info["total_commands_processed"]),
-                keys=keys,
-            )
+            out[port] = cluster_nodes.stats(port, info, keys)
         return out
 
     # faults
@@ -254,10 +227,7 @@ class LocalRedisCluster:
         """SIGKILL the master owning ``slot``; returns its port. ``wait``: until a replica is promoted
         and every live node agrees and reports ok."""
         port = self.master_for_slot(slot)
-        proc = self._procs[port]
-        proc.kill()
-        proc.wait()
-        self._drop_admin(port)
+        self.kill_node(port)
         if wait:
             self._wait(
                 f"a replica promoted for slot {slot} after killing {port}",
@@ -320,8 +290,7 @@ class LocalRedisCluster:
         return cast(dict[str, Any], self._client(port).info(section))
 
     def _cluster_info(self, port: int) -> dict[str, str]:
-        text = str(self._call(port, "CLUSTER", "INFO"))
-        return dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+        return cluster_nodes.info_fields(str(self._call(port, "CLUSTER", "INFO")))
 
     def _drop_admin(self, port: int) -> None:
         client = self._admin.pop(port, None)
@@ -336,24 +305,14 @@ class LocalRedisCluster:
         except redis.ConnectionError:
             return False
 
-    def _myself(self, port: int) -> list[str]:
-        text = str(self._call(port, "CLUSTER", "NODES"))
-        for line in text.splitlines():
-            fields = line.split()
-            if "myself" in fields[2].split(","):
-                return fields
-        raise LocalRedisClusterError(f"node {port}: no 'myself' line in CLUSTER NODES")
+    def _nodes(self, port: int) -> str:
+        return str(self._call(port, "CLUSTER", "NODES"))
 
-    def _owners(self, port: int) -> dict[int, list[tuple[int, int]]]:
-        """Node ``port``'s view: master port -> its slot ranges (masters it sees as up)."""
-        text = str(self._call(port, "CLUSTER", "NODES"))
-        out: dict[int, list[tuple[int, int]]] = {}
-        for line in text.splitlines():
-            fields = line.split()
-            flags = fields[2].split(",")
-            if "master" in flags and "fail" not in flags and len(fields) > 8:
-                out[int(fields[1].split("@")[0].rpartition(":")[2])] = list(_parse_ranges(fields[8:]))
-        return out
+    def _myself(self, port: int) -> list[str]:
+        fields = cluster_nodes.myself(self._nodes(port))
+        if fields is None:
+            raise LocalRedisClusterError(f"node {port}: no 'myself' line in CLUSTER NODES")
+        return fields
 
     def _settled(
         self, slot: int | None = None, owner: int | None = None, *, exclude: int | None = None
@@ -367,7 +326,9 @@ class LocalRedisCluster:
             if slot is None:
                 continue
             holders = [
-                p for p, ranges in self._owners(port).items() if any(a <= slot <= b for a, b in ranges)
+                p
+                for p, ranges in cluster_nodes.owners(self._nodes(port)).items()
+                if any(a <= slot <= b for a, b in ranges)
             ]
             if len(holders) != 1 or holders[0] == exclude or (owner is not None and holders[0] != owner):
                 return False
@@ -376,11 +337,7 @@ class LocalRedisCluster:
         return True
 
     def _linked_replica(self, master_port: int) -> int | None:
-        for port in self.replicas_of(master_port):
-            info = self._info(port, "replication")
-            if info.get("master_link_status") == "up":
-                return port
-        return None
+        return next(iter(self.replicas_of(master_port, linked=True)), None)
 
     def _replicas_linked(self) -> bool:
         replicas = 0
@@ -398,14 +355,13 @@ class LocalRedisCluster:
         for other in self._live():
             if other == port:
                 continue
-            text = str(self._call(other, "CLUSTER", "NODES"))
-            line = next((x.split() for x in text.splitlines() if f":{port}@" in x.split()[1]), None)
+            line = cluster_nodes.line_of(self._nodes(other), port)
             if line is None or {"fail", "fail?"} & set(line[2].split(",")):
                 return False
         info = self._info(port, "replication")
         if info.get("role") == "slave":
             return info.get("master_link_status") == "up"
-        ranges = _parse_ranges(self._myself(port)[8:])
+        ranges = cluster_nodes.parse_ranges(self._myself(port)[8:])
         return bool(ranges) and self._settled(ranges[0][0], port)
 
     def _wait(self, what: str, check: Callable[[], bool], deadline: float) -> None:
