@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import zlib
-from collections.abc import Iterable
 from functools import cached_property
 
 from arq.constants import in_progress_key_prefix, job_key_prefix
@@ -248,9 +247,6 @@ class Layout:
         """The partition of a key this schema built (its ``{tag}``)."""
         start = key.index("{")
         return self._by_tag[key[start : key.index("}", start) + 1]]
-
-    def by_index(self, indexes: Iterable[int]) -> list[Partition]:
-        return [self.parts[i] for i in indexes]
 
 
 def parse_job_id(job: str) -> tuple[str, int]:

@@ -45,7 +45,7 @@ class Partitions(Generic[R]):
     @classmethod
     def from_settings(cls, settings: Settings, **client_options: Any) -> Partitions[R]:
         """Not connected yet: ``await start()`` discovers a cluster's nodes."""
-        topo: Topology[R] = Topology.from_settings(settings, **client_options)
+        topo: Topology[R] = Topology(settings, **client_options)
         return cls(keys.Layout(partition_count(settings)), topo)
 
     async def start(self) -> None:

@@ -26,12 +26,12 @@ import redis
 
 from shared import cluster_nodes
 from shared.cluster_nodes import ClusterMaster, NodeStats
+from shared.keys import SLOTS
 from shared.redis_server import free_port, redis_server_binary
 
 __all__ = ["ClusterMaster", "LocalRedisCluster", "LocalRedisClusterError", "NodeStats", "redis_cli_binary"]
 
 HOST = "127.0.0.1"
-SLOTS = 16384
 
 
 class LocalRedisClusterError(RuntimeError):
@@ -107,7 +107,7 @@ class LocalRedisCluster:
             self._call(port, "CLUSTER", "MEET", HOST, str(first), str(self._bus[first]))
         n = len(self.ports)
         for i, port in enumerate(self.ports):
-            lo, hi = i * 16384 // n, (i + 1) * 16384 // n - 1
+            lo, hi = i * SLOTS // n, (i + 1) * SLOTS // n - 1
             self._call(port, "CLUSTER", "ADDSLOTSRANGE", str(lo), str(hi))
 
     def _create(self, deadline: float) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, TypeVar, overload
+from typing import Generic, TypeVar
 from urllib.parse import urlparse, urlunparse
 
 from redis.asyncio import BlockingConnectionPool, Redis
@@ -26,7 +26,6 @@ from redis.asyncio.cluster import ClusterParser
 from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff, NoBackoff
-from redis.crc import key_slot
 from redis.exceptions import (
     AskError,
     AuthenticationError,
@@ -41,15 +40,14 @@ from redis.exceptions import MovedError as MovedError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shared import slot_map
+from shared.keys import SLOTS
 from shared.redis_conn import connect, fast_pack
 from shared.settings import Settings
 from shared.slot_map import Shard
 
-__all__ = ["SLOTS", "Topology", "is_retryable", "slot_of"]
+__all__ = ["Topology", "is_retryable"]
 
-SLOTS = 16384
 R = TypeVar("R", bound=Redis)
-C = TypeVar("C", bound=Redis)
 T = TypeVar("T")
 
 REFRESH_MIN_INTERVAL_S = 0.2
@@ -68,11 +66,6 @@ _RETRYABLE = (
 # errors, for a ResponseError parsed without the cluster parser (a pipeline
 # prefixes the args' repr: "Command # 1 (SET k 1) of pipeline caused error: ('MOVED 7 h:p',)").
 _CODES = ("MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "UNBLOCKED")
-
-
-def slot_of(key: str | bytes) -> int:
-    """The hash slot of ``key`` (its ``{tag}`` if it has one), as CLUSTER KEYSLOT computes it."""
-    return key_slot(key.encode() if isinstance(key, str) else key)
 
 
 def is_retryable(e: BaseException) -> bool:
@@ -115,7 +108,7 @@ class Topology(Generic[R]):
         self,
         settings: Settings,
         *,
-        client_cls: type[R],
+        client_cls: type[R] = Redis,  # type: ignore[assignment]  # arq's ArqRedis for the queue
         retries: int = 40,
         max_connections: int = 64,
         socket_timeout: float | None = None,
@@ -144,48 +137,6 @@ class Topology(Generic[R]):
         self._refreshing: asyncio.Future[bool] | None = None
         self._last_refresh = float("-inf")
         self.refreshes = 0  # slot map reads (tests and metrics)
-
-    @overload
-    @classmethod
-    def from_settings(
-        cls,
-        settings: Settings,
-        *,
-        retries: int = 40,
-        max_connections: int = 64,
-        socket_timeout: float | None = None,
-    ) -> Topology[Redis]: ...
-
-    @overload
-    @classmethod
-    def from_settings(
-        cls,
-        settings: Settings,
-        *,
-        client_cls: type[C],
-        retries: int = 40,
-        max_connections: int = 64,
-        socket_timeout: float | None = None,
-    ) -> Topology[C]: ...
-
-    @classmethod
-    def from_settings(
-        cls,
-        settings: Settings,
-        *,
-        client_cls: type[Redis] = Redis,
-        retries: int = 40,
-        max_connections: int = 64,
-        socket_timeout: float | None = None,
-    ) -> Topology[Any]:
-        """``client_cls``: the class of every client (arq's ``ArqRedis`` for the queue)."""
-        return Topology(
-            settings,
-            client_cls=client_cls,
-            retries=retries,
-            max_connections=max_connections,
-            socket_timeout=socket_timeout,
-        )
 
     async def start(self) -> None:
         """Read the slot map, retrying as ``connect``'s clients would (``retries`` times, capped

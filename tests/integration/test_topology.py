@@ -14,11 +14,12 @@ from redis.asyncio import Redis
 from redis.exceptions import AuthenticationError, MovedError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from shared.keys import slot_of
 from shared.partitions import partition_count
 from shared.redis_cluster import LocalRedisCluster
 from shared.redis_server import RedisServer
 from shared.settings import Settings
-from shared.topology import Topology, is_retryable, slot_of
+from shared.topology import Topology, is_retryable
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
@@ -35,7 +36,7 @@ def cluster() -> Iterator[LocalRedisCluster]:
 
 @pytest.fixture
 async def topo(cluster: LocalRedisCluster) -> AsyncIterator[Topology[Redis]]:
-    t = Topology.from_settings(Settings(redis_url=cluster.url, redis_cluster=True), retries=3)
+    t = Topology(Settings(redis_url=cluster.url, redis_cluster=True), retries=3)
     await t.start()
     try:
         yield t
@@ -142,7 +143,7 @@ async def test_call_follows_a_manual_failover(cluster: LocalRedisCluster, topo: 
 async def test_call_rides_out_a_killed_master(cluster: LocalRedisCluster) -> None:
     slot = slot_of("{kill}")
     seed = f"redis://127.0.0.1:{cluster.master_for_slot(slot)}/0"  # the node killed: maps come from others
-    topo = Topology.from_settings(Settings(redis_url=seed, redis_cluster=True), retries=3)
+    topo = Topology(Settings(redis_url=seed, redis_cluster=True), retries=3)
     await topo.start()
     try:
         await rides_out_a_kill(cluster, topo, slot)
@@ -175,7 +176,7 @@ async def test_single_redis_serves_every_slot() -> None:
 
 
 async def single_redis(server: RedisServer) -> None:
-    topo = Topology.from_settings(Settings(redis_url=server.url), retries=2)
+    topo = Topology(Settings(redis_url=server.url), retries=2)
     try:
         await topo.start()
         assert not topo.is_cluster and partition_count(topo.settings) == 1
