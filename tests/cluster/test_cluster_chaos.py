@@ -1,6 +1,8 @@
 """agentmill on a real Redis Cluster the test starts itself (three masters, three replicas): 300
 runs with tools and sessions spread over every master, a manual failover and a SIGKILLed master
-during the load. Every promise holds: no run lost, every stream seq 1..n, no recorded tool call
+during the load, and workers SIGKILLed at random and at failpoints (after a tool's side effect,
+after a delta publish) so that runs resume on other workers through leases and the reconciler over
+all 16 partitions. Every promise holds: no run lost, every stream seq 1..n, no recorded tool call
 executed again, and the API and the workers keep serving."""
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ pytestmark = [
 ]
 
 
-async def test_300_runs_on_a_cluster_through_a_failover_and_a_killed_master(tmp_path: Path) -> None:
+async def test_300_runs_on_a_cluster_through_a_failover_a_killed_master_and_killed_workers(
+    tmp_path: Path,
+) -> None:
     cfg = ChaosConfig(
-        runs=300, steps=3, workers=3, seconds=20.0, lease_ms=3_000, kill_every_s=1_000.0,
-        failpoints="", sigstop=False, sigterm=False, redis_restart=True, cluster=True, sessions=20,
+        runs=300, steps=3, workers=3, seconds=20.0, lease_ms=3_000, kill_every_s=5.0,
+        sigstop=False, sigterm=False, redis_restart=True, cluster=True, sessions=20,
         model_ms=(150, 400), tool_ms=(50, 150), finish_timeout_s=240.0,
     )  # fmt: skip
     report = await Chaos(cfg, tmp_path).run()
@@ -32,6 +36,7 @@ async def test_300_runs_on_a_cluster_through_a_failover_and_a_killed_master(tmp_
     assert report.submitted == 300 and report.lost == 0
     assert report.completed == 300, report.failed
     assert report.failovers == 1 and report.masters_killed == 1
+    assert report.kills > 0 and report.recovery_s  # killed workers' runs resumed on the others
     assert len(report.runs_per_master) == 3 and min(report.runs_per_master.values()) > 30
     assert report.tool_executions >= report.completed * cfg.steps
     assert report.api_reads > 100 and report.api_failed_after_faults == 0
