@@ -295,7 +295,8 @@ class RunFigures(Plumbing):
             )
             self.stop(box[-1])
             f = Figure(
-                f"4. {n} runs in flight, model latency 1 s",
+                # py-spy samples on the same cores: such a figure is not comparable with the others.
+                f"4. {n} runs in flight, model latency 1 s{' (profiled)' if self.args.profile else ''}",
                 "runs/s",
                 base_name="ideal (in-flight ÷ latency)",
                 target="1,000 in flight ≥ 80 % of ideal",

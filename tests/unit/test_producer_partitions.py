@@ -7,7 +7,6 @@ tests/conftest.py: both are fast, and the scripts run for real on either."""
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -29,14 +28,8 @@ TENANT = "default"
 
 
 @pytest.fixture
-async def client(request: pytest.FixtureRequest) -> AsyncIterator[Redis]:
-    if importlib.util.find_spec("lupa") is not None:
-        from fakeredis import FakeServer
-        from fakeredis.aioredis import FakeRedis
-
-        c: Redis = FakeRedis(server=FakeServer())
-    else:
-        c = Redis.from_url(request.getfixturevalue("redis_url"))  # a flushed private redis-server
+async def client(redis_url: str) -> AsyncIterator[Redis]:
+    c = Redis.from_url(redis_url)  # a flushed private redis-server: the scripts run in real Lua
     try:
         yield c
     finally:
