@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from tests.integration.helpers import producer_for, stream, wait_all
 from tests.support.ledger import Ledger
 from tests.support.procs import WorkerProc
 from tests.support.schema import K
+from tests.support.waits import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -65,14 +65,6 @@ def connects_to(pid: int, port: int) -> Counter[str]:
     return states
 
 
-async def until(pred: object, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not await pred():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
 async def trial(redis: Redis, redis_url: str, tmp_path: Path, n: int, k: int) -> dict[str, object]:
     """One trial; returns counts: calls, ledger executions, executions after the result was published
     (and the fencing tokens they carried: 1 is the paused worker's, 2 the rescuer's)."""
@@ -86,7 +78,9 @@ async def trial(redis: Redis, redis_url: str, tmp_path: Path, n: int, k: int) ->
                            log=tmp_path / f"stale{k}.log").start()  # fmt: skip
         rescuer: WorkerProc | None = None
         try:
-            await until(lambda: redis.zscore(K.workers, f"stale{k}"), 30, "the first worker's lease")
+            await until(
+                "the first worker's lease", lambda: redis.zscore(K.workers, f"stale{k}"), 30, every=0.05
+            )
             ledger.hold_accepts()  # from now on connects to the ledger hang in SYN retries
             subs = await p.submit_many([one_call(i) for i in range(n)])
             ids = [s.run_id for s in subs]  # type: ignore[union-attr]
@@ -94,12 +88,12 @@ async def trial(redis: Redis, redis_url: str, tmp_path: Path, n: int, k: int) ->
             async def all_claimed() -> bool:
                 return all([await redis.hlen(K.tools(r)) for r in ids])
 
-            await until(all_claimed, 20, "every call to be claimed")
+            await until("every call to be claimed", all_claimed, 20, every=0.05)
 
             async def connecting() -> bool:
                 return connects_to(stale.pid, ledger.port)["SYN_SENT"] >= n
 
-            await until(connecting, 10, "every call to be stuck in connect")
+            await until("every call to be stuck in connect", connecting, 10, every=0.05)
             stale.signal(signal.SIGSTOP)
             ledger.release_accepts()
             rescuer = WorkerProc(redis_url, env={**env, "AGENTMILL_WORKER_ID": f"rescuer{k}"},
@@ -110,7 +104,7 @@ async def trial(redis: Redis, redis_url: str, tmp_path: Path, n: int, k: int) ->
             async def connected() -> bool:  # the kernel completes the stopped worker's connects
                 return connects_to(stale.pid, ledger.port)["SYN_SENT"] == 0
 
-            await until(connected, 20, "the stopped worker's connects to complete")
+            await until("the stopped worker's connects to complete", connected, 20, every=0.05)
             stale.signal(signal.SIGCONT)
             await asyncio.sleep(2.0)  # time to send whatever it still would
             assert stale.alive

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +32,8 @@ from shared.redis_cluster import LocalRedisCluster
 from tests.integration.api_support import A, HookServer, api, run_body
 from tests.integration.api_support import settings as api_settings
 from tests.integration.helpers import running_worker
+from tests.support.schema import ids_where
+from tests.support.waits import until
 
 pytestmark = [
     pytest.mark.integration,
@@ -48,22 +50,6 @@ BATCH = "cl-api-batch-200"
 FAILOVER_BATCH = "cl-api-batch-failover"
 SESSION = "cl-api-session"
 HOOK_PATH = "/batch-done"
-
-
-# ---- bounded waiting ----
-
-
-async def until(what: str, check: Callable[[], Awaitable[Any]], within: float, every: float = 0.1) -> Any:
-    """Poll ``check`` until it returns something truthy; fail naming ``what`` and the last value."""
-    deadline = time.monotonic() + within
-    last: Any = None
-    while True:
-        last = await check()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within:.0f} s waiting for {what}; last seen: {last!r}")
-        await asyncio.sleep(every)
 
 
 # ---- the module's cluster, API and worker ----
@@ -351,9 +337,9 @@ def session_run_ids() -> list[str]:
     """Three ids: the first and last hash to another partition than the session, the middle one to
     the session's own."""
     home = LAYOUT.home(SESSION)
-    away = (f"cl-api-srun-{k}" for k in range(1000) if LAYOUT.home(f"cl-api-srun-{k}") is not home)
-    same = next(f"cl-api-srun-h{k}" for k in range(1000) if LAYOUT.home(f"cl-api-srun-h{k}") is home)
-    return [next(away), same, next(away)]
+    away = ids_where(LAYOUT, "cl-api-srun-", 2, lambda p: p is not home)
+    (same,) = ids_where(LAYOUT, "cl-api-srun-h", 1, lambda p: p is home)
+    return [away[0], same, away[1]]
 
 
 async def test_a_session_of_client_named_runs_away_from_home(env: Env) -> None:
@@ -500,8 +486,7 @@ async def test_a_manual_failover_while_a_batch_runs(env: Env) -> None:
 
 async def test_long_polls_and_sse_streams_survive_a_failover_of_their_runs_master(env: Env) -> None:
     part = LAYOUT.parts[5]
-    ids = [f"cl-api-lp-{k}" for k in range(2000) if LAYOUT.home(f"cl-api-lp-{k}") is part][:4]
-    assert len(ids) == 4
+    ids = ids_where(LAYOUT, "cl-api-lp-", 4, lambda p: p is part)
     for rid in ids:
         r = await env.http.post(
             "/v1/runs", json=run_body([{"text": "slow answer", "delayMs": 2500}], runId=rid)

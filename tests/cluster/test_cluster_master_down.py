@@ -19,6 +19,7 @@ from shared.profiles import profiles_from
 from shared.redis_cluster import LocalRedisCluster
 from shared.settings import Settings
 from tests.integration.helpers import running_worker, script_run
+from tests.support.schema import ids_where
 
 pytestmark = [
     pytest.mark.integration,
@@ -94,11 +95,4 @@ async def test_other_masters_runs_start_while_one_master_is_down(cluster: LocalR
 
 def _id_on(layout: Layout, owner: dict[int, int], master: int, same: bool, skip: int = 0) -> str:
     """A run id whose partition is (``same``) or is not on ``master``."""
-    found = 0
-    for n in range(100_000):
-        rid = f"md-{n}"
-        if (owner[layout.home(rid).index] == master) == same:
-            if found == skip:
-                return rid
-            found += 1
-    raise AssertionError("no such id")
+    return ids_where(layout, "md-", skip + 1, lambda p: (owner[p.index] == master) == same)[-1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from redis.asyncio import Redis
@@ -16,3 +17,14 @@ K = LAYOUT.parts[0]  # every key of a run, session, queue or index of the suite'
 def parts_of(redis: Redis) -> Partitions[Any]:
     """The one partition on a client the test owns."""
     return Partitions.of_client(redis, 1)
+
+
+def ids_where(layout: keys.Layout, prefix: str, n: int, where: Callable[[keys.Partition], bool]) -> list[str]:
+    """The first ``n`` ids ``prefix<k>`` (k = 0, 1, …) whose home partition satisfies ``where``."""
+    out: list[str] = []
+    k = 0
+    while len(out) < n:
+        if where(layout.home(cand := f"{prefix}{k}")):
+            out.append(cand)
+        k += 1
+    return out

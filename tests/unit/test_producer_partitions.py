@@ -22,6 +22,7 @@ from shared import keys
 from shared.partitions import Partitions
 from shared.quotas import Quota
 from shared.settings import Settings
+from tests.support.schema import ids_where
 
 COUNT = 4
 TENANT = "default"
@@ -52,14 +53,7 @@ def body(**kw: Any) -> dict[str, Any]:
 
 def ids_with_home(layout: keys.Layout, prefix: str, index: int, n: int = 1, other: bool = False) -> list[str]:
     """``n`` ids ``prefix<k>`` whose home is partition ``index`` (or, with ``other``, is not)."""
-    out: list[str] = []
-    k = 0
-    while len(out) < n:
-        cand = f"{prefix}{k}"
-        if (layout.home(cand).index == index) != other:
-            out.append(cand)
-        k += 1
-    return out
+    return ids_where(layout, prefix, n, lambda p: (p.index == index) != other)
 
 
 def ok(sub: Submitted | SubmissionError) -> Submitted:
