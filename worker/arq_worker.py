@@ -51,9 +51,8 @@ def claim_size(room: int, due: int, batch: int, workers: int = 2) -> int:
     workers find the other half. A worker alone (``workers`` live, itself included) shares with no
     one: it takes what is due, up to its room and four batches. The jobs a poll claims take their
     first steps in one event-loop turn: four batches keep that turn short."""
-    if workers <= 1:
-        return max(0, min(room, max(batch, min(due, 4 * batch))))
-    return max(0, min(room, max(batch, min(due // 2, room // 2, 4 * batch))))
+    share = due if workers <= 1 else min(due // 2, room // 2)
+    return max(0, min(room, max(batch, min(share, 4 * batch))))
 
 
 class ResilientWorker(Worker):
@@ -61,7 +60,7 @@ class ResilientWorker(Worker):
     starts and finishes the jobs it claimed itself.
 
     arq claims each job with its own WATCH/MULTI transaction, one job after another, which caps
-    how fast a worker fills up (about 700 jobs/s on two cores). ``start_jobs`` here claims every
+    how fast a worker fills up (about 700 jobs/s on two cores). ``start_jobs_on`` here claims every
     due job it has room for in one script with the same rule (the job is due and its in-progress
     key is free). The same script moves each claimed run's reconciler check to one lease from now,
     so a worker that dies between claiming a job and taking the run's lease delays the run by a
@@ -79,7 +78,7 @@ class ResilientWorker(Worker):
     """
 
     parts: Partitions[Any]  # the partitions whose queues this worker serves, on arq's clients
-    scripts: Scripts | None = None  # the process's (WorkerProcess sets them)
+    scripts: Scripts  # the process's (WorkerProcess sets them)
     claim_batch: int = 64
     workers: int = 2  # live workers (itself included) at the last beat: 2 until one says otherwise
     claim_check_ms: int = 30_000  # the lease: a claimed run not acquired by then is re-dispatched
@@ -134,16 +133,10 @@ class ResilientWorker(Worker):
                     await asyncio.gather(*self.tasks.values())
                     return
 
-    async def start_jobs(self, job_ids: list[bytes]) -> None:
-        """arq's entry point for one queue: the first partition's (``start_jobs_on`` for the rest)."""
-        await self.start_jobs_on(self.parts.parts[0], job_ids)
-
     async def start_jobs_on(self, part: Partition, job_ids: list[bytes]) -> None:
         free = claim_size(self.max_jobs - self.job_counter, len(job_ids), self.claim_batch, self.workers)
         if free <= 0 or not job_ids:
             return
-        if self.scripts is None:
-            self.scripts = Scripts(self.pool)
         if self.finisher is None:
             self.finisher = JobFinisher(self.parts, int(self.keep_result_s * 1000))
         claim = self.scripts.claim_jobs

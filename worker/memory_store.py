@@ -59,7 +59,6 @@ class MemoryRun:
     events: list[tuple[int, str, int, bytes]] = field(default_factory=list)  # seq, kind, ts, payload
     tools: dict[str, dict[str, Any]] = field(default_factory=dict)
     approvals: dict[str, Any] = field(default_factory=dict)
-    commits: int = 0  # writes accepted (each one round trip on Redis)
 
     @classmethod
     def submitted(cls, run_id: str, run_input: RunInput) -> MemoryRun:
@@ -113,7 +112,6 @@ class MemoryRunStore:
             raise SeqConflictError(
                 f"run {r.run_id}: expected last seq {self.last_seq}, stream has {len(r.events)}"
             )
-        r.commits += 1
         for kind, ts, payload in outbox.events:
             r.events.append((len(r.events) + 1, kind, ts, payload))
         for call_id in outbox.claims:

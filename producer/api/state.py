@@ -34,7 +34,6 @@ class Api:
             redis, settings=settings, profiles=profiles_from(settings.profiles), stream_redis=stream_redis
         )
         self.parts = self.producer.parts
-        self.redis = self.producer.redis  # the first partition's client
         self.streams = StreamLimiter(settings.max_streams_per_tenant, settings.max_streams)
         self.quotas = Quotas(settings)
         self.auth = Authenticator(settings)

@@ -121,22 +121,22 @@ async def test_a_run_with_a_tool_round_completes_and_commits_each_step() -> None
 
 async def test_a_reply_whose_end_comes_with_its_last_delta_publishes_both_in_one_commit() -> None:
     w = World([{"text": "ok", "delayMs": 60}])  # one chunk, then the end, in the same turn
-    driver, _ = w.driver()
+    driver, store = w.driver()
     assert await driver.run() == "completed"
     assert w.run.kinds() == ["status", "model_delta", "assistant_message", "status"]
-    assert w.run.commits == 2  # the start; then the delta, the reply and the end together
+    assert store.commits == 2  # the start; then the delta, the reply and the end together
 
 
 async def test_the_deltas_of_a_slow_stream_are_published_while_it_streams() -> None:
     w = World([{"text": "x" * 40, "delayMs": 400}])  # five chunks, 80 ms apart
-    driver, _ = w.driver()
+    driver, store = w.driver()
     task = started(driver.run())
     await until(lambda: "model_delta" in w.run.kinds())
     assert "assistant_message" not in w.run.kinds()  # readers see text before the reply ends
     assert await task == "completed"
     deltas = [p["text"] for p in w.run.payloads("model_delta")]
     assert "".join(deltas) == "x" * 40 and len(deltas) >= 3
-    assert w.run.commits == 2 + len(deltas) - 1  # the last delta goes with the reply
+    assert store.commits == 2 + len(deltas) - 1  # the last delta goes with the reply
 
 
 async def test_a_failed_model_call_is_retried_with_the_drawn_jitter() -> None:

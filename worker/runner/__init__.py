@@ -2,6 +2,7 @@
 
 - driver.py: ``RunDriver``, the loop — apply decisions, commit, start effects, feed results back
 - opening.py: the first events of a job (a start, or a resume from the checkpoint)
+- effects.py: starting what the machine asks for (context, model and tool calls, timers, compaction)
 - model_call.py: one model call — capacity, stream, coalesce deltas, assemble the reply; summaries
 - tool_call.py: one tool call — serve from its record or execute, and record
 The driver reaches the world only through the ports it is given (worker/ports.py).

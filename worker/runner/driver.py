@@ -21,30 +21,23 @@ import orjson
 from shared import logs
 from shared.codec import encode
 from shared.models import EventKind, RunInput, RunResult, RunStatus
-from worker import context, machine
+from worker import machine
 from worker.lease import LeaseExpiredError
 from worker.machine import (
     AbortRequested,
     ApprovalsDecided,
     AwaitClient,
     AwaitHuman,
-    CallModel,
-    Compact,
-    CompactionDone,
-    ContextLoaded,
     DeadlineReached,
     EffectCrashed,
     Emit,
     Event,
     ExecuteTool,
     Finish,
-    LoadContext,
     OfferClientCalls,
     Resumed,
-    RetryTimerFired,
     Started,
     ToolFinished,
-    Wait,
     notices,
 )
 from worker.ports import (
@@ -58,8 +51,8 @@ from worker.ports import (
 )
 from worker.runner import opening
 from worker.runner.commits import Commits
-from worker.runner.model_call import FlushDeltas, call_model, flush_deltas, summarise
-from worker.runner.tool_call import run_tool
+from worker.runner.effects import start as start_effect
+from worker.runner.model_call import FlushDeltas, flush_deltas
 from worker.sessions import session_update
 
 __all__ = ["RunDriver"]
@@ -149,14 +142,12 @@ class RunDriver:
             log.warning("run %s: %s; stopping without writing", self.run_id, exc)
             if isinstance(exc, SeqConflictError) and not self.fenced:
                 # Still ours, but Redis lost a write we saw acknowledged (a failover): hand it back.
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(asyncio.shield(self.store.release(self.gen)), 5.0)
+                await self._hand_back(5.0)
             return "fenced"
         except asyncio.CancelledError:
             await self._cancel_tasks()
             if not self.state.terminal and not self.fenced:
-                with contextlib.suppress(Exception):  # best effort; otherwise the lease runs out
-                    await asyncio.wait_for(asyncio.shield(self.store.release(self.gen)), 2.0)
+                await self._hand_back(2.0)
             raise
         finally:
             await self._cancel_tasks()
@@ -164,6 +155,11 @@ class RunDriver:
                 self.host.active.pop(self.run_id, None)
             if self.observed_start and not self.state.terminal:
                 obs.run_left()
+
+    async def _hand_back(self, within_s: float) -> None:
+        """Best effort: the run back on the queue now (else it waits for the lease to run out)."""
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.shield(self.store.release(self.gen)), within_s)
 
     async def _run(self, acq: Acquired) -> str:
         run_input = RunInput.model_validate_json(acq.input)
@@ -303,33 +299,12 @@ class RunDriver:
             self.fence()  # past the worker's lease: start nothing; whoever takes the run over will
             return None
         for c in effects:
-            self._start(c)
+            start_effect(self, c)
         return None
 
     # ---- effects ----
 
-    def _start(self, c: machine.Command) -> None:
-        if isinstance(c, LoadContext):
-            if c.session_id is None:  # nothing to read: no task, no trip through the inbox
-                self.pending.append(ContextLoaded(self.clock.now_ms(), []))
-            else:
-                self._spawn(self._load_context(c))
-        elif isinstance(c, CallModel):
-            self._spawn(call_model(self, c.request))
-        elif isinstance(c, Wait):
-            self._spawn(self._wait(c.delay_ms))
-        elif isinstance(c, ExecuteTool):
-            self._spawn(run_tool(self, c.call))
-        elif isinstance(c, Compact):
-            if self.state.cfg.compaction.use_model:
-                self._spawn(summarise(self, c))
-            else:
-                new, removed = context.compact(c.transcript, c.keep_recent)
-                self.pending.append(CompactionDone(self.clock.now_ms(), new, removed, c.reason))
-        else:  # pragma: no cover - the machine emits nothing else
-            raise TypeError(f"unknown command {c!r}")
-
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)
         self.tasks.add(task)
         task.add_done_callback(self._effect_done)
@@ -379,14 +354,6 @@ class RunDriver:
         self.deadline = asyncio.get_running_loop().call_later(
             left_s, lambda: self.inbox.put_nowait(DeadlineReached(self.clock.now_ms()))
         )
-
-    async def _load_context(self, c: LoadContext) -> None:
-        history = await self.ports.sessions.load_history(c.session_id, self.state.cfg.context)
-        self.inbox.put_nowait(ContextLoaded(self.clock.now_ms(), history))
-
-    async def _wait(self, delay_ms: int) -> None:
-        await asyncio.sleep(delay_ms / 1000.0)
-        self.inbox.put_nowait(RetryTimerFired(self.clock.now_ms()))
 
     # ---- what the observer hears ----
 

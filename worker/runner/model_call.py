@@ -130,7 +130,7 @@ async def call_model(d: RunDriver, req: ModelRequest) -> None:
         _drop_unpublished_deltas(d)
     # Deltas still buffered go out with the commit of this outcome, before its events: readers see
     # them as they would have from a flush.
-    partial = d.delta_published or any(k == EventKind.MODEL_DELTA.value for k, _, _ in d.out.buffer)
+    partial = d.delta_published or _has_deltas(d)
     d.outcome_queued = True
     d.inbox.put_nowait(
         ModelReplied(d.clock.now_ms(), msg, end.usage, end.finish_reason, d.ports.rng.random(), partial)
@@ -209,9 +209,13 @@ async def flush_deltas(d: RunDriver) -> None:
     d.flush_queued = False
     if d.outcome_queued:
         return
-    if any(k == EventKind.MODEL_DELTA.value for k, _, _ in d.out.buffer):
+    if _has_deltas(d):
         d.delta_published = True
     await d.out.publish_now()
+
+
+def _has_deltas(d: RunDriver) -> bool:
+    return any(k == EventKind.MODEL_DELTA.value for k, _, _ in d.out.buffer)
 
 
 def _drop_unpublished_deltas(d: RunDriver) -> None:
