@@ -31,7 +31,9 @@ def partition_of(layout: keys.Layout, run_id: str, session_id: str) -> keys.Part
 
 def generated_id(layout: keys.Layout, session_of: Callable[[str], str]) -> str:
     """A new run id living at its home: one whose home is its session's (``session_of(id)``, ''
-    for none). ``layout.count`` draws are expected."""
+    for none). ``layout.count`` draws are expected; one partition: the first."""
+    if layout.count == 1:  # every id lives at home
+        return new_run_id()
     while True:
         rid = new_run_id()
         sid = session_of(rid)

@@ -2,8 +2,8 @@
 half of producer.service.Producer).
 
 One run = one run hash + one arq job named after the runId, created together in one script on the
-run's partition (producer.placement), so submitting the same runId twice yields one run. A batch is
-one pipelined round trip per node.
+run's partition (producer.placement), so submitting the same runId twice yields one run. Many runs
+at once: producer.batch_submit.
 """
 
 from __future__ import annotations
@@ -16,9 +16,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from producer import admission
-from producer.batching import batch_gate, close_batch
-from producer.chunks import ChunkSender
+from producer import admission, batch_submit
 from producer.placement import POINTER_EXTRA_S, Holder, claim, generated_id, partition_of, verdict
 from producer.routing import Parts, run_script
 from producer.submission import (
@@ -27,7 +25,6 @@ from producer.submission import (
     Prepared,
     SubmissionError,
     Submitted,
-    batch_run_prefix,
     claimed_id,
     claimed_session,
     counted,
@@ -40,17 +37,15 @@ from producer.submission import (
 )
 from shared import keys, limits
 from shared.codec import to_jsonable
-from shared.ids import new_run_id
 from shared.models import RunInput
 from shared.profiles import AgentProfile
 from shared.quotas import DEFAULT_TENANT, Quota
 from shared.scripts import Scripts
 from shared.settings import Settings
 
-__all__ = ["ADMIT_GRACE_MS", "SUBMIT_CHUNK", "Submitter"]
+__all__ = ["ADMIT_GRACE_MS", "Submitter"]
 
 ADMIT_GRACE_MS = admission.ADMIT_GRACE_MS
-Chunk = list[tuple[int, Prepared]]  # runs of one partition, with their index in the request
 
 
 class Submitter:
@@ -89,7 +84,11 @@ class Submitter:
         run = self._validated(raw)
         _check_size(len(orjson.dumps(to_jsonable(run))))
         if run.run_id is None:
-            rid = run_id_for_key(tenant, idempotency_key) if idempotency_key else self._generated(run)
+            rid = (
+                run_id_for_key(tenant, idempotency_key)
+                if idempotency_key
+                else generated_id(self.parts.layout, lambda r: claimed_session(run, r))
+            )
             run = run.model_copy(update={"run_id": rid})
         if run.session_id is None and run.auto_create_session:
             run = run.model_copy(update={"session_id": f"ses_{run.run_id}"})
@@ -113,12 +112,6 @@ class Submitter:
         digest = hashlib.sha256(canonical).hexdigest()
         body["runId"] = rid
         return Prepared(run, rid, body.get("sessionId") or "", orjson.dumps(body), digest)
-
-    def _generated(self, raw: RunInput | dict[str, Any]) -> str:
-        """A new id for the run of ``raw``, living at home (producer.placement.generated_id)."""
-        if self.parts.layout.count == 1:  # every id lives at home
-            return new_run_id()
-        return generated_id(self.parts.layout, lambda r: claimed_session(raw, r))
 
     def _partition(self, run_id: str, session_id: str) -> keys.Partition:
         return partition_of(self.parts.layout, run_id, session_id)
@@ -248,158 +241,11 @@ class Submitter:
         quota: Quota | None = None,
         more: bool = False,
     ) -> list[Submitted | SubmissionError]:
-        """Validate every item and enqueue the valid ones, in order: one script call per chunk of
-        SUBMIT_CHUNK runs of one partition, each chunk sent as soon as it is ready on one connection
-        per node, so Redis runs a chunk while the next one is validated, and all replies are read at
-        the end. With ``batch_id`` the runs form a batch (producer.listing); items without a runId
-        then get one derived from (batch, offset + index), so sending the same batch again creates
-        nothing new. ``more``: more parts of the batch follow, so it cannot finish yet; a request
-        without it closes the batch, which then finishes (and fires its webhook, once) when its runs
-        have all ended."""
-        self.check_batch_size(len(items))
-        layout = self.parts.layout
-        out: list[Submitted | SubmissionError | None] = [None] * len(items)
-        seen: set[str] = set()
-        prefix = batch_run_prefix(tenant, batch_id) if batch_id else None
-        defaults = [
-            f"{prefix}{offset + i}" if prefix else self._generated(raw) for i, raw in enumerate(items)
-        ]
-        # The tenant's quota admits the whole request at once, in calls that Redis runs while the
-        # first chunk is validated; nothing is sent before they answer (a check per chunk would
-        # wait for Redis to finish the previous chunk every time). Items that then fail validation
-        # were counted and are forgotten after ADMIT_GRACE_MS, as any refused submission. On more
-        # than one partition, the pointers of the ids not generated here are claimed meanwhile
-        # (producer.placement), and the batch's shares looked at (producer.batching.batch_gate).
-        placed: dict[int, list[str]] = {}
-        chosen: dict[int, tuple[str, keys.Partition]] = {}  # item -> (its id, where its id is claimed)
-        if layout.count == 1:  # one partition: every run lives there, no pointer to claim
-            placed[0] = [claimed_id(raw) or d for raw, d in zip(items, defaults, strict=True)]
-        for i, (raw, d) in enumerate(zip(items, defaults, strict=True) if layout.count > 1 else ()):
-            rid = claimed_id(raw) or d
-            part = self._partition(rid, claimed_session(raw, rid))
-            placed.setdefault(part.index, []).append(rid)
-            if prefix is not None or rid != d:
-                chosen[i] = (rid, part)
-        admitted = asyncio.ensure_future(self.admit(tenant, placed, quota))
-        gated = (
-            asyncio.ensure_future(batch_gate(self.parts, tenant, batch_id, batch_webhook or ""))
-            if batch_id and layout.count > 1
-            else None
-        )
-        looked = (
-            asyncio.ensure_future(claim(self.parts, list(chosen.values()), self._pointer_ttl))
-            if chosen
-            else None
-        )
-        await asyncio.sleep(0)  # let them go out
-        holders: dict[int, Holder] = {}
-
-        async def ready() -> tuple[frozenset[int], str]:
-            """(the partitions that refuse the batch's new runs, the batch webhook its new shares
-            get) once admitted."""
-            await admitted
-            refusing, webhook = await gated if gated is not None else (frozenset(), batch_webhook or "")
-            if looked is not None and not holders:
-                holders.update(zip(chosen, await looked, strict=True))
-            return refusing, webhook
-
-        def refused(exc: SubmissionError) -> list[Submitted | SubmissionError]:
-            return [
-                SubmissionError(exc.code, f"runs.{i}: {exc.message}", status=exc.status, field=f"runs.{i}",
-                                retry_after_s=exc.retry_after_s)
-                for i in range(len(items))
-            ]  # fmt: skip
-
-        unsent: dict[int, Chunk] = {}  # per partition: its runs not sent yet
-        sent: list[Chunk] = []
-        answered: list[tuple[Chunk, Any]] = []  # answered here (id held, batch finished); None: alone
-
-        def misplaced(i: int, prep: Prepared, part: keys.Partition) -> bool:
-            """Not where its id was claimed (or drawn to live), as its input turned out: it goes alone."""
-            expected = chosen.get(i) or (prep.run_id, layout.home(prep.run_id))
-            return layout.count > 1 and expected != (prep.run_id, part)
-
-        async def flush(part: keys.Partition, chunk: Chunk) -> None:
-            refusing, webhook = await ready()
-            go: Chunk = []
-            for i, prep in chunk:
-                if part.index in refusing:  # a finished batch with no share here (the script would add one)
-                    answered.append(([(i, prep)], ["batch_finished", ""]))
-                elif misplaced(i, prep, part):
-                    answered.append(([(i, prep)], None))
-                elif (holder := holders.get(i)) is not None:
-                    answered.append(([(i, prep)], list(verdict(holder, tenant, prep.digest))))
-                else:
-                    go.append((i, prep))
-            if go:
-                await sender.send(part, [p for _, p in go], webhook)
-                sent.append(go)
-
-        async with ChunkSender(self, tenant, batch_id or "") as sender:
-            try:
-                for i, raw in enumerate(items):
-                    try:
-                        prep = self._prepare_encoded(raw, tenant, defaults[i])
-                    except SubmissionError as exc:
-                        exc.field = f"runs.{i}.{exc.field}" if exc.field else f"runs.{i}"
-                        exc.message = f"runs.{i}: {exc.message}"
-                        out[i] = exc
-                        continue
-                    if prep.run_id in seen:
-                        out[i] = SubmissionError(
-                            "duplicate",
-                            f"runs.{i}: runId {prep.run_id} appears twice in the batch",
-                            field=f"runs.{i}.runId",
-                        )
-                        continue
-                    seen.add(prep.run_id)
-                    part = self._partition(prep.run_id, prep.session_id)
-                    chunk = unsent.setdefault(part.index, [])
-                    chunk.append((i, prep))
-                    if len(chunk) == SUBMIT_CHUNK:
-                        await flush(part, chunk)  # raises the quota's refusal before anything is sent
-                        unsent[part.index] = []
-                await ready()
-            except SubmissionError as exc:
-                return refused(exc)
-            finally:
-                for f in (admitted, gated, looked):  # an unexpected error while validating: do not leave them
-                    if f is not None and not f.done():
-                        f.cancel()
-                    elif f is not None and not f.cancelled():
-                        f.exception()  # retrieved (raised above, or not needed any more)
-            for index, chunk in unsent.items():
-                if chunk:
-                    await flush(layout.parts[index], chunk)
-            answers = await sender.replies()
-        for chunk, answer in [*zip(sent, answers, strict=True), *answered]:
-            for k, (i, prep) in enumerate(chunk):
-                if isinstance(answer, Exception):
-                    out[i] = SubmissionError("enqueue_failed", f"runs.{i}: {answer}", status=503)
-                    continue
-                try:
-                    if answer is None:
-                        out[i] = await self._alone(prep, tenant, batch_id or "")
-                        continue
-                    out[i] = outcome(prep.run, answer[2 * k : 2 * k + 2], prep.run_id)
-                except (ForeignRunError, ForeignSessionError):  # rare: again alone, scoped
-                    out[i] = await self._alone(prep, tenant, batch_id or "")
-                except SubmissionError as exc:
-                    out[i] = exc
-        if batch_id and not more:
-            await close_batch(self.parts, self.scripts, tenant, batch_id)
-        return [o for o in out if o is not None]
-
-    async def _alone(self, prep: Prepared, tenant: str, batch_id: str) -> Submitted | SubmissionError:
-        """One run of a batch submitted on its own (a held id: scoped; placed elsewhere than claimed)."""
-        update = {"run_id": prep.run_id, "session_id": prep.session_id or None}
-        try:
-            return await self._submit_scoped(prep.run.model_copy(update=update), tenant, batch_id)
-        except SubmissionError as exc:
-            return exc
-
-
-SUBMIT_CHUNK = 100  # runs per SUBMIT_MANY call: small enough that Redis runs one while the next is prepared
+        """Many runs at once, in order, as a batch with ``batch_id`` (producer.batch_submit)."""
+        return await batch_submit.submit_many(
+            self, items, tenant=tenant, batch_id=batch_id, offset=offset,
+            batch_webhook=batch_webhook, quota=quota, more=more,
+        )  # fmt: skip
 
 
 def _check_size(size: int) -> None:

@@ -309,8 +309,8 @@ async def test_indexes_are_bounded_and_expire_with_the_retention(
 async def test_chunked_submission_keeps_order_and_survives_a_flushed_script_cache(
     redis_url: str, redis: Redis
 ) -> None:
+    from producer.batch_submit import SUBMIT_CHUNK
     from producer.service import Submitted
-    from producer.submitter import SUBMIT_CHUNK
     from tests.integration.helpers import producer_for, script_run
 
     p = producer_for(redis, redis_url)

@@ -1,0 +1,199 @@
+"""Submitting many runs at once (``Submitter.submit_many``): one quota admission for the request,
+chunks of one partition sent while the next items are validated (producer.chunks), the batch's
+shares and the ids held elsewhere looked at meanwhile, and the answers put back in request order."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from producer.batching import batch_gate, close_batch
+from producer.chunks import ChunkSender
+from producer.placement import Holder, claim, generated_id, verdict
+from producer.submission import (
+    ForeignRunError,
+    ForeignSessionError,
+    Prepared,
+    SubmissionError,
+    Submitted,
+    batch_run_prefix,
+    claimed_id,
+    claimed_session,
+    outcome,
+)
+from shared import keys
+from shared.models import RunInput
+from shared.quotas import DEFAULT_TENANT, Quota
+
+if TYPE_CHECKING:
+    from producer.submitter import Submitter
+
+__all__ = ["SUBMIT_CHUNK", "submit_many"]
+
+SUBMIT_CHUNK = 100  # runs per SUBMIT_MANY call: small enough that Redis runs one while the next is prepared
+Chunk = list[tuple[int, Prepared]]  # runs of one partition, with their index in the request
+
+
+async def submit_many(
+    p: Submitter,
+    items: Sequence[RunInput | dict[str, Any]],
+    *,
+    tenant: str = DEFAULT_TENANT,
+    batch_id: str | None = None,
+    offset: int = 0,
+    batch_webhook: str | None = None,
+    quota: Quota | None = None,
+    more: bool = False,
+) -> list[Submitted | SubmissionError]:
+    """Validate every item and enqueue the valid ones, in order: one script call per chunk of
+    SUBMIT_CHUNK runs of one partition, each chunk sent as soon as it is ready on one connection
+    per node, so Redis runs a chunk while the next one is validated, and all replies are read at
+    the end. With ``batch_id`` the runs form a batch (producer.listing); items without a runId
+    then get one derived from (batch, offset + index), so sending the same batch again creates
+    nothing new. ``more``: more parts of the batch follow, so it cannot finish yet; a request
+    without it closes the batch, which then finishes (and fires its webhook, once) when its runs
+    have all ended."""
+    p.check_batch_size(len(items))
+    layout = p.parts.layout
+    out: list[Submitted | SubmissionError | None] = [None] * len(items)
+    seen: set[str] = set()
+    prefix = batch_run_prefix(tenant, batch_id) if batch_id else None
+
+    def default(i: int, raw: RunInput | dict[str, Any]) -> str:
+        """An item's id if it names none: derived in a batch, else drawn to live at home."""
+        if prefix:
+            return f"{prefix}{offset + i}"
+        return "" if claimed_id(raw) else generated_id(layout, lambda r: claimed_session(raw, r))
+
+    defaults = [default(i, raw) for i, raw in enumerate(items)]
+    # The tenant's quota admits the whole request at once, in calls that Redis runs while the
+    # first chunk is validated; nothing is sent before they answer (a check per chunk would
+    # wait for Redis to finish the previous chunk every time). Items that then fail validation
+    # were counted and are forgotten after ADMIT_GRACE_MS, as any refused submission. On more
+    # than one partition, the pointers of the ids not generated here are claimed meanwhile
+    # (producer.placement), and the batch's shares looked at (producer.batching.batch_gate).
+    placed: dict[int, list[str]] = {}
+    chosen: dict[int, tuple[str, keys.Partition]] = {}  # item -> (its id, where its id is claimed)
+    if layout.count == 1:  # one partition: every run lives there, no pointer to claim
+        placed[0] = [claimed_id(raw) or d for raw, d in zip(items, defaults, strict=True)]
+    for i, (raw, d) in enumerate(zip(items, defaults, strict=True) if layout.count > 1 else ()):
+        rid = claimed_id(raw) or d
+        part = p._partition(rid, claimed_session(raw, rid))
+        placed.setdefault(part.index, []).append(rid)
+        if prefix is not None or rid != d:
+            chosen[i] = (rid, part)
+    admitted = asyncio.ensure_future(p.admit(tenant, placed, quota))
+    gated = (
+        asyncio.ensure_future(batch_gate(p.parts, tenant, batch_id, batch_webhook or ""))
+        if batch_id and layout.count > 1
+        else None
+    )
+    looked = asyncio.ensure_future(claim(p.parts, list(chosen.values()), p._pointer_ttl)) if chosen else None
+    await asyncio.sleep(0)  # let them go out
+    holders: dict[int, Holder] = {}
+
+    async def ready() -> tuple[frozenset[int], str]:
+        """(the partitions that refuse the batch's new runs, the batch webhook its new shares
+        get) once admitted."""
+        await admitted
+        refusing, webhook = await gated if gated is not None else (frozenset(), batch_webhook or "")
+        if looked is not None and not holders:
+            holders.update(zip(chosen, await looked, strict=True))
+        return refusing, webhook
+
+    def refused(exc: SubmissionError) -> list[Submitted | SubmissionError]:
+        return [
+            SubmissionError(exc.code, f"runs.{i}: {exc.message}", status=exc.status, field=f"runs.{i}",
+                            retry_after_s=exc.retry_after_s)
+            for i in range(len(items))
+        ]  # fmt: skip
+
+    unsent: dict[int, Chunk] = {}  # per partition: its runs not sent yet
+    sent: list[Chunk] = []
+    answered: list[tuple[Chunk, Any]] = []  # answered here (id held, batch finished); None: alone
+
+    def misplaced(i: int, prep: Prepared, part: keys.Partition) -> bool:
+        """Not where its id was claimed (or drawn to live), as its input turned out: it goes alone."""
+        expected = chosen.get(i) or (prep.run_id, layout.home(prep.run_id))
+        return layout.count > 1 and expected != (prep.run_id, part)
+
+    async def flush(part: keys.Partition, chunk: Chunk) -> None:
+        refusing, webhook = await ready()
+        go: Chunk = []
+        for i, prep in chunk:
+            if part.index in refusing:  # a finished batch with no share here (the script would add one)
+                answered.append(([(i, prep)], ["batch_finished", ""]))
+            elif misplaced(i, prep, part):
+                answered.append(([(i, prep)], None))
+            elif (holder := holders.get(i)) is not None:
+                answered.append(([(i, prep)], list(verdict(holder, tenant, prep.digest))))
+            else:
+                go.append((i, prep))
+        if go:
+            await sender.send(part, [p for _, p in go], webhook)
+            sent.append(go)
+
+    async with ChunkSender(p, tenant, batch_id or "") as sender:
+        try:
+            for i, raw in enumerate(items):
+                try:
+                    prep = p._prepare_encoded(raw, tenant, defaults[i])
+                except SubmissionError as exc:
+                    exc.field = f"runs.{i}.{exc.field}" if exc.field else f"runs.{i}"
+                    exc.message = f"runs.{i}: {exc.message}"
+                    out[i] = exc
+                    continue
+                if prep.run_id in seen:
+                    out[i] = SubmissionError(
+                        "duplicate",
+                        f"runs.{i}: runId {prep.run_id} appears twice in the batch",
+                        field=f"runs.{i}.runId",
+                    )
+                    continue
+                seen.add(prep.run_id)
+                part = p._partition(prep.run_id, prep.session_id)
+                chunk = unsent.setdefault(part.index, [])
+                chunk.append((i, prep))
+                if len(chunk) == SUBMIT_CHUNK:
+                    await flush(part, chunk)  # raises the quota's refusal before anything is sent
+                    unsent[part.index] = []
+            await ready()
+        except SubmissionError as exc:
+            return refused(exc)
+        finally:
+            for f in (admitted, gated, looked):  # an unexpected error while validating: do not leave them
+                if f is not None and not f.done():
+                    f.cancel()
+                elif f is not None and not f.cancelled():
+                    f.exception()  # retrieved (raised above, or not needed any more)
+        for index, chunk in unsent.items():
+            if chunk:
+                await flush(layout.parts[index], chunk)
+        answers = await sender.replies()
+    for chunk, answer in [*zip(sent, answers, strict=True), *answered]:
+        for k, (i, prep) in enumerate(chunk):
+            if isinstance(answer, Exception):
+                out[i] = SubmissionError("enqueue_failed", f"runs.{i}: {answer}", status=503)
+                continue
+            try:
+                if answer is None:
+                    out[i] = await _alone(p, prep, tenant, batch_id or "")
+                    continue
+                out[i] = outcome(prep.run, answer[2 * k : 2 * k + 2], prep.run_id)
+            except (ForeignRunError, ForeignSessionError):  # rare: again alone, scoped
+                out[i] = await _alone(p, prep, tenant, batch_id or "")
+            except SubmissionError as exc:
+                out[i] = exc
+    if batch_id and not more:
+        await close_batch(p.parts, p.scripts, tenant, batch_id)
+    return [o for o in out if o is not None]
+
+
+async def _alone(p: Submitter, prep: Prepared, tenant: str, batch_id: str) -> Submitted | SubmissionError:
+    """One run of a batch submitted on its own (a held id: scoped; placed elsewhere than claimed)."""
+    update = {"run_id": prep.run_id, "session_id": prep.session_id or None}
+    try:
+        return await p._submit_scoped(prep.run.model_copy(update=update), tenant, batch_id)
+    except SubmissionError as exc:
+        return exc
