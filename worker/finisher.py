@@ -3,8 +3,8 @@
 arq finishes each job with its own MULTI (delete the job, retry and in-progress keys, drop the job
 from the queue and the abort set, store the result). At a thousand runs in flight those
 transactions, and the Python that builds them, are a large part of a worker's CPU. The jobs that end
-in one loop turn share one pipelined round trip here: one DEL and one ZREM for all of them, one SET
-per stored result. The keys and the result record are arq's, so arq's ``Job.status()`` and
+in one loop turn share one pipelined round trip per node here: per partition one DEL and one ZREM for
+all of them, one SET per stored result. The keys and the result record are arq's, so arq's ``Job.status()`` and
 ``Job.result()`` read them as before. A job's task waits until its keys are gone, as with arq.
 """
 
@@ -64,52 +64,71 @@ class JobFinisher:
             task.add_done_callback(self.sending.discard)
 
     async def _send(self, batch: list[tuple[_End, asyncio.Future[None]]]) -> None:
-        """One pipeline per node: each job's keys carry its partition's tag (keys.Partition.job_id)."""
+        """One pipeline per node (each job's keys carry its partition's tag, keys.Partition.job_id);
+        the partitions of a node that failed are grouped and sent again, up to ``tries`` times."""
         by_part: dict[int, list[_End]] = {}
         for end, _ in batch:
             by_part.setdefault(self.parts.layout.of_job(end[0])[0].index, []).append(end)
+        left = {i: self._commands(i, ends) for i, ends in by_part.items()}
         try:
-            await asyncio.gather(*(self._send_part(i, ends) for i, ends in by_part.items()))
+            for attempt in range(1, self.tries + 1):
+                nodes: dict[int, list[int]] = {}  # grouped anew: a failover may have moved some
+                for i in left:
+                    nodes.setdefault(id(self.parts.client(self.parts.parts[i])), []).append(i)
+                outcomes = await asyncio.gather(
+                    *(self._send_node(idx, [c for i in idx for c in left[i]]) for idx in nodes.values())
+                )
+                failed = [(idx, e) for idx, e in zip(nodes.values(), outcomes, strict=True) if e is not None]
+                left = {i: left[i] for idx, _ in failed for i in idx}
+                if not left:
+                    return
+                if attempt == self.tries:
+                    # What is left behind is harmless: job ids are never reused, the job key
+                    # expires, and the reconciler decides from the run hash, not from these keys.
+                    log.warning(
+                        "could not clear finished jobs' arq keys on %d partitions: %s",
+                        len(left),
+                        failed[0][1],
+                    )
+                else:
+                    await asyncio.sleep(self.retry_s)
         finally:
             for _, fut in batch:
                 if not fut.done():
                     fut.set_result(None)
 
-    async def _send_part(self, index: int, ends: list[_End]) -> None:
-        part = self.parts.parts[index]
+    def _commands(self, index: int, ends: list[_End]) -> list[tuple[Any, ...]]:
+        """arq's end-of-job writes for the jobs of partition ``index``: results, queue, keys."""
         gone: list[str] = []
         done: list[str] = []
-        results: list[tuple[str, bytes]] = []
+        commands: list[tuple[Any, ...]] = []
         for job_id, finished, result in ends:
             gone.append(in_progress_key_prefix + job_id)
             if finished:
                 done.append(job_id)
                 gone += (retry_key_prefix + job_id, job_key_prefix + job_id)
                 if result is not None and self.keep_result_ms > 0:
-                    results.append((result_key_prefix + job_id, result))
-
-        commands: list[tuple[Any, ...]] = [("SET", k, v, "PX", self.keep_result_ms) for k, v in results]
+                    commands.append(("SET", result_key_prefix + job_id, result, "PX", self.keep_result_ms))
         if done:
-            commands.append(("ZREM", part.queue, *done))
+            commands.append(("ZREM", self.parts.parts[index].queue, *done))
         commands.append(("DEL", *gone))
+        return commands
+
+    async def _send_node(self, indexes: list[int], commands: list[tuple[Any, ...]]) -> BaseException | None:
+        """The commands of a node's partitions in one round trip (following a failover of the first
+        for up to 10 s); the first error, or None."""
 
         async def send(c: Any) -> None:
             for reply in await pipelined(c, commands):
                 if isinstance(reply, Exception):
                     raise reply
 
-        for attempt in range(1, self.tries + 1):
-            try:
-                await self.parts.call(part, send, deadline_s=10.0)
-                self.batches += 1
-                return
-            except (RedisError, OSError) as exc:
-                # What is left behind is harmless: job ids are never reused, the job key
-                # expires, and the reconciler decides from the run hash, not from these keys.
-                if attempt == self.tries:
-                    log.warning("could not clear %d finished jobs' arq keys: %s", len(ends), exc)
-                else:
-                    await asyncio.sleep(self.retry_s)
+        try:
+            await self.parts.call(self.parts.parts[indexes[0]], send, deadline_s=10.0)
+        except (RedisError, OSError) as exc:
+            return exc
+        self.batches += 1
+        return None
 
     async def aclose(self) -> None:
         if self.sending:

@@ -10,9 +10,11 @@ from arq.jobs import Job, JobStatus
 from redis.asyncio import Redis
 
 from shared.dispatch import deserialize
+from shared.partitions import Partitions
 from shared.settings import Settings
 from tests.integration.helpers import producer_for, running_worker, script_run, wait_all
 from tests.support.schema import LAYOUT, K
+from worker.finisher import JobFinisher
 from worker.jobs import GC_THRESHOLDS, WorkerProcess, claim_size
 
 pytestmark = pytest.mark.integration
@@ -81,3 +83,21 @@ def test_a_worker_process_freezes_what_start_up_built() -> None:
         assert gc.get_threshold() == GC_THRESHOLDS
     finally:
         gc.set_threshold(*before)
+
+
+async def test_the_jobs_ending_in_one_turn_on_several_partitions_of_one_node_share_one_round_trip(
+    redis: Redis,
+) -> None:
+    parts = Partitions.of_client(redis, 4)  # four partitions, one Redis: one node
+    jobs = [(p, p.job_id(f"fin-{p.index}", 1)) for p in parts.parts]
+    for p, jid in jobs:
+        await redis.set(p.job_key(jid), b"job")
+        await redis.set(p.in_progress_key(jid), b"1")
+        await redis.zadd(p.queue, {jid: 1})
+    finisher = JobFinisher(parts, keep_result_ms=60_000)
+    await asyncio.gather(*(finisher.finish(jid, True, b"result") for _, jid in jobs))
+    assert finisher.batches == 1  # one pipeline for the node, not one per partition
+    for p, jid in jobs:
+        assert not await redis.exists(p.job_key(jid), p.in_progress_key(jid))
+        assert await redis.zcard(p.queue) == 0
+        assert await redis.get(f"arq:result:{jid}") == b"result"
