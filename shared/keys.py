@@ -55,12 +55,12 @@ INDEX_DIMS = ("all", "status", "agent", "session", "batch", "meta")
 # runId never holds a brace, so the two kinds of delivery cannot be confused).
 BATCH_DELIVERY = "{batch}"
 
-# The order of Partition.context's fields; prelude.lua reads them by these names.
+# The order of Partition.context's fields; prelude.lua reads them by these names. Only what a script
+# needs for keys that depend on what it reads: every field is a ``<field>_prefix`` of Partition but
+# job_id (the tag). The partition's fixed keys (queue, live, …) go as KEYS (shared/scripts.py).
 CONTEXT_FIELDS = (
-    "run", "events", "tools", "webhook", "pointer", "session", "session_loops", "session_results",
-    "session_pending", "session_runs", "worker_runs", "worker_inbox", "worker_lease", "tenant_active",
-    "tenant_running",
-    "index", "batch", "job_key", "job_id", "queue", "live", "awaiting", "workers", "webhooks",
+    "run", "events", "tools", "session", "session_pending", "session_runs", "worker_runs",
+    "worker_inbox", "worker_lease", "tenant_running", "index", "batch", "job_key", "job_id",
 )  # fmt: skip
 
 
@@ -203,19 +203,10 @@ class Partition:
     def context(self) -> str:
         """The prefixes and fixed keys a script may need for keys that depend on what it reads
         (CONTEXT_FIELDS order): the first ARGV of every script."""
-        values = {
-            "run": self.run_prefix, "events": self.events_prefix, "tools": self.tools_prefix,
-            "webhook": self.webhook_prefix, "pointer": self.pointer_prefix, "session": self.session_prefix,
-            "session_loops": self.session_loops_prefix, "session_results": self.session_results_prefix,
-            "session_pending": self.session_pending_prefix, "session_runs": self.session_runs_prefix,
-            "worker_runs": self.worker_runs_prefix, "worker_inbox": self.worker_inbox_prefix,
-            "worker_lease": self.worker_lease_prefix,
-            "tenant_active": self.tenant_active_prefix, "tenant_running": self.tenant_running_prefix,
-            "index": self.index_prefix, "batch": self.batch_prefix, "job_key": self.job_key_prefix,
-            "job_id": self.tag, "queue": self.queue, "live": self.live, "awaiting": self.awaiting,
-            "workers": self.workers, "webhooks": self.webhooks,
-        }  # fmt: skip
-        return SEP.join(values[f] for f in CONTEXT_FIELDS) + SEP
+        return (
+            SEP.join(self.tag if f == "job_id" else getattr(self, f + "_prefix") for f in CONTEXT_FIELDS)
+            + SEP
+        )
 
 
 class Layout:
