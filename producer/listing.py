@@ -245,11 +245,11 @@ class Catalog:
         """ABORT for each listed run, on its partition: one pipelined round trip per node."""
         if not rows:
             return []
-        s, scripts, parts = self.p.settings, self.p.scripts, self.p.parts
+        scripts, parts = self.p.scripts, self.p.parts
         calls = []
         for part, row in rows:
             rid = row[0]
-            args = [rid, reason, s.stream_maxlen, s.retention_s, tenant]
+            args = [rid, reason, tenant]
             calls.append((part, *scripts.frame(part, part.run_keys(rid), args)))
         return [text(r[0]) for r in await run_many(parts, scripts.abort, calls)]
 

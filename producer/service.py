@@ -95,12 +95,7 @@ class Producer(Submitter):
         self.stream_parts = self.parts if stream_redis is None else as_partitions(stream_redis, self.settings)
         self.redis: Redis = self.parts.client(self.parts.parts[0])  # a client, for what needs one at all
         self.profiles = profiles
-        self.scripts = Scripts(
-            self.redis,
-            queued_check_ms=self.settings.queued_check_ms,
-            stream_maxlen=self.settings.stream_maxlen,
-            retention_s=self.settings.retention_s,
-        )
+        self.scripts = Scripts.for_settings(self.redis, self.settings)
         self._many_loaded = set()
 
     async def locate(self, run_id: str) -> keys.Partition | None:
@@ -244,10 +239,7 @@ class Producer(Submitter):
         part = await self.locate(run_id)
         if part is None:
             return "unknown"
-        s = self.settings
-        k, a = self.scripts.frame(
-            part, part.run_keys(run_id), [run_id, reason, s.stream_maxlen, s.retention_s, tenant or ""]
-        )
+        k, a = self.scripts.frame(part, part.run_keys(run_id), [run_id, reason, tenant or ""])
         return text((await run_script(self.parts, self.scripts.abort, part, k, a))[0])
 
     async def settle_approval(
@@ -274,8 +266,7 @@ class Producer(Submitter):
             gen = int(gen_raw)
             k, a = self.scripts.frame(
                 part, [*part.run_keys(run_id), part.job_key(part.job_id(run_id, gen + 1))],
-                [run_id, tool_call_id, "approved" if approved else "rejected", reason or "", gen, tenant or "",
-                 self.settings.stream_maxlen, self.settings.retention_s],
+                [run_id, tool_call_id, "approved" if approved else "rejected", reason or "", gen, tenant or ""],
             )  # fmt: skip
             verdict = text((await run_script(self.parts, self.scripts.settle_approval, part, k, a))[0])
             if verdict != "moved":

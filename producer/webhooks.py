@@ -106,7 +106,7 @@ class Deliverer:
         self.redis = self.parts.client(self.parts.parts[0])
         self.settings = settings
         self.http = http
-        self.scripts = Scripts(self.redis)
+        self.scripts = Scripts.for_settings(self.redis, settings)
         self.concurrency = concurrency
         self.per_host = per_host
         self.deadline_s = deadline_s

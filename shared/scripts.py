@@ -37,6 +37,7 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
 from shared import dispatch, keys, limits
+from shared.settings import Settings
 from shared.statuses import TERMINAL
 
 __all__ = ["CONTEXT_EXTRA", "LUA_DIR", "SCRIPTS", "Scripts", "render", "source", "text"]
@@ -112,6 +113,17 @@ class Scripts:
         }  # fmt: skip
         self._extra = keys.SEP.join(extra[f] for f in CONTEXT_EXTRA) + keys.SEP
         self._contexts: dict[int, str] = {}
+
+    @classmethod
+    def for_settings(cls, redis: Redis, settings: Settings) -> Scripts:
+        """The scripts with the deployment's settings in their context (what they read from it:
+        the queued-run check, the stream bound, the retention)."""
+        return cls(
+            redis,
+            queued_check_ms=settings.queued_check_ms,
+            stream_maxlen=settings.stream_maxlen,
+            retention_s=settings.retention_s,
+        )
 
     def context(self, part: keys.Partition) -> str:
         """The first ARGV of every script on ``part``."""

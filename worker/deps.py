@@ -100,12 +100,7 @@ class WorkerDeps:
 
     def __post_init__(self) -> None:
         self.lease_id = self.lease_id or self.worker_id
-        self.scripts = Scripts(
-            self.parts.client(self.parts.parts[0]),
-            queued_check_ms=self.settings.queued_check_ms,
-            stream_maxlen=self.settings.stream_maxlen,
-            retention_s=self.settings.retention_s,
-        )
+        self.scripts = Scripts.for_settings(self.parts.client(self.parts.parts[0]), self.settings)
         topo = self.parts.topology
         self.limiter = ProviderLimiter(
             self.scripts,

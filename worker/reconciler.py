@@ -102,7 +102,7 @@ async def _redispatch(
                     part,
                     [*part.run_keys(rid), part.job_key(cur_job), part.in_progress_key(cur_job),
                      part.job_key(part.job_id(rid, gen + 1))],
-                    [rid, gen, cur_job, settings.stream_maxlen, settings.retention_s, dead_worker],
+                    [rid, gen, cur_job, dead_worker],
                 )  # fmt: skip
                 await scripts.redispatch(keys=k, args=a, client=pipe)
             return list(await pipe.execute(raise_on_error=False))

@@ -76,7 +76,7 @@ class RedisRunStore:
         r = await self._run(
             self.scripts.acquire,
             self._keys,
-            [self.run_id, gen, worker_id, s.max_crash_restarts, s.stream_maxlen, s.retention_s],
+            [self.run_id, gen, worker_id, s.max_crash_restarts],
         )
         verdict = text(r[0])
         if verdict != "ok":
@@ -111,11 +111,10 @@ class RedisRunStore:
         iterations: int | None = None,
     ) -> int:
         """Append events, write the checkpoint, claims and tool records: one round trip."""
-        s = self.settings
         self._check_lease()
         first = self.last_seq + 1
         args: list[Any] = [
-            self.epoch, first, s.stream_maxlen, s.retention_s, self.lease_id, self.run_id, status, aux,
+            self.epoch, first, self.lease_id, self.run_id, status, aux,
             checkpoint or b"", len(outbox.events),
         ]  # fmt: skip
         for kind, ts, payload in outbox.events:

@@ -1,5 +1,5 @@
 -- KEYS: run, stream, tools
--- ARGV: runId, gen, worker lease id, maxRestarts, maxlen, retention
+-- ARGV: runId, gen, worker lease id, maxRestarts
 -- Refused (no_lease) unless the acquiring worker's own lease is unexpired. The same acquire sent
 -- again (its reply lost, or the batch re-sent after a failover) answers as the first did.
 local function loaded(epoch, restarts)
@@ -18,9 +18,8 @@ local restarts = tonumber(h[5] or '0')
 if h[3] ~= '' then restarts = restarts + 1 end
 if restarts > tonumber(ARGV[4]) then
   redis.call('HSET', KEYS[1], 'restarts', restarts)
-  finalize(KEYS[1], KEYS[2], KEYS[3], LIVE, ARGV[1], 'failed', 'crash_limit',
-    'the run lost its worker ' .. restarts .. ' times (AGENTMILL_MAX_CRASH_RESTARTS=' .. ARGV[4] .. ')',
-    ARGV[5], ARGV[6])
+  finalize(KEYS[1], KEYS[2], KEYS[3], ARGV[1], 'failed', 'crash_limit',
+    'the run lost its worker ' .. restarts .. ' times (AGENTMILL_MAX_CRASH_RESTARTS=' .. ARGV[4] .. ')')
   return {'exhausted', tostring(restarts)}
 end
 local epoch = tonumber(h[4]) + 1

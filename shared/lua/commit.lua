@@ -1,8 +1,8 @@
 -- KEYS: run, stream, tools, the committing worker's lease key, then with a session update: the
 --   session's hash, pending, runs, loops, results (shared.keys.Partition.session_keys)
--- ARGV: [1] epoch [2] firstSeq [3] maxlen [4] retention [5] the worker's lease id [6] runId [7] status ('' = still
---   running) [8] aux (result JSON when terminal, approvals JSON when awaiting_human) [9] ckpt ('' =
---   unchanged) [10] nEvents, then kind, ts, payload per event; nClaims, then id, attempt number per
+-- ARGV: [1] epoch [2] firstSeq [3] the worker's lease id [4] runId [5] status ('' = still running)
+--   [6] aux (result JSON when terminal, approvals JSON when awaiting_human) [7] ckpt ('' = unchanged)
+--   [8] nEvents, then kind, ts, payload per event; nClaims, then id, attempt number per
 --   claim; nRecords, id, json;
 --   sessionId, run loop JSON ('' = none), nToolResults, id, json; approvalTimeoutMs ('' = none),
 --   run deadline ms (maxRunDurationMs from the start; '' = none; bounds an approval wait too),
@@ -13,28 +13,28 @@ if not h[1] then return {'missing'} end
 if tonumber(h[1]) ~= tonumber(ARGV[1]) then return {'fenced', h[1]} end
 -- A worker past its lease writes nothing, even before anyone took its runs over.
 -- (The epoch matches, so the run's owner is this worker unless the run was handed back.)
-if h[3] ~= ARGV[5] or redis.call('EXISTS', KEYS[4]) == 0 then return {'fenced', h[1]} end
+if h[3] ~= ARGV[3] or redis.call('EXISTS', KEYS[4]) == 0 then return {'fenced', h[1]} end
 local first = tonumber(ARGV[2])
 if tonumber(h[2]) ~= first - 1 then
   -- The same commit sent again after its reply was lost (redis-py retries on connection errors):
   -- same epoch, the stream ends where this batch ends, with this batch's last event. It was
   -- applied; answer as the first time did instead of refusing the worker its own write.
-  local n0 = tonumber(ARGV[10])
+  local n0 = tonumber(ARGV[8])
   local last0 = first + n0 - 1
   if n0 > 0 and tonumber(h[2]) == last0 then
     local e = redis.call('XRANGE', KEYS[2], last0 .. '-0', last0 .. '-0')
     if #e == 1 then
       local f = {}
       for k = 1, #e[1][2], 2 do f[e[1][2][k]] = e[1][2][k + 1] end
-      if f.epoch == ARGV[1] and f.payload == ARGV[10 + 3 * n0] then return {'ok', h[2]} end
+      if f.epoch == ARGV[1] and f.payload == ARGV[8 + 3 * n0] then return {'ok', h[2]} end
     end
   end
   return {'seq_conflict', h[2]}
 end
-local i = 10
+local i = 8
 local n = tonumber(ARGV[i]); i = i + 1
 for k = 0, n - 1 do
-  xadd(KEYS[2], first + k, ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[3], ARGV[1])
+  xadd(KEYS[2], first + k, ARGV[i], ARGV[i + 1], ARGV[i + 2], ctx().maxlen, ARGV[1])
   i = i + 3
 end
 local last = first + n - 1
@@ -67,23 +67,23 @@ local iterations = ARGV[i + 2] or ''
 local run_fields = {}
 local function set(k, v) run_fields[#run_fields + 1] = k; run_fields[#run_fields + 1] = v end
 if n > 0 then set('lastSeq', last) end
-if ARGV[9] ~= '' then set('ckpt', ARGV[9]) end
+if ARGV[7] ~= '' then set('ckpt', ARGV[7]) end
 if iterations ~= '' then set('iterations', iterations) end
-local status = ARGV[7]
+local status = ARGV[5]
 local now = status ~= '' and now_ms() or 0
 if status ~= '' then
   local owner = h[3]
-  if owner and owner ~= '' then redis.call('SREM', worker_runs_key(owner), ARGV[6]) end
-  track(KEYS[1], ARGV[6], h[4], status)
+  if owner and owner ~= '' then redis.call('SREM', worker_runs_key(owner), ARGV[4]) end
+  track(KEYS[1], ARGV[4], h[4], status)
   set('status', status); set('owner', '')
 end
 if status == '' then
   -- still running: its worker's lease covers it
 elseif is_terminal(status) then
-  set('result', ARGV[8]); set('finishedAt', now)
-  redis.call('ZREM', LIVE, ARGV[6])
-  redis.call('ZREM', AWAITING, ARGV[6])
-  if h[5] and h[5] ~= '' then redis.call('LPUSH', WEBHOOKS, ARGV[6]) end
+  set('result', ARGV[6]); set('finishedAt', now)
+  redis.call('ZREM', LIVE, ARGV[4])
+  redis.call('ZREM', AWAITING, ARGV[4])
+  if h[5] and h[5] ~= '' then redis.call('LPUSH', WEBHOOKS, ARGV[4]) end
   if sid ~= '' then
     if loop ~= '' then
       redis.call('RPUSH', KEYS[8], loop)
@@ -92,35 +92,35 @@ elseif is_terminal(status) then
     if #trs > 0 then redis.call('HSET', KEYS[9], unpack(trs)) end
     -- A session's history lives for the retention after its latest run ended.
     redis.call('LTRIM', KEYS[7], -1000, -1)
-    for k = 7, 9 do redis.call('EXPIRE', KEYS[k], ARGV[4]) end
+    for k = 7, 9 do redis.call('EXPIRE', KEYS[k], ctx().retention) end
     redis.call('HSET', KEYS[1], unpack(run_fields)); run_fields = {}
-    session_advance(sid, ARGV[6])
+    session_advance(sid, ARGV[4])
   end
-  redis.call('EXPIRE', KEYS[1], ARGV[4])
-  redis.call('EXPIRE', KEYS[2], ARGV[4])
-  redis.call('EXPIRE', KEYS[3], ARGV[4])
+  redis.call('EXPIRE', KEYS[1], ctx().retention)
+  redis.call('EXPIRE', KEYS[2], ctx().retention)
+  redis.call('EXPIRE', KEYS[3], ctx().retention)
 elseif status == 'awaiting_human' then
-  set('approvals', ARGV[8]); set('awaitingSince', now)
+  set('approvals', ARGV[6]); set('awaitingSince', now)
   set('approvalTimeoutMs', approval_timeout); set('runDeadlineMs', run_deadline)
-  redis.call('ZADD', AWAITING, now, ARGV[6])
+  redis.call('ZADD', AWAITING, now, ARGV[4])
   -- the reconciler ends the wait at the approval timeout or the run's deadline, whichever is first
   local due = nil
   if approval_timeout ~= '' then due = now + tonumber(approval_timeout) end
   if run_deadline ~= '' and (not due or tonumber(run_deadline) < due) then due = tonumber(run_deadline) end
   if due then
-    redis.call('ZADD', LIVE, due, ARGV[6])
+    redis.call('ZADD', LIVE, due, ARGV[4])
   else
-    redis.call('ZREM', LIVE, ARGV[6])
+    redis.call('ZREM', LIVE, ARGV[4])
   end
 elseif status == 'awaiting_tools' then
-  -- ARGV[8]: the pending client calls. Parked on no worker until each has a result or times out.
-  set('clientPending', ARGV[8]); set('awaitingSince', now)
+  -- ARGV[6]: the pending client calls. Parked on no worker until each has a result or times out.
+  set('clientPending', ARGV[6]); set('awaitingSince', now)
   redis.call('HSET', KEYS[1], unpack(run_fields)); run_fields = {}
   local open, earliest = client_settle(KEYS[1], KEYS[3], now)
   if open == 0 then
-    client_resume(KEYS[1], ARGV[6], now)
+    client_resume(KEYS[1], ARGV[4], now)
   else
-    redis.call('ZADD', LIVE, earliest, ARGV[6])
+    redis.call('ZADD', LIVE, earliest, ARGV[4])
   end
 end
 if #run_fields > 0 then redis.call('HSET', KEYS[1], unpack(run_fields)) end

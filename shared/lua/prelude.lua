@@ -213,7 +213,8 @@ local function session_advance(sid, finished)
 end
 -- End a run from outside its worker (abort while queued or awaiting approval, crash budget spent,
 -- approval timeout). Bumps the epoch so any worker still holding the run is fenced off.
-local function finalize(run, stream, tools, live, run_id, status, code, message, maxlen, retention)
+local function finalize(run, stream, tools, run_id, status, code, message)
+  local maxlen, retention = ctx().maxlen, ctx().retention
   flush_deferred()  -- a run created earlier in this script may be the one ending
   local h = redis.call('HMGET', run, 'lastSeq', 'sessionId', 'iterations', 'epoch', 'status')
   local seq = tonumber(h[1] or '0') + 1
@@ -232,7 +233,7 @@ local function finalize(run, stream, tools, live, run_id, status, code, message,
     tonumber(h[4] or '0') + 1)
   redis.call('HSET', run, 'status', status, 'result', cjson.encode(result), 'lastSeq', seq,
     'owner', '', 'epoch', tonumber(h[4] or '0') + 1, 'finishedAt', ts, 'abort', '')
-  redis.call('ZREM', live, run_id)
+  redis.call('ZREM', LIVE, run_id)
   redis.call('ZREM', AWAITING, run_id)
   track(run, run_id, h[5], status)
   local wh = redis.call('HGET', run, 'webhook')

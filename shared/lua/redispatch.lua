@@ -1,11 +1,11 @@
--- The reconciler's per-run check of a run whose live-index deadline has passed, or (ARGV[6] = a
+-- The reconciler's per-run check of a run whose live-index deadline has passed, or (ARGV[4] = a
 -- worker lease id) of a run in the runs set of a worker whose lease expired.
 -- KEYS: run, stream, tools, current job key, current job in-progress key, next job key
--- ARGV: runId, expectedGen, currentJobId, maxlen, retention, dead worker lease id ('' = from the
+-- ARGV: runId, expectedGen, currentJobId, dead worker lease id ('' = from the
 --       live index)
 local h = redis.call('HMGET', KEYS[1], 'status', 'gen', 'owner')
-if ARGV[6] ~= '' and (h[3] ~= ARGV[6] or h[1] ~= 'running') then
-  redis.call('SREM', worker_runs_key(ARGV[6]), ARGV[1])  -- no longer that worker's to carry
+if ARGV[4] ~= '' and (h[3] ~= ARGV[4] or h[1] ~= 'running') then
+  redis.call('SREM', worker_runs_key(ARGV[4]), ARGV[1])  -- no longer that worker's to carry
   return {'moved'}
 end
 if not h[1] then redis.call('ZREM', LIVE, ARGV[1]); return {'missing'} end
@@ -26,7 +26,7 @@ elseif h[1] == 'queued' then
 elseif h[1] == 'awaiting_human' then
   local code, message, due = approval_expired(KEYS[1], now)
   if code then
-    finalize(KEYS[1], KEYS[2], KEYS[3], LIVE, ARGV[1], 'failed', code, message, ARGV[4], ARGV[5])
+    finalize(KEYS[1], KEYS[2], KEYS[3], ARGV[1], 'failed', code, message)
     return {code}
   end
   if due then  -- checked early (the sweeper's clock is not Redis's): keep the deadline watched

@@ -1,8 +1,7 @@
 -- A decision past the approval timeout or the run's deadline comes too late: the run ends then and
 -- there (as the reconciler would end it) and the decision is refused like one for a finished run.
 -- KEYS: run, stream, tools, next job key
--- ARGV: runId, toolCallId, decision ('approved'|'rejected'), reason, expectedGen, tenant ('' = any),
---       maxlen, retention
+-- ARGV: runId, toolCallId, decision ('approved'|'rejected'), reason, expectedGen, tenant ('' = any)
 local h = redis.call('HMGET', KEYS[1], 'status', 'approvals', 'gen', 'tenant')
 if not h[1] then return {'unknown_run'} end
 if ARGV[6] ~= '' and h[4] ~= ARGV[6] then return {'unknown_run'} end
@@ -10,7 +9,7 @@ if h[1] ~= 'awaiting_human' then return {'not_awaiting', h[1]} end
 if tonumber(h[3]) ~= tonumber(ARGV[5]) then return {'moved'} end
 local code, message = approval_expired(KEYS[1], now_ms())
 if code then
-  finalize(KEYS[1], KEYS[2], KEYS[3], LIVE, ARGV[1], 'failed', code, message, ARGV[7], ARGV[8])
+  finalize(KEYS[1], KEYS[2], KEYS[3], ARGV[1], 'failed', code, message)
   return {'not_awaiting', 'failed'}
 end
 local approvals = cjson.decode(h[2])

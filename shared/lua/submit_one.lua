@@ -53,16 +53,14 @@ local function submit_one(K, A)
           local why = 'interrupted by run ' .. A[1]
           for _, pid in ipairs(redis.call('LRANGE', K[4], 0, -1)) do
             if redis.call('HGET', run_key(pid), 'status') == 'queued' then
-              finalize(run_key(pid), stream_key(pid), tools_key(pid), LIVE, pid, 'aborted', 'aborted', why,
-                ctx().maxlen, ctx().retention)
+              finalize(run_key(pid), stream_key(pid), tools_key(pid), pid, 'aborted', 'aborted', why)
             end
           end
           redis.call('DEL', K[4])
           if st == 'running' then
             request_abort(active, why)
           else
-            finalize(run_key(active), stream_key(active), tools_key(active), LIVE, active, 'aborted', 'aborted', why,
-              ctx().maxlen, ctx().retention)
+            finalize(run_key(active), stream_key(active), tools_key(active), active, 'aborted', 'aborted', why)
             dispatch = true
           end
         end
