@@ -20,6 +20,10 @@ __all__ = [
     "BatchView",
     "ErrorBody",
     "EventsPage",
+    "PoolAnswer",
+    "PoolMinute",
+    "PoolPartition",
+    "PoolWorker",
     "RunSummary",
     "RunView",
     "RunsPage",
@@ -149,3 +153,36 @@ class SessionView(BaseModel):
     activeRun: str | None = None
     runs: list[str]
     history: list[dict[str, Any]]
+
+
+class PoolWorker(BaseModel):
+    leaseId: str
+    runs: int = Field(description="runs it holds now")
+    leaseAgeMs: int = Field(
+        description="since it last renewed its lease (beats every AGENTMILL_HEARTBEAT_MS)"
+    )
+    expiresInMs: int = Field(description="until its lease runs out unless renewed")
+
+
+class PoolPartition(BaseModel):
+    index: int
+    queued: int = Field(description="jobs in the partition's queue (due or scheduled)")
+    running: int = Field(description="runs the listed workers hold on it")
+    awaitingHuman: int
+
+
+class PoolMinute(BaseModel):
+    minute: int = Field(description="the minute's start (epoch ms)")
+    started: int = Field(description="new runs started (resumes not counted)")
+    completed: int
+    failed: int
+    aborted: int
+
+
+class PoolAnswer(BaseModel):
+    now: int
+    leaseMs: int
+    workers: list[PoolWorker]
+    partitions: list[PoolPartition]
+    minutes: list[PoolMinute] = Field(description="the last hour, oldest first; the current minute last")
+    lastHour: dict[str, int] = Field(description="the minutes' sums")

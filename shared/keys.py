@@ -104,6 +104,7 @@ class Partition:
         self.tenant_active_prefix = b + "t.active:"  # zset runId -> submitted at: maxActive
         self.tenant_running_prefix = b + "t.running:"  # zset runId -> claimed at: maxRunning
         self.index_prefix = b + "ix:"  # + tenant:dim:value (index_key)
+        self.pool_minute_prefix = b + "pool.min:"  # hash: runs started/ended in one minute (pool_minute)
         self.batch_prefix = b + "batch:"  # + tenant:batchId (batch_key)
         self.job_key_prefix = job_key_prefix  # arq's; the job id carries the tag (job_id)
         self.queue = f"arq:queue:{self.tag}"  # arq's sorted set of this partition's pending job ids
@@ -162,6 +163,10 @@ class Partition:
         """Exists while the worker's lease is unexpired (PX: Redis's clock decides): what a commit
         checks in one command. ``workers`` holds the same expiry, for the sweep to find it."""
         return self.worker_lease_prefix + lease_id
+
+    def pool_minute(self, minute: int) -> str:
+        """Runs the pool started and ended in one minute (epoch minutes), by field (shared.pool_stats)."""
+        return self.pool_minute_prefix + str(minute)
 
     def tenant_active(self, tenant: str) -> str:
         return self.tenant_active_prefix + tenant

@@ -52,6 +52,9 @@ class Settings(BaseSettings):
     api_port: int = 8000
     api_tokens: str | None = None  # "token=tenant,token2=tenant2"
     api_tokens_file: str | None = None
+    # Tenants whose tokens may read the pool as a whole (GET /v1/pool, the console's pool page):
+    # workers, queues, every tenant's run counts. "a,b"; with auth disabled the open tenant may.
+    operator_tenants: str = ""
     auth_disabled: bool = False
     max_body_bytes: int = 2_000_000
     max_batch: int = limits.MAX_BATCH_ITEMS  # items per batch request (Submitter.check_batch_size)

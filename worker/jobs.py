@@ -31,6 +31,7 @@ from worker.health import HealthServer
 from worker.lease import LeaseBackend, WorkerLease, add_lease_hook, lease_guarded_client
 from worker.metrics import MetricsObserver
 from worker.observer import Observer
+from worker.pool_report import PoolReport
 from worker.reconciler import reconcile_once, reconcile_worker
 from worker.redis_store import beat, forget_worker
 
@@ -149,7 +150,12 @@ class WorkerProcess:
                 loop.add_signal_handler(sig, self.request_stop)
         await self._register()  # the first lease, before any job is taken
         settle_gc()  # again, with the clients and the arq worker (quick: the rest is frozen)
-        self._bg = [asyncio.create_task(self._heartbeat()), asyncio.create_task(self._reconciler())]
+        report = PoolReport(self.deps.parts, self.metrics.registry)
+        self._bg = [
+            asyncio.create_task(self._heartbeat()),
+            asyncio.create_task(self._reconciler()),
+            asyncio.create_task(report.run_forever()),
+        ]
         if s.worker_metrics_port >= 0:
             self.health = HealthServer(self.metrics.registry, self.metrics.render)
             self.metrics_port = await self.health.start("0.0.0.0", s.worker_metrics_port)
@@ -171,6 +177,8 @@ class WorkerProcess:
             await asyncio.gather(self.main, return_exceptions=True)
             with contextlib.suppress(Exception):
                 await self.worker.close()
+            with contextlib.suppress(RedisError, OSError, TimeoutError):
+                await asyncio.wait_for(report.report(), 2.0)  # the last seconds' runs, too
             if self.health is not None:
                 await self.health.stop()
             await self.deps.aclose()

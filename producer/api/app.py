@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from redis.asyncio import Redis
 
-from producer.api import errors, routes_catalog, routes_ops, routes_runs, routes_ui, sse
+from producer.api import errors, routes_catalog, routes_ops, routes_pool, routes_runs, routes_ui, sse
 from producer.api.errors import OrjsonResponse
 from producer.api.middleware import BodyLimit, observe
 from producer.api.sse import MAX_BLOCK_S
@@ -87,6 +87,7 @@ def create_app(
         sse.router,
         routes_ops.router,
         routes_catalog.router,
+        routes_pool.router,
         routes_ui.router,
     ):
         app.include_router(router)

@@ -34,12 +34,19 @@ class Authenticator:
         if settings.api_tokens_file:
             tokens.update(parse_tokens(Path(settings.api_tokens_file).read_text()))
         self.tokens = [(t.encode(), tenant) for t, tenant in tokens.items() if t]
+        self.operators = {t.strip() for t in settings.operator_tenants.split(",") if t.strip()}
+        if self.disabled:
+            self.operators.add(OPEN_TENANT)
         if self.disabled:
             log.warning(
                 "API authentication is OFF (AGENTMILL_AUTH_DISABLED): every caller is tenant %r", OPEN_TENANT
             )
         elif not self.tokens:
             log.warning("no API tokens configured (AGENTMILL_API_TOKENS): every request will get 401")
+
+    def is_operator(self, tenant: str) -> bool:
+        """May this tenant see the pool as a whole (every tenant's load)?"""
+        return tenant in self.operators
 
     def tenant(self, authorization: str | None) -> str | None:
         """The caller's tenant, or None when the token is missing or wrong."""

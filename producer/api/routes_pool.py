@@ -1,0 +1,32 @@
+"""GET /v1/pool: the pool as a whole, for operators (AGENTMILL_OPERATOR_TENANTS) only: it shows
+every tenant's load, so a tenant's own token is refused with 403."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter
+
+from producer.api.errors import COMMON_ERRORS, ErrorResponse
+from producer.api.state import ApiDep, Tenant
+from producer.pool import read_pool
+from shared.api import PoolAnswer
+from shared.errors import ApiError
+
+__all__ = ["pool", "router"]
+
+router = APIRouter()
+
+
+@router.get(
+    "/v1/pool",
+    response_model=PoolAnswer,
+    responses={**COMMON_ERRORS, 403: {"model": ErrorResponse}},
+    summary="Workers, queues and runs per minute over the last hour (operators only)",
+)
+async def pool(api: ApiDep, tenant: Tenant) -> PoolAnswer:
+    if not api.auth.is_operator(tenant):
+        raise ApiError(
+            403, "not_operator", "the pool view is for operator tenants (AGENTMILL_OPERATOR_TENANTS)"
+        )
+    return await read_pool(api.parts, now_ms=int(time.time() * 1000), lease_ms=api.settings.lease_ms)
