@@ -156,6 +156,21 @@ def _scenario(url: str, chromium: str, driver_path: str, shots: Path) -> None:
         assert d.find_element(By.CSS_SELECTOR, 'dd[data-count="aborted"]').text == "1"
         d.save_screenshot(str(shots / "batch-page.png"))
 
+        # The pool page: the live worker, the partitions, and the last hour drawn per minute (the
+        # worker reports every 10 s: the two runs' bars appear without a reload).
+        d.find_element(By.LINK_TEXT, "Pool").click()
+        wait.until(ec.text_to_be_present_in_element((By.CSS_SELECTOR, 'dd[data-count="workers"]'), "1"))
+        assert len(d.find_elements(By.CSS_SELECTOR, "#workers tr[data-worker]")) == 1
+        assert len(d.find_elements(By.CSS_SELECTOR, "#partitions tbody tr")) == 1
+        WebDriverWait(d, 25, poll_frequency=0.2).until(
+            ec.presence_of_element_located((By.CSS_SELECTOR, "#chart-ended rect.bar.s-aborted"))
+        )
+        assert d.find_elements(By.CSS_SELECTOR, "#chart-ended rect.bar.s-completed")
+        assert d.find_elements(By.CSS_SELECTOR, "#chart-started rect.bar.s-started")
+        shot = shots / "pool-page.png"
+        d.save_screenshot(str(shot))
+        print(f"\nscreenshot of the pool page: {shot}")
+
         # Nothing the page did broke its CSP (a violation is logged as a console error).
         errors = [e for e in d.get_log("browser") if e["level"] == "SEVERE" and "401" not in e["message"]]
         assert errors == [], errors
@@ -179,7 +194,7 @@ async def test_console_in_a_real_browser(redis_url: str) -> None:
     chromium, driver_path = found
     shots = Path(os.environ.get("AGENTMILL_ARTIFACTS_DIR") or tempfile.mkdtemp(prefix="agentmill-console-"))
     shots.mkdir(parents=True, exist_ok=True)
-    settings = Settings(redis_url=redis_url, api_tokens="tok-ui=tenant-ui")
+    settings = Settings(redis_url=redis_url, api_tokens="tok-ui=tenant-ui", operator_tenants="tenant-ui")
     async with api(settings) as url, running_worker(redis_url, delta_flush_ms=50):
         async with httpx.AsyncClient(base_url=url, headers={"Authorization": "Bearer tok-ui"}) as c:
             # The page's response carries the strict CSP; the API behind it still wants the token.
@@ -190,4 +205,5 @@ async def test_console_in_a_real_browser(redis_url: str) -> None:
             assert (await c.get("/ui/nothing.js")).status_code == 404
         await asyncio.to_thread(_scenario, url, chromium, driver_path, shots)
     assert (shots / "run-page.png").stat().st_size > 10_000
+    assert (shots / "pool-page.png").stat().st_size > 10_000
     print(f"screenshots kept in {shots}")

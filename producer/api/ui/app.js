@@ -102,6 +102,7 @@ function route() {
   view.replaceChildren();
   if (parts[0] === "run" && parts[1]) runPage(view, parts[1]);
   else if (parts[0] === "batch" && parts[1]) batchPage(view, parts[1]);
+  else if (parts[0] === "pool") poolPage(view);
   else runsPage(view, new URLSearchParams(query || ""));
 }
 
@@ -378,6 +379,92 @@ function runPage(view, runId) {
     }
     live.textContent = "the run has ended";
   })();
+}
+
+// ---- the pool: workers, queues, runs per minute over the last hour ----
+
+const SVG = "http://www.w3.org/2000/svg";
+function svg(tag, attrs, ...children) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, String(v));
+  for (const c of children) node.append(c);
+  return node;
+}
+function ago(ms) { return ms < 1000 ? ms + " ms" : (ms / 1000).toFixed(1) + " s"; }
+
+// A bar chart of one or more series per minute (stacked), drawn as SVG with the DOM (no library,
+// no inline style): each bar has a <title> with its minute and figures.
+function minuteChart(id, caption, minutes, series) {
+  const W = 720, H = 160, pad = 28, bw = (W - pad) / minutes.length;
+  const totals = minutes.map((m) => series.reduce((n, s) => n + m[s.field], 0));
+  const top = Math.max(1, ...totals);
+  const chart = svg("svg", { viewBox: `0 0 ${W} ${H + 18}`, role: "img", class: "chart", id, "aria-labelledby": id + "-t" },
+    svg("title", { id: id + "-t" }), svg("line", { x1: pad, y1: H, x2: W, y2: H, class: "axis" }));
+  chart.firstChild.textContent = `${caption}: ${totals.reduce((a, b) => a + b, 0)} in the last hour, at most ${top} a minute`;
+  const label = svg("text", { x: 0, y: 10, class: "tick" }); label.textContent = String(top);
+  chart.append(label);
+  minutes.forEach((m, i) => {
+    let y = H;
+    for (const s of series) {
+      const h = (m[s.field] / top) * (H - 6);
+      if (h <= 0) continue;
+      y -= h;
+      const bar = svg("rect", { x: pad + i * bw + 1, y, width: Math.max(1, bw - 2), height: h, class: "bar " + s.cls, "data-minute": m.minute });
+      const t = svg("title");
+      t.textContent = `${new Date(m.minute).toISOString().slice(11, 16)} UTC: ` + series.map((x) => `${m[x.field]} ${x.field}`).join(", ");
+      bar.append(t);
+      chart.append(bar);
+    }
+  });
+  for (const [x, anchor, text] of [[pad, "start", "60 min ago"], [W, "end", "now"]]) {
+    const t = svg("text", { x, y: H + 14, class: "tick", "text-anchor": anchor });
+    t.textContent = text;
+    chart.append(t);
+  }
+  const legend = el("p", { class: "legend" }, series.map((s) => el("span", { class: "key " + s.cls, text: s.field })));
+  return el("figure", {}, el("figcaption", { text: caption }), chart, legend);
+}
+
+function poolPage(view) {
+  view.append(el("h1", { text: "Pool" }));
+  const holder = el("div", { "aria-live": "off" });
+  view.append(holder);
+
+  async function load() {
+    try {
+      const p = await api("GET", "/v1/pool");
+      const h = p.lastHour;
+      const running = p.partitions.reduce((n, x) => n + x.running, 0);
+      const queued = p.partitions.reduce((n, x) => n + x.queued, 0);
+      holder.replaceChildren(
+        el("dl", { class: "counts", id: "pool-summary" },
+          el("dt", { text: "workers" }), el("dd", { "data-count": "workers", text: p.workers.length }),
+          el("dt", { text: "running" }), el("dd", { "data-count": "running", text: running }),
+          el("dt", { text: "queued" }), el("dd", { "data-count": "queued", text: queued }),
+          el("dt", { text: "last hour" }), el("dd", { text: `${h.started} started, ${h.completed} completed, ${h.failed} failed, ${h.aborted} aborted` }),
+        ),
+        minuteChart("chart-started", "Runs started per minute", p.minutes, [{ field: "started", cls: "s-started" }]),
+        minuteChart("chart-ended", "Runs ended per minute", p.minutes, [
+          { field: "completed", cls: "s-completed" }, { field: "failed", cls: "s-failed" }, { field: "aborted", cls: "s-aborted" }]),
+        el("table", { id: "workers" },
+          el("caption", { text: `Live workers (lease ${ago(p.leaseMs)}; refreshed every 5 s)` }),
+          el("thead", {}, el("tr", {}, ["Worker lease", "Runs", "Lease renewed", "Lease expires in"].map((x) => el("th", { scope: "col", text: x })))),
+          el("tbody", {}, p.workers.length ? p.workers.map((w) => el("tr", { "data-worker": w.leaseId },
+            el("td", {}, el("code", { text: w.leaseId })), el("td", { text: w.runs }),
+            el("td", { text: ago(w.leaseAgeMs) + " ago" }), el("td", { text: ago(w.expiresInMs) })))
+            : el("tr", {}, el("td", { colspan: 4, class: "muted", text: "No live worker." }))),
+        ),
+        el("table", { id: "partitions" },
+          el("caption", { text: "Partitions" }),
+          el("thead", {}, el("tr", {}, ["Partition", "Queued", "Running", "Awaiting a human"].map((x) => el("th", { scope: "col", text: x })))),
+          el("tbody", {}, p.partitions.map((x) => el("tr", {},
+            el("td", { text: x.index }), el("td", { text: x.queued }), el("td", { text: x.running }), el("td", { text: x.awaitingHuman })))),
+        ),
+      );
+    } catch (e) { holder.replaceChildren(); onError(holder, e); }
+  }
+  load();
+  every(5000, load);
 }
 
 // ---- start ----
