@@ -77,6 +77,10 @@ def create_app(
         description="Submit LLM agent runs, follow their events, control them.",
         lifespan=lifespan,
         default_response_class=OrjsonResponse,
+        # No Swagger UI or ReDoc pages: FastAPI's load their scripts from a CDN, unpinned, on the
+        # console's origin. /openapi.json is served; any OpenAPI viewer can read it.
+        docs_url=None,
+        redoc_url=None,
     )
     for exc_type, handler in errors.HANDLERS:
         app.add_exception_handler(exc_type, handler)

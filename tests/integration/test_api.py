@@ -386,3 +386,14 @@ def test_the_openapi_document_has_no_dangling_references() -> None:
         "application/json",
         "text/event-stream",
     }
+
+
+async def test_no_page_loads_a_script_from_another_origin(redis_url: str) -> None:
+    # FastAPI's /docs and /redoc pages load Swagger UI / ReDoc from a CDN, unpinned and without a
+    # CSP, on the console's origin: not served. The OpenAPI document is.
+    async with api(settings(redis_url)) as base, httpx.AsyncClient(base_url=base) as c:
+        for path in ("/docs", "/redoc", "/docs/oauth2-redirect"):
+            r = await c.get(path)
+            assert r.status_code == 404, path
+            assert "cdn" not in r.text.lower()
+        assert (await c.get("/openapi.json")).json()["info"]["title"] == "agentmill"
