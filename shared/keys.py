@@ -29,6 +29,7 @@ from redis.crc import key_slot
 __all__ = [
     "BATCH_DELIVERY",
     "CONTEXT_FIELDS",
+    "CRASHES_FIELD",
     "INDEX_DIMS",
     "SLOTS",
     "Layout",
@@ -54,6 +55,10 @@ INDEX_DIMS = ("all", "status", "agent", "session", "batch", "meta")
 # A finished batch's delivery id on a partition's webhook list: this prefix, then the batch key (a
 # runId never holds a brace, so the two kinds of delivery cannot be confused).
 BATCH_DELIVERY = "{batch}"
+
+# The run hash's field counting the attempts that lost their worker (the reconciler's lease sweep, or
+# the next acquire, counts one; at AGENTMILL_MAX_RUN_CRASHES the run ends failed, poison_run).
+CRASHES_FIELD = "crashes"
 
 # The order of Partition.context's fields; prelude.lua reads them by these names. Only what a script
 # needs for keys that depend on what it reads: every field is a ``<field>_prefix`` of Partition but

@@ -65,7 +65,7 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
 # template's four pieces (dispatch.JOB_TEMPLATE) and the settings the scripts read.
 CONTEXT_EXTRA = (
     "job_a", "job_b", "job_c", "job_d", "maxlen", "retention", "queued_check_ms", "job_expire_ms",
-    "index_max", "batch_delivery",
+    "index_max", "batch_delivery", "max_run_crashes",
 )  # fmt: skip
 
 
@@ -102,6 +102,7 @@ class Scripts:
         queued_check_ms: int = 60_000,
         stream_maxlen: int = 10_000,
         retention_s: int = 604_800,
+        max_run_crashes: int = 3,
     ) -> None:
         for name, text_ in _rendered().items():
             setattr(self, name, redis.register_script(text_))
@@ -109,7 +110,7 @@ class Scripts:
             **dict(zip(("job_a", "job_b", "job_c", "job_d"), dispatch.JOB_TEMPLATE, strict=True)),
             "maxlen": str(stream_maxlen), "retention": str(retention_s), "queued_check_ms": str(queued_check_ms),
             "job_expire_ms": str(dispatch.JOB_EXPIRE_MS), "index_max": str(limits.MAX_INDEX_RUNS),
-            "batch_delivery": keys.BATCH_DELIVERY,
+            "batch_delivery": keys.BATCH_DELIVERY, "max_run_crashes": str(max_run_crashes),
         }  # fmt: skip
         self._extra = keys.SEP.join(extra[f] for f in CONTEXT_EXTRA) + keys.SEP
         self._contexts: dict[int, str] = {}
@@ -117,12 +118,13 @@ class Scripts:
     @classmethod
     def for_settings(cls, redis: Redis, settings: Settings) -> Scripts:
         """The scripts with the deployment's settings in their context (what they read from it:
-        the queued-run check, the stream bound, the retention)."""
+        the queued-run check, the stream bound, the retention, the crash budget)."""
         return cls(
             redis,
             queued_check_ms=settings.queued_check_ms,
             stream_maxlen=settings.stream_maxlen,
             retention_s=settings.retention_s,
+            max_run_crashes=settings.max_run_crashes,
         )
 
     def context(self, part: keys.Partition) -> str:
@@ -155,6 +157,7 @@ def render(text_: str) -> str:
     tokens = {
         "__CONTEXT_FIELDS__": ", ".join(f"'{f}'" for f in (*keys.CONTEXT_FIELDS, *CONTEXT_EXTRA)),
         "__TERMINAL__": ", ".join(f"{s.value}=true" for s in sorted(TERMINAL)),
+        "__CRASHES__": f"'{keys.CRASHES_FIELD}'",
     }
     for token, value in tokens.items():
         text_ = text_.replace(token, value)

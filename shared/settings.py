@@ -34,7 +34,9 @@ class Settings(BaseSettings):
     lease_ms: int = 30_000  # a run whose worker stops renewing is re-dispatched after this
     heartbeat_ms: int = 500  # lease renewal and abort checks, one pipelined round trip per worker
     reconcile_ms: int = 2_000  # how often each worker sweeps for runs that lost their worker
-    max_crash_restarts: int = 5  # a run restarted more often than this after crashes ends failed
+    max_run_crashes: int = Field(
+        default=3, ge=1
+    )  # a run that lost its worker this often ends failed (poison_run)
     shutdown_grace_s: float = 20.0  # SIGTERM: time for in-flight steps to reach a checkpoint
     queued_check_ms: int = 60_000  # a queued run with no arq job after this is re-enqueued
     worker_metrics_port: int = 9100  # /metrics and /healthz; 0 = an ephemeral port, -1 = off

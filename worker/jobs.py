@@ -297,6 +297,8 @@ class WorkerProcess:
             except (RedisError, OSError) as exc:
                 log.warning("reconcile sweep failed: %s", exc)
                 continue
-            moved = {k: v for k, v in verdicts.items() if k in ("redispatched", "approval_timeout")}
+            moved = {
+                k: v for k, v in verdicts.items() if k in ("redispatched", "approval_timeout", "poison_run")
+            }
             if moved:
                 log.info("reconciler: %s", dict(moved))

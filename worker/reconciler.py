@@ -4,9 +4,10 @@ Two sources, on every partition. Every queued or waiting run has an entry in the
 index scored with the time someone should look at it (a queued run whose job was never claimed, a
 claimed run never acquired, an approval timeout). A running run is carried by its worker's lease
 (its lease key and its ``workers`` entry on the partition): when a worker's lease expires, the
-sweep re-dispatches every run in its runs set. Each worker sweeps every few seconds; the per-run
-script re-checks under Redis time and bumps the dispatch number, so two sweeping workers never
-dispatch a run twice.
+sweep re-dispatches every run in its runs set, counting the loss in the run (a run that lost its
+worker AGENTMILL_MAX_RUN_CRASHES times ends failed, poison_run). Each worker sweeps every few
+seconds; the per-run script re-checks under Redis time and bumps the dispatch number, so two
+sweeping workers never dispatch a run twice (nor count its loss twice).
 """
 
 from __future__ import annotations

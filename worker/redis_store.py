@@ -69,14 +69,13 @@ class RedisRunStore:
 
     async def acquire(self, gen: int, worker_id: str) -> Acquired | NotAcquired:
         """``worker_id`` is the worker's lease id (keys.Partition.worker_lease); the run joins its runs set."""
-        s = self.settings
         if self.lease is not None and self.lease.expired():
             return NotAcquired("no_lease", "this worker is past its lease deadline")
         self.round_trips += 1
         r = await self._run(
             self.scripts.acquire,
             self._keys,
-            [self.run_id, gen, worker_id, s.max_crash_restarts],
+            [self.run_id, gen, worker_id],
         )
         verdict = text(r[0])
         if verdict != "ok":

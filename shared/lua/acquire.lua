@@ -1,31 +1,28 @@
 -- KEYS: run, stream, tools
--- ARGV: runId, gen, worker lease id, maxRestarts
+-- ARGV: runId, gen, worker lease id
 -- Refused (no_lease) unless the acquiring worker's own lease is unexpired. The same acquire sent
 -- again (its reply lost, or the batch re-sent after a failover) answers as the first did.
-local function loaded(epoch, restarts)
+local function loaded(epoch, crashes)
   local d = redis.call('HMGET', KEYS[1], 'lastSeq', 'ckpt', 'input', 'abort', 'approvals')
   return {'ok', tostring(epoch), d[1] or '0', d[2] or '', d[3] or '', d[4] or '', d[5] or '',
-    redis.call('HGETALL', KEYS[3]), tostring(restarts)}
+    redis.call('HGETALL', KEYS[3]), tostring(crashes)}
 end
-local h = redis.call('HMGET', KEYS[1], 'status', 'gen', 'owner', 'epoch', 'restarts')
+local h = redis.call('HMGET', KEYS[1], 'status', 'gen', 'owner', 'epoch', __CRASHES__)
 if not h[1] then return {'missing'} end
 if is_terminal(h[1]) then return {'terminal', h[1]} end
 if tonumber(h[2]) ~= tonumber(ARGV[2]) then return {'superseded', h[2]} end
 if not worker_alive(ARGV[3]) then return {'no_lease', ARGV[3]} end
 if h[3] == ARGV[3] and h[1] == 'running' then return loaded(h[4], h[5] or '0') end
 if h[3] ~= '' and worker_alive(h[3]) then return {'busy', h[3]} end
-local restarts = tonumber(h[5] or '0')
-if h[3] ~= '' then restarts = restarts + 1 end
-if restarts > tonumber(ARGV[4]) then
-  redis.call('HSET', KEYS[1], 'restarts', restarts)
-  finalize(KEYS[1], KEYS[2], KEYS[3], ARGV[1], 'failed', 'crash_limit',
-    'the run lost its worker ' .. restarts .. ' times (AGENTMILL_MAX_CRASH_RESTARTS=' .. ARGV[4] .. ')')
-  return {'exhausted', tostring(restarts)}
+local crashes = tonumber(h[5] or '0')
+if h[3] ~= '' then  -- its worker died without handing it back and no sweep has counted that yet
+  local ended
+  crashes, ended = worker_lost(KEYS[1], KEYS[2], KEYS[3], ARGV[1], h[3])
+  if ended then return {'exhausted', tostring(crashes)} end
 end
 local epoch = tonumber(h[4]) + 1
-if h[3] ~= '' then redis.call('SREM', worker_runs_key(h[3]), ARGV[1]) end
-redis.call('HSET', KEYS[1], 'epoch', epoch, 'owner', ARGV[3], 'restarts', restarts, 'status', 'running')
+redis.call('HSET', KEYS[1], 'epoch', epoch, 'owner', ARGV[3], 'status', 'running')
 track(KEYS[1], ARGV[1], h[1], 'running')
 redis.call('SADD', worker_runs_key(ARGV[3]), ARGV[1])
 redis.call('ZREM', LIVE, ARGV[1])  -- a running run is watched through its worker's lease
-return loaded(epoch, restarts)
+return loaded(epoch, crashes)

@@ -244,6 +244,22 @@ local function finalize(run, stream, tools, run_id, status, code, message)
   redis.call('EXPIRE', tools, retention)
   return seq
 end
+-- The run's worker was lost while running it (its lease expired: crashed, killed, OOM, or its loop
+-- blocked; a graceful hand-back releases the run instead and never gets here): count the lost
+-- attempt in the run hash and free the run of that worker. The run that has lost its worker
+-- ctx().max_run_crashes times is a poison run: it ends failed instead of moving to the next worker.
+-- Returns the count and whether the run ended.
+local function worker_lost(run, stream, tools, run_id, owner)
+  redis.call('SREM', worker_runs_key(owner), run_id)
+  redis.call('HSET', run, 'owner', '')
+  local n = redis.call('HINCRBY', run, __CRASHES__, 1)
+  local max = tonumber(ctx().max_run_crashes)
+  if n < max then return n, false end
+  finalize(run, stream, tools, run_id, 'failed', 'poison_run',
+    'the run lost its worker ' .. n .. ' times (a crash, kill or lease loss each time; AGENTMILL_MAX_RUN_CRASHES=' ..
+    max .. '): quarantined instead of handed to another worker')
+  return n, true
+end
 -- A run awaiting approval past its approval timeout or its maxRunDurationMs (whichever came first):
 -- the lastError code and message it ends with, or nil, nil and when the wait ends (nil: never).
 local function approval_expired(run, now)

@@ -3,6 +3,8 @@
 -- KEYS: run, stream, tools, current job key, current job in-progress key, next job key
 -- ARGV: runId, expectedGen, currentJobId, dead worker lease id ('' = from the
 --       live index)
+-- A running run whose worker's lease expired counts a lost attempt (worker_lost): at
+-- AGENTMILL_MAX_RUN_CRASHES it ends failed (poison_run) instead of being re-dispatched.
 local h = redis.call('HMGET', KEYS[1], 'status', 'gen', 'owner')
 if ARGV[4] ~= '' and (h[3] ~= ARGV[4] or h[1] ~= 'running') then
   redis.call('SREM', worker_runs_key(ARGV[4]), ARGV[1])  -- no longer that worker's to carry
@@ -15,7 +17,8 @@ local now = now_ms()
 local reason = ''
 if h[1] == 'running' then
   if worker_alive(h[3]) then redis.call('ZREM', LIVE, ARGV[1]); return {'alive'} end
-  redis.call('SREM', worker_runs_key(h[3]), ARGV[1])
+  local crashes, ended = worker_lost(KEYS[1], KEYS[2], KEYS[3], ARGV[1], h[3])
+  if ended then return {'poison_run', tostring(crashes)} end
   reason = 'lease_expired'
 elseif h[1] == 'queued' then
   if redis.call('EXISTS', KEYS[5]) == 0 and redis.call('EXISTS', KEYS[4]) == 1 then

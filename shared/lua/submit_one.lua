@@ -75,7 +75,7 @@ local function submit_one(K, A)
   end
   redis.call('HSET', K[1], 'status', 'queued', 'input', A[2], 'inputHash', A[3],
     'tenant', A[4], 'sessionId', A[5], 'createdAt', now, 'gen', 1, 'epoch', 0, 'lastSeq', 0,
-    'owner', '', 'restarts', 0, 'webhook', A[6], 'abort', '', 'held', dispatch and '' or '1',
+    'owner', '', __CRASHES__, 0, 'webhook', A[6], 'abort', '', 'held', dispatch and '' or '1',
     'agent', A[10] or '', 'batch', A[9] or '')
   local client_id = A[12 + tonumber(A[11] or '0')]
   if client_id and client_id ~= '' then redis.call('HSET', K[1], 'clientId', client_id) end

@@ -230,7 +230,7 @@ class Chaos:
             "AGENTMILL_LEASE_MS": str(self.cfg.lease_ms),
             "AGENTMILL_HEARTBEAT_MS": "300",
             "AGENTMILL_RECONCILE_MS": "500",
-            "AGENTMILL_MAX_CRASH_RESTARTS": "50",
+            "AGENTMILL_MAX_RUN_CRASHES": "50",
             "AGENTMILL_SHUTDOWN_GRACE_S": "5",
             "AGENTMILL_QUEUED_CHECK_MS": "3000",
             # Small claims spread the runs over the workers, as in a pool under steady load; with the

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import orjson
 import pytest
 from redis.asyncio import Redis
 
+from shared.keys import CRASHES_FIELD
 from shared.scripts import Scripts
 from shared.settings import Settings
 from tests.integration.helpers import producer_for, script_run, stream
@@ -26,7 +28,7 @@ def ev(kind: str = "status", **payload: object) -> tuple[str, int, bytes]:
 
 @pytest.fixture
 def settings(redis_url: str) -> Settings:
-    return Settings(redis_url=redis_url, lease_ms=300, max_crash_restarts=2, queued_check_ms=200)
+    return Settings(redis_url=redis_url, lease_ms=300, max_run_crashes=2, queued_check_ms=200)
 
 
 async def new_run(redis: Redis, redis_url: str, rid: str = "r1") -> str:
@@ -38,8 +40,9 @@ async def acquire(
     redis: Redis, settings: Settings, rid: str, worker: str, gen: int = 1
 ) -> tuple[RunStore, Acquired | NotAcquired]:
     """``worker`` takes (or renews) its lease of settings.lease_ms, then acquires the run."""
-    await beat(parts_of(redis), Scripts(redis), worker, settings.lease_ms, register=True)
-    store = RunStore(parts_of(redis), Scripts(redis), settings, K, rid)
+    scripts = Scripts.for_settings(redis, settings)
+    await beat(parts_of(redis), scripts, worker, settings.lease_ms, register=True)
+    store = RunStore(parts_of(redis), scripts, settings, K, rid)
     return store, await store.acquire(gen, worker)
 
 
@@ -171,24 +174,48 @@ async def test_a_commit_sent_again_after_a_lost_reply_is_answered_not_refused(
         await store.commit(Outbox([ev(step=1)]))
 
 
-async def test_crash_budget_ends_the_run_failed(redis: Redis, redis_url: str, settings: Settings) -> None:
+def assert_quarantined(h: dict[bytes, bytes], events: list[Any], crashes: int) -> None:
+    """Ended failed as poison_run, through the run's normal terminal path: one error event, then the
+    terminal status, seqs 1..n without a gap or repeat."""
+    assert h[b"status"] == b"failed" and int(h[CRASHES_FIELD.encode()]) == crashes
+    assert orjson.loads(h[b"result"])["lastError"]["code"] == "poison_run"
+    assert [e.seq for e in events] == list(range(1, len(events) + 1)) and events[-1].terminal
+    errors = [e for e in events if e.kind == "error"]
+    assert len(errors) == 1 and errors[0].payload["code"] == "poison_run" and errors[0] is events[-2]
+
+
+async def test_a_run_that_keeps_losing_its_worker_is_quarantined_at_its_next_acquire(
+    redis: Redis, redis_url: str, settings: Settings
+) -> None:
     rid = await new_run(redis, redis_url)
-    for i in range(3):
+    for i in range(2):  # w0 and w1 take the run and die (their leases run out)
         store, acq = await acquire(redis, settings, rid, f"w{i}")
-        assert isinstance(acq, Acquired)
+        assert isinstance(acq, Acquired) and acq.restarts == i
         await store.commit(Outbox([ev()]))
         await asyncio.sleep(0.35)
-    _, acq = await acquire(redis, settings, rid, "w-last")
+    _, acq = await acquire(redis, settings, rid, "w-last")  # w1's loss is the second: no third try
     assert isinstance(acq, NotAcquired) and acq.verdict == "exhausted"
-    h = await redis.hgetall(K.run(rid))
-    assert h[b"status"] == b"failed"
-    assert orjson.loads(h[b"result"])["lastError"]["code"] == "crash_limit"
-    events = await stream(redis, rid)
-    assert [e.seq for e in events] == [1, 2, 3, 4, 5] and events[-1].terminal
-    assert (
-        events[-2].kind == "error" and events[-2].payload["code"] == "crash_limit"
-    )  # as the machine's failures
+    assert_quarantined(await redis.hgetall(K.run(rid)), await stream(redis, rid), crashes=2)
     assert await redis.zscore(K.live, rid) is None
+
+
+async def test_the_lease_sweep_counts_each_lost_worker_once_and_quarantines_without_redispatching(
+    redis: Redis, redis_url: str, settings: Settings
+) -> None:
+    scripts = Scripts.for_settings(redis, settings)
+    rid = await new_run(redis, redis_url)
+    for gen in (1, 2):
+        store, acq = await acquire(redis, settings, rid, f"w{gen}", gen=gen)
+        assert isinstance(acq, Acquired) and acq.restarts == gen - 1  # the sweep counted, not acquire
+        await store.commit(Outbox([ev()]))
+        await asyncio.sleep(0.35)
+        sweeps = await asyncio.gather(*(reconcile_once(parts_of(redis), scripts, settings) for _ in range(3)))
+        total = sum(sweeps, start=type(sweeps[0])())
+        assert total["redispatched" if gen == 1 else "poison_run"] == 1, total  # once, whatever the sweeps
+        assert int(await redis.hget(K.run(rid), CRASHES_FIELD) or 0) == gen
+    assert_quarantined(await redis.hgetall(K.run(rid)), await stream(redis, rid), crashes=2)
+    assert await redis.zscore(K.queue, K.job_id(rid, 3)) is None  # not handed to a third worker
+    assert await redis.zscore(K.live, rid) is None and not await redis.exists(K.worker_runs("w2"))
 
 
 async def test_release_hands_back_without_counting_a_crash(
@@ -202,6 +229,7 @@ async def test_release_hands_back_without_counting_a_crash(
     assert isinstance(stale, NotAcquired) and stale.verdict == "superseded"
     _, acq = await acquire(redis, settings, rid, "w2", gen=2)
     assert isinstance(acq, Acquired) and acq.restarts == 0 and acq.epoch == 2
+    assert int(await redis.hget(K.run(rid), CRASHES_FIELD) or 0) == 0
 
 
 async def test_reconciler_redispatches_expired_and_lost_runs_once(

@@ -2,61 +2,15 @@
 
 from __future__ import annotations
 
-import ast
 import asyncio
-import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from worker.tools.base import Tool, ToolContext, ToolError, ToolOutcome
+from worker.tools.calculator import MAX_BITS, MAX_CHARS, evaluate
 
-__all__ = ["BUILTINS", "FunctionTool", "evaluate"]
-
-
-_BINOPS: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv,
-    ast.Mod: operator.mod,
-    ast.Pow: operator.pow,
-}
-_UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
-
-
-def evaluate(expression: str) -> float | int:
-    """Arithmetic only: numbers, + - * / // % ** and parentheses; no names, no calls."""
-    if len(expression) > 500:
-        raise ToolError("expression is longer than 500 characters")
-    try:
-        tree = ast.parse(expression, mode="eval")
-    except SyntaxError as exc:
-        raise ToolError(f"not an arithmetic expression: {exc.msg}") from None
-
-    def ev(node: ast.AST) -> float | int:
-        if isinstance(node, ast.Expression):
-            return ev(node.body)
-        if (
-            isinstance(node, ast.Constant)
-            and isinstance(node.value, int | float)
-            and not isinstance(node.value, bool)
-        ):
-            return node.value
-        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-            left, right = ev(node.left), ev(node.right)
-            if isinstance(node.op, ast.Pow) and abs(right) > 64:
-                raise ToolError("exponent too large")
-            try:
-                return _BINOPS[type(node.op)](left, right)  # type: ignore[no-any-return]
-            except ZeroDivisionError:
-                raise ToolError("division by zero") from None
-        if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
-            return _UNARY[type(node.op)](ev(node.operand))  # type: ignore[no-any-return]
-        raise ToolError(f"unsupported element: {type(node).__name__}")
-
-    return ev(tree)
+__all__ = ["BUILTINS", "FunctionTool"]
 
 
 def _fmt(value: float | int) -> str:
@@ -115,8 +69,9 @@ BUILTINS: dict[str, Tool] = {
     for t in (
         FunctionTool(
             "calculator",
-            "Evaluate an arithmetic expression (numbers, + - * / // % ** and parentheses).",
-            _obj({"expression": {"type": "string", "maxLength": 500}}, ["expression"]),
+            "Evaluate an arithmetic expression (numbers, + - * / // % ** and parentheses; integers up to"
+            f" {MAX_BITS} bits).",
+            _obj({"expression": {"type": "string", "maxLength": MAX_CHARS}}, ["expression"]),
             _calculator,
         ),
         FunctionTool("echo", "Return the given text.", _obj({"text": {"type": "string"}}), _echo),
