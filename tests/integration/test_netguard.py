@@ -11,10 +11,12 @@ import ipaddress
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpcore
 import httpx
+import orjson
 import pytest
 import uvicorn
 from redis.asyncio import Redis
@@ -25,9 +27,11 @@ from starlette.routing import Route
 
 from producer import webhooks
 from shared import limits
+from shared.models import EventKind
 from shared.netguard import BlockedAddressError, _forbidden, guarded_client, guarded_request
 from shared.redis_server import free_port
 from shared.settings import Settings
+from tests.integration.helpers import producer_for, running_worker, script_run, stream, wait_all
 from tests.support.schema import K
 
 pytestmark = pytest.mark.integration
@@ -212,3 +216,52 @@ async def test_one_slow_receiver_does_not_hold_back_other_deliveries(redis_url: 
     # No AGENTMILL_WEBHOOK_SECRET: sent unsigned and marked so, never signed with an empty key.
     assert headers["fast"]["x-agentmill-unsigned"] == "true"
     assert "x-agentmill-signature" not in headers["fast"]
+
+
+# ---- connection reuse: the guard holds per request, not per connection (issue 23) ----
+
+
+async def test_a_pooled_connection_does_not_carry_another_tools_allow_list(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    """Tenant a's tool may call 127.0.0.1; tenant b's may call only ``localhost``, whose answer
+    redirects to 127.0.0.1. Run on one worker right after a's run (its connection to 127.0.0.1
+    still in the pool), b's redirect is refused all the same, as it is on its own."""
+    internal: list[str] = []
+
+    async def secret(request: Request) -> Response:
+        internal.append(request.headers.get("idempotency-key", ""))
+        return Response('{"secret": "internal answer"}', media_type="application/json")
+
+    async def hop(request: Request) -> Response:
+        return Response(
+            status_code=307, headers={"location": f"http://127.0.0.1:{request.url.port}/internal"}
+        )
+
+    app = Starlette(
+        routes=[Route("/internal", secret, methods=["POST"]), Route("/hop", hop, methods=["POST"])]
+    )
+    async with receiver(app) as port:
+        profiles = [
+            {"name": "inside", "provider": {"kind": "scripted", "mode": "script"},
+             "httpTools": [{"name": "lookup", "url": f"http://127.0.0.1:{port}/internal", "allowHosts": ["127.0.0.1"]}]},
+            {"name": "outside", "provider": {"kind": "scripted", "mode": "script"},
+             "httpTools": [{"name": "lookup", "url": f"http://localhost:{port}/hop", "allowHosts": ["localhost"]}]},
+        ]  # fmt: skip
+        path = tmp_path / "profiles.json"
+        path.write_bytes(orjson.dumps({"profiles": profiles}))
+        p = producer_for(redis, redis_url, profiles=str(path))
+        call = [{"toolCalls": [{"id": "c1", "name": "lookup", "arguments": {}}]}, {"content": "done"}]
+        async with running_worker(redis_url, profiles=str(path)):
+            a = await p.submit({**script_run(call), "agent": "inside", "runId": "run-a"}, tenant="a")
+            await wait_all(p, [a.run_id], 15)
+            b = await p.submit({**script_run(call), "agent": "outside", "runId": "run-b"}, tenant="b")
+            await wait_all(p, [b.run_id], 15)
+    results = {
+        rid: [e.payload for e in await stream(redis, rid) if e.kind == EventKind.TOOL_RESULT]
+        for rid in (a.run_id, b.run_id)
+    }
+    assert "internal answer" in str(results[a.run_id])  # a's tool reached its allow-listed address
+    assert len(internal) == 1 and internal[0].startswith(a.run_id)  # b's request never arrived
+    ((b_result,),) = [results[b.run_id]]
+    assert "internal answer" not in str(b_result) and "refused" in str(b_result), b_result
