@@ -15,7 +15,7 @@ Pools are kept in a bounded LRU; the one evicted is closed as soon as its last r
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,22 +95,17 @@ class _Pool:
             keepalive_expiry=KEEPALIVE_S,
             network_backend=_PinnedBackend(dest, inner),
         )
-        self.open = 0
-        self.retired = False
+        self.open = 0  # responses not yet closed
+        self.retired = False  # evicted from the LRU: closed when open falls to 0
         self.closed = False
-
-    async def close_if_idle(self) -> None:
-        if self.retired and self.open == 0 and not self.closed:
-            self.closed = True
-            await self.transport.aclose()
 
 
 class _Released(httpx.AsyncByteStream):
     """A response body that tells its pool when it is closed."""
 
-    def __init__(self, inner: httpx.AsyncByteStream, pool: _Pool) -> None:
+    def __init__(self, inner: httpx.AsyncByteStream, release: Callable[[], Awaitable[None]]) -> None:
         self.inner = inner
-        self.pool = pool
+        self.release = release
         self.done = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
@@ -123,8 +118,7 @@ class _Released(httpx.AsyncByteStream):
         finally:
             if not self.done:
                 self.done = True
-                self.pool.open -= 1
-                await self.pool.close_if_idle()
+                await self.release()
 
 
 class GuardedTransport(httpx.AsyncBaseTransport):
@@ -153,17 +147,21 @@ class GuardedTransport(httpx.AsyncBaseTransport):
             raise BlockedAddressError(f"{url.host}:{port} is not the destination that was checked")
         pool = await self._pool(dest)
         pool.open += 1
+
+        async def release() -> None:
+            pool.open -= 1
+            await self._close_if_idle(pool)
+
         try:
             response = await pool.transport.handle_async_request(request)
         except BaseException:
-            pool.open -= 1
-            await pool.close_if_idle()
+            await release()
             raise
         assert isinstance(response.stream, httpx.AsyncByteStream)
         return httpx.Response(
             response.status_code,
             headers=response.headers,
-            stream=_Released(response.stream, pool),
+            stream=_Released(response.stream, release),
             extensions=response.extensions,
         )
 
@@ -178,9 +176,14 @@ class GuardedTransport(httpx.AsyncBaseTransport):
             _, old = self.pools.popitem(last=False)
             old.retired = True
             self.retired.add(old)
-            await old.close_if_idle()
-        self.retired = {p for p in self.retired if not p.closed}
+            await self._close_if_idle(old)
         return pool
+
+    async def _close_if_idle(self, pool: _Pool) -> None:
+        if pool.retired and pool.open == 0 and not pool.closed:
+            pool.closed = True
+            self.retired.discard(pool)
+            await pool.transport.aclose()
 
     async def aclose(self) -> None:
         pools = [*self.pools.values(), *self.retired]

@@ -29,6 +29,7 @@ from producer import webhooks
 from shared import limits
 from shared.models import EventKind
 from shared.netguard import BlockedAddressError, _forbidden, guarded_client, guarded_request
+from shared.netguard_pool import GuardedTransport
 from shared.redis_server import free_port
 from shared.settings import Settings
 from tests.integration.helpers import producer_for, running_worker, script_run, stream, wait_all
@@ -265,3 +266,66 @@ async def test_a_pooled_connection_does_not_carry_another_tools_allow_list(
     assert len(internal) == 1 and internal[0].startswith(a.run_id)  # b's request never arrived
     ((b_result,),) = [results[b.run_id]]
     assert "internal answer" not in str(b_result) and "refused" in str(b_result), b_result
+
+
+class Counting(httpcore.AsyncNetworkBackend):
+    """Connects for real, counting the connections opened."""
+
+    def __init__(self) -> None:
+        self.inner = httpcore.AnyIOBackend()
+        self.opened: list[tuple[str, int]] = []
+
+    async def connect_tcp(self, host: str, port: int, *args: Any, **kw: Any) -> httpcore.AsyncNetworkStream:
+        self.opened.append((host, port))
+        return await self.inner.connect_tcp(host, port, *args, **kw)
+
+    async def sleep(self, seconds: float) -> None:
+        await self.inner.sleep(seconds)
+
+
+def local_app(gate: asyncio.Event | None = None) -> Starlette:
+    async def ok(request: Request) -> Response:
+        if gate is not None and "wait" in request.query_params:
+            await gate.wait()
+        return Response("ok")
+
+    return Starlette(routes=[Route("/", ok)])
+
+
+async def test_connections_are_reused_only_for_the_same_checked_destination_and_allow_list() -> None:
+    backend = Counting()
+    async with receiver(local_app()) as port, guarded_client(inner=backend) as client:
+        for _ in range(3):  # one connection, kept alive and reused
+            await guarded_request(client, "GET", f"http://127.0.0.1:{port}/", allow_hosts=["127.0.0.1"])
+        assert len(backend.opened) == 1
+        # The same address under another allow list: a pool (and a connection) of its own.
+        await guarded_request(client, "GET", f"http://127.0.0.1:{port}/", allow_hosts=["127.0.0.1", "x"])
+        assert len(backend.opened) == 2
+        # No allow list: refused before any connection, pooled or new.
+        with pytest.raises(BlockedAddressError, match="not a public address"):
+            await guarded_request(client, "GET", f"http://127.0.0.1:{port}/")
+        assert len(backend.opened) == 2
+        with pytest.raises(BlockedAddressError, match="checked by guarded_request"):
+            await client.get(f"http://127.0.0.1:{port}/")  # the client sends only checked requests
+
+
+async def test_pools_are_bounded_and_an_evicted_pool_closes_after_its_last_response() -> None:
+    gate = asyncio.Event()
+    async with receiver(local_app(gate)) as port, guarded_client(max_pools=2) as client:
+        transport = client._transport
+        assert isinstance(transport, GuardedTransport)
+        url = f"http://127.0.0.1:{port}/"
+        slow = asyncio.create_task(
+            guarded_request(client, "GET", url + "?wait", allow_hosts=["127.0.0.1", "slow"])
+        )
+        while not transport.pools:
+            await asyncio.sleep(0.01)
+        (first,) = transport.pools.values()  # the slow request is under way on this pool
+        for n in range(3):  # three more destinations through a bound of two pools
+            await guarded_request(client, "GET", url, allow_hosts=["127.0.0.1", f"h{n}"])
+        assert len(transport.pools) == 2 and first.retired and not first.closed
+        gate.set()
+        assert (await slow).text == "ok"  # eviction did not cut the request under way ...
+        assert first.closed and first not in transport.retired  # ... and closed its pool after it
+        kept = list(transport.pools.values())
+    assert all(p.closed for p in kept)  # closing the client closes every pool
