@@ -15,6 +15,7 @@ past a timeout.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import ipaddress
 import socket
 import weakref
@@ -25,7 +26,7 @@ from urllib.parse import urljoin, urlsplit
 import httpcore
 import httpx
 
-from shared.netguard_pool import DESTINATION, MAX_POOLS, Destination, GuardedTransport
+from shared.netguard_pool import DESTINATION, MAX_POOLS, Destination, GuardedTransport, destination_of
 from shared.netguard_rules import IP, METADATA, BlockedAddressError, ResponseTooLargeError, forbidden
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "Resolver",
     "ResponseTooLargeError",
     "check_url",
+    "forbidden",
     "guarded_client",
     "guarded_request",
     "resolve_checked",
@@ -53,7 +55,6 @@ DEFAULT_DEADLINE_S = 30.0
 
 # The resolver of each guarded client (the transport connects only where a request was checked).
 _resolvers: weakref.WeakKeyDictionary[httpx.AsyncClient, Resolver] = weakref.WeakKeyDictionary()
-_forbidden = forbidden  # the name the tests know
 
 
 async def system_resolver(host: str, port: int) -> list[str]:
@@ -165,11 +166,10 @@ async def guarded_request(
 
 async def _checked(url: str, allow: frozenset[str], resolver: Resolver) -> Destination:
     """Where one hop may go: its host resolved once and checked under the request's allow list."""
-    parts = _usable(url)
-    host = (parts.hostname or "").lower()
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    addresses = await resolve_checked(host, port, allow, resolver)
-    return Destination(allow, parts.scheme, host, port, tuple(addresses))
+    _usable(url)
+    dest = destination_of(httpx.URL(url), allow)
+    addresses = await resolve_checked(dest.host, dest.port, allow, resolver)
+    return dataclasses.replace(dest, addresses=tuple(addresses))
 
 
 async def _follow(

@@ -14,6 +14,7 @@ Pools are kept in a bounded LRU; the one evicted is closed as soon as its last r
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ import httpx
 
 from shared.netguard_rules import BlockedAddressError
 
-__all__ = ["DESTINATION", "MAX_POOLS", "Destination", "GuardedTransport"]
+__all__ = ["DESTINATION", "MAX_POOLS", "Destination", "GuardedTransport", "destination_of"]
 
 DESTINATION = "agentmill.destination"  # the request extension naming its checked Destination
 MAX_POOLS = 64  # destinations with a pool of their own; the least recently used is closed past that
@@ -45,6 +46,12 @@ class Destination:
         return self.allow, self.scheme, self.host, self.port, frozenset(self.addresses)
 
 
+def destination_of(url: httpx.URL, allow: frozenset[str]) -> Destination:
+    """Where a URL goes, named as httpcore will name it to the network backend (ASCII host)."""
+    host = url.raw_host.decode("ascii").lower()
+    return Destination(allow, url.scheme, host, url.port or (443 if url.scheme == "https" else 80), ())
+
+
 class _PinnedBackend(httpcore.AsyncNetworkBackend):
     """Connects only to its destination's checked addresses (TLS still names the host)."""
 
@@ -60,7 +67,7 @@ class _PinnedBackend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        if (host.strip("[]").lower(), port) != (self.dest.host, self.dest.port):
+        if (host.lower(), port) != (self.dest.host, self.dest.port):
             raise BlockedAddressError(f"{host}:{port} was not checked (this pool is {self.dest.host})")
         last: Exception | None = None
         for address in self.dest.addresses[:4]:
@@ -139,12 +146,10 @@ class GuardedTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         dest = request.extensions.get(DESTINATION)
-        url = request.url
         if not isinstance(dest, Destination):
             raise BlockedAddressError("a guarded client sends only requests checked by guarded_request")
-        port = url.port or (443 if url.scheme == "https" else 80)
-        if (url.scheme, url.host.lower(), port) != (dest.scheme, dest.host, dest.port):
-            raise BlockedAddressError(f"{url.host}:{port} is not the destination that was checked")
+        if destination_of(request.url, dest.allow) != dataclasses.replace(dest, addresses=()):
+            raise BlockedAddressError(f"{request.url.host} is not the destination that was checked")
         pool = await self._pool(dest)
         pool.open += 1
 

@@ -28,8 +28,9 @@ from starlette.routing import Route
 from producer import webhooks
 from shared import limits
 from shared.models import EventKind
-from shared.netguard import BlockedAddressError, _forbidden, guarded_client, guarded_request
+from shared.netguard import BlockedAddressError, guarded_client, guarded_request
 from shared.netguard_pool import GuardedTransport
+from shared.netguard_rules import forbidden
 from shared.redis_server import free_port
 from shared.settings import Settings
 from tests.integration.helpers import producer_for, running_worker, script_run, stream, wait_all
@@ -88,7 +89,7 @@ async def test_a_host_resolving_to_any_non_global_address_is_refused(answers: li
            "198.18.0.1", "::ffff:100.64.0.1", "2001:db8::1", "240.0.0.1"],
 )  # fmt: skip
 def test_shared_metadata_and_reserved_ranges_are_refused(ip: str) -> None:
-    assert _forbidden(ipaddress.ip_address(ip))
+    assert forbidden(ipaddress.ip_address(ip))
 
 
 async def test_literal_addresses_are_checked_without_a_lookup() -> None:
@@ -100,6 +101,15 @@ async def test_literal_addresses_are_checked_without_a_lookup() -> None:
         with pytest.raises(httpx.ConnectError):
             await guarded_request(client, "GET", "https://[2606:4700:4700::1111]:8443/")
     assert asked == [] and backend.targets == [("2606:4700:4700::1111", 8443)]
+
+
+async def test_an_international_host_name_is_checked_and_connected_as_its_ascii_form() -> None:
+    backend = Recording()
+    resolve, asked = rebinding(["8.8.8.8"])
+    async with guarded_client(resolver=resolve, inner=backend) as client:
+        with pytest.raises(httpx.ConnectError):
+            await guarded_request(client, "GET", "http://Bücher.example:8080/")
+    assert asked == ["xn--bcher-kva.example"] and backend.targets == [("8.8.8.8", 8080)]
 
 
 async def test_a_plain_client_is_not_accepted() -> None:
