@@ -15,6 +15,7 @@ Pools are kept in a bounded LRU; the one evicted is closed as soon as its last r
 from __future__ import annotations
 
 import dataclasses
+import ssl
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -93,10 +94,16 @@ class _PinnedBackend(httpcore.AsyncNetworkBackend):
 class _Pool:
     """One destination's transport and the responses still open on it."""
 
-    def __init__(self, dest: Destination, inner: httpcore.AsyncNetworkBackend, max_connections: int) -> None:
-        self.transport = httpx.AsyncHTTPTransport()
+    def __init__(
+        self,
+        dest: Destination,
+        inner: httpcore.AsyncNetworkBackend,
+        ssl_context: ssl.SSLContext,
+        max_connections: int,
+    ) -> None:
+        self.transport = httpx.AsyncHTTPTransport(verify=ssl_context)  # given a context, httpx builds none
         self.transport._pool = httpcore.AsyncConnectionPool(  # httpx has no public way to set the backend
-            ssl_context=httpx.create_ssl_context(),
+            ssl_context=ssl_context,
             max_connections=max_connections,
             max_keepalive_connections=min(8, max_connections),
             keepalive_expiry=KEEPALIVE_S,
@@ -139,6 +146,8 @@ class GuardedTransport(httpx.AsyncBaseTransport):
         max_pools: int = MAX_POOLS,
     ) -> None:
         self.inner = inner or httpcore.AnyIOBackend()
+        # One for all pools: building one loads the CA bundle (tens of ms of CPU, on the event loop).
+        self.ssl_context = httpx.create_ssl_context()
         self.max_connections = max_connections
         self.max_pools = max_pools
         self.pools: OrderedDict[tuple[Any, ...], _Pool] = OrderedDict()
@@ -176,7 +185,7 @@ class GuardedTransport(httpx.AsyncBaseTransport):
         if pool is not None:
             self.pools.move_to_end(key)
             return pool
-        pool = self.pools[key] = _Pool(dest, self.inner, self.max_connections)
+        pool = self.pools[key] = _Pool(dest, self.inner, self.ssl_context, self.max_connections)
         while len(self.pools) > self.max_pools:
             _, old = self.pools.popitem(last=False)
             old.retired = True
