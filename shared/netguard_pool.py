@@ -9,11 +9,13 @@ and the addresses found), and goes through the pool of exactly that destination,
 go only to those addresses. A request that names no destination is refused.
 
 Pools are kept in a bounded LRU; the one evicted is closed as soon as its last response is closed
-(at once when idle). Closing the transport closes them all.
+(at once when idle). Closing the transport closes them all. At most ``max_connections`` requests are
+under way in all pools together (one pool had that bound before), the others wait their turn.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import ssl
 from collections import OrderedDict
@@ -149,6 +151,7 @@ class GuardedTransport(httpx.AsyncBaseTransport):
         # One for all pools: building one loads the CA bundle (tens of ms of CPU, on the event loop).
         self.ssl_context = httpx.create_ssl_context()
         self.max_connections = max_connections
+        self.slots = asyncio.Semaphore(max_connections)  # requests under way, in all pools together
         self.max_pools = max_pools
         self.pools: OrderedDict[tuple[Any, ...], _Pool] = OrderedDict()
         self.retired: set[_Pool] = set()  # evicted, closed when their last response is
@@ -159,10 +162,12 @@ class GuardedTransport(httpx.AsyncBaseTransport):
             raise BlockedAddressError("a guarded client sends only requests checked by guarded_request")
         if destination_of(request.url, dest.allow) != dataclasses.replace(dest, addresses=()):
             raise BlockedAddressError(f"{request.url.host} is not the destination that was checked")
+        await self.slots.acquire()
         pool = await self._pool(dest)
         pool.open += 1
 
         async def release() -> None:
+            self.slots.release()
             pool.open -= 1
             await self._close_if_idle(pool)
 

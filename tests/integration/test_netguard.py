@@ -339,3 +339,26 @@ async def test_pools_are_bounded_and_an_evicted_pool_closes_after_its_last_respo
         assert first.closed and first not in transport.retired  # ... and closed its pool after it
         kept = list(transport.pools.values())
     assert all(p.closed for p in kept)  # closing the client closes every pool
+
+
+async def test_requests_under_way_are_bounded_across_all_pools() -> None:
+    gate = asyncio.Event()
+    async with receiver(local_app(gate)) as port, guarded_client(max_connections=2) as client:
+        transport = client._transport
+        assert isinstance(transport, GuardedTransport)
+        calls = [
+            asyncio.create_task(
+                guarded_request(
+                    client, "GET", f"http://127.0.0.1:{port}/?wait", allow_hosts=["127.0.0.1", f"h{n}"]
+                )
+            )
+            for n in range(3)  # three destinations, so three pools
+        ]
+        while sum(p.open for p in transport.pools.values()) < 2:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)
+        assert len(transport.pools) == 2  # the third waits for a slot before any pool or connection
+        gate.set()
+        assert [r.text for r in await asyncio.gather(*calls)] == ["ok"] * 3
+        assert len(transport.pools) == 3 and all(p.open == 0 for p in transport.pools.values())
+        assert not transport.slots.locked()
