@@ -18,7 +18,9 @@ import asyncio
 import dataclasses
 import ipaddress
 import socket
+import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Iterable
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -26,10 +28,18 @@ from urllib.parse import urljoin, urlsplit
 import httpcore
 import httpx
 
-from shared.netguard_pool import DESTINATION, MAX_POOLS, Destination, GuardedTransport, destination_of
+from shared.netguard_pool import (
+    DESTINATION,
+    KEEPALIVE_S,
+    MAX_POOLS,
+    Destination,
+    GuardedTransport,
+    destination_of,
+)
 from shared.netguard_rules import IP, METADATA, BlockedAddressError, ResponseTooLargeError, forbidden
 
 __all__ = [
+    "ANSWER_TTL_S",
     "CROSS_ORIGIN_HEADERS",
     "DEFAULT_DEADLINE_S",
     "DEFAULT_MAX_BYTES",
@@ -50,6 +60,8 @@ __all__ = [
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 
 MAX_REDIRECTS = 5
+ANSWER_TTL_S = KEEPALIVE_S  # how long a client reuses a resolver's answer (checked again each time)
+MAX_ANSWERS = 256
 DEFAULT_MAX_BYTES = 1_000_000
 DEFAULT_DEADLINE_S = 30.0
 
@@ -119,11 +131,35 @@ def guarded_client(
     inner: httpcore.AsyncNetworkBackend | None = None,
 ) -> httpx.AsyncClient:
     """An HTTP client that sends only requests checked by guarded_request, each through the pool of
-    its checked destination (at most ``max_pools`` pools of ``max_connections`` connections)."""
+    its checked destination (at most ``max_pools`` pools, ``max_connections`` requests under way)."""
     transport = GuardedTransport(inner, max_connections=max_connections, max_pools=max_pools)
     client = httpx.AsyncClient(transport=transport, trust_env=False)
-    _resolvers[client] = resolver
+    _resolvers[client] = _Remembered(resolver)
     return client
+
+
+class _Remembered:
+    """A resolver whose answers are kept for ANSWER_TTL_S (as long as a pooled connection to them
+    would have lived), so checking every request does not mean a DNS lookup for every request.
+    The answers are raw: each request still checks them under its own allow list."""
+
+    def __init__(self, resolver: Resolver, clock: Callable[[], float] = time.monotonic) -> None:
+        self.resolver = resolver
+        self.clock = clock
+        self.answers: OrderedDict[tuple[str, int], tuple[float, list[str]]] = OrderedDict()  # when, what
+
+    async def __call__(self, host: str, port: int) -> list[str]:
+        key, now = (host, port), self.clock()
+        kept = self.answers.get(key)
+        if kept is not None and now - kept[0] < ANSWER_TTL_S:
+            self.answers.move_to_end(key)
+            return kept[1]
+        found = await self.resolver(host, port)
+        self.answers[key] = (now, found)
+        self.answers.move_to_end(key)
+        while len(self.answers) > MAX_ANSWERS:
+            self.answers.popitem(last=False)
+        return found
 
 
 # Headers that may follow a redirect to another origin; any other (credentials, API keys a profile

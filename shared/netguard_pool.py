@@ -28,7 +28,7 @@ import httpx
 
 from shared.netguard_rules import BlockedAddressError
 
-__all__ = ["DESTINATION", "MAX_POOLS", "Destination", "GuardedTransport", "destination_of"]
+__all__ = ["DESTINATION", "KEEPALIVE_S", "MAX_POOLS", "Destination", "GuardedTransport", "destination_of"]
 
 DESTINATION = "agentmill.destination"  # the request extension naming its checked Destination
 MAX_POOLS = 64  # destinations with a pool of their own; the least recently used is closed past that

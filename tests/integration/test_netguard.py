@@ -26,7 +26,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from producer import webhooks
-from shared import limits
+from shared import limits, netguard
 from shared.models import EventKind
 from shared.netguard import BlockedAddressError, guarded_client, guarded_request
 from shared.netguard_pool import GuardedTransport
@@ -110,6 +110,24 @@ async def test_an_international_host_name_is_checked_and_connected_as_its_ascii_
         with pytest.raises(httpx.ConnectError):
             await guarded_request(client, "GET", "http://Bücher.example:8080/")
     assert asked == ["xn--bcher-kva.example"] and backend.targets == [("8.8.8.8", 8080)]
+
+
+async def test_a_clients_answers_are_reused_for_a_while_and_checked_for_every_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    backend = Recording()
+    resolve, asked = rebinding(["127.0.0.1"], ["8.8.8.8"])
+    async with guarded_client(resolver=resolve, inner=backend) as client:
+        with pytest.raises(httpx.ConnectError):
+            await guarded_request(client, "GET", "http://svc.example/", allow_hosts=["svc.example"])
+        for _ in range(2):  # the answer is remembered, and refused for a request not allowing the host
+            with pytest.raises(BlockedAddressError, match="not a public address"):
+                await guarded_request(client, "GET", "http://svc.example/")
+        assert asked == ["svc.example"] and backend.targets == [("127.0.0.1", 80)]
+        monkeypatch.setattr(netguard, "ANSWER_TTL_S", 0.0)  # past its time, the host is resolved again
+        with pytest.raises(httpx.ConnectError):
+            await guarded_request(client, "GET", "http://svc.example/")
+        assert asked == ["svc.example"] * 2 and backend.targets[-1] == ("8.8.8.8", 80)
 
 
 async def test_a_plain_client_is_not_accepted() -> None:
