@@ -1,22 +1,26 @@
 """SSRF guard for outbound HTTP (HTTP tools, webhooks): a request may reach only globally routable
-addresses, unless its host is explicitly allow-listed.
+addresses, unless its host is explicitly allow-listed (the rules: shared/netguard_rules.py).
 
-The check and the connection are one step: the guarded client's network backend resolves the
-host once, refuses the connection unless every address is global (``ip.is_global``, and never a
-cloud metadata address), and connects to the address it checked. The request keeps its URL, so
-the Host header and the TLS server name stay the host's; a resolver that answers differently the
-second time (DNS rebinding) is never asked twice. Redirects are followed here, hop by hop, each hop
-a new connection through the same backend. Responses are read as a stream under a byte cap and an
-overall deadline, so a receiver can neither make us buffer a huge body nor trickle past a timeout.
+The check holds for every request, not every connection: before each request and each redirect
+hop, the host is resolved once and checked under the request's own allow list, and the request
+goes through the pool of exactly that checked destination (allow list, host, port, addresses;
+shared/netguard_pool.py), whose connections go only to the checked addresses. A connection another
+request opened under another allow list is never reused, and a resolver that answers differently
+the second time (DNS rebinding) is never asked twice for one hop. The request keeps its URL, so
+the Host header and the TLS server name stay the host's. Responses are read as a stream under a
+byte cap and an overall deadline, so a receiver can neither make us buffer a huge body nor trickle
+past a timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
+import dataclasses
 import ipaddress
 import socket
+import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Iterable
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -24,7 +28,18 @@ from urllib.parse import urljoin, urlsplit
 import httpcore
 import httpx
 
+from shared.netguard_pool import (
+    DESTINATION,
+    KEEPALIVE_S,
+    MAX_POOLS,
+    Destination,
+    GuardedTransport,
+    destination_of,
+)
+from shared.netguard_rules import IP, METADATA, BlockedAddressError, ResponseTooLargeError, forbidden
+
 __all__ = [
+    "ANSWER_TTL_S",
     "CROSS_ORIGIN_HEADERS",
     "DEFAULT_DEADLINE_S",
     "DEFAULT_MAX_BYTES",
@@ -32,46 +47,26 @@ __all__ = [
     "MAX_REDIRECTS",
     "METADATA",
     "BlockedAddressError",
-    "GuardedBackend",
     "Resolver",
     "ResponseTooLargeError",
     "check_url",
+    "forbidden",
     "guarded_client",
     "guarded_request",
     "resolve_checked",
     "system_resolver",
 ]
 
-IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 
-METADATA = frozenset(
-    ipaddress.ip_address(a)
-    for a in ("169.254.169.254", "169.254.170.2", "100.100.100.200", "fd00:ec2::254", "192.0.0.192")
-)
 MAX_REDIRECTS = 5
+ANSWER_TTL_S = KEEPALIVE_S  # how long a client reuses a resolver's answer (checked again each time)
+MAX_ANSWERS = 256
 DEFAULT_MAX_BYTES = 1_000_000
 DEFAULT_DEADLINE_S = 30.0
 
-# The allow list of the request under way (set by guarded_request, read where it connects).
-_allowed: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
-    "netguard_allowed", default=frozenset()
-)
-_guarded_clients: weakref.WeakSet[httpx.AsyncClient] = weakref.WeakSet()
-
-
-class BlockedAddressError(Exception):
-    """The URL points somewhere outbound calls may not go."""
-
-
-class ResponseTooLargeError(Exception):
-    """The response body went over the byte cap (the connection was closed there)."""
-
-
-def _forbidden(ip: IP) -> bool:
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip in METADATA or not ip.is_global or ip.is_multicast
+# The resolver of each guarded client (the transport connects only where a request was checked).
+_resolvers: weakref.WeakKeyDictionary[httpx.AsyncClient, Resolver] = weakref.WeakKeyDictionary()
 
 
 async def system_resolver(host: str, port: int) -> list[str]:
@@ -99,7 +94,7 @@ async def resolve_checked(
         raise BlockedAddressError(f"{host} has no address")
     if host.lower() not in allow_hosts:
         for ip in addresses:
-            if _forbidden(ip):
+            if forbidden(ip):
                 raise BlockedAddressError(
                     f"{host} resolves to {ip}, which is not a public address; allow-list the host to call it"
                 )
@@ -128,63 +123,43 @@ def _lower(hosts: Iterable[str]) -> frozenset[str]:
     return frozenset(h.strip().lower() for h in hosts if h.strip())
 
 
-class GuardedBackend(httpcore.AsyncNetworkBackend):
-    """Resolves and checks the host, then connects to the checked address (TLS still names the host)."""
-
-    def __init__(
-        self, resolver: Resolver = system_resolver, inner: httpcore.AsyncNetworkBackend | None = None
-    ):
-        self.resolver = resolver
-        self.inner = inner or httpcore.AnyIOBackend()
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        addresses = await resolve_checked(host, port, _allowed.get(), self.resolver)
-        last: Exception | None = None
-        for address in addresses[:4]:
-            try:
-                return await self.inner.connect_tcp(address, port, timeout, local_address, socket_options)
-            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
-                last = exc
-        assert last is not None
-        raise last
-
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,  # noqa: ASYNC109
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        raise BlockedAddressError("unix sockets are not allowed")
-
-    async def sleep(self, seconds: float) -> None:
-        await self.inner.sleep(seconds)
-
-
 def guarded_client(
     *,
     max_connections: int = 100,
+    max_pools: int = MAX_POOLS,
     resolver: Resolver = system_resolver,
     inner: httpcore.AsyncNetworkBackend | None = None,
 ) -> httpx.AsyncClient:
-    """An HTTP client whose every connection goes through the guard; use it with guarded_request."""
-    transport = httpx.AsyncHTTPTransport()
-    transport._pool = httpcore.AsyncConnectionPool(  # httpx has no public way to set the backend
-        ssl_context=httpx.create_ssl_context(),
-        max_connections=max_connections,
-        max_keepalive_connections=min(20, max_connections),
-        keepalive_expiry=5.0,
-        network_backend=GuardedBackend(resolver, inner),
-    )
+    """An HTTP client that sends only requests checked by guarded_request, each through the pool of
+    its checked destination (at most ``max_pools`` pools, ``max_connections`` requests under way)."""
+    transport = GuardedTransport(inner, max_connections=max_connections, max_pools=max_pools)
     client = httpx.AsyncClient(transport=transport, trust_env=False)
-    _guarded_clients.add(client)
+    _resolvers[client] = _Remembered(resolver)
     return client
+
+
+class _Remembered:
+    """A resolver whose answers are kept for ANSWER_TTL_S (as long as a pooled connection to them
+    would have lived), so checking every request does not mean a DNS lookup for every request.
+    The answers are raw: each request still checks them under its own allow list."""
+
+    def __init__(self, resolver: Resolver, clock: Callable[[], float] = time.monotonic) -> None:
+        self.resolver = resolver
+        self.clock = clock
+        self.answers: OrderedDict[tuple[str, int], tuple[float, list[str]]] = OrderedDict()  # when, what
+
+    async def __call__(self, host: str, port: int) -> list[str]:
+        key, now = (host, port), self.clock()
+        kept = self.answers.get(key)
+        if kept is not None and now - kept[0] < ANSWER_TTL_S:
+            self.answers.move_to_end(key)
+            return kept[1]
+        found = await self.resolver(host, port)
+        self.answers[key] = (now, found)
+        self.answers.move_to_end(key)
+        while len(self.answers) > MAX_ANSWERS:
+            self.answers.popitem(last=False)
+        return found
 
 
 # Headers that may follow a redirect to another origin; any other (credentials, API keys a profile
@@ -213,26 +188,39 @@ async def guarded_request(
     """A request through a guarded client that follows redirects itself, every hop through the
     guard, and reads at most ``max_bytes`` of the final body (ResponseTooLargeError past that),
     all within ``deadline_s`` (httpx.TimeoutException past that). The body is read: no aclose needed."""
-    if client not in _guarded_clients:
+    resolver = _resolvers.get(client)
+    if resolver is None:
         raise TypeError("guarded_request needs a client from netguard.guarded_client()")
-    token = _allowed.set(_lower(allow_hosts))
     try:
         async with asyncio.timeout(deadline_s):
-            return await _follow(client, method, url, max_bytes, kwargs)
+            return await _follow(client, resolver, _lower(allow_hosts), method, url, max_bytes, kwargs)
     except TimeoutError:
         raise httpx.ReadTimeout(
             f"no complete answer from {urlsplit(url).hostname} within {deadline_s:g} s"
         ) from None
-    finally:
-        _allowed.reset(token)
+
+
+async def _checked(url: str, allow: frozenset[str], resolver: Resolver) -> Destination:
+    """Where one hop may go: its host resolved once and checked under the request's allow list."""
+    _usable(url)
+    dest = destination_of(httpx.URL(url), allow)
+    addresses = await resolve_checked(dest.host, dest.port, allow, resolver)
+    return dataclasses.replace(dest, addresses=tuple(addresses))
 
 
 async def _follow(
-    client: httpx.AsyncClient, method: str, url: str, max_bytes: int, kwargs: dict[str, Any]
+    client: httpx.AsyncClient,
+    resolver: Resolver,
+    allow: frozenset[str],
+    method: str,
+    url: str,
+    max_bytes: int,
+    kwargs: dict[str, Any],
 ) -> httpx.Response:
     for _ in range(MAX_REDIRECTS + 1):
-        _usable(url)
-        request = client.build_request(method, url, **kwargs)
+        dest = await _checked(url, allow, resolver)  # before any connection, new or pooled
+        extensions = {**kwargs.get("extensions", {}), DESTINATION: dest}
+        request = client.build_request(method, url, **{**kwargs, "extensions": extensions})
         response = await client.send(request, stream=True, follow_redirects=False)
         try:
             if response.is_redirect and "location" in response.headers:

@@ -15,7 +15,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from shared.netguard import BlockedAddressError, _forbidden, check_url, guarded_client
+from shared.netguard import BlockedAddressError, check_url, guarded_client
+from shared.netguard_rules import forbidden
 from shared.profiles import HttpToolConfig, ToolSettings
 from shared.redis_server import free_port
 from worker.tools.base import ToolContext, ToolError
@@ -219,9 +220,9 @@ async def test_secret_headers_do_not_follow_a_redirect_to_another_origin(
     ],
 )
 def test_forbidden_ranges(ip: str) -> None:
-    assert _forbidden(ipaddress.ip_address(ip))
+    assert forbidden(ipaddress.ip_address(ip))
 
 
 @pytest.mark.parametrize("ip", ["8.8.8.8", "1.1.1.1", "2606:4700:4700::1111"])
 def test_public_ranges(ip: str) -> None:
-    assert not _forbidden(ipaddress.ip_address(ip))
+    assert not forbidden(ipaddress.ip_address(ip))
