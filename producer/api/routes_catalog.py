@@ -93,7 +93,7 @@ async def get_batch(batch_id: str, api: ApiDep, tenant: Tenant) -> dict[str, Any
 @router.get(
     "/v1/batches/{batch_id}/runs",
     response_model=RunsPage,
-    responses=_404,
+    responses={**_400, **_404},
     summary="A batch's runs, newest first",
 )
 async def batch_runs(
