@@ -47,8 +47,8 @@ __all__ = [
 
 STATUSES = tuple(s.value for s in RunStatus)
 # Redis reads one listing call makes on a partition, at most (list_runs.lua): index entries looked
-# at, kept or skipped, membership probes and run reads. A page that spends them ends there, possibly
-# empty, and its cursor continues after the last entry looked at (about 2 ms of Redis per call).
+# at (matching or not), membership probes and run reads. A page that spends them ends there, possibly
+# empty, and its cursor continues after the last entry looked at (a few ms of Redis per call).
 SCAN_MAX = 2_000
 _SCORE = re.compile(rf"0|[1-9][0-9]{{0,{limits.MAX_MS_DIGITS - 1}}}")  # ASCII digits, as Redis writes scores
 _CURSOR_CHARS = re.compile(r"[A-Za-z0-9_-]+")  # base64url, unpadded
