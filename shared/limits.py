@@ -21,6 +21,7 @@ __all__ = [
     "MAX_TOOL_RETRY_DELAY_MS",
     "MAX_TOOL_TIMEOUT_S",
     "MAX_WEBHOOK_RESPONSE_BYTES",
+    "SESSION_RUNS_SHOWN",
 ]
 
 
@@ -46,3 +47,4 @@ MAX_INDEX_RUNS = 100_000  # most runs one listing index (per tenant and filter v
 MAX_META_TERMS = 16  # metadata keys a run is listed under (the first ones with scalar values)
 MAX_META_KEY_CHARS = 64
 MAX_META_VALUE_CHARS = 256
+SESSION_RUNS_SHOWN = 1_000  # newest runs a session view reads (commit.lua trims a session's list to as many)

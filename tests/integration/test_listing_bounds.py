@@ -13,8 +13,10 @@ import pytest
 from redis.asyncio import Redis
 
 from producer.listing import SCAN_MAX, encode_cursor
+from producer.submission import Submitted
 from shared import limits
 from tests.integration.api_support import A, api, run_body, settings
+from tests.integration.helpers import producer_for
 from tests.support.schema import K
 
 pytestmark = pytest.mark.integration
@@ -162,3 +164,18 @@ async def test_a_batch_offset_is_bounded_and_ids_stay_short(redis_url: str) -> N
         assert r.status_code == 200, r.text
         ids = [x["runId"] for x in r.json()["results"]]
         assert len(ids) == 2 and all(len(i) <= limits.MAX_ID_CHARS for i in ids), ids
+
+
+async def test_a_session_view_reads_a_bounded_number_of_its_runs(redis: Redis, redis_url: str) -> None:
+    # GET /v1/sessions/{id} read the session's whole list of runs: a session queued runs without
+    # bound (its list is trimmed only when one of them ends). It shows the newest ones.
+    p = producer_for(redis, redis_url)
+    shown = limits.SESSION_RUNS_SHOWN
+    runs = [{"inputMessages": [{"role": "user", "content": "go"}], "sessionId": "s-big"}] * shown
+    first = await p.submit({**runs[0], "autoCreateSession": True})
+    ids = [first.run_id]
+    for _ in range(2):
+        ids += [r.run_id for r in await p.submit_many(runs[: shown // 2 + 1]) if isinstance(r, Submitted)]
+    assert len(ids) > shown
+    view = await p.get_session("s-big")
+    assert view is not None and view["runs"] == ids[-shown:]
