@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CURSOR_MAX_CHARS",
+    "MS_FORMAT",
     "SCAN_MAX",
     "STATUSES",
     "Catalog",
@@ -52,6 +53,7 @@ STATUSES = tuple(s.value for s in RunStatus)
 SCAN_MAX = 2_000
 _SCORE = re.compile(rf"0|[1-9][0-9]{{0,{limits.MAX_MS_DIGITS - 1}}}")  # ASCII digits, as Redis writes scores
 _CURSOR_CHARS = re.compile(r"[A-Za-z0-9_-]+")  # base64url, unpadded
+MS_FORMAT = f"ms since the epoch, in ASCII digits only, at most {limits.MAX_MS_DIGITS} of them"
 CURSOR_MAX_CHARS = -(-(limits.MAX_MS_DIGITS + 1 + limits.MAX_ID_CHARS) // 3) * 4  # "<score>:<runId>" encoded
 
 
@@ -120,7 +122,7 @@ def parse_ms(field: str, value: str) -> int:
     """A time filter (ms since the epoch) as a query writes it: ASCII digits only, at most
     MAX_MS_DIGITS of them (no sign, space, underscore or other digits Python's int() takes)."""
     if not re.fullmatch(rf"[0-9]{{1,{limits.MAX_MS_DIGITS}}}", value):
-        raise ListingError(field, f"ms since the epoch, ASCII digits only, at most {limits.MAX_MS_DIGITS}")
+        raise ListingError(field, MS_FORMAT)
     return int(value)
 
 

@@ -10,10 +10,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 from pydantic import BeforeValidator
+from pydantic_core import PydanticCustomError
 
 from producer.api.errors import COMMON_ERRORS, ErrorResponse
 from producer.api.state import ApiDep, Tenant
-from producer.listing import CURSOR_MAX_CHARS, Catalog, ListingError, RunFilter, parse_ms
+from producer.listing import CURSOR_MAX_CHARS, MS_FORMAT, Catalog, ListingError, RunFilter, parse_ms
 from shared import limits
 from shared.api import BatchAbortAnswer, BatchView, RunsPage
 from shared.errors import ApiError
@@ -36,7 +37,12 @@ Cursor = Annotated[
 
 def _ms(value: object) -> object:
     """A time filter as the query wrote it: ASCII digits only (parse_ms), before pydantic's int."""
-    return parse_ms("ms", value) if isinstance(value, str) else value
+    if not isinstance(value, str):
+        return value
+    try:
+        return parse_ms("ms", value)
+    except ListingError:
+        raise PydanticCustomError("ms_format", MS_FORMAT) from None
 
 
 Ms = Annotated[int | None, BeforeValidator(_ms)]
