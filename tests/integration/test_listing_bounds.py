@@ -67,10 +67,15 @@ async def fill(redis: Redis, dims: dict[str, list[int]], score: Any) -> list[str
     return [ids[i] for i in sorted(range(N), key=lambda i: (score(i), ids[i]), reverse=True)]
 
 
+async def calls(redis: Redis, *commands: str) -> int:
+    """Calls of those commands since the last reset (the scripts' own calls are counted too)."""
+    stats = await redis.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in commands)
+
+
 async def scans(redis: Redis) -> int:
     """Index pages the listing scripts fetched since the last reset (each of at most 100 entries)."""
-    stats = await redis.info("commandstats")
-    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("zrevrange", "zrevrangebyscore"))
+    return await calls(redis, "zrevrange", "zrevrangebyscore")
 
 
 async def one_call(redis: Redis, c: httpx.AsyncClient, **params: Any) -> tuple[dict[str, Any], int]:
@@ -122,6 +127,7 @@ async def test_a_rare_filter_pages_through_every_match_exactly_once(redis_url: s
                 q: dict[str, Any] = {"metadata": ["x=1", "y=1"], "limit": limit}
                 page, fetched = await one_call(redis, c, **q, **({"cursor": cursor} if cursor else {}))
                 assert fetched <= BOUND, fetched
+                assert await calls(redis, "zscore", "hmget") <= SCAN_MAX + 1  # probes and run reads
                 found += [x["runId"] for x in page["runs"]]
                 empty += not page["runs"] and page["next"] is not None
                 cursor = page["next"]
