@@ -22,7 +22,7 @@ from producer.submission import (
     claimed_session,
     outcome,
 )
-from shared import keys
+from shared import keys, limits
 from shared.models import RunInput
 from shared.quotas import DEFAULT_TENANT, Quota
 
@@ -55,6 +55,8 @@ async def submit_many(
     without it closes the batch, which then finishes (and fires its webhook, once) when its runs
     have all ended."""
     p.check_batch_size(len(items))
+    if not 0 <= offset <= limits.MAX_BATCH_OFFSET:  # the derived run ids stay short (MAX_ID_CHARS)
+        raise SubmissionError("invalid_input", f"offset: from 0 to {limits.MAX_BATCH_OFFSET}", field="offset")
     layout = p.parts.layout
     out: list[Submitted | SubmissionError | None] = [None] * len(items)
     seen: set[str] = set()

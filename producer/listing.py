@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +20,7 @@ import orjson
 from producer.batching import merge_batch, read_batch
 from producer.routing import run_many
 from producer.submission import scoped_id
-from shared import keys
+from shared import keys, limits
 from shared.ids import is_valid_id
 from shared.models import RunStatus
 from shared.scripts import text
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
     from producer.service import Producer
 
 __all__ = [
+    "CURSOR_MAX_CHARS",
+    "MS_FORMAT",
     "SCAN_MAX",
     "STATUSES",
     "Catalog",
@@ -40,10 +43,18 @@ __all__ = [
     "decode_cursor",
     "encode_cursor",
     "merge_pages",
+    "parse_ms",
 ]
 
 STATUSES = tuple(s.value for s in RunStatus)
-SCAN_MAX = 5_000  # index entries one listing call looks at, at most; the cursor continues after them
+# Redis reads one listing call makes on a partition, at most (list_runs.lua): index entries looked
+# at (matching or not), membership probes and run reads. A page that spends them ends there, possibly
+# empty, and its cursor continues after the last entry looked at (a few ms of Redis per call).
+SCAN_MAX = 2_000
+_SCORE = re.compile(rf"0|[1-9][0-9]{{0,{limits.MAX_MS_DIGITS - 1}}}")  # ASCII digits, as Redis writes scores
+_CURSOR_CHARS = re.compile(r"[A-Za-z0-9_-]+")  # base64url, unpadded
+MS_FORMAT = f"ms since the epoch, in ASCII digits only, at most {limits.MAX_MS_DIGITS} of them"
+CURSOR_MAX_CHARS = -(-(limits.MAX_MS_DIGITS + 1 + limits.MAX_ID_CHARS) // 3) * 4  # "<score>:<runId>" encoded
 
 
 class ListingError(ValueError):
@@ -93,15 +104,26 @@ def encode_cursor(score: str, run_id: str) -> str:
 
 
 def decode_cursor(cursor: str) -> tuple[str, str]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    """(score, runId) of a cursor encode_cursor wrote, and nothing else: unpadded base64url of at
+    most CURSOR_MAX_CHARS, of ASCII digits (no sign, no leading zero, at most MAX_MS_DIGITS), ":"
+    and a valid id, encoded the one way encode_cursor does. Anything else is a ListingError."""
+    if len(cursor) <= CURSOR_MAX_CHARS and _CURSOR_CHARS.fullmatch(cursor):
+        try:
+            raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
+        except (binascii.Error, UnicodeDecodeError):
+            raw = ""
         score, _, run_id = raw.partition(":")
-        int(score)
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        raise ListingError("cursor", "not a cursor this API returned") from None
-    if not is_valid_id(run_id):
-        raise ListingError("cursor", "not a cursor this API returned")
-    return score, run_id
+        if _SCORE.fullmatch(score) and is_valid_id(run_id) and encode_cursor(score, run_id) == cursor:
+            return score, run_id
+    raise ListingError("cursor", "not a cursor this API returned")
+
+
+def parse_ms(field: str, value: str) -> int:
+    """A time filter (ms since the epoch) as a query writes it: ASCII digits only, at most
+    MAX_MS_DIGITS of them (no sign, space, underscore or other digits Python's int() takes)."""
+    if not re.fullmatch(rf"[0-9]{{1,{limits.MAX_MS_DIGITS}}}", value):
+        raise ListingError(field, MS_FORMAT)
+    return int(value)
 
 
 def _summary(fields: list[Any]) -> dict[str, Any]:
@@ -193,7 +215,7 @@ class Catalog:
         if flt.session_id is not None:
             flt = replace(flt, session_id=await self._own_session(tenant, flt.session_id))
         pairs = flt.pairs()
-        cs, cid = decode_cursor(cursor) if cursor else ("", "")
+        cs, cid = decode_cursor(cursor) if cursor is not None else ("", "")
         args = [
             tenant, limit, SCAN_MAX, cs, cid,
             "" if flt.created_after is None else flt.created_after,

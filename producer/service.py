@@ -19,7 +19,7 @@ from producer.placement import locate_many
 from producer.routing import Parts, as_partitions, run_script
 from producer.submission import SubmissionError, Submitted, scoped_id
 from producer.submitter import Submitter
-from shared import keys
+from shared import keys, limits
 from shared.codec import to_jsonable
 from shared.events import decode_entry, stream_id
 from shared.models import ClientToolResult, RunEvent, RunResult, RunStatus
@@ -294,8 +294,9 @@ class Producer(Submitter):
         return verdict, text(reply[1]) if len(reply) > 1 else "", []
 
     async def get_session(self, session_id: str, *, tenant: str | None = None) -> dict[str, Any] | None:
-        """The session's runs (in submission order), its active run and its history of run loops;
-        the tenant's session scoped under this id when another tenant holds it."""
+        """The session's newest runs (limits.SESSION_RUNS_SHOWN, in submission order), its active run
+        and its history of run loops; the tenant's session scoped under this id when another tenant
+        holds it."""
         found = await self._get_session(session_id, tenant)
         if found is None and tenant is not None:
             found = await self._get_session(scoped_id(tenant, session_id), tenant)
@@ -308,7 +309,7 @@ class Producer(Submitter):
 
         def op(pipe: Any) -> None:
             pipe.hgetall(part.session(session_id))
-            pipe.lrange(part.session_runs(session_id), 0, -1)
+            pipe.lrange(part.session_runs(session_id), -limits.SESSION_RUNS_SHOWN, -1)  # the newest
             pipe.lrange(part.session_loops(session_id), -100, -1)
 
         meta, runs, loops = (await self.parts.pipelined([(part, op)]))[0]

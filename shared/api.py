@@ -151,7 +151,7 @@ class SessionView(BaseModel):
     sessionId: str
     createdAt: int
     activeRun: str | None = None
-    runs: list[str]
+    runs: list[str] = Field(description="its newest runs (at most 1,000), in submission order")
     history: list[dict[str, Any]]
 
 

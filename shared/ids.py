@@ -16,7 +16,7 @@ def new_run_id() -> str:
 
 
 def is_valid_id(value: str) -> bool:
-    return bool(_ID_RE.match(value))
+    return _ID_RE.fullmatch(value) is not None  # not match: "$" would let a trailing newline in
 
 
 def new_batch_id() -> str:

@@ -2,6 +2,7 @@
 
 __all__ = [
     "MAX_BATCH_ITEMS",
+    "MAX_BATCH_OFFSET",
     "MAX_ID_CHARS",
     "MAX_INDEX_RUNS",
     "MAX_INPUT_MESSAGES",
@@ -10,6 +11,7 @@ __all__ = [
     "MAX_META_KEY_CHARS",
     "MAX_META_TERMS",
     "MAX_META_VALUE_CHARS",
+    "MAX_MS_DIGITS",
     "MAX_RUN_INPUT_BYTES",
     "MAX_SCRIPT_DELAY_MS",
     "MAX_SEQ",
@@ -19,6 +21,7 @@ __all__ = [
     "MAX_TOOL_RETRY_DELAY_MS",
     "MAX_TOOL_TIMEOUT_S",
     "MAX_WEBHOOK_RESPONSE_BYTES",
+    "SESSION_RUNS_SHOWN",
 ]
 
 
@@ -30,6 +33,8 @@ MAX_TOOL_NAMES = 128
 MAX_ID_CHARS = 128
 MAX_TOOL_RESULT_CHARS = 64_000
 MAX_BATCH_ITEMS = 1_000
+MAX_BATCH_OFFSET = 10**15  # a batch part's offset: derived run ids stay far below MAX_ID_CHARS
+MAX_MS_DIGITS = 16  # a time in ms (a listing's createdBefore/After and cursor): past year 300,000
 
 # Bounds on what a profile or a test script may ask for (a caller cannot hold a worker slot longer).
 MAX_TOOL_TIMEOUT_S = 300.0  # one tool attempt
@@ -42,3 +47,4 @@ MAX_INDEX_RUNS = 100_000  # most runs one listing index (per tenant and filter v
 MAX_META_TERMS = 16  # metadata keys a run is listed under (the first ones with scalar values)
 MAX_META_KEY_CHARS = 64
 MAX_META_VALUE_CHARS = 256
+SESSION_RUNS_SHOWN = 1_000  # newest runs a session view reads (commit.lua trims a session's list to as many)

@@ -9,21 +9,43 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
+from pydantic import BeforeValidator
+from pydantic_core import PydanticCustomError
 
 from producer.api.errors import COMMON_ERRORS, ErrorResponse
 from producer.api.state import ApiDep, Tenant
-from producer.listing import Catalog, ListingError, RunFilter
+from producer.listing import CURSOR_MAX_CHARS, MS_FORMAT, Catalog, ListingError, RunFilter, parse_ms
+from shared import limits
 from shared.api import BatchAbortAnswer, BatchView, RunsPage
 from shared.errors import ApiError
 from shared.ids import ID_PATTERN
 
-__all__ = ["Cursor", "Limit", "abort_batch", "batch_runs", "get_batch", "list_runs"]
+__all__ = ["Cursor", "Limit", "Ms", "abort_batch", "batch_runs", "get_batch", "list_runs"]
 
 router = APIRouter()
 _404 = {**COMMON_ERRORS, 404: {"model": ErrorResponse}}
 _400 = {**COMMON_ERRORS, 400: {"model": ErrorResponse, "description": "a cursor this API did not return"}}
 Limit = Annotated[int, Query(ge=1, le=500, description="runs per page")]
-Cursor = Annotated[str | None, Query(max_length=400, description="the `next` of the previous page")]
+Cursor = Annotated[
+    str | None,
+    Query(
+        description="the `next` of the previous page, as it was returned: any other value is a 400 "
+        f"`invalid_cursor` (at most {CURSOR_MAX_CHARS} characters)"
+    ),
+]
+
+
+def _ms(value: object) -> object:
+    """A time filter as the query wrote it: ASCII digits only (parse_ms), before pydantic's int."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return parse_ms("ms", value)
+    except ListingError:
+        raise PydanticCustomError("ms_format", MS_FORMAT) from None
+
+
+Ms = Annotated[int | None, BeforeValidator(_ms)]
 
 
 async def _page(api: Any, tenant: str, flt: RunFilter, limit: int, cursor: str | None) -> dict[str, Any]:
@@ -50,10 +72,10 @@ async def list_runs(
         list[str] | None, Query(max_length=8, description="key=value; repeat for several")
     ] = None,
     created_after: Annotated[
-        int | None, Query(alias="createdAfter", ge=0, description="ms, exclusive")
+        Ms, Query(alias="createdAfter", ge=0, lt=10**limits.MAX_MS_DIGITS, description="ms, exclusive")
     ] = None,
     created_before: Annotated[
-        int | None, Query(alias="createdBefore", ge=0, description="ms, exclusive")
+        Ms, Query(alias="createdBefore", ge=0, lt=10**limits.MAX_MS_DIGITS, description="ms, exclusive")
     ] = None,
     limit: Limit = 50,
     cursor: Cursor = None,
@@ -77,7 +99,7 @@ async def get_batch(batch_id: str, api: ApiDep, tenant: Tenant) -> dict[str, Any
 @router.get(
     "/v1/batches/{batch_id}/runs",
     response_model=RunsPage,
-    responses=_404,
+    responses={**_400, **_404},
     summary="A batch's runs, newest first",
 )
 async def batch_runs(

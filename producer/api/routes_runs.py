@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 from producer.api.errors import COMMON_ERRORS, ErrorResponse, OrjsonResponse
 from producer.api.state import ApiDep, Tenant, record_or_404
 from producer.service import SubmissionError, Submitted
+from shared import limits
 from shared.api import (
     AbortAnswer,
     Accepted,
@@ -49,7 +50,13 @@ class BatchBody(BaseModel):
         description="names the batch (generated when absent); items without a runId get one derived from "
         "(batchId, offset + index), so sending the same batch again creates nothing new",
     )
-    offset: int = Field(default=0, ge=0, description="index of the first item, for a batch sent in parts")
+    offset: int = Field(
+        default=0,
+        ge=0,
+        le=limits.MAX_BATCH_OFFSET,
+        strict=True,
+        description="index of the first item, for a batch sent in parts",
+    )
     batchWebhook: str | None = Field(
         default=None,
         max_length=2048,

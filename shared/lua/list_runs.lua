@@ -1,13 +1,17 @@
 -- A page of a tenant's runs, newest first: walk the smallest of the filters' indexes and keep the
--- runs that are in every other one. The cursor is the last (createdAt, runId) returned: the next page
--- starts right after it (by its rank while it is still in the index, else by score), so runs
--- inserted meanwhile never shift a page. Entries whose run has expired are dropped on the way.
+-- runs that are in every other one. The cursor is the last (createdAt, runId) looked at: the next
+-- page starts right after it (by rank, found in O(log n)), so runs inserted meanwhile never shift a
+-- page. Entries whose run has expired are dropped on the way.
+-- Bounded work: every index entry looked at (kept or not), every membership probe and every run
+-- read costs one of the scanMax reads; when they are spent the page ends there, possibly empty, and
+-- the cursor continues after the last entry looked at. Nothing before the cursor, or at or past
+-- createdBefore, is walked.
 -- KEYS: none of its own (the indexes are named by its arguments)
 -- ARGV: tenant, limit, scanMax, cursorScore ('' = first page), cursorId, createdAfter ('' = none,
 --   exclusive), createdBefore ('' = none, exclusive), nFilters, then dim, value pairs.
 -- Reply: nextCursorScore ('' = the end), nextCursorId, then per run: runId, status, createdAt,
 --   sessionId, agent, batch, finishedAt, clientId (the id shown for a tenant-scoped run).
-local limit, scan_max = tonumber(ARGV[2]), tonumber(ARGV[3])
+local limit, budget = tonumber(ARGV[2]), tonumber(ARGV[3])
 local idx = {}
 for j = 1, tonumber(ARGV[8]) do idx[#idx + 1] = index_key(ARGV[1], ARGV[7 + 2 * j], ARGV[8 + 2 * j]) end
 if #idx == 0 then idx = {index_key(ARGV[1], 'all', '')} end
@@ -17,58 +21,76 @@ for j, k in ipairs(idx) do
   if best == nil or n < best then driver, best = j, n end
 end
 local dkey = idx[driver]
-local max = ARGV[7] ~= '' and ('(' .. ARGV[7]) or '+inf'
-local min = ARGV[6] ~= '' and ('(' .. ARGV[6]) or '-inf'
-local cs, cid = ARGV[4], ARGV[5]
-local by_rank = nil
-if cs ~= '' then
-  if redis.call('ZSCORE', dkey, cid) == cs then
-    by_rank = redis.call('ZREVRANK', dkey, cid) + 1
-  elseif ARGV[7] == '' or tonumber(cs) < tonumber(ARGV[7]) then
-    max = cs
-  end
-end
-local out, dead = {'', ''}, {}
 local after = ARGV[6] ~= '' and tonumber(ARGV[6]) or nil
 local before = ARGV[7] ~= '' and tonumber(ARGV[7]) or nil
-local scanned, offset, last_score, last_id, ended = 0, 0, nil, nil, false
+local max = before and ('(' .. ARGV[7]) or '+inf'
+local min = after and ('(' .. ARGV[6]) or '-inf'
+local cs, cid = ARGV[4], ARGV[5]
+-- The rank right after the cursor: its entry's rank while it is in the index; else after every
+-- entry of a higher score and every entry of its score with an id at or above its id (ids descend
+-- among equal scores), found by bisecting those ties: O(log n), however many runs share a time.
+local function at_or_above(a, b)  -- a >= b byte by byte, as Redis orders members (Lua's < follows the locale)
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x > y end
+  end
+  return #a >= #b
+end
+local function rank_after()
+  if redis.call('ZSCORE', dkey, cid) == cs then return redis.call('ZREVRANK', dkey, cid) + 1 end
+  local lo = redis.call('ZCOUNT', dkey, '(' .. cs, '+inf')
+  local hi = lo + redis.call('ZCOUNT', dkey, cs, cs)
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if at_or_above(redis.call('ZREVRANGE', dkey, mid, mid)[1], cid) then lo = mid + 1 else hi = mid end
+  end
+  return lo
+end
+-- A cursor at or past createdBefore starts the page at createdBefore: every entry before it in
+-- the order lies after the cursor, and none between them is walked to be skipped.
+local by_rank = nil
+if cs ~= '' and not (before and tonumber(cs) >= before) then by_rank = rank_after() end
+local out, dead = {'', ''}, {}
+local used, offset, last_score, last_id, ended = 0, 0, nil, nil, false
 local n = 0
-while not ended and scanned < scan_max and n < limit do
+while not ended and used < budget and n < limit do
+  local want = math.min(100, budget - used)
   local page
   if by_rank then
-    page = redis.call('ZREVRANGE', dkey, by_rank + offset, by_rank + offset + 99, 'WITHSCORES')
+    page = redis.call('ZREVRANGE', dkey, by_rank + offset, by_rank + offset + want - 1, 'WITHSCORES')
   else
-    page = redis.call('ZREVRANGEBYSCORE', dkey, max, min, 'WITHSCORES', 'LIMIT', offset, 100)
+    page = redis.call('ZREVRANGEBYSCORE', dkey, max, min, 'WITHSCORES', 'LIMIT', offset, want)
   end
-  if #page < 200 then ended = true end
+  if #page < 2 * want then ended = true end
   offset = offset + #page / 2
   for p = 1, #page, 2 do
     local id, score = page[p], page[p + 1]
     local s = tonumber(score)
     if after and s <= after then ended = true; break end
-    local skip = (before and s >= before) or (not by_rank and cs ~= '' and score == cs and id >= cid)
-    if not skip then
-      scanned = scanned + 1
-      last_score, last_id = score, id
-      local ok = true
-      for j, k in ipairs(idx) do
-        if j ~= driver and not redis.call('ZSCORE', k, id) then ok = false; break end
+    used = used + 1
+    last_score, last_id = score, id
+    local ok = true
+    for j, k in ipairs(idx) do
+      if j ~= driver then
+        used = used + 1
+        if not redis.call('ZSCORE', k, id) then ok = false; break end
       end
-      if ok then
-        local h = redis.call('HMGET', run_key(id), 'status', 'createdAt', 'sessionId', 'agent', 'batch',
-          'finishedAt', 'clientId', 'tenant')
-        if not h[1] or h[8] ~= ARGV[1] then
-          dead[#dead + 1] = id
-        else
-          out[#out + 1] = id
-          for f = 1, 7 do out[#out + 1] = h[f] or '' end
-          n = n + 1
-        end
-      end
-      if n >= limit or scanned >= scan_max then break end
     end
+    if ok then
+      used = used + 1
+      local h = redis.call('HMGET', run_key(id), 'status', 'createdAt', 'sessionId', 'agent', 'batch',
+        'finishedAt', 'clientId', 'tenant')
+      if not h[1] or h[8] ~= ARGV[1] then
+        dead[#dead + 1] = id
+      else
+        out[#out + 1] = id
+        for f = 1, 7 do out[#out + 1] = h[f] or '' end
+        n = n + 1
+      end
+    end
+    if n >= limit or used >= budget then break end
   end
 end
 if #dead > 0 then redis.call('ZREM', dkey, unpack(dead)) end
-if last_id and (n >= limit or scanned >= scan_max) then out[1], out[2] = last_score, last_id end
+if last_id and (n >= limit or used >= budget) then out[1], out[2] = last_score, last_id end
 return out

@@ -3,6 +3,7 @@ real Redis: no 5xx, and every response matches the documented schema, status and
 
 from __future__ import annotations
 
+import base64
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -11,6 +12,7 @@ import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from hypothesis.stateful import initialize
 from schemathesis.checks import not_a_server_error
 from schemathesis.generation.stateful.state_machine import StepInput
@@ -61,11 +63,58 @@ def _ready(url: str) -> bool:
         return False
 
 
-def test_every_operation_survives_generated_input(api_url: str) -> None:
+LISTINGS = ("/v1/runs", "/v1/batches/{batch_id}/runs")
+BATCH = "fuzz-batch"
+
+
+@pytest.fixture(scope="module")
+def cursors(api_url: str) -> list[str]:
+    """Cursors the API returned: the next of the first pages of both listings, over a real batch."""
+    runs = [{"inputMessages": [{"role": "user", "content": f"run {i}"}]} for i in range(8)]
+    r = httpx.post(f"{api_url}/v1/runs/batch", json={"runs": runs, "batchId": BATCH}, timeout=10)
+    assert r.status_code == 200, r.text
+    out: list[str] = []
+    for path in ("/v1/runs", f"/v1/batches/{BATCH}/runs"):
+        nxt = None
+        for _ in range(3):
+            q = {"limit": 2, **({"cursor": nxt} if nxt else {})}
+            nxt = httpx.get(f"{api_url}{path}", params=q, timeout=10).json()["next"]
+            assert nxt, path
+            out.append(nxt)
+    return out
+
+
+def _forged(cursor: str, score: str) -> str:
+    """A real cursor with its time replaced: what a client could send that the API never wrote."""
+    run_id = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode().partition(":")[2]
+    return base64.urlsafe_b64encode(f"{score}:{run_id}".encode()).decode().rstrip("=")
+
+
+# Times Python's int() takes and Redis does not, among others.
+SCORES = st.one_of(st.text(max_size=8), st.from_regex(r"\A[ +\-_0-9٣１２]{1,8}\Z"))
+
+
+def _past_the_first_page(case: schemathesis.Case, cursor: str) -> schemathesis.Case:
+    """A generated listing request sent from a real cursor (of the real batch, on its route):
+    the filters and limits are generated, the paging goes past the first page."""
+    case.query = {**(case.query or {}), "cursor": cursor}
+    if "batch_id" in (case.path_parameters or {}):
+        case.path_parameters = {**case.path_parameters, "batch_id": BATCH}
+    return case
+
+
+def test_every_operation_survives_generated_input(api_url: str, cursors: list[str]) -> None:
     schema = schemathesis.openapi.from_url(f"{api_url}/openapi.json")
     operations = [r.ok() for r in schema.get_all_operations()]
     assert len(operations) >= 11
+    paged: list[int] = []  # statuses of the listing requests sent from a real cursor
     for op in operations:
+        strategy = op.as_strategy()
+        if op.method.upper() == "GET" and op.path in LISTINGS:
+            real = st.sampled_from(cursors)
+            forged = st.tuples(real, SCORES).map(lambda p: _forged(*p))
+            seeded = st.tuples(strategy, st.one_of(real, forged)).map(lambda p: _past_the_first_page(*p))
+            strategy = st.one_of(strategy, seeded)
 
         @settings(
             max_examples=EXAMPLES,
@@ -74,11 +123,14 @@ def test_every_operation_survives_generated_input(api_url: str) -> None:
             database=None,
             derandomize=DERANDOMIZE,
         )
-        @given(case=op.as_strategy())
+        @given(case=strategy)
         def check(case: schemathesis.Case) -> None:
-            case.call_and_validate(base_url=api_url, checks=CHECKS, timeout=10)
+            response = case.call_and_validate(base_url=api_url, checks=CHECKS, timeout=10)
+            if case.query and case.query.get("cursor") in cursors:
+                paged.append(response.status_code)
 
         check()
+    assert 200 in paged, paged  # the paths past the first page were reached
 
 
 def test_sequences_that_follow_the_documented_links_survive(api_url: str) -> None:

@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
-import pytest
+import base64
+import string
 
-from producer.listing import STATUSES, ListingError, RunFilter, batch_view, decode_cursor, encode_cursor
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from producer.listing import (
+    CURSOR_MAX_CHARS,
+    STATUSES,
+    ListingError,
+    RunFilter,
+    batch_view,
+    decode_cursor,
+    encode_cursor,
+    parse_ms,
+)
 from producer.submission import batch_run_prefix, meta_term, meta_terms
 from shared import limits
+from shared.ids import is_valid_id
 from shared.models import RunStatus
 
 
@@ -38,6 +53,82 @@ def test_cursors_round_trip_and_refuse_garbage() -> None:
     for garbage in ("not-a-cursor", "", encode_cursor("x", "run"), encode_cursor("12", "bad{id}")):
         with pytest.raises(ListingError):
             decode_cursor(garbage)
+
+
+# What the server writes: a Redis score of a time in ms (ASCII digits, no leading zero) and a run id.
+SCORES = st.integers(0, 10**limits.MAX_MS_DIGITS - 1).map(str)
+ID_CHARS = string.ascii_letters + string.digits
+IDS = st.builds(
+    lambda head, tail: head + tail,
+    st.sampled_from(ID_CHARS),
+    st.text(alphabet=ID_CHARS + "_.:-", max_size=limits.MAX_ID_CHARS - 1),
+)
+
+
+def b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+@given(SCORES, IDS)
+def test_every_cursor_the_server_writes_parses_back_to_itself(score: str, run_id: str) -> None:
+    cursor = encode_cursor(score, run_id)
+    assert len(cursor) <= CURSOR_MAX_CHARS
+    assert decode_cursor(cursor) == (score, run_id)
+
+
+@given(
+    st.one_of(
+        st.text(),  # anything a query string can carry
+        st.text().map(lambda t: b64(t.encode())),  # base64 of anything
+        st.binary().map(b64),
+        st.tuples(st.text(max_size=20), st.text(max_size=140)).map(lambda p: b64(f"{p[0]}:{p[1]}".encode())),
+        st.tuples(SCORES, IDS, st.integers(0, 300), st.characters()).map(  # a real cursor, one char changed
+            lambda p: (c := encode_cursor(p[0], p[1]))[: p[2] % len(c)] + p[3] + c[p[2] % len(c) + 1 :]
+        ),
+    )
+)
+@example("MV8wMDA6YWJj")  # 1_000:abc
+@example(b64("٣:abc".encode()))
+@example(b64("１２:abc".encode()))
+@example(b64(b"1 :abc"))
+@example(b64(b"12:abc\n"))
+@example(b64(b"12:abc") + "==")
+@example("QUJD" * 1000)
+def test_any_other_string_is_refused_as_a_listing_error(cursor: str) -> None:
+    try:
+        score, run_id = decode_cursor(cursor)
+    except ListingError as err:
+        assert err.field == "cursor"
+        return
+    # Only a cursor the server could have written gets through, exactly as written.
+    assert encode_cursor(score, run_id) == cursor
+    assert score.isascii() and score.isdigit() and str(int(score)) == score
+    assert len(score) <= limits.MAX_MS_DIGITS and is_valid_id(run_id)
+
+
+@given(st.integers(0, 10**limits.MAX_MS_DIGITS - 1))
+def test_a_time_filter_parses_its_digits(ms: int) -> None:
+    assert parse_ms("createdBefore", str(ms)) == ms
+
+
+@given(st.text())
+@example("1_000")
+@example("٣")
+@example("１２")
+@example("1 ")
+@example("+1")
+@example("9" * 4299)
+def test_any_other_time_filter_is_refused_as_a_listing_error(value: str) -> None:
+    try:
+        ms = parse_ms("createdBefore", value)
+    except ListingError as err:
+        assert err.field == "createdBefore"
+        return
+    assert value.isascii() and value.isdigit() and len(value) <= limits.MAX_MS_DIGITS and ms == int(value)
+
+
+def test_ids_with_a_trailing_newline_are_not_valid() -> None:
+    assert is_valid_id("run_1") and not is_valid_id("run_1\n") and not is_valid_id("x" * 129)
 
 
 def test_batch_view_and_batch_run_ids() -> None:
