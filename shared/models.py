@@ -48,9 +48,16 @@ class Model(BaseModel):
 
 
 class ToolCall(Model):
-    """A call the model asked for. `arguments` is the raw JSON text the model produced."""
+    """A call the model asked for. `arguments` is the raw JSON text the model produced.
+
+    ``id`` is agentmill's (``c<modelCallIndex>.<position>``, see worker/machine/identity.py): every
+    record, approval, client result, Idempotency-Key and event names the call by it. ``provider_id``
+    is the model's own id as sent back to the provider, made unique in the run's transcript; None
+    (checkpoints from before) means the provider knows the call by ``id``.
+    """
 
     id: str = Field(min_length=1, max_length=limits.MAX_ID_CHARS * 2)
+    provider_id: str | None = Field(default=None, max_length=limits.MAX_ID_CHARS * 2 + 16)
     name: str = Field(min_length=1, max_length=256)
     arguments: str = Field(default="{}", max_length=limits.MAX_MESSAGE_CHARS)
 

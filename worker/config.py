@@ -155,7 +155,7 @@ def resolve_config(
         tools=tools,
         internal_tools=internal,
         approval_tools=approval,
-        max_parallel=tp.max_parallel or 1,
+        max_parallel=tp.max_parallel or policy.DEFAULT_MAX_PARALLEL,
         max_calls_per_run=tp.max_calls_per_run,
         max_iterations=ll.max_iterations or DEFAULT_MAX_ITERATIONS,
         max_tool_rounds=ll.max_tool_rounds,

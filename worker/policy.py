@@ -19,6 +19,7 @@ from shared.models import Message, ToolPolicy
 __all__ = [
     "CONTENT_FILTER",
     "CUT_OFF_CALL",
+    "DEFAULT_MAX_PARALLEL",
     "LENGTH",
     "RETRYABLE_STATUSES",
     "Classification",
@@ -35,6 +36,7 @@ __all__ = [
 ]
 
 
+DEFAULT_MAX_PARALLEL = 1  # toolPolicy.maxParallel when the profile sets none: calls of a round run one by one
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 Classification = Literal["retryable", "fatal", "overflow"]
 FailureKind = Literal[
@@ -114,7 +116,8 @@ def reply_failure(finish_reason: str | None, *, empty: bool = False) -> ModelFai
 def narrow_tool_policy(profile: ToolPolicy, run: ToolPolicy | None) -> ToolPolicy:
     """The run's toolPolicy applied to the profile's: a run can narrow what its profile allows,
     never widen it. Tools stay off if either turns them off, allow-lists intersect, approval is
-    required if either requires it, and numeric caps take the smaller value."""
+    required if either requires it, and numeric caps take the smaller value (a cap the profile
+    leaves unset is its default: maxParallel's is ``DEFAULT_MAX_PARALLEL``, the others' unlimited)."""
     if run is None:
         return profile
 
@@ -132,7 +135,7 @@ def narrow_tool_policy(profile: ToolPolicy, run: ToolPolicy | None) -> ToolPolic
     return ToolPolicy(
         enabled=False if off else (run.enabled if run.enabled is not None else profile.enabled),
         allow_list=allow,
-        max_parallel=both(profile.max_parallel, run.max_parallel),
+        max_parallel=both(profile.max_parallel or DEFAULT_MAX_PARALLEL, run.max_parallel),
         max_calls_per_run=both(profile.max_calls_per_run, run.max_calls_per_run),
         require_approval_by_default=approve or None,
         approval_timeout_ms=both(profile.approval_timeout_ms, run.approval_timeout_ms),

@@ -11,7 +11,12 @@ from worker.config import RECALL_TOOL
 from worker.machine import RunState
 from worker.ports import SessionUpdate
 
-__all__ = ["recall_id", "recalled", "recorded_result", "session_update"]
+__all__ = ["recall_id", "recalled", "recorded_result", "session_call_id", "session_update"]
+
+
+def session_call_id(run_id: str, call_id: str) -> str:
+    """How a session's later runs name (and recall) a past run's call: ``<runId>/<toolCallId>``."""
+    return f"{run_id}/{call_id}"
 
 
 def session_update(state: RunState, result: RunResult, now_ms: int) -> SessionUpdate | None:
@@ -23,11 +28,13 @@ def session_update(state: RunState, result: RunResult, now_ms: int) -> SessionUp
     user = next((m for m in state.transcript if m.role == "user"), None)
     if user is None:
         return SessionUpdate(state.session_id)
+    # Call ids are unique in a run only (c1.0 in every run): the session knows them as <runId>/<id>.
     tool_results = [
-        (m.tool_call_id, ToolResult(tool_call_id=m.tool_call_id, name=m.name or "", content=m.content))
+        (session_call_id(state.run_id, m.tool_call_id),
+         ToolResult(tool_call_id=m.tool_call_id, name=m.name or "", content=m.content))
         for m in state.transcript
         if m.role == "tool" and m.tool_call_id and m.name != RECALL_TOOL
-    ]
+    ]  # fmt: skip
     loop = context.RunLoop(
         run_id=state.run_id,
         started_at_ms=state.started_at_ms,

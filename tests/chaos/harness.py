@@ -79,6 +79,7 @@ class ChaosReport:
     recorded_results_reexecuted: int = 0
     reexecuted_after_crash: int = 0
     model_calls_repeated_after_checkpoint: int = 0
+    calls_sharing_a_record: int = 0
     max_concurrent_writers: int = 0
     kills: int = 0
     failpoint_deaths: int = 0
@@ -107,6 +108,7 @@ class ChaosReport:
             "recorded tool results executed again (must be 0)": self.recorded_results_reexecuted,
             "tool calls executed twice after a worker died mid-call": self.reexecuted_after_crash,
             "model calls repeated after a checkpoint (must be 0)": self.model_calls_repeated_after_checkpoint,
+            "tool calls without a record of their own (must be 0)": self.calls_sharing_a_record,
             "most workers writing one run at once (must be 1)": self.max_concurrent_writers,
             "SIGKILLs (random) / failpoint deaths": f"{self.kills} / {self.failpoint_deaths}",
             "SIGSTOP / SIGTERM / Redis restarts": f"{self.sigstops} / {self.sigterms} / {self.redis_restarts}",
@@ -147,6 +149,8 @@ class ChaosReport:
             bad.append(
                 f"{self.model_calls_repeated_after_checkpoint} model calls repeated after a checkpoint"
             )
+        if self.calls_sharing_a_record:
+            bad.append(f"{self.calls_sharing_a_record} tool calls without a record of their own")
         if self.max_concurrent_writers > 1:
             bad.append(f"{self.max_concurrent_writers} workers wrote one run at once")
         if self.api_failed_after_faults:
@@ -199,8 +203,13 @@ def _steps(i: int, cfg: ChaosConfig, rng: random.Random) -> dict[str, Any]:
             {
                 "text": f"step {s} of run {i}: thinking out loud",
                 "delayMs": rng.randint(*cfg.model_ms),
+                # call_0 every step, as servers that count per reply say: agentmill names the calls
                 "toolCalls": [
-                    {"name": "ledger", "arguments": {"step": s, "delayMs": rng.randint(*cfg.tool_ms)}}
+                    {
+                        "id": "call_0",
+                        "name": "ledger",
+                        "arguments": {"step": s, "delayMs": rng.randint(*cfg.tool_ms)},
+                    }
                 ],
             }
         )
@@ -499,6 +508,8 @@ class Chaos:
             for ts, _ in [(e.ts / 1000.0, e) for e in events]:
                 first_event_after_kill[rid].append(ts)
             tools = {k.decode(): orjson.loads(v) for k, v in (await redis.hgetall(part.tools(rid))).items()}
+            if status == "completed":  # one record per step's call, though the model said call_0 each time
+                r.calls_sharing_a_record += max(0, self.cfg.steps - len(tools))
             counts = ledger.counts()
             for call_id, rec in tools.items():
                 n = counts.get(f"{rid}:{call_id}", 0)

@@ -233,17 +233,17 @@ async def test_abort_approvals_and_sessions_routes(redis_url: str) -> None:
             while view["status"] != "awaiting_human":
                 view = (await c.get(f"/v1/runs/{rid}")).json()
                 await asyncio.sleep(0.05)
-            assert view["pendingApprovals"][0]["toolCallId"] == "t1"
+            assert view["pendingApprovals"][0]["toolCallId"] == "c1.0"
             r = await c.post(
                 f"/v1/runs/{rid}/approvals", json={"decisions": [{"toolCallId": "nope", "approved": True}]}
             )
             assert r.status_code == 404 and r.json()["error"]["code"] == "unknown_tool_call"
             r = await c.post(
-                f"/v1/runs/{rid}/approvals", json={"decisions": [{"toolCallId": "t1", "approved": True}]}
+                f"/v1/runs/{rid}/approvals", json={"decisions": [{"toolCallId": "c1.0", "approved": True}]}
             )
             assert r.status_code == 200 and r.json()["resumed"] is True
             r = await c.post(
-                f"/v1/runs/{rid}/approvals", json={"decisions": [{"toolCallId": "t1", "approved": True}]}
+                f"/v1/runs/{rid}/approvals", json={"decisions": [{"toolCallId": "c1.0", "approved": True}]}
             )
             assert r.status_code == 409
             final = (await c.get(f"/v1/runs/{rid}/wait", params={"timeout": 10})).json()
@@ -369,7 +369,7 @@ async def test_runs_awaiting_approval_are_exported_once_from_redis(redis_url: st
             await until_status(redis, rid, "awaiting_human")
         assert awaiting((await c.get("/metrics")).text) == 2
         assert (await c.post(f"/v1/runs/{parked[0]}/abort")).status_code == 200
-        decision = {"decisions": [{"toolCallId": "t1", "approved": True}]}
+        decision = {"decisions": [{"toolCallId": "c1.0", "approved": True}]}
         assert (await c.post(f"/v1/runs/{parked[1]}/approvals", json=decision)).status_code == 200
         final = (await c.get(f"/v1/runs/{parked[1]}/wait", params={"timeout": 10})).json()
         assert final["status"] == "completed"

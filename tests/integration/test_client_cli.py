@@ -185,26 +185,26 @@ async def test_cli_approve_reject_and_abort(redis: Redis, redis_url: str) -> Non
     assert out.returncode == 0 and "aborted" in out.stdout
     async with running_worker(redis_url):
         await until_status(redis, parked.run_id, "awaiting_human")
-        approve = await asyncio.to_thread(cli, redis_url, "approve", parked.run_id, "ok-1")
+        approve = await asyncio.to_thread(cli, redis_url, "approve", parked.run_id, "c1.0")
         assert approve.returncode == 0 and "recorded" in approve.stdout, approve.stdout + approve.stderr
         unknown = await asyncio.to_thread(cli, redis_url, "approve", parked.run_id, "nope")
         assert unknown.returncode == 2
         reject = await asyncio.to_thread(
-            cli, redis_url, "reject", parked.run_id, "no-1", "--reason", "not today"
+            cli, redis_url, "reject", parked.run_id, "c1.1", "--reason", "not today"
         )
         assert reject.returncode == 0 and "resumed" in reject.stdout
-        again = await asyncio.to_thread(cli, redis_url, "approve", parked.run_id, "no-1")
+        again = await asyncio.to_thread(cli, redis_url, "approve", parked.run_id, "c1.1")
         assert again.returncode == 2  # decided already: a clear refusal, not a second execution
         recs = await wait_all(p, [parked.run_id, queued.run_id], 15)
     assert recs[parked.run_id].status.value == "completed"
     assert recs[queued.run_id].status.value == "aborted"
     results = [e for e in await stream(redis, parked.run_id) if e.kind == "tool_result"]
     assert sorted((e.payload["toolCallId"], e.payload["isError"]) for e in results) == [
-        ("no-1", True),  # rejected: an error result the model sees, never executed
-        ("ok-1", False),
+        ("c1.0", False),
+        ("c1.1", True),  # rejected: an error result the model sees, never executed
     ]
     records = {k.decode(): orjson.loads(v) for k, v in (await redis.hgetall(K.tools(parked.run_id))).items()}
-    assert list(records) == ["ok-1"] and records["ok-1"]["attempts"] == 1  # executed once; no-1 never
+    assert list(records) == ["c1.0"] and records["c1.0"]["attempts"] == 1  # executed once; c1.1 never
     finished = await asyncio.to_thread(cli, redis_url, "abort", parked.run_id)
     assert finished.returncode == 0 and "already finished" in finished.stdout
     missing = await asyncio.to_thread(cli, redis_url, "abort", "no-such-run")

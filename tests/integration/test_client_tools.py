@@ -76,23 +76,23 @@ async def test_the_wait_frees_the_slot_survives_sigkill_and_resumes_on_another_w
             for e in await stream(redis, run.run_id)
             if e.kind == "tool_call"
         }
-        assert calls["k1"]["execution"] == "client" and calls["w1"]["execution"] == "worker"
+        assert calls["c1.0"]["execution"] == "client" and calls["c1.1"]["execution"] == "worker"
         rec = await p.get(run.run_id)
-        assert rec is not None and [c["toolCallId"] for c in rec.pending_tool_calls] == ["k1"]
+        assert rec is not None and [c["toolCallId"] for c in rec.pending_tool_calls] == ["c1.0"]
         # The waiting run holds no slot: another run completes on this max_jobs=1 worker meanwhile.
         other = await p.submit(script_run([{"text": "meanwhile"}]))
         assert (await wait_all(p, [other.run_id], 20))[other.run_id].status.value == "completed"
         first.kill()  # SIGKILL while the run waits: nothing of it lives in that process
         assert (await p.get(run.run_id)).status.value == "awaiting_tools"  # type: ignore[union-attr]
         assert await p.post_tool_results(run.run_id, [result("nope", "x")]) == ("unknown_call", "nope", [])
-        assert (await p.post_tool_results(run.run_id, [result("w1", "x")]))[0] == "not_client"
-        verdict, _, each = await p.post_tool_results(run.run_id, [result("k1", "ACME: 12 open orders")])
+        assert (await p.post_tool_results(run.run_id, [result("c1.1", "x")]))[0] == "not_client"
+        verdict, _, each = await p.post_tool_results(run.run_id, [result("c1.0", "ACME: 12 open orders")])
         assert (verdict, each) == ("resumed", ["recorded"])
         # A repeat is a no-op; a different result for a recorded call is refused.
-        assert await p.post_tool_results(run.run_id, [result("k1", "ACME: 12 open orders")]) == (
+        assert await p.post_tool_results(run.run_id, [result("c1.0", "ACME: 12 open orders")]) == (
             "recorded", "", ["duplicate"]
         )  # fmt: skip
-        assert (await p.post_tool_results(run.run_id, [result("k1", "other")]))[0] == "conflict"
+        assert (await p.post_tool_results(run.run_id, [result("c1.0", "other")]))[0] == "conflict"
         second = WorkerProc(redis_url, env=env, log=tmp_path / "b.log").start()
         done = (await wait_all(p, [run.run_id], 30))[run.run_id]
     finally:
@@ -102,13 +102,16 @@ async def test_the_wait_frees_the_slot_survives_sigkill_and_resumes_on_another_w
     assert done.status.value == "completed"
     seen = orjson.loads(done.result.final_assistant_message.content)  # type: ignore[union-attr]
     tools = [(m["toolCallId"], m["content"]) for m in seen["messages"] if m["role"] == "tool"]
-    assert tools == [("k1", "ACME: 12 open orders"), ("w1", "from the worker")]  # in the model's call order
+    assert tools == [
+        ("c1.0", "ACME: 12 open orders"),
+        ("c1.1", "from the worker"),
+    ]  # in the model's call order
     assert "lookup" in seen["tools"]
     events = await stream(redis, run.run_id)
     assert_clean_stream(events)
     assert [e.payload["status"] for e in events if e.kind == "status"].count("awaiting_tools") == 1
-    assert sum(1 for e in events if e.kind == "tool_result" and e.payload["toolCallId"] == "k1") == 1
-    assert (await p.post_tool_results(run.run_id, [result("k1", "late")]))[0] == "finished"
+    assert sum(1 for e in events if e.kind == "tool_result" and e.payload["toolCallId"] == "c1.0") == 1
+    assert (await p.post_tool_results(run.run_id, [result("c1.0", "late")]))[0] == "finished"
 
 
 async def test_a_call_past_its_timeout_gives_the_model_an_error_and_abort_ends_a_wait(
@@ -129,9 +132,9 @@ async def test_a_call_past_its_timeout_gives_the_model_an_error_and_abort_ends_a
         assert seen["messages"][-1]["content"] == "error: the client returned no result within 300 ms"
         events = await stream(redis, slow.run_id)
         res = next(e.payload for e in events if e.kind == "tool_result")
-        assert res["isError"] and res["toolCallId"] == "t1"
+        assert res["isError"] and res["toolCallId"] == "c1.0"
         assert any(e.kind == "error" and e.payload["code"] == "client_tool_error" for e in events)
-        assert (await p.post_tool_results(slow.run_id, [result("t1", "too late")]))[0] == "timed_out"
+        assert (await p.post_tool_results(slow.run_id, [result("c1.0", "too late")]))[0] == "timed_out"
 
         waiting = await p.submit(crm_run([{**ask, "toolCalls": [{**ask["toolCalls"][0], "id": "t2"}]}]))  # type: ignore[dict-item]
         await until_status(redis, waiting.run_id, "awaiting_tools")
@@ -177,35 +180,35 @@ async def test_run_declared_client_tools_the_api_the_client_and_the_cli(
                 await c.tool_result(run_id, "zz", "x")
             assert (exc.value.status, exc.value.code) == (404, "unknown_tool_call")
             with pytest.raises(ApiError) as exc:
-                await c.tool_result("no-such-run", "b1", "x")
+                await c.tool_result("no-such-run", "c1.0", "x")
             assert exc.value.status == 404
-            answer = await c.tool_result(run_id, "b1", "page one")
+            answer = await c.tool_result(run_id, "c1.0", "page one")
             assert not answer.resumed and answer.results[0].result == "recorded"
             assert len((await c.get(run_id)).pendingToolCalls or []) == 1
             with pytest.raises(ApiError) as exc:
-                await c.tool_result(run_id, "b1", "a different page")
+                await c.tool_result(run_id, "c1.0", "a different page")
             assert (exc.value.status, exc.value.code) == (409, "conflict")
             env = {**os.environ, "REDIS_URL": redis_url, "AGENTMILL_PROFILES": path}
             out = await asyncio.to_thread(
-                subprocess.run, [sys.executable, "-m", "producer.cli", "tool-result", run_id, "b2", "--content",
+                subprocess.run, [sys.executable, "-m", "producer.cli", "tool-result", run_id, "c1.1", "--content",
                                  "page two", "--error"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
             )  # fmt: skip
             assert out.returncode == 0 and "resumed" in out.stdout, out.stdout + out.stderr
-            again = await c.tool_result(run_id, "b1", "page one")  # before or after the run ends:
+            again = await c.tool_result(run_id, "c1.0", "page one")  # before or after the run ends:
             assert again.results[0].result == "duplicate"  # a repeat is a no-op
             done = await c.wait(run_id, timeout=20)
-            assert (await c.tool_result(run_id, "b2", "page two", is_error=True)).results[
+            assert (await c.tool_result(run_id, "c1.1", "page two", is_error=True)).results[
                 0
             ].result == "duplicate"
             with pytest.raises(ApiError) as exc:
-                await c.tool_result(run_id, "b2", "changed after the end")
+                await c.tool_result(run_id, "c1.1", "changed after the end")
             assert (exc.value.status, exc.value.code) == (409, "run_finished")
         assert done.status == "completed"
         results = {
             e.payload["toolCallId"]: e.payload for e in await stream(redis, run_id) if e.kind == "tool_result"
         }
-        assert results["b1"]["content"] == "page one" and not results["b1"]["isError"]
-        assert results["b2"]["content"] == "page two" and results["b2"]["isError"]
+        assert results["c1.0"]["content"] == "page one" and not results["c1.0"]["isError"]
+        assert results["c1.1"]["content"] == "page two" and results["c1.1"]["isError"]
     finally:
         server.should_exit = True
         await task

@@ -108,12 +108,10 @@ def _scenario(url: str, chromium: str, driver_path: str, shots: Path) -> None:
         retry = d.find_element(By.CSS_SELECTOR, '#timeline li[data-status="retrying"]')
         assert "attempt 1 in" in retry.text and " s (" in retry.text, retry.text
         approve = wait.until(
-            ec.element_to_be_clickable((By.CSS_SELECTOR, 'button[data-action="approve"][data-call="call-1"]'))
+            ec.element_to_be_clickable((By.CSS_SELECTOR, 'button[data-action="approve"][data-call="c1.0"]'))
         )
         assert status_of_page() == "awaiting human"
-        assert d.find_element(
-            By.CSS_SELECTOR, 'button[data-action="reject"][data-call="call-1"]'
-        ).is_enabled()
+        assert d.find_element(By.CSS_SELECTOR, 'button[data-action="reject"][data-call="c1.0"]').is_enabled()
         d.save_screenshot(str(shots / "run-awaiting-approval.png"))
         approve.click()
         wait.until(ec.text_to_be_present_in_element((By.ID, "approvals"), "approved"))

@@ -121,16 +121,16 @@ async def test_approval_pauses_without_holding_a_worker_and_resumes_elsewhere(
     t1 = asyncio.create_task(first.run())
     rec = await p.wait(sub.run_id, timeout_s=10)
     assert rec is not None and rec.status.value == "awaiting_human"
-    assert {a["toolCallId"] for a in rec.pending_approvals} == {"ok-1", "no-1"}
+    assert {a["toolCallId"] for a in rec.pending_approvals} == {"c1.0", "c1.1"}
     await asyncio.sleep(0.3)
     assert first.deps.active == {}  # the job ended: no slot held while a human thinks
     assert await redis.zcard(K.queue) == 0 and not await redis.keys("arq:in-progress:*")
     first.request_stop()
     await t1  # a worker restart in between changes nothing
     assert (await p.get(sub.run_id)).status.value == "awaiting_human"  # type: ignore[union-attr]
-    assert await p.settle_approval(sub.run_id, "ok-1", approved=True) == "recorded"
-    assert await p.settle_approval(sub.run_id, "no-1", approved=False, reason="not today") == "resumed"
-    assert await p.settle_approval(sub.run_id, "no-1", approved=True) in ("not_awaiting", "already_decided")
+    assert await p.settle_approval(sub.run_id, "c1.0", approved=True) == "recorded"
+    assert await p.settle_approval(sub.run_id, "c1.1", approved=False, reason="not today") == "resumed"
+    assert await p.settle_approval(sub.run_id, "c1.1", approved=True) in ("not_awaiting", "already_decided")
     second = WorkerProcess(Settings(redis_url=redis_url, poll_delay_s=0.02))
     t2 = asyncio.create_task(second.run())
     rec = await p.wait(sub.run_id, timeout_s=10)
@@ -140,11 +140,11 @@ async def test_approval_pauses_without_holding_a_worker_and_resumes_elsewhere(
     events = await stream(redis, sub.run_id)
     assert_clean_stream(events)
     results = {e.payload["toolCallId"]: e.payload for e in events if e.kind == "tool_result"}
-    assert results["ok-1"]["content"] == "ok after 1 attempts" and not results["ok-1"]["isError"]
-    assert results["no-1"]["content"] == "rejected by a human: not today" and results["no-1"]["isError"]
+    assert results["c1.0"]["content"] == "ok after 1 attempts" and not results["c1.0"]["isError"]
+    assert results["c1.1"]["content"] == "rejected by a human: not today" and results["c1.1"]["isError"]
     tools = {k.decode(): orjson.loads(v) for k, v in (await redis.hgetall(K.tools(sub.run_id))).items()}
     assert (
-        tools == {"ok-1": tools["ok-1"]} and tools["ok-1"]["attempts"] == 1
+        tools == {"c1.0": tools["c1.0"]} and tools["c1.0"]["attempts"] == 1
     )  # the rejected call was never claimed
     seen = orjson.loads(rec.result.final_assistant_message.content)  # type: ignore[union-attr]
     assert [m["role"] for m in seen["messages"]][-3:] == ["assistant", "tool", "tool"]
@@ -192,7 +192,7 @@ async def test_run_deadline_ends_an_approval_wait_once(redis: Redis, redis_url: 
     statuses = [e.payload["status"] for e in events if e.kind == "status"]
     assert statuses == ["running", "awaiting_human", "failed"]
     assert [e.payload["code"] for e in events if e.kind == "error"] == ["max_run_duration"]
-    assert await p.settle_approval(sub.run_id, "c1", approved=True) == "not_awaiting"
+    assert await p.settle_approval(sub.run_id, "c1.0", approved=True) == "not_awaiting"
     assert (await p.get(sub.run_id)).status.value == "failed"  # type: ignore[union-attr]
     assert len(await stream(redis, sub.run_id)) == len(events)
 
@@ -212,7 +212,7 @@ async def test_a_decision_after_the_run_deadline_is_refused_and_ends_the_run(
         await until_event(redis, sub.run_id, lambda e: e.payload.get("status") == "awaiting_human")
         await asyncio.sleep(1.0)
         assert (await p.get(sub.run_id)).status.value == "awaiting_human"  # type: ignore[union-attr]
-        assert await p.settle_approval(sub.run_id, "c1", approved=True) == "not_awaiting"
+        assert await p.settle_approval(sub.run_id, "c1.0", approved=True) == "not_awaiting"
         rec = await p.get(sub.run_id)
         await asyncio.sleep(0.3)
     finally:
@@ -247,7 +247,7 @@ async def test_sessions_see_reduced_history_and_recall_past_results(
     r2 = await p.submit(session_body("s1", "second question", [{"text": "second answer"}]))
     await wait_all(p, [r2.run_id], 10)
     r3 = await p.submit(session_body("s1", "third question", [
-        {"echoContext": True, "toolCalls": [{"id": "t-3", "name": "recall_tool_call", "arguments": {"callId": "t-1"}}]},
+        {"echoContext": True, "toolCalls": [{"id": "t-3", "name": "recall_tool_call", "arguments": {"callId": f"{r1.run_id}/c1.0"}}]},
         {"text": "done"}]))  # fmt: skip
     recs = await wait_all(p, [r3.run_id], 10)
     assert recs[r3.run_id].status.value == "completed"
@@ -259,7 +259,7 @@ async def test_sessions_see_reduced_history_and_recall_past_results(
     assert msgs[0][0] == "system"
     assert msgs[1:] == [
         ("user", "first question"),
-        ("assistant", "[tool calls, recallable by id with recall_tool_call: t-1 echo]\n" + "R" * 500 + "…[truncated]"),
+        ("assistant", f"[tool calls, recallable by id with recall_tool_call: {r1.run_id}/c1.0 echo]\n" + "R" * 500 + "…[truncated]"),
         ("user", "second question"), ("assistant", "second answer"),
         ("user", "third question"),
     ]  # fmt: skip

@@ -95,6 +95,33 @@ async def test_a_run_with_two_tool_rounds_completes(
     assert KEY not in str([e.payload for e in events])
 
 
+async def test_a_server_that_says_call_0_in_every_reply_gets_each_call_run_and_answered_once(
+    redis: Redis, redis_url: str, setup: tuple[FakeOpenAI, Path]
+) -> None:
+    """Finding 8: ids are the server's to invent (this one counts from call_0 in every reply and
+    repeats one inside a reply); agentmill runs each call once and answers each call once."""
+    fake, path = setup
+    fake.replies += [
+        Reply(tool_calls=[("echo", {"text": "one"})], ids=["call_0"]),
+        Reply(tool_calls=[("echo", {"text": "two"}), ("echo", {"text": "three"})], ids=["call_0", "call_0"]),
+        Reply(text="done"),
+    ]
+    rec, events = await run_with(redis, redis_url, path, USER)
+    assert rec.status.value == "completed"  # type: ignore[attr-defined]
+    results = [(e.payload["toolCallId"], e.payload["content"]) for e in events if e.kind == "tool_result"]
+    assert results == [("c1.0", "one"), ("c2.0", "two"), ("c2.1", "three")]
+    records = {
+        k.decode(): orjson.loads(v) for k, v in (await redis.hgetall(K.tools(events[0].run_id))).items()
+    }
+    assert {k: (r["state"], r["attempts"]) for k, r in records.items()} == {
+        "c1.0": ("done", 1), "c2.0": ("done", 1), "c2.1": ("done", 1)}  # fmt: skip
+    last = fake.requests[2]["messages"]
+    sent = [c["id"] for m in last if m["role"] == "assistant" for c in m.get("tool_calls", [])]
+    answered = [(m["tool_call_id"], m["content"]) for m in last if m["role"] == "tool"]
+    assert sent[0] == "call_0" and len(set(sent)) == 3  # the server's ids, unique in the conversation
+    assert answered == list(zip(sent, ["one", "two", "three"], strict=True))  # each call answered once
+
+
 async def test_429_with_retry_after_is_retried_after_about_a_second(
     redis: Redis, redis_url: str, setup: tuple[FakeOpenAI, Path]
 ) -> None:

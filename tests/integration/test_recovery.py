@@ -6,6 +6,7 @@ import asyncio
 import signal
 import time
 from collections import Counter
+from pathlib import Path
 
 import orjson
 import pytest
@@ -13,7 +14,9 @@ from redis.asyncio import Redis
 
 from shared.keys import CRASHES_FIELD
 from shared.redis_server import RedisServer
+from tests.chaos.harness import chaos_profiles
 from tests.integration.helpers import assert_clean_stream, producer_for, script_run, stream, wait_all
+from tests.support.ledger import Ledger
 from tests.support.procs import WorkerProc
 from tests.support.schema import K
 
@@ -73,6 +76,54 @@ async def test_sigkill_mid_run_resumes_from_checkpoint_within_the_lease(redis: R
         assert all(t["state"] == "done" for t in tools.values()) and len(tools) == 4
         h = await redis.hgetall(K.run(r))
         assert int(h[CRASHES_FIELD.encode()]) == 1 and int(h[b"epoch"]) == 2
+
+
+async def test_a_model_saying_call_0_every_round_killed_mid_round_never_reruns_a_recorded_call(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    """The model names every call call_0 (as servers that count per reply do). The worker is
+    SIGKILLed while round 2's call is in flight: the rescuer runs that call again under its own key,
+    never round 1's recorded one, and each round's call is answered with its own result."""
+
+    def ledger_call(step: int, **more: int) -> dict[str, object]:
+        return {"toolCalls": [{"id": "call_0", "name": "ledger", "arguments": {"step": step, **more}}]}
+
+    script = [ledger_call(1), ledger_call(2, delayMs=1500), ledger_call(3), {"echoContext": True}]
+    with Ledger() as ledger:
+        profiles = str(chaos_profiles(ledger.url, tmp_path / "profiles.json"))
+        env = {**FAST, "AGENTMILL_PROFILES": profiles}
+        p = producer_for(redis, redis_url, profiles=profiles)
+        rid = (await p.submit({**script_run(script), "agent": "chaos"})).run_id  # type: ignore[union-attr]
+        victim = WorkerProc(redis_url, env=env).start()
+
+        def steps_called(events: list) -> dict[int, str]:
+            return {orjson.loads(e.payload["arguments"])["step"]: e.payload["toolCallId"]
+                    for e in events if e.kind == "tool_call"}  # fmt: skip
+
+        deadline = time.monotonic() + 20
+        while 2 not in steps_called(await stream(redis, rid)) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.4)  # round 2's request is at the ledger (it answers after 1.5 s)
+        victim.kill()
+        rescuer = WorkerProc(redis_url, env=env).start()
+        try:
+            rec = (await wait_all(p, [rid], 40))[rid]
+        finally:
+            rescuer.stop()
+        counts = ledger.counts()
+    assert rec.status.value == "completed", rec.result
+    events = await stream(redis, rid)
+    assert_clean_stream(events)
+    assert len(counts) == 3  # three calls, three effects (one Idempotency-Key each)
+    key = {i: f"{rid}:{c}" for i, c in steps_called(events).items()}
+    assert counts[key[1]] == 1 and counts[key[3]] == 1  # recorded calls never ran again
+    assert counts[key[2]] in (1, 2)  # the one in flight ran again, under its own key
+    assert steps_called(events) == {1: "c1.0", 2: "c2.0", 3: "c3.0"}
+    assert next(e.payload["providerCallId"] for e in events if e.kind == "tool_call") == "call_0"
+    assert [e.payload["toolCallId"] for e in events if e.kind == "tool_result"] == ["c1.0", "c2.0", "c3.0"]
+    seen = orjson.loads(rec.result.final_assistant_message.content)["messages"]  # type: ignore[union-attr]
+    answers = [(m["toolCallId"], orjson.loads(m["content"])["recorded"]) for m in seen if m["role"] == "tool"]
+    assert answers == [(c, key[i]) for i, c in steps_called(events).items()]  # each its own result
 
 
 async def test_sigterm_hands_runs_back_at_a_checkpoint(redis: Redis, redis_url: str) -> None:

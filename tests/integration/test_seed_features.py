@@ -46,7 +46,7 @@ async def test_failed_model_calls_and_tool_errors_are_error_events(
         ("model", "model_http_503"), ("tool", "tool_failed"), ("model", "model_http_400"), ("run", "model_http_400")
     ]  # fmt: skip
     tool_err = next(e.payload for e in events if e.kind == "error" and e.payload["scope"] == "tool")
-    assert tool_err["toolCallId"] == "f1" and "broken" in tool_err["message"]
+    assert tool_err["toolCallId"] == "c1.0" and "broken" in tool_err["message"]
 
 
 async def test_a_run_at_its_iteration_limit_completes_with_an_answer_and_stop_reason(
@@ -119,7 +119,7 @@ async def test_runtime_init_data_reaches_the_prompt_and_http_tools(
     assert seen["messages"][0]["content"].startswith(
         "You serve ACME (plan 3) in run ctx-run; {{unknown}} stays."
     )
-    assert rec.bodies == [{"runId": "ctx-run", "toolCallId": "l1", "name": "lookup", "arguments": {"q": "x"},
+    assert rec.bodies == [{"runId": "ctx-run", "toolCallId": "c1.0", "name": "lookup", "arguments": {"q": "x"},
                            "runtimeInitData": {"customer": {"name": "ACME"}, "plan": 3}}]  # fmt: skip
 
 
@@ -135,7 +135,7 @@ async def test_a_result_compacted_away_in_the_current_run_is_recalled(
     script = [
         {"toolCalls": [{"id": "e1", "name": "echo", "arguments": {"text": long_result}}]},
         {"toolCalls": [{"id": "e2", "name": "echo", "arguments": {"text": "second"}}]},
-        {"echoContext": True, "toolCalls": [{"id": "r1", "name": "recall_tool_call", "arguments": {"callId": "e1"}}]},
+        {"echoContext": True, "toolCalls": [{"id": "r1", "name": "recall_tool_call", "arguments": {"callId": "c1.0"}}]},
         {"echoContext": True},
     ]  # fmt: skip
     body = {**script_run(script), "agent": "tight"}  # no session: the run recalls its own calls
@@ -158,13 +158,15 @@ async def test_a_result_compacted_away_in_the_current_run_is_recalled(
         assert samples[("agentmill_state_duration_seconds_count", (("state", state),))] >= 1
     events = await stream(redis, sub.run_id)
     assert any(e.kind == "compaction" for e in events)
-    asked = orjson.loads(next(e for e in events if e.kind == "assistant_message" and "r1" in str(e.payload))
+    asked = orjson.loads(next(e for e in events if e.kind == "assistant_message" and "c3.0" in str(e.payload))
                          .payload["message"]["content"])  # fmt: skip
     before = orjson.dumps(asked["messages"]).decode()
     assert "END-1" not in before  # the result was compacted away (cut short in the summary)…
-    assert "[e1]" in before  # …its call id stays in the model input…
+    assert "[c1.0]" in before  # …its call id stays in the model input…
     assert "recall_tool_call" in asked["tools"] and "recall_tool_call" in asked["messages"][0]["content"]
-    recalled = next(e.payload for e in events if e.kind == "tool_result" and e.payload["toolCallId"] == "r1")
+    recalled = next(
+        e.payload for e in events if e.kind == "tool_result" and e.payload["toolCallId"] == "c3.0"
+    )
     assert recalled["content"] == long_result and not recalled["isError"]  # …and recall brings it back whole
     final = orjson.loads(rec.result.final_assistant_message.content)  # type: ignore[union-attr]
     assert long_result in [m["content"] for m in final["messages"] if m["role"] == "tool"]

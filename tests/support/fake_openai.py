@@ -31,6 +31,7 @@ class Reply:
     pieces: int = 4
     reasoning: str = ""  # streamed as delta.reasoning_content before the text
     finish: str | None = ""  # "" = stop or tool_calls; None = stop streaming without a finish_reason
+    ids: list[str] | None = None  # the calls' ids (default: unique ones); a server may repeat them
 
 
 class FakeOpenAI:
@@ -117,7 +118,7 @@ class FakeOpenAI:
                         "tool_calls": [
                             {
                                 "index": idx,
-                                "id": f"call_{len(self.requests)}_{idx}",
+                                "id": reply.ids[idx] if reply.ids else f"call_{len(self.requests)}_{idx}",
                                 "type": "function",
                                 "function": {"name": name, "arguments": raw[:half]},
                             }

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from shared.models import Message, ToolCall
 from shared.profiles import ProviderConfig
 from worker.config import ToolSpec
-from worker.machine import ModelRequest
+from worker.machine import ModelRequest, identify
 from worker.models.base import Chunk, ModelCallError, ReasoningDelta, StreamEnd, TextDelta, ToolCallDelta
 from worker.models.openai import OpenAIProvider, request_body
 from worker.models.sse import SseParser
@@ -229,6 +229,22 @@ def test_request_body_maps_messages_tools_and_options() -> None:
     assert body["messages"][3] == {"role": "tool", "tool_call_id": "c1", "content": "2"}
     assert body["tools"][0]["function"]["name"] == "calc" and body["tool_choice"] == "auto"
     assert (body["temperature"], body["max_tokens"], body["top_p"]) == (0.2, 99, 0.9)
+
+
+def test_calls_go_back_under_the_providers_ids_made_unique() -> None:
+    """agentmill's ids never reach the provider: both rounds said call_0, the wire says call_0 and
+    a suffixed call_0, and each tool message answers the call it belongs to."""
+    cfg = ProviderConfig(kind="openai", base_url="http://x", model="m")
+    earlier = [Message(role="user", content="u")]
+    one = identify(Message(role="assistant", tool_calls=[ToolCall(id="call_0", name="calc")]), 1, earlier)
+    earlier += [one, Message(role="tool", content="1", tool_call_id="c1.0", name="calc")]
+    two = identify(Message(role="assistant", tool_calls=[ToolCall(id="call_0", name="calc")]), 2, earlier)
+    msgs = [*earlier, two, Message(role="tool", content="2", tool_call_id="c2.0", name="calc")]
+    wire = request_body(cfg, req(messages=msgs))["messages"]
+    ids = [c["id"] for m in wire if m["role"] == "assistant" for c in m["tool_calls"]]
+    assert ids == ["call_0", "call_0_2_0"]
+    assert [(m["tool_call_id"], m["content"]) for m in wire if m["role"] == "tool"] == [
+        ("call_0", "1"), ("call_0_2_0", "2")]  # fmt: skip
 
 
 def test_tool_choice_takes_the_string_or_the_object_form() -> None:

@@ -44,7 +44,8 @@ def past_runs(draw: st.DrawFn) -> list[tuple[str, list[str], str]]:
 def finished_state(
     i: int, user: str, results: list[str], reply: str, started_at_ms: int
 ) -> tuple[RunState, RunResult]:
-    calls = [ToolCall(id=f"r{i}c{j}", name="echo", arguments="{}") for j in range(len(results))]
+    # agentmill's ids: the same in every run (model call 1, position j); the session tells them apart
+    calls = [ToolCall(id=f"c1.{j}", name="echo", arguments="{}") for j in range(len(results))]
     transcript = [Message(role="user", content=user)]
     if calls:
         transcript.append(Message(role="assistant", content="", tool_calls=calls))
@@ -98,11 +99,11 @@ async def check(runs: list[tuple[str, list[str], str]], cfg: ContextConfig) -> N
         assert b"RESULT-" not in first  # no past tool result reaches the model…
         kept = range(len(runs) - min(len(runs), cfg.max_run_loops), len(runs))
         for i in kept:  # …but the ids of the kept turns' calls do, so the model can ask for them
-            assert all(f"r{i}c{j} echo".encode() in first for j in range(len(runs[i][1])))
+            assert all(f"run{i}/c1.{j} echo".encode() in first for j in range(len(runs[i][1])))
         for i, (_, results, _) in enumerate(runs):
             for j, content in enumerate(results):
                 ask = ToolCall(
-                    id="q", name=RECALL_TOOL, arguments=orjson.dumps({"callId": f"r{i}c{j}"}).decode()
+                    id="q", name=RECALL_TOOL, arguments=orjson.dumps({"callId": f"run{i}/c1.{j}"}).decode()
                 )
                 got = await deps.sessions.recall(SID, ask)
                 assert not got.is_error and got.content == content  # …but every one is recallable

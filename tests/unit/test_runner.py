@@ -98,7 +98,7 @@ async def test_a_run_with_a_tool_round_completes_and_commits_each_step() -> None
     )
     driver, _ = w.driver()
     assert await driver.run() == "completed"
-    assert w.run.status == "completed" and w.tools.executed == ["c1"]
+    assert w.run.status == "completed" and w.tools.executed == ["c1.0"]
     result = w.result()
     assert result.final_assistant_message is not None and result.final_assistant_message.content == "all done"
     assert result.iterations == 2
@@ -109,7 +109,7 @@ async def test_a_run_with_a_tool_round_completes_and_commits_each_step() -> None
         {"status": "completed", "iterations": 2, "finishReason": "stop"},
     ]
     assert w.run.payloads("tool_result")[0]["content"] == "hi"
-    assert w.run.tools["c1"]["state"] == "done"
+    assert w.run.tools["c1.0"]["state"] == "done"
     seqs = [s for s, _, _, _ in w.run.events]
     assert seqs == list(range(1, len(seqs) + 1))  # one stream, no gaps, no repeats
     ck = orjson.loads(w.run.checkpoint or b"{}")
@@ -155,16 +155,63 @@ async def test_a_tool_call_with_a_recorded_result_is_served_not_executed() -> No
     w = World([{"toolCalls": [{"id": "c1", "name": "sleep", "arguments": {"ms": 10_000}}]}, {"text": "fin"}])
     first, _ = w.driver()
     job = started(first.run())
-    await until(lambda: w.run.tools.get("c1", {}).get("state") == "pending")  # claimed, executing
+    await until(lambda: w.run.tools.get("c1.0", {}).get("state") == "pending")  # claimed, executing
     job.cancel()  # the worker stops mid-call…
     await asyncio.gather(job, return_exceptions=True)
-    recorded = {"toolCallId": "c1", "name": "sleep", "content": "slept (recorded)", "isError": False}
-    w.run.tools["c1"] = {"state": "done", "epoch": 1, "attempts": 1, "result": recorded}  # …after recording
+    recorded = {"toolCallId": "c1.0", "name": "sleep", "content": "slept (recorded)", "isError": False}
+    w.run.tools["c1.0"] = {"state": "done", "epoch": 1, "attempts": 1, "result": recorded}  # …after recording
     second, _ = w.driver()
     assert await second.run() == "completed"
-    assert w.tools.executed == ["c1"]  # only the first worker's attempt: the record was served
+    assert w.tools.executed == ["c1.0"]  # only the first worker's attempt: the record was served
     assert w.observer.served == ["sleep"]
     assert w.run.payloads("tool_result")[-1]["content"] == "slept (recorded)"
+
+
+def echo_call(text: str, provider_id: str = "call_0") -> dict[str, Any]:
+    return {"id": provider_id, "name": "echo", "arguments": {"text": text}}
+
+
+async def test_a_model_that_reuses_call_ids_gets_every_call_run_and_answered_once() -> None:
+    """Servers that count from call_0 in every reply, or repeat an id inside one: each call is
+    agentmill's own (model-call index, position), runs once and gets its own result."""
+    w = World([{"toolCalls": [echo_call("one")]},
+               {"toolCalls": [echo_call("two"), echo_call("three")]},  # the same id twice in one reply
+               {"echoContext": True}])  # fmt: skip
+    driver, _ = w.driver()
+    assert await driver.run() == "completed"
+    assert w.tools.executed == ["c1.0", "c2.0", "c2.1"]
+    assert {i: (r["state"], r["attempts"], r["result"]["content"]) for i, r in w.run.tools.items()} == {
+        "c1.0": ("done", 1, "one"), "c2.0": ("done", 1, "two"), "c2.1": ("done", 1, "three")}  # fmt: skip
+    seen = orjson.loads(w.result().final_assistant_message.content)["messages"]  # type: ignore[union-attr]
+    calls = [c for m in seen if m["role"] == "assistant" for c in m.get("toolCalls", [])]
+    answers = [(m["toolCallId"], m["content"]) for m in seen if m["role"] == "tool"]
+    assert [c["id"] for c in calls] == ["c1.0", "c2.0", "c2.1"]
+    assert answers == [("c1.0", "one"), ("c2.0", "two"), ("c2.1", "three")]  # each call answered once
+    wire = [c["providerId"] for c in calls]
+    assert wire[0] == "call_0" and len(set(wire)) == 3  # unique on the wire too
+    events = [(p["toolCallId"], p["providerCallId"]) for p in w.run.payloads("tool_call")]
+    assert events == list(zip(["c1.0", "c2.0", "c2.1"], wire, strict=True))
+
+
+async def test_a_resumed_round_never_serves_an_earlier_rounds_record_for_a_reused_id() -> None:
+    """The worker dies mid-call in round 2 of a model that says call_0 every time: round 1's
+    recorded call is not run again, and round 2's call is not served round 1's result."""
+    w = World([{"toolCalls": [echo_call("first")]},
+               {"toolCalls": [{"id": "call_0", "name": "sleep", "arguments": {"ms": 10_000}}]},
+               {"text": "fin"}])  # fmt: skip
+    first, _ = w.driver()
+    job = started(first.run())
+    await until(lambda: w.run.tools.get("c2.0", {}).get("state") == "pending")
+    job.cancel()
+    await asyncio.gather(job, return_exceptions=True)
+    w.tools.executed.clear()
+    second, _ = w.driver()
+    job = started(second.run())
+    await until(lambda: w.tools.executed == ["c2.0"])  # run again (same key), never c1.0
+    second.request_abort("enough")
+    await asyncio.gather(job, return_exceptions=True)
+    assert w.run.tools["c1.0"]["result"]["content"] == "first"
+    assert [p["toolCallId"] for p in w.run.payloads("tool_result")] == ["c1.0"]  # c2.0 not served c1.0's
 
 
 async def test_abort_during_a_model_call_ends_the_run_at_once() -> None:
@@ -185,12 +232,12 @@ async def test_a_worker_whose_run_was_taken_over_is_fenced_and_writes_nothing() 
     w = World([{"toolCalls": [{"id": "c1", "name": "sleep", "arguments": {"ms": 30}}]}, {"text": "fin"}])
     old, _ = w.driver()
     job = started(old.run())
-    await until(lambda: "c1" in w.run.tools)
+    await until(lambda: "c1.0" in w.run.tools)
     _, newer = w.driver()
     assert isinstance(await newer.acquire(2, "other-worker"), Acquired)  # another worker takes the run
     written = len(w.run.events)
     assert await job == "fenced"  # its ToolFinished commit was refused
-    assert len(w.run.events) == written and w.run.tools["c1"]["state"] == "pending"
+    assert len(w.run.events) == written and w.run.tools["c1.0"]["state"] == "pending"
     assert w.observer.refused == ["fenced"]
     assert old.state.phase == Phase.MODEL_RUNNING  # its own step went on; the store never saw it
 
@@ -200,7 +247,7 @@ async def test_a_run_whose_acknowledged_write_was_lost_is_handed_back_not_left_t
     w = World([{"toolCalls": [{"id": "c1", "name": "sleep", "arguments": {"ms": 30}}]}, {"text": "fin"}])
     driver, store = w.driver()
     job = started(driver.run())
-    await until(lambda: "c1" in w.run.tools)
+    await until(lambda: "c1.0" in w.run.tools)
     del w.run.events[-1]  # the last commit's last event, gone with the old master
     assert await job == "fenced"  # its next commit is refused (seq conflict) and it writes nothing
     assert w.observer.refused == ["duplicate"]

@@ -78,6 +78,20 @@ def test_a_run_can_narrow_its_profile() -> None:
     assert cfg.approval_tools == TOOLS
 
 
+def test_a_run_cannot_raise_the_default_parallelism_its_profile_leaves_unset() -> None:
+    """An unset profile maxParallel is the documented default (1), which a run may not exceed."""
+
+    def parallel(run: int | None, profile: ToolPolicy) -> int:
+        return config({"toolPolicy": {"maxParallel": run}}, tool_policy=profile).max_parallel
+
+    assert config({}).max_parallel == 1
+    assert parallel(64, ToolPolicy()) == 1
+    assert parallel(64, ToolPolicy(enabled=True)) == 1
+    assert parallel(64, ToolPolicy(max_parallel=8)) == 8
+    assert parallel(3, ToolPolicy(max_parallel=8)) == 3
+    assert parallel(None, ToolPolicy(max_parallel=8)) == 8
+
+
 def test_approval_per_tool_from_the_profile() -> None:
     cfg = config({}, tool_settings={"sleep": ToolSettings(requires_approval=True)})
     assert cfg.approval_tools == ["sleep"]

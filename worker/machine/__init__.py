@@ -9,6 +9,7 @@ the same states. The runner (worker/runner/) executes the commands and feeds the
 - state.py: Phase, CallPhase, RunState;  events.py: the input;  commands.py: the output
 - table.py: the literal (node, event) → handler, next nodes table; ``decide`` dispatches on it
 - handlers.py (run, model call), tool_round.py (a round of tool calls), steps.py (shared steps, the ending)
+- identity.py: agentmill's tool-call ids (model-call index, position); the provider's id only for the wire
 - diagram.py: docs/state-machine.md drawn from the table
 """
 
@@ -45,6 +46,7 @@ from worker.machine.events import (
     StartRejected,
     ToolFinished,
 )
+from worker.machine.identity import call_id, identify, wire_id
 from worker.machine.state import (
     CALLING,
     RETRYING,
@@ -105,11 +107,14 @@ __all__ = [
     "ToolFinished",
     "Wait",
     "build_messages",
+    "call_id",
     "decide",
     "error_event",
+    "identify",
     "initial_state",
     "mermaid",
     "result_of",
+    "wire_id",
 ]
 
 

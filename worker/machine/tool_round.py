@@ -18,6 +18,7 @@ from worker.machine.commands import (
     OfferClientCalls,
 )
 from worker.machine.events import ApprovalsDecided, ClientResultsReceived, Resumed, ToolFinished
+from worker.machine.identity import wire_id
 from worker.machine.state import CallPhase, MachineError, Phase, RunState
 from worker.machine.steps import error_event, final_call, finish, next_model_call, status_event, up
 
@@ -102,8 +103,8 @@ def _execution(name: str, cfg: RunConfig) -> str:
 
 
 def tool_call_emit(call: ToolCall, cfg: RunConfig) -> Emit:
-    return Emit(EventKind.TOOL_CALL, {"toolCallId": call.id, "name": call.name, "arguments": call.arguments,
-                                      "execution": _execution(call.name, cfg)})  # fmt: skip
+    return Emit(EventKind.TOOL_CALL, {"toolCallId": call.id, "providerCallId": wire_id(call), "name": call.name,
+                                      "arguments": call.arguments, "execution": _execution(call.name, cfg)})  # fmt: skip
 
 
 def _precheck(call: ToolCall, allowed: set[str]) -> str | None:

@@ -11,7 +11,7 @@ import email.utils
 import os
 import re
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ import orjson
 from shared.models import Message, Usage
 from shared.profiles import ProviderConfig
 from worker.config import ToolSpec
-from worker.machine import ModelRequest
+from worker.machine import ModelRequest, wire_id
 from worker.models.base import (
     Chunk,
     ModelCallError,
@@ -64,18 +64,22 @@ MAX_ERROR_CHARS = 2_000  # enough for a validation error to name the field
 # ---- pure wire mapping ----
 
 
-def wire_message(m: Message) -> dict[str, Any]:
+def wire_message(m: Message, wire_ids: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Every ``content`` is a string, never null: an assistant tool-call message with no text sends
     ``""``. OpenAI, vLLM, llama.cpp's llama-server, Ollama and LiteLLM take ``""``; llama-cpp-python's
-    server rejects null (HTTP 500, "Input should be a valid string")."""
+    server rejects null (HTTP 500, "Input should be a valid string").
+
+    Calls go out under the provider's ids (``wire_id``); a tool message names its call by
+    agentmill's id, mapped back with ``wire_ids`` (agentmill id → provider id, from the request)."""
     if m.role == "tool":
-        return {"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content}
+        call = m.tool_call_id or ""
+        return {"role": "tool", "tool_call_id": (wire_ids or {}).get(call, call), "content": m.content}
     if m.role == "assistant" and m.tool_calls:
         return {
             "role": "assistant",
             "content": m.content,
             "tool_calls": [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                {"id": wire_id(c), "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
                 for c in m.tool_calls
             ],
         }
@@ -90,9 +94,10 @@ def wire_tool(t: ToolSpec) -> dict[str, Any]:
 
 
 def request_body(cfg: ProviderConfig, req: ModelRequest) -> dict[str, Any]:
+    ids = {c.id: wire_id(c) for m in req.messages for c in m.tool_calls or ()}
     body: dict[str, Any] = {
         "model": cfg.model,
-        "messages": [wire_message(m) for m in req.messages],
+        "messages": [wire_message(m, ids) for m in req.messages],
         "stream": True,
         "stream_options": {"include_usage": True},
     }

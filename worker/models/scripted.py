@@ -2,7 +2,8 @@
 
 Mode ``script`` follows a list of turns (``runtimeHints.script`` of the run, else the profile's):
 ``{"text": "…"}``, ``{"toolCalls": [{"name": "…", "arguments": {…}}]}`` (or ``"rawArguments": "…"``
-for invalid JSON), ``{"error": {"status": 503, "message": "…"}}`` (``"kind"`` may be connection,
+for invalid JSON; ``"id"``: the provider's id for the call, which may repeat, as some servers' do:
+agentmill names the call itself), ``{"error": {"status": 503, "message": "…"}}`` (``"kind"`` may be connection,
 timeout or overflow; ``"afterChunks"`` fails mid-stream; ``"retryAfterMs"``), ``{"stall": true}``, ``{"echoContext": true}`` (answers with the messages and tool names it was given, as JSON);
 each with an optional ``"delayMs"`` over which text is streamed, ``"reasoning": "…"`` streamed
 before it, and ``"finishReason"`` (null: the stream stops without one). The turn answering a call is

@@ -22,6 +22,7 @@ from worker.machine import (
     ModelReplied,
     ModelRequest,
     ModelStreamOpened,
+    identify,
     notices,
 )
 from worker.models.base import ModelCallError, ReasoningDelta, StreamEnd, TextDelta, ToolCallDelta
@@ -138,7 +139,8 @@ async def call_model(d: RunDriver, req: ModelRequest) -> None:
 
 
 def _assemble(req: ModelRequest, text: list[str], calls: dict[int, dict[str, str]]) -> Message:
-    """The reply from its fragments; raises ValidationError when a part is over its bound."""
+    """The reply from its fragments, its calls named by agentmill (``identify``: the provider's ids
+    are kept for the wire only); raises ValidationError when a part is over its bound."""
     tool_calls = [
         ToolCall(
             id=c["id"] or f"call_{req.model_call_index}_{i}",
@@ -147,7 +149,8 @@ def _assemble(req: ModelRequest, text: list[str], calls: dict[int, dict[str, str
         )
         for i, c in sorted(calls.items())
     ]
-    return Message(role="assistant", content="".join(text), tool_calls=tool_calls or None)
+    reply = Message(role="assistant", content="".join(text), tool_calls=tool_calls or None)
+    return identify(reply, req.model_call_index, req.messages)
 
 
 def _failed(d: RunDriver, failure: ModelFailure) -> None:
