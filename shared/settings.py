@@ -52,6 +52,10 @@ class Settings(BaseSettings):
     api_port: int = 8000
     api_tokens: str | None = None  # "token=tenant,token2=tenant2"
     api_tokens_file: str | None = None
+    api_metrics_port: int = (
+        -1
+    )  # -1: /metrics on the API port; else its own listener (0: ephemeral), API port 404
+    metrics_token: str | None = None  # set: the API's /metrics wants "Authorization: Bearer <it>"
     auth_disabled: bool = False
     max_body_bytes: int = 2_000_000
     max_batch: int = limits.MAX_BATCH_ITEMS  # items per batch request (Submitter.check_batch_size)
