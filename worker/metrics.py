@@ -213,7 +213,7 @@ class MetricsObserver:
                 self._c(metric, t)
             for outcome in LABELS["tool_outcome"]:
                 self._c(self.tool_calls, t, outcome)
-        for src, dst in _STEPS:
+        for src, dst in (*_STEPS, (OTHER, OTHER)):
             self._c(self.transitions, src, dst)
 
     def _c(self, metric: Any, *values: str) -> Any:

@@ -92,7 +92,10 @@ async def test_metrics_after_real_runs(redis: Redis, redis_url: str) -> None:
     assert one("agentmill_events_published_total", kind="tool_result") == 2
     assert one("agentmill_events_published_total", kind="assistant_message") == 5
     assert one("agentmill_events_published_total", kind="compaction") == 1
-    assert one("agentmill_runs_redispatched_total", reason="lease_expired") == 0 and one("agentmill_runs_resumed_total") == 0
+    assert (
+        one("agentmill_runs_redispatched_total", reason="lease_expired") == 0
+        and one("agentmill_runs_resumed_total") == 0
+    )
     step = {"from_state": "model_running.calling", "to_state": "model_running.retrying"}
     assert one("agentmill_state_transitions_total", **step) == 1
     assert one("agentmill_state_transitions_total", from_state="idle", to_state="preparing") == 4
