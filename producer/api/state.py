@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import logging
 import os
 import time
 from typing import Annotated
@@ -24,6 +25,8 @@ from shared.quotas import Quotas
 from shared.settings import Settings
 
 __all__ = ["Api", "ApiDep", "Tenant", "get_api", "record_or_404", "tenant_of"]
+
+log = logging.getLogger("agentmill.api")
 
 
 class Api:
@@ -60,7 +63,8 @@ class Api:
             return await asyncio.wait_for(
                 read_gauges(self.parts, self.producer.scripts, self.running_caps), 2.0
             )
-        except Exception:  # any failure to read is "unknown", never a stale value
+        except Exception as exc:  # any failure to read is "unknown", never a stale value
+            log.warning("/metrics: the cluster gauges are not exported: Redis did not answer (%r)", exc)
             return None
 
     def check_metrics_token(self, authorization: str | None) -> None:

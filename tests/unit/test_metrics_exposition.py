@@ -61,3 +61,18 @@ def test_api_children_exist_at_zero_and_no_created_series() -> None:
     for outcome in ("accepted", "replayed", "rejected"):
         assert m[("agentmill_api_submissions_total", (("outcome", outcome),))] == 0
     assert "agentmill_worker_slots_wanted" not in text  # no reading of Redis: absent, never 0
+
+
+def test_held_back_jobs_are_those_over_their_tenants_free_running_room() -> None:
+    from producer.gauges import ClusterGauges, held_back, running_caps
+    from shared.quotas import Quotas
+    from shared.settings import Settings
+
+    # (cap, queued, running): at its cap, all 7 held; 3 of 5 room free, 2 held; room for all, none.
+    assert held_back(20, [(10, 7, 10), (5, 5, 2), (100, 3, 0)]) == 7 + 2
+    assert held_back(4, [(1, 9, 1)]) == 4  # never more than the queue holds
+    assert ClusterGauges(queue_depth=20, running=12, awaiting=1, held=9).slots_wanted == 23
+    quotas = Quotas(
+        Settings(tenant_max_running=100, tenant_quotas='{"b": {"maxRunning": 2}, "c": {"maxRunning": 0}}')
+    )
+    assert running_caps(quotas, ["a", "default"]) == {"a": 100, "b": 2}  # default and c are uncapped
