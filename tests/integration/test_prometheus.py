@@ -69,7 +69,7 @@ class Prometheus:
                 last = await self.query(f'timestamp(up{{instance="{instance}"}})')
                 if got and int(got[0]["value"][1]) >= samples and last:
                     return float(last[0]["value"][1])
-            except httpx.HTTPError:
+            except (httpx.HTTPError, ValueError):  # not up yet, or starting (a 503 that is not JSON)
                 pass
             await asyncio.sleep(0.1)
         raise AssertionError(f"prometheus did not scrape {instance}")
