@@ -354,14 +354,3 @@ class Producer(Submitter):
             pipe.zcard(p.queue)
 
         return sum(int(r[0]) for r in await self.parts.each(op))
-
-    async def gauges(self) -> tuple[int, int]:
-        """Queue depth and runs awaiting approval, summed over the partitions in one round trip per
-        node (the API exports both)."""
-
-        def op(pipe: Any, p: keys.Partition) -> None:
-            pipe.zcard(p.queue)
-            pipe.zcard(p.awaiting)
-
-        replies = await self.parts.each(op)
-        return sum(int(r[0]) for r in replies), sum(int(r[1]) for r in replies)

@@ -53,6 +53,7 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
         for name in (
             "batch_close", "list_runs", "acquire", "commit", "beat", "forget_worker", "release", "redispatch",
             "abort", "settle_approval", "tool_results", "claim_jobs", "claim_webhooks", "admit_tenant",
+            "scaling",
         )
     },
     **{
@@ -94,6 +95,7 @@ class Scripts:
     capacity_pause: AsyncScript
     admit_tenant: AsyncScript
     admit_rate: AsyncScript
+    scaling: AsyncScript
 
     def __init__(
         self,

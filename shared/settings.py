@@ -57,6 +57,10 @@ class Settings(BaseSettings):
     # Tenants whose tokens may read the pool as a whole (GET /v1/pool, the console's pool page):
     # workers, queues, every tenant's run counts. "a,b"; with auth disabled the open tenant may.
     operator_tenants: str = ""
+    api_metrics_port: int = (
+        -1
+    )  # -1: /metrics on the API port; else its own listener (0: ephemeral), API port 404
+    metrics_token: str | None = None  # set: the API's /metrics wants "Authorization: Bearer <it>"
     auth_disabled: bool = False
     max_body_bytes: int = 2_000_000
     max_batch: int = limits.MAX_BATCH_ITEMS  # items per batch request (Submitter.check_batch_size)

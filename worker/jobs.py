@@ -12,6 +12,7 @@ import random
 import signal
 import socket
 import uuid
+from collections import Counter
 
 import httpx
 from arq.connections import ArqRedis
@@ -90,7 +91,7 @@ class WorkerProcess:
     ) -> None:
         self.settings = settings or get_settings()
         self.profiles = profiles if profiles is not None else profiles_from(self.settings.profiles)
-        self.metrics = MetricsObserver()
+        self.metrics = MetricsObserver(tools={t for p in self.profiles.values() for t in p.tool_names()})
         self.observer = observer or self.metrics
         self.health: HealthServer | None = None
         self.metrics_port: int | None = None
@@ -279,7 +280,11 @@ class WorkerProcess:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._until_idle(), 5.0)
         try:
-            await reconcile_worker(self.deps.parts, self.deps.scripts, self.settings, old, expired_only=False)
+            self._redispatched(
+                await reconcile_worker(
+                    self.deps.parts, self.deps.scripts, self.settings, old, expired_only=False
+                )
+            )
         except (RedisError, OSError) as exc:  # the reconcilers will find the old lease expired
             log.warning("worker %s: could not hand its runs back (%s)", old, exc)
         self.incarnation += 1
@@ -287,6 +292,11 @@ class WorkerProcess:
         await self._register()
         self.worker.allow_pick_jobs = pick and not self.stopping.is_set()
         log.info("worker %s carries on under lease id %s", self.worker_id, self.deps.lease_id)
+
+    def _redispatched(self, verdicts: Counter[str]) -> None:
+        for reason in ("lease_expired", "job_lost"):
+            if n := verdicts.get(f"redispatched:{reason}", 0):
+                self.observer.runs_redispatched(reason, n)
 
     async def _reconciler(self) -> None:
         s = self.settings
@@ -297,6 +307,7 @@ class WorkerProcess:
             except (RedisError, OSError) as exc:
                 log.warning("reconcile sweep failed: %s", exc)
                 continue
+            self._redispatched(verdicts)
             moved = {
                 k: v for k, v in verdicts.items() if k in ("redispatched", "approval_timeout", "poison_run")
             }

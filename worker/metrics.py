@@ -1,23 +1,34 @@
 """The worker's Prometheus metrics, fed only by the runner's observer hooks (worker/observer.py).
 
-One ``agentmill_`` prefix, base units, ``_total`` counters, buckets fit for LLM latencies, and no
-unbounded labels: never runId or sessionId; tool names come from profiles and are capped.
-Queue depth is exported by the API (one place), not here.
+One ``agentmill_`` prefix, base units, ``_total`` counters, buckets fit for LLM latencies. Every
+label value comes from a fixed set (``LABELS``; tool names: the tools the deployment's profiles
+offer), anything else is ``other``: never runId or sessionId, nothing a model or a caller chose.
+Every child of a labelled counter (and of the per-tool and per-state histograms) exists at 0 from
+start-up, so ``rate()``/``increase()`` see its first increment, and no ``_created`` series are
+exported. Queue depth and the scaling signal are exported by the API (one place), not here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.exposition import generate_latest
 
+from shared.models import EventKind
+from shared.statuses import TERMINAL
+from worker.config import RECALL_TOOL
+from worker.machine import TRANSITIONS
 from worker.policy import RETRYABLE_STATUSES
+
+# ``_created`` series (one per child, a timestamp) double a scrape and no query reads them.
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 __all__ = [
     "ITER_BUCKETS",
+    "LABELS",
     "LLM_BUCKETS",
-    "MAX_TOOL_LABELS",
     "RETRY_REASONS",
     "RUN_BUCKETS",
     "STATE_BUCKETS",
@@ -32,11 +43,37 @@ RUN_BUCKETS = (0.1, 0.5, 1, 5, 15, 30, 60, 120, 300, 900, 1800, 3600, 14400)
 ITER_BUCKETS = (1, 2, 3, 5, 8, 13, 21, 34, 55, 100)
 STATE_BUCKETS = (0.01, 0.05, 0.25, 1, 5, 15, 60, 300, 1800, 3600, 14400, 86400)
 TOOL_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
-MAX_TOOL_LABELS = 100
+OTHER = "other"
+
+# A fixed set of label values: a provider's status code must not mint a new time series each.
+RETRY_REASONS = frozenset(
+    {"connection", "timeout", "stream", "overflow", "invalid", "internal"}
+    | {f"http_{code}" for code in RETRYABLE_STATUSES}
+)
+_STATES = sorted({*TRANSITIONS, *(d for row in TRANSITIONS.values() for to in row.values() for d in to)})
+_STEPS = sorted({(s, d) for s, row in TRANSITIONS.items() for to in row.values() for d in to if d != s})
+# The values each label may take (by label name); every other value is counted as "other".
+LABELS: dict[str, tuple[str, ...]] = {
+    "resumed": ("false", "true"),
+    "status": tuple(sorted(s.value for s in TERMINAL)),
+    "outcome": ("success", "error"),
+    "reason.retry": (*sorted(RETRY_REASONS), "http_other", OTHER),
+    "direction": ("input", "output"),
+    "tool_outcome": ("ok", "error"),
+    "kind": tuple(k.value for k in EventKind),
+    "reason.refused": ("fenced", "duplicate"),
+    "reason.compaction": ("threshold", "overflow"),
+    "reason.throttled": ("concurrency", "requests", "tokens", "paused", "http_429"),
+    "reason.redispatch": ("lease_expired", "job_lost"),
+    "state": tuple(s for s in _STATES if s not in TERMINAL),
+}
 
 
 class MetricsObserver:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    """``tools``: the tool names the deployment's profiles offer (the only ``tool`` label values
+    besides ``other``)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None, *, tools: Iterable[str] = ()) -> None:
         r = self.registry = registry or CollectorRegistry()
         self.runs_started = Counter(
             "agentmill_runs_started",
@@ -57,7 +94,13 @@ class MetricsObserver:
             registry=r,
         )
         self.in_progress = Gauge("agentmill_runs_in_progress", "Runs this worker is driving now.", registry=r)
-        self.job_retries = Counter("agentmill_job_retries", "Jobs started with arq try > 1.", registry=r)
+        self.redispatched = Counter(
+            "agentmill_runs_redispatched",
+            "Runs put back on the queue by the reconciler: their worker's lease expired (the run is "
+            "retried from its checkpoint) or their job was lost before a worker took it.",
+            ["reason"],
+            registry=r,
+        )
         self.resumed = Counter("agentmill_runs_resumed", "Runs resumed from a checkpoint.", registry=r)
         self.model_calls = Counter(
             "agentmill_model_calls", "Model calls by outcome.", ["outcome"], registry=r
@@ -145,10 +188,33 @@ class MetricsObserver:
             ["reason"],
             registry=r,
         )
-        self._tools: set[str] = set()
+        self._tools = frozenset({*tools, RECALL_TOOL})
         # Children by (metric, label values): ``.labels()`` validates and locks on every call, a
         # few of them per event; the label values are bounded (see above), so is this dict.
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        self._precreate()
+
+    def _precreate(self) -> None:
+        """Every child at 0 (a series that appears at its first increment hides that increment
+        from ``rate()``/``increase()``)."""
+        tools = (*sorted(self._tools), OTHER)
+        by_one: list[tuple[Any, str]] = [
+            (self.runs_started, "resumed"), (self.runs_finished, "status"),
+            (self.model_calls, "outcome"), (self.model_retries, "reason.retry"),
+            (self.tokens, "direction"), (self.events, "kind"), (self.refused, "reason.refused"),
+            (self.compactions, "reason.compaction"), (self.throttled_calls, "reason.throttled"),
+            (self.redispatched, "reason.redispatch"), (self.state_seconds, "state"),
+        ]  # fmt: skip
+        for metric, label in by_one:
+            for value in (*LABELS[label], OTHER):
+                self._c(metric, value)
+        for t in tools:
+            for metric in (self.tool_duration, self.tool_retries, self.tool_from_record, self.reexecuted):
+                self._c(metric, t)
+            for outcome in LABELS["tool_outcome"]:
+                self._c(self.tool_calls, t, outcome)
+        for src, dst in (*_STEPS, (OTHER, OTHER)):
+            self._c(self.transitions, src, dst)
 
     def _c(self, metric: Any, *values: str) -> Any:
         key = (id(metric), values)
@@ -158,29 +224,23 @@ class MetricsObserver:
         return child
 
     def _tool(self, name: str) -> str:
-        if name in self._tools:
-            return name
-        if len(self._tools) >= MAX_TOOL_LABELS:
-            return "other"
-        self._tools.add(name)
-        return name
+        return name if name in self._tools else OTHER
 
     # ---- Observer ----
 
     def transition(self, src: str, dst: str, event: str) -> None:
         if src != dst:
-            self._c(self.transitions, src, dst).inc()
+            known = (src, dst) in _STEP_SET
+            self._c(self.transitions, *((src, dst) if known else (OTHER, OTHER))).inc()
 
     def run_started(self, *, resumed: bool, job_try: int) -> None:
         self._c(self.runs_started, "true" if resumed else "false").inc()
         self.in_progress.inc()
         if resumed:
             self.resumed.inc()
-        if job_try > 1:
-            self.job_retries.inc()
 
     def run_finished(self, status: str, *, iterations: int, duration_s: float) -> None:
-        self._c(self.runs_finished, status).inc()
+        self._c(self.runs_finished, _bounded(status, "status")).inc()
         self.iterations.observe(iterations)
         self.run_duration.observe(duration_s)
         self.in_progress.dec()
@@ -194,7 +254,7 @@ class MetricsObserver:
         timeout ends it without one. The API exports agentmill_runs_awaiting_approval from Redis."""
 
     def model_call(self, outcome: str, *, latency_s: float, ttft_s: float | None) -> None:
-        self._c(self.model_calls, outcome).inc()
+        self._c(self.model_calls, _bounded(outcome, "outcome")).inc()
         self.model_latency.observe(latency_s)
         if ttft_s is not None:
             self.ttft.observe(ttft_s)
@@ -208,7 +268,7 @@ class MetricsObserver:
 
     def tool_call(self, tool: str, outcome: str, *, duration_s: float) -> None:
         t = self._tool(tool)
-        self._c(self.tool_calls, t, outcome).inc()
+        self._c(self.tool_calls, t, _bounded(outcome, "tool_outcome")).inc()
         self._c(self.tool_duration, t).observe(duration_s)
 
     def tool_retry(self, tool: str) -> None:
@@ -221,36 +281,40 @@ class MetricsObserver:
         self._c(self.reexecuted, self._tool(tool)).inc()
 
     def event_published(self, kind: str, count: int = 1) -> None:
-        self._c(self.events, kind).inc(count)
+        self._c(self.events, _bounded(kind, "kind")).inc(count)
 
     def append_refused(self, reason: str) -> None:
-        self._c(self.refused, reason).inc()
+        self._c(self.refused, _bounded(reason, "reason.refused")).inc()
 
     def compaction(self, reason: str) -> None:
-        self._c(self.compactions, reason).inc()
+        self._c(self.compactions, _bounded(reason, "reason.compaction")).inc()
 
     def compaction_removed(self, *, messages: int, tokens: int) -> None:
         self.compaction_messages.inc(messages)
         self.compaction_tokens.inc(tokens)
 
     def state_time(self, state: str, seconds: float) -> None:
-        self._c(self.state_seconds, state).observe(seconds)
+        self._c(self.state_seconds, _bounded(state, "state")).observe(seconds)
 
     def capacity_waited(self, seconds: float) -> None:
         self.capacity_wait.observe(seconds)
 
     def throttled(self, reason: str) -> None:
-        self._c(self.throttled_calls, reason).inc()
+        self._c(self.throttled_calls, _bounded(reason, "reason.throttled")).inc()
+
+    def runs_redispatched(self, reason: str, count: int = 1) -> None:
+        self._c(self.redispatched, _bounded(reason, "reason.redispatch")).inc(count)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
 
-# A fixed set of label values: a provider's status code must not mint a new time series each.
-RETRY_REASONS = frozenset(
-    {"connection", "timeout", "stream", "overflow", "invalid", "internal"}
-    | {f"http_{code}" for code in RETRYABLE_STATUSES}
-)
+_STEP_SET = frozenset(_STEPS)
+_SETS = {label: frozenset(values) for label, values in LABELS.items()}
+
+
+def _bounded(value: str, label: str) -> str:
+    return value if value in _SETS[label] else OTHER
 
 
 def retry_reason_label(reason: str) -> str:

@@ -29,7 +29,8 @@ __all__ = ["reconcile_once", "reconcile_worker"]
 async def reconcile_once(
     parts: Partitions[Any], scripts: Scripts, settings: Settings, *, limit: int = 200
 ) -> Counter[str]:
-    """One sweep of every partition: how many runs got each verdict (redispatched, alive, …).
+    """One sweep of every partition: how many runs got each verdict (redispatched, alive, …; a
+    redispatched run counts under ``redispatched:<reason>`` too).
     The dead workers and the due runs of all partitions are read in one round trip per node."""
     verdicts: Counter[str] = Counter()
     now = now_ms()
@@ -114,4 +115,6 @@ async def _redispatch(
             verdicts["error"] += 1
         elif isinstance(r, list):
             verdicts[text(r[0])] += 1
+            if text(r[0]) == "redispatched":  # and why: the worker metric counts retries by it
+                verdicts[f"redispatched:{text(r[1])}"] += 1
     return verdicts

@@ -53,6 +53,12 @@ def create_app(
                     pools.append(parts)
             api = Api(settings, *pools)
             app.state.api = api
+            if settings.api_metrics_port >= 0:
+                from producer.api.metrics_port import MetricsListener
+
+                listener = MetricsListener(api, settings.api_host, settings.api_metrics_port)
+                api.metrics_port = await listener.start()
+                own.push_async_callback(listener.stop)
             tasks: list[asyncio.Task[None]] = []
             stop = asyncio.Event()
             if background and os.environ.get("AGENTMILL_WEBHOOKS", "true").lower() not in (

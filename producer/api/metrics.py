@@ -1,22 +1,72 @@
-"""The API's Prometheus metrics. Queue depth and runs awaiting approval are read from Redis and
-exported here, and only here, so they are not multiplied by the number of workers."""
+"""The API's Prometheus metrics. Queue depth, runs awaiting approval and the scaling signal are read
+from Redis at each scrape (producer/gauges.py) and exported here, and only here, so they are not
+multiplied by the number of workers; a scrape that cannot read Redis exports none of them (absent,
+not the last value seen).
+
+Every label value comes from a fixed set: the method from ``METHODS`` (else ``other``), the route
+its template (``unmatched`` when no route matched), the status a valid HTTP status (else
+``other``), so no request can mint a series. The submission outcomes exist at 0 from start-up, so
+``rate()``/``increase()`` see the first one; no ``_created`` series are exported.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from collections.abc import Iterator
 
-__all__ = ["LATENCY_BUCKETS", "ApiMetrics"]
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from producer.gauges import ClusterGauges
+
+__all__ = ["LATENCY_BUCKETS", "METHODS", "SUBMISSION_OUTCOMES", "ApiMetrics", "ClusterCollector"]
+
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+SUBMISSION_OUTCOMES = ("accepted", "replayed", "rejected")  # replayed: an idempotent resubmission
+
+
+class ClusterCollector(Collector):
+    """The gauges read from Redis for the scrape under way; none when the read failed."""
+
+    def __init__(self) -> None:
+        self.reading: ClusterGauges | None = None
+
+    def describe(self) -> list[Metric]:
+        return []  # registered without a collect(): there is no reading at start-up
+
+    def collect(self) -> Iterator[Metric]:
+        g = self.reading
+        if g is None:
+            return
+        yield GaugeMetricFamily(
+            "agentmill_queue_depth",
+            "Jobs in the partitions' arq queues, summed: runs queued, not yet claimed (running runs "
+            "are not in it; jobs held back by a tenant's running cap are).",
+            value=g.queue_depth,
+        )
+        yield GaugeMetricFamily(
+            "agentmill_runs_awaiting_approval",
+            "Runs waiting for a human decision on a tool call (no worker holds them).",
+            value=g.awaiting,
+        )
+        yield GaugeMetricFamily(
+            "agentmill_worker_slots_wanted",
+            "Worker slots the load wants now: queued jobs a worker could claim now plus runs running "
+            "(jobs a tenant's running cap holds back left out). Scale workers on it.",
+            value=g.slots_wanted,
+        )
 
 
 class ApiMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter(
-            "agentmill_api_requests", "HTTP requests by route template and status.", ["method", "route", "status"],
-            registry=self.registry,
+            "agentmill_api_requests", "HTTP requests by method, route template and status.",
+            ["method", "route", "status"], registry=self.registry,
         )  # fmt: skip
         self.latency = Histogram(
             "agentmill_api_request_duration_seconds", "HTTP request duration (SSE: until the stream ends).",
@@ -24,28 +74,29 @@ class ApiMetrics:
         )  # fmt: skip
         self.submissions = Counter(
             "agentmill_api_submissions",
-            "Runs submitted through the API, by outcome.",
+            "Runs submitted through the API, by outcome (replayed: the same runId or Idempotency-Key "
+            "again, answered with the run it names).",
             ["outcome"],
             registry=self.registry,
         )
-        self.queue_depth = Gauge(
-            "agentmill_queue_depth",
-            "Jobs waiting in arq's queue (runs queued or running).",
-            registry=self.registry,
-        )
-        self.awaiting = Gauge(
-            "agentmill_runs_awaiting_approval",
-            "Runs waiting for a human decision on a tool call (no worker holds them).",
-            registry=self.registry,
-        )
+        for outcome in SUBMISSION_OUTCOMES:
+            self.submissions.labels(outcome)
+        self.cluster = ClusterCollector()
+        self.registry.register(self.cluster)
 
     def request(self, method: str, route: str, status: int, seconds: float) -> None:
-        self.requests.labels(method, route, str(status)).inc()
+        m = method if method in METHODS else "other"
+        s = str(status) if 100 <= status <= 599 else "other"
+        self.requests.labels(m, route, s).inc()
         self.latency.labels(route).observe(seconds)
 
-    def submitted(self, accepted: bool, n: int = 1) -> None:
+    def submitted(self, outcome: str, n: int = 1) -> None:
         if n:
-            self.submissions.labels("accepted" if accepted else "rejected").inc(n)
+            self.submissions.labels(outcome if outcome in SUBMISSION_OUTCOMES else "rejected").inc(n)
 
-    def render(self) -> tuple[bytes, str]:
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+    def render(self, reading: ClusterGauges | None = None) -> tuple[bytes, str]:
+        self.cluster.reading = reading
+        try:
+            return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        finally:
+            self.cluster.reading = None

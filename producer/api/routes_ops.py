@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
+from typing import Annotated
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Header, Response
 
 from producer.api.errors import ErrorResponse
-from producer.api.state import ApiDep
+from producer.api.state import Api, ApiDep
 from shared.errors import ApiError
 
-__all__ = ["healthz", "metrics", "readyz", "router"]
+__all__ = ["healthz", "metrics", "metrics_response", "readyz", "router"]
 
 router = APIRouter()
 
@@ -37,13 +37,23 @@ async def readyz(api: ApiDep) -> dict[str, str]:
 @router.get(
     "/metrics",
     response_class=Response,
-    responses={200: {"content": {"text/plain": {}}}},
+    responses={
+        200: {"content": {"text/plain": {}}},
+        401: {"model": ErrorResponse},
+        404: {"model": ErrorResponse},
+    },
     summary="Prometheus metrics",
 )
-async def metrics(api: ApiDep) -> Response:
-    with contextlib.suppress(Exception):
-        depth, awaiting = await api.producer.gauges()
-        api.metrics.queue_depth.set(depth)
-        api.metrics.awaiting.set(awaiting)
-    body, ctype = api.metrics.render()
+async def metrics(api: ApiDep, authorization: Annotated[str | None, Header()] = None) -> Response:
+    """With AGENTMILL_API_METRICS_PORT set, served on that port only (404 here); with
+    AGENTMILL_METRICS_TOKEN set, only to that bearer token (401)."""
+    if api.settings.api_metrics_port >= 0:
+        raise ApiError(404, "not_found", "Not Found")
+    return await metrics_response(api, authorization)
+
+
+async def metrics_response(api: Api, authorization: str | None) -> Response:
+    """The scrape, wherever it is served (here or on the metrics port, producer/api/metrics_port.py)."""
+    api.check_metrics_token(authorization)
+    body, ctype = api.metrics.render(await api.cluster_gauges())
     return Response(body, media_type=ctype)

@@ -122,9 +122,9 @@ async def submit(
             body, tenant=tenant, idempotency_key=idempotency_key, quota=api.quotas.of(tenant)
         )
     except SubmissionError:
-        api.metrics.submitted(False)
+        api.metrics.submitted("rejected")
         raise
-    api.metrics.submitted(True)
+    api.metrics.submitted("accepted" if sub.created else "replayed")
     if not sub.created:
         response.status_code = 200
     return Accepted(runId=sub.run_id, status=sub.status, eventsUrl=f"/v1/runs/{sub.run_id}/events")
@@ -167,9 +167,11 @@ async def submit_batch(body: BatchBody, api: ApiDep, tenant: Tenant) -> Response
         out.append(
             {"runId": r.run_id, "status": r.status} if isinstance(r, Submitted) else {"error": r.as_dict()}
         )
-    accepted = sum(1 for r in results if isinstance(r, Submitted))
-    api.metrics.submitted(True, accepted)
-    api.metrics.submitted(False, len(results) - accepted)
+    created = sum(1 for r in results if isinstance(r, Submitted) and r.created)
+    replayed = sum(1 for r in results if isinstance(r, Submitted)) - created
+    api.metrics.submitted("accepted", created)
+    api.metrics.submitted("replayed", replayed)
+    api.metrics.submitted("rejected", len(results) - created - replayed)
     return OrjsonResponse({"results": out, "batchId": batch_id})
 
 

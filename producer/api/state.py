@@ -3,6 +3,9 @@ process state and the caller's tenant."""
 
 from __future__ import annotations
 
+import asyncio
+import hmac
+import logging
 import os
 import time
 from typing import Annotated
@@ -13,6 +16,7 @@ from redis.asyncio import Redis
 from producer.api.auth import Authenticator
 from producer.api.metrics import ApiMetrics
 from producer.api.streams import StreamLimiter
+from producer.gauges import ClusterGauges, read_gauges, running_caps
 from producer.routing import Parts
 from producer.service import Producer, RunRecord
 from shared.errors import ApiError
@@ -21,6 +25,8 @@ from shared.quotas import Quotas
 from shared.settings import Settings
 
 __all__ = ["Api", "ApiDep", "Tenant", "get_api", "record_or_404", "tenant_of"]
+
+log = logging.getLogger("agentmill.api")
 
 
 class Api:
@@ -38,6 +44,8 @@ class Api:
         self.quotas = Quotas(settings)
         self.auth = Authenticator(settings)
         self.metrics = ApiMetrics()
+        self.running_caps = running_caps(self.quotas, (tenant for _, tenant in self.auth.tokens))
+        self.metrics_port: int | None = None  # the port of the /metrics listener, once it listens
         self._depth = (0.0, 0)
         self.sse_heartbeat_s = float(os.environ.get("AGENTMILL_SSE_HEARTBEAT_S", "10"))
 
@@ -47,6 +55,33 @@ class Api:
             depth = await self.producer.queue_depth()
             self._depth = (time.monotonic(), depth)
         return depth
+
+    async def cluster_gauges(self) -> ClusterGauges | None:
+        """Queue depth, runs awaiting approval and the scaling signal, or None when Redis does not
+        answer within 2 s (the scrape then exports none of them)."""
+        try:
+            return await asyncio.wait_for(
+                read_gauges(self.parts, self.producer.scripts, self.running_caps), 2.0
+            )
+        except Exception as exc:  # any failure to read is "unknown", never a stale value
+            log.warning("/metrics: the cluster gauges are not exported: Redis did not answer (%r)", exc)
+            return None
+
+    def check_metrics_token(self, authorization: str | None) -> None:
+        """401 unless AGENTMILL_METRICS_TOKEN is unset or given as the bearer token (constant time)."""
+        want = self.settings.metrics_token
+        if not want:
+            return
+        given = (
+            authorization[7:].strip() if authorization and authorization.lower().startswith("bearer ") else ""
+        )
+        if not hmac.compare_digest(given.encode(), want.encode()):
+            raise ApiError(
+                401,
+                "unauthorized",
+                "/metrics wants the metrics token",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
 
     async def admit(self, n: int = 1) -> None:
         """Backpressure: refuse new work while the queue is deeper than configured."""

@@ -296,13 +296,16 @@ def known_metrics() -> set[str]:
     from prometheus_client import CollectorRegistry
 
     from producer.api.metrics import ApiMetrics
+    from producer.gauges import ClusterGauges
     from worker.health import HealthServer
     from worker.metrics import MetricsObserver
 
     names: set[str] = set()
     obs = MetricsObserver()
     HealthServer(obs.registry, obs.render)
-    for registry in (obs.registry, ApiMetrics().registry, CollectorRegistry()):
+    api = ApiMetrics()
+    api.cluster.reading = ClusterGauges(0, 0, 0, 0)  # the gauges read from Redis at a scrape
+    for registry in (obs.registry, api.registry, CollectorRegistry()):
         for fam in registry.collect():
             names.add(fam.name)
             suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"]}.get(fam.type, [])

@@ -248,6 +248,7 @@ async def test_reconciler_redispatches_expired_and_lost_runs_once(
     sweeps = await asyncio.gather(*(reconcile_once(parts_of(redis), scripts, settings) for _ in range(4)))
     total = sum(sweeps, start=type(sweeps[0])())
     assert total["redispatched"] == 2  # crashed + lost, each once despite four concurrent sweeps
+    assert total["redispatched:lease_expired"] == 1 and total["redispatched:job_lost"] == 1  # why (metrics)
     assert total["worker_expired"] == 1  # w-dead is forgotten once its runs were handed on
     assert await redis.zscore(K.workers, "w-dead") is None
     assert not await redis.exists(K.worker_runs("w-dead"))

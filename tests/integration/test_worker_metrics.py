@@ -19,10 +19,12 @@ from tests.integration.helpers import (
     http_get,
     metric_samples,
     producer_for,
+    running_worker,
     script_run,
     until_status,
     wait_all,
 )
+from tests.support.procs import workers
 from worker.health import HealthServer
 from worker.jobs import WorkerProcess
 
@@ -92,7 +94,10 @@ async def test_metrics_after_real_runs(redis: Redis, redis_url: str) -> None:
     assert one("agentmill_events_published_total", kind="tool_result") == 2
     assert one("agentmill_events_published_total", kind="assistant_message") == 5
     assert one("agentmill_events_published_total", kind="compaction") == 1
-    assert one("agentmill_job_retries_total") == 0 and one("agentmill_runs_resumed_total") == 0
+    assert (
+        one("agentmill_runs_redispatched_total", reason="lease_expired") == 0
+        and one("agentmill_runs_resumed_total") == 0
+    )
     step = {"from_state": "model_running.calling", "to_state": "model_running.retrying"}
     assert one("agentmill_state_transitions_total", **step) == 1
     assert one("agentmill_state_transitions_total", from_state="idle", to_state="preparing") == 4
@@ -130,3 +135,23 @@ async def test_health_fails_while_the_loop_is_blocked() -> None:
         assert status == 200 and '"ok"' in body
     finally:
         await server.stop()
+
+
+async def test_a_run_whose_worker_died_counts_as_redispatched(redis: Redis, redis_url: str) -> None:
+    """agentmill_runs_redispatched_total counts a run's retry after its worker is lost (the job
+    retries counter it replaces never moved: a claimed job is never run again under its id)."""
+    fast = {"AGENTMILL_LEASE_MS": "800", "AGENTMILL_RECONCILE_MS": "200"}
+    p = producer_for(redis, redis_url)
+    with workers(redis_url, 1, env=fast) as (doomed,):
+        sub = await p.submit(script_run([{"stall": True}]))
+        await until_status(redis, sub.run_id, "running")
+        doomed.kill()
+    async with running_worker(redis_url, lease_ms=800, reconcile_ms=200, shutdown_grace_s=0.2) as wp:
+        for _ in range(100):
+            m = metric_samples(wp.metrics.render().decode())
+            if m[("agentmill_runs_redispatched_total", (("reason", "lease_expired"),))] >= 1:
+                break
+            await asyncio.sleep(0.05)
+        assert m[("agentmill_runs_redispatched_total", (("reason", "lease_expired"),))] == 1
+        assert m[("agentmill_runs_redispatched_total", (("reason", "job_lost"),))] == 0
+        await p.abort(sub.run_id)

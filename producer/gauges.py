@@ -1,0 +1,69 @@
+"""The cluster-wide gauges the API exports (producer/api/metrics.py), read from Redis at each scrape:
+queue depth, runs awaiting approval, and the scaling signal.
+
+``slots_wanted`` is what a worker pool should hold to carry the load now: the jobs a worker could
+claim now plus the runs running. A queued job whose tenant already runs its ``maxRunning`` on that
+partition is not claimable (shared/lua/claim_jobs.lua pushes it back), so per partition and capped
+tenant ``held = max(0, queued - max(0, cap - running))`` is left out. The tenants looked at are the
+ones the API knows (its tokens' and the quota file's); a tenant it does not know counts as uncapped.
+One read-only script call per partition (shared/lua/scaling.lua), one pipelined round trip per node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from shared.keys import Partition
+from shared.partitions import Partitions
+from shared.quotas import Quotas
+from shared.scripts import Scripts
+
+__all__ = ["ClusterGauges", "held_back", "read_gauges", "running_caps"]
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterGauges:
+    queue_depth: int  # jobs in the partitions' arq queues (claimable or held back)
+    running: int  # runs carried by a worker whose lease is unexpired
+    awaiting: int  # runs waiting for a human decision (on no worker)
+    held: int  # queued jobs a tenant's running cap holds back
+
+    @property
+    def slots_wanted(self) -> int:
+        return self.queue_depth - self.held + self.running
+
+
+def held_back(queued: int, tenants: Iterable[tuple[int, int, int]]) -> int:
+    """The queued jobs of one partition its tenants' running caps hold back, from each capped
+    tenant's (cap, queued, running) there; never more than the queue holds."""
+    held = sum(max(0, q - max(0, cap - r)) for cap, q, r in tenants)
+    return min(held, queued)
+
+
+def running_caps(quotas: Quotas, tenants: Iterable[str]) -> dict[str, int]:
+    """{tenant: maxRunning} of the known tenants that have a running cap."""
+    known = {*tenants, *quotas.overrides}
+    return {t: cap for t in sorted(known) if (cap := quotas.of(t).max_running) > 0}
+
+
+async def read_gauges(
+    parts: Partitions[Any], scripts: Scripts, caps: Mapping[str, int], *, deadline_s: float = 2.0
+) -> ClusterGauges:
+    """Raises what Redis raises: a scrape that cannot read Redis exports none of these gauges."""
+    names = list(caps)
+
+    def op(pipe: Any, part: Partition) -> None:
+        k, a = scripts.frame(part, [], names)
+        pipe.scripts.add(scripts.scaling)  # what ``await script(client=pipe)`` does, without awaiting
+        pipe.evalsha(scripts.scaling.sha, len(k), *k, *a)
+
+    depth = running = awaiting = held = 0
+    for (reply,) in await parts.each(op, deadline_s=deadline_s):
+        q, r, w, *per_tenant = (int(x) for x in reply)
+        depth, running, awaiting = depth + q, running + r, awaiting + w
+        held += held_back(
+            q, ((caps[t], per_tenant[2 * i], per_tenant[2 * i + 1]) for i, t in enumerate(names))
+        )
+    return ClusterGauges(depth, running, awaiting, held)

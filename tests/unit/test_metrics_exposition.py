@@ -1,0 +1,78 @@
+"""What a scrape shows before anything happened (issue #24 finding 2): every child that rate() and
+increase() read is there at 0, so Prometheus sees its first increment (a series that appears at
+its first increment hides it: a real Prometheus counted 62 of 185 completed runs); no _created
+series; label values from fixed sets only. tests/integration/test_prometheus.py checks the same
+against a real Prometheus."""
+
+from __future__ import annotations
+
+from producer.api.metrics import ApiMetrics
+from tests.integration.helpers import metric_samples
+from worker.metrics import LABELS, MetricsObserver
+
+
+def test_every_worker_child_exists_at_zero_before_first_use() -> None:
+    obs = MetricsObserver(tools=["echo", "calculator"])
+    text = obs.render().decode()
+    m = metric_samples(text)
+    assert "_created" not in text
+    for status in ("completed", "failed", "aborted"):
+        assert m[("agentmill_runs_finished_total", (("status", status),))] == 0
+    for reason in ("http_503", "http_429", "timeout", "connection", "http_other", "other"):
+        assert m[("agentmill_model_retries_total", (("reason", reason),))] == 0
+    for outcome in ("success", "error"):
+        assert m[("agentmill_model_calls_total", (("outcome", outcome),))] == 0
+    for kind in LABELS["kind"]:
+        assert m[("agentmill_events_published_total", (("kind", kind),))] == 0
+    for reason in ("lease_expired", "job_lost"):
+        assert m[("agentmill_runs_redispatched_total", (("reason", reason),))] == 0
+    for tool in ("echo", "calculator", "recall_tool_call", "other"):
+        assert m[("agentmill_tool_calls_total", (("outcome", "ok"), ("tool", tool)))] == 0
+    step = (("from_state", "idle"), ("to_state", "preparing"))
+    assert m[("agentmill_state_transitions_total", step)] == 0
+    assert "agentmill_job_retries" not in text  # it never counted: a claimed job never runs again
+
+
+def test_worker_label_values_come_from_fixed_sets() -> None:
+    obs = MetricsObserver(tools=["echo"])
+    before = len(metric_samples(obs.render().decode()))
+    for i in range(50):  # what a model, a provider or a bug could hand the observer
+        obs.tool_call(f"tool-{i}", "ok", duration_s=0.1)
+        obs.tool_retry(f"tool-{i}")
+        obs.model_retry(f"http_{500 + i}")
+        obs.run_finished(f"status-{i}", iterations=1, duration_s=1)
+        obs.event_published(f"kind-{i}")
+        obs.throttled(f"why-{i}")
+        obs.compaction(f"why-{i}")
+        obs.transition(f"s-{i}", "idle", "Ev")
+        obs.state_time(f"s-{i}", 1.0)
+        obs.runs_redispatched(f"why-{i}")
+    text = obs.render().decode()
+    assert len(metric_samples(text)) == before
+    m = metric_samples(text)
+    assert m[("agentmill_tool_calls_total", (("outcome", "ok"), ("tool", "other")))] == 50
+    assert m[("agentmill_runs_finished_total", (("status", "other"),))] == 50
+
+
+def test_api_children_exist_at_zero_and_no_created_series() -> None:
+    text = ApiMetrics().render()[0].decode()
+    m = metric_samples(text)
+    assert "_created" not in text
+    for outcome in ("accepted", "replayed", "rejected"):
+        assert m[("agentmill_api_submissions_total", (("outcome", outcome),))] == 0
+    assert "agentmill_worker_slots_wanted" not in text  # no reading of Redis: absent, never 0
+
+
+def test_held_back_jobs_are_those_over_their_tenants_free_running_room() -> None:
+    from producer.gauges import ClusterGauges, held_back, running_caps
+    from shared.quotas import Quotas
+    from shared.settings import Settings
+
+    # (cap, queued, running): at its cap, all 7 held; 3 of 5 room free, 2 held; room for all, none.
+    assert held_back(20, [(10, 7, 10), (5, 5, 2), (100, 3, 0)]) == 7 + 2
+    assert held_back(4, [(1, 9, 1)]) == 4  # never more than the queue holds
+    assert ClusterGauges(queue_depth=20, running=12, awaiting=1, held=9).slots_wanted == 23
+    quotas = Quotas(
+        Settings(tenant_max_running=100, tenant_quotas='{"b": {"maxRunning": 2}, "c": {"maxRunning": 0}}')
+    )
+    assert running_caps(quotas, ["a", "default"]) == {"a": 100, "b": 2}  # default and c are uncapped
