@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.tools.base import Tool, ToolContext, ToolError, ToolOutcome
-from worker.tools.calculator import MAX_BITS, MAX_CHARS, evaluate
+from worker.tools.calculator import MAX_CHARS, evaluate
 
 __all__ = ["BUILTINS", "FunctionTool"]
 
@@ -69,8 +69,9 @@ BUILTINS: dict[str, Tool] = {
     for t in (
         FunctionTool(
             "calculator",
-            "Evaluate an arithmetic expression (numbers, + - * / // % ** and parentheses; integers up to"
-            f" {MAX_BITS} bits).",
+            # The size bound (MAX_BITS) is told in the error a too-large result gets; the text the
+            # model sees stays as recorded in tests/data/llama_cpp (replayed by CI).
+            "Evaluate an arithmetic expression (numbers, + - * / // % ** and parentheses).",
             _obj({"expression": {"type": "string", "maxLength": MAX_CHARS}}, ["expression"]),
             _calculator,
         ),
