@@ -76,6 +76,10 @@ class Settings(BaseSettings):
     webhook_allow_hosts: str = ""  # comma-separated hosts exempt from the private-address guard
     webhook_max_attempts: int = 8
 
+    # cli: where `agentmill submit` journals the parts of a batch it sent (to resume it);
+    # empty = $XDG_STATE_HOME/agentmill, else ~/.local/state/agentmill
+    cli_state_dir: str = ""
+
     log_json: bool = False
     log_level: str = "INFO"
 

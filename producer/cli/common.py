@@ -13,13 +13,17 @@ import orjson
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from shared.errors import ApiError
 from shared.loop import run as run_loop
 from shared.models import RunEvent
 from shared.settings import get_settings
 from shared.statuses import TERMINAL
 
 __all__ = [
+    "CliError",
+    "api_client",
     "console",
+    "counts_text",
     "describe",
     "direct_producer",
     "err",
@@ -34,11 +38,61 @@ console = Console(stderr=False, highlight=False)
 err = Console(stderr=True, highlight=False)
 
 
+class CliError(Exception):
+    """A failure the command explains in one line (stderr, exit code 2), not with a traceback."""
+
+
 def exit_with(coro: Coroutine[Any, Any, int]) -> None:
-    sys.exit(run_loop(coro))
+    """Run a command; what commonly goes wrong (the API or Redis unreachable, a refused token, a URL
+    without a scheme) is one line on stderr and exit code 2; Ctrl-C is exit code 130."""
+    import httpx
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    try:
+        code = run_loop(coro)
+    except KeyboardInterrupt:
+        code = 130
+    except CliError as exc:
+        code = _fail(str(exc))
+    except ApiError as exc:
+        why = " (the token is missing, unknown or not allowed)" if exc.status in (401, 403) else ""
+        code = _fail(f"the API answered {exc.status} {exc.code}: {exc.message}{why}")
+    except httpx.TransportError as exc:
+        where = exc.request.url if _has_request(exc) else "the API"
+        code = _fail(f"cannot reach the API at {where}: {exc or type(exc).__name__}")
+    except (RedisConnectionError, RedisTimeoutError, ConnectionError) as exc:
+        code = _fail(f"cannot reach Redis at {safe_url(get_settings().redis_url)}: {exc}")
+    sys.exit(code)
+
+
+def _has_request(exc: Any) -> bool:
+    try:
+        return exc.request is not None
+    except RuntimeError:  # httpx: the error was raised before a request existed
+        return False
+
+
+def _fail(message: str) -> int:
+    err.print(f"[red]error:[/] {message}", soft_wrap=True)
+    return 2
+
+
+def api_client(url: str, token: str | None) -> Any:
+    """The HTTP client of ``--api URL``; a URL without http:// or https:// is a CliError."""
+    from producer.client import AsyncClient
+
+    if not url.startswith(("http://", "https://")):
+        raise CliError(f"--api needs a URL starting with http:// or https:// (got {url!r})")
+    return AsyncClient(url, token=token)
 
 
 # ---- readable events ----
+
+
+def counts_text(counts: dict[str, int]) -> str:
+    """A batch's counts by status, as words ("3 completed, 1 failed")."""
+    return ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in counts.items() if n)
 
 
 def describe(e: RunEvent) -> str:
@@ -135,5 +189,5 @@ def progress_bar() -> Progress:
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        console=console,
+        console=err,  # progress is not data: stdout stays clean for what a command answers
     )
