@@ -60,6 +60,8 @@ async def _runs_ls(
                         if len(rows) >= limit:
                             break
                 except ApiError as exc:
+                    if exc.status in (401, 403):
+                        raise  # exit_with says it: a refused token
                     err.print(f"[red]error:[/] {exc.message}")
                     return 2
         else:
@@ -115,6 +117,8 @@ async def _batch_call(batch_id: str, api_url: str | None, token: str | None, ten
                     else (await c.get_batch(batch_id)).model_dump()
                 )
             except ApiError as exc:
+                if exc.status in (401, 403):
+                    raise  # exit_with says it: a refused token
                 if exc.status != 404:
                     err.print(f"[red]error:[/] {exc.message}")
                     return 2

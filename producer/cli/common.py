@@ -28,6 +28,7 @@ __all__ = [
     "direct_producer",
     "err",
     "exit_with",
+    "failure_text",
     "print_event",
     "progress_bar",
     "reach",
@@ -45,37 +46,40 @@ class CliError(Exception):
 def exit_with(coro: Coroutine[Any, Any, int]) -> None:
     """Run a command; what commonly goes wrong (the API or Redis unreachable, a refused token, a URL
     without a scheme) is one line on stderr and exit code 2; Ctrl-C is exit code 130."""
-    import httpx
-    from redis.exceptions import ConnectionError as RedisConnectionError
-    from redis.exceptions import TimeoutError as RedisTimeoutError
-
     try:
         code = run_loop(coro)
     except KeyboardInterrupt:
         code = 130
-    except CliError as exc:
-        code = _fail(str(exc))
-    except ApiError as exc:
-        why = " (the token is missing, unknown or not allowed)" if exc.status in (401, 403) else ""
-        code = _fail(f"the API answered {exc.status} {exc.code}: {exc.message}{why}")
-    except httpx.TransportError as exc:
-        where = exc.request.url if _has_request(exc) else "the API"
-        code = _fail(f"cannot reach the API at {where}: {exc or type(exc).__name__}")
-    except (RedisConnectionError, RedisTimeoutError, ConnectionError) as exc:
-        code = _fail(f"cannot reach Redis at {safe_url(get_settings().redis_url)}: {exc}")
+    except Exception as exc:
+        said = failure_text(exc)
+        if said is None:
+            raise
+        err.print(f"[red]error:[/] {said}", soft_wrap=True, markup=True, highlight=False)
+        code = 2
     sys.exit(code)
 
 
-def _has_request(exc: Any) -> bool:
-    try:
-        return exc.request is not None
-    except RuntimeError:  # httpx: the error was raised before a request existed
-        return False
+def failure_text(exc: BaseException) -> str | None:
+    """What went wrong, in a line, for the failures a command explains; None for the others."""
+    import httpx
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
 
-
-def _fail(message: str) -> int:
-    err.print(f"[red]error:[/] {message}", soft_wrap=True)
-    return 2
+    if isinstance(exc, CliError):
+        return str(exc)
+    if isinstance(exc, ApiError):
+        why = " (the token is missing, unknown or not allowed)" if exc.status in (401, 403) else ""
+        return f"the API answered {exc.status} {exc.code}: {exc.message}{why}"
+    if isinstance(exc, httpx.TransportError):
+        try:
+            u = exc.request.url
+            where = f"{u.scheme}://{u.netloc.decode()}"
+        except RuntimeError:  # httpx: raised before a request existed
+            where = "the API"
+        return f"cannot reach the API at {where}: {str(exc) or type(exc).__name__}"
+    if isinstance(exc, RedisConnectionError | RedisTimeoutError | ConnectionError):
+        return f"cannot reach Redis at {safe_url(get_settings().redis_url)}: {exc}"
+    return None
 
 
 def api_client(url: str, token: str | None) -> Any:

@@ -54,6 +54,8 @@ async def _tail_api(api: str, token: str | None, run_id: str, after: int) -> int
                 if e.terminal:
                     return 0 if e.payload.get("status") == "completed" else 1
         except ApiError as exc:
+            if exc.status in (401, 403):
+                raise  # exit_with says it: a refused token
             err.print(f"[red]error:[/] {exc.message}")
             return 2
     return 1

@@ -36,6 +36,7 @@ from producer.cli.common import (
     direct_producer,
     err,
     exit_with,
+    failure_text,
     progress_bar,
 )
 from producer.cli.plan import Parsed, Part, parse_jsonl, parts, retry_delay_ms, to_send
@@ -162,16 +163,20 @@ async def _through_redis(batch_id: str) -> AsyncIterator[Sender]:
     from shared.quotas import DEFAULT_TENANT
 
     async with direct_producer() as p:
+        reached = False
 
         async def send(items: list[dict[str, Any]], offset: int, more: bool) -> list[Outcome]:
+            nonlocal reached
             got = await p.submit_many(items, batch_id=batch_id, offset=offset, more=more)
+            reached = True
             return [o.run_id if hasattr(o, "run_id") else (o.code, o.message) for o in got]
 
         async def view() -> dict[str, Any] | None:
             return await Catalog(p).batch(DEFAULT_TENANT, batch_id)
 
         def passing(exc: BaseException) -> tuple[int | None, float | None] | None:
-            return (None, None) if isinstance(exc, RedisConnectionError | RedisTimeoutError) else None
+            lost = isinstance(exc, RedisConnectionError | RedisTimeoutError)  # as for the API: once reached
+            return (None, None) if reached and lost else None
 
         yield Sender(send, view, passing)
 
@@ -202,8 +207,6 @@ async def _submit(file: Path, wait: bool, api_url: str | None, token: str | None
         )
     data = await asyncio.to_thread(file.read_bytes)
     parsed = parse_jsonl(data)
-    for number, why in parsed.bad:
-        err.print(f"[red]line {number}:[/] {why}", soft_wrap=True)
     batch_id = named or new_batch_id()
     n = len(parsed.items)
     journal = Journal.open(batch_id, file, hashlib.sha256(data).hexdigest(), get_settings().max_batch, n)
@@ -217,6 +220,8 @@ async def _submit(file: Path, wait: bool, api_url: str | None, token: str | None
     )
     if todo:
         err.print(f"  interrupted? resume with: {resume}", soft_wrap=True)
+    for number, why in parsed.bad:
+        err.print(f"[red]line {number}:[/] {why}", soft_wrap=True)
     final: dict[str, Any] | None = None
     async with contextlib.AsyncExitStack() as stack:
         sender = await stack.enter_async_context(
@@ -236,16 +241,11 @@ async def _submit(file: Path, wait: bool, api_url: str | None, token: str | None
             err.print(f"interrupted: batch {batch_id} is not complete; resume with: {resume}", soft_wrap=True)
             raise
         except Exception as exc:
-            raise CliError(f"{_said(exc)}\nbatch {batch_id} is not complete; resume with: {resume}") from exc
+            said = failure_text(exc) or f"{type(exc).__name__}: {exc}"
+            raise CliError(f"{said}\nbatch {batch_id} is not complete; resume with: {resume}") from exc
         if wait and any(isinstance(o, str) for outs in journal.done.values() for o in outs):
             final = await _batch_progress(batch_id, sender.view)
     return _report(batch_id, parsed, journal, final)
-
-
-def _said(exc: BaseException) -> str:
-    if isinstance(exc, ApiError):
-        return f"the API answered {exc.status} {exc.code}: {exc.message}"
-    return f"{type(exc).__name__}: {exc}"
 
 
 def _report(batch_id: str, parsed: Parsed, journal: Journal, final: dict[str, Any] | None) -> int:
