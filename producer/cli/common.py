@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import AsyncIterator, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
@@ -18,6 +18,9 @@ from shared.loop import run as run_loop
 from shared.models import RunEvent
 from shared.settings import get_settings
 from shared.statuses import TERMINAL
+
+if TYPE_CHECKING:
+    from producer.client import AsyncClient
 
 __all__ = [
     "CliError",
@@ -82,7 +85,7 @@ def failure_text(exc: BaseException) -> str | None:
     return None
 
 
-def api_client(url: str, token: str | None) -> Any:
+def api_client(url: str, token: str | None) -> AsyncClient:
     """The HTTP client of ``--api URL``; a URL without http:// or https:// is a CliError."""
     from producer.client import AsyncClient
 
