@@ -30,6 +30,10 @@ RETRY = RetryConfig(
     max_retries=8, base_delay_ms=500, max_delay_ms=15_000, jitter=0.2, retry_after_cap_ms=60_000
 )
 RETRYABLE_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
+# Item errors that pass (a quota, Redis briefly away): the part is not done, it is sent again whole.
+PASSING_CODES = frozenset(
+    {"enqueue_failed", "rate_limited", "quota_exceeded", "queue_full", "redis_unavailable"}
+)
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from producer.cli.common import (
     failure_text,
     progress_bar,
 )
-from producer.cli.plan import Parsed, Part, parse_jsonl, parts, retry_delay_ms, to_send
+from producer.cli.plan import PASSING_CODES, Parsed, Part, parse_jsonl, parts, retry_delay_ms, to_send
 from shared.errors import ApiError
 from shared.ids import ID_PATTERN, new_batch_id
 from shared.settings import get_settings
@@ -181,19 +181,31 @@ async def _through_redis(batch_id: str) -> AsyncIterator[Sender]:
         yield Sender(send, view, passing)
 
 
+class _PassingItemError(Exception):
+    """An item of the part was refused for a passing reason (Redis briefly away, a quota)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
 async def _send_part(sender: Sender, parsed: Parsed, part: Part, of: int) -> list[Outcome]:
     items = parsed.items[part.offset : part.offset + part.count]
     attempt = 0
     while True:
         try:
-            return await sender.send(items, part.offset, not part.last)
+            outcomes = await sender.send(items, part.offset, not part.last)
+            passing = next((o for o in outcomes if not isinstance(o, str) and o[0] in PASSING_CODES), None)
+            if passing is None:
+                return outcomes
+            raise _PassingItemError(*passing)
         except Exception as exc:
             attempt += 1
-            found = sender.passing(exc)
+            found = (None, None) if isinstance(exc, _PassingItemError) else sender.passing(exc)
             delay = retry_delay_ms(attempt, *found, random.random()) if found is not None else None
             if delay is None:
                 raise
-            what = f"{exc.status} {exc.code}" if isinstance(exc, ApiError) else type(exc).__name__
+            what = f"{exc.status} {exc.code}" if isinstance(exc, ApiError) else str(exc) or type(exc).__name__
             err.print(
                 f"part {part.number}/{of}: {what}; sent again in {delay / 1000:.1f} s (retry {attempt})"
             )

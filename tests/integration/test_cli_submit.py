@@ -17,7 +17,10 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
+from producer.listing import Catalog
+from shared.quotas import DEFAULT_TENANT
 from shared.redis_server import free_port
+from tests.integration.helpers import producer_for
 from tests.integration.test_client_cli import ROOT, api_server, cli
 from tests.support.schema import K
 
@@ -138,3 +141,25 @@ async def test_a_submission_killed_midway_resumes_with_every_line_once(
         )
         assert third.returncode == 0 and "part " not in third.stderr and third.stdout == again.stdout
         assert await finishes(url, batch_id)
+
+
+async def test_straight_to_redis_a_batch_sent_again_without_its_journal_creates_nothing_twice(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    """The direct-Redis path, in parts of 2; the journal lost (another machine): --batch-id sends
+    every part again, and item i is still the same run."""
+    jsonl = runs_file(tmp_path / "runs.jsonl", 5)
+    env = {"AGENTMILL_MAX_BATCH": "2", "AGENTMILL_CLI_STATE_DIR": str(tmp_path / "state")}
+    first = await asyncio.to_thread(cli, redis_url, "submit", str(jsonl), "--batch-id", "nightly-1", env=env)
+    assert first.returncode == 0 and "part 3/3 (lines 5-5): 1 accepted" in first.stderr, first.stderr
+    (tmp_path / "state" / "submit-nightly-1.jsonl").unlink()
+    again = await asyncio.to_thread(cli, redis_url, "submit", str(jsonl), "--resume", "nightly-1", env=env)
+    assert again.returncode == 0 and "part 1/3" in again.stderr and again.stdout == first.stdout
+    assert first.stdout.split()[0] == "nightly-1" and len(set(first.stdout.split()[1:])) == 5
+    p = producer_for(redis, redis_url)
+    view = await Catalog(p).batch(DEFAULT_TENANT, "nightly-1")
+    assert view is not None and view["total"] == 5
+    # Another file under the same batch and journal is refused, not mixed in.
+    other = runs_file(tmp_path / "other.jsonl", 3)
+    mixed = await asyncio.to_thread(cli, redis_url, "submit", str(other), "--batch-id", "nightly-1", env=env)
+    assert mixed.returncode == 2 and "started from another file" in mixed.stderr, mixed.stderr
