@@ -49,6 +49,7 @@ async def _tail_redis(run_id: str, after: int) -> int:
 async def _tail_api(api: str, token: str | None, run_id: str, after: int) -> int:
     async with api_client(api, token) as c:
         try:
+            await c.get(run_id)  # an API never reached is an error at once, not a minute of reconnects
             async for e in c.events(run_id, after=after):
                 print_event(e)
                 if e.terminal:

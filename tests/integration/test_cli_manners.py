@@ -33,7 +33,7 @@ async def test_an_unreachable_api_or_redis_is_one_line(redis_url: str, tmp_path:
     jsonl = tmp_path / "runs.jsonl"
     jsonl.write_bytes(orjson.dumps(RUN) + b"\n")
     for args in (("runs", "ls", "--api", nobody), ("batch", "status", "b1", "--api", nobody),
-                 ("submit", str(jsonl), "--api", nobody)):  # fmt: skip
+                 ("submit", str(jsonl), "--api", nobody), ("tail", "r1", "--api", nobody)):  # fmt: skip
         await one_line_error(redis_url, args, "cannot reach the API", nobody)
     no_redis = f"redis://127.0.0.1:{free_port()}/0"
     for args in (("runs", "ls"), ("status", "r1"), ("submit", str(jsonl))):
