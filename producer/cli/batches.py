@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 import orjson
+from rich.console import Console
 from rich.table import Table
 
 from producer.cli.common import api_client, console, counts_text, direct_producer, err, exit_with, reach
@@ -91,13 +92,17 @@ async def _runs_ls(
     if not console.is_terminal:  # piped: tab-separated, nothing cut, whatever the width
         for line in (columns, *lines):
             console.print("\t".join(line), soft_wrap=True, markup=False)
-    else:  # ids are never cut: a narrow terminal folds the other columns
+    else:  # a terminal: a table as wide as the longest id needs, however narrow the terminal
+        longest = max((len(line[0]) for line in lines), default=len("runId"))
         table = Table(box=None)
         for name in columns:
-            table.add_column(name, no_wrap=name == "runId", min_width=len(name))
+            table.add_column(
+                name, no_wrap=name == "runId", min_width=longest if name == "runId" else len(name)
+            )
         for line in lines:
             table.add_row(*line)
-        console.print(table)
+        width = max(console.width, longest + 60)  # the other columns' room; the terminal wraps past it
+        Console(file=console.file, width=width, force_terminal=True, highlight=False).print(table)
     console.print(f"{len(rows)} run(s)")
     return 0
 

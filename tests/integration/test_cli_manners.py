@@ -5,6 +5,7 @@ cut. Real API and redis-server, the CLI as a subprocess (test_client_cli's setup
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 import orjson
@@ -83,6 +84,8 @@ async def test_runs_ls_never_cuts_a_run_id(redis_url: str) -> None:
 
         async with httpx.AsyncClient(base_url=url) as c:
             assert (await c.post("/v1/runs", json={**RUN, "runId": long_id})).status_code == 202
-        for through in (("--api", url), ()):
-            out = await asyncio.to_thread(cli, redis_url, "runs", "ls", *through, env={"COLUMNS": "40"})
-            assert out.returncode == 0 and long_id in out.stdout.split(), out.stdout
+        for through, terminal in ((("--api", url), {}), ((), {}), ((), {"FORCE_COLOR": "1"})):
+            env = {"COLUMNS": "40", **terminal}  # a narrow terminal, or a pipe
+            out = await asyncio.to_thread(cli, redis_url, "runs", "ls", *through, env=env)
+            words = re.sub(r"\x1b\[[0-9;]*m", " ", out.stdout).split()
+            assert out.returncode == 0 and long_id in words, out.stdout
