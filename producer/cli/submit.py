@@ -77,7 +77,12 @@ class Journal:
     @classmethod
     def open(cls, batch_id: str, file: Path, digest: str, part_size: int, items: int) -> Journal:
         folder = Path(get_settings().cli_state_dir or _default_state_dir())
-        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CliError(
+                f"cannot keep the batch's journal in {folder} ({exc}): set AGENTMILL_CLI_STATE_DIR"
+            ) from exc
         path = folder / f"submit-{batch_id}.jsonl"
         header = {"batchId": batch_id, "file": str(file.resolve()), "sha256": digest, "items": items}
         if not path.exists():
