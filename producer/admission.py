@@ -1,8 +1,9 @@
-"""Tenant quotas at submission, over the partitions: submitsPerSecond counted once per request at
-the tenant's home partition (admit_rate.lua), then maxActive on each partition that receives runs
+"""Tenant quotas at submission, over the partitions: submitsPerSecond taken once per request from
+the tenant's token bucket at its home partition (admit_rate.lua: bursts up to Quota.submit_burst, at
+least a full batch; a refusal says when the bucket will hold the request), then maxActive on each partition that receives runs
 (admit_tenant.lua), allowed there the quota less the tenant's runs on the other partitions (those
 counted already and this request's new ones). A refusal anywhere uncounts what the others admitted,
-gives the rate counter its runs back and refuses the whole request. Partitions are admitted one
+gives the bucket its tokens back and refuses the whole request. Partitions are admitted one
 call each, not in one transaction: two requests of a tenant at once may pass its quota by a little."""
 
 from __future__ import annotations
@@ -39,26 +40,28 @@ async def admit(
         return
     home = parts.home(tenant)
     now = now_ms()
-    rate_key = home.tenant_rate(tenant, now // 1000)
 
-    async def rate(refund: bool) -> str:
-        args = [n, quota.submits_per_second, "1" if refund else ""]
-        return text((await run_script(parts, scripts.admit_rate, home, [rate_key], args))[0])
+    async def rate(refund: bool) -> tuple[str, int]:
+        args = [n, quota.submits_per_second, quota.burst, "1" if refund else ""]
+        reply = await run_script(parts, scripts.admit_rate, home, [home.tenant_rate(tenant)], args)
+        return text(reply[0]), int(reply[1])
 
-    async def no_rate() -> str:
-        return "ok"
+    async def no_rate() -> tuple[str, int]:
+        return "ok", 0
 
     # The rate once, at the tenant's home; meanwhile what the tenant has on every partition.
     limited = quota.submits_per_second > 0
-    verdict, (active, new) = await asyncio.gather(
+    (verdict, wait_ms), (active, new) = await asyncio.gather(
         rate(False) if limited else no_rate(), _counted(parts, tenant, placed, quota)
     )
     if verdict == "rate_limited":
+        wait_s = max(1, -(-wait_ms // 1000))
         raise SubmissionError(
             "rate_limited",
-            f"this tenant may submit {quota.submits_per_second} runs per second; retry in a second",
+            f"this tenant may submit {quota.submits_per_second} runs per second, in bursts of up to "
+            f"{quota.burst}; {n} more can be taken in {wait_s} s",
             status=429,
-            retry_after_s=1,
+            retry_after_s=wait_s,
         )
     if quota.max_active == 0:
         return

@@ -41,11 +41,13 @@ def _body(run: RunInput | dict[str, Any]) -> dict[str, Any]:
 
 def _check(resp: httpx.Response) -> Any:
     if resp.status_code >= 400:
+        kept = {h: resp.headers[h] for h in ("Retry-After", "WWW-Authenticate") if h in resp.headers}
         try:
             err = resp.json()["error"]
-            raise ApiError(resp.status_code, err.get("code", "error"), err.get("message", resp.text))
-        except (ValueError, KeyError, TypeError):
-            raise ApiError(resp.status_code, "http_error", resp.text[:500]) from None
+            code, message = err.get("code", "error"), err.get("message", resp.text)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            code, message = "http_error", resp.text[:500]
+        raise ApiError(resp.status_code, code, message, headers=kept or None)
     return resp.json()
 
 

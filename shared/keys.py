@@ -179,9 +179,9 @@ class Partition:
     def tenant_running(self, tenant: str) -> str:
         return self.tenant_running_prefix + tenant
 
-    def tenant_rate(self, tenant: str, second: int) -> str:
-        """Counter of the runs the tenant submitted in one second (at the tenant's home partition)."""
-        return f"{self.base}t.rate:{tenant}:{second}"
+    def tenant_rate(self, tenant: str) -> str:
+        """Hash (tokens, at): the tenant's submission token bucket (at its home partition; admit_rate.lua)."""
+        return f"{self.base}t.rate:{tenant}"
 
     def index_key(self, tenant: str, dim: str, value: str = "") -> str:
         return f"{self.index_prefix}{tenant}:{dim}:{value}"

@@ -1,7 +1,8 @@
 """Per-tenant quotas: how many runs a tenant may have queued and running, how many may run at
-once, and how many it may submit per second. Defaults come from settings; AGENTMILL_TENANT_QUOTAS
+once, and how many it may submit per second (a token bucket: bursts of submitBurst runs, at least
+a full batch, refilled at submitsPerSecond). Defaults come from settings; AGENTMILL_TENANT_QUOTAS
 (JSON, inline or a file path) overrides them per tenant:
-``{"tenant-a": {"maxActive": 50, "maxRunning": 10, "submitsPerSecond": 5}}``. 0 means no limit.
+``{"tenant-a": {"maxActive": 50, "maxRunning": 10, "submitsPerSecond": 5, "submitBurst": 2000}}``. 0 means no limit.
 
 The running cap keeps tenants from crowding each other out, so it does not apply to the default
 tenant (the one an API without auth, a token without a tenant, and the Python producer submit as):
@@ -29,14 +30,29 @@ class Quota(Model):
     max_active: int = Field(default=0, ge=0)  # queued + running runs (checked at submission)
     max_running: int = Field(default=0, ge=0)  # running at once (enforced when a worker claims a run)
     submits_per_second: int = Field(default=0, ge=0)  # runs submitted per second (a batch counts each)
+    submit_burst: int = Field(default=0, ge=0)  # most runs submitted at once (the token bucket's size)
+
+    @property
+    def burst(self) -> int:
+        """The token bucket's size: submitBurst, and never below the per-second rate."""
+        return max(self.submit_burst, self.submits_per_second)
 
 
 class Quotas:
     def __init__(self, settings: Settings) -> None:
-        self.default = Quota(
-            max_active=settings.tenant_max_active,
-            max_running=settings.tenant_max_running,
-            submits_per_second=settings.tenant_submits_per_second,
+        def bucket(q: Quota, burst: int | None) -> Quota:
+            """A full batch request always fits in the bucket (or it would be refused forever);
+            without a burst of its own, a tenant bursts one batch on top of a second's worth."""
+            size = burst or settings.tenant_submit_burst or q.submits_per_second + settings.max_batch
+            return q.model_copy(update={"submit_burst": max(size, settings.max_batch)})
+
+        self.default = bucket(
+            Quota(
+                max_active=settings.tenant_max_active,
+                max_running=settings.tenant_max_running,
+                submits_per_second=settings.tenant_submits_per_second,
+            ),
+            None,
         )
         self.overrides: dict[str, Quota] = {}
         spec = (settings.tenant_quotas or "").strip()
@@ -45,9 +61,9 @@ class Quotas:
             if not isinstance(raw, dict):
                 raise ValueError("AGENTMILL_TENANT_QUOTAS must be a JSON object of tenant -> quota")
             for tenant, q in raw.items():
-                self.overrides[tenant] = self.default.model_copy(
-                    update=Quota.model_validate(q).model_dump(exclude_unset=True)
-                )
+                own = Quota.model_validate(q)
+                merged = self.default.model_copy(update=own.model_dump(exclude_unset=True))
+                self.overrides[tenant] = bucket(merged, own.submit_burst)
         if DEFAULT_TENANT not in self.overrides:
             self.overrides[DEFAULT_TENANT] = self.default.model_copy(update={"max_running": 0})
 

@@ -68,8 +68,11 @@ class Settings(BaseSettings):
     tenant_max_active: int = 10_000  # queued + running runs per tenant; beyond, submissions get 429
     tenant_max_running: int = 100  # runs of one tenant running at once (claim time); 0 = no limit
     tenant_submits_per_second: int = 1_000  # runs a tenant may submit per second (a batch counts each)
+    # Most runs a tenant may submit at once (token bucket size); 0 = submits_per_second + max_batch.
+    # Never below max_batch: a full batch request always fits.
+    tenant_submit_burst: int = 0
     tenant_quotas: str | None = (
-        None  # JSON (or a file of it): {"tenant": {"maxActive", "maxRunning", "submitsPerSecond"}}
+        None  # JSON (or a file of it): {"tenant": {"maxActive", "maxRunning", "submitsPerSecond", "submitBurst"}}
     )
     max_streams_per_tenant: int = 100  # open SSE streams + long-polls of one tenant per API process
     max_streams: int = 1_000  # … of all tenants per API process; beyond either, 429
@@ -81,6 +84,10 @@ class Settings(BaseSettings):
     webhook_secret: str | None = None  # HMAC-SHA256 key for X-Agentmill-Signature
     webhook_allow_hosts: str = ""  # comma-separated hosts exempt from the private-address guard
     webhook_max_attempts: int = 8
+
+    # cli: where `agentmill submit` journals the parts of a batch it sent (to resume it);
+    # empty = $XDG_STATE_HOME/agentmill, else ~/.local/state/agentmill
+    cli_state_dir: str = ""
 
     log_json: bool = False
     log_level: str = "INFO"

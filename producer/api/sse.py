@@ -64,9 +64,13 @@ async def events(
 
 
 def _seq(last_event_id: str | None) -> int:
+    """Last-Event-ID read as ``?after`` is: absent or empty is 0; anything but a seq is a 422
+    (never a silent replay from the start)."""
     value = (last_event_id or "").strip()
-    if not (value.isascii() and value.isdigit()):
+    if not value:
         return 0
+    if not (value.isascii() and value.isdigit()):
+        raise ApiError(422, "invalid_input", f"Last-Event-ID: {value[:40]!r} is not an event seq")
     if len(value) > 19 or int(value) > limits.MAX_SEQ:
         raise ApiError(422, "invalid_input", f"Last-Event-ID: an event seq is at most {limits.MAX_SEQ}")
     return int(value)

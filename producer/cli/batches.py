@@ -1,119 +1,20 @@
-"""``agentmill submit``, ``runs ls`` and ``batch status|abort``: runs by the batch, and finding runs."""
+"""``agentmill runs ls`` and ``batch status|abort``: finding runs, and following batches
+(``agentmill submit`` is in producer.cli.submit)."""
 
 from __future__ import annotations
 
-import asyncio
 import time
-from pathlib import Path
 from typing import Any
 
 import click
 import orjson
+from rich.console import Console
 from rich.table import Table
 
-from producer.cli.common import console, direct_producer, err, exit_with, progress_bar, reach
+from producer.cli.common import api_client, console, counts_text, direct_producer, err, exit_with, reach
 from shared.errors import ApiError
-from shared.settings import get_settings
 
-__all__ = ["batch", "runs", "submit"]
-
-
-@click.command(help="Submit runs from a JSONL file (one RunInput per line) as one batch.")
-@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--wait", is_flag=True, help="show the batch's progress until every run ends")
-@click.option("--api", "api_url", default=None, help="submit through the HTTP API instead of Redis")
-@click.option("--token", envvar="AGENTMILL_TOKEN", default=None)
-def submit(file: Path, wait: bool, api_url: str | None, token: str | None) -> None:
-    exit_with(_submit(file, wait, api_url, token))
-
-
-async def _submit(file: Path, wait: bool, api_url: str | None, token: str | None) -> int:
-    items: list[Any] = []
-    bad = 0
-    for n, line in enumerate((await asyncio.to_thread(file.read_text)).splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            items.append(orjson.loads(line))
-        except orjson.JSONDecodeError as exc:
-            err.print(f"[red]line {n}:[/] not JSON: {exc}")
-            bad += 1
-    # A file may hold more runs than one batch request takes: it goes in parts of one batch, each
-    # part placed by its offset, so the batch's progress counts every run of the file; every part
-    # but the last says more follow, so the batch cannot finish (nor fire its webhook) early.
-    from shared.ids import new_batch_id
-
-    size = max(1, get_settings().max_batch)
-    parts = [(start, items[start : start + size]) for start in range(0, len(items), size)]
-    batch_id = new_batch_id()
-    accepted: list[str] = []
-    view: Any
-    if api_url:
-        from producer.client import AsyncClient
-
-        async with AsyncClient(api_url, token=token) as c:
-            for start, part in parts:
-                more = start + len(part) < len(items)
-                answer = await c.create_batch(part, batch_id=batch_id, offset=start, more=more)
-                for i, r in enumerate(answer.results, start):
-                    if r.runId and r.error is None:
-                        accepted.append(r.runId)
-                    else:
-                        err.print(f"[red]item {i}:[/] {r.error.message if r.error else 'not accepted'}")
-                        bad += 1
-
-            async def view() -> dict[str, Any] | None:
-                return (await c.get_batch(batch_id)).model_dump()
-
-            final = await _batch_progress(batch_id, view) if wait and accepted else None
-    else:
-        from producer.listing import Catalog
-        from shared.quotas import DEFAULT_TENANT
-
-        async with direct_producer() as p:
-            for start, part in parts:
-                more = start + len(part) < len(items)
-                got = await p.submit_many(part, batch_id=batch_id, offset=start, more=more)
-                for i, o in enumerate(got, start):
-                    if hasattr(o, "run_id"):
-                        accepted.append(o.run_id)
-                    else:
-                        err.print(f"[red]item {i}:[/] {o.message}")
-                        bad += 1
-
-            async def view() -> dict[str, Any] | None:
-                return await Catalog(p).batch(DEFAULT_TENANT, batch_id)
-
-            final = await _batch_progress(batch_id, view) if wait and accepted else None
-    console.print(f"batch {batch_id}: accepted {len(accepted)}, rejected {bad}")
-    for rid in accepted:
-        console.print(rid)
-    not_completed = final is not None and final["counts"].get("completed", 0) < final["total"]
-    return 1 if bad or not_completed else 0
-
-
-def _counts_text(counts: dict[str, int]) -> str:
-    return ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in counts.items() if n)
-
-
-async def _batch_progress(batch_id: str, view: Any) -> dict[str, Any] | None:
-    """A progress bar of the batch's ended runs (GET /v1/batches/{id}), until all have ended."""
-    final: dict[str, Any] | None = None
-    with progress_bar() as bar:
-        task = bar.add_task(f"batch {batch_id}", total=None)
-        while True:
-            final = await view()
-            if final is None:  # expired meanwhile
-                return None
-            bar.update(
-                task,
-                total=final["total"],
-                completed=final["done"],
-                description=f"batch {batch_id} ({_counts_text(final['counts'])})",
-            )
-            if final["finished"]:
-                return final
-            await asyncio.sleep(0.2)
+__all__ = ["batch", "runs"]
 
 
 @click.group(help="Find runs: list and search by status, agent, session, batch, time and metadata.")
@@ -152,16 +53,16 @@ async def _runs_ls(
     rows: list[dict[str, Any]] = []
     try:
         if api_url:
-            from producer.client import AsyncClient
-
             meta = dict(t.partition("=")[::2] for t in flt.pop("metadata"))
-            async with AsyncClient(api_url, token=token) as c:
+            async with api_client(api_url, token) as c:
                 try:
                     async for summary in c.iter_runs(**flt, metadata=meta, limit=min(limit, 500)):
                         rows.append(summary.model_dump(exclude_none=True))
                         if len(rows) >= limit:
                             break
                 except ApiError as exc:
+                    if exc.status in (401, 403):
+                        raise  # exit_with says it: a refused token
                     err.print(f"[red]error:[/] {exc.message}")
                     return 2
         else:
@@ -182,13 +83,26 @@ async def _runs_ls(
         for r in rows:
             console.print_json(orjson.dumps(r).decode(), indent=None)
         return 0
-    table = Table("runId", "status", "created", "agent", "session", "batch", box=None)
-    for r in rows:
-        created = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r["createdAt"] / 1000))
-        table.add_row(
-            r["runId"], r["status"], created, r.get("agent", ""), r.get("sessionId", ""), r.get("batchId", "")
-        )
-    console.print(table)
+    columns = ("runId", "status", "created", "agent", "session", "batch")
+    lines = [
+        (r["runId"], r["status"], time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r["createdAt"] / 1000)),
+         r.get("agent", ""), r.get("sessionId", ""), r.get("batchId", ""))
+        for r in rows
+    ]  # fmt: skip
+    if not console.is_terminal:  # piped: tab-separated, nothing cut, whatever the width
+        for line in (columns, *lines):
+            console.print("\t".join(line), soft_wrap=True, markup=False)
+    else:  # a terminal: a table as wide as the longest id needs, however narrow the terminal
+        longest = max((len(line[0]) for line in lines), default=len("runId"))
+        table = Table(box=None)
+        for name in columns:
+            table.add_column(
+                name, no_wrap=name == "runId", min_width=longest if name == "runId" else len(name)
+            )
+        for line in lines:
+            table.add_row(*line)
+        width = max(console.width, longest + 60)  # the other columns' room; the terminal wraps past it
+        Console(file=console.file, width=width, force_terminal=True, highlight=False).print(table)
     console.print(f"{len(rows)} run(s)")
     return 0
 
@@ -200,9 +114,7 @@ def batch() -> None:
 
 async def _batch_call(batch_id: str, api_url: str | None, token: str | None, tenant: str, abort: bool) -> int:
     if api_url:
-        from producer.client import AsyncClient
-
-        async with AsyncClient(api_url, token=token) as c:
+        async with api_client(api_url, token) as c:
             try:
                 found: dict[str, Any] | None = (
                     (await c.abort_batch(batch_id)).model_dump()
@@ -210,6 +122,8 @@ async def _batch_call(batch_id: str, api_url: str | None, token: str | None, ten
                     else (await c.get_batch(batch_id)).model_dump()
                 )
             except ApiError as exc:
+                if exc.status in (401, 403):
+                    raise  # exit_with says it: a refused token
                 if exc.status != 404:
                     err.print(f"[red]error:[/] {exc.message}")
                     return 2
@@ -235,7 +149,7 @@ async def _batch_call(batch_id: str, api_url: str | None, token: str | None, ten
     pct = f"{found['progress'] * 100:.0f}%"
     state = "finished" if found["finished"] else "in progress"
     console.print(f"batch {batch_id}: {state}, {found['done']}/{found['total']} ended ({pct})")
-    console.print(f"  {_counts_text(found['counts']) or 'no runs'}")
+    console.print(f"  {counts_text(found['counts']) or 'no runs'}")
     console.print_json(orjson.dumps(found).decode())
     return 0
 

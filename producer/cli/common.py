@@ -6,24 +6,32 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import AsyncIterator, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from shared.errors import ApiError
 from shared.loop import run as run_loop
 from shared.models import RunEvent
 from shared.settings import get_settings
 from shared.statuses import TERMINAL
 
+if TYPE_CHECKING:
+    from producer.client import AsyncClient
+
 __all__ = [
+    "CliError",
+    "api_client",
     "console",
+    "counts_text",
     "describe",
     "direct_producer",
     "err",
     "exit_with",
+    "failure_text",
     "print_event",
     "progress_bar",
     "reach",
@@ -34,11 +42,64 @@ console = Console(stderr=False, highlight=False)
 err = Console(stderr=True, highlight=False)
 
 
+class CliError(Exception):
+    """A failure the command explains in one line (stderr, exit code 2), not with a traceback."""
+
+
 def exit_with(coro: Coroutine[Any, Any, int]) -> None:
-    sys.exit(run_loop(coro))
+    """Run a command; what commonly goes wrong (the API or Redis unreachable, a refused token, a URL
+    without a scheme) is one line on stderr and exit code 2; Ctrl-C is exit code 130."""
+    try:
+        code = run_loop(coro)
+    except KeyboardInterrupt:
+        code = 130
+    except Exception as exc:
+        said = failure_text(exc)
+        if said is None:
+            raise
+        err.print(f"[red]error:[/] {said}", soft_wrap=True, markup=True, highlight=False)
+        code = 2
+    sys.exit(code)
+
+
+def failure_text(exc: BaseException) -> str | None:
+    """What went wrong, in a line, for the failures a command explains; None for the others."""
+    import httpx
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    if isinstance(exc, CliError):
+        return str(exc)
+    if isinstance(exc, ApiError):
+        why = " (the token is missing, unknown or not allowed)" if exc.status in (401, 403) else ""
+        return f"the API answered {exc.status} {exc.code}: {exc.message}{why}"
+    if isinstance(exc, httpx.TransportError):
+        try:
+            u = exc.request.url
+            where = f"{u.scheme}://{u.netloc.decode()}"
+        except RuntimeError:  # httpx: raised before a request existed
+            where = "the API"
+        return f"cannot reach the API at {where}: {str(exc) or type(exc).__name__}"
+    if isinstance(exc, RedisConnectionError | RedisTimeoutError | ConnectionError):
+        return f"cannot reach Redis at {safe_url(get_settings().redis_url)}: {exc}"
+    return None
+
+
+def api_client(url: str, token: str | None) -> AsyncClient:
+    """The HTTP client of ``--api URL``; a URL without http:// or https:// is a CliError."""
+    from producer.client import AsyncClient
+
+    if not url.startswith(("http://", "https://")):
+        raise CliError(f"--api needs a URL starting with http:// or https:// (got {url!r})")
+    return AsyncClient(url, token=token)
 
 
 # ---- readable events ----
+
+
+def counts_text(counts: dict[str, int]) -> str:
+    """A batch's counts by status, as words ("3 completed, 1 failed")."""
+    return ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in counts.items() if n)
 
 
 def describe(e: RunEvent) -> str:
@@ -135,5 +196,5 @@ def progress_bar() -> Progress:
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        console=console,
+        console=err,  # progress is not data: stdout stays clean for what a command answers
     )

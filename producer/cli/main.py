@@ -14,8 +14,8 @@ from typing import Any
 import click
 import orjson
 
-from producer.cli import batches, demo
-from producer.cli.common import console, direct_producer, err, exit_with, print_event, safe_url
+from producer.cli import batches, demo, submit
+from producer.cli.common import api_client, console, direct_producer, err, exit_with, print_event, safe_url
 from shared.errors import ApiError
 from shared.statuses import RunStatus
 
@@ -47,15 +47,16 @@ async def _tail_redis(run_id: str, after: int) -> int:
 
 
 async def _tail_api(api: str, token: str | None, run_id: str, after: int) -> int:
-    from producer.client import AsyncClient
-
-    async with AsyncClient(api, token=token) as c:
+    async with api_client(api, token) as c:
         try:
+            await c.get(run_id)  # an API never reached is an error at once, not a minute of reconnects
             async for e in c.events(run_id, after=after):
                 print_event(e)
                 if e.terminal:
                     return 0 if e.payload.get("status") == "completed" else 1
         except ApiError as exc:
+            if exc.status in (401, 403):
+                raise  # exit_with says it: a refused token
             err.print(f"[red]error:[/] {exc.message}")
             return 2
     return 1
@@ -138,9 +139,7 @@ def tool_result(run_id: str, tool_call_id: str, content: str, is_error: bool, ap
 
     async def go() -> int:
         if api_url:
-            from producer.client import AsyncClient
-
-            async with AsyncClient(api_url, token=token) as c:
+            async with api_client(api_url, token) as c:
                 try:
                     answer = await c.tool_results(run_id, [result])
                 except ApiError as exc:
@@ -159,5 +158,5 @@ def tool_result(run_id: str, tool_call_id: str, content: str, is_error: bool, ap
     exit_with(go())
 
 
-for command in (demo.worker, demo.api, demo.demo, batches.submit, batches.runs, batches.batch):
+for command in (demo.worker, demo.api, demo.demo, submit.submit, batches.runs, batches.batch):
     main.add_command(command)

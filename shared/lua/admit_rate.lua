@@ -1,12 +1,25 @@
--- A tenant's submitsPerSecond quota: count n runs in this second's counter (at the tenant's home
--- partition), or refuse them all. ARGV[3] = '1' gives n back (the runs were refused elsewhere).
--- KEYS: the counter   ARGV: n, submitsPerSecond, refund
-local n = tonumber(ARGV[1])
-if ARGV[3] == '1' then redis.call('DECRBY', KEYS[1], n); return {'ok', 0} end
-local c = redis.call('INCRBY', KEYS[1], n)
-if c == n then redis.call('PEXPIRE', KEYS[1], 2000) end
-if c > tonumber(ARGV[2]) then
-  redis.call('DECRBY', KEYS[1], n)
-  return {'rate_limited', c - n}
+-- A tenant's submission rate: a token bucket at the tenant's home partition. It holds at most
+-- `burst` runs' worth of tokens (at least a full batch) and refills at submitsPerSecond; n runs
+-- take n tokens or are all refused, with the wait until n tokens are there. Tokens are counted in
+-- thousandths (integers): one run = 1000, and the bucket gains `rate` of them per millisecond.
+-- The hash expires once it would be full again: a missing bucket is a full one.
+-- KEYS: the bucket (hash: tokens, at)   ARGV: n, submitsPerSecond, burst, refund ('1' gives n back)
+-- Answers {'ok', 0} or {'rate_limited', milliseconds until n tokens are there}.
+local n, rate, burst = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local now = now_ms()
+local full = burst * 1000
+local b = redis.call('HMGET', KEYS[1], 'tokens', 'at')
+local tokens = tonumber(b[1]) or full
+local at = tonumber(b[2]) or now
+tokens = math.min(full, tokens + math.max(0, now - at) * rate)
+local verdict, wait = 'ok', 0
+if ARGV[4] == '1' then
+  tokens = math.min(full, tokens + n * 1000)
+elseif tokens >= n * 1000 then
+  tokens = tokens - n * 1000
+else
+  verdict, wait = 'rate_limited', math.ceil((n * 1000 - tokens) / rate)
 end
-return {'ok', 0}
+redis.call('HSET', KEYS[1], 'tokens', tokens, 'at', now)
+redis.call('PEXPIRE', KEYS[1], math.ceil((full - tokens) / rate) + 1000)
+return {verdict, wait}

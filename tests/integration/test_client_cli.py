@@ -6,7 +6,9 @@ import asyncio
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -25,10 +27,10 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def api_server(redis_url: str, port: int) -> uvicorn.Server:
+def api_server(redis_url: str, port: int, **settings: Any) -> uvicorn.Server:
     return uvicorn.Server(
         uvicorn.Config(
-            create_app(Settings(redis_url=redis_url, auth_disabled=True)),
+            create_app(Settings(redis_url=redis_url, **{"auth_disabled": True, **settings})),
             host="127.0.0.1",
             port=port,
             log_level="error",
@@ -107,7 +109,9 @@ def test_sync_client_round_trip(redis_url: str) -> None:
 def cli(
     redis_url: str, *args: str, timeout: float = 60, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "REDIS_URL": redis_url, "COLUMNS": "200", **(env or {})}
+    journals = str(Path(tempfile.gettempdir()) / "agentmill-cli-tests")  # submit's, not the user's
+    env = {**os.environ, "REDIS_URL": redis_url, "COLUMNS": "200", "AGENTMILL_CLI_STATE_DIR": journals,
+           **(env or {})}  # fmt: skip
     return subprocess.run(
         [sys.executable, "-m", "producer.cli", *args],
         cwd=ROOT,
@@ -149,7 +153,8 @@ async def test_cli_tail_status_submit(redis: Redis, redis_url: str, tmp_path: Pa
         # Two runs a batch: the file goes in two batches and errors keep their place in the file.
         small = {"AGENTMILL_MAX_BATCH": "2"}
         bad = await asyncio.to_thread(cli, redis_url, "submit", str(jsonl), "--wait", env=small)
-        assert bad.returncode == 1 and "item 1:" in bad.stderr and "accepted 2, rejected 1" in bad.stdout
+        assert bad.returncode == 1 and "line 2:" in bad.stderr and "accepted 2, rejected 1" in bad.stderr
+        assert len(bad.stdout.split()) == 3  # the batch id, then the two runs
         jsonl.write_text(orjson.dumps(script_run([{"text": "c"}])).decode() + "\n")
         good = await asyncio.to_thread(cli, redis_url, "submit", str(jsonl), "--wait")
         assert good.returncode == 0, good.stdout + good.stderr

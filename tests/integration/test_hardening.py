@@ -35,6 +35,20 @@ async def test_an_event_seq_past_the_stream_id_range_is_a_422(redis_url: str) ->
         assert ok.status_code == 200 and ok.json()["events"] == []
 
 
+async def test_a_last_event_id_that_is_not_a_seq_is_a_422_not_a_full_replay(redis_url: str) -> None:
+    async with api(settings(redis_url)) as url, httpx.AsyncClient(base_url=url, headers=A) as c:
+        rid = (await c.post("/v1/runs", json=body())).json()["runId"]
+        for params in ({"format": "json"}, {}):  # the JSON page and the SSE stream
+            for bad in ("abc", "-1", "1.5", "0x10"):
+                r = await c.get(f"/v1/runs/{rid}/events", params=params, headers={"Last-Event-ID": bad})
+                assert r.status_code == 422, (bad, r.text)
+                assert r.json()["error"]["code"] == "invalid_input" and "Last-Event-ID" in r.text
+        # Absent or empty: from the start, as without ?after.
+        for headers in ({}, {"Last-Event-ID": ""}):
+            r = await c.get(f"/v1/runs/{rid}/events", params={"format": "json"}, headers=headers)
+            assert r.status_code == 200 and r.json()["next"] == 0, r.text
+
+
 @pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity"])
 async def test_nan_and_infinity_in_maps_are_a_422(redis_url: str, number: str) -> None:
     raw = b'{"agent": "scripted", "inputMessages": [{"role": "user", "content": "go"}], "metadata": {"x": [%s]}}'

@@ -44,20 +44,36 @@ async def test_max_active_runs_per_tenant_is_a_429_with_retry_after(redis_url: s
 async def test_submissions_per_second_are_limited_per_tenant(redis_url: str) -> None:
     quotas = orjson.dumps({"tenant-b": {"submitsPerSecond": 5}}).decode()
     async with (
-        api(settings(redis_url, tenant_quotas=quotas)) as url,
+        api(settings(redis_url, tenant_quotas=quotas, max_batch=10)) as url,
         httpx.AsyncClient(base_url=url, headers=B) as cb,
         httpx.AsyncClient(base_url=url, headers=A) as ca,
     ):
         t0 = time.monotonic()
-        answers = [await cb.post("/v1/runs", json=body()) for _ in range(12)]
+        answers = [await cb.post("/v1/runs", json=body()) for _ in range(20)]
         took = time.monotonic() - t0
         codes = [r.status_code for r in answers]
-        assert codes.count(202) <= 5 * (int(took) + 2) and 429 in codes, codes
+        # The bucket: a burst of a second's worth plus a full batch (5 + 10), then 5 a second.
+        assert codes.count(202) <= 15 + 5 * (int(took) + 1) and 429 in codes, codes
         limited = next(r for r in answers if r.status_code == 429)
         assert limited.json()["error"]["code"] == "rate_limited" and limited.headers["retry-after"] == "1"
         assert [(await ca.post("/v1/runs", json=body())).status_code for _ in range(8)] == [202] * 8
+        # A full batch needs 10 tokens: 2 s at 5 a second, which the 429 says.
+        full = await cb.post("/v1/runs/batch", json={"runs": [body() for _ in range(10)]})
+        assert full.status_code == 429 and full.headers["retry-after"] == "2", full.text
         await asyncio.sleep(1.1)
         assert (await cb.post("/v1/runs", json=body())).status_code == 202
+
+
+async def test_a_full_batch_is_admitted_after_other_submissions_in_the_same_second(redis_url: str) -> None:
+    """The default bucket holds a second's worth plus a full batch: a tenant that just submitted
+    runs can still send a full batch at once (a fixed one-second window refused it whole)."""
+    async with (
+        api(settings(redis_url, tenant_submits_per_second=20, max_batch=20)) as url,
+        httpx.AsyncClient(base_url=url, headers=B) as cb,
+    ):
+        assert (await cb.post("/v1/runs/batch", json={"runs": [body() for _ in range(5)]})).status_code == 200
+        full = await cb.post("/v1/runs/batch", json={"runs": [body() for _ in range(20)]})
+        assert full.status_code == 200 and all("runId" in r for r in full.json()["results"]), full.text
 
 
 def test_quota_overrides_inherit_the_defaults() -> None:
