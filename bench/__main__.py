@@ -22,11 +22,12 @@ from redis.asyncio import Redis
 from bench.figure import Figure, fmt
 from bench.figures_cluster import ClusterFigures
 from bench.figures_io import IoFigures
+from bench.figures_isolation import IsolationFigures
 from bench.figures_runs import RunFigures
 from bench.plumbing import ROOT
 
 
-class Bench(RunFigures, IoFigures, ClusterFigures):
+class Bench(RunFigures, IoFigures, IsolationFigures, ClusterFigures):
     """Every figure, run in order; a table and JSON at the end."""
 
     # ---- report ----
@@ -64,6 +65,7 @@ class Bench(RunFigures, IoFigures, ClusterFigures):
                 ("batch", lambda: self.fig_batch(r)),
                 ("ledger", lambda: self.fig_ledger(r)),
                 ("cluster", lambda: self.fig_cluster(r)),
+                ("isolation", lambda: self.fig_isolation(r)),
             ]
             for name, measure in figures:
                 if name not in a.only:
@@ -93,6 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--beat-inflight", type=int, nargs="+", default=[100, 1000, 2000], help="figure 4b")
     ap.add_argument("--beat-seconds", type=float, default=3.0, help="figure 4b: how long to count")
     ap.add_argument("--latency-samples", type=int, default=100)
+    ap.add_argument("--isolation-samples", type=int, default=100, help="figure 9: the other tenant's runs")
+    ap.add_argument(
+        "--isolation-index", type=int, default=5000, help="figure 9: runs in the attacker's index"
+    )
     ap.add_argument("--poll-delay", type=float, default=0.05)
     ap.add_argument("--cluster-runs", type=int, default=300, help="ten-step runs per cluster load (figure 8)")
     ap.add_argument("--cluster-workers", type=int, default=2, help="worker processes of figure 8")
@@ -114,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             "batch",
             "ledger",
             "cluster",
+            "isolation",
         ],
     )
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "latest.json")
