@@ -3,8 +3,8 @@
 --    are unused without a session)
 -- A: runId, input, inputHash, tenant, sessionId, webhook, autoCreateSession ('1' or ''),
 --    multitaskStrategy (enqueue | reject | interrupt), batchId ('' = none), agent, nMeta, then nMeta
---    'key=value' strings (the indexed metadata), then the id the client chose when runId is its
---    tenant-scoped id (absent or '' otherwise)
+--    'key=value' strings (the indexed metadata), then the ids the client knows the run and its
+--    session by when runId and sessionId are its tenant's keys for them (absent or '' otherwise)
 -- The listing indexes and the batch of a run just created (A as submit_one's).
 local function index_new(run, A, now)
   local t, id, batch = A[4], A[1], A[9] or ''
@@ -79,6 +79,8 @@ local function submit_one(K, A)
     'agent', A[10] or '', 'batch', A[9] or '')
   local client_id = A[12 + tonumber(A[11] or '0')]
   if client_id and client_id ~= '' then redis.call('HSET', K[1], 'clientId', client_id) end
+  local client_session = A[13 + tonumber(A[11] or '0')]
+  if client_session and client_session ~= '' then redis.call('HSET', K[1], 'clientSession', client_session) end
   index_new(K[1], A, now)
   if dispatch then
     redis.call('SET', K[2], job_payload(A[1], 1, now), 'PX', ctx().job_expire_ms)
