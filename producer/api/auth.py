@@ -40,6 +40,11 @@ class Authenticator:
             )
         elif not self.tokens:
             log.warning("no API tokens configured (AGENTMILL_API_TOKENS): every request will get 401")
+        elif not settings.id_secret:
+            log.warning(
+                "AGENTMILL_ID_SECRET is not set: tenants' ids are kept under a public development key "
+                "(set one, once, in production: producer.submission.Scope)"
+            )
 
     def tenant(self, authorization: str | None) -> str | None:
         """The caller's tenant, or None when the token is missing or wrong."""

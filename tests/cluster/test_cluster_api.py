@@ -29,7 +29,7 @@ from starlette.responses import Response
 
 from shared import keys
 from shared.redis_cluster import LocalRedisCluster
-from tests.integration.api_support import A, HookServer, api, run_body
+from tests.integration.api_support import A, HookServer, api, key, run_body
 from tests.integration.api_support import settings as api_settings
 from tests.integration.helpers import running_worker
 from tests.support.schema import ids_where
@@ -256,7 +256,7 @@ async def test_a_200_run_batch_completes_fires_its_webhook_once_and_spreads_over
     per_master: Counter[int] = Counter()
     for rid, v in views.items():
         part = part_of(v)
-        assert part is LAYOUT.home(rid), (rid, v["streamKey"], LAYOUT.home(rid))
+        assert part is LAYOUT.home(key(rid)), (rid, v["streamKey"], LAYOUT.home(key(rid)))
         assert v["lastSeq"] >= 3, v  # running, the answer, completed at least
         per_master[owners[part.slot]] += 1
     print(f"runs per master: {dict(per_master)}")
@@ -297,7 +297,7 @@ async def test_a_runs_stream_tails_with_plain_redis_cli_and_replays_over_sse(
     stream_key, last_seq = view["streamKey"], view["lastSeq"]
     assert view["status"] == "completed" and last_seq >= 3, view
     part = part_of(view)
-    assert stream_key == part.events(rid), (stream_key, part.events(rid))
+    assert stream_key == part.events(key(rid)), (stream_key, part.events(key(rid)))
     # Ask a master that does not own the stream's slot: redis-cli -c follows the MOVED.
     owner = env.cluster.master_for_slot(part.slot)
     other = next(m.port for m in env.cluster.masters() if m.port != owner)
@@ -336,16 +336,16 @@ async def test_a_runs_stream_tails_with_plain_redis_cli_and_replays_over_sse(
 def session_run_ids() -> list[str]:
     """Three ids: the first and last hash to another partition than the session, the middle one to
     the session's own."""
-    home = LAYOUT.home(SESSION)
-    away = ids_where(LAYOUT, "cl-api-srun-", 2, lambda p: p is not home)
-    (same,) = ids_where(LAYOUT, "cl-api-srun-h", 1, lambda p: p is home)
+    home = LAYOUT.home(key(SESSION))
+    away = ids_where(LAYOUT, "cl-api-srun-", 2, lambda p: p is not home, key)
+    (same,) = ids_where(LAYOUT, "cl-api-srun-h", 1, lambda p: p is home, key)
     return [away[0], same, away[1]]
 
 
 async def test_a_session_of_client_named_runs_away_from_home(env: Env) -> None:
     ids = session_run_ids()
-    home = LAYOUT.home(SESSION)
-    assert [LAYOUT.home(i) is home for i in ids] == [False, True, False]
+    home = LAYOUT.home(key(SESSION))
+    assert [LAYOUT.home(key(i)) is home for i in ids] == [False, True, False]
     scripts: list[list[dict[str, Any]]] = [
         [{"text": "first answer", "delayMs": 300}],
         [{"text": "second answer", "delayMs": 300}],
@@ -441,9 +441,9 @@ async def test_a_manual_failover_while_a_batch_runs(env: Env) -> None:
     ids = [x.get("runId") for x in r.json()["results"]]
     assert len(ids) == 50 and all(ids), r.json()["results"][:3]
     t0 = time.monotonic()
-    by_part = Counter(LAYOUT.home(rid) for rid in ids)
+    by_part = Counter(LAYOUT.home(key(rid)) for rid in ids)
     target = by_part.most_common(1)[0][0]
-    on_target = [rid for rid in ids if LAYOUT.home(rid) is target]
+    on_target = [rid for rid in ids if LAYOUT.home(key(rid)) is target]
 
     async def some_running() -> Any:
         views = await get_runs(env.http, on_target)
@@ -486,7 +486,7 @@ async def test_a_manual_failover_while_a_batch_runs(env: Env) -> None:
 
 async def test_long_polls_and_sse_streams_survive_a_failover_of_their_runs_master(env: Env) -> None:
     part = LAYOUT.parts[5]
-    ids = ids_where(LAYOUT, "cl-api-lp-", 4, lambda p: p is part)
+    ids = ids_where(LAYOUT, "cl-api-lp-", 4, lambda p: p is part, key)
     for rid in ids:
         r = await env.http.post(
             "/v1/runs", json=run_body([{"text": "slow answer", "delayMs": 2500}], runId=rid)
