@@ -14,7 +14,6 @@ import orjson
 from pydantic import ValidationError
 
 from shared import limits
-from shared.codec import to_jsonable
 from shared.models import RunInput
 from shared.quotas import DEFAULT_TENANT
 from shared.scripts import text
@@ -31,7 +30,6 @@ __all__ = [
     "claimed_id",
     "claimed_session",
     "counted",
-    "input_hash",
     "meta_term",
     "meta_terms",
     "outcome",
@@ -158,9 +156,10 @@ def outcome(run: RunInput, reply: Sequence[Any], run_id: str | None = None) -> S
             field="batchId",
         )
     if verdict == "session_busy":
+        active = "another run" if status.startswith(SCOPED_PREFIX) else status  # not its key
         raise SubmissionError(
             "session_busy",
-            f"session {run.session_id} is running {status} and multitaskStrategy is reject",
+            f"session {run.session_id} is running {active} and multitaskStrategy is reject",
             status=409,
             field="multitaskStrategy",
         )
@@ -181,12 +180,6 @@ def validation_error(exc: ValidationError) -> SubmissionError:
 def run_id_for_key(tenant: str, idempotency_key: str) -> str:
     """A client's Idempotency-Key names exactly one run of its tenant."""
     return "run_" + hashlib.sha256(f"{tenant}\0{idempotency_key}".encode()).hexdigest()[:32]
-
-
-def input_hash(run: RunInput) -> str:
-    body = to_jsonable(run)
-    body.pop("runId", None)
-    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 def batch_run_prefix(tenant: str, batch_id: str) -> str:

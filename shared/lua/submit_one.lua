@@ -50,7 +50,8 @@ local function submit_one(K, A)
         if A[8] == 'reject' then return {'session_busy', active} end
         dispatch = false
         if A[8] == 'interrupt' then
-          local why = 'interrupted by run ' .. A[1]
+          local shown = A[12 + tonumber(A[11] or '0')]  -- the id the client knows the run by
+          local why = 'interrupted by run ' .. ((shown and shown ~= '') and shown or A[1])
           for _, pid in ipairs(redis.call('LRANGE', K[4], 0, -1)) do
             if redis.call('HGET', run_key(pid), 'status') == 'queued' then
               finalize(run_key(pid), stream_key(pid), tools_key(pid), pid, 'aborted', 'aborted', why)

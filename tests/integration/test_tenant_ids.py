@@ -151,7 +151,8 @@ async def test_a_batch_webhook_delivery_id_names_no_tenant_and_no_key(redis_url:
                 "/v1/runs/batch", json={"runs": [body()], "batchId": "b-7", "batchWebhook": hook_url}
             )
             rid = r.json()["results"][0]["runId"]
-            await ca.post("/v1/runs", json=body(runId="hooked", webhook=hook_url))
+            hooked = body(runId="hooked", sessionId="ses-h", autoCreateSession=True, webhook=hook_url)
+            assert (await ca.post("/v1/runs", json=hooked)).status_code == 202
             for _ in range(200):
                 if len(received) == 2:
                     break
@@ -163,5 +164,31 @@ async def test_a_batch_webhook_delivery_id_names_no_tenant_and_no_key(redis_url:
                 assert "tenant-a" not in d and "{" not in d and ":" not in d and "b-7" not in d, d
                 assert "hooked" not in d and rid not in d, d
             assert ids["batch"] != ids["hooked"]
+            # The run's view, result, events and webhook show the ids its client chose, never a key.
+            sent = next(orjson.loads(b) for _, b in received if b"hooked" in b)
+            assert sent["runId"] == "hooked" and sent["sessionId"] == "ses-h", sent
+            view = (await ca.get("/v1/runs/hooked")).json()
+            assert view["result"]["runId"] == "hooked" and view["result"]["sessionId"] == "ses-h", view
+            events = (await ca.get("/v1/runs/hooked/events", params={"format": "json"})).json()
+            seen = orjson.dumps([{k: v for k, v in view.items() if k != "streamKey"}, events, sent])
+            assert b"tsc_" not in seen, seen
     finally:
         await receiver.stop()
+
+
+async def test_errors_name_the_ids_the_client_chose_never_their_keys(redis_url: str) -> None:
+    async with api(settings(redis_url)) as url, httpx.AsyncClient(base_url=url, headers=B) as cb:
+        first = body(runId="r-1", sessionId="s-int", autoCreateSession=True)
+        assert (await cb.post("/v1/runs", json=first)).status_code == 202
+        r = await cb.post("/v1/runs", json=body(runId="r-2", sessionId="s-int", multitaskStrategy="reject"))
+        assert r.status_code == 409 and r.json()["error"]["code"] == "session_busy", r.text
+        assert "tsc_" not in r.text and "s-int" in r.text, r.text
+        r = await cb.post("/v1/runs", json=body(runId="r-1", agent="other"))
+        assert r.status_code in (409, 422) and "tsc_" not in r.text, r.text
+        r = await cb.post(
+            "/v1/runs", json=body(runId="r-3", sessionId="s-int", multitaskStrategy="interrupt")
+        )
+        assert r.status_code == 202, r.text
+        view = (await cb.get("/v1/runs/r-1")).json()
+        assert view["status"] == "aborted", view
+        assert view["result"]["lastError"]["message"] == "interrupted by run r-3", view
