@@ -192,3 +192,52 @@ async def test_errors_name_the_ids_the_client_chose_never_their_keys(redis_url: 
         view = (await cb.get("/v1/runs/r-1")).json()
         assert view["status"] == "aborted", view
         assert view["result"]["lastError"]["message"] == "interrupted by run r-3", view
+
+
+async def _answers_to_b(url: str) -> list[str]:
+    """What B is answered for a fixed series of requests, timestamps masked."""
+    out: list[str] = []
+    async with httpx.AsyncClient(base_url=url, headers=B) as cb:
+        for method, path, kw in [
+            ("POST", "/v1/runs", {"json": body(runId="x1")}),
+            ("POST", "/v1/runs", {"json": body(runId="x2", sessionId="s1", autoCreateSession=True)}),
+            ("POST", "/v1/runs", {"json": body(runId="x3", sessionId="s1", multitaskStrategy="reject")}),
+            ("POST", "/v1/runs", {"json": body(), "headers": {"Idempotency-Key": "k1"}}),
+            ("POST", "/v1/runs/batch", {"json": {"runs": [body(), body(runId="x4")], "batchId": "bt1"}}),
+            ("POST", "/v1/runs", {"json": body(runId="x1", metadata={"other": 1})}),
+            ("GET", "/v1/runs/x1", {}),
+            ("GET", "/v1/runs/x2", {}),
+            ("GET", "/v1/runs/a-only", {}),
+            ("GET", "/v1/sessions/s1", {}),
+            ("GET", "/v1/sessions/a-ses", {}),
+            ("GET", "/v1/runs", {}),
+            ("GET", "/v1/runs", {"params": {"sessionId": "s1"}}),
+            ("GET", "/v1/batches/bt1", {}),
+            ("GET", "/v1/batches/a-batch", {}),
+            ("POST", "/v1/runs/x1/abort", {}),
+            ("POST", "/v1/runs/a-only/abort", {}),
+        ]:
+            r = await cb.request(method, path, **kw)
+            out.append(
+                f"{method} {path} {r.status_code} " + re.sub(r'"(createdAt|finishedAt)":\d+', "", r.text)
+            )
+    return out
+
+
+async def test_another_tenants_ids_never_change_what_a_tenant_is_answered(redis_url: str, redis: Any) -> None:
+    """B's answers to the same requests, once on an empty Redis and once after A used every id B
+    will use (in each form A can compute) and ids of its own, are the same."""
+    async with api(settings(redis_url)) as url:
+        alone = await _answers_to_b(url)
+    await redis.flushall()
+    async with api(settings(redis_url)) as url, httpx.AsyncClient(base_url=url, headers=A) as ca:
+        for rid in ("x1", "x2", "x3", "x4", "a-only"):
+            for form in (rid, sha_scoped("tenant-b", rid)):
+                await ca.post("/v1/runs", json=body(runId=form))
+        for sid in ("s1", sha_scoped("tenant-b", "s1"), "a-ses"):
+            await ca.post("/v1/runs", json=body(sessionId=sid, autoCreateSession=True))
+        await ca.post("/v1/runs", json=body(), headers={"Idempotency-Key": "k1"})
+        for name in ("bt1", "a-batch"):
+            await ca.post("/v1/runs/batch", json={"runs": [body(), body()], "batchId": name})
+        crowded = await _answers_to_b(url)
+    assert crowded == alone
