@@ -80,7 +80,7 @@ async def submit_many(
     placed: dict[int, list[str]] = {}
     chosen: dict[int, tuple[str, keys.Partition]] = {}  # item -> (its id, where its id is claimed)
     if layout.count == 1:  # one partition: every run lives there, no pointer to claim
-        placed[0] = [key_of(raw, d)[0] for raw, d in zip(items, defaults, strict=True)]
+        placed[0] = [scope.key(claimed_id(raw) or d) for raw, d in zip(items, defaults, strict=True)]
     for i, (raw, d) in enumerate(zip(items, defaults, strict=True) if layout.count > 1 else ()):
         rid, sid = key_of(raw, d)
         part = p._partition(rid, sid)
