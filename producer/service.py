@@ -112,11 +112,8 @@ class Producer(Submitter):
         """The run ``tenant`` knows by ``run_id`` (kept under its tenant's key of it, or a form of
         before, submission.Scope.lookups); None when the tenant has none. No tenant: the run kept
         under ``run_id`` itself."""
-        for key in [run_id] if tenant is None else self.scope(tenant).lookups(run_id):
-            rec = await self._get(key, tenant)
-            if rec is not None:
-                return rec.as_seen_by(run_id)
-        return None
+        rec = await self._get([run_id] if tenant is None else self.scope(tenant).lookups(run_id), tenant)
+        return rec.as_seen_by(run_id) if rec is not None else None
 
     async def resolve(self, run_id: str, tenant: str) -> str:
         """The id the keys of ``tenant``'s run ``run_id`` use (its key when it has none)."""
@@ -132,20 +129,26 @@ class Producer(Submitter):
         }
         return next((ids[i] for i in range(len(ids)) if i in owned), ids[0])
 
-    async def _get(self, run_id: str, tenant: str | None) -> RunRecord | None:
-        part = await self.locate(run_id)
-        if part is None:
-            return None
+    async def _get(self, ids: Sequence[str], tenant: str | None) -> RunRecord | None:
+        """The first of the runs ``ids`` that exists (and is ``tenant``'s): all read in one round trip
+        per node (and their partitions located in one before, with more than one partition)."""
+        where = [
+            (r, p) for r, p in zip(ids, await locate_many(self.parts, ids), strict=True) if p is not None
+        ]
 
-        async def read(c: Redis) -> list[Any]:
-            return list(await c.hmget(part.run(run_id), _RUN_FIELDS))  # type: ignore[misc]
+        def read(key: str) -> Any:
+            return lambda pipe: pipe.hmget(key, _RUN_FIELDS)
 
-        vals = await self.parts.call(part, read)
-        if vals[0] is None:
+        replies = await self.parts.pipelined([(p, read(p.run(r))) for r, p in where]) if where else []
+        found = None
+        for (rid, p), (vals,) in zip(where, replies, strict=True):
+            h = dict(zip(_RUN_FIELDS, (text(v) if v is not None else None for v in vals), strict=True))
+            if vals[0] is not None and (tenant is None or h["tenant"] == tenant):
+                found = (rid, p, h)
+                break
+        if found is None:
             return None
-        h = dict(zip(_RUN_FIELDS, (text(v) if v is not None else None for v in vals), strict=True))
-        if tenant is not None and h["tenant"] != tenant:
-            return None
+        run_id, part, h = found
         status = RunStatus(h["status"] or RunStatus.QUEUED.value)
         result = RunResult.model_validate_json(h["result"]) if h["result"] else None
         pending: list[dict[str, Any]] = []
