@@ -324,14 +324,19 @@ class Producer(Submitter):
         if tenant is not None and h.get("tenant") != tenant:
             return None
         runs = [text(r) for r in runs]
-        shown = await self.client_ids([*runs, h.get("activeRun") or ""], part=part)
+        history = [orjson.loads(lp) for lp in loops]
+        looped = [str(lp.get("runId") or "") for lp in history]
+        shown = await self.client_ids([*runs, *looped, h.get("activeRun") or ""], part=part)
+        for lp, rid in zip(history, looped, strict=True):
+            if rid in shown:
+                lp["runId"] = shown[rid]
         active = h.get("activeRun") or None
         return {
             "sessionId": session_id,
             "createdAt": int(h.get("createdAt") or 0),
             "activeRun": shown.get(active, active) if active else None,
             "runs": [shown.get(r, r) for r in runs],
-            "history": [orjson.loads(lp) for lp in loops],
+            "history": history,
         }
 
     async def client_ids(

@@ -170,7 +170,9 @@ async def test_a_batch_webhook_delivery_id_names_no_tenant_and_no_key(redis_url:
             view = (await ca.get("/v1/runs/hooked")).json()
             assert view["result"]["runId"] == "hooked" and view["result"]["sessionId"] == "ses-h", view
             events = (await ca.get("/v1/runs/hooked/events", params={"format": "json"})).json()
-            seen = orjson.dumps([{k: v for k, v in view.items() if k != "streamKey"}, events, sent])
+            session = (await ca.get("/v1/sessions/ses-h")).json()
+            assert [lp["runId"] for lp in session["history"]] == ["hooked"] == session["runs"], session
+            seen = orjson.dumps([{k: v for k, v in view.items() if k != "streamKey"}, events, sent, session])
             assert b"tsc_" not in seen, seen
     finally:
         await receiver.stop()
