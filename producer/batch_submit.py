@@ -10,10 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from producer.batching import batch_gate, close_batch
 from producer.chunks import ChunkSender
-from producer.placement import Holder, claim, generated_id, verdict
+from producer.placement import Holder, claim, verdict
 from producer.submission import (
-    ForeignRunError,
-    ForeignSessionError,
     Prepared,
     SubmissionError,
     Submitted,
@@ -61,12 +59,18 @@ async def submit_many(
     out: list[Submitted | SubmissionError | None] = [None] * len(items)
     seen: set[str] = set()
     prefix = batch_run_prefix(tenant, batch_id) if batch_id else None
+    scope = p.scope(tenant)
 
     def default(i: int, raw: RunInput | dict[str, Any]) -> str:
         """An item's id if it names none: derived in a batch, else drawn to live at home."""
         if prefix:
             return f"{prefix}{offset + i}"
-        return "" if claimed_id(raw) else generated_id(layout, lambda r: claimed_session(raw, r))
+        return "" if claimed_id(raw) else p.generated(scope, raw)
+
+    def key_of(raw: RunInput | dict[str, Any], d: str) -> tuple[str, str]:
+        """The ids the keys of an item's run and session use."""
+        rid = claimed_id(raw) or d
+        return scope.key(rid), scope.key(claimed_session(raw, rid))
 
     defaults = [default(i, raw) for i, raw in enumerate(items)]
     # The tenant's quota admits the whole request at once, in calls that Redis runs while the
@@ -78,12 +82,12 @@ async def submit_many(
     placed: dict[int, list[str]] = {}
     chosen: dict[int, tuple[str, keys.Partition]] = {}  # item -> (its id, where its id is claimed)
     if layout.count == 1:  # one partition: every run lives there, no pointer to claim
-        placed[0] = [claimed_id(raw) or d for raw, d in zip(items, defaults, strict=True)]
+        placed[0] = [scope.key(claimed_id(raw) or d) for raw, d in zip(items, defaults, strict=True)]
     for i, (raw, d) in enumerate(zip(items, defaults, strict=True) if layout.count > 1 else ()):
-        rid = claimed_id(raw) or d
-        part = p._partition(rid, claimed_session(raw, rid))
+        rid, sid = key_of(raw, d)
+        part = p._partition(rid, sid)
         placed.setdefault(part.index, []).append(rid)
-        if prefix is not None or rid != d:
+        if prefix is not None or claimed_id(raw) is not None:
             chosen[i] = (rid, part)
     admitted = asyncio.ensure_future(p.admit(tenant, placed, quota))
     gated = (
@@ -140,7 +144,7 @@ async def submit_many(
         try:
             for i, raw in enumerate(items):
                 try:
-                    prep = p._prepare_encoded(raw, tenant, defaults[i])
+                    prep = p.prepare(raw, tenant, defaults[i])
                 except SubmissionError as exc:
                     exc.field = f"runs.{i}.{exc.field}" if exc.field else f"runs.{i}"
                     exc.message = f"runs.{i}: {exc.message}"
@@ -149,7 +153,7 @@ async def submit_many(
                 if prep.run_id in seen:
                     out[i] = SubmissionError(
                         "duplicate",
-                        f"runs.{i}: runId {prep.run_id} appears twice in the batch",
+                        f"runs.{i}: runId {prep.run.run_id} appears twice in the batch",
                         field=f"runs.{i}.runId",
                     )
                     continue
@@ -182,9 +186,7 @@ async def submit_many(
                 if answer is None:
                     out[i] = await _alone(p, prep, tenant, batch_id or "")
                     continue
-                out[i] = outcome(prep.run, answer[2 * k : 2 * k + 2], prep.run_id)
-            except (ForeignRunError, ForeignSessionError):  # rare: again alone, scoped
-                out[i] = await _alone(p, prep, tenant, batch_id or "")
+                out[i] = outcome(prep.run, answer[2 * k : 2 * k + 2])
             except SubmissionError as exc:
                 out[i] = exc
     if batch_id and not more:
@@ -193,9 +195,8 @@ async def submit_many(
 
 
 async def _alone(p: Submitter, prep: Prepared, tenant: str, batch_id: str) -> Submitted | SubmissionError:
-    """One run of a batch submitted on its own (a held id: scoped; placed elsewhere than claimed)."""
-    update = {"run_id": prep.run_id, "session_id": prep.session_id or None}
+    """One run of a batch submitted on its own (placed elsewhere than claimed)."""
     try:
-        return await p._submit_scoped(prep.run.model_copy(update=update), tenant, batch_id)
+        return await p.submit_prepared(prep, tenant, batch_id)
     except SubmissionError as exc:
         return exc

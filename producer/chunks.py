@@ -51,7 +51,8 @@ class ChunkSender:
         """SUBMIT_MANY's arguments (after the partition's context) for one chunk."""
         spec = [
             [p.run_id, p.digest, p.session_id, p.run.webhook or "", "1" if p.run.auto_create_session else "",
-             p.run.multitask_strategy or "enqueue", p.run.agent, meta_terms(p.run.metadata)]
+             p.run.multitask_strategy or "enqueue", p.run.agent, meta_terms(p.run.metadata), p.client_id,
+             p.client_session]
             for p in chunk
         ]  # fmt: skip
         return [self.tenant, self.batch_id, batch_webhook, orjson.dumps(spec), *(p.body for p in chunk)]

@@ -19,7 +19,7 @@ import orjson
 
 from producer.batching import merge_batch, read_batch
 from producer.routing import run_many
-from producer.submission import scoped_id
+from producer.submission import SCOPED_PREFIX
 from shared import keys, limits
 from shared.ids import is_valid_id
 from shared.models import RunStatus
@@ -126,8 +126,10 @@ def parse_ms(field: str, value: str) -> int:
     return int(value)
 
 
-def _summary(fields: list[Any]) -> dict[str, Any]:
+def _summary(fields: list[Any], shown: dict[str, str]) -> dict[str, Any]:
+    """A listed run as its client knows it: ``shown`` maps its session's key to that session's id."""
     run_id, status, created, session, agent, batch, finished, client_id = (text(f) for f in fields)
+    session = shown.get(session, session)
     d: dict[str, Any] = {
         "runId": client_id or run_id,
         "status": status,
@@ -205,7 +207,25 @@ class Catalog:
     ) -> tuple[list[dict[str, Any]], str | None]:
         """One page, newest first, and the cursor of the next page (None at the end)."""
         rows, nxt = await self._rows(tenant, flt, limit, cursor)
-        return [_summary(r) for _, r in rows], nxt
+        shown = await self._client_sessions(rows, flt.session_id)
+        return [_summary(r, shown) for _, r in rows], nxt
+
+    async def _client_sessions(
+        self, rows: list[tuple[keys.Partition, Row]], asked: str | None
+    ) -> dict[str, str]:
+        """The ids the client knows the listed runs' sessions by, for those kept under a tenant's key
+        (the session asked for, else read from the runs' ``clientSession``: one round trip per node)."""
+        keyed = [(part, row) for part, row in rows if text(row[3]).startswith(SCOPED_PREFIX)]
+        if asked is not None:
+            return {text(row[3]): asked for _, row in keyed}
+        if not keyed:
+            return {}
+
+        def hget(key: str) -> Any:
+            return lambda pipe: pipe.hget(key, "clientSession")
+
+        replies = await self.p.parts.pipelined([(part, hget(part.run(text(row[0])))) for part, row in keyed])
+        return {text(row[3]): text(r[0]) for (_, row), r in zip(keyed, replies, strict=True) if r[0]}
 
     async def _rows(
         self, tenant: str, flt: RunFilter, limit: int, cursor: str | None
@@ -229,16 +249,17 @@ class Catalog:
         return [(where[i], r) for i, r in rows], encode_cursor(at[2], at[1]) if at is not None else None
 
     async def _own_session(self, tenant: str, session_id: str) -> str:
-        """The id the tenant's session ``session_id`` is kept under (scoped when another tenant holds it)."""
-        ids = [session_id, scoped_id(tenant, session_id)]
+        """The id the tenant's session ``session_id`` is kept under (submission.Scope.lookups: its
+        tenant's key of it, or a form of before)."""
+        ids = self.p.scope(tenant).lookups(session_id)
 
         def hget(part: keys.Partition, sid: str) -> tuple[keys.Partition, Any]:
             return part, lambda pipe: pipe.hget(part.session(sid), "tenant")
 
-        (own,), (other,) = await self.p.parts.pipelined([hget(self.p.parts.home(s), s) for s in ids])
-        if (own is None or text(own) != tenant) and other is not None and text(other) == tenant:
-            return ids[1]
-        return session_id
+        found = await self.p.parts.pipelined([hget(self.p.parts.home(s), s) for s in ids])
+        return next(
+            (s for s, (t,) in zip(ids, found, strict=True) if t is not None and text(t) == tenant), ids[0]
+        )
 
     async def batch(self, tenant: str, batch_id: str) -> dict[str, Any] | None:
         """The batch's progress: its shares summed (producer.batching)."""

@@ -29,15 +29,18 @@ def partition_of(layout: keys.Layout, run_id: str, session_id: str) -> keys.Part
     return layout.home(session_id) if session_id else layout.home(run_id)
 
 
-def generated_id(layout: keys.Layout, session_of: Callable[[str], str]) -> str:
-    """A new run id living at its home: one whose home is its session's (``session_of(id)``, ''
-    for none). ``layout.count`` draws are expected; one partition: the first."""
+def generated_id(
+    layout: keys.Layout, session_of: Callable[[str], str], key: Callable[[str], str] = str
+) -> str:
+    """A new run id living at its home: one whose key (``key(id)``, the id its keys use) has its
+    session's home (``session_of(id)``, the session's key; '' for none). ``layout.count`` draws are
+    expected; one partition: the first."""
     if layout.count == 1:  # every id lives at home
         return new_run_id()
     while True:
         rid = new_run_id()
         sid = session_of(rid)
-        if not sid or layout.home(rid) is layout.home(sid):
+        if not sid or layout.home(key(rid)) is layout.home(sid):
             return rid
 
 

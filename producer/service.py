@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 
 from producer.placement import locate_many
 from producer.routing import Parts, as_partitions, run_script
-from producer.submission import SubmissionError, Submitted, scoped_id
+from producer.submission import SCOPED_PREFIX, SubmissionError, Submitted
 from producer.submitter import Submitter
 from shared import keys, limits
 from shared.codec import to_jsonable
@@ -31,7 +31,7 @@ from shared.settings import Settings, get_settings
 __all__ = ["DEFAULT_TENANT", "Producer", "RunRecord", "SubmissionError", "Submitted"]
 
 _RUN_FIELDS = ["status", "tenant", "sessionId", "createdAt", "lastSeq", "result", "approvals", "abort",
-               "clientPending"]  # fmt: skip
+               "clientPending", "clientSession"]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,8 +46,9 @@ class RunRecord:
     pending_approvals: list[dict[str, Any]] = field(default_factory=list)
     abort_requested: bool = False
     pending_tool_calls: list[dict[str, Any]] = field(default_factory=list)
-    key_id: str = ""  # the id its keys use, when not run_id (a tenant-scoped id, see scoped_id)
+    key_id: str = ""  # the id its keys use, when not run_id (its tenant's key of it, submission.Scope)
     stream_key: str = ""  # the Redis stream of its events (``redis-cli XREAD … STREAMS <it> 0`` tails it)
+    client_session: str = ""  # the id its client knows its session by, when not session_id
 
     @property
     def key(self) -> str:
@@ -58,10 +59,11 @@ class RunRecord:
         return self if client_id == self.run_id else replace(self, run_id=client_id, key_id=self.key)
 
     def view(self) -> dict[str, Any]:
+        session = self.client_session or self.session_id
         d: dict[str, Any] = {
             "runId": self.run_id,
             "status": self.status.value,
-            "sessionId": self.session_id,
+            "sessionId": session,
             "createdAt": self.created_at_ms,
             "lastSeq": self.last_seq,
             "streamKey": self.stream_key,
@@ -69,6 +71,8 @@ class RunRecord:
         if self.result is not None:
             d["result"] = to_jsonable(self.result)
             d["result"]["runId"] = self.run_id
+            if d["result"].get("sessionId"):
+                d["result"]["sessionId"] = session
         if self.pending_approvals:
             d["pendingApprovals"] = self.pending_approvals
         if self.pending_tool_calls:
@@ -105,45 +109,46 @@ class Producer(Submitter):
     # ---- reading ----
 
     async def get(self, run_id: str, *, tenant: str | None = None) -> RunRecord | None:
-        """The run as ``tenant`` knows it by ``run_id`` (its own run, or its run scoped under that
-        id when another tenant holds the id); None when the tenant has none."""
-        rec = await self._get(run_id, tenant)
-        if rec is None and tenant is not None:
-            scoped = await self._get(scoped_id(tenant, run_id), tenant)
-            return scoped.as_seen_by(run_id) if scoped is not None else None
-        return rec
+        """The run ``tenant`` knows by ``run_id`` (kept under its tenant's key of it, or a form of
+        before, submission.Scope.lookups); None when the tenant has none. No tenant: the run kept
+        under ``run_id`` itself."""
+        rec = await self._get([run_id] if tenant is None else self.scope(tenant).lookups(run_id), tenant)
+        return rec.as_seen_by(run_id) if rec is not None else None
 
     async def resolve(self, run_id: str, tenant: str) -> str:
-        """The id the keys of ``tenant``'s run ``run_id`` use (run_id itself when it has none)."""
-        ids = [run_id, scoped_id(tenant, run_id)]
+        """The id the keys of ``tenant``'s run ``run_id`` use (its key when it has none)."""
+        ids = self.scope(tenant).lookups(run_id)
         where = [(i, p) for i, p in enumerate(await locate_many(self.parts, ids)) if p is not None]
 
         def hget(key: str) -> Any:
             return lambda pipe: pipe.hget(key, "tenant")
 
-        tenants: list[Any] = [None, None]
         replies = await self.parts.pipelined([(p, hget(p.run(ids[i]))) for i, p in where])
-        for (i, _), r in zip(where, replies, strict=True):
-            tenants[i] = r[0]
-        own, scoped = tenants
-        if own is None or text(own) == tenant or scoped is None or text(scoped) != tenant:
-            return run_id
-        return ids[1]
+        owned = {
+            i for (i, _), r in zip(where, replies, strict=True) if r[0] is not None and text(r[0]) == tenant
+        }
+        return next((ids[i] for i in range(len(ids)) if i in owned), ids[0])
 
-    async def _get(self, run_id: str, tenant: str | None) -> RunRecord | None:
-        part = await self.locate(run_id)
-        if part is None:
-            return None
+    async def _get(self, ids: Sequence[str], tenant: str | None) -> RunRecord | None:
+        """The first of the runs ``ids`` that exists (and is ``tenant``'s): all read in one round trip
+        per node (and their partitions located in one before, with more than one partition)."""
+        where = [
+            (r, p) for r, p in zip(ids, await locate_many(self.parts, ids), strict=True) if p is not None
+        ]
 
-        async def read(c: Redis) -> list[Any]:
-            return list(await c.hmget(part.run(run_id), _RUN_FIELDS))  # type: ignore[misc]
+        def read(key: str) -> Any:
+            return lambda pipe: pipe.hmget(key, _RUN_FIELDS)
 
-        vals = await self.parts.call(part, read)
-        if vals[0] is None:
+        replies = await self.parts.pipelined([(p, read(p.run(r))) for r, p in where]) if where else []
+        found = None
+        for (rid, p), (vals,) in zip(where, replies, strict=True):
+            h = dict(zip(_RUN_FIELDS, (text(v) if v is not None else None for v in vals), strict=True))
+            if vals[0] is not None and (tenant is None or h["tenant"] == tenant):
+                found = (rid, p, h)
+                break
+        if found is None:
             return None
-        h = dict(zip(_RUN_FIELDS, (text(v) if v is not None else None for v in vals), strict=True))
-        if tenant is not None and h["tenant"] != tenant:
-            return None
+        run_id, part, h = found
         status = RunStatus(h["status"] or RunStatus.QUEUED.value)
         result = RunResult.model_validate_json(h["result"]) if h["result"] else None
         pending: list[dict[str, Any]] = []
@@ -180,6 +185,7 @@ class Producer(Submitter):
             abort_requested=bool(h["abort"]),
             pending_tool_calls=calls,
             stream_key=part.events(run_id),
+            client_session=h["clientSession"] or "",
         )
 
     async def read_events(
@@ -295,14 +301,14 @@ class Producer(Submitter):
 
     async def get_session(self, session_id: str, *, tenant: str | None = None) -> dict[str, Any] | None:
         """The session's newest runs (limits.SESSION_RUNS_SHOWN, in submission order), its active run
-        and its history of run loops; the tenant's session scoped under this id when another tenant
-        holds it."""
-        found = await self._get_session(session_id, tenant)
-        if found is None and tenant is not None:
-            found = await self._get_session(scoped_id(tenant, session_id), tenant)
+        and its history of run loops, as ``tenant`` knows it by ``session_id`` (kept under its
+        tenant's key, submission.Scope)."""
+        for key in [session_id] if tenant is None else self.scope(tenant).lookups(session_id):
+            found = await self._get_session(key, tenant)
             if found is not None:
                 found["sessionId"] = session_id
-        return found
+                return found
+        return None
 
     async def _get_session(self, session_id: str, tenant: str | None) -> dict[str, Any] | None:
         part = self.parts.home(session_id)
@@ -319,23 +325,28 @@ class Producer(Submitter):
         if tenant is not None and h.get("tenant") != tenant:
             return None
         runs = [text(r) for r in runs]
-        shown = await self.client_ids([*runs, h.get("activeRun") or ""], part=part)
+        history = [orjson.loads(lp) for lp in loops]
+        looped = [str(lp.get("runId") or "") for lp in history]
+        shown = await self.client_ids([*runs, *looped, h.get("activeRun") or ""], part=part)
+        for lp, rid in zip(history, looped, strict=True):
+            if rid in shown:
+                lp["runId"] = shown[rid]
         active = h.get("activeRun") or None
         return {
             "sessionId": session_id,
             "createdAt": int(h.get("createdAt") or 0),
             "activeRun": shown.get(active, active) if active else None,
             "runs": [shown.get(r, r) for r in runs],
-            "history": [orjson.loads(lp) for lp in loops],
+            "history": history,
         }
 
     async def client_ids(
         self, run_ids: Sequence[str], *, part: keys.Partition | None = None
     ) -> dict[str, str]:
-        """The ids the clients chose for those of ``run_ids`` that are tenant-scoped (``tsc_…``); one
-        round trip per node, and none when there are no such ids. ``part``: the runs' partition (a
-        session's), else each is located."""
-        scoped = sorted({r for r in run_ids if r.startswith("tsc_")})
+        """The ids the clients know those of ``run_ids`` by that are their tenants' keys (``tsc_…``);
+        one round trip per node, and none when there are no such ids. ``part``: the runs' partition
+        (a session's), else each is located."""
+        scoped = sorted({r for r in run_ids if r.startswith(SCOPED_PREFIX)})
         if not scoped:
             return {}
         where = [part] * len(scoped) if part is not None else await locate_many(self.parts, scoped)

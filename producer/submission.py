@@ -1,9 +1,11 @@
 """What a submission is, pure: its error and its answer, the ids it is named by (idempotency keys,
-batches, tenant scoping), its input hash and the metadata terms it is listed under."""
+batches, the keys a tenant's ids are kept under), its input hash and the metadata terms it is
+listed under."""
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -12,26 +14,27 @@ import orjson
 from pydantic import ValidationError
 
 from shared import limits
-from shared.codec import to_jsonable
 from shared.models import RunInput
+from shared.quotas import DEFAULT_TENANT
 from shared.scripts import text
+from shared.settings import Settings
 
 __all__ = [
-    "ForeignRunError",
-    "ForeignSessionError",
+    "DEV_ID_SECRET",
+    "SCOPED_PREFIX",
     "Prepared",
+    "Scope",
     "SubmissionError",
     "Submitted",
     "batch_run_prefix",
     "claimed_id",
     "claimed_session",
     "counted",
-    "input_hash",
     "meta_term",
     "meta_terms",
     "outcome",
+    "reserved_id_error",
     "run_id_for_key",
-    "scoped_id",
     "validation_error",
 ]
 
@@ -69,29 +72,73 @@ class Submitted:
     created: bool
 
 
-def scoped_id(tenant: str, client_id: str) -> str:
-    """The id a tenant's run or session takes when its own id is held by another tenant: ids are
-    scoped by tenant, so another tenant's id answers like a free one and cannot be squatted."""
-    return "tsc_" + hashlib.sha256(f"{tenant}\0{client_id}".encode()).hexdigest()[:40]
+SCOPED_PREFIX = "tsc_"  # the ids a named tenant's runs and sessions are kept under; no client id has it
+DEV_ID_SECRET = "agentmill-dev-id-secret"  # the key when AGENTMILL_ID_SECRET is unset (public: dev only)
 
 
-class ForeignRunError(SubmissionError):
-    """The runId is held by another tenant (a 409 only if the scoped id is held as well)."""
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """The ids one tenant's runs and sessions are kept under. A named tenant's id ``x`` (chosen by
+    its client or made for it: generated, Idempotency-Key and batch item ids, auto sessions) is kept
+    as ``tsc_`` + HMAC(AGENTMILL_ID_SECRET, tenant, x): no global id exists that another tenant could
+    take first, and no key says whether another tenant holds an id. The default tenant (auth off,
+    the Python producer) keeps its ids as they are."""
+
+    tenant: str
+    secret: bytes
+
+    @classmethod
+    def of(cls, settings: Settings, tenant: str) -> Scope:
+        return cls(tenant, (settings.id_secret or DEV_ID_SECRET).encode())
+
+    @property
+    def bare(self) -> bool:
+        return self.tenant == DEFAULT_TENANT
+
+    def key(self, client_id: str) -> str:
+        """The id the keys of this tenant's run or session ``client_id`` use ('' stays '')."""
+        if not client_id or self.bare:
+            return client_id
+        mac = hmac.new(self.secret, f"{self.tenant}\0{client_id}".encode(), hashlib.sha256)
+        return SCOPED_PREFIX + mac.hexdigest()[:40]
+
+    def lookups(self, client_id: str) -> list[str]:
+        """The ids this tenant's ``client_id`` may be kept under, newest form first: its key, then
+        the forms of before AGENTMILL_ID_SECRET (the id itself, or sha256 of tenant and id when
+        another tenant held it) for runs and sessions stored then. Each answers only for a run of
+        this tenant (the caller checks), so another tenant's holding none of them shows."""
+        if self.bare:
+            return [client_id]
+        legacy = SCOPED_PREFIX + hashlib.sha256(f"{self.tenant}\0{client_id}".encode()).hexdigest()[:40]
+        return [self.key(client_id), client_id, legacy]
+
+    def batch_delivery(self, batch_id: str) -> str:
+        """The X-Agentmill-Delivery id of this tenant's batch: stable, and naming no tenant or key."""
+        mac = hmac.new(self.secret, f"batch\0{self.tenant}\0{batch_id}".encode(), hashlib.sha256)
+        return "bat_" + mac.hexdigest()[:40]
 
 
-class ForeignSessionError(SubmissionError):
-    """The sessionId is held by another tenant."""
+def reserved_id_error(run: RunInput) -> SubmissionError | None:
+    """A runId or sessionId in the form the server keeps ids under: refused, so that no client
+    names a key itself."""
+    for field, value in (("runId", run.run_id), ("sessionId", run.session_id)):
+        if value and value.startswith(SCOPED_PREFIX):
+            return SubmissionError(
+                "reserved_id", f"{field}: ids starting with {SCOPED_PREFIX!r} are reserved", field=field
+            )
+    return None
 
 
 def outcome(run: RunInput, reply: Sequence[Any], run_id: str | None = None) -> Submitted:
-    """A SUBMIT verdict as the run's answer; a refusal raises its SubmissionError."""
+    """A SUBMIT verdict as the run's answer; a refusal raises its SubmissionError. ``run`` and
+    ``run_id``: as the client knows them (errors name its ids, never their keys)."""
     verdict, status = text(reply[0]), text(reply[1])
     rid = run_id or run.run_id or ""
     if verdict == "conflict":
-        cls = ForeignRunError if status == "" else SubmissionError  # '' : another tenant's run
-        raise cls("conflict", f"run {rid} already exists with a different input", status=409, field="runId")
+        raise SubmissionError("conflict", f"run {rid} already exists with a different input", status=409,
+                              field="runId")  # fmt: skip
     if verdict == "unknown_session" and run.auto_create_session and run.session_id:
-        raise ForeignSessionError(  # it would have been created: another tenant holds the id
+        raise SubmissionError(  # it would have been created: the default tenant's id another holds
             "unknown_session", f"sessionId: no session {run.session_id!r}", status=404, field="sessionId"
         )
     if verdict == "unknown_session":
@@ -109,9 +156,10 @@ def outcome(run: RunInput, reply: Sequence[Any], run_id: str | None = None) -> S
             field="batchId",
         )
     if verdict == "session_busy":
+        active = "another run" if status.startswith(SCOPED_PREFIX) else status  # not its key
         raise SubmissionError(
             "session_busy",
-            f"session {run.session_id} is running {status} and multitaskStrategy is reject",
+            f"session {run.session_id} is running {active} and multitaskStrategy is reject",
             status=409,
             field="multitaskStrategy",
         )
@@ -132,12 +180,6 @@ def validation_error(exc: ValidationError) -> SubmissionError:
 def run_id_for_key(tenant: str, idempotency_key: str) -> str:
     """A client's Idempotency-Key names exactly one run of its tenant."""
     return "run_" + hashlib.sha256(f"{tenant}\0{idempotency_key}".encode()).hexdigest()[:32]
-
-
-def input_hash(run: RunInput) -> str:
-    body = to_jsonable(run)
-    body.pop("runId", None)
-    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 def batch_run_prefix(tenant: str, batch_id: str) -> str:
@@ -175,13 +217,17 @@ def meta_term(key: str, value: Any) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
-    """One valid run, encoded once for its submit script."""
+    """One valid run, encoded once for its submit script: ``run`` as its client knows it, ``run_id``
+    and ``session_id`` the ids its keys use, ``client_id`` and ``client_session`` the ids its client
+    knows them by when those differ ('' otherwise)."""
 
     run: RunInput
     run_id: str
     session_id: str
     body: bytes
     digest: str
+    client_id: str = ""
+    client_session: str = ""
 
 
 def claimed_id(raw: RunInput | dict[str, Any]) -> str | None:

@@ -20,19 +20,17 @@ from producer import admission, batch_submit
 from producer.placement import POINTER_EXTRA_S, Holder, claim, generated_id, partition_of, verdict
 from producer.routing import Parts, run_script
 from producer.submission import (
-    ForeignRunError,
-    ForeignSessionError,
     Prepared,
+    Scope,
     SubmissionError,
     Submitted,
     claimed_id,
     claimed_session,
     counted,
-    input_hash,
     meta_terms,
     outcome,
+    reserved_id_error,
     run_id_for_key,
-    scoped_id,
     validation_error,
 )
 from shared import keys, limits
@@ -77,41 +75,39 @@ class Submitter:
                 raise SubmissionError("client_tool_not_allowed", problem, field=problem.split(":", 1)[0])
         return run
 
-    def prepare(
-        self, raw: RunInput | dict[str, Any], *, tenant: str, idempotency_key: str | None = None
-    ) -> RunInput:
-        """Validate one input and fix its runId; raises SubmissionError naming the field."""
-        run = self._validated(raw)
-        _check_size(len(orjson.dumps(to_jsonable(run))))
-        if run.run_id is None:
-            rid = (
-                run_id_for_key(tenant, idempotency_key)
-                if idempotency_key
-                else generated_id(self.parts.layout, lambda r: claimed_session(run, r))
-            )
-            run = run.model_copy(update={"run_id": rid})
-        if run.session_id is None and run.auto_create_session:
-            run = run.model_copy(update={"session_id": f"ses_{run.run_id}"})
-        return run
+    def scope(self, tenant: str) -> Scope:
+        """The ids ``tenant``'s runs and sessions are kept under (producer.submission.Scope)."""
+        return Scope.of(self.settings, tenant)
 
-    def _prepare_encoded(
-        self, raw: RunInput | dict[str, Any], tenant: str, default_id: str | None
-    ) -> Prepared:
-        """prepare(), with the body serialized once (size check, stored input, input hash)."""
+    def generated(self, scope: Scope, raw: RunInput | dict[str, Any]) -> str:
+        """A new run id for ``raw`` (placement.generated_id), its keys living at home."""
+        return generated_id(self.parts.layout, lambda r: scope.key(claimed_session(raw, r)), scope.key)
+
+    def prepare(self, raw: RunInput | dict[str, Any], tenant: str, default_id: str | None = None) -> Prepared:
+        """Validate one input and name it: its runId (else ``default_id``, else a generated one), its
+        session (``ses_<runId>`` when it creates one unnamed) and the ids its keys use (Scope);
+        the body serialized once (size check, stored input, input hash). Raises SubmissionError
+        naming the field."""
         run = self._validated(raw)
+        if (reserved := reserved_id_error(run)) is not None:
+            raise reserved
+        scope = self.scope(tenant)
         body = to_jsonable(run)
-        rid = (
-            body.pop("runId", None)
-            or default_id
-            or generated_id(self.parts.layout, lambda r: claimed_session(run, r))
-        )
+        rid = body.pop("runId", None) or default_id or self.generated(scope, run)
         if run.session_id is None and run.auto_create_session:
             body["sessionId"] = f"ses_{rid}"
+        sid = body.get("sessionId") or ""
+        key_rid, key_sid = scope.key(rid), scope.key(sid)
+        if key_sid:
+            body["sessionId"] = key_sid
         canonical = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
         _check_size(len(canonical))
         digest = hashlib.sha256(canonical).hexdigest()
-        body["runId"] = rid
-        return Prepared(run, rid, body.get("sessionId") or "", orjson.dumps(body), digest)
+        body["runId"] = key_rid
+        return Prepared(
+            run.model_copy(update={"run_id": rid, "session_id": sid or None}), key_rid, key_sid,
+            orjson.dumps(body), digest, rid if rid != key_rid else "", sid if sid != key_sid else "",
+        )  # fmt: skip
 
     def _partition(self, run_id: str, session_id: str) -> keys.Partition:
         return partition_of(self.parts.layout, run_id, session_id)
@@ -121,26 +117,16 @@ class Submitter:
         return self.settings.retention_s + POINTER_EXTRA_S
 
     def _submit_call(
-        self,
-        run: RunInput,
-        part: keys.Partition,
-        tenant: str,
-        digest: str,
-        *,
-        client_id: str = "",
-        batch_id: str = "",
+        self, prep: Prepared, part: keys.Partition, tenant: str, batch_id: str = ""
     ) -> tuple[list[Any], list[Any]]:
-        """SUBMIT's keys and arguments on the run's partition; ``client_id``: the id the client
-        chose, when ``run`` carries its tenant-scoped id (views show it)."""
-        rid = run.run_id
-        assert rid is not None
-        sid = run.session_id or ""
+        """SUBMIT's keys and arguments on the run's partition."""
+        run, rid, sid = prep.run, prep.run_id, prep.session_id
         own = [part.run(rid), part.job_key(part.job_id(rid, 1)), part.session(sid), part.session_pending(sid),
                part.session_runs(sid)]  # fmt: skip
         args: list[Any] = [
             rid,
-            orjson.dumps(to_jsonable(run)),
-            digest,
+            prep.body,
+            prep.digest,
             tenant,
             sid,
             run.webhook or "",
@@ -149,7 +135,8 @@ class Submitter:
             batch_id,
             run.agent,
             *counted(meta_terms(run.metadata)),
-            client_id if client_id != rid else "",
+            prep.client_id,
+            prep.client_session,
         ]
         return self.scripts.frame(part, own, args)
 
@@ -167,9 +154,9 @@ class Submitter:
         idempotency_key: str | None = None,
         quota: Quota | None = None,
     ) -> Submitted:
-        run = self.prepare(raw, tenant=tenant, idempotency_key=idempotency_key)
-        rid = run.run_id or ""
-        part = self._partition(rid, run.session_id or "")
+        prep = self.prepare(raw, tenant, run_id_for_key(tenant, idempotency_key) if idempotency_key else None)
+        rid = prep.run_id
+        part = self._partition(rid, prep.session_id)
         # The pointer claim (producer.placement) goes out with the admission; a generated id needs none.
         chosen = self.parts.layout.count > 1 and (claimed_id(raw) is not None or bool(idempotency_key))
         looked = (
@@ -182,43 +169,22 @@ class Submitter:
                 looked.cancel()
             raise
         holder = (await looked)[0] if looked is not None else None
-        return await self._submit_scoped(run, tenant, looked=True, holder=holder)
+        return await self.submit_prepared(prep, tenant, looked=True, holder=holder)
 
-    async def _submit_scoped(
-        self, run: RunInput, tenant: str, batch_id: str = "", *, looked: bool = False, holder: Holder = None
+    async def submit_prepared(
+        self, prep: Prepared, tenant: str, batch_id: str = "", *, looked: bool = False, holder: Holder = None
     ) -> Submitted:
-        """Submit; a runId or sessionId that another tenant holds is replaced by its scoped id. With
-        more than one partition, the run's pointer is claimed first (producer.placement), unless the
-        caller ``looked`` already and found ``holder``."""
-        client_id = run.run_id or ""
-        scoped: set[str] = set()
-        while True:
-            rid, digest = run.run_id or "", input_hash(run)
-            part = self._partition(rid, run.session_id or "")
-            if not looked and self.parts.layout.count > 1:
-                holder = (await claim(self.parts, [(rid, part)], self._pointer_ttl))[0]
-            looked = False
-            if holder is not None:
-                reply: Sequence[Any] = verdict(holder, tenant, digest)
-            else:
-                k, a = self._submit_call(run, part, tenant, digest, client_id=client_id, batch_id=batch_id)
-                reply = await run_script(self.parts, self.scripts.submit, part, k, a)
-            holder = None
-            try:
-                sub = outcome(run, reply)
-            except ForeignRunError:
-                if "run" in scoped:
-                    raise
-                scoped.add("run")
-                run = run.model_copy(update={"run_id": scoped_id(tenant, client_id)})
-                continue
-            except ForeignSessionError:
-                if "session" in scoped:
-                    raise
-                scoped.add("session")
-                run = run.model_copy(update={"session_id": scoped_id(tenant, run.session_id or "")})
-                continue
-            return Submitted(run_id=client_id, status=sub.status, created=sub.created)
+        """Submit one prepared run. With more than one partition, the run's pointer is claimed first
+        (producer.placement), unless the caller ``looked`` already and found ``holder``."""
+        part = self._partition(prep.run_id, prep.session_id)
+        if not looked and self.parts.layout.count > 1:
+            holder = (await claim(self.parts, [(prep.run_id, part)], self._pointer_ttl))[0]
+        if holder is not None:
+            reply: Sequence[Any] = verdict(holder, tenant, prep.digest)
+        else:
+            k, a = self._submit_call(prep, part, tenant, batch_id)
+            reply = await run_script(self.parts, self.scripts.submit, part, k, a)
+        return outcome(prep.run, reply)
 
     def check_batch_size(self, n: int) -> None:
         """The batch limit (AGENTMILL_MAX_BATCH), for the API and the Python API alike: 413 past it."""

@@ -1,7 +1,8 @@
 """Completion webhooks: POST a finished run's RunResult to its webhook URL.
 
 Signed with ``X-Agentmill-Signature: sha256=<HMAC of the body>`` under AGENTMILL_WEBHOOK_SECRET,
-identified by a stable ``X-Agentmill-Delivery: <runId>`` so receivers can deduplicate, retried with
+identified by a stable ``X-Agentmill-Delivery`` id so receivers can deduplicate (a run's: the id its
+keys use, ``tsc_…`` for a named tenant's run; a batch's: ``bat_…``, Scope.batch_delivery), retried with
 backoff, and never repeated once a delivery is recorded as successful. Without a secret, deliveries
 go out unsigned and say so (``X-Agentmill-Unsigned: true``, no signature header): a signature under
 an empty key would look valid and be forgeable by anyone.
@@ -15,8 +16,8 @@ Each partition keeps its own deliveries (its webhook list, due set and delivery 
 delivery comes from its partition's list. A batch's share that finishes queues a delivery
 ``{batch}<share key>`` on its partition; the batch is delivered once every share has finished, by
 the one delivery that wins the batch's ``done`` marker at the batch's home partition, which posts the
-summed counters (producer.listing.batch_view) with the delivery id ``{batch}<home share key>``; the
-other deliveries of the batch are dropped.
+summed counters (producer.listing.batch_view) with the batch's delivery id; the other deliveries of
+the batch are dropped.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from redis.exceptions import RedisError
 from producer.batching import merge_batch, read_batch
 from producer.listing import batch_body, batch_delivery_key
 from producer.routing import Parts, as_partitions, run_many
+from producer.submission import Scope
 from shared import backoff, keys, limits
 from shared.clock import now_ms
 from shared.models import usable_url
@@ -174,11 +176,11 @@ class Deliverer:
         redis, settings = self.parts.client(part), self.settings
         share = {text(k): text(v) for k, v in (await redis.hgetall(share_key)).items()}  # type: ignore[misc]
         tenant, batch_id = share.get("tenant", ""), share.get("batchId", "")
+        delivery_id = Scope.of(settings, tenant).batch_delivery(batch_id)  # names no tenant, no key
         if not share or self.parts.layout.count == 1:  # one share: the batch itself
-            return keys.BATCH_DELIVERY + share_key, batch_body(share) if share else None, share.get("webhook")
+            return delivery_id, batch_body(share) if share else None, share.get("webhook")
         shares = [h for h in await read_batch(self.parts, tenant, batch_id) if h]
         home = self.parts.home(batch_id)
-        delivery_id = keys.BATCH_DELIVERY + home.batch(tenant, batch_id)
         h = merge_batch(shares)
         if h is None or not all(s.get("finishedAt") for s in shares):
             return delivery_id, None, None  # a share still runs: its own delivery comes when it finishes
@@ -209,9 +211,16 @@ class Deliverer:
         if batch is not None:  # a batch's share ended: the batch's counters go to its webhook, once
             shown, body, url_raw = await self._batch(part, batch)
         else:
-            url_raw, body, client_id = await redis.hmget(part.run(run_id), ["webhook", "result", "clientId"])  # type: ignore[misc]
-            if body and client_id:  # a tenant-scoped run: its client knows it by the id it chose
-                body = orjson.dumps({**orjson.loads(body), "runId": text(client_id)})
+            url_raw, body, client_id, client_session = await redis.hmget(
+                part.run(run_id), ["webhook", "result", "clientId", "clientSession"]
+            )  # type: ignore[misc]
+            if body and (client_id or client_session):  # kept under its tenant's keys: as its client knows it
+                result = orjson.loads(body)
+                if client_id:
+                    result["runId"] = text(client_id)
+                if client_session and result.get("sessionId"):
+                    result["sessionId"] = text(client_session)
+                body = orjson.dumps(result)
         if not url_raw or not body:
             await redis.zrem(due_key, run_id)
             return

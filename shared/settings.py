@@ -81,6 +81,9 @@ class Settings(BaseSettings):
     )
     header_timeout_s: float = 10.0  # a connection whose request headers take longer is closed
     body_timeout_s: float = 30.0  # a request body that takes longer to arrive gets 408
+    # HMAC key of the ids a named tenant's runs and sessions are kept under (producer.submission.Scope);
+    # unset: a public development key. Set it once: another key loses every stored run of a named tenant.
+    id_secret: str | None = None
     webhook_secret: str | None = None  # HMAC-SHA256 key for X-Agentmill-Signature
     webhook_allow_hosts: str = ""  # comma-separated hosts exempt from the private-address guard
     webhook_max_attempts: int = 8

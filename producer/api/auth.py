@@ -43,6 +43,11 @@ class Authenticator:
             )
         elif not self.tokens:
             log.warning("no API tokens configured (AGENTMILL_API_TOKENS): every request will get 401")
+        elif not settings.id_secret:
+            log.warning(
+                "AGENTMILL_ID_SECRET is not set: tenants' ids are kept under a public development key "
+                "(set one, once, in production: producer.submission.Scope)"
+            )
 
     def is_operator(self, tenant: str) -> bool:
         """May this tenant see the pool as a whole (every tenant's load)?"""

@@ -3,8 +3,8 @@
 --    are unused without a session)
 -- A: runId, input, inputHash, tenant, sessionId, webhook, autoCreateSession ('1' or ''),
 --    multitaskStrategy (enqueue | reject | interrupt), batchId ('' = none), agent, nMeta, then nMeta
---    'key=value' strings (the indexed metadata), then the id the client chose when runId is its
---    tenant-scoped id (absent or '' otherwise)
+--    'key=value' strings (the indexed metadata), then the ids the client knows the run and its
+--    session by when runId and sessionId are its tenant's keys for them (absent or '' otherwise)
 -- The listing indexes and the batch of a run just created (A as submit_one's).
 local function index_new(run, A, now)
   local t, id, batch = A[4], A[1], A[9] or ''
@@ -50,7 +50,8 @@ local function submit_one(K, A)
         if A[8] == 'reject' then return {'session_busy', active} end
         dispatch = false
         if A[8] == 'interrupt' then
-          local why = 'interrupted by run ' .. A[1]
+          local shown = A[12 + tonumber(A[11] or '0')]  -- the id the client knows the run by
+          local why = 'interrupted by run ' .. ((shown and shown ~= '') and shown or A[1])
           for _, pid in ipairs(redis.call('LRANGE', K[4], 0, -1)) do
             if redis.call('HGET', run_key(pid), 'status') == 'queued' then
               finalize(run_key(pid), stream_key(pid), tools_key(pid), pid, 'aborted', 'aborted', why)
@@ -79,6 +80,8 @@ local function submit_one(K, A)
     'agent', A[10] or '', 'batch', A[9] or '')
   local client_id = A[12 + tonumber(A[11] or '0')]
   if client_id and client_id ~= '' then redis.call('HSET', K[1], 'clientId', client_id) end
+  local client_session = A[13 + tonumber(A[11] or '0')]
+  if client_session and client_session ~= '' then redis.call('HSET', K[1], 'clientSession', client_session) end
   index_new(K[1], A, now)
   if dispatch then
     redis.call('SET', K[2], job_payload(A[1], 1, now), 'PX', ctx().job_expire_ms)

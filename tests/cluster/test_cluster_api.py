@@ -27,9 +27,11 @@ import pytest_asyncio
 from starlette.requests import Request
 from starlette.responses import Response
 
+from producer.submission import Scope
 from shared import keys
 from shared.redis_cluster import LocalRedisCluster
-from tests.integration.api_support import A, HookServer, api, run_body
+from shared.settings import Settings
+from tests.integration.api_support import A, HookServer, api, key, run_body
 from tests.integration.api_support import settings as api_settings
 from tests.integration.helpers import running_worker
 from tests.support.schema import ids_where
@@ -244,7 +246,7 @@ async def test_a_200_run_batch_completes_fires_its_webhook_once_and_spreads_over
     hooks = env.hooks_for(BATCH)
     assert len(hooks) == 1, [(h[1].get("x-agentmill-delivery"), h[2]) for h in hooks]
     _, headers, sent = hooks[0]
-    assert headers["x-agentmill-delivery"].startswith(keys.BATCH_DELIVERY), headers
+    assert headers["x-agentmill-delivery"] == Scope.of(Settings(), "tenant-a").batch_delivery(BATCH), headers
     assert sent["batchId"] == BATCH and sent["finished"] is True, sent
     assert sent["total"] == 200 and sent["done"] == 200 and sent["counts"]["completed"] == 200, sent
 
@@ -256,7 +258,7 @@ async def test_a_200_run_batch_completes_fires_its_webhook_once_and_spreads_over
     per_master: Counter[int] = Counter()
     for rid, v in views.items():
         part = part_of(v)
-        assert part is LAYOUT.home(rid), (rid, v["streamKey"], LAYOUT.home(rid))
+        assert part is LAYOUT.home(key(rid)), (rid, v["streamKey"], LAYOUT.home(key(rid)))
         assert v["lastSeq"] >= 3, v  # running, the answer, completed at least
         per_master[owners[part.slot]] += 1
     print(f"runs per master: {dict(per_master)}")
@@ -273,8 +275,8 @@ async def test_the_batch_listing_pages_every_run_once_newest_first(env: Env, bat
     assert set(listed) == set(batch200.ids), set(batch200.ids) ^ set(listed)
     assert len(pages) == math.ceil(200 / limit), [len(p) for p in pages]
     assert all(len(p) == limit for p in pages[:-1]) and 0 < len(pages[-1]) <= limit, [len(p) for p in pages]
-    order = [(row["createdAt"], row["runId"]) for row in rows]
-    assert order == sorted(order, reverse=True), "not newest first (createdAt, then runId descending)"
+    order = [(row["createdAt"], key(row["runId"])) for row in rows]  # ties: by the id the keys use
+    assert order == sorted(order, reverse=True), "not newest first (createdAt, then the run's key descending)"
     ties = sum(1 for a, b in itertools.pairwise(order) if a[0] == b[0])
     print(f"batch listing: {len(pages)} pages of {limit}; {ties} neighbours share a createdAt")
     for row in rows:
@@ -285,7 +287,7 @@ async def test_the_batch_listing_pages_every_run_once_newest_first(env: Env, bat
     ids = [row["runId"] for row in everything]
     assert len(ids) == len(set(ids)), "a run listed twice by GET /v1/runs"
     assert set(batch200.ids) <= set(ids), len(set(batch200.ids) - set(ids))
-    order = [(row["createdAt"], row["runId"]) for row in everything]
+    order = [(row["createdAt"], key(row["runId"])) for row in everything]
     assert order == sorted(order, reverse=True)
 
 
@@ -297,7 +299,7 @@ async def test_a_runs_stream_tails_with_plain_redis_cli_and_replays_over_sse(
     stream_key, last_seq = view["streamKey"], view["lastSeq"]
     assert view["status"] == "completed" and last_seq >= 3, view
     part = part_of(view)
-    assert stream_key == part.events(rid), (stream_key, part.events(rid))
+    assert stream_key == part.events(key(rid)), (stream_key, part.events(key(rid)))
     # Ask a master that does not own the stream's slot: redis-cli -c follows the MOVED.
     owner = env.cluster.master_for_slot(part.slot)
     other = next(m.port for m in env.cluster.masters() if m.port != owner)
@@ -336,16 +338,16 @@ async def test_a_runs_stream_tails_with_plain_redis_cli_and_replays_over_sse(
 def session_run_ids() -> list[str]:
     """Three ids: the first and last hash to another partition than the session, the middle one to
     the session's own."""
-    home = LAYOUT.home(SESSION)
-    away = ids_where(LAYOUT, "cl-api-srun-", 2, lambda p: p is not home)
-    (same,) = ids_where(LAYOUT, "cl-api-srun-h", 1, lambda p: p is home)
+    home = LAYOUT.home(key(SESSION))
+    away = ids_where(LAYOUT, "cl-api-srun-", 2, lambda p: p is not home, key)
+    (same,) = ids_where(LAYOUT, "cl-api-srun-h", 1, lambda p: p is home, key)
     return [away[0], same, away[1]]
 
 
 async def test_a_session_of_client_named_runs_away_from_home(env: Env) -> None:
     ids = session_run_ids()
-    home = LAYOUT.home(SESSION)
-    assert [LAYOUT.home(i) is home for i in ids] == [False, True, False]
+    home = LAYOUT.home(key(SESSION))
+    assert [LAYOUT.home(key(i)) is home for i in ids] == [False, True, False]
     scripts: list[list[dict[str, Any]]] = [
         [{"text": "first answer", "delayMs": 300}],
         [{"text": "second answer", "delayMs": 300}],
@@ -441,9 +443,9 @@ async def test_a_manual_failover_while_a_batch_runs(env: Env) -> None:
     ids = [x.get("runId") for x in r.json()["results"]]
     assert len(ids) == 50 and all(ids), r.json()["results"][:3]
     t0 = time.monotonic()
-    by_part = Counter(LAYOUT.home(rid) for rid in ids)
+    by_part = Counter(LAYOUT.home(key(rid)) for rid in ids)
     target = by_part.most_common(1)[0][0]
-    on_target = [rid for rid in ids if LAYOUT.home(rid) is target]
+    on_target = [rid for rid in ids if LAYOUT.home(key(rid)) is target]
 
     async def some_running() -> Any:
         views = await get_runs(env.http, on_target)
@@ -486,7 +488,7 @@ async def test_a_manual_failover_while_a_batch_runs(env: Env) -> None:
 
 async def test_long_polls_and_sse_streams_survive_a_failover_of_their_runs_master(env: Env) -> None:
     part = LAYOUT.parts[5]
-    ids = ids_where(LAYOUT, "cl-api-lp-", 4, lambda p: p is part)
+    ids = ids_where(LAYOUT, "cl-api-lp-", 4, lambda p: p is part, key)
     for rid in ids:
         r = await env.http.post(
             "/v1/runs", json=run_body([{"text": "slow answer", "delayMs": 2500}], runId=rid)

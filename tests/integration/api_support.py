@@ -16,6 +16,7 @@ from starlette.routing import Route
 
 from producer.api.app import create_app
 from producer.api.serve import server_config
+from producer.submission import Scope
 from shared.redis_server import free_port
 from shared.settings import Settings
 
@@ -43,6 +44,11 @@ async def api(settings: Settings) -> AsyncIterator[str]:
 
 def settings(redis_url: str, **kw: Any) -> Settings:
     return Settings(redis_url=redis_url, api_tokens=TOKENS, **kw)
+
+
+def key(run_id: str, tenant: str = "tenant-a") -> str:
+    """The id the keys of a named tenant's run (or session) use (producer.submission.Scope)."""
+    return Scope.of(Settings(), tenant).key(run_id)
 
 
 def body(**kw: Any) -> dict[str, Any]:

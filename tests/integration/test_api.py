@@ -25,7 +25,7 @@ from producer.api.app import create_app
 from shared.netguard import guarded_client
 from shared.redis_server import RedisServer
 from shared.settings import Settings
-from tests.integration.api_support import A, B, HookServer, api, run_body, settings
+from tests.integration.api_support import A, B, HookServer, api, key, run_body, settings
 from tests.integration.helpers import running_worker, until_status
 from tests.support.schema import K
 
@@ -283,14 +283,14 @@ async def test_webhook_is_signed_retried_and_delivered_once(redis_url: str, redi
         await receiver.stop()
     assert len(received) == 2
     for headers, body in received:
-        assert headers["x-agentmill-delivery"] == rid
+        assert headers["x-agentmill-delivery"] == key(rid)  # stable, the id the run's keys use
         assert (
             headers["x-agentmill-signature"]
             == "sha256=" + hmac.new(b"whsec", body, hashlib.sha256).hexdigest()
         )
         assert orjson.loads(body)["status"] == "completed"
     assert [h["x-agentmill-attempt"] for h, _ in received] == ["1", "2"]
-    state = await redis.hgetall(K.webhook(rid))
+    state = await redis.hgetall(K.webhook(key(rid)))
     assert state[b"delivered"] == b"1"
 
 
@@ -366,7 +366,7 @@ async def test_runs_awaiting_approval_are_exported_once_from_redis(redis_url: st
             for _ in range(2)
         ]  # fmt: skip
         for rid in parked:
-            await until_status(redis, rid, "awaiting_human")
+            await until_status(redis, key(rid), "awaiting_human")
         assert awaiting((await c.get("/metrics")).text) == 2
         assert (await c.post(f"/v1/runs/{parked[0]}/abort")).status_code == 200
         decision = {"decisions": [{"toolCallId": "c1.0", "approved": True}]}

@@ -14,8 +14,9 @@ from redis.asyncio import Redis
 from starlette.requests import Request
 from starlette.responses import Response
 
-from shared import keys, limits
-from tests.integration.api_support import A, B, HookServer, api, run_body, settings
+from producer.submission import Scope
+from shared import limits
+from tests.integration.api_support import A, B, HookServer, api, key, run_body, settings
 from tests.integration.helpers import running_worker, until_status
 from tests.support.schema import K
 
@@ -112,7 +113,7 @@ async def test_batch_counts_match_the_runs_real_statuses_after_a_mixed_batch(red
             await asyncio.sleep(0.3)
             assert len(received) == 1  # once, when the last run ended
             headers, body = received[0]
-            assert headers["x-agentmill-delivery"].startswith(keys.BATCH_DELIVERY)
+            assert headers["x-agentmill-delivery"] == Scope.of(s, "tenant-a").batch_delivery("nightly-1")
             sent = orjson.loads(body)
             assert sent["batchId"] == "nightly-1" and sent["finished"] and sent["counts"]["aborted"] == 3
     finally:
@@ -289,7 +290,7 @@ async def test_indexes_are_bounded_and_expire_with_the_retention(
         r = await c.post("/v1/runs/batch", json={"runs": [run_body() for _ in range(8)], "batchId": "short"})
         ids = [x["runId"] for x in r.json()["results"]]
         for rid in ids:
-            await until_status(redis, rid, "completed")
+            await until_status(redis, key(rid), "completed")
         index_keys = [k.decode() async for k in redis.scan_iter(match=K.index_key("tenant-a", "*") + "*")]
         assert (
             K.index_key("tenant-a", "all") in index_keys

@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 from starlette.requests import Request
 from starlette.responses import Response
 
-from producer.submission import scoped_id
+from producer.submission import Scope
 from shared import limits
 from tests.integration.api_support import A, B, HookServer, api, body, settings
 from tests.integration.helpers import producer_for, running_worker, script_run, wait_all
@@ -285,7 +285,8 @@ async def test_a_scoped_run_shows_the_id_its_client_chose(redis_url: str, redis:
                 "/v1/runs/batch", json={"runs": [said("B", runId="same-b"), said("B")], "batchId": "bb"}
             )
             assert r.status_code == 200 and r.json()["results"][0]["runId"] == "same-b", r.text
-            assert await redis.hget(K.run(scoped_id("tenant-b", "same")), "tenant") == b"tenant-b"
+            key = Scope.of(settings(redis_url), "tenant-b").key("same")
+            assert await redis.hget(K.run(key), "tenant") == b"tenant-b"
             for rid in ("same", "same-s", "same-b"):
                 v = (await cb.get(f"/v1/runs/{rid}/wait", params={"timeout": 20})).json()
                 assert v["status"] == "completed" and v["runId"] == rid, v

@@ -19,12 +19,19 @@ def parts_of(redis: Redis) -> Partitions[Any]:
     return Partitions.of_client(redis, 1)
 
 
-def ids_where(layout: keys.Layout, prefix: str, n: int, where: Callable[[keys.Partition], bool]) -> list[str]:
-    """The first ``n`` ids ``prefix<k>`` (k = 0, 1, …) whose home partition satisfies ``where``."""
+def ids_where(
+    layout: keys.Layout,
+    prefix: str,
+    n: int,
+    where: Callable[[keys.Partition], bool],
+    key: Callable[[str], str] = str,
+) -> list[str]:
+    """The first ``n`` ids ``prefix<k>`` (k = 0, 1, …) whose home partition satisfies ``where``;
+    with ``key``, the home of the id their keys use (a named tenant's, producer.submission.Scope)."""
     out: list[str] = []
     k = 0
     while len(out) < n:
-        if where(layout.home(cand := f"{prefix}{k}")):
+        if where(layout.home(key(cand := f"{prefix}{k}"))):
             out.append(cand)
         k += 1
     return out

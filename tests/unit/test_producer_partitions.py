@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 from producer import listing, webhooks
 from producer.listing import Catalog, RunFilter
 from producer.service import Producer
-from producer.submission import SubmissionError, Submitted
+from producer.submission import Scope, SubmissionError, Submitted
 from shared import keys
 from shared.partitions import Partitions
 from shared.quotas import Quota
@@ -54,6 +54,15 @@ def body(**kw: Any) -> dict[str, Any]:
 def ids_with_home(layout: keys.Layout, prefix: str, index: int, n: int = 1, other: bool = False) -> list[str]:
     """``n`` ids ``prefix<k>`` whose home is partition ``index`` (or, with ``other``, is not)."""
     return ids_where(layout, prefix, n, lambda p: (p.index == index) != other)
+
+
+def keyed_home(layout: keys.Layout, scope: Scope, prefix: str, index: int) -> str:
+    """An id ``prefix<k>`` whose key in ``scope`` (the id a named tenant's keys use) has its home at
+    partition ``index``."""
+    k = 0
+    while layout.home(scope.key(f"{prefix}{k}")).index != index:
+        k += 1
+    return f"{prefix}{k}"
 
 
 def ok(sub: Submitted | SubmissionError) -> Submitted:
@@ -156,8 +165,7 @@ async def test_a_batch_over_four_partitions_sums_its_shares_and_fires_its_webhoo
         )
         assert await webhooks.deliver_once(producer.parts, producer.settings, http) >= 1
         assert await webhooks.deliver_once(producer.parts, producer.settings, http) == 0
-    home = layout.home("b1")
-    assert len(posted) == 1 and posted[0][0] == keys.BATCH_DELIVERY + home.batch(TENANT, "b1")
+    assert len(posted) == 1 and posted[0][0] == producer.scope(TENANT).batch_delivery("b1")
     assert b'"total":40' in posted[0][1] and b'"finished":true' in posted[0][1]
     # A finished batch takes no new runs, on any partition.
     again = await producer.submit_many([body() for _ in range(8)], batch_id="b1", offset=40)
@@ -272,7 +280,7 @@ async def test_a_request_over_the_quota_across_partitions_is_refused_whole(
     producer: Producer, client: Redis
 ) -> None:
     layout = producer.parts.layout
-    sa, sb, sc = (ids_with_home(layout, "ses-w", i)[0] for i in (0, 1, 3))
+    sa, sb, sc = (keyed_home(layout, producer.scope("t4"), "ses-w", i) for i in (0, 1, 3))
     q = Quota(max_active=3)
     for _ in range(2):
         ok(await producer.submit(body(sessionId=sa, autoCreateSession=True), tenant="t4", quota=q))
