@@ -128,7 +128,9 @@ def parse_ms(field: str, value: str) -> int:
 
 def _summary(fields: list[Any], shown: dict[str, str]) -> dict[str, Any]:
     """A listed run as its client knows it: ``shown`` maps its session's key to that session's id."""
-    run_id, status, created, session, agent, batch, finished, client_id = (text(f) for f in fields)
+    run_id, status, created, session, agent, batch, finished, client_id, iterations, error = (
+        text(f) for f in fields
+    )
     session = shown.get(session, session)
     d: dict[str, Any] = {
         "runId": client_id or run_id,
@@ -142,10 +144,16 @@ def _summary(fields: list[Any], shown: dict[str, str]) -> dict[str, Any]:
         d["batchId"] = batch
     if finished:
         d["finishedAt"] = int(finished)
+    if iterations:
+        d["iterations"] = int(iterations)
+    if error:
+        d["errorCode"] = error
     return d
 
 
-Row = list[str]  # a listing's run: runId, status, createdAt, sessionId, agent, batch, finishedAt, clientId
+Row = list[str]  # a listing's run: runId, status, createdAt, sessionId, agent, batch, finishedAt, clientId,
+# iterations, errorCode (list_runs.lua's reply, ROW_FIELDS a run)
+ROW_FIELDS = 10
 Position = tuple[int, str, str]  # where a listing stopped: (createdAt, runId, the score as Redis wrote it)
 
 
@@ -161,7 +169,9 @@ def merge_pages(replies: list[list[Any]], limit: int) -> tuple[list[tuple[int, R
     for index, reply in enumerate(replies):
         if text(reply[0]):
             stops.append((int(text(reply[0])), text(reply[1]), text(reply[0])))
-        rows += [(index, [text(f) for f in reply[k : k + 8]]) for k in range(2, len(reply), 8)]
+        rows += [
+            (index, [text(f) for f in reply[k : k + ROW_FIELDS]]) for k in range(2, len(reply), ROW_FIELDS)
+        ]
 
     def order(r: tuple[int, Row]) -> tuple[int, str]:
         return int(r[1][2] or 0), r[1][0]

@@ -67,6 +67,10 @@ class RunSummary(BaseModel):
     sessionId: str | None = None
     batchId: str | None = None
     finishedAt: int | None = None
+    iterations: int | None = Field(
+        default=None, description="model replies so far (its result's, once ended)"
+    )
+    errorCode: str | None = Field(default=None, description="a failed or aborted run's lastError.code")
 
 
 class RunsPage(BaseModel):

@@ -104,6 +104,7 @@ class MemoryRunStore:
         approval_timeout_ms: int | None = None,
         run_deadline_ms: int | None = None,
         iterations: int | None = None,
+        error_code: str = "",
     ) -> int:
         r = self.run
         if r.epoch != self.epoch:

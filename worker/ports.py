@@ -115,6 +115,7 @@ class RunStore(Protocol):
         approval_timeout_ms: int | None = None,
         run_deadline_ms: int | None = None,
         iterations: int | None = None,
+        error_code: str = "",
     ) -> int:
         """Everything in one fenced write; raises FencedError or SeqConflictError and writes nothing."""
         ...

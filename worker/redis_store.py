@@ -108,6 +108,7 @@ class RedisRunStore:
         approval_timeout_ms: int | None = None,
         run_deadline_ms: int | None = None,
         iterations: int | None = None,
+        error_code: str = "",
     ) -> int:
         """Append events, write the checkpoint, claims and tool records: one round trip."""
         self._check_lease()
@@ -133,6 +134,7 @@ class RedisRunStore:
         args.append("" if approval_timeout_ms is None else approval_timeout_ms)
         args.append("" if run_deadline_ms is None else run_deadline_ms)
         args.append("" if iterations is None else iterations)
+        args.append(error_code)
         own = [*self._keys, self.part.worker_lease(self.lease_id)]
         if session is not None:
             own += self.part.session_keys(session.session_id)

@@ -7,7 +7,7 @@
 --   sessionId, run loop JSON ('' = none), nToolResults, id, json; approvalTimeoutMs ('' = none),
 --   run deadline ms (maxRunDurationMs from the start; '' = none; bounds an approval wait too),
 --   iterations ('' = unchanged; kept as a field so scripts that end a run report it without
---   parsing the checkpoint).
+--   parsing the checkpoint), the ending's error code ('' = none; a field, for listings).
 local h = redis.call('HMGET', KEYS[1], 'epoch', 'lastSeq', 'owner', 'status', 'webhook')
 if not h[1] then return {'missing'} end
 if tonumber(h[1]) ~= tonumber(ARGV[1]) then return {'fenced', h[1]} end
@@ -63,6 +63,7 @@ end
 local approval_timeout = ARGV[i]
 local run_deadline = ARGV[i + 1] or ''
 local iterations = ARGV[i + 2] or ''
+local error_code = ARGV[i + 3] or ''
 -- The run hash's fields this commit changes, in one HSET at the end.
 local run_fields = {}
 local function set(k, v) run_fields[#run_fields + 1] = k; run_fields[#run_fields + 1] = v end
@@ -81,6 +82,7 @@ if status == '' then
   -- still running: its worker's lease covers it
 elseif is_terminal(status) then
   set('result', ARGV[6]); set('finishedAt', now)
+  if error_code ~= '' then set('errorCode', error_code) end
   redis.call('ZREM', LIVE, ARGV[4])
   redis.call('ZREM', AWAITING, ARGV[4])
   if h[5] and h[5] ~= '' then redis.call('LPUSH', WEBHOOKS, ARGV[4]) end

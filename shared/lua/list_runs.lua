@@ -10,7 +10,8 @@
 -- ARGV: tenant, limit, scanMax, cursorScore ('' = first page), cursorId, createdAfter ('' = none,
 --   exclusive), createdBefore ('' = none, exclusive), nFilters, then dim, value pairs.
 -- Reply: nextCursorScore ('' = the end), nextCursorId, then per run: runId, status, createdAt,
---   sessionId, agent, batch, finishedAt, clientId (the id shown for a tenant-scoped run).
+--   sessionId, agent, batch, finishedAt, clientId (the id shown for a tenant-scoped run), iterations,
+--   errorCode: producer.listing.ROW_FIELDS fields a run.
 local limit, budget = tonumber(ARGV[2]), tonumber(ARGV[3])
 local idx = {}
 for j = 1, tonumber(ARGV[8]) do idx[#idx + 1] = index_key(ARGV[1], ARGV[7 + 2 * j], ARGV[8 + 2 * j]) end
@@ -79,12 +80,13 @@ while not ended and used < budget and n < limit do
     if ok then
       used = used + 1
       local h = redis.call('HMGET', run_key(id), 'status', 'createdAt', 'sessionId', 'agent', 'batch',
-        'finishedAt', 'clientId', 'tenant')
+        'finishedAt', 'clientId', 'tenant', 'iterations', 'errorCode')
       if not h[1] or h[8] ~= ARGV[1] then
         dead[#dead + 1] = id
       else
         out[#out + 1] = id
         for f = 1, 7 do out[#out + 1] = h[f] or '' end
+        out[#out + 1] = h[9] or ''; out[#out + 1] = h[10] or ''
         n = n + 1
       end
     end

@@ -232,7 +232,7 @@ local function finalize(run, stream, tools, run_id, status, code, message)
   xadd(stream, seq, 'status', ts, cjson.encode({status = status, iterations = iterations, error = err}), maxlen,
     tonumber(h[4] or '0') + 1)
   redis.call('HSET', run, 'status', status, 'result', cjson.encode(result), 'lastSeq', seq,
-    'owner', '', 'epoch', tonumber(h[4] or '0') + 1, 'finishedAt', ts, 'abort', '')
+    'owner', '', 'epoch', tonumber(h[4] or '0') + 1, 'finishedAt', ts, 'abort', '', 'errorCode', code)
   redis.call('ZREM', LIVE, run_id)
   redis.call('ZREM', AWAITING, run_id)
   track(run, run_id, h[5], status)

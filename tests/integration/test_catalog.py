@@ -97,6 +97,18 @@ async def test_batch_counts_match_the_runs_real_statuses_after_a_mixed_batch(red
             assert statuses == Counter({"completed": 4, "failed": 3, "aborted": 3})
             assert {k: v for k, v in view["counts"].items() if v} == dict(statuses)
             assert view["done"] == 10 and view["progress"] == 1.0 and view["finishedAt"] >= view["createdAt"]
+            # The listing's rows carry what the console's runs table shows: duration (created →
+            # finished), iterations and the error code, as each run's own result states them.
+            page = (await c.get("/v1/batches/nightly-1/runs", params={"limit": 20})).json()["runs"]
+            assert sorted(r["runId"] for r in page) == sorted(ids)
+            for row in page:
+                result = (await c.get(f"/v1/runs/{row['runId']}")).json()["result"]
+                assert row["finishedAt"] >= row["createdAt"]
+                assert row["iterations"] == result["iterations"], (row, result)
+                if row["status"] == "completed":  # a retried error it got past is not its ending
+                    assert row["errorCode"] is None, (row, result)
+                else:
+                    assert row["errorCode"] == result["lastError"]["code"], (row, result)
 
             listed = await all_pages(c, "/v1/batches/nightly-1/runs", limit=3)
             assert sorted(x["runId"] for x in listed) == sorted(ids)

@@ -143,6 +143,10 @@ def _scenario(url: str, chromium: str, driver_path: str, shots: Path) -> None:
         wait.until(lambda _: "status=aborted" in d.current_url and "batchId=ui-batch" in d.current_url)
         wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, f'tr[data-run="{stalled_run}"]')))
         assert not d.find_elements(By.CSS_SELECTOR, f'tr[data-run="{approval_run}"]')
+        row = f'tr[data-run="{stalled_run}"]'
+        assert d.find_element(By.CSS_SELECTOR, f'{row} td[data-col="error"]').text == "aborted"
+        assert d.find_element(By.CSS_SELECTOR, f'{row} td[data-col="duration"]').text.endswith(" s")
+        assert d.find_element(By.CSS_SELECTOR, f'{row} td[data-col="iterations"]').text.isdigit()
         d.save_screenshot(str(shots / "runs-page.png"))
         d.get(f"{url}/ui#/batch/ui-batch")
         wait.until(

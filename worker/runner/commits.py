@@ -43,6 +43,7 @@ class Commits:
         session: SessionUpdate | None = None,
         approval_timeout_ms: int | None = None,
         run_deadline_ms: int | None = None,
+        error_code: str = "",
     ) -> None:
         """The buffer, the step's events, its claims and records and the checkpoint: one fenced write."""
         async with self.lock:
@@ -58,6 +59,7 @@ class Commits:
                 approval_timeout_ms=approval_timeout_ms,
                 run_deadline_ms=run_deadline_ms,
                 iterations=state.iterations,
+                error_code=error_code,
             )
             self.ckpt_seq = last
         for kind, _, _ in events:

@@ -71,6 +71,14 @@ class _Crashed(_Wake):
         self.exc = exc
 
 
+def ending_error(result: RunResult) -> str:
+    """The code a listing shows for a run's ending: a failed or aborted run's lastError (a completed
+    run's lastError is a retried error it got past)."""
+    if result.last_error is None or result.status == RunStatus.COMPLETED:
+        return ""
+    return result.last_error.code
+
+
 class RunDriver:
     def __init__(self, host: Host, ports: RunPorts, run_id: str, gen: int, job_try: int = 1) -> None:
         self.host = host
@@ -265,6 +273,7 @@ class RunDriver:
                 status=finish.result.status.value,
                 aux=encode(finish.result),
                 session=session,
+                error_code=ending_error(finish.result),
             )
             self._finished(finish.result)
             return finish.result.status.value

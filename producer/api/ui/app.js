@@ -118,19 +118,28 @@ function every(ms, fn) {
 
 // ---- the runs table ----
 
+function duration(r) {
+  if (!r.finishedAt) return "—";
+  const s = (r.finishedAt - r.createdAt) / 1000;
+  return s < 60 ? s.toFixed(1) + " s" : s < 3600 ? (s / 60).toFixed(1) + " min" : (s / 3600).toFixed(1) + " h";
+}
+
 function runsTable(caption, runs) {
   const rows = runs.map((r) => el("tr", { "data-run": r.runId },
     el("td", {}, el("a", { href: "#/run/" + encodeURIComponent(r.runId), text: r.runId })),
     el("td", {}, statusBadge(r.status)),
     el("td", { text: when(r.createdAt) }),
+    el("td", { "data-col": "duration", text: duration(r) }),
+    el("td", { "data-col": "iterations", text: r.iterations === undefined || r.iterations === null ? "—" : r.iterations }),
+    el("td", { "data-col": "error", class: r.errorCode ? "error" : "", text: r.errorCode || "" }),
     el("td", { text: r.agent || "" }),
     el("td", { text: r.sessionId || "" }),
     el("td", {}, r.batchId ? el("a", { href: "#/batch/" + encodeURIComponent(r.batchId), text: r.batchId }) : ""),
   ));
   return el("table", {},
     el("caption", { text: caption }),
-    el("thead", {}, el("tr", {}, ["Run", "Status", "Created", "Agent", "Session", "Batch"].map((h) => el("th", { scope: "col", text: h })))),
-    el("tbody", {}, rows.length ? rows : el("tr", {}, el("td", { colspan: 6, class: "muted", text: "No runs." }))),
+    el("thead", {}, el("tr", {}, ["Run", "Status", "Created", "Duration", "Iterations", "Error", "Agent", "Session", "Batch"].map((h) => el("th", { scope: "col", text: h })))),
+    el("tbody", {}, rows.length ? rows : el("tr", {}, el("td", { colspan: 9, class: "muted", text: "No runs." }))),
   );
 }
 
