@@ -51,7 +51,7 @@ def create_app(
                     own.push_async_callback(parts.aclose)
                     await parts.start()
                     pools.append(parts)
-            api = Api(settings, *pools)
+            api = Api(settings, *pools, closing=app.state.closing)
             app.state.api = api
             tasks: list[asyncio.Task[None]] = []
             stop = asyncio.Event()
@@ -78,6 +78,7 @@ def create_app(
         lifespan=lifespan,
         default_response_class=OrjsonResponse,
     )
+    app.state.closing = asyncio.Event()  # set by ApiServer on SIGTERM: open streams end (serve.py)
     for exc_type, handler in errors.HANDLERS:
         app.add_exception_handler(exc_type, handler)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s)

@@ -10,15 +10,24 @@ from __future__ import annotations
 import asyncio
 import signal
 import socket
+import threading
 import time
 from pathlib import Path
 
+import httpx
 import orjson
 import pytest
 from redis.asyncio import Redis
 
 from tests.chaos.harness import chaos_profiles
-from tests.integration.helpers import assert_clean_stream, http_get, producer_for, stream, wait_all
+from tests.integration.helpers import (
+    assert_clean_stream,
+    http_get,
+    producer_for,
+    script_run,
+    stream,
+    wait_all,
+)
 from tests.support.ledger import Ledger
 from tests.support.procs import WorkerProc
 from tests.support.schema import K
@@ -123,3 +132,44 @@ async def test_worker_without_redis_logs_serves_healthz_and_stops_at_once(tmp_pa
         assert rc is not None and time.monotonic() - t0 < 2.0, log.read_text()
     finally:
         w.kill()
+
+
+async def test_api_exits_at_once_on_sigterm_with_an_sse_stream_open(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    """The finding: uvicorn waited for the open SSE stream, so the API outlived SIGTERM until the run
+    ended (88 s). Now the stream ends cleanly and the process exits within 2 s."""
+    p = producer_for(redis, redis_url)
+    sub = await p.submit(script_run([{"text": "never taken: no worker"}]))
+    port, log = free_port(), tmp_path / "api.log"
+    api = WorkerProc(redis_url, argv=["-m", "producer.cli", "api"], log=log,
+                     env={"AGENTMILL_API_PORT": str(port), "AGENTMILL_AUTH_DISABLED": "true"}).start()  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+
+        async def ready() -> bool:
+            try:
+                return (await asyncio.to_thread(http_get, f"{url}/readyz", 1.0))[0] == 200
+            except OSError:
+                return False
+
+        await until("the API ready", ready, within=30)
+        got: list[bytes] = []
+        opened = threading.Event()
+
+        def follow() -> None:
+            with httpx.stream("GET", f"{url}/v1/runs/{sub.run_id}/events", timeout=30) as r:  # type: ignore[union-attr]
+                for chunk in r.iter_bytes():
+                    got.append(chunk)
+                    opened.set()
+
+        reader = asyncio.create_task(asyncio.to_thread(follow))
+        assert await asyncio.to_thread(opened.wait, 10)
+        t0 = time.monotonic()
+        api.signal(signal.SIGTERM)
+        rc = await asyncio.to_thread(api.wait, 5)
+        assert rc is not None and time.monotonic() - t0 < 2.0, log.read_text()
+        await asyncio.wait_for(reader, 5)  # the stream ended cleanly (no read error)
+        assert b"".join(got).startswith(b": connected")
+    finally:
+        api.kill()
