@@ -40,8 +40,8 @@ FAST = {"AGENTMILL_LEASE_MS": "2000", "AGENTMILL_HEARTBEAT_MS": "300", "AGENTMIL
 
 
 def ledger_run(i: int, delay_ms: int, model_delay_ms: int = 0) -> dict[str, object]:
-    script = [{"toolCalls": [{"name": "ledger", "arguments": {"step": i, "delayMs": delay_ms}}],
-               "delayMs": model_delay_ms},
+    script = [{"text": "let me record this step ", "delayMs": model_delay_ms,
+               "toolCalls": [{"name": "ledger", "arguments": {"step": i, "delayMs": delay_ms}}]},
               {"toolCalls": [{"name": "ledger", "arguments": {"step": 100 + i}}]}, {"text": "done"}]  # fmt: skip
     return {"agent": "chaos", "inputMessages": [{"role": "user", "content": f"drain {i}"}],
             "runtimeHints": {"script": script}}  # fmt: skip
