@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from pydantic import Field
+from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from shared import limits
@@ -37,9 +37,14 @@ class Settings(BaseSettings):
     max_run_crashes: int = Field(
         default=3, ge=1
     )  # a run that lost its worker this often ends failed (poison_run)
-    shutdown_grace_s: float = 20.0  # SIGTERM: time for in-flight steps to reach a checkpoint
+    # SIGTERM: time for the tool and model calls in flight to finish and record before the runs are
+    # handed back (what is still running then is cancelled, and re-executed by whoever resumes it)
+    drain_timeout_s: float = Field(
+        default=20.0, validation_alias=AliasChoices("AGENTMILL_DRAIN_TIMEOUT_S", "AGENTMILL_SHUTDOWN_GRACE_S")
+    )
     queued_check_ms: int = 60_000  # a queued run with no arq job after this is re-enqueued
     worker_metrics_port: int = 9100  # /metrics and /healthz; 0 = an ephemeral port, -1 = off
+    worker_metrics_host: str = "0.0.0.0"  # where the worker's /metrics and /healthz listen
     worker_id: str | None = None
     delta_flush_ms: int = 50  # model_delta coalescing: at most one event per run per this interval
     delta_flush_chars: int = 2_000

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from arq.connections import ArqRedis
 from arq.constants import in_progress_key_prefix
 from arq.jobs import serialize_result
 from arq.utils import poll, timestamp_ms
@@ -120,6 +121,22 @@ class ResilientWorker(Worker):
             await asyncio.sleep(0.5)
 
     _poll_turn = 0
+
+    async def record_health(self) -> None:
+        """arq's health record, through the client of partition 0's master *now*: arq writes it with
+        ``self.pool``, the client that master had at start-up, which after a failover is a replica
+        answering MOVED on every poll. ``Partitions.call`` follows the failover (and ``close`` then
+        deletes the record on the same node)."""
+        last = self._last_health_check
+        if time.time() - last < self.health_check_interval:
+            return
+
+        async def record(client: ArqRedis) -> None:
+            self._pool = client
+            self._last_health_check = last  # a retry after a MOVED writes it again
+            await Worker.record_health(self)
+
+        await self.parts.call(self.parts.parts[0], record)
 
     async def main(self) -> None:
         """arq's loop, with ``_poll_iteration`` over the partitions; a burst worker stops when every

@@ -3,7 +3,9 @@
 A heartbeat task stamps the loop every 0.5 s and measures how late it woke (event-loop lag).
 Because the server shares the loop, a blocked loop cannot answer at all, so the kubelet's probe
 times out; and /healthz reports the heartbeat's age, so a loop that was blocked and recovers says
-so (503 while the last beat is older than the threshold).
+so (503 while the last beat is older than the threshold). Until the worker has reached Redis and
+taken its lease, /healthz answers 503 ``starting`` (the server starts first, so a worker waiting
+for Redis is visible as such instead of silent).
 """
 
 from __future__ import annotations
@@ -25,11 +27,17 @@ LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 
 class HealthServer:
     def __init__(
-        self, registry: CollectorRegistry, render: Callable[[], bytes], *, stale_after_s: float = 5.0
+        self,
+        registry: CollectorRegistry,
+        render: Callable[[], bytes],
+        *,
+        stale_after_s: float = 5.0,
+        ready: bool = True,
     ) -> None:
         self.render = render
         self.stale_after_s = stale_after_s
         self.last_beat = time.monotonic()
+        self.ready = ready  # the worker sets it once it has reached Redis and taken its lease
         self.lag = Histogram(
             "agentmill_event_loop_lag_seconds",
             "How late the worker's event loop ran a timer.",
@@ -69,8 +77,9 @@ class HealthServer:
 
     def health(self) -> tuple[int, bytes]:
         age = time.monotonic() - self.last_beat
-        ok = age < self.stale_after_s
-        body = orjson.dumps({"status": "ok" if ok else "stale", "heartbeatAgeS": round(age, 3)})
+        ok = age < self.stale_after_s and self.ready
+        status = "starting" if not self.ready else "ok" if ok else "stale"
+        body = orjson.dumps({"status": status, "heartbeatAgeS": round(age, 3)})
         return (200 if ok else 503), body
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

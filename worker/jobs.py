@@ -13,6 +13,8 @@ import signal
 import socket
 import uuid
 from collections import Counter
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 import httpx
 from arq.connections import ArqRedis
@@ -49,6 +51,8 @@ __all__ = [
 
 
 log = logging.getLogger("agentmill.worker")
+
+T = TypeVar("T")
 
 
 # Python's defaults are (700, 10, 10). Young collections every 50,000 allocations (10,000 made 13
@@ -106,10 +110,78 @@ class WorkerProcess:
 
     async def run(self) -> None:
         s = self.settings
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):  # first: a worker still waiting for Redis stops too
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self.request_stop)
+        if s.worker_metrics_port >= 0:  # /healthz says "starting" until the lease is taken
+            self.health = HealthServer(self.metrics.registry, self.metrics.render, ready=False)
+            self.metrics_port = await self.health.start(s.worker_metrics_host, s.worker_metrics_port)
+            log.info("worker %s serves /metrics and /healthz on %s:%d", self.worker_id,
+                     s.worker_metrics_host, self.metrics_port)  # fmt: skip
+        try:
+            if await self._unless_stopped(self._wait_for_redis()):
+                await self._serve()
+        finally:
+            if self.health is not None:
+                await self.health.stop()
+
+    async def _wait_for_redis(self) -> bool:
+        """Until every node answers a PING, each failed attempt logged with its error (the clients
+        below retry quietly for tens of seconds a call, so they are not the ones that try first)."""
+        attempt = 0
+        while True:
+            attempt += 1
+            probe: Partitions[Redis] = Partitions.from_settings(self.settings, retries=0)
+            try:
+                await probe.start()
+                await probe.each(lambda pipe, _: pipe.ping(), deadline_s=0)
+                if attempt > 1:
+                    log.info("worker %s: Redis reached (attempt %d)", self.worker_id, attempt)
+                return True
+            except (RedisError, OSError, RuntimeError) as exc:
+                log.warning("worker %s: cannot reach Redis at start-up (attempt %d: %s: %s); retrying",
+                            self.worker_id, attempt, type(exc).__name__, exc)  # fmt: skip
+            finally:
+                with contextlib.suppress(Exception):
+                    await probe.aclose()
+            await asyncio.sleep(min(5.0, 0.25 * 2 ** min(attempt, 5)))
+
+    async def _unless_stopped(self, coro: Coroutine[Any, Any, T]) -> T | None:
+        """``coro``'s result, or None (``coro`` cancelled) if a stop is requested first."""
+        task = asyncio.ensure_future(coro)
+        stop = asyncio.ensure_future(self.stopping.wait())
+        try:
+            await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not task.done():
+                task.cancel()
+            await asyncio.gather(task, stop, return_exceptions=True)
+        if task.cancelled():
+            log.info("worker %s: stopped while starting", self.worker_id)
+            return None
+        return task.result()
+
+    async def _serve(self) -> None:
+        s = self.settings
         parts: Partitions[Redis] = Partitions.from_settings(s, retries=60)
         arq_parts: Partitions[ArqRedis] = Partitions.from_settings(s, retries=60, client_cls=ArqRedis)
+        try:
+            if await self._unless_stopped(self._start_clients(parts, arq_parts)):
+                await self._serve_on(parts, arq_parts)
+        finally:
+            await parts.aclose()
+            await arq_parts.aclose()
+
+    @staticmethod
+    async def _start_clients(parts: Partitions[Redis], arq_parts: Partitions[ArqRedis]) -> bool:
         await parts.start()
         await arq_parts.start()
+        return True
+
+    async def _serve_on(self, parts: Partitions[Redis], arq_parts: Partitions[ArqRedis]) -> None:
+        s = self.settings
         arq_pool = arq_parts.client(arq_parts.parts[0])  # arq's own records (health) on partition 0
         for pool in arq_parts.topology.clients():
             pool.job_serializer = serialize
@@ -145,22 +217,26 @@ class WorkerProcess:
         self.worker.claim_check_ms = s.lease_ms
         self.worker.max_running = s.tenant_max_running
         self.worker.running_caps = Quotas(s).running_overrides_json
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, self.request_stop)
-        await self._register()  # the first lease, before any job is taken
-        settle_gc()  # again, with the clients and the arq worker (quick: the rest is frozen)
+        try:
+            # the first lease, before any job is taken
+            if await self._unless_stopped(self._register()) is None:
+                return
+            settle_gc()  # again, with the clients and the arq worker (quick: the rest is frozen)
+            await self._work()
+        finally:
+            await self.deps.aclose()
+            await http.aclose()
+
+    async def _work(self) -> None:
+        s = self.settings
         report = PoolReport(self.deps.parts, self.metrics.registry)
         self._bg = [
             asyncio.create_task(self._heartbeat()),
             asyncio.create_task(self._reconciler()),
             asyncio.create_task(report.run_forever()),
         ]
-        if s.worker_metrics_port >= 0:
-            self.health = HealthServer(self.metrics.registry, self.metrics.render)
-            self.metrics_port = await self.health.start("0.0.0.0", s.worker_metrics_port)
-            log.info("worker %s serves /metrics and /healthz on port %d", self.worker_id, self.metrics_port)
+        if self.health is not None:
+            self.health.ready = True
         self.main = asyncio.create_task(self.worker.main())
         log.info("worker %s started (max_jobs=%d, lease=%d ms)", self.worker_id, s.max_jobs, s.lease_ms)
         stop = asyncio.create_task(self.stopping.wait())
@@ -180,17 +256,14 @@ class WorkerProcess:
                 await self.worker.close()
             with contextlib.suppress(RedisError, OSError, TimeoutError):
                 await asyncio.wait_for(report.report(), 2.0)  # the last seconds' runs, too
-            if self.health is not None:
-                await self.health.stop()
-            await self.deps.aclose()
-            await http.aclose()
-            await parts.aclose()
-            await arq_parts.aclose()
             log.info("worker %s stopped", self.worker_id)
 
     def request_stop(self) -> None:
         if not self.stopping.is_set():
-            log.info("worker %s: stop requested; draining %d runs", self.worker_id, len(self.deps.active))
+            deps: WorkerDeps | None = getattr(self, "deps", None)
+            log.info(
+                "worker %s: stop requested; draining %d runs", self.worker_id, len(deps.active) if deps else 0
+            )
             self.stopping.set()
 
     async def _graceful_stop(self) -> None:
@@ -198,7 +271,7 @@ class WorkerProcess:
         self.worker.allow_pick_jobs = False
         for d in list(self.deps.active.values()):
             d.drain()
-        grace = self.settings.shutdown_grace_s
+        grace = self.settings.drain_timeout_s
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._until_idle(), grace)
         for d in list(self.deps.active.values()):
@@ -223,7 +296,7 @@ class WorkerProcess:
         while self.deps.active:  # noqa: ASYNC110 - runs leave the dict from their own tasks; 50 ms is fine at shutdown
             await asyncio.sleep(0.05)
 
-    async def _register(self) -> None:
+    async def _register(self) -> bool:
         """Take a lease under the current lease id (retrying while Redis is away)."""
         s = self.settings
         while True:
@@ -238,7 +311,7 @@ class WorkerProcess:
                 continue
             self.lease.renewed(sent)
             self.worker.workers = b.workers
-            return
+            return True
 
     async def _heartbeat(self) -> None:
         """One beat per worker: renew its lease and read its abort inbox, O(1) whatever its runs.

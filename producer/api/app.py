@@ -51,7 +51,7 @@ def create_app(
                     own.push_async_callback(parts.aclose)
                     await parts.start()
                     pools.append(parts)
-            api = Api(settings, *pools)
+            api = Api(settings, *pools, closing=app.state.closing)
             app.state.api = api
             if settings.api_metrics_port >= 0:
                 from producer.api.metrics_port import MetricsListener
@@ -88,6 +88,7 @@ def create_app(
         docs_url=None,
         redoc_url=None,
     )
+    app.state.closing = asyncio.Event()  # set by ApiServer on SIGTERM: open streams end (serve.py)
     for exc_type, handler in errors.HANDLERS:
         app.add_exception_handler(exc_type, handler)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s)

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 
 from producer.api.errors import COMMON_ERRORS, ErrorResponse, OrjsonResponse
 from producer.api.state import ApiDep, Tenant, record_or_404
+from producer.api.streams import unless_closing
 from producer.service import SubmissionError, Submitted
 from shared import limits
 from shared.api import (
@@ -209,7 +210,11 @@ async def wait_run(
 ) -> dict[str, Any]:
     await record_or_404(api, run_id, tenant)
     with api.streams.acquire(tenant):
-        rec = await api.producer.wait(run_id, timeout_s=timeout_s, tenant=tenant)
+        waited, rec = await unless_closing(
+            api.closing, api.producer.wait(run_id, timeout_s=timeout_s, tenant=tenant)
+        )
+    if not waited:  # shutting down: the run as it is now, as when the wait times out
+        rec = await api.producer.get(run_id, tenant=tenant)
     if rec is None:
         raise ApiError(404, "unknown_run", f"no run {run_id}")
     return rec.as_seen_by(run_id).view()

@@ -5,11 +5,16 @@ by byte (each byte restarts nothing and nothing times it out), so a few hundred 
 would hold the process. The protocol below closes a connection whose request headers are not
 complete ``header_timeout_s`` after it opened or after its previous response; the body has its
 own deadline in the app (producer/api/middleware.py, BodyLimit).
+
+On SIGTERM or Ctrl-C uvicorn stops accepting and waits for the open requests to end: ``ApiServer``
+first sets the app's ``closing`` event, which ends the SSE streams and long-polls at once
+(producer/api/streams.py, ``unless_closing``), so the process exits promptly.
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import Any
 
 import uvicorn
@@ -17,7 +22,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from shared.settings import Settings
 
-__all__ = ["HeaderDeadlineProtocol", "server_config"]
+__all__ = ["ApiServer", "HeaderDeadlineProtocol", "server_config"]
 
 
 class HeaderDeadlineProtocol(H11Protocol):
@@ -55,3 +60,13 @@ def server_config(app: Any, settings: Settings, **kw: Any) -> uvicorn.Config:
         "HeaderDeadlineProtocol", (HeaderDeadlineProtocol,), {"header_timeout_s": settings.header_timeout_s}
     )
     return uvicorn.Config(app, http=protocol, **kw)
+
+
+class ApiServer(uvicorn.Server):
+    """uvicorn's Server that tells the app's streams to end before it waits for them."""
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        closing = getattr(getattr(self.config.app, "state", None), "closing", None)
+        if isinstance(closing, asyncio.Event):
+            closing.set()  # on the loop, after the signal: the streams end, uvicorn stops waiting
+        await super().shutdown(sockets)

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Header, Query, Request, Response
 
 from producer.api.errors import COMMON_ERRORS, ErrorResponse, OrjsonResponse
 from producer.api.state import Api, ApiDep, Tenant, record_or_404
-from producer.api.streams import SlotStreamingResponse
+from producer.api.streams import SlotStreamingResponse, unless_closing
 from shared import keys, limits
 from shared.api import EventsPage
 from shared.codec import to_jsonable
@@ -85,7 +85,8 @@ async def _sse(
     label: str | None = None,
     part: keys.Partition | None = None,
 ) -> AsyncIterator[bytes]:
-    """Events after ``after``; a comment line while idle; ends after the terminal event."""
+    """Events after ``after``; a comment line while idle; ends after the terminal event, or when
+    the process is shutting down (the client resumes elsewhere with Last-Event-ID)."""
     last = after
     block_ms = int(min(api.sse_heartbeat_s, MAX_BLOCK_S) * 1000)
     idle_since = time.monotonic()
@@ -93,9 +94,15 @@ async def _sse(
     while True:
         if await request.is_disconnected():
             return
-        page = await api.producer.read_events(
-            run_id, after=last, limit=200, block_ms=block_ms, label=label, part=part
+        read, page = await unless_closing(
+            api.closing,
+            api.producer.read_events(
+                run_id, after=last, limit=200, block_ms=block_ms, label=label, part=part
+            ),
         )
+        if not read:
+            return
+        assert page is not None
         if not page:
             if time.monotonic() - idle_since >= api.sse_heartbeat_s:
                 idle_since = time.monotonic()

@@ -33,9 +33,15 @@ class Api:
     """Shared state of one API process."""
 
     def __init__(
-        self, settings: Settings, redis: Redis | Parts, stream_redis: Redis | Parts | None = None
+        self,
+        settings: Settings,
+        redis: Redis | Parts,
+        stream_redis: Redis | Parts | None = None,
+        *,
+        closing: asyncio.Event | None = None,
     ) -> None:
         self.settings = settings
+        self.closing = closing or asyncio.Event()  # set when the server begins to shut down
         self.producer = Producer(
             redis, settings=settings, profiles=profiles_from(settings.profiles), stream_redis=stream_redis
         )

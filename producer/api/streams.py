@@ -3,19 +3,48 @@
 Each holds a connection of the API's blocking-read Redis pool while it waits, so without a bound
 one tenant's streams could take every connection and every file descriptor. Beyond a bound the
 request gets 429 with Retry-After.
+
+On SIGTERM uvicorn waits for every open request to end before it exits; a stream that follows a
+run would hold it until the run ended. So the server sets the app's ``closing`` event
+(producer/api/serve.py) and each stream's waits race it (``unless_closing``): the streams end
+cleanly (an SSE stream after the events already sent, a long-poll with the run as it is) at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from shared.errors import ApiError
 
-__all__ = ["Slot", "SlotStreamingResponse", "StreamLimiter"]
+__all__ = ["Slot", "SlotStreamingResponse", "StreamLimiter", "unless_closing"]
+
+T = TypeVar("T")
+
+
+async def unless_closing(closing: asyncio.Event, aw: Awaitable[T]) -> tuple[bool, T | None]:
+    """``(True, aw's result)``, or ``(False, None)`` with ``aw`` cancelled once ``closing`` is set."""
+    if closing.is_set():
+        if asyncio.iscoroutine(aw):
+            aw.close()
+        return False, None
+    task = asyncio.ensure_future(aw)
+    stop = asyncio.ensure_future(closing.wait())
+    try:
+        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+        if not task.done():
+            task.cancel()
+        await asyncio.gather(stop, task, return_exceptions=True)
+    if task.cancelled():
+        return False, None
+    return True, task.result()
 
 
 class Slot:

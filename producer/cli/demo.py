@@ -37,10 +37,9 @@ def worker() -> None:
 
 @click.command(help="Run the HTTP API on AGENTMILL_API_HOST:AGENTMILL_API_PORT.")
 def api() -> None:
-    import uvicorn
 
     from producer.api.app import create_app
-    from producer.api.serve import server_config
+    from producer.api.serve import ApiServer, server_config
 
     settings = get_settings()
     logs.configure(json_lines=settings.log_json, level=settings.log_level, process="api")
@@ -58,7 +57,7 @@ def api() -> None:
         log_level="warning",
         access_log=False,
     )
-    uvicorn.Server(config).run()
+    ApiServer(config).run()
 
 
 @click.command(help="The embedded demo: own Redis, API and worker; a batch of runs, shown as they finish.")

@@ -102,7 +102,7 @@ async def test_slots_wanted_counts_running_runs_and_leaves_out_jobs_a_quota_hold
     s = settings(redis_url, tenant_quotas=quotas)
     async with (
         api(s) as url,
-        running_worker(redis_url, tenant_quotas=quotas, shutdown_grace_s=0.2),
+        running_worker(redis_url, tenant_quotas=quotas, drain_timeout_s=0.2),
         httpx.AsyncClient(base_url=url) as c,
     ):
         a = [(await c.post("/v1/runs", json=run_body(stall), headers=A)).json()["runId"] for _ in range(3)]

@@ -25,6 +25,7 @@ CLUSTER_ENV = {
     "AGENTMILL_PARTITIONS": "32",
     "AGENTMILL_REDIS_WAIT_REPLICAS": "1",
 }
+CRD_KINDS = ("ScaledObject", "ServiceMonitor", "PrometheusRule")
 REDIS_NODES = [f"agentmill-redis-cluster-{i}.agentmill-redis-cluster:6379" for i in range(6)]
 
 
@@ -95,6 +96,7 @@ def test_dockerfile_passes_hadolint() -> None:
     text = (ROOT / "Dockerfile").read_text()
     assert re.search(r"^USER \d+:\d+$", text, re.M)  # numeric non-root user
     assert re.search(r'^ENTRYPOINT \["agentmill"\]$', text, re.M)  # exec form: SIGTERM reaches the process
+    assert re.search(r"^\s+AGENTMILL_API_HOST=0\.0\.0\.0$", text, re.M)  # `docker run -p` reaches the API
     assert "uv.lock" in text and (ROOT / ".dockerignore").exists()
 
 
@@ -104,14 +106,14 @@ def test_core_manifests_validate_strictly(overlay: str, tmp_path: Path) -> None:
     if validate is None:
         pytest.skip("kubernetes-validate is not installed")
     docs = rendered(overlay)
-    core = [d for d in docs if d["kind"] not in ("ScaledObject", "ServiceMonitor")]
+    core = [d for d in docs if d["kind"] not in CRD_KINDS]
     path = tmp_path / "core.yaml"
     path.write_text(yaml.safe_dump_all(core))
     res = subprocess.run([validate, "--strict", "--quiet", str(path)], capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
     kinds = {d["kind"] for d in docs}
     assert {"Namespace", "ConfigMap", "Secret", "Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget",
-            "NetworkPolicy", "ScaledObject", "ServiceMonitor"} <= kinds  # fmt: skip
+            "NetworkPolicy", *CRD_KINDS} <= kinds  # fmt: skip
     redis = [d for d in docs if d["kind"] == "StatefulSet"]
     assert len(redis) == (overlay in ("dev", "cluster-selfhosted"))  # the others bring their own Redis
     for sts in redis:
@@ -144,7 +146,7 @@ def test_every_pod_is_restricted(overlay: str) -> None:
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_worker_pod_is_restricted_and_outlives_its_shutdown_grace(overlay: str) -> None:
+def test_worker_pod_is_restricted_and_outlives_its_drain(overlay: str) -> None:
     docs = rendered(overlay)
     worker = next(
         d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "agentmill-worker"
@@ -152,7 +154,9 @@ def test_worker_pod_is_restricted_and_outlives_its_shutdown_grace(overlay: str) 
     pod = worker["spec"]["template"]["spec"]
     c = pod["containers"][0]
     env = {e["name"]: e.get("value") for e in c["env"]}
-    assert pod["terminationGracePeriodSeconds"] > float(env["AGENTMILL_SHUTDOWN_GRACE_S"])
+    # the drain timeout, then up to 10 s cancelling what remains and handing the runs back, and exit
+    assert pod["terminationGracePeriodSeconds"] >= float(env["AGENTMILL_DRAIN_TIMEOUT_S"]) + 15
+    assert c["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}  # 503 while starting
     assert (
         pod["securityContext"]["runAsNonRoot"]
         and pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
@@ -198,13 +202,60 @@ def test_cluster_overlays_set_the_cluster_settings_on_the_worker_and_the_api(ove
             "name": "agentmill-secrets",
             "key": "REDIS_URL",
         }
-        assert dep["spec"]["replicas"] == one(prod, "Deployment", name)["spec"]["replicas"], name
+    for kind, name, field in AUTOSCALERS:  # the same sizes as prod
+        assert one(docs, kind, name)["spec"][field] == one(prod, kind, name)["spec"][field], name
     url = one(docs, "Secret", "agentmill-secrets")["stringData"]["REDIS_URL"]
     assert url.startswith("rediss://" if overlay == "cluster-managed" else "redis://")
     for plain in ("dev", "prod"):  # the single-Redis overlays stay single-Redis
         for d in rendered(plain):
             if d["kind"] == "Deployment":
                 assert not set(CLUSTER_ENV) & set(env_of(d["spec"]["template"]["spec"]["containers"][0]))
+
+
+AUTOSCALERS = [
+    ("ScaledObject", "agentmill-worker", "minReplicaCount"),
+    ("HorizontalPodAutoscaler", "agentmill-api", "minReplicas"),
+]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_autoscaled_deployments_set_no_replicas(overlay: str) -> None:
+    """The HPA and KEDA own the replica count: a Deployment's replicas would be applied over theirs
+    on every `kubectl apply` (each deploy would scale the pool back)."""
+    needs_kustomize()
+    docs = rendered(overlay)
+    targets = {
+        d["spec"]["scaleTargetRef"]["name"]
+        for d in docs
+        if d["kind"] in ("ScaledObject", "HorizontalPodAutoscaler")
+    }
+    assert targets == {"agentmill-worker", "agentmill-api"}
+    for name in targets:
+        assert "replicas" not in one(docs, "Deployment", name)["spec"], name
+    so = one(docs, "ScaledObject", "agentmill-worker")["spec"]
+    # cooldownPeriod acts only when scaling to zero: with a minimum of 1 the HPA's window paces scale-in
+    assert so["minReplicaCount"] >= 1 and "cooldownPeriod" not in so
+    assert (
+        so["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"]
+        > 0
+    )
+    [trigger] = so["triggers"]
+    namespace = one(docs, "Namespace", "agentmill")["metadata"]["name"]
+    assert trigger["metadata"]["query"] == f'max(agentmill_worker_slots_wanted{{namespace="{namespace}"}})'
+    assert all(
+        d["metadata"].get("namespace", namespace) == namespace for d in docs if d["kind"] != "Namespace"
+    )
+
+
+def test_api_serves_metrics_on_its_own_port_scraped_by_prometheus() -> None:
+    docs = rendered("prod")
+    api = one(docs, "Deployment", "agentmill-api")["spec"]["template"]["spec"]["containers"][0]
+    assert env_of(api)["AGENTMILL_API_METRICS_PORT"]["value"] == "9464"
+    assert {"name": "metrics", "containerPort": 9464} in api["ports"]
+    svc = one(docs, "Service", "agentmill-api")
+    assert {"name": "metrics", "port": 9464, "targetPort": "metrics"} in svc["spec"]["ports"]
+    monitor = one(docs, "ServiceMonitor", "agentmill")
+    assert [e["port"] for e in monitor["spec"]["endpoints"]] == ["metrics"]  # the API's and the workers'
 
 
 def test_selfhosted_cluster_is_6_nodes_joined_by_a_create_job() -> None:
@@ -338,15 +389,50 @@ def test_dashboard_and_rules_use_only_metrics_that_exist() -> None:
         assert any(needed.lower() in t.lower() for t in titles), needed
 
 
-def test_alert_rules_pass_promtool() -> None:
-    promtool = shutil.which("promtool") or (str(BIN / "promtool") if (BIN / "promtool").exists() else None)
-    if promtool is None:
+def test_prometheus_rule_is_generated_from_the_rule_file() -> None:
+    res = subprocess.run(
+        [sys.executable, str(K8S / "prometheus_rule.py"), "--check"], capture_output=True, text=True
+    )
+    assert res.returncode == 0, res.stderr
+    plain = yaml.safe_load((K8S / "base" / "prometheus-rules.yaml").read_text())
+    for overlay in OVERLAYS:
+        rule = one(rendered(overlay), "PrometheusRule", "agentmill")
+        assert rule["apiVersion"] == "monitoring.coreos.com/v1" and rule["spec"] == plain
+
+
+def test_alerts_name_their_cause() -> None:
+    """The API being down is not reported as a worker's missing heartbeat, and the jobs the alerts
+    watch are the Services the ServiceMonitor scrapes."""
+    groups = yaml.safe_load((K8S / "base" / "prometheus-rules.yaml").read_text())["groups"]
+    alerts = {r["alert"]: r for g in groups for r in g["rules"] if "alert" in r}
+    services = {d["metadata"]["name"] for d in rendered("prod") if d["kind"] == "Service"}
+    api, worker = alerts["AgentmillApiDown"], alerts["AgentmillWorkerDown"]
+    assert 'job="agentmill-api"' in api["expr"] and "API" in api["annotations"]["summary"]
+    assert 'job="agentmill-worker-metrics"' in worker["expr"] and "worker" in worker["annotations"]["summary"]
+    assert {"agentmill-api", "agentmill-worker-metrics"} <= services
+    beat = alerts["AgentmillWorkerHeartbeatMissing"]
+    assert "up{" not in beat["expr"] and "heartbeat" in beat["expr"]
+    records = {r["record"] for g in groups for r in g["rules"] if "record" in r}
+    assert {
+        "agentmill:runs_started:rate5m",
+        "agentmill:runs_finished_by_status:rate5m",
+        "agentmill:tool_calls:rate5m",
+    } <= records
+
+
+def promtool() -> str:
+    found = shutil.which("promtool") or (str(BIN / "promtool") if (BIN / "promtool").exists() else None)
+    if found is None:
         pytest.skip(
             "promtool is not installed (Debian's prometheus package ships it; bin/dev test installs it)"
         )
-    res = subprocess.run(
-        [promtool, "check", "rules", str(K8S / "base" / "prometheus-rules.yaml")],
-        capture_output=True,
-        text=True,
-    )
-    assert res.returncode == 0, res.stdout + res.stderr
+    return found
+
+
+def test_alert_rules_pass_promtool(tmp_path: Path) -> None:
+    rule = one(rendered("prod"), "PrometheusRule", "agentmill")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(rule["spec"]))  # the operator's object: its spec is a rule file
+    for path in (K8S / "base" / "prometheus-rules.yaml", spec):
+        res = subprocess.run([promtool(), "check", "rules", str(path)], capture_output=True, text=True)
+        assert res.returncode == 0, res.stdout + res.stderr

@@ -98,7 +98,7 @@ async def test_a_single_tenant_pool_runs_past_the_per_tenant_cap(redis: Redis, r
     # runs as many runs at once as the worker holds.
     p = producer_for(redis, redis_url)
     ids = [s.run_id for s in await p.submit_many([script_run([{"stall": True}]) for _ in range(6)])]  # type: ignore[union-attr]
-    async with running_worker(redis_url, max_jobs=10, tenant_max_running=2, shutdown_grace_s=0.5):
+    async with running_worker(redis_url, max_jobs=10, tenant_max_running=2, drain_timeout_s=0.5):
         deadline = time.monotonic() + 20
         while True:
             async with redis.pipeline(transaction=False) as pipe:
@@ -119,7 +119,7 @@ async def test_a_noisy_tenants_500_stalled_runs_leave_another_tenants_run_starti
     p = producer_for(redis, redis_url)
     stalled: list[dict[str, Any]] = [script_run([{"stall": True}]) for _ in range(500)]
     b_ids = [s.run_id for s in await p.submit_many(stalled, tenant="tenant-b")]  # type: ignore[union-attr]
-    async with running_worker(redis_url, max_jobs=150, tenant_max_running=100, shutdown_grace_s=0.5):
+    async with running_worker(redis_url, max_jobs=150, tenant_max_running=100, drain_timeout_s=0.5):
         deadline = time.monotonic() + 30
         while await redis.zcard(K.tenant_running("tenant-b")) < 100:
             assert time.monotonic() < deadline, "tenant B's runs did not start"

@@ -146,7 +146,7 @@ async def test_a_run_whose_worker_died_counts_as_redispatched(redis: Redis, redi
         sub = await p.submit(script_run([{"stall": True}]))
         await until_status(redis, sub.run_id, "running")
         doomed.kill()
-    async with running_worker(redis_url, lease_ms=800, reconcile_ms=200, shutdown_grace_s=0.2) as wp:
+    async with running_worker(redis_url, lease_ms=800, reconcile_ms=200, drain_timeout_s=0.2) as wp:
         for _ in range(100):
             m = metric_samples(wp.metrics.render().decode())
             if m[("agentmill_runs_redispatched_total", (("reason", "lease_expired"),))] >= 1:

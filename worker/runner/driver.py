@@ -239,6 +239,7 @@ class RunDriver:
         await_human: AwaitHuman | None = None
         await_client: AwaitClient | None = None
         ts = self.clock.now_ms()
+        draining = self.draining
         for c in cmds:
             if isinstance(c, Emit):
                 outbox.events.append((c.kind.value, ts, orjson.dumps(c.payload)))
@@ -246,8 +247,9 @@ class RunDriver:
                 if isinstance(ev, Resumed) and c.kind == EventKind.TOOL_RESULT:
                     obs.tool_served_from_record(str(c.payload.get("name", "")))
             elif isinstance(c, ExecuteTool):
-                outbox.claims.append(c.call.id)
-                effects.append(c)
+                if not draining:  # a drain neither claims nor starts a call: whoever resumes the run does
+                    outbox.claims.append(c.call.id)
+                    effects.append(c)
             elif isinstance(c, Finish):
                 finish = c
             elif isinstance(c, AwaitHuman):
@@ -303,7 +305,12 @@ class RunDriver:
         if isinstance(ev, ApprovalsDecided):
             obs.awaiting_human(-1)
         if self.draining:
-            return None  # effects are recomputed from the checkpoint by whoever resumes the run
+            # Effects are recomputed from the checkpoint by whoever resumes the run, except the tool
+            # calls this step claimed (the drain began during its commit): a claim without a result
+            # would be executed again there, so they run here, within the drain timeout.
+            effects = [c for c in effects if isinstance(c, ExecuteTool)]
+            if not effects:
+                return None
         if effects and self.host.lease is not None and self.host.lease.expired():
             self.fence()  # past the worker's lease: start nothing; whoever takes the run over will
             return None
