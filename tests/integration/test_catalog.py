@@ -343,7 +343,6 @@ async def test_chunked_submission_keeps_order_and_survives_a_flushed_script_cach
 
 
 async def test_cli_and_client_find_runs_and_follow_batches(redis_url: str, tmp_path: Any) -> None:
-    import re
 
     from producer.client import AsyncClient
     from tests.integration.test_client_cli import cli
@@ -359,7 +358,10 @@ async def test_cli_and_client_find_runs_and_follow_batches(redis_url: str, tmp_p
         out = await asyncio.to_thread(cli, redis_url, "submit", str(jsonl), "--wait", "--api", url,
                                       env={**token, "AGENTMILL_MAX_BATCH": "3"})  # fmt: skip
         assert out.returncode == 0, out.stdout + out.stderr
-        batch_id = re.search(r"batch (bat_\w+): accepted 5, rejected 0", out.stdout).group(1)  # type: ignore[union-attr]
+        # stdout holds data (the batch id, then the run ids); the summary goes to stderr.
+        batch_id = out.stdout.split()[0]
+        assert f"batch {batch_id}: accepted 5, rejected 0" in out.stderr, out.stderr
+        assert len(out.stdout.split()) == 6
         status = await asyncio.to_thread(cli, redis_url, "batch", "status", batch_id, "--api", url, env=token)
         assert (
             status.returncode == 0
