@@ -1,4 +1,9 @@
-"""Process configuration from the environment. Every variable is listed in the README."""
+"""Process configuration from the environment: the only reader of ``AGENTMILL_*`` (and ``REDIS_URL``).
+
+Every field carries its description; docs/settings.md is generated from them
+(``python -m shared.settings_doc > docs/settings.md``; a unit test fails when it is stale, or when a
+field has no description).
+"""
 
 from __future__ import annotations
 
@@ -15,90 +20,230 @@ __all__ = ["Settings", "get_settings"]
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="AGENTMILL_", extra="ignore", populate_by_name=True)
 
-    redis_url: str = Field(default="redis://127.0.0.1:6379/0", validation_alias="REDIS_URL")
-    redis_sentinels: str | None = None  # "host:port,host:port"; REDIS_URL then names db and password
-    redis_sentinel_master: str = "mymaster"
-    redis_cluster: bool = False  # REDIS_URL names any node of a Redis Cluster
-    # Replicas a worker's writes wait for (WAIT) before it acts on them: default 1 on a cluster, else 0.
-    redis_wait_replicas: int | None = None
-    partitions: int | None = None  # partitions of the run key space; default 16 on a cluster, 1 on one Redis
-    profiles: str | None = None  # path of a JSON file of agent profiles
-    dev_profiles: bool = False  # load test-only profiles and tools (scripted, echo, sleep, fail, flaky)
-    run_duration_default_ms: int = 3_600_000  # maxRunDurationMs when neither run nor profile sets one
-    run_duration_max_ms: int = 24 * 3_600_000  # no run lasts longer, whatever its profile or input says
+    # redis and the run key space
+    redis_url: str = Field(
+        default="redis://127.0.0.1:6379/0",
+        validation_alias="REDIS_URL",
+        description="the Redis to use; password and TLS (`rediss://`) go here",
+    )
+    redis_sentinels: str | None = Field(
+        default=None,
+        description="`host:port,host:port` of Redis Sentinels; `REDIS_URL` then names the db and password",
+    )
+    redis_sentinel_master: str = Field(default="mymaster", description="the Sentinel master name")
+    redis_cluster: bool = Field(default=False, description="`REDIS_URL` names any node of a Redis Cluster")
+    redis_wait_replicas: int | None = Field(
+        default=None,
+        description="replicas a worker's writes wait for (`WAIT`) before it acts on them; unset: 1 on a "
+        "cluster, 0 otherwise; 0 for a cluster without replicas",
+    )
+    partitions: int | None = Field(
+        default=None,
+        description="partitions of the run key space (hash tags); unset: 16 on a cluster, 1 otherwise; "
+        "fixed at deploy time: never change it while runs exist",
+    )
+    profiles: str | None = Field(
+        default=None,
+        description='path of a JSON file of agent profiles (`{"profiles": [...]}`, `shared/profiles.py`); '
+        "unset: the built-ins only",
+    )
+    dev_profiles: bool = Field(
+        default=False,
+        description="load the test-only profile `scripted` and tools `echo`, `sleep`, `fail`, `flaky`; "
+        "without it a profile file using them is refused",
+    )
+    run_duration_default_ms: int = Field(
+        default=3_600_000, description="a run's `maxRunDurationMs` when neither it nor its profile sets one"
+    )
+    run_duration_max_ms: int = Field(
+        default=24 * 3_600_000, description="no run lasts longer, whatever its profile or input says"
+    )
 
     # worker
-    max_jobs: int = 500  # concurrent runs per worker process
-    poll_delay_s: float = 0.05  # arq queue poll interval; small so an idle pool starts a run at once
-    claim_batch: int = 64  # most jobs one poll claims, so a burst spreads over the workers
-    lease_ms: int = 30_000  # a run whose worker stops renewing is re-dispatched after this
-    heartbeat_ms: int = 500  # lease renewal and abort checks, one pipelined round trip per worker
-    reconcile_ms: int = 2_000  # how often each worker sweeps for runs that lost their worker
-    max_run_crashes: int = Field(
-        default=3, ge=1
-    )  # a run that lost its worker this often ends failed (poison_run)
-    # SIGTERM: time for the tool and model calls in flight to finish and record before the runs are
-    # handed back (what is still running then is cancelled, and re-executed by whoever resumes it)
-    drain_timeout_s: float = Field(
-        default=20.0, validation_alias=AliasChoices("AGENTMILL_DRAIN_TIMEOUT_S", "AGENTMILL_SHUTDOWN_GRACE_S")
+    max_jobs: int = Field(default=500, description="concurrent runs per worker process")
+    poll_delay_s: float = Field(
+        default=0.05, description="arq queue poll interval; small so an idle pool starts a run at once"
     )
-    queued_check_ms: int = 60_000  # a queued run with no arq job after this is re-enqueued
-    worker_metrics_port: int = 9100  # /metrics and /healthz; 0 = an ephemeral port, -1 = off
-    worker_metrics_host: str = "0.0.0.0"  # where the worker's /metrics and /healthz listen
-    worker_id: str | None = None
-    delta_flush_ms: int = 50  # model_delta coalescing: at most one event per run per this interval
-    delta_flush_chars: int = 2_000
-    provider_slot_lease_ms: int = 15_000  # a maxConcurrent slot whose worker died frees after this
+    claim_batch: int = Field(
+        default=64,
+        description="jobs one poll claims, so a burst spreads over the workers; when more are due, half of "
+        "them, up to four batches and half the worker's free room (a worker alone, by its last heartbeat, "
+        "takes all that is due up to four batches)",
+    )
+    lease_ms: int = Field(
+        default=30_000,
+        description="a worker that stops renewing its lease has its runs re-dispatched after this; it stops "
+        "itself a margin earlier",
+    )
+    heartbeat_ms: int = Field(
+        default=500,
+        description="the worker's lease renewal and abort inbox: one O(1) script per beat, whatever its runs",
+    )
+    reconcile_ms: int = Field(
+        default=2_000, description="how often each worker sweeps for runs that lost their worker"
+    )
+    max_run_crashes: int = Field(
+        default=3,
+        ge=1,
+        description="a run whose worker is lost (lease expired: crash, kill, OOM) this many times ends "
+        "`failed` (`poison_run`); a graceful hand-back does not count",
+    )
+    drain_timeout_s: float = Field(
+        default=20.0,
+        validation_alias=AliasChoices("AGENTMILL_DRAIN_TIMEOUT_S", "AGENTMILL_SHUTDOWN_GRACE_S"),
+        description="SIGTERM: time for the model and tool calls in flight to finish and record before the "
+        "runs are handed back (what still runs then is cancelled, and re-executed by whoever resumes it)",
+    )
+    queued_check_ms: int = Field(
+        default=60_000, description="a queued run with no arq job after this is re-enqueued"
+    )
+    worker_metrics_port: int = Field(
+        default=9100, description="the worker's `/metrics` and `/healthz`; `0` an ephemeral port, `-1` off"
+    )
+    worker_metrics_host: str = Field(
+        default="0.0.0.0",
+        description="where the worker's `/metrics` and `/healthz` listen (`127.0.0.1` on a shared host)",
+    )
+    worker_id: str | None = Field(
+        default=None, description="the worker id in logs and run ownership; unset: host-pid-random"
+    )
+    delta_flush_ms: int = Field(
+        default=50, description="`model_delta` coalescing: at most one event per run per this interval"
+    )
+    delta_flush_chars: int = Field(default=2_000, description="… or per this many characters")
+    provider_slot_lease_ms: int = Field(
+        default=15_000,
+        description="a provider's `maxConcurrent` slot held by a worker that died frees after this (live "
+        "calls renew it every third of it)",
+    )
+    failpoints: str = Field(
+        default="",
+        description="chaos tests only: `point:probability,…` (e.g. `after_tool_effect:0.2`); at a named "
+        "point the worker kills itself with SIGKILL (`worker/failpoints.py`)",
+    )
 
     # retention
-    stream_maxlen: int = 10_000
-    retention_s: int = 7 * 24 * 3600  # streams and results of finished runs expire after this
+    stream_maxlen: int = Field(default=10_000, description="events kept per run stream")
+    retention_s: int = Field(
+        default=7 * 24 * 3600,
+        description="streams and results of finished runs expire after this, and a session's history this "
+        "long after its latest run ended",
+    )
 
     # api
-    api_host: str = "127.0.0.1"
-    api_port: int = 8000
-    api_tokens: str | None = None  # "token=tenant,token2=tenant2"
-    api_tokens_file: str | None = None
-    # Tenants whose tokens may read the pool as a whole (GET /v1/pool, the console's pool page):
-    # workers, queues, every tenant's run counts. "a,b"; with auth disabled the open tenant may.
-    operator_tenants: str = ""
-    api_metrics_port: int = (
-        -1
-    )  # -1: /metrics on the API port; else its own listener (0: ephemeral), API port 404
-    metrics_token: str | None = None  # set: the API's /metrics wants "Authorization: Bearer <it>"
-    auth_disabled: bool = False
-    max_body_bytes: int = 2_000_000
-    max_batch: int = limits.MAX_BATCH_ITEMS  # items per batch request (Submitter.check_batch_size)
-    max_queue_depth: int = 100_000  # above this, submissions get 429
-    tenant_max_active: int = 10_000  # queued + running runs per tenant; beyond, submissions get 429
-    tenant_max_running: int = 100  # runs of one tenant running at once (claim time); 0 = no limit
-    tenant_submits_per_second: int = 1_000  # runs a tenant may submit per second (a batch counts each)
-    # Most runs a tenant may submit at once (token bucket size); 0 = submits_per_second + max_batch.
-    # Never below max_batch: a full batch request always fits.
-    tenant_submit_burst: int = 0
-    tenant_quotas: str | None = (
-        None  # JSON (or a file of it): {"tenant": {"maxActive", "maxRunning", "submitsPerSecond", "submitBurst"}}
+    api_host: str = Field(
+        default="127.0.0.1", description="where `agentmill api` listens (the image sets `0.0.0.0`)"
     )
-    max_streams_per_tenant: int = 100  # open SSE streams + long-polls of one tenant per API process
-    max_streams: int = 1_000  # … of all tenants per API process; beyond either, 429
-    redis_timeout_s: float = (
-        5.0  # socket timeout of every Redis call from the API (blocking reads: + their block)
+    api_port: int = Field(default=8000, description="the port `agentmill api` listens on")
+    api_tokens: str | None = Field(
+        default=None, description="`token=tenant,token2=tenant2`: bearer tokens and their tenants"
     )
-    header_timeout_s: float = 10.0  # a connection whose request headers take longer is closed
-    body_timeout_s: float = 30.0  # a request body that takes longer to arrive gets 408
-    # HMAC key of the ids a named tenant's runs and sessions are kept under (producer.submission.Scope);
-    # unset: a public development key. Set it once: another key loses every stored run of a named tenant.
-    id_secret: str | None = None
-    webhook_secret: str | None = None  # HMAC-SHA256 key for X-Agentmill-Signature
-    webhook_allow_hosts: str = ""  # comma-separated hosts exempt from the private-address guard
-    webhook_max_attempts: int = 8
+    api_tokens_file: str | None = Field(
+        default=None, description="the same, one `token=tenant` a line, from a mounted file"
+    )
+    operator_tenants: str = Field(
+        default="",
+        description="`a,b`: tenants whose tokens may read the pool as a whole (`GET /v1/pool`, the "
+        "console's Pool page: workers, queues, every tenant's run counts); others get 403; with auth "
+        "disabled the open tenant may",
+    )
+    api_metrics_port: int = Field(
+        default=-1,
+        description="`-1`: the API's `/metrics` on the API port; else on its own listener on this port "
+        "(`0` an ephemeral one) and 404 on the API port",
+    )
+    metrics_token: str | None = Field(
+        default=None,
+        description="the API's `/metrics` is served only with `Authorization: Bearer <this>` (401 otherwise)",
+    )
+    auth_disabled: bool = Field(
+        default=False, description="turns auth off for local use (the API logs a warning)"
+    )
+    max_body_bytes: int = Field(default=2_000_000, description="larger request bodies get 413")
+    max_batch: int = Field(
+        default=limits.MAX_BATCH_ITEMS,
+        description="most runs in one batch request (`Submitter.check_batch_size`); beyond, 413",
+    )
+    max_queue_depth: int = Field(
+        default=100_000, description="above this, submissions get 429 with `Retry-After`"
+    )
+    tenant_max_active: int = Field(
+        default=10_000,
+        description="queued + running runs per tenant; beyond, submissions get 429 `quota_exceeded`",
+    )
+    tenant_max_running: int = Field(
+        default=100,
+        description="runs of one tenant running at once (enforced when workers claim jobs); `0` no limit; "
+        "not applied to the `default` tenant (auth off, the Python producer) unless "
+        "`AGENTMILL_TENANT_QUOTAS` names it",
+    )
+    tenant_submits_per_second: int = Field(
+        default=1_000,
+        description="runs a tenant may submit per second (the refill rate of its token bucket; a batch "
+        "counts each); beyond, 429 `rate_limited` with `Retry-After`",
+    )
+    tenant_submit_burst: int = Field(
+        default=0,
+        description="most runs a tenant may submit at once (the bucket's size); 0 = a second's worth plus "
+        "`AGENTMILL_MAX_BATCH`; never below `AGENTMILL_MAX_BATCH`: a full batch request always fits",
+    )
+    tenant_quotas: str | None = Field(
+        default=None,
+        description='per-tenant overrides, JSON or a JSON file: `{"tenant": {"maxActive", "maxRunning", '
+        '"submitsPerSecond", "submitBurst"}}`',
+    )
+    max_streams_per_tenant: int = Field(
+        default=100,
+        description="open SSE streams and long-polls of one tenant per API process; beyond, 429",
+    )
+    max_streams: int = Field(default=1_000, description="the same for all tenants together per API process")
+    sse_heartbeat_s: float = Field(default=10.0, description="SSE comment heartbeat while a run is idle")
+    redis_timeout_s: float = Field(
+        default=5.0,
+        description="socket timeout of every Redis call from the API (blocking stream reads: plus their "
+        "block)",
+    )
+    header_timeout_s: float = Field(
+        default=10.0, description="a connection whose request headers take longer is closed"
+    )
+    body_timeout_s: float = Field(
+        default=30.0, description="a request body that takes longer to arrive gets 408"
+    )
+    id_secret: str | None = Field(
+        default=None,
+        description="HMAC key of the ids named tenants' runs and sessions are kept under (`tsc_…`, "
+        "`producer.submission.Scope`); unset: a public development key (the API warns). Set it once in "
+        "production: another key loses every stored run of a named tenant",
+    )
+    webhooks: bool = Field(default=True, description="`false`: this API process does not deliver webhooks")
+    webhook_secret: str | None = Field(
+        default=None,
+        description="HMAC-SHA256 key of `X-Agentmill-Signature` on completion webhooks; unset: sent "
+        "unsigned with `X-Agentmill-Unsigned: true`",
+    )
+    webhook_allow_hosts: str = Field(
+        default="", description="comma-separated hosts exempt from the private-address guard"
+    )
+    webhook_max_attempts: int = Field(
+        default=8, description="deliveries of one webhook before it is given up"
+    )
 
-    # cli: where `agentmill submit` journals the parts of a batch it sent (to resume it);
-    # empty = $XDG_STATE_HOME/agentmill, else ~/.local/state/agentmill
-    cli_state_dir: str = ""
+    # cli
+    token: str | None = Field(
+        default=None,
+        description="the bearer token the CLI sends with `--api URL` when `--token` is not given",
+    )
+    cli_state_dir: str = Field(
+        default="",
+        description="where `agentmill submit` journals the parts of each batch it sent, to resume it; "
+        "unset: `$XDG_STATE_HOME/agentmill`, else `~/.local/state/agentmill`",
+    )
 
-    log_json: bool = False
-    log_level: str = "INFO"
+    # logs
+    log_json: bool = Field(
+        default=False, description="JSON log lines (with `runId`, `sessionId`, attempt, worker id)"
+    )
+    log_level: str = Field(default="INFO", description="the log level (`DEBUG`, `INFO`, `WARNING`, …)")
 
 
 @lru_cache(maxsize=1)
