@@ -7,7 +7,6 @@ names the environment variable or mounted file that holds one.
 
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -17,6 +16,7 @@ from pydantic import Field, field_validator
 
 from shared import limits
 from shared.models import ClientTool, LoopLimits, Model, ToolPolicy
+from shared.settings import Settings
 
 __all__ = [
     "BUILTIN_PROFILES",
@@ -203,7 +203,8 @@ BUILTIN_PROFILES: tuple[AgentProfile, ...] = (
 
 
 def dev_profiles_enabled() -> bool:
-    return os.environ.get(DEV_PROFILES_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    """AGENTMILL_DEV_PROFILES, read now (through Settings: one parsing rule for it)."""
+    return Settings().dev_profiles
 
 
 def load_profiles(path: str | None, *, dev: bool | None = None) -> dict[str, AgentProfile]:
@@ -225,8 +226,9 @@ def load_profiles(path: str | None, *, dev: bool | None = None) -> dict[str, Age
     return profiles
 
 
-def profiles_from(path: str | None) -> dict[str, AgentProfile]:
-    return _cached_profiles(path, dev_profiles_enabled())
+def profiles_from(path: str | None, *, dev: bool | None = None) -> dict[str, AgentProfile]:
+    """``load_profiles``, cached per (path, dev); ``dev`` as there (processes pass their settings')."""
+    return _cached_profiles(path, dev_profiles_enabled() if dev is None else dev)
 
 
 @lru_cache(maxsize=8)

@@ -2,7 +2,8 @@
 
 At a named point, with the given probability, the worker process kills itself with SIGKILL, so a
 test can crash it exactly after a tool's side effect but before its result is recorded, or after
-events were published but before the checkpoint. Unset (the default), every check is a dict lookup.
+events were published but before the checkpoint. The worker arms them from its settings
+(``Settings.failpoints``) when it starts; unarmed (the default), every check is a dict lookup.
 """
 
 from __future__ import annotations
@@ -11,13 +12,20 @@ import os
 import random
 import signal
 
-__all__ = ["hit"]
+__all__ = ["arm", "hit"]
 
 
 _points: dict[str, float] = {}
-for _item in filter(None, os.environ.get("AGENTMILL_FAILPOINTS", "").split(",")):
-    _name, _, _p = _item.partition(":")
-    _points[_name.strip()] = float(_p or 1.0)
+
+
+def arm(spec: str) -> None:
+    """Arm the points of ``spec`` (``name:probability,…``; no probability: 1), and only those."""
+    points: dict[str, float] = {}
+    for item in filter(None, spec.split(",")):
+        name, _, p = item.partition(":")
+        points[name.strip()] = float(p or 1.0)
+    _points.clear()
+    _points.update(points)
 
 
 def hit(name: str) -> None:

@@ -28,6 +28,7 @@ from shared.partitions import Partitions
 from shared.profiles import AgentProfile, profiles_from
 from shared.quotas import Quotas
 from shared.settings import Settings, get_settings
+from worker import failpoints
 from worker.arq_worker import JOB_TIMEOUT_S, ResilientWorker, claim_size, run_agent
 from worker.deps import WorkerDeps
 from worker.health import HealthServer
@@ -94,7 +95,12 @@ class WorkerProcess:
         burst: bool = False,
     ) -> None:
         self.settings = settings or get_settings()
-        self.profiles = profiles if profiles is not None else profiles_from(self.settings.profiles)
+        failpoints.arm(self.settings.failpoints)
+        self.profiles = (
+            profiles
+            if profiles is not None
+            else profiles_from(self.settings.profiles, dev=self.settings.dev_profiles)
+        )
         self.metrics = MetricsObserver(tools={t for p in self.profiles.values() for t in p.tool_names()})
         self.observer = observer or self.metrics
         self.health: HealthServer | None = None

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -61,11 +60,7 @@ def create_app(
                 own.push_async_callback(listener.stop)
             tasks: list[asyncio.Task[None]] = []
             stop = asyncio.Event()
-            if background and os.environ.get("AGENTMILL_WEBHOOKS", "true").lower() not in (
-                "0",
-                "false",
-                "no",
-            ):
+            if background and settings.webhooks:
                 from producer.webhooks import deliver_forever
 
                 tasks.append(asyncio.create_task(deliver_forever(api.producer.parts, settings, stop)))

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-import os
 import time
 from typing import Annotated
 
@@ -43,7 +42,10 @@ class Api:
         self.settings = settings
         self.closing = closing or asyncio.Event()  # set when the server begins to shut down
         self.producer = Producer(
-            redis, settings=settings, profiles=profiles_from(settings.profiles), stream_redis=stream_redis
+            redis,
+            settings=settings,
+            profiles=profiles_from(settings.profiles, dev=settings.dev_profiles),
+            stream_redis=stream_redis,
         )
         self.parts = self.producer.parts
         self.streams = StreamLimiter(settings.max_streams_per_tenant, settings.max_streams)
@@ -53,7 +55,7 @@ class Api:
         self.running_caps = running_caps(self.quotas, (tenant for _, tenant in self.auth.tokens))
         self.metrics_port: int | None = None  # the port of the /metrics listener, once it listens
         self._depth = (0.0, 0)
-        self.sse_heartbeat_s = float(os.environ.get("AGENTMILL_SSE_HEARTBEAT_S", "10"))
+        self.sse_heartbeat_s = settings.sse_heartbeat_s
 
     async def queue_depth(self) -> int:
         at, depth = self._depth

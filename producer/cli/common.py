@@ -86,12 +86,13 @@ def failure_text(exc: BaseException) -> str | None:
 
 
 def api_client(url: str, token: str | None) -> AsyncClient:
-    """The HTTP client of ``--api URL``; a URL without http:// or https:// is a CliError."""
+    """The HTTP client of ``--api URL`` with ``--token`` (else the AGENTMILL_TOKEN setting); a URL
+    without http:// or https:// is a CliError."""
     from producer.client import AsyncClient
 
     if not url.startswith(("http://", "https://")):
         raise CliError(f"--api needs a URL starting with http:// or https:// (got {url!r})")
-    return AsyncClient(url, token=token)
+    return AsyncClient(url, token=get_settings().token if token is None else token)
 
 
 # ---- readable events ----
@@ -167,7 +168,9 @@ async def direct_producer() -> AsyncIterator[Any]:
     parts: Partitions[Any] = Partitions.from_settings(settings, retries=3)
     try:
         await parts.start()
-        yield Producer(parts, settings=settings, profiles=profiles_from(settings.profiles))
+        yield Producer(
+            parts, settings=settings, profiles=profiles_from(settings.profiles, dev=settings.dev_profiles)
+        )
     finally:
         await parts.aclose()
 
@@ -185,7 +188,7 @@ def reach(f: Any) -> Any:
     f = click.option(
         "--tenant", default="default", show_default=True, help="tenant, when reading Redis directly"
     )(f)
-    f = click.option("--token", envvar="AGENTMILL_TOKEN", default=None)(f)
+    f = click.option("--token", default=None, help="bearer token with --api (default: AGENTMILL_TOKEN)")(f)
     return click.option("--api", "api_url", default=None, help="go through the HTTP API instead of Redis")(f)
 
 

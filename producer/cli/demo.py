@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -81,7 +80,8 @@ async def _demo(n: int) -> int:
     logs.configure(level="WARNING")
     t0 = time.monotonic()
     server = None
-    url = os.environ.get("REDIS_URL")
+    given = get_settings()
+    url = given.redis_url if "redis_url" in given.model_fields_set else None  # REDIS_URL unset: our own
     if url is None:
         try:
             server = RedisServer().start()

@@ -66,7 +66,7 @@ async def _tail_api(api: str, token: str | None, run_id: str, after: int) -> int
 @click.argument("run_id")
 @click.option("--after", type=int, default=0, help="resume after this seq")
 @click.option("--api", "api_url", default=None, help="read through the HTTP API instead of Redis")
-@click.option("--token", envvar="AGENTMILL_TOKEN", default=None)
+@click.option("--token", default=None, help="bearer token with --api (default: AGENTMILL_TOKEN)")
 def tail(run_id: str, after: int, api_url: str | None, token: str | None) -> None:
     exit_with(_tail_api(api_url, token, run_id, after) if api_url else _tail_redis(run_id, after))
 
@@ -129,7 +129,7 @@ main.command("reject", help="Reject a pending tool call.")(_decision(False))
 @click.option("--content", required=True, help="the result text ('-' reads it from stdin)")
 @click.option("--error", "is_error", is_flag=True, help="the call failed: content is the error")
 @click.option("--api", "api_url", default=None, help="post through the HTTP API instead of Redis")
-@click.option("--token", envvar="AGENTMILL_TOKEN", default=None)
+@click.option("--token", default=None, help="bearer token with --api (default: AGENTMILL_TOKEN)")
 def tool_result(run_id: str, tool_call_id: str, content: str, is_error: bool, api_url: str | None,
                 token: str | None) -> None:  # fmt: skip
     from shared.models import ClientToolResult

@@ -53,7 +53,7 @@ Outcome = str | tuple[str, str]  # a run id, or (error code, message)
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--wait", is_flag=True, help="show the batch's progress until every run ends")
 @click.option("--api", "api_url", default=None, help="submit through the HTTP API instead of Redis")
-@click.option("--token", envvar="AGENTMILL_TOKEN", default=None)
+@click.option("--token", default=None, help="bearer token with --api (default: AGENTMILL_TOKEN)")
 @click.option(
     "--batch-id",
     "--resume",
