@@ -16,7 +16,6 @@ from pydantic import Field, field_validator
 
 from shared import limits
 from shared.models import ClientTool, LoopLimits, Model, ToolPolicy
-from shared.settings import Settings
 
 __all__ = [
     "BUILTIN_PROFILES",
@@ -204,6 +203,8 @@ BUILTIN_PROFILES: tuple[AgentProfile, ...] = (
 
 def dev_profiles_enabled() -> bool:
     """AGENTMILL_DEV_PROFILES, read now (through Settings: one parsing rule for it)."""
+    from shared.settings import Settings  # here: pydantic-settings imports asyncio; the machine must not
+
     return Settings().dev_profiles
 
 
