@@ -87,4 +87,9 @@ def test_new_variables_are_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     }.items():
         monkeypatch.setenv(env, value)
     s = Settings()
-    assert (s.sse_heartbeat_s, s.webhooks, s.token, s.failpoints) == (0.2, False, "tok", "after_tool_effect:1")
+    assert (s.sse_heartbeat_s, s.webhooks, s.token, s.failpoints) == (
+        0.2,
+        False,
+        "tok",
+        "after_tool_effect:1",
+    )
