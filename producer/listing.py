@@ -21,6 +21,7 @@ from producer.batching import merge_batch, read_batch
 from producer.routing import run_many
 from producer.submission import SCOPED_PREFIX
 from shared import keys, limits
+from shared.fields import RunField, SessionField
 from shared.ids import is_valid_id
 from shared.models import RunStatus
 from shared.scripts import text
@@ -232,7 +233,7 @@ class Catalog:
             return {}
 
         def hget(key: str) -> Any:
-            return lambda pipe: pipe.hget(key, "clientSession")
+            return lambda pipe: pipe.hget(key, RunField.CLIENT_SESSION)
 
         replies = await self.p.parts.pipelined([(part, hget(part.run(text(row[0])))) for part, row in keyed])
         return {text(row[3]): text(r[0]) for (_, row), r in zip(keyed, replies, strict=True) if r[0]}
@@ -264,7 +265,7 @@ class Catalog:
         ids = self.p.scope(tenant).lookups(session_id)
 
         def hget(part: keys.Partition, sid: str) -> tuple[keys.Partition, Any]:
-            return part, lambda pipe: pipe.hget(part.session(sid), "tenant")
+            return part, lambda pipe: pipe.hget(part.session(sid), SessionField.TENANT)
 
         found = await self.p.parts.pipelined([hget(self.p.parts.home(s), s) for s in ids])
         return next(

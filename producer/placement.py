@@ -15,13 +15,14 @@ from redis.exceptions import WatchError
 
 from producer.routing import Parts
 from shared import keys
+from shared.fields import RunField
 from shared.ids import new_run_id
 from shared.scripts import text
 
 __all__ = ["POINTER_EXTRA_S", "Holder", "claim", "generated_id", "locate_many", "partition_of", "verdict"]
 
 POINTER_EXTRA_S = 2 * 86_400  # a pointer outlives its run's retention by this
-_RUN_FIELDS = ["tenant", "inputHash", "status"]
+_RUN_FIELDS = [RunField.TENANT, RunField.INPUT_HASH, RunField.STATUS]
 Verdict = tuple[str, str]  # what SUBMIT answers for a run that exists: (verdict, status)
 
 

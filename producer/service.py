@@ -22,6 +22,7 @@ from producer.submitter import Submitter
 from shared import keys, limits
 from shared.codec import to_jsonable
 from shared.events import decode_entry, stream_id
+from shared.fields import RunField
 from shared.models import ClientToolResult, RunEvent, RunResult, RunStatus
 from shared.profiles import AgentProfile
 from shared.quotas import DEFAULT_TENANT
@@ -30,8 +31,9 @@ from shared.settings import Settings, get_settings
 
 __all__ = ["DEFAULT_TENANT", "Producer", "RunRecord", "SubmissionError", "Submitted"]
 
-_RUN_FIELDS = ["status", "tenant", "sessionId", "createdAt", "lastSeq", "result", "approvals", "abort",
-               "clientPending", "clientSession"]  # fmt: skip
+F = RunField
+_RUN_FIELDS = [F.STATUS, F.TENANT, F.SESSION_ID, F.CREATED_AT, F.LAST_SEQ, F.RESULT, F.APPROVALS, F.ABORT,
+               F.CLIENT_PENDING, F.CLIENT_SESSION]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +123,7 @@ class Producer(Submitter):
         where = [(i, p) for i, p in enumerate(await locate_many(self.parts, ids)) if p is not None]
 
         def hget(key: str) -> Any:
-            return lambda pipe: pipe.hget(key, "tenant")
+            return lambda pipe: pipe.hget(key, F.TENANT)
 
         replies = await self.parts.pipelined([(p, hget(p.run(ids[i]))) for i, p in where])
         owned = {
@@ -143,17 +145,17 @@ class Producer(Submitter):
         found = None
         for (rid, p), (vals,) in zip(where, replies, strict=True):
             h = dict(zip(_RUN_FIELDS, (text(v) if v is not None else None for v in vals), strict=True))
-            if vals[0] is not None and (tenant is None or h["tenant"] == tenant):
+            if vals[0] is not None and (tenant is None or h[F.TENANT] == tenant):
                 found = (rid, p, h)
                 break
         if found is None:
             return None
         run_id, part, h = found
-        status = RunStatus(h["status"] or RunStatus.QUEUED.value)
-        result = RunResult.model_validate_json(h["result"]) if h["result"] else None
+        status = RunStatus(h[F.STATUS] or RunStatus.QUEUED.value)
+        result = RunResult.model_validate_json(raw) if (raw := h[F.RESULT]) else None
         pending: list[dict[str, Any]] = []
-        if status == RunStatus.AWAITING_HUMAN and h["approvals"]:
-            for call_id, entry in orjson.loads(h["approvals"]).items():
+        if status == RunStatus.AWAITING_HUMAN and (approvals := h[F.APPROVALS]):
+            for call_id, entry in orjson.loads(approvals).items():
                 if entry.get("decision") == "pending":
                     pending.append(
                         {
@@ -163,8 +165,8 @@ class Producer(Submitter):
                         }
                     )
         calls: list[dict[str, Any]] = []
-        if status == RunStatus.AWAITING_TOOLS and h["clientPending"]:
-            calls = orjson.loads(h["clientPending"])
+        if status == RunStatus.AWAITING_TOOLS and (offered := h[F.CLIENT_PENDING]):
+            calls = orjson.loads(offered)
 
             async def tools(c: Redis) -> list[Any]:
                 return list(await c.hmget(part.tools(run_id), [c_["toolCallId"] for c_ in calls]))  # type: ignore[misc]
@@ -176,16 +178,16 @@ class Producer(Submitter):
         return RunRecord(
             run_id=run_id,
             status=status,
-            tenant=h["tenant"] or "",
-            session_id=h["sessionId"] or None,
-            created_at_ms=int(h["createdAt"] or 0),
-            last_seq=int(h["lastSeq"] or 0),
+            tenant=h[F.TENANT] or "",
+            session_id=h[F.SESSION_ID] or None,
+            created_at_ms=int(h[F.CREATED_AT] or 0),
+            last_seq=int(h[F.LAST_SEQ] or 0),
             result=result,
             pending_approvals=pending,
-            abort_requested=bool(h["abort"]),
+            abort_requested=bool(h[F.ABORT]),
             pending_tool_calls=calls,
             stream_key=part.events(run_id),
-            client_session=h["clientSession"] or "",
+            client_session=h[F.CLIENT_SESSION] or "",
         )
 
     async def read_events(
@@ -263,7 +265,7 @@ class Producer(Submitter):
             return "unknown_run"
 
         async def gen_of(c: Redis) -> Any:
-            return await c.hget(part.run(run_id), "gen")  # type: ignore[misc]
+            return await c.hget(part.run(run_id), F.GEN)  # type: ignore[misc]
 
         for _ in range(5):
             gen_raw = await self.parts.call(part, gen_of)
@@ -352,7 +354,7 @@ class Producer(Submitter):
         where = [part] * len(scoped) if part is not None else await locate_many(self.parts, scoped)
 
         def hget(key: str) -> Any:
-            return lambda pipe: pipe.hget(key, "clientId")
+            return lambda pipe: pipe.hget(key, F.CLIENT_ID)
 
         found = [(r, p) for r, p in zip(scoped, where, strict=True) if p is not None]
         replies = await self.parts.pipelined([(p, hget(p.run(r))) for r, p in found])

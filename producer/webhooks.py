@@ -42,6 +42,7 @@ from producer.routing import Parts, as_partitions, run_many
 from producer.submission import Scope
 from shared import backoff, keys, limits
 from shared.clock import now_ms
+from shared.fields import RunField
 from shared.models import usable_url
 from shared.netguard import BlockedAddressError, ResponseTooLargeError, guarded_client, guarded_request
 from shared.profiles import RetryConfig
@@ -212,7 +213,8 @@ class Deliverer:
             shown, body, url_raw = await self._batch(part, batch)
         else:
             url_raw, body, client_id, client_session = await redis.hmget(
-                part.run(run_id), ["webhook", "result", "clientId", "clientSession"]
+                part.run(run_id),
+                [RunField.WEBHOOK, RunField.RESULT, RunField.CLIENT_ID, RunField.CLIENT_SESSION],
             )  # type: ignore[misc]
             if body and (client_id or client_session):  # kept under its tenant's keys: as its client knows it
                 result = orjson.loads(body)

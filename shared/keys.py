@@ -29,7 +29,6 @@ from redis.crc import key_slot
 __all__ = [
     "BATCH_DELIVERY",
     "CONTEXT_FIELDS",
-    "CRASHES_FIELD",
     "INDEX_DIMS",
     "SLOTS",
     "Layout",
@@ -55,10 +54,6 @@ INDEX_DIMS = ("all", "status", "agent", "session", "batch", "meta")
 # A finished batch's delivery id on a partition's webhook list: this prefix, then the batch key (a
 # runId never holds a brace, so the two kinds of delivery cannot be confused).
 BATCH_DELIVERY = "{batch}"
-
-# The run hash's field counting the attempts that lost their worker (the reconciler's lease sweep, or
-# the next acquire, counts one; at AGENTMILL_MAX_RUN_CRASHES the run ends failed, poison_run).
-CRASHES_FIELD = "crashes"
 
 # The order of Partition.context's fields; prelude.lua reads them by these names. Only what a script
 # needs for keys that depend on what it reads: every field is a ``<field>_prefix`` of Partition but
@@ -93,12 +88,12 @@ class Partition:
         self.tag = partition_tag(index, count)
         self.slot = slot_of(self.tag)
         b = self.base = f"{PREFIX}:{self.tag}:"
-        self.run_prefix = b + "run:"  # hash: status, epoch, gen, lastSeq, input, ckpt, result, owner, …
+        self.run_prefix = b + "run:"  # hash: shared.fields.RunField
         self.events_prefix = b + "events:"  # stream of RunEvents; entry id <seq>-0
         self.tools_prefix = b + "tools:"  # hash toolCallId -> {state, epoch, attempts, result}
         self.webhook_prefix = b + "webhook:"  # hash: a run's (or batch's) webhook delivery state
         self.pointer_prefix = b + "at:"  # string: partition index of a run living away from home
-        self.session_prefix = b + "s:"  # hash: tenant, createdAt, activeRun
+        self.session_prefix = b + "s:"  # hash: shared.fields.SessionField
         self.session_loops_prefix = b + "s.loops:"  # list of finished run loops (JSON), oldest first
         self.session_results_prefix = b + "s.results:"  # hash toolCallId -> result, for recall
         self.session_pending_prefix = b + "s.pending:"  # list of runIds waiting for the active run
@@ -110,7 +105,7 @@ class Partition:
         self.tenant_running_prefix = b + "t.running:"  # zset runId -> claimed at: maxRunning
         self.index_prefix = b + "ix:"  # + tenant:dim:value (index_key)
         self.pool_minute_prefix = b + "pool.min:"  # hash: runs started/ended in one minute (pool_minute)
-        self.batch_prefix = b + "batch:"  # + tenant:batchId (batch_key)
+        self.batch_prefix = b + "batch:"  # + tenant:batchId (batch_key); hash: shared.fields.BatchField
         self.job_key_prefix = job_key_prefix  # arq's; the job id carries the tag (job_id)
         self.queue = f"arq:queue:{self.tag}"  # arq's sorted set of this partition's pending job ids
         self.live = b + "live"  # zset runId -> when the reconciler should next look at it (ms)

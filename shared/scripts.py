@@ -2,9 +2,11 @@
 files in shared/lua/ (one per script, its KEYS and ARGV at its top), each run after clock.lua and, for
 the scripts on a partition, prelude.lua.
 
-The run hash (keys.Partition.run) is the source of truth: ``status``, ``gen`` (dispatch number, one arq
-job each), ``epoch`` (fencing token, taken by every job start), ``owner`` (the lease id of the worker
-running it), ``lastSeq`` (the stream's last seq), ``ckpt`` (the machine state), ``result``.
+The run hash (keys.Partition.run, its fields shared.fields.RunField) is the source of truth: its
+status, gen (dispatch number, one arq job each), epoch (fencing token, taken by every job start),
+owner (the lease id of the worker running it), lastSeq (the stream's last seq), ckpt (the machine
+state), result. The Lua names hash fields, statuses, event kinds and index dimensions by tokens
+(``F.STATUS``, ``S.QUEUED``: ``NAMES``) that ``render`` fills in from the Python enums.
 
 Liveness is per worker, not per run: each worker renews one entry in each partition's workers zset (its
 lease expiry) per beat, whatever its number of runs, and keeps the runs it holds in its runs set. A run
@@ -30,6 +32,8 @@ and take neither.
 from __future__ import annotations
 
 import functools
+import re
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +41,12 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
 from shared import dispatch, keys, limits
+from shared.fields import BatchField, RunField, SessionField
+from shared.models import EventKind
 from shared.settings import Settings
-from shared.statuses import TERMINAL
+from shared.statuses import TERMINAL, RunStatus
 
-__all__ = ["CONTEXT_EXTRA", "LUA_DIR", "SCRIPTS", "Scripts", "render", "source", "text"]
+__all__ = ["CONTEXT_EXTRA", "LUA_DIR", "NAMES", "SCRIPTS", "Scripts", "render", "source", "text"]
 
 LUA_DIR = Path(__file__).with_name("lua")
 _ON_PARTITION = ("clock", "prelude")
@@ -147,6 +153,27 @@ class Scripts:
         )
 
 
+# The names the scripts spell as ``<namespace>.<MEMBER>`` tokens (``F.STATUS``, ``S.QUEUED``), each
+# rendered as the quoted value: the facts Python declares, stated once.
+NAMES: dict[str, type[StrEnum]] = {
+    "F": RunField,  # the run hash's fields
+    "S": RunStatus,
+    "BATCH": BatchField,
+    "SESSION": SessionField,
+    "EVENT": EventKind,  # a stream entry's kind
+}
+_DIMS = {d.upper(): d for d in keys.INDEX_DIMS}  # DIM.STATUS: a listing index's dimension
+_NAME_TOKEN = re.compile(r"\b(F|S|BATCH|SESSION|EVENT|DIM)\.([A-Z][A-Z0-9_]*)\b")
+
+
+def _name(m: re.Match[str]) -> str:
+    space, member = m.group(1), m.group(2)
+    values = _DIMS if space == "DIM" else {e.name: e.value for e in NAMES[space]}
+    if member not in values:
+        raise ValueError(f"the Lua names {space}.{member}: no such member")
+    return f"'{values[member]}'"
+
+
 @functools.cache
 def source(name: str) -> str:
     """A script's source as written, its tokens not filled in yet."""
@@ -155,15 +182,15 @@ def source(name: str) -> str:
 
 def render(text_: str) -> str:
     """A script's text with the schema's constants filled in (the context's field names, the
-    terminal statuses): code, not settings."""
+    terminal statuses, the hash fields, statuses and the other names of ``NAMES``): code, not
+    settings. A token naming no member raises ValueError."""
     tokens = {
         "__CONTEXT_FIELDS__": ", ".join(f"'{f}'" for f in (*keys.CONTEXT_FIELDS, *CONTEXT_EXTRA)),
         "__TERMINAL__": ", ".join(f"{s.value}=true" for s in sorted(TERMINAL)),
-        "__CRASHES__": f"'{keys.CRASHES_FIELD}'",
     }
     for token, value in tokens.items():
         text_ = text_.replace(token, value)
-    return text_
+    return _NAME_TOKEN.sub(_name, text_)
 
 
 @functools.cache

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from shared.clock import now_ms
+from shared.fields import RunField
 from shared.keys import Partition
 from shared.partitions import Partitions
 from shared.scripts import Scripts, text
@@ -89,7 +90,7 @@ async def _redispatch(
     async def send(c: Any) -> list[Any]:
         async with c.pipeline(transaction=False) as pipe:
             for rid in run_ids:
-                pipe.hget(part.run(rid), "gen")
+                pipe.hget(part.run(rid), RunField.GEN)
             gens = await pipe.execute()
         async with c.pipeline(transaction=False) as pipe:
             for rid, g in zip(run_ids, gens, strict=True):

@@ -3,16 +3,16 @@
 -- Refused (no_lease) unless the acquiring worker's own lease is unexpired. The same acquire sent
 -- again (its reply lost, or the batch re-sent after a failover) answers as the first did.
 local function loaded(epoch, crashes)
-  local d = redis.call('HMGET', KEYS[1], 'lastSeq', 'ckpt', 'input', 'abort', 'approvals')
+  local d = redis.call('HMGET', KEYS[1], F.LAST_SEQ, F.CKPT, F.INPUT, F.ABORT, F.APPROVALS)
   return {'ok', tostring(epoch), d[1] or '0', d[2] or '', d[3] or '', d[4] or '', d[5] or '',
     redis.call('HGETALL', KEYS[3]), tostring(crashes)}
 end
-local h = redis.call('HMGET', KEYS[1], 'status', 'gen', 'owner', 'epoch', __CRASHES__)
+local h = redis.call('HMGET', KEYS[1], F.STATUS, F.GEN, F.OWNER, F.EPOCH, F.CRASHES)
 if not h[1] then return {'missing'} end
 if is_terminal(h[1]) then return {'terminal', h[1]} end
 if tonumber(h[2]) ~= tonumber(ARGV[2]) then return {'superseded', h[2]} end
 if not worker_alive(ARGV[3]) then return {'no_lease', ARGV[3]} end
-if h[3] == ARGV[3] and h[1] == 'running' then return loaded(h[4], h[5] or '0') end
+if h[3] == ARGV[3] and h[1] == S.RUNNING then return loaded(h[4], h[5] or '0') end
 if h[3] ~= '' and worker_alive(h[3]) then return {'busy', h[3]} end
 local crashes = tonumber(h[5] or '0')
 if h[3] ~= '' then  -- its worker died without handing it back and no sweep has counted that yet
@@ -21,8 +21,8 @@ if h[3] ~= '' then  -- its worker died without handing it back and no sweep has 
   if ended then return {'exhausted', tostring(crashes)} end
 end
 local epoch = tonumber(h[4]) + 1
-redis.call('HSET', KEYS[1], 'epoch', epoch, 'owner', ARGV[3], 'status', 'running')
-track(KEYS[1], ARGV[1], h[1], 'running')
+redis.call('HSET', KEYS[1], F.EPOCH, epoch, F.OWNER, ARGV[3], F.STATUS, S.RUNNING)
+track(KEYS[1], ARGV[1], h[1], S.RUNNING)
 redis.call('SADD', worker_runs_key(ARGV[3]), ARGV[1])
 redis.call('ZREM', LIVE, ARGV[1])  -- a running run is watched through its worker's lease
 return loaded(epoch, crashes)

@@ -18,8 +18,8 @@ if count + new > max_active then
   -- costs Redis a bounded amount per refused submission.
   local members = redis.call('ZRANGE', KEYS[1], 0, 199, 'WITHSCORES')
   for i = 1, #members, 2 do
-    local st = redis.call('HGET', run_key(members[i]), 'status')
-    if (st and st ~= 'queued' and st ~= 'running')
+    local st = redis.call('HGET', run_key(members[i]), F.STATUS)
+    if (st and st ~= S.QUEUED and st ~= S.RUNNING)
         or (not st and tonumber(members[i + 1]) < now - tonumber(ARGV[4])) then
       redis.call('ZREM', KEYS[1], members[i])
     end

@@ -13,7 +13,7 @@ local out = {'ok', redis.call('ZCOUNT', WORKERS, now, '+inf')}
 local msgs = redis.call('LPOP', KEYS[1], tonumber(ARGV[3]))
 if msgs then
   for _, rid in ipairs(msgs) do
-    local r = redis.call('HMGET', run_key(rid), 'epoch', 'abort', 'owner')
+    local r = redis.call('HMGET', run_key(rid), F.EPOCH, F.ABORT, F.OWNER)
     if r[3] == ARGV[1] then
       out[#out + 1] = rid; out[#out + 1] = r[1] or '0'; out[#out + 1] = r[2] or ''
     end

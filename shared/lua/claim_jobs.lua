@@ -26,8 +26,8 @@ local function running_count(t, cap)
   if n >= cap then
     local members = redis.call('ZRANGE', key, 0, 199, 'WITHSCORES')
     for i = 1, #members, 2 do
-      local st = redis.call('HGET', run_key(members[i]), 'status')
-      if st ~= 'running' and not (st == 'queued' and tonumber(members[i + 1]) >= now - check_ms) then
+      local st = redis.call('HGET', run_key(members[i]), F.STATUS)
+      if st ~= S.RUNNING and not (st == S.QUEUED and tonumber(members[i + 1]) >= now - check_ms) then
         redis.call('ZREM', key, members[i])
       end
     end
@@ -44,7 +44,7 @@ for i = 9, #ARGV do
   if score and tonumber(score) <= now then
     local tenant, cap = '', 0
     if max_running > 0 or ARGV[7] ~= '' then
-      tenant = redis.call('HGET', run_key(rid), 'tenant') or ''
+      tenant = redis.call('HGET', run_key(rid), F.TENANT) or ''
       cap = tonumber(caps[tenant] or max_running)
     end
     if cap > 0 and running_count(tenant, cap) >= cap then

@@ -8,7 +8,7 @@
 --   run deadline ms (maxRunDurationMs from the start; '' = none; bounds an approval wait too),
 --   iterations ('' = unchanged; kept as a field so scripts that end a run report it without
 --   parsing the checkpoint), the ending's error code ('' = none; a field, for listings).
-local h = redis.call('HMGET', KEYS[1], 'epoch', 'lastSeq', 'owner', 'status', 'webhook')
+local h = redis.call('HMGET', KEYS[1], F.EPOCH, F.LAST_SEQ, F.OWNER, F.STATUS, F.WEBHOOK)
 if not h[1] then return {'missing'} end
 if tonumber(h[1]) ~= tonumber(ARGV[1]) then return {'fenced', h[1]} end
 -- A worker past its lease writes nothing, even before anyone took its runs over.
@@ -67,22 +67,22 @@ local error_code = ARGV[i + 3] or ''
 -- The run hash's fields this commit changes, in one HSET at the end.
 local run_fields = {}
 local function set(k, v) run_fields[#run_fields + 1] = k; run_fields[#run_fields + 1] = v end
-if n > 0 then set('lastSeq', last) end
-if ARGV[7] ~= '' then set('ckpt', ARGV[7]) end
-if iterations ~= '' then set('iterations', iterations) end
+if n > 0 then set(F.LAST_SEQ, last) end
+if ARGV[7] ~= '' then set(F.CKPT, ARGV[7]) end
+if iterations ~= '' then set(F.ITERATIONS, iterations) end
 local status = ARGV[5]
 local now = status ~= '' and now_ms() or 0
 if status ~= '' then
   local owner = h[3]
   if owner and owner ~= '' then redis.call('SREM', worker_runs_key(owner), ARGV[4]) end
   track(KEYS[1], ARGV[4], h[4], status)
-  set('status', status); set('owner', '')
+  set(F.STATUS, status); set(F.OWNER, '')
 end
 if status == '' then
   -- still running: its worker's lease covers it
 elseif is_terminal(status) then
-  set('result', ARGV[6]); set('finishedAt', now)
-  if error_code ~= '' then set('errorCode', error_code) end
+  set(F.RESULT, ARGV[6]); set(F.FINISHED_AT, now)
+  if error_code ~= '' then set(F.ERROR_CODE, error_code) end
   redis.call('ZREM', LIVE, ARGV[4])
   redis.call('ZREM', AWAITING, ARGV[4])
   if h[5] and h[5] ~= '' then redis.call('LPUSH', WEBHOOKS, ARGV[4]) end
@@ -101,9 +101,9 @@ elseif is_terminal(status) then
   redis.call('EXPIRE', KEYS[1], ctx().retention)
   redis.call('EXPIRE', KEYS[2], ctx().retention)
   redis.call('EXPIRE', KEYS[3], ctx().retention)
-elseif status == 'awaiting_human' then
-  set('approvals', ARGV[6]); set('awaitingSince', now)
-  set('approvalTimeoutMs', approval_timeout); set('runDeadlineMs', run_deadline)
+elseif status == S.AWAITING_HUMAN then
+  set(F.APPROVALS, ARGV[6]); set(F.AWAITING_SINCE, now)
+  set(F.APPROVAL_TIMEOUT_MS, approval_timeout); set(F.RUN_DEADLINE_MS, run_deadline)
   redis.call('ZADD', AWAITING, now, ARGV[4])
   -- the reconciler ends the wait at the approval timeout or the run's deadline, whichever is first
   local due = nil
@@ -114,9 +114,9 @@ elseif status == 'awaiting_human' then
   else
     redis.call('ZREM', LIVE, ARGV[4])
   end
-elseif status == 'awaiting_tools' then
+elseif status == S.AWAITING_TOOLS then
   -- ARGV[6]: the pending client calls. Parked on no worker until each has a result or times out.
-  set('clientPending', ARGV[6]); set('awaitingSince', now)
+  set(F.CLIENT_PENDING, ARGV[6]); set(F.AWAITING_SINCE, now)
   redis.call('HSET', KEYS[1], unpack(run_fields)); run_fields = {}
   local open, earliest = client_settle(KEYS[1], KEYS[3], now)
   if open == 0 then

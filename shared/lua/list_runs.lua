@@ -15,7 +15,7 @@
 local limit, budget = tonumber(ARGV[2]), tonumber(ARGV[3])
 local idx = {}
 for j = 1, tonumber(ARGV[8]) do idx[#idx + 1] = index_key(ARGV[1], ARGV[7 + 2 * j], ARGV[8 + 2 * j]) end
-if #idx == 0 then idx = {index_key(ARGV[1], 'all', '')} end
+if #idx == 0 then idx = {index_key(ARGV[1], DIM.ALL, '')} end
 local driver, best = 1, nil
 for j, k in ipairs(idx) do
   local n = redis.call('ZCARD', k)
@@ -79,8 +79,8 @@ while not ended and used < budget and n < limit do
     end
     if ok then
       used = used + 1
-      local h = redis.call('HMGET', run_key(id), 'status', 'createdAt', 'sessionId', 'agent', 'batch',
-        'finishedAt', 'clientId', 'tenant', 'iterations', 'errorCode')
+      local h = redis.call('HMGET', run_key(id), F.STATUS, F.CREATED_AT, F.SESSION_ID, F.AGENT, F.BATCH,
+        F.FINISHED_AT, F.CLIENT_ID, F.TENANT, F.ITERATIONS, F.ERROR_CODE)
       if not h[1] or h[8] ~= ARGV[1] then
         dead[#dead + 1] = id
       else

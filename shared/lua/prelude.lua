@@ -49,13 +49,13 @@ local function worker_alive(w)
 end
 -- The run leaves its worker (finished, handed back, waiting for someone): out of the worker's set.
 local function leave_worker(run, run_id)
-  local owner = redis.call('HGET', run, 'owner')
+  local owner = redis.call('HGET', run, F.OWNER)
   if owner and owner ~= '' then redis.call('SREM', worker_runs_key(owner), run_id) end
 end
 -- Ask the worker running a run to abort it: the run hash holds the reason, the inbox the nudge.
 local function request_abort(run_id, reason)
-  redis.call('HSET', run_key(run_id), 'abort', reason)
-  local owner = redis.call('HGET', run_key(run_id), 'owner')
+  redis.call('HSET', run_key(run_id), F.ABORT, reason)
+  local owner = redis.call('HGET', run_key(run_id), F.OWNER)
   if owner and owner ~= '' then
     local inbox = worker_inbox_key(owner)
     redis.call('RPUSH', inbox, run_id)
@@ -92,10 +92,10 @@ local BATCH_NEW = nil  -- while deferring: batch key -> {tenant, batchId, runs c
 -- n runs were created in a batch: create its hash if needed, count them (all start queued).
 local function batch_add(t, batch, n, now)
   local bk = batch_key(t, batch)
-  if redis.call('HSETNX', bk, 'createdAt', now) == 1 then redis.call('HSET', bk, 'batchId', batch, 'tenant', t) end
-  redis.call('HINCRBY', bk, 'total', n)
-  redis.call('HINCRBY', bk, 'queued', n)
-  redis.call('HDEL', bk, 'finishedAt')
+  if redis.call('HSETNX', bk, BATCH.CREATED_AT, now) == 1 then redis.call('HSET', bk, BATCH.BATCH_ID, batch, BATCH.TENANT, t) end
+  redis.call('HINCRBY', bk, BATCH.TOTAL, n)
+  redis.call('HINCRBY', bk, S.QUEUED, n)
+  redis.call('HDEL', bk, BATCH.FINISHED_AT)
   redis.call('EXPIRE', bk, ctx().retention)
 end
 local function flush_deferred()
@@ -110,16 +110,16 @@ end
 -- A batch is finished once every run it has ended and no part is still to come (field open: the
 -- latest request said more); then, once, its webhook is queued. A finished batch takes no new runs.
 local function batch_settle(bk)
-  local b = redis.call('HMGET', bk, 'done', 'total', 'open', 'finishedAt', 'webhook')
+  local b = redis.call('HMGET', bk, BATCH.DONE, BATCH.TOTAL, BATCH.OPEN, BATCH.FINISHED_AT, BATCH.WEBHOOK)
   if b[4] or b[3] == '1' or tonumber(b[1] or '0') < tonumber(b[2] or '0') then return false end
-  redis.call('HSET', bk, 'finishedAt', now_ms())
+  redis.call('HSET', bk, BATCH.FINISHED_AT, now_ms())
   if (b[5] or '') ~= '' then redis.call('LPUSH', WEBHOOKS, ctx().batch_delivery .. bk) end
   return true
 end
 local BATCH_FINISHED = {}  -- batch key -> finished, looked up once per script call
 local function batch_finished(t, batch)
   local bk = batch_key(t, batch)
-  if BATCH_FINISHED[bk] == nil then BATCH_FINISHED[bk] = redis.call('HEXISTS', bk, 'finishedAt') == 1 end
+  if BATCH_FINISHED[bk] == nil then BATCH_FINISHED[bk] = redis.call('HEXISTS', bk, BATCH.FINISHED_AT) == 1 end
   return BATCH_FINISHED[bk]
 end
 local function ix_add(t, dim, value, id, score)
@@ -134,10 +134,10 @@ end
 local function track(run, id, old, new)
   old = old or ''
   if old == new then return end
-  local h = redis.call('HMGET', run, 'tenant', 'createdAt', 'batch')
+  local h = redis.call('HMGET', run, F.TENANT, F.CREATED_AT, F.BATCH)
   if not h[1] then return end
-  if old ~= '' then redis.call('ZREM', index_key(h[1], 'status', old), id) end
-  ix_add(h[1], 'status', new, id, tonumber(h[2] or '0'))
+  if old ~= '' then redis.call('ZREM', index_key(h[1], DIM.STATUS, old), id) end
+  ix_add(h[1], DIM.STATUS, new, id, tonumber(h[2] or '0'))
   if not h[3] or h[3] == '' then return end
   local bk = batch_key(h[1], h[3])
   if redis.call('EXISTS', bk) == 0 then return end
@@ -145,8 +145,8 @@ local function track(run, id, old, new)
   redis.call('HINCRBY', bk, new, 1)
   redis.call('EXPIRE', bk, ctx().retention)
   if is_terminal(new) and not is_terminal(old) then
-    redis.call('HINCRBY', bk, 'done', 1)
-    redis.call('EXPIRE', index_key(h[1], 'batch', h[3]), ctx().retention)
+    redis.call('HINCRBY', bk, BATCH.DONE, 1)
+    redis.call('EXPIRE', index_key(h[1], DIM.BATCH, h[3]), ctx().retention)
     batch_settle(bk)
   end
 end
@@ -163,7 +163,7 @@ local function enqueue_first(id, now) enqueue_gen(id, 1, now) end
 -- still pending past its deadline gets a timeout error as its result. Returns how many calls are
 -- still open and the earliest open deadline (Redis time decides, as for leases).
 local function client_settle(run, tools, now)
-  local raw = redis.call('HGET', run, 'clientPending')
+  local raw = redis.call('HGET', run, F.CLIENT_PENDING)
   if not raw or raw == '' then return 0, 0 end
   local open, earliest = 0, 0
   for _, p in ipairs(cjson.decode(raw)) do
@@ -187,25 +187,25 @@ local function client_settle(run, tools, now)
 end
 -- Every client call of a parked run has its result: back on the queue as dispatch gen + 1.
 local function client_resume(run, run_id, now)
-  local gen = tonumber(redis.call('HGET', run, 'gen')) + 1
-  track(run, run_id, redis.call('HGET', run, 'status'), 'queued')
-  redis.call('HSET', run, 'gen', gen, 'status', 'queued', 'owner', '')
+  local gen = tonumber(redis.call('HGET', run, F.GEN)) + 1
+  track(run, run_id, redis.call('HGET', run, F.STATUS), S.QUEUED)
+  redis.call('HSET', run, F.GEN, gen, F.STATUS, S.QUEUED, F.OWNER, '')
   enqueue_gen(run_id, gen, now)
 end
 -- The session's active run ended: start the next run waiting on the session, if any.
 local function session_advance(sid, finished)
   if not sid or sid == '' then return end
   local skey = session_key(sid)
-  if redis.call('HGET', skey, 'activeRun') ~= finished then return end
+  if redis.call('HGET', skey, SESSION.ACTIVE_RUN) ~= finished then return end
   while true do
     local nxt = redis.call('LPOP', ctx().session_pending .. sid)
     if not nxt then
-      redis.call('HSET', skey, 'activeRun', '')
+      redis.call('HSET', skey, SESSION.ACTIVE_RUN, '')
       return
     end
-    if redis.call('HGET', run_key(nxt), 'status') == 'queued' then
-      redis.call('HSET', skey, 'activeRun', nxt)
-      redis.call('HSET', run_key(nxt), 'held', '')
+    if redis.call('HGET', run_key(nxt), F.STATUS) == S.QUEUED then
+      redis.call('HSET', skey, SESSION.ACTIVE_RUN, nxt)
+      redis.call('HSET', run_key(nxt), F.HELD, '')
       enqueue_first(nxt, now_ms())
       return
     end
@@ -216,7 +216,7 @@ end
 local function finalize(run, stream, tools, run_id, status, code, message)
   local maxlen, retention = ctx().maxlen, ctx().retention
   flush_deferred()  -- a run created earlier in this script may be the one ending
-  local h = redis.call('HMGET', run, 'lastSeq', 'sessionId', 'iterations', 'epoch', 'status')
+  local h = redis.call('HMGET', run, F.LAST_SEQ, F.SESSION_ID, F.ITERATIONS, F.EPOCH, F.STATUS)
   local seq = tonumber(h[1] or '0') + 1
   local iterations = tonumber(h[3] or '0')
   local err = {code = code, message = message, retryable = false}
@@ -224,19 +224,19 @@ local function finalize(run, stream, tools, run_id, status, code, message)
   if h[2] and h[2] ~= '' then result.sessionId = h[2] end
   local ts = now_ms()
   leave_worker(run, run_id)
-  if status == 'failed' then  -- the machine's order: the run's error event, then its status
-    xadd(stream, seq, 'error', ts, cjson.encode({scope = 'run', code = code, message = message, retryable = false}),
+  if status == S.FAILED then  -- the machine's order: the run's error event, then its status
+    xadd(stream, seq, EVENT.ERROR, ts, cjson.encode({scope = 'run', code = code, message = message, retryable = false}),
       maxlen, tonumber(h[4] or '0') + 1)
     seq = seq + 1
   end
-  xadd(stream, seq, 'status', ts, cjson.encode({status = status, iterations = iterations, error = err}), maxlen,
+  xadd(stream, seq, EVENT.STATUS, ts, cjson.encode({status = status, iterations = iterations, error = err}), maxlen,
     tonumber(h[4] or '0') + 1)
-  redis.call('HSET', run, 'status', status, 'result', cjson.encode(result), 'lastSeq', seq,
-    'owner', '', 'epoch', tonumber(h[4] or '0') + 1, 'finishedAt', ts, 'abort', '', 'errorCode', code)
+  redis.call('HSET', run, F.STATUS, status, F.RESULT, cjson.encode(result), F.LAST_SEQ, seq,
+    F.OWNER, '', F.EPOCH, tonumber(h[4] or '0') + 1, F.FINISHED_AT, ts, F.ABORT, '', F.ERROR_CODE, code)
   redis.call('ZREM', LIVE, run_id)
   redis.call('ZREM', AWAITING, run_id)
   track(run, run_id, h[5], status)
-  local wh = redis.call('HGET', run, 'webhook')
+  local wh = redis.call('HGET', run, F.WEBHOOK)
   if wh and wh ~= '' then redis.call('LPUSH', WEBHOOKS, run_id) end
   session_advance(h[2], run_id)
   redis.call('EXPIRE', run, retention)
@@ -251,11 +251,11 @@ end
 -- Returns the count and whether the run ended.
 local function worker_lost(run, stream, tools, run_id, owner)
   redis.call('SREM', worker_runs_key(owner), run_id)
-  redis.call('HSET', run, 'owner', '')
-  local n = redis.call('HINCRBY', run, __CRASHES__, 1)
+  redis.call('HSET', run, F.OWNER, '')
+  local n = redis.call('HINCRBY', run, F.CRASHES, 1)
   local max = tonumber(ctx().max_run_crashes)
   if n < max then return n, false end
-  finalize(run, stream, tools, run_id, 'failed', 'poison_run',
+  finalize(run, stream, tools, run_id, S.FAILED, 'poison_run',
     'the run lost its worker ' .. n .. ' times (a crash, kill or lease loss each time; AGENTMILL_MAX_RUN_CRASHES=' ..
     max .. '): quarantined instead of handed to another worker')
   return n, true
@@ -263,7 +263,7 @@ end
 -- A run awaiting approval past its approval timeout or its maxRunDurationMs (whichever came first):
 -- the lastError code and message it ends with, or nil, nil and when the wait ends (nil: never).
 local function approval_expired(run, now)
-  local h = redis.call('HMGET', run, 'awaitingSince', 'approvalTimeoutMs', 'runDeadlineMs')
+  local h = redis.call('HMGET', run, F.AWAITING_SINCE, F.APPROVAL_TIMEOUT_MS, F.RUN_DEADLINE_MS)
   local timeout = tonumber(h[2] or '') or 0
   local approval_at = timeout > 0 and (tonumber(h[1] or '0') or 0) + timeout or nil
   local run_at = tonumber(h[3] or '')

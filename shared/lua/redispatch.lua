@@ -5,8 +5,8 @@
 --       live index)
 -- A running run whose worker's lease expired counts a lost attempt (worker_lost): at
 -- AGENTMILL_MAX_RUN_CRASHES it ends failed (poison_run) instead of being re-dispatched.
-local h = redis.call('HMGET', KEYS[1], 'status', 'gen', 'owner')
-if ARGV[4] ~= '' and (h[3] ~= ARGV[4] or h[1] ~= 'running') then
+local h = redis.call('HMGET', KEYS[1], F.STATUS, F.GEN, F.OWNER)
+if ARGV[4] ~= '' and (h[3] ~= ARGV[4] or h[1] ~= S.RUNNING) then
   redis.call('SREM', worker_runs_key(ARGV[4]), ARGV[1])  -- no longer that worker's to carry
   return {'moved'}
 end
@@ -15,21 +15,21 @@ if is_terminal(h[1]) then redis.call('ZREM', LIVE, ARGV[1]); return {'terminal'}
 if tonumber(h[2]) ~= tonumber(ARGV[2]) then return {'moved'} end
 local now = now_ms()
 local reason = ''
-if h[1] == 'running' then
+if h[1] == S.RUNNING then
   if worker_alive(h[3]) then redis.call('ZREM', LIVE, ARGV[1]); return {'alive'} end
   local crashes, ended = worker_lost(KEYS[1], KEYS[2], KEYS[3], ARGV[1], h[3])
   if ended then return {'poison_run', tostring(crashes)} end
   reason = 'lease_expired'
-elseif h[1] == 'queued' then
+elseif h[1] == S.QUEUED then
   if redis.call('EXISTS', KEYS[5]) == 0 and redis.call('EXISTS', KEYS[4]) == 1 then
     redis.call('ZADD', LIVE, now + tonumber(ctx().queued_check_ms), ARGV[1])
     return {'waiting'}
   end
   reason = 'job_lost'
-elseif h[1] == 'awaiting_human' then
+elseif h[1] == S.AWAITING_HUMAN then
   local code, message, due = approval_expired(KEYS[1], now)
   if code then
-    finalize(KEYS[1], KEYS[2], KEYS[3], ARGV[1], 'failed', code, message)
+    finalize(KEYS[1], KEYS[2], KEYS[3], ARGV[1], S.FAILED, code, message)
     return {code}
   end
   if due then  -- checked early (the sweeper's clock is not Redis's): keep the deadline watched
@@ -38,7 +38,7 @@ elseif h[1] == 'awaiting_human' then
     redis.call('ZREM', LIVE, ARGV[1])
   end
   return {'awaiting'}
-elseif h[1] == 'awaiting_tools' then
+elseif h[1] == S.AWAITING_TOOLS then
   local open, earliest = client_settle(KEYS[1], KEYS[3], now)
   if open > 0 then
     redis.call('ZADD', LIVE, earliest, ARGV[1])
@@ -49,7 +49,7 @@ end
 redis.call('ZREM', QUEUE, ARGV[3])
 redis.call('DEL', KEYS[4])
 local gen = tonumber(h[2]) + 1
-redis.call('HSET', KEYS[1], 'gen', gen, 'status', 'queued')
-track(KEYS[1], ARGV[1], h[1], 'queued')
+redis.call('HSET', KEYS[1], F.GEN, gen, F.STATUS, S.QUEUED)
+track(KEYS[1], ARGV[1], h[1], S.QUEUED)
 enqueue_gen(ARGV[1], gen, now, KEYS[6])
 return {'redispatched', reason}

@@ -12,7 +12,7 @@ for _, w in ipairs(redis.call('ZRANGE', WORKERS, 0, -1)) do
 end
 local out = {redis.call('ZCARD', QUEUE), running, redis.call('ZCARD', AWAITING)}
 for i = 1, #ARGV do
-  out[#out + 1] = redis.call('ZCARD', index_key(ARGV[i], 'status', 'queued'))
-  out[#out + 1] = redis.call('ZCARD', index_key(ARGV[i], 'status', 'running'))
+  out[#out + 1] = redis.call('ZCARD', index_key(ARGV[i], DIM.STATUS, S.QUEUED))
+  out[#out + 1] = redis.call('ZCARD', index_key(ARGV[i], DIM.STATUS, S.RUNNING))
 end
 return out

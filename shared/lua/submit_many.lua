@@ -11,7 +11,7 @@ DEFERRED, TRIM, BATCH_NEW = {}, {}, {}
 local now = now_ms()
 FIXED_NOW = now
 if batch ~= '' and redis.call('EXISTS', batch_key(t, batch)) == 1 and not batch_finished(t, batch) then
-  redis.call('HSET', batch_key(t, batch), 'open', '1')  -- a run this call ends must not finish it
+  redis.call('HSET', batch_key(t, batch), BATCH.OPEN, '1')  -- a run this call ends must not finish it
 end
 local c = ctx()
 for n, r in ipairs(runs) do
@@ -30,7 +30,7 @@ end
 flush_deferred()
 if batch ~= '' and redis.call('EXISTS', batch_key(t, batch)) == 1 and not batch_finished(t, batch) then
   -- open until the request ends: its last chunk may not be here yet (BATCH_CLOSE closes it)
-  redis.call('HSET', batch_key(t, batch), 'open', '1')
-  if ARGV[3] ~= '' then redis.call('HSET', batch_key(t, batch), 'webhook', ARGV[3]) end
+  redis.call('HSET', batch_key(t, batch), BATCH.OPEN, '1')
+  if ARGV[3] ~= '' then redis.call('HSET', batch_key(t, batch), BATCH.WEBHOOK, ARGV[3]) end
 end
 return out

@@ -8,9 +8,9 @@
 -- The listing indexes and the batch of a run just created (A as submit_one's).
 local function index_new(run, A, now)
   local t, id, batch = A[4], A[1], A[9] or ''
-  ix_add(t, 'all', '', id, now)
-  if A[10] then ix_add(t, 'agent', A[10], id, now) end
-  if A[5] ~= '' then ix_add(t, 'session', A[5], id, now) end
+  ix_add(t, DIM.ALL, '', id, now)
+  if A[10] then ix_add(t, DIM.AGENT, A[10], id, now) end
+  if A[5] ~= '' then ix_add(t, DIM.SESSION, A[5], id, now) end
   if batch ~= '' then
     if BATCH_NEW then
       local b = BATCH_NEW[batch]
@@ -19,14 +19,14 @@ local function index_new(run, A, now)
     else
       batch_add(t, batch, 1, now)
     end
-    ix_add(t, 'batch', batch, id, now)
+    ix_add(t, DIM.BATCH, batch, id, now)
   end
-  for j = 1, tonumber(A[11] or '0') do ix_add(t, 'meta', A[11 + j], id, now) end
-  ix_add(t, 'status', 'queued', id, now)
+  for j = 1, tonumber(A[11] or '0') do ix_add(t, DIM.META, A[11 + j], id, now) end
+  ix_add(t, DIM.STATUS, S.QUEUED, id, now)
 end
 local function submit_one(K, A)
   if redis.call('EXISTS', K[1]) == 1 then
-    local h = redis.call('HMGET', K[1], 'inputHash', 'status', 'tenant')
+    local h = redis.call('HMGET', K[1], F.INPUT_HASH, F.STATUS, F.TENANT)
     if h[3] ~= A[4] then return {'conflict', ''} end
     if h[1] == A[3] then return {'exists', h[2]} end
     return {'conflict', h[2]}
@@ -35,17 +35,17 @@ local function submit_one(K, A)
   local now = now_ms()
   local dispatch = true
   if A[5] ~= '' then
-    local s = redis.call('HMGET', K[3], 'tenant', 'activeRun')
+    local s = redis.call('HMGET', K[3], SESSION.TENANT, SESSION.ACTIVE_RUN)
     if not s[1] then
       if A[7] ~= '1' then return {'unknown_session', ''} end
-      redis.call('HSET', K[3], 'tenant', A[4], 'createdAt', now, 'activeRun', '')
+      redis.call('HSET', K[3], SESSION.TENANT, A[4], SESSION.CREATED_AT, now, SESSION.ACTIVE_RUN, '')
       s = {A[4], ''}
     elseif s[1] ~= A[4] then
       return {'unknown_session', ''}
     end
     local active = s[2]
     if active and active ~= '' then
-      local st = redis.call('HGET', run_key(active), 'status')
+      local st = redis.call('HGET', run_key(active), F.STATUS)
       if st and not is_terminal(st) then
         if A[8] == 'reject' then return {'session_busy', active} end
         dispatch = false
@@ -53,15 +53,15 @@ local function submit_one(K, A)
           local shown = A[12 + tonumber(A[11] or '0')]  -- the id the client knows the run by
           local why = 'interrupted by run ' .. ((shown and shown ~= '') and shown or A[1])
           for _, pid in ipairs(redis.call('LRANGE', K[4], 0, -1)) do
-            if redis.call('HGET', run_key(pid), 'status') == 'queued' then
-              finalize(run_key(pid), stream_key(pid), tools_key(pid), pid, 'aborted', 'aborted', why)
+            if redis.call('HGET', run_key(pid), F.STATUS) == S.QUEUED then
+              finalize(run_key(pid), stream_key(pid), tools_key(pid), pid, S.ABORTED, 'aborted', why)
             end
           end
           redis.call('DEL', K[4])
-          if st == 'running' then
+          if st == S.RUNNING then
             request_abort(active, why)
           else
-            finalize(run_key(active), stream_key(active), tools_key(active), active, 'aborted', 'aborted', why)
+            finalize(run_key(active), stream_key(active), tools_key(active), active, S.ABORTED, 'aborted', why)
             dispatch = true
           end
         end
@@ -69,24 +69,24 @@ local function submit_one(K, A)
     end
     redis.call('RPUSH', K[5], A[1])
     if dispatch then
-      redis.call('HSET', K[3], 'activeRun', A[1])
+      redis.call('HSET', K[3], SESSION.ACTIVE_RUN, A[1])
     else
       redis.call('RPUSH', K[4], A[1])
     end
   end
-  redis.call('HSET', K[1], 'status', 'queued', 'input', A[2], 'inputHash', A[3],
-    'tenant', A[4], 'sessionId', A[5], 'createdAt', now, 'gen', 1, 'epoch', 0, 'lastSeq', 0,
-    'owner', '', __CRASHES__, 0, 'webhook', A[6], 'abort', '', 'held', dispatch and '' or '1',
-    'agent', A[10] or '', 'batch', A[9] or '')
+  redis.call('HSET', K[1], F.STATUS, S.QUEUED, F.INPUT, A[2], F.INPUT_HASH, A[3],
+    F.TENANT, A[4], F.SESSION_ID, A[5], F.CREATED_AT, now, F.GEN, 1, F.EPOCH, 0, F.LAST_SEQ, 0,
+    F.OWNER, '', F.CRASHES, 0, F.WEBHOOK, A[6], F.ABORT, '', F.HELD, dispatch and '' or '1',
+    F.AGENT, A[10] or '', F.BATCH, A[9] or '')
   local client_id = A[12 + tonumber(A[11] or '0')]
-  if client_id and client_id ~= '' then redis.call('HSET', K[1], 'clientId', client_id) end
+  if client_id and client_id ~= '' then redis.call('HSET', K[1], F.CLIENT_ID, client_id) end
   local client_session = A[13 + tonumber(A[11] or '0')]
-  if client_session and client_session ~= '' then redis.call('HSET', K[1], 'clientSession', client_session) end
+  if client_session and client_session ~= '' then redis.call('HSET', K[1], F.CLIENT_SESSION, client_session) end
   index_new(K[1], A, now)
   if dispatch then
     redis.call('SET', K[2], job_payload(A[1], 1, now), 'PX', ctx().job_expire_ms)
     zadd(QUEUE, now, job_id(A[1], 1))
     zadd(LIVE, now + tonumber(ctx().queued_check_ms), A[1])
   end
-  return {'created', 'queued'}
+  return {'created', S.QUEUED}
 end

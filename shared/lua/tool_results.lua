@@ -2,7 +2,7 @@
 -- a repeat of a recorded result is a no-op, a different one a conflict. When the run is parked and
 -- this completes its calls, it goes back on the queue.
 -- KEYS: run, tools   ARGV: runId, tenant ('' = any), n, then toolCallId, content, isError ('1'|'') × n
-local h = redis.call('HMGET', KEYS[1], 'status', 'tenant')
+local h = redis.call('HMGET', KEYS[1], F.STATUS, F.TENANT)
 if not h[1] then return {'unknown_run'} end
 if ARGV[2] ~= '' and h[2] ~= ARGV[2] then return {'unknown_run'} end
 local finished = is_terminal(h[1])  -- then only exact repeats are answered (as no-ops)
@@ -38,7 +38,7 @@ for k = 0, n - 1 do
   end
 end
 for id, rec in pairs(new) do redis.call('HSET', KEYS[2], id, cjson.encode(rec)) end
-if h[1] == 'awaiting_tools' then
+if h[1] == S.AWAITING_TOOLS then
   local open = client_settle(KEYS[1], KEYS[2], now)
   if open == 0 then
     client_resume(KEYS[1], ARGV[1], now)

@@ -12,7 +12,7 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from shared.keys import CRASHES_FIELD
+from shared.fields import RunField
 from shared.redis_server import free_port
 from tests.integration.api_support import A, B, api, settings
 from tests.integration.helpers import assert_clean_stream, http_get, producer_for, script_run, stream
@@ -110,7 +110,7 @@ async def test_a_run_that_kills_every_worker_is_quarantined_after_max_run_crashe
         survivor.stop()
     assert rec is not None and rec.status.value == "failed", rec
     h = await redis.hgetall(K.run(sub.run_id))
-    assert int(h[CRASHES_FIELD.encode()]) == max_crashes
+    assert int(h[RunField.CRASHES.encode()]) == max_crashes
     assert orjson.loads(h[b"result"])["lastError"]["code"] == "poison_run"
     assert int(h[b"epoch"]) == max_crashes + 1  # taken twice, then ended by the sweep, not a third worker
     events = await stream(redis, sub.run_id)

@@ -12,7 +12,7 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from shared.keys import CRASHES_FIELD
+from shared.fields import RunField
 from shared.redis_server import RedisServer
 from tests.chaos.harness import chaos_profiles
 from tests.integration.helpers import assert_clean_stream, producer_for, script_run, stream, wait_all
@@ -75,7 +75,7 @@ async def test_sigkill_mid_run_resumes_from_checkpoint_within_the_lease(redis: R
         tools = {k.decode(): orjson.loads(v) for k, v in (await redis.hgetall(K.tools(r))).items()}
         assert all(t["state"] == "done" for t in tools.values()) and len(tools) == 4
         h = await redis.hgetall(K.run(r))
-        assert int(h[CRASHES_FIELD.encode()]) == 1 and int(h[b"epoch"]) == 2
+        assert int(h[RunField.CRASHES.encode()]) == 1 and int(h[b"epoch"]) == 2
 
 
 async def test_a_model_saying_call_0_every_round_killed_mid_round_never_reruns_a_recorded_call(
@@ -150,7 +150,7 @@ async def test_sigterm_hands_runs_back_at_a_checkpoint(redis: Redis, redis_url: 
         events = await stream(redis, r)
         assert_clean_stream(events)
         assert_resumed_not_restarted(events)
-        assert int((await redis.hget(K.run(r), CRASHES_FIELD)) or 0) == 0  # a hand-back is not a crash
+        assert int((await redis.hget(K.run(r), RunField.CRASHES)) or 0) == 0  # a hand-back is not a crash
 
 
 async def test_workers_survive_a_ten_second_redis_outage(tmp_path: object) -> None:

@@ -9,7 +9,7 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from shared.keys import CRASHES_FIELD
+from shared.fields import RunField
 from shared.scripts import Scripts
 from shared.settings import Settings
 from tests.integration.helpers import producer_for, script_run, stream
@@ -177,7 +177,7 @@ async def test_a_commit_sent_again_after_a_lost_reply_is_answered_not_refused(
 def assert_quarantined(h: dict[bytes, bytes], events: list[Any], crashes: int) -> None:
     """Ended failed as poison_run, through the run's normal terminal path: one error event, then the
     terminal status, seqs 1..n without a gap or repeat."""
-    assert h[b"status"] == b"failed" and int(h[CRASHES_FIELD.encode()]) == crashes
+    assert h[b"status"] == b"failed" and int(h[RunField.CRASHES.encode()]) == crashes
     assert orjson.loads(h[b"result"])["lastError"]["code"] == "poison_run"
     assert [e.seq for e in events] == list(range(1, len(events) + 1)) and events[-1].terminal
     errors = [e for e in events if e.kind == "error"]
@@ -212,7 +212,7 @@ async def test_the_lease_sweep_counts_each_lost_worker_once_and_quarantines_with
         sweeps = await asyncio.gather(*(reconcile_once(parts_of(redis), scripts, settings) for _ in range(3)))
         total = sum(sweeps, start=type(sweeps[0])())
         assert total["redispatched" if gen == 1 else "poison_run"] == 1, total  # once, whatever the sweeps
-        assert int(await redis.hget(K.run(rid), CRASHES_FIELD) or 0) == gen
+        assert int(await redis.hget(K.run(rid), RunField.CRASHES) or 0) == gen
     assert_quarantined(await redis.hgetall(K.run(rid)), await stream(redis, rid), crashes=2)
     assert await redis.zscore(K.queue, K.job_id(rid, 3)) is None  # not handed to a third worker
     assert await redis.zscore(K.live, rid) is None and not await redis.exists(K.worker_runs("w2"))
@@ -229,7 +229,7 @@ async def test_release_hands_back_without_counting_a_crash(
     assert isinstance(stale, NotAcquired) and stale.verdict == "superseded"
     _, acq = await acquire(redis, settings, rid, "w2", gen=2)
     assert isinstance(acq, Acquired) and acq.restarts == 0 and acq.epoch == 2
-    assert int(await redis.hget(K.run(rid), CRASHES_FIELD) or 0) == 0
+    assert int(await redis.hget(K.run(rid), RunField.CRASHES) or 0) == 0
 
 
 async def test_reconciler_redispatches_expired_and_lost_runs_once(

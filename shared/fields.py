@@ -1,0 +1,68 @@
+"""The fields of the hashes both Python and the Lua scripts read and write, named once: a run's
+(keys.Partition.run, the source of truth of a run), a batch's share in a partition
+(keys.Partition.batch) and a session's (keys.Partition.session).
+
+The scripts spell them as tokens (``F.LAST_SEQ``, ``BATCH.DONE``, ``SESSION.ACTIVE_RUN``; statuses as
+``S.QUEUED``) that shared.scripts.render fills in from these enums, so a field renamed here is renamed
+in every script, and a token naming no field fails at render time instead of reading nil in Redis.
+A StrEnum member is its value (it equals, hashes and encodes as it), so redis-py takes it as is.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = ["BatchField", "RunField", "SessionField"]
+
+
+class RunField(StrEnum):
+    """The run hash. Written at submission (submit_one.lua) unless said otherwise."""
+
+    STATUS = "status"  # shared.statuses.RunStatus; changed only by scripts, each calling track()
+    TENANT = "tenant"
+    CREATED_AT = "createdAt"  # ms, Redis time
+    INPUT = "input"  # the RunInput JSON
+    INPUT_HASH = "inputHash"  # what an idempotent resubmission must match
+    SESSION_ID = "sessionId"  # '' = none
+    AGENT = "agent"
+    BATCH = "batch"  # batch id, '' = none
+    CLIENT_ID = "clientId"  # the id the client knows a tenant-scoped run by
+    CLIENT_SESSION = "clientSession"  # likewise for its session
+    WEBHOOK = "webhook"  # the run's webhook URL, '' = none
+    HELD = "held"  # '1' while the run waits for its session's active run to end
+    GEN = "gen"  # dispatch number (one arq job each)
+    EPOCH = "epoch"  # fencing token, taken by every job start and by every ending from outside
+    OWNER = "owner"  # the lease id of the worker running it, '' = none
+    LAST_SEQ = "lastSeq"  # the run stream's last seq
+    CKPT = "ckpt"  # the machine state (commit.lua)
+    ITERATIONS = "iterations"  # kept beside the checkpoint so an ending from outside reports it
+    CRASHES = "crashes"  # attempts that lost their worker (AGENTMILL_MAX_RUN_CRASHES ends it, poison_run)
+    ABORT = "abort"  # the reason of a pending abort request, '' = none
+    RESULT = "result"  # the RunResult JSON, once the run ended
+    FINISHED_AT = "finishedAt"  # ms, Redis time
+    ERROR_CODE = "errorCode"  # the ending's lastError code, for listings (not a completed run's)
+    APPROVALS = "approvals"  # awaiting_human: {toolCallId: {decision, …}} JSON
+    AWAITING_SINCE = "awaitingSince"  # ms, when it parked (awaiting_human, awaiting_tools)
+    APPROVAL_TIMEOUT_MS = "approvalTimeoutMs"  # '' = none
+    RUN_DEADLINE_MS = "runDeadlineMs"  # maxRunDurationMs from its start, bounds an approval wait; '' = none
+    CLIENT_PENDING = "clientPending"  # awaiting_tools: the client calls it waits for (JSON)
+
+
+class BatchField(StrEnum):
+    """A batch's share in one partition; besides these, one counter per RunStatus value (its runs
+    in that status)."""
+
+    BATCH_ID = "batchId"
+    TENANT = "tenant"
+    CREATED_AT = "createdAt"
+    TOTAL = "total"  # runs created in it here
+    DONE = "done"  # of them ended
+    OPEN = "open"  # '1' while a request adding runs to it is under way
+    FINISHED_AT = "finishedAt"  # set once every run ended and no part is still to come
+    WEBHOOK = "webhook"  # the batch's webhook URL, '' = none
+
+
+class SessionField(StrEnum):
+    TENANT = "tenant"
+    CREATED_AT = "createdAt"
+    ACTIVE_RUN = "activeRun"  # the run the session runs now, '' = none

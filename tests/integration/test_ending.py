@@ -1,0 +1,81 @@
+"""A run's ending is built in two places: by the machine (worker/machine/steps.finish, committed by its
+worker) and by ``finalize`` (shared/lua/prelude.lua) for the endings from outside a worker (an abort
+while queued or parked, an approval timeout, a poison run). For the same run and the same ending both
+write the same events and the same result, but for ``usage``: finalize does not know the tokens a
+run spent (they live in its checkpoint), so its result has none (real redis-server)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from redis.asyncio import Redis
+
+from shared.codec import to_jsonable
+from shared.fields import RunField
+from shared.scripts import LUA_DIR, Scripts, render
+from shared.statuses import RunStatus
+from tests.integration.helpers import producer_for, script_run, stream
+from tests.support.schema import K
+from worker import machine as m
+
+pytestmark = pytest.mark.integration
+
+T0 = 1_000_000
+Ending = tuple[list[tuple[str, dict[str, Any]]], dict[str, Any]]  # events (kind, payload), result
+
+FINALIZE = "return finalize(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4])"
+
+
+def machine_ending(run_id: str, session_id: str | None, event: m.Event) -> Ending:
+    """What the worker would commit: the Emit commands' (kind, payload) and the Finish result."""
+    _, cmds = m.decide(m.initial_state(run_id, session_id), event)
+    events = [(c.kind.value, c.payload) for c in cmds if isinstance(c, m.Emit)]
+    (finish,) = [c for c in cmds if isinstance(c, m.Finish)]
+    result = to_jsonable(finish.result)
+    assert result.pop("usage") == {"inputTokens": 0, "outputTokens": 0}  # the one field finalize lacks
+    return events, result
+
+
+async def lua_ending(redis: Redis, run_id: str) -> Ending:
+    events = [(e.kind.value, e.payload) for e in await stream(redis, run_id)]
+    return events, orjson.loads(await redis.hget(K.run(run_id), RunField.RESULT) or b"null")
+
+
+async def queued_run(redis: Redis, redis_url: str, run_id: str, session_id: str | None) -> None:
+    extra: dict[str, Any] = {"sessionId": session_id, "autoCreateSession": True} if session_id else {}
+    await producer_for(redis, redis_url).submit(script_run([{"text": "x"}], runId=run_id, **extra))
+
+
+@pytest.mark.parametrize("session_id", [None, "ses-1"])
+async def test_an_abort_of_a_queued_run_ends_it_as_the_machine_would(
+    redis: Redis, redis_url: str, session_id: str | None
+) -> None:
+    await queued_run(redis, redis_url, "r-abort", session_id)
+    assert (
+        await producer_for(redis, redis_url).abort("r-abort", reason="the user changed their mind")
+        == "aborted"
+    )
+    want = machine_ending("r-abort", session_id, m.AbortRequested(T0, reason="the user changed their mind"))
+    assert await lua_ending(redis, "r-abort") == want
+    assert want[1]["status"] == RunStatus.ABORTED and want[1]["lastError"]["code"] == "aborted"
+
+
+@pytest.mark.parametrize(
+    "status, code, message, event",
+    [
+        (RunStatus.ABORTED, "aborted", "stop", m.AbortRequested(T0, reason="stop")),
+        (RunStatus.FAILED, "poison_run", "lost", m.StartRejected(T0, code="poison_run", message="lost")),
+    ],
+)
+async def test_finalize_writes_the_machines_ending(
+    redis: Redis, status: RunStatus, code: str, message: str, event: m.Event
+) -> None:
+    """finalize itself, for both of its statuses: a failed run's error event, then its status."""
+    await redis.hset(K.run("r-fin"), mapping={RunField.STATUS: RunStatus.QUEUED, RunField.LAST_SEQ: 0})
+    probe = render("".join((LUA_DIR / f"{p}.lua").read_text() for p in ("clock", "prelude")) + FINALIZE)
+    own = [K.run("r-fin"), K.events("r-fin"), K.tools("r-fin")]
+    k, a = Scripts(redis).frame(K, own, ["r-fin", status, code, message])
+    await redis.eval(probe, len(k), *k, *a)
+    assert await lua_ending(redis, "r-fin") == machine_ending("r-fin", None, event)

@@ -1,0 +1,79 @@
+"""The facts Python declares are stated once: the Lua names run-hash (and batch, session) fields,
+statuses, event kinds and index dimensions only by tokens (``F.STATUS``, ``S.QUEUED``) that
+shared.scripts.render fills in from the enums, and the rendered scripts are the same in every process."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+from shared import keys
+from shared.fields import BatchField, RunField, SessionField
+from shared.models import EventKind
+from shared.scripts import LUA_DIR, NAMES, SCRIPTS, render, source
+from shared.statuses import RunStatus
+
+# The quoted literals that spell such a name but mean something else, each counted: a new literal
+# of a field or status name fails until it is a token (or, when it means something else, listed here).
+OTHER_MEANINGS = {
+    ("abort.lua", "aborted"): 2,  # the lastError code of an abort, and the script's verdict
+    ("submit_one.lua", "aborted"): 2,  # the lastError code of the runs an interrupt aborts
+    ("redispatch.lua", "awaiting_tools"): 1,  # the script's verdict
+    ("prelude.lua", "epoch"): 1,  # a stream entry's field (xadd), not the run hash's
+    ("prelude.lua", "done"): 1,  # a tool record's state
+    ("tool_results.lua", "done"): 3,  # likewise
+}
+NAMED = {*RunField, *RunStatus, *BatchField, *SessionField, *EventKind, *keys.INDEX_DIMS}
+
+
+def _literals() -> Counter[tuple[str, str]]:
+    found: Counter[tuple[str, str]] = Counter()
+    for path in sorted(LUA_DIR.glob("*.lua")):
+        for line in path.read_text().splitlines():
+            code = re.sub(r"--.*$", "", line)  # no Lua string here holds "--"
+            found.update((path.name, lit) for lit in re.findall(r"'([^'\\]*)'", code) if lit in NAMED)
+    return found
+
+
+def test_no_field_or_status_is_spelled_in_the_lua_but_by_its_token() -> None:
+    assert dict(_literals()) == OTHER_MEANINGS
+
+
+def test_every_token_is_filled_in_with_its_python_value() -> None:
+    for name in SCRIPTS:
+        rendered = render(source(name))
+        assert not re.search(r"\b(F|S|BATCH|SESSION|EVENT|DIM)\.[A-Z]", rendered), name
+    assert render(
+        "h[F.LAST_SEQ], S.AWAITING_HUMAN, BATCH.DONE, SESSION.ACTIVE_RUN, EVENT.ERROR, DIM.META"
+    ) == ("h['lastSeq'], 'awaiting_human', 'done', 'activeRun', 'error', 'meta'")
+    assert set(NAMES) == {"F", "S", "BATCH", "SESSION", "EVENT"}
+    # a lowercase member (a Lua table's field, ctx().run) is no token
+    assert render("local c = ctx(); return c.run, f.epoch") == "local c = ctx(); return c.run, f.epoch"
+
+
+@pytest.mark.parametrize("token", ["F.STAUS", "S.DONE", "BATCH.STATUS", "DIM.TENANT"])
+def test_a_token_naming_no_member_fails_at_render_time(token: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(token)):
+        render(f"redis.call('HGET', KEYS[1], {token})")
+
+
+_SHAS = (
+    "import hashlib, json; from shared.scripts import SCRIPTS, render, source; "
+    "print(json.dumps({n: hashlib.sha1(render(source(n)).encode()).hexdigest() for n in SCRIPTS}))"
+)
+
+
+def test_the_rendered_scripts_and_their_shas_are_the_same_in_every_process() -> None:
+    here = {n: hashlib.sha1(render(source(n)).encode()).hexdigest() for n in SCRIPTS}
+    out = subprocess.run(  # another process, with another order of its sets
+        [sys.executable, "-c", _SHAS], env={**os.environ, "PYTHONHASHSEED": "7"},
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    assert json.loads(out) == here
