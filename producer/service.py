@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -19,11 +18,11 @@ from redis.asyncio import Redis
 from producer import batch_submit
 from producer.placement import locate_many
 from producer.routing import Parts, as_partitions, run_script
+from producer.run_record import RunRecord
 from producer.scope import SCOPED_PREFIX, Scope
 from producer.submission import SubmissionError, Submitted
 from producer.submitter import Submitter
 from shared import keys, limits
-from shared.codec import to_jsonable
 from shared.events import decode_entry, stream_id
 from shared.models import ClientToolResult, RunEvent, RunInput, RunResult, RunStatus
 from shared.profiles import AgentProfile
@@ -35,52 +34,6 @@ __all__ = ["DEFAULT_TENANT", "Producer", "RunRecord", "SubmissionError", "Submit
 
 _RUN_FIELDS = ["status", "tenant", "sessionId", "createdAt", "lastSeq", "result", "approvals", "abort",
                "clientPending", "clientSession"]  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True)
-class RunRecord:
-    run_id: str
-    status: RunStatus
-    tenant: str
-    session_id: str | None
-    created_at_ms: int
-    last_seq: int
-    result: RunResult | None
-    pending_approvals: list[dict[str, Any]] = field(default_factory=list)
-    abort_requested: bool = False
-    pending_tool_calls: list[dict[str, Any]] = field(default_factory=list)
-    key_id: str = ""  # the id its keys use, when not run_id (its tenant's key of it, submission.Scope)
-    stream_key: str = ""  # the Redis stream of its events (``redis-cli XREAD … STREAMS <it> 0`` tails it)
-    client_session: str = ""  # the id its client knows its session by, when not session_id
-
-    @property
-    def key(self) -> str:
-        return self.key_id or self.run_id
-
-    def as_seen_by(self, client_id: str) -> RunRecord:
-        """The record under the id its tenant knows it by."""
-        return self if client_id == self.run_id else replace(self, run_id=client_id, key_id=self.key)
-
-    def view(self) -> dict[str, Any]:
-        session = self.client_session or self.session_id
-        d: dict[str, Any] = {
-            "runId": self.run_id,
-            "status": self.status.value,
-            "sessionId": session,
-            "createdAt": self.created_at_ms,
-            "lastSeq": self.last_seq,
-            "streamKey": self.stream_key,
-        }
-        if self.result is not None:
-            d["result"] = to_jsonable(self.result)
-            d["result"]["runId"] = self.run_id
-            if d["result"].get("sessionId"):
-                d["result"]["sessionId"] = session
-        if self.pending_approvals:
-            d["pendingApprovals"] = self.pending_approvals
-        if self.pending_tool_calls:
-            d["pendingToolCalls"] = self.pending_tool_calls
-        return d
 
 
 class Producer:
