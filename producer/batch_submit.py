@@ -1,31 +1,23 @@
-"""Submitting many runs at once (``Submitter.submit_many``): one quota admission for the request,
-chunks of one partition sent while the next items are validated (producer.chunks), the batch's
-shares and the ids held elsewhere looked at meanwhile, and the answers put back in request order."""
+"""Submitting many runs at once (``Producer.submit_many``), through the Submitter's public steps:
+one quota admission for the request, chunks of one partition sent while the next items are
+validated (producer.chunk_sender), the batch's shares and the ids held elsewhere looked at
+meanwhile, and the answers put back in request order."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from producer.batching import batch_gate, close_batch
-from producer.chunks import ChunkSender
-from producer.placement import Holder, claim, verdict
-from producer.submission import (
-    Prepared,
-    SubmissionError,
-    Submitted,
-    batch_run_prefix,
-    claimed_id,
-    claimed_session,
-    outcome,
-)
+from producer.batch_shares import batch_gate, close_batch
+from producer.placement import Holder, verdict
+from producer.prepared import Prepared
+from producer.scope import batch_run_prefix, claimed_id, claimed_session
+from producer.submission import SubmissionError, Submitted, outcome
+from producer.submitter import Submitter
 from shared import keys, limits
 from shared.models import RunInput
 from shared.quotas import DEFAULT_TENANT, Quota
-
-if TYPE_CHECKING:
-    from producer.submitter import Submitter
 
 __all__ = ["SUBMIT_CHUNK", "submit_many"]
 
@@ -78,34 +70,33 @@ async def submit_many(
     # wait for Redis to finish the previous chunk every time). Items that then fail validation
     # were counted and are forgotten after ADMIT_GRACE_MS, as any refused submission. On more
     # than one partition, the pointers of the ids not generated here are claimed meanwhile
-    # (producer.placement), and the batch's shares looked at (producer.batching.batch_gate).
+    # (producer.placement), and the batch's shares looked at (producer.batch_shares.batch_gate).
     placed: dict[int, list[str]] = {}
     chosen: dict[int, tuple[str, keys.Partition]] = {}  # item -> (its id, where its id is claimed)
     if layout.count == 1:  # one partition: every run lives there, no pointer to claim
         placed[0] = [scope.key(claimed_id(raw) or d) for raw, d in zip(items, defaults, strict=True)]
     for i, (raw, d) in enumerate(zip(items, defaults, strict=True) if layout.count > 1 else ()):
         rid, sid = key_of(raw, d)
-        part = p._partition(rid, sid)
+        part = p.place(rid, sid)
         placed.setdefault(part.index, []).append(rid)
         if prefix is not None or claimed_id(raw) is not None:
             chosen[i] = (rid, part)
-    admitted = asyncio.ensure_future(p.admit(tenant, placed, quota))
+    admitted = asyncio.ensure_future(p.admit(tenant, placed, quota, list(chosen.values())))
     gated = (
         asyncio.ensure_future(batch_gate(p.parts, tenant, batch_id, batch_webhook or ""))
         if batch_id and layout.count > 1
         else None
     )
-    looked = asyncio.ensure_future(claim(p.parts, list(chosen.values()), p._pointer_ttl)) if chosen else None
     await asyncio.sleep(0)  # let them go out
     holders: dict[int, Holder] = {}
 
     async def ready() -> tuple[frozenset[int], str]:
         """(the partitions that refuse the batch's new runs, the batch webhook its new shares
         get) once admitted."""
+        if chosen and not holders:
+            holders.update(zip(chosen, await admitted, strict=True))
         await admitted
         refusing, webhook = await gated if gated is not None else (frozenset(), batch_webhook or "")
-        if looked is not None and not holders:
-            holders.update(zip(chosen, await looked, strict=True))
         return refusing, webhook
 
     def refused(exc: SubmissionError) -> list[Submitted | SubmissionError]:
@@ -140,7 +131,7 @@ async def submit_many(
             await sender.send(part, [p for _, p in go], webhook)
             sent.append(go)
 
-    async with ChunkSender(p, tenant, batch_id or "") as sender:
+    async with p.sender(tenant, batch_id or "") as sender:
         try:
             for i, raw in enumerate(items):
                 try:
@@ -158,7 +149,7 @@ async def submit_many(
                     )
                     continue
                 seen.add(prep.run_id)
-                part = p._partition(prep.run_id, prep.session_id)
+                part = p.place(prep.run_id, prep.session_id)
                 chunk = unsent.setdefault(part.index, [])
                 chunk.append((i, prep))
                 if len(chunk) == SUBMIT_CHUNK:
@@ -168,7 +159,7 @@ async def submit_many(
         except SubmissionError as exc:
             return refused(exc)
         finally:
-            for f in (admitted, gated, looked):  # an unexpected error while validating: do not leave them
+            for f in (admitted, gated):  # an unexpected error while validating: do not leave them
                 if f is not None and not f.done():
                     f.cancel()
                 elif f is not None and not f.cancelled():
@@ -197,6 +188,6 @@ async def submit_many(
 async def _alone(p: Submitter, prep: Prepared, tenant: str, batch_id: str) -> Submitted | SubmissionError:
     """One run of a batch submitted on its own (placed elsewhere than claimed)."""
     try:
-        return await p.submit_prepared(prep, tenant, batch_id)
+        return await p.send(prep, tenant, batch_id)
     except SubmissionError as exc:
         return exc

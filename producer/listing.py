@@ -2,7 +2,7 @@
 
 Both read what the scripts keep (shared/scripts.py) on every partition: per-tenant sorted sets of
 runIds by creation time, one per filter value (keys.Partition.index_key), and one hash of counters
-per batch share (keys.Partition.batch, producer.batching), updated by every script that changes a
+per batch share (keys.Partition.batch, producer.batch_shares), updated by every script that changes a
 run's status, in the same call. A listing asks every partition for a page from the same cursor and
 merges them (merge_pages). Nothing here scans Redis.
 """
@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from producer.batching import merge_batch, read_batch
+from producer.batch_shares import merge_batch, read_batch
 from producer.routing import run_many
-from producer.submission import SCOPED_PREFIX
+from producer.scope import SCOPED_PREFIX
 from shared import keys, limits
 from shared.fields import RunField, SessionField
 from shared.ids import is_valid_id
@@ -273,7 +273,7 @@ class Catalog:
         )
 
     async def batch(self, tenant: str, batch_id: str) -> dict[str, Any] | None:
-        """The batch's progress: its shares summed (producer.batching)."""
+        """The batch's progress: its shares summed (producer.batch_shares)."""
         h = merge_batch(await read_batch(self.p.parts, tenant, batch_id))
         return batch_view(h) if h is not None else None
 

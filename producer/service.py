@@ -1,4 +1,5 @@
-"""The producer service in Python: submit runs (producer.submitter), read them and their events, wait
+"""The producer service in Python: submit runs (its Submitter, producer.submitter; many at once:
+producer.batch_submit), read them and their events, wait
 for them, abort them, settle their approvals, post client tool results, read sessions.
 
 Every read by run id first finds the run's partition (Partitions.locate: no round trip with one
@@ -9,23 +10,24 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
 from redis.asyncio import Redis
 
+from producer import batch_submit
 from producer.placement import locate_many
 from producer.routing import Parts, as_partitions, run_script
-from producer.submission import SCOPED_PREFIX, SubmissionError, Submitted
+from producer.run_record import RunRecord
+from producer.scope import SCOPED_PREFIX, Scope
+from producer.submission import SubmissionError, Submitted
 from producer.submitter import Submitter
 from shared import keys, limits
-from shared.codec import to_jsonable
 from shared.events import decode_entry, stream_id
 from shared.fields import RunField
-from shared.models import ClientToolResult, RunEvent, RunResult, RunStatus
+from shared.models import ClientToolResult, RunEvent, RunInput, RunResult, RunStatus
 from shared.profiles import AgentProfile
-from shared.quotas import DEFAULT_TENANT
+from shared.quotas import DEFAULT_TENANT, Quota
 from shared.scripts import Scripts, text
 from shared.settings import Settings, get_settings
 
@@ -36,54 +38,9 @@ _RUN_FIELDS = [F.STATUS, F.TENANT, F.SESSION_ID, F.CREATED_AT, F.LAST_SEQ, F.RES
                F.CLIENT_PENDING, F.CLIENT_SESSION]  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True)
-class RunRecord:
-    run_id: str
-    status: RunStatus
-    tenant: str
-    session_id: str | None
-    created_at_ms: int
-    last_seq: int
-    result: RunResult | None
-    pending_approvals: list[dict[str, Any]] = field(default_factory=list)
-    abort_requested: bool = False
-    pending_tool_calls: list[dict[str, Any]] = field(default_factory=list)
-    key_id: str = ""  # the id its keys use, when not run_id (its tenant's key of it, submission.Scope)
-    stream_key: str = ""  # the Redis stream of its events (``redis-cli XREAD … STREAMS <it> 0`` tails it)
-    client_session: str = ""  # the id its client knows its session by, when not session_id
-
-    @property
-    def key(self) -> str:
-        return self.key_id or self.run_id
-
-    def as_seen_by(self, client_id: str) -> RunRecord:
-        """The record under the id its tenant knows it by."""
-        return self if client_id == self.run_id else replace(self, run_id=client_id, key_id=self.key)
-
-    def view(self) -> dict[str, Any]:
-        session = self.client_session or self.session_id
-        d: dict[str, Any] = {
-            "runId": self.run_id,
-            "status": self.status.value,
-            "sessionId": session,
-            "createdAt": self.created_at_ms,
-            "lastSeq": self.last_seq,
-            "streamKey": self.stream_key,
-        }
-        if self.result is not None:
-            d["result"] = to_jsonable(self.result)
-            d["result"]["runId"] = self.run_id
-            if d["result"].get("sessionId"):
-                d["result"]["sessionId"] = session
-        if self.pending_approvals:
-            d["pendingApprovals"] = self.pending_approvals
-        if self.pending_tool_calls:
-            d["pendingToolCalls"] = self.pending_tool_calls
-        return d
-
-
-class Producer(Submitter):
-    """The producer service in Python: submit runs (Submitter), read them, wait for them, control them.
+class Producer:
+    """The producer service in Python: submit runs (through its Submitter), read them, wait for them,
+    control them.
 
     ``redis``: a plain client (the settings' partitions all on it) or a started Partitions; the
     caller closes it. ``stream_redis`` likewise, for blocking stream reads (default: ``redis``)."""
@@ -100,9 +57,55 @@ class Producer(Submitter):
         self.parts = as_partitions(redis, self.settings)
         self.stream_parts = self.parts if stream_redis is None else as_partitions(stream_redis, self.settings)
         self.redis: Redis = self.parts.client(self.parts.parts[0])  # a client, for what needs one at all
-        self.profiles = profiles
         self.scripts = Scripts.for_settings(self.redis, self.settings)
-        self._many_loaded = set()
+        self.submitter = Submitter(self.parts, self.settings, self.scripts, profiles)
+
+    @property
+    def profiles(self) -> dict[str, AgentProfile] | None:
+        """The agents runs may name (None: any), as the Submitter checks them."""
+        return self.submitter.profiles
+
+    @profiles.setter
+    def profiles(self, profiles: dict[str, AgentProfile] | None) -> None:
+        self.submitter.profiles = profiles
+
+    def scope(self, tenant: str) -> Scope:
+        """The ids ``tenant``'s runs and sessions are kept under (producer.scope.Scope)."""
+        return self.submitter.scope(tenant)
+
+    # ---- submitting ----
+
+    async def submit(
+        self,
+        raw: RunInput | dict[str, Any],
+        *,
+        tenant: str = DEFAULT_TENANT,
+        idempotency_key: str | None = None,
+        quota: Quota | None = None,
+    ) -> Submitted:
+        """One run (Submitter.submit); a refusal raises its SubmissionError."""
+        return await self.submitter.submit(raw, tenant=tenant, idempotency_key=idempotency_key, quota=quota)
+
+    def check_batch_size(self, n: int) -> None:
+        """The batch limit (AGENTMILL_MAX_BATCH): 413 past it (Submitter.check_batch_size)."""
+        self.submitter.check_batch_size(n)
+
+    async def submit_many(
+        self,
+        items: Sequence[RunInput | dict[str, Any]],
+        *,
+        tenant: str = DEFAULT_TENANT,
+        batch_id: str | None = None,
+        offset: int = 0,
+        batch_webhook: str | None = None,
+        quota: Quota | None = None,
+        more: bool = False,
+    ) -> list[Submitted | SubmissionError]:
+        """Many runs at once, in order, as a batch with ``batch_id`` (producer.batch_submit)."""
+        return await batch_submit.submit_many(
+            self.submitter, items, tenant=tenant, batch_id=batch_id, offset=offset,
+            batch_webhook=batch_webhook, quota=quota, more=more,
+        )  # fmt: skip
 
     async def locate(self, run_id: str) -> keys.Partition | None:
         """The run's partition, or None when there is no such run (no round trip with one partition)."""

@@ -1,40 +1,27 @@
-"""Submitting runs: validate RunInputs and enqueue them to arq through atomic scripts (the submission
-half of producer.service.Producer).
+"""Submitting runs, in four public steps that a single submit and a batch (producer.batch_submit)
+both take: ``prepare`` (validate, name, encode once: producer.prepared), ``place`` (the partition a
+run lives in: producer.placement), ``admit`` (the tenant's quota, with the pointers of chosen ids
+claimed meanwhile: producer.admission) and ``send`` (one run's SUBMIT; a batch's chunks go through
+``sender``, producer.chunk_sender).
 
 One run = one run hash + one arq job named after the runId, created together in one script on the
-run's partition (producer.placement), so submitting the same runId twice yields one run. Many runs
-at once: producer.batch_submit.
+run's partition, so submitting the same runId twice yields one run.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import orjson
-from pydantic import ValidationError
-
-from producer import admission, batch_submit
+from producer import admission
+from producer.chunk_sender import ChunkSender
 from producer.placement import POINTER_EXTRA_S, Holder, claim, generated_id, partition_of, verdict
+from producer.prepared import Prepared, counted, meta_terms, prepare, validated
 from producer.routing import Parts, run_script
-from producer.submission import (
-    Prepared,
-    Scope,
-    SubmissionError,
-    Submitted,
-    claimed_id,
-    claimed_session,
-    counted,
-    meta_terms,
-    outcome,
-    reserved_id_error,
-    run_id_for_key,
-    validation_error,
-)
-from shared import keys, limits
-from shared.codec import to_jsonable
+from producer.scope import Scope, claimed_id, claimed_session, run_id_for_key
+from producer.submission import SubmissionError, Submitted, outcome
+from shared import keys
 from shared.models import RunInput
 from shared.profiles import AgentProfile
 from shared.quotas import DEFAULT_TENANT, Quota
@@ -44,77 +31,112 @@ from shared.settings import Settings
 __all__ = ["ADMIT_GRACE_MS", "Submitter"]
 
 ADMIT_GRACE_MS = admission.ADMIT_GRACE_MS
+Claims = Sequence[tuple[str, keys.Partition]]  # (run id, the partition it is claimed for)
 
 
 class Submitter:
-    """Submission: one run (``submit``) or many (``submit_many``), counted against the tenant's quota."""
+    """Submission to the partitions ``parts``: one run (``submit``), or the steps a batch takes."""
 
-    parts: Parts
-    settings: Settings
-    profiles: dict[str, AgentProfile] | None
-    scripts: Scripts
-    _many_loaded: set[int]  # the nodes (ids of their clients) SUBMIT_MANY was loaded on
+    def __init__(
+        self, parts: Parts, settings: Settings, scripts: Scripts, profiles: dict[str, AgentProfile] | None
+    ) -> None:
+        self.parts, self.settings, self.scripts, self.profiles = parts, settings, scripts, profiles
+        self._many_loaded: set[int] = set()  # the nodes (ids of their clients) SUBMIT_MANY was loaded on
 
-    def _validated(self, raw: RunInput | dict[str, Any]) -> RunInput:
-        """The input as a RunInput of a known agent; else SubmissionError naming the field."""
-        if isinstance(raw, RunInput):
-            run = raw
-        else:
-            try:
-                run = RunInput.model_validate(raw)
-            except ValidationError as exc:
-                raise validation_error(exc) from None
-        if self.profiles is not None and run.agent not in self.profiles:
-            known = ", ".join(sorted(self.profiles))
-            raise SubmissionError(
-                "unknown_agent", f"agent: no profile named {run.agent!r} (known: {known})", field="agent"
-            )
-        if self.profiles is not None and run.client_tools:
-            problem = self.profiles[run.agent].client_tool_problem(run.client_tools)
-            if problem is not None:
-                raise SubmissionError("client_tool_not_allowed", problem, field=problem.split(":", 1)[0])
-        return run
+    @property
+    def layout(self) -> keys.Layout:
+        return self.parts.layout
 
     def scope(self, tenant: str) -> Scope:
-        """The ids ``tenant``'s runs and sessions are kept under (producer.submission.Scope)."""
+        """The ids ``tenant``'s runs and sessions are kept under (producer.scope.Scope)."""
         return Scope.of(self.settings, tenant)
 
     def generated(self, scope: Scope, raw: RunInput | dict[str, Any]) -> str:
         """A new run id for ``raw`` (placement.generated_id), its keys living at home."""
-        return generated_id(self.parts.layout, lambda r: scope.key(claimed_session(raw, r)), scope.key)
+        return generated_id(self.layout, lambda r: scope.key(claimed_session(raw, r)), scope.key)
 
-    def prepare(self, raw: RunInput | dict[str, Any], tenant: str, default_id: str | None = None) -> Prepared:
-        """Validate one input and name it: its runId (else ``default_id``, else a generated one), its
-        session (``ses_<runId>`` when it creates one unnamed) and the ids its keys use (Scope);
-        the body serialized once (size check, stored input, input hash). Raises SubmissionError
-        naming the field."""
-        run = self._validated(raw)
-        if (reserved := reserved_id_error(run)) is not None:
-            raise reserved
+    def check_batch_size(self, n: int) -> None:
+        """The batch limit (AGENTMILL_MAX_BATCH), for the API and the Python API alike: 413 past it."""
+        if n > self.settings.max_batch:
+            raise SubmissionError(
+                "batch_too_large",
+                f"runs: at most {self.settings.max_batch} items per batch",
+                status=413,
+                field="runs",
+            )
+
+    # ---- the steps ----
+
+    def prepare(self, raw: RunInput | dict[str, Any], tenant: str, default_id: str = "") -> Prepared:
+        """Validate one input and name it (its runId, else ``default_id``, else a generated one);
+        its body serialized once (producer.prepared.prepare). Raises SubmissionError naming the field."""
         scope = self.scope(tenant)
-        body = to_jsonable(run)
-        rid = body.pop("runId", None) or default_id or self.generated(scope, run)
-        if run.session_id is None and run.auto_create_session:
-            body["sessionId"] = f"ses_{rid}"
-        sid = body.get("sessionId") or ""
-        key_rid, key_sid = scope.key(rid), scope.key(sid)
-        if key_sid:
-            body["sessionId"] = key_sid
-        canonical = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
-        _check_size(len(canonical))
-        digest = hashlib.sha256(canonical).hexdigest()
-        body["runId"] = key_rid
-        return Prepared(
-            run.model_copy(update={"run_id": rid, "session_id": sid or None}), key_rid, key_sid,
-            orjson.dumps(body), digest, rid if rid != key_rid else "", sid if sid != key_sid else "",
-        )  # fmt: skip
+        run = validated(raw, self.profiles)
+        return prepare(run, scope, lambda r: default_id or self.generated(scope, r))
 
-    def _partition(self, run_id: str, session_id: str) -> keys.Partition:
-        return partition_of(self.parts.layout, run_id, session_id)
+    def place(self, run_id: str, session_id: str) -> keys.Partition:
+        """The partition of the run whose keys use ``run_id`` and ``session_id`` (producer.placement)."""
+        return partition_of(self.layout, run_id, session_id)
 
-    @property
-    def _pointer_ttl(self) -> int:
-        return self.settings.retention_s + POINTER_EXTRA_S
+    async def admit(
+        self, tenant: str, placed: Mapping[int, Sequence[str]], quota: Quota | None, claims: Claims = ()
+    ) -> list[Holder]:
+        """Count the runs (their ids by partition index) against the tenant's maxActive and
+        submitsPerSecond quotas, or raise 429 (producer.admission); meanwhile claim the pointers of
+        ``claims`` (ids chosen, not generated, with more than one partition: producer.placement) and
+        return what holds each already (None: free)."""
+        ttl_ms = self.settings.retention_s * 1000
+        looked = asyncio.ensure_future(self.claim(claims)) if claims else None
+        try:
+            await admission.admit(self.parts, self.scripts, ttl_ms, tenant, placed, quota)
+        except BaseException:
+            if looked is not None:
+                looked.cancel()
+            raise
+        return await looked if looked is not None else []
+
+    async def claim(self, claims: Claims) -> list[Holder]:
+        """The pointers of ``claims`` claimed (producer.placement.claim): what holds each id already."""
+        return await claim(self.parts, claims, self.settings.retention_s + POINTER_EXTRA_S)
+
+    async def send(
+        self, prep: Prepared, tenant: str, batch_id: str = "", *, looked: bool = False, holder: Holder = None
+    ) -> Submitted:
+        """Submit one prepared run (SUBMIT). With more than one partition, the run's pointer is
+        claimed first, unless the caller ``looked`` already and found ``holder``."""
+        part = self.place(prep.run_id, prep.session_id)
+        if not looked and self.layout.count > 1:
+            holder = (await self.claim([(prep.run_id, part)]))[0]
+        if holder is not None:
+            reply: Sequence[Any] = verdict(holder, tenant, prep.digest)
+        else:
+            k, a = self._submit_call(prep, part, tenant, batch_id)
+            reply = await run_script(self.parts, self.scripts.submit, part, k, a)
+        return outcome(prep.run, reply)
+
+    def sender(self, tenant: str, batch_id: str) -> ChunkSender:
+        """Sends a batch's chunks (SUBMIT_MANY), one connection per node (producer.chunk_sender)."""
+        return ChunkSender(self.parts, self.scripts, self._many_loaded, tenant, batch_id)
+
+    # ---- one run ----
+
+    async def submit(
+        self,
+        raw: RunInput | dict[str, Any],
+        *,
+        tenant: str = DEFAULT_TENANT,
+        idempotency_key: str | None = None,
+        quota: Quota | None = None,
+    ) -> Submitted:
+        """One run: prepared, placed, admitted (its pointer claimed meanwhile when its id was chosen:
+        a generated id needs none) and sent."""
+        prep = self.prepare(raw, tenant, run_id_for_key(tenant, idempotency_key) if idempotency_key else "")
+        part = self.place(prep.run_id, prep.session_id)
+        chosen = self.layout.count > 1 and (claimed_id(raw) is not None or bool(idempotency_key))
+        holders = await self.admit(
+            tenant, {part.index: [prep.run_id]}, quota, [(prep.run_id, part)] if chosen else ()
+        )
+        return await self.send(prep, tenant, looked=True, holder=holders[0] if holders else None)
 
     def _submit_call(
         self, prep: Prepared, part: keys.Partition, tenant: str, batch_id: str = ""
@@ -139,83 +161,3 @@ class Submitter:
             prep.client_session,
         ]
         return self.scripts.frame(part, own, args)
-
-    async def admit(self, tenant: str, placed: Mapping[int, Sequence[str]], quota: Quota | None) -> None:
-        """Count the runs (their ids by partition index) against the tenant's maxActive and
-        submitsPerSecond quotas, or raise 429 (producer.admission)."""
-        ttl_ms = self.settings.retention_s * 1000
-        await admission.admit(self.parts, self.scripts, ttl_ms, tenant, placed, quota)
-
-    async def submit(
-        self,
-        raw: RunInput | dict[str, Any],
-        *,
-        tenant: str = DEFAULT_TENANT,
-        idempotency_key: str | None = None,
-        quota: Quota | None = None,
-    ) -> Submitted:
-        prep = self.prepare(raw, tenant, run_id_for_key(tenant, idempotency_key) if idempotency_key else None)
-        rid = prep.run_id
-        part = self._partition(rid, prep.session_id)
-        # The pointer claim (producer.placement) goes out with the admission; a generated id needs none.
-        chosen = self.parts.layout.count > 1 and (claimed_id(raw) is not None or bool(idempotency_key))
-        looked = (
-            asyncio.ensure_future(claim(self.parts, [(rid, part)], self._pointer_ttl)) if chosen else None
-        )
-        try:
-            await self.admit(tenant, {part.index: [rid]}, quota)
-        except BaseException:
-            if looked is not None:
-                looked.cancel()
-            raise
-        holder = (await looked)[0] if looked is not None else None
-        return await self.submit_prepared(prep, tenant, looked=True, holder=holder)
-
-    async def submit_prepared(
-        self, prep: Prepared, tenant: str, batch_id: str = "", *, looked: bool = False, holder: Holder = None
-    ) -> Submitted:
-        """Submit one prepared run. With more than one partition, the run's pointer is claimed first
-        (producer.placement), unless the caller ``looked`` already and found ``holder``."""
-        part = self._partition(prep.run_id, prep.session_id)
-        if not looked and self.parts.layout.count > 1:
-            holder = (await claim(self.parts, [(prep.run_id, part)], self._pointer_ttl))[0]
-        if holder is not None:
-            reply: Sequence[Any] = verdict(holder, tenant, prep.digest)
-        else:
-            k, a = self._submit_call(prep, part, tenant, batch_id)
-            reply = await run_script(self.parts, self.scripts.submit, part, k, a)
-        return outcome(prep.run, reply)
-
-    def check_batch_size(self, n: int) -> None:
-        """The batch limit (AGENTMILL_MAX_BATCH), for the API and the Python API alike: 413 past it."""
-        if n > self.settings.max_batch:
-            raise SubmissionError(
-                "batch_too_large",
-                f"runs: at most {self.settings.max_batch} items per batch",
-                status=413,
-                field="runs",
-            )
-
-    async def submit_many(
-        self,
-        items: Sequence[RunInput | dict[str, Any]],
-        *,
-        tenant: str = DEFAULT_TENANT,
-        batch_id: str | None = None,
-        offset: int = 0,
-        batch_webhook: str | None = None,
-        quota: Quota | None = None,
-        more: bool = False,
-    ) -> list[Submitted | SubmissionError]:
-        """Many runs at once, in order, as a batch with ``batch_id`` (producer.batch_submit)."""
-        return await batch_submit.submit_many(
-            self, items, tenant=tenant, batch_id=batch_id, offset=offset,
-            batch_webhook=batch_webhook, quota=quota, more=more,
-        )  # fmt: skip
-
-
-def _check_size(size: int) -> None:
-    if size > limits.MAX_RUN_INPUT_BYTES:
-        raise SubmissionError(
-            "too_large", f"the run input is {size} bytes; at most {limits.MAX_RUN_INPUT_BYTES}", status=413
-        )

@@ -36,10 +36,10 @@ import orjson
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from producer.batching import merge_batch, read_batch
+from producer.batch_shares import merge_batch, read_batch
 from producer.listing import batch_body, batch_delivery_key
 from producer.routing import Parts, as_partitions, run_many
-from producer.submission import Scope
+from producer.scope import Scope
 from shared import backoff, keys, limits
 from shared.clock import now_ms
 from shared.fields import RunField

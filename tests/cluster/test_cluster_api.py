@@ -27,7 +27,7 @@ import pytest_asyncio
 from starlette.requests import Request
 from starlette.responses import Response
 
-from producer.submission import Scope
+from producer.scope import Scope
 from shared import keys
 from shared.redis_cluster import LocalRedisCluster
 from shared.settings import Settings

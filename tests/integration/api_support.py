@@ -16,7 +16,7 @@ from starlette.routing import Route
 
 from producer.api.app import create_app
 from producer.api.serve import server_config
-from producer.submission import Scope
+from producer.scope import Scope
 from shared.redis_server import free_port
 from shared.settings import Settings
 

@@ -19,7 +19,8 @@ from producer.listing import (
     encode_cursor,
     parse_ms,
 )
-from producer.submission import batch_run_prefix, meta_term, meta_terms
+from producer.prepared import meta_term, meta_terms
+from producer.scope import batch_run_prefix
 from shared import limits
 from shared.ids import is_valid_id
 from shared.models import RunStatus

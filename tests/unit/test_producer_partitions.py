@@ -16,8 +16,9 @@ from redis.asyncio import Redis
 
 from producer import listing, webhooks
 from producer.listing import Catalog, RunFilter
+from producer.scope import Scope
 from producer.service import Producer
-from producer.submission import Scope, SubmissionError, Submitted
+from producer.submission import SubmissionError, Submitted
 from shared import keys
 from shared.partitions import Partitions
 from shared.quotas import Quota

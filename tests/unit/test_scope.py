@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hashlib
 
-from producer.submission import DEV_ID_SECRET, SCOPED_PREFIX, Scope, reserved_id_error
+from producer.scope import DEV_ID_SECRET, SCOPED_PREFIX, Scope
+from producer.submission import reserved_id_error
 from shared.models import RunInput
 from shared.quotas import DEFAULT_TENANT
 from shared.settings import Settings

@@ -3,7 +3,7 @@ connection per node as they are ready, their replies read at the end."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from redis.asyncio import Redis
@@ -11,13 +11,11 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from producer.routing import run_script
-from producer.submission import Prepared, meta_terms
+from producer.prepared import Prepared, meta_terms
+from producer.routing import Parts, run_script
 from shared import keys
+from shared.scripts import Scripts
 from shared.topology import is_retryable
-
-if TYPE_CHECKING:
-    from producer.submitter import Submitter
 
 __all__ = ["ChunkSender"]
 
@@ -29,10 +27,12 @@ class ChunkSender:
     at the end (a pipeline per node whose commands go out early). A chunk answered NOSCRIPT (the
     node lost its script cache) or a redirection, or left unanswered by a connection error, is sent
     again through ``Partitions.call``, which loads the script, follows the slot and retries: SUBMIT
-    is idempotent per runId."""
+    is idempotent per runId. ``loaded``: the nodes (ids of their clients) SUBMIT_MANY is known to be
+    loaded on, kept by its owner (producer.submitter.Submitter) across batches and added to here."""
 
-    def __init__(self, producer: Submitter, tenant: str, batch_id: str) -> None:
-        self.p, self.tenant, self.batch_id = producer, tenant, batch_id
+    def __init__(self, parts: Parts, scripts: Scripts, loaded: set[int], tenant: str, batch_id: str) -> None:
+        self.parts, self.scripts, self.loaded = parts, scripts, loaded
+        self.tenant, self.batch_id = tenant, batch_id
         # per chunk: its partition, KEYS, ARGV, and the node it was written to (None: not written)
         self.sent: list[tuple[keys.Partition, list[Any], list[Any], int | None]] = []
         self.conns: dict[int, tuple[Redis, Any]] = {}  # node (id of its client) -> (client, connection)
@@ -58,20 +58,20 @@ class ChunkSender:
         return [self.tenant, self.batch_id, batch_webhook, orjson.dumps(spec), *(p.body for p in chunk)]
 
     async def send(self, part: keys.Partition, chunk: list[Prepared], batch_webhook: str) -> None:
-        k, a = self.p.scripts.frame(part, [], self.args(chunk, batch_webhook))
-        client = self.p.parts.client(part)
+        k, a = self.scripts.frame(part, [], self.args(chunk, batch_webhook))
+        client = self.parts.client(part)
         node: int | None = id(client)
         if node in self.broken:
             node = None
         else:
             try:
                 if node not in self.conns:
-                    if node not in self.p._many_loaded:
-                        await client.script_load(self.p.scripts.submit_many.script)
-                        self.p._many_loaded.add(id(client))
+                    if node not in self.loaded:
+                        await client.script_load(self.scripts.submit_many.script)
+                        self.loaded.add(id(client))
                     self.conns[id(client)] = (client, await client.connection_pool.get_connection())
                 conn = self.conns[id(client)][1]
-                await conn.send_command("EVALSHA", self.p.scripts.submit_many.sha, len(k), *k, *a)
+                await conn.send_command("EVALSHA", self.scripts.submit_many.sha, len(k), *k, *a)
             except _DOWN:
                 self.broken.add(id(client))
                 node = None
@@ -93,7 +93,7 @@ class ChunkSender:
                 except _DOWN:
                     self.broken.add(node)
             try:
-                out.append(await run_script(self.p.parts, self.p.scripts.submit_many, part, k, a))
+                out.append(await run_script(self.parts, self.scripts.submit_many, part, k, a))
             except RedisError as exc:
                 out.append(exc)
         return out

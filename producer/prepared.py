@@ -1,0 +1,122 @@
+"""A run prepared for its submit script, pure: validated against the agent profiles, named (its ids
+and the ids its keys use), and its input serialized once (the size check, the stored input and the
+input hash all come from the same bytes); and the metadata terms it is listed under."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from producer.scope import Scope
+from producer.submission import SubmissionError, reserved_id_error, validation_error
+from shared import limits
+from shared.codec import to_jsonable
+from shared.models import RunInput
+from shared.profiles import AgentProfile
+
+__all__ = ["Prepared", "counted", "meta_term", "meta_terms", "prepare", "validated"]
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """One valid run, encoded once for its submit script: ``run`` as its client knows it, ``run_id``
+    and ``session_id`` the ids its keys use, ``client_id`` and ``client_session`` the ids its client
+    knows them by when those differ ('' otherwise)."""
+
+    run: RunInput
+    run_id: str
+    session_id: str
+    body: bytes
+    digest: str
+    client_id: str = ""
+    client_session: str = ""
+
+
+def meta_terms(metadata: dict[str, Any] | None) -> list[str]:
+    """The ``key=value`` terms a run's metadata is listed under: scalar values of the first
+    MAX_META_TERMS keys (bools as true/false, numbers as JSON), keys and values bounded in length."""
+    out: list[str] = []
+    for k, v in (metadata or {}).items():
+        if len(out) >= limits.MAX_META_TERMS:
+            break
+        term = meta_term(k, v)
+        if term is not None:
+            out.append(term)
+    return out
+
+
+def meta_term(key: str, value: Any) -> str | None:
+    if isinstance(value, bool):
+        v = "true" if value else "false"
+    elif isinstance(value, int | float):
+        v = orjson.dumps(value).decode()
+    elif isinstance(value, str):
+        v = value
+    else:
+        return None
+    if len(key) > limits.MAX_META_KEY_CHARS or len(v) > limits.MAX_META_VALUE_CHARS:
+        return None
+    return f"{key}={v}"
+
+
+def counted(items: list[str]) -> list[Any]:
+    return [len(items), *items]
+
+
+def validated(raw: RunInput | dict[str, Any], profiles: dict[str, AgentProfile] | None) -> RunInput:
+    """The input as a RunInput of a known agent (``profiles``; None: any); else SubmissionError
+    naming the field."""
+    if isinstance(raw, RunInput):
+        run = raw
+    else:
+        try:
+            run = RunInput.model_validate(raw)
+        except ValidationError as exc:
+            raise validation_error(exc) from None
+    if profiles is not None and run.agent not in profiles:
+        known = ", ".join(sorted(profiles))
+        raise SubmissionError(
+            "unknown_agent", f"agent: no profile named {run.agent!r} (known: {known})", field="agent"
+        )
+    if profiles is not None and run.client_tools:
+        problem = profiles[run.agent].client_tool_problem(run.client_tools)
+        if problem is not None:
+            raise SubmissionError("client_tool_not_allowed", problem, field=problem.split(":", 1)[0])
+    return run
+
+
+def prepare(run: RunInput, scope: Scope, default_id: Callable[[RunInput], str]) -> Prepared:
+    """Name a valid input and serialize it once: its runId (else ``default_id(run)``), its session
+    (``ses_<runId>`` when it creates one unnamed) and the ids its keys use (``scope``). The input
+    hash is that of the canonical form (sorted keys, without the runId); the stored input is that
+    form with the runId's key appended (ids match shared.ids.ID_PATTERN: nothing to escape).
+    Raises SubmissionError naming the field."""
+    if (reserved := reserved_id_error(run)) is not None:
+        raise reserved
+    body = to_jsonable(run)
+    rid = body.pop("runId", None) or default_id(run)
+    if run.session_id is None and run.auto_create_session:
+        body["sessionId"] = f"ses_{rid}"
+    sid = body.get("sessionId") or ""
+    key_rid, key_sid = scope.key(rid), scope.key(sid)
+    if key_sid:
+        body["sessionId"] = key_sid
+    canonical = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    _check_size(len(canonical))
+    stored = b"%s,\"runId\":\"%s\"}" % (canonical[:-1], key_rid.encode())  # fmt: skip
+    return Prepared(
+        run.model_copy(update={"run_id": rid, "session_id": sid or None}), key_rid, key_sid, stored,
+        hashlib.sha256(canonical).hexdigest(), rid if rid != key_rid else "", sid if sid != key_sid else "",
+    )  # fmt: skip
+
+
+def _check_size(size: int) -> None:
+    if size > limits.MAX_RUN_INPUT_BYTES:
+        raise SubmissionError(
+            "too_large", f"the run input is {size} bytes; at most {limits.MAX_RUN_INPUT_BYTES}", status=413
+        )

@@ -1,0 +1,110 @@
+"""What one submission costs: Redis round trips (writes on a connection) and encodings of its input.
+
+One submit is one admission and one SUBMIT (with more than one partition, a chosen id's pointer is
+claimed alongside the admission); its input is serialized once (size check, stored input and input
+hash all come from the same bytes). A private redis-server runs the scripts for real."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import orjson
+import pytest
+from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection
+
+from producer.service import Producer
+from shared.models import RunInput
+from shared.partitions import Partitions
+from shared.quotas import Quota
+from shared.settings import Settings
+
+BODY = {"inputMessages": [{"role": "user", "content": "hi"}]}  # no metadata: validation dumps it
+QUOTA = Quota(max_active=100, submits_per_second=1000)
+
+
+@pytest.fixture
+async def client(redis_url: str) -> AsyncIterator[Redis]:
+    c = Redis.from_url(redis_url)
+    try:
+        yield c
+    finally:
+        await c.aclose()
+
+
+class Counts:
+    def __init__(self) -> None:
+        self.writes = 0  # commands or pipelines written: one round trip each
+        self.dumps = 0  # orjson.dumps calls
+        self.model_dumps = 0  # RunInput.model_dump calls
+
+    def reset(self) -> None:
+        self.writes = self.dumps = self.model_dumps = 0
+
+
+@pytest.fixture
+def counts(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counts]:
+    c = Counts()
+
+    def counting(attr: str, f: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(*a: Any, **kw: Any) -> Any:
+            setattr(c, attr, getattr(c, attr) + 1)
+            return f(*a, **kw)
+
+        return wrapped
+
+    monkeypatch.setattr(
+        AbstractConnection, "send_packed_command", counting("writes", AbstractConnection.send_packed_command)
+    )
+    monkeypatch.setattr(orjson, "dumps", counting("dumps", orjson.dumps))
+    monkeypatch.setattr(RunInput, "model_dump", counting("model_dumps", RunInput.model_dump))
+    yield c
+
+
+async def submitted(p: Producer, counts: Counts, quota: Quota | None = None, **kw: Any) -> Counts:
+    await p.submit({**BODY, "runId": "warm"}, quota=quota)  # scripts loaded, connections made
+    counts.reset()
+    await p.submit(BODY | kw, quota=quota)
+    return counts
+
+
+@pytest.mark.parametrize("n_parts", [1, 4])
+async def test_one_submit_is_one_script_call(client: Redis, counts: Counts, n_parts: int) -> None:
+    p = Producer(Partitions.of_client(client, n_parts), settings=Settings())
+    c = await submitted(p, counts)
+    assert c.writes == 1  # no quota: nothing to admit
+
+
+async def test_a_chosen_id_is_claimed_beside_the_admission(client: Redis, counts: Counts) -> None:
+    p = Producer(Partitions.of_client(client, 4), settings=Settings())
+    c = await submitted(p, counts, runId="mine")
+    assert c.writes == 2  # the pointer's claim, then SUBMIT
+
+
+@pytest.mark.parametrize("kw", [{}, {"runId": "r1"}, {"sessionId": "s1", "autoCreateSession": True}])
+async def test_the_input_is_encoded_once(client: Redis, counts: Counts, kw: dict[str, Any]) -> None:
+    p = Producer(client, settings=Settings())
+    c = await submitted(p, counts, **kw)
+    assert (c.model_dumps, c.dumps) == (1, 1)
+
+
+@pytest.mark.parametrize("n_parts", [1, 4])
+async def test_a_quota_adds_the_admission(client: Redis, counts: Counts, n_parts: int) -> None:
+    p = Producer(Partitions.of_client(client, n_parts), settings=Settings())
+    c = await submitted(p, counts, quota=QUOTA)
+    assert c.writes == {1: 3, 4: 4}[n_parts]  # the rate and the counts together, the count, SUBMIT
+
+
+@pytest.mark.parametrize("n_parts", [1, 4])
+async def test_a_batch_is_one_admission_and_a_call_per_partition(
+    client: Redis, counts: Counts, n_parts: int
+) -> None:
+    p = Producer(Partitions.of_client(client, n_parts), settings=Settings())
+    await p.submit_many([BODY | {"runId": f"w{i}"} for i in range(8)], quota=QUOTA)
+    counts.reset()
+    await p.submit_many([BODY | {"runId": f"b{i}"} for i in range(8)], quota=QUOTA)
+    # the rate and the counts (and with partitions the pointers' claim), the count, a SUBMIT_MANY per
+    # partition that has some of the runs
+    assert counts.writes == {1: 3, 4: 10}[n_parts]
+    assert counts.model_dumps == 8
