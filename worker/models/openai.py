@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import orjson
 
-from shared.models import Message, Usage
+from shared.models import Message, ResponseFormat, Usage
 from shared.profiles import ProviderConfig
 from worker.config import ToolSpec
 from worker.machine import ModelRequest
@@ -44,6 +44,7 @@ __all__ = [
     "retry_after_ms",
     "stream_error",
     "wire_message",
+    "wire_response_format",
     "wire_tool",
 ]
 
@@ -89,6 +90,19 @@ def wire_tool(t: ToolSpec) -> dict[str, Any]:
     }
 
 
+def wire_response_format(fmt: ResponseFormat) -> dict[str, Any]:
+    """OpenAI's ``response_format`` (llama.cpp's server turns the schema into a grammar)."""
+    if fmt.json_schema is None:
+        return {"type": "json_object"}
+    js = fmt.json_schema
+    spec: dict[str, Any] = {"name": js.name, "schema": js.schema_}
+    if js.description is not None:
+        spec["description"] = js.description
+    if js.strict is not None:
+        spec["strict"] = js.strict
+    return {"type": "json_schema", "json_schema": spec}
+
+
 def request_body(cfg: ProviderConfig, req: ModelRequest) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": cfg.model,
@@ -100,6 +114,8 @@ def request_body(cfg: ProviderConfig, req: ModelRequest) -> dict[str, Any]:
         body["tools"] = [wire_tool(t) for t in req.tools]
         if cfg.tool_choice:
             body["tool_choice"] = cfg.tool_choice
+    if req.response_format is not None:
+        body["response_format"] = wire_response_format(req.response_format)
     if cfg.temperature is not None:
         body["temperature"] = cfg.temperature
     if cfg.max_tokens is not None:
