@@ -169,3 +169,22 @@ def test_the_openai_request_carries_response_format_in_openais_shape() -> None:
     assert request_body(cfg, requests(cmds)[0])["response_format"] == {"type": "json_object"}
     _, cmds = go(m.initial_state("r"), m.Started(T0, config(), []), m.ContextLoaded(T0, []))
     assert "response_format" not in request_body(cfg, requests(cmds)[0])
+
+
+@pytest.mark.parametrize(
+    ("style", "wire"),
+    [
+        ("json_object_schema", {"type": "json_object", "schema": SCHEMA}),  # llama-cpp-python's shape
+        ("none", None),
+    ],
+)
+def test_the_provider_can_send_the_other_shapes(style: str, wire: dict[str, Any] | None) -> None:
+    from shared.profiles import ProviderConfig
+
+    cfg = ProviderConfig.model_validate(
+        {"kind": "openai", "baseUrl": "http://x/v1", "model": "m", "responseFormatStyle": style}
+    )
+    _, cmds = go(
+        m.initial_state("r"), m.Started(T0, config(response_format=FMT), []), m.ContextLoaded(T0, [])
+    )
+    assert request_body(cfg, requests(cmds)[0]).get("response_format") == wire

@@ -90,11 +90,15 @@ def wire_tool(t: ToolSpec) -> dict[str, Any]:
     }
 
 
-def wire_response_format(fmt: ResponseFormat) -> dict[str, Any]:
-    """OpenAI's ``response_format`` (llama.cpp's server turns the schema into a grammar)."""
+def wire_response_format(fmt: ResponseFormat, style: str = "openai") -> dict[str, Any]:
+    """The request's ``response_format``: OpenAI's ``json_schema`` shape, or (style
+    ``json_object_schema``) ``{"type": "json_object", "schema": …}``, the shape llama-cpp-python's
+    server turns into a grammar (it refuses ``json_schema``)."""
     if fmt.json_schema is None:
         return {"type": "json_object"}
     js = fmt.json_schema
+    if style == "json_object_schema":
+        return {"type": "json_object", "schema": js.schema_}
     spec: dict[str, Any] = {"name": js.name, "schema": js.schema_}
     if js.description is not None:
         spec["description"] = js.description
@@ -114,8 +118,8 @@ def request_body(cfg: ProviderConfig, req: ModelRequest) -> dict[str, Any]:
         body["tools"] = [wire_tool(t) for t in req.tools]
         if cfg.tool_choice:
             body["tool_choice"] = cfg.tool_choice
-    if req.response_format is not None:
-        body["response_format"] = wire_response_format(req.response_format)
+    if req.response_format is not None and cfg.response_format_style != "none":
+        body["response_format"] = wire_response_format(req.response_format, cfg.response_format_style)
     if cfg.temperature is not None:
         body["temperature"] = cfg.temperature
     if cfg.max_tokens is not None:
