@@ -7,10 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from shared.models import EventKind, ResponseFormat, RunInput
-from tests.unit.machine_driver import T0, calling, calls_reply, config, go, result, text_reply
+from tests.unit.machine_driver import T0, Driver, calling, calls_reply, config, go, result, text_reply
 from worker import machine as m
 from worker.config import narrow_limits
 from worker.models.openai import request_body
@@ -188,3 +190,29 @@ def test_the_provider_can_send_the_other_shapes(style: str, wire: dict[str, Any]
         m.initial_state("r"), m.Started(T0, config(response_format=FMT), []), m.ContextLoaded(T0, [])
     )
     assert request_body(cfg, requests(cmds)[0]).get("response_format") == wire
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(["text", "json", "calls", "retry", "fatal", "overflow", "partial", "cut"]),
+        max_size=30,
+    ),
+    st.integers(1, 4),
+    st.integers(0, 3),
+    st.sampled_from(["fail", "answer"]),
+)
+def test_random_structured_runs_end_once_and_never_repair_beyond_the_limit(
+    model: list[str], max_iter: int, max_repairs: int, on_limit: str
+) -> None:
+    cfg = config(max_iterations=max_iter, on_limit=on_limit, max_repairs=max_repairs,
+                 response_format=ResponseFormat(type="json_object"))  # fmt: skip
+    d = Driver(model, [])
+    s = d.run(m.initial_state("r1").model_copy(update={"config": cfg}), 5000)
+    assert s.terminal and d.terminal_emits == 1 and d.finishes == 1
+    assert s.repairs <= max_repairs
+    assert s.iterations <= max_iter + 1 + max_repairs  # a repair may follow the last call for the answer
+    if s.phase == m.Phase.COMPLETED:
+        assert s.output == {"ok": True} and m.result_of(s).output == {"ok": True}
+    if s.last_error is not None and s.last_error.code == "invalid_output":
+        assert s.repairs == max_repairs and s.final_message is not None
