@@ -136,7 +136,7 @@ def _local_refs_only(value: Any) -> bool:
         v = todo.pop()
         if isinstance(v, dict):
             ref = v.get("$ref")
-            if ref is not None and not (isinstance(ref, str) and ref.startswith("#")):
+            if isinstance(ref, str) and not ref.startswith("#"):  # (a dict: a property named $ref)
                 return False
             todo.extend(v.values())
         elif isinstance(v, list):

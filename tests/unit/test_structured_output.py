@@ -216,3 +216,14 @@ def test_random_structured_runs_end_once_and_never_repair_beyond_the_limit(
         assert s.output == {"ok": True} and m.result_of(s).output == {"ok": True}
     if s.last_error is not None and s.last_error.code == "invalid_output":
         assert s.repairs == max_repairs and s.final_message is not None
+
+
+def test_local_refs_and_a_property_named_ref_are_accepted() -> None:
+    schema = {
+        "$defs": {"c": {"type": "string"}},
+        "type": "object",
+        "properties": {"$ref": {"$ref": "#/$defs/c"}},
+    }
+    fmt = RunInput.model_validate(msg(type="json_schema", jsonSchema={"schema": schema})).response_format
+    assert fmt is not None and check_output(fmt, '{"$ref": "x"}') == ({"$ref": "x"}, [])
+    assert check_output(fmt, '{"$ref": 1}')[1] == ["$ref: 1 is not of type 'string'"]
