@@ -13,6 +13,7 @@ __all__ = [
     "MAX_META_VALUE_CHARS",
     "MAX_MS_DIGITS",
     "MAX_RUN_INPUT_BYTES",
+    "MAX_SCHEMA_BYTES",
     "MAX_SCRIPT_DELAY_MS",
     "MAX_SEQ",
     "MAX_TOOL_NAMES",
@@ -29,6 +30,7 @@ MAX_INPUT_MESSAGES = 200
 MAX_MESSAGE_CHARS = 100_000
 MAX_RUN_INPUT_BYTES = 1_000_000
 MAX_MAP_BYTES = 64_000  # runtimeInitData, runtimeHints, metadata (each, as JSON)
+MAX_SCHEMA_BYTES = 32_000  # responseFormat.jsonSchema.schema, as JSON
 MAX_TOOL_NAMES = 128
 MAX_ID_CHARS = 128
 MAX_TOOL_RESULT_CHARS = 64_000

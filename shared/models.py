@@ -24,10 +24,12 @@ __all__ = [
     "ClientTool",
     "ClientToolResult",
     "EventKind",
+    "JsonSchemaFormat",
     "LoopLimits",
     "Message",
     "Model",
     "MultitaskStrategy",
+    "ResponseFormat",
     "RunError",
     "RunEvent",
     "RunInput",
@@ -130,6 +132,69 @@ class LoopLimits(Model):
     max_iterations: int | None = Field(default=None, ge=1, le=1_000)
     max_tool_rounds: int | None = Field(default=None, ge=0, le=1_000)
     max_run_duration_ms: int | None = Field(default=None, ge=1, le=7 * 24 * 3_600_000)
+    max_repairs: int | None = Field(default=None, ge=0, le=10)  # repair turns of a structured answer
+
+
+def _local_refs_only(value: Any) -> bool:
+    """Every ``$ref`` inside points into the schema itself (``#…``): nothing is fetched or resolved
+    elsewhere when an answer is validated."""
+    todo = [value]
+    while todo:
+        v = todo.pop()
+        if isinstance(v, dict):
+            ref = v.get("$ref")
+            if isinstance(ref, str) and not ref.startswith("#"):  # (a dict: a property named $ref)
+                return False
+            todo.extend(v.values())
+        elif isinstance(v, list):
+            todo.extend(v)
+    return True
+
+
+class JsonSchemaFormat(Model):
+    """OpenAI's ``response_format.json_schema``: the schema the final answer must validate against."""
+
+    name: str = Field(default="output", pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str | None = Field(default=None, max_length=4096)
+    schema_: dict[str, Any] = Field(alias="schema")
+    strict: bool | None = None
+
+    @field_validator("schema_")
+    @classmethod
+    def _a_bounded_schema(cls, value: dict[str, Any]) -> dict[str, Any]:
+        import jsonschema
+
+        try:
+            size = len(orjson.dumps(value))
+        except orjson.JSONEncodeError as exc:
+            raise ValueError(f"cannot be stored as JSON: {exc}") from None
+        if size > limits.MAX_SCHEMA_BYTES:
+            raise ValueError(f"is larger than {limits.MAX_SCHEMA_BYTES} bytes of JSON")
+        try:
+            jsonschema.Draft202012Validator.check_schema(value)
+        except jsonschema.SchemaError as exc:
+            raise ValueError(f"not a JSON Schema: {exc.message}") from None
+        except RecursionError:
+            raise ValueError("not a JSON Schema: nested too deeply") from None
+        if not _local_refs_only(value):
+            raise ValueError("only local $ref values (starting with #) are allowed")
+        return value
+
+
+class ResponseFormat(Model):
+    """``RunInput.responseFormat``, OpenAI's shape: ``{"type": "json_schema", "jsonSchema": {…}}``
+    (the final answer is JSON valid against the schema) or ``{"type": "json_object"}`` (a JSON object)."""
+
+    type: Literal["json_schema", "json_object"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_iff_json_schema(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError('type "json_schema" needs jsonSchema')
+        if self.type != "json_schema" and self.json_schema is not None:
+            raise ValueError(f'jsonSchema is only allowed with type "json_schema", not {self.type!r}')
+        return self
 
 
 class MultitaskStrategy(StrEnum):
@@ -197,6 +262,7 @@ class RunInput(Model):
     runtime_init_data: dict[str, Any] | None = None
     runtime_hints: dict[str, Any] | None = None
     client_tools: list[ClientTool] | None = Field(default=None, max_length=limits.MAX_TOOL_NAMES)
+    response_format: ResponseFormat | None = None  # the final answer must be JSON (validated)
     metadata: dict[str, Any] | None = None
     webhook: str | None = Field(default=None, max_length=2048, pattern=r"^https?://")
 
@@ -250,6 +316,7 @@ class RunResult(Model):
     # The last model reply's finish_reason: "stop"; "length" when the answer hit maxTokens (the run
     # completes with that answer, marked so); "content_filter" on a run failed by the provider's filter.
     finish_reason: str | None = None
+    output: Any = None  # a completed structured-output run's answer, parsed (responseFormat)
 
 
 class EventKind(StrEnum):

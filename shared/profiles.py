@@ -106,6 +106,10 @@ class ProviderConfig(Model):
     # "auto" | "none" | "required", or the object {"type": "function", "function": {"name": …}}
     tool_choice: str | dict[str, Any] | None = None
     extra_body: dict[str, Any] = Field(default_factory=dict)
+    # How a run's responseFormat is sent: "openai" (response_format json_schema, OpenAI's shape),
+    # "json_object_schema" ({"type": "json_object", "schema": …}: llama-cpp-python, Anyscale) or
+    # "none" (not sent). The answer is validated by agentmill in every case.
+    response_format_style: Literal["openai", "json_object_schema", "none"] = "openai"
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 120.0
     # Pool-wide limits for this provider's endpoint (baseUrl), enforced across every worker through

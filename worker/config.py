@@ -10,12 +10,13 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from shared.models import LoopLimits, Model, RunInput
+from shared.models import LoopLimits, Model, ResponseFormat, RunInput
 from shared.profiles import AgentProfile, CompactionConfig, ContextConfig, RetryConfig
 from worker import policy, prompt
 
 __all__ = [
     "DEFAULT_MAX_ITERATIONS",
+    "DEFAULT_MAX_REPAIRS",
     "RECALL_PROMPT",
     "RECALL_SPEC",
     "RECALL_TOOL",
@@ -27,6 +28,7 @@ __all__ = [
 
 
 DEFAULT_MAX_ITERATIONS = 25  # seed 004
+DEFAULT_MAX_REPAIRS = 2  # repair turns of a structured answer that does not validate
 RECALL_TOOL = "recall_tool_call"
 
 
@@ -79,6 +81,8 @@ class RunConfig(Model):
     runtime_init_data: dict[str, Any] = Field(default_factory=dict)  # handed to every tool's context
     client_tools: list[str] = Field(default_factory=list)  # names executed by the caller
     client_tool_timeout_ms: int = 600_000
+    response_format: ResponseFormat | None = None  # the final answer must be JSON (validated)
+    max_repairs: int = DEFAULT_MAX_REPAIRS
 
     def tool_names(self) -> set[str]:
         return {t.name for t in self.tools} | {t.name for t in self.internal_tools}
@@ -100,6 +104,9 @@ def narrow_limits(
         max_iterations=_narrowest(profile.max_iterations or DEFAULT_MAX_ITERATIONS, run.max_iterations),
         max_tool_rounds=_narrowest(profile.max_tool_rounds, run.max_tool_rounds),
         max_run_duration_ms=min(duration or duration_default_ms, duration_max_ms),
+        max_repairs=_narrowest(
+            DEFAULT_MAX_REPAIRS if profile.max_repairs is None else profile.max_repairs, run.max_repairs
+        ),
     )
 
 
@@ -168,4 +175,6 @@ def resolve_config(
         runtime_init_data=dict(run.runtime_init_data or {}),
         client_tools=[t.name for t in client if t.name in names],
         client_tool_timeout_ms=profile.client_tool_timeout_ms,
+        response_format=run.response_format,
+        max_repairs=DEFAULT_MAX_REPAIRS if ll.max_repairs is None else ll.max_repairs,
     )

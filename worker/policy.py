@@ -5,6 +5,7 @@ No I/O, no clock, no randomness: jitter arrives as a number in [0, 1) drawn by t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -12,9 +13,10 @@ from typing import Any, Literal
 
 import jsonschema
 import orjson
+from referencing.exceptions import Unresolvable
 
 from shared.backoff import backoff_ms as backoff_ms  # the machine retries model calls by it
-from shared.models import Message, ToolPolicy
+from shared.models import Message, ResponseFormat, ToolPolicy
 
 __all__ = [
     "CONTENT_FILTER",
@@ -28,6 +30,7 @@ __all__ = [
     "allowed_tools",
     "argument_problem",
     "backoff_ms",
+    "check_output",
     "classify",
     "estimate_tokens",
     "narrow_tool_policy",
@@ -186,6 +189,35 @@ def argument_problem(schema: dict[str, Any], args: Any) -> str | None:
         return None
     where = "/".join(str(p) for p in errors[0].path) or "arguments"
     return f"{where}: {errors[0].message}"
+
+
+MAX_OUTPUT_PROBLEMS = 5  # validation errors reported per answer (to the model, in lastError)
+_FENCE = re.compile(r"^```[A-Za-z0-9_-]*[ \t]*\n(.*)\n```$", re.DOTALL)
+
+
+def check_output(fmt: ResponseFormat, text: str) -> tuple[Any, list[str]]:
+    """A final answer against ``responseFormat``: (the parsed value, []) when it is valid, else
+    (None, the first problems, each ``path: message``). The answer may sit in one Markdown code fence."""
+    raw = text.strip()
+    if (fenced := _FENCE.match(raw)) is not None:
+        raw = fenced.group(1)
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        return None, [f"the answer is not JSON: {exc}"]
+    if fmt.json_schema is None:  # json_object
+        return (value, []) if isinstance(value, dict) else (None, ["the answer must be a JSON object"])
+    schema = orjson.dumps(fmt.json_schema.schema_, option=orjson.OPT_SORT_KEYS).decode()
+    problems: list[str] = []
+    try:
+        for err in _validator(schema).iter_errors(value):
+            where = "/".join(str(p) for p in err.absolute_path) or "(root)"
+            problems.append(f"{where}: {err.message[:300]}")
+            if len(problems) >= MAX_OUTPUT_PROBLEMS:
+                break
+    except (Unresolvable, re.error, RecursionError) as exc:  # a dangling #-ref, a pattern re cannot run
+        problems.append(f"the schema could not be applied: {str(exc)[:300]}")
+    return (None, problems) if problems else (value, [])
 
 
 def estimate_tokens(messages: Iterable[Message]) -> int:

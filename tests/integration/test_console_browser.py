@@ -8,6 +8,7 @@ approves its pending tool call, aborts another run from its page, and keeps a sc
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import tempfile
@@ -172,6 +173,22 @@ def _scenario(url: str, chromium: str, driver_path: str, shots: Path) -> None:
         shot = shots / "pool-page.png"
         d.save_screenshot(str(shot))
         print(f"\nscreenshot of the pool page: {shot}")
+
+        # A structured-output run repaired once: its parsed output, pretty-printed as text (markup
+        # in it stays text), and the repair in the timeline.
+        output = {"colour": "green", "note": "<img src=x onerror=alert(1)>"}
+        rf = {
+            "type": "json_schema",
+            "jsonSchema": {"name": "pick", "schema": {"type": "object", "required": ["colour"]}},
+        }
+        r = httpx.post(f"{url}/v1/runs", headers={"Authorization": "Bearer tok-ui"},
+                       json=run_body([{"json": {"color": "green"}}, {"json": output}], responseFormat=rf))  # fmt: skip
+        d.get(f"{url}/ui#/run/{r.json()['runId']}")
+        wait.until(ec.visibility_of_element_located((By.ID, "run-output")))
+        assert d.find_element(By.ID, "run-output").text == json.dumps(output, indent=2)
+        assert not d.find_elements(By.CSS_SELECTOR, "#run-output img")
+        assert d.find_elements(By.CSS_SELECTOR, '#timeline li[data-status="repairing"]')
+        d.save_screenshot(str(shots / "structured-run.png"))
 
         # Nothing the page did broke its CSP (a violation is logged as a console error).
         errors = [e for e in d.get_log("browser") if e["level"] == "SEVERE" and "401" not in e["message"]]

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import orjson
 
-from shared.models import Message, ToolCall
+from shared.models import Message, ResponseFormat, ToolCall
 from shared.profiles import ProviderConfig
 from shared.redis_server import free_port
 from worker.config import ToolSpec
@@ -30,6 +30,17 @@ VENV = PEERS / "llama"
 DATA = Path(__file__).resolve().parents[1] / "data" / "llama_cpp"
 SYSTEM = "You are a helpful assistant. Use the calculator tool for arithmetic."
 FORCED = {"type": "function", "function": {"name": "calculator"}}
+# A structured answer Gemma 270M can give under the server's grammar (responseFormatStyle
+# json_object_schema: llama-cpp-python 0.3.36 takes {"type": "json_object", "schema": …}, not json_schema).
+PICK = {
+    "type": "object",
+    "properties": {"colour": {"type": "string", "maxLength": 20}, "sure": {"type": "boolean"}},
+    "required": ["colour", "sure"],
+    "additionalProperties": False,
+}
+PICK_FORMAT = ResponseFormat.model_validate(
+    {"type": "json_schema", "jsonSchema": {"name": "pick", "schema": PICK}}
+)
 
 
 def installed() -> tuple[Path, Path] | None:
@@ -95,10 +106,15 @@ def calculator() -> ToolSpec:
     return ToolSpec(name=t.name, description=t.description, parameters=t.parameters)
 
 
-def body(cfg: ProviderConfig, messages: list[Message], tools: list[ToolSpec] | None = None) -> dict[str, Any]:
+def body(
+    cfg: ProviderConfig,
+    messages: list[Message],
+    tools: list[ToolSpec] | None = None,
+    response_format: ResponseFormat | None = None,
+) -> dict[str, Any]:
     """The exact request body our provider sends for these messages."""
     req = ModelRequest(run_id="rec", session_id=None, messages=messages, tools=tools or [],
-                       model_call_index=1, attempt=0, failures=0)  # fmt: skip
+                       model_call_index=1, attempt=0, failures=0, response_format=response_format)  # fmt: skip
     return request_body(cfg, req)
 
 
@@ -167,12 +183,32 @@ async def recordings(base_url: str) -> dict[str, Transcript]:
     await asyncio.wait_for(answering.wait(), 60)
     await post(base_url, body(plain, user("Name a fruit.")))
     out["interrupted_stream"] = await first
+    out.update(await structured_recordings(base_url))
     return out
 
 
+STRUCTURED_PROMPT = "Name a colour, and say whether you are sure, as JSON."
+
+
+async def structured_recordings(base_url: str) -> dict[str, Transcript]:
+    """A structured answer: the schema sent as llama-cpp-python's json_object schema (a grammar);
+    and OpenAI's json_schema shape, which this server refuses."""
+    grammar = provider(base_url, maxTokens=96, responseFormatStyle="json_object_schema")
+    openai_style = provider(base_url, maxTokens=96)
+    return {
+        "structured_stream": await post(base_url, body(grammar, user(STRUCTURED_PROMPT), None, PICK_FORMAT)),
+        "json_schema_refused": await post(
+            base_url, body(openai_style, user(STRUCTURED_PROMPT), None, PICK_FORMAT)
+        ),
+    }
+
+
 def save(transcripts: dict[str, Transcript]) -> None:
+    """Write these transcripts (the index keeps the others)."""
     DATA.mkdir(parents=True, exist_ok=True)
     index: dict[str, Any] = {}
+    if (DATA / "transcripts.json").exists():
+        index = orjson.loads((DATA / "transcripts.json").read_bytes())
     for name, t in transcripts.items():
         suffix = ".sse" if t.content_type.startswith("text/event-stream") else ".body"
         (DATA / f"{name}{suffix}").write_bytes(t.body)

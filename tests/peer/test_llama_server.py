@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jsonschema
 import orjson
 import pytest
 from redis.asyncio import Redis
@@ -129,6 +130,21 @@ async def test_recordings_still_describe_the_server(server: llama.LlamaServer) -
     assert live["auto_tool_broken_stream"].body == b""
     interrupted = live["interrupted_stream"].body
     assert interrupted.rstrip().endswith(b"data: [DONE]") and b'"finish_reason": "stop"' not in interrupted
+    assert b'"finish_reason": "stop"' in live["structured_stream"].body
+    assert live["json_schema_refused"].status >= 400  # it takes only {"type": "text" | "json_object"}
+
+
+async def test_a_json_schema_run_returns_an_output_that_validates(pool: Any, redis: Redis) -> None:
+    """The schema goes out as llama-cpp-python's json_object schema (the server builds a grammar from
+    it); agentmill validates the answer and returns it parsed in result.output."""
+    rf = {"type": "json_schema", "jsonSchema": {"name": "pick", "schema": llama.PICK}}
+    body = {**ask(llama.STRUCTURED_PROMPT), "responseFormat": rf}
+    [rec] = await pool([body], maxConcurrent=1, maxTokens=96, responseFormatStyle="json_object_schema")
+    events = await stream(redis, rec.run_id)
+    repairs = [e.payload for e in events if e.payload.get("code") == "invalid_output"]
+    print(f"structured answer: {rec.result.output!r}; {len(repairs)} repairs")
+    assert rec.status.value == "completed", (rec.result.last_error, repairs)
+    jsonschema.validate(rec.result.output, llama.PICK)
 
 
 async def test_a_chat_run_completes_with_the_whole_answer(

@@ -114,6 +114,8 @@ class Driver:
             out = self.model.pop(0) if self.model else "text"
             if out == "text":
                 return [m.ModelStreamOpened(T0), text_reply()]
+            if out == "json":  # a structured answer (responseFormat json_object)
+                return [m.ModelStreamOpened(T0), text_reply('{"ok": true}')]
             if out == "calls":
                 n = cmd.request.model_call_index
                 return [

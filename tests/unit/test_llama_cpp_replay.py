@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import httpx
+import jsonschema
 import orjson
 import pytest
 
@@ -142,3 +143,30 @@ async def test_the_recorded_500_for_null_content_fails_at_once_with_the_reason()
 
 def test_cut_off_call_text_is_what_the_model_reads() -> None:
     assert CUT_OFF_CALL.startswith("error:") and "not executed" in CUT_OFF_CALL
+
+
+async def test_a_recorded_structured_answer_completes_with_its_output() -> None:
+    """The schema sent as llama-cpp-python's json_object schema: its grammar makes Gemma answer JSON,
+    which the machine validates and returns parsed."""
+    grammar = llama.provider("http://x", maxTokens=96, responseFormatStyle="json_object_schema")
+    sent = REC["structured_stream"].request
+    assert sent == llama.body(grammar, llama.user(llama.STRUCTURED_PROMPT), None, llama.PICK_FORMAT)
+    assert sent["response_format"] == {"type": "json_object", "schema": llama.PICK}
+    text, calls, end, _ = await replay("structured_stream")
+    assert calls == [] and end.finish_reason == "stop"
+    s, cmds = go(calling(config(response_format=llama.PICK_FORMAT)), m.ModelStreamOpened(T0),
+                 m.ModelReplied(T0, Message(role="assistant", content=text), end.usage, end.finish_reason))  # fmt: skip
+    assert s.phase == m.Phase.COMPLETED and s.repairs == 0, text
+    jsonschema.validate(s.output, llama.PICK)
+    assert next(c for c in cmds if isinstance(c, m.Finish)).result.output == orjson.loads(text)
+
+
+async def test_the_recorded_refusal_of_openais_json_schema_shape_fails_at_once() -> None:
+    """llama-cpp-python 0.3.36 takes response_format type text or json_object only: OpenAI's
+    json_schema is a 500 with a validation error, not retried (use responseFormatStyle)."""
+    assert REC["json_schema_refused"].request["response_format"]["type"] == "json_schema"
+    with pytest.raises(ModelCallError) as exc:
+        await replay("json_schema_refused")
+    f = exc.value.failure
+    assert (f.kind, f.status, classify(f)) == ("invalid", 500, "fatal")
+    assert "response_format" in f.message and "json_object" in f.message

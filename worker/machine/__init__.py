@@ -8,7 +8,8 @@ the same states. The runner (worker/runner/) executes the commands and feeds the
 
 - state.py: Phase, CallPhase, RunState;  events.py: the input;  commands.py: the output
 - table.py: the literal (node, event) → handler, next nodes table; ``decide`` dispatches on it
-- handlers.py (run, model call), tool_round.py (a round of tool calls), steps.py (shared steps, the ending)
+- handlers.py (run, model call), tool_round.py (a round of tool calls), steps.py (shared steps, the ending),
+  repair.py (the final answer against responseFormat: complete, repair turn, or invalid_output)
 - identity.py: agentmill's tool-call ids (model-call index, position); the provider's id only for the wire
 - diagram.py: docs/state-machine.md drawn from the table
 """

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from shared.models import EventKind, Message, RunResult, ToolCall
+from shared.models import EventKind, Message, ResponseFormat, RunResult, ToolCall
 from worker.config import ToolSpec
 from worker.machine.state import RunState
 
@@ -51,6 +51,7 @@ class ModelRequest:
     failures: int
     iterations: int = 0  # successful replies so far (a scripted model's position is iterations + failures)
     purpose: str = "turn"  # "turn" | "summary" (a compaction summary, not a step of the run)
+    response_format: ResponseFormat | None = None  # asked of providers that support it natively
 
 
 @dataclass(frozen=True, slots=True)

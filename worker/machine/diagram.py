@@ -31,6 +31,11 @@ _AFTER = """\
   limit would fail the run, the machine sets `finalCall` to the limit's name and asks the model once
   more (`model_running.calling`) with no tools and a closing instruction; that reply completes the run
   (`result.stopReason`), a tool call in it is refused, a failure of it fails the run as any model call.
+- **Repair turns** (`responseFormat`) need no node of their own either: a reply without tool calls is the
+  final answer, checked in the same step (`repair.final_answer`, jsonschema, pure). Valid: `completed`
+  with `result.output`. Invalid: the machine appends a user message naming the validation errors, emits
+  an `error` (`invalid_output`, `repair` n) and a `repairing` status, and asks again (`model_running.calling`,
+  or `compacting`/`failed` as any next call); after `maxRepairs` repairs the run is `failed` (`invalid_output`).
 - **Client tools** (`execution: "client"`): the calls of a round that the caller executes are recorded as
   pending with a deadline (`OfferClientCalls`) when the round starts; once nothing runs in the worker any
   more the run parks in `awaiting_tools` (`AwaitClient`), on no worker, as `awaiting_human` does. The

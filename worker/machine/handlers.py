@@ -23,6 +23,7 @@ from worker.machine.events import (
     Started,
     StartRejected,
 )
+from worker.machine.repair import final_answer
 from worker.machine.state import CallPhase, Phase, RunState
 from worker.machine.steps import (
     call_model,
@@ -120,7 +121,7 @@ def on_replied(s: RunState, e: ModelReplied) -> Decision:
     if refused:
         cmds.append(status_event("tool_calls_refused", count=refused, reason=f"{s.final_call} reached"))
     if not msg.tool_calls:
-        return finish(s, RunStatus.COMPLETED, cmds, final=msg)
+        return final_answer(s, msg, e.now_ms, cmds)
     return start_round(s, msg, e.now_ms, e.finish_reason, cmds)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 from pydantic import Field
 
@@ -89,6 +90,8 @@ class RunState(Model):
     last_error: RunError | None = None
     node_since_ms: int = 0  # when the run entered its current node (time per state, from event times)
     final_call: str | None = None  # the loop limit reached: the model is asked, without tools, for its answer
+    repairs: int = 0  # repair turns asked for answers that did not match responseFormat
+    output: Any = None  # the final answer parsed, when responseFormat asked for JSON and it validated
 
     @property
     def node(self) -> str:

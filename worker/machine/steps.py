@@ -46,7 +46,7 @@ def next_model_call(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
     cfg = s.cfg
     if (err := over_time(s, now_ms)) is not None:
         return finish(s, RunStatus.FAILED, cmds, error=err)
-    if s.iterations >= cfg.max_iterations:
+    if s.iterations >= cfg.max_iterations and not s.final_call:  # (a repair of the final answer)
         text = f"loopLimits.maxIterations={cfg.max_iterations} reached"
         if cfg.on_limit == "fail":
             return finish(s, RunStatus.FAILED, cmds, error=RunError(code="max_iterations", message=text))
@@ -111,6 +111,7 @@ def request_of(s: RunState) -> ModelRequest:
         attempt=s.attempt,
         failures=s.failures,
         iterations=s.iterations,
+        response_format=cfg.response_format,
     )
 
 
@@ -160,4 +161,5 @@ def result_of(s: RunState) -> RunResult:
         iterations=s.iterations,
         stop_reason=s.final_call if s.phase == Phase.COMPLETED else None,
         finish_reason=s.finish_reason,
+        output=s.output if s.phase == Phase.COMPLETED else None,
     )

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import orjson
 
-from shared.models import Message, Usage
+from shared.models import Message, ResponseFormat, Usage
 from shared.profiles import ProviderConfig
 from worker.config import ToolSpec
 from worker.machine import ModelRequest, wire_id
@@ -44,6 +44,7 @@ __all__ = [
     "retry_after_ms",
     "stream_error",
     "wire_message",
+    "wire_response_format",
     "wire_tool",
 ]
 
@@ -93,6 +94,23 @@ def wire_tool(t: ToolSpec) -> dict[str, Any]:
     }
 
 
+def wire_response_format(fmt: ResponseFormat, style: str = "openai") -> dict[str, Any]:
+    """The request's ``response_format``: OpenAI's ``json_schema`` shape, or (style
+    ``json_object_schema``) ``{"type": "json_object", "schema": …}``, the shape llama-cpp-python's
+    server turns into a grammar (it refuses ``json_schema``)."""
+    if fmt.json_schema is None:
+        return {"type": "json_object"}
+    js = fmt.json_schema
+    if style == "json_object_schema":
+        return {"type": "json_object", "schema": js.schema_}
+    spec: dict[str, Any] = {"name": js.name, "schema": js.schema_}
+    if js.description is not None:
+        spec["description"] = js.description
+    if js.strict is not None:
+        spec["strict"] = js.strict
+    return {"type": "json_schema", "json_schema": spec}
+
+
 def request_body(cfg: ProviderConfig, req: ModelRequest) -> dict[str, Any]:
     ids = {c.id: wire_id(c) for m in req.messages for c in m.tool_calls or ()}
     body: dict[str, Any] = {
@@ -105,6 +123,8 @@ def request_body(cfg: ProviderConfig, req: ModelRequest) -> dict[str, Any]:
         body["tools"] = [wire_tool(t) for t in req.tools]
         if cfg.tool_choice:
             body["tool_choice"] = cfg.tool_choice
+    if req.response_format is not None and cfg.response_format_style != "none":
+        body["response_format"] = wire_response_format(req.response_format, cfg.response_format_style)
     if cfg.temperature is not None:
         body["temperature"] = cfg.temperature
     if cfg.max_tokens is not None:

@@ -1,7 +1,8 @@
 """A deterministic model for the demo, tests and bench, selected by a profile (provider.kind=scripted).
 
 Mode ``script`` follows a list of turns (``runtimeHints.script`` of the run, else the profile's):
-``{"text": "…"}``, ``{"toolCalls": [{"name": "…", "arguments": {…}}]}`` (or ``"rawArguments": "…"``
+``{"text": "…"}``, ``{"json": value}`` (answers with the value as JSON text: a structured answer),
+``{"toolCalls": [{"name": "…", "arguments": {…}}]}`` (or ``"rawArguments": "…"``
 for invalid JSON; ``"id"``: the provider's id for the call, which may repeat, as some servers' do:
 agentmill names the call itself), ``{"error": {"status": 503, "message": "…"}}`` (``"kind"`` may be connection,
 timeout or overflow; ``"afterChunks"`` fails mid-stream; ``"retryAfterMs"``), ``{"stall": true}``, ``{"echoContext": true}`` (answers with the messages and tool names it was given, as JSON);
@@ -76,7 +77,7 @@ class ScriptedProvider:
         if turn.get("stall"):
             await asyncio.sleep(delay_s or 3600.0)
         error = turn.get("error")
-        text = str(turn.get("text", ""))
+        text = orjson.dumps(turn["json"]).decode() if "json" in turn else str(turn.get("text", ""))
         if turn.get("echoContext"):
             text = orjson.dumps(
                 {

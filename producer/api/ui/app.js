@@ -206,6 +206,14 @@ function batchPage(view, batchId) {
   const abort = el("button", { type: "button", class: "danger", id: "abort-batch", text: "Abort the batch's runs" });
   const runs = el("div");
   view.append(summary, el("div", { class: "actions" }, abort), runs);
+  // A structured-output run's parsed answer (result.output), pretty-printed; textContent only.
+  function showOutput(run) {
+    const out = run.result ? run.result.output : undefined;
+    if (out === undefined || out === null) return;
+    outputText.textContent = JSON.stringify(out, null, 2);
+    output.hidden = false;
+  }
+
   abort.addEventListener("click", async () => {
     if (!confirm("Abort every run of this batch that has not ended?")) return;
     try {
@@ -249,6 +257,7 @@ function eventItem(e, state) {
     case "status": {
       const parts = [seq, "status ", statusBadge(p.status)];
       if (p.status === "retrying") parts.push(` attempt ${p.attempt} in ${((p.delayMs || 0) / 1000).toFixed(1)} s (${p.reason || ""})`);
+      if (p.status === "repairing") parts.push(` the answer did not match responseFormat: repair ${p.repair} of ${p.maxRepairs}`);
       if (p.error) parts.push(` ${p.error.code}: ${p.error.message}`);
       if (p.status === "completed" && p.iterations !== undefined) parts.push(` after ${p.iterations} iterations`);
       return el("li", { "data-kind": "status", "data-status": p.status }, parts);
@@ -313,8 +322,11 @@ function runPage(view, runId) {
   const meta = el("p", { class: "muted" });
   const timeline = el("ol", { class: "timeline", id: "timeline", "aria-label": "Events, oldest first" });
   const live = el("p", { class: "muted", id: "live", text: "connecting…" });
+  const outputText = el("pre", { id: "run-output" });
+  const output = el("section", { id: "output", "aria-labelledby": "output-title", hidden: true },
+    el("h2", { id: "output-title", text: "Output" }), outputText);
   view.append(el("h1", {}, "Run ", el("code", { text: runId })), el("p", {}, "Status: ", status), meta,
-    el("div", { class: "actions" }, abort), approvals, el("h2", { text: "Timeline" }), live, timeline);
+    el("div", { class: "actions" }, abort), approvals, output, el("h2", { text: "Timeline" }), live, timeline);
   const state = { stream: null, last: 0, status: "", ended: false };
   const controller = new AbortController();
   cleanup.push(() => controller.abort());
@@ -350,6 +362,14 @@ function runPage(view, runId) {
       })));
   }
 
+  // A structured-output run's parsed answer (result.output), pretty-printed; textContent only.
+  function showOutput(run) {
+    const out = run.result ? run.result.output : undefined;
+    if (out === undefined || out === null) return;
+    outputText.textContent = JSON.stringify(out, null, 2);
+    output.hidden = false;
+  }
+
   abort.addEventListener("click", async () => {
     try {
       const r = await api("POST", `/v1/runs/${encodeURIComponent(runId)}/abort`);
@@ -365,7 +385,10 @@ function runPage(view, runId) {
     if (e.kind === "status" && e.payload.status !== "retrying") {
       setStatus(e.payload.status);
       if (e.payload.status === "awaiting_human") showApprovals(e.payload.pendingApprovals);
-      if (TERMINAL.has(e.payload.status)) state.ended = true;
+      if (TERMINAL.has(e.payload.status)) {
+        state.ended = true;
+        api("GET", `/v1/runs/${encodeURIComponent(runId)}`).then(showOutput, () => {});
+      }
     }
   }
 
@@ -375,6 +398,7 @@ function runPage(view, runId) {
       setStatus(run.status);
       meta.textContent = `created ${when(run.createdAt)}` + (run.sessionId ? ` · session ${run.sessionId}` : "");
       if (run.status === "awaiting_human") showApprovals(run.pendingApprovals);
+      showOutput(run);
     } catch (e) { onError(view, e); return; }
     while (!state.ended && !controller.signal.aborted) {
       try {
