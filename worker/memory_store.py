@@ -16,6 +16,7 @@ import orjson
 from shared.models import Message, RunInput, RunStatus, ToolCall, ToolResult
 from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
 from shared.settings import Settings
+from shared.tool_records import ToolRecord
 from worker import context, sessions
 from worker.lease import WorkerLease
 from worker.machine import TERMINAL_PHASES
@@ -57,7 +58,7 @@ class MemoryRun:
     abort_reason: str = ""
     restarts: int = 0
     events: list[tuple[int, str, int, bytes]] = field(default_factory=list)  # seq, kind, ts, payload
-    tools: dict[str, dict[str, Any]] = field(default_factory=dict)
+    tools: dict[str, dict[str, Any]] = field(default_factory=dict)  # call id -> record, as JSON holds it
     approvals: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -91,7 +92,7 @@ class MemoryRunStore:
         r.status = RunStatus.RUNNING.value
         self.epoch, self.last_seq = r.epoch, len(r.events)
         return Acquired(self.epoch, self.last_seq, r.checkpoint, r.input, r.abort_reason, dict(r.approvals),
-                        {k: dict(v) for k, v in r.tools.items()}, r.restarts)  # fmt: skip
+                        {k: ToolRecord.from_dict(v) for k, v in r.tools.items()}, r.restarts)  # fmt: skip
 
     async def commit(
         self,
@@ -116,14 +117,12 @@ class MemoryRunStore:
         for kind, ts, payload in outbox.events:
             r.events.append((len(r.events) + 1, kind, ts, payload))
         for call_id in outbox.claims:
-            prev = r.tools.get(call_id, {})
-            r.tools[call_id] = {
-                "state": "pending",
-                "epoch": self.epoch,
-                "attempts": prev.get("attempts", 0) + 1,
-            }
+            prev = r.tools.get(call_id)
+            r.tools[call_id] = ToolRecord.claim(
+                self.epoch, ToolRecord.from_dict(prev) if prev else None
+            ).to_dict()
         for call_id, rec in outbox.records:
-            r.tools[call_id] = orjson.loads(rec)
+            r.tools[call_id] = ToolRecord.from_json(rec).to_dict()
         if checkpoint:
             r.checkpoint = checkpoint
         if iterations is not None:
@@ -173,13 +172,13 @@ class MemorySessionStore:
 
     async def recall(self, session_id: str | None, call: ToolCall, run_id: str | None = None) -> ToolResult:
         wanted = sessions.recall_id(call)
-        raw = None
+        past = None
         run = self.runs.get(run_id or "")
         if run is not None and wanted in run.tools:
-            raw = sessions.recorded_result(orjson.dumps(run.tools[wanted]))
-        if raw is None and session_id is not None and wanted:
-            raw = self.results.get(session_id, {}).get(wanted)
-        return sessions.recalled(call, wanted, raw)
+            past = ToolRecord.from_dict(run.tools[wanted]).recorded
+        if past is None and session_id is not None and wanted:
+            past = sessions.past_result(self.results.get(session_id, {}).get(wanted))
+        return sessions.recalled(call, wanted, past)
 
 
 class MemoryModels:
