@@ -2,7 +2,10 @@
 
 ``MemoryRun`` is what Redis holds for one run (hash, stream, tool records); a ``MemoryRunStore`` is
 one worker's handle on it at one epoch, so two handles on the same run are two workers, and the
-older one is fenced the way the Lua scripts fence it.
+older one is fenced the way the Lua scripts fence it. The store keeps the promises of
+acquire.lua, commit.lua and release.lua that tests/integration/test_run_store_contract.py states
+for both stores; it does not model dispatch numbers (``gen``), the crash budget (``exhausted``) or
+a commit re-sent after its reply was lost.
 """
 
 from __future__ import annotations
@@ -57,6 +60,11 @@ class MemoryRun:
     aux: bytes = b""
     abort_reason: str = ""
     restarts: int = 0
+    owner: str = ""  # the worker holding the run ('' when none does: queued, parked or ended)
+    error_code: str = ""  # the ending's error code
+    # The workers whose lease is unexpired. None: leases not modelled, each worker's acquire takes
+    # the run over (its previous owner is taken to be lost), and an owner's commits are never late.
+    live: set[str] | None = None
     events: list[tuple[int, str, int, bytes]] = field(default_factory=list)  # seq, kind, ts, payload
     tools: dict[str, dict[str, Any]] = field(default_factory=dict)  # call id -> record, as JSON holds it
     approvals: dict[str, Any] = field(default_factory=dict)
@@ -81,15 +89,25 @@ class MemoryRunStore:
         self.epoch = 0
         self.last_seq = 0
         self.commits = 0
+        self.worker_id = ""  # the worker it acquired the run as
+
+    def _alive(self, worker_id: str) -> bool:
+        return self.run.live is None or worker_id in self.run.live
 
     async def acquire(self, gen: int, worker_id: str) -> Acquired | NotAcquired:
         r = self.run
         if r.status in _TERMINAL:
             return NotAcquired("terminal", r.status)
-        if r.checkpoint is not None and r.status == RunStatus.RUNNING.value:
-            r.restarts += 1  # taken over from a worker that stopped without handing it back
-        r.epoch += 1
-        r.status = RunStatus.RUNNING.value
+        if not self._alive(worker_id):
+            return NotAcquired("no_lease", worker_id)
+        if not (r.owner == worker_id and r.status == RunStatus.RUNNING.value):  # else: its own, again
+            if r.owner and r.live is not None and r.owner in r.live:
+                return NotAcquired("busy", r.owner)
+            if r.owner:
+                r.restarts += 1  # taken over from a worker lost without handing it back
+            r.epoch += 1
+            r.owner, r.status = worker_id, RunStatus.RUNNING.value
+        self.worker_id = worker_id
         self.epoch, self.last_seq = r.epoch, len(r.events)
         return Acquired(self.epoch, self.last_seq, r.checkpoint, r.input, r.abort_reason, dict(r.approvals),
                         {k: ToolRecord.from_dict(v) for k, v in r.tools.items()}, r.restarts)  # fmt: skip
@@ -110,6 +128,10 @@ class MemoryRunStore:
         r = self.run
         if r.epoch != self.epoch:
             raise FencedError(f"run {r.run_id}: epoch {self.epoch} is no longer current (fenced)")
+        if r.owner != self.worker_id or not self._alive(self.worker_id):
+            raise FencedError(
+                f"run {r.run_id}: no longer held by {self.worker_id!r} (ended, parked or its lease lapsed)"
+            )
         if self.last_seq != len(r.events):
             raise SeqConflictError(
                 f"run {r.run_id}: expected last seq {self.last_seq}, stream has {len(r.events)}"
@@ -128,23 +150,27 @@ class MemoryRunStore:
         if iterations is not None:
             r.iterations = iterations
         if status:
-            r.status = status
+            r.status, r.owner = status, ""
             if status in _TERMINAL:
                 r.result = aux
+                r.error_code = error_code or r.error_code
+                if session is not None and self.sessions is not None:
+                    self.sessions.apply(session)  # a session's history changes only when a run ends
             else:
                 r.aux = aux
-        if status == RunStatus.AWAITING_HUMAN.value and aux:
-            r.approvals = orjson.loads(aux)
-        if session is not None and self.sessions is not None:
-            self.sessions.apply(session)
+        if status == RunStatus.AWAITING_HUMAN.value:
+            r.approvals = orjson.loads(aux) if aux else {}
         self.last_seq = len(r.events)
         self.commits += 1
         return self.last_seq
 
     async def release(self, gen: int) -> str:
-        if self.run.epoch != self.epoch:
+        r = self.run
+        if r.epoch != self.epoch:
             return "fenced"
-        self.run.status = RunStatus.QUEUED.value
+        if r.status in _TERMINAL:
+            return "terminal"
+        r.status, r.owner = RunStatus.QUEUED.value, ""
         return "released"
 
 
