@@ -72,6 +72,12 @@ class ToolRecord:
         return cls(ToolState.CLIENT_PENDING, client=True, name=call.name, arguments=call.arguments,
                    deadline_ms=deadline_ms, timeout_ms=timeout_ms)  # fmt: skip
 
+    def timed_out_as(self, call_id: str) -> ToolRecord:
+        """This client call past its deadline: done with a timeout error (prelude.lua client_settle)."""
+        content = f"error: the client returned no result within {self.timeout_ms or '?'} ms"
+        return ToolRecord(ToolState.DONE, client=True, timed_out=True,
+                          result=ToolResult(tool_call_id=call_id, name=self.name, content=content, is_error=True))  # fmt: skip
+
     @property
     def done(self) -> bool:
         return self.state == ToolState.DONE

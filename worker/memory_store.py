@@ -19,7 +19,7 @@ import orjson
 from shared.models import Message, RunInput, RunStatus, ToolCall, ToolResult
 from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
 from shared.settings import Settings
-from shared.tool_records import ToolRecord
+from shared.tool_records import ToolRecord, ToolState
 from worker import context, sessions
 from worker.lease import WorkerLease
 from worker.machine import TERMINAL_PHASES
@@ -83,9 +83,12 @@ class MemoryRun:
 class MemoryRunStore:
     """RunStore on a MemoryRun: epochs fence older handles; seqs must follow on."""
 
-    def __init__(self, run: MemoryRun, sessions: MemorySessionStore | None = None) -> None:
+    def __init__(
+        self, run: MemoryRun, sessions: MemorySessionStore | None = None, clock: Clock | None = None
+    ) -> None:
         self.run = run
         self.sessions = sessions
+        self.clock = clock or SystemClock()  # decides client calls' deadlines (Redis's TIME does there)
         self.epoch = 0
         self.last_seq = 0
         self.commits = 0
@@ -160,9 +163,28 @@ class MemoryRunStore:
                 r.aux = aux
         if status == RunStatus.AWAITING_HUMAN.value:
             r.approvals = orjson.loads(aux) if aux else {}
+        if status == RunStatus.AWAITING_TOOLS.value and self._settle_client_calls() == 0:
+            r.status = RunStatus.QUEUED.value  # every call answered or timed out: back on the queue
         self.last_seq = len(r.events)
         self.commits += 1
         return self.last_seq
+
+    def _settle_client_calls(self) -> int:
+        """The parked run's client calls (``aux``) past their deadline get a timeout error as their
+        result (prelude.lua client_settle); how many are still open."""
+        r, now, still_open = self.run, self.clock.now_ms(), 0
+        for pending in orjson.loads(r.aux or b"[]"):
+            call_id = pending["toolCallId"]
+            if call_id not in r.tools:
+                continue
+            rec = ToolRecord.from_dict(r.tools[call_id])
+            if rec.state != ToolState.CLIENT_PENDING:
+                continue
+            if now >= rec.deadline_ms:
+                r.tools[call_id] = rec.timed_out_as(call_id).to_dict()
+            else:
+                still_open += 1
+        return still_open
 
     async def release(self, gen: int) -> str:
         r = self.run

@@ -18,8 +18,9 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
+from shared.clock import now_ms
 from shared.keys import CRASHES_FIELD
-from shared.models import RunInput, ToolResult
+from shared.models import RunInput, ToolCall, ToolResult
 from shared.scripts import Scripts
 from shared.settings import Settings
 from shared.tool_records import ToolRecord, ToolState
@@ -300,3 +301,44 @@ async def test_a_run_parked_for_approval_keeps_its_approvals_for_the_next_worker
     await backend.lose("w1")
     _, acq = await acquired(backend, "r1", "w2")
     assert (acq.approvals, acq.checkpoint, acq.epoch, acq.restarts) == (approvals, b"ck1", 2, 0)
+
+
+def client_call(call_id: str, deadline_ms: int) -> tuple[str, bytes]:
+    call = ToolCall(id=call_id, name="ask", arguments='{"q":1}')
+    return call_id, ToolRecord.offered(call, deadline_ms, 1_000).to_json()
+
+
+def parked_on(*call_ids: str) -> bytes:
+    return orjson.dumps([{"toolCallId": i, "name": "ask", "arguments": '{"q":1}'} for i in call_ids])
+
+
+async def test_a_run_parked_for_client_calls_gives_the_ones_past_their_deadline_a_timeout(
+    backend: Backend,
+) -> None:
+    await backend.submit("r1")
+    store, _ = await acquired(backend, "r1", "w1")
+    later = now_ms() + 60_000
+    offered = [client_call("c1.0", later), client_call("c1.1", 1)]  # c1.1 is already past its deadline
+    await store.commit(Outbox([ev("status", status="awaiting_tools")], records=offered), checkpoint=b"ck1",
+                       status="awaiting_tools", aux=parked_on("c1.0", "c1.1"))  # fmt: skip
+    held = await backend.held("r1")
+    assert held.status == "awaiting_tools"
+    assert held.tools["c1.0"] == ToolRecord.from_json(offered[0][1])  # still the caller's to answer
+    timeout = ToolResult(tool_call_id="c1.1", name="ask", is_error=True,
+                         content="error: the client returned no result within 1000 ms")  # fmt: skip
+    assert held.tools["c1.1"] == ToolRecord(ToolState.DONE, client=True, timed_out=True, result=timeout)
+    with pytest.raises(FencedError):  # parked on no worker
+        await store.commit(Outbox([ev()]))
+
+
+async def test_a_run_whose_client_calls_are_all_settled_goes_straight_back_on_the_queue(
+    backend: Backend,
+) -> None:
+    await backend.submit("r1")
+    store, _ = await acquired(backend, "r1", "w1")
+    await store.commit(Outbox([ev("status", status="awaiting_tools")], records=[client_call("c1.0", 1)]),
+                       checkpoint=b"ck1", status="awaiting_tools", aux=parked_on("c1.0"))  # fmt: skip
+    assert (await backend.held("r1")).status == "queued"
+    _, acq = await acquired(backend, "r1", "w2", gen=2)  # (the resume's dispatch)
+    assert acq.tool_records["c1.0"].timed_out and acq.tool_records["c1.0"].recorded is not None
+    assert (acq.checkpoint, acq.epoch) == (b"ck1", 2)
