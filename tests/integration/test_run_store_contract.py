@@ -70,6 +70,10 @@ class Backend(Protocol):
         """The worker's lease runs out (it was killed, or paused past it)."""
         ...
 
+    async def request_abort(self, run_id: str, reason: str) -> None:
+        """Someone asks for the running run's abort (abort.lua)."""
+        ...
+
     async def held(self, run_id: str) -> Held: ...
 
     async def history(self, session_id: str) -> History: ...
@@ -92,6 +96,9 @@ class InMemory:
 
     async def lose(self, worker: str) -> None:
         self.live.discard(worker)
+
+    async def request_abort(self, run_id: str, reason: str) -> None:
+        self.runs[run_id].abort_reason = reason
 
     async def held(self, run_id: str) -> Held:
         r = self.runs[run_id]
@@ -121,6 +128,9 @@ class InRedis:
 
     async def lose(self, worker: str) -> None:
         await self.redis.delete(K.worker_lease(worker))  # what its expiry does
+
+    async def request_abort(self, run_id: str, reason: str) -> None:
+        assert await producer_for(self.redis, self.redis_url).abort(run_id, reason=reason) == "requested"
 
     async def held(self, run_id: str) -> Held:
         h = {k.decode(): v for k, v in (await self.redis.hgetall(K.run(run_id))).items()}
@@ -342,3 +352,12 @@ async def test_a_run_whose_client_calls_are_all_settled_goes_straight_back_on_th
     _, acq = await acquired(backend, "r1", "w2", gen=2)  # (the resume's dispatch)
     assert acq.tool_records["c1.0"].timed_out and acq.tool_records["c1.0"].recorded is not None
     assert (acq.checkpoint, acq.epoch) == (b"ck1", 2)
+
+
+async def test_an_abort_requested_while_running_is_handed_to_the_next_worker(backend: Backend) -> None:
+    await backend.submit("r1")
+    await acquired(backend, "r1", "w1")
+    await backend.request_abort("r1", "stop it")
+    await backend.lose("w1")  # it died before it read the request
+    _, acq = await acquired(backend, "r1", "w2")
+    assert (acq.abort_reason, acq.epoch, acq.restarts) == ("stop it", 2, 1)
