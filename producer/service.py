@@ -30,6 +30,7 @@ from shared.profiles import AgentProfile
 from shared.quotas import DEFAULT_TENANT, Quota
 from shared.scripts import Scripts, text
 from shared.settings import Settings, get_settings
+from shared.tool_records import ToolRecord
 
 __all__ = ["DEFAULT_TENANT", "Producer", "RunRecord", "SubmissionError", "Submitted"]
 
@@ -175,9 +176,7 @@ class Producer:
                 return list(await c.hmget(part.tools(run_id), [c_["toolCallId"] for c_ in calls]))  # type: ignore[misc]
 
             recs = await self.parts.call(part, tools)
-            calls = [
-                c for c, r in zip(calls, recs, strict=True) if r and orjson.loads(r).get("state") != "done"
-            ]
+            calls = [c for c, r in zip(calls, recs, strict=True) if r and not ToolRecord.from_json(r).done]
         return RunRecord(
             run_id=run_id,
             status=status,

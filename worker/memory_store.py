@@ -2,7 +2,10 @@
 
 ``MemoryRun`` is what Redis holds for one run (hash, stream, tool records); a ``MemoryRunStore`` is
 one worker's handle on it at one epoch, so two handles on the same run are two workers, and the
-older one is fenced the way the Lua scripts fence it.
+older one is fenced the way the Lua scripts fence it. The store keeps the promises of
+acquire.lua, commit.lua and release.lua that tests/integration/test_run_store_contract.py states
+for both stores; it does not model dispatch numbers (``gen``), the crash budget (``exhausted``) or
+a commit re-sent after its reply was lost.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import orjson
 from shared.models import Message, RunInput, RunStatus, ToolCall, ToolResult
 from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
 from shared.settings import Settings
+from shared.tool_records import ToolRecord, ToolState
 from worker import context, sessions
 from worker.lease import WorkerLease
 from worker.machine import TERMINAL_PHASES
@@ -56,8 +60,13 @@ class MemoryRun:
     aux: bytes = b""
     abort_reason: str = ""
     restarts: int = 0
+    owner: str = ""  # the worker holding the run ('' when none does: queued, parked or ended)
+    error_code: str = ""  # the ending's error code
+    # The workers whose lease is unexpired. None: leases not modelled, each worker's acquire takes
+    # the run over (its previous owner is taken to be lost), and an owner's commits are never late.
+    live: set[str] | None = None
     events: list[tuple[int, str, int, bytes]] = field(default_factory=list)  # seq, kind, ts, payload
-    tools: dict[str, dict[str, Any]] = field(default_factory=dict)
+    tools: dict[str, dict[str, Any]] = field(default_factory=dict)  # call id -> record, as JSON holds it
     approvals: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -74,24 +83,37 @@ class MemoryRun:
 class MemoryRunStore:
     """RunStore on a MemoryRun: epochs fence older handles; seqs must follow on."""
 
-    def __init__(self, run: MemoryRun, sessions: MemorySessionStore | None = None) -> None:
+    def __init__(
+        self, run: MemoryRun, sessions: MemorySessionStore | None = None, clock: Clock | None = None
+    ) -> None:
         self.run = run
         self.sessions = sessions
+        self.clock = clock or SystemClock()  # decides client calls' deadlines (Redis's TIME does there)
         self.epoch = 0
         self.last_seq = 0
         self.commits = 0
+        self.worker_id = ""  # the worker it acquired the run as
+
+    def _alive(self, worker_id: str) -> bool:
+        return self.run.live is None or worker_id in self.run.live
 
     async def acquire(self, gen: int, worker_id: str) -> Acquired | NotAcquired:
         r = self.run
         if r.status in _TERMINAL:
             return NotAcquired("terminal", r.status)
-        if r.checkpoint is not None and r.status == RunStatus.RUNNING.value:
-            r.restarts += 1  # taken over from a worker that stopped without handing it back
-        r.epoch += 1
-        r.status = RunStatus.RUNNING.value
+        if not self._alive(worker_id):
+            return NotAcquired("no_lease", worker_id)
+        if not (r.owner == worker_id and r.status == RunStatus.RUNNING.value):  # else: its own, again
+            if r.owner and r.live is not None and r.owner in r.live:
+                return NotAcquired("busy", r.owner)
+            if r.owner:
+                r.restarts += 1  # taken over from a worker lost without handing it back
+            r.epoch += 1
+            r.owner, r.status = worker_id, RunStatus.RUNNING.value
+        self.worker_id = worker_id
         self.epoch, self.last_seq = r.epoch, len(r.events)
         return Acquired(self.epoch, self.last_seq, r.checkpoint, r.input, r.abort_reason, dict(r.approvals),
-                        {k: dict(v) for k, v in r.tools.items()}, r.restarts)  # fmt: skip
+                        {k: ToolRecord.from_dict(v) for k, v in r.tools.items()}, r.restarts)  # fmt: skip
 
     async def commit(
         self,
@@ -109,6 +131,10 @@ class MemoryRunStore:
         r = self.run
         if r.epoch != self.epoch:
             raise FencedError(f"run {r.run_id}: epoch {self.epoch} is no longer current (fenced)")
+        if r.owner != self.worker_id or not self._alive(self.worker_id):
+            raise FencedError(
+                f"run {r.run_id}: no longer held by {self.worker_id!r} (ended, parked or its lease lapsed)"
+            )
         if self.last_seq != len(r.events):
             raise SeqConflictError(
                 f"run {r.run_id}: expected last seq {self.last_seq}, stream has {len(r.events)}"
@@ -116,36 +142,57 @@ class MemoryRunStore:
         for kind, ts, payload in outbox.events:
             r.events.append((len(r.events) + 1, kind, ts, payload))
         for call_id in outbox.claims:
-            prev = r.tools.get(call_id, {})
-            r.tools[call_id] = {
-                "state": "pending",
-                "epoch": self.epoch,
-                "attempts": prev.get("attempts", 0) + 1,
-            }
+            prev = r.tools.get(call_id)
+            r.tools[call_id] = ToolRecord.claim(
+                self.epoch, ToolRecord.from_dict(prev) if prev else None
+            ).to_dict()
         for call_id, rec in outbox.records:
-            r.tools[call_id] = orjson.loads(rec)
+            r.tools[call_id] = ToolRecord.from_json(rec).to_dict()
         if checkpoint:
             r.checkpoint = checkpoint
         if iterations is not None:
             r.iterations = iterations
         if status:
-            r.status = status
+            r.status, r.owner = status, ""
             if status in _TERMINAL:
                 r.result = aux
+                r.error_code = error_code or r.error_code
+                if session is not None and self.sessions is not None:
+                    self.sessions.apply(session)  # a session's history changes only when a run ends
             else:
                 r.aux = aux
-        if status == RunStatus.AWAITING_HUMAN.value and aux:
-            r.approvals = orjson.loads(aux)
-        if session is not None and self.sessions is not None:
-            self.sessions.apply(session)
+        if status == RunStatus.AWAITING_HUMAN.value:
+            r.approvals = orjson.loads(aux) if aux else {}
+        if status == RunStatus.AWAITING_TOOLS.value and self._settle_client_calls() == 0:
+            r.status = RunStatus.QUEUED.value  # every call answered or timed out: back on the queue
         self.last_seq = len(r.events)
         self.commits += 1
         return self.last_seq
 
+    def _settle_client_calls(self) -> int:
+        """The parked run's client calls (``aux``) past their deadline get a timeout error as their
+        result (prelude.lua client_settle); how many are still open."""
+        r, now, still_open = self.run, self.clock.now_ms(), 0
+        for pending in orjson.loads(r.aux or b"[]"):
+            call_id = pending["toolCallId"]
+            if call_id not in r.tools:
+                continue
+            rec = ToolRecord.from_dict(r.tools[call_id])
+            if rec.state != ToolState.CLIENT_PENDING:
+                continue
+            if now >= rec.deadline_ms:
+                r.tools[call_id] = rec.timed_out_as(call_id).to_dict()
+            else:
+                still_open += 1
+        return still_open
+
     async def release(self, gen: int) -> str:
-        if self.run.epoch != self.epoch:
+        r = self.run
+        if r.epoch != self.epoch:
             return "fenced"
-        self.run.status = RunStatus.QUEUED.value
+        if r.status in _TERMINAL:
+            return "terminal"
+        r.status, r.owner = RunStatus.QUEUED.value, ""
         return "released"
 
 
@@ -173,13 +220,13 @@ class MemorySessionStore:
 
     async def recall(self, session_id: str | None, call: ToolCall, run_id: str | None = None) -> ToolResult:
         wanted = sessions.recall_id(call)
-        raw = None
+        past = None
         run = self.runs.get(run_id or "")
         if run is not None and wanted in run.tools:
-            raw = sessions.recorded_result(orjson.dumps(run.tools[wanted]))
-        if raw is None and session_id is not None and wanted:
-            raw = self.results.get(session_id, {}).get(wanted)
-        return sessions.recalled(call, wanted, raw)
+            past = ToolRecord.from_dict(run.tools[wanted]).recorded
+        if past is None and session_id is not None and wanted:
+            past = sessions.past_result(self.results.get(session_id, {}).get(wanted))
+        return sessions.recalled(call, wanted, past)
 
 
 class MemoryModels:

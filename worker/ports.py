@@ -21,6 +21,7 @@ from shared.clock import now_ms
 from shared.models import Message, ToolCall, ToolResult
 from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
 from shared.settings import Settings
+from shared.tool_records import ToolRecord
 from worker.config import ToolSpec
 from worker.lease import WorkerLease
 from worker.models.base import ModelProvider
@@ -67,7 +68,7 @@ class Acquired:
     input: bytes
     abort_reason: str
     approvals: dict[str, Any]
-    tool_records: dict[str, dict[str, Any]]
+    tool_records: dict[str, ToolRecord]
     restarts: int
 
 

@@ -22,6 +22,7 @@ from shared.partitions import Partitions
 from shared.profiles import ContextConfig
 from shared.scripts import Scripts, text
 from shared.settings import Settings
+from shared.tool_records import ToolRecord
 from worker import context, sessions
 from worker.batcher import ScriptBatcher
 from worker.lease import WorkerLease
@@ -84,8 +85,8 @@ class RedisRunStore:
         self.lease_id = worker_id
         self.last_seq = int(text(r[2]) or 0)
         flat = r[7]
-        records = {text(flat[i]): orjson.loads(flat[i + 1]) for i in range(0, len(flat), 2)}
-        self.attempts = {k: int(v.get("attempts") or 0) for k, v in records.items() if isinstance(v, dict)}
+        records = {text(flat[i]): ToolRecord.from_json(flat[i + 1]) for i in range(0, len(flat), 2)}
+        self.attempts = {k: v.attempts for k, v in records.items()}
         return Acquired(
             epoch=self.epoch,
             last_seq=self.last_seq,
@@ -183,17 +184,17 @@ class RedisSessionStore:
         """The internal recall_tool_call tool: a tool result by its id, from this run's own calls
         (compacted away or not) or else from the session's past runs."""
         wanted = sessions.recall_id(call)
-        raw = None
+        past = None
         if run_id is not None and wanted:
             part = self.parts.home(session_id) if session_id else self.parts.home(run_id)
             tools = part.tools(run_id)
             rec = await self.parts.call(part, lambda c: c.hget(tools, wanted))
-            raw = sessions.recorded_result(rec) if rec is not None else None
-        if raw is None and session_id is not None and wanted:
+            past = ToolRecord.from_json(rec).recorded if rec is not None else None
+        if past is None and session_id is not None and wanted:
             part = self.parts.home(session_id)
             results = part.session_results(session_id)
-            raw = await self.parts.call(part, lambda c: c.hget(results, wanted))
-        return sessions.recalled(call, wanted, raw)
+            past = sessions.past_result(await self.parts.call(part, lambda c: c.hget(results, wanted)))
+        return sessions.recalled(call, wanted, past)
 
 
 @dataclass(frozen=True, slots=True)

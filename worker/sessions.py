@@ -11,7 +11,7 @@ from worker.config import RECALL_TOOL
 from worker.machine import RunState
 from worker.ports import SessionUpdate
 
-__all__ = ["recall_id", "recalled", "recorded_result", "session_call_id", "session_update"]
+__all__ = ["past_result", "recall_id", "recalled", "session_call_id", "session_update"]
 
 
 def session_call_id(run_id: str, call_id: str) -> str:
@@ -59,18 +59,14 @@ def recall_id(call: ToolCall) -> str:
         return ""
 
 
-def recorded_result(record: bytes | str) -> bytes | None:
-    """The result JSON of a run's tool record, when the call is done."""
-    rec = orjson.loads(record)
-    if rec.get("state") == "done" and isinstance(rec.get("result"), dict):
-        return orjson.dumps(rec["result"])
-    return None
+def past_result(raw: bytes | str | None) -> ToolResult | None:
+    """A session's past tool result, as its results hash holds it."""
+    return ToolResult.model_validate_json(raw) if raw is not None else None
 
 
-def recalled(call: ToolCall, wanted: str, raw: bytes | str | None) -> ToolResult:
+def recalled(call: ToolCall, wanted: str, past: ToolResult | None) -> ToolResult:
     """The recall call's result: the past result's content under this call's id, or an error."""
-    if raw is None:
+    if past is None:
         content = orjson.dumps({"error": "tool call result not found", "callId": wanted}).decode()
         return ToolResult(tool_call_id=call.id, name=call.name, content=content, is_error=True)
-    past = ToolResult.model_validate_json(raw)
     return ToolResult(tool_call_id=call.id, name=call.name, content=past.content, is_error=past.is_error)

@@ -110,7 +110,7 @@ async def test_a_stale_epoch_is_fenced_off_everywhere(
     await asyncio.sleep(0.35)  # the old worker is paused past its lease
     new, acq = await acquire(redis, settings, rid, "w-new")
     assert isinstance(acq, Acquired) and acq.epoch == 2 and acq.restarts == 1
-    assert acq.tool_records["c1"]["state"] == "pending"  # the new owner sees the dangling claim
+    assert acq.tool_records["c1"].state == "pending"  # the new owner sees the dangling claim
     before = await redis.hgetall(K.run(rid))
     with pytest.raises(FencedError):
         await old.commit(

@@ -21,6 +21,7 @@ import orjson
 from shared import logs
 from shared.codec import encode
 from shared.models import EventKind, RunInput, RunResult, RunStatus
+from shared.tool_records import ToolRecord
 from worker import machine
 from worker.lease import LeaseExpiredError
 from worker.machine import (
@@ -94,7 +95,7 @@ class RunDriver:
         self.deadline: asyncio.TimerHandle | None = None  # not an effect: a drain does not wait for it
         self.state = machine.initial_state(run_id)
         self.hints: dict[str, Any] = {}
-        self.records: dict[str, dict[str, Any]] = {}
+        self.records: dict[str, ToolRecord] = {}
         self.done_records: dict[str, bytes] = {}
         self.out = Commits(self.store, self.clock, host.observer)
         self.delta_seq = 0
@@ -256,10 +257,9 @@ class RunDriver:
                 await_human = c
             elif isinstance(c, OfferClientCalls):
                 for call in c.calls:
-                    rec = {"state": "client_pending", "client": True, "name": call.name, "arguments": call.arguments,
-                           "deadlineMs": c.deadlines[call.id], "timeoutMs": c.timeout_ms}  # fmt: skip
+                    rec = ToolRecord.offered(call, c.deadlines[call.id], c.timeout_ms)
                     self.records[call.id] = rec
-                    outbox.records.append((call.id, orjson.dumps(rec)))
+                    outbox.records.append((call.id, rec.to_json()))
             elif isinstance(c, AwaitClient):
                 await_client = c
             else:

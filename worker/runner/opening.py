@@ -3,12 +3,11 @@ taken over from its checkpoint, and the answers that arrived while it was parked
 
 from __future__ import annotations
 
-from typing import Any
-
 import orjson
 
-from shared.models import RunInput, ToolResult
+from shared.models import RunInput
 from shared.settings import Settings
+from shared.tool_records import ToolRecord
 from worker.config import resolve_config
 from worker.machine import (
     ApprovalsDecided,
@@ -31,14 +30,9 @@ def restore(checkpoint: bytes) -> tuple[RunState, int]:
     return RunState.model_validate(ck["state"]), int(ck["seq"])
 
 
-def resumed(records: dict[str, dict[str, Any]], now_ms: int) -> Resumed:
+def resumed(records: dict[str, ToolRecord], now_ms: int) -> Resumed:
     """The take-over, with the tool results the store holds (the machine serves the ones it needs)."""
-    done = {
-        i: r["result"]
-        for i, r in records.items()
-        if r.get("state") == "done" and isinstance(r.get("result"), dict)
-    }
-    return Resumed(now_ms, {i: ToolResult.model_validate(r) for i, r in done.items()})
+    return Resumed(now_ms, {i: res for i, r in records.items() if (res := r.recorded) is not None})
 
 
 def start(host: Host, tools: ToolPort, models: ModelPort, run_input: RunInput, now_ms: int) -> Event:
@@ -57,9 +51,7 @@ def start(host: Host, tools: ToolPort, models: ModelPort, run_input: RunInput, n
     return Started(now_ms, cfg, list(run_input.input_messages))
 
 
-def answers(
-    state: RunState, acq: Acquired, records: dict[str, dict[str, object]], now_ms: int
-) -> list[Event]:
+def answers(state: RunState, acq: Acquired, records: dict[str, ToolRecord], now_ms: int) -> list[Event]:
     """A parked run resumed: the humans' decisions, or the client's results (the store holds them,
     with timeout errors for calls past their deadline)."""
     if state.phase == Phase.AWAITING_HUMAN and acq.approvals:
@@ -73,7 +65,8 @@ def answers(
                 )
             ]
     elif state.phase == Phase.AWAITING_TOOLS:
-        done = {i: records[i] for i in state.client_waiting if records.get(i, {}).get("state") == "done"}
-        results = {i: ToolResult.model_validate(r["result"]) for i, r in done.items()}
+        results = {
+            i: res for i in state.client_waiting if i in records and (res := records[i].recorded) is not None
+        }
         return [ClientResultsReceived(now_ms, results)]
     return []

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import orjson
-
-from shared.codec import to_jsonable
 from shared.models import ToolCall
+from shared.tool_records import ToolRecord
 from worker import failpoints
 from worker.config import RECALL_TOOL
 from worker.machine import ToolFinished, notices
@@ -25,7 +23,7 @@ __all__ = ["run_tool"]
 async def run_tool(d: RunDriver, call: ToolCall) -> None:
     obs = d.host.observer
     rec = d.records.get(call.id)  # a claim without a result (a recorded result is served by the machine)
-    attempts = int(rec.get("attempts", 0)) + 1 if rec else 1
+    attempts = rec.attempts + 1 if rec is not None else 1
     if rec is not None:
         # Claimed by a worker that died before recording a result: run it again, same key.
         obs.tool_reexecuted(call.name)
@@ -46,7 +44,7 @@ async def run_tool(d: RunDriver, call: ToolCall) -> None:
         result = await d.ports.tools.execute(d.host.profile(d.state.cfg.agent), call, ctx, on_retry)
     obs.tool_call(call.name, "error" if result.is_error else "ok", duration_s=d.clock.monotonic() - t0)
     failpoints.hit("after_tool_effect")
-    record = {"state": "done", "epoch": d.store.epoch, "attempts": attempts, "result": to_jsonable(result)}
-    d.done_records[call.id] = orjson.dumps(record)
+    record = ToolRecord.finished(d.store.epoch, attempts, result)
+    d.done_records[call.id] = record.to_json()
     d.records[call.id] = record
     d.inbox.put_nowait(ToolFinished(d.clock.now_ms(), result))

@@ -1,0 +1,363 @@
+"""One RunStore contract (worker/ports.py), kept by both stores: ``MemoryRunStore`` (the model the
+runner's unit tests drive) and ``RedisRunStore`` (acquire.lua, commit.lua, release.lua against a
+real redis-server), as saq runs one queue suite against each backend.
+
+Each test is written once against a ``Backend``: submit a run, give a worker a handle on it, let a
+worker's lease run out, and read back what the store holds (run hash, stream, tool records, session).
+What only Redis does (dispatch numbers, the crash budget, a commit re-sent after a lost reply) is
+tested in test_scripts.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import orjson
+import pytest
+from redis.asyncio import Redis
+
+from shared.clock import now_ms
+from shared.keys import CRASHES_FIELD
+from shared.models import RunInput, ToolCall, ToolResult
+from shared.scripts import Scripts
+from shared.settings import Settings
+from shared.tool_records import ToolRecord, ToolState
+from tests.integration.helpers import producer_for, script_run, stream
+from tests.support.schema import K, parts_of
+from worker.memory_store import MemoryRun, MemoryRunStore, MemorySessionStore
+from worker.ports import Acquired, FencedError, NotAcquired, Outbox, RunStore, SeqConflictError, SessionUpdate
+from worker.redis_store import RedisRunStore, beat
+
+SCRIPT = [{"text": "x"}]
+
+
+def submitted(run_id: str, session_id: str | None) -> dict[str, Any]:
+    session = {"sessionId": session_id, "autoCreateSession": True} if session_id else {}
+    return script_run(SCRIPT, runId=run_id, **session)
+
+
+@dataclass
+class Held:
+    """What the store holds for one run, read back the same way from either store."""
+
+    status: str
+    epoch: int
+    checkpoint: bytes | None
+    result: bytes
+    iterations: int
+    error_code: str
+    restarts: int
+    events: list[tuple[int, str, Any]]  # seq, kind, payload
+    tools: dict[str, ToolRecord]
+
+
+@dataclass
+class History:
+    loops: list[bytes] = field(default_factory=list)
+    results: dict[str, bytes] = field(default_factory=dict)
+
+
+class Backend(Protocol):
+    async def submit(self, run_id: str, session_id: str | None = None) -> None: ...
+
+    async def handle(self, run_id: str, worker: str) -> RunStore:
+        """A handle of ``worker`` (its lease unexpired) on the run, not yet acquired."""
+        ...
+
+    async def lose(self, worker: str) -> None:
+        """The worker's lease runs out (it was killed, or paused past it)."""
+        ...
+
+    async def request_abort(self, run_id: str, reason: str) -> None:
+        """Someone asks for the running run's abort (abort.lua)."""
+        ...
+
+    async def held(self, run_id: str) -> Held: ...
+
+    async def history(self, session_id: str) -> History: ...
+
+
+class InMemory:
+    def __init__(self) -> None:
+        self.runs: dict[str, MemoryRun] = {}
+        self.sessions = MemorySessionStore()
+        self.live: set[str] = set()
+
+    async def submit(self, run_id: str, session_id: str | None = None) -> None:
+        run_input = RunInput.model_validate(submitted(run_id, session_id))
+        self.runs[run_id] = MemoryRun.submitted(run_id, run_input)
+        self.runs[run_id].live = self.live
+
+    async def handle(self, run_id: str, worker: str) -> RunStore:
+        self.live.add(worker)
+        return MemoryRunStore(self.runs[run_id], self.sessions)
+
+    async def lose(self, worker: str) -> None:
+        self.live.discard(worker)
+
+    async def request_abort(self, run_id: str, reason: str) -> None:
+        self.runs[run_id].abort_reason = reason
+
+    async def held(self, run_id: str) -> Held:
+        r = self.runs[run_id]
+        return Held(r.status, r.epoch, r.checkpoint, r.result, r.iterations, r.error_code, r.restarts,
+                    [(s, k, orjson.loads(p)) for s, k, _, p in r.events],
+                    {i: ToolRecord.from_dict(v) for i, v in r.tools.items()})  # fmt: skip
+
+    async def history(self, session_id: str) -> History:
+        return History(
+            list(self.sessions.history.get(session_id, [])), dict(self.sessions.results.get(session_id, {}))
+        )
+
+
+class InRedis:
+    def __init__(self, redis: Redis, redis_url: str) -> None:
+        self.redis = redis
+        self.redis_url = redis_url
+        self.settings = Settings(redis_url=redis_url, lease_ms=30_000)
+        self.scripts = Scripts.for_settings(redis, self.settings)
+
+    async def submit(self, run_id: str, session_id: str | None = None) -> None:
+        await producer_for(self.redis, self.redis_url).submit(submitted(run_id, session_id))
+
+    async def handle(self, run_id: str, worker: str) -> RunStore:
+        await beat(parts_of(self.redis), self.scripts, worker, self.settings.lease_ms, register=True)
+        return RedisRunStore(parts_of(self.redis), self.scripts, self.settings, K, run_id)
+
+    async def lose(self, worker: str) -> None:
+        await self.redis.delete(K.worker_lease(worker))  # what its expiry does
+
+    async def request_abort(self, run_id: str, reason: str) -> None:
+        assert await producer_for(self.redis, self.redis_url).abort(run_id, reason=reason) == "requested"
+
+    async def held(self, run_id: str) -> Held:
+        h = {k.decode(): v for k, v in (await self.redis.hgetall(K.run(run_id))).items()}
+        tools = await self.redis.hgetall(K.tools(run_id))
+        return Held(h["status"].decode(), int(h["epoch"]), h.get("ckpt") or None, h.get("result", b""),
+                    int(h.get("iterations") or 0), h.get("errorCode", b"").decode(), int(h.get(CRASHES_FIELD) or 0),
+                    [(e.seq, e.kind, e.payload) for e in await stream(self.redis, run_id)],
+                    {k.decode(): ToolRecord.from_json(v) for k, v in tools.items()})  # fmt: skip
+
+    async def history(self, session_id: str) -> History:
+        loops = await self.redis.lrange(K.session_loops(session_id), 0, -1)
+        results = await self.redis.hgetall(K.session_results(session_id))
+        return History(list(loops), {k.decode(): v for k, v in results.items()})
+
+
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.integration)])
+async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
+    if request.param == "memory":
+        yield InMemory()
+        return
+    url: str = request.getfixturevalue("redis_url")  # a clean database on the suite's server
+    redis = Redis.from_url(url)
+    try:
+        yield InRedis(redis, url)
+    finally:
+        await redis.aclose()
+
+
+def ev(kind: str = "status", **payload: object) -> tuple[str, int, bytes]:
+    return (kind, 1, orjson.dumps(payload or {"status": "running"}))
+
+
+def done(call_id: str, content: str = "ok", epoch: int = 1, attempts: int = 1) -> ToolRecord:
+    return ToolRecord.finished(
+        epoch, attempts, ToolResult(tool_call_id=call_id, name="echo", content=content)
+    )
+
+
+async def acquired(backend: Backend, run_id: str, worker: str, gen: int = 1) -> tuple[RunStore, Acquired]:
+    store = await backend.handle(run_id, worker)
+    acq = await store.acquire(gen, worker)
+    assert isinstance(acq, Acquired), acq
+    return store, acq
+
+
+async def test_a_new_run_is_acquired_at_epoch_one_with_its_input_and_nothing_else(backend: Backend) -> None:
+    await backend.submit("r1")
+    store, acq = await acquired(backend, "r1", "w1")
+    assert (acq.epoch, acq.last_seq, acq.checkpoint, acq.abort_reason) == (1, 0, None, "")
+    assert (acq.approvals, acq.tool_records, acq.restarts) == ({}, {}, 0)
+    assert RunInput.model_validate_json(acq.input).runtime_hints == {"script": SCRIPT}
+    assert (store.epoch, store.last_seq) == (1, 0)
+    held = await backend.held("r1")
+    assert (held.status, held.epoch, held.events, held.tools) == ("running", 1, [], {})
+
+
+async def test_commits_append_events_at_the_next_seqs_and_answer_the_last(backend: Backend) -> None:
+    await backend.submit("r1")
+    store, _ = await acquired(backend, "r1", "w1")
+    assert await store.commit(Outbox([ev(), ev("model_delta", text="a")])) == 2
+    assert await store.commit(Outbox(), checkpoint=b'{"seq":2}') == 2  # nothing to append
+    assert await store.commit(Outbox([ev("model_delta", text="b")])) == 3
+    assert store.last_seq == 3
+    held = await backend.held("r1")
+    assert held.events == [(1, "status", {"status": "running"}), (2, "model_delta", {"text": "a"}),
+                           (3, "model_delta", {"text": "b"})]  # fmt: skip
+    assert held.checkpoint == b'{"seq":2}'  # a commit without a checkpoint keeps the last one
+
+
+@pytest.mark.parametrize("believed", [0, 5])  # a repeat of seq 1, a gap
+async def test_a_commit_at_a_stale_seq_is_refused_and_writes_nothing(backend: Backend, believed: int) -> None:
+    await backend.submit("r1")
+    store, _ = await acquired(backend, "r1", "w1")
+    await store.commit(Outbox([ev(), ev()]), checkpoint=b"ck1")
+    before = await backend.held("r1")
+    store.last_seq = believed
+    with pytest.raises(SeqConflictError):
+        await store.commit(Outbox([ev("x")], claims=["c1"], records=[("c2", done("c2").to_json())]),
+                           checkpoint=b"ck2", iterations=4)  # fmt: skip
+    assert await backend.held("r1") == before
+
+
+async def test_events_checkpoint_claims_and_records_land_together(backend: Backend) -> None:
+    await backend.submit("r1")
+    store, _ = await acquired(backend, "r1", "w1")
+    await store.commit(Outbox([ev()], claims=["c1", "c2"]), checkpoint=b"ck1", iterations=1)
+    held = await backend.held("r1")
+    assert held.tools == {"c1": ToolRecord.claim(1), "c2": ToolRecord.claim(1)}
+    assert (held.checkpoint, held.iterations) == (b"ck1", 1)
+    # A claim and a result in one commit: the result wins (the call ran between two commits).
+    await store.commit(Outbox([ev("tool_result")], claims=["c3"], records=[("c1", done("c1").to_json()),
+                                                                            ("c3", done("c3").to_json())]))  # fmt: skip
+    assert (await backend.held("r1")).tools == {"c1": done("c1"), "c2": ToolRecord.claim(1), "c3": done("c3")}
+    await store.commit(Outbox([ev()], claims=["c2"]))  # claimed again by the same worker
+    assert (await backend.held("r1")).tools["c2"] == ToolRecord(ToolState.PENDING, epoch=1, attempts=2)
+
+
+async def test_a_worker_whose_lease_ran_out_is_fenced_and_its_claims_are_counted_on(backend: Backend) -> None:
+    await backend.submit("r1")
+    old, _ = await acquired(backend, "r1", "w-old")
+    await old.commit(Outbox([ev()], claims=["c1"]), checkpoint=b"ck1")
+    await backend.lose("w-old")
+    with pytest.raises(FencedError):  # late: nobody took the run yet, and still it writes nothing
+        await old.commit(Outbox([ev()]))
+    new, acq = await acquired(backend, "r1", "w-new")
+    assert (acq.epoch, acq.last_seq, acq.checkpoint, acq.restarts) == (2, 1, b"ck1", 1)
+    assert acq.tool_records == {"c1": ToolRecord.claim(1)}  # the dangling claim: run it again
+    before = await backend.held("r1")
+    with pytest.raises(FencedError):
+        await old.commit(Outbox([ev()], records=[("c1", done("c1").to_json())]), checkpoint=b"stale",
+                         status="completed", aux=b"{}")  # fmt: skip
+    assert await backend.held("r1") == before
+    assert await old.release(1) == "fenced"
+    await new.commit(Outbox([ev()], claims=["c1"]))
+    assert (await backend.held("r1")).tools["c1"] == ToolRecord(ToolState.PENDING, epoch=2, attempts=2)
+
+
+async def test_a_run_held_by_a_live_worker_is_busy_and_its_own_worker_gets_it_back(backend: Backend) -> None:
+    await backend.submit("r1")
+    first, _ = await acquired(backend, "r1", "w1")
+    await first.commit(Outbox([ev()]))
+    other = await backend.handle("r1", "w2")
+    busy = await other.acquire(1, "w2")
+    assert isinstance(busy, NotAcquired) and busy.verdict == "busy"
+    again, acq = await acquired(backend, "r1", "w1")  # the same worker (a re-sent acquire)
+    assert (acq.epoch, acq.last_seq, acq.restarts) == (1, 1, 0)
+    assert await again.commit(Outbox([ev()])) == 2
+    await backend.lose("w3")
+    late = await backend.handle("r1", "w3")
+    await backend.lose("w3")
+    refused = await late.acquire(1, "w3")
+    assert isinstance(refused, NotAcquired) and refused.verdict == "no_lease"
+
+
+async def test_a_hand_back_queues_the_run_and_the_next_worker_resumes_it(backend: Backend) -> None:
+    await backend.submit("r1")
+    store, _ = await acquired(backend, "r1", "w1")
+    await store.commit(Outbox([ev()], records=[("c1", done("c1").to_json())]), checkpoint=b"ck1")
+    assert await store.release(1) == "released"
+    assert (await backend.held("r1")).status == "queued"
+    with pytest.raises(FencedError):  # handed back: no longer its to write
+        await store.commit(Outbox([ev()]))
+    _, acq = await acquired(backend, "r1", "w2", gen=2)  # (the hand-back's dispatch)
+    assert (acq.epoch, acq.last_seq, acq.checkpoint, acq.restarts) == (2, 1, b"ck1", 0)
+    assert acq.tool_records == {"c1": done("c1")}
+
+
+async def test_the_ending_commit_ends_the_run_and_writes_the_session_history(backend: Backend) -> None:
+    await backend.submit("r1", session_id="s1")
+    store, _ = await acquired(backend, "r1", "w1")
+    session = SessionUpdate("s1", b'{"loop":1}', [("r1/c1", b'{"content":"ok"}')])
+    await store.commit(Outbox([ev()]), session=SessionUpdate("s1", b'{"loop":0}'))  # not an ending
+    assert await backend.history("s1") == History()
+    result = b'{"status":"failed"}'
+    seq = await store.commit(Outbox([ev("status", status="failed")]), status="failed", aux=result,
+                             session=session, iterations=3, error_code="tool_error")  # fmt: skip
+    assert seq == 2
+    held = await backend.held("r1")
+    assert (held.status, held.result, held.iterations, held.error_code) == ("failed", result, 3, "tool_error")
+    assert await backend.history("s1") == History([b'{"loop":1}'], {"r1/c1": b'{"content":"ok"}'})
+    with pytest.raises(FencedError):  # an ended run takes no more writes…
+        await store.commit(Outbox([ev()]))
+    assert await store.release(1) == "terminal"  # …is not handed back…
+    ended = await (await backend.handle("r1", "w2")).acquire(2, "w2")
+    assert ended == NotAcquired("terminal", "failed")  # …nor taken again
+    assert (await backend.held("r1")).status == "failed"
+
+
+async def test_a_run_parked_for_approval_keeps_its_approvals_for_the_next_worker(backend: Backend) -> None:
+    await backend.submit("r1")
+    store, _ = await acquired(backend, "r1", "w1")
+    approvals = {"c1.0": {"decision": "pending", "name": "echo", "arguments": "{}"}}
+    await store.commit(Outbox([ev("status", status="awaiting_human")]), checkpoint=b"ck1",
+                       status="awaiting_human", aux=orjson.dumps(approvals), approval_timeout_ms=60_000)  # fmt: skip
+    assert (await backend.held("r1")).status == "awaiting_human"
+    with pytest.raises(FencedError):  # parked on no worker
+        await store.commit(Outbox([ev()]))
+    await backend.lose("w1")
+    _, acq = await acquired(backend, "r1", "w2")
+    assert (acq.approvals, acq.checkpoint, acq.epoch, acq.restarts) == (approvals, b"ck1", 2, 0)
+
+
+def client_call(call_id: str, deadline_ms: int) -> tuple[str, bytes]:
+    call = ToolCall(id=call_id, name="ask", arguments='{"q":1}')
+    return call_id, ToolRecord.offered(call, deadline_ms, 1_000).to_json()
+
+
+def parked_on(*call_ids: str) -> bytes:
+    return orjson.dumps([{"toolCallId": i, "name": "ask", "arguments": '{"q":1}'} for i in call_ids])
+
+
+async def test_a_run_parked_for_client_calls_gives_the_ones_past_their_deadline_a_timeout(
+    backend: Backend,
+) -> None:
+    await backend.submit("r1")
+    store, _ = await acquired(backend, "r1", "w1")
+    later = now_ms() + 60_000
+    offered = [client_call("c1.0", later), client_call("c1.1", 1)]  # c1.1 is already past its deadline
+    await store.commit(Outbox([ev("status", status="awaiting_tools")], records=offered), checkpoint=b"ck1",
+                       status="awaiting_tools", aux=parked_on("c1.0", "c1.1"))  # fmt: skip
+    held = await backend.held("r1")
+    assert held.status == "awaiting_tools"
+    assert held.tools["c1.0"] == ToolRecord.from_json(offered[0][1])  # still the caller's to answer
+    timeout = ToolResult(tool_call_id="c1.1", name="ask", is_error=True,
+                         content="error: the client returned no result within 1000 ms")  # fmt: skip
+    assert held.tools["c1.1"] == ToolRecord(ToolState.DONE, client=True, timed_out=True, result=timeout)
+    with pytest.raises(FencedError):  # parked on no worker
+        await store.commit(Outbox([ev()]))
+
+
+async def test_a_run_whose_client_calls_are_all_settled_goes_straight_back_on_the_queue(
+    backend: Backend,
+) -> None:
+    await backend.submit("r1")
+    store, _ = await acquired(backend, "r1", "w1")
+    await store.commit(Outbox([ev("status", status="awaiting_tools")], records=[client_call("c1.0", 1)]),
+                       checkpoint=b"ck1", status="awaiting_tools", aux=parked_on("c1.0"))  # fmt: skip
+    assert (await backend.held("r1")).status == "queued"
+    _, acq = await acquired(backend, "r1", "w2", gen=2)  # (the resume's dispatch)
+    assert acq.tool_records["c1.0"].timed_out and acq.tool_records["c1.0"].recorded is not None
+    assert (acq.checkpoint, acq.epoch) == (b"ck1", 2)
+
+
+async def test_an_abort_requested_while_running_is_handed_to_the_next_worker(backend: Backend) -> None:
+    await backend.submit("r1")
+    await acquired(backend, "r1", "w1")
+    await backend.request_abort("r1", "stop it")
+    await backend.lose("w1")  # it died before it read the request
+    _, acq = await acquired(backend, "r1", "w2")
+    assert (acq.abort_reason, acq.epoch, acq.restarts) == ("stop it", 2, 1)
