@@ -19,7 +19,7 @@ import pytest
 from redis.asyncio import Redis
 
 from shared.clock import now_ms
-from shared.keys import CRASHES_FIELD
+from shared.fields import RunField
 from shared.models import RunInput, ToolCall, ToolResult
 from shared.scripts import Scripts
 from shared.settings import Settings
@@ -136,7 +136,7 @@ class InRedis:
         h = {k.decode(): v for k, v in (await self.redis.hgetall(K.run(run_id))).items()}
         tools = await self.redis.hgetall(K.tools(run_id))
         return Held(h["status"].decode(), int(h["epoch"]), h.get("ckpt") or None, h.get("result", b""),
-                    int(h.get("iterations") or 0), h.get("errorCode", b"").decode(), int(h.get(CRASHES_FIELD) or 0),
+                    int(h.get("iterations") or 0), h.get("errorCode", b"").decode(), int(h.get(RunField.CRASHES) or 0),
                     [(e.seq, e.kind, e.payload) for e in await stream(self.redis, run_id)],
                     {k.decode(): ToolRecord.from_json(v) for k, v in tools.items()})  # fmt: skip
 
