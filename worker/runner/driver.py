@@ -4,7 +4,8 @@ One ``RunDriver`` drives one run for one job. Each transition's events, the chec
 claims and tool results go to the store in one fenced commit before any effect it asked for starts,
 so a crash at any point resumes from the last commit: a checkpointed model reply is never asked
 for again, a recorded tool result is never executed again. The driver reaches the world only
-through the ports it is given (worker/ports.py); the effects are in model_call.py and tool_call.py.
+through the ports it is given (worker/ports.py). Its effects (effects.py, model_call.py, tool_call.py)
+get the run's ``EffectContext``, never the driver, and report back through its inbox (effect.py).
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ from worker.machine import (
     OfferClientCalls,
     Resumed,
     Started,
-    ToolFinished,
     notices,
 )
 from worker.ports import (
@@ -51,8 +51,8 @@ from worker.ports import (
 )
 from worker.runner import opening
 from worker.runner.commits import Commits
+from worker.runner.effect import EffectContext, FlushDeltas, ToolRecorded
 from worker.runner.effects import start as start_effect
-from worker.runner.model_call import FlushDeltas, flush_deltas
 from worker.sessions import session_update
 
 __all__ = ["RunDriver"]
@@ -80,7 +80,15 @@ def ending_error(result: RunResult) -> str:
 
 
 class RunDriver:
-    def __init__(self, host: Host, ports: RunPorts, run_id: str, gen: int, job_try: int = 1) -> None:
+    def __init__(
+        self,
+        host: Host,
+        ports: RunPorts,
+        run_id: str,
+        gen: int,
+        job_try: int = 1,
+        active: dict[str, RunDriver] | None = None,
+    ) -> None:
         self.host = host
         self.ports = ports
         self.clock = ports.clock
@@ -88,20 +96,15 @@ class RunDriver:
         self.gen = gen
         self.job_try = job_try
         self.store = ports.store
-        self.inbox: asyncio.Queue[Event | _Wake | FlushDeltas] = asyncio.Queue()
+        self.active = active  # the runs the worker process drives now: this one joins while it runs
+        self.inbox: asyncio.Queue[Event | _Wake | FlushDeltas | ToolRecorded] = asyncio.Queue()
         self.pending: deque[Event] = deque()
         self.tasks: set[asyncio.Task[None]] = set()  # running effects; a drain waits for them
         self.deadline: asyncio.TimerHandle | None = None  # not an effect: a drain does not wait for it
         self.state = machine.initial_state(run_id)
-        self.hints: dict[str, Any] = {}
         self.records: dict[str, dict[str, Any]] = {}
-        self.done_records: dict[str, bytes] = {}
         self.out = Commits(self.store, self.clock, host.observer)
-        self.delta_seq = 0
-        self.last_flush = 0.0
-        self.delta_published = False
-        self.flush_queued = False  # a FlushDeltas is in the inbox
-        self.outcome_queued = False  # the model call's ModelReplied/ModelFailed is in the inbox
+        self.fx = EffectContext(run_id, host, ports, self.out, self.records, self.inbox.put_nowait)
         self.started_mono = self.clock.monotonic()
         self.draining = False
         self.fenced = False
@@ -140,7 +143,8 @@ class RunDriver:
                 obs.run_finished(RunStatus.FAILED.value, iterations=0, duration_s=0.0)
             log.info("run %s gen %s not started: %s %s", self.run_id, self.gen, acq.verdict, acq.detail)
             return acq.verdict
-        self.host.active[self.run_id] = self
+        if self.active is not None:
+            self.active[self.run_id] = self
         self.observed_start = False
         logs.run_context.set({"runId": self.run_id, "attempt": acq.restarts + 1, "epoch": acq.epoch})
         try:
@@ -159,8 +163,8 @@ class RunDriver:
             raise
         finally:
             await self._cancel_tasks()
-            if self.host.active.get(self.run_id) is self:  # a job resuming it may already be here
-                self.host.active.pop(self.run_id, None)
+            if self.active is not None and self.active.get(self.run_id) is self:
+                self.active.pop(self.run_id, None)  # unless a job resuming it is already here
             if self.observed_start and not self.state.terminal:
                 obs.run_left()
 
@@ -173,8 +177,8 @@ class RunDriver:
         run_input = RunInput.model_validate_json(acq.input)
         if run_input.session_id:
             logs.run_context.set({**(logs.run_context.get() or {}), "sessionId": run_input.session_id})
-        self.hints = dict(run_input.runtime_hints or {})
-        self.records = acq.tool_records
+        self.fx.hints = dict(run_input.runtime_hints or {})
+        self.records.update(acq.tool_records)
         resumed = acq.checkpoint is not None
         now = self.clock.now_ms()
         first: Event
@@ -205,7 +209,7 @@ class RunDriver:
                     f"run {self.run_id}: this worker gave the run up (its lease lapsed, or another worker took it)"
                 )
             if self.pending:
-                ev: Event | _Wake | FlushDeltas = self.pending.popleft()
+                ev: Event | _Wake | FlushDeltas | ToolRecorded = self.pending.popleft()
             elif self.draining and not self.tasks:
                 verdict = await self.store.release(self.gen)
                 log.info("run %s handed back at a checkpoint (%s)", self.run_id, verdict)
@@ -218,15 +222,21 @@ class RunDriver:
             if isinstance(ev, _Wake):
                 continue
             if isinstance(ev, FlushDeltas):
-                await flush_deltas(self)
+                await ev.flush()
                 continue
-            outcome = await self._apply(ev)
+            recorded: tuple[str, bytes] | None = None
+            if isinstance(ev, ToolRecorded):
+                call_id = ev.finished.result.tool_call_id
+                self.records[call_id] = ev.record
+                recorded, ev = (call_id, ev.raw), ev.finished
+            outcome = await self._apply(ev, recorded)
             if outcome is not None:
                 return outcome
             if isinstance(ev, Started):
                 self._arm_deadline()
 
-    async def _apply(self, ev: Event) -> str | None:
+    async def _apply(self, ev: Event, recorded: tuple[str, bytes] | None = None) -> str | None:
+        """One step of the machine, committed; ``recorded``: the tool record a ``ToolFinished`` writes."""
         src, since = self.state.node, self.state.node_since_ms
         self.state, cmds = machine.decide(self.state, ev)
         obs = self.host.observer
@@ -264,8 +274,8 @@ class RunDriver:
                 await_client = c
             else:
                 effects.append(c)
-        if isinstance(ev, ToolFinished) and ev.result.tool_call_id in self.done_records:
-            outbox.records.append((ev.result.tool_call_id, self.done_records.pop(ev.result.tool_call_id)))
+        if recorded is not None:
+            outbox.records.append(recorded)
         if finish is not None:
             await self._cancel_tasks()
             session = session_update(self.state, finish.result, self.clock.now_ms())
@@ -315,7 +325,11 @@ class RunDriver:
             self.fence()  # past the worker's lease: start nothing; whoever takes the run over will
             return None
         for c in effects:
-            start_effect(self, c)
+            started = start_effect(self.fx, self.state, c)
+            if isinstance(started, Coroutine):
+                self.spawn(started)
+            else:  # answered without I/O
+                self.pending.append(started)
         return None
 
     # ---- effects ----
