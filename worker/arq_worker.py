@@ -43,7 +43,7 @@ async def run_agent(ctx: dict[str, Any], run_id: str, gen: int) -> str:
     part = ctx.get("partition") or deps.parts.layout.of_job(ctx["job_id"])[0]
     ports = deps.ports(part, run_id)
     job_try = int(ctx.get("job_try", 1))
-    return await RunDriver(deps, ports, run_id, int(gen), job_try=job_try, active=deps.active).run()
+    return await RunDriver(deps, ports, run_id, int(gen), job_try=job_try).run(deps.active)
 
 
 def claim_size(room: int, due: int, batch: int, workers: int = 2) -> int:

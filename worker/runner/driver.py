@@ -80,15 +80,7 @@ def ending_error(result: RunResult) -> str:
 
 
 class RunDriver:
-    def __init__(
-        self,
-        host: Host,
-        ports: RunPorts,
-        run_id: str,
-        gen: int,
-        job_try: int = 1,
-        active: dict[str, RunDriver] | None = None,
-    ) -> None:
+    def __init__(self, host: Host, ports: RunPorts, run_id: str, gen: int, job_try: int = 1) -> None:
         self.host = host
         self.ports = ports
         self.clock = ports.clock
@@ -96,7 +88,6 @@ class RunDriver:
         self.gen = gen
         self.job_try = job_try
         self.store = ports.store
-        self.active = active  # the runs the worker process drives now: this one joins while it runs
         self.inbox: asyncio.Queue[Event | _Wake | FlushDeltas | ToolRecorded] = asyncio.Queue()
         self.pending: deque[Event] = deque()
         self.tasks: set[asyncio.Task[None]] = set()  # running effects; a drain waits for them
@@ -134,7 +125,8 @@ class RunDriver:
 
     # ---- the job ----
 
-    async def run(self) -> str:
+    async def run(self, active: dict[str, RunDriver] | None = None) -> str:
+        """The job; ``active``: the runs the worker process drives now, which this one joins while it runs."""
         obs = self.host.observer
         acq = await self.store.acquire(self.gen, self.host.lease_id)
         if isinstance(acq, NotAcquired):
@@ -143,8 +135,8 @@ class RunDriver:
                 obs.run_finished(RunStatus.FAILED.value, iterations=0, duration_s=0.0)
             log.info("run %s gen %s not started: %s %s", self.run_id, self.gen, acq.verdict, acq.detail)
             return acq.verdict
-        if self.active is not None:
-            self.active[self.run_id] = self
+        if active is not None:
+            active[self.run_id] = self
         self.observed_start = False
         logs.run_context.set({"runId": self.run_id, "attempt": acq.restarts + 1, "epoch": acq.epoch})
         try:
@@ -163,8 +155,8 @@ class RunDriver:
             raise
         finally:
             await self._cancel_tasks()
-            if self.active is not None and self.active.get(self.run_id) is self:
-                self.active.pop(self.run_id, None)  # unless a job resuming it is already here
+            if active is not None and active.get(self.run_id) is self:
+                active.pop(self.run_id, None)  # unless a job resuming it is already here
             if self.observed_start and not self.state.terminal:
                 obs.run_left()
 
@@ -224,19 +216,17 @@ class RunDriver:
             if isinstance(ev, FlushDeltas):
                 await ev.flush()
                 continue
-            recorded: tuple[str, bytes] | None = None
-            if isinstance(ev, ToolRecorded):
-                call_id = ev.finished.result.tool_call_id
-                self.records[call_id] = ev.record
-                recorded, ev = (call_id, ev.raw), ev.finished
-            outcome = await self._apply(ev, recorded)
+            outcome = await self._apply(ev)
             if outcome is not None:
                 return outcome
             if isinstance(ev, Started):
                 self._arm_deadline()
 
-    async def _apply(self, ev: Event, recorded: tuple[str, bytes] | None = None) -> str | None:
-        """One step of the machine, committed; ``recorded``: the tool record a ``ToolFinished`` writes."""
+    async def _apply(self, ev: Event | ToolRecorded) -> str | None:
+        recorded: tuple[str, bytes] | None = None
+        if isinstance(ev, ToolRecorded):  # a tool call's outcome: its record is written with this step
+            self.records[ev.call_id] = ev.record
+            recorded, ev = (ev.call_id, ev.raw), ev.finished
         src, since = self.state.node, self.state.node_since_ms
         self.state, cmds = machine.decide(self.state, ev)
         obs = self.host.observer

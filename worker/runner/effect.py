@@ -40,6 +40,10 @@ class ToolRecorded:
     record: dict[str, Any]
     raw: bytes  # the record as stored
 
+    @property
+    def call_id(self) -> str:
+        return self.finished.result.tool_call_id
+
 
 Posted = Event | FlushDeltas | ToolRecorded
 
