@@ -41,9 +41,9 @@ JOB_TIMEOUT_S = 8 * 24 * 3600  # beyond the longest allowed run; runs end themse
 async def run_agent(ctx: dict[str, Any], run_id: str, gen: int) -> str:
     deps: WorkerDeps = ctx["deps"]
     part = ctx.get("partition") or deps.parts.layout.of_job(ctx["job_id"])[0]
-    return await RunDriver(
-        deps, deps.ports(part, run_id), run_id, int(gen), job_try=int(ctx.get("job_try", 1))
-    ).run()
+    ports = deps.ports(part, run_id)
+    job_try = int(ctx.get("job_try", 1))
+    return await RunDriver(deps, ports, run_id, int(gen), job_try=job_try).run(deps.active)
 
 
 def claim_size(room: int, due: int, batch: int, workers: int = 2) -> int:

@@ -36,10 +36,10 @@ from worker.ports import (
     SeqConflictError,
     SessionUpdate,
     SystemClock,
+    ToolRetry,
 )
-from worker.runner import RunDriver
 from worker.tools.base import ToolContext
-from worker.tools.registry import Toolbox, ToolRetry
+from worker.tools.registry import Toolbox
 
 __all__ = ["MemoryHost", "MemoryModels", "MemoryRun", "MemoryRunStore", "MemorySessionStore", "MemoryTools"]
 
@@ -279,7 +279,6 @@ class MemoryHost:
     observer: Observer = field(default_factory=NullObserver)
     lease: WorkerLease | None = None
     lease_id: str = "memory-worker"
-    active: dict[str, RunDriver] = field(default_factory=dict)
 
     def profile(self, name: str) -> AgentProfile:
         try:

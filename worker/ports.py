@@ -15,7 +15,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from shared.clock import now_ms
 from shared.models import Message, ToolCall, ToolResult
@@ -27,10 +27,6 @@ from worker.lease import WorkerLease
 from worker.models.base import ModelProvider
 from worker.observer import Observer
 from worker.tools.base import ToolContext
-
-if TYPE_CHECKING:
-    from worker.runner import RunDriver
-    from worker.tools.registry import ToolRetry
 
 __all__ = [
     "Acquired",
@@ -49,6 +45,7 @@ __all__ = [
     "SessionUpdate",
     "SystemClock",
     "ToolPort",
+    "ToolRetry",
 ]
 
 
@@ -151,6 +148,15 @@ class ModelPort(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class ToolRetry:
+    """Reported for each retry of a tool call (the runner publishes it and counts it)."""
+
+    call: ToolCall
+    attempt: int
+    reason: str
+
+
 class ToolPort(Protocol):
     def specs(self, profile: AgentProfile) -> dict[str, ToolSpec]: ...
 
@@ -206,6 +212,5 @@ class Host(Protocol):
     observer: Observer
     lease: WorkerLease | None  # the worker's lease deadline; None = unguarded
     lease_id: str
-    active: dict[str, RunDriver]  # the runs this process drives now
 
     def profile(self, name: str) -> AgentProfile: ...

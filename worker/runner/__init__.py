@@ -2,10 +2,12 @@
 
 - driver.py: ``RunDriver``, the loop — apply decisions, commit, start effects, feed results back
 - opening.py: the first events of a job (a start, or a resume from the checkpoint)
+- effect.py: ``EffectContext``, what an effect is given instead of the driver, and what it posts back
 - effects.py: starting what the machine asks for (context, model and tool calls, timers, compaction)
-- model_call.py: one model call — capacity, stream, coalesce deltas, assemble the reply; summaries
-- tool_call.py: one tool call — serve from its record or execute, and record
-The driver reaches the world only through the ports it is given (worker/ports.py).
+- model_call.py: one model call — capacity, stream, coalesce deltas (``ModelStream``), the reply; summaries
+- tool_call.py: one tool call — execute it, and report the result with its record
+The driver reaches the world only through the ports it is given (worker/ports.py); effects only
+through their context, and they report back only through the run's inbox.
 """
 
 from worker.runner.driver import RunDriver

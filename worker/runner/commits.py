@@ -95,6 +95,27 @@ class Commits:
         now = self.clock.now_ms()
         self.buffer.extend((e.kind.value, now, orjson.dumps(e.payload)) for e in events)
 
+    def extend_last(self, kind: str, field: str, text: str, max_chars: int) -> bool:
+        """Coalesce: ``text`` appended to ``field`` of the last buffered event when that is a
+        ``kind`` event with the field under ``max_chars`` long; False (nothing changed) if not."""
+        if not self.buffer or self.buffer[-1][0] != kind:
+            return False
+        _, ts, raw = self.buffer[-1]
+        last = orjson.loads(raw)
+        if field not in last or len(last[field]) >= max_chars:
+            return False
+        last[field] += text
+        self.buffer[-1] = (kind, ts, orjson.dumps(last))
+        return True
+
+    def holds(self, kind: str) -> bool:
+        """Whether an event of ``kind`` waits in the buffer."""
+        return any(k == kind for k, _, _ in self.buffer)
+
+    def drop(self, kind: str) -> None:
+        """The buffered events of ``kind`` dropped unpublished."""
+        self.buffer = [e for e in self.buffer if e[0] != kind]
+
     def _stamped(self, events: list[Entry]) -> list[Entry]:
         """An event's ts is when it is published (coalesced deltas were buffered earlier)."""
         ts = self.clock.now_ms()

@@ -4,7 +4,8 @@ One ``RunDriver`` drives one run for one job. Each transition's events, the chec
 claims and tool results go to the store in one fenced commit before any effect it asked for starts,
 so a crash at any point resumes from the last commit: a checkpointed model reply is never asked
 for again, a recorded tool result is never executed again. The driver reaches the world only
-through the ports it is given (worker/ports.py); the effects are in model_call.py and tool_call.py.
+through the ports it is given (worker/ports.py). Its effects (effects.py, model_call.py, tool_call.py)
+get the run's ``EffectContext``, never the driver, and report back through its inbox (effect.py).
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ from worker.machine import (
     OfferClientCalls,
     Resumed,
     Started,
-    ToolFinished,
     notices,
 )
 from worker.ports import (
@@ -52,8 +52,8 @@ from worker.ports import (
 )
 from worker.runner import opening
 from worker.runner.commits import Commits
+from worker.runner.effect import EffectContext, FlushDeltas, ToolRecorded
 from worker.runner.effects import start as start_effect
-from worker.runner.model_call import FlushDeltas, flush_deltas
 from worker.sessions import session_update
 
 __all__ = ["RunDriver"]
@@ -89,20 +89,14 @@ class RunDriver:
         self.gen = gen
         self.job_try = job_try
         self.store = ports.store
-        self.inbox: asyncio.Queue[Event | _Wake | FlushDeltas] = asyncio.Queue()
+        self.inbox: asyncio.Queue[Event | _Wake | FlushDeltas | ToolRecorded] = asyncio.Queue()
         self.pending: deque[Event] = deque()
         self.tasks: set[asyncio.Task[None]] = set()  # running effects; a drain waits for them
         self.deadline: asyncio.TimerHandle | None = None  # not an effect: a drain does not wait for it
         self.state = machine.initial_state(run_id)
-        self.hints: dict[str, Any] = {}
         self.records: dict[str, ToolRecord] = {}
-        self.done_records: dict[str, bytes] = {}
         self.out = Commits(self.store, self.clock, host.observer)
-        self.delta_seq = 0
-        self.last_flush = 0.0
-        self.delta_published = False
-        self.flush_queued = False  # a FlushDeltas is in the inbox
-        self.outcome_queued = False  # the model call's ModelReplied/ModelFailed is in the inbox
+        self.fx = EffectContext(run_id, host, ports, self.out, self.records, self.inbox.put_nowait)
         self.started_mono = self.clock.monotonic()
         self.draining = False
         self.fenced = False
@@ -132,7 +126,8 @@ class RunDriver:
 
     # ---- the job ----
 
-    async def run(self) -> str:
+    async def run(self, active: dict[str, RunDriver] | None = None) -> str:
+        """The job; ``active``: the runs the worker process drives now, which this one joins while it runs."""
         obs = self.host.observer
         acq = await self.store.acquire(self.gen, self.host.lease_id)
         if isinstance(acq, NotAcquired):
@@ -141,7 +136,8 @@ class RunDriver:
                 obs.run_finished(RunStatus.FAILED.value, iterations=0, duration_s=0.0)
             log.info("run %s gen %s not started: %s %s", self.run_id, self.gen, acq.verdict, acq.detail)
             return acq.verdict
-        self.host.active[self.run_id] = self
+        if active is not None:
+            active[self.run_id] = self
         self.observed_start = False
         logs.run_context.set({"runId": self.run_id, "attempt": acq.restarts + 1, "epoch": acq.epoch})
         try:
@@ -160,8 +156,8 @@ class RunDriver:
             raise
         finally:
             await self._cancel_tasks()
-            if self.host.active.get(self.run_id) is self:  # a job resuming it may already be here
-                self.host.active.pop(self.run_id, None)
+            if active is not None and active.get(self.run_id) is self:
+                active.pop(self.run_id, None)  # unless a job resuming it is already here
             if self.observed_start and not self.state.terminal:
                 obs.run_left()
 
@@ -174,8 +170,8 @@ class RunDriver:
         run_input = RunInput.model_validate_json(acq.input)
         if run_input.session_id:
             logs.run_context.set({**(logs.run_context.get() or {}), "sessionId": run_input.session_id})
-        self.hints = dict(run_input.runtime_hints or {})
-        self.records = acq.tool_records
+        self.fx.hints = dict(run_input.runtime_hints or {})
+        self.records.update(acq.tool_records)
         resumed = acq.checkpoint is not None
         now = self.clock.now_ms()
         first: Event
@@ -206,7 +202,7 @@ class RunDriver:
                     f"run {self.run_id}: this worker gave the run up (its lease lapsed, or another worker took it)"
                 )
             if self.pending:
-                ev: Event | _Wake | FlushDeltas = self.pending.popleft()
+                ev: Event | _Wake | FlushDeltas | ToolRecorded = self.pending.popleft()
             elif self.draining and not self.tasks:
                 verdict = await self.store.release(self.gen)
                 log.info("run %s handed back at a checkpoint (%s)", self.run_id, verdict)
@@ -219,7 +215,7 @@ class RunDriver:
             if isinstance(ev, _Wake):
                 continue
             if isinstance(ev, FlushDeltas):
-                await flush_deltas(self)
+                await ev.flush()
                 continue
             outcome = await self._apply(ev)
             if outcome is not None:
@@ -227,7 +223,11 @@ class RunDriver:
             if isinstance(ev, Started):
                 self._arm_deadline()
 
-    async def _apply(self, ev: Event) -> str | None:
+    async def _apply(self, ev: Event | ToolRecorded) -> str | None:
+        recorded: tuple[str, bytes] | None = None
+        if isinstance(ev, ToolRecorded):  # a tool call's outcome: its record is written with this step
+            self.records[ev.call_id] = ev.record
+            recorded, ev = (ev.call_id, ev.raw), ev.finished
         src, since = self.state.node, self.state.node_since_ms
         self.state, cmds = machine.decide(self.state, ev)
         obs = self.host.observer
@@ -264,8 +264,8 @@ class RunDriver:
                 await_client = c
             else:
                 effects.append(c)
-        if isinstance(ev, ToolFinished) and ev.result.tool_call_id in self.done_records:
-            outbox.records.append((ev.result.tool_call_id, self.done_records.pop(ev.result.tool_call_id)))
+        if recorded is not None:
+            outbox.records.append(recorded)
         if finish is not None:
             await self._cancel_tasks()
             session = session_update(self.state, finish.result, self.clock.now_ms())
@@ -315,7 +315,11 @@ class RunDriver:
             self.fence()  # past the worker's lease: start nothing; whoever takes the run over will
             return None
         for c in effects:
-            start_effect(self, c)
+            started = start_effect(self.fx, self.state, c)
+            if isinstance(started, Coroutine):
+                self.spawn(started)
+            else:  # answered without I/O
+                self.pending.append(started)
         return None
 
     # ---- effects ----

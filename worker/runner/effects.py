@@ -1,10 +1,12 @@
-"""Starting the effects the machine asks for: each runs as a task of the driver (``RunDriver.spawn``)
-and feeds its outcome back through the run's inbox; the ones that need no I/O are answered inline."""
+"""Starting the effects the machine asks for: each is a coroutine the driver runs as its task
+(``RunDriver.spawn``), given the run's ``EffectContext`` and the state that asked for it, and feeds
+its outcome back through the run's inbox; the ones that need no I/O are answered inline."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine
+from typing import Any
 
 from worker import context
 from worker.machine import (
@@ -13,47 +15,45 @@ from worker.machine import (
     Compact,
     CompactionDone,
     ContextLoaded,
+    Event,
     ExecuteTool,
     LoadContext,
     RetryTimerFired,
+    RunState,
     Wait,
 )
+from worker.runner.effect import EffectContext
 from worker.runner.model_call import call_model, summarise
 from worker.runner.tool_call import run_tool
-
-if TYPE_CHECKING:
-    from worker.runner.driver import RunDriver
 
 __all__ = ["start"]
 
 
-def start(d: RunDriver, c: Command) -> None:
+def start(cx: EffectContext, state: RunState, c: Command) -> Coroutine[Any, Any, None] | Event:
+    """The effect to run for ``c``, or its outcome at once when it needs no I/O."""
     if isinstance(c, LoadContext):
         if c.session_id is None:  # nothing to read: no task, no trip through the inbox
-            d.pending.append(ContextLoaded(d.clock.now_ms(), []))
-        else:
-            d.spawn(_load_context(d, c))
-    elif isinstance(c, CallModel):
-        d.spawn(call_model(d, c.request))
-    elif isinstance(c, Wait):
-        d.spawn(_wait(d, c.delay_ms))
-    elif isinstance(c, ExecuteTool):
-        d.spawn(run_tool(d, c.call))
-    elif isinstance(c, Compact):
-        if d.state.cfg.compaction.use_model:
-            d.spawn(summarise(d, c))
-        else:
-            new, removed = context.compact(c.transcript, c.keep_recent)
-            d.pending.append(CompactionDone(d.clock.now_ms(), new, removed, c.reason))
-    else:  # pragma: no cover - the machine emits nothing else
-        raise TypeError(f"unknown command {c!r}")
+            return ContextLoaded(cx.now_ms(), [])
+        return _load_context(cx, state, c)
+    if isinstance(c, CallModel):
+        return call_model(cx, state, c.request)
+    if isinstance(c, Wait):
+        return _wait(cx, c.delay_ms)
+    if isinstance(c, ExecuteTool):
+        return run_tool(cx, state, c.call)
+    if isinstance(c, Compact):
+        if state.cfg.compaction.use_model:
+            return summarise(cx, state, c)
+        new, removed = context.compact(c.transcript, c.keep_recent)
+        return CompactionDone(cx.now_ms(), new, removed, c.reason)
+    raise TypeError(f"unknown command {c!r}")  # pragma: no cover - the machine emits nothing else
 
 
-async def _load_context(d: RunDriver, c: LoadContext) -> None:
-    history = await d.ports.sessions.load_history(c.session_id, d.state.cfg.context)
-    d.inbox.put_nowait(ContextLoaded(d.clock.now_ms(), history))
+async def _load_context(cx: EffectContext, state: RunState, c: LoadContext) -> None:
+    history = await cx.ports.sessions.load_history(c.session_id, state.cfg.context)
+    cx.post(ContextLoaded(cx.now_ms(), history))
 
 
-async def _wait(d: RunDriver, delay_ms: int) -> None:
+async def _wait(cx: EffectContext, delay_ms: int) -> None:
     await asyncio.sleep(delay_ms / 1000.0)
-    d.inbox.put_nowait(RetryTimerFired(d.clock.now_ms()))
+    cx.post(RetryTimerFired(cx.now_ms()))

@@ -7,9 +7,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import orjson
 from pydantic import ValidationError
 
 from shared.models import EventKind, Message, ToolCall
@@ -22,17 +21,16 @@ from worker.machine import (
     ModelReplied,
     ModelRequest,
     ModelStreamOpened,
+    RunState,
     identify,
     notices,
 )
 from worker.models.base import ModelCallError, ReasoningDelta, StreamEnd, TextDelta, ToolCallDelta
 from worker.policy import ModelFailure
 from worker.ports import Capacity
+from worker.runner.effect import EffectContext, FlushDeltas
 
-if TYPE_CHECKING:
-    from worker.runner.driver import RunDriver
-
-__all__ = ["SUMMARY_PROMPT", "FlushDeltas", "call_model", "flush_deltas", "summarise"]
+__all__ = ["SUMMARY_PROMPT", "ModelStream", "call_model", "summarise"]
 
 log = logging.getLogger("agentmill.runner")
 
@@ -41,73 +39,121 @@ SUMMARY_PROMPT = (
     "numbers and tool results that still matter; drop chatter. Plain text, at most 300 words."
 )
 
-
-class FlushDeltas:
-    """Put in the run's inbox when buffered deltas are due out: the driver publishes them when it
-    next looks, unless the model's outcome is queued behind by then. A reply whose last deltas
-    arrive in the same event-loop turn as its end (a short answer, a final burst) then publishes
-    them with its own commit: one write instead of two."""
+_DELTA = EventKind.MODEL_DELTA.value
 
 
-async def call_model(d: RunDriver, req: ModelRequest) -> None:
-    obs = d.host.observer
+class ModelStream:
+    """One model call's deltas on their way out: their seq, when they were last flushed, whether
+    any went out (a failure after that is partial), whether a flush or the outcome is queued."""
+
+    __slots__ = ("cx", "flush_queued", "last_flush", "max_chars", "outcome_queued", "published", "req", "seq")
+
+    def __init__(self, cx: EffectContext, req: ModelRequest, now: float) -> None:
+        self.cx = cx
+        self.req = req
+        self.seq = 0
+        self.last_flush = now
+        self.published = False
+        self.flush_queued = False  # a FlushDeltas is in the inbox
+        self.outcome_queued = False  # the call's ModelReplied/ModelFailed is in the inbox
+        self.max_chars = cx.host.settings.delta_flush_chars  # a coalesced delta's size before a new one
+
+    def delta(self, body: dict[str, Any]) -> None:
+        """Coalesce: consecutive text (or reasoning) fragments merge into one buffered model_delta."""
+        field = "text" if "text" in body else "reasoning" if "reasoning" in body else None
+        out = self.cx.out
+        if field is not None and out.extend_last(_DELTA, field, body[field], self.max_chars):
+            return
+        self.seq += 1
+        out.emit(notices.model_delta(self.req, self.seq, body))
+
+    def flush_due(self, now: float) -> None:
+        """Ask the driver for a flush (the caller checks that one is due and none is queued)."""
+        self.flush_queued = True
+        self.last_flush = now
+        self.cx.post(FlushDeltas(self.flush))
+
+    async def flush(self) -> None:
+        """The driver's answer to ``FlushDeltas``: publish the buffered deltas now, unless the
+        call's outcome is already queued (its commit takes them)."""
+        self.flush_queued = False
+        if self.outcome_queued:
+            return
+        if self.cx.out.holds(_DELTA):
+            self.published = True
+        await self.cx.out.publish_now()
+
+    def drop_unpublished(self) -> None:
+        self.cx.out.drop(_DELTA)
+
+    def replied(self, msg: Message, end: StreamEnd) -> None:
+        # Deltas still buffered go out with the commit of this outcome, before its events: readers
+        # see them as they would have from a flush.
+        cx = self.cx
+        partial = self.published or cx.out.holds(_DELTA)
+        self.outcome_queued = True
+        cx.post(ModelReplied(cx.now_ms(), msg, end.usage, end.finish_reason, cx.ports.rng.random(), partial))
+
+    def failed(self, failure: ModelFailure) -> None:
+        cx = self.cx
+        self.outcome_queued = True
+        cx.post(ModelFailed(cx.now_ms(), failure, cx.ports.rng.random(), partial=self.published))
+
+
+async def call_model(cx: EffectContext, state: RunState, req: ModelRequest) -> None:
+    obs = cx.host.observer
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     ttft: float | None = None
-    d.delta_seq = 0
-    d.delta_published = False
-    d.outcome_queued = False
-    d.last_flush = t0
+    s = ModelStream(cx, req, t0)
     text: list[str] = []
     calls: dict[int, dict[str, str]] = {}
     end = StreamEnd()  # a provider that stops without a StreamEnd said nothing about the ending
     held: Capacity | None = None
-    if d.host.lease is not None:
-        d.host.lease.check("a model call")
-    flush_s = d.host.settings.delta_flush_ms / 1000.0
+    cx.check_lease("a model call")
+    flush_s = cx.host.settings.delta_flush_ms / 1000.0
     try:
-        provider = d.ports.models.provider(d.host.profile(d.state.cfg.agent))
-        held = await _capacity(d, req)
-        t0 = d.last_flush = loop.time()  # the call starts once it has capacity
+        profile = cx.profile(state)
+        provider = cx.ports.models.provider(profile)
+        held = await _capacity(cx, state, req)
+        t0 = s.last_flush = loop.time()  # the call starts once it has capacity
         # aclosing: a cancel that lands outside the generator (e.g. while flushing deltas) must
         # still close the provider's HTTP stream at once, not when the generator is collected.
-        async with contextlib.aclosing(provider.stream(req, d.hints)) as chunks:
+        async with contextlib.aclosing(provider.stream(req, cx.hints)) as chunks:
             async for chunk in chunks:
                 if ttft is None:
                     ttft = loop.time() - t0
-                    d.inbox.put_nowait(ModelStreamOpened(d.clock.now_ms()))
+                    cx.post(ModelStreamOpened(cx.now_ms()))
                 if isinstance(chunk, TextDelta):
                     text.append(chunk.text)
-                    _delta(d, req, {"text": chunk.text})
+                    s.delta({"text": chunk.text})
                 elif isinstance(chunk, ReasoningDelta):  # shown to readers, not part of the answer
-                    _delta(d, req, {"reasoning": chunk.text})
+                    s.delta({"reasoning": chunk.text})
                 elif isinstance(chunk, ToolCallDelta):
                     slot = calls.setdefault(chunk.index, {"id": "", "name": "", "arguments": ""})
                     slot["id"] = slot["id"] or (chunk.id or "")
                     slot["name"] = slot["name"] or (chunk.name or "")
                     slot["arguments"] += chunk.arguments
-                    _delta(d, req, {"toolCall": {"index": chunk.index, "id": chunk.id, "name": chunk.name,
-                                                 "arguments": chunk.arguments}})  # fmt: skip
+                    s.delta({"toolCall": {"index": chunk.index, "id": chunk.id, "name": chunk.name,
+                                          "arguments": chunk.arguments}})  # fmt: skip
                 elif isinstance(chunk, StreamEnd):
                     end = chunk
-                if loop.time() - d.last_flush >= flush_s and not d.flush_queued:
-                    d.flush_queued = True
-                    d.last_flush = loop.time()
-                    d.inbox.put_nowait(FlushDeltas())
+                if loop.time() - s.last_flush >= flush_s and not s.flush_queued:
+                    s.flush_due(loop.time())
     except ModelCallError as exc:
-        _drop_unpublished_deltas(d)
-        await _throttled(d, exc.failure)
+        s.drop_unpublished()
+        await _throttled(cx, state, exc.failure)
         obs.model_call("error", latency_s=loop.time() - t0, ttft_s=ttft)
-        _failed(d, exc.failure)
+        s.failed(exc.failure)
         return
     except asyncio.CancelledError:
-        _drop_unpublished_deltas(d)
+        s.drop_unpublished()
         raise
     except Exception as exc:  # a provider bug must fail the run with a reason, not hang it
-        log.exception("run %s: provider crashed", d.run_id)
-        _drop_unpublished_deltas(d)
+        log.exception("run %s: provider crashed", cx.run_id)
+        s.drop_unpublished()
         obs.model_call("error", latency_s=loop.time() - t0, ttft_s=ttft)
-        _failed(d, ModelFailure(kind="internal", message=f"{type(exc).__name__}: {exc}"))
+        s.failed(ModelFailure(kind="internal", message=f"{type(exc).__name__}: {exc}"))
         return
     finally:
         if held is not None:
@@ -118,9 +164,7 @@ async def call_model(d: RunDriver, req: ModelRequest) -> None:
     except ValidationError as exc:  # over a bound (content, arguments, names): not retried
         obs.model_call("error", latency_s=loop.time() - t0, ttft_s=ttft)
         detail = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:3])
-        _failed(
-            d, ModelFailure(kind="invalid", message=f"the model's reply is not a valid message: {detail}")
-        )
+        s.failed(ModelFailure(kind="invalid", message=f"the model's reply is not a valid message: {detail}"))
         return
     # A stream that stopped without a finish_reason is no answer: the machine retries it.
     outcome = "success" if end.finish_reason is not None else "error"
@@ -128,14 +172,8 @@ async def call_model(d: RunDriver, req: ModelRequest) -> None:
     if end.usage is not None:
         obs.tokens_used(input_tokens=end.usage.input_tokens, output_tokens=end.usage.output_tokens)
     if end.finish_reason is None:
-        _drop_unpublished_deltas(d)
-    # Deltas still buffered go out with the commit of this outcome, before its events: readers see
-    # them as they would have from a flush.
-    partial = d.delta_published or _has_deltas(d)
-    d.outcome_queued = True
-    d.inbox.put_nowait(
-        ModelReplied(d.clock.now_ms(), msg, end.usage, end.finish_reason, d.ports.rng.random(), partial)
-    )
+        s.drop_unpublished()
+    s.replied(msg, end)
 
 
 def _assemble(req: ModelRequest, text: list[str], calls: dict[int, dict[str, str]]) -> Message:
@@ -153,87 +191,43 @@ def _assemble(req: ModelRequest, text: list[str], calls: dict[int, dict[str, str
     return identify(reply, req.model_call_index, req.messages)
 
 
-def _failed(d: RunDriver, failure: ModelFailure) -> None:
-    d.outcome_queued = True
-    d.inbox.put_nowait(
-        ModelFailed(d.clock.now_ms(), failure, d.ports.rng.random(), partial=d.delta_published)
-    )
-
-
-async def _capacity(d: RunDriver, req: ModelRequest) -> Capacity | None:
+async def _capacity(cx: EffectContext, state: RunState, req: ModelRequest) -> Capacity | None:
     """Wait for pool-wide capacity of the profile's provider (worker/limiter.py); None: unlimited."""
-    pcfg = d.host.profile(d.state.cfg.agent).provider
+    pcfg = cx.profile(state).provider
     if not limited(pcfg):
         return None
-    t0 = d.clock.monotonic()
+    obs = cx.host.observer
+    t0 = cx.clock.monotonic()
 
     async def on_wait(reason: str, hint_ms: int) -> None:
-        d.host.observer.throttled(reason)
-        d.out.emit(notices.capacity_wait(req, reason, hint_ms))
-        await d.out.publish_now()
+        obs.throttled(reason)
+        cx.out.emit(notices.capacity_wait(req, reason, hint_ms))
+        await cx.out.publish_now()
 
-    held = await d.ports.models.hold(pcfg, policy.request_tokens(req.messages, pcfg.max_tokens), on_wait)
+    held = await cx.ports.models.hold(pcfg, policy.request_tokens(req.messages, pcfg.max_tokens), on_wait)
     if pcfg.max_concurrent or pcfg.requests_per_minute or pcfg.tokens_per_minute:
-        d.host.observer.capacity_waited(d.clock.monotonic() - t0)
+        obs.capacity_waited(cx.clock.monotonic() - t0)
     return held
 
 
-async def _throttled(d: RunDriver, f: ModelFailure) -> None:
+async def _throttled(cx: EffectContext, state: RunState, f: ModelFailure) -> None:
     """A 429: counted; with Retry-After, no worker calls that endpoint until it has passed."""
     if f.status != 429:
         return
-    d.host.observer.throttled("http_429")
-    pcfg = d.host.profile(d.state.cfg.agent).provider
+    cx.host.observer.throttled("http_429")
+    pcfg = cx.profile(state).provider
     if f.retry_after_ms and limited(pcfg):
-        await d.ports.models.pause(pcfg, min(f.retry_after_ms, d.state.cfg.retry.retry_after_cap_ms))
+        await cx.ports.models.pause(pcfg, min(f.retry_after_ms, state.cfg.retry.retry_after_cap_ms))
 
 
-def _delta(d: RunDriver, req: ModelRequest, body: dict[str, Any]) -> None:
-    """Coalesce: consecutive text (or reasoning) fragments merge into one buffered model_delta event."""
-    field = "text" if "text" in body else "reasoning" if "reasoning" in body else None
-    if d.out.buffer and field is not None:
-        kind, ts, raw = d.out.buffer[-1]
-        last = orjson.loads(raw)
-        if (
-            kind == EventKind.MODEL_DELTA.value
-            and field in last
-            and len(last[field]) < d.host.settings.delta_flush_chars
-        ):
-            last[field] += body[field]
-            d.out.buffer[-1] = (kind, ts, orjson.dumps(last))
-            return
-    d.delta_seq += 1
-    d.out.emit(notices.model_delta(req, d.delta_seq, body))
-
-
-async def flush_deltas(d: RunDriver) -> None:
-    """The driver's answer to ``FlushDeltas``: publish the buffered deltas now, unless the model's
-    outcome is already queued (its commit takes them)."""
-    d.flush_queued = False
-    if d.outcome_queued:
-        return
-    if _has_deltas(d):
-        d.delta_published = True
-    await d.out.publish_now()
-
-
-def _has_deltas(d: RunDriver) -> bool:
-    return any(k == EventKind.MODEL_DELTA.value for k, _, _ in d.out.buffer)
-
-
-def _drop_unpublished_deltas(d: RunDriver) -> None:
-    d.out.buffer = [e for e in d.out.buffer if e[0] != EventKind.MODEL_DELTA.value]
-
-
-async def summarise(d: RunDriver, c: Compact) -> None:
+async def summarise(cx: EffectContext, s: RunState, c: Compact) -> None:
     """Compaction by a model call of the profile; a failed summary falls back to truncation."""
     parts = context.split_for_compaction(c.transcript, c.keep_recent)
     summary: str | None = None
     if parts is not None:
         _, middle, _ = parts
-        s = d.state
         req = ModelRequest(
-            run_id=d.run_id,
+            run_id=cx.run_id,
             session_id=s.session_id,
             messages=[
                 Message(role="system", content=SUMMARY_PROMPT),
@@ -248,12 +242,12 @@ async def summarise(d: RunDriver, c: Compact) -> None:
             purpose="summary",
         )
         try:
-            provider = d.ports.models.provider(d.host.profile(s.cfg.agent))
+            provider = cx.ports.models.provider(cx.profile(s))
             text: list[str] = []
             ended = False
-            held = await _capacity(d, req)
+            held = await _capacity(cx, s, req)
             try:
-                async with contextlib.aclosing(provider.stream(req, d.hints)) as chunks:
+                async with contextlib.aclosing(provider.stream(req, cx.hints)) as chunks:
                     async for ch in chunks:
                         if isinstance(ch, TextDelta):
                             text.append(ch.text)
@@ -263,6 +257,6 @@ async def summarise(d: RunDriver, c: Compact) -> None:
                     await held.release(None)
             summary = ("".join(text).strip() or None) if ended else None  # a cut-off summary is none
         except ModelCallError as exc:
-            log.warning("run %s: summary call failed (%s); truncating instead", d.run_id, exc)
+            log.warning("run %s: summary call failed (%s); truncating instead", cx.run_id, exc)
     new, removed = context.compact(c.transcript, c.keep_recent, summary)
-    d.inbox.put_nowait(CompactionDone(d.clock.now_ms(), new, removed, c.reason))
+    cx.post(CompactionDone(cx.now_ms(), new, removed, c.reason))

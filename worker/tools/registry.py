@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -17,19 +16,11 @@ from shared.models import ToolCall, ToolResult
 from shared.profiles import AgentProfile, ToolSettings
 from worker.config import ToolSpec
 from worker.lease import LeaseExpiredError
+from worker.ports import ToolRetry
 from worker.tools.base import Tool, ToolContext, ToolError, ToolOutcome
 from worker.tools.builtin import BUILTINS
 
 __all__ = ["ProfileTools", "ToolRetry", "Toolbox"]
-
-
-@dataclass(frozen=True, slots=True)
-class ToolRetry:
-    """Reported for each retry of a tool call (the runner publishes it and counts it)."""
-
-    call: ToolCall
-    attempt: int
-    reason: str
 
 
 class ProfileTools:
