@@ -7,7 +7,9 @@ ENV UV_COMPILE_BYTECODE=1 UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never PIP_DISABL
 WORKDIR /app
 RUN pip install --no-cache-dir uv==0.13.9
 COPY pyproject.toml uv.lock README.md ./
-RUN uv sync --frozen --no-install-project
+COPY clients/python/pyproject.toml clients/python/README.md ./clients/python/
+RUN uv sync --frozen --no-install-workspace
+COPY clients/python/agentmill_client ./clients/python/agentmill_client
 COPY shared ./shared
 COPY producer ./producer
 COPY worker ./worker

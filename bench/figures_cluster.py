@@ -10,6 +10,7 @@ import time
 
 from redis.asyncio import Redis
 
+from agentmill_client.statuses import TERMINAL
 from bench.figure import Figure
 from bench.plumbing import Plumbing
 from producer.service import Producer
@@ -17,7 +18,6 @@ from shared.partitions import Partitions
 from shared.profiles import profiles_from
 from shared.redis_cluster import LocalRedisCluster
 from shared.settings import Settings
-from shared.statuses import TERMINAL
 
 TARGET_RUNS = 100_000  # concurrent runs of the estimate
 TARGET_STEP_EVERY_S = 5.0  # one agent step per run every this many seconds

@@ -9,14 +9,15 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+from agentmill_client import limits
+from agentmill_client.models import RunInput
 from producer.batch_shares import batch_gate, close_batch
 from producer.placement import Holder, verdict
 from producer.prepared import Prepared
 from producer.scope import batch_run_prefix, claimed_id, claimed_session
 from producer.submission import SubmissionError, Submitted, outcome
 from producer.submitter import Submitter
-from shared import keys, limits
-from shared.models import RunInput
+from shared import keys
 from shared.quotas import DEFAULT_TENANT, Quota
 
 __all__ = ["SUBMIT_CHUNK", "submit_many"]

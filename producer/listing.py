@@ -17,15 +17,16 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from agentmill_client import limits
+from agentmill_client.ids import is_valid_id
+from agentmill_client.models import RunStatus
+from agentmill_client.statuses import ACTIVE
 from producer.batch_shares import merge_batch, read_batch
 from producer.routing import run_many
 from producer.scope import SCOPED_PREFIX
-from shared import keys, limits
+from shared import keys
 from shared.fields import RunField, SessionField
-from shared.ids import is_valid_id
-from shared.models import RunStatus
 from shared.scripts import text
-from shared.statuses import ACTIVE
 
 if TYPE_CHECKING:
     from producer.service import Producer

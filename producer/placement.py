@@ -13,10 +13,10 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
+from agentmill_client.ids import new_run_id
 from producer.routing import Parts
 from shared import keys
 from shared.fields import RunField
-from shared.ids import new_run_id
 from shared.scripts import text
 
 __all__ = ["POINTER_EXTRA_S", "Holder", "claim", "generated_id", "locate_many", "partition_of", "verdict"]

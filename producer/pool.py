@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentmill_client.api import PoolAnswer, PoolMinute, PoolPartition, PoolWorker
 from shared import keys
-from shared.api import PoolAnswer, PoolMinute, PoolPartition, PoolWorker
 from shared.partitions import Partitions
 from shared.pool_stats import FIELDS, WINDOW_MIN, minute_of
 from shared.scripts import text

@@ -12,11 +12,11 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
+from agentmill_client import limits
+from agentmill_client.codec import to_jsonable
+from agentmill_client.models import RunInput
 from producer.scope import Scope
 from producer.submission import SubmissionError, reserved_id_error, validation_error
-from shared import limits
-from shared.codec import to_jsonable
-from shared.models import RunInput
 from shared.profiles import AgentProfile
 
 __all__ = ["Prepared", "counted", "meta_term", "meta_terms", "prepare", "validated"]
@@ -94,7 +94,7 @@ def prepare(run: RunInput, scope: Scope, default_id: Callable[[RunInput], str]) 
     """Name a valid input and serialize it once: its runId (else ``default_id(run)``), its session
     (``ses_<runId>`` when it creates one unnamed) and the ids its keys use (``scope``). The input
     hash is that of the canonical form (sorted keys, without the runId); the stored input is that
-    form with the runId's key appended (ids match shared.ids.ID_PATTERN: nothing to escape).
+    form with the runId's key appended (ids match agentmill_client.ids.ID_PATTERN: nothing to escape).
     Raises SubmissionError naming the field."""
     if (reserved := reserved_id_error(run)) is not None:
         raise reserved

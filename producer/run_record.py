@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from shared.codec import to_jsonable
-from shared.models import RunResult, RunStatus
+from agentmill_client.codec import to_jsonable
+from agentmill_client.models import RunResult, RunStatus
 
 __all__ = ["RunRecord"]
 

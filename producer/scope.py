@@ -8,7 +8,7 @@ import hmac
 from dataclasses import dataclass
 from typing import Any
 
-from shared.models import RunInput
+from agentmill_client.models import RunInput
 from shared.quotas import DEFAULT_TENANT
 from shared.settings import Settings
 

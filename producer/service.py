@@ -15,6 +15,8 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
+from agentmill_client import limits
+from agentmill_client.models import ClientToolResult, RunEvent, RunInput, RunResult, RunStatus
 from producer import batch_submit
 from producer.placement import locate_many
 from producer.routing import Parts, as_partitions, run_script
@@ -22,10 +24,9 @@ from producer.run_record import RunRecord
 from producer.scope import SCOPED_PREFIX, Scope
 from producer.submission import SubmissionError, Submitted
 from producer.submitter import Submitter
-from shared import keys, limits
+from shared import keys
 from shared.events import decode_entry, stream_id
 from shared.fields import RunField
-from shared.models import ClientToolResult, RunEvent, RunInput, RunResult, RunStatus
 from shared.profiles import AgentProfile
 from shared.quotas import DEFAULT_TENANT, Quota
 from shared.scripts import Scripts, text

@@ -9,8 +9,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from agentmill_client.models import RunInput
 from producer.scope import SCOPED_PREFIX
-from shared.models import RunInput
 from shared.scripts import text
 
 __all__ = ["SubmissionError", "Submitted", "outcome", "reserved_id_error", "validation_error"]

@@ -14,6 +14,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agentmill_client.models import RunInput
 from producer import admission
 from producer.chunk_sender import ChunkSender
 from producer.placement import POINTER_EXTRA_S, Holder, claim, generated_id, partition_of, verdict
@@ -22,7 +23,6 @@ from producer.routing import Parts, run_script
 from producer.scope import Scope, claimed_id, claimed_session, run_id_for_key
 from producer.submission import SubmissionError, Submitted, outcome
 from shared import keys
-from shared.models import RunInput
 from shared.profiles import AgentProfile
 from shared.quotas import DEFAULT_TENANT, Quota
 from shared.scripts import Scripts

@@ -35,7 +35,7 @@ def job_payload(run_id: str, gen: int, now_ms: int | None = None) -> bytes:
 
 def _template() -> tuple[str, str, str, str]:
     """``job_payload``'s bytes in four pieces around the run id, the dispatch number and the
-    enqueue time, so a script writes the same JSON (run ids need no escaping: shared.ids)."""
+    enqueue time, so a script writes the same JSON (run ids need no escaping: agentmill_client.ids)."""
     marks = ("RUNID\x00", 7_000_000_001, 7_000_000_002)
     text = serialize(
         {"t": None, "f": RUN_FUNCTION, "a": [marks[0], marks[1]], "k": {}, "et": marks[2]}

@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from shared.models import EventKind, RunEvent
+from agentmill_client.models import EventKind, RunEvent
 
 __all__ = ["decode_entry", "stream_id"]
 

@@ -18,7 +18,7 @@ __all__ = ["BatchField", "RunField", "SessionField"]
 class RunField(StrEnum):
     """The run hash. Written at submission (submit_one.lua) unless said otherwise."""
 
-    STATUS = "status"  # shared.statuses.RunStatus; changed only by scripts, each calling track()
+    STATUS = "status"  # agentmill_client.statuses.RunStatus; changed only by scripts, each calling track()
     TENANT = "tenant"
     CREATED_AT = "createdAt"  # ms, Redis time
     INPUT = "input"  # the RunInput JSON

@@ -14,8 +14,8 @@ from typing import Any, Literal
 import orjson
 from pydantic import Field, field_validator
 
-from shared import limits
-from shared.models import ClientTool, LoopLimits, Model, ToolPolicy
+from agentmill_client import limits
+from agentmill_client.models import ClientTool, LoopLimits, Model, ToolPolicy
 
 __all__ = [
     "BUILTIN_PROFILES",

@@ -18,7 +18,7 @@ from pathlib import Path
 import orjson
 from pydantic import Field
 
-from shared.models import Model
+from agentmill_client.models import Model
 from shared.settings import Settings
 
 __all__ = ["DEFAULT_TENANT", "Quota", "Quotas"]

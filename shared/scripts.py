@@ -40,11 +40,12 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
-from shared import dispatch, keys, limits
+from agentmill_client import limits
+from agentmill_client.models import EventKind
+from agentmill_client.statuses import TERMINAL, RunStatus
+from shared import dispatch, keys
 from shared.fields import BatchField, RunField, SessionField
-from shared.models import EventKind
 from shared.settings import Settings
-from shared.statuses import TERMINAL, RunStatus
 
 __all__ = ["CONTEXT_EXTRA", "LUA_DIR", "NAMES", "SCRIPTS", "Scripts", "render", "source", "text"]
 

@@ -12,7 +12,7 @@ from functools import lru_cache
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from shared import limits
+from agentmill_client import limits
 
 __all__ = ["Settings", "get_settings"]
 

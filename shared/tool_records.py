@@ -24,8 +24,8 @@ from typing import Any
 
 import orjson
 
-from shared.codec import to_jsonable
-from shared.models import ToolCall, ToolResult
+from agentmill_client.codec import to_jsonable
+from agentmill_client.models import ToolCall, ToolResult
 
 __all__ = ["ToolRecord", "ToolState"]
 

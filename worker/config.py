@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from shared.models import LoopLimits, Model, ResponseFormat, RunInput
+from agentmill_client.models import LoopLimits, Model, ResponseFormat, RunInput
 from shared.profiles import AgentProfile, CompactionConfig, ContextConfig, RetryConfig
 from worker import policy, prompt
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field
 
-from shared.models import Message, Model
+from agentmill_client.models import Message, Model
 from shared.profiles import ContextConfig
 
 __all__ = [

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from shared.models import Message, RunInput, RunStatus, ToolCall, ToolResult
+from agentmill_client.models import Message, RunInput, RunStatus, ToolCall, ToolResult
 from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
 from shared.settings import Settings
 from shared.tool_records import ToolRecord, ToolState

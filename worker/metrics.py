@@ -16,8 +16,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.exposition import generate_latest
 
-from shared.models import EventKind
-from shared.statuses import TERMINAL
+from agentmill_client.models import EventKind
+from agentmill_client.statuses import TERMINAL
 from worker.config import RECALL_TOOL
 from worker.machine import TRANSITIONS
 from worker.policy import RETRYABLE_STATUSES

@@ -15,8 +15,8 @@ import jsonschema
 import orjson
 from referencing.exceptions import Unresolvable
 
+from agentmill_client.models import Message, ResponseFormat, ToolPolicy
 from shared.backoff import backoff_ms as backoff_ms  # the machine retries model calls by it
-from shared.models import Message, ResponseFormat, ToolPolicy
 
 __all__ = [
     "CONTENT_FILTER",

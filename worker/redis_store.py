@@ -16,8 +16,8 @@ import orjson
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, ResponseError
 
+from agentmill_client.models import Message, ToolCall, ToolResult
 from shared.keys import Partition
-from shared.models import Message, ToolCall, ToolResult
 from shared.partitions import Partitions
 from shared.profiles import ContextConfig
 from shared.scripts import Scripts, text

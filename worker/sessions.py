@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import orjson
 
-from shared.models import RunResult, RunStatus, ToolCall, ToolResult
+from agentmill_client.models import RunResult, RunStatus, ToolCall, ToolResult
 from worker import context
 from worker.config import RECALL_TOOL
 from worker.machine import RunState

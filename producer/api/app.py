@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from redis.asyncio import Redis
 
+from agentmill_client import __version__
 from producer.api import errors, routes_catalog, routes_ops, routes_pool, routes_runs, routes_ui, sse
 from producer.api.errors import OrjsonResponse
 from producer.api.middleware import BodyLimit, observe
@@ -74,7 +75,7 @@ def create_app(
 
     app = FastAPI(
         title="agentmill",
-        version="0.1.0",
+        version=__version__,
         description="Submit LLM agent runs, follow their events, control them.",
         lifespan=lifespan,
         default_response_class=OrjsonResponse,

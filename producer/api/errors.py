@@ -13,9 +13,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from agentmill_client.api import ErrorBody
+from agentmill_client.errors import ApiError
 from producer.submission import SubmissionError
-from shared.api import ErrorBody
-from shared.errors import ApiError
 
 __all__ = ["COMMON_ERRORS", "HANDLERS", "ErrorResponse", "OrjsonResponse", "error_response"]
 

@@ -16,11 +16,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from agentmill_client.errors import ApiError
 from producer.api.errors import error_response
 from producer.api.routes_ops import metrics_response
 from producer.api.serve import server_config
 from producer.api.state import Api
-from shared.errors import ApiError
 
 __all__ = ["MetricsListener"]
 

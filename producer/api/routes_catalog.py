@@ -12,13 +12,13 @@ from fastapi import APIRouter, Query
 from pydantic import BeforeValidator
 from pydantic_core import PydanticCustomError
 
+from agentmill_client import limits
+from agentmill_client.api import BatchAbortAnswer, BatchView, RunsPage
+from agentmill_client.errors import ApiError
+from agentmill_client.ids import ID_PATTERN
 from producer.api.errors import COMMON_ERRORS, ErrorResponse
 from producer.api.state import ApiDep, Tenant
 from producer.listing import CURSOR_MAX_CHARS, MS_FORMAT, Catalog, ListingError, RunFilter, parse_ms
-from shared import limits
-from shared.api import BatchAbortAnswer, BatchView, RunsPage
-from shared.errors import ApiError
-from shared.ids import ID_PATTERN
 
 __all__ = ["Cursor", "Limit", "Ms", "abort_batch", "batch_runs", "get_batch", "list_runs"]
 

@@ -7,9 +7,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Response
 
+from agentmill_client.errors import ApiError
 from producer.api.errors import ErrorResponse
 from producer.api.state import Api, ApiDep
-from shared.errors import ApiError
 
 __all__ = ["healthz", "metrics", "metrics_response", "readyz", "router"]
 

@@ -7,11 +7,11 @@ import time
 
 from fastapi import APIRouter
 
+from agentmill_client.api import PoolAnswer
+from agentmill_client.errors import ApiError
 from producer.api.errors import COMMON_ERRORS, ErrorResponse
 from producer.api.state import ApiDep, Tenant
 from producer.pool import read_pool
-from shared.api import PoolAnswer
-from shared.errors import ApiError
 
 __all__ = ["pool", "router"]
 

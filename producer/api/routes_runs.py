@@ -8,12 +8,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Response
 from pydantic import BaseModel, Field
 
-from producer.api.errors import COMMON_ERRORS, ErrorResponse, OrjsonResponse
-from producer.api.state import ApiDep, Tenant, record_or_404
-from producer.api.streams import unless_closing
-from producer.service import SubmissionError, Submitted
-from shared import limits
-from shared.api import (
+from agentmill_client import limits
+from agentmill_client.api import (
     AbortAnswer,
     Accepted,
     ApprovalsAnswer,
@@ -25,9 +21,13 @@ from shared.api import (
     ToolResultsBody,
     ToolResultVerdict,
 )
-from shared.errors import ApiError
-from shared.ids import ID_PATTERN, new_batch_id
-from shared.models import ApprovalDecision, RunInput
+from agentmill_client.errors import ApiError
+from agentmill_client.ids import ID_PATTERN, new_batch_id
+from agentmill_client.models import ApprovalDecision, RunInput
+from producer.api.errors import COMMON_ERRORS, ErrorResponse, OrjsonResponse
+from producer.api.state import ApiDep, Tenant, record_or_404
+from producer.api.streams import unless_closing
+from producer.service import SubmissionError, Submitted
 
 __all__ = ["QUOTA_CODES", "ApprovalsBody", "BatchBody", "router", "run_links"]
 

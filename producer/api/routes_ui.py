@@ -13,7 +13,7 @@ from pathlib import Path
 
 from fastapi import APIRouter, Response
 
-from shared.errors import ApiError
+from agentmill_client.errors import ApiError
 
 __all__ = ["CSP", "HEADERS", "TYPES", "UI_DIR", "asset"]
 

@@ -9,13 +9,14 @@ from typing import Annotated
 import orjson
 from fastapi import APIRouter, Header, Query, Request, Response
 
+from agentmill_client import limits
+from agentmill_client.api import EventsPage
+from agentmill_client.codec import to_jsonable
+from agentmill_client.errors import ApiError
 from producer.api.errors import COMMON_ERRORS, ErrorResponse, OrjsonResponse
 from producer.api.state import Api, ApiDep, Tenant, record_or_404
 from producer.api.streams import SlotStreamingResponse, unless_closing
-from shared import keys, limits
-from shared.api import EventsPage
-from shared.codec import to_jsonable
-from shared.errors import ApiError
+from shared import keys
 
 __all__ = ["MAX_BLOCK_S", "events", "router"]
 

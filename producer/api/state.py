@@ -12,13 +12,13 @@ from typing import Annotated
 from fastapi import Depends, Header, Request
 from redis.asyncio import Redis
 
+from agentmill_client.errors import ApiError
 from producer.api.auth import Authenticator
 from producer.api.metrics import ApiMetrics
 from producer.api.streams import StreamLimiter
 from producer.gauges import ClusterGauges, read_gauges, running_caps
 from producer.routing import Parts
 from producer.service import Producer, RunRecord
-from shared.errors import ApiError
 from shared.profiles import profiles_from
 from shared.quotas import Quotas
 from shared.settings import Settings

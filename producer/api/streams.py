@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from shared.errors import ApiError
+from agentmill_client.errors import ApiError
 
 __all__ = ["Slot", "SlotStreamingResponse", "StreamLimiter", "unless_closing"]
 

@@ -11,8 +11,8 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
+from agentmill_client.errors import ApiError
 from producer.cli.common import api_client, console, counts_text, direct_producer, err, exit_with, reach
-from shared.errors import ApiError
 
 __all__ = ["batch", "runs"]
 

@@ -13,14 +13,14 @@ import orjson
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from shared.errors import ApiError
+from agentmill_client.errors import ApiError
+from agentmill_client.models import RunEvent
+from agentmill_client.statuses import TERMINAL
 from shared.loop import run as run_loop
-from shared.models import RunEvent
 from shared.settings import get_settings
-from shared.statuses import TERMINAL
 
 if TYPE_CHECKING:
-    from producer.client import AsyncClient
+    from agentmill_client.client import AsyncClient
 
 __all__ = [
     "CliError",
@@ -88,7 +88,7 @@ def failure_text(exc: BaseException) -> str | None:
 def api_client(url: str, token: str | None) -> AsyncClient:
     """The HTTP client of ``--api URL`` with ``--token`` (else the AGENTMILL_TOKEN setting); a URL
     without http:// or https:// is a CliError."""
-    from producer.client import AsyncClient
+    from agentmill_client.client import AsyncClient
 
     if not url.startswith(("http://", "https://")):
         raise CliError(f"--api needs a URL starting with http:// or https:// (got {url!r})")

@@ -11,15 +11,15 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.table import Table
 
+from agentmill_client.models import RunEvent
+from agentmill_client.statuses import TERMINAL
 from producer.cli.common import console, err, exit_with, print_event, progress_bar, safe_url
 from shared import logs
 from shared.loop import run as run_loop
-from shared.models import RunEvent
 from shared.settings import Settings, get_settings
-from shared.statuses import TERMINAL
 
 if TYPE_CHECKING:
-    from producer.client import AsyncClient
+    from agentmill_client.client import AsyncClient
 
 __all__ = ["QUESTIONS", "api", "demo", "worker"]
 
@@ -71,9 +71,9 @@ QUESTIONS = ["what is {a} * {b}?", "compute {a} + {b} * 2", "({a} - {b}) * 3 = ?
 async def _demo(n: int) -> int:
     import uvicorn
 
+    from agentmill_client.client import AsyncClient
     from producer.api.app import create_app
     from producer.api.serve import server_config
-    from producer.client import AsyncClient
     from shared.redis_server import RedisServer, RedisServerError, free_port
     from worker.jobs import WorkerProcess
 

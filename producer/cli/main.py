@@ -14,10 +14,10 @@ from typing import Any
 import click
 import orjson
 
+from agentmill_client.errors import ApiError
+from agentmill_client.statuses import RunStatus
 from producer.cli import batches, demo, submit
 from producer.cli.common import api_client, console, direct_producer, err, exit_with, print_event, safe_url
-from shared.errors import ApiError
-from shared.statuses import RunStatus
 
 __all__ = ["main"]
 
@@ -132,7 +132,7 @@ main.command("reject", help="Reject a pending tool call.")(_decision(False))
 @click.option("--token", default=None, help="bearer token with --api (default: AGENTMILL_TOKEN)")
 def tool_result(run_id: str, tool_call_id: str, content: str, is_error: bool, api_url: str | None,
                 token: str | None) -> None:  # fmt: skip
-    from shared.models import ClientToolResult
+    from agentmill_client.models import ClientToolResult
 
     text = sys.stdin.read() if content == "-" else content
     result = ClientToolResult(tool_call_id=tool_call_id, content=text, is_error=is_error)

@@ -28,6 +28,8 @@ from typing import Any
 import click
 import orjson
 
+from agentmill_client.errors import ApiError
+from agentmill_client.ids import ID_PATTERN, new_batch_id
 from producer.cli.common import (
     CliError,
     api_client,
@@ -40,8 +42,6 @@ from producer.cli.common import (
     progress_bar,
 )
 from producer.cli.plan import PASSING_CODES, Parsed, Part, parse_jsonl, parts, retry_delay_ms, to_send
-from shared.errors import ApiError
-from shared.ids import ID_PATTERN, new_batch_id
 from shared.settings import get_settings
 
 __all__ = ["Journal", "submit"]

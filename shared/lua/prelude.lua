@@ -62,7 +62,7 @@ local function request_abort(run_id, reason)
     redis.call('LTRIM', inbox, -10000, -1)
   end
 end
-local TERMINAL = {__TERMINAL__}  -- shared.statuses.TERMINAL
+local TERMINAL = {__TERMINAL__}  -- agentmill_client.statuses.TERMINAL
 local function is_terminal(s)
   return TERMINAL[s] == true
 end

@@ -13,9 +13,9 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
+from agentmill_client.models import RunEvent
 from producer.service import Producer, RunRecord
 from shared.events import decode_entry
-from shared.models import RunEvent
 from shared.profiles import profiles_from
 from shared.settings import Settings
 from tests.support.schema import K

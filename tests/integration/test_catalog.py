@@ -14,8 +14,8 @@ from redis.asyncio import Redis
 from starlette.requests import Request
 from starlette.responses import Response
 
+from agentmill_client import limits
 from producer.scope import Scope
-from shared import limits
 from tests.integration.api_support import A, B, HookServer, api, key, run_body, settings
 from tests.integration.helpers import running_worker, until_status
 from tests.support.schema import K
@@ -344,7 +344,7 @@ async def test_chunked_submission_keeps_order_and_survives_a_flushed_script_cach
 
 async def test_cli_and_client_find_runs_and_follow_batches(redis_url: str, tmp_path: Any) -> None:
 
-    from producer.client import AsyncClient
+    from agentmill_client.client import AsyncClient
     from tests.integration.test_client_cli import cli
 
     s = settings(redis_url)

@@ -15,8 +15,8 @@ import pytest
 import uvicorn
 from redis.asyncio import Redis
 
+from agentmill_client.client import ApiError, AsyncClient, Client
 from producer.api.app import create_app
-from producer.client import ApiError, AsyncClient, Client
 from shared.redis_server import free_port
 from shared.settings import Settings
 from tests.integration.helpers import producer_for, running_worker, script_run, stream, until_status, wait_all

@@ -16,9 +16,9 @@ import pytest
 import uvicorn
 from redis.asyncio import Redis
 
+from agentmill_client.client import ApiError, AsyncClient
+from agentmill_client.models import ClientToolResult
 from producer.api.app import create_app
-from producer.client import ApiError, AsyncClient
-from shared.models import ClientToolResult
 from shared.redis_server import free_port
 from shared.settings import Settings
 from tests.integration.helpers import (

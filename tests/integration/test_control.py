@@ -10,8 +10,8 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
+from agentmill_client.models import RunEvent
 from producer.service import Producer, SubmissionError
-from shared.models import RunEvent
 from shared.settings import Settings
 from tests.integration.helpers import (
     assert_clean_stream,

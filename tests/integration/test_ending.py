@@ -12,10 +12,10 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from shared.codec import to_jsonable
+from agentmill_client.codec import to_jsonable
+from agentmill_client.statuses import RunStatus
 from shared.fields import RunField
 from shared.scripts import LUA_DIR, Scripts, render
-from shared.statuses import RunStatus
 from tests.integration.helpers import producer_for, script_run, stream
 from tests.support.schema import K
 from worker import machine as m

@@ -8,8 +8,8 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
+from agentmill_client.models import RunEvent
 from producer.service import Producer
-from shared.models import RunEvent
 from tests.integration.helpers import (
     assert_clean_stream,
     producer_for,

@@ -13,8 +13,8 @@ from redis.asyncio import Redis
 from starlette.requests import Request
 from starlette.responses import Response
 
+from agentmill_client import limits
 from producer.scope import Scope
-from shared import limits
 from tests.integration.api_support import A, B, HookServer, api, body, settings
 from tests.integration.helpers import producer_for, running_worker, script_run, wait_all
 from tests.support.schema import K

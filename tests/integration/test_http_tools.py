@@ -104,7 +104,7 @@ async def test_idempotency_key_body_and_secret_header(
 
 
 async def test_schema_invalid_arguments_never_reach_the_server(server: tuple[Recorder, int]) -> None:
-    from shared.models import ToolCall
+    from agentmill_client.models import ToolCall
     from shared.profiles import AgentProfile
     from worker.tools.registry import ProfileTools
 
@@ -124,7 +124,7 @@ async def test_schema_invalid_arguments_never_reach_the_server(server: tuple[Rec
 
 
 async def test_5xx_is_retryable_and_retried_with_the_same_key(server: tuple[Recorder, int]) -> None:
-    from shared.models import ToolCall
+    from agentmill_client.models import ToolCall
     from shared.profiles import AgentProfile
     from worker.tools.registry import ProfileTools
 

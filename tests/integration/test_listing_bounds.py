@@ -12,9 +12,9 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
+from agentmill_client import limits
 from producer.listing import SCAN_MAX, encode_cursor
 from producer.submission import Submitted
-from shared import limits
 from tests.integration.api_support import A, api, run_body, settings
 from tests.integration.helpers import producer_for
 from tests.support.schema import K

@@ -25,9 +25,10 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from agentmill_client import limits
+from agentmill_client.models import EventKind
 from producer import webhooks
-from shared import limits, netguard
-from shared.models import EventKind
+from shared import netguard
 from shared.netguard import BlockedAddressError, guarded_client, guarded_request
 from shared.netguard_pool import GuardedTransport
 from shared.netguard_rules import forbidden

@@ -18,9 +18,9 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
+from agentmill_client.models import RunInput, ToolCall, ToolResult
 from shared.clock import now_ms
 from shared.fields import RunField
-from shared.models import RunInput, ToolCall, ToolResult
 from shared.scripts import Scripts
 from shared.settings import Settings
 from shared.tool_records import ToolRecord, ToolState

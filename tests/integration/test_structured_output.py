@@ -12,7 +12,7 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from producer.client import AsyncClient
+from agentmill_client.client import AsyncClient
 from tests.integration.api_support import A, api, settings
 from tests.integration.helpers import (
     assert_clean_stream,

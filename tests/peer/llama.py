@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import orjson
 
-from shared.models import Message, ResponseFormat, ToolCall
+from agentmill_client.models import Message, ResponseFormat, ToolCall
 from shared.profiles import ProviderConfig
 from shared.redis_server import free_port
 from worker.config import ToolSpec

@@ -20,7 +20,7 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from shared.models import RunInput
+from agentmill_client.models import RunInput
 from shared.profiles import load_profiles
 from shared.redis_server import free_port
 from tests.integration.helpers import assert_clean_stream, producer_for, running_worker, stream, wait_all

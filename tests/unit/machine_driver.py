@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.models import Message, ToolCall, ToolResult, Usage
+from agentmill_client.models import Message, ToolCall, ToolResult, Usage
 from shared.profiles import CompactionConfig, RetryConfig
 from worker import machine as m
 from worker.config import RunConfig, ToolSpec

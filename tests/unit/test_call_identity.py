@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.models import Message, ToolCall
+from agentmill_client.models import Message, ToolCall
 from worker.machine import identify, wire_id
 
 ids = st.sampled_from(["call_0", "call_1", "call_0_2_0", "x", ""])

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from shared.models import EventKind, Message, ToolCall
+from agentmill_client.models import EventKind, Message, ToolCall
 from tests.unit.machine_driver import T0, calling, go, result
 from worker import machine as m
 from worker import policy

@@ -6,7 +6,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.models import Message, ToolCall
+from agentmill_client.models import Message, ToolCall
 from shared.profiles import ContextConfig
 from worker.context import (
     MAX_NOTE_CHARS,

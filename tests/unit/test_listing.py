@@ -9,6 +9,9 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from agentmill_client import limits
+from agentmill_client.ids import is_valid_id
+from agentmill_client.models import RunStatus
 from producer.listing import (
     CURSOR_MAX_CHARS,
     STATUSES,
@@ -21,9 +24,6 @@ from producer.listing import (
 )
 from producer.prepared import meta_term, meta_terms
 from producer.scope import batch_run_prefix
-from shared import limits
-from shared.ids import is_valid_id
-from shared.models import RunStatus
 
 
 def test_metadata_terms_are_scalar_values_of_bounded_size() -> None:

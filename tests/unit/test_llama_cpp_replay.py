@@ -11,7 +11,7 @@ import jsonschema
 import orjson
 import pytest
 
-from shared.models import EventKind, Message, ToolCall
+from agentmill_client.models import EventKind, Message, ToolCall
 from tests.peer import llama
 from tests.unit.machine_driver import T0, calling, config, go
 from worker import machine as m

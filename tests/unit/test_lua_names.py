@@ -14,11 +14,11 @@ from collections import Counter
 
 import pytest
 
+from agentmill_client.models import EventKind
+from agentmill_client.statuses import RunStatus
 from shared import keys
 from shared.fields import BatchField, RunField, SessionField
-from shared.models import EventKind
 from shared.scripts import LUA_DIR, NAMES, SCRIPTS, render, source
-from shared.statuses import RunStatus
 
 # The quoted literals that spell such a name but mean something else, each counted: a new literal
 # of a field or status name fails until it is a token (or, when it means something else, listed here).

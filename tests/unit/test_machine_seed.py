@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.models import Message, ToolCall
+from agentmill_client.models import Message, ToolCall
 from tests.unit.machine_driver import T0, calling, calls_reply, config, failure, go, result, text_reply
 from worker import machine as m
 from worker.config import ToolSpec

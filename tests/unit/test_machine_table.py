@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.models import Message
+from agentmill_client.models import Message
 from tests.unit.machine_driver import (
     T0,
     calling,

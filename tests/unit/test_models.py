@@ -7,9 +7,9 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from shared import limits
-from shared.codec import encode
-from shared.models import RunInput
+from agentmill_client import limits
+from agentmill_client.codec import encode
+from agentmill_client.models import RunInput
 
 USER = [{"role": "user", "content": "hi"}]
 

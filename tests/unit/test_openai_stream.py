@@ -9,7 +9,7 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from shared.models import Message, ToolCall
+from agentmill_client.models import Message, ToolCall
 from shared.profiles import ProviderConfig
 from worker.config import ToolSpec
 from worker.machine import ModelRequest, identify

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from shared import limits
-from shared.models import LoopLimits, RunInput
+from agentmill_client import limits
+from agentmill_client.models import LoopLimits, RunInput
 from shared.profiles import AgentProfile, ToolSettings, load_profiles
 from worker.config import DEFAULT_MAX_ITERATIONS, RunConfig, resolve_config
 
@@ -86,7 +86,7 @@ def test_tool_timeouts_and_retry_delays_are_capped() -> None:
 async def test_a_scripted_turns_delay_is_capped(monkeypatch: pytest.MonkeyPatch) -> None:
     import time
 
-    from shared.models import Message
+    from agentmill_client.models import Message
     from shared.profiles import ProviderConfig
     from worker.machine import ModelRequest
     from worker.models.scripted import ScriptedProvider

@@ -17,7 +17,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.models import Message, RunResult, RunStatus, ToolCall
+from agentmill_client.models import Message, RunResult, RunStatus, ToolCall
 from shared.profiles import ContextConfig, profiles_from
 from shared.settings import Settings
 from tests.support.schema import K, parts_of
@@ -123,7 +123,7 @@ def test_past_tool_results_stay_out_of_the_model_input_but_are_recallable(
 
 
 async def test_without_a_session_recall_reads_the_runs_own_calls_and_the_prompt_names_it() -> None:
-    from shared.models import RunInput
+    from agentmill_client.models import RunInput
     from shared.profiles import AgentProfile
     from worker.config import RECALL_PROMPT, ToolSpec, resolve_config
 

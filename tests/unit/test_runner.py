@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from shared.models import RunInput, RunResult, RunStatus
+from agentmill_client.models import RunInput, RunResult, RunStatus
 from shared.profiles import AgentProfile, RetryConfig
 from worker.machine import Phase
 from worker.memory_store import (

@@ -7,7 +7,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from shared.models import RunInput, ToolCall
+from agentmill_client.models import RunInput, ToolCall
 from shared.profiles import AgentProfile
 from worker.config import resolve_config
 from worker.prompt import render

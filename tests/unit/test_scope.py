@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import hashlib
 
+from agentmill_client.models import RunInput
 from producer.scope import DEV_ID_SECRET, SCOPED_PREFIX, Scope
 from producer.submission import reserved_id_error
-from shared.models import RunInput
 from shared.quotas import DEFAULT_TENANT
 from shared.settings import Settings
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from shared.models import EventKind, ResponseFormat, RunInput
+from agentmill_client.models import EventKind, ResponseFormat, RunInput
 from tests.unit.machine_driver import T0, Driver, calling, calls_reply, config, go, result, text_reply
 from worker import machine as m
 from worker.config import narrow_limits
@@ -120,7 +120,7 @@ def test_a_dangling_local_ref_is_a_problem_not_a_crash() -> None:
 
 
 def test_max_repairs_is_narrowed_by_the_profile_like_other_limits() -> None:
-    from shared.models import LoopLimits
+    from agentmill_client.models import LoopLimits
 
     def narrowed(profile: int | None, run: int | None) -> int | None:
         ll = narrow_limits(LoopLimits(max_repairs=profile), LoopLimits(max_repairs=run),

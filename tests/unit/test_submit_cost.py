@@ -15,8 +15,8 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 
+from agentmill_client.models import RunInput
 from producer.service import Producer
-from shared.models import RunInput
 from shared.partitions import Partitions
 from shared.quotas import Quota
 from shared.settings import Settings

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from shared.models import RunInput, ToolPolicy
+from agentmill_client.models import RunInput, ToolPolicy
 from shared.profiles import AgentProfile, ToolSettings
 from worker.config import RECALL_TOOL, RunConfig, ToolSpec, resolve_config
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from shared.models import ToolCall, ToolResult
+from agentmill_client.models import ToolCall, ToolResult
 from shared.tool_records import ToolRecord, ToolState
 
 RESULT = ToolResult(tool_call_id="c1.0", name="echo", content="hi")

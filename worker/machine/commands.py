@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from shared.models import EventKind, Message, ResponseFormat, RunResult, ToolCall
+from agentmill_client.models import EventKind, Message, ResponseFormat, RunResult, ToolCall
 from worker.config import ToolSpec
 from worker.machine.state import RunState
 

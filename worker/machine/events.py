@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from shared.models import Message, ToolResult, Usage
+from agentmill_client.models import Message, ToolResult, Usage
 from worker.config import RunConfig
 from worker.policy import ModelFailure
 

@@ -6,7 +6,7 @@ event in which node, and where it may lead.
 
 from __future__ import annotations
 
-from shared.models import EventKind, Message, RunError, RunStatus
+from agentmill_client.models import EventKind, Message, RunError, RunStatus
 from worker import policy
 from worker.machine.commands import CallModel, Command, Compact, Decision, Emit, LoadContext, Wait
 from worker.machine.events import (

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from shared.models import Message, ToolCall
+from agentmill_client.models import Message, ToolCall
 
 __all__ = ["call_id", "identify", "wire_id"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.models import EventKind, ToolCall
+from agentmill_client.models import EventKind, ToolCall
 from worker.machine.commands import Emit, ModelRequest
 from worker.machine.steps import error_event, status_event
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import orjson
 
-from shared.models import Message, ResponseFormat, RunError, RunStatus
+from agentmill_client.models import Message, ResponseFormat, RunError, RunStatus
 from worker import policy
 from worker.machine.commands import Command, Decision
 from worker.machine.state import RunState

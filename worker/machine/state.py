@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field
 
-from shared.models import Message, Model, RunError, ToolCall, ToolResult, Usage
+from agentmill_client.models import Message, Model, RunError, ToolCall, ToolResult, Usage
 from worker.config import RunConfig
 
 __all__ = [

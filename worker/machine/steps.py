@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.models import EventKind, Message, RunError, RunResult, RunStatus
+from agentmill_client.models import EventKind, Message, RunError, RunResult, RunStatus
 from worker import policy
 from worker.machine.commands import CallModel, Command, Compact, Decision, Emit, Finish, ModelRequest
 from worker.machine.state import CallPhase, Phase, RunState

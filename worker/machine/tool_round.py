@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from shared.models import EventKind, Message, RunError, RunStatus, ToolCall, ToolResult
+from agentmill_client.models import EventKind, Message, RunError, RunStatus, ToolCall, ToolResult
 from worker import policy
 from worker.config import RECALL_TOOL, RunConfig
 from worker.machine.commands import (

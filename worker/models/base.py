@@ -10,7 +10,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Protocol
 
-from shared.models import Usage
+from agentmill_client.models import Usage
 from worker.machine import ModelRequest
 from worker.policy import FailureKind, ModelFailure
 

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import orjson
 
-from shared.models import Message, ResponseFormat, Usage
+from agentmill_client.models import Message, ResponseFormat, Usage
 from shared.profiles import ProviderConfig
 from worker.config import ToolSpec
 from worker.machine import ModelRequest, wire_id

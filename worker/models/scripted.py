@@ -24,8 +24,8 @@ from typing import Any
 
 import orjson
 
-from shared import limits
-from shared.models import Message, Usage
+from agentmill_client import limits
+from agentmill_client.models import Message, Usage
 from shared.profiles import ProviderConfig
 from worker import policy
 from worker.machine import ModelRequest

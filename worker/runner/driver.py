@@ -19,9 +19,9 @@ from typing import Any
 
 import orjson
 
+from agentmill_client.codec import encode
+from agentmill_client.models import EventKind, RunInput, RunResult, RunStatus
 from shared import logs
-from shared.codec import encode
-from shared.models import EventKind, RunInput, RunResult, RunStatus
 from shared.tool_records import ToolRecord
 from worker import machine
 from worker.lease import LeaseExpiredError

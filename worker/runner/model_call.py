@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from shared.models import EventKind, Message, ToolCall
+from agentmill_client.models import EventKind, Message, ToolCall
 from worker import context, policy
 from worker.limiter import limited
 from worker.machine import (

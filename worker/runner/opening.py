@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import orjson
 
-from shared.models import RunInput
+from agentmill_client.models import RunInput
 from shared.settings import Settings
 from shared.tool_records import ToolRecord
 from worker.config import resolve_config

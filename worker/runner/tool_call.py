@@ -5,7 +5,7 @@ recorded never gets here: the machine serves it on ``Resumed``."""
 
 from __future__ import annotations
 
-from shared.models import ToolCall
+from agentmill_client.models import ToolCall
 from shared.tool_records import ToolRecord
 from worker import failpoints
 from worker.config import RECALL_TOOL

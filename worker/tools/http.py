@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import orjson
 
-from shared import limits
+from agentmill_client import limits
 from shared.netguard import BlockedAddressError, ResponseTooLargeError, guarded_request
 from shared.profiles import HttpToolConfig, ToolSettings
 from worker.tools.base import ToolContext, ToolError, ToolOutcome

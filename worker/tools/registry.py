@@ -11,8 +11,8 @@ import httpx
 import jsonschema
 import orjson
 
-from shared import limits
-from shared.models import ToolCall, ToolResult
+from agentmill_client import limits
+from agentmill_client.models import ToolCall, ToolResult
 from shared.profiles import AgentProfile, ToolSettings
 from worker.config import ToolSpec
 from worker.lease import LeaseExpiredError

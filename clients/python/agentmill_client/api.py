@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from shared.models import ClientToolResult, RunEvent, RunResult
+from agentmill_client.models import ClientToolResult, RunEvent, RunResult
 
 __all__ = [
     "AbortAnswer",

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import orjson
 
-from shared.api import (
+from agentmill_client.api import (
     AbortAnswer,
     Accepted,
     ApprovalsAnswer,
@@ -27,12 +27,12 @@ from shared.api import (
     RunView,
     ToolResultsAnswer,
 )
-from shared.codec import to_jsonable
-from shared.errors import ApiError
+from agentmill_client.codec import to_jsonable
+from agentmill_client.errors import ApiError
 
 __all__ = ["ApiError", "AsyncClient", "Client"]  # ApiError: what every call raises on an error answer
-from shared.models import ClientToolResult, RunEvent, RunInput
-from shared.statuses import TERMINAL
+from agentmill_client.models import ClientToolResult, RunEvent, RunInput
+from agentmill_client.statuses import TERMINAL
 
 
 def _body(run: RunInput | dict[str, Any]) -> dict[str, Any]:
@@ -145,6 +145,20 @@ class AsyncClient:
 
     async def get_batch(self, batch_id: str) -> BatchView:
         return BatchView.model_validate(_check(await self.http.get(f"/v1/batches/{batch_id}")))
+
+    async def wait_batch(self, batch_id: str, *, timeout: float = 300.0, every: float = 0.5) -> BatchView:  # noqa: ASYNC109 - a deadline for the polling, not for one request
+        """The batch once every run of it has ended (polled every ``every`` s); TimeoutError after
+        ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        while True:
+            view = await self.get_batch(batch_id)
+            if view.finished:
+                return view
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"batch {batch_id}: {view.done} of {view.total} runs ended after {timeout} s"
+                )
+            await asyncio.sleep(every)
 
     async def batch_runs(
         self, batch_id: str, *, status: str | None = None, limit: int = 100, cursor: str | None = None
@@ -325,6 +339,9 @@ class Client:
 
     def get_batch(self, batch_id: str) -> BatchView:
         return self._run(self._async.get_batch(batch_id))  # type: ignore[no-any-return]
+
+    def wait_batch(self, batch_id: str, *, timeout: float = 300.0, every: float = 0.5) -> BatchView:
+        return self._run(self._async.wait_batch(batch_id, timeout=timeout, every=every))  # type: ignore[no-any-return]
 
     def batch_runs(self, batch_id: str, **kw: Any) -> RunsPage:
         return self._run(self._async.batch_runs(batch_id, **kw))  # type: ignore[no-any-return]

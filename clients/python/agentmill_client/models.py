@@ -15,9 +15,9 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from shared import limits
-from shared.ids import ID_PATTERN
-from shared.statuses import TERMINAL, RunStatus
+from agentmill_client import limits
+from agentmill_client.ids import ID_PATTERN
+from agentmill_client.statuses import TERMINAL, RunStatus
 
 __all__ = [
     "ApprovalDecision",
@@ -34,7 +34,7 @@ __all__ = [
     "RunEvent",
     "RunInput",
     "RunResult",
-    "RunStatus",  # defined in shared.statuses; part of this contract (RunResult.status)
+    "RunStatus",  # defined in agentmill_client.statuses; part of this contract (RunResult.status)
     "ToolCall",
     "ToolPolicy",
     "ToolResult",

@@ -1,0 +1,63 @@
+"""agentmill's Python client: submit agent runs and batches to the HTTP API, follow their events,
+control them. ``Client`` blocks; ``AsyncClient`` has the same calls as coroutines. Every error
+answer raises ``ApiError`` with the API's stable ``code``.
+
+The models are the API's wire contract (camelCase JSON): the server imports them from here too,
+which is why the clients (httpx, asyncio) load only when first named: the server's pure modules
+import the models without them.
+"""
+
+from typing import TYPE_CHECKING, Any
+
+from agentmill_client._version import __version__
+from agentmill_client.api import (
+    AbortAnswer,
+    Accepted,
+    ApprovalsAnswer,
+    BatchAbortAnswer,
+    BatchAnswer,
+    BatchItem,
+    BatchView,
+    EventsPage,
+    RunsPage,
+    RunSummary,
+    RunView,
+    ToolResultsAnswer,
+)
+from agentmill_client.errors import ApiError
+from agentmill_client.models import ClientToolResult, Message, RunEvent, RunInput, RunResult
+
+if TYPE_CHECKING:
+    from agentmill_client.client import AsyncClient, Client
+
+__all__ = [
+    "AbortAnswer",
+    "Accepted",
+    "ApiError",
+    "ApprovalsAnswer",
+    "AsyncClient",
+    "BatchAbortAnswer",
+    "BatchAnswer",
+    "BatchItem",
+    "BatchView",
+    "Client",
+    "ClientToolResult",
+    "EventsPage",
+    "Message",
+    "RunEvent",
+    "RunInput",
+    "RunResult",
+    "RunSummary",
+    "RunView",
+    "RunsPage",
+    "ToolResultsAnswer",
+    "__version__",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("AsyncClient", "Client"):
+        from agentmill_client import client
+
+        return getattr(client, name)
+    raise AttributeError(f"module 'agentmill_client' has no attribute {name!r}")
