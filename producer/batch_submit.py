@@ -131,7 +131,9 @@ async def submit_many(
             else:
                 go.append((i, prep))
         if go:
-            await sender.send(part, [p for _, p in go], webhook)
+            await sender.send(
+                part, [p for _, p in go], webhook, [offset + i for i, _ in go] if batch_id else ()
+            )
             sent.append(go)
 
     async with ChunkSender(p, tenant, batch_id or "") as sender:
@@ -178,11 +180,11 @@ async def submit_many(
                 continue
             try:
                 if answer is None:
-                    out[i] = await _alone(p, prep, tenant, batch_id or "")
+                    out[i] = await _alone(p, prep, tenant, batch_id or "", offset + i)
                     continue
                 out[i] = outcome(prep.run, answer[2 * k : 2 * k + 2], prep.run_id)
             except (ForeignRunError, ForeignSessionError):  # rare: again alone, scoped
-                out[i] = await _alone(p, prep, tenant, batch_id or "")
+                out[i] = await _alone(p, prep, tenant, batch_id or "", offset + i)
             except SubmissionError as exc:
                 out[i] = exc
     if batch_id and not more:
@@ -190,10 +192,13 @@ async def submit_many(
     return [o for o in out if o is not None]
 
 
-async def _alone(p: Submitter, prep: Prepared, tenant: str, batch_id: str) -> Submitted | SubmissionError:
-    """One run of a batch submitted on its own (a held id: scoped; placed elsewhere than claimed)."""
+async def _alone(
+    p: Submitter, prep: Prepared, tenant: str, batch_id: str, item: int
+) -> Submitted | SubmissionError:
+    """One run of a batch (item ``item`` of it) submitted on its own (a held id: scoped; placed
+    elsewhere than claimed)."""
     update = {"run_id": prep.run_id, "session_id": prep.session_id or None}
     try:
-        return await p._submit_scoped(prep.run.model_copy(update=update), tenant, batch_id)
+        return await p._submit_scoped(prep.run.model_copy(update=update), tenant, batch_id, item=item)
     except SubmissionError as exc:
         return exc

@@ -129,9 +129,11 @@ class Submitter:
         *,
         client_id: str = "",
         batch_id: str = "",
+        item: int | None = None,
     ) -> tuple[list[Any], list[Any]]:
         """SUBMIT's keys and arguments on the run's partition; ``client_id``: the id the client
-        chose, when ``run`` carries its tenant-scoped id (views show it)."""
+        chose, when ``run`` carries its tenant-scoped id (views show it); ``item``: its item index
+        in the batch ``batch_id``."""
         rid = run.run_id
         assert rid is not None
         sid = run.session_id or ""
@@ -150,6 +152,7 @@ class Submitter:
             run.agent,
             *counted(meta_terms(run.metadata)),
             client_id if client_id != rid else "",
+            "" if item is None else str(item),
         ]
         return self.scripts.frame(part, own, args)
 
@@ -185,7 +188,14 @@ class Submitter:
         return await self._submit_scoped(run, tenant, looked=True, holder=holder)
 
     async def _submit_scoped(
-        self, run: RunInput, tenant: str, batch_id: str = "", *, looked: bool = False, holder: Holder = None
+        self,
+        run: RunInput,
+        tenant: str,
+        batch_id: str = "",
+        *,
+        looked: bool = False,
+        holder: Holder = None,
+        item: int | None = None,
     ) -> Submitted:
         """Submit; a runId or sessionId that another tenant holds is replaced by its scoped id. With
         more than one partition, the run's pointer is claimed first (producer.placement), unless the
@@ -201,7 +211,9 @@ class Submitter:
             if holder is not None:
                 reply: Sequence[Any] = verdict(holder, tenant, digest)
             else:
-                k, a = self._submit_call(run, part, tenant, digest, client_id=client_id, batch_id=batch_id)
+                k, a = self._submit_call(
+                    run, part, tenant, digest, client_id=client_id, batch_id=batch_id, item=item
+                )
                 reply = await run_script(self.parts, self.scripts.submit, part, k, a)
             holder = None
             try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -252,3 +253,47 @@ def batch_status(batch_id: str, api_url: str | None, token: str | None, tenant: 
 @reach
 def batch_abort(batch_id: str, api_url: str | None, token: str | None, tenant: str) -> None:
     exit_with(_batch_call(batch_id, api_url, token, tenant, abort=True))
+
+
+@batch.command("results", help="A batch's runs with their results as JSON lines, in item order (stdout).")
+@click.argument("batch_id")
+@click.option("--status", default=None, help="keep these statuses only (a comma list, e.g. failed,aborted)")
+@reach
+def batch_results(
+    batch_id: str, status: str | None, api_url: str | None, token: str | None, tenant: str
+) -> None:
+    exit_with(_batch_results(batch_id, status, api_url, token, tenant))
+
+
+async def _batch_results(
+    batch_id: str, status: str | None, api_url: str | None, token: str | None, tenant: str
+) -> int:
+    """Lines to stdout as they arrive (nothing else goes there); errors and the count to stderr."""
+    out = sys.stdout.buffer
+    n = 0
+    try:
+        if api_url:
+            from producer.client import AsyncClient
+
+            async with AsyncClient(api_url, token=token) as c:
+                async for line in c.batch_results(batch_id, status=status):
+                    out.write(line.model_dump_json(exclude_none=True).encode() + b"\n")
+                    n += 1
+        else:
+            from producer.batch_results import export, parse_statuses
+            from producer.listing import Catalog
+
+            wanted = parse_statuses(status)
+            async with direct_producer() as p:
+                if await Catalog(p).batch(tenant, batch_id) is None:
+                    raise ApiError(404, "unknown_batch", f"no batch {batch_id}")
+                async for chunk in export(p, tenant, batch_id, wanted):
+                    out.write(chunk)
+                    n += chunk.count(b"\n")
+    except (ApiError, ValueError) as exc:
+        err.print(f"[red]error:[/] {getattr(exc, 'message', exc)}")
+        return 2
+    finally:
+        out.flush()
+    err.print(f"batch {batch_id}: {n} run(s)")
+    return 0

@@ -1,0 +1,42 @@
+-- A page of a batch's runs with their results, in item order (the batch's item index, kept by
+-- submit_one in the batch's 'item' index: runId -> item index). Read-only; at most scanMax entries
+-- looked at per call (one HMGET each), the next call starting where this one stopped.
+-- KEYS: none of its own (the index is named by the arguments)
+-- ARGV: tenant, batchId, start (first item index, inclusive), limit, scanMax, statuses (a comma
+--   list; '' = every status)
+-- Reply: stop (the item index of the last entry looked at when the call stopped before the end of
+--   the index, else ''), then per run: item index, runId (as its tenant knows it), status, result JSON
+--   ('' while it has none).
+local t, start = ARGV[1], ARGV[3]
+local limit, scan_max = tonumber(ARGV[4]), tonumber(ARGV[5])
+local want = nil
+if ARGV[6] ~= '' then
+  want = {}
+  for s in string.gmatch(ARGV[6], '[^,]+') do want[s] = true end
+end
+local key = index_key(t, 'item', ARGV[2])
+local out = {''}
+local scanned, n, offset, last = 0, 0, 0, nil
+while scanned < scan_max and n < limit do
+  local page = redis.call('ZRANGEBYSCORE', key, start, '+inf', 'WITHSCORES', 'LIMIT', offset, 100)
+  for p = 1, #page, 2 do
+    local id, score = page[p], page[p + 1]
+    scanned = scanned + 1
+    last = score
+    local h = redis.call('HMGET', run_key(id), 'status', 'result', 'clientId', 'tenant')
+    if h[1] and h[4] == t and (not want or want[h[1]]) then
+      out[#out + 1] = score
+      out[#out + 1] = (h[3] and h[3] ~= '') and h[3] or id
+      out[#out + 1] = h[1]
+      out[#out + 1] = h[2] or ''
+      n = n + 1
+    end
+    if n >= limit or scanned >= scan_max then
+      out[1] = last
+      return out
+    end
+  end
+  if #page < 200 then return out end
+  offset = offset + 100
+end
+return out
