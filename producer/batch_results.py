@@ -12,7 +12,7 @@ of the batch.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -25,12 +25,23 @@ from shared.statuses import TERMINAL
 if TYPE_CHECKING:
     from producer.service import Producer
 
-__all__ = ["PAGE", "SCAN_MAX", "Row", "export", "merge_results", "parse_statuses", "result_line"]
+__all__ = [
+    "PAGE",
+    "SCAN_MAX",
+    "Ask",
+    "Row",
+    "export",
+    "merge_results",
+    "parse_statuses",
+    "result_line",
+    "walk",
+]
 
 PAGE = 500  # runs one partition answers per call at most
 SCAN_MAX = 2_000  # item-index entries one call looks at (one run read each), at most
 
 Row = tuple[int, str, str, str]  # item index, runId (as the tenant knows it), status, result JSON ('' = none)
+Position = tuple[int, str]  # (item index, runId as its keys name it): the order of a batch's item index
 _TERMINAL = frozenset(s.value for s in TERMINAL)
 
 
@@ -45,34 +56,33 @@ def parse_statuses(raw: str | None) -> tuple[str, ...]:
     return wanted
 
 
-def merge_results(replies: Sequence[Sequence[Any]], start: int) -> tuple[list[Row], int | None, set[int]]:
-    """The runs several partitions' BATCH_RESULTS replies (all from item index ``start`` on) answer
-    for, in item order; the item index the next page starts at (None: the end); and the replies
-    that reached the end of their index with every run in this page (not asked again). A partition
-    that stopped early answers only up to where it stopped (``bound``): the page keeps the runs
-    before the least advanced such stop, and the next page starts there."""
-    rows: list[Row] = []
-    stops: list[int] = []
+def merge_results(
+    replies: Sequence[Sequence[Any]],
+) -> tuple[list[Row], Position | None, set[int]]:
+    """The runs several partitions' BATCH_RESULTS replies (all from the same position on) answer
+    for, in item order; the position the next page starts after (None: the end); and the replies
+    that reached the end of their index with all their runs in this page (not asked again). A
+    partition that stopped early answers only up to where it stopped: the page keeps the runs up
+    to the least advanced such stop, and the next page starts after it."""
+    rows: list[tuple[Position, Row]] = []
+    stops: list[Position] = []
+    ends: list[Position | None] = []
     for reply in replies:
         if text(reply[0]):
-            stops.append(int(float(text(reply[0]))))
-        rows += [
-            (int(float(text(reply[k]))), text(reply[k + 1]), text(reply[k + 2]), text(reply[k + 3]))
-            for k in range(1, len(reply), 4)
-        ]
-    rows.sort(key=lambda r: (r[0], r[1]))
+            stops.append((int(float(text(reply[0]))), text(reply[1])))
+        got = [
+            ((int(float(text(reply[k]))), text(reply[k + 1])),
+             (int(float(text(reply[k]))), text(reply[k + 2]), text(reply[k + 3]), text(reply[k + 4])))
+            for k in range(2, len(reply), 5)
+        ]  # fmt: skip
+        ends.append(got[-1][0] if got else None)
+        rows += got
+    rows.sort(key=lambda r: r[0])
     if not stops:
-        return rows, None, set(range(len(replies)))
+        return [r for _, r in rows], None, set(range(len(replies)))
     bound = min(stops)
-    # More than PAGE runs of one partition at the one item index ``start`` (item indexes are one
-    # run each unless a client reuses an offset with other runIds): that page is taken whole.
-    keep, nxt = (bound - 1, bound) if bound > start else (bound, bound + 1)
-    done = {i for i, reply in enumerate(replies) if not text(reply[0]) and _last_index(reply) <= keep}
-    return [r for r in rows if r[0] <= keep], nxt, done
-
-
-def _last_index(reply: Sequence[Any]) -> int:
-    return int(float(text(reply[-4]))) if len(reply) > 1 else -1
+    done = {i for i, end in enumerate(ends) if not text(replies[i][0]) and (end is None or end <= bound)}
+    return [r for at, r in rows if at <= bound], bound, done
 
 
 def result_line(index: int, run_id: str, status: str, raw: str) -> dict[str, Any]:
@@ -94,24 +104,37 @@ def result_line(index: int, run_id: str, status: str, raw: str) -> dict[str, Any
     return line
 
 
+# (partition indexes, position) -> their BATCH_RESULTS replies from just after it
+Ask = Callable[[list[int], Position], Awaitable[list[Any]]]
+
+
+async def walk(ask: Ask, partitions: int) -> AsyncIterator[list[Row]]:
+    """The pages of an export: ``ask`` gets the replies of the partitions named, all from the same
+    position on; partitions that answered for all their runs are not asked again."""
+    where = list(range(partitions))
+    start: Position = (0, "")
+    while where:
+        rows, nxt, done = merge_results(await ask(where, start))
+        if rows:
+            yield rows
+        if nxt is None:
+            return
+        start = nxt
+        where = [q for i, q in enumerate(where) if i not in done]
+
+
 async def export(
     producer: Producer, tenant: str, batch_id: str, statuses: Sequence[str] = ()
 ) -> AsyncIterator[bytes]:
     """The batch's runs (those with one of ``statuses``; () = all) as JSON lines in item order,
     one chunk of lines per page. Runs still going are included with their status and no result."""
     scripts, parts = producer.scripts, producer.parts
-    where = list(parts.parts)
-    start = 0
     wanted = ",".join(statuses)
-    while where:
-        args = [tenant, batch_id, start, PAGE, SCAN_MAX, wanted]
-        replies = await run_many(
-            parts, scripts.batch_results, [(q, *scripts.frame(q, [], args)) for q in where]
-        )
-        rows, nxt, done = merge_results(replies, start)
-        if rows:
-            yield b"".join(orjson.dumps(result_line(*r)) + b"\n" for r in rows)
-        if nxt is None:
-            return
-        start = nxt
-        where = [q for i, q in enumerate(where) if i not in done]
+
+    async def ask(where: list[int], start: Position) -> list[Any]:
+        args = [tenant, batch_id, *start, PAGE, SCAN_MAX, wanted]
+        calls = [(q, *scripts.frame(q, [], args)) for q in (parts.parts[i] for i in where)]
+        return await run_many(parts, scripts.batch_results, calls)
+
+    async for rows in walk(ask, len(parts.parts)):
+        yield b"".join(orjson.dumps(result_line(*r)) + b"\n" for r in rows)

@@ -2,38 +2,42 @@
 -- submit_one in the batch's 'item' index: runId -> item index). Read-only; at most scanMax entries
 -- looked at per call (one HMGET each), the next call starting where this one stopped.
 -- KEYS: none of its own (the index is named by the arguments)
--- ARGV: tenant, batchId, start (first item index, inclusive), limit, scanMax, statuses (a comma
---   list; '' = every status)
--- Reply: stop (the item index of the last entry looked at when the call stopped before the end of
---   the index, else ''), then per run: item index, runId (as its tenant knows it), status, result JSON
---   ('' while it has none).
-local t, start = ARGV[1], ARGV[3]
-local limit, scan_max = tonumber(ARGV[4]), tonumber(ARGV[5])
+-- ARGV: tenant, batchId, start (an item index), after (a runId: the runs at ``start`` up to it
+--   included are skipped, as the index orders runs of one item index by id; '' = none), limit,
+--   scanMax, statuses (a comma list; '' = every status)
+-- Reply: stopIndex, stopId (the last entry looked at when the call stopped before the end of the
+--   index, else '', ''), then per run: item index, runId (as its keys name it), runId (as its
+--   tenant knows it), status, result JSON ('' while it has none).
+local t, start, after = ARGV[1], ARGV[3], ARGV[4]
+local limit, scan_max = tonumber(ARGV[5]), tonumber(ARGV[6])
 local want = nil
-if ARGV[6] ~= '' then
+if ARGV[7] ~= '' then
   want = {}
-  for s in string.gmatch(ARGV[6], '[^,]+') do want[s] = true end
+  for s in string.gmatch(ARGV[7], '[^,]+') do want[s] = true end
 end
 local key = index_key(t, 'item', ARGV[2])
-local out = {''}
-local scanned, n, offset, last = 0, 0, 0, nil
+local first = tonumber(start)
+local out = {'', ''}
+local scanned, n, offset = 0, 0, 0
 while scanned < scan_max and n < limit do
   local page = redis.call('ZRANGEBYSCORE', key, start, '+inf', 'WITHSCORES', 'LIMIT', offset, 100)
   for p = 1, #page, 2 do
     local id, score = page[p], page[p + 1]
-    scanned = scanned + 1
-    last = score
-    local h = redis.call('HMGET', run_key(id), 'status', 'result', 'clientId', 'tenant')
-    if h[1] and h[4] == t and (not want or want[h[1]]) then
-      out[#out + 1] = score
-      out[#out + 1] = (h[3] and h[3] ~= '') and h[3] or id
-      out[#out + 1] = h[1]
-      out[#out + 1] = h[2] or ''
-      n = n + 1
-    end
-    if n >= limit or scanned >= scan_max then
-      out[1] = last
-      return out
+    if after == '' or id > after or tonumber(score) ~= first then
+      scanned = scanned + 1
+      local h = redis.call('HMGET', run_key(id), 'status', 'result', 'clientId', 'tenant')
+      if h[1] and h[4] == t and (not want or want[h[1]]) then
+        out[#out + 1] = score
+        out[#out + 1] = id
+        out[#out + 1] = (h[3] and h[3] ~= '') and h[3] or id
+        out[#out + 1] = h[1]
+        out[#out + 1] = h[2] or ''
+        n = n + 1
+      end
+      if n >= limit or scanned >= scan_max then
+        out[1], out[2] = score, id
+        return out
+      end
     end
   end
   if #page < 200 then return out end

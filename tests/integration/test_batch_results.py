@@ -66,15 +66,16 @@ def _check_line(line: dict[str, Any]) -> None:
 
 async def _exported_in_item_order(redis_url: str, n: int) -> None:
     """Exported before the worker starts (all queued), while it works through the batch, and after:
-    every run once, in item order, what it says matching its item."""
-    s = settings(redis_url, tenant_submits_per_second=1_000_000)
+    every run once, in item order, what it says matching its item. Four partitions: the batch's
+    runs spread over them, the export merges their pages."""
+    s = settings(redis_url, tenant_submits_per_second=1_000_000, partitions=4)
     async with api(s) as url, httpx.AsyncClient(base_url=url, headers=A) as c:
         await _send(c, "big", n)
         before = await _export(c, "big")
         assert [x["index"] for x in before] == list(range(n))
         assert {x["status"] for x in before} == {"queued"}
         assert all(set(x) == {"runId", "index", "status"} for x in before)
-        async with running_worker(redis_url, max_jobs=64):
+        async with running_worker(redis_url, max_jobs=64, partitions=4):
             # While the runs finish: each run once, in order, finished ones with their answers.
             await until_batch(c, "big", lambda v: v["done"] >= n // 4, within=60)
             during = await _export(c, "big")
