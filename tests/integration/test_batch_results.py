@@ -9,11 +9,13 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from redis.asyncio import Redis
 
+from producer.batch_results import PAGE, SCAN_MAX
 from producer.client import AsyncClient, Client
 from shared.api import BatchResultLine
 from tests.integration.api_support import A, B, api, run_body, settings
-from tests.integration.helpers import running_worker
+from tests.integration.helpers import producer_for, running_worker
 from tests.integration.test_catalog import until_batch
 from tests.integration.test_client_cli import cli
 
@@ -170,3 +172,49 @@ async def test_the_blocking_client_and_the_cli_write_the_lines(redis_url: str) -
             cli, redis_url, "batch", "results", "cli", "--api", url, "--token", "tok-b"
         )
         assert other.returncode == 2 and other.stdout == "" and "no batch cli" in other.stderr
+
+
+@pytest.mark.parametrize("partitions", [1, 4])
+async def test_runs_that_name_their_ids_keep_their_place_even_when_scoped(
+    redis_url: str, partitions: int
+) -> None:
+    """Items with their own runId, one of them an id another tenant holds (the run is kept under
+    its tenant-scoped id, submitted on its own): each line at its item's index, under the id the
+    tenant chose."""
+    s = settings(redis_url, partitions=partitions)
+    async with api(s) as url, httpx.AsyncClient(base_url=url, headers=A) as c:
+        r = await c.post("/v1/runs", json={**_item(0), "runId": "taken-1"}, headers=B)
+        assert r.status_code in (200, 201, 202), r.text
+        items = [
+            {**_item(0), "runId": "own-0"},
+            {**_item(1), "runId": "taken-1"},
+            _item(2),
+            {**_item(3), "runId": "own-3"},
+        ]
+        r = await c.post("/v1/runs/batch", json={"runs": items, "batchId": "named", "offset": 10})
+        assert r.status_code == 200, r.text
+        ids = [x["runId"] for x in r.json()["results"]]
+        assert ids[:2] == ["own-0", "taken-1"] and ids[3] == "own-3"
+        lines = await _export(c, "named")
+        assert [(x["index"], x["runId"]) for x in lines] == list(zip(range(10, 14), ids, strict=True))
+        assert [x["runId"] for x in await _export(c, "named", status="queued")] == ids
+
+
+async def test_each_script_call_looks_at_a_bounded_number_of_runs(redis: Redis, redis_url: str) -> None:
+    """BATCH_RESULTS on a real Redis: a filter nothing matches still stops after SCAN_MAX entries,
+    and a page after PAGE runs; the next call starts after where it stopped."""
+    n = SCAN_MAX + PAGE + 10
+    p = producer_for(redis, redis_url, tenant_submits_per_second=0, tenant_max_active=0, max_batch=n)
+    await p.submit_many([_item(1)] * n, batch_id="bounded")
+    part = p.parts.parts[0]
+
+    async def call(start: tuple[int, str], wanted: str) -> list[Any]:
+        args = ["default", "bounded", *start, PAGE, SCAN_MAX, wanted]
+        return list(await p.scripts.batch_results(*p.scripts.frame(part, [], args)))
+
+    empty = await call((0, ""), "failed")
+    assert len(empty) == 2 and int(empty[0]) == SCAN_MAX - 1  # stopped at the 2,000th entry, none kept
+    rest = await call((int(empty[0]), empty[1].decode()), "failed")
+    assert rest == [b"", b""]  # the end, after the other 510
+    page = await call((0, ""), "")
+    assert (len(page) - 2) // 5 == PAGE and int(page[0]) == PAGE - 1
