@@ -3,8 +3,9 @@
 
 The order is the batch's item index, kept per partition by the submit scripts in the batch's
 ``item`` index (runId -> item index; keys.INDEX_DIMS). The export walks it in pages: every
-partition answers the runs from the same item index on (BATCH_RESULTS: at most PAGE runs and
-SCAN_MAX entries looked at per call, one pipelined round trip per node for all partitions), and
+partition answers the runs from the same item index on (BATCH_RESULTS: at most PAGE runs,
+SCAN_MAX entries looked at and about BYTES_MAX of results per call, one pipelined round trip per
+node for all partitions), and
 ``merge_results`` keeps the runs every partition has answered for, so no run is skipped or sent
 twice while the pages go out as they are read: the API holds one page at a time, whatever the size
 of the batch.
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from producer.service import Producer
 
 __all__ = [
+    "BYTES_MAX",
     "PAGE",
     "SCAN_MAX",
     "Ask",
@@ -39,6 +41,7 @@ __all__ = [
 
 PAGE = 500  # runs one partition answers per call at most
 SCAN_MAX = 2_000  # item-index entries one call looks at (one run read each), at most
+BYTES_MAX = 1_000_000  # a call stops once its results reach this size (a result may be ~100 KB)
 
 Row = tuple[int, str, str, str]  # item index, runId (as the tenant knows it), status, result JSON ('' = none)
 Position = tuple[int, str]  # (item index, runId as its keys name it): the order of a batch's item index
@@ -132,7 +135,7 @@ async def export(
     wanted = ",".join(statuses)
 
     async def ask(where: list[int], start: Position) -> list[Any]:
-        args = [tenant, batch_id, *start, PAGE, SCAN_MAX, wanted]
+        args = [tenant, batch_id, *start, PAGE, SCAN_MAX, wanted, BYTES_MAX]
         calls = [(q, *scripts.frame(q, [], args)) for q in (parts.parts[i] for i in where)]
         return await run_many(parts, scripts.batch_results, calls)
 

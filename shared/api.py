@@ -100,7 +100,7 @@ class BatchResultLine(BaseModel):
     status: str = Field(description="queued, running, … while it has not ended: then no result fields")
     output: Any = Field(default=None, description="its structured output, when the run has one")
     text: str | None = Field(default=None, description="the final assistant message (when no output)")
-    usage: dict[str, int] | None = None
+    usage: dict[str, Any] | None = Field(default=None, description="the run's token counts")
     lastError: ResultError | None = Field(default=None, description="why it failed (or was aborted)")
 
 

@@ -4,12 +4,13 @@
 -- KEYS: none of its own (the index is named by the arguments)
 -- ARGV: tenant, batchId, start (an item index), after (a runId: the runs at ``start`` up to it
 --   included are skipped, as the index orders runs of one item index by id; '' = none), limit,
---   scanMax, statuses (a comma list; '' = every status)
+--   scanMax, statuses (a comma list; '' = every status), maxBytes (the call stops once the results
+--   it answers reach this size)
 -- Reply: stopIndex, stopId (the last entry looked at when the call stopped before the end of the
 --   index, else '', ''), then per run: item index, runId (as its keys name it), runId (as its
 --   tenant knows it), status, result JSON ('' while it has none).
 local t, start, after = ARGV[1], ARGV[3], ARGV[4]
-local limit, scan_max = tonumber(ARGV[5]), tonumber(ARGV[6])
+local limit, scan_max, max_bytes = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[8])
 local want = nil
 if ARGV[7] ~= '' then
   want = {}
@@ -18,7 +19,7 @@ end
 local key = index_key(t, 'item', ARGV[2])
 local first = tonumber(start)
 local out = {'', ''}
-local scanned, n, offset = 0, 0, 0
+local scanned, n, offset, bytes = 0, 0, 0, 0
 while scanned < scan_max and n < limit do
   local page = redis.call('ZRANGEBYSCORE', key, start, '+inf', 'WITHSCORES', 'LIMIT', offset, 100)
   for p = 1, #page, 2 do
@@ -33,8 +34,9 @@ while scanned < scan_max and n < limit do
         out[#out + 1] = h[1]
         out[#out + 1] = h[2] or ''
         n = n + 1
+        bytes = bytes + #(h[2] or '')
       end
-      if n >= limit or scanned >= scan_max then
+      if n >= limit or scanned >= scan_max or bytes >= max_bytes then
         out[1], out[2] = score, id
         return out
       end

@@ -11,8 +11,9 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from producer.batch_results import PAGE, SCAN_MAX
+from producer.batch_results import BYTES_MAX, PAGE, SCAN_MAX
 from producer.client import AsyncClient, Client
+from producer.listing import Catalog
 from shared.api import BatchResultLine
 from tests.integration.api_support import A, B, api, run_body, settings
 from tests.integration.helpers import producer_for, running_worker
@@ -202,14 +203,15 @@ async def test_runs_that_name_their_ids_keep_their_place_even_when_scoped(
 
 async def test_each_script_call_looks_at_a_bounded_number_of_runs(redis: Redis, redis_url: str) -> None:
     """BATCH_RESULTS on a real Redis: a filter nothing matches still stops after SCAN_MAX entries,
-    and a page after PAGE runs; the next call starts after where it stopped."""
+    a page after PAGE runs, and big results after BYTES_MAX; the next call starts after where it
+    stopped."""
     n = SCAN_MAX + PAGE + 10
     p = producer_for(redis, redis_url, tenant_submits_per_second=0, tenant_max_active=0, max_batch=n)
     await p.submit_many([_item(1)] * n, batch_id="bounded")
     part = p.parts.parts[0]
 
-    async def call(start: tuple[int, str], wanted: str) -> list[Any]:
-        args = ["default", "bounded", *start, PAGE, SCAN_MAX, wanted]
+    async def call(start: tuple[int, str], wanted: str, batch: str = "bounded") -> list[Any]:
+        args = ["default", batch, *start, PAGE, SCAN_MAX, wanted, BYTES_MAX]
         return list(await p.scripts.batch_results(*p.scripts.frame(part, [], args)))
 
     empty = await call((0, ""), "failed")
@@ -218,3 +220,8 @@ async def test_each_script_call_looks_at_a_bounded_number_of_runs(redis: Redis, 
     assert rest == [b"", b""]  # the end, after the other 510
     page = await call((0, ""), "")
     assert (len(page) - 2) // 5 == PAGE and int(page[0]) == PAGE - 1
+    # Results of 300 KB each (aborted with a long reason): a call answers 4 of them, not 500.
+    await p.submit_many([_item(1)] * 10, batch_id="large")
+    await Catalog(p).abort_batch("default", "large", "x" * 300_000)
+    page = await call((0, ""), "", "large")
+    assert (len(page) - 2) // 5 == 4 and int(page[0]) == 3
