@@ -11,7 +11,7 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from producer.batch_results import BYTES_MAX, PAGE, SCAN_MAX
+from producer.batch_results import BYTES_MAX, PAGE, SCAN_MAX, walk
 from producer.client import AsyncClient, Client
 from producer.listing import Catalog
 from shared.api import BatchResultLine
@@ -225,3 +225,20 @@ async def test_each_script_call_looks_at_a_bounded_number_of_runs(redis: Redis, 
     await Catalog(p).abort_batch("default", "large", "x" * 300_000)
     page = await call((0, ""), "", "large")
     assert (len(page) - 2) // 5 == 4 and int(page[0]) == 3
+
+
+async def test_runs_sharing_an_item_index_page_by_rank_on_a_real_redis(redis: Redis, redis_url: str) -> None:
+    """A part sent again at the same offset with other runIds: two runs per item index. Pages of one
+    run each (the smallest bound) still give every run once, in (index, runId) order."""
+    p = producer_for(redis, redis_url, tenant_submits_per_second=0)
+    for prefix, more in (("b-", True), ("a-", False)):
+        items = [{**_item(i), "runId": f"{prefix}{i}"} for i in range(3)]
+        await p.submit_many(items, batch_id="twice", more=more)
+    part = p.parts.parts[0]
+
+    async def ask(where: list[int], start: tuple[int, str]) -> list[Any]:
+        args = ["default", "twice", *start, 1, 1, "", BYTES_MAX]
+        return [list(await p.scripts.batch_results(*p.scripts.frame(part, [], args)))]
+
+    got = [(r[0], r[1]) async for page in walk(ask, 1) for r in page]
+    assert got == [(i, f"{x}-{i}") for i in range(3) for x in "ab"]
