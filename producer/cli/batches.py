@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import click
+import httpx
 import orjson
+from redis.exceptions import RedisError
 from rich.table import Table
 
 from producer.cli.common import console, direct_producer, err, exit_with, progress_bar, reach
@@ -293,6 +295,9 @@ async def _batch_results(
     except (ApiError, ValueError) as exc:
         err.print(f"[red]error:[/] {getattr(exc, 'message', exc)}")
         return 2
+    except (httpx.HTTPError, RedisError) as exc:  # the connection broke off mid-way
+        err.print(f"[red]error:[/] the results stopped after {n} run(s): {type(exc).__name__}: {exc}")
+        return 1
     finally:
         out.flush()
     err.print(f"batch {batch_id}: {n} run(s)")

@@ -15,6 +15,7 @@ from producer.batch_results import BYTES_MAX, PAGE, SCAN_MAX, walk
 from producer.client import AsyncClient, Client
 from producer.listing import Catalog
 from shared.api import BatchResultLine
+from shared.redis_server import free_port
 from tests.integration.api_support import A, B, api, run_body, settings
 from tests.integration.helpers import producer_for, running_worker
 from tests.integration.test_catalog import until_batch
@@ -173,6 +174,13 @@ async def test_the_blocking_client_and_the_cli_write_the_lines(redis_url: str) -
             cli, redis_url, "batch", "results", "cli", "--api", url, "--token", "tok-b"
         )
         assert other.returncode == 2 and other.stdout == "" and "no batch cli" in other.stderr
+        nobody = f"http://127.0.0.1:{free_port()}"
+        down = await asyncio.to_thread(cli, redis_url, "batch", "results", "cli", "--api", nobody)
+        assert (
+            down.returncode == 1
+            and down.stdout == ""
+            and "stopped after 0 run(s): ConnectError" in down.stderr
+        )
 
 
 @pytest.mark.parametrize("partitions", [1, 4])
