@@ -187,9 +187,9 @@ async def test_the_blocking_client_and_the_cli_write_the_lines(redis_url: str) -
 async def test_runs_that_name_their_ids_keep_their_place_even_when_scoped(
     redis_url: str, partitions: int
 ) -> None:
-    """Items with their own runId, one of them an id another tenant holds (the run is kept under
-    its tenant-scoped id, submitted on its own): each line at its item's index, under the id the
-    tenant chose."""
+    """Items with their own runId, one of them an id another tenant holds (each run is kept under
+    its tenant's HMAC-scoped id, producer.submission.Scope): each line at its item's index, under
+    the id the tenant chose."""
     s = settings(redis_url, partitions=partitions)
     async with api(s) as url, httpx.AsyncClient(base_url=url, headers=A) as c:
         r = await c.post("/v1/runs", json={**_item(0), "runId": "taken-1"}, headers=B)
@@ -250,3 +250,23 @@ async def test_runs_sharing_an_item_index_page_by_rank_on_a_real_redis(redis: Re
 
     got = [(r[0], r[1]) async for page in walk(ask, 1) for r in page]
     assert got == [(i, f"{x}-{i}") for i in range(3) for x in "ab"]
+
+
+async def test_runs_submitted_on_their_own_keep_their_place(redis_url: str) -> None:
+    """Items whose input turns out to place them elsewhere than their id was claimed (a session
+    created from ``"autoCreateSession": "true"``, which the placement before validation does not
+    read as true) go through SUBMIT on their own, under their tenant-scoped ids; one with a session
+    of its own goes in SUBMIT_MANY with the session's client id beside its item index. Each line is
+    still at its item's index, under the id the tenant knows."""
+    s = settings(redis_url, partitions=4)
+    async with api(s) as url, httpx.AsyncClient(base_url=url, headers=A) as c:
+        items = [{**_item(i), "autoCreateSession": "true"} if i % 2 else _item(i) for i in range(8)]
+        items[3]["runId"] = "mine-3"
+        items[4].update(sessionId="own-session", autoCreateSession=True)
+        r = await c.post("/v1/runs/batch", json={"runs": items, "batchId": "alone", "offset": 20})
+        assert r.status_code == 200, r.text
+        ids = [x["runId"] for x in r.json()["results"]]
+        assert ids[3] == "mine-3" and len(set(ids)) == 8
+        lines = await _export(c, "alone")
+        assert [(x["index"], x["runId"]) for x in lines] == list(zip(range(20, 28), ids, strict=True))
+        assert (await c.get(f"/v1/runs/{ids[4]}")).json()["sessionId"] == "own-session"
