@@ -270,3 +270,28 @@ async def test_runs_submitted_on_their_own_keep_their_place(redis_url: str) -> N
         lines = await _export(c, "alone")
         assert [(x["index"], x["runId"]) for x in lines] == list(zip(range(20, 28), ids, strict=True))
         assert (await c.get(f"/v1/runs/{ids[4]}")).json()["sessionId"] == "own-session"
+
+
+async def test_a_structured_output_run_exports_its_parsed_output(redis_url: str) -> None:
+    """A run with a responseFormat ends with ``result.output``: its line carries that parsed answer
+    as ``output`` (and not the text it was parsed from), falsy answers included; a plain run's line
+    its text. The typed client reads the same."""
+    rf = {"type": "json_schema", "jsonSchema": {"name": "pick", "schema": {"type": ["object", "boolean"]}}}
+    items = [
+        run_body([{"json": {"colour": "green", "sure": True}}], responseFormat=rf),
+        _item(1),
+        run_body([{"json": False}], responseFormat=rf),
+    ]
+    async with api(settings(redis_url)) as url, running_worker(redis_url):
+        async with httpx.AsyncClient(base_url=url, headers=A) as c:
+            r = await c.post("/v1/runs/batch", json={"runs": items, "batchId": "shaped"})
+            assert r.status_code == 200, r.text
+            await until_batch(c, "shaped", lambda v: v["finished"])
+            lines = await _export(c, "shaped")
+        assert [x["status"] for x in lines] == ["completed"] * 3, lines
+        assert lines[0]["output"] == {"colour": "green", "sure": True} and "text" not in lines[0]
+        assert lines[1]["text"] == "answer 1" and "output" not in lines[1]
+        assert lines[2]["output"] is False and "text" not in lines[2]
+        async with AsyncClient(url, token="tok-a") as client:
+            typed = [x async for x in client.batch_results("shaped")]
+        assert [x.output for x in typed] == [{"colour": "green", "sure": True}, None, False]
