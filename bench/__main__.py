@@ -23,11 +23,12 @@ from bench.figure import Figure, fmt
 from bench.figures_cluster import ClusterFigures
 from bench.figures_io import IoFigures
 from bench.figures_isolation import IsolationFigures
+from bench.figures_results import ResultsFigures
 from bench.figures_runs import RunFigures
 from bench.plumbing import ROOT
 
 
-class Bench(RunFigures, IoFigures, IsolationFigures, ClusterFigures):
+class Bench(RunFigures, IoFigures, IsolationFigures, ResultsFigures, ClusterFigures):
     """Every figure, run in order; a table and JSON at the end."""
 
     # ---- report ----
@@ -66,6 +67,7 @@ class Bench(RunFigures, IoFigures, IsolationFigures, ClusterFigures):
                 ("ledger", lambda: self.fig_ledger(r)),
                 ("cluster", lambda: self.fig_cluster(r)),
                 ("isolation", lambda: self.fig_isolation(r)),
+                ("results", lambda: self.fig_results(r)),
             ]
             for name, measure in figures:
                 if name not in a.only:
@@ -102,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--poll-delay", type=float, default=0.05)
     ap.add_argument("--cluster-runs", type=int, default=300, help="ten-step runs per cluster load (figure 8)")
     ap.add_argument("--cluster-workers", type=int, default=2, help="worker processes of figure 8")
+    ap.add_argument("--results-runs", type=int, default=100_000, help="runs of the batch figure 10 exports")
     ap.add_argument(
         "--profile",
         type=Path,
@@ -121,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             "ledger",
             "cluster",
             "isolation",
+            "results",
         ],
     )
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "latest.json")

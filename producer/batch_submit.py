@@ -129,7 +129,9 @@ async def submit_many(
             else:
                 go.append((i, prep))
         if go:
-            await sender.send(part, [p for _, p in go], webhook)
+            await sender.send(
+                part, [p for _, p in go], webhook, [offset + i for i, _ in go] if batch_id else ()
+            )
             sent.append(go)
 
     async with p.sender(tenant, batch_id or "") as sender:
@@ -176,7 +178,7 @@ async def submit_many(
                 continue
             try:
                 if answer is None:
-                    out[i] = await _alone(p, prep, tenant, batch_id or "")
+                    out[i] = await _alone(p, prep, tenant, batch_id or "", offset + i)
                     continue
                 out[i] = outcome(prep.run, answer[2 * k : 2 * k + 2])
             except SubmissionError as exc:
@@ -186,9 +188,12 @@ async def submit_many(
     return [o for o in out if o is not None]
 
 
-async def _alone(p: Submitter, prep: Prepared, tenant: str, batch_id: str) -> Submitted | SubmissionError:
-    """One run of a batch submitted on its own (placed elsewhere than claimed)."""
+async def _alone(
+    p: Submitter, prep: Prepared, tenant: str, batch_id: str, item: int
+) -> Submitted | SubmissionError:
+    """One run of a batch (item ``item`` of it) submitted on its own (placed elsewhere than
+    claimed)."""
     try:
-        return await p.send(prep, tenant, batch_id)
+        return await p.send(prep, tenant, batch_id, item=item)
     except SubmissionError as exc:
         return exc

@@ -3,6 +3,7 @@ connection per node as they are ready, their replies read at the end."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -47,18 +48,21 @@ class ChunkSender:
                 await conn.disconnect()
             await client.connection_pool.release(conn)
 
-    def args(self, chunk: list[Prepared], batch_webhook: str) -> list[Any]:
-        """SUBMIT_MANY's arguments (after the partition's context) for one chunk."""
+    def args(self, chunk: list[Prepared], batch_webhook: str, items: Sequence[int] = ()) -> list[Any]:
+        """SUBMIT_MANY's arguments (after the partition's context) for one chunk; ``items``: the
+        runs' item indexes in the batch (the order its results are exported in)."""
         spec = [
             [p.run_id, p.digest, p.session_id, p.run.webhook or "", "1" if p.run.auto_create_session else "",
              p.run.multitask_strategy or "enqueue", p.run.agent, meta_terms(p.run.metadata), p.client_id,
-             p.client_session]
-            for p in chunk
+             p.client_session, str(items[n]) if items else ""]
+            for n, p in enumerate(chunk)
         ]  # fmt: skip
         return [self.tenant, self.batch_id, batch_webhook, orjson.dumps(spec), *(p.body for p in chunk)]
 
-    async def send(self, part: keys.Partition, chunk: list[Prepared], batch_webhook: str) -> None:
-        k, a = self.scripts.frame(part, [], self.args(chunk, batch_webhook))
+    async def send(
+        self, part: keys.Partition, chunk: list[Prepared], batch_webhook: str, items: Sequence[int] = ()
+    ) -> None:
+        k, a = self.scripts.frame(part, [], self.args(chunk, batch_webhook, items))
         client = self.parts.client(part)
         node: int | None = id(client)
         if node in self.broken:

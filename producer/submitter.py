@@ -100,17 +100,25 @@ class Submitter:
         return await claim(self.parts, claims, self.settings.retention_s + POINTER_EXTRA_S)
 
     async def send(
-        self, prep: Prepared, tenant: str, batch_id: str = "", *, looked: bool = False, holder: Holder = None
+        self,
+        prep: Prepared,
+        tenant: str,
+        batch_id: str = "",
+        *,
+        looked: bool = False,
+        holder: Holder = None,
+        item: int | None = None,
     ) -> Submitted:
-        """Submit one prepared run (SUBMIT). With more than one partition, the run's pointer is
-        claimed first, unless the caller ``looked`` already and found ``holder``."""
+        """Submit one prepared run (SUBMIT; ``item``: its item index in the batch ``batch_id``). With
+        more than one partition, the run's pointer is claimed first, unless the caller ``looked``
+        already and found ``holder``."""
         part = self.place(prep.run_id, prep.session_id)
         if not looked and self.layout.count > 1:
             holder = (await self.claim([(prep.run_id, part)]))[0]
         if holder is not None:
             reply: Sequence[Any] = verdict(holder, tenant, prep.digest)
         else:
-            k, a = self._submit_call(prep, part, tenant, batch_id)
+            k, a = self._submit_call(prep, part, tenant, batch_id, item)
             reply = await run_script(self.parts, self.scripts.submit, part, k, a)
         return outcome(prep.run, reply)
 
@@ -139,9 +147,10 @@ class Submitter:
         return await self.send(prep, tenant, looked=True, holder=holders[0] if holders else None)
 
     def _submit_call(
-        self, prep: Prepared, part: keys.Partition, tenant: str, batch_id: str = ""
+        self, prep: Prepared, part: keys.Partition, tenant: str, batch_id: str = "", item: int | None = None
     ) -> tuple[list[Any], list[Any]]:
-        """SUBMIT's keys and arguments on the run's partition."""
+        """SUBMIT's keys and arguments on the run's partition; ``item``: the run's item index in the
+        batch ``batch_id``."""
         run, rid, sid = prep.run, prep.run_id, prep.session_id
         own = [part.run(rid), part.job_key(part.job_id(rid, 1)), part.session(sid), part.session_pending(sid),
                part.session_runs(sid)]  # fmt: skip
@@ -159,5 +168,6 @@ class Submitter:
             *counted(meta_terms(run.metadata)),
             prep.client_id,
             prep.client_session,
+            "" if item is None else str(item),
         ]
         return self.scripts.frame(part, own, args)

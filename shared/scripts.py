@@ -58,7 +58,7 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
     **{
         name: (*_ON_PARTITION, name)
         for name in (
-            "batch_close", "list_runs", "acquire", "commit", "beat", "forget_worker", "release", "redispatch",
+            "batch_close", "list_runs", "batch_results", "acquire", "commit", "beat", "forget_worker", "release", "redispatch",
             "abort", "settle_approval", "tool_results", "claim_jobs", "claim_webhooks", "admit_tenant",
             "scaling",
         )
@@ -84,6 +84,7 @@ class Scripts:
     submit: AsyncScript
     submit_many: AsyncScript
     list_runs: AsyncScript
+    batch_results: AsyncScript
     acquire: AsyncScript
     commit: AsyncScript
     beat: AsyncScript

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
+from fastapi.responses import StreamingResponse
 from pydantic import BeforeValidator
 from pydantic_core import PydanticCustomError
 
@@ -18,9 +19,10 @@ from agentmill_client.errors import ApiError
 from agentmill_client.ids import ID_PATTERN
 from producer.api.errors import COMMON_ERRORS, ErrorResponse
 from producer.api.state import ApiDep, Tenant
+from producer.batch_results import export, parse_statuses
 from producer.listing import CURSOR_MAX_CHARS, MS_FORMAT, Catalog, ListingError, RunFilter, parse_ms
 
-__all__ = ["Cursor", "Limit", "Ms", "abort_batch", "batch_runs", "get_batch", "list_runs"]
+__all__ = ["Cursor", "Limit", "Ms", "abort_batch", "batch_results", "batch_runs", "get_batch", "list_runs"]
 
 router = APIRouter()
 _404 = {**COMMON_ERRORS, 404: {"model": ErrorResponse}}
@@ -112,6 +114,35 @@ async def batch_runs(
 ) -> dict[str, Any]:
     await _batch_or_404(api, tenant, batch_id)
     return await _page(api, tenant, RunFilter(status=status, batch_id=batch_id), limit, cursor)
+
+
+@router.get(
+    "/v1/batches/{batch_id}/results",
+    response_class=StreamingResponse,
+    responses={
+        **_404,
+        200: {
+            "content": {"application/x-ndjson": {}},
+            "description": "one JSON line per run in item order (shared.api.BatchResultLine)",
+        },
+    },
+    summary="A batch's results as JSON lines, in item order",
+)
+async def batch_results(
+    batch_id: str,
+    api: ApiDep,
+    tenant: Tenant,
+    status: Annotated[
+        str | None, Query(max_length=200, description="keep these statuses only: a comma list")
+    ] = None,
+) -> StreamingResponse:
+    try:
+        statuses = parse_statuses(status)
+    except ListingError as exc:
+        raise ApiError(422, "invalid_input", str(exc)) from None
+    await _batch_or_404(api, tenant, batch_id)
+    lines = export(api.producer, tenant, batch_id, statuses)
+    return StreamingResponse(lines, media_type="application/x-ndjson")
 
 
 @router.post(

@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
 import click
+import httpx
 import orjson
+from redis.exceptions import RedisError
 from rich.console import Console
 from rich.table import Table
 
@@ -166,3 +169,50 @@ def batch_status(batch_id: str, api_url: str | None, token: str | None, tenant: 
 @reach
 def batch_abort(batch_id: str, api_url: str | None, token: str | None, tenant: str) -> None:
     exit_with(_batch_call(batch_id, api_url, token, tenant, abort=True))
+
+
+@batch.command("results", help="A batch's runs with their results as JSON lines, in item order (stdout).")
+@click.argument("batch_id")
+@click.option("--status", default=None, help="keep these statuses only (a comma list, e.g. failed,aborted)")
+@reach
+def batch_results(
+    batch_id: str, status: str | None, api_url: str | None, token: str | None, tenant: str
+) -> None:
+    exit_with(_batch_results(batch_id, status, api_url, token, tenant))
+
+
+async def _batch_results(
+    batch_id: str, status: str | None, api_url: str | None, token: str | None, tenant: str
+) -> int:
+    """Lines to stdout as they arrive (nothing else goes there); errors and the count to stderr."""
+    out = sys.stdout.buffer
+    n = 0
+    try:
+        if api_url:
+            async with api_client(api_url, token) as c:
+                async for line in c.batch_results(batch_id, status=status):
+                    out.write(line.model_dump_json(exclude_none=True).encode() + b"\n")
+                    n += 1
+        else:
+            from producer.batch_results import export, parse_statuses
+            from producer.listing import Catalog
+
+            wanted = parse_statuses(status)
+            async with direct_producer() as p:
+                if await Catalog(p).batch(tenant, batch_id) is None:
+                    raise ApiError(404, "unknown_batch", f"no batch {batch_id}")
+                async for chunk in export(p, tenant, batch_id, wanted):
+                    out.write(chunk)
+                    n += chunk.count(b"\n")
+    except (ApiError, ValueError) as exc:
+        if isinstance(exc, ApiError) and exc.status in (401, 403):
+            raise  # exit_with says it: a refused token
+        err.print(f"[red]error:[/] {getattr(exc, 'message', exc)}")
+        return 2
+    except (httpx.HTTPError, RedisError) as exc:  # the connection broke off mid-way
+        err.print(f"[red]error:[/] the results stopped after {n} run(s): {type(exc).__name__}: {exc}")
+        return 1
+    finally:
+        out.flush()
+    err.print(f"batch {batch_id}: {n} run(s)")
+    return 0

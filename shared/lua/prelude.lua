@@ -147,6 +147,7 @@ local function track(run, id, old, new)
   if is_terminal(new) and not is_terminal(old) then
     redis.call('HINCRBY', bk, BATCH.DONE, 1)
     redis.call('EXPIRE', index_key(h[1], DIM.BATCH, h[3]), ctx().retention)
+    redis.call('EXPIRE', index_key(h[1], DIM.ITEM, h[3]), ctx().retention)
     batch_settle(bk)
   end
 end

@@ -4,7 +4,8 @@
 -- A: runId, input, inputHash, tenant, sessionId, webhook, autoCreateSession ('1' or ''),
 --    multitaskStrategy (enqueue | reject | interrupt), batchId ('' = none), agent, nMeta, then nMeta
 --    'key=value' strings (the indexed metadata), then the ids the client knows the run and its
---    session by when runId and sessionId are its tenant's keys for them (absent or '' otherwise)
+--    session by when runId and sessionId are its tenant's keys for them (absent or '' otherwise),
+--    then the run's item index in its batch (absent or '' outside a batch)
 -- The listing indexes and the batch of a run just created (A as submit_one's).
 local function index_new(run, A, now)
   local t, id, batch = A[4], A[1], A[9] or ''
@@ -20,6 +21,8 @@ local function index_new(run, A, now)
       batch_add(t, batch, 1, now)
     end
     ix_add(t, DIM.BATCH, batch, id, now)
+    local item = A[14 + tonumber(A[11] or '0')]
+    if item and item ~= '' then ix_add(t, DIM.ITEM, batch, id, tonumber(item)) end
   end
   for j = 1, tonumber(A[11] or '0') do ix_add(t, DIM.META, A[11 + j], id, now) end
   ix_add(t, DIM.STATUS, S.QUEUED, id, now)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from shared.settings import Settings
@@ -158,6 +159,17 @@ def _scenario(url: str, chromium: str, driver_path: str, shots: Path) -> None:
         assert d.find_element(By.CSS_SELECTOR, 'dd[data-count="completed"]').text == "1"
         assert d.find_element(By.CSS_SELECTOR, 'dd[data-count="aborted"]').text == "1"
         d.save_screenshot(str(shots / "batch-page.png"))
+        # Its results file: fetched with the token, saved from an object URL.
+        saved = Path(profile) / "downloads"
+        d.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(saved)})
+        d.find_element(By.ID, "download-results").click()
+        got = saved / "batch-ui-batch-results.jsonl"
+        wait.until(lambda _: got.exists() and got.read_text().count("\n") == 2)
+        lines = [orjson.loads(x) for x in got.read_text().splitlines()]
+        assert [(x["index"], x["runId"], x["status"]) for x in lines] == [
+            (0, approval_run, "completed"), (1, stalled_run, "aborted"),
+        ]  # fmt: skip
+        assert lines[0]["text"] == "the answer, after approval, streamed slowly"
 
         # The pool page: the live worker, the partitions, and the last hour drawn per minute (the
         # worker reports every 10 s: the two runs' bars appear without a reload).

@@ -17,6 +17,7 @@ __all__ = [
     "BatchAbortAnswer",
     "BatchAnswer",
     "BatchItem",
+    "BatchResultLine",
     "BatchView",
     "ErrorBody",
     "EventsPage",
@@ -24,6 +25,7 @@ __all__ = [
     "PoolMinute",
     "PoolPartition",
     "PoolWorker",
+    "ResultError",
     "RunSummary",
     "RunView",
     "RunsPage",
@@ -87,6 +89,23 @@ class BatchView(BaseModel):
     createdAt: int
     finishedAt: int | None = Field(default=None, description="when its last run ended")
     finished: bool
+
+
+class ResultError(BaseModel):
+    code: str
+    message: str
+
+
+class BatchResultLine(BaseModel):
+    """One line of ``GET /v1/batches/{id}/results``: a run of the batch, in item order."""
+
+    runId: str
+    index: int = Field(description="the run's item index in the batch (offset + its place in its part)")
+    status: str = Field(description="queued, running, … while it has not ended: then no result fields")
+    output: Any = Field(default=None, description="its structured output, when the run has one")
+    text: str | None = Field(default=None, description="the final assistant message (when no output)")
+    usage: dict[str, Any] | None = Field(default=None, description="the run's token counts")
+    lastError: ResultError | None = Field(default=None, description="why it failed (or was aborted)")
 
 
 class BatchAbortAnswer(BaseModel):

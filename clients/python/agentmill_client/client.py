@@ -21,6 +21,7 @@ from agentmill_client.api import (
     BatchAbortAnswer,
     BatchAnswer,
     BatchItem,
+    BatchResultLine,
     BatchView,
     RunsPage,
     RunSummary,
@@ -172,6 +173,23 @@ class AsyncClient:
 
     async def abort_batch(self, batch_id: str) -> BatchAbortAnswer:
         return BatchAbortAnswer.model_validate(_check(await self.http.post(f"/v1/batches/{batch_id}/abort")))
+
+    async def batch_results(
+        self, batch_id: str, *, status: str | Sequence[str] | None = None
+    ) -> AsyncGenerator[BatchResultLine, None]:
+        """The batch's runs in item order with their results (``status``: keep only these), read
+        as the API streams them: one line at a time, never the whole body."""
+        params = {"status": status if isinstance(status, str) else ",".join(status)} if status else {}
+        timeout = httpx.Timeout(30.0, read=None)
+        async with self.http.stream(
+            "GET", f"/v1/batches/{batch_id}/results", params=params, timeout=timeout
+        ) as resp:
+            if resp.status_code >= 400:
+                await resp.aread()
+                _check(resp)
+            async for line in resp.aiter_lines():
+                if line:
+                    yield BatchResultLine.model_validate_json(line)
 
     async def get(self, run_id: str) -> RunView:
         return RunView.model_validate(_check(await self.http.get(f"/v1/runs/{run_id}")))
@@ -349,14 +367,13 @@ class Client:
     def abort_batch(self, batch_id: str) -> BatchAbortAnswer:
         return self._run(self._async.abort_batch(batch_id))  # type: ignore[no-any-return]
 
-    def get(self, run_id: str) -> RunView:
-        return self._run(self._async.get(run_id))  # type: ignore[no-any-return]
+    def batch_results(
+        self, batch_id: str, *, status: str | Sequence[str] | None = None
+    ) -> Iterator[BatchResultLine]:
+        return self._iterate(self._async.batch_results(batch_id, status=status))
 
-    def wait(self, run_id: str, *, timeout: float = 60.0) -> RunView:
-        return self._run(self._async.wait(run_id, timeout=timeout))  # type: ignore[no-any-return]
-
-    def events(self, run_id: str, *, after: int = 0) -> Iterator[RunEvent]:
-        agen = self._async.events(run_id, after=after)
+    def _iterate(self, agen: AsyncGenerator[Any, None]) -> Iterator[Any]:
+        """An async generator of the async client, driven on this client's loop."""
         try:
             while True:
                 try:
@@ -365,6 +382,15 @@ class Client:
                     return
         finally:
             self._run(agen.aclose())
+
+    def get(self, run_id: str) -> RunView:
+        return self._run(self._async.get(run_id))  # type: ignore[no-any-return]
+
+    def wait(self, run_id: str, *, timeout: float = 60.0) -> RunView:
+        return self._run(self._async.wait(run_id, timeout=timeout))  # type: ignore[no-any-return]
+
+    def events(self, run_id: str, *, after: int = 0) -> Iterator[RunEvent]:
+        return self._iterate(self._async.events(run_id, after=after))
 
     def abort(self, run_id: str) -> AbortAnswer:
         return self._run(self._async.abort(run_id))  # type: ignore[no-any-return]

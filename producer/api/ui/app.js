@@ -204,8 +204,10 @@ function batchPage(view, batchId) {
   view.append(el("h1", {}, "Batch ", el("code", { text: batchId })));
   const summary = el("div", { "aria-live": "polite" });
   const abort = el("button", { type: "button", class: "danger", id: "abort-batch", text: "Abort the batch's runs" });
+  const download = el("button", { type: "button", id: "download-results", text: "Download results (JSONL)" });
+  download.addEventListener("click", () => downloadResults(batchId, download));
   const runs = el("div");
-  view.append(summary, el("div", { class: "actions" }, abort), runs);
+  view.append(summary, el("div", { class: "actions" }, abort, download), runs);
   // A structured-output run's parsed answer (result.output), pretty-printed; textContent only.
   function showOutput(run) {
     const out = run.result ? run.result.output : undefined;
@@ -244,6 +246,28 @@ function batchPage(view, batchId) {
   }
   load();
   every(1000, load);
+}
+
+// The batch's results file (GET /v1/batches/{id}/results): fetched with the token (a plain link
+// cannot send it), then saved from an object URL.
+async function downloadResults(batchId, button) {
+  button.disabled = true;
+  try {
+    const resp = await fetch(`/v1/batches/${encodeURIComponent(batchId)}/results`, { headers: auth() });
+    if (resp.status === 401) { signOut(); return; }
+    if (!resp.ok) {
+      const data = await resp.json().catch(() => ({}));
+      throw new Error((data.error && data.error.message) || "HTTP " + resp.status);
+    }
+    const url = URL.createObjectURL(await resp.blob());
+    const a = el("a", { href: url, download: `batch-${batchId}-results.jsonl`, hidden: true });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60000);
+    toast("results downloaded");
+  } catch (e) { toast("download failed: " + e.message); }
+  finally { button.disabled = false; }
 }
 
 // ---- a run and its live timeline ----
