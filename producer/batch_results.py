@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from agentmill_client.statuses import TERMINAL
 from producer.listing import STATUSES, ListingError
 from producer.routing import run_many
 from shared.scripts import text
-from shared.statuses import TERMINAL
 
 if TYPE_CHECKING:
     from producer.service import Producer

@@ -123,7 +123,7 @@ async def batch_runs(
         **_404,
         200: {
             "content": {"application/x-ndjson": {}},
-            "description": "one JSON line per run in item order (shared.api.BatchResultLine)",
+            "description": "one JSON line per run in item order (agentmill_client.api.BatchResultLine)",
         },
     },
     summary="A batch's results as JSON lines, in item order",

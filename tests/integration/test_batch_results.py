@@ -11,10 +11,10 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
+from agentmill_client.api import BatchResultLine
+from agentmill_client.client import AsyncClient, Client
 from producer.batch_results import BYTES_MAX, PAGE, SCAN_MAX, walk
-from producer.client import AsyncClient, Client
 from producer.listing import Catalog
-from shared.api import BatchResultLine
 from shared.redis_server import free_port
 from tests.integration.api_support import A, B, api, run_body, settings
 from tests.integration.helpers import producer_for, running_worker
