@@ -208,13 +208,6 @@ function batchPage(view, batchId) {
   download.addEventListener("click", () => downloadResults(batchId, download));
   const runs = el("div");
   view.append(summary, el("div", { class: "actions" }, abort, download), runs);
-  // A structured-output run's parsed answer (result.output), pretty-printed; textContent only.
-  function showOutput(run) {
-    const out = run.result ? run.result.output : undefined;
-    if (out === undefined || out === null) return;
-    outputText.textContent = JSON.stringify(out, null, 2);
-    output.hidden = false;
-  }
 
   abort.addEventListener("click", async () => {
     if (!confirm("Abort every run of this batch that has not ended?")) return;
