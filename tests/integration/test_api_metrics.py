@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 from shared.redis_server import RedisServer, free_port
 from tests.integration.api_support import A, B, api, run_body, settings
 from tests.integration.helpers import metric_samples, running_worker, until_status
-from tests.support.schema import K
+from tests.support.schema import K, stored
 
 pytestmark = pytest.mark.integration
 
@@ -106,15 +106,15 @@ async def test_slots_wanted_counts_running_runs_and_leaves_out_jobs_a_quota_hold
         httpx.AsyncClient(base_url=url) as c,
     ):
         a = [(await c.post("/v1/runs", json=run_body(stall), headers=A)).json()["runId"] for _ in range(3)]
-        for rid in a:
-            await until_status(redis, rid, "running")
+        for rid in a:  # tenant-a's runs are kept under the tenant's keys
+            await until_status(redis, stored(s, "tenant-a", rid), "running")
         text = (await c.get("/metrics")).text
         # Three runs running, nothing queued: the pool must keep three slots, not scale to zero.
         assert gauge(text, "agentmill_queue_depth") == 0
         assert gauge(text, "agentmill_worker_slots_wanted") == 3
         b = [(await c.post("/v1/runs", json=run_body(stall), headers=B)).json()["runId"] for _ in range(5)]
         for _ in range(200):
-            statuses = [await redis.hget(K.run(rid), "status") for rid in b]
+            statuses = [await redis.hget(K.run(stored(s, "tenant-b", rid)), "status") for rid in b]
             if statuses.count(b"running") == 2:
                 break
             await asyncio.sleep(0.05)

@@ -34,8 +34,8 @@ from shared.netguard_pool import GuardedTransport
 from shared.netguard_rules import forbidden
 from shared.redis_server import free_port
 from shared.settings import Settings
-from tests.integration.helpers import producer_for, running_worker, script_run, stream, wait_all
-from tests.support.schema import K
+from tests.integration.helpers import producer_for, running_worker, script_run, stream
+from tests.support.schema import K, stored
 
 pytestmark = pytest.mark.integration
 
@@ -284,15 +284,16 @@ async def test_a_pooled_connection_does_not_carry_another_tools_allow_list(
         call = [{"toolCalls": [{"id": "c1", "name": "lookup", "arguments": {}}]}, {"content": "done"}]
         async with running_worker(redis_url, profiles=str(path)):
             a = await p.submit({**script_run(call), "agent": "inside", "runId": "run-a"}, tenant="a")
-            await wait_all(p, [a.run_id], 15)
+            assert await p.wait(a.run_id, timeout_s=15, tenant="a") is not None
             b = await p.submit({**script_run(call), "agent": "outside", "runId": "run-b"}, tenant="b")
-            await wait_all(p, [b.run_id], 15)
+            assert await p.wait(b.run_id, timeout_s=15, tenant="b") is not None
+    keys_of = {a.run_id: stored(p.settings, "a", a.run_id), b.run_id: stored(p.settings, "b", b.run_id)}
     results = {
-        rid: [e.payload for e in await stream(redis, rid) if e.kind == EventKind.TOOL_RESULT]
+        rid: [e.payload for e in await stream(redis, keys_of[rid]) if e.kind == EventKind.TOOL_RESULT]
         for rid in (a.run_id, b.run_id)
     }
     assert "internal answer" in str(results[a.run_id])  # a's tool reached its allow-listed address
-    assert len(internal) == 1 and internal[0].startswith(a.run_id)  # b's request never arrived
+    assert len(internal) == 1 and internal[0].startswith(keys_of[a.run_id])  # b's request never arrived
     ((b_result,),) = [results[b.run_id]]
     assert "internal answer" not in str(b_result) and "refused" in str(b_result), b_result
 

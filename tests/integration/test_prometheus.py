@@ -22,7 +22,7 @@ from shared.redis_server import free_port
 from tests.integration.api_support import A, api, run_body, settings
 from tests.integration.helpers import stream
 from tests.support.procs import workers
-from tests.support.schema import K
+from tests.support.schema import K, stored
 
 PROMETHEUS = shutil.which("prometheus") or shutil.which("prometheus", path=str(Path(sys.executable).parent))
 pytestmark = [
@@ -91,7 +91,8 @@ async def test_increase_counts_every_completed_run_and_every_retry(
     flaky = [{"error": {"status": 503, "retryAfterMs": 10}}, ok]
     body = {"runs": [run_body(flaky if i % 3 == 0 else [ok]) for i in range(RUNS)]}
     env = {"AGENTMILL_WORKER_METRICS_PORT": str(wport)}
-    async with api(settings(redis_url)) as url, httpx.AsyncClient(base_url=url, headers=A) as c:
+    s = settings(redis_url)
+    async with api(s) as url, httpx.AsyncClient(base_url=url, headers=A) as c:
         api_at = url.removeprefix("http://")
         prom = Prometheus(tmp_path, [worker_at, api_at])
         try:
@@ -99,7 +100,7 @@ async def test_increase_counts_every_completed_run_and_every_retry(
                 for at in (worker_at, api_at):  # a few scrapes before the first run
                     await prom.wait_scraped(at, 3)
                 answer = (await c.post("/v1/runs/batch", json=body)).json()
-                ids = [r["runId"] for r in answer["results"]]
+                ids = [stored(s, "tenant-a", r["runId"]) for r in answer["results"]]  # their keys
                 for _ in range(600):
                     statuses = [await redis.hget(K.run(rid), "status") for rid in ids]
                     if all(st in (b"completed", b"failed") for st in statuses):

@@ -7,11 +7,18 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from producer.scope import Scope
 from shared import keys
 from shared.partitions import Partitions
+from shared.settings import Settings
 
 LAYOUT = keys.Layout(1)
 K = LAYOUT.parts[0]  # every key of a run, session, queue or index of the suite's runs
+
+
+def stored(settings: Settings, tenant: str, run_id: str) -> str:
+    """The id a named tenant's run (or session) is kept under (producer.scope.Scope): its keys'."""
+    return Scope.of(settings, tenant).key(run_id)
 
 
 def parts_of(redis: Redis) -> Partitions[Any]:
