@@ -272,10 +272,14 @@ async def test_sessions_see_reduced_history_and_recall_past_results(
 
 
 async def run_windows(redis: Redis, run_ids: list[str]) -> list[tuple[int, int]]:
+    """When each run that ran was running: from its `running` status to its last event. A run
+    interrupted while still queued never ran (its stream holds only its ending): no window."""
     out = []
     for rid in run_ids:
         ev = await stream(redis, rid)
-        out.append((ev[0].ts, ev[-1].ts))
+        started = [e.ts for e in ev if e.kind == "status" and e.payload.get("status") == "running"]
+        if started:
+            out.append((started[0], ev[-1].ts))
     return out
 
 
@@ -296,6 +300,10 @@ async def test_one_run_per_session_at_a_time(redis: Redis, redis_url: str, strat
             )
             ids.append(sub.run_id)
             await asyncio.sleep(0.3)
+            if strategy == "interrupt" and i == 1:
+                # The interrupted run ends when its worker hears of it (its next beat, up to
+                # heartbeat_ms later): the third run interrupts the second only after that.
+                assert await p.wait(ids[0], timeout_s=5) is not None
         recs = await wait_all(p, ids, 20)
     finally:
         for w in wps:
