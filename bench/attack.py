@@ -18,10 +18,11 @@ import time
 import httpx
 
 BOMB = "(((99**64)**64)**64)**64"
+TOTAL_METHODS = 20_000  # the attack ends when they are all sent (or at its time limit)
 
 
 async def bombs(c: httpx.AsyncClient, until: float, sent: dict[str, int]) -> None:
-    while time.monotonic() < until:
+    while time.monotonic() < until and sent["methods"] < TOTAL_METHODS:
         body = {"inputMessages": [{"role": "user", "content": BOMB}]}
         await c.post("/v1/runs", json=body)
         sent["bombs"] += 1
@@ -31,7 +32,7 @@ async def bombs(c: httpx.AsyncClient, until: float, sent: dict[str, int]) -> Non
 async def listings(c: httpx.AsyncClient, until: float, sent: dict[str, int]) -> None:
     first = (await c.get("/v1/runs", params={"limit": 1})).json()
     cursor = first.get("next")
-    while time.monotonic() < until:
+    while time.monotonic() < until and sent["methods"] < TOTAL_METHODS:
         params = {"createdBefore": 1, "limit": 1, **({"cursor": cursor} if cursor else {})}
         await c.get("/v1/runs", params=params)
         sent["listings"] += 1
@@ -52,7 +53,7 @@ async def main(base: str, token: str, seconds: float) -> None:
     async with httpx.AsyncClient(base_url=base, headers=headers, timeout=30) as c:
         tasks = [bombs(c, until, sent)]
         tasks += [listings(c, until, sent) for _ in range(32)]
-        tasks += [methods(base, until, 20_000, sent) for _ in range(8)]
+        tasks += [methods(base, until, TOTAL_METHODS, sent) for _ in range(8)]
         results = await asyncio.gather(*tasks, return_exceptions=True)
     errors = [repr(r) for r in results if isinstance(r, BaseException)]
     print(json.dumps({**sent, "errors": errors[:3]}))

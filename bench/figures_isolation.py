@@ -18,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Any
 
 import httpx
 from redis.asyncio import Redis
@@ -26,7 +27,8 @@ from bench.figure import Figure
 from bench.plumbing import ROOT, Plumbing
 from bench.probes import pct
 from shared.redis_server import free_port
-from tests.support.schema import K
+from shared.settings import Settings
+from tests.support.schema import K, stored
 
 TOKENS = "tok-a=tenant-a,tok-b=tenant-b"
 QUOTA_ENV = (
@@ -37,6 +39,8 @@ QUOTA_ENV = (
 
 
 class IsolationFigures(Plumbing):
+    scoping = Settings()  # the API's id scoping key: its processes get no AGENTMILL_ID_SECRET either
+
     def _prod_env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in self.env(**extra).items() if k not in QUOTA_ENV}  # default quotas
         env["AGENTMILL_DEV_PROFILES"] = "false"
@@ -48,14 +52,17 @@ class IsolationFigures(Plumbing):
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
 
-    async def _victim(self, c: httpx.AsyncClient, r: Redis, n: int) -> tuple[list[float], list[float]]:
+    async def _victim(
+        self, c: httpx.AsyncClient, r: Redis, n: int, until: asyncio.Task[Any] | None = None
+    ) -> tuple[list[float], list[float]]:
+        """``n`` runs one after another; with ``until``, more until that task (the attack) is over."""
         body = {"inputMessages": [{"role": "user", "content": "6*7"}]}
         submit, first = [], []
-        for _ in range(n):
+        while len(submit) < n or (until is not None and not until.done()):
             t0 = time.perf_counter()
             resp = await c.post("/v1/runs", json=body, headers={"Authorization": "Bearer tok-b"})
             t1 = time.perf_counter()
-            run_id = resp.json()["runId"]
+            run_id = stored(self.scoping, "tenant-b", resp.json()["runId"])  # the key it is kept under
             got = await r.xread({K.events(run_id): "0-0"}, count=1, block=10_000)
             t2 = time.perf_counter()
             submit.append((t1 - t0) * 1000)
@@ -94,12 +101,13 @@ class IsolationFigures(Plumbing):
                     await asyncio.sleep(0.2)
                 base_submit, base_first = await self._victim(c, r, n)
                 attack = await asyncio.create_subprocess_exec(
-                    sys.executable, "-m", "bench.attack", url, "tok-a", str(n * 0.3 + 10),
+                    sys.executable, "-m", "bench.attack", url, "tok-a", "180",
                     cwd=ROOT, stdout=asyncio.subprocess.PIPE, env=os.environ.copy(),
                 )  # fmt: skip
+                over = asyncio.create_task(attack.communicate())
                 await asyncio.sleep(2.0)  # the attack under way
-                hit_submit, hit_first = await self._victim(c, r, n)
-                out, _ = await attack.communicate()
+                hit_submit, hit_first = await self._victim(c, r, n, until=over)
+                out, _ = await over
                 healthy = (await c.get("/readyz")).status_code
         finally:
             for p in procs:
