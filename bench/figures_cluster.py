@@ -16,8 +16,8 @@ from bench.plumbing import Plumbing
 from producer.service import Producer
 from shared.partitions import Partitions
 from shared.profiles import profiles_from
-from shared.redis_cluster import LocalRedisCluster
 from shared.settings import Settings
+from tests.support.redis_cluster import LocalRedisCluster
 
 TARGET_RUNS = 100_000  # concurrent runs of the estimate
 TARGET_STEP_EVERY_S = 5.0  # one agent step per run every this many seconds

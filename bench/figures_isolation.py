@@ -26,8 +26,8 @@ from redis.asyncio import Redis
 from bench.figure import Figure
 from bench.plumbing import ROOT, Plumbing
 from bench.probes import pct
-from shared.redis_server import free_port
 from shared.settings import Settings
+from tests.support.redis_server import free_port
 from tests.support.schema import K, stored
 
 TOKENS = "tok-a=tenant-a,tok-b=tenant-b"

@@ -21,8 +21,8 @@ from redis.asyncio import Redis
 from bench.figure import Figure
 from producer.service import Producer
 from shared.profiles import profiles_from
-from shared.redis_server import RedisServer, free_port
 from shared.settings import Settings
+from tests.support.redis_server import RedisServer, free_port
 from tests.support.schema import K
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 import redis.asyncio as aioredis
 
-from shared.redis_server import RedisServer
+from tests.support.redis_server import RedisServer
 
 # A worker built in a test serves /metrics on an ephemeral port unless the test asks otherwise:
 # a fixed port (the production default, 9100) collides between workers and with the machine.

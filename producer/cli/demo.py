@@ -74,7 +74,7 @@ async def _demo(n: int) -> int:
     from agentmill_client.client import AsyncClient
     from producer.api.app import create_app
     from producer.api.serve import server_config
-    from shared.redis_server import RedisServer, RedisServerError, free_port
+    from producer.cli.embedded_redis import EmbeddedRedis, EmbeddedRedisError, free_port
     from worker.jobs import WorkerProcess
 
     logs.configure(level="WARNING")
@@ -84,8 +84,8 @@ async def _demo(n: int) -> int:
     url = given.redis_url if "redis_url" in given.model_fields_set else None  # REDIS_URL unset: our own
     if url is None:
         try:
-            server = RedisServer().start()
-        except RedisServerError as exc:
+            server = EmbeddedRedis().start()
+        except EmbeddedRedisError as exc:
             err.print(f"[red]error:[/] {exc}")
             return 2
         url = server.url

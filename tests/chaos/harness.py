@@ -41,11 +41,11 @@ from shared.events import decode_entry
 from shared.keys import Partition
 from shared.partitions import Partitions
 from shared.profiles import load_profiles
-from shared.redis_cluster import LocalRedisCluster
-from shared.redis_server import RedisServer, free_port
 from shared.settings import Settings
 from tests.support.ledger import Ledger
 from tests.support.procs import WorkerProc
+from tests.support.redis_cluster import LocalRedisCluster
+from tests.support.redis_server import RedisServer, free_port
 
 
 @dataclass

@@ -29,11 +29,11 @@ from starlette.responses import Response
 
 from producer.scope import Scope
 from shared import keys
-from shared.redis_cluster import LocalRedisCluster
 from shared.settings import Settings
 from tests.integration.api_support import A, HookServer, api, key, run_body
 from tests.integration.api_support import settings as api_settings
 from tests.integration.helpers import running_worker
+from tests.support.redis_cluster import LocalRedisCluster
 from tests.support.schema import ids_where
 from tests.support.waits import until
 

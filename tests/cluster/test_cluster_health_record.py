@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from shared.partitions import Partitions
-from shared.redis_cluster import LocalRedisCluster
 from shared.settings import Settings
 from tests.integration.helpers import running_worker
+from tests.support.redis_cluster import LocalRedisCluster
 from tests.support.waits import until
 
 pytestmark = [

@@ -16,9 +16,9 @@ from producer.service import Producer
 from shared.keys import Layout
 from shared.partitions import Partitions
 from shared.profiles import profiles_from
-from shared.redis_cluster import LocalRedisCluster
 from shared.settings import Settings
 from tests.integration.helpers import running_worker, script_run
+from tests.support.redis_cluster import LocalRedisCluster
 from tests.support.schema import ids_where
 
 pytestmark = [

@@ -17,8 +17,8 @@ from starlette.routing import Route
 from producer.api.app import create_app
 from producer.api.serve import server_config
 from producer.scope import Scope
-from shared.redis_server import free_port
 from shared.settings import Settings
+from tests.support.redis_server import free_port
 
 TOKENS = "tok-a=tenant-a,tok-b=tenant-b"
 A = {"Authorization": "Bearer tok-a"}

@@ -23,10 +23,10 @@ from starlette.responses import Response
 
 from producer.api.app import create_app
 from shared.netguard import guarded_client
-from shared.redis_server import RedisServer
 from shared.settings import Settings
 from tests.integration.api_support import A, B, HookServer, api, key, run_body, settings
 from tests.integration.helpers import running_worker, until_status
+from tests.support.redis_server import RedisServer
 from tests.support.schema import K
 
 pytestmark = pytest.mark.integration

@@ -12,9 +12,9 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from shared.redis_server import RedisServer, free_port
 from tests.integration.api_support import A, B, api, run_body, settings
 from tests.integration.helpers import metric_samples, running_worker, until_status
+from tests.support.redis_server import RedisServer, free_port
 from tests.support.schema import K, stored
 
 pytestmark = pytest.mark.integration

@@ -11,9 +11,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from shared.redis_server import free_port
 from tests.integration.test_cli_submit import api_at
 from tests.integration.test_client_cli import cli
+from tests.support.redis_server import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -19,9 +19,9 @@ from redis.asyncio import Redis
 
 from producer.listing import Catalog
 from shared.quotas import DEFAULT_TENANT
-from shared.redis_server import free_port
 from tests.integration.helpers import producer_for
 from tests.integration.test_client_cli import ROOT, api_server, cli
+from tests.support.redis_server import free_port
 from tests.support.schema import K
 
 pytestmark = pytest.mark.integration

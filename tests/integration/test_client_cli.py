@@ -17,9 +17,9 @@ from redis.asyncio import Redis
 
 from agentmill_client.client import ApiError, AsyncClient, Client
 from producer.api.app import create_app
-from shared.redis_server import free_port
 from shared.settings import Settings
 from tests.integration.helpers import producer_for, running_worker, script_run, stream, until_status, wait_all
+from tests.support.redis_server import free_port
 from tests.support.schema import K
 from worker.jobs import WorkerProcess
 

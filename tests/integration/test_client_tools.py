@@ -19,7 +19,6 @@ from redis.asyncio import Redis
 from agentmill_client.client import ApiError, AsyncClient
 from agentmill_client.models import ClientToolResult
 from producer.api.app import create_app
-from shared.redis_server import free_port
 from shared.settings import Settings
 from tests.integration.helpers import (
     assert_clean_stream,
@@ -32,6 +31,7 @@ from tests.integration.helpers import (
     wait_all,
 )
 from tests.support.procs import ROOT, WorkerProc
+from tests.support.redis_server import free_port
 
 pytestmark = pytest.mark.integration
 

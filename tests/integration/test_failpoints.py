@@ -10,7 +10,6 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from shared.redis_server import free_port
 from tests.chaos.harness import chaos_profiles
 from tests.integration.helpers import (
     assert_clean_stream,
@@ -22,6 +21,7 @@ from tests.integration.helpers import (
 )
 from tests.support.ledger import Ledger
 from tests.support.procs import WorkerProc, wait_until
+from tests.support.redis_server import free_port
 from tests.support.schema import K
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

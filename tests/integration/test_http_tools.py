@@ -18,7 +18,7 @@ from starlette.routing import Route
 from shared.netguard import BlockedAddressError, check_url, guarded_client
 from shared.netguard_rules import forbidden
 from shared.profiles import HttpToolConfig, ToolSettings
-from shared.redis_server import free_port
+from tests.support.redis_server import free_port
 from worker.tools.base import ToolContext, ToolError
 from worker.tools.http import HttpTool
 

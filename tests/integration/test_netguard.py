@@ -32,9 +32,9 @@ from shared import netguard
 from shared.netguard import BlockedAddressError, guarded_client, guarded_request
 from shared.netguard_pool import GuardedTransport
 from shared.netguard_rules import forbidden
-from shared.redis_server import free_port
 from shared.settings import Settings
 from tests.integration.helpers import producer_for, running_worker, script_run, stream
+from tests.support.redis_server import free_port
 from tests.support.schema import K, stored
 
 pytestmark = pytest.mark.integration

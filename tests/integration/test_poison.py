@@ -13,10 +13,10 @@ import pytest
 from redis.asyncio import Redis
 
 from shared.fields import RunField
-from shared.redis_server import free_port
 from tests.integration.api_support import A, B, api, settings
 from tests.integration.helpers import assert_clean_stream, http_get, producer_for, script_run, stream
 from tests.support.procs import WorkerProc, wait_until
+from tests.support.redis_server import free_port
 from tests.support.schema import K
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]

@@ -18,10 +18,10 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from shared.redis_server import free_port
 from tests.integration.api_support import A, api, run_body, settings
 from tests.integration.helpers import stream
 from tests.support.procs import workers
+from tests.support.redis_server import free_port
 from tests.support.schema import K, stored
 
 PROMETHEUS = shutil.which("prometheus") or shutil.which("prometheus", path=str(Path(sys.executable).parent))

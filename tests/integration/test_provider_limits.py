@@ -13,7 +13,6 @@ from redis.asyncio import Redis
 
 from shared import keys
 from shared.profiles import ProviderConfig, load_profiles
-from shared.redis_server import free_port
 from shared.scripts import Scripts
 from tests.integration.helpers import (
     assert_clean_stream,
@@ -26,6 +25,7 @@ from tests.integration.helpers import (
 )
 from tests.support.fake_openai import FakeOpenAI, Reply
 from tests.support.procs import WorkerProc
+from tests.support.redis_server import free_port
 from tests.support.schema import K
 from worker.limiter import ProviderLimiter
 

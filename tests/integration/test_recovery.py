@@ -13,11 +13,11 @@ import pytest
 from redis.asyncio import Redis
 
 from shared.fields import RunField
-from shared.redis_server import RedisServer
 from tests.chaos.harness import chaos_profiles
 from tests.integration.helpers import assert_clean_stream, producer_for, script_run, stream, wait_all
 from tests.support.ledger import Ledger
 from tests.support.procs import WorkerProc
+from tests.support.redis_server import RedisServer
 from tests.support.schema import K
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]

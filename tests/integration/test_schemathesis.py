@@ -22,8 +22,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from shared.redis_server import RedisServer, free_port
 from tests.support.procs import WorkerProc, wait_until
+from tests.support.redis_server import RedisServer, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]

@@ -16,10 +16,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from shared.keys import slot_of
 from shared.partitions import partition_count
-from shared.redis_cluster import LocalRedisCluster
-from shared.redis_server import RedisServer
 from shared.settings import Settings
 from shared.topology import Topology, is_retryable
+from tests.support.redis_cluster import LocalRedisCluster
+from tests.support.redis_server import RedisServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

@@ -22,9 +22,9 @@ from redis.asyncio import Redis
 
 from agentmill_client.models import RunInput
 from shared.profiles import load_profiles
-from shared.redis_server import free_port
 from tests.integration.helpers import assert_clean_stream, producer_for, running_worker, stream, wait_all
 from tests.peer import llama
+from tests.support.redis_server import free_port
 from tests.support.schema import K
 from worker import machine
 from worker.config import resolve_config

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from shared.redis_server import free_port
+from tests.support.redis_server import free_port
 
 
 @dataclass

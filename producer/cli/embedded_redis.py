@@ -1,7 +1,8 @@
-"""A private redis-server on a free loopback port, for the demo, the tests and the bench.
+"""The demo's own redis-server: found on PATH, started on a free loopback port with a temp directory,
+waited for until it answers PING, stopped (and its directory removed) on close.
 
-Never touches a Redis it did not start. ``restart()`` keeps the port and data directory, so AOF
-persistence can be exercised across a restart.
+Never touches a Redis it did not start. This is the product's only code that starts a server; the
+test and bench harness (tests/support/redis_server.py) builds on it.
 """
 
 from __future__ import annotations
@@ -11,15 +12,17 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 import redis
 
-__all__ = ["RedisServer", "RedisServerError", "free_port", "redis_server_binary"]
+__all__ = ["EmbeddedRedis", "EmbeddedRedisError", "free_port", "redis_server_binary"]
 
 
-class RedisServerError(RuntimeError):
+class EmbeddedRedisError(RuntimeError):
     pass
 
 
@@ -33,17 +36,16 @@ def redis_server_binary() -> str | None:
     return shutil.which("redis-server")
 
 
-class RedisServer:
-    def __init__(
-        self, *, appendonly: bool = False, appendfsync: str = "everysec", port: int | None = None
-    ) -> None:
+class EmbeddedRedis:
+    """One redis-server on 127.0.0.1, without persistence unless ``args`` ask for it."""
+
+    def __init__(self, *, port: int | None = None, args: Sequence[str] = ()) -> None:
         binary = redis_server_binary()
         if binary is None:
-            raise RedisServerError("redis-server is not installed (bin/dev installs it on Debian)")
+            raise EmbeddedRedisError("redis-server is not installed (bin/dev installs it on Debian)")
         self.binary = binary
         self.port = port or free_port()
-        self.appendonly = appendonly
-        self.appendfsync = appendfsync
+        self.args = tuple(args)
         self._tmp = tempfile.TemporaryDirectory(prefix="agentmill-redis-")
         self.dir = Path(self._tmp.name)
         self.proc: subprocess.Popen[bytes] | None = None
@@ -52,14 +54,14 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self, timeout_s: float = 10.0) -> RedisServer:
-        args = [
+    def start(self, timeout_s: float = 10.0) -> Self:
+        log_file = self.dir / "redis.log"
+        argv = [
             self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-            "--appendonly", "yes" if self.appendonly else "no", "--appendfsync", self.appendfsync,
             "--dir", str(self.dir), "--daemonize", "no", "--loglevel", "warning",
-            "--logfile", str(self.dir / "redis.log"), "--protected-mode", "yes",
+            "--logfile", str(log_file), "--protected-mode", "yes", *self.args,
         ]  # fmt: skip
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout_s
         client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.2)
         try:
@@ -70,12 +72,9 @@ class RedisServer:
                 except redis.RedisError:
                     pass
                 if self.proc.poll() is not None or time.monotonic() > deadline:
-                    log = (
-                        (self.dir / "redis.log").read_text(errors="replace")[-2000:]
-                        if (self.dir / "redis.log").exists()
-                        else ""
-                    )
-                    raise RedisServerError(f"redis-server did not start on port {self.port}: {log}")
+                    log = log_file.read_text(errors="replace")[-2000:] if log_file.exists() else ""
+                    self.stop(kill=True)
+                    raise EmbeddedRedisError(f"redis-server did not start on port {self.port}: {log}")
                 time.sleep(0.02)
         finally:
             client.close()
@@ -92,17 +91,11 @@ class RedisServer:
                 self.proc.wait()
         self.proc = None
 
-    def restart(self, down_s: float = 0.0, *, kill: bool = True) -> None:
-        self.stop(kill=kill)
-        if down_s:
-            time.sleep(down_s)
-        self.start()
-
     def close(self) -> None:
         self.stop()
         self._tmp.cleanup()
 
-    def __enter__(self) -> RedisServer:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(

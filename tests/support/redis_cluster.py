@@ -1,10 +1,10 @@
-"""A private Redis Cluster on loopback ports, for the tests, the bench and the demo.
+"""A private Redis Cluster on loopback ports, for the tests and the bench.
 
-Like ``shared.redis_server.RedisServer`` for one server: it starts its own ``redis-server``
+Like ``tests.support.redis_server.RedisServer`` for one server: it starts its own ``redis-server``
 processes (each with its own directory, ``nodes.conf`` and log under one temp dir), joins them with
 ``redis-cli --cluster create``, and never touches a Redis it did not start. The admin calls
 (failover, kill, restart, stats) are synchronous and every wait is bounded; what the nodes answer
-is read by shared/cluster_nodes.py.
+is read by tests/support/cluster_nodes.py.
 
 Each node gets an explicit cluster bus port (``--cluster-port``): the default, port + 10000, can
 fall outside 65535 for an ephemeral port.
@@ -24,10 +24,10 @@ from typing import Any, cast
 
 import redis
 
-from shared import cluster_nodes
-from shared.cluster_nodes import ClusterMaster, NodeStats
 from shared.keys import SLOTS
-from shared.redis_server import free_port, redis_server_binary
+from tests.support import cluster_nodes
+from tests.support.cluster_nodes import ClusterMaster, NodeStats
+from tests.support.redis_server import free_port, redis_server_binary
 
 __all__ = ["ClusterMaster", "LocalRedisCluster", "LocalRedisClusterError", "NodeStats", "redis_cli_binary"]
 

@@ -1,5 +1,5 @@
 """What a Redis Cluster node says about the cluster, read from its text replies (``CLUSTER NODES``,
-``CLUSTER INFO``): the parsing behind shared/redis_cluster.py's waits and fault injection."""
+``CLUSTER INFO``): the parsing behind tests/support/redis_cluster.py's waits and fault injection."""
 
 from __future__ import annotations
 
