@@ -25,6 +25,7 @@ __all__ = [
     "CompactionConfig",
     "ContextConfig",
     "HttpToolConfig",
+    "Pricing",
     "ProfileFile",
     "ProviderConfig",
     "RetryConfig",
@@ -90,6 +91,16 @@ class CompactionConfig(Model):
     max_overflow_retries: int = Field(default=2, ge=0)
 
 
+class Pricing(Model):
+    """A model's prices in USD per million tokens: a run's usage gets ``costUsd`` from them."""
+
+    input_per_m_tok: float = Field(ge=0)
+    output_per_m_tok: float = Field(ge=0)
+
+    def cost_usd(self, input_tokens: int, output_tokens: int) -> float:
+        return round((input_tokens * self.input_per_m_tok + output_tokens * self.output_per_m_tok) / 1e6, 9)
+
+
 class ProviderConfig(Model):
     kind: Literal["scripted", "openai"] = "scripted"
     # scripted
@@ -117,6 +128,12 @@ class ProviderConfig(Model):
     max_concurrent: int | None = Field(default=None, ge=1)
     requests_per_minute: int | None = Field(default=None, ge=1)
     tokens_per_minute: int | None = Field(default=None, ge=1)
+    pricing: Pricing | None = None  # USD per million tokens, for usage.costUsd
+
+    @property
+    def model_name(self) -> str:
+        """The model as metrics name it: ``model``, else the provider kind (scripted)."""
+        return self.model or self.kind
 
     @field_validator("tool_choice")
     @classmethod

@@ -101,7 +101,10 @@ class WorkerProcess:
             if profiles is not None
             else profiles_from(self.settings.profiles, dev=self.settings.dev_profiles)
         )
-        self.metrics = MetricsObserver(tools={t for p in self.profiles.values() for t in p.tool_names()})
+        self.metrics = MetricsObserver(
+            tools={t for p in self.profiles.values() for t in p.tool_names()},
+            models={(p.name, p.provider.model_name) for p in self.profiles.values()},
+        )
         self.observer = observer or self.metrics
         self.health: HealthServer | None = None
         self.metrics_port: int | None = None

@@ -16,7 +16,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.exposition import generate_latest
 
-from agentmill_client.models import EventKind
+from agentmill_client.models import EventKind, Usage
 from agentmill_client.statuses import TERMINAL
 from worker.config import RECALL_TOOL
 from worker.machine import TRANSITIONS
@@ -71,9 +71,16 @@ LABELS: dict[str, tuple[str, ...]] = {
 
 class MetricsObserver:
     """``tools``: the tool names the deployment's profiles offer (the only ``tool`` label values
-    besides ``other``)."""
+    besides ``other``); ``models``: their (agent, model) pairs (the only ``agent``/``model`` values)."""
 
-    def __init__(self, registry: CollectorRegistry | None = None, *, tools: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        tools: Iterable[str] = (),
+        models: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        self._models = frozenset(models)  # (agent, model) pairs of the configured profiles
         r = self.registry = registry or CollectorRegistry()
         self.runs_started = Counter(
             "agentmill_runs_started",
@@ -118,7 +125,22 @@ class MetricsObserver:
             registry=r,
         )
         self.tokens = Counter(
-            "agentmill_model_tokens", "Tokens reported by providers.", ["direction"], registry=r
+            "agentmill_model_tokens",
+            "Tokens of model calls (the provider's usage, else agentmill's estimate).",
+            ["direction"],
+            registry=r,
+        )
+        self.usage_tokens = Counter(
+            "agentmill_model_usage_tokens",
+            "Tokens of model calls by agent profile and model (unconfigured pairs: other).",
+            ["agent", "model", "direction"],
+            registry=r,
+        )
+        self.cost = Counter(
+            "agentmill_model_cost_usd",
+            "Cost of model calls in USD by agent profile and model (the profile's pricing).",
+            ["agent", "model"],
+            registry=r,
         )
         self.tool_calls = Counter(
             "agentmill_tool_calls", "Tool executions by tool and outcome.", ["tool", "outcome"], registry=r
@@ -213,6 +235,10 @@ class MetricsObserver:
                 self._c(metric, t)
             for outcome in LABELS["tool_outcome"]:
                 self._c(self.tool_calls, t, outcome)
+        for agent, model in (*sorted(self._models), (OTHER, OTHER)):
+            self._c(self.cost, agent, model)
+            for direction in LABELS["direction"]:
+                self._c(self.usage_tokens, agent, model, direction)
         for src, dst in (*_STEPS, (OTHER, OTHER)):
             self._c(self.transitions, src, dst)
 
@@ -262,9 +288,13 @@ class MetricsObserver:
     def model_retry(self, reason: str) -> None:
         self._c(self.model_retries, retry_reason_label(reason)).inc()
 
-    def tokens_used(self, *, input_tokens: int, output_tokens: int) -> None:
-        self._c(self.tokens, "input").inc(input_tokens)
-        self._c(self.tokens, "output").inc(output_tokens)
+    def tokens_used(self, usage: Usage, *, agent: str, model: str) -> None:
+        pair = (agent, model) if (agent, model) in self._models else (OTHER, OTHER)
+        for direction, n in (("input", usage.input_tokens), ("output", usage.output_tokens)):
+            self._c(self.tokens, direction).inc(n)
+            self._c(self.usage_tokens, *pair, direction).inc(n)
+        if usage.cost_usd:
+            self._c(self.cost, *pair).inc(usage.cost_usd)
 
     def tool_call(self, tool: str, outcome: str, *, duration_s: float) -> None:
         t = self._tool(tool)

@@ -15,8 +15,9 @@ import jsonschema
 import orjson
 from referencing.exceptions import Unresolvable
 
-from agentmill_client.models import Message, ResponseFormat, ToolPolicy
+from agentmill_client.models import Message, ResponseFormat, ToolPolicy, Usage
 from shared.backoff import backoff_ms as backoff_ms  # the machine retries model calls by it
+from shared.profiles import Pricing
 
 __all__ = [
     "CONTENT_FILTER",
@@ -228,3 +229,16 @@ def estimate_tokens(messages: Iterable[Message]) -> int:
         for c in m.tool_calls or ():
             total += (len(c.name) + len(c.arguments)) // 4 + 4
     return total
+
+
+def call_usage(
+    reported: Usage | None, request: Iterable[Message], reply: Message, pricing: Pricing | None
+) -> Usage:
+    """One model call's usage: the provider's when it reported one, else an estimate marked
+    ``estimated``; costed by the model's pricing (None without one)."""
+    u = reported or Usage(
+        input_tokens=estimate_tokens(request), output_tokens=estimate_tokens([reply]), estimated=True
+    )
+    return u.model_copy(
+        update={"cost_usd": pricing.cost_usd(u.input_tokens, u.output_tokens) if pricing else None}
+    )

@@ -32,6 +32,10 @@ class Reply:
     reasoning: str = ""  # streamed as delta.reasoning_content before the text
     finish: str | None = ""  # "" = stop or tool_calls; None = stop streaming without a finish_reason
     ids: list[str] | None = None  # the calls' ids (default: unique ones); a server may repeat them
+    usage: tuple[int, int] | None = (
+        11,
+        5,
+    )  # (prompt, completion) tokens of the final usage chunk; None: none sent
 
 
 class FakeOpenAI:
@@ -131,11 +135,10 @@ class FakeOpenAI:
                 finished = True
                 return
             yield chunk({}, reply.finish or ("tool_calls" if reply.tool_calls else "stop"))
-            yield (
-                b"data: "
-                + orjson.dumps({"choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": 5}})
-                + b"\n\n"
-            )
+            if reply.usage is not None:
+                prompt, completion = reply.usage
+                usage = {"prompt_tokens": prompt, "completion_tokens": completion}
+                yield b"data: " + orjson.dumps({"choices": [], "usage": usage}) + b"\n\n"
             yield b"data: [DONE]\n\n"
             finished = True
         finally:

@@ -6,6 +6,7 @@ against a real Prometheus."""
 
 from __future__ import annotations
 
+from agentmill_client.models import Usage
 from producer.api.metrics import ApiMetrics
 from tests.integration.helpers import metric_samples
 from worker.metrics import LABELS, MetricsObserver
@@ -76,3 +77,38 @@ def test_held_back_jobs_are_those_over_their_tenants_free_running_room() -> None
         Settings(tenant_max_running=100, tenant_quotas='{"b": {"maxRunning": 2}, "c": {"maxRunning": 0}}')
     )
     assert running_caps(quotas, ["a", "default"]) == {"a": 100, "b": 2}  # default and c are uncapped
+
+
+def test_token_and_cost_counters_by_configured_agent_and_model_only() -> None:
+    obs = MetricsObserver(models=[("gpt", "fake-1")])
+    m = metric_samples(obs.render().decode())
+    for pair in ((("agent", "gpt"), ("model", "fake-1")), (("agent", "other"), ("model", "other"))):
+        assert m[("agentmill_model_cost_usd_total", pair)] == 0
+        for d in ("input", "output"):
+            assert m[("agentmill_model_usage_tokens_total", (pair[0], ("direction", d), pair[1]))] == 0
+    obs.tokens_used(Usage(input_tokens=100, output_tokens=20, cost_usd=0.0006), agent="gpt", model="fake-1")
+    for i in range(20):  # an agent or model no profile configures mints no series
+        obs.tokens_used(Usage(input_tokens=1, output_tokens=1, cost_usd=0.5), agent=f"a-{i}", model=f"m-{i}")
+    m = metric_samples(obs.render().decode())
+    assert (
+        m[
+            (
+                "agentmill_model_usage_tokens_total",
+                (("agent", "gpt"), ("direction", "input"), ("model", "fake-1")),
+            )
+        ]
+        == 100
+    )
+    assert (
+        m[
+            (
+                "agentmill_model_usage_tokens_total",
+                (("agent", "gpt"), ("direction", "output"), ("model", "fake-1")),
+            )
+        ]
+        == 20
+    )
+    assert m[("agentmill_model_cost_usd_total", (("agent", "gpt"), ("model", "fake-1")))] == 0.0006
+    assert m[("agentmill_model_cost_usd_total", (("agent", "other"), ("model", "other")))] == 10
+    assert m[("agentmill_model_tokens_total", (("direction", "input"),))] == 120
+    assert sum(1 for name, _ in m if name == "agentmill_model_usage_tokens_total") == 4

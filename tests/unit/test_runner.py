@@ -102,8 +102,8 @@ async def test_a_run_with_a_tool_round_completes_and_commits_each_step() -> None
     result = w.result()
     assert result.final_assistant_message is not None and result.final_assistant_message.content == "all done"
     assert result.iterations == 2
-    assert w.run.kinds() == ["status", "model_delta", "assistant_message", "tool_call", "tool_result",
-                             "model_delta", "assistant_message", "status"]  # fmt: skip
+    assert w.run.kinds() == ["status", "model_delta", "assistant_message", "usage", "tool_call", "tool_result",
+                             "model_delta", "assistant_message", "usage", "status"]  # fmt: skip
     assert w.run.payloads("status") == [
         {"status": "running", "agent": "t"},
         {"status": "completed", "iterations": 2, "finishReason": "stop"},
@@ -123,7 +123,7 @@ async def test_a_reply_whose_end_comes_with_its_last_delta_publishes_both_in_one
     w = World([{"text": "ok", "delayMs": 60}])  # one chunk, then the end, in the same turn
     driver, store = w.driver()
     assert await driver.run() == "completed"
-    assert w.run.kinds() == ["status", "model_delta", "assistant_message", "status"]
+    assert w.run.kinds() == ["status", "model_delta", "assistant_message", "usage", "status"]
     assert store.commits == 2  # the start; then the delta, the reply and the end together
 
 

@@ -118,6 +118,10 @@ def on_replied(s: RunState, e: ModelReplied) -> Decision:
             },
         )
     ]
+    if e.usage:
+        cmds.append(Emit(EventKind.USAGE, {"modelCallIndex": s.model_call_index,
+                                           "usage": e.usage.model_dump(mode="json", by_alias=True, exclude_none=True),
+                                           "total": usage.model_dump(mode="json", by_alias=True, exclude_none=True)}))  # fmt: skip
     if refused:
         cmds.append(status_event("tool_calls_refused", count=refused, reason=f"{s.final_call} reached"))
     if not msg.tool_calls:

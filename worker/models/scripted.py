@@ -119,7 +119,11 @@ class ScriptedProvider:
         out_tokens = (len(text) + sum(len(str(c)) for c in calls)) // 4 + 1
         yield StreamEnd(
             finish_reason=turn.get("finishReason", "tool_calls" if calls else "stop"),
-            usage=Usage(input_tokens=policy.estimate_tokens(request.messages), output_tokens=out_tokens),
+            usage=Usage(
+                input_tokens=policy.estimate_tokens(request.messages),
+                output_tokens=out_tokens,
+                estimated=True,
+            ),
         )
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agentmill_client.models import EventKind, Message, ToolCall
+from agentmill_client.models import EventKind, Message, ToolCall, Usage
 from worker import context, policy
 from worker.limiter import limited
 from worker.machine import (
@@ -86,13 +86,13 @@ class ModelStream:
     def drop_unpublished(self) -> None:
         self.cx.out.drop(_DELTA)
 
-    def replied(self, msg: Message, end: StreamEnd) -> None:
+    def replied(self, msg: Message, end: StreamEnd, usage: Usage) -> None:
         # Deltas still buffered go out with the commit of this outcome, before its events: readers
         # see them as they would have from a flush.
         cx = self.cx
         partial = self.published or cx.out.holds(_DELTA)
         self.outcome_queued = True
-        cx.post(ModelReplied(cx.now_ms(), msg, end.usage, end.finish_reason, cx.ports.rng.random(), partial))
+        cx.post(ModelReplied(cx.now_ms(), msg, usage, end.finish_reason, cx.ports.rng.random(), partial))
 
     def failed(self, failure: ModelFailure) -> None:
         cx = self.cx
@@ -169,11 +169,11 @@ async def call_model(cx: EffectContext, state: RunState, req: ModelRequest) -> N
     # A stream that stopped without a finish_reason is no answer: the machine retries it.
     outcome = "success" if end.finish_reason is not None else "error"
     obs.model_call(outcome, latency_s=loop.time() - t0, ttft_s=ttft)
-    if end.usage is not None:
-        obs.tokens_used(input_tokens=end.usage.input_tokens, output_tokens=end.usage.output_tokens)
+    usage = policy.call_usage(end.usage, req.messages, msg, profile.provider.pricing)
+    obs.tokens_used(usage, agent=profile.name, model=profile.provider.model_name)
     if end.finish_reason is None:
         s.drop_unpublished()
-    s.replied(msg, end)
+    s.replied(msg, end, usage)
 
 
 def _assemble(req: ModelRequest, text: list[str], calls: dict[int, dict[str, str]]) -> Message:

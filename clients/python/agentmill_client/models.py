@@ -294,13 +294,22 @@ class RunError(Model):
 
 
 class Usage(Model):
+    """Tokens of one model call or a sum of them. ``estimated``: some call's provider reported no
+    usage and its tokens are agentmill's estimate. ``costUsd``: tokens × the profile's pricing
+    (None when the model has no pricing)."""
+
     input_tokens: int = 0
     output_tokens: int = 0
+    estimated: bool = False
+    cost_usd: float | None = None
 
     def __add__(self, other: Usage) -> Usage:
+        costs = [c for c in (self.cost_usd, other.cost_usd) if c is not None]
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
+            estimated=self.estimated or other.estimated,
+            cost_usd=round(sum(costs), 9) if costs else None,
         )
 
 
@@ -327,6 +336,7 @@ class EventKind(StrEnum):
     TOOL_RESULT = "tool_result"
     ERROR = "error"
     COMPACTION = "compaction"
+    USAGE = "usage"  # after each model reply: that call's usage and the run's total so far
 
 
 class RunEvent(Model):
