@@ -24,6 +24,7 @@ from redis.exceptions import RedisError
 
 from shared import netguard
 from shared.dispatch import RUN_FUNCTION, deserialize, serialize
+from shared.loop import unless_closing
 from shared.partitions import Partitions
 from shared.profiles import AgentProfile, profiles_from
 from shared.quotas import Quotas
@@ -158,19 +159,10 @@ class WorkerProcess:
 
     async def _unless_stopped(self, coro: Coroutine[Any, Any, T]) -> T | None:
         """``coro``'s result, or None (``coro`` cancelled) if a stop is requested first."""
-        task = asyncio.ensure_future(coro)
-        stop = asyncio.ensure_future(self.stopping.wait())
-        try:
-            await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stop.cancel()
-            if not task.done():
-                task.cancel()
-            await asyncio.gather(task, stop, return_exceptions=True)
-        if task.cancelled():
+        done, result = await unless_closing(self.stopping, coro)
+        if not done:
             log.info("worker %s: stopped while starting", self.worker_id)
-            return None
-        return task.result()
+        return result
 
     async def _serve(self) -> None:
         s = self.settings

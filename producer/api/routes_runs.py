@@ -26,8 +26,8 @@ from agentmill_client.ids import ID_PATTERN, new_batch_id
 from agentmill_client.models import ApprovalDecision, RunInput
 from producer.api.errors import COMMON_ERRORS, ErrorResponse, OrjsonResponse
 from producer.api.state import ApiDep, Tenant, record_or_404
-from producer.api.streams import unless_closing
 from producer.service import SubmissionError, Submitted
+from shared.loop import unless_closing
 
 __all__ = ["QUOTA_CODES", "ApprovalsBody", "BatchBody", "router", "run_links"]
 

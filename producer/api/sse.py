@@ -15,8 +15,9 @@ from agentmill_client.codec import to_jsonable
 from agentmill_client.errors import ApiError
 from producer.api.errors import COMMON_ERRORS, ErrorResponse, OrjsonResponse
 from producer.api.state import Api, ApiDep, Tenant, record_or_404
-from producer.api.streams import SlotStreamingResponse, unless_closing
+from producer.api.streams import SlotStreamingResponse
 from shared import keys
+from shared.loop import unless_closing
 
 __all__ = ["MAX_BLOCK_S", "events", "router"]
 

@@ -12,39 +12,15 @@ cleanly (an SSE stream after the events already sent, a long-poll with the run a
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
-from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import Any
 
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from agentmill_client.errors import ApiError
 
-__all__ = ["Slot", "SlotStreamingResponse", "StreamLimiter", "unless_closing"]
-
-T = TypeVar("T")
-
-
-async def unless_closing(closing: asyncio.Event, aw: Awaitable[T]) -> tuple[bool, T | None]:
-    """``(True, aw's result)``, or ``(False, None)`` with ``aw`` cancelled once ``closing`` is set."""
-    if closing.is_set():
-        if asyncio.iscoroutine(aw):
-            aw.close()
-        return False, None
-    task = asyncio.ensure_future(aw)
-    stop = asyncio.ensure_future(closing.wait())
-    try:
-        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stop.cancel()
-        if not task.done():
-            task.cancel()
-        await asyncio.gather(stop, task, return_exceptions=True)
-    if task.cancelled():
-        return False, None
-    return True, task.result()
+__all__ = ["Slot", "SlotStreamingResponse", "StreamLimiter"]
 
 
 class Slot:
