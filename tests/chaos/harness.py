@@ -87,6 +87,8 @@ class ChaosReport:
     sigterms: int = 0
     redis_restarts: int = 0
     recovery_s: list[float] = field(default_factory=list)
+    recovery_by_kill_s: list[float] = field(default_factory=list)  # each SIGKILL: the median of its runs'
+    load_at_kills: list[float] = field(default_factory=list)  # the 1-minute load average at each SIGKILL
     tool_executions: int = 0
     elapsed_s: float = 0.0
     failovers: int = 0
@@ -115,6 +117,12 @@ class ChaosReport:
             "recovery after SIGKILL p50 / p99 (s)": (
                 f"{statistics.median(rec):.2f} / {rec[min(len(rec) - 1, int(len(rec) * 0.99))]:.2f} (n={len(rec)})"
                 if rec
+                else "n/a"
+            ),
+            "recovery per SIGKILL p50 (s) / load average at the kills": (
+                f"{statistics.median(self.recovery_by_kill_s):.2f} (n={len(self.recovery_by_kill_s)}) / "
+                f"{max(self.load_at_kills, default=0.0):.1f} max"
+                if self.recovery_by_kill_s
                 else "n/a"
             ),
             "tool executions recorded by the ledger": self.tool_executions,
@@ -387,6 +395,7 @@ class Chaos:
         owners = await self._owners()
         wid = victim.worker_id  # type: ignore[attr-defined]
         now = time.time()
+        self.report.load_at_kills.append(os.getloadavg()[0])
         for rid, owner in owners.items():
             if owner == wid:
                 self.kill_marks.append((now, rid))
@@ -519,10 +528,13 @@ class Chaos:
                     r.reexecuted_after_crash += 1
         r.failed = dict(failed)
         r.tool_executions = sum(ledger.counts().values())
+        by_kill: dict[float, list[float]] = defaultdict(list)
         for t_kill, rid in self.kill_marks:
             later = [ts for ts in first_event_after_kill[rid] if ts > t_kill]
             if later:
                 r.recovery_s.append(min(later) - t_kill)
+                by_kill[t_kill].append(min(later) - t_kill)
+        r.recovery_by_kill_s = [statistics.median(v) for _, v in sorted(by_kill.items())]
 
 
 def main(argv: list[str] | None = None) -> int:

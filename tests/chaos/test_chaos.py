@@ -26,8 +26,13 @@ async def test_no_run_lost_no_duplicate_event_no_recorded_tool_call_twice(tmp_pa
     # Every step's tool call reached the ledger at least once.
     assert report.tool_executions >= report.completed * cfg.steps
     # Runs of a killed worker move on within lease + sweep + poll + start (typically; the exact bound
-    # is test_recovery's). A run can land on the next victim before it publishes, and then its
-    # "recovery" spans two kills, so the median gets a second of slack and only the tail a loose bound:
-    # a run stuck behind arq's in-progress key or the queued check would blow through it.
-    assert report.recovery_s and statistics.median(report.recovery_s) < cfg.lease_ms / 1000.0 + 3.0
+    # is test_recovery's). The runs of one kill recover together, so the check takes one figure per
+    # kill (the median of its runs): a run can land on the next victim before it publishes (its
+    # "recovery" then spans two kills), and a worker starting on a loaded machine takes seconds, so
+    # the median kill gets two seconds of slack and only the tail a loose bound: a run stuck behind
+    # arq's in-progress key (the job timeout: days) would still blow through it, one caught only by
+    # the queued check (3 s here) would come close. The report prints the load average at the kills:
+    # CI once saw 5.2 s for the median run, on a machine busy with other work.
+    assert report.recovery_by_kill_s
+    assert statistics.median(report.recovery_by_kill_s) < cfg.lease_ms / 1000.0 + 4.0, report.table()
     assert max(report.recovery_s) < 30.0
