@@ -35,6 +35,12 @@ class Prepared:
     digest: str
     client_id: str = ""
     client_session: str = ""
+    priority: int = limits.DEFAULT_PRIORITY  # its lane: RunInput.priority capped by the tenant's quota
+
+    @property
+    def lane_args(self) -> list[str]:
+        """The submit scripts' priority and runAt arguments ('' = none)."""
+        return [str(self.priority), "" if self.run.run_at is None else str(self.run.run_at)]
 
 
 def meta_terms(metadata: dict[str, Any] | None) -> list[str]:
@@ -90,11 +96,17 @@ def validated(raw: RunInput | dict[str, Any], profiles: dict[str, AgentProfile] 
     return run
 
 
-def prepare(run: RunInput, scope: Scope, default_id: Callable[[RunInput], str]) -> Prepared:
+def prepare(
+    run: RunInput,
+    scope: Scope,
+    default_id: Callable[[RunInput], str],
+    max_priority: int = limits.MAX_PRIORITY,
+) -> Prepared:
     """Name a valid input and serialize it once: its runId (else ``default_id(run)``), its session
     (``ses_<runId>`` when it creates one unnamed) and the ids its keys use (``scope``). The input
     hash is that of the canonical form (sorted keys, without the runId); the stored input is that
     form with the runId's key appended (ids match agentmill_client.ids.ID_PATTERN: nothing to escape).
+    Its priority is capped at ``max_priority`` (the tenant's quota).
     Raises SubmissionError naming the field."""
     if (reserved := reserved_id_error(run)) is not None:
         raise reserved
@@ -112,6 +124,7 @@ def prepare(run: RunInput, scope: Scope, default_id: Callable[[RunInput], str]) 
     return Prepared(
         run.model_copy(update={"run_id": rid, "session_id": sid or None}), key_rid, key_sid, stored,
         hashlib.sha256(canonical).hexdigest(), rid if rid != key_rid else "", sid if sid != key_sid else "",
+        min(limits.DEFAULT_PRIORITY if run.priority is None else run.priority, max_priority),
     )  # fmt: skip
 
 

@@ -61,7 +61,7 @@ BATCH_DELIVERY = "{batch}"
 # job_id (the tag). The partition's fixed keys (queue, live, …) go as KEYS (shared/scripts.py).
 CONTEXT_FIELDS = (
     "run", "events", "tools", "session", "session_pending", "session_runs", "worker_runs",
-    "worker_inbox", "worker_lease", "tenant_running", "index", "batch", "job_key", "job_id",
+    "worker_inbox", "worker_lease", "tenant_running", "tenant_held", "index", "batch", "job_key", "job_id",
 )  # fmt: skip
 
 
@@ -104,6 +104,9 @@ class Partition:
         self.worker_lease_prefix = b + "w.lease:"  # string, expiring with the worker's lease here
         self.tenant_active_prefix = b + "t.active:"  # zset runId -> submitted at: maxActive
         self.tenant_running_prefix = b + "t.running:"  # zset runId -> claimed at: maxRunning
+        # zset job id -> its queue score: the tenant's due jobs its running cap holds back, in their
+        # queue order; one goes back to the queue, with its score, each time a run of it stops running
+        self.tenant_held_prefix = b + "t.held:"
         self.index_prefix = b + "ix:"  # + tenant:dim:value (index_key)
         self.pool_minute_prefix = b + "pool.min:"  # hash: runs started/ended in one minute (pool_minute)
         self.batch_prefix = b + "batch:"  # + tenant:batchId (batch_key); hash: shared.fields.BatchField
@@ -114,6 +117,10 @@ class Partition:
         self.workers = b + "workers"  # zset worker lease id -> lease expiry (ms, Redis time)
         self.webhooks = b + "webhooks"  # list of deliveries (runIds, batch ids) to make
         self.webhooks_due = b + "webhooks:due"  # zset delivery id -> next attempt (ms)
+        self.scheduled = (
+            b + "scheduled"
+        )  # zset job id -> runAt (ms): jobs not due yet (claim_jobs.lua moves them)
+        self.depth = b + "depth"  # hash priority -> jobs queued (in the queue or held back) of that priority
 
     def __repr__(self) -> str:
         return f"Partition({self.index}, {self.tag})"
@@ -174,6 +181,9 @@ class Partition:
 
     def tenant_running(self, tenant: str) -> str:
         return self.tenant_running_prefix + tenant
+
+    def tenant_held(self, tenant: str) -> str:
+        return self.tenant_held_prefix + tenant
 
     def tenant_rate(self, tenant: str) -> str:
         """Hash (tokens, at): the tenant's submission token bucket (at its home partition; admit_rate.lua)."""

@@ -83,23 +83,28 @@ class ResilientWorker(Worker):
     claim_batch: int = 64
     workers: int = 2  # live workers (itself included) at the last beat: 2 until one says otherwise
     claim_check_ms: int = 30_000  # the lease: a claimed run not acquired by then is re-dispatched
-    max_running: int = 0  # per tenant and partition (0: none); over-cap jobs are pushed back
+    max_running: int = 0  # per tenant and partition (0: none); over-cap jobs are held back
     running_caps: str = ""  # {tenant: maxRunning} JSON of tenants with their own quota
-    push_back_ms: int = 500
     finisher: JobFinisher | None = None
 
     async def _due_jobs(self) -> list[tuple[Partition, list[bytes]]]:
-        """Every partition's due job ids: one pipelined round trip per node."""
+        """Every partition's due job ids, in queue order (priority first: shared/lua/prelude.lua
+        queue_score), with the partitions that have a scheduled job due (their claim moves it to the
+        queue): one pipelined round trip per node."""
         now, count = timestamp_ms(), self.queue_read_limit
 
         def read(part: Partition) -> Callable[[Any], None]:
-            return lambda pipe: pipe.zrangebyscore(part.queue, "-inf", now, start=0, num=count)
+            def op(pipe: Any) -> None:
+                pipe.zrangebyscore(part.queue, "-inf", now, start=0, num=count)
+                pipe.zrangebyscore(part.scheduled, "-inf", now, start=0, num=1)
+
+            return op
 
         # A node without a master for now (a failover under way) must not hold up the others'.
         replies = await self.parts.pipelined(
             [(p, read(p)) for p in self.parts.parts], deadline_s=self.poll_delay_s * 4, skip_failed=True
         )
-        return [(p, r[0]) for p, r in zip(self.parts.parts, replies, strict=True) if r and r[0]]
+        return [(p, r[0]) for p, r in zip(self.parts.parts, replies, strict=True) if r and (r[0] or r[1])]
 
     async def _poll_iteration(self) -> None:
         """arq's poll over every partition's queue: claim what is due, then arq's health record."""
@@ -152,7 +157,7 @@ class ResilientWorker(Worker):
 
     async def start_jobs_on(self, part: Partition, job_ids: list[bytes]) -> None:
         free = claim_size(self.max_jobs - self.job_counter, len(job_ids), self.claim_batch, self.workers)
-        if free <= 0 or not job_ids:
+        if free <= 0:
             return
         if self.finisher is None:
             self.finisher = JobFinisher(self.parts, int(self.keep_result_s * 1000))
@@ -161,7 +166,7 @@ class ResilientWorker(Worker):
             part,
             [],
             [int(time.time() * 1000), int(self.in_progress_timeout_s * 1000), free, in_progress_key_prefix,
-             self.claim_check_ms, self.max_running, self.running_caps, self.push_back_ms, *job_ids],
+             self.claim_check_ms, self.max_running, self.running_caps, *job_ids],
         )  # fmt: skip
         reply = await self.parts.call(part, lambda c: claim(keys=k, args=a, client=c))
         for i in range(0, len(reply), 2):

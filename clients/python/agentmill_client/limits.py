@@ -1,6 +1,7 @@
 """Size bounds for everything a caller can send. Oversized input is refused with a clear error."""
 
 __all__ = [
+    "DEFAULT_PRIORITY",
     "MAX_BATCH_ITEMS",
     "MAX_BATCH_OFFSET",
     "MAX_ID_CHARS",
@@ -12,6 +13,8 @@ __all__ = [
     "MAX_META_TERMS",
     "MAX_META_VALUE_CHARS",
     "MAX_MS_DIGITS",
+    "MAX_PRIORITY",
+    "MAX_RUN_AT_MS",
     "MAX_RUN_INPUT_BYTES",
     "MAX_SCHEMA_BYTES",
     "MAX_SCRIPT_DELAY_MS",
@@ -22,6 +25,7 @@ __all__ = [
     "MAX_TOOL_RETRY_DELAY_MS",
     "MAX_TOOL_TIMEOUT_S",
     "MAX_WEBHOOK_RESPONSE_BYTES",
+    "MIN_PRIORITY",
     "SESSION_RUNS_SHOWN",
 ]
 
@@ -50,3 +54,5 @@ MAX_META_TERMS = 16  # metadata keys a run is listed under (the first ones with 
 MAX_META_KEY_CHARS = 64
 MAX_META_VALUE_CHARS = 256
 SESSION_RUNS_SHOWN = 1_000  # newest runs a session view reads (commit.lua trims a session's list to as many)
+MIN_PRIORITY, DEFAULT_PRIORITY, MAX_PRIORITY = 0, 5, 9  # RunInput.priority: higher runs first
+MAX_RUN_AT_MS = 10**MAX_MS_DIGITS - 1  # RunInput.runAt (epoch ms)

@@ -7,6 +7,7 @@ models forbid unknown fields so a typo is an error naming the field, not a silen
 from __future__ import annotations
 
 import math
+from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -265,6 +266,23 @@ class RunInput(Model):
     response_format: ResponseFormat | None = None  # the final answer must be JSON (validated)
     metadata: dict[str, Any] | None = None
     webhook: str | None = Field(default=None, max_length=2048, pattern=r"^https?://")
+    # Higher runs first (0-9; None: DEFAULT_PRIORITY); a tenant's quota may cap it (docs/api.md#priority).
+    priority: int | None = Field(default=None, ge=limits.MIN_PRIORITY, le=limits.MAX_PRIORITY)
+    # When the run may start: epoch ms, or an RFC 3339 time (stored as epoch ms). Until then: scheduled.
+    run_at: int | None = Field(default=None, ge=0, le=limits.MAX_RUN_AT_MS)
+
+    @field_validator("run_at", mode="before")
+    @classmethod
+    def _run_at_ms(cls, value: Any) -> Any:
+        return run_at_ms(value)
+
+    @model_validator(mode="after")
+    def _run_at_alone(self) -> RunInput:
+        if self.run_at is not None and (self.session_id is not None or self.auto_create_session):
+            raise ValueError(
+                "runAt: a run in a session starts when the session's run before it ends; not both"
+            )
+        return self
 
     @field_validator("input_messages")
     @classmethod
@@ -285,6 +303,22 @@ class RunInput(Model):
     @classmethod
     def _maps_bounded(cls, value: dict[str, Any] | None, info: Any) -> dict[str, Any] | None:
         return _bounded_map(value, info.field_name)
+
+
+def run_at_ms(value: Any) -> Any:
+    """``runAt`` as epoch ms: an int stays, an RFC 3339 string (with its offset, or ``Z``) becomes
+    its epoch ms; anything else is left for the field's own check to refuse."""
+    if isinstance(value, str) and not value.isdigit():
+        try:
+            when = datetime.fromisoformat(value.replace("z", "Z"))
+        except ValueError:
+            raise ValueError("runAt: an RFC 3339 time (2026-01-31T09:00:00Z) or epoch ms") from None
+        if when.tzinfo is None:
+            raise ValueError("runAt: the time needs its offset (Z or +hh:mm)")
+        return int(when.timestamp() * 1000)
+    if isinstance(value, str):
+        return int(value)
+    return value
 
 
 class RunError(Model):
