@@ -130,7 +130,7 @@ def parse_ms(field: str, value: str) -> int:
 
 def _summary(fields: list[Any], shown: dict[str, str]) -> dict[str, Any]:
     """A listed run as its client knows it: ``shown`` maps its session's key to that session's id."""
-    run_id, status, created, session, agent, batch, finished, client_id, iterations, error = (
+    run_id, status, created, session, agent, batch, finished, client_id, iterations, error, prio, run_at = (
         text(f) for f in fields
     )
     session = shown.get(session, session)
@@ -150,12 +150,15 @@ def _summary(fields: list[Any], shown: dict[str, str]) -> dict[str, Any]:
         d["iterations"] = int(iterations)
     if error:
         d["errorCode"] = error
+    d["priority"] = int(prio or limits.DEFAULT_PRIORITY)
+    if run_at:
+        d["runAt"] = int(run_at)
     return d
 
 
 Row = list[str]  # a listing's run: runId, status, createdAt, sessionId, agent, batch, finishedAt, clientId,
-# iterations, errorCode (list_runs.lua's reply, ROW_FIELDS a run)
-ROW_FIELDS = 10
+# iterations, errorCode, priority, runAt (list_runs.lua's reply, ROW_FIELDS a run)
+ROW_FIELDS = 12
 Position = tuple[int, str, str]  # where a listing stopped: (createdAt, runId, the score as Redis wrote it)
 
 

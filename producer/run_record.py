@@ -26,6 +26,8 @@ class RunRecord:
     key_id: str = ""  # the id its keys use, when not run_id (its tenant's key of it, submission.Scope)
     stream_key: str = ""  # the Redis stream of its events (``redis-cli XREAD … STREAMS <it> 0`` tails it)
     client_session: str = ""  # the id its client knows its session by, when not session_id
+    priority: int = 5  # as capped by its tenant's quota (limits.DEFAULT_PRIORITY when it named none)
+    run_at_ms: int | None = None  # when it was asked to start; status scheduled until then
 
     @property
     def key(self) -> str:
@@ -44,7 +46,10 @@ class RunRecord:
             "createdAt": self.created_at_ms,
             "lastSeq": self.last_seq,
             "streamKey": self.stream_key,
+            "priority": self.priority,
         }
+        if self.run_at_ms is not None:
+            d["runAt"] = self.run_at_ms
         if self.result is not None:
             d["result"] = to_jsonable(self.result)
             d["result"]["runId"] = self.run_id

@@ -37,7 +37,7 @@ __all__ = ["DEFAULT_TENANT", "Producer", "RunRecord", "SubmissionError", "Submit
 
 F = RunField
 _RUN_FIELDS = [F.STATUS, F.TENANT, F.SESSION_ID, F.CREATED_AT, F.LAST_SEQ, F.RESULT, F.APPROVALS, F.ABORT,
-               F.CLIENT_PENDING, F.CLIENT_SESSION]  # fmt: skip
+               F.CLIENT_PENDING, F.CLIENT_SESSION, F.PRIORITY, F.RUN_AT]  # fmt: skip
 
 
 class Producer:
@@ -191,6 +191,8 @@ class Producer:
             pending_tool_calls=calls,
             stream_key=part.events(run_id),
             client_session=h[F.CLIENT_SESSION] or "",
+            priority=int(h[F.PRIORITY] or limits.DEFAULT_PRIORITY),
+            run_at_ms=int(at) if (at := h[F.RUN_AT]) else None,
         )
 
     async def read_events(
@@ -364,9 +366,10 @@ class Producer:
         return {r: text(c[0]) for (r, _), c in zip(found, replies, strict=True) if c[0]}
 
     async def queue_depth(self) -> int:
-        """Jobs waiting on every partition's queue: one round trip per node."""
+        """Jobs queued on every partition (in its queue or held back by a tenant's running cap: its
+        depth counters, shared/lua/prelude.lua): one round trip per node."""
 
         def op(pipe: Any, p: keys.Partition) -> None:
-            pipe.zcard(p.queue)
+            pipe.hvals(p.depth)
 
-        return sum(int(r[0]) for r in await self.parts.each(op))
+        return sum(max(0, int(v)) for r in await self.parts.each(op) for v in r[0])

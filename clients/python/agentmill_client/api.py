@@ -73,6 +73,10 @@ class RunSummary(BaseModel):
         default=None, description="model replies so far (its result's, once ended)"
     )
     errorCode: str | None = Field(default=None, description="a failed or aborted run's lastError.code")
+    priority: int = Field(
+        default=5, description="its priority (0-9, higher first), as capped by its tenant's quota"
+    )
+    runAt: int | None = Field(default=None, description="when it was asked to start (epoch ms), if it was")
 
 
 class RunsPage(BaseModel):
@@ -121,6 +125,12 @@ class RunView(BaseModel):
     sessionId: str | None = None
     createdAt: int
     lastSeq: int
+    priority: int = Field(
+        default=5, description="its priority (0-9, higher first), as capped by its tenant's quota"
+    )
+    runAt: int | None = Field(
+        default=None, description="when it was asked to start (epoch ms); status scheduled until then"
+    )
     result: RunResult | None = None
     pendingApprovals: list[dict[str, Any]] | None = None
     pendingToolCalls: list[dict[str, Any]] | None = None

@@ -40,6 +40,7 @@ __all__ = [
     "ToolPolicy",
     "ToolResult",
     "Usage",
+    "run_at_ms",
     "usable_url",
 ]
 
@@ -306,8 +307,12 @@ class RunInput(Model):
 
 
 def run_at_ms(value: Any) -> Any:
-    """``runAt`` as epoch ms: an int stays, an RFC 3339 string (with its offset, or ``Z``) becomes
-    its epoch ms; anything else is left for the field's own check to refuse."""
+    """``runAt`` as epoch ms: an int stays, an RFC 3339 string (with its offset, or ``Z``) or an
+    aware datetime becomes its epoch ms; anything else is left for the field's own check to refuse."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ValueError("runAt: the time needs its timezone")
+        return int(value.timestamp() * 1000)
     if isinstance(value, str) and not value.isdigit():
         try:
             when = datetime.fromisoformat(value.replace("z", "Z"))
