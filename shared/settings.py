@@ -197,7 +197,7 @@ class Settings(BaseSettings):
     tenant_quotas: str | None = Field(
         default=None,
         description='per-tenant overrides, JSON or a JSON file: `{"tenant": {"maxActive", "maxRunning", '
-        '"submitsPerSecond", "submitBurst"}}`',
+        '"submitsPerSecond", "submitBurst", "maxPriority"}}`',
     )
     max_streams_per_tenant: int = Field(
         default=100,

@@ -19,7 +19,7 @@ from typing import Any
 from arq.connections import ArqRedis
 from arq.constants import in_progress_key_prefix
 from arq.jobs import serialize_result
-from arq.utils import poll, timestamp_ms
+from arq.utils import timestamp_ms
 from arq.worker import Worker
 from redis.exceptions import RedisError
 
@@ -145,15 +145,34 @@ class ResilientWorker(Worker):
 
     async def main(self) -> None:
         """arq's loop, with ``_poll_iteration`` over the partitions; a burst worker stops when every
-        partition's queue is empty and its jobs are done."""
+        partition's queue is empty and its jobs are done.
+
+        A full worker polls again as soon as one of its jobs ends (at most every tenth of the poll
+        delay) instead of at the next tick: the slot goes to the first job in the queue's order
+        then, so a high-priority run waits for a free slot, not for a slot and a poll delay."""
         self.ctx["redis"] = self.pool
-        async for _ in poll(self.poll_delay_s):
+        self._freed = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        while True:
+            before = loop.time()
+            self._full = False
             await self._poll_iteration()
             if self.burst:
                 depth = sum(n for (n,) in await self.parts.each(lambda pipe, p: pipe.zcard(p.queue)))
                 if depth == 0 and self.job_counter == 0:
                     await asyncio.gather(*self.tasks.values())
                     return
+            self._full = self.job_counter >= self.max_jobs
+            self._freed.clear()
+            wait = max(0.0, self.poll_delay_s - (loop.time() - before))
+            if self._full:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._freed.wait(), wait)
+                wait = max(0.0, self.poll_delay_s / 10 - (loop.time() - before))
+            await asyncio.sleep(wait)
+
+    _freed: asyncio.Event | None = None  # set when a job of a full worker ends
+    _full = False
 
     async def start_jobs_on(self, part: Partition, job_ids: list[bytes]) -> None:
         free = claim_size(self.max_jobs - self.job_counter, len(job_ids), self.claim_batch, self.workers)
@@ -179,8 +198,11 @@ class ResilientWorker(Worker):
             self.tasks[job_id] = task
 
     def _job_done(self, task: asyncio.Task[None]) -> None:
-        """Free the slot and forget the task (arq's poll would walk every task to find the done)."""
+        """Free the slot and forget the task (arq's poll would walk every task to find the done);
+        a full worker's poll loop wakes (``main``)."""
         self._release_sem_dec_counter_on_complete()
+        if self._full and self._freed is not None:
+            self._freed.set()
         job_id = task.get_name()
         if self.tasks.get(job_id) is task:
             del self.tasks[job_id]
