@@ -87,16 +87,24 @@ class ResilientWorker(Worker):
     running_caps: str = ""  # {tenant: maxRunning} JSON of tenants with their own quota
     finisher: JobFinisher | None = None
 
-    async def _due_jobs(self) -> list[tuple[Partition, list[bytes]]]:
+    async def _due_jobs(self, full: bool) -> list[tuple[Partition, list[bytes], bool]]:
         """Every partition's due job ids, in queue order (priority first: shared/lua/prelude.lua
-        queue_score), with the partitions that have a scheduled job due (their claim moves it to the
-        queue): one pipelined round trip per node."""
+        queue_score; none when the worker is ``full``), and whether a scheduled job is due there
+        (the claim moves it to the queue): one pipelined round trip per node. A partition's
+        scheduled jobs are looked at when the earliest one seen is due, and once a second besides
+        (a run scheduled sooner meanwhile is seen within a second of its runAt at worst)."""
         now, count = timestamp_ms(), self.queue_read_limit
+        look = {
+            p.index for p in self.parts.parts
+            if now >= self._next_due.get(p.index, 0) or now >= self._looked_at.get(p.index, 0) + 1000
+        }  # fmt: skip
 
         def read(part: Partition) -> Callable[[Any], None]:
             def op(pipe: Any) -> None:
-                pipe.zrangebyscore(part.queue, "-inf", now, start=0, num=count)
-                pipe.zrangebyscore(part.scheduled, "-inf", now, start=0, num=1)
+                if not full:
+                    pipe.zrangebyscore(part.queue, "-inf", now, start=0, num=count)
+                if part.index in look:
+                    pipe.zrange(part.scheduled, 0, 0, withscores=True)
 
             return op
 
@@ -104,19 +112,38 @@ class ResilientWorker(Worker):
         replies = await self.parts.pipelined(
             [(p, read(p)) for p in self.parts.parts], deadline_s=self.poll_delay_s * 4, skip_failed=True
         )
-        return [(p, r[0]) for p, r in zip(self.parts.parts, replies, strict=True) if r and (r[0] or r[1])]
+        out: list[tuple[Partition, list[bytes], bool]] = []
+        for p, r in zip(self.parts.parts, replies, strict=True):
+            if not r:
+                continue
+            ids = [] if full else r[0]
+            due = False
+            if p.index in look:
+                first = r[-1]
+                self._looked_at[p.index] = now
+                self._next_due[p.index] = first[0][1] if first else float("inf")
+                due = self._next_due[p.index] <= now
+            if ids or due:
+                out.append((p, ids, due))
+        return out
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # per partition: the earliest scheduled job's runAt seen, and when it was looked at (ms)
+        self._next_due: dict[int, float] = {}
+        self._looked_at: dict[int, float] = {}
 
     async def _poll_iteration(self) -> None:
         """arq's poll over every partition's queue: claim what is due, then arq's health record."""
         try:
-            if self.allow_pick_jobs and self.job_counter < self.max_jobs:
-                due = await self._due_jobs()
+            if self.allow_pick_jobs:
+                due = await self._due_jobs(self.job_counter >= self.max_jobs)
                 # Partitions in turn from a rotating start, so none is always served last.
                 if due:
                     k = self._poll_turn % len(due)
                     self._poll_turn += 1
-                    for part, ids in due[k:] + due[:k]:
-                        await self.start_jobs_on(part, ids)
+                    for part, ids, scheduled in due[k:] + due[:k]:
+                        await self.start_jobs_on(part, ids, scheduled)
             await self.heart_beat()
         except (RedisError, OSError) as exc:
             log.warning("redis unavailable in the poll loop (%s: %s); retrying", type(exc).__name__, exc)
@@ -174,10 +201,14 @@ class ResilientWorker(Worker):
     _freed: asyncio.Event | None = None  # set when a job of a full worker ends
     _full = False
 
-    async def start_jobs_on(self, part: Partition, job_ids: list[bytes]) -> None:
+    async def start_jobs_on(self, part: Partition, job_ids: list[bytes], scheduled: bool = False) -> None:
+        """Claim what ``claim_size`` allows of ``job_ids``; ``scheduled``: a scheduled job is due on
+        the partition, so the claim script runs even for a full worker (it moves the job to the queue,
+        where it waits with its priority and its runAt as its place, and shows as queued)."""
         free = claim_size(self.max_jobs - self.job_counter, len(job_ids), self.claim_batch, self.workers)
-        if free <= 0:
+        if free <= 0 and not scheduled:
             return
+        free = max(0, free)
         if self.finisher is None:
             self.finisher = JobFinisher(self.parts, int(self.keep_result_s * 1000))
         claim = self.scripts.claim_jobs
