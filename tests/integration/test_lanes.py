@@ -4,6 +4,7 @@ real Redis and a real worker."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
+from agentmill_client import AsyncClient, RunInput
 from producer.listing import Catalog, RunFilter
 from shared.clock import now_ms
 from shared.quotas import DEFAULT_TENANT
@@ -189,6 +191,12 @@ async def test_priority_and_run_at_through_the_api_with_tenant_isolation(redis_u
         assert samples[("agentmill_runs_scheduled", ())] == 2
         assert (await cb.post(f"/v1/runs/{b_sched}/abort")).status_code == 200
         assert (await cb.get(f"/v1/runs/{b_sched}")).json()["status"] == "aborted"
+        # the Python client takes them too (runAt as an aware datetime)
+        async with AsyncClient(url, token="tok-a") as client:
+            when_dt = datetime(2099, 1, 31, 9, tzinfo=UTC)
+            sent = await client.submit(RunInput.model_validate(body(priority=1, runAt=when_dt)))
+            seen = await client.get(sent.runId)
+            assert (seen.status, seen.priority, seen.runAt) == ("scheduled", 1, 4073533200000)
 
 
 async def test_cli_submit_takes_priority_and_run_at(redis: Redis, redis_url: str, tmp_path: Path) -> None:
