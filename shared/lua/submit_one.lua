@@ -84,7 +84,7 @@ local function submit_one(K, A)
   local prio = tonumber(A[15 + nm] or '') or DEFAULT_PRIORITY
   local run_at = tonumber(A[16 + nm] or '')
   local status = (dispatch and run_at and run_at > now) and S.SCHEDULED or S.QUEUED
-  redis.call('HSET', K[1], F.STATUS, status, F.PRIORITY, prio, F.RUN_AT, run_at or '',
+  redis.call('HSET', K[1], F.STATUS, status, F.PRIORITY, prio, F.RUN_AT, run_at and A[16 + nm] or '',
     F.INPUT, A[2], F.INPUT_HASH, A[3],
     F.TENANT, A[4], F.SESSION_ID, A[5], F.CREATED_AT, now, F.GEN, 1, F.EPOCH, 0, F.LAST_SEQ, 0,
     F.OWNER, '', F.CRASHES, 0, F.WEBHOOK, A[6], F.ABORT, '', F.HELD, dispatch and '' or '1',

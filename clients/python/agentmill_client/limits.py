@@ -55,4 +55,4 @@ MAX_META_KEY_CHARS = 64
 MAX_META_VALUE_CHARS = 256
 SESSION_RUNS_SHOWN = 1_000  # newest runs a session view reads (commit.lua trims a session's list to as many)
 MIN_PRIORITY, DEFAULT_PRIORITY, MAX_PRIORITY = 0, 5, 9  # RunInput.priority: higher runs first
-MAX_RUN_AT_MS = 10**MAX_MS_DIGITS - 1  # RunInput.runAt (epoch ms)
+MAX_RUN_AT_MS = 10**14 - 1  # RunInput.runAt (epoch ms, past year 5000): exact in Lua's "%.14g" numbers
