@@ -215,3 +215,20 @@ async def test_cli_submit_takes_priority_and_run_at(redis: Redis, redis_url: str
     assert {int(s) for _, s in jobs} == {4073529600000}
     bad = await asyncio.to_thread(cli, redis_url, "submit", str(f), "--run-at", "soon", env=env)
     assert bad.returncode == 2 and "--run-at" in bad.stderr
+
+
+async def test_a_held_job_whose_tenant_runs_nothing_goes_back_to_the_queue(
+    redis: Redis, redis_url: str
+) -> None:
+    # A job held back under a cap that has since been lifted, with none of its tenant's runs
+    # running: no ending will put it back, so the reconciler's check of the queued run does.
+    p = producer_for(redis, redis_url, queued_check_ms=300)
+    rid = (await p.submit(script_run([{"text": "held"}]), tenant="tenant-b")).run_id
+    jid = K.job_id(kept(rid), 1)
+    score = await redis.zscore(K.queue, jid)
+    assert score is not None and await redis.zrem(K.queue, jid) == 1
+    await redis.zadd(K.tenant_held("tenant-b"), {jid: score})
+    async with running_worker(redis_url, queued_check_ms=300, reconcile_ms=200):
+        rec = await p.wait(rid, timeout_s=15, tenant="tenant-b")
+    assert rec is not None and rec.status == "completed"
+    assert await redis.zcard(K.tenant_held("tenant-b")) == 0
