@@ -72,11 +72,14 @@ class Submitter:
         self, raw: RunInput | dict[str, Any], tenant: str, default_id: str = "", quota: Quota | None = None
     ) -> Prepared:
         """Validate one input and name it (its runId, else ``default_id``, else a generated one);
-        its body serialized once (producer.prepared.prepare), its priority capped by ``quota``.
+        its body serialized once (producer.prepared.prepare), its priority capped by ``quota`` and
+        by its agent profile.
         Raises SubmissionError naming the field."""
         scope = self.scope(tenant)
         run = validated(raw, self.profiles)
         cap = quota.max_priority if quota is not None else limits.MAX_PRIORITY
+        if self.profiles is not None:
+            cap = min(cap, self.profiles[run.agent].max_priority)
         return prepare(run, scope, lambda r: default_id or self.generated(scope, r), cap)
 
     def place(self, run_id: str, session_id: str) -> keys.Partition:

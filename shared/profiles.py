@@ -168,6 +168,9 @@ class AgentProfile(Model):
     client_tools: list[ClientTool] = Field(default_factory=list)
     run_client_tools: list[str] = Field(default_factory=list)
     client_tool_timeout_ms: int = Field(default=600_000, ge=1, le=7 * 24 * 3_600_000)  # per call
+    # The highest priority a run of this agent gets (a higher RunInput.priority is lowered to it),
+    # beside the tenant's quota maxPriority: the lower of the two applies.
+    max_priority: int = Field(default=9, ge=0, le=9)
 
     def client_tool_problem(self, tools: list[ClientTool]) -> str | None:
         """Why a RunInput may not declare these client tools, or None."""

@@ -11,7 +11,10 @@ from pydantic import ValidationError
 from agentmill_client.models import RunInput
 from producer.prepared import prepare
 from producer.scope import Scope
+from producer.submitter import Submitter
+from shared.profiles import AgentProfile
 from shared.quotas import DEFAULT_TENANT, Quotas
+from shared.scripts import Scripts
 from shared.settings import Settings
 
 MSG = [{"role": "user", "content": "hi"}]
@@ -68,3 +71,20 @@ def test_a_prepared_runs_lane_is_its_priority_capped_by_the_tenants_quota() -> N
     assert prepare(run(), scope, lambda r: "r1", cap).lane_args == ["3", ""]  # the default too
     assert prepare(run(priority=1), scope, lambda r: "r1", cap).lane_args == ["1", ""]
     assert quotas.of("other").max_priority == 9
+
+
+def test_an_agent_profile_caps_the_priority_too() -> None:
+    profiles = {"default": AgentProfile(name="default"), "bulk": AgentProfile(name="bulk", max_priority=2)}
+    s = Submitter(None, Settings(), Scripts(_NoRedis()), profiles)  # type: ignore[arg-type]
+    named = {"runId": "r1", "priority": 8}
+    assert s.prepare(run(**named), DEFAULT_TENANT).priority == 8
+    assert s.prepare(run(**named, agent="bulk"), DEFAULT_TENANT).priority == 2
+    capped = Quotas(Settings(tenant_quotas='{"t1": {"maxPriority": 1}}')).of("t1")
+    assert s.prepare(run(**named, agent="bulk"), "t1", quota=capped).priority == 1
+
+
+class _NoRedis:
+    """Enough of a client for Scripts to register on (the test sends nothing)."""
+
+    def register_script(self, text: str) -> None:
+        return None
