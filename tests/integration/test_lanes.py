@@ -98,7 +98,8 @@ async def test_a_run_held_back_by_its_tenants_running_cap_keeps_its_place(
     # finished run.
     p = producer_for(redis, redis_url)
     slow = [{"text": "slow", "delayMs": 400}]
-    b1 = (await p.submit(script_run(slow), tenant="tenant-b")).run_id
+    # b1 runs long enough that b2 is surely held while it runs, however loaded the machine
+    b1 = (await p.submit(script_run([{"text": "first", "delayMs": 1500}]), tenant="tenant-b")).run_id
     async with running_worker(redis_url, max_jobs=10, tenant_max_running=1):
         await until_status(redis, kept(b1), "running")
         b2 = (await p.submit(script_run(slow), tenant="tenant-b")).run_id
@@ -123,7 +124,7 @@ async def test_a_run_held_back_by_its_tenants_running_cap_keeps_its_place(
 
 async def test_a_run_at_a_time_stays_scheduled_then_runs(redis: Redis, redis_url: str) -> None:
     p = producer_for(redis, redis_url)
-    at = now_ms() + 1500
+    at = now_ms() + 4000
     async with running_worker(redis_url, max_jobs=5):
         s = await p.submit(script_run([{"text": "on time"}], runAt=at))
         assert s.status == "scheduled"
@@ -133,7 +134,7 @@ async def test_a_run_at_a_time_stays_scheduled_then_runs(redis: Redis, redis_url
         assert rec is not None and rec.status == "scheduled" and rec.view()["runAt"] == at
         runs, _ = await Catalog(p).list_runs(DEFAULT_TENANT, RunFilter(status="scheduled"))
         assert [(r["runId"], r["runAt"]) for r in runs] == [(s.run_id, at)]
-        done = (await wait_all(p, [s.run_id], 10))[s.run_id]
+        done = (await wait_all(p, [s.run_id], 20))[s.run_id]
     assert done.status == "completed"
     assert await started_at(redis, s.run_id) >= at
     assert await redis.zcard(K.scheduled) == 0
