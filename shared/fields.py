@@ -46,6 +46,17 @@ class RunField(StrEnum):
     APPROVAL_TIMEOUT_MS = "approvalTimeoutMs"  # '' = none
     RUN_DEADLINE_MS = "runDeadlineMs"  # maxRunDurationMs from its start, bounds an approval wait; '' = none
     CLIENT_PENDING = "clientPending"  # awaiting_tools: the client calls it waits for (JSON)
+    # Sub-agents (shared/children.py). A child run: its parent's run id (the id its keys use) and the
+    # parent's tool call it answers, and its lineage (JSON: the ancestors' agents, the depth limit).
+    PARENT_RUN = "parentRunId"  # written at the child's creation (spawn_child.lua)
+    PARENT_CALL = "parentToolCallId"
+    LINEAGE = "lineage"
+    # A parent: the children of its current tool round (JSON [{toolCallId, runId}], commit.lua);
+    # awaiting_children waits for each one's result in its tools hash.
+    CHILDREN = "children"
+    # A run that ended as a child or a parent: what its ending still owes the other runs ('d': its
+    # result to its parent, 'a': an abort to its children), done by shared/children.py and cleared.
+    HANDOFF = "handoff"
 
 
 class BatchField(StrEnum):

@@ -21,7 +21,9 @@ __all__ = [
     "BUILTIN_PROFILES",
     "DEV_PROFILES_ENV",
     "DEV_TOOLS",
+    "AGENT_TOOL_PARAMETERS",
     "AgentProfile",
+    "AgentToolConfig",
     "CompactionConfig",
     "ContextConfig",
     "HttpToolConfig",
@@ -73,6 +75,28 @@ class HttpToolConfig(Model):
     headers: dict[str, str] = Field(default_factory=dict)  # a value "env:NAME" is read from the environment
     allow_hosts: list[str] = Field(default_factory=list)  # hosts exempt from the private-address guard
     max_response_chars: int = 16_000
+
+
+AGENT_TOOL_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {"task": {"type": "string", "description": "what the agent is to do, in full"}},
+    "required": ["task"],
+}
+
+
+class AgentToolConfig(Model):
+    """A sub-agent: a tool whose call runs another profile's agent as a child run (shared/children.py)
+    on the call's ``task``; the child's answer (or its error) is the call's result."""
+
+    kind: Literal["agent"] = "agent"
+    agent: str = Field(min_length=1, max_length=128)  # the child's profile
+    name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")  # default: the agent's name
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: dict(AGENT_TOOL_PARAMETERS))
+
+    @property
+    def tool_name(self) -> str:
+        return self.name or self.agent
 
 
 class ContextConfig(Model):
@@ -153,6 +177,7 @@ class AgentProfile(Model):
     system_prompt: str = "You are a helpful assistant."
     tools: list[str] = Field(default_factory=list)  # built-in tool names
     http_tools: list[HttpToolConfig] = Field(default_factory=list)
+    agent_tools: list[AgentToolConfig] = Field(default_factory=list)  # sub-agents
     tool_settings: dict[str, ToolSettings] = Field(default_factory=dict)
     loop_limits: LoopLimits = Field(default_factory=LoopLimits)
     tool_policy: ToolPolicy = Field(default_factory=ToolPolicy)
@@ -184,7 +209,7 @@ class AgentProfile(Model):
         return None
 
     def tool_names(self) -> list[str]:
-        return [*self.tools, *(t.name for t in self.http_tools)]
+        return [*self.tools, *(t.name for t in self.http_tools), *(t.tool_name for t in self.agent_tools)]
 
     def settings_for(self, tool: str) -> ToolSettings:
         return self.tool_settings.get(tool) or _DEFAULT_TOOL_SETTINGS
