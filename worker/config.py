@@ -198,7 +198,7 @@ def resolve_config(
         agent_tools={t.tool_name: t.agent for t in profile.agent_tools if t.tool_name in names},
         ancestors=list(lineage.agents) if lineage else [],
         max_depth=min(
-            lineage.max_depth if lineage else DEFAULT_MAX_DEPTH,
-            *(v for v in (profile.loop_limits.max_depth, (run.loop_limits or LoopLimits()).max_depth) if v is not None),
+            [lineage.max_depth if lineage else DEFAULT_MAX_DEPTH]
+            + [v for v in (profile.loop_limits.max_depth, (run.loop_limits or LoopLimits()).max_depth) if v is not None]
         ),
     )

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agentmill_client.models import Message, ToolCall, ToolResult
+from shared.children import ChildSpec, Spawned
 from shared.clock import now_ms
 from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
 from shared.settings import Settings
@@ -67,6 +68,8 @@ class Acquired:
     approvals: dict[str, Any]
     tool_records: dict[str, ToolRecord]
     restarts: int
+    tenant: str = ""
+    lineage: bytes = b""  # a child run's (config.Lineage JSON); b"" for a root run
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,11 +117,22 @@ class RunStore(Protocol):
         run_deadline_ms: int | None = None,
         iterations: int | None = None,
         error_code: str = "",
+        children: bytes | None = None,
     ) -> int:
-        """Everything in one fenced write; raises FencedError or SeqConflictError and writes nothing."""
+        """Everything in one fenced write; raises FencedError or SeqConflictError and writes nothing.
+        ``children``: the current round's child runs (JSON [{toolCallId, runId}]), when changed."""
         ...
 
     async def release(self, gen: int) -> str: ...
+
+    async def start_children(self, specs: list[ChildSpec], lineage: bytes) -> dict[str, Spawned]:
+        """Create this run's child runs (sub-agents), in its tenant (shared/children.py)."""
+        ...
+
+    async def hand_off(self) -> dict[str, str]:
+        """After the run's ending: its result to its parent, an abort to its children (what the
+        ending marked; shared/children.py)."""
+        ...
 
 
 class SessionStore(Protocol):

@@ -14,7 +14,13 @@ from worker.machine.identity import child_run_id
 from worker.machine.state import RunState
 from worker.machine.steps import up
 
-__all__ = ["child_ended_emit", "child_problem", "child_started_emit", "child_task", "start_children"]
+__all__ = ["children_record", "child_ended_emit", "child_problem", "child_started_emit", "child_task", "start_children"]
+
+
+def children_record(s: RunState) -> list[dict[str, str]]:
+    """The round's children as the run hash keeps them (RunField.CHILDREN: settled on while parked,
+    aborted when the run ends otherwise than completed)."""
+    return [{"toolCallId": k, "runId": v} for k, v in s.children.items()]
 
 
 def child_problem(call: ToolCall, cfg: RunConfig) -> str | None:

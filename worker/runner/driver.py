@@ -28,6 +28,7 @@ from worker.lease import LeaseExpiredError
 from worker.machine import (
     AbortRequested,
     ApprovalsDecided,
+    AwaitChildren,
     AwaitClient,
     AwaitHuman,
     DeadlineReached,
@@ -180,7 +181,7 @@ class RunDriver:
             first = opening.resumed(self.records, now)
         else:
             self.state = machine.initial_state(self.run_id, run_input.session_id)
-            first = opening.start(self.host, self.ports.tools, self.ports.models, run_input, now)
+            first = opening.start(self.host, self.ports.tools, self.ports.models, run_input, now, acq.lineage)
         self.host.observer.run_started(resumed=resumed, job_try=self.job_try)
         self.observed_start = True
         if resumed and acq.last_seq > self.out.ckpt_seq:
@@ -239,6 +240,7 @@ class RunDriver:
         finish: Finish | None = None
         await_human: AwaitHuman | None = None
         await_client: AwaitClient | None = None
+        await_children: AwaitChildren | None = None
         ts = self.clock.now_ms()
         draining = self.draining
         for c in cmds:
@@ -262,6 +264,8 @@ class RunDriver:
                     outbox.records.append((call.id, rec.to_json()))
             elif isinstance(c, AwaitClient):
                 await_client = c
+            elif isinstance(c, AwaitChildren):
+                await_children = c
             else:
                 effects.append(c)
         if recorded is not None:
@@ -278,6 +282,7 @@ class RunDriver:
                 error_code=ending_error(finish.result),
             )
             self._finished(finish.result)
+            await self._hand_off()
             return finish.result.status.value
         if await_human is not None:
             await self.out.step(
@@ -300,6 +305,17 @@ class RunDriver:
                 aux=orjson.dumps(await_client.record()),
             )
             return RunStatus.AWAITING_TOOLS.value
+        if await_children is not None:
+            # Parked on no worker; the last child's ending puts it back on the queue (at once, if
+            # every child ended before this commit). Redis keeps its deadline.
+            await self.out.step(
+                self.state,
+                outbox,
+                status=RunStatus.AWAITING_CHILDREN.value,
+                aux=orjson.dumps(await_children.record()),
+                run_deadline_ms=self._run_deadline_ms(),
+            )
+            return RunStatus.AWAITING_CHILDREN.value
         if outbox:
             await self.out.step(self.state, outbox)
         if isinstance(ev, ApprovalsDecided):
@@ -321,6 +337,17 @@ class RunDriver:
             else:  # answered without I/O
                 self.pending.append(started)
         return None
+
+    async def _hand_off(self) -> None:
+        """What the ending owes other runs (a child's result to its parent, an abort to a parent's
+        children), done now; if it fails, the reconciler does it (the ending marked it)."""
+        try:
+            done = await asyncio.wait_for(self.store.hand_off(), 10.0)
+        except Exception as exc:  # noqa: BLE001 - the mark stays; the reconciler tries again
+            log.warning("run %s: handing its ending off failed (the reconciler retries): %s", self.run_id, exc)
+            return
+        if done.get("deliver") in ("recorded", "resumed"):
+            self.host.observer.children_ended(1)
 
     # ---- effects ----
 

@@ -8,9 +8,10 @@ import orjson
 from agentmill_client.models import RunInput
 from shared.settings import Settings
 from shared.tool_records import ToolRecord
-from worker.config import resolve_config
+from worker.config import Lineage, resolve_config
 from worker.machine import (
     ApprovalsDecided,
+    ChildrenEnded,
     ClientResultsReceived,
     Event,
     Phase,
@@ -35,16 +36,20 @@ def resumed(records: dict[str, ToolRecord], now_ms: int) -> Resumed:
     return Resumed(now_ms, {i: res for i, r in records.items() if (res := r.recorded) is not None})
 
 
-def start(host: Host, tools: ToolPort, models: ModelPort, run_input: RunInput, now_ms: int) -> Event:
-    """The run's configuration from its profile and input; a bad profile or policy rejects the start."""
+def start(
+    host: Host, tools: ToolPort, models: ModelPort, run_input: RunInput, now_ms: int, lineage: bytes = b""
+) -> Event:
+    """The run's configuration from its profile and input (and a child run's ``lineage``: its
+    ancestors and depth limit); a bad profile or policy rejects the start."""
     s: Settings = host.settings
     try:
+        line = Lineage.model_validate_json(lineage) if lineage else None
         profile = host.profile(run_input.agent)
         specs = tools.specs(profile)
         models.provider(profile)
         cfg = resolve_config(
             profile, run_input, specs, has_session=run_input.session_id is not None,
-            duration_default_ms=s.run_duration_default_ms, duration_max_ms=s.run_duration_max_ms,
+            duration_default_ms=s.run_duration_default_ms, duration_max_ms=s.run_duration_max_ms, lineage=line,
         )  # fmt: skip
     except Exception as exc:  # a bad profile or policy fails the run with a reason
         return StartRejected(now_ms, "configuration", f"agent {run_input.agent!r}: {exc}")
@@ -52,8 +57,8 @@ def start(host: Host, tools: ToolPort, models: ModelPort, run_input: RunInput, n
 
 
 def answers(state: RunState, acq: Acquired, records: dict[str, ToolRecord], now_ms: int) -> list[Event]:
-    """A parked run resumed: the humans' decisions, or the client's results (the store holds them,
-    with timeout errors for calls past their deadline)."""
+    """A parked run resumed: the humans' decisions, the client's results (the store holds them,
+    with timeout errors for calls past their deadline), or its ended children's results."""
     if state.phase == Phase.AWAITING_HUMAN and acq.approvals:
         decided = {k: v for k, v in acq.approvals.items() if v.get("decision") != "pending"}
         if len(decided) == len(acq.approvals):
@@ -69,4 +74,7 @@ def answers(state: RunState, acq: Acquired, records: dict[str, ToolRecord], now_
             i: res for i in state.client_waiting if i in records and (res := records[i].recorded) is not None
         }
         return [ClientResultsReceived(now_ms, results)]
+    elif state.phase == Phase.AWAITING_CHILDREN:  # the children's results, delivered to the records
+        done = {i: res for i in state.children if i in records and (res := records[i].recorded) is not None}
+        return [ChildrenEnded(now_ms, done)]
     return []
