@@ -1,0 +1,182 @@
+"""Sub-agents (issue 27) through real worker processes and Redis: a parked parent frees its slot for its
+children, a child whose worker is SIGKILLed resumes and answers its parent exactly once, aborting a
+parent aborts its children, and the depth limit and cycles are refused with a clear error result."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from redis.asyncio import Redis
+
+from shared import children
+from tests.integration.helpers import assert_clean_stream, producer_for, stream, until_status, wait_all
+from tests.support.procs import WorkerProc
+from tests.support.schema import K
+
+pytestmark = pytest.mark.integration
+
+FAST = {"AGENTMILL_LEASE_MS": "2000", "AGENTMILL_HEARTBEAT_MS": "300", "AGENTMILL_RECONCILE_MS": "300"}
+
+
+def profiles(tmp_path: Path, child_sleep_ms: int = 300) -> str:
+    """boss delegates to helper (which sleeps, then answers with what it was given), to itself (a cycle)
+    and to middle, which delegates to helper in turn."""
+    scripted = {"kind": "scripted", "mode": "script"}
+    helper = {"name": "helper", "tools": ["sleep"],
+              "provider": {**scripted, "script": [
+                  {"toolCalls": [{"name": "sleep", "arguments": {"ms": child_sleep_ms}}]}, {"echoContext": True}]}}  # fmt: skip
+    middle = {"name": "middle", "agentTools": [{"agent": "helper", "name": "ask_helper"}],
+              "provider": {**scripted, "script": [
+                  {"toolCalls": [{"name": "ask_helper", "arguments": {"task": "deeper"}}]}, {"text": "middle done"}]}}  # fmt: skip
+    boss = {"name": "boss", "provider": scripted,
+            "agentTools": [{"agent": "helper", "name": "ask_helper", "description": "a helper"},
+                           {"agent": "boss", "name": "ask_boss"}, {"agent": "middle", "name": "ask_middle"}]}  # fmt: skip
+    path = tmp_path / "profiles.json"
+    path.write_bytes(orjson.dumps({"profiles": [boss, helper, middle]}))
+    return str(path)
+
+
+def ask(*tasks: str, tool: str = "ask_helper") -> dict[str, Any]:
+    return {"toolCalls": [{"name": tool, "arguments": {"task": t}} for t in tasks]}
+
+
+def boss_run(script: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    return {"agent": "boss", "inputMessages": [{"role": "user", "content": "go"}],
+            "runtimeHints": {"script": script}, **extra}  # fmt: skip
+
+
+def tool_messages(content: str) -> list[tuple[str, str]]:
+    seen = orjson.loads(content)
+    return [(m["toolCallId"], m["content"]) for m in seen["messages"] if m["role"] == "tool"]
+
+
+async def test_three_parallel_children_of_two_parents_on_two_single_slot_workers_complete(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    """Two parents would hold both slots if a parked parent kept its slot: nothing could run then."""
+    path = profiles(tmp_path)
+    p = producer_for(redis, redis_url, profiles=path)
+    env = {"AGENTMILL_PROFILES": path, "AGENTMILL_MAX_JOBS": "1"}
+    procs = [WorkerProc(redis_url, env=env, log=tmp_path / f"w{i}.log").start() for i in range(2)]
+    try:
+        runs = [await p.submit(boss_run([ask(f"{n}-a", f"{n}-b", f"{n}-c"), {"echoContext": True}])) for n in "xy"]
+        done = await wait_all(p, [r.run_id for r in runs], 60)
+    finally:
+        for w in procs:
+            w.stop()
+    for n, r in zip("xy", runs, strict=True):
+        rec = done[r.run_id]
+        assert rec.status.value == "completed", rec
+        results = tool_messages(rec.result.final_assistant_message.content)  # type: ignore[union-attr]
+        assert [i for i, _ in results] == ["c1.0", "c1.1", "c1.2"]  # one result per call, in call order
+        for (_, content), task in zip(results, (f"{n}-a", f"{n}-b", f"{n}-c"), strict=True):
+            told = [m["content"] for m in orjson.loads(content)["messages"] if m["role"] == "user"]
+            assert told == [task]  # each child got its own call's task, and answered that call
+        events = await stream(redis, r.run_id)
+        assert_clean_stream(events)
+        started = [e.payload for e in events if e.kind == "child_started"]
+        ended = [e.payload for e in events if e.kind == "child_ended"]
+        assert len(started) == len(ended) == 3
+        assert {s["childRunId"] for s in started} == {e["childRunId"] for e in ended}
+        assert all(s["streamKey"] == K.events(s["childRunId"]) for s in started)
+        assert [e.payload["status"] for e in events if e.kind == "status"].count("awaiting_children") >= 1
+        kids = await children.child_runs(p.parts, "default", r.run_id)
+        assert sorted(k["runId"] for k in kids) == sorted(s["childRunId"] for s in started)
+        assert {k["status"] for k in kids} == {"completed"}
+        for s in started:  # a child knows its parent
+            h = await redis.hmget(K.run(s["childRunId"]), ["parentRunId", "parentToolCallId", "handoff"])
+            assert h[:2] == [r.run_id.encode(), s["toolCallId"].encode()] and not h[2]
+
+
+async def test_a_child_whose_worker_is_killed_resumes_and_answers_its_parent_once(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    path = profiles(tmp_path, child_sleep_ms=4000)
+    p = producer_for(redis, redis_url, profiles=path)
+    env = {"AGENTMILL_PROFILES": path, **FAST}
+    first = WorkerProc(redis_url, env=env, log=tmp_path / "a.log").start()
+    second: WorkerProc | None = None
+    try:
+        run = await p.submit(boss_run([ask("one", "two"), {"echoContext": True}]))
+        await until_status(redis, run.run_id, "awaiting_children", within=30)
+        kids = [e.payload["childRunId"] for e in await stream(redis, run.run_id) if e.kind == "child_started"]
+        for k in kids:  # both children are in their sleep on the first worker
+            await until_status(redis, k, "running", within=20)
+        await asyncio.sleep(0.5)
+        first.kill()
+        second = WorkerProc(redis_url, env=env, log=tmp_path / "b.log").start()
+        done = (await wait_all(p, [run.run_id], 60))[run.run_id]
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+    assert done.status.value == "completed"
+    assert [i for i, _ in tool_messages(done.result.final_assistant_message.content)] == ["c1.0", "c1.1"]  # type: ignore[union-attr]
+    for k in kids:
+        assert int(await redis.hget(K.run(k), "crashes") or 0) == 1  # resumed after losing its worker
+    events = await stream(redis, run.run_id)
+    assert_clean_stream(events)
+    for call in ("c1.0", "c1.1"):  # exactly one result per child
+        assert sum(1 for e in events if e.kind == "tool_result" and e.payload["toolCallId"] == call) == 1
+        assert sum(1 for e in events if e.kind == "child_ended" and e.payload["toolCallId"] == call) == 1
+
+
+async def test_aborting_a_parent_aborts_every_child(redis: Redis, redis_url: str, tmp_path: Path) -> None:
+    path = profiles(tmp_path, child_sleep_ms=30_000)
+    p = producer_for(redis, redis_url, profiles=path)
+    env = {"AGENTMILL_PROFILES": path, "AGENTMILL_MAX_JOBS": "2", **FAST}
+    w = WorkerProc(redis_url, env=env, log=tmp_path / "w.log").start()
+    try:
+        run = await p.submit(boss_run([ask("a", "b", "c")]))
+        await until_status(redis, run.run_id, "awaiting_children", within=30)
+        kids = [e.payload["childRunId"] for e in await stream(redis, run.run_id) if e.kind == "child_started"]
+        await until_status(redis, kids[0], "running", within=20)  # two run, the third is queued
+        assert await p.abort(run.run_id) == "aborted"
+        recs = await wait_all(p, kids, 30)
+    finally:
+        w.stop()
+    assert {r.status.value for r in recs.values()} == {"aborted"}
+    for r in recs.values():
+        assert r.result is not None and r.result.last_error is not None
+        assert f"its parent run {run.run_id} ended aborted" in r.result.last_error.message
+    assert (await p.get(run.run_id)).status.value == "aborted"  # type: ignore[union-attr]
+
+
+async def test_the_depth_limit_and_a_cycle_are_refused_with_a_clear_error(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    path = profiles(tmp_path, child_sleep_ms=10)
+    p = producer_for(redis, redis_url, profiles=path)
+    env = {"AGENTMILL_PROFILES": path, **FAST}
+    w = WorkerProc(redis_url, env=env, log=tmp_path / "w.log").start()
+    try:
+        cycle = await p.submit(boss_run([ask("again", tool="ask_boss"), {"echoContext": True}]))
+        # boss -> middle -> helper is depth 2: refused at maxDepth 1, allowed at the default 3.
+        shallow = await p.submit(boss_run([ask("x", tool="ask_middle"), {"echoContext": True}],
+                                          loopLimits={"maxDepth": 1}))  # fmt: skip
+        deep = await p.submit(boss_run([ask("x", tool="ask_middle"), {"echoContext": True}]))
+        done = await wait_all(p, [cycle.run_id, shallow.run_id, deep.run_id], 60)
+    finally:
+        w.stop()
+    (msg,) = tool_messages(done[cycle.run_id].result.final_assistant_message.content)  # type: ignore[union-attr]
+    assert msg[1] == ("error: sub-agent refused: agent 'boss' is already in this run's chain (boss -> boss): a cycle")
+    assert not await children.child_runs(p.parts, "default", cycle.run_id)  # no child was created
+    (msg,) = tool_messages(done[shallow.run_id].result.final_assistant_message.content)  # type: ignore[union-attr]
+    assert msg[1] == "middle done"  # middle answered; its own call was refused:
+    (mid,) = await children.child_runs(p.parts, "default", shallow.run_id)
+    mid_done = (await wait_all(p, [mid["runId"]], 5))[mid["runId"]]
+    events = await stream(redis, mid["runId"])
+    refused = next(e.payload for e in events if e.kind == "tool_result")
+    assert refused["isError"] and "loopLimits.maxDepth=1 reached" in refused["content"]
+    assert mid_done.status.value == "completed"
+    (msg,) = tool_messages(done[deep.run_id].result.final_assistant_message.content)  # type: ignore[union-attr]
+    assert msg[1] == "middle done"
+    (mid,) = await children.child_runs(p.parts, "default", deep.run_id)
+    (leaf,) = await children.child_runs(p.parts, "default", mid["runId"])
+    assert leaf["status"] == "completed"
+    assert orjson.loads(await redis.hget(K.run(leaf["runId"]), "lineage")) == {
+        "agents": ["boss", "middle"], "maxDepth": 3}  # fmt: skip
