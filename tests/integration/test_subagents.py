@@ -8,12 +8,22 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 from redis.asyncio import Redis
 
 from shared import children
-from tests.integration.helpers import assert_clean_stream, producer_for, stream, until_status, wait_all
+from tests.integration.api_support import A, B, api
+from tests.integration.api_support import settings as api_settings
+from tests.integration.helpers import (
+    assert_clean_stream,
+    producer_for,
+    running_worker,
+    stream,
+    until_status,
+    wait_all,
+)
 from tests.support.procs import WorkerProc
 from tests.support.schema import K
 
@@ -180,3 +190,25 @@ async def test_the_depth_limit_and_a_cycle_are_refused_with_a_clear_error(
     assert leaf["status"] == "completed"
     assert orjson.loads(await redis.hget(K.run(leaf["runId"]), "lineage")) == {
         "agents": ["boss", "middle"], "maxDepth": 3}  # fmt: skip
+
+
+async def test_the_api_shows_a_parents_children_and_a_childs_parent_within_its_tenant(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    path = profiles(tmp_path, child_sleep_ms=10)
+    async with api(api_settings(redis_url, profiles=path)) as url, httpx.AsyncClient(base_url=url) as http, \
+            running_worker(redis_url, profiles=path):  # fmt: skip
+        r = await http.post("/v1/runs", headers=A, json=boss_run([ask("look"), {"echoContext": True}], runId="mine"))
+        assert r.status_code == 202, r.text
+        r = await http.get("/v1/runs/mine/wait", headers=A, params={"timeout": 30})
+        assert r.json()["status"] == "completed", r.text
+        view = (await http.get("/v1/runs/mine", headers=A)).json()
+        (kid,) = view["children"]
+        assert kid["status"] == "completed" and kid["parentToolCallId"] == "c1.0"
+        child = (await http.get(f"/v1/runs/{kid['runId']}", headers=A)).json()
+        assert child["parentToolCallId"] == "c1.0" and child["status"] == "completed"
+        assert (await http.get(f"/v1/runs/{child['parentRunId']}", headers=A)).json()["status"] == "completed"
+        listed = (await http.get("/v1/runs", headers=A, params={"parentRunId": "mine"})).json()
+        assert [x["runId"] for x in listed["runs"]] == [kid["runId"]]
+        assert (await http.get(f"/v1/runs/{kid['runId']}", headers=B)).status_code == 404  # another tenant's
+        assert (await http.get("/v1/runs", headers=B, params={"parentRunId": "mine"})).json()["runs"] == []

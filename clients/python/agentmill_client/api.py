@@ -19,6 +19,7 @@ __all__ = [
     "BatchItem",
     "BatchResultLine",
     "BatchView",
+    "ChildRun",
     "ErrorBody",
     "EventsPage",
     "PoolAnswer",
@@ -115,6 +116,12 @@ class BatchAbortAnswer(BaseModel):
     finished: int = Field(description="runs that had ended meanwhile")
 
 
+class ChildRun(BaseModel):
+    runId: str
+    status: str
+    parentToolCallId: str = Field(description="the parent's tool call the child answers")
+
+
 class RunView(BaseModel):
     runId: str
     status: str
@@ -127,6 +134,11 @@ class RunView(BaseModel):
     streamKey: str | None = Field(
         default=None,
         description="the Redis stream of the run's events (XREAD it to tail them; redis-cli -c on a cluster)",
+    )
+    parentRunId: str | None = Field(default=None, description="a child run's (sub-agent's) parent run")
+    parentToolCallId: str | None = Field(default=None, description="the parent's tool call it answers")
+    children: list[ChildRun] | None = Field(
+        default=None, description="the child runs (sub-agents) it started, oldest first, with their status"
     )
 
 
