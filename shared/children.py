@@ -72,7 +72,13 @@ def _input(spec: ChildSpec) -> tuple[bytes, str]:
 
 
 async def spawn(
-    parts: Partitions[Any], scripts: Scripts, *, parent_id: str, tenant: str, lineage: bytes, specs: Sequence[ChildSpec]
+    parts: Partitions[Any],
+    scripts: Scripts,
+    *,
+    parent_id: str,
+    tenant: str,
+    lineage: bytes,
+    specs: Sequence[ChildSpec],
 ) -> dict[str, Spawned]:
     """Create each child on its partition (one script each, all at once): toolCallId -> Spawned."""
 
@@ -132,6 +138,14 @@ async def deliver(parts: Partitions[Any], scripts: Scripts, part: keys.Partition
     return text(r[0])
 
 
+async def _abort(
+    parts: Partitions[Any], scripts: Scripts, part: keys.Partition, run_id: str, reason: str
+) -> str:
+    k, a = scripts.frame(part, part.run_keys(run_id), [run_id, reason, ""])
+    r = await parts.call(part, lambda c: scripts.abort(keys=k, args=a, client=c))
+    return text(r[0])
+
+
 async def cascade(parts: Partitions[Any], scripts: Scripts, part: keys.Partition, run_id: str) -> int:
     """Abort every child of the ended run's current round; how many were aborted or asked to stop."""
     raw, status = await parts.call(part, lambda c: c.hmget(part.run(run_id), [F.CHILDREN, F.STATUS]))
@@ -143,13 +157,13 @@ async def cascade(parts: Partitions[Any], scripts: Scripts, part: keys.Partition
         cpart = await parts.locate(cid) if cid else None
         if cpart is None:
             continue
-        k, a = scripts.frame(cpart, cpart.run_keys(cid), [cid, reason, ""])
-        r = await parts.call(cpart, lambda c, k=k, a=a: scripts.abort(keys=k, args=a, client=c))
-        stopped += text(r[0]) in ("aborted", "requested")
+        stopped += await _abort(parts, scripts, cpart, cid, reason) in ("aborted", "requested")
     return stopped
 
 
-async def hand_off(parts: Partitions[Any], scripts: Scripts, part: keys.Partition, run_id: str) -> dict[str, str]:
+async def hand_off(
+    parts: Partitions[Any], scripts: Scripts, part: keys.Partition, run_id: str
+) -> dict[str, str]:
     """What the ended run owes (its handoff mark), done and cleared: {'deliver': verdict, 'cascade': n}.
     Raises (the mark stays, the reconciler tries again) when Redis fails on the way."""
     run = part.run(run_id)

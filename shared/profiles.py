@@ -18,10 +18,10 @@ from agentmill_client import limits
 from agentmill_client.models import ClientTool, LoopLimits, Model, ToolPolicy
 
 __all__ = [
+    "AGENT_TOOL_PARAMETERS",
     "BUILTIN_PROFILES",
     "DEV_PROFILES_ENV",
     "DEV_TOOLS",
-    "AGENT_TOOL_PARAMETERS",
     "AgentProfile",
     "AgentToolConfig",
     "CompactionConfig",

@@ -17,11 +17,11 @@ from worker import policy, prompt
 __all__ = [
     "DEFAULT_MAX_DEPTH",
     "DEFAULT_MAX_ITERATIONS",
-    "Lineage",
     "DEFAULT_MAX_REPAIRS",
     "RECALL_PROMPT",
     "RECALL_SPEC",
     "RECALL_TOOL",
+    "Lineage",
     "RunConfig",
     "ToolSpec",
     "narrow_limits",
@@ -199,6 +199,10 @@ def resolve_config(
         ancestors=list(lineage.agents) if lineage else [],
         max_depth=min(
             [lineage.max_depth if lineage else DEFAULT_MAX_DEPTH]
-            + [v for v in (profile.loop_limits.max_depth, (run.loop_limits or LoopLimits()).max_depth) if v is not None]
+            + [
+                v
+                for v in (profile.loop_limits.max_depth, (run.loop_limits or LoopLimits()).max_depth)
+                if v is not None
+            ]
         ),
     )

@@ -110,7 +110,9 @@ class MetricsObserver:
         )
         self.resumed = Counter("agentmill_runs_resumed", "Runs resumed from a checkpoint.", registry=r)
         self.kids_started = Counter(
-            "agentmill_children_started", "Child runs (sub-agents) this worker created for its parents.", registry=r
+            "agentmill_children_started",
+            "Child runs (sub-agents) this worker created for its parents.",
+            registry=r,
         )
         self.kids_ended = Counter(
             "agentmill_children_ended",

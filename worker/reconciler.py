@@ -125,7 +125,7 @@ async def _redispatch(
     for rid in owed:  # ended runs whose ending still owes their parent or children (shared/children.py)
         try:
             done = await children.hand_off(parts, scripts, part, rid)
-        except Exception:  # noqa: BLE001 - still marked: the next sweep tries again
+        except Exception:
             verdicts["handoff_error"] += 1
             continue
         if done.get("deliver") in ("recorded", "resumed"):

@@ -61,13 +61,17 @@ def parent_apart(cluster: LocalRedisCluster, prefix: str, calls: int) -> str:
         rid = f"{prefix}-{i}"
         pkey = key(rid)
         home = cluster.master_for_slot(LAYOUT.home(pkey).slot)
-        kids = [cluster.master_for_slot(LAYOUT.home(child_run_id(pkey, f"c1.{n}")).slot) for n in range(calls)]
+        kids = [
+            cluster.master_for_slot(LAYOUT.home(child_run_id(pkey, f"c1.{n}")).slot) for n in range(calls)
+        ]
         if home not in kids:
             return rid
     raise AssertionError("no parent id found whose children live apart")
 
 
-def boss_run(rid: str, tasks: list[str], then: list[dict[str, Any]], tool: str = "ask_helper") -> dict[str, Any]:
+def boss_run(
+    rid: str, tasks: list[str], then: list[dict[str, Any]], tool: str = "ask_helper"
+) -> dict[str, Any]:
     call = {"toolCalls": [{"name": tool, "arguments": {"task": t}} for t in tasks]}
     return {"agent": "boss", "runId": rid, "inputMessages": [{"role": "user", "content": "go"}],
             "runtimeHints": {"script": [call, *then]}}  # fmt: skip
@@ -112,7 +116,9 @@ async def test_children_on_other_masters_answer_their_parent_through_a_sigkill(
             tools = [(m["toolCallId"], m["content"]) for m in seen["messages"] if m["role"] == "tool"]
             assert [i for i, _ in tools] == ["c1.0", "c1.1", "c1.2"]  # one result per child
             for (_, content), task in zip(tools, ["a", "b", "c"], strict=True):
-                assert [m["content"] for m in orjson.loads(content)["messages"] if m["role"] == "user"] == [task]
+                assert [m["content"] for m in orjson.loads(content)["messages"] if m["role"] == "user"] == [
+                    task
+                ]
             kids = (await view(http, rid))["children"]
             assert {k["status"] for k in kids} == {"completed"} and len(kids) == 3
             pkey = key(rid)

@@ -18,6 +18,7 @@ from tests.integration.api_support import A, B, api
 from tests.integration.api_support import settings as api_settings
 from tests.integration.helpers import (
     assert_clean_stream,
+    metric_samples,
     producer_for,
     running_worker,
     stream,
@@ -73,7 +74,9 @@ async def test_three_parallel_children_of_two_parents_on_two_single_slot_workers
     env = {"AGENTMILL_PROFILES": path, "AGENTMILL_MAX_JOBS": "1"}
     procs = [WorkerProc(redis_url, env=env, log=tmp_path / f"w{i}.log").start() for i in range(2)]
     try:
-        runs = [await p.submit(boss_run([ask(f"{n}-a", f"{n}-b", f"{n}-c"), {"echoContext": True}])) for n in "xy"]
+        runs = [
+            await p.submit(boss_run([ask(f"{n}-a", f"{n}-b", f"{n}-c"), {"echoContext": True}])) for n in "xy"
+        ]
         done = await wait_all(p, [r.run_id for r in runs], 60)
     finally:
         for w in procs:
@@ -173,7 +176,9 @@ async def test_the_depth_limit_and_a_cycle_are_refused_with_a_clear_error(
     finally:
         w.stop()
     (msg,) = tool_messages(done[cycle.run_id].result.final_assistant_message.content)  # type: ignore[union-attr]
-    assert msg[1] == ("error: sub-agent refused: agent 'boss' is already in this run's chain (boss -> boss): a cycle")
+    assert msg[1] == (
+        "error: sub-agent refused: agent 'boss' is already in this run's chain (boss -> boss): a cycle"
+    )
     assert not await children.child_runs(p.parts, "default", cycle.run_id)  # no child was created
     (msg,) = tool_messages(done[shallow.run_id].result.final_assistant_message.content)  # type: ignore[union-attr]
     assert msg[1] == "middle done"  # middle answered; its own call was refused:
@@ -197,8 +202,13 @@ async def test_the_api_shows_a_parents_children_and_a_childs_parent_within_its_t
 ) -> None:
     path = profiles(tmp_path, child_sleep_ms=10)
     async with api(api_settings(redis_url, profiles=path)) as url, httpx.AsyncClient(base_url=url) as http, \
-            running_worker(redis_url, profiles=path):  # fmt: skip
-        r = await http.post("/v1/runs", headers=A, json=boss_run([ask("look"), {"echoContext": True}], runId="mine"))
+            running_worker(redis_url, profiles=path) as wp:  # fmt: skip
+        counters = ("agentmill_children_started_total", "agentmill_children_ended_total")
+        before = metric_samples(wp.metrics.render().decode())
+        assert [before[(c, ())] for c in counters] == [0, 0]  # there from the start
+        r = await http.post(
+            "/v1/runs", headers=A, json=boss_run([ask("look"), {"echoContext": True}], runId="mine")
+        )
         assert r.status_code == 202, r.text
         r = await http.get("/v1/runs/mine/wait", headers=A, params={"timeout": 30})
         assert r.json()["status"] == "completed", r.text
@@ -212,3 +222,5 @@ async def test_the_api_shows_a_parents_children_and_a_childs_parent_within_its_t
         assert [x["runId"] for x in listed["runs"]] == [kid["runId"]]
         assert (await http.get(f"/v1/runs/{kid['runId']}", headers=B)).status_code == 404  # another tenant's
         assert (await http.get("/v1/runs", headers=B, params={"parentRunId": "mine"})).json()["runs"] == []
+        after = metric_samples(wp.metrics.render().decode())
+        assert [after[(c, ())] for c in counters] == [1, 1]

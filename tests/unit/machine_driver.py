@@ -22,8 +22,14 @@ def config(**kw: Any) -> RunConfig:
             ToolSpec(name="calc"),
             ToolSpec(name="danger"),
             ToolSpec(name="remote"),
-            ToolSpec(name="helper", parameters={"type": "object", "properties": {"task": {"type": "string"}},
-                                                "required": ["task"]}),
+            ToolSpec(
+                name="helper",
+                parameters={
+                    "type": "object",
+                    "properties": {"task": {"type": "string"}},
+                    "required": ["task"],
+                },
+            ),
         ],
         client_tools=["remote"],
         agent_tools={"helper": "h"},
@@ -97,7 +103,9 @@ def in_node(node: str) -> m.RunState:
     if node == m.Phase.AWAITING_TOOLS:
         return go(calling(), calls_reply(("c1", "remote", "{}")))[0]
     if node == m.Phase.AWAITING_CHILDREN:
-        return go(calling(), calls_reply(("c1", "helper", TASK)), m.ChildrenStarted(T0, {"c1": "stream-c1"}))[0]
+        return go(calling(), calls_reply(("c1", "helper", TASK)), m.ChildrenStarted(T0, {"c1": "stream-c1"}))[
+            0
+        ]
     raise AssertionError(node)
 
 
@@ -147,7 +155,9 @@ class Driver:
                 ]
             if out == "agents":  # two sub-agents and a tool in one reply
                 n = cmd.request.model_call_index
-                return [calls_reply((f"g{n}", "helper", TASK), (f"e{n}", "echo", "{}"), (f"h{n}", "helper", TASK))]
+                return [
+                    calls_reply((f"g{n}", "helper", TASK), (f"e{n}", "echo", "{}"), (f"h{n}", "helper", TASK))
+                ]
             if out == "partial":
                 return [m.ModelStreamOpened(T0), failure(partial=True)]
             if out == "cut":  # the stream stopped without a finish_reason

@@ -19,7 +19,10 @@ def test_parallel_sub_agent_calls_start_their_children_at_once_and_park_until_ev
     assert s.node == m.Phase.TOOL_RUNNING and s.running == ["c3"]
     s, cmds = go(s, m.ChildrenStarted(T0, {"c1": "k1", "c2": "k2"}))
     started = [c.payload for c in cmds if isinstance(c, m.Emit) and c.kind == "child_started"]
-    assert [(p["toolCallId"], p["streamKey"], p["agent"]) for p in started] == [("c1", "k1", "h"), ("c2", "k2", "h")]
+    assert [(p["toolCallId"], p["streamKey"], p["agent"]) for p in started] == [
+        ("c1", "k1", "h"),
+        ("c2", "k2", "h"),
+    ]
     assert s.node == m.Phase.TOOL_RUNNING  # the echo call still runs here
     s, cmds = go(s, result("c3"))
     assert s.node == m.Phase.AWAITING_CHILDREN
@@ -27,13 +30,19 @@ def test_parallel_sub_agent_calls_start_their_children_at_once_and_park_until_ev
     assert park.record() == [{"toolCallId": "c1", "name": "helper", "runId": spawn.child_ids["c1"]},
                              {"toolCallId": "c2", "name": "helper", "runId": spawn.child_ids["c2"]}]  # fmt: skip
     s, cmds = go(s, m.Resumed(T0), m.ChildrenEnded(T0, {"c2": child_result("c2", "two")}))
-    assert s.node == m.Phase.AWAITING_CHILDREN and [c.pending[0].id for c in cmds if isinstance(c, m.AwaitChildren)] == ["c1"]
-    s, cmds = go(s, m.Resumed(T0), m.ChildrenEnded(T0, {"c1": child_result("c1", "failed: x", is_error=True)}))
+    assert s.node == m.Phase.AWAITING_CHILDREN and [
+        c.pending[0].id for c in cmds if isinstance(c, m.AwaitChildren)
+    ] == ["c1"]
+    s, cmds = go(
+        s, m.Resumed(T0), m.ChildrenEnded(T0, {"c1": child_result("c1", "failed: x", is_error=True)})
+    )
     assert s.node == m.CALLING
     assert [(t.tool_call_id, t.content) for t in s.transcript if t.role == "tool"] == [
         ("c1", "failed: x"), ("c2", "two"), ("c3", "ok")]  # fmt: skip
     ended = [c.payload for c in cmds if isinstance(c, m.Emit) and c.kind == "child_ended"]
-    assert ended == [{"toolCallId": "c1", "childRunId": spawn.child_ids["c1"], "streamKey": "k1", "isError": True}]
+    assert ended == [
+        {"toolCallId": "c1", "childRunId": spawn.child_ids["c1"], "streamKey": "k1", "isError": True}
+    ]
     assert s.children == {} and s.child_streams == {}
 
 
@@ -58,7 +67,9 @@ def test_a_cycle_is_refused_with_an_error_result() -> None:
     cfg = config(ancestors=["h", "x"])  # "helper" runs agent "h", already an ancestor
     s, cmds = go(calling(cfg), calls_reply(("c1", "helper", TASK)))
     assert not _children(cmds)
-    assert "agent 'h' is already in this run's chain (h -> x -> t -> h): a cycle" in (s.transcript[-1].content or "")
+    assert "agent 'h' is already in this run's chain (h -> x -> t -> h): a cycle" in (
+        s.transcript[-1].content or ""
+    )
 
 
 def test_a_child_that_could_not_be_created_is_an_error_result_and_bad_arguments_start_none() -> None:

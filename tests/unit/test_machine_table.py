@@ -12,8 +12,8 @@ from tests.unit.machine_driver import (
     T0,
     TASK,
     calling,
-    child_result,
     calls_reply,
+    child_result,
     config,
     failure,
     go,
@@ -174,18 +174,26 @@ def events_for(node: str) -> list[tuple[m.Event, m.RunState]]:
             (m.ChildrenStarted(T0, {"c1": "k"}), spawning),
             (m.ChildrenStarted(T0, {"c1": "k"}), only),
             (m.ChildrenStarted(T0, {}, {"c1": "no such profile"}), only),
-            (m.ChildrenStarted(T0, {}, {"c1": "no"}), only.model_copy(update={"config": config(max_iterations=1)})),
+            (
+                m.ChildrenStarted(T0, {}, {"c1": "no"}),
+                only.model_copy(update={"config": config(max_iterations=1)}),
+            ),
             (
                 m.ChildrenStarted(T0, {}, {"c1": "no"}),
                 only.model_copy(
                     update={
-                        "config": config(compaction=config().compaction.model_copy(update={"max_messages": 4})),
+                        "config": config(
+                            compaction=config().compaction.model_copy(update={"max_messages": 4})
+                        ),
                         "transcript": [Message(role="user", content="u")] * 5,
                     }
                 ),
             ),
             (m.Resumed(T0), only),
-            (m.ChildrenStarted(T0, {"c1": "k"}), go(calling(), calls_reply(("c1", "helper", TASK), ("c2", "remote", "{}")))[0]),
+            (
+                m.ChildrenStarted(T0, {"c1": "k"}),
+                go(calling(), calls_reply(("c1", "helper", TASK), ("c2", "remote", "{}")))[0],
+            ),
             (result("c2"), go(spawning, m.ChildrenStarted(T0, {"c1": "k"}))[0]),
             (m.Resumed(T0, {"c2": result("c2").result}), go(spawning, m.ChildrenStarted(T0, {"c1": "k"}))[0]),
         ]
@@ -196,20 +204,31 @@ def events_for(node: str) -> list[tuple[m.Event, m.RunState]]:
             (m.ChildrenEnded(T0, {"c1": child_result("c1")}), s),
             (m.ChildrenEnded(T0, {"c1": child_result("c1")}), two),
             (m.ChildrenEnded(T0, {}), s),
-            (m.ChildrenEnded(T0, {"c1": child_result("c1")}), s.model_copy(update={"config": config(max_iterations=1)})),
+            (
+                m.ChildrenEnded(T0, {"c1": child_result("c1")}),
+                s.model_copy(update={"config": config(max_iterations=1)}),
+            ),
             (
                 m.ChildrenEnded(T0, {"c1": child_result("c1")}),
                 s.model_copy(
                     update={
-                        "config": config(compaction=config().compaction.model_copy(update={"max_messages": 4})),
+                        "config": config(
+                            compaction=config().compaction.model_copy(update={"max_messages": 4})
+                        ),
                         "transcript": [Message(role="user", content="u")] * 5,
                     }
                 ),
             ),
         ]
     if node == m.Phase.AWAITING_TOOLS:
-        both = go(calling(), calls_reply(("c1", "remote", "{}"), ("c2", "helper", TASK)), m.ChildrenStarted(T0, {"c2": "k"}))[0]
-        cases.append((m.ClientResultsReceived(T0, {"c1": result("c1", "from the client", "remote").result}), both))
+        both = go(
+            calling(),
+            calls_reply(("c1", "remote", "{}"), ("c2", "helper", TASK)),
+            m.ChildrenStarted(T0, {"c2": "k"}),
+        )[0]
+        cases.append(
+            (m.ClientResultsReceived(T0, {"c1": result("c1", "from the client", "remote").result}), both)
+        )
     if node == m.Phase.COMPACTING:
         cases += [
             (m.CompactionDone(T0, s.transcript, 0, "overflow"), s),

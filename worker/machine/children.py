@@ -14,7 +14,14 @@ from worker.machine.identity import child_run_id
 from worker.machine.state import RunState
 from worker.machine.steps import up
 
-__all__ = ["children_record", "child_ended_emit", "child_problem", "child_started_emit", "child_task", "start_children"]
+__all__ = [
+    "child_ended_emit",
+    "child_problem",
+    "child_started_emit",
+    "child_task",
+    "children_record",
+    "start_children",
+]
 
 
 def children_record(s: RunState) -> list[dict[str, str]]:

@@ -85,7 +85,7 @@ class RunState(Model):
     client_waiting: dict[str, int] = Field(
         default_factory=dict
     )  # client calls offered: toolCallId -> deadline ms
-    children: dict[str, str] = Field(default_factory=dict)  # sub-agent calls of the round: toolCallId -> child run id
+    children: dict[str, str] = Field(default_factory=dict)  # the round's sub-agent calls -> child run ids
     spawning: list[str] = Field(default_factory=list)  # sub-agent calls whose child is being created now
     child_streams: dict[str, str] = Field(default_factory=dict)  # toolCallId -> the child's stream key
     usage: Usage = Field(default_factory=Usage)

@@ -147,7 +147,9 @@ def begin_tools(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
     s = up(s, phase=Phase.TOOL_RUNNING, call=CallPhase.NONE)
     s, cmds = _offer_client_calls(s, now_ms, cmds)
     agents = s.cfg.agent_tools
-    s, spawn = start_children(s, [c for c in s.round if c.name in agents and _ready(s, c) and c.id not in s.children])
+    s, spawn = start_children(
+        s, [c for c in s.round if c.name in agents and _ready(s, c) and c.id not in s.children]
+    )
     s, cmds = start_tools(s, [*cmds, *spawn])
     if not _busy(s):
         return _after_tools(s, now_ms, cmds)
@@ -243,7 +245,9 @@ def on_children_started(s: RunState, e: ChildrenStarted) -> Decision:
         if c.id not in s.spawning:
             continue
         if c.id in e.failed:
-            res = ToolResult(tool_call_id=c.id, name=c.name, content=f"error: {e.failed[c.id]}", is_error=True)
+            res = ToolResult(
+                tool_call_id=c.id, name=c.name, content=f"error: {e.failed[c.id]}", is_error=True
+            )
             results[c.id] = res
             cmds += tool_result_emits(res, "child_failed")
         elif c.id in e.streams:

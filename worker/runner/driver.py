@@ -55,6 +55,7 @@ from worker.runner import opening
 from worker.runner.commits import Commits
 from worker.runner.effect import EffectContext, FlushDeltas, ToolRecorded
 from worker.runner.effects import start as start_effect
+from worker.runner.parking import Park, ending_error, parking
 from worker.sessions import session_update
 
 __all__ = ["RunDriver"]
@@ -71,14 +72,6 @@ class _Crashed(_Wake):
 
     def __init__(self, exc: BaseException) -> None:
         self.exc = exc
-
-
-def ending_error(result: RunResult) -> str:
-    """The code a listing shows for a run's ending: a failed or aborted run's lastError (a completed
-    run's lastError is a retried error it got past)."""
-    if result.last_error is None or result.status == RunStatus.COMPLETED:
-        return ""
-    return result.last_error.code
 
 
 class RunDriver:
@@ -238,9 +231,7 @@ class RunDriver:
         outbox = Outbox()
         effects: list[machine.Command] = []
         finish: Finish | None = None
-        await_human: AwaitHuman | None = None
-        await_client: AwaitClient | None = None
-        await_children: AwaitChildren | None = None
+        park: Park | None = None
         ts = self.clock.now_ms()
         draining = self.draining
         for c in cmds:
@@ -255,17 +246,13 @@ class RunDriver:
                     effects.append(c)
             elif isinstance(c, Finish):
                 finish = c
-            elif isinstance(c, AwaitHuman):
-                await_human = c
+            elif isinstance(c, AwaitHuman | AwaitClient | AwaitChildren):
+                park = c
             elif isinstance(c, OfferClientCalls):
                 for call in c.calls:
                     rec = ToolRecord.offered(call, c.deadlines[call.id], c.timeout_ms)
                     self.records[call.id] = rec
                     outbox.records.append((call.id, rec.to_json()))
-            elif isinstance(c, AwaitClient):
-                await_client = c
-            elif isinstance(c, AwaitChildren):
-                await_children = c
             else:
                 effects.append(c)
         if recorded is not None:
@@ -284,38 +271,13 @@ class RunDriver:
             self._finished(finish.result)
             await self._hand_off()
             return finish.result.status.value
-        if await_human is not None:
-            await self.out.step(
-                self.state,
-                outbox,
-                status=RunStatus.AWAITING_HUMAN.value,
-                aux=orjson.dumps(await_human.record()),
-                approval_timeout_ms=self.state.cfg.approval_timeout_ms,
-                run_deadline_ms=self._run_deadline_ms(),
-            )
-            obs.awaiting_human(1)
-            return RunStatus.AWAITING_HUMAN.value
-        if await_client is not None:
-            # Parked on no worker; the store puts it back on the queue once every call has a
-            # result or is past its deadline (at once, if the client was quicker than this commit).
-            await self.out.step(
-                self.state,
-                outbox,
-                status=RunStatus.AWAITING_TOOLS.value,
-                aux=orjson.dumps(await_client.record()),
-            )
-            return RunStatus.AWAITING_TOOLS.value
-        if await_children is not None:
-            # Parked on no worker; the last child's ending puts it back on the queue (at once, if
-            # every child ended before this commit). Redis keeps its deadline.
-            await self.out.step(
-                self.state,
-                outbox,
-                status=RunStatus.AWAITING_CHILDREN.value,
-                aux=orjson.dumps(await_children.record()),
-                run_deadline_ms=self._run_deadline_ms(),
-            )
-            return RunStatus.AWAITING_CHILDREN.value
+        if park is not None:  # on no worker until the answer's script puts it back on the queue
+            p = parking(park, self.state, self._run_deadline_ms())
+            await self.out.step(self.state, outbox, status=p.status, aux=p.aux,
+                                approval_timeout_ms=p.approval_timeout_ms, run_deadline_ms=p.run_deadline_ms)  # fmt: skip
+            if isinstance(park, AwaitHuman):
+                obs.awaiting_human(1)
+            return p.status
         if outbox:
             await self.out.step(self.state, outbox)
         if isinstance(ev, ApprovalsDecided):
@@ -343,8 +305,10 @@ class RunDriver:
         children), done now; if it fails, the reconciler does it (the ending marked it)."""
         try:
             done = await asyncio.wait_for(self.store.hand_off(), 10.0)
-        except Exception as exc:  # noqa: BLE001 - the mark stays; the reconciler tries again
-            log.warning("run %s: handing its ending off failed (the reconciler retries): %s", self.run_id, exc)
+        except Exception as exc:
+            log.warning(
+                "run %s: handing its ending off failed (the reconciler retries): %s", self.run_id, exc
+            )
             return
         if done.get("deliver") in ("recorded", "resumed"):
             self.host.observer.children_ended(1)
