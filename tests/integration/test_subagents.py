@@ -224,3 +224,79 @@ async def test_the_api_shows_a_parents_children_and_a_childs_parent_within_its_t
         assert (await http.get("/v1/runs", headers=B, params={"parentRunId": "mine"})).json()["runs"] == []
         after = metric_samples(wp.metrics.render().decode())
         assert [after[(c, ())] for c in counters] == [1, 1]
+
+
+async def test_a_child_ended_from_outside_reaches_its_parked_parent_through_the_reconciler(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    """A queued child aborted by the API ends in a script on its own partition: its result reaches
+    the parent through its ending's mark, delivered by a worker's reconciler sweep."""
+    path = profiles(tmp_path, child_sleep_ms=3000)
+    p = producer_for(redis, redis_url, profiles=path)
+    env = {"AGENTMILL_PROFILES": path, "AGENTMILL_MAX_JOBS": "1", **FAST}
+    w = WorkerProc(redis_url, env=env, log=tmp_path / "w.log").start()
+    try:
+        run = await p.submit(boss_run([ask("first", "second"), {"echoContext": True}]))
+        await until_status(redis, run.run_id, "awaiting_children", within=30)
+        kids = {e.payload["toolCallId"]: e.payload["childRunId"]
+                for e in await stream(redis, run.run_id) if e.kind == "child_started"}  # fmt: skip
+        running = await until_one_running(redis, list(kids.values()))
+        queued = next(k for k in kids.values() if k != running)
+        assert await redis.hget(K.run(queued), "status") == b"queued"  # the one slot is taken
+        assert await p.abort(queued, reason="not needed") == "aborted"
+        done = (await wait_all(p, [run.run_id], 60))[run.run_id]
+    finally:
+        w.stop()
+    assert done.status.value == "completed"
+    results = dict(tool_messages(done.result.final_assistant_message.content))  # type: ignore[union-attr]
+    call = next(c for c, k in kids.items() if k == queued)
+    assert results[call] == f"error: the child run {queued} ended aborted: aborted: not needed"
+    other = next(c for c in kids if c != call)
+    assert [m["content"] for m in orjson.loads(results[other])["messages"] if m["role"] == "user"] == [
+        "first" if other == "c1.0" else "second"]  # fmt: skip
+    events = await stream(redis, run.run_id)
+    assert_clean_stream(events)
+    assert sorted(e.payload["toolCallId"] for e in events if e.kind == "tool_result") == sorted(kids)
+    assert any(e.kind == "error" and e.payload["code"] == "child_failed" for e in events)
+    assert not await redis.hget(K.run(queued), "handoff")  # delivered, and the mark cleared
+    assert await redis.zscore(K.live, queued) is None
+
+
+async def until_one_running(redis: Redis, ids: list[str], within: float = 20.0) -> str:
+    deadline = asyncio.get_running_loop().time() + within
+    while asyncio.get_running_loop().time() < deadline:
+        for i in ids:
+            if await redis.hget(K.run(i), "status") == b"running":
+                return i
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"none of {ids} ran within {within} s")
+
+
+async def test_a_childs_result_is_recorded_once_and_resumes_its_parent_once(
+    redis: Redis, redis_url: str
+) -> None:
+    """child_result.lua against a parked parent: the last open child resumes it, a repeat is a no-op."""
+    from shared.scripts import Scripts
+
+    scripts = Scripts(redis)
+    part = K
+    children_json = orjson.dumps(
+        [{"toolCallId": "c1.0", "runId": "kid-a"}, {"toolCallId": "c1.1", "runId": "kid-b"}]
+    )
+    await redis.hset(K.run("dad"), mapping={"status": "awaiting_children", "gen": 1, "tenant": "default",
+                                            "owner": "", "children": children_json, "createdAt": 1})  # fmt: skip
+
+    async def deliver(call: str, kid: str, content: str) -> str:
+        rec = orjson.dumps({"state": "done", "child": kid,
+                            "result": {"toolCallId": call, "name": "", "content": content, "isError": False}})  # fmt: skip
+        k, a = scripts.frame(part, [part.run("dad"), part.tools("dad")], ["dad", call, kid, rec])
+        return (await scripts.child_result(keys=k, args=a))[0].decode()  # type: ignore[no-any-return]
+
+    assert await deliver("c1.0", "kid-a", "A") == "recorded"
+    assert await redis.hget(K.run("dad"), "status") == b"awaiting_children"
+    assert await deliver("c1.0", "kid-a", "A again") == "duplicate"
+    assert await deliver("c1.1", "kid-b", "B") == "resumed"
+    assert (await redis.hmget(K.run("dad"), ["status", "gen"])) == [b"queued", b"2"]
+    assert await deliver("c1.1", "kid-b", "B") == "duplicate"  # the parent is queued: nothing again
+    assert await redis.hget(K.run("dad"), "gen") == b"2"
+    assert orjson.loads(await redis.hget(K.tools("dad"), "c1.0"))["result"]["content"] == "A"  # type: ignore[arg-type]
