@@ -28,6 +28,7 @@ class RunRecord:
     client_session: str = ""  # the id its client knows its session by, when not session_id
     parent_run_id: str = ""  # a child run's (sub-agent's) parent, and the parent's call it answers
     parent_tool_call_id: str = ""
+    had_children: bool = False  # it started child runs (its run hash has the children field)
 
     @property
     def key(self) -> str:

@@ -38,7 +38,7 @@ __all__ = ["DEFAULT_TENANT", "Producer", "RunRecord", "SubmissionError", "Submit
 
 F = RunField
 _RUN_FIELDS = [F.STATUS, F.TENANT, F.SESSION_ID, F.CREATED_AT, F.LAST_SEQ, F.RESULT, F.APPROVALS, F.ABORT,
-               F.CLIENT_PENDING, F.CLIENT_SESSION, F.PARENT_RUN, F.PARENT_CALL]  # fmt: skip
+               F.CLIENT_PENDING, F.CLIENT_SESSION, F.PARENT_RUN, F.PARENT_CALL, F.CHILDREN]  # fmt: skip
 
 
 class Producer:
@@ -194,11 +194,13 @@ class Producer:
             client_session=h[F.CLIENT_SESSION] or "",
             parent_run_id=h[F.PARENT_RUN] or "",
             parent_tool_call_id=h[F.PARENT_CALL] or "",
+            had_children=h[F.CHILDREN] is not None,
         )
 
     async def children(self, rec: RunRecord) -> list[dict[str, str]]:
-        """The child runs (sub-agents) a run started, oldest first: runId, status, parentToolCallId."""
-        return await child_runs(self.parts, rec.tenant, rec.key)
+        """The child runs (sub-agents) a run started, oldest first: runId, status, parentToolCallId
+        (no round trip for a run that never started one)."""
+        return await child_runs(self.parts, rec.tenant, rec.key) if rec.had_children else []
 
     async def read_events(
         self,
