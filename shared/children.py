@@ -39,7 +39,17 @@ from shared.fields import RunField
 from shared.partitions import Partitions
 from shared.scripts import Scripts, text
 
-__all__ = ["ChildSpec", "Spawned", "cascade", "child_runs", "deliver", "hand_off", "result_record", "spawn"]
+__all__ = [
+    "ChildSpec",
+    "Spawned",
+    "cascade",
+    "child_runs",
+    "deliver",
+    "hand_off",
+    "parent_status",
+    "result_record",
+    "spawn",
+]
 
 F = RunField
 
@@ -183,6 +193,15 @@ async def hand_off(
     if flags:
         await parts.call(part, clear)
     return done
+
+
+async def parent_status(parts: Partitions[Any], part: keys.Partition, run_id: str) -> tuple[str, str]:
+    """A child run's parent id and the parent's status ('' where there is none)."""
+    parent = text(await parts.call(part, lambda c: c.hget(part.run(run_id), F.PARENT_RUN)))
+    ppart = await parts.locate(parent) if parent else None
+    if ppart is None:
+        return parent, ""
+    return parent, text(await parts.call(ppart, lambda c: c.hget(ppart.run(parent), F.STATUS)))
 
 
 async def child_runs(parts: Partitions[Any], tenant: str, parent_id: str) -> list[dict[str, str]]:

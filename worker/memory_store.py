@@ -195,6 +195,9 @@ class MemoryRunStore:
     async def hand_off(self) -> dict[str, str]:
         return {}
 
+    async def parent_status(self) -> tuple[str, str]:
+        return "", ""
+
     async def release(self, gen: int) -> str:
         r = self.run
         if r.epoch != self.epoch:

@@ -129,6 +129,10 @@ class RunStore(Protocol):
         """Create this run's child runs (sub-agents), in its tenant (shared/children.py)."""
         ...
 
+    async def parent_status(self) -> tuple[str, str]:
+        """A child run's parent: its id and its status ('' and '' for a root run, or a parent gone)."""
+        ...
+
     async def hand_off(self) -> dict[str, str]:
         """After the run's ending: its result to its parent, an abort to its children (what the
         ending marked; shared/children.py)."""

@@ -167,6 +167,9 @@ class RedisRunStore:
         return await kids.spawn(self.parts, self.scripts, parent_id=self.run_id, tenant=self.tenant,
                                 lineage=lineage, specs=specs)  # fmt: skip
 
+    async def parent_status(self) -> tuple[str, str]:
+        return await kids.parent_status(self.parts, self.part, self.run_id)
+
     async def hand_off(self) -> dict[str, str]:
         return await kids.hand_off(self.parts, self.scripts, self.part, self.run_id)
 

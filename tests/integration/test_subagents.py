@@ -300,3 +300,28 @@ async def test_a_childs_result_is_recorded_once_and_resumes_its_parent_once(
     assert await deliver("c1.1", "kid-b", "B") == "duplicate"  # the parent is queued: nothing again
     assert await redis.hget(K.run("dad"), "gen") == b"2"
     assert orjson.loads(await redis.hget(K.tools("dad"), "c1.0"))["result"]["content"] == "A"  # type: ignore[arg-type]
+
+
+async def test_a_child_created_after_its_parent_ended_is_aborted_when_it_starts(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    """The creation of a child may land after its parent's ending passed an abort on to its
+    children (an abort while the parent was creating them): the child aborts itself at its start."""
+    from shared.partitions import Partitions
+    from shared.scripts import Scripts
+
+    path = profiles(tmp_path, child_sleep_ms=10)
+    p = producer_for(redis, redis_url, profiles=path)
+    dad = await p.submit(boss_run([{"stall": True}]))
+    assert await p.abort(dad.run_id) == "aborted"  # queued: it ends at once
+    spec = children.ChildSpec("c1.0", "sub_late", "helper", "too late")
+    made = await children.spawn(Partitions.of_client(redis, 1), Scripts(redis), parent_id=dad.run_id,
+                                tenant="default", lineage=b'{"agents": ["boss"], "maxDepth": 3}', specs=[spec])  # fmt: skip
+    assert made["c1.0"].created
+    async with running_worker(redis_url, profiles=path):
+        late = (await wait_all(p, ["sub_late"], 20))["sub_late"]
+    assert late.status.value == "aborted"
+    assert late.result is not None and late.result.last_error is not None
+    assert late.result.last_error.message == f"its parent run {dad.run_id} ended aborted"
+    events = await stream(redis, "sub_late")
+    assert not any(e.kind == "assistant_message" for e in events)  # it did nothing

@@ -181,6 +181,8 @@ class RunDriver:
             # Deltas of a model call that was cut off by a crash: tell readers to drop them.
             self.out.emit(notices.model_call_restarted(self.state.model_call_index, self.out.ckpt_seq))
         self.pending.append(first)
+        if not acq.abort_reason and acq.lineage and acq.checkpoint is None:
+            acq = await opening.orphaned(self.store, acq)  # a child created after its parent ended
         if acq.abort_reason:
             self.abort_reason = acq.abort_reason
             self.pending.append(AbortRequested(now, acq.abort_reason))

@@ -3,9 +3,12 @@ taken over from its checkpoint, and the answers that arrived while it was parked
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import orjson
 
 from agentmill_client.models import RunInput
+from agentmill_client.statuses import TERMINAL
 from shared.settings import Settings
 from shared.tool_records import ToolRecord
 from worker.config import Lineage, resolve_config
@@ -20,9 +23,9 @@ from worker.machine import (
     Started,
     StartRejected,
 )
-from worker.ports import Acquired, Host, ModelPort, ToolPort
+from worker.ports import Acquired, Host, ModelPort, RunStore, ToolPort
 
-__all__ = ["answers", "restore", "resumed", "start"]
+__all__ = ["answers", "orphaned", "restore", "resumed", "start"]
 
 
 def restore(checkpoint: bytes) -> tuple[RunState, int]:
@@ -54,6 +57,15 @@ def start(
     except Exception as exc:  # a bad profile or policy fails the run with a reason
         return StartRejected(now_ms, "configuration", f"agent {run_input.agent!r}: {exc}")
     return Started(now_ms, cfg, list(run_input.input_messages))
+
+
+async def orphaned(store: RunStore, acq: Acquired) -> Acquired:
+    """A child run starting: aborted at once when its parent has ended meanwhile (its creation may
+    land after the parent's ending passed an abort on to its children)."""
+    parent, status = await store.parent_status()
+    if status in TERMINAL:
+        return replace(acq, abort_reason=f"its parent run {parent} ended {status}")
+    return acq
 
 
 def answers(state: RunState, acq: Acquired, records: dict[str, ToolRecord], now_ms: int) -> list[Event]:
