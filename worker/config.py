@@ -124,6 +124,15 @@ def narrow_limits(
     )
 
 
+def _max_depth(profile: AgentProfile, run: RunInput, lineage: Lineage | None) -> int:
+    """The depth limit: a root run's (its profile's, else the default, narrowed by the run), which
+    binds its whole tree; a child's profile may only narrow it further."""
+    own = _narrowest(profile.loop_limits.max_depth, (run.loop_limits or LoopLimits()).max_depth)
+    if lineage is None:
+        return DEFAULT_MAX_DEPTH if own is None else own
+    return lineage.max_depth if own is None else min(own, lineage.max_depth)
+
+
 def resolve_config(
     profile: AgentProfile,
     run: RunInput,
@@ -197,12 +206,5 @@ def resolve_config(
         max_repairs=DEFAULT_MAX_REPAIRS if ll.max_repairs is None else ll.max_repairs,
         agent_tools={t.tool_name: t.agent for t in profile.agent_tools if t.tool_name in names},
         ancestors=list(lineage.agents) if lineage else [],
-        max_depth=min(
-            [lineage.max_depth if lineage else DEFAULT_MAX_DEPTH]
-            + [
-                v
-                for v in (profile.loop_limits.max_depth, (run.loop_limits or LoopLimits()).max_depth)
-                if v is not None
-            ]
-        ),
+        max_depth=_max_depth(profile, run, lineage),
     )

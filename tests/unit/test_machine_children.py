@@ -79,3 +79,22 @@ def test_a_child_that_could_not_be_created_is_an_error_result_and_bad_arguments_
     assert s.node == m.CALLING
     assert [t.content for t in s.transcript if t.role == "tool"] == [
         "error: no profile named 'h'", "error: invalid arguments: arguments: 'task' is a required property"]  # fmt: skip
+
+
+def test_the_depth_limit_is_the_roots_and_a_child_profile_may_only_narrow_it() -> None:
+    from agentmill_client.models import LoopLimits, RunInput
+    from shared.profiles import AgentProfile
+    from worker.config import Lineage, resolve_config
+
+    def depth(profile: int | None, run: int | None, lineage: Lineage | None) -> int:
+        p = AgentProfile(name="x", loop_limits=LoopLimits(max_depth=profile))
+        r = RunInput(input_messages=[{"role": "user", "content": "x"}],  # type: ignore[list-item]
+                     loop_limits=None if run is None else LoopLimits(max_depth=run))  # fmt: skip
+        return resolve_config(p, r, {}, has_session=False, lineage=lineage).max_depth
+
+    assert depth(None, None, None) == 3  # the default
+    assert depth(5, None, None) == 5 and depth(5, 2, None) == 2 and depth(None, 1, None) == 1
+    assert depth(None, None, Lineage(agents=["a"], max_depth=4)) == 4  # the root's binds the child
+    assert (
+        depth(2, None, Lineage(agents=["a"], max_depth=4)) == 2 and depth(6, None, Lineage(max_depth=4)) == 4
+    )
