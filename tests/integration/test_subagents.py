@@ -130,7 +130,7 @@ async def test_a_child_whose_worker_is_killed_resumes_and_answers_its_parent_onc
     assert done.status.value == "completed"
     assert [i for i, _ in tool_messages(done.result.final_assistant_message.content)] == ["c1.0", "c1.1"]  # type: ignore[union-attr]
     for k in kids:
-        assert int(await redis.hget(K.run(k), "crashes") or 0) == 1  # resumed after losing its worker
+        assert int(await redis.hget(K.run(k), "crashes") or 0) >= 1  # resumed after losing its worker
     events = await stream(redis, run.run_id)
     assert_clean_stream(events)
     for call in ("c1.0", "c1.1"):  # exactly one result per child

@@ -96,6 +96,7 @@ class RunDriver:
         self.fenced = False
         self.abort_reason: str | None = None
         self.observed_start = False
+        self.is_child = False  # a sub-agent's run: its ending goes to its parent
 
     # ---- signals from the worker (lease keeper, shutdown) ----
 
@@ -165,6 +166,7 @@ class RunDriver:
         if run_input.session_id:
             logs.run_context.set({**(logs.run_context.get() or {}), "sessionId": run_input.session_id})
         self.fx.hints = dict(run_input.runtime_hints or {})
+        self.is_child = bool(acq.lineage)
         self.records.update(acq.tool_records)
         resumed = acq.checkpoint is not None
         now = self.clock.now_ms()
@@ -271,7 +273,8 @@ class RunDriver:
                 error_code=ending_error(finish.result),
             )
             self._finished(finish.result)
-            await self._hand_off()
+            if self.is_child or self.state.children:  # what the ending owes a parent or children
+                await self._hand_off()
             return finish.result.status.value
         if park is not None:  # on no worker until the answer's script puts it back on the queue
             p = parking(park, self.state, self._run_deadline_ms())
