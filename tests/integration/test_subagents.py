@@ -13,6 +13,7 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
+from agentmill_client.models import ClientToolResult
 from shared import children
 from tests.integration.api_support import A, B, api
 from tests.integration.api_support import settings as api_settings
@@ -43,7 +44,8 @@ def profiles(tmp_path: Path, child_sleep_ms: int = 300) -> str:
     middle = {"name": "middle", "agentTools": [{"agent": "helper", "name": "ask_helper"}],
               "provider": {**scripted, "script": [
                   {"toolCalls": [{"name": "ask_helper", "arguments": {"task": "deeper"}}]}, {"text": "middle done"}]}}  # fmt: skip
-    boss = {"name": "boss", "provider": scripted,
+    lookup = {"name": "lookup", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}
+    boss = {"name": "boss", "provider": scripted, "clientTools": [lookup],
             "agentTools": [{"agent": "helper", "name": "ask_helper", "description": "a helper"},
                            {"agent": "boss", "name": "ask_boss"}, {"agent": "middle", "name": "ask_middle"}]}  # fmt: skip
     path = tmp_path / "profiles.json"
@@ -325,3 +327,46 @@ async def test_a_child_created_after_its_parent_ended_is_aborted_when_it_starts(
     assert late.result.last_error.message == f"its parent run {dad.run_id} ended aborted"
     events = await stream(redis, "sub_late")
     assert not any(e.kind == "assistant_message" for e in events)  # it did nothing
+
+
+async def test_a_round_of_a_client_call_and_a_child_waits_for_both(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    """The child ends while its parent waits for the client: its result waits in the tools hash; the
+    client's result resumes the parent, which parks for its children and is put back at once."""
+    path = profiles(tmp_path, child_sleep_ms=10)
+    p = producer_for(redis, redis_url, profiles=path)
+    mixed = {"toolCalls": [{"name": "lookup", "arguments": {"q": "ACME"}},
+                           {"name": "ask_helper", "arguments": {"task": "meanwhile"}}]}  # fmt: skip
+    async with running_worker(redis_url, profiles=path, reconcile_ms=200):
+        run = await p.submit(boss_run([mixed, {"echoContext": True}]))
+        await until_status(redis, run.run_id, "awaiting_tools", within=20)
+        (kid,) = [
+            e.payload["childRunId"] for e in await stream(redis, run.run_id) if e.kind == "child_started"
+        ]
+        await wait_all(p, [kid], 20)
+        rec = await until_recorded(redis, run.run_id, "c1.1")
+        assert rec["child"] == kid and (await redis.hget(K.run(run.run_id), "status")) == b"awaiting_tools"
+        verdict, _, _ = await p.post_tool_results(
+            run.run_id, [ClientToolResult(tool_call_id="c1.0", content="ACME: 12 open orders")]
+        )
+        assert verdict == "resumed"
+        done = (await wait_all(p, [run.run_id], 30))[run.run_id]
+    assert done.status.value == "completed"
+    results = tool_messages(done.result.final_assistant_message.content)  # type: ignore[union-attr]
+    assert results[0] == ("c1.0", "ACME: 12 open orders") and results[1][0] == "c1.1"
+    assert [m["content"] for m in orjson.loads(results[1][1])["messages"] if m["role"] == "user"] == [
+        "meanwhile"
+    ]
+    statuses = [e.payload["status"] for e in await stream(redis, run.run_id) if e.kind == "status"]
+    assert statuses.index("awaiting_tools") < statuses.index("awaiting_children")
+
+
+async def until_recorded(redis: Redis, run_id: str, call: str, within: float = 20.0) -> dict[str, Any]:
+    deadline = asyncio.get_running_loop().time() + within
+    while asyncio.get_running_loop().time() < deadline:
+        raw = await redis.hget(K.tools(run_id), call)
+        if raw and orjson.loads(raw).get("state") == "done":
+            return dict(orjson.loads(raw))
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no result recorded for {run_id}/{call} within {within} s")
