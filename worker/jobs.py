@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import os
@@ -236,6 +237,11 @@ class WorkerProcess:
             asyncio.create_task(self._reconciler()),
             asyncio.create_task(report.run_forever()),
         ]
+        if s.schedules:  # the schedules' firing loop; failpoint after_schedule_fire: after a firing's run
+            from producer.schedules.firer import fire_forever
+
+            hit = functools.partial(failpoints.hit, "after_schedule_fire")
+            self._bg.append(asyncio.create_task(fire_forever(self.deps.parts, s, self.profiles, hit)))
         if self.health is not None:
             self.health.ready = True
         self.main = asyncio.create_task(self.worker.main())
