@@ -5,11 +5,15 @@ API processes, an every-second cron, a firer SIGKILLed mid-firing) is tests/inte
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
 import httpx
+import orjson
 import pytest
 from redis.asyncio import Redis
 
@@ -191,3 +195,35 @@ async def test_a_claimed_firing_whose_firer_died_is_made_once_the_claim_expires(
     await asyncio.sleep(0.9)
     assert await Firer(p).fire_due() >= 1  # the claim expired: made, with what came due since
     assert run_id_of("tick", fire) in await _runs(redis, "tick")
+
+
+def _cli(redis_url: str, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "producer.cli", "schedule", *args], input=stdin, capture_output=True,
+        env={**os.environ, "REDIS_URL": redis_url}, timeout=60, check=False,
+    )  # fmt: skip
+
+
+async def test_the_cli_manages_schedules_through_the_api_and_straight_on_redis(redis_url: str) -> None:
+    template = orjson.dumps(body())
+    async with api(settings(redis_url, schedules=False)) as url:
+        via_api = ["--api", url, "--token", "tok-a"]
+        made = await asyncio.to_thread(
+            _cli, redis_url, "create", "-", "--id", "hourly", "--cron", "0 * * * *", *via_api, stdin=template
+        )
+        assert made.returncode == 0, made.stderr
+        assert b'"scheduleId": "hourly"' in made.stdout and made.stdout.count(b"next: ") == 5
+        shown = await asyncio.to_thread(_cli, redis_url, "get", "hourly", "--next", "2", *via_api)
+        assert shown.returncode == 0 and shown.stdout.count(b"next: ") == 2, shown
+        other = await asyncio.to_thread(_cli, redis_url, "get", "hourly", "--api", url, "--token", "tok-b")
+        assert other.returncode == 2 and b"no schedule hourly" in other.stderr, other
+        # Straight on Redis, as tenant-a: the same schedule.
+        direct = ["--tenant", "tenant-a"]
+        paused = await asyncio.to_thread(_cli, redis_url, "pause", "hourly", *direct)
+        assert paused.returncode == 0 and paused.stdout.strip() == b"paused", paused
+        listed = await asyncio.to_thread(_cli, redis_url, "list", *via_api)
+        assert listed.returncode == 0 and b"hourly  '0 * * * *' UTC  paused" in listed.stdout, listed
+        gone = await asyncio.to_thread(_cli, redis_url, "delete", "hourly", *via_api)
+        assert gone.returncode == 0 and gone.stdout.strip() == b"deleted", gone
+        again = await asyncio.to_thread(_cli, redis_url, "delete", "hourly", *direct)
+        assert again.returncode == 2, again
