@@ -60,6 +60,8 @@ class Firer:
                 await self.fire_due()
             except (RedisError, OSError) as exc:
                 log.warning("schedules: a look for due schedules failed: %s", exc)
+            except Exception:  # a bug must not end this process's firing for good
+                log.exception("schedules: a look for due schedules failed")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), every * random.uniform(0.8, 1.2))
 

@@ -20,6 +20,7 @@ from redis.asyncio import Redis
 from agentmill_client import AsyncClient
 from agentmill_client.errors import ApiError
 from agentmill_client.schedules import ScheduleInput
+from producer.listing import Catalog, RunFilter
 from producer.schedules.firer import Firer
 from producer.schedules.store import ScheduleStore, run_id_of
 from shared import keys
@@ -227,3 +228,28 @@ async def test_the_cli_manages_schedules_through_the_api_and_straight_on_redis(r
         assert gone.returncode == 0 and gone.stdout.strip() == b"deleted", gone
         again = await asyncio.to_thread(_cli, redis_url, "delete", "hourly", *direct)
         assert again.returncode == 2, again
+
+
+async def test_schedules_live_at_their_homes_and_one_look_fires_every_partitions(
+    redis: Redis, redis_url: str
+) -> None:
+    p = producer_for(redis, redis_url, partitions=4)
+    store = ScheduleStore(p)
+    ids = [f"s{i}" for i in range(8)]
+    homes = {sid: store.where(sid, "tenant-a")[1] for sid in ids}
+    assert len({h.index for h in homes.values()}) > 1
+    for sid in ids:
+        await store.create(ScheduleInput(scheduleId=sid, cron="* * * * * *", input=body()), "tenant-a", sid)
+        key, home = store.where(sid, "tenant-a")
+        assert await redis.hget(home.schedule(key), ScheduleField.CLIENT_ID) == sid.encode()
+        assert await redis.zscore(home.schedule_index("tenant-a"), key) is not None
+        await redis.zadd(home.schedules_due, {key: 0})  # due now
+        await redis.hset(home.schedule(key), ScheduleField.NEXT_FIRE, 0)
+    assert await Firer(p).fire_due() == 8  # one run each: overlap skip while it is queued
+    assert sorted(v.scheduleId for v in (await store.list("tenant-a"))[0]) == ids
+    for sid in ids:
+        view = await store.get(sid, "tenant-a")
+        assert view is not None and view.fired == 1 and view.lastRunId is not None
+        assert (await p.get(view.lastRunId, tenant="tenant-a")) is not None
+        listed, _ = await Catalog(p).list_runs("tenant-a", RunFilter(metadata=(f"schedule={sid}",)))
+        assert [r["runId"] for r in listed] == [view.lastRunId]  # its runs carry its id in their metadata
