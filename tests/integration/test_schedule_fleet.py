@@ -84,6 +84,8 @@ async def _fleet(redis: Redis, redis_url: str, tmp_path: Path, seconds: int) -> 
         window = [run_id_of("tick", t) for t in range(first, paused_at + 1, 1000)]
         assert not set(runs) - set(window), sorted(set(runs) - set(window))  # none outside, none doubled
         missing = [r for r in window if r not in runs]
+        print(f"\nschedule fleet, {seconds} s: {len(window)} firings in the window, {len(runs)} runs, "
+              f"{len(missing)} missing at the edge, 0 outside the window or doubled")  # fmt: skip
         assert missing in ([], window[-1:]), missing  # only the firing due as the pause came may be missing
         assert seconds - 1 <= len(runs) <= seconds + 2, (len(runs), seconds)
         view = await store.get("tick", "default")
