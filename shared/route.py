@@ -82,16 +82,29 @@ class Sending:
     def add(self, part: Partition, command: Command, script: AsyncScript | None = None) -> int:
         """Queue ``command`` (with the script it runs, if any: loaded on NOSCRIPT); its index."""
         i = len(self.items)
-        self.items.append((part, command, script))
-        client = self.nodes.client(part)
-        self._clients[id(client)] = client
-        self._queued.setdefault(id(client), []).append(i)
+        self.add_all([(part, command, script)])
         return i
 
     def add_script(
         self, part: Partition, script: AsyncScript, keys: Sequence[Any], args: Sequence[Any]
     ) -> int:
         return self.add(part, ("EVALSHA", script.sha, len(keys), *keys, *args), script)
+
+    def add_all(self, items: Sequence[tuple[Partition, Command, AsyncScript | None]]) -> None:
+        """Queue many commands at once (the worker's turn of commits: one grouping, not one per call)."""
+        if not items:
+            return
+        base = len(self.items)
+        self.items.extend(items)
+        if self.nodes.single:  # one node: no grouping
+            client = self.nodes.client(items[0][0])
+            self._clients[id(client)] = client
+            self._queued.setdefault(id(client), []).extend(range(base, base + len(items)))
+            return
+        for i, (part, _, _) in enumerate(items, base):
+            client = self.nodes.client(part)
+            self._clients[id(client)] = client
+            self._queued.setdefault(id(client), []).append(i)
 
     async def flush(self) -> None:
         """Write what was added on a connection per node, replies left to ``replies()``."""
@@ -130,26 +143,36 @@ class Sending:
     async def replies(self) -> list[Any]:
         """Every command's reply (an error reply is its own reply; a redirection, NOSCRIPT or a node
         that stays unreachable until the deadline gives the last error). The connections go back."""
+        if not self._written and len(self._queued) == 1:  # one node, nothing written yet: in order
+            node, idx = next(iter(self._queued.items()))
+            out = await self._round_trip(self._clients[node], idx, None)
+        else:
+            out = await self._each_node()
+        self._queued.clear()
+        again = self._resend + [
+            i for i, r in enumerate(out) if isinstance(r, BaseException) and _resendable(r)
+        ]
+        if again:
+            await self._again(sorted(again), out)
+        return out
+
+    async def _each_node(self) -> list[Any]:
         out: list[Any] = [None] * len(self.items)
         if self._written:  # a connection is held per node written to: the rest goes the same way
             await self.flush()
+        work = [
+            *(self._read(node, idx, out) for node, idx in self._written.items()),
+            *(self._round_trip(self._clients[node], idx, out) for node, idx in self._queued.items() if idx),
+        ]
         try:
-            await asyncio.gather(
-                *(self._read(node, idx, out) for node, idx in self._written.items()),
-                *(
-                    self._round_trip(self._clients[node], idx, out)
-                    for node, idx in self._queued.items()
-                    if idx
-                ),
-            )
+            if len(work) == 1:
+                await work[0]  # one node: no task to make
+            else:
+                await asyncio.gather(*work)
         except BaseException:
             await self.aclose()  # cancelled: a connection may hold replies unread
             raise
         await self._release()
-        self._queued.clear()
-        again = self._resend + [i for i, r in enumerate(out) if _resendable(r)]
-        if again:
-            await self._again(sorted(again), out)
         return out
 
     async def _read(self, node: int, idx: list[int], out: list[Any]) -> None:
@@ -175,17 +198,26 @@ class Sending:
             await self._drop(node)  # cancelled mid-read: no reply may stay unread on a pooled one
             raise
 
-    async def _round_trip(self, client: Any, idx: list[int], out: list[Any]) -> None:
-        await self._preload(client, idx)
-        commands = [self.items[i][1] for i in idx]
+    async def _round_trip(self, client: Any, idx: list[int], out: list[Any] | None) -> list[Any]:
+        """``idx`` in one round trip to ``client`` (its replies put in ``out``, or, with ``out``
+        None, the replies in order: ``idx`` is then every item)."""
+        if self.loaded is not None:
+            await self._preload(client, idx)
+        items = self.items
+        commands = [items[i][1] for i in idx]
         self.round_trips += 1
         self.commands_sent += len(idx)
         try:
             replies = await pipelined(client, [*commands, self.wait] if self.wait else commands)
         except _DOWN as exc:
             replies = [exc] * len(idx)
-        for i, r in zip(idx, replies, strict=False):  # WAIT's count, last, is dropped
+        if self.wait and len(replies) > len(idx):
+            replies.pop()  # WAIT's count of replicas: best effort
+        if out is None:
+            return replies
+        for i, r in zip(idx, replies, strict=True):
             out[i] = r
+        return out
 
     async def _again(self, idx: list[int], out: list[Any]) -> None:
         """Send ``idx`` again: NOSCRIPT after loading the script on that node (once), a redirection

@@ -86,8 +86,12 @@ class ScriptBatcher:
         out = self.parts.sending(
             deadline_s=deadline_s, wait_replicas=self.wait_replicas, wait_timeout_ms=self.wait_timeout_ms
         )
-        for part, script, keys, args, _ in batch:
-            out.add_script(part, script, keys, args)
+        out.add_all(
+            [
+                (part, ("EVALSHA", script.sha, len(keys), *keys, *args), script)
+                for part, script, keys, args, _ in batch
+            ]
+        )
         try:
             replies = await out.replies()
         except BaseException as exc:

@@ -37,7 +37,9 @@ def test_no_runtime_module_holds_a_partition_client_or_a_pooled_connection() -> 
             for m in re.finditer(r"\.client\([^)]*\)", code):
                 if not ANCHORED.search(m.group(0)) and "parts" in code:
                     found.append(f"{rel}:{n}: {line.strip()}")
-    assert found == [], "reach a partition through Partitions (call/pipelined/each/sending):\n" + "\n".join(found)
+    assert found == [], "reach a partition through Partitions (call/pipelined/each/sending):\n" + "\n".join(
+        found
+    )
 
 
 def test_the_rule_sees_a_bypass() -> None:
