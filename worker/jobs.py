@@ -105,6 +105,7 @@ class WorkerProcess:
         self.metrics = MetricsObserver(
             tools={t for p in self.profiles.values() for t in p.tool_names()},
             models={(p.name, p.provider.model_name) for p in self.profiles.values()},
+            mcp_servers={s.name for p in self.profiles.values() for s in p.mcp_servers},
         )
         self.observer = observer or self.metrics
         self.health: HealthServer | None = None
