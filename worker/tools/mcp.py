@@ -37,11 +37,12 @@ from shared.profiles import MCP_SEP, McpServerConfig
 from worker.tools.base import ToolContext, ToolError, ToolOutcome
 from worker.tools.mcp_transport import McpConfigError, expand_headers
 
-__all__ = ["MAX_PAGES", "McpServer", "McpTool", "exposed_name", "render"]
+__all__ = ["FAILED_LISTING_S", "MAX_PAGES", "McpServer", "McpTool", "exposed_name", "render"]
 
 log = logging.getLogger("agentmill.mcp")
 
 MAX_PAGES = 20  # tools/list pages read per listing
+FAILED_LISTING_S = 5.0  # a listing that failed is asked for again after this (or toolsTtlS if shorter)
 _NAME_OK = re.compile(r"[^A-Za-z0-9_-]")
 _MAX_NAME = 64  # what OpenAI-compatible providers take as a function name
 McpObserver = Callable[[str, str, float], None]  # (server, outcome ok|error|failed, seconds)
@@ -181,6 +182,8 @@ class McpServer:
                     raise
                 log.warning("MCP server %s (%s): tools/list failed: %s: %s; serving %d tools listed before",
                             self.cfg.name, self.cfg.url, type(leaf).__name__, leaf, len(self.tools))  # fmt: skip
+                # Asked again after FAILED_LISTING_S (not at every run start while the server is down).
+                self.listed_at = self.clock() - max(0.0, self.cfg.tools_ttl_s - FAILED_LISTING_S)
             return self.tools
 
     async def _list(self) -> dict[str, McpTool]:
