@@ -7,6 +7,7 @@ Idempotency-Key) and runs on real workers: listing and calling, the key on the H
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from tests.integration.helpers import (
     until_status,
     wait_all,
 )
+from tests.support import mcp_transcript as transcript
 from tests.support.mcp_server import calls, counts, mcp_server
 from tests.support.procs import WorkerProc
 
@@ -199,3 +201,14 @@ async def test_sigkill_mid_call_sends_it_again_with_the_same_key_and_never_a_rec
     assert results(events)["srv__slow"] == (False, "waited 2500 ms")
     again = [e.payload for e in events if e.kind == "status" and e.payload.get("status") == "tool_reexecuted"]
     assert [a["name"] for a in again] == ["srv__slow"]
+
+
+async def test_the_recorded_transcript_is_what_the_live_server_exchanges(tmp_path: Path) -> None:
+    """tests/data/mcp/transcript.json (replayed in CI by tests/unit/test_mcp_replay.py) holds the
+    requests the worker sends the live server now; AGENTMILL_RECORD=1 writes it anew."""
+    with mcp_server(tmp_path) as srv:
+        live = await transcript.record(srv.url)
+    if os.environ.get("AGENTMILL_RECORD") == "1":
+        transcript.save(live)
+    assert [transcript.shape(e) for e in live] == [transcript.shape(e) for e in transcript.load()]
+    assert [e["status"] for e in live] == [e["status"] for e in transcript.load()]

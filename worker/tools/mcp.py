@@ -29,7 +29,7 @@ import orjson
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolResult, DiscoverResult, RequestParamsMeta
+from mcp_types import CallToolResult, DiscoverResult, ListToolsResult, RequestParamsMeta
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from shared.netguard import BlockedAddressError, ResponseTooLargeError
@@ -132,6 +132,7 @@ class McpServer:
         self._listing = asyncio.Lock()
         self._slots = asyncio.Semaphore(cfg.max_concurrent) if cfg.max_concurrent else None
         self._discover: tuple[str, DiscoverResult] | None = None  # the modern version found, pinned
+        self._pages: list[ListToolsResult] = []  # the last listing as the server sent it
 
     def stale(self) -> None:
         """Forget the listing's age: the next ``list`` asks the server (tools/list_changed)."""
@@ -189,10 +190,12 @@ class McpServer:
     async def _list(self) -> dict[str, McpTool]:
         allow = None if self.cfg.allow_tools is None else set(self.cfg.allow_tools)
         out: dict[str, McpTool] = {}
+        pages: list[ListToolsResult] = []
         async with self._connect({}) as client:
             cursor: str | None = None
             for _ in range(MAX_PAGES):
                 page = await client.list_tools(cursor=cursor)
+                pages.append(page)
                 for t in page.tools:
                     if allow is not None and t.name not in allow:
                         continue
@@ -205,7 +208,16 @@ class McpServer:
                 cursor = page.next_cursor
                 if cursor is None:
                     break
+        self._pages = pages
         return out
+
+    def _prime(self, client: Client) -> None:
+        """Give a new connection the listing this worker holds, as if it had listed itself: the SDK
+        checks a result against the tool's output schema and mirrors ``x-mcp-header`` arguments
+        into headers from it, and would otherwise list the tools again before every call's answer."""
+        absorb = getattr(client.session, "_absorb_tool_listing", None)
+        for page in self._pages if callable(absorb) else ():
+            absorb(page.model_copy(deep=True), complete=len(self._pages) == 1)
 
     def tool_for(self, exposed: str) -> McpTool | None:
         """The tool behind an exposed name: from the listing, else (a run resumed on a worker that
@@ -235,6 +247,7 @@ class McpServer:
         extra = {"Idempotency-Key": ctx.idempotency_key, "Agentmill-Fencing-Token": str(ctx.fencing_token)}
         try:
             async with self._connect(extra) as client:
+                self._prime(client)
                 return await client.call_tool(
                     remote, args, read_timeout_seconds=self.cfg.timeout_s,
                     meta=RequestParamsMeta(idempotencyKey=ctx.idempotency_key),  # type: ignore[typeddict-unknown-key]
