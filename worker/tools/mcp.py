@@ -216,7 +216,9 @@ class McpServer:
         checks a result against the tool's output schema and mirrors ``x-mcp-header`` arguments
         into headers from it, and would otherwise list the tools again before every call's answer."""
         absorb = getattr(client.session, "_absorb_tool_listing", None)
-        for page in self._pages if callable(absorb) else ():
+        if not callable(absorb):  # a later SDK without it: the SDK lists the tools itself
+            return
+        for page in self._pages:
             absorb(page.model_copy(deep=True), complete=len(self._pages) == 1)
 
     def tool_for(self, exposed: str) -> McpTool | None:
