@@ -16,7 +16,9 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from shared.profiles import load_profiles
+from agentmill_client.models import ToolCall
+from shared.netguard import guarded_client
+from shared.profiles import AgentProfile, McpServerConfig, load_profiles
 from tests.integration.helpers import (
     assert_clean_stream,
     metric_samples,
@@ -30,6 +32,8 @@ from tests.integration.helpers import (
 from tests.support import mcp_transcript as transcript
 from tests.support.mcp_server import calls, counts, mcp_server
 from tests.support.procs import WorkerProc
+from worker.tools.base import ToolContext
+from worker.tools.registry import Toolbox
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -212,3 +216,25 @@ async def test_the_recorded_transcript_is_what_the_live_server_exchanges(tmp_pat
         transcript.save(live)
     assert [transcript.shape(e) for e in live] == [transcript.shape(e) for e in transcript.load()]
     assert [e["status"] for e in live] == [e["status"] for e in transcript.load()]
+
+
+async def test_tools_list_changed_makes_the_workers_listing_stale_at_once(tmp_path: Path) -> None:
+    """The server's tools/list_changed (a subscriptions/listen stream) is heard by the worker, which
+    lists the tools again at the next run's start although the listing's TTL (an hour) is not over."""
+    with mcp_server(tmp_path) as srv:
+        http = guarded_client()
+        box = Toolbox(http, watch=True)
+        prof = AgentProfile(name="p", mcp_servers=[
+            McpServerConfig(name="srv", url=srv.url, allow_hosts=["127.0.0.1"], tools_ttl_s=3600)])  # fmt: skip
+        try:
+            assert "srv__extra" not in await box.specs(prof)
+            ctx = ToolContext("run_g", None, "c1.0", "run_g:c1.0", 1)
+            res = await box.execute(prof, ToolCall(id="c1.0", name="srv__grow", arguments="{}"), ctx)
+            assert res.content == "grown", res
+            deadline = time.monotonic() + 20
+            while "srv__extra" not in await box.specs(prof):
+                assert time.monotonic() < deadline, "the worker did not hear tools/list_changed"
+                await asyncio.sleep(0.1)
+        finally:
+            await box.aclose()
+            await http.aclose()

@@ -133,6 +133,19 @@ def main(port: int, calls_file: str) -> None:
         note(ctx, "hidden")
         return "you should not see this"
 
+    @srv.tool()
+    async def grow(ctx: Context) -> str:
+        """Adds the tool extra and tells the listeners (tools/list_changed)."""
+        note(ctx, "grow")
+
+        def extra() -> str:
+            """Added by grow."""
+            return "extra"
+
+        srv.add_tool(extra, name="extra")
+        await ctx.notify_tools_changed()
+        return "grown"
+
     srv.run("streamable-http", host="127.0.0.1", port=port)
 
 

@@ -3,7 +3,8 @@ streamable HTTP.
 
 One ``McpServer`` per profile and server on a worker: it lists the server's tools (kept for
 ``toolsTtlS``; a failed listing serves the last one it had), offers each allowed one as an
-``McpTool`` named ``<server>__<tool>`` with the server's input schema, and sends ``tools/call``
+``McpTool`` named ``<server>__<tool>`` with the server's input schema (a server that sends
+tools/list_changed makes the listing stale at once), and sends ``tools/call``
 with ``Idempotency-Key: <runId>:<toolCallId>`` (and ``Agentmill-Fencing-Token``) on the HTTP
 request and ``_meta.idempotencyKey`` in the call's params, the same key every time the call is
 sent again. Each operation is a connection of its own (at the 2026-07-28 revision one POST, the
@@ -122,6 +123,7 @@ class McpServer:
         *,
         observe: McpObserver | None = None,
         clock: Callable[[], float] = time.monotonic,
+        watch: bool = False,
     ) -> None:
         self.cfg = cfg
         self.transport = transport
@@ -133,15 +135,60 @@ class McpServer:
         self._slots = asyncio.Semaphore(cfg.max_concurrent) if cfg.max_concurrent else None
         self._discover: tuple[str, DiscoverResult] | None = None  # the modern version found, pinned
         self._pages: list[ListToolsResult] = []  # the last listing as the server sent it
+        self._watcher: asyncio.Task[None] | None = None
+        self.watching = watch
 
     def stale(self) -> None:
         """Forget the listing's age: the next ``list`` asks the server (tools/list_changed)."""
         self.listed_at = None
 
+    def watch(self) -> None:
+        """Listen for the server's tools/list_changed (2026-07-28 ``subscriptions/listen``) and make
+        the listing stale on each; started after the first listing, when the server says it sends
+        them. Owned here: ``aclose`` cancels it."""
+        if self._watcher is None and self._lists_changes():
+            self._watcher = asyncio.create_task(self._watch(), name=f"mcp-watch-{self.cfg.name}")
+
+    def _lists_changes(self) -> bool:
+        found = self._discover[1] if self._discover is not None else None
+        tools = found.capabilities.tools if found is not None else None
+        return bool(tools is not None and tools.list_changed)
+
+    async def _watch(self) -> None:
+        delay = 1.0
+        while True:
+            try:
+                async with (
+                    self._connect({}, stream=True) as client,
+                    client.listen(tools_list_changed=True) as sub,
+                ):
+                    delay = 1.0
+                    async for _ in sub:
+                        log.info("MCP server %s: tools/list_changed", self.cfg.name)
+                        self.stale()
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:
+                if isinstance(_leaf(exc), asyncio.CancelledError):
+                    raise
+                log.debug("MCP server %s: listen stream ended: %r", self.cfg.name, _leaf(exc))
+            self.stale()  # a change may have come while the stream was down
+            await asyncio.sleep(delay)
+            delay = min(60.0, delay * 2)
+
+    async def aclose(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(BaseException):
+                await self._watcher
+            self._watcher = None
+
     @contextlib.asynccontextmanager
-    async def _connect(self, extra: dict[str, str]) -> AsyncIterator[Client]:
+    async def _connect(self, extra: dict[str, str], *, stream: bool = False) -> AsyncIterator[Client]:
+        """A connection for one operation (``stream``: a listen stream, no read timeout)."""
         headers = {**expand_headers(self.cfg.headers), **extra}
-        timeout = httpx2.Timeout(self.cfg.timeout_s, connect=min(10.0, self.cfg.timeout_s))
+        connect_s = min(10.0, self.cfg.timeout_s)
+        timeout = httpx2.Timeout(None if stream else self.cfg.timeout_s, connect=connect_s)
         async with httpx2.AsyncClient(
             transport=self.transport, headers=headers, timeout=timeout, trust_env=False
         ) as http:
@@ -173,6 +220,8 @@ class McpServer:
             try:
                 self.tools = await self._list()
                 self.listed_at = self.clock()
+                if self.watching:
+                    self.watch()
             except asyncio.CancelledError:
                 raise
             except McpConfigError:

@@ -177,8 +177,10 @@ class Toolbox:
         *,
         mcp: Callable[[McpServerConfig], McpServer] | None = None,
         on_mcp_call: Callable[[str, str, float], None] | None = None,
+        watch: bool = False,
     ) -> None:
         self.http = http
+        self.watch = watch  # listen for tools/list_changed (the worker's; aclose stops it)
         self.on_mcp_call = on_mcp_call
         self.mcp = mcp or self._mcp_server
         self._tools: dict[str, ProfileTools] = {}
@@ -190,7 +192,7 @@ class Toolbox:
         if self.http is None:
             raise ValueError("MCP servers need the worker's HTTP client")
         transport = GuardedMcpTransport(self.http, allow_hosts=cfg.allow_hosts)
-        return McpServer(cfg, transport, observe=self.on_mcp_call)
+        return McpServer(cfg, transport, observe=self.on_mcp_call, watch=self.watch)
 
     def _of(self, profile: AgentProfile) -> ProfileTools:
         t = self._tools.get(profile.name)
@@ -200,6 +202,12 @@ class Toolbox:
 
     async def specs(self, profile: AgentProfile) -> dict[str, ToolSpec]:
         return await self._of(profile).all_specs()
+
+    async def aclose(self) -> None:
+        """Stops the MCP servers' listen streams."""
+        for tools in self._tools.values():
+            for server in tools.servers.values():
+                await server.aclose()
 
     async def execute(
         self,
