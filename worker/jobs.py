@@ -117,6 +117,9 @@ class WorkerProcess:
         s = self.settings
         self.lease = WorkerLease(s.lease_ms, lease_margin_ms(s))
         self.incarnation = 1
+        if any(p.mcp_servers for p in self.profiles.values()):
+            # The mcp SDK takes seconds to import: now, not on the event loop of a worker holding runs.
+            import worker.tools.mcp  # noqa: F401
         settle_gc()
 
     async def run(self) -> None:

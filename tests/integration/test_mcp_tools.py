@@ -179,7 +179,7 @@ async def test_sigkill_mid_call_sends_it_again_with_the_same_key_and_never_a_rec
         script = [{"toolCalls": [call("srv__add", a=20, b=22)]}, {"toolCalls": [call("srv__slow", ms=2500)]},
                   {"text": "done"}]  # fmt: skip
         rid = (await p.submit(mcp_run(script))).run_id  # type: ignore[union-attr]
-        victim = WorkerProc(redis_url, env=env).start()
+        victim = WorkerProc(redis_url, env=env, log=tmp_path / "victim.log").start()
         try:
             deadline = time.monotonic() + 40
             while not any(c["tool"] == "slow" for c in calls(srv.calls_file)):

@@ -35,6 +35,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from shared.netguard import BlockedAddressError, ResponseTooLargeError
 from shared.profiles import MCP_SEP, McpServerConfig
+from worker.lease import LeaseExpiredError
 from worker.tools.base import ToolContext, ToolError, ToolOutcome
 from worker.tools.mcp_transport import McpConfigError, expand_headers
 
@@ -228,8 +229,8 @@ class McpServer:
                 raise
             except BaseException as exc:
                 leaf = _leaf(exc)
-                if isinstance(leaf, asyncio.CancelledError):
-                    raise
+                if isinstance(leaf, asyncio.CancelledError | LeaseExpiredError):
+                    raise leaf from None
                 log.warning("MCP server %s (%s): tools/list failed: %s: %s; serving %d tools listed before",
                             self.cfg.name, self.cfg.url, type(leaf).__name__, leaf, len(self.tools))  # fmt: skip
                 # Asked again after FAILED_LISTING_S (not at every run start while the server is down).
@@ -311,8 +312,8 @@ class McpServer:
 
 def _failure(name: str, exc: BaseException) -> BaseException:
     """A failed tools/call as a ToolError: retryable when the server may answer next time."""
-    if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit):
-        return exc
+    if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit | LeaseExpiredError):
+        return exc  # not the tool's failure: the run stops (a lapsed lease writes nothing)
     if isinstance(exc, McpConfigError):
         return ToolError(f"{name}: {exc}")
     if isinstance(exc, BlockedAddressError):
