@@ -238,3 +238,44 @@ async def test_tools_list_changed_makes_the_workers_listing_stale_at_once(tmp_pa
         finally:
             await box.aclose()
             await http.aclose()
+
+
+def toolbox_for(srv_url: str, **server: Any) -> tuple[Toolbox, AgentProfile, Any]:
+    http = guarded_client()
+    cfg = McpServerConfig(name="srv", url=srv_url, **{"allow_hosts": ["127.0.0.1"], **server})
+    return Toolbox(http), AgentProfile(name="p", mcp_servers=[cfg]), http
+
+
+async def test_max_concurrent_bounds_the_calls_a_worker_has_at_a_server(tmp_path: Path) -> None:
+    with mcp_server(tmp_path) as srv:
+        box, prof, http = toolbox_for(srv.url, max_concurrent=1)
+        try:
+            await box.specs(prof)
+            ctxs = [ToolContext("run_c", None, f"c1.{i}", f"run_c:c1.{i}", 1) for i in range(3)]
+            res = await asyncio.gather(*(
+                box.execute(prof, ToolCall(id=c.tool_call_id, name="srv__slow", arguments='{"ms": 300}'), c)
+                for c in ctxs
+            ))  # fmt: skip
+        finally:
+            await http.aclose()
+        seen = calls(srv.calls_file)
+    assert [r.content for r in res] == ["waited 300 ms"] * 3
+    assert [c["inflight"] for c in seen] == [1, 1, 1]  # one at a time, never two at once
+
+
+async def test_the_outbound_guard_refuses_a_server_on_a_private_address_unless_allow_listed(
+    tmp_path: Path,
+) -> None:
+    with mcp_server(tmp_path) as srv:
+        box, prof, http = toolbox_for(srv.url, allow_hosts=[])  # 127.0.0.1, not allow-listed
+        try:
+            assert await box.specs(prof) == {}  # the listing was refused: no tool offered
+            ctx = ToolContext("run_b", None, "c1.0", "run_b:c1.0", 1)
+            res = await box.execute(
+                prof, ToolCall(id="c1.0", name="srv__add", arguments='{"a": 1, "b": 2}'), ctx
+            )
+        finally:
+            await http.aclose()
+        seen = calls(srv.calls_file)
+    assert res.is_error and "refused" in res.content and "not a public address" in res.content, res
+    assert seen == []  # nothing reached the server

@@ -3,7 +3,8 @@ FastMCP) over streamable HTTP, in a process of its own, counting every tools/cal
 
 Each call is appended to a JSON-lines file as it arrives (before the tool runs, so a call whose
 caller was killed mid-call is counted): the tool, the ``Idempotency-Key`` header, the
-``_meta.idempotencyKey`` param and the ``Agentmill-Fencing-Token`` header.
+``_meta.idempotencyKey`` param, the ``Agentmill-Fencing-Token`` and ``Authorization`` headers, and
+how many ``slow`` calls were under way then (counting itself).
 
     python -m tests.support.mcp_server PORT CALLS_FILE
 """
@@ -88,11 +89,14 @@ def mcp_server(tmp: Path) -> Iterator[McpServerProc]:
 def main(port: int, calls_file: str) -> None:
     srv = MCPServer("agentmill-test")
 
+    inflight = [0]  # slow calls under way now
+
     def note(ctx: Context, tool: str) -> None:
         headers = {k.lower(): v for k, v in (ctx.headers or {}).items()}
         meta = ctx.request_context.meta or {}
         line = {"tool": tool, "key": headers.get("idempotency-key"), "metaKey": meta.get("idempotencyKey"),
-                "fencing": headers.get("agentmill-fencing-token"), "auth": headers.get("authorization")}  # fmt: skip
+                "fencing": headers.get("agentmill-fencing-token"), "auth": headers.get("authorization"),
+                "inflight": inflight[0]}  # fmt: skip
         with open(calls_file, "ab") as f:
             f.write(orjson.dumps(line) + b"\n")
 
@@ -105,8 +109,12 @@ def main(port: int, calls_file: str) -> None:
     @srv.tool()
     async def slow(ms: int, ctx: Context) -> str:
         """Wait ms milliseconds, then answer."""
-        note(ctx, "slow")
-        await asyncio.sleep(ms / 1000.0)
+        inflight[0] += 1
+        try:
+            note(ctx, "slow")
+            await asyncio.sleep(ms / 1000.0)
+        finally:
+            inflight[0] -= 1
         return f"waited {ms} ms"
 
     @srv.tool()
