@@ -27,7 +27,7 @@ from worker.tools.mcp import McpServer
 from worker.tools.mcp_transport import Exchange, GuardedMcpTransport
 from worker.tools.registry import Toolbox
 
-__all__ = ["CALLS", "RUN_ID", "TRANSCRIPT", "Replay", "drive", "load", "profile", "record", "save"]
+__all__ = ["CALLS", "RUN_ID", "TRANSCRIPT", "Replay", "context", "drive", "load", "profile", "record", "save"]
 
 TRANSCRIPT = Path(__file__).resolve().parents[1] / "data" / "mcp" / "transcript.json"
 RUN_ID = "run_recorded"
@@ -53,9 +53,14 @@ async def drive(toolbox: Toolbox, prof: AgentProfile) -> tuple[dict[str, ToolSpe
     specs = await toolbox.specs(prof)
     out = []
     for i, c in enumerate(CALLS):
-        ctx = ToolContext(RUN_ID, None, c.id, f"{RUN_ID}:{c.id}", 1, {}, fencing_token=i + 1)
-        out.append(await toolbox.execute(prof, c, ctx))
+        out.append(await toolbox.execute(prof, c, context(i)))
     return specs, out
+
+
+def context(i: int) -> ToolContext:
+    """The context of the run's ``i``-th call (its fencing token ``i + 1``)."""
+    c = CALLS[i]
+    return ToolContext(RUN_ID, None, c.id, f"{RUN_ID}:{c.id}", 1, {}, fencing_token=i + 1)
 
 
 async def record(url: str) -> list[Exchange]:

@@ -5,9 +5,12 @@ what the model reads of each answer."""
 
 from __future__ import annotations
 
+import pytest
+
 from shared.profiles import McpServerConfig
 from tests.support import mcp_transcript as t
 from worker.tools.mcp import McpServer
+from worker.tools.mcp_transport import McpConfigError
 from worker.tools.registry import Toolbox
 
 REC = t.load()
@@ -53,3 +56,20 @@ async def test_the_listing_is_kept_for_its_ttl_and_asked_again_when_stale() -> N
     box._of(prof).servers["srv"].stale()  # what tools/list_changed does
     assert "srv__add" in await box.specs(prof)
     assert not replay.todo
+
+
+async def test_a_header_naming_an_unset_variable_refuses_before_any_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("MCP_UNSET_TOKEN", raising=False)
+    replay = t.Replay([])  # any request would fail the replay
+    prof = t.profile("http://127.0.0.1:9/mcp")
+    cfg = prof.mcp_servers[0].model_copy(
+        update={"headers": {"Authorization": "Bearer ${env:MCP_UNSET_TOKEN}"}}
+    )
+    prof = prof.model_copy(update={"mcp_servers": [cfg]})
+    with pytest.raises(McpConfigError, match="MCP_UNSET_TOKEN"):
+        await replaying(replay).specs(prof)  # the run is refused at its start, naming the variable
+    res = await replaying(replay).execute(prof, t.CALLS[0], t.context(0))
+    assert res.is_error and "MCP_UNSET_TOKEN" in res.content and "after" not in res.content  # not retried
+    assert replay.sent == []
