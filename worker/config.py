@@ -162,7 +162,7 @@ def resolve_config(
         about = a.description or f"Hand a task to the {a.agent} agent; its answer is the result."
         specs[a.tool_name] = ToolSpec(name=a.tool_name, description=about, parameters=a.parameters)
     names = policy.allowed_tools(
-        [*profile.tool_names(), *(t.name for t in client)],
+        [*profile.tool_names(), *(n for n in specs if profile.mcp_server_of(n)), *(t.name for t in client)],
         enabled=tp.enabled,
         allow_list=tp.allow_list,
         allowed=run.allowed_tools,

@@ -39,7 +39,7 @@ def resumed(records: dict[str, ToolRecord], now_ms: int) -> Resumed:
     return Resumed(now_ms, {i: res for i, r in records.items() if (res := r.recorded) is not None})
 
 
-def start(
+async def start(
     host: Host, tools: ToolPort, models: ModelPort, run_input: RunInput, now_ms: int, lineage: bytes = b""
 ) -> Event:
     """The run's configuration from its profile and input (and a child run's ``lineage``: its
@@ -48,7 +48,7 @@ def start(
     try:
         line = Lineage.model_validate_json(lineage) if lineage else None
         profile = host.profile(run_input.agent)
-        specs = tools.specs(profile)
+        specs = await tools.specs(profile)
         models.provider(profile)
         cfg = resolve_config(
             profile, run_input, specs, has_session=run_input.session_id is not None,
