@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import orjson
 
-from agentmill_client.models import RunInput
+from agentmill_client.models import Message, RunInput
+from shared.origin import Origin
 from shared.settings import Settings
 from shared.tool_records import ToolRecord
 from worker.config import resolve_config
@@ -14,14 +15,16 @@ from worker.machine import (
     ClientResultsReceived,
     Event,
     Phase,
+    Restored,
     Resumed,
     RunState,
     Started,
     StartRejected,
+    rebuild,
 )
 from worker.ports import Acquired, Host, ModelPort, ToolPort
 
-__all__ = ["answers", "restore", "resumed", "start"]
+__all__ = ["answers", "restore", "restored", "resumed", "start"]
 
 
 def restore(checkpoint: bytes) -> tuple[RunState, int]:
@@ -49,6 +52,23 @@ def start(host: Host, tools: ToolPort, models: ModelPort, run_input: RunInput, n
     except Exception as exc:  # a bad profile or policy fails the run with a reason
         return StartRejected(now_ms, "configuration", f"agent {run_input.agent!r}: {exc}")
     return Started(now_ms, cfg, list(run_input.input_messages))
+
+
+def restored(started: Started, run_id: str, origin: bytes, records: dict[str, ToolRecord]) -> Restored:
+    """A retry or fork starting (shared.origin): the original's state, from its checkpoint or
+    rebuilt from its events up to the fork's seq, with the tool results copied with it."""
+    o = Origin.from_json(origin)
+    base = RunState.model_validate(o.checkpoint["state"]) if o.checkpoint else None
+    state = base if o.events is None else rebuild(run_id, base, started.input_messages, o.events)
+    return Restored(
+        started.now_ms,
+        started.config,
+        state,
+        started.input_messages,
+        [Message.model_validate(m) for m in o.append],
+        {i: res for i, r in records.items() if (res := r.recorded) is not None},
+        o.lineage,
+    )
 
 
 def answers(state: RunState, acq: Acquired, records: dict[str, ToolRecord], now_ms: int) -> list[Event]:
