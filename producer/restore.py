@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 __all__ = ["Original", "Restorer"]
 
 F = RunField
-_FIELDS = [F.STATUS, F.TENANT, F.INPUT, F.CKPT, F.LAST_SEQ, F.BATCH, F.CLIENT_ID]
+_FIELDS = [F.STATUS, F.TENANT, F.INPUT, F.CKPT, F.LAST_SEQ, F.BATCH, F.CLIENT_ID, F.ORIGIN]
 # The events a state is rebuilt from (worker.machine.rebuild reads no others).
 REBUILT_FROM = {EventKind.ASSISTANT_MESSAGE, EventKind.TOOL_CALL, EventKind.TOOL_RESULT, EventKind.ERROR,
                 EventKind.STATUS}  # fmt: skip
@@ -64,6 +64,7 @@ class Original:
     item: int | None
     records: dict[str, ToolRecord]
     events: list[tuple[int, str, dict[str, Any]]]  # seq, kind, payload (a fork's, up to its seq)
+    origin: dict[str, Any] | None  # its own origin, when it was itself a retry or fork
 
 
 def _unknown(run_id: str) -> SubmissionError:
@@ -104,7 +105,7 @@ class Restorer:
         return Original(
             key=key, shown=run_id, part=part, status=RunStatus(h[F.STATUS]), input=orjson.loads(h[F.INPUT]),
             checkpoint=orjson.loads(h[F.CKPT]) if h[F.CKPT] else None, last_seq=int(h[F.LAST_SEQ] or 0),
-            batch=h[F.BATCH], item=item, events=events,
+            batch=h[F.BATCH], item=item, events=events, origin=orjson.loads(h[F.ORIGIN]) if h[F.ORIGIN] else None,
             records={text(k): ToolRecord.from_json(v) for k, v in got[1].items()},
         )  # fmt: skip
 
@@ -157,7 +158,7 @@ class Restorer:
         shown = [
             orjson.loads(m.model_dump_json(by_alias=True, exclude_none=True)) for m in input_messages or []
         ]
-        origin = Origin(lineage, o.checkpoint, [(k, p) for _, k, p in o.events], shown)
+        origin = Origin(lineage, o.checkpoint, [(k, p) for _, k, p in o.events], shown, o.origin)
         published = {str(p.get("toolCallId")) for _, k, p in o.events if k == EventKind.TOOL_RESULT}
         records = {i: r for i, r in o.records.items() if r.done and i in published}
         return await self._send(o, tenant, lineage, origin, records, quota, in_batch=False)

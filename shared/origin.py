@@ -7,7 +7,9 @@ it, copied into the new run's tools hash by the same script.
 - a retry: ``checkpoint``, the original's last checkpoint (``{"seq", "state"}``), and no events;
 - a fork: ``events``, the original's events up to ``atSeq`` (kind, payload) the state is rebuilt
   from (worker/machine/restore.py), its last checkpoint for what they do not say (the session
-  history it had loaded), and ``append``, the messages the fork adds.
+  history it had loaded), and ``append``, the messages the fork adds. A fork of a run that was
+  itself a retry or fork also carries that run's own origin (``parent``): its events begin from
+  the state it was restored to, not from its input.
 """
 
 from __future__ import annotations
@@ -26,24 +28,31 @@ class Origin:
     checkpoint: dict[str, Any] | None = None  # the original's last checkpoint (None: it has none)
     events: list[tuple[str, dict[str, Any]]] | None = None  # a fork: the events to rebuild from
     append: list[dict[str, Any]] = field(default_factory=list)  # a fork's messages (Message JSON)
+    parent: dict[str, Any] | None = None  # a fork's: the forked run's own origin, when it had one
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "lineage": self.lineage,
+            "checkpoint": self.checkpoint,
+            "events": None if self.events is None else [[k, p] for k, p in self.events],
+            "append": self.append,
+            "parent": self.parent,
+        }
 
     def to_json(self) -> bytes:
-        return orjson.dumps(
-            {
-                "lineage": self.lineage,
-                "checkpoint": self.checkpoint,
-                "events": None if self.events is None else [[k, p] for k, p in self.events],
-                "append": self.append,
-            }
-        )
+        return orjson.dumps(self.to_dict())
 
     @classmethod
-    def from_json(cls, raw: bytes | str) -> Origin:
-        d = orjson.loads(raw)
+    def from_dict(cls, d: dict[str, Any]) -> Origin:
         events = d.get("events")
         return cls(
             lineage=dict(d.get("lineage") or {}),
             checkpoint=d.get("checkpoint"),
             events=None if events is None else [(str(k), dict(p)) for k, p in events],
             append=list(d.get("append") or []),
+            parent=d.get("parent"),
         )
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> Origin:
+        return cls.from_dict(orjson.loads(raw))

@@ -16,7 +16,7 @@ import orjson
 
 from agentmill_client.errors import ApiError
 from agentmill_client.statuses import RunStatus
-from producer.cli import batches, demo, submit
+from producer.cli import batches, demo, lineage, submit
 from producer.cli.common import api_client, console, direct_producer, err, exit_with, print_event, safe_url
 
 __all__ = ["main"]
@@ -158,5 +158,7 @@ def tool_result(run_id: str, tool_call_id: str, content: str, is_error: bool, ap
     exit_with(go())
 
 
-for command in (demo.worker, demo.api, demo.demo, submit.submit, batches.runs, batches.batch):
+for command in (demo.worker, demo.api, demo.demo, submit.submit, batches.runs, batches.batch, lineage.retry,
+                lineage.fork):  # fmt: skip
     main.add_command(command)
+batches.batch.add_command(lineage.retry_batch)

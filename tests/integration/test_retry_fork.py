@@ -73,9 +73,11 @@ async def pool(redis_url: str, tmp_path: Path, ledger: Ledger) -> Any:
     profiles = str(chaos_profiles(ledger.url, tmp_path / "profiles.json"))
     worker = WorkerProc(redis_url, env={**FAST, "AGENTMILL_PROFILES": profiles}).start()
     try:
-        async with api(settings(redis_url, profiles=profiles)) as url:
-            async with httpx.AsyncClient(base_url=url, timeout=30) as c:
-                yield c
+        async with (
+            api(settings(redis_url, profiles=profiles)) as url,
+            httpx.AsyncClient(base_url=url, timeout=30) as c,
+        ):
+            yield c
     finally:
         worker.stop()
 

@@ -33,14 +33,19 @@ def rebuild(
     base: RunState | None,
     input_messages: list[Message],
     events: list[tuple[str, dict[str, Any]]],
+    *,
+    start: RunState | None = None,
 ) -> RunState:
-    """The state of a run after ``events`` (kind, payload), its first events in seq order."""
-    s = RunState(
-        run_id=run_id,
-        phase=Phase.PREPARING,
-        config=base.config if base is not None else None,
-        history=list(base.history) if base is not None else [],
-        transcript=list(input_messages),
+    """The state of a run after ``events`` (kind, payload), its first events in seq order; ``start``:
+    where its first event found it (a run that was itself restored), else its input."""
+    if start is not None:
+        s = up(start, run_id=run_id, phase=Phase.PREPARING, call=CallPhase.NONE, running=[])
+    else:
+        s = RunState(run_id=run_id, phase=Phase.PREPARING, transcript=list(input_messages))
+    s = up(
+        s,
+        config=base.config if base is not None else s.config,
+        history=list(base.history) if base is not None else s.history,
     )
     problems: list[str] = []
     for kind, p in events:

@@ -1,0 +1,109 @@
+"""Retrying a batch's failed runs in one call (POST /v1/batches/{id}/retry): each retry takes its
+run's place, so the batch's counts and results show the retry instead while its run listing shows
+both; from the Python client and the CLI (retry, fork, batch retry) too."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+import pytest
+from redis.asyncio import Redis
+
+from agentmill_client import AsyncClient, Message
+from tests.integration.api_support import api, run_body, settings
+from tests.integration.helpers import producer_for, script_run, wait_all
+from tests.integration.test_client_cli import cli
+from worker.jobs import WorkerProcess
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+FAILS_ONCE = [{"error": {"status": 400, "message": "no"}}, {"text": "second time lucky"}]
+
+
+async def settled(c: AsyncClient, run_ids: list[str]) -> dict[str, Any]:
+    return {r: await c.wait(r, timeout=20) for r in run_ids}
+
+
+async def test_a_batchs_failed_runs_are_retried_in_their_places(
+    redis_url: str, worker: WorkerProcess
+) -> None:
+    async with api(settings(redis_url)) as url, AsyncClient(url, token="tok-a") as c:
+        runs = [run_body(FAILS_ONCE), run_body([{"text": "fine"}]), run_body(FAILS_ONCE)]
+        batch = await c.create_batch(runs, batch_id="nightly")
+        ids = [i.runId for i in batch.results]
+        assert all(ids)
+        await c.wait_batch("nightly", timeout=30)
+        before = await c.get_batch("nightly")
+        assert (before.counts["failed"], before.counts["completed"], before.finished) == (2, 1, True)
+        assert [v.status for v in (await settled(c, ids)).values()] == ["failed", "completed", "failed"]
+
+        answer = await c.retry_batch("nightly")
+        assert {i.runId for i in answer.results} == {ids[0], ids[2]}
+        retries = {i.runId: i.retryRunId for i in answer.results}
+        assert all(retries.values())
+        views = await settled(c, list(retries.values()))  # type: ignore[arg-type]
+        assert {v.status for v in views.values()} == {"completed"}
+        assert {v.retryOf for v in views.values()} == {ids[0], ids[2]}
+        after = await c.wait_batch("nightly", timeout=30)
+        assert (after.total, after.counts["completed"], after.counts["failed"], after.finished) == (
+            3,
+            3,
+            0,
+            True,
+        )
+        results = [r async for r in c.batch_results("nightly")]
+        assert [(r.index, r.runId) for r in results] == [
+            (0, retries[ids[0]]),
+            (1, ids[1]),
+            (2, retries[ids[2]]),
+        ]
+        listed = (await c.batch_runs("nightly", limit=10)).runs
+        assert len(listed) == 5  # the failed runs stay listed, naming their retries
+        by_id = {r.runId: r for r in listed}
+        assert by_id[ids[0]].retriedBy == retries[ids[0]] and by_id[retries[ids[2]]].retryOf == ids[2]
+        assert (await c.retry_batch("nightly")).results == []  # nothing failed any more
+        assert (await c.get(ids[0])).retriedBy == retries[ids[0]]
+
+        # Another tenant's batch is not there; a status that cannot be retried is refused.
+        async with AsyncClient(url, token="tok-b") as other:
+            with pytest.raises(Exception, match="unknown_batch"):
+                await other.retry_batch("nightly")
+        with pytest.raises(Exception, match="invalid_input"):
+            await c.retry_batch("nightly", status="completed")
+
+        # The client's retry and fork of one run.
+        one = (await c.submit(run_body(FAILS_ONCE))).runId
+        assert (await c.wait(one, timeout=20)).status == "failed"
+        again = await c.retry(one)
+        view = await c.wait(again.runId, timeout=20)
+        assert (view.status, view.retryOf) == ("completed", one)
+        forked = await c.fork(again.runId, 1, [Message(role="user", content="hello?")])
+        fview = await c.wait(forked.runId, timeout=20)
+        assert (fview.status, fview.forkOf, fview.atSeq) == ("completed", again.runId, 1)
+
+
+async def test_cli_retry_fork_and_batch_retry(redis: Redis, redis_url: str, worker: WorkerProcess) -> None:
+    p = producer_for(redis, redis_url)
+    rid = (await p.submit(script_run(FAILS_ONCE))).run_id  # type: ignore[union-attr]
+    await wait_all(p, [rid], 20)
+    out = await asyncio.to_thread(cli, redis_url, "retry", rid)
+    assert out.returncode == 0, out.stderr
+    retry = out.stdout.strip()
+    rec = (await wait_all(p, [retry], 20))[retry]
+    assert rec.status.value == "completed" and rec.lineage == {"retryOf": rid}
+    out = await asyncio.to_thread(cli, redis_url, "retry", retry)
+    assert out.returncode == 2 and "not_retryable" in out.stderr
+    out = await asyncio.to_thread(cli, redis_url, "fork", retry, "--at-seq", "2", "--message", "more?")
+    assert out.returncode == 0, out.stderr
+    fork = out.stdout.strip()
+    rec = (await wait_all(p, [fork], 20))[fork]
+    assert rec.status.value == "completed" and rec.lineage == {"forkOf": retry, "atSeq": 2}
+    events = await p.read_events(fork)
+    assert orjson.loads(orjson.dumps(events[0].payload))["forkOf"] == retry
+    subs = await p.submit_many([script_run(FAILS_ONCE), script_run(FAILS_ONCE)], batch_id="b1")
+    await wait_all(p, [s.run_id for s in subs], 20)  # type: ignore[union-attr]
+    out = await asyncio.to_thread(cli, redis_url, "batch", "retry", "b1")
+    assert out.returncode == 0, out.stderr
+    assert len(out.stdout.split()) == 2 and "2 of 2 runs retried" in out.stderr
