@@ -24,7 +24,9 @@ import orjson
 
 from agentmill_client.models import EventKind, Message, RunStatus
 from producer.listing import Catalog, RunFilter
+from producer.placement import verdict
 from producer.routing import run_script
+from producer.scope import run_id_for_key
 from producer.submission import SubmissionError, Submitted, outcome
 from shared import keys
 from shared.fields import RunField
@@ -110,9 +112,16 @@ class Restorer:
         )  # fmt: skip
 
     async def retry(
-        self, run_id: str, tenant: str, *, from_start: bool = False, quota: Quota | None = None
+        self,
+        run_id: str,
+        tenant: str,
+        *,
+        from_start: bool = False,
+        quota: Quota | None = None,
+        idempotency_key: str | None = None,
     ) -> Submitted:
-        """A failed or aborted run again (409 ``not_retryable`` for another status)."""
+        """A failed or aborted run again (409 ``not_retryable`` for another status). The same
+        ``idempotency_key`` for the same run names the same retry (created once)."""
         o = await self.read(run_id, tenant)
         if o.status not in RETRYABLE:
             raise SubmissionError(
@@ -122,7 +131,8 @@ class Restorer:
         lineage: dict[str, Any] = {"retryOf": run_id, **({"from": "start"} if from_start else {})}
         origin = None if from_start else Origin(lineage, checkpoint=o.checkpoint)
         records = {} if from_start else {i: r for i, r in o.records.items() if r.done}
-        return await self._send(o, tenant, lineage, origin, records, quota, in_batch=True)
+        key = f"retry\0{run_id}\0{idempotency_key}" if idempotency_key else ""
+        return await self._send(o, tenant, lineage, origin, records, quota, in_batch=True, key=key)
 
     async def fork(
         self,
@@ -132,9 +142,11 @@ class Restorer:
         input_messages: list[Message] | None = None,
         *,
         quota: Quota | None = None,
+        idempotency_key: str | None = None,
     ) -> Submitted:
         """A new run from the state at event ``at_seq`` of a run that ended (409 ``not_finished``
-        before; 422 for a seq it does not have, or messages inside a tool round)."""
+        before; 422 for a seq it does not have, or messages inside a tool round). The same
+        ``idempotency_key``, run and body name the same fork (created once)."""
         o = await self.read(run_id, tenant, upto=at_seq)
         if not o.status.terminal:
             raise SubmissionError(
@@ -161,7 +173,9 @@ class Restorer:
         origin = Origin(lineage, o.checkpoint, [(k, p) for _, k, p in o.events], shown, o.origin)
         published = {str(p.get("toolCallId")) for _, k, p in o.events if k == EventKind.TOOL_RESULT}
         records = {i: r for i, r in o.records.items() if r.done and i in published}
-        return await self._send(o, tenant, lineage, origin, records, quota, in_batch=False)
+        body = orjson.dumps([at_seq, shown]).decode()  # the same key with another body: another fork
+        key = f"fork\0{run_id}\0{body}\0{idempotency_key}" if idempotency_key else ""
+        return await self._send(o, tenant, lineage, origin, records, quota, in_batch=False, key=key)
 
     async def retry_batch(
         self, batch_id: str, tenant: str, statuses: tuple[str, ...], *, quota: Quota | None = None
@@ -205,12 +219,18 @@ class Restorer:
         quota: Quota | None,
         *,
         in_batch: bool,
+        key: str = "",
     ) -> Submitted:
+        """The new run through the submission steps; ``key``: what its id is derived from (a
+        client's Idempotency-Key with the route and the original), so it is created once."""
         sub = self.p.submitter
         raw = {k: v for k, v in o.input.items() if k not in _NOT_INHERITED}
-        prep = sub.prepare(raw, tenant)
+        prep = sub.prepare(raw, tenant, run_id_for_key(tenant, key) if key else "")
         part = sub.place(prep.run_id, prep.session_id)
-        await sub.admit(tenant, {part.index: [prep.run_id]}, quota)
+        chosen = [(prep.run_id, part)] if key and sub.layout.count > 1 else []
+        holders = await sub.admit(tenant, {part.index: [prep.run_id]}, quota, chosen)
+        if holders and holders[0] is not None:  # created before (the same key, on another partition)
+            return outcome(prep.run, verdict(holders[0], tenant, prep.digest))
         batch, item = (o.batch, o.item) if in_batch and o.batch else ("", None)
         if batch:  # the retry takes the original's place in its batch first: one retry per place
             shown_new = prep.run.run_id or prep.run_id

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Query
+from fastapi import APIRouter, Body, Header, Query, Response
 
 from agentmill_client.api import Accepted, BatchRetryAnswer, BatchRetryItem, ErrorBody, ForkBody, RetryBody
 from agentmill_client.errors import ApiError
 from producer.api.errors import COMMON_ERRORS, ErrorResponse
 from producer.api.routes_runs import run_links
-from producer.api.state import ApiDep, Tenant
+from producer.api.state import Api, ApiDep, Tenant
 from producer.listing import Catalog
 from producer.restore import RETRYABLE, Restorer
 from producer.submission import SubmissionError, Submitted
@@ -22,13 +22,18 @@ router = APIRouter()
 _ERRORS = {
     **COMMON_ERRORS,
     202: {"links": run_links("$response.body#/runId")},
+    200: {"model": Accepted, "description": "the same Idempotency-Key made this run before"},
     404: {"model": ErrorResponse},
     409: {"model": ErrorResponse},
     429: {"model": ErrorResponse},
 }
 
 
-def _accepted(sub: Submitted) -> Accepted:
+def _accepted(api: Api, sub: Submitted, response: Response) -> Accepted:
+    """202 for a new run; 200 for the one the same Idempotency-Key created before."""
+    api.metrics.submitted("accepted" if sub.created else "replayed")
+    if not sub.created:
+        response.status_code = 200
     return Accepted(runId=sub.run_id, status=sub.status, eventsUrl=f"/v1/runs/{sub.run_id}/events")
 
 
@@ -37,28 +42,43 @@ def _accepted(sub: Submitted) -> Accepted:
     summary="Retry a failed or aborted run from its last checkpoint (or from its input)",
 )  # fmt: skip
 async def retry_run(
-    run_id: str, api: ApiDep, tenant: Tenant, body: Annotated[RetryBody | None, Body()] = None
+    run_id: str,
+    api: ApiDep,
+    tenant: Tenant,
+    response: Response,
+    body: Annotated[RetryBody | None, Body()] = None,
+    idempotency_key: Annotated[str | None, Header(max_length=256)] = None,
 ) -> Accepted:
     await api.admit()
     from_start = body is not None and body.from_ == "start"
     sub = await Restorer(api.producer).retry(
-        run_id, tenant, from_start=from_start, quota=api.quotas.of(tenant)
+        run_id, tenant, from_start=from_start, quota=api.quotas.of(tenant), idempotency_key=idempotency_key
     )
-    api.metrics.submitted("accepted")
-    return _accepted(sub)
+    return _accepted(api, sub, response)
 
 
 @router.post(
     "/v1/runs/{run_id}/fork", status_code=202, response_model=Accepted, responses={**_ERRORS, 422: {"model": ErrorResponse}},
     summary="A new run from the state at one event seq of a run that ended",
 )  # fmt: skip
-async def fork_run(run_id: str, body: ForkBody, api: ApiDep, tenant: Tenant) -> Accepted:
+async def fork_run(
+    run_id: str,
+    body: ForkBody,
+    api: ApiDep,
+    tenant: Tenant,
+    response: Response,
+    idempotency_key: Annotated[str | None, Header(max_length=256)] = None,
+) -> Accepted:
     await api.admit()
     sub = await Restorer(api.producer).fork(
-        run_id, tenant, body.atSeq, body.inputMessages, quota=api.quotas.of(tenant)
+        run_id,
+        tenant,
+        body.atSeq,
+        body.inputMessages,
+        quota=api.quotas.of(tenant),
+        idempotency_key=idempotency_key,
     )
-    api.metrics.submitted("accepted")
-    return _accepted(sub)
+    return _accepted(api, sub, response)
 
 
 @router.post(

@@ -83,6 +83,17 @@ async def test_a_batchs_failed_runs_are_retried_in_their_places(
         fview = await c.wait(forked.runId, timeout=20)
         assert (fview.status, fview.forkOf, fview.atSeq) == ("completed", again.runId, 1)
 
+        # An Idempotency-Key names one retry (or fork) of a run: sent again, the same run, answered 200.
+        key = {"Idempotency-Key": "once"}
+        first, second = [await c.http.post(f"/v1/runs/{one}/retry", headers=key) for _ in range(2)]
+        assert (first.status_code, second.status_code) == (202, 200)
+        assert first.json()["runId"] == second.json()["runId"] != again.runId
+        body = {"atSeq": 1}
+        f1, f2 = [await c.http.post(f"/v1/runs/{one}/fork", json=body, headers=key) for _ in range(2)]
+        assert (f1.status_code, f2.status_code, f1.json()["runId"]) == (202, 200, f2.json()["runId"])
+        other = await c.http.post(f"/v1/runs/{one}/fork", json={"atSeq": 2}, headers=key)
+        assert other.status_code == 202 and other.json()["runId"] != f1.json()["runId"]
+
 
 async def test_cli_retry_fork_and_batch_retry(redis: Redis, redis_url: str, worker: WorkerProcess) -> None:
     p = producer_for(redis, redis_url)
