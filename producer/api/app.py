@@ -22,6 +22,7 @@ from producer.api import (
     routes_pool,
     routes_restore,
     routes_runs,
+    routes_schedules,
     routes_ui,
     sse,
 )
@@ -74,6 +75,10 @@ def create_app(
                 from producer.webhooks import deliver_forever
 
                 tasks.append(asyncio.create_task(deliver_forever(api.producer.parts, settings, stop)))
+            if background and settings.schedules:
+                from producer.schedules.firer import Firer
+
+                tasks.append(asyncio.create_task(Firer(api.producer).run_forever(stop)))
             try:
                 yield
             finally:
@@ -105,6 +110,7 @@ def create_app(
         routes_ops.router,
         routes_catalog.router,
         routes_pool.router,
+        routes_schedules.router,
         routes_ui.router,
     ):
         app.include_router(router)

@@ -181,7 +181,7 @@ class RunDriver:
             first = opening.resumed(self.records, now)
         else:
             self.state = machine.initial_state(self.run_id, run_input.session_id)
-            first = opening.start(self.host, self.ports.tools, self.ports.models, run_input, now)
+            first = await opening.start(self.host, self.ports.tools, self.ports.models, run_input, now)
             if acq.origin and isinstance(first, Started):  # a retry or fork: from the original's state
                 first = opening.restored_or_rejected(first, self.run_id, acq.origin, self.records)
         self.host.observer.run_started(resumed=resumed, job_try=self.job_try)
