@@ -100,7 +100,15 @@ class Restorer:
             score = await self.p.parts.call(part, lambda c: c.zscore(ix, key))
             item = int(score) if score is not None else None
         events: list[tuple[int, str, dict[str, Any]]] = []
-        for _, f in got[2] if upto else []:
+        entries = got[2] if upto else []
+        if entries and text(entries[0][0]) != "1-0":  # the stream's MAXLEN trimmed its first events
+            raise SubmissionError(
+                "events_trimmed",
+                f"run {run_id}'s stream no longer holds its first events (it starts at {text(entries[0][0])}): "
+                "its state at a seq cannot be rebuilt; retry it instead",
+                status=409,
+            )
+        for _, f in entries:
             d = {text(k): v for k, v in f.items()}
             if text(d["kind"]) in REBUILT_FROM:
                 events.append((int(text(d["seq"])), text(d["kind"]), orjson.loads(d["payload"])))

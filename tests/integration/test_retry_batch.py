@@ -141,3 +141,22 @@ async def test_retries_across_partitions_take_their_places(redis_url: str) -> No
         tags = {(await c.get(i)).streamKey.split("}")[0] != (await c.get(r)).streamKey.split("}")[0]  # type: ignore[union-attr]
                 for i, r in retries.items()}  # fmt: skip
         assert True in tags  # some retry lives on another partition than the run it replaced
+
+
+async def test_a_fork_of_a_run_whose_stream_was_trimmed_is_refused(
+    redis: Redis, redis_url: str, worker: WorkerProcess
+) -> None:
+    from producer.restore import Restorer
+    from producer.submission import SubmissionError
+    from shared.quotas import DEFAULT_TENANT
+    from tests.support.schema import K
+
+    p = producer_for(redis, redis_url)
+    rid = (await p.submit(script_run([{"text": "a long answer " * 20, "delayMs": 100}]))).run_id  # type: ignore[union-attr]
+    rec = (await wait_all(p, [rid], 20))[rid]
+    # As the stream's MAXLEN does to a very long run's first events:
+    await redis.xtrim(K.events(rid), minid="3-0", approximate=False)
+    with pytest.raises(SubmissionError) as refused:
+        await Restorer(p).fork(rid, DEFAULT_TENANT, rec.last_seq)
+    assert refused.value.code == "events_trimmed" and refused.value.status == 409
+    assert (await Restorer(p).fork(rid, DEFAULT_TENANT, 0)).created  # seq 0 needs no event
