@@ -17,6 +17,7 @@ counts and results show the retry instead of it; its run listing shows both.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +47,7 @@ _FIELDS = [F.STATUS, F.TENANT, F.INPUT, F.CKPT, F.LAST_SEQ, F.BATCH, F.CLIENT_ID
 REBUILT_FROM = {EventKind.ASSISTANT_MESSAGE, EventKind.TOOL_CALL, EventKind.TOOL_RESULT, EventKind.ERROR,
                 EventKind.STATUS}  # fmt: skip
 RETRYABLE = (RunStatus.FAILED, RunStatus.ABORTED)
+BATCH_PARALLEL = 16  # a batch's runs retried at a time (each: two reads, then the sends)
 # What a new run does not inherit from its original's input: its ids (a new run gets its own) and its
 # session (a retry or fork joins no session: the history it had loaded is in the checkpoint).
 _NOT_INHERITED = ("runId", "sessionId", "autoCreateSession", "multitaskStrategy")
@@ -201,21 +203,24 @@ class Restorer:
                 rows += [(r[0], r[7] or r[0]) for _, r in page]
                 if cursor is None:
                     break
-        out: list[tuple[str, Submitted | SubmissionError]] = []
-        for _, shown in rows:
-            try:
-                o = await self.read(shown, tenant)
-                if o.batch != batch_id:
-                    continue  # a retry took its place already
-                lineage = {"retryOf": shown}
-                records = {i: r for i, r in o.records.items() if r.done}
-                origin = Origin(lineage, checkpoint=o.checkpoint)
-                out.append(
-                    (shown, await self._send(o, tenant, lineage, origin, records, quota, in_batch=True))
-                )
-            except SubmissionError as exc:
-                out.append((shown, exc))
-        return out
+        gate = asyncio.Semaphore(BATCH_PARALLEL)
+
+        async def one(shown: str) -> Submitted | SubmissionError | None:
+            async with gate:
+                try:
+                    o = await self.read(shown, tenant)
+                    if o.batch != batch_id:
+                        return None  # a retry took its place already
+                    lineage = {"retryOf": shown}
+                    records = {i: r for i, r in o.records.items() if r.done}
+                    origin = Origin(lineage, checkpoint=o.checkpoint)
+                    return await self._send(o, tenant, lineage, origin, records, quota, in_batch=True)
+                except SubmissionError as exc:
+                    return exc
+
+        shown = [s for _, s in rows]
+        done = await asyncio.gather(*(one(s) for s in shown))
+        return [(s, got) for s, got in zip(shown, done, strict=True) if got is not None]
 
     async def _send(
         self,
