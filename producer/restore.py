@@ -182,6 +182,7 @@ class Restorer:
         ]
         origin = Origin(lineage, o.checkpoint, [(k, p) for _, k, p in o.events], shown, o.origin)
         published = {str(p.get("toolCallId")) for _, k, p in o.events if k == EventKind.TOOL_RESULT}
+        published |= _inherited(o.origin)
         records = {i: r for i, r in o.records.items() if r.done and i in published}
         body = orjson.dumps([at_seq, shown]).decode()  # the same key with another body: another fork
         key = f"fork\0{run_id}\0{body}\0{idempotency_key}" if idempotency_key else ""
@@ -272,3 +273,16 @@ def _open_calls(events: list[tuple[int, str, dict[str, Any]]]) -> list[str]:
         elif kind == EventKind.TOOL_RESULT:
             open_.pop(str(p.get("toolCallId")), None)
     return list(open_)
+
+
+def _inherited(origin: dict[str, Any] | None) -> set[str]:
+    """The tool calls a restored run had results of before its first event (its origin's): their
+    records were copied to it, and a fork of it at any seq has them too."""
+    if not origin:
+        return set()
+    if origin.get("events") is None:  # a retry: its checkpoint's transcript and open round
+        state = (origin.get("checkpoint") or {}).get("state") or {}
+        ids = {str(m.get("toolCallId")) for m in state.get("transcript") or [] if m.get("role") == "tool"}
+        return ids | set(state.get("results") or {})
+    ids = {str(p.get("toolCallId")) for k, p in origin["events"] if k == EventKind.TOOL_RESULT}
+    return ids | _inherited(origin.get("parent"))

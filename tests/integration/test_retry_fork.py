@@ -18,6 +18,7 @@ from tests.chaos.harness import chaos_profiles
 from tests.integration.api_support import A, B, api, key, settings
 from tests.support.ledger import Ledger
 from tests.support.procs import WorkerProc
+from tests.support.schema import K
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -115,6 +116,15 @@ async def test_a_run_failed_after_three_recorded_tool_calls_is_retried_and_execu
     listed = {r["runId"]: r for r in (await c.get("/v1/runs", headers=A)).json()["runs"]}
     assert listed[retry]["retryOf"] == rid
     assert (await c.post(f"/v1/runs/{retry}/retry", headers=A)).json()["error"]["code"] == "not_retryable"
+
+    # A fork of the retry at its first event starts where the retry's origin put it: with the three
+    # results (their records copied again, for recall), executing nothing.
+    body = {"atSeq": 1, "inputMessages": [{"role": "user", "content": "again?"}]}
+    fork = (await c.post(f"/v1/runs/{retry}/fork", json=body, headers=A)).json()["runId"]
+    fview = await ended(c, fork)
+    assert fview["status"] == "completed" and tool_messages(fview) == tool_messages(view)
+    assert ledger.counts() == before
+    assert sorted(k.decode() for k in await redis.hkeys(K.tools(key(fork)))) == ["c1.0", "c2.0", "c3.0"]
 
     # From the start: a fresh run of the same input, which executes the three calls again (new keys).
     r = await c.post(f"/v1/runs/{rid}/retry", json={"from": "start"}, headers=A)
