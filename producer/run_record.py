@@ -5,10 +5,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import orjson
+
 from agentmill_client.codec import to_jsonable
 from agentmill_client.models import RunResult, RunStatus
 
-__all__ = ["RunRecord"]
+__all__ = ["LINEAGE_KEYS", "RunRecord", "lineage_view"]
+
+LINEAGE_KEYS = ("retryOf", "forkOf", "atSeq")
+
+
+def lineage_view(lineage: str, retried_by: str) -> dict[str, Any]:
+    """A run's lineage as the API shows it (RunView, RunSummary): retryOf, or forkOf and atSeq; and
+    retriedBy, the retry that took its place in its batch. From the run hash's fields."""
+    d: dict[str, Any] = (
+        {k: v for k, v in orjson.loads(lineage).items() if k in LINEAGE_KEYS} if lineage else {}
+    )
+    if retried_by:
+        d["retriedBy"] = retried_by
+    return d
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +44,7 @@ class RunRecord:
     parent_run_id: str = ""  # a child run's (sub-agent's) parent, and the parent's call it answers
     parent_tool_call_id: str = ""
     had_children: bool = False  # it started child runs (its run hash has the children field)
+    lineage: dict[str, Any] = field(default_factory=dict)  # retryOf | forkOf, atSeq; retriedBy (lineage_view)
 
     @property
     def key(self) -> str:
@@ -60,4 +76,5 @@ class RunRecord:
         if self.parent_run_id:
             d["parentRunId"] = self.parent_run_id
             d["parentToolCallId"] = self.parent_tool_call_id
+        d.update(self.lineage)
         return d

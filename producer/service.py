@@ -20,7 +20,7 @@ from agentmill_client.models import ClientToolResult, RunEvent, RunInput, RunRes
 from producer import batch_submit
 from producer.placement import locate_many
 from producer.routing import Parts, as_partitions, run_script
-from producer.run_record import RunRecord
+from producer.run_record import RunRecord, lineage_view
 from producer.scope import SCOPED_PREFIX, Scope
 from producer.submission import SubmissionError, Submitted
 from producer.submitter import Submitter
@@ -38,7 +38,8 @@ __all__ = ["DEFAULT_TENANT", "Producer", "RunRecord", "SubmissionError", "Submit
 
 F = RunField
 _RUN_FIELDS = [F.STATUS, F.TENANT, F.SESSION_ID, F.CREATED_AT, F.LAST_SEQ, F.RESULT, F.APPROVALS, F.ABORT,
-               F.CLIENT_PENDING, F.CLIENT_SESSION, F.PARENT_RUN, F.PARENT_CALL, F.CHILDREN]  # fmt: skip
+               F.CLIENT_PENDING, F.CLIENT_SESSION, F.LINEAGE, F.RETRIED_BY, F.PARENT_RUN, F.PARENT_CALL,
+               F.CHILDREN]  # fmt: skip
 
 
 class Producer:
@@ -195,6 +196,7 @@ class Producer:
             parent_run_id=h[F.PARENT_RUN] or "",
             parent_tool_call_id=h[F.PARENT_CALL] or "",
             had_children=h[F.CHILDREN] is not None,
+            lineage=lineage_view(h[F.LINEAGE] or "", h[F.RETRIED_BY] or ""),
         )
 
     async def children(self, rec: RunRecord) -> list[dict[str, str]]:

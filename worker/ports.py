@@ -68,8 +68,9 @@ class Acquired:
     approvals: dict[str, Any]
     tool_records: dict[str, ToolRecord]
     restarts: int
+    origin: bytes | None = None  # a retry's or fork's initial checkpoint payload, until its first commit
     tenant: str = ""
-    lineage: bytes = b""  # a child run's (config.Lineage JSON); b"" for a root run
+    ancestry: bytes = b""  # a child run's (config.Lineage JSON: its ancestors); b"" for a root run
 
 
 @dataclass(frozen=True, slots=True)

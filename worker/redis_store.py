@@ -87,7 +87,7 @@ class RedisRunStore:
         self.epoch = int(text(r[1]))
         self.lease_id = worker_id
         self.last_seq = int(text(r[2]) or 0)
-        self.tenant = text(r[9]) if len(r) > 9 else ""
+        self.tenant = text(r[10]) if len(r) > 10 else ""
         flat = r[7]
         records = {text(flat[i]): ToolRecord.from_json(flat[i + 1]) for i in range(0, len(flat), 2)}
         self.attempts = {k: v.attempts for k, v in records.items()}
@@ -100,8 +100,9 @@ class RedisRunStore:
             approvals=orjson.loads(r[6]) if r[6] else {},
             tool_records=records,
             restarts=int(text(r[8])),
+            origin=(r[9] or None) if len(r) > 9 else None,
             tenant=self.tenant,
-            lineage=r[10] if len(r) > 10 and r[10] else b"",
+            ancestry=r[11] if len(r) > 11 and r[11] else b"",
         )
 
     async def commit(

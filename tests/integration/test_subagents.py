@@ -195,7 +195,7 @@ async def test_the_depth_limit_and_a_cycle_are_refused_with_a_clear_error(
     (mid,) = await children.child_runs(p.parts, "default", deep.run_id)
     (leaf,) = await children.child_runs(p.parts, "default", mid["runId"])
     assert leaf["status"] == "completed"
-    assert orjson.loads(await redis.hget(K.run(leaf["runId"]), "lineage")) == {
+    assert orjson.loads(await redis.hget(K.run(leaf["runId"]), "ancestry")) == {
         "agents": ["boss", "middle"], "maxDepth": 3}  # fmt: skip
 
 

@@ -38,6 +38,7 @@ from worker.machine import (
     ExecuteTool,
     Finish,
     OfferClientCalls,
+    Restored,
     Resumed,
     Started,
     notices,
@@ -166,7 +167,7 @@ class RunDriver:
         if run_input.session_id:
             logs.run_context.set({**(logs.run_context.get() or {}), "sessionId": run_input.session_id})
         self.fx.hints = dict(run_input.runtime_hints or {})
-        self.is_child = bool(acq.lineage)
+        self.is_child = bool(acq.ancestry)
         self.records.update(acq.tool_records)
         resumed = acq.checkpoint is not None
         now = self.clock.now_ms()
@@ -177,15 +178,17 @@ class RunDriver:
         else:
             self.state = machine.initial_state(self.run_id, run_input.session_id)
             first = await opening.start(
-                self.host, self.ports.tools, self.ports.models, run_input, now, acq.lineage
+                self.host, self.ports.tools, self.ports.models, run_input, now, acq.ancestry
             )
+            if acq.origin and isinstance(first, Started):  # a retry or fork: from the original's state
+                first = opening.restored_or_rejected(first, self.run_id, acq.origin, self.records)
         self.host.observer.run_started(resumed=resumed, job_try=self.job_try)
         self.observed_start = True
         if resumed and acq.last_seq > self.out.ckpt_seq:
             # Deltas of a model call that was cut off by a crash: tell readers to drop them.
             self.out.emit(notices.model_call_restarted(self.state.model_call_index, self.out.ckpt_seq))
         self.pending.append(first)
-        if not acq.abort_reason and acq.lineage and acq.checkpoint is None:
+        if not acq.abort_reason and acq.ancestry and acq.checkpoint is None:
             acq = await opening.orphaned(self.store, acq)  # a child created after its parent ended
         if acq.abort_reason:
             self.abort_reason = acq.abort_reason
@@ -220,7 +223,7 @@ class RunDriver:
             outcome = await self._apply(ev)
             if outcome is not None:
                 return outcome
-            if isinstance(ev, Started):
+            if isinstance(ev, Started | Restored):
                 self._arm_deadline()
 
     async def _apply(self, ev: Event | ToolRecorded) -> str | None:
