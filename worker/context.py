@@ -72,8 +72,8 @@ def past_calls(lp: RunLoop) -> list[PastCall]:
 
 def truncate(m: Message, limit: int) -> Message:
     if len(m.content) <= limit:
-        return Message(role=m.role, content=m.content)
-    return Message(role=m.role, content=m.content[:limit] + TRUNCATED)
+        return Message(role=m.role, content=m.content, created_at=m.created_at)
+    return Message(role=m.role, content=m.content[:limit] + TRUNCATED, created_at=m.created_at)
 
 
 def reduce_history(loops: Sequence[RunLoop], cfg: ContextConfig, now_ms: int) -> list[Message]:
@@ -88,7 +88,7 @@ def reduce_history(loops: Sequence[RunLoop], cfg: ContextConfig, now_ms: int) ->
         calls = past_calls(lp)
         if calls:  # the turn's tool calls, by id, so the model can recall their results
             text = calls_note(calls) + ("\n" + reply.content if reply is not None else "")
-            reply = Message(role="assistant", content=text)
+            reply = Message(role="assistant", content=text, created_at=reply.created_at if reply else None)
         if reply is not None:
             out.append(reply)
     return out

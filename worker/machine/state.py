@@ -92,6 +92,8 @@ class RunState(Model):
     final_call: str | None = None  # the loop limit reached: the model is asked, without tools, for its answer
     repairs: int = 0  # repair turns asked for answers that did not match responseFormat
     output: Any = None  # the final answer parsed, when responseFormat asked for JSON and it validated
+    called_llm_at_ms: int = 0  # when the latest model call started (seed 003's calledLlmAt), from event times
+    round_called_at_ms: int = 0  # when the model made the current round's calls (their calledAt)
 
     @property
     def node(self) -> str:

@@ -67,6 +67,7 @@ def call_model(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
         call=CallPhase.CALLING,
         model_call_index=s.model_call_index + 1,
         attempt=0,
+        called_llm_at_ms=now_ms,
     )
     return s, [*cmds, CallModel(request_of(s))]
 

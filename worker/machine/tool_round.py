@@ -46,20 +46,22 @@ def start_round(
         # Answer every call of the refused round (the model input stays well-formed), then ask for the answer.
         msgs = []
         for call in calls:
-            cmds.append(tool_call_emit(call, cfg))
+            cmds.append(tool_call_emit(call, cfg, now_ms))
             res = ToolResult(tool_call_id=call.id, name=call.name, content=f"error: not executed: {text}",
                              is_error=True)  # fmt: skip
-            cmds += tool_result_emits(res, "tool_refused")
-            msgs.append(Message(role="tool", content=res.content, tool_call_id=call.id, name=call.name))
+            cmds += tool_result_emits(res, now_ms, "tool_refused")
+            msgs.append(Message(role="tool", content=res.content, tool_call_id=call.id, name=call.name,
+                                created_at=now_ms))  # fmt: skip
         s = up(s, transcript=[*s.transcript, *msgs])
         return final_call(s, now_ms, cmds, "max_tool_rounds")
-    s = up(s, tool_rounds=rounds, round=list(calls), results={}, running=[], approvals={})
+    s = up(s, tool_rounds=rounds, round=list(calls), results={}, running=[], approvals={},
+           round_called_at_ms=now_ms)  # fmt: skip
     results: dict[str, ToolResult] = {}
     used = s.tool_calls_used
     allowed = cfg.tool_names()
     cut_off = finish_reason == policy.LENGTH
     for call in calls:
-        cmds.append(tool_call_emit(call, cfg))
+        cmds.append(tool_call_emit(call, cfg, now_ms))
         problem = policy.CUT_OFF_CALL if cut_off else _precheck(call, allowed)
         if (
             problem is None and call.name in cfg.client_tools
@@ -77,7 +79,7 @@ def start_round(
         if problem is not None:
             res = ToolResult(tool_call_id=call.id, name=call.name, content=problem, is_error=True)
             results[call.id] = res
-            cmds += tool_result_emits(res, "tool_refused")
+            cmds += tool_result_emits(res, now_ms, "tool_refused")
     s = up(s, results=results, tool_calls_used=used)
     pending = [c for c in s.round if c.id not in results and c.name in cfg.approval_tools]
     if pending:
@@ -102,9 +104,10 @@ def _execution(name: str, cfg: RunConfig) -> str:
     return "client" if name in cfg.client_tools else "internal" if name == RECALL_TOOL else "worker"
 
 
-def tool_call_emit(call: ToolCall, cfg: RunConfig) -> Emit:
+def tool_call_emit(call: ToolCall, cfg: RunConfig, called_at_ms: int) -> Emit:
     return Emit(EventKind.TOOL_CALL, {"toolCallId": call.id, "providerCallId": wire_id(call), "name": call.name,
-                                      "arguments": call.arguments, "execution": _execution(call.name, cfg)})  # fmt: skip
+                                      "arguments": call.arguments, "execution": _execution(call.name, cfg),
+                                      "calledAt": called_at_ms})  # fmt: skip
 
 
 def _precheck(call: ToolCall, allowed: set[str]) -> str | None:
@@ -119,9 +122,11 @@ def _precheck(call: ToolCall, allowed: set[str]) -> str | None:
     return None
 
 
-def tool_result_emits(res: ToolResult, code: str = "tool_failed") -> list[Command]:
-    """The tool_result event, and beside an error result the ``error`` event naming it."""
-    out: list[Command] = [Emit(EventKind.TOOL_RESULT, res.model_dump(mode="json", by_alias=True))]
+def tool_result_emits(res: ToolResult, called_at_ms: int, code: str = "tool_failed") -> list[Command]:
+    """The tool_result event (with its call's ``calledAt``), and beside an error result the ``error``
+    event naming it."""
+    payload = {**res.model_dump(mode="json", by_alias=True), "calledAt": called_at_ms}
+    out: list[Command] = [Emit(EventKind.TOOL_RESULT, payload)]
     if res.is_error:
         out.append(error_event("tool", code, res.content, toolCallId=res.tool_call_id, name=res.name))
     return out
@@ -186,7 +191,7 @@ def on_client_results(s: RunState, e: ClientResultsReceived) -> Decision:
             continue
         res = ToolResult(tool_call_id=c.id, name=c.name, content=res.content, is_error=res.is_error)
         results[c.id] = res
-        cmds += tool_result_emits(res, "client_tool_error")
+        cmds += tool_result_emits(res, s.round_called_at_ms, "client_tool_error")
     s = up(s, results=results)
     waiting = [c for c in s.round if c.id in s.client_waiting and c.id not in s.results]
     if waiting:  # still open: park again with the same deadlines
@@ -210,7 +215,7 @@ def on_resumed_tools(s: RunState, e: Resumed) -> Decision:
     served = [c for c in _runnable(s) if c.id in e.recorded]
     cmds: list[Command] = []
     for c in served:
-        cmds += tool_result_emits(e.recorded[c.id])
+        cmds += tool_result_emits(e.recorded[c.id], s.round_called_at_ms)
     s = up(s, results={**s.results, **{c.id: e.recorded[c.id] for c in served}})
     s, cmds = start_tools(s, cmds)
     if served and not s.running:
@@ -227,7 +232,7 @@ def on_tool_finished(s: RunState, e: ToolFinished) -> Decision:
         results={**s.results, res.tool_call_id: res},
         running=[i for i in s.running if i != res.tool_call_id],
     )
-    s, cmds = start_tools(s, tool_result_emits(res))
+    s, cmds = start_tools(s, tool_result_emits(res, s.round_called_at_ms))
     if s.running:
         return s, cmds
     return _after_tools(s, e.now_ms, cmds)
@@ -236,7 +241,8 @@ def on_tool_finished(s: RunState, e: ToolFinished) -> Decision:
 def _close_round(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
     """Every call of the round has a result: append them in call order and ask the model again."""
     tool_msgs = [
-        Message(role="tool", content=s.results[c.id].content, tool_call_id=c.id, name=c.name) for c in s.round
+        Message(role="tool", content=s.results[c.id].content, tool_call_id=c.id, name=c.name, created_at=now_ms)
+        for c in s.round
     ]
     s = up(s, transcript=[*s.transcript, *tool_msgs], round=[], results={}, running=[], approvals={},
             client_waiting={})  # fmt: skip
@@ -259,6 +265,6 @@ def on_approvals(s: RunState, e: ApprovalsDecided) -> Decision:
             text = "rejected by a human" + (f": {why}" if why else "")
             res = ToolResult(tool_call_id=call.id, name=call.name, content=text, is_error=True)
             results[call.id] = res
-            cmds += tool_result_emits(res, "tool_rejected")
+            cmds += tool_result_emits(res, s.round_called_at_ms, "tool_rejected")
     s = up(s, approvals=approvals, results=results)
     return begin_tools(s, e.now_ms, cmds)

@@ -41,5 +41,5 @@ async def run_tool(cx: EffectContext, state: RunState, call: ToolCall) -> None:
         result = await cx.ports.tools.execute(cx.profile(state), call, ctx, on_retry)
     obs.tool_call(call.name, "error" if result.is_error else "ok", duration_s=cx.clock.monotonic() - t0)
     failpoints.hit("after_tool_effect")
-    record = ToolRecord.finished(store.epoch, attempts, result)
+    record = ToolRecord.finished(store.epoch, attempts, result, state.round_called_at_ms)
     cx.post(ToolRecorded(ToolFinished(cx.now_ms(), result), record, record.to_json()))

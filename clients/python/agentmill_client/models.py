@@ -70,6 +70,8 @@ class Message(Model):
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
     name: str | None = Field(default=None, max_length=256)
+    # unix ms, set by the worker from its clock when the message joins a run (a caller's value is replaced)
+    created_at: int | None = None
 
     @model_validator(mode="after")
     def _role_fields(self) -> Message:
