@@ -241,7 +241,9 @@ def on_tool_finished(s: RunState, e: ToolFinished) -> Decision:
 def _close_round(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
     """Every call of the round has a result: append them in call order and ask the model again."""
     tool_msgs = [
-        Message(role="tool", content=s.results[c.id].content, tool_call_id=c.id, name=c.name, created_at=now_ms)
+        Message(
+            role="tool", content=s.results[c.id].content, tool_call_id=c.id, name=c.name, created_at=now_ms
+        )
         for c in s.round
     ]
     s = up(s, transcript=[*s.transcript, *tool_msgs], round=[], results={}, running=[], approvals={},

@@ -257,7 +257,9 @@ class RunDriver:
                 await_human = c
             elif isinstance(c, OfferClientCalls):
                 for call in c.calls:
-                    rec = ToolRecord.offered(call, c.deadlines[call.id], c.timeout_ms, self.state.round_called_at_ms)
+                    rec = ToolRecord.offered(
+                        call, c.deadlines[call.id], c.timeout_ms, self.state.round_called_at_ms
+                    )
                     self.records[call.id] = rec
                     outbox.records.append((call.id, rec.to_json()))
             elif isinstance(c, AwaitClient):
