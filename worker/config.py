@@ -83,6 +83,7 @@ class RunConfig(Model):
     client_tool_timeout_ms: int = 600_000
     response_format: ResponseFormat | None = None  # the final answer must be JSON (validated)
     max_repairs: int = DEFAULT_MAX_REPAIRS
+    include_messages: bool = False  # the final transcript in result.messages
 
     def tool_names(self) -> set[str]:
         return {t.name for t in self.tools} | {t.name for t in self.internal_tools}
@@ -177,4 +178,5 @@ def resolve_config(
         client_tool_timeout_ms=profile.client_tool_timeout_ms,
         response_format=run.response_format,
         max_repairs=DEFAULT_MAX_REPAIRS if ll.max_repairs is None else ll.max_repairs,
+        include_messages=bool(run.include_messages),
     )

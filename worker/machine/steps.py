@@ -8,12 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
+from agentmill_client import limits
+from agentmill_client.codec import to_jsonable
 from agentmill_client.models import EventKind, Message, RunError, RunResult, RunStatus
 from worker import policy
 from worker.machine.commands import CallModel, Command, Compact, Decision, Emit, Finish, ModelRequest
 from worker.machine.state import CallPhase, Phase, RunState
 
-__all__ = ["FINAL_ANSWER_PROMPT", "build_messages", "error_event", "finish", "result_of"]
+__all__ = ["FINAL_ANSWER_PROMPT", "bounded_messages", "build_messages", "error_event", "finish", "result_of"]
 
 
 def up(state: RunState, **changes: Any) -> RunState:
@@ -143,6 +147,19 @@ def finish(
     return s, [*cmds, Emit(EventKind.STATUS, payload), Finish(result)]
 
 
+def bounded_messages(transcript: list[Message]) -> tuple[list[Message], int]:
+    """The newest messages within limits.MAX_RESULT_MESSAGES and MAX_RESULT_MESSAGES_BYTES (their
+    JSON together), and how many older ones were left out."""
+    kept: list[Message] = []
+    size = 0
+    for m in reversed(transcript):
+        size += len(orjson.dumps(to_jsonable(m)))
+        if len(kept) >= limits.MAX_RESULT_MESSAGES or size > limits.MAX_RESULT_MESSAGES_BYTES:
+            break
+        kept.append(m)
+    return kept[::-1], len(transcript) - len(kept)
+
+
 def result_of(s: RunState) -> RunResult:
     status = {
         Phase.COMPLETED: RunStatus.COMPLETED,
@@ -152,6 +169,9 @@ def result_of(s: RunState) -> RunResult:
         Phase.AWAITING_TOOLS: RunStatus.AWAITING_TOOLS,
         Phase.IDLE: RunStatus.QUEUED,
     }.get(s.phase, RunStatus.RUNNING)
+    messages, omitted = (
+        bounded_messages(s.transcript) if s.config and s.config.include_messages else (None, None)
+    )
     return RunResult(
         session_id=s.session_id,
         run_id=s.run_id,
@@ -163,4 +183,6 @@ def result_of(s: RunState) -> RunResult:
         stop_reason=s.final_call if s.phase == Phase.COMPLETED else None,
         finish_reason=s.finish_reason,
         output=s.output if s.phase == Phase.COMPLETED else None,
+        messages=messages,
+        messages_omitted=omitted,
     )

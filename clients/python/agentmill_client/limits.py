@@ -12,6 +12,8 @@ __all__ = [
     "MAX_META_TERMS",
     "MAX_META_VALUE_CHARS",
     "MAX_MS_DIGITS",
+    "MAX_RESULT_MESSAGES",
+    "MAX_RESULT_MESSAGES_BYTES",
     "MAX_RUN_INPUT_BYTES",
     "MAX_SCHEMA_BYTES",
     "MAX_SCRIPT_DELAY_MS",
@@ -49,4 +51,8 @@ MAX_INDEX_RUNS = 100_000  # most runs one listing index (per tenant and filter v
 MAX_META_TERMS = 16  # metadata keys a run is listed under (the first ones with scalar values)
 MAX_META_KEY_CHARS = 64
 MAX_META_VALUE_CHARS = 256
+# includeMessages: result.messages keeps the newest messages of the final transcript within both
+# bounds (result.messagesOmitted counts the older ones left out).
+MAX_RESULT_MESSAGES = 500
+MAX_RESULT_MESSAGES_BYTES = 512_000  # their JSON, together
 SESSION_RUNS_SHOWN = 1_000  # newest runs a session view reads (commit.lua trims a session's list to as many)

@@ -265,6 +265,7 @@ class RunInput(Model):
     runtime_hints: dict[str, Any] | None = None
     client_tools: list[ClientTool] | None = Field(default=None, max_length=limits.MAX_TOOL_NAMES)
     response_format: ResponseFormat | None = None  # the final answer must be JSON (validated)
+    include_messages: bool | None = None  # the final transcript in result.messages (bounded: limits.py)
     metadata: dict[str, Any] | None = None
     webhook: str | None = Field(default=None, max_length=2048, pattern=r"^https?://")
 
@@ -328,6 +329,10 @@ class RunResult(Model):
     # completes with that answer, marked so); "content_filter" on a run failed by the provider's filter.
     finish_reason: str | None = None
     output: Any = None  # a completed structured-output run's answer, parsed (responseFormat)
+    # includeMessages: the run's final transcript, its newest messages within limits.MAX_RESULT_MESSAGES
+    # and MAX_RESULT_MESSAGES_BYTES; messagesOmitted: how many older ones were left out.
+    messages: list[Message] | None = None
+    messages_omitted: int | None = None
 
 
 class EventKind(StrEnum):

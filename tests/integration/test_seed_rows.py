@@ -1,0 +1,30 @@
+"""The seeds' last rows (issue 31) through a real worker and Redis: the transcript on request,
+the default cap on tool calls, the model widening and searching its own context."""
+
+from __future__ import annotations
+
+import pytest
+from redis.asyncio import Redis
+
+from tests.integration.helpers import assert_clean_stream, producer_for, script_run, stream, wait_all
+from worker.jobs import WorkerProcess
+
+pytestmark = pytest.mark.integration
+
+
+async def test_include_messages_puts_the_final_transcript_in_the_result(
+    redis: Redis, redis_url: str, worker: WorkerProcess
+) -> None:
+    p = producer_for(redis, redis_url)
+    echo = {"toolCalls": [{"name": "echo", "arguments": {"text": "found it"}}]}
+    asked = await p.submit(script_run([echo, {"text": "done"}], includeMessages=True))
+    plain = await p.submit(script_run([echo, {"text": "done"}]))
+    recs = await wait_all(p, [asked.run_id, plain.run_id], 15)
+    res = recs[asked.run_id].result
+    assert res is not None and res.messages is not None and res.messages_omitted == 0
+    assert [(m.role, m.content) for m in res.messages] == [
+        ("user", "go"), ("assistant", ""), ("tool", "found it"), ("assistant", "done")
+    ]  # fmt: skip
+    assert all(m.created_at for m in res.messages)
+    assert recs[plain.run_id].result is not None and recs[plain.run_id].result.messages is None  # type: ignore[union-attr]
+    assert_clean_stream(await stream(redis, asked.run_id))
