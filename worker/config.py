@@ -17,6 +17,7 @@ from worker import policy, prompt
 __all__ = [
     "DEFAULT_MAX_ITERATIONS",
     "DEFAULT_MAX_REPAIRS",
+    "DEFAULT_MAX_TOOL_CALLS",
     "RECALL_PROMPT",
     "RECALL_SPEC",
     "RECALL_TOOL",
@@ -29,6 +30,7 @@ __all__ = [
 
 DEFAULT_MAX_ITERATIONS = 25  # seed 004
 DEFAULT_MAX_REPAIRS = 2  # repair turns of a structured answer that does not validate
+DEFAULT_MAX_TOOL_CALLS = 100  # tool calls a run executes before it is asked for its answer (seed 004)
 RECALL_TOOL = "recall_tool_call"
 
 
@@ -72,6 +74,7 @@ class RunConfig(Model):
     max_calls_per_run: int | None = None
     max_iterations: int = DEFAULT_MAX_ITERATIONS
     max_tool_rounds: int | None = None
+    max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS
     max_run_duration_ms: int | None = None
     approval_timeout_ms: int | None = None
     retry: RetryConfig = Field(default_factory=RetryConfig)
@@ -84,6 +87,9 @@ class RunConfig(Model):
     response_format: ResponseFormat | None = None  # the final answer must be JSON (validated)
     max_repairs: int = DEFAULT_MAX_REPAIRS
     include_messages: bool = False  # the final transcript in result.messages
+
+    def internal_names(self) -> set[str]:
+        return {t.name for t in self.internal_tools}
 
     def tool_names(self) -> set[str]:
         return {t.name for t in self.tools} | {t.name for t in self.internal_tools}
@@ -107,6 +113,10 @@ def narrow_limits(
         max_run_duration_ms=min(duration or duration_default_ms, duration_max_ms),
         max_repairs=_narrowest(
             DEFAULT_MAX_REPAIRS if profile.max_repairs is None else profile.max_repairs, run.max_repairs
+        ),
+        max_tool_calls=_narrowest(
+            DEFAULT_MAX_TOOL_CALLS if profile.max_tool_calls is None else profile.max_tool_calls,
+            run.max_tool_calls,
         ),
     )
 
@@ -167,6 +177,7 @@ def resolve_config(
         max_calls_per_run=tp.max_calls_per_run,
         max_iterations=ll.max_iterations or DEFAULT_MAX_ITERATIONS,
         max_tool_rounds=ll.max_tool_rounds,
+        max_tool_calls=DEFAULT_MAX_TOOL_CALLS if ll.max_tool_calls is None else ll.max_tool_calls,
         max_run_duration_ms=ll.max_run_duration_ms,
         approval_timeout_ms=tp.approval_timeout_ms,
         retry=profile.retry,

@@ -28,3 +28,28 @@ async def test_include_messages_puts_the_final_transcript_in_the_result(
     assert all(m.created_at for m in res.messages)
     assert recs[plain.run_id].result is not None and recs[plain.run_id].result.messages is None  # type: ignore[union-attr]
     assert_clean_stream(await stream(redis, asked.run_id))
+
+
+async def test_a_run_at_its_tool_call_cap_ends_with_an_answer_and_stop_reason(
+    redis: Redis, redis_url: str, worker: WorkerProcess
+) -> None:
+    p = producer_for(redis, redis_url)
+    echo = {
+        "toolCalls": [
+            {"name": "echo", "arguments": {"text": "a"}},
+            {"name": "echo", "arguments": {"text": "b"}},
+        ]
+    }
+    sub = await p.submit(script_run([echo, echo, {"text": "my answer"}], loopLimits={"maxToolCalls": 3}))
+    rec = (await wait_all(p, [sub.run_id], 15))[sub.run_id]
+    assert rec.status.value == "completed" and rec.result is not None
+    assert rec.result.stop_reason == "max_tool_calls"
+    assert (
+        rec.result.final_assistant_message is not None
+        and rec.result.final_assistant_message.content == "my answer"
+    )
+    events = await stream(redis, sub.run_id)
+    assert_clean_stream(events)
+    results = [e.payload for e in events if e.kind == "tool_result"]
+    assert [r["isError"] for r in results] == [False, False, True, True]  # the second round is refused
+    assert events[-1].payload["stopReason"] == "max_tool_calls"

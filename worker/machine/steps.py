@@ -55,6 +55,11 @@ def next_model_call(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
         if cfg.on_limit == "fail":
             return finish(s, RunStatus.FAILED, cmds, error=RunError(code="max_iterations", message=text))
         return final_call(s, now_ms, cmds, "max_iterations")
+    if s.tool_calls_used >= cfg.max_tool_calls and not s.final_call and s.tool_rounds:
+        text = f"loopLimits.maxToolCalls={cfg.max_tool_calls} reached"
+        if cfg.on_limit == "fail":
+            return finish(s, RunStatus.FAILED, cmds, error=RunError(code="max_tool_calls", message=text))
+        return final_call(s, now_ms, cmds, "max_tool_calls")
     comp = cfg.compaction
     if (
         len(s.transcript) > comp.max_messages

@@ -7,7 +7,7 @@ import json
 
 from agentmill_client.models import EventKind, Message, RunError, RunStatus, ToolCall, ToolResult
 from worker import policy
-from worker.config import RECALL_TOOL, RunConfig
+from worker.config import RunConfig
 from worker.machine.commands import (
     AwaitClient,
     AwaitHuman,
@@ -40,20 +40,14 @@ def start_round(
     rounds = s.tool_rounds + 1
     cfg = s.cfg
     if cfg.max_tool_rounds is not None and rounds > cfg.max_tool_rounds:
-        text = f"loopLimits.maxToolRounds={cfg.max_tool_rounds} reached"
-        if cfg.on_limit == "fail":
-            return finish(s, RunStatus.FAILED, cmds, error=RunError(code="max_tool_rounds", message=text))
-        # Answer every call of the refused round (the model input stays well-formed), then ask for the answer.
-        msgs = []
-        for call in calls:
-            cmds.append(tool_call_emit(call, cfg, now_ms))
-            res = ToolResult(tool_call_id=call.id, name=call.name, content=f"error: not executed: {text}",
-                             is_error=True)  # fmt: skip
-            cmds += tool_result_emits(res, now_ms, "tool_refused")
-            msgs.append(Message(role="tool", content=res.content, tool_call_id=call.id, name=call.name,
-                                created_at=now_ms))  # fmt: skip
-        s = up(s, transcript=[*s.transcript, *msgs])
-        return final_call(s, now_ms, cmds, "max_tool_rounds")
+        return _refuse_round(
+            s, calls, now_ms, cmds, "max_tool_rounds", f"loopLimits.maxToolRounds={cfg.max_tool_rounds}"
+        )
+    counted = sum(1 for c in calls if c.name not in cfg.internal_names())
+    if counted and s.tool_calls_used + counted > cfg.max_tool_calls:
+        return _refuse_round(
+            s, calls, now_ms, cmds, "max_tool_calls", f"loopLimits.maxToolCalls={cfg.max_tool_calls}"
+        )
     s = up(s, tool_rounds=rounds, round=list(calls), results={}, running=[], approvals={},
            round_called_at_ms=now_ms)  # fmt: skip
     results: dict[str, ToolResult] = {}
@@ -69,7 +63,7 @@ def start_round(
             spec = next(t for t in cfg.tools if t.name == call.name)
             why = policy.argument_problem(spec.parameters, json.loads(call.arguments or "{}"))
             problem = None if why is None else f"error: invalid arguments: {why}"
-        if problem is None and call.name != RECALL_TOOL:
+        if problem is None and call.name not in cfg.internal_names():
             if cfg.max_calls_per_run is not None and used >= cfg.max_calls_per_run:
                 problem = (
                     f"toolPolicy.maxCallsPerRun={cfg.max_calls_per_run} reached; the call was not executed"
@@ -99,9 +93,28 @@ def start_round(
     return begin_tools(s, now_ms, cmds)
 
 
+def _refuse_round(s: RunState, calls: list[ToolCall], now_ms: int, cmds: list[Command], limit: str,
+                  what: str) -> Decision:  # fmt: skip
+    """A loop limit refuses the whole round: fail (onLimit=fail), or answer every call with an error
+    (the model input stays well-formed) and ask for the final answer without tools."""
+    text = f"{what} reached"
+    if s.cfg.on_limit == "fail":
+        return finish(s, RunStatus.FAILED, cmds, error=RunError(code=limit, message=text))
+    msgs = []
+    for call in calls:
+        cmds.append(tool_call_emit(call, s.cfg, now_ms))
+        res = ToolResult(tool_call_id=call.id, name=call.name, content=f"error: not executed: {text}",
+                         is_error=True)  # fmt: skip
+        cmds += tool_result_emits(res, now_ms, "tool_refused")
+        msgs.append(Message(role="tool", content=res.content, tool_call_id=call.id, name=call.name,
+                            created_at=now_ms))  # fmt: skip
+    s = up(s, transcript=[*s.transcript, *msgs])
+    return final_call(s, now_ms, cmds, limit)
+
+
 def _execution(name: str, cfg: RunConfig) -> str:
     """Who runs a call: the caller (client), the worker, or the machine's own context (internal)."""
-    return "client" if name in cfg.client_tools else "internal" if name == RECALL_TOOL else "worker"
+    return "client" if name in cfg.client_tools else "internal" if name in cfg.internal_names() else "worker"
 
 
 def tool_call_emit(call: ToolCall, cfg: RunConfig, called_at_ms: int) -> Emit:
