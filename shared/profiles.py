@@ -81,6 +81,18 @@ class ContextConfig(Model):
     max_run_loops: int = Field(default=10, ge=0)
     max_message_length: int = Field(default=500, ge=1)
     max_time_range_ms: int = Field(default=7 * 24 * 3_600_000, ge=0)
+    # The context tools load_older_history and search_history (issue 31): offered when true. A run
+    # then loads up to maxHistoryLoops past turns, shows the newest maxRunLoops of them, and each
+    # load_older_history shows expandContextWindowSize more messages (seed 003); search_history
+    # answers at most searchMaxResults hits.
+    history_tools: bool = False
+    max_history_loops: int = Field(default=50, ge=0, le=1_000)
+    expand_context_window_size: int = Field(default=10, ge=1, le=1_000)
+    search_max_results: int = Field(default=8, ge=1, le=50)
+
+    def loaded_loops(self) -> int:
+        """The past turns a run loads: with the context tools, as many as it may widen to."""
+        return max(self.max_run_loops, self.max_history_loops) if self.history_tools else self.max_run_loops
 
 
 class CompactionConfig(Model):
@@ -171,7 +183,8 @@ class AgentProfile(Model):
 
     def client_tool_problem(self, tools: list[ClientTool]) -> str | None:
         """Why a RunInput may not declare these client tools, or None."""
-        taken = {*self.tool_names(), *(t.name for t in self.client_tools), "recall_tool_call"}
+        internal = {"recall_tool_call", "load_older_history", "search_history"}
+        taken = {*self.tool_names(), *(t.name for t in self.client_tools), *internal}
         seen: set[str] = set()
         for i, t in enumerate(tools):
             if t.name in taken or t.name in seen:

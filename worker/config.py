@@ -12,15 +12,18 @@ from pydantic import Field
 
 from agentmill_client.models import LoopLimits, Model, ResponseFormat, RunInput
 from shared.profiles import AgentProfile, CompactionConfig, ContextConfig, RetryConfig
-from worker import policy, prompt
+from worker import history_tools, policy, prompt
 
 __all__ = [
     "DEFAULT_MAX_ITERATIONS",
     "DEFAULT_MAX_REPAIRS",
     "DEFAULT_MAX_TOOL_CALLS",
+    "LOAD_OLDER_SPEC",
+    "MAX_RECALL_IDS",
     "RECALL_PROMPT",
     "RECALL_SPEC",
     "RECALL_TOOL",
+    "SEARCH_SPEC",
     "RunConfig",
     "ToolSpec",
     "narrow_limits",
@@ -42,18 +45,32 @@ class ToolSpec(Model):
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
 
 
+MAX_RECALL_IDS = 10  # ids one recall_tool_call may ask for
 RECALL_SPEC = ToolSpec(
     name=RECALL_TOOL,
     description=(
-        "Recall the full result of an earlier tool call of this run or session by its toolCallId. "
+        "Recall the full result of earlier tool calls of this run or session by their toolCallIds. "
         "Results of past turns and of compacted messages are left out of the conversation; their ids "
         "are shown where the calls are mentioned. Use this when you need one again."
     ),
     parameters={
         "type": "object",
-        "properties": {"callId": {"type": "string", "description": "the toolCallId to recall"}},
-        "required": ["callId"],
+        "properties": {
+            "callId": {"type": "string", "description": "the toolCallId to recall"},
+            "callIds": {"type": "array", "items": {"type": "string"}, "maxItems": MAX_RECALL_IDS,
+                        "description": "several toolCallIds to recall at once"},
+        },
     },
+)  # fmt: skip
+LOAD_OLDER_SPEC = ToolSpec(
+    name=history_tools.LOAD_OLDER_HISTORY,
+    description=history_tools.LOAD_OLDER_DESCRIPTION,
+    parameters=history_tools.LOAD_OLDER_PARAMETERS,
+)
+SEARCH_SPEC = ToolSpec(
+    name=history_tools.SEARCH_HISTORY,
+    description=history_tools.SEARCH_DESCRIPTION,
+    parameters=history_tools.SEARCH_PARAMETERS,
 )
 
 
@@ -160,6 +177,8 @@ def resolve_config(
     ]
     # Recall is offered when there is something to recall: a session's past runs or this run's tools.
     internal = [RECALL_SPEC] if (has_session or tools) and tp.enabled is not False else []
+    if internal and profile.context.history_tools:  # the context tools (issue 31)
+        internal += [LOAD_OLDER_SPEC, SEARCH_SPEC] if has_session else [SEARCH_SPEC]
     system_prompt = prompt.render(
         run.system_prompt_override or profile.system_prompt,
         run.runtime_init_data,
@@ -167,6 +186,8 @@ def resolve_config(
     )
     if internal:
         system_prompt += "\n\n" + RECALL_PROMPT
+    if len(internal) > 1:
+        system_prompt += " " + history_tools.HISTORY_PROMPT
     return RunConfig(
         agent=profile.name,
         system_prompt=system_prompt,

@@ -23,6 +23,7 @@ from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
 from shared.settings import Settings
 from shared.tool_records import ToolRecord
 from worker.config import ToolSpec
+from worker.context import RunLoop
 from worker.lease import WorkerLease
 from worker.models.base import ModelProvider
 from worker.observer import Observer
@@ -127,6 +128,12 @@ class SessionStore(Protocol):
     async def recall(
         self, session_id: str | None, call: ToolCall, run_id: str | None = None
     ) -> ToolResult: ...
+
+    async def load_past(
+        self, session_id: str | None, max_loops: int
+    ) -> tuple[list[RunLoop], dict[str, ToolResult]]:
+        """The session's newest ``max_loops`` turns and their tool results by session call id."""
+        ...
 
 
 OnWait = Callable[[str, int], Awaitable[None]]

@@ -38,6 +38,7 @@ from worker.machine.steps import (
     up,
 )
 from worker.machine.tool_round import start_round
+from worker.machine.window import initial_window
 
 __all__ = [
     "on_abort",
@@ -65,7 +66,9 @@ def on_started(s: RunState, e: Started) -> Decision:
 
 
 def on_context_loaded(s: RunState, e: ContextLoaded) -> Decision:
-    return next_model_call(up(s, history=list(e.history)), e.now_ms, [])
+    ctx = s.cfg.context
+    window = initial_window(e.history, ctx.max_run_loops) if ctx.history_tools else len(e.history)
+    return next_model_call(up(s, history=list(e.history), context_window_size=window), e.now_ms, [])
 
 
 # ---- Resumed: a new job took the run over; its effects are recomputed from the checkpointed state ----

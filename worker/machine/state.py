@@ -67,6 +67,7 @@ class RunState(Model):
     call: CallPhase = CallPhase.NONE
     config: RunConfig | None = None
     history: list[Message] = Field(default_factory=list)  # reduced past run loops (seed 002)
+    context_window_size: int | None = None  # newest history messages the model sees (None: all; window.py)
     transcript: list[Message] = Field(default_factory=list)  # this run loop in full
     started_at_ms: int = 0
     iterations: int = 0  # successful model replies

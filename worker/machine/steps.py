@@ -16,6 +16,7 @@ from agentmill_client.models import EventKind, Message, RunError, RunResult, Run
 from worker import policy
 from worker.machine.commands import CallModel, Command, Compact, Decision, Emit, Finish, ModelRequest
 from worker.machine.state import CallPhase, Phase, RunState
+from worker.machine.window import windowed_history
 
 __all__ = ["FINAL_ANSWER_PROMPT", "bounded_messages", "build_messages", "error_event", "finish", "result_of"]
 
@@ -104,7 +105,7 @@ def compact(s: RunState, cmds: list[Command], reason: str) -> Decision:
 
 def build_messages(s: RunState) -> list[Message]:
     """System prompt + reduced past run loops + the current run loop in full (seed 002)."""
-    return [Message(role="system", content=s.cfg.system_prompt), *s.history, *s.transcript]
+    return [Message(role="system", content=s.cfg.system_prompt), *windowed_history(s), *s.transcript]
 
 
 def request_of(s: RunState) -> ModelRequest:

@@ -8,6 +8,7 @@ import json
 from agentmill_client.models import EventKind, Message, RunError, RunStatus, ToolCall, ToolResult
 from worker import policy
 from worker.config import RunConfig
+from worker.history_tools import LOAD_OLDER_HISTORY
 from worker.machine.commands import (
     AwaitClient,
     AwaitHuman,
@@ -21,6 +22,7 @@ from worker.machine.events import ApprovalsDecided, ClientResultsReceived, Resum
 from worker.machine.identity import wire_id
 from worker.machine.state import CallPhase, MachineError, Phase, RunState
 from worker.machine.steps import error_event, final_call, finish, next_model_call, status_event, up
+from worker.machine.window import expand_window
 
 __all__ = [
     "on_approvals",
@@ -63,6 +65,11 @@ def start_round(
             spec = next(t for t in cfg.tools if t.name == call.name)
             why = policy.argument_problem(spec.parameters, json.loads(call.arguments or "{}"))
             problem = None if why is None else f"error: invalid arguments: {why}"
+        if problem is None and call.name == LOAD_OLDER_HISTORY:  # answered here: a change of the window
+            s, res, note = expand_window(s, call)
+            results[call.id] = res
+            cmds += [note, *tool_result_emits(res, now_ms)]
+            continue
         if problem is None and call.name not in cfg.internal_names():
             if cfg.max_calls_per_run is not None and used >= cfg.max_calls_per_run:
                 problem = (

@@ -50,7 +50,10 @@ def start(cx: EffectContext, state: RunState, c: Command) -> Coroutine[Any, Any,
 
 
 async def _load_context(cx: EffectContext, state: RunState, c: LoadContext) -> None:
-    history = await cx.ports.sessions.load_history(c.session_id, state.cfg.context)
+    ctx = state.cfg.context  # with the context tools, every past turn the run may widen its window to
+    history = await cx.ports.sessions.load_history(
+        c.session_id, ctx.model_copy(update={"max_run_loops": ctx.loaded_loops()})
+    )
     cx.post(ContextLoaded(cx.now_ms(), history))
 
 

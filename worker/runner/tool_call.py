@@ -5,10 +5,11 @@ recorded never gets here: the machine serves it on ``Resumed``."""
 
 from __future__ import annotations
 
-from agentmill_client.models import ToolCall
+from agentmill_client.models import ToolCall, ToolResult
 from shared.tool_records import ToolRecord
 from worker import failpoints
 from worker.config import RECALL_TOOL
+from worker.history_tools import SEARCH_HISTORY, candidates, search
 from worker.machine import RunState, ToolFinished, notices
 from worker.ports import ToolRetry
 from worker.runner.effect import EffectContext, ToolRecorded
@@ -32,6 +33,8 @@ async def run_tool(cx: EffectContext, state: RunState, call: ToolCall) -> None:
     cx.check_lease(f"tool call {call.name}")
     if call.name == RECALL_TOOL:
         result = await cx.ports.sessions.recall(state.session_id, call, cx.run_id)
+    elif call.name == SEARCH_HISTORY:
+        result = await _search(cx, state, call)
     else:
 
         async def on_retry(r: ToolRetry) -> None:
@@ -43,3 +46,13 @@ async def run_tool(cx: EffectContext, state: RunState, call: ToolCall) -> None:
     failpoints.hit("after_tool_effect")
     record = ToolRecord.finished(store.epoch, attempts, result, state.round_called_at_ms)
     cx.post(ToolRecorded(ToolFinished(cx.now_ms(), result), record, record.to_json()))
+
+
+async def _search(cx: EffectContext, state: RunState, call: ToolCall) -> ToolResult:
+    """search_history: the session's past turns (as many as the run may load) and this run's own
+    results no longer in its conversation, ranked by the pure ``search``."""
+    ctx = state.cfg.context
+    loops, past = await cx.ports.sessions.load_past(state.session_id, ctx.loaded_loops())
+    shown = {m.tool_call_id for m in state.transcript if m.role == "tool"}
+    own = [r for i, rec in sorted(cx.records.items()) if i not in shown and (r := rec.recorded) is not None]
+    return search(call, candidates(loops, past, own), ctx.search_max_results)
