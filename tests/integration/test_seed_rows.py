@@ -3,10 +3,21 @@ the default cap on tool calls, the model widening and searching its own context.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+import orjson
 import pytest
 from redis.asyncio import Redis
 
-from tests.integration.helpers import assert_clean_stream, producer_for, script_run, stream, wait_all
+from tests.integration.helpers import (
+    assert_clean_stream,
+    producer_for,
+    running_worker,
+    script_run,
+    stream,
+    wait_all,
+)
 from worker.jobs import WorkerProcess
 
 pytestmark = pytest.mark.integration
@@ -53,3 +64,59 @@ async def test_a_run_at_its_tool_call_cap_ends_with_an_answer_and_stop_reason(
     results = [e.payload for e in events if e.kind == "tool_result"]
     assert [r["isError"] for r in results] == [False, False, True, True]  # the second round is refused
     assert events[-1].payload["stopReason"] == "max_tool_calls"
+
+
+async def test_the_model_widens_its_window_searches_its_history_and_recalls_what_it_found(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    wide = {"name": "wide", "provider": {"kind": "scripted", "mode": "script"}, "tools": ["echo"],
+            "context": {"maxRunLoops": 1, "historyTools": True, "expandContextWindowSize": 2}}  # fmt: skip
+    path = tmp_path / "profiles.json"
+    path.write_bytes(orjson.dumps({"profiles": [wide]}))
+    p = producer_for(redis, redis_url, profiles=str(path))
+    secret = "the zebra code is 4471 " + "z" * 900  # longer than a past turn keeps
+    echo = {"toolCalls": [{"name": "echo", "arguments": {"text": secret}}]}
+
+    def turn(text: str, script: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+        return {**script_run(script, sessionId="s-w", agent="wide", **extra),
+                "inputMessages": [{"role": "user", "content": text}]}  # fmt: skip
+
+    async with running_worker(redis_url, profiles=str(path)):
+        r1 = await p.submit(turn("first question", [echo, {"text": "first answer"}], autoCreateSession=True))
+        await wait_all(p, [r1.run_id], 15)
+        r2 = await p.submit(turn("second question", [{"text": "second answer"}]))
+        await wait_all(p, [r2.run_id], 15)
+        load = {"echoContext": True, "toolCalls": [{"name": "load_older_history", "arguments": {}}]}
+        find = {
+            "echoContext": True,
+            "toolCalls": [{"name": "search_history", "arguments": {"query": "zebra"}}],
+        }
+        recall = {
+            "toolCalls": [
+                {"name": "recall_tool_call", "arguments": {"callIds": [f"{r1.run_id}/c1.0", "nope"]}}
+            ]
+        }
+        r3 = await p.submit(turn("third question", [load, find, recall, {"text": "done"}]))
+        rec = (await wait_all(p, [r3.run_id], 15))[r3.run_id]
+    assert rec.status.value == "completed"
+    events = await stream(redis, r3.run_id)
+    assert_clean_stream(events)
+    seen = [orjson.loads(e.payload["message"]["content"].split("\n")[0]) for e in events
+            if e.kind == "assistant_message" and e.payload["message"]["content"].startswith("{")]  # fmt: skip
+    before, after = ([m["content"] for m in s["messages"][1:]] for s in seen[:2])
+    assert before[:2] == ["second question", "second answer"] and "first question" not in before
+    assert after[0] == "first question" and "second question" in after  # the older turn is in the input now
+    assert {"load_older_history", "search_history", "recall_tool_call"} <= set(seen[0]["tools"])
+    widened = next(e.payload for e in events if e.payload.get("status") == "context_window_expanded")
+    assert (widened["contextWindowSize"], widened["added"], widened["olderLeft"]) == (4, 2, 0)
+    results = {e.payload["name"]: e.payload for e in events if e.kind == "tool_result"}
+    assert orjson.loads(results["load_older_history"]["content"])["contextWindowSize"] == 4
+    hits = orjson.loads(results["search_history"]["content"])["hits"]
+    assert (
+        hits[0]["callId"] == f"{r1.run_id}/c1.0"
+        and hits[0]["tool"] == "echo"
+        and "zebra" in hits[0]["snippet"]
+    )
+    recalled = orjson.loads(results["recall_tool_call"]["content"])["results"]
+    assert recalled == [{"callId": f"{r1.run_id}/c1.0", "content": secret, "isError": False},
+                        {"callId": "nope", "error": "tool call result not found"}]  # fmt: skip

@@ -21,6 +21,8 @@ __all__ = ["expand_window", "initial_window", "windowed_history"]
 
 def initial_window(history: list[Message], turns: int) -> int:
     """How many of the newest messages make the newest ``turns`` turns (each starts with a user message)."""
+    if turns <= 0:
+        return 0
     seen = 0
     for i in range(len(history) - 1, -1, -1):
         if history[i].role == "user":
