@@ -101,6 +101,13 @@ class CompactionConfig(Model):
     keep_recent: int = Field(default=8, ge=1)
     use_model: bool = False
     max_overflow_retries: int = Field(default=2, ge=0)
+    # truncate | summary | keyFacts | importance (worker/compaction.py); None: summary with
+    # useModel, else truncate
+    strategy: Literal["truncate", "summary", "keyFacts", "importance"] | None = None
+    importance_budget_tokens: int = Field(default=4_000, ge=0)  # what importance keeps of the middle
+
+    def resolved_strategy(self) -> str:
+        return self.strategy or ("summary" if self.use_model else "truncate")
 
 
 class Pricing(Model):

@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any
 
-from worker import context
+from worker import compaction
 from worker.machine import (
     CallModel,
     Command,
@@ -42,9 +42,12 @@ def start(cx: EffectContext, state: RunState, c: Command) -> Coroutine[Any, Any,
     if isinstance(c, ExecuteTool):
         return run_tool(cx, state, c.call)
     if isinstance(c, Compact):
-        if state.cfg.compaction.use_model:
-            return summarise(cx, state, c)
-        new, removed = context.compact(c.transcript, c.keep_recent)
+        comp = state.cfg.compaction
+        if (prompt := compaction.summary_prompt(comp)) is not None:
+            return summarise(cx, state, c, prompt)
+        new, removed = compaction.without_model(
+            c.transcript, c.keep_recent, comp, state.cfg.approval_tools, c.reason
+        )
         return CompactionDone(cx.now_ms(), new, removed, c.reason)
     raise TypeError(f"unknown command {c!r}")  # pragma: no cover - the machine emits nothing else
 
