@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import orjson
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from agentmill_client import limits
 from agentmill_client.models import ClientTool, LoopLimits, Model, ToolPolicy
@@ -29,6 +29,7 @@ __all__ = [
     "ProfileFile",
     "ProviderConfig",
     "RetryConfig",
+    "ToolCache",
     "ToolSettings",
     "dev_profiles_enabled",
     "load_profiles",
@@ -52,8 +53,18 @@ class RetryConfig(Model):
     retry_after_cap_ms: int = Field(default=60_000, ge=0)
 
 
+class ToolCache(Model):
+    """A tool's results reused for the same arguments and tenant (worker/tool_cache.py)."""
+
+    ttl_s: int = Field(ge=1, le=7 * 24 * 3_600)
+
+
 class ToolSettings(Model):
     requires_approval: bool = False
+    # Opt-in result cache. Never for a tool marked sideEffects: true; an HTTP tool must declare
+    # sideEffects: false to be cached (the profile is refused otherwise).
+    cache: ToolCache | None = None
+    side_effects: bool | None = None
     timeout_s: float = Field(default=30.0, gt=0, le=limits.MAX_TOOL_TIMEOUT_S)
     max_tries: int = Field(default=3, ge=1, le=20)
     retry_delay_ms: int = Field(default=1_000, ge=0, le=limits.MAX_TOOL_RETRY_DELAY_MS)
@@ -187,6 +198,25 @@ class AgentProfile(Model):
     client_tools: list[ClientTool] = Field(default_factory=list)
     run_client_tools: list[str] = Field(default_factory=list)
     client_tool_timeout_ms: int = Field(default=600_000, ge=1, le=7 * 24 * 3_600_000)  # per call
+
+    @model_validator(mode="after")
+    def _cache_only_without_side_effects(self) -> AgentProfile:
+        http = {t.name for t in self.http_tools}
+        for name, ts in self.tool_settings.items():
+            if ts.cache is None:
+                continue
+            if ts.side_effects:
+                raise ValueError(f"toolSettings.{name}: a tool with sideEffects cannot have a cache")
+            if name in http and ts.side_effects is not False:
+                raise ValueError(
+                    f"toolSettings.{name}: an HTTP tool is cached only if it declares sideEffects: false"
+                )
+        return self
+
+    def cache_ttl_s(self, tool: str) -> int | None:
+        """How long a result of ``tool`` may be reused, or None: not cached."""
+        ts = self.tool_settings.get(tool)
+        return ts.cache.ttl_s if ts is not None and ts.cache is not None else None
 
     def client_tool_problem(self, tools: list[ClientTool]) -> str | None:
         """Why a RunInput may not declare these client tools, or None."""

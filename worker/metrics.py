@@ -60,7 +60,7 @@ LABELS: dict[str, tuple[str, ...]] = {
     "outcome": ("success", "error"),
     "reason.retry": (*sorted(RETRY_REASONS), "http_other", OTHER),
     "direction": ("input", "output"),
-    "tool_outcome": ("ok", "error"),
+    "tool_outcome": ("ok", "error", "cached"),
     "kind": tuple(k.value for k in EventKind),
     "reason.refused": ("fenced", "duplicate"),
     "reason.compaction": ("threshold", "overflow"),

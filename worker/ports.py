@@ -45,6 +45,7 @@ __all__ = [
     "SessionStore",
     "SessionUpdate",
     "SystemClock",
+    "ToolCache",
     "ToolPort",
     "ToolRetry",
 ]
@@ -176,6 +177,14 @@ class ToolPort(Protocol):
     ) -> ToolResult: ...
 
 
+class ToolCache(Protocol):
+    """Tool results reused by tool, canonical arguments and tenant (worker/tool_cache.py)."""
+
+    async def get(self, call: ToolCall) -> ToolResult | None: ...
+
+    async def put(self, call: ToolCall, result: ToolResult, ttl_s: int) -> None: ...
+
+
 class Clock(Protocol):
     def now_ms(self) -> int:
         """Wall time in unix ms (event times, deadlines)."""
@@ -210,6 +219,7 @@ class RunPorts:
     tools: ToolPort
     clock: Clock = field(default_factory=SystemClock)
     rng: Rng = field(default_factory=random.Random)
+    cache: ToolCache | None = None  # the tool-result cache; None: no tool is cached
 
 
 class Host(Protocol):

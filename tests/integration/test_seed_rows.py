@@ -12,6 +12,7 @@ from redis.asyncio import Redis
 
 from tests.integration.helpers import (
     assert_clean_stream,
+    metric_samples,
     producer_for,
     running_worker,
     script_run,
@@ -120,3 +121,46 @@ async def test_the_model_widens_its_window_searches_its_history_and_recalls_what
     recalled = orjson.loads(results["recall_tool_call"]["content"])["results"]
     assert recalled == [{"callId": f"{r1.run_id}/c1.0", "content": secret, "isError": False},
                         {"callId": "nope", "error": "tool call result not found"}]  # fmt: skip
+
+
+async def test_a_cached_tool_is_executed_once_per_tenant_and_arguments_and_counted(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    cachy = {"name": "cachy", "provider": {"kind": "scripted", "mode": "script"}, "tools": ["echo", "fail"],
+             "toolSettings": {"echo": {"cache": {"ttlS": 60}}, "fail": {"cache": {"ttlS": 60}, "maxTries": 1}}}  # fmt: skip
+    path = tmp_path / "profiles.json"
+    path.write_bytes(orjson.dumps({"profiles": [cachy]}))
+    p = producer_for(redis, redis_url, profiles=str(path))
+
+    def calls(*args: dict[str, Any]) -> dict[str, Any]:
+        return {"toolCalls": [{"name": "echo" if "text" in a else "fail", "arguments": a} for a in args]}
+
+    first = [calls({"text": "x"}, {"message": "down"}), {"text": "done"}]
+    again = [calls({"text": "x"}, {"message": "down"}, {"text": "y"}), {"text": "done"}]
+    async with running_worker(redis_url, profiles=str(path)) as wp:
+        r1 = await p.submit({**script_run(first), "agent": "cachy"})
+        await wait_all(p, [r1.run_id], 15)
+        r2 = await p.submit({**script_run(again), "agent": "cachy"})
+        r3 = await p.submit({**script_run(again), "agent": "cachy"}, tenant="other")
+        rec2 = (await wait_all(p, [r2.run_id], 15))[r2.run_id]
+        rec3 = await p.wait(r3.run_id, timeout_s=15, tenant="other")
+        samples = metric_samples(wp.metrics.render().decode())
+    assert rec2.status.value == "completed" and rec3 is not None and rec3.status.value == "completed"
+
+    def results(run_id: str, events: list[Any]) -> list[tuple[str, bool]]:
+        return [
+            (e.payload["content"], e.payload.get("cached", False)) for e in events if e.kind == "tool_result"
+        ]
+
+    r1_results = results(r1.run_id, await stream(redis, r1.run_id))
+    assert r1_results[0] == ("x", False) and r1_results[1][1] is False
+    r2_events = await stream(redis, r2.run_id)
+    assert_clean_stream(r2_events)
+    got = results(r2.run_id, r2_events)
+    assert got[0] == ("x", True)  # the same arguments: served from the cache
+    assert got[1][1] is False and "down" in got[1][0]  # an error result is never cached
+    assert got[2] == ("y", False)  # other arguments: executed
+    assert results(r3.run_id, await stream(redis, rec3.key))[0] == ("x", False)  # another tenant: executed
+    assert samples[("agentmill_tool_calls_total", (("outcome", "cached"), ("tool", "echo")))] == 1
+    cached = [k async for k in redis.scan_iter(match="am:*:tc:*")]
+    assert len(cached) == 4 and all([0 < await redis.ttl(k) <= 60 for k in cached])  # x and y, per tenant

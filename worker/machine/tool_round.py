@@ -145,7 +145,7 @@ def _precheck(call: ToolCall, allowed: set[str]) -> str | None:
 def tool_result_emits(res: ToolResult, called_at_ms: int, code: str = "tool_failed") -> list[Command]:
     """The tool_result event (with its call's ``calledAt``), and beside an error result the ``error``
     event naming it."""
-    payload = {**res.model_dump(mode="json", by_alias=True), "calledAt": called_at_ms}
+    payload = {**res.model_dump(mode="json", by_alias=True, exclude_none=True), "calledAt": called_at_ms}
     out: list[Command] = [Emit(EventKind.TOOL_RESULT, payload)]
     if res.is_error:
         out.append(error_event("tool", code, res.content, toolCallId=res.tool_call_id, name=res.name))

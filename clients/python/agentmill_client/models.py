@@ -89,6 +89,7 @@ class ToolResult(Model):
     name: str
     content: str
     is_error: bool = False
+    cached: bool | None = None  # served from the tool-result cache (a tool's cache.ttlS in its profile)
 
 
 class ClientTool(Model):
