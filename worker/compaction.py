@@ -63,7 +63,7 @@ def _important(unit: list[Message], seen_tools: set[str], approval_tools: set[st
     if first.role == "user":
         return True
     results = [m for m in unit if m.role == "tool"]
-    if any(m.content.lstrip().lower().startswith(_ERROR_PREFIXES) for m in results):
+    if any(m.text.lstrip().lower().startswith(_ERROR_PREFIXES) for m in results):
         return True
     if any(c.name in approval_tools for c in first.tool_calls or ()):
         return True

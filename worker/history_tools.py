@@ -106,7 +106,7 @@ def candidates(
         for c in calls:
             if (r := past.get(c.id)) is not None:
                 out.append(Hit(r.content, r.name or c.name, c.id, lp.run_id))
-        said = [lp.user.content, lp.assistant.content if lp.assistant is not None else ""]
+        said = [lp.user.text, lp.assistant.text if lp.assistant is not None else ""]
         out.append(Hit("\n".join(said), run_id=lp.run_id, call_ids=tuple(c.id for c in calls)))
     return out
 

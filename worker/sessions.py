@@ -44,10 +44,12 @@ def session_update(state: RunState, result: RunResult, now_ms: int) -> SessionUp
     user = next((m for m in state.transcript if m.role == "user"), None)
     if user is None:
         return SessionUpdate(state.session_id)
+    if isinstance(user.content, list):  # a session keeps images as placeholders, not their data
+        user = user.model_copy(update={"content": user.text})
     # Call ids are unique in a run only (c1.0 in every run): the session knows them as <runId>/<id>.
     tool_results = [
         (session_call_id(state.run_id, m.tool_call_id),
-         ToolResult(tool_call_id=m.tool_call_id, name=m.name or "", content=m.content))
+         ToolResult(tool_call_id=m.tool_call_id, name=m.name or "", content=m.text))
         for m in state.transcript
         if m.role == "tool" and m.tool_call_id and m.name not in _INTERNAL
     ]  # fmt: skip

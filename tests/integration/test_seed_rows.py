@@ -10,6 +10,8 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
+from agentmill_client import limits
+from producer.service import SubmissionError
 from tests.integration.helpers import (
     assert_clean_stream,
     metric_samples,
@@ -19,6 +21,8 @@ from tests.integration.helpers import (
     stream,
     wait_all,
 )
+from tests.integration.test_openai_runs import run_with
+from tests.support.fake_openai import FakeOpenAI, Reply
 from worker.jobs import WorkerProcess
 
 pytestmark = pytest.mark.integration
@@ -164,3 +168,46 @@ async def test_a_cached_tool_is_executed_once_per_tenant_and_arguments_and_count
     assert samples[("agentmill_tool_calls_total", (("outcome", "cached"), ("tool", "echo")))] == 1
     cached = [k async for k in redis.scan_iter(match="am:*:tc:*")]
     assert len(cached) == 4 and all([0 < await redis.ttl(k) <= 60 for k in cached])  # x and y, per tenant
+
+
+PIXEL = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+
+
+async def test_a_text_and_image_message_reaches_an_openai_compatible_provider_as_parts(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    fake = FakeOpenAI([Reply(text="a red pixel")])
+    path = tmp_path / "profiles.json"
+    path.write_bytes(orjson.dumps({"profiles": [{"name": "gpt", "provider": {"kind": "openai", "baseUrl": fake.base_url,
+                                                                              "model": "fake-1"}}]}))  # fmt: skip
+    parts = [{"type": "text", "text": "what is in this picture?"},
+             {"type": "image_url", "image_url": {"url": PIXEL, "detail": "low"}},
+             {"type": "image_url", "image_url": {"url": "https://images.example/cat.jpg"}}]  # fmt: skip
+    async with fake:
+        rec, _ = await run_with(
+            redis, redis_url, path, {"inputMessages": [{"role": "user", "content": parts}]}
+        )
+    assert rec.status.value == "completed"  # type: ignore[attr-defined]
+    assert fake.requests[0]["messages"][1] == {"role": "user", "content": parts}  # as given, OpenAI's shape
+
+
+async def test_images_past_their_bounds_are_refused_with_413(redis: Redis, redis_url: str) -> None:
+    p = producer_for(redis, redis_url)
+
+    def run(*urls: str) -> dict[str, Any]:
+        content = [
+            {"type": "text", "text": "look"},
+            *({"type": "image_url", "image_url": {"url": u}} for u in urls),
+        ]
+        return {"inputMessages": [{"role": "user", "content": content}]}
+
+    big = "data:image/png;base64," + "A" * limits.MAX_IMAGE_DATA_BYTES
+    half = "data:image/png;base64," + "A" * (limits.MAX_RUN_IMAGE_BYTES // 2)
+    for body, what in ((run(big), "data: URL"), (run(half, half), "the run's images"),
+                       (run(*[PIXEL] * (limits.MAX_IMAGE_PARTS + 1)), "images; at most")):  # fmt: skip
+        with pytest.raises(SubmissionError) as exc:
+            await p.submit(body)
+        assert (exc.value.status, exc.value.code) == (413, "too_large") and what in exc.value.message
+    with pytest.raises(SubmissionError) as bad:
+        await p.submit(run("http://images.example/cat.jpg"))
+    assert bad.value.status == 422

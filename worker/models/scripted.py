@@ -155,10 +155,10 @@ def calculator_turn(messages: list[Message]) -> dict[str, Any]:
     tool_msgs = [m for m in after if m.role == "tool"]
     if tool_msgs:
         result = tool_msgs[-1]
-        if result.content.startswith("error"):
-            return {"text": f"I could not compute that: {result.content}"}
-        return {"text": f"The answer is {result.content}."}
-    match = max(_EXPR.findall(messages[last_user].content), key=len, default="").strip()
+        if result.text.startswith("error"):
+            return {"text": f"I could not compute that: {result.text}"}
+        return {"text": f"The answer is {result.text}."}
+    match = max(_EXPR.findall(messages[last_user].text), key=len, default="").strip()
     if not any(ch.isdigit() for ch in match):
         return {"text": "I can only do arithmetic; give me an expression such as 6 * 7."}
     return {"toolCalls": [{"name": "calculator", "arguments": {"expression": match}}]}

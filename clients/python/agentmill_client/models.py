@@ -16,14 +16,19 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic.alias_generators import to_camel
 
 from agentmill_client import limits
+from agentmill_client.content import IMAGE_PLACEHOLDER, ContentPart, ImagePart, ImageUrl, TextPart
 from agentmill_client.ids import ID_PATTERN
 from agentmill_client.statuses import TERMINAL, RunStatus
 
 __all__ = [
+    "IMAGE_PLACEHOLDER",
     "ApprovalDecision",
     "ClientTool",
     "ClientToolResult",
+    "ContentPart",
     "EventKind",
+    "ImagePart",
+    "ImageUrl",
     "JsonSchemaFormat",
     "LoopLimits",
     "Message",
@@ -35,6 +40,7 @@ __all__ = [
     "RunInput",
     "RunResult",
     "RunStatus",  # defined in agentmill_client.statuses; part of this contract (RunResult.status)
+    "TextPart",
     "ToolCall",
     "ToolPolicy",
     "ToolResult",
@@ -66,7 +72,8 @@ class ToolCall(Model):
 
 class Message(Model):
     role: Literal["system", "user", "assistant", "tool"]
-    content: str = Field(default="", max_length=limits.MAX_MESSAGE_CHARS)
+    # A string, or (user messages) a list of parts as in OpenAI's chat format: text and images.
+    content: str | list[ContentPart] = Field(default="", max_length=limits.MAX_MESSAGE_CHARS)
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
     name: str | None = Field(default=None, max_length=256)
@@ -81,7 +88,23 @@ class Message(Model):
             raise ValueError("a tool message needs toolCallId")
         if self.role != "tool" and self.tool_call_id is not None:
             raise ValueError("toolCallId is only allowed on tool messages")
+        if isinstance(self.content, list) and self.role != "user":
+            raise ValueError("content as a list of parts is only allowed on user messages")
         return self
+
+    @property
+    def text(self) -> str:
+        """The content as text: parts other than text shown as placeholders (summaries, recall, search)."""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(p.text if isinstance(p, TextPart) else IMAGE_PLACEHOLDER for p in self.content)
+
+    def images(self) -> list[ImageUrl]:
+        return (
+            [p.image_url for p in self.content if isinstance(p, ImagePart)]
+            if isinstance(self.content, list)
+            else []
+        )
 
 
 class ToolResult(Model):
