@@ -31,4 +31,6 @@ def test_every_file_and_test_the_audit_names_exists() -> None:
             file = ROOT / path
             assert file.is_file(), f"{path} (named in docs/seeds-audit.md) does not exist"
             if test:
-                assert re.search(rf"^(async )?def {test}\(", file.read_text(), re.M), f"{path}::{test} is gone"
+                assert re.search(rf"^(async )?def {test}\(", file.read_text(), re.M), (
+                    f"{path}::{test} is gone"
+                )
