@@ -82,7 +82,9 @@ class ScriptedProvider:
             text = orjson.dumps(
                 {
                     "messages": [
-                        m.model_dump(mode="json", by_alias=True, exclude_none=True) for m in request.messages
+                        # as a provider gets them: createdAt is the run's, not the wire's
+                        m.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"created_at"})
+                        for m in request.messages
                     ],
                     "tools": [t.name for t in request.tools],
                 }
