@@ -41,7 +41,7 @@ class Submitter:
         self, parts: Parts, settings: Settings, scripts: Scripts, profiles: dict[str, AgentProfile] | None
     ) -> None:
         self.parts, self.settings, self.scripts, self.profiles = parts, settings, scripts, profiles
-        self._many_loaded: set[int] = set()  # the nodes (ids of their clients) SUBMIT_MANY was loaded on
+        self._many_loaded: set[tuple[int, str]] = set()  # (node, sha): SUBMIT_MANY is loaded on that node
 
     @property
     def layout(self) -> keys.Layout:

@@ -26,7 +26,7 @@ Every script on a partition touches that partition's slot only: it is called wit
 followed by the partition's five fixed keys (``Scripts.frame``), and with the partition's context
 as its first ARGV (key prefixes, the arq job template, the settings), so the Lua builds no key
 format and reads no setting of its own. The provider limiter's scripts work on one endpoint's keys
-and take neither.
+and take neither; nor do the schedules' (``schedule_*``), which take a schedule's keys on its partition.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from agentmill_client import limits
 from agentmill_client.models import EventKind
 from agentmill_client.statuses import TERMINAL, RunStatus
 from shared import dispatch, keys
-from shared.fields import BatchField, RunField, SessionField
+from shared.fields import BatchField, RunField, ScheduleField, SessionField
 from shared.settings import Settings
 
 __all__ = ["CONTEXT_EXTRA", "LUA_DIR", "NAMES", "SCRIPTS", "Scripts", "render", "source", "text"]
@@ -65,7 +65,8 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
     },
     **{
         name: ("clock", name)
-        for name in ("capacity_acquire", "capacity_renew", "capacity_release", "capacity_pause", "admit_rate")
+        for name in ("capacity_acquire", "capacity_renew", "capacity_release", "capacity_pause", "admit_rate",
+                     "schedule_create", "schedule_claim", "schedule_advance", "schedule_delete", "schedule_pause")
     },
 }  # fmt: skip
 
@@ -104,6 +105,11 @@ class Scripts:
     admit_tenant: AsyncScript
     admit_rate: AsyncScript
     scaling: AsyncScript
+    schedule_create: AsyncScript
+    schedule_claim: AsyncScript
+    schedule_advance: AsyncScript
+    schedule_delete: AsyncScript
+    schedule_pause: AsyncScript
 
     def __init__(
         self,
@@ -162,10 +168,11 @@ NAMES: dict[str, type[StrEnum]] = {
     "S": RunStatus,
     "BATCH": BatchField,
     "SESSION": SessionField,
+    "SCHED": ScheduleField,  # a schedule hash's fields
     "EVENT": EventKind,  # a stream entry's kind
 }
 _DIMS = {d.upper(): d for d in keys.INDEX_DIMS}  # DIM.STATUS: a listing index's dimension
-_NAME_TOKEN = re.compile(r"\b(F|S|BATCH|SESSION|EVENT|DIM)\.([A-Z][A-Z0-9_]*)\b")
+_NAME_TOKEN = re.compile(r"\b(F|S|BATCH|SESSION|SCHED|EVENT|DIM)\.([A-Z][A-Z0-9_]*)\b")
 
 
 def _name(m: re.Match[str]) -> str:

@@ -166,7 +166,9 @@ class ToolRetry:
 
 
 class ToolPort(Protocol):
-    def specs(self, profile: AgentProfile) -> dict[str, ToolSpec]: ...
+    async def specs(self, profile: AgentProfile) -> dict[str, ToolSpec]:
+        """The profile's tools as the model is told about them (MCP servers' listed now or as kept)."""
+        ...
 
     async def execute(
         self,

@@ -15,6 +15,7 @@ def profile(**settings: object) -> AgentProfile:
     return AgentProfile.model_validate({
         "name": "p", "tools": ["echo"], "toolSettings": settings,
         "httpTools": [{"name": "crm", "url": "https://crm.example/x"}],
+        "mcpServers": [{"name": "docs", "url": "https://mcp.example/mcp"}],
     })  # fmt: skip
 
 
@@ -26,6 +27,9 @@ def test_a_cache_is_opt_in_and_refused_with_side_effects() -> None:
     with pytest.raises(ValidationError, match="only if it declares sideEffects: false"):
         profile(crm={"cache": {"ttlS": 30}})
     assert profile(crm={"cache": {"ttlS": 30}, "sideEffects": False}).cache_ttl_s("crm") == 30
+    with pytest.raises(ValidationError, match="only if it declares sideEffects: false"):
+        profile(docs__search={"cache": {"ttlS": 30}})
+    assert profile(docs__search={"cache": {"ttlS": 9}, "sideEffects": False}).cache_ttl_s("docs__search") == 9
 
 
 def test_the_key_is_the_tenant_the_tool_and_the_canonical_arguments() -> None:

@@ -180,7 +180,7 @@ class RunDriver:
             first = opening.resumed(self.records, now)
         else:
             self.state = machine.initial_state(self.run_id, run_input.session_id)
-            first = opening.start(self.host, self.ports.tools, self.ports.models, run_input, now)
+            first = await opening.start(self.host, self.ports.tools, self.ports.models, run_input, now)
         self.host.observer.run_started(resumed=resumed, job_try=self.job_try)
         self.observed_start = True
         if resumed and acq.last_seq > self.out.ckpt_seq:

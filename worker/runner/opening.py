@@ -35,12 +35,12 @@ def resumed(records: dict[str, ToolRecord], now_ms: int) -> Resumed:
     return Resumed(now_ms, {i: res for i, r in records.items() if (res := r.recorded) is not None})
 
 
-def start(host: Host, tools: ToolPort, models: ModelPort, run_input: RunInput, now_ms: int) -> Event:
+async def start(host: Host, tools: ToolPort, models: ModelPort, run_input: RunInput, now_ms: int) -> Event:
     """The run's configuration from its profile and input; a bad profile or policy rejects the start."""
     s: Settings = host.settings
     try:
         profile = host.profile(run_input.agent)
-        specs = tools.specs(profile)
+        specs = await tools.specs(profile)
         models.provider(profile)
         cfg = resolve_config(
             profile, run_input, specs, has_session=run_input.session_id is not None,

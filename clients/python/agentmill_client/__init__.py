@@ -27,6 +27,7 @@ from agentmill_client.api import (
 )
 from agentmill_client.errors import ApiError
 from agentmill_client.models import ClientToolResult, Message, RunEvent, RunInput, RunResult
+from agentmill_client.schedules import Overlap, ScheduleAnswer, ScheduleInput, SchedulesPage, ScheduleView
 
 if TYPE_CHECKING:
     from agentmill_client.client import AsyncClient, Client
@@ -46,12 +47,17 @@ __all__ = [
     "ClientToolResult",
     "EventsPage",
     "Message",
+    "Overlap",
     "RunEvent",
     "RunInput",
     "RunResult",
     "RunSummary",
     "RunView",
     "RunsPage",
+    "ScheduleAnswer",
+    "ScheduleInput",
+    "ScheduleView",
+    "SchedulesPage",
     "ToolResultsAnswer",
     "__version__",
 ]

@@ -1,5 +1,8 @@
 """Python clients of the HTTP API: ``AsyncClient`` and ``Client`` (httpx), typed with the shared models.
 
+Schedules: ``create_schedule``, ``get_schedule``, ``list_schedules``, ``pause_schedule``,
+``resume_schedule``, ``delete_schedule`` (agentmill_client._schedules).
+
 ``events(run_id, after=…)`` yields every event once, in order, and reconnects from the last seq it
 yielded when the connection drops or the API restarts.
 """
@@ -14,6 +17,7 @@ from typing import Any
 import httpx
 
 from agentmill_client import _wire as wire
+from agentmill_client._schedules import AsyncScheduleCalls, ScheduleCalls
 from agentmill_client.api import (
     AbortAnswer,
     Accepted,
@@ -36,7 +40,7 @@ from agentmill_client.models import ClientToolResult, RunEvent, RunInput
 from agentmill_client.statuses import TERMINAL
 
 
-class AsyncClient:
+class AsyncClient(AsyncScheduleCalls):
     def __init__(
         self,
         base_url: str,
@@ -259,12 +263,12 @@ class AsyncClient:
         return ApprovalsAnswer.model_validate(answer)
 
 
-class Client:
+class Client(ScheduleCalls):
     """The blocking client: the same calls as AsyncClient, run on a private event loop."""
 
     def __init__(self, base_url: str, *, token: str | None = None, timeout: float = 30.0) -> None:
         self._loop = asyncio.new_event_loop()
-        self._async = AsyncClient(base_url, token=token, timeout=timeout)
+        self._async: AsyncClient = AsyncClient(base_url, token=token, timeout=timeout)
 
     def _run(self, coro: Any) -> Any:
         return self._loop.run_until_complete(coro)
