@@ -47,6 +47,9 @@ class RunField(StrEnum):
     APPROVAL_TIMEOUT_MS = "approvalTimeoutMs"  # '' = none
     RUN_DEADLINE_MS = "runDeadlineMs"  # maxRunDurationMs from its start, bounds an approval wait; '' = none
     CLIENT_PENDING = "clientPending"  # awaiting_tools: the client calls it waits for (JSON)
+    ORIGIN = "origin"  # a retry's or fork's initial checkpoint payload (JSON, submit_restored.lua)
+    LINEAGE = "lineage"  # {"retryOf": id} or {"forkOf": id, "atSeq": n} (JSON, submit_restored.lua)
+    RETRIED_BY = "retriedBy"  # the retry that took its place in its batch (batch_replace.lua)
 
 
 class BatchField(StrEnum):

@@ -55,12 +55,13 @@ _ON_PARTITION = ("clock", "prelude")
 SCRIPTS: dict[str, tuple[str, ...]] = {
     "submit": (*_ON_PARTITION, "submit_one", "submit"),
     "submit_many": (*_ON_PARTITION, "submit_one", "submit_many"),
+    "submit_restored": (*_ON_PARTITION, "submit_one", "submit_restored"),
     **{
         name: (*_ON_PARTITION, name)
         for name in (
             "batch_close", "list_runs", "batch_results", "acquire", "commit", "beat", "forget_worker", "release", "redispatch",
             "abort", "settle_approval", "tool_results", "claim_jobs", "claim_webhooks", "admit_tenant",
-            "scaling",
+            "scaling", "batch_replace",
         )
     },
     **{
@@ -84,6 +85,8 @@ class Scripts:
 
     submit: AsyncScript
     submit_many: AsyncScript
+    submit_restored: AsyncScript
+    batch_replace: AsyncScript
     list_runs: AsyncScript
     batch_results: AsyncScript
     acquire: AsyncScript

@@ -69,6 +69,7 @@ class Acquired:
     approvals: dict[str, Any]
     tool_records: dict[str, ToolRecord]
     restarts: int
+    origin: bytes | None = None  # a retry's or fork's initial checkpoint payload, until its first commit
 
 
 @dataclass(frozen=True, slots=True)

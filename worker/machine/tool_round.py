@@ -25,6 +25,7 @@ from worker.machine.steps import error_event, final_call, finish, next_model_cal
 from worker.machine.window import expand_window
 
 __all__ = [
+    "begin_tools",
     "on_approvals",
     "on_client_results",
     "on_resumed_tools",
