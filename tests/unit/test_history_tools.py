@@ -198,3 +198,22 @@ def test_the_context_tools_are_offered_only_when_the_profile_enables_them() -> N
     assert "load_older_history" in cfg.system_prompt and [t.name for t in cfg.tools] == ["echo"]
     assert names(resolve_config(on, run, specs, has_session=False)) == ["recall_tool_call", "search_history"]
     assert on.client_tool_problem([ClientTool(name="search_history")]) is not None
+
+
+def test_a_fork_rebuilt_from_events_has_the_window_the_machine_had() -> None:
+    cfg, hist = with_tools(shown=1, expand=2), history(4)
+    user_msgs = [Message(role="user", content="now")]
+    log: list[tuple[str, dict[str, Any]]] = []
+    s = m.initial_state("r1", "s1")
+    steps = [m.Started(T0, cfg, user_msgs), m.ContextLoaded(T0, hist)]
+    steps += [m.ModelReplied(T0, Message(role="assistant", tool_calls=[ToolCall(id=f"w{i}", name="load_older_history")]))
+              for i in range(2)]  # fmt: skip
+    sizes = []
+    for ev in steps:
+        s, cmds = m.decide(s, ev)
+        log += [(c.kind.value, orjson.loads(orjson.dumps(c.payload))) for c in cmds if isinstance(c, m.Emit)]
+        if isinstance(ev, m.ModelReplied | m.ContextLoaded):
+            sizes.append((len(log), s.context_window_size, s.transcript))
+    for seq, size, transcript in sizes:
+        got = m.rebuild("r9", s, user_msgs, log[:seq])
+        assert got.context_window_size == size and got.transcript == transcript

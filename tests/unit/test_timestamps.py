@@ -45,7 +45,10 @@ def test_the_machine_stamps_calls_and_messages_with_the_times_of_its_events() ->
     s, cmds = m.decide(s, m.ToolFinished(900, ToolResult(tool_call_id="a", name="echo", content="x")))
     assert emits(cmds, "tool_result")[0]["calledAt"] == 350  # when it was called, not when it ended
     s, cmds = m.decide(s, m.ToolFinished(1000, ToolResult(tool_call_id="b", name="calc", content="y")))
-    assert [msg.created_at for msg in s.transcript[-2:]] == [1000, 1000]
+    assert [msg.created_at for msg in s.transcript[-2:]] == [
+        None,
+        None,
+    ]  # a result's time: its call's calledAt
     assert s.called_llm_at_ms == 1000  # the next call started when the round closed
     s, cmds = m.decide(s, m.ModelFailed(1100, ModelFailure(kind="http", message="x", status=503)))
     s, cmds = m.decide(s, m.RetryTimerFired(2500))

@@ -50,10 +50,7 @@ def final_answer(s: RunState, msg: Message, now_ms: int, cmds: list[Command]) ->
     s = up(
         s,
         repairs=repair,
-        transcript=[
-            *s.transcript,
-            Message(role="user", content=repair_prompt(fmt, problems), created_at=now_ms),
-        ],
+        transcript=[*s.transcript, Message(role="user", content=repair_prompt(fmt, problems))],
     )
     cmds = [
         *cmds,

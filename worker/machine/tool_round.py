@@ -114,8 +114,7 @@ def _refuse_round(s: RunState, calls: list[ToolCall], now_ms: int, cmds: list[Co
         res = ToolResult(tool_call_id=call.id, name=call.name, content=f"error: not executed: {text}",
                          is_error=True)  # fmt: skip
         cmds += tool_result_emits(res, now_ms, "tool_refused")
-        msgs.append(Message(role="tool", content=res.content, tool_call_id=call.id, name=call.name,
-                            created_at=now_ms))  # fmt: skip
+        msgs.append(Message(role="tool", content=res.content, tool_call_id=call.id, name=call.name))
     s = up(s, transcript=[*s.transcript, *msgs])
     return final_call(s, now_ms, cmds, limit)
 
@@ -261,11 +260,8 @@ def on_tool_finished(s: RunState, e: ToolFinished) -> Decision:
 
 def _close_round(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
     """Every call of the round has a result: append them in call order and ask the model again."""
-    tool_msgs = [
-        Message(
-            role="tool", content=s.results[c.id].content, tool_call_id=c.id, name=c.name, created_at=now_ms
-        )
-        for c in s.round
+    tool_msgs = [  # (a tool message's time is its call's calledAt, in its record and events)
+        Message(role="tool", content=s.results[c.id].content, tool_call_id=c.id, name=c.name) for c in s.round
     ]
     s = up(s, transcript=[*s.transcript, *tool_msgs], round=[], results={}, running=[], approvals={},
             client_waiting={})  # fmt: skip
