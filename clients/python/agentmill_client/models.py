@@ -161,6 +161,7 @@ class LoopLimits(Model):
     max_repairs: int | None = Field(default=None, ge=0, le=10)  # repair turns of a structured answer
     # tool calls executed in the run (internal ones not counted); default 100 (worker/config.py)
     max_tool_calls: int | None = Field(default=None, ge=0, le=10_000)
+    max_depth: int | None = Field(default=None, ge=0, le=10)  # sub-agent nesting (default 3)
 
 
 def _local_refs_only(value: Any) -> bool:
@@ -370,6 +371,8 @@ class EventKind(StrEnum):
     ERROR = "error"
     COMPACTION = "compaction"
     USAGE = "usage"  # after each model reply: that call's usage and the run's total so far
+    CHILD_STARTED = "child_started"  # a sub-agent call's child run was created (its id and streamKey)
+    CHILD_ENDED = "child_ended"  # the parent took a child run's ending as that call's result
 
 
 class RunEvent(Model):
