@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agentmill_client.codec import to_jsonable
-from agentmill_client.models import RunResult, RunStatus
+from agentmill_client.models import RunResult, RunStatus, Usage
+from shared.fields import RunField
 
-__all__ = ["RunRecord"]
+__all__ = ["RunRecord", "usage_of"]
+
+
+def usage_of(h: Mapping[RunField, str | None]) -> Usage | None:
+    """The run's usage so far from its hash's usage fields (commit.lua), None before its first commit."""
+    if not h.get(RunField.USAGE_IN):
+        return None
+    cost = h.get(RunField.USAGE_COST)
+    return Usage(
+        input_tokens=int(h[RunField.USAGE_IN] or 0),
+        output_tokens=int(h.get(RunField.USAGE_OUT) or 0),
+        estimated=h.get(RunField.USAGE_ESTIMATED) == "1",
+        cost_usd=float(cost) if cost else None,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +41,7 @@ class RunRecord:
     key_id: str = ""  # the id its keys use, when not run_id (its tenant's key of it, submission.Scope)
     stream_key: str = ""  # the Redis stream of its events (``redis-cli XREAD … STREAMS <it> 0`` tails it)
     client_session: str = ""  # the id its client knows its session by, when not session_id
+    usage: Usage | None = None  # so far (the run hash's usage fields); an ended run's equals result.usage
 
     @property
     def key(self) -> str:
@@ -45,6 +61,9 @@ class RunRecord:
             "lastSeq": self.last_seq,
             "streamKey": self.stream_key,
         }
+        usage = self.usage or (self.result.usage if self.result is not None else None)
+        if usage is not None:
+            d["usage"] = to_jsonable(usage)
         if self.result is not None:
             d["result"] = to_jsonable(self.result)
             d["result"]["runId"] = self.run_id

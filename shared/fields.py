@@ -46,6 +46,12 @@ class RunField(StrEnum):
     APPROVAL_TIMEOUT_MS = "approvalTimeoutMs"  # '' = none
     RUN_DEADLINE_MS = "runDeadlineMs"  # maxRunDurationMs from its start, bounds an approval wait; '' = none
     CLIENT_PENDING = "clientPending"  # awaiting_tools: the client calls it waits for (JSON)
+    # Its usage so far (agentmill_client.models.Usage: the checkpoint's RunState.usage), written by the
+    # commit that publishes a ``usage`` event, so GET /v1/runs/{id} shows it while the run runs.
+    USAGE_IN = "inputTokens"
+    USAGE_OUT = "outputTokens"
+    USAGE_ESTIMATED = "usageEstimated"  # '1' = some call's usage is agentmill's estimate
+    USAGE_COST = "costUsd"  # absent = the model has no pricing
 
 
 class BatchField(StrEnum):
@@ -60,6 +66,11 @@ class BatchField(StrEnum):
     OPEN = "open"  # '1' while a request adding runs to it is under way
     FINISHED_AT = "finishedAt"  # set once every run ended and no part is still to come
     WEBHOOK = "webhook"  # the batch's webhook URL, '' = none
+    # Usage totals of its ended runs, added by the script that counts the run in ``done`` (track()):
+    INPUT_TOKENS = "inputTokens"
+    OUTPUT_TOKENS = "outputTokens"
+    COST_USD = "costUsd"  # HINCRBYFLOAT; absent = no ended run had a price
+    ESTIMATED_RUNS = "estimatedRuns"  # ended runs whose usage is (partly) an estimate
 
 
 class SessionField(StrEnum):

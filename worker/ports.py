@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agentmill_client.models import Message, ToolCall, ToolResult
+from agentmill_client.models import Message, ToolCall, ToolResult, Usage
 from shared.clock import now_ms
 from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
 from shared.settings import Settings
@@ -114,6 +114,7 @@ class RunStore(Protocol):
         run_deadline_ms: int | None = None,
         iterations: int | None = None,
         error_code: str = "",
+        usage: Usage | None = None,
     ) -> int:
         """Everything in one fenced write; raises FencedError or SeqConflictError and writes nothing."""
         ...

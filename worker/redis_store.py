@@ -16,7 +16,7 @@ import orjson
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, ResponseError
 
-from agentmill_client.models import Message, ToolCall, ToolResult
+from agentmill_client.models import Message, ToolCall, ToolResult, Usage
 from shared.keys import Partition
 from shared.partitions import Partitions
 from shared.profiles import ContextConfig
@@ -110,6 +110,7 @@ class RedisRunStore:
         run_deadline_ms: int | None = None,
         iterations: int | None = None,
         error_code: str = "",
+        usage: Usage | None = None,
     ) -> int:
         """Append events, write the checkpoint, claims and tool records: one round trip."""
         self._check_lease()
@@ -136,6 +137,11 @@ class RedisRunStore:
         args.append("" if run_deadline_ms is None else run_deadline_ms)
         args.append("" if iterations is None else iterations)
         args.append(error_code)
+        if usage is None:
+            args += ["", "", "", ""]
+        else:
+            cost = "" if usage.cost_usd is None else repr(usage.cost_usd)
+            args += [usage.input_tokens, usage.output_tokens, "1" if usage.estimated else "0", cost]
         own = [*self._keys, self.part.worker_lease(self.lease_id)]
         if session is not None:
             own += self.part.session_keys(session.session_id)

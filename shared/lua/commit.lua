@@ -7,7 +7,9 @@
 --   sessionId, run loop JSON ('' = none), nToolResults, id, json; approvalTimeoutMs ('' = none),
 --   run deadline ms (maxRunDurationMs from the start; '' = none; bounds an approval wait too),
 --   iterations ('' = unchanged; kept as a field so scripts that end a run report it without
---   parsing the checkpoint), the ending's error code ('' = none; a field, for listings).
+--   parsing the checkpoint), the ending's error code ('' = none; a field, for listings),
+--   the run's usage so far when it changed: input tokens ('' = unchanged), output tokens, estimated
+--   ('1'/'0'), cost USD ('' = none); kept as fields so GET shows it while running and a batch sums it.
 local h = redis.call('HMGET', KEYS[1], F.EPOCH, F.LAST_SEQ, F.OWNER, F.STATUS, F.WEBHOOK)
 if not h[1] then return {'missing'} end
 if tonumber(h[1]) ~= tonumber(ARGV[1]) then return {'fenced', h[1]} end
@@ -64,18 +66,24 @@ local approval_timeout = ARGV[i]
 local run_deadline = ARGV[i + 1] or ''
 local iterations = ARGV[i + 2] or ''
 local error_code = ARGV[i + 3] or ''
+local usage = nil
+if (ARGV[i + 4] or '') ~= '' then usage = {ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], ARGV[i + 7]} end
 -- The run hash's fields this commit changes, in one HSET at the end.
 local run_fields = {}
 local function set(k, v) run_fields[#run_fields + 1] = k; run_fields[#run_fields + 1] = v end
 if n > 0 then set(F.LAST_SEQ, last) end
 if ARGV[7] ~= '' then set(F.CKPT, ARGV[7]) end
 if iterations ~= '' then set(F.ITERATIONS, iterations) end
+if usage then
+  set(F.USAGE_IN, usage[1]); set(F.USAGE_OUT, usage[2]); set(F.USAGE_ESTIMATED, usage[3])
+  if usage[4] ~= '' then set(F.USAGE_COST, usage[4]) end
+end
 local status = ARGV[5]
 local now = status ~= '' and now_ms() or 0
 if status ~= '' then
   local owner = h[3]
   if owner and owner ~= '' then redis.call('SREM', worker_runs_key(owner), ARGV[4]) end
-  track(KEYS[1], ARGV[4], h[4], status)
+  track(KEYS[1], ARGV[4], h[4], status, usage)
   set(F.STATUS, status); set(F.OWNER, '')
 end
 if status == '' then

@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from agentmill_client.models import Usage
 from worker import failpoints
 from worker.config import RunConfig
 from worker.machine import Emit, RunState
@@ -32,6 +33,7 @@ class Commits:
         self.ckpt_seq = 0  # the seq the last checkpoint was committed with
         self._config: RunConfig | None = None
         self._config_json = orjson.Fragment(b"null")
+        self._usage: Usage | None = None  # the usage the last commit wrote to the run hash
 
     async def step(
         self,
@@ -50,6 +52,7 @@ class Commits:
             events = self._stamped([*self._take(), *outbox.events])
             last = self.store.last_seq + len(events)
             ckpt = orjson.dumps({"seq": last, "state": self._dump(state)})
+            usage = state.usage if state.usage != self._usage else None  # with the usage event
             await self.store.commit(
                 Outbox(events, outbox.claims, outbox.records),
                 checkpoint=ckpt,
@@ -60,8 +63,10 @@ class Commits:
                 run_deadline_ms=run_deadline_ms,
                 iterations=state.iterations,
                 error_code=error_code,
+                usage=usage,
             )
             self.ckpt_seq = last
+            self._usage = state.usage
         for kind, _, _ in events:
             self.observer.event_published(kind)
 

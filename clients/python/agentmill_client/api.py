@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from agentmill_client.models import ClientToolResult, RunEvent, RunResult
+from agentmill_client.models import ClientToolResult, RunEvent, RunResult, Usage
 
 __all__ = [
     "AbortAnswer",
@@ -89,6 +89,11 @@ class BatchView(BaseModel):
     createdAt: int
     finishedAt: int | None = Field(default=None, description="when its last run ended")
     finished: bool
+    usage: Usage = Field(
+        default_factory=Usage,
+        description="its ended runs' usage summed (added as each run ends): tokens, costUsd (None when no"
+        " run had a price), estimated (some run's usage is an estimate)",
+    )
 
 
 class ResultError(BaseModel):
@@ -122,6 +127,9 @@ class RunView(BaseModel):
     createdAt: int
     lastSeq: int
     result: RunResult | None = None
+    usage: Usage | None = Field(
+        default=None, description="its usage so far, while it runs too (after an ending: result.usage)"
+    )
     pendingApprovals: list[dict[str, Any]] | None = None
     pendingToolCalls: list[dict[str, Any]] | None = None
     streamKey: str | None = Field(
