@@ -35,6 +35,10 @@ class RunField(StrEnum):
     OWNER = "owner"  # the lease id of the worker running it, '' = none
     LAST_SEQ = "lastSeq"  # the run stream's last seq
     CKPT = "ckpt"  # the machine state (commit.lua)
+    # The run's open tool claims, JSON {toolCallId: {"state": "pending", epoch, attempts}} (commit.lua,
+    # in the same HSET as the checkpoint; a call's record in the tools hash supersedes its claim, which
+    # the commit writing the record drops; acquire.lua answers them among the tool records).
+    CLAIMS = "claims"
     ITERATIONS = "iterations"  # kept beside the checkpoint so an ending from outside reports it
     CRASHES = "crashes"  # attempts that lost their worker (AGENTMILL_MAX_RUN_CRASHES ends it, poison_run)
     ABORT = "abort"  # the reason of a pending abort request, '' = none

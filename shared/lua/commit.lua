@@ -10,7 +10,7 @@
 --   parsing the checkpoint), the ending's error code ('' = none; a field, for listings),
 --   the run's usage so far when it changed: input tokens ('' = unchanged), output tokens, estimated
 --   ('1'/'0'), cost USD ('' = none); kept as fields so GET shows it while running and a batch sums it.
-local h = redis.call('HMGET', KEYS[1], F.EPOCH, F.LAST_SEQ, F.OWNER, F.STATUS, F.WEBHOOK)
+local h = redis.call('HMGET', KEYS[1], F.EPOCH, F.LAST_SEQ, F.OWNER, F.STATUS, F.WEBHOOK, F.CLAIMS)
 if not h[1] then return {'missing'} end
 if tonumber(h[1]) ~= tonumber(ARGV[1]) then return {'fenced', h[1]} end
 -- A worker past its lease writes nothing, even before anyone took its runs over.
@@ -40,18 +40,25 @@ for k = 0, n - 1 do
   i = i + 3
 end
 local last = first + n - 1
--- Tool claims (pending, with the attempt number the worker counted from the records it acquired)
--- and tool results: one HSET.
+-- Tool claims (pending, with the attempt number the worker counted from the records it acquired):
+-- the run's open claims (field claims) gain them, in the run hash's HSET below, so a step that
+-- claims writes one hash. Tool records (results, offered client calls): one HSET of the tools hash;
+-- a record supersedes its call's claim, which leaves the open claims.
+local claims = nil
+local function open_claims()
+  if not claims then claims = (h[6] and h[6] ~= '') and cjson.decode(h[6]) or {} end
+  return claims
+end
 local nc = tonumber(ARGV[i]); i = i + 1
-local tool_fields = {}
 for k = 1, nc do
-  tool_fields[#tool_fields + 1] = ARGV[i]
-  tool_fields[#tool_fields + 1] = cjson.encode({state = 'pending', epoch = tonumber(ARGV[1]), attempts = tonumber(ARGV[i + 1])})
+  open_claims()[ARGV[i]] = {state = 'pending', epoch = tonumber(ARGV[1]), attempts = tonumber(ARGV[i + 1])}
   i = i + 2
 end
 local nr = tonumber(ARGV[i]); i = i + 1
+local tool_fields = {}
 for k = 1, nr do
   tool_fields[#tool_fields + 1] = ARGV[i]; tool_fields[#tool_fields + 1] = ARGV[i + 1]
+  if claims or (h[6] and h[6] ~= '') then open_claims()[ARGV[i]] = nil end
   i = i + 2
 end
 if #tool_fields > 0 then redis.call('HSET', KEYS[3], unpack(tool_fields)) end
@@ -73,6 +80,7 @@ local run_fields = {}
 local function set(k, v) run_fields[#run_fields + 1] = k; run_fields[#run_fields + 1] = v end
 if n > 0 then set(F.LAST_SEQ, last) end
 if ARGV[7] ~= '' then set(F.CKPT, ARGV[7]) end
+if claims then set(F.CLAIMS, next(claims) and cjson.encode(claims) or '') end
 if iterations ~= '' then set(F.ITERATIONS, iterations) end
 if usage then
   set(F.USAGE_IN, usage[1]); set(F.USAGE_OUT, usage[2]); set(F.USAGE_ESTIMATED, usage[3])
