@@ -34,6 +34,13 @@ function toast(msg) {
   t.textContent = msg;
   setTimeout(() => { if (t.textContent === msg) t.textContent = ""; }, 4000);
 }
+// A usage (tokens in and out, cost in USD; "estimated" when agentmill counted some call's tokens).
+function usageText(u) {
+  const n = (x) => Number(x || 0).toLocaleString("en-US");
+  let t = `${n(u.inputTokens)} tokens in, ${n(u.outputTokens)} out`;
+  if (u.costUsd !== null && u.costUsd !== undefined) t += `, $${Number(u.costUsd).toFixed(6)}`;
+  return u.estimated ? t + " (estimated)" : t;
+}
 function statusBadge(s) { return el("span", { class: "status status-" + s, text: s.replace(/_/g, " ") }); }
 
 class Unauthorized extends Error {}
@@ -230,6 +237,13 @@ function batchPage(view, batchId) {
           el("dt", { text: "started" }), el("dd", { text: when(b.createdAt) }),
           el("dt", { text: "ended" }), el("dd", { text: b.finished ? when(b.finishedAt) : "not yet" }),
         ),
+        el("dl", { class: "counts", id: "batch-usage", "aria-label": "Usage of its ended runs" },
+          el("dt", { text: "tokens in" }), el("dd", { "data-usage": "inputTokens", text: b.usage.inputTokens }),
+          el("dt", { text: "tokens out" }), el("dd", { "data-usage": "outputTokens", text: b.usage.outputTokens }),
+          el("dt", { text: "cost (USD)" }), el("dd", { "data-usage": "costUsd",
+            text: b.usage.costUsd === null ? "no pricing" : Number(b.usage.costUsd).toFixed(6) }),
+          el("dt", { text: "estimated" }), el("dd", { "data-usage": "estimated", text: b.usage.estimated ? "partly" : "no" }),
+        ),
       );
       abort.disabled = b.finished;
       const page = await api("GET", `/v1/batches/${encodeURIComponent(batchId)}/runs?limit=100`);
@@ -301,6 +315,8 @@ function eventItem(e, state) {
         el("pre", { text: String(p.content === undefined ? "" : describeArgs(p.content)).slice(0, 2000) }));
     case "error":
       return el("li", { "data-kind": "error", class: "error" }, seq, `error ${p.code || ""}: ${p.message || ""}`);
+    case "usage":
+      return el("li", { "data-kind": "usage" }, seq, `usage of model call ${p.modelCallIndex}: ${usageText(p.usage || {})}`);
     case "compaction":
       return el("li", { "data-kind": "compaction" }, seq, `compacted ${p.removed} messages (${p.reason || ""})`);
     default:
@@ -337,12 +353,13 @@ function runPage(view, runId) {
   const abort = el("button", { type: "button", class: "danger", id: "abort", text: "Abort run" });
   const approvals = el("section", { class: "approvals", id: "approvals", "aria-labelledby": "approvals-title", hidden: true });
   const meta = el("p", { class: "muted" });
+  const usage = el("p", { id: "run-usage", hidden: true });
   const timeline = el("ol", { class: "timeline", id: "timeline", "aria-label": "Events, oldest first" });
   const live = el("p", { class: "muted", id: "live", text: "connecting…" });
   const outputText = el("pre", { id: "run-output" });
   const output = el("section", { id: "output", "aria-labelledby": "output-title", hidden: true },
     el("h2", { id: "output-title", text: "Output" }), outputText);
-  view.append(el("h1", {}, "Run ", el("code", { text: runId })), el("p", {}, "Status: ", status), meta,
+  view.append(el("h1", {}, "Run ", el("code", { text: runId })), el("p", {}, "Status: ", status), meta, usage,
     el("div", { class: "actions" }, abort), approvals, output, el("h2", { text: "Timeline" }), live, timeline);
   const state = { stream: null, last: 0, status: "", ended: false };
   const controller = new AbortController();
@@ -379,6 +396,15 @@ function runPage(view, runId) {
       })));
   }
 
+  // Its usage so far: from GET (usage) and from each usage event's running total.
+  function showUsage(u) {
+    if (!u) return;
+    usage.textContent = "Usage: " + usageText(u);
+    usage.dataset.input = u.inputTokens || 0;
+    usage.dataset.output = u.outputTokens || 0;
+    usage.hidden = false;
+  }
+
   // A structured-output run's parsed answer (result.output), pretty-printed; textContent only.
   function showOutput(run) {
     const out = run.result ? run.result.output : undefined;
@@ -399,12 +425,13 @@ function runPage(view, runId) {
     state.last = e.seq;
     const item = eventItem(e, state);
     if (item) timeline.append(item);
+    if (e.kind === "usage") showUsage(e.payload.total);
     if (e.kind === "status" && e.payload.status !== "retrying") {
       setStatus(e.payload.status);
       if (e.payload.status === "awaiting_human") showApprovals(e.payload.pendingApprovals);
       if (TERMINAL.has(e.payload.status)) {
         state.ended = true;
-        api("GET", `/v1/runs/${encodeURIComponent(runId)}`).then(showOutput, () => {});
+        api("GET", `/v1/runs/${encodeURIComponent(runId)}`).then((r) => { showUsage(r.usage); showOutput(r); }, () => {});
       }
     }
   }
@@ -415,6 +442,7 @@ function runPage(view, runId) {
       setStatus(run.status);
       meta.textContent = `created ${when(run.createdAt)}` + (run.sessionId ? ` · session ${run.sessionId}` : "");
       if (run.status === "awaiting_human") showApprovals(run.pendingApprovals);
+      showUsage(run.usage);
       showOutput(run);
     } catch (e) { onError(view, e); return; }
     while (!state.ended && !controller.signal.aborted) {
