@@ -108,3 +108,26 @@ async def test_a_batch_over_partitions_sums_its_ended_runs_usage(
     assert usage.cost_usd == pytest.approx(cost(want_in, want_out))
     assert usage.input_tokens == sum(x["result"]["usage"]["inputTokens"] for x in runs)
     assert usage.output_tokens == sum(x["result"]["usage"]["outputTokens"] for x in runs)
+
+
+async def test_a_run_ended_from_outside_keeps_its_usage_and_its_batch_counts_it(
+    redis_url: str, priced: tuple[FakeOpenAI, Path]
+) -> None:
+    """Aborted while it waits for an approval: abort.lua ends it (finalize), not its worker; the
+    usage of its one model call is in its result and in its batch's totals."""
+    fake, path = priced
+    fake.replies += [Reply(tool_calls=[("echo", {"text": "hi"})], usage=(70, 9))]
+    s = settings(redis_url, profiles=str(path))
+    body = {**USER, "toolPolicy": {"requireApprovalByDefault": True}}
+    async with api(s) as url, httpx.AsyncClient(base_url=url, headers=A) as c:
+        r = await c.post("/v1/runs/batch", json={"runs": [body], "batchId": "waits"})
+        run_id = r.json()["results"][0]["runId"]
+        async with running_worker(redis_url, profiles=str(path)):
+            await _until(c, run_id, lambda v: v["status"] == "awaiting_human")
+        assert (await c.post(f"/v1/runs/{run_id}/abort")).json()["result"] == "aborted"
+        end = (await c.get(f"/v1/runs/{run_id}")).json()
+        batch = (await c.get("/v1/batches/waits")).json()
+    assert end["status"] == "aborted"
+    want = {"inputTokens": 70, "outputTokens": 9, "estimated": False, "costUsd": pytest.approx(cost(70, 9))}
+    assert end["result"]["usage"] == want and end["usage"] == want
+    assert batch["finished"] and batch["usage"] == want
