@@ -6,11 +6,26 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import orjson
+
 from agentmill_client.codec import to_jsonable
 from agentmill_client.models import RunResult, RunStatus, Usage
 from shared.fields import RunField
 
-__all__ = ["RunRecord", "usage_of"]
+__all__ = ["LINEAGE_KEYS", "RunRecord", "lineage_view", "usage_of"]
+
+LINEAGE_KEYS = ("retryOf", "forkOf", "atSeq")
+
+
+def lineage_view(lineage: str, retried_by: str) -> dict[str, Any]:
+    """A run's lineage as the API shows it (RunView, RunSummary): retryOf, or forkOf and atSeq; and
+    retriedBy, the retry that took its place in its batch. From the run hash's fields."""
+    d: dict[str, Any] = (
+        {k: v for k, v in orjson.loads(lineage).items() if k in LINEAGE_KEYS} if lineage else {}
+    )
+    if retried_by:
+        d["retriedBy"] = retried_by
+    return d
 
 
 def usage_of(h: Mapping[RunField, str | None]) -> Usage | None:
@@ -41,6 +56,7 @@ class RunRecord:
     key_id: str = ""  # the id its keys use, when not run_id (its tenant's key of it, submission.Scope)
     stream_key: str = ""  # the Redis stream of its events (``redis-cli XREAD … STREAMS <it> 0`` tails it)
     client_session: str = ""  # the id its client knows its session by, when not session_id
+    lineage: dict[str, Any] = field(default_factory=dict)  # retryOf | forkOf, atSeq; retriedBy (lineage_view)
     usage: Usage | None = None  # so far (the run hash's usage fields); an ended run's equals result.usage
 
     @property
@@ -73,4 +89,5 @@ class RunRecord:
             d["pendingApprovals"] = self.pending_approvals
         if self.pending_tool_calls:
             d["pendingToolCalls"] = self.pending_tool_calls
+        d.update(self.lineage)
         return d

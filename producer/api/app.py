@@ -15,7 +15,17 @@ from fastapi import FastAPI
 from redis.asyncio import Redis
 
 from agentmill_client import __version__
-from producer.api import errors, routes_catalog, routes_ops, routes_pool, routes_runs, routes_ui, sse
+from producer.api import (
+    errors,
+    routes_catalog,
+    routes_ops,
+    routes_pool,
+    routes_restore,
+    routes_runs,
+    routes_schedules,
+    routes_ui,
+    sse,
+)
 from producer.api.errors import OrjsonResponse
 from producer.api.middleware import BodyLimit, observe
 from producer.api.sse import MAX_BLOCK_S
@@ -65,6 +75,10 @@ def create_app(
                 from producer.webhooks import deliver_forever
 
                 tasks.append(asyncio.create_task(deliver_forever(api.producer.parts, settings, stop)))
+            if background and settings.schedules:
+                from producer.schedules.firer import Firer
+
+                tasks.append(asyncio.create_task(Firer(api.producer).run_forever(stop)))
             try:
                 yield
             finally:
@@ -91,10 +105,12 @@ def create_app(
     app.middleware("http")(observe)
     for router in (
         routes_runs.router,
+        routes_restore.router,
         sse.router,
         routes_ops.router,
         routes_catalog.router,
         routes_pool.router,
+        routes_schedules.router,
         routes_ui.router,
     ):
         app.include_router(router)
