@@ -18,10 +18,12 @@ from agentmill_client import limits
 from agentmill_client.models import ClientTool, LoopLimits, Model, ToolPolicy
 
 __all__ = [
+    "AGENT_TOOL_PARAMETERS",
     "BUILTIN_PROFILES",
     "DEV_PROFILES_ENV",
     "DEV_TOOLS",
     "AgentProfile",
+    "AgentToolConfig",
     "CompactionConfig",
     "ContextConfig",
     "HttpToolConfig",
@@ -93,6 +95,28 @@ class McpServerConfig(Model):
     max_concurrent: int | None = Field(default=None, ge=1, le=1_000)  # calls under way per worker
     tools_ttl_s: float = Field(default=60.0, ge=0, le=86_400)  # how long a worker keeps a listing
     allow_hosts: list[str] = Field(default_factory=list)  # hosts exempt from the private-address guard
+
+
+AGENT_TOOL_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {"task": {"type": "string", "description": "what the agent is to do, in full"}},
+    "required": ["task"],
+}
+
+
+class AgentToolConfig(Model):
+    """A sub-agent: a tool whose call runs another profile's agent as a child run (shared/children.py)
+    on the call's ``task``; the child's answer (or its error) is the call's result."""
+
+    kind: Literal["agent"] = "agent"
+    agent: str = Field(min_length=1, max_length=128)  # the child's profile
+    name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")  # default: the agent's name
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: dict(AGENT_TOOL_PARAMETERS))
+
+    @property
+    def tool_name(self) -> str:
+        return self.name or self.agent
 
 
 class ContextConfig(Model):
@@ -174,6 +198,7 @@ class AgentProfile(Model):
     tools: list[str] = Field(default_factory=list)  # built-in tool names
     http_tools: list[HttpToolConfig] = Field(default_factory=list)
     mcp_servers: list[McpServerConfig] = Field(default_factory=list)  # tools listed from MCP servers
+    agent_tools: list[AgentToolConfig] = Field(default_factory=list)  # sub-agents
     tool_settings: dict[str, ToolSettings] = Field(default_factory=dict)
     loop_limits: LoopLimits = Field(default_factory=LoopLimits)
     tool_policy: ToolPolicy = Field(default_factory=ToolPolicy)
@@ -205,7 +230,7 @@ class AgentProfile(Model):
         return None
 
     def tool_names(self) -> list[str]:
-        return [*self.tools, *(t.name for t in self.http_tools)]
+        return [*self.tools, *(t.name for t in self.http_tools), *(t.tool_name for t in self.agent_tools)]
 
     def settings_for(self, tool: str) -> ToolSettings:
         got = self.tool_settings.get(tool)

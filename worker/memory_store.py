@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from agentmill_client.models import Message, RunInput, RunStatus, ToolCall, ToolResult, Usage
+from shared.children import ChildSpec, Spawned
 from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
 from shared.settings import Settings
 from shared.tool_records import ToolRecord, ToolState
@@ -130,6 +131,7 @@ class MemoryRunStore:
         run_deadline_ms: int | None = None,
         iterations: int | None = None,
         error_code: str = "",
+        children: bytes | None = None,
         usage: Usage | None = None,
     ) -> int:
         r = self.run
@@ -191,6 +193,16 @@ class MemoryRunStore:
             else:
                 still_open += 1
         return still_open
+
+    async def start_children(self, specs: list[ChildSpec], lineage: bytes) -> dict[str, Spawned]:
+        """One run in memory has no children: every one is refused (sub-agents need Redis)."""
+        return {s.call_id: Spawned(error="sub-agents need the Redis store") for s in specs}
+
+    async def hand_off(self) -> dict[str, str]:
+        return {}
+
+    async def parent_status(self) -> tuple[str, str]:
+        return "", ""
 
     async def release(self, gen: int) -> str:
         r = self.run

@@ -112,6 +112,16 @@ class MetricsObserver:
             registry=r,
         )
         self.resumed = Counter("agentmill_runs_resumed", "Runs resumed from a checkpoint.", registry=r)
+        self.kids_started = Counter(
+            "agentmill_children_started",
+            "Child runs (sub-agents) this worker created for its parents.",
+            registry=r,
+        )
+        self.kids_ended = Counter(
+            "agentmill_children_ended",
+            "Child runs whose ending this worker delivered to their parent (once per child).",
+            registry=r,
+        )
         self.model_calls = Counter(
             "agentmill_model_calls", "Model calls by outcome.", ["outcome"], registry=r
         )
@@ -361,6 +371,12 @@ class MetricsObserver:
 
     def runs_redispatched(self, reason: str, count: int = 1) -> None:
         self._c(self.redispatched, _bounded(reason, "reason.redispatch")).inc(count)
+
+    def children_started(self, count: int = 1) -> None:
+        self.kids_started.inc(count)
+
+    def children_ended(self, count: int = 1) -> None:
+        self.kids_ended.inc(count)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -17,6 +17,8 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, ResponseError
 
 from agentmill_client.models import Message, ToolCall, ToolResult, Usage
+from shared import children as kids
+from shared.children import ChildSpec, Spawned
 from shared.keys import Partition
 from shared.partitions import Partitions
 from shared.profiles import ContextConfig
@@ -57,6 +59,7 @@ class RedisRunStore:
         self._keys = part.run_keys(run_id)
         self.attempts: dict[str, int] = {}  # tool call id -> attempts recorded (claims count on)
         self.lease_id = ""  # the worker lease id it acquired the run under
+        self.tenant = ""
 
     async def _run(self, script: AsyncScript, own_keys: list[Any], args: list[Any]) -> Any:
         k, a = self.scripts.frame(self.part, own_keys, args)
@@ -84,6 +87,7 @@ class RedisRunStore:
         self.epoch = int(text(r[1]))
         self.lease_id = worker_id
         self.last_seq = int(text(r[2]) or 0)
+        self.tenant = text(r[10]) if len(r) > 10 else ""
         flat = r[7]
         records = {text(flat[i]): ToolRecord.from_json(flat[i + 1]) for i in range(0, len(flat), 2)}
         self.attempts = {k: v.attempts for k, v in records.items()}
@@ -97,6 +101,8 @@ class RedisRunStore:
             tool_records=records,
             restarts=int(text(r[8])),
             origin=(r[9] or None) if len(r) > 9 else None,
+            tenant=self.tenant,
+            ancestry=r[11] if len(r) > 11 and r[11] else b"",
         )
 
     async def commit(
@@ -111,6 +117,7 @@ class RedisRunStore:
         run_deadline_ms: int | None = None,
         iterations: int | None = None,
         error_code: str = "",
+        children: bytes | None = None,
         usage: Usage | None = None,
     ) -> int:
         """Append events, write the checkpoint, claims and tool records: one round trip."""
@@ -138,6 +145,7 @@ class RedisRunStore:
         args.append("" if run_deadline_ms is None else run_deadline_ms)
         args.append("" if iterations is None else iterations)
         args.append(error_code)
+        args.append(children or "")
         if usage is None:
             args += ["", "", "", ""]
         else:
@@ -159,6 +167,18 @@ class RedisRunStore:
         for call_id in outbox.claims:
             self.attempts[call_id] = self.attempts.get(call_id, 0) + 1
         return self.last_seq
+
+    async def start_children(self, specs: list[ChildSpec], lineage: bytes) -> dict[str, Spawned]:
+        """The children on their partitions, in this run's tenant (the parent's worker holds the run)."""
+        self._check_lease()
+        return await kids.spawn(self.parts, self.scripts, parent_id=self.run_id, tenant=self.tenant,
+                                lineage=lineage, specs=specs)  # fmt: skip
+
+    async def parent_status(self) -> tuple[str, str]:
+        return await kids.parent_status(self.parts, self.part, self.run_id)
+
+    async def hand_off(self) -> dict[str, str]:
+        return await kids.hand_off(self.parts, self.scripts, self.part, self.run_id)
 
     async def release(self, gen: int) -> str:
         """Hand the run back: it goes straight back on the queue as dispatch gen + 1."""

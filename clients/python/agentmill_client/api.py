@@ -21,6 +21,7 @@ __all__ = [
     "BatchRetryAnswer",
     "BatchRetryItem",
     "BatchView",
+    "ChildRun",
     "ErrorBody",
     "EventsPage",
     "ForkBody",
@@ -133,6 +134,12 @@ class BatchAbortAnswer(BaseModel):
     finished: int = Field(description="runs that had ended meanwhile")
 
 
+class ChildRun(BaseModel):
+    runId: str
+    status: str
+    parentToolCallId: str = Field(description="the parent's tool call the child answers")
+
+
 class RunView(BaseModel):
     runId: str
     status: str
@@ -148,6 +155,11 @@ class RunView(BaseModel):
     streamKey: str | None = Field(
         default=None,
         description="the Redis stream of the run's events (XREAD it to tail them; redis-cli -c on a cluster)",
+    )
+    parentRunId: str | None = Field(default=None, description="a child run's (sub-agent's) parent run")
+    parentToolCallId: str | None = Field(default=None, description="the parent's tool call it answers")
+    children: list[ChildRun] | None = Field(
+        default=None, description="the child runs (sub-agents) it started, oldest first, with their status"
     )
     retryOf: str | None = Field(
         default=None, description="the run this one retries (POST /v1/runs/{id}/retry)"
