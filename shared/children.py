@@ -118,7 +118,7 @@ def result_record(child_id: str, call_id: str, status: str, result: RunResult | 
             content = orjson.dumps(result.output).decode()
         else:
             msg = result.final_assistant_message
-            content = (msg.content if msg is not None else "") or ""
+            content = (msg.text if msg is not None else "") or ""
         is_error = False
     else:
         err = result.last_error if result is not None else None

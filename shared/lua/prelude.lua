@@ -187,7 +187,7 @@ local function client_settle(run, tools, now)
         local deadline = tonumber(r.deadlineMs or 0) or 0
         if now >= deadline then
           local msg = 'error: the client returned no result within ' .. tostring(r.timeoutMs or '?') .. ' ms'
-          redis.call('HSET', tools, p.toolCallId, cjson.encode({state = 'done', client = true, timedOut = true,
+          redis.call('HSET', tools, p.toolCallId, cjson.encode({state = 'done', client = true, timedOut = true, calledAt = r.calledAt,
             result = {toolCallId = p.toolCallId, name = r.name, content = msg, isError = true}}))
         else
           open = open + 1

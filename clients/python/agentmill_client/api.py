@@ -206,7 +206,9 @@ class RetryBody(BaseModel):
 
 class ForkBody(BaseModel):
     atSeq: int = Field(
-        ge=0, description="the seq of the run's event whose state the fork starts from (0: its input)"
+        ge=0,
+        le=2**53 - 1,  # a seq is a stream id's first part: past this, Redis refuses the range (was a 500)
+        description="the seq of the run's event whose state the fork starts from (0: its input)",
     )
     inputMessages: list[Message] | None = Field(
         default=None, max_length=256, description="messages appended before the fork's next model call"
