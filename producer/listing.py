@@ -26,7 +26,7 @@ from producer.routing import run_many
 from producer.run_record import lineage_view
 from producer.scope import SCOPED_PREFIX
 from shared import keys
-from shared.fields import RunField, SessionField
+from shared.fields import BatchField, RunField, SessionField
 from shared.scripts import text
 
 if TYPE_CHECKING:
@@ -213,6 +213,18 @@ def batch_view(h: dict[str, str]) -> dict[str, Any]:
         "createdAt": int(h.get("createdAt") or 0),
         "finishedAt": int(finished) if finished and ended else None,
         "finished": ended,
+        "usage": batch_usage(h),
+    }
+
+
+def batch_usage(h: dict[str, str]) -> dict[str, Any]:
+    """The usage totals of a batch's ended runs (summed by track() in the scripts as each ends)."""
+    cost = h.get(BatchField.COST_USD)
+    return {
+        "inputTokens": int(h.get(BatchField.INPUT_TOKENS) or 0),
+        "outputTokens": int(h.get(BatchField.OUTPUT_TOKENS) or 0),
+        "estimated": int(h.get(BatchField.ESTIMATED_RUNS) or 0) > 0,
+        "costUsd": round(float(cost), 9) if cost else None,
     }
 
 

@@ -20,7 +20,7 @@ from agentmill_client.models import ClientToolResult, RunEvent, RunInput, RunRes
 from producer import batch_submit
 from producer.placement import locate_many
 from producer.routing import Parts, as_partitions, run_script
-from producer.run_record import RunRecord, lineage_view
+from producer.run_record import RunRecord, lineage_view, usage_of
 from producer.scope import SCOPED_PREFIX, Scope
 from producer.submission import SubmissionError, Submitted
 from producer.submitter import Submitter
@@ -39,7 +39,7 @@ __all__ = ["DEFAULT_TENANT", "Producer", "RunRecord", "SubmissionError", "Submit
 F = RunField
 _RUN_FIELDS = [F.STATUS, F.TENANT, F.SESSION_ID, F.CREATED_AT, F.LAST_SEQ, F.RESULT, F.APPROVALS, F.ABORT,
                F.CLIENT_PENDING, F.CLIENT_SESSION, F.LINEAGE, F.RETRIED_BY, F.PARENT_RUN, F.PARENT_CALL,
-               F.CHILDREN, F.PRIORITY, F.RUN_AT]  # fmt: skip
+               F.CHILDREN, F.PRIORITY, F.RUN_AT, F.USAGE_IN, F.USAGE_OUT, F.USAGE_ESTIMATED, F.USAGE_COST]  # fmt: skip
 
 
 class Producer:
@@ -199,6 +199,7 @@ class Producer:
             lineage=lineage_view(h[F.LINEAGE] or "", h[F.RETRIED_BY] or ""),
             priority=int(h[F.PRIORITY] or limits.DEFAULT_PRIORITY),
             run_at_ms=int(at) if (at := h[F.RUN_AT]) else None,
+            usage=usage_of(h),
         )
 
     async def children(self, rec: RunRecord) -> list[dict[str, str]]:

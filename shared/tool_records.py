@@ -1,12 +1,15 @@
 """A tool call's record: the value of one field of a run's tools hash (keys.Partition.tools, call
 id -> JSON), as one type for every Python reader and writer. The Lua writes the same shapes:
-commit.lua the claims, tool_results.lua a client's results, prelude.lua's client_settle the
-timeouts of client calls.
+commit.lua the claims (in the run hash, below), tool_results.lua a client's results, prelude.lua's
+client_settle the timeouts of client calls.
 
 A record is in one of three states (``ToolState``):
 
 - ``pending``: claimed by the worker at ``epoch``, its ``attempts``-th claim, no result yet. A
   worker that acquires the run with a pending record runs the call again (same idempotency key).
+  commit.lua keeps claims in the run hash (field ``claims``: the run's open claims, JSON, written in
+  the commit's one HSET of the run) rather than in the tools hash, and drops a call's claim when it
+  writes the call's record; acquire.lua answers them among the records.
 - ``client_pending``: offered to the caller (``client``) with the call's ``name`` and
   ``arguments``, until ``deadline_ms`` (``timeout_ms`` after the offer).
 - ``done``: ``result`` recorded; served on resume and by recall, never executed again. A client

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from agentmill_client.models import Message, RunInput, RunStatus, ToolCall, ToolResult
+from agentmill_client.models import Message, RunInput, RunStatus, ToolCall, ToolResult, Usage
 from shared.children import ChildSpec, Spawned
 from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
 from shared.settings import Settings
@@ -63,6 +63,7 @@ class MemoryRun:
     restarts: int = 0
     owner: str = ""  # the worker holding the run ('' when none does: queued, parked or ended)
     error_code: str = ""  # the ending's error code
+    usage: Usage | None = None  # the run's usage as the last commit that changed it reported it
     # The workers whose lease is unexpired. None: leases not modelled, each worker's acquire takes
     # the run over (its previous owner is taken to be lost), and an owner's commits are never late.
     live: set[str] | None = None
@@ -131,6 +132,7 @@ class MemoryRunStore:
         iterations: int | None = None,
         error_code: str = "",
         children: bytes | None = None,
+        usage: Usage | None = None,
     ) -> int:
         r = self.run
         if r.epoch != self.epoch:
@@ -156,6 +158,8 @@ class MemoryRunStore:
             r.checkpoint = checkpoint
         if iterations is not None:
             r.iterations = iterations
+        if usage is not None:
+            r.usage = usage
         if status:
             r.status, r.owner = status, ""
             if status in _TERMINAL:

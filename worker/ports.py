@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agentmill_client.models import Message, ToolCall, ToolResult
+from agentmill_client.models import Message, ToolCall, ToolResult, Usage
 from shared.children import ChildSpec, Spawned
 from shared.clock import now_ms
 from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
@@ -121,6 +121,7 @@ class RunStore(Protocol):
         iterations: int | None = None,
         error_code: str = "",
         children: bytes | None = None,
+        usage: Usage | None = None,
     ) -> int:
         """Everything in one fenced write; raises FencedError or SeqConflictError and writes nothing.
         ``children``: the current round's child runs (JSON [{toolCallId, runId}]), when changed."""

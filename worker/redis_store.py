@@ -16,7 +16,7 @@ import orjson
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, ResponseError
 
-from agentmill_client.models import Message, ToolCall, ToolResult
+from agentmill_client.models import Message, ToolCall, ToolResult, Usage
 from shared import children as kids
 from shared.children import ChildSpec, Spawned
 from shared.keys import Partition
@@ -118,6 +118,7 @@ class RedisRunStore:
         iterations: int | None = None,
         error_code: str = "",
         children: bytes | None = None,
+        usage: Usage | None = None,
     ) -> int:
         """Append events, write the checkpoint, claims and tool records: one round trip."""
         self._check_lease()
@@ -145,6 +146,11 @@ class RedisRunStore:
         args.append("" if iterations is None else iterations)
         args.append(error_code)
         args.append(children or "")
+        if usage is None:
+            args += ["", "", "", ""]
+        else:
+            cost = "" if usage.cost_usd is None else repr(usage.cost_usd)
+            args += [usage.input_tokens, usage.output_tokens, "1" if usage.estimated else "0", cost]
         own = [*self._keys, self.part.worker_lease(self.lease_id)]
         if session is not None:
             own += self.part.session_keys(session.session_id)

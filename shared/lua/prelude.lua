@@ -155,14 +155,25 @@ local function ix_add(t, dim, value, id, score)
   zadd(k, score, id)
   if TRIM then TRIM[k] = true else ix_trim(k) end
 end
+-- A run that ended adds its usage (input, output tokens, estimated '1'/'0', cost USD '' = none) to
+-- its batch's totals.
+local function batch_usage(bk, u)
+  local inp, out = tonumber(u[1] or '0') or 0, tonumber(u[2] or '0') or 0
+  if inp ~= 0 then redis.call('HINCRBY', bk, BATCH.INPUT_TOKENS, inp) end
+  if out ~= 0 then redis.call('HINCRBY', bk, BATCH.OUTPUT_TOKENS, out) end
+  if u[3] == '1' then redis.call('HINCRBY', bk, BATCH.ESTIMATED_RUNS, 1) end
+  if u[4] and u[4] ~= '' then redis.call('HINCRBYFLOAT', bk, BATCH.COST_USD, u[4]) end
+end
 -- A run's status changed from old ('' = just created) to new: move it between its tenant's status
 -- indexes and its batch's counters. Every script that changes a run's status calls this, in the same
 -- call, so the counters are the runs' real statuses. The batch's last run to end marks it finished
--- (batch_settle).
-local function track(run, id, old, new)
+-- (batch_settle). ``usage``: the run's usage when the caller writes it in this call (commit.lua),
+-- else the run hash's is the one a batch adds when the run ends.
+local function track(run, id, old, new, usage)
   old = old or ''
   if old == new then return end
-  local h = redis.call('HMGET', run, F.TENANT, F.CREATED_AT, F.BATCH)
+  local h = redis.call('HMGET', run, F.TENANT, F.CREATED_AT, F.BATCH, F.USAGE_IN, F.USAGE_OUT, F.USAGE_ESTIMATED,
+    F.USAGE_COST)
   if not h[1] then return end
   -- a run that stops running (or leaves the queue unclaimed) frees its tenant's slot at once
   if old ~= '' and new ~= S.RUNNING and redis.call('ZREM', tenant_running_key(h[1]), id) == 1 then
@@ -178,6 +189,7 @@ local function track(run, id, old, new)
   redis.call('EXPIRE', bk, ctx().retention)
   if is_terminal(new) and not is_terminal(old) then
     redis.call('HINCRBY', bk, BATCH.DONE, 1)
+    batch_usage(bk, usage or {h[4], h[5], h[6], h[7]})
     redis.call('EXPIRE', index_key(h[1], DIM.BATCH, h[3]), ctx().retention)
     redis.call('EXPIRE', index_key(h[1], DIM.ITEM, h[3]), ctx().retention)
     batch_settle(bk)
@@ -276,12 +288,17 @@ end
 local function finalize(run, stream, tools, run_id, status, code, message)
   local maxlen, retention = ctx().maxlen, ctx().retention
   flush_deferred()  -- a run created earlier in this script may be the one ending
-  local h = redis.call('HMGET', run, F.LAST_SEQ, F.SESSION_ID, F.ITERATIONS, F.EPOCH, F.STATUS)
+  local h = redis.call('HMGET', run, F.LAST_SEQ, F.SESSION_ID, F.ITERATIONS, F.EPOCH, F.STATUS, F.USAGE_IN,
+    F.USAGE_OUT, F.USAGE_ESTIMATED, F.USAGE_COST)
   local seq = tonumber(h[1] or '0') + 1
   local iterations = tonumber(h[3] or '0')
   local err = {code = code, message = message, retryable = false}
   local result = {runId = run_id, status = status, iterations = iterations, lastError = err}
   if h[2] and h[2] ~= '' then result.sessionId = h[2] end
+  if h[6] then  -- what it spent before it was ended
+    result.usage = {inputTokens = tonumber(h[6]), outputTokens = tonumber(h[7] or '0'), estimated = h[8] == '1',
+      costUsd = tonumber(h[9] or '')}
+  end
   local ts = now_ms()
   leave_worker(run, run_id)
   if status == S.FAILED then  -- the machine's order: the run's error event, then its status

@@ -25,7 +25,7 @@ from shared.scripts import Scripts
 from shared.settings import Settings
 from shared.tool_records import ToolRecord, ToolState
 from tests.integration.helpers import producer_for, script_run, stream
-from tests.support.schema import K, parts_of
+from tests.support.schema import K, parts_of, tool_records
 from worker.memory_store import MemoryRun, MemoryRunStore, MemorySessionStore
 from worker.ports import Acquired, FencedError, NotAcquired, Outbox, RunStore, SeqConflictError, SessionUpdate
 from worker.redis_store import RedisRunStore, beat
@@ -134,11 +134,11 @@ class InRedis:
 
     async def held(self, run_id: str) -> Held:
         h = {k.decode(): v for k, v in (await self.redis.hgetall(K.run(run_id))).items()}
-        tools = await self.redis.hgetall(K.tools(run_id))
+        tools = await tool_records(self.redis, run_id)
         return Held(h["status"].decode(), int(h["epoch"]), h.get("ckpt") or None, h.get("result", b""),
                     int(h.get("iterations") or 0), h.get("errorCode", b"").decode(), int(h.get(RunField.CRASHES) or 0),
                     [(e.seq, e.kind, e.payload) for e in await stream(self.redis, run_id)],
-                    {k.decode(): ToolRecord.from_json(v) for k, v in tools.items()})  # fmt: skip
+                    {k: ToolRecord.from_dict(v) for k, v in tools.items()})  # fmt: skip
 
     async def history(self, session_id: str) -> History:
         loops = await self.redis.lrange(K.session_loops(session_id), 0, -1)

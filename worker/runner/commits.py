@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from agentmill_client.models import Usage
 from worker import failpoints
 from worker.config import RunConfig
 from worker.machine import Emit, RunState
@@ -34,6 +35,7 @@ class Commits:
         self._config: RunConfig | None = None
         self._config_json = orjson.Fragment(b"null")
         self._children = b"[]"  # the round's children as the run hash has them (RunField.CHILDREN)
+        self._usage: Usage | None = None  # the usage the last commit wrote to the run hash
 
     async def step(
         self,
@@ -53,6 +55,7 @@ class Commits:
             last = self.store.last_seq + len(events)
             ckpt = orjson.dumps({"seq": last, "state": self._dump(state)})
             kids = orjson.dumps(children_record(state))
+            usage = state.usage if state.usage != self._usage else None  # with the usage event
             await self.store.commit(
                 Outbox(events, outbox.claims, outbox.records),
                 checkpoint=ckpt,
@@ -64,9 +67,11 @@ class Commits:
                 iterations=state.iterations,
                 error_code=error_code,
                 children=kids if kids != self._children else None,
+                usage=usage,
             )
             self.ckpt_seq = last
             self._children = kids
+            self._usage = state.usage
         for kind, _, _ in events:
             self.observer.event_published(kind)
 

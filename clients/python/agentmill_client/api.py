@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agentmill_client.models import ClientToolResult, Message, RunEvent, RunResult
+from agentmill_client.models import ClientToolResult, Message, RunEvent, RunResult, Usage
 
 __all__ = [
     "AbortAnswer",
@@ -107,6 +107,11 @@ class BatchView(BaseModel):
     createdAt: int
     finishedAt: int | None = Field(default=None, description="when its last run ended")
     finished: bool
+    usage: Usage = Field(
+        default_factory=Usage,
+        description="its ended runs' usage summed (added as each run ends): tokens, costUsd (None when no"
+        " run had a price), estimated (some run's usage is an estimate)",
+    )
 
 
 class ResultError(BaseModel):
@@ -152,6 +157,9 @@ class RunView(BaseModel):
         default=None, description="when it was asked to start (epoch ms); status scheduled until then"
     )
     result: RunResult | None = None
+    usage: Usage | None = Field(
+        default=None, description="its usage so far, while it runs too (after an ending: result.usage)"
+    )
     pendingApprovals: list[dict[str, Any]] | None = None
     pendingToolCalls: list[dict[str, Any]] | None = None
     streamKey: str | None = Field(

@@ -34,6 +34,13 @@ function toast(msg) {
   t.textContent = msg;
   setTimeout(() => { if (t.textContent === msg) t.textContent = ""; }, 4000);
 }
+// A usage (tokens in and out, cost in USD; "estimated" when agentmill counted some call's tokens).
+function usageText(u) {
+  const n = (x) => Number(x || 0).toLocaleString("en-US");
+  let t = `${n(u.inputTokens)} tokens in, ${n(u.outputTokens)} out`;
+  if (u.costUsd !== null && u.costUsd !== undefined) t += `, $${Number(u.costUsd).toFixed(6)}`;
+  return u.estimated ? t + " (estimated)" : t;
+}
 function statusBadge(s) { return el("span", { class: "status status-" + s, text: s.replace(/_/g, " ") }); }
 
 class Unauthorized extends Error {}
@@ -249,6 +256,13 @@ function batchPage(view, batchId) {
           el("dt", { text: "started" }), el("dd", { text: when(b.createdAt) }),
           el("dt", { text: "ended" }), el("dd", { text: b.finished ? when(b.finishedAt) : "not yet" }),
         ),
+        el("dl", { class: "counts", id: "batch-usage", "aria-label": "Usage of its ended runs" },
+          el("dt", { text: "tokens in" }), el("dd", { "data-usage": "inputTokens", text: b.usage.inputTokens }),
+          el("dt", { text: "tokens out" }), el("dd", { "data-usage": "outputTokens", text: b.usage.outputTokens }),
+          el("dt", { text: "cost (USD)" }), el("dd", { "data-usage": "costUsd",
+            text: b.usage.costUsd === null ? "no pricing" : Number(b.usage.costUsd).toFixed(6) }),
+          el("dt", { text: "estimated" }), el("dd", { "data-usage": "estimated", text: b.usage.estimated ? "partly" : "no" }),
+        ),
       );
       abort.disabled = b.finished;
       retry.disabled = !b.counts.failed;
@@ -321,6 +335,8 @@ function eventItem(e, state) {
         el("pre", { text: String(p.content === undefined ? "" : describeArgs(p.content)).slice(0, 2000) }));
     case "error":
       return el("li", { "data-kind": "error", class: "error" }, seq, `error ${p.code || ""}: ${p.message || ""}`);
+    case "usage":
+      return el("li", { "data-kind": "usage" }, seq, `usage of model call ${p.modelCallIndex}: ${usageText(p.usage || {})}`);
     case "child_started":
     case "child_ended":
       return el("li", { "data-kind": e.kind, class: p.isError ? "error" : "" }, seq,
@@ -362,6 +378,7 @@ function runPage(view, runId) {
   const abort = el("button", { type: "button", class: "danger", id: "abort", text: "Abort run" });
   const approvals = el("section", { class: "approvals", id: "approvals", "aria-labelledby": "approvals-title", hidden: true });
   const meta = el("p", { class: "muted" });
+  const usage = el("p", { id: "run-usage", hidden: true });
   const timeline = el("ol", { class: "timeline", id: "timeline", "aria-label": "Events, oldest first" });
   const live = el("p", { class: "muted", id: "live", text: "connecting…" });
   const outputText = el("pre", { id: "run-output" });
@@ -371,7 +388,7 @@ function runPage(view, runId) {
   const forkSeq = el("input", { type: "number", id: "fork-seq", min: 0, value: 0, "aria-label": "Fork at event seq" });
   const fork = el("button", { type: "button", id: "fork", text: "Fork at seq", disabled: true });
   const tree = el("section", { id: "children", "aria-labelledby": "children-title", hidden: true });
-  view.append(el("h1", {}, "Run ", el("code", { text: runId })), el("p", {}, "Status: ", status), meta,
+  view.append(el("h1", {}, "Run ", el("code", { text: runId })), el("p", {}, "Status: ", status), meta, usage,
     el("div", { class: "actions" }, abort, retry, fork, forkSeq), approvals, output, tree, el("h2", { text: "Timeline" }),
     live, timeline);
   const state = { stream: null, last: 0, status: "", ended: false };
@@ -409,6 +426,15 @@ function runPage(view, runId) {
         no.addEventListener("click", () => decide(false, [yes, no]));
         return el("li", {}, el("code", { text: `${a.name}(${describeArgs(a.arguments)})` }), " ", yes, " ", no, " ", result);
       })));
+  }
+
+  // Its usage so far: from GET (usage) and from each usage event's running total.
+  function showUsage(u) {
+    if (!u) return;
+    usage.textContent = "Usage: " + usageText(u);
+    usage.dataset.input = u.inputTokens || 0;
+    usage.dataset.output = u.outputTokens || 0;
+    usage.hidden = false;
   }
 
   // Sub-agents: the run's parent, and its child runs as a tree (each child's own children below it).
@@ -457,13 +483,14 @@ function runPage(view, runId) {
     state.last = e.seq;
     const item = eventItem(e, state);
     if (item) timeline.append(item);
+    if (e.kind === "usage") showUsage(e.payload.total);
     if (e.kind === "child_started" || e.kind === "child_ended") refreshTree();
     if (e.kind === "status" && e.payload.status !== "retrying") {
       setStatus(e.payload.status);
       if (e.payload.status === "awaiting_human") showApprovals(e.payload.pendingApprovals);
       if (TERMINAL.has(e.payload.status)) {
         state.ended = true;
-        api("GET", `/v1/runs/${encodeURIComponent(runId)}`).then((r) => { showOutput(r); showTree(r); }, () => {});
+        api("GET", `/v1/runs/${encodeURIComponent(runId)}`).then((r) => { showUsage(r.usage); showOutput(r); showTree(r); }, () => {});
       }
     }
   }
@@ -476,6 +503,7 @@ function runPage(view, runId) {
         lineage(run) || "");
       forkSeq.max = run.lastSeq; forkSeq.value = run.lastSeq;
       if (run.status === "awaiting_human") showApprovals(run.pendingApprovals);
+      showUsage(run.usage);
       showOutput(run);
       showTree(run).catch(() => {});
     } catch (e) { onError(view, e); return; }
