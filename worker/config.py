@@ -10,18 +10,20 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from agentmill_client.models import LoopLimits, Model, ResponseFormat, RunInput
-from shared.profiles import AgentProfile, CompactionConfig, ContextConfig, RetryConfig
+from agentmill_client.models import Budget, LoopLimits, Model, ResponseFormat, RunInput
+from shared.profiles import AgentProfile, CompactionConfig, ContextConfig, Pricing, RetryConfig
 from worker import policy, prompt
 
 __all__ = [
     "DEFAULT_MAX_ITERATIONS",
     "DEFAULT_MAX_REPAIRS",
+    "DEFAULT_RESERVE_OUTPUT_TOKENS",
     "RECALL_PROMPT",
     "RECALL_SPEC",
     "RECALL_TOOL",
     "RunConfig",
     "ToolSpec",
+    "narrow_budget",
     "narrow_limits",
     "resolve_config",
 ]
@@ -30,6 +32,8 @@ __all__ = [
 DEFAULT_MAX_ITERATIONS = 25  # seed 004
 DEFAULT_MAX_REPAIRS = 2  # repair turns of a structured answer that does not validate
 RECALL_TOOL = "recall_tool_call"
+# A call's worst-case reply when its model sets no maxTokens: what a budget reserves for it.
+DEFAULT_RESERVE_OUTPUT_TOKENS = 4096
 
 
 class ToolSpec(Model):
@@ -83,6 +87,9 @@ class RunConfig(Model):
     client_tool_timeout_ms: int = 600_000
     response_format: ResponseFormat | None = None  # the final answer must be JSON (validated)
     max_repairs: int = DEFAULT_MAX_REPAIRS
+    budget: Budget | None = None  # the run's budget, narrowed by its profile's (None: none)
+    reserve_output_tokens: int = DEFAULT_RESERVE_OUTPUT_TOKENS  # a call's worst-case reply (maxTokens)
+    pricing: Pricing | None = None  # the model's prices, to cost a call's worst case
 
     def tool_names(self) -> set[str]:
         return {t.name for t in self.tools} | {t.name for t in self.internal_tools}
@@ -108,6 +115,15 @@ def narrow_limits(
             DEFAULT_MAX_REPAIRS if profile.max_repairs is None else profile.max_repairs, run.max_repairs
         ),
     )
+
+
+def narrow_budget(profile: Budget, run: Budget | None) -> Budget | None:
+    """The smaller of the run's and the profile's for each field: a caller can only narrow a budget."""
+    run = run or Budget()
+    tokens = _narrowest(profile.max_tokens, run.max_tokens)
+    given = [c for c in (profile.max_cost_usd, run.max_cost_usd) if c is not None]
+    cost = min(given) if given else None
+    return None if tokens is None and cost is None else Budget(max_tokens=tokens, max_cost_usd=cost)
 
 
 def resolve_config(
@@ -177,4 +193,7 @@ def resolve_config(
         client_tool_timeout_ms=profile.client_tool_timeout_ms,
         response_format=run.response_format,
         max_repairs=DEFAULT_MAX_REPAIRS if ll.max_repairs is None else ll.max_repairs,
+        budget=narrow_budget(profile.budget, run.budget),
+        reserve_output_tokens=profile.provider.max_tokens or DEFAULT_RESERVE_OUTPUT_TOKENS,
+        pricing=profile.provider.pricing,
     )

@@ -32,6 +32,7 @@ from worker.machine.commands import (
 from worker.machine.events import (
     AbortRequested,
     ApprovalsDecided,
+    BudgetRefused,
     ClientResultsReceived,
     CompactionDone,
     ContextLoaded,
@@ -77,6 +78,7 @@ __all__ = [
     "ApprovalsDecided",
     "AwaitClient",
     "AwaitHuman",
+    "BudgetRefused",
     "CallModel",
     "CallPhase",
     "ClientResultsReceived",

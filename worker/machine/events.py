@@ -12,6 +12,7 @@ from worker.policy import ModelFailure
 __all__ = [
     "AbortRequested",
     "ApprovalsDecided",
+    "BudgetRefused",
     "ClientResultsReceived",
     "CompactionDone",
     "ContextLoaded",
@@ -118,6 +119,15 @@ class AbortRequested:
 
 
 @dataclass(frozen=True, slots=True)
+class BudgetRefused:
+    """The tenant's budget for the day cannot afford the model call about to start (nothing was
+    sent to the provider): the message carries the figures."""
+
+    now_ms: int
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class DeadlineReached:
     now_ms: int
 
@@ -152,6 +162,7 @@ Event = (
     | ClientResultsReceived
     | CompactionDone
     | AbortRequested
+    | BudgetRefused
     | DeadlineReached
     | StartRejected
     | EffectCrashed

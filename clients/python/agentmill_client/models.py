@@ -21,6 +21,7 @@ from agentmill_client.statuses import TERMINAL, RunStatus
 
 __all__ = [
     "ApprovalDecision",
+    "Budget",
     "ClientTool",
     "ClientToolResult",
     "EventKind",
@@ -133,6 +134,16 @@ class LoopLimits(Model):
     max_tool_rounds: int | None = Field(default=None, ge=0, le=1_000)
     max_run_duration_ms: int | None = Field(default=None, ge=1, le=7 * 24 * 3_600_000)
     max_repairs: int | None = Field(default=None, ge=0, le=10)  # repair turns of a structured answer
+
+
+class Budget(Model):
+    """``RunInput.budget`` (and a profile's): the most a run may spend on model calls. Before each
+    call the worker reserves the call's worst case (its prompt estimate + the model's maxTokens, and
+    their cost by the model's pricing); a run that cannot afford its next call ends ``failed`` with
+    ``lastError.code = "budget_exceeded"``. maxCostUsd applies to priced models only."""
+
+    max_tokens: int | None = Field(default=None, ge=1, le=10**12)
+    max_cost_usd: float | None = Field(default=None, gt=0, le=1e9, allow_inf_nan=False)
 
 
 def _local_refs_only(value: Any) -> bool:
@@ -257,6 +268,7 @@ class RunInput(Model):
     tool_order: list[str] | None = Field(default=None, max_length=limits.MAX_TOOL_NAMES)
     tool_policy: ToolPolicy | None = None
     loop_limits: LoopLimits | None = None
+    budget: Budget | None = None  # narrowed by the profile's (it can only narrow)
     auto_create_session: bool | None = None
     multitask_strategy: MultitaskStrategy | None = None
     runtime_init_data: dict[str, Any] | None = None
