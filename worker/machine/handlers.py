@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from agentmill_client.models import EventKind, Message, RunError, RunStatus
 from worker import policy
-from worker.machine.commands import CallModel, Command, Compact, Decision, Emit, LoadContext, Wait
 from worker.machine.budget import BUDGET_EXCEEDED
+from worker.machine.commands import CallModel, Command, Compact, Decision, Emit, LoadContext, Wait
 from worker.machine.events import (
     AbortRequested,
     BudgetRefused,
