@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["BatchField", "RunField", "SessionField"]
+__all__ = ["BatchField", "BudgetField", "RunField", "SessionField"]
 
 
 class RunField(StrEnum):
@@ -66,3 +66,23 @@ class SessionField(StrEnum):
     TENANT = "tenant"
     CREATED_AT = "createdAt"
     ACTIVE_RUN = "activeRun"  # the run the session runs now, '' = none
+
+
+class BudgetField(StrEnum):
+    """A tenant's budget for one UTC day (keys.Partition.tenant_budget, at the tenant's home
+    partition; budget_reserve.lua, budget_settle.lua). Costs in integers of nano-USD (exact sums)."""
+
+    SPENT_TOKENS = "spentTokens"  # settled: the calls' actual usage
+    SPENT_COST = "spentNanoUsd"
+    HELD_TOKENS = "heldTokens"  # reserved by calls in flight (their worst case), until settled or expired
+    HELD_COST = "heldNanoUsd"
+    RELEASED = "releasedHolds"  # holds that expired unsettled (their worker died) and were released
+
+
+def usage_field(agent: str, what: str) -> str:
+    """A field of a tenant's usage hash for one day (keys.Partition.usage_day): ``<agent>|<what>``,
+    ``what`` one of USAGE_PARTS (commit.lua increments them when a run ends)."""
+    return f"{agent}|{what}"
+
+
+USAGE_PARTS = ("in", "out", "cost", "runs")

@@ -44,7 +44,7 @@ from agentmill_client import limits
 from agentmill_client.models import EventKind
 from agentmill_client.statuses import TERMINAL, RunStatus
 from shared import dispatch, keys
-from shared.fields import BatchField, RunField, SessionField
+from shared.fields import BatchField, BudgetField, RunField, SessionField
 from shared.settings import Settings
 
 __all__ = ["CONTEXT_EXTRA", "LUA_DIR", "NAMES", "SCRIPTS", "Scripts", "render", "source", "text"]
@@ -65,7 +65,8 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
     },
     **{
         name: ("clock", name)
-        for name in ("capacity_acquire", "capacity_renew", "capacity_release", "capacity_pause", "admit_rate")
+        for name in ("capacity_acquire", "capacity_renew", "capacity_release", "capacity_pause", "admit_rate",
+                     "budget_reserve", "budget_settle")
     },
 }  # fmt: skip
 
@@ -103,6 +104,8 @@ class Scripts:
     capacity_pause: AsyncScript
     admit_tenant: AsyncScript
     admit_rate: AsyncScript
+    budget_reserve: AsyncScript
+    budget_settle: AsyncScript
     scaling: AsyncScript
 
     def __init__(
@@ -162,10 +165,11 @@ NAMES: dict[str, type[StrEnum]] = {
     "S": RunStatus,
     "BATCH": BatchField,
     "SESSION": SessionField,
+    "BUDGET": BudgetField,  # a tenant's day budget
     "EVENT": EventKind,  # a stream entry's kind
 }
 _DIMS = {d.upper(): d for d in keys.INDEX_DIMS}  # DIM.STATUS: a listing index's dimension
-_NAME_TOKEN = re.compile(r"\b(F|S|BATCH|SESSION|EVENT|DIM)\.([A-Z][A-Z0-9_]*)\b")
+_NAME_TOKEN = re.compile(r"\b(F|S|BATCH|SESSION|BUDGET|EVENT|DIM)\.([A-Z][A-Z0-9_]*)\b")
 
 
 def _name(m: re.Match[str]) -> str:

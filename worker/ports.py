@@ -30,11 +30,14 @@ from worker.tools.base import ToolContext
 
 __all__ = [
     "Acquired",
+    "BudgetHold",
+    "BudgetPort",
     "Capacity",
     "Clock",
     "FencedError",
     "Host",
     "ModelPort",
+    "NoBudgets",
     "NotAcquired",
     "Outbox",
     "Rng",
@@ -67,6 +70,7 @@ class Acquired:
     approvals: dict[str, Any]
     tool_records: dict[str, ToolRecord]
     restarts: int
+    tenant: str = ""  # the tenant the run was submitted by ('' = the default tenant)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +152,36 @@ class ModelPort(Protocol):
         ...
 
 
+class BudgetHold(Protocol):
+    async def settle(self, tokens: int, cost_usd: float | None) -> None:
+        """Replace the hold by the call's actual usage (0, None: a call that failed)."""
+        ...
+
+
+class BudgetPort(Protocol):
+    """A tenant's budget per UTC day, pool-wide (worker/budgets.py)."""
+
+    def limited(self, tenant: str) -> bool: ...
+
+    async def reserve(
+        self, tenant: str, hold_id: str, tokens: int, cost_usd: float | None
+    ) -> BudgetHold | str:
+        """Hold a call's worst case; a str: why the tenant's day cannot afford it."""
+        ...
+
+
+class NoBudgets:
+    """No tenant has a budget (unit tests, in-memory runs)."""
+
+    def limited(self, tenant: str) -> bool:
+        return False
+
+    async def reserve(
+        self, tenant: str, hold_id: str, tokens: int, cost_usd: float | None
+    ) -> BudgetHold | str:
+        raise AssertionError("no tenant has a budget here")
+
+
 @dataclass(frozen=True, slots=True)
 class ToolRetry:
     """Reported for each retry of a tool call (the runner publishes it and counts it)."""
@@ -203,6 +237,7 @@ class RunPorts:
     tools: ToolPort
     clock: Clock = field(default_factory=SystemClock)
     rng: Rng = field(default_factory=random.Random)
+    budgets: BudgetPort = field(default_factory=NoBudgets)  # tenants' day budgets
 
 
 class Host(Protocol):

@@ -171,6 +171,7 @@ class RunDriver:
         if run_input.session_id:
             logs.run_context.set({**(logs.run_context.get() or {}), "sessionId": run_input.session_id})
         self.fx.hints = dict(run_input.runtime_hints or {})
+        self.fx.tenant = acq.tenant
         self.records.update(acq.tool_records)
         resumed = acq.checkpoint is not None
         now = self.clock.now_ms()

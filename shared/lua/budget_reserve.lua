@@ -1,0 +1,38 @@
+-- A tenant's day budget (tokensPerDay, costUsdPerDay), at its home partition: reserve a model
+-- call's worst case before the call. Holds that expired unsettled (their worker died between this
+-- and budget_settle) are released first, so a dead worker's hold never blocks the tenant for long.
+-- Costs are integers of nano-USD (1e-9), so sums are exact.
+-- KEYS: the day's budget hash (BUDGET.*), its holds zset (member 'holdId|tokens|nanoUsd' -> expiry ms)
+-- ARGV: hold id, tokens, nano-USD, tokensPerDay (0 = none), nano-USD per day (0 = none),
+--       hold ms (how long an unsettled hold lives), keys' ttl ms
+-- Returns {'ok'} | {'refused', 'tokens'|'cost', spent, held, this call, limit}.
+local now = now_ms()
+local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
+if #expired > 0 then
+  local t, c = 0, 0
+  for _, m in ipairs(expired) do
+    local mt, mc = string.match(m, '|(%d+)|(%d+)$')
+    t = t + tonumber(mt); c = c + tonumber(mc)
+  end
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+  redis.call('HINCRBY', KEYS[1], BUDGET.HELD_TOKENS, -t)
+  redis.call('HINCRBY', KEYS[1], BUDGET.HELD_COST, -c)
+  redis.call('HINCRBY', KEYS[1], BUDGET.RELEASED, #expired)
+end
+local h = redis.call('HMGET', KEYS[1], BUDGET.SPENT_TOKENS, BUDGET.HELD_TOKENS, BUDGET.SPENT_COST, BUDGET.HELD_COST)
+local spent_t, held_t = tonumber(h[1] or '0'), tonumber(h[2] or '0')
+local spent_c, held_c = tonumber(h[3] or '0'), tonumber(h[4] or '0')
+local tokens, cost = tonumber(ARGV[2]), tonumber(ARGV[3])
+local tpd, cpd = tonumber(ARGV[4]), tonumber(ARGV[5])
+if tpd > 0 and spent_t + held_t + tokens > tpd then
+  return {'refused', 'tokens', spent_t, held_t, tokens, tpd}
+end
+if cpd > 0 and spent_c + held_c + cost > cpd then
+  return {'refused', 'cost', spent_c, held_c, cost, cpd}
+end
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[6]), ARGV[1] .. '|' .. ARGV[2] .. '|' .. ARGV[3])
+redis.call('HINCRBY', KEYS[1], BUDGET.HELD_TOKENS, tokens)
+redis.call('HINCRBY', KEYS[1], BUDGET.HELD_COST, cost)
+redis.call('PEXPIRE', KEYS[1], ARGV[7])
+redis.call('PEXPIRE', KEYS[2], ARGV[7])
+return {'ok'}
