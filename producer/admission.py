@@ -7,7 +7,8 @@ gives the bucket its tokens back and refuses the whole request. Partitions are a
 call each, not in one transaction: two requests of a tenant at once may pass its quota by a little.
 
 Before all of it, a tenant with a day budget (tokensPerDay, costUsdPerDay) whose UTC day is spent
-(its settled usage at the limit: worker/budgets.py) is refused with 429 ``budget_exhausted`` and a
+(its settled usage at the limit, or a model call of the day refused for want of budget:
+worker/budgets.py) is refused with 429 ``budget_exhausted`` and a
 Retry-After to the next UTC midnight."""
 
 from __future__ import annotations
@@ -115,20 +116,25 @@ async def check_budget(parts: Parts, tenant: str, quota: Quota) -> None:
     key = home.tenant_budget(tenant, day)
 
     async def read(c: Any) -> Any:
-        return await c.hmget(key, [BudgetField.SPENT_TOKENS, BudgetField.SPENT_COST])
+        return await c.hmget(key, [BudgetField.SPENT_TOKENS, BudgetField.SPENT_COST, BudgetField.REFUSED])
 
-    tokens, nano = (int(text(v) or 0) if v is not None else 0 for v in await parts.call(home, read))
+    tokens, nano, refused = (int(text(v) or 0) if v is not None else 0 for v in await parts.call(home, read))
     cost_limit = round(quota.cost_usd_per_day * NANO_USD)
     if quota.tokens_per_day and tokens >= quota.tokens_per_day:
-        spent = f"{tokens} of its {quota.tokens_per_day} tokensPerDay"
+        spent = f"has spent {tokens} of its {quota.tokens_per_day} tokensPerDay"
     elif cost_limit and nano >= cost_limit:
-        spent = f"${nano / NANO_USD:.6f} of its ${quota.cost_usd_per_day:g} costUsdPerDay"
+        spent = f"has spent ${nano / NANO_USD:.6f} of its ${quota.cost_usd_per_day:g} costUsdPerDay"
+    elif refused:
+        spent = (
+            f"could not afford {refused} model call(s) (spent {tokens} tokens, ${nano / NANO_USD:.6f}; "
+            f"tokensPerDay {quota.tokens_per_day or 'none'}, costUsdPerDay {quota.cost_usd_per_day or 'none'})"
+        )
     else:
         return
     wait_s = max(1, -(-ms_to_next_utc_day(now) // 1000))
     raise SubmissionError(
         "budget_exhausted",
-        f"this tenant has spent {spent} for {day} (UTC); submit again after midnight UTC",
+        f"this tenant's budget for {day} (UTC) is spent: it {spent}; submit again after midnight UTC",
         status=429,
         retry_after_s=wait_s,
     )

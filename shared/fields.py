@@ -77,6 +77,7 @@ class BudgetField(StrEnum):
     HELD_TOKENS = "heldTokens"  # reserved by calls in flight (their worst case), until settled or expired
     HELD_COST = "heldNanoUsd"
     RELEASED = "releasedHolds"  # holds that expired unsettled (their worker died) and were released
+    REFUSED = "refusedCalls"  # calls the day could not afford: from the first, the day counts as spent
 
 
 def usage_field(agent: str, what: str) -> str:

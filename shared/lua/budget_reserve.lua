@@ -5,7 +5,8 @@
 -- KEYS: the day's budget hash (BUDGET.*), its holds zset (member 'holdId|tokens|nanoUsd' -> expiry ms)
 -- ARGV: hold id, tokens, nano-USD, tokensPerDay (0 = none), nano-USD per day (0 = none),
 --       hold ms (how long an unsettled hold lives), keys' ttl ms
--- Returns {'ok'} | {'refused', 'tokens'|'cost', spent, held, this call, limit}.
+-- Returns {'ok'} | {'refused', 'tokens'|'cost', spent, held, this call, limit}; a refusal is counted
+-- (BUDGET.REFUSED): from then on the day counts as spent and submissions are refused (admission).
 local now = now_ms()
 local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
 if #expired > 0 then
@@ -15,8 +16,9 @@ if #expired > 0 then
     t = t + tonumber(mt); c = c + tonumber(mc)
   end
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-  redis.call('HINCRBY', KEYS[1], BUDGET.HELD_TOKENS, -t)
-  redis.call('HINCRBY', KEYS[1], BUDGET.HELD_COST, -c)
+  -- (never an increment of -0: Redis refuses "-0" as an integer)
+  if t > 0 then redis.call('HINCRBY', KEYS[1], BUDGET.HELD_TOKENS, -t) end
+  if c > 0 then redis.call('HINCRBY', KEYS[1], BUDGET.HELD_COST, -c) end
   redis.call('HINCRBY', KEYS[1], BUDGET.RELEASED, #expired)
 end
 local h = redis.call('HMGET', KEYS[1], BUDGET.SPENT_TOKENS, BUDGET.HELD_TOKENS, BUDGET.SPENT_COST, BUDGET.HELD_COST)
@@ -25,9 +27,11 @@ local spent_c, held_c = tonumber(h[3] or '0'), tonumber(h[4] or '0')
 local tokens, cost = tonumber(ARGV[2]), tonumber(ARGV[3])
 local tpd, cpd = tonumber(ARGV[4]), tonumber(ARGV[5])
 if tpd > 0 and spent_t + held_t + tokens > tpd then
+  redis.call('HINCRBY', KEYS[1], BUDGET.REFUSED, 1)
   return {'refused', 'tokens', spent_t, held_t, tokens, tpd}
 end
 if cpd > 0 and spent_c + held_c + cost > cpd then
+  redis.call('HINCRBY', KEYS[1], BUDGET.REFUSED, 1)
   return {'refused', 'cost', spent_c, held_c, cost, cpd}
 end
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[6]), ARGV[1] .. '|' .. ARGV[2] .. '|' .. ARGV[3])

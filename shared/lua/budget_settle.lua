@@ -7,8 +7,9 @@
 local held = redis.call('ZREM', KEYS[2], ARGV[1])
 if held == 1 then
   local mt, mc = string.match(ARGV[1], '|(%d+)|(%d+)$')
-  redis.call('HINCRBY', KEYS[1], BUDGET.HELD_TOKENS, -tonumber(mt))
-  redis.call('HINCRBY', KEYS[1], BUDGET.HELD_COST, -tonumber(mc))
+  -- (never an increment of -0: Redis refuses "-0" as an integer)
+  if tonumber(mt) > 0 then redis.call('HINCRBY', KEYS[1], BUDGET.HELD_TOKENS, -tonumber(mt)) end
+  if tonumber(mc) > 0 then redis.call('HINCRBY', KEYS[1], BUDGET.HELD_COST, -tonumber(mc)) end
 end
 redis.call('HINCRBY', KEYS[1], BUDGET.SPENT_TOKENS, ARGV[2])
 redis.call('HINCRBY', KEYS[1], BUDGET.SPENT_COST, ARGV[3])
