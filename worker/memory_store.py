@@ -37,6 +37,7 @@ from worker.ports import (
     SessionUpdate,
     SystemClock,
     ToolRetry,
+    UsageTally,
 )
 from worker.tools.base import ToolContext
 from worker.tools.registry import Toolbox
@@ -127,6 +128,7 @@ class MemoryRunStore:
         run_deadline_ms: int | None = None,
         iterations: int | None = None,
         error_code: str = "",
+        usage: UsageTally | None = None,
     ) -> int:
         r = self.run
         if r.epoch != self.epoch:

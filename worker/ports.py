@@ -49,6 +49,7 @@ __all__ = [
     "SystemClock",
     "ToolPort",
     "ToolRetry",
+    "UsageTally",
 ]
 
 
@@ -92,6 +93,17 @@ class Outbox:
 
 
 @dataclass(frozen=True, slots=True)
+class UsageTally:
+    """Written with a run's terminal commit: its usage added to its tenant's usage of the UTC day
+    (keys.Partition.usage_day, fields shared.fields.usage_field), which GET /v1/usage reads."""
+
+    tenant: str
+    day: str  # YYYY-MM-DD
+    increments: list[tuple[str, int]]  # field, amount
+    ttl_s: int
+
+
+@dataclass(frozen=True, slots=True)
 class SessionUpdate:
     """Written with a run's terminal commit: its run loop and tool results join the session history."""
 
@@ -118,6 +130,7 @@ class RunStore(Protocol):
         run_deadline_ms: int | None = None,
         iterations: int | None = None,
         error_code: str = "",
+        usage: UsageTally | None = None,
     ) -> int:
         """Everything in one fenced write; raises FencedError or SeqConflictError and writes nothing."""
         ...

@@ -26,7 +26,16 @@ from shared.tool_records import ToolRecord
 from worker import context, sessions
 from worker.batcher import ScriptBatcher
 from worker.lease import WorkerLease
-from worker.ports import Acquired, Clock, FencedError, NotAcquired, Outbox, SeqConflictError, SessionUpdate
+from worker.ports import (
+    Acquired,
+    Clock,
+    FencedError,
+    NotAcquired,
+    Outbox,
+    SeqConflictError,
+    SessionUpdate,
+    UsageTally,
+)
 
 __all__ = ["Beat", "RedisRunStore", "RedisSessionStore", "beat", "forget_worker"]
 
@@ -111,6 +120,7 @@ class RedisRunStore:
         run_deadline_ms: int | None = None,
         iterations: int | None = None,
         error_code: str = "",
+        usage: UsageTally | None = None,
     ) -> int:
         """Append events, write the checkpoint, claims and tool records: one round trip."""
         self._check_lease()
@@ -140,6 +150,11 @@ class RedisRunStore:
         own = [*self._keys, self.part.worker_lease(self.lease_id)]
         if session is not None:
             own += self.part.session_keys(session.session_id)
+        if usage is not None and status:
+            args += [usage.ttl_s, len(usage.increments)]
+            for f, n in usage.increments:
+                args += [f, n]
+            own.append(self.part.usage_day(usage.tenant, usage.day))
         self.round_trips += 1
         r = await self._run(self.scripts.commit, own, args)
         verdict = text(r[0])

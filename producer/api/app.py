@@ -15,7 +15,16 @@ from fastapi import FastAPI
 from redis.asyncio import Redis
 
 from agentmill_client import __version__
-from producer.api import errors, routes_catalog, routes_ops, routes_pool, routes_runs, routes_ui, sse
+from producer.api import (
+    errors,
+    routes_catalog,
+    routes_ops,
+    routes_pool,
+    routes_runs,
+    routes_ui,
+    routes_usage,
+    sse,
+)
 from producer.api.errors import OrjsonResponse
 from producer.api.middleware import BodyLimit, observe
 from producer.api.sse import MAX_BLOCK_S
@@ -95,6 +104,7 @@ def create_app(
         routes_ops.router,
         routes_catalog.router,
         routes_pool.router,
+        routes_usage.router,
         routes_ui.router,
     ):
         app.include_router(router)

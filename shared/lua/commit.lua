@@ -7,7 +7,10 @@
 --   sessionId, run loop JSON ('' = none), nToolResults, id, json; approvalTimeoutMs ('' = none),
 --   run deadline ms (maxRunDurationMs from the start; '' = none; bounds an approval wait too),
 --   iterations ('' = unchanged; kept as a field so scripts that end a run report it without
---   parsing the checkpoint), the ending's error code ('' = none; a field, for listings).
+--   parsing the checkpoint), the ending's error code ('' = none; a field, for listings),
+--   the usage tally's ttl s ('' = none), nUsage, then field, increment per field: with a terminal
+--   status, the run's usage added to its tenant's usage hash of the day (keys.Partition.usage_day,
+--   the last of KEYS).
 local h = redis.call('HMGET', KEYS[1], F.EPOCH, F.LAST_SEQ, F.OWNER, F.STATUS, F.WEBHOOK)
 if not h[1] then return {'missing'} end
 if tonumber(h[1]) ~= tonumber(ARGV[1]) then return {'fenced', h[1]} end
@@ -64,6 +67,7 @@ local approval_timeout = ARGV[i]
 local run_deadline = ARGV[i + 1] or ''
 local iterations = ARGV[i + 2] or ''
 local error_code = ARGV[i + 3] or ''
+local usage_ttl = ARGV[i + 4] or ''
 -- The run hash's fields this commit changes, in one HSET at the end.
 local run_fields = {}
 local function set(k, v) run_fields[#run_fields + 1] = k; run_fields[#run_fields + 1] = v end
@@ -86,6 +90,11 @@ elseif is_terminal(status) then
   redis.call('ZREM', LIVE, ARGV[4])
   redis.call('ZREM', AWAITING, ARGV[4])
   if h[5] and h[5] ~= '' then redis.call('LPUSH', WEBHOOKS, ARGV[4]) end
+  if usage_ttl ~= '' then
+    local u, nu = KEYS[#KEYS], tonumber(ARGV[i + 5])
+    for k = i + 6, i + 5 + 2 * nu, 2 do redis.call('HINCRBY', u, ARGV[k], ARGV[k + 1]) end
+    redis.call('EXPIRE', u, usage_ttl)
+  end
   if sid ~= '' then
     if loop ~= '' then
       redis.call('RPUSH', KEYS[8], loop)

@@ -73,7 +73,9 @@ def events_for(node: str) -> list[tuple[m.Event, m.RunState]]:
         ]
     if node == m.CALLING:
         cases.append((m.ModelStreamOpened(T0), s))
-        cases.append((m.BudgetRefused(T0, "tenant-a's tokensPerDay: spent 90, reserved 0, this call 20 > 100"), s))
+        cases.append(
+            (m.BudgetRefused(T0, "tenant-a's tokensPerDay: spent 90, reserved 0, this call 20 > 100"), s)
+        )
     if node == m.RETRYING:
         cases += [
             (m.RetryTimerFired(T0), s),

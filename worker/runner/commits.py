@@ -13,7 +13,7 @@ from worker import failpoints
 from worker.config import RunConfig
 from worker.machine import Emit, RunState
 from worker.observer import Observer
-from worker.ports import Clock, Outbox, RunStore, SessionUpdate
+from worker.ports import Clock, Outbox, RunStore, SessionUpdate, UsageTally
 
 __all__ = ["Commits"]
 
@@ -44,6 +44,7 @@ class Commits:
         approval_timeout_ms: int | None = None,
         run_deadline_ms: int | None = None,
         error_code: str = "",
+        usage: UsageTally | None = None,
     ) -> None:
         """The buffer, the step's events, its claims and records and the checkpoint: one fenced write."""
         async with self.lock:
@@ -60,6 +61,7 @@ class Commits:
                 run_deadline_ms=run_deadline_ms,
                 iterations=state.iterations,
                 error_code=error_code,
+                usage=usage,
             )
             self.ckpt_seq = last
         for kind, _, _ in events:

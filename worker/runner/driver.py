@@ -41,19 +41,12 @@ from worker.machine import (
     Started,
     notices,
 )
-from worker.ports import (
-    Acquired,
-    FencedError,
-    Host,
-    NotAcquired,
-    Outbox,
-    RunPorts,
-    SeqConflictError,
-)
+from worker.ports import Acquired, FencedError, Host, NotAcquired, Outbox, RunPorts, SeqConflictError
 from worker.runner import opening
 from worker.runner.commits import Commits
 from worker.runner.effect import EffectContext, FlushDeltas, ToolRecorded
 from worker.runner.effects import start as start_effect
+from worker.runner.tally import usage_tally
 from worker.sessions import session_update
 
 __all__ = ["RunDriver"]
@@ -269,7 +262,9 @@ class RunDriver:
             outbox.records.append(recorded)
         if finish is not None:
             await self._cancel_tasks()
-            session = session_update(self.state, finish.result, self.clock.now_ms())
+            now = self.clock.now_ms()
+            session = session_update(self.state, finish.result, now)
+            days = self.host.settings.usage_retention_days
             await self.out.step(
                 self.state,
                 outbox,
@@ -277,6 +272,7 @@ class RunDriver:
                 aux=encode(finish.result),
                 session=session,
                 error_code=ending_error(finish.result),
+                usage=usage_tally(self.state, finish.result, self.fx.tenant, now, days),
             )
             self._finished(finish.result)
             return finish.result.status.value
