@@ -171,3 +171,41 @@ async def test_a_spent_day_is_a_429_budget_exhausted_until_midnight_utc(
         r = await cb.post("/v1/runs/batch", json={"runs": [small_run(0)]})
         assert r.status_code == 429 and r.json()["error"]["code"] == "budget_exhausted", r.text
         assert (await ca.post("/v1/runs", json=body())).status_code == 202  # another tenant is not affected
+
+
+async def test_cost_per_day_holds_and_settles_in_nano_usd_and_expired_holds_are_released(
+    redis: Redis, redis_url: str
+) -> None:
+    """The scripts alone (worker/budgets.py on a real Redis): costUsdPerDay counts each call's worst
+    cost, a settlement replaces the hold by the actual cost exactly, an expired hold is released
+    once, and a refusal says the figures."""
+    from shared.partitions import Partitions
+    from shared.quotas import Quotas
+    from shared.scripts import Scripts
+    from shared.settings import Settings
+    from worker.budgets import TenantBudgets
+
+    quotas = orjson.dumps({"t1": {"costUsdPerDay": 0.01}}).decode()
+    budgets = TenantBudgets(
+        Partitions.of_client(redis, 4), Scripts(redis), Quotas(Settings(tenant_quotas=quotas)), 200
+    )
+    assert budgets.limited("t1") and not budgets.limited("t2")
+    first = await budgets.reserve("t1", "a", 100, 0.006)
+    assert not isinstance(first, str)
+    refused = await budgets.reserve("t1", "b", 100, 0.005)  # 0.006 held + 0.005 > 0.01
+    assert isinstance(refused, str) and "costUsdPerDay=0.01" in refused and "held $0.006000" in refused
+    await first.settle(40, 0.001)
+    second = await budgets.reserve("t1", "c", 100, 0.005)  # 0.001 spent + 0.005 fits
+    assert not isinstance(second, str)
+    home = Partitions.of_client(redis, 4).home("t1")
+    key = home.tenant_budget("t1", utc_day(now_ms()))
+    got = {k.decode(): int(v) for k, v in (await redis.hgetall(key)).items()}
+    assert got[BudgetField.SPENT_COST] == 1_000_000 and got[BudgetField.HELD_COST] == 5_000_000
+    assert got[BudgetField.SPENT_TOKENS] == 40 and got[BudgetField.REFUSED] == 1
+    await asyncio.sleep(0.3)  # the hold of "c" expires unsettled (a dead worker's)
+    third = await budgets.reserve("t1", "d", 10, 0.008)  # fits only once "c" is released
+    assert not isinstance(third, str)
+    await second.settle(50, 0.002)  # late: its hold is gone, the call still counts
+    got = {k.decode(): int(v) for k, v in (await redis.hgetall(key)).items()}
+    assert got[BudgetField.RELEASED] == 1 and got[BudgetField.HELD_COST] == 8_000_000
+    assert got[BudgetField.SPENT_COST] == 3_000_000 and got[BudgetField.SPENT_TOKENS] == 90
