@@ -209,3 +209,25 @@ async def test_cost_per_day_holds_and_settles_in_nano_usd_and_expired_holds_are_
     got = {k.decode(): int(v) for k, v in (await redis.hgetall(key)).items()}
     assert got[BudgetField.RELEASED] == 1 and got[BudgetField.HELD_COST] == 8_000_000
     assert got[BudgetField.SPENT_COST] == 3_000_000 and got[BudgetField.SPENT_TOKENS] == 90
+
+
+async def test_an_aborted_call_releases_its_hold_at_once(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    path = profiles(tmp_path)
+    quotas = orjson.dumps({"default": {"tokensPerDay": 10_000}}).decode()
+    p = producer_for(redis, redis_url, profiles=str(path))
+    slow = {"agent": "small", "inputMessages": [{"role": "user", "content": "go"}],
+            "runtimeHints": {"script": [{"text": "a slow answer", "delayMs": 20_000}]}}  # fmt: skip
+    sub = await p.submit(slow)
+    async with running_worker(redis_url, profiles=str(path), tenant_quotas=quotas):
+        for _ in range(200):
+            if (await budget_of(redis, "default")).get(BudgetField.HELD_TOKENS, 0) > 0:
+                break
+            await asyncio.sleep(0.05)
+        assert (await budget_of(redis, "default"))[BudgetField.HELD_TOKENS] > 0
+        await p.abort(sub.run_id)
+        rec = (await wait_all(p, [sub.run_id], 10))[sub.run_id]
+    assert rec.status.value == "aborted"
+    b = await budget_of(redis, "default")
+    assert b[BudgetField.HELD_TOKENS] == 0 and b.get(BudgetField.RELEASED, 0) == 0  # released, not expired

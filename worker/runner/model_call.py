@@ -158,6 +158,9 @@ async def call_model(cx: EffectContext, state: RunState, req: ModelRequest) -> N
         return
     except asyncio.CancelledError:
         s.drop_unpublished()
+        if hold is not None:  # an abort or the drain's timeout: the hold goes now, not at its expiry
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(asyncio.shield(hold.settle(0, None)), 2.0)
         raise
     except Exception as exc:  # a provider bug must fail the run with a reason, not hang it
         log.exception("run %s: provider crashed", cx.run_id)
