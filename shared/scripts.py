@@ -54,11 +54,13 @@ _ON_PARTITION = ("clock", "prelude")
 # Each script's files, in order (submit_one.lua is a function both submits call).
 SCRIPTS: dict[str, tuple[str, ...]] = {
     "submit": (*_ON_PARTITION, "submit_one", "submit"),
+    "commit": (*_ON_PARTITION, "budget", "commit"),  # budget.lua: a settlement folded into a step
+    "budget_settle": ("clock", "budget", "budget_settle"),
     "submit_many": (*_ON_PARTITION, "submit_one", "submit_many"),
     **{
         name: (*_ON_PARTITION, name)
         for name in (
-            "batch_close", "list_runs", "batch_results", "acquire", "commit", "beat", "forget_worker", "release", "redispatch",
+            "batch_close", "list_runs", "batch_results", "acquire", "beat", "forget_worker", "release", "redispatch",
             "abort", "settle_approval", "tool_results", "claim_jobs", "claim_webhooks", "admit_tenant",
             "scaling",
         )
@@ -66,7 +68,7 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
     **{
         name: ("clock", name)
         for name in ("capacity_acquire", "capacity_renew", "capacity_release", "capacity_pause", "admit_rate",
-                     "budget_reserve", "budget_settle")
+                     "budget_reserve")
     },
 }  # fmt: skip
 

@@ -4,7 +4,9 @@ the Redis side of the ``BudgetPort`` (worker/ports.py).
 Before a model call the runner reserves the call's worst case (the machine's ``ModelRequest``
 reserve: prompt estimate + maxTokens, and its cost) on the tenant's budget of the UTC day, one
 script at the tenant's home partition (budget_reserve.lua: spent + held + this <= limit, else
-refused); after the call it settles the hold with the actual usage (budget_settle.lua). Every
+refused); after the call it settles the hold with the actual usage (budget.lua): with the run's
+commit of the reply when the tenant's budget lives in the run's slot (one partition: always), else
+by a call of its own (budget_settle.lua) before that commit. Every
 worker reserves on the same key (one slot per tenant), so the tenant cannot overspend by more than
 its calls' holds allow, whichever workers and partitions its runs are on. A hold lives
 ``AGENTMILL_BUDGET_HOLD_MS``: one whose worker died before settling is released by the next reserve.
@@ -24,7 +26,7 @@ from shared.partitions import Partitions
 from shared.quotas import DEFAULT_TENANT, NANO_USD, Quotas
 from shared.scripts import Scripts, text
 from worker.models.base import ModelCallError
-from worker.ports import BudgetHold
+from worker.ports import BudgetHold, Settlement
 
 __all__ = ["KEYS_TTL_MS", "RedisBudgetHold", "TenantBudgets", "nano_usd"]
 
@@ -38,10 +40,14 @@ def nano_usd(cost_usd: float | None) -> int:
 
 
 class RedisBudgetHold:
-    __slots__ = ("_budgets", "_keys", "_member", "_part")
+    __slots__ = ("_budgets", "_keys", "_member", "_part", "slot")
 
     def __init__(self, budgets: TenantBudgets, part: keys.Partition, k: list[str], member: str) -> None:
         self._budgets, self._part, self._keys, self._member = budgets, part, k, member
+        self.slot = part.slot
+
+    def settlement(self, tokens: int, cost_usd: float | None) -> Settlement:
+        return Settlement(self._keys, self._member, max(0, tokens), max(0, nano_usd(cost_usd)), KEYS_TTL_MS)
 
     async def settle(self, tokens: int, cost_usd: float | None) -> None:
         """Best effort: a settlement that cannot reach Redis leaves the hold to expire (released)."""

@@ -92,6 +92,7 @@ class MemoryRunStore:
         self.clock = clock or SystemClock()  # decides client calls' deadlines (Redis's TIME does there)
         self.epoch = 0
         self.last_seq = 0
+        self.slot = -1  # no budget settlement goes with a commit here (BudgetPort holds settle themselves)
         self.commits = 0
         self.worker_id = ""  # the worker it acquired the run as
 

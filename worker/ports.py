@@ -46,6 +46,7 @@ __all__ = [
     "SeqConflictError",
     "SessionStore",
     "SessionUpdate",
+    "Settlement",
     "SystemClock",
     "ToolPort",
     "ToolRetry",
@@ -80,6 +81,18 @@ class NotAcquired:
     detail: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """A model call's budget hold settled by the run's next commit (budget.lua, in commit.lua) rather
+    than by a round trip of its own: possible when the tenant's budget shares the run's slot."""
+
+    keys: list[str]  # the day's budget hash, its holds zset
+    member: str  # the hold
+    tokens: int
+    nano_usd: int
+    ttl_ms: int
+
+
 @dataclass(slots=True)
 class Outbox:
     """What one commit writes besides the checkpoint."""
@@ -87,6 +100,7 @@ class Outbox:
     events: list[tuple[str, int, bytes]] = field(default_factory=list)  # kind, ts, payload JSON
     claims: list[str] = field(default_factory=list)
     records: list[tuple[str, bytes]] = field(default_factory=list)
+    settle: Settlement | None = None  # a model call's budget settlement, written with this step
 
     def __bool__(self) -> bool:
         return bool(self.events or self.claims or self.records)
@@ -115,6 +129,7 @@ class SessionUpdate:
 class RunStore(Protocol):
     epoch: int  # the epoch this handle writes at (0 before acquire)
     last_seq: int  # the last event seq this handle wrote or saw
+    slot: int  # the run's cluster slot: a budget settlement in the same slot goes with a commit
 
     async def acquire(self, gen: int, worker_id: str) -> Acquired | NotAcquired: ...
 
@@ -166,8 +181,14 @@ class ModelPort(Protocol):
 
 
 class BudgetHold(Protocol):
+    slot: int  # the cluster slot of the tenant's budget
+
     async def settle(self, tokens: int, cost_usd: float | None) -> None:
         """Replace the hold by the call's actual usage (0, None: a call that failed)."""
+        ...
+
+    def settlement(self, tokens: int, cost_usd: float | None) -> Settlement:
+        """The same, for the run's next commit to write (when ``slot`` is the run's)."""
         ...
 
 

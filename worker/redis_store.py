@@ -55,6 +55,7 @@ class RedisRunStore:
     ) -> None:
         self.parts = parts
         self.part = part
+        self.slot = part.slot  # a budget settlement in this slot goes with a commit (commit.lua)
         self.lease = lease
         self.batcher = batcher
         self.scripts = scripts
@@ -155,6 +156,11 @@ class RedisRunStore:
             for f, n in usage.increments:
                 args += [f, n]
             own.append(self.part.usage_day(usage.tenant, usage.day))
+        else:
+            args += ["", 0]
+        if (st := outbox.settle) is not None:
+            args += [st.member, st.tokens, st.nano_usd, st.ttl_ms]
+            own += st.keys
         self.round_trips += 1
         r = await self._run(self.scripts.commit, own, args)
         verdict = text(r[0])

@@ -10,7 +10,9 @@
 --   parsing the checkpoint), the ending's error code ('' = none; a field, for listings),
 --   the usage tally's ttl s ('' = none), nUsage, then field, increment per field: with a terminal
 --   status, the run's usage added to its tenant's usage hash of the day (keys.Partition.usage_day,
---   the last of KEYS).
+--   in KEYS after the session's), then a budget settlement: the hold's member ('' = none), actual
+--   tokens, actual nano-USD, keys' ttl ms (budget.lua; the tenant's day budget hash and holds zset
+--   last in KEYS, in this run's slot).
 local h = redis.call('HMGET', KEYS[1], F.EPOCH, F.LAST_SEQ, F.OWNER, F.STATUS, F.WEBHOOK)
 if not h[1] then return {'missing'} end
 if tonumber(h[1]) ~= tonumber(ARGV[1]) then return {'fenced', h[1]} end
@@ -68,6 +70,10 @@ local run_deadline = ARGV[i + 1] or ''
 local iterations = ARGV[i + 2] or ''
 local error_code = ARGV[i + 3] or ''
 local usage_ttl = ARGV[i + 4] or ''
+local nu = tonumber(ARGV[i + 5] or '0')
+local settle_at = i + 6 + 2 * nu
+local settle = (ARGV[settle_at] or '') ~= ''
+local usage_key = KEYS[#KEYS - (settle and 2 or 0)]
 -- The run hash's fields this commit changes, in one HSET at the end.
 local run_fields = {}
 local function set(k, v) run_fields[#run_fields + 1] = k; run_fields[#run_fields + 1] = v end
@@ -91,9 +97,8 @@ elseif is_terminal(status) then
   redis.call('ZREM', AWAITING, ARGV[4])
   if h[5] and h[5] ~= '' then redis.call('LPUSH', WEBHOOKS, ARGV[4]) end
   if usage_ttl ~= '' then
-    local u, nu = KEYS[#KEYS], tonumber(ARGV[i + 5])
-    for k = i + 6, i + 5 + 2 * nu, 2 do redis.call('HINCRBY', u, ARGV[k], ARGV[k + 1]) end
-    redis.call('EXPIRE', u, usage_ttl)
+    for k = i + 6, i + 5 + 2 * nu, 2 do redis.call('HINCRBY', usage_key, ARGV[k], ARGV[k + 1]) end
+    redis.call('EXPIRE', usage_key, usage_ttl)
   end
   if sid ~= '' then
     if loop ~= '' then
@@ -135,4 +140,8 @@ elseif status == S.AWAITING_TOOLS then
   end
 end
 if #run_fields > 0 then redis.call('HSET', KEYS[1], unpack(run_fields)) end
+if settle then
+  budget_settle(KEYS[#KEYS - 1], KEYS[#KEYS], ARGV[settle_at], ARGV[settle_at + 1], ARGV[settle_at + 2],
+    ARGV[settle_at + 3])
+end
 return {'ok', tostring(last)}

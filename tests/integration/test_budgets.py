@@ -231,3 +231,30 @@ async def test_an_aborted_call_releases_its_hold_at_once(
     assert rec.status.value == "aborted"
     b = await budget_of(redis, "default")
     assert b[BudgetField.HELD_TOKENS] == 0 and b.get(BudgetField.RELEASED, 0) == 0  # released, not expired
+
+
+async def test_in_the_runs_slot_the_settlement_goes_with_the_replys_commit(
+    redis: Redis, redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One partition: the tenant's budget shares the run's slot, so no call settles by a round trip
+    of its own (budget_settle.lua): each reply's commit writes its settlement (figure 3: 2 round
+    trips a step for the run, plus the reserve)."""
+    from worker import budgets as budgets_mod
+
+    own: list[str] = []
+    real = budgets_mod.RedisBudgetHold.settle
+
+    async def counted(self: Any, tokens: int, cost_usd: float | None) -> None:
+        own.append(self._member)
+        await real(self, tokens, cost_usd)
+
+    monkeypatch.setattr(budgets_mod.RedisBudgetHold, "settle", counted)
+    path = profiles(tmp_path)
+    quotas = orjson.dumps({"default": {"tokensPerDay": 100_000}}).decode()
+    p = producer_for(redis, redis_url, profiles=str(path))
+    sub = await p.submit(small_run(2))
+    async with running_worker(redis_url, profiles=str(path), tenant_quotas=quotas):
+        rec = (await wait_all(p, [sub.run_id], 30))[sub.run_id]
+    assert rec.status.value == "completed" and own == []
+    b = await budget_of(redis, "default")
+    assert b[BudgetField.SPENT_TOKENS] == tokens(rec.result.usage) and b[BudgetField.HELD_TOKENS] == 0  # type: ignore[union-attr]

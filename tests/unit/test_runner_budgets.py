@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tests.unit.test_runner import World
-from worker.ports import BudgetHold, RunPorts
+from worker.ports import BudgetHold, RunPorts, Settlement
 from worker.runner import RunDriver
 
 
@@ -15,6 +15,10 @@ from worker.runner import RunDriver
 class Hold:
     book: Budgets
     tokens: int
+    slot: int = -2  # not the memory store's: settled by the hold itself, not with a commit
+
+    def settlement(self, tokens: int, cost_usd: float | None) -> Settlement:
+        raise AssertionError("a settlement goes with a commit only in the run's slot")
 
     async def settle(self, tokens: int, cost_usd: float | None) -> None:
         self.book.held -= self.tokens

@@ -52,7 +52,7 @@ class Commits:
             last = self.store.last_seq + len(events)
             ckpt = orjson.dumps({"seq": last, "state": self._dump(state)})
             await self.store.commit(
-                Outbox(events, outbox.claims, outbox.records),
+                Outbox(events, outbox.claims, outbox.records, outbox.settle),
                 checkpoint=ckpt,
                 status=status,
                 aux=aux,

@@ -260,6 +260,8 @@ class RunDriver:
                 effects.append(c)
         if recorded is not None:
             outbox.records.append(recorded)
+        if outbox and self.fx.settle is not None:  # a model call's budget settlement: with its reply
+            outbox.settle, self.fx.settle = self.fx.settle, None
         if finish is not None:
             await self._cancel_tasks()
             now = self.clock.now_ms()

@@ -190,7 +190,15 @@ async def call_model(cx: EffectContext, state: RunState, req: ModelRequest) -> N
     usage = policy.call_usage(end.usage, req.messages, msg, profile.provider.pricing)
     obs.tokens_used(usage, agent=profile.name, model=profile.provider.model_name)
     if hold is not None:
-        await hold.settle(usage.input_tokens + usage.output_tokens, usage.cost_usd)
+        spent = usage.input_tokens + usage.output_tokens
+        # In the run's slot, the settlement is written by the commit of this reply (no round trip of
+        # its own; a worker dying before that commit leaves the hold to expire). Elsewhere it is
+        # settled before that commit (a worker dying between them: the call counts, and so does its
+        # repetition by the next worker: both were made).
+        if hold.slot == cx.ports.store.slot:
+            cx.settle = hold.settlement(spent, usage.cost_usd)
+        else:
+            await hold.settle(spent, usage.cost_usd)
     if end.finish_reason is None:
         s.drop_unpublished()
     s.replied(msg, end, usage)
