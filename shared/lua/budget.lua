@@ -2,6 +2,7 @@
 -- which writes it with the run's step when the tenant's budget shares the run's slot): its hold
 -- (budget_reserve.lua) is replaced by what the call actually used. A hold already released (it
 -- expired first) is not released twice; the actual usage is counted all the same: the call was made.
+-- KEYS: none of its own: the caller passes the day's budget hash and its holds zset (in its KEYS).
 -- Returns 1 when the hold was still there, else 0.
 local function budget_settle(hash, holds, member, tokens, nano, ttl)
   local held = redis.call('ZREM', holds, member)
