@@ -1,5 +1,5 @@
 """How a batch's chunks reach Redis: SUBMIT_MANY calls (each on one partition) written on one
-connection per node as they are ready, their replies read at the end."""
+connection per node as they are ready, their replies read at the end (shared/route.py)."""
 
 from __future__ import annotations
 
@@ -7,46 +7,34 @@ from collections.abc import Sequence
 from typing import Any
 
 import orjson
-from redis.asyncio import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisError, ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from producer.prepared import Prepared, meta_terms
-from producer.routing import Parts, run_script
+from producer.routing import Parts
 from shared import keys
 from shared.scripts import Scripts
-from shared.topology import is_retryable
 
 __all__ = ["ChunkSender"]
 
-_DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
-
 
 class ChunkSender:
-    """Writes SUBMIT_MANY calls as they are ready, on one connection per node, and reads the replies
-    at the end (a pipeline per node whose commands go out early). A chunk answered NOSCRIPT (the
-    node lost its script cache) or a redirection, or left unanswered by a connection error, is sent
-    again through ``Partitions.call``, which loads the script, follows the slot and retries: SUBMIT
-    is idempotent per runId. ``loaded``: the nodes (ids of their clients) SUBMIT_MANY is known to be
-    loaded on, kept by its owner (producer.submitter.Submitter) across batches and added to here."""
+    """Writes SUBMIT_MANY calls as they are ready (``Sending.flush``: on one connection per node)
+    and reads the replies at the end: a chunk answered NOSCRIPT or a redirection, or left unanswered
+    by a connection error, is sent again by the route (shared/route.py); SUBMIT is idempotent per
+    runId. ``loaded``: the (node, script) pairs known to be loaded, kept by its owner
+    (producer.submitter.Submitter) across batches and added to here."""
 
-    def __init__(self, parts: Parts, scripts: Scripts, loaded: set[int], tenant: str, batch_id: str) -> None:
-        self.parts, self.scripts, self.loaded = parts, scripts, loaded
+    def __init__(
+        self, parts: Parts, scripts: Scripts, loaded: set[tuple[int, str]], tenant: str, batch_id: str
+    ) -> None:
+        self.parts, self.scripts = parts, scripts
         self.tenant, self.batch_id = tenant, batch_id
-        # per chunk: its partition, KEYS, ARGV, and the node it was written to (None: not written)
-        self.sent: list[tuple[keys.Partition, list[Any], list[Any], int | None]] = []
-        self.conns: dict[int, tuple[Redis, Any]] = {}  # node (id of its client) -> (client, connection)
-        self.broken: set[int] = set()
+        self.out = parts.sending(loaded=loaded)
 
     async def __aenter__(self) -> ChunkSender:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        for node, (client, conn) in self.conns.items():
-            if node in self.broken or exc[0] is not None:
-                await conn.disconnect()
-            await client.connection_pool.release(conn)
+        await self.out.aclose()
 
     def args(self, chunk: list[Prepared], batch_webhook: str, items: Sequence[int] = ()) -> list[Any]:
         """SUBMIT_MANY's arguments (after the partition's context) for one chunk; ``items``: the
@@ -63,41 +51,8 @@ class ChunkSender:
         self, part: keys.Partition, chunk: list[Prepared], batch_webhook: str, items: Sequence[int] = ()
     ) -> None:
         k, a = self.scripts.frame(part, [], self.args(chunk, batch_webhook, items))
-        client = self.parts.client(part)
-        node: int | None = id(client)
-        if node in self.broken:
-            node = None
-        else:
-            try:
-                if node not in self.conns:
-                    if node not in self.loaded:
-                        await client.script_load(self.scripts.submit_many.script)
-                        self.loaded.add(id(client))
-                    self.conns[id(client)] = (client, await client.connection_pool.get_connection())
-                conn = self.conns[id(client)][1]
-                await conn.send_command("EVALSHA", self.scripts.submit_many.sha, len(k), *k, *a)
-            except _DOWN:
-                self.broken.add(id(client))
-                node = None
-        self.sent.append((part, k, a, node))
+        self.out.add_script(part, self.scripts.submit_many, k, a)
+        await self.out.flush()
 
     async def replies(self) -> list[Any]:
-        out: list[Any] = []
-        for part, k, a, node in self.sent:
-            if node is not None and node not in self.broken:
-                try:
-                    out.append(await self.conns[node][1].read_response(disconnect_on_error=True))
-                    continue
-                except NoScriptError:
-                    pass  # sent again below, through the client that loads the script
-                except ResponseError as exc:
-                    if not is_retryable(exc):  # a redirection is sent again below
-                        out.append(exc)
-                        continue
-                except _DOWN:
-                    self.broken.add(node)
-            try:
-                out.append(await run_script(self.parts, self.scripts.submit_many, part, k, a))
-            except RedisError as exc:
-                out.append(exc)
-        return out
+        return await self.out.replies()

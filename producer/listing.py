@@ -23,6 +23,7 @@ from agentmill_client.models import RunStatus
 from agentmill_client.statuses import ACTIVE
 from producer.batch_shares import merge_batch, read_batch
 from producer.routing import run_many
+from producer.run_record import lineage_view
 from producer.scope import SCOPED_PREFIX
 from shared import keys
 from shared.fields import RunField, SessionField
@@ -130,7 +131,7 @@ def parse_ms(field: str, value: str) -> int:
 
 def _summary(fields: list[Any], shown: dict[str, str]) -> dict[str, Any]:
     """A listed run as its client knows it: ``shown`` maps its session's key to that session's id."""
-    run_id, status, created, session, agent, batch, finished, client_id, iterations, error = (
+    run_id, status, created, session, agent, batch, finished, client_id, iterations, error, lineage, by = (
         text(f) for f in fields
     )
     session = shown.get(session, session)
@@ -150,12 +151,13 @@ def _summary(fields: list[Any], shown: dict[str, str]) -> dict[str, Any]:
         d["iterations"] = int(iterations)
     if error:
         d["errorCode"] = error
+    d.update(lineage_view(lineage, by))
     return d
 
 
 Row = list[str]  # a listing's run: runId, status, createdAt, sessionId, agent, batch, finishedAt, clientId,
-# iterations, errorCode (list_runs.lua's reply, ROW_FIELDS a run)
-ROW_FIELDS = 10
+# iterations, errorCode, lineage, retriedBy (list_runs.lua's reply, ROW_FIELDS a run)
+ROW_FIELDS = 12
 Position = tuple[int, str, str]  # where a listing stopped: (createdAt, runId, the score as Redis wrote it)
 
 

@@ -1,23 +1,21 @@
-"""Reaching the partitions (shared/partitions.py) from the producer: one script on one partition,
-one script on several partitions, in one pipelined round trip per node (reads on several
-partitions: ``Partitions.pipelined``). Every call follows a failover or a moved slot (``Partitions.call``)."""
+"""Reaching the partitions (shared/partitions.py) from the producer: one script on one partition
+(``Partitions.call``), one script on several partitions in one round trip per node
+(``Partitions.sending``; reads on several partitions: ``Partitions.pipelined``). Every call follows a
+failover or a moved slot."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError
 
 from shared import keys
 from shared.partitions import Partitions, partition_count
 from shared.settings import Settings
-from shared.topology import is_retryable
 
-__all__ = ["Parts", "as_partitions", "by_node", "run_many", "run_script"]
+__all__ = ["Parts", "as_partitions", "run_many", "run_script"]
 
 Parts = Partitions[Redis]
 # One script call already framed (Scripts.frame, or plain for a script off the partitions): where it
@@ -44,41 +42,17 @@ async def run_script(
     return await parts.call(part, go)
 
 
-def by_node(parts: Parts, where: Sequence[keys.Partition]) -> list[list[int]]:
-    """The indexes of ``where`` grouped by the node client that serves them now, in order."""
-    groups: dict[int, list[int]] = {}
-    for i, p in enumerate(where):
-        groups.setdefault(id(parts.client(p)), []).append(i)
-    return list(groups.values())
-
-
 async def run_many(parts: Parts, script: AsyncScript, calls: Sequence[Call]) -> list[Any]:
-    """``script`` once per call, one pipelined round trip per node (all nodes at once); the replies
-    in order. A call answered NOSCRIPT or hit by a redirection is made again on its own (which loads
-    the script or follows the slot); any other error is raised. One call: just that call."""
+    """``script`` once per call, one round trip per node (all nodes at once, ``Partitions.sending``:
+    a call answered NOSCRIPT or hit by a redirection is sent again); the replies in order, any
+    error reply raised. One call: just that call."""
     if len(calls) == 1:
         return [await run_script(parts, script, *calls[0])]
-    out: list[Any] = [None] * len(calls)
-
-    async def node(idx: list[int]) -> None:
-        client = parts.client(calls[idx[0]][0])
-        replies: list[Any]
-        try:
-            async with client.pipeline(transaction=False) as pipe:
-                for i in idx:
-                    _, k, a = calls[i]
-                    pipe.evalsha(script.sha, len(k), *k, *a)
-                replies = await pipe.execute(raise_on_error=False)
-        except Exception as exc:
-            if not is_retryable(exc):
-                raise
-            replies = [exc] * len(idx)
-        for i, r in zip(idx, replies, strict=True):
-            if isinstance(r, Exception):
-                if not (isinstance(r, NoScriptError) or is_retryable(r)):
-                    raise r
-                r = await run_script(parts, script, *calls[i])
-            out[i] = r
-
-    await asyncio.gather(*(node(idx) for idx in by_node(parts, [c[0] for c in calls])))
-    return out
+    out = parts.sending()
+    for part, k, a in calls:
+        out.add_script(part, script, k, a)
+    replies = await out.replies()
+    for r in replies:
+        if isinstance(r, Exception):
+            raise r
+    return replies

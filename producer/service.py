@@ -20,7 +20,7 @@ from agentmill_client.models import ClientToolResult, RunEvent, RunInput, RunRes
 from producer import batch_submit
 from producer.placement import locate_many
 from producer.routing import Parts, as_partitions, run_script
-from producer.run_record import RunRecord
+from producer.run_record import RunRecord, lineage_view
 from producer.scope import SCOPED_PREFIX, Scope
 from producer.submission import SubmissionError, Submitted
 from producer.submitter import Submitter
@@ -37,7 +37,7 @@ __all__ = ["DEFAULT_TENANT", "Producer", "RunRecord", "SubmissionError", "Submit
 
 F = RunField
 _RUN_FIELDS = [F.STATUS, F.TENANT, F.SESSION_ID, F.CREATED_AT, F.LAST_SEQ, F.RESULT, F.APPROVALS, F.ABORT,
-               F.CLIENT_PENDING, F.CLIENT_SESSION]  # fmt: skip
+               F.CLIENT_PENDING, F.CLIENT_SESSION, F.LINEAGE, F.RETRIED_BY]  # fmt: skip
 
 
 class Producer:
@@ -191,6 +191,7 @@ class Producer:
             pending_tool_calls=calls,
             stream_key=part.events(run_id),
             client_session=h[F.CLIENT_SESSION] or "",
+            lineage=lineage_view(h[F.LINEAGE] or "", h[F.RETRIED_BY] or ""),
         )
 
     async def read_events(

@@ -28,6 +28,7 @@ import hashlib
 import hmac
 import logging
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -175,8 +176,9 @@ class Deliverer:
     async def _batch(self, part: keys.Partition, share_key: str) -> tuple[str, bytes | None, Any]:
         """(delivery id, body, url) of a batch share's delivery: the summed batch, when every share
         has finished and this delivery holds the batch's ``done`` marker; else no body (dropped)."""
-        redis, settings = self.parts.client(part), self.settings
-        share = {text(k): text(v) for k, v in (await redis.hgetall(share_key)).items()}  # type: ignore[misc]
+        settings = self.settings
+        raw: dict[Any, Any] = await self.parts.call(part, lambda c: c.hgetall(share_key))  # type: ignore[arg-type,return-value]
+        share = {text(k): text(v) for k, v in raw.items()}
         tenant, batch_id = share.get("tenant", ""), share.get("batchId", "")
         delivery_id = Scope.of(settings, tenant).batch_delivery(batch_id)  # names no tenant, no key
         if not share or self.parts.layout.count == 1:  # one share: the batch itself
@@ -201,22 +203,28 @@ class Deliverer:
         return delivery_id, batch_body(h), h.get("webhook")
 
     async def _deliver(self, part: keys.Partition, run_id: str) -> None:
-        redis, settings = self.parts.client(part), self.settings
+        settings = self.settings
         due_key = part.webhooks_due
         state_key = part.webhook(run_id)
-        state = {text(k): text(v) for k, v in (await redis.hgetall(state_key)).items()}  # type: ignore[misc]
+
+        def on(fn: Callable[[Redis], Any]) -> Awaitable[Any]:
+            return self.parts.call(part, fn)  # following a failover, as every call to a partition
+
+        state = {text(k): text(v) for k, v in (await on(lambda c: c.hgetall(state_key))).items()}
         if state.get("delivered") == "1":
-            await redis.zrem(due_key, run_id)
+            await on(lambda c: c.zrem(due_key, run_id))
             return
         shown = run_id  # the delivery id the receiver sees
         batch = batch_delivery_key(run_id)
         if batch is not None:  # a batch's share ended: the batch's counters go to its webhook, once
             shown, body, url_raw = await self._batch(part, batch)
         else:
-            url_raw, body, client_id, client_session = await redis.hmget(
-                part.run(run_id),
-                [RunField.WEBHOOK, RunField.RESULT, RunField.CLIENT_ID, RunField.CLIENT_SESSION],
-            )  # type: ignore[misc]
+            url_raw, body, client_id, client_session = await on(
+                lambda c: c.hmget(
+                    part.run(run_id),
+                    [RunField.WEBHOOK, RunField.RESULT, RunField.CLIENT_ID, RunField.CLIENT_SESSION],
+                )
+            )
             if body and (client_id or client_session):  # kept under its tenant's keys: as its client knows it
                 result = orjson.loads(body)
                 if client_id:
@@ -225,14 +233,14 @@ class Deliverer:
                     result["sessionId"] = text(client_session)
                 body = orjson.dumps(result)
         if not url_raw or not body:
-            await redis.zrem(due_key, run_id)
+            await on(lambda c: c.zrem(due_key, run_id))
             return
         url = text(url_raw)
         host = ""
         with contextlib.suppress(ValueError):
             host = (urlsplit(url).hostname or "").lower()
         if self.busy[host] >= self.per_host:  # that receiver already has its share: a little later
-            await redis.zadd(due_key, {run_id: now_ms() + HOST_BUSY_DELAY_MS})
+            await on(lambda c: c.zadd(due_key, {run_id: now_ms() + HOST_BUSY_DELAY_MS}))
             return
         attempt = int(state.get("attempts") or 0) + 1
         headers = {
@@ -251,18 +259,18 @@ class Deliverer:
                 max_bytes=limits.MAX_WEBHOOK_RESPONSE_BYTES,
             )  # fmt: skip
             if 200 <= resp.status_code < 300:
-                async with redis.pipeline(transaction=True) as pipe:
-                    pipe.hset(
-                        state_key,
-                        mapping={
-                            "delivered": "1",
-                            "attempts": attempt,
-                            "deliveredAt": now_ms(),
-                        },
-                    )
-                    pipe.expire(state_key, settings.retention_s)
-                    pipe.zrem(due_key, run_id)
-                    await pipe.execute()
+
+                async def delivered(c: Redis) -> None:
+                    async with c.pipeline(transaction=True) as pipe:
+                        pipe.hset(
+                            state_key,
+                            mapping={"delivered": "1", "attempts": attempt, "deliveredAt": now_ms()},
+                        )
+                        pipe.expire(state_key, settings.retention_s)
+                        pipe.zrem(due_key, run_id)
+                        await pipe.execute()
+
+                await on(delivered)
                 return
             error = f"HTTP {resp.status_code}"
         except (BlockedAddressError, ValueError) as exc:  # refused or unusable URL: never retried
@@ -275,16 +283,22 @@ class Deliverer:
             self.busy[host] -= 1
             if self.busy[host] <= 0:
                 del self.busy[host]
-        async with redis.pipeline(transaction=True) as pipe:
-            pipe.hset(state_key, mapping={"attempts": attempt, "lastError": error[:500]})
-            pipe.expire(state_key, settings.retention_s)
-            if attempt >= settings.webhook_max_attempts:
-                pipe.hset(state_key, "failed", "1")
-                pipe.zrem(due_key, run_id)
-                log.warning("webhook of run %s given up after %d attempts: %s", run_id, attempt, error)
-            else:
-                pipe.zadd(due_key, {run_id: now_ms() + backoff_ms(attempt)})
-            await pipe.execute()
+        given_up = attempt >= settings.webhook_max_attempts
+
+        async def failed(c: Redis) -> None:
+            async with c.pipeline(transaction=True) as pipe:
+                pipe.hset(state_key, mapping={"attempts": attempt, "lastError": error[:500]})
+                pipe.expire(state_key, settings.retention_s)
+                if given_up:
+                    pipe.hset(state_key, "failed", "1")
+                    pipe.zrem(due_key, run_id)
+                else:
+                    pipe.zadd(due_key, {run_id: now_ms() + backoff_ms(attempt)})
+                await pipe.execute()
+
+        await on(failed)
+        if given_up:
+            log.warning("webhook of run %s given up after %d attempts: %s", run_id, attempt, error)
 
 
 async def deliver_once(

@@ -1,6 +1,7 @@
 """The fields of the hashes both Python and the Lua scripts read and write, named once: a run's
 (keys.Partition.run, the source of truth of a run), a batch's share in a partition
-(keys.Partition.batch) and a session's (keys.Partition.session).
+(keys.Partition.batch), a session's (keys.Partition.session) and a schedule's
+(keys.Partition.schedule).
 
 The scripts spell them as tokens (``F.LAST_SEQ``, ``BATCH.DONE``, ``SESSION.ACTIVE_RUN``; statuses as
 ``S.QUEUED``) that shared.scripts.render fills in from these enums, so a field renamed here is renamed
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["BatchField", "BudgetField", "RunField", "SessionField"]
+__all__ = ["BatchField", "BudgetField", "RunField", "ScheduleField", "SessionField"]
 
 
 class RunField(StrEnum):
@@ -46,6 +47,9 @@ class RunField(StrEnum):
     APPROVAL_TIMEOUT_MS = "approvalTimeoutMs"  # '' = none
     RUN_DEADLINE_MS = "runDeadlineMs"  # maxRunDurationMs from its start, bounds an approval wait; '' = none
     CLIENT_PENDING = "clientPending"  # awaiting_tools: the client calls it waits for (JSON)
+    ORIGIN = "origin"  # a retry's or fork's initial checkpoint payload (JSON, submit_restored.lua)
+    LINEAGE = "lineage"  # {"retryOf": id} or {"forkOf": id, "atSeq": n} (JSON, submit_restored.lua)
+    RETRIED_BY = "retriedBy"  # the retry that took its place in its batch (batch_replace.lua)
 
 
 class BatchField(StrEnum):
@@ -66,6 +70,28 @@ class SessionField(StrEnum):
     TENANT = "tenant"
     CREATED_AT = "createdAt"
     ACTIVE_RUN = "activeRun"  # the run the session runs now, '' = none
+
+
+class ScheduleField(StrEnum):
+    """A schedule's hash (producer/schedules/). Written at creation (schedule_create.lua) unless said
+    otherwise."""
+
+    TENANT = "tenant"
+    CLIENT_ID = "clientId"  # the id its tenant knows it by
+    DIGEST = "digest"  # of its definition: what a repeated create must match
+    CRON = "cron"
+    TIMEZONE = "timezone"
+    INPUT = "input"  # the RunInput template JSON
+    OVERLAP = "overlap"  # skip | enqueue | cancel_previous
+    CATCHUP = "catchup"  # missed firings made at most after an outage (the latest ones)
+    CREATED_AT = "createdAt"  # ms, Redis time
+    PAUSED = "paused"  # '1' while paused (then it is not in the due set)
+    NEXT_FIRE = "nextFire"  # ms: the next firing to make (advanced by schedule_advance.lua)
+    LAST_FIRE = "lastFire"  # ms of the last firing made or skipped, '' = none yet
+    LAST_RUN = "lastRun"  # the client's id of the last run it made, '' = none yet
+    FIRED = "fired"  # runs made
+    SKIPPED = "skipped"  # firings skipped (overlap skip, past the catch-up, a refused submission)
+    LAST_ERROR = "lastError"  # why the last refused firing was refused, '' = none
 
 
 class BudgetField(StrEnum):

@@ -6,6 +6,10 @@ its sessions' keys, its arq queue and job keys, and the live, awaiting, worker a
 - shares one slot, and every script touches one slot only. On a single Redis all partitions live on
 the one node, exactly as on a cluster; one partition there is the default.
 
+A schedule lives at its key's home: its hash, its entry in the tenant's schedule index and in the
+partition's due set (one slot, so its scripts touch one slot); the firers claim from every
+partition's due set.
+
 A run's partition is its session's, else its run id's home (``Layout.home``, a hash of the id). A
 run in a session whose home is another partition leaves a pointer at its home (``pointer``), so a
 run id alone always finds its run.
@@ -114,6 +118,10 @@ class Partition:
         self.workers = b + "workers"  # zset worker lease id -> lease expiry (ms, Redis time)
         self.webhooks = b + "webhooks"  # list of deliveries (runIds, batch ids) to make
         self.webhooks_due = b + "webhooks:due"  # zset delivery id -> next attempt (ms)
+        # Schedules (producer/schedules/) living here: those whose key calls this partition home.
+        self.schedule_prefix = b + "sched:"  # hash: shared.fields.ScheduleField
+        self.schedule_index_prefix = b + "sched.ix:"  # + tenant: zset schedule key -> createdAt (ms)
+        self.schedules_due = b + "sched.due"  # zset schedule key -> next firing (ms), or its claim's expiry
 
     def __repr__(self) -> str:
         return f"Partition({self.index}, {self.tag})"
@@ -153,6 +161,13 @@ class Partition:
         s = session_id
         return [self.session(s), self.session_pending(s), self.session_runs(s), self.session_loops(s),
                 self.session_results(s)]  # fmt: skip
+
+    def schedule(self, schedule_key: str) -> str:
+        return self.schedule_prefix + schedule_key
+
+    def schedule_index(self, tenant: str) -> str:
+        """A tenant's schedules here (its listing)."""
+        return self.schedule_index_prefix + tenant
 
     def worker_runs(self, lease_id: str) -> str:
         return self.worker_runs_prefix + lease_id

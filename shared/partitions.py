@@ -2,6 +2,9 @@
 
 On a single Redis every partition's client is the one client; on a cluster, the client of the
 master that owns the partition's slot now, re-bound when a call meets MOVED or a dead master.
+``Partitions`` is the only way to a partition's Redis: ``call`` (one function on one partition),
+``pipelined``/``each`` (reads and writes with redis-py's reply parsing, one round trip per node)
+and ``sending`` (raw commands and scripts for many partitions, shared.route).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any, Generic, TypeVar
 from redis.asyncio import Redis
 
 from shared import keys
+from shared.route import Sending
 from shared.scripts import text
 from shared.settings import Settings
 from shared.topology import Topology
@@ -65,11 +69,38 @@ class Partitions(Generic[R]):
     def home(self, some_id: str) -> keys.Partition:
         return self.layout.home(some_id)
 
+    async def refresh(self) -> None:
+        """Read the topology anew (a cluster's slot map; nothing on a single Redis)."""
+        await self.topology.refresh()
+
+    def sending(
+        self,
+        *,
+        deadline_s: float = 30.0,
+        wait_replicas: int = 0,
+        wait_timeout_ms: int = 200,
+        loaded: set[tuple[int, str]] | None = None,
+    ) -> Sending:
+        """Commands for many partitions in one round trip per node, each with its own reply, sent
+        again after a failover, a moved slot or NOSCRIPT (``shared.route``)."""
+        return Sending(
+            self,
+            deadline_s=deadline_s,
+            wait_replicas=wait_replicas,
+            wait_timeout_ms=wait_timeout_ms,
+            loaded=loaded,
+        )
+
     async def call(
         self, part: keys.Partition, fn: Callable[[R], Awaitable[T]], *, deadline_s: float = 30.0
     ) -> T:
         """``fn(client)`` on the partition's node, following a failover or a moved slot."""
         return await self.topology.call(part.slot, fn, deadline_s=deadline_s)
+
+    async def call_key(self, key: str, fn: Callable[[R], Awaitable[T]], *, deadline_s: float = 30.0) -> T:
+        """``fn(client)`` on the node serving ``key``'s slot (a key outside the partitions: a
+        provider's limits), following a failover or a moved slot."""
+        return await self.topology.call(keys.slot_of(key), fn, deadline_s=deadline_s)
 
     async def each(
         self,

@@ -26,7 +26,7 @@ Every script on a partition touches that partition's slot only: it is called wit
 followed by the partition's five fixed keys (``Scripts.frame``), and with the partition's context
 as its first ARGV (key prefixes, the arq job template, the settings), so the Lua builds no key
 format and reads no setting of its own. The provider limiter's scripts work on one endpoint's keys
-and take neither.
+and take neither; nor do the schedules' (``schedule_*``), which take a schedule's keys on its partition.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from agentmill_client import limits
 from agentmill_client.models import EventKind
 from agentmill_client.statuses import TERMINAL, RunStatus
 from shared import dispatch, keys
-from shared.fields import BatchField, BudgetField, RunField, SessionField
+from shared.fields import BatchField, BudgetField, RunField, ScheduleField, SessionField
 from shared.settings import Settings
 
 __all__ = ["CONTEXT_EXTRA", "LUA_DIR", "NAMES", "SCRIPTS", "Scripts", "render", "source", "text"]
@@ -57,18 +57,20 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
     "commit": (*_ON_PARTITION, "budget", "commit"),  # budget.lua: a settlement folded into a step
     "budget_settle": ("clock", "budget", "budget_settle"),
     "submit_many": (*_ON_PARTITION, "submit_one", "submit_many"),
+    "submit_restored": (*_ON_PARTITION, "submit_one", "submit_restored"),
     **{
         name: (*_ON_PARTITION, name)
         for name in (
             "batch_close", "list_runs", "batch_results", "acquire", "beat", "forget_worker", "release", "redispatch",
             "abort", "settle_approval", "tool_results", "claim_jobs", "claim_webhooks", "admit_tenant",
-            "scaling",
+            "scaling", "batch_replace",
         )
     },
     **{
         name: ("clock", name)
         for name in ("capacity_acquire", "capacity_renew", "capacity_release", "capacity_pause", "admit_rate",
-                     "budget_reserve")
+                     "budget_reserve", "schedule_create", "schedule_claim", "schedule_advance", "schedule_delete",
+                     "schedule_pause")
     },
 }  # fmt: skip
 
@@ -86,6 +88,8 @@ class Scripts:
 
     submit: AsyncScript
     submit_many: AsyncScript
+    submit_restored: AsyncScript
+    batch_replace: AsyncScript
     list_runs: AsyncScript
     batch_results: AsyncScript
     acquire: AsyncScript
@@ -109,6 +113,11 @@ class Scripts:
     budget_reserve: AsyncScript
     budget_settle: AsyncScript
     scaling: AsyncScript
+    schedule_create: AsyncScript
+    schedule_claim: AsyncScript
+    schedule_advance: AsyncScript
+    schedule_delete: AsyncScript
+    schedule_pause: AsyncScript
 
     def __init__(
         self,
@@ -167,11 +176,12 @@ NAMES: dict[str, type[StrEnum]] = {
     "S": RunStatus,
     "BATCH": BatchField,
     "SESSION": SessionField,
+    "SCHED": ScheduleField,  # a schedule hash's fields
     "BUDGET": BudgetField,  # a tenant's day budget
     "EVENT": EventKind,  # a stream entry's kind
 }
 _DIMS = {d.upper(): d for d in keys.INDEX_DIMS}  # DIM.STATUS: a listing index's dimension
-_NAME_TOKEN = re.compile(r"\b(F|S|BATCH|SESSION|BUDGET|EVENT|DIM)\.([A-Z][A-Z0-9_]*)\b")
+_NAME_TOKEN = re.compile(r"\b(F|S|BATCH|SESSION|SCHED|BUDGET|EVENT|DIM)\.([A-Z][A-Z0-9_]*)\b")
 
 
 def _name(m: re.Match[str]) -> str:

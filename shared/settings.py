@@ -239,6 +239,22 @@ class Settings(BaseSettings):
         default=8, description="deliveries of one webhook before it is given up"
     )
 
+    # schedules
+    schedules: bool = Field(
+        default=True,
+        description="`false`: this process (a worker or an API process) does not fire schedules; some "
+        "process must",
+    )
+    schedule_poll_ms: int = Field(
+        default=200, ge=10, description="how often a process looks for due schedules (jittered ±20 %)"
+    )
+    schedule_lease_ms: int = Field(
+        default=5_000,
+        ge=100,
+        description="a firer's claim on a due schedule; a firer that dies holding one delays that "
+        "schedule's firings this long (they are made then, under the catch-up rule)",
+    )
+
     # cli
     token: str | None = Field(
         default=None,

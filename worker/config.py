@@ -151,7 +151,7 @@ def resolve_config(
     specs = {**specs, **{t.name: ToolSpec(name=t.name, description=t.description, parameters=t.parameters)
                          for t in client}}  # fmt: skip
     names = policy.allowed_tools(
-        [*profile.tool_names(), *(t.name for t in client)],
+        [*profile.tool_names(), *(n for n in specs if profile.mcp_server_of(n)), *(t.name for t in client)],
         enabled=tp.enabled,
         allow_list=tp.allow_list,
         allowed=run.allowed_tools,

@@ -104,15 +104,14 @@ class WorkerDeps:
     def __post_init__(self) -> None:
         self.lease_id = self.lease_id or self.worker_id
         self.scripts = Scripts.for_settings(self.parts.client(self.parts.parts[0]), self.settings)
-        topo = self.parts.topology
         self.limiter = ProviderLimiter(
             self.scripts,
             lease_ms=self.settings.provider_slot_lease_ms,
-            client_for=None if self.parts.single else lambda k: topo.for_slot(keys.slot_of(k)),
+            on_key=None if self.parts.single else self.parts.call_key,
         )
         self.batcher = ScriptBatcher(self.parts, wait_replicas=wait_replicas(self.settings))
         self.models = Providers(self.http, self.limiter)
-        self.tools = Toolbox(self.guarded_http)
+        self.tools = Toolbox(self.guarded_http, on_mcp_call=self.observer.mcp_call, watch=True)
         self.sessions = RedisSessionStore(self.parts, SystemClock())
         self.budgets = TenantBudgets(
             self.parts, self.scripts, Quotas(self.settings), self.settings.budget_hold_ms
@@ -132,4 +131,5 @@ class WorkerDeps:
     async def aclose(self) -> None:
         await self.batcher.aclose()
         await self.models.aclose()
+        await self.tools.aclose()
         await self.guarded_http.aclose()

@@ -3,7 +3,7 @@
 arq finishes each job with its own MULTI (delete the job, retry and in-progress keys, drop the job
 from the queue and the abort set, store the result). At a thousand runs in flight those
 transactions, and the Python that builds them, are a large part of a worker's CPU. The jobs that end
-in one loop turn share one pipelined round trip per node here: per partition one DEL and one ZREM for
+in one loop turn share one round trip per node here (``Partitions.sending``): per partition one DEL and one ZREM for
 all of them, one SET per stored result. The keys and the result record are arq's, so arq's ``Job.status()`` and
 ``Job.result()`` read them as before. A job's task waits until its keys are gone, as with arq.
 """
@@ -20,10 +20,8 @@ from arq.constants import (
     result_key_prefix,
     retry_key_prefix,
 )
-from redis.exceptions import RedisError
 
 from shared.partitions import Partitions
-from worker.batcher import pipelined
 
 log = logging.getLogger("agentmill.worker")
 
@@ -64,22 +62,28 @@ class JobFinisher:
             task.add_done_callback(self.sending.discard)
 
     async def _send(self, batch: list[tuple[_End, asyncio.Future[None]]]) -> None:
-        """One pipeline per node (each job's keys carry its partition's tag, keys.Partition.job_id);
-        the partitions of a node that failed are grouped and sent again, up to ``tries`` times."""
+        """Every partition's commands through ``Partitions.sending`` (one round trip per node; each
+        job's keys carry its partition's tag, keys.Partition.job_id); the partitions whose commands
+        failed are sent again, up to ``tries`` times."""
         by_part: dict[int, list[_End]] = {}
         for end, _ in batch:
             by_part.setdefault(self.parts.layout.of_job(end[0])[0].index, []).append(end)
         left = {i: self._commands(i, ends) for i, ends in by_part.items()}
         try:
             for attempt in range(1, self.tries + 1):
-                nodes: dict[int, list[int]] = {}  # grouped anew: a failover may have moved some
-                for i in left:
-                    nodes.setdefault(id(self.parts.client(self.parts.parts[i])), []).append(i)
-                outcomes = await asyncio.gather(
-                    *(self._send_node(idx, [c for i in idx for c in left[i]]) for idx in nodes.values())
-                )
-                failed = [(idx, e) for idx, e in zip(nodes.values(), outcomes, strict=True) if e is not None]
-                left = {i: left[i] for idx, _ in failed for i in idx}
+                out = self.parts.sending(deadline_s=10.0)
+                spans = {
+                    i: [out.add(self.parts.parts[i], c) for c in commands] for i, commands in left.items()
+                }
+                replies = await out.replies()
+                self.batches += out.round_trips
+                failed = {
+                    i: e
+                    for i, idx in spans.items()
+                    for e in (replies[n] for n in idx)
+                    if isinstance(e, Exception)
+                }
+                left = {i: left[i] for i in failed}
                 if not left:
                     return
                 if attempt == self.tries:
@@ -88,7 +92,7 @@ class JobFinisher:
                     log.warning(
                         "could not clear finished jobs' arq keys on %d partitions: %s",
                         len(left),
-                        failed[0][1],
+                        next(iter(failed.values())),
                     )
                 else:
                     await asyncio.sleep(self.retry_s)
@@ -113,22 +117,6 @@ class JobFinisher:
             commands.append(("ZREM", self.parts.parts[index].queue, *done))
         commands.append(("DEL", *gone))
         return commands
-
-    async def _send_node(self, indexes: list[int], commands: list[tuple[Any, ...]]) -> BaseException | None:
-        """The commands of a node's partitions in one round trip (following a failover of the first
-        for up to 10 s); the first error, or None."""
-
-        async def send(c: Any) -> None:
-            for reply in await pipelined(c, commands):
-                if isinstance(reply, Exception):
-                    raise reply
-
-        try:
-            await self.parts.call(self.parts.parts[indexes[0]], send, deadline_s=10.0)
-        except (RedisError, OSError) as exc:
-            return exc
-        self.batches += 1
-        return None
 
     async def aclose(self) -> None:
         if self.sending:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import os
@@ -105,6 +106,7 @@ class WorkerProcess:
         self.metrics = MetricsObserver(
             tools={t for p in self.profiles.values() for t in p.tool_names()},
             models={(p.name, p.provider.model_name) for p in self.profiles.values()},
+            mcp_servers={s.name for p in self.profiles.values() for s in p.mcp_servers},
         )
         self.observer = observer or self.metrics
         self.health: HealthServer | None = None
@@ -116,6 +118,9 @@ class WorkerProcess:
         s = self.settings
         self.lease = WorkerLease(s.lease_ms, lease_margin_ms(s))
         self.incarnation = 1
+        if any(p.mcp_servers for p in self.profiles.values()):
+            # The mcp SDK takes seconds to import: now, not on the event loop of a worker holding runs.
+            import worker.tools.mcp  # noqa: F401
         settle_gc()
 
     async def run(self) -> None:
@@ -236,6 +241,11 @@ class WorkerProcess:
             asyncio.create_task(self._reconciler()),
             asyncio.create_task(report.run_forever()),
         ]
+        if s.schedules:  # the schedules' firing loop; failpoint after_schedule_fire: after a firing's run
+            from producer.schedules.firer import fire_forever
+
+            hit = functools.partial(failpoints.hit, "after_schedule_fire")
+            self._bg.append(asyncio.create_task(fire_forever(self.deps.parts, s, self.profiles, hit)))
         if self.health is not None:
             self.health.ready = True
         self.main = asyncio.create_task(self.worker.main())

@@ -23,15 +23,18 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from redis.commands.core import AsyncScript
+
 from shared import keys
 from shared.profiles import ProviderConfig
 from shared.scripts import Scripts, text
 
-__all__ = ["WINDOW_MS", "Grant", "Held", "OnWait", "ProviderLimiter", "limited"]
+__all__ = ["WINDOW_MS", "Grant", "Held", "OnKey", "OnWait", "ProviderLimiter", "limited"]
 
 
 WINDOW_MS = 60_000
 OnWait = Callable[[str, int], Awaitable[None]]  # (reason, wait hint ms), called once per wait
+OnKey = Callable[[str, Callable[[Any], Awaitable[Any]]], Awaitable[Any]]  # (key, fn(client)) -> fn's answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,12 +59,13 @@ class ProviderLimiter:
         window_ms: int = WINDOW_MS,
         poll_min_ms: int = 20,
         poll_max_ms: int = 500,
-        client_for: Callable[[str], Any] | None = None,
+        on_key: OnKey | None = None,
     ) -> None:
         self.scripts = scripts
-        # The client of the node serving a key's slot (an endpoint's keys share one); None: the
-        # client the scripts were registered on.
-        self.client_for = client_for
+        # Runs a function with the client of the node serving a key's slot, following a failover
+        # (Partitions.call_key; an endpoint's keys share one slot); None: the client the scripts
+        # were registered on.
+        self.on_key = on_key
         self.lease_ms = lease_ms
         self.window_ms = window_ms
         self.poll_min_ms = poll_min_ms
@@ -80,11 +84,11 @@ class ProviderLimiter:
         """One attempt: (0, "ok") when granted, else (wait hint ms, reason)."""
         endpoint = keys.endpoint_hash(cfg.base_url or "")
         ks = self._keys(endpoint)
-        wait, reason = await self.scripts.capacity_acquire(
-            keys=ks,
-            client=self._client(ks[0]),
-            args=[holder, self.lease_ms, cfg.max_concurrent or 0, cfg.requests_per_minute or 0,
-                  cfg.tokens_per_minute or 0, max(0, tokens), self.window_ms],
+        wait, reason = await self._run(
+            self.scripts.capacity_acquire,
+            ks,
+            [holder, self.lease_ms, cfg.max_concurrent or 0, cfg.requests_per_minute or 0,
+             cfg.tokens_per_minute or 0, max(0, tokens), self.window_ms],
         )  # fmt: skip
         return int(wait), text(reason)
 
@@ -111,9 +115,7 @@ class ProviderLimiter:
 
     async def renew(self, grant: Grant) -> None:
         k = keys.provider_slots_key(grant.endpoint)
-        await self.scripts.capacity_renew(
-            keys=[k], args=[grant.holder, self.lease_ms], client=self._client(k)
-        )
+        await self._run(self.scripts.capacity_renew, [k], [grant.holder, self.lease_ms])
 
     async def keep(self, grant: Grant) -> None:
         """Renew the slot while the call runs (a task the caller cancels)."""
@@ -132,10 +134,10 @@ class ProviderLimiter:
 
     async def release(self, grant: Grant, actual_tokens: int | None) -> None:
         k = keys.provider_slots_key(grant.endpoint)
-        await self.scripts.capacity_release(
-            keys=[k, keys.provider_tokens_key(grant.endpoint)],
-            client=self._client(k),
-            args=[grant.holder, grant.tokens, -1 if actual_tokens is None else actual_tokens],
+        await self._run(
+            self.scripts.capacity_release,
+            [k, keys.provider_tokens_key(grant.endpoint)],
+            [grant.holder, grant.tokens, -1 if actual_tokens is None else actual_tokens],
         )
 
     async def pause(self, cfg: ProviderConfig, ms: int) -> None:
@@ -143,10 +145,12 @@ class ProviderLimiter:
         if ms > 0:
             endpoint = keys.endpoint_hash(cfg.base_url or "")
             k = keys.provider_pause_key(endpoint)
-            await self.scripts.capacity_pause(keys=[k], args=[ms], client=self._client(k))
+            await self._run(self.scripts.capacity_pause, [k], [ms])
 
-    def _client(self, key: str) -> Any:
-        return None if self.client_for is None else self.client_for(key)
+    async def _run(self, script: AsyncScript, ks: list[str], args: list[Any]) -> Any:
+        if self.on_key is None:
+            return await script(keys=ks, args=args)
+        return await self.on_key(ks[0], lambda c: script(keys=ks, args=args, client=c))
 
 
 class Held:

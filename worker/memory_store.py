@@ -69,6 +69,7 @@ class MemoryRun:
     events: list[tuple[int, str, int, bytes]] = field(default_factory=list)  # seq, kind, ts, payload
     tools: dict[str, dict[str, Any]] = field(default_factory=dict)  # call id -> record, as JSON holds it
     approvals: dict[str, Any] = field(default_factory=dict)
+    origin: bytes | None = None  # a retry's or fork's initial checkpoint payload (the run hash's origin)
 
     @classmethod
     def submitted(cls, run_id: str, run_input: RunInput) -> MemoryRun:
@@ -115,7 +116,8 @@ class MemoryRunStore:
         self.worker_id = worker_id
         self.epoch, self.last_seq = r.epoch, len(r.events)
         return Acquired(self.epoch, self.last_seq, r.checkpoint, r.input, r.abort_reason, dict(r.approvals),
-                        {k: ToolRecord.from_dict(v) for k, v in r.tools.items()}, r.restarts)  # fmt: skip
+                        {k: ToolRecord.from_dict(v) for k, v in r.tools.items()}, r.restarts,
+                        r.origin if r.checkpoint is None else None)  # fmt: skip
 
     async def commit(
         self,

@@ -72,6 +72,7 @@ class Acquired:
     approvals: dict[str, Any]
     tool_records: dict[str, ToolRecord]
     restarts: int
+    origin: bytes | None = None  # a retry's or fork's initial checkpoint payload, until its first commit
     tenant: str = ""  # the tenant the run was submitted by ('' = the default tenant)
 
 
@@ -226,7 +227,9 @@ class ToolRetry:
 
 
 class ToolPort(Protocol):
-    def specs(self, profile: AgentProfile) -> dict[str, ToolSpec]: ...
+    async def specs(self, profile: AgentProfile) -> dict[str, ToolSpec]:
+        """The profile's tools as the model is told about them (MCP servers' listed now or as kept)."""
+        ...
 
     async def execute(
         self,

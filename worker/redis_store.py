@@ -106,7 +106,8 @@ class RedisRunStore:
             approvals=orjson.loads(r[6]) if r[6] else {},
             tool_records=records,
             restarts=int(text(r[8])),
-            tenant=text(r[9]) if len(r) > 9 else "",
+            origin=(r[9] or None) if len(r) > 9 else None,
+            tenant=text(r[10]) if len(r) > 10 else "",
         )
 
     async def commit(

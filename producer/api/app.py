@@ -20,7 +20,9 @@ from producer.api import (
     routes_catalog,
     routes_ops,
     routes_pool,
+    routes_restore,
     routes_runs,
+    routes_schedules,
     routes_ui,
     routes_usage,
     sse,
@@ -74,6 +76,10 @@ def create_app(
                 from producer.webhooks import deliver_forever
 
                 tasks.append(asyncio.create_task(deliver_forever(api.producer.parts, settings, stop)))
+            if background and settings.schedules:
+                from producer.schedules.firer import Firer
+
+                tasks.append(asyncio.create_task(Firer(api.producer).run_forever(stop)))
             try:
                 yield
             finally:
@@ -100,10 +106,12 @@ def create_app(
     app.middleware("http")(observe)
     for router in (
         routes_runs.router,
+        routes_restore.router,
         sse.router,
         routes_ops.router,
         routes_catalog.router,
         routes_pool.router,
+        routes_schedules.router,
         routes_usage.router,
         routes_ui.router,
     ):

@@ -18,6 +18,7 @@ from producer.api.metrics import ApiMetrics
 from producer.api.streams import StreamLimiter
 from producer.gauges import ClusterGauges, read_gauges, running_caps
 from producer.routing import Parts
+from producer.schedules.store import ScheduleStore
 from producer.service import Producer, RunRecord
 from shared.profiles import profiles_from
 from shared.quotas import Quotas
@@ -48,6 +49,7 @@ class Api:
             stream_redis=stream_redis,
         )
         self.parts = self.producer.parts
+        self.schedules = ScheduleStore(self.producer)
         self.streams = StreamLimiter(settings.max_streams_per_tenant, settings.max_streams)
         self.quotas = Quotas(settings)
         self.auth = Authenticator(settings)

@@ -3,7 +3,7 @@ progress bars and readable event lines.
 
 Most commands talk to Redis directly (REDIS_URL); ``--api URL`` makes submit and tail go through
 the HTTP API instead. This module holds the group and the commands about one run; batches and
-listings are in producer.cli.batches, the processes and the demo in producer.cli.demo.
+listings are in producer.cli.batches, schedules in producer.cli.schedules, the processes and the demo in producer.cli.demo.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import orjson
 
 from agentmill_client.errors import ApiError
 from agentmill_client.statuses import RunStatus
-from producer.cli import batches, demo, submit
+from producer.cli import batches, demo, lineage, schedules, submit
 from producer.cli.common import api_client, console, direct_producer, err, exit_with, print_event, safe_url
 
 __all__ = ["main"]
@@ -158,5 +158,16 @@ def tool_result(run_id: str, tool_call_id: str, content: str, is_error: bool, ap
     exit_with(go())
 
 
-for command in (demo.worker, demo.api, demo.demo, submit.submit, batches.runs, batches.batch):
+for command in (
+    demo.worker,
+    demo.api,
+    demo.demo,
+    submit.submit,
+    batches.runs,
+    batches.batch,
+    schedules.schedule,
+    lineage.retry,
+    lineage.fork,
+):
     main.add_command(command)
+batches.batch.add_command(lineage.retry_batch)

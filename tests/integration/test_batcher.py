@@ -9,9 +9,10 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from shared.redis_conn import connect
+from shared.route import pipelined
 from shared.settings import Settings
 from tests.support.schema import K, parts_of
-from worker.batcher import ScriptBatcher, pipelined
+from worker.batcher import ScriptBatcher
 
 pytestmark = pytest.mark.integration
 

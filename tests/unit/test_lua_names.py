@@ -17,7 +17,7 @@ import pytest
 from agentmill_client.models import EventKind
 from agentmill_client.statuses import RunStatus
 from shared import keys
-from shared.fields import BatchField, BudgetField, RunField, SessionField
+from shared.fields import BatchField, BudgetField, RunField, ScheduleField, SessionField
 from shared.scripts import LUA_DIR, NAMES, SCRIPTS, render, source
 
 # The quoted literals that spell such a name but mean something else, each counted: a new literal
@@ -29,8 +29,19 @@ OTHER_MEANINGS = {
     ("prelude.lua", "epoch"): 1,  # a stream entry's field (xadd), not the run hash's
     ("prelude.lua", "done"): 1,  # a tool record's state
     ("tool_results.lua", "done"): 3,  # likewise
+    ("capacity_acquire.lua", "paused"): 1,  # the limiter's verdict, not a schedule's field
+    ("schedule_pause.lua", "paused"): 1,  # the script's verdict
 }
-NAMED = {*RunField, *RunStatus, *BatchField, *SessionField, *BudgetField, *EventKind, *keys.INDEX_DIMS}
+NAMED = {
+    *RunField,
+    *RunStatus,
+    *BatchField,
+    *SessionField,
+    *ScheduleField,
+    *BudgetField,
+    *EventKind,
+    *keys.INDEX_DIMS,
+}
 
 
 def _literals() -> Counter[tuple[str, str]]:
@@ -49,11 +60,11 @@ def test_no_field_or_status_is_spelled_in_the_lua_but_by_its_token() -> None:
 def test_every_token_is_filled_in_with_its_python_value() -> None:
     for name in SCRIPTS:
         rendered = render(source(name))
-        assert not re.search(r"\b(F|S|BATCH|SESSION|BUDGET|EVENT|DIM)\.[A-Z]", rendered), name
+        assert not re.search(r"\b(F|S|BATCH|SESSION|SCHED|BUDGET|EVENT|DIM)\.[A-Z]", rendered), name
     assert render(
-        "h[F.LAST_SEQ], S.AWAITING_HUMAN, BATCH.DONE, SESSION.ACTIVE_RUN, EVENT.ERROR, DIM.META"
-    ) == ("h['lastSeq'], 'awaiting_human', 'done', 'activeRun', 'error', 'meta'")
-    assert set(NAMES) == {"F", "S", "BATCH", "SESSION", "BUDGET", "EVENT"}
+        "h[F.LAST_SEQ], S.AWAITING_HUMAN, BATCH.DONE, SESSION.ACTIVE_RUN, SCHED.NEXT_FIRE, EVENT.ERROR, DIM.META"
+    ) == ("h['lastSeq'], 'awaiting_human', 'done', 'activeRun', 'nextFire', 'error', 'meta'")
+    assert set(NAMES) == {"F", "S", "BATCH", "SESSION", "SCHED", "BUDGET", "EVENT"}
     assert render("BUDGET.HELD_TOKENS") == "'heldTokens'"
     # a lowercase member (a Lua table's field, ctx().run) is no token
     assert render("local c = ctx(); return c.run, f.epoch") == "local c = ctx(); return c.run, f.epoch"

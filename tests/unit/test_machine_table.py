@@ -25,6 +25,23 @@ from worker import machine as m
 NON_TERMINAL = sorted(m.TRANSITIONS)
 
 
+def restored(origin: m.RunState | None, **kw: object) -> m.Restored:
+    return m.Restored(T0, config(), origin, [Message(role="user", content="hi")], **kw)  # type: ignore[arg-type]
+
+
+def restore_origins() -> list[m.RunState | None]:
+    """Origins a retry resumes from, one per node ``Restored`` may lead to."""
+    failed = go(calling(), failure(status=401))[0]
+    return [
+        None,  # calling
+        failed.model_copy(update={"iterations": 10_000}),  # past maxIterations, onLimit fail: failed
+        in_node(m.Phase.TOOL_RUNNING),
+        in_node(m.Phase.AWAITING_HUMAN),
+        in_node(m.Phase.AWAITING_TOOLS),
+        failed.model_copy(update={"transcript": [Message(role="user", content="u")] * 40}),  # compacting
+    ]
+
+
 def events_for(node: str) -> list[tuple[m.Event, m.RunState]]:
     """Events (with the state to apply them to) that cover each legal target of each event type."""
     s = in_node(node)
@@ -35,6 +52,7 @@ def events_for(node: str) -> list[tuple[m.Event, m.RunState]]:
     if node == m.Phase.IDLE:
         cases.append((m.Started(T0, config(), [Message(role="user", content="hi")]), s))
         cases.append((m.StartRejected(T0, "configuration", "no such profile"), s))
+        cases += [(restored(origin), s) for origin in restore_origins()]
     if node == m.Phase.PREPARING:
         cases += [
             (m.ContextLoaded(T0, []), s),
@@ -197,7 +215,8 @@ SAMPLE_EVENTS: list[m.Event] = [
     m.Started(T0, config(), [Message(role="user", content="x")]), m.ContextLoaded(T0, []), m.Resumed(T0),
     m.ModelStreamOpened(T0), text_reply(), failure(), m.RetryTimerFired(T0), result("c1"),
     m.ApprovalsDecided(T0, {}), m.CompactionDone(T0, [], 0, "x"), m.AbortRequested(T0), m.DeadlineReached(T0),
-    m.ClientResultsReceived(T0, {}), m.StartRejected(T0, "configuration", "x"), m.BudgetRefused(T0, "x"),
+    m.ClientResultsReceived(T0, {}), m.StartRejected(T0, "configuration", "x"), restored(None),
+    m.BudgetRefused(T0, "x"),
 ]  # fmt: skip
 
 

@@ -10,6 +10,8 @@ the same states. The runner (worker/runner/) executes the commands and feeds the
 - table.py: the literal (node, event) → handler, next nodes table; ``decide`` dispatches on it
 - handlers.py (run, model call), tool_round.py (a round of tool calls), steps.py (shared steps, the ending),
   repair.py (the final answer against responseFormat: complete, repair turn, or invalid_output)
+- restore.py: a retry or fork (``Restored``): another run's state, from its checkpoint or rebuilt from its
+  events up to a seq, rewound to where it can go on
 - identity.py: agentmill's tool-call ids (model-call index, position); the provider's id only for the wire
 - diagram.py: docs/state-machine.md drawn from the table
 """
@@ -42,6 +44,7 @@ from worker.machine.events import (
     ModelFailed,
     ModelReplied,
     ModelStreamOpened,
+    Restored,
     Resumed,
     RetryTimerFired,
     Started,
@@ -49,6 +52,7 @@ from worker.machine.events import (
     ToolFinished,
 )
 from worker.machine.identity import call_id, identify, wire_id
+from worker.machine.restore import rebuild
 from worker.machine.state import (
     CALLING,
     RETRYING,
@@ -102,6 +106,7 @@ __all__ = [
     "ModelStreamOpened",
     "OfferClientCalls",
     "Phase",
+    "Restored",
     "Resumed",
     "RetryTimerFired",
     "RunState",
@@ -116,6 +121,7 @@ __all__ = [
     "identify",
     "initial_state",
     "mermaid",
+    "rebuild",
     "result_of",
     "wire_id",
 ]

@@ -4,9 +4,11 @@ and any randomness (retry jitter) arrives as a field, so a recorded sequence rep
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from agentmill_client.models import Message, ToolResult, Usage
 from worker.config import RunConfig
+from worker.machine.state import RunState
 from worker.policy import ModelFailure
 
 __all__ = [
@@ -22,6 +24,7 @@ __all__ = [
     "ModelFailed",
     "ModelReplied",
     "ModelStreamOpened",
+    "Restored",
     "Resumed",
     "RetryTimerFired",
     "StartRejected",
@@ -35,6 +38,24 @@ class Started:
     now_ms: int
     config: RunConfig
     input_messages: list[Message]
+
+
+@dataclass(frozen=True, slots=True)
+class Restored:
+    """A new run that continues another's (a retry or a fork: worker/machine/restore.py).
+    ``origin``: that run's state, from its last checkpoint (a retry) or rebuilt from its events up to
+    a seq (a fork); None: it had none worth resuming (it never started), so the run starts from
+    ``input_messages``. ``recorded``: the tool results copied with it (served, never executed again);
+    ``append``: messages a fork adds; ``lineage``: what the first status event says about the origin
+    (``retryOf`` or ``forkOf`` and ``atSeq``)."""
+
+    now_ms: int
+    config: RunConfig
+    origin: RunState | None
+    input_messages: list[Message]
+    append: list[Message] = field(default_factory=list)
+    recorded: dict[str, ToolResult] = field(default_factory=dict)
+    lineage: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +172,7 @@ class EffectCrashed:
 
 Event = (
     Started
+    | Restored
     | ContextLoaded
     | Resumed
     | ModelStreamOpened

@@ -27,6 +27,7 @@ from worker.machine.events import (
     ModelFailed,
     ModelReplied,
     ModelStreamOpened,
+    Restored,
     Resumed,
     RetryTimerFired,
     Started,
@@ -51,6 +52,7 @@ from worker.machine.handlers import (
     on_started,
     on_stream_opened,
 )
+from worker.machine.restore import on_restored
 from worker.machine.state import (
     CALLING,
     RETRYING,
@@ -94,6 +96,7 @@ ABORTED = Phase.ABORTED.value
 TABLE: dict[str, dict[type[Any], Rule]] = {
     IDLE: {
         Started: _rule(on_started, PREPARING),
+        Restored: _rule(on_restored, CALLING, COMPACTING, FAILED, TOOL_RUNNING, AWAITING_HUMAN, AWAITING_TOOLS),
         StartRejected: _rule(on_start_rejected, FAILED),
         AbortRequested: _rule(on_abort, ABORTED),
         DeadlineReached: _rule(on_deadline, FAILED),

@@ -23,6 +23,7 @@ from worker.machine.state import CallPhase, MachineError, Phase, RunState
 from worker.machine.steps import error_event, final_call, finish, next_model_call, status_event, up
 
 __all__ = [
+    "begin_tools",
     "on_approvals",
     "on_client_results",
     "on_resumed_tools",

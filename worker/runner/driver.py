@@ -37,6 +37,7 @@ from worker.machine import (
     ExecuteTool,
     Finish,
     OfferClientCalls,
+    Restored,
     Resumed,
     Started,
     notices,
@@ -174,7 +175,9 @@ class RunDriver:
             first = opening.resumed(self.records, now)
         else:
             self.state = machine.initial_state(self.run_id, run_input.session_id)
-            first = opening.start(self.host, self.ports.tools, self.ports.models, run_input, now)
+            first = await opening.start(self.host, self.ports.tools, self.ports.models, run_input, now)
+            if acq.origin and isinstance(first, Started):  # a retry or fork: from the original's state
+                first = opening.restored_or_rejected(first, self.run_id, acq.origin, self.records)
         self.host.observer.run_started(resumed=resumed, job_try=self.job_try)
         self.observed_start = True
         if resumed and acq.last_seq > self.out.ckpt_seq:
@@ -214,7 +217,7 @@ class RunDriver:
             outcome = await self._apply(ev)
             if outcome is not None:
                 return outcome
-            if isinstance(ev, Started):
+            if isinstance(ev, Started | Restored):
                 self._arm_deadline()
 
     async def _apply(self, ev: Event | ToolRecorded) -> str | None:

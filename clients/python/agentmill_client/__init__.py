@@ -18,6 +18,7 @@ from agentmill_client.api import (
     BatchAnswer,
     BatchItem,
     BatchResultLine,
+    BatchRetryAnswer,
     BatchView,
     EventsPage,
     RunsPage,
@@ -27,6 +28,7 @@ from agentmill_client.api import (
 )
 from agentmill_client.errors import ApiError
 from agentmill_client.models import ClientToolResult, Message, RunEvent, RunInput, RunResult
+from agentmill_client.schedules import Overlap, ScheduleAnswer, ScheduleInput, SchedulesPage, ScheduleView
 
 if TYPE_CHECKING:
     from agentmill_client.client import AsyncClient, Client
@@ -41,17 +43,23 @@ __all__ = [
     "BatchAnswer",
     "BatchItem",
     "BatchResultLine",
+    "BatchRetryAnswer",
     "BatchView",
     "Client",
     "ClientToolResult",
     "EventsPage",
     "Message",
+    "Overlap",
     "RunEvent",
     "RunInput",
     "RunResult",
     "RunSummary",
     "RunView",
     "RunsPage",
+    "ScheduleAnswer",
+    "ScheduleInput",
+    "ScheduleView",
+    "SchedulesPage",
     "ToolResultsAnswer",
     "__version__",
 ]

@@ -1,5 +1,8 @@
 """Python clients of the HTTP API: ``AsyncClient`` and ``Client`` (httpx), typed with the shared models.
 
+Schedules: ``create_schedule``, ``get_schedule``, ``list_schedules``, ``pause_schedule``,
+``resume_schedule``, ``delete_schedule`` (agentmill_client._schedules).
+
 ``events(run_id, after=…)`` yields every event once, in order, and reconnects from the last seq it
 yielded when the connection drops or the API restarts.
 """
@@ -14,6 +17,7 @@ from typing import Any
 import httpx
 
 from agentmill_client import _wire as wire
+from agentmill_client._schedules import AsyncScheduleCalls, ScheduleCalls
 from agentmill_client.api import (
     AbortAnswer,
     Accepted,
@@ -22,6 +26,7 @@ from agentmill_client.api import (
     BatchAnswer,
     BatchItem,
     BatchResultLine,
+    BatchRetryAnswer,
     BatchView,
     RunsPage,
     RunSummary,
@@ -37,7 +42,7 @@ from agentmill_client.models import ClientToolResult, RunEvent, RunInput
 from agentmill_client.statuses import TERMINAL
 
 
-class AsyncClient:
+class AsyncClient(AsyncScheduleCalls):
     def __init__(
         self,
         base_url: str,
@@ -236,6 +241,26 @@ class AsyncClient:
     async def abort(self, run_id: str) -> AbortAnswer:
         return AbortAnswer.model_validate(wire.check(await self.http.post(f"/v1/runs/{run_id}/abort")))
 
+    async def retry(self, run_id: str, *, from_start: bool = False) -> Accepted:
+        """A failed or aborted run again: from its last checkpoint (its recorded tool results reused)
+        or, ``from_start``, from its input. The new run's view names it as ``retryOf``."""
+        body = {"from": "start" if from_start else "checkpoint"}
+        return Accepted.model_validate(
+            wire.check(await self.http.post(f"/v1/runs/{run_id}/retry", json=body))
+        )
+
+    async def fork(self, run_id: str, at_seq: int, input_messages: Sequence[Any] | None = None) -> Accepted:
+        """A new run from the state at event ``at_seq`` of a run that ended, ``input_messages`` appended."""
+        body: dict[str, Any] = {"atSeq": at_seq}
+        if input_messages:
+            body["inputMessages"] = [to_jsonable(m) for m in input_messages]
+        return Accepted.model_validate(wire.check(await self.http.post(f"/v1/runs/{run_id}/fork", json=body)))
+
+    async def retry_batch(self, batch_id: str, *, status: str = "failed") -> BatchRetryAnswer:
+        """The batch's failed (``status``: or aborted, or both as a comma list) runs retried in their places."""
+        r = await self.http.post(f"/v1/batches/{batch_id}/retry", params={"status": status})
+        return BatchRetryAnswer.model_validate(wire.check(r))
+
     async def approve(self, run_id: str, tool_call_id: str, *, reason: str | None = None) -> ApprovalsAnswer:
         return await self._decide(run_id, tool_call_id, True, reason)
 
@@ -266,12 +291,12 @@ class AsyncClient:
         return ApprovalsAnswer.model_validate(answer)
 
 
-class Client:
+class Client(ScheduleCalls):
     """The blocking client: the same calls as AsyncClient, run on a private event loop."""
 
     def __init__(self, base_url: str, *, token: str | None = None, timeout: float = 30.0) -> None:
         self._loop = asyncio.new_event_loop()
-        self._async = AsyncClient(base_url, token=token, timeout=timeout)
+        self._async: AsyncClient = AsyncClient(base_url, token=token, timeout=timeout)
 
     def _run(self, coro: Any) -> Any:
         return self._loop.run_until_complete(coro)
@@ -351,6 +376,15 @@ class Client:
 
     def abort(self, run_id: str) -> AbortAnswer:
         return self._run(self._async.abort(run_id))  # type: ignore[no-any-return]
+
+    def retry(self, run_id: str, *, from_start: bool = False) -> Accepted:
+        return self._run(self._async.retry(run_id, from_start=from_start))  # type: ignore[no-any-return]
+
+    def fork(self, run_id: str, at_seq: int, input_messages: Sequence[Any] | None = None) -> Accepted:
+        return self._run(self._async.fork(run_id, at_seq, input_messages))  # type: ignore[no-any-return]
+
+    def retry_batch(self, batch_id: str, *, status: str = "failed") -> BatchRetryAnswer:
+        return self._run(self._async.retry_batch(batch_id, status=status))  # type: ignore[no-any-return]
 
     def approve(self, run_id: str, tool_call_id: str, *, reason: str | None = None) -> ApprovalsAnswer:
         return self._run(self._async.approve(run_id, tool_call_id, reason=reason))  # type: ignore[no-any-return]

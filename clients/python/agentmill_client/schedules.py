@@ -1,0 +1,96 @@
+"""Schedules on the wire: what ``POST /v1/schedules`` takes (ScheduleInput) and what the schedule
+calls answer (ScheduleView, SchedulesPage). Field names are the wire's camelCase."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "MAX_CATCHUP",
+    "SCHEDULE_ID_PATTERN",
+    "Overlap",
+    "ScheduleAnswer",
+    "ScheduleInput",
+    "ScheduleView",
+    "SchedulesPage",
+]
+
+# A schedule's runs are named ``<scheduleId>:<firing, UTC, YYYYmmddTHHMMSSZ>``: a run id's pattern
+# (agentmill_client.ids.ID_PATTERN) less the colon and 28 characters.
+SCHEDULE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
+MAX_CATCHUP = 1000
+
+
+class Overlap(StrEnum):
+    """What a firing does while the schedule's previous run is still active."""
+
+    SKIP = "skip"  # makes no run (counted in skipped)
+    ENQUEUE = "enqueue"  # makes its run anyway
+    CANCEL_PREVIOUS = "cancel_previous"  # aborts the previous run, then makes its own
+
+
+class ScheduleInput(BaseModel):
+    """``POST /v1/schedules``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    scheduleId: str | None = Field(
+        default=None,
+        pattern=SCHEDULE_ID_PATTERN,
+        description="names the schedule (generated when absent); creating the same definition again "
+        "under it changes nothing, another definition is 409",
+    )
+    cron: str = Field(
+        max_length=200,
+        description="five fields (minute hour day-of-month month day-of-week) or six, seconds first",
+    )
+    timezone: str = Field(default="UTC", max_length=64, description="IANA time zone the cron is read in")
+    input: dict[str, Any] = Field(
+        description="the RunInput of every run it makes (without runId: each firing names its run)"
+    )
+    overlap: Overlap = Field(
+        default=Overlap.SKIP,
+        description="while the previous firing's run is active: skip this firing, enqueue anyway, or "
+        "cancel_previous (abort it)",
+    )
+    catchup: int = Field(
+        default=10,
+        ge=1,
+        le=MAX_CATCHUP,
+        strict=True,
+        description="after an outage, the missed firings are made, the latest `catchup` of them at most",
+    )
+
+
+class ScheduleView(BaseModel):
+    """A schedule as ``GET /v1/schedules/{id}`` shows it."""
+
+    scheduleId: str
+    cron: str
+    timezone: str
+    input: dict[str, Any]
+    overlap: str
+    catchup: int
+    paused: bool
+    createdAt: int
+    nextFireTimes: list[int] = Field(description="its next firings (ms since the epoch); empty while paused")
+    lastFireAt: int | None = Field(default=None, description="its last firing made or skipped (ms)")
+    lastRunId: str | None = Field(default=None, description="the last run it made")
+    fired: int = Field(default=0, description="runs it made")
+    skipped: int = Field(default=0, description="firings it skipped (overlap, past the catch-up, refused)")
+    lastError: str | None = Field(default=None, description="why its last refused firing was refused")
+
+
+class ScheduleAnswer(BaseModel):
+    """The answer to pause, resume and delete."""
+
+    scheduleId: str
+    result: str = Field(description="paused | resumed | unchanged | deleted")
+
+
+class SchedulesPage(BaseModel):
+    schedules: list[ScheduleView]
+    more: bool = Field(default=False, description="the tenant has more schedules than the limit")

@@ -1,0 +1,108 @@
+"""/v1/schedules…: create a tenant's cron schedules, read and list them, pause, resume and delete
+them (producer.schedules; the firing itself is producer.schedules.firer's)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Response
+
+from agentmill_client.errors import ApiError
+from agentmill_client.ids import new_run_id
+from agentmill_client.schedules import ScheduleAnswer, ScheduleInput, SchedulesPage, ScheduleView
+from producer.api.errors import COMMON_ERRORS, ErrorResponse
+from producer.api.state import ApiDep, Tenant
+from producer.schedules.store import MAX_SHOWN
+
+__all__ = ["router"]
+
+router = APIRouter()
+_404: dict[int | str, dict[str, Any]] = {404: {"model": ErrorResponse}}
+
+
+def _unknown(schedule_id: str) -> ApiError:
+    return ApiError(404, "unknown_schedule", f"no schedule {schedule_id}")
+
+
+@router.post(
+    "/v1/schedules",
+    status_code=201,
+    response_model=ScheduleView,
+    responses={
+        **COMMON_ERRORS,
+        200: {"model": ScheduleView, "description": "the same schedule was created before"},
+        409: {"model": ErrorResponse},
+    },
+    summary="Create a schedule",
+)
+async def create(body: ScheduleInput, api: ApiDep, tenant: Tenant, response: Response) -> ScheduleView:
+    schedule_id = body.scheduleId or "sch_" + new_run_id()[4:]
+    view, created = await api.schedules.create(body, tenant, schedule_id)
+    if not created:
+        response.status_code = 200
+    return view
+
+
+@router.get("/v1/schedules", response_model=SchedulesPage, responses=COMMON_ERRORS, summary="List schedules")
+async def list_schedules(
+    api: ApiDep, tenant: Tenant, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+) -> SchedulesPage:
+    views, more = await api.schedules.list(tenant, limit)
+    return SchedulesPage(schedules=views, more=more)
+
+
+@router.get(
+    "/v1/schedules/{schedule_id}",
+    response_model=ScheduleView,
+    responses={**COMMON_ERRORS, **_404},
+    summary="A schedule and its next firing times",
+)
+async def get_schedule(
+    schedule_id: str,
+    api: ApiDep,
+    tenant: Tenant,
+    next_n: Annotated[int, Query(alias="next", ge=0, le=MAX_SHOWN)] = 5,
+) -> ScheduleView:
+    view = await api.schedules.get(schedule_id, tenant, next_n)
+    if view is None:
+        raise _unknown(schedule_id)
+    return view
+
+
+@router.delete(
+    "/v1/schedules/{schedule_id}",
+    response_model=ScheduleAnswer,
+    responses={**COMMON_ERRORS, **_404},
+    summary="Delete a schedule (the runs it made stay)",
+)
+async def delete(schedule_id: str, api: ApiDep, tenant: Tenant) -> ScheduleAnswer:
+    if not await api.schedules.delete(schedule_id, tenant):
+        raise _unknown(schedule_id)
+    return ScheduleAnswer(scheduleId=schedule_id, result="deleted")
+
+
+async def _pause(schedule_id: str, api: ApiDep, tenant: str, paused: bool) -> ScheduleAnswer:
+    verdict = await api.schedules.pause(schedule_id, tenant, paused)
+    if verdict == "unknown":
+        raise _unknown(schedule_id)
+    return ScheduleAnswer(scheduleId=schedule_id, result=verdict)
+
+
+@router.post(
+    "/v1/schedules/{schedule_id}/pause",
+    response_model=ScheduleAnswer,
+    responses={**COMMON_ERRORS, **_404},
+    summary="Pause a schedule: no firing until it is resumed",
+)
+async def pause(schedule_id: str, api: ApiDep, tenant: Tenant) -> ScheduleAnswer:
+    return await _pause(schedule_id, api, tenant, True)
+
+
+@router.post(
+    "/v1/schedules/{schedule_id}/resume",
+    response_model=ScheduleAnswer,
+    responses={**COMMON_ERRORS, **_404},
+    summary="Resume a schedule from its next firing after now (the firings missed while paused are not made)",
+)
+async def resume(schedule_id: str, api: ApiDep, tenant: Tenant) -> ScheduleAnswer:
+    return await _pause(schedule_id, api, tenant, False)

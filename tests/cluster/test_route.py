@@ -1,0 +1,61 @@
+"""The one route to the partitions' Redis on a 3-master cluster (shared/route.py): commands for every
+partition in one round trip per node, each with its own reply; after a failover the route's stale
+map meets MOVED and sends again to the promoted master; a node that forgot a script gets it again."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from shared.partitions import Partitions
+from shared.settings import Settings
+from tests.support.redis_cluster import LocalRedisCluster
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.timeout(90),
+    pytest.mark.skipif(shutil.which("redis-cli") is None, reason="redis-cli is needed to create a cluster"),
+]
+
+ECHO = "redis.call('INCR', KEYS[1]); return ARGV[1]"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalRedisCluster]:
+    with LocalRedisCluster(masters=3, replicas_per_master=1) as c:
+        yield c
+
+
+async def test_one_round_trip_per_node_and_a_failover_followed(cluster: LocalRedisCluster) -> None:
+    parts: Partitions[Any] = Partitions.from_settings(Settings(redis_url=cluster.url, redis_cluster=True))
+    await parts.start()
+    try:
+        script = parts.client(parts.parts[0]).register_script(ECHO)
+        nodes = {id(parts.client(p)) for p in parts.parts}
+        assert len(parts.parts) == 16 and len(nodes) == 3
+
+        out = parts.sending()
+        for p in parts.parts:
+            out.add(p, ("SET", p.run("r"), str(p.index)))
+            out.add_script(p, script, [p.run("n")], [f"p{p.index}"])
+        replies = await out.replies()
+        assert replies[0::2] == [b"OK"] * 16
+        # Every node met the script first as NOSCRIPT: loaded there, and only those calls sent again.
+        assert replies[1::2] == [f"p{i}".encode() for i in range(16)]
+        assert out.round_trips == 3 + 3 and out.commands_sent == 32 + 16
+
+        # A failover the route has not heard of: its map still names the old master, now a replica.
+        part = parts.parts[5]
+        await asyncio.to_thread(cluster.failover, part.slot)
+        out = parts.sending(deadline_s=20.0)
+        at = [out.add_script(p, script, [p.run("n")], ["again"]) for p in parts.parts]
+        replies = await out.replies()
+        assert [replies[i] for i in at] == [b"again"] * 16
+        counts = await asyncio.gather(*(parts.call(p, lambda c, p=p: c.get(p.run("n"))) for p in parts.parts))
+        assert counts == [b"2"] * 16  # each partition's script ran twice in all: none lost, none doubled
+    finally:
+        await parts.aclose()
