@@ -31,7 +31,10 @@ def usage_range(start: str | None, end: str | None, today: dt.date) -> tuple[dt.
             raise ValueError(f"{name}: not a date (YYYY-MM-DD): {value!r}") from None
 
     last = day(end, "to") if end else today
-    first = day(start, "from") if start else last - dt.timedelta(days=29)
+    try:
+        first = day(start, "from") if start else last - dt.timedelta(days=29)
+    except OverflowError:  # `to` in the first days of year 1
+        raise ValueError("to: too early for a 30-day report; give from") from None
     if first > last:
         raise ValueError("from: after to")
     if (last - first).days + 1 > MAX_USAGE_DAYS:
