@@ -77,6 +77,7 @@ class RunFilter:
     metadata: tuple[str, ...] = ()  # "key=value" terms, as producer.submission.meta_term writes them
     created_after: int | None = None  # ms, exclusive
     created_before: int | None = None  # ms, exclusive
+    parent_run_id: str | None = None  # a parent's child runs (sub-agents); the id its keys use
 
     def pairs(self) -> list[str]:
         """(dimension, value) pairs of the indexes to intersect, flattened."""
@@ -90,6 +91,7 @@ class RunFilter:
         for name, value, dim in (
             ("sessionId", self.session_id, "session"),
             ("batchId", self.batch_id, "batch"),
+            ("parentRunId", self.parent_run_id, "parent"),
         ):
             if value is not None:
                 if not is_valid_id(value):
@@ -248,6 +250,8 @@ class Catalog:
         partition: only that one is asked."""
         if flt.session_id is not None:
             flt = replace(flt, session_id=await self._own_session(tenant, flt.session_id))
+        if flt.parent_run_id is not None and is_valid_id(flt.parent_run_id):  # its children index its key
+            flt = replace(flt, parent_run_id=await self.p.resolve(flt.parent_run_id, tenant))
         pairs = flt.pairs()
         cs, cid = decode_cursor(cursor) if cursor is not None else ("", "")
         args = [

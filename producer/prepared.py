@@ -98,6 +98,7 @@ def prepare(run: RunInput, scope: Scope, default_id: Callable[[RunInput], str]) 
     Raises SubmissionError naming the field."""
     if (reserved := reserved_id_error(run)) is not None:
         raise reserved
+    _check_images(run)
     body = to_jsonable(run)
     rid = body.pop("runId", None) or default_id(run)
     if run.session_id is None and run.auto_create_session:
@@ -113,6 +114,30 @@ def prepare(run: RunInput, scope: Scope, default_id: Callable[[RunInput], str]) 
         run.model_copy(update={"run_id": rid, "session_id": sid or None}), key_rid, key_sid, stored,
         hashlib.sha256(canonical).hexdigest(), rid if rid != key_rid else "", sid if sid != key_sid else "",
     )  # fmt: skip
+
+
+def _check_images(run: RunInput) -> None:
+    """Images in inputMessages within their bounds (limits.py): 413 too_large beyond, naming the part."""
+    images = [(i, img) for i, m in enumerate(run.input_messages) for img in m.images()]
+    if len(images) > limits.MAX_IMAGE_PARTS:
+        raise SubmissionError(
+            "too_large",
+            f"inputMessages hold {len(images)} images; at most {limits.MAX_IMAGE_PARTS}",
+            status=413,
+        )
+    total = 0
+    for i, img in images:
+        if img.url.startswith("data:"):
+            total += len(img.url)
+            if len(img.url) > limits.MAX_IMAGE_DATA_BYTES:
+                raise SubmissionError("too_large", f"inputMessages.{i}: an image data: URL is {len(img.url)} bytes; "
+                                      f"at most {limits.MAX_IMAGE_DATA_BYTES}", status=413)  # fmt: skip
+    if total > limits.MAX_RUN_IMAGE_BYTES:
+        raise SubmissionError(
+            "too_large",
+            f"the run's images are {total} bytes; at most {limits.MAX_RUN_IMAGE_BYTES}",
+            status=413,
+        )
 
 
 def _check_size(size: int) -> None:

@@ -41,6 +41,9 @@ class RunRecord:
     key_id: str = ""  # the id its keys use, when not run_id (its tenant's key of it, submission.Scope)
     stream_key: str = ""  # the Redis stream of its events (``redis-cli XREAD … STREAMS <it> 0`` tails it)
     client_session: str = ""  # the id its client knows its session by, when not session_id
+    parent_run_id: str = ""  # a child run's (sub-agent's) parent, and the parent's call it answers
+    parent_tool_call_id: str = ""
+    had_children: bool = False  # it started child runs (its run hash has the children field)
     lineage: dict[str, Any] = field(default_factory=dict)  # retryOf | forkOf, atSeq; retriedBy (lineage_view)
 
     @property
@@ -70,5 +73,8 @@ class RunRecord:
             d["pendingApprovals"] = self.pending_approvals
         if self.pending_tool_calls:
             d["pendingToolCalls"] = self.pending_tool_calls
+        if self.parent_run_id:
+            d["parentRunId"] = self.parent_run_id
+            d["parentToolCallId"] = self.parent_tool_call_id
         d.update(self.lineage)
         return d

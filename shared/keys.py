@@ -54,7 +54,8 @@ SEP = "\x1f"  # between the fields of Partition.context (ids, tenants and JSON n
 # Listing indexes (per tenant and partition; bounded, expiring with the retention): sorted sets
 # runId -> createdAt (ms). ``dim`` is one of these; the tenant-wide index is dim "all", value "".
 # "item" (value: a batch id) is the batch's order instead: runId -> its item index in the batch.
-INDEX_DIMS = ("all", "status", "agent", "session", "batch", "meta", "item")
+# "parent" (value: the parent's run id, the one its keys use): a parent's child runs (sub-agents).
+INDEX_DIMS = ("all", "status", "agent", "session", "batch", "meta", "item", "parent")
 
 # A finished batch's delivery id on a partition's webhook list: this prefix, then the batch key (a
 # runId never holds a brace, so the two kinds of delivery cannot be confused).
@@ -111,6 +112,9 @@ class Partition:
         self.index_prefix = b + "ix:"  # + tenant:dim:value (index_key)
         self.pool_minute_prefix = b + "pool.min:"  # hash: runs started/ended in one minute (pool_minute)
         self.batch_prefix = b + "batch:"  # + tenant:batchId (batch_key); hash: shared.fields.BatchField
+        self.tool_cache_prefix = (
+            b + "tc:"
+        )  # + tenant:tool:digest (tool_cache); string: a ToolResult, with a TTL
         self.job_key_prefix = job_key_prefix  # arq's; the job id carries the tag (job_id)
         self.queue = f"arq:queue:{self.tag}"  # arq's sorted set of this partition's pending job ids
         self.live = b + "live"  # zset runId -> when the reconciler should next look at it (ms)
@@ -140,6 +144,10 @@ class Partition:
 
     def pointer(self, run_id: str) -> str:
         return self.pointer_prefix + run_id
+
+    def tool_cache(self, tenant: str, tool: str, digest: str) -> str:
+        """A cached tool result: the tool's name and a digest of its canonical arguments, per tenant."""
+        return f"{self.tool_cache_prefix}{tenant}:{tool}:{digest}"
 
     def session(self, session_id: str) -> str:
         return self.session_prefix + session_id

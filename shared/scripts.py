@@ -57,12 +57,13 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
     "commit": (*_ON_PARTITION, "budget", "commit"),  # budget.lua: a settlement folded into a step
     "budget_settle": ("clock", "budget", "budget_settle"),
     "submit_many": (*_ON_PARTITION, "submit_one", "submit_many"),
+    "spawn_child": (*_ON_PARTITION, "submit_one", "spawn_child"),
     "submit_restored": (*_ON_PARTITION, "submit_one", "submit_restored"),
     **{
         name: (*_ON_PARTITION, name)
         for name in (
             "batch_close", "list_runs", "batch_results", "acquire", "beat", "forget_worker", "release", "redispatch",
-            "abort", "settle_approval", "tool_results", "claim_jobs", "claim_webhooks", "admit_tenant",
+            "abort", "settle_approval", "tool_results", "child_result", "claim_jobs", "claim_webhooks", "admit_tenant",
             "scaling", "batch_replace",
         )
     },
@@ -88,6 +89,8 @@ class Scripts:
 
     submit: AsyncScript
     submit_many: AsyncScript
+    spawn_child: AsyncScript
+    child_result: AsyncScript
     submit_restored: AsyncScript
     batch_replace: AsyncScript
     list_runs: AsyncScript

@@ -7,7 +7,8 @@
 --   sessionId, run loop JSON ('' = none), nToolResults, id, json; approvalTimeoutMs ('' = none),
 --   run deadline ms (maxRunDurationMs from the start; '' = none; bounds an approval wait too),
 --   iterations ('' = unchanged; kept as a field so scripts that end a run report it without
---   parsing the checkpoint), the ending's error code ('' = none; a field, for listings),
+--   parsing the checkpoint), the ending's error code ('' = none; a field, for listings), the
+--   children of the current tool round ('' = unchanged; JSON [{toolCallId, runId}]: sub-agents),
 --   the usage tally's ttl s ('' = none), nUsage, then field, increment per field: with a terminal
 --   status, the run's usage added to its tenant's usage hash of the day (keys.Partition.usage_day,
 --   in KEYS after the session's), then a budget settlement: the hold's member ('' = none), actual
@@ -69,9 +70,10 @@ local approval_timeout = ARGV[i]
 local run_deadline = ARGV[i + 1] or ''
 local iterations = ARGV[i + 2] or ''
 local error_code = ARGV[i + 3] or ''
-local usage_ttl = ARGV[i + 4] or ''
-local nu = tonumber(ARGV[i + 5] or '0')
-local settle_at = i + 6 + 2 * nu
+local children = ARGV[i + 4] or ''
+local usage_ttl = ARGV[i + 5] or ''
+local nu = tonumber(ARGV[i + 6] or '0')
+local settle_at = i + 7 + 2 * nu
 local settle = (ARGV[settle_at] or '') ~= ''
 local usage_key = KEYS[#KEYS - (settle and 2 or 0)]
 -- The run hash's fields this commit changes, in one HSET at the end.
@@ -80,6 +82,7 @@ local function set(k, v) run_fields[#run_fields + 1] = k; run_fields[#run_fields
 if n > 0 then set(F.LAST_SEQ, last) end
 if ARGV[7] ~= '' then set(F.CKPT, ARGV[7]) end
 if iterations ~= '' then set(F.ITERATIONS, iterations) end
+if children ~= '' then set(F.CHILDREN, children) end
 local status = ARGV[5]
 local now = status ~= '' and now_ms() or 0
 if status ~= '' then
@@ -97,9 +100,11 @@ elseif is_terminal(status) then
   redis.call('ZREM', AWAITING, ARGV[4])
   if h[5] and h[5] ~= '' then redis.call('LPUSH', WEBHOOKS, ARGV[4]) end
   if usage_ttl ~= '' then
-    for k = i + 6, i + 5 + 2 * nu, 2 do redis.call('HINCRBY', usage_key, ARGV[k], ARGV[k + 1]) end
+    for k = i + 7, i + 6 + 2 * nu, 2 do redis.call('HINCRBY', usage_key, ARGV[k], ARGV[k + 1]) end
     redis.call('EXPIRE', usage_key, usage_ttl)
   end
+  redis.call('HSET', KEYS[1], unpack(run_fields)); run_fields = {}
+  ending_handoff(KEYS[1], ARGV[4], status)
   if sid ~= '' then
     if loop ~= '' then
       redis.call('RPUSH', KEYS[8], loop)
@@ -109,7 +114,6 @@ elseif is_terminal(status) then
     -- A session's history lives for the retention after its latest run ended.
     redis.call('LTRIM', KEYS[7], -1000, -1)
     for k = 7, 9 do redis.call('EXPIRE', KEYS[k], ctx().retention) end
-    redis.call('HSET', KEYS[1], unpack(run_fields)); run_fields = {}
     session_advance(sid, ARGV[4])
   end
   redis.call('EXPIRE', KEYS[1], ctx().retention)
@@ -137,6 +141,19 @@ elseif status == S.AWAITING_TOOLS then
     client_resume(KEYS[1], ARGV[4], now)
   else
     redis.call('ZADD', LIVE, earliest, ARGV[4])
+  end
+elseif status == S.AWAITING_CHILDREN then
+  -- Parked on no worker until every child of the round has delivered its result (child_result.lua
+  -- resumes it then; at once if they all ended before this commit). The reconciler looks again at
+  -- the run's deadline (maxRunDurationMs), or after the queued-run check, whichever is first.
+  set(F.AWAITING_SINCE, now); set(F.RUN_DEADLINE_MS, run_deadline)
+  redis.call('HSET', KEYS[1], unpack(run_fields)); run_fields = {}
+  if children_open(KEYS[1], KEYS[3]) == 0 then
+    client_resume(KEYS[1], ARGV[4], now)
+  else
+    local due = now + tonumber(ctx().queued_check_ms)
+    if run_deadline ~= '' and tonumber(run_deadline) < due then due = tonumber(run_deadline) end
+    redis.call('ZADD', LIVE, due, ARGV[4])
   end
 end
 if #run_fields > 0 then redis.call('HSET', KEYS[1], unpack(run_fields)) end

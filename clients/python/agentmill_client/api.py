@@ -21,6 +21,7 @@ __all__ = [
     "BatchRetryAnswer",
     "BatchRetryItem",
     "BatchView",
+    "ChildRun",
     "ErrorBody",
     "EventsPage",
     "ForkBody",
@@ -131,6 +132,12 @@ class BatchAbortAnswer(BaseModel):
     finished: int = Field(description="runs that had ended meanwhile")
 
 
+class ChildRun(BaseModel):
+    runId: str
+    status: str
+    parentToolCallId: str = Field(description="the parent's tool call the child answers")
+
+
 class RunView(BaseModel):
     runId: str
     status: str
@@ -143,6 +150,11 @@ class RunView(BaseModel):
     streamKey: str | None = Field(
         default=None,
         description="the Redis stream of the run's events (XREAD it to tail them; redis-cli -c on a cluster)",
+    )
+    parentRunId: str | None = Field(default=None, description="a child run's (sub-agent's) parent run")
+    parentToolCallId: str | None = Field(default=None, description="the parent's tool call it answers")
+    children: list[ChildRun] | None = Field(
+        default=None, description="the child runs (sub-agents) it started, oldest first, with their status"
     )
     retryOf: str | None = Field(
         default=None, description="the run this one retries (POST /v1/runs/{id}/retry)"
@@ -189,7 +201,9 @@ class RetryBody(BaseModel):
 
 class ForkBody(BaseModel):
     atSeq: int = Field(
-        ge=0, description="the seq of the run's event whose state the fork starts from (0: its input)"
+        ge=0,
+        le=2**53 - 1,  # a seq is a stream id's first part: past this, Redis refuses the range (was a 500)
+        description="the seq of the run's event whose state the fork starts from (0: its input)",
     )
     inputMessages: list[Message] | None = Field(
         default=None, max_length=256, description="messages appended before the fork's next model call"

@@ -16,15 +16,20 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic.alias_generators import to_camel
 
 from agentmill_client import limits
+from agentmill_client.content import IMAGE_PLACEHOLDER, ContentPart, ImagePart, ImageUrl, TextPart
 from agentmill_client.ids import ID_PATTERN
 from agentmill_client.statuses import TERMINAL, RunStatus
 
 __all__ = [
+    "IMAGE_PLACEHOLDER",
     "ApprovalDecision",
     "Budget",
     "ClientTool",
     "ClientToolResult",
+    "ContentPart",
     "EventKind",
+    "ImagePart",
+    "ImageUrl",
     "JsonSchemaFormat",
     "LoopLimits",
     "Message",
@@ -36,6 +41,7 @@ __all__ = [
     "RunInput",
     "RunResult",
     "RunStatus",  # defined in agentmill_client.statuses; part of this contract (RunResult.status)
+    "TextPart",
     "ToolCall",
     "ToolPolicy",
     "ToolResult",
@@ -67,10 +73,13 @@ class ToolCall(Model):
 
 class Message(Model):
     role: Literal["system", "user", "assistant", "tool"]
-    content: str = Field(default="", max_length=limits.MAX_MESSAGE_CHARS)
+    # A string, or (user messages) a list of parts as in OpenAI's chat format: text and images.
+    content: str | list[ContentPart] = Field(default="", max_length=limits.MAX_MESSAGE_CHARS)
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
     name: str | None = Field(default=None, max_length=256)
+    # unix ms, set by the worker from its clock when the message joins a run (a caller's value is replaced)
+    created_at: int | None = None
 
     @model_validator(mode="after")
     def _role_fields(self) -> Message:
@@ -80,7 +89,23 @@ class Message(Model):
             raise ValueError("a tool message needs toolCallId")
         if self.role != "tool" and self.tool_call_id is not None:
             raise ValueError("toolCallId is only allowed on tool messages")
+        if isinstance(self.content, list) and self.role != "user":
+            raise ValueError("content as a list of parts is only allowed on user messages")
         return self
+
+    @property
+    def text(self) -> str:
+        """The content as text: parts other than text shown as placeholders (summaries, recall, search)."""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(p.text if isinstance(p, TextPart) else IMAGE_PLACEHOLDER for p in self.content)
+
+    def images(self) -> list[ImageUrl]:
+        return (
+            [p.image_url for p in self.content if isinstance(p, ImagePart)]
+            if isinstance(self.content, list)
+            else []
+        )
 
 
 class ToolResult(Model):
@@ -88,6 +113,7 @@ class ToolResult(Model):
     name: str
     content: str
     is_error: bool = False
+    cached: bool | None = None  # served from the tool-result cache (a tool's cache.ttlS in its profile)
 
 
 class ClientTool(Model):
@@ -134,6 +160,9 @@ class LoopLimits(Model):
     max_tool_rounds: int | None = Field(default=None, ge=0, le=1_000)
     max_run_duration_ms: int | None = Field(default=None, ge=1, le=7 * 24 * 3_600_000)
     max_repairs: int | None = Field(default=None, ge=0, le=10)  # repair turns of a structured answer
+    # tool calls executed in the run (internal ones not counted); default 100 (worker/config.py)
+    max_tool_calls: int | None = Field(default=None, ge=0, le=10_000)
+    max_depth: int | None = Field(default=None, ge=0, le=10)  # sub-agent nesting (default 3)
 
 
 class Budget(Model):
@@ -275,6 +304,7 @@ class RunInput(Model):
     runtime_hints: dict[str, Any] | None = None
     client_tools: list[ClientTool] | None = Field(default=None, max_length=limits.MAX_TOOL_NAMES)
     response_format: ResponseFormat | None = None  # the final answer must be JSON (validated)
+    include_messages: bool | None = None  # the final transcript in result.messages (bounded: limits.py)
     metadata: dict[str, Any] | None = None
     webhook: str | None = Field(default=None, max_length=2048, pattern=r"^https?://")
 
@@ -338,6 +368,10 @@ class RunResult(Model):
     # completes with that answer, marked so); "content_filter" on a run failed by the provider's filter.
     finish_reason: str | None = None
     output: Any = None  # a completed structured-output run's answer, parsed (responseFormat)
+    # includeMessages: the run's final transcript, its newest messages within limits.MAX_RESULT_MESSAGES
+    # and MAX_RESULT_MESSAGES_BYTES; messagesOmitted: how many older ones were left out.
+    messages: list[Message] | None = None
+    messages_omitted: int | None = None
 
 
 class EventKind(StrEnum):
@@ -349,6 +383,8 @@ class EventKind(StrEnum):
     ERROR = "error"
     COMPACTION = "compaction"
     USAGE = "usage"  # after each model reply: that call's usage and the run's total so far
+    CHILD_STARTED = "child_started"  # a sub-agent call's child run was created (its id and streamKey)
+    CHILD_ENDED = "child_ended"  # the parent took a child run's ending as that call's result
 
 
 class RunEvent(Model):
