@@ -4,7 +4,12 @@ least a full batch; a refusal says when the bucket will hold the request), then 
 (admit_tenant.lua), allowed there the quota less the tenant's runs on the other partitions (those
 counted already and this request's new ones). A refusal anywhere uncounts what the others admitted,
 gives the bucket its tokens back and refuses the whole request. Partitions are admitted one
-call each, not in one transaction: two requests of a tenant at once may pass its quota by a little."""
+call each, not in one transaction: two requests of a tenant at once may pass its quota by a little.
+
+Before all of it, a tenant with a day budget (tokensPerDay, costUsdPerDay) whose UTC day is spent
+(its settled usage at the limit, or a model call of the day refused for want of budget:
+worker/budgets.py) is refused with 429 ``budget_exhausted`` and a
+Retry-After to the next UTC midnight."""
 
 from __future__ import annotations
 
@@ -15,11 +20,12 @@ from typing import Any
 from producer.routing import Parts, run_many, run_script
 from producer.submission import SubmissionError
 from shared import keys
-from shared.clock import now_ms
-from shared.quotas import Quota
+from shared.clock import ms_to_next_utc_day, now_ms, utc_day
+from shared.fields import BudgetField
+from shared.quotas import NANO_USD, Quota
 from shared.scripts import Scripts, text
 
-__all__ = ["ADMIT_GRACE_MS", "admit"]
+__all__ = ["ADMIT_GRACE_MS", "admit", "check_budget"]
 
 ADMIT_GRACE_MS = (
     60_000  # a counted run whose hash never appeared (refused at submit) stops counting after this
@@ -36,6 +42,8 @@ async def admit(
 ) -> None:
     """Count the runs (run ids by partition index) against the tenant's quotas, or raise 429."""
     n = sum(len(ids) for ids in placed.values())
+    if quota is not None and n > 0 and quota.budgeted:
+        await check_budget(parts, tenant, quota)
     if quota is None or n == 0 or (quota.max_active == 0 and quota.submits_per_second == 0):
         return
     home = parts.home(tenant)
@@ -98,6 +106,38 @@ async def admit(
             status=429,
             retry_after_s=5,
         )
+
+
+async def check_budget(parts: Parts, tenant: str, quota: Quota) -> None:
+    """Raise 429 budget_exhausted when the tenant's UTC day is spent (tokensPerDay, costUsdPerDay)."""
+    now = now_ms()
+    day = utc_day(now)
+    home = parts.home(tenant)
+    key = home.tenant_budget(tenant, day)
+
+    async def read(c: Any) -> Any:
+        return await c.hmget(key, [BudgetField.SPENT_TOKENS, BudgetField.SPENT_COST, BudgetField.REFUSED])
+
+    tokens, nano, refused = (int(text(v) or 0) if v is not None else 0 for v in await parts.call(home, read))
+    cost_limit = round(quota.cost_usd_per_day * NANO_USD)
+    if quota.tokens_per_day and tokens >= quota.tokens_per_day:
+        spent = f"has spent {tokens} of its {quota.tokens_per_day} tokensPerDay"
+    elif cost_limit and nano >= cost_limit:
+        spent = f"has spent ${nano / NANO_USD:.6f} of its ${quota.cost_usd_per_day:g} costUsdPerDay"
+    elif refused:
+        spent = (
+            f"could not afford {refused} model call(s) (spent {tokens} tokens, ${nano / NANO_USD:.6f}; "
+            f"tokensPerDay {quota.tokens_per_day or 'none'}, costUsdPerDay {quota.cost_usd_per_day or 'none'})"
+        )
+    else:
+        return
+    wait_s = max(1, -(-ms_to_next_utc_day(now) // 1000))
+    raise SubmissionError(
+        "budget_exhausted",
+        f"this tenant's budget for {day} (UTC) is spent: it {spent}; submit again after midnight UTC",
+        status=429,
+        retry_after_s=wait_s,
+    )
 
 
 async def _counted(

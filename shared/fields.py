@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["BatchField", "RunField", "ScheduleField", "SessionField"]
+__all__ = ["BatchField", "BudgetField", "RunField", "ScheduleField", "SessionField"]
 
 
 class RunField(StrEnum):
@@ -120,3 +120,24 @@ class ScheduleField(StrEnum):
     FIRED = "fired"  # runs made
     SKIPPED = "skipped"  # firings skipped (overlap skip, past the catch-up, a refused submission)
     LAST_ERROR = "lastError"  # why the last refused firing was refused, '' = none
+
+
+class BudgetField(StrEnum):
+    """A tenant's budget for one UTC day (keys.Partition.tenant_budget, at the tenant's home
+    partition; budget_reserve.lua, budget_settle.lua). Costs in integers of nano-USD (exact sums)."""
+
+    SPENT_TOKENS = "spentTokens"  # settled: the calls' actual usage
+    SPENT_COST = "spentNanoUsd"
+    HELD_TOKENS = "heldTokens"  # reserved by calls in flight (their worst case), until settled or expired
+    HELD_COST = "heldNanoUsd"
+    RELEASED = "releasedHolds"  # holds that expired unsettled (their worker died) and were released
+    REFUSED = "refusedCalls"  # calls the day could not afford: from the first, the day counts as spent
+
+
+def usage_field(agent: str, what: str) -> str:
+    """A field of a tenant's usage hash for one day (keys.Partition.usage_day): ``<agent>|<what>``,
+    ``what`` one of USAGE_PARTS (commit.lua increments them when a run ends)."""
+    return f"{agent}|{what}"
+
+
+USAGE_PARTS = ("in", "out", "cost", "runs")

@@ -212,6 +212,23 @@ class Partition:
         """Hash (tokens, at): the tenant's submission token bucket (at its home partition; admit_rate.lua)."""
         return f"{self.base}t.rate:{tenant}"
 
+    def tenant_budget(self, tenant: str, day: str) -> str:
+        """Hash (shared.fields.BudgetField): the tenant's spend and holds of one UTC day (``day``:
+        YYYY-MM-DD), at the tenant's home partition, so one slot per tenant: every reservation and
+        settlement is one script on it (budget_reserve.lua, budget_settle.lua)."""
+        return f"{self.base}t.budget:{tenant}:{day}"
+
+    def tenant_budget_holds(self, tenant: str, day: str) -> str:
+        """Zset ``holdId|tokens|cost`` -> expiry (ms, Redis time): the calls in flight holding part of
+        that day's budget; an expired hold (its worker died before settling) is released."""
+        return f"{self.base}t.holds:{tenant}:{day}"
+
+    def usage_day(self, tenant: str, day: str) -> str:
+        """Hash ``<agent>|in|out|cost|runs`` -> totals (shared.fields.usage_field): the usage of the
+        tenant's runs that ended on this partition on one UTC day (commit.lua; GET /v1/usage sums the
+        partitions)."""
+        return f"{self.base}usage:{tenant}:{day}"
+
     def index_key(self, tenant: str, dim: str, value: str = "") -> str:
         return f"{self.index_prefix}{tenant}:{dim}:{value}"
 

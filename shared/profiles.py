@@ -15,7 +15,7 @@ import orjson
 from pydantic import Field, field_validator, model_validator
 
 from agentmill_client import limits
-from agentmill_client.models import ClientTool, LoopLimits, Model, ToolPolicy
+from agentmill_client.models import Budget, ClientTool, LoopLimits, Model, ToolPolicy
 
 __all__ = [
     "AGENT_TOOL_PARAMETERS",
@@ -231,6 +231,7 @@ class AgentProfile(Model):
     agent_tools: list[AgentToolConfig] = Field(default_factory=list)  # sub-agents
     tool_settings: dict[str, ToolSettings] = Field(default_factory=dict)
     loop_limits: LoopLimits = Field(default_factory=LoopLimits)
+    budget: Budget = Field(default_factory=Budget)  # the most a run may spend; a RunInput's only narrows it
     tool_policy: ToolPolicy = Field(default_factory=ToolPolicy)
     retry: RetryConfig = Field(default_factory=RetryConfig)
     context: ContextConfig = Field(default_factory=ContextConfig)

@@ -2,8 +2,14 @@
 once, and how many it may submit per second (a token bucket: bursts of submitBurst runs, at least
 a full batch, refilled at submitsPerSecond). Defaults come from settings; AGENTMILL_TENANT_QUOTAS
 (JSON, inline or a file path) overrides them per tenant:
-``{"tenant-a": {"maxActive": 50, "maxRunning": 10, "submitsPerSecond": 5, "submitBurst": 2000, "maxPriority": 5}}``. 0 means no limit
+``{"tenant-a": {"maxActive": 50, "maxRunning": 10, "submitsPerSecond": 5, "submitBurst": 2000,
+"maxPriority": 5, "tokensPerDay": 2000000, "costUsdPerDay": 25}}``. 0 means no limit
 (maxPriority: the highest priority its runs get; higher ones are lowered to it, default 9).
+
+tokensPerDay and costUsdPerDay are the tenant's budget for a UTC day, pool-wide: each model call
+reserves its worst case before it starts and settles its actual usage after (worker/budgets.py); a
+call the day cannot afford ends its run ``budget_exceeded``, and a submission once the day is spent
+gets 429 ``budget_exhausted`` until the next UTC midnight (producer/admission.py).
 
 The running cap keeps tenants from crowding each other out, so it does not apply to the default
 tenant (the one an API without auth, a token without a tenant, and the Python producer submit as):
@@ -23,9 +29,10 @@ from agentmill_client import limits
 from agentmill_client.models import Model
 from shared.settings import Settings
 
-__all__ = ["DEFAULT_TENANT", "Quota", "Quotas"]
+__all__ = ["DEFAULT_TENANT", "NANO_USD", "Quota", "Quotas"]
 
 DEFAULT_TENANT = "default"
+NANO_USD = 1_000_000_000  # budgets keep costs in Redis as integers of nano-USD (exact sums)
 
 
 class Quota(Model):
@@ -35,6 +42,13 @@ class Quota(Model):
     submit_burst: int = Field(default=0, ge=0)  # most runs submitted at once (the token bucket's size)
     max_priority: int = Field(default=limits.MAX_PRIORITY, ge=limits.MIN_PRIORITY, le=limits.MAX_PRIORITY)
     # ^ a run's priority above this is lowered to it (not refused)
+    tokens_per_day: int = Field(default=0, ge=0)  # model tokens (in + out) per UTC day, pool-wide
+    cost_usd_per_day: float = Field(default=0.0, ge=0, allow_inf_nan=False)  # USD per UTC day (priced models)
+
+    @property
+    def budgeted(self) -> bool:
+        """Whether the tenant has a day budget (tokensPerDay or costUsdPerDay)."""
+        return self.tokens_per_day > 0 or self.cost_usd_per_day > 0
 
     @property
     def burst(self) -> int:

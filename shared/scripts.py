@@ -44,7 +44,7 @@ from agentmill_client import limits
 from agentmill_client.models import EventKind
 from agentmill_client.statuses import TERMINAL, RunStatus
 from shared import dispatch, keys
-from shared.fields import BatchField, RunField, ScheduleField, SessionField
+from shared.fields import BatchField, BudgetField, RunField, ScheduleField, SessionField
 from shared.settings import Settings
 
 __all__ = ["CONTEXT_EXTRA", "LUA_DIR", "NAMES", "SCRIPTS", "Scripts", "render", "source", "text"]
@@ -54,13 +54,15 @@ _ON_PARTITION = ("clock", "prelude")
 # Each script's files, in order (submit_one.lua is a function both submits call).
 SCRIPTS: dict[str, tuple[str, ...]] = {
     "submit": (*_ON_PARTITION, "submit_one", "submit"),
+    "commit": (*_ON_PARTITION, "budget", "commit"),  # budget.lua: a settlement folded into a step
+    "budget_settle": ("clock", "budget", "budget_settle"),
     "submit_many": (*_ON_PARTITION, "submit_one", "submit_many"),
     "spawn_child": (*_ON_PARTITION, "submit_one", "spawn_child"),
     "submit_restored": (*_ON_PARTITION, "submit_one", "submit_restored"),
     **{
         name: (*_ON_PARTITION, name)
         for name in (
-            "batch_close", "list_runs", "batch_results", "acquire", "commit", "beat", "forget_worker", "release", "redispatch",
+            "batch_close", "list_runs", "batch_results", "acquire", "beat", "forget_worker", "release", "redispatch",
             "abort", "settle_approval", "tool_results", "child_result", "claim_jobs", "claim_webhooks", "admit_tenant",
             "scaling", "batch_replace",
         )
@@ -68,7 +70,8 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
     **{
         name: ("clock", name)
         for name in ("capacity_acquire", "capacity_renew", "capacity_release", "capacity_pause", "admit_rate",
-                     "schedule_create", "schedule_claim", "schedule_advance", "schedule_delete", "schedule_pause")
+                     "budget_reserve", "schedule_create", "schedule_claim", "schedule_advance", "schedule_delete",
+                     "schedule_pause")
     },
 }  # fmt: skip
 
@@ -110,6 +113,8 @@ class Scripts:
     capacity_pause: AsyncScript
     admit_tenant: AsyncScript
     admit_rate: AsyncScript
+    budget_reserve: AsyncScript
+    budget_settle: AsyncScript
     scaling: AsyncScript
     schedule_create: AsyncScript
     schedule_claim: AsyncScript
@@ -184,10 +189,11 @@ NAMES: dict[str, type[StrEnum]] = {
     "BATCH": BatchField,
     "SESSION": SessionField,
     "SCHED": ScheduleField,  # a schedule hash's fields
+    "BUDGET": BudgetField,  # a tenant's day budget
     "EVENT": EventKind,  # a stream entry's kind
 }
 _DIMS = {d.upper(): d for d in keys.INDEX_DIMS}  # DIM.STATUS: a listing index's dimension
-_NAME_TOKEN = re.compile(r"\b(F|S|BATCH|SESSION|SCHED|EVENT|DIM)\.([A-Z][A-Z0-9_]*)\b")
+_NAME_TOKEN = re.compile(r"\b(F|S|BATCH|SESSION|SCHED|BUDGET|EVENT|DIM)\.([A-Z][A-Z0-9_]*)\b")
 
 
 def _name(m: re.Match[str]) -> str:

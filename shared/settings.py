@@ -197,7 +197,18 @@ class Settings(BaseSettings):
     tenant_quotas: str | None = Field(
         default=None,
         description='per-tenant overrides, JSON or a JSON file: `{"tenant": {"maxActive", "maxRunning", '
-        '"submitsPerSecond", "submitBurst", "maxPriority"}}`',
+        '"submitsPerSecond", "submitBurst", "maxPriority", "tokensPerDay", "costUsdPerDay"}}` (the last two: the '
+        "tenant's budget per UTC day, pool-wide; 0 = none)",
+    )
+    budget_hold_ms: int = Field(
+        default=900_000,
+        ge=100,
+        description="how long a model call's hold on its tenant's day budget (tokensPerDay, costUsdPerDay) "
+        "lives unsettled: the hold of a worker that died mid-call is released after this; longer than "
+        "your slowest model call",
+    )
+    usage_retention_days: int = Field(
+        default=400, ge=1, description="days a tenant's usage by day (`GET /v1/usage`) is kept"
     )
     max_streams_per_tenant: int = Field(
         default=100,

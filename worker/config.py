@@ -10,8 +10,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from agentmill_client.models import LoopLimits, Model, ResponseFormat, RunInput
-from shared.profiles import AgentProfile, CompactionConfig, ContextConfig, RetryConfig
+from agentmill_client.models import Budget, LoopLimits, Model, ResponseFormat, RunInput
+from shared.profiles import AgentProfile, CompactionConfig, ContextConfig, Pricing, RetryConfig
 from worker import history_tools, policy, prompt
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "DEFAULT_MAX_ITERATIONS",
     "DEFAULT_MAX_REPAIRS",
     "DEFAULT_MAX_TOOL_CALLS",
+    "DEFAULT_RESERVE_OUTPUT_TOKENS",
     "LOAD_OLDER_SPEC",
     "MAX_RECALL_IDS",
     "RECALL_PROMPT",
@@ -28,6 +29,7 @@ __all__ = [
     "Lineage",
     "RunConfig",
     "ToolSpec",
+    "narrow_budget",
     "narrow_limits",
     "resolve_config",
 ]
@@ -38,6 +40,8 @@ DEFAULT_MAX_REPAIRS = 2  # repair turns of a structured answer that does not val
 DEFAULT_MAX_TOOL_CALLS = 100  # tool calls a run executes before it is asked for its answer (seed 004)
 DEFAULT_MAX_DEPTH = 3  # sub-agent nesting: a root run's children are at depth 1
 RECALL_TOOL = "recall_tool_call"
+# A call's worst-case reply when its model sets no maxTokens: what a budget reserves for it.
+DEFAULT_RESERVE_OUTPUT_TOKENS = 4096
 
 
 class ToolSpec(Model):
@@ -118,6 +122,9 @@ class RunConfig(Model):
     agent_tools: dict[str, str] = Field(default_factory=dict)  # sub-agent tool name -> child's profile
     ancestors: list[str] = Field(default_factory=list)  # the agents above this run, the root's first
     max_depth: int = DEFAULT_MAX_DEPTH  # a child may be at most this deep (the root is at 0)
+    budget: Budget | None = None  # the run's budget, narrowed by its profile's (None: none)
+    reserve_output_tokens: int = DEFAULT_RESERVE_OUTPUT_TOKENS  # a call's worst-case reply (maxTokens)
+    pricing: Pricing | None = None  # the model's prices, to cost a call's worst case
 
     def internal_names(self) -> set[str]:
         return {t.name for t in self.internal_tools}
@@ -150,6 +157,15 @@ def narrow_limits(
             run.max_tool_calls,
         ),
     )
+
+
+def narrow_budget(profile: Budget, run: Budget | None) -> Budget | None:
+    """The smaller of the run's and the profile's for each field: a caller can only narrow a budget."""
+    run = run or Budget()
+    tokens = _narrowest(profile.max_tokens, run.max_tokens)
+    given = [c for c in (profile.max_cost_usd, run.max_cost_usd) if c is not None]
+    cost = min(given) if given else None
+    return None if tokens is None and cost is None else Budget(max_tokens=tokens, max_cost_usd=cost)
 
 
 def _max_depth(profile: AgentProfile, run: RunInput, lineage: Lineage | None) -> int:
@@ -241,4 +257,7 @@ def resolve_config(
         agent_tools={t.tool_name: t.agent for t in profile.agent_tools if t.tool_name in names},
         ancestors=list(lineage.agents) if lineage else [],
         max_depth=_max_depth(profile, run, lineage),
+        budget=narrow_budget(profile.budget, run.budget),
+        reserve_output_tokens=profile.provider.max_tokens or DEFAULT_RESERVE_OUTPUT_TOKENS,
+        pricing=profile.provider.pricing,
     )

@@ -14,9 +14,11 @@ from redis.exceptions import RedisError
 from shared import keys, netguard
 from shared.partitions import Partitions
 from shared.profiles import AgentProfile, ProviderConfig
+from shared.quotas import Quotas
 from shared.scripts import Scripts
 from shared.settings import Settings
 from worker.batcher import ScriptBatcher
+from worker.budgets import TenantBudgets
 from worker.lease import WorkerLease
 from worker.limiter import Held, OnWait, ProviderLimiter
 from worker.models.base import ModelCallError, ModelProvider
@@ -96,6 +98,7 @@ class WorkerDeps:
     models: Providers = field(init=False)
     tools: Toolbox = field(init=False)
     sessions: RedisSessionStore = field(init=False)
+    budgets: TenantBudgets = field(init=False)  # tenants' day budgets (tokensPerDay, costUsdPerDay)
     active: dict[str, RunDriver] = field(default_factory=dict)
     rng: random.Random = field(default_factory=random.Random)  # retry jitter, one per process
 
@@ -111,6 +114,9 @@ class WorkerDeps:
         self.models = Providers(self.http, self.limiter)
         self.tools = Toolbox(self.guarded_http, on_mcp_call=self.observer.mcp_call, watch=True)
         self.sessions = RedisSessionStore(self.parts, SystemClock())
+        self.budgets = TenantBudgets(
+            self.parts, self.scripts, Quotas(self.settings), self.settings.budget_hold_ms
+        )
 
     def profile(self, name: str) -> AgentProfile:
         try:
@@ -122,7 +128,9 @@ class WorkerDeps:
         """The ports of one run's driver, on this process's Redis, providers and tools."""
         store = RedisRunStore(self.parts, self.scripts, self.settings, part, run_id, self.lease, self.batcher)
         cache = RedisToolCache(self.parts, part, run_id)
-        return RunPorts(store, self.sessions, self.models, self.tools, SystemClock(), self.rng, cache)
+        return RunPorts(
+            store, self.sessions, self.models, self.tools, SystemClock(), self.rng, cache, self.budgets
+        )
 
     async def aclose(self) -> None:
         await self.batcher.aclose()

@@ -38,6 +38,7 @@ from worker.ports import (
     SessionUpdate,
     SystemClock,
     ToolRetry,
+    UsageTally,
 )
 from worker.tools.base import ToolContext
 from worker.tools.registry import Toolbox
@@ -94,6 +95,7 @@ class MemoryRunStore:
         self.clock = clock or SystemClock()  # decides client calls' deadlines (Redis's TIME does there)
         self.epoch = 0
         self.last_seq = 0
+        self.slot = -1  # no budget settlement goes with a commit here (BudgetPort holds settle themselves)
         self.commits = 0
         self.worker_id = ""  # the worker it acquired the run as
 
@@ -133,6 +135,7 @@ class MemoryRunStore:
         error_code: str = "",
         children: bytes | None = None,
         usage: Usage | None = None,
+        tally: UsageTally | None = None,
     ) -> int:
         r = self.run
         if r.epoch != self.epoch:

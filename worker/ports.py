@@ -32,11 +32,14 @@ from worker.tools.base import ToolContext
 
 __all__ = [
     "Acquired",
+    "BudgetHold",
+    "BudgetPort",
     "Capacity",
     "Clock",
     "FencedError",
     "Host",
     "ModelPort",
+    "NoBudgets",
     "NotAcquired",
     "Outbox",
     "Rng",
@@ -45,10 +48,12 @@ __all__ = [
     "SeqConflictError",
     "SessionStore",
     "SessionUpdate",
+    "Settlement",
     "SystemClock",
     "ToolCache",
     "ToolPort",
     "ToolRetry",
+    "UsageTally",
 ]
 
 
@@ -81,6 +86,18 @@ class NotAcquired:
     detail: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """A model call's budget hold settled by the run's next commit (budget.lua, in commit.lua) rather
+    than by a round trip of its own: possible when the tenant's budget shares the run's slot."""
+
+    keys: list[str]  # the day's budget hash, its holds zset
+    member: str  # the hold
+    tokens: int
+    nano_usd: int
+    ttl_ms: int
+
+
 @dataclass(slots=True)
 class Outbox:
     """What one commit writes besides the checkpoint."""
@@ -88,9 +105,21 @@ class Outbox:
     events: list[tuple[str, int, bytes]] = field(default_factory=list)  # kind, ts, payload JSON
     claims: list[str] = field(default_factory=list)
     records: list[tuple[str, bytes]] = field(default_factory=list)
+    settle: Settlement | None = None  # a model call's budget settlement, written with this step
 
     def __bool__(self) -> bool:
         return bool(self.events or self.claims or self.records)
+
+
+@dataclass(frozen=True, slots=True)
+class UsageTally:
+    """Written with a run's terminal commit: its usage added to its tenant's usage of the UTC day
+    (keys.Partition.usage_day, fields shared.fields.usage_field), which GET /v1/usage reads."""
+
+    tenant: str
+    day: str  # YYYY-MM-DD
+    increments: list[tuple[str, int]]  # field, amount
+    ttl_s: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +134,7 @@ class SessionUpdate:
 class RunStore(Protocol):
     epoch: int  # the epoch this handle writes at (0 before acquire)
     last_seq: int  # the last event seq this handle wrote or saw
+    slot: int  # the run's cluster slot: a budget settlement in the same slot goes with a commit
 
     async def acquire(self, gen: int, worker_id: str) -> Acquired | NotAcquired: ...
 
@@ -122,6 +152,7 @@ class RunStore(Protocol):
         error_code: str = "",
         children: bytes | None = None,
         usage: Usage | None = None,
+        tally: UsageTally | None = None,
     ) -> int:
         """Everything in one fenced write; raises FencedError or SeqConflictError and writes nothing.
         ``children``: the current round's child runs (JSON [{toolCallId, runId}]), when changed."""
@@ -174,6 +205,42 @@ class ModelPort(Protocol):
     async def pause(self, cfg: ProviderConfig, ms: int) -> None:
         """A 429's Retry-After: no worker calls the endpoint for ``ms``."""
         ...
+
+
+class BudgetHold(Protocol):
+    slot: int  # the cluster slot of the tenant's budget
+
+    async def settle(self, tokens: int, cost_usd: float | None) -> None:
+        """Replace the hold by the call's actual usage (0, None: a call that failed)."""
+        ...
+
+    def settlement(self, tokens: int, cost_usd: float | None) -> Settlement:
+        """The same, for the run's next commit to write (when ``slot`` is the run's)."""
+        ...
+
+
+class BudgetPort(Protocol):
+    """A tenant's budget per UTC day, pool-wide (worker/budgets.py)."""
+
+    def limited(self, tenant: str) -> bool: ...
+
+    async def reserve(
+        self, tenant: str, hold_id: str, tokens: int, cost_usd: float | None
+    ) -> BudgetHold | str:
+        """Hold a call's worst case; a str: why the tenant's day cannot afford it."""
+        ...
+
+
+class NoBudgets:
+    """No tenant has a budget (unit tests, in-memory runs)."""
+
+    def limited(self, tenant: str) -> bool:
+        return False
+
+    async def reserve(
+        self, tenant: str, hold_id: str, tokens: int, cost_usd: float | None
+    ) -> BudgetHold | str:
+        raise AssertionError("no tenant has a budget here")
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +309,7 @@ class RunPorts:
     clock: Clock = field(default_factory=SystemClock)
     rng: Rng = field(default_factory=random.Random)
     cache: ToolCache | None = None  # the tool-result cache; None: no tool is cached
+    budgets: BudgetPort = field(default_factory=NoBudgets)  # tenants' day budgets
 
 
 class Host(Protocol):

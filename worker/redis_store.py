@@ -28,7 +28,16 @@ from shared.tool_records import ToolRecord
 from worker import context, sessions
 from worker.batcher import ScriptBatcher
 from worker.lease import WorkerLease
-from worker.ports import Acquired, Clock, FencedError, NotAcquired, Outbox, SeqConflictError, SessionUpdate
+from worker.ports import (
+    Acquired,
+    Clock,
+    FencedError,
+    NotAcquired,
+    Outbox,
+    SeqConflictError,
+    SessionUpdate,
+    UsageTally,
+)
 
 __all__ = ["Beat", "RedisRunStore", "RedisSessionStore", "beat", "forget_worker"]
 
@@ -48,6 +57,7 @@ class RedisRunStore:
     ) -> None:
         self.parts = parts
         self.part = part
+        self.slot = part.slot  # a budget settlement in this slot goes with a commit (commit.lua)
         self.lease = lease
         self.batcher = batcher
         self.scripts = scripts
@@ -119,6 +129,7 @@ class RedisRunStore:
         error_code: str = "",
         children: bytes | None = None,
         usage: Usage | None = None,
+        tally: UsageTally | None = None,
     ) -> int:
         """Append events, write the checkpoint, claims and tool records: one round trip."""
         self._check_lease()
@@ -154,6 +165,16 @@ class RedisRunStore:
         own = [*self._keys, self.part.worker_lease(self.lease_id)]
         if session is not None:
             own += self.part.session_keys(session.session_id)
+        if tally is not None and status:
+            args += [tally.ttl_s, len(tally.increments)]
+            for f, n in tally.increments:
+                args += [f, n]
+            own.append(self.part.usage_day(tally.tenant, tally.day))
+        else:
+            args += ["", 0]
+        if (st := outbox.settle) is not None:
+            args += [st.member, st.tokens, st.nano_usd, st.ttl_ms]
+            own += st.keys
         self.round_trips += 1
         r = await self._run(self.scripts.commit, own, args)
         verdict = text(r[0])

@@ -24,6 +24,7 @@ from producer.api import (
     routes_runs,
     routes_schedules,
     routes_ui,
+    routes_usage,
     sse,
 )
 from producer.api.errors import OrjsonResponse
@@ -111,6 +112,7 @@ def create_app(
         routes_catalog.router,
         routes_pool.router,
         routes_schedules.router,
+        routes_usage.router,
         routes_ui.router,
     ):
         app.include_router(router)

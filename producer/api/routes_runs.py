@@ -31,7 +31,7 @@ from shared.loop import unless_closing
 
 __all__ = ["QUOTA_CODES", "ApprovalsBody", "BatchBody", "router", "run_links"]
 
-QUOTA_CODES = ("quota_exceeded", "rate_limited")
+QUOTA_CODES = ("quota_exceeded", "rate_limited", "budget_exhausted")
 router = APIRouter()
 
 

@@ -10,7 +10,12 @@
 --   parsing the checkpoint), the ending's error code ('' = none; a field, for listings), the
 --   children of the current tool round ('' = unchanged; JSON [{toolCallId, runId}]: sub-agents),
 --   the run's usage so far when it changed: input tokens ('' = unchanged), output tokens, estimated
---   ('1'/'0'), cost USD ('' = none); kept as fields so GET shows it while running and a batch sums it.
+--   ('1'/'0'), cost USD ('' = none); kept as fields so GET shows it while running and a batch sums it;
+--   the usage tally's ttl s ('' = none), nUsage, then field, increment per field: with a terminal
+--   status, the run's usage added to its tenant's usage hash of the day (keys.Partition.usage_day,
+--   in KEYS after the session's), then a budget settlement: the hold's member ('' = none), actual
+--   tokens, actual nano-USD, keys' ttl ms (budget.lua; the tenant's day budget hash and holds zset
+--   last in KEYS, in this run's slot).
 local h = redis.call('HMGET', KEYS[1], F.EPOCH, F.LAST_SEQ, F.OWNER, F.STATUS, F.WEBHOOK, F.CLAIMS)
 if not h[1] then return {'missing'} end
 if tonumber(h[1]) ~= tonumber(ARGV[1]) then return {'fenced', h[1]} end
@@ -77,6 +82,11 @@ local error_code = ARGV[i + 3] or ''
 local children = ARGV[i + 4] or ''
 local usage = nil
 if (ARGV[i + 5] or '') ~= '' then usage = {ARGV[i + 5], ARGV[i + 6], ARGV[i + 7], ARGV[i + 8]} end
+local usage_ttl = ARGV[i + 9] or ''
+local nu = tonumber(ARGV[i + 10] or '0')
+local settle_at = i + 11 + 2 * nu
+local settle = (ARGV[settle_at] or '') ~= ''
+local usage_key = KEYS[#KEYS - (settle and 2 or 0)]
 -- The run hash's fields this commit changes, in one HSET at the end.
 local run_fields = {}
 local function set(k, v) run_fields[#run_fields + 1] = k; run_fields[#run_fields + 1] = v end
@@ -105,6 +115,10 @@ elseif is_terminal(status) then
   redis.call('ZREM', LIVE, ARGV[4])
   redis.call('ZREM', AWAITING, ARGV[4])
   if h[5] and h[5] ~= '' then redis.call('LPUSH', WEBHOOKS, ARGV[4]) end
+  if usage_ttl ~= '' then
+    for k = i + 11, i + 10 + 2 * nu, 2 do redis.call('HINCRBY', usage_key, ARGV[k], ARGV[k + 1]) end
+    redis.call('EXPIRE', usage_key, usage_ttl)
+  end
   redis.call('HSET', KEYS[1], unpack(run_fields)); run_fields = {}
   ending_handoff(KEYS[1], ARGV[4], status)
   if sid ~= '' then
@@ -159,4 +173,8 @@ elseif status == S.AWAITING_CHILDREN then
   end
 end
 if #run_fields > 0 then redis.call('HSET', KEYS[1], unpack(run_fields)) end
+if settle then
+  budget_settle(KEYS[#KEYS - 1], KEYS[#KEYS], ARGV[settle_at], ARGV[settle_at + 1], ARGV[settle_at + 2],
+    ARGV[settle_at + 3])
+end
 return {'ok', tostring(last)}

@@ -17,7 +17,7 @@ import pytest
 from agentmill_client.models import EventKind
 from agentmill_client.statuses import RunStatus
 from shared import keys
-from shared.fields import BatchField, RunField, ScheduleField, SessionField
+from shared.fields import BatchField, BudgetField, RunField, ScheduleField, SessionField
 from shared.scripts import LUA_DIR, NAMES, SCRIPTS, render, source
 
 # The quoted literals that spell such a name but mean something else, each counted: a new literal
@@ -34,7 +34,16 @@ OTHER_MEANINGS = {
     ("capacity_acquire.lua", "paused"): 1,  # the limiter's verdict, not a schedule's field
     ("schedule_pause.lua", "paused"): 1,  # the script's verdict
 }
-NAMED = {*RunField, *RunStatus, *BatchField, *SessionField, *ScheduleField, *EventKind, *keys.INDEX_DIMS}
+NAMED = {
+    *RunField,
+    *RunStatus,
+    *BatchField,
+    *SessionField,
+    *ScheduleField,
+    *BudgetField,
+    *EventKind,
+    *keys.INDEX_DIMS,
+}
 
 
 def _literals() -> Counter[tuple[str, str]]:
@@ -53,11 +62,12 @@ def test_no_field_or_status_is_spelled_in_the_lua_but_by_its_token() -> None:
 def test_every_token_is_filled_in_with_its_python_value() -> None:
     for name in SCRIPTS:
         rendered = render(source(name))
-        assert not re.search(r"\b(F|S|BATCH|SESSION|SCHED|EVENT|DIM)\.[A-Z]", rendered), name
+        assert not re.search(r"\b(F|S|BATCH|SESSION|SCHED|BUDGET|EVENT|DIM)\.[A-Z]", rendered), name
     assert render(
         "h[F.LAST_SEQ], S.AWAITING_HUMAN, BATCH.DONE, SESSION.ACTIVE_RUN, SCHED.NEXT_FIRE, EVENT.ERROR, DIM.META"
     ) == ("h['lastSeq'], 'awaiting_human', 'done', 'activeRun', 'nextFire', 'error', 'meta'")
-    assert set(NAMES) == {"F", "S", "BATCH", "SESSION", "SCHED", "EVENT"}
+    assert set(NAMES) == {"F", "S", "BATCH", "SESSION", "SCHED", "BUDGET", "EVENT"}
+    assert render("BUDGET.HELD_TOKENS") == "'heldTokens'"
     # a lowercase member (a Lua table's field, ctx().run) is no token
     assert render("local c = ctx(); return c.run, f.epoch") == "local c = ctx(); return c.run, f.epoch"
 

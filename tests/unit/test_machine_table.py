@@ -93,6 +93,9 @@ def events_for(node: str) -> list[tuple[m.Event, m.RunState]]:
         ]
     if node == m.CALLING:
         cases.append((m.ModelStreamOpened(T0), s))
+        cases.append(
+            (m.BudgetRefused(T0, "tenant-a's tokensPerDay: spent 90, reserved 0, this call 20 > 100"), s)
+        )
     if node == m.RETRYING:
         cases += [
             (m.RetryTimerFired(T0), s),
@@ -277,6 +280,7 @@ SAMPLE_EVENTS: list[m.Event] = [
     m.ModelStreamOpened(T0), text_reply(), failure(), m.RetryTimerFired(T0), result("c1"),
     m.ApprovalsDecided(T0, {}), m.CompactionDone(T0, [], 0, "x"), m.AbortRequested(T0), m.DeadlineReached(T0),
     m.ClientResultsReceived(T0, {}), m.StartRejected(T0, "configuration", "x"), restored(None),
+    m.BudgetRefused(T0, "x"),
 ]  # fmt: skip
 
 

@@ -36,6 +36,7 @@ from worker.machine.commands import (
 from worker.machine.events import (
     AbortRequested,
     ApprovalsDecided,
+    BudgetRefused,
     ChildrenEnded,
     ChildrenStarted,
     ClientResultsReceived,
@@ -86,6 +87,7 @@ __all__ = [
     "AwaitChildren",
     "AwaitClient",
     "AwaitHuman",
+    "BudgetRefused",
     "CallModel",
     "CallPhase",
     "ChildrenEnded",

@@ -54,6 +54,10 @@ class ModelRequest:
     iterations: int = 0  # successful replies so far (a scripted model's position is iterations + failures)
     purpose: str = "turn"  # "turn" | "summary" (a compaction summary, not a step of the run)
     response_format: ResponseFormat | None = None  # asked of providers that support it natively
+    reserve_tokens: int = (
+        0  # the call's worst case (prompt estimate + maxTokens): a tenant's budget reserves it
+    )
+    reserve_cost_usd: float | None = None  # and its cost by the model's pricing (None: no pricing)
 
 
 @dataclass(frozen=True, slots=True)

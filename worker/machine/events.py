@@ -14,6 +14,7 @@ from worker.policy import ModelFailure
 __all__ = [
     "AbortRequested",
     "ApprovalsDecided",
+    "BudgetRefused",
     "ChildrenEnded",
     "ChildrenStarted",
     "ClientResultsReceived",
@@ -159,6 +160,15 @@ class AbortRequested:
 
 
 @dataclass(frozen=True, slots=True)
+class BudgetRefused:
+    """The tenant's budget for the day cannot afford the model call about to start (nothing was
+    sent to the provider): the message carries the figures."""
+
+    now_ms: int
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class DeadlineReached:
     now_ms: int
 
@@ -196,6 +206,7 @@ Event = (
     | ChildrenEnded
     | CompactionDone
     | AbortRequested
+    | BudgetRefused
     | DeadlineReached
     | StartRejected
     | EffectCrashed

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from agentmill_client.models import EventKind, Message, RunError, RunStatus
 from worker import policy
+from worker.machine.budget import BUDGET_EXCEEDED
 from worker.machine.commands import CallModel, Command, Compact, Decision, Emit, LoadContext, Wait
 from worker.machine.events import (
     AbortRequested,
+    BudgetRefused,
     CompactionDone,
     ContextLoaded,
     DeadlineReached,
@@ -42,6 +44,7 @@ from worker.machine.window import initial_window
 
 __all__ = [
     "on_abort",
+    "on_budget_refused",
     "on_compacted",
     "on_context_loaded",
     "on_crashed",
@@ -210,6 +213,11 @@ def on_compacted(s: RunState, e: CompactionDone) -> Decision:
 
 def on_abort(s: RunState, e: AbortRequested) -> Decision:
     return finish(s, RunStatus.ABORTED, [], error=RunError(code="aborted", message=e.reason))
+
+
+def on_budget_refused(s: RunState, e: BudgetRefused) -> Decision:
+    """The tenant's day cannot afford the call about to start: the run ends before it."""
+    return finish(s, RunStatus.FAILED, [], error=RunError(code=BUDGET_EXCEEDED, message=e.message))
 
 
 def on_deadline(s: RunState, e: DeadlineReached) -> Decision:

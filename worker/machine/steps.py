@@ -14,6 +14,7 @@ from agentmill_client import limits
 from agentmill_client.codec import to_jsonable
 from agentmill_client.models import EventKind, Message, RunError, RunResult, RunStatus
 from worker import policy
+from worker.machine.budget import unaffordable, worst_case
 from worker.machine.commands import CallModel, Command, Compact, Decision, Emit, Finish, ModelRequest
 from worker.machine.state import CallPhase, Phase, RunState
 from worker.machine.window import windowed_history
@@ -71,6 +72,11 @@ def next_model_call(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
 
 
 def call_model(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
+    """Ask the model, if the run's budget affords the call's worst case; else end budget_exceeded."""
+    messages = _messages_of(s)
+    spent = s.usage.input_tokens + s.usage.output_tokens
+    if (err := unaffordable(s.cfg, spent, s.usage.cost_usd, messages)) is not None:
+        return finish(s, RunStatus.FAILED, cmds, error=err)
     s = up(
         s,
         phase=Phase.MODEL_RUNNING,
@@ -108,11 +114,17 @@ def build_messages(s: RunState) -> list[Message]:
     return [Message(role="system", content=s.cfg.system_prompt), *windowed_history(s), *s.transcript]
 
 
-def request_of(s: RunState) -> ModelRequest:
-    cfg = s.cfg
+def _messages_of(s: RunState) -> list[Message]:
     messages = build_messages(s)
     if s.final_call:
         messages.append(Message(role="user", content=FINAL_ANSWER_PROMPT.format(limit=s.final_call)))
+    return messages
+
+
+def request_of(s: RunState) -> ModelRequest:
+    cfg = s.cfg
+    messages = _messages_of(s)
+    prompt, out, cost = worst_case(cfg, messages)
     return ModelRequest(
         run_id=s.run_id,
         session_id=s.session_id,
@@ -123,6 +135,8 @@ def request_of(s: RunState) -> ModelRequest:
         failures=s.failures,
         iterations=s.iterations,
         response_format=cfg.response_format,
+        reserve_tokens=prompt + out,
+        reserve_cost_usd=cost,
     )
 
 

@@ -17,6 +17,7 @@ from worker.machine.commands import Decision
 from worker.machine.events import (
     AbortRequested,
     ApprovalsDecided,
+    BudgetRefused,
     ChildrenEnded,
     ChildrenStarted,
     ClientResultsReceived,
@@ -37,6 +38,7 @@ from worker.machine.events import (
 )
 from worker.machine.handlers import (
     on_abort,
+    on_budget_refused,
     on_compacted,
     on_context_loaded,
     on_crashed,
@@ -119,6 +121,7 @@ TABLE: dict[str, dict[type[Any], Rule]] = {
     },
     CALLING: {
         ModelStreamOpened: _rule(on_stream_opened, STREAMING),
+        BudgetRefused: _rule(on_budget_refused, FAILED),
         ModelReplied: _rule(on_replied, COMPLETED, TOOL_RUNNING, AWAITING_HUMAN, AWAITING_TOOLS, CALLING, COMPACTING, FAILED, RETRYING),
         ModelFailed: _rule(on_failed, RETRYING, COMPACTING, FAILED),
         Resumed: _rule(on_resumed_model, CALLING),

@@ -15,7 +15,7 @@ from worker.config import RunConfig
 from worker.machine import Emit, RunState
 from worker.machine.children import children_record
 from worker.observer import Observer
-from worker.ports import Clock, Outbox, RunStore, SessionUpdate
+from worker.ports import Clock, Outbox, RunStore, SessionUpdate, UsageTally
 
 __all__ = ["Commits"]
 
@@ -48,6 +48,7 @@ class Commits:
         approval_timeout_ms: int | None = None,
         run_deadline_ms: int | None = None,
         error_code: str = "",
+        tally: UsageTally | None = None,
     ) -> None:
         """The buffer, the step's events, its claims and records and the checkpoint: one fenced write."""
         async with self.lock:
@@ -57,7 +58,7 @@ class Commits:
             kids = orjson.dumps(children_record(state))
             usage = state.usage if state.usage != self._usage else None  # with the usage event
             await self.store.commit(
-                Outbox(events, outbox.claims, outbox.records),
+                Outbox(events, outbox.claims, outbox.records, outbox.settle),
                 checkpoint=ckpt,
                 status=status,
                 aux=aux,
@@ -68,6 +69,7 @@ class Commits:
                 error_code=error_code,
                 children=kids if kids != self._children else None,
                 usage=usage,
+                tally=tally,
             )
             self.ckpt_seq = last
             self._children = kids

@@ -43,20 +43,13 @@ from worker.machine import (
     Started,
     notices,
 )
-from worker.ports import (
-    Acquired,
-    FencedError,
-    Host,
-    NotAcquired,
-    Outbox,
-    RunPorts,
-    SeqConflictError,
-)
+from worker.ports import Acquired, FencedError, Host, NotAcquired, Outbox, RunPorts, SeqConflictError
 from worker.runner import opening
 from worker.runner.commits import Commits
 from worker.runner.effect import EffectContext, FlushDeltas, ToolRecorded
 from worker.runner.effects import start as start_effect
 from worker.runner.parking import Park, ending_error, parking
+from worker.runner.tally import usage_tally
 from worker.sessions import session_update
 
 __all__ = ["RunDriver"]
@@ -168,6 +161,7 @@ class RunDriver:
             logs.run_context.set({**(logs.run_context.get() or {}), "sessionId": run_input.session_id})
         self.fx.hints = dict(run_input.runtime_hints or {})
         self.is_child = bool(acq.ancestry)
+        self.fx.tenant = acq.tenant
         self.records.update(acq.tool_records)
         resumed = acq.checkpoint is not None
         now = self.clock.now_ms()
@@ -268,9 +262,13 @@ class RunDriver:
                 effects.append(c)
         if recorded is not None:
             outbox.records.append(recorded)
+        if outbox and self.fx.settle is not None:  # a model call's budget settlement: with its reply
+            outbox.settle, self.fx.settle = self.fx.settle, None
         if finish is not None:
             await self._cancel_tasks()
-            session = session_update(self.state, finish.result, self.clock.now_ms())
+            now = self.clock.now_ms()
+            session = session_update(self.state, finish.result, now)
+            days = self.host.settings.usage_retention_days
             await self.out.step(
                 self.state,
                 outbox,
@@ -278,6 +276,7 @@ class RunDriver:
                 aux=encode(finish.result),
                 session=session,
                 error_code=ending_error(finish.result),
+                tally=usage_tally(self.state, finish.result, self.fx.tenant, now, days),
             )
             self._finished(finish.result)
             if self.is_child or self.state.children:  # what the ending owes a parent or children

@@ -16,7 +16,7 @@ from typing import Any
 from shared.profiles import AgentProfile
 from shared.tool_records import ToolRecord
 from worker.machine import Event, RunState, ToolFinished
-from worker.ports import Host, RunPorts
+from worker.ports import Host, RunPorts, Settlement
 from worker.runner.commits import Commits
 
 __all__ = ["EffectContext", "FlushDeltas", "Posted", "ToolRecorded"]
@@ -52,7 +52,7 @@ Posted = Event | FlushDeltas | ToolRecorded
 class EffectContext:
     """One per run, built by its driver: what every effect of the run may use."""
 
-    __slots__ = ("clock", "hints", "host", "out", "ports", "post", "records", "run_id")
+    __slots__ = ("clock", "hints", "host", "out", "ports", "post", "records", "run_id", "settle", "tenant")
 
     def __init__(
         self,
@@ -71,6 +71,8 @@ class EffectContext:
         self.records = records  # the run's tool records, read-only here
         self.hints: dict[str, Any] = {}  # the run's runtime hints, set once its input is read
         self.post = post  # the run's inbox
+        self.tenant = ""  # the run's tenant ('' = the default tenant), set once it is acquired
+        self.settle: Settlement | None = None  # a model call's budget settlement for the next step's commit
 
     def now_ms(self) -> int:
         return self.clock.now_ms()

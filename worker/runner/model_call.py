@@ -12,10 +12,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from agentmill_client.models import EventKind, Message, ToolCall, Usage
-from worker import context, policy
+from worker import context, failpoints, policy
 from worker.compaction import SUMMARY_PROMPT
 from worker.limiter import limited
 from worker.machine import (
+    BudgetRefused,
     Compact,
     CompactionDone,
     ModelFailed,
@@ -28,7 +29,7 @@ from worker.machine import (
 )
 from worker.models.base import ModelCallError, ReasoningDelta, StreamEnd, TextDelta, ToolCallDelta
 from worker.policy import ModelFailure
-from worker.ports import Capacity
+from worker.ports import BudgetHold, Capacity
 from worker.runner.effect import EffectContext, FlushDeltas
 
 __all__ = ["SUMMARY_PROMPT", "ModelStream", "call_model", "summarise"]
@@ -107,11 +108,18 @@ async def call_model(cx: EffectContext, state: RunState, req: ModelRequest) -> N
     calls: dict[int, dict[str, str]] = {}
     end = StreamEnd()  # a provider that stops without a StreamEnd said nothing about the ending
     held: Capacity | None = None
+    hold: BudgetHold | None = None
     cx.check_lease("a model call")
     flush_s = cx.host.settings.delta_flush_ms / 1000.0
     try:
         profile = cx.profile(state)
         provider = cx.ports.models.provider(profile)
+        if cx.ports.budgets.limited(cx.tenant):
+            got = await _reserve(cx, req)
+            if isinstance(got, str):  # the tenant's day cannot afford this call: it is not made
+                cx.post(BudgetRefused(cx.now_ms(), got))
+                return
+            hold = got
         held = await _capacity(cx, state, req)
         t0 = s.last_flush = loop.time()  # the call starts once it has capacity
         # aclosing: a cancel that lands outside the generator (e.g. while flushing deltas) must
@@ -139,16 +147,23 @@ async def call_model(cx: EffectContext, state: RunState, req: ModelRequest) -> N
                     s.flush_due(loop.time())
     except ModelCallError as exc:
         s.drop_unpublished()
+        if hold is not None:
+            await hold.settle(0, None)  # a failed call: its usage is unknown, its hold released
         await _throttled(cx, state, exc.failure)
         obs.model_call("error", latency_s=loop.time() - t0, ttft_s=ttft)
         s.failed(exc.failure)
         return
     except asyncio.CancelledError:
         s.drop_unpublished()
+        if hold is not None:  # an abort or the drain's timeout: the hold goes now, not at its expiry
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(asyncio.shield(hold.settle(0, None)), 2.0)
         raise
     except Exception as exc:  # a provider bug must fail the run with a reason, not hang it
         log.exception("run %s: provider crashed", cx.run_id)
         s.drop_unpublished()
+        if hold is not None:
+            await hold.settle(0, None)
         obs.model_call("error", latency_s=loop.time() - t0, ttft_s=ttft)
         s.failed(ModelFailure(kind="internal", message=f"{type(exc).__name__}: {exc}"))
         return
@@ -156,9 +171,12 @@ async def call_model(cx: EffectContext, state: RunState, req: ModelRequest) -> N
         if held is not None:
             u = end.usage
             await held.release(u.input_tokens + u.output_tokens if u is not None else None)
+    u = end.usage
     try:
         msg = _assemble(req, text, calls)
     except ValidationError as exc:  # over a bound (content, arguments, names): not retried
+        if hold is not None:
+            await hold.settle(u.input_tokens + u.output_tokens if u else 0, u.cost_usd if u else None)
         obs.model_call("error", latency_s=loop.time() - t0, ttft_s=ttft)
         detail = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:3])
         s.failed(ModelFailure(kind="invalid", message=f"the model's reply is not a valid message: {detail}"))
@@ -168,6 +186,16 @@ async def call_model(cx: EffectContext, state: RunState, req: ModelRequest) -> N
     obs.model_call(outcome, latency_s=loop.time() - t0, ttft_s=ttft)
     usage = policy.call_usage(end.usage, req.messages, msg, profile.provider.pricing)
     obs.tokens_used(usage, agent=profile.name, model=profile.provider.model_name)
+    if hold is not None:
+        spent = usage.input_tokens + usage.output_tokens
+        # In the run's slot, the settlement is written by the commit of this reply (no round trip of
+        # its own; a worker dying before that commit leaves the hold to expire). Elsewhere it is
+        # settled before that commit (a worker dying between them: the call counts, and so does its
+        # repetition by the next worker: both were made).
+        if hold.slot == cx.ports.store.slot:
+            cx.settle = hold.settlement(spent, usage.cost_usd)
+        else:
+            await hold.settle(spent, usage.cost_usd)
     if end.finish_reason is None:
         s.drop_unpublished()
     s.replied(msg, end, usage)
@@ -186,6 +214,16 @@ def _assemble(req: ModelRequest, text: list[str], calls: dict[int, dict[str, str
     ]
     reply = Message(role="assistant", content="".join(text), tool_calls=tool_calls or None)
     return identify(reply, req.model_call_index, req.messages)
+
+
+async def _reserve(cx: EffectContext, req: ModelRequest) -> BudgetHold | str:
+    """Hold the call's worst case on its tenant's day budget (worker/budgets.py); a str: refused.
+    The failpoint ``after_budget_reserve`` kills the worker between the hold and its settlement."""
+    hold_id = f"{cx.run_id}.{req.model_call_index}.{req.attempt}.{cx.ports.rng.random():.9f}"[:200]
+    got = await cx.ports.budgets.reserve(cx.tenant, hold_id, req.reserve_tokens, req.reserve_cost_usd)
+    if not isinstance(got, str):
+        failpoints.hit("after_budget_reserve")
+    return got
 
 
 async def _capacity(cx: EffectContext, state: RunState, req: ModelRequest) -> Capacity | None:

@@ -38,6 +38,9 @@ __all__ = [
     "ToolResultVerdict",
     "ToolResultsAnswer",
     "ToolResultsBody",
+    "UsageAnswer",
+    "UsageDay",
+    "UsageTotals",
 ]
 
 
@@ -292,3 +295,28 @@ class PoolAnswer(BaseModel):
     partitions: list[PoolPartition]
     minutes: list[PoolMinute] = Field(description="the last hour, oldest first; the current minute last")
     lastHour: dict[str, int] = Field(description="the minutes' sums")
+
+
+class UsageTotals(BaseModel):
+    inputTokens: int = 0
+    outputTokens: int = 0
+    costUsd: float = Field(default=0.0, description="by the models' pricing (0 for unpriced models)")
+    runs: int = Field(default=0, description="runs that ended")
+
+
+class UsageDay(BaseModel):
+    day: str = Field(description="a UTC day, YYYY-MM-DD")
+    agents: dict[str, UsageTotals] = Field(description="by agent (profile); only agents with runs that day")
+    total: UsageTotals
+
+
+class UsageAnswer(BaseModel):
+    """``GET /v1/usage``: the tenant's usage by UTC day and agent, counted when each run ends (a run
+    counts on the day it ended, with all its model calls)."""
+
+    from_: str = Field(alias="from")
+    to: str
+    days: list[UsageDay] = Field(description="every day of the range, oldest first")
+    total: UsageTotals
+
+    model_config = {"populate_by_name": True}

@@ -32,6 +32,7 @@ from agentmill_client.api import (
     RunSummary,
     RunView,
     ToolResultsAnswer,
+    UsageAnswer,
 )
 from agentmill_client.codec import to_jsonable
 from agentmill_client.errors import ApiError
@@ -132,6 +133,12 @@ class AsyncClient(AsyncScheduleCalls):
             if page.next is None:
                 return
             cursor = page.next
+
+    async def usage(self, *, start: str | None = None, end: str | None = None) -> UsageAnswer:
+        """The tenant's usage by UTC day and agent, ``start`` to ``end`` (YYYY-MM-DD, at most 92 days;
+        default: the 30 days to today)."""
+        params = {k: v for k, v in (("from", start), ("to", end)) if v}
+        return UsageAnswer.model_validate(wire.check(await self.http.get("/v1/usage", params=params)))
 
     async def get_batch(self, batch_id: str) -> BatchView:
         return BatchView.model_validate(wire.check(await self.http.get(f"/v1/batches/{batch_id}")))
@@ -331,6 +338,9 @@ class Client(ScheduleCalls):
 
     def get_batch(self, batch_id: str) -> BatchView:
         return self._run(self._async.get_batch(batch_id))  # type: ignore[no-any-return]
+
+    def usage(self, *, start: str | None = None, end: str | None = None) -> UsageAnswer:
+        return self._run(self._async.usage(start=start, end=end))  # type: ignore[no-any-return]
 
     def wait_batch(self, batch_id: str, *, timeout: float = 300.0, every: float = 0.5) -> BatchView:
         return self._run(self._async.wait_batch(batch_id, timeout=timeout, every=every))  # type: ignore[no-any-return]

@@ -24,6 +24,7 @@ from agentmill_client.statuses import TERMINAL, RunStatus
 __all__ = [
     "IMAGE_PLACEHOLDER",
     "ApprovalDecision",
+    "Budget",
     "ClientTool",
     "ClientToolResult",
     "ContentPart",
@@ -166,6 +167,16 @@ class LoopLimits(Model):
     max_depth: int | None = Field(default=None, ge=0, le=10)  # sub-agent nesting (default 3)
 
 
+class Budget(Model):
+    """``RunInput.budget`` (and a profile's): the most a run may spend on model calls. Before each
+    call the worker reserves the call's worst case (its prompt estimate + the model's maxTokens, and
+    their cost by the model's pricing); a run that cannot afford its next call ends ``failed`` with
+    ``lastError.code = "budget_exceeded"``. maxCostUsd applies to priced models only."""
+
+    max_tokens: int | None = Field(default=None, ge=1, le=10**12)
+    max_cost_usd: float | None = Field(default=None, gt=0, le=1e9, allow_inf_nan=False)
+
+
 def _local_refs_only(value: Any) -> bool:
     """Every ``$ref`` inside points into the schema itself (``#…``): nothing is fetched or resolved
     elsewhere when an answer is validated."""
@@ -288,6 +299,7 @@ class RunInput(Model):
     tool_order: list[str] | None = Field(default=None, max_length=limits.MAX_TOOL_NAMES)
     tool_policy: ToolPolicy | None = None
     loop_limits: LoopLimits | None = None
+    budget: Budget | None = None  # narrowed by the profile's (it can only narrow)
     auto_create_session: bool | None = None
     multitask_strategy: MultitaskStrategy | None = None
     runtime_init_data: dict[str, Any] | None = None

@@ -1,0 +1,114 @@
+"""Tenants' day budgets, pool-wide (``tokensPerDay``, ``costUsdPerDay`` in AGENTMILL_TENANT_QUOTAS):
+the Redis side of the ``BudgetPort`` (worker/ports.py).
+
+Before a model call the runner reserves the call's worst case (the machine's ``ModelRequest``
+reserve: prompt estimate + maxTokens, and its cost) on the tenant's budget of the UTC day, one
+script at the tenant's home partition (budget_reserve.lua: spent + held + this <= limit, else
+refused); after the call it settles the hold with the actual usage (budget.lua): with the run's
+commit of the reply when the tenant's budget lives in the run's slot (one partition: always), else
+by a call of its own (budget_settle.lua) before that commit. Every
+worker reserves on the same key (one slot per tenant), so the tenant cannot overspend by more than
+its calls' holds allow, whichever workers and partitions its runs are on. A hold lives
+``AGENTMILL_BUDGET_HOLD_MS``: one whose worker died before settling is released by the next reserve.
+Costs travel as integers of nano-USD, so Redis sums them exactly.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from shared import keys
+from shared.clock import now_ms, utc_day
+from shared.partitions import Partitions
+from shared.quotas import DEFAULT_TENANT, NANO_USD, Quotas
+from shared.scripts import Scripts, text
+from worker.models.base import ModelCallError
+from worker.ports import BudgetHold, Settlement
+
+__all__ = ["KEYS_TTL_MS", "RedisBudgetHold", "TenantBudgets", "nano_usd"]
+
+log = logging.getLogger("agentmill.budgets")
+
+KEYS_TTL_MS = 2 * 86_400_000  # a day's budget keys outlive their day by a day (late settlements)
+
+
+def nano_usd(cost_usd: float | None) -> int:
+    return round((cost_usd or 0.0) * NANO_USD)
+
+
+class RedisBudgetHold:
+    __slots__ = ("_budgets", "_keys", "_member", "_part", "slot")
+
+    def __init__(self, budgets: TenantBudgets, part: keys.Partition, k: list[str], member: str) -> None:
+        self._budgets, self._part, self._keys, self._member = budgets, part, k, member
+        self.slot = part.slot
+
+    def settlement(self, tokens: int, cost_usd: float | None) -> Settlement:
+        return Settlement(self._keys, self._member, max(0, tokens), max(0, nano_usd(cost_usd)), KEYS_TTL_MS)
+
+    async def settle(self, tokens: int, cost_usd: float | None) -> None:
+        """Best effort: a settlement that cannot reach Redis leaves the hold to expire (released)."""
+        args = [self._member, max(0, tokens), max(0, nano_usd(cost_usd)), KEYS_TTL_MS]
+        try:
+            await self._budgets.run(self._budgets.scripts.budget_settle, self._part, self._keys, args)
+        except RedisError as exc:
+            log.warning("budget hold %s not settled (%s): it is released when it expires", self._member, exc)
+
+
+class TenantBudgets:
+    """BudgetPort on Redis."""
+
+    def __init__(self, parts: Partitions[Any], scripts: Scripts, quotas: Quotas, hold_ms: int) -> None:
+        self.parts = parts
+        self.scripts = scripts
+        self.quotas = quotas
+        self.hold_ms = hold_ms
+
+    def limited(self, tenant: str) -> bool:
+        return self.quotas.of(tenant or DEFAULT_TENANT).budgeted
+
+    async def run(self, script: Any, part: keys.Partition, k: list[str], a: list[Any]) -> Any:
+        async def go(c: Any) -> Any:
+            return await script(keys=k, args=a, client=c)
+
+        return await self.parts.call(part, go)
+
+    async def reserve(
+        self, tenant: str, hold_id: str, tokens: int, cost_usd: float | None
+    ) -> BudgetHold | str:
+        tenant = tenant or DEFAULT_TENANT
+        q = self.quotas.of(tenant)
+        day = utc_day(now_ms())
+        part = self.parts.home(tenant)
+        k = [part.tenant_budget(tenant, day), part.tenant_budget_holds(tenant, day)]
+        nano = nano_usd(cost_usd)
+        args = [
+            hold_id,
+            tokens,
+            nano,
+            q.tokens_per_day,
+            nano_usd(q.cost_usd_per_day),
+            self.hold_ms,
+            KEYS_TTL_MS,
+        ]
+        try:
+            reply = await self.run(self.scripts.budget_reserve, part, k, args)
+        except RedisError as exc:
+            raise ModelCallError("connection", f"the tenant budget could not reach Redis: {exc}") from None
+        if text(reply[0]) == "ok":
+            return RedisBudgetHold(self, part, k, f"{hold_id}|{tokens}|{nano}")
+        which, spent, held, this, limit = text(reply[1]), *(int(text(x)) for x in reply[2:6])
+        if which == "tokens":
+            return (
+                f"tenant {tenant!r} tokensPerDay={limit} ({day} UTC): spent {spent}, held {held} by calls in "
+                f"flight, the next model call reserves {this}; {spent + held + this} > {limit}"
+            )
+        usd = [v / NANO_USD for v in (spent, held, this, limit)]
+        return (
+            f"tenant {tenant!r} costUsdPerDay={usd[3]:g} ({day} UTC): spent ${usd[0]:.6f}, held ${usd[1]:.6f} "
+            f"by calls in flight, the next model call reserves ${usd[2]:.6f}; "
+            f"${usd[0] + usd[1] + usd[2]:.6f} > ${usd[3]:g}"
+        )

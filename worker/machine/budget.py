@@ -1,0 +1,50 @@
+"""Run budgets (``RunInput.budget``, narrowed by the profile's): can the run afford its next model call?
+
+A call's worst case is its prompt estimate plus the model's maxTokens, and their cost by the model's
+pricing. The run affords the call when what it spent so far (``RunState.usage``) plus that worst
+case stays within each limit; else it ends ``failed`` with ``budget_exceeded`` before the call, so it
+never exceeds its budget. Pure: both the usage and the budget are in the state.
+"""
+
+from __future__ import annotations
+
+from agentmill_client.models import Message, RunError
+from worker import policy
+from worker.config import RunConfig
+
+__all__ = ["BUDGET_EXCEEDED", "unaffordable", "worst_case"]
+
+BUDGET_EXCEEDED = "budget_exceeded"
+
+
+def worst_case(cfg: RunConfig, messages: list[Message]) -> tuple[int, int, float | None]:
+    """(prompt estimate, maxTokens, their cost in USD or None without pricing) of a call."""
+    prompt = policy.estimate_tokens(messages)
+    out = cfg.reserve_output_tokens
+    cost = cfg.pricing.cost_usd(prompt, out) if cfg.pricing is not None else None
+    return prompt, out, cost
+
+
+def unaffordable(
+    cfg: RunConfig, spent_tokens: int, spent_cost: float | None, messages: list[Message]
+) -> RunError | None:
+    """Why the run cannot afford a call with this prompt (the figures: spent, reserved, limit), or None."""
+    b = cfg.budget
+    if b is None:
+        return None
+    prompt, out, cost = worst_case(cfg, messages)
+    need = prompt + out
+    if b.max_tokens is not None and spent_tokens + need > b.max_tokens:
+        return RunError(
+            code=BUDGET_EXCEEDED,
+            message=f"budget.maxTokens={b.max_tokens}: spent {spent_tokens} tokens, the next model call "
+            f"reserves {need} (prompt ~{prompt} + maxTokens {out}); {spent_tokens + need} > {b.max_tokens}",
+        )
+    spent_usd = spent_cost or 0.0
+    if b.max_cost_usd is not None and cost is not None and spent_usd + cost > b.max_cost_usd:
+        return RunError(
+            code=BUDGET_EXCEEDED,
+            message=f"budget.maxCostUsd={b.max_cost_usd}: spent ${spent_usd:.6f}, the next model call "
+            f"reserves ${cost:.6f}; ${spent_usd + cost:.6f} > ${b.max_cost_usd}",
+        )
+    return None

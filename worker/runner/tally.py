@@ -1,0 +1,31 @@
+"""A run's usage, tallied with its terminal commit into its tenant's usage hash of the UTC day it
+ended (keys.Partition.usage_day; GET /v1/usage sums them over the partitions): tokens in and out,
+cost in nano-USD and one run, per agent."""
+
+from __future__ import annotations
+
+from agentmill_client.models import RunResult, Usage
+from shared.clock import utc_day
+from shared.fields import usage_field
+from shared.quotas import DEFAULT_TENANT, NANO_USD
+from worker.machine import RunState
+from worker.ports import UsageTally
+
+__all__ = ["usage_tally"]
+
+
+def usage_tally(
+    state: RunState, result: RunResult, tenant: str, now_ms: int, retention_days: int
+) -> UsageTally | None:
+    cfg = state.config
+    if cfg is None:  # it never started (no configuration): nothing to tally
+        return None
+    u = result.usage or Usage()
+    a = cfg.agent
+    increments = [
+        (usage_field(a, "in"), u.input_tokens),
+        (usage_field(a, "out"), u.output_tokens),
+        (usage_field(a, "cost"), round((u.cost_usd or 0.0) * NANO_USD)),
+        (usage_field(a, "runs"), 1),
+    ]
+    return UsageTally(tenant or DEFAULT_TENANT, utc_day(now_ms), increments, retention_days * 86_400)
