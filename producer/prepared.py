@@ -35,6 +35,7 @@ class Prepared:
     digest: str
     client_id: str = ""
     client_session: str = ""
+    trace: str = ""  # the submitter's trace context (RunField.TRACE), '' = none
 
 
 def meta_terms(metadata: dict[str, Any] | None) -> list[str]:
@@ -90,12 +91,12 @@ def validated(raw: RunInput | dict[str, Any], profiles: dict[str, AgentProfile] 
     return run
 
 
-def prepare(run: RunInput, scope: Scope, default_id: Callable[[RunInput], str]) -> Prepared:
+def prepare(run: RunInput, scope: Scope, default_id: Callable[[RunInput], str], trace: str = "") -> Prepared:
     """Name a valid input and serialize it once: its runId (else ``default_id(run)``), its session
     (``ses_<runId>`` when it creates one unnamed) and the ids its keys use (``scope``). The input
     hash is that of the canonical form (sorted keys, without the runId); the stored input is that
     form with the runId's key appended (ids match agentmill_client.ids.ID_PATTERN: nothing to escape).
-    Raises SubmissionError naming the field."""
+    ``trace``: the submitter's trace context, stored beside the input (not part of its hash). Raises SubmissionError naming the field."""
     if (reserved := reserved_id_error(run)) is not None:
         raise reserved
     body = to_jsonable(run)
@@ -112,6 +113,7 @@ def prepare(run: RunInput, scope: Scope, default_id: Callable[[RunInput], str]) 
     return Prepared(
         run.model_copy(update={"run_id": rid, "session_id": sid or None}), key_rid, key_sid, stored,
         hashlib.sha256(canonical).hexdigest(), rid if rid != key_rid else "", sid if sid != key_sid else "",
+        trace,
     )  # fmt: skip
 
 

@@ -67,12 +67,15 @@ class Submitter:
 
     # ---- the steps ----
 
-    def prepare(self, raw: RunInput | dict[str, Any], tenant: str, default_id: str = "") -> Prepared:
+    def prepare(
+        self, raw: RunInput | dict[str, Any], tenant: str, default_id: str = "", trace: str = ""
+    ) -> Prepared:
         """Validate one input and name it (its runId, else ``default_id``, else a generated one);
-        its body serialized once (producer.prepared.prepare). Raises SubmissionError naming the field."""
+        its body serialized once (producer.prepared.prepare); ``trace``: the submitter's trace context
+        (shared.trace_context). Raises SubmissionError naming the field."""
         scope = self.scope(tenant)
         run = validated(raw, self.profiles)
-        return prepare(run, scope, lambda r: default_id or self.generated(scope, r))
+        return prepare(run, scope, lambda r: default_id or self.generated(scope, r), trace)
 
     def place(self, run_id: str, session_id: str) -> keys.Partition:
         """The partition of the run whose keys use ``run_id`` and ``session_id`` (producer.placement)."""
@@ -135,10 +138,13 @@ class Submitter:
         tenant: str = DEFAULT_TENANT,
         idempotency_key: str | None = None,
         quota: Quota | None = None,
+        trace: str = "",
     ) -> Submitted:
         """One run: prepared, placed, admitted (its pointer claimed meanwhile when its id was chosen:
-        a generated id needs none) and sent."""
-        prep = self.prepare(raw, tenant, run_id_for_key(tenant, idempotency_key) if idempotency_key else "")
+        a generated id needs none) and sent; ``trace``: the submitter's trace context."""
+        prep = self.prepare(
+            raw, tenant, run_id_for_key(tenant, idempotency_key) if idempotency_key else "", trace
+        )
         part = self.place(prep.run_id, prep.session_id)
         chosen = self.layout.count > 1 and (claimed_id(raw) is not None or bool(idempotency_key))
         holders = await self.admit(
@@ -169,5 +175,6 @@ class Submitter:
             prep.client_id,
             prep.client_session,
             "" if item is None else str(item),
+            prep.trace,
         ]
         return self.scripts.frame(part, own, args)

@@ -47,6 +47,7 @@ class RunField(StrEnum):
     APPROVAL_TIMEOUT_MS = "approvalTimeoutMs"  # '' = none
     RUN_DEADLINE_MS = "runDeadlineMs"  # maxRunDurationMs from its start, bounds an approval wait; '' = none
     CLIENT_PENDING = "clientPending"  # awaiting_tools: the client calls it waits for (JSON)
+    TRACE = "trace"  # the submitter's W3C traceparent, then a newline and its tracestate if any; unset = none
 
 
 class BatchField(StrEnum):

@@ -67,6 +67,7 @@ class Acquired:
     approvals: dict[str, Any]
     tool_records: dict[str, ToolRecord]
     restarts: int
+    trace: str = ""  # the submitter's trace context as stored (RunField.TRACE), '' = none
 
 
 @dataclass(frozen=True, slots=True)

@@ -96,6 +96,7 @@ class RedisRunStore:
             approvals=orjson.loads(r[6]) if r[6] else {},
             tool_records=records,
             restarts=int(text(r[8])),
+            trace=text(r[9]) if len(r) > 9 else "",
         )
 
     async def commit(

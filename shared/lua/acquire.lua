@@ -3,9 +3,9 @@
 -- Refused (no_lease) unless the acquiring worker's own lease is unexpired. The same acquire sent
 -- again (its reply lost, or the batch re-sent after a failover) answers as the first did.
 local function loaded(epoch, crashes)
-  local d = redis.call('HMGET', KEYS[1], F.LAST_SEQ, F.CKPT, F.INPUT, F.ABORT, F.APPROVALS)
+  local d = redis.call('HMGET', KEYS[1], F.LAST_SEQ, F.CKPT, F.INPUT, F.ABORT, F.APPROVALS, F.TRACE)
   return {'ok', tostring(epoch), d[1] or '0', d[2] or '', d[3] or '', d[4] or '', d[5] or '',
-    redis.call('HGETALL', KEYS[3]), tostring(crashes)}
+    redis.call('HGETALL', KEYS[3]), tostring(crashes), d[6] or ''}
 end
 local h = redis.call('HMGET', KEYS[1], F.STATUS, F.GEN, F.OWNER, F.EPOCH, F.CRASHES)
 if not h[1] then return {'missing'} end

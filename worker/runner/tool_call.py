@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from agentmill_client.models import ToolCall
 from shared.tool_records import ToolRecord
-from worker import failpoints
+from worker import failpoints, tracing
 from worker.config import RECALL_TOOL
 from worker.machine import RunState, ToolFinished, notices
 from worker.ports import ToolRetry
@@ -30,15 +30,19 @@ async def run_tool(cx: EffectContext, state: RunState, call: ToolCall) -> None:
     ctx = ToolContext(cx.run_id, state.session_id, call.id, f"{cx.run_id}:{call.id}", 1,
                       state.cfg.runtime_init_data, fencing_token=store.epoch)  # fmt: skip
     cx.check_lease(f"tool call {call.name}")
-    if call.name == RECALL_TOOL:
-        result = await cx.ports.sessions.recall(state.session_id, call, cx.run_id)
-    else:
+    with tracing.tool_span(call.name, call.id, attempt=attempts, arguments=call.arguments) as span:
+        if call.name == RECALL_TOOL:
+            result = await cx.ports.sessions.recall(state.session_id, call, cx.run_id)
+        else:
 
-        async def on_retry(r: ToolRetry) -> None:
-            obs.tool_retry(r.call.name)
-            cx.out.emit(*notices.tool_attempt_failed(r.call, r.attempt, r.reason))
+            async def on_retry(r: ToolRetry) -> None:
+                obs.tool_retry(r.call.name)
+                cx.out.emit(*notices.tool_attempt_failed(r.call, r.attempt, r.reason))
+                tracing.event(span, "agentmill.tool.retry",
+                              {"agentmill.retry.attempt": r.attempt, "agentmill.retry.reason": r.reason})  # fmt: skip
 
-        result = await cx.ports.tools.execute(cx.profile(state), call, ctx, on_retry)
+            result = await cx.ports.tools.execute(cx.profile(state), call, ctx, on_retry)
+        tracing.tool_done(span, is_error=result.is_error, content=result.content)
     obs.tool_call(call.name, "error" if result.is_error else "ok", duration_s=cx.clock.monotonic() - t0)
     failpoints.hit("after_tool_effect")
     record = ToolRecord.finished(store.epoch, attempts, result)
