@@ -134,8 +134,11 @@ def _parent(run_id: str, stored: str) -> Any:
     return trace.set_span_in_context(trace.NonRecordingSpan(sc))
 
 
-def start_attempt(run_id: str, stored: str, *, agent: str, attempt: int, epoch: int, resumed: bool) -> Any:
-    """The span of one run attempt (None when off); ``stored``: the run's trace context."""
+def start_attempt(
+    run_id: str, stored: str, *, agent: str, attempt: int, crashes: int, epoch: int, resumed: bool
+) -> Any:
+    """The span of one run attempt (None when off); ``stored``: the run's trace context, ``attempt``
+    its dispatch number (one per job), ``crashes`` the workers it lost so far."""
     if _tracer is None:
         return None
     from opentelemetry.trace import SpanKind
@@ -149,6 +152,7 @@ def start_attempt(run_id: str, stored: str, *, agent: str, attempt: int, epoch: 
             "gen_ai.agent.name": agent,
             "agentmill.run.id": run_id,
             "agentmill.run.attempt": attempt,
+            "agentmill.run.crashes": crashes,
             "agentmill.run.epoch": epoch,
             "agentmill.run.resumed": resumed,
         },

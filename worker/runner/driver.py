@@ -178,8 +178,10 @@ class RunDriver:
             agent = RunInput.model_validate_json(acq.input).agent
         except ValueError:
             agent = ""
-        self.span = tracing.start_attempt(self.run_id, acq.trace, agent=agent, attempt=acq.restarts + 1,
-                                          epoch=acq.epoch, resumed=acq.checkpoint is not None)  # fmt: skip
+        self.span = tracing.start_attempt(
+            self.run_id, acq.trace, agent=agent, attempt=self.gen, crashes=acq.restarts, epoch=acq.epoch,
+            resumed=acq.checkpoint is not None,
+        )  # fmt: skip
         return tracing.attach(self.span)
 
     async def _hand_back(self, within_s: float) -> None:
