@@ -17,7 +17,7 @@ The spans (names and attributes: docs/operations.md#traces), each a child of the
   run resumes from when it parked.
 
 Message contents (the request's messages, the reply, tool arguments and results) are recorded only
-with ``AGENTMILL_TRACE_CONTENT=true``. Outbound model and HTTP tool requests carry ``traceparent``
+with ``Settings.trace_content`` on. Outbound model and HTTP tool requests carry ``traceparent``
 (``inject``).
 """
 
@@ -54,7 +54,7 @@ __all__ = [
 
 _tracer: Any = None  # an opentelemetry Tracer while traces are on; None: off
 _provider: Any = None  # the SDK TracerProvider ``configure`` made (shut down by ``shutdown``)
-_content = False  # AGENTMILL_TRACE_CONTENT
+_content = False  # Settings.trace_content
 
 WAIT_SPANS = {"awaiting_human": "await_approval", "awaiting_tools": "await_client_tools"}
 
