@@ -45,6 +45,7 @@ __all__ = [
     "model_failed",
     "model_replied",
     "on",
+    "retried",
     "shutdown",
     "start_attempt",
     "tool_done",
@@ -190,6 +191,13 @@ def end_attempt(span: Any, outcome: str) -> None:
 def event(span: Any, name: str, attributes: Mapping[str, Any]) -> None:
     if span is not None:
         span.add_event(name, {k: v for k, v in attributes.items() if v is not None})
+
+
+def retried(span: Any, status: Mapping[str, Any]) -> None:
+    """A model call the machine retries (its ``retrying`` status event's payload), on the attempt."""
+    event(span, "agentmill.retry", {"agentmill.retry.reason": str(status.get("reason", "")),
+                                    "agentmill.retry.attempt": status.get("attempt"),
+                                    "agentmill.retry.delay_ms": status.get("delayMs")})  # fmt: skip
 
 
 def wait_span(parent: Any, node: str, since_ms: int, until_ms: int, attributes: Mapping[str, Any]) -> None:

@@ -409,9 +409,7 @@ class RunDriver:
         if c.kind == EventKind.STATUS and c.payload.get("status") == "retrying":
             obs.model_retry(str(c.payload.get("reason", "unknown")))
             if self.span is not None:
-                p = c.payload
-                tracing.event(self.span, "agentmill.retry", {"agentmill.retry.reason": str(p.get("reason", "")),
-                              "agentmill.retry.attempt": p.get("attempt"), "agentmill.retry.delay_ms": p.get("delayMs")})  # fmt: skip
+                tracing.retried(self.span, c.payload)
         elif c.kind == EventKind.COMPACTION:
             obs.compaction(str(c.payload.get("reason", "threshold")))
             obs.compaction_removed(
