@@ -23,6 +23,7 @@ from agentmill_client.models import RunStatus
 from agentmill_client.statuses import ACTIVE
 from producer.batch_shares import merge_batch, read_batch
 from producer.routing import run_many
+from producer.run_record import lineage_view
 from producer.scope import SCOPED_PREFIX
 from shared import keys
 from shared.fields import RunField, SessionField
@@ -76,6 +77,7 @@ class RunFilter:
     metadata: tuple[str, ...] = ()  # "key=value" terms, as producer.submission.meta_term writes them
     created_after: int | None = None  # ms, exclusive
     created_before: int | None = None  # ms, exclusive
+    parent_run_id: str | None = None  # a parent's child runs (sub-agents); the id its keys use
 
     def pairs(self) -> list[str]:
         """(dimension, value) pairs of the indexes to intersect, flattened."""
@@ -89,6 +91,7 @@ class RunFilter:
         for name, value, dim in (
             ("sessionId", self.session_id, "session"),
             ("batchId", self.batch_id, "batch"),
+            ("parentRunId", self.parent_run_id, "parent"),
         ):
             if value is not None:
                 if not is_valid_id(value):
@@ -130,7 +133,7 @@ def parse_ms(field: str, value: str) -> int:
 
 def _summary(fields: list[Any], shown: dict[str, str]) -> dict[str, Any]:
     """A listed run as its client knows it: ``shown`` maps its session's key to that session's id."""
-    run_id, status, created, session, agent, batch, finished, client_id, iterations, error = (
+    run_id, status, created, session, agent, batch, finished, client_id, iterations, error, lineage, by = (
         text(f) for f in fields
     )
     session = shown.get(session, session)
@@ -150,12 +153,13 @@ def _summary(fields: list[Any], shown: dict[str, str]) -> dict[str, Any]:
         d["iterations"] = int(iterations)
     if error:
         d["errorCode"] = error
+    d.update(lineage_view(lineage, by))
     return d
 
 
 Row = list[str]  # a listing's run: runId, status, createdAt, sessionId, agent, batch, finishedAt, clientId,
-# iterations, errorCode (list_runs.lua's reply, ROW_FIELDS a run)
-ROW_FIELDS = 10
+# iterations, errorCode, lineage, retriedBy (list_runs.lua's reply, ROW_FIELDS a run)
+ROW_FIELDS = 12
 Position = tuple[int, str, str]  # where a listing stopped: (createdAt, runId, the score as Redis wrote it)
 
 
@@ -246,6 +250,8 @@ class Catalog:
         partition: only that one is asked."""
         if flt.session_id is not None:
             flt = replace(flt, session_id=await self._own_session(tenant, flt.session_id))
+        if flt.parent_run_id is not None and is_valid_id(flt.parent_run_id):  # its children index its key
+            flt = replace(flt, parent_run_id=await self.p.resolve(flt.parent_run_id, tenant))
         pairs = flt.pairs()
         cs, cid = decode_cursor(cursor) if cursor is not None else ("", "")
         args = [

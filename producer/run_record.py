@@ -5,10 +5,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import orjson
+
 from agentmill_client.codec import to_jsonable
 from agentmill_client.models import RunResult, RunStatus
 
-__all__ = ["RunRecord"]
+__all__ = ["LINEAGE_KEYS", "RunRecord", "lineage_view"]
+
+LINEAGE_KEYS = ("retryOf", "forkOf", "atSeq")
+
+
+def lineage_view(lineage: str, retried_by: str) -> dict[str, Any]:
+    """A run's lineage as the API shows it (RunView, RunSummary): retryOf, or forkOf and atSeq; and
+    retriedBy, the retry that took its place in its batch. From the run hash's fields."""
+    d: dict[str, Any] = (
+        {k: v for k, v in orjson.loads(lineage).items() if k in LINEAGE_KEYS} if lineage else {}
+    )
+    if retried_by:
+        d["retriedBy"] = retried_by
+    return d
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +41,10 @@ class RunRecord:
     key_id: str = ""  # the id its keys use, when not run_id (its tenant's key of it, submission.Scope)
     stream_key: str = ""  # the Redis stream of its events (``redis-cli XREAD … STREAMS <it> 0`` tails it)
     client_session: str = ""  # the id its client knows its session by, when not session_id
+    parent_run_id: str = ""  # a child run's (sub-agent's) parent, and the parent's call it answers
+    parent_tool_call_id: str = ""
+    had_children: bool = False  # it started child runs (its run hash has the children field)
+    lineage: dict[str, Any] = field(default_factory=dict)  # retryOf | forkOf, atSeq; retriedBy (lineage_view)
 
     @property
     def key(self) -> str:
@@ -54,4 +73,8 @@ class RunRecord:
             d["pendingApprovals"] = self.pending_approvals
         if self.pending_tool_calls:
             d["pendingToolCalls"] = self.pending_tool_calls
+        if self.parent_run_id:
+            d["parentRunId"] = self.parent_run_id
+            d["parentToolCallId"] = self.parent_tool_call_id
+        d.update(self.lineage)
         return d

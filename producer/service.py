@@ -20,11 +20,12 @@ from agentmill_client.models import ClientToolResult, RunEvent, RunInput, RunRes
 from producer import batch_submit
 from producer.placement import locate_many
 from producer.routing import Parts, as_partitions, run_script
-from producer.run_record import RunRecord
+from producer.run_record import RunRecord, lineage_view
 from producer.scope import SCOPED_PREFIX, Scope
 from producer.submission import SubmissionError, Submitted
 from producer.submitter import Submitter
 from shared import keys
+from shared.children import child_runs
 from shared.events import decode_entry, stream_id
 from shared.fields import RunField
 from shared.profiles import AgentProfile
@@ -37,7 +38,8 @@ __all__ = ["DEFAULT_TENANT", "Producer", "RunRecord", "SubmissionError", "Submit
 
 F = RunField
 _RUN_FIELDS = [F.STATUS, F.TENANT, F.SESSION_ID, F.CREATED_AT, F.LAST_SEQ, F.RESULT, F.APPROVALS, F.ABORT,
-               F.CLIENT_PENDING, F.CLIENT_SESSION]  # fmt: skip
+               F.CLIENT_PENDING, F.CLIENT_SESSION, F.LINEAGE, F.RETRIED_BY, F.PARENT_RUN, F.PARENT_CALL,
+               F.CHILDREN]  # fmt: skip
 
 
 class Producer:
@@ -197,7 +199,16 @@ class Producer:
             pending_tool_calls=calls,
             stream_key=part.events(run_id),
             client_session=h[F.CLIENT_SESSION] or "",
+            parent_run_id=h[F.PARENT_RUN] or "",
+            parent_tool_call_id=h[F.PARENT_CALL] or "",
+            had_children=h[F.CHILDREN] is not None,
+            lineage=lineage_view(h[F.LINEAGE] or "", h[F.RETRIED_BY] or ""),
         )
+
+    async def children(self, rec: RunRecord) -> list[dict[str, str]]:
+        """The child runs (sub-agents) a run started, oldest first: runId, status, parentToolCallId
+        (no round trip for a run that never started one)."""
+        return await child_runs(self.parts, rec.tenant, rec.key) if rec.had_children else []
 
     async def read_events(
         self,

@@ -155,8 +155,14 @@ class Submitter:
     def _submit_call(
         self, prep: Prepared, part: keys.Partition, tenant: str, batch_id: str = "", item: int | None = None
     ) -> tuple[list[Any], list[Any]]:
-        """SUBMIT's keys and arguments on the run's partition; ``item``: the run's item index in the
-        batch ``batch_id``."""
+        """SUBMIT's keys and arguments on the run's partition, framed; ``item``: the run's item index
+        in the batch ``batch_id``."""
+        return self.scripts.frame(part, *self.submit_args(prep, part, tenant, batch_id, item))
+
+    def submit_args(
+        self, prep: Prepared, part: keys.Partition, tenant: str, batch_id: str = "", item: int | None = None
+    ) -> tuple[list[Any], list[Any]]:
+        """submit_one.lua's own keys and arguments (not framed: submit_restored.lua adds its own)."""
         run, rid, sid = prep.run, prep.run_id, prep.session_id
         own = [part.run(rid), part.job_key(part.job_id(rid, 1)), part.session(sid), part.session_pending(sid),
                part.session_runs(sid)]  # fmt: skip
@@ -177,4 +183,4 @@ class Submitter:
             "" if item is None else str(item),
             prep.trace,
         ]
-        return self.scripts.frame(part, own, args)
+        return own, args

@@ -47,6 +47,20 @@ class RunField(StrEnum):
     APPROVAL_TIMEOUT_MS = "approvalTimeoutMs"  # '' = none
     RUN_DEADLINE_MS = "runDeadlineMs"  # maxRunDurationMs from its start, bounds an approval wait; '' = none
     CLIENT_PENDING = "clientPending"  # awaiting_tools: the client calls it waits for (JSON)
+    ORIGIN = "origin"  # a retry's or fork's initial checkpoint payload (JSON, submit_restored.lua)
+    LINEAGE = "lineage"  # {"retryOf": id} or {"forkOf": id, "atSeq": n} (JSON, submit_restored.lua)
+    RETRIED_BY = "retriedBy"  # the retry that took its place in its batch (batch_replace.lua)
+    # Sub-agents (shared/children.py). A child run: its parent's run id (the id its keys use) and the
+    # parent's tool call it answers, and its ancestry (JSON: the ancestors' agents, the depth limit).
+    PARENT_RUN = "parentRunId"  # written at the child's creation (spawn_child.lua)
+    PARENT_CALL = "parentToolCallId"
+    ANCESTRY = "ancestry"
+    # A parent: the children of its current tool round (JSON [{toolCallId, runId}], commit.lua);
+    # awaiting_children waits for each one's result in its tools hash.
+    CHILDREN = "children"
+    # A run that ended as a child or a parent: what its ending still owes the other runs ('d': its
+    # result to its parent, 'a': an abort to its children), done by shared/children.py and cleared.
+    HANDOFF = "handoff"
     TRACE = "trace"  # the submitter's W3C traceparent, then a newline and its tracestate if any; unset = none
 
 

@@ -54,7 +54,8 @@ SEP = "\x1f"  # between the fields of Partition.context (ids, tenants and JSON n
 # Listing indexes (per tenant and partition; bounded, expiring with the retention): sorted sets
 # runId -> createdAt (ms). ``dim`` is one of these; the tenant-wide index is dim "all", value "".
 # "item" (value: a batch id) is the batch's order instead: runId -> its item index in the batch.
-INDEX_DIMS = ("all", "status", "agent", "session", "batch", "meta", "item")
+# "parent" (value: the parent's run id, the one its keys use): a parent's child runs (sub-agents).
+INDEX_DIMS = ("all", "status", "agent", "session", "batch", "meta", "item", "parent")
 
 # A finished batch's delivery id on a partition's webhook list: this prefix, then the batch key (a
 # runId never holds a brace, so the two kinds of delivery cannot be confused).

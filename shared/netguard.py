@@ -43,6 +43,7 @@ __all__ = [
     "CROSS_ORIGIN_HEADERS",
     "DEFAULT_DEADLINE_S",
     "DEFAULT_MAX_BYTES",
+    "DESTINATION",
     "IP",
     "MAX_REDIRECTS",
     "METADATA",
@@ -50,6 +51,7 @@ __all__ = [
     "Resolver",
     "ResponseTooLargeError",
     "check_url",
+    "checked_destination",
     "forbidden",
     "guarded_client",
     "guarded_request",
@@ -198,6 +200,19 @@ async def guarded_request(
         raise httpx.ReadTimeout(
             f"no complete answer from {urlsplit(url).hostname} within {deadline_s:g} s"
         ) from None
+
+
+async def checked_destination(
+    client: httpx.AsyncClient, url: str, allow_hosts: Collection[str] = ()
+) -> Destination:
+    """Where one request to ``url`` may go through the guarded ``client`` (its host resolved once
+    and checked under ``allow_hosts``): for a caller that sends the request itself, e.g. a client
+    library that follows its own redirects, each hop checked again (worker/tools/mcp_transport.py).
+    Put it in the request's extensions under ``DESTINATION``."""
+    resolver = _resolvers.get(client)
+    if resolver is None:
+        raise TypeError("checked_destination needs a client from netguard.guarded_client()")
+    return await _checked(url, _lower(allow_hosts), resolver)
 
 
 async def _checked(url: str, allow: frozenset[str], resolver: Resolver) -> Destination:

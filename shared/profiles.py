@@ -18,13 +18,16 @@ from agentmill_client import limits
 from agentmill_client.models import ClientTool, LoopLimits, Model, ToolPolicy
 
 __all__ = [
+    "AGENT_TOOL_PARAMETERS",
     "BUILTIN_PROFILES",
     "DEV_PROFILES_ENV",
     "DEV_TOOLS",
     "AgentProfile",
+    "AgentToolConfig",
     "CompactionConfig",
     "ContextConfig",
     "HttpToolConfig",
+    "McpServerConfig",
     "Pricing",
     "ProfileFile",
     "ProviderConfig",
@@ -73,6 +76,47 @@ class HttpToolConfig(Model):
     headers: dict[str, str] = Field(default_factory=dict)  # a value "env:NAME" is read from the environment
     allow_hosts: list[str] = Field(default_factory=list)  # hosts exempt from the private-address guard
     max_response_chars: int = 16_000
+
+
+MCP_SEP = "__"  # a server's tool is offered to the model as "<server>__<tool>"
+
+
+class McpServerConfig(Model):
+    """An MCP server (streamable HTTP) whose tools a profile offers as ``<name>__<tool>``.
+
+    Header values may name the worker's environment variables (``${env:NAME}`` anywhere in the
+    value, or the whole value ``env:NAME`` as for HTTP tools); a RunInput can never set them."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9-]+(_[A-Za-z0-9-]+)*$", max_length=32)  # no "__" inside
+    url: str
+    headers: dict[str, str] = Field(default_factory=dict)
+    allow_tools: list[str] | None = None  # the server's tool names offered (None: all)
+    timeout_s: float = Field(default=30.0, gt=0, le=limits.MAX_TOOL_TIMEOUT_S)  # one tools/call attempt
+    max_concurrent: int | None = Field(default=None, ge=1, le=1_000)  # calls under way per worker
+    tools_ttl_s: float = Field(default=60.0, ge=0, le=86_400)  # how long a worker keeps a listing
+    allow_hosts: list[str] = Field(default_factory=list)  # hosts exempt from the private-address guard
+
+
+AGENT_TOOL_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {"task": {"type": "string", "description": "what the agent is to do, in full"}},
+    "required": ["task"],
+}
+
+
+class AgentToolConfig(Model):
+    """A sub-agent: a tool whose call runs another profile's agent as a child run (shared/children.py)
+    on the call's ``task``; the child's answer (or its error) is the call's result."""
+
+    kind: Literal["agent"] = "agent"
+    agent: str = Field(min_length=1, max_length=128)  # the child's profile
+    name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")  # default: the agent's name
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: dict(AGENT_TOOL_PARAMETERS))
+
+    @property
+    def tool_name(self) -> str:
+        return self.name or self.agent
 
 
 class ContextConfig(Model):
@@ -153,6 +197,8 @@ class AgentProfile(Model):
     system_prompt: str = "You are a helpful assistant."
     tools: list[str] = Field(default_factory=list)  # built-in tool names
     http_tools: list[HttpToolConfig] = Field(default_factory=list)
+    mcp_servers: list[McpServerConfig] = Field(default_factory=list)  # tools listed from MCP servers
+    agent_tools: list[AgentToolConfig] = Field(default_factory=list)  # sub-agents
     tool_settings: dict[str, ToolSettings] = Field(default_factory=dict)
     loop_limits: LoopLimits = Field(default_factory=LoopLimits)
     tool_policy: ToolPolicy = Field(default_factory=ToolPolicy)
@@ -174,7 +220,7 @@ class AgentProfile(Model):
         taken = {*self.tool_names(), *(t.name for t in self.client_tools), "recall_tool_call"}
         seen: set[str] = set()
         for i, t in enumerate(tools):
-            if t.name in taken or t.name in seen:
+            if t.name in taken or t.name in seen or self.mcp_server_of(t.name) is not None:
                 return f"clientTools.{i}.name: {t.name!r} is already a tool of this run"
             if "*" not in self.run_client_tools and t.name not in self.run_client_tools:
                 return (
@@ -184,10 +230,31 @@ class AgentProfile(Model):
         return None
 
     def tool_names(self) -> list[str]:
-        return [*self.tools, *(t.name for t in self.http_tools)]
+        return [*self.tools, *(t.name for t in self.http_tools), *(t.tool_name for t in self.agent_tools)]
 
     def settings_for(self, tool: str) -> ToolSettings:
-        return self.tool_settings.get(tool) or _DEFAULT_TOOL_SETTINGS
+        got = self.tool_settings.get(tool)
+        if got is not None:
+            return got
+        server = self.mcp_server_of(tool)
+        if server is not None and server.timeout_s != _DEFAULT_TOOL_SETTINGS.timeout_s:
+            return ToolSettings(timeout_s=server.timeout_s)
+        return _DEFAULT_TOOL_SETTINGS
+
+    def mcp_server_of(self, tool: str) -> McpServerConfig | None:
+        """The MCP server an exposed name ``<server>__<tool>`` belongs to, or None."""
+        prefix, sep, rest = tool.partition(MCP_SEP)
+        if not sep or not rest:
+            return None
+        return next((s for s in self.mcp_servers if s.name == prefix), None)
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _unique_servers(cls, value: list[McpServerConfig]) -> list[McpServerConfig]:
+        names = [s.name for s in value]
+        if len(names) != len(set(names)):
+            raise ValueError("mcpServers: every server needs its own name")
+        return value
 
     def dev_only(self) -> str | None:
         """Why this profile is for development only, or None when it is fit for production."""

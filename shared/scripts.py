@@ -55,12 +55,14 @@ _ON_PARTITION = ("clock", "prelude")
 SCRIPTS: dict[str, tuple[str, ...]] = {
     "submit": (*_ON_PARTITION, "submit_one", "submit"),
     "submit_many": (*_ON_PARTITION, "submit_one", "submit_many"),
+    "spawn_child": (*_ON_PARTITION, "submit_one", "spawn_child"),
+    "submit_restored": (*_ON_PARTITION, "submit_one", "submit_restored"),
     **{
         name: (*_ON_PARTITION, name)
         for name in (
             "batch_close", "list_runs", "batch_results", "acquire", "commit", "beat", "forget_worker", "release", "redispatch",
-            "abort", "settle_approval", "tool_results", "claim_jobs", "claim_webhooks", "admit_tenant",
-            "scaling",
+            "abort", "settle_approval", "tool_results", "child_result", "claim_jobs", "claim_webhooks", "admit_tenant",
+            "scaling", "batch_replace",
         )
     },
     **{
@@ -84,6 +86,10 @@ class Scripts:
 
     submit: AsyncScript
     submit_many: AsyncScript
+    spawn_child: AsyncScript
+    child_result: AsyncScript
+    submit_restored: AsyncScript
+    batch_replace: AsyncScript
     list_runs: AsyncScript
     batch_results: AsyncScript
     acquire: AsyncScript

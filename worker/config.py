@@ -15,11 +15,13 @@ from shared.profiles import AgentProfile, CompactionConfig, ContextConfig, Retry
 from worker import policy, prompt
 
 __all__ = [
+    "DEFAULT_MAX_DEPTH",
     "DEFAULT_MAX_ITERATIONS",
     "DEFAULT_MAX_REPAIRS",
     "RECALL_PROMPT",
     "RECALL_SPEC",
     "RECALL_TOOL",
+    "Lineage",
     "RunConfig",
     "ToolSpec",
     "narrow_limits",
@@ -29,6 +31,7 @@ __all__ = [
 
 DEFAULT_MAX_ITERATIONS = 25  # seed 004
 DEFAULT_MAX_REPAIRS = 2  # repair turns of a structured answer that does not validate
+DEFAULT_MAX_DEPTH = 3  # sub-agent nesting: a root run's children are at depth 1
 RECALL_TOOL = "recall_tool_call"
 
 
@@ -62,6 +65,14 @@ RECALL_PROMPT = (
 )
 
 
+class Lineage(Model):
+    """Where a run stands among sub-agents: its ancestors' agents (the root's first) and the depth
+    limit its root set (loopLimits.maxDepth, narrowed on the way down). A root run has none."""
+
+    agents: list[str] = Field(default_factory=list)
+    max_depth: int = DEFAULT_MAX_DEPTH
+
+
 class RunConfig(Model):
     agent: str
     system_prompt: str
@@ -83,6 +94,9 @@ class RunConfig(Model):
     client_tool_timeout_ms: int = 600_000
     response_format: ResponseFormat | None = None  # the final answer must be JSON (validated)
     max_repairs: int = DEFAULT_MAX_REPAIRS
+    agent_tools: dict[str, str] = Field(default_factory=dict)  # sub-agent tool name -> child's profile
+    ancestors: list[str] = Field(default_factory=list)  # the agents above this run, the root's first
+    max_depth: int = DEFAULT_MAX_DEPTH  # a child may be at most this deep (the root is at 0)
 
     def tool_names(self) -> set[str]:
         return {t.name for t in self.tools} | {t.name for t in self.internal_tools}
@@ -110,6 +124,15 @@ def narrow_limits(
     )
 
 
+def _max_depth(profile: AgentProfile, run: RunInput, lineage: Lineage | None) -> int:
+    """The depth limit: a root run's (its profile's, else the default, narrowed by the run), which
+    binds its whole tree; a child's profile may only narrow it further."""
+    own = _narrowest(profile.loop_limits.max_depth, (run.loop_limits or LoopLimits()).max_depth)
+    if lineage is None:
+        return DEFAULT_MAX_DEPTH if own is None else own
+    return lineage.max_depth if own is None else min(own, lineage.max_depth)
+
+
 def resolve_config(
     profile: AgentProfile,
     run: RunInput,
@@ -118,6 +141,7 @@ def resolve_config(
     has_session: bool,
     duration_default_ms: int = 3_600_000,
     duration_max_ms: int = 24 * 3_600_000,
+    lineage: Lineage | None = None,
 ) -> RunConfig:
     """Merge profile defaults with the run's overrides (the run can narrow its tools and limits,
     never widen them)."""
@@ -134,8 +158,11 @@ def resolve_config(
     client = [*profile.client_tools, *run_client]
     specs = {**specs, **{t.name: ToolSpec(name=t.name, description=t.description, parameters=t.parameters)
                          for t in client}}  # fmt: skip
+    for a in profile.agent_tools:  # sub-agents: run by a child run, not by a tool of this worker
+        about = a.description or f"Hand a task to the {a.agent} agent; its answer is the result."
+        specs[a.tool_name] = ToolSpec(name=a.tool_name, description=about, parameters=a.parameters)
     names = policy.allowed_tools(
-        [*profile.tool_names(), *(t.name for t in client)],
+        [*profile.tool_names(), *(n for n in specs if profile.mcp_server_of(n)), *(t.name for t in client)],
         enabled=tp.enabled,
         allow_list=tp.allow_list,
         allowed=run.allowed_tools,
@@ -177,4 +204,7 @@ def resolve_config(
         client_tool_timeout_ms=profile.client_tool_timeout_ms,
         response_format=run.response_format,
         max_repairs=DEFAULT_MAX_REPAIRS if ll.max_repairs is None else ll.max_repairs,
+        agent_tools={t.tool_name: t.agent for t in profile.agent_tools if t.tool_name in names},
+        ancestors=list(lineage.agents) if lineage else [],
+        max_depth=_max_depth(profile, run, lineage),
     )

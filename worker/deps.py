@@ -108,7 +108,7 @@ class WorkerDeps:
         )
         self.batcher = ScriptBatcher(self.parts, wait_replicas=wait_replicas(self.settings))
         self.models = Providers(self.http, self.limiter)
-        self.tools = Toolbox(self.guarded_http)
+        self.tools = Toolbox(self.guarded_http, on_mcp_call=self.observer.mcp_call, watch=True)
         self.sessions = RedisSessionStore(self.parts, SystemClock())
 
     def profile(self, name: str) -> AgentProfile:
@@ -125,4 +125,5 @@ class WorkerDeps:
     async def aclose(self) -> None:
         await self.batcher.aclose()
         await self.models.aclose()
+        await self.tools.aclose()
         await self.guarded_http.aclose()

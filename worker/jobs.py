@@ -106,6 +106,7 @@ class WorkerProcess:
         self.metrics = MetricsObserver(
             tools={t for p in self.profiles.values() for t in p.tool_names()},
             models={(p.name, p.provider.model_name) for p in self.profiles.values()},
+            mcp_servers={s.name for p in self.profiles.values() for s in p.mcp_servers},
         )
         self.observer = observer or self.metrics
         self.health: HealthServer | None = None
@@ -117,6 +118,9 @@ class WorkerProcess:
         s = self.settings
         self.lease = WorkerLease(s.lease_ms, lease_margin_ms(s))
         self.incarnation = 1
+        if any(p.mcp_servers for p in self.profiles.values()):
+            # The mcp SDK takes seconds to import: now, not on the event loop of a worker holding runs.
+            import worker.tools.mcp  # noqa: F401
         settle_gc()
 
     async def run(self) -> None:
@@ -382,6 +386,8 @@ class WorkerProcess:
         for reason in ("lease_expired", "job_lost"):
             if n := verdicts.get(f"redispatched:{reason}", 0):
                 self.observer.runs_redispatched(reason, n)
+        if n := verdicts.get("child_delivered", 0):
+            self.observer.children_ended(n)
 
     async def _reconciler(self) -> None:
         s = self.settings

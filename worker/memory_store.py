@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from agentmill_client.models import Message, RunInput, RunStatus, ToolCall, ToolResult
+from shared.children import ChildSpec, Spawned
 from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
 from shared.settings import Settings
 from shared.tool_records import ToolRecord, ToolState
@@ -68,6 +69,7 @@ class MemoryRun:
     events: list[tuple[int, str, int, bytes]] = field(default_factory=list)  # seq, kind, ts, payload
     tools: dict[str, dict[str, Any]] = field(default_factory=dict)  # call id -> record, as JSON holds it
     approvals: dict[str, Any] = field(default_factory=dict)
+    origin: bytes | None = None  # a retry's or fork's initial checkpoint payload (the run hash's origin)
 
     @classmethod
     def submitted(cls, run_id: str, run_input: RunInput) -> MemoryRun:
@@ -113,7 +115,8 @@ class MemoryRunStore:
         self.worker_id = worker_id
         self.epoch, self.last_seq = r.epoch, len(r.events)
         return Acquired(self.epoch, self.last_seq, r.checkpoint, r.input, r.abort_reason, dict(r.approvals),
-                        {k: ToolRecord.from_dict(v) for k, v in r.tools.items()}, r.restarts)  # fmt: skip
+                        {k: ToolRecord.from_dict(v) for k, v in r.tools.items()}, r.restarts,
+                        r.origin if r.checkpoint is None else None)  # fmt: skip
 
     async def commit(
         self,
@@ -127,6 +130,7 @@ class MemoryRunStore:
         run_deadline_ms: int | None = None,
         iterations: int | None = None,
         error_code: str = "",
+        children: bytes | None = None,
     ) -> int:
         r = self.run
         if r.epoch != self.epoch:
@@ -185,6 +189,16 @@ class MemoryRunStore:
             else:
                 still_open += 1
         return still_open
+
+    async def start_children(self, specs: list[ChildSpec], lineage: bytes) -> dict[str, Spawned]:
+        """One run in memory has no children: every one is refused (sub-agents need Redis)."""
+        return {s.call_id: Spawned(error="sub-agents need the Redis store") for s in specs}
+
+    async def hand_off(self) -> dict[str, str]:
+        return {}
+
+    async def parent_status(self) -> tuple[str, str]:
+        return "", ""
 
     async def release(self, gen: int) -> str:
         r = self.run

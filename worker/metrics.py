@@ -60,6 +60,7 @@ LABELS: dict[str, tuple[str, ...]] = {
     "reason.retry": (*sorted(RETRY_REASONS), "http_other", OTHER),
     "direction": ("input", "output"),
     "tool_outcome": ("ok", "error"),
+    "mcp_outcome": ("ok", "error", "failed"),  # failed: no answer (unreachable, timeout, MCP error)
     "kind": tuple(k.value for k in EventKind),
     "reason.refused": ("fenced", "duplicate"),
     "reason.compaction": ("threshold", "overflow"),
@@ -71,7 +72,8 @@ LABELS: dict[str, tuple[str, ...]] = {
 
 class MetricsObserver:
     """``tools``: the tool names the deployment's profiles offer (the only ``tool`` label values
-    besides ``other``); ``models``: their (agent, model) pairs (the only ``agent``/``model`` values)."""
+    besides ``other``); ``models``: their (agent, model) pairs (the only ``agent``/``model`` values);
+    ``mcp_servers``: their MCP servers' names (the only ``server`` values)."""
 
     def __init__(
         self,
@@ -79,6 +81,7 @@ class MetricsObserver:
         *,
         tools: Iterable[str] = (),
         models: Iterable[tuple[str, str]] = (),
+        mcp_servers: Iterable[str] = (),
     ) -> None:
         self._models = frozenset(models)  # (agent, model) pairs of the configured profiles
         r = self.registry = registry or CollectorRegistry()
@@ -109,6 +112,16 @@ class MetricsObserver:
             registry=r,
         )
         self.resumed = Counter("agentmill_runs_resumed", "Runs resumed from a checkpoint.", registry=r)
+        self.kids_started = Counter(
+            "agentmill_children_started",
+            "Child runs (sub-agents) this worker created for its parents.",
+            registry=r,
+        )
+        self.kids_ended = Counter(
+            "agentmill_children_ended",
+            "Child runs whose ending this worker delivered to their parent (once per child).",
+            registry=r,
+        )
         self.model_calls = Counter(
             "agentmill_model_calls", "Model calls by outcome.", ["outcome"], registry=r
         )
@@ -210,6 +223,21 @@ class MetricsObserver:
             ["reason"],
             registry=r,
         )
+        self.mcp_calls = Counter(
+            "agentmill_mcp_calls",
+            "MCP tools/call requests by server and outcome (ok, error: the tool answered isError, "
+            "failed: no answer: unreachable, timed out, an MCP error).",
+            ["server", "outcome"],
+            registry=r,
+        )
+        self.mcp_duration = Histogram(
+            "agentmill_mcp_call_duration_seconds",
+            "MCP tools/call duration by server (each attempt).",
+            ["server"],
+            buckets=TOOL_BUCKETS,
+            registry=r,
+        )
+        self._mcp_servers = frozenset(mcp_servers)
         self._tools = frozenset({*tools, RECALL_TOOL})
         # Children by (metric, label values): ``.labels()`` validates and locks on every call, a
         # few of them per event; the label values are bounded (see above), so is this dict.
@@ -235,6 +263,10 @@ class MetricsObserver:
                 self._c(metric, t)
             for outcome in LABELS["tool_outcome"]:
                 self._c(self.tool_calls, t, outcome)
+        for server in (*sorted(self._mcp_servers), OTHER):
+            self._c(self.mcp_duration, server)
+            for outcome in LABELS["mcp_outcome"]:
+                self._c(self.mcp_calls, server, outcome)
         for agent, model in (*sorted(self._models), (OTHER, OTHER)):
             self._c(self.cost, agent, model)
             for direction in LABELS["direction"]:
@@ -310,6 +342,11 @@ class MetricsObserver:
     def tool_reexecuted(self, tool: str) -> None:
         self._c(self.reexecuted, self._tool(tool)).inc()
 
+    def mcp_call(self, server: str, outcome: str, duration_s: float) -> None:
+        s = server if server in self._mcp_servers else OTHER
+        self._c(self.mcp_calls, s, _bounded(outcome, "mcp_outcome")).inc()
+        self._c(self.mcp_duration, s).observe(duration_s)
+
     def event_published(self, kind: str, count: int = 1) -> None:
         self._c(self.events, _bounded(kind, "kind")).inc(count)
 
@@ -334,6 +371,12 @@ class MetricsObserver:
 
     def runs_redispatched(self, reason: str, count: int = 1) -> None:
         self._c(self.redispatched, _bounded(reason, "reason.redispatch")).inc(count)
+
+    def children_started(self, count: int = 1) -> None:
+        self.kids_started.inc(count)
+
+    def children_ended(self, count: int = 1) -> None:
+        self.kids_ended.inc(count)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

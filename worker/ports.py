@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agentmill_client.models import Message, ToolCall, ToolResult
+from shared.children import ChildSpec, Spawned
 from shared.clock import now_ms
 from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
 from shared.settings import Settings
@@ -67,6 +68,9 @@ class Acquired:
     approvals: dict[str, Any]
     tool_records: dict[str, ToolRecord]
     restarts: int
+    origin: bytes | None = None  # a retry's or fork's initial checkpoint payload, until its first commit
+    tenant: str = ""
+    ancestry: bytes = b""  # a child run's (config.Lineage JSON: its ancestors); b"" for a root run
     trace: str = ""  # the submitter's trace context as stored (RunField.TRACE), '' = none
 
 
@@ -115,11 +119,26 @@ class RunStore(Protocol):
         run_deadline_ms: int | None = None,
         iterations: int | None = None,
         error_code: str = "",
+        children: bytes | None = None,
     ) -> int:
-        """Everything in one fenced write; raises FencedError or SeqConflictError and writes nothing."""
+        """Everything in one fenced write; raises FencedError or SeqConflictError and writes nothing.
+        ``children``: the current round's child runs (JSON [{toolCallId, runId}]), when changed."""
         ...
 
     async def release(self, gen: int) -> str: ...
+
+    async def start_children(self, specs: list[ChildSpec], lineage: bytes) -> dict[str, Spawned]:
+        """Create this run's child runs (sub-agents), in its tenant (shared/children.py)."""
+        ...
+
+    async def parent_status(self) -> tuple[str, str]:
+        """A child run's parent: its id and its status ('' and '' for a root run, or a parent gone)."""
+        ...
+
+    async def hand_off(self) -> dict[str, str]:
+        """After the run's ending: its result to its parent, an abort to its children (what the
+        ending marked; shared/children.py)."""
+        ...
 
 
 class SessionStore(Protocol):
@@ -159,7 +178,9 @@ class ToolRetry:
 
 
 class ToolPort(Protocol):
-    def specs(self, profile: AgentProfile) -> dict[str, ToolSpec]: ...
+    async def specs(self, profile: AgentProfile) -> dict[str, ToolSpec]:
+        """The profile's tools as the model is told about them (MCP servers' listed now or as kept)."""
+        ...
 
     async def execute(
         self,

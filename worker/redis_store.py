@@ -17,13 +17,15 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, ResponseError
 
 from agentmill_client.models import Message, ToolCall, ToolResult
+from shared import children as kids
+from shared.children import ChildSpec, Spawned
 from shared.keys import Partition
 from shared.partitions import Partitions
 from shared.profiles import ContextConfig
 from shared.scripts import Scripts, text
 from shared.settings import Settings
 from shared.tool_records import ToolRecord
-from worker import context, sessions
+from worker import context, sessions, tracing
 from worker.batcher import ScriptBatcher
 from worker.lease import WorkerLease
 from worker.ports import Acquired, Clock, FencedError, NotAcquired, Outbox, SeqConflictError, SessionUpdate
@@ -57,6 +59,7 @@ class RedisRunStore:
         self._keys = part.run_keys(run_id)
         self.attempts: dict[str, int] = {}  # tool call id -> attempts recorded (claims count on)
         self.lease_id = ""  # the worker lease id it acquired the run under
+        self.tenant = ""
 
     async def _run(self, script: AsyncScript, own_keys: list[Any], args: list[Any]) -> Any:
         k, a = self.scripts.frame(self.part, own_keys, args)
@@ -84,6 +87,7 @@ class RedisRunStore:
         self.epoch = int(text(r[1]))
         self.lease_id = worker_id
         self.last_seq = int(text(r[2]) or 0)
+        self.tenant = text(r[10]) if len(r) > 10 else ""
         flat = r[7]
         records = {text(flat[i]): ToolRecord.from_json(flat[i + 1]) for i in range(0, len(flat), 2)}
         self.attempts = {k: v.attempts for k, v in records.items()}
@@ -96,7 +100,10 @@ class RedisRunStore:
             approvals=orjson.loads(r[6]) if r[6] else {},
             tool_records=records,
             restarts=int(text(r[8])),
-            trace=text(r[9]) if len(r) > 9 else "",
+            origin=(r[9] or None) if len(r) > 9 else None,
+            tenant=self.tenant,
+            ancestry=r[11] if len(r) > 11 and r[11] else b"",
+            trace=text(r[12]) if len(r) > 12 else "",
         )
 
     async def commit(
@@ -111,6 +118,7 @@ class RedisRunStore:
         run_deadline_ms: int | None = None,
         iterations: int | None = None,
         error_code: str = "",
+        children: bytes | None = None,
     ) -> int:
         """Append events, write the checkpoint, claims and tool records: one round trip."""
         self._check_lease()
@@ -137,6 +145,7 @@ class RedisRunStore:
         args.append("" if run_deadline_ms is None else run_deadline_ms)
         args.append("" if iterations is None else iterations)
         args.append(error_code)
+        args.append(children or "")
         own = [*self._keys, self.part.worker_lease(self.lease_id)]
         if session is not None:
             own += self.part.session_keys(session.session_id)
@@ -153,6 +162,18 @@ class RedisRunStore:
         for call_id in outbox.claims:
             self.attempts[call_id] = self.attempts.get(call_id, 0) + 1
         return self.last_seq
+
+    async def start_children(self, specs: list[ChildSpec], lineage: bytes) -> dict[str, Spawned]:
+        """The children on their partitions, in this run's tenant (the parent's worker holds the run)."""
+        self._check_lease()
+        return await kids.spawn(self.parts, self.scripts, parent_id=self.run_id, tenant=self.tenant,
+                                lineage=lineage, specs=specs, trace=tracing.current())  # fmt: skip
+
+    async def parent_status(self) -> tuple[str, str]:
+        return await kids.parent_status(self.parts, self.part, self.run_id)
+
+    async def hand_off(self) -> dict[str, str]:
+        return await kids.hand_off(self.parts, self.scripts, self.part, self.run_id)
 
     async def release(self, gen: int) -> str:
         """Hand the run back: it goes straight back on the queue as dispatch gen + 1."""

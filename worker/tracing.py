@@ -13,8 +13,9 @@ The spans (names and attributes: docs/operations.md#traces), each a child of the
   same trace; a run submitted without one gets a trace id derived from its run id. The machine's
   retries are its events (``agentmill.retry``).
 - ``chat <model>`` (gen_ai.operation.name ``chat``) per model call, ``execute_tool <name>`` per tool
-  call (its retries as events), ``await_approval`` / ``await_client_tools`` per wait, drawn when the
-  run resumes from when it parked.
+  call (its retries as events), ``await_approval`` / ``await_client_tools`` / ``await_children`` per
+  wait, drawn when the run resumes from when it parked. A sub-agent's child run continues the trace
+  of the parent attempt that made it (``current``).
 
 Message contents (the request's messages, the reply, tool arguments and results) are recorded only
 with ``Settings.trace_content`` on. Outbound model and HTTP tool requests carry ``traceparent``
@@ -37,6 +38,7 @@ __all__ = [
     "attach",
     "chat_span",
     "configure",
+    "current",
     "detach",
     "end_attempt",
     "event",
@@ -57,7 +59,11 @@ _tracer: Any = None  # an opentelemetry Tracer while traces are on; None: off
 _provider: Any = None  # the SDK TracerProvider ``configure`` made (shut down by ``shutdown``)
 _content = False  # Settings.trace_content
 
-WAIT_SPANS = {"awaiting_human": "await_approval", "awaiting_tools": "await_client_tools"}
+WAIT_SPANS = {
+    "awaiting_human": "await_approval",
+    "awaiting_tools": "await_client_tools",
+    "awaiting_children": "await_children",
+}
 
 
 def wanted(env: Mapping[str, str] = os.environ) -> bool:
@@ -300,6 +306,16 @@ def tool_done(span: Any, *, is_error: bool, content: str) -> None:
 
 
 # ---- outbound HTTP ----
+
+
+def current() -> str:
+    """The current span's context as a run stores it (shared.trace_context): a sub-agent's child run
+    continues its parent's trace from it. '' when off."""
+    if _tracer is None:
+        return ""
+    h: dict[str, str] = {}
+    inject(h)
+    return trace_context.stored(h.get("traceparent"), h.get("tracestate"))
 
 
 def inject(headers: MutableMapping[str, str]) -> None:

@@ -20,6 +20,7 @@ from producer.api import (
     routes_catalog,
     routes_ops,
     routes_pool,
+    routes_restore,
     routes_runs,
     routes_schedules,
     routes_ui,
@@ -104,6 +105,7 @@ def create_app(
     app.middleware("http")(observe)
     for router in (
         routes_runs.router,
+        routes_restore.router,
         sse.router,
         routes_ops.router,
         routes_catalog.router,

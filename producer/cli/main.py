@@ -16,7 +16,7 @@ import orjson
 
 from agentmill_client.errors import ApiError
 from agentmill_client.statuses import RunStatus
-from producer.cli import batches, demo, schedules, submit
+from producer.cli import batches, demo, lineage, schedules, submit
 from producer.cli.common import api_client, console, direct_producer, err, exit_with, print_event, safe_url
 
 __all__ = ["main"]
@@ -166,5 +166,8 @@ for command in (
     batches.runs,
     batches.batch,
     schedules.schedule,
+    lineage.retry,
+    lineage.fork,
 ):
     main.add_command(command)
+batches.batch.add_command(lineage.retry_batch)

@@ -3,7 +3,7 @@ local h = redis.call('HMGET', KEYS[1], F.STATUS, F.TENANT)
 if not h[1] then return {'unknown'} end
 if ARGV[3] ~= '' and h[2] ~= ARGV[3] then return {'unknown'} end
 if is_terminal(h[1]) then return {'finished', h[1]} end
-if h[1] == S.QUEUED or h[1] == S.AWAITING_HUMAN or h[1] == S.AWAITING_TOOLS then
+if h[1] == S.QUEUED or h[1] == S.AWAITING_HUMAN or h[1] == S.AWAITING_TOOLS or h[1] == S.AWAITING_CHILDREN then
   finalize(KEYS[1], KEYS[2], KEYS[3], ARGV[1], S.ABORTED, 'aborted', ARGV[2])
   return {'aborted', h[1]}
 end

@@ -2,10 +2,15 @@
 -- ARGV: runId, gen, worker lease id
 -- Refused (no_lease) unless the acquiring worker's own lease is unexpired. The same acquire sent
 -- again (its reply lost, or the batch re-sent after a failover) answers as the first did.
+-- Reply: ok, epoch, lastSeq, ckpt, input, abort, approvals, tool records, crashes, and a retry's or
+-- fork's origin while it has no checkpoint of its own yet ('' otherwise), tenant, ancestry, and the
+-- submitter's trace context (F.TRACE, '' = none).
 local function loaded(epoch, crashes)
-  local d = redis.call('HMGET', KEYS[1], F.LAST_SEQ, F.CKPT, F.INPUT, F.ABORT, F.APPROVALS, F.TRACE)
+  local d = redis.call('HMGET', KEYS[1], F.LAST_SEQ, F.CKPT, F.INPUT, F.ABORT, F.APPROVALS, F.ORIGIN, F.TENANT,
+    F.ANCESTRY, F.TRACE)
+  local origin = ((d[2] or '') == '') and (d[6] or '') or ''
   return {'ok', tostring(epoch), d[1] or '0', d[2] or '', d[3] or '', d[4] or '', d[5] or '',
-    redis.call('HGETALL', KEYS[3]), tostring(crashes), d[6] or ''}
+    redis.call('HGETALL', KEYS[3]), tostring(crashes), origin, d[7] or '', d[8] or '', d[9] or ''}
 end
 local h = redis.call('HMGET', KEYS[1], F.STATUS, F.GEN, F.OWNER, F.EPOCH, F.CRASHES)
 if not h[1] then return {'missing'} end

@@ -7,7 +7,8 @@
 --   sessionId, run loop JSON ('' = none), nToolResults, id, json; approvalTimeoutMs ('' = none),
 --   run deadline ms (maxRunDurationMs from the start; '' = none; bounds an approval wait too),
 --   iterations ('' = unchanged; kept as a field so scripts that end a run report it without
---   parsing the checkpoint), the ending's error code ('' = none; a field, for listings).
+--   parsing the checkpoint), the ending's error code ('' = none; a field, for listings), the
+--   children of the current tool round ('' = unchanged; JSON [{toolCallId, runId}]: sub-agents).
 local h = redis.call('HMGET', KEYS[1], F.EPOCH, F.LAST_SEQ, F.OWNER, F.STATUS, F.WEBHOOK)
 if not h[1] then return {'missing'} end
 if tonumber(h[1]) ~= tonumber(ARGV[1]) then return {'fenced', h[1]} end
@@ -64,12 +65,14 @@ local approval_timeout = ARGV[i]
 local run_deadline = ARGV[i + 1] or ''
 local iterations = ARGV[i + 2] or ''
 local error_code = ARGV[i + 3] or ''
+local children = ARGV[i + 4] or ''
 -- The run hash's fields this commit changes, in one HSET at the end.
 local run_fields = {}
 local function set(k, v) run_fields[#run_fields + 1] = k; run_fields[#run_fields + 1] = v end
 if n > 0 then set(F.LAST_SEQ, last) end
 if ARGV[7] ~= '' then set(F.CKPT, ARGV[7]) end
 if iterations ~= '' then set(F.ITERATIONS, iterations) end
+if children ~= '' then set(F.CHILDREN, children) end
 local status = ARGV[5]
 local now = status ~= '' and now_ms() or 0
 if status ~= '' then
@@ -86,6 +89,8 @@ elseif is_terminal(status) then
   redis.call('ZREM', LIVE, ARGV[4])
   redis.call('ZREM', AWAITING, ARGV[4])
   if h[5] and h[5] ~= '' then redis.call('LPUSH', WEBHOOKS, ARGV[4]) end
+  redis.call('HSET', KEYS[1], unpack(run_fields)); run_fields = {}
+  ending_handoff(KEYS[1], ARGV[4], status)
   if sid ~= '' then
     if loop ~= '' then
       redis.call('RPUSH', KEYS[8], loop)
@@ -95,7 +100,6 @@ elseif is_terminal(status) then
     -- A session's history lives for the retention after its latest run ended.
     redis.call('LTRIM', KEYS[7], -1000, -1)
     for k = 7, 9 do redis.call('EXPIRE', KEYS[k], ctx().retention) end
-    redis.call('HSET', KEYS[1], unpack(run_fields)); run_fields = {}
     session_advance(sid, ARGV[4])
   end
   redis.call('EXPIRE', KEYS[1], ctx().retention)
@@ -123,6 +127,19 @@ elseif status == S.AWAITING_TOOLS then
     client_resume(KEYS[1], ARGV[4], now)
   else
     redis.call('ZADD', LIVE, earliest, ARGV[4])
+  end
+elseif status == S.AWAITING_CHILDREN then
+  -- Parked on no worker until every child of the round has delivered its result (child_result.lua
+  -- resumes it then; at once if they all ended before this commit). The reconciler looks again at
+  -- the run's deadline (maxRunDurationMs), or after the queued-run check, whichever is first.
+  set(F.AWAITING_SINCE, now); set(F.RUN_DEADLINE_MS, run_deadline)
+  redis.call('HSET', KEYS[1], unpack(run_fields)); run_fields = {}
+  if children_open(KEYS[1], KEYS[3]) == 0 then
+    client_resume(KEYS[1], ARGV[4], now)
+  else
+    local due = now + tonumber(ctx().queued_check_ms)
+    if run_deadline ~= '' and tonumber(run_deadline) < due then due = tonumber(run_deadline) end
+    redis.call('ZADD', LIVE, due, ARGV[4])
   end
 end
 if #run_fields > 0 then redis.call('HSET', KEYS[1], unpack(run_fields)) end

@@ -80,13 +80,14 @@ while not ended and used < budget and n < limit do
     if ok then
       used = used + 1
       local h = redis.call('HMGET', run_key(id), F.STATUS, F.CREATED_AT, F.SESSION_ID, F.AGENT, F.BATCH,
-        F.FINISHED_AT, F.CLIENT_ID, F.TENANT, F.ITERATIONS, F.ERROR_CODE)
+        F.FINISHED_AT, F.CLIENT_ID, F.TENANT, F.ITERATIONS, F.ERROR_CODE, F.LINEAGE, F.RETRIED_BY)
       if not h[1] or h[8] ~= ARGV[1] then
         dead[#dead + 1] = id
       else
         out[#out + 1] = id
         for f = 1, 7 do out[#out + 1] = h[f] or '' end
         out[#out + 1] = h[9] or ''; out[#out + 1] = h[10] or ''
+        out[#out + 1] = h[11] or ''; out[#out + 1] = h[12] or ''
         n = n + 1
       end
     end

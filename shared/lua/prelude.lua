@@ -193,6 +193,31 @@ local function client_resume(run, run_id, now)
   redis.call('HSET', run, F.GEN, gen, F.STATUS, S.QUEUED, F.OWNER, '')
   enqueue_gen(run_id, gen, now)
 end
+-- A parent's children of its current round (run field children: [{toolCallId, runId}], JSON): how
+-- many have no result in its tools hash yet (each child's ending delivers one: child_result.lua).
+local function children_open(run, tools)
+  local raw = redis.call('HGET', run, F.CHILDREN)
+  if not raw or raw == '' then return 0 end
+  local open = 0
+  for _, c in ipairs(cjson.decode(raw)) do
+    local rec = redis.call('HGET', tools, c.toolCallId)
+    if not rec or cjson.decode(rec).state ~= 'done' then open = open + 1 end
+  end
+  return open
+end
+-- A run ends: what its ending owes other runs, maybe on other partitions, is marked in the run hash
+-- (handoff: 'd' its result to its parent, 'a' an abort to its children) and the run put in the
+-- live index, due now: shared/children.py does it (the ending worker at once, else the reconciler)
+-- and clears the mark. Call after the run left the live index.
+local function ending_handoff(run, run_id, status)
+  local h = redis.call('HMGET', run, F.PARENT_RUN, F.CHILDREN)
+  local flags = ''
+  if h[1] and h[1] ~= '' then flags = 'd' end
+  if status ~= S.COMPLETED and h[2] and h[2] ~= '' and h[2] ~= '[]' and h[2] ~= '{}' then flags = flags .. 'a' end
+  if flags == '' then return end
+  redis.call('HSET', run, F.HANDOFF, flags)
+  redis.call('ZADD', LIVE, now_ms(), run_id)
+end
 -- The session's active run ended: start the next run waiting on the session, if any.
 local function session_advance(sid, finished)
   if not sid or sid == '' then return end
@@ -236,6 +261,7 @@ local function finalize(run, stream, tools, run_id, status, code, message)
     F.OWNER, '', F.EPOCH, tonumber(h[4] or '0') + 1, F.FINISHED_AT, ts, F.ABORT, '', F.ERROR_CODE, code)
   redis.call('ZREM', LIVE, run_id)
   redis.call('ZREM', AWAITING, run_id)
+  ending_handoff(run, run_id, status)
   track(run, run_id, h[5], status)
   local wh = redis.call('HGET', run, F.WEBHOOK)
   if wh and wh ~= '' then redis.call('LPUSH', WEBHOOKS, run_id) end

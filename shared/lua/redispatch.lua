@@ -11,7 +11,12 @@ if ARGV[4] ~= '' and (h[3] ~= ARGV[4] or h[1] ~= S.RUNNING) then
   return {'moved'}
 end
 if not h[1] then redis.call('ZREM', LIVE, ARGV[1]); return {'missing'} end
-if is_terminal(h[1]) then redis.call('ZREM', LIVE, ARGV[1]); return {'terminal'} end
+if is_terminal(h[1]) then
+  local owed = redis.call('HGET', KEYS[1], F.HANDOFF)
+  if owed and owed ~= '' then return {'ending_owed', owed} end  -- shared/children.py clears it when done
+  redis.call('ZREM', LIVE, ARGV[1])
+  return {'terminal'}
+end
 if tonumber(h[2]) ~= tonumber(ARGV[2]) then return {'moved'} end
 local now = now_ms()
 local reason = ''
@@ -45,6 +50,20 @@ elseif h[1] == S.AWAITING_TOOLS then
     return {'awaiting_tools'}
   end
   reason = 'client_tools_settled'
+elseif h[1] == S.AWAITING_CHILDREN then
+  local deadline = tonumber(redis.call('HGET', KEYS[1], F.RUN_DEADLINE_MS) or '')
+  if deadline and now >= deadline then
+    finalize(KEYS[1], KEYS[2], KEYS[3], ARGV[1], S.FAILED, 'max_run_duration',
+      'loopLimits.maxRunDurationMs reached while awaiting its child runs')
+    return {'max_run_duration'}
+  end
+  if children_open(KEYS[1], KEYS[3]) > 0 then
+    local due = now + tonumber(ctx().queued_check_ms)
+    if deadline and deadline < due then due = deadline end
+    redis.call('ZADD', LIVE, due, ARGV[1])
+    return {'awaiting_children'}
+  end
+  reason = 'children_ended'  -- a wake-up that did not happen (it is never lost for long)
 end
 redis.call('ZREM', QUEUE, ARGV[3])
 redis.call('DEL', KEYS[4])

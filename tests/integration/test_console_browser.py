@@ -202,6 +202,28 @@ def _scenario(url: str, chromium: str, driver_path: str, shots: Path) -> None:
         assert d.find_elements(By.CSS_SELECTOR, '#timeline li[data-status="repairing"]')
         d.save_screenshot(str(shots / "structured-run.png"))
 
+        # A failed run retried from its page: the retry's page opens naming its origin and completes;
+        # a fork of the retry at seq 1 from its page names its origin and seq.
+        r = httpx.post(f"{url}/v1/runs", headers={"Authorization": "Bearer tok-ui"},
+                       json=run_body([{"error": {"status": 400, "message": "no"}}, {"text": "fine now"}]))  # fmt: skip
+        failed = r.json()["runId"]
+        d.get(f"{url}/ui#/run/{failed}")
+        wait.until(lambda _: status_of_page() == "failed")
+        wait.until(ec.element_to_be_clickable((By.ID, "retry"))).click()
+        wait.until(lambda _: "#/run/" in d.current_url and failed not in d.current_url)
+        retried = d.current_url.rsplit("/", 1)[-1]
+        wait.until(lambda _: status_of_page() == "completed")
+        assert d.find_element(By.CSS_SELECTOR, "[data-lineage]").text == f"(retry of {failed})"
+        assert d.find_element(By.ID, "retry").get_attribute("disabled") is not None  # a completed run
+        forkseq = d.find_element(By.ID, "fork-seq")
+        forkseq.clear()
+        forkseq.send_keys("1")
+        d.find_element(By.ID, "fork").click()
+        wait.until(lambda _: retried not in d.current_url)
+        wait.until(lambda _: status_of_page() == "completed")
+        assert d.find_element(By.CSS_SELECTOR, "[data-lineage]").text == f"(fork of {retried} at seq 1)"
+        d.save_screenshot(str(shots / "fork-page.png"))
+
         # Nothing the page did broke its CSP (a violation is logged as a console error).
         errors = [e for e in d.get_log("browser") if e["level"] == "SEVERE" and "401" not in e["message"]]
         assert errors == [], errors

@@ -309,3 +309,33 @@ async def test_an_approval_wait_is_a_span_between_two_attempts_of_one_trace(
     assert abs(wait.start_time - first.end_time) < 200_000_000  # it began when the first attempt parked
     (tool,) = by_name(spans, "execute_tool ")
     assert tool.parent is not None and tool.parent.span_id == second.context.span_id
+
+
+async def test_a_sub_agents_child_run_continues_its_parents_trace(
+    redis: Redis, redis_url: str, exporter: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    scripted = {"kind": "scripted", "mode": "script"}
+    helper = {"name": "helper", "provider": {**scripted, "script": [{"text": "helped"}]}}
+    boss = {"name": "boss", "provider": scripted, "agentTools": [{"agent": "helper", "name": "ask_helper"}]}
+    path = tmp_path / "profiles.json"
+    path.write_bytes(orjson.dumps({"profiles": [boss, helper]}))
+    p = producer_for(redis, redis_url, profiles=str(path))
+    script = [{"toolCalls": [{"name": "ask_helper", "arguments": {"task": "t"}}]}, {"text": "done"}]
+    sub = await p.submit({"agent": "boss", "inputMessages": [{"role": "user", "content": "go"}],
+                          "runtimeHints": {"script": script}}, trace=TRACEPARENT)  # fmt: skip
+    async with running_worker(redis_url, profiles=str(path)):
+        rec = (await wait_all(p, [sub.run_id], 20))[sub.run_id]
+    assert rec.status.value == "completed"
+    spans = exporter.get_finished_spans()
+    assert {hexid(s.context.trace_id, 32) for s in spans} == {TRACE}
+    attempts = by_name(spans, "invoke_agent ")
+    (child,) = [s for s in attempts if s.name == "invoke_agent helper"]
+    parents = [s for s in attempts if s.name == "invoke_agent boss"]
+    assert len(parents) == 2  # before and after its wait for the child
+    assert all(s.parent is not None and hexid(s.parent.span_id, 16) == PARENT for s in parents)
+    assert child.parent is not None and child.parent.span_id in {s.context.span_id for s in parents}
+    (wait,) = by_name(spans, "await_children")
+    assert (
+        wait.parent is not None
+        and wait.parent.span_id == max(parents, key=lambda s: s.start_time or 0).context.span_id
+    )

@@ -10,8 +10,10 @@ import pytest
 from agentmill_client.models import Message
 from tests.unit.machine_driver import (
     T0,
+    TASK,
     calling,
     calls_reply,
+    child_result,
     config,
     failure,
     go,
@@ -25,6 +27,23 @@ from worker import machine as m
 NON_TERMINAL = sorted(m.TRANSITIONS)
 
 
+def restored(origin: m.RunState | None, **kw: object) -> m.Restored:
+    return m.Restored(T0, config(), origin, [Message(role="user", content="hi")], **kw)  # type: ignore[arg-type]
+
+
+def restore_origins() -> list[m.RunState | None]:
+    """Origins a retry resumes from, one per node ``Restored`` may lead to."""
+    failed = go(calling(), failure(status=401))[0]
+    return [
+        None,  # calling
+        failed.model_copy(update={"iterations": 10_000}),  # past maxIterations, onLimit fail: failed
+        in_node(m.Phase.TOOL_RUNNING),
+        in_node(m.Phase.AWAITING_HUMAN),
+        in_node(m.Phase.AWAITING_TOOLS),
+        failed.model_copy(update={"transcript": [Message(role="user", content="u")] * 40}),  # compacting
+    ]
+
+
 def events_for(node: str) -> list[tuple[m.Event, m.RunState]]:
     """Events (with the state to apply them to) that cover each legal target of each event type."""
     s = in_node(node)
@@ -35,6 +54,7 @@ def events_for(node: str) -> list[tuple[m.Event, m.RunState]]:
     if node == m.Phase.IDLE:
         cases.append((m.Started(T0, config(), [Message(role="user", content="hi")]), s))
         cases.append((m.StartRejected(T0, "configuration", "no such profile"), s))
+        cases += [(restored(origin), s) for origin in restore_origins()]
     if node == m.Phase.PREPARING:
         cases += [
             (m.ContextLoaded(T0, []), s),
@@ -165,6 +185,68 @@ def events_for(node: str) -> list[tuple[m.Event, m.RunState]]:
                 ),
             ),
         ]
+    if node == m.Phase.TOOL_RUNNING:
+        spawning = go(calling(), calls_reply(("c1", "helper", TASK), ("c2", "echo", "{}")))[0]
+        only = go(calling(), calls_reply(("c1", "helper", TASK)))[0]
+        cases += [
+            (m.ChildrenStarted(T0, {"c1": "k"}), spawning),
+            (m.ChildrenStarted(T0, {"c1": "k"}), only),
+            (m.ChildrenStarted(T0, {}, {"c1": "no such profile"}), only),
+            (
+                m.ChildrenStarted(T0, {}, {"c1": "no"}),
+                only.model_copy(update={"config": config(max_iterations=1)}),
+            ),
+            (
+                m.ChildrenStarted(T0, {}, {"c1": "no"}),
+                only.model_copy(
+                    update={
+                        "config": config(
+                            compaction=config().compaction.model_copy(update={"max_messages": 4})
+                        ),
+                        "transcript": [Message(role="user", content="u")] * 5,
+                    }
+                ),
+            ),
+            (m.Resumed(T0), only),
+            (
+                m.ChildrenStarted(T0, {"c1": "k"}),
+                go(calling(), calls_reply(("c1", "helper", TASK), ("c2", "remote", "{}")))[0],
+            ),
+            (result("c2"), go(spawning, m.ChildrenStarted(T0, {"c1": "k"}))[0]),
+            (m.Resumed(T0, {"c2": result("c2").result}), go(spawning, m.ChildrenStarted(T0, {"c1": "k"}))[0]),
+        ]
+    if node == m.Phase.AWAITING_CHILDREN:
+        two = go(calling(), calls_reply(("c1", "helper", TASK), ("c2", "helper", TASK)),
+                 m.ChildrenStarted(T0, {"c1": "k1", "c2": "k2"}))[0]  # fmt: skip
+        cases += [
+            (m.ChildrenEnded(T0, {"c1": child_result("c1")}), s),
+            (m.ChildrenEnded(T0, {"c1": child_result("c1")}), two),
+            (m.ChildrenEnded(T0, {}), s),
+            (
+                m.ChildrenEnded(T0, {"c1": child_result("c1")}),
+                s.model_copy(update={"config": config(max_iterations=1)}),
+            ),
+            (
+                m.ChildrenEnded(T0, {"c1": child_result("c1")}),
+                s.model_copy(
+                    update={
+                        "config": config(
+                            compaction=config().compaction.model_copy(update={"max_messages": 4})
+                        ),
+                        "transcript": [Message(role="user", content="u")] * 5,
+                    }
+                ),
+            ),
+        ]
+    if node == m.Phase.AWAITING_TOOLS:
+        both = go(
+            calling(),
+            calls_reply(("c1", "remote", "{}"), ("c2", "helper", TASK)),
+            m.ChildrenStarted(T0, {"c2": "k"}),
+        )[0]
+        cases.append(
+            (m.ClientResultsReceived(T0, {"c1": result("c1", "from the client", "remote").result}), both)
+        )
     if node == m.Phase.COMPACTING:
         cases += [
             (m.CompactionDone(T0, s.transcript, 0, "overflow"), s),
@@ -194,7 +276,7 @@ SAMPLE_EVENTS: list[m.Event] = [
     m.Started(T0, config(), [Message(role="user", content="x")]), m.ContextLoaded(T0, []), m.Resumed(T0),
     m.ModelStreamOpened(T0), text_reply(), failure(), m.RetryTimerFired(T0), result("c1"),
     m.ApprovalsDecided(T0, {}), m.CompactionDone(T0, [], 0, "x"), m.AbortRequested(T0), m.DeadlineReached(T0),
-    m.ClientResultsReceived(T0, {}), m.StartRejected(T0, "configuration", "x"),
+    m.ClientResultsReceived(T0, {}), m.StartRejected(T0, "configuration", "x"), restored(None),
 ]  # fmt: skip
 
 

@@ -18,6 +18,7 @@ PRODUCT = ("producer", "worker", "shared")
 NOT_SETTINGS = {
     "worker/models/openai.py": "the API key variable a profile names (apiKeyEnv)",
     "worker/tools/http.py": 'a header secret a profile names ("env:NAME")',
+    "worker/tools/mcp_transport.py": 'an MCP server header secret a profile names ("${env:NAME}")',
     "producer/cli/submit.py": "XDG_STATE_HOME, the platform's state directory",
     "worker/tracing.py": "the standard OTEL_* variables, whether an OTLP endpoint is set (the SDK reads the rest)",
 }

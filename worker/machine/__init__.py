@@ -1,7 +1,7 @@
 """The agent run as a pure transition function: ``decide(state, event) -> (state, commands)``.
 
 Reconciles the seeds: the outer ReAct loop (idle → preparing → model_running ⇄ tool_running →
-completed | failed | aborted, with awaiting_human, awaiting_tools and compacting) and, inside
+completed | failed | aborted, with awaiting_human, awaiting_tools, awaiting_children and compacting) and, inside
 model_running, the model-call loop (calling → streaming → retrying → calling …). No I/O, no clock, no
 randomness: time, jitter and outcomes arrive as event fields, so a recorded event sequence replays to
 the same states. The runner (worker/runner/) executes the commands and feeds the outcomes back.
@@ -10,11 +10,14 @@ the same states. The runner (worker/runner/) executes the commands and feeds the
 - table.py: the literal (node, event) → handler, next nodes table; ``decide`` dispatches on it
 - handlers.py (run, model call), tool_round.py (a round of tool calls), steps.py (shared steps, the ending),
   repair.py (the final answer against responseFormat: complete, repair turn, or invalid_output)
+- restore.py: a retry or fork (``Restored``): another run's state, from its checkpoint or rebuilt from its
+  events up to a seq, rewound to where it can go on
 - identity.py: agentmill's tool-call ids (model-call index, position); the provider's id only for the wire
 - diagram.py: docs/state-machine.md drawn from the table
 """
 
 from worker.machine.commands import (
+    AwaitChildren,
     AwaitClient,
     AwaitHuman,
     CallModel,
@@ -27,11 +30,14 @@ from worker.machine.commands import (
     LoadContext,
     ModelRequest,
     OfferClientCalls,
+    StartChildren,
     Wait,
 )
 from worker.machine.events import (
     AbortRequested,
     ApprovalsDecided,
+    ChildrenEnded,
+    ChildrenStarted,
     ClientResultsReceived,
     CompactionDone,
     ContextLoaded,
@@ -41,13 +47,15 @@ from worker.machine.events import (
     ModelFailed,
     ModelReplied,
     ModelStreamOpened,
+    Restored,
     Resumed,
     RetryTimerFired,
     Started,
     StartRejected,
     ToolFinished,
 )
-from worker.machine.identity import call_id, identify, wire_id
+from worker.machine.identity import call_id, child_run_id, identify, wire_id
+from worker.machine.restore import rebuild
 from worker.machine.state import (
     CALLING,
     RETRYING,
@@ -75,10 +83,13 @@ __all__ = [
     "TRANSITIONS",
     "AbortRequested",
     "ApprovalsDecided",
+    "AwaitChildren",
     "AwaitClient",
     "AwaitHuman",
     "CallModel",
     "CallPhase",
+    "ChildrenEnded",
+    "ChildrenStarted",
     "ClientResultsReceived",
     "Command",
     "Compact",
@@ -100,20 +111,24 @@ __all__ = [
     "ModelStreamOpened",
     "OfferClientCalls",
     "Phase",
+    "Restored",
     "Resumed",
     "RetryTimerFired",
     "RunState",
+    "StartChildren",
     "StartRejected",
     "Started",
     "ToolFinished",
     "Wait",
     "build_messages",
     "call_id",
+    "child_run_id",
     "decide",
     "error_event",
     "identify",
     "initial_state",
     "mermaid",
+    "rebuild",
     "result_of",
     "wire_id",
 ]

@@ -4,14 +4,18 @@ and any randomness (retry jitter) arrives as a field, so a recorded sequence rep
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from agentmill_client.models import Message, ToolResult, Usage
 from worker.config import RunConfig
+from worker.machine.state import RunState
 from worker.policy import ModelFailure
 
 __all__ = [
     "AbortRequested",
     "ApprovalsDecided",
+    "ChildrenEnded",
+    "ChildrenStarted",
     "ClientResultsReceived",
     "CompactionDone",
     "ContextLoaded",
@@ -21,6 +25,7 @@ __all__ = [
     "ModelFailed",
     "ModelReplied",
     "ModelStreamOpened",
+    "Restored",
     "Resumed",
     "RetryTimerFired",
     "StartRejected",
@@ -34,6 +39,24 @@ class Started:
     now_ms: int
     config: RunConfig
     input_messages: list[Message]
+
+
+@dataclass(frozen=True, slots=True)
+class Restored:
+    """A new run that continues another's (a retry or a fork: worker/machine/restore.py).
+    ``origin``: that run's state, from its last checkpoint (a retry) or rebuilt from its events up to
+    a seq (a fork); None: it had none worth resuming (it never started), so the run starts from
+    ``input_messages``. ``recorded``: the tool results copied with it (served, never executed again);
+    ``append``: messages a fork adds; ``lineage``: what the first status event says about the origin
+    (``retryOf`` or ``forkOf`` and ``atSeq``)."""
+
+    now_ms: int
+    config: RunConfig
+    origin: RunState | None
+    input_messages: list[Message]
+    append: list[Message] = field(default_factory=list)
+    recorded: dict[str, ToolResult] = field(default_factory=dict)
+    lineage: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +127,24 @@ class ClientResultsReceived:
 
 
 @dataclass(frozen=True, slots=True)
+class ChildrenStarted:
+    """The child runs of sub-agent calls exist (``streams``: toolCallId -> the child's stream key),
+    or could not be created (``failed``: toolCallId -> why)."""
+
+    now_ms: int
+    streams: dict[str, str]
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ChildrenEnded:
+    """Results of sub-agent calls whose child runs ended (delivered to the parent's tools hash)."""
+
+    now_ms: int
+    results: dict[str, ToolResult]
+
+
+@dataclass(frozen=True, slots=True)
 class CompactionDone:
     now_ms: int
     transcript: list[Message]
@@ -141,6 +182,7 @@ class EffectCrashed:
 
 Event = (
     Started
+    | Restored
     | ContextLoaded
     | Resumed
     | ModelStreamOpened
@@ -150,6 +192,8 @@ Event = (
     | ToolFinished
     | ApprovalsDecided
     | ClientResultsReceived
+    | ChildrenStarted
+    | ChildrenEnded
     | CompactionDone
     | AbortRequested
     | DeadlineReached

@@ -31,6 +31,7 @@ class Phase(StrEnum):
     TOOL_RUNNING = "tool_running"
     AWAITING_HUMAN = "awaiting_human"
     AWAITING_TOOLS = "awaiting_tools"  # the round waits for client tool results, on no worker
+    AWAITING_CHILDREN = "awaiting_children"  # the round waits for its child runs (sub-agents), on no worker
     COMPACTING = "compacting"
     COMPLETED = "completed"
     FAILED = "failed"
@@ -84,6 +85,9 @@ class RunState(Model):
     client_waiting: dict[str, int] = Field(
         default_factory=dict
     )  # client calls offered: toolCallId -> deadline ms
+    children: dict[str, str] = Field(default_factory=dict)  # the round's sub-agent calls -> child run ids
+    spawning: list[str] = Field(default_factory=list)  # sub-agent calls whose child is being created now
+    child_streams: dict[str, str] = Field(default_factory=dict)  # toolCallId -> the child's stream key
     usage: Usage = Field(default_factory=Usage)
     final_message: Message | None = None
     finish_reason: str | None = None  # of the last model reply

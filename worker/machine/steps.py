@@ -149,6 +149,7 @@ def result_of(s: RunState) -> RunResult:
         Phase.ABORTED: RunStatus.ABORTED,
         Phase.AWAITING_HUMAN: RunStatus.AWAITING_HUMAN,
         Phase.AWAITING_TOOLS: RunStatus.AWAITING_TOOLS,
+        Phase.AWAITING_CHILDREN: RunStatus.AWAITING_CHILDREN,
         Phase.IDLE: RunStatus.QUEUED,
     }.get(s.phase, RunStatus.RUNNING)
     return RunResult(

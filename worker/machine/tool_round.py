@@ -8,7 +8,9 @@ import json
 from agentmill_client.models import EventKind, Message, RunError, RunStatus, ToolCall, ToolResult
 from worker import policy
 from worker.config import RECALL_TOOL, RunConfig
+from worker.machine.children import child_ended_emit, child_problem, child_started_emit, start_children
 from worker.machine.commands import (
+    AwaitChildren,
     AwaitClient,
     AwaitHuman,
     Command,
@@ -17,13 +19,23 @@ from worker.machine.commands import (
     ExecuteTool,
     OfferClientCalls,
 )
-from worker.machine.events import ApprovalsDecided, ClientResultsReceived, Resumed, ToolFinished
+from worker.machine.events import (
+    ApprovalsDecided,
+    ChildrenEnded,
+    ChildrenStarted,
+    ClientResultsReceived,
+    Resumed,
+    ToolFinished,
+)
 from worker.machine.identity import wire_id
 from worker.machine.state import CallPhase, MachineError, Phase, RunState
 from worker.machine.steps import error_event, final_call, finish, next_model_call, status_event, up
 
 __all__ = [
+    "begin_tools",
     "on_approvals",
+    "on_children_ended",
+    "on_children_started",
     "on_client_results",
     "on_resumed_tools",
     "on_tool_finished",
@@ -67,6 +79,8 @@ def start_round(
             spec = next(t for t in cfg.tools if t.name == call.name)
             why = policy.argument_problem(spec.parameters, json.loads(call.arguments or "{}"))
             problem = None if why is None else f"error: invalid arguments: {why}"
+        if problem is None and call.name in cfg.agent_tools:  # arguments, depth and cycle
+            problem = child_problem(call, cfg)
         if problem is None and call.name != RECALL_TOOL:
             if cfg.max_calls_per_run is not None and used >= cfg.max_calls_per_run:
                 problem = (
@@ -98,7 +112,10 @@ def start_round(
 
 
 def _execution(name: str, cfg: RunConfig) -> str:
-    """Who runs a call: the caller (client), the worker, or the machine's own context (internal)."""
+    """Who runs a call: the caller (client), a child run (agent), the worker, or the machine's own
+    context (internal)."""
+    if name in cfg.agent_tools:
+        return "agent"
     return "client" if name in cfg.client_tools else "internal" if name == RECALL_TOOL else "worker"
 
 
@@ -130,10 +147,19 @@ def tool_result_emits(res: ToolResult, code: str = "tool_failed") -> list[Comman
 def begin_tools(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
     s = up(s, phase=Phase.TOOL_RUNNING, call=CallPhase.NONE)
     s, cmds = _offer_client_calls(s, now_ms, cmds)
-    s, cmds = start_tools(s, cmds)
-    if not s.running:
+    agents = s.cfg.agent_tools
+    s, spawn = start_children(
+        s, [c for c in s.round if c.name in agents and _ready(s, c) and c.id not in s.children]
+    )
+    s, cmds = start_tools(s, [*cmds, *spawn])
+    if not _busy(s):
         return _after_tools(s, now_ms, cmds)
     return s, cmds
+
+
+def _busy(s: RunState) -> bool:
+    """Something of the round still runs in this worker: a tool call, or the creation of children."""
+    return bool(s.running or s.spawning)
 
 
 def _ready(s: RunState, c: ToolCall) -> bool:
@@ -141,8 +167,9 @@ def _ready(s: RunState, c: ToolCall) -> bool:
 
 
 def _runnable(s: RunState) -> list[ToolCall]:
-    client = s.cfg.client_tools
-    return [c for c in s.round if _ready(s, c) and c.id not in s.running and c.name not in client]
+    client, agents = s.cfg.client_tools, s.cfg.agent_tools
+    return [c for c in s.round if _ready(s, c) and c.id not in s.running and c.name not in client
+            and c.name not in agents]  # fmt: skip
 
 
 def _offer_client_calls(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
@@ -162,10 +189,11 @@ def _offer_client_calls(s: RunState, now_ms: int, cmds: list[Command]) -> Decisi
 
 
 def _after_tools(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
-    """Nothing runs in the worker any more: wait for the client's results, or close the round."""
+    """Nothing runs in the worker any more: wait for the client's results, then for the children's,
+    or close the round."""
     waiting = [c for c in s.round if c.id in s.client_waiting and c.id not in s.results]
     if not waiting:
-        return _close_round(s, now_ms, cmds)
+        return _await_children(s, now_ms, cmds)
     s = up(s, phase=Phase.AWAITING_TOOLS, call=CallPhase.NONE)
     deadlines = {c.id: s.client_waiting[c.id] for c in waiting}
     pending = [{"toolCallId": c.id, "name": c.name, "arguments": c.arguments, "deadlineMs": deadlines[c.id]}
@@ -191,6 +219,67 @@ def on_client_results(s: RunState, e: ClientResultsReceived) -> Decision:
     waiting = [c for c in s.round if c.id in s.client_waiting and c.id not in s.results]
     if waiting:  # still open: park again with the same deadlines
         return s, [*cmds, AwaitClient(waiting, {c.id: s.client_waiting[c.id] for c in waiting})]
+    return _await_children(s, e.now_ms, cmds)
+
+
+def _children_waiting(s: RunState) -> list[ToolCall]:
+    return [c for c in s.round if c.id in s.children and c.id not in s.results]
+
+
+def _await_children(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
+    """Park until every child of the round has ended (on no worker), or close the round."""
+    waiting = _children_waiting(s)
+    if not waiting:
+        return _close_round(s, now_ms, cmds)
+    s = up(s, phase=Phase.AWAITING_CHILDREN, call=CallPhase.NONE)
+    pending = [{"toolCallId": c.id, "name": c.name, "childRunId": s.children[c.id]} for c in waiting]
+    return s, [*cmds, status_event(RunStatus.AWAITING_CHILDREN.value, pendingChildren=pending),
+               AwaitChildren(waiting, {c.id: s.children[c.id] for c in waiting})]  # fmt: skip
+
+
+def on_children_started(s: RunState, e: ChildrenStarted) -> Decision:
+    """The children exist (child_started), or could not be created (an error result each)."""
+    cmds: list[Command] = []
+    results = dict(s.results)
+    streams = dict(s.child_streams)
+    for c in s.round:
+        if c.id not in s.spawning:
+            continue
+        if c.id in e.failed:
+            res = ToolResult(
+                tool_call_id=c.id, name=c.name, content=f"error: {e.failed[c.id]}", is_error=True
+            )
+            results[c.id] = res
+            cmds += tool_result_emits(res, "child_failed")
+        elif c.id in e.streams:
+            streams[c.id] = e.streams[c.id]
+            cmds.append(child_started_emit(s, c, e.streams[c.id]))
+    done = set(e.streams) | set(e.failed)
+    s = up(s, results=results, child_streams=streams, spawning=[i for i in s.spawning if i not in done])
+    if _busy(s):
+        return s, cmds
+    return _after_tools(s, e.now_ms, cmds)
+
+
+def _take_child_results(s: RunState, results: dict[str, ToolResult]) -> Decision:
+    """Results of ended children become their calls' results (child_ended, tool_result)."""
+    taken = dict(s.results)
+    cmds: list[Command] = []
+    for c in s.round:
+        res = results.get(c.id)
+        if res is None or c.id not in s.children or c.id in taken or c.id in s.spawning:
+            continue
+        res = ToolResult(tool_call_id=c.id, name=c.name, content=res.content, is_error=res.is_error)
+        taken[c.id] = res
+        cmds += [child_ended_emit(s, c, res), *tool_result_emits(res, "child_failed")]
+    return up(s, results=taken), cmds
+
+
+def on_children_ended(s: RunState, e: ChildrenEnded) -> Decision:
+    s, cmds = _take_child_results(s, e.results)
+    waiting = _children_waiting(s)
+    if waiting:  # still open: park again
+        return s, [*cmds, AwaitChildren(waiting, {c.id: s.children[c.id] for c in waiting})]
     return _close_round(s, e.now_ms, cmds)
 
 
@@ -212,8 +301,12 @@ def on_resumed_tools(s: RunState, e: Resumed) -> Decision:
     for c in served:
         cmds += tool_result_emits(e.recorded[c.id])
     s = up(s, results={**s.results, **{c.id: e.recorded[c.id] for c in served}})
-    s, cmds = start_tools(s, cmds)
-    if served and not s.running:
+    # Children being created when the run stopped: created again (the same ids find the same children).
+    spawning = [c for c in s.round if c.id in s.spawning]
+    s = up(s, spawning=[], children={k: v for k, v in s.children.items() if k not in s.spawning})
+    s, spawn = start_children(s, spawning)
+    s, cmds = start_tools(s, [*cmds, *spawn])
+    if served and not _busy(s):
         return _after_tools(s, e.now_ms, cmds)
     return s, cmds
 
@@ -228,7 +321,7 @@ def on_tool_finished(s: RunState, e: ToolFinished) -> Decision:
         running=[i for i in s.running if i != res.tool_call_id],
     )
     s, cmds = start_tools(s, tool_result_emits(res))
-    if s.running:
+    if _busy(s):
         return s, cmds
     return _after_tools(s, e.now_ms, cmds)
 
@@ -239,7 +332,7 @@ def _close_round(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
         Message(role="tool", content=s.results[c.id].content, tool_call_id=c.id, name=c.name) for c in s.round
     ]
     s = up(s, transcript=[*s.transcript, *tool_msgs], round=[], results={}, running=[], approvals={},
-            client_waiting={})  # fmt: skip
+            client_waiting={}, children={}, spawning=[], child_streams={})  # fmt: skip
     return next_model_call(s, now_ms, cmds)
 
 

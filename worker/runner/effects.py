@@ -20,8 +20,10 @@ from worker.machine import (
     LoadContext,
     RetryTimerFired,
     RunState,
+    StartChildren,
     Wait,
 )
+from worker.runner.children import start_children
 from worker.runner.effect import EffectContext
 from worker.runner.model_call import call_model, summarise
 from worker.runner.tool_call import run_tool
@@ -41,6 +43,8 @@ def start(cx: EffectContext, state: RunState, c: Command) -> Coroutine[Any, Any,
         return _wait(cx, c.delay_ms)
     if isinstance(c, ExecuteTool):
         return run_tool(cx, state, c.call)
+    if isinstance(c, StartChildren):
+        return start_children(cx, state, c)
     if isinstance(c, Compact):
         if state.cfg.compaction.use_model:
             return summarise(cx, state, c)

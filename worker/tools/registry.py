@@ -1,11 +1,15 @@
 """Which tools a profile has, what the model is told about them, and how a call is executed:
-schema check first, then the tool with a per-call timeout and retries of retryable failures."""
+schema check first, then the tool with a per-call timeout and retries of retryable failures.
+
+A profile's tools are its built-ins, its HTTP tools and the tools its MCP servers list
+(worker/tools/mcp.py), offered as ``<server>__<tool>``; the listing is asked for when a run
+starts (``Toolbox.specs``, kept per server for its ``toolsTtlS``)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import jsonschema
@@ -20,15 +24,29 @@ from worker.ports import ToolRetry
 from worker.tools.base import Tool, ToolContext, ToolError, ToolOutcome
 from worker.tools.builtin import BUILTINS
 
+if TYPE_CHECKING:
+    from shared.profiles import McpServerConfig
+    from worker.tools.mcp import McpServer
+
 __all__ = ["ProfileTools", "ToolRetry", "Toolbox"]
 
 
 class ProfileTools:
     """The tools of one profile, built once per worker and shared by its runs."""
 
-    def __init__(self, profile: AgentProfile, http: httpx.AsyncClient | None = None) -> None:
+    def __init__(
+        self,
+        profile: AgentProfile,
+        http: httpx.AsyncClient | None = None,
+        mcp: Callable[[McpServerConfig], McpServer] | None = None,
+    ) -> None:
         self.profile = profile
         self.tools: dict[str, Tool] = {}
+        self.servers: dict[str, McpServer] = {}
+        if profile.mcp_servers:
+            if mcp is None:
+                raise ValueError("MCP servers need the worker's MCP connections")
+            self.servers = {s.name: mcp(s) for s in profile.mcp_servers}
         for name in profile.tools:
             if name not in BUILTINS:
                 raise ValueError(f"profile {profile.name!r}: no built-in tool named {name!r}")
@@ -45,13 +63,39 @@ class ProfileTools:
         }
         self._validators = {n: jsonschema.Draft202012Validator(t.parameters) for n, t in self.tools.items()}
 
+    async def all_specs(self) -> dict[str, ToolSpec]:
+        """The profile's own tools, then each MCP server's (listed now, or as kept)."""
+        if not self.servers:
+            return self.specs
+        listed = await asyncio.gather(*(s.list() for s in self.servers.values()))
+        specs = dict(self.specs)
+        for tools in listed:
+            for n, t in tools.items():
+                specs.setdefault(n, ToolSpec(name=n, description=t.description, parameters=t.parameters))
+        return specs
+
+    def _tool(self, name: str) -> Tool | None:
+        tool = self.tools.get(name)
+        if tool is None and (cfg := self.profile.mcp_server_of(name)) is not None:
+            tool = self.servers[cfg.name].tool_for(name)
+        return tool
+
     def settings(self, name: str) -> ToolSettings:
         return self.profile.settings_for(name)
 
     def check_arguments(self, name: str, args: Any) -> str | None:
         if not isinstance(args, dict):
             return "arguments must be a JSON object"
-        errors = sorted(self._validators[name].iter_errors(args), key=lambda e: list(e.path))
+        validator = self._validators.get(name)
+        if validator is None:  # an MCP tool: its server's schema (the server checks it too)
+            tool = self._tool(name)
+            try:
+                validator = jsonschema.Draft202012Validator(tool.parameters if tool else {})
+                errors = sorted(validator.iter_errors(args), key=lambda e: list(e.path))
+            except (jsonschema.exceptions.SchemaError, jsonschema.exceptions.RefResolutionError):
+                return None
+        else:
+            errors = sorted(validator.iter_errors(args), key=lambda e: list(e.path))
         if not errors:
             return None
         e = errors[0]
@@ -65,7 +109,7 @@ class ProfileTools:
         on_retry: Any = None,
     ) -> ToolResult:
         """Never raises for a tool's failure: failures become error results the model sees (seed 000)."""
-        tool = self.tools.get(call.name)
+        tool = self._tool(call.name)
         if tool is None:
             return _err(call, f"error: tool {call.name!r} is not available")
         try:
@@ -123,20 +167,47 @@ def _err(call: ToolCall, text: str) -> ToolResult:
 
 
 class Toolbox:
-    """ToolPort: the tools of each profile (built on first use); HTTP tools use the guarded client."""
+    """ToolPort: the tools of each profile (built on first use); HTTP tools and MCP servers use the
+    guarded client. ``mcp``: how an MCP server is reached (default: through the guarded client;
+    tests replay recorded answers), ``on_mcp_call``: the metrics hook of each tools/call."""
 
-    def __init__(self, http: httpx.AsyncClient | None) -> None:
+    def __init__(
+        self,
+        http: httpx.AsyncClient | None,
+        *,
+        mcp: Callable[[McpServerConfig], McpServer] | None = None,
+        on_mcp_call: Callable[[str, str, float], None] | None = None,
+        watch: bool = False,
+    ) -> None:
         self.http = http
+        self.watch = watch  # listen for tools/list_changed (the worker's; aclose stops it)
+        self.on_mcp_call = on_mcp_call
+        self.mcp = mcp or self._mcp_server
         self._tools: dict[str, ProfileTools] = {}
+
+    def _mcp_server(self, cfg: McpServerConfig) -> McpServer:
+        from worker.tools.mcp import McpServer
+        from worker.tools.mcp_transport import GuardedMcpTransport
+
+        if self.http is None:
+            raise ValueError("MCP servers need the worker's HTTP client")
+        transport = GuardedMcpTransport(self.http, allow_hosts=cfg.allow_hosts)
+        return McpServer(cfg, transport, observe=self.on_mcp_call, watch=self.watch)
 
     def _of(self, profile: AgentProfile) -> ProfileTools:
         t = self._tools.get(profile.name)
         if t is None:
-            t = self._tools[profile.name] = ProfileTools(profile, self.http)
+            t = self._tools[profile.name] = ProfileTools(profile, self.http, self.mcp)
         return t
 
-    def specs(self, profile: AgentProfile) -> dict[str, ToolSpec]:
-        return self._of(profile).specs
+    async def specs(self, profile: AgentProfile) -> dict[str, ToolSpec]:
+        return await self._of(profile).all_specs()
+
+    async def aclose(self) -> None:
+        """Stops the MCP servers' listen streams."""
+        for tools in self._tools.values():
+            for server in tools.servers.values():
+                await server.aclose()
 
     async def execute(
         self,

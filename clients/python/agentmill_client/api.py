@@ -3,11 +3,11 @@ client (which returns them). Field names are the wire's camelCase."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agentmill_client.models import ClientToolResult, RunEvent, RunResult
+from agentmill_client.models import ClientToolResult, Message, RunEvent, RunResult
 
 __all__ = [
     "AbortAnswer",
@@ -18,14 +18,19 @@ __all__ = [
     "BatchAnswer",
     "BatchItem",
     "BatchResultLine",
+    "BatchRetryAnswer",
+    "BatchRetryItem",
     "BatchView",
+    "ChildRun",
     "ErrorBody",
     "EventsPage",
+    "ForkBody",
     "PoolAnswer",
     "PoolMinute",
     "PoolPartition",
     "PoolWorker",
     "ResultError",
+    "RetryBody",
     "RunSummary",
     "RunView",
     "RunsPage",
@@ -73,6 +78,15 @@ class RunSummary(BaseModel):
         default=None, description="model replies so far (its result's, once ended)"
     )
     errorCode: str | None = Field(default=None, description="a failed or aborted run's lastError.code")
+    retryOf: str | None = Field(
+        default=None, description="the run this one retries (POST /v1/runs/{id}/retry)"
+    )
+    forkOf: str | None = Field(default=None, description="the run this one was forked from (POST …/fork)")
+    atSeq: int | None = Field(default=None, description="a fork's: the seq of forkOf's events it starts from")
+    retriedBy: str | None = Field(
+        default=None,
+        description="the retry that took this run's place in its batch (counts and results show it)",
+    )
 
 
 class RunsPage(BaseModel):
@@ -115,6 +129,12 @@ class BatchAbortAnswer(BaseModel):
     finished: int = Field(description="runs that had ended meanwhile")
 
 
+class ChildRun(BaseModel):
+    runId: str
+    status: str
+    parentToolCallId: str = Field(description="the parent's tool call the child answers")
+
+
 class RunView(BaseModel):
     runId: str
     status: str
@@ -127,6 +147,20 @@ class RunView(BaseModel):
     streamKey: str | None = Field(
         default=None,
         description="the Redis stream of the run's events (XREAD it to tail them; redis-cli -c on a cluster)",
+    )
+    parentRunId: str | None = Field(default=None, description="a child run's (sub-agent's) parent run")
+    parentToolCallId: str | None = Field(default=None, description="the parent's tool call it answers")
+    children: list[ChildRun] | None = Field(
+        default=None, description="the child runs (sub-agents) it started, oldest first, with their status"
+    )
+    retryOf: str | None = Field(
+        default=None, description="the run this one retries (POST /v1/runs/{id}/retry)"
+    )
+    forkOf: str | None = Field(default=None, description="the run this one was forked from (POST …/fork)")
+    atSeq: int | None = Field(default=None, description="a fork's: the seq of forkOf's events it starts from")
+    retriedBy: str | None = Field(
+        default=None,
+        description="the retry that took this run's place in its batch (counts and results show it)",
     )
 
 
@@ -151,6 +185,35 @@ class ApprovalsAnswer(BaseModel):
     runId: str
     results: list[ApprovalVerdict]
     resumed: bool
+
+
+class RetryBody(BaseModel):
+    from_: Literal["checkpoint", "start"] = Field(
+        default="checkpoint",
+        alias="from",
+        description="checkpoint: resume from the run's last checkpoint, its recorded tool results reused; "
+        "start: a fresh run of the same input",
+    )
+
+
+class ForkBody(BaseModel):
+    atSeq: int = Field(
+        ge=0, description="the seq of the run's event whose state the fork starts from (0: its input)"
+    )
+    inputMessages: list[Message] | None = Field(
+        default=None, max_length=256, description="messages appended before the fork's next model call"
+    )
+
+
+class BatchRetryItem(BaseModel):
+    runId: str = Field(description="the run retried")
+    retryRunId: str | None = Field(default=None, description="its retry, in its place in the batch")
+    error: ErrorBody | None = None
+
+
+class BatchRetryAnswer(BaseModel):
+    batchId: str
+    results: list[BatchRetryItem]
 
 
 class ToolResultsBody(BaseModel):

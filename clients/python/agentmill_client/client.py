@@ -29,6 +29,7 @@ from agentmill_client.api import (
     BatchAnswer,
     BatchItem,
     BatchResultLine,
+    BatchRetryAnswer,
     BatchView,
     RunsPage,
     RunSummary,
@@ -116,10 +117,12 @@ class AsyncClient(AsyncScheduleCalls):
         created_before: int | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        parent_run_id: str | None = None,
     ) -> RunsPage:
-        """One page of the tenant's runs, newest first; pass ``page.next`` as ``cursor`` for the next."""
+        """One page of the tenant's runs, newest first; pass ``page.next`` as ``cursor`` for the next.
+        ``parent_run_id``: only the child runs (sub-agents) of that run."""
         params = wire.listing_params(
-            status, agent, session_id, batch_id, metadata, created_after, created_before
+            status, agent, session_id, batch_id, metadata, created_after, created_before, parent_run_id
         )
         params += [("limit", str(limit))] + ([("cursor", cursor)] if cursor else [])
         return RunsPage.model_validate(wire.check(await self.http.get("/v1/runs", params=params)))
@@ -238,6 +241,26 @@ class AsyncClient(AsyncScheduleCalls):
     async def abort(self, run_id: str) -> AbortAnswer:
         return AbortAnswer.model_validate(wire.check(await self.http.post(f"/v1/runs/{run_id}/abort")))
 
+    async def retry(self, run_id: str, *, from_start: bool = False) -> Accepted:
+        """A failed or aborted run again: from its last checkpoint (its recorded tool results reused)
+        or, ``from_start``, from its input. The new run's view names it as ``retryOf``."""
+        body = {"from": "start" if from_start else "checkpoint"}
+        return Accepted.model_validate(
+            wire.check(await self.http.post(f"/v1/runs/{run_id}/retry", json=body))
+        )
+
+    async def fork(self, run_id: str, at_seq: int, input_messages: Sequence[Any] | None = None) -> Accepted:
+        """A new run from the state at event ``at_seq`` of a run that ended, ``input_messages`` appended."""
+        body: dict[str, Any] = {"atSeq": at_seq}
+        if input_messages:
+            body["inputMessages"] = [to_jsonable(m) for m in input_messages]
+        return Accepted.model_validate(wire.check(await self.http.post(f"/v1/runs/{run_id}/fork", json=body)))
+
+    async def retry_batch(self, batch_id: str, *, status: str = "failed") -> BatchRetryAnswer:
+        """The batch's failed (``status``: or aborted, or both as a comma list) runs retried in their places."""
+        r = await self.http.post(f"/v1/batches/{batch_id}/retry", params={"status": status})
+        return BatchRetryAnswer.model_validate(wire.check(r))
+
     async def approve(self, run_id: str, tool_call_id: str, *, reason: str | None = None) -> ApprovalsAnswer:
         return await self._decide(run_id, tool_call_id, True, reason)
 
@@ -350,6 +373,15 @@ class Client(ScheduleCalls):
 
     def abort(self, run_id: str) -> AbortAnswer:
         return self._run(self._async.abort(run_id))  # type: ignore[no-any-return]
+
+    def retry(self, run_id: str, *, from_start: bool = False) -> Accepted:
+        return self._run(self._async.retry(run_id, from_start=from_start))  # type: ignore[no-any-return]
+
+    def fork(self, run_id: str, at_seq: int, input_messages: Sequence[Any] | None = None) -> Accepted:
+        return self._run(self._async.fork(run_id, at_seq, input_messages))  # type: ignore[no-any-return]
+
+    def retry_batch(self, batch_id: str, *, status: str = "failed") -> BatchRetryAnswer:
+        return self._run(self._async.retry_batch(batch_id, status=status))  # type: ignore[no-any-return]
 
     def approve(self, run_id: str, tool_call_id: str, *, reason: str | None = None) -> ApprovalsAnswer:
         return self._run(self._async.approve(run_id, tool_call_id, reason=reason))  # type: ignore[no-any-return]

@@ -133,6 +133,7 @@ class LoopLimits(Model):
     max_tool_rounds: int | None = Field(default=None, ge=0, le=1_000)
     max_run_duration_ms: int | None = Field(default=None, ge=1, le=7 * 24 * 3_600_000)
     max_repairs: int | None = Field(default=None, ge=0, le=10)  # repair turns of a structured answer
+    max_depth: int | None = Field(default=None, ge=0, le=10)  # sub-agent nesting (default 3)
 
 
 def _local_refs_only(value: Any) -> bool:
@@ -337,6 +338,8 @@ class EventKind(StrEnum):
     ERROR = "error"
     COMPACTION = "compaction"
     USAGE = "usage"  # after each model reply: that call's usage and the run's total so far
+    CHILD_STARTED = "child_started"  # a sub-agent call's child run was created (its id and streamKey)
+    CHILD_ENDED = "child_ended"  # the parent took a child run's ending as that call's result
 
 
 class RunEvent(Model):

@@ -12,6 +12,7 @@ class RunStatus(StrEnum):
     RUNNING = "running"
     AWAITING_HUMAN = "awaiting_human"
     AWAITING_TOOLS = "awaiting_tools"  # waiting for results of client tool calls, on no worker
+    AWAITING_CHILDREN = "awaiting_children"  # waiting for its child runs (sub-agents) to end, on no worker
     COMPLETED = "completed"
     FAILED = "failed"
     ABORTED = "aborted"

@@ -5,7 +5,7 @@
 
 const TOKEN_KEY = "agentmill.token";
 const TERMINAL = new Set(["completed", "failed", "aborted"]);
-const STATUSES = ["queued", "running", "awaiting_human", "awaiting_tools", "completed", "failed", "aborted"];
+const STATUSES = ["queued", "running", "awaiting_human", "awaiting_tools", "awaiting_children", "completed", "failed", "aborted"];
 let cleanup = [];  // what the current page must stop (timers, streams) when the user leaves it
 
 // ---- small helpers ----
@@ -124,9 +124,19 @@ function duration(r) {
   return s < 60 ? s.toFixed(1) + " s" : s < 3600 ? (s / 60).toFixed(1) + " min" : (s / 3600).toFixed(1) + " h";
 }
 
+// A run's lineage (retryOf, forkOf + atSeq, retriedBy) as links to the runs it names.
+function runLink(id) { return el("a", { href: "#/run/" + encodeURIComponent(id), text: id }); }
+function lineage(r) {
+  const parts = [];
+  if (r.retryOf) parts.push("retry of ", runLink(r.retryOf));
+  if (r.forkOf) parts.push("fork of ", runLink(r.forkOf), ` at seq ${r.atSeq}`);
+  if (r.retriedBy) parts.push(parts.length ? "; " : "", "retried by ", runLink(r.retriedBy));
+  return parts.length ? el("span", { class: "muted lineage", "data-lineage": r.runId }, " (", parts, ")") : null;
+}
+
 function runsTable(caption, runs) {
   const rows = runs.map((r) => el("tr", { "data-run": r.runId },
-    el("td", {}, el("a", { href: "#/run/" + encodeURIComponent(r.runId), text: r.runId })),
+    el("td", {}, el("a", { href: "#/run/" + encodeURIComponent(r.runId), text: r.runId }), lineage(r)),
     el("td", {}, statusBadge(r.status)),
     el("td", { text: when(r.createdAt) }),
     el("td", { "data-col": "duration", text: duration(r) }),
@@ -206,8 +216,17 @@ function batchPage(view, batchId) {
   const abort = el("button", { type: "button", class: "danger", id: "abort-batch", text: "Abort the batch's runs" });
   const download = el("button", { type: "button", id: "download-results", text: "Download results (JSONL)" });
   download.addEventListener("click", () => downloadResults(batchId, download));
+  const retry = el("button", { type: "button", id: "retry-batch", text: "Retry failed runs" });
   const runs = el("div");
-  view.append(summary, el("div", { class: "actions" }, abort, download), runs);
+  view.append(summary, el("div", { class: "actions" }, abort, retry, download), runs);
+
+  retry.addEventListener("click", async () => {
+    try {
+      const r = await api("POST", `/v1/batches/${encodeURIComponent(batchId)}/retry?status=failed`);
+      toast(`${r.results.filter((i) => i.retryRunId).length} of ${r.results.length} failed runs retried`);
+      load();
+    } catch (e) { onError(view, e); }
+  });
 
   abort.addEventListener("click", async () => {
     if (!confirm("Abort every run of this batch that has not ended?")) return;
@@ -232,6 +251,7 @@ function batchPage(view, batchId) {
         ),
       );
       abort.disabled = b.finished;
+      retry.disabled = !b.counts.failed;
       const page = await api("GET", `/v1/batches/${encodeURIComponent(batchId)}/runs?limit=100`);
       runs.replaceChildren(runsTable(`Runs of the batch (newest 100)`, page.runs));
       return b.finished;
@@ -301,6 +321,11 @@ function eventItem(e, state) {
         el("pre", { text: String(p.content === undefined ? "" : describeArgs(p.content)).slice(0, 2000) }));
     case "error":
       return el("li", { "data-kind": "error", class: "error" }, seq, `error ${p.code || ""}: ${p.message || ""}`);
+    case "child_started":
+    case "child_ended":
+      return el("li", { "data-kind": e.kind, class: p.isError ? "error" : "" }, seq,
+        e.kind === "child_started" ? `⇢ sub-agent ${p.agent || ""} for ${p.toolCallId}: ` : `⇠ sub-agent for ${p.toolCallId} ended: `,
+        el("a", { href: "#/run/" + encodeURIComponent(p.childRunId || ""), text: p.childRunId || "" }));
     case "compaction":
       return el("li", { "data-kind": "compaction" }, seq, `compacted ${p.removed} messages (${p.reason || ""})`);
     default:
@@ -342,8 +367,13 @@ function runPage(view, runId) {
   const outputText = el("pre", { id: "run-output" });
   const output = el("section", { id: "output", "aria-labelledby": "output-title", hidden: true },
     el("h2", { id: "output-title", text: "Output" }), outputText);
+  const retry = el("button", { type: "button", id: "retry", text: "Retry from its checkpoint", disabled: true });
+  const forkSeq = el("input", { type: "number", id: "fork-seq", min: 0, value: 0, "aria-label": "Fork at event seq" });
+  const fork = el("button", { type: "button", id: "fork", text: "Fork at seq", disabled: true });
+  const tree = el("section", { id: "children", "aria-labelledby": "children-title", hidden: true });
   view.append(el("h1", {}, "Run ", el("code", { text: runId })), el("p", {}, "Status: ", status), meta,
-    el("div", { class: "actions" }, abort), approvals, output, el("h2", { text: "Timeline" }), live, timeline);
+    el("div", { class: "actions" }, abort, retry, fork, forkSeq), approvals, output, tree, el("h2", { text: "Timeline" }),
+    live, timeline);
   const state = { stream: null, last: 0, status: "", ended: false };
   const controller = new AbortController();
   cleanup.push(() => controller.abort());
@@ -352,6 +382,8 @@ function runPage(view, runId) {
     state.status = s;
     status.replaceChildren(statusBadge(s));
     abort.disabled = TERMINAL.has(s);
+    retry.disabled = s !== "failed" && s !== "aborted";
+    fork.disabled = !TERMINAL.has(s);
     if (s !== "awaiting_human") { approvals.hidden = true; approvals.replaceChildren(); }
   }
 
@@ -379,6 +411,22 @@ function runPage(view, runId) {
       })));
   }
 
+  // Sub-agents: the run's parent, and its child runs as a tree (each child's own children below it).
+  async function showTree(run) {
+    const kids = await childTree(run.children || [], 1);
+    if (!run.parentRunId && !kids) return;
+    tree.hidden = false;
+    tree.replaceChildren(el("h2", { id: "children-title", text: "Sub-agents" }));
+    if (run.parentRunId) {
+      tree.append(el("p", {}, "Child of run ", el("a", { href: "#/run/" + encodeURIComponent(run.parentRunId),
+        text: run.parentRunId }), ` (its call ${run.parentToolCallId})`));
+    }
+    if (kids) tree.append(kids);
+  }
+  function refreshTree() {
+    api("GET", `/v1/runs/${encodeURIComponent(runId)}`).then(showTree, () => {});
+  }
+
   // A structured-output run's parsed answer (result.output), pretty-printed; textContent only.
   function showOutput(run) {
     const out = run.result ? run.result.output : undefined;
@@ -394,17 +442,28 @@ function runPage(view, runId) {
     } catch (e) { onError(view, e); }
   });
 
+  // A retry or fork is a new run: its page opens once the API accepted it.
+  async function startFrom(path, body) {
+    try {
+      const r = await api("POST", `/v1/runs/${encodeURIComponent(runId)}/${path}`, body);
+      location.hash = "#/run/" + encodeURIComponent(r.runId);
+    } catch (e) { onError(view, e); }
+  }
+  retry.addEventListener("click", () => startFrom("retry", {}));
+  fork.addEventListener("click", () => startFrom("fork", { atSeq: Number(forkSeq.value) || 0 }));
+
   function onEvent(e) {
     if (e.seq <= state.last) return;
     state.last = e.seq;
     const item = eventItem(e, state);
     if (item) timeline.append(item);
+    if (e.kind === "child_started" || e.kind === "child_ended") refreshTree();
     if (e.kind === "status" && e.payload.status !== "retrying") {
       setStatus(e.payload.status);
       if (e.payload.status === "awaiting_human") showApprovals(e.payload.pendingApprovals);
       if (TERMINAL.has(e.payload.status)) {
         state.ended = true;
-        api("GET", `/v1/runs/${encodeURIComponent(runId)}`).then(showOutput, () => {});
+        api("GET", `/v1/runs/${encodeURIComponent(runId)}`).then((r) => { showOutput(r); showTree(r); }, () => {});
       }
     }
   }
@@ -413,9 +472,12 @@ function runPage(view, runId) {
     try {
       const run = await api("GET", `/v1/runs/${encodeURIComponent(runId)}`);
       setStatus(run.status);
-      meta.textContent = `created ${when(run.createdAt)}` + (run.sessionId ? ` · session ${run.sessionId}` : "");
+      meta.replaceChildren(`created ${when(run.createdAt)}` + (run.sessionId ? ` · session ${run.sessionId}` : ""),
+        lineage(run) || "");
+      forkSeq.max = run.lastSeq; forkSeq.value = run.lastSeq;
       if (run.status === "awaiting_human") showApprovals(run.pendingApprovals);
       showOutput(run);
+      showTree(run).catch(() => {});
     } catch (e) { onError(view, e); return; }
     while (!state.ended && !controller.signal.aborted) {
       try {
@@ -429,6 +491,24 @@ function runPage(view, runId) {
     }
     live.textContent = "the run has ended";
   })();
+}
+
+// A list of child runs, each with its status, the call it answers and its own children (to depth 4).
+async function childTree(children, depth) {
+  if (!children.length) return null;
+  const items = await Promise.all(children.map(async (c) => {
+    let below = null;
+    if (depth < 4) {
+      try {
+        const run = await api("GET", `/v1/runs/${encodeURIComponent(c.runId)}`);
+        below = await childTree(run.children || [], depth + 1);
+      } catch (e) { below = null; }
+    }
+    return el("li", { "data-child": c.runId },
+      el("a", { href: "#/run/" + encodeURIComponent(c.runId), text: c.runId }), " ", statusBadge(c.status),
+      el("span", { class: "muted", text: ` for ${c.parentToolCallId}` }), below || "");
+  }));
+  return el("ul", { class: "tree" }, items);
 }
 
 // ---- the pool: workers, queues, runs per minute over the last hour ----

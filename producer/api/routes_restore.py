@@ -1,0 +1,109 @@
+"""Retry and fork (producer/restore.py): POST /v1/runs/{id}/retry, /v1/runs/{id}/fork and
+/v1/batches/{id}/retry. Within the caller's tenant only: another tenant's run or batch is a 404."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Header, Query, Response
+
+from agentmill_client.api import Accepted, BatchRetryAnswer, BatchRetryItem, ErrorBody, ForkBody, RetryBody
+from agentmill_client.errors import ApiError
+from producer.api.errors import COMMON_ERRORS, ErrorResponse
+from producer.api.routes_runs import run_links
+from producer.api.state import Api, ApiDep, Tenant
+from producer.listing import Catalog
+from producer.restore import RETRYABLE, Restorer
+from producer.submission import SubmissionError, Submitted
+
+__all__ = ["fork_run", "retry_batch", "retry_run", "router"]
+
+router = APIRouter()
+_ERRORS = {
+    **COMMON_ERRORS,
+    202: {"links": run_links("$response.body#/runId")},
+    200: {"model": Accepted, "description": "the same Idempotency-Key made this run before"},
+    404: {"model": ErrorResponse},
+    409: {"model": ErrorResponse},
+    429: {"model": ErrorResponse},
+}
+
+
+def _accepted(api: Api, sub: Submitted, response: Response) -> Accepted:
+    """202 for a new run; 200 for the one the same Idempotency-Key created before."""
+    api.metrics.submitted("accepted" if sub.created else "replayed")
+    if not sub.created:
+        response.status_code = 200
+    return Accepted(runId=sub.run_id, status=sub.status, eventsUrl=f"/v1/runs/{sub.run_id}/events")
+
+
+@router.post(
+    "/v1/runs/{run_id}/retry", status_code=202, response_model=Accepted, responses=_ERRORS,
+    summary="Retry a failed or aborted run from its last checkpoint (or from its input)",
+)  # fmt: skip
+async def retry_run(
+    run_id: str,
+    api: ApiDep,
+    tenant: Tenant,
+    response: Response,
+    body: Annotated[RetryBody | None, Body()] = None,
+    idempotency_key: Annotated[str | None, Header(max_length=256)] = None,
+) -> Accepted:
+    await api.admit()
+    from_start = body is not None and body.from_ == "start"
+    sub = await Restorer(api.producer).retry(
+        run_id, tenant, from_start=from_start, quota=api.quotas.of(tenant), idempotency_key=idempotency_key
+    )
+    return _accepted(api, sub, response)
+
+
+@router.post(
+    "/v1/runs/{run_id}/fork", status_code=202, response_model=Accepted, responses={**_ERRORS, 422: {"model": ErrorResponse}},
+    summary="A new run from the state at one event seq of a run that ended",
+)  # fmt: skip
+async def fork_run(
+    run_id: str,
+    body: ForkBody,
+    api: ApiDep,
+    tenant: Tenant,
+    response: Response,
+    idempotency_key: Annotated[str | None, Header(max_length=256)] = None,
+) -> Accepted:
+    await api.admit()
+    sub = await Restorer(api.producer).fork(
+        run_id,
+        tenant,
+        body.atSeq,
+        body.inputMessages,
+        quota=api.quotas.of(tenant),
+        idempotency_key=idempotency_key,
+    )
+    return _accepted(api, sub, response)
+
+
+@router.post(
+    "/v1/batches/{batch_id}/retry", response_model=BatchRetryAnswer,
+    responses={**COMMON_ERRORS, 404: {"model": ErrorResponse}, 422: {"model": ErrorResponse}},
+    summary="Retry a batch's failed (or aborted) runs, each in its place in the batch",
+)  # fmt: skip
+async def retry_batch(
+    batch_id: str,
+    api: ApiDep,
+    tenant: Tenant,
+    status: Annotated[str, Query(description="failed, aborted, or both as a comma list")] = "failed",
+) -> BatchRetryAnswer:
+    wanted = tuple(dict.fromkeys(s.strip() for s in status.split(",")))
+    if not wanted or any(s not in {r.value for r in RETRYABLE} for s in wanted):
+        raise ApiError(422, "invalid_input", "status: failed, aborted, or both as a comma list")
+    if await Catalog(api.producer).batch(tenant, batch_id) is None:
+        raise ApiError(404, "unknown_batch", f"no batch {batch_id}")
+    await api.admit()
+    done = await Restorer(api.producer).retry_batch(batch_id, tenant, wanted, quota=api.quotas.of(tenant))
+    items = []
+    for original, got in done:
+        if isinstance(got, SubmissionError):
+            items.append(BatchRetryItem(runId=original, error=ErrorBody(**got.as_dict())))
+        else:
+            items.append(BatchRetryItem(runId=original, retryRunId=got.run_id))
+    api.metrics.submitted("accepted", sum(1 for i in items if i.retryRunId))
+    return BatchRetryAnswer(batchId=batch_id, results=items)

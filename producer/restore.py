@@ -1,0 +1,288 @@
+"""Retry and fork (issue 28): a new run that continues a run that ended, instead of starting over.
+
+- ``retry``: a failed or aborted run again, from its last checkpoint (its state, and the tool results
+  it recorded, copied: served, never executed again) or, ``from_start``, from its input.
+- ``fork``: any run that ended, from the state at one of its event seqs, with messages appended.
+  The state at a seq is rebuilt from the run's events up to it (worker/machine/restore.py): no
+  checkpoint is kept per step. Only the tool results published by then are copied.
+- ``retry_batch``: a batch's failed (or aborted) runs retried in one call.
+
+In two steps, as on a Redis Cluster the two runs may live in different slots: the original is read
+on its partition (run hash, tools hash, events, item in its batch), then the new run is submitted
+on its own through the normal submission path (prepare, place, admit, send) with the extra
+"initial checkpoint" payload (shared.origin) and the records (submit_restored.lua). A retry of a
+batch's run takes its place in the batch (batch_replace.lua, before the retry is sent): the batch's
+counts and results show the retry instead of it; its run listing shows both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from agentmill_client.models import EventKind, Message, RunStatus
+from producer.listing import Catalog, RunFilter
+from producer.placement import verdict
+from producer.routing import run_script
+from producer.scope import run_id_for_key
+from producer.submission import SubmissionError, Submitted, outcome
+from shared import keys
+from shared.fields import RunField
+from shared.origin import Origin
+from shared.quotas import Quota
+from shared.scripts import text
+from shared.tool_records import ToolRecord
+
+if TYPE_CHECKING:
+    from producer.service import Producer
+
+__all__ = ["Original", "Restorer"]
+
+F = RunField
+_FIELDS = [F.STATUS, F.TENANT, F.INPUT, F.CKPT, F.LAST_SEQ, F.BATCH, F.CLIENT_ID, F.ORIGIN]
+# The events a state is rebuilt from (worker.machine.rebuild reads no others).
+REBUILT_FROM = {EventKind.ASSISTANT_MESSAGE, EventKind.TOOL_CALL, EventKind.TOOL_RESULT, EventKind.ERROR,
+                EventKind.STATUS}  # fmt: skip
+RETRYABLE = (RunStatus.FAILED, RunStatus.ABORTED)
+BATCH_PARALLEL = 16  # a batch's runs retried at a time (each: two reads, then the sends)
+# What a new run does not inherit from its original's input: its ids (a new run gets its own) and its
+# session (a retry or fork joins no session: the history it had loaded is in the checkpoint).
+_NOT_INHERITED = ("runId", "sessionId", "autoCreateSession", "multitaskStrategy")
+
+
+@dataclass(frozen=True, slots=True)
+class Original:
+    """A run as a retry or fork reads it: ``key`` the id its keys use, ``shown`` its client's id."""
+
+    key: str
+    shown: str
+    part: keys.Partition
+    status: RunStatus
+    input: dict[str, Any]
+    checkpoint: dict[str, Any] | None
+    last_seq: int
+    batch: str
+    item: int | None
+    records: dict[str, ToolRecord]
+    events: list[tuple[int, str, dict[str, Any]]]  # seq, kind, payload (a fork's, up to its seq)
+    origin: dict[str, Any] | None  # its own origin, when it was itself a retry or fork
+
+
+def _unknown(run_id: str) -> SubmissionError:
+    return SubmissionError("unknown_run", f"no run {run_id}", status=404)
+
+
+class Restorer:
+    def __init__(self, producer: Producer) -> None:
+        self.p = producer
+
+    async def read(self, run_id: str, tenant: str, *, upto: int | None = None) -> Original:
+        """The tenant's run ``run_id`` (404 for another tenant's), with its events up to ``upto``."""
+        key = await self.p.resolve(run_id, tenant)
+        part = await self.p.locate(key)
+        if part is None:
+            raise _unknown(run_id)
+
+        def read(pipe: Any) -> None:
+            pipe.hmget(part.run(key), _FIELDS)
+            pipe.hgetall(part.tools(key))
+            if upto:
+                pipe.xrange(part.events(key), min="1-0", max=f"{upto}-0")
+
+        got = (await self.p.parts.pipelined([(part, read)]))[0]
+        h = dict(zip(_FIELDS, (text(v) if v is not None else "" for v in got[0]), strict=True))
+        if not h[F.STATUS] or h[F.TENANT] != tenant:
+            raise _unknown(run_id)
+        item = None
+        if h[F.BATCH]:
+            ix = part.index_key(tenant, "item", h[F.BATCH])
+            score = await self.p.parts.call(part, lambda c: c.zscore(ix, key))
+            item = int(score) if score is not None else None
+        events: list[tuple[int, str, dict[str, Any]]] = []
+        entries = got[2] if upto else []
+        if entries and text(entries[0][0]) != "1-0":  # the stream's MAXLEN trimmed its first events
+            raise SubmissionError(
+                "events_trimmed",
+                f"run {run_id}'s stream no longer holds its first events (it starts at {text(entries[0][0])}): "
+                "its state at a seq cannot be rebuilt; retry it instead",
+                status=409,
+            )
+        for _, f in entries:
+            d = {text(k): v for k, v in f.items()}
+            if text(d["kind"]) in REBUILT_FROM:
+                events.append((int(text(d["seq"])), text(d["kind"]), orjson.loads(d["payload"])))
+        return Original(
+            key=key, shown=run_id, part=part, status=RunStatus(h[F.STATUS]), input=orjson.loads(h[F.INPUT]),
+            checkpoint=orjson.loads(h[F.CKPT]) if h[F.CKPT] else None, last_seq=int(h[F.LAST_SEQ] or 0),
+            batch=h[F.BATCH], item=item, events=events, origin=orjson.loads(h[F.ORIGIN]) if h[F.ORIGIN] else None,
+            records={text(k): ToolRecord.from_json(v) for k, v in got[1].items()},
+        )  # fmt: skip
+
+    async def retry(
+        self,
+        run_id: str,
+        tenant: str,
+        *,
+        from_start: bool = False,
+        quota: Quota | None = None,
+        idempotency_key: str | None = None,
+    ) -> Submitted:
+        """A failed or aborted run again (409 ``not_retryable`` for another status). The same
+        ``idempotency_key`` for the same run names the same retry (created once)."""
+        o = await self.read(run_id, tenant)
+        if o.status not in RETRYABLE:
+            raise SubmissionError(
+                "not_retryable", f"run {run_id} is {o.status.value}: only a failed or aborted run is retried",
+                status=409,
+            )  # fmt: skip
+        lineage: dict[str, Any] = {"retryOf": run_id, **({"from": "start"} if from_start else {})}
+        origin = None if from_start else Origin(lineage, checkpoint=o.checkpoint)
+        records = {} if from_start else {i: r for i, r in o.records.items() if r.done}
+        key = f"retry\0{run_id}\0{idempotency_key}" if idempotency_key else ""
+        return await self._send(o, tenant, lineage, origin, records, quota, in_batch=True, key=key)
+
+    async def fork(
+        self,
+        run_id: str,
+        tenant: str,
+        at_seq: int,
+        input_messages: list[Message] | None = None,
+        *,
+        quota: Quota | None = None,
+        idempotency_key: str | None = None,
+    ) -> Submitted:
+        """A new run from the state at event ``at_seq`` of a run that ended (409 ``not_finished``
+        before; 422 for a seq it does not have, or messages inside a tool round). The same
+        ``idempotency_key``, run and body name the same fork (created once)."""
+        o = await self.read(run_id, tenant, upto=at_seq)
+        if not o.status.terminal:
+            raise SubmissionError(
+                "not_finished",
+                f"run {run_id} is {o.status.value}: only a run that ended is forked",
+                status=409,
+            )
+        if not 0 <= at_seq <= o.last_seq:
+            raise SubmissionError(
+                "invalid_input", f"atSeq: run {run_id} has events 1..{o.last_seq}", field="atSeq"
+            )
+        open_calls = _open_calls(o.events)
+        if input_messages and open_calls:
+            raise SubmissionError(
+                "invalid_input",
+                f"atSeq: seq {at_seq} is inside a tool round (calls {', '.join(open_calls)} have no result "
+                "by then): inputMessages need a seq outside a round",
+                field="atSeq",
+            )
+        lineage = {"forkOf": run_id, "atSeq": at_seq}
+        shown = [
+            orjson.loads(m.model_dump_json(by_alias=True, exclude_none=True)) for m in input_messages or []
+        ]
+        origin = Origin(lineage, o.checkpoint, [(k, p) for _, k, p in o.events], shown, o.origin)
+        published = {str(p.get("toolCallId")) for _, k, p in o.events if k == EventKind.TOOL_RESULT}
+        published |= _inherited(o.origin)
+        records = {i: r for i, r in o.records.items() if r.done and i in published}
+        body = orjson.dumps([at_seq, shown]).decode()  # the same key with another body: another fork
+        key = f"fork\0{run_id}\0{body}\0{idempotency_key}" if idempotency_key else ""
+        return await self._send(o, tenant, lineage, origin, records, quota, in_batch=False, key=key)
+
+    async def retry_batch(
+        self, batch_id: str, tenant: str, statuses: tuple[str, ...], *, quota: Quota | None = None
+    ) -> list[tuple[str, Submitted | SubmissionError]]:
+        """Each run of the batch in ``statuses`` (failed, aborted) retried from its checkpoint, in
+        the batch's place: (its id, its retry or why not). A run a retry replaced already is skipped."""
+        catalog = Catalog(self.p)
+        rows: list[tuple[str, str]] = []  # (its key, its client's id)
+        for status in statuses:
+            cursor: str | None = None
+            while True:
+                page, cursor = await catalog._rows(
+                    tenant, RunFilter(batch_id=batch_id, status=status), 500, cursor
+                )
+                rows += [(r[0], r[7] or r[0]) for _, r in page]
+                if cursor is None:
+                    break
+        gate = asyncio.Semaphore(BATCH_PARALLEL)
+
+        async def one(shown: str) -> Submitted | SubmissionError | None:
+            async with gate:
+                try:
+                    o = await self.read(shown, tenant)
+                    if o.batch != batch_id:
+                        return None  # a retry took its place already
+                    lineage = {"retryOf": shown}
+                    records = {i: r for i, r in o.records.items() if r.done}
+                    origin = Origin(lineage, checkpoint=o.checkpoint)
+                    return await self._send(o, tenant, lineage, origin, records, quota, in_batch=True)
+                except SubmissionError as exc:
+                    return exc
+
+        shown = [s for _, s in rows]
+        done = await asyncio.gather(*(one(s) for s in shown))
+        return [(s, got) for s, got in zip(shown, done, strict=True) if got is not None]
+
+    async def _send(
+        self,
+        o: Original,
+        tenant: str,
+        lineage: dict[str, Any],
+        origin: Origin | None,
+        records: dict[str, ToolRecord],
+        quota: Quota | None,
+        *,
+        in_batch: bool,
+        key: str = "",
+    ) -> Submitted:
+        """The new run through the submission steps; ``key``: what its id is derived from (a
+        client's Idempotency-Key with the route and the original), so it is created once."""
+        sub = self.p.submitter
+        raw = {k: v for k, v in o.input.items() if k not in _NOT_INHERITED}
+        prep = sub.prepare(raw, tenant, run_id_for_key(tenant, key) if key else "")
+        part = sub.place(prep.run_id, prep.session_id)
+        chosen = [(prep.run_id, part)] if key and sub.layout.count > 1 else []
+        holders = await sub.admit(tenant, {part.index: [prep.run_id]}, quota, chosen)
+        if holders and holders[0] is not None:  # created before (the same key, on another partition)
+            return outcome(prep.run, verdict(holders[0], tenant, prep.digest))
+        batch, item = (o.batch, o.item) if in_batch and o.batch else ("", None)
+        if batch:  # the retry takes the original's place in its batch first: one retry per place
+            shown_new = prep.run.run_id or prep.run_id
+            k, a = self.p.scripts.frame(o.part, [o.part.run(o.key)], [o.key, shown_new])
+            if (
+                text((await run_script(self.p.parts, self.p.scripts.batch_replace, o.part, k, a))[0])
+                != "left"
+            ):
+                batch, item = "", None
+        own, args = sub.submit_args(prep, part, tenant, batch, item)
+        flat: list[Any] = []
+        for i, r in records.items():
+            flat += [i, r.to_json()]
+        extra = [orjson.dumps(lineage), origin.to_json() if origin is not None else "", len(records), *flat]
+        k, a = self.p.scripts.frame(part, [*own, part.tools(prep.run_id)], [*extra, *args])
+        reply = await run_script(self.p.parts, self.p.scripts.submit_restored, part, k, a)
+        return outcome(prep.run, reply)
+
+
+def _open_calls(events: list[tuple[int, str, dict[str, Any]]]) -> list[str]:
+    """The tool calls published without a result by the last of ``events``."""
+    open_: dict[str, None] = {}
+    for _, kind, p in events:
+        if kind == EventKind.TOOL_CALL:
+            open_[str(p.get("toolCallId"))] = None
+        elif kind == EventKind.TOOL_RESULT:
+            open_.pop(str(p.get("toolCallId")), None)
+    return list(open_)
+
+
+def _inherited(origin: dict[str, Any] | None) -> set[str]:
+    """The tool calls a restored run had results of before its first event (its origin's): their
+    records were copied to it, and a fork of it at any seq has them too."""
+    if not origin:
+        return set()
+    if origin.get("events") is None:  # a retry: its checkpoint's transcript and open round
+        state = (origin.get("checkpoint") or {}).get("state") or {}
+        ids = {str(m.get("toolCallId")) for m in state.get("transcript") or [] if m.get("role") == "tool"}
+        return ids | set(state.get("results") or {})
+    ids = {str(p.get("toolCallId")) for k, p in origin["events"] if k == EventKind.TOOL_RESULT}
+    return ids | _inherited(origin.get("parent"))

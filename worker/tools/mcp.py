@@ -1,0 +1,332 @@
+"""Tools from MCP servers (a profile's ``mcpServers``), through the official ``mcp`` SDK over
+streamable HTTP.
+
+One ``McpServer`` per profile and server on a worker: it lists the server's tools (kept for
+``toolsTtlS``; a failed listing serves the last one it had), offers each allowed one as an
+``McpTool`` named ``<server>__<tool>`` with the server's input schema (a server that sends
+tools/list_changed makes the listing stale at once), and sends ``tools/call``
+with ``Idempotency-Key: <runId>:<toolCallId>`` (and ``Agentmill-Fencing-Token``) on the HTTP
+request and ``_meta.idempotencyKey`` in the call's params, the same key every time the call is
+sent again. Each operation is a connection of its own (at the 2026-07-28 revision one POST, the
+version found by the first one pinned), so a per-call header needs no shared session state and a
+server that restarted costs nothing to reconnect to. What comes back: ``isError`` an error result,
+an MCP error a plain failure, a server that cannot be reached or answers 5xx a retryable failure
+(the tool's retry policy, then an error result to the model).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import re
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx2
+import orjson
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp_types import CallToolResult, DiscoverResult, ListToolsResult, RequestParamsMeta
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from shared.netguard import BlockedAddressError, ResponseTooLargeError
+from shared.profiles import MCP_SEP, McpServerConfig
+from worker.lease import LeaseExpiredError
+from worker.tools.base import ToolContext, ToolError, ToolOutcome
+from worker.tools.mcp_transport import McpConfigError, expand_headers
+
+__all__ = ["FAILED_LISTING_S", "MAX_PAGES", "McpServer", "McpTool", "exposed_name", "render"]
+
+log = logging.getLogger("agentmill.mcp")
+
+MAX_PAGES = 20  # tools/list pages read per listing
+FAILED_LISTING_S = 5.0  # a listing that failed is asked for again after this (or toolsTtlS if shorter)
+_NAME_OK = re.compile(r"[^A-Za-z0-9_-]")
+_MAX_NAME = 64  # what OpenAI-compatible providers take as a function name
+McpObserver = Callable[[str, str, float], None]  # (server, outcome ok|error|failed, seconds)
+
+
+def exposed_name(server: str, tool: str) -> str | None:
+    """``<server>__<tool>`` with characters a provider refuses made ``_``; None when too long."""
+    name = f"{server}{MCP_SEP}{_NAME_OK.sub('_', tool)}"
+    return name if len(name) <= _MAX_NAME else None
+
+
+def _size(data: str) -> int:
+    with contextlib.suppress(ValueError):
+        return len(base64.b64decode(data, validate=False))
+    return len(data) * 3 // 4
+
+
+def render(result: CallToolResult) -> str:
+    """The result as the model reads it: text parts joined, structured content as JSON when no
+    text says it, images and audio as a placeholder naming their type and size."""
+    parts: list[str] = []
+    for block in result.content:
+        kind = block.type
+        if kind == "text":
+            parts.append(block.text)  # type: ignore[union-attr]
+        elif kind in ("image", "audio"):
+            parts.append(f"[{kind}: {block.mime_type}, {_size(block.data)} bytes]")  # type: ignore[union-attr]
+        elif kind == "resource_link":
+            parts.append(f"[resource: {block.uri}]")  # type: ignore[union-attr]
+        elif kind == "resource":
+            res = block.resource  # type: ignore[union-attr]
+            text = getattr(res, "text", None)
+            blob = getattr(res, "blob", None)
+            parts.append(
+                text
+                if text is not None
+                else f"[resource: {res.uri}, {res.mime_type}, {_size(blob or '')} bytes]"
+            )
+    if result.structured_content is not None and not any(b.type == "text" for b in result.content):
+        parts.append(orjson.dumps(result.structured_content).decode())
+    return "\n".join(parts)
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The first real failure inside the SDK's task-group exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+class McpTool:
+    """One MCP server tool as the ToolPort sees it."""
+
+    def __init__(
+        self, server: McpServer, remote: str, name: str, description: str, parameters: dict[str, Any]
+    ) -> None:
+        self.server = server
+        self.remote = remote  # the tool's name on its server
+        self.name = name
+        self.description = description
+        self.parameters = parameters
+
+    def __repr__(self) -> str:
+        return f"McpTool({self.name!r} → {self.server.cfg.url} {self.remote!r})"
+
+    async def __call__(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+        return await self.server.call(self.remote, args, ctx)
+
+
+class McpServer:
+    """One profile's MCP server on this worker."""
+
+    def __init__(
+        self,
+        cfg: McpServerConfig,
+        transport: httpx2.AsyncBaseTransport,
+        *,
+        observe: McpObserver | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        watch: bool = False,
+    ) -> None:
+        self.cfg = cfg
+        self.transport = transport
+        self.observe = observe
+        self.clock = clock
+        self.tools: dict[str, McpTool] = {}  # by exposed name, from the last listing
+        self.listed_at: float | None = None
+        self._listing = asyncio.Lock()
+        self._slots = asyncio.Semaphore(cfg.max_concurrent) if cfg.max_concurrent else None
+        self._discover: tuple[str, DiscoverResult] | None = None  # the modern version found, pinned
+        self._pages: list[ListToolsResult] = []  # the last listing as the server sent it
+        self._watcher: asyncio.Task[None] | None = None
+        self.watching = watch
+
+    def stale(self) -> None:
+        """Forget the listing's age: the next ``list`` asks the server (tools/list_changed)."""
+        self.listed_at = None
+
+    def watch(self) -> None:
+        """Listen for the server's tools/list_changed (2026-07-28 ``subscriptions/listen``) and make
+        the listing stale on each; started after the first listing, when the server says it sends
+        them. Owned here: ``aclose`` cancels it."""
+        if self._watcher is None and self._lists_changes():
+            self._watcher = asyncio.create_task(self._watch(), name=f"mcp-watch-{self.cfg.name}")
+
+    def _lists_changes(self) -> bool:
+        found = self._discover[1] if self._discover is not None else None
+        tools = found.capabilities.tools if found is not None else None
+        return bool(tools is not None and tools.list_changed)
+
+    async def _watch(self) -> None:
+        delay = 1.0
+        while True:
+            try:
+                async with (
+                    self._connect({}, stream=True) as client,
+                    client.listen(tools_list_changed=True) as sub,
+                ):
+                    delay = 1.0
+                    async for _ in sub:
+                        log.info("MCP server %s: tools/list_changed", self.cfg.name)
+                        self.stale()
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:
+                if isinstance(_leaf(exc), asyncio.CancelledError):
+                    raise
+                log.debug("MCP server %s: listen stream ended: %r", self.cfg.name, _leaf(exc))
+            self.stale()  # a change may have come while the stream was down
+            await asyncio.sleep(delay)
+            delay = min(60.0, delay * 2)
+
+    async def aclose(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(BaseException):
+                await self._watcher
+            self._watcher = None
+
+    @contextlib.asynccontextmanager
+    async def _connect(self, extra: dict[str, str], *, stream: bool = False) -> AsyncIterator[Client]:
+        """A connection for one operation (``stream``: a listen stream, no read timeout)."""
+        headers = {**expand_headers(self.cfg.headers), **extra}
+        connect_s = min(10.0, self.cfg.timeout_s)
+        timeout = httpx2.Timeout(None if stream else self.cfg.timeout_s, connect=connect_s)
+        async with httpx2.AsyncClient(
+            transport=self.transport, headers=headers, timeout=timeout, trust_env=False
+        ) as http:
+            pinned = self._discover
+            client = Client(
+                streamable_http_client(self.cfg.url, http_client=http),
+                mode=pinned[0] if pinned else "auto",
+                prior_discover=pinned[1] if pinned else None,
+                read_timeout_seconds=self.cfg.timeout_s,
+                cache=None,
+            )
+            try:
+                async with client:
+                    version = client.protocol_version
+                    found = client.session.discover_result
+                    if pinned is None and version in MODERN_PROTOCOL_VERSIONS and found is not None:
+                        self._discover = (version, found)
+                    yield client
+            except BaseException:
+                self._discover = None  # found again next time (the server may have changed)
+                raise
+
+    async def list(self) -> dict[str, McpTool]:
+        """The allowed tools by exposed name: the listing kept for ``toolsTtlS``, else asked for."""
+        async with self._listing:
+            now = self.clock()
+            if self.listed_at is not None and now - self.listed_at < self.cfg.tools_ttl_s:
+                return self.tools
+            try:
+                self.tools = await self._list()
+                self.listed_at = self.clock()
+                if self.watching:
+                    self.watch()
+            except asyncio.CancelledError:
+                raise
+            except McpConfigError:
+                raise
+            except BaseException as exc:
+                leaf = _leaf(exc)
+                if isinstance(leaf, asyncio.CancelledError | LeaseExpiredError):
+                    raise leaf from None
+                log.warning("MCP server %s (%s): tools/list failed: %s: %s; serving %d tools listed before",
+                            self.cfg.name, self.cfg.url, type(leaf).__name__, leaf, len(self.tools))  # fmt: skip
+                # Asked again after FAILED_LISTING_S (not at every run start while the server is down).
+                self.listed_at = self.clock() - max(0.0, self.cfg.tools_ttl_s - FAILED_LISTING_S)
+            return self.tools
+
+    async def _list(self) -> dict[str, McpTool]:
+        allow = None if self.cfg.allow_tools is None else set(self.cfg.allow_tools)
+        out: dict[str, McpTool] = {}
+        pages: list[ListToolsResult] = []
+        async with self._connect({}) as client:
+            cursor: str | None = None
+            for _ in range(MAX_PAGES):
+                page = await client.list_tools(cursor=cursor)
+                pages.append(page)
+                for t in page.tools:
+                    if allow is not None and t.name not in allow:
+                        continue
+                    name = exposed_name(self.cfg.name, t.name)
+                    if name is None or name in out:
+                        log.warning("MCP server %s: tool %r not offered (its name is too long or taken)",
+                                    self.cfg.name, t.name)  # fmt: skip
+                        continue
+                    out[name] = McpTool(self, t.name, name, t.description or "", dict(t.input_schema))
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
+        self._pages = pages
+        return out
+
+    def _prime(self, client: Client) -> None:
+        """Give a new connection the listing this worker holds, as if it had listed itself: the SDK
+        checks a result against the tool's output schema and mirrors ``x-mcp-header`` arguments
+        into headers from it, and would otherwise list the tools again before every call's answer."""
+        absorb = getattr(client.session, "_absorb_tool_listing", None)
+        if not callable(absorb):  # a later SDK without it: the SDK lists the tools itself
+            return
+        for page in self._pages:
+            absorb(page.model_copy(deep=True), complete=len(self._pages) == 1)
+
+    def tool_for(self, exposed: str) -> McpTool | None:
+        """The tool behind an exposed name: from the listing, else (a run resumed on a worker that
+        has not listed yet) by the name's tool part, if allowTools allows it."""
+        got = self.tools.get(exposed)
+        if got is not None:
+            return got
+        remote = exposed.partition(MCP_SEP)[2]
+        if not remote or (self.cfg.allow_tools is not None and remote not in self.cfg.allow_tools):
+            return None
+        return McpTool(self, remote, exposed, "", {"type": "object"})
+
+    async def call(self, remote: str, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+        async with self._slots if self._slots is not None else contextlib.nullcontext():
+            t0 = self.clock()
+            outcome = "failed"
+            try:
+                result = await self._call(remote, args, ctx)
+                outcome = "error" if result.is_error else "ok"
+            finally:
+                if self.observe is not None:
+                    self.observe(self.cfg.name, outcome, self.clock() - t0)
+        return ToolOutcome(render(result), is_error=result.is_error)
+
+    async def _call(self, remote: str, args: dict[str, Any], ctx: ToolContext) -> CallToolResult:
+        name = f"{self.cfg.name}{MCP_SEP}{remote}"
+        extra = {"Idempotency-Key": ctx.idempotency_key, "Agentmill-Fencing-Token": str(ctx.fencing_token)}
+        try:
+            async with self._connect(extra) as client:
+                self._prime(client)
+                return await client.call_tool(
+                    remote, args, read_timeout_seconds=self.cfg.timeout_s,
+                    meta=RequestParamsMeta(idempotencyKey=ctx.idempotency_key),  # type: ignore[typeddict-unknown-key]
+                )  # fmt: skip
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            raise _failure(name, _leaf(exc)) from None
+
+
+def _failure(name: str, exc: BaseException) -> BaseException:
+    """A failed tools/call as a ToolError: retryable when the server may answer next time."""
+    if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit | LeaseExpiredError):
+        return exc  # not the tool's failure: the run stops (a lapsed lease writes nothing)
+    if isinstance(exc, McpConfigError):
+        return ToolError(f"{name}: {exc}")
+    if isinstance(exc, BlockedAddressError):
+        return ToolError(f"refused: {exc}")
+    if isinstance(exc, ResponseTooLargeError):
+        return ToolError(str(exc))
+    if isinstance(exc, TimeoutError | httpx2.TimeoutException):
+        return ToolError(f"{name} timed out", retryable=True)
+    if isinstance(exc, httpx2.TransportError | OSError):
+        return ToolError(f"{name} unreachable: {type(exc).__name__}", retryable=True)
+    if isinstance(exc, MCPError):
+        # -32000..-32099 are the server's own; a closed connection (-32000 CONNECTION_CLOSED) or an
+        # internal error (-32603, what a 5xx becomes) may pass; a bad request or unknown tool will not.
+        retryable = exc.code in (-32000, -32603)
+        return ToolError(f"{name}: MCP error {exc.code}: {exc.error.message}", retryable=retryable)
+    return ToolError(f"{name}: {type(exc).__name__}: {exc}")
