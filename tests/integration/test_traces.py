@@ -339,3 +339,29 @@ async def test_a_sub_agents_child_run_continues_its_parents_trace(
         wait.parent is not None
         and wait.parent.span_id == max(parents, key=lambda s: s.start_time or 0).context.span_id
     )
+
+
+async def test_an_mcp_tool_call_carries_its_spans_traceparent(
+    redis: Redis,
+    redis_url: str,
+    exporter: InMemorySpanExporter,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tests.integration.test_mcp_tools import call, mcp_run, profiles_file
+    from tests.support.mcp_server import calls, mcp_server
+
+    monkeypatch.setenv("MCP_TEST_TOKEN", "t0ken")
+    with mcp_server(tmp_path) as srv:
+        profiles = profiles_file(srv.url, tmp_path / "profiles.json")
+        p = producer_for(redis, redis_url, profiles=profiles)
+        async with running_worker(redis_url, profiles=profiles):
+            sub = await p.submit(
+                mcp_run([{"toolCalls": [call("srv__add", a=2, b=3)]}, {"text": "ok"}]), trace=TRACEPARENT
+            )
+            rec = (await wait_all(p, [sub.run_id], 60))[sub.run_id]
+        seen = calls(srv.calls_file)
+    assert rec.status.value == "completed"
+    (tool,) = by_name(exporter.get_finished_spans(), "execute_tool ")
+    assert dict(tool.attributes or {})["gen_ai.tool.name"] == "srv__add"
+    assert [c["traceparent"][:-3] for c in seen] == [f"00-{TRACE}-{hexid(tool.context.span_id, 16)}"]
