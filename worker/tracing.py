@@ -24,23 +24,24 @@ with ``Settings.trace_content`` on. Outbound model and HTTP tool requests carry 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import os
-from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping, Sequence
 from typing import Any
 
 import orjson
 
 from shared import trace_context
+from worker.ports import Acquired, FencedError, SeqConflictError
 
 __all__ = [
-    "attach",
+    "WAIT_SPANS",
+    "attempt",
     "chat_span",
     "configure",
     "current",
-    "detach",
-    "end_attempt",
     "event",
     "inject",
     "install",
@@ -49,10 +50,10 @@ __all__ = [
     "on",
     "retried",
     "shutdown",
-    "start_attempt",
     "tool_done",
     "tool_span",
-    "wait_span",
+    "waited",
+    "wanted",
 ]
 
 _tracer: Any = None  # an opentelemetry Tracer while traces are on; None: off
@@ -141,57 +142,58 @@ def _parent(run_id: str, stored: str) -> Any:
     return trace.set_span_in_context(trace.NonRecordingSpan(sc))
 
 
-def start_attempt(
-    run_id: str, stored: str, *, agent: str, attempt: int, crashes: int, epoch: int, resumed: bool
-) -> Any:
-    """The span of one run attempt (None when off); ``stored``: the run's trace context, ``attempt``
-    its dispatch number (one per job), ``crashes`` the workers it lost so far."""
+async def attempt(run_id: str, gen: int, acq: Acquired, run: Callable[[Acquired], Awaitable[str]]) -> str:
+    """``run(acq)``, one job of the run, inside its attempt span when traces are on: the span is the
+    current one in the job's task (so the effects it starts, their spans and requests, and
+    ``waited``/``retried`` find it), a child of the run's stored trace context (``acq.trace``)."""
     if _tracer is None:
-        return None
-    from opentelemetry.trace import SpanKind
+        return await run(acq)
+    from opentelemetry import context, trace
+    from opentelemetry.trace import SpanKind, Status, StatusCode
 
-    return _tracer.start_span(
+    try:
+        agent = orjson.loads(acq.input).get("agent", "")
+    except ValueError:
+        agent = ""
+    span = _tracer.start_span(
         f"invoke_agent {agent}",
-        context=_parent(run_id, stored),
+        context=_parent(run_id, acq.trace),
         kind=SpanKind.CONSUMER,
         attributes={
             "gen_ai.operation.name": "invoke_agent",
             "gen_ai.agent.name": agent,
             "agentmill.run.id": run_id,
-            "agentmill.run.attempt": attempt,
-            "agentmill.run.crashes": crashes,
-            "agentmill.run.epoch": epoch,
-            "agentmill.run.resumed": resumed,
+            "agentmill.run.attempt": gen,  # the dispatch number: one per job
+            "agentmill.run.crashes": acq.restarts,  # workers it lost so far
+            "agentmill.run.epoch": acq.epoch,
+            "agentmill.run.resumed": acq.checkpoint is not None,
         },
     )
-
-
-def attach(span: Any) -> Any:
-    """Make ``span`` the current one (for the effects this task starts and their HTTP requests)."""
-    if span is None:
-        return None
-    from opentelemetry import context, trace
-
-    return context.attach(trace.set_span_in_context(span))
-
-
-def detach(token: Any) -> None:
-    if token is not None:
-        from opentelemetry import context
-
+    token = context.attach(trace.set_span_in_context(span))
+    outcome = "crashed"
+    try:
+        outcome = await run(acq)
+        return outcome
+    except (FencedError, SeqConflictError):
+        outcome = "fenced"
+        raise
+    except asyncio.CancelledError:
+        outcome = "cancelled"
+        raise
+    finally:
+        span.set_attribute("agentmill.run.outcome", outcome)
+        if outcome in ("failed", "cancelled", "crashed"):
+            span.set_status(Status(StatusCode.ERROR, outcome))
+        span.end()
         context.detach(token)
 
 
-def end_attempt(span: Any, outcome: str) -> None:
-    """``outcome``: what the job ended with (a terminal status, awaiting_*, released, fenced, …)."""
-    if span is None:
-        return
-    from opentelemetry.trace import Status, StatusCode
+def _current() -> Any:
+    """The recording span current in this task (the job's attempt span in the driver), else None."""
+    from opentelemetry import trace
 
-    span.set_attribute("agentmill.run.outcome", outcome)
-    if outcome in ("failed", "cancelled", "crashed"):
-        span.set_status(Status(StatusCode.ERROR, outcome))
-    span.end()
+    span = trace.get_current_span()
+    return span if span.is_recording() else None
 
 
 def event(span: Any, name: str, attributes: Mapping[str, Any]) -> None:
@@ -199,17 +201,21 @@ def event(span: Any, name: str, attributes: Mapping[str, Any]) -> None:
         span.add_event(name, {k: v for k, v in attributes.items() if v is not None})
 
 
-def retried(span: Any, status: Mapping[str, Any]) -> None:
-    """A model call the machine retries (its ``retrying`` status event's payload), on the attempt."""
+def retried(status: Mapping[str, Any]) -> None:
+    """A model call the machine retries (its ``retrying`` status event's payload): an event on the
+    attempt's span."""
+    if _tracer is None or (span := _current()) is None:
+        return
     event(span, "agentmill.retry", {"agentmill.retry.reason": str(status.get("reason", "")),
                                     "agentmill.retry.attempt": status.get("attempt"),
                                     "agentmill.retry.delay_ms": status.get("delayMs")})  # fmt: skip
 
 
-def wait_span(parent: Any, node: str, since_ms: int, until_ms: int, attributes: Mapping[str, Any]) -> None:
-    """A wait the run spent parked on no worker (from ``since_ms`` to ``until_ms``), drawn at resume."""
+def waited(node: str, since_ms: int, until_ms: int, ended_by: str) -> None:
+    """A wait the run spent parked on no worker in ``node`` (from ``since_ms``, when it parked, to
+    ``until_ms``), drawn by the attempt that resumed it, as its child."""
     name = WAIT_SPANS.get(node)
-    if parent is None or _tracer is None or name is None:
+    if _tracer is None or name is None or (parent := _current()) is None:
         return
     from opentelemetry import trace
 
@@ -217,7 +223,7 @@ def wait_span(parent: Any, node: str, since_ms: int, until_ms: int, attributes: 
         name,
         context=trace.set_span_in_context(parent),
         start_time=since_ms * 1_000_000,
-        attributes={"agentmill.wait.kind": name.removeprefix("await_"), **attributes},
+        attributes={"agentmill.wait.kind": name.removeprefix("await_"), "agentmill.wait.ended_by": ended_by},
     )
     span.end(end_time=max(since_ms, until_ms) * 1_000_000)
 

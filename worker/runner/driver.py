@@ -98,7 +98,6 @@ class RunDriver:
         self.abort_reason: str | None = None
         self.observed_start = False
         self.is_child = False  # a sub-agent's run: its ending goes to its parent
-        self.span: Any = None  # this attempt's trace span (worker/tracing.py); None: traces off
 
     # ---- signals from the worker (lease keeper, shutdown) ----
 
@@ -137,15 +136,9 @@ class RunDriver:
             active[self.run_id] = self
         self.observed_start = False
         logs.run_context.set({"runId": self.run_id, "attempt": acq.restarts + 1, "epoch": acq.epoch})
-        outcome = "crashed"
-        token = None
         try:
-            if tracing.on():
-                token = self._trace_attempt(acq)
-            outcome = await self._run(acq)
-            return outcome
+            return await tracing.attempt(self.run_id, self.gen, acq, self._run)  # in its span, if traced
         except (FencedError, SeqConflictError) as exc:
-            outcome = "fenced"
             obs.append_refused("fenced" if isinstance(exc, FencedError) else "duplicate")
             log.warning("run %s: %s; stopping without writing", self.run_id, exc)
             if isinstance(exc, SeqConflictError) and not self.fenced:
@@ -153,32 +146,16 @@ class RunDriver:
                 await self._hand_back(5.0)
             return "fenced"
         except asyncio.CancelledError:
-            outcome = "cancelled"
             await self._cancel_tasks()
             if not self.state.terminal and not self.fenced:
                 await self._hand_back(2.0)
             raise
         finally:
             await self._cancel_tasks()
-            if self.span is not None:
-                tracing.end_attempt(self.span, outcome)
-                tracing.detach(token)
             if active is not None and active.get(self.run_id) is self:
                 active.pop(self.run_id, None)  # unless a job resuming it is already here
             if self.observed_start and not self.state.terminal:
                 obs.run_left()
-
-    def _trace_attempt(self, acq: Acquired) -> Any:
-        """Open this attempt's span under the run's stored trace context and make it current."""
-        try:
-            agent = RunInput.model_validate_json(acq.input).agent
-        except ValueError:
-            agent = ""
-        self.span = tracing.start_attempt(
-            self.run_id, acq.trace, agent=agent, attempt=self.gen, crashes=acq.restarts, epoch=acq.epoch,
-            resumed=acq.checkpoint is not None,
-        )  # fmt: skip
-        return tracing.attach(self.span)
 
     async def _hand_back(self, within_s: float) -> None:
         """Best effort: the run back on the queue now (else it waits for the lease to run out)."""
@@ -260,10 +237,7 @@ class RunDriver:
         obs.transition(src, self.state.node, type(ev).__name__)
         if self.state.node != src and since:  # time in the node just left, parked time included
             obs.state_time(src, max(0, ev.now_ms - since) / 1000.0)
-            if self.span is not None and src in tracing.WAIT_SPANS:
-                tracing.wait_span(
-                    self.span, src, since, ev.now_ms, {"agentmill.wait.ended_by": type(ev).__name__}
-                )
+            tracing.waited(src, since, ev.now_ms, type(ev).__name__)  # a wait span, when traces are on
         outbox = Outbox()
         effects: list[machine.Command] = []
         finish: Finish | None = None
@@ -409,8 +383,7 @@ class RunDriver:
         obs = self.host.observer
         if c.kind == EventKind.STATUS and c.payload.get("status") == "retrying":
             obs.model_retry(str(c.payload.get("reason", "unknown")))
-            if self.span is not None:
-                tracing.retried(self.span, c.payload)
+            tracing.retried(c.payload)  # an event on the attempt's span, when traces are on
         elif c.kind == EventKind.COMPACTION:
             obs.compaction(str(c.payload.get("reason", "threshold")))
             obs.compaction_removed(
