@@ -58,3 +58,19 @@ def test_off_the_worker_never_imports_the_sdk() -> None:
     out = subprocess.run([sys.executable, "-c", on], cwd=ROOT, env=env,
                          capture_output=True, text=True, check=True)  # fmt: skip
     assert "opentelemetry.sdk.trace" in out.stdout  # the same check sees the SDK when it is on
+
+
+def test_the_client_sends_the_callers_current_context() -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from agentmill_client import _wire as wire
+
+    assert "traceparent" not in wire.trace_headers({"Idempotency-Key": "k"})  # no span: nothing
+    provider = TracerProvider()
+    with provider.get_tracer("caller").start_as_current_span("request") as span:
+        h = wire.trace_headers({"Idempotency-Key": "k"})
+    ctx = span.get_span_context()
+    assert h["Idempotency-Key"] == "k" and h["traceparent"].startswith(
+        f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-"
+    )
+    assert trace_context.stored(h["traceparent"]) == h["traceparent"]  # what the API keeps of it
