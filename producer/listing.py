@@ -133,9 +133,10 @@ def parse_ms(field: str, value: str) -> int:
 
 def _summary(fields: list[Any], shown: dict[str, str]) -> dict[str, Any]:
     """A listed run as its client knows it: ``shown`` maps its session's key to that session's id."""
-    run_id, status, created, session, agent, batch, finished, client_id, iterations, error, lineage, by = (
-        text(f) for f in fields
+    run_id, status, created, session, agent, batch, finished, client_id, iterations, error = (
+        text(f) for f in fields[:10]
     )
+    lineage, by, prio, run_at = (text(f) for f in fields[10:])
     session = shown.get(session, session)
     d: dict[str, Any] = {
         "runId": client_id or run_id,
@@ -154,12 +155,15 @@ def _summary(fields: list[Any], shown: dict[str, str]) -> dict[str, Any]:
     if error:
         d["errorCode"] = error
     d.update(lineage_view(lineage, by))
+    d["priority"] = int(prio or limits.DEFAULT_PRIORITY)
+    if run_at:
+        d["runAt"] = int(run_at)
     return d
 
 
 Row = list[str]  # a listing's run: runId, status, createdAt, sessionId, agent, batch, finishedAt, clientId,
-# iterations, errorCode, lineage, retriedBy (list_runs.lua's reply, ROW_FIELDS a run)
-ROW_FIELDS = 12
+# iterations, errorCode, lineage, retriedBy, priority, runAt (list_runs.lua's reply, ROW_FIELDS a run)
+ROW_FIELDS = 14
 Position = tuple[int, str, str]  # where a listing stopped: (createdAt, runId, the score as Redis wrote it)
 
 

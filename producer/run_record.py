@@ -45,6 +45,8 @@ class RunRecord:
     parent_tool_call_id: str = ""
     had_children: bool = False  # it started child runs (its run hash has the children field)
     lineage: dict[str, Any] = field(default_factory=dict)  # retryOf | forkOf, atSeq; retriedBy (lineage_view)
+    priority: int = 5  # as capped by its tenant's quota (limits.DEFAULT_PRIORITY when it named none)
+    run_at_ms: int | None = None  # when it was asked to start; status scheduled until then
 
     @property
     def key(self) -> str:
@@ -63,7 +65,10 @@ class RunRecord:
             "createdAt": self.created_at_ms,
             "lastSeq": self.last_seq,
             "streamKey": self.stream_key,
+            "priority": self.priority,
         }
+        if self.run_at_ms is not None:
+            d["runAt"] = self.run_at_ms
         if self.result is not None:
             d["result"] = to_jsonable(self.result)
             d["result"]["runId"] = self.run_id

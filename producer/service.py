@@ -39,7 +39,7 @@ __all__ = ["DEFAULT_TENANT", "Producer", "RunRecord", "SubmissionError", "Submit
 F = RunField
 _RUN_FIELDS = [F.STATUS, F.TENANT, F.SESSION_ID, F.CREATED_AT, F.LAST_SEQ, F.RESULT, F.APPROVALS, F.ABORT,
                F.CLIENT_PENDING, F.CLIENT_SESSION, F.LINEAGE, F.RETRIED_BY, F.PARENT_RUN, F.PARENT_CALL,
-               F.CHILDREN]  # fmt: skip
+               F.CHILDREN, F.PRIORITY, F.RUN_AT]  # fmt: skip
 
 
 class Producer:
@@ -203,6 +203,8 @@ class Producer:
             parent_tool_call_id=h[F.PARENT_CALL] or "",
             had_children=h[F.CHILDREN] is not None,
             lineage=lineage_view(h[F.LINEAGE] or "", h[F.RETRIED_BY] or ""),
+            priority=int(h[F.PRIORITY] or limits.DEFAULT_PRIORITY),
+            run_at_ms=int(at) if (at := h[F.RUN_AT]) else None,
         )
 
     async def children(self, rec: RunRecord) -> list[dict[str, str]]:
@@ -381,9 +383,10 @@ class Producer:
         return {r: text(c[0]) for (r, _), c in zip(found, replies, strict=True) if c[0]}
 
     async def queue_depth(self) -> int:
-        """Jobs waiting on every partition's queue: one round trip per node."""
+        """Jobs queued on every partition (in its queue or held back by a tenant's running cap: its
+        depth counters, shared/lua/prelude.lua): one round trip per node."""
 
         def op(pipe: Any, p: keys.Partition) -> None:
-            pipe.zcard(p.queue)
+            pipe.hvals(p.depth)
 
-        return sum(int(r[0]) for r in await self.parts.each(op))
+        return sum(max(0, int(v)) for r in await self.parts.each(op) for v in r[0])

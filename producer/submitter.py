@@ -14,6 +14,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agentmill_client import limits
 from agentmill_client.models import RunInput
 from producer import admission
 from producer.chunk_sender import ChunkSender
@@ -68,14 +69,23 @@ class Submitter:
     # ---- the steps ----
 
     def prepare(
-        self, raw: RunInput | dict[str, Any], tenant: str, default_id: str = "", trace: str = ""
+        self,
+        raw: RunInput | dict[str, Any],
+        tenant: str,
+        default_id: str = "",
+        quota: Quota | None = None,
+        trace: str = "",
     ) -> Prepared:
         """Validate one input and name it (its runId, else ``default_id``, else a generated one);
-        its body serialized once (producer.prepared.prepare); ``trace``: the submitter's trace context
-        (shared.trace_context). Raises SubmissionError naming the field."""
+        its body serialized once (producer.prepared.prepare), its priority capped by ``quota`` and
+        by its agent profile; ``trace``: the submitter's trace context (shared.trace_context).
+        Raises SubmissionError naming the field."""
         scope = self.scope(tenant)
         run = validated(raw, self.profiles)
-        return prepare(run, scope, lambda r: default_id or self.generated(scope, r), trace)
+        cap = quota.max_priority if quota is not None else limits.MAX_PRIORITY
+        if self.profiles is not None:
+            cap = min(cap, self.profiles[run.agent].max_priority)
+        return prepare(run, scope, lambda r: default_id or self.generated(scope, r), cap, trace)
 
     def place(self, run_id: str, session_id: str) -> keys.Partition:
         """The partition of the run whose keys use ``run_id`` and ``session_id`` (producer.placement)."""
@@ -143,7 +153,7 @@ class Submitter:
         """One run: prepared, placed, admitted (its pointer claimed meanwhile when its id was chosen:
         a generated id needs none) and sent; ``trace``: the submitter's trace context."""
         prep = self.prepare(
-            raw, tenant, run_id_for_key(tenant, idempotency_key) if idempotency_key else "", trace
+            raw, tenant, run_id_for_key(tenant, idempotency_key) if idempotency_key else "", quota, trace
         )
         part = self.place(prep.run_id, prep.session_id)
         chosen = self.layout.count > 1 and (claimed_id(raw) is not None or bool(idempotency_key))
@@ -181,6 +191,7 @@ class Submitter:
             prep.client_id,
             prep.client_session,
             "" if item is None else str(item),
+            *prep.lane_args,
             prep.trace,
         ]
         return own, args

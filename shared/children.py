@@ -101,7 +101,7 @@ async def spawn(
         own = [part.run(cid), part.job_key(part.job_id(cid, 1)), part.session(""), part.session_pending(""),
                part.session_runs("")]  # fmt: skip
         args = [parent_id, spec.call_id, lineage, cid, stored, digest, tenant, "", "", "", "enqueue", "",
-                spec.agent, 0, "", "", "", trace]  # fmt: skip
+                spec.agent, 0, "", "", "", "", "", trace]  # fmt: skip
         k, a = scripts.frame(part, own, args)
         r = await parts.call(part, lambda c: scripts.spawn_child(keys=k, args=a, client=c))
         verdict = text(r[0])
@@ -120,7 +120,7 @@ def result_record(child_id: str, call_id: str, status: str, result: RunResult | 
             content = orjson.dumps(result.output).decode()
         else:
             msg = result.final_assistant_message
-            content = (msg.content if msg is not None else "") or ""
+            content = (msg.text if msg is not None else "") or ""
         is_error = False
     else:
         err = result.last_error if result is not None else None

@@ -30,6 +30,8 @@ class RunField(StrEnum):
     CLIENT_ID = "clientId"  # the id the client knows a tenant-scoped run by
     CLIENT_SESSION = "clientSession"  # likewise for its session
     WEBHOOK = "webhook"  # the run's webhook URL, '' = none
+    PRIORITY = "priority"  # 0-9, higher first (its queue score: shared/lua/prelude.lua queue_score)
+    RUN_AT = "runAt"  # ms: when a scheduled run becomes due ('' or absent = at once)
     HELD = "held"  # '1' while the run waits for its session's active run to end
     GEN = "gen"  # dispatch number (one arq job each)
     EPOCH = "epoch"  # fencing token, taken by every job start and by every ending from outside

@@ -233,14 +233,29 @@ class MemorySessionStore:
         return context.reduce_history(loops, cfg, self.clock.now_ms())
 
     async def recall(self, session_id: str | None, call: ToolCall, run_id: str | None = None) -> ToolResult:
-        wanted = sessions.recall_id(call)
+        found = [(w, self._past(session_id, run_id, w)) for w in sessions.recall_ids(call)]
+        return sessions.recall_answer(call, found)
+
+    def _past(self, session_id: str | None, run_id: str | None, wanted: str) -> ToolResult | None:
         past = None
         run = self.runs.get(run_id or "")
         if run is not None and wanted in run.tools:
             past = ToolRecord.from_dict(run.tools[wanted]).recorded
         if past is None and session_id is not None and wanted:
             past = sessions.past_result(self.results.get(session_id, {}).get(wanted))
-        return sessions.recalled(call, wanted, past)
+        return past
+
+    async def load_past(
+        self, session_id: str | None, max_loops: int
+    ) -> tuple[list[context.RunLoop], dict[str, ToolResult]]:
+        if session_id is None or max_loops <= 0:
+            return [], {}
+        loops = [
+            context.RunLoop.model_validate_json(r) for r in self.history.get(session_id, [])[-max_loops:]
+        ]
+        stored = self.results.get(session_id, {})
+        ids = [c.id for lp in loops for c in context.past_calls(lp)]
+        return loops, {i: r for i in ids if (r := sessions.past_result(stored.get(i))) is not None}
 
 
 class MemoryModels:

@@ -24,6 +24,7 @@ from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
 from shared.settings import Settings
 from shared.tool_records import ToolRecord
 from worker.config import ToolSpec
+from worker.context import RunLoop
 from worker.lease import WorkerLease
 from worker.models.base import ModelProvider
 from worker.observer import Observer
@@ -45,6 +46,7 @@ __all__ = [
     "SessionStore",
     "SessionUpdate",
     "SystemClock",
+    "ToolCache",
     "ToolPort",
     "ToolRetry",
 ]
@@ -148,6 +150,12 @@ class SessionStore(Protocol):
         self, session_id: str | None, call: ToolCall, run_id: str | None = None
     ) -> ToolResult: ...
 
+    async def load_past(
+        self, session_id: str | None, max_loops: int
+    ) -> tuple[list[RunLoop], dict[str, ToolResult]]:
+        """The session's newest ``max_loops`` turns and their tool results by session call id."""
+        ...
+
 
 OnWait = Callable[[str, int], Awaitable[None]]
 
@@ -191,6 +199,14 @@ class ToolPort(Protocol):
     ) -> ToolResult: ...
 
 
+class ToolCache(Protocol):
+    """Tool results reused by tool, canonical arguments and tenant (worker/tool_cache.py)."""
+
+    async def get(self, call: ToolCall) -> ToolResult | None: ...
+
+    async def put(self, call: ToolCall, result: ToolResult, ttl_s: int) -> None: ...
+
+
 class Clock(Protocol):
     def now_ms(self) -> int:
         """Wall time in unix ms (event times, deadlines)."""
@@ -225,6 +241,7 @@ class RunPorts:
     tools: ToolPort
     clock: Clock = field(default_factory=SystemClock)
     rng: Rng = field(default_factory=random.Random)
+    cache: ToolCache | None = None  # the tool-result cache; None: no tool is cached
 
 
 class Host(Protocol):

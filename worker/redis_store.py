@@ -203,20 +203,42 @@ class RedisSessionStore:
         return context.reduce_history(loops, cfg, self.clock.now_ms())
 
     async def recall(self, session_id: str | None, call: ToolCall, run_id: str | None = None) -> ToolResult:
-        """The internal recall_tool_call tool: a tool result by its id, from this run's own calls
-        (compacted away or not) or else from the session's past runs."""
-        wanted = sessions.recall_id(call)
-        past = None
+        """The internal recall_tool_call tool: tool results by their ids, from this run's own calls
+        (compacted away or not) or else from the session's past runs (one read of each hash)."""
+        wanted = sessions.recall_ids(call)
+        found: dict[str, ToolResult | None] = dict.fromkeys(wanted)
         if run_id is not None and wanted:
             part = self.parts.home(session_id) if session_id else self.parts.home(run_id)
             tools = part.tools(run_id)
-            rec = await self.parts.call(part, lambda c: c.hget(tools, wanted))
-            past = ToolRecord.from_json(rec).recorded if rec is not None else None
-        if past is None and session_id is not None and wanted:
+            recs = await self.parts.call(part, lambda c: c.hmget(tools, wanted))
+            for w, rec in zip(wanted, recs, strict=True):
+                found[w] = ToolRecord.from_json(rec).recorded if rec is not None else None
+        missing = [w for w in wanted if found[w] is None]
+        if missing and session_id is not None:
             part = self.parts.home(session_id)
             results = part.session_results(session_id)
-            past = sessions.past_result(await self.parts.call(part, lambda c: c.hget(results, wanted)))
-        return sessions.recalled(call, wanted, past)
+            raws = await self.parts.call(part, lambda c: c.hmget(results, missing))
+            for w, raw in zip(missing, raws, strict=True):
+                found[w] = sessions.past_result(raw)
+        return sessions.recall_answer(call, list(found.items()))
+
+    async def load_past(
+        self, session_id: str | None, max_loops: int
+    ) -> tuple[list[context.RunLoop], dict[str, ToolResult]]:
+        """The session's newest ``max_loops`` turns and their tool results (search_history reads them)."""
+        if session_id is None or max_loops <= 0:
+            return [], {}
+        part = self.parts.home(session_id)
+        key, results = part.session_loops(session_id), part.session_results(session_id)
+        raw = await self.parts.call(part, lambda c: c.lrange(key, -max_loops, -1))
+        loops = [context.RunLoop.model_validate_json(r) for r in raw]
+        ids = [c.id for lp in loops for c in context.past_calls(lp)]
+        if not ids:
+            return loops, {}
+        raws = await self.parts.call(part, lambda c: c.hmget(results, ids))
+        return loops, {
+            i: r for i, x in zip(ids, raws, strict=True) if (r := sessions.past_result(x)) is not None
+        }
 
 
 @dataclass(frozen=True, slots=True)

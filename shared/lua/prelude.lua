@@ -1,10 +1,13 @@
 -- The prelude of every script on a partition: its context, and the helpers those scripts share.
 -- Every call passes, besides its own keys and arguments (documented in each script, numbered as
 -- if these were not there):
---   KEYS (last five): the partition's arq queue, live index, awaiting index, workers, webhook list
+--   KEYS (last seven): the partition's arq queue, live index, awaiting index, workers, webhook list,
+--         scheduled jobs, queue depth per priority
 --   ARGV[1]: the partition's context (shared.scripts.Scripts.context: the key prefixes of
 --            shared.keys.Partition.context, the arq job template, the settings), parsed on demand
 local CTX_RAW = table.remove(ARGV, 1)
+local DEPTH = table.remove(KEYS)
+local SCHEDULED = table.remove(KEYS)
 local WEBHOOKS = table.remove(KEYS)
 local WORKERS = table.remove(KEYS)
 local AWAITING = table.remove(KEYS)
@@ -25,6 +28,7 @@ local function stream_key(id) return ctx().events .. id end
 local function tools_key(id) return ctx().tools .. id end
 local function session_key(sid) return ctx().session .. sid end
 local function tenant_running_key(t) return ctx().tenant_running .. t end
+local function tenant_held_key(t) return ctx().tenant_held .. t end
 local function worker_runs_key(w) return ctx().worker_runs .. w end
 local function worker_inbox_key(w) return ctx().worker_inbox .. w end
 -- arq job id of dispatch ``gen`` of a run (shared.keys.Partition.job_id) and its job payload
@@ -37,6 +41,27 @@ end
 local function run_of_job(jid)
   local rest = string.sub(jid, #ctx().job_id + 1)
   return string.match(rest, '^(.-)#%d+$') or rest
+end
+-- Lanes: a job's score in its partition's queue is its due time less its priority times the aging
+-- quantum (AGENTMILL_PRIORITY_AGING_MS), so the queue's order is priority first, FIFO within one,
+-- and a run of priority p waiting (q - p) quanta longer than a run of priority q goes before it.
+-- Every score is at most its due time, so arq's rule "due when score <= now" still holds.
+local DEFAULT_PRIORITY = __DEFAULT_PRIORITY__
+local function queue_score(due, priority)
+  return due - (tonumber(priority) or DEFAULT_PRIORITY) * tonumber(ctx().aging_ms)
+end
+local function run_priority(id)
+  return tonumber(redis.call('HGET', run_key(id), F.PRIORITY) or '') or DEFAULT_PRIORITY
+end
+-- A job left the queued jobs (claimed, aborted, replaced): one fewer of its priority.
+local function depth_down(priority)
+  if redis.call('HINCRBY', DEPTH, priority, -1) < 0 then redis.call('HSET', DEPTH, priority, 0) end
+end
+-- n jobs of tenant t held back by its running cap go back to the queue, earliest first, each at
+-- the score it was held with: ahead of the tenant's later jobs, as if never held.
+local function unhold(t, n)
+  local held = redis.call('ZPOPMIN', tenant_held_key(t), n or 1)
+  for i = 1, #held, 2 do redis.call('ZADD', QUEUE, held[i + 1], held[i]) end
 end
 local function job_payload(id, gen, now)
   local c = ctx()
@@ -89,12 +114,15 @@ local function zadd(k, score, member)
   t[#t + 1] = score; t[#t + 1] = member
 end
 local BATCH_NEW = nil  -- while deferring: batch key -> {tenant, batchId, runs created}
--- n runs were created in a batch: create its hash if needed, count them (all start queued).
-local function batch_add(t, batch, n, now)
+-- n runs were created in a batch: create its hash if needed, count them (all start queued but the
+-- ``sched`` of them with a runAt ahead).
+local function batch_add(t, batch, n, now, sched)
+  sched = sched or 0
   local bk = batch_key(t, batch)
   if redis.call('HSETNX', bk, BATCH.CREATED_AT, now) == 1 then redis.call('HSET', bk, BATCH.BATCH_ID, batch, BATCH.TENANT, t) end
   redis.call('HINCRBY', bk, BATCH.TOTAL, n)
-  redis.call('HINCRBY', bk, S.QUEUED, n)
+  redis.call('HINCRBY', bk, S.QUEUED, n - sched)
+  if sched > 0 then redis.call('HINCRBY', bk, S.SCHEDULED, sched) end
   redis.call('HDEL', bk, BATCH.FINISHED_AT)
   redis.call('EXPIRE', bk, ctx().retention)
 end
@@ -104,7 +132,7 @@ local function flush_deferred()
     for i = 1, #t, 1000 do redis.call('ZADD', k, unpack(t, i, math.min(i + 999, #t))) end
   end
   for k in pairs(TRIM) do ix_trim(k) end
-  for _, b in pairs(BATCH_NEW) do batch_add(b[1], b[2], b[3], now_ms()) end
+  for _, b in pairs(BATCH_NEW) do batch_add(b[1], b[2], b[3], now_ms(), b[4]) end
   DEFERRED, TRIM, BATCH_NEW = {}, {}, {}
 end
 -- A batch is finished once every run it has ended and no part is still to come (field open: the
@@ -136,6 +164,10 @@ local function track(run, id, old, new)
   if old == new then return end
   local h = redis.call('HMGET', run, F.TENANT, F.CREATED_AT, F.BATCH)
   if not h[1] then return end
+  -- a run that stops running (or leaves the queue unclaimed) frees its tenant's slot at once
+  if old ~= '' and new ~= S.RUNNING and redis.call('ZREM', tenant_running_key(h[1]), id) == 1 then
+    unhold(h[1], 1)
+  end
   if old ~= '' then redis.call('ZREM', index_key(h[1], DIM.STATUS, old), id) end
   ix_add(h[1], DIM.STATUS, new, id, tonumber(h[2] or '0'))
   if not h[3] or h[3] == '' then return end
@@ -156,7 +188,9 @@ end
 local function enqueue_gen(id, gen, now, key)
   local jid = job_id(id, gen)
   redis.call('SET', key or (ctx().job_key .. jid), job_payload(id, gen, now), 'PX', ctx().job_expire_ms)
-  redis.call('ZADD', QUEUE, now, jid)
+  local p = run_priority(id)
+  redis.call('ZADD', QUEUE, queue_score(now, p), jid)
+  redis.call('HINCRBY', DEPTH, p, 1)
   redis.call('ZADD', LIVE, now + tonumber(ctx().queued_check_ms), id)
 end
 local function enqueue_first(id, now) enqueue_gen(id, 1, now) end
@@ -175,7 +209,7 @@ local function client_settle(run, tools, now)
         local deadline = tonumber(r.deadlineMs or 0) or 0
         if now >= deadline then
           local msg = 'error: the client returned no result within ' .. tostring(r.timeoutMs or '?') .. ' ms'
-          redis.call('HSET', tools, p.toolCallId, cjson.encode({state = 'done', client = true, timedOut = true,
+          redis.call('HSET', tools, p.toolCallId, cjson.encode({state = 'done', client = true, timedOut = true, calledAt = r.calledAt,
             result = {toolCallId = p.toolCallId, name = r.name, content = msg, isError = true}}))
         else
           open = open + 1

@@ -315,7 +315,7 @@ async def test_a_run_parked_for_approval_keeps_its_approvals_for_the_next_worker
 
 def client_call(call_id: str, deadline_ms: int) -> tuple[str, bytes]:
     call = ToolCall(id=call_id, name="ask", arguments='{"q":1}')
-    return call_id, ToolRecord.offered(call, deadline_ms, 1_000).to_json()
+    return call_id, ToolRecord.offered(call, deadline_ms, 1_000, called_at_ms=42).to_json()
 
 
 def parked_on(*call_ids: str) -> bytes:
@@ -336,7 +336,8 @@ async def test_a_run_parked_for_client_calls_gives_the_ones_past_their_deadline_
     assert held.tools["c1.0"] == ToolRecord.from_json(offered[0][1])  # still the caller's to answer
     timeout = ToolResult(tool_call_id="c1.1", name="ask", is_error=True,
                          content="error: the client returned no result within 1000 ms")  # fmt: skip
-    assert held.tools["c1.1"] == ToolRecord(ToolState.DONE, client=True, timed_out=True, result=timeout)
+    assert held.tools["c1.1"] == ToolRecord(ToolState.DONE, client=True, timed_out=True, called_at_ms=42,
+                                            result=timeout)  # fmt: skip
     with pytest.raises(FencedError):  # parked on no worker
         await store.commit(Outbox([ev()]))
 

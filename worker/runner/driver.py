@@ -260,7 +260,9 @@ class RunDriver:
                 park = c
             elif isinstance(c, OfferClientCalls):
                 for call in c.calls:
-                    rec = ToolRecord.offered(call, c.deadlines[call.id], c.timeout_ms)
+                    rec = ToolRecord.offered(
+                        call, c.deadlines[call.id], c.timeout_ms, self.state.round_called_at_ms
+                    )
                     self.records[call.id] = rec
                     outbox.records.append((call.id, rec.to_json()))
             else:

@@ -87,6 +87,10 @@ class RunSummary(BaseModel):
         default=None,
         description="the retry that took this run's place in its batch (counts and results show it)",
     )
+    priority: int = Field(
+        default=5, description="its priority (0-9, higher first), as capped by its tenant's quota"
+    )
+    runAt: int | None = Field(default=None, description="when it was asked to start (epoch ms), if it was")
 
 
 class RunsPage(BaseModel):
@@ -141,6 +145,12 @@ class RunView(BaseModel):
     sessionId: str | None = None
     createdAt: int
     lastSeq: int
+    priority: int = Field(
+        default=5, description="its priority (0-9, higher first), as capped by its tenant's quota"
+    )
+    runAt: int | None = Field(
+        default=None, description="when it was asked to start (epoch ms); status scheduled until then"
+    )
     result: RunResult | None = None
     pendingApprovals: list[dict[str, Any]] | None = None
     pendingToolCalls: list[dict[str, Any]] | None = None
@@ -198,7 +208,9 @@ class RetryBody(BaseModel):
 
 class ForkBody(BaseModel):
     atSeq: int = Field(
-        ge=0, description="the seq of the run's event whose state the fork starts from (0: its input)"
+        ge=0,
+        le=2**53 - 1,  # a seq is a stream id's first part: past this, Redis refuses the range (was a 500)
+        description="the seq of the run's event whose state the fork starts from (0: its input)",
     )
     inputMessages: list[Message] | None = Field(
         default=None, max_length=256, description="messages appended before the fork's next model call"

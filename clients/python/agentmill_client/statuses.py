@@ -8,6 +8,7 @@ __all__ = ["ACTIVE", "TERMINAL", "RunStatus"]
 
 
 class RunStatus(StrEnum):
+    SCHEDULED = "scheduled"  # submitted with a runAt still ahead: queued once it is due
     QUEUED = "queued"
     RUNNING = "running"
     AWAITING_HUMAN = "awaiting_human"

@@ -5,7 +5,7 @@
 
 const TOKEN_KEY = "agentmill.token";
 const TERMINAL = new Set(["completed", "failed", "aborted"]);
-const STATUSES = ["queued", "running", "awaiting_human", "awaiting_tools", "awaiting_children", "completed", "failed", "aborted"];
+const STATUSES = ["scheduled", "queued", "running", "awaiting_human", "awaiting_tools", "awaiting_children", "completed", "failed", "aborted"];
 let cleanup = [];  // what the current page must stop (timers, streams) when the user leaves it
 
 // ---- small helpers ----
