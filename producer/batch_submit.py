@@ -36,6 +36,7 @@ async def submit_many(
     batch_webhook: str | None = None,
     quota: Quota | None = None,
     more: bool = False,
+    trace: str = "",
 ) -> list[Submitted | SubmissionError]:
     """Validate every item and enqueue the valid ones, in order: one script call per chunk of
     SUBMIT_CHUNK runs of one partition, each chunk sent as soon as it is ready on one connection
@@ -138,7 +139,7 @@ async def submit_many(
         try:
             for i, raw in enumerate(items):
                 try:
-                    prep = p.prepare(raw, tenant, defaults[i], quota)
+                    prep = p.prepare(raw, tenant, defaults[i], quota, trace)
                 except SubmissionError as exc:
                     exc.field = f"runs.{i}.{exc.field}" if exc.field else f"runs.{i}"
                     exc.message = f"runs.{i}: {exc.message}"

@@ -36,6 +36,7 @@ class Prepared:
     client_id: str = ""
     client_session: str = ""
     priority: int = limits.DEFAULT_PRIORITY  # its lane: RunInput.priority capped by the tenant's quota
+    trace: str = ""  # the submitter's trace context (RunField.TRACE), '' = none
 
     @property
     def lane_args(self) -> list[str]:
@@ -101,13 +102,14 @@ def prepare(
     scope: Scope,
     default_id: Callable[[RunInput], str],
     max_priority: int = limits.MAX_PRIORITY,
+    trace: str = "",
 ) -> Prepared:
     """Name a valid input and serialize it once: its runId (else ``default_id(run)``), its session
     (``ses_<runId>`` when it creates one unnamed) and the ids its keys use (``scope``). The input
     hash is that of the canonical form (sorted keys, without the runId); the stored input is that
     form with the runId's key appended (ids match agentmill_client.ids.ID_PATTERN: nothing to escape).
-    Its priority is capped at ``max_priority`` (the tenant's quota).
-    Raises SubmissionError naming the field."""
+    Its priority is capped at ``max_priority`` (the tenant's quota). ``trace``: the submitter's trace
+    context, stored beside the input (not part of its hash). Raises SubmissionError naming the field."""
     if (reserved := reserved_id_error(run)) is not None:
         raise reserved
     _check_images(run)
@@ -126,6 +128,7 @@ def prepare(
         run.model_copy(update={"run_id": rid, "session_id": sid or None}), key_rid, key_sid, stored,
         hashlib.sha256(canonical).hexdigest(), rid if rid != key_rid else "", sid if sid != key_sid else "",
         min(limits.DEFAULT_PRIORITY if run.priority is None else run.priority, max_priority),
+        trace,
     )  # fmt: skip
 
 

@@ -86,9 +86,13 @@ class Producer:
         tenant: str = DEFAULT_TENANT,
         idempotency_key: str | None = None,
         quota: Quota | None = None,
+        trace: str = "",
     ) -> Submitted:
-        """One run (Submitter.submit); a refusal raises its SubmissionError."""
-        return await self.submitter.submit(raw, tenant=tenant, idempotency_key=idempotency_key, quota=quota)
+        """One run (Submitter.submit); a refusal raises its SubmissionError. ``trace``: the
+        submitter's W3C trace context (shared.trace_context.stored), which the worker continues."""
+        return await self.submitter.submit(
+            raw, tenant=tenant, idempotency_key=idempotency_key, quota=quota, trace=trace
+        )
 
     def check_batch_size(self, n: int) -> None:
         """The batch limit (AGENTMILL_MAX_BATCH): 413 past it (Submitter.check_batch_size)."""
@@ -104,11 +108,13 @@ class Producer:
         batch_webhook: str | None = None,
         quota: Quota | None = None,
         more: bool = False,
+        trace: str = "",
     ) -> list[Submitted | SubmissionError]:
-        """Many runs at once, in order, as a batch with ``batch_id`` (producer.batch_submit)."""
+        """Many runs at once, in order, as a batch with ``batch_id`` (producer.batch_submit); every
+        run continues the submitter's trace context ``trace``."""
         return await batch_submit.submit_many(
             self.submitter, items, tenant=tenant, batch_id=batch_id, offset=offset,
-            batch_webhook=batch_webhook, quota=quota, more=more,
+            batch_webhook=batch_webhook, quota=quota, more=more, trace=trace,
         )  # fmt: skip
 
     async def locate(self, run_id: str) -> keys.Partition | None:

@@ -69,18 +69,23 @@ class Submitter:
     # ---- the steps ----
 
     def prepare(
-        self, raw: RunInput | dict[str, Any], tenant: str, default_id: str = "", quota: Quota | None = None
+        self,
+        raw: RunInput | dict[str, Any],
+        tenant: str,
+        default_id: str = "",
+        quota: Quota | None = None,
+        trace: str = "",
     ) -> Prepared:
         """Validate one input and name it (its runId, else ``default_id``, else a generated one);
         its body serialized once (producer.prepared.prepare), its priority capped by ``quota`` and
-        by its agent profile.
+        by its agent profile; ``trace``: the submitter's trace context (shared.trace_context).
         Raises SubmissionError naming the field."""
         scope = self.scope(tenant)
         run = validated(raw, self.profiles)
         cap = quota.max_priority if quota is not None else limits.MAX_PRIORITY
         if self.profiles is not None:
             cap = min(cap, self.profiles[run.agent].max_priority)
-        return prepare(run, scope, lambda r: default_id or self.generated(scope, r), cap)
+        return prepare(run, scope, lambda r: default_id or self.generated(scope, r), cap, trace)
 
     def place(self, run_id: str, session_id: str) -> keys.Partition:
         """The partition of the run whose keys use ``run_id`` and ``session_id`` (producer.placement)."""
@@ -143,11 +148,12 @@ class Submitter:
         tenant: str = DEFAULT_TENANT,
         idempotency_key: str | None = None,
         quota: Quota | None = None,
+        trace: str = "",
     ) -> Submitted:
         """One run: prepared, placed, admitted (its pointer claimed meanwhile when its id was chosen:
-        a generated id needs none) and sent."""
+        a generated id needs none) and sent; ``trace``: the submitter's trace context."""
         prep = self.prepare(
-            raw, tenant, run_id_for_key(tenant, idempotency_key) if idempotency_key else "", quota
+            raw, tenant, run_id_for_key(tenant, idempotency_key) if idempotency_key else "", quota, trace
         )
         part = self.place(prep.run_id, prep.session_id)
         chosen = self.layout.count > 1 and (claimed_id(raw) is not None or bool(idempotency_key))
@@ -186,5 +192,6 @@ class Submitter:
             prep.client_session,
             "" if item is None else str(item),
             *prep.lane_args,
+            prep.trace,
         ]
         return own, args

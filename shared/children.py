@@ -89,8 +89,10 @@ async def spawn(
     tenant: str,
     lineage: bytes,
     specs: Sequence[ChildSpec],
+    trace: str = "",
 ) -> dict[str, Spawned]:
-    """Create each child on its partition (one script each, all at once): toolCallId -> Spawned."""
+    """Create each child on its partition (one script each, all at once): toolCallId -> Spawned.
+    ``trace``: the context the children's traces continue (the parent attempt's span; '' = none)."""
 
     async def one(spec: ChildSpec) -> Spawned:
         part = parts.home(spec.child_id)
@@ -99,7 +101,7 @@ async def spawn(
         own = [part.run(cid), part.job_key(part.job_id(cid, 1)), part.session(""), part.session_pending(""),
                part.session_runs("")]  # fmt: skip
         args = [parent_id, spec.call_id, lineage, cid, stored, digest, tenant, "", "", "", "enqueue", "",
-                spec.agent, 0, "", "", ""]  # fmt: skip
+                spec.agent, 0, "", "", "", "", "", trace]  # fmt: skip
         k, a = scripts.frame(part, own, args)
         r = await parts.call(part, lambda c: scripts.spawn_child(keys=k, args=a, client=c))
         verdict = text(r[0])

@@ -73,6 +73,7 @@ class RunField(StrEnum):
     USAGE_OUT = "outputTokens"
     USAGE_ESTIMATED = "usageEstimated"  # '1' = some call's usage is agentmill's estimate
     USAGE_COST = "costUsd"  # absent = the model has no pricing
+    TRACE = "trace"  # the submitter's W3C traceparent, then a newline and its tracestate if any; unset = none
 
 
 class BatchField(StrEnum):

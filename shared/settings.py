@@ -273,6 +273,13 @@ class Settings(BaseSettings):
         "unset: `$XDG_STATE_HOME/agentmill`, else `~/.local/state/agentmill`",
     )
 
+    # traces (docs/operations.md#traces; the exporter itself reads the standard OTEL_* variables)
+    trace_content: bool = Field(
+        default=False,
+        description="record message contents in trace spans (the model's input and output messages, tool "
+        "arguments and results); off: only names, ids, models, token counts and outcomes",
+    )
+
     # logs
     log_json: bool = Field(
         default=False, description="JSON log lines (with `runId`, `sessionId`, attempt, worker id)"

@@ -30,7 +30,7 @@ from shared.partitions import Partitions
 from shared.profiles import AgentProfile, profiles_from
 from shared.quotas import Quotas
 from shared.settings import Settings, get_settings
-from worker import failpoints
+from worker import failpoints, tracing
 from worker.arq_worker import JOB_TIMEOUT_S, ResilientWorker, claim_size, run_agent
 from worker.deps import WorkerDeps
 from worker.health import HealthServer
@@ -134,12 +134,17 @@ class WorkerProcess:
             self.metrics_port = await self.health.start(s.worker_metrics_host, s.worker_metrics_port)
             log.info("worker %s serves /metrics and /healthz on %s:%d", self.worker_id,
                      s.worker_metrics_host, self.metrics_port)  # fmt: skip
+        traced = tracing.configure(content=s.trace_content, instance_id=self.worker_id)
+        if traced:
+            log.info("worker %s exports traces over OTLP/HTTP", self.worker_id)
         try:
             if await self._unless_stopped(self._wait_for_redis()):
                 await self._serve()
         finally:
             if self.health is not None:
                 await self.health.stop()
+            if traced:  # what the batch processor still holds goes out before the process ends
+                await asyncio.to_thread(tracing.shutdown)
 
     async def _wait_for_redis(self) -> bool:
         """Until every node answers a PING, each failed attempt logged with its error (the clients

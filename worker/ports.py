@@ -78,6 +78,7 @@ class Acquired:
     origin: bytes | None = None  # a retry's or fork's initial checkpoint payload, until its first commit
     tenant: str = ""
     ancestry: bytes = b""  # a child run's (config.Lineage JSON: its ancestors); b"" for a root run
+    trace: str = ""  # the submitter's trace context as stored (RunField.TRACE), '' = none
 
 
 @dataclass(frozen=True, slots=True)

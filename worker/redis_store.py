@@ -25,7 +25,7 @@ from shared.profiles import ContextConfig
 from shared.scripts import Scripts, text
 from shared.settings import Settings
 from shared.tool_records import ToolRecord
-from worker import context, sessions
+from worker import context, sessions, tracing
 from worker.batcher import ScriptBatcher
 from worker.lease import WorkerLease
 from worker.ports import (
@@ -113,6 +113,7 @@ class RedisRunStore:
             origin=(r[9] or None) if len(r) > 9 else None,
             tenant=self.tenant,
             ancestry=r[11] if len(r) > 11 and r[11] else b"",
+            trace=text(r[12]) if len(r) > 12 else "",
         )
 
     async def commit(
@@ -193,7 +194,7 @@ class RedisRunStore:
         """The children on their partitions, in this run's tenant (the parent's worker holds the run)."""
         self._check_lease()
         return await kids.spawn(self.parts, self.scripts, parent_id=self.run_id, tenant=self.tenant,
-                                lineage=lineage, specs=specs)  # fmt: skip
+                                lineage=lineage, specs=specs, trace=tracing.current())  # fmt: skip
 
     async def parent_status(self) -> tuple[str, str]:
         return await kids.parent_status(self.parts, self.part, self.run_id)

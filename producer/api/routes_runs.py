@@ -27,6 +27,7 @@ from agentmill_client.models import ApprovalDecision, RunInput
 from producer.api.errors import COMMON_ERRORS, ErrorResponse, OrjsonResponse
 from producer.api.state import ApiDep, Tenant, record_or_404
 from producer.service import SubmissionError, Submitted
+from shared import trace_context
 from shared.loop import unless_closing
 
 __all__ = ["QUOTA_CODES", "ApprovalsBody", "BatchBody", "router", "run_links"]
@@ -116,12 +117,15 @@ async def submit(
     tenant: Tenant,
     response: Response,
     idempotency_key: Annotated[str | None, Header(max_length=256)] = None,
+    traceparent: Annotated[str | None, Header()] = None,
+    tracestate: Annotated[str | None, Header()] = None,
 ) -> Accepted:
     await api.admit()
     try:
         sub = await api.producer.submit(
-            body, tenant=tenant, idempotency_key=idempotency_key, quota=api.quotas.of(tenant)
-        )
+            body, tenant=tenant, idempotency_key=idempotency_key, quota=api.quotas.of(tenant),
+            trace=trace_context.stored(traceparent, tracestate),
+        )  # fmt: skip
     except SubmissionError:
         api.metrics.submitted("rejected")
         raise
@@ -143,7 +147,13 @@ async def submit(
     },
     summary="Submit many runs",
 )
-async def submit_batch(body: BatchBody, api: ApiDep, tenant: Tenant) -> Response:
+async def submit_batch(
+    body: BatchBody,
+    api: ApiDep,
+    tenant: Tenant,
+    traceparent: Annotated[str | None, Header()] = None,
+    tracestate: Annotated[str | None, Header()] = None,
+) -> Response:
     api.producer.check_batch_size(len(body.runs))
     await api.admit(len(body.runs))
     items: list[Any] = []
@@ -154,7 +164,7 @@ async def submit_batch(body: BatchBody, api: ApiDep, tenant: Tenant) -> Response
     batch_id = body.batchId or new_batch_id()
     results = await api.producer.submit_many(
         items, tenant=tenant, batch_id=batch_id, offset=body.offset, batch_webhook=body.batchWebhook,
-        quota=api.quotas.of(tenant), more=body.more,
+        quota=api.quotas.of(tenant), more=body.more, trace=trace_context.stored(traceparent, tracestate),
     )  # fmt: skip
     if not any(isinstance(r, Submitted) for r in results):  # refused whole by a quota: say so
         refused = next((r for r in results if isinstance(r, SubmissionError) and r.code in QUOTA_CODES), None)

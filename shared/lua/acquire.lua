@@ -5,10 +5,11 @@
 -- Reply: ok, epoch, lastSeq, ckpt, input, abort, approvals, tool records, crashes, and a retry's or
 -- fork's origin while it has no checkpoint of its own yet ('' otherwise). The tool records are the
 -- tools hash's and the run's open claims (commit.lua): a claim stands for its call unless the call
--- has a record past its claim.
+-- has a record past its claim. Then its tenant, ancestry, and the submitter's trace context
+-- (F.TRACE, '' = none).
 local function loaded(epoch, crashes)
   local d = redis.call('HMGET', KEYS[1], F.LAST_SEQ, F.CKPT, F.INPUT, F.ABORT, F.APPROVALS, F.ORIGIN, F.TENANT,
-    F.ANCESTRY, F.CLAIMS)
+    F.ANCESTRY, F.CLAIMS, F.TRACE)
   local origin = ((d[2] or '') == '') and (d[6] or '') or ''
   local records = redis.call('HGETALL', KEYS[3])
   if d[9] and d[9] ~= '' then
@@ -24,7 +25,7 @@ local function loaded(epoch, crashes)
     end
   end
   return {'ok', tostring(epoch), d[1] or '0', d[2] or '', d[3] or '', d[4] or '', d[5] or '', records,
-    tostring(crashes), origin, d[7] or '', d[8] or ''}
+    tostring(crashes), origin, d[7] or '', d[8] or '', d[10] or ''}
 end
 local h = redis.call('HMGET', KEYS[1], F.STATUS, F.GEN, F.OWNER, F.EPOCH, F.CRASHES)
 if not h[1] then return {'missing'} end

@@ -6,7 +6,8 @@
 --    'key=value' strings (the indexed metadata), then the ids the client knows the run and its
 --    session by when runId and sessionId are its tenant's keys for them (absent or '' otherwise),
 --    then the run's item index in its batch (absent or '' outside a batch), its priority ('' =
---    the default) and its runAt in ms ('' = none; one not ahead of now is due at once)
+--    the default) and its runAt in ms ('' = none; one not ahead of now is due at once), then its trace
+--    context (F.TRACE: traceparent, a newline, tracestate; absent or '' = none)
 -- The listing indexes and the batch of a run just created (A as submit_one's).
 local function index_new(run, A, now, status)
   local t, id, batch = A[4], A[1], A[9] or ''
@@ -93,6 +94,8 @@ local function submit_one(K, A)
   if client_id and client_id ~= '' then redis.call('HSET', K[1], F.CLIENT_ID, client_id) end
   local client_session = A[13 + tonumber(A[11] or '0')]
   if client_session and client_session ~= '' then redis.call('HSET', K[1], F.CLIENT_SESSION, client_session) end
+  local trace = A[17 + tonumber(A[11] or '0')]
+  if trace and trace ~= '' then redis.call('HSET', K[1], F.TRACE, trace) end
   index_new(K[1], A, now, status)
   if status == S.SCHEDULED then  -- claim_jobs.lua moves it to the queue once due
     redis.call('SET', K[2], job_payload(A[1], 1, now), 'PX', ctx().job_expire_ms + run_at - now)

@@ -96,7 +96,7 @@ def main(port: int, calls_file: str) -> None:
         meta = ctx.request_context.meta or {}
         line = {"tool": tool, "key": headers.get("idempotency-key"), "metaKey": meta.get("idempotencyKey"),
                 "fencing": headers.get("agentmill-fencing-token"), "auth": headers.get("authorization"),
-                "inflight": inflight[0]}  # fmt: skip
+                "inflight": inflight[0], "traceparent": headers.get("traceparent")}  # fmt: skip
         with open(calls_file, "ab") as f:
             f.write(orjson.dumps(line) + b"\n")
 

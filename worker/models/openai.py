@@ -20,6 +20,7 @@ import orjson
 
 from agentmill_client.models import Message, ResponseFormat, Usage
 from shared.profiles import ProviderConfig
+from worker import tracing
 from worker.config import ToolSpec
 from worker.machine import ModelRequest, wire_id
 from worker.models.base import (
@@ -280,6 +281,7 @@ class OpenAIProvider:
         headers = {"Accept": "text/event-stream"}
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
+        tracing.inject(headers)  # the call's traceparent, when traces are on
         body = orjson.dumps(request_body(self.config, request))
         reader = ChunkReader()
         parser = SseParser()

@@ -23,7 +23,7 @@ from agentmill_client.codec import encode
 from agentmill_client.models import EventKind, RunInput, RunResult, RunStatus
 from shared import logs
 from shared.tool_records import ToolRecord
-from worker import machine
+from worker import machine, tracing
 from worker.lease import LeaseExpiredError
 from worker.machine import (
     AbortRequested,
@@ -130,7 +130,7 @@ class RunDriver:
         self.observed_start = False
         logs.run_context.set({"runId": self.run_id, "attempt": acq.restarts + 1, "epoch": acq.epoch})
         try:
-            return await self._run(acq)
+            return await tracing.attempt(self.run_id, self.gen, acq, self._run)  # in its span, if traced
         except (FencedError, SeqConflictError) as exc:
             obs.append_refused("fenced" if isinstance(exc, FencedError) else "duplicate")
             log.warning("run %s: %s; stopping without writing", self.run_id, exc)
@@ -231,6 +231,7 @@ class RunDriver:
         obs.transition(src, self.state.node, type(ev).__name__)
         if self.state.node != src and since:  # time in the node just left, parked time included
             obs.state_time(src, max(0, ev.now_ms - since) / 1000.0)
+            tracing.waited(src, since, ev.now_ms, type(ev).__name__)  # a wait span, when traces are on
         outbox = Outbox()
         effects: list[machine.Command] = []
         finish: Finish | None = None
@@ -383,6 +384,7 @@ class RunDriver:
         obs = self.host.observer
         if c.kind == EventKind.STATUS and c.payload.get("status") == "retrying":
             obs.model_retry(str(c.payload.get("reason", "unknown")))
+            tracing.retried(c.payload)  # an event on the attempt's span, when traces are on
         elif c.kind == EventKind.COMPACTION:
             obs.compaction(str(c.payload.get("reason", "threshold")))
             obs.compaction_removed(

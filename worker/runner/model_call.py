@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agentmill_client.models import EventKind, Message, ToolCall, Usage
-from worker import context, failpoints, policy
+from worker import context, failpoints, policy, tracing
 from worker.compaction import SUMMARY_PROMPT
 from worker.limiter import limited
 from worker.machine import (
@@ -44,10 +44,12 @@ class ModelStream:
     """One model call's deltas on their way out: their seq, when they were last flushed, whether
     any went out (a failure after that is partial), whether a flush or the outcome is queued."""
 
-    __slots__ = ("cx", "flush_queued", "last_flush", "max_chars", "outcome_queued", "published", "req", "seq")
+    __slots__ = ("cx", "flush_queued", "last_flush", "max_chars", "outcome_queued", "published", "req", "seq",
+                 "span")  # fmt: skip
 
-    def __init__(self, cx: EffectContext, req: ModelRequest, now: float) -> None:
+    def __init__(self, cx: EffectContext, req: ModelRequest, now: float, span: Any = None) -> None:
         self.cx = cx
+        self.span = span  # the call's trace span (worker/tracing.py); None: traces off
         self.req = req
         self.seq = 0
         self.last_flush = now
@@ -90,20 +92,37 @@ class ModelStream:
         cx = self.cx
         partial = self.published or cx.out.holds(_DELTA)
         self.outcome_queued = True
+        if self.span is not None:
+            tracing.model_replied(self.span, end.finish_reason, usage, msg)
         cx.post(ModelReplied(cx.now_ms(), msg, usage, end.finish_reason, cx.ports.rng.random(), partial))
 
     def failed(self, failure: ModelFailure) -> None:
         cx = self.cx
         self.outcome_queued = True
+        if self.span is not None:
+            tracing.model_failed(self.span, failure.kind, failure.message, failure.status)
         cx.post(ModelFailed(cx.now_ms(), failure, cx.ports.rng.random(), partial=self.published))
 
 
 async def call_model(cx: EffectContext, state: RunState, req: ModelRequest) -> None:
+    if not tracing.on():
+        return await _call_model(cx, state, req, None)
+    try:
+        pcfg = cx.profile(state).provider
+        provider, model = str(pcfg.kind), pcfg.model_name
+    except Exception:  # an unknown profile fails inside the call, as without traces
+        provider, model = "", ""
+    with tracing.chat_span(provider, model, purpose=req.purpose, index=req.model_call_index,
+                           messages=req.messages) as span:  # fmt: skip
+        await _call_model(cx, state, req, span)
+
+
+async def _call_model(cx: EffectContext, state: RunState, req: ModelRequest, span: Any) -> None:
     obs = cx.host.observer
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     ttft: float | None = None
-    s = ModelStream(cx, req, t0)
+    s = ModelStream(cx, req, t0, span)
     text: list[str] = []
     calls: dict[int, dict[str, str]] = {}
     end = StreamEnd()  # a provider that stops without a StreamEnd said nothing about the ending

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 
 from agentmill_client.models import ToolCall, ToolResult
 from shared.tool_records import ToolRecord
-from worker import failpoints
+from worker import failpoints, tracing
 from worker.config import RECALL_TOOL
 from worker.history_tools import SEARCH_HISTORY, candidates, search
 from worker.machine import RunState, ToolFinished, notices
@@ -33,17 +33,21 @@ async def run_tool(cx: EffectContext, state: RunState, call: ToolCall) -> None:
     ctx = ToolContext(cx.run_id, state.session_id, call.id, f"{cx.run_id}:{call.id}", 1,
                       state.cfg.runtime_init_data, fencing_token=store.epoch)  # fmt: skip
     cx.check_lease(f"tool call {call.name}")
-    if call.name == RECALL_TOOL:
-        result = await cx.ports.sessions.recall(state.session_id, call, cx.run_id)
-    elif call.name == SEARCH_HISTORY:
-        result = await _search(cx, state, call)
-    else:
+    with tracing.tool_span(call.name, call.id, attempt=attempts, arguments=call.arguments) as span:
+        if call.name == RECALL_TOOL:
+            result = await cx.ports.sessions.recall(state.session_id, call, cx.run_id)
+        elif call.name == SEARCH_HISTORY:
+            result = await _search(cx, state, call)
+        else:
 
-        async def on_retry(r: ToolRetry) -> None:
-            obs.tool_retry(r.call.name)
-            cx.out.emit(*notices.tool_attempt_failed(r.call, r.attempt, r.reason))
+            async def on_retry(r: ToolRetry) -> None:
+                obs.tool_retry(r.call.name)
+                cx.out.emit(*notices.tool_attempt_failed(r.call, r.attempt, r.reason))
+                tracing.event(span, "agentmill.tool.retry",
+                              {"agentmill.retry.attempt": r.attempt, "agentmill.retry.reason": r.reason})  # fmt: skip
 
-        result = await _execute(cx, state, call, ctx, on_retry)
+            result = await _execute(cx, state, call, ctx, on_retry)
+        tracing.tool_done(span, is_error=result.is_error, content=result.content)
     outcome = "cached" if result.cached else "error" if result.is_error else "ok"
     obs.tool_call(call.name, outcome, duration_s=cx.clock.monotonic() - t0)
     failpoints.hit("after_tool_effect")

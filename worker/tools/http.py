@@ -16,6 +16,7 @@ import orjson
 from agentmill_client import limits
 from shared.netguard import BlockedAddressError, ResponseTooLargeError, guarded_request
 from shared.profiles import HttpToolConfig, ToolSettings
+from worker import tracing
 from worker.tools.base import ToolContext, ToolError, ToolOutcome
 
 __all__ = ["HttpTool"]
@@ -51,6 +52,7 @@ class HttpTool:
         headers = {k: _header_value(v) for k, v in cfg.headers.items()}
         headers.update({"Content-Type": "application/json", "Idempotency-Key": ctx.idempotency_key,
                         "Agentmill-Fencing-Token": str(ctx.fencing_token)})  # fmt: skip
+        tracing.inject(headers)  # the tool call's traceparent, when traces are on
         try:
             resp = await guarded_request(
                 self.client, cfg.method, cfg.url, allow_hosts=cfg.allow_hosts, content=body, headers=headers,

@@ -35,6 +35,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from shared.netguard import BlockedAddressError, ResponseTooLargeError
 from shared.profiles import MCP_SEP, McpServerConfig
+from worker import tracing
 from worker.lease import LeaseExpiredError
 from worker.tools.base import ToolContext, ToolError, ToolOutcome
 from worker.tools.mcp_transport import McpConfigError, expand_headers
@@ -188,6 +189,8 @@ class McpServer:
     async def _connect(self, extra: dict[str, str], *, stream: bool = False) -> AsyncIterator[Client]:
         """A connection for one operation (``stream``: a listen stream, no read timeout)."""
         headers = {**expand_headers(self.cfg.headers), **extra}
+        if not stream:  # a call's execute_tool span (a listing's: the run attempt's), when traces are on
+            tracing.inject(headers)
         connect_s = min(10.0, self.cfg.timeout_s)
         timeout = httpx2.Timeout(None if stream else self.cfg.timeout_s, connect=connect_s)
         async with httpx2.AsyncClient(

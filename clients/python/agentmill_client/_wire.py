@@ -36,6 +36,27 @@ def headers(token: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
+_inject: Any = None  # opentelemetry.propagate.inject once looked for; False: not installed
+
+
+def trace_headers(into: dict[str, str] | None = None) -> dict[str, str]:
+    """``into`` with the caller's current trace context (W3C ``traceparent``/``tracestate``) when
+    opentelemetry-api is installed and a span is current, so the runs a submission creates continue
+    the caller's trace; ``into`` unchanged otherwise. The import is tried once."""
+    global _inject
+    out = into if into is not None else {}
+    if _inject is None:
+        try:
+            from opentelemetry.propagate import inject
+        except ImportError:
+            _inject = False
+        else:
+            _inject = inject
+    if _inject:
+        _inject(out)
+    return out
+
+
 def listing_params(
     status: str | None,
     agent: str | None,

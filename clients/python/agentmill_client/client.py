@@ -3,6 +3,9 @@
 Schedules: ``create_schedule``, ``get_schedule``, ``list_schedules``, ``pause_schedule``,
 ``resume_schedule``, ``delete_schedule`` (agentmill_client._schedules).
 
+``submit``, ``submit_batch`` and ``create_batch`` send the caller's current OpenTelemetry context
+(``traceparent``) when opentelemetry-api is installed: the runs continue the caller's trace.
+
 ``events(run_id, after=…)`` yields every event once, in order, and reconnects from the last seq it
 yielded when the connection drops or the API restarts.
 """
@@ -65,7 +68,7 @@ class AsyncClient(AsyncScheduleCalls):
         await self.http.aclose()
 
     async def submit(self, run: RunInput | dict[str, Any], *, idempotency_key: str | None = None) -> Accepted:
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        headers = wire.trace_headers({"Idempotency-Key": idempotency_key} if idempotency_key else {})
         return Accepted.model_validate(
             wire.check(await self.http.post("/v1/runs", json=wire.body(run), headers=headers))
         )
@@ -77,7 +80,7 @@ class AsyncClient(AsyncScheduleCalls):
         body: dict[str, Any] = {"runs": [wire.body(r) for r in runs]}
         if webhook:
             body["webhook"] = webhook
-        answer = wire.check(await self.http.post("/v1/runs/batch", json=body))
+        answer = wire.check(await self.http.post("/v1/runs/batch", json=body, headers=wire.trace_headers()))
         return [BatchItem.model_validate(r) for r in answer["results"]]
 
     async def create_batch(
@@ -99,7 +102,9 @@ class AsyncClient(AsyncScheduleCalls):
         for name, value in (("batchId", batch_id), ("webhook", webhook), ("batchWebhook", batch_webhook)):
             if value:
                 body[name] = value
-        return BatchAnswer.model_validate(wire.check(await self.http.post("/v1/runs/batch", json=body)))
+        return BatchAnswer.model_validate(
+            wire.check(await self.http.post("/v1/runs/batch", json=body, headers=wire.trace_headers()))
+        )
 
     async def list_runs(
         self,
