@@ -23,12 +23,13 @@ from bench.figure import Figure, fmt
 from bench.figures_cluster import ClusterFigures
 from bench.figures_io import IoFigures
 from bench.figures_isolation import IsolationFigures
+from bench.figures_peers import DURABILITY, PEERS, PeerFigures
 from bench.figures_results import ResultsFigures
 from bench.figures_runs import RunFigures
 from bench.plumbing import ROOT
 
 
-class Bench(RunFigures, IoFigures, IsolationFigures, ResultsFigures, ClusterFigures):
+class Bench(RunFigures, IoFigures, IsolationFigures, ResultsFigures, ClusterFigures, PeerFigures):
     """Every figure, run in order; a table and JSON at the end."""
 
     # ---- report ----
@@ -47,6 +48,8 @@ class Bench(RunFigures, IoFigures, IsolationFigures, ResultsFigures, ClusterFigu
             )
             if f.base_name or f.note:
                 lines.append(f"{'':<4}{('baseline: ' + f.base_name + '; ') if f.base_name else ''}{f.note}")
+        if self.peers_table:
+            lines.append(self.peers_table)
         return "\n".join(lines)
 
     async def run(self) -> None:
@@ -68,6 +71,7 @@ class Bench(RunFigures, IoFigures, IsolationFigures, ResultsFigures, ClusterFigu
                 ("cluster", lambda: self.fig_cluster(r)),
                 ("isolation", lambda: self.fig_isolation(r)),
                 ("results", lambda: self.fig_results(r)),
+                ("peers", lambda: self.fig_peers(r)),
             ]
             for name, measure in figures:
                 if name not in a.only:
@@ -87,7 +91,7 @@ class Bench(RunFigures, IoFigures, IsolationFigures, ResultsFigures, ClusterFigu
             self.server.close()
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--runs", type=int, default=1000, help="one-step runs per repetition (figure 1)")
@@ -125,10 +129,28 @@ def main(argv: list[str] | None = None) -> int:
             "cluster",
             "isolation",
             "results",
+            "peers",
         ],
     )
+    ap.add_argument("--peers", nargs="+", choices=PEERS, default=list(PEERS), help="figure 11: which systems")
+    ap.add_argument(
+        "--peer-durability",
+        nargs="+",
+        choices=list(DURABILITY),
+        default=list(DURABILITY),
+        help="figure 11: Redis appendfsync levels, each against PostgreSQL's synchronous_commit "
+        + ", ".join(f"{k}→{v}" for k, v in DURABILITY.items()),
+    )
+    ap.add_argument("--peer-runs", type=int, default=1000, help="figure 11: jobs per throughput repetition")
+    ap.add_argument("--peer-concurrency", type=int, default=100, help="figure 11: concurrent jobs per worker")
+    ap.add_argument("--peer-latency-runs", type=int, default=300, help="figure 11: paced jobs for latency")
+    ap.add_argument("--peer-rate", type=float, default=100.0, help="figure 11: paced submissions per second")
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "latest.json")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     b = Bench(args)
     t0 = time.monotonic()
     asyncio.run(b.run())
