@@ -240,14 +240,14 @@ class PeerFigures(Plumbing):
                             ours=ours.rates,
                             base=res.rates,
                             base_name=f"{names[res.peer]} ({store})",
-                            note=f"p99 submit → result: agentmill {ours.p99:.1f} ms, {names[res.peer]} {res.p99:.1f} ms; {setup}",
+                            note=f"p99 submit → result: agentmill {ours.p99:.1f} ms, {names[res.peer]} {res.p99:.1f} ms (setup: table 11 below)",
                         )
                     )
         self.peers_table = "\n".join(lines)
-        print(self.peers_table, flush=True)
 
     @staticmethod
     def fmt_rates(xs: list[float]) -> str:
-        from bench.figure import fmt
-
-        return fmt(xs)
+        if not xs:
+            return "–"
+        m = statistics.median(xs)
+        return f"{m:,.0f}" if len(xs) == 1 else f"{m:,.0f} ({min(xs):,.0f}–{max(xs):,.0f})"
