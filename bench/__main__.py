@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import platform
+import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -151,6 +152,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    # A SIGTERM (timeout, Ctrl-C's cousin) unwinds like an exception, so the finally blocks stop the
+    # processes and the PostgreSQL cluster (a daemon that would outlive the bench) it started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     b = Bench(args)
     t0 = time.monotonic()
     asyncio.run(b.run())

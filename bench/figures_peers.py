@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import shutil
 import statistics
 import subprocess
 import sys
@@ -169,20 +170,23 @@ class PeerFigures(Plumbing):
             res.p50, res.p99 = statistics.median(lat), pct(lat, 99)
         finally:
             await peer.close()
+            shutil.rmtree(log.parent, ignore_errors=True)  # a failure already quoted its tail
 
     async def fig_peers(self, r: Redis) -> None:
         a = self.args
         pairs = durability_pairs(a.peer_durability)
         harness: dict[str, tuple[Peer | None, str]] = {name: make_peer(name) for name in a.peers}
         pg: PostgresCluster | None = None
-        if harness.get("dbos", (None, ""))[0] is not None:
-            try:
-                pg = PostgresCluster().start()
-            except (PostgresError, OSError, subprocess.SubprocessError) as exc:
-                harness["dbos"] = (None, f"no private PostgreSQL: {exc}")
-                pg = None
         results: list[PeerResult] = []
         try:
+            if harness.get("dbos", (None, ""))[0] is not None:
+                pg = PostgresCluster()  # assigned first: an interrupted start is still cleaned up
+                try:
+                    pg.start()
+                except (PostgresError, OSError, subprocess.SubprocessError) as exc:
+                    harness["dbos"] = (None, f"no private PostgreSQL: {exc}")
+                    pg.close()
+                    pg = None
             for fsync, sync_commit in pairs:
                 server = RedisServer(appendonly=True, appendfsync=fsync)
                 server.start()

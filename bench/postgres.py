@@ -63,6 +63,7 @@ class PostgresCluster:
             f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.dir} -c fsync=on "
             "-c max_connections=200 -c shared_buffers=128MB"
         )
+        self.started = True  # before the start returns: close() stops even a start it interrupted
         self._run(
             [
                 str(self.bin / "pg_ctl"),
@@ -76,7 +77,6 @@ class PostgresCluster:
                 "start",
             ]
         )
-        self.started = True
         return self
 
     def create_database(self, name: str, synchronous_commit: str) -> str:
