@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import platform
+import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -24,12 +25,15 @@ from bench.figures_cluster import ClusterFigures
 from bench.figures_io import IoFigures
 from bench.figures_isolation import IsolationFigures
 from bench.figures_lanes import LanesFigures
+from bench.figures_peers import DURABILITY, PEERS, PeerFigures
 from bench.figures_results import ResultsFigures
 from bench.figures_runs import RunFigures
 from bench.plumbing import ROOT
 
 
-class Bench(RunFigures, IoFigures, IsolationFigures, ResultsFigures, ClusterFigures, LanesFigures):
+class Bench(
+    RunFigures, IoFigures, IsolationFigures, ResultsFigures, ClusterFigures, LanesFigures, PeerFigures
+):
     """Every figure, run in order; a table and JSON at the end."""
 
     # ---- report ----
@@ -48,6 +52,8 @@ class Bench(RunFigures, IoFigures, IsolationFigures, ResultsFigures, ClusterFigu
             )
             if f.base_name or f.note:
                 lines.append(f"{'':<4}{('baseline: ' + f.base_name + '; ') if f.base_name else ''}{f.note}")
+        if self.peers_table:
+            lines.append(self.peers_table)
         return "\n".join(lines)
 
     async def run(self) -> None:
@@ -70,6 +76,7 @@ class Bench(RunFigures, IoFigures, IsolationFigures, ResultsFigures, ClusterFigu
                 ("isolation", lambda: self.fig_isolation(r)),
                 ("results", lambda: self.fig_results(r)),
                 ("lanes", lambda: self.fig_lanes(r)),
+                ("peers", lambda: self.fig_peers(r)),
             ]
             for name, measure in figures:
                 if name not in a.only:
@@ -89,7 +96,7 @@ class Bench(RunFigures, IoFigures, IsolationFigures, ResultsFigures, ClusterFigu
             self.server.close()
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--runs", type=int, default=1000, help="one-step runs per repetition (figure 1)")
@@ -128,16 +135,37 @@ def main(argv: list[str] | None = None) -> int:
             "isolation",
             "results",
             "lanes",
-        ],
-    )
     ap.add_argument("--lanes-batch", type=int, default=20_000, help="figure 11a: the priority-2 batch")
     ap.add_argument("--lanes-interactive", type=int, default=200, help="figure 11a: priority-8 runs")
     ap.add_argument("--lanes-run-ms", type=int, default=500, help="figure 11: each run's model reply")
     ap.add_argument("--lanes-aging-ms", type=int, default=500, help="figure 11b: AGENTMILL_PRIORITY_AGING_MS")
     ap.add_argument("--lanes-stream-rate", type=int, default=150, help="figure 11b: priority-8 runs/s")
     ap.add_argument("--lanes-stream-s", type=float, default=12.0, help="figure 11b: the stream's length")
+            "peers",
+        ],
+    )
+    ap.add_argument("--peers", nargs="+", choices=PEERS, default=list(PEERS), help="figure 12: which systems")
+    ap.add_argument(
+        "--peer-durability",
+        nargs="+",
+        choices=list(DURABILITY),
+        default=list(DURABILITY),
+        help="figure 12: Redis appendfsync levels, each against PostgreSQL's synchronous_commit "
+        + ", ".join(f"{k}→{v}" for k, v in DURABILITY.items()),
+    )
+    ap.add_argument("--peer-runs", type=int, default=1000, help="figure 12: jobs per throughput repetition")
+    ap.add_argument("--peer-concurrency", type=int, default=100, help="figure 12: concurrent jobs per worker")
+    ap.add_argument("--peer-latency-runs", type=int, default=300, help="figure 12: paced jobs for latency")
+    ap.add_argument("--peer-rate", type=float, default=100.0, help="figure 12: paced submissions per second")
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "latest.json")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    # A SIGTERM (timeout, Ctrl-C's cousin) unwinds like an exception, so the finally blocks stop the
+    # processes and the PostgreSQL cluster (a daemon that would outlive the bench) it started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     b = Bench(args)
     t0 = time.monotonic()
     asyncio.run(b.run())
