@@ -135,15 +135,15 @@ def parser() -> argparse.ArgumentParser:
             "isolation",
             "results",
             "lanes",
+            "peers",
+        ],
+    )
     ap.add_argument("--lanes-batch", type=int, default=20_000, help="figure 11a: the priority-2 batch")
     ap.add_argument("--lanes-interactive", type=int, default=200, help="figure 11a: priority-8 runs")
     ap.add_argument("--lanes-run-ms", type=int, default=500, help="figure 11: each run's model reply")
     ap.add_argument("--lanes-aging-ms", type=int, default=500, help="figure 11b: AGENTMILL_PRIORITY_AGING_MS")
     ap.add_argument("--lanes-stream-rate", type=int, default=150, help="figure 11b: priority-8 runs/s")
     ap.add_argument("--lanes-stream-s", type=float, default=12.0, help="figure 11b: the stream's length")
-            "peers",
-        ],
-    )
     ap.add_argument("--peers", nargs="+", choices=PEERS, default=list(PEERS), help="figure 12: which systems")
     ap.add_argument(
         "--peer-durability",
