@@ -47,6 +47,7 @@ class RunField(StrEnum):
     APPROVAL_TIMEOUT_MS = "approvalTimeoutMs"  # '' = none
     RUN_DEADLINE_MS = "runDeadlineMs"  # maxRunDurationMs from its start, bounds an approval wait; '' = none
     CLIENT_PENDING = "clientPending"  # awaiting_tools: the client calls it waits for (JSON)
+    ARCHIVED = "archived"  # '1' once in the archive (archive_done.lua): its events are read from there
 
 
 class BatchField(StrEnum):

@@ -60,7 +60,7 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
         for name in (
             "batch_close", "list_runs", "batch_results", "acquire", "commit", "beat", "forget_worker", "release", "redispatch",
             "abort", "settle_approval", "tool_results", "claim_jobs", "claim_webhooks", "admit_tenant",
-            "scaling",
+            "scaling", "archive_claim", "archive_done",
         )
     },
     **{
@@ -74,7 +74,7 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
 # template's four pieces (dispatch.JOB_TEMPLATE) and the settings the scripts read.
 CONTEXT_EXTRA = (
     "job_a", "job_b", "job_c", "job_d", "maxlen", "retention", "queued_check_ms", "job_expire_ms",
-    "index_max", "batch_delivery", "max_run_crashes",
+    "index_max", "batch_delivery", "max_run_crashes", "archive_on",
 )  # fmt: skip
 
 
@@ -110,6 +110,8 @@ class Scripts:
     schedule_advance: AsyncScript
     schedule_delete: AsyncScript
     schedule_pause: AsyncScript
+    archive_claim: AsyncScript
+    archive_done: AsyncScript
 
     def __init__(
         self,
@@ -119,6 +121,7 @@ class Scripts:
         stream_maxlen: int = 10_000,
         retention_s: int = 604_800,
         max_run_crashes: int = 3,
+        archive: bool = False,
     ) -> None:
         for name, text_ in _rendered().items():
             setattr(self, name, redis.register_script(text_))
@@ -127,6 +130,7 @@ class Scripts:
             "maxlen": str(stream_maxlen), "retention": str(retention_s), "queued_check_ms": str(queued_check_ms),
             "job_expire_ms": str(dispatch.JOB_EXPIRE_MS), "index_max": str(limits.MAX_INDEX_RUNS),
             "batch_delivery": keys.BATCH_DELIVERY, "max_run_crashes": str(max_run_crashes),
+            "archive_on": "1" if archive else "",
         }  # fmt: skip
         self._extra = keys.SEP.join(extra[f] for f in CONTEXT_EXTRA) + keys.SEP
         self._contexts: dict[int, str] = {}
@@ -134,13 +138,15 @@ class Scripts:
     @classmethod
     def for_settings(cls, redis: Redis, settings: Settings) -> Scripts:
         """The scripts with the deployment's settings in their context (what they read from it:
-        the queued-run check, the stream bound, the retention, the crash budget)."""
+        the queued-run check, the stream bound, the retention, the crash budget, whether finished
+        runs go to the archive)."""
         return cls(
             redis,
             queued_check_ms=settings.queued_check_ms,
             stream_maxlen=settings.stream_maxlen,
             retention_s=settings.retention_s,
             max_run_crashes=settings.max_run_crashes,
+            archive=bool(settings.archive_url),
         )
 
     def context(self, part: keys.Partition) -> str:

@@ -98,6 +98,7 @@ elseif is_terminal(status) then
     redis.call('HSET', KEYS[1], unpack(run_fields)); run_fields = {}
     session_advance(sid, ARGV[4])
   end
+  to_archive(ARGV[4], now)
   redis.call('EXPIRE', KEYS[1], ctx().retention)
   redis.call('EXPIRE', KEYS[2], ctx().retention)
   redis.call('EXPIRE', KEYS[3], ctx().retention)
