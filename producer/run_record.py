@@ -26,6 +26,7 @@ class RunRecord:
     key_id: str = ""  # the id its keys use, when not run_id (its tenant's key of it, submission.Scope)
     stream_key: str = ""  # the Redis stream of its events (``redis-cli XREAD … STREAMS <it> 0`` tails it)
     client_session: str = ""  # the id its client knows its session by, when not session_id
+    archived: bool = False  # in the archive: its events are read from there (producer.archived)
 
     @property
     def key(self) -> str:

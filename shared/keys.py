@@ -229,7 +229,11 @@ class Partition:
         (CONTEXT_FIELDS order): the first ARGV of every script."""
         return (
             SEP.join(
-                self.tag if f == "job_id" else self.archive if f == "archive" else getattr(self, f + "_prefix")
+                self.tag
+                if f == "job_id"
+                else self.archive
+                if f == "archive"
+                else getattr(self, f + "_prefix")
                 for f in CONTEXT_FIELDS
             )
             + SEP

@@ -143,7 +143,9 @@ class Settings(BaseSettings):
         description="with the archive on: how long an archived run stays in Redis (its stream and tool "
         "records leave at once)",
     )
-    archive_batch: int = Field(default=200, ge=1, description="runs one archiver claims and writes in one transaction")
+    archive_batch: int = Field(
+        default=200, ge=1, description="runs one archiver claims and writes in one transaction"
+    )
     archive_poll_ms: int = Field(
         default=500, ge=10, description="how often an archiver with nothing to do looks for finished runs"
     )

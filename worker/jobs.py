@@ -31,6 +31,7 @@ from shared.profiles import AgentProfile, profiles_from
 from shared.quotas import Quotas
 from shared.settings import Settings, get_settings
 from worker import failpoints
+from worker.archiving import archive_forever
 from worker.arq_worker import JOB_TIMEOUT_S, ResilientWorker, claim_size, run_agent
 from worker.deps import WorkerDeps
 from worker.health import HealthServer
@@ -242,6 +243,8 @@ class WorkerProcess:
 
             hit = functools.partial(failpoints.hit, "after_schedule_fire")
             self._bg.append(asyncio.create_task(fire_forever(self.deps.parts, s, self.profiles, hit)))
+        if s.archive_url:  # finished runs to PostgreSQL, off the hot path (worker/archiving.py)
+            self._bg.append(asyncio.create_task(archive_forever(self.deps, self.metrics)))
         if self.health is not None:
             self.health.ready = True
         self.main = asyncio.create_task(self.worker.main())

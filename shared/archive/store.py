@@ -174,8 +174,8 @@ class ArchiveStore:
                     continue
                 for e in r.events:
                     ev[0].append(r.key_id)
-                    for c, v in zip(ev[1:], e, strict=True):
-                        c.append(v)
+                    for col, val in zip(ev[1:], e, strict=True):
+                        col.append(val)
                 for call_id, record in r.tools:
                     tl[0].append(r.key_id)
                     tl[1].append(call_id)

@@ -8,6 +8,7 @@ PostgreSQL refuses to run as root; as root the binaries run as the ``postgres`` 
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
@@ -66,10 +67,8 @@ class PostgresServer:
         self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(subprocess.SubprocessError, OSError):
             self.stop("immediate")
-        except (subprocess.SubprocessError, OSError):
-            pass
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> PostgresServer:

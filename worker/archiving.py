@@ -1,0 +1,26 @@
+"""A worker's archiver task (AGENTMILL_ARCHIVE_URL): shared.archive's Archiver on the worker's
+partitions, its backlog and writes on the worker's /metrics. Owned by the worker process
+(worker/jobs.py), which cancels and awaits it on shutdown; the store's connections close with it."""
+
+from __future__ import annotations
+
+from shared.archive.archiver import Archiver
+from shared.archive.store import ArchiveStore
+from worker.deps import WorkerDeps
+from worker.metrics import MetricsObserver
+
+__all__ = ["archive_forever"]
+
+
+async def archive_forever(deps: WorkerDeps, metrics: MetricsObserver) -> None:
+    s = deps.settings
+    assert s.archive_url
+    store = ArchiveStore(s.archive_url)
+    archiver = Archiver(
+        deps.parts, deps.scripts, s, store,
+        on_backlog=metrics.archive_backlog.set, on_archived=metrics.archived.inc,
+    )  # fmt: skip
+    try:
+        await archiver.run_forever()
+    finally:
+        await store.aclose()
