@@ -4,8 +4,11 @@ partitions, its backlog and writes on the worker's /metrics. Owned by the worker
 
 from __future__ import annotations
 
+import functools
+
 from shared.archive.archiver import Archiver
 from shared.archive.store import ArchiveStore
+from worker import failpoints
 from worker.deps import WorkerDeps
 from worker.metrics import MetricsObserver
 
@@ -19,6 +22,7 @@ async def archive_forever(deps: WorkerDeps, metrics: MetricsObserver) -> None:
     archiver = Archiver(
         deps.parts, deps.scripts, s, store,
         on_backlog=metrics.archive_backlog.set, on_archived=metrics.archived.inc,
+        after_write=functools.partial(failpoints.hit, "after_archive_write"),
     )  # fmt: skip
     try:
         await archiver.run_forever()

@@ -37,7 +37,7 @@ PRUNE_EVERY_S = 60.0
 
 class Archiver:
     """``on_backlog(n)``: the runs waiting in every archive index, after each pass; ``on_archived(n)``:
-    runs newly written."""
+    runs newly written; ``after_write()``: called between a batch's write and its marking."""
 
     def __init__(
         self,
@@ -48,10 +48,12 @@ class Archiver:
         *,
         on_backlog: Callable[[int], None] | None = None,
         on_archived: Callable[[int], None] | None = None,
+        after_write: Callable[[], None] | None = None,
     ) -> None:
         self.parts, self.scripts, self.settings, self.store = parts, scripts, settings, store
         self.on_backlog = on_backlog
         self.on_archived = on_archived
+        self.after_write = after_write  # chaos tests: a failpoint between the write and the marking
         n = len(parts.parts)
         self.per_partition = max(1, -(-settings.archive_batch // n))
         self.archived = 0  # runs this archiver wrote (new rows)
@@ -85,6 +87,8 @@ class Archiver:
             self.archived += new
             if self.on_archived is not None and new:
                 self.on_archived(new)
+            if self.after_write is not None:
+                self.after_write()
             await self._done(claimed)  # the runs written, and those with nothing left to write
         if self.on_backlog is not None:
             self.on_backlog(await self.backlog())

@@ -1,0 +1,207 @@
+"""The history archive (issue 29, docs/operations.md#archive) against a real PostgreSQL started by the
+test (initdb, pg_ctl; skipped when the binaries are missing), a real redis-server, the API and real
+worker processes: finished runs are archived exactly once through an outage and a worker SIGKILLed
+between a batch's write and its marking, leave Redis after the live retention, and every API read
+answers afterwards exactly what it answered from Redis."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+from redis.asyncio import Redis
+
+from shared import keys
+from tests.integration.api_support import A, B, api, run_body, settings
+from tests.integration.test_catalog import until_batch
+from tests.support.postgres_server import PostgresServer, binaries
+from tests.support.procs import WorkerProc, workers
+from tests.support.waits import until
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(binaries() is None, reason="no PostgreSQL binaries (initdb, pg_ctl) installed"),
+]
+PART = keys.Partition(0, 1)
+LIVE_S = 3
+
+
+def _item(i: int) -> dict[str, Any]:
+    """A tool call (echo) then an answer; every 9th fails instead (the provider refuses it)."""
+    if i % 9 == 4:
+        return run_body([{"error": {"status": 400, "message": f"bad request {i}"}}])
+    return run_body(
+        [{"toolCalls": [{"name": "echo", "arguments": {"text": f"n{i}"}}]}, {"text": f"answer {i}"}]
+    )
+
+
+def _env(pg: PostgresServer, **extra: str) -> dict[str, str]:
+    return {
+        "AGENTMILL_ARCHIVE_URL": pg.url,
+        "AGENTMILL_LIVE_RETENTION_S": str(LIVE_S),
+        "AGENTMILL_ARCHIVE_POLL_MS": "100",
+        "AGENTMILL_ARCHIVE_LEASE_MS": "1000",
+        **extra,
+    }
+
+
+async def _batch(c: httpx.AsyncClient, batch_id: str, n: int) -> list[str]:
+    ids: list[str] = []
+    for start in range(0, n, 1000):
+        runs = [_item(i) for i in range(start, min(n, start + 1000))]
+        body = {"runs": runs, "batchId": batch_id, "offset": start, "more": start + 1000 < n}
+        r = await c.post("/v1/runs/batch", json=body, timeout=60)
+        assert r.status_code == 200, r.text
+        ids += [x["runId"] for x in r.json()["results"]]
+    return ids
+
+
+async def _sse(c: httpx.AsyncClient, run_id: str, **params: Any) -> str:
+    async with c.stream("GET", f"/v1/runs/{run_id}/events", params=params, timeout=30) as r:
+        assert r.status_code == 200
+        return (await r.aread()).decode()
+
+
+async def _reads(c: httpx.AsyncClient, ids: list[str], batch_id: str) -> dict[str, Any]:
+    """Every read the API answers about the runs: each run, its events (a page, a replay after=),
+    SSE for some, the batch's results export; and another tenant's 404 for some."""
+    out: dict[str, Any] = {}
+    sem = asyncio.Semaphore(16)
+
+    async def one(i: int, rid: str) -> None:
+        async with sem:
+            got = [(await c.get(f"/v1/runs/{rid}")).json()]
+            got.append(
+                (await c.get(f"/v1/runs/{rid}/events", params={"format": "json", "limit": 1000})).json()
+            )
+            got.append((await c.get(f"/v1/runs/{rid}/events", params={"format": "json", "after": 2})).json())
+            if i % 50 == 0:
+                got.append(await _sse(c, rid))
+                got.append(await _sse(c, rid, after=3))
+                other = await c.get(f"/v1/runs/{rid}", headers=B)
+                got.append((other.status_code, other.json()["error"]["code"]))
+            out[rid] = got
+
+    await asyncio.gather(*(one(i, r) for i, r in enumerate(ids)))
+    export = await c.get(f"/v1/batches/{batch_id}/results", timeout=60)
+    assert export.status_code == 200
+    out["export"] = export.text
+    return out
+
+
+async def _backlog(redis: Redis) -> int:
+    return int(await redis.zcard(PART.archive))
+
+
+async def _left_in_redis(redis: Redis) -> int:
+    """Run hashes, streams and tool records still in Redis."""
+    n = 0
+    for prefix in (PART.run_prefix, PART.events_prefix, PART.tools_prefix):
+        async for _ in redis.scan_iter(match=prefix + "*", count=1000):
+            n += 1
+    return n
+
+
+async def _counts(pg: PostgresServer) -> tuple[int, int, int, dict[str, int]]:
+    """Rows of runs, events and tool records, and each run's events by its client id."""
+    conn = await asyncpg.connect(pg.url)
+    try:
+        runs = await conn.fetchval("SELECT count(*) FROM runs")
+        events = await conn.fetchval("SELECT count(*) FROM run_events")
+        tools = await conn.fetchval("SELECT count(*) FROM run_tools")
+        rows = await conn.fetch(
+            "SELECT r.client_id, count(e.seq) AS n, max(r.last_seq) AS last FROM runs r "
+            "JOIN run_events e USING (key_id) GROUP BY r.client_id"
+        )
+        for row in rows:  # seq 1..lastSeq each exactly once
+            assert row["n"] == row["last"], dict(row)
+        return runs, events, tools, {row["client_id"]: row["n"] for row in rows}
+    finally:
+        await conn.close()
+
+
+async def test_finished_runs_are_archived_through_an_outage_expire_and_read_the_same(
+    redis_url: str, redis: Redis, tmp_path: Path
+) -> None:
+    """1,000 runs finish while PostgreSQL is down (the backlog holds them all, nothing lost); the
+    reads are taken from Redis; PostgreSQL comes up, goes down again mid-catch-up and up again; every
+    run is archived once, leaves Redis after the live retention, and every read answers the same."""
+    n = 1000
+    pg = PostgresServer()  # initialised, not started: the archive is down from the start
+    try:
+        s = settings(redis_url, archive_url=pg.url, live_retention_s=LIVE_S)
+        async with api(s) as base, httpx.AsyncClient(base_url=base, headers=A) as c:
+            with workers(redis_url, 2, env=_env(pg, AGENTMILL_ARCHIVE_BATCH="40"), log_dir=tmp_path):
+                ids = await _batch(c, "hist", n)
+                await until_batch(c, "hist", lambda v: v["finished"], within=180)
+                assert await _backlog(redis) == n
+                before = await _reads(c, ids, "hist")
+                pg.start()
+                await until("some runs archived", lambda: _less(redis, n), within=60, every=0.02)
+                pg.stop()  # down again mid-way, for some seconds
+                await asyncio.sleep(3)
+                pg.start()
+                await until("an empty backlog", lambda: _less(redis, 1), within=120)
+                await until("the runs gone from Redis", lambda: _none_left(redis), within=LIVE_S + 30)
+            runs, events, tools, per_run = await _counts(pg)
+            assert runs == n and len(per_run) == n
+            assert events == sum(len(before[r][1]["events"]) for r in ids)
+            assert tools == sum(1 for i in range(n) if i % 9 != 4)  # one echo call per completed run
+            after = await _reads(c, ids, "hist")
+            for rid in ids:
+                assert after[rid] == before[rid], rid
+            assert after["export"] == before["export"]
+            assert len(after["export"].splitlines()) == n
+    finally:
+        pg.close()
+
+
+async def _less(redis: Redis, n: int) -> bool:
+    return await _backlog(redis) < n
+
+
+async def _none_left(redis: Redis) -> bool:
+    return await _left_in_redis(redis) == 0
+
+
+async def test_an_archiver_killed_between_write_and_marking_archives_nothing_twice(
+    redis_url: str, redis: Redis, tmp_path: Path
+) -> None:
+    """Workers SIGKILLed right after committing a batch to PostgreSQL, before marking it archived in
+    Redis (failpoint after_archive_write): the batch is claimed again after its lease, written again
+    (inserting nothing), and in the end every run is in the archive exactly once."""
+    n = 300
+    pg = PostgresServer()
+    try:
+        s = settings(redis_url)
+        async with api(s) as base, httpx.AsyncClient(base_url=base, headers=A) as c:
+            with workers(redis_url, 2, env=_env(pg)):
+                await _batch(c, "kill", n)
+                await until_batch(c, "kill", lambda v: v["finished"], within=120)
+        pg.start()
+        assert await _backlog(redis) == n
+        for k in range(3):  # each writes a batch of 40, then dies before marking it
+            w = WorkerProc(redis_url, env=_env(pg, AGENTMILL_ARCHIVE_BATCH="40",
+                                               AGENTMILL_FAILPOINTS="after_archive_write:1"),
+                           log=tmp_path / f"killed{k}.log").start()  # fmt: skip
+            assert w.wait(60) is not None, "the failpoint did not kill the worker"
+            runs, _, _, _ = await _counts(pg)
+            assert 40 <= runs <= 40 * (k + 1)
+            assert await _backlog(redis) == n  # written, never marked
+        with workers(redis_url, 1, env=_env(pg, AGENTMILL_ARCHIVE_BATCH="40")):
+            await until("an empty backlog", lambda: _less(redis, 1), within=60)
+        runs, events, _, per_run = await _counts(pg)
+        assert runs == n == len(per_run)
+        conn = await asyncpg.connect(pg.url)
+        try:
+            dup = await conn.fetchval("SELECT count(*) - count(DISTINCT client_id) FROM runs")
+        finally:
+            await conn.close()
+        assert dup == 0
+        assert events == sum(per_run.values())
+    finally:
+        pg.close()
