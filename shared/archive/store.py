@@ -19,10 +19,21 @@ import orjson
 from shared.archive.schema import migrate
 from shared.fields import RunField
 
-__all__ = ["ArchiveStore", "ArchivedRun", "EventRow", "archived_run"]
+__all__ = ["ArchiveStore", "ArchiveUnavailableError", "ArchivedRun", "EventRow", "archived_run"]
 
 F = RunField
 EventRow = tuple[int, str, int, str, int]  # seq, kind, ts, payload (JSON text), epoch
+
+
+class ArchiveUnavailableError(Exception):
+    """PostgreSQL is unreachable (down, restarting, refusing connections): try again shortly."""
+
+
+def _down_errors() -> tuple[type[BaseException], ...]:
+    import asyncpg
+
+    x = asyncpg.exceptions
+    return (OSError, TimeoutError, x.InterfaceError, x.PostgresConnectionError, x.OperatorInterventionError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +138,21 @@ class ArchiveStore:
         self._opening = asyncio.Lock()
 
     async def pool(self) -> Any:
+        """The pool (opened, and the schema migrated, on first use); ArchiveUnavailableError when
+        PostgreSQL cannot be reached."""
+        try:
+            return await self._open()
+        except _down_errors() as exc:
+            raise ArchiveUnavailableError(str(exc)) from exc
+
+    async def _fetch(self, sql: str, *args: Any) -> list[Any]:
+        pool = await self.pool()
+        try:
+            return list(await pool.fetch(sql, *args))
+        except _down_errors() as exc:
+            raise ArchiveUnavailableError(str(exc)) from exc
+
+    async def _open(self) -> Any:
         if self._pool is not None:
             return self._pool
         async with self._opening:
@@ -202,8 +228,7 @@ class ArchiveStore:
 
     async def run(self, ids: Sequence[str], tenant: str | None) -> dict[str, Any] | None:
         """The first of the runs kept under ``ids`` (and ``tenant``'s, unless None)."""
-        pool = await self.pool()
-        rows = await pool.fetch(
+        rows = await self._fetch(
             f"SELECT {_READ_COLS} FROM runs WHERE key_id = ANY($1::text[]) AND ($2::text IS NULL OR tenant = $2)",
             list(ids),
             tenant,
@@ -213,8 +238,7 @@ class ArchiveStore:
 
     async def events(self, key_id: str, after: int, limit: int) -> list[tuple[int, str, int, str]]:
         """Events of a run with seq > after, oldest first: seq, kind, ts, payload."""
-        pool = await self.pool()
-        rows = await pool.fetch(
+        rows = await self._fetch(
             "SELECT seq, kind, ts, payload FROM run_events WHERE key_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
             key_id,
             after,
@@ -232,9 +256,8 @@ class ArchiveStore:
     ) -> list[tuple[int, str, str, str]]:
         """A batch's archived runs after ``after`` (item index, client id), in that order: item index,
         client id, status, result JSON ('' = none)."""
-        pool = await self.pool()
         start_index, start_id = after if after is not None else (-1, "")
-        rows = await pool.fetch(
+        rows = await self._fetch(
             "SELECT item_index, client_id, status, coalesce(result, '') AS result FROM runs "
             "WHERE tenant = $1 AND batch_id = $2 AND (item_index, client_id) > ($3, $4) "
             "AND (cardinality($5::text[]) = 0 OR status = ANY($5::text[])) "
