@@ -5,6 +5,7 @@ partitions, its backlog and writes on the worker's /metrics. Owned by the worker
 from __future__ import annotations
 
 import functools
+import logging
 
 from shared.archive.archiver import Archiver
 from shared.archive.store import ArchiveStore
@@ -14,14 +15,27 @@ from worker.metrics import MetricsObserver
 
 __all__ = ["archive_forever"]
 
+log = logging.getLogger("agentmill.archive")
+
 
 async def archive_forever(deps: WorkerDeps, metrics: MetricsObserver) -> None:
     s = deps.settings
     assert s.archive_url
     store = ArchiveStore(s.archive_url)
+    metrics.archive_backlog_limit.set(s.archive_backlog_alert)
+    over = False
+
+    def backlog(n: int) -> None:
+        nonlocal over
+        metrics.archive_backlog.set(n)
+        if (n > s.archive_backlog_alert) != over:
+            over = not over
+            log.log(logging.ERROR if over else logging.INFO,
+                    "archive: %d finished runs wait for the archive (alert above %d)", n, s.archive_backlog_alert)  # fmt: skip
+
     archiver = Archiver(
         deps.parts, deps.scripts, s, store,
-        on_backlog=metrics.archive_backlog.set, on_archived=metrics.archived.inc,
+        on_backlog=backlog, on_archived=metrics.archived.inc,
         after_write=functools.partial(failpoints.hit, "after_archive_write"),
     )  # fmt: skip
     try:

@@ -107,6 +107,11 @@ class MetricsObserver:
             "archiver last counted them); alert above AGENTMILL_ARCHIVE_BACKLOG_ALERT.",
             registry=r,
         )
+        self.archive_backlog_limit = Gauge(
+            "agentmill_archive_backlog_limit",
+            "AGENTMILL_ARCHIVE_BACKLOG_ALERT: the archive backlog the AgentmillArchiveBacklog alert fires above.",
+            registry=r,
+        )
         self.archived = Counter(
             "agentmill_archive_runs", "Finished runs this worker's archiver wrote to PostgreSQL.", registry=r
         )
