@@ -137,6 +137,11 @@ class Settings(BaseSettings):
         "records) and dropped from Redis `AGENTMILL_LIVE_RETENTION_S` later; the API reads them from either. "
         "Unset: no archive, finished runs stay in Redis for `AGENTMILL_RETENTION_S`",
     )
+    worker_archiver: bool = Field(
+        default=True,
+        description="with the archive on: each worker runs an archiver task; `false` leaves it to "
+        "`agentmill archiver` processes",
+    )
     live_retention_s: int = Field(
         default=3600,
         ge=0,

@@ -203,8 +203,13 @@ async def test_an_archiver_killed_between_write_and_marking_archives_nothing_twi
             runs, _, _, _ = await _counts(pg)
             assert 40 <= runs <= 40 * (k + 1)
             assert await _backlog(redis) == n  # written, never marked
-        with workers(redis_url, 1, env=_env(pg, AGENTMILL_ARCHIVE_BATCH="40")):
+        # the rest by the archiver as its own process (`agentmill archiver`)
+        archiver = WorkerProc(redis_url, env=_env(pg, AGENTMILL_ARCHIVE_BATCH="40"),
+                              argv=["-m", "producer.cli", "archiver"], log=tmp_path / "archiver.log").start()  # fmt: skip
+        try:
             await until("an empty backlog", lambda: _less(redis, 1), within=60)
+        finally:
+            archiver.stop()
         runs, events, _, per_run = await _counts(pg)
         assert runs == n == len(per_run)
         conn = await asyncpg.connect(pg.url)
