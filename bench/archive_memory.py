@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import time
 from typing import Any
@@ -77,6 +78,7 @@ async def _runs_left(r: Redis) -> int:
 
 
 async def main(n: int, nworkers: int) -> None:
+    os.environ["AGENTMILL_DEV_PROFILES"] = "true"  # the scripted profile, in the API and the workers
     rs = RedisServer()
     rs.start()
     pg = PostgresServer()

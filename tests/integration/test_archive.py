@@ -16,6 +16,8 @@ import pytest
 from redis.asyncio import Redis
 
 from shared import keys
+from shared.archive.schema import MIGRATIONS, migrate
+from shared.archive.store import ArchiveStore
 from tests.integration.api_support import A, B, api, run_body, settings
 from tests.integration.test_catalog import until_batch
 from tests.support.postgres_server import PostgresServer, binaries
@@ -221,3 +223,27 @@ async def test_an_archiver_killed_between_write_and_marking_archives_nothing_twi
         assert events == sum(per_run.values())
     finally:
         pg.close()
+
+
+async def test_the_schema_is_created_once_by_processes_starting_together() -> None:
+    """Four stores opening at once on an empty database: every migration applied once, recorded in
+    agentmill_migrations; opening again applies nothing."""
+    with PostgresServer() as pg:
+        stores = [ArchiveStore(pg.url) for _ in range(4)]
+        try:
+            await asyncio.gather(*(s.pool() for s in stores))
+            conn = await asyncpg.connect(pg.url)
+            try:
+                versions = [
+                    r["version"] for r in await conn.fetch("SELECT version FROM agentmill_migrations")
+                ]
+                assert versions == [v for v, _ in MIGRATIONS]
+                assert await migrate(conn) == MIGRATIONS[-1][0]
+                assert await conn.fetchval("SELECT count(*) FROM agentmill_migrations") == len(MIGRATIONS)
+                tables = {r["tablename"] for r in await conn.fetch("SELECT tablename FROM pg_tables")}
+                assert {"runs", "run_events", "run_tools"} <= tables
+            finally:
+                await conn.close()
+        finally:
+            for s in stores:
+                await s.aclose()
