@@ -124,21 +124,32 @@ async def _counts(pg: PostgresServer) -> tuple[int, int, int, dict[str, int]]:
         await conn.close()
 
 
+@pytest.mark.timeout(400)
 async def test_finished_runs_are_archived_through_an_outage_expire_and_read_the_same(
     redis_url: str, redis: Redis, tmp_path: Path
 ) -> None:
     """1,000 runs finish while PostgreSQL is down (the backlog holds them all, nothing lost); the
     reads are taken from Redis (by an API without the archive: with it, the export answers 503 while
-    the archive is unreachable); PostgreSQL comes up, goes down again mid-catch-up and up again; every
+    the archive is unreachable); PostgreSQL comes up, goes down again mid-catch-up for 3 s and up again; every
     run is archived once, leaves Redis after the live retention, and every read answers the same."""
-    n = 1000
+    await _through_an_outage(redis_url, redis, tmp_path, 1000, 3.0)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+async def test_10000_runs_through_a_30_s_outage(redis_url: str, redis: Redis, tmp_path: Path) -> None:
+    """The issue's figures: 10,000 runs, PostgreSQL down for all of them and for 30 s mid-catch-up."""
+    await _through_an_outage(redis_url, redis, tmp_path, 10_000, 30.0)
+
+
+async def _through_an_outage(redis_url: str, redis: Redis, tmp_path: Path, n: int, down_s: float) -> None:
     pg = PostgresServer()  # initialised, not started: the archive is down from the start
     try:
         s = settings(redis_url, archive_url=pg.url, live_retention_s=LIVE_S)
         async with api(s) as base, httpx.AsyncClient(base_url=base, headers=A) as c:
             with workers(redis_url, 2, env=_env(pg, AGENTMILL_ARCHIVE_BATCH="40"), log_dir=tmp_path):
                 ids = await _batch(c, "hist", n)
-                await until_batch(c, "hist", lambda v: v["finished"], within=180)
+                await until_batch(c, "hist", lambda v: v["finished"], within=180 + n / 10)
                 assert await _backlog(redis) == n
                 async with (
                     api(settings(redis_url)) as plain,
@@ -151,9 +162,9 @@ async def test_finished_runs_are_archived_through_an_outage_expire_and_read_the_
                 pg.start()
                 await until("some runs archived", lambda: _less(redis, n), within=60, every=0.02)
                 pg.stop()  # down again mid-way, for some seconds
-                await asyncio.sleep(3)
+                await asyncio.sleep(down_s)
                 pg.start()
-                await until("an empty backlog", lambda: _less(redis, 1), within=120)
+                await until("an empty backlog", lambda: _less(redis, 1), within=120 + n / 20)
                 await until("the runs gone from Redis", lambda: _none_left(redis), within=LIVE_S + 30)
             runs, events, tools, per_run = await _counts(pg)
             assert runs == n and len(per_run) == n
@@ -181,6 +192,7 @@ async def _none_left(redis: Redis) -> bool:
     return await _left_in_redis(redis) == 0
 
 
+@pytest.mark.timeout(300)
 async def test_an_archiver_killed_between_write_and_marking_archives_nothing_twice(
     redis_url: str, redis: Redis, tmp_path: Path
 ) -> None:
