@@ -219,21 +219,8 @@ class Catalog:
     ) -> tuple[list[dict[str, Any]], str | None]:
         """One page, newest first, and the cursor of the next page (None at the end)."""
         rows, nxt = await self._rows(tenant, flt, limit, cursor)
-        rows, archived_sessions = await self._from_archive(tenant, rows)
         shown = await self._client_sessions(rows, flt.session_id)
-        return [_summary(r, archived_sessions | shown) for _, r in rows], nxt
-
-    async def _from_archive(
-        self, tenant: str, rows: list[tuple[keys.Partition, Row]]
-    ) -> tuple[list[tuple[keys.Partition, Row]], dict[str, str]]:
-        """The rows of runs gone from Redis (status '', list_runs.lua with the archive on) as the
-        archive has them, those it has not dropped; and their sessions' client ids."""
-        gone = [r[0] for _, r in rows if not r[1]]
-        if not gone or self.p.archive is None:
-            return rows, {}
-        found = await self.p.archive.store.summaries(gone, tenant)
-        out = [(p, found[r[0]][0] if not r[1] else r) for p, r in rows if r[1] or r[0] in found]
-        return out, {row[3]: cs for row, cs in found.values() if cs and row[3]}
+        return [_summary(r, shown) for _, r in rows], nxt
 
     async def _client_sessions(
         self, rows: list[tuple[keys.Partition, Row]], asked: str | None

@@ -184,23 +184,10 @@ class ArchiveStore:
         cols: list[list[Any]] = [[] for _ in _RUN_COLS]
         for r in runs:
             row = (
-                r.key_id,
-                r.tenant,
-                r.client_id,
-                r.status,
-                r.created_at,
-                r.finished_at,
-                r.session_id,
-                r.client_session,
-                r.agent,
-                r.batch_id,
-                r.item_index,
-                r.last_seq,
-                r.stream_key,
-                r.input,
-                r.result,
-                orjson.dumps(r.record).decode(),
-            )
+                r.key_id, r.tenant, r.client_id, r.status, r.created_at, r.finished_at, r.session_id,
+                r.client_session, r.agent, r.batch_id, r.item_index, r.last_seq, r.stream_key, r.input,
+                r.result, orjson.dumps(r.record).decode(),
+            )  # fmt: skip
             for c, v in zip(cols, row, strict=True):
                 c.append(v)
         pool = await self.pool()
@@ -248,36 +235,6 @@ class ArchiveStore:
         )
         by_id = {r["key_id"]: dict(r) for r in rows}
         return next((by_id[i] for i in ids if i in by_id), None)
-
-    async def summaries(self, ids: Sequence[str], tenant: str) -> dict[str, tuple[list[str], str]]:
-        """Listing rows (producer.listing.Row: runId, status, createdAt, sessionId, agent, batch,
-        finishedAt, clientId, iterations, errorCode) of ``tenant``'s archived runs among ``ids``,
-        each with its client's session id."""
-        rows = await self._fetch(
-            "SELECT key_id, status, created_at, session_id, agent, batch_id, finished_at, client_id, "
-            "coalesce(record->>'iterations', '') AS iterations, coalesce(record->>'errorCode', '') AS error, "
-            "client_session FROM runs WHERE key_id = ANY($1::text[]) AND tenant = $2",
-            list(ids),
-            tenant,
-        )
-        return {
-            r["key_id"]: (
-                [
-                    r["key_id"],
-                    r["status"],
-                    str(r["created_at"]),
-                    r["session_id"],
-                    r["agent"],
-                    r["batch_id"],
-                    str(r["finished_at"] or ""),
-                    r["client_id"],
-                    r["iterations"],
-                    r["error"],
-                ],
-                r["client_session"],
-            )
-            for r in rows
-        }
 
     async def events(self, key_id: str, after: int, limit: int) -> list[tuple[int, str, int, str]]:
         """Events of a run with seq > after, oldest first: seq, kind, ts, payload."""

@@ -1,8 +1,7 @@
 -- A page of a tenant's runs, newest first: walk the smallest of the filters' indexes and keep the
 -- runs that are in every other one. The cursor is the last (createdAt, runId) looked at: the next
 -- page starts right after it (by rank, found in O(log n)), so runs inserted meanwhile never shift a
--- page. Entries whose run has expired are dropped on the way (with the archive on, they are answered
--- with an empty status instead: the producer reads them from the archive, producer.listing).
+-- page. Entries whose run has expired are dropped on the way.
 -- Bounded work: every index entry looked at (kept or not), every membership probe and every run
 -- read costs one of the scanMax reads; when they are spent the page ends there, possibly empty, and
 -- the cursor continues after the last entry looked at. Nothing before the cursor, or at or past
@@ -12,8 +11,7 @@
 --   exclusive), createdBefore ('' = none, exclusive), nFilters, then dim, value pairs.
 -- Reply: nextCursorScore ('' = the end), nextCursorId, then per run: runId, status, createdAt,
 --   sessionId, agent, batch, finishedAt, clientId (the id shown for a tenant-scoped run), iterations,
---   errorCode: producer.listing.ROW_FIELDS fields a run (with the archive on, a run gone from Redis:
---   runId, '', createdAt, then empty fields).
+--   errorCode: producer.listing.ROW_FIELDS fields a run.
 local limit, budget = tonumber(ARGV[2]), tonumber(ARGV[3])
 local idx = {}
 for j = 1, tonumber(ARGV[8]) do idx[#idx + 1] = index_key(ARGV[1], ARGV[7 + 2 * j], ARGV[8 + 2 * j]) end
@@ -83,13 +81,7 @@ while not ended and used < budget and n < limit do
       used = used + 1
       local h = redis.call('HMGET', run_key(id), F.STATUS, F.CREATED_AT, F.SESSION_ID, F.AGENT, F.BATCH,
         F.FINISHED_AT, F.CLIENT_ID, F.TENANT, F.ITERATIONS, F.ERROR_CODE)
-      if not h[1] and ctx().archive_on == '1' then
-        -- gone from Redis, maybe archived: its id and createdAt (the score), status '' (the
-        -- producer reads the rest from the archive, and drops it when the archive has none)
-        out[#out + 1] = id; out[#out + 1] = ''; out[#out + 1] = score
-        for f = 4, 10 do out[#out + 1] = '' end
-        n = n + 1
-      elseif not h[1] or h[8] ~= ARGV[1] then
+      if not h[1] or h[8] ~= ARGV[1] then
         dead[#dead + 1] = id
       else
         out[#out + 1] = id
