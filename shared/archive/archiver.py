@@ -89,7 +89,8 @@ class Archiver:
                 self.on_archived(new)
             if self.after_write is not None:
                 self.after_write()
-            await self._done(claimed)  # the runs written, and those with nothing left to write
+            terms = {r.key_id: r.meta for r in runs}
+            await self._done(claimed, terms)  # the runs written, and those with nothing left to write
         if self.on_backlog is not None:
             self.on_backlog(await self.backlog())
         return sum(len(ids) for ids in claimed.values())
@@ -154,12 +155,15 @@ class Archiver:
         ]
         return runs
 
-    async def _done(self, done: dict[keys.Partition, list[str]]) -> None:
+    async def _done(self, done: dict[keys.Partition, list[str]], terms: dict[str, list[str]]) -> None:
+        """archive_done.lua on each partition: with each run, its metadata's listing terms."""
         live = self.settings.live_retention_s
         out = self.parts.sending()
         for p, ids in done.items():
-            if ids:
-                out.add_script(p, self.scripts.archive_done, *self.scripts.frame(p, [], [live, *ids]))
+            args: list[Any] = [live]
+            for rid in ids:
+                args += [rid, len(terms.get(rid, ())), *terms.get(rid, ())]
+            out.add_script(p, self.scripts.archive_done, *self.scripts.frame(p, [], args))
         for r in await out.replies():
             if isinstance(r, BaseException):
                 raise r

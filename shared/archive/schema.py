@@ -19,7 +19,8 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         1,
         """
         CREATE TABLE runs (
-            key_id        text PRIMARY KEY,   -- the id its Redis keys used (a named tenant's: tsc_…)
+            key_id        text COLLATE "C" PRIMARY KEY,  -- the id its Redis keys used (tsc_… for a
+                                                         -- named tenant); bytewise, as Redis orders ids
             tenant        text NOT NULL,
             client_id     text NOT NULL,      -- the id its tenant knows it by
             status        text NOT NULL,
@@ -30,6 +31,7 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             agent         text NOT NULL DEFAULT '',
             batch_id      text NOT NULL DEFAULT '',
             item_index    bigint,             -- its index in its batch
+            meta          text[] NOT NULL DEFAULT '{}',  -- its metadata's listing terms (shared.meta_terms)
             last_seq      integer NOT NULL,
             stream_key    text NOT NULL,      -- the Redis stream its events were in
             input         text,               -- the RunInput JSON
@@ -37,7 +39,8 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             record        jsonb NOT NULL,     -- the whole run hash as it ended
             archived_at   timestamptz NOT NULL DEFAULT now()
         );
-        CREATE INDEX runs_tenant_created ON runs (tenant, created_at DESC, key_id);
+        CREATE INDEX runs_tenant_created ON runs (tenant, created_at DESC, key_id DESC);
+        CREATE INDEX runs_meta ON runs USING gin (meta);
         CREATE INDEX runs_batch ON runs (tenant, batch_id, item_index, client_id) WHERE batch_id <> '';
         CREATE INDEX runs_finished ON runs (finished_at);
         CREATE TABLE run_events (

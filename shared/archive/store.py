@@ -18,6 +18,7 @@ import orjson
 
 from shared.archive.schema import migrate
 from shared.fields import RunField
+from shared.meta_terms import meta_terms
 
 __all__ = ["ArchiveStore", "ArchiveUnavailableError", "ArchivedRun", "EventRow", "archived_run"]
 
@@ -49,6 +50,7 @@ class ArchivedRun:
     agent: str
     batch_id: str
     item_index: int | None
+    meta: list[str]
     last_seq: int
     stream_key: str
     input: str | None
@@ -91,6 +93,7 @@ def archived_run(
         agent=h.get(F.AGENT, ""),
         batch_id=h.get(F.BATCH, ""),
         item_index=int(float(_s(item_index))) if item_index is not None else None,
+        meta=_meta(h.get(F.INPUT)),
         last_seq=int(h.get(F.LAST_SEQ) or 0),
         stream_key=stream_key,
         input=h.get(F.INPUT),
@@ -101,19 +104,31 @@ def archived_run(
     )
 
 
+def _meta(raw: str | None) -> list[str]:
+    try:
+        metadata = orjson.loads(raw).get("metadata") if raw else None
+    except (orjson.JSONDecodeError, AttributeError):
+        return []
+    return meta_terms(metadata) if isinstance(metadata, dict) else []
+
+
 _RUN_COLS = (
     "key_id", "tenant", "client_id", "status", "created_at", "finished_at", "session_id", "client_session",
-    "agent", "batch_id", "item_index", "last_seq", "stream_key", "input", "result", "record",
+    "agent", "batch_id", "item_index", "meta", "last_seq", "stream_key", "input", "result", "record",
 )  # fmt: skip
 _RUN_TYPES = (
-    "text", "text", "text", "text", "bigint", "bigint", "text", "text", "text", "text", "bigint", "integer",
-    "text", "text", "text", "jsonb",
+    "text", "text", "text", "text", "bigint", "bigint", "text", "text", "text", "text", "bigint", "text",
+    "integer", "text", "text", "text", "jsonb",
 )  # fmt: skip
+# meta goes as a JSON array (unnest would flatten an array of arrays)
 _INSERT_RUNS = (
-    f"INSERT INTO runs ({', '.join(_RUN_COLS)}) SELECT * FROM unnest("
+    f"INSERT INTO runs ({', '.join(_RUN_COLS)}) SELECT "
+    + ", ".join("ARRAY(SELECT jsonb_array_elements_text(u.meta::jsonb))" if c == "meta" else f"u.{c}"
+                for c in _RUN_COLS)
+    + " FROM unnest("
     + ", ".join(f"${i + 1}::{t}[]" for i, t in enumerate(_RUN_TYPES))
-    + ") ON CONFLICT (key_id) DO NOTHING RETURNING key_id"
-)
+    + f") AS u({', '.join(_RUN_COLS)}) ON CONFLICT (key_id) DO NOTHING RETURNING key_id"
+)  # fmt: skip
 _INSERT_EVENTS = (
     "INSERT INTO run_events (key_id, seq, kind, ts, payload, epoch) SELECT * FROM "
     "unnest($1::text[], $2::integer[], $3::text[], $4::bigint[], $5::text[], $6::integer[]) "
@@ -185,7 +200,8 @@ class ArchiveStore:
         for r in runs:
             row = (
                 r.key_id, r.tenant, r.client_id, r.status, r.created_at, r.finished_at, r.session_id,
-                r.client_session, r.agent, r.batch_id, r.item_index, r.last_seq, r.stream_key, r.input,
+                r.client_session, r.agent, r.batch_id, r.item_index, orjson.dumps(r.meta).decode(), r.last_seq,
+                r.stream_key, r.input,
                 r.result, orjson.dumps(r.record).decode(),
             )  # fmt: skip
             for c, v in zip(cols, row, strict=True):
@@ -235,6 +251,56 @@ class ArchiveStore:
         )
         by_id = {r["key_id"]: dict(r) for r in rows}
         return next((by_id[i] for i in ids if i in by_id), None)
+
+    async def list_page(
+        self,
+        tenant: str,
+        *,
+        equal: Mapping[str, str | None],
+        meta: Sequence[str],
+        created_after: int | None,
+        created_before: int | None,
+        cursor: tuple[int, str] | None,
+        limit: int,
+    ) -> list[tuple[list[str], str, str]]:
+        """A page of ``tenant``'s archived runs, newest first by (createdAt, id bytewise, as Redis
+        orders a listing index), after ``cursor``: each as a listing row (producer.listing.Row:
+        runId, status, createdAt, sessionId, agent, batch, finishedAt, clientId ('' when the run's
+        own id), iterations, errorCode), with its stream key and its client's session id.
+        ``equal``: status, agent, session_id, batch_id values the runs must have (None: any)."""
+        cs, cid = cursor if cursor is not None else (None, "")
+        rows = await self._fetch(
+            "SELECT key_id, status, created_at, session_id, agent, batch_id, finished_at, client_id, "
+            "coalesce(record->>'iterations', '') AS iterations, coalesce(record->>'errorCode', '') AS error, "
+            "client_session, stream_key FROM runs WHERE tenant = $1 "
+            "AND ($2::text IS NULL OR status = $2) AND ($3::text IS NULL OR agent = $3) "
+            "AND ($4::text IS NULL OR session_id = $4) AND ($5::text IS NULL OR batch_id = $5) "
+            "AND meta @> $6::text[] AND ($7::bigint IS NULL OR created_at > $7) "
+            "AND ($8::bigint IS NULL OR created_at < $8) "
+            "AND ($9::bigint IS NULL OR created_at < $9 OR (created_at = $9 AND key_id < $10)) "
+            "ORDER BY created_at DESC, key_id DESC LIMIT $11",
+            tenant, equal.get("status"), equal.get("agent"), equal.get("session_id"), equal.get("batch_id"),
+            list(meta), created_after, created_before, cs, cid, limit,
+        )  # fmt: skip
+        return [
+            (
+                [
+                    r["key_id"],
+                    r["status"],
+                    str(r["created_at"]),
+                    r["session_id"],
+                    r["agent"],
+                    r["batch_id"],
+                    str(r["finished_at"]),
+                    "" if r["client_id"] == r["key_id"] else r["client_id"],
+                    r["iterations"],
+                    r["error"],
+                ],
+                r["stream_key"],
+                r["client_session"],
+            )
+            for r in rows
+        ]
 
     async def events(self, key_id: str, after: int, limit: int) -> list[tuple[int, str, int, str]]:
         """Events of a run with seq > after, oldest first: seq, kind, ts, payload."""

@@ -70,7 +70,7 @@ async def _sse(c: httpx.AsyncClient, run_id: str, **params: Any) -> str:
 
 async def _reads(c: httpx.AsyncClient, ids: list[str], batch_id: str) -> dict[str, Any]:
     """Every read the API answers about the runs: each run, its events (a page, a replay after=),
-    SSE for some, the batch's results export."""
+    SSE for some, the batch's results export, the listings (all, by status, the batch's pages)."""
     out: dict[str, Any] = {}
     sem = asyncio.Semaphore(16)
 
@@ -90,6 +90,19 @@ async def _reads(c: httpx.AsyncClient, ids: list[str], batch_id: str) -> dict[st
     export = await c.get(f"/v1/batches/{batch_id}/results", timeout=60)
     assert export.status_code == 200
     out["export"] = export.text
+    for name, path, params in (
+        ("listing", "/v1/runs", {"limit": 200}),
+        ("failed", "/v1/runs", {"status": "failed", "limit": 50}),
+        ("batch runs", f"/v1/batches/{batch_id}/runs", {"limit": 300}),
+    ):
+        pages, cursor = [], None
+        while True:
+            r = await c.get(path, params={**params, **({"cursor": cursor} if cursor else {})})
+            assert r.status_code == 200, r.text
+            pages.append(r.json())
+            if not (cursor := r.json().get("next")):
+                break
+        out[name] = pages
     return out
 
 
@@ -175,6 +188,9 @@ async def _through_an_outage(redis_url: str, redis: Redis, tmp_path: Path, n: in
                 assert after[rid] == before[rid], rid
             assert after["export"] == before["export"]
             assert len(after["export"].splitlines()) == n
+            for name in ("listing", "failed", "batch runs"):
+                assert after[name] == before[name], name
+            assert sum(len(p["runs"]) for p in after["listing"]) == n
             for rid in ids[::100]:  # another tenant: no such run, in Redis or the archive
                 r = await c.get(f"/v1/runs/{rid}", headers=B)
                 assert (r.status_code, r.json()["error"]["code"]) == (404, "unknown_run")
