@@ -33,12 +33,15 @@ LIVE_S = 3
 
 
 def _item(i: int) -> dict[str, Any]:
-    """A tool call (echo) then an answer; every 9th fails instead (the provider refuses it)."""
+    """A tool call (echo) then an answer; every 9th fails instead (the provider refuses it). Each
+    has metadata; every 100th is in one session."""
+    extra: dict[str, Any] = {"metadata": {"team": f"t{i % 3}", "tenth": i % 10 == 0}}
+    if i % 100 == 7:
+        extra |= {"sessionId": "hist-s", "autoCreateSession": True}
     if i % 9 == 4:
-        return run_body([{"error": {"status": 400, "message": f"bad request {i}"}}])
-    return run_body(
-        [{"toolCalls": [{"name": "echo", "arguments": {"text": f"n{i}"}}]}, {"text": f"answer {i}"}]
-    )
+        return run_body([{"error": {"status": 400, "message": f"bad request {i}"}}], **extra)
+    script = [{"toolCalls": [{"name": "echo", "arguments": {"text": f"n{i}"}}]}, {"text": f"answer {i}"}]
+    return run_body(script, **extra)
 
 
 def _env(pg: PostgresServer, **extra: str) -> dict[str, str]:
@@ -94,6 +97,9 @@ async def _reads(c: httpx.AsyncClient, ids: list[str], batch_id: str) -> dict[st
         ("listing", "/v1/runs", {"limit": 200}),
         ("failed", "/v1/runs", {"status": "failed", "limit": 50}),
         ("batch runs", f"/v1/batches/{batch_id}/runs", {"limit": 300}),
+        ("by metadata", "/v1/runs", {"metadata": ["team=t1", "tenth=true"], "limit": 7}),
+        ("by session", "/v1/runs", {"sessionId": "hist-s", "limit": 4}),
+        ("by agent", "/v1/runs", {"agent": "scripted", "status": "completed", "limit": 250}),
     ):
         pages, cursor = [], None
         while True:
@@ -188,9 +194,11 @@ async def _through_an_outage(redis_url: str, redis: Redis, tmp_path: Path, n: in
                 assert after[rid] == before[rid], rid
             assert after["export"] == before["export"]
             assert len(after["export"].splitlines()) == n
-            for name in ("listing", "failed", "batch runs"):
+            for name in ("listing", "failed", "batch runs", "by metadata", "by session", "by agent"):
                 assert after[name] == before[name], name
             assert sum(len(p["runs"]) for p in after["listing"]) == n
+            assert sum(len(p["runs"]) for p in after["by session"]) == len(range(7, n, 100))
+            assert sum(len(p["runs"]) for p in after["by metadata"]) == len(range(10, n, 30))
             for rid in ids[::100]:  # another tenant: no such run, in Redis or the archive
                 r = await c.get(f"/v1/runs/{rid}", headers=B)
                 assert (r.status_code, r.json()["error"]["code"]) == (404, "unknown_run")
