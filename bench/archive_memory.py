@@ -116,6 +116,7 @@ async def main(n: int, nworkers: int) -> None:
                 )
                 await _until(lambda: _gone(r), LIVE_S + 60)
                 m2 = await _used(r)
+                out["keys left after the live retention, by kind"] = await _census(r)
                 out["Redis bytes per finished run after the live retention (listing indexes)"] = (
                     f"{(m2 - m0) / n:.0f}"
                 )
@@ -136,6 +137,20 @@ async def main(n: int, nworkers: int) -> None:
     print(f"archive bench: {n} runs, {nworkers} workers")
     for k, v in out.items():
         print(f"  {k:<75} {v}")
+
+
+async def _census(r: Redis) -> str:
+    """Keys by kind (their name up to the id), with their memory: what a finished run leaves."""
+    kinds: dict[str, list[int]] = {}
+    async for k in r.scan_iter(count=1000):
+        name = k.decode()
+        kind = ":".join(name.split(":")[:3]) if name.startswith("am:") else ":".join(name.split(":")[:2])
+        got = kinds.setdefault(kind, [0, 0])
+        got[0] += 1
+        got[1] += int(await r.memory_usage(k) or 0)
+    return ", ".join(
+        f"{k} {n} ({b / 1000:.0f} KB)" for k, (n, b) in sorted(kinds.items(), key=lambda x: -x[1][1])
+    )
 
 
 async def _zero(r: Redis) -> bool:
