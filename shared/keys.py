@@ -66,6 +66,7 @@ BATCH_DELIVERY = "{batch}"
 CONTEXT_FIELDS = (
     "run", "events", "tools", "session", "session_pending", "session_runs", "worker_runs",
     "worker_inbox", "worker_lease", "tenant_running", "index", "batch", "job_key", "job_id", "archive",
+    "tenant_active",
 )  # fmt: skip
 
 

@@ -243,7 +243,9 @@ class WorkerProcess:
 
             hit = functools.partial(failpoints.hit, "after_schedule_fire")
             self._bg.append(asyncio.create_task(fire_forever(self.deps.parts, s, self.profiles, hit)))
-        if s.archive_url and s.worker_archiver:  # finished runs to PostgreSQL, off the hot path (worker/archiving.py)
+        if (
+            s.archive_url and s.worker_archiver
+        ):  # finished runs to PostgreSQL, off the hot path (worker/archiving.py)
             self._bg.append(asyncio.create_task(archive_forever(self.deps, self.metrics)))
         if self.health is not None:
             self.health.ready = True

@@ -1,5 +1,5 @@
--- Runs an archiver has committed to PostgreSQL: out of the archive index and out of their tenant's
--- listing indexes (the listings read them from the archive now), marked archived, their stream and
+-- Runs an archiver has committed to PostgreSQL: out of the archive index, out of their tenant's
+-- listing indexes (the listings read them from the archive now) and active set, marked archived, their stream and
 -- tool records dropped (the archive serves them), the run hash kept without its input and
 -- checkpoint for the live retention, then expiring.
 -- KEYS: none of its own (run keys from the context; the archive index is the context's archive)
@@ -24,6 +24,7 @@ while k <= #ARGV do
       redis.call('ZREM', index_key(t, DIM.ITEM, h[5]), id)
     end
     for j = 1, nterms do redis.call('ZREM', index_key(t, DIM.META, ARGV[k + 1 + j]), id) end
+    redis.call('ZREM', ctx().tenant_active .. t, id)  -- ended: no longer counts toward maxActive
     redis.call('HSET', run, F.ARCHIVED, '1')
     redis.call('HDEL', run, F.CKPT, F.INPUT, F.APPROVALS, F.CLIENT_PENDING)
     if live > 0 then redis.call('EXPIRE', run, live) else redis.call('DEL', run) end

@@ -170,6 +170,7 @@ async def _through_an_outage(redis_url: str, redis: Redis, tmp_path: Path, n: in
                 ids = await _batch(c, "hist", n)
                 await until_batch(c, "hist", lambda v: v["finished"], within=180 + n / 10)
                 assert await _backlog(redis) == n
+                assert await redis.zcard(PART.index_key("tenant-a", "all")) == n  # listed from Redis
                 async with (
                     api(settings(redis_url)) as plain,
                     httpx.AsyncClient(base_url=plain, headers=A) as pc,
@@ -185,6 +186,10 @@ async def _through_an_outage(redis_url: str, redis: Redis, tmp_path: Path, n: in
                 pg.start()
                 await until("an empty backlog", lambda: _less(redis, 1), within=120 + n / 20)
                 await until("the runs gone from Redis", lambda: _none_left(redis), within=LIVE_S + 30)
+            # nothing of the runs is left in Redis: no hash, stream, tool records, listing or active entry
+            assert await redis.zcard(PART.index_key("tenant-a", "all")) == 0
+            assert await redis.zcard(PART.index_key("tenant-a", "item", "hist")) == 0
+            assert await redis.zcard(PART.tenant_active("tenant-a")) == 0
             runs, events, tools, per_run = await _counts(pg)
             assert runs == n and len(per_run) == n
             assert events == sum(len(before[r][1]["events"]) for r in ids)
