@@ -1,5 +1,5 @@
 """The worker process: the arq worker (worker/arq_worker.py) plus its heartbeat (one lease per
-worker, beaten on every partition), reconciler and graceful shutdown."""
+worker, beaten on every partition), reconciler, archiver (with the archive on) and graceful shutdown."""
 
 from __future__ import annotations
 
@@ -326,11 +326,9 @@ class WorkerProcess:
             return True
 
     async def _heartbeat(self) -> None:
-        """One beat per worker: renew its lease and read its abort inbox, O(1) whatever its runs.
-
-        A worker that finds itself past its own deadline (or told by Redis that its lease expired)
-        stops its runs without writing, hands them to the queue and carries on under a new lease id.
-        """
+        """One beat per worker: renew its lease and read its abort inbox, O(1) whatever its runs. A
+        worker that finds itself past its own deadline (or told by Redis that its lease expired)
+        stops its runs without writing, hands them to the queue and carries on under a new lease id."""
         s = self.settings
         while True:
             await asyncio.sleep(s.heartbeat_ms / 1000.0)
