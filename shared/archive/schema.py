@@ -19,8 +19,8 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         1,
         """
         CREATE TABLE runs (
-            key_id        text COLLATE "C" PRIMARY KEY,  -- the id its Redis keys used (tsc_… for a
-                                                         -- named tenant); bytewise, as Redis orders ids
+            key_id        text COLLATE "C" NOT NULL,  -- the id its Redis keys used (tsc_… for a
+                                                      -- named tenant); bytewise, as Redis orders ids
             tenant        text NOT NULL,
             client_id     text NOT NULL,      -- the id its tenant knows it by
             status        text NOT NULL,
@@ -37,26 +37,33 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             input         text,               -- the RunInput JSON
             result        text,               -- the RunResult JSON
             record        jsonb NOT NULL,     -- the whole run hash as it ended
-            archived_at   timestamptz NOT NULL DEFAULT now()
+            archived_at   timestamptz NOT NULL DEFAULT now(),
+            -- an id used again once its run left Redis is another run: both are kept, the newer
+            -- one answers for the id
+            PRIMARY KEY (key_id, created_at)
         );
         CREATE INDEX runs_tenant_created ON runs (tenant, created_at DESC, key_id DESC);
         CREATE INDEX runs_meta ON runs USING gin (meta);
         CREATE INDEX runs_batch ON runs (tenant, batch_id, item_index, client_id) WHERE batch_id <> '';
         CREATE INDEX runs_finished ON runs (finished_at);
         CREATE TABLE run_events (
-            key_id  text NOT NULL REFERENCES runs ON DELETE CASCADE,
+            key_id  text COLLATE "C" NOT NULL,
+            created_at bigint NOT NULL,
             seq     integer NOT NULL,
             kind    text NOT NULL,
             ts      bigint NOT NULL,
             payload text NOT NULL,
             epoch   integer NOT NULL,
-            PRIMARY KEY (key_id, seq)
+            PRIMARY KEY (key_id, created_at, seq),
+            FOREIGN KEY (key_id, created_at) REFERENCES runs ON DELETE CASCADE
         );
         CREATE TABLE run_tools (
-            key_id       text NOT NULL REFERENCES runs ON DELETE CASCADE,
+            key_id       text COLLATE "C" NOT NULL,
+            created_at   bigint NOT NULL,
             tool_call_id text NOT NULL,
             record       text NOT NULL,      -- shared.tool_records.ToolRecord JSON
-            PRIMARY KEY (key_id, tool_call_id)
+            PRIMARY KEY (key_id, created_at, tool_call_id),
+            FOREIGN KEY (key_id, created_at) REFERENCES runs ON DELETE CASCADE
         );
         """,
     ),

@@ -1,7 +1,8 @@
 """The archive in PostgreSQL (asyncpg, the optional extra ``archive``): batches of finished runs
 written exactly once, and the reads the API falls back to once a run has left Redis.
 
-Exactly once: a run's row is keyed by the id its Redis keys used, and a batch is one transaction of
+Exactly once: a run's row is keyed by the id its Redis keys used and its creation time (an id used
+again once its run left Redis names another run: both are kept), and a batch is one transaction of
 ``INSERT … ON CONFLICT DO NOTHING``; a batch written again (its archiver died before marking it
 archived in Redis) inserts nothing, and its events and tool records go in only with a run row this
 transaction inserted.
@@ -127,16 +128,16 @@ _INSERT_RUNS = (
                 for c in _RUN_COLS)
     + " FROM unnest("
     + ", ".join(f"${i + 1}::{t}[]" for i, t in enumerate(_RUN_TYPES))
-    + f") AS u({', '.join(_RUN_COLS)}) ON CONFLICT (key_id) DO NOTHING RETURNING key_id"
+    + f") AS u({', '.join(_RUN_COLS)}) ON CONFLICT (key_id, created_at) DO NOTHING RETURNING key_id, created_at"
 )  # fmt: skip
 _INSERT_EVENTS = (
-    "INSERT INTO run_events (key_id, seq, kind, ts, payload, epoch) SELECT * FROM "
-    "unnest($1::text[], $2::integer[], $3::text[], $4::bigint[], $5::text[], $6::integer[]) "
+    "INSERT INTO run_events (key_id, created_at, seq, kind, ts, payload, epoch) SELECT * FROM "
+    "unnest($1::text[], $2::bigint[], $3::integer[], $4::text[], $5::bigint[], $6::text[], $7::integer[]) "
     "ON CONFLICT DO NOTHING"
 )
 _INSERT_TOOLS = (
-    "INSERT INTO run_tools (key_id, tool_call_id, record) SELECT * FROM "
-    "unnest($1::text[], $2::text[], $3::text[]) ON CONFLICT DO NOTHING"
+    "INSERT INTO run_tools (key_id, created_at, tool_call_id, record) SELECT * FROM "
+    "unnest($1::text[], $2::bigint[], $3::text[], $4::text[]) ON CONFLICT DO NOTHING"
 )
 _READ_COLS = (
     "key_id, tenant, client_id, status, created_at, session_id, client_session, last_seq, stream_key, result"
@@ -208,20 +209,22 @@ class ArchiveStore:
                 c.append(v)
         pool = await self.pool()
         async with pool.acquire() as conn, conn.transaction():
-            new = {row["key_id"] for row in await conn.fetch(_INSERT_RUNS, *cols)}
-            ev: list[list[Any]] = [[], [], [], [], [], []]
-            tl: list[list[Any]] = [[], [], []]
+            new = {(row["key_id"], row["created_at"]) for row in await conn.fetch(_INSERT_RUNS, *cols)}
+            ev: list[list[Any]] = [[], [], [], [], [], [], []]
+            tl: list[list[Any]] = [[], [], [], []]
             for r in runs:
-                if r.key_id not in new:
+                if (r.key_id, r.created_at) not in new:
                     continue
                 for e in r.events:
                     ev[0].append(r.key_id)
-                    for col, val in zip(ev[1:], e, strict=True):
+                    ev[1].append(r.created_at)
+                    for col, val in zip(ev[2:], e, strict=True):
                         col.append(val)
                 for call_id, record in r.tools:
                     tl[0].append(r.key_id)
-                    tl[1].append(call_id)
-                    tl[2].append(record)
+                    tl[1].append(r.created_at)
+                    tl[2].append(call_id)
+                    tl[3].append(record)
             if ev[0]:
                 await conn.execute(_INSERT_EVENTS, *ev)
             if tl[0]:
@@ -233,8 +236,8 @@ class ArchiveStore:
         records with them): the retention's delete job. How many went."""
         pool = await self.pool()
         status = await pool.execute(
-            "DELETE FROM runs WHERE key_id IN "
-            "(SELECT key_id FROM runs WHERE finished_at < $1 ORDER BY finished_at LIMIT $2)",
+            "DELETE FROM runs WHERE (key_id, created_at) IN "
+            "(SELECT key_id, created_at FROM runs WHERE finished_at < $1 ORDER BY finished_at LIMIT $2)",
             before_ms,
             limit,
         )
@@ -243,9 +246,11 @@ class ArchiveStore:
     # ---- reading ----
 
     async def run(self, ids: Sequence[str], tenant: str | None) -> dict[str, Any] | None:
-        """The first of the runs kept under ``ids`` (and ``tenant``'s, unless None)."""
+        """The first of the runs kept under ``ids`` (and ``tenant``'s, unless None); of several runs
+        kept under one id (the id used again after its run left Redis), the newest."""
         rows = await self._fetch(
-            f"SELECT {_READ_COLS} FROM runs WHERE key_id = ANY($1::text[]) AND ($2::text IS NULL OR tenant = $2)",
+            f"SELECT DISTINCT ON (key_id) {_READ_COLS} FROM runs WHERE key_id = ANY($1::text[]) "
+            "AND ($2::text IS NULL OR tenant = $2) ORDER BY key_id, created_at DESC",
             list(ids),
             tenant,
         )
@@ -303,9 +308,12 @@ class ArchiveStore:
         ]
 
     async def events(self, key_id: str, after: int, limit: int) -> list[tuple[int, str, int, str]]:
-        """Events of a run with seq > after, oldest first: seq, kind, ts, payload."""
+        """Events of a run (the newest kept under ``key_id``) with seq > after, oldest first: seq, kind,
+        ts, payload."""
         rows = await self._fetch(
-            "SELECT seq, kind, ts, payload FROM run_events WHERE key_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+            "SELECT seq, kind, ts, payload FROM run_events WHERE key_id = $1 "
+            "AND created_at = (SELECT max(created_at) FROM runs WHERE key_id = $1) "
+            "AND seq > $2 ORDER BY seq LIMIT $3",
             key_id,
             after,
             limit,

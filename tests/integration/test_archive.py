@@ -12,6 +12,7 @@ from typing import Any
 
 import asyncpg
 import httpx
+import orjson
 import pytest
 from redis.asyncio import Redis
 
@@ -134,7 +135,7 @@ async def _counts(pg: PostgresServer) -> tuple[int, int, int, dict[str, int]]:
         tools = await conn.fetchval("SELECT count(*) FROM run_tools")
         rows = await conn.fetch(
             "SELECT r.client_id, count(e.seq) AS n, max(r.last_seq) AS last FROM runs r "
-            "JOIN run_events e USING (key_id) GROUP BY r.client_id"
+            "JOIN run_events e USING (key_id, created_at) GROUP BY r.client_id"
         )
         for row in rows:  # seq 1..lastSeq each exactly once
             assert row["n"] == row["last"], dict(row)
@@ -288,3 +289,40 @@ async def test_the_schema_is_created_once_by_processes_starting_together() -> No
         finally:
             for s in stores:
                 await s.aclose()
+
+
+async def test_an_id_used_again_after_its_run_left_redis_is_a_new_run_and_both_are_kept(
+    redis_url: str, redis: Redis
+) -> None:
+    """Idempotency holds while a run is in Redis; once it left, the same runId makes a new run. The
+    archive keeps both (nothing of the second is dropped as a duplicate); the id answers with the
+    newer."""
+    with PostgresServer() as pg:
+        s = settings(redis_url, archive_url=pg.url, live_retention_s=1)
+        async with api(s) as base, httpx.AsyncClient(base_url=base, headers=A) as c:
+            with workers(redis_url, 1, env=_env(pg, AGENTMILL_LIVE_RETENTION_S="1")):
+                for answer in ("first", "second"):
+                    r = await c.post("/v1/runs", json=run_body([{"text": answer}], runId="again"))
+                    assert r.status_code == 202, r.text
+                    await until("archived", lambda: _less(redis, 1), within=30)
+                    await until("gone from Redis", lambda: _none_left(redis), within=30)
+                    view = (await c.get("/v1/runs/again")).json()
+                    assert view["status"] == "completed"
+                    assert view["result"]["finalAssistantMessage"]["content"] == answer
+                    page = (await c.get("/v1/runs/again/events", params={"format": "json"})).json()
+                    assert answer in orjson.dumps(page["events"]).decode()
+        runs, events, _, _ = await _counts_all(pg)
+        assert runs == 2 and events == 2 * len(page["events"])
+
+
+async def _counts_all(pg: PostgresServer) -> tuple[int, int, int, None]:
+    conn = await asyncpg.connect(pg.url)
+    try:
+        return (
+            await conn.fetchval("SELECT count(*) FROM runs"),
+            await conn.fetchval("SELECT count(*) FROM run_events"),
+            await conn.fetchval("SELECT count(*) FROM run_tools"),
+            None,
+        )
+    finally:
+        await conn.close()
