@@ -1,7 +1,7 @@
 -- Runs an archiver has committed to PostgreSQL: out of the archive index, out of their tenant's
 -- listing indexes (the listings read them from the archive now) and active set, marked archived, their stream and
--- tool records dropped (the archive serves them), the run hash kept without its input and
--- checkpoint for the live retention, then expiring.
+-- tool records dropped (the archive serves them), the run hash kept without its input, checkpoint
+-- and the fields only a live run needs for the live retention, then expiring.
 -- KEYS: none of its own (run keys from the context; the archive index is the context's archive)
 -- ARGV: liveRetentionS, then per run: runId, nTerms, its metadata's listing terms (shared.meta_terms)
 -- Reply: how many were still waiting in the index
@@ -26,7 +26,9 @@ while k <= #ARGV do
     for j = 1, nterms do redis.call('ZREM', index_key(t, DIM.META, ARGV[k + 1 + j]), id) end
     redis.call('ZREM', ctx().tenant_active .. t, id)  -- ended: no longer counts toward maxActive
     redis.call('HSET', run, F.ARCHIVED, '1')
-    redis.call('HDEL', run, F.CKPT, F.INPUT, F.APPROVALS, F.CLIENT_PENDING)
+    -- what no read of a finished run needs (a field costs ~80 bytes in a hash this size)
+    redis.call('HDEL', run, F.CKPT, F.INPUT, F.APPROVALS, F.CLIENT_PENDING, F.HELD, F.OWNER, F.CRASHES,
+      F.ABORT, F.AWAITING_SINCE, F.APPROVAL_TIMEOUT_MS, F.RUN_DEADLINE_MS)
     if live > 0 then redis.call('EXPIRE', run, live) else redis.call('DEL', run) end
   end
   redis.call('DEL', stream_key(id), tools_key(id))
