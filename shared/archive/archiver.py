@@ -17,6 +17,7 @@ any of it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -65,6 +66,8 @@ class Archiver:
         poll = self.settings.archive_poll_ms / 1000
         while True:
             try:
+                if failures:  # PostgreSQL back? (no runs claimed and read from Redis until it is)
+                    await self.store.ping()
                 moved = await self.run_once()
                 await self._maybe_prune()
                 failures = 0
@@ -73,6 +76,9 @@ class Archiver:
             except Exception as exc:
                 failures += 1
                 log.warning("archive: pass failed (%d in a row): %s", failures, exc)
+                if self.on_backlog is not None:  # the gauge goes on counting through an outage
+                    with contextlib.suppress(Exception):
+                        self.on_backlog(await self.backlog())
                 await asyncio.sleep(min(5.0, poll * 2**failures))
                 continue
             if not moved:
@@ -83,7 +89,11 @@ class Archiver:
         claimed = await self._claim()
         if claimed:
             runs = await self._read(claimed)
-            new = await self.store.write(runs)
+            try:
+                new = await self.store.write(runs)
+            except Exception:
+                await self._release(claimed)
+                raise
             self.archived += new
             if self.on_archived is not None and new:
                 self.on_archived(new)
@@ -155,6 +165,12 @@ class Archiver:
         ]
         return runs
 
+    async def _release(self, claimed: dict[keys.Partition, list[str]]) -> None:
+        """Claims whose write failed: due again at once (not a lease later), if Redis answers."""
+
+        with contextlib.suppress(Exception):
+            await self.parts.pipelined([(p, _due_now(p, ids)) for p, ids in claimed.items()])
+
     async def _done(self, done: dict[keys.Partition, list[str]], terms: dict[str, list[str]]) -> None:
         """archive_done.lua on each partition: with each run, its metadata's listing terms."""
         live = self.settings.live_retention_s
@@ -176,6 +192,10 @@ class Archiver:
         gone = await self.store.prune(int(time.time() * 1000) - days * 86_400_000)
         if gone:
             log.info("archive: %d runs past the archive retention deleted", gone)
+
+
+def _due_now(p: keys.Partition, ids: list[str]) -> Callable[[Any], None]:
+    return lambda pipe: pipe.zadd(p.archive, dict.fromkeys(ids, 0), xx=True)
 
 
 def _zscore(p: keys.Partition, tenant: str, batch: str, rid: str) -> Callable[[Any], None]:

@@ -185,6 +185,10 @@ class ArchiveStore:
                 self._pool = pool
         return self._pool
 
+    async def ping(self) -> None:
+        """One round trip; ArchiveUnavailableError when PostgreSQL does not answer."""
+        await self._fetch("SELECT 1")
+
     async def aclose(self) -> None:
         pool, self._pool = self._pool, None
         if pool is not None:
