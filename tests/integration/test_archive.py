@@ -311,6 +311,10 @@ async def test_an_id_used_again_after_its_run_left_redis_is_a_new_run_and_both_a
                     assert view["result"]["finalAssistantMessage"]["content"] == answer
                     page = (await c.get("/v1/runs/again/events", params={"format": "json"})).json()
                     assert answer in orjson.dumps(page["events"]).decode()
+                    r = await c.post("/v1/runs/again/abort")  # as before it left Redis: it had finished
+                    assert (r.status_code, r.json()["result"]) == (200, "finished")
+                    r = await c.post("/v1/runs/again/abort", headers=B)
+                    assert r.status_code == 404
         runs, events, _, _ = await _counts_all(pg)
         assert runs == 2 and events == 2 * len(page["events"])
 
