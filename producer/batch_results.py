@@ -25,6 +25,7 @@ from shared.scripts import text
 
 if TYPE_CHECKING:
     from producer.service import Producer
+    from shared.archive.store import ArchiveStore
 
 __all__ = [
     "BYTES_MAX",
@@ -34,6 +35,7 @@ __all__ = [
     "Row",
     "export",
     "merge_results",
+    "merge_sources",
     "parse_statuses",
     "result_line",
     "walk",
@@ -139,5 +141,49 @@ async def export(
         calls = [(q, *scripts.frame(q, [], args)) for q in (parts.parts[i] for i in where)]
         return await run_many(parts, scripts.batch_results, calls)
 
-    async for rows in walk(ask, len(parts.parts)):
+    pages = walk(ask, len(parts.parts))
+    if producer.archive is not None:  # runs that left Redis are in the archive: both, in item order
+        pages = merge_sources(pages, _archived(producer.archive.store, tenant, batch_id, statuses))
+    async for rows in pages:
         yield b"".join(orjson.dumps(result_line(*r)) + b"\n" for r in rows)
+
+
+async def _archived(
+    store: ArchiveStore, tenant: str, batch_id: str, statuses: Sequence[str]
+) -> AsyncIterator[list[Row]]:
+    """The batch's archived runs, in pages, in item order."""
+    after: tuple[int, str] | None = None
+    while rows := await store.batch_page(tenant, batch_id, after, PAGE, statuses):
+        yield rows
+        after = rows[-1][0], rows[-1][1]
+
+
+async def merge_sources(
+    first: AsyncIterator[list[Row]], second: AsyncIterator[list[Row]]
+) -> AsyncIterator[list[Row]]:
+    """Two sources of pages in item order as one: a run in both (archived, not yet expired from
+    Redis) once, as ``first`` has it. A page goes out up to the least advanced source's last run,
+    so a run both hold leaves with both copies in hand."""
+    sources, bufs, done = (first, second), [list[Row](), list[Row]()], [False, False]
+    while True:
+        for i in (0, 1):
+            while not done[i] and not bufs[i]:
+                try:
+                    bufs[i] = sorted(await anext(sources[i]), key=_order)
+                except StopAsyncIteration:
+                    done[i] = True
+        if not bufs[0] and not bufs[1]:
+            return
+        bound = min((_order(bufs[i][-1]) for i in (0, 1) if not done[i]), default=None)
+        out: dict[tuple[int, str], Row] = {}
+        for i in (0, 1):
+            n = sum(1 for r in bufs[i] if bound is None or _order(r) <= bound)
+            for r in bufs[i][:n]:
+                out.setdefault(_order(r), r)
+            bufs[i] = bufs[i][n:]
+        if out:
+            yield [out[k] for k in sorted(out)]
+
+
+def _order(r: Row) -> tuple[int, str]:
+    return r[0], r[1]

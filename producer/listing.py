@@ -50,6 +50,7 @@ __all__ = [
 ]
 
 STATUSES = tuple(s.value for s in RunStatus)
+_ACTIVE = frozenset(s.value for s in ACTIVE)  # statuses no archived run has
 # Redis reads one listing call makes on a partition, at most (list_runs.lua): index entries looked
 # at (matching or not), membership probes and run reads. A page that spends them ends there, possibly
 # empty, and its cursor continues after the last entry looked at (a few ms of Redis per call).
@@ -238,9 +239,10 @@ class Catalog:
         self, tenant: str, flt: RunFilter, *, limit: int = 50, cursor: str | None = None
     ) -> tuple[list[dict[str, Any]], str | None]:
         """One page, newest first, and the cursor of the next page (None at the end)."""
-        rows, nxt = await self._rows(tenant, flt, limit, cursor)
+        archived: dict[str, str] = {}  # session keys -> client ids, of runs listed from the archive
+        rows, nxt = await self._rows(tenant, flt, limit, cursor, archived)
         shown = await self._client_sessions(rows, flt.session_id)
-        return [_summary(r, shown) for _, r in rows], nxt
+        return [_summary(r, archived | shown) for _, r in rows], nxt
 
     async def _client_sessions(
         self, rows: list[tuple[keys.Partition, Row]], asked: str | None
@@ -260,10 +262,16 @@ class Catalog:
         return {text(row[3]): text(r[0]) for (_, row), r in zip(keyed, replies, strict=True) if r[0]}
 
     async def _rows(
-        self, tenant: str, flt: RunFilter, limit: int, cursor: str | None
+        self,
+        tenant: str,
+        flt: RunFilter,
+        limit: int,
+        cursor: str | None,
+        archived: dict[str, str] | None = None,
     ) -> tuple[list[tuple[keys.Partition, Row]], str | None]:
         """list_runs' page as rows with their partition. A session's runs all live at its home
-        partition: only that one is asked."""
+        partition: only that one is asked. With ``archived`` and the archive on, the archive's runs
+        too, as one more partition (producer.archived), their sessions' client ids put in it."""
         if flt.session_id is not None:
             flt = replace(flt, session_id=await self._own_session(tenant, flt.session_id))
         if flt.parent_run_id is not None and is_valid_id(flt.parent_run_id):  # its children index its key
@@ -279,8 +287,17 @@ class Catalog:
         scripts, parts = self.p.scripts, self.p.parts
         where = [parts.home(flt.session_id)] if flt.session_id is not None else list(parts.parts)
         replies = await run_many(parts, scripts.list_runs, [(q, *scripts.frame(q, [], args)) for q in where])
+        streams: dict[str, str] = {}
+        if archived is not None and self.p.archive is not None and flt.status not in _ACTIVE:
+            seen = {text(r[k]) for r in replies for k in range(2, len(r), ROW_FIELDS)}
+            reply, streams, sessions = await self.p.archive.listing_reply(
+                tenant, flt, (cs, cid) if cs else None, limit, seen
+            )
+            replies.append(reply)
+            archived.update(sessions)
         rows, at = merge_pages(replies, limit)
-        return [(where[i], r) for i, r in rows], encode_cursor(at[2], at[1]) if at is not None else None
+        out = [(where[i] if i < len(where) else parts.layout.of_key(streams[r[0]]), r) for i, r in rows]
+        return out, encode_cursor(at[2], at[1]) if at is not None else None
 
     async def _own_session(self, tenant: str, session_id: str) -> str:
         """The id the tenant's session ``session_id`` is kept under (submission.Scope.lookups: its

@@ -17,6 +17,7 @@ from agentmill_client.codec import to_jsonable
 from agentmill_client.models import RunInput
 from producer.scope import Scope
 from producer.submission import SubmissionError, reserved_id_error, validation_error
+from shared.meta_terms import meta_term, meta_terms
 from shared.profiles import AgentProfile
 
 __all__ = ["Prepared", "counted", "meta_term", "meta_terms", "prepare", "validated"]
@@ -42,33 +43,6 @@ class Prepared:
     def lane_args(self) -> list[str]:
         """The submit scripts' priority and runAt arguments ('' = none)."""
         return [str(self.priority), "" if self.run.run_at is None else str(self.run.run_at)]
-
-
-def meta_terms(metadata: dict[str, Any] | None) -> list[str]:
-    """The ``key=value`` terms a run's metadata is listed under: scalar values of the first
-    MAX_META_TERMS keys (bools as true/false, numbers as JSON), keys and values bounded in length."""
-    out: list[str] = []
-    for k, v in (metadata or {}).items():
-        if len(out) >= limits.MAX_META_TERMS:
-            break
-        term = meta_term(k, v)
-        if term is not None:
-            out.append(term)
-    return out
-
-
-def meta_term(key: str, value: Any) -> str | None:
-    if isinstance(value, bool):
-        v = "true" if value else "false"
-    elif isinstance(value, int | float):
-        v = orjson.dumps(value).decode()
-    elif isinstance(value, str):
-        v = value
-    else:
-        return None
-    if len(key) > limits.MAX_META_KEY_CHARS or len(v) > limits.MAX_META_VALUE_CHARS:
-        return None
-    return f"{key}={v}"
 
 
 def counted(items: list[str]) -> list[Any]:

@@ -63,6 +63,7 @@ class RunRecord:
     priority: int = 5  # as capped by its tenant's quota (limits.DEFAULT_PRIORITY when it named none)
     run_at_ms: int | None = None  # when it was asked to start; status scheduled until then
     usage: Usage | None = None  # so far (the run hash's usage fields); an ended run's equals result.usage
+    archived: bool = False  # in the archive: its events are read from there (producer.archived)
 
     @property
     def key(self) -> str:

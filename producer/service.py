@@ -18,6 +18,7 @@ from redis.asyncio import Redis
 from agentmill_client import limits
 from agentmill_client.models import ClientToolResult, RunEvent, RunInput, RunResult, RunStatus
 from producer import batch_submit
+from producer.archived import ArchiveReads
 from producer.placement import locate_many
 from producer.routing import Parts, as_partitions, run_script
 from producer.run_record import RunRecord, lineage_view, usage_of
@@ -25,6 +26,7 @@ from producer.scope import SCOPED_PREFIX, Scope
 from producer.submission import SubmissionError, Submitted
 from producer.submitter import Submitter
 from shared import keys
+from shared.archive.store import ArchiveStore
 from shared.children import child_runs
 from shared.events import decode_entry, stream_id
 from shared.fields import RunField
@@ -39,7 +41,7 @@ __all__ = ["DEFAULT_TENANT", "Producer", "RunRecord", "SubmissionError", "Submit
 F = RunField
 _RUN_FIELDS = [F.STATUS, F.TENANT, F.SESSION_ID, F.CREATED_AT, F.LAST_SEQ, F.RESULT, F.APPROVALS, F.ABORT,
                F.CLIENT_PENDING, F.CLIENT_SESSION, F.LINEAGE, F.RETRIED_BY, F.PARENT_RUN, F.PARENT_CALL,
-               F.CHILDREN, F.PRIORITY, F.RUN_AT, F.USAGE_IN, F.USAGE_OUT, F.USAGE_ESTIMATED, F.USAGE_COST]  # fmt: skip
+               F.CHILDREN, F.PRIORITY, F.RUN_AT, F.USAGE_IN, F.USAGE_OUT, F.USAGE_ESTIMATED, F.USAGE_COST, F.ARCHIVED]  # fmt: skip
 
 
 class Producer:
@@ -63,6 +65,8 @@ class Producer:
         self.redis: Redis = self.parts.client(self.parts.parts[0])  # a client, for what needs one at all
         self.scripts = Scripts.for_settings(self.redis, self.settings)
         self.submitter = Submitter(self.parts, self.settings, self.scripts, profiles)
+        url = self.settings.archive_url  # finished runs that left Redis are read there (producer.archived)
+        self.archive = ArchiveReads(ArchiveStore(url)) if url else None
 
     @property
     def profiles(self) -> dict[str, AgentProfile] | None:
@@ -127,7 +131,10 @@ class Producer:
         """The run ``tenant`` knows by ``run_id`` (kept under its tenant's key of it, or a form of
         before, submission.Scope.lookups); None when the tenant has none. No tenant: the run kept
         under ``run_id`` itself."""
-        rec = await self._get([run_id] if tenant is None else self.scope(tenant).lookups(run_id), tenant)
+        ids = [run_id] if tenant is None else self.scope(tenant).lookups(run_id)
+        rec = await self._get(ids, tenant)
+        if rec is None and self.archive is not None:
+            rec = await self.archive.record(ids, tenant)
         return rec.as_seen_by(run_id) if rec is not None else None
 
     async def resolve(self, run_id: str, tenant: str) -> str:
@@ -206,6 +213,7 @@ class Producer:
             priority=int(h[F.PRIORITY] or limits.DEFAULT_PRIORITY),
             run_at_ms=int(at) if (at := h[F.RUN_AT]) else None,
             usage=usage_of(h),
+            archived=h[F.ARCHIVED] == "1",
         )
 
     async def children(self, rec: RunRecord) -> list[dict[str, str]]:
@@ -222,10 +230,14 @@ class Producer:
         block_ms: int | None = None,
         label: str | None = None,
         part: keys.Partition | None = None,
+        archived: bool = False,
     ) -> list[RunEvent]:
         """Events with seq > after, oldest first; with block_ms, waits for the first one to appear.
         ``label``: the run id the events carry (the tenant's id of a scoped run). ``part``: the
-        run's partition when the caller knows it (else located); no run, no events."""
+        run's partition when the caller knows it (else located); no run, no events. ``archived``:
+        the run's events are in the archive (RunRecord.archived)."""
+        if archived and self.archive is not None:
+            return await self.archive.events(run_id, after=after, limit=limit, label=label or run_id)
         part = part or await self.locate(run_id)
         if part is None:
             return []

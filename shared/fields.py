@@ -74,6 +74,7 @@ class RunField(StrEnum):
     USAGE_ESTIMATED = "usageEstimated"  # '1' = some call's usage is agentmill's estimate
     USAGE_COST = "costUsd"  # absent = the model has no pricing
     TRACE = "trace"  # the submitter's W3C traceparent, then a newline and its tracestate if any; unset = none
+    ARCHIVED = "archived"  # '1' once in the archive (archive_done.lua): its events are read from there
 
 
 class BatchField(StrEnum):

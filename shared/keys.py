@@ -63,10 +63,11 @@ BATCH_DELIVERY = "{batch}"
 
 # The order of Partition.context's fields; prelude.lua reads them by these names. Only what a script
 # needs for keys that depend on what it reads: every field is a ``<field>_prefix`` of Partition but
-# job_id (the tag). The partition's fixed keys (queue, live, …) go as KEYS (shared/scripts.py).
+# job_id (the tag) and archive (the key itself: every ending script may add to it). The partition's fixed keys (queue, live, …) go as KEYS (shared/scripts.py).
 CONTEXT_FIELDS = (
     "run", "events", "tools", "session", "session_pending", "session_runs", "worker_runs",
-    "worker_inbox", "worker_lease", "tenant_running", "tenant_held", "index", "batch", "job_key", "job_id",
+    "worker_inbox", "worker_lease", "tenant_running", "tenant_held", "index", "batch", "job_key", "job_id", "archive",
+    "tenant_active",
 )  # fmt: skip
 
 
@@ -125,6 +126,9 @@ class Partition:
         self.workers = b + "workers"  # zset worker lease id -> lease expiry (ms, Redis time)
         self.webhooks = b + "webhooks"  # list of deliveries (runIds, batch ids) to make
         self.webhooks_due = b + "webhooks:due"  # zset delivery id -> next attempt (ms)
+        # With the archive on (AGENTMILL_ARCHIVE_URL): the finished runs still to archive, runId -> when
+        # an archiver may take it (its ending, or the expiry of an archiver's claim; ms, Redis time).
+        self.archive = b + "archive"
         # Schedules (producer/schedules/) living here: those whose key calls this partition home.
         self.schedule_prefix = b + "sched:"  # hash: shared.fields.ScheduleField
         self.schedule_index_prefix = b + "sched.ix:"  # + tenant: zset schedule key -> createdAt (ms)
@@ -260,7 +264,14 @@ class Partition:
         """The prefixes and fixed keys a script may need for keys that depend on what it reads
         (CONTEXT_FIELDS order): the first ARGV of every script."""
         return (
-            SEP.join(self.tag if f == "job_id" else getattr(self, f + "_prefix") for f in CONTEXT_FIELDS)
+            SEP.join(
+                self.tag
+                if f == "job_id"
+                else self.archive
+                if f == "archive"
+                else getattr(self, f + "_prefix")
+                for f in CONTEXT_FIELDS
+            )
             + SEP
         )
 

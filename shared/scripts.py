@@ -64,7 +64,7 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
         for name in (
             "batch_close", "list_runs", "batch_results", "acquire", "beat", "forget_worker", "release", "redispatch",
             "abort", "settle_approval", "tool_results", "child_result", "claim_jobs", "claim_webhooks", "admit_tenant",
-            "scaling", "batch_replace",
+            "scaling", "batch_replace", "archive_claim", "archive_done",
         )
     },
     **{
@@ -79,7 +79,7 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
 # template's four pieces (dispatch.JOB_TEMPLATE) and the settings the scripts read.
 CONTEXT_EXTRA = (
     "job_a", "job_b", "job_c", "job_d", "maxlen", "retention", "queued_check_ms", "job_expire_ms",
-    "index_max", "batch_delivery", "max_run_crashes", "aging_ms",
+    "index_max", "batch_delivery", "max_run_crashes", "aging_ms", "archive_on",
 )  # fmt: skip
 
 
@@ -121,6 +121,8 @@ class Scripts:
     schedule_advance: AsyncScript
     schedule_delete: AsyncScript
     schedule_pause: AsyncScript
+    archive_claim: AsyncScript
+    archive_done: AsyncScript
 
     def __init__(
         self,
@@ -131,6 +133,7 @@ class Scripts:
         retention_s: int = 604_800,
         max_run_crashes: int = 3,
         aging_ms: int = 30_000,
+        archive: bool = False,
     ) -> None:
         for name, text_ in _rendered().items():
             setattr(self, name, redis.register_script(text_))
@@ -140,6 +143,7 @@ class Scripts:
             "job_expire_ms": str(dispatch.JOB_EXPIRE_MS), "index_max": str(limits.MAX_INDEX_RUNS),
             "batch_delivery": keys.BATCH_DELIVERY, "max_run_crashes": str(max_run_crashes),
             "aging_ms": str(aging_ms),
+            "archive_on": "1" if archive else "",
         }  # fmt: skip
         self._extra = keys.SEP.join(extra[f] for f in CONTEXT_EXTRA) + keys.SEP
         self._contexts: dict[int, str] = {}
@@ -147,7 +151,8 @@ class Scripts:
     @classmethod
     def for_settings(cls, redis: Redis, settings: Settings) -> Scripts:
         """The scripts with the deployment's settings in their context (what they read from it:
-        the queued-run check, the stream bound, the retention, the crash budget)."""
+        the queued-run check, the stream bound, the retention, the crash budget, whether finished
+        runs go to the archive)."""
         return cls(
             redis,
             queued_check_ms=settings.queued_check_ms,
@@ -155,6 +160,7 @@ class Scripts:
             retention_s=settings.retention_s,
             max_run_crashes=settings.max_run_crashes,
             aging_ms=settings.priority_aging_ms,
+            archive=bool(settings.archive_url),
         )
 
     def context(self, part: keys.Partition) -> str:

@@ -137,6 +137,47 @@ class Settings(BaseSettings):
         "long after its latest run ended",
     )
 
+    # archive (docs/operations.md#archive)
+    archive_url: str | None = Field(
+        default=None,
+        description="`postgresql://…`: finished runs are archived there (record, input, result, events, tool "
+        "records) and dropped from Redis `AGENTMILL_LIVE_RETENTION_S` later; the API reads them from either. "
+        "Unset: no archive, finished runs stay in Redis for `AGENTMILL_RETENTION_S`",
+    )
+    worker_archiver: bool = Field(
+        default=True,
+        description="with the archive on: each worker runs an archiver task; `false` leaves it to "
+        "`agentmill archiver` processes",
+    )
+    live_retention_s: int = Field(
+        default=3600,
+        ge=0,
+        description="with the archive on: how long an archived run stays in Redis (its stream and tool "
+        "records leave at once)",
+    )
+    archive_batch: int = Field(
+        default=200, ge=1, description="runs one archiver claims and writes in one transaction"
+    )
+    archive_poll_ms: int = Field(
+        default=500, ge=10, description="how often an archiver with nothing to do looks for finished runs"
+    )
+    archive_lease_ms: int = Field(
+        default=60_000,
+        ge=1_000,
+        description="an archiver's claim on a batch; a batch whose archiver died is claimed again after this",
+    )
+    archive_backlog_alert: int = Field(
+        default=100_000,
+        description="finished runs waiting for the archive above which `agentmill_archive_backlog` alerts "
+        "(the documented alert rule); Redis keeps them until archived",
+    )
+    archive_retention_days: int = Field(
+        default=0,
+        ge=0,
+        description="archived runs finished longer ago are deleted by the archivers (a delete job, in "
+        "small batches); `0` keeps them forever",
+    )
+
     # api
     api_host: str = Field(
         default="127.0.0.1", description="where `agentmill api` listens (the image sets `0.0.0.0`)"

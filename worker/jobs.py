@@ -1,5 +1,5 @@
 """The worker process: the arq worker (worker/arq_worker.py) plus its heartbeat (one lease per
-worker, beaten on every partition), reconciler and graceful shutdown."""
+worker, beaten on every partition), reconciler, archiver (with the archive on) and graceful shutdown."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ from shared.profiles import AgentProfile, profiles_from
 from shared.quotas import Quotas
 from shared.settings import Settings, get_settings
 from worker import failpoints, tracing
+from worker.archiving import archive_forever
 from worker.arq_worker import JOB_TIMEOUT_S, ResilientWorker, claim_size, run_agent
 from worker.deps import WorkerDeps
 from worker.health import HealthServer
@@ -251,6 +252,10 @@ class WorkerProcess:
 
             hit = functools.partial(failpoints.hit, "after_schedule_fire")
             self._bg.append(asyncio.create_task(fire_forever(self.deps.parts, s, self.profiles, hit)))
+        if (
+            s.archive_url and s.worker_archiver
+        ):  # finished runs to PostgreSQL, off the hot path (worker/archiving.py)
+            self._bg.append(asyncio.create_task(archive_forever(self.deps, self.metrics)))
         if self.health is not None:
             self.health.ready = True
         self.main = asyncio.create_task(self.worker.main())
@@ -330,11 +335,9 @@ class WorkerProcess:
             return True
 
     async def _heartbeat(self) -> None:
-        """One beat per worker: renew its lease and read its abort inbox, O(1) whatever its runs.
-
-        A worker that finds itself past its own deadline (or told by Redis that its lease expired)
-        stops its runs without writing, hands them to the queue and carries on under a new lease id.
-        """
+        """One beat per worker: renew its lease and read its abort inbox, O(1) whatever its runs. A
+        worker that finds itself past its own deadline (or told by Redis that its lease expired)
+        stops its runs without writing, hands them to the queue and carries on under a new lease id."""
         s = self.settings
         while True:
             await asyncio.sleep(s.heartbeat_ms / 1000.0)

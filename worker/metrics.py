@@ -105,6 +105,20 @@ class MetricsObserver:
             registry=r,
         )
         self.in_progress = Gauge("agentmill_runs_in_progress", "Runs this worker is driving now.", registry=r)
+        self.archive_backlog = Gauge(
+            "agentmill_archive_backlog",
+            "Finished runs waiting to be archived to PostgreSQL, on every partition (as this worker's "
+            "archiver last counted them); alert above AGENTMILL_ARCHIVE_BACKLOG_ALERT.",
+            registry=r,
+        )
+        self.archive_backlog_limit = Gauge(
+            "agentmill_archive_backlog_limit",
+            "AGENTMILL_ARCHIVE_BACKLOG_ALERT: the archive backlog the AgentmillArchiveBacklog alert fires above.",
+            registry=r,
+        )
+        self.archived = Counter(
+            "agentmill_archive_runs", "Finished runs this worker's archiver wrote to PostgreSQL.", registry=r
+        )
         self.redispatched = Counter(
             "agentmill_runs_redispatched",
             "Runs put back on the queue by the reconciler: their worker's lease expired (the run is "

@@ -64,6 +64,8 @@ def create_app(
                     pools.append(parts)
             api = Api(settings, *pools, closing=app.state.closing)
             app.state.api = api
+            if api.producer.archive is not None:
+                own.push_async_callback(api.producer.archive.aclose)
             if settings.api_metrics_port >= 0:
                 from producer.api.metrics_port import MetricsListener
 

@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from agentmill_client.api import ErrorBody
 from agentmill_client.errors import ApiError
 from producer.submission import SubmissionError
+from shared.archive.store import ArchiveUnavailableError
 
 __all__ = ["COMMON_ERRORS", "HANDLERS", "ErrorResponse", "OrjsonResponse", "error_response"]
 
@@ -78,7 +79,15 @@ async def on_redis_down(request: Request, exc: Exception) -> OrjsonResponse:
     )
 
 
+async def on_archive_down(request: Request, exc: Exception) -> OrjsonResponse:
+    return error_response(
+        503, "archive_unavailable", "the archive (PostgreSQL) is unreachable; try again shortly",
+        headers={"Retry-After": "2"},
+    )  # fmt: skip
+
+
 HANDLERS: list[tuple[type[Exception], Any]] = [
+    (ArchiveUnavailableError, on_archive_down),
     (ApiError, on_api_error),
     (SubmissionError, on_submission_error),
     (RequestValidationError, on_validation_error),
@@ -92,5 +101,5 @@ HANDLERS: list[tuple[type[Exception], Any]] = [
 COMMON_ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorResponse, "description": "missing or wrong bearer token"},
     422: {"model": ErrorResponse, "description": "invalid input; `field` names the offending field"},
-    503: {"model": ErrorResponse, "description": "Redis is unreachable"},
+    503: {"model": ErrorResponse, "description": "Redis (or the archive, PostgreSQL) is unreachable"},
 }

@@ -6,6 +6,7 @@ keyed by tenant, and a run another tenant owns is never read from them.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
@@ -148,7 +149,14 @@ async def batch_results(
         raise ApiError(422, "invalid_input", str(exc)) from None
     await _batch_or_404(api, tenant, batch_id)
     lines = export(api.producer, tenant, batch_id, statuses)
-    return StreamingResponse(lines, media_type="application/x-ndjson")
+    first = await anext(lines, b"")  # Redis or the archive unreachable: a 503 before the answer starts
+
+    async def body() -> AsyncIterator[bytes]:
+        yield first
+        async for chunk in lines:
+            yield chunk
+
+    return StreamingResponse(body(), media_type="application/x-ndjson")
 
 
 @router.post(

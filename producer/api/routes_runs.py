@@ -242,6 +242,8 @@ async def wait_run(
 )
 async def abort(run_id: str, api: ApiDep, tenant: Tenant) -> AbortAnswer:
     verdict = await api.producer.abort(await api.producer.resolve(run_id, tenant), tenant=tenant)
+    if verdict == "unknown" and api.producer.archive is not None:  # gone from Redis, maybe archived
+        verdict = "finished" if await api.producer.get(run_id, tenant=tenant) is not None else verdict
     if verdict == "unknown":
         raise ApiError(404, "unknown_run", f"no run {run_id}")
     return AbortAnswer(runId=run_id, result=verdict)

@@ -52,13 +52,15 @@ async def events(
     key, part = rec.key, api.parts.layout.of_key(rec.stream_key)
     start = after if after is not None else _seq(last_event_id)
     if format == "json":
-        page = await api.producer.read_events(key, after=start, limit=limit, label=run_id, part=part)
+        page = await api.producer.read_events(
+            key, after=start, limit=limit, label=run_id, part=part, archived=rec.archived
+        )
         return OrjsonResponse(
             {"events": [to_jsonable(e) for e in page], "next": page[-1].seq if page else start}
         )
     slot = api.streams.acquire(tenant)
     return SlotStreamingResponse(
-        _sse(api, request, key, start, label=run_id, part=part),
+        _sse(api, request, key, start, label=run_id, part=part, archived=rec.archived),
         slot,
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
@@ -86,9 +88,11 @@ async def _sse(
     *,
     label: str | None = None,
     part: keys.Partition | None = None,
+    archived: bool = False,
 ) -> AsyncIterator[bytes]:
     """Events after ``after``; a comment line while idle; ends after the terminal event, or when
-    the process is shutting down (the client resumes elsewhere with Last-Event-ID)."""
+    the process is shutting down (the client resumes elsewhere with Last-Event-ID). A run archived
+    meanwhile has its stream dropped from Redis: the rest is read from the archive."""
     last = after
     block_ms = int(min(api.sse_heartbeat_s, MAX_BLOCK_S) * 1000)
     idle_since = time.monotonic()
@@ -99,7 +103,13 @@ async def _sse(
         read, page = await unless_closing(
             api.closing,
             api.producer.read_events(
-                run_id, after=last, limit=200, block_ms=block_ms, label=label, part=part
+                run_id,
+                after=last,
+                limit=200,
+                block_ms=None if archived else block_ms,
+                label=label,
+                part=part,
+                archived=archived,
             ),
         )
         if not read:
@@ -112,6 +122,7 @@ async def _sse(
             rec = await api.producer.get(run_id)
             if rec is None or (rec.status.terminal and rec.last_seq <= last):
                 return  # finished, and everything it wrote has been sent (or the stream expired)
+            archived = rec.archived
             continue
         idle_since = time.monotonic()
         for e in page:

@@ -166,12 +166,16 @@ async def direct_producer() -> AsyncIterator[Any]:
 
     settings = get_settings()
     parts: Partitions[Any] = Partitions.from_settings(settings, retries=3)
+    producer = None
     try:
         await parts.start()
-        yield Producer(
+        producer = Producer(
             parts, settings=settings, profiles=profiles_from(settings.profiles, dev=settings.dev_profiles)
         )
+        yield producer
     finally:
+        if producer is not None and producer.archive is not None:
+            await producer.archive.aclose()
         await parts.aclose()
 
 

@@ -16,7 +16,7 @@ import orjson
 
 from agentmill_client.errors import ApiError
 from agentmill_client.statuses import RunStatus
-from producer.cli import batches, demo, lineage, schedules, submit
+from producer.cli import archiver, batches, demo, lineage, schedules, submit
 from producer.cli.common import api_client, console, direct_producer, err, exit_with, print_event, safe_url
 
 __all__ = ["main"]
@@ -29,21 +29,23 @@ def main() -> None:
 
 async def _tail_redis(run_id: str, after: int) -> int:
     async with direct_producer() as p:
-        if await p.get(run_id) is None:
+        if (rec := await p.get(run_id)) is None:
             err.print(f"[red]error:[/] no run {run_id} (REDIS_URL={safe_url(p.settings.redis_url)})")
             return 2
         last = after
         while True:
-            page = await p.read_events(run_id, after=last, limit=500, block_ms=1000)
+            page = await p.read_events(
+                run_id, after=last, limit=500, block_ms=None if rec.archived else 1000, archived=rec.archived
+            )
             for e in page:
                 print_event(e)
                 last = e.seq
                 if e.terminal:
                     return 0 if e.payload.get("status") == "completed" else 1
             if not page:
-                rec = await p.get(run_id)
-                if rec is None or (rec.status.terminal and rec.last_seq <= last):
-                    return 0 if rec is not None and rec.status.value == "completed" else 1
+                if (now := await p.get(run_id)) is None or (now.status.terminal and now.last_seq <= last):
+                    return 0 if now is not None and now.status.value == "completed" else 1
+                rec = now  # archived meanwhile: the rest from the archive
 
 
 async def _tail_api(api: str, token: str | None, run_id: str, after: int) -> int:
@@ -168,6 +170,7 @@ for command in (
     schedules.schedule,
     lineage.retry,
     lineage.fork,
+    archiver.archiver,
 ):
     main.add_command(command)
 batches.batch.add_command(lineage.retry_batch)

@@ -132,6 +132,7 @@ elseif is_terminal(status) then
     for k = 7, 9 do redis.call('EXPIRE', KEYS[k], ctx().retention) end
     session_advance(sid, ARGV[4])
   end
+  to_archive(ARGV[4], now)
   redis.call('EXPIRE', KEYS[1], ctx().retention)
   redis.call('EXPIRE', KEYS[2], ctx().retention)
   redis.call('EXPIRE', KEYS[3], ctx().retention)

@@ -283,6 +283,11 @@ local function session_advance(sid, finished)
     end
   end
 end
+-- A run ended: with the archive on (the context's archive_on), it waits in the partition's archive
+-- index until an archiver has written it to PostgreSQL (archive_claim.lua, archive_done.lua).
+local function to_archive(run_id, now)
+  if ctx().archive_on == '1' then redis.call('ZADD', ctx().archive, 'NX', now, run_id) end
+end
 -- End a run from outside its worker (abort while queued or awaiting approval, crash budget spent,
 -- approval timeout). Bumps the epoch so any worker still holding the run is fenced off.
 local function finalize(run, stream, tools, run_id, status, code, message)
@@ -317,6 +322,7 @@ local function finalize(run, stream, tools, run_id, status, code, message)
   local wh = redis.call('HGET', run, F.WEBHOOK)
   if wh and wh ~= '' then redis.call('LPUSH', WEBHOOKS, run_id) end
   session_advance(h[2], run_id)
+  to_archive(run_id, ts)
   redis.call('EXPIRE', run, retention)
   redis.call('EXPIRE', stream, retention)
   redis.call('EXPIRE', tools, retention)

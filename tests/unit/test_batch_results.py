@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from producer.batch_results import merge_results, parse_statuses, result_line, walk
+from producer.batch_results import merge_results, merge_sources, parse_statuses, result_line, walk
 from producer.listing import ListingError
 
 Entry = tuple[int, str, str]  # item index, runId, status
@@ -126,3 +126,41 @@ def test_status_filters() -> None:
     for bad in ("done", ",", "failed,nope"):
         with pytest.raises(ListingError):
             parse_statuses(bad)
+
+
+def _pages(rows: list[tuple[int, str, str, str]], sizes: list[int]) -> Any:
+    async def gen() -> Any:
+        at, k = 0, 0
+        while at < len(rows):
+            n = max(1, sizes[k % len(sizes)])
+            yield rows[at : at + n]
+            at, k = at + n, k + 1
+
+    return gen()
+
+
+@given(
+    st.sets(st.integers(0, 300), max_size=120),
+    st.sets(st.integers(0, 300), max_size=120),
+    st.lists(st.integers(1, 40), min_size=1, max_size=5),
+    st.lists(st.integers(1, 40), min_size=1, max_size=5),
+)
+@settings(max_examples=200, deadline=None)
+def test_redis_and_the_archive_merge_into_every_run_once_in_item_order(
+    in_redis: set[int], archived: set[int], redis_pages: list[int], archive_pages: list[int]
+) -> None:
+    """Runs only in Redis, only in the archive, or in both (archived, not yet expired): each comes
+    once, in item order, as Redis has it when in both, however the two sources page."""
+    redis_rows = [(i, f"r{i:04}", "completed", "redis") for i in sorted(in_redis)]
+    archive_rows = [(i, f"r{i:04}", "completed", "archive") for i in sorted(archived)]
+
+    async def go() -> list[tuple[int, str, str, str]]:
+        out = []
+        async for page in merge_sources(_pages(redis_rows, redis_pages), _pages(archive_rows, archive_pages)):
+            assert page
+            out += page
+        return out
+
+    got = asyncio.run(go())
+    assert [r[0] for r in got] == sorted(in_redis | archived)
+    assert all(r[3] == ("redis" if r[0] in in_redis else "archive") for r in got)
