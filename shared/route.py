@@ -143,9 +143,16 @@ class Sending:
     async def replies(self) -> list[Any]:
         """Every command's reply (an error reply is its own reply; a redirection, NOSCRIPT or a node
         that stays unreachable until the deadline gives the last error). The connections go back."""
-        if not self._written and len(self._queued) == 1:  # one node, nothing written yet: in order
-            node, idx = next(iter(self._queued.items()))
-            out = await self._round_trip(self._clients[node], idx, None)
+        queued = [(node, idx) for node, idx in self._queued.items() if idx]
+        if (
+            not self._written
+            and not self._resend
+            and len(queued) == 1
+            and len(queued[0][1]) == len(self.items)
+        ):
+            out = await self._round_trip(
+                self._clients[queued[0][0]], queued[0][1], None
+            )  # one node, in order
         else:
             out = await self._each_node()
         self._queued.clear()
@@ -201,13 +208,13 @@ class Sending:
     async def _round_trip(self, client: Any, idx: list[int], out: list[Any] | None) -> list[Any]:
         """``idx`` in one round trip to ``client`` (its replies put in ``out``, or, with ``out``
         None, the replies in order: ``idx`` is then every item)."""
-        if self.loaded is not None:
-            await self._preload(client, idx)
         items = self.items
         commands = [items[i][1] for i in idx]
         self.round_trips += 1
         self.commands_sent += len(idx)
         try:
+            if self.loaded is not None:
+                await self._preload(client, idx)
             replies = await pipelined(client, [*commands, self.wait] if self.wait else commands)
         except _DOWN as exc:
             replies = [exc] * len(idx)
