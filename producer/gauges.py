@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from shared.functions import each_with_reload
 from shared.keys import Partition
 from shared.partitions import Partitions
 from shared.quotas import Quotas
@@ -56,11 +57,10 @@ async def read_gauges(
 
     def op(pipe: Any, part: Partition) -> None:
         k, a = scripts.frame(part, [], names)
-        pipe.scripts.add(scripts.scaling)  # what ``await script(client=pipe)`` does, without awaiting
-        pipe.evalsha(scripts.scaling.sha, len(k), *k, *a)
+        scripts.scaling.queue(pipe, k, a)
 
     depth = running = awaiting = held = 0
-    for (reply,) in await parts.each(op, deadline_s=deadline_s):
+    for (reply,) in await each_with_reload(parts, scripts.scaling, op, deadline_s=deadline_s):
         q, r, w, *per_tenant = (int(x) for x in reply)
         depth, running, awaiting = depth + q, running + r, awaiting + w
         held += held_back(
