@@ -267,8 +267,10 @@ def library() -> Library:
 
 async def prepare_scripts(parts: Any, settings: Settings) -> bool:
     """Start-up of a process: choose Functions or EVALSHA (AGENTMILL_REDIS_FUNCTIONS) and, with
-    Functions, load the library on every master of ``parts`` (a started Partitions) that lacks it."""
-    return await functions.prepare(parts.topology.clients(), settings.redis_functions, library())
+    Functions, load the library on every master of ``parts`` (a started Partitions, or a client)
+    that lacks it."""
+    clients = parts.topology.clients() if hasattr(parts, "topology") else [parts]
+    return await functions.prepare(clients, settings.redis_functions, library())
 
 
 def render(text_: str) -> str:

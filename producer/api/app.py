@@ -32,6 +32,7 @@ from producer.api.sse import MAX_BLOCK_S
 from producer.api.state import Api
 from producer.routing import Parts
 from shared.partitions import Partitions
+from shared.scripts import prepare_scripts
 from shared.settings import Settings, get_settings
 
 __all__ = ["create_app"]
@@ -61,6 +62,7 @@ def create_app(
                     own.push_async_callback(parts.aclose)
                     await parts.start()
                     pools.append(parts)
+                await prepare_scripts(pools[0], settings)  # Functions or EVALSHA; the library on every master
             api = Api(settings, *pools, closing=app.state.closing)
             app.state.api = api
             if settings.api_metrics_port >= 0:
