@@ -83,8 +83,8 @@ class ScriptBatcher:
         out = self.parts.sending(
             deadline_s=deadline_s, wait_replicas=self.wait_replicas, wait_timeout_ms=self.wait_timeout_ms
         )
-        out.add_all([(part, script.command(keys, args), script) for part, script, keys, args, _ in batch])
-        try:
+        try:  # a call that cannot be framed fails its callers too, rather than leave them waiting
+            out.add_all([(part, script.command(keys, args), script) for part, script, keys, args, _ in batch])
             replies = await out.replies()
         except BaseException as exc:
             _fail(batch, exc)
