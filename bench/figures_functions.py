@@ -1,4 +1,4 @@
-"""Figure 3b–3c: Redis CPU per step with the scripts as a Redis Functions library (FCALL) beside the
+"""Figures 3b and 3d: Redis CPU per step with the scripts as a Redis Functions library (FCALL) beside the
 same load by EVALSHA (AGENTMILL_REDIS_FUNCTIONS=on / off), on the bench's one Redis, in one run."""
 
 from __future__ import annotations
@@ -28,25 +28,15 @@ class FunctionsFigures(Plumbing):
             target="≤ 80 µs",
             higher_is_better=False,
         )
-        script_f = Figure(
-            "3c. Redis time in scripts per step (commandstats): FCALL vs EVALSHA",
-            "µs",
-            base_name="EVALSHA",
-            higher_is_better=False,
-        )
         for _ in range(a.reps):
             for mode in ("on", "off"):
                 got = await self._load(r, mode, a.functions_runs, a.functions_workers)
                 (cpu_f.ours if mode == "on" else cpu_f.base).append(got["cpu_us"])
-                (script_f.ours if mode == "on" else script_f.base).append(got["script_us"])
         cpu_f.note = (
             f"{a.functions_runs} runs of {STEPS} steps through {a.functions_workers} worker processes, "
             "submission included; INFO cpu (user + sys) over the load / steps"
         )
-        script_f.note = (
-            "usec of FCALL (or EVALSHA) in INFO commandstats / steps, the commands they run included"
-        )
-        self.figures += [cpu_f, script_f, await self._setup_cost(r)]
+        self.figures += [cpu_f, await self._setup_cost(r)]
 
     async def _load(self, r: Redis, mode: str, runs: int, workers: int) -> dict[str, float]:
         await self.flush(r)
@@ -68,12 +58,12 @@ class FunctionsFigures(Plumbing):
         steps = runs * STEPS
         return {
             "cpu_us": (after["cpu_s"] - before["cpu_s"]) / steps * 1e6,
-            "script_us": (after["script_usec"] - before["script_usec"]) / steps,
         }
 
     async def _setup_cost(self, r: Redis, calls: int = 20_000) -> Figure:
         """3d. What a script call costs before its own work: a commit of a run that does not exist
-        returns after its first HMGET (the prelude's setup and that one read), by FCALL and EVALSHA."""
+        returns after its first HMGET (the prelude's setup and that one read), by FCALL and EVALSHA.
+        commandstats' usec is wall time inside the call: calls alternate, so load hits both alike."""
         f = Figure(
             "3d. a commit answering 'missing' (setup + one HMGET)",
             "µs/call",
@@ -114,6 +104,4 @@ class FunctionsFigures(Plumbing):
 
 async def _stats(r: Redis) -> dict[str, float]:
     cpu = await r.info("cpu")
-    cmd = await r.info("commandstats")
-    usec = sum(int(cmd[k]["usec"]) for k in ("cmdstat_fcall", "cmdstat_evalsha") if k in cmd)
-    return {"cpu_s": float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]), "script_usec": float(usec)}
+    return {"cpu_s": float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])}
