@@ -101,8 +101,13 @@ class Library:
         self.code = code
 
     async def load(self, client: Any) -> None:
-        """Load (or load again) this library on ``client``'s node."""
-        await client.execute_command("FUNCTION", "LOAD", "REPLACE", self.code)
+        """Load this library on ``client``'s node, unless it is there: its name carries its version,
+        so a library of that name is this code (Redis answers before compiling it again)."""
+        try:
+            await client.execute_command("FUNCTION", "LOAD", self.code)
+        except ResponseError as exc:
+            if "already exists" not in str(exc):
+                raise
 
     async def ensure(self, client: Any) -> list[str]:
         """This library loaded on ``client``'s node (only when missing), the other versions deleted;
