@@ -24,12 +24,15 @@ from bench.figures_cluster import ClusterFigures
 from bench.figures_functions import FunctionsFigures
 from bench.figures_io import IoFigures
 from bench.figures_isolation import IsolationFigures
+from bench.figures_lanes import LanesFigures
 from bench.figures_results import ResultsFigures
 from bench.figures_runs import RunFigures
 from bench.plumbing import ROOT
 
 
-class Bench(RunFigures, IoFigures, IsolationFigures, ResultsFigures, ClusterFigures, FunctionsFigures):
+class Bench(
+    RunFigures, IoFigures, IsolationFigures, ResultsFigures, ClusterFigures, LanesFigures, FunctionsFigures
+):
     """Every figure, run in order; a table and JSON at the end."""
 
     # ---- report ----
@@ -70,6 +73,7 @@ class Bench(RunFigures, IoFigures, IsolationFigures, ResultsFigures, ClusterFigu
                 ("cluster", lambda: self.fig_cluster(r)),
                 ("isolation", lambda: self.fig_isolation(r)),
                 ("results", lambda: self.fig_results(r)),
+                ("lanes", lambda: self.fig_lanes(r)),
             ]
             for name, measure in figures:
                 if name not in a.only:
@@ -130,8 +134,15 @@ def main(argv: list[str] | None = None) -> int:
             "cluster",
             "isolation",
             "results",
+            "lanes",
         ],
     )
+    ap.add_argument("--lanes-batch", type=int, default=20_000, help="figure 11a: the priority-2 batch")
+    ap.add_argument("--lanes-interactive", type=int, default=200, help="figure 11a: priority-8 runs")
+    ap.add_argument("--lanes-run-ms", type=int, default=500, help="figure 11: each run's model reply")
+    ap.add_argument("--lanes-aging-ms", type=int, default=500, help="figure 11b: AGENTMILL_PRIORITY_AGING_MS")
+    ap.add_argument("--lanes-stream-rate", type=int, default=150, help="figure 11b: priority-8 runs/s")
+    ap.add_argument("--lanes-stream-s", type=float, default=12.0, help="figure 11b: the stream's length")
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "latest.json")
     args = ap.parse_args(argv)
     b = Bench(args)

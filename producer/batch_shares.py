@@ -10,11 +10,13 @@ from typing import Any
 from agentmill_client.models import RunStatus
 from producer.routing import Parts, run_many
 from shared import keys
+from shared.fields import BatchField
 from shared.scripts import Scripts, text
 
 __all__ = ["batch_gate", "close_batch", "merge_batch", "read_batch"]
 
-_COUNTERS = ("total", "done", *(s.value for s in RunStatus))
+_COUNTERS = ("total", "done", *(s.value for s in RunStatus), BatchField.INPUT_TOKENS, BatchField.OUTPUT_TOKENS,
+             BatchField.ESTIMATED_RUNS)  # fmt: skip
 
 
 def merge_batch(shares: list[dict[str, str]]) -> dict[str, str] | None:
@@ -29,6 +31,8 @@ def merge_batch(shares: list[dict[str, str]]) -> dict[str, str] | None:
     for f in _COUNTERS:
         out[f] = str(sum(int(h.get(f) or 0) for h in shares))
     out["createdAt"] = str(min(int(h.get("createdAt") or 0) for h in shares))
+    if costs := [float(c) for h in shares if (c := h.get(BatchField.COST_USD))]:
+        out[BatchField.COST_USD] = repr(sum(costs))
     if any(h.get("open") == "1" for h in shares):
         out["open"] = "1"
     if all(h.get("finishedAt") for h in shares):

@@ -138,7 +138,7 @@ async def submit_many(
         try:
             for i, raw in enumerate(items):
                 try:
-                    prep = p.prepare(raw, tenant, defaults[i])
+                    prep = p.prepare(raw, tenant, defaults[i], quota)
                 except SubmissionError as exc:
                     exc.field = f"runs.{i}.{exc.field}" if exc.field else f"runs.{i}"
                     exc.message = f"runs.{i}: {exc.message}"

@@ -26,7 +26,7 @@ from producer.routing import run_many
 from producer.run_record import lineage_view
 from producer.scope import SCOPED_PREFIX
 from shared import keys
-from shared.fields import RunField, SessionField
+from shared.fields import BatchField, RunField, SessionField
 from shared.scripts import text
 
 if TYPE_CHECKING:
@@ -77,6 +77,7 @@ class RunFilter:
     metadata: tuple[str, ...] = ()  # "key=value" terms, as producer.submission.meta_term writes them
     created_after: int | None = None  # ms, exclusive
     created_before: int | None = None  # ms, exclusive
+    parent_run_id: str | None = None  # a parent's child runs (sub-agents); the id its keys use
 
     def pairs(self) -> list[str]:
         """(dimension, value) pairs of the indexes to intersect, flattened."""
@@ -90,6 +91,7 @@ class RunFilter:
         for name, value, dim in (
             ("sessionId", self.session_id, "session"),
             ("batchId", self.batch_id, "batch"),
+            ("parentRunId", self.parent_run_id, "parent"),
         ):
             if value is not None:
                 if not is_valid_id(value):
@@ -131,9 +133,10 @@ def parse_ms(field: str, value: str) -> int:
 
 def _summary(fields: list[Any], shown: dict[str, str]) -> dict[str, Any]:
     """A listed run as its client knows it: ``shown`` maps its session's key to that session's id."""
-    run_id, status, created, session, agent, batch, finished, client_id, iterations, error, lineage, by = (
-        text(f) for f in fields
+    run_id, status, created, session, agent, batch, finished, client_id, iterations, error = (
+        text(f) for f in fields[:10]
     )
+    lineage, by, prio, run_at = (text(f) for f in fields[10:])
     session = shown.get(session, session)
     d: dict[str, Any] = {
         "runId": client_id or run_id,
@@ -152,12 +155,15 @@ def _summary(fields: list[Any], shown: dict[str, str]) -> dict[str, Any]:
     if error:
         d["errorCode"] = error
     d.update(lineage_view(lineage, by))
+    d["priority"] = int(prio or limits.DEFAULT_PRIORITY)
+    if run_at:
+        d["runAt"] = int(run_at)
     return d
 
 
 Row = list[str]  # a listing's run: runId, status, createdAt, sessionId, agent, batch, finishedAt, clientId,
-# iterations, errorCode, lineage, retriedBy (list_runs.lua's reply, ROW_FIELDS a run)
-ROW_FIELDS = 12
+# iterations, errorCode, lineage, retriedBy, priority, runAt (list_runs.lua's reply, ROW_FIELDS a run)
+ROW_FIELDS = 14
 Position = tuple[int, str, str]  # where a listing stopped: (createdAt, runId, the score as Redis wrote it)
 
 
@@ -207,6 +213,18 @@ def batch_view(h: dict[str, str]) -> dict[str, Any]:
         "createdAt": int(h.get("createdAt") or 0),
         "finishedAt": int(finished) if finished and ended else None,
         "finished": ended,
+        "usage": batch_usage(h),
+    }
+
+
+def batch_usage(h: dict[str, str]) -> dict[str, Any]:
+    """The usage totals of a batch's ended runs (summed by track() in the scripts as each ends)."""
+    cost = h.get(BatchField.COST_USD)
+    return {
+        "inputTokens": int(h.get(BatchField.INPUT_TOKENS) or 0),
+        "outputTokens": int(h.get(BatchField.OUTPUT_TOKENS) or 0),
+        "estimated": int(h.get(BatchField.ESTIMATED_RUNS) or 0) > 0,
+        "costUsd": round(float(cost), 9) if cost else None,
     }
 
 
@@ -248,6 +266,8 @@ class Catalog:
         partition: only that one is asked."""
         if flt.session_id is not None:
             flt = replace(flt, session_id=await self._own_session(tenant, flt.session_id))
+        if flt.parent_run_id is not None and is_valid_id(flt.parent_run_id):  # its children index its key
+            flt = replace(flt, parent_run_id=await self.p.resolve(flt.parent_run_id, tenant))
         pairs = flt.pairs()
         cs, cid = decode_cursor(cursor) if cursor is not None else ("", "")
         args = [

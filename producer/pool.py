@@ -26,7 +26,7 @@ async def read_pool(parts: Partitions[Any], *, now_ms: int, lease_ms: int) -> Po
 
     def survey(pipe: Any, p: keys.Partition) -> None:
         pipe.zrevrangebyscore(p.workers, "+inf", now_ms, start=0, num=MAX_WORKERS, withscores=True)
-        pipe.zcard(p.queue)
+        pipe.hvals(p.depth)  # queued jobs by priority, held-back ones included
         pipe.zcard(p.awaiting)
         if p is first:
             for m in minutes:
@@ -52,7 +52,10 @@ async def read_pool(parts: Partitions[Any], *, now_ms: int, lease_ms: int) -> Po
     held = await parts.each(runs) if ids else [[] for _ in parts.parts]
     partitions = [
         PoolPartition(
-            index=p.index, queued=int(r[1]), running=sum(int(n) for n in h), awaitingHuman=int(r[2])
+            index=p.index,
+            queued=sum(max(0, int(n)) for n in r[1]),
+            running=sum(int(n) for n in h),
+            awaitingHuman=int(r[2]),
         )
         for p, r, h in zip(parts.parts, replies, held, strict=True)
     ]

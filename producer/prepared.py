@@ -35,6 +35,12 @@ class Prepared:
     digest: str
     client_id: str = ""
     client_session: str = ""
+    priority: int = limits.DEFAULT_PRIORITY  # its lane: RunInput.priority capped by the tenant's quota
+
+    @property
+    def lane_args(self) -> list[str]:
+        """The submit scripts' priority and runAt arguments ('' = none)."""
+        return [str(self.priority), "" if self.run.run_at is None else str(self.run.run_at)]
 
 
 def meta_terms(metadata: dict[str, Any] | None) -> list[str]:
@@ -90,14 +96,21 @@ def validated(raw: RunInput | dict[str, Any], profiles: dict[str, AgentProfile] 
     return run
 
 
-def prepare(run: RunInput, scope: Scope, default_id: Callable[[RunInput], str]) -> Prepared:
+def prepare(
+    run: RunInput,
+    scope: Scope,
+    default_id: Callable[[RunInput], str],
+    max_priority: int = limits.MAX_PRIORITY,
+) -> Prepared:
     """Name a valid input and serialize it once: its runId (else ``default_id(run)``), its session
     (``ses_<runId>`` when it creates one unnamed) and the ids its keys use (``scope``). The input
     hash is that of the canonical form (sorted keys, without the runId); the stored input is that
     form with the runId's key appended (ids match agentmill_client.ids.ID_PATTERN: nothing to escape).
+    Its priority is capped at ``max_priority`` (the tenant's quota).
     Raises SubmissionError naming the field."""
     if (reserved := reserved_id_error(run)) is not None:
         raise reserved
+    _check_images(run)
     body = to_jsonable(run)
     rid = body.pop("runId", None) or default_id(run)
     if run.session_id is None and run.auto_create_session:
@@ -112,7 +125,32 @@ def prepare(run: RunInput, scope: Scope, default_id: Callable[[RunInput], str]) 
     return Prepared(
         run.model_copy(update={"run_id": rid, "session_id": sid or None}), key_rid, key_sid, stored,
         hashlib.sha256(canonical).hexdigest(), rid if rid != key_rid else "", sid if sid != key_sid else "",
+        min(limits.DEFAULT_PRIORITY if run.priority is None else run.priority, max_priority),
     )  # fmt: skip
+
+
+def _check_images(run: RunInput) -> None:
+    """Images in inputMessages within their bounds (limits.py): 413 too_large beyond, naming the part."""
+    images = [(i, img) for i, m in enumerate(run.input_messages) for img in m.images()]
+    if len(images) > limits.MAX_IMAGE_PARTS:
+        raise SubmissionError(
+            "too_large",
+            f"inputMessages hold {len(images)} images; at most {limits.MAX_IMAGE_PARTS}",
+            status=413,
+        )
+    total = 0
+    for i, img in images:
+        if img.url.startswith("data:"):
+            total += len(img.url)
+            if len(img.url) > limits.MAX_IMAGE_DATA_BYTES:
+                raise SubmissionError("too_large", f"inputMessages.{i}: an image data: URL is {len(img.url)} bytes; "
+                                      f"at most {limits.MAX_IMAGE_DATA_BYTES}", status=413)  # fmt: skip
+    if total > limits.MAX_RUN_IMAGE_BYTES:
+        raise SubmissionError(
+            "too_large",
+            f"the run's images are {total} bytes; at most {limits.MAX_RUN_IMAGE_BYTES}",
+            status=413,
+        )
 
 
 def _check_size(size: int) -> None:

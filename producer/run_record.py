@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
 
 from agentmill_client.codec import to_jsonable
-from agentmill_client.models import RunResult, RunStatus
+from agentmill_client.models import RunResult, RunStatus, Usage
+from shared.fields import RunField
 
-__all__ = ["LINEAGE_KEYS", "RunRecord", "lineage_view"]
+__all__ = ["LINEAGE_KEYS", "RunRecord", "lineage_view", "usage_of"]
 
 LINEAGE_KEYS = ("retryOf", "forkOf", "atSeq")
 
@@ -24,6 +26,19 @@ def lineage_view(lineage: str, retried_by: str) -> dict[str, Any]:
     if retried_by:
         d["retriedBy"] = retried_by
     return d
+
+
+def usage_of(h: Mapping[RunField, str | None]) -> Usage | None:
+    """The run's usage so far from its hash's usage fields (commit.lua), None before its first commit."""
+    if not h.get(RunField.USAGE_IN):
+        return None
+    cost = h.get(RunField.USAGE_COST)
+    return Usage(
+        input_tokens=int(h[RunField.USAGE_IN] or 0),
+        output_tokens=int(h.get(RunField.USAGE_OUT) or 0),
+        estimated=h.get(RunField.USAGE_ESTIMATED) == "1",
+        cost_usd=float(cost) if cost else None,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +56,13 @@ class RunRecord:
     key_id: str = ""  # the id its keys use, when not run_id (its tenant's key of it, submission.Scope)
     stream_key: str = ""  # the Redis stream of its events (``redis-cli XREAD … STREAMS <it> 0`` tails it)
     client_session: str = ""  # the id its client knows its session by, when not session_id
+    parent_run_id: str = ""  # a child run's (sub-agent's) parent, and the parent's call it answers
+    parent_tool_call_id: str = ""
+    had_children: bool = False  # it started child runs (its run hash has the children field)
     lineage: dict[str, Any] = field(default_factory=dict)  # retryOf | forkOf, atSeq; retriedBy (lineage_view)
+    priority: int = 5  # as capped by its tenant's quota (limits.DEFAULT_PRIORITY when it named none)
+    run_at_ms: int | None = None  # when it was asked to start; status scheduled until then
+    usage: Usage | None = None  # so far (the run hash's usage fields); an ended run's equals result.usage
 
     @property
     def key(self) -> str:
@@ -60,7 +81,13 @@ class RunRecord:
             "createdAt": self.created_at_ms,
             "lastSeq": self.last_seq,
             "streamKey": self.stream_key,
+            "priority": self.priority,
         }
+        if self.run_at_ms is not None:
+            d["runAt"] = self.run_at_ms
+        usage = self.usage or (self.result.usage if self.result is not None else None)
+        if usage is not None:
+            d["usage"] = to_jsonable(usage)
         if self.result is not None:
             d["result"] = to_jsonable(self.result)
             d["result"]["runId"] = self.run_id
@@ -70,5 +97,8 @@ class RunRecord:
             d["pendingApprovals"] = self.pending_approvals
         if self.pending_tool_calls:
             d["pendingToolCalls"] = self.pending_tool_calls
+        if self.parent_run_id:
+            d["parentRunId"] = self.parent_run_id
+            d["parentToolCallId"] = self.parent_tool_call_id
         d.update(self.lineage)
         return d

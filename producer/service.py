@@ -20,11 +20,12 @@ from agentmill_client.models import ClientToolResult, RunEvent, RunInput, RunRes
 from producer import batch_submit
 from producer.placement import locate_many
 from producer.routing import Parts, as_partitions, run_script
-from producer.run_record import RunRecord, lineage_view
+from producer.run_record import RunRecord, lineage_view, usage_of
 from producer.scope import SCOPED_PREFIX, Scope
 from producer.submission import SubmissionError, Submitted
 from producer.submitter import Submitter
 from shared import keys
+from shared.children import child_runs
 from shared.events import decode_entry, stream_id
 from shared.fields import RunField
 from shared.profiles import AgentProfile
@@ -37,7 +38,8 @@ __all__ = ["DEFAULT_TENANT", "Producer", "RunRecord", "SubmissionError", "Submit
 
 F = RunField
 _RUN_FIELDS = [F.STATUS, F.TENANT, F.SESSION_ID, F.CREATED_AT, F.LAST_SEQ, F.RESULT, F.APPROVALS, F.ABORT,
-               F.CLIENT_PENDING, F.CLIENT_SESSION, F.LINEAGE, F.RETRIED_BY]  # fmt: skip
+               F.CLIENT_PENDING, F.CLIENT_SESSION, F.LINEAGE, F.RETRIED_BY, F.PARENT_RUN, F.PARENT_CALL,
+               F.CHILDREN, F.PRIORITY, F.RUN_AT, F.USAGE_IN, F.USAGE_OUT, F.USAGE_ESTIMATED, F.USAGE_COST]  # fmt: skip
 
 
 class Producer:
@@ -191,8 +193,19 @@ class Producer:
             pending_tool_calls=calls,
             stream_key=part.events(run_id),
             client_session=h[F.CLIENT_SESSION] or "",
+            parent_run_id=h[F.PARENT_RUN] or "",
+            parent_tool_call_id=h[F.PARENT_CALL] or "",
+            had_children=h[F.CHILDREN] is not None,
             lineage=lineage_view(h[F.LINEAGE] or "", h[F.RETRIED_BY] or ""),
+            priority=int(h[F.PRIORITY] or limits.DEFAULT_PRIORITY),
+            run_at_ms=int(at) if (at := h[F.RUN_AT]) else None,
+            usage=usage_of(h),
         )
+
+    async def children(self, rec: RunRecord) -> list[dict[str, str]]:
+        """The child runs (sub-agents) a run started, oldest first: runId, status, parentToolCallId
+        (no round trip for a run that never started one)."""
+        return await child_runs(self.parts, rec.tenant, rec.key) if rec.had_children else []
 
     async def read_events(
         self,
@@ -365,9 +378,10 @@ class Producer:
         return {r: text(c[0]) for (r, _), c in zip(found, replies, strict=True) if c[0]}
 
     async def queue_depth(self) -> int:
-        """Jobs waiting on every partition's queue: one round trip per node."""
+        """Jobs queued on every partition (in its queue or held back by a tenant's running cap: its
+        depth counters, shared/lua/prelude.lua): one round trip per node."""
 
         def op(pipe: Any, p: keys.Partition) -> None:
-            pipe.zcard(p.queue)
+            pipe.hvals(p.depth)
 
-        return sum(int(r[0]) for r in await self.parts.each(op))
+        return sum(max(0, int(v)) for r in await self.parts.each(op) for v in r[0])

@@ -14,6 +14,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agentmill_client import limits
 from agentmill_client.models import RunInput
 from producer import admission
 from producer.chunk_sender import ChunkSender
@@ -67,12 +68,19 @@ class Submitter:
 
     # ---- the steps ----
 
-    def prepare(self, raw: RunInput | dict[str, Any], tenant: str, default_id: str = "") -> Prepared:
+    def prepare(
+        self, raw: RunInput | dict[str, Any], tenant: str, default_id: str = "", quota: Quota | None = None
+    ) -> Prepared:
         """Validate one input and name it (its runId, else ``default_id``, else a generated one);
-        its body serialized once (producer.prepared.prepare). Raises SubmissionError naming the field."""
+        its body serialized once (producer.prepared.prepare), its priority capped by ``quota`` and
+        by its agent profile.
+        Raises SubmissionError naming the field."""
         scope = self.scope(tenant)
         run = validated(raw, self.profiles)
-        return prepare(run, scope, lambda r: default_id or self.generated(scope, r))
+        cap = quota.max_priority if quota is not None else limits.MAX_PRIORITY
+        if self.profiles is not None:
+            cap = min(cap, self.profiles[run.agent].max_priority)
+        return prepare(run, scope, lambda r: default_id or self.generated(scope, r), cap)
 
     def place(self, run_id: str, session_id: str) -> keys.Partition:
         """The partition of the run whose keys use ``run_id`` and ``session_id`` (producer.placement)."""
@@ -138,7 +146,9 @@ class Submitter:
     ) -> Submitted:
         """One run: prepared, placed, admitted (its pointer claimed meanwhile when its id was chosen:
         a generated id needs none) and sent."""
-        prep = self.prepare(raw, tenant, run_id_for_key(tenant, idempotency_key) if idempotency_key else "")
+        prep = self.prepare(
+            raw, tenant, run_id_for_key(tenant, idempotency_key) if idempotency_key else "", quota
+        )
         part = self.place(prep.run_id, prep.session_id)
         chosen = self.layout.count > 1 and (claimed_id(raw) is not None or bool(idempotency_key))
         holders = await self.admit(
@@ -175,5 +185,6 @@ class Submitter:
             prep.client_id,
             prep.client_session,
             "" if item is None else str(item),
+            *prep.lane_args,
         ]
         return own, args

@@ -30,12 +30,18 @@ class RunField(StrEnum):
     CLIENT_ID = "clientId"  # the id the client knows a tenant-scoped run by
     CLIENT_SESSION = "clientSession"  # likewise for its session
     WEBHOOK = "webhook"  # the run's webhook URL, '' = none
+    PRIORITY = "priority"  # 0-9, higher first (its queue score: shared/lua/prelude.lua queue_score)
+    RUN_AT = "runAt"  # ms: when a scheduled run becomes due ('' or absent = at once)
     HELD = "held"  # '1' while the run waits for its session's active run to end
     GEN = "gen"  # dispatch number (one arq job each)
     EPOCH = "epoch"  # fencing token, taken by every job start and by every ending from outside
     OWNER = "owner"  # the lease id of the worker running it, '' = none
     LAST_SEQ = "lastSeq"  # the run stream's last seq
     CKPT = "ckpt"  # the machine state (commit.lua)
+    # The run's open tool claims, JSON {toolCallId: {"state": "pending", epoch, attempts}} (commit.lua,
+    # in the same HSET as the checkpoint; a call's record in the tools hash supersedes its claim, which
+    # the commit writing the record drops; acquire.lua answers them among the tool records).
+    CLAIMS = "claims"
     ITERATIONS = "iterations"  # kept beside the checkpoint so an ending from outside reports it
     CRASHES = "crashes"  # attempts that lost their worker (AGENTMILL_MAX_RUN_CRASHES ends it, poison_run)
     ABORT = "abort"  # the reason of a pending abort request, '' = none
@@ -50,6 +56,23 @@ class RunField(StrEnum):
     ORIGIN = "origin"  # a retry's or fork's initial checkpoint payload (JSON, submit_restored.lua)
     LINEAGE = "lineage"  # {"retryOf": id} or {"forkOf": id, "atSeq": n} (JSON, submit_restored.lua)
     RETRIED_BY = "retriedBy"  # the retry that took its place in its batch (batch_replace.lua)
+    # Sub-agents (shared/children.py). A child run: its parent's run id (the id its keys use) and the
+    # parent's tool call it answers, and its ancestry (JSON: the ancestors' agents, the depth limit).
+    PARENT_RUN = "parentRunId"  # written at the child's creation (spawn_child.lua)
+    PARENT_CALL = "parentToolCallId"
+    ANCESTRY = "ancestry"
+    # A parent: the children of its current tool round (JSON [{toolCallId, runId}], commit.lua);
+    # awaiting_children waits for each one's result in its tools hash.
+    CHILDREN = "children"
+    # A run that ended as a child or a parent: what its ending still owes the other runs ('d': its
+    # result to its parent, 'a': an abort to its children), done by shared/children.py and cleared.
+    HANDOFF = "handoff"
+    # Its usage so far (agentmill_client.models.Usage: the checkpoint's RunState.usage), written by the
+    # commit that publishes a ``usage`` event, so GET /v1/runs/{id} shows it while the run runs.
+    USAGE_IN = "inputTokens"
+    USAGE_OUT = "outputTokens"
+    USAGE_ESTIMATED = "usageEstimated"  # '1' = some call's usage is agentmill's estimate
+    USAGE_COST = "costUsd"  # absent = the model has no pricing
 
 
 class BatchField(StrEnum):
@@ -64,6 +87,11 @@ class BatchField(StrEnum):
     OPEN = "open"  # '1' while a request adding runs to it is under way
     FINISHED_AT = "finishedAt"  # set once every run ended and no part is still to come
     WEBHOOK = "webhook"  # the batch's webhook URL, '' = none
+    # Usage totals of its ended runs, added by the script that counts the run in ``done`` (track()):
+    INPUT_TOKENS = "inputTokens"
+    OUTPUT_TOKENS = "outputTokens"
+    COST_USD = "costUsd"  # HINCRBYFLOAT; absent = no ended run had a price
+    ESTIMATED_RUNS = "estimatedRuns"  # ended runs whose usage is (partly) an estimate
 
 
 class SessionField(StrEnum):

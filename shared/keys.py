@@ -54,7 +54,8 @@ SEP = "\x1f"  # between the fields of Partition.context (ids, tenants and JSON n
 # Listing indexes (per tenant and partition; bounded, expiring with the retention): sorted sets
 # runId -> createdAt (ms). ``dim`` is one of these; the tenant-wide index is dim "all", value "".
 # "item" (value: a batch id) is the batch's order instead: runId -> its item index in the batch.
-INDEX_DIMS = ("all", "status", "agent", "session", "batch", "meta", "item")
+# "parent" (value: the parent's run id, the one its keys use): a parent's child runs (sub-agents).
+INDEX_DIMS = ("all", "status", "agent", "session", "batch", "meta", "item", "parent")
 
 # A finished batch's delivery id on a partition's webhook list: this prefix, then the batch key (a
 # runId never holds a brace, so the two kinds of delivery cannot be confused).
@@ -65,7 +66,7 @@ BATCH_DELIVERY = "{batch}"
 # job_id (the tag). The partition's fixed keys (queue, live, …) go as KEYS (shared/scripts.py).
 CONTEXT_FIELDS = (
     "run", "events", "tools", "session", "session_pending", "session_runs", "worker_runs",
-    "worker_inbox", "worker_lease", "tenant_running", "index", "batch", "job_key", "job_id",
+    "worker_inbox", "worker_lease", "tenant_running", "tenant_held", "index", "batch", "job_key", "job_id",
 )  # fmt: skip
 
 
@@ -108,9 +109,15 @@ class Partition:
         self.worker_lease_prefix = b + "w.lease:"  # string, expiring with the worker's lease here
         self.tenant_active_prefix = b + "t.active:"  # zset runId -> submitted at: maxActive
         self.tenant_running_prefix = b + "t.running:"  # zset runId -> claimed at: maxRunning
+        # zset job id -> its queue score: the tenant's due jobs its running cap holds back, in their
+        # queue order; one goes back to the queue, with its score, each time a run of it stops running
+        self.tenant_held_prefix = b + "t.held:"
         self.index_prefix = b + "ix:"  # + tenant:dim:value (index_key)
         self.pool_minute_prefix = b + "pool.min:"  # hash: runs started/ended in one minute (pool_minute)
         self.batch_prefix = b + "batch:"  # + tenant:batchId (batch_key); hash: shared.fields.BatchField
+        self.tool_cache_prefix = (
+            b + "tc:"
+        )  # + tenant:tool:digest (tool_cache); string: a ToolResult, with a TTL
         self.job_key_prefix = job_key_prefix  # arq's; the job id carries the tag (job_id)
         self.queue = f"arq:queue:{self.tag}"  # arq's sorted set of this partition's pending job ids
         self.live = b + "live"  # zset runId -> when the reconciler should next look at it (ms)
@@ -122,6 +129,10 @@ class Partition:
         self.schedule_prefix = b + "sched:"  # hash: shared.fields.ScheduleField
         self.schedule_index_prefix = b + "sched.ix:"  # + tenant: zset schedule key -> createdAt (ms)
         self.schedules_due = b + "sched.due"  # zset schedule key -> next firing (ms), or its claim's expiry
+        self.scheduled = (
+            b + "scheduled"
+        )  # zset job id -> runAt (ms): jobs not due yet (claim_jobs.lua moves them)
+        self.depth = b + "depth"  # hash priority -> jobs queued (in the queue or held back) of that priority
 
     def __repr__(self) -> str:
         return f"Partition({self.index}, {self.tag})"
@@ -140,6 +151,10 @@ class Partition:
 
     def pointer(self, run_id: str) -> str:
         return self.pointer_prefix + run_id
+
+    def tool_cache(self, tenant: str, tool: str, digest: str) -> str:
+        """A cached tool result: the tool's name and a digest of its canonical arguments, per tenant."""
+        return f"{self.tool_cache_prefix}{tenant}:{tool}:{digest}"
 
     def session(self, session_id: str) -> str:
         return self.session_prefix + session_id
@@ -189,6 +204,9 @@ class Partition:
 
     def tenant_running(self, tenant: str) -> str:
         return self.tenant_running_prefix + tenant
+
+    def tenant_held(self, tenant: str) -> str:
+        return self.tenant_held_prefix + tenant
 
     def tenant_rate(self, tenant: str) -> str:
         """Hash (tokens, at): the tenant's submission token bucket (at its home partition; admit_rate.lua)."""

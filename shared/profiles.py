@@ -12,16 +12,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 import orjson
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from agentmill_client import limits
 from agentmill_client.models import ClientTool, LoopLimits, Model, ToolPolicy
 
 __all__ = [
+    "AGENT_TOOL_PARAMETERS",
     "BUILTIN_PROFILES",
     "DEV_PROFILES_ENV",
     "DEV_TOOLS",
     "AgentProfile",
+    "AgentToolConfig",
     "CompactionConfig",
     "ContextConfig",
     "HttpToolConfig",
@@ -30,6 +32,7 @@ __all__ = [
     "ProfileFile",
     "ProviderConfig",
     "RetryConfig",
+    "ToolCache",
     "ToolSettings",
     "dev_profiles_enabled",
     "load_profiles",
@@ -53,8 +56,18 @@ class RetryConfig(Model):
     retry_after_cap_ms: int = Field(default=60_000, ge=0)
 
 
+class ToolCache(Model):
+    """A tool's results reused for the same arguments and tenant (worker/tool_cache.py)."""
+
+    ttl_s: int = Field(ge=1, le=7 * 24 * 3_600)
+
+
 class ToolSettings(Model):
     requires_approval: bool = False
+    # Opt-in result cache. Never for a tool marked sideEffects: true; an HTTP tool must declare
+    # sideEffects: false to be cached (the profile is refused otherwise).
+    cache: ToolCache | None = None
+    side_effects: bool | None = None
     timeout_s: float = Field(default=30.0, gt=0, le=limits.MAX_TOOL_TIMEOUT_S)
     max_tries: int = Field(default=3, ge=1, le=20)
     retry_delay_ms: int = Field(default=1_000, ge=0, le=limits.MAX_TOOL_RETRY_DELAY_MS)
@@ -95,12 +108,46 @@ class McpServerConfig(Model):
     allow_hosts: list[str] = Field(default_factory=list)  # hosts exempt from the private-address guard
 
 
+AGENT_TOOL_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {"task": {"type": "string", "description": "what the agent is to do, in full"}},
+    "required": ["task"],
+}
+
+
+class AgentToolConfig(Model):
+    """A sub-agent: a tool whose call runs another profile's agent as a child run (shared/children.py)
+    on the call's ``task``; the child's answer (or its error) is the call's result."""
+
+    kind: Literal["agent"] = "agent"
+    agent: str = Field(min_length=1, max_length=128)  # the child's profile
+    name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")  # default: the agent's name
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: dict(AGENT_TOOL_PARAMETERS))
+
+    @property
+    def tool_name(self) -> str:
+        return self.name or self.agent
+
+
 class ContextConfig(Model):
     """Run-loop context windows (seed 002)."""
 
     max_run_loops: int = Field(default=10, ge=0)
     max_message_length: int = Field(default=500, ge=1)
     max_time_range_ms: int = Field(default=7 * 24 * 3_600_000, ge=0)
+    # The context tools load_older_history and search_history (issue 31): offered when true. A run
+    # then loads up to maxHistoryLoops past turns, shows the newest maxRunLoops of them, and each
+    # load_older_history shows expandContextWindowSize more messages (seed 003); search_history
+    # answers at most searchMaxResults hits.
+    history_tools: bool = False
+    max_history_loops: int = Field(default=50, ge=0, le=1_000)
+    expand_context_window_size: int = Field(default=10, ge=1, le=1_000)
+    search_max_results: int = Field(default=8, ge=1, le=50)
+
+    def loaded_loops(self) -> int:
+        """The past turns a run loads: with the context tools, as many as it may widen to."""
+        return max(self.max_run_loops, self.max_history_loops) if self.history_tools else self.max_run_loops
 
 
 class CompactionConfig(Model):
@@ -109,6 +156,13 @@ class CompactionConfig(Model):
     keep_recent: int = Field(default=8, ge=1)
     use_model: bool = False
     max_overflow_retries: int = Field(default=2, ge=0)
+    # truncate | summary | keyFacts | importance (worker/compaction.py); None: summary with
+    # useModel, else truncate
+    strategy: Literal["truncate", "summary", "keyFacts", "importance"] | None = None
+    importance_budget_tokens: int = Field(default=4_000, ge=0)  # what importance keeps of the middle
+
+    def resolved_strategy(self) -> str:
+        return self.strategy or ("summary" if self.use_model else "truncate")
 
 
 class Pricing(Model):
@@ -174,6 +228,7 @@ class AgentProfile(Model):
     tools: list[str] = Field(default_factory=list)  # built-in tool names
     http_tools: list[HttpToolConfig] = Field(default_factory=list)
     mcp_servers: list[McpServerConfig] = Field(default_factory=list)  # tools listed from MCP servers
+    agent_tools: list[AgentToolConfig] = Field(default_factory=list)  # sub-agents
     tool_settings: dict[str, ToolSettings] = Field(default_factory=dict)
     loop_limits: LoopLimits = Field(default_factory=LoopLimits)
     tool_policy: ToolPolicy = Field(default_factory=ToolPolicy)
@@ -189,10 +244,33 @@ class AgentProfile(Model):
     client_tools: list[ClientTool] = Field(default_factory=list)
     run_client_tools: list[str] = Field(default_factory=list)
     client_tool_timeout_ms: int = Field(default=600_000, ge=1, le=7 * 24 * 3_600_000)  # per call
+    # The highest priority a run of this agent gets (a higher RunInput.priority is lowered to it),
+    # beside the tenant's quota maxPriority: the lower of the two applies.
+    max_priority: int = Field(default=9, ge=0, le=9)
+
+    @model_validator(mode="after")
+    def _cache_only_without_side_effects(self) -> AgentProfile:
+        http = {t.name for t in self.http_tools}
+        for name, ts in self.tool_settings.items():
+            if ts.cache is None:
+                continue
+            if ts.side_effects:
+                raise ValueError(f"toolSettings.{name}: a tool with sideEffects cannot have a cache")
+            if (name in http or self.mcp_server_of(name) is not None) and ts.side_effects is not False:
+                raise ValueError(
+                    f"toolSettings.{name}: an HTTP or MCP tool is cached only if it declares sideEffects: false"
+                )
+        return self
+
+    def cache_ttl_s(self, tool: str) -> int | None:
+        """How long a result of ``tool`` may be reused, or None: not cached."""
+        ts = self.tool_settings.get(tool)
+        return ts.cache.ttl_s if ts is not None and ts.cache is not None else None
 
     def client_tool_problem(self, tools: list[ClientTool]) -> str | None:
         """Why a RunInput may not declare these client tools, or None."""
-        taken = {*self.tool_names(), *(t.name for t in self.client_tools), "recall_tool_call"}
+        internal = {"recall_tool_call", "load_older_history", "search_history"}
+        taken = {*self.tool_names(), *(t.name for t in self.client_tools), *internal}
         seen: set[str] = set()
         for i, t in enumerate(tools):
             if t.name in taken or t.name in seen or self.mcp_server_of(t.name) is not None:
@@ -205,7 +283,7 @@ class AgentProfile(Model):
         return None
 
     def tool_names(self) -> list[str]:
-        return [*self.tools, *(t.name for t in self.http_tools)]
+        return [*self.tools, *(t.name for t in self.http_tools), *(t.tool_name for t in self.agent_tools)]
 
     def settings_for(self, tool: str) -> ToolSettings:
         got = self.tool_settings.get(tool)

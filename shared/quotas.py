@@ -2,7 +2,8 @@
 once, and how many it may submit per second (a token bucket: bursts of submitBurst runs, at least
 a full batch, refilled at submitsPerSecond). Defaults come from settings; AGENTMILL_TENANT_QUOTAS
 (JSON, inline or a file path) overrides them per tenant:
-``{"tenant-a": {"maxActive": 50, "maxRunning": 10, "submitsPerSecond": 5, "submitBurst": 2000}}``. 0 means no limit.
+``{"tenant-a": {"maxActive": 50, "maxRunning": 10, "submitsPerSecond": 5, "submitBurst": 2000, "maxPriority": 5}}``. 0 means no limit
+(maxPriority: the highest priority its runs get; higher ones are lowered to it, default 9).
 
 The running cap keeps tenants from crowding each other out, so it does not apply to the default
 tenant (the one an API without auth, a token without a tenant, and the Python producer submit as):
@@ -18,6 +19,7 @@ from pathlib import Path
 import orjson
 from pydantic import Field
 
+from agentmill_client import limits
 from agentmill_client.models import Model
 from shared.settings import Settings
 
@@ -31,6 +33,8 @@ class Quota(Model):
     max_running: int = Field(default=0, ge=0)  # running at once (enforced when a worker claims a run)
     submits_per_second: int = Field(default=0, ge=0)  # runs submitted per second (a batch counts each)
     submit_burst: int = Field(default=0, ge=0)  # most runs submitted at once (the token bucket's size)
+    max_priority: int = Field(default=limits.MAX_PRIORITY, ge=limits.MIN_PRIORITY, le=limits.MAX_PRIORITY)
+    # ^ a run's priority above this is lowered to it (not refused)
 
     @property
     def burst(self) -> int:

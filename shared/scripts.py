@@ -23,7 +23,7 @@ Time comes from Redis (``TIME``), so worker clocks never decide whose lease has 
 A run that ends with a webhook configured is pushed on its partition's webhook list for delivery.
 
 Every script on a partition touches that partition's slot only: it is called with its own KEYS
-followed by the partition's five fixed keys (``Scripts.frame``), and with the partition's context
+followed by the partition's seven fixed keys (``Scripts.frame``), and with the partition's context
 as its first ARGV (key prefixes, the arq job template, the settings), so the Lua builds no key
 format and reads no setting of its own. The provider limiter's scripts work on one endpoint's keys
 and take neither; nor do the schedules' (``schedule_*``), which take a schedule's keys on its partition.
@@ -66,12 +66,13 @@ _ON_PARTITION = ("clock", "prelude")
 SCRIPTS: dict[str, tuple[str, ...]] = {
     "submit": (*_ON_PARTITION, "submit_one", "submit"),
     "submit_many": (*_ON_PARTITION, "submit_one", "submit_many"),
+    "spawn_child": (*_ON_PARTITION, "submit_one", "spawn_child"),
     "submit_restored": (*_ON_PARTITION, "submit_one", "submit_restored"),
     **{
         name: (*_ON_PARTITION, name)
         for name in (
             "batch_close", "list_runs", "batch_results", "acquire", "commit", "beat", "forget_worker", "release", "redispatch",
-            "abort", "settle_approval", "tool_results", "claim_jobs", "claim_webhooks", "admit_tenant",
+            "abort", "settle_approval", "tool_results", "child_result", "claim_jobs", "claim_webhooks", "admit_tenant",
             "scaling", "batch_replace",
         )
     },
@@ -86,7 +87,7 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
 # template's four pieces (dispatch.JOB_TEMPLATE) and the settings the scripts read.
 CONTEXT_EXTRA = (
     "job_a", "job_b", "job_c", "job_d", "maxlen", "retention", "queued_check_ms", "job_expire_ms",
-    "index_max", "batch_delivery", "max_run_crashes",
+    "index_max", "batch_delivery", "max_run_crashes", "aging_ms",
 )  # fmt: skip
 
 
@@ -98,6 +99,8 @@ class Scripts:
 
     submit: Script
     submit_many: Script
+    spawn_child: Script
+    child_result: Script
     submit_restored: Script
     batch_replace: Script
     list_runs: Script
@@ -135,6 +138,7 @@ class Scripts:
         stream_maxlen: int = 10_000,
         retention_s: int = 604_800,
         max_run_crashes: int = 3,
+        aging_ms: int = 30_000,
         functions: bool | None = None,
         mode: str | None = None,
     ) -> None:
@@ -148,6 +152,7 @@ class Scripts:
             "maxlen": str(stream_maxlen), "retention": str(retention_s), "queued_check_ms": str(queued_check_ms),
             "job_expire_ms": str(dispatch.JOB_EXPIRE_MS), "index_max": str(limits.MAX_INDEX_RUNS),
             "batch_delivery": keys.BATCH_DELIVERY, "max_run_crashes": str(max_run_crashes),
+            "aging_ms": str(aging_ms),
         }  # fmt: skip
         self._extra = keys.SEP.join(extra[f] for f in CONTEXT_EXTRA) + keys.SEP
         self._contexts: dict[int, str] = {}
@@ -179,6 +184,7 @@ class Scripts:
             stream_maxlen=settings.stream_maxlen,
             retention_s=settings.retention_s,
             max_run_crashes=settings.max_run_crashes,
+            aging_ms=settings.priority_aging_ms,
             mode=settings.redis_functions,
         )
 
@@ -194,10 +200,16 @@ class Scripts:
     ) -> tuple[list[Any], list[Any]]:
         """(KEYS, ARGV) of a script call on ``part``: its own keys then the partition's fixed keys
         (prelude.lua takes them off again), the partition's context then its own arguments."""
-        return (
-            [*own_keys, part.queue, part.live, part.awaiting, part.workers, part.webhooks],
-            [self.context(part), *args],
-        )
+        fixed = [
+            part.queue,
+            part.live,
+            part.awaiting,
+            part.workers,
+            part.webhooks,
+            part.scheduled,
+            part.depth,
+        ]
+        return [*own_keys, *fixed], [self.context(part), *args]
 
 
 # The names the scripts spell as ``<namespace>.<MEMBER>`` tokens (``F.STATUS``, ``S.QUEUED``), each
@@ -280,6 +292,7 @@ def render(text_: str) -> str:
     tokens = {
         "__CONTEXT_FIELDS__": ", ".join(f"'{f}'" for f in (*keys.CONTEXT_FIELDS, *CONTEXT_EXTRA)),
         "__TERMINAL__": ", ".join(f"{s.value}=true" for s in sorted(TERMINAL)),
+        "__DEFAULT_PRIORITY__": str(limits.DEFAULT_PRIORITY),
     }
     for token, value in tokens.items():
         text_ = text_.replace(token, value)

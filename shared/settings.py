@@ -103,6 +103,13 @@ class Settings(BaseSettings):
     queued_check_ms: int = Field(
         default=60_000, description="a queued run with no arq job after this is re-enqueued"
     )
+    priority_aging_ms: int = Field(
+        default=30_000,
+        ge=1,
+        description="the aging quantum of run priorities: a run waiting this long gains one priority level "
+        "over the runs submitted after it (a run of priority p is never overtaken by a run of priority q "
+        "submitted more than (q - p) times this after it)",
+    )
     worker_metrics_port: int = Field(
         default=9100, description="the worker's `/metrics` and `/healthz`; `0` an ephemeral port, `-1` off"
     )
@@ -196,7 +203,7 @@ class Settings(BaseSettings):
     tenant_quotas: str | None = Field(
         default=None,
         description='per-tenant overrides, JSON or a JSON file: `{"tenant": {"maxActive", "maxRunning", '
-        '"submitsPerSecond", "submitBurst"}}`',
+        '"submitsPerSecond", "submitBurst", "maxPriority"}}`',
     )
     max_streams_per_tenant: int = Field(
         default=100,

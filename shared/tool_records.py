@@ -1,16 +1,22 @@
 """A tool call's record: the value of one field of a run's tools hash (keys.Partition.tools, call
 id -> JSON), as one type for every Python reader and writer. The Lua writes the same shapes:
-commit.lua the claims, tool_results.lua a client's results, prelude.lua's client_settle the
-timeouts of client calls.
+commit.lua the claims (in the run hash, below), tool_results.lua a client's results, prelude.lua's
+client_settle the timeouts of client calls.
 
 A record is in one of three states (``ToolState``):
 
 - ``pending``: claimed by the worker at ``epoch``, its ``attempts``-th claim, no result yet. A
   worker that acquires the run with a pending record runs the call again (same idempotency key).
+  commit.lua keeps claims in the run hash (field ``claims``: the run's open claims, JSON, written in
+  the commit's one HSET of the run) rather than in the tools hash, and drops a call's claim when it
+  writes the call's record; acquire.lua answers them among the records.
 - ``client_pending``: offered to the caller (``client``) with the call's ``name`` and
   ``arguments``, until ``deadline_ms`` (``timeout_ms`` after the offer).
 - ``done``: ``result`` recorded; served on resume and by recall, never executed again. A client
   call is done with the caller's result or, past its deadline, a timeout error (``timed_out``).
+
+``calledAt`` (unix ms, from the run's clock: the time of the model reply that made the call) is on
+done and client records; a worker's claim (written by commit.lua before the call starts) has none.
 
 The JSON leaves out the fields at their defaults (a claim is ``{"state", "epoch", "attempts"}``),
 so reading it back gives the same record.
@@ -40,7 +46,7 @@ class ToolState(StrEnum):
 _FIELDS = (
     ("state", "state"), ("epoch", "epoch"), ("attempts", "attempts"), ("client", "client"),
     ("timed_out", "timedOut"), ("name", "name"), ("arguments", "arguments"),
-    ("deadline_ms", "deadlineMs"), ("timeout_ms", "timeoutMs"),
+    ("deadline_ms", "deadlineMs"), ("timeout_ms", "timeoutMs"), ("called_at_ms", "calledAt"),
 )  # fmt: skip
 
 
@@ -55,6 +61,7 @@ class ToolRecord:
     arguments: str = ""
     deadline_ms: int = 0  # a client call's deadline (unix ms) and the timeout it came from
     timeout_ms: int = 0
+    called_at_ms: int = 0  # when the model called it (unix ms, the run's clock; 0: a claim, or older records)
     result: ToolResult | None = None
 
     @classmethod
@@ -63,19 +70,19 @@ class ToolRecord:
         return cls(ToolState.PENDING, epoch, prev.attempts + 1 if prev is not None else 1)
 
     @classmethod
-    def finished(cls, epoch: int, attempts: int, result: ToolResult) -> ToolRecord:
-        return cls(ToolState.DONE, epoch, attempts, result=result)
+    def finished(cls, epoch: int, attempts: int, result: ToolResult, called_at_ms: int = 0) -> ToolRecord:
+        return cls(ToolState.DONE, epoch, attempts, called_at_ms=called_at_ms, result=result)
 
     @classmethod
-    def offered(cls, call: ToolCall, deadline_ms: int, timeout_ms: int) -> ToolRecord:
+    def offered(cls, call: ToolCall, deadline_ms: int, timeout_ms: int, called_at_ms: int = 0) -> ToolRecord:
         """A client call offered to the caller."""
         return cls(ToolState.CLIENT_PENDING, client=True, name=call.name, arguments=call.arguments,
-                   deadline_ms=deadline_ms, timeout_ms=timeout_ms)  # fmt: skip
+                   deadline_ms=deadline_ms, timeout_ms=timeout_ms, called_at_ms=called_at_ms)  # fmt: skip
 
     def timed_out_as(self, call_id: str) -> ToolRecord:
         """This client call past its deadline: done with a timeout error (prelude.lua client_settle)."""
         content = f"error: the client returned no result within {self.timeout_ms or '?'} ms"
-        return ToolRecord(ToolState.DONE, client=True, timed_out=True,
+        return ToolRecord(ToolState.DONE, client=True, timed_out=True, called_at_ms=self.called_at_ms,
                           result=ToolResult(tool_call_id=call_id, name=self.name, content=content, is_error=True))  # fmt: skip
 
     @property
@@ -120,6 +127,7 @@ class ToolRecord:
             arguments=str(d.get("arguments") or ""),
             deadline_ms=int(d.get("deadlineMs") or 0),
             timeout_ms=int(d.get("timeoutMs") or 0),
+            called_at_ms=int(d.get("calledAt") or 0),
             result=ToolResult.model_validate(raw) if isinstance(raw, dict) else None,
         )
 

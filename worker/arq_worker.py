@@ -19,7 +19,7 @@ from typing import Any
 from arq.connections import ArqRedis
 from arq.constants import in_progress_key_prefix
 from arq.jobs import serialize_result
-from arq.utils import poll, timestamp_ms
+from arq.utils import timestamp_ms
 from arq.worker import Worker
 from redis.exceptions import RedisError
 
@@ -83,35 +83,67 @@ class ResilientWorker(Worker):
     claim_batch: int = 64
     workers: int = 2  # live workers (itself included) at the last beat: 2 until one says otherwise
     claim_check_ms: int = 30_000  # the lease: a claimed run not acquired by then is re-dispatched
-    max_running: int = 0  # per tenant and partition (0: none); over-cap jobs are pushed back
+    max_running: int = 0  # per tenant and partition (0: none); over-cap jobs are held back
     running_caps: str = ""  # {tenant: maxRunning} JSON of tenants with their own quota
-    push_back_ms: int = 500
     finisher: JobFinisher | None = None
 
-    async def _due_jobs(self) -> list[tuple[Partition, list[bytes]]]:
-        """Every partition's due job ids: one pipelined round trip per node."""
+    async def _due_jobs(self, full: bool) -> list[tuple[Partition, list[bytes], bool]]:
+        """Every partition's due job ids, in queue order (priority first: shared/lua/prelude.lua
+        queue_score; none when the worker is ``full``), and whether a scheduled job is due there
+        (the claim moves it to the queue): one pipelined round trip per node. A partition's
+        scheduled jobs are looked at when the earliest one seen is due, and once a second besides
+        (a run scheduled sooner meanwhile is seen within a second of its runAt at worst)."""
         now, count = timestamp_ms(), self.queue_read_limit
+        look = {
+            p.index for p in self.parts.parts
+            if now >= self._next_due.get(p.index, 0) or now >= self._looked_at.get(p.index, 0) + 1000
+        }  # fmt: skip
 
         def read(part: Partition) -> Callable[[Any], None]:
-            return lambda pipe: pipe.zrangebyscore(part.queue, "-inf", now, start=0, num=count)
+            def op(pipe: Any) -> None:
+                if not full:
+                    pipe.zrangebyscore(part.queue, "-inf", now, start=0, num=count)
+                if part.index in look:
+                    pipe.zrange(part.scheduled, 0, 0, withscores=True)
+
+            return op
 
         # A node without a master for now (a failover under way) must not hold up the others'.
         replies = await self.parts.pipelined(
             [(p, read(p)) for p in self.parts.parts], deadline_s=self.poll_delay_s * 4, skip_failed=True
         )
-        return [(p, r[0]) for p, r in zip(self.parts.parts, replies, strict=True) if r and r[0]]
+        out: list[tuple[Partition, list[bytes], bool]] = []
+        for p, r in zip(self.parts.parts, replies, strict=True):
+            if not r:
+                continue
+            ids = [] if full else r[0]
+            due = False
+            if p.index in look:
+                first = r[-1]
+                self._looked_at[p.index] = now
+                self._next_due[p.index] = first[0][1] if first else float("inf")
+                due = self._next_due[p.index] <= now
+            if ids or due:
+                out.append((p, ids, due))
+        return out
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # per partition: the earliest scheduled job's runAt seen, and when it was looked at (ms)
+        self._next_due: dict[int, float] = {}
+        self._looked_at: dict[int, float] = {}
 
     async def _poll_iteration(self) -> None:
         """arq's poll over every partition's queue: claim what is due, then arq's health record."""
         try:
-            if self.allow_pick_jobs and self.job_counter < self.max_jobs:
-                due = await self._due_jobs()
+            if self.allow_pick_jobs:
+                due = await self._due_jobs(self.job_counter >= self.max_jobs)
                 # Partitions in turn from a rotating start, so none is always served last.
                 if due:
                     k = self._poll_turn % len(due)
                     self._poll_turn += 1
-                    for part, ids in due[k:] + due[:k]:
-                        await self.start_jobs_on(part, ids)
+                    for part, ids, scheduled in due[k:] + due[:k]:
+                        await self.start_jobs_on(part, ids, scheduled)
             await self.heart_beat()
         except (RedisError, OSError) as exc:
             log.warning("redis unavailable in the poll loop (%s: %s); retrying", type(exc).__name__, exc)
@@ -140,20 +172,43 @@ class ResilientWorker(Worker):
 
     async def main(self) -> None:
         """arq's loop, with ``_poll_iteration`` over the partitions; a burst worker stops when every
-        partition's queue is empty and its jobs are done."""
+        partition's queue is empty and its jobs are done.
+
+        A full worker polls again as soon as one of its jobs ends (at most every tenth of the poll
+        delay) instead of at the next tick: the slot goes to the first job in the queue's order
+        then, so a high-priority run waits for a free slot, not for a slot and a poll delay."""
         self.ctx["redis"] = self.pool
-        async for _ in poll(self.poll_delay_s):
+        self._freed = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        while True:
+            before = loop.time()
+            self._full = False
             await self._poll_iteration()
             if self.burst:
                 depth = sum(n for (n,) in await self.parts.each(lambda pipe, p: pipe.zcard(p.queue)))
                 if depth == 0 and self.job_counter == 0:
                     await asyncio.gather(*self.tasks.values())
                     return
+            self._full = self.job_counter >= self.max_jobs
+            self._freed.clear()
+            wait = max(0.0, self.poll_delay_s - (loop.time() - before))
+            if self._full:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._freed.wait(), wait)
+                wait = max(0.0, self.poll_delay_s / 10 - (loop.time() - before))
+            await asyncio.sleep(wait)
 
-    async def start_jobs_on(self, part: Partition, job_ids: list[bytes]) -> None:
+    _freed: asyncio.Event | None = None  # set when a job of a full worker ends
+    _full = False
+
+    async def start_jobs_on(self, part: Partition, job_ids: list[bytes], scheduled: bool = False) -> None:
+        """Claim what ``claim_size`` allows of ``job_ids``; ``scheduled``: a scheduled job is due on
+        the partition, so the claim script runs even for a full worker (it moves the job to the queue,
+        where it waits with its priority and its runAt as its place, and shows as queued)."""
         free = claim_size(self.max_jobs - self.job_counter, len(job_ids), self.claim_batch, self.workers)
-        if free <= 0 or not job_ids:
+        if free <= 0 and not scheduled:
             return
+        free = max(0, free)
         if self.finisher is None:
             self.finisher = JobFinisher(self.parts, int(self.keep_result_s * 1000))
         claim = self.scripts.claim_jobs
@@ -161,7 +216,7 @@ class ResilientWorker(Worker):
             part,
             [],
             [int(time.time() * 1000), int(self.in_progress_timeout_s * 1000), free, in_progress_key_prefix,
-             self.claim_check_ms, self.max_running, self.running_caps, self.push_back_ms, *job_ids],
+             self.claim_check_ms, self.max_running, self.running_caps, *job_ids],
         )  # fmt: skip
         reply = await self.parts.call(part, lambda c: claim(keys=k, args=a, client=c))
         for i in range(0, len(reply), 2):
@@ -174,8 +229,11 @@ class ResilientWorker(Worker):
             self.tasks[job_id] = task
 
     def _job_done(self, task: asyncio.Task[None]) -> None:
-        """Free the slot and forget the task (arq's poll would walk every task to find the done)."""
+        """Free the slot and forget the task (arq's poll would walk every task to find the done);
+        a full worker's poll loop wakes (``main``)."""
         self._release_sem_dec_counter_on_complete()
+        if self._full and self._freed is not None:
+            self._freed.set()
         job_id = task.get_name()
         if self.tasks.get(job_id) is task:
             del self.tasks[job_id]

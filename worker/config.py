@@ -12,14 +12,20 @@ from pydantic import Field
 
 from agentmill_client.models import LoopLimits, Model, ResponseFormat, RunInput
 from shared.profiles import AgentProfile, CompactionConfig, ContextConfig, RetryConfig
-from worker import policy, prompt
+from worker import history_tools, policy, prompt
 
 __all__ = [
+    "DEFAULT_MAX_DEPTH",
     "DEFAULT_MAX_ITERATIONS",
     "DEFAULT_MAX_REPAIRS",
+    "DEFAULT_MAX_TOOL_CALLS",
+    "LOAD_OLDER_SPEC",
+    "MAX_RECALL_IDS",
     "RECALL_PROMPT",
     "RECALL_SPEC",
     "RECALL_TOOL",
+    "SEARCH_SPEC",
+    "Lineage",
     "RunConfig",
     "ToolSpec",
     "narrow_limits",
@@ -29,6 +35,8 @@ __all__ = [
 
 DEFAULT_MAX_ITERATIONS = 25  # seed 004
 DEFAULT_MAX_REPAIRS = 2  # repair turns of a structured answer that does not validate
+DEFAULT_MAX_TOOL_CALLS = 100  # tool calls a run executes before it is asked for its answer (seed 004)
+DEFAULT_MAX_DEPTH = 3  # sub-agent nesting: a root run's children are at depth 1
 RECALL_TOOL = "recall_tool_call"
 
 
@@ -40,18 +48,32 @@ class ToolSpec(Model):
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
 
 
+MAX_RECALL_IDS = 10  # ids one recall_tool_call may ask for
 RECALL_SPEC = ToolSpec(
     name=RECALL_TOOL,
     description=(
-        "Recall the full result of an earlier tool call of this run or session by its toolCallId. "
+        "Recall the full result of earlier tool calls of this run or session by their toolCallIds. "
         "Results of past turns and of compacted messages are left out of the conversation; their ids "
         "are shown where the calls are mentioned. Use this when you need one again."
     ),
     parameters={
         "type": "object",
-        "properties": {"callId": {"type": "string", "description": "the toolCallId to recall"}},
-        "required": ["callId"],
+        "properties": {
+            "callId": {"type": "string", "description": "the toolCallId to recall"},
+            "callIds": {"type": "array", "items": {"type": "string"}, "maxItems": MAX_RECALL_IDS,
+                        "description": "several toolCallIds to recall at once"},
+        },
     },
+)  # fmt: skip
+LOAD_OLDER_SPEC = ToolSpec(
+    name=history_tools.LOAD_OLDER_HISTORY,
+    description=history_tools.LOAD_OLDER_DESCRIPTION,
+    parameters=history_tools.LOAD_OLDER_PARAMETERS,
+)
+SEARCH_SPEC = ToolSpec(
+    name=history_tools.SEARCH_HISTORY,
+    description=history_tools.SEARCH_DESCRIPTION,
+    parameters=history_tools.SEARCH_PARAMETERS,
 )
 
 
@@ -60,6 +82,14 @@ RECALL_PROMPT = (
     "their toolCallIds are shown where the calls are mentioned. To read one again, call "
     f"{RECALL_TOOL} with its callId."
 )
+
+
+class Lineage(Model):
+    """Where a run stands among sub-agents: its ancestors' agents (the root's first) and the depth
+    limit its root set (loopLimits.maxDepth, narrowed on the way down). A root run has none."""
+
+    agents: list[str] = Field(default_factory=list)
+    max_depth: int = DEFAULT_MAX_DEPTH
 
 
 class RunConfig(Model):
@@ -72,6 +102,7 @@ class RunConfig(Model):
     max_calls_per_run: int | None = None
     max_iterations: int = DEFAULT_MAX_ITERATIONS
     max_tool_rounds: int | None = None
+    max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS
     max_run_duration_ms: int | None = None
     approval_timeout_ms: int | None = None
     retry: RetryConfig = Field(default_factory=RetryConfig)
@@ -83,6 +114,13 @@ class RunConfig(Model):
     client_tool_timeout_ms: int = 600_000
     response_format: ResponseFormat | None = None  # the final answer must be JSON (validated)
     max_repairs: int = DEFAULT_MAX_REPAIRS
+    include_messages: bool = False  # the final transcript in result.messages
+    agent_tools: dict[str, str] = Field(default_factory=dict)  # sub-agent tool name -> child's profile
+    ancestors: list[str] = Field(default_factory=list)  # the agents above this run, the root's first
+    max_depth: int = DEFAULT_MAX_DEPTH  # a child may be at most this deep (the root is at 0)
+
+    def internal_names(self) -> set[str]:
+        return {t.name for t in self.internal_tools}
 
     def tool_names(self) -> set[str]:
         return {t.name for t in self.tools} | {t.name for t in self.internal_tools}
@@ -107,7 +145,20 @@ def narrow_limits(
         max_repairs=_narrowest(
             DEFAULT_MAX_REPAIRS if profile.max_repairs is None else profile.max_repairs, run.max_repairs
         ),
+        max_tool_calls=_narrowest(
+            DEFAULT_MAX_TOOL_CALLS if profile.max_tool_calls is None else profile.max_tool_calls,
+            run.max_tool_calls,
+        ),
     )
+
+
+def _max_depth(profile: AgentProfile, run: RunInput, lineage: Lineage | None) -> int:
+    """The depth limit: a root run's (its profile's, else the default, narrowed by the run), which
+    binds its whole tree; a child's profile may only narrow it further."""
+    own = _narrowest(profile.loop_limits.max_depth, (run.loop_limits or LoopLimits()).max_depth)
+    if lineage is None:
+        return DEFAULT_MAX_DEPTH if own is None else own
+    return lineage.max_depth if own is None else min(own, lineage.max_depth)
 
 
 def resolve_config(
@@ -118,6 +169,7 @@ def resolve_config(
     has_session: bool,
     duration_default_ms: int = 3_600_000,
     duration_max_ms: int = 24 * 3_600_000,
+    lineage: Lineage | None = None,
 ) -> RunConfig:
     """Merge profile defaults with the run's overrides (the run can narrow its tools and limits,
     never widen them)."""
@@ -134,6 +186,9 @@ def resolve_config(
     client = [*profile.client_tools, *run_client]
     specs = {**specs, **{t.name: ToolSpec(name=t.name, description=t.description, parameters=t.parameters)
                          for t in client}}  # fmt: skip
+    for a in profile.agent_tools:  # sub-agents: run by a child run, not by a tool of this worker
+        about = a.description or f"Hand a task to the {a.agent} agent; its answer is the result."
+        specs[a.tool_name] = ToolSpec(name=a.tool_name, description=about, parameters=a.parameters)
     names = policy.allowed_tools(
         [*profile.tool_names(), *(n for n in specs if profile.mcp_server_of(n)), *(t.name for t in client)],
         enabled=tp.enabled,
@@ -149,6 +204,8 @@ def resolve_config(
     ]
     # Recall is offered when there is something to recall: a session's past runs or this run's tools.
     internal = [RECALL_SPEC] if (has_session or tools) and tp.enabled is not False else []
+    if internal and profile.context.history_tools:  # the context tools (issue 31)
+        internal += [LOAD_OLDER_SPEC, SEARCH_SPEC] if has_session else [SEARCH_SPEC]
     system_prompt = prompt.render(
         run.system_prompt_override or profile.system_prompt,
         run.runtime_init_data,
@@ -156,6 +213,8 @@ def resolve_config(
     )
     if internal:
         system_prompt += "\n\n" + RECALL_PROMPT
+    if len(internal) > 1:
+        system_prompt += " " + history_tools.HISTORY_PROMPT
     return RunConfig(
         agent=profile.name,
         system_prompt=system_prompt,
@@ -166,6 +225,7 @@ def resolve_config(
         max_calls_per_run=tp.max_calls_per_run,
         max_iterations=ll.max_iterations or DEFAULT_MAX_ITERATIONS,
         max_tool_rounds=ll.max_tool_rounds,
+        max_tool_calls=DEFAULT_MAX_TOOL_CALLS if ll.max_tool_calls is None else ll.max_tool_calls,
         max_run_duration_ms=ll.max_run_duration_ms,
         approval_timeout_ms=tp.approval_timeout_ms,
         retry=profile.retry,
@@ -177,4 +237,8 @@ def resolve_config(
         client_tool_timeout_ms=profile.client_tool_timeout_ms,
         response_format=run.response_format,
         max_repairs=DEFAULT_MAX_REPAIRS if ll.max_repairs is None else ll.max_repairs,
+        include_messages=bool(run.include_messages),
+        agent_tools={t.tool_name: t.agent for t in profile.agent_tools if t.tool_name in names},
+        ancestors=list(lineage.agents) if lineage else [],
+        max_depth=_max_depth(profile, run, lineage),
     )

@@ -71,9 +71,10 @@ def past_calls(lp: RunLoop) -> list[PastCall]:
 
 
 def truncate(m: Message, limit: int) -> Message:
-    if len(m.content) <= limit:
-        return Message(role=m.role, content=m.content)
-    return Message(role=m.role, content=m.content[:limit] + TRUNCATED)
+    text = m.text  # an image is a placeholder in a past turn
+    if len(text) <= limit:
+        return Message(role=m.role, content=text, created_at=m.created_at)
+    return Message(role=m.role, content=text[:limit] + TRUNCATED, created_at=m.created_at)
 
 
 def reduce_history(loops: Sequence[RunLoop], cfg: ContextConfig, now_ms: int) -> list[Message]:
@@ -87,8 +88,8 @@ def reduce_history(loops: Sequence[RunLoop], cfg: ContextConfig, now_ms: int) ->
         reply = truncate(lp.assistant, cfg.max_message_length) if lp.assistant is not None else None
         calls = past_calls(lp)
         if calls:  # the turn's tool calls, by id, so the model can recall their results
-            text = calls_note(calls) + ("\n" + reply.content if reply is not None else "")
-            reply = Message(role="assistant", content=text)
+            text = calls_note(calls) + ("\n" + reply.text if reply is not None else "")
+            reply = Message(role="assistant", content=text, created_at=reply.created_at if reply else None)
         if reply is not None:
             out.append(reply)
     return out
@@ -121,7 +122,7 @@ def truncation_summary(middle: Sequence[Message]) -> str:
     """The deterministic summary: one truncated line per removed message, tool calls with their ids."""
     lines = []
     for m in middle:
-        what: Any = m.content[:200]
+        what: Any = m.text[:200]
         if m.tool_calls:
             what = "calls " + ", ".join(f"{c.name}({c.arguments[:80]}) [{c.id}]" for c in m.tool_calls)
         who = f" {m.name or ''} [{m.tool_call_id}]" if m.role == "tool" else ""

@@ -24,6 +24,7 @@ from worker.models.scripted import ScriptedProvider
 from worker.observer import NullObserver, Observer
 from worker.ports import RunPorts, SystemClock
 from worker.redis_store import RedisRunStore, RedisSessionStore
+from worker.tool_cache import RedisToolCache
 from worker.tools.registry import Toolbox
 
 if TYPE_CHECKING:
@@ -120,7 +121,8 @@ class WorkerDeps:
     def ports(self, part: keys.Partition, run_id: str) -> RunPorts:
         """The ports of one run's driver, on this process's Redis, providers and tools."""
         store = RedisRunStore(self.parts, self.scripts, self.settings, part, run_id, self.lease, self.batcher)
-        return RunPorts(store, self.sessions, self.models, self.tools, SystemClock(), self.rng)
+        cache = RedisToolCache(self.parts, part, run_id)
+        return RunPorts(store, self.sessions, self.models, self.tools, SystemClock(), self.rng, cache)
 
     async def aclose(self) -> None:
         await self.batcher.aclose()

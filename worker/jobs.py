@@ -382,6 +382,8 @@ class WorkerProcess:
         for reason in ("lease_expired", "job_lost"):
             if n := verdicts.get(f"redispatched:{reason}", 0):
                 self.observer.runs_redispatched(reason, n)
+        if n := verdicts.get("child_delivered", 0):
+            self.observer.children_ended(n)
 
     async def _reconciler(self) -> None:
         s = self.settings

@@ -16,7 +16,8 @@ from typing import Any
 
 import orjson
 
-from agentmill_client.models import Message, RunInput, RunStatus, ToolCall, ToolResult
+from agentmill_client.models import Message, RunInput, RunStatus, ToolCall, ToolResult, Usage
+from shared.children import ChildSpec, Spawned
 from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
 from shared.settings import Settings
 from shared.tool_records import ToolRecord, ToolState
@@ -62,6 +63,7 @@ class MemoryRun:
     restarts: int = 0
     owner: str = ""  # the worker holding the run ('' when none does: queued, parked or ended)
     error_code: str = ""  # the ending's error code
+    usage: Usage | None = None  # the run's usage as the last commit that changed it reported it
     # The workers whose lease is unexpired. None: leases not modelled, each worker's acquire takes
     # the run over (its previous owner is taken to be lost), and an owner's commits are never late.
     live: set[str] | None = None
@@ -129,6 +131,8 @@ class MemoryRunStore:
         run_deadline_ms: int | None = None,
         iterations: int | None = None,
         error_code: str = "",
+        children: bytes | None = None,
+        usage: Usage | None = None,
     ) -> int:
         r = self.run
         if r.epoch != self.epoch:
@@ -154,6 +158,8 @@ class MemoryRunStore:
             r.checkpoint = checkpoint
         if iterations is not None:
             r.iterations = iterations
+        if usage is not None:
+            r.usage = usage
         if status:
             r.status, r.owner = status, ""
             if status in _TERMINAL:
@@ -188,6 +194,16 @@ class MemoryRunStore:
                 still_open += 1
         return still_open
 
+    async def start_children(self, specs: list[ChildSpec], lineage: bytes) -> dict[str, Spawned]:
+        """One run in memory has no children: every one is refused (sub-agents need Redis)."""
+        return {s.call_id: Spawned(error="sub-agents need the Redis store") for s in specs}
+
+    async def hand_off(self) -> dict[str, str]:
+        return {}
+
+    async def parent_status(self) -> tuple[str, str]:
+        return "", ""
+
     async def release(self, gen: int) -> str:
         r = self.run
         if r.epoch != self.epoch:
@@ -221,14 +237,29 @@ class MemorySessionStore:
         return context.reduce_history(loops, cfg, self.clock.now_ms())
 
     async def recall(self, session_id: str | None, call: ToolCall, run_id: str | None = None) -> ToolResult:
-        wanted = sessions.recall_id(call)
+        found = [(w, self._past(session_id, run_id, w)) for w in sessions.recall_ids(call)]
+        return sessions.recall_answer(call, found)
+
+    def _past(self, session_id: str | None, run_id: str | None, wanted: str) -> ToolResult | None:
         past = None
         run = self.runs.get(run_id or "")
         if run is not None and wanted in run.tools:
             past = ToolRecord.from_dict(run.tools[wanted]).recorded
         if past is None and session_id is not None and wanted:
             past = sessions.past_result(self.results.get(session_id, {}).get(wanted))
-        return sessions.recalled(call, wanted, past)
+        return past
+
+    async def load_past(
+        self, session_id: str | None, max_loops: int
+    ) -> tuple[list[context.RunLoop], dict[str, ToolResult]]:
+        if session_id is None or max_loops <= 0:
+            return [], {}
+        loops = [
+            context.RunLoop.model_validate_json(r) for r in self.history.get(session_id, [])[-max_loops:]
+        ]
+        stored = self.results.get(session_id, {})
+        ids = [c.id for lp in loops for c in context.past_calls(lp)]
+        return loops, {i: r for i in ids if (r := sessions.past_result(stored.get(i))) is not None}
 
 
 class MemoryModels:

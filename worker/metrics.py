@@ -19,6 +19,7 @@ from prometheus_client.exposition import generate_latest
 from agentmill_client.models import EventKind, Usage
 from agentmill_client.statuses import TERMINAL
 from worker.config import RECALL_TOOL
+from worker.history_tools import LOAD_OLDER_HISTORY, SEARCH_HISTORY
 from worker.machine import TRANSITIONS
 from worker.policy import RETRYABLE_STATUSES
 
@@ -59,7 +60,7 @@ LABELS: dict[str, tuple[str, ...]] = {
     "outcome": ("success", "error"),
     "reason.retry": (*sorted(RETRY_REASONS), "http_other", OTHER),
     "direction": ("input", "output"),
-    "tool_outcome": ("ok", "error"),
+    "tool_outcome": ("ok", "error", "cached"),
     "mcp_outcome": ("ok", "error", "failed"),  # failed: no answer (unreachable, timeout, MCP error)
     "kind": tuple(k.value for k in EventKind),
     "reason.refused": ("fenced", "duplicate"),
@@ -112,6 +113,16 @@ class MetricsObserver:
             registry=r,
         )
         self.resumed = Counter("agentmill_runs_resumed", "Runs resumed from a checkpoint.", registry=r)
+        self.kids_started = Counter(
+            "agentmill_children_started",
+            "Child runs (sub-agents) this worker created for its parents.",
+            registry=r,
+        )
+        self.kids_ended = Counter(
+            "agentmill_children_ended",
+            "Child runs whose ending this worker delivered to their parent (once per child).",
+            registry=r,
+        )
         self.model_calls = Counter(
             "agentmill_model_calls", "Model calls by outcome.", ["outcome"], registry=r
         )
@@ -228,7 +239,7 @@ class MetricsObserver:
             registry=r,
         )
         self._mcp_servers = frozenset(mcp_servers)
-        self._tools = frozenset({*tools, RECALL_TOOL})
+        self._tools = frozenset({*tools, RECALL_TOOL, LOAD_OLDER_HISTORY, SEARCH_HISTORY})
         # Children by (metric, label values): ``.labels()`` validates and locks on every call, a
         # few of them per event; the label values are bounded (see above), so is this dict.
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
@@ -361,6 +372,12 @@ class MetricsObserver:
 
     def runs_redispatched(self, reason: str, count: int = 1) -> None:
         self._c(self.redispatched, _bounded(reason, "reason.redispatch")).inc(count)
+
+    def children_started(self, count: int = 1) -> None:
+        self.kids_started.inc(count)
+
+    def children_ended(self, count: int = 1) -> None:
+        self.kids_ended.inc(count)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

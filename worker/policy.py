@@ -221,11 +221,15 @@ def check_output(fmt: ResponseFormat, text: str) -> tuple[Any, list[str]]:
     return (None, problems) if problems else (value, [])
 
 
+IMAGE_TOKENS = 768  # an image's share of a request, estimated (OpenAI: 85 to about 1,100 by size)
+
+
 def estimate_tokens(messages: Iterable[Message]) -> int:
-    """A provider-neutral estimate: four characters a token, plus a little per message."""
+    """A provider-neutral estimate: four characters a token, plus a little per message, and
+    IMAGE_TOKENS an image (its size is the provider's business)."""
     total = 0
     for m in messages:
-        total += 4 + len(m.content) // 4
+        total += 4 + len(m.text) // 4 + IMAGE_TOKENS * len(m.images())
         for c in m.tool_calls or ():
             total += (len(c.name) + len(c.arguments)) // 4 + 4
     return total

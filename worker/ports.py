@@ -17,12 +17,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agentmill_client.models import Message, ToolCall, ToolResult
+from agentmill_client.models import Message, ToolCall, ToolResult, Usage
+from shared.children import ChildSpec, Spawned
 from shared.clock import now_ms
 from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
 from shared.settings import Settings
 from shared.tool_records import ToolRecord
 from worker.config import ToolSpec
+from worker.context import RunLoop
 from worker.lease import WorkerLease
 from worker.models.base import ModelProvider
 from worker.observer import Observer
@@ -44,6 +46,7 @@ __all__ = [
     "SessionStore",
     "SessionUpdate",
     "SystemClock",
+    "ToolCache",
     "ToolPort",
     "ToolRetry",
 ]
@@ -68,6 +71,8 @@ class Acquired:
     tool_records: dict[str, ToolRecord]
     restarts: int
     origin: bytes | None = None  # a retry's or fork's initial checkpoint payload, until its first commit
+    tenant: str = ""
+    ancestry: bytes = b""  # a child run's (config.Lineage JSON: its ancestors); b"" for a root run
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,11 +120,27 @@ class RunStore(Protocol):
         run_deadline_ms: int | None = None,
         iterations: int | None = None,
         error_code: str = "",
+        children: bytes | None = None,
+        usage: Usage | None = None,
     ) -> int:
-        """Everything in one fenced write; raises FencedError or SeqConflictError and writes nothing."""
+        """Everything in one fenced write; raises FencedError or SeqConflictError and writes nothing.
+        ``children``: the current round's child runs (JSON [{toolCallId, runId}]), when changed."""
         ...
 
     async def release(self, gen: int) -> str: ...
+
+    async def start_children(self, specs: list[ChildSpec], lineage: bytes) -> dict[str, Spawned]:
+        """Create this run's child runs (sub-agents), in its tenant (shared/children.py)."""
+        ...
+
+    async def parent_status(self) -> tuple[str, str]:
+        """A child run's parent: its id and its status ('' and '' for a root run, or a parent gone)."""
+        ...
+
+    async def hand_off(self) -> dict[str, str]:
+        """After the run's ending: its result to its parent, an abort to its children (what the
+        ending marked; shared/children.py)."""
+        ...
 
 
 class SessionStore(Protocol):
@@ -128,6 +149,12 @@ class SessionStore(Protocol):
     async def recall(
         self, session_id: str | None, call: ToolCall, run_id: str | None = None
     ) -> ToolResult: ...
+
+    async def load_past(
+        self, session_id: str | None, max_loops: int
+    ) -> tuple[list[RunLoop], dict[str, ToolResult]]:
+        """The session's newest ``max_loops`` turns and their tool results by session call id."""
+        ...
 
 
 OnWait = Callable[[str, int], Awaitable[None]]
@@ -172,6 +199,14 @@ class ToolPort(Protocol):
     ) -> ToolResult: ...
 
 
+class ToolCache(Protocol):
+    """Tool results reused by tool, canonical arguments and tenant (worker/tool_cache.py)."""
+
+    async def get(self, call: ToolCall) -> ToolResult | None: ...
+
+    async def put(self, call: ToolCall, result: ToolResult, ttl_s: int) -> None: ...
+
+
 class Clock(Protocol):
     def now_ms(self) -> int:
         """Wall time in unix ms (event times, deadlines)."""
@@ -206,6 +241,7 @@ class RunPorts:
     tools: ToolPort
     clock: Clock = field(default_factory=SystemClock)
     rng: Rng = field(default_factory=random.Random)
+    cache: ToolCache | None = None  # the tool-result cache; None: no tool is cached
 
 
 class Host(Protocol):

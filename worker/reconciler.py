@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from shared import children
 from shared.clock import now_ms
 from shared.fields import RunField
 from shared.keys import Partition
@@ -111,11 +112,22 @@ async def _redispatch(
             return list(await pipe.execute(raise_on_error=False))
 
     verdicts: Counter[str] = Counter()
-    for r in await parts.call(part, send):
+    owed: list[str] = []
+    for rid, r in zip(run_ids, await parts.call(part, send), strict=True):
         if isinstance(r, Exception):
             verdicts["error"] += 1
         elif isinstance(r, list):
             verdicts[text(r[0])] += 1
             if text(r[0]) == "redispatched":  # and why: the worker metric counts retries by it
                 verdicts[f"redispatched:{text(r[1])}"] += 1
+            elif text(r[0]) == "ending_owed":
+                owed.append(rid)
+    for rid in owed:  # ended runs whose ending still owes their parent or children (shared/children.py)
+        try:
+            done = await children.hand_off(parts, scripts, part, rid)
+        except Exception:
+            verdicts["handoff_error"] += 1
+            continue
+        if done.get("deliver") in ("recorded", "resumed"):
+            verdicts["child_delivered"] += 1
     return verdicts

@@ -14,7 +14,9 @@ from typing import Any
 
 import orjson
 
-from agentmill_client.models import Message, ToolCall, ToolResult
+from agentmill_client.models import Message, ToolCall, ToolResult, Usage
+from shared import children as kids
+from shared.children import ChildSpec, Spawned
 from shared.functions import Script, each_with_reload
 from shared.keys import Partition
 from shared.partitions import Partitions
@@ -56,6 +58,7 @@ class RedisRunStore:
         self._keys = part.run_keys(run_id)
         self.attempts: dict[str, int] = {}  # tool call id -> attempts recorded (claims count on)
         self.lease_id = ""  # the worker lease id it acquired the run under
+        self.tenant = ""
 
     async def _run(self, script: Script, own_keys: list[Any], args: list[Any]) -> Any:
         k, a = self.scripts.frame(self.part, own_keys, args)
@@ -83,6 +86,7 @@ class RedisRunStore:
         self.epoch = int(text(r[1]))
         self.lease_id = worker_id
         self.last_seq = int(text(r[2]) or 0)
+        self.tenant = text(r[10]) if len(r) > 10 else ""
         flat = r[7]
         records = {text(flat[i]): ToolRecord.from_json(flat[i + 1]) for i in range(0, len(flat), 2)}
         self.attempts = {k: v.attempts for k, v in records.items()}
@@ -96,6 +100,8 @@ class RedisRunStore:
             tool_records=records,
             restarts=int(text(r[8])),
             origin=(r[9] or None) if len(r) > 9 else None,
+            tenant=self.tenant,
+            ancestry=r[11] if len(r) > 11 and r[11] else b"",
         )
 
     async def commit(
@@ -110,6 +116,8 @@ class RedisRunStore:
         run_deadline_ms: int | None = None,
         iterations: int | None = None,
         error_code: str = "",
+        children: bytes | None = None,
+        usage: Usage | None = None,
     ) -> int:
         """Append events, write the checkpoint, claims and tool records: one round trip."""
         self._check_lease()
@@ -136,6 +144,12 @@ class RedisRunStore:
         args.append("" if run_deadline_ms is None else run_deadline_ms)
         args.append("" if iterations is None else iterations)
         args.append(error_code)
+        args.append(children or "")
+        if usage is None:
+            args += ["", "", "", ""]
+        else:
+            cost = "" if usage.cost_usd is None else repr(usage.cost_usd)
+            args += [usage.input_tokens, usage.output_tokens, "1" if usage.estimated else "0", cost]
         own = [*self._keys, self.part.worker_lease(self.lease_id)]
         if session is not None:
             own += self.part.session_keys(session.session_id)
@@ -152,6 +166,18 @@ class RedisRunStore:
         for call_id in outbox.claims:
             self.attempts[call_id] = self.attempts.get(call_id, 0) + 1
         return self.last_seq
+
+    async def start_children(self, specs: list[ChildSpec], lineage: bytes) -> dict[str, Spawned]:
+        """The children on their partitions, in this run's tenant (the parent's worker holds the run)."""
+        self._check_lease()
+        return await kids.spawn(self.parts, self.scripts, parent_id=self.run_id, tenant=self.tenant,
+                                lineage=lineage, specs=specs)  # fmt: skip
+
+    async def parent_status(self) -> tuple[str, str]:
+        return await kids.parent_status(self.parts, self.part, self.run_id)
+
+    async def hand_off(self) -> dict[str, str]:
+        return await kids.hand_off(self.parts, self.scripts, self.part, self.run_id)
 
     async def release(self, gen: int) -> str:
         """Hand the run back: it goes straight back on the queue as dispatch gen + 1."""
@@ -181,20 +207,42 @@ class RedisSessionStore:
         return context.reduce_history(loops, cfg, self.clock.now_ms())
 
     async def recall(self, session_id: str | None, call: ToolCall, run_id: str | None = None) -> ToolResult:
-        """The internal recall_tool_call tool: a tool result by its id, from this run's own calls
-        (compacted away or not) or else from the session's past runs."""
-        wanted = sessions.recall_id(call)
-        past = None
+        """The internal recall_tool_call tool: tool results by their ids, from this run's own calls
+        (compacted away or not) or else from the session's past runs (one read of each hash)."""
+        wanted = sessions.recall_ids(call)
+        found: dict[str, ToolResult | None] = dict.fromkeys(wanted)
         if run_id is not None and wanted:
             part = self.parts.home(session_id) if session_id else self.parts.home(run_id)
             tools = part.tools(run_id)
-            rec = await self.parts.call(part, lambda c: c.hget(tools, wanted))
-            past = ToolRecord.from_json(rec).recorded if rec is not None else None
-        if past is None and session_id is not None and wanted:
+            recs = await self.parts.call(part, lambda c: c.hmget(tools, wanted))
+            for w, rec in zip(wanted, recs, strict=True):
+                found[w] = ToolRecord.from_json(rec).recorded if rec is not None else None
+        missing = [w for w in wanted if found[w] is None]
+        if missing and session_id is not None:
             part = self.parts.home(session_id)
             results = part.session_results(session_id)
-            past = sessions.past_result(await self.parts.call(part, lambda c: c.hget(results, wanted)))
-        return sessions.recalled(call, wanted, past)
+            raws = await self.parts.call(part, lambda c: c.hmget(results, missing))
+            for w, raw in zip(missing, raws, strict=True):
+                found[w] = sessions.past_result(raw)
+        return sessions.recall_answer(call, list(found.items()))
+
+    async def load_past(
+        self, session_id: str | None, max_loops: int
+    ) -> tuple[list[context.RunLoop], dict[str, ToolResult]]:
+        """The session's newest ``max_loops`` turns and their tool results (search_history reads them)."""
+        if session_id is None or max_loops <= 0:
+            return [], {}
+        part = self.parts.home(session_id)
+        key, results = part.session_loops(session_id), part.session_results(session_id)
+        raw = await self.parts.call(part, lambda c: c.lrange(key, -max_loops, -1))
+        loops = [context.RunLoop.model_validate_json(r) for r in raw]
+        ids = [c.id for lp in loops for c in context.past_calls(lp)]
+        if not ids:
+            return loops, {}
+        raws = await self.parts.call(part, lambda c: c.hmget(results, ids))
+        return loops, {
+            i: r for i, x in zip(ids, raws, strict=True) if (r := sessions.past_result(x)) is not None
+        }
 
 
 @dataclass(frozen=True, slots=True)

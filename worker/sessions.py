@@ -7,11 +7,27 @@ import orjson
 
 from agentmill_client.models import RunResult, RunStatus, ToolCall, ToolResult
 from worker import context
-from worker.config import RECALL_TOOL
+from worker.config import MAX_RECALL_IDS, RECALL_TOOL
+from worker.history_tools import LOAD_OLDER_HISTORY, SEARCH_HISTORY
 from worker.machine import RunState
 from worker.ports import SessionUpdate
 
-__all__ = ["past_result", "recall_id", "recalled", "session_call_id", "session_update"]
+__all__ = [
+    "MAX_RECALL_CHARS",
+    "past_result",
+    "recall_answer",
+    "recall_id",
+    "recall_ids",
+    "recalled",
+    "recalled_many",
+    "session_call_id",
+    "session_update",
+]
+
+MAX_RECALL_CHARS = 64_000  # a recall of several ids, as JSON (each result is cut to its share)
+
+
+_INTERNAL = frozenset({RECALL_TOOL, LOAD_OLDER_HISTORY, SEARCH_HISTORY})  # not kept as the session's results
 
 
 def session_call_id(run_id: str, call_id: str) -> str:
@@ -28,12 +44,14 @@ def session_update(state: RunState, result: RunResult, now_ms: int) -> SessionUp
     user = next((m for m in state.transcript if m.role == "user"), None)
     if user is None:
         return SessionUpdate(state.session_id)
+    if isinstance(user.content, list):  # a session keeps images as placeholders, not their data
+        user = user.model_copy(update={"content": user.text})
     # Call ids are unique in a run only (c1.0 in every run): the session knows them as <runId>/<id>.
     tool_results = [
         (session_call_id(state.run_id, m.tool_call_id),
-         ToolResult(tool_call_id=m.tool_call_id, name=m.name or "", content=m.content))
+         ToolResult(tool_call_id=m.tool_call_id, name=m.name or "", content=m.text))
         for m in state.transcript
-        if m.role == "tool" and m.tool_call_id and m.name != RECALL_TOOL
+        if m.role == "tool" and m.tool_call_id and m.name not in _INTERNAL
     ]  # fmt: skip
     loop = context.RunLoop(
         run_id=state.run_id,
@@ -59,6 +77,38 @@ def recall_id(call: ToolCall) -> str:
         return ""
 
 
+def recall_ids(call: ToolCall) -> list[str]:
+    """The ids a recall_tool_call asks for: ``callIds`` (at most MAX_RECALL_IDS, in order, no
+    repeats) or else ``callId``; [] when its arguments name none."""
+    try:
+        args = orjson.loads(call.arguments or "{}")
+    except orjson.JSONDecodeError:
+        return []
+    if not isinstance(args, dict):
+        return []
+    many = args.get("callIds")
+    if isinstance(many, list) and many:
+        return list(dict.fromkeys(str(i) for i in many if i))[:MAX_RECALL_IDS]
+    one = args.get("callId")
+    return [str(one)] if one else []
+
+
+def recalled_many(call: ToolCall, found: list[tuple[str, ToolResult | None]]) -> ToolResult:
+    """The result of a recall of several ids: ``{"results": [{callId, content, isError} | {callId,
+    error}]}``, each content cut to its share of MAX_RECALL_CHARS; an error only if none was found."""
+    share = MAX_RECALL_CHARS // max(1, len(found)) - 100
+    items: list[dict[str, object]] = []
+    for wanted, past in found:
+        if past is None:
+            items.append({"callId": wanted, "error": "tool call result not found"})
+        else:
+            cut = past.content if len(past.content) <= share else past.content[:share] + context.TRUNCATED
+            items.append({"callId": wanted, "content": cut, "isError": past.is_error})
+    body = orjson.dumps({"results": items}).decode()
+    missing = all(p is None for _, p in found)
+    return ToolResult(tool_call_id=call.id, name=call.name, content=body, is_error=missing)
+
+
 def past_result(raw: bytes | str | None) -> ToolResult | None:
     """A session's past tool result, as its results hash holds it."""
     return ToolResult.model_validate_json(raw) if raw is not None else None
@@ -70,3 +120,11 @@ def recalled(call: ToolCall, wanted: str, past: ToolResult | None) -> ToolResult
         content = orjson.dumps({"error": "tool call result not found", "callId": wanted}).decode()
         return ToolResult(tool_call_id=call.id, name=call.name, content=content, is_error=True)
     return ToolResult(tool_call_id=call.id, name=call.name, content=past.content, is_error=past.is_error)
+
+
+def recall_answer(call: ToolCall, found: list[tuple[str, ToolResult | None]]) -> ToolResult:
+    """One id asked for: its result as it was (or a not-found error); several: ``recalled_many``."""
+    if len(found) > 1:
+        return recalled_many(call, found)
+    wanted, past = found[0] if found else ("", None)
+    return recalled(call, wanted, past)

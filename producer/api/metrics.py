@@ -44,9 +44,22 @@ class ClusterCollector(Collector):
             return
         yield GaugeMetricFamily(
             "agentmill_queue_depth",
-            "Jobs in the partitions' arq queues, summed: runs queued, not yet claimed (running runs "
-            "are not in it; jobs held back by a tenant's running cap are).",
+            "Jobs queued on the partitions, summed: runs queued, not yet claimed (running runs "
+            "and scheduled runs not due yet are not in it; jobs held back by a tenant's running cap are).",
             value=g.queue_depth,
+        )
+        lanes = GaugeMetricFamily(
+            "agentmill_queue_depth_by_priority",
+            "agentmill_queue_depth by the runs' priority (0-9, higher first): ten series, always.",
+            labels=["priority"],
+        )
+        for p, n in enumerate(g.by_priority):
+            lanes.add_metric([str(p)], n)
+        yield lanes
+        yield GaugeMetricFamily(
+            "agentmill_runs_scheduled",
+            "Runs submitted with a runAt still ahead (status scheduled): queued once due.",
+            value=g.scheduled,
         )
         yield GaugeMetricFamily(
             "agentmill_runs_awaiting_approval",

@@ -65,7 +65,9 @@ async def list_runs(
     tenant: Tenant,
     status: Annotated[
         str | None,
-        Query(description="queued, running, awaiting_human, awaiting_tools, completed, failed, aborted"),
+        Query(
+            description="queued, running, awaiting_human, awaiting_tools, awaiting_children, completed, failed, aborted"
+        ),
     ] = None,
     agent: Annotated[str | None, Query(max_length=128)] = None,
     session_id: Annotated[str | None, Query(alias="sessionId", pattern=ID_PATTERN)] = None,
@@ -81,8 +83,12 @@ async def list_runs(
     ] = None,
     limit: Limit = 50,
     cursor: Cursor = None,
+    parent_run_id: Annotated[
+        str | None, Query(alias="parentRunId", pattern=ID_PATTERN, description="only this run's child runs")
+    ] = None,
 ) -> dict[str, Any]:
-    flt = RunFilter(status, agent, session_id, batch_id, tuple(metadata or ()), created_after, created_before)
+    flt = RunFilter(status, agent, session_id, batch_id, tuple(metadata or ()), created_after, created_before,
+                    parent_run_id)  # fmt: skip
     return await _page(api, tenant, flt, limit, cursor)
 
 

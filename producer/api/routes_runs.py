@@ -193,7 +193,11 @@ async def submit_batch(body: BatchBody, api: ApiDep, tenant: Tenant) -> Response
     summary="A run's status and result",
 )
 async def get_run(run_id: str, api: ApiDep, tenant: Tenant) -> dict[str, Any]:
-    return (await record_or_404(api, run_id, tenant)).view()
+    rec = await record_or_404(api, run_id, tenant)
+    view = rec.view()
+    if kids := await api.producer.children(rec):
+        view["children"] = kids
+    return view
 
 
 @router.get(

@@ -28,8 +28,10 @@ from typing import Any
 import click
 import orjson
 
+from agentmill_client import limits
 from agentmill_client.errors import ApiError
 from agentmill_client.ids import ID_PATTERN, new_batch_id
+from agentmill_client.models import run_at_ms
 from producer.cli.common import (
     CliError,
     api_client,
@@ -47,6 +49,7 @@ from shared.settings import get_settings
 __all__ = ["Journal", "submit"]
 
 Outcome = str | tuple[str, str]  # a run id, or (error code, message)
+_LANE_FLAGS = {"priority": "--priority", "runAt": "--run-at"}
 
 
 @click.command(help="Submit runs from a JSONL file (one RunInput object per line) as one batch.")
@@ -61,8 +64,35 @@ Outcome = str | tuple[str, str]  # a run id, or (error code, message)
     default=None,
     help="name the batch; a batch of this file started before is resumed (only its missing parts are sent)",
 )
-def submit(file: Path, wait: bool, api_url: str | None, token: str | None, batch_id: str | None) -> None:
-    exit_with(_submit(file, wait, api_url, token, batch_id))
+@click.option(
+    "--priority",
+    type=click.IntRange(limits.MIN_PRIORITY, limits.MAX_PRIORITY),
+    default=None,
+    help="the priority (0-9, higher first; default 5) of the runs whose line names none",
+)
+@click.option(
+    "--run-at",
+    default=None,
+    help="when the runs whose line names no runAt may start: RFC 3339 (2026-01-31T09:00:00Z) or epoch ms",
+)
+def submit(
+    file: Path,
+    wait: bool,
+    api_url: str | None,
+    token: str | None,
+    batch_id: str | None,
+    priority: int | None,
+    run_at: str | None,
+) -> None:
+    lanes: dict[str, Any] = {}
+    if priority is not None:
+        lanes["priority"] = priority
+    if run_at is not None:
+        try:
+            lanes["runAt"] = run_at_ms(run_at)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc).removeprefix("runAt: "), param_hint="--run-at") from None
+    exit_with(_submit(file, wait, api_url, token, batch_id, lanes))
 
 
 @dataclass
@@ -217,20 +247,27 @@ async def _send_part(sender: Sender, parsed: Parsed, part: Part, of: int) -> lis
             await asyncio.sleep(delay / 1000)
 
 
-async def _submit(file: Path, wait: bool, api_url: str | None, token: str | None, named: str | None) -> int:
+async def _submit(
+    file: Path, wait: bool, api_url: str | None, token: str | None, named: str | None, lanes: dict[str, Any]
+) -> int:
     if named is not None and not re.match(ID_PATTERN, named):
         raise CliError(
             f"--batch-id {named!r}: letters, digits and _.:- only, at most 128, not starting with a sign"
         )
     data = await asyncio.to_thread(file.read_bytes)
     parsed = parse_jsonl(data)
+    for item in parsed.items:  # the flags fill in what a line leaves out (a resume repeats them)
+        for k, v in lanes.items():
+            item.setdefault(k, v)
     batch_id = named or new_batch_id()
     n = len(parsed.items)
     journal = Journal.open(batch_id, file, hashlib.sha256(data).hexdigest(), get_settings().max_batch, n)
     plan = parts(n, journal.part_size)
     todo = to_send(plan, journal.done)
     resume = shlex.join(["agentmill", "submit", str(file), *(["--api", api_url] if api_url else []),
-                         *(["--wait"] if wait else []), "--batch-id", batch_id])  # fmt: skip
+                         *(["--wait"] if wait else []),
+                         *[a for k, v in lanes.items() for a in (_LANE_FLAGS[k], str(v))],
+                         "--batch-id", batch_id])  # fmt: skip
     before = len(plan) - len([p for p in todo if p.offset not in journal.done])
     err.print(
         f"batch {batch_id}: {n} runs in {len(plan)} part(s)" + (f", {before} sent before" if before else "")

@@ -3,12 +3,28 @@
 -- Refused (no_lease) unless the acquiring worker's own lease is unexpired. The same acquire sent
 -- again (its reply lost, or the batch re-sent after a failover) answers as the first did.
 -- Reply: ok, epoch, lastSeq, ckpt, input, abort, approvals, tool records, crashes, and a retry's or
--- fork's origin while it has no checkpoint of its own yet ('' otherwise).
+-- fork's origin while it has no checkpoint of its own yet ('' otherwise). The tool records are the
+-- tools hash's and the run's open claims (commit.lua): a claim stands for its call unless the call
+-- has a record past its claim.
 local function loaded(epoch, crashes)
-  local d = redis.call('HMGET', KEYS[1], F.LAST_SEQ, F.CKPT, F.INPUT, F.ABORT, F.APPROVALS, F.ORIGIN)
+  local d = redis.call('HMGET', KEYS[1], F.LAST_SEQ, F.CKPT, F.INPUT, F.ABORT, F.APPROVALS, F.ORIGIN, F.TENANT,
+    F.ANCESTRY, F.CLAIMS)
   local origin = ((d[2] or '') == '') and (d[6] or '') or ''
-  return {'ok', tostring(epoch), d[1] or '0', d[2] or '', d[3] or '', d[4] or '', d[5] or '',
-    redis.call('HGETALL', KEYS[3]), tostring(crashes), origin}
+  local records = redis.call('HGETALL', KEYS[3])
+  if d[9] and d[9] ~= '' then
+    local at = {}
+    for k = 1, #records, 2 do at[records[k]] = k + 1 end
+    for id, claim in pairs(cjson.decode(d[9])) do
+      local k = at[id]
+      if not k then
+        records[#records + 1] = id; records[#records + 1] = cjson.encode(claim)
+      elseif cjson.decode(records[k]).state == 'pending' then  -- a claim kept there before claims moved
+        records[k] = cjson.encode(claim)
+      end
+    end
+  end
+  return {'ok', tostring(epoch), d[1] or '0', d[2] or '', d[3] or '', d[4] or '', d[5] or '', records,
+    tostring(crashes), origin, d[7] or '', d[8] or ''}
 end
 local h = redis.call('HMGET', KEYS[1], F.STATUS, F.GEN, F.OWNER, F.EPOCH, F.CRASHES)
 if not h[1] then return {'missing'} end

@@ -19,7 +19,7 @@ if count + new > max_active then
   local members = redis.call('ZRANGE', KEYS[1], 0, 199, 'WITHSCORES')
   for i = 1, #members, 2 do
     local st = redis.call('HGET', run_key(members[i]), F.STATUS)
-    if (st and st ~= S.QUEUED and st ~= S.RUNNING)
+    if (st and st ~= S.QUEUED and st ~= S.RUNNING and st ~= S.SCHEDULED)
         or (not st and tonumber(members[i + 1]) < now - tonumber(ARGV[4])) then
       redis.call('ZREM', KEYS[1], members[i])
     end

@@ -1,12 +1,16 @@
 -- arq's job start, batched: claim up to ARGV[3] of the given job ids in one round trip, with arq's
 -- own rule (the job is due and nobody holds its in-progress key); a claimed job leaves the queue.
--- KEYS: none of its own (the partition's queue and live index)
+-- KEYS: none of its own (the partition's queue, live index, scheduled jobs and depth counters)
 -- ARGV: now ms, in-progress ttl ms, most jobs to claim, in-progress key prefix, claim check ms,
---       default maxRunning per tenant (0: none), {tenant: maxRunning} JSON or '', push-back ms, job ids…
+--       default maxRunning per tenant (0: none), {tenant: maxRunning} JSON or '', job ids…
+-- First the scheduled jobs now due (runAt reached) move to the queue, scored as if enqueued at
+-- their runAt (queue_score): they are claimed by the next poll.
 -- A claimed run's reconciler check moves to one lease from now: if its worker dies before it takes
 -- the lease, the sweep finds the run still queued with its job in progress and re-dispatches it.
--- Fair dispatch: a job whose tenant already runs its maxRunning is not claimed; its score moves
--- push-back ms ahead, so the jobs of other tenants behind it come within arq's poll window.
+-- Fair dispatch: a job whose tenant already runs its maxRunning is not claimed; it moves, with its
+-- score, to the tenant's held set, so the jobs of other tenants behind it come within arq's poll
+-- window, and goes back to the queue at that score when a run of the tenant stops running (track
+-- in prelude.lua): it keeps its place among the tenant's runs.
 local out = {}
 local now = tonumber(ARGV[1])
 local limit = tonumber(ARGV[3])
@@ -15,10 +19,27 @@ local check_at = now + check_ms
 local max_running = tonumber(ARGV[6])
 local caps = {}
 if ARGV[7] ~= '' then caps = cjson.decode(ARGV[7]) end
-local push_to = now + tonumber(ARGV[8])
+
+local due = redis.call('ZRANGEBYSCORE', SCHEDULED, '-inf', now, 'WITHSCORES', 'LIMIT', 0, 1000)
+for i = 1, #due, 2 do
+  local jid = due[i]
+  redis.call('ZREM', SCHEDULED, jid)
+  local rid = run_of_job(jid)
+  local run = run_key(rid)
+  local h = redis.call('HMGET', run, F.STATUS, F.PRIORITY)
+  if h[1] == S.SCHEDULED then
+    local p = tonumber(h[2] or '') or DEFAULT_PRIORITY
+    redis.call('HSET', run, F.STATUS, S.QUEUED)
+    track(run, rid, S.SCHEDULED, S.QUEUED)
+    redis.call('ZADD', QUEUE, queue_score(tonumber(due[i + 1]), p), jid)
+    redis.call('HINCRBY', DEPTH, p, 1)
+  end
+end
+
 local counts = {}
--- Runs of the tenant still running (or claimed moments ago and not yet started); the set is
--- pruned, oldest claims first and at most 200 a call, only when it looks full.
+-- Runs of the tenant still running (or claimed moments ago and not yet started). A run leaves the
+-- set when it stops running (track); what a lost update left behind is pruned, oldest claims first
+-- and at most 200 a call, only when the set looks full.
 local function running_count(t, cap)
   if counts[t] then return counts[t] end
   local key = tenant_running_key(t)
@@ -31,29 +52,31 @@ local function running_count(t, cap)
         redis.call('ZREM', key, members[i])
       end
     end
-    n = redis.call('ZCARD', key)
+    local left = redis.call('ZCARD', key)
+    if left < n then unhold(t, n - left) end
+    n = left
   end
   counts[t] = n
   return n
 end
-for i = 9, #ARGV do
+for i = 8, #ARGV do
   if #out >= 2 * limit then break end
   local id = ARGV[i]
   local rid = run_of_job(id)
   local score = redis.call('ZSCORE', QUEUE, id)
   if score and tonumber(score) <= now then
-    local tenant, cap = '', 0
-    if max_running > 0 or ARGV[7] ~= '' then
-      tenant = redis.call('HGET', run_key(rid), F.TENANT) or ''
-      cap = tonumber(caps[tenant] or max_running)
-    end
+    local h = redis.call('HMGET', run_key(rid), F.TENANT, F.PRIORITY)
+    local tenant, cap = h[1] or '', 0
+    if max_running > 0 or ARGV[7] ~= '' then cap = tonumber(caps[tenant] or max_running) end
     if cap > 0 and running_count(tenant, cap) >= cap then
-      redis.call('ZADD', QUEUE, 'XX', push_to, id)
+      redis.call('ZREM', QUEUE, id)
+      redis.call('ZADD', tenant_held_key(tenant), score, id)
     elseif redis.call('SET', ARGV[4] .. id, '1', 'NX', 'PX', ARGV[2]) then
       -- Claimed: off the queue, so later polls (every worker's, every 50 ms) do not scan it again
       -- while it runs. A lost claim is found by the reconciler (the run's live-index check), not
       -- by arq's in-progress expiry.
       redis.call('ZREM', QUEUE, id)
+      depth_down(tonumber(h[2] or '') or DEFAULT_PRIORITY)
       out[#out + 1] = id
       out[#out + 1] = score
       redis.call('ZADD', LIVE, 'XX', 'LT', check_at, rid)

@@ -7,8 +7,11 @@
 --   sessionId, run loop JSON ('' = none), nToolResults, id, json; approvalTimeoutMs ('' = none),
 --   run deadline ms (maxRunDurationMs from the start; '' = none; bounds an approval wait too),
 --   iterations ('' = unchanged; kept as a field so scripts that end a run report it without
---   parsing the checkpoint), the ending's error code ('' = none; a field, for listings).
-local h = redis.call('HMGET', KEYS[1], F.EPOCH, F.LAST_SEQ, F.OWNER, F.STATUS, F.WEBHOOK)
+--   parsing the checkpoint), the ending's error code ('' = none; a field, for listings), the
+--   children of the current tool round ('' = unchanged; JSON [{toolCallId, runId}]: sub-agents),
+--   the run's usage so far when it changed: input tokens ('' = unchanged), output tokens, estimated
+--   ('1'/'0'), cost USD ('' = none); kept as fields so GET shows it while running and a batch sums it.
+local h = redis.call('HMGET', KEYS[1], F.EPOCH, F.LAST_SEQ, F.OWNER, F.STATUS, F.WEBHOOK, F.CLAIMS)
 if not h[1] then return {'missing'} end
 if tonumber(h[1]) ~= tonumber(ARGV[1]) then return {'fenced', h[1]} end
 -- A worker past its lease writes nothing, even before anyone took its runs over.
@@ -38,18 +41,25 @@ for k = 0, n - 1 do
   i = i + 3
 end
 local last = first + n - 1
--- Tool claims (pending, with the attempt number the worker counted from the records it acquired)
--- and tool results: one HSET.
+-- Tool claims (pending, with the attempt number the worker counted from the records it acquired):
+-- the run's open claims (field claims) gain them, in the run hash's HSET below, so a step that
+-- claims writes one hash. Tool records (results, offered client calls): one HSET of the tools hash;
+-- a record supersedes its call's claim, which leaves the open claims.
+local claims = nil
+local function open_claims()
+  if not claims then claims = (h[6] and h[6] ~= '') and cjson.decode(h[6]) or {} end
+  return claims
+end
 local nc = tonumber(ARGV[i]); i = i + 1
-local tool_fields = {}
 for k = 1, nc do
-  tool_fields[#tool_fields + 1] = ARGV[i]
-  tool_fields[#tool_fields + 1] = cjson.encode({state = 'pending', epoch = tonumber(ARGV[1]), attempts = tonumber(ARGV[i + 1])})
+  open_claims()[ARGV[i]] = {state = 'pending', epoch = tonumber(ARGV[1]), attempts = tonumber(ARGV[i + 1])}
   i = i + 2
 end
 local nr = tonumber(ARGV[i]); i = i + 1
+local tool_fields = {}
 for k = 1, nr do
   tool_fields[#tool_fields + 1] = ARGV[i]; tool_fields[#tool_fields + 1] = ARGV[i + 1]
+  if claims or (h[6] and h[6] ~= '') then open_claims()[ARGV[i]] = nil end
   i = i + 2
 end
 if #tool_fields > 0 then redis.call('HSET', KEYS[3], unpack(tool_fields)) end
@@ -64,18 +74,27 @@ local approval_timeout = ARGV[i]
 local run_deadline = ARGV[i + 1] or ''
 local iterations = ARGV[i + 2] or ''
 local error_code = ARGV[i + 3] or ''
+local children = ARGV[i + 4] or ''
+local usage = nil
+if (ARGV[i + 5] or '') ~= '' then usage = {ARGV[i + 5], ARGV[i + 6], ARGV[i + 7], ARGV[i + 8]} end
 -- The run hash's fields this commit changes, in one HSET at the end.
 local run_fields = {}
 local function set(k, v) run_fields[#run_fields + 1] = k; run_fields[#run_fields + 1] = v end
 if n > 0 then set(F.LAST_SEQ, last) end
 if ARGV[7] ~= '' then set(F.CKPT, ARGV[7]) end
+if claims then set(F.CLAIMS, next(claims) and cjson.encode(claims) or '') end
 if iterations ~= '' then set(F.ITERATIONS, iterations) end
+if children ~= '' then set(F.CHILDREN, children) end
+if usage then
+  set(F.USAGE_IN, usage[1]); set(F.USAGE_OUT, usage[2]); set(F.USAGE_ESTIMATED, usage[3])
+  if usage[4] ~= '' then set(F.USAGE_COST, usage[4]) end
+end
 local status = ARGV[5]
 local now = status ~= '' and now_ms() or 0
 if status ~= '' then
   local owner = h[3]
   if owner and owner ~= '' then redis.call('SREM', worker_runs_key(owner), ARGV[4]) end
-  track(KEYS[1], ARGV[4], h[4], status)
+  track(KEYS[1], ARGV[4], h[4], status, usage)
   set(F.STATUS, status); set(F.OWNER, '')
 end
 if status == '' then
@@ -86,6 +105,8 @@ elseif is_terminal(status) then
   redis.call('ZREM', LIVE, ARGV[4])
   redis.call('ZREM', AWAITING, ARGV[4])
   if h[5] and h[5] ~= '' then redis.call('LPUSH', WEBHOOKS, ARGV[4]) end
+  redis.call('HSET', KEYS[1], unpack(run_fields)); run_fields = {}
+  ending_handoff(KEYS[1], ARGV[4], status)
   if sid ~= '' then
     if loop ~= '' then
       redis.call('RPUSH', KEYS[8], loop)
@@ -95,7 +116,6 @@ elseif is_terminal(status) then
     -- A session's history lives for the retention after its latest run ended.
     redis.call('LTRIM', KEYS[7], -1000, -1)
     for k = 7, 9 do redis.call('EXPIRE', KEYS[k], ctx().retention) end
-    redis.call('HSET', KEYS[1], unpack(run_fields)); run_fields = {}
     session_advance(sid, ARGV[4])
   end
   redis.call('EXPIRE', KEYS[1], ctx().retention)
@@ -123,6 +143,19 @@ elseif status == S.AWAITING_TOOLS then
     client_resume(KEYS[1], ARGV[4], now)
   else
     redis.call('ZADD', LIVE, earliest, ARGV[4])
+  end
+elseif status == S.AWAITING_CHILDREN then
+  -- Parked on no worker until every child of the round has delivered its result (child_result.lua
+  -- resumes it then; at once if they all ended before this commit). The reconciler looks again at
+  -- the run's deadline (maxRunDurationMs), or after the queued-run check, whichever is first.
+  set(F.AWAITING_SINCE, now); set(F.RUN_DEADLINE_MS, run_deadline)
+  redis.call('HSET', KEYS[1], unpack(run_fields)); run_fields = {}
+  if children_open(KEYS[1], KEYS[3]) == 0 then
+    client_resume(KEYS[1], ARGV[4], now)
+  else
+    local due = now + tonumber(ctx().queued_check_ms)
+    if run_deadline ~= '' and tonumber(run_deadline) < due then due = tonumber(run_deadline) end
+    redis.call('ZADD', LIVE, due, ARGV[4])
   end
 end
 if #run_fields > 0 then redis.call('HSET', KEYS[1], unpack(run_fields)) end

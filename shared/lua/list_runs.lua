@@ -11,7 +11,7 @@
 --   exclusive), createdBefore ('' = none, exclusive), nFilters, then dim, value pairs.
 -- Reply: nextCursorScore ('' = the end), nextCursorId, then per run: runId, status, createdAt,
 --   sessionId, agent, batch, finishedAt, clientId (the id shown for a tenant-scoped run), iterations,
---   errorCode: producer.listing.ROW_FIELDS fields a run.
+--   errorCode, lineage, retriedBy, priority, runAt: producer.listing.ROW_FIELDS fields a run.
 local limit, budget = tonumber(ARGV[2]), tonumber(ARGV[3])
 local idx = {}
 for j = 1, tonumber(ARGV[8]) do idx[#idx + 1] = index_key(ARGV[1], ARGV[7 + 2 * j], ARGV[8 + 2 * j]) end
@@ -80,7 +80,8 @@ while not ended and used < budget and n < limit do
     if ok then
       used = used + 1
       local h = redis.call('HMGET', run_key(id), F.STATUS, F.CREATED_AT, F.SESSION_ID, F.AGENT, F.BATCH,
-        F.FINISHED_AT, F.CLIENT_ID, F.TENANT, F.ITERATIONS, F.ERROR_CODE, F.LINEAGE, F.RETRIED_BY)
+        F.FINISHED_AT, F.CLIENT_ID, F.TENANT, F.ITERATIONS, F.ERROR_CODE, F.LINEAGE, F.RETRIED_BY, F.PRIORITY,
+        F.RUN_AT)
       if not h[1] or h[8] ~= ARGV[1] then
         dead[#dead + 1] = id
       else
@@ -88,6 +89,7 @@ while not ended and used < budget and n < limit do
         for f = 1, 7 do out[#out + 1] = h[f] or '' end
         out[#out + 1] = h[9] or ''; out[#out + 1] = h[10] or ''
         out[#out + 1] = h[11] or ''; out[#out + 1] = h[12] or ''
+        out[#out + 1] = h[13] or ''; out[#out + 1] = h[14] or ''
         n = n + 1
       end
     end

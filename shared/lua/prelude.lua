@@ -1,13 +1,14 @@
 -- The prelude of every script on a partition: its context, and the helpers those scripts share.
 -- Every call passes, besides its own keys and arguments (documented in each script, numbered as
 -- if these were not there):
---   KEYS (last five): the partition's arq queue, live index, awaiting index, workers, webhook list
+--   KEYS (last seven): the partition's arq queue, live index, awaiting index, workers, webhook list,
+--         scheduled jobs, queue depth per priority
 --   ARGV[1]: the partition's context (shared.scripts.Scripts.context: the key prefixes of
 --            shared.keys.Partition.context, the arq job template, the settings), parsed on demand
 -- enter_prelude (at the end) takes them off at the start of each call: with Redis Functions this
 -- file runs once, when the library loads, and each call only runs enter_prelude (shared.scripts).
 -- Every local below that a call changes is reset there.
-local CTX_RAW, WEBHOOKS, WORKERS, AWAITING, LIVE, QUEUE = nil, nil, nil, nil, nil, nil
+local CTX_RAW, DEPTH, SCHEDULED, WEBHOOKS, WORKERS, AWAITING, LIVE, QUEUE = nil, nil, nil, nil, nil, nil, nil, nil
 local CTX = nil
 local CTX_OF, CTX_COUNT = {}, 0  -- raw context -> parsed, kept across the calls of a library
 local function ctx()
@@ -29,6 +30,7 @@ local function stream_key(id) return ctx().events .. id end
 local function tools_key(id) return ctx().tools .. id end
 local function session_key(sid) return ctx().session .. sid end
 local function tenant_running_key(t) return ctx().tenant_running .. t end
+local function tenant_held_key(t) return ctx().tenant_held .. t end
 local function worker_runs_key(w) return ctx().worker_runs .. w end
 local function worker_inbox_key(w) return ctx().worker_inbox .. w end
 -- arq job id of dispatch ``gen`` of a run (shared.keys.Partition.job_id) and its job payload
@@ -41,6 +43,27 @@ end
 local function run_of_job(jid)
   local rest = string.sub(jid, #ctx().job_id + 1)
   return string.match(rest, '^(.-)#%d+$') or rest
+end
+-- Lanes: a job's score in its partition's queue is its due time less its priority times the aging
+-- quantum (AGENTMILL_PRIORITY_AGING_MS), so the queue's order is priority first, FIFO within one,
+-- and a run of priority p waiting (q - p) quanta longer than a run of priority q goes before it.
+-- Every score is at most its due time, so arq's rule "due when score <= now" still holds.
+local DEFAULT_PRIORITY = __DEFAULT_PRIORITY__
+local function queue_score(due, priority)
+  return due - (tonumber(priority) or DEFAULT_PRIORITY) * tonumber(ctx().aging_ms)
+end
+local function run_priority(id)
+  return tonumber(redis.call('HGET', run_key(id), F.PRIORITY) or '') or DEFAULT_PRIORITY
+end
+-- A job left the queued jobs (claimed, aborted, replaced): one fewer of its priority.
+local function depth_down(priority)
+  if redis.call('HINCRBY', DEPTH, priority, -1) < 0 then redis.call('HSET', DEPTH, priority, 0) end
+end
+-- n jobs of tenant t held back by its running cap go back to the queue, earliest first, each at
+-- the score it was held with: ahead of the tenant's later jobs, as if never held.
+local function unhold(t, n)
+  local held = redis.call('ZPOPMIN', tenant_held_key(t), n or 1)
+  for i = 1, #held, 2 do redis.call('ZADD', QUEUE, held[i + 1], held[i]) end
 end
 local function job_payload(id, gen, now)
   local c = ctx()
@@ -93,12 +116,15 @@ local function zadd(k, score, member)
   t[#t + 1] = score; t[#t + 1] = member
 end
 local BATCH_NEW = nil  -- while deferring: batch key -> {tenant, batchId, runs created}
--- n runs were created in a batch: create its hash if needed, count them (all start queued).
-local function batch_add(t, batch, n, now)
+-- n runs were created in a batch: create its hash if needed, count them (all start queued but the
+-- ``sched`` of them with a runAt ahead).
+local function batch_add(t, batch, n, now, sched)
+  sched = sched or 0
   local bk = batch_key(t, batch)
   if redis.call('HSETNX', bk, BATCH.CREATED_AT, now) == 1 then redis.call('HSET', bk, BATCH.BATCH_ID, batch, BATCH.TENANT, t) end
   redis.call('HINCRBY', bk, BATCH.TOTAL, n)
-  redis.call('HINCRBY', bk, S.QUEUED, n)
+  redis.call('HINCRBY', bk, S.QUEUED, n - sched)
+  if sched > 0 then redis.call('HINCRBY', bk, S.SCHEDULED, sched) end
   redis.call('HDEL', bk, BATCH.FINISHED_AT)
   redis.call('EXPIRE', bk, ctx().retention)
 end
@@ -108,7 +134,7 @@ local function flush_deferred()
     for i = 1, #t, 1000 do redis.call('ZADD', k, unpack(t, i, math.min(i + 999, #t))) end
   end
   for k in pairs(TRIM) do ix_trim(k) end
-  for _, b in pairs(BATCH_NEW) do batch_add(b[1], b[2], b[3], now_ms()) end
+  for _, b in pairs(BATCH_NEW) do batch_add(b[1], b[2], b[3], now_ms(), b[4]) end
   DEFERRED, TRIM, BATCH_NEW = {}, {}, {}
 end
 -- A batch is finished once every run it has ended and no part is still to come (field open: the
@@ -131,15 +157,30 @@ local function ix_add(t, dim, value, id, score)
   zadd(k, score, id)
   if TRIM then TRIM[k] = true else ix_trim(k) end
 end
+-- A run that ended adds its usage (input, output tokens, estimated '1'/'0', cost USD '' = none) to
+-- its batch's totals.
+local function batch_usage(bk, u)
+  local inp, out = tonumber(u[1] or '0') or 0, tonumber(u[2] or '0') or 0
+  if inp ~= 0 then redis.call('HINCRBY', bk, BATCH.INPUT_TOKENS, inp) end
+  if out ~= 0 then redis.call('HINCRBY', bk, BATCH.OUTPUT_TOKENS, out) end
+  if u[3] == '1' then redis.call('HINCRBY', bk, BATCH.ESTIMATED_RUNS, 1) end
+  if u[4] and u[4] ~= '' then redis.call('HINCRBYFLOAT', bk, BATCH.COST_USD, u[4]) end
+end
 -- A run's status changed from old ('' = just created) to new: move it between its tenant's status
 -- indexes and its batch's counters. Every script that changes a run's status calls this, in the same
 -- call, so the counters are the runs' real statuses. The batch's last run to end marks it finished
--- (batch_settle).
-local function track(run, id, old, new)
+-- (batch_settle). ``usage``: the run's usage when the caller writes it in this call (commit.lua),
+-- else the run hash's is the one a batch adds when the run ends.
+local function track(run, id, old, new, usage)
   old = old or ''
   if old == new then return end
-  local h = redis.call('HMGET', run, F.TENANT, F.CREATED_AT, F.BATCH)
+  local h = redis.call('HMGET', run, F.TENANT, F.CREATED_AT, F.BATCH, F.USAGE_IN, F.USAGE_OUT, F.USAGE_ESTIMATED,
+    F.USAGE_COST)
   if not h[1] then return end
+  -- a run that stops running (or leaves the queue unclaimed) frees its tenant's slot at once
+  if old ~= '' and new ~= S.RUNNING and redis.call('ZREM', tenant_running_key(h[1]), id) == 1 then
+    unhold(h[1], 1)
+  end
   if old ~= '' then redis.call('ZREM', index_key(h[1], DIM.STATUS, old), id) end
   ix_add(h[1], DIM.STATUS, new, id, tonumber(h[2] or '0'))
   if not h[3] or h[3] == '' then return end
@@ -150,6 +191,7 @@ local function track(run, id, old, new)
   redis.call('EXPIRE', bk, ctx().retention)
   if is_terminal(new) and not is_terminal(old) then
     redis.call('HINCRBY', bk, BATCH.DONE, 1)
+    batch_usage(bk, usage or {h[4], h[5], h[6], h[7]})
     redis.call('EXPIRE', index_key(h[1], DIM.BATCH, h[3]), ctx().retention)
     redis.call('EXPIRE', index_key(h[1], DIM.ITEM, h[3]), ctx().retention)
     batch_settle(bk)
@@ -160,7 +202,9 @@ end
 local function enqueue_gen(id, gen, now, key)
   local jid = job_id(id, gen)
   redis.call('SET', key or (ctx().job_key .. jid), job_payload(id, gen, now), 'PX', ctx().job_expire_ms)
-  redis.call('ZADD', QUEUE, now, jid)
+  local p = run_priority(id)
+  redis.call('ZADD', QUEUE, queue_score(now, p), jid)
+  redis.call('HINCRBY', DEPTH, p, 1)
   redis.call('ZADD', LIVE, now + tonumber(ctx().queued_check_ms), id)
 end
 local function enqueue_first(id, now) enqueue_gen(id, 1, now) end
@@ -179,7 +223,7 @@ local function client_settle(run, tools, now)
         local deadline = tonumber(r.deadlineMs or 0) or 0
         if now >= deadline then
           local msg = 'error: the client returned no result within ' .. tostring(r.timeoutMs or '?') .. ' ms'
-          redis.call('HSET', tools, p.toolCallId, cjson.encode({state = 'done', client = true, timedOut = true,
+          redis.call('HSET', tools, p.toolCallId, cjson.encode({state = 'done', client = true, timedOut = true, calledAt = r.calledAt,
             result = {toolCallId = p.toolCallId, name = r.name, content = msg, isError = true}}))
         else
           open = open + 1
@@ -196,6 +240,31 @@ local function client_resume(run, run_id, now)
   track(run, run_id, redis.call('HGET', run, F.STATUS), S.QUEUED)
   redis.call('HSET', run, F.GEN, gen, F.STATUS, S.QUEUED, F.OWNER, '')
   enqueue_gen(run_id, gen, now)
+end
+-- A parent's children of its current round (run field children: [{toolCallId, runId}], JSON): how
+-- many have no result in its tools hash yet (each child's ending delivers one: child_result.lua).
+local function children_open(run, tools)
+  local raw = redis.call('HGET', run, F.CHILDREN)
+  if not raw or raw == '' then return 0 end
+  local open = 0
+  for _, c in ipairs(cjson.decode(raw)) do
+    local rec = redis.call('HGET', tools, c.toolCallId)
+    if not rec or cjson.decode(rec).state ~= 'done' then open = open + 1 end
+  end
+  return open
+end
+-- A run ends: what its ending owes other runs, maybe on other partitions, is marked in the run hash
+-- (handoff: 'd' its result to its parent, 'a' an abort to its children) and the run put in the
+-- live index, due now: shared/children.py does it (the ending worker at once, else the reconciler)
+-- and clears the mark. Call after the run left the live index.
+local function ending_handoff(run, run_id, status)
+  local h = redis.call('HMGET', run, F.PARENT_RUN, F.CHILDREN)
+  local flags = ''
+  if h[1] and h[1] ~= '' then flags = 'd' end
+  if status ~= S.COMPLETED and h[2] and h[2] ~= '' and h[2] ~= '[]' and h[2] ~= '{}' then flags = flags .. 'a' end
+  if flags == '' then return end
+  redis.call('HSET', run, F.HANDOFF, flags)
+  redis.call('ZADD', LIVE, now_ms(), run_id)
 end
 -- The session's active run ended: start the next run waiting on the session, if any.
 local function session_advance(sid, finished)
@@ -221,12 +290,17 @@ end
 local function finalize(run, stream, tools, run_id, status, code, message)
   local maxlen, retention = ctx().maxlen, ctx().retention
   flush_deferred()  -- a run created earlier in this script may be the one ending
-  local h = redis.call('HMGET', run, F.LAST_SEQ, F.SESSION_ID, F.ITERATIONS, F.EPOCH, F.STATUS)
+  local h = redis.call('HMGET', run, F.LAST_SEQ, F.SESSION_ID, F.ITERATIONS, F.EPOCH, F.STATUS, F.USAGE_IN,
+    F.USAGE_OUT, F.USAGE_ESTIMATED, F.USAGE_COST)
   local seq = tonumber(h[1] or '0') + 1
   local iterations = tonumber(h[3] or '0')
   local err = {code = code, message = message, retryable = false}
   local result = {runId = run_id, status = status, iterations = iterations, lastError = err}
   if h[2] and h[2] ~= '' then result.sessionId = h[2] end
+  if h[6] then  -- what it spent before it was ended
+    result.usage = {inputTokens = tonumber(h[6]), outputTokens = tonumber(h[7] or '0'), estimated = h[8] == '1',
+      costUsd = tonumber(h[9] or '')}
+  end
   local ts = now_ms()
   leave_worker(run, run_id)
   if status == S.FAILED then  -- the machine's order: the run's error event, then its status
@@ -240,6 +314,7 @@ local function finalize(run, stream, tools, run_id, status, code, message)
     F.OWNER, '', F.EPOCH, tonumber(h[4] or '0') + 1, F.FINISHED_AT, ts, F.ABORT, '', F.ERROR_CODE, code)
   redis.call('ZREM', LIVE, run_id)
   redis.call('ZREM', AWAITING, run_id)
+  ending_handoff(run, run_id, status)
   track(run, run_id, h[5], status)
   local wh = redis.call('HGET', run, F.WEBHOOK)
   if wh and wh ~= '' then redis.call('LPUSH', WEBHOOKS, run_id) end
@@ -284,6 +359,8 @@ end
 -- The start of every call: the partition's keys and context off KEYS and ARGV, the per-call state reset.
 local function enter_prelude(KEYS, ARGV)
   CTX_RAW = table.remove(ARGV, 1)
+  DEPTH = table.remove(KEYS)
+  SCHEDULED = table.remove(KEYS)
   WEBHOOKS = table.remove(KEYS)
   WORKERS = table.remove(KEYS)
   AWAITING = table.remove(KEYS)

@@ -5,27 +5,30 @@
 --    multitaskStrategy (enqueue | reject | interrupt), batchId ('' = none), agent, nMeta, then nMeta
 --    'key=value' strings (the indexed metadata), then the ids the client knows the run and its
 --    session by when runId and sessionId are its tenant's keys for them (absent or '' otherwise),
---    then the run's item index in its batch (absent or '' outside a batch)
+--    then the run's item index in its batch (absent or '' outside a batch), its priority ('' =
+--    the default) and its runAt in ms ('' = none; one not ahead of now is due at once)
 -- The listing indexes and the batch of a run just created (A as submit_one's).
-local function index_new(run, A, now)
+local function index_new(run, A, now, status)
   local t, id, batch = A[4], A[1], A[9] or ''
   ix_add(t, DIM.ALL, '', id, now)
   if A[10] then ix_add(t, DIM.AGENT, A[10], id, now) end
   if A[5] ~= '' then ix_add(t, DIM.SESSION, A[5], id, now) end
   if batch ~= '' then
+    local sched = status == S.SCHEDULED and 1 or 0
     if BATCH_NEW then
       local b = BATCH_NEW[batch]
-      if not b then b = {t, batch, 0}; BATCH_NEW[batch] = b end
+      if not b then b = {t, batch, 0, 0}; BATCH_NEW[batch] = b end
       b[3] = b[3] + 1
+      b[4] = b[4] + sched
     else
-      batch_add(t, batch, 1, now)
+      batch_add(t, batch, 1, now, sched)
     end
     ix_add(t, DIM.BATCH, batch, id, now)
     local item = A[14 + tonumber(A[11] or '0')]
     if item and item ~= '' then ix_add(t, DIM.ITEM, batch, id, tonumber(item)) end
   end
   for j = 1, tonumber(A[11] or '0') do ix_add(t, DIM.META, A[11 + j], id, now) end
-  ix_add(t, DIM.STATUS, S.QUEUED, id, now)
+  ix_add(t, DIM.STATUS, status, id, now)
 end
 local function submit_one(K, A)
   if redis.call('EXISTS', K[1]) == 1 then
@@ -77,7 +80,12 @@ local function submit_one(K, A)
       redis.call('RPUSH', K[4], A[1])
     end
   end
-  redis.call('HSET', K[1], F.STATUS, S.QUEUED, F.INPUT, A[2], F.INPUT_HASH, A[3],
+  local nm = tonumber(A[11] or '0')
+  local prio = tonumber(A[15 + nm] or '') or DEFAULT_PRIORITY
+  local run_at = tonumber(A[16 + nm] or '')
+  local status = (dispatch and run_at and run_at > now) and S.SCHEDULED or S.QUEUED
+  redis.call('HSET', K[1], F.STATUS, status, F.PRIORITY, prio, F.RUN_AT, run_at and A[16 + nm] or '',
+    F.INPUT, A[2], F.INPUT_HASH, A[3],
     F.TENANT, A[4], F.SESSION_ID, A[5], F.CREATED_AT, now, F.GEN, 1, F.EPOCH, 0, F.LAST_SEQ, 0,
     F.OWNER, '', F.CRASHES, 0, F.WEBHOOK, A[6], F.ABORT, '', F.HELD, dispatch and '' or '1',
     F.AGENT, A[10] or '', F.BATCH, A[9] or '')
@@ -85,11 +93,16 @@ local function submit_one(K, A)
   if client_id and client_id ~= '' then redis.call('HSET', K[1], F.CLIENT_ID, client_id) end
   local client_session = A[13 + tonumber(A[11] or '0')]
   if client_session and client_session ~= '' then redis.call('HSET', K[1], F.CLIENT_SESSION, client_session) end
-  index_new(K[1], A, now)
-  if dispatch then
+  index_new(K[1], A, now, status)
+  if status == S.SCHEDULED then  -- claim_jobs.lua moves it to the queue once due
+    redis.call('SET', K[2], job_payload(A[1], 1, now), 'PX', ctx().job_expire_ms + run_at - now)
+    zadd(SCHEDULED, run_at, job_id(A[1], 1))
+    zadd(LIVE, run_at + tonumber(ctx().queued_check_ms), A[1])
+  elseif dispatch then
     redis.call('SET', K[2], job_payload(A[1], 1, now), 'PX', ctx().job_expire_ms)
-    zadd(QUEUE, now, job_id(A[1], 1))
+    zadd(QUEUE, queue_score(now, prio), job_id(A[1], 1))
+    redis.call('HINCRBY', DEPTH, prio, 1)
     zadd(LIVE, now + tonumber(ctx().queued_check_ms), A[1])
   end
-  return {'created', S.QUEUED}
+  return {'created', status}
 end

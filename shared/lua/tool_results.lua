@@ -32,7 +32,7 @@ for k = 0, n - 1 do
     end
     out[#out + 1] = 'duplicate'
   else
-    new[id] = {state = 'done', client = true,
+    new[id] = {state = 'done', client = true, calledAt = r.calledAt,
       result = {toolCallId = id, name = r.name, content = content, isError = is_err}}
     out[#out + 1] = 'recorded'
   end

@@ -26,7 +26,7 @@ from tests.chaos.harness import chaos_profiles
 from tests.integration.helpers import producer_for, stream, wait_all
 from tests.support.ledger import Ledger
 from tests.support.procs import WorkerProc
-from tests.support.schema import K
+from tests.support.schema import K, tool_records
 from tests.support.waits import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
@@ -86,7 +86,7 @@ async def trial(redis: Redis, redis_url: str, tmp_path: Path, n: int, k: int) ->
             ids = [s.run_id for s in subs]  # type: ignore[union-attr]
 
             async def all_claimed() -> bool:
-                return all([await redis.hlen(K.tools(r)) for r in ids])
+                return all([await tool_records(redis, r) for r in ids])
 
             await until("every call to be claimed", all_claimed, 20, every=0.05)
 

@@ -419,6 +419,34 @@ async def test_aborting_a_long_running_run(env: Env) -> None:
     assert again.status_code == 200 and again.json()["result"] == "finished", again.text
 
 
+async def test_runs_at_a_time_and_priorities_on_every_partition(env: Env) -> None:
+    """Runs with a runAt 4 s ahead, spread over the partitions (a batch), stay scheduled, listed
+    as such, then run; one of them aborted while scheduled never runs (issue 28)."""
+    at = int(time.time() * 1000) + 4000
+    runs = [run_body([{"text": f"at {i}"}], runAt=at, priority=i % 10) for i in range(40)]
+    r = await env.http.post("/v1/runs/batch", json={"runs": runs, "batchId": "cl-api-run-at"})
+    assert r.status_code == 200, r.text
+    ids = [x["runId"] for x in r.json()["results"]]
+    homes = {LAYOUT.home(key(i)).index for i in ids}
+    assert len(homes) > 8, homes  # spread over the partitions, so over every master
+    listed = (await get_json(env.http, "/v1/runs", status="scheduled", batchId="cl-api-run-at", limit=100))[
+        "runs"
+    ]
+    assert {x["runId"] for x in listed} == set(ids) and {x["runAt"] for x in listed} == {at}
+    assert (await env.http.post(f"/v1/runs/{ids[0]}/abort")).json()["result"] == "aborted"
+
+    async def ran() -> Any:
+        view = await get_json(env.http, "/v1/batches/cl-api-run-at")
+        return view["counts"]["completed"] == len(ids) - 1 and view["counts"]["scheduled"] == 0
+
+    await until("the scheduled runs to complete", ran, within=30, every=0.1)
+    assert time.time() * 1000 >= at
+    for rid in ids[1:4]:
+        events = (await get_json(env.http, f"/v1/runs/{rid}/events", format="json"))["events"]
+        assert events[0]["ts"] >= at, (events[0], at)
+    assert (await get_json(env.http, f"/v1/runs/{ids[0]}"))["status"] == "aborted"
+
+
 # ---- 6: a manual failover under load (last: it changes the cluster) ----
 
 

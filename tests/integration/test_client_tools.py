@@ -32,6 +32,7 @@ from tests.integration.helpers import (
 )
 from tests.support.procs import ROOT, WorkerProc
 from tests.support.redis_server import free_port
+from tests.support.schema import K
 
 pytestmark = pytest.mark.integration
 
@@ -88,6 +89,8 @@ async def test_the_wait_frees_the_slot_survives_sigkill_and_resumes_on_another_w
         assert (await p.post_tool_results(run.run_id, [result("c1.1", "x")]))[0] == "not_client"
         verdict, _, each = await p.post_tool_results(run.run_id, [result("c1.0", "ACME: 12 open orders")])
         assert (verdict, each) == ("resumed", ["recorded"])
+        record = orjson.loads(await redis.hget(K.tools(run.run_id), "c1.0"))  # type: ignore[arg-type]
+        assert record["state"] == "done" and record["calledAt"] == calls["c1.0"]["calledAt"] > 0
         # A repeat is a no-op; a different result for a recorded call is refused.
         assert await p.post_tool_results(run.run_id, [result("c1.0", "ACME: 12 open orders")]) == (
             "recorded", "", ["duplicate"]

@@ -120,6 +120,10 @@ def _scenario(url: str, chromium: str, driver_path: str, shots: Path) -> None:
         wait.until(lambda _: status_of_page() == "completed")
         wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, '#timeline li[data-kind="tool_result"]')))
         assert "after approval" in d.find_element(By.ID, "timeline").text
+        # Its usage, kept up to date by the usage events (and the run's GET).
+        wait.until(ec.text_to_be_present_in_element((By.ID, "run-usage"), "(estimated)"))
+        assert d.find_element(By.ID, "run-usage").text.startswith("Usage: ")
+        assert d.find_elements(By.CSS_SELECTOR, '#timeline li[data-kind="usage"]')
         assert d.find_element(By.ID, "abort").get_attribute("disabled") is not None
         shot = shots / "run-page.png"
         d.save_screenshot(str(shot))
@@ -158,6 +162,10 @@ def _scenario(url: str, chromium: str, driver_path: str, shots: Path) -> None:
         )
         assert d.find_element(By.CSS_SELECTOR, 'dd[data-count="completed"]').text == "1"
         assert d.find_element(By.CSS_SELECTOR, 'dd[data-count="aborted"]').text == "1"
+        # Its usage totals: the completed run's calls (the scripted model's are estimated, unpriced).
+        assert int(d.find_element(By.CSS_SELECTOR, 'dd[data-usage="inputTokens"]').text) > 0
+        assert d.find_element(By.CSS_SELECTOR, 'dd[data-usage="costUsd"]').text == "no pricing"
+        assert d.find_element(By.CSS_SELECTOR, 'dd[data-usage="estimated"]').text == "partly"
         d.save_screenshot(str(shots / "batch-page.png"))
         # Its results file: fetched with the token, saved from an object URL.
         saved = Path(profile) / "downloads"

@@ -30,7 +30,7 @@ from tests.integration.helpers import (
 )
 from tests.support.ledger import Ledger
 from tests.support.procs import WorkerProc
-from tests.support.schema import K
+from tests.support.schema import K, tool_records
 from tests.support.waits import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
@@ -66,7 +66,7 @@ async def test_sigterm_lets_calls_in_flight_finish_and_record(
 
         async def started() -> bool:
             if in_flight == "tool":  # every run's first tool call claimed (each takes 2 s)
-                return all([await redis.hlen(K.tools(r)) >= 1 for r in ids])
+                return all([len(await tool_records(redis, r)) >= 1 for r in ids])
             return all([await redis.xlen(K.events(r)) >= 2 for r in ids])  # the model call streaming
 
         await until(f"every run's first {in_flight} call under way", started, within=20, every=0.02)

@@ -143,6 +143,9 @@ async def test_a_fork_at_seq_n_of_a_completed_run_executes_nothing_before_n(
     evs = await events(c, rid)
     n = next(e["seq"] for e in evs if e["kind"] == "tool_result" and e["payload"]["toolCallId"] == "c2.0")
     assert (await c.post(f"/v1/runs/{rid}/fork", json={"atSeq": 10_000}, headers=A)).status_code == 422
+    # Past a stream id's range (schemathesis found a 500 here): refused with the field named.
+    huge = await c.post(f"/v1/runs/{rid}/fork", json={"atSeq": 10**20}, headers=A)
+    assert huge.status_code == 422 and "atSeq" in huge.text
     inside = next(e["seq"] for e in evs if e["kind"] == "tool_call" and e["payload"]["toolCallId"] == "c2.0")
     refused = await c.post(f"/v1/runs/{rid}/fork", json={"atSeq": inside, "inputMessages": [
         {"role": "user", "content": "x"}]}, headers=A)  # fmt: skip

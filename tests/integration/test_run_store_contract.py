@@ -25,7 +25,7 @@ from shared.scripts import Scripts
 from shared.settings import Settings
 from shared.tool_records import ToolRecord, ToolState
 from tests.integration.helpers import producer_for, script_run, stream
-from tests.support.schema import K, parts_of
+from tests.support.schema import K, parts_of, tool_records
 from worker.memory_store import MemoryRun, MemoryRunStore, MemorySessionStore
 from worker.ports import Acquired, FencedError, NotAcquired, Outbox, RunStore, SeqConflictError, SessionUpdate
 from worker.redis_store import RedisRunStore, beat
@@ -134,11 +134,11 @@ class InRedis:
 
     async def held(self, run_id: str) -> Held:
         h = {k.decode(): v for k, v in (await self.redis.hgetall(K.run(run_id))).items()}
-        tools = await self.redis.hgetall(K.tools(run_id))
+        tools = await tool_records(self.redis, run_id)
         return Held(h["status"].decode(), int(h["epoch"]), h.get("ckpt") or None, h.get("result", b""),
                     int(h.get("iterations") or 0), h.get("errorCode", b"").decode(), int(h.get(RunField.CRASHES) or 0),
                     [(e.seq, e.kind, e.payload) for e in await stream(self.redis, run_id)],
-                    {k.decode(): ToolRecord.from_json(v) for k, v in tools.items()})  # fmt: skip
+                    {k: ToolRecord.from_dict(v) for k, v in tools.items()})  # fmt: skip
 
     async def history(self, session_id: str) -> History:
         loops = await self.redis.lrange(K.session_loops(session_id), 0, -1)
@@ -315,7 +315,7 @@ async def test_a_run_parked_for_approval_keeps_its_approvals_for_the_next_worker
 
 def client_call(call_id: str, deadline_ms: int) -> tuple[str, bytes]:
     call = ToolCall(id=call_id, name="ask", arguments='{"q":1}')
-    return call_id, ToolRecord.offered(call, deadline_ms, 1_000).to_json()
+    return call_id, ToolRecord.offered(call, deadline_ms, 1_000, called_at_ms=42).to_json()
 
 
 def parked_on(*call_ids: str) -> bytes:
@@ -336,7 +336,8 @@ async def test_a_run_parked_for_client_calls_gives_the_ones_past_their_deadline_
     assert held.tools["c1.0"] == ToolRecord.from_json(offered[0][1])  # still the caller's to answer
     timeout = ToolResult(tool_call_id="c1.1", name="ask", is_error=True,
                          content="error: the client returned no result within 1000 ms")  # fmt: skip
-    assert held.tools["c1.1"] == ToolRecord(ToolState.DONE, client=True, timed_out=True, result=timeout)
+    assert held.tools["c1.1"] == ToolRecord(ToolState.DONE, client=True, timed_out=True, called_at_ms=42,
+                                            result=timeout)  # fmt: skip
     with pytest.raises(FencedError):  # parked on no worker
         await store.commit(Outbox([ev()]))
 

@@ -13,7 +13,7 @@ from shared.fields import RunField
 from shared.scripts import Scripts
 from shared.settings import Settings
 from tests.integration.helpers import producer_for, script_run, stream
-from tests.support.schema import K, parts_of
+from tests.support.schema import K, parts_of, tool_records
 from worker.ports import Acquired, FencedError, NotAcquired, Outbox, SeqConflictError
 from worker.reconciler import reconcile_once
 from worker.redis_store import RedisRunStore as RunStore
@@ -71,7 +71,8 @@ async def test_events_checkpoint_claims_and_records_land_together(
     rid = await new_run(redis, redis_url)
     store, _ = await acquire(redis, settings, rid, "w1")
     await store.commit(Outbox([ev()], claims=["c1", "c2"]), checkpoint=b'{"seq":1,"state":{}}')
-    tools = {k.decode(): orjson.loads(v) for k, v in (await redis.hgetall(K.tools(rid))).items()}
+    assert await redis.hlen(K.tools(rid)) == 0  # claims are the run's (one HSET a claiming commit)
+    tools = await tool_records(redis, rid)
     assert tools == {
         "c1": {"state": "pending", "epoch": 1, "attempts": 1},
         "c2": {"state": "pending", "epoch": 1, "attempts": 1},
@@ -89,6 +90,7 @@ async def test_events_checkpoint_claims_and_records_land_together(
     )
     assert await redis.hget(K.run(rid), "ckpt") == b'{"seq":2,"state":{}}'
     assert orjson.loads(await redis.hget(K.tools(rid), "c1"))["state"] == "done"
+    assert await tool_records(redis, rid) == {"c1": orjson.loads(done), "c2": tools["c2"]}  # c2 still open
 
 
 async def test_two_workers_acquiring_at_once_one_wins(
@@ -120,14 +122,14 @@ async def test_a_stale_epoch_is_fenced_off_everywhere(
             aux=b"{}",
         )
     assert await redis.hgetall(K.run(rid)) == before
-    assert orjson.loads(await redis.hget(K.tools(rid), "c1"))["state"] == "pending"
+    assert (await tool_records(redis, rid))["c1"]["state"] == "pending"
     assert [e.seq for e in await stream(redis, rid)] == [1]
     # The old worker's heartbeat is refused (its lease expired); the new owner's renews.
     assert (await beat(parts_of(redis), Scripts(redis), "w-old", 300)).lost
     renewed = await beat(parts_of(redis), Scripts(redis), "w-new", 300)
     assert not renewed.lost and renewed.workers == 1  # the expired w-old is not counted
     await new.commit(Outbox([ev()], claims=["c1"]))
-    assert orjson.loads(await redis.hget(K.tools(rid), "c1")) == {
+    assert (await tool_records(redis, rid))["c1"] == {
         "state": "pending",
         "epoch": 2,
         "attempts": 2,
@@ -151,7 +153,7 @@ async def test_two_workers_claiming_one_call_at_once_only_the_owner_wins(
     assert sum(isinstance(r, FencedError) for r in results) == 10
     assert not [r for r in results if isinstance(r, BaseException) and not isinstance(r, FencedError)]
     for rid in rids:
-        claim = orjson.loads(await redis.hget(K.tools(rid), "c1"))
+        claim = (await tool_records(redis, rid))["c1"]
         assert claim == {"state": "pending", "epoch": 2, "attempts": 1}
         assert [e.seq for e in await stream(redis, rid)] == [1]  # one event: the owner's
 
@@ -166,7 +168,7 @@ async def test_a_commit_sent_again_after_a_lost_reply_is_answered_not_refused(
     store.last_seq = 0  # the reply was lost: the client sends the very same commit again
     assert await store.commit(batch, checkpoint=b"ck") == 2
     assert [e.seq for e in await stream(redis, rid)] == [1, 2]
-    assert orjson.loads(await redis.hget(K.tools(rid), "c1"))["attempts"] == 1  # not applied twice
+    assert (await tool_records(redis, rid))["c1"]["attempts"] == 1  # not applied twice
     store.last_seq = 0  # a different batch at a stale position is still refused
     with pytest.raises(SeqConflictError):
         await store.commit(Outbox([ev(step=7), ev(step=8)]))

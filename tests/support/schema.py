@@ -5,11 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 from redis.asyncio import Redis
 
 from producer.scope import Scope
 from shared import keys
+from shared.fields import RunField
 from shared.partitions import Partitions
+from shared.scripts import text
 from shared.settings import Settings
 
 LAYOUT = keys.Layout(1)
@@ -41,4 +44,15 @@ def ids_where(
         if where(layout.home(key(cand := f"{prefix}{k}"))):
             out.append(cand)
         k += 1
+    return out
+
+
+async def tool_records(redis: Redis, run_id: str, part: keys.Partition = K) -> dict[str, dict[str, Any]]:
+    """A run's tool records as acquire.lua answers them: the tools hash's, and the run's open claims
+    (run field claims, commit.lua) for the calls without a record past their claim."""
+    out = {text(k): orjson.loads(v) for k, v in (await redis.hgetall(part.tools(run_id))).items()}  # type: ignore[misc]
+    raw = await redis.hget(part.run(run_id), RunField.CLAIMS)  # type: ignore[misc]
+    for call_id, claim in (orjson.loads(raw) if raw else {}).items():
+        if call_id not in out or out[call_id].get("state") == "pending":
+            out[call_id] = claim
     return out

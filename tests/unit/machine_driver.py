@@ -22,8 +22,17 @@ def config(**kw: Any) -> RunConfig:
             ToolSpec(name="calc"),
             ToolSpec(name="danger"),
             ToolSpec(name="remote"),
+            ToolSpec(
+                name="helper",
+                parameters={
+                    "type": "object",
+                    "properties": {"task": {"type": "string"}},
+                    "required": ["task"],
+                },
+            ),
         ],
         client_tools=["remote"],
+        agent_tools={"helper": "h"},
         client_tool_timeout_ms=5_000,
         approval_tools=["danger"],
         max_parallel=2,
@@ -93,7 +102,18 @@ def in_node(node: str) -> m.RunState:
         return go(calling(), failure(kind="overflow", status=None))[0]
     if node == m.Phase.AWAITING_TOOLS:
         return go(calling(), calls_reply(("c1", "remote", "{}")))[0]
+    if node == m.Phase.AWAITING_CHILDREN:
+        return go(calling(), calls_reply(("c1", "helper", TASK)), m.ChildrenStarted(T0, {"c1": "stream-c1"}))[
+            0
+        ]
     raise AssertionError(node)
+
+
+TASK = '{"task": "look it up"}'
+
+
+def child_result(call_id: str, content: str = "child says hi", is_error: bool = False) -> ToolResult:
+    return ToolResult(tool_call_id=call_id, name="helper", content=content, is_error=is_error)
 
 
 class Driver:
@@ -133,6 +153,11 @@ class Driver:
                 return [
                     calls_reply((f"r{n}", "remote", "{}"), (f"e{n}", "echo", "{}"), (f"s{n}", "remote", "{}"))
                 ]
+            if out == "agents":  # two sub-agents and a tool in one reply
+                n = cmd.request.model_call_index
+                return [
+                    calls_reply((f"g{n}", "helper", TASK), (f"e{n}", "echo", "{}"), (f"h{n}", "helper", TASK))
+                ]
             if out == "partial":
                 return [m.ModelStreamOpened(T0), failure(partial=True)]
             if out == "cut":  # the stream stopped without a finish_reason
@@ -165,6 +190,11 @@ class Driver:
             c = cmd.pending[0]
             res = ToolResult(tool_call_id=c.id, name=c.name, content="from the client")
             return [m.Resumed(T0), m.ClientResultsReceived(T0, {c.id: res})]
+        if isinstance(cmd, m.StartChildren):
+            return [m.ChildrenStarted(T0, {c.id: f"stream-{c.id}" for c in cmd.calls})]
+        if isinstance(cmd, m.AwaitChildren):  # one child ends at a time: the run parks again in between
+            c = cmd.pending[0]
+            return [m.Resumed(T0), m.ChildrenEnded(T0, {c.id: child_result(c.id)})]
         if isinstance(cmd, m.AwaitHuman):
             return [m.ApprovalsDecided(T0, {c.id: i % 2 == 0 for i, c in enumerate(cmd.pending)})]
         return []

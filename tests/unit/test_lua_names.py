@@ -26,8 +26,10 @@ OTHER_MEANINGS = {
     ("abort.lua", "aborted"): 2,  # the lastError code of an abort, and the script's verdict
     ("submit_one.lua", "aborted"): 2,  # the lastError code of the runs an interrupt aborts
     ("redispatch.lua", "awaiting_tools"): 1,  # the script's verdict
+    ("redispatch.lua", "awaiting_children"): 1,  # likewise
     ("prelude.lua", "epoch"): 1,  # a stream entry's field (xadd), not the run hash's
-    ("prelude.lua", "done"): 1,  # a tool record's state
+    ("prelude.lua", "done"): 2,  # a tool record's state
+    ("child_result.lua", "done"): 1,  # likewise
     ("tool_results.lua", "done"): 3,  # likewise
     ("capacity_acquire.lua", "paused"): 1,  # the limiter's verdict, not a schedule's field
     ("schedule_pause.lua", "paused"): 1,  # the script's verdict

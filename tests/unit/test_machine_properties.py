@@ -15,7 +15,20 @@ from tests.unit.machine_driver import T0, Driver, calling, calls_reply, config, 
 from worker import machine as m
 
 OUTCOMES = st.sampled_from(
-    ["text", "calls", "danger", "remote", "retry", "fatal", "overflow", "conn", "partial", "cut", "cut_calls"]
+    [
+        "text",
+        "calls",
+        "danger",
+        "remote",
+        "agents",
+        "retry",
+        "fatal",
+        "overflow",
+        "conn",
+        "partial",
+        "cut",
+        "cut_calls",
+    ]
 )
 TOOL_OUTCOMES = st.sampled_from(["ok", "error: boom"])
 

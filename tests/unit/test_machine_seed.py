@@ -84,7 +84,7 @@ def test_the_last_call_refuses_tool_calls_and_keeps_the_text() -> None:
                                        tool_calls=[ToolCall(id="x", name="echo")]))  # fmt: skip
     s, cmds = go(s, reply)
     assert s.phase == m.Phase.COMPLETED and s.final_message == Message(
-        role="assistant", content="partial answer"
+        role="assistant", content="partial answer", created_at=T0
     )
     assert not any(isinstance(c, m.ExecuteTool) for c in cmds)
     assert any(isinstance(c, m.Emit) and c.payload.get("status") == "tool_calls_refused" for c in cmds)

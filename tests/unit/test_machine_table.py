@@ -10,8 +10,10 @@ import pytest
 from agentmill_client.models import Message
 from tests.unit.machine_driver import (
     T0,
+    TASK,
     calling,
     calls_reply,
+    child_result,
     config,
     failure,
     go,
@@ -183,6 +185,68 @@ def events_for(node: str) -> list[tuple[m.Event, m.RunState]]:
                 ),
             ),
         ]
+    if node == m.Phase.TOOL_RUNNING:
+        spawning = go(calling(), calls_reply(("c1", "helper", TASK), ("c2", "echo", "{}")))[0]
+        only = go(calling(), calls_reply(("c1", "helper", TASK)))[0]
+        cases += [
+            (m.ChildrenStarted(T0, {"c1": "k"}), spawning),
+            (m.ChildrenStarted(T0, {"c1": "k"}), only),
+            (m.ChildrenStarted(T0, {}, {"c1": "no such profile"}), only),
+            (
+                m.ChildrenStarted(T0, {}, {"c1": "no"}),
+                only.model_copy(update={"config": config(max_iterations=1)}),
+            ),
+            (
+                m.ChildrenStarted(T0, {}, {"c1": "no"}),
+                only.model_copy(
+                    update={
+                        "config": config(
+                            compaction=config().compaction.model_copy(update={"max_messages": 4})
+                        ),
+                        "transcript": [Message(role="user", content="u")] * 5,
+                    }
+                ),
+            ),
+            (m.Resumed(T0), only),
+            (
+                m.ChildrenStarted(T0, {"c1": "k"}),
+                go(calling(), calls_reply(("c1", "helper", TASK), ("c2", "remote", "{}")))[0],
+            ),
+            (result("c2"), go(spawning, m.ChildrenStarted(T0, {"c1": "k"}))[0]),
+            (m.Resumed(T0, {"c2": result("c2").result}), go(spawning, m.ChildrenStarted(T0, {"c1": "k"}))[0]),
+        ]
+    if node == m.Phase.AWAITING_CHILDREN:
+        two = go(calling(), calls_reply(("c1", "helper", TASK), ("c2", "helper", TASK)),
+                 m.ChildrenStarted(T0, {"c1": "k1", "c2": "k2"}))[0]  # fmt: skip
+        cases += [
+            (m.ChildrenEnded(T0, {"c1": child_result("c1")}), s),
+            (m.ChildrenEnded(T0, {"c1": child_result("c1")}), two),
+            (m.ChildrenEnded(T0, {}), s),
+            (
+                m.ChildrenEnded(T0, {"c1": child_result("c1")}),
+                s.model_copy(update={"config": config(max_iterations=1)}),
+            ),
+            (
+                m.ChildrenEnded(T0, {"c1": child_result("c1")}),
+                s.model_copy(
+                    update={
+                        "config": config(
+                            compaction=config().compaction.model_copy(update={"max_messages": 4})
+                        ),
+                        "transcript": [Message(role="user", content="u")] * 5,
+                    }
+                ),
+            ),
+        ]
+    if node == m.Phase.AWAITING_TOOLS:
+        both = go(
+            calling(),
+            calls_reply(("c1", "remote", "{}"), ("c2", "helper", TASK)),
+            m.ChildrenStarted(T0, {"c2": "k"}),
+        )[0]
+        cases.append(
+            (m.ClientResultsReceived(T0, {"c1": result("c1", "from the client", "remote").result}), both)
+        )
     if node == m.Phase.COMPACTING:
         cases += [
             (m.CompactionDone(T0, s.transcript, 0, "overflow"), s),

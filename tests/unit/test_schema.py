@@ -34,7 +34,11 @@ def test_no_script_spells_a_key_or_a_setting_of_its_own() -> None:
     for name in SCRIPTS:
         src = source(name)
         assert "am:" not in src and "arq:" not in src, name
-        assert set(re.findall(r"__[A-Z_]+__", src)) <= {"__CONTEXT_FIELDS__", "__TERMINAL__"}, name
+        assert set(re.findall(r"__[A-Z_]+__", src)) <= {
+            "__CONTEXT_FIELDS__",
+            "__TERMINAL__",
+            "__DEFAULT_PRIORITY__",
+        }, name
     for path in LUA_DIR.glob("*.lua"):
         if path.stem in ("clock", "prelude", "submit_one", "submit"):
             continue

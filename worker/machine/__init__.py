@@ -1,7 +1,7 @@
 """The agent run as a pure transition function: ``decide(state, event) -> (state, commands)``.
 
 Reconciles the seeds: the outer ReAct loop (idle → preparing → model_running ⇄ tool_running →
-completed | failed | aborted, with awaiting_human, awaiting_tools and compacting) and, inside
+completed | failed | aborted, with awaiting_human, awaiting_tools, awaiting_children and compacting) and, inside
 model_running, the model-call loop (calling → streaming → retrying → calling …). No I/O, no clock, no
 randomness: time, jitter and outcomes arrive as event fields, so a recorded event sequence replays to
 the same states. The runner (worker/runner/) executes the commands and feeds the outcomes back.
@@ -17,6 +17,7 @@ the same states. The runner (worker/runner/) executes the commands and feeds the
 """
 
 from worker.machine.commands import (
+    AwaitChildren,
     AwaitClient,
     AwaitHuman,
     CallModel,
@@ -29,11 +30,14 @@ from worker.machine.commands import (
     LoadContext,
     ModelRequest,
     OfferClientCalls,
+    StartChildren,
     Wait,
 )
 from worker.machine.events import (
     AbortRequested,
     ApprovalsDecided,
+    ChildrenEnded,
+    ChildrenStarted,
     ClientResultsReceived,
     CompactionDone,
     ContextLoaded,
@@ -50,7 +54,7 @@ from worker.machine.events import (
     StartRejected,
     ToolFinished,
 )
-from worker.machine.identity import call_id, identify, wire_id
+from worker.machine.identity import call_id, child_run_id, identify, wire_id
 from worker.machine.restore import rebuild
 from worker.machine.state import (
     CALLING,
@@ -79,10 +83,13 @@ __all__ = [
     "TRANSITIONS",
     "AbortRequested",
     "ApprovalsDecided",
+    "AwaitChildren",
     "AwaitClient",
     "AwaitHuman",
     "CallModel",
     "CallPhase",
+    "ChildrenEnded",
+    "ChildrenStarted",
     "ClientResultsReceived",
     "Command",
     "Compact",
@@ -108,12 +115,14 @@ __all__ = [
     "Resumed",
     "RetryTimerFired",
     "RunState",
+    "StartChildren",
     "StartRejected",
     "Started",
     "ToolFinished",
     "Wait",
     "build_messages",
     "call_id",
+    "child_run_id",
     "decide",
     "error_event",
     "identify",

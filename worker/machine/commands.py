@@ -11,6 +11,7 @@ from worker.config import ToolSpec
 from worker.machine.state import RunState
 
 __all__ = [
+    "AwaitChildren",
     "AwaitClient",
     "AwaitHuman",
     "CallModel",
@@ -23,6 +24,7 @@ __all__ = [
     "LoadContext",
     "ModelRequest",
     "OfferClientCalls",
+    "StartChildren",
     "Wait",
 ]
 
@@ -110,12 +112,33 @@ class AwaitClient:
 
 
 @dataclass(frozen=True, slots=True)
+class StartChildren:
+    """Create the child runs of these sub-agent calls (idempotent: the ids are derived from the
+    parent's and the call's); the outcome comes back as ChildrenStarted."""
+
+    calls: list[ToolCall]
+    child_ids: dict[str, str]  # toolCallId -> child run id
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitChildren:
+    """Park the run until every pending child has ended (its result delivered to the tools hash)."""
+
+    pending: list[ToolCall]
+    child_ids: dict[str, str]
+
+    def record(self) -> list[dict[str, Any]]:
+        """The children the run waits for, as the run hash keeps them (commit.lua settles on them)."""
+        return [{"toolCallId": c.id, "name": c.name, "runId": self.child_ids[c.id]} for c in self.pending]
+
+
+@dataclass(frozen=True, slots=True)
 class Finish:
     result: RunResult
 
 
 Command = (
     Emit | LoadContext | CallModel | Wait | ExecuteTool | Compact | AwaitHuman | OfferClientCalls | AwaitClient
-    | Finish
+    | StartChildren | AwaitChildren | Finish
 )  # fmt: skip
 Decision = tuple[RunState, list[Command]]

@@ -41,6 +41,12 @@ _AFTER = """\
   more the run parks in `awaiting_tools` (`AwaitClient`), on no worker, as `awaiting_human` does. The
   store puts it back on the queue when every call has a result or passed its deadline (a timeout error);
   the resuming job feeds them in as `ClientResultsReceived`, which closes the round (or parks again).
+- **Sub-agents** (`execution: "agent"`): a call whose tool is another agent starts a child run
+  (`StartChildren`; refused as an error result past `maxDepth` or in a cycle); `ChildrenStarted` says they
+  exist (`child_started`). Once nothing runs in the worker and no client call is open, the run parks in
+  `awaiting_children` (`AwaitChildren`), on no worker; the last child's ending puts it back on the
+  queue, and the resuming job feeds their results in as `ChildrenEnded` (`child_ended`), which closes the
+  round (or parks again). A resumed run that was creating children creates the same ones again.
 - `Resumed` is how a new job takes over a checkpoint: the effects are recomputed from the state (a model call
   starts over, unfinished tool calls are claimed again). The event carries the tool results the store
   holds (`recorded`): a call whose result is recorded is served from it, never executed again, and the

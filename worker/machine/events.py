@@ -14,6 +14,8 @@ from worker.policy import ModelFailure
 __all__ = [
     "AbortRequested",
     "ApprovalsDecided",
+    "ChildrenEnded",
+    "ChildrenStarted",
     "ClientResultsReceived",
     "CompactionDone",
     "ContextLoaded",
@@ -125,6 +127,24 @@ class ClientResultsReceived:
 
 
 @dataclass(frozen=True, slots=True)
+class ChildrenStarted:
+    """The child runs of sub-agent calls exist (``streams``: toolCallId -> the child's stream key),
+    or could not be created (``failed``: toolCallId -> why)."""
+
+    now_ms: int
+    streams: dict[str, str]
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ChildrenEnded:
+    """Results of sub-agent calls whose child runs ended (delivered to the parent's tools hash)."""
+
+    now_ms: int
+    results: dict[str, ToolResult]
+
+
+@dataclass(frozen=True, slots=True)
 class CompactionDone:
     now_ms: int
     transcript: list[Message]
@@ -172,6 +192,8 @@ Event = (
     | ToolFinished
     | ApprovalsDecided
     | ClientResultsReceived
+    | ChildrenStarted
+    | ChildrenEnded
     | CompactionDone
     | AbortRequested
     | DeadlineReached

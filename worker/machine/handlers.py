@@ -38,6 +38,7 @@ from worker.machine.steps import (
     up,
 )
 from worker.machine.tool_round import start_round
+from worker.machine.window import initial_window
 
 __all__ = [
     "on_abort",
@@ -59,14 +60,15 @@ __all__ = [
 
 
 def on_started(s: RunState, e: Started) -> Decision:
-    s = up(
-        s, phase=Phase.PREPARING, config=e.config, transcript=list(e.input_messages), started_at_ms=e.now_ms
-    )
+    stamped = [m.model_copy(update={"created_at": e.now_ms}) for m in e.input_messages]
+    s = up(s, phase=Phase.PREPARING, config=e.config, transcript=stamped, started_at_ms=e.now_ms)
     return s, [status_event(RunStatus.RUNNING.value, agent=e.config.agent), LoadContext(s.session_id)]
 
 
 def on_context_loaded(s: RunState, e: ContextLoaded) -> Decision:
-    return next_model_call(up(s, history=list(e.history)), e.now_ms, [])
+    ctx = s.cfg.context
+    window = initial_window(e.history, ctx.max_run_loops) if ctx.history_tools else len(e.history)
+    return next_model_call(up(s, history=list(e.history), context_window_size=window), e.now_ms, [])
 
 
 # ---- Resumed: a new job took the run over; its effects are recomputed from the checkpointed state ----
@@ -100,10 +102,10 @@ def on_replied(s: RunState, e: ModelReplied) -> Decision:
     if (failure := policy.reply_failure(e.finish_reason, empty=empty)) is not None:
         s = up(s, finish_reason=e.finish_reason)
         return on_failed(s, ModelFailed(e.now_ms, failure, e.jitter, e.partial))
-    msg = e.message
+    msg = e.message.model_copy(update={"created_at": e.now_ms})
     refused = len(msg.tool_calls or ()) if s.final_call else 0
     if refused:  # the last call for an answer accepts no tool calls: keep the text only
-        msg = Message(role="assistant", content=msg.content)
+        msg = Message(role="assistant", content=msg.content, created_at=e.now_ms)
     usage = s.usage + e.usage if e.usage else s.usage
     s = up(s, iterations=s.iterations + 1, usage=usage, transcript=[*s.transcript, msg], attempt=0,
             finish_reason=e.finish_reason)  # fmt: skip
@@ -114,6 +116,7 @@ def on_replied(s: RunState, e: ModelReplied) -> Decision:
                 "message": msg.model_dump(mode="json", by_alias=True, exclude_none=True),
                 "modelCallIndex": s.model_call_index,
                 "finishReason": e.finish_reason,
+                "calledLlmAt": s.called_llm_at_ms,
                 **({"usage": e.usage.model_dump(by_alias=True)} if e.usage else {}),
             },
         )
@@ -180,7 +183,7 @@ def on_failed(s: RunState, e: ModelFailed) -> Decision:
 
 
 def on_retry_timer(s: RunState, e: RetryTimerFired) -> Decision:
-    s = up(s, call=CallPhase.CALLING)
+    s = up(s, call=CallPhase.CALLING, called_llm_at_ms=e.now_ms)
     if (err := over_time(s, e.now_ms)) is not None:
         return finish(s, RunStatus.FAILED, [], error=err)
     return s, [CallModel(request_of(s))]

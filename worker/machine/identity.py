@@ -11,16 +11,23 @@ messages), made unique in the transcript when it repeats, so every call is answe
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 
 from agentmill_client.models import Message, ToolCall
 
-__all__ = ["call_id", "identify", "wire_id"]
+__all__ = ["call_id", "child_run_id", "identify", "wire_id"]
 
 
 def call_id(model_call_index: int, position: int) -> str:
     """agentmill's id of the call at ``position`` of the reply to model call ``model_call_index``."""
     return f"c{model_call_index}.{position}"
+
+
+def child_run_id(run_id: str, tool_call_id: str) -> str:
+    """The id of the child run a sub-agent call starts: from the parent's id (the one its keys use)
+    and the call's, so the call made again (a resumed parent) finds the same child."""
+    return "sub_" + hashlib.sha256(f"{run_id}\0{tool_call_id}".encode()).hexdigest()[:32]
 
 
 def wire_id(call: ToolCall) -> str:

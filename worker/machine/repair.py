@@ -35,7 +35,7 @@ def final_answer(s: RunState, msg: Message, now_ms: int, cmds: list[Command]) ->
     fmt = s.cfg.response_format
     if fmt is None:
         return finish(s, RunStatus.COMPLETED, cmds, final=msg)
-    value, problems = policy.check_output(fmt, msg.content)
+    value, problems = policy.check_output(fmt, msg.text)
     if not problems:
         return finish(up(s, output=value), RunStatus.COMPLETED, cmds, final=msg)
     limit = s.cfg.max_repairs

@@ -24,6 +24,7 @@ from worker.machine.repair import repair_prompt
 from worker.machine.state import CallPhase, Phase, RunState
 from worker.machine.steps import next_model_call, status_event, up
 from worker.machine.tool_round import begin_tools, tool_result_emits
+from worker.machine.window import initial_window
 
 __all__ = ["on_restored", "rebuild"]
 
@@ -40,13 +41,19 @@ def rebuild(
     where its first event found it (a run that was itself restored), else its input."""
     if start is not None:
         s = up(start, run_id=run_id, phase=Phase.PREPARING, call=CallPhase.NONE, running=[])
-    else:
-        s = RunState(run_id=run_id, phase=Phase.PREPARING, transcript=list(input_messages))
+    else:  # the input as the origin's start stamped it (createdAt: when it joined the run)
+        at = base.started_at_ms if base is not None and base.started_at_ms else None
+        stamped = [m.model_copy(update={"created_at": at}) for m in input_messages]
+        s = RunState(run_id=run_id, phase=Phase.PREPARING, transcript=stamped)
     s = up(
         s,
         config=base.config if base is not None else s.config,
         history=list(base.history) if base is not None else s.history,
     )
+    if start is None and s.config is not None:  # the window as the origin's first model call had it
+        ctx = s.config.context
+        s = up(s, context_window_size=initial_window(s.history, ctx.max_run_loops) if ctx.history_tools
+               else len(s.history))  # fmt: skip
     problems: list[str] = []
     for kind, p in events:
         if kind == EventKind.ASSISTANT_MESSAGE:
@@ -55,10 +62,12 @@ def rebuild(
             s = up(s, transcript=[*s.transcript, msg], iterations=s.iterations + 1, model_call_index=index)
             if msg.tool_calls:
                 s = up(s, round=list(msg.tool_calls), results={}, tool_rounds=s.tool_rounds + 1)
-        elif kind == EventKind.TOOL_CALL and p.get("execution") != "internal":
-            s = up(s, tool_calls_used=s.tool_calls_used + 1)
+        elif kind == EventKind.TOOL_CALL:
+            s = up(s, round_called_at_ms=int(p.get("calledAt") or 0))
+            if p.get("execution") != "internal":
+                s = up(s, tool_calls_used=s.tool_calls_used + 1)
         elif kind == EventKind.TOOL_RESULT:
-            s = _result(s, ToolResult.model_validate(p))
+            s = _result(s, ToolResult.model_validate({k: v for k, v in p.items() if k != "calledAt"}))
         elif kind == EventKind.ERROR and p.get("scope") == "model":
             if p.get("code") == "invalid_output":
                 problems = [str(x) for x in p.get("problems") or []]
@@ -69,6 +78,8 @@ def rebuild(
             if fmt is not None:
                 prompt = Message(role="user", content=repair_prompt(fmt, problems))
                 s = up(s, repairs=s.repairs + 1, transcript=[*s.transcript, prompt])
+        elif kind == EventKind.STATUS and p.get("status") == "context_window_expanded":
+            s = up(s, context_window_size=int(p.get("contextWindowSize") or 0))
         elif kind == EventKind.STATUS and p.get("status") == "limit_reached":
             s = up(s, final_call=str(p.get("limit") or "max_iterations"))
     return s
@@ -105,7 +116,7 @@ def on_restored(s: RunState, e: Restored) -> Decision:
         return next_model_call(s, e.now_ms, cmds)
     served = {c.id: e.recorded[c.id] for c in s.round if c.id not in s.results and c.id in e.recorded}
     for res in served.values():
-        cmds += tool_result_emits(res)
+        cmds += tool_result_emits(res, s.round_called_at_ms)
     s = up(s, results={**s.results, **served})
     pending = [c for c in s.round if c.id not in s.results and s.approvals.get(c.id) == "pending"]
     if pending:

@@ -31,6 +31,7 @@ class Phase(StrEnum):
     TOOL_RUNNING = "tool_running"
     AWAITING_HUMAN = "awaiting_human"
     AWAITING_TOOLS = "awaiting_tools"  # the round waits for client tool results, on no worker
+    AWAITING_CHILDREN = "awaiting_children"  # the round waits for its child runs (sub-agents), on no worker
     COMPACTING = "compacting"
     COMPLETED = "completed"
     FAILED = "failed"
@@ -67,6 +68,7 @@ class RunState(Model):
     call: CallPhase = CallPhase.NONE
     config: RunConfig | None = None
     history: list[Message] = Field(default_factory=list)  # reduced past run loops (seed 002)
+    context_window_size: int | None = None  # newest history messages the model sees (None: all; window.py)
     transcript: list[Message] = Field(default_factory=list)  # this run loop in full
     started_at_ms: int = 0
     iterations: int = 0  # successful model replies
@@ -84,6 +86,9 @@ class RunState(Model):
     client_waiting: dict[str, int] = Field(
         default_factory=dict
     )  # client calls offered: toolCallId -> deadline ms
+    children: dict[str, str] = Field(default_factory=dict)  # the round's sub-agent calls -> child run ids
+    spawning: list[str] = Field(default_factory=list)  # sub-agent calls whose child is being created now
+    child_streams: dict[str, str] = Field(default_factory=dict)  # toolCallId -> the child's stream key
     usage: Usage = Field(default_factory=Usage)
     final_message: Message | None = None
     finish_reason: str | None = None  # of the last model reply
@@ -92,6 +97,8 @@ class RunState(Model):
     final_call: str | None = None  # the loop limit reached: the model is asked, without tools, for its answer
     repairs: int = 0  # repair turns asked for answers that did not match responseFormat
     output: Any = None  # the final answer parsed, when responseFormat asked for JSON and it validated
+    called_llm_at_ms: int = 0  # when the latest model call started (seed 003's calledLlmAt), from event times
+    round_called_at_ms: int = 0  # when the model made the current round's calls (their calledAt)
 
     @property
     def node(self) -> str:

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
+from agentmill_client import limits
+from agentmill_client.codec import to_jsonable
 from agentmill_client.models import EventKind, Message, RunError, RunResult, RunStatus
 from worker import policy
 from worker.machine.commands import CallModel, Command, Compact, Decision, Emit, Finish, ModelRequest
 from worker.machine.state import CallPhase, Phase, RunState
+from worker.machine.window import windowed_history
 
-__all__ = ["FINAL_ANSWER_PROMPT", "build_messages", "error_event", "finish", "result_of"]
+__all__ = ["FINAL_ANSWER_PROMPT", "bounded_messages", "build_messages", "error_event", "finish", "result_of"]
 
 
 def up(state: RunState, **changes: Any) -> RunState:
@@ -51,6 +56,11 @@ def next_model_call(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
         if cfg.on_limit == "fail":
             return finish(s, RunStatus.FAILED, cmds, error=RunError(code="max_iterations", message=text))
         return final_call(s, now_ms, cmds, "max_iterations")
+    if s.tool_calls_used >= cfg.max_tool_calls and not s.final_call and s.tool_rounds:
+        text = f"loopLimits.maxToolCalls={cfg.max_tool_calls} reached"
+        if cfg.on_limit == "fail":
+            return finish(s, RunStatus.FAILED, cmds, error=RunError(code="max_tool_calls", message=text))
+        return final_call(s, now_ms, cmds, "max_tool_calls")
     comp = cfg.compaction
     if (
         len(s.transcript) > comp.max_messages
@@ -67,6 +77,7 @@ def call_model(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
         call=CallPhase.CALLING,
         model_call_index=s.model_call_index + 1,
         attempt=0,
+        called_llm_at_ms=now_ms,
     )
     return s, [*cmds, CallModel(request_of(s))]
 
@@ -94,7 +105,7 @@ def compact(s: RunState, cmds: list[Command], reason: str) -> Decision:
 
 def build_messages(s: RunState) -> list[Message]:
     """System prompt + reduced past run loops + the current run loop in full (seed 002)."""
-    return [Message(role="system", content=s.cfg.system_prompt), *s.history, *s.transcript]
+    return [Message(role="system", content=s.cfg.system_prompt), *windowed_history(s), *s.transcript]
 
 
 def request_of(s: RunState) -> ModelRequest:
@@ -142,6 +153,19 @@ def finish(
     return s, [*cmds, Emit(EventKind.STATUS, payload), Finish(result)]
 
 
+def bounded_messages(transcript: list[Message]) -> tuple[list[Message], int]:
+    """The newest messages within limits.MAX_RESULT_MESSAGES and MAX_RESULT_MESSAGES_BYTES (their
+    JSON together), and how many older ones were left out."""
+    kept: list[Message] = []
+    size = 0
+    for m in reversed(transcript):
+        size += len(orjson.dumps(to_jsonable(m)))
+        if len(kept) >= limits.MAX_RESULT_MESSAGES or size > limits.MAX_RESULT_MESSAGES_BYTES:
+            break
+        kept.append(m)
+    return kept[::-1], len(transcript) - len(kept)
+
+
 def result_of(s: RunState) -> RunResult:
     status = {
         Phase.COMPLETED: RunStatus.COMPLETED,
@@ -149,8 +173,12 @@ def result_of(s: RunState) -> RunResult:
         Phase.ABORTED: RunStatus.ABORTED,
         Phase.AWAITING_HUMAN: RunStatus.AWAITING_HUMAN,
         Phase.AWAITING_TOOLS: RunStatus.AWAITING_TOOLS,
+        Phase.AWAITING_CHILDREN: RunStatus.AWAITING_CHILDREN,
         Phase.IDLE: RunStatus.QUEUED,
     }.get(s.phase, RunStatus.RUNNING)
+    messages, omitted = (
+        bounded_messages(s.transcript) if s.config and s.config.include_messages else (None, None)
+    )
     return RunResult(
         session_id=s.session_id,
         run_id=s.run_id,
@@ -162,4 +190,6 @@ def result_of(s: RunState) -> RunResult:
         stop_reason=s.final_call if s.phase == Phase.COMPLETED else None,
         finish_reason=s.finish_reason,
         output=s.output if s.phase == Phase.COMPLETED else None,
+        messages=messages,
+        messages_omitted=omitted,
     )

@@ -17,6 +17,8 @@ from worker.machine.commands import Decision
 from worker.machine.events import (
     AbortRequested,
     ApprovalsDecided,
+    ChildrenEnded,
+    ChildrenStarted,
     ClientResultsReceived,
     CompactionDone,
     ContextLoaded,
@@ -61,7 +63,14 @@ from worker.machine.state import (
     RunState,
 )
 from worker.machine.steps import up
-from worker.machine.tool_round import on_approvals, on_client_results, on_resumed_tools, on_tool_finished
+from worker.machine.tool_round import (
+    on_approvals,
+    on_children_ended,
+    on_children_started,
+    on_client_results,
+    on_resumed_tools,
+    on_tool_finished,
+)
 
 __all__ = ["EVERYWHERE", "RESUMABLE", "TABLE", "TRANSITIONS", "Rule", "decide"]
 
@@ -83,6 +92,7 @@ PREPARING = Phase.PREPARING.value
 TOOL_RUNNING = Phase.TOOL_RUNNING.value
 AWAITING_HUMAN = Phase.AWAITING_HUMAN.value
 AWAITING_TOOLS = Phase.AWAITING_TOOLS.value
+AWAITING_CHILDREN = Phase.AWAITING_CHILDREN.value
 COMPACTING = Phase.COMPACTING.value
 COMPLETED = Phase.COMPLETED.value
 FAILED = Phase.FAILED.value
@@ -132,8 +142,9 @@ TABLE: dict[str, dict[type[Any], Rule]] = {
         EffectCrashed: _rule(on_crashed, FAILED),
     },
     TOOL_RUNNING: {
-        ToolFinished: _rule(on_tool_finished, TOOL_RUNNING, AWAITING_TOOLS, CALLING, COMPACTING, FAILED),
-        Resumed: _rule(on_resumed_tools, TOOL_RUNNING, AWAITING_TOOLS, CALLING, COMPACTING, FAILED),
+        ToolFinished: _rule(on_tool_finished, TOOL_RUNNING, AWAITING_TOOLS, AWAITING_CHILDREN, CALLING, COMPACTING, FAILED),
+        ChildrenStarted: _rule(on_children_started, TOOL_RUNNING, AWAITING_TOOLS, AWAITING_CHILDREN, CALLING, COMPACTING, FAILED),
+        Resumed: _rule(on_resumed_tools, TOOL_RUNNING, AWAITING_TOOLS, AWAITING_CHILDREN, CALLING, COMPACTING, FAILED),
         AbortRequested: _rule(on_abort, ABORTED),
         DeadlineReached: _rule(on_deadline, FAILED),
         EffectCrashed: _rule(on_crashed, FAILED),
@@ -146,8 +157,15 @@ TABLE: dict[str, dict[type[Any], Rule]] = {
         EffectCrashed: _rule(on_crashed, FAILED),
     },
     AWAITING_TOOLS: {
-        ClientResultsReceived: _rule(on_client_results, AWAITING_TOOLS, CALLING, COMPACTING, FAILED),
+        ClientResultsReceived: _rule(on_client_results, AWAITING_TOOLS, AWAITING_CHILDREN, CALLING, COMPACTING, FAILED),
         Resumed: _rule(on_resumed_parked, AWAITING_TOOLS),
+        AbortRequested: _rule(on_abort, ABORTED),
+        DeadlineReached: _rule(on_deadline, FAILED),
+        EffectCrashed: _rule(on_crashed, FAILED),
+    },
+    AWAITING_CHILDREN: {
+        ChildrenEnded: _rule(on_children_ended, AWAITING_CHILDREN, CALLING, COMPACTING, FAILED),
+        Resumed: _rule(on_resumed_parked, AWAITING_CHILDREN),
         AbortRequested: _rule(on_abort, ABORTED),
         DeadlineReached: _rule(on_deadline, FAILED),
         EffectCrashed: _rule(on_crashed, FAILED),

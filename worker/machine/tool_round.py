@@ -7,8 +7,11 @@ import json
 
 from agentmill_client.models import EventKind, Message, RunError, RunStatus, ToolCall, ToolResult
 from worker import policy
-from worker.config import RECALL_TOOL, RunConfig
+from worker.config import RunConfig
+from worker.history_tools import LOAD_OLDER_HISTORY
+from worker.machine.children import child_ended_emit, child_problem, child_started_emit, start_children
 from worker.machine.commands import (
+    AwaitChildren,
     AwaitClient,
     AwaitHuman,
     Command,
@@ -17,14 +20,24 @@ from worker.machine.commands import (
     ExecuteTool,
     OfferClientCalls,
 )
-from worker.machine.events import ApprovalsDecided, ClientResultsReceived, Resumed, ToolFinished
+from worker.machine.events import (
+    ApprovalsDecided,
+    ChildrenEnded,
+    ChildrenStarted,
+    ClientResultsReceived,
+    Resumed,
+    ToolFinished,
+)
 from worker.machine.identity import wire_id
 from worker.machine.state import CallPhase, MachineError, Phase, RunState
 from worker.machine.steps import error_event, final_call, finish, next_model_call, status_event, up
+from worker.machine.window import expand_window
 
 __all__ = [
     "begin_tools",
     "on_approvals",
+    "on_children_ended",
+    "on_children_started",
     "on_client_results",
     "on_resumed_tools",
     "on_tool_finished",
@@ -41,26 +54,22 @@ def start_round(
     rounds = s.tool_rounds + 1
     cfg = s.cfg
     if cfg.max_tool_rounds is not None and rounds > cfg.max_tool_rounds:
-        text = f"loopLimits.maxToolRounds={cfg.max_tool_rounds} reached"
-        if cfg.on_limit == "fail":
-            return finish(s, RunStatus.FAILED, cmds, error=RunError(code="max_tool_rounds", message=text))
-        # Answer every call of the refused round (the model input stays well-formed), then ask for the answer.
-        msgs = []
-        for call in calls:
-            cmds.append(tool_call_emit(call, cfg))
-            res = ToolResult(tool_call_id=call.id, name=call.name, content=f"error: not executed: {text}",
-                             is_error=True)  # fmt: skip
-            cmds += tool_result_emits(res, "tool_refused")
-            msgs.append(Message(role="tool", content=res.content, tool_call_id=call.id, name=call.name))
-        s = up(s, transcript=[*s.transcript, *msgs])
-        return final_call(s, now_ms, cmds, "max_tool_rounds")
-    s = up(s, tool_rounds=rounds, round=list(calls), results={}, running=[], approvals={})
+        return _refuse_round(
+            s, calls, now_ms, cmds, "max_tool_rounds", f"loopLimits.maxToolRounds={cfg.max_tool_rounds}"
+        )
+    counted = sum(1 for c in calls if c.name not in cfg.internal_names())
+    if counted and s.tool_calls_used + counted > cfg.max_tool_calls:
+        return _refuse_round(
+            s, calls, now_ms, cmds, "max_tool_calls", f"loopLimits.maxToolCalls={cfg.max_tool_calls}"
+        )
+    s = up(s, tool_rounds=rounds, round=list(calls), results={}, running=[], approvals={},
+           round_called_at_ms=now_ms)  # fmt: skip
     results: dict[str, ToolResult] = {}
     used = s.tool_calls_used
     allowed = cfg.tool_names()
     cut_off = finish_reason == policy.LENGTH
     for call in calls:
-        cmds.append(tool_call_emit(call, cfg))
+        cmds.append(tool_call_emit(call, cfg, now_ms))
         problem = policy.CUT_OFF_CALL if cut_off else _precheck(call, allowed)
         if (
             problem is None and call.name in cfg.client_tools
@@ -68,7 +77,14 @@ def start_round(
             spec = next(t for t in cfg.tools if t.name == call.name)
             why = policy.argument_problem(spec.parameters, json.loads(call.arguments or "{}"))
             problem = None if why is None else f"error: invalid arguments: {why}"
-        if problem is None and call.name != RECALL_TOOL:
+        if problem is None and call.name in cfg.agent_tools:  # arguments, depth and cycle
+            problem = child_problem(call, cfg)
+        if problem is None and call.name == LOAD_OLDER_HISTORY:  # answered here: a change of the window
+            s, res, note = expand_window(s, call)
+            results[call.id] = res
+            cmds += [note, *tool_result_emits(res, now_ms)]
+            continue
+        if problem is None and call.name not in cfg.internal_names():
             if cfg.max_calls_per_run is not None and used >= cfg.max_calls_per_run:
                 problem = (
                     f"toolPolicy.maxCallsPerRun={cfg.max_calls_per_run} reached; the call was not executed"
@@ -78,7 +94,7 @@ def start_round(
         if problem is not None:
             res = ToolResult(tool_call_id=call.id, name=call.name, content=problem, is_error=True)
             results[call.id] = res
-            cmds += tool_result_emits(res, "tool_refused")
+            cmds += tool_result_emits(res, now_ms, "tool_refused")
     s = up(s, results=results, tool_calls_used=used)
     pending = [c for c in s.round if c.id not in results and c.name in cfg.approval_tools]
     if pending:
@@ -98,14 +114,36 @@ def start_round(
     return begin_tools(s, now_ms, cmds)
 
 
+def _refuse_round(s: RunState, calls: list[ToolCall], now_ms: int, cmds: list[Command], limit: str,
+                  what: str) -> Decision:  # fmt: skip
+    """A loop limit refuses the whole round: fail (onLimit=fail), or answer every call with an error
+    (the model input stays well-formed) and ask for the final answer without tools."""
+    text = f"{what} reached"
+    if s.cfg.on_limit == "fail":
+        return finish(s, RunStatus.FAILED, cmds, error=RunError(code=limit, message=text))
+    msgs = []
+    for call in calls:
+        cmds.append(tool_call_emit(call, s.cfg, now_ms))
+        res = ToolResult(tool_call_id=call.id, name=call.name, content=f"error: not executed: {text}",
+                         is_error=True)  # fmt: skip
+        cmds += tool_result_emits(res, now_ms, "tool_refused")
+        msgs.append(Message(role="tool", content=res.content, tool_call_id=call.id, name=call.name))
+    s = up(s, transcript=[*s.transcript, *msgs])
+    return final_call(s, now_ms, cmds, limit)
+
+
 def _execution(name: str, cfg: RunConfig) -> str:
-    """Who runs a call: the caller (client), the worker, or the machine's own context (internal)."""
-    return "client" if name in cfg.client_tools else "internal" if name == RECALL_TOOL else "worker"
+    """Who runs a call: the caller (client), a child run (agent), the worker, or the machine's own
+    context (internal)."""
+    if name in cfg.agent_tools:
+        return "agent"
+    return "client" if name in cfg.client_tools else "internal" if name in cfg.internal_names() else "worker"
 
 
-def tool_call_emit(call: ToolCall, cfg: RunConfig) -> Emit:
+def tool_call_emit(call: ToolCall, cfg: RunConfig, called_at_ms: int) -> Emit:
     return Emit(EventKind.TOOL_CALL, {"toolCallId": call.id, "providerCallId": wire_id(call), "name": call.name,
-                                      "arguments": call.arguments, "execution": _execution(call.name, cfg)})  # fmt: skip
+                                      "arguments": call.arguments, "execution": _execution(call.name, cfg),
+                                      "calledAt": called_at_ms})  # fmt: skip
 
 
 def _precheck(call: ToolCall, allowed: set[str]) -> str | None:
@@ -120,9 +158,11 @@ def _precheck(call: ToolCall, allowed: set[str]) -> str | None:
     return None
 
 
-def tool_result_emits(res: ToolResult, code: str = "tool_failed") -> list[Command]:
-    """The tool_result event, and beside an error result the ``error`` event naming it."""
-    out: list[Command] = [Emit(EventKind.TOOL_RESULT, res.model_dump(mode="json", by_alias=True))]
+def tool_result_emits(res: ToolResult, called_at_ms: int, code: str = "tool_failed") -> list[Command]:
+    """The tool_result event (with its call's ``calledAt``), and beside an error result the ``error``
+    event naming it."""
+    payload = {**res.model_dump(mode="json", by_alias=True, exclude_none=True), "calledAt": called_at_ms}
+    out: list[Command] = [Emit(EventKind.TOOL_RESULT, payload)]
     if res.is_error:
         out.append(error_event("tool", code, res.content, toolCallId=res.tool_call_id, name=res.name))
     return out
@@ -131,10 +171,19 @@ def tool_result_emits(res: ToolResult, code: str = "tool_failed") -> list[Comman
 def begin_tools(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
     s = up(s, phase=Phase.TOOL_RUNNING, call=CallPhase.NONE)
     s, cmds = _offer_client_calls(s, now_ms, cmds)
-    s, cmds = start_tools(s, cmds)
-    if not s.running:
+    agents = s.cfg.agent_tools
+    s, spawn = start_children(
+        s, [c for c in s.round if c.name in agents and _ready(s, c) and c.id not in s.children]
+    )
+    s, cmds = start_tools(s, [*cmds, *spawn])
+    if not _busy(s):
         return _after_tools(s, now_ms, cmds)
     return s, cmds
+
+
+def _busy(s: RunState) -> bool:
+    """Something of the round still runs in this worker: a tool call, or the creation of children."""
+    return bool(s.running or s.spawning)
 
 
 def _ready(s: RunState, c: ToolCall) -> bool:
@@ -142,8 +191,9 @@ def _ready(s: RunState, c: ToolCall) -> bool:
 
 
 def _runnable(s: RunState) -> list[ToolCall]:
-    client = s.cfg.client_tools
-    return [c for c in s.round if _ready(s, c) and c.id not in s.running and c.name not in client]
+    client, agents = s.cfg.client_tools, s.cfg.agent_tools
+    return [c for c in s.round if _ready(s, c) and c.id not in s.running and c.name not in client
+            and c.name not in agents]  # fmt: skip
 
 
 def _offer_client_calls(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
@@ -163,10 +213,11 @@ def _offer_client_calls(s: RunState, now_ms: int, cmds: list[Command]) -> Decisi
 
 
 def _after_tools(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
-    """Nothing runs in the worker any more: wait for the client's results, or close the round."""
+    """Nothing runs in the worker any more: wait for the client's results, then for the children's,
+    or close the round."""
     waiting = [c for c in s.round if c.id in s.client_waiting and c.id not in s.results]
     if not waiting:
-        return _close_round(s, now_ms, cmds)
+        return _await_children(s, now_ms, cmds)
     s = up(s, phase=Phase.AWAITING_TOOLS, call=CallPhase.NONE)
     deadlines = {c.id: s.client_waiting[c.id] for c in waiting}
     pending = [{"toolCallId": c.id, "name": c.name, "arguments": c.arguments, "deadlineMs": deadlines[c.id]}
@@ -187,11 +238,72 @@ def on_client_results(s: RunState, e: ClientResultsReceived) -> Decision:
             continue
         res = ToolResult(tool_call_id=c.id, name=c.name, content=res.content, is_error=res.is_error)
         results[c.id] = res
-        cmds += tool_result_emits(res, "client_tool_error")
+        cmds += tool_result_emits(res, s.round_called_at_ms, "client_tool_error")
     s = up(s, results=results)
     waiting = [c for c in s.round if c.id in s.client_waiting and c.id not in s.results]
     if waiting:  # still open: park again with the same deadlines
         return s, [*cmds, AwaitClient(waiting, {c.id: s.client_waiting[c.id] for c in waiting})]
+    return _await_children(s, e.now_ms, cmds)
+
+
+def _children_waiting(s: RunState) -> list[ToolCall]:
+    return [c for c in s.round if c.id in s.children and c.id not in s.results]
+
+
+def _await_children(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
+    """Park until every child of the round has ended (on no worker), or close the round."""
+    waiting = _children_waiting(s)
+    if not waiting:
+        return _close_round(s, now_ms, cmds)
+    s = up(s, phase=Phase.AWAITING_CHILDREN, call=CallPhase.NONE)
+    pending = [{"toolCallId": c.id, "name": c.name, "childRunId": s.children[c.id]} for c in waiting]
+    return s, [*cmds, status_event(RunStatus.AWAITING_CHILDREN.value, pendingChildren=pending),
+               AwaitChildren(waiting, {c.id: s.children[c.id] for c in waiting})]  # fmt: skip
+
+
+def on_children_started(s: RunState, e: ChildrenStarted) -> Decision:
+    """The children exist (child_started), or could not be created (an error result each)."""
+    cmds: list[Command] = []
+    results = dict(s.results)
+    streams = dict(s.child_streams)
+    for c in s.round:
+        if c.id not in s.spawning:
+            continue
+        if c.id in e.failed:
+            res = ToolResult(
+                tool_call_id=c.id, name=c.name, content=f"error: {e.failed[c.id]}", is_error=True
+            )
+            results[c.id] = res
+            cmds += tool_result_emits(res, s.round_called_at_ms, "child_failed")
+        elif c.id in e.streams:
+            streams[c.id] = e.streams[c.id]
+            cmds.append(child_started_emit(s, c, e.streams[c.id]))
+    done = set(e.streams) | set(e.failed)
+    s = up(s, results=results, child_streams=streams, spawning=[i for i in s.spawning if i not in done])
+    if _busy(s):
+        return s, cmds
+    return _after_tools(s, e.now_ms, cmds)
+
+
+def _take_child_results(s: RunState, results: dict[str, ToolResult]) -> Decision:
+    """Results of ended children become their calls' results (child_ended, tool_result)."""
+    taken = dict(s.results)
+    cmds: list[Command] = []
+    for c in s.round:
+        res = results.get(c.id)
+        if res is None or c.id not in s.children or c.id in taken or c.id in s.spawning:
+            continue
+        res = ToolResult(tool_call_id=c.id, name=c.name, content=res.content, is_error=res.is_error)
+        taken[c.id] = res
+        cmds += [child_ended_emit(s, c, res), *tool_result_emits(res, s.round_called_at_ms, "child_failed")]
+    return up(s, results=taken), cmds
+
+
+def on_children_ended(s: RunState, e: ChildrenEnded) -> Decision:
+    s, cmds = _take_child_results(s, e.results)
+    waiting = _children_waiting(s)
+    if waiting:  # still open: park again
+        return s, [*cmds, AwaitChildren(waiting, {c.id: s.children[c.id] for c in waiting})]
     return _close_round(s, e.now_ms, cmds)
 
 
@@ -211,10 +323,14 @@ def on_resumed_tools(s: RunState, e: Resumed) -> Decision:
     served = [c for c in _runnable(s) if c.id in e.recorded]
     cmds: list[Command] = []
     for c in served:
-        cmds += tool_result_emits(e.recorded[c.id])
+        cmds += tool_result_emits(e.recorded[c.id], s.round_called_at_ms)
     s = up(s, results={**s.results, **{c.id: e.recorded[c.id] for c in served}})
-    s, cmds = start_tools(s, cmds)
-    if served and not s.running:
+    # Children being created when the run stopped: created again (the same ids find the same children).
+    spawning = [c for c in s.round if c.id in s.spawning]
+    s = up(s, spawning=[], children={k: v for k, v in s.children.items() if k not in s.spawning})
+    s, spawn = start_children(s, spawning)
+    s, cmds = start_tools(s, [*cmds, *spawn])
+    if served and not _busy(s):
         return _after_tools(s, e.now_ms, cmds)
     return s, cmds
 
@@ -228,19 +344,19 @@ def on_tool_finished(s: RunState, e: ToolFinished) -> Decision:
         results={**s.results, res.tool_call_id: res},
         running=[i for i in s.running if i != res.tool_call_id],
     )
-    s, cmds = start_tools(s, tool_result_emits(res))
-    if s.running:
+    s, cmds = start_tools(s, tool_result_emits(res, s.round_called_at_ms))
+    if _busy(s):
         return s, cmds
     return _after_tools(s, e.now_ms, cmds)
 
 
 def _close_round(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
     """Every call of the round has a result: append them in call order and ask the model again."""
-    tool_msgs = [
+    tool_msgs = [  # (a tool message's time is its call's calledAt, in its record and events)
         Message(role="tool", content=s.results[c.id].content, tool_call_id=c.id, name=c.name) for c in s.round
     ]
     s = up(s, transcript=[*s.transcript, *tool_msgs], round=[], results={}, running=[], approvals={},
-            client_waiting={})  # fmt: skip
+            client_waiting={}, children={}, spawning=[], child_streams={})  # fmt: skip
     return next_model_call(s, now_ms, cmds)
 
 
@@ -260,6 +376,6 @@ def on_approvals(s: RunState, e: ApprovalsDecided) -> Decision:
             text = "rejected by a human" + (f": {why}" if why else "")
             res = ToolResult(tool_call_id=call.id, name=call.name, content=text, is_error=True)
             results[call.id] = res
-            cmds += tool_result_emits(res, "tool_rejected")
+            cmds += tool_result_emits(res, s.round_called_at_ms, "tool_rejected")
     s = up(s, approvals=approvals, results=results)
     return begin_tools(s, e.now_ms, cmds)

@@ -84,6 +84,11 @@ def wire_message(m: Message, wire_ids: Mapping[str, str] | None = None) -> dict[
                 for c in m.tool_calls
             ],
         }
+    if isinstance(m.content, list):  # text and image parts, as OpenAI's chat format has them
+        return {
+            "role": m.role,
+            "content": [p.model_dump(mode="json", by_alias=True, exclude_none=True) for p in m.content],
+        }
     return {"role": m.role, "content": m.content}
 
 

@@ -82,7 +82,9 @@ class ScriptedProvider:
             text = orjson.dumps(
                 {
                     "messages": [
-                        m.model_dump(mode="json", by_alias=True, exclude_none=True) for m in request.messages
+                        # as a provider gets them: createdAt is the run's, not the wire's
+                        m.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"created_at"})
+                        for m in request.messages
                     ],
                     "tools": [t.name for t in request.tools],
                 }
@@ -155,10 +157,10 @@ def calculator_turn(messages: list[Message]) -> dict[str, Any]:
     tool_msgs = [m for m in after if m.role == "tool"]
     if tool_msgs:
         result = tool_msgs[-1]
-        if result.content.startswith("error"):
-            return {"text": f"I could not compute that: {result.content}"}
-        return {"text": f"The answer is {result.content}."}
-    match = max(_EXPR.findall(messages[last_user].content), key=len, default="").strip()
+        if result.text.startswith("error"):
+            return {"text": f"I could not compute that: {result.text}"}
+        return {"text": f"The answer is {result.text}."}
+    match = max(_EXPR.findall(messages[last_user].text), key=len, default="").strip()
     if not any(ch.isdigit() for ch in match):
         return {"text": "I can only do arithmetic; give me an expression such as 6 * 7."}
     return {"toolCalls": [{"name": "calculator", "arguments": {"expression": match}}]}

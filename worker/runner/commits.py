@@ -9,9 +9,11 @@ from typing import Any
 
 import orjson
 
+from agentmill_client.models import Usage
 from worker import failpoints
 from worker.config import RunConfig
 from worker.machine import Emit, RunState
+from worker.machine.children import children_record
 from worker.observer import Observer
 from worker.ports import Clock, Outbox, RunStore, SessionUpdate
 
@@ -32,6 +34,8 @@ class Commits:
         self.ckpt_seq = 0  # the seq the last checkpoint was committed with
         self._config: RunConfig | None = None
         self._config_json = orjson.Fragment(b"null")
+        self._children = b"[]"  # the round's children as the run hash has them (RunField.CHILDREN)
+        self._usage: Usage | None = None  # the usage the last commit wrote to the run hash
 
     async def step(
         self,
@@ -50,6 +54,8 @@ class Commits:
             events = self._stamped([*self._take(), *outbox.events])
             last = self.store.last_seq + len(events)
             ckpt = orjson.dumps({"seq": last, "state": self._dump(state)})
+            kids = orjson.dumps(children_record(state))
+            usage = state.usage if state.usage != self._usage else None  # with the usage event
             await self.store.commit(
                 Outbox(events, outbox.claims, outbox.records),
                 checkpoint=ckpt,
@@ -60,8 +66,12 @@ class Commits:
                 run_deadline_ms=run_deadline_ms,
                 iterations=state.iterations,
                 error_code=error_code,
+                children=kids if kids != self._children else None,
+                usage=usage,
             )
             self.ckpt_seq = last
+            self._children = kids
+            self._usage = state.usage
         for kind, _, _ in events:
             self.observer.event_published(kind)
 

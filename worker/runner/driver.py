@@ -28,6 +28,7 @@ from worker.lease import LeaseExpiredError
 from worker.machine import (
     AbortRequested,
     ApprovalsDecided,
+    AwaitChildren,
     AwaitClient,
     AwaitHuman,
     DeadlineReached,
@@ -55,6 +56,7 @@ from worker.runner import opening
 from worker.runner.commits import Commits
 from worker.runner.effect import EffectContext, FlushDeltas, ToolRecorded
 from worker.runner.effects import start as start_effect
+from worker.runner.parking import Park, ending_error, parking
 from worker.sessions import session_update
 
 __all__ = ["RunDriver"]
@@ -71,14 +73,6 @@ class _Crashed(_Wake):
 
     def __init__(self, exc: BaseException) -> None:
         self.exc = exc
-
-
-def ending_error(result: RunResult) -> str:
-    """The code a listing shows for a run's ending: a failed or aborted run's lastError (a completed
-    run's lastError is a retried error it got past)."""
-    if result.last_error is None or result.status == RunStatus.COMPLETED:
-        return ""
-    return result.last_error.code
 
 
 class RunDriver:
@@ -103,6 +97,7 @@ class RunDriver:
         self.fenced = False
         self.abort_reason: str | None = None
         self.observed_start = False
+        self.is_child = False  # a sub-agent's run: its ending goes to its parent
 
     # ---- signals from the worker (lease keeper, shutdown) ----
 
@@ -172,6 +167,7 @@ class RunDriver:
         if run_input.session_id:
             logs.run_context.set({**(logs.run_context.get() or {}), "sessionId": run_input.session_id})
         self.fx.hints = dict(run_input.runtime_hints or {})
+        self.is_child = bool(acq.ancestry)
         self.records.update(acq.tool_records)
         resumed = acq.checkpoint is not None
         now = self.clock.now_ms()
@@ -181,7 +177,9 @@ class RunDriver:
             first = opening.resumed(self.records, now)
         else:
             self.state = machine.initial_state(self.run_id, run_input.session_id)
-            first = await opening.start(self.host, self.ports.tools, self.ports.models, run_input, now)
+            first = await opening.start(
+                self.host, self.ports.tools, self.ports.models, run_input, now, acq.ancestry
+            )
             if acq.origin and isinstance(first, Started):  # a retry or fork: from the original's state
                 first = opening.restored_or_rejected(first, self.run_id, acq.origin, self.records)
         self.host.observer.run_started(resumed=resumed, job_try=self.job_try)
@@ -190,6 +188,8 @@ class RunDriver:
             # Deltas of a model call that was cut off by a crash: tell readers to drop them.
             self.out.emit(notices.model_call_restarted(self.state.model_call_index, self.out.ckpt_seq))
         self.pending.append(first)
+        if not acq.abort_reason and acq.ancestry and acq.checkpoint is None:
+            acq = await opening.orphaned(self.store, acq)  # a child created after its parent ended
         if acq.abort_reason:
             self.abort_reason = acq.abort_reason
             self.pending.append(AbortRequested(now, acq.abort_reason))
@@ -240,8 +240,7 @@ class RunDriver:
         outbox = Outbox()
         effects: list[machine.Command] = []
         finish: Finish | None = None
-        await_human: AwaitHuman | None = None
-        await_client: AwaitClient | None = None
+        park: Park | None = None
         ts = self.clock.now_ms()
         draining = self.draining
         for c in cmds:
@@ -256,15 +255,15 @@ class RunDriver:
                     effects.append(c)
             elif isinstance(c, Finish):
                 finish = c
-            elif isinstance(c, AwaitHuman):
-                await_human = c
+            elif isinstance(c, AwaitHuman | AwaitClient | AwaitChildren):
+                park = c
             elif isinstance(c, OfferClientCalls):
                 for call in c.calls:
-                    rec = ToolRecord.offered(call, c.deadlines[call.id], c.timeout_ms)
+                    rec = ToolRecord.offered(
+                        call, c.deadlines[call.id], c.timeout_ms, self.state.round_called_at_ms
+                    )
                     self.records[call.id] = rec
                     outbox.records.append((call.id, rec.to_json()))
-            elif isinstance(c, AwaitClient):
-                await_client = c
             else:
                 effects.append(c)
         if recorded is not None:
@@ -281,28 +280,16 @@ class RunDriver:
                 error_code=ending_error(finish.result),
             )
             self._finished(finish.result)
+            if self.is_child or self.state.children:  # what the ending owes a parent or children
+                await self._hand_off()
             return finish.result.status.value
-        if await_human is not None:
-            await self.out.step(
-                self.state,
-                outbox,
-                status=RunStatus.AWAITING_HUMAN.value,
-                aux=orjson.dumps(await_human.record()),
-                approval_timeout_ms=self.state.cfg.approval_timeout_ms,
-                run_deadline_ms=self._run_deadline_ms(),
-            )
-            obs.awaiting_human(1)
-            return RunStatus.AWAITING_HUMAN.value
-        if await_client is not None:
-            # Parked on no worker; the store puts it back on the queue once every call has a
-            # result or is past its deadline (at once, if the client was quicker than this commit).
-            await self.out.step(
-                self.state,
-                outbox,
-                status=RunStatus.AWAITING_TOOLS.value,
-                aux=orjson.dumps(await_client.record()),
-            )
-            return RunStatus.AWAITING_TOOLS.value
+        if park is not None:  # on no worker until the answer's script puts it back on the queue
+            p = parking(park, self.state, self._run_deadline_ms())
+            await self.out.step(self.state, outbox, status=p.status, aux=p.aux,
+                                approval_timeout_ms=p.approval_timeout_ms, run_deadline_ms=p.run_deadline_ms)  # fmt: skip
+            if isinstance(park, AwaitHuman):
+                obs.awaiting_human(1)
+            return p.status
         if outbox:
             await self.out.step(self.state, outbox)
         if isinstance(ev, ApprovalsDecided):
@@ -324,6 +311,19 @@ class RunDriver:
             else:  # answered without I/O
                 self.pending.append(started)
         return None
+
+    async def _hand_off(self) -> None:
+        """What the ending owes other runs (a child's result to its parent, an abort to a parent's
+        children), done now; if it fails, the reconciler does it (the ending marked it)."""
+        try:
+            done = await asyncio.wait_for(self.store.hand_off(), 10.0)
+        except Exception as exc:
+            log.warning(
+                "run %s: handing its ending off failed (the reconciler retries): %s", self.run_id, exc
+            )
+            return
+        if done.get("deliver") in ("recorded", "resumed"):
+            self.host.observer.children_ended(1)
 
     # ---- effects ----
 

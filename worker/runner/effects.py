@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any
 
-from worker import context
+from worker import compaction
 from worker.machine import (
     CallModel,
     Command,
@@ -20,8 +20,10 @@ from worker.machine import (
     LoadContext,
     RetryTimerFired,
     RunState,
+    StartChildren,
     Wait,
 )
+from worker.runner.children import start_children
 from worker.runner.effect import EffectContext
 from worker.runner.model_call import call_model, summarise
 from worker.runner.tool_call import run_tool
@@ -41,16 +43,24 @@ def start(cx: EffectContext, state: RunState, c: Command) -> Coroutine[Any, Any,
         return _wait(cx, c.delay_ms)
     if isinstance(c, ExecuteTool):
         return run_tool(cx, state, c.call)
+    if isinstance(c, StartChildren):
+        return start_children(cx, state, c)
     if isinstance(c, Compact):
-        if state.cfg.compaction.use_model:
-            return summarise(cx, state, c)
-        new, removed = context.compact(c.transcript, c.keep_recent)
+        comp = state.cfg.compaction
+        if (prompt := compaction.summary_prompt(comp)) is not None:
+            return summarise(cx, state, c, prompt)
+        new, removed = compaction.without_model(
+            c.transcript, c.keep_recent, comp, state.cfg.approval_tools, c.reason
+        )
         return CompactionDone(cx.now_ms(), new, removed, c.reason)
     raise TypeError(f"unknown command {c!r}")  # pragma: no cover - the machine emits nothing else
 
 
 async def _load_context(cx: EffectContext, state: RunState, c: LoadContext) -> None:
-    history = await cx.ports.sessions.load_history(c.session_id, state.cfg.context)
+    ctx = state.cfg.context  # with the context tools, every past turn the run may widen its window to
+    history = await cx.ports.sessions.load_history(
+        c.session_id, ctx.model_copy(update={"max_run_loops": ctx.loaded_loops()})
+    )
     cx.post(ContextLoaded(cx.now_ms(), history))
 
 

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from agentmill_client.models import EventKind, Message, ToolCall, Usage
 from worker import context, policy
+from worker.compaction import SUMMARY_PROMPT
 from worker.limiter import limited
 from worker.machine import (
     Compact,
@@ -34,10 +35,6 @@ __all__ = ["SUMMARY_PROMPT", "ModelStream", "call_model", "summarise"]
 
 log = logging.getLogger("agentmill.runner")
 
-SUMMARY_PROMPT = (
-    "Summarise the conversation below for your own later use: keep the user's goal, decisions, facts, "
-    "numbers and tool results that still matter; drop chatter. Plain text, at most 300 words."
-)
 
 _DELTA = EventKind.MODEL_DELTA.value
 
@@ -220,8 +217,9 @@ async def _throttled(cx: EffectContext, state: RunState, f: ModelFailure) -> Non
         await cx.ports.models.pause(pcfg, min(f.retry_after_ms, state.cfg.retry.retry_after_cap_ms))
 
 
-async def summarise(cx: EffectContext, s: RunState, c: Compact) -> None:
-    """Compaction by a model call of the profile; a failed summary falls back to truncation."""
+async def summarise(cx: EffectContext, s: RunState, c: Compact, prompt: str = SUMMARY_PROMPT) -> None:
+    """Compaction by a model call of the profile with ``prompt`` (summary, keyFacts: compaction.py);
+    a failed summary falls back to truncation."""
     parts = context.split_for_compaction(c.transcript, c.keep_recent)
     summary: str | None = None
     if parts is not None:
@@ -230,7 +228,7 @@ async def summarise(cx: EffectContext, s: RunState, c: Compact) -> None:
             run_id=cx.run_id,
             session_id=s.session_id,
             messages=[
-                Message(role="system", content=SUMMARY_PROMPT),
+                Message(role="system", content=prompt),
                 *middle,
                 Message(role="user", content="Write the summary now."),
             ],

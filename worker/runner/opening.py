@@ -3,15 +3,19 @@ taken over from its checkpoint, and the answers that arrived while it was parked
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import orjson
 
 from agentmill_client.models import Message, RunInput
+from agentmill_client.statuses import TERMINAL
 from shared.origin import Origin
 from shared.settings import Settings
 from shared.tool_records import ToolRecord
-from worker.config import resolve_config
+from worker.config import Lineage, resolve_config
 from worker.machine import (
     ApprovalsDecided,
+    ChildrenEnded,
     ClientResultsReceived,
     Event,
     Phase,
@@ -24,9 +28,18 @@ from worker.machine import (
     initial_state,
     rebuild,
 )
-from worker.ports import Acquired, Host, ModelPort, ToolPort
+from worker.ports import Acquired, Host, ModelPort, RunStore, ToolPort
 
-__all__ = ["answers", "origin_state", "restore", "restored", "restored_or_rejected", "resumed", "start"]
+__all__ = [
+    "answers",
+    "origin_state",
+    "orphaned",
+    "restore",
+    "restored",
+    "restored_or_rejected",
+    "resumed",
+    "start",
+]
 
 
 def restore(checkpoint: bytes) -> tuple[RunState, int]:
@@ -40,20 +53,33 @@ def resumed(records: dict[str, ToolRecord], now_ms: int) -> Resumed:
     return Resumed(now_ms, {i: res for i, r in records.items() if (res := r.recorded) is not None})
 
 
-async def start(host: Host, tools: ToolPort, models: ModelPort, run_input: RunInput, now_ms: int) -> Event:
-    """The run's configuration from its profile and input; a bad profile or policy rejects the start."""
+async def start(
+    host: Host, tools: ToolPort, models: ModelPort, run_input: RunInput, now_ms: int, lineage: bytes = b""
+) -> Event:
+    """The run's configuration from its profile and input (and a child run's ``lineage``: its
+    ancestors and depth limit); a bad profile or policy rejects the start."""
     s: Settings = host.settings
     try:
+        line = Lineage.model_validate_json(lineage) if lineage else None
         profile = host.profile(run_input.agent)
         specs = await tools.specs(profile)
         models.provider(profile)
         cfg = resolve_config(
             profile, run_input, specs, has_session=run_input.session_id is not None,
-            duration_default_ms=s.run_duration_default_ms, duration_max_ms=s.run_duration_max_ms,
+            duration_default_ms=s.run_duration_default_ms, duration_max_ms=s.run_duration_max_ms, lineage=line,
         )  # fmt: skip
     except Exception as exc:  # a bad profile or policy fails the run with a reason
         return StartRejected(now_ms, "configuration", f"agent {run_input.agent!r}: {exc}")
     return Started(now_ms, cfg, list(run_input.input_messages))
+
+
+async def orphaned(store: RunStore, acq: Acquired) -> Acquired:
+    """A child run starting: aborted at once when its parent has ended meanwhile (its creation may
+    land after the parent's ending passed an abort on to its children)."""
+    parent, status = await store.parent_status()
+    if status in TERMINAL:
+        return replace(acq, abort_reason=f"its parent run {parent} ended {status}")
+    return acq
 
 
 def restored(started: Started, run_id: str, origin: bytes, records: dict[str, ToolRecord]) -> Restored:
@@ -98,8 +124,8 @@ def origin_state(o: Origin, run_id: str, input_messages: list[Message], now_ms: 
 
 
 def answers(state: RunState, acq: Acquired, records: dict[str, ToolRecord], now_ms: int) -> list[Event]:
-    """A parked run resumed: the humans' decisions, or the client's results (the store holds them,
-    with timeout errors for calls past their deadline)."""
+    """A parked run resumed: the humans' decisions, the client's results (the store holds them,
+    with timeout errors for calls past their deadline), or its ended children's results."""
     if state.phase == Phase.AWAITING_HUMAN and acq.approvals:
         decided = {k: v for k, v in acq.approvals.items() if v.get("decision") != "pending"}
         if len(decided) == len(acq.approvals):
@@ -115,4 +141,7 @@ def answers(state: RunState, acq: Acquired, records: dict[str, ToolRecord], now_
             i: res for i in state.client_waiting if i in records and (res := records[i].recorded) is not None
         }
         return [ClientResultsReceived(now_ms, results)]
+    elif state.phase == Phase.AWAITING_CHILDREN:  # the children's results, delivered to the records
+        done = {i: res for i in state.children if i in records and (res := records[i].recorded) is not None}
+        return [ChildrenEnded(now_ms, done)]
     return []

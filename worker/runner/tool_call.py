@@ -5,10 +5,13 @@ recorded never gets here: the machine serves it on ``Resumed``."""
 
 from __future__ import annotations
 
-from agentmill_client.models import ToolCall
+from collections.abc import Awaitable, Callable
+
+from agentmill_client.models import ToolCall, ToolResult
 from shared.tool_records import ToolRecord
 from worker import failpoints
 from worker.config import RECALL_TOOL
+from worker.history_tools import SEARCH_HISTORY, candidates, search
 from worker.machine import RunState, ToolFinished, notices
 from worker.ports import ToolRetry
 from worker.runner.effect import EffectContext, ToolRecorded
@@ -32,14 +35,46 @@ async def run_tool(cx: EffectContext, state: RunState, call: ToolCall) -> None:
     cx.check_lease(f"tool call {call.name}")
     if call.name == RECALL_TOOL:
         result = await cx.ports.sessions.recall(state.session_id, call, cx.run_id)
+    elif call.name == SEARCH_HISTORY:
+        result = await _search(cx, state, call)
     else:
 
         async def on_retry(r: ToolRetry) -> None:
             obs.tool_retry(r.call.name)
             cx.out.emit(*notices.tool_attempt_failed(r.call, r.attempt, r.reason))
 
-        result = await cx.ports.tools.execute(cx.profile(state), call, ctx, on_retry)
-    obs.tool_call(call.name, "error" if result.is_error else "ok", duration_s=cx.clock.monotonic() - t0)
+        result = await _execute(cx, state, call, ctx, on_retry)
+    outcome = "cached" if result.cached else "error" if result.is_error else "ok"
+    obs.tool_call(call.name, outcome, duration_s=cx.clock.monotonic() - t0)
     failpoints.hit("after_tool_effect")
-    record = ToolRecord.finished(store.epoch, attempts, result)
+    record = ToolRecord.finished(store.epoch, attempts, result, state.round_called_at_ms)
     cx.post(ToolRecorded(ToolFinished(cx.now_ms(), result), record, record.to_json()))
+
+
+async def _execute(
+    cx: EffectContext,
+    state: RunState,
+    call: ToolCall,
+    ctx: ToolContext,
+    on_retry: Callable[[ToolRetry], Awaitable[None]],
+) -> ToolResult:
+    """Through the ToolPort, or from the tool-result cache when the profile caches this tool."""
+    profile = cx.profile(state)
+    cache, ttl = cx.ports.cache, profile.cache_ttl_s(call.name)
+    if cache is None or ttl is None:
+        return await cx.ports.tools.execute(profile, call, ctx, on_retry)
+    if (hit := await cache.get(call)) is not None:
+        return hit
+    result = await cx.ports.tools.execute(profile, call, ctx, on_retry)
+    await cache.put(call, result, ttl)
+    return result
+
+
+async def _search(cx: EffectContext, state: RunState, call: ToolCall) -> ToolResult:
+    """search_history: the session's past turns (as many as the run may load) and this run's own
+    results no longer in its conversation, ranked by the pure ``search``."""
+    ctx = state.cfg.context
+    loops, past = await cx.ports.sessions.load_past(state.session_id, ctx.loaded_loops())
+    shown = {m.tool_call_id for m in state.transcript if m.role == "tool"}
+    own = [r for i, rec in sorted(cx.records.items()) if i not in shown and (r := rec.recorded) is not None]
+    return search(call, candidates(loops, past, own), ctx.search_max_results)

@@ -44,10 +44,12 @@ def listing_params(
     metadata: dict[str, Any] | None,
     created_after: int | None,
     created_before: int | None,
+    parent_run_id: str | None = None,
 ) -> list[tuple[str, str | int | float | bool | None]]:
     out: list[tuple[str, str | int | float | bool | None]] = []
     for name, value in (("status", status), ("agent", agent), ("sessionId", session_id), ("batchId", batch_id),
-                        ("createdAfter", created_after), ("createdBefore", created_before)):  # fmt: skip
+                        ("createdAfter", created_after), ("createdBefore", created_before),
+                        ("parentRunId", parent_run_id)):  # fmt: skip
         if value is not None:
             out.append((name, str(value)))
     for k, v in (metadata or {}).items():

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agentmill_client.models import ClientToolResult, Message, RunEvent, RunResult
+from agentmill_client.models import ClientToolResult, Message, RunEvent, RunResult, Usage
 
 __all__ = [
     "AbortAnswer",
@@ -21,6 +21,7 @@ __all__ = [
     "BatchRetryAnswer",
     "BatchRetryItem",
     "BatchView",
+    "ChildRun",
     "ErrorBody",
     "EventsPage",
     "ForkBody",
@@ -86,6 +87,10 @@ class RunSummary(BaseModel):
         default=None,
         description="the retry that took this run's place in its batch (counts and results show it)",
     )
+    priority: int = Field(
+        default=5, description="its priority (0-9, higher first), as capped by its tenant's quota"
+    )
+    runAt: int | None = Field(default=None, description="when it was asked to start (epoch ms), if it was")
 
 
 class RunsPage(BaseModel):
@@ -102,6 +107,11 @@ class BatchView(BaseModel):
     createdAt: int
     finishedAt: int | None = Field(default=None, description="when its last run ended")
     finished: bool
+    usage: Usage = Field(
+        default_factory=Usage,
+        description="its ended runs' usage summed (added as each run ends): tokens, costUsd (None when no"
+        " run had a price), estimated (some run's usage is an estimate)",
+    )
 
 
 class ResultError(BaseModel):
@@ -128,18 +138,38 @@ class BatchAbortAnswer(BaseModel):
     finished: int = Field(description="runs that had ended meanwhile")
 
 
+class ChildRun(BaseModel):
+    runId: str
+    status: str
+    parentToolCallId: str = Field(description="the parent's tool call the child answers")
+
+
 class RunView(BaseModel):
     runId: str
     status: str
     sessionId: str | None = None
     createdAt: int
     lastSeq: int
+    priority: int = Field(
+        default=5, description="its priority (0-9, higher first), as capped by its tenant's quota"
+    )
+    runAt: int | None = Field(
+        default=None, description="when it was asked to start (epoch ms); status scheduled until then"
+    )
     result: RunResult | None = None
+    usage: Usage | None = Field(
+        default=None, description="its usage so far, while it runs too (after an ending: result.usage)"
+    )
     pendingApprovals: list[dict[str, Any]] | None = None
     pendingToolCalls: list[dict[str, Any]] | None = None
     streamKey: str | None = Field(
         default=None,
         description="the Redis stream of the run's events (XREAD it to tail them; redis-cli -c on a cluster)",
+    )
+    parentRunId: str | None = Field(default=None, description="a child run's (sub-agent's) parent run")
+    parentToolCallId: str | None = Field(default=None, description="the parent's tool call it answers")
+    children: list[ChildRun] | None = Field(
+        default=None, description="the child runs (sub-agents) it started, oldest first, with their status"
     )
     retryOf: str | None = Field(
         default=None, description="the run this one retries (POST /v1/runs/{id}/retry)"
@@ -186,7 +216,9 @@ class RetryBody(BaseModel):
 
 class ForkBody(BaseModel):
     atSeq: int = Field(
-        ge=0, description="the seq of the run's event whose state the fork starts from (0: its input)"
+        ge=0,
+        le=2**53 - 1,  # a seq is a stream id's first part: past this, Redis refuses the range (was a 500)
+        description="the seq of the run's event whose state the fork starts from (0: its input)",
     )
     inputMessages: list[Message] | None = Field(
         default=None, max_length=256, description="messages appended before the fork's next model call"

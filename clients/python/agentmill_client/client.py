@@ -112,10 +112,12 @@ class AsyncClient(AsyncScheduleCalls):
         created_before: int | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        parent_run_id: str | None = None,
     ) -> RunsPage:
-        """One page of the tenant's runs, newest first; pass ``page.next`` as ``cursor`` for the next."""
+        """One page of the tenant's runs, newest first; pass ``page.next`` as ``cursor`` for the next.
+        ``parent_run_id``: only the child runs (sub-agents) of that run."""
         params = wire.listing_params(
-            status, agent, session_id, batch_id, metadata, created_after, created_before
+            status, agent, session_id, batch_id, metadata, created_after, created_before, parent_run_id
         )
         params += [("limit", str(limit))] + ([("cursor", cursor)] if cursor else [])
         return RunsPage.model_validate(wire.check(await self.http.get("/v1/runs", params=params)))

@@ -1,9 +1,13 @@
 """Size bounds for everything a caller can send. Oversized input is refused with a clear error."""
 
 __all__ = [
+    "DEFAULT_PRIORITY",
     "MAX_BATCH_ITEMS",
     "MAX_BATCH_OFFSET",
     "MAX_ID_CHARS",
+    "MAX_IMAGE_DATA_BYTES",
+    "MAX_IMAGE_PARTS",
+    "MAX_IMAGE_URL_CHARS",
     "MAX_INDEX_RUNS",
     "MAX_INPUT_MESSAGES",
     "MAX_MAP_BYTES",
@@ -12,6 +16,11 @@ __all__ = [
     "MAX_META_TERMS",
     "MAX_META_VALUE_CHARS",
     "MAX_MS_DIGITS",
+    "MAX_PRIORITY",
+    "MAX_RESULT_MESSAGES",
+    "MAX_RESULT_MESSAGES_BYTES",
+    "MAX_RUN_AT_MS",
+    "MAX_RUN_IMAGE_BYTES",
     "MAX_RUN_INPUT_BYTES",
     "MAX_SCHEMA_BYTES",
     "MAX_SCRIPT_DELAY_MS",
@@ -22,6 +31,7 @@ __all__ = [
     "MAX_TOOL_RETRY_DELAY_MS",
     "MAX_TOOL_TIMEOUT_S",
     "MAX_WEBHOOK_RESPONSE_BYTES",
+    "MIN_PRIORITY",
     "SESSION_RUNS_SHOWN",
 ]
 
@@ -29,6 +39,12 @@ __all__ = [
 MAX_INPUT_MESSAGES = 200
 MAX_MESSAGE_CHARS = 100_000
 MAX_RUN_INPUT_BYTES = 1_000_000
+# Images in inputMessages (content parts): an https URL's length; a data: URL's size; all of a run's
+# data: URLs together; parts per run. Past a size: 413 too_large (producer/prepared.py).
+MAX_IMAGE_URL_CHARS = 2_048
+MAX_IMAGE_DATA_BYTES = 512_000
+MAX_RUN_IMAGE_BYTES = 768_000
+MAX_IMAGE_PARTS = 16
 MAX_MAP_BYTES = 64_000  # runtimeInitData, runtimeHints, metadata (each, as JSON)
 MAX_SCHEMA_BYTES = 32_000  # responseFormat.jsonSchema.schema, as JSON
 MAX_TOOL_NAMES = 128
@@ -49,4 +65,10 @@ MAX_INDEX_RUNS = 100_000  # most runs one listing index (per tenant and filter v
 MAX_META_TERMS = 16  # metadata keys a run is listed under (the first ones with scalar values)
 MAX_META_KEY_CHARS = 64
 MAX_META_VALUE_CHARS = 256
+# includeMessages: result.messages keeps the newest messages of the final transcript within both
+# bounds (result.messagesOmitted counts the older ones left out).
+MAX_RESULT_MESSAGES = 500
+MAX_RESULT_MESSAGES_BYTES = 512_000  # their JSON, together
 SESSION_RUNS_SHOWN = 1_000  # newest runs a session view reads (commit.lua trims a session's list to as many)
+MIN_PRIORITY, DEFAULT_PRIORITY, MAX_PRIORITY = 0, 5, 9  # RunInput.priority: higher runs first
+MAX_RUN_AT_MS = 10**14 - 1  # RunInput.runAt (epoch ms, past year 5000): exact in Lua's "%.14g" numbers

@@ -7,6 +7,7 @@ models forbid unknown fields so a typo is an error naming the field, not a silen
 from __future__ import annotations
 
 import math
+from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -16,14 +17,19 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic.alias_generators import to_camel
 
 from agentmill_client import limits
+from agentmill_client.content import IMAGE_PLACEHOLDER, ContentPart, ImagePart, ImageUrl, TextPart
 from agentmill_client.ids import ID_PATTERN
 from agentmill_client.statuses import TERMINAL, RunStatus
 
 __all__ = [
+    "IMAGE_PLACEHOLDER",
     "ApprovalDecision",
     "ClientTool",
     "ClientToolResult",
+    "ContentPart",
     "EventKind",
+    "ImagePart",
+    "ImageUrl",
     "JsonSchemaFormat",
     "LoopLimits",
     "Message",
@@ -35,10 +41,12 @@ __all__ = [
     "RunInput",
     "RunResult",
     "RunStatus",  # defined in agentmill_client.statuses; part of this contract (RunResult.status)
+    "TextPart",
     "ToolCall",
     "ToolPolicy",
     "ToolResult",
     "Usage",
+    "run_at_ms",
     "usable_url",
 ]
 
@@ -66,10 +74,13 @@ class ToolCall(Model):
 
 class Message(Model):
     role: Literal["system", "user", "assistant", "tool"]
-    content: str = Field(default="", max_length=limits.MAX_MESSAGE_CHARS)
+    # A string, or (user messages) a list of parts as in OpenAI's chat format: text and images.
+    content: str | list[ContentPart] = Field(default="", max_length=limits.MAX_MESSAGE_CHARS)
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
     name: str | None = Field(default=None, max_length=256)
+    # unix ms, set by the worker from its clock when the message joins a run (a caller's value is replaced)
+    created_at: int | None = None
 
     @model_validator(mode="after")
     def _role_fields(self) -> Message:
@@ -79,7 +90,23 @@ class Message(Model):
             raise ValueError("a tool message needs toolCallId")
         if self.role != "tool" and self.tool_call_id is not None:
             raise ValueError("toolCallId is only allowed on tool messages")
+        if isinstance(self.content, list) and self.role != "user":
+            raise ValueError("content as a list of parts is only allowed on user messages")
         return self
+
+    @property
+    def text(self) -> str:
+        """The content as text: parts other than text shown as placeholders (summaries, recall, search)."""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(p.text if isinstance(p, TextPart) else IMAGE_PLACEHOLDER for p in self.content)
+
+    def images(self) -> list[ImageUrl]:
+        return (
+            [p.image_url for p in self.content if isinstance(p, ImagePart)]
+            if isinstance(self.content, list)
+            else []
+        )
 
 
 class ToolResult(Model):
@@ -87,6 +114,7 @@ class ToolResult(Model):
     name: str
     content: str
     is_error: bool = False
+    cached: bool | None = None  # served from the tool-result cache (a tool's cache.ttlS in its profile)
 
 
 class ClientTool(Model):
@@ -133,6 +161,9 @@ class LoopLimits(Model):
     max_tool_rounds: int | None = Field(default=None, ge=0, le=1_000)
     max_run_duration_ms: int | None = Field(default=None, ge=1, le=7 * 24 * 3_600_000)
     max_repairs: int | None = Field(default=None, ge=0, le=10)  # repair turns of a structured answer
+    # tool calls executed in the run (internal ones not counted); default 100 (worker/config.py)
+    max_tool_calls: int | None = Field(default=None, ge=0, le=10_000)
+    max_depth: int | None = Field(default=None, ge=0, le=10)  # sub-agent nesting (default 3)
 
 
 def _local_refs_only(value: Any) -> bool:
@@ -263,8 +294,26 @@ class RunInput(Model):
     runtime_hints: dict[str, Any] | None = None
     client_tools: list[ClientTool] | None = Field(default=None, max_length=limits.MAX_TOOL_NAMES)
     response_format: ResponseFormat | None = None  # the final answer must be JSON (validated)
+    include_messages: bool | None = None  # the final transcript in result.messages (bounded: limits.py)
     metadata: dict[str, Any] | None = None
     webhook: str | None = Field(default=None, max_length=2048, pattern=r"^https?://")
+    # Higher runs first (0-9; None: DEFAULT_PRIORITY); a tenant's quota may cap it (docs/api.md#priority).
+    priority: int | None = Field(default=None, ge=limits.MIN_PRIORITY, le=limits.MAX_PRIORITY)
+    # When the run may start: epoch ms, or an RFC 3339 time (stored as epoch ms). Until then: scheduled.
+    run_at: int | None = Field(default=None, ge=0, le=limits.MAX_RUN_AT_MS)
+
+    @field_validator("run_at", mode="before")
+    @classmethod
+    def _run_at_ms(cls, value: Any) -> Any:
+        return run_at_ms(value)
+
+    @model_validator(mode="after")
+    def _run_at_alone(self) -> RunInput:
+        if self.run_at is not None and (self.session_id is not None or self.auto_create_session):
+            raise ValueError(
+                "runAt: a run in a session starts when the session's run before it ends; not both"
+            )
+        return self
 
     @field_validator("input_messages")
     @classmethod
@@ -285,6 +334,26 @@ class RunInput(Model):
     @classmethod
     def _maps_bounded(cls, value: dict[str, Any] | None, info: Any) -> dict[str, Any] | None:
         return _bounded_map(value, info.field_name)
+
+
+def run_at_ms(value: Any) -> Any:
+    """``runAt`` as epoch ms: an int stays, an RFC 3339 string (with its offset, or ``Z``) or an
+    aware datetime becomes its epoch ms; anything else is left for the field's own check to refuse."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ValueError("runAt: the time needs its timezone")
+        return int(value.timestamp() * 1000)
+    if isinstance(value, str) and not value.isdigit():
+        try:
+            when = datetime.fromisoformat(value.replace("z", "Z"))
+        except ValueError:
+            raise ValueError("runAt: an RFC 3339 time (2026-01-31T09:00:00Z) or epoch ms") from None
+        if when.tzinfo is None:
+            raise ValueError("runAt: the time needs its offset (Z or +hh:mm)")
+        return int(when.timestamp() * 1000)
+    if isinstance(value, str):
+        return int(value)
+    return value
 
 
 class RunError(Model):
@@ -326,6 +395,10 @@ class RunResult(Model):
     # completes with that answer, marked so); "content_filter" on a run failed by the provider's filter.
     finish_reason: str | None = None
     output: Any = None  # a completed structured-output run's answer, parsed (responseFormat)
+    # includeMessages: the run's final transcript, its newest messages within limits.MAX_RESULT_MESSAGES
+    # and MAX_RESULT_MESSAGES_BYTES; messagesOmitted: how many older ones were left out.
+    messages: list[Message] | None = None
+    messages_omitted: int | None = None
 
 
 class EventKind(StrEnum):
@@ -337,6 +410,8 @@ class EventKind(StrEnum):
     ERROR = "error"
     COMPACTION = "compaction"
     USAGE = "usage"  # after each model reply: that call's usage and the run's total so far
+    CHILD_STARTED = "child_started"  # a sub-agent call's child run was created (its id and streamKey)
+    CHILD_ENDED = "child_ended"  # the parent took a child run's ending as that call's result
 
 
 class RunEvent(Model):

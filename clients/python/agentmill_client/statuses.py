@@ -8,10 +8,12 @@ __all__ = ["ACTIVE", "TERMINAL", "RunStatus"]
 
 
 class RunStatus(StrEnum):
+    SCHEDULED = "scheduled"  # submitted with a runAt still ahead: queued once it is due
     QUEUED = "queued"
     RUNNING = "running"
     AWAITING_HUMAN = "awaiting_human"
     AWAITING_TOOLS = "awaiting_tools"  # waiting for results of client tool calls, on no worker
+    AWAITING_CHILDREN = "awaiting_children"  # waiting for its child runs (sub-agents) to end, on no worker
     COMPLETED = "completed"
     FAILED = "failed"
     ABORTED = "aborted"

@@ -5,7 +5,7 @@
 
 const TOKEN_KEY = "agentmill.token";
 const TERMINAL = new Set(["completed", "failed", "aborted"]);
-const STATUSES = ["queued", "running", "awaiting_human", "awaiting_tools", "completed", "failed", "aborted"];
+const STATUSES = ["scheduled", "queued", "running", "awaiting_human", "awaiting_tools", "awaiting_children", "completed", "failed", "aborted"];
 let cleanup = [];  // what the current page must stop (timers, streams) when the user leaves it
 
 // ---- small helpers ----
@@ -33,6 +33,13 @@ function toast(msg) {
   const t = document.getElementById("toast");
   t.textContent = msg;
   setTimeout(() => { if (t.textContent === msg) t.textContent = ""; }, 4000);
+}
+// A usage (tokens in and out, cost in USD; "estimated" when agentmill counted some call's tokens).
+function usageText(u) {
+  const n = (x) => Number(x || 0).toLocaleString("en-US");
+  let t = `${n(u.inputTokens)} tokens in, ${n(u.outputTokens)} out`;
+  if (u.costUsd !== null && u.costUsd !== undefined) t += `, $${Number(u.costUsd).toFixed(6)}`;
+  return u.estimated ? t + " (estimated)" : t;
 }
 function statusBadge(s) { return el("span", { class: "status status-" + s, text: s.replace(/_/g, " ") }); }
 
@@ -249,6 +256,13 @@ function batchPage(view, batchId) {
           el("dt", { text: "started" }), el("dd", { text: when(b.createdAt) }),
           el("dt", { text: "ended" }), el("dd", { text: b.finished ? when(b.finishedAt) : "not yet" }),
         ),
+        el("dl", { class: "counts", id: "batch-usage", "aria-label": "Usage of its ended runs" },
+          el("dt", { text: "tokens in" }), el("dd", { "data-usage": "inputTokens", text: b.usage.inputTokens }),
+          el("dt", { text: "tokens out" }), el("dd", { "data-usage": "outputTokens", text: b.usage.outputTokens }),
+          el("dt", { text: "cost (USD)" }), el("dd", { "data-usage": "costUsd",
+            text: b.usage.costUsd === null ? "no pricing" : Number(b.usage.costUsd).toFixed(6) }),
+          el("dt", { text: "estimated" }), el("dd", { "data-usage": "estimated", text: b.usage.estimated ? "partly" : "no" }),
+        ),
       );
       abort.disabled = b.finished;
       retry.disabled = !b.counts.failed;
@@ -321,6 +335,13 @@ function eventItem(e, state) {
         el("pre", { text: String(p.content === undefined ? "" : describeArgs(p.content)).slice(0, 2000) }));
     case "error":
       return el("li", { "data-kind": "error", class: "error" }, seq, `error ${p.code || ""}: ${p.message || ""}`);
+    case "usage":
+      return el("li", { "data-kind": "usage" }, seq, `usage of model call ${p.modelCallIndex}: ${usageText(p.usage || {})}`);
+    case "child_started":
+    case "child_ended":
+      return el("li", { "data-kind": e.kind, class: p.isError ? "error" : "" }, seq,
+        e.kind === "child_started" ? `⇢ sub-agent ${p.agent || ""} for ${p.toolCallId}: ` : `⇠ sub-agent for ${p.toolCallId} ended: `,
+        el("a", { href: "#/run/" + encodeURIComponent(p.childRunId || ""), text: p.childRunId || "" }));
     case "compaction":
       return el("li", { "data-kind": "compaction" }, seq, `compacted ${p.removed} messages (${p.reason || ""})`);
     default:
@@ -357,6 +378,7 @@ function runPage(view, runId) {
   const abort = el("button", { type: "button", class: "danger", id: "abort", text: "Abort run" });
   const approvals = el("section", { class: "approvals", id: "approvals", "aria-labelledby": "approvals-title", hidden: true });
   const meta = el("p", { class: "muted" });
+  const usage = el("p", { id: "run-usage", hidden: true });
   const timeline = el("ol", { class: "timeline", id: "timeline", "aria-label": "Events, oldest first" });
   const live = el("p", { class: "muted", id: "live", text: "connecting…" });
   const outputText = el("pre", { id: "run-output" });
@@ -365,8 +387,9 @@ function runPage(view, runId) {
   const retry = el("button", { type: "button", id: "retry", text: "Retry from its checkpoint", disabled: true });
   const forkSeq = el("input", { type: "number", id: "fork-seq", min: 0, value: 0, "aria-label": "Fork at event seq" });
   const fork = el("button", { type: "button", id: "fork", text: "Fork at seq", disabled: true });
-  view.append(el("h1", {}, "Run ", el("code", { text: runId })), el("p", {}, "Status: ", status), meta,
-    el("div", { class: "actions" }, abort, retry, fork, forkSeq), approvals, output, el("h2", { text: "Timeline" }),
+  const tree = el("section", { id: "children", "aria-labelledby": "children-title", hidden: true });
+  view.append(el("h1", {}, "Run ", el("code", { text: runId })), el("p", {}, "Status: ", status), meta, usage,
+    el("div", { class: "actions" }, abort, retry, fork, forkSeq), approvals, output, tree, el("h2", { text: "Timeline" }),
     live, timeline);
   const state = { stream: null, last: 0, status: "", ended: false };
   const controller = new AbortController();
@@ -405,6 +428,31 @@ function runPage(view, runId) {
       })));
   }
 
+  // Its usage so far: from GET (usage) and from each usage event's running total.
+  function showUsage(u) {
+    if (!u) return;
+    usage.textContent = "Usage: " + usageText(u);
+    usage.dataset.input = u.inputTokens || 0;
+    usage.dataset.output = u.outputTokens || 0;
+    usage.hidden = false;
+  }
+
+  // Sub-agents: the run's parent, and its child runs as a tree (each child's own children below it).
+  async function showTree(run) {
+    const kids = await childTree(run.children || [], 1);
+    if (!run.parentRunId && !kids) return;
+    tree.hidden = false;
+    tree.replaceChildren(el("h2", { id: "children-title", text: "Sub-agents" }));
+    if (run.parentRunId) {
+      tree.append(el("p", {}, "Child of run ", el("a", { href: "#/run/" + encodeURIComponent(run.parentRunId),
+        text: run.parentRunId }), ` (its call ${run.parentToolCallId})`));
+    }
+    if (kids) tree.append(kids);
+  }
+  function refreshTree() {
+    api("GET", `/v1/runs/${encodeURIComponent(runId)}`).then(showTree, () => {});
+  }
+
   // A structured-output run's parsed answer (result.output), pretty-printed; textContent only.
   function showOutput(run) {
     const out = run.result ? run.result.output : undefined;
@@ -435,12 +483,14 @@ function runPage(view, runId) {
     state.last = e.seq;
     const item = eventItem(e, state);
     if (item) timeline.append(item);
+    if (e.kind === "usage") showUsage(e.payload.total);
+    if (e.kind === "child_started" || e.kind === "child_ended") refreshTree();
     if (e.kind === "status" && e.payload.status !== "retrying") {
       setStatus(e.payload.status);
       if (e.payload.status === "awaiting_human") showApprovals(e.payload.pendingApprovals);
       if (TERMINAL.has(e.payload.status)) {
         state.ended = true;
-        api("GET", `/v1/runs/${encodeURIComponent(runId)}`).then(showOutput, () => {});
+        api("GET", `/v1/runs/${encodeURIComponent(runId)}`).then((r) => { showUsage(r.usage); showOutput(r); showTree(r); }, () => {});
       }
     }
   }
@@ -453,7 +503,9 @@ function runPage(view, runId) {
         lineage(run) || "");
       forkSeq.max = run.lastSeq; forkSeq.value = run.lastSeq;
       if (run.status === "awaiting_human") showApprovals(run.pendingApprovals);
+      showUsage(run.usage);
       showOutput(run);
+      showTree(run).catch(() => {});
     } catch (e) { onError(view, e); return; }
     while (!state.ended && !controller.signal.aborted) {
       try {
@@ -467,6 +519,24 @@ function runPage(view, runId) {
     }
     live.textContent = "the run has ended";
   })();
+}
+
+// A list of child runs, each with its status, the call it answers and its own children (to depth 4).
+async function childTree(children, depth) {
+  if (!children.length) return null;
+  const items = await Promise.all(children.map(async (c) => {
+    let below = null;
+    if (depth < 4) {
+      try {
+        const run = await api("GET", `/v1/runs/${encodeURIComponent(c.runId)}`);
+        below = await childTree(run.children || [], depth + 1);
+      } catch (e) { below = null; }
+    }
+    return el("li", { "data-child": c.runId },
+      el("a", { href: "#/run/" + encodeURIComponent(c.runId), text: c.runId }), " ", statusBadge(c.status),
+      el("span", { class: "muted", text: ` for ${c.parentToolCallId}` }), below || "");
+  }));
+  return el("ul", { class: "tree" }, items);
 }
 
 // ---- the pool: workers, queues, runs per minute over the last hour ----

@@ -1,0 +1,227 @@
+"""Sub-agents across partitions: a parent's child runs created, a child's ending delivered to its
+parent, a parent's ending passed on to its children, and a parent's children read back.
+
+A child lives at its own id's home partition, which on a Redis Cluster is often another node than its
+parent's, so no one script can touch both. Each step is one script on one partition, and each is
+idempotent, so it can be done again until it is done:
+
+- **creation** (``spawn``, by the parent's worker while the parent holds its run): ``spawn_child.lua``
+  on the child's partition creates the run under an id derived from the parent's and the call's
+  (``worker.machine.child_run_id``); made again, it finds the same run.
+- **the ending's handoff** (``hand_off``): a run's ending script marks what it owes (run field
+  ``handoff``: ``d`` its result to its parent, ``a`` an abort to its children) and puts the run in its
+  partition's live index, due at once: an outbox on the ending run's own partition, written in the
+  same atomic step as the ending. The worker that ended the run hands it off right after its commit;
+  the reconciler does it for any run still marked (a worker that died in between, a run ended from
+  outside: aborted while queued or parked, a poison run). Then the mark is cleared.
+- **delivery** (``deliver``): ``child_result.lua`` on the parent's partition records the child's
+  result as the record of the call that started it, once per call (a repeat is a no-op), and puts a
+  parent parked in ``awaiting_children`` back on the queue when this was its last open child.
+- **cascade** (``cascade``): every child of the parent's current round is aborted (``abort.lua`` on
+  its partition; a child that already ended answers ``finished``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from agentmill_client import limits
+from agentmill_client.models import RunResult
+from agentmill_client.statuses import RunStatus
+from shared import keys
+from shared.fields import RunField
+from shared.partitions import Partitions
+from shared.scripts import Scripts, text
+
+__all__ = [
+    "ChildSpec",
+    "Spawned",
+    "cascade",
+    "child_runs",
+    "deliver",
+    "hand_off",
+    "parent_status",
+    "result_record",
+    "spawn",
+]
+
+F = RunField
+
+
+@dataclass(frozen=True, slots=True)
+class ChildSpec:
+    """One child to create: the parent's call, the child's id, its agent and its task."""
+
+    call_id: str
+    child_id: str
+    agent: str
+    task: str
+
+
+@dataclass(frozen=True, slots=True)
+class Spawned:
+    """A child's creation: ``created`` (False: it existed already), its stream key, or why not."""
+
+    created: bool = False
+    stream_key: str = ""
+    error: str = ""
+
+
+def _input(spec: ChildSpec) -> tuple[bytes, str]:
+    """The child's stored RunInput and its input hash (as producer.prepared makes them)."""
+    body = {"agent": spec.agent, "inputMessages": [{"role": "user", "content": spec.task}]}
+    canonical = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    stored = canonical[:-1] + b',"runId":"' + spec.child_id.encode() + b'"}'
+    return stored, hashlib.sha256(canonical).hexdigest()
+
+
+async def spawn(
+    parts: Partitions[Any],
+    scripts: Scripts,
+    *,
+    parent_id: str,
+    tenant: str,
+    lineage: bytes,
+    specs: Sequence[ChildSpec],
+) -> dict[str, Spawned]:
+    """Create each child on its partition (one script each, all at once): toolCallId -> Spawned."""
+
+    async def one(spec: ChildSpec) -> Spawned:
+        part = parts.home(spec.child_id)
+        cid = spec.child_id
+        stored, digest = _input(spec)
+        own = [part.run(cid), part.job_key(part.job_id(cid, 1)), part.session(""), part.session_pending(""),
+               part.session_runs("")]  # fmt: skip
+        args = [parent_id, spec.call_id, lineage, cid, stored, digest, tenant, "", "", "", "enqueue", "",
+                spec.agent, 0, "", "", ""]  # fmt: skip
+        k, a = scripts.frame(part, own, args)
+        r = await parts.call(part, lambda c: scripts.spawn_child(keys=k, args=a, client=c))
+        verdict = text(r[0])
+        if verdict in ("created", "exists"):
+            return Spawned(verdict == "created", part.events(cid))
+        return Spawned(error=f"the child run {cid} could not be created ({verdict})")
+
+    done = await asyncio.gather(*(one(s) for s in specs))
+    return {s.call_id: d for s, d in zip(specs, done, strict=True)}
+
+
+def result_record(child_id: str, call_id: str, status: str, result: RunResult | None) -> bytes:
+    """The parent's tool record of a child's ending: its answer, or its error (an error result)."""
+    if status == RunStatus.COMPLETED and result is not None:
+        if result.output is not None:
+            content = orjson.dumps(result.output).decode()
+        else:
+            msg = result.final_assistant_message
+            content = (msg.text if msg is not None else "") or ""
+        is_error = False
+    else:
+        err = result.last_error if result is not None else None
+        why = f": {err.code}: {err.message}" if err is not None else ""
+        content, is_error = f"error: the child run {child_id} ended {status}{why}", True
+    if len(content) > limits.MAX_TOOL_RESULT_CHARS:
+        content = content[: limits.MAX_TOOL_RESULT_CHARS] + "…[truncated]"
+    res = {"toolCallId": call_id, "name": "", "content": content, "isError": is_error}
+    return orjson.dumps({"state": "done", "child": child_id, "result": res})
+
+
+async def deliver(parts: Partitions[Any], scripts: Scripts, part: keys.Partition, child_id: str) -> str:
+    """The ended child's result into its parent's tools hash (child_result.lua): the verdict
+    (recorded, resumed, duplicate, finished: the parent ended, missing: no such parent)."""
+    fields = [F.PARENT_RUN, F.PARENT_CALL, F.STATUS, F.RESULT]
+    h = await parts.call(part, lambda c: c.hmget(part.run(child_id), fields))
+    parent, call, status, raw = (text(v) if v is not None else "" for v in h)
+    if not parent:
+        return "missing"
+    ppart = await parts.locate(parent)
+    if ppart is None:
+        return "missing"
+    result = RunResult.model_validate_json(raw) if raw else None
+    record = result_record(child_id, call, status, result)
+    k, a = scripts.frame(ppart, [ppart.run(parent), ppart.tools(parent)], [parent, call, child_id, record])
+    r = await parts.call(ppart, lambda c: scripts.child_result(keys=k, args=a, client=c))
+    return text(r[0])
+
+
+async def _abort(
+    parts: Partitions[Any], scripts: Scripts, part: keys.Partition, run_id: str, reason: str
+) -> str:
+    k, a = scripts.frame(part, part.run_keys(run_id), [run_id, reason, ""])
+    r = await parts.call(part, lambda c: scripts.abort(keys=k, args=a, client=c))
+    return text(r[0])
+
+
+async def cascade(parts: Partitions[Any], scripts: Scripts, part: keys.Partition, run_id: str) -> int:
+    """Abort every child of the ended run's current round; how many were aborted or asked to stop."""
+    raw, status = await parts.call(part, lambda c: c.hmget(part.run(run_id), [F.CHILDREN, F.STATUS]))
+    children = orjson.loads(raw) if raw else []
+    reason = f"its parent run {run_id} ended {text(status)}"
+    stopped = 0
+    for child in children:
+        cid = str(child.get("runId", ""))
+        cpart = await parts.locate(cid) if cid else None
+        if cpart is None:
+            continue
+        stopped += await _abort(parts, scripts, cpart, cid, reason) in ("aborted", "requested")
+    return stopped
+
+
+async def hand_off(
+    parts: Partitions[Any], scripts: Scripts, part: keys.Partition, run_id: str
+) -> dict[str, str]:
+    """What the ended run owes (its handoff mark), done and cleared: {'deliver': verdict, 'cascade': n}.
+    Raises (the mark stays, the reconciler tries again) when Redis fails on the way."""
+    run = part.run(run_id)
+    flags = text(await parts.call(part, lambda c: c.hget(run, F.HANDOFF)))
+    done: dict[str, str] = {}
+    if "d" in flags:
+        done["deliver"] = await deliver(parts, scripts, part, run_id)
+    if "a" in flags:
+        done["cascade"] = str(await cascade(parts, scripts, part, run_id))
+
+    async def clear(c: Any) -> None:
+        async with c.pipeline(transaction=True) as pipe:
+            pipe.hdel(run, F.HANDOFF)
+            pipe.zrem(part.live, run_id)
+            await pipe.execute()
+
+    if flags:
+        await parts.call(part, clear)
+    return done
+
+
+async def parent_status(parts: Partitions[Any], part: keys.Partition, run_id: str) -> tuple[str, str]:
+    """A child run's parent id and the parent's status ('' where there is none)."""
+    parent = text(await parts.call(part, lambda c: c.hget(part.run(run_id), F.PARENT_RUN)))
+    ppart = await parts.locate(parent) if parent else None
+    if ppart is None:
+        return parent, ""
+    return parent, text(await parts.call(ppart, lambda c: c.hget(ppart.run(parent), F.STATUS)))
+
+
+async def child_runs(parts: Partitions[Any], tenant: str, parent_id: str) -> list[dict[str, str]]:
+    """A parent's child runs, every round's, oldest first: [{runId, status, parentToolCallId}] (the
+    ``parent`` listing index of every partition, one pipelined round trip per node, then their hashes)."""
+
+    def ids(pipe: Any, p: keys.Partition) -> None:
+        pipe.zrange(p.index_key(tenant, "parent", parent_id), 0, 999, withscores=True)
+
+    found: list[tuple[float, str, keys.Partition]] = []
+    for p, (members,) in zip(parts.parts, await parts.each(ids), strict=True):
+        found += [(float(score), text(m), p) for m, score in members]
+    found.sort()
+
+    def read(p: keys.Partition, cid: str) -> Any:
+        return lambda pipe: pipe.hmget(p.run(cid), [F.STATUS, F.PARENT_CALL])
+
+    rows = await parts.pipelined([(p, read(p, cid)) for _, cid, p in found]) if found else []
+    return [
+        {"runId": cid, "status": text(vals[0]), "parentToolCallId": text(vals[1])}
+        for (_, cid, _), (vals,) in zip(found, rows, strict=True)
+        if vals[0] is not None
+    ]

@@ -1,0 +1,76 @@
+"""The console renders a run's usage and output and a batch's usage totals (issue #26), checked on
+the HTML app.js builds: Node runs app.js with a small DOM of its own (tests/support/console_dom.js)
+against a real API, redis-server, worker and OpenAI-compatible server, so no browser is needed.
+(The Chromium test, tests/integration/test_console_browser.py, drives the same pages in a browser.)"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+
+from producer.api.routes_ui import UI_DIR
+from tests.integration.api_support import A, api, settings
+from tests.integration.helpers import running_worker
+from tests.integration.test_catalog import until_batch
+from tests.integration.test_usage_views import USER, cost, priced  # noqa: F401 - a fixture
+from tests.support.fake_openai import FakeOpenAI, Reply
+
+pytestmark = pytest.mark.integration
+HARNESS = Path(__file__).parents[1] / "support" / "console_dom.js"
+NODE = shutil.which("node")
+
+
+async def render(url: str, page: str, ready: str) -> str:
+    """The console's view of ``#page`` once its HTML holds ``ready``."""
+    assert NODE is not None
+    args = [NODE, str(HARNESS), str(UI_DIR / "app.js"), url, "tok-a", page, ready, "15000"]
+    done = await asyncio.to_thread(subprocess.run, args, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, (done.returncode, done.stdout[-3000:], done.stderr[-3000:])
+    return done.stdout
+
+
+@pytest.mark.skipif(NODE is None, reason="node is not installed")
+async def test_the_console_shows_a_runs_usage_and_output_and_a_batchs_totals(
+    redis_url: str,
+    priced: tuple[FakeOpenAI, Path],  # noqa: F811
+) -> None:
+    fake, path = priced
+    fake.replies += [
+        Reply(text='{"colour": "green", "note": "<b>bold</b>"}', usage=(100, 20)),
+        Reply(text='{"colour": "blue", "note": "<b>bold</b>"}', usage=(40, 2)),
+    ]
+    rf = {"type": "json_schema", "jsonSchema": {"name": "pick", "schema": {"type": "object"}}}
+    s = settings(redis_url, profiles=str(path))
+    async with api(s) as url, httpx.AsyncClient(base_url=url, headers=A) as c:
+        body = {"runs": [{**USER, "responseFormat": rf}] * 2, "batchId": "ui-usage"}
+        r = await c.post("/v1/runs/batch", json=body)
+        assert r.status_code == 200, r.text
+        structured = r.json()["results"][0]["runId"]
+        async with running_worker(redis_url, profiles=str(path)):
+            view = await until_batch(c, "ui-usage", lambda v: v["finished"])
+        assert view["counts"]["completed"] == 2, view
+        one = (await c.get(f"/v1/runs/{structured}")).json()
+        mine = one["usage"]
+        run_html = await render(url, f"#/run/{structured}", "the run has ended")
+        batch_html = await render(url, "#/batch/ui-usage", 'data-usage="inputTokens"')
+    # The run: its usage (the replies were handed out in some order: the run's own figures), its
+    # output pretty-printed as text (its markup escaped), a usage event in the timeline.
+    colour = "green" if mine["inputTokens"] == 100 else "blue"
+    assert f'"colour": "{colour}"' in run_html.replace("&quot;", '"')
+    n_in, n_out = mine["inputTokens"], mine["outputTokens"]
+    assert {(n_in, n_out), (40 + 100 - n_in, 20 + 2 - n_out)} == {(100, 20), (40, 2)}
+    want = f"Usage: {n_in:,} tokens in, {n_out:,} out, ${cost(n_in, n_out):.6f}"
+    assert f'<p id="run-usage" data-input="{n_in}" data-output="{n_out}">{want}</p>' in run_html, run_html
+    assert '<section id="output"' in run_html and "&lt;b&gt;bold&lt;/b&gt;" in run_html
+    assert "<b>" not in run_html
+    assert '<li data-kind="usage">' in run_html and f"{n_in:,} tokens in, {n_out:,} out" in run_html
+    # The batch: both runs' usage summed.
+    assert '<dd data-usage="inputTokens">140</dd>' in batch_html, batch_html
+    assert '<dd data-usage="outputTokens">22</dd>' in batch_html
+    assert f'<dd data-usage="costUsd">{cost(140, 22):.6f}</dd>' in batch_html
+    assert '<dd data-usage="estimated">no</dd>' in batch_html

@@ -1,0 +1,29 @@
+"""The effect that creates a parent's child runs (sub-agents): one per sub-agent call the machine
+started, on the child's own partition (shared/children.py through the run's store), reported back as
+``ChildrenStarted``. Idempotent: a resumed parent asking again finds the same children."""
+
+from __future__ import annotations
+
+import orjson
+
+from shared.children import ChildSpec
+from worker.config import Lineage
+from worker.machine import ChildrenStarted, RunState, StartChildren
+from worker.machine.children import child_task
+from worker.runner.effect import EffectContext
+
+__all__ = ["start_children"]
+
+
+async def start_children(cx: EffectContext, state: RunState, cmd: StartChildren) -> None:
+    cfg = state.cfg
+    cx.check_lease("create child runs")
+    specs = [ChildSpec(c.id, cmd.child_ids[c.id], cfg.agent_tools[c.name], child_task(c)) for c in cmd.calls]
+    lineage = Lineage(agents=[*cfg.ancestors, cfg.agent], max_depth=cfg.max_depth)
+    raw = orjson.dumps(lineage.model_dump(mode="json", by_alias=True))
+    done = await cx.ports.store.start_children(specs, raw)
+    created = sum(1 for d in done.values() if d.created)
+    if created:
+        cx.host.observer.children_started(created)
+    cx.post(ChildrenStarted(cx.now_ms(), {i: d.stream_key for i, d in done.items() if not d.error},
+                            {i: d.error for i, d in done.items() if d.error}))  # fmt: skip
