@@ -19,6 +19,7 @@ a process of another deploy still running meets "Function not found" and loads i
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
@@ -76,6 +77,11 @@ def missing(exc: BaseException) -> bool:
 
 class EvalScript(AsyncScript):
     """A script run by EVALSHA (redis-py's, which loads it on NOSCRIPT when called)."""
+
+    def __init__(self, registered_client: Any, script: str) -> None:
+        self.registered_client = registered_client
+        self.script = script
+        self.sha = hashlib.sha1(script.encode()).hexdigest()  # what Redis names it (UTF-8, as sent)
 
     @property
     def load_key(self) -> str:
