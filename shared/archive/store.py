@@ -275,12 +275,15 @@ class ArchiveStore:
         """A page of ``tenant``'s archived runs, newest first by (createdAt, id bytewise, as Redis
         orders a listing index), after ``cursor``: each as a listing row (producer.listing.Row:
         runId, status, createdAt, sessionId, agent, batch, finishedAt, clientId ('' when the run's
-        own id), iterations, errorCode), with its stream key and its client's session id.
+        own id), iterations, errorCode, lineage, retriedBy, priority, runAt: the run hash's fields as
+        the archive keeps them in ``record``), with its stream key and its client's session id.
         ``equal``: status, agent, session_id, batch_id values the runs must have (None: any)."""
         cs, cid = cursor if cursor is not None else (None, "")
         rows = await self._fetch(
             "SELECT key_id, status, created_at, session_id, agent, batch_id, finished_at, client_id, "
             "coalesce(record->>'iterations', '') AS iterations, coalesce(record->>'errorCode', '') AS error, "
+            "coalesce(record->>'lineage', '') AS lineage, coalesce(record->>'retriedBy', '') AS retried_by, "
+            "coalesce(record->>'priority', '') AS priority, coalesce(record->>'runAt', '') AS run_at, "
             "client_session, stream_key FROM runs WHERE tenant = $1 "
             "AND ($2::text IS NULL OR status = $2) AND ($3::text IS NULL OR agent = $3) "
             "AND ($4::text IS NULL OR session_id = $4) AND ($5::text IS NULL OR batch_id = $5) "
@@ -304,6 +307,10 @@ class ArchiveStore:
                     "" if r["client_id"] == r["key_id"] else r["client_id"],
                     r["iterations"],
                     r["error"],
+                    r["lineage"],
+                    r["retried_by"],
+                    r["priority"],
+                    r["run_at"],
                 ],
                 r["stream_key"],
                 r["client_session"],
