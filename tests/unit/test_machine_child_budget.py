@@ -4,7 +4,9 @@ the parent's next model call is refused with budget_exceeded when its children s
 
 from __future__ import annotations
 
-from agentmill_client.models import Budget, Message, ToolCall, Usage
+from agentmill_client.models import Budget, Message, RunResult, RunStatus, ToolCall, Usage
+from shared.children import result_record
+from shared.tool_records import ToolRecord
 from tests.unit.machine_driver import T0, TASK, calling, child_result, config, go
 from worker import machine as m
 
@@ -21,7 +23,7 @@ def _reply(usage: Usage, *calls: str) -> m.ModelReplied:
 
 def test_each_child_starts_with_the_parents_remainder_as_its_budget() -> None:
     cfg = config(budget=Budget(max_tokens=1_000, max_cost_usd=2.0), reserve_output_tokens=50)
-    s, cmds = go(calling(cfg), _reply(Usage(input_tokens=300, output_tokens=100, cost_usd=0.5), "c1", "c2"))
+    _, cmds = go(calling(cfg), _reply(Usage(input_tokens=300, output_tokens=100, cost_usd=0.5), "c1", "c2"))
     assert _spawn(cmds).budget == Budget(max_tokens=600, max_cost_usd=1.5)  # both children get it all
     assert _spawn(go(calling(config()), _reply(Usage(input_tokens=1), "c1"))[1]).budget is None
 
@@ -55,3 +57,12 @@ def test_children_within_the_budget_let_the_parent_call_again_and_later_children
     assert s.node == m.CALLING and any(isinstance(c, m.CallModel) for c in cmds)
     s, cmds = go(s, _reply(Usage(input_tokens=150), "c2"))
     assert _spawn(cmds).budget == Budget(max_tokens=550)  # 1000 - 100 - 200 (child) - 150
+
+
+def test_a_childs_record_carries_its_usage_with_its_own_childrens() -> None:
+    res = RunResult(run_id="k", status=RunStatus.FAILED, usage=Usage(input_tokens=5, output_tokens=1),
+                    children_usage=Usage(input_tokens=10, output_tokens=2))  # fmt: skip
+    rec = ToolRecord.from_json(result_record("k", "c1", "failed", res))
+    assert rec.usage == Usage(input_tokens=15, output_tokens=3) and rec.recorded is not None
+    assert ToolRecord.from_json(rec.to_json()) == rec
+    assert ToolRecord.from_json(result_record("k", "c1", "aborted", None)).usage is None
