@@ -15,7 +15,8 @@ idempotent, so it can be done again until it is done:
   the reconciler does it for any run still marked (a worker that died in between, a run ended from
   outside: aborted while queued or parked, a poison run). Then the mark is cleared.
 - **delivery** (``deliver``): ``child_result.lua`` on the parent's partition records the child's
-  result as the record of the call that started it, once per call (a repeat is a no-op), and puts a
+  result as the record of the call that started it (with the child's usage, its children's included,
+  which the parent's budget counts), once per call (a repeat is a no-op), and puts a
   parent parked in ``awaiting_children`` back on the queue when this was its last open child.
 - **cascade** (``cascade``): every child of the parent's current round is aborted (``abort.lua`` on
   its partition; a child that already ended answers ``finished``).
@@ -32,7 +33,7 @@ from typing import Any
 import orjson
 
 from agentmill_client import limits
-from agentmill_client.models import RunResult
+from agentmill_client.models import RunResult, Usage
 from agentmill_client.statuses import RunStatus
 from shared import keys
 from shared.fields import RunField
@@ -49,6 +50,7 @@ __all__ = [
     "parent_status",
     "result_record",
     "spawn",
+    "subtree_usage",
 ]
 
 F = RunField
@@ -62,6 +64,7 @@ class ChildSpec:
     child_id: str
     agent: str
     task: str
+    budget: dict[str, Any] | None = None  # the child's RunInput.budget (JSON): its parent's remainder
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +78,9 @@ class Spawned:
 
 def _input(spec: ChildSpec) -> tuple[bytes, str]:
     """The child's stored RunInput and its input hash (as producer.prepared makes them)."""
-    body = {"agent": spec.agent, "inputMessages": [{"role": "user", "content": spec.task}]}
+    body: dict[str, Any] = {"agent": spec.agent, "inputMessages": [{"role": "user", "content": spec.task}]}
+    if spec.budget:
+        body["budget"] = spec.budget
     canonical = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
     stored = canonical[:-1] + b',"runId":"' + spec.child_id.encode() + b'"}'
     return stored, hashlib.sha256(canonical).hexdigest()
@@ -129,7 +134,16 @@ def result_record(child_id: str, call_id: str, status: str, result: RunResult | 
     if len(content) > limits.MAX_TOOL_RESULT_CHARS:
         content = content[: limits.MAX_TOOL_RESULT_CHARS] + "…[truncated]"
     res = {"toolCallId": call_id, "name": "", "content": content, "isError": is_error}
-    return orjson.dumps({"state": "done", "child": child_id, "result": res})
+    record: dict[str, Any] = {"state": "done", "child": child_id, "result": res}
+    if result is not None and (spent := subtree_usage(result)) is not None:
+        record["usage"] = spent.model_dump(mode="json", by_alias=True)
+    return orjson.dumps(record)
+
+
+def subtree_usage(result: RunResult) -> Usage | None:
+    """What a run spent with its children's (usage + childrenUsage): what its parent's budget counts."""
+    parts = [u for u in (result.usage, result.children_usage) if u is not None]
+    return sum(parts[1:], parts[0]) if parts else None
 
 
 async def deliver(parts: Partitions[Any], scripts: Scripts, part: keys.Partition, child_id: str) -> str:

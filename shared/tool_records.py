@@ -14,6 +14,8 @@ A record is in one of three states (``ToolState``):
   ``arguments``, until ``deadline_ms`` (``timeout_ms`` after the offer).
 - ``done``: ``result`` recorded; served on resume and by recall, never executed again. A client
   call is done with the caller's result or, past its deadline, a timeout error (``timed_out``).
+  A sub-agent call is done with its child's answer and ``usage``: what the child spent, its own
+  children included (child_result.lua, shared/children.py), which the parent's budget counts.
 
 ``calledAt`` (unix ms, from the run's clock: the time of the model reply that made the call) is on
 done and client records; a worker's claim (written by commit.lua before the call starts) has none.
@@ -31,7 +33,7 @@ from typing import Any
 import orjson
 
 from agentmill_client.codec import to_jsonable
-from agentmill_client.models import ToolCall, ToolResult
+from agentmill_client.models import ToolCall, ToolResult, Usage
 
 __all__ = ["ToolRecord", "ToolState"]
 
@@ -63,6 +65,7 @@ class ToolRecord:
     timeout_ms: int = 0
     called_at_ms: int = 0  # when the model called it (unix ms, the run's clock; 0: a claim, or older records)
     result: ToolResult | None = None
+    usage: Usage | None = None  # a child run's record: the child's usage with its own children's
 
     @classmethod
     def claim(cls, epoch: int, prev: ToolRecord | None = None) -> ToolRecord:
@@ -102,6 +105,8 @@ class ToolRecord:
                 d[key] = v.value if isinstance(v, ToolState) else v
         if self.result is not None:
             d["result"] = to_jsonable(self.result)
+        if self.usage is not None:
+            d["usage"] = to_jsonable(self.usage)
         return d
 
     def to_json(self) -> bytes:
@@ -117,6 +122,7 @@ class ToolRecord:
         except ValueError:
             raise ValueError(f"a tool record's state is one of {[s.value for s in ToolState]}") from None
         raw = d.get("result")
+        usage = d.get("usage")
         return cls(
             state,
             epoch=int(d.get("epoch") or 0),
@@ -129,6 +135,7 @@ class ToolRecord:
             timeout_ms=int(d.get("timeoutMs") or 0),
             called_at_ms=int(d.get("calledAt") or 0),
             result=ToolResult.model_validate(raw) if isinstance(raw, dict) else None,
+            usage=Usage.model_validate(usage) if isinstance(usage, dict) else None,
         )
 
     @classmethod

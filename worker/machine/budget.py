@@ -4,15 +4,22 @@ A call's worst case is its prompt estimate plus the model's maxTokens, and their
 pricing. The run affords the call when what it spent so far (``RunState.usage``) plus that worst
 case stays within each limit; else it ends ``failed`` with ``budget_exceeded`` before the call, so it
 never exceeds its budget. Pure: both the usage and the budget are in the state.
+
+A run's child runs (sub-agents) spend from its budget: what its ended children spent
+(``RunState.children_usage``, delivered with their results) counts with its own usage, and each child
+is started with what is left (``remainder``) as its own budget. Parallel children each get the whole
+remainder, so together they may pass it by up to (n-1) x the remainder; the parent's next call is then
+refused.
 """
 
 from __future__ import annotations
 
-from agentmill_client.models import Message, RunError
+from agentmill_client.models import Budget, Message, RunError, Usage
 from worker import policy
 from worker.config import RunConfig
+from worker.machine.state import RunState
 
-__all__ = ["BUDGET_EXCEEDED", "unaffordable", "worst_case"]
+__all__ = ["BUDGET_EXCEEDED", "remainder", "spent_with_children", "unaffordable", "worst_case"]
 
 BUDGET_EXCEEDED = "budget_exceeded"
 
@@ -23,6 +30,23 @@ def worst_case(cfg: RunConfig, messages: list[Message]) -> tuple[int, int, float
     out = cfg.reserve_output_tokens
     cost = cfg.pricing.cost_usd(prompt, out) if cfg.pricing is not None else None
     return prompt, out, cost
+
+
+def spent_with_children(s: RunState) -> Usage:
+    """What the run's budget counts: its own usage and its ended children's."""
+    return s.usage if s.children_usage is None else s.usage + s.children_usage
+
+
+def remainder(s: RunState) -> Budget | None:
+    """What the run's budget has left for a child (each limit minus what was spent, at least the
+    smallest budget there is, so a child of a spent parent is refused at its first call); None: no budget."""
+    b = s.cfg.budget
+    if b is None:
+        return None
+    spent = spent_with_children(s)
+    tokens = None if b.max_tokens is None else max(1, b.max_tokens - spent.input_tokens - spent.output_tokens)
+    cost = None if b.max_cost_usd is None else max(1e-9, round(b.max_cost_usd - (spent.cost_usd or 0.0), 9))
+    return Budget(max_tokens=tokens, max_cost_usd=cost)
 
 
 def unaffordable(

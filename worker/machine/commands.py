@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agentmill_client.models import EventKind, Message, ResponseFormat, RunResult, ToolCall
+from agentmill_client.models import Budget, EventKind, Message, ResponseFormat, RunResult, ToolCall
 from worker.config import ToolSpec
 from worker.machine.state import RunState
 
@@ -122,6 +122,7 @@ class StartChildren:
 
     calls: list[ToolCall]
     child_ids: dict[str, str]  # toolCallId -> child run id
+    budget: Budget | None = None  # each child's: what the parent's budget has left (None: no budget)
 
 
 @dataclass(frozen=True, slots=True)

@@ -139,10 +139,12 @@ class ChildrenStarted:
 
 @dataclass(frozen=True, slots=True)
 class ChildrenEnded:
-    """Results of sub-agent calls whose child runs ended (delivered to the parent's tools hash)."""
+    """Results of sub-agent calls whose child runs ended (delivered to the parent's tools hash), and
+    what each child spent (``usage``: toolCallId -> the child's usage, its own children's included)."""
 
     now_ms: int
     results: dict[str, ToolResult]
+    usage: dict[str, Usage] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from agentmill_client import limits
 from agentmill_client.codec import to_jsonable
 from agentmill_client.models import EventKind, Message, RunError, RunResult, RunStatus
 from worker import policy
-from worker.machine.budget import unaffordable, worst_case
+from worker.machine.budget import spent_with_children, unaffordable, worst_case
 from worker.machine.commands import CallModel, Command, Compact, Decision, Emit, Finish, ModelRequest
 from worker.machine.state import CallPhase, Phase, RunState
 from worker.machine.window import windowed_history
@@ -74,8 +74,9 @@ def next_model_call(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
 def call_model(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
     """Ask the model, if the run's budget affords the call's worst case; else end budget_exceeded."""
     messages = _messages_of(s)
-    spent = s.usage.input_tokens + s.usage.output_tokens
-    if (err := unaffordable(s.cfg, spent, s.usage.cost_usd, messages)) is not None:
+    total = spent_with_children(s)
+    spent = total.input_tokens + total.output_tokens
+    if (err := unaffordable(s.cfg, spent, total.cost_usd, messages)) is not None:
         return finish(s, RunStatus.FAILED, cmds, error=err)
     s = up(
         s,
@@ -200,6 +201,7 @@ def result_of(s: RunState) -> RunResult:
         final_assistant_message=s.final_message,
         last_error=s.last_error,
         usage=s.usage,
+        children_usage=s.children_usage,
         iterations=s.iterations,
         stop_reason=s.final_call if s.phase == Phase.COMPLETED else None,
         finish_reason=s.finish_reason,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from agentmill_client.models import EventKind, Message, RunError, RunStatus, ToolCall, ToolResult
+from agentmill_client.models import EventKind, Message, RunError, RunStatus, ToolCall, ToolResult, Usage
 from worker import policy
 from worker.config import RunConfig
 from worker.history_tools import LOAD_OLDER_HISTORY
@@ -285,9 +285,11 @@ def on_children_started(s: RunState, e: ChildrenStarted) -> Decision:
     return _after_tools(s, e.now_ms, cmds)
 
 
-def _take_child_results(s: RunState, results: dict[str, ToolResult]) -> Decision:
-    """Results of ended children become their calls' results (child_ended, tool_result)."""
+def _take_child_results(s: RunState, results: dict[str, ToolResult], usage: dict[str, Usage]) -> Decision:
+    """Results of ended children become their calls' results (child_ended, tool_result); what each
+    spent is added, once, to the children's usage the run's budget counts."""
     taken = dict(s.results)
+    spent = s.children_usage
     cmds: list[Command] = []
     for c in s.round:
         res = results.get(c.id)
@@ -295,12 +297,14 @@ def _take_child_results(s: RunState, results: dict[str, ToolResult]) -> Decision
             continue
         res = ToolResult(tool_call_id=c.id, name=c.name, content=res.content, is_error=res.is_error)
         taken[c.id] = res
+        if (u := usage.get(c.id)) is not None:
+            spent = u if spent is None else spent + u
         cmds += [child_ended_emit(s, c, res), *tool_result_emits(res, s.round_called_at_ms, "child_failed")]
-    return up(s, results=taken), cmds
+    return up(s, results=taken, children_usage=spent), cmds
 
 
 def on_children_ended(s: RunState, e: ChildrenEnded) -> Decision:
-    s, cmds = _take_child_results(s, e.results)
+    s, cmds = _take_child_results(s, e.results, e.usage)
     waiting = _children_waiting(s)
     if waiting:  # still open: park again
         return s, [*cmds, AwaitChildren(waiting, {c.id: s.children[c.id] for c in waiting})]

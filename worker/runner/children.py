@@ -18,7 +18,9 @@ __all__ = ["start_children"]
 async def start_children(cx: EffectContext, state: RunState, cmd: StartChildren) -> None:
     cfg = state.cfg
     cx.check_lease("create child runs")
-    specs = [ChildSpec(c.id, cmd.child_ids[c.id], cfg.agent_tools[c.name], child_task(c)) for c in cmd.calls]
+    budget = cmd.budget.model_dump(mode="json", by_alias=True, exclude_none=True) if cmd.budget else None
+    specs = [ChildSpec(c.id, cmd.child_ids[c.id], cfg.agent_tools[c.name], child_task(c), budget)
+             for c in cmd.calls]  # fmt: skip
     lineage = Lineage(agents=[*cfg.ancestors, cfg.agent], max_depth=cfg.max_depth)
     raw = orjson.dumps(lineage.model_dump(mode="json", by_alias=True))
     done = await cx.ports.store.start_children(specs, raw)

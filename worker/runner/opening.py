@@ -143,5 +143,6 @@ def answers(state: RunState, acq: Acquired, records: dict[str, ToolRecord], now_
         return [ClientResultsReceived(now_ms, results)]
     elif state.phase == Phase.AWAITING_CHILDREN:  # the children's results, delivered to the records
         done = {i: res for i in state.children if i in records and (res := records[i].recorded) is not None}
-        return [ChildrenEnded(now_ms, done)]
+        usage = {i: u for i in done if (u := records[i].usage) is not None}
+        return [ChildrenEnded(now_ms, done, usage)]
     return []

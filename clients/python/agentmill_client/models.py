@@ -400,7 +400,10 @@ class RunResult(Model):
     status: RunStatus
     final_assistant_message: Message | None = None
     last_error: RunError | None = None
-    usage: Usage | None = None
+    usage: Usage | None = None  # the run's own model calls (its child runs' are not in it)
+    # What its child runs (sub-agents) spent, their own children included; None: it started none that ended.
+    # The parent's budget counts usage + childrenUsage; each run's bill (usage) is counted once.
+    children_usage: Usage | None = None
     iterations: int = 0
     stop_reason: str | None = None  # the limit a completed run stopped at: max_iterations | max_tool_rounds
     # The last model reply's finish_reason: "stop"; "length" when the answer hit maxTokens (the run
