@@ -132,6 +132,58 @@ async def test_recordings_still_describe_the_server(server: llama.LlamaServer) -
     assert interrupted.rstrip().endswith(b"data: [DONE]") and b'"finish_reason": "stop"' not in interrupted
     assert b'"finish_reason": "stop"' in live["structured_stream"].body
     assert live["json_schema_refused"].status >= 400  # it takes only {"type": "text" | "json_object"}
+    assert live["image_parts_stream"].status == 200
+    assert b'"finish_reason": "stop"' in live["image_parts_stream"].body
+    assert live["image_parts_overflow"].status == 400
+    assert b"context_length_exceeded" in live["image_parts_overflow"].body
+    assert b'"finish_reason": "stop"' in live["image_placeholder_stream"].body
+
+
+async def prompt_tokens(base_url: str, cfg_extra: dict[str, Any], url: str) -> int:
+    """The prompt tokens the server counts (not streamed: streams carry no usage) for a text-and-image
+    message as our provider sends it."""
+    payload = llama.body(llama.provider(base_url, maxTokens=1, **cfg_extra), llama.with_image(url))
+    payload.pop("stream_options")
+    payload["stream"] = False
+    async with httpx.AsyncClient(timeout=300) as client:
+        r = await client.post(f"{base_url}/chat/completions", json=payload)
+    r.raise_for_status()
+    return int(r.json()["usage"]["prompt_tokens"])
+
+
+async def test_image_parts_reach_a_text_only_models_prompt_as_text(server: llama.LlamaServer) -> None:
+    """What the server does with parts: the chatml template renders the list into the prompt, so the
+    image's base64 costs prompt tokens (and a photo overflows the context); as a placeholder it
+    costs a few."""
+    parts = await prompt_tokens(server.base_url, {}, llama.TINY)
+    placeholder = await prompt_tokens(server.base_url, {"imageParts": "placeholder"}, llama.TINY)
+    bigger = await prompt_tokens(server.base_url, {}, llama.data_url(llama.png(8)))
+    photo = await prompt_tokens(server.base_url, {"imageParts": "placeholder"}, llama.PHOTO)
+    print(f"prompt tokens: 1x1 PNG as parts {parts}, as placeholder {placeholder}; 8x8 PNG as parts "
+          f"{bigger}; 40x40 PNG as placeholder {photo}")  # fmt: skip
+    assert parts > placeholder + 30 and bigger > parts + 100 and photo == placeholder
+
+
+async def test_a_text_and_image_run_completes(pool: Any, redis: Redis) -> None:
+    """Issue 31: a user message of a text part and an image part is accepted on the wire and the run
+    completes (Gemma 270M is text-only: the answer ignores the image)."""
+    [rec] = await pool([{"inputMessages": [llama.image_message(llama.TINY)]}], maxConcurrent=1)
+    assert rec.status.value == "completed", rec.result.last_error
+    assert rec.result.final_assistant_message.content
+    print(f"text and a 1x1 image: {rec.result.final_assistant_message.content!r}")
+
+
+async def test_a_photo_sized_image_needs_image_parts_placeholder(pool: Any, redis: Redis) -> None:
+    """As parts, a 4.8 kB PNG's base64 overflows Gemma's 2048-token context (the server's 400); with
+    ``imageParts: "placeholder"`` the same run completes."""
+    body = {"inputMessages": [llama.image_message(llama.PHOTO)]}
+    [failed] = await pool([body], within=120, maxConcurrent=1)
+    [done] = await pool([body], maxConcurrent=1, imageParts="placeholder")
+    err = failed.result.last_error
+    print(f"photo as parts: {failed.status.value} {err.code if err else None}: {err.message if err else ''}")
+    assert failed.status.value == "failed" and "exceed context window" in err.message
+    assert done.status.value == "completed", done.result.last_error
+    assert done.result.final_assistant_message.content
 
 
 async def test_a_json_schema_run_returns_an_output_that_validates(pool: Any, redis: Redis) -> None:
