@@ -181,7 +181,8 @@ async def test_a_photo_sized_image_needs_image_parts_placeholder(pool: Any, redi
     [done] = await pool([body], maxConcurrent=1, imageParts="placeholder")
     err = failed.result.last_error
     print(f"photo as parts: {failed.status.value} {err.code if err else None}: {err.message if err else ''}")
-    assert failed.status.value == "failed" and "exceed context window" in err.message
+    assert failed.status.value == "failed" and err.code == "context_overflow"
+    assert "exceed context window" in err.message
     assert done.status.value == "completed", done.result.last_error
     assert done.result.final_assistant_message.content
 
