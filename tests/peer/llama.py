@@ -239,14 +239,15 @@ def image_message(url: str, text: str = IMAGE_PROMPT) -> dict[str, Any]:
 
 
 def with_image(url: str) -> list[Message]:
-    """The system prompt, then ``image_message(url)``."""
-    return [Message(role="system", content=SYSTEM), Message.model_validate(image_message(url))]
+    """``image_message(url)`` alone: after the system prompt, Gemma 270M answers it with nothing."""
+    return [Message.model_validate(image_message(url))]
 
 
 async def image_recordings(base_url: str) -> dict[str, Transcript]:
     """A text-and-image message: a tiny image sent as parts (accepted: the chatml template renders the
-    list of parts into the prompt as text, data URL included); a photo-sized one as parts (400: the
-    base64 overflows the context window); the same photo with ``imageParts: "placeholder"``."""
+    list of parts into the prompt as text, data URL included); a photo-sized one as parts (its base64
+    overflows the context window: a 200 with an empty body); the same photo with
+    ``imageParts: "placeholder"``."""
     parts = provider(base_url, maxTokens=48)
     placeholder = provider(base_url, maxTokens=48, imageParts="placeholder")
     return {
