@@ -177,19 +177,26 @@ async def test_a_text_and_image_run_completes(pool: Any, redis: Redis) -> None:
     print(f"text and a 1x1 image: {rec.result.final_assistant_message.content!r}")
 
 
-async def test_a_photo_sized_image_needs_image_parts_placeholder(pool: Any, redis: Redis) -> None:
+async def test_a_photo_sized_image_as_parts_overflows_and_the_run_fails(pool: Any) -> None:
     """As parts, a 4.8 kB PNG's base64 overflows Gemma's 2048-token context; streaming, the server
     then sends 200 and an empty body, which agentmill retries as a truncation until its retries run
-    out. With ``imageParts: "placeholder"`` the same run completes."""
-    body = {"inputMessages": [llama.image_message(llama.PHOTO)]}
-    [failed] = await pool([body], within=120, maxConcurrent=1)
-    [done] = await pool([body], maxConcurrent=1, imageParts="placeholder")
+    out (use ``imageParts: "placeholder"``)."""
+    [failed] = await pool(
+        [{"inputMessages": [llama.image_message(llama.PHOTO)]}], within=120, maxConcurrent=1
+    )
     err = failed.result.last_error
     print(f"photo as parts: {failed.status.value} {err.code if err else None}: {err.message if err else ''}")
     assert failed.status.value == "failed" and err.code == "model_retries_exhausted"
     assert "truncated" in err.message
+
+
+async def test_a_photo_sized_image_with_image_parts_placeholder_completes(pool: Any) -> None:
+    """``imageParts: "placeholder"``: the same message goes out as text with ``[image]``; the run completes."""
+    body = {"inputMessages": [llama.image_message(llama.PHOTO)]}
+    [done] = await pool([body], maxConcurrent=1, imageParts="placeholder")
     assert done.status.value == "completed", done.result.last_error
     assert done.result.final_assistant_message.content
+    print(f"photo as a placeholder: {done.result.final_assistant_message.content!r}")
 
 
 async def test_a_json_schema_run_returns_an_output_that_validates(pool: Any, redis: Redis) -> None:
