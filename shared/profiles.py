@@ -195,6 +195,11 @@ class ProviderConfig(Model):
     # "json_object_schema" ({"type": "json_object", "schema": …}: llama-cpp-python, Anyscale) or
     # "none" (not sent). The answer is validated by agentmill in every case.
     response_format_style: Literal["openai", "json_object_schema", "none"] = "openai"
+    # How a user message's image parts are sent: "parts" (OpenAI's list of text and image_url parts)
+    # or "placeholder" (the content as one string, each image as "[image]"): for text-only models
+    # behind servers that render a list of parts into the prompt as text (llama-cpp-python's
+    # chatml templates put the list's repr, base64 data and all, into the prompt).
+    image_parts: Literal["parts", "placeholder"] = "parts"
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 120.0
     # Pool-wide limits for this provider's endpoint (baseUrl), enforced across every worker through

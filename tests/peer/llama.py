@@ -7,9 +7,13 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
+import random
+import struct
 import subprocess
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -184,6 +188,7 @@ async def recordings(base_url: str) -> dict[str, Transcript]:
     await post(base_url, body(plain, user("Name a fruit.")))
     out["interrupted_stream"] = await first
     out.update(await structured_recordings(base_url))
+    out.update(await image_recordings(base_url))
     return out
 
 
@@ -200,6 +205,55 @@ async def structured_recordings(base_url: str) -> dict[str, Transcript]:
         "json_schema_refused": await post(
             base_url, body(openai_style, user(STRUCTURED_PROMPT), None, PICK_FORMAT)
         ),
+    }
+
+
+def png(side: int, seed: int = 31) -> bytes:
+    """A real PNG, ``side`` × ``side`` RGB pixels of seeded noise (incompressible, so its size
+    grows with ``side``, as a photo's does)."""
+    rows = random.Random(seed).randbytes(side * side * 3)
+    raw = b"".join(b"\0" + rows[y * side * 3 : (y + 1) * side * 3] for y in range(side))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+    )
+
+
+def data_url(image: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(image).decode()
+
+
+IMAGE_PROMPT = "Name a colour."
+TINY = data_url(png(1))  # 1 × 1: a 69-byte PNG
+PHOTO = data_url(png(40))  # 40 × 40 of noise: 4.8 kB, 6.5 k characters of base64
+
+
+def image_message(url: str, text: str = IMAGE_PROMPT) -> dict[str, Any]:
+    """A user message of a text part and an image part, as a client sends it."""
+    parts = [{"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": url}}]
+    return {"role": "user", "content": parts}
+
+
+def with_image(url: str) -> list[Message]:
+    """``image_message(url)`` alone: after the system prompt, Gemma 270M answers it with nothing."""
+    return [Message.model_validate(image_message(url))]
+
+
+async def image_recordings(base_url: str) -> dict[str, Transcript]:
+    """A text-and-image message: a tiny image sent as parts (accepted: the chatml template renders the
+    list of parts into the prompt as text, data URL included); a photo-sized one as parts (its base64
+    overflows the context window: a 200 with an empty body); the same photo with
+    ``imageParts: "placeholder"``."""
+    parts = provider(base_url, maxTokens=48)
+    placeholder = provider(base_url, maxTokens=48, imageParts="placeholder")
+    return {
+        "image_parts_stream": await post(base_url, body(parts, with_image(TINY))),
+        "image_parts_overflow": await post(base_url, body(parts, with_image(PHOTO))),
+        "image_placeholder_stream": await post(base_url, body(placeholder, with_image(PHOTO))),
     }
 
 

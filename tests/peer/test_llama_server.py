@@ -132,6 +132,71 @@ async def test_recordings_still_describe_the_server(server: llama.LlamaServer) -
     assert interrupted.rstrip().endswith(b"data: [DONE]") and b'"finish_reason": "stop"' not in interrupted
     assert b'"finish_reason": "stop"' in live["structured_stream"].body
     assert live["json_schema_refused"].status >= 400  # it takes only {"type": "text" | "json_object"}
+    assert live["image_parts_stream"].status == 200
+    assert b'"content": "' in live["image_parts_stream"].body
+    # the photo's base64 overflows the context after the stream's 200: an empty body, no error
+    assert (live["image_parts_overflow"].status, live["image_parts_overflow"].body) == (200, b"")
+    assert b'"content": "' in live["image_placeholder_stream"].body
+
+
+async def prompt_tokens(base_url: str, cfg_extra: dict[str, Any], url: str) -> int:
+    """The prompt tokens the server counts (not streamed: streams carry no usage) for a text-and-image
+    message as our provider sends it."""
+    payload = llama.body(llama.provider(base_url, maxTokens=1, **cfg_extra), llama.with_image(url))
+    payload.pop("stream_options")
+    payload["stream"] = False
+    async with httpx.AsyncClient(timeout=300) as client:
+        r = await client.post(f"{base_url}/chat/completions", json=payload)
+    r.raise_for_status()
+    return int(r.json()["usage"]["prompt_tokens"])
+
+
+async def test_image_parts_reach_a_text_only_models_prompt_as_text(server: llama.LlamaServer) -> None:
+    """What the server does with parts: the chatml template renders the list into the prompt, so the
+    image's base64 costs prompt tokens (and a photo overflows the context); as a placeholder it
+    costs a few."""
+    parts = await prompt_tokens(server.base_url, {}, llama.TINY)
+    placeholder = await prompt_tokens(server.base_url, {"imageParts": "placeholder"}, llama.TINY)
+    eight = llama.data_url(llama.png(8))
+    bigger = await prompt_tokens(server.base_url, {}, eight)
+    photo = await prompt_tokens(server.base_url, {"imageParts": "placeholder"}, llama.PHOTO)
+    print(f"prompt tokens: 1x1 PNG as parts {parts}, as placeholder {placeholder}; 8x8 PNG as parts "
+          f"{bigger}; 40x40 PNG as placeholder {photo}")  # fmt: skip
+    # base64 is at least one token per four characters: the data URL is in the prompt as text
+    assert parts > placeholder + len(llama.TINY) // 4 and photo == placeholder
+    assert bigger - parts >= (len(eight) - len(llama.TINY)) // 4
+
+
+async def test_a_text_and_image_run_completes(pool: Any, redis: Redis) -> None:
+    """Issue 31: a user message of a text part and an image part is accepted on the wire and the run
+    completes (Gemma 270M is text-only: the answer ignores the image)."""
+    [rec] = await pool([{"inputMessages": [llama.image_message(llama.TINY)]}], maxConcurrent=1)
+    assert rec.status.value == "completed", rec.result.last_error
+    assert rec.result.final_assistant_message.content
+    # Gemma 270M echoes its prompt: the chatml template put the parts' repr there, data URL and all
+    print(f"text and a 1x1 image: {rec.result.final_assistant_message.content!r}")
+
+
+async def test_a_photo_sized_image_as_parts_overflows_and_the_run_fails(pool: Any) -> None:
+    """As parts, a 4.8 kB PNG's base64 overflows Gemma's 2048-token context; streaming, the server
+    then sends 200 and an empty body, which agentmill retries as a truncation until its retries run
+    out (use ``imageParts: "placeholder"``)."""
+    [failed] = await pool(
+        [{"inputMessages": [llama.image_message(llama.PHOTO)]}], within=120, maxConcurrent=1
+    )
+    err = failed.result.last_error
+    print(f"photo as parts: {failed.status.value} {err.code if err else None}: {err.message if err else ''}")
+    assert failed.status.value == "failed" and err.code == "model_retries_exhausted"
+    assert "truncated" in err.message
+
+
+async def test_a_photo_sized_image_with_image_parts_placeholder_completes(pool: Any) -> None:
+    """``imageParts: "placeholder"``: the same message goes out as text with ``[image]``; the run completes."""
+    body = {"inputMessages": [llama.image_message(llama.PHOTO)]}
+    [done] = await pool([body], maxConcurrent=1, imageParts="placeholder")
+    assert done.status.value == "completed", done.result.last_error
+    assert done.result.final_assistant_message.content
+    print(f"photo as a placeholder: {done.result.final_assistant_message.content!r}")
 
 
 async def test_a_json_schema_run_returns_an_output_that_validates(pool: Any, redis: Redis) -> None:

@@ -170,3 +170,46 @@ async def test_the_recorded_refusal_of_openais_json_schema_shape_fails_at_once()
     f = exc.value.failure
     assert (f.kind, f.status, classify(f)) == ("invalid", 500, "fatal")
     assert "response_format" in f.message and "json_object" in f.message
+
+
+async def test_a_recorded_text_and_image_message_is_accepted_and_completes() -> None:
+    """Issue 31: the request carries a text part and an image_url part (a 1 × 1 PNG as a data: URL),
+    exactly as agentmill sends it today; the server answers 200 and the run completes (Gemma 270M
+    is text-only: the answer ignores the image)."""
+    sent = REC["image_parts_stream"].request
+    assert sent == llama.body(llama.provider("http://x", maxTokens=48), llama.with_image(llama.TINY))
+    assert [p["type"] for p in sent["messages"][0]["content"]] == ["text", "image_url"]
+    assert sent["messages"][0]["content"][1]["image_url"]["url"].startswith("data:image/png;base64,")
+    assert REC["image_parts_stream"].status == 200
+    text, calls, end, _ = await replay("image_parts_stream")
+    assert text and calls == [] and end.finish_reason in ("stop", "length")
+    s, _ = decided(text, calls, end)
+    assert s.phase == m.Phase.COMPLETED and s.final_message is not None and s.final_message.content == text
+
+
+async def test_a_recorded_photo_sized_image_as_parts_is_an_empty_stream_retried() -> None:
+    """The chatml template puts the list of parts into the prompt as text: a 4.8 kB PNG's base64 is
+    more tokens than Gemma's 2048-token context, and while streaming the server has already said 200:
+    the body is empty. The machine retries it as a truncation (use ``imageParts: "placeholder"``)."""
+    sent = REC["image_parts_overflow"].request
+    assert sent == llama.body(llama.provider("http://x", maxTokens=48), llama.with_image(llama.PHOTO))
+    assert (REC["image_parts_overflow"].status, REC["image_parts_overflow"].body) == (200, b"")
+    text, calls, end, _ = await replay("image_parts_overflow")
+    assert (text, calls, end.finish_reason) == ("", [], None)
+    s, cmds = decided(text, calls, end)
+    assert s.node == m.RETRYING and s.final_message is None
+    retry = next(c.payload for c in cmds if isinstance(c, m.Emit) and c.payload.get("status") == "retrying")
+    assert retry["reason"] == "truncated"
+
+
+async def test_a_recorded_photo_sent_as_a_placeholder_completes() -> None:
+    """``imageParts: "placeholder"``: the same message goes out as one string, the image as
+    ``[image]`` and no image data; the server answers it."""
+    cfg = llama.provider("http://x", maxTokens=48, imageParts="placeholder")
+    sent = REC["image_placeholder_stream"].request
+    assert sent == llama.body(cfg, llama.with_image(llama.PHOTO))
+    assert sent["messages"][0] == {"role": "user", "content": f"{llama.IMAGE_PROMPT}\n[image]"}
+    text, calls, end, _ = await replay("image_placeholder_stream")
+    assert text and end.finish_reason in ("stop", "length")
+    s, _ = decided(text, calls, end)
+    assert s.phase == m.Phase.COMPLETED

@@ -8,10 +8,11 @@ import pytest
 from pydantic import ValidationError
 
 from agentmill_client.models import Message, RunResult, RunStatus
+from shared.profiles import ProviderConfig
 from tests.unit.machine_driver import T0, calling, config, go, text_reply
 from worker import context, policy, sessions
 from worker import machine as m
-from worker.models.openai import wire_message
+from worker.models.openai import request_body, wire_message
 
 PIXEL = "data:image/png;base64,iVBORw0KGgo="
 PARTS = [{"type": "text", "text": "what is this?"}, {"type": "image_url", "image_url": {"url": PIXEL}}]
@@ -63,3 +64,18 @@ def test_the_first_model_input_carries_the_parts() -> None:
     _, cmds = go(m.initial_state("r1"), m.Started(T0, config(), [msg]), m.ContextLoaded(T0, []))
     req = next(c.request for c in cmds if isinstance(c, m.CallModel))
     assert req.messages[1].images()[0].url == PIXEL
+
+
+def test_image_parts_placeholder_sends_one_string_for_text_only_models() -> None:
+    """``imageParts: "placeholder"``: the provider sends the content as text, each image as
+    ``[image]``, never the image data; other messages and the default are unchanged."""
+    msg = Message.model_validate({"role": "user", "content": PARTS})
+    cfg = ProviderConfig.model_validate({"kind": "openai", "model": "x", "imageParts": "placeholder"})
+    req = m.ModelRequest(run_id="r", session_id=None, messages=[Message(role="system", content="s"), msg],
+                         tools=[], model_call_index=1, attempt=0, failures=0)  # fmt: skip
+    sent = request_body(cfg, req)["messages"]
+    assert sent == [{"role": "system", "content": "s"}, {"role": "user", "content": "what is this?\n[image]"}]
+    default = request_body(cfg.model_copy(update={"image_parts": "parts"}), req)["messages"]
+    assert default[1] == {"role": "user", "content": PARTS}
+    with pytest.raises(ValidationError):
+        ProviderConfig.model_validate({"kind": "openai", "imageParts": "drop"})

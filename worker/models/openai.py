@@ -66,13 +66,18 @@ MAX_ERROR_CHARS = 2_000  # enough for a validation error to name the field
 # ---- pure wire mapping ----
 
 
-def wire_message(m: Message, wire_ids: Mapping[str, str] | None = None) -> dict[str, Any]:
+def wire_message(
+    m: Message, wire_ids: Mapping[str, str] | None = None, image_parts: str = "parts"
+) -> dict[str, Any]:
     """Every ``content`` is a string, never null: an assistant tool-call message with no text sends
     ``""``. OpenAI, vLLM, llama.cpp's llama-server, Ollama and LiteLLM take ``""``; llama-cpp-python's
     server rejects null (HTTP 500, "Input should be a valid string").
 
     Calls go out under the provider's ids (``wire_id``); a tool message names its call by
-    agentmill's id, mapped back with ``wire_ids`` (agentmill id → provider id, from the request)."""
+    agentmill's id, mapped back with ``wire_ids`` (agentmill id → provider id, from the request).
+
+    A list of text and image parts goes out as that list, or (``image_parts="placeholder"``, for
+    text-only models) as one string with each image shown as ``[image]``."""
     if m.role == "tool":
         call = m.tool_call_id or ""
         return {"role": "tool", "tool_call_id": (wire_ids or {}).get(call, call), "content": m.content}
@@ -85,6 +90,8 @@ def wire_message(m: Message, wire_ids: Mapping[str, str] | None = None) -> dict[
                 for c in m.tool_calls
             ],
         }
+    if isinstance(m.content, list) and image_parts == "placeholder":
+        return {"role": m.role, "content": m.text}
     if isinstance(m.content, list):  # text and image parts, as OpenAI's chat format has them
         return {
             "role": m.role,
@@ -121,7 +128,7 @@ def request_body(cfg: ProviderConfig, req: ModelRequest) -> dict[str, Any]:
     ids = {c.id: wire_id(c) for m in req.messages for c in m.tool_calls or ()}
     body: dict[str, Any] = {
         "model": cfg.model,
-        "messages": [wire_message(m, ids) for m in req.messages],
+        "messages": [wire_message(m, ids, cfg.image_parts) for m in req.messages],
         "stream": True,
         "stream_options": {"include_usage": True},
     }
