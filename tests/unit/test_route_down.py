@@ -8,14 +8,13 @@ from __future__ import annotations
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from shared.functions import EvalScript
 from shared.partitions import Partitions
 
 
 async def test_an_unreachable_node_answers_every_command_with_its_error() -> None:
     r = Redis(port=1, socket_connect_timeout=0.2)  # nothing listens on port 1
     try:
-        script = EvalScript(r, "return ARGV[1]")
+        script = r.register_script("return ARGV[1]")
         parts: Partitions[Redis] = Partitions.of_client(r)
         for early in (True, False):
             out = parts.sending(loaded=set())
