@@ -5,15 +5,12 @@ tenant isolation (a run is found only under its tenant's key of it, submission.S
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import orjson
 
 from agentmill_client.models import EventKind, RunEvent, RunResult, RunStatus
+from producer.run_filter import RunFilter
 from producer.run_record import RunRecord
-
-if TYPE_CHECKING:
-    from producer.listing import RunFilter
 from shared.archive.store import ArchiveStore
 
 __all__ = ["ArchiveReads"]

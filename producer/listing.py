@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -23,6 +23,7 @@ from agentmill_client.models import RunStatus
 from agentmill_client.statuses import ACTIVE
 from producer.batch_shares import merge_batch, read_batch
 from producer.routing import run_many
+from producer.run_filter import STATUSES, ListingError, RunFilter
 from producer.run_record import lineage_view
 from producer.scope import SCOPED_PREFIX
 from shared import keys
@@ -49,7 +50,6 @@ __all__ = [
     "parse_ms",
 ]
 
-STATUSES = tuple(s.value for s in RunStatus)
 _ACTIVE = frozenset(s.value for s in ACTIVE)  # statuses no archived run has
 # Redis reads one listing call makes on a partition, at most (list_runs.lua): index entries looked
 # at (matching or not), membership probes and run reads. A page that spends them ends there, possibly
@@ -59,50 +59,6 @@ _SCORE = re.compile(rf"0|[1-9][0-9]{{0,{limits.MAX_MS_DIGITS - 1}}}")  # ASCII d
 _CURSOR_CHARS = re.compile(r"[A-Za-z0-9_-]+")  # base64url, unpadded
 MS_FORMAT = f"ms since the epoch, in ASCII digits only, at most {limits.MAX_MS_DIGITS} of them"
 CURSOR_MAX_CHARS = -(-(limits.MAX_MS_DIGITS + 1 + limits.MAX_ID_CHARS) // 3) * 4  # "<score>:<runId>" encoded
-
-
-class ListingError(ValueError):
-    """A filter or cursor that cannot be used; ``field`` names the query parameter."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-
-
-@dataclass(frozen=True, slots=True)
-class RunFilter:
-    status: str | None = None
-    agent: str | None = None
-    session_id: str | None = None
-    batch_id: str | None = None
-    metadata: tuple[str, ...] = ()  # "key=value" terms, as producer.submission.meta_term writes them
-    created_after: int | None = None  # ms, exclusive
-    created_before: int | None = None  # ms, exclusive
-    parent_run_id: str | None = None  # a parent's child runs (sub-agents); the id its keys use
-
-    def pairs(self) -> list[str]:
-        """(dimension, value) pairs of the indexes to intersect, flattened."""
-        out: list[str] = []
-        if self.status is not None:
-            if self.status not in STATUSES:
-                raise ListingError("status", f"one of {', '.join(STATUSES)}")
-            out += ["status", self.status]
-        if self.agent is not None:
-            out += ["agent", self.agent]
-        for name, value, dim in (
-            ("sessionId", self.session_id, "session"),
-            ("batchId", self.batch_id, "batch"),
-            ("parentRunId", self.parent_run_id, "parent"),
-        ):
-            if value is not None:
-                if not is_valid_id(value):
-                    raise ListingError(name, "not a valid id")
-                out += [dim, value]
-        for term in self.metadata:
-            if "=" not in term or term.startswith("="):
-                raise ListingError("metadata", f"{term!r} is not key=value")
-            out += ["meta", term]
-        return out
 
 
 def encode_cursor(score: str, run_id: str) -> str:
