@@ -1,4 +1,8 @@
-"""One error shape for every API failure: ``{"error": {"code": "...", "message": "..."}}``."""
+"""One error shape for every API failure: ``{"error": {"code": "...", "message": "..."}}``, and
+one mapping of each kind of failure to its HTTP answer, whichever route family meets it: an id the
+caller's tenant has no such thing under (``not_found``: 404 ``unknown_<kind>``), input the caller got
+wrong (SubmissionError, ListingError, request validation: 422 with ``field``; a cursor this API did
+not return: 400 ``invalid_cursor``), Redis or the archive unreachable (503)."""
 
 from __future__ import annotations
 
@@ -15,10 +19,19 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentmill_client.api import ErrorBody
 from agentmill_client.errors import ApiError
+from producer.run_filter import ListingError
 from producer.submission import SubmissionError
 from shared.archive.store import ArchiveUnavailableError
 
-__all__ = ["COMMON_ERRORS", "HANDLERS", "ErrorResponse", "OrjsonResponse", "error_response"]
+__all__ = [
+    "COMMON_ERRORS",
+    "HANDLERS",
+    "NOT_FOUND",
+    "ErrorResponse",
+    "OrjsonResponse",
+    "error_response",
+    "not_found",
+]
 
 
 class OrjsonResponse(JSONResponse):
@@ -50,6 +63,18 @@ async def on_submission_error(request: Request, exc: Exception) -> OrjsonRespons
     assert isinstance(exc, SubmissionError)
     headers = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s else None
     return error_response(exc.status, exc.code, exc.message, field=exc.field, headers=headers)
+
+
+async def on_listing_error(request: Request, exc: Exception) -> OrjsonResponse:
+    assert isinstance(exc, ListingError)
+    if exc.field == "cursor":
+        return error_response(400, "invalid_cursor", str(exc), field=exc.field)
+    return error_response(422, "invalid_input", str(exc), field=exc.field)
+
+
+def not_found(kind: str, ident: str) -> ApiError:
+    """The answer for an id the caller's tenant holds no ``kind`` (run, batch, schedule …) under."""
+    return ApiError(404, f"unknown_{kind}", f"no {kind} {ident}")
 
 
 async def on_validation_error(request: Request, exc: Exception) -> OrjsonResponse:
@@ -90,6 +115,7 @@ HANDLERS: list[tuple[type[Exception], Any]] = [
     (ArchiveUnavailableError, on_archive_down),
     (ApiError, on_api_error),
     (SubmissionError, on_submission_error),
+    (ListingError, on_listing_error),
     (RequestValidationError, on_validation_error),
     (StarletteHTTPException, on_http_error),
     (RedisConnectionError, on_redis_down),
@@ -102,4 +128,8 @@ COMMON_ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorResponse, "description": "missing or wrong bearer token"},
     422: {"model": ErrorResponse, "description": "invalid input; `field` names the offending field"},
     503: {"model": ErrorResponse, "description": "Redis (or the archive, PostgreSQL) is unreachable"},
+}
+# Documented on every route that answers not_found.
+NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorResponse, "description": "no such id in the caller's tenant"}
 }

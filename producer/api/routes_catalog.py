@@ -16,9 +16,8 @@ from pydantic_core import PydanticCustomError
 
 from agentmill_client import limits
 from agentmill_client.api import BatchAbortAnswer, BatchView, RunsPage
-from agentmill_client.errors import ApiError
 from agentmill_client.ids import ID_PATTERN
-from producer.api.errors import COMMON_ERRORS, ErrorResponse
+from producer.api.errors import COMMON_ERRORS, NOT_FOUND, ErrorResponse, not_found
 from producer.api.state import ApiDep, Tenant
 from producer.batch_results import export, parse_statuses
 from producer.listing import CURSOR_MAX_CHARS, MS_FORMAT, Catalog, ListingError, RunFilter, parse_ms
@@ -26,7 +25,7 @@ from producer.listing import CURSOR_MAX_CHARS, MS_FORMAT, Catalog, ListingError,
 __all__ = ["Cursor", "Limit", "Ms", "abort_batch", "batch_results", "batch_runs", "get_batch", "list_runs"]
 
 router = APIRouter()
-_404 = {**COMMON_ERRORS, 404: {"model": ErrorResponse}}
+_404 = {**COMMON_ERRORS, **NOT_FOUND}
 _400 = {**COMMON_ERRORS, 400: {"model": ErrorResponse, "description": "a cursor this API did not return"}}
 Limit = Annotated[int, Query(ge=1, le=500, description="runs per page")]
 Cursor = Annotated[
@@ -52,11 +51,8 @@ Ms = Annotated[int | None, BeforeValidator(_ms)]
 
 
 async def _page(api: Any, tenant: str, flt: RunFilter, limit: int, cursor: str | None) -> dict[str, Any]:
-    try:
-        runs, nxt = await Catalog(api.producer).list_runs(tenant, flt, limit=limit, cursor=cursor)
-    except ListingError as exc:
-        code = 400 if exc.field == "cursor" else 422
-        raise ApiError(code, "invalid_cursor" if code == 400 else "invalid_input", str(exc)) from None
+    # A filter or cursor that cannot be used raises ListingError: errors.on_listing_error answers it.
+    runs, nxt = await Catalog(api.producer).list_runs(tenant, flt, limit=limit, cursor=cursor)
     return {"runs": runs, "next": nxt}
 
 
@@ -96,7 +92,7 @@ async def list_runs(
 async def _batch_or_404(api: Any, tenant: str, batch_id: str) -> dict[str, Any]:
     found = await Catalog(api.producer).batch(tenant, batch_id)
     if found is None:
-        raise ApiError(404, "unknown_batch", f"no batch {batch_id}")
+        raise not_found("batch", batch_id)
     return found
 
 
@@ -143,10 +139,7 @@ async def batch_results(
         str | None, Query(max_length=200, description="keep these statuses only: a comma list")
     ] = None,
 ) -> StreamingResponse:
-    try:
-        statuses = parse_statuses(status)
-    except ListingError as exc:
-        raise ApiError(422, "invalid_input", str(exc)) from None
+    statuses = parse_statuses(status)  # ListingError: 422
     await _batch_or_404(api, tenant, batch_id)
     lines = export(api.producer, tenant, batch_id, statuses)
     first = await anext(lines, b"")  # Redis or the archive unreachable: a 503 before the answer starts

@@ -8,12 +8,12 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Header, Query, Response
 
 from agentmill_client.api import Accepted, BatchRetryAnswer, BatchRetryItem, ErrorBody, ForkBody, RetryBody
-from agentmill_client.errors import ApiError
-from producer.api.errors import COMMON_ERRORS, ErrorResponse
+from producer.api.errors import COMMON_ERRORS, NOT_FOUND, ErrorResponse, not_found
 from producer.api.routes_runs import run_links
 from producer.api.state import Api, ApiDep, Tenant
 from producer.listing import Catalog
 from producer.restore import RETRYABLE, Restorer
+from producer.run_filter import ListingError
 from producer.submission import SubmissionError, Submitted
 
 __all__ = ["fork_run", "retry_batch", "retry_run", "router"]
@@ -83,7 +83,7 @@ async def fork_run(
 
 @router.post(
     "/v1/batches/{batch_id}/retry", response_model=BatchRetryAnswer,
-    responses={**COMMON_ERRORS, 404: {"model": ErrorResponse}, 422: {"model": ErrorResponse}},
+    responses={**COMMON_ERRORS, **NOT_FOUND},
     summary="Retry a batch's failed (or aborted) runs, each in its place in the batch",
 )  # fmt: skip
 async def retry_batch(
@@ -94,9 +94,9 @@ async def retry_batch(
 ) -> BatchRetryAnswer:
     wanted = tuple(dict.fromkeys(s.strip() for s in status.split(",")))
     if not wanted or any(s not in {r.value for r in RETRYABLE} for s in wanted):
-        raise ApiError(422, "invalid_input", "status: failed, aborted, or both as a comma list")
+        raise ListingError("status", "failed, aborted, or both as a comma list")  # 422, field status
     if await Catalog(api.producer).batch(tenant, batch_id) is None:
-        raise ApiError(404, "unknown_batch", f"no batch {batch_id}")
+        raise not_found("batch", batch_id)
     await api.admit()
     done = await Restorer(api.producer).retry_batch(batch_id, tenant, wanted, quota=api.quotas.of(tenant))
     items = []

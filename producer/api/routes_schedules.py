@@ -3,25 +3,20 @@ them (producer.schedules; the firing itself is producer.schedules.firer's)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
-from agentmill_client.errors import ApiError
 from agentmill_client.ids import new_run_id
 from agentmill_client.schedules import ScheduleAnswer, ScheduleInput, SchedulesPage, ScheduleView
-from producer.api.errors import COMMON_ERRORS, ErrorResponse
+from producer.api.errors import COMMON_ERRORS, NOT_FOUND, ErrorResponse, not_found
 from producer.api.state import ApiDep, Tenant
 from producer.schedules.store import MAX_SHOWN
 
 __all__ = ["router"]
 
 router = APIRouter()
-_404: dict[int | str, dict[str, Any]] = {404: {"model": ErrorResponse}}
-
-
-def _unknown(schedule_id: str) -> ApiError:
-    return ApiError(404, "unknown_schedule", f"no schedule {schedule_id}")
+_404 = {**COMMON_ERRORS, **NOT_FOUND}
 
 
 @router.post(
@@ -54,7 +49,7 @@ async def list_schedules(
 @router.get(
     "/v1/schedules/{schedule_id}",
     response_model=ScheduleView,
-    responses={**COMMON_ERRORS, **_404},
+    responses=_404,
     summary="A schedule and its next firing times",
 )
 async def get_schedule(
@@ -65,33 +60,33 @@ async def get_schedule(
 ) -> ScheduleView:
     view = await api.schedules.get(schedule_id, tenant, next_n)
     if view is None:
-        raise _unknown(schedule_id)
+        raise not_found("schedule", schedule_id)
     return view
 
 
 @router.delete(
     "/v1/schedules/{schedule_id}",
     response_model=ScheduleAnswer,
-    responses={**COMMON_ERRORS, **_404},
+    responses=_404,
     summary="Delete a schedule (the runs it made stay)",
 )
 async def delete(schedule_id: str, api: ApiDep, tenant: Tenant) -> ScheduleAnswer:
     if not await api.schedules.delete(schedule_id, tenant):
-        raise _unknown(schedule_id)
+        raise not_found("schedule", schedule_id)
     return ScheduleAnswer(scheduleId=schedule_id, result="deleted")
 
 
 async def _pause(schedule_id: str, api: ApiDep, tenant: str, paused: bool) -> ScheduleAnswer:
     verdict = await api.schedules.pause(schedule_id, tenant, paused)
     if verdict == "unknown":
-        raise _unknown(schedule_id)
+        raise not_found("schedule", schedule_id)
     return ScheduleAnswer(scheduleId=schedule_id, result=verdict)
 
 
 @router.post(
     "/v1/schedules/{schedule_id}/pause",
     response_model=ScheduleAnswer,
-    responses={**COMMON_ERRORS, **_404},
+    responses=_404,
     summary="Pause a schedule: no firing until it is resumed",
 )
 async def pause(schedule_id: str, api: ApiDep, tenant: Tenant) -> ScheduleAnswer:
@@ -101,7 +96,7 @@ async def pause(schedule_id: str, api: ApiDep, tenant: Tenant) -> ScheduleAnswer
 @router.post(
     "/v1/schedules/{schedule_id}/resume",
     response_model=ScheduleAnswer,
-    responses={**COMMON_ERRORS, **_404},
+    responses=_404,
     summary="Resume a schedule from its next firing after now (the firings missed while paused are not made)",
 )
 async def resume(schedule_id: str, api: ApiDep, tenant: Tenant) -> ScheduleAnswer:

@@ -1,13 +1,15 @@
 """The API as the integration tests run it: `agentmill api`'s server config on a free port, two
-tenants' tokens, and run bodies for the scripted profile."""
+tenants' tokens, run bodies for the scripted profile, and waits on a run's or a batch's view."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import httpx
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -59,6 +61,30 @@ def body(**kw: Any) -> dict[str, Any]:
 def run_body(script: list[dict[str, Any]] | None = None, **kw: Any) -> dict[str, Any]:
     """A run of the scripted profile following ``script`` (one greeting by default)."""
     return body(runtimeHints={"script": script or [{"text": "hello"}]}, **kw)
+
+
+async def until_view(
+    c: httpx.AsyncClient, path: str, pred: Callable[[Any], Any], within: float, every: float
+) -> dict[str, Any]:
+    """GET ``path`` every ``every`` s until ``pred`` holds of its JSON or ``within`` s passed: the last view."""
+    deadline = time.monotonic() + within
+    while True:
+        view = (await c.get(path)).json()
+        if pred(view) or time.monotonic() > deadline:
+            return dict(view)
+        await asyncio.sleep(every)
+
+
+async def until_batch(c: httpx.AsyncClient, batch_id: str, pred: Any, within: float = 20.0) -> dict[str, Any]:
+    """The batch's view once ``pred`` holds of it, or the last one after ``within`` s (the caller checks)."""
+    return await until_view(c, f"/v1/batches/{batch_id}", pred, within, 0.1)
+
+
+async def until_run(c: httpx.AsyncClient, run_id: str, pred: Any, within: float = 20.0) -> dict[str, Any]:
+    """The run's view once ``pred`` holds of it; fails after ``within`` s."""
+    view = await until_view(c, f"/v1/runs/{run_id}", pred, within, 0.02)
+    assert pred(view), view
+    return view
 
 
 class HookServer:

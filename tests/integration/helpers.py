@@ -8,6 +8,7 @@ import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -16,7 +17,7 @@ from redis.asyncio import Redis
 from agentmill_client.models import RunEvent
 from producer.service import Producer, RunRecord
 from shared.events import decode_entry
-from shared.profiles import profiles_from
+from shared.profiles import load_profiles, profiles_from
 from shared.settings import Settings
 from tests.support.schema import K
 from worker.jobs import WorkerProcess
@@ -63,6 +64,21 @@ async def wait_all(p: Producer, run_ids: list[str], timeout_s: float) -> dict[st
         assert rec is not None, rid
         out[rid] = rec
     return out
+
+
+async def run_with(
+    redis: Redis, redis_url: str, path: Path, body: dict[str, Any], within: float = 20
+) -> tuple[RunRecord, list[RunEvent]]:
+    """One run of profile ``gpt`` of the profiles file ``path`` (an OpenAI-compatible server's)
+    through an in-process worker: its record once ended and its stream, checked clean."""
+    p = producer_for(redis, redis_url)
+    p.profiles = load_profiles(str(path))
+    sub = await p.submit({"agent": "gpt", **body})
+    async with running_worker(redis_url, profiles=str(path)):
+        rec = (await wait_all(p, [sub.run_id], within))[sub.run_id]  # type: ignore[union-attr]
+    events = await stream(redis, sub.run_id)  # type: ignore[union-attr]
+    assert_clean_stream(events)
+    return rec, events
 
 
 def script_run(script: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:

@@ -19,8 +19,7 @@ from redis.asyncio import Redis
 from shared import keys
 from shared.archive.schema import MIGRATIONS, migrate
 from shared.archive.store import ArchiveStore
-from tests.integration.api_support import A, B, api, run_body, settings
-from tests.integration.test_catalog import until_batch
+from tests.integration.api_support import A, B, api, run_body, settings, until_batch
 from tests.support.postgres_server import PostgresServer, binaries
 from tests.support.procs import WorkerProc, workers
 from tests.support.waits import until

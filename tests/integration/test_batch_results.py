@@ -15,10 +15,9 @@ from agentmill_client.api import BatchResultLine
 from agentmill_client.client import AsyncClient, Client
 from producer.batch_results import BYTES_MAX, PAGE, SCAN_MAX, walk
 from producer.listing import Catalog
-from tests.integration.api_support import A, B, api, run_body, settings
+from tests.integration.api_support import A, B, api, run_body, settings, until_batch
 from tests.integration.helpers import producer_for, running_worker
-from tests.integration.test_catalog import until_batch
-from tests.integration.test_client_cli import cli
+from tests.support.cli import cli
 from tests.support.redis_server import free_port
 
 pytestmark = pytest.mark.integration

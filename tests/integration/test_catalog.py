@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
 from typing import Any
 
@@ -16,7 +15,7 @@ from starlette.responses import Response
 
 from agentmill_client import limits
 from producer.scope import Scope
-from tests.integration.api_support import A, B, HookServer, api, key, run_body, settings
+from tests.integration.api_support import A, B, HookServer, api, key, run_body, settings, until_batch
 from tests.integration.helpers import running_worker, until_status
 from tests.support.schema import K
 
@@ -36,15 +35,6 @@ async def all_pages(c: httpx.AsyncClient, path: str, **params: Any) -> list[dict
         if cursor is None:
             return out
     raise AssertionError("the cursor never ended")
-
-
-async def until_batch(c: httpx.AsyncClient, batch_id: str, pred: Any, within: float = 20.0) -> dict[str, Any]:
-    deadline = time.monotonic() + within
-    while True:
-        view = (await c.get(f"/v1/batches/{batch_id}")).json()
-        if pred(view) or time.monotonic() > deadline:
-            return dict(view)
-        await asyncio.sleep(0.1)
 
 
 async def test_batch_counts_match_the_runs_real_statuses_after_a_mixed_batch(redis_url: str) -> None:
@@ -345,7 +335,7 @@ async def test_chunked_submission_keeps_order_and_survives_a_flushed_script_cach
 async def test_cli_and_client_find_runs_and_follow_batches(redis_url: str, tmp_path: Any) -> None:
 
     from agentmill_client.client import AsyncClient
-    from tests.integration.test_client_cli import cli
+    from tests.support.cli import cli
 
     s = settings(redis_url)
     token = {"AGENTMILL_TOKEN": "tok-a"}

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from tests.integration.test_cli_submit import api_at
-from tests.integration.test_client_cli import cli
+from tests.support.cli import cli
 from tests.support.redis_server import free_port
 
 pytestmark = pytest.mark.integration

@@ -20,7 +20,8 @@ from redis.asyncio import Redis
 from producer.listing import Catalog
 from shared.quotas import DEFAULT_TENANT
 from tests.integration.helpers import producer_for
-from tests.integration.test_client_cli import ROOT, api_server, cli
+from tests.integration.test_client_cli import api_server
+from tests.support.cli import ROOT, cli
 from tests.support.redis_server import free_port
 from tests.support.schema import K
 

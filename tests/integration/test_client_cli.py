@@ -6,7 +6,6 @@ import asyncio
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +18,12 @@ from agentmill_client.client import ApiError, AsyncClient, Client
 from producer.api.app import create_app
 from shared.settings import Settings
 from tests.integration.helpers import producer_for, running_worker, script_run, stream, until_status, wait_all
+from tests.support.cli import ROOT, cli
 from tests.support.redis_server import free_port
 from tests.support.schema import K
 from worker.jobs import WorkerProcess
 
 pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def api_server(redis_url: str, port: int, **settings: Any) -> uvicorn.Server:
@@ -104,22 +103,6 @@ def test_sync_client_round_trip(redis_url: str) -> None:
     finally:
         server.should_exit = True
         t.join(10)
-
-
-def cli(
-    redis_url: str, *args: str, timeout: float = 60, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    journals = str(Path(tempfile.gettempdir()) / "agentmill-cli-tests")  # submit's, not the user's
-    env = {**os.environ, "REDIS_URL": redis_url, "COLUMNS": "200", "AGENTMILL_CLI_STATE_DIR": journals,
-           **(env or {})}  # fmt: skip
-    return subprocess.run(
-        [sys.executable, "-m", "producer.cli", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 async def test_cli_tail_status_submit(redis: Redis, redis_url: str, tmp_path: Path) -> None:

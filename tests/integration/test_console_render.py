@@ -14,11 +14,10 @@ import httpx
 import pytest
 
 from producer.api.routes_ui import UI_DIR
-from tests.integration.api_support import A, api, settings
+from tests.integration.api_support import A, api, settings, until_batch
 from tests.integration.helpers import running_worker
-from tests.integration.test_catalog import until_batch
-from tests.integration.test_usage_views import USER, cost, priced  # noqa: F401 - a fixture
 from tests.support.fake_openai import FakeOpenAI, Reply
+from tests.support.pricing import USER, cost
 
 pytestmark = pytest.mark.integration
 HARNESS = Path(__file__).parents[1] / "support" / "console_dom.js"
@@ -37,7 +36,7 @@ async def render(url: str, page: str, ready: str) -> str:
 @pytest.mark.skipif(NODE is None, reason="node is not installed")
 async def test_the_console_shows_a_runs_usage_and_output_and_a_batchs_totals(
     redis_url: str,
-    priced: tuple[FakeOpenAI, Path],  # noqa: F811
+    priced: tuple[FakeOpenAI, Path],
 ) -> None:
     fake, path = priced
     fake.replies += [

@@ -28,7 +28,7 @@ from tests.integration.helpers import (
     until_status,
     wait_all,
 )
-from tests.integration.test_client_cli import cli
+from tests.support.cli import cli
 from tests.support.schema import K, stored
 
 pytestmark = pytest.mark.integration

@@ -18,19 +18,19 @@ from redis.asyncio import Redis
 
 from agentmill_client.models import ToolCall
 from shared.netguard import guarded_client
-from shared.profiles import AgentProfile, McpServerConfig, load_profiles
+from shared.profiles import AgentProfile, McpServerConfig
 from tests.integration.helpers import (
     assert_clean_stream,
     metric_samples,
     producer_for,
     running_worker,
-    script_run,
     stream,
     until_status,
     wait_all,
 )
 from tests.support import mcp_transcript as transcript
-from tests.support.mcp_server import calls, counts, mcp_server
+from tests.support.mcp_profiles import TOKEN, call, mcp_run, results
+from tests.support.mcp_server import McpServerProc, calls, counts, mcp_server
 from tests.support.procs import WorkerProc
 from worker.tools.base import ToolContext
 from worker.tools.registry import Toolbox
@@ -40,65 +40,20 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 FAST = {"AGENTMILL_LEASE_MS": "2000", "AGENTMILL_HEARTBEAT_MS": "300", "AGENTMILL_RECONCILE_MS": "300"}
 
 
-def profiles_file(url: str, path: Path, **server: Any) -> str:
-    doc = {
-        "profiles": [
-            {
-                "name": "mcp",
-                "provider": {"kind": "scripted", "mode": "script", "chunkChars": 16},
-                "mcpServers": [
-                    {
-                        "name": "srv",
-                        "url": url,
-                        "allowHosts": ["127.0.0.1"],
-                        "headers": {"Authorization": "Bearer ${env:MCP_TEST_TOKEN}"},
-                        "allowTools": ["add", "slow", "boom", "picture", "whoami"],
-                        **server,
-                    }
-                ],
-                "toolSettings": {
-                    "srv__add": {"retryDelayMs": 50, "maxTries": 3},
-                    "srv__whoami": {"requiresApproval": True},
-                },
-                "toolPolicy": {"maxParallel": 4},
-            }
-        ]
-    }
-    path.write_bytes(orjson.dumps(doc))
-    load_profiles(str(path))  # fail early on a bad profile
-    return str(path)
-
-
-def call(name: str, **args: Any) -> dict[str, Any]:
-    return {"name": name, "arguments": args}
-
-
-def mcp_run(script: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-    return {**script_run(script), "agent": "mcp", **extra}
-
-
-def results(events: list) -> dict[str, tuple[bool, str]]:
-    names = {e.payload["toolCallId"]: e.payload["name"] for e in events if e.kind == "tool_call"}
-    return {names[e.payload["toolCallId"]]: (e.payload["isError"], e.payload["content"])
-            for e in events if e.kind == "tool_result"}  # fmt: skip
-
-
 async def test_a_run_lists_and_calls_the_servers_tools(
-    redis: Redis, redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    redis: Redis, redis_url: str, mcp_served: tuple[McpServerProc, str]
 ) -> None:
-    monkeypatch.setenv("MCP_TEST_TOKEN", "t0ken")
-    with mcp_server(tmp_path) as srv:
-        profiles = profiles_file(srv.url, tmp_path / "profiles.json")
-        p = producer_for(redis, redis_url, profiles=profiles)
-        script = [
-            {"toolCalls": [call("srv__add", a=2, b=3), call("srv__boom"), call("srv__picture")]},
-            {"echoContext": True},
-        ]
-        async with running_worker(redis_url, profiles=profiles) as wp:
-            rid = (await p.submit(mcp_run(script))).run_id  # type: ignore[union-attr]
-            rec = (await wait_all(p, [rid], 60))[rid]
-            metrics = metric_samples(wp.metrics.render().decode())
-        seen = calls(srv.calls_file)
+    srv, profiles = mcp_served
+    p = producer_for(redis, redis_url, profiles=profiles)
+    script = [
+        {"toolCalls": [call("srv__add", a=2, b=3), call("srv__boom"), call("srv__picture")]},
+        {"echoContext": True},
+    ]
+    async with running_worker(redis_url, profiles=profiles) as wp:
+        rid = (await p.submit(mcp_run(script))).run_id  # type: ignore[union-attr]
+        rec = (await wait_all(p, [rid], 60))[rid]
+        metrics = metric_samples(wp.metrics.render().decode())
+    seen = calls(srv.calls_file)
     assert rec.status.value == "completed", rec.result
     events = await stream(redis, rid)
     assert_clean_stream(events)
@@ -112,7 +67,7 @@ async def test_a_run_lists_and_calls_the_servers_tools(
     ids = {e.payload["name"]: e.payload["toolCallId"] for e in events if e.kind == "tool_call"}
     for c in seen:  # the key on the HTTP request and in _meta, the fencing token, the env header
         assert c["key"] == c["metaKey"] == f"{rid}:{ids['srv__' + c['tool']]}"
-        assert c["fencing"] == "1" and c["auth"] == "Bearer t0ken"
+        assert c["fencing"] == "1" and c["auth"] == f"Bearer {TOKEN}"
     assert sorted(c["tool"] for c in seen) == ["add", "boom", "picture"]
     assert metrics[("agentmill_mcp_calls_total", (("outcome", "ok"), ("server", "srv")))] == 2
     assert metrics[("agentmill_mcp_calls_total", (("outcome", "error"), ("server", "srv")))] == 1
@@ -120,23 +75,21 @@ async def test_a_run_lists_and_calls_the_servers_tools(
 
 
 async def test_allow_tools_and_tool_policy_hold_by_the_exposed_names(
-    redis: Redis, redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    redis: Redis, redis_url: str, mcp_served: tuple[McpServerProc, str]
 ) -> None:
-    monkeypatch.setenv("MCP_TEST_TOKEN", "t0ken")
-    with mcp_server(tmp_path) as srv:
-        profiles = profiles_file(srv.url, tmp_path / "profiles.json")
-        p = producer_for(redis, redis_url, profiles=profiles)
-        narrowed = mcp_run(
-            [{"toolCalls": [call("srv__add", a=1, b=1), call("srv__picture"), call("srv__hidden")]}],
-            allowedTools=["srv__add"],
-        )
-        approval = mcp_run([{"toolCalls": [call("srv__whoami")]}])
-        async with running_worker(redis_url, profiles=profiles):
-            rid = (await p.submit(narrowed)).run_id  # type: ignore[union-attr]
-            aid = (await p.submit(approval)).run_id  # type: ignore[union-attr]
-            rec = (await wait_all(p, [rid], 60))[rid]
-            await until_status(redis, aid, "awaiting_human", within=30)
-        seen = calls(srv.calls_file)
+    srv, profiles = mcp_served
+    p = producer_for(redis, redis_url, profiles=profiles)
+    narrowed = mcp_run(
+        [{"toolCalls": [call("srv__add", a=1, b=1), call("srv__picture"), call("srv__hidden")]}],
+        allowedTools=["srv__add"],
+    )
+    approval = mcp_run([{"toolCalls": [call("srv__whoami")]}])
+    async with running_worker(redis_url, profiles=profiles):
+        rid = (await p.submit(narrowed)).run_id  # type: ignore[union-attr]
+        aid = (await p.submit(approval)).run_id  # type: ignore[union-attr]
+        rec = (await wait_all(p, [rid], 60))[rid]
+        await until_status(redis, aid, "awaiting_human", within=30)
+    seen = calls(srv.calls_file)
     assert rec.status.value == "completed", rec.result
     got = results(await stream(redis, rid))
     assert got["srv__add"] == (False, "2")
@@ -148,18 +101,16 @@ async def test_allow_tools_and_tool_policy_hold_by_the_exposed_names(
 
 
 async def test_a_server_that_is_down_gives_an_error_result_after_the_retries(
-    redis: Redis, redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    redis: Redis, redis_url: str, mcp_served: tuple[McpServerProc, str]
 ) -> None:
-    monkeypatch.setenv("MCP_TEST_TOKEN", "t0ken")
-    with mcp_server(tmp_path) as srv:
-        profiles = profiles_file(srv.url, tmp_path / "profiles.json")
-        p = producer_for(redis, redis_url, profiles=profiles)
-        async with running_worker(redis_url, profiles=profiles):
-            first = (await p.submit(mcp_run([{"toolCalls": [call("srv__add", a=1, b=2)]}]))).run_id  # type: ignore[union-attr]
-            await wait_all(p, [first], 60)  # the worker has the listing now
-            srv.stop()
-            rid = (await p.submit(mcp_run([{"toolCalls": [call("srv__add", a=3, b=4)]}]))).run_id  # type: ignore[union-attr]
-            rec = (await wait_all(p, [rid], 60))[rid]
+    srv, profiles = mcp_served
+    p = producer_for(redis, redis_url, profiles=profiles)
+    async with running_worker(redis_url, profiles=profiles):
+        first = (await p.submit(mcp_run([{"toolCalls": [call("srv__add", a=1, b=2)]}]))).run_id  # type: ignore[union-attr]
+        await wait_all(p, [first], 60)  # the worker has the listing now
+        srv.stop()
+        rid = (await p.submit(mcp_run([{"toolCalls": [call("srv__add", a=3, b=4)]}]))).run_id  # type: ignore[union-attr]
+        rec = (await wait_all(p, [rid], 60))[rid]
     assert rec.status.value == "completed", rec.result  # the model got the error and answered
     events = await stream(redis, rid)
     is_error, content = results(events)["srv__add"]
@@ -168,32 +119,31 @@ async def test_a_server_that_is_down_gives_an_error_result_after_the_retries(
 
 
 async def test_sigkill_mid_call_sends_it_again_with_the_same_key_and_never_a_recorded_one(
-    redis: Redis, redis_url: str, tmp_path: Path
+    redis: Redis, redis_url: str, tmp_path: Path, mcp_served: tuple[McpServerProc, str]
 ) -> None:
     """The worker is SIGKILLed while srv__slow is at the server: the rescuer sends that call again
     with the same Idempotency-Key (the server counts two under it), never the recorded srv__add."""
-    with mcp_server(tmp_path) as srv:
-        profiles = profiles_file(srv.url, tmp_path / "profiles.json")
-        env = {**FAST, "AGENTMILL_PROFILES": profiles, "MCP_TEST_TOKEN": "t0ken"}
-        p = producer_for(redis, redis_url, profiles=profiles)
-        script = [{"toolCalls": [call("srv__add", a=20, b=22)]}, {"toolCalls": [call("srv__slow", ms=2500)]},
-                  {"text": "done"}]  # fmt: skip
-        rid = (await p.submit(mcp_run(script))).run_id  # type: ignore[union-attr]
-        victim = WorkerProc(redis_url, env=env, log=tmp_path / "victim.log").start()
-        try:
-            deadline = time.monotonic() + 40
-            while not any(c["tool"] == "slow" for c in calls(srv.calls_file)):
-                assert time.monotonic() < deadline, "the slow call never reached the server"
-                await asyncio.sleep(0.05)
-        finally:
-            victim.kill()  # the slow call is in flight: no result recorded
-        rescuer = WorkerProc(redis_url, env=env).start()
-        try:
-            rec = (await wait_all(p, [rid], 60))[rid]
-        finally:
-            rescuer.stop()
-        per_key = counts(srv.calls_file)
-        seen = calls(srv.calls_file)
+    srv, profiles = mcp_served
+    env = {**FAST, "AGENTMILL_PROFILES": profiles, "MCP_TEST_TOKEN": TOKEN}
+    p = producer_for(redis, redis_url, profiles=profiles)
+    script = [{"toolCalls": [call("srv__add", a=20, b=22)]}, {"toolCalls": [call("srv__slow", ms=2500)]},
+              {"text": "done"}]  # fmt: skip
+    rid = (await p.submit(mcp_run(script))).run_id  # type: ignore[union-attr]
+    victim = WorkerProc(redis_url, env=env, log=tmp_path / "victim.log").start()
+    try:
+        deadline = time.monotonic() + 40
+        while not any(c["tool"] == "slow" for c in calls(srv.calls_file)):
+            assert time.monotonic() < deadline, "the slow call never reached the server"
+            await asyncio.sleep(0.05)
+    finally:
+        victim.kill()  # the slow call is in flight: no result recorded
+    rescuer = WorkerProc(redis_url, env=env).start()
+    try:
+        rec = (await wait_all(p, [rid], 60))[rid]
+    finally:
+        rescuer.stop()
+    per_key = counts(srv.calls_file)
+    seen = calls(srv.calls_file)
     assert rec.status.value == "completed", rec.result
     events = await stream(redis, rid)
     assert_clean_stream(events)

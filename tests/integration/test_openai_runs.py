@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 
 from shared.profiles import load_profiles
 from shared.settings import Settings
-from tests.integration.helpers import assert_clean_stream, producer_for, stream, wait_all
+from tests.integration.helpers import producer_for, run_with, stream, wait_all
 from tests.support.fake_openai import FakeOpenAI, Reply
 from tests.support.schema import K
 from worker.jobs import WorkerProcess
@@ -35,24 +35,6 @@ async def setup(
         "tools": ["calculator", "echo"]}]}))  # fmt: skip
     async with fake:
         yield fake, path
-
-
-async def run_with(
-    redis: Redis, redis_url: str, path: Path, body: dict, within: float = 20
-) -> tuple[object, list]:
-    p = producer_for(redis, redis_url)
-    p.profiles = load_profiles(str(path))
-    sub = await p.submit({"agent": "gpt", **body})
-    wp = WorkerProcess(Settings(redis_url=redis_url, poll_delay_s=0.02, profiles=str(path)))
-    task = asyncio.create_task(wp.run())
-    try:
-        rec = (await wait_all(p, [sub.run_id], within))[sub.run_id]
-    finally:
-        wp.request_stop()
-        await task
-    events = await stream(redis, sub.run_id)
-    assert_clean_stream(events)
-    return rec, events
 
 
 USER = {"inputMessages": [{"role": "user", "content": "compute please"}]}

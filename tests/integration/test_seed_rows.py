@@ -16,12 +16,12 @@ from tests.integration.helpers import (
     assert_clean_stream,
     metric_samples,
     producer_for,
+    run_with,
     running_worker,
     script_run,
     stream,
     wait_all,
 )
-from tests.integration.test_openai_runs import run_with
 from tests.support.fake_openai import FakeOpenAI, Reply
 from worker.jobs import WorkerProcess
 

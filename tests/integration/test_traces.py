@@ -9,7 +9,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import pytest
@@ -29,6 +29,9 @@ from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.procs import WorkerProc
 from tests.support.schema import K
 from worker import tracing
+
+if TYPE_CHECKING:
+    from tests.support.mcp_server import McpServerProc
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -345,22 +348,19 @@ async def test_an_mcp_tool_call_carries_its_spans_traceparent(
     redis: Redis,
     redis_url: str,
     exporter: InMemorySpanExporter,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    mcp_served: tuple[McpServerProc, str],
 ) -> None:
-    from tests.integration.test_mcp_tools import call, mcp_run, profiles_file
-    from tests.support.mcp_server import calls, mcp_server
+    from tests.support.mcp_profiles import call, mcp_run
+    from tests.support.mcp_server import calls
 
-    monkeypatch.setenv("MCP_TEST_TOKEN", "t0ken")
-    with mcp_server(tmp_path) as srv:
-        profiles = profiles_file(srv.url, tmp_path / "profiles.json")
-        p = producer_for(redis, redis_url, profiles=profiles)
-        async with running_worker(redis_url, profiles=profiles):
-            sub = await p.submit(
-                mcp_run([{"toolCalls": [call("srv__add", a=2, b=3)]}, {"text": "ok"}]), trace=TRACEPARENT
-            )
-            rec = (await wait_all(p, [sub.run_id], 60))[sub.run_id]
-        seen = calls(srv.calls_file)
+    srv, profiles = mcp_served
+    p = producer_for(redis, redis_url, profiles=profiles)
+    async with running_worker(redis_url, profiles=profiles):
+        sub = await p.submit(
+            mcp_run([{"toolCalls": [call("srv__add", a=2, b=3)]}, {"text": "ok"}]), trace=TRACEPARENT
+        )
+        rec = (await wait_all(p, [sub.run_id], 60))[sub.run_id]
+    seen = calls(srv.calls_file)
     assert rec.status.value == "completed"
     (tool,) = by_name(exporter.get_finished_spans(), "execute_tool ")
     assert dict(tool.attributes or {})["gen_ai.tool.name"] == "srv__add"

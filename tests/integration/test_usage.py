@@ -4,35 +4,16 @@ call; the worker's token and cost counters by agent and model (real worker, Redi
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import orjson
 import pytest
 from redis.asyncio import Redis
 
-from tests.integration.test_openai_runs import USER, run_with
+from tests.integration.helpers import run_with
 from tests.support.fake_openai import FakeOpenAI, Reply
+from tests.support.pricing import USER, cost
 
 pytestmark = pytest.mark.integration
-PRICING = {"inputPerMTok": 3.0, "outputPerMTok": 15.0}
-
-
-@pytest.fixture
-async def priced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[FakeOpenAI, Path]]:
-    monkeypatch.setenv("FAKE_OPENAI_KEY", "sk-test")
-    fake = FakeOpenAI([])
-    path = tmp_path / "profiles.json"
-    path.write_bytes(orjson.dumps({"profiles": [{
-        "name": "gpt", "provider": {"kind": "openai", "baseUrl": fake.base_url, "model": "fake-1",
-                                    "apiKeyEnv": "FAKE_OPENAI_KEY", "pricing": PRICING},
-        "tools": ["echo"]}]}))  # fmt: skip
-    async with fake:
-        yield fake, path
-
-
-def cost(inp: int, out: int) -> float:
-    return (inp * PRICING["inputPerMTok"] + out * PRICING["outputPerMTok"]) / 1e6
 
 
 async def test_reported_usage_is_the_runs_usage_with_its_cost_and_an_event_after_each_call(

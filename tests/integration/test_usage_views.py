@@ -5,54 +5,20 @@ every partition. A real API, redis-server, worker and OpenAI-compatible server."
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import httpx
-import orjson
 import pytest
 from redis.asyncio import Redis
 
 from agentmill_client.api import BatchView, RunView
 from shared import keys
-from tests.integration.api_support import A, api, settings
+from tests.integration.api_support import A, api, settings, until_batch, until_run
 from tests.integration.helpers import running_worker
-from tests.integration.test_catalog import until_batch
 from tests.support.fake_openai import FakeOpenAI, Reply
+from tests.support.pricing import USER, cost
 
 pytestmark = pytest.mark.integration
-PRICING = {"inputPerMTok": 3.0, "outputPerMTok": 15.0}
-USER = {"agent": "gpt", "inputMessages": [{"role": "user", "content": "compute please"}]}
-
-
-def cost(inp: int, out: int) -> float:
-    return (inp * PRICING["inputPerMTok"] + out * PRICING["outputPerMTok"]) / 1e6
-
-
-@pytest.fixture
-async def priced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[FakeOpenAI, Path]]:
-    monkeypatch.setenv("FAKE_OPENAI_KEY", "sk-test")
-    fake = FakeOpenAI([])
-    path = tmp_path / "profiles.json"
-    path.write_bytes(orjson.dumps({"profiles": [{
-        "name": "gpt", "provider": {"kind": "openai", "baseUrl": fake.base_url, "model": "fake-1",
-                                    "apiKeyEnv": "FAKE_OPENAI_KEY", "pricing": PRICING},
-        "tools": ["echo"]}]}))  # fmt: skip
-    async with fake:
-        yield fake, path
-
-
-async def _until(c: httpx.AsyncClient, run_id: str, pred: Any, within: float = 20.0) -> dict[str, Any]:
-    deadline = time.monotonic() + within
-    while True:
-        view = (await c.get(f"/v1/runs/{run_id}")).json()
-        if pred(view):
-            return dict(view)
-        assert time.monotonic() < deadline, view
-        await asyncio.sleep(0.02)
 
 
 async def test_a_running_run_shows_its_usage_so_far_and_its_total_once_ended(
@@ -70,13 +36,13 @@ async def test_a_running_run_shows_its_usage_so_far_and_its_total_once_ended(
         run_id = r.json()["runId"]
         async with running_worker(redis_url, profiles=str(path)):
             # While the second model call streams: the first call's usage, priced.
-            mid = await _until(c, run_id, lambda v: (v.get("usage") or {}).get("inputTokens", 0) > 0)
+            mid = await until_run(c, run_id, lambda v: (v.get("usage") or {}).get("inputTokens", 0) > 0)
             assert mid["status"] == "running" and mid.get("result") is None
             assert mid["usage"]["inputTokens"] == 100 and mid["usage"]["outputTokens"] == 20
             assert mid["usage"]["estimated"] is False
             assert mid["usage"]["costUsd"] == pytest.approx(cost(100, 20))
             RunView.model_validate(mid)
-            end = await _until(c, run_id, lambda v: v["status"] == "completed")
+            end = await until_run(c, run_id, lambda v: v["status"] == "completed")
     assert end["usage"] == end["result"]["usage"]
     assert (end["usage"]["inputTokens"], end["usage"]["outputTokens"]) == (250, 27)
     assert end["usage"]["costUsd"] == pytest.approx(cost(250, 27))
@@ -123,7 +89,7 @@ async def test_a_run_ended_from_outside_keeps_its_usage_and_its_batch_counts_it(
         r = await c.post("/v1/runs/batch", json={"runs": [body], "batchId": "waits"})
         run_id = r.json()["results"][0]["runId"]
         async with running_worker(redis_url, profiles=str(path)):
-            await _until(c, run_id, lambda v: v["status"] == "awaiting_human")
+            await until_run(c, run_id, lambda v: v["status"] == "awaiting_human")
         assert (await c.post(f"/v1/runs/{run_id}/abort")).json()["result"] == "aborted"
         end = (await c.get(f"/v1/runs/{run_id}")).json()
         batch = (await c.get("/v1/batches/waits")).json()

@@ -8,12 +8,17 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tests.unit.test_layers import ROOT, _module
-
+ROOT = Path(__file__).resolve().parents[2]
 RUNTIME = ("shared", "producer", "worker", "clients")
 DEV_ONLY = ("tests", "bench")
 # Runtime modules allowed to start processes, each with its reason.
 STARTS_PROCESSES = {"producer.cli.embedded_redis": "the demo's own redis-server"}
+
+
+def _module(path: Path) -> str:
+    """The dotted name of ``path`` below ROOT (clients' modules keep their folder: clients.python.…)."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def _imported(path: Path) -> set[str]:

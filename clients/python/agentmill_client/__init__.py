@@ -27,7 +27,9 @@ from agentmill_client.api import (
     ToolResultsAnswer,
 )
 from agentmill_client.errors import ApiError
-from agentmill_client.models import ClientToolResult, Message, RunEvent, RunInput, RunResult
+from agentmill_client.inputs import ClientToolResult, RunInput
+from agentmill_client.messages import Message
+from agentmill_client.outputs import RunEvent, RunResult
 from agentmill_client.schedules import Overlap, ScheduleAnswer, ScheduleInput, SchedulesPage, ScheduleView
 
 if TYPE_CHECKING:

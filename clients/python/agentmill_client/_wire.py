@@ -11,7 +11,8 @@ import orjson
 
 from agentmill_client.codec import to_jsonable
 from agentmill_client.errors import ApiError
-from agentmill_client.models import RunEvent, RunInput
+from agentmill_client.inputs import RunInput
+from agentmill_client.outputs import RunEvent
 
 __all__ = ["body", "check", "headers", "listing_params", "parse_sse"]
 

@@ -7,7 +7,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agentmill_client.models import ClientToolResult, Message, RunEvent, RunResult, Usage
+from agentmill_client.inputs import ClientToolResult
+from agentmill_client.messages import Message
+from agentmill_client.outputs import RunEvent, RunResult, Usage
 
 __all__ = [
     "AbortAnswer",

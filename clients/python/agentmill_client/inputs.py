@@ -1,0 +1,290 @@
+"""What a caller sends (seed: agentloop-runinput-runevent-design): a run's input with its parts and
+their checks, and, while the run goes, client tools' results and approval decisions."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import orjson
+from pydantic import Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from agentmill_client import limits
+from agentmill_client.base import Model
+from agentmill_client.ids import ID_PATTERN
+from agentmill_client.messages import Message
+
+__all__ = [
+    "ApprovalDecision",
+    "Budget",
+    "ClientTool",
+    "ClientToolResult",
+    "JsonSchemaFormat",
+    "LoopLimits",
+    "MultitaskStrategy",
+    "ResponseFormat",
+    "RunInput",
+    "ToolPolicy",
+    "run_at_ms",
+    "usable_url",
+]
+
+
+class ClientTool(Model):
+    """A tool the caller executes (seed: external tools): the run publishes each call as a
+    ``tool_call`` event with ``execution: "client"``, waits without holding a worker, and resumes
+    when the caller posts the result to ``POST /v1/runs/{id}/tool-results``."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str = Field(default="", max_length=4096)
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})  # JSON Schema
+    execution: Literal["client"] = "client"
+
+    @field_validator("parameters")
+    @classmethod
+    def _a_schema(cls, value: dict[str, Any]) -> dict[str, Any]:
+        import jsonschema
+
+        try:
+            jsonschema.Draft202012Validator.check_schema(value)
+        except jsonschema.SchemaError as exc:
+            raise ValueError(f"not a JSON Schema: {exc.message}") from None
+        return value
+
+
+class ClientToolResult(Model):
+    """One result a caller posts for a client tool call."""
+
+    tool_call_id: str = Field(min_length=1, max_length=limits.MAX_ID_CHARS * 2)
+    content: str = Field(max_length=limits.MAX_TOOL_RESULT_CHARS)
+    is_error: bool = False
+
+
+class ToolPolicy(Model):
+    enabled: bool | None = None
+    allow_list: list[str] | None = Field(default=None, max_length=limits.MAX_TOOL_NAMES)
+    max_parallel: int | None = Field(default=None, ge=1, le=64)
+    max_calls_per_run: int | None = Field(default=None, ge=0, le=10_000)
+    require_approval_by_default: bool | None = None
+    approval_timeout_ms: int | None = Field(default=None, ge=1, le=30 * 24 * 3_600_000)
+
+
+class LoopLimits(Model):
+    max_iterations: int | None = Field(default=None, ge=1, le=1_000)
+    max_tool_rounds: int | None = Field(default=None, ge=0, le=1_000)
+    max_run_duration_ms: int | None = Field(default=None, ge=1, le=7 * 24 * 3_600_000)
+    max_repairs: int | None = Field(default=None, ge=0, le=10)  # repair turns of a structured answer
+    # tool calls executed in the run (internal ones not counted); default 100 (worker/config.py)
+    max_tool_calls: int | None = Field(default=None, ge=0, le=10_000)
+    max_depth: int | None = Field(default=None, ge=0, le=10)  # sub-agent nesting (default 3)
+
+
+class Budget(Model):
+    """``RunInput.budget`` (and a profile's): the most a run may spend on model calls. Before each
+    call the worker reserves the call's worst case (its prompt estimate + the model's maxTokens, and
+    their cost by the model's pricing); a run that cannot afford its next call ends ``failed`` with
+    ``lastError.code = "budget_exceeded"``. maxCostUsd applies to priced models only."""
+
+    max_tokens: int | None = Field(default=None, ge=1, le=10**12)
+    max_cost_usd: float | None = Field(default=None, gt=0, le=1e9, allow_inf_nan=False)
+
+
+def _local_refs_only(value: Any) -> bool:
+    """Every ``$ref`` inside points into the schema itself (``#…``): nothing is fetched or resolved
+    elsewhere when an answer is validated."""
+    todo = [value]
+    while todo:
+        v = todo.pop()
+        if isinstance(v, dict):
+            ref = v.get("$ref")
+            if isinstance(ref, str) and not ref.startswith("#"):  # (a dict: a property named $ref)
+                return False
+            todo.extend(v.values())
+        elif isinstance(v, list):
+            todo.extend(v)
+    return True
+
+
+class JsonSchemaFormat(Model):
+    """OpenAI's ``response_format.json_schema``: the schema the final answer must validate against."""
+
+    name: str = Field(default="output", pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str | None = Field(default=None, max_length=4096)
+    schema_: dict[str, Any] = Field(alias="schema")
+    strict: bool | None = None
+
+    @field_validator("schema_")
+    @classmethod
+    def _a_bounded_schema(cls, value: dict[str, Any]) -> dict[str, Any]:
+        import jsonschema
+
+        try:
+            size = len(orjson.dumps(value))
+        except orjson.JSONEncodeError as exc:
+            raise ValueError(f"cannot be stored as JSON: {exc}") from None
+        if size > limits.MAX_SCHEMA_BYTES:
+            raise ValueError(f"is larger than {limits.MAX_SCHEMA_BYTES} bytes of JSON")
+        try:
+            jsonschema.Draft202012Validator.check_schema(value)
+        except jsonschema.SchemaError as exc:
+            raise ValueError(f"not a JSON Schema: {exc.message}") from None
+        except RecursionError:
+            raise ValueError("not a JSON Schema: nested too deeply") from None
+        if not _local_refs_only(value):
+            raise ValueError("only local $ref values (starting with #) are allowed")
+        return value
+
+
+class ResponseFormat(Model):
+    """``RunInput.responseFormat``, OpenAI's shape: ``{"type": "json_schema", "jsonSchema": {…}}``
+    (the final answer is JSON valid against the schema) or ``{"type": "json_object"}`` (a JSON object)."""
+
+    type: Literal["json_schema", "json_object"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_iff_json_schema(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError('type "json_schema" needs jsonSchema')
+        if self.type != "json_schema" and self.json_schema is not None:
+            raise ValueError(f'jsonSchema is only allowed with type "json_schema", not {self.type!r}')
+        return self
+
+
+class MultitaskStrategy(StrEnum):
+    ENQUEUE = "enqueue"
+    REJECT = "reject"
+    INTERRUPT = "interrupt"
+
+
+def _finite(value: Any) -> bool:
+    """No NaN or ±Infinity anywhere inside (JSON has no such numbers; they would be stored as null)."""
+    todo = [value]
+    while todo:
+        v = todo.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            return False
+        if isinstance(v, dict):
+            todo.extend(v.values())
+        elif isinstance(v, list | tuple):
+            todo.extend(v)
+    return True
+
+
+def _bounded_map(value: dict[str, Any] | None, field: str) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    try:
+        data = orjson.dumps(value)
+    except orjson.JSONEncodeError as exc:  # an integer past 64 bits, a lone surrogate …
+        raise ValueError(f"{to_camel(field)} cannot be stored as JSON: {exc}") from None
+    # orjson writes NaN and ±Infinity as null: only a map whose JSON holds a null needs the walk.
+    if b"null" in data and not _finite(value):
+        raise ValueError(f"{field} holds NaN or Infinity, which JSON cannot carry")
+    size = len(data)
+    if size > limits.MAX_MAP_BYTES:
+        raise ValueError(f"{to_camel(field)} is larger than {limits.MAX_MAP_BYTES} bytes of JSON")
+    return value
+
+
+def usable_url(value: str, field: str) -> str:
+    """An http(s) URL with a host and, if any, a port in range; else ValueError naming the field."""
+    try:
+        parts = urlsplit(value)
+        _ = parts.port  # raises on a port that is not a number in range
+    except ValueError as exc:
+        raise ValueError(f"{field} is not a usable URL: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{field} is not a usable URL: it needs http(s) and a host")
+    return value
+
+
+class RunInput(Model):
+    """What a caller submits. `runId` is generated by the producer when missing."""
+
+    session_id: str | None = Field(default=None, pattern=ID_PATTERN)
+    run_id: str | None = Field(default=None, pattern=ID_PATTERN)
+    agent: str = Field(default="default", min_length=1, max_length=128)
+    input_messages: list[Message] = Field(min_length=1, max_length=limits.MAX_INPUT_MESSAGES)
+    system_prompt_override: str | None = Field(default=None, max_length=limits.MAX_MESSAGE_CHARS)
+    allowed_tools: list[str] | None = Field(default=None, max_length=limits.MAX_TOOL_NAMES)
+    tool_order: list[str] | None = Field(default=None, max_length=limits.MAX_TOOL_NAMES)
+    tool_policy: ToolPolicy | None = None
+    loop_limits: LoopLimits | None = None
+    budget: Budget | None = None  # narrowed by the profile's (it can only narrow)
+    auto_create_session: bool | None = None
+    multitask_strategy: MultitaskStrategy | None = None
+    runtime_init_data: dict[str, Any] | None = None
+    runtime_hints: dict[str, Any] | None = None
+    client_tools: list[ClientTool] | None = Field(default=None, max_length=limits.MAX_TOOL_NAMES)
+    response_format: ResponseFormat | None = None  # the final answer must be JSON (validated)
+    include_messages: bool | None = None  # the final transcript in result.messages (bounded: limits.py)
+    metadata: dict[str, Any] | None = None
+    webhook: str | None = Field(default=None, max_length=2048, pattern=r"^https?://")
+    # Higher runs first (0-9; None: DEFAULT_PRIORITY); a tenant's quota may cap it (docs/api.md#priority).
+    priority: int | None = Field(default=None, ge=limits.MIN_PRIORITY, le=limits.MAX_PRIORITY)
+    # When the run may start: epoch ms, or an RFC 3339 time (stored as epoch ms). Until then: scheduled.
+    run_at: int | None = Field(default=None, ge=0, le=limits.MAX_RUN_AT_MS)
+
+    @field_validator("run_at", mode="before")
+    @classmethod
+    def _run_at_ms(cls, value: Any) -> Any:
+        return run_at_ms(value)
+
+    @model_validator(mode="after")
+    def _run_at_alone(self) -> RunInput:
+        if self.run_at is not None and (self.session_id is not None or self.auto_create_session):
+            raise ValueError(
+                "runAt: a run in a session starts when the session's run before it ends; not both"
+            )
+        return self
+
+    @field_validator("input_messages")
+    @classmethod
+    def _no_assistant_tool_calls(cls, value: list[Message]) -> list[Message]:
+        for m in value:
+            if m.role not in ("user", "system", "assistant"):
+                raise ValueError("inputMessages may hold system, user and assistant messages only")
+            if m.tool_calls:
+                raise ValueError("inputMessages may not carry toolCalls")
+        return value
+
+    @field_validator("webhook")
+    @classmethod
+    def _webhook_url(cls, value: str | None) -> str | None:
+        return None if value is None else usable_url(value, "webhook")
+
+    @field_validator("runtime_init_data", "runtime_hints", "metadata")
+    @classmethod
+    def _maps_bounded(cls, value: dict[str, Any] | None, info: Any) -> dict[str, Any] | None:
+        return _bounded_map(value, info.field_name)
+
+
+def run_at_ms(value: Any) -> Any:
+    """``runAt`` as epoch ms: an int stays, an RFC 3339 string (with its offset, or ``Z``) or an
+    aware datetime becomes its epoch ms; anything else is left for the field's own check to refuse."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ValueError("runAt: the time needs its timezone")
+        return int(value.timestamp() * 1000)
+    if isinstance(value, str) and not value.isdigit():
+        try:
+            when = datetime.fromisoformat(value.replace("z", "Z"))
+        except ValueError:
+            raise ValueError("runAt: an RFC 3339 time (2026-01-31T09:00:00Z) or epoch ms") from None
+        if when.tzinfo is None:
+            raise ValueError("runAt: the time needs its offset (Z or +hh:mm)")
+        return int(when.timestamp() * 1000)
+    if isinstance(value, str):
+        return int(value)
+    return value
+
+
+class ApprovalDecision(Model):
+    tool_call_id: str = Field(min_length=1, max_length=limits.MAX_ID_CHARS * 2)
+    approved: bool
+    reason: str | None = Field(default=None, max_length=4096)
