@@ -114,6 +114,7 @@ async def test_a_batch_and_a_session_answer_from_the_archive_once_redis_forgot_t
                 before = await _reads(c)
                 assert await redis.exists(PART.run(key("s0"))) == 1  # read from Redis
             assert before["batch"]["counts"]["failed"] == len(range(3, N, 5))
+            assert before["batch"]["usage"]["inputTokens"] > 0 and before["batch"]["usage"]["estimated"]
             assert before["session"]["runs"] == ["s0", "s1", "s2", "s3"]
             archiver = WorkerProc(redis_url, env=_env(pg), argv=["-m", "producer.cli", "archiver"],
                                   log=tmp_path / "archiver.log").start()  # fmt: skip
