@@ -340,7 +340,7 @@ class Producer:
     async def get_session(self, session_id: str, *, tenant: str | None = None) -> dict[str, Any] | None:
         """The session's newest runs, its active run and its history of run loops, as ``tenant``
         knows it by ``session_id``; from the archive for what Redis no longer has (producer.sessions)."""
-        return await SessionReads(self).get(session_id, tenant)
+        return await SessionReads(self.parts, self.scope, self.archive).get(session_id, tenant)
 
     async def queue_depth(self) -> int:
         """Jobs queued on every partition (in its queue or held back by a tenant's running cap: its

@@ -11,20 +11,19 @@ added (shared.archive.groups), under the same tenant isolation."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import orjson
 
 from agentmill_client import limits
+from producer.archived import ArchiveReads
 from producer.placement import locate_many
-from producer.scope import SCOPED_PREFIX
+from producer.routing import Parts
+from producer.scope import SCOPED_PREFIX, Scope
 from shared import keys
 from shared.fields import RunField, SessionField
 from shared.scripts import text
-
-if TYPE_CHECKING:
-    from producer.service import Producer
 
 __all__ = ["HISTORY_SHOWN", "SessionReads"]
 
@@ -32,13 +31,16 @@ HISTORY_SHOWN = 100  # the newest run loops a session view shows
 
 
 class SessionReads:
-    def __init__(self, producer: Producer) -> None:
-        self.p = producer
+    """``parts``: a producer's partitions; ``scope``: the ids a tenant's sessions are kept under
+    (Producer.scope); ``archive``: its archive reads, None without the archive."""
+
+    def __init__(self, parts: Parts, scope: Callable[[str], Scope], archive: ArchiveReads | None) -> None:
+        self.parts, self.scope, self.archive = parts, scope, archive
 
     async def get(self, session_id: str, tenant: str | None) -> dict[str, Any] | None:
         """The session ``tenant`` knows by ``session_id`` (kept under its tenant's key, or a form of
         before: submission.Scope.lookups); None when it has none, in Redis or the archive."""
-        for key in [session_id] if tenant is None else self.p.scope(tenant).lookups(session_id):
+        for key in [session_id] if tenant is None else self.scope(tenant).lookups(session_id):
             found = await self._get(key, tenant)
             if found is not None:
                 found["sessionId"] = session_id
@@ -46,14 +48,14 @@ class SessionReads:
         return None
 
     async def _get(self, session_id: str, tenant: str | None) -> dict[str, Any] | None:
-        part = self.p.parts.home(session_id)
+        part = self.parts.home(session_id)
 
         def op(pipe: Any) -> None:
             pipe.hgetall(part.session(session_id))
             pipe.lrange(part.session_runs(session_id), -limits.SESSION_RUNS_SHOWN, -1)  # the newest
             pipe.lrange(part.session_loops(session_id), -HISTORY_SHOWN, -1)
 
-        meta, raw_runs, loops = (await self.p.parts.pipelined([(part, op)]))[0]
+        meta, raw_runs, loops = (await self.parts.pipelined([(part, op)]))[0]
         h = {text(k): text(v) for k, v in meta.items()} if meta else None
         if h is not None and tenant is not None and h.get(SessionField.TENANT) != tenant:
             h = None
@@ -75,9 +77,9 @@ class SessionReads:
         """The session from its archived runs, once Redis has no runs list for it (expired with its
         loops, or its hash gone too); its hash's creation time and active run while Redis has it.
         None without the archive or any archived run of it."""
-        if self.p.archive is None:
+        if self.archive is None:
             return None
-        first, newest = await self.p.archive.session(tenant, session_id, limits.SESSION_RUNS_SHOWN)
+        first, newest = await self.archive.session(tenant, session_id, limits.SESSION_RUNS_SHOWN)
         if not newest:
             return None
         shown = {r.key_id: r.client_id for r in newest if r.client_id != r.key_id}
@@ -99,7 +101,7 @@ class SessionReads:
         scoped = sorted({r for r in run_ids if r.startswith(SCOPED_PREFIX)})
         if not scoped:
             return {}
-        parts = self.p.parts
+        parts = self.parts
         where = [part] * len(scoped) if part is not None else await locate_many(parts, scoped)
 
         def hget(key: str) -> Any:
@@ -109,8 +111,8 @@ class SessionReads:
         replies = await parts.pipelined([(p, hget(p.run(r))) for r, p in found])
         shown = {r: text(c[0]) for (r, _), c in zip(found, replies, strict=True) if c[0]}
         gone = [r for r in scoped if r not in shown]
-        if gone and self.p.archive is not None:
-            shown |= await self.p.archive.client_ids(gone, tenant)
+        if gone and self.archive is not None:
+            shown |= await self.archive.client_ids(gone, tenant)
         return shown
 
 
