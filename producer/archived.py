@@ -1,6 +1,8 @@
 """Runs read from the archive (AGENTMILL_ARCHIVE_URL, shared/archive/) once they have left Redis, or
 once their events have: the same RunRecord and RunEvents a read from Redis gives, under the same
-tenant isolation (a run is found only under its tenant's key of it, submission.Scope)."""
+tenant isolation (a run is found only under its tenant's key of it, submission.Scope); and a
+batch's counters once Redis no longer has the batch (the hash producer.listing.batch_view shows),
+a session's runs once it no longer has the session's (producer.sessions)."""
 
 from __future__ import annotations
 
@@ -9,9 +11,12 @@ from collections.abc import Sequence
 import orjson
 
 from agentmill_client.models import EventKind, RunEvent, RunResult, RunStatus
+from agentmill_client.statuses import TERMINAL
 from producer.run_filter import RunFilter
 from producer.run_record import RunRecord
+from shared.archive import groups
 from shared.archive.store import ArchiveStore
+from shared.fields import BatchField
 
 __all__ = ["ArchiveReads"]
 
@@ -40,6 +45,42 @@ class ArchiveReads:
             client_session=row["client_session"],
             archived=True,
         )
+
+    async def batch(self, tenant: str, batch_id: str) -> dict[str, str] | None:
+        """The batch's hash as Redis would hold it had it counted the batch's archived runs (one per
+        item index): total, done and a counter per status, created at its first run's creation,
+        finished at its last run's ending, its usage totals; None when the archive has none of its
+        runs. Only ended runs are archived: a run of the batch still in Redis is not counted."""
+        rows = await groups.batch_rows(self.store, tenant, batch_id)
+        if not rows:
+            return None
+        total = sum(r.runs for r in rows)
+        costs = [r.cost for r in rows if r.cost is not None]
+        h = {
+            BatchField.BATCH_ID: batch_id,
+            BatchField.TENANT: tenant,
+            BatchField.TOTAL: str(total),
+            BatchField.DONE: str(sum(r.runs for r in rows if r.status in TERMINAL)),
+            BatchField.CREATED_AT: str(min(r.first_created for r in rows)),
+            BatchField.FINISHED_AT: str(max(r.last_finished for r in rows)),
+            BatchField.INPUT_TOKENS: str(sum(r.input_tokens for r in rows)),
+            BatchField.OUTPUT_TOKENS: str(sum(r.output_tokens for r in rows)),
+            BatchField.ESTIMATED_RUNS: str(sum(r.estimated for r in rows)),
+            **{r.status: str(r.runs) for r in rows},
+        }
+        if costs:
+            h[BatchField.COST_USD] = repr(sum(costs))
+        return {str(k): v for k, v in h.items()}
+
+    async def session(
+        self, tenant: str | None, session_key: str, limit: int
+    ) -> tuple[int, list[groups.SessionRun]]:
+        """The session's first creation time and newest ``limit`` archived runs (shared.archive.groups)."""
+        return await groups.session_runs(self.store, tenant, session_key, limit)
+
+    async def client_ids(self, key_ids: Sequence[str], tenant: str | None) -> dict[str, str]:
+        """The ids the clients know the archived runs ``key_ids`` by."""
+        return await groups.client_ids(self.store, key_ids, tenant)
 
     async def events(self, key_id: str, *, after: int, limit: int, label: str) -> list[RunEvent]:
         """Events with seq > after, oldest first, as decode_entry reads them from the stream."""

@@ -269,8 +269,12 @@ class Catalog:
         )
 
     async def batch(self, tenant: str, batch_id: str) -> dict[str, Any] | None:
-        """The batch's progress: its shares summed (producer.batch_shares)."""
+        """The batch's progress: its shares summed (producer.batch_shares); once Redis has none of
+        them (expired AGENTMILL_RETENTION_S after their last write), its archived runs counted
+        (producer.archived.ArchiveReads.batch)."""
         h = merge_batch(await read_batch(self.p.parts, tenant, batch_id))
+        if h is None and self.p.archive is not None:
+            h = await self.p.archive.batch(tenant, batch_id)
         return batch_view(h) if h is not None else None
 
     async def abort_batch(self, tenant: str, batch_id: str, reason: str) -> dict[str, int]:

@@ -22,7 +22,8 @@ from producer.archived import ArchiveReads
 from producer.placement import locate_many
 from producer.routing import Parts, as_partitions, run_script
 from producer.run_record import RunRecord, lineage_view, usage_of
-from producer.scope import SCOPED_PREFIX, Scope
+from producer.scope import Scope
+from producer.sessions import SessionReads
 from producer.submission import SubmissionError, Submitted
 from producer.submitter import Submitter
 from shared import keys
@@ -337,63 +338,9 @@ class Producer:
         return verdict, text(reply[1]) if len(reply) > 1 else "", []
 
     async def get_session(self, session_id: str, *, tenant: str | None = None) -> dict[str, Any] | None:
-        """The session's newest runs (limits.SESSION_RUNS_SHOWN, in submission order), its active run
-        and its history of run loops, as ``tenant`` knows it by ``session_id`` (kept under its
-        tenant's key, submission.Scope)."""
-        for key in [session_id] if tenant is None else self.scope(tenant).lookups(session_id):
-            found = await self._get_session(key, tenant)
-            if found is not None:
-                found["sessionId"] = session_id
-                return found
-        return None
-
-    async def _get_session(self, session_id: str, tenant: str | None) -> dict[str, Any] | None:
-        part = self.parts.home(session_id)
-
-        def op(pipe: Any) -> None:
-            pipe.hgetall(part.session(session_id))
-            pipe.lrange(part.session_runs(session_id), -limits.SESSION_RUNS_SHOWN, -1)  # the newest
-            pipe.lrange(part.session_loops(session_id), -100, -1)
-
-        meta, runs, loops = (await self.parts.pipelined([(part, op)]))[0]
-        if not meta:
-            return None
-        h = {text(k): text(v) for k, v in meta.items()}
-        if tenant is not None and h.get("tenant") != tenant:
-            return None
-        runs = [text(r) for r in runs]
-        history = [orjson.loads(lp) for lp in loops]
-        looped = [str(lp.get("runId") or "") for lp in history]
-        shown = await self.client_ids([*runs, *looped, h.get("activeRun") or ""], part=part)
-        for lp, rid in zip(history, looped, strict=True):
-            if rid in shown:
-                lp["runId"] = shown[rid]
-        active = h.get("activeRun") or None
-        return {
-            "sessionId": session_id,
-            "createdAt": int(h.get("createdAt") or 0),
-            "activeRun": shown.get(active, active) if active else None,
-            "runs": [shown.get(r, r) for r in runs],
-            "history": history,
-        }
-
-    async def client_ids(
-        self, run_ids: Sequence[str], *, part: keys.Partition | None = None
-    ) -> dict[str, str]:
-        """The ids the clients know those of ``run_ids`` by that are their tenants' keys (``tsc_…``);
-        one round trip per node, and none when there are no such ids. ``part``: the runs' partition
-        (a session's), else each is located."""
-        scoped = sorted({r for r in run_ids if r.startswith(SCOPED_PREFIX)})
-        if not scoped:
-            return {}
-        where = [part] * len(scoped) if part is not None else await locate_many(self.parts, scoped)
-
-        def hget(key: str) -> Any:
-            return lambda pipe: pipe.hget(key, F.CLIENT_ID)
-
-        found = [(r, p) for r, p in zip(scoped, where, strict=True) if p is not None]
-        replies = await self.parts.pipelined([(p, hget(p.run(r))) for r, p in found])
-        return {r: text(c[0]) for (r, _), c in zip(found, replies, strict=True) if c[0]}
+        """The session's newest runs, its active run and its history of run loops, as ``tenant``
+        knows it by ``session_id``; from the archive for what Redis no longer has (producer.sessions)."""
+        return await SessionReads(self.parts, self.scope, self.archive).get(session_id, tenant)
 
     async def queue_depth(self) -> int:
         """Jobs queued on every partition (in its queue or held back by a tenant's running cap: its

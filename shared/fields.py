@@ -75,6 +75,9 @@ class RunField(StrEnum):
     USAGE_COST = "costUsd"  # absent = the model has no pricing
     TRACE = "trace"  # the submitter's W3C traceparent, then a newline and its tracestate if any; unset = none
     ARCHIVED = "archived"  # '1' once in the archive (archive_done.lua): its events are read from there
+    # With the archive on: the run loop a completed session run added to its session's history (JSON,
+    # commit.lua), so the archive keeps it with the run; archive_done.lua drops it from Redis.
+    LOOP = "loop"
 
 
 class BatchField(StrEnum):

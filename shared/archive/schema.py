@@ -67,6 +67,15 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         );
         """,
     ),
+    (
+        2,
+        # a session's runs, newest first (GET /v1/sessions/{id} once Redis forgot the session); a
+        # batch's counters read runs_batch. Built under the migration's lock: writes to runs wait.
+        """
+        CREATE INDEX runs_session ON runs (tenant, session_id, created_at DESC, key_id DESC)
+            WHERE session_id <> '';
+        """,
+    ),
 )
 
 

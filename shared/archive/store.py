@@ -161,7 +161,9 @@ class ArchiveStore:
         except _down_errors() as exc:
             raise ArchiveUnavailableError(str(exc)) from exc
 
-    async def _fetch(self, sql: str, *args: Any) -> list[Any]:
+    async def fetch(self, sql: str, *args: Any) -> list[Any]:
+        """The rows of one query (shared.archive.groups reads through it too); ArchiveUnavailableError
+        when PostgreSQL cannot be reached."""
         pool = await self.pool()
         try:
             return list(await pool.fetch(sql, *args))
@@ -187,7 +189,7 @@ class ArchiveStore:
 
     async def ping(self) -> None:
         """One round trip; ArchiveUnavailableError when PostgreSQL does not answer."""
-        await self._fetch("SELECT 1")
+        await self.fetch("SELECT 1")
 
     async def aclose(self) -> None:
         pool, self._pool = self._pool, None
@@ -252,7 +254,7 @@ class ArchiveStore:
     async def run(self, ids: Sequence[str], tenant: str | None) -> dict[str, Any] | None:
         """The first of the runs kept under ``ids`` (and ``tenant``'s, unless None); of several runs
         kept under one id (the id used again after its run left Redis), the newest."""
-        rows = await self._fetch(
+        rows = await self.fetch(
             f"SELECT DISTINCT ON (key_id) {_READ_COLS} FROM runs WHERE key_id = ANY($1::text[]) "
             "AND ($2::text IS NULL OR tenant = $2) ORDER BY key_id, created_at DESC",
             list(ids),
@@ -279,7 +281,7 @@ class ArchiveStore:
         the archive keeps them in ``record``), with its stream key and its client's session id.
         ``equal``: status, agent, session_id, batch_id values the runs must have (None: any)."""
         cs, cid = cursor if cursor is not None else (None, "")
-        rows = await self._fetch(
+        rows = await self.fetch(
             "SELECT key_id, status, created_at, session_id, agent, batch_id, finished_at, client_id, "
             "coalesce(record->>'iterations', '') AS iterations, coalesce(record->>'errorCode', '') AS error, "
             "coalesce(record->>'lineage', '') AS lineage, coalesce(record->>'retriedBy', '') AS retried_by, "
@@ -321,7 +323,7 @@ class ArchiveStore:
     async def events(self, key_id: str, after: int, limit: int) -> list[tuple[int, str, int, str]]:
         """Events of a run (the newest kept under ``key_id``) with seq > after, oldest first: seq, kind,
         ts, payload."""
-        rows = await self._fetch(
+        rows = await self.fetch(
             "SELECT seq, kind, ts, payload FROM run_events WHERE key_id = $1 "
             "AND created_at = (SELECT max(created_at) FROM runs WHERE key_id = $1) "
             "AND seq > $2 ORDER BY seq LIMIT $3",
@@ -342,7 +344,7 @@ class ArchiveStore:
         """A batch's archived runs after ``after`` (item index, client id), in that order: item index,
         client id, status, result JSON ('' = none)."""
         start_index, start_id = after if after is not None else (-1, "")
-        rows = await self._fetch(
+        rows = await self.fetch(
             "SELECT item_index, client_id, status, coalesce(result, '') AS result FROM runs "
             "WHERE tenant = $1 AND batch_id = $2 AND (item_index, client_id) > ($3, $4) "
             "AND (cardinality($5::text[]) = 0 OR status = ANY($5::text[])) "

@@ -125,6 +125,8 @@ elseif is_terminal(status) then
     if loop ~= '' then
       redis.call('RPUSH', KEYS[8], loop)
       redis.call('LTRIM', KEYS[8], -1000, -1)
+      -- kept with the run until archived: the archive answers the session's history after its list expired
+      if ctx().archive_on == '1' then redis.call('HSET', KEYS[1], F.LOOP, loop) end
     end
     if #trs > 0 then redis.call('HSET', KEYS[9], unpack(trs)) end
     -- A session's history lives for the retention after its latest run ended.
