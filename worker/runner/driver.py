@@ -170,7 +170,8 @@ class RunDriver:
             self.state, self.out.ckpt_seq = opening.restore(acq.checkpoint)
             first = opening.resumed(self.records, now)
         else:
-            self.state = machine.initial_state(self.run_id, run_input.session_id)
+            if run_input.session_id:  # the state built with the driver, not a second one
+                self.state = self.state.model_copy(update={"session_id": run_input.session_id})
             first = await opening.start(
                 self.host, self.ports.tools, self.ports.models, run_input, now, acq.ancestry
             )
