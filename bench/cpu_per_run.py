@@ -11,6 +11,12 @@ tree's venv), so one copy of this file serves any checkout whose bench has ``Ben
 
 prints and writes {"fig1"|"fig4": {worker_ms_per_run, redis_ms_per_run, runs_s, load}}. The
 worker's CPU is read from /proc after its start-up (Linux only).
+
+With the archive (issue 29): ``--archive`` starts a private PostgreSQL (tests/support, this tree's)
+and runs the worker with ``AGENTMILL_ARCHIVE_URL``, its archiver task in the worker's process;
+``--archive apart`` turns that task off and runs ``agentmill archiver`` as a process of its own,
+whose CPU is reported beside (``archiver_ms_per_run``), so the runs' own path is measured alone.
+The archive is drained before the figure is taken.
 """
 
 from __future__ import annotations
@@ -44,40 +50,70 @@ async def redis_cpu_s(r: Redis) -> float:
     return float(i["used_cpu_user"]) + float(i["used_cpu_sys"])
 
 
-async def one(b: Any, r: Redis, n: int, script: list[dict[str, Any]]) -> dict[str, float]:
+async def archived_all(r: Redis) -> bool:
+    """No run left in the archive's index (one partition, the bench's default): all archived."""
+    from shared import keys  # this tree's (issue 29 on)
+
+    return not await r.zcard(keys.Partition(0, 1).archive)
+
+
+async def one(
+    b: Any, r: Redis, n: int, script: list[dict[str, Any]], env: dict[str, str], apart: bool
+) -> dict[str, float]:
     """n runs of ``script`` through one fresh worker process, counted from after its start-up."""
     await b.flush(r)
-    p = b.spawn(["-m", "worker"])
+    p = b.spawn(["-m", "worker"], **env)
+    a = b.spawn(["-m", "producer.cli", "archiver"], **env) if apart else None
     await b.wait_started(r)
     await asyncio.sleep(1.5)  # imports and first polls over
     c0, rc0, t0 = cpu_s(p.pid), await redis_cpu_s(r), time.perf_counter()
+    a0 = cpu_s(a.pid) if a else 0.0
     await b.producer(r).submit_many([b.script_run(script)] * n)
     while not await b.runs_done(r):
         await asyncio.sleep(0.01)
-    c1, rc1, t1 = cpu_s(p.pid), await redis_cpu_s(r), time.perf_counter()
+    t1 = time.perf_counter()
+    while env and not await archived_all(r):  # the archiving these runs made, counted with them
+        await asyncio.sleep(0.05)
+    c1, rc1, a1 = cpu_s(p.pid), await redis_cpu_s(r), (cpu_s(a.pid) if a else 0.0)
     b.stop(p)
+    if a:
+        b.stop(a)
     return {
         "worker_ms_per_run": (c1 - c0) * 1000 / n,
         "redis_ms_per_run": (rc1 - rc0) * 1000 / n,
+        "archiver_ms_per_run": (a1 - a0) * 1000 / n,
         "runs_s": n / (t1 - t0),
         "load": os.getloadavg()[0],
     }
 
 
-async def measure(out: str, runs: int, inflight: int) -> None:
+async def measure(out: str, runs: int, inflight: int, archive: str) -> None:
     b = Bench(argparse.Namespace(poll_delay=0.05))
     b.server.start()
     r = Redis.from_url(b.server.url)
+    pg: Any = None
+    env: dict[str, str] = {}
+    if archive:
+        from tests.support.postgres_server import PostgresServer  # this tree's (issue 29 on)
+
+        pg = PostgresServer()
+        pg.start()
+        env = {"AGENTMILL_ARCHIVE_URL": pg.url}
+        if archive == "apart":
+            env["AGENTMILL_WORKER_ARCHIVER"] = "false"
     try:
+        apart = archive == "apart"
         res = {
-            "fig1": await one(b, r, runs, [{"text": "hi"}]),
-            "fig4": await one(b, r, inflight, [{"text": "ok", "delayMs": 1000}]),
+            "fig1": await one(b, r, runs, [{"text": "hi"}], env, apart),
+            "fig4": await one(b, r, inflight, [{"text": "ok", "delayMs": 1000}], env, apart),
         }
     finally:
         for p in b.procs:
             b.stop(p)
         await r.aclose()
         b.server.close()
+        if pg is not None:
+            pg.close()
     with open(out, "w") as f:
         json.dump(res, f)
     print(res)
@@ -88,5 +124,9 @@ if __name__ == "__main__":
     ap.add_argument("out")
     ap.add_argument("--runs", type=int, default=2000, help="figure 1's one-step runs")
     ap.add_argument("--inflight", type=int, default=1000, help="figure 4's runs in flight")
+    ap.add_argument(
+        "--archive", nargs="?", const="worker", default="", choices=["worker", "apart"],
+        help="archive to a private PostgreSQL: the worker's archiver task, or 'apart' (its own process)",
+    )  # fmt: skip
     a = ap.parse_args()
-    asyncio.run(measure(a.out, a.runs, a.inflight))
+    asyncio.run(measure(a.out, a.runs, a.inflight, a.archive))

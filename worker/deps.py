@@ -19,6 +19,7 @@ from shared.scripts import Scripts
 from shared.settings import Settings
 from worker.batcher import ScriptBatcher
 from worker.budgets import TenantBudgets
+from worker.config_cache import ConfigCache
 from worker.lease import WorkerLease
 from worker.limiter import Held, OnWait, ProviderLimiter
 from worker.models.base import ModelCallError, ModelProvider
@@ -92,6 +93,7 @@ class WorkerDeps:
     guarded_http: httpx.AsyncClient = field(default_factory=netguard.guarded_client)  # HTTP tools
     lease: WorkerLease | None = None  # the worker's lease deadline; None = unguarded (unit tests)
     lease_id: str = ""  # the id this worker holds its lease and runs under ("" = worker_id)
+    configs: ConfigCache = field(default_factory=ConfigCache)  # shared by runs of one profile
     scripts: Scripts = field(init=False)
     limiter: ProviderLimiter = field(init=False)
     batcher: ScriptBatcher = field(init=False)  # the runs' commits, pipelined per loop turn

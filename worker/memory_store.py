@@ -22,6 +22,7 @@ from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
 from shared.settings import Settings
 from shared.tool_records import ToolRecord, ToolState
 from worker import context, sessions
+from worker.config_cache import ConfigCache
 from worker.lease import WorkerLease
 from worker.machine import TERMINAL_PHASES
 from worker.models.base import ModelProvider
@@ -315,6 +316,7 @@ class MemoryHost:
     observer: Observer = field(default_factory=NullObserver)
     lease: WorkerLease | None = None
     lease_id: str = "memory-worker"
+    configs: ConfigCache = field(default_factory=ConfigCache)
 
     def profile(self, name: str) -> AgentProfile:
         try:

@@ -24,6 +24,7 @@ from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
 from shared.settings import Settings
 from shared.tool_records import ToolRecord
 from worker.config import ToolSpec
+from worker.config_cache import ConfigCache
 from worker.context import RunLoop
 from worker.lease import WorkerLease
 from worker.models.base import ModelProvider
@@ -320,5 +321,6 @@ class Host(Protocol):
     observer: Observer
     lease: WorkerLease | None  # the worker's lease deadline; None = unguarded
     lease_id: str
+    configs: ConfigCache  # resolved configurations shared by runs that set no knob of their own
 
     def profile(self, name: str) -> AgentProfile: ...

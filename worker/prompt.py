@@ -6,17 +6,19 @@ they are, anything else as JSON."""
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
-__all__ = ["render"]
+__all__ = ["names_the_run", "render"]
 
 
 _VAR = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_\-]*(?:\.[A-Za-z0-9_\-]+)*)\s*\}\}")
 _MISSING = object()
+_PER_RUN = frozenset({"runId", "sessionId"})  # the built-ins that differ from run to run
 
 
 def _lookup(data: Mapping[str, Any], path: str) -> Any:
@@ -39,3 +41,10 @@ def render(template: str, init_data: Mapping[str, Any] | None, builtins: Mapping
         return value if isinstance(value, str) else orjson.dumps(value).decode()
 
     return _VAR.sub(sub, template)
+
+
+@functools.lru_cache(maxsize=256)
+def names_the_run(template: str) -> bool:
+    """Whether rendering ``template`` can differ between two runs without runtimeInitData: it has
+    a ``{{runId}}`` or ``{{sessionId}}`` placeholder."""
+    return any(m.group(1) in _PER_RUN for m in _VAR.finditer(template))

@@ -22,8 +22,22 @@ from worker.machine.window import windowed_history
 __all__ = ["FINAL_ANSWER_PROMPT", "bounded_messages", "build_messages", "error_event", "finish", "result_of"]
 
 
+_new = object.__new__
+_set = object.__setattr__
+
+
 def up(state: RunState, **changes: Any) -> RunState:
-    return state.model_copy(update=changes)
+    """``state.model_copy(update=changes)``, without its generic path (deep copies, extras, private
+    attributes: RunState has none): the machine copies its state about ten times a run, and this is
+    a third of model_copy's cost. Like model_copy, the changes are not validated."""
+    new = _new(RunState)
+    fields = state.__dict__.copy()
+    fields.update(changes)
+    _set(new, "__dict__", fields)
+    _set(new, "__pydantic_fields_set__", state.__pydantic_fields_set__.union(changes))
+    _set(new, "__pydantic_extra__", None)
+    _set(new, "__pydantic_private__", None)
+    return new
 
 
 def status_event(status: str, **extra: Any) -> Emit:

@@ -5,7 +5,6 @@ deltas come from the model task, steps from the loop."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import orjson
 
@@ -21,7 +20,24 @@ __all__ = ["Commits"]
 
 Entry = tuple[str, int, bytes]  # kind, ts, payload JSON
 _CONFIG = {"config"}
-_CONFIG_KEY = RunState.model_fields["config"].alias or "config"
+_CONFIG_FIELD = orjson.dumps(RunState.model_fields["config"].alias or "config")
+_STATE_JSON = RunState.__pydantic_serializer__  # to JSON bytes in one call, no dict in between
+_CONFIG_JSON = RunConfig.__pydantic_serializer__
+_SHARED_MAX = 256
+_shared: dict[int, tuple[RunConfig, bytes]] = {}  # id -> a configuration shared by runs, and its JSON
+
+
+def config_json(config: RunConfig) -> bytes:
+    """A configuration's JSON, kept for the configurations runs share (worker/config_cache.py):
+    serialised once per worker, not once per run."""
+    hit = _shared.get(id(config))
+    if hit is not None and hit[0] is config:
+        return hit[1]
+    out: bytes = _CONFIG_JSON.to_json(config, by_alias=True)
+    if len(_shared) >= _SHARED_MAX:
+        _shared.pop(next(iter(_shared)))
+    _shared[id(config)] = (config, out)
+    return out
 
 
 class Commits:
@@ -32,8 +48,6 @@ class Commits:
         self.lock = asyncio.Lock()
         self.buffer: list[Entry] = []  # published with the next commit
         self.ckpt_seq = 0  # the seq the last checkpoint was committed with
-        self._config: RunConfig | None = None
-        self._config_json = orjson.Fragment(b"null")
         self._children = b"[]"  # the round's children as the run hash has them (RunField.CHILDREN)
         self._usage: Usage | None = None  # the usage the last commit wrote to the run hash
 
@@ -54,7 +68,7 @@ class Commits:
         async with self.lock:
             events = self._stamped([*self._take(), *outbox.events])
             last = self.store.last_seq + len(events)
-            ckpt = orjson.dumps({"seq": last, "state": self._dump(state)})
+            ckpt = b'{"seq":%d,"state":%b}' % (last, self._dump(state))
             kids = orjson.dumps(children_record(state))
             usage = state.usage if state.usage != self._usage else None  # with the usage event
             await self.store.commit(
@@ -77,19 +91,15 @@ class Commits:
         for kind, _, _ in events:
             self.observer.event_published(kind)
 
-    def _dump(self, state: RunState) -> dict[str, Any]:
-        """The state as JSON-ready data. Its config, set at start and never changed, is serialised
-        once per run and spliced in (it was two thirds of a checkpoint's serialisation)."""
+    def _dump(self, state: RunState) -> bytes:
+        """The state's JSON. Its config, set at start and never changed (and shared by the runs of a
+        profile that set no knob of their own), is serialised once and spliced in: it was two thirds
+        of a checkpoint's serialisation."""
         if state.config is None:
-            return state.model_dump(mode="json", by_alias=True)
-        if state.config is not self._config:
-            self._config = state.config
-            self._config_json = orjson.Fragment(
-                orjson.dumps(state.config.model_dump(mode="json", by_alias=True))
-            )
-        out = state.model_dump(mode="json", by_alias=True, exclude=_CONFIG)
-        out[_CONFIG_KEY] = self._config_json
-        return out
+            return bytes(_STATE_JSON.to_json(state, by_alias=True))
+        body: bytes = _STATE_JSON.to_json(state, by_alias=True, exclude=_CONFIG)
+        # body is an object with at least runId: its closing brace gives way to the config's field
+        return b"%b,%b:%b}" % (body[:-1], _CONFIG_FIELD, config_json(state.config))
 
     async def publish_now(self) -> None:
         """The buffer alone (deltas while a model streams), without a checkpoint."""

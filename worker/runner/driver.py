@@ -48,6 +48,7 @@ from worker.runner import opening
 from worker.runner.commits import Commits
 from worker.runner.effect import EffectContext, FlushDeltas, ToolRecorded
 from worker.runner.effects import start as start_effect
+from worker.runner.inbox import Inbox
 from worker.runner.parking import Park, ending_error, parking
 from worker.runner.tally import usage_tally
 from worker.sessions import session_update
@@ -77,7 +78,7 @@ class RunDriver:
         self.gen = gen
         self.job_try = job_try
         self.store = ports.store
-        self.inbox: asyncio.Queue[Event | _Wake | FlushDeltas | ToolRecorded] = asyncio.Queue()
+        self.inbox: Inbox[Event | _Wake | FlushDeltas | ToolRecorded] = Inbox()
         self.pending: deque[Event] = deque()
         self.tasks: set[asyncio.Task[None]] = set()  # running effects; a drain waits for them
         self.deadline: asyncio.TimerHandle | None = None  # not an effect: a drain does not wait for it
@@ -170,7 +171,8 @@ class RunDriver:
             self.state, self.out.ckpt_seq = opening.restore(acq.checkpoint)
             first = opening.resumed(self.records, now)
         else:
-            self.state = machine.initial_state(self.run_id, run_input.session_id)
+            if run_input.session_id:  # the state built with the driver, not a second one
+                self.state = self.state.model_copy(update={"session_id": run_input.session_id})
             first = await opening.start(
                 self.host, self.ports.tools, self.ports.models, run_input, now, acq.ancestry
             )

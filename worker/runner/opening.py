@@ -64,9 +64,13 @@ async def start(
         profile = host.profile(run_input.agent)
         specs = await tools.specs(profile)
         models.provider(profile)
-        cfg = resolve_config(
-            profile, run_input, specs, has_session=run_input.session_id is not None,
-            duration_default_ms=s.run_duration_default_ms, duration_max_ms=s.run_duration_max_ms, lineage=line,
+        has_session = run_input.session_id is not None
+        cfg = host.configs.get_or_resolve(
+            profile, specs, run_input, has_session=has_session, lineage=lineage,
+            resolve=lambda: resolve_config(
+                profile, run_input, specs, has_session=has_session, duration_default_ms=s.run_duration_default_ms,
+                duration_max_ms=s.run_duration_max_ms, lineage=line,
+            ),
         )  # fmt: skip
     except Exception as exc:  # a bad profile or policy fails the run with a reason
         return StartRejected(now_ms, "configuration", f"agent {run_input.agent!r}: {exc}")

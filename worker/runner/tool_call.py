@@ -31,7 +31,7 @@ async def run_tool(cx: EffectContext, state: RunState, call: ToolCall) -> None:
     t0 = cx.clock.monotonic()
     store = cx.ports.store
     ctx = ToolContext(cx.run_id, state.session_id, call.id, f"{cx.run_id}:{call.id}", 1,
-                      state.cfg.runtime_init_data, fencing_token=store.epoch)  # fmt: skip
+                      dict(state.cfg.runtime_init_data), fencing_token=store.epoch)  # fmt: skip
     cx.check_lease(f"tool call {call.name}")
     with tracing.tool_span(call.name, call.id, attempt=attempts, arguments=call.arguments) as span:
         if call.name == RECALL_TOOL:

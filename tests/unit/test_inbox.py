@@ -1,0 +1,31 @@
+"""The run's inbox (worker/runner/inbox.py): items in order, a waiting reader woken by a put, a
+cancelled wait leaving nothing behind."""
+
+from __future__ import annotations
+
+import asyncio
+
+from worker.runner.inbox import Inbox
+
+
+async def test_items_come_out_in_order_and_a_waiting_reader_wakes() -> None:
+    box: Inbox[int] = Inbox()
+    box.put_nowait(1)
+    box.put_nowait(2)
+    assert [await box.get(), await box.get()] == [1, 2] and len(box) == 0
+    reader = asyncio.ensure_future(box.get())
+    await asyncio.sleep(0)
+    assert not reader.done()
+    box.put_nowait(3)
+    box.put_nowait(4)
+    assert await asyncio.wait_for(reader, 1) == 3 and await box.get() == 4
+
+
+async def test_a_cancelled_wait_loses_no_item() -> None:
+    box: Inbox[str] = Inbox()
+    reader = asyncio.ensure_future(box.get())
+    await asyncio.sleep(0)
+    reader.cancel()
+    await asyncio.gather(reader, return_exceptions=True)
+    box.put_nowait("kept")  # after the cancel: no waiter to wake, the item stays
+    assert await asyncio.wait_for(box.get(), 1) == "kept"
