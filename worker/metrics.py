@@ -13,15 +13,24 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+from prometheus_client import CollectorRegistry, disable_created_metrics
 from prometheus_client.exposition import generate_latest
 
-from agentmill_client.models import EventKind, Usage
-from agentmill_client.statuses import TERMINAL
+from agentmill_client.models import Usage
 from worker.config import RECALL_TOOL
 from worker.history_tools import LOAD_OLDER_HISTORY, SEARCH_HISTORY
-from worker.machine import TRANSITIONS
-from worker.policy import RETRYABLE_STATUSES
+from worker.metric_families import (
+    ITER_BUCKETS,
+    LABELS,
+    LLM_BUCKETS,
+    OTHER,
+    RETRY_REASONS,
+    RUN_BUCKETS,
+    STATE_BUCKETS,
+    STEPS,
+    TOOL_BUCKETS,
+    MetricFamilies,
+)
 
 # ``_created`` series (one per child, a timestamp) double a scrape and no query reads them.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -39,39 +48,7 @@ __all__ = [
 ]
 
 
-LLM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300)
-RUN_BUCKETS = (0.1, 0.5, 1, 5, 15, 30, 60, 120, 300, 900, 1800, 3600, 14400)
-ITER_BUCKETS = (1, 2, 3, 5, 8, 13, 21, 34, 55, 100)
-STATE_BUCKETS = (0.01, 0.05, 0.25, 1, 5, 15, 60, 300, 1800, 3600, 14400, 86400)
-TOOL_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
-OTHER = "other"
-
-# A fixed set of label values: a provider's status code must not mint a new time series each.
-RETRY_REASONS = frozenset(
-    {"connection", "timeout", "stream", "overflow", "invalid", "internal"}
-    | {f"http_{code}" for code in RETRYABLE_STATUSES}
-)
-_STATES = sorted({*TRANSITIONS, *(d for row in TRANSITIONS.values() for to in row.values() for d in to)})
-_STEPS = sorted({(s, d) for s, row in TRANSITIONS.items() for to in row.values() for d in to if d != s})
-# The values each label may take (by label name); every other value is counted as "other".
-LABELS: dict[str, tuple[str, ...]] = {
-    "resumed": ("false", "true"),
-    "status": tuple(sorted(s.value for s in TERMINAL)),
-    "outcome": ("success", "error"),
-    "reason.retry": (*sorted(RETRY_REASONS), "http_other", OTHER),
-    "direction": ("input", "output"),
-    "tool_outcome": ("ok", "error", "cached"),
-    "mcp_outcome": ("ok", "error", "failed"),  # failed: no answer (unreachable, timeout, MCP error)
-    "kind": tuple(k.value for k in EventKind),
-    "reason.refused": ("fenced", "duplicate"),
-    "reason.compaction": ("threshold", "overflow"),
-    "reason.throttled": ("concurrency", "requests", "tokens", "paused", "http_429"),
-    "reason.redispatch": ("lease_expired", "job_lost"),
-    "state": tuple(s for s in _STATES if s not in TERMINAL),
-}
-
-
-class MetricsObserver:
+class MetricsObserver(MetricFamilies):
     """``tools``: the tool names the deployment's profiles offer (the only ``tool`` label values
     besides ``other``); ``models``: their (agent, model) pairs (the only ``agent``/``model`` values);
     ``mcp_servers``: their MCP servers' names (the only ``server`` values)."""
@@ -85,173 +62,7 @@ class MetricsObserver:
         mcp_servers: Iterable[str] = (),
     ) -> None:
         self._models = frozenset(models)  # (agent, model) pairs of the configured profiles
-        r = self.registry = registry or CollectorRegistry()
-        self.runs_started = Counter(
-            "agentmill_runs_started",
-            "Runs started by a job (resumed = from a checkpoint).",
-            ["resumed"],
-            registry=r,
-        )
-        self.runs_finished = Counter(
-            "agentmill_runs_finished", "Runs that ended, by status.", ["status"], registry=r
-        )
-        self.iterations = Histogram(
-            "agentmill_run_iterations", "Model replies per finished run.", buckets=ITER_BUCKETS, registry=r
-        )
-        self.run_duration = Histogram(
-            "agentmill_run_duration_seconds",
-            "Time a job spent driving a run to its end.",
-            buckets=RUN_BUCKETS,
-            registry=r,
-        )
-        self.in_progress = Gauge("agentmill_runs_in_progress", "Runs this worker is driving now.", registry=r)
-        self.archive_backlog = Gauge(
-            "agentmill_archive_backlog",
-            "Finished runs waiting to be archived to PostgreSQL, on every partition (as this worker's "
-            "archiver last counted them); alert above AGENTMILL_ARCHIVE_BACKLOG_ALERT.",
-            registry=r,
-        )
-        self.archive_backlog_limit = Gauge(
-            "agentmill_archive_backlog_limit",
-            "AGENTMILL_ARCHIVE_BACKLOG_ALERT: the archive backlog the AgentmillArchiveBacklog alert fires above.",
-            registry=r,
-        )
-        self.archived = Counter(
-            "agentmill_archive_runs", "Finished runs this worker's archiver wrote to PostgreSQL.", registry=r
-        )
-        self.redispatched = Counter(
-            "agentmill_runs_redispatched",
-            "Runs put back on the queue by the reconciler: their worker's lease expired (the run is "
-            "retried from its checkpoint) or their job was lost before a worker took it.",
-            ["reason"],
-            registry=r,
-        )
-        self.resumed = Counter("agentmill_runs_resumed", "Runs resumed from a checkpoint.", registry=r)
-        self.kids_started = Counter(
-            "agentmill_children_started",
-            "Child runs (sub-agents) this worker created for its parents.",
-            registry=r,
-        )
-        self.kids_ended = Counter(
-            "agentmill_children_ended",
-            "Child runs whose ending this worker delivered to their parent (once per child).",
-            registry=r,
-        )
-        self.model_calls = Counter(
-            "agentmill_model_calls", "Model calls by outcome.", ["outcome"], registry=r
-        )
-        self.model_retries = Counter(
-            "agentmill_model_retries", "Model-call retries by reason.", ["reason"], registry=r
-        )
-        self.model_latency = Histogram(
-            "agentmill_model_call_duration_seconds", "Model call duration.", buckets=LLM_BUCKETS, registry=r
-        )
-        self.ttft = Histogram(
-            "agentmill_model_time_to_first_token_seconds",
-            "Time to the first streamed chunk.",
-            buckets=LLM_BUCKETS,
-            registry=r,
-        )
-        self.tokens = Counter(
-            "agentmill_model_tokens",
-            "Tokens of model calls (the provider's usage, else agentmill's estimate).",
-            ["direction"],
-            registry=r,
-        )
-        self.usage_tokens = Counter(
-            "agentmill_model_usage_tokens",
-            "Tokens of model calls by agent profile and model (unconfigured pairs: other).",
-            ["agent", "model", "direction"],
-            registry=r,
-        )
-        self.cost = Counter(
-            "agentmill_model_cost_usd",
-            "Cost of model calls in USD by agent profile and model (the profile's pricing).",
-            ["agent", "model"],
-            registry=r,
-        )
-        self.tool_calls = Counter(
-            "agentmill_tool_calls", "Tool executions by tool and outcome.", ["tool", "outcome"], registry=r
-        )
-        self.tool_duration = Histogram(
-            "agentmill_tool_call_duration_seconds",
-            "Tool execution time.",
-            ["tool"],
-            buckets=TOOL_BUCKETS,
-            registry=r,
-        )
-        self.tool_retries = Counter(
-            "agentmill_tool_retries", "Retries of retryable tool failures.", ["tool"], registry=r
-        )
-        self.tool_from_record = Counter(
-            "agentmill_tool_results_from_record",
-            "Tool results served from the idempotency record instead of re-executed.",
-            ["tool"],
-            registry=r,
-        )
-        self.reexecuted = Counter(
-            "agentmill_tool_calls_reexecuted",
-            "Claimed tool calls executed again because their worker died mid-call.",
-            ["tool"],
-            registry=r,
-        )
-        self.events = Counter(
-            "agentmill_events_published", "RunEvents appended, by kind.", ["kind"], registry=r
-        )
-        self.refused = Counter(
-            "agentmill_appends_refused",
-            "Writes refused by the store (duplicate seq or stale epoch).",
-            ["reason"],
-            registry=r,
-        )
-        self.compactions = Counter(
-            "agentmill_compactions", "Context compactions by reason.", ["reason"], registry=r
-        )
-        self.compaction_messages = Counter(
-            "agentmill_compaction_removed_messages", "Messages replaced by compaction summaries.", registry=r
-        )
-        self.compaction_tokens = Counter(
-            "agentmill_compaction_removed_tokens",
-            "Estimated tokens (worker.policy.estimate_tokens) removed from model input by compaction.",
-            registry=r,
-        )
-        self.state_seconds = Histogram(
-            "agentmill_state_duration_seconds",
-            "Time a run spent in a machine state before leaving it (waits for humans and clients included).",
-            ["state"],
-            buckets=STATE_BUCKETS,
-            registry=r,
-        )
-        self.transitions = Counter(
-            "agentmill_state_transitions", "Machine transitions.", ["from_state", "to_state"], registry=r
-        )
-        self.capacity_wait = Histogram(
-            "agentmill_provider_capacity_wait_seconds",
-            "Time model calls waited for pool-wide provider capacity (limited endpoints only).",
-            buckets=LLM_BUCKETS,
-            registry=r,
-        )
-        self.throttled_calls = Counter(
-            "agentmill_provider_throttled",
-            "Model calls held back by a provider limit (concurrency, requests, tokens, paused) or "
-            "answered 429 (http_429).",
-            ["reason"],
-            registry=r,
-        )
-        self.mcp_calls = Counter(
-            "agentmill_mcp_calls",
-            "MCP tools/call requests by server and outcome (ok, error: the tool answered isError, "
-            "failed: no answer: unreachable, timed out, an MCP error).",
-            ["server", "outcome"],
-            registry=r,
-        )
-        self.mcp_duration = Histogram(
-            "agentmill_mcp_call_duration_seconds",
-            "MCP tools/call duration by server (each attempt).",
-            ["server"],
-            buckets=TOOL_BUCKETS,
-            registry=r,
-        )
+        super().__init__(registry)
         self._mcp_servers = frozenset(mcp_servers)
         self._tools = frozenset({*tools, RECALL_TOOL, LOAD_OLDER_HISTORY, SEARCH_HISTORY})
         # Children by (metric, label values): ``.labels()`` validates and locks on every call, a
@@ -286,7 +97,7 @@ class MetricsObserver:
             self._c(self.cost, agent, model)
             for direction in LABELS["direction"]:
                 self._c(self.usage_tokens, agent, model, direction)
-        for src, dst in (*_STEPS, (OTHER, OTHER)):
+        for src, dst in (*STEPS, (OTHER, OTHER)):
             self._c(self.transitions, src, dst)
 
     def _c(self, metric: Any, *values: str) -> Any:
@@ -397,7 +208,7 @@ class MetricsObserver:
         return generate_latest(self.registry)
 
 
-_STEP_SET = frozenset(_STEPS)
+_STEP_SET = frozenset(STEPS)
 _SETS = {label: frozenset(values) for label, values in LABELS.items()}
 
 
