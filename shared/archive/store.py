@@ -341,12 +341,18 @@ class ArchiveStore:
         limit: int,
         statuses: Sequence[str] = (),
     ) -> list[tuple[int, str, str, str]]:
-        """A batch's archived runs after ``after`` (item index, client id), in that order: item index,
-        client id, status, result JSON ('' = none)."""
+        """A batch's archived runs after ``after`` (item index, client id), in that order, one per item
+        index (the newest: a retry that took a run's place, an id used again after its run left Redis),
+        as the batch's counters count them (shared.archive.groups): item index, client id, status,
+        result JSON ('' = none). ``statuses`` filter the newest runs (an item whose newest run has
+        another status has no line)."""
         start_index, start_id = after if after is not None else (-1, "")
         rows = await self.fetch(
-            "SELECT item_index, client_id, status, coalesce(result, '') AS result FROM runs "
-            "WHERE tenant = $1 AND batch_id = $2 AND (item_index, client_id) > ($3, $4) "
+            "SELECT item_index, client_id, status, result FROM ("
+            "SELECT DISTINCT ON (item_index) item_index, client_id, status, coalesce(result, '') AS result "
+            "FROM runs WHERE tenant = $1 AND batch_id = $2 AND batch_id <> '' AND item_index >= $3 "
+            "ORDER BY item_index, created_at DESC) AS r "
+            "WHERE (item_index, client_id) > ($3, $4) "
             "AND (cardinality($5::text[]) = 0 OR status = ANY($5::text[])) "
             "ORDER BY item_index, client_id LIMIT $6",
             tenant,
