@@ -78,12 +78,22 @@ async def test_an_archived_run_is_retried_and_forked_in_redis_and_from_the_archi
                 at = await _seq_of(c, tooled, "tool_result")
 
                 # archived, the hash still in Redis (without input and checkpoint): was a 500
+                async with (  # an API that cannot read the archive
+                    api(settings(redis_url)) as bare,
+                    httpx.AsyncClient(base_url=bare, headers=A) as c2,
+                ):
+                    r = await c2.post(f"/v1/runs/{failed}/retry")
+                    assert (r.status_code, r.json()["error"]["code"]) == (409, "archive_not_configured")
                 assert (await c.post(f"/v1/runs/{failed}/retry", headers=B)).status_code == 404
                 r = await c.post(f"/v1/runs/{failed}/retry")
                 assert r.status_code == 202, r.text
                 view = await ended(c, r.json()["runId"])
                 assert (view["status"], view["retryOf"]) == ("completed", failed), view
                 await _fork_completes(c, tooled, at)
+                r = await c.post(f"/v1/runs/{items[0]}/retry")  # a batch's run: it takes its place
+                assert r.status_code == 202, r.text
+                first = r.json()["runId"]
+                assert (await ended(c, first))["status"] == "completed"
 
                 # only in the archive (Redis forgot the runs; the batch's counters are still there)
                 for rid in ids:
@@ -91,13 +101,19 @@ async def test_an_archived_run_is_retried_and_forked_in_redis_and_from_the_archi
                 assert (await c.get(f"/v1/runs/{tooled}")).json()["status"] == "completed"
                 await _fork_completes(c, tooled, at)
                 await _fork_completes(c, tooled, 0)
+                store = ArchiveStore(pg.url)  # its first event lost (as a stream's MAXLEN trims one)
+                await store.fetch("DELETE FROM run_events WHERE key_id = $1 AND seq = 1", key(tooled))
+                await store.aclose()
+                r = await c.post(f"/v1/runs/{tooled}/fork", json={"atSeq": at})
+                assert (r.status_code, r.json()["error"]["code"]) == (409, "events_trimmed"), r.text
                 r = await c.post(f"/v1/runs/{items[1]}/retry")
                 assert (r.status_code, r.json()["error"]["code"]) == (409, "not_retryable")
                 assert (await c.post(f"/v1/runs/{items[0]}/retry", headers=B)).status_code == 404
                 r = await c.post("/v1/batches/ab/retry")
                 assert r.status_code == 200, r.text
                 retried = {x["runId"]: x["retryRunId"] for x in r.json()["results"]}
-                assert set(retried) == {items[0], items[2]} and all(retried.values()), r.json()
+                assert set(retried) == {items[2]} and all(retried.values()), r.json()  # item 0's taken
+                retried[items[0]] = first
                 for rid in retried.values():
                     view = await ended(c, rid)
                     assert (view["status"], view["retryOf"]) == ("completed", next(
