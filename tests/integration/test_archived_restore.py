@@ -120,7 +120,13 @@ async def test_an_archived_run_is_retried_and_forked_in_redis_and_from_the_archi
                         o for o, n in retried.items() if n == rid)), view  # fmt: skip
                 got = await until_batch(c, "ab", lambda v: v["finished"], within=30)
                 assert (got["total"], got["counts"]["completed"], got["counts"]["failed"]) == (3, 3, 0), got
-                # each place taken once: a second batch retry, or a retry of a replaced run, adds none
+                listed = (await c.get("/v1/batches/ab/runs", params={"limit": 10})).json()["runs"]
+                assert {r["runId"]: r.get("retriedBy") for r in listed if r["runId"] in items} == {
+                    items[0]: first,
+                    items[1]: None,
+                    items[2]: retried[items[2]],
+                }  # the retried runs stay in the batch's listing, naming their retries
+                # each place taken once: a second batch retry adds none
                 assert (await c.post("/v1/batches/ab/retry")).json()["results"] == []
                 expected = [(0, retried[items[0]]), (1, items[1]), (2, retried[items[2]])]
                 lines = [orjson.loads(x) for x in (await c.get("/v1/batches/ab/results")).text.splitlines()]
