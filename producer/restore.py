@@ -8,7 +8,8 @@
 - ``retry_batch``: a batch's failed (or aborted) runs retried in one call.
 
 In two steps, as on a Redis Cluster the two runs may live in different slots: the original is read
-on its partition (run hash, tools hash, events, item in its batch), then the new run is submitted
+on its partition (run hash, tools hash, events, item in its batch; from the archive once it was
+archived: producer.original), then the new run is submitted
 on its own through the normal submission path (prepare, place, admit, send) with the extra
 "initial checkpoint" payload (shared.origin) and the records (submit_restored.lua). A retry of a
 batch's run takes its place in the batch (batch_replace.lua, before the retry is sent): the batch's
@@ -56,7 +57,7 @@ class Restorer:
     async def read(self, run_id: str, tenant: str, *, upto: int | None = None) -> Original:
         """The tenant's run ``run_id`` (404 for another tenant's), with its events up to ``upto``:
         from Redis, or from the archive once archiving dropped its input and checkpoint from its hash
-        (or Redis forgot it: producer.archived_original)."""
+        (or Redis forgot it: producer.original)."""
         key = await self.p.resolve(run_id, tenant)
         part = await self.p.locate(key)
         h: dict[str, str] = {}
