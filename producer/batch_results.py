@@ -161,9 +161,11 @@ async def _archived(
 async def merge_sources(
     first: AsyncIterator[list[Row]], second: AsyncIterator[list[Row]]
 ) -> AsyncIterator[list[Row]]:
-    """Two sources of pages in item order as one: a run in both (archived, not yet expired from
-    Redis) once, as ``first`` has it. A page goes out up to the least advanced source's last run,
-    so a run both hold leaves with both copies in hand."""
+    """Two sources of pages in item order, each with one run per item index, as one: one line per
+    item index, ``first``'s when both have one (a run both hold: archived, not yet out of Redis's
+    item index; or Redis's newer run of the item: a retry that took an archived run's place). A page
+    goes out up to the least advanced source's last item index, so an item both hold leaves with
+    both in hand."""
     sources, bufs, done = (first, second), [list[Row](), list[Row]()], [False, False]
     while True:
         for i in (0, 1):
@@ -174,12 +176,12 @@ async def merge_sources(
                     done[i] = True
         if not bufs[0] and not bufs[1]:
             return
-        bound = min((_order(bufs[i][-1]) for i in (0, 1) if not done[i]), default=None)
-        out: dict[tuple[int, str], Row] = {}
+        bound = min((bufs[i][-1][0] for i in (0, 1) if not done[i]), default=None)
+        out: dict[int, Row] = {}
         for i in (0, 1):
-            n = sum(1 for r in bufs[i] if bound is None or _order(r) <= bound)
+            n = sum(1 for r in bufs[i] if bound is None or r[0] <= bound)
             for r in bufs[i][:n]:
-                out.setdefault(_order(r), r)
+                out.setdefault(r[0], r)
             bufs[i] = bufs[i][n:]
         if out:
             yield [out[k] for k in sorted(out)]

@@ -8,7 +8,8 @@
 - ``retry_batch``: a batch's failed (or aborted) runs retried in one call.
 
 In two steps, as on a Redis Cluster the two runs may live in different slots: the original is read
-on its partition (run hash, tools hash, events, item in its batch), then the new run is submitted
+on its partition (run hash, tools hash, events, item in its batch; from the archive once it was
+archived: producer.original), then the new run is submitted
 on its own through the normal submission path (prepare, place, admit, send) with the extra
 "initial checkpoint" payload (shared.origin) and the records (submit_restored.lua). A retry of a
 batch's run takes its place in the batch (batch_replace.lua, before the retry is sent): the batch's
@@ -18,18 +19,17 @@ counts and results show the retry instead of it; its run listing shows both.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from agentmill_client.models import EventKind, Message, RunStatus
 from producer.listing import Catalog, RunFilter
+from producer.original import REBUILT_FROM, Original, archived_original, take_place, trimmed
 from producer.placement import verdict
 from producer.routing import run_script
 from producer.scope import run_id_for_key
 from producer.submission import SubmissionError, Submitted, outcome
-from shared import keys
 from shared.fields import RunField
 from shared.origin import Origin
 from shared.quotas import Quota
@@ -42,10 +42,7 @@ if TYPE_CHECKING:
 __all__ = ["Original", "Restorer"]
 
 F = RunField
-_FIELDS = [F.STATUS, F.TENANT, F.INPUT, F.CKPT, F.LAST_SEQ, F.BATCH, F.CLIENT_ID, F.ORIGIN]
-# The events a state is rebuilt from (worker.machine.rebuild reads no others).
-REBUILT_FROM = {EventKind.ASSISTANT_MESSAGE, EventKind.TOOL_CALL, EventKind.TOOL_RESULT, EventKind.ERROR,
-                EventKind.STATUS}  # fmt: skip
+_FIELDS = [F.STATUS, F.TENANT, F.INPUT, F.CKPT, F.LAST_SEQ, F.BATCH, F.CLIENT_ID, F.ORIGIN, F.ARCHIVED]
 RETRYABLE = (RunStatus.FAILED, RunStatus.ABORTED)
 BATCH_PARALLEL = 16  # a batch's runs retried at a time (each: two reads, then the sends)
 # What a new run does not inherit from its original's input: its ids (a new run gets its own) and its
@@ -53,63 +50,41 @@ BATCH_PARALLEL = 16  # a batch's runs retried at a time (each: two reads, then t
 _NOT_INHERITED = ("runId", "sessionId", "autoCreateSession", "multitaskStrategy")
 
 
-@dataclass(frozen=True, slots=True)
-class Original:
-    """A run as a retry or fork reads it: ``key`` the id its keys use, ``shown`` its client's id."""
-
-    key: str
-    shown: str
-    part: keys.Partition
-    status: RunStatus
-    input: dict[str, Any]
-    checkpoint: dict[str, Any] | None
-    last_seq: int
-    batch: str
-    item: int | None
-    records: dict[str, ToolRecord]
-    events: list[tuple[int, str, dict[str, Any]]]  # seq, kind, payload (a fork's, up to its seq)
-    origin: dict[str, Any] | None  # its own origin, when it was itself a retry or fork
-
-
-def _unknown(run_id: str) -> SubmissionError:
-    return SubmissionError("unknown_run", f"no run {run_id}", status=404)
-
-
 class Restorer:
     def __init__(self, producer: Producer) -> None:
         self.p = producer
 
     async def read(self, run_id: str, tenant: str, *, upto: int | None = None) -> Original:
-        """The tenant's run ``run_id`` (404 for another tenant's), with its events up to ``upto``."""
+        """The tenant's run ``run_id`` (404 for another tenant's), with its events up to ``upto``:
+        from Redis, or from the archive once archiving dropped its input and checkpoint from its hash
+        (or Redis forgot it: producer.original)."""
         key = await self.p.resolve(run_id, tenant)
         part = await self.p.locate(key)
-        if part is None:
-            raise _unknown(run_id)
+        h: dict[str, str] = {}
+        if part is not None:
 
-        def read(pipe: Any) -> None:
-            pipe.hmget(part.run(key), _FIELDS)
-            pipe.hgetall(part.tools(key))
-            if upto:
-                pipe.xrange(part.events(key), min="1-0", max=f"{upto}-0")
+            def read(pipe: Any) -> None:
+                pipe.hmget(part.run(key), _FIELDS)
+                pipe.hgetall(part.tools(key))
+                if upto:
+                    pipe.xrange(part.events(key), min="1-0", max=f"{upto}-0")
 
-        got = (await self.p.parts.pipelined([(part, read)]))[0]
-        h = dict(zip(_FIELDS, (text(v) if v is not None else "" for v in got[0]), strict=True))
-        if not h[F.STATUS] or h[F.TENANT] != tenant:
-            raise _unknown(run_id)
+            got = (await self.p.parts.pipelined([(part, read)]))[0]
+            h = dict(zip(_FIELDS, (text(v) if v is not None else "" for v in got[0]), strict=True))
+        if part is None or not h[F.STATUS] or h[F.TENANT] != tenant:
+            h = {}
+        if not h or h[F.ARCHIVED] == "1":
+            return await archived_original(self.p, run_id, tenant, part, h, upto or 0)
+        assert part is not None
         item = None
         if h[F.BATCH]:
             ix = part.index_key(tenant, "item", h[F.BATCH])
             score = await self.p.parts.call(part, lambda c: c.zscore(ix, key))
             item = int(score) if score is not None else None
-        events: list[tuple[int, str, dict[str, Any]]] = []
         entries = got[2] if upto else []
         if entries and text(entries[0][0]) != "1-0":  # the stream's MAXLEN trimmed its first events
-            raise SubmissionError(
-                "events_trimmed",
-                f"run {run_id}'s stream no longer holds its first events (it starts at {text(entries[0][0])}): "
-                "its state at a seq cannot be rebuilt; retry it instead",
-                status=409,
-            )
+            raise trimmed(run_id, text(entries[0][0]))
+        events: list[tuple[int, str, dict[str, Any]]] = []
         for _, f in entries:
             d = {text(k): v for k, v in f.items()}
             if text(d["kind"]) in REBUILT_FROM:
@@ -198,8 +173,8 @@ class Restorer:
         for status in statuses:
             cursor: str | None = None
             while True:
-                page, cursor = await catalog._rows(
-                    tenant, RunFilter(batch_id=batch_id, status=status), 500, cursor
+                page, cursor = await catalog._rows(  # and its archived runs
+                    tenant, RunFilter(batch_id=batch_id, status=status), 500, cursor, {}
                 )
                 rows += [(r[0], r[7] or r[0]) for _, r in page]
                 if cursor is None:
@@ -246,14 +221,9 @@ class Restorer:
         if holders and holders[0] is not None:  # created before (the same key, on another partition)
             return outcome(prep.run, verdict(holders[0], tenant, prep.digest))
         batch, item = (o.batch, o.item) if in_batch and o.batch else ("", None)
-        if batch:  # the retry takes the original's place in its batch first: one retry per place
-            shown_new = prep.run.run_id or prep.run_id
-            k, a = self.p.scripts.frame(o.part, [o.part.run(o.key)], [o.key, shown_new])
-            if (
-                text((await run_script(self.p.parts, self.p.scripts.batch_replace, o.part, k, a))[0])
-                != "left"
-            ):
-                batch, item = "", None
+        # the retry takes the original's place in its batch first: one retry per place
+        if batch and not await take_place(self.p, o, prep.run.run_id or prep.run_id):
+            batch, item = "", None
         own, args = sub.submit_args(prep, part, tenant, batch, item)
         flat: list[Any] = []
         for i, r in records.items():

@@ -341,13 +341,18 @@ class ArchiveStore:
         limit: int,
         statuses: Sequence[str] = (),
     ) -> list[tuple[int, str, str, str]]:
-        """A batch's archived runs after ``after`` (item index, client id), in that order: item index,
-        client id, status, result JSON ('' = none)."""
+        """A batch's archived runs after ``after`` (item index, client id), in that order, one per item
+        index (the newest: a retry that took a run's place, an id used again after its run left Redis),
+        as the batch's counters count them (shared.archive.groups): item index, client id, status,
+        result JSON ('' = none). ``statuses`` filter the newest runs (an item whose newest run has
+        another status has no line)."""
         start_index, start_id = after if after is not None else (-1, "")
-        rows = await self.fetch(
-            "SELECT item_index, client_id, status, coalesce(result, '') AS result FROM runs "
+        rows = await self.fetch(  # in runs_batch's order, each run's newer ones looked up in it too
+            "SELECT item_index, client_id, status, coalesce(result, '') AS result FROM runs r "
             "WHERE tenant = $1 AND batch_id = $2 AND (item_index, client_id) > ($3, $4) "
             "AND (cardinality($5::text[]) = 0 OR status = ANY($5::text[])) "
+            "AND NOT EXISTS (SELECT 1 FROM runs n WHERE n.tenant = $1 AND n.batch_id = $2 "
+            "AND n.item_index = r.item_index AND n.created_at > r.created_at) "
             "ORDER BY item_index, client_id LIMIT $6",
             tenant,
             batch_id,

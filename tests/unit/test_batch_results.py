@@ -164,3 +164,29 @@ def test_redis_and_the_archive_merge_into_every_run_once_in_item_order(
     got = asyncio.run(go())
     assert [r[0] for r in got] == sorted(in_redis | archived)
     assert all(r[3] == ("redis" if r[0] in in_redis else "archive") for r in got)
+
+
+@given(
+    st.sets(st.integers(0, 300), max_size=120),
+    st.sets(st.integers(0, 300), max_size=120),
+    st.lists(st.integers(1, 40), min_size=1, max_size=5),
+    st.lists(st.integers(1, 40), min_size=1, max_size=5),
+)
+@settings(max_examples=200, deadline=None)
+def test_an_item_redis_and_the_archive_hold_under_two_runs_comes_once_as_redis_has_it(
+    in_redis: set[int], archived: set[int], redis_pages: list[int], archive_pages: list[int]
+) -> None:
+    """A retry in Redis that took an archived run's place (another id, sorting before or after
+    it): one line per item index, the retry's."""
+    redis_rows = [(i, f"{'a' if i % 2 else 'z'}{i:04}", "completed", "redis") for i in sorted(in_redis)]
+    archive_rows = [(i, f"m{i:04}", "failed", "archive") for i in sorted(archived)]
+
+    async def go() -> list[tuple[int, str, str, str]]:
+        out = []
+        async for page in merge_sources(_pages(redis_rows, redis_pages), _pages(archive_rows, archive_pages)):
+            out += page
+        return out
+
+    got = asyncio.run(go())
+    assert [r[0] for r in got] == sorted(in_redis | archived)
+    assert all(r[3] == ("redis" if r[0] in in_redis else "archive") for r in got)
