@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from agentmill_client.models import RunResult, Usage
 from shared.clock import utc_day
-from shared.fields import usage_field
+from shared.fields import UsagePart, usage_field
 from shared.quotas import DEFAULT_TENANT, NANO_USD
 from worker.machine import RunState
 from worker.ports import UsageTally
@@ -23,9 +23,9 @@ def usage_tally(
     u = result.usage or Usage()
     a = cfg.agent
     increments = [
-        (usage_field(a, "in"), u.input_tokens),
-        (usage_field(a, "out"), u.output_tokens),
-        (usage_field(a, "cost"), round((u.cost_usd or 0.0) * NANO_USD)),
-        (usage_field(a, "runs"), 1),
+        (usage_field(a, UsagePart.IN), u.input_tokens),
+        (usage_field(a, UsagePart.OUT), u.output_tokens),
+        (usage_field(a, UsagePart.COST), round((u.cost_usd or 0.0) * NANO_USD)),
+        (usage_field(a, UsagePart.RUNS), 1),
     ]
     return UsageTally(tenant or DEFAULT_TENANT, utc_day(now_ms), increments, retention_days * 86_400)
