@@ -1,6 +1,7 @@
 """A run's usage, tallied with its terminal commit into its tenant's usage hash of the UTC day it
 ended (keys.Partition.usage_day; GET /v1/usage sums them over the partitions): tokens in and out,
-cost in nano-USD and one run, per agent."""
+cost in nano-USD and one run, per agent. A run ended outside its worker is tallied the same way by
+the script that ends it (usage_add in shared/lua/prelude.lua's finalize), if it started."""
 
 from __future__ import annotations
 
