@@ -66,6 +66,7 @@ async def test_a_usage_tally_from_lua_lands_where_the_report_reads_it(
         k, a = scripts.frame(part, [run], ["120", "7", "0.000123456", ts])
         await redis.eval(probe, len(k), *k, *a)
         key = part.usage_day("acme", utc_day(ts))
+        assert keys.slot_of(key) == part.slot  # the run's slot: a script on the partition may touch it
         assert await redis.hgetall(key) == {usage_field("small", w).encode(): v for w, v in want.items()}, ts
         assert 3 * 86_400 - 5 < await redis.ttl(key) <= 3 * 86_400
     assert len(await redis.keys(part.usage_day("acme", "*"))) == len(USAGE_TIMES)
