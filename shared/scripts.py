@@ -134,8 +134,8 @@ class Scripts:
         retention_s: int = 604_800,
         max_run_crashes: int = 3,
         aging_ms: int = 30_000,
-        archive: bool = False,
         usage_ttl_s: int = 400 * 86_400,
+        archive: bool = False,
     ) -> None:
         for name, text_ in _rendered().items():
             setattr(self, name, redis.register_script(text_))
@@ -162,8 +162,8 @@ class Scripts:
             retention_s=settings.retention_s,
             max_run_crashes=settings.max_run_crashes,
             aging_ms=settings.priority_aging_ms,
-            archive=bool(settings.archive_url),
             usage_ttl_s=settings.usage_retention_days * 86_400,
+            archive=bool(settings.archive_url),
         )
 
     def context(self, part: keys.Partition) -> str:
