@@ -116,8 +116,13 @@ elseif is_terminal(status) then
   redis.call('ZREM', AWAITING, ARGV[4])
   if h[5] and h[5] ~= '' then redis.call('LPUSH', WEBHOOKS, ARGV[4]) end
   if usage_ttl ~= '' then
-    for k = i + 11, i + 10 + 2 * nu, 2 do redis.call('HINCRBY', usage_key, ARGV[k], ARGV[k + 1]) end
-    redis.call('EXPIRE', usage_key, usage_ttl)
+    -- The day's hash expires usage_ttl after the first run that wrote a field of it (a field that
+    -- comes out equal to its increment is new: the runs field, +1 a run, is new once a day and agent).
+    local fresh = false
+    for k = i + 11, i + 10 + 2 * nu, 2 do
+      if redis.call('HINCRBY', usage_key, ARGV[k], ARGV[k + 1]) == tonumber(ARGV[k + 1]) then fresh = true end
+    end
+    if fresh then redis.call('EXPIRE', usage_key, usage_ttl) end
   end
   redis.call('HSET', KEYS[1], unpack(run_fields)); run_fields = {}
   ending_handoff(KEYS[1], ARGV[4], status)

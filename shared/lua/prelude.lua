@@ -304,12 +304,15 @@ local function usage_add(run, inp, out, cost, ts)
   local day = string.format('%04d-%02d-%02d', yoe + era * 400 + (m <= 2 and 1 or 0), m,
     doy - math.floor((153 * mp + 2) / 5) + 1)
   local k, f = ctx().usage .. (a[1] or '') .. ':' .. day, (a[2] or '') .. '|'
-  redis.call('HINCRBY', k, f .. USAGE.IN, inp)
-  redis.call('HINCRBY', k, f .. USAGE.OUT, out or 0)
   local nano = math.floor((tonumber(cost or '') or 0) * __NANO_USD__ + 0.5)
-  redis.call('HINCRBY', k, f .. USAGE.COST, string.format('%d', nano))
-  redis.call('HINCRBY', k, f .. USAGE.RUNS, 1)
-  redis.call('EXPIRE', k, ctx().usage_ttl)
+  -- as commit.lua: only what it adds, runs +1; the hash expires usage_ttl after the first run that
+  -- wrote a field of it (a field that comes out equal to its increment is new)
+  local fresh = false
+  for _, p in ipairs({{USAGE.IN, tonumber(inp) or 0}, {USAGE.OUT, tonumber(out or '') or 0}, {USAGE.COST, nano},
+      {USAGE.RUNS, 1}}) do
+    if p[2] ~= 0 and redis.call('HINCRBY', k, f .. p[1], string.format('%d', p[2])) == p[2] then fresh = true end
+  end
+  if fresh then redis.call('EXPIRE', k, ctx().usage_ttl) end
 end
 -- End a run from outside its worker (abort while queued or awaiting approval, crash budget spent,
 -- approval timeout). Bumps the epoch so any worker still holding the run is fenced off.

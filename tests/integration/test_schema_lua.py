@@ -70,3 +70,17 @@ async def test_a_usage_tally_from_lua_lands_where_the_report_reads_it(
         assert await redis.hgetall(key) == {usage_field("small", w).encode(): v for w, v in want.items()}, ts
         assert 3 * 86_400 - 5 < await redis.ttl(key) <= 3 * 86_400
     assert len(await redis.keys(part.usage_day("acme", "*"))) == len(USAGE_TIMES)
+    # As commit.lua: only what a run adds (no cost without prices, no output tokens when none); the
+    # expiry is set by the run that adds a new field (the day's first of an agent), not by the next.
+    key = part.usage_day("acme", utc_day(USAGE_TIMES[-1]))
+    await redis.expire(key, 100)
+    k, a = scripts.frame(part, [run], ["5", "0", "", USAGE_TIMES[-1]])
+    for agent, renewed in (("free", True), ("free", False), ("small", False)):
+        await redis.hset(run, RunField.AGENT, agent)
+        await redis.eval(probe, len(k), *k, *a)
+        ttl = await redis.ttl(key)
+        assert ttl > 3 * 86_400 - 5 if renewed else 0 < ttl <= 100, (agent, ttl)
+        await redis.expire(key, 100)
+    got = {f.decode(): v.decode() for f, v in (await redis.hgetall(key)).items()}
+    assert got == {"small|in": "125", "small|out": "7", "small|cost": "123456", "small|runs": "2",
+                   "free|in": "10", "free|runs": "2"}  # fmt: skip

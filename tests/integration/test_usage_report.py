@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from redis.asyncio import Redis
 
 from agentmill_client import Client
 from tests.integration.api_support import A, B, api, settings
@@ -79,6 +80,14 @@ async def test_usage_by_day_and_agent_is_the_sum_of_the_tenants_runs(redis_url: 
             assert got["outputTokens"] == sum(u["outputTokens"] for u in usage)
             assert got["costUsd"] == pytest.approx(sum(u["costUsd"] for u in usage))
         assert report["total"]["runs"] == 4 and report["days"][0]["total"] == report["total"]
+        # Each partition's hash of the day expires the retention after its first run (commit.lua
+        # sets the expiry only when a run adds a new field: the day's first run of an agent).
+        r0 = Redis.from_url(redis_url)
+        try:
+            ttls = [await r0.ttl(k) async for k in r0.scan_iter(match="*usage:*", count=1000)]
+        finally:
+            await r0.aclose()
+        assert ttls and all(400 * 86_400 - 120 < t <= 400 * 86_400 for t in ttls), ttls
         # Another tenant sees its own run only.
         theirs = (await cb.get("/v1/usage")).json()
         assert theirs["total"]["runs"] == 1 and len(theirs["days"]) == 30 and theirs["to"] == today

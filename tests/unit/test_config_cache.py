@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 
 from agentmill_client.models import RunInput, ToolCall, ToolResult
@@ -133,3 +134,17 @@ async def test_a_tool_cannot_change_the_shared_configuration_of_the_next_run() -
         assert await RunDriver(host, ports, f"r{n}", gen=1).run() == "completed"
     assert host.configs.hits == 1  # the second run used the first one's configuration
     assert tools.seen == [{}, {}]  # and its tool saw none of what the first run's tool wrote
+
+
+def test_a_shared_configuration_is_serialised_once_and_kept_while_runs_use_it() -> None:
+    from worker.runner import commits
+
+    cache = ConfigCache()
+    shared = resolved(cache, run())
+    first = commits.config_json(shared)
+    assert orjson.loads(first) == shared.model_dump(mode="json", by_alias=True)
+    for i in range(commits._SHARED_MAX * 2):  # runs with configurations of their own pass through
+        commits.config_json(resolved(cache, run(loopLimits={"maxIterations": 1 + i % 50})))
+        if i % 100 == 0:
+            assert commits.config_json(shared) is first  # used meanwhile: still kept
+    assert len(commits._shared) <= commits._SHARED_MAX

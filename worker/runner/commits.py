@@ -5,6 +5,7 @@ deltas come from the model task, steps from the loop."""
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 
 import orjson
 
@@ -24,19 +25,23 @@ _CONFIG_FIELD = orjson.dumps(RunState.model_fields["config"].alias or "config")
 _STATE_JSON = RunState.__pydantic_serializer__  # to JSON bytes in one call, no dict in between
 _CONFIG_JSON = RunConfig.__pydantic_serializer__
 _SHARED_MAX = 256
-_shared: dict[int, tuple[RunConfig, bytes]] = {}  # id -> a configuration shared by runs, and its JSON
+# id -> a configuration and its JSON, least recently used first: the configurations runs share
+# (worker/config_cache.py) stay, each run's own passes through (a run keeps its own in Commits).
+_shared: OrderedDict[int, tuple[RunConfig, bytes]] = OrderedDict()
 
 
 def config_json(config: RunConfig) -> bytes:
-    """A configuration's JSON, kept for the configurations runs share (worker/config_cache.py):
-    serialised once per worker, not once per run."""
-    hit = _shared.get(id(config))
+    """A configuration's JSON, serialised once per worker for the configurations runs share."""
+    key = id(config)
+    hit = _shared.get(key)
     if hit is not None and hit[0] is config:
+        _shared.move_to_end(key)
         return hit[1]
     out: bytes = _CONFIG_JSON.to_json(config, by_alias=True)
-    if len(_shared) >= _SHARED_MAX:
-        _shared.pop(next(iter(_shared)))
-    _shared[id(config)] = (config, out)
+    _shared[key] = (config, out)
+    _shared.move_to_end(key)
+    if len(_shared) > _SHARED_MAX:
+        _shared.popitem(last=False)
     return out
 
 
@@ -48,6 +53,8 @@ class Commits:
         self.lock = asyncio.Lock()
         self.buffer: list[Entry] = []  # published with the next commit
         self.ckpt_seq = 0  # the seq the last checkpoint was committed with
+        self._config: RunConfig | None = None  # the run's configuration and its JSON, spliced into
+        self._config_json = b"null"  # each checkpoint
         self._children = b"[]"  # the round's children as the run hash has them (RunField.CHILDREN)
         self._usage: Usage | None = None  # the usage the last commit wrote to the run hash
 
@@ -99,7 +106,9 @@ class Commits:
             return bytes(_STATE_JSON.to_json(state, by_alias=True))
         body: bytes = _STATE_JSON.to_json(state, by_alias=True, exclude=_CONFIG)
         # body is an object with at least runId: its closing brace gives way to the config's field
-        return b"%b,%b:%b}" % (body[:-1], _CONFIG_FIELD, config_json(state.config))
+        if state.config is not self._config:
+            self._config, self._config_json = state.config, config_json(state.config)
+        return b"%b,%b:%b}" % (body[:-1], _CONFIG_FIELD, self._config_json)
 
     async def publish_now(self) -> None:
         """The buffer alone (deltas while a model streams), without a checkpoint."""

@@ -23,10 +23,11 @@ def usage_tally(
         return None
     u = result.usage or Usage()
     a = cfg.agent
-    increments = [
+    added = (
         (usage_field(a, UsagePart.IN), u.input_tokens),
         (usage_field(a, UsagePart.OUT), u.output_tokens),
         (usage_field(a, UsagePart.COST), round((u.cost_usd or 0.0) * NANO_USD)),
-        (usage_field(a, UsagePart.RUNS), 1),
-    ]
+    )
+    # Only what the run adds (no cost without prices): one HINCRBY fewer a run; runs always +1.
+    increments = [(f, n) for f, n in added if n] + [(usage_field(a, UsagePart.RUNS), 1)]
     return UsageTally(tenant or DEFAULT_TENANT, utc_day(now_ms), increments, retention_days * 86_400)
