@@ -1,7 +1,7 @@
 """A tenant's usage by UTC day and agent (``GET /v1/usage``), summed over the partitions: each run's
-terminal commit adds its usage to its tenant's hash of the day on its partition
-(keys.Partition.usage_day; worker/runner/tally.py), so a report reads one hash per day and
-partition, pipelined: one round trip per node."""
+ending (its worker's terminal commit, or the script that ends it outside a worker) adds its usage to
+its tenant's hash of the day on its partition (keys.Partition.usage_day; worker/runner/tally.py), so
+a report reads one hash per day and partition, pipelined: one round trip per node."""
 
 from __future__ import annotations
 

@@ -13,7 +13,16 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["BatchField", "BudgetField", "RunField", "ScheduleField", "SessionField"]
+__all__ = [
+    "USAGE_PARTS",
+    "BatchField",
+    "BudgetField",
+    "RunField",
+    "ScheduleField",
+    "SessionField",
+    "UsagePart",
+    "usage_field",
+]
 
 
 class RunField(StrEnum):
@@ -139,10 +148,20 @@ class BudgetField(StrEnum):
     REFUSED = "refusedCalls"  # calls the day could not afford: from the first, the day counts as spent
 
 
-def usage_field(agent: str, what: str) -> str:
-    """A field of a tenant's usage hash for one day (keys.Partition.usage_day): ``<agent>|<what>``,
-    ``what`` one of USAGE_PARTS (commit.lua increments them when a run ends)."""
+class UsagePart(StrEnum):
+    """What a tenant's usage hash of a day counts per agent (keys.Partition.usage_day, fields
+    ``usage_field``): a worker's terminal commit (commit.lua, from worker/runner/tally.py) and an
+    ending from outside a worker (prelude.lua's finalize) add to them; GET /v1/usage sums them."""
+
+    IN = "in"  # input tokens
+    OUT = "out"  # output tokens
+    COST = "cost"  # nano-USD (shared.quotas.NANO_USD), an integer: exact sums
+    RUNS = "runs"  # runs that started (their configuration resolved) and ended
+
+
+def usage_field(agent: str, what: UsagePart) -> str:
+    """A field of a tenant's usage hash for one day (keys.Partition.usage_day): ``<agent>|<what>``."""
     return f"{agent}|{what}"
 
 
-USAGE_PARTS = ("in", "out", "cost", "runs")
+USAGE_PARTS = tuple(UsagePart)

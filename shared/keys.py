@@ -67,7 +67,7 @@ BATCH_DELIVERY = "{batch}"
 CONTEXT_FIELDS = (
     "run", "events", "tools", "session", "session_pending", "session_runs", "worker_runs",
     "worker_inbox", "worker_lease", "tenant_running", "tenant_held", "index", "batch", "job_key", "job_id", "archive",
-    "tenant_active",
+    "tenant_active", "usage",
 )  # fmt: skip
 
 
@@ -114,6 +114,7 @@ class Partition:
         # queue order; one goes back to the queue, with its score, each time a run of it stops running
         self.tenant_held_prefix = b + "t.held:"
         self.index_prefix = b + "ix:"  # + tenant:dim:value (index_key)
+        self.usage_prefix = b + "usage:"  # + tenant:day (usage_day)
         self.pool_minute_prefix = b + "pool.min:"  # hash: runs started/ended in one minute (pool_minute)
         self.batch_prefix = b + "batch:"  # + tenant:batchId (batch_key); hash: shared.fields.BatchField
         self.tool_cache_prefix = (
@@ -229,9 +230,9 @@ class Partition:
 
     def usage_day(self, tenant: str, day: str) -> str:
         """Hash ``<agent>|in|out|cost|runs`` -> totals (shared.fields.usage_field): the usage of the
-        tenant's runs that ended on this partition on one UTC day (commit.lua; GET /v1/usage sums the
-        partitions)."""
-        return f"{self.base}usage:{tenant}:{day}"
+        tenant's runs that ended on this partition on one UTC day (commit.lua, and prelude.lua's
+        finalize for a run ended from outside its worker; GET /v1/usage sums the partitions)."""
+        return f"{self.usage_prefix}{tenant}:{day}"
 
     def index_key(self, tenant: str, dim: str, value: str = "") -> str:
         return f"{self.index_prefix}{tenant}:{dim}:{value}"

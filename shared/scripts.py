@@ -44,7 +44,8 @@ from agentmill_client import limits
 from agentmill_client.models import EventKind
 from agentmill_client.statuses import TERMINAL, RunStatus
 from shared import dispatch, keys
-from shared.fields import BatchField, BudgetField, RunField, ScheduleField, SessionField
+from shared.fields import BatchField, BudgetField, RunField, ScheduleField, SessionField, UsagePart
+from shared.quotas import NANO_USD
 from shared.settings import Settings
 
 __all__ = ["CONTEXT_EXTRA", "LUA_DIR", "NAMES", "SCRIPTS", "Scripts", "render", "source", "text"]
@@ -79,7 +80,7 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
 # template's four pieces (dispatch.JOB_TEMPLATE) and the settings the scripts read.
 CONTEXT_EXTRA = (
     "job_a", "job_b", "job_c", "job_d", "maxlen", "retention", "queued_check_ms", "job_expire_ms",
-    "index_max", "batch_delivery", "max_run_crashes", "aging_ms", "archive_on",
+    "index_max", "batch_delivery", "max_run_crashes", "aging_ms", "archive_on", "usage_ttl",
 )  # fmt: skip
 
 
@@ -133,6 +134,7 @@ class Scripts:
         retention_s: int = 604_800,
         max_run_crashes: int = 3,
         aging_ms: int = 30_000,
+        usage_ttl_s: int = 400 * 86_400,
         archive: bool = False,
     ) -> None:
         for name, text_ in _rendered().items():
@@ -143,7 +145,7 @@ class Scripts:
             "job_expire_ms": str(dispatch.JOB_EXPIRE_MS), "index_max": str(limits.MAX_INDEX_RUNS),
             "batch_delivery": keys.BATCH_DELIVERY, "max_run_crashes": str(max_run_crashes),
             "aging_ms": str(aging_ms),
-            "archive_on": "1" if archive else "",
+            "archive_on": "1" if archive else "", "usage_ttl": str(usage_ttl_s),
         }  # fmt: skip
         self._extra = keys.SEP.join(extra[f] for f in CONTEXT_EXTRA) + keys.SEP
         self._contexts: dict[int, str] = {}
@@ -152,7 +154,7 @@ class Scripts:
     def for_settings(cls, redis: Redis, settings: Settings) -> Scripts:
         """The scripts with the deployment's settings in their context (what they read from it:
         the queued-run check, the stream bound, the retention, the crash budget, whether finished
-        runs go to the archive)."""
+        runs go to the archive, how long a tenant's usage of a day is kept)."""
         return cls(
             redis,
             queued_check_ms=settings.queued_check_ms,
@@ -160,6 +162,7 @@ class Scripts:
             retention_s=settings.retention_s,
             max_run_crashes=settings.max_run_crashes,
             aging_ms=settings.priority_aging_ms,
+            usage_ttl_s=settings.usage_retention_days * 86_400,
             archive=bool(settings.archive_url),
         )
 
@@ -197,9 +200,10 @@ NAMES: dict[str, type[StrEnum]] = {
     "SCHED": ScheduleField,  # a schedule hash's fields
     "BUDGET": BudgetField,  # a tenant's day budget
     "EVENT": EventKind,  # a stream entry's kind
+    "USAGE": UsagePart,  # what a tenant's usage hash of a day counts per agent
 }
 _DIMS = {d.upper(): d for d in keys.INDEX_DIMS}  # DIM.STATUS: a listing index's dimension
-_NAME_TOKEN = re.compile(r"\b(F|S|BATCH|SESSION|SCHED|BUDGET|EVENT|DIM)\.([A-Z][A-Z0-9_]*)\b")
+_NAME_TOKEN = re.compile(r"\b(F|S|BATCH|SESSION|SCHED|BUDGET|EVENT|USAGE|DIM)\.([A-Z][A-Z0-9_]*)\b")
 
 
 def _name(m: re.Match[str]) -> str:
@@ -224,6 +228,7 @@ def render(text_: str) -> str:
         "__CONTEXT_FIELDS__": ", ".join(f"'{f}'" for f in (*keys.CONTEXT_FIELDS, *CONTEXT_EXTRA)),
         "__TERMINAL__": ", ".join(f"{s.value}=true" for s in sorted(TERMINAL)),
         "__DEFAULT_PRIORITY__": str(limits.DEFAULT_PRIORITY),
+        "__NANO_USD__": str(NANO_USD),
     }
     for token, value in tokens.items():
         text_ = text_.replace(token, value)

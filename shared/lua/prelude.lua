@@ -288,6 +288,32 @@ end
 local function to_archive(run_id, now)
   if ctx().archive_on == '1' then redis.call('ZADD', ctx().archive, 'NX', now, run_id) end
 end
+-- A run ended from outside its worker counts in its tenant's usage as a worker's terminal commit
+-- counts it (worker/runner/tally.py): its tokens, cost (nano-USD) and one run, per agent, on the UTC
+-- day it ended (ts: Redis's clock), in the hash of keys.Partition.usage_day on the run's partition.
+local function usage_add(run, inp, out, cost, ts)
+  local a = redis.call('HMGET', run, F.TENANT, F.AGENT)
+  -- the day: days since 1970-01-01 to year, month, day (H. Hinnant's civil_from_days)
+  local z = math.floor(ts / 86400000) + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local m = mp < 10 and mp + 3 or mp - 9
+  local day = string.format('%04d-%02d-%02d', yoe + era * 400 + (m <= 2 and 1 or 0), m,
+    doy - math.floor((153 * mp + 2) / 5) + 1)
+  local k, f = ctx().usage .. (a[1] or '') .. ':' .. day, (a[2] or '') .. '|'
+  local nano = math.floor((tonumber(cost or '') or 0) * __NANO_USD__ + 0.5)
+  -- as commit.lua: only what it adds, runs +1; the hash expires usage_ttl after the first run that
+  -- wrote a field of it (a field that comes out equal to its increment is new)
+  local fresh = false
+  for _, p in ipairs({{USAGE.IN, tonumber(inp) or 0}, {USAGE.OUT, tonumber(out or '') or 0}, {USAGE.COST, nano},
+      {USAGE.RUNS, 1}}) do
+    if p[2] ~= 0 and redis.call('HINCRBY', k, f .. p[1], string.format('%d', p[2])) == p[2] then fresh = true end
+  end
+  if fresh then redis.call('EXPIRE', k, ctx().usage_ttl) end
+end
 -- End a run from outside its worker (abort while queued or awaiting approval, crash budget spent,
 -- approval timeout). Bumps the epoch so any worker still holding the run is fenced off.
 local function finalize(run, stream, tools, run_id, status, code, message)
@@ -305,6 +331,8 @@ local function finalize(run, stream, tools, run_id, status, code, message)
       costUsd = tonumber(h[9] or '')}
   end
   local ts = now_ms()
+  -- a run that started (a worker's commit wrote its usage) counts in the usage report, once
+  if h[6] and not is_terminal(h[5]) then usage_add(run, h[6], h[7], h[9], ts) end
   leave_worker(run, run_id)
   if status == S.FAILED then  -- the machine's order: the run's error event, then its status
     xadd(stream, seq, EVENT.ERROR, ts, cjson.encode({scope = 'run', code = code, message = message, retryable = false}),

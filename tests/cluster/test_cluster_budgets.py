@@ -1,6 +1,7 @@
 """A tenant's day budget on a real Redis Cluster (three masters, 16 partitions): its runs live on
 every partition and master, yet every model call reserves and settles on the one key of its tenant
-(one slot), so the tenant never overspends; its usage report sums the partitions of every master."""
+(one slot), so the tenant never overspends; its usage report sums the partitions of every master,
+the runs a worker ended and the runs ended outside a worker (in the slot of the run's partition)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from shared import keys
 from shared.fields import BudgetField
-from tests.integration.api_support import B, api
+from tests.integration.api_support import A, B, api
 from tests.integration.api_support import settings as api_settings
 from tests.integration.helpers import running_worker
 from tests.support.redis_cluster import LocalRedisCluster
@@ -85,3 +86,45 @@ async def test_one_tenants_runs_on_every_master_share_one_budget(tmp_path: Path)
         assert b[BudgetField.SPENT_TOKENS] == sum(usage) and b[BudgetField.HELD_TOKENS] == 0
         # the runs really were spread over the partitions (and so the masters)
         assert len({layout.of_key(v["streamKey"]).index for v in views.values()}) >= 8
+
+
+async def test_runs_aborted_while_parked_count_in_the_usage_report_on_every_master(tmp_path: Path) -> None:
+    """An abort of a parked run is one script on the run's partition: its usage tally goes to that
+    partition's slot (a Redis Cluster refuses a script a key of another slot), and the report sums them."""
+    path = tmp_path / "profiles.json"
+    path.write_bytes(orjson.dumps({"profiles": [{
+        "name": "gated", "provider": {"kind": "scripted", "mode": "script", "maxTokens": 50},
+        "tools": ["echo"], "toolSettings": {"echo": {"requiresApproval": True}}}]}))  # fmt: skip
+    script = [{"toolCalls": [{"name": "echo", "arguments": {"text": "x"}}]}, {"text": "done"}]
+    run: dict[str, Any] = {"agent": "gated", "inputMessages": [{"role": "user", "content": "go"}],
+                           "runtimeHints": {"script": script}}  # fmt: skip
+    with LocalRedisCluster(masters=3, replicas_per_master=0) as cluster:
+        s = api_settings(cluster.url, redis_cluster=True, profiles=str(path))
+        async with (
+            api(s) as url,
+            running_worker(cluster.url, redis_cluster=True, profiles=str(path)),
+            httpx.AsyncClient(base_url=url, headers=A, timeout=15) as http,
+        ):
+            r = await http.post("/v1/runs/batch", json={"runs": [run] * 12})
+            ids = [i["runId"] for i in r.json()["results"]]
+            views: dict[str, Any] = {}
+            for _ in range(600):
+                for rid in ids:
+                    if (
+                        rid not in views
+                        and (v := (await http.get(f"/v1/runs/{rid}")).json())["status"] == "awaiting_human"
+                    ):
+                        views[rid] = v
+                if len(views) == len(ids):
+                    break
+                await asyncio.sleep(0.1)
+            assert len(views) == len(ids)
+            for rid in ids:
+                assert (await http.post(f"/v1/runs/{rid}/abort")).json()["result"] == "aborted"
+            ended = [(await http.get(f"/v1/runs/{rid}")).json() for rid in ids]
+            report = (await http.get("/v1/usage")).json()
+        assert {v["status"] for v in ended} == {"aborted"}
+        assert report["total"]["runs"] == len(ids)
+        assert report["total"]["inputTokens"] == sum(v["result"]["usage"]["inputTokens"] for v in ended) > 0
+        layout = keys.Layout(16)  # the runs really were spread over the partitions (and so the masters)
+        assert len({layout.of_key(v["streamKey"]).index for v in ended}) >= 6

@@ -14,6 +14,7 @@ from redis.asyncio import Redis
 
 from agentmill_client.codec import to_jsonable
 from agentmill_client.statuses import RunStatus
+from shared.clock import utc_day
 from shared.fields import RunField
 from shared.scripts import LUA_DIR, Scripts, render
 from tests.integration.helpers import producer_for, script_run, stream
@@ -83,3 +84,28 @@ async def test_finalize_writes_the_machines_ending(
     k, a = Scripts(redis).frame(K, own, ["r-fin", status, code, message])
     await redis.eval(probe, len(k), *k, *a)
     assert await lua_ending(redis, "r-fin") == machine_ending("r-fin", None, event)
+
+
+async def test_finalize_counts_a_run_that_started_in_the_usage_report_once(redis: Redis) -> None:
+    """A run a worker had started (its commit wrote its usage to the run hash) counts in its tenant's
+    usage of the day with what it spent and runs=1, as a worker's ending would (worker/runner/tally.py);
+    a run no worker started (no usage fields) does not count, nor does a run finalized again."""
+    probe = render("".join((LUA_DIR / f"{p}.lua").read_text() for p in ("clock", "prelude")) + FINALIZE)
+    base = {RunField.STATUS: RunStatus.AWAITING_HUMAN, RunField.LAST_SEQ: 3, RunField.TENANT: "acme"}
+    spent = {
+        RunField.USAGE_IN: 900,
+        RunField.USAGE_OUT: 40,
+        RunField.USAGE_ESTIMATED: "0",
+        RunField.USAGE_COST: "0.0021",
+    }
+    await redis.hset(K.run("r-spent"), mapping={**base, RunField.AGENT: "small", **spent})
+    await redis.hset(
+        K.run("r-new"), mapping={**base, RunField.STATUS: RunStatus.QUEUED, RunField.AGENT: "small"}
+    )
+    for run_id in ("r-spent", "r-new", "r-spent"):  # the second finalize of r-spent finds it ended
+        own = [K.run(run_id), K.events(run_id), K.tools(run_id)]
+        k, a = Scripts(redis).frame(K, own, [run_id, RunStatus.ABORTED, "aborted", "stop"])
+        await redis.eval(probe, len(k), *k, *a)
+    seconds, _ = await redis.time()
+    tally = await redis.hgetall(K.usage_day("acme", utc_day(seconds * 1000)))
+    assert tally == {b"small|in": b"900", b"small|out": b"40", b"small|cost": b"2100000", b"small|runs": b"1"}

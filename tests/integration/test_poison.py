@@ -12,7 +12,9 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from shared.fields import RunField
+from shared.clock import utc_day
+from shared.fields import RunField, UsagePart, usage_field
+from shared.quotas import DEFAULT_TENANT, NANO_USD
 from tests.integration.api_support import A, B, api, settings
 from tests.integration.helpers import assert_clean_stream, http_get, producer_for, script_run, stream
 from tests.support.procs import WorkerProc, wait_until
@@ -88,7 +90,8 @@ async def test_a_run_that_kills_every_worker_is_quarantined_after_max_run_crashe
 ) -> None:
     """Each worker that takes the run is SIGKILLed by a failpoint right after the run's tool ran; the
     run ends failed (poison_run) after exactly AGENTMILL_MAX_RUN_CRASHES lost attempts, through its
-    normal terminal path, and the next worker is not handed it again."""
+    normal terminal path, and the next worker is not handed it again. Its model call counts in its
+    tenant's usage report (GET /v1/usage's hash) with runs=1, as a worker's ending would count it."""
     max_crashes = 2
     env = {**FAST, "AGENTMILL_MAX_RUN_CRASHES": str(max_crashes)}
     p = producer_for(redis, redis_url)
@@ -118,3 +121,14 @@ async def test_a_run_that_kills_every_worker_is_quarantined_after_max_run_crashe
     errors = [e for e in events if e.kind == "error"]
     assert [e.payload["code"] for e in errors] == ["poison_run"] and errors[0] is events[-2]
     assert events[-1].payload["status"] == "failed"
+    usage = rec.result.usage if rec.result else None
+    assert usage is not None and usage.input_tokens > 0
+    seconds, _ = await redis.time()
+    tally = await redis.hgetall(K.usage_day(DEFAULT_TENANT, utc_day(seconds * 1000)))
+    nano = round((usage.cost_usd or 0.0) * NANO_USD)
+    parts = (usage.input_tokens, usage.output_tokens, nano, 1)
+    assert tally == {
+        usage_field("scripted", w).encode(): str(n).encode()
+        for w, n in zip(UsagePart, parts, strict=True)
+        if n
+    }  # only what it adds (no cost field without prices), as a worker's commit

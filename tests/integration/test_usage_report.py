@@ -27,6 +27,7 @@ def profiles(tmp_path: Path) -> Path:
     path.write_bytes(orjson.dumps({"profiles": [
         {"name": "small", "provider": provider, "tools": ["echo"]},
         {"name": "other", "provider": provider},
+        {"name": "gated", "provider": provider, "tools": ["echo"], "toolSettings": {"echo": {"requiresApproval": True}}},
     ]}))  # fmt: skip
     return path
 
@@ -40,13 +41,15 @@ def run(agent: str, steps: int) -> dict[str, Any]:
     }
 
 
-async def finished(c: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
+async def finished(
+    c: httpx.AsyncClient, run_id: str, until: tuple[str, ...] = ("completed", "failed", "aborted")
+) -> dict[str, Any]:
     for _ in range(400):
         view: dict[str, Any] = (await c.get(f"/v1/runs/{run_id}")).json()
-        if view["status"] in ("completed", "failed", "aborted"):
+        if view["status"] in until:
             return view
         await asyncio.sleep(0.05)
-    raise AssertionError(f"run {run_id} did not end")
+    raise AssertionError(f"run {run_id} did not reach {until}")
 
 
 async def test_usage_by_day_and_agent_is_the_sum_of_the_tenants_runs(redis_url: str, tmp_path: Path) -> None:
@@ -100,3 +103,46 @@ async def test_usage_by_day_and_agent_is_the_sum_of_the_tenants_runs(redis_url: 
 
         answer = await asyncio.to_thread(client_read)
         assert answer.total.runs == 4 and answer.days[0].agents["other"].runs == 1
+
+
+async def test_a_run_ended_outside_its_worker_counts_once_with_what_it_spent(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """A run that made a model call and parked for approval (its tool requiresApproval) counts in the
+    report with its tokens and cost and runs=1 when it ends outside a worker: aborted through the API
+    (tenant A), or past its approval timeout (tenant B: the reconciler ends it). A run aborted while
+    queued, before any worker started it, counts for nothing (as a worker's ending of a run that never
+    started: worker/runner/tally.py)."""
+    path = profiles(tmp_path)
+    s = settings(redis_url, profiles=str(path), partitions=4)
+    gated = run("gated", 1)
+    async with (
+        api(s) as url,
+        httpx.AsyncClient(base_url=url, headers=A) as ca,
+        httpx.AsyncClient(base_url=url, headers=B) as cb,
+    ):
+        never = (await ca.post("/v1/runs", json=gated)).json()["runId"]
+        assert (await ca.post(f"/v1/runs/{never}/abort")).json()["result"] == "aborted"
+        async with running_worker(redis_url, profiles=str(path), partitions=4, reconcile_ms=200):
+            aborted = (await ca.post("/v1/runs", json=gated)).json()["runId"]
+            timeout = {**gated, "toolPolicy": {"approvalTimeoutMs": 1_000}}
+            timed_out = (await cb.post("/v1/runs", json=timeout)).json()["runId"]
+            parked = await finished(ca, aborted, until=("awaiting_human",))
+            assert parked["usage"]["inputTokens"] > 0  # it made its model call before it parked
+            assert (await ca.post(f"/v1/runs/{aborted}/abort")).json()["result"] == "aborted"
+            ends = [await finished(ca, aborted), await finished(cb, timed_out)]
+        today = dt.datetime.now(dt.UTC).date().isoformat()
+        for c, view, code in zip((ca, cb), ends, ("aborted", "approval_timeout"), strict=True):
+            assert view["result"]["lastError"]["code"] == code, view
+            usage = view["result"]["usage"]
+            assert usage["inputTokens"] > 0 and usage["costUsd"] > 0
+            report = (await c.get("/v1/usage", params={"from": today, "to": today})).json()
+            got = report["days"][0]["agents"]
+            assert list(got) == ["gated"] and got["gated"]["runs"] == 1 and report["total"]["runs"] == 1, (
+                report
+            )
+            assert (got["gated"]["inputTokens"], got["gated"]["outputTokens"]) == (
+                usage["inputTokens"],
+                usage["outputTokens"],
+            )
+            assert got["gated"]["costUsd"] == pytest.approx(usage["costUsd"])

@@ -17,7 +17,7 @@ import pytest
 from agentmill_client.models import EventKind
 from agentmill_client.statuses import RunStatus
 from shared import keys
-from shared.fields import BatchField, BudgetField, RunField, ScheduleField, SessionField
+from shared.fields import BatchField, BudgetField, RunField, ScheduleField, SessionField, UsagePart
 from shared.scripts import LUA_DIR, NAMES, SCRIPTS, render, source
 
 # The quoted literals that spell such a name but mean something else, each counted: a new literal
@@ -33,6 +33,7 @@ OTHER_MEANINGS = {
     ("tool_results.lua", "done"): 3,  # likewise
     ("capacity_acquire.lua", "paused"): 1,  # the limiter's verdict, not a schedule's field
     ("schedule_pause.lua", "paused"): 1,  # the script's verdict
+    ("budget_reserve.lua", "cost"): 1,  # the limit a refusal names, not a usage hash's part
 }
 NAMED = {
     *RunField,
@@ -42,6 +43,7 @@ NAMED = {
     *ScheduleField,
     *BudgetField,
     *EventKind,
+    *UsagePart,
     *keys.INDEX_DIMS,
 }
 
@@ -62,12 +64,13 @@ def test_no_field_or_status_is_spelled_in_the_lua_but_by_its_token() -> None:
 def test_every_token_is_filled_in_with_its_python_value() -> None:
     for name in SCRIPTS:
         rendered = render(source(name))
-        assert not re.search(r"\b(F|S|BATCH|SESSION|SCHED|BUDGET|EVENT|DIM)\.[A-Z]", rendered), name
+        assert not re.search(r"\b(F|S|BATCH|SESSION|SCHED|BUDGET|EVENT|USAGE|DIM)\.[A-Z]", rendered), name
     assert render(
         "h[F.LAST_SEQ], S.AWAITING_HUMAN, BATCH.DONE, SESSION.ACTIVE_RUN, SCHED.NEXT_FIRE, EVENT.ERROR, DIM.META"
     ) == ("h['lastSeq'], 'awaiting_human', 'done', 'activeRun', 'nextFire', 'error', 'meta'")
-    assert set(NAMES) == {"F", "S", "BATCH", "SESSION", "SCHED", "BUDGET", "EVENT"}
+    assert set(NAMES) == {"F", "S", "BATCH", "SESSION", "SCHED", "BUDGET", "EVENT", "USAGE"}
     assert render("BUDGET.HELD_TOKENS") == "'heldTokens'"
+    assert render("f .. USAGE.RUNS, F.USAGE_IN") == "f .. 'runs', 'inputTokens'"
     # a lowercase member (a Lua table's field, ctx().run) is no token
     assert render("local c = ctx(); return c.run, f.epoch") == "local c = ctx(); return c.run, f.epoch"
 

@@ -1,12 +1,13 @@
 """A run's usage, tallied with its terminal commit into its tenant's usage hash of the UTC day it
 ended (keys.Partition.usage_day; GET /v1/usage sums them over the partitions): tokens in and out,
-cost in nano-USD and one run, per agent."""
+cost in nano-USD and one run, per agent. A run ended outside its worker is tallied the same way by
+the script that ends it (usage_add in shared/lua/prelude.lua's finalize), if it started."""
 
 from __future__ import annotations
 
 from agentmill_client.models import RunResult, Usage
 from shared.clock import utc_day
-from shared.fields import usage_field
+from shared.fields import UsagePart, usage_field
 from shared.quotas import DEFAULT_TENANT, NANO_USD
 from worker.machine import RunState
 from worker.ports import UsageTally
@@ -23,10 +24,10 @@ def usage_tally(
     u = result.usage or Usage()
     a = cfg.agent
     added = (
-        (usage_field(a, "in"), u.input_tokens),
-        (usage_field(a, "out"), u.output_tokens),
-        (usage_field(a, "cost"), round((u.cost_usd or 0.0) * NANO_USD)),
+        (usage_field(a, UsagePart.IN), u.input_tokens),
+        (usage_field(a, UsagePart.OUT), u.output_tokens),
+        (usage_field(a, UsagePart.COST), round((u.cost_usd or 0.0) * NANO_USD)),
     )
     # Only what the run adds (no cost without prices): one HINCRBY fewer a run; runs always +1.
-    increments = [(f, n) for f, n in added if n] + [(usage_field(a, "runs"), 1)]
+    increments = [(f, n) for f, n in added if n] + [(usage_field(a, UsagePart.RUNS), 1)]
     return UsageTally(tenant or DEFAULT_TENANT, utc_day(now_ms), increments, retention_days * 86_400)
