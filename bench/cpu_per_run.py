@@ -15,8 +15,10 @@ worker's CPU is read from /proc after its start-up (Linux only).
 With the archive (issue 29): ``--archive`` starts a private PostgreSQL (tests/support, this tree's)
 and runs the worker with ``AGENTMILL_ARCHIVE_URL``, its archiver task in the worker's process;
 ``--archive apart`` turns that task off and runs ``agentmill archiver`` as a process of its own,
-whose CPU is reported beside (``archiver_ms_per_run``), so the runs' own path is measured alone.
-The archive is drained before the figure is taken.
+whose CPU is reported beside (``archiver_ms_per_run``); both drain the archive before the figure
+is taken, so it includes the archiving of its runs. ``--archive index`` measures the runs' own path
+with the archive on and nothing archiving meanwhile (the ending scripts add each run to the
+archive's index; no archiver runs): the hot path's share of the archive.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ async def archived_all(r: Redis) -> bool:
 
 
 async def one(
-    b: Any, r: Redis, n: int, script: list[dict[str, Any]], env: dict[str, str], apart: bool
+    b: Any, r: Redis, n: int, script: list[dict[str, Any]], env: dict[str, str], apart: bool, drain: bool
 ) -> dict[str, float]:
     """n runs of ``script`` through one fresh worker process, counted from after its start-up."""
     await b.flush(r)
@@ -72,7 +74,7 @@ async def one(
     while not await b.runs_done(r):
         await asyncio.sleep(0.01)
     t1 = time.perf_counter()
-    while env and not await archived_all(r):  # the archiving these runs made, counted with them
+    while drain and not await archived_all(r):  # the archiving these runs made, counted with them
         await asyncio.sleep(0.05)
     c1, rc1, a1 = cpu_s(p.pid), await redis_cpu_s(r), (cpu_s(a.pid) if a else 0.0)
     b.stop(p)
@@ -99,13 +101,13 @@ async def measure(out: str, runs: int, inflight: int, archive: str) -> None:
         pg = PostgresServer()
         pg.start()
         env = {"AGENTMILL_ARCHIVE_URL": pg.url}
-        if archive == "apart":
+        if archive in ("apart", "index"):
             env["AGENTMILL_WORKER_ARCHIVER"] = "false"
     try:
-        apart = archive == "apart"
+        apart, drain = archive == "apart", archive in ("worker", "apart")
         res = {
-            "fig1": await one(b, r, runs, [{"text": "hi"}], env, apart),
-            "fig4": await one(b, r, inflight, [{"text": "ok", "delayMs": 1000}], env, apart),
+            "fig1": await one(b, r, runs, [{"text": "hi"}], env, apart, drain),
+            "fig4": await one(b, r, inflight, [{"text": "ok", "delayMs": 1000}], env, apart, drain),
         }
     finally:
         for p in b.procs:
@@ -125,8 +127,9 @@ if __name__ == "__main__":
     ap.add_argument("--runs", type=int, default=2000, help="figure 1's one-step runs")
     ap.add_argument("--inflight", type=int, default=1000, help="figure 4's runs in flight")
     ap.add_argument(
-        "--archive", nargs="?", const="worker", default="", choices=["worker", "apart"],
-        help="archive to a private PostgreSQL: the worker's archiver task, or 'apart' (its own process)",
+        "--archive", nargs="?", const="worker", default="", choices=["worker", "apart", "index"],
+        help="archive to a private PostgreSQL: the worker's archiver task, 'apart' (its own process), "
+        "or 'index' (runs indexed for the archive, none archived meanwhile)",
     )  # fmt: skip
     a = ap.parse_args()
     asyncio.run(measure(a.out, a.runs, a.inflight, a.archive))
