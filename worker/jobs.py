@@ -9,11 +9,9 @@ import functools
 import gc
 import logging
 import os
-import random
 import signal
 import socket
 import uuid
-from collections import Counter
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -36,11 +34,11 @@ from worker.arq_worker import JOB_TIMEOUT_S, ResilientWorker, claim_size, run_ag
 from worker.deps import WorkerDeps
 from worker.health import HealthServer
 from worker.lease import LeaseBackend, WorkerLease, add_lease_hook, lease_guarded_client
+from worker.lease_keeping import LeaseKeeping
 from worker.metrics import MetricsObserver
 from worker.observer import Observer
 from worker.pool_report import PoolReport
-from worker.reconciler import reconcile_once, reconcile_worker
-from worker.redis_store import beat, forget_worker
+from worker.redis_store import forget_worker
 
 __all__ = [
     "GC_THRESHOLDS",
@@ -86,7 +84,7 @@ def new_worker_id(settings: Settings) -> str:
     return settings.worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
-class WorkerProcess:
+class WorkerProcess(LeaseKeeping):
     """One worker process: an arq Worker plus the loops that keep its runs honest."""
 
     def __init__(
@@ -312,98 +310,3 @@ class WorkerProcess:
                 await forget_worker(
                     self.deps.parts, self.deps.scripts, self.deps.lease_id, only_if_expired=False
                 )
-
-    async def _until_idle(self) -> None:
-        while self.deps.active:  # noqa: ASYNC110 - runs leave the dict from their own tasks; 50 ms is fine at shutdown
-            await asyncio.sleep(0.05)
-
-    async def _register(self) -> bool:
-        """Take a lease under the current lease id (retrying while Redis is away)."""
-        s = self.settings
-        while True:
-            sent = self.lease.now()
-            try:
-                b = await beat(
-                    self.deps.parts, self.deps.scripts, self.deps.lease_id, s.lease_ms, register=True
-                )
-            except (RedisError, OSError) as exc:
-                log.warning("worker %s: cannot register its lease (%s); retrying", self.deps.lease_id, exc)
-                await asyncio.sleep(s.heartbeat_ms / 1000.0)
-                continue
-            self.lease.renewed(sent)
-            self.worker.workers = b.workers
-            return True
-
-    async def _heartbeat(self) -> None:
-        """One beat per worker: renew its lease and read its abort inbox, O(1) whatever its runs. A
-        worker that finds itself past its own deadline (or told by Redis that its lease expired)
-        stops its runs without writing, hands them to the queue and carries on under a new lease id."""
-        s = self.settings
-        while True:
-            await asyncio.sleep(s.heartbeat_ms / 1000.0)
-            if self.lease.expired():
-                await self._lease_lost("its lease deadline passed")
-                continue
-            sent = self.lease.now()
-            try:
-                b = await beat(self.deps.parts, self.deps.scripts, self.deps.lease_id, s.lease_ms)
-            except (RedisError, OSError) as exc:
-                log.warning("heartbeat failed: %s", exc)
-                continue
-            if b.lost:
-                await self._lease_lost("Redis reports its lease expired")
-                continue
-            self.lease.renewed(sent)
-            self.worker.workers = b.workers
-            for run_id, epoch, reason in b.aborts:
-                d = self.deps.active.get(run_id)
-                if d is not None and d.store.epoch == epoch and reason:
-                    d.request_abort(reason)
-
-    async def _lease_lost(self, why: str) -> None:
-        """Stop every run here without writing, put them back on the queue, take a new lease id."""
-        self.lease.lapse()
-        pick = self.worker.allow_pick_jobs
-        self.worker.allow_pick_jobs = False
-        old = self.deps.lease_id
-        log.warning("worker %s: %s; stopping its %d runs without writing", old, why, len(self.deps.active))
-        for d in list(self.deps.active.values()):
-            d.fence()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._until_idle(), 5.0)
-        try:
-            self._redispatched(
-                await reconcile_worker(
-                    self.deps.parts, self.deps.scripts, self.settings, old, expired_only=False
-                )
-            )
-        except (RedisError, OSError) as exc:  # the reconcilers will find the old lease expired
-            log.warning("worker %s: could not hand its runs back (%s)", old, exc)
-        self.incarnation += 1
-        self.deps.lease_id = f"{self.worker_id}~{self.incarnation}"
-        await self._register()
-        self.worker.allow_pick_jobs = pick and not self.stopping.is_set()
-        log.info("worker %s carries on under lease id %s", self.worker_id, self.deps.lease_id)
-
-    def _redispatched(self, verdicts: Counter[str]) -> None:
-        for reason in ("lease_expired", "job_lost"):
-            if n := verdicts.get(f"redispatched:{reason}", 0):
-                self.observer.runs_redispatched(reason, n)
-        if n := verdicts.get("child_delivered", 0):
-            self.observer.children_ended(n)
-
-    async def _reconciler(self) -> None:
-        s = self.settings
-        while True:
-            await asyncio.sleep(s.reconcile_ms / 1000.0 * random.uniform(0.8, 1.2))
-            try:
-                verdicts = await reconcile_once(self.deps.parts, self.deps.scripts, s)
-            except (RedisError, OSError) as exc:
-                log.warning("reconcile sweep failed: %s", exc)
-                continue
-            self._redispatched(verdicts)
-            moved = {
-                k: v for k, v in verdicts.items() if k in ("redispatched", "approval_timeout", "poison_run")
-            }
-            if moved:
-                log.info("reconciler: %s", dict(moved))
