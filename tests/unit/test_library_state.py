@@ -74,3 +74,12 @@ def test_each_script_runs_its_shared_files_enter_before_its_body() -> None:
     code = library().code
     assert code.startswith(f"#!lua name={library().name}\n")
     assert code.count("redis.register_function(") == len(SCRIPTS)
+
+
+def test_every_lua_file_is_in_the_library() -> None:
+    """A script added to shared/lua/ joins the library by its entry in SCRIPTS (there is no other
+    way to register one): every file is a script's body or a shared file, and each script a function."""
+    used = {p for parts in SCRIPTS.values() for p in parts}
+    assert sorted(p.stem for p in LUA_DIR.glob("*.lua")) == sorted(used)
+    code = library().code
+    assert [n for n in SCRIPTS if f"redis.register_function('{n}_{library().version}'," not in code] == []
