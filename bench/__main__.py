@@ -22,6 +22,7 @@ from redis.asyncio import Redis
 
 from bench.figure import Figure, fmt
 from bench.figures_cluster import ClusterFigures
+from bench.figures_functions import FunctionsFigures
 from bench.figures_io import IoFigures
 from bench.figures_isolation import IsolationFigures
 from bench.figures_lanes import LanesFigures
@@ -32,7 +33,14 @@ from bench.plumbing import ROOT
 
 
 class Bench(
-    RunFigures, IoFigures, IsolationFigures, ResultsFigures, ClusterFigures, LanesFigures, PeerFigures
+    RunFigures,
+    IoFigures,
+    IsolationFigures,
+    ResultsFigures,
+    ClusterFigures,
+    LanesFigures,
+    PeerFigures,
+    FunctionsFigures,
 ):
     """Every figure, run in order; a table and JSON at the end."""
 
@@ -66,6 +74,7 @@ class Bench(
                 rtt, cmds = await self.fig_cost(r)
             figures: list[tuple[str, Callable[[], Awaitable[None]]]] = [
                 ("throughput", lambda: self.fig_throughput(r)),
+                ("functions", lambda: self.fig_functions(r)),
                 ("steps", lambda: self.fig_steps(r, rtt, cmds)),
                 ("concurrency", lambda: self.fig_concurrency(r)),
                 ("heartbeat", lambda: self.fig_heartbeat(r)),
@@ -112,6 +121,8 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--poll-delay", type=float, default=0.05)
     ap.add_argument("--cluster-runs", type=int, default=300, help="ten-step runs per cluster load (figure 8)")
+    ap.add_argument("--functions-runs", type=int, default=200, help="ten-step runs per load of figure 3b")
+    ap.add_argument("--functions-workers", type=int, default=2, help="worker processes of figure 3b")
     ap.add_argument("--cluster-workers", type=int, default=2, help="worker processes of figure 8")
     ap.add_argument("--results-runs", type=int, default=100_000, help="runs of the batch figure 10 exports")
     ap.add_argument(
@@ -124,6 +135,7 @@ def parser() -> argparse.ArgumentParser:
         nargs="+",
         default=[
             "cost",
+            "functions",
             "throughput",
             "steps",
             "concurrency",

@@ -179,7 +179,15 @@ class RunFigures(Plumbing):
                 k.removeprefix("cmdstat_"): v["calls"]
                 for k, v in stats.items()
                 if not k.startswith(
-                    ("cmdstat_info", "cmdstat_config", "cmdstat_zcard", "cmdstat_evalsha", "cmdstat_script")
+                    (
+                        "cmdstat_info",
+                        "cmdstat_config",
+                        "cmdstat_zcard",
+                        "cmdstat_evalsha",
+                        "cmdstat_script",
+                        "cmdstat_fcall",
+                        "cmdstat_function",
+                    )
                 )
             }
             by_cmd[steps] = counted_cmds

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentmill_client import limits
+from shared.functions import each_with_reload
 from shared.keys import Partition
 from shared.partitions import Partitions
 from shared.quotas import Quotas
@@ -59,12 +60,11 @@ async def read_gauges(
 
     def op(pipe: Any, part: Partition) -> None:
         k, a = scripts.frame(part, [], names)
-        pipe.scripts.add(scripts.scaling)  # what ``await script(client=pipe)`` does, without awaiting
-        pipe.evalsha(scripts.scaling.sha, len(k), *k, *a)
+        scripts.scaling.queue(pipe, k, a)
 
     depth = running = awaiting = held = scheduled = 0
     lanes = [0] * (limits.MAX_PRIORITY + 1)
-    for (reply,) in await parts.each(op, deadline_s=deadline_s):
+    for (reply,) in await each_with_reload(parts, scripts.scaling, op, deadline_s=deadline_s):
         q, r, w, s, *rest = (int(x) for x in reply)
         depth, running, awaiting, scheduled = depth + q, running + r, awaiting + w, scheduled + s
         per_priority, per_tenant = rest[: len(lanes)], rest[len(lanes) :]

@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.commands.core import AsyncScript
 
 from shared import keys
+from shared.functions import Script
 from shared.partitions import Partitions, partition_count
 from shared.settings import Settings
 
@@ -31,9 +31,7 @@ def as_partitions(redis: Redis | Parts, settings: Settings) -> Parts:
     return Partitions.of_client(redis, partition_count(settings))
 
 
-async def run_script(
-    parts: Parts, script: AsyncScript, part: keys.Partition, k: list[Any], a: list[Any]
-) -> Any:
+async def run_script(parts: Parts, script: Script, part: keys.Partition, k: list[Any], a: list[Any]) -> Any:
     """``script`` on ``part``'s node (loaded there when the node does not know it)."""
 
     async def go(c: Redis) -> Any:
@@ -42,9 +40,9 @@ async def run_script(
     return await parts.call(part, go)
 
 
-async def run_many(parts: Parts, script: AsyncScript, calls: Sequence[Call]) -> list[Any]:
+async def run_many(parts: Parts, script: Script, calls: Sequence[Call]) -> list[Any]:
     """``script`` once per call, one round trip per node (all nodes at once, ``Partitions.sending``:
-    a call answered NOSCRIPT or hit by a redirection is sent again); the replies in order, any
+    a call answered NOSCRIPT, "Function not found" or hit by a redirection is sent again); the replies in order, any
     error reply raised. One call: just that call."""
     if len(calls) == 1:
         return [await run_script(parts, script, *calls[0])]

@@ -3,8 +3,8 @@ partition now, one round trip per node (all nodes at once), each command with it
 
 A command that meets a moved slot or a dead master is sent again, after the topology is read anew,
 to whoever serves its partition then, until the deadline; one refused for an unknown script
-(NOSCRIPT: the node restarted, or a promoted replica) is sent again after the script is loaded on
-that node. On a single Redis a dropped connection is retried under the client's retry policy
+(NOSCRIPT, or "Function not found" for the function library: the node restarted without
+persistence, or is new) is sent again after the script (or library) is loaded on that node. On a single Redis a dropped connection is retried under the client's retry policy
 (``pipelined``) and a redirection cannot happen. Every script sent this way answers a repeat of
 itself as the first time, which is what makes sending again safe.
 
@@ -23,11 +23,11 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from shared.functions import Script, missing
 from shared.keys import Partition
 from shared.topology import is_retryable
 
@@ -52,8 +52,8 @@ class Nodes(Protocol):
 class Sending:
     """Commands added for their partitions, sent in one round trip per node by ``replies()``.
     ``flush()`` writes what was added so far without waiting for replies (a producer that prepares
-    its next chunk while Redis runs the last). ``loaded``: (node, script sha) pairs known to be
-    loaded, shared by the caller across sendings: a script not known on a node is loaded before
+    its next chunk while Redis runs the last). ``loaded``: (node, script ``load_key``) pairs known
+    to be loaded, shared by the caller across sendings: a script not known on a node is loaded before
     its first command is written there (otherwise NOSCRIPT costs a second round trip).
     ``wait_replicas``: each node's round trip ends with WAIT (best effort, its count dropped)."""
 
@@ -70,7 +70,7 @@ class Sending:
         self.deadline = time.monotonic() + deadline_s
         self.wait = ("WAIT", wait_replicas, wait_timeout_ms) if wait_replicas else None
         self.loaded = loaded
-        self.items: list[tuple[Partition, Command, AsyncScript | None]] = []
+        self.items: list[tuple[Partition, Command, Script | None]] = []
         self._clients: dict[int, Any] = {}
         self._queued: dict[int, list[int]] = {}  # node -> items added, not written yet
         self._written: dict[int, list[int]] = {}  # node -> items written on its held connection
@@ -79,18 +79,16 @@ class Sending:
         self.round_trips = 0  # for the bench and tests
         self.commands_sent = 0
 
-    def add(self, part: Partition, command: Command, script: AsyncScript | None = None) -> int:
-        """Queue ``command`` (with the script it runs, if any: loaded on NOSCRIPT); its index."""
+    def add(self, part: Partition, command: Command, script: Script | None = None) -> int:
+        """Queue ``command`` (with the script it runs, if any: loaded where it is missing); its index."""
         i = len(self.items)
         self.add_all([(part, command, script)])
         return i
 
-    def add_script(
-        self, part: Partition, script: AsyncScript, keys: Sequence[Any], args: Sequence[Any]
-    ) -> int:
-        return self.add(part, ("EVALSHA", script.sha, len(keys), *keys, *args), script)
+    def add_script(self, part: Partition, script: Script, keys: Sequence[Any], args: Sequence[Any]) -> int:
+        return self.add(part, script.command(keys, args), script)
 
-    def add_all(self, items: Sequence[tuple[Partition, Command, AsyncScript | None]]) -> None:
+    def add_all(self, items: Sequence[tuple[Partition, Command, Script | None]]) -> None:
         """Queue many commands at once (the worker's turn of commits: one grouping, not one per call)."""
         if not items:
             return
@@ -141,7 +139,7 @@ class Sending:
         await self.aclose()
 
     async def replies(self) -> list[Any]:
-        """Every command's reply (an error reply is its own reply; a redirection, NOSCRIPT or a node
+        """Every command's reply (an error reply is its own reply; a redirection, a missing script or a node
         that stays unreachable until the deadline gives the last error). The connections go back."""
         queued = [(node, idx) for node, idx in self._queued.items() if idx]
         if (
@@ -227,13 +225,13 @@ class Sending:
         return out
 
     async def _again(self, idx: list[int], out: list[Any]) -> None:
-        """Send ``idx`` again: NOSCRIPT after loading the script on that node (once), a redirection
+        """Send ``idx`` again: a missing script after loading it on that node (once), a redirection
         or a dead node after reading the topology anew (clusters only, until the deadline)."""
         tried_load: set[tuple[int, str]] = set()
         while idx:
-            if any(not isinstance(out[i], NoScriptError) for i in idx):
+            if any(not _missing(out[i]) for i in idx):
                 if self.nodes.single:
-                    idx = [i for i in idx if isinstance(out[i], NoScriptError) or out[i] is None]
+                    idx = [i for i in idx if _missing(out[i]) or out[i] is None]
                     if not idx:
                         return
                 elif time.monotonic() >= self.deadline:
@@ -249,15 +247,15 @@ class Sending:
             for i in idx:
                 client = self.nodes.client(self.items[i][0])
                 self._clients[id(client)] = client
-                if isinstance(out[i], NoScriptError):
+                if _missing(out[i]):
                     script = self.items[i][2]
-                    key = (id(client), script.sha if script else "")
+                    key = (id(client), script.load_key if script else "")
                     if script is None or key in tried_load:
-                        continue  # still unknown after loading it: its NOSCRIPT is its reply
+                        continue  # still unknown after loading it: its error is its reply
                     if key not in loading:
                         loading.add(key)
                         try:
-                            await client.script_load(script.script)
+                            await script.load(client)
                         except Exception as exc:
                             out[i] = exc
                             if not _resendable(exc):
@@ -274,9 +272,9 @@ class Sending:
             return
         for i in idx:
             script = self.items[i][2]
-            if script is not None and (id(client), script.sha) not in self.loaded:
-                await client.script_load(script.script)
-                self.loaded.add((id(client), script.sha))
+            if script is not None and (id(client), script.load_key) not in self.loaded:
+                await script.load(client)
+                self.loaded.add((id(client), script.load_key))
 
     async def _drop(self, node: int) -> None:
         conn = self._conns.pop(node, None)
@@ -291,8 +289,12 @@ class Sending:
         self._written.clear()
 
 
+def _missing(reply: Any) -> bool:
+    return isinstance(reply, BaseException) and missing(reply)
+
+
 def _resendable(reply: Any) -> bool:
-    return isinstance(reply, NoScriptError) or (isinstance(reply, BaseException) and is_retryable(reply))
+    return isinstance(reply, BaseException) and (missing(reply) or is_retryable(reply))
 
 
 async def pipelined(client: Any, commands: list[Command]) -> list[Any]:

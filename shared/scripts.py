@@ -27,28 +27,39 @@ followed by the partition's seven fixed keys (``Scripts.frame``), and with the p
 as its first ARGV (key prefixes, the arq job template, the settings), so the Lua builds no key
 format and reads no setting of its own. The provider limiter's scripts work on one endpoint's keys
 and take neither; nor do the schedules' (``schedule_*``), which take a schedule's keys on its partition.
+
+Two ways to run them (shared.functions, AGENTMILL_REDIS_FUNCTIONS): by EVALSHA, each script's files
+concatenated, or as one Redis Functions library (Redis >= 7) of every script in ``SCRIPTS``, with no
+code per script: a script's files but the last (clock.lua, prelude.lua, submit_one.lua) are the
+library's shared code, run once when it loads; its last file becomes the body of its function. A
+shared file whose locals a call changes defines ``enter_<file>(KEYS, ARGV)``, which resets them: it
+runs at the start of each call, before the body, both ways.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.commands.core import AsyncScript
 
 from agentmill_client import limits
 from agentmill_client.models import EventKind
 from agentmill_client.statuses import TERMINAL, RunStatus
-from shared import dispatch, keys
+from shared import dispatch, functions, keys
 from shared.fields import BatchField, BudgetField, RunField, ScheduleField, SessionField, UsagePart
+from shared.functions import EvalScript, FunctionScript, Library, Script
 from shared.quotas import NANO_USD
-from shared.settings import Settings
+from shared.settings import Settings, get_settings
 
-__all__ = ["CONTEXT_EXTRA", "LUA_DIR", "NAMES", "SCRIPTS", "Scripts", "render", "source", "text"]
+__all__ = [
+    "CONTEXT_EXTRA", "LUA_DIR", "NAMES", "SCRIPTS", "Scripts", "library", "library_source", "prepare_scripts",
+    "render", "source", "text",
+]  # fmt: skip
 
 LUA_DIR = Path(__file__).with_name("lua")
 _ON_PARTITION = ("clock", "prelude")
@@ -86,44 +97,46 @@ CONTEXT_EXTRA = (
 
 class Scripts:
     """The scripts registered on one client; call a partition's script with ``frame``:
-    ``await scripts.commit(*scripts.frame(part, keys, args))`` (or ``keys=…, args=…`` of it)."""
+    ``await scripts.commit(*scripts.frame(part, keys, args))`` (or ``keys=…, args=…`` of it).
+    Each is a function of the library or a script run by EVALSHA (``functions``: as given, else as
+    AGENTMILL_REDIS_FUNCTIONS says, auto following what start-up chose: ``prepare_scripts``)."""
 
-    submit: AsyncScript
-    submit_many: AsyncScript
-    spawn_child: AsyncScript
-    child_result: AsyncScript
-    submit_restored: AsyncScript
-    batch_replace: AsyncScript
-    list_runs: AsyncScript
-    batch_results: AsyncScript
-    acquire: AsyncScript
-    commit: AsyncScript
-    beat: AsyncScript
-    forget_worker: AsyncScript
-    release: AsyncScript
-    redispatch: AsyncScript
-    abort: AsyncScript
-    settle_approval: AsyncScript
-    batch_close: AsyncScript
-    tool_results: AsyncScript
-    claim_jobs: AsyncScript
-    claim_webhooks: AsyncScript
-    capacity_acquire: AsyncScript
-    capacity_renew: AsyncScript
-    capacity_release: AsyncScript
-    capacity_pause: AsyncScript
-    admit_tenant: AsyncScript
-    admit_rate: AsyncScript
-    budget_reserve: AsyncScript
-    budget_settle: AsyncScript
-    scaling: AsyncScript
-    schedule_create: AsyncScript
-    schedule_claim: AsyncScript
-    schedule_advance: AsyncScript
-    schedule_delete: AsyncScript
-    schedule_pause: AsyncScript
-    archive_claim: AsyncScript
-    archive_done: AsyncScript
+    submit: Script
+    submit_many: Script
+    spawn_child: Script
+    child_result: Script
+    submit_restored: Script
+    batch_replace: Script
+    list_runs: Script
+    batch_results: Script
+    acquire: Script
+    commit: Script
+    beat: Script
+    forget_worker: Script
+    release: Script
+    redispatch: Script
+    abort: Script
+    settle_approval: Script
+    batch_close: Script
+    tool_results: Script
+    claim_jobs: Script
+    claim_webhooks: Script
+    capacity_acquire: Script
+    capacity_renew: Script
+    capacity_release: Script
+    capacity_pause: Script
+    admit_tenant: Script
+    admit_rate: Script
+    budget_reserve: Script
+    budget_settle: Script
+    scaling: Script
+    schedule_create: Script
+    schedule_claim: Script
+    schedule_advance: Script
+    schedule_delete: Script
+    schedule_pause: Script
+    archive_claim: Script
+    archive_done: Script
 
     def __init__(
         self,
@@ -136,9 +149,14 @@ class Scripts:
         aging_ms: int = 30_000,
         usage_ttl_s: int = 400 * 86_400,
         archive: bool = False,
+        functions: bool | None = None,
+        mode: str | None = None,
     ) -> None:
-        for name, text_ in _rendered().items():
-            setattr(self, name, redis.register_script(text_))
+        self._by_eval: dict[str, Script] = {n: EvalScript(redis, t) for n, t in _rendered().items()}
+        lib = library()
+        self._by_fcall: dict[str, Script] = {n: FunctionScript(redis, lib, n) for n in SCRIPTS}
+        self._fixed = functions
+        self._mode = mode
         extra = {
             **dict(zip(("job_a", "job_b", "job_c", "job_d"), dispatch.JOB_TEMPLATE, strict=True)),
             "maxlen": str(stream_maxlen), "retention": str(retention_s), "queued_check_ms": str(queued_check_ms),
@@ -149,6 +167,23 @@ class Scripts:
         }  # fmt: skip
         self._extra = keys.SEP.join(extra[f] for f in CONTEXT_EXTRA) + keys.SEP
         self._contexts: dict[int, str] = {}
+
+    @property
+    def functions(self) -> bool:
+        """Are the scripts run as the library's functions (else by EVALSHA)?"""
+        if self._fixed is not None:
+            return self._fixed
+        if self._mode is None:
+            self._mode = get_settings().redis_functions
+        return functions.use_functions(self._mode)
+
+    def __getattr__(self, name: str) -> Script:
+        if name.startswith("_") or name not in SCRIPTS:
+            raise AttributeError(name)
+        script = (self._by_fcall if self.functions else self._by_eval)[name]
+        if self._fixed is not None or self._mode != "auto" or functions.chosen() is not None:
+            setattr(self, name, script)  # the choice is final: looked up directly from now on
+        return script
 
     @classmethod
     def for_settings(cls, redis: Redis, settings: Settings) -> Scripts:
@@ -164,6 +199,7 @@ class Scripts:
             aging_ms=settings.priority_aging_ms,
             usage_ttl_s=settings.usage_retention_days * 86_400,
             archive=bool(settings.archive_url),
+            mode=settings.redis_functions,
         )
 
     def context(self, part: keys.Partition) -> str:
@@ -214,10 +250,55 @@ def _name(m: re.Match[str]) -> str:
     return f"'{values[member]}'"
 
 
+def _file(part: str) -> str:
+    return (LUA_DIR / f"{part}.lua").read_text()
+
+
+def _enter(part: str) -> str:
+    """The call of a shared file's per-call start (``enter_<file>``), if it has one."""
+    return f"enter_{part}(KEYS, ARGV)\n" if f"local function enter_{part}(" in _file(part) else ""
+
+
 @functools.cache
 def source(name: str) -> str:
-    """A script's source as written, its tokens not filled in yet."""
-    return "".join((LUA_DIR / f"{part}.lua").read_text() for part in SCRIPTS[name])
+    """A script's source as written (as run by EVALSHA), its tokens not filled in yet: its shared
+    files, the calls of their ``enter_<file>``, its body."""
+    *shared, body = SCRIPTS[name]
+    return "".join(map(_file, shared)) + "".join(map(_enter, shared)) + _file(body)
+
+
+_VERSION = "__LIBRARY_VERSION__"
+
+
+@functools.cache
+def library_source() -> str:
+    """The function library's source (tokens not filled in, its version a placeholder): each shared
+    file once, in order of first use, then one function per script (``<name>_<version>``), the
+    calls of its shared files' ``enter_<file>`` then its body."""
+    shared: list[str] = []
+    for parts in SCRIPTS.values():
+        shared += [p for p in parts[:-1] if p not in shared]
+    out = [f"#!lua name={functions.LIBRARY_PREFIX}{_VERSION}\n", *map(_file, shared)]
+    for name, (*uses, body) in SCRIPTS.items():
+        out += [f"redis.register_function('{name}_{_VERSION}', function(KEYS, ARGV)\n",
+                *map(_enter, uses), _file(body), "\nend)\n"]  # fmt: skip
+    return "".join(out)
+
+
+@functools.cache
+def library() -> Library:
+    """The library, rendered; its version is a hash of its code."""
+    code = render(library_source())
+    version = hashlib.sha1(code.encode()).hexdigest()[:12]
+    return Library(version, code.replace(_VERSION, version))
+
+
+async def prepare_scripts(parts: Any, settings: Settings) -> bool:
+    """Start-up of a process: choose Functions or EVALSHA (AGENTMILL_REDIS_FUNCTIONS) and, with
+    Functions, load the library on every master of ``parts`` (a started Partitions, or a client)
+    that lacks it."""
+    clients = parts.topology.clients() if hasattr(parts, "topology") else [parts]
+    return await functions.prepare(clients, settings.redis_functions, library())
 
 
 def render(text_: str) -> str:

@@ -8,6 +8,7 @@ field has no description).
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Literal
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -36,6 +37,11 @@ class Settings(BaseSettings):
         default=None,
         description="replicas a worker's writes wait for (`WAIT`) before it acts on them; unset: 1 on a "
         "cluster, 0 otherwise; 0 for a cluster without replicas",
+    )
+    redis_functions: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="run the Lua scripts as one Redis Functions library (`FCALL`; `on`, needs Redis 7) or "
+        "by `EVALSHA` (`off`); `auto`: Functions when every master is Redis >= 7, chosen at start-up",
     )
     partitions: int | None = Field(
         default=None,

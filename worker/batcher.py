@@ -12,7 +12,7 @@ while Redis runs the rest. One pipeline of 256 left both idle in turn: a run's f
 started 90 ms after its job, now 50-60 ms (bench figure 4, 1,000 in flight: 0.78 → 0.80 of ideal).
 
 Each batch goes the one route to Redis (``Partitions.sending``, shared/route.py): grouped by node,
-sent again after a moved slot, a dead master or NOSCRIPT (every script here answers a repeat of
+sent again after a moved slot, a dead master or a missing script (NOSCRIPT, "Function not found") (every script here answers a repeat of
 itself as the first time, so a batch whose reply was lost may be sent again). With
 ``wait_replicas``, each batch ends with ``WAIT``: its callers hear back once that many replicas
 hold the writes, so a failover that follows loses none of what a run then acts upon.
@@ -23,14 +23,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from redis.commands.core import AsyncScript
-
+from shared.functions import Script
 from shared.keys import Partition
 from shared.partitions import Partitions
 
 __all__ = ["ScriptBatcher"]
 
-_Call = tuple[Partition, AsyncScript, list[Any], list[Any], "asyncio.Future[Any]"]
+_Call = tuple[Partition, Script, list[Any], list[Any], "asyncio.Future[Any]"]
 
 
 class ScriptBatcher:
@@ -54,9 +53,7 @@ class ScriptBatcher:
         self.batches = 0  # round trips sent (for the bench)
         self.calls = 0
 
-    def call(
-        self, part: Partition, script: AsyncScript, keys: list[Any], args: list[Any]
-    ) -> asyncio.Future[Any]:
+    def call(self, part: Partition, script: Script, keys: list[Any], args: list[Any]) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
         self.pending.append((part, script, keys, args, fut))
@@ -86,13 +83,8 @@ class ScriptBatcher:
         out = self.parts.sending(
             deadline_s=deadline_s, wait_replicas=self.wait_replicas, wait_timeout_ms=self.wait_timeout_ms
         )
-        out.add_all(
-            [
-                (part, ("EVALSHA", script.sha, len(keys), *keys, *args), script)
-                for part, script, keys, args, _ in batch
-            ]
-        )
-        try:
+        try:  # a call that cannot be framed fails its callers too, rather than leave them waiting
+            out.add_all([(part, script.command(keys, args), script) for part, script, keys, args, _ in batch])
             replies = await out.replies()
         except BaseException as exc:
             _fail(batch, exc)

@@ -27,6 +27,7 @@ from shared.loop import unless_closing
 from shared.partitions import Partitions
 from shared.profiles import AgentProfile, profiles_from
 from shared.quotas import Quotas
+from shared.scripts import prepare_scripts
 from shared.settings import Settings, get_settings
 from worker import failpoints, tracing
 from worker.archiving import archive_forever
@@ -184,10 +185,10 @@ class WorkerProcess(LeaseKeeping):
             await parts.aclose()
             await arq_parts.aclose()
 
-    @staticmethod
-    async def _start_clients(parts: Partitions[Redis], arq_parts: Partitions[ArqRedis]) -> bool:
+    async def _start_clients(self, parts: Partitions[Redis], arq_parts: Partitions[ArqRedis]) -> bool:
         await parts.start()
         await arq_parts.start()
+        await prepare_scripts(parts, self.settings)  # Functions or EVALSHA; the library on every master
         return True
 
     async def _serve_on(self, parts: Partitions[Redis], arq_parts: Partitions[ArqRedis]) -> None:

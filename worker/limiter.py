@@ -23,9 +23,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from redis.commands.core import AsyncScript
-
 from shared import keys
+from shared.functions import Script
 from shared.profiles import ProviderConfig
 from shared.scripts import Scripts, text
 
@@ -147,7 +146,7 @@ class ProviderLimiter:
             k = keys.provider_pause_key(endpoint)
             await self._run(self.scripts.capacity_pause, [k], [ms])
 
-    async def _run(self, script: AsyncScript, ks: list[str], args: list[Any]) -> Any:
+    async def _run(self, script: Script, ks: list[str], args: list[Any]) -> Any:
         if self.on_key is None:
             return await script(keys=ks, args=args)
         return await self.on_key(ks[0], lambda c: script(keys=ks, args=args, client=c))

@@ -13,12 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError, ResponseError
 
 from agentmill_client.models import Message, ToolCall, ToolResult, Usage
 from shared import children as kids
 from shared.children import ChildSpec, Spawned
+from shared.functions import Script, each_with_reload
 from shared.keys import Partition
 from shared.partitions import Partitions
 from shared.profiles import ContextConfig
@@ -71,7 +70,7 @@ class RedisRunStore:
         self.lease_id = ""  # the worker lease id it acquired the run under
         self.tenant = ""
 
-    async def _run(self, script: AsyncScript, own_keys: list[Any], args: list[Any]) -> Any:
+    async def _run(self, script: Script, own_keys: list[Any], args: list[Any]) -> Any:
         k, a = self.scripts.frame(self.part, own_keys, args)
         if self.batcher is not None:
             return await self.batcher.call(self.part, script, k, a)
@@ -294,10 +293,10 @@ async def beat(
     def queue(pipe: Any, part: Partition) -> None:
         k, a = scripts.frame(part, [part.worker_inbox(lease_id), part.worker_lease(lease_id)],
                              [lease_id, lease_ms, max_messages, "1" if register else ""])  # fmt: skip
-        pipe.evalsha(scripts.beat.sha, len(k), *k, *a)
+        scripts.beat.queue(pipe, k, a)
 
     # Bounded: a beat stuck on a dead master would keep the worker from seeing its lease run out.
-    replies = await _each_script(parts, scripts.beat, queue, deadline_s=max(0.5, lease_ms / 3000.0))
+    replies = await each_with_reload(parts, scripts.beat, queue, deadline_s=max(0.5, lease_ms / 3000.0))
     aborts: list[tuple[str, int, str]] = []
     workers = 1
     for (r,) in replies:
@@ -317,29 +316,10 @@ async def forget_worker(
     def queue(pipe: Any, part: Partition) -> None:
         own = [part.worker_runs(lease_id), part.worker_inbox(lease_id), part.worker_lease(lease_id)]
         k, a = scripts.frame(part, own, [lease_id, "1" if only_if_expired else ""])
-        pipe.evalsha(scripts.forget_worker.sha, len(k), *k, *a)
+        scripts.forget_worker.queue(pipe, k, a)
 
-    verdicts = {text(r[0]) for (r,) in await _each_script(parts, scripts.forget_worker, queue)}
+    verdicts = {text(r[0]) for (r,) in await each_with_reload(parts, scripts.forget_worker, queue)}
     for v in ("has_runs", "alive", "forgotten"):
         if v in verdicts:
             return v
     return "gone"
-
-
-async def _each_script(
-    parts: Partitions[Any], script: AsyncScript, queue: Any, *, deadline_s: float = 30.0
-) -> list[Any]:
-    """``queue(pipe, part)`` on every partition; once more after loading the script where Redis
-    did not know it (a fresh or restarted node)."""
-    try:
-        return await parts.each(queue, deadline_s=deadline_s)
-    except ResponseError as exc:  # NoScriptError, or its text inside a pipeline's annotated error
-        if (
-            not isinstance(exc, NoScriptError)
-            and "NOSCRIPT" not in str(exc)
-            and "No matching script" not in str(exc)
-        ):
-            raise
-        for client in parts.topology.clients():
-            await client.script_load(script.script)
-        return await parts.each(queue, deadline_s=deadline_s)

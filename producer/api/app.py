@@ -33,6 +33,7 @@ from producer.api.sse import MAX_BLOCK_S
 from producer.api.state import Api
 from producer.routing import Parts
 from shared.partitions import Partitions
+from shared.scripts import prepare_scripts
 from shared.settings import Settings, get_settings
 
 __all__ = ["create_app"]
@@ -62,6 +63,7 @@ def create_app(
                     own.push_async_callback(parts.aclose)
                     await parts.start()
                     pools.append(parts)
+                await prepare_scripts(pools[0], settings)  # Functions or EVALSHA; the library on every master
             api = Api(settings, *pools, closing=app.state.closing)
             app.state.api = api
             if api.producer.archive is not None:

@@ -8,7 +8,9 @@ own deadline in the app (producer/api/middleware.py, BodyLimit).
 
 On SIGTERM or Ctrl-C uvicorn stops accepting and waits for the open requests to end: ``ApiServer``
 first sets the app's ``closing`` event, which ends the SSE streams and long-polls at once
-(producer/api/streams.py, ``unless_closing``), so the process exits promptly.
+(producer/api/streams.py, ``unless_closing``), so the process exits promptly. Whoever serves the
+API builds its server with ``api_server``: a plain ``uvicorn.Server`` never sets ``closing``, and its
+shutdown (a signal or ``should_exit``) waits for every open stream's run to end.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from shared.settings import Settings
 
-__all__ = ["ApiServer", "HeaderDeadlineProtocol", "server_config"]
+__all__ = ["ApiServer", "HeaderDeadlineProtocol", "api_server", "server_config"]
 
 
 class HeaderDeadlineProtocol(H11Protocol):
@@ -70,3 +72,8 @@ class ApiServer(uvicorn.Server):
         if isinstance(closing, asyncio.Event):
             closing.set()  # on the loop, after the signal: the streams end, uvicorn stops waiting
         await super().shutdown(sockets)
+
+
+def api_server(app: Any, settings: Settings, **kw: Any) -> ApiServer:
+    """The API's server as `agentmill api` runs it: ``ApiServer`` on ``server_config``."""
+    return ApiServer(server_config(app, settings, **kw))

@@ -163,12 +163,14 @@ async def direct_producer() -> AsyncIterator[Any]:
     from producer.service import Producer
     from shared.partitions import Partitions
     from shared.profiles import profiles_from
+    from shared.scripts import prepare_scripts
 
     settings = get_settings()
     parts: Partitions[Any] = Partitions.from_settings(settings, retries=3)
     producer = None
     try:
         await parts.start()
+        await prepare_scripts(parts, settings)
         producer = Producer(
             parts, settings=settings, profiles=profiles_from(settings.profiles, dev=settings.dev_profiles)
         )

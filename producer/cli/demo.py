@@ -38,7 +38,7 @@ def worker() -> None:
 def api() -> None:
 
     from producer.api.app import create_app
-    from producer.api.serve import ApiServer, server_config
+    from producer.api.serve import api_server
 
     settings = get_settings()
     logs.configure(json_lines=settings.log_json, level=settings.log_level, process="api")
@@ -47,7 +47,7 @@ def api() -> None:
     # collector's full passes skip it instead of pausing a large batch request for 50-100 ms.
     gc.collect()
     gc.freeze()
-    config = server_config(
+    api_server(
         app,
         settings,
         host=settings.api_host,
@@ -55,8 +55,7 @@ def api() -> None:
         loop="uvloop",
         log_level="warning",
         access_log=False,
-    )
-    ApiServer(config).run()
+    ).run()
 
 
 @click.command(help="The embedded demo: own Redis, API and worker; a batch of runs, shown as they finish.")
@@ -69,11 +68,9 @@ QUESTIONS = ["what is {a} * {b}?", "compute {a} + {b} * 2", "({a} - {b}) * 3 = ?
 
 
 async def _demo(n: int) -> int:
-    import uvicorn
-
     from agentmill_client.client import AsyncClient
     from producer.api.app import create_app
-    from producer.api.serve import server_config
+    from producer.api.serve import api_server
     from producer.cli.embedded_redis import EmbeddedRedis, EmbeddedRedisError, free_port
     from worker.jobs import WorkerProcess
 
@@ -94,10 +91,8 @@ async def _demo(n: int) -> int:
     console.print(
         f"[bold]agentmill demo[/]: Redis {safe_url(url)}{' (private)' if server else ''}, API http://127.0.0.1:{port}, one worker"
     )
-    api = uvicorn.Server(
-        server_config(
-            create_app(settings), settings, host="127.0.0.1", port=port, log_level="error", access_log=False
-        )
+    api = api_server(
+        create_app(settings), settings, host="127.0.0.1", port=port, log_level="error", access_log=False
     )
     api_task = asyncio.create_task(api.serve())
     wp = WorkerProcess(settings)

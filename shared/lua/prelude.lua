@@ -5,21 +5,23 @@
 --         scheduled jobs, queue depth per priority
 --   ARGV[1]: the partition's context (shared.scripts.Scripts.context: the key prefixes of
 --            shared.keys.Partition.context, the arq job template, the settings), parsed on demand
-local CTX_RAW = table.remove(ARGV, 1)
-local DEPTH = table.remove(KEYS)
-local SCHEDULED = table.remove(KEYS)
-local WEBHOOKS = table.remove(KEYS)
-local WORKERS = table.remove(KEYS)
-local AWAITING = table.remove(KEYS)
-local LIVE = table.remove(KEYS)
-local QUEUE = table.remove(KEYS)
+-- enter_prelude (at the end) takes them off at the start of each call: with Redis Functions this
+-- file runs once, when the library loads, and each call only runs enter_prelude (shared.scripts).
+-- Every local below that a call changes is reset there.
+local CTX_RAW, DEPTH, SCHEDULED, WEBHOOKS, WORKERS, AWAITING, LIVE, QUEUE = nil, nil, nil, nil, nil, nil, nil, nil
 local CTX = nil
+local CTX_OF, CTX_COUNT = {}, 0  -- raw context -> parsed, kept across the calls of a library
 local function ctx()
+  if CTX then return CTX end
+  CTX = CTX_OF[CTX_RAW]
   if CTX then return CTX end
   CTX = {}
   local names = {__CONTEXT_FIELDS__}
   local i = 1
   for v in string.gmatch(CTX_RAW, '([^\031]*)\031') do CTX[names[i]] = v; i = i + 1 end
+  if CTX_COUNT >= 1000 then CTX_OF, CTX_COUNT = {}, 0 end  -- bounded: one per partition and settings
+  CTX_OF[CTX_RAW] = CTX
+  CTX_COUNT = CTX_COUNT + 1
   return CTX
 end
 -- Keys that depend on what a script reads: a prefix of the context followed by an id.
@@ -387,4 +389,18 @@ local function approval_expired(run, now)
   end
   if run_at and (not approval_at or run_at < approval_at) then return nil, nil, run_at end
   return nil, nil, approval_at
+end
+-- The start of every call: the partition's keys and context off KEYS and ARGV, the per-call state reset.
+local function enter_prelude(KEYS, ARGV)
+  CTX_RAW = table.remove(ARGV, 1)
+  DEPTH = table.remove(KEYS)
+  SCHEDULED = table.remove(KEYS)
+  WEBHOOKS = table.remove(KEYS)
+  WORKERS = table.remove(KEYS)
+  AWAITING = table.remove(KEYS)
+  LIVE = table.remove(KEYS)
+  QUEUE = table.remove(KEYS)
+  CTX = nil
+  DEFERRED, TRIM, BATCH_NEW = nil, nil, nil
+  BATCH_FINISHED = {}
 end

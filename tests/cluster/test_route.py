@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from shared.functions import EvalScript, FunctionScript, Library, Script
 from shared.partitions import Partitions
 from shared.settings import Settings
 from tests.support.redis_cluster import LocalRedisCluster
@@ -30,21 +31,33 @@ def cluster() -> Iterator[LocalRedisCluster]:
         yield c
 
 
-async def test_one_round_trip_per_node_and_a_failover_followed(cluster: LocalRedisCluster) -> None:
+def _echo(client: Any, kind: str) -> Script:
+    """ECHO run by EVALSHA, or as a function of a library (which replicates: a promoted replica has it)."""
+    if kind == "evalsha":
+        return EvalScript(client, ECHO)
+    lib = Library(
+        "e1", f"#!lua name=agentmill_e1\nredis.register_function('echo_e1', function(KEYS, ARGV) {ECHO} end)"
+    )
+    return FunctionScript(client, lib, "echo")
+
+
+@pytest.mark.parametrize("kind", ["evalsha", "fcall"])
+async def test_one_round_trip_per_node_and_a_failover_followed(cluster: LocalRedisCluster, kind: str) -> None:
     parts: Partitions[Any] = Partitions.from_settings(Settings(redis_url=cluster.url, redis_cluster=True))
     await parts.start()
     try:
-        script = parts.client(parts.parts[0]).register_script(ECHO)
+        script = _echo(parts.client(parts.parts[0]), kind)
         nodes = {id(parts.client(p)) for p in parts.parts}
         assert len(parts.parts) == 16 and len(nodes) == 3
 
         out = parts.sending()
         for p in parts.parts:
             out.add(p, ("SET", p.run("r"), str(p.index)))
-            out.add_script(p, script, [p.run("n")], [f"p{p.index}"])
+            out.add_script(p, script, [p.run(kind)], [f"p{p.index}"])
         replies = await out.replies()
         assert replies[0::2] == [b"OK"] * 16
-        # Every node met the script first as NOSCRIPT: loaded there, and only those calls sent again.
+        # Every node met the script first as NOSCRIPT (or "Function not found"): loaded there, and only
+        # those calls sent again.
         assert replies[1::2] == [f"p{i}".encode() for i in range(16)]
         assert out.round_trips == 3 + 3 and out.commands_sent == 32 + 16
 
@@ -52,10 +65,12 @@ async def test_one_round_trip_per_node_and_a_failover_followed(cluster: LocalRed
         part = parts.parts[5]
         await asyncio.to_thread(cluster.failover, part.slot)
         out = parts.sending(deadline_s=20.0)
-        at = [out.add_script(p, script, [p.run("n")], ["again"]) for p in parts.parts]
+        at = [out.add_script(p, script, [p.run(kind)], ["again"]) for p in parts.parts]
         replies = await out.replies()
         assert [replies[i] for i in at] == [b"again"] * 16
-        counts = await asyncio.gather(*(parts.call(p, lambda c, p=p: c.get(p.run("n"))) for p in parts.parts))
+        counts = await asyncio.gather(
+            *(parts.call(p, lambda c, p=p: c.get(p.run(kind))) for p in parts.parts)
+        )
         assert counts == [b"2"] * 16  # each partition's script ran twice in all: none lost, none doubled
     finally:
         await parts.aclose()

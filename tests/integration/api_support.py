@@ -17,7 +17,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from producer.api.app import create_app
-from producer.api.serve import server_config
+from producer.api.serve import api_server
 from producer.scope import Scope
 from shared.settings import Settings
 from tests.support.redis_server import free_port
@@ -31,9 +31,7 @@ B = {"Authorization": "Bearer tok-b"}
 async def api(settings: Settings) -> AsyncIterator[str]:
     """The API in this process, served as `agentmill api` serves it; yields its base URL."""
     port = free_port()
-    server = uvicorn.Server(
-        server_config(create_app(settings), settings, host="127.0.0.1", port=port, log_level="error")
-    )
+    server = api_server(create_app(settings), settings, host="127.0.0.1", port=port, log_level="error")
     task = asyncio.create_task(server.serve())
     while not server.started:
         await asyncio.sleep(0.01)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
+from shared.functions import EvalScript, FunctionScript, Library, Script
 from shared.redis_conn import connect
 from shared.route import pipelined
 from shared.settings import Settings
@@ -17,10 +20,25 @@ from worker.batcher import ScriptBatcher
 pytestmark = pytest.mark.integration
 
 INCR = "redis.call('INCR', KEYS[1]); if ARGV[1] == 'boom' then return redis.error_reply('boom') end; return ARGV[1]"
+Forget = Callable[[], Awaitable[Any]]
 
 
-async def test_calls_of_one_turn_go_in_pipelines_of_max_batch_each_with_its_reply(redis: Redis) -> None:
-    script = redis.register_script(INCR)
+@pytest.fixture(params=["evalsha", "fcall"])
+def incr(request: pytest.FixtureRequest, redis: Redis) -> tuple[Script, Forget]:
+    """INCR as a script run by EVALSHA or as a function of a library; and how Redis forgets it
+    (a restart without persistence: SCRIPT FLUSH, FUNCTION FLUSH)."""
+    if request.param == "evalsha":
+        return EvalScript(redis, INCR), redis.script_flush
+    lib = Library(
+        "t1", f"#!lua name=agentmill_t1\nredis.register_function('incr_t1', function(KEYS, ARGV) {INCR} end)"
+    )
+    return FunctionScript(redis, lib, "incr"), lambda: redis.execute_command("FUNCTION", "FLUSH")
+
+
+async def test_calls_of_one_turn_go_in_pipelines_of_max_batch_each_with_its_reply(
+    redis: Redis, incr: tuple[Script, Forget]
+) -> None:
+    script, _forget = incr
     await script(keys=["warm"], args=["x"])  # loaded once, as the worker's scripts are
     b = ScriptBatcher(parts_of(redis))
     replies = await asyncio.gather(
@@ -33,8 +51,10 @@ async def test_calls_of_one_turn_go_in_pipelines_of_max_batch_each_with_its_repl
     assert await redis.get("n") == b"51"
 
 
-async def test_a_call_whose_caller_gave_up_before_the_batch_left_is_not_sent(redis: Redis) -> None:
-    script = redis.register_script(INCR)
+async def test_a_call_whose_caller_gave_up_before_the_batch_left_is_not_sent(
+    redis: Redis, incr: tuple[Script, Forget]
+) -> None:
+    script, _forget = incr
     await script(keys=["warm"], args=["x"])
     b = ScriptBatcher(parts_of(redis))
     kept = b.call(K, script, ["n"], ["a"])
@@ -45,10 +65,12 @@ async def test_a_call_whose_caller_gave_up_before_the_batch_left_is_not_sent(red
     assert await redis.get("n") == b"1"
 
 
-async def test_scripts_flushed_by_a_redis_restart_are_loaded_again(redis: Redis) -> None:
-    script = redis.register_script(INCR)
+async def test_scripts_flushed_by_a_redis_restart_are_loaded_again(
+    redis: Redis, incr: tuple[Script, Forget]
+) -> None:
+    script, forget = incr
     await script(keys=["warm"], args=["x"])
-    await redis.script_flush()
+    await forget()
     b = ScriptBatcher(parts_of(redis))
     assert await asyncio.gather(b.call(K, script, ["n"], ["a"]), b.call(K, script, ["n"], ["b"])) == [
         b"a",
@@ -57,10 +79,12 @@ async def test_scripts_flushed_by_a_redis_restart_are_loaded_again(redis: Redis)
     assert await redis.get("n") == b"2"
 
 
-async def test_calls_refused_for_an_unknown_script_are_sent_again_in_one_round_trip(redis: Redis) -> None:
-    script = redis.register_script(INCR)
+async def test_calls_refused_for_an_unknown_script_are_sent_again_in_one_round_trip(
+    redis: Redis, incr: tuple[Script, Forget]
+) -> None:
+    script, forget = incr
     await script(keys=["warm"], args=["x"])
-    await redis.script_flush()
+    await forget()
     b = ScriptBatcher(parts_of(redis), max_batch=64)
     replies = await asyncio.gather(*(b.call(K, script, ["n"], [str(i)]) for i in range(40)))
     assert replies == [str(i).encode() for i in range(40)]

@@ -9,12 +9,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 import uvicorn
 from redis.asyncio import Redis
 
 from agentmill_client.client import ApiError, AsyncClient, Client
+from producer.api import serve
 from producer.api.app import create_app
 from shared.settings import Settings
 from tests.integration.helpers import producer_for, running_worker, script_run, stream, until_status, wait_all
@@ -27,17 +29,28 @@ pytestmark = pytest.mark.integration
 
 
 def api_server(redis_url: str, port: int, **settings: Any) -> uvicorn.Server:
-    return uvicorn.Server(
-        uvicorn.Config(
-            create_app(Settings(redis_url=redis_url, **{"auth_disabled": True, **settings})),
-            host="127.0.0.1",
-            port=port,
-            log_level="error",
-        )
-    )
+    """The API as `agentmill api` serves it (its streams end when it stops), on ``port``."""
+    s = Settings(redis_url=redis_url, **{"auth_disabled": True, **settings})
+    return serve.api_server(create_app(s), s, host="127.0.0.1", port=port, log_level="error")
+
+
+class StreamCount(httpx.AsyncHTTPTransport):
+    """The client's transport, counting the event streams it opens."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.streams = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.streams += request.url.path.endswith("/events")
+        return await super().handle_async_request(request)
 
 
 async def test_events_survive_an_api_restart_and_yield_every_seq_once(redis_url: str) -> None:
+    """The API stopped mid-stream ends its open stream at once (#24: ``closing``), without the
+    terminal event, and the client resumes on the next API: two streams. (A server that waits for
+    the stream instead sends every event before it stops: one stream, and the client's next call
+    races the next API's start-up; that is how this test once failed in Functions mode only.)"""
     port = free_port()
     server = api_server(redis_url, port)
     task = asyncio.create_task(server.serve())
@@ -54,7 +67,8 @@ async def test_events_survive_an_api_restart_and_yield_every_seq_once(redis_url:
             }
             for i in range(6)
         ]
-        async with AsyncClient(f"http://127.0.0.1:{port}") as c:
+        transport = StreamCount()
+        async with AsyncClient(f"http://127.0.0.1:{port}", transport=transport) as c:
             run_id = (await c.submit(script_run(script))).runId
             seen: list[int] = []
             restarted = False
@@ -71,6 +85,7 @@ async def test_events_survive_an_api_restart_and_yield_every_seq_once(redis_url:
         assert restarted and view.status == "completed"
         assert view.result is not None and view.result.final_assistant_message is not None
         assert seen == list(range(1, view.lastSeq + 1))
+        assert transport.streams == 2  # the first ended at the restart, not after the run
     finally:
         wp.request_stop()
         server.should_exit = True

@@ -16,7 +16,7 @@ from agentmill_client.codec import to_jsonable
 from agentmill_client.statuses import RunStatus
 from shared.clock import utc_day
 from shared.fields import RunField
-from shared.scripts import LUA_DIR, Scripts, render
+from shared.scripts import LUA_DIR, Scripts, _enter, render
 from tests.integration.helpers import producer_for, script_run, stream
 from tests.support.schema import K
 from worker import machine as m
@@ -79,7 +79,10 @@ async def test_finalize_writes_the_machines_ending(
 ) -> None:
     """finalize itself, for both of its statuses: a failed run's error event, then its status."""
     await redis.hset(K.run("r-fin"), mapping={RunField.STATUS: RunStatus.QUEUED, RunField.LAST_SEQ: 0})
-    probe = render("".join((LUA_DIR / f"{p}.lua").read_text() for p in ("clock", "prelude")) + FINALIZE)
+    shared = ("clock", "prelude")  # with their per-call starts, as every script runs them (scripts.source)
+    probe = render(
+        "".join((LUA_DIR / f"{p}.lua").read_text() for p in shared) + "".join(map(_enter, shared)) + FINALIZE
+    )
     own = [K.run("r-fin"), K.events("r-fin"), K.tools("r-fin")]
     k, a = Scripts(redis).frame(K, own, ["r-fin", status, code, message])
     await redis.eval(probe, len(k), *k, *a)

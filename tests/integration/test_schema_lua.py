@@ -29,7 +29,7 @@ async def test_what_the_lua_builds_equals_the_python_schema(redis: Redis, count:
     part = keys.Layout(count).parts[index]
     scripts = Scripts(r, queued_check_ms=777, stream_maxlen=55, retention_s=99)
     prelude = "".join((LUA_DIR / f"{p}.lua").read_text() for p in ("clock", "prelude"))
-    probe = render(prelude + PROBE)
+    probe = render(prelude + "enter_clock(KEYS, ARGV)\nenter_prelude(KEYS, ARGV)\n" + PROBE)
     assert "__" not in probe.replace("__index", "")
     k, a = scripts.frame(part, [], ["run-1", "ses-1", "acme"])
     got = [v.decode() for v in await r.eval(probe, len(k), *k, *a)]

@@ -32,6 +32,7 @@ from tests.support.redis_server import free_port, redis_server_binary
 __all__ = ["ClusterMaster", "LocalRedisCluster", "LocalRedisClusterError", "NodeStats", "redis_cli_binary"]
 
 HOST = "127.0.0.1"
+MANUAL_FAILOVER_S = 6.0  # Redis gives a manual failover up after 5 s (CLUSTER_MF_TIMEOUT)
 
 
 class LocalRedisClusterError(RuntimeError):
@@ -212,16 +213,27 @@ class LocalRedisCluster:
 
     def failover(self, slot: int, timeout_s: float = 15.0) -> int:
         """A manual CLUSTER FAILOVER on a replica of the master owning ``slot``; waits until that
-        replica is its master and every live node agrees and reports ok. Returns the new master's port."""
+        replica is its master and every live node agrees and reports ok. Returns the new master's port.
+        Asked again when Redis gives it up (after 5 s: the masters refuse to vote for a replica of a
+        master they voted for within twice the node timeout, as in failovers of one slot in a row)."""
         deadline = time.monotonic() + timeout_s
         old = self.master_for_slot(slot)
         self.replica_of(old)  # raises at once when it has none
         self._wait(f"a replica of {old} in sync", lambda: self._linked_replica(old) is not None, deadline)
         new = self._linked_replica(old)
         assert new is not None
-        self._call(new, "CLUSTER", "FAILOVER")
-        self._wait(f"replica {new} promoted for slot {slot}", lambda: self._settled(slot, new), deadline)
-        return new
+        self._wait(f"{old} knowing {new} as its replica", lambda: self._knows_replica(old, new), deadline)
+        while True:
+            self._call(new, "CLUSTER", "FAILOVER")
+            attempt = min(deadline, time.monotonic() + MANUAL_FAILOVER_S)
+            try:
+                self._wait(
+                    f"replica {new} promoted for slot {slot}", lambda: self._settled(slot, new), attempt
+                )
+                return new
+            except LocalRedisClusterError:
+                if time.monotonic() >= deadline:
+                    raise
 
     def kill_master(self, slot: int, *, wait: bool = True, timeout_s: float = 20.0) -> int:
         """SIGKILL the master owning ``slot``; returns its port. ``wait``: until a replica is promoted
@@ -338,6 +350,14 @@ class LocalRedisCluster:
 
     def _linked_replica(self, master_port: int) -> int | None:
         return next(iter(self.replicas_of(master_port, linked=True)), None)
+
+    def _knows_replica(self, master_port: int, replica_port: int) -> bool:
+        """Does the master's own view (its CLUSTER NODES) have ``replica_port`` as its replica? A
+        replica's link can be up before that (just after a failover, the old master turned replica):
+        its manual failover request is then ignored by the master and times out after 5 s."""
+        nodes = self._nodes(master_port)
+        line, me = cluster_nodes.line_of(nodes, replica_port), cluster_nodes.myself(nodes)
+        return line is not None and me is not None and "slave" in line[2].split(",") and line[3] == me[0]
 
     def _replicas_linked(self) -> bool:
         replicas = 0

@@ -1,0 +1,107 @@
+"""Figures 3b and 3d: Redis CPU per step with the scripts as a Redis Functions library (FCALL) beside the
+same load by EVALSHA (AGENTMILL_REDIS_FUNCTIONS=on / off), on the bench's one Redis, in one run."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from redis.asyncio import Redis
+
+from agentmill_client.statuses import TERMINAL
+from bench.figure import Figure
+from bench.plumbing import Plumbing
+from shared.scripts import Scripts
+from tests.support.schema import K
+
+STEPS = 10  # a run: ten steps (one echo tool call each), then its answer
+
+
+class FunctionsFigures(Plumbing):
+    async def fig_functions(self, r: Redis) -> None:
+        a = self.args
+        cpu_f = Figure(
+            "3b. Redis CPU per step, one Redis: FCALL vs EVALSHA",
+            "µs",
+            base_name="the same load by EVALSHA",
+            target="≤ 80 µs",
+            higher_is_better=False,
+        )
+        for _ in range(a.reps):
+            for mode in ("on", "off"):
+                got = await self._load(r, mode, a.functions_runs, a.functions_workers)
+                (cpu_f.ours if mode == "on" else cpu_f.base).append(got["cpu_us"])
+        cpu_f.note = (
+            f"{a.functions_runs} runs of {STEPS} steps through {a.functions_workers} worker processes, "
+            "submission included; INFO cpu (user + sys) over the load / steps"
+        )
+        self.figures += [cpu_f, await self._setup_cost(r)]
+
+    async def _load(self, r: Redis, mode: str, runs: int, workers: int) -> dict[str, float]:
+        await self.flush(r)
+        producer = self.producer(r, redis_functions=mode)
+        procs = [self.spawn(["-m", "worker"], AGENTMILL_REDIS_FUNCTIONS=mode) for _ in range(workers)]
+        try:
+            warm = await producer.submit_many([self.script_run([{"text": "warm"}])] * workers)
+            await self._ended(producer, [w.run_id for w in warm])
+            before = await _stats(r)
+            script = [{"toolCalls": [{"name": "echo", "arguments": {"text": "x"}}]}] * STEPS + [
+                {"text": "done"}
+            ]
+            subs = await producer.submit_many([self.script_run(script)] * runs)
+            await self._ended(producer, [s.run_id for s in subs])
+            after = await _stats(r)
+        finally:
+            for p in procs:
+                self.stop(p)
+        steps = runs * STEPS
+        return {
+            "cpu_us": (after["cpu_s"] - before["cpu_s"]) / steps * 1e6,
+        }
+
+    async def _setup_cost(self, r: Redis, calls: int = 20_000) -> Figure:
+        """3d. What a script call costs before its own work: a commit of a run that does not exist
+        returns after its first HMGET (the prelude's setup and that one read), by FCALL and EVALSHA.
+        commandstats' usec is wall time inside the call: calls alternate, so load hits both alike."""
+        f = Figure(
+            "3d. a commit answering 'missing' (setup + one HMGET)",
+            "µs/call",
+            base_name="EVALSHA (the prelude run per call)",
+            higher_is_better=False,
+        )
+        for _ in range(self.args.reps):
+            for functions in (True, False):
+                scripts = Scripts(r, functions=functions)
+                k, a = scripts.frame(K, [*K.run_keys("nope"), K.worker_lease("w")], [1, 1, "w", "nope", ""])
+                command = scripts.commit.command(k, a)
+                await scripts.commit(keys=k, args=a)  # loaded
+                await r.config_resetstat()
+                for i in range(0, calls, 1000):
+                    async with r.pipeline(transaction=False) as pipe:
+                        for _ in range(min(1000, calls - i)):
+                            pipe.execute_command(*command)
+                        await pipe.execute()
+                stats = await r.info("commandstats")
+                name = "cmdstat_fcall" if functions else "cmdstat_evalsha"
+                (f.ours if functions else f.base).append(float(stats[name]["usec_per_call"]))
+        f.note = f"INFO commandstats usec_per_call over {calls:,} calls"
+        return f
+
+    @staticmethod
+    async def _ended(producer: Any, ids: list[str]) -> None:
+        left = list(reversed(ids))
+        deadline = time.monotonic() + 600
+        while left:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{len(left)} runs did not finish")
+            rec = await producer.get(left[-1])
+            if rec is not None and rec.status in TERMINAL:
+                left.pop()
+            else:
+                await asyncio.sleep(0.1)
+
+
+async def _stats(r: Redis) -> dict[str, float]:
+    cpu = await r.info("cpu")
+    return {"cpu_s": float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])}
