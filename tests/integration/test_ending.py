@@ -16,8 +16,9 @@ from agentmill_client.codec import to_jsonable
 from agentmill_client.statuses import RunStatus
 from shared.clock import utc_day
 from shared.fields import RunField
-from shared.scripts import LUA_DIR, Scripts, _enter, render
+from shared.scripts import Scripts
 from tests.integration.helpers import producer_for, script_run, stream
+from tests.support.lua_probe import prelude_probe
 from tests.support.schema import K
 from worker import machine as m
 
@@ -79,10 +80,7 @@ async def test_finalize_writes_the_machines_ending(
 ) -> None:
     """finalize itself, for both of its statuses: a failed run's error event, then its status."""
     await redis.hset(K.run("r-fin"), mapping={RunField.STATUS: RunStatus.QUEUED, RunField.LAST_SEQ: 0})
-    shared = ("clock", "prelude")  # with their per-call starts, as every script runs them (scripts.source)
-    probe = render(
-        "".join((LUA_DIR / f"{p}.lua").read_text() for p in shared) + "".join(map(_enter, shared)) + FINALIZE
-    )
+    probe = prelude_probe(FINALIZE)
     own = [K.run("r-fin"), K.events("r-fin"), K.tools("r-fin")]
     k, a = Scripts(redis).frame(K, own, ["r-fin", status, code, message])
     await redis.eval(probe, len(k), *k, *a)
@@ -93,7 +91,7 @@ async def test_finalize_counts_a_run_that_started_in_the_usage_report_once(redis
     """A run a worker had started (its commit wrote its usage to the run hash) counts in its tenant's
     usage of the day with what it spent and runs=1, as a worker's ending would (worker/runner/tally.py);
     a run no worker started (no usage fields) does not count, nor does a run finalized again."""
-    probe = render("".join((LUA_DIR / f"{p}.lua").read_text() for p in ("clock", "prelude")) + FINALIZE)
+    probe = prelude_probe(FINALIZE)
     base = {RunField.STATUS: RunStatus.AWAITING_HUMAN, RunField.LAST_SEQ: 3, RunField.TENANT: "acme"}
     spent = {
         RunField.USAGE_IN: 900,

@@ -9,6 +9,7 @@ from shared import dispatch, keys
 from shared.clock import utc_day
 from shared.fields import RunField, UsagePart, usage_field
 from shared.scripts import LUA_DIR, Scripts, render
+from tests.support.lua_probe import prelude_probe
 
 pytestmark = pytest.mark.integration
 
@@ -59,8 +60,7 @@ async def test_a_usage_tally_from_lua_lands_where_the_report_reads_it(
     scripts = Scripts(redis, usage_ttl_s=3 * 86_400)
     run = part.run("run-1")
     await redis.hset(run, mapping={RunField.TENANT: "acme", RunField.AGENT: "small"})
-    prelude = "".join((LUA_DIR / f"{p}.lua").read_text() for p in ("clock", "prelude"))
-    probe = render(prelude + "usage_add(KEYS[1], ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]))")
+    probe = prelude_probe("usage_add(KEYS[1], ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]))")
     want = dict(zip(UsagePart, (b"120", b"7", b"123456", b"1"), strict=True))
     for ts in USAGE_TIMES:
         k, a = scripts.frame(part, [run], ["120", "7", "0.000123456", ts])
