@@ -21,7 +21,7 @@ from arq.worker import func
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from shared import netguard
+from shared import netguard, scripts
 from shared.dispatch import RUN_FUNCTION, deserialize, serialize
 from shared.loop import unless_closing
 from shared.partitions import Partitions
@@ -121,6 +121,9 @@ class WorkerProcess(LeaseKeeping):
         if any(p.mcp_servers for p in self.profiles.values()):
             # The mcp SDK takes seconds to import: now, not on the event loop of a worker holding runs.
             import worker.tools.mcp  # noqa: F401
+        scripts.warm()  # off the event loop that will hold runs
+        if self.settings.schedules:  # croniter, dateutil and the producer: 150 ms of imports
+            import producer.schedules.firer  # noqa: F401
         settle_gc()
 
     async def run(self) -> None:
@@ -247,7 +250,7 @@ class WorkerProcess(LeaseKeeping):
             asyncio.create_task(report.run_forever()),
         ]
         if s.schedules:  # the schedules' firing loop; failpoint after_schedule_fire: after a firing's run
-            from producer.schedules.firer import fire_forever
+            from producer.schedules.firer import fire_forever  # imported by __init__, off the loop
 
             hit = functools.partial(failpoints.hit, "after_schedule_fire")
             self._bg.append(asyncio.create_task(fire_forever(self.deps.parts, s, self.profiles, hit)))
