@@ -60,6 +60,9 @@ async def _batch(c: httpx.AsyncClient, batch_id: str, n: int) -> list[str]:
         runs = [_item(i) for i in range(start, min(n, start + 1000))]
         body = {"runs": runs, "batchId": batch_id, "offset": start, "more": start + 1000 < n}
         r = await c.post("/v1/runs/batch", json=body, timeout=60)
+        while r.status_code == 429:  # the default submission rate (10,000 runs: 1,000 a second)
+            await asyncio.sleep(float(r.headers.get("Retry-After", "1")))
+            r = await c.post("/v1/runs/batch", json=body, timeout=60)
         assert r.status_code == 200, r.text
         ids += [x["runId"] for x in r.json()["results"]]
     return ids
