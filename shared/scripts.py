@@ -30,7 +30,7 @@ and take neither; nor do the schedules' (``schedule_*``), which take a schedule'
 
 Two ways to run them (shared.functions, AGENTMILL_REDIS_FUNCTIONS): by EVALSHA, each script's files
 concatenated, or as one Redis Functions library (Redis >= 7) of every script in ``SCRIPTS``, with no
-code per script: a script's files but the last (clock.lua, prelude.lua, submit_one.lua) are the
+code per script: a script's files but the last (clock.lua, prelude.lua, submit_one.lua, acquire_run.lua) are the
 library's shared code, run once when it loads; its last file becomes the body of its function. A
 shared file whose locals a call changes defines ``enter_<file>(KEYS, ARGV)``, which resets them: it
 runs at the start of each call, before the body, both ways.
@@ -71,11 +71,13 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
     "submit_many": (*_ON_PARTITION, "submit_one", "submit_many"),
     "spawn_child": (*_ON_PARTITION, "submit_one", "spawn_child"),
     "submit_restored": (*_ON_PARTITION, "submit_one", "submit_restored"),
+    "acquire": (*_ON_PARTITION, "acquire_run", "acquire"),
+    "claim_jobs": (*_ON_PARTITION, "acquire_run", "claim_jobs"),  # a claimed job's run taken at once
     **{
         name: (*_ON_PARTITION, name)
         for name in (
-            "batch_close", "list_runs", "batch_results", "acquire", "beat", "forget_worker", "release", "redispatch",
-            "abort", "settle_approval", "tool_results", "child_result", "claim_jobs", "claim_webhooks", "admit_tenant",
+            "batch_close", "list_runs", "batch_results", "beat", "forget_worker", "release", "redispatch",
+            "abort", "settle_approval", "tool_results", "child_result", "claim_webhooks", "admit_tenant",
             "scaling", "batch_replace", "archive_claim", "archive_done",
         )
     },

@@ -41,7 +41,7 @@ JOB_TIMEOUT_S = 8 * 24 * 3600  # beyond the longest allowed run; runs end themse
 async def run_agent(ctx: dict[str, Any], run_id: str, gen: int) -> str:
     deps: WorkerDeps = ctx["deps"]
     part = ctx.get("partition") or deps.parts.layout.of_job(ctx["job_id"])[0]
-    ports = deps.ports(part, run_id)
+    ports = deps.ports(part, run_id, ctx.get("acquired"))
     job_try = int(ctx.get("job_try", 1))
     return await RunDriver(deps, ports, run_id, int(gen), job_try=job_try).run(deps.active)
 
@@ -208,7 +208,11 @@ class ResilientWorker(Worker):
         free = claim_size(self.max_jobs - self.job_counter, len(job_ids), self.claim_batch, self.workers)
         if free <= 0 and not scheduled:
             return
+        deps: WorkerDeps | None = self.ctx.get("deps")
+        if deps is not None and deps.lease is not None and deps.lease.expired():
+            free = 0  # past its lease: it must not take runs (the claim still moves due scheduled jobs)
         free = max(0, free)
+        lease_id = deps.lease_id if deps is not None else ""
         if self.finisher is None:
             self.finisher = JobFinisher(self.parts, int(self.keep_result_s * 1000))
         claim = self.scripts.claim_jobs
@@ -216,15 +220,16 @@ class ResilientWorker(Worker):
             part,
             [],
             [int(time.time() * 1000), int(self.in_progress_timeout_s * 1000), free, in_progress_key_prefix,
-             self.claim_check_ms, self.max_running, self.running_caps, *job_ids],
+             self.claim_check_ms, self.max_running, self.running_caps, lease_id, *job_ids],
         )  # fmt: skip
         reply = await self.parts.call(part, lambda c: claim(keys=k, args=a, client=c))
-        for i in range(0, len(reply), 2):
+        for i in range(0, len(reply), 3):
             job_id = reply[i].decode() if isinstance(reply[i], bytes) else str(reply[i])
             score = int(float(reply[i + 1]))
             await self.sem.acquire()
             self.job_counter += 1
-            task = self.loop.create_task(self._run_claimed(part, job_id, score), name=job_id)
+            acquired = (lease_id, reply[i + 2]) if reply[i + 2] else None  # the run, taken by the claim
+            task = self.loop.create_task(self._run_claimed(part, job_id, score, acquired), name=job_id)
             task.add_done_callback(self._job_done)
             self.tasks[job_id] = task
 
@@ -238,12 +243,22 @@ class ResilientWorker(Worker):
         if self.tasks.get(job_id) is task:
             del self.tasks[job_id]
 
-    async def _run_claimed(self, part: Partition, job_id: str, score: int) -> None:
-        """arq's ``run_job`` for a job this worker claimed, without its two transactions."""
+    async def _run_claimed(
+        self, part: Partition, job_id: str, score: int, acquired: tuple[str, list[Any]] | None
+    ) -> None:
+        """arq's ``run_job`` for a job this worker claimed (and whose run the claim ``acquired``),
+        without its two transactions."""
         assert self.finisher is not None
         _, run_id, gen = self.parts.layout.of_job(job_id)
         function = self.functions[RUN_FUNCTION]
-        ctx = {**self.ctx, "job_id": job_id, "job_try": 1, "score": score, "partition": part}
+        ctx = {
+            **self.ctx,
+            "job_id": job_id,
+            "job_try": 1,
+            "score": score,
+            "partition": part,
+            "acquired": acquired,
+        }
         start_ms = timestamp_ms()
         result: Any = None
         finished, success = True, False

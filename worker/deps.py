@@ -126,9 +126,15 @@ class WorkerDeps:
         except KeyError:
             raise UnknownProfileError(f"no profile named {name!r}") from None
 
-    def ports(self, part: keys.Partition, run_id: str) -> RunPorts:
-        """The ports of one run's driver, on this process's Redis, providers and tools."""
-        store = RedisRunStore(self.parts, self.scripts, self.settings, part, run_id, self.lease, self.batcher)
+    def ports(
+        self, part: keys.Partition, run_id: str, claimed: tuple[str, list[Any]] | None = None
+    ) -> RunPorts:
+        """The ports of one run's driver, on this process's Redis, providers and tools; ``claimed``:
+        the lease id the job's claim acquired the run under and what it answered (its store's first
+        acquire)."""
+        store = RedisRunStore(
+            self.parts, self.scripts, self.settings, part, run_id, self.lease, self.batcher, claimed
+        )
         cache = RedisToolCache(self.parts, part, run_id)
         return RunPorts(
             store, self.sessions, self.models, self.tools, SystemClock(), self.rng, cache, self.budgets

@@ -53,6 +53,7 @@ class RedisRunStore:
         run_id: str,
         lease: WorkerLease | None = None,
         batcher: ScriptBatcher | None = None,
+        claimed: tuple[str, list[Any]] | None = None,
     ) -> None:
         self.parts = parts
         self.part = part
@@ -69,6 +70,7 @@ class RedisRunStore:
         self.attempts: dict[str, int] = {}  # tool call id -> attempts recorded (claims count on)
         self.lease_id = ""  # the worker lease id it acquired the run under
         self.tenant = ""
+        self.claimed = claimed  # (lease id, acquire_run.lua's reply) from the job's claim
 
     async def _run(self, script: Script, own_keys: list[Any], args: list[Any]) -> Any:
         k, a = self.scripts.frame(self.part, own_keys, args)
@@ -81,15 +83,21 @@ class RedisRunStore:
             raise FencedError(f"run {self.run_id}: this worker is past its lease deadline")
 
     async def acquire(self, gen: int, worker_id: str) -> Acquired | NotAcquired:
-        """``worker_id`` is the worker's lease id (keys.Partition.worker_lease); the run joins its runs set."""
-        if self.lease is not None and self.lease.expired():
-            return NotAcquired("no_lease", "this worker is past its lease deadline")
-        self.round_trips += 1
-        r = await self._run(
-            self.scripts.acquire,
-            self._keys,
-            [self.run_id, gen, worker_id],
-        )
+        """``worker_id`` is the worker's lease id (keys.Partition.worker_lease); the run joins its runs set.
+        A run whose job this worker claimed was acquired by the claim (``claimed``: the lease id it
+        claimed under and the reply, for the job's gen): no round trip then, unless the worker has
+        carried on under a new lease id since (its old one lost: the run is taken again)."""
+        claimed, self.claimed = self.claimed, None
+        r = claimed[1] if claimed is not None and claimed[0] == worker_id else None
+        if r is None:
+            if self.lease is not None and self.lease.expired():
+                return NotAcquired("no_lease", "this worker is past its lease deadline")
+            self.round_trips += 1
+            r = await self._run(
+                self.scripts.acquire,
+                self._keys,
+                [self.run_id, gen, worker_id],
+            )
         verdict = text(r[0])
         if verdict != "ok":
             return NotAcquired(verdict, text(r[1]) if len(r) > 1 else "")

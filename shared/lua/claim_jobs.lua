@@ -2,7 +2,12 @@
 -- own rule (the job is due and nobody holds its in-progress key); a claimed job leaves the queue.
 -- KEYS: none of its own (the partition's queue, live index, scheduled jobs and depth counters)
 -- ARGV: now ms, in-progress ttl ms, most jobs to claim, in-progress key prefix, claim check ms,
---       default maxRunning per tenant (0: none), {tenant: maxRunning} JSON or '', job ids…
+--       default maxRunning per tenant (0: none), {tenant: maxRunning} JSON or '', the claiming
+--       worker's lease id ('' = claim only), job ids…
+-- Reply: per claimed job its id, its queue score and, with a lease id, what acquire_run answered
+-- for its run (the worker took it in the same call: one script a job, not a claim and an acquire;
+-- a verdict other than ok ends the job as an acquire's would), else an empty list. A worker whose
+-- lease has expired claims nothing.
 -- First the scheduled jobs now due (runAt reached) move to the queue, scored as if enqueued at
 -- their runAt (queue_score): they are claimed by the next poll.
 -- A claimed run's reconciler check moves to one lease from now: if its worker dies before it takes
@@ -59,8 +64,11 @@ local function running_count(t, cap)
   counts[t] = n
   return n
 end
-for i = 8, #ARGV do
-  if #out >= 2 * limit then break end
+local worker = ARGV[8]
+local first = 9
+if worker ~= '' and not worker_alive(worker) then first = #ARGV + 1 end
+for i = first, #ARGV do
+  if #out >= 3 * limit then break end
   local id = ARGV[i]
   local rid = run_of_job(id)
   local score = redis.call('ZSCORE', QUEUE, id)
@@ -83,6 +91,11 @@ for i = 8, #ARGV do
       if cap > 0 then
         redis.call('ZADD', tenant_running_key(tenant), now, rid)
         counts[tenant] = counts[tenant] + 1
+      end
+      if worker ~= '' then
+        out[#out + 1] = acquire_run(run_key(rid), stream_key(rid), tools_key(rid), rid, gen_of_job(id), worker)
+      else
+        out[#out + 1] = {}
       end
     end
   end

@@ -44,6 +44,10 @@ local function run_of_job(jid)
   local rest = string.sub(jid, #ctx().job_id + 1)
   return string.match(rest, '^(.-)#%d+$') or rest
 end
+-- The dispatch number of a job id (job_id's '#gen', 1 without).
+local function gen_of_job(jid)
+  return tonumber(string.match(jid, '#(%d+)$') or '1')
+end
 -- Lanes: a job's score in its partition's queue is its due time less its priority times the aging
 -- quantum (AGENTMILL_PRIORITY_AGING_MS), so the queue's order is priority first, FIFO within one,
 -- and a run of priority p waiting (q - p) quanta longer than a run of priority q goes before it.

@@ -10,7 +10,7 @@ import pytest
 from redis.asyncio import Redis
 
 from shared.fields import RunField
-from shared.scripts import Scripts
+from shared.scripts import Scripts, text
 from shared.settings import Settings
 from tests.integration.helpers import producer_for, script_run, stream
 from tests.support.schema import K, parts_of, tool_records
@@ -264,6 +264,55 @@ async def test_reconciler_redispatches_expired_and_lost_runs_once(
     assert K.job_id("lost", 2) in queue and K.job_id("waiting", 1) in queue
 
 
+async def test_a_claim_with_the_workers_lease_id_takes_its_runs_in_the_same_call(
+    redis: Redis, redis_url: str, settings: Settings
+) -> None:
+    # One script a job: the claim acquires each run it claims (acquire_run.lua), so a worker's job
+    # starts without an acquire round trip. Each run's verdict is the one acquire would give.
+    p = producer_for(redis, redis_url)
+    for rid in ("mine", "two"):
+        await p.submit(script_run([{"text": "x"}], runId=rid))
+    await redis.hset(K.run("two"), "gen", 2)  # redispatched meanwhile: its first job is superseded
+    await redis.zadd(K.queue, {K.job_id("two", 2): 0})
+    scripts = Scripts(redis)
+    parts = parts_of(redis)
+
+    async def claim(lease_id: str) -> list[Any]:
+        t = await redis.time()
+        now_ms = int(t[0]) * 1000 + int(t[1]) // 1000
+        ids = [K.job_id("mine", 1), K.job_id("two", 1), K.job_id("two", 2)]
+        reply: list[Any] = await scripts.claim_jobs(
+            *scripts.frame(
+                K,
+                [],
+                [now_ms, 86_400_000, 10, K.in_progress_key(""), settings.lease_ms, 0, "", lease_id, *ids],
+            )
+        )
+        return reply
+
+    await beat(parts, scripts, "w-gone", 5_000, register=True)
+    await redis.delete(K.worker_lease("w-gone"))  # its lease expired: it claims nothing
+    assert await claim("w-gone") == []
+    assert await redis.zcard(K.queue) == 3
+    await beat(parts, scripts, "w-1", 5_000, register=True)
+    reply = await claim("w-1")
+    got = {r[0].decode(): [text(x) if isinstance(x, bytes) else x for x in r[2][:3]] for r in zip(
+        reply[::3], reply[1::3], reply[2::3], strict=True
+    )}  # fmt: skip
+    assert got == {
+        K.job_id("mine", 1): ["ok", "1", "0"],  # taken at epoch 1, no events yet
+        K.job_id("two", 1): ["superseded", "2"],
+        K.job_id("two", 2): ["ok", "1", "0"],
+    }
+    for rid in ("mine", "two"):
+        assert await redis.hmget(K.run(rid), ["status", "owner"]) == [b"running", b"w-1"]
+    assert await redis.smembers(K.worker_runs("w-1")) == {b"mine", b"two"}
+    assert await redis.zcard(K.queue) == 0
+    # The worker's driver then asks again, as an arq-started job does: the same answer, no new epoch.
+    _, again = await acquire(redis, settings, "mine", "w-1")
+    assert isinstance(again, Acquired) and again.epoch == 1
+
+
 async def test_a_claimed_run_whose_worker_died_before_its_lease_is_redispatched_after_one_lease(
     redis: Redis, redis_url: str, settings: Settings
 ) -> None:
@@ -279,11 +328,12 @@ async def test_a_claimed_run_whose_worker_died_before_its_lease_is_redispatched_
         *scripts.frame(
             K,
             [],
-            [now_ms, 86_400_000, 10, K.in_progress_key(""), settings.lease_ms, 0, "", 500,
+            [now_ms, 86_400_000, 10, K.in_progress_key(""), settings.lease_ms, 0, "", "",
              K.job_id("orphan", 1), K.job_id("taken", 1)],
         )
     )  # fmt: skip
-    assert [c.decode() for c in claimed[::2]] == [K.job_id("orphan", 1), K.job_id("taken", 1)]
+    assert [c.decode() for c in claimed[::3]] == [K.job_id("orphan", 1), K.job_id("taken", 1)]
+    assert claimed[2::3] == [[], []]  # claimed only: no lease id given
     # Claimed jobs leave arq's queue: later polls do not scan them again while they run.
     assert await redis.zcard(K.queue) == 0
     _, got = await acquire(redis, settings, "taken", "w-alive")

@@ -1,0 +1,50 @@
+-- acquire_run(run, stream, tools, runId, gen, worker): a worker takes run runId (dispatch gen)
+-- under its lease id, at a new epoch (the body of ACQUIRE and, per claimed job, of CLAIM_JOBS).
+-- Refused (no_lease) unless the acquiring worker's own lease is unexpired. The same acquire sent
+-- again (its reply lost, or the batch re-sent after a failover) answers as the first did.
+-- Reply: ok, epoch, lastSeq, ckpt, input, abort, approvals, tool records, crashes, and a retry's or
+-- fork's origin while it has no checkpoint of its own yet ('' otherwise). The tool records are the
+-- tools hash's and the run's open claims (commit.lua): a claim stands for its call unless the call
+-- has a record past its claim. Then its tenant, ancestry, and the submitter's trace context
+-- (F.TRACE, '' = none). Else a verdict: missing, terminal, superseded, no_lease, busy, exhausted.
+local function acquired(run, tools, epoch, crashes)
+  local d = redis.call('HMGET', run, F.LAST_SEQ, F.CKPT, F.INPUT, F.ABORT, F.APPROVALS, F.ORIGIN, F.TENANT,
+    F.ANCESTRY, F.CLAIMS, F.TRACE)
+  local origin = ((d[2] or '') == '') and (d[6] or '') or ''
+  local records = redis.call('HGETALL', tools)
+  if d[9] and d[9] ~= '' then
+    local at = {}
+    for k = 1, #records, 2 do at[records[k]] = k + 1 end
+    for id, claim in pairs(cjson.decode(d[9])) do
+      local k = at[id]
+      if not k then
+        records[#records + 1] = id; records[#records + 1] = cjson.encode(claim)
+      elseif cjson.decode(records[k]).state == 'pending' then  -- a claim kept there before claims moved
+        records[k] = cjson.encode(claim)
+      end
+    end
+  end
+  return {'ok', tostring(epoch), d[1] or '0', d[2] or '', d[3] or '', d[4] or '', d[5] or '', records,
+    tostring(crashes), origin, d[7] or '', d[8] or '', d[10] or ''}
+end
+local function acquire_run(run, stream, tools, run_id, gen, worker)
+  local h = redis.call('HMGET', run, F.STATUS, F.GEN, F.OWNER, F.EPOCH, F.CRASHES)
+  if not h[1] then return {'missing'} end
+  if is_terminal(h[1]) then return {'terminal', h[1]} end
+  if tonumber(h[2]) ~= tonumber(gen) then return {'superseded', h[2]} end
+  if not worker_alive(worker) then return {'no_lease', worker} end
+  if h[3] == worker and h[1] == S.RUNNING then return acquired(run, tools, h[4], h[5] or '0') end
+  if h[3] ~= '' and worker_alive(h[3]) then return {'busy', h[3]} end
+  local crashes = tonumber(h[5] or '0')
+  if h[3] ~= '' then  -- its worker died without handing it back and no sweep has counted that yet
+    local ended
+    crashes, ended = worker_lost(run, stream, tools, run_id, h[3])
+    if ended then return {'exhausted', tostring(crashes)} end
+  end
+  local epoch = tonumber(h[4]) + 1
+  redis.call('HSET', run, F.EPOCH, epoch, F.OWNER, worker, F.STATUS, S.RUNNING)
+  track(run, run_id, h[1], S.RUNNING)
+  redis.call('SADD', worker_runs_key(worker), run_id)
+  redis.call('ZREM', LIVE, run_id)  -- a running run is watched through its worker's lease
+  return acquired(run, tools, epoch, crashes)
+end
