@@ -9,7 +9,7 @@ from collections import OrderedDict
 
 import orjson
 
-from agentmill_client.models import Usage
+from agentmill_client.models import Message, Usage
 from worker import failpoints
 from worker.config import RunConfig
 from worker.machine import Emit, RunState
@@ -20,10 +20,22 @@ from worker.ports import Clock, Outbox, RunStore, SessionUpdate, UsageTally
 __all__ = ["Commits"]
 
 Entry = tuple[str, int, bytes]  # kind, ts, payload JSON
-_CONFIG = {"config"}
-_CONFIG_FIELD = orjson.dumps(RunState.model_fields["config"].alias or "config")
+_SPLICED = {"config", "history", "transcript"}  # serialised apart and spliced into the state's JSON
+
+
+def _field(name: str) -> bytes:
+    return orjson.dumps(RunState.model_fields[name].alias or name)
+
+
+_CONFIG_FIELD, _HISTORY_FIELD, _TRANSCRIPT_FIELD = _field("config"), _field("history"), _field("transcript")
 _STATE_JSON = RunState.__pydantic_serializer__  # to JSON bytes in one call, no dict in between
 _CONFIG_JSON = RunConfig.__pydantic_serializer__
+_MESSAGE_JSON = Message.__pydantic_serializer__
+# A run's messages by identity: each message's JSON, kept while the state holds the message. Messages
+# are frozen and the machine builds new lists around the same objects, so a checkpoint serialises only
+# the messages new since the last one (the whole transcript again each commit was most of a
+# ten-step run's serialisation, and grew with every step).
+_Messages = dict[int, tuple[Message, bytes]]
 _SHARED_MAX = 256
 # id -> a configuration and its JSON, least recently used first: the configurations runs share
 # (worker/config_cache.py) stay, each run's own passes through (a run keeps its own in Commits).
@@ -57,6 +69,7 @@ class Commits:
         self._config_json = b"null"  # each checkpoint
         self._children = b"[]"  # the round's children as the run hash has them (RunField.CHILDREN)
         self._usage: Usage | None = None  # the usage the last commit wrote to the run hash
+        self._messages: _Messages = {}  # the messages of the last checkpoint and their JSON
 
     async def step(
         self,
@@ -101,14 +114,42 @@ class Commits:
     def _dump(self, state: RunState) -> bytes:
         """The state's JSON. Its config, set at start and never changed (and shared by the runs of a
         profile that set no knob of their own), is serialised once and spliced in: it was two thirds
-        of a checkpoint's serialisation."""
+        of a checkpoint's serialisation. So are its message lists, a message serialised once
+        (``_messages``)."""
+        body: bytes = _STATE_JSON.to_json(state, by_alias=True, exclude=_SPLICED)
+        seen: _Messages = {}
+        history = self._messages_json(state.history, seen)
+        transcript = self._messages_json(state.transcript, seen)
+        self._messages = seen  # only what this state holds: the cache never outgrows the checkpoint
         if state.config is None:
-            return bytes(_STATE_JSON.to_json(state, by_alias=True))
-        body: bytes = _STATE_JSON.to_json(state, by_alias=True, exclude=_CONFIG)
-        # body is an object with at least runId: its closing brace gives way to the config's field
-        if state.config is not self._config:
-            self._config, self._config_json = state.config, config_json(state.config)
-        return b"%b,%b:%b}" % (body[:-1], _CONFIG_FIELD, self._config_json)
+            config = b"null"
+        else:
+            if state.config is not self._config:
+                self._config, self._config_json = state.config, config_json(state.config)
+            config = self._config_json
+        # body is an object with at least runId: its closing brace gives way to the spliced fields
+        return b"%b,%b:%b,%b:%b,%b:%b}" % (
+            body[:-1],
+            _HISTORY_FIELD,
+            history,
+            _TRANSCRIPT_FIELD,
+            transcript,
+            _CONFIG_FIELD,
+            config,
+        )
+
+    def _messages_json(self, messages: list[Message], seen: _Messages) -> bytes:
+        """A message list's JSON array, each message's JSON from the last checkpoint's when it holds
+        that very message."""
+        cache, parts = self._messages, []
+        for m in messages:
+            key = id(m)
+            hit = cache.get(key) or seen.get(key)
+            if hit is None or hit[0] is not m:
+                hit = (m, _MESSAGE_JSON.to_json(m, by_alias=True))
+            seen[key] = hit
+            parts.append(hit[1])
+        return b"[%b]" % b",".join(parts)
 
     async def publish_now(self) -> None:
         """The buffer alone (deltas while a model streams), without a checkpoint."""

@@ -1,0 +1,54 @@
+"""A checkpoint's JSON (worker/runner/commits.py ``Commits._dump``): the state's own JSON, its config and
+message lists spliced in, each message serialised once a run. Whatever the states a run goes
+through, the checkpoint must read back as the very state."""
+
+from __future__ import annotations
+
+import orjson
+
+from agentmill_client.models import Message, RunInput
+from tests.unit.machine_driver import T0, calls_reply, config, go, result, text_reply
+from worker import machine as m
+from worker.memory_store import MemoryRun, MemoryRunStore, MemorySessionStore
+from worker.observer import NullObserver
+from worker.ports import SystemClock
+from worker.runner.commits import Commits
+
+
+def commits() -> Commits:
+    sessions = MemorySessionStore()
+    run = RunInput.model_validate({"agent": "p", "inputMessages": [{"role": "user", "content": "x"}]})
+    return Commits(MemoryRunStore(MemoryRun.submitted("r1", run), sessions), SystemClock(), NullObserver())
+
+
+def same(c: Commits, state: m.RunState) -> None:
+    dumped = c._dump(state)
+    assert orjson.loads(dumped) == state.model_dump(mode="json", by_alias=True)
+    assert m.RunState.model_validate_json(dumped) == state
+
+
+def test_every_state_of_a_run_reads_back_from_its_checkpoint() -> None:
+    c = commits()
+    history = [Message(role="user", content="before"), Message(role="assistant", content="earlier answer")]
+    s, _ = go(m.initial_state("r1"), m.Started(T0, config(), [Message(role="user", content="hi")]))
+    same(c, s)
+    s, _ = go(s, m.ContextLoaded(T0, history))
+    same(c, s)
+    for i in range(6):  # tool rounds: each state holds the last one's messages and new ones
+        s, _ = go(s, calls_reply((f"c{i}", "echo", orjson.dumps({"text": str(i)}).decode())))
+        same(c, s)
+        s, _ = go(s, result(f"c{i}", f"out {i}"))
+        same(c, s)
+    assert len(c._messages) == len({id(x) for x in [*s.history, *s.transcript]})  # no more than it holds
+    # The same messages as new objects (a restored or compacted state): serialised again, the same.
+    again = s.model_copy(
+        update={"transcript": [Message.model_validate(x.model_dump()) for x in s.transcript]}
+    )
+    same(c, again)
+    # A shorter transcript (compaction): the messages it dropped leave the cache too.
+    short = again.model_copy(update={"transcript": again.transcript[-2:]})
+    same(c, short)
+    assert len(c._messages) == len(short.history) + 2
+    s, _ = go(s, text_reply("done"))
+    same(c, s)
+    same(c, m.initial_state("r2"))  # no config yet
