@@ -278,7 +278,10 @@ local function session_advance(sid, finished)
   while true do
     local nxt = redis.call('LPOP', ctx().session_pending .. sid)
     if not nxt then
+      -- Idle: the session is kept for the retention after its latest run ended, as its lists are
+      -- (a run submitted to it meanwhile makes it active again and keeps it: submit_one.lua).
       redis.call('HSET', skey, SESSION.ACTIVE_RUN, '')
+      redis.call('EXPIRE', skey, ctx().retention)
       return
     end
     if redis.call('HGET', run_key(nxt), F.STATUS) == S.QUEUED then

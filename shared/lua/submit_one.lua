@@ -75,6 +75,7 @@ local function submit_one(K, A)
       end
     end
     redis.call('RPUSH', K[5], A[1])
+    redis.call('PERSIST', K[3])  -- an idle session's expiry (session_advance) ends with a run of its own
     if dispatch then
       redis.call('HSET', K[3], SESSION.ACTIVE_RUN, A[1])
     else

@@ -135,5 +135,17 @@ async def test_a_sessions_history_expires_after_the_retention(redis: Redis, redi
         K.session_runs(sid),
     ):
         assert 0 < await redis.ttl(key) <= 600, key
-    # The session record (its active and pending runs) is small and never expires under a run.
+    # The session record (its active and pending runs) is kept as long, once it is idle; it never
+    # expires under a run: a run submitted meanwhile keeps it, and its end starts the retention again.
+    assert 0 < await redis.ttl(K.session(sid)) <= 600
+    again = await p.submit(script_run([{"text": "again"}], sessionId=sid))
     assert await redis.ttl(K.session(sid)) == -1
+    assert await redis.hget(K.session(sid), "activeRun") == again.run_id.encode()
+    async with running_worker(redis_url, retention_s=600):
+        assert (await wait_all(p, [again.run_id], 15))[again.run_id].status.value == "completed"
+    assert 0 < await redis.ttl(K.session(sid)) <= 600
+    await redis.delete(K.session(sid))  # expired: the session is unknown, its runs' records stay
+    with pytest.raises(SubmissionError) as refused:
+        await p.submit(script_run([{"text": "late"}], sessionId=sid))
+    assert (refused.value.code, refused.value.status) == ("unknown_session", 404)
+    assert (await p.get(again.run_id)) is not None
