@@ -118,9 +118,14 @@ def connect(
         url = urlparse(settings.redis_url)
         db = int((url.path or "/0").lstrip("/") or 0)
         sentinel = Sentinel(hosts, password=url.password, db=db, ssl=url.scheme == "rediss", **common)  # type: ignore[no-untyped-call]
-        return sentinel.master_for(settings.redis_sentinel_master, redis_class=cls)  # type: ignore[no-any-return]
-    pool = BlockingConnectionPool.from_url(
-        settings.redis_url, max_connections=max_connections, timeout=30, **common
-    )
-    pool.connection_class = fast_pack(pool.connection_class)
-    return cls(connection_pool=pool, retry=retry, retry_on_error=common["retry_on_error"])  # type: ignore[arg-type]
+        client: R = sentinel.master_for(settings.redis_sentinel_master, redis_class=cls)
+    else:
+        pool = BlockingConnectionPool.from_url(
+            settings.redis_url, max_connections=max_connections, timeout=30, **common
+        )
+        pool.connection_class = fast_pack(pool.connection_class)
+        client = cls(connection_pool=pool, retry=retry, retry_on_error=common["retry_on_error"])  # type: ignore[arg-type]
+    # The client owns the pool built for it: its aclose() closes the pool's connections too (redis-py
+    # leaves a pool it was given open, so each closed client left its sockets to the collector).
+    client.auto_close_connection_pool = True
+    return client

@@ -115,3 +115,15 @@ async def test_pipelined_gives_each_command_its_own_reply_and_resends_after_a_dr
         assert await pipelined(client, [("GET", "a")]) == [b"3"]
     finally:
         await client.aclose()
+
+
+async def test_a_connected_client_closes_its_pools_connections_when_closed(redis_url: str) -> None:
+    # connect() builds the pool its client uses: the client's aclose() must close the pool's sockets
+    # (redis-py leaves open a pool it was given, and the collector closed them, with a warning).
+    client = connect(Settings(redis_url=redis_url))
+    await asyncio.gather(*(client.get(f"k{i}") for i in range(3)))  # several connections in the pool
+    pool = client.connection_pool
+    opened = [c for c in pool._available_connections if c.is_connected]
+    assert opened
+    await client.aclose()
+    assert not any(c.is_connected for c in opened)
