@@ -128,6 +128,7 @@ async def test_a_batch_and_a_session_answer_from_the_archive_once_redis_forgot_t
                             lambda: _forgotten(redis), within=RETENTION_S + 30)  # fmt: skip
             finally:
                 archiver.stop()
+
             # the session's hash expires with its lists, the retention after its last run ended
             async def hash_gone() -> bool:
                 return not await redis.exists(PART.session(key("arch-s")))
