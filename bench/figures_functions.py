@@ -1,4 +1,4 @@
-"""Figures 3b and 3d: Redis CPU per step with the scripts as a Redis Functions library (FCALL) beside the
+"""Figures 3b, 3c and 3d: Redis CPU per step with the scripts as a Redis Functions library (FCALL) beside the
 same load by EVALSHA (AGENTMILL_REDIS_FUNCTIONS=on / off), on the bench's one Redis, in one run."""
 
 from __future__ import annotations
@@ -28,15 +28,31 @@ class FunctionsFigures(Plumbing):
             target="≤ 80 µs",
             higher_is_better=False,
         )
+        inside_f = Figure(
+            "3c. FCALL time a step, and what the commands inside took (commandstats)",
+            "µs",
+            base_name="the commands run inside the scripts",
+            higher_is_better=False,
+        )
+        split: dict[str, float] = {}
         for _ in range(a.reps):
             for mode in ("on", "off"):
                 got = await self._load(r, mode, a.functions_runs, a.functions_workers)
                 (cpu_f.ours if mode == "on" else cpu_f.base).append(got["cpu_us"])
+                if mode == "on":
+                    inside_f.ours.append(got["fcall_us"])
+                    inside_f.base.append(got["inside_us"])
+                    split = got["split"]
         cpu_f.note = (
             f"{a.functions_runs} runs of {STEPS} steps through {a.functions_workers} worker processes, "
             "submission included; INFO cpu (user + sys) over the load / steps"
         )
-        self.figures += [cpu_f, await self._setup_cost(r)]
+        inside_f.note = (
+            "a step's FCALL time (usec, wall time inside the calls) beside the commands the calls ran "
+            "(their own usec): the rest is Lua and its bridge to Redis, paid per redis.call; last rep's "
+            "commands a step (µs): " + ", ".join(f"{k} {v:.1f}" for k, v in split.items())
+        )
+        self.figures += [cpu_f, inside_f, await self._setup_cost(r)]
 
     async def _load(self, r: Redis, mode: str, runs: int, workers: int) -> dict[str, float]:
         await self.flush(r)
@@ -46,18 +62,29 @@ class FunctionsFigures(Plumbing):
             warm = await producer.submit_many([self.script_run([{"text": "warm"}])] * workers)
             await self._ended(producer, [w.run_id for w in warm])
             before = await _stats(r)
+            await r.config_resetstat()  # commandstats from here (INFO cpu is the process's, not reset)
             script = [{"toolCalls": [{"name": "echo", "arguments": {"text": "x"}}]}] * STEPS + [
                 {"text": "done"}
             ]
             subs = await producer.submit_many([self.script_run(script)] * runs)
             await self._ended(producer, [s.run_id for s in subs])
             after = await _stats(r)
+            stats = await r.info("commandstats")
         finally:
             for p in procs:
                 self.stop(p)
         steps = runs * STEPS
+        script_cmds = ("cmdstat_fcall", "cmdstat_evalsha", "cmdstat_eval")
+        inside = {
+            k.removeprefix("cmdstat_"): v["usec"] / steps
+            for k, v in stats.items()
+            if k not in script_cmds and v["usec"] / steps >= 0.5
+        }
         return {
             "cpu_us": (after["cpu_s"] - before["cpu_s"]) / steps * 1e6,
+            "fcall_us": sum(stats[k]["usec"] for k in script_cmds if k in stats) / steps,
+            "inside_us": sum(inside.values()),
+            "split": dict(sorted(inside.items(), key=lambda kv: -kv[1])),
         }
 
     async def _setup_cost(self, r: Redis, calls: int = 20_000) -> Figure:
