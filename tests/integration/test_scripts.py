@@ -311,6 +311,19 @@ async def test_a_claim_with_the_workers_lease_id_takes_its_runs_in_the_same_call
     # The worker's driver then asks again, as an arq-started job does: the same answer, no new epoch.
     _, again = await acquire(redis, settings, "mine", "w-1")
     assert isinstance(again, Acquired) and again.epoch == 1
+    # The store a claimed job starts with takes the claim's reply: no round trip. A worker that has
+    # carried on under a new lease id since its claim takes the run again instead (here: busy, its
+    # old id is still alive).
+    mine = next(r for r in zip(reply[::3], reply[2::3], strict=True) if r[0] == K.job_id("mine", 1).encode())[
+        1
+    ]
+    store = RunStore(parts, scripts, settings, K, "mine", claimed=("w-1", mine))
+    taken = await store.acquire(1, "w-1")
+    assert isinstance(taken, Acquired) and (taken.epoch, store.round_trips, store.lease_id) == (1, 0, "w-1")
+    await beat(parts, scripts, "w-1~2", 5_000, register=True)
+    store = RunStore(parts, scripts, settings, K, "mine", claimed=("w-1", mine))
+    refused = await store.acquire(1, "w-1~2")
+    assert isinstance(refused, NotAcquired) and refused.verdict == "busy" and store.round_trips == 1
 
 
 async def test_a_claimed_run_whose_worker_died_before_its_lease_is_redispatched_after_one_lease(
