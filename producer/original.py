@@ -18,6 +18,7 @@ import orjson
 from agentmill_client.models import EventKind, RunStatus
 from producer.routing import run_script
 from producer.submission import SubmissionError
+from shared import checkpoint as checkpoints
 from shared import keys
 from shared.archive.original import ArchivedOriginal, leave_batch, original
 from shared.fields import RunField
@@ -97,10 +98,10 @@ async def archived_original(
     record = h or a.record
     if not h:  # its partition: the one its events were on
         part = next((q for q in p.parts.parts if q.events(a.key_id) == a.stream_key), None)
-    ckpt, origin = a.record.get(F.CKPT), record.get(F.ORIGIN)
+    ckpt, origin = checkpoints.load(a.record.get(F.CKPT), a.record.get(F.CONFIG)), record.get(F.ORIGIN)
     return Original(
         key=a.key_id, shown=run_id, part=part, status=RunStatus(record.get(F.STATUS) or a.status),
-        input=orjson.loads(raw_input), checkpoint=orjson.loads(ckpt) if ckpt else None,
+        input=orjson.loads(raw_input), checkpoint=ckpt,
         last_seq=a.last_seq, batch=record.get(F.BATCH, ""), item=a.item_index,
         records={i: ToolRecord.from_json(r) for i, r in a.tools.items()},
         events=[(s, k, orjson.loads(pl)) for s, k, pl in a.events if k in REBUILT_FROM],

@@ -30,6 +30,7 @@ from producer.placement import verdict
 from producer.routing import run_script
 from producer.scope import run_id_for_key
 from producer.submission import SubmissionError, Submitted, outcome
+from shared import checkpoint as checkpoints
 from shared.fields import RunField
 from shared.origin import Origin
 from shared.quotas import Quota
@@ -42,7 +43,8 @@ if TYPE_CHECKING:
 __all__ = ["Original", "Restorer"]
 
 F = RunField
-_FIELDS = [F.STATUS, F.TENANT, F.INPUT, F.CKPT, F.LAST_SEQ, F.BATCH, F.CLIENT_ID, F.ORIGIN, F.ARCHIVED]
+_FIELDS = [F.STATUS, F.TENANT, F.INPUT, F.CKPT, F.LAST_SEQ, F.BATCH, F.CLIENT_ID, F.ORIGIN, F.ARCHIVED,
+           F.CONFIG]  # fmt: skip
 RETRYABLE = (RunStatus.FAILED, RunStatus.ABORTED)
 BATCH_PARALLEL = 16  # a batch's runs retried at a time (each: two reads, then the sends)
 # What a new run does not inherit from its original's input: its ids (a new run gets its own) and its
@@ -91,7 +93,7 @@ class Restorer:
                 events.append((int(text(d["seq"])), text(d["kind"]), orjson.loads(d["payload"])))
         return Original(
             key=key, shown=run_id, part=part, status=RunStatus(h[F.STATUS]), input=orjson.loads(h[F.INPUT]),
-            checkpoint=orjson.loads(h[F.CKPT]) if h[F.CKPT] else None, last_seq=int(h[F.LAST_SEQ] or 0),
+            checkpoint=checkpoints.load(h[F.CKPT], h[F.CONFIG]), last_seq=int(h[F.LAST_SEQ] or 0),
             batch=h[F.BATCH], item=item, events=events, origin=orjson.loads(h[F.ORIGIN]) if h[F.ORIGIN] else None,
             records={text(k): ToolRecord.from_json(v) for k, v in got[1].items()},
         )  # fmt: skip

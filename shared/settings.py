@@ -38,6 +38,13 @@ class Settings(BaseSettings):
         description="replicas a worker's writes wait for (`WAIT`) before it acts on them; unset: 1 on a "
         "cluster, 0 otherwise; 0 for a cluster without replicas",
     )
+    checkpoint_config: Literal["inline", "apart"] = Field(
+        default="inline",
+        description="where a run's configuration is kept: in every checkpoint (`inline`), or once an "
+        "attempt in its own field of the run hash (`apart`: a ten-step run's commits carry about 2.8 KB "
+        "less each, about 7-10 % less Redis CPU a step); set `apart` once every worker and API process "
+        "runs a release that reads it (an older one cannot resume such a run)",
+    )
     redis_functions: Literal["auto", "on", "off"] = Field(
         default="auto",
         description="run the Lua scripts as one Redis Functions library (`FCALL`; `on`, needs Redis 7) or "

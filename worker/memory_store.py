@@ -58,6 +58,7 @@ class MemoryRun:
     status: str = RunStatus.QUEUED.value
     epoch: int = 0
     checkpoint: bytes | None = None
+    config: bytes | None = None  # RunField.CONFIG: the configuration, when checkpoints leave it out
     iterations: int = 0  # as the last commit reported it (the Redis run hash keeps the same field)
     result: bytes = b""
     aux: bytes = b""
@@ -120,7 +121,7 @@ class MemoryRunStore:
         self.epoch, self.last_seq = r.epoch, len(r.events)
         return Acquired(self.epoch, self.last_seq, r.checkpoint, r.input, r.abort_reason, dict(r.approvals),
                         {k: ToolRecord.from_dict(v) for k, v in r.tools.items()}, r.restarts,
-                        r.origin if r.checkpoint is None else None)  # fmt: skip
+                        r.origin if r.checkpoint is None else None, config=r.config)  # fmt: skip
 
     async def commit(
         self,
@@ -137,6 +138,7 @@ class MemoryRunStore:
         children: bytes | None = None,
         usage: Usage | None = None,
         tally: UsageTally | None = None,
+        config: bytes | None = None,
     ) -> int:
         r = self.run
         if r.epoch != self.epoch:
@@ -160,6 +162,8 @@ class MemoryRunStore:
             r.tools[call_id] = ToolRecord.from_json(rec).to_dict()
         if checkpoint:
             r.checkpoint = checkpoint
+        if config:
+            r.config = config
         if iterations is not None:
             r.iterations = iterations
         if usage is not None:

@@ -80,6 +80,7 @@ class Acquired:
     tenant: str = ""
     ancestry: bytes = b""  # a child run's (config.Lineage JSON: its ancestors); b"" for a root run
     trace: str = ""  # the submitter's trace context as stored (RunField.TRACE), '' = none
+    config: bytes | None = None  # the run's configuration when its checkpoints leave it out (RunField.CONFIG)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,9 +156,11 @@ class RunStore(Protocol):
         children: bytes | None = None,
         usage: Usage | None = None,
         tally: UsageTally | None = None,
+        config: bytes | None = None,
     ) -> int:
         """Everything in one fenced write; raises FencedError or SeqConflictError and writes nothing.
-        ``children``: the current round's child runs (JSON [{toolCallId, runId}]), when changed."""
+        ``children``: the current round's child runs (JSON [{toolCallId, runId}]), when changed;
+        ``config``: the run's configuration, stored apart from its checkpoints (RunField.CONFIG)."""
         ...
 
     async def release(self, gen: int) -> str: ...

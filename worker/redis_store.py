@@ -121,6 +121,7 @@ class RedisRunStore:
             tenant=self.tenant,
             ancestry=r[11] if len(r) > 11 and r[11] else b"",
             trace=text(r[12]) if len(r) > 12 else "",
+            config=(r[13] or None) if len(r) > 13 else None,
         )
 
     async def commit(
@@ -138,6 +139,7 @@ class RedisRunStore:
         children: bytes | None = None,
         usage: Usage | None = None,
         tally: UsageTally | None = None,
+        config: bytes | None = None,
     ) -> int:
         """Append events, write the checkpoint, claims and tool records: one round trip."""
         self._check_lease()
@@ -170,6 +172,7 @@ class RedisRunStore:
         else:
             cost = "" if usage.cost_usd is None else repr(usage.cost_usd)
             args += [usage.input_tokens, usage.output_tokens, "1" if usage.estimated else "0", cost]
+        args.append(config or "")
         own = [*self._keys, self.part.worker_lease(self.lease_id)]
         if session is not None:
             own += self.part.session_keys(session.session_id)

@@ -6,10 +6,11 @@
 -- fork's origin while it has no checkpoint of its own yet ('' otherwise). The tool records are the
 -- tools hash's and the run's open claims (commit.lua): a claim stands for its call unless the call
 -- has a record past its claim. Then its tenant, ancestry, and the submitter's trace context
--- (F.TRACE, '' = none). Else a verdict: missing, terminal, superseded, no_lease, busy, exhausted.
+-- (F.TRACE, '' = none), and its configuration when its checkpoints leave it out (F.CONFIG, '' =
+-- inline). Else a verdict: missing, terminal, superseded, no_lease, busy, exhausted.
 local function acquired(run, tools, epoch, crashes)
   local d = redis.call('HMGET', run, F.LAST_SEQ, F.CKPT, F.INPUT, F.ABORT, F.APPROVALS, F.ORIGIN, F.TENANT,
-    F.ANCESTRY, F.CLAIMS, F.TRACE)
+    F.ANCESTRY, F.CLAIMS, F.TRACE, F.CONFIG)
   local origin = ((d[2] or '') == '') and (d[6] or '') or ''
   local records = redis.call('HGETALL', tools)
   if d[9] and d[9] ~= '' then
@@ -25,7 +26,7 @@ local function acquired(run, tools, epoch, crashes)
     end
   end
   return {'ok', tostring(epoch), d[1] or '0', d[2] or '', d[3] or '', d[4] or '', d[5] or '', records,
-    tostring(crashes), origin, d[7] or '', d[8] or '', d[10] or ''}
+    tostring(crashes), origin, d[7] or '', d[8] or '', d[10] or '', d[11] or ''}
 end
 local function acquire_run(run, stream, tools, run_id, gen, worker)
   local h = redis.call('HMGET', run, F.STATUS, F.GEN, F.OWNER, F.EPOCH, F.CRASHES)

@@ -27,7 +27,7 @@ while k <= #ARGV do
     redis.call('ZREM', ctx().tenant_active .. t, id)  -- ended: no longer counts toward maxActive
     redis.call('HSET', run, F.ARCHIVED, '1')
     -- what no read of a finished run needs (a field costs ~80 bytes in a hash this size)
-    redis.call('HDEL', run, F.CKPT, F.INPUT, F.APPROVALS, F.CLIENT_PENDING, F.HELD, F.OWNER, F.CRASHES,
+    redis.call('HDEL', run, F.CKPT, F.CONFIG, F.INPUT, F.APPROVALS, F.CLIENT_PENDING, F.HELD, F.OWNER, F.CRASHES,
       F.ABORT, F.AWAITING_SINCE, F.APPROVAL_TIMEOUT_MS, F.RUN_DEADLINE_MS, F.LOOP)
     if live > 0 then redis.call('EXPIRE', run, live) else redis.call('DEL', run) end
   end

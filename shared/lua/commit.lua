@@ -11,6 +11,7 @@
 --   children of the current tool round ('' = unchanged; JSON [{toolCallId, runId}]: sub-agents),
 --   the run's usage so far when it changed: input tokens ('' = unchanged), output tokens, estimated
 --   ('1'/'0'), cost USD ('' = none); kept as fields so GET shows it while running and a batch sums it;
+--   the run's configuration JSON ('' = unchanged; checkpoints written without it: F.CONFIG);
 --   the usage tally's ttl s ('' = none), nUsage, then field, increment per field: with a terminal
 --   status, the run's usage added to its tenant's usage hash of the day (keys.Partition.usage_day,
 --   in KEYS after the session's), then a budget settlement: the hold's member ('' = none), actual
@@ -82,6 +83,8 @@ local error_code = ARGV[i + 3] or ''
 local children = ARGV[i + 4] or ''
 local usage = nil
 if (ARGV[i + 5] or '') ~= '' then usage = {ARGV[i + 5], ARGV[i + 6], ARGV[i + 7], ARGV[i + 8]} end
+local config = ARGV[i + 9] or ''
+i = i + 1  -- the usage tally and the settlement come after the configuration
 local usage_ttl = ARGV[i + 9] or ''
 local nu = tonumber(ARGV[i + 10] or '0')
 local settle_at = i + 11 + 2 * nu
@@ -92,6 +95,7 @@ local run_fields = {}
 local function set(k, v) run_fields[#run_fields + 1] = k; run_fields[#run_fields + 1] = v end
 if n > 0 then set(F.LAST_SEQ, last) end
 if ARGV[7] ~= '' then set(F.CKPT, ARGV[7]) end
+if config ~= '' then set(F.CONFIG, config) end
 if claims then set(F.CLAIMS, next(claims) and cjson.encode(claims) or '') end
 if iterations ~= '' then set(F.ITERATIONS, iterations) end
 if children ~= '' then set(F.CHILDREN, children) end

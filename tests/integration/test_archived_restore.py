@@ -55,12 +55,13 @@ async def _fork_completes(c: httpx.AsyncClient, rid: str, at: int) -> str:
 
 
 @pytest.mark.timeout(150)
+@pytest.mark.parametrize("config", ["inline", "apart"])  # AGENTMILL_CHECKPOINT_CONFIG: the archive keeps both
 async def test_an_archived_run_is_retried_and_forked_in_redis_and_from_the_archive_alone(
-    redis_url: str, redis: Redis, tmp_path: Path
+    redis_url: str, redis: Redis, tmp_path: Path, config: str
 ) -> None:
     with PostgresServer() as pg:
         env = {"AGENTMILL_ARCHIVE_URL": pg.url, "AGENTMILL_LIVE_RETENTION_S": "600",
-               "AGENTMILL_ARCHIVE_POLL_MS": "100"}  # fmt: skip
+               "AGENTMILL_ARCHIVE_POLL_MS": "100", "AGENTMILL_CHECKPOINT_CONFIG": config}  # fmt: skip
         s = settings(redis_url, archive_url=pg.url, live_retention_s=600)
         with workers(redis_url, 1, env=env, log_dir=tmp_path):
             async with api(s) as base, httpx.AsyncClient(base_url=base, headers=A, timeout=30) as c:

@@ -45,11 +45,17 @@ async def owners(redis: Redis, run_ids: list[str]) -> dict[str, str]:
     return {r: (await redis.hget(K.run(r), "owner") or b"").decode() for r in run_ids}
 
 
-async def test_sigkill_mid_run_resumes_from_checkpoint_within_the_lease(redis: Redis, redis_url: str) -> None:
+@pytest.mark.parametrize("config", ["inline", "apart"])
+async def test_sigkill_mid_run_resumes_from_checkpoint_within_the_lease(
+    redis: Redis, redis_url: str, config: str
+) -> None:
+    # apart (AGENTMILL_CHECKPOINT_CONFIG): the checkpoints leave the run's configuration out, the run
+    # hash keeps it once; the rescuer puts it back (its own configuration could differ: it reads this one)
+    env = {**FAST, "AGENTMILL_CHECKPOINT_CONFIG": config}
     p = producer_for(redis, redis_url)
     subs = await p.submit_many([script_run(steps(4, 300)) for _ in range(6)])
     ids = [s.run_id for s in subs]  # type: ignore[union-attr]
-    victim = WorkerProc(redis_url, env={**FAST, "AGENTMILL_WORKER_ID": "victim"}).start()
+    victim = WorkerProc(redis_url, env={**env, "AGENTMILL_WORKER_ID": "victim"}).start()
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:  # wait until the victim is mid-run with every run past step 1
         lengths = [await redis.xlen(K.events(r)) for r in ids]
@@ -60,7 +66,11 @@ async def test_sigkill_mid_run_resumes_from_checkpoint_within_the_lease(redis: R
     before = {r: len(await stream(redis, r)) for r in ids}
     victim.kill()
     t_kill = time.time()
-    rescuer = WorkerProc(redis_url, env={**FAST, "AGENTMILL_WORKER_ID": "rescuer"}).start()
+    if config == "apart":
+        for r in ids:
+            h = await redis.hmget(K.run(r), ["ckpt", "config"])
+            assert orjson.loads(h[0])["state"]["config"] is None and orjson.loads(h[1])["maxIterations"] > 0
+    rescuer = WorkerProc(redis_url, env={**env, "AGENTMILL_WORKER_ID": "rescuer"}).start()
     try:
         recs = await wait_all(p, ids, 40)
     finally:

@@ -68,11 +68,14 @@ def ledger() -> Any:
         yield led
 
 
-@pytest.fixture
-async def pool(redis_url: str, tmp_path: Path, ledger: Ledger) -> Any:
-    """The API in this process and one worker process, on the chaos profile (its ledger tool)."""
+@pytest.fixture(params=["inline", "apart"])
+async def pool(redis_url: str, tmp_path: Path, ledger: Ledger, request: pytest.FixtureRequest) -> Any:
+    """The API in this process and one worker process, on the chaos profile (its ledger tool); the
+    worker's checkpoints carry the configuration or leave it to the run hash (AGENTMILL_CHECKPOINT_CONFIG):
+    a retry or fork reads the original's either way."""
     profiles = str(chaos_profiles(ledger.url, tmp_path / "profiles.json"))
-    worker = WorkerProc(redis_url, env={**FAST, "AGENTMILL_PROFILES": profiles}).start()
+    env = {**FAST, "AGENTMILL_PROFILES": profiles, "AGENTMILL_CHECKPOINT_CONFIG": request.param}
+    worker = WorkerProc(redis_url, env=env).start()
     try:
         async with (
             api(settings(redis_url, profiles=profiles)) as url,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import orjson
 
 from agentmill_client.models import Message, RunInput
+from shared import checkpoint
 from tests.unit.machine_driver import T0, calls_reply, config, go, result, text_reply
 from worker import machine as m
 from worker.memory_store import MemoryRun, MemoryRunStore, MemorySessionStore
@@ -52,3 +53,20 @@ def test_every_state_of_a_run_reads_back_from_its_checkpoint() -> None:
     s, _ = go(s, text_reply("done"))
     same(c, s)
     same(c, m.initial_state("r2"))  # no config yet
+
+
+def test_a_checkpoint_written_without_its_configuration_reads_back_with_the_runs() -> None:
+    # AGENTMILL_CHECKPOINT_CONFIG=apart: the checkpoint's config is null, the run hash's config field
+    # holds it (sent with an attempt's first commit); every reader loads it through shared.checkpoint.
+    c = Commits(commits().store, SystemClock(), NullObserver(), config_apart=True)
+    s, _ = go(m.initial_state("r1"), m.Started(T0, config(), [Message(role="user", content="hi")]))
+    dumped = c._dump(s)
+    assert orjson.loads(dumped)["config"] is None
+    wrapped = b'{"seq":3,"state":%b}' % dumped
+    cfg = orjson.dumps(s.config.model_dump(mode="json", by_alias=True)) if s.config else b""
+    loaded = checkpoint.load(wrapped, cfg)
+    assert loaded is not None and m.RunState.model_validate(loaded["state"]) == s
+    assert checkpoint.load(wrapped, None) == orjson.loads(wrapped)  # no field: as written
+    inline = b'{"seq":3,"state":%b}' % commits()._dump(s)
+    assert checkpoint.load(inline, b'{"other": 1}') == orjson.loads(inline)  # its own config wins
+    assert checkpoint.load(b"", cfg) is None

@@ -58,8 +58,14 @@ def config_json(config: RunConfig) -> bytes:
 
 
 class Commits:
-    def __init__(self, store: RunStore, clock: Clock, observer: Observer) -> None:
+    def __init__(
+        self, store: RunStore, clock: Clock, observer: Observer, *, config_apart: bool = False
+    ) -> None:
         self.store = store
+        # AGENTMILL_CHECKPOINT_CONFIG=apart: checkpoints leave the configuration out; it is sent with
+        # the first commit of each attempt (RunField.CONFIG; restore puts it back)
+        self.config_apart = config_apart
+        self._config_sent: RunConfig | None = None
         self.clock = clock
         self.observer = observer
         self.lock = asyncio.Lock()
@@ -91,6 +97,9 @@ class Commits:
             ckpt = b'{"seq":%d,"state":%b}' % (last, self._dump(state))
             kids = orjson.dumps(children_record(state))
             usage = state.usage if state.usage != self._usage else None  # with the usage event
+            config = None
+            if self.config_apart and state.config is not None and state.config is not self._config_sent:
+                config = config_json(state.config)
             await self.store.commit(
                 Outbox(events, outbox.claims, outbox.records, outbox.settle),
                 checkpoint=ckpt,
@@ -104,7 +113,10 @@ class Commits:
                 children=kids if kids != self._children else None,
                 usage=usage,
                 tally=tally,
+                config=config,
             )
+            if config is not None:
+                self._config_sent = state.config
             self.ckpt_seq = last
             self._children = kids
             self._usage = state.usage
@@ -121,8 +133,8 @@ class Commits:
         history = self._messages_json(state.history, seen)
         transcript = self._messages_json(state.transcript, seen)
         self._messages = seen  # only what this state holds: the cache never outgrows the checkpoint
-        if state.config is None:
-            config = b"null"
+        if state.config is None or self.config_apart:
+            config = b"null"  # apart: the run hash holds it (RunField.CONFIG), restore puts it back
         else:
             if state.config is not self._config:
                 self._config, self._config_json = state.config, config_json(state.config)

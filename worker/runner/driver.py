@@ -84,7 +84,9 @@ class RunDriver:
         self.deadline: asyncio.TimerHandle | None = None  # not an effect: a drain does not wait for it
         self.state = machine.initial_state(run_id)
         self.records: dict[str, ToolRecord] = {}
-        self.out = Commits(self.store, self.clock, host.observer)
+        self.out = Commits(
+            self.store, self.clock, host.observer, config_apart=host.settings.checkpoint_config == "apart"
+        )
         self.fx = EffectContext(run_id, host, ports, self.out, self.records, self.inbox.put_nowait)
         self.started_mono = self.clock.monotonic()
         self.draining = False
@@ -168,7 +170,7 @@ class RunDriver:
         now = self.clock.now_ms()
         first: Event
         if acq.checkpoint is not None:
-            self.state, self.out.ckpt_seq = opening.restore(acq.checkpoint)
+            self.state, self.out.ckpt_seq = opening.restore(acq.checkpoint, acq.config)
             first = opening.resumed(self.records, now)
         else:
             if run_input.session_id:  # the state built with the driver, not a second one

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import orjson
-
 from agentmill_client.models import Message, RunInput
 from agentmill_client.statuses import TERMINAL
+from shared import checkpoint as checkpoints
 from shared.origin import Origin
 from shared.settings import Settings
 from shared.tool_records import ToolRecord
@@ -42,9 +41,11 @@ __all__ = [
 ]
 
 
-def restore(checkpoint: bytes) -> tuple[RunState, int]:
-    """The checkpointed state and the seq of the last event committed with it."""
-    ck = orjson.loads(checkpoint)
+def restore(checkpoint: bytes, config: bytes | None = None) -> tuple[RunState, int]:
+    """The checkpointed state and the seq of the last event committed with it; ``config``: the
+    run's configuration (RunField.CONFIG), for a checkpoint written without it."""
+    ck = checkpoints.load(checkpoint, config)
+    assert ck is not None
     return RunState.model_validate(ck["state"]), int(ck["seq"])
 
 
