@@ -59,6 +59,7 @@ async def test_due_runs_start_highest_priority_first_fifo_within_one(redis: Redi
         extra: dict[str, Any] = {} if prio is None else {"priority": prio}
         # each run takes 30 ms, so their start times (ms) tell their order
         ids.append((await p.submit(script_run([{"text": f"run {n}", "delayMs": 30}], **extra))).run_id)
+        await asyncio.sleep(0.003)  # FIFO is by the millisecond (the same one: run-id order, docs/api.md)
     async with running_worker(redis_url, max_jobs=1):
         await wait_all(p, ids, 30)
     order = await start_order(redis, ids)
@@ -81,7 +82,9 @@ async def test_aging_a_run_that_waited_longer_goes_before_higher_priority_runs(
     old = (await p.submit(script_run([{"text": "old"}], priority=2))).run_id
     await asyncio.sleep(0.75)
     hi1 = (await p.submit(script_run([{"text": "hi 1"}], priority=8))).run_id
+    await asyncio.sleep(0.003)  # hi1 and hi2 in different milliseconds: the same one is run-id order
     low = (await p.submit(script_run([{"text": "low"}], priority=2))).run_id
+    await asyncio.sleep(0.003)
     hi2 = (await p.submit(script_run([{"text": "hi 2"}], priority=8))).run_id
     ids = [old, hi1, low, hi2]
     async with running_worker(redis_url, max_jobs=1, priority_aging_ms=100):
