@@ -31,7 +31,6 @@ from worker.machine import (
     AwaitChildren,
     AwaitClient,
     AwaitHuman,
-    DeadlineReached,
     EffectCrashed,
     Emit,
     Event,
@@ -46,6 +45,7 @@ from worker.machine import (
 from worker.ports import Acquired, FencedError, Host, NotAcquired, Outbox, RunPorts, SeqConflictError
 from worker.runner import opening
 from worker.runner.commits import Commits
+from worker.runner.deadline import RunDeadline
 from worker.runner.effect import EffectContext, FlushDeltas, ToolRecorded
 from worker.runner.effects import start as start_effect
 from worker.runner.inbox import Inbox
@@ -81,13 +81,13 @@ class RunDriver:
         self.inbox: Inbox[Event | _Wake | FlushDeltas | ToolRecorded] = Inbox()
         self.pending: deque[Event] = deque()
         self.tasks: set[asyncio.Task[None]] = set()  # running effects; a drain waits for them
-        self.deadline: asyncio.TimerHandle | None = None  # not an effect: a drain does not wait for it
         self.state = machine.initial_state(run_id)
         self.records: dict[str, ToolRecord] = {}
         self.out = Commits(
             self.store, self.clock, host.observer, config_apart=host.settings.checkpoint_config == "apart"
         )
         self.fx = EffectContext(run_id, host, ports, self.out, self.records, self.inbox.put_nowait)
+        self.deadline = RunDeadline(self.clock, self.inbox.put_nowait)
         self.started_mono = self.clock.monotonic()
         self.draining = False
         self.fenced = False
@@ -196,7 +196,7 @@ class RunDriver:
         return await self._loop()
 
     async def _loop(self) -> str:
-        self._arm_deadline()
+        self.deadline.arm(self.state)
         while True:
             if self.fenced:
                 raise FencedError(
@@ -222,7 +222,7 @@ class RunDriver:
             if outcome is not None:
                 return outcome
             if isinstance(ev, Started | Restored):
-                self._arm_deadline()
+                self.deadline.arm(self.state)
 
     async def _apply(self, ev: Event | ToolRecorded) -> str | None:
         recorded: tuple[str, bytes] | None = None
@@ -288,7 +288,7 @@ class RunDriver:
                 await self._hand_off()
             return finish.result.status.value
         if park is not None:  # on no worker until the answer's script puts it back on the queue
-            p = parking(park, self.state, self._run_deadline_ms())
+            p = parking(park, self.state, self.deadline.at_ms(self.state))
             await self.out.step(self.state, outbox, status=p.status, aux=p.aux,
                                 approval_timeout_ms=p.approval_timeout_ms, run_deadline_ms=p.run_deadline_ms)  # fmt: skip
             if isinstance(park, AwaitHuman):
@@ -354,33 +354,12 @@ class RunDriver:
                 t.cancel()
 
     async def _cancel_tasks(self) -> None:
-        if self.deadline is not None:
-            self.deadline.cancel()
+        self.deadline.cancel()
         tasks = list(self.tasks)
         self._cancel_effects()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         self.tasks.clear()
-
-    def _run_deadline_ms(self) -> int | None:
-        """When maxRunDurationMs ends the run (a parked run has no timer: Redis keeps this one)."""
-        cfg = self.state.config
-        if cfg is None or cfg.max_run_duration_ms is None:
-            return None
-        return (self.state.started_at_ms or self.clock.now_ms()) + cfg.max_run_duration_ms
-
-    def _arm_deadline(self) -> None:
-        cfg = self.state.config
-        if cfg is None or cfg.max_run_duration_ms is None or self.state.terminal:
-            return
-        now = self.clock.now_ms()
-        start = self.state.started_at_ms or now
-        left_s = max(0.0, (start + cfg.max_run_duration_ms - now) / 1000.0)
-        if self.deadline is not None:
-            self.deadline.cancel()
-        self.deadline = asyncio.get_running_loop().call_later(
-            left_s, lambda: self.inbox.put_nowait(DeadlineReached(self.clock.now_ms()))
-        )
 
     # ---- what the observer hears ----
 
