@@ -1,5 +1,6 @@
--- acquire_run(run, stream, tools, runId, gen, worker): a worker takes run runId (dispatch gen)
--- under its lease id, at a new epoch (the body of ACQUIRE and, per claimed job, of CLAIM_JOBS).
+-- acquire_run(run, stream, tools, runId, gen, worker, alive): a worker takes run runId (dispatch
+-- gen) under its lease id, at a new epoch (the body of ACQUIRE and, per claimed job, of CLAIM_JOBS;
+-- alive: the caller saw the worker's lease unexpired in this call, so it is not looked at again).
 -- Refused (no_lease) unless the acquiring worker's own lease is unexpired. The same acquire sent
 -- again (its reply lost, or the batch re-sent after a failover) answers as the first did.
 -- Reply: ok, epoch, lastSeq, ckpt, input, abort, approvals, tool records, crashes, and a retry's or
@@ -28,12 +29,12 @@ local function acquired(run, tools, epoch, crashes)
   return {'ok', tostring(epoch), d[1] or '0', d[2] or '', d[3] or '', d[4] or '', d[5] or '', records,
     tostring(crashes), origin, d[7] or '', d[8] or '', d[10] or '', d[11] or ''}
 end
-local function acquire_run(run, stream, tools, run_id, gen, worker)
+local function acquire_run(run, stream, tools, run_id, gen, worker, alive)
   local h = redis.call('HMGET', run, F.STATUS, F.GEN, F.OWNER, F.EPOCH, F.CRASHES)
   if not h[1] then return {'missing'} end
   if is_terminal(h[1]) then return {'terminal', h[1]} end
   if tonumber(h[2]) ~= tonumber(gen) then return {'superseded', h[2]} end
-  if not worker_alive(worker) then return {'no_lease', worker} end
+  if not alive and not worker_alive(worker) then return {'no_lease', worker} end
   if h[3] == worker and h[1] == S.RUNNING then return acquired(run, tools, h[4], h[5] or '0') end
   if h[3] ~= '' and worker_alive(h[3]) then return {'busy', h[3]} end
   local crashes = tonumber(h[5] or '0')

@@ -93,7 +93,7 @@ for i = first, #ARGV do
         counts[tenant] = counts[tenant] + 1
       end
       if worker ~= '' then
-        out[#out + 1] = acquire_run(run_key(rid), stream_key(rid), tools_key(rid), rid, gen_of_job(id), worker)
+        out[#out + 1] = acquire_run(run_key(rid), stream_key(rid), tools_key(rid), rid, gen_of_job(id), worker, true)
       else
         out[#out + 1] = {}
       end
