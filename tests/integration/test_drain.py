@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import socket
 import threading
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ from tests.integration.helpers import (
     wait_all,
 )
 from tests.support.ledger import Ledger
+from tests.support.ports import free_port
 from tests.support.procs import WorkerProc
 from tests.support.schema import K, tool_records
 from tests.support.waits import until
@@ -96,12 +96,6 @@ async def test_sigterm_lets_calls_in_flight_finish_and_record(
         assert sum(len(v) for v in ledger.executions.values()) == 2 * len(ids)
         twice = {k: len(v) for k, v in ledger.executions.items() if len(v) > 1}
         assert twice == {}  # 0 re-executions
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from producer.cli.embedded_redis import free_port
+from tests.support.ports import free_port
 
 __all__ = ["PostgresServer", "binaries"]
 

@@ -1,4 +1,4 @@
-"""A private redis-server on a free loopback port, for the tests and the bench.
+"""A private redis-server on a free loopback port (``tests.support.ports``), for the tests and the bench.
 
 The product's ``EmbeddedRedis`` (producer/cli/embedded_redis.py, the demo's server) with what only
 tests need: AOF persistence and ``restart()``, which keeps the port and data directory so
@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import time
 
-from producer.cli.embedded_redis import EmbeddedRedis, EmbeddedRedisError, free_port, redis_server_binary
+from producer.cli.embedded_redis import EmbeddedRedis, EmbeddedRedisError, redis_server_binary
+from tests.support.ports import free_port
 
 __all__ = ["RedisServer", "RedisServerError", "free_port", "redis_server_binary"]
 
@@ -21,7 +22,7 @@ class RedisServer(EmbeddedRedis):
         self, *, appendonly: bool = False, appendfsync: str = "everysec", port: int | None = None
     ) -> None:
         args = ("--appendonly", "yes" if appendonly else "no", "--appendfsync", appendfsync)
-        super().__init__(port=port, args=args)
+        super().__init__(port=port or free_port(), args=args)
         self.appendonly = appendonly
         self.appendfsync = appendfsync
 
