@@ -241,12 +241,21 @@ class LocalRedisCluster:
         port = self.master_for_slot(slot)
         self.kill_node(port)
         if wait:
+            self.wait_failover(slot, port, timeout_s=timeout_s)
+        return port
+
+    def wait_failover(self, slot: int, dead: int, *, timeout_s: float = 20.0) -> None:
+        """Until a replica has taken ``slot`` over from the killed master ``dead`` and every live
+        node agrees and reports ok. A failover that does not come raises with every node's view
+        and the tail of its log: the cluster's own story, apart from what its clients did."""
+        try:
             self._wait(
-                f"a replica promoted for slot {slot} after killing {port}",
-                lambda: self._settled(slot, exclude=port),
+                f"a replica promoted for slot {slot} after killing {dead}",
+                lambda: self._settled(slot, exclude=dead),
                 time.monotonic() + timeout_s,
             )
-        return port
+        except LocalRedisClusterError as e:
+            raise LocalRedisClusterError(f"{e}\n{self._logs_tail()}") from e
 
     def restart_node(self, port: int, *, wait: bool = True, timeout_s: float = 20.0) -> None:
         """Start a killed node again with its old nodes.conf: it rejoins (as a replica if it lost
