@@ -258,3 +258,36 @@ async def test_in_the_runs_slot_the_settlement_goes_with_the_replys_commit(
     assert rec.status.value == "completed" and own == []
     b = await budget_of(redis, "default")
     assert b[BudgetField.SPENT_TOKENS] == tokens(rec.result.usage) and b[BudgetField.HELD_TOKENS] == 0  # type: ignore[union-attr]
+
+
+async def test_a_reply_whose_commit_is_refused_still_settles_its_hold(redis: Redis, redis_url: str) -> None:
+    """In the run's slot a reply's settlement rides on its commit. When that commit is refused (the
+    worker lost its lease, or the run ended from outside, while the reply came in), the call was
+    still made: its tokens count, and its hold goes now rather than at its expiry."""
+    from shared.quotas import Quotas
+    from shared.scripts import Scripts
+    from shared.settings import Settings
+    from tests.integration.helpers import script_run
+    from tests.support.schema import parts_of
+    from worker.budgets import TenantBudgets
+    from worker.ports import Acquired, FencedError, Outbox
+    from worker.redis_store import RedisRunStore, beat
+
+    s = Settings(redis_url=redis_url, lease_ms=30_000,
+                 tenant_quotas=orjson.dumps({"default": {"tokensPerDay": 10_000}}).decode())  # fmt: skip
+    scripts = Scripts.for_settings(redis, s)
+    await producer_for(redis, redis_url).submit(script_run([{"text": "x"}], runId="refused-1"))
+    await beat(parts_of(redis), scripts, "w1", s.lease_ms, register=True)
+    store = RedisRunStore(parts_of(redis), scripts, s, K, "refused-1")
+    assert isinstance(await store.acquire(1, "w1"), Acquired)
+    budgets = TenantBudgets(parts_of(redis), scripts, Quotas(s), hold_ms=600_000)
+    hold = await budgets.reserve("default", "h1", 500, None)
+    assert not isinstance(hold, str) and hold.slot == store.slot  # settled with the commit, normally
+    assert (await budget_of(redis, "default"))[BudgetField.HELD_TOKENS] == 500
+    await redis.delete(K.worker_lease("w1"))  # its lease runs out while the model replies
+    event = ("status", 1, orjson.dumps({"status": "running"}))
+    with pytest.raises(FencedError):
+        await store.commit(Outbox([event], settle=hold.settlement(120, None)))
+    b = await budget_of(redis, "default")
+    assert b[BudgetField.HELD_TOKENS] == 0 and b[BudgetField.SPENT_TOKENS] == 120
+    assert b.get(BudgetField.RELEASED, 0) == 0  # settled, not released at its expiry
