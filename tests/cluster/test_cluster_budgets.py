@@ -18,10 +18,11 @@ from redis.asyncio.cluster import RedisCluster
 
 from shared import keys
 from shared.fields import BudgetField
-from tests.integration.api_support import A, B, api
+from tests.integration.api_support import A, B, api, key
 from tests.integration.api_support import settings as api_settings
 from tests.integration.helpers import running_worker
 from tests.support.redis_cluster import LocalRedisCluster
+from tests.support.schema import ids_where
 
 pytestmark = [
     pytest.mark.integration,
@@ -105,7 +106,11 @@ async def test_runs_aborted_while_parked_count_in_the_usage_report_on_every_mast
             running_worker(cluster.url, redis_cluster=True, profiles=str(path)),
             httpx.AsyncClient(base_url=url, headers=A, timeout=15) as http,
         ):
-            r = await http.post("/v1/runs/batch", json={"runs": [run] * 12})
+            # One run on each of the 16 partitions (random ids left it to chance: 12 runs fell on as
+            # few as 5 of the 16 partitions once), so every master has some.
+            layout = keys.Layout(16)
+            spread = [ids_where(layout, f"ab{i}-", 1, lambda p, i=i: p.index == i, key)[0] for i in range(16)]
+            r = await http.post("/v1/runs/batch", json={"runs": [{**run, "runId": rid} for rid in spread]})
             ids = [i["runId"] for i in r.json()["results"]]
             views: dict[str, Any] = {}
             for _ in range(600):
@@ -126,5 +131,5 @@ async def test_runs_aborted_while_parked_count_in_the_usage_report_on_every_mast
         assert {v["status"] for v in ended} == {"aborted"}
         assert report["total"]["runs"] == len(ids)
         assert report["total"]["inputTokens"] == sum(v["result"]["usage"]["inputTokens"] for v in ended) > 0
-        layout = keys.Layout(16)  # the runs really were spread over the partitions (and so the masters)
-        assert len({layout.of_key(v["streamKey"]).index for v in ended}) >= 6
+        # the runs really were spread over the partitions (and so the masters)
+        assert {layout.of_key(v["streamKey"]).index for v in ended} == set(range(16))
