@@ -151,6 +151,7 @@ class RunFigures(Plumbing):
                         redis_url=self.server.url,
                         poll_delay_s=self.args.poll_delay,
                         heartbeat_ms=60_000,
+                        lease_ms=600_000,  # a beat fits three times (the settings' rule)
                         reconcile_ms=60_000,
                         worker_metrics_port=-1,
                     )

@@ -8,14 +8,20 @@ field has no description).
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Literal
+from typing import Literal, Self
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agentmill_client import limits
 
-__all__ = ["Settings", "get_settings"]
+__all__ = ["Settings", "SettingsError", "get_settings"]
+
+DEFAULT_HEARTBEAT_MS = 500
+
+
+class SettingsError(ValueError):
+    """The environment's settings, refused: one line per setting, named as it is set."""
 
 
 class Settings(BaseSettings):
@@ -89,8 +95,10 @@ class Settings(BaseSettings):
         "itself a margin earlier",
     )
     heartbeat_ms: int = Field(
-        default=500,
-        description="the worker's lease renewal and abort inbox: one O(1) script per beat, whatever its runs",
+        default=DEFAULT_HEARTBEAT_MS,
+        gt=0,
+        description="the worker's lease renewal and abort inbox: one O(1) script per beat, whatever its runs; "
+        "under a third of the lease (unset: 500 ms, or a third of a shorter lease)",
     )
     reconcile_ms: int = Field(
         default=2_000, description="how often each worker sweeps for runs that lost their worker"
@@ -340,7 +348,42 @@ class Settings(BaseSettings):
     )
     log_level: str = Field(default="INFO", description="the log level (`DEBUG`, `INFO`, `WARNING`, …)")
 
+    @model_validator(mode="after")
+    def _beats_keep_the_lease(self) -> Self:
+        """A worker counts its lease over a margin early (worker.jobs.lease_margin_ms): a beat that
+        comes every half lease or later finds it over every time, and the worker drops its runs at
+        each beat. Unset, the beat follows a short lease; set, it must fit."""
+        third = self.lease_ms // 3
+        if "heartbeat_ms" not in self.model_fields_set:
+            if self.heartbeat_ms > third:
+                self.heartbeat_ms = max(1, third)
+        elif self.heartbeat_ms > third:
+            raise ValueError(
+                f"AGENTMILL_HEARTBEAT_MS={self.heartbeat_ms} must be at most a third of AGENTMILL_LEASE_MS="
+                f"{self.lease_ms} ({third}): a worker renews its lease once a beat and counts it over a "
+                "margin early, so longer beats lose it between them"
+            )
+        return self
+
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    return Settings()
+    """The process's settings; SettingsError (the settings named as they are set, a line each) when
+    the environment holds a value they refuse."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise SettingsError(describe(exc)) from None
+
+
+def describe(exc: ValidationError) -> str:
+    lines = []
+    for e in exc.errors(include_url=False):
+        field = str(e["loc"][0]) if e["loc"] else ""
+        info = Settings.model_fields.get(field)
+        alias = info.validation_alias if info is not None else None
+        name = alias if isinstance(alias, str) else f"AGENTMILL_{field.upper()}" if field else "settings"
+        msg = str(e["msg"]).removeprefix("Value error, ")
+        got = f" (got {e['input']!r})" if field and not isinstance(e.get("input"), dict) else ""
+        lines.append(f"{name}: {msg}{got}" if field else msg)
+    return "invalid settings: " + "; ".join(lines)

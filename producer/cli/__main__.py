@@ -1,3 +1,3 @@
-from producer.cli.main import main
+from producer.cli import main
 
 main()

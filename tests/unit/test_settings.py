@@ -95,3 +95,47 @@ def test_new_variables_are_settings(monkeypatch: pytest.MonkeyPatch) -> None:
         "tok",
         "after_tool_effect:1",
     )
+
+
+def test_a_beat_that_cannot_keep_the_lease_is_refused_and_an_unset_one_follows_a_short_lease(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from shared.settings import SettingsError, get_settings
+    from worker.jobs import lease_margin_ms
+
+    # Unset: 500 ms, or a third of a shorter lease; with a 0.8 s lease the default beat (500 ms)
+    # came after the worker counted its lease over (0.8 s less a 0.4 s margin), at every beat.
+    assert Settings().heartbeat_ms == 500
+    short = Settings(lease_ms=800)
+    assert short.heartbeat_ms == 266 and short.heartbeat_ms < short.lease_ms - lease_margin_ms(short)
+    with pytest.raises(ValueError, match="AGENTMILL_HEARTBEAT_MS=600 must be at most a third"):
+        Settings(lease_ms=1_500, heartbeat_ms=600)
+    # From the environment: one line naming the settings as they are set, not a traceback's worth.
+    get_settings.cache_clear()
+    monkeypatch.setenv("AGENTMILL_LEASE_MS", "soon")
+    with pytest.raises(
+        SettingsError, match=r"^invalid settings: AGENTMILL_LEASE_MS: .*integer.* \(got 'soon'\)$"
+    ):
+        get_settings()
+    monkeypatch.setenv("REDIS_URL", "redis://x:1/0")
+    monkeypatch.setenv("AGENTMILL_LEASE_MS", "1500")
+    monkeypatch.setenv("AGENTMILL_HEARTBEAT_MS", "900")
+    get_settings.cache_clear()
+    with pytest.raises(SettingsError, match="AGENTMILL_HEARTBEAT_MS=900 must be at most a third"):
+        get_settings()
+    get_settings.cache_clear()
+
+
+@pytest.mark.parametrize(
+    "argv", [["-m", "producer.cli", "worker"], ["-m", "worker"], ["-m", "producer.cli", "api"]]
+)
+def test_a_process_started_with_refused_settings_says_so_in_a_line_and_exits_2(argv: list[str]) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "AGENTMILL_LEASE_MS": "1500", "AGENTMILL_HEARTBEAT_MS": "900"}
+    done = subprocess.run([sys.executable, *argv], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "AGENTMILL_HEARTBEAT_MS=900 must be at most a third" in lines[0], done.stderr
