@@ -98,7 +98,8 @@ async def archived_original(
     record = h or a.record
     if not h:  # its partition: the one its events were on
         part = next((q for q in p.parts.parts if q.events(a.key_id) == a.stream_key), None)
-    ckpt, origin = checkpoints.load(a.record.get(F.CKPT), a.record.get(F.CONFIG)), record.get(F.ORIGIN)
+    ckpt = checkpoints.load(a.record.get(F.CKPT), a.record.get(F.CONFIG), a.record.get(F.TRANSCRIPT))
+    origin = record.get(F.ORIGIN)
     return Original(
         key=a.key_id, shown=run_id, part=part, status=RunStatus(record.get(F.STATUS) or a.status),
         input=orjson.loads(raw_input), checkpoint=ckpt,

@@ -70,6 +70,7 @@ class Restorer:
                 pipe.hgetall(part.tools(key))
                 if upto:
                     pipe.xrange(part.events(key), min="1-0", max=f"{upto}-0")
+                pipe.get(part.transcript(key))  # when checkpoints leave it out (shared.checkpoint)
 
             got = (await self.p.parts.pipelined([(part, read)]))[0]
             h = dict(zip(_FIELDS, (text(v) if v is not None else "" for v in got[0]), strict=True))
@@ -93,7 +94,7 @@ class Restorer:
                 events.append((int(text(d["seq"])), text(d["kind"]), orjson.loads(d["payload"])))
         return Original(
             key=key, shown=run_id, part=part, status=RunStatus(h[F.STATUS]), input=orjson.loads(h[F.INPUT]),
-            checkpoint=checkpoints.load(h[F.CKPT], h[F.CONFIG]), last_seq=int(h[F.LAST_SEQ] or 0),
+            checkpoint=checkpoints.load(h[F.CKPT], h[F.CONFIG], got[-1]), last_seq=int(h[F.LAST_SEQ] or 0),
             batch=h[F.BATCH], item=item, events=events, origin=orjson.loads(h[F.ORIGIN]) if h[F.ORIGIN] else None,
             records={text(k): ToolRecord.from_json(v) for k, v in got[1].items()},
         )  # fmt: skip

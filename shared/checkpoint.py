@@ -1,6 +1,8 @@
 """A run's checkpoint as its readers load it (the worker resuming it, a retry or fork from Redis or
-from the archive): its JSON, with the run's configuration put back into its state when it was written
-without it (AGENTMILL_CHECKPOINT_CONFIG=apart keeps it once a run, in the run hash's config field)."""
+from the archive): its JSON, with what it was written without put back into its state: the run's
+configuration (AGENTMILL_CHECKPOINT_CONFIG=apart keeps it once a run, in the run hash's config field)
+and its transcript (AGENTMILL_CHECKPOINT_TRANSCRIPT=apart keeps it in a key of its own, its messages'
+JSON comma-joined, each commit appending the new ones)."""
 
 from __future__ import annotations
 
@@ -11,13 +13,21 @@ import orjson
 __all__ = ["load"]
 
 
-def load(raw: bytes | str | None, config: bytes | str | None = None) -> dict[str, Any] | None:
+def load(
+    raw: bytes | str | None, config: bytes | str | None = None, transcript: bytes | str | None = None
+) -> dict[str, Any] | None:
     """``raw``: the run hash's ckpt (RunField.CKPT); ``config``: its config (RunField.CONFIG), '' or
-    None when the checkpoint carries its own. None without a checkpoint."""
+    None when the checkpoint carries its own; ``transcript``: the transcript key's value (the
+    archive record's RunField.TRANSCRIPT), '' or None when the checkpoint carries its own or the
+    transcript is empty. None without a checkpoint."""
     if not raw:
         return None
     ck: dict[str, Any] = orjson.loads(raw)
     state = ck.get("state")
-    if config and isinstance(state, dict) and state.get("config") is None:
-        state["config"] = orjson.loads(config)
+    if isinstance(state, dict):
+        if config and state.get("config") is None:
+            state["config"] = orjson.loads(config)
+        if "transcript" in state and state["transcript"] is None:
+            body = transcript.encode() if isinstance(transcript, str) else (transcript or b"")
+            state["transcript"] = orjson.loads(b"[%b]" % body)
     return ck

@@ -48,6 +48,9 @@ class RunField(StrEnum):
     LAST_SEQ = "lastSeq"  # the run stream's last seq
     CKPT = "ckpt"  # the machine state (commit.lua)
     CONFIG = "config"  # the run's configuration JSON, written once an attempt when checkpoints leave it out
+    # Not in the hash: the archive record's copy of the transcript key (keys.Partition.transcript),
+    # when checkpoints leave the transcript out
+    TRANSCRIPT = "transcript"
     # The run's open tool claims, JSON {toolCallId: {"state": "pending", epoch, attempts}} (commit.lua,
     # in the same HSET as the checkpoint; a call's record in the tools hash supersedes its claim, which
     # the commit writing the record drops; acquire.lua answers them among the tool records).

@@ -67,7 +67,7 @@ BATCH_DELIVERY = "{batch}"
 CONTEXT_FIELDS = (
     "run", "events", "tools", "session", "session_pending", "session_runs", "worker_runs",
     "worker_inbox", "worker_lease", "tenant_running", "tenant_held", "index", "batch", "job_key", "job_id", "archive",
-    "tenant_active", "usage",
+    "tenant_active", "usage", "transcript",
 )  # fmt: skip
 
 
@@ -98,6 +98,9 @@ class Partition:
         self.run_prefix = b + "run:"  # hash: shared.fields.RunField
         self.events_prefix = b + "events:"  # stream of RunEvents; entry id <seq>-0
         self.tools_prefix = b + "tools:"  # hash toolCallId -> {state, epoch, attempts, result}
+        # string: the transcript's messages as JSON, comma-joined, when checkpoints leave it out
+        # (AGENTMILL_CHECKPOINT_TRANSCRIPT=apart): appended by each commit (commit.lua)
+        self.transcript_prefix = b + "transcript:"
         self.webhook_prefix = b + "webhook:"  # hash: a run's (or batch's) webhook delivery state
         self.pointer_prefix = b + "at:"  # string: partition index of a run living away from home
         self.session_prefix = b + "s:"  # hash: shared.fields.SessionField
@@ -150,6 +153,9 @@ class Partition:
 
     def tools(self, run_id: str) -> str:
         return self.tools_prefix + run_id
+
+    def transcript(self, run_id: str) -> str:
+        return self.transcript_prefix + run_id
 
     def webhook(self, delivery_id: str) -> str:
         return self.webhook_prefix + delivery_id

@@ -51,6 +51,13 @@ class Settings(BaseSettings):
         "less each, about 7-10 % less Redis CPU a step); set `apart` once every worker and API process "
         "runs a release that reads it (an older one cannot resume such a run)",
     )
+    checkpoint_transcript: Literal["inline", "apart"] = Field(
+        default="inline",
+        description="where a run's transcript is kept: in every checkpoint (`inline`), or in a key of "
+        "its own beside the run hash, each commit appending the step's new messages (`apart`: commits "
+        "stop growing with the run); set `apart` once every worker and API process runs a release that "
+        "reads it (an older one cannot resume such a run)",
+    )
     redis_functions: Literal["auto", "on", "off"] = Field(
         default="auto",
         description="run the Lua scripts as one Redis Functions library (`FCALL`; `on`, needs Redis 7) or "

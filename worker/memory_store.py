@@ -39,6 +39,7 @@ from worker.ports import (
     SessionUpdate,
     SystemClock,
     ToolRetry,
+    TranscriptWrite,
     UsageTally,
 )
 from worker.tools.base import ToolContext
@@ -59,6 +60,7 @@ class MemoryRun:
     epoch: int = 0
     checkpoint: bytes | None = None
     config: bytes | None = None  # RunField.CONFIG: the configuration, when checkpoints leave it out
+    transcript: bytes | None = None  # the transcript key's: its messages comma-joined, when they leave it out
     iterations: int = 0  # as the last commit reported it (the Redis run hash keeps the same field)
     result: bytes = b""
     aux: bytes = b""
@@ -121,7 +123,8 @@ class MemoryRunStore:
         self.epoch, self.last_seq = r.epoch, len(r.events)
         return Acquired(self.epoch, self.last_seq, r.checkpoint, r.input, r.abort_reason, dict(r.approvals),
                         {k: ToolRecord.from_dict(v) for k, v in r.tools.items()}, r.restarts,
-                        r.origin if r.checkpoint is None else None, config=r.config)  # fmt: skip
+                        r.origin if r.checkpoint is None else None, config=r.config,
+                        transcript=r.transcript)  # fmt: skip
 
     async def commit(
         self,
@@ -139,6 +142,7 @@ class MemoryRunStore:
         usage: Usage | None = None,
         tally: UsageTally | None = None,
         config: bytes | None = None,
+        transcript: TranscriptWrite | None = None,
     ) -> int:
         r = self.run
         if r.epoch != self.epoch:
@@ -164,6 +168,8 @@ class MemoryRunStore:
             r.checkpoint = checkpoint
         if config:
             r.config = config
+        if transcript is not None:
+            r.transcript = (r.transcript or b"") + transcript.data if transcript.append else transcript.data
         if iterations is not None:
             r.iterations = iterations
         if usage is not None:

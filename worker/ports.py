@@ -54,6 +54,7 @@ __all__ = [
     "ToolCache",
     "ToolPort",
     "ToolRetry",
+    "TranscriptWrite",
     "UsageTally",
 ]
 
@@ -81,12 +82,22 @@ class Acquired:
     ancestry: bytes = b""  # a child run's (config.Lineage JSON: its ancestors); b"" for a root run
     trace: str = ""  # the submitter's trace context as stored (RunField.TRACE), '' = none
     config: bytes | None = None  # the run's configuration when its checkpoints leave it out (RunField.CONFIG)
+    transcript: bytes | None = None  # its transcript when they leave that out (keys.Partition.transcript)
 
 
 @dataclass(frozen=True, slots=True)
 class NotAcquired:
     verdict: str  # missing | terminal | superseded | busy | exhausted | no_lease
     detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptWrite:
+    """The transcript kept apart from the checkpoints (keys.Partition.transcript): its messages' JSON
+    comma-joined, ``data`` appended to it (``append``: a leading comma unless the first) or set whole."""
+
+    append: bool
+    data: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,10 +168,12 @@ class RunStore(Protocol):
         usage: Usage | None = None,
         tally: UsageTally | None = None,
         config: bytes | None = None,
+        transcript: TranscriptWrite | None = None,
     ) -> int:
         """Everything in one fenced write; raises FencedError or SeqConflictError and writes nothing.
         ``children``: the current round's child runs (JSON [{toolCallId, runId}]), when changed;
-        ``config``: the run's configuration, stored apart from its checkpoints (RunField.CONFIG)."""
+        ``config``: the run's configuration, stored apart from its checkpoints (RunField.CONFIG);
+        ``transcript``: the transcript, stored apart from them (appended, or set whole)."""
         ...
 
     async def release(self, gen: int) -> str: ...

@@ -38,6 +38,7 @@ from worker.ports import (
     SeqConflictError,
     SessionUpdate,
     Settlement,
+    TranscriptWrite,
     UsageTally,
 )
 
@@ -140,6 +141,7 @@ class RedisRunStore:
             ancestry=r[11] if len(r) > 11 and r[11] else b"",
             trace=text(r[12]) if len(r) > 12 else "",
             config=(r[13] or None) if len(r) > 13 else None,
+            transcript=(r[14] or None) if len(r) > 14 else None,
         )
 
     async def commit(
@@ -158,6 +160,7 @@ class RedisRunStore:
         usage: Usage | None = None,
         tally: UsageTally | None = None,
         config: bytes | None = None,
+        transcript: TranscriptWrite | None = None,
     ) -> int:
         """Append events, write the checkpoint, claims and tool records: one round trip."""
         self._check_lease()
@@ -191,6 +194,10 @@ class RedisRunStore:
             cost = "" if usage.cost_usd is None else repr(usage.cost_usd)
             args += [usage.input_tokens, usage.output_tokens, "1" if usage.estimated else "0", cost]
         args.append(config or "")
+        if transcript is None:
+            args += ["", ""]
+        else:
+            args += ["a" if transcript.append else "s", transcript.data]
         own = [*self._keys, self.part.worker_lease(self.lease_id)]
         if session is not None:
             own += self.part.session_keys(session.session_id)

@@ -138,6 +138,7 @@ class Archiver:
                 pipe.hgetall(p.run(rid))
                 pipe.xrange(p.events(rid))
                 pipe.hgetall(p.tools(rid))
+                pipe.get(p.transcript(rid))  # when checkpoints leave it out: kept with the record
 
             return op
 
@@ -160,7 +161,7 @@ class Archiver:
             )  # fmt: skip
             items = {i: z[0] for (i, _, _), z in zip(batched, zs, strict=True)}
         runs = [
-            archived_run(rid, p.events(rid), r[0], r[1], r[2], items.get(i))
+            archived_run(rid, p.events(rid), _with_transcript(r[0], r[3]), r[1], r[2], items.get(i))
             for i, (p, rid, r) in enumerate(found)
         ]
         return runs
@@ -201,3 +202,10 @@ def _due_now(p: keys.Partition, ids: list[str]) -> Callable[[Any], None]:
 def _zscore(p: keys.Partition, tenant: str, batch: str, rid: str) -> Callable[[Any], None]:
     """The run's item index in its batch (keys.INDEX_DIMS: the batch's ``item`` index)."""
     return lambda pipe: pipe.zscore(p.index_key(tenant, "item", batch), rid)
+
+
+def _with_transcript(run: dict[Any, Any], transcript: Any) -> dict[Any, Any]:
+    """The run hash's fields, and the transcript key's value when it has one (RunField.TRANSCRIPT)."""
+    if transcript is None:
+        return run
+    return {**run, RunField.TRANSCRIPT: transcript}

@@ -7,9 +7,10 @@
 -- fork's origin while it has no checkpoint of its own yet ('' otherwise). The tool records are the
 -- tools hash's and the run's open claims (commit.lua): a claim stands for its call unless the call
 -- has a record past its claim. Then its tenant, ancestry, and the submitter's trace context
--- (F.TRACE, '' = none), and its configuration when its checkpoints leave it out (F.CONFIG, '' =
--- inline). Else a verdict: missing, terminal, superseded, no_lease, busy, exhausted.
-local function acquired(run, tools, epoch, crashes)
+-- (F.TRACE, '' = none), its configuration when its checkpoints leave it out (F.CONFIG, '' =
+-- inline), and its transcript when they leave that out (transcript_key, '' = inline or none yet).
+-- Else a verdict: missing, terminal, superseded, no_lease, busy, exhausted.
+local function acquired(run, tools, run_id, epoch, crashes)
   local d = redis.call('HMGET', run, F.LAST_SEQ, F.CKPT, F.INPUT, F.ABORT, F.APPROVALS, F.ORIGIN, F.TENANT,
     F.ANCESTRY, F.CLAIMS, F.TRACE, F.CONFIG)
   local origin = ((d[2] or '') == '') and (d[6] or '') or ''
@@ -27,7 +28,8 @@ local function acquired(run, tools, epoch, crashes)
     end
   end
   return {'ok', tostring(epoch), d[1] or '0', d[2] or '', d[3] or '', d[4] or '', d[5] or '', records,
-    tostring(crashes), origin, d[7] or '', d[8] or '', d[10] or '', d[11] or ''}
+    tostring(crashes), origin, d[7] or '', d[8] or '', d[10] or '', d[11] or '',
+    redis.call('GET', transcript_key(run_id)) or ''}
 end
 local function acquire_run(run, stream, tools, run_id, gen, worker, alive)
   local h = redis.call('HMGET', run, F.STATUS, F.GEN, F.OWNER, F.EPOCH, F.CRASHES)
@@ -35,7 +37,7 @@ local function acquire_run(run, stream, tools, run_id, gen, worker, alive)
   if is_terminal(h[1]) then return {'terminal', h[1]} end
   if tonumber(h[2]) ~= tonumber(gen) then return {'superseded', h[2]} end
   if not alive and not worker_alive(worker) then return {'no_lease', worker} end
-  if h[3] == worker and h[1] == S.RUNNING then return acquired(run, tools, h[4], h[5] or '0') end
+  if h[3] == worker and h[1] == S.RUNNING then return acquired(run, tools, run_id, h[4], h[5] or '0') end
   if h[3] ~= '' and worker_alive(h[3]) then return {'busy', h[3]} end
   local crashes = tonumber(h[5] or '0')
   if h[3] ~= '' then  -- its worker died without handing it back and no sweep has counted that yet
@@ -48,5 +50,5 @@ local function acquire_run(run, stream, tools, run_id, gen, worker, alive)
   track(run, run_id, h[1], S.RUNNING)
   redis.call('SADD', worker_runs_key(worker), run_id)
   redis.call('ZREM', LIVE, run_id)  -- a running run is watched through its worker's lease
-  return acquired(run, tools, epoch, crashes)
+  return acquired(run, tools, run_id, epoch, crashes)
 end

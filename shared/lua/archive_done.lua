@@ -31,7 +31,7 @@ while k <= #ARGV do
       F.ABORT, F.AWAITING_SINCE, F.APPROVAL_TIMEOUT_MS, F.RUN_DEADLINE_MS, F.LOOP)
     if live > 0 then redis.call('EXPIRE', run, live) else redis.call('DEL', run) end
   end
-  redis.call('DEL', stream_key(id), tools_key(id))
+  redis.call('DEL', stream_key(id), tools_key(id), transcript_key(id))
   k = k + 2 + nterms
 end
 return n

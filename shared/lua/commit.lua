@@ -12,6 +12,8 @@
 --   the run's usage so far when it changed: input tokens ('' = unchanged), output tokens, estimated
 --   ('1'/'0'), cost USD ('' = none); kept as fields so GET shows it while running and a batch sums it;
 --   the run's configuration JSON ('' = unchanged; checkpoints written without it: F.CONFIG);
+--   the transcript's mode ('' = unchanged, 'a' = append, 's' = set) and bytes (checkpoints written
+--   without it: the key transcript_key(runId));
 --   the usage tally's ttl s ('' = none), nUsage, then field, increment per field: with a terminal
 --   status, the run's usage added to its tenant's usage hash of the day (keys.Partition.usage_day,
 --   in KEYS after the session's), then a budget settlement: the hold's member ('' = none), actual
@@ -84,7 +86,11 @@ local children = ARGV[i + 4] or ''
 local usage = nil
 if (ARGV[i + 5] or '') ~= '' then usage = {ARGV[i + 5], ARGV[i + 6], ARGV[i + 7], ARGV[i + 8]} end
 local config = ARGV[i + 9] or ''
-i = i + 1  -- the usage tally and the settlement come after the configuration
+-- The transcript when checkpoints leave it out: 'a' appends its new messages' JSON (a leading comma
+-- unless the first), 's' sets it whole (the machine replaced it: compaction, a fork; an attempt's
+-- first commit), '' leaves it.
+local tr_mode, tr = ARGV[i + 10] or '', ARGV[i + 11] or ''
+i = i + 3  -- the usage tally and the settlement come after the configuration and the transcript
 local usage_ttl = ARGV[i + 9] or ''
 local nu = tonumber(ARGV[i + 10] or '0')
 local settle_at = i + 11 + 2 * nu
@@ -96,6 +102,11 @@ local function set(k, v) run_fields[#run_fields + 1] = k; run_fields[#run_fields
 if n > 0 then set(F.LAST_SEQ, last) end
 if ARGV[7] ~= '' then set(F.CKPT, ARGV[7]) end
 if config ~= '' then set(F.CONFIG, config) end
+if tr_mode == 'a' then
+  redis.call('APPEND', transcript_key(ARGV[4]), tr)
+elseif tr_mode == 's' then
+  redis.call('SET', transcript_key(ARGV[4]), tr)
+end
 if claims then set(F.CLAIMS, next(claims) and cjson.encode(claims) or '') end
 if iterations ~= '' then set(F.ITERATIONS, iterations) end
 if children ~= '' then set(F.CHILDREN, children) end
@@ -147,6 +158,7 @@ elseif is_terminal(status) then
   redis.call('EXPIRE', KEYS[1], ctx().retention)
   redis.call('EXPIRE', KEYS[2], ctx().retention)
   redis.call('EXPIRE', KEYS[3], ctx().retention)
+  redis.call('EXPIRE', transcript_key(ARGV[4]), ctx().retention)
 elseif status == S.AWAITING_HUMAN then
   set(F.APPROVALS, ARGV[6]); set(F.AWAITING_SINCE, now)
   set(F.APPROVAL_TIMEOUT_MS, approval_timeout); set(F.RUN_DEADLINE_MS, run_deadline)

@@ -28,6 +28,7 @@ end
 local function run_key(id) return ctx().run .. id end
 local function stream_key(id) return ctx().events .. id end
 local function tools_key(id) return ctx().tools .. id end
+local function transcript_key(id) return ctx().transcript .. id end
 local function session_key(sid) return ctx().session .. sid end
 local function tenant_running_key(t) return ctx().tenant_running .. t end
 local function tenant_held_key(t) return ctx().tenant_held .. t end
@@ -363,6 +364,7 @@ local function finalize(run, stream, tools, run_id, status, code, message)
   redis.call('EXPIRE', run, retention)
   redis.call('EXPIRE', stream, retention)
   redis.call('EXPIRE', tools, retention)
+  redis.call('EXPIRE', transcript_key(run_id), retention)
   return seq
 end
 -- The run's worker was lost while running it (its lease expired: crashed, killed, OOM, or its loop

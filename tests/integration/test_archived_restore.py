@@ -28,6 +28,8 @@ pytestmark = [
 ]
 PART = keys.Partition(0, 1)
 FAILS_ONCE = [{"error": {"status": 400, "message": "no"}}, {"text": "second time lucky"}]
+# its retry answers with the messages it was given: the original's transcript, from its checkpoint
+FAILS_ONCE_ECHO = [FAILS_ONCE[0], {"echoContext": True}]
 TOOL_THEN_ANSWER = [{"toolCalls": [{"name": "echo", "arguments": {"text": "t"}}]}, {"text": "done"}]
 
 
@@ -55,13 +57,15 @@ async def _fork_completes(c: httpx.AsyncClient, rid: str, at: int) -> str:
 
 
 @pytest.mark.timeout(150)
-@pytest.mark.parametrize("config", ["inline", "apart"])  # AGENTMILL_CHECKPOINT_CONFIG: the archive keeps both
+# AGENTMILL_CHECKPOINT_CONFIG and _TRANSCRIPT: the archive keeps what a checkpoint leaves out
+@pytest.mark.parametrize("config", ["inline", "apart"])
 async def test_an_archived_run_is_retried_and_forked_in_redis_and_from_the_archive_alone(
     redis_url: str, redis: Redis, tmp_path: Path, config: str
 ) -> None:
     with PostgresServer() as pg:
         env = {"AGENTMILL_ARCHIVE_URL": pg.url, "AGENTMILL_LIVE_RETENTION_S": "600",
-               "AGENTMILL_ARCHIVE_POLL_MS": "100", "AGENTMILL_CHECKPOINT_CONFIG": config}  # fmt: skip
+               "AGENTMILL_ARCHIVE_POLL_MS": "100", "AGENTMILL_CHECKPOINT_CONFIG": config,
+               "AGENTMILL_CHECKPOINT_TRANSCRIPT": config}  # fmt: skip
         s = settings(redis_url, archive_url=pg.url, live_retention_s=600)
         with workers(redis_url, 1, env=env, log_dir=tmp_path):
             async with api(s) as base, httpx.AsyncClient(base_url=base, headers=A, timeout=30) as c:
@@ -69,7 +73,7 @@ async def test_an_archived_run_is_retried_and_forked_in_redis_and_from_the_archi
                 r = await c.post("/v1/runs/batch", json={"runs": batch, "batchId": "ab"})
                 assert r.status_code == 200, r.text
                 items = [x["runId"] for x in r.json()["results"]]
-                failed = (await c.post("/v1/runs", json=run_body(FAILS_ONCE))).json()["runId"]
+                failed = (await c.post("/v1/runs", json=run_body(FAILS_ONCE_ECHO))).json()["runId"]
                 tooled = (await c.post("/v1/runs", json=run_body(TOOL_THEN_ANSWER))).json()["runId"]
                 await until_batch(c, "ab", lambda v: v["finished"], within=30)
                 assert (await ended(c, failed))["status"] == "failed"
@@ -90,6 +94,8 @@ async def test_an_archived_run_is_retried_and_forked_in_redis_and_from_the_archi
                 assert r.status_code == 202, r.text
                 view = await ended(c, r.json()["runId"])
                 assert (view["status"], view["retryOf"]) == ("completed", failed), view
+                given = orjson.loads(view["result"]["finalAssistantMessage"]["content"])["messages"]
+                assert {"role": "user", "content": "go"} in given, given  # read back from the archive
                 await _fork_completes(c, tooled, at)
                 r = await c.post(f"/v1/runs/{items[0]}/retry")  # a batch's run: it takes its place
                 assert r.status_code == 202, r.text

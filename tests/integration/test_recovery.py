@@ -45,13 +45,15 @@ async def owners(redis: Redis, run_ids: list[str]) -> dict[str, str]:
     return {r: (await redis.hget(K.run(r), "owner") or b"").decode() for r in run_ids}
 
 
-@pytest.mark.parametrize("config", ["inline", "apart"])
+@pytest.mark.parametrize("config", ["inline", "apart", "transcript"])
 async def test_sigkill_mid_run_resumes_from_checkpoint_within_the_lease(
     redis: Redis, redis_url: str, config: str
 ) -> None:
     # apart (AGENTMILL_CHECKPOINT_CONFIG): the checkpoints leave the run's configuration out, the run
-    # hash keeps it once; the rescuer puts it back (its own configuration could differ: it reads this one)
-    env = {**FAST, "AGENTMILL_CHECKPOINT_CONFIG": config}
+    # hash keeps it once; the rescuer puts it back (its own configuration could differ: it reads this one).
+    # transcript: the transcript too (AGENTMILL_CHECKPOINT_TRANSCRIPT), in a key each commit appends to.
+    env = {**FAST, "AGENTMILL_CHECKPOINT_CONFIG": "inline" if config == "inline" else "apart",
+           "AGENTMILL_CHECKPOINT_TRANSCRIPT": "apart" if config == "transcript" else "inline"}  # fmt: skip
     p = producer_for(redis, redis_url)
     subs = await p.submit_many([script_run(steps(4, 300)) for _ in range(6)])
     ids = [s.run_id for s in subs]  # type: ignore[union-attr]
@@ -66,10 +68,15 @@ async def test_sigkill_mid_run_resumes_from_checkpoint_within_the_lease(
     before = {r: len(await stream(redis, r)) for r in ids}
     victim.kill()
     t_kill = time.time()
-    if config == "apart":
+    if config != "inline":
         for r in ids:
             h = await redis.hmget(K.run(r), ["ckpt", "config"])
             assert orjson.loads(h[0])["state"]["config"] is None and orjson.loads(h[1])["maxIterations"] > 0
+    if config == "transcript":
+        for r in ids:
+            state = orjson.loads(await redis.hget(K.run(r), "ckpt"))["state"]
+            held = orjson.loads(b"[%b]" % await redis.get(K.transcript(r)))
+            assert state["transcript"] is None and len(held) >= 3  # the input, a reply and its tool's result
     rescuer = WorkerProc(redis_url, env={**env, "AGENTMILL_WORKER_ID": "rescuer"}).start()
     try:
         recs = await wait_all(p, ids, 40)
@@ -86,6 +93,13 @@ async def test_sigkill_mid_run_resumes_from_checkpoint_within_the_lease(
         assert all(t["state"] == "done" for t in tools.values()) and len(tools) == 4
         h = await redis.hgetall(K.run(r))
         assert int(h[RunField.CRASHES.encode()]) == 1 and int(h[b"epoch"]) == 2
+        if (
+            config == "transcript"
+        ):  # the input, then each reply and each tool result, appended across the kill
+            held = orjson.loads(b"[%b]" % await redis.get(K.transcript(r)))
+            kinds = [e.kind for e in events]
+            assert len(held) == 1 + kinds.count("assistant_message") + kinds.count("tool_result")
+            assert [m["role"] for m in held[:3]] == ["user", "assistant", "tool"] and held[-1]["content"]
 
 
 async def test_a_model_saying_call_0_every_round_killed_mid_round_never_reruns_a_recorded_call(

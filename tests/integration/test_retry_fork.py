@@ -71,10 +71,12 @@ def ledger() -> Any:
 @pytest.fixture(params=["inline", "apart"])
 async def pool(redis_url: str, tmp_path: Path, ledger: Ledger, request: pytest.FixtureRequest) -> Any:
     """The API in this process and one worker process, on the chaos profile (its ledger tool); the
-    worker's checkpoints carry the configuration or leave it to the run hash (AGENTMILL_CHECKPOINT_CONFIG):
-    a retry or fork reads the original's either way."""
+    worker's checkpoints carry the configuration and the transcript, or leave them apart (the run hash's
+    config field, the transcript key: AGENTMILL_CHECKPOINT_CONFIG and _TRANSCRIPT): a retry or fork
+    reads the original's either way."""
     profiles = str(chaos_profiles(ledger.url, tmp_path / "profiles.json"))
-    env = {**FAST, "AGENTMILL_PROFILES": profiles, "AGENTMILL_CHECKPOINT_CONFIG": request.param}
+    env = {**FAST, "AGENTMILL_PROFILES": profiles, "AGENTMILL_CHECKPOINT_CONFIG": request.param,
+           "AGENTMILL_CHECKPOINT_TRANSCRIPT": request.param}  # fmt: skip
     worker = WorkerProc(redis_url, env=env).start()
     try:
         async with (

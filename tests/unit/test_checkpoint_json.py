@@ -70,3 +70,52 @@ def test_a_checkpoint_written_without_its_configuration_reads_back_with_the_runs
     inline = b'{"seq":3,"state":%b}' % commits()._dump(s)
     assert checkpoint.load(inline, b'{"other": 1}') == orjson.loads(inline)  # its own config wins
     assert checkpoint.load(b"", cfg) is None
+
+
+async def test_a_transcript_kept_apart_is_appended_and_set_whole_only_when_replaced() -> None:
+    # AGENTMILL_CHECKPOINT_TRANSCRIPT=apart: the checkpoint's transcript is null; the transcript's key
+    # gets each commit's new messages (a leading comma but the first), or all of them when the
+    # machine replaced the list (compaction) or on an attempt's first commit.
+    from worker.ports import Outbox
+
+    c = commits()
+    c.transcript_apart = c.config_apart = True
+    store = c.store
+    assert isinstance(store, MemoryRunStore)
+    await store.acquire(1, "w1")
+    sent: list[tuple[bool, bytes] | None] = []
+    real = store.commit
+
+    async def spy(outbox: Outbox, **kw: object) -> int:
+        w = kw.get("transcript")
+        sent.append(None if w is None else (w.append, w.data))  # type: ignore[attr-defined]
+        return await real(outbox, **kw)  # type: ignore[arg-type]
+
+    store.commit = spy  # type: ignore[method-assign]
+
+    def back() -> m.RunState:
+        r = store.run
+        loaded = checkpoint.load(r.checkpoint, r.config, r.transcript)
+        assert loaded is not None and orjson.loads(r.checkpoint or b"")["state"]["transcript"] is None
+        return m.RunState.model_validate(loaded["state"])
+
+    s, _ = go(m.initial_state("r1"), m.Started(T0, config(), [Message(role="user", content="hi")]))
+    await c.step(s, Outbox())
+    assert back() == s and sent[-1] is not None and sent[-1][0] is False  # the first: set whole
+    await c.step(s, Outbox())
+    assert sent[-1] is None  # nothing new
+    s, _ = go(s, m.ContextLoaded(T0, []))
+    for i in range(3):
+        s, _ = go(s, calls_reply((f"c{i}", "echo", "{}")))
+        await c.step(s, Outbox())
+        assert back() == s and sent[-1] is not None and sent[-1][0] is True
+        assert sent[-1][1].startswith(b",") and sent[-1][1].count(b'"role"') == 1  # the reply alone
+        s, _ = go(s, result(f"c{i}", f"out {i}"))
+        await c.step(s, Outbox())
+        assert back() == s and sent[-1] is not None and sent[-1][1].count(b'"role"') == 1
+    short = s.model_copy(update={"transcript": s.transcript[-2:]})  # compaction replaced it
+    await c.step(short, Outbox())
+    assert back() == short and sent[-1] == (False, store.run.transcript)
+    s, _ = go(short, text_reply("done"))
+    await c.step(s, Outbox())
+    assert back() == s and sent[-1] is not None and sent[-1][0] is True

@@ -15,7 +15,7 @@ from worker.config import RunConfig
 from worker.machine import Emit, RunState
 from worker.machine.children import children_record
 from worker.observer import Observer
-from worker.ports import Clock, Outbox, RunStore, SessionUpdate, UsageTally
+from worker.ports import Clock, Outbox, RunStore, SessionUpdate, TranscriptWrite, UsageTally
 
 __all__ = ["Commits"]
 
@@ -59,13 +59,24 @@ def config_json(config: RunConfig) -> bytes:
 
 class Commits:
     def __init__(
-        self, store: RunStore, clock: Clock, observer: Observer, *, config_apart: bool = False
+        self,
+        store: RunStore,
+        clock: Clock,
+        observer: Observer,
+        *,
+        config_apart: bool = False,
+        transcript_apart: bool = False,
     ) -> None:
         self.store = store
         # AGENTMILL_CHECKPOINT_CONFIG=apart: checkpoints leave the configuration out; it is sent with
         # the first commit of each attempt (RunField.CONFIG; restore puts it back)
         self.config_apart = config_apart
         self._config_sent: RunConfig | None = None
+        # AGENTMILL_CHECKPOINT_TRANSCRIPT=apart: checkpoints leave the transcript out; each commit
+        # appends the messages new since the last (set whole on an attempt's first commit and when the
+        # machine replaced the list: compaction). _transcript_sent: the messages stored, by identity.
+        self.transcript_apart = transcript_apart
+        self._transcript_sent: list[Message] | None = None
         self.clock = clock
         self.observer = observer
         self.lock = asyncio.Lock()
@@ -100,6 +111,7 @@ class Commits:
             config = None
             if self.config_apart and state.config is not None and state.config is not self._config_sent:
                 config = config_json(state.config)
+            transcript = self._transcript_write(state.transcript) if self.transcript_apart else None
             await self.store.commit(
                 Outbox(events, outbox.claims, outbox.records, outbox.settle),
                 checkpoint=ckpt,
@@ -114,9 +126,12 @@ class Commits:
                 usage=usage,
                 tally=tally,
                 config=config,
+                transcript=transcript,
             )
             if config is not None:
                 self._config_sent = state.config
+            if transcript is not None:
+                self._transcript_sent = list(state.transcript)
             self.ckpt_seq = last
             self._children = kids
             self._usage = state.usage
@@ -131,7 +146,12 @@ class Commits:
         body: bytes = _STATE_JSON.to_json(state, by_alias=True, exclude=_SPLICED)
         seen: _Messages = {}
         history = self._messages_json(state.history, seen)
-        transcript = self._messages_json(state.transcript, seen)
+        if self.transcript_apart:  # the transcript's key holds it (commit.lua), restore puts it back
+            for m in state.transcript:  # the cache keeps the messages the next append may need
+                seen[id(m)] = self._messages.get(id(m)) or (m, _MESSAGE_JSON.to_json(m, by_alias=True))
+            transcript = b"null"
+        else:
+            transcript = self._messages_json(state.transcript, seen)
         self._messages = seen  # only what this state holds: the cache never outgrows the checkpoint
         if state.config is None or self.config_apart:
             config = b"null"  # apart: the run hash holds it (RunField.CONFIG), restore puts it back
@@ -149,6 +169,29 @@ class Commits:
             _CONFIG_FIELD,
             config,
         )
+
+    def _transcript_write(self, messages: list[Message]) -> TranscriptWrite | None:
+        """What the transcript's key needs to hold ``messages``: the new ones appended when the list
+        extends what it holds (the same message objects), else the whole set; None: unchanged."""
+        sent = self._transcript_sent
+        if (
+            sent is not None
+            and len(messages) >= len(sent)
+            and all(a is b for a, b in zip(sent, messages[: len(sent)], strict=True))
+        ):
+            new = messages[len(sent) :]
+            if not new:
+                return None
+            data = b",".join(self._message_json(m) for m in new)
+            return TranscriptWrite(True, b"," + data if sent else data)
+        return TranscriptWrite(False, b",".join(self._message_json(m) for m in messages))
+
+    def _message_json(self, m: Message) -> bytes:
+        hit = self._messages.get(id(m))
+        if hit is not None and hit[0] is m:
+            return hit[1]
+        out: bytes = _MESSAGE_JSON.to_json(m, by_alias=True)
+        return out
 
     def _messages_json(self, messages: list[Message], seen: _Messages) -> bytes:
         """A message list's JSON array, each message's JSON from the last checkpoint's when it holds

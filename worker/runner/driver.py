@@ -83,9 +83,10 @@ class RunDriver:
         self.tasks: set[asyncio.Task[None]] = set()  # running effects; a drain waits for them
         self.state = machine.initial_state(run_id)
         self.records: dict[str, ToolRecord] = {}
-        self.out = Commits(
-            self.store, self.clock, host.observer, config_apart=host.settings.checkpoint_config == "apart"
-        )
+        cfg = host.settings
+        self.out = Commits(self.store, self.clock, host.observer,
+                           config_apart=cfg.checkpoint_config == "apart",
+                           transcript_apart=cfg.checkpoint_transcript == "apart")  # fmt: skip
         self.fx = EffectContext(run_id, host, ports, self.out, self.records, self.inbox.put_nowait)
         self.deadline = RunDeadline(self.clock, self.inbox.put_nowait)
         self.started_mono = self.clock.monotonic()
@@ -170,7 +171,7 @@ class RunDriver:
         now = self.clock.now_ms()
         first: Event
         if acq.checkpoint is not None:
-            self.state, self.out.ckpt_seq = opening.restore(acq.checkpoint, acq.config)
+            self.state, self.out.ckpt_seq = opening.restore(acq.checkpoint, acq.config, acq.transcript)
             first = opening.resumed(self.records, now)
         else:
             if run_input.session_id:  # the state built with the driver, not a second one

@@ -41,10 +41,13 @@ __all__ = [
 ]
 
 
-def restore(checkpoint: bytes, config: bytes | None = None) -> tuple[RunState, int]:
+def restore(
+    checkpoint: bytes, config: bytes | None = None, transcript: bytes | None = None
+) -> tuple[RunState, int]:
     """The checkpointed state and the seq of the last event committed with it; ``config``: the
-    run's configuration (RunField.CONFIG), for a checkpoint written without it."""
-    ck = checkpoints.load(checkpoint, config)
+    run's configuration (RunField.CONFIG), ``transcript``: its transcript (keys.Partition.transcript),
+    for a checkpoint written without them."""
+    ck = checkpoints.load(checkpoint, config, transcript)
     assert ck is not None
     return RunState.model_validate(ck["state"]), int(ck["seq"])
 
