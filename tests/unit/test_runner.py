@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from agentmill_client.models import RunInput, RunResult, RunStatus
+from shared import checkpoint
 from shared.profiles import AgentProfile, RetryConfig
 from worker.machine import Phase
 from worker.memory_store import (
@@ -112,7 +113,9 @@ async def test_a_run_with_a_tool_round_completes_and_commits_each_step() -> None
     assert w.run.tools["c1.0"]["state"] == "done"
     seqs = [s for s, _, _, _ in w.run.events]
     assert seqs == list(range(1, len(seqs) + 1))  # one stream, no gaps, no repeats
-    ck = orjson.loads(w.run.checkpoint or b"{}")
+    # as its readers load it (shared.checkpoint: with the configuration and transcript put back
+    # when the settings keep them apart, AGENTMILL_CHECKPOINT_CONFIG and _TRANSCRIPT)
+    ck = checkpoint.load(w.run.checkpoint, w.run.config, w.run.transcript) or {}
     assert ck["seq"] == len(seqs) and ck["state"]["phase"] == "completed"
     # The config is serialised once per run and spliced in: the checkpoint is the whole state.
     assert ck["state"] == driver.state.model_dump(mode="json", by_alias=True)

@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 
+from shared import checkpoint
 from shared.origin import Origin
 from tests.unit.test_runner import World
 
@@ -17,6 +18,11 @@ SCRIPT: list[dict[str, Any]] = [
     {"error": {"status": 400, "message": "refused"}},
     {"echoContext": True},
 ]
+
+
+def read(w: World) -> dict[str, Any] | None:
+    """The run's checkpoint as a retry or fork reads it (shared.checkpoint, whatever the settings)."""
+    return checkpoint.load(w.run.checkpoint, w.run.config, w.run.transcript)
 
 
 def tool_contents(w: World) -> list[str]:
@@ -30,7 +36,7 @@ async def test_a_retry_from_the_checkpoint_executes_nothing_recorded_and_a_fork_
     assert original.tools.executed == ["c1.0", "c2.0"]
 
     retry = World(SCRIPT, run_id="run-2")
-    origin = Origin({"retryOf": "run-1"}, checkpoint=orjson.loads(original.run.checkpoint or b""))
+    origin = Origin({"retryOf": "run-1"}, checkpoint=read(original))
     retry.run.origin = origin.to_json()
     retry.run.tools = dict(original.run.tools)
     assert await retry.driver()[0].run() == "completed"
@@ -46,7 +52,7 @@ async def test_a_retry_from_the_checkpoint_executes_nothing_recorded_and_a_fork_
     events = [(k, orjson.loads(p)) for s, k, _, p in retry.run.events if s <= at]
     fork = World(SCRIPT, run_id="run-3")
     fork.run.origin = Origin(
-        {"forkOf": "run-2", "atSeq": at}, orjson.loads(retry.run.checkpoint or b""), events,
+        {"forkOf": "run-2", "atSeq": at}, read(retry), events,
         [{"role": "user", "content": "and?"}], orjson.loads(retry.run.origin),
     ).to_json()  # fmt: skip
     assert await fork.driver()[0].run() == "completed"
