@@ -113,6 +113,12 @@ async def test_a_transcript_kept_apart_is_appended_and_set_whole_only_when_repla
         s, _ = go(s, result(f"c{i}", f"out {i}"))
         await c.step(s, Outbox())
         assert back() == s and sent[-1] is not None and sent[-1][1].count(b'"role"') == 1
+    # A message at the address of one the cache still holds (its id reused): serialised anew.
+    fresh = Message(role="user", content="new")
+    c._messages[id(fresh)] = (Message(role="user", content="stale"), b'{"role":"user","content":"stale"}')
+    s = s.model_copy(update={"transcript": [*s.transcript, fresh]})
+    await c.step(s, Outbox())
+    assert back() == s
     short = s.model_copy(update={"transcript": s.transcript[-2:]})  # compaction replaced it
     await c.step(short, Outbox())
     assert back() == short and sent[-1] == (False, store.run.transcript)
