@@ -389,8 +389,10 @@ def describe(exc: ValidationError) -> str:
         field = str(e["loc"][0]) if e["loc"] else ""
         info = Settings.model_fields.get(field)
         alias = info.validation_alias if info is not None else None
-        name = alias if isinstance(alias, str) else f"AGENTMILL_{field.upper()}" if field else "settings"
         msg = str(e["msg"]).removeprefix("Value error, ")
-        got = f" (got {e['input']!r})" if field and not isinstance(e.get("input"), dict) else ""
-        lines.append(f"{name}: {msg}{got}" if field else msg)
+        if not field:  # the model's own rule (two settings together): its message names them
+            lines.append(msg)
+            continue
+        name = alias if isinstance(alias, str) else f"AGENTMILL_{field.upper()}"
+        lines.append(f"{name}: {msg} (got {e['input']!r})")
     return "invalid settings: " + "; ".join(lines)

@@ -28,7 +28,7 @@ from shared.scripts import Scripts, text
 from worker.models.base import ModelCallError
 from worker.ports import BudgetHold, Settlement
 
-__all__ = ["KEYS_TTL_MS", "RedisBudgetHold", "TenantBudgets", "nano_usd"]
+__all__ = ["KEYS_TTL_MS", "RedisBudgetHold", "TenantBudgets", "nano_usd", "settle_by_call"]
 
 log = logging.getLogger("agentmill.budgets")
 
@@ -50,12 +50,22 @@ class RedisBudgetHold:
         return Settlement(self._keys, self._member, max(0, tokens), max(0, nano_usd(cost_usd)), KEYS_TTL_MS)
 
     async def settle(self, tokens: int, cost_usd: float | None) -> None:
-        """Best effort: a settlement that cannot reach Redis leaves the hold to expire (released)."""
-        args = [self._member, max(0, tokens), max(0, nano_usd(cost_usd)), KEYS_TTL_MS]
-        try:
-            await self._budgets.run(self._budgets.scripts.budget_settle, self._part, self._keys, args)
-        except RedisError as exc:
-            log.warning("budget hold %s not settled (%s): it is released when it expires", self._member, exc)
+        await settle_by_call(
+            self._budgets.parts, self._budgets.scripts, self._part, self.settlement(tokens, cost_usd)
+        )
+
+
+async def settle_by_call(
+    parts: Partitions[Any], scripts: Scripts, part: keys.Partition, st: Settlement
+) -> None:
+    """A settlement by a call of its own (budget_settle.lua) on ``part``, the node of the budget's
+    slot. Best effort: one that cannot reach Redis leaves the hold to expire (released), as a dead
+    worker's does."""
+    args = [st.member, st.tokens, st.nano_usd, st.ttl_ms]
+    try:
+        await parts.call(part, lambda c: scripts.budget_settle(keys=st.keys, args=args, client=c))
+    except RedisError as exc:
+        log.warning("budget hold %s not settled (%s): it is released when it expires", st.member, exc)
 
 
 class TenantBudgets:

@@ -9,12 +9,10 @@ it sends a write, so it does not even try once it knows it is late.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from redis.exceptions import RedisError
 
 from agentmill_client.models import Message, ToolCall, ToolResult, Usage
 from shared import children as kids
@@ -26,7 +24,7 @@ from shared.profiles import ContextConfig
 from shared.scripts import Scripts, text
 from shared.settings import Settings
 from shared.tool_records import ToolRecord
-from worker import context, sessions, tracing
+from worker import budgets, context, sessions, tracing
 from worker.batcher import ScriptBatcher
 from worker.lease import WorkerLease
 from worker.ports import (
@@ -37,14 +35,11 @@ from worker.ports import (
     Outbox,
     SeqConflictError,
     SessionUpdate,
-    Settlement,
     TranscriptWrite,
     UsageTally,
 )
 
 __all__ = ["Beat", "RedisRunStore", "RedisSessionStore", "beat", "forget_worker"]
-
-log = logging.getLogger("agentmill.worker")
 
 
 class RedisRunStore:
@@ -83,19 +78,6 @@ class RedisRunStore:
         if self.batcher is not None:
             return await self.batcher.call(self.part, script, k, a)
         return await self.parts.call(self.part, lambda c: script(keys=k, args=a, client=c))
-
-    async def _settle_apart(self, st: Settlement) -> None:
-        """A model call's settlement whose commit was refused (the run ended from outside, or was
-        taken over, while the reply came in): settled by a call of its own, since the call was made
-        and its tokens spent; without it the hold would stay until it expired. Best effort: a
-        settlement that cannot reach Redis leaves the hold to expire, as a dead worker's does."""
-        args = [st.member, st.tokens, st.nano_usd, st.ttl_ms]
-        try:
-            await self.parts.call(
-                self.part, lambda c: self.scripts.budget_settle(keys=st.keys, args=args, client=c)
-            )
-        except RedisError as exc:
-            log.warning("run %s: budget hold %s not settled (%s): it expires", self.run_id, st.member, exc)
 
     def _check_lease(self) -> None:
         if self.lease is not None and self.lease.expired():
@@ -215,8 +197,8 @@ class RedisRunStore:
         r = await self._run(self.scripts.commit, own, args)
         verdict = text(r[0])
         if verdict == "fenced" or verdict == "missing":
-            if (st := outbox.settle) is not None:
-                await self._settle_apart(st)
+            if (st := outbox.settle) is not None:  # the call was made: its tokens count, its hold goes now
+                await budgets.settle_by_call(self.parts, self.scripts, self.part, st)
             raise FencedError(f"run {self.run_id}: epoch {self.epoch} is no longer current ({verdict})")
         if verdict == "seq_conflict":
             raise SeqConflictError(

@@ -44,7 +44,6 @@ class _Ports:
         self._lock = threading.Lock()
         self._band: range | None = None
         self._next = 0
-        self._given = 0
 
     def take(self) -> int:
         with self._lock:
@@ -58,7 +57,6 @@ class _Ports:
                 port = band[self._next % len(band)]
                 self._next += 1
                 if _bindable(port):
-                    self._given += 1
                     return port
             raise RuntimeError(f"no free port left in {band.start}..{band.stop - 1}")
 
