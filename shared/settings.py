@@ -45,18 +45,18 @@ class Settings(BaseSettings):
         "cluster, 0 otherwise; 0 for a cluster without replicas",
     )
     checkpoint_config: Literal["inline", "apart"] = Field(
-        default="inline",
-        description="where a run's configuration is kept: in every checkpoint (`inline`), or once an "
-        "attempt in its own field of the run hash (`apart`: a ten-step run's commits carry about 2.8 KB "
-        "less each, about 7-10 % less Redis CPU a step); set `apart` once every worker and API process "
-        "runs a release that reads it (an older one cannot resume such a run)",
+        default="apart",
+        description="where a run's configuration is kept: once an attempt in its own field of the run "
+        "hash (`apart`: a ten-step run's commits carry about 2.8 KB less each, about 7-10 % less Redis "
+        "CPU a step), or in every checkpoint (`inline`: set it while processes of a release without this "
+        "setting still run, which cannot resume such a run, and before rolling back to one)",
     )
     checkpoint_transcript: Literal["inline", "apart"] = Field(
-        default="inline",
-        description="where a run's transcript is kept: in every checkpoint (`inline`), or in a key of "
-        "its own beside the run hash, each commit appending the step's new messages (`apart`: commits "
-        "stop growing with the run); set `apart` once every worker and API process runs a release that "
-        "reads it (an older one cannot resume such a run)",
+        default="apart",
+        description="where a run's transcript is kept: in a key of its own beside the run hash, each "
+        "commit appending the step's new messages (`apart`: commits stop growing with the run), or in "
+        "every checkpoint (`inline`: set it while processes of a release without this setting still "
+        "run, which cannot resume such a run, and before rolling back to one)",
     )
     redis_functions: Literal["auto", "on", "off"] = Field(
         default="auto",
