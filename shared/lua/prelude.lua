@@ -99,8 +99,10 @@ local function is_terminal(s)
   return TERMINAL[s] == true
 end
 local function xadd(stream, seq, kind, ts, payload, maxlen, epoch)
-  redis.call('XADD', stream, 'MAXLEN', '~', maxlen, seq .. '-0',
-    'seq', seq, 'kind', kind, 'ts', ts, 'payload', payload, 'epoch', epoch)
+  -- seq formatted once: a Lua number is printed again for each place it is passed (.. and redis.call)
+  local s = tostring(seq)
+  redis.call('XADD', stream, 'MAXLEN', '~', maxlen, s .. '-0',
+    'seq', s, 'kind', kind, 'ts', ts, 'payload', payload, 'epoch', epoch)
 end
 -- Listing indexes and batch counters (keys.index_key, keys.batch_key): each index is a zset
 -- runId -> createdAt, trimmed to tonumber(ctx().index_max) entries and expiring a retention after its last write.
