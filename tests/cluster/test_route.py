@@ -10,9 +10,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from redis.exceptions import MovedError
 
+from shared import keys
 from shared.functions import EvalScript, FunctionScript, Library, Script
 from shared.partitions import Partitions
+from shared.scripts import Scripts
 from shared.settings import Settings
 from tests.support.redis_cluster import LocalRedisCluster
 
@@ -72,5 +75,32 @@ async def test_one_round_trip_per_node_and_a_failover_followed(cluster: LocalRed
             *(parts.call(p, lambda c, p=p: c.get(p.run(kind))) for p in parts.parts)
         )
         assert counts == [b"2"] * 16  # each partition's script ran twice in all: none lost, none doubled
+    finally:
+        await parts.aclose()
+
+
+@pytest.mark.parametrize("functions", [True, False])
+async def test_a_script_with_no_key_of_its_own_is_moved_off_a_node_without_its_slot(
+    cluster: LocalRedisCluster, functions: bool
+) -> None:
+    """A script with no key of its own still declares keys of its partition (the fixed keys
+    ``Scripts.frame`` adds), so a master that does not own the slot (a route whose map is stale after
+    resharding) answers MOVED, which the route follows, instead of running the script until its first
+    key fails ("Script attempted to access a non local key"). A frame without them, tried for #30 to
+    save a call its seven strings, fails here."""
+    parts: Partitions[Any] = Partitions.from_settings(Settings(redis_url=cluster.url, redis_cluster=True))
+    await parts.start()
+    try:
+        part = parts.parts[0]
+        stranger = next(parts.client(p) for p in parts.parts if parts.client(p) is not parts.client(part))
+        scripts = Scripts(stranger, functions=functions)
+        k, a = scripts.frame(part, [], [])
+        assert all(keys.slot_of(key) == part.slot for key in k)
+        with pytest.raises(MovedError) as moved:
+            await scripts.scaling(keys=k, args=a)
+        assert moved.value.slot_id == part.slot
+        here = Scripts(parts.client(part), functions=functions)
+        reply = await here.scaling(*here.frame(part, [], []))
+        assert [int(x) for x in reply[:4]] == [0, 0, 0, 0]  # the owner runs it: nothing queued yet
     finally:
         await parts.aclose()
