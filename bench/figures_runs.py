@@ -126,8 +126,13 @@ class RunFigures(Plumbing):
             return await orig_commit(self, *args, **kw)
 
         async def c_acquire(self: store_mod.RedisRunStore, *args: Any, **kw: Any) -> Any:
-            store_rtt["n"] += 1
-            return await orig_acquire(self, *args, **kw)
+            # only an acquire of its own: a run whose job the worker claimed was acquired by the
+            # claim's round trip (one for a whole batch of jobs: client round trips, below)
+            before = self.round_trips
+            try:
+                return await orig_acquire(self, *args, **kw)
+            finally:
+                store_rtt["n"] += self.round_trips - before
 
         results: dict[int, dict[str, float]] = {}
         by_cmd: dict[int, dict[str, int]] = {}
