@@ -6,7 +6,9 @@ import asyncio
 import signal
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -100,6 +102,77 @@ async def test_sigkill_mid_run_resumes_from_checkpoint_within_the_lease(
             kinds = [e.kind for e in events]
             assert len(held) == 1 + kinds.count("assistant_message") + kinds.count("tool_result")
             assert [m["role"] for m in held[:3]] == ["user", "assistant", "tool"] and held[-1]["content"]
+
+
+async def test_a_rolling_upgrade_and_its_roll_back_across_two_kills_lose_nothing(
+    redis: Redis, redis_url: str
+) -> None:
+    """The checkpoint settings' upgrade path (docs/operations.md): runs started by a worker writing
+    inline checkpoints (as a release without the settings does), SIGKILLed mid-run; resumed by a
+    worker keeping both apart (the default since #30), SIGKILLed mid-run; finished by an inline
+    worker again (the roll-back). Each reads what the one before wrote: every call recorded, no
+    event twice, no model call asked again, and the last reply sees the whole conversation."""
+    n_steps = 6
+    inline = {**FAST, "AGENTMILL_CHECKPOINT_CONFIG": "inline", "AGENTMILL_CHECKPOINT_TRANSCRIPT": "inline"}
+    apart = {**FAST, "AGENTMILL_CHECKPOINT_CONFIG": "apart", "AGENTMILL_CHECKPOINT_TRANSCRIPT": "apart"}
+    p = producer_for(redis, redis_url)
+    script = [*steps(n_steps, 300)[:-1], {"echoContext": True}]
+    ids = [s.run_id for s in await p.submit_many([script_run(script) for _ in range(4)])]  # type: ignore[union-attr]
+
+    async def until(ok: Callable[[], Awaitable[bool]], what: str) -> None:
+        deadline = time.monotonic() + 20
+        while not await ok():
+            assert time.monotonic() < deadline, what
+            await asyncio.sleep(0.05)
+
+    async def ckpt(r: str) -> dict[str, Any]:
+        state: dict[str, Any] = orjson.loads(await redis.hget(K.run(r), "ckpt"))["state"]
+        return state
+
+    async def past_first_step() -> bool:
+        return all([await redis.xlen(K.events(r)) >= 6 for r in ids])
+
+    old = WorkerProc(redis_url, env={**inline, "AGENTMILL_WORKER_ID": "old"}).start()
+    await until(past_first_step, "the old worker past every run's first step")
+    old.kill()
+    for r in ids:  # inline: the checkpoint carries both, no transcript key
+        state = await ckpt(r)
+        assert state["transcript"] and state["config"] is not None and not await redis.exists(K.transcript(r))
+
+    new = WorkerProc(redis_url, env={**apart, "AGENTMILL_WORKER_ID": "new"}).start()
+
+    async def all_written_apart() -> bool:
+        return all([await redis.exists(K.transcript(r)) for r in ids])
+
+    await until(all_written_apart, "the new worker's first commit of every run")
+    await asyncio.sleep(0.5)  # a step or so more, appended
+    new.kill()
+    for r in ids:
+        if (await redis.hget(K.run(r), "status")) == b"running":
+            state = await ckpt(r)
+            held = orjson.loads(b"[%b]" % await redis.get(K.transcript(r)))
+            assert state["transcript"] is None and state["config"] is None and len(held) >= 3
+
+    back = WorkerProc(redis_url, env={**inline, "AGENTMILL_WORKER_ID": "back"}).start()
+    try:
+        recs = await wait_all(p, ids, 40)
+    finally:
+        back.stop()
+    for r in ids:
+        assert recs[r].status.value == "completed", recs[r].result
+        events = await stream(redis, r)
+        assert_clean_stream(events)
+        assert_resumed_not_restarted(events)
+        tools = {k.decode(): orjson.loads(v) for k, v in (await redis.hgetall(K.tools(r))).items()}
+        assert len(tools) == n_steps and all(t["state"] == "done" for t in tools.values())
+        h = await redis.hgetall(K.run(r))
+        assert int(h[RunField.CRASHES.encode()]) == 2 and int(h[b"epoch"]) == 3
+        answer = recs[r].result.final_assistant_message  # type: ignore[union-attr]
+        seen = orjson.loads(answer.content)["messages"]  # type: ignore[union-attr]
+        turns = [m for m in seen if m["role"] in ("assistant", "tool")]
+        assert [m["role"] for m in turns] == ["assistant", "tool"] * n_steps
+        assert [m["content"] for m in turns[::2]] == [f"step {i} " for i in range(n_steps)]
+        assert [m["toolCallId"] for m in turns[1::2]] == [m["toolCalls"][0]["id"] for m in turns[::2]]
 
 
 async def test_a_model_saying_call_0_every_round_killed_mid_round_never_reruns_a_recorded_call(
