@@ -103,19 +103,16 @@ class RunFigures(Plumbing):
         from worker import redis_store as store_mod
         from worker.jobs import WorkerProcess
 
+        # Client round trips: every write to a connection (a command, a pipeline, the route's and
+        # the batcher's packed sends all go through it; each send is followed by its replies' reads).
         counts = {"rtt": 0}
-        orig_exec = Redis.execute_command
-        from redis.asyncio.client import Pipeline
+        from redis.asyncio.connection import AbstractConnection
 
-        orig_pipe = Pipeline.execute
+        orig_send = AbstractConnection.send_packed_command
 
-        async def counted(self: Redis, *args: Any, **kw: Any) -> Any:
+        async def counted(self: AbstractConnection, *args: Any, **kw: Any) -> Any:
             counts["rtt"] += 1
-            return await orig_exec(self, *args, **kw)
-
-        async def counted_pipe(self: Pipeline, *args: Any, **kw: Any) -> Any:
-            counts["rtt"] += 1
-            return await orig_pipe(self, *args, **kw)
+            return await orig_send(self, *args, **kw)
 
         store_rtt = {"n": 0}
         orig_commit = store_mod.RedisRunStore.commit
@@ -146,8 +143,7 @@ class RunFigures(Plumbing):
             await r.config_resetstat()
             counts["rtt"] = 0
             store_rtt["n"] = 0
-            Redis.execute_command = counted  # type: ignore[method-assign]
-            Pipeline.execute = counted_pipe  # type: ignore[method-assign]
+            AbstractConnection.send_packed_command = counted  # type: ignore[method-assign]
             store_mod.RedisRunStore.commit = c_commit  # type: ignore[method-assign]
             store_mod.RedisRunStore.acquire = c_acquire  # type: ignore[method-assign]
             try:
@@ -176,8 +172,7 @@ class RunFigures(Plumbing):
                 wp.request_stop()
                 await task
             finally:
-                Redis.execute_command = orig_exec  # type: ignore[method-assign]
-                Pipeline.execute = orig_pipe  # type: ignore[method-assign]
+                AbstractConnection.send_packed_command = orig_send  # type: ignore[method-assign]
                 store_mod.RedisRunStore.commit = orig_commit  # type: ignore[method-assign]
                 store_mod.RedisRunStore.acquire = orig_acquire  # type: ignore[method-assign]
             stats = await r.info("commandstats")
