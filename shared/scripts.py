@@ -67,6 +67,7 @@ _ON_PARTITION = ("clock", "prelude")
 SCRIPTS: dict[str, tuple[str, ...]] = {
     "submit": (*_ON_PARTITION, "submit_one", "submit"),
     "commit": (*_ON_PARTITION, "budget", "commit"),  # budget.lua: a settlement folded into a step
+    "publish": (*_ON_PARTITION, "publish"),  # events alone (a model's deltas): commit.lua's gate
     "budget_settle": ("clock", "budget", "budget_settle"),
     "submit_many": (*_ON_PARTITION, "submit_one", "submit_many"),
     "spawn_child": (*_ON_PARTITION, "submit_one", "spawn_child"),
@@ -113,6 +114,7 @@ class Scripts:
     batch_results: Script
     acquire: Script
     commit: Script
+    publish: Script
     beat: Script
     forget_worker: Script
     release: Script

@@ -31,6 +31,7 @@ from worker.ports import (
     Acquired,
     Capacity,
     Clock,
+    Entry,
     FencedError,
     NotAcquired,
     OnWait,
@@ -190,6 +191,9 @@ class MemoryRunStore:
         self.last_seq = len(r.events)
         self.commits += 1
         return self.last_seq
+
+    async def publish(self, events: list[Entry]) -> int:
+        return await self.commit(Outbox(events))
 
     def _settle_client_calls(self) -> int:
         """The parked run's client calls (``aux``) past their deadline get a timeout error as their

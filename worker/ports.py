@@ -37,6 +37,7 @@ __all__ = [
     "BudgetPort",
     "Capacity",
     "Clock",
+    "Entry",
     "FencedError",
     "Host",
     "ModelPort",
@@ -112,11 +113,14 @@ class Settlement:
     ttl_ms: int
 
 
+Entry = tuple[str, int, bytes]  # an event on its way to the stream: kind, ts, payload JSON
+
+
 @dataclass(slots=True)
 class Outbox:
     """What one commit writes besides the checkpoint."""
 
-    events: list[tuple[str, int, bytes]] = field(default_factory=list)  # kind, ts, payload JSON
+    events: list[Entry] = field(default_factory=list)
     claims: list[str] = field(default_factory=list)
     records: list[tuple[str, bytes]] = field(default_factory=list)
     settle: Settlement | None = None  # a model call's budget settlement, written with this step
@@ -174,6 +178,11 @@ class RunStore(Protocol):
         ``children``: the current round's child runs (JSON [{toolCallId, runId}]), when changed;
         ``config``: the run's configuration, stored apart from its checkpoints (RunField.CONFIG);
         ``transcript``: the transcript, stored apart from them (appended, or set whole)."""
+        ...
+
+    async def publish(self, events: list[Entry]) -> int:
+        """Events alone (at least one), without a checkpoint: ``commit`` with only ``events``, as
+        cheap as the store can make it (a model's deltas, several a second while it streams)."""
         ...
 
     async def release(self, gen: int) -> str: ...

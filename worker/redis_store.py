@@ -30,6 +30,7 @@ from worker.lease import WorkerLease
 from worker.ports import (
     Acquired,
     Clock,
+    Entry,
     FencedError,
     NotAcquired,
     Outbox,
@@ -195,19 +196,38 @@ class RedisRunStore:
             own += st.keys
         self.round_trips += 1
         r = await self._run(self.scripts.commit, own, args)
+        if text(r[0]) in ("fenced", "missing") and (st := outbox.settle) is not None:
+            # the call was made: its tokens count, its hold goes now
+            await budgets.settle_by_call(self.parts, self.scripts, self.part, st)
+        self._appended(r, first)
+        for call_id in outbox.claims:
+            self.attempts[call_id] = self.attempts.get(call_id, 0) + 1
+        return self.last_seq
+
+    async def publish(self, events: list[Entry]) -> int:
+        """Events alone (publish.lua: a commit's gate, no checkpoint): a model's deltas."""
+        self._check_lease()
+        first = self.last_seq + 1
+        args: list[Any] = [self.epoch, first, self.lease_id, len(events)]
+        for kind, ts, payload in events:
+            args += [kind, ts, payload]
+        self.round_trips += 1
+        r = await self._run(
+            self.scripts.publish, [*self._keys[:2], self.part.worker_lease(self.lease_id)], args
+        )
+        self._appended(r, first)
+        return self.last_seq
+
+    def _appended(self, r: Any, first: int) -> None:
+        """An append's answer (commit.lua, publish.lua): the stream's new last seq, or the refusal."""
         verdict = text(r[0])
         if verdict == "fenced" or verdict == "missing":
-            if (st := outbox.settle) is not None:  # the call was made: its tokens count, its hold goes now
-                await budgets.settle_by_call(self.parts, self.scripts, self.part, st)
             raise FencedError(f"run {self.run_id}: epoch {self.epoch} is no longer current ({verdict})")
         if verdict == "seq_conflict":
             raise SeqConflictError(
                 f"run {self.run_id}: expected last seq {first - 1}, stream has {text(r[1])}"
             )
         self.last_seq = int(text(r[1]))
-        for call_id in outbox.claims:
-            self.attempts[call_id] = self.attempts.get(call_id, 0) + 1
-        return self.last_seq
 
     async def start_children(self, specs: list[ChildSpec], lineage: bytes) -> dict[str, Spawned]:
         """The children on their partitions, in this run's tenant (the parent's worker holds the run)."""

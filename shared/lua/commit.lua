@@ -20,34 +20,10 @@
 --   tokens, actual nano-USD, keys' ttl ms (budget.lua; the tenant's day budget hash and holds zset
 --   last in KEYS, in this run's slot).
 local h = redis.call('HMGET', KEYS[1], F.EPOCH, F.LAST_SEQ, F.OWNER, F.STATUS, F.WEBHOOK, F.CLAIMS)
-if not h[1] then return {'missing'} end
-if tonumber(h[1]) ~= tonumber(ARGV[1]) then return {'fenced', h[1]} end
--- A worker past its lease writes nothing, even before anyone took its runs over.
--- (The epoch matches, so the run's owner is this worker unless the run was handed back.)
-if h[3] ~= ARGV[3] or redis.call('EXISTS', KEYS[4]) == 0 then return {'fenced', h[1]} end
-local first = tonumber(ARGV[2])
-if tonumber(h[2]) ~= first - 1 then
-  -- The same commit sent again after its reply was lost (redis-py retries on connection errors):
-  -- same epoch, the stream ends where this batch ends, with this batch's last event. It was
-  -- applied; answer as the first time did instead of refusing the worker its own write.
-  local n0 = tonumber(ARGV[8])
-  local last0 = first + n0 - 1
-  if n0 > 0 and tonumber(h[2]) == last0 then
-    local e = redis.call('XRANGE', KEYS[2], last0 .. '-0', last0 .. '-0')
-    if #e == 1 then
-      local f = {}
-      for k = 1, #e[1][2], 2 do f[e[1][2][k]] = e[1][2][k + 1] end
-      if f.epoch == ARGV[1] and f.payload == ARGV[8 + 3 * n0] then return {'ok', h[2]} end
-    end
-  end
-  return {'seq_conflict', h[2]}
-end
-local i = 8
-local n = tonumber(ARGV[i]); i = i + 1
-for k = 0, n - 1 do
-  xadd(KEYS[2], first + k, ARGV[i], ARGV[i + 1], ARGV[i + 2], ctx().maxlen, ARGV[1])
-  i = i + 3
-end
+local first, n = tonumber(ARGV[2]), tonumber(ARGV[8])
+local refused = append_refused(h, ARGV[1], ARGV[3], KEYS[4], KEYS[2], first, n, ARGV[8 + 3 * n])
+if refused then return refused end
+local i = append_events(KEYS[2], first, n, ARGV, 9, ARGV[1])
 local last = first + n - 1
 -- Tool claims (pending, with the attempt number the worker counted from the records it acquired):
 -- the run's open claims (field claims) gain them, in the run hash's HSET below, so a step that

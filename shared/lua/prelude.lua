@@ -104,6 +104,41 @@ local function xadd(stream, seq, kind, ts, payload, maxlen, epoch)
   redis.call('XADD', stream, 'MAXLEN', '~', maxlen, s .. '-0',
     'seq', s, 'kind', kind, 'ts', ts, 'payload', payload, 'epoch', epoch)
 end
+-- The gate of a worker's append to its run (commit.lua, publish.lua). h: the run hash's F.EPOCH,
+-- F.LAST_SEQ, F.OWNER first; the caller's epoch, lease id and lease key; its first seq, its events'
+-- count and its last event's payload. nil: go on. Else the answer: the run is missing; fenced (another
+-- epoch, another owner, or the caller's lease gone: a worker past its lease writes nothing, even
+-- before anyone took its runs over); or the stream does not end at first - 1.
+local function append_refused(h, epoch, lease_id, lease_key, stream, first, n, last_payload)
+  if not h[1] then return {'missing'} end
+  if tonumber(h[1]) ~= tonumber(epoch) then return {'fenced', h[1]} end
+  if h[3] ~= lease_id or redis.call('EXISTS', lease_key) == 0 then return {'fenced', h[1]} end
+  if tonumber(h[2]) ~= first - 1 then
+    -- The same append sent again after its reply was lost (redis-py retries on connection errors):
+    -- same epoch, the stream ends where this batch ends, with this batch's last event. It was
+    -- applied; answer as the first time did instead of refusing the worker its own write.
+    local last0 = first + n - 1
+    if n > 0 and tonumber(h[2]) == last0 then
+      local e = redis.call('XRANGE', stream, last0 .. '-0', last0 .. '-0')
+      if #e == 1 then
+        local f = {}
+        for k = 1, #e[1][2], 2 do f[e[1][2][k]] = e[1][2][k + 1] end
+        if f.epoch == epoch and f.payload == last_payload then return {'ok', h[2]} end
+      end
+    end
+    return {'seq_conflict', h[2]}
+  end
+  return nil
+end
+-- An append's n events (kind, ts, payload each, from args[i]: the call's ARGV) at seqs
+-- first..first+n-1; the index after them.
+local function append_events(stream, first, n, args, i, epoch)
+  for k = 0, n - 1 do
+    xadd(stream, first + k, args[i], args[i + 1], args[i + 2], ctx().maxlen, epoch)
+    i = i + 3
+  end
+  return i
+end
 -- Listing indexes and batch counters (keys.index_key, keys.batch_key): each index is a zset
 -- runId -> createdAt, trimmed to tonumber(ctx().index_max) entries and expiring a retention after its last write.
 -- (shared.keys.Partition.index and .batch: the prefix, then the parts joined by ':')

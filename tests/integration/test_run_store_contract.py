@@ -213,6 +213,29 @@ async def test_a_commit_at_a_stale_seq_is_refused_and_writes_nothing(backend: Ba
     assert await backend.held("r1") == before
 
 
+async def test_published_events_take_the_next_seqs_under_the_same_fence_as_a_commit(backend: Backend) -> None:
+    """publish: events alone (a model's deltas), through commit's gate: the next seqs, the
+    checkpoint left as it was; a stale seq or a lapsed lease writes nothing."""
+    await backend.submit("r1")
+    store, _ = await acquired(backend, "r1", "w1")
+    await store.commit(Outbox([ev()]), checkpoint=b"ck1")
+    assert await store.publish([ev("model_delta", text="a"), ev("model_delta", text="b")]) == 3
+    assert await store.commit(Outbox([ev("model_delta", text="c")])) == 4  # a commit goes on after them
+    held = await backend.held("r1")
+    assert [(s, k) for s, k, _ in held.events] == [(1, "status"), (2, "model_delta"), (3, "model_delta"),
+                                                   (4, "model_delta")]  # fmt: skip
+    assert held.checkpoint == b"ck1"
+    store.last_seq = 2  # stale
+    with pytest.raises(SeqConflictError):
+        await store.publish([ev("model_delta", text="x")])
+    assert await backend.held("r1") == held
+    store.last_seq = 4
+    await backend.lose("w1")
+    with pytest.raises(FencedError):
+        await store.publish([ev("model_delta", text="late")])
+    assert await backend.held("r1") == held
+
+
 async def test_events_checkpoint_claims_and_records_land_together(backend: Backend) -> None:
     await backend.submit("r1")
     store, _ = await acquired(backend, "r1", "w1")

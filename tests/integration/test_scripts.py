@@ -176,6 +176,23 @@ async def test_a_commit_sent_again_after_a_lost_reply_is_answered_not_refused(
         await store.commit(Outbox([ev(step=1)]))
 
 
+async def test_a_publish_sent_again_after_a_lost_reply_is_answered_not_refused(
+    redis: Redis, redis_url: str, settings: Settings
+) -> None:
+    rid = await new_run(redis, redis_url)
+    store, _ = await acquire(redis, settings, rid, "w")
+    deltas = [ev("model_delta", text="a"), ev("model_delta", text="b")]
+    assert await store.publish(deltas) == 2
+    store.last_seq = 0  # the reply was lost: the client sends the very same publish again
+    assert await store.publish(deltas) == 2
+    assert [e.seq for e in await stream(redis, rid)] == [1, 2]
+    store.last_seq = 0  # other events at a stale position are still refused
+    with pytest.raises(SeqConflictError):
+        await store.publish([ev("model_delta", text="c"), ev("model_delta", text="d")])
+    store.last_seq = 2
+    assert await store.publish([ev("model_delta", text="c")]) == 3
+
+
 def assert_quarantined(h: dict[bytes, bytes], events: list[Any], crashes: int) -> None:
     """Ended failed as poison_run, through the run's normal terminal path: one error event, then the
     terminal status, seqs 1..n without a gap or repeat."""

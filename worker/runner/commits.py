@@ -15,11 +15,10 @@ from worker.config import RunConfig
 from worker.machine import Emit, RunState
 from worker.machine.children import children_record
 from worker.observer import Observer
-from worker.ports import Clock, Outbox, RunStore, SessionUpdate, TranscriptWrite, UsageTally
+from worker.ports import Clock, Entry, Outbox, RunStore, SessionUpdate, TranscriptWrite, UsageTally
 
 __all__ = ["Commits"]
 
-Entry = tuple[str, int, bytes]  # kind, ts, payload JSON
 _SPLICED = {"config", "history", "transcript"}  # serialised apart and spliced into the state's JSON
 
 
@@ -215,7 +214,7 @@ class Commits:
             events = self._stamped(self._take())
             if not events:
                 return
-            await self.store.commit(Outbox(events))
+            await self.store.publish(events)
         failpoints.hit("after_delta_publish")
         for kind, _, _ in events:
             self.observer.event_published(kind)
