@@ -89,7 +89,13 @@ async def one(
     }
 
 
-async def measure(out: str, runs: int, inflight: int, archive: str) -> None:
+FIG4 = [{"text": "ok", "delayMs": 1000}]  # figure 4: the model answers after 1 s
+# --streamed: a reply of 100 words streamed over 2 s, as models do: its deltas flushed while it
+# streams (worker/delta_pace.py) are most of such a run's cost
+FIG4_STREAMED = [{"text": "word " * 100, "delayMs": 2000}]
+
+
+async def measure(out: str, runs: int, inflight: int, archive: str, streamed: bool = False) -> None:
     b = Bench(argparse.Namespace(poll_delay=0.05))
     b.server.start()
     r = Redis.from_url(b.server.url)
@@ -107,7 +113,7 @@ async def measure(out: str, runs: int, inflight: int, archive: str) -> None:
         apart, drain = archive == "apart", archive in ("worker", "apart")
         res = {
             "fig1": await one(b, r, runs, [{"text": "hi"}], env, apart, drain),
-            "fig4": await one(b, r, inflight, [{"text": "ok", "delayMs": 1000}], env, apart, drain),
+            "fig4": await one(b, r, inflight, FIG4_STREAMED if streamed else FIG4, env, apart, drain),
         }
     finally:
         for p in b.procs:
@@ -131,5 +137,6 @@ if __name__ == "__main__":
         help="archive to a private PostgreSQL: the worker's archiver task, 'apart' (its own process), "
         "or 'index' (runs indexed for the archive, none archived meanwhile)",
     )  # fmt: skip
+    ap.add_argument("--streamed", action="store_true", help="figure 4's reply: 100 words streamed over 2 s")
     a = ap.parse_args()
-    asyncio.run(measure(a.out, a.runs, a.inflight, a.archive))
+    asyncio.run(measure(a.out, a.runs, a.inflight, a.archive, a.streamed))

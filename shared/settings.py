@@ -146,6 +146,13 @@ class Settings(BaseSettings):
         default=50, description="`model_delta` coalescing: at most one event per run per this interval"
     )
     delta_flush_chars: int = Field(default=2_000, description="… or per this many characters")
+    delta_flush_per_s: int = Field(
+        default=2_000,
+        ge=1,
+        description="the delta flushes a second one worker aims for over all its streaming runs: with "
+        "n runs streaming, each flushes every max(`AGENTMILL_DELTA_FLUSH_MS`, n / this) seconds "
+        "(worker/delta_pace.py)",
+    )
     provider_slot_lease_ms: int = Field(
         default=15_000,
         description="a provider's `maxConcurrent` slot held by a worker that died frees after this (live "

@@ -20,6 +20,7 @@ from shared.settings import Settings
 from worker.batcher import ScriptBatcher
 from worker.budgets import TenantBudgets
 from worker.config_cache import ConfigCache
+from worker.delta_pace import DeltaPace
 from worker.lease import WorkerLease
 from worker.limiter import Held, OnWait, ProviderLimiter
 from worker.models.base import ModelCallError, ModelProvider
@@ -102,10 +103,12 @@ class WorkerDeps:
     sessions: RedisSessionStore = field(init=False)
     budgets: TenantBudgets = field(init=False)  # tenants' day budgets (tokensPerDay, costUsdPerDay)
     active: dict[str, RunDriver] = field(default_factory=dict)
+    pace: DeltaPace = field(init=False)  # the deltas' flush interval over the process's streams
     rng: random.Random = field(default_factory=random.Random)  # retry jitter, one per process
 
     def __post_init__(self) -> None:
         self.lease_id = self.lease_id or self.worker_id
+        self.pace = DeltaPace(self.settings.delta_flush_ms, self.settings.delta_flush_per_s)
         self.scripts = Scripts.for_settings(self.parts.client(self.parts.parts[0]), self.settings)
         self.limiter = ProviderLimiter(
             self.scripts,

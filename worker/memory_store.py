@@ -23,6 +23,7 @@ from shared.settings import Settings
 from shared.tool_records import ToolRecord, ToolState
 from worker import context, sessions
 from worker.config_cache import ConfigCache
+from worker.delta_pace import DeltaPace
 from worker.lease import WorkerLease
 from worker.machine import TERMINAL_PHASES
 from worker.models.base import ModelProvider
@@ -331,6 +332,10 @@ class MemoryHost:
     lease: WorkerLease | None = None
     lease_id: str = "memory-worker"
     configs: ConfigCache = field(default_factory=ConfigCache)
+    pace: DeltaPace = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.pace = DeltaPace(self.settings.delta_flush_ms, self.settings.delta_flush_per_s)
 
     def profile(self, name: str) -> AgentProfile:
         try:

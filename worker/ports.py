@@ -26,6 +26,7 @@ from shared.tool_records import ToolRecord
 from worker.config import ToolSpec
 from worker.config_cache import ConfigCache
 from worker.context import RunLoop
+from worker.delta_pace import DeltaPace
 from worker.lease import WorkerLease
 from worker.models.base import ModelProvider
 from worker.observer import Observer
@@ -347,5 +348,6 @@ class Host(Protocol):
     lease: WorkerLease | None  # the worker's lease deadline; None = unguarded
     lease_id: str
     configs: ConfigCache  # resolved configurations shared by runs that set no knob of their own
+    pace: DeltaPace  # how often a streaming run's deltas go out, given how many runs stream
 
     def profile(self, name: str) -> AgentProfile: ...

@@ -129,7 +129,8 @@ async def _call_model(cx: EffectContext, state: RunState, req: ModelRequest, spa
     held: Capacity | None = None
     hold: BudgetHold | None = None
     cx.check_lease("a model call")
-    flush_s = cx.host.settings.delta_flush_ms / 1000.0
+    pace = cx.host.pace
+    streaming = False
     try:
         profile = cx.profile(state)
         provider = cx.ports.models.provider(profile)
@@ -141,6 +142,8 @@ async def _call_model(cx: EffectContext, state: RunState, req: ModelRequest, spa
             hold = got
         held = await _capacity(cx, state, req)
         t0 = s.last_flush = loop.time()  # the call starts once it has capacity
+        pace.open += 1
+        streaming = True
         # aclosing: a cancel that lands outside the generator (e.g. while flushing deltas) must
         # still close the provider's HTTP stream at once, not when the generator is collected.
         async with contextlib.aclosing(provider.stream(req, cx.hints)) as chunks:
@@ -162,7 +165,7 @@ async def _call_model(cx: EffectContext, state: RunState, req: ModelRequest, spa
                                           "arguments": chunk.arguments}})  # fmt: skip
                 elif isinstance(chunk, StreamEnd):
                     end = chunk
-                if loop.time() - s.last_flush >= flush_s and not s.flush_queued:
+                if loop.time() - s.last_flush >= pace.interval_s() and not s.flush_queued:
                     s.flush_due(loop.time())
     except ModelCallError as exc:
         s.drop_unpublished()
@@ -187,6 +190,8 @@ async def _call_model(cx: EffectContext, state: RunState, req: ModelRequest, spa
         s.failed(ModelFailure(kind="internal", message=f"{type(exc).__name__}: {exc}"))
         return
     finally:
+        if streaming:
+            pace.open -= 1
         if held is not None:
             u = end.usage
             await held.release(u.input_tokens + u.output_tokens if u is not None else None)
