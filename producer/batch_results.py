@@ -165,8 +165,11 @@ async def merge_sources(
     item index, ``first``'s when both have one (a run both hold: archived, not yet out of Redis's
     item index; or Redis's newer run of the item: a retry that took an archived run's place). A page
     goes out up to the least advanced source's last item index, so an item both hold leaves with
-    both in hand."""
+    both in hand. An item index goes out once: a source may name one again in a later page (the
+    archive, read in pages while the archiver goes on: a retry archived meanwhile becomes its item's
+    newest run, after the last (item, id) read), and the item has gone out already."""
     sources, bufs, done = (first, second), [list[Row](), list[Row]()], [False, False]
+    sent = -1  # the last item index that went out
     while True:
         for i in (0, 1):
             while not done[i] and not bufs[i]:
@@ -181,10 +184,13 @@ async def merge_sources(
         for i in (0, 1):
             n = sum(1 for r in bufs[i] if bound is None or r[0] <= bound)
             for r in bufs[i][:n]:
-                out.setdefault(r[0], r)
+                if r[0] > sent:
+                    out.setdefault(r[0], r)
             bufs[i] = bufs[i][n:]
         if out:
-            yield [out[k] for k in sorted(out)]
+            keys = sorted(out)
+            sent = keys[-1]
+            yield [out[k] for k in keys]
 
 
 def _order(r: Row) -> tuple[int, str]:

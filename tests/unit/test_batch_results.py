@@ -190,3 +190,27 @@ def test_an_item_redis_and_the_archive_hold_under_two_runs_comes_once_as_redis_h
     got = asyncio.run(go())
     assert [r[0] for r in got] == sorted(in_redis | archived)
     assert all(r[3] == ("redis" if r[0] in in_redis else "archive") for r in got)
+
+
+def test_an_item_archived_again_between_the_archives_pages_comes_once() -> None:
+    """The export reads the archive in pages while the archiver goes on: a retry archived after the
+    archive's first page became the newest run of its item, so the next page, read after the first
+    page's last (item, id), starts with that item again. It went out already (Redis's retry): once."""
+    redis_rows = [(0, "run_b0", "completed", "redis"), (1, "run_1", "completed", "redis"),
+                  (2, "run_b2", "completed", "redis")]  # fmt: skip
+    first = [(0, "run_a0", "failed", "archive"), (2, "run_a2", "failed", "archive")]
+    then = [(2, "run_b2", "completed", "archive")]  # run_b2 archived meanwhile: after (2, "run_a2")
+
+    async def archive() -> Any:
+        yield first
+        yield then
+
+    async def go() -> list[tuple[int, str, str, str]]:
+        out = []
+        async for page in merge_sources(_pages(redis_rows, [3]), archive()):
+            out += page
+        return out
+
+    got = asyncio.run(go())
+    assert [(r[0], r[1], r[3]) for r in got] == [(0, "run_b0", "redis"), (1, "run_1", "redis"),
+                                                 (2, "run_b2", "redis")]  # fmt: skip
