@@ -113,7 +113,17 @@ async def measure(out: str, runs: int, inflight: int, archive: str, streamed: bo
         apart, drain = archive == "apart", archive in ("worker", "apart")
         res = {
             "fig1": await one(b, r, runs, [{"text": "hi"}], env, apart, drain),
-            "fig4": await one(b, r, inflight, FIG4_STREAMED if streamed else FIG4, env, apart, drain),
+            # all of figure 4's runs in flight at once, as the bench's figure 4 has them (the
+            # default AGENTMILL_MAX_JOBS of 500 ran 1,000 in two waves here until 2026-11-26)
+            "fig4": await one(
+                b,
+                r,
+                inflight,
+                FIG4_STREAMED if streamed else FIG4,
+                {**env, "AGENTMILL_MAX_JOBS": str(inflight + 10)},
+                apart,
+                drain,
+            ),
         }
     finally:
         for p in b.procs:
