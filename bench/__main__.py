@@ -29,6 +29,7 @@ from bench.figures_lanes import LanesFigures
 from bench.figures_peers import DURABILITY, PEERS, PeerFigures
 from bench.figures_results import ResultsFigures
 from bench.figures_runs import RunFigures
+from bench.figures_streaming import StreamingFigures
 from bench.plumbing import ROOT
 
 
@@ -41,6 +42,7 @@ class Bench(
     LanesFigures,
     PeerFigures,
     FunctionsFigures,
+    StreamingFigures,
 ):
     """Every figure, run in order; a table and JSON at the end."""
 
@@ -77,6 +79,7 @@ class Bench(
                 ("functions", lambda: self.fig_functions(r)),
                 ("steps", lambda: self.fig_steps(r, rtt, cmds)),
                 ("concurrency", lambda: self.fig_concurrency(r)),
+                ("streaming", lambda: self.fig_streaming(r)),
                 ("heartbeat", lambda: self.fig_heartbeat(r)),
                 ("latency", lambda: self.fig_latency(r)),
                 ("batch", lambda: self.fig_batch(r)),
@@ -139,6 +142,7 @@ def parser() -> argparse.ArgumentParser:
             "throughput",
             "steps",
             "concurrency",
+            "streaming",
             "heartbeat",
             "latency",
             "batch",
@@ -149,6 +153,9 @@ def parser() -> argparse.ArgumentParser:
             "lanes",
             "peers",
         ],
+    )
+    ap.add_argument(
+        "--streaming-inflight", type=int, nargs="+", default=[500], help="figure 4s: runs streaming at once"
     )
     ap.add_argument("--lanes-batch", type=int, default=20_000, help="figure 11a: the priority-2 batch")
     ap.add_argument("--lanes-interactive", type=int, default=200, help="figure 11a: priority-8 runs")
