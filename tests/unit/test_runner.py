@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
+import pytest
 
 from agentmill_client.models import RunInput, RunResult, RunStatus
 from shared import checkpoint
@@ -268,3 +269,40 @@ async def test_a_configuration_rejected_before_start_fails_the_run_through_the_m
         {"scope": "run", "code": "configuration", "message": err.message, "retryable": False}
     ]
     assert w.run.payloads("status")[-1]["status"] == "failed" and w.models.holds == 0
+
+
+async def test_a_run_left_with_nothing_running_is_handed_back_at_its_checkpoint(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An effect that ends without posting its outcome leaves the loop waiting on nothing: after
+    ``stall_s`` the run is released at its checkpoint (as a drain would), and the next worker resumes
+    it from there to its end."""
+    import worker.runner.driver as driver_mod
+
+    real = driver_mod.start_effect
+    lost = []
+
+    def losing(cx: Any, state: Any, c: Any) -> Any:
+        started = real(cx, state, c)
+        if type(c).__name__ == "ExecuteTool" and not lost:  # the first tool call: its outcome never comes
+            started.close()
+            lost.append(c.call.id)
+
+            async def nothing() -> None:
+                return None
+
+            return nothing()
+        return started
+
+    w = World([{"toolCalls": [{"id": "c1", "name": "echo", "arguments": {"text": "hi"}}]}, {"text": "done"}])
+    monkeypatch.setattr(driver_mod, "start_effect", losing)
+    driver, _ = w.driver()
+    driver.stall_s = 0.2
+    with caplog.at_level("ERROR", logger="agentmill.runner"):
+        assert await asyncio.wait_for(driver.run(), 5.0) == "released"
+    assert lost == ["c1.0"] and w.run.status == "queued"
+    assert any("nothing running and nothing to do" in r.getMessage() for r in caplog.records)
+    monkeypatch.setattr(driver_mod, "start_effect", real)
+    again, _ = w.driver()
+    assert await again.run() == "completed"
+    assert w.tools.executed == ["c1.0"]  # claimed, never recorded: run once, by the next attempt

@@ -62,6 +62,14 @@ class _Wake:
     """Put in the inbox to make the loop look at its flags (drain, fence)."""
 
 
+class _Stalled(_Wake):
+    """Put in the inbox by the stall timer: the loop waited ``RunDriver.stall_s`` with no effect
+    running and nothing to do, a state no event can leave."""
+
+
+_STALLED = _Stalled()
+
+
 class _Crashed(_Wake):
     """An effect raised something it should not have: the run fails with it as lastError."""
 
@@ -70,6 +78,13 @@ class _Crashed(_Wake):
 
 
 class RunDriver:
+    # A run whose loop waits with no effect running and nothing pending is stuck: only an effect posts
+    # what moves it on (the worker's signals, abort, drain and fence, are handled as they come). Seen
+    # once in the cluster chaos test, a run held for four minutes by a live worker until its drain
+    # released it; the cause is not found. After this long the run is handed back at its checkpoint,
+    # as a drain would, and whoever takes it resumes it; the error log names where it stood.
+    stall_s = 20.0
+
     def __init__(self, host: Host, ports: RunPorts, run_id: str, gen: int, job_try: int = 1) -> None:
         self.host = host
         self.ports = ports
@@ -210,7 +225,23 @@ class RunDriver:
                 log.info("run %s handed back at a checkpoint (%s)", self.run_id, verdict)
                 return "released"
             else:
-                ev = await self.inbox.get()
+                stall = (
+                    None
+                    if self.tasks
+                    else asyncio.get_running_loop().call_later(self.stall_s, self.inbox.put_nowait, _STALLED)
+                )
+                try:
+                    ev = await self.inbox.get()
+                finally:
+                    if stall is not None:
+                        stall.cancel()
+            if ev is _STALLED and not self.tasks and not self.pending and not len(self.inbox):
+                log.error("run %s: nothing running and nothing to do for %g s in %s (phase %s, call %s); "
+                          "handing it back at its checkpoint", self.run_id, self.stall_s, self.state.node,
+                          self.state.phase, self.state.call)  # fmt: skip
+                verdict = await self.store.release(self.gen)
+                log.info("run %s handed back at a checkpoint (%s)", self.run_id, verdict)
+                return "released"
             if isinstance(ev, _Crashed):
                 await self._cancel_tasks()
                 ev = EffectCrashed(self.clock.now_ms(), f"{type(ev.exc).__name__}: {str(ev.exc)[:500]}")
