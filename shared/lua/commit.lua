@@ -20,9 +20,10 @@
 --   tokens, actual nano-USD, keys' ttl ms (budget.lua; the tenant's day budget hash and holds zset
 --   last in KEYS, in this run's slot).
 local h = redis.call('HMGET', KEYS[1], F.EPOCH, F.LAST_SEQ, F.OWNER, F.STATUS, F.WEBHOOK, F.CLAIMS)
-local first, n = tonumber(ARGV[2]), tonumber(ARGV[8])
-local refused = append_refused(h, ARGV[1], ARGV[3], KEYS[4], KEYS[2], first, n, ARGV[8 + 3 * n])
+local first = tonumber(ARGV[2])
+local refused = append_refused(h, ARGV[1], ARGV[3], KEYS[4], KEYS[2], first, ARGV, 8)
 if refused then return refused end
+local n = tonumber(ARGV[8])
 local i = append_events(KEYS[2], first, n, ARGV, 9, ARGV[1])
 local last = first + n - 1
 -- Tool claims (pending, with the attempt number the worker counted from the records it acquired):

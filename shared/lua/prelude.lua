@@ -105,11 +105,12 @@ local function xadd(stream, seq, kind, ts, payload, maxlen, epoch)
     'seq', s, 'kind', kind, 'ts', ts, 'payload', payload, 'epoch', epoch)
 end
 -- The gate of a worker's append to its run (commit.lua, publish.lua). h: the run hash's F.EPOCH,
--- F.LAST_SEQ, F.OWNER first; the caller's epoch, lease id and lease key; its first seq, its events'
--- count and its last event's payload. nil: go on. Else the answer: the run is missing; fenced (another
--- epoch, another owner, or the caller's lease gone: a worker past its lease writes nothing, even
--- before anyone took its runs over); or the stream does not end at first - 1.
-local function append_refused(h, epoch, lease_id, lease_key, stream, first, n, last_payload)
+-- F.LAST_SEQ, F.OWNER first; the caller's epoch, lease id and lease key; its first seq; its ARGV and
+-- the index there of its events' count (kind, ts, payload per event follow it), read only when the
+-- seq does not follow. nil: go on. Else the answer: the run is missing; fenced (another epoch,
+-- another owner, or the caller's lease gone: a worker past its lease writes nothing, even before
+-- anyone took its runs over); or the stream does not end at first - 1.
+local function append_refused(h, epoch, lease_id, lease_key, stream, first, args, at)
   if not h[1] then return {'missing'} end
   if tonumber(h[1]) ~= tonumber(epoch) then return {'fenced', h[1]} end
   if h[3] ~= lease_id or redis.call('EXISTS', lease_key) == 0 then return {'fenced', h[1]} end
@@ -117,6 +118,8 @@ local function append_refused(h, epoch, lease_id, lease_key, stream, first, n, l
     -- The same append sent again after its reply was lost (redis-py retries on connection errors):
     -- same epoch, the stream ends where this batch ends, with this batch's last event. It was
     -- applied; answer as the first time did instead of refusing the worker its own write.
+    local n = tonumber(args[at])
+    local last_payload = args[at + 3 * n]
     local last0 = first + n - 1
     if n > 0 and tonumber(h[2]) == last0 then
       local e = redis.call('XRANGE', stream, last0 .. '-0', last0 .. '-0')

@@ -477,3 +477,13 @@ async def test_a_worker_without_a_live_lease_cannot_acquire_or_commit(
     # Its runs go back on the queue in one sweep, whatever their number: one lease, one check.
     assert (await reconcile_once(parts_of(redis), Scripts(redis), settings))["redispatched"] == 1
     assert await redis.hget(K.run(rid), "gen") == b"2"
+
+
+async def test_an_append_to_a_missing_run_is_answered_before_its_events_are_read(redis: Redis) -> None:
+    """commit.lua and publish.lua answer 'missing' from the run hash alone: bench figure 3d times a
+    commit of a missing run with its first arguments only (the gate's cost, nothing else)."""
+    scripts = Scripts(redis)
+    k, a = scripts.frame(K, [*K.run_keys("nope"), K.worker_lease("w")], [1, 1, "w", "nope", ""])
+    assert [text(x) for x in await scripts.commit(keys=k, args=a)] == ["missing"]
+    k, a = scripts.frame(K, [*K.run_keys("nope")[:2], K.worker_lease("w")], [1, 1, "w"])
+    assert [text(x) for x in await scripts.publish(keys=k, args=a)] == ["missing"]
