@@ -14,14 +14,11 @@ from pydantic import AliasChoices, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agentmill_client import limits
+from shared.settings_errors import SettingsError, describe
 
 __all__ = ["Settings", "SettingsError", "get_settings"]
 
 DEFAULT_HEARTBEAT_MS = 500
-
-
-class SettingsError(ValueError):
-    """The environment's settings, refused: one line per setting, named as it is set."""
 
 
 class Settings(BaseSettings):
@@ -387,19 +384,4 @@ def get_settings() -> Settings:
     try:
         return Settings()
     except ValidationError as exc:
-        raise SettingsError(describe(exc)) from None
-
-
-def describe(exc: ValidationError) -> str:
-    lines = []
-    for e in exc.errors(include_url=False):
-        field = str(e["loc"][0]) if e["loc"] else ""
-        info = Settings.model_fields.get(field)
-        alias = info.validation_alias if info is not None else None
-        msg = str(e["msg"]).removeprefix("Value error, ")
-        if not field:  # the model's own rule (two settings together): its message names them
-            lines.append(msg)
-            continue
-        name = alias if isinstance(alias, str) else f"AGENTMILL_{field.upper()}"
-        lines.append(f"{name}: {msg} (got {e['input']!r})")
-    return "invalid settings: " + "; ".join(lines)
+        raise SettingsError(describe(exc, Settings.model_fields)) from None

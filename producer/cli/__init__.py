@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import sys
-
 from producer.cli.main import main as command_tree
-from shared.settings import SettingsError
+from shared.settings_errors import exit_on_refusal
 
 __all__ = ["main"]
 
 
 def main() -> None:
-    """The command tree; settings the environment holds and they refuse are one line on stderr and
-    exit code 2, whichever command read them."""
-    try:
+    """The command tree; settings it reads that the environment got wrong: one line, exit code 2."""
+    with exit_on_refusal("agentmill"):
         command_tree()
-    except SettingsError as exc:
-        print(f"agentmill: {exc}", file=sys.stderr)
-        sys.exit(2)
