@@ -29,3 +29,16 @@ async def test_a_cancelled_wait_loses_no_item() -> None:
     await asyncio.gather(reader, return_exceptions=True)
     box.put_nowait("kept")  # after the cancel: no waiter to wake, the item stays
     assert await asyncio.wait_for(box.get(), 1) == "kept"
+
+
+async def test_a_wait_within_a_time_gives_none_when_nothing_comes_and_the_item_when_it_does() -> None:
+    box: Inbox[str] = Inbox()
+    assert await box.get_within(0.01) is None  # nothing put: the time passed
+    reader = asyncio.ensure_future(box.get_within(5.0))
+    await asyncio.sleep(0)
+    box.put_nowait("woke")
+    assert await asyncio.wait_for(reader, 1) == "woke"
+    box.put_nowait("early")  # already there: no wait at all
+    assert await box.get_within(0.0) == "early" and len(box) == 0
+    box.put_nowait("after")  # a timed-out wait left no waiter behind: the item stays for the next get
+    assert await asyncio.wait_for(box.get(), 1) == "after"

@@ -147,10 +147,7 @@ class Commits:
         history = self._messages_json(state.history, seen)
         if self.transcript_apart:  # the transcript's key holds it (commit.lua), restore puts it back
             for m in state.transcript:  # the cache keeps the messages the next append may need
-                hit = self._messages.get(id(m))
-                seen[id(m)] = (
-                    hit if hit is not None and hit[0] is m else (m, _MESSAGE_JSON.to_json(m, by_alias=True))
-                )
+                seen[id(m)] = (m, self._message_json(m))
             transcript = b"null"
         else:
             transcript = self._messages_json(state.transcript, seen)

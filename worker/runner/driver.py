@@ -62,14 +62,6 @@ class _Wake:
     """Put in the inbox to make the loop look at its flags (drain, fence)."""
 
 
-class _Stalled(_Wake):
-    """Put in the inbox by the stall timer: the loop waited ``RunDriver.stall_s`` with no effect
-    running and nothing to do, a state no event can leave."""
-
-
-_STALLED = _Stalled()
-
-
 class _Crashed(_Wake):
     """An effect raised something it should not have: the run fails with it as lastError."""
 
@@ -169,6 +161,12 @@ class RunDriver:
             if self.observed_start and not self.state.terminal:
                 obs.run_left()
 
+    async def _released(self) -> str:
+        """The run back on the queue at its last checkpoint, its loop done (a drain, a stall)."""
+        verdict = await self.store.release(self.gen)
+        log.info("run %s handed back at a checkpoint (%s)", self.run_id, verdict)
+        return "released"
+
     async def _hand_back(self, within_s: float) -> None:
         """Best effort: the run back on the queue now (else it waits for the lease to run out)."""
         with contextlib.suppress(Exception):
@@ -221,27 +219,16 @@ class RunDriver:
             if self.pending:
                 ev: Event | _Wake | FlushDeltas | ToolRecorded = self.pending.popleft()
             elif self.draining and not self.tasks:
-                verdict = await self.store.release(self.gen)
-                log.info("run %s handed back at a checkpoint (%s)", self.run_id, verdict)
-                return "released"
-            else:
-                stall = (
-                    None
-                    if self.tasks
-                    else asyncio.get_running_loop().call_later(self.stall_s, self.inbox.put_nowait, _STALLED)
-                )
-                try:
-                    ev = await self.inbox.get()
-                finally:
-                    if stall is not None:
-                        stall.cancel()
-            if ev is _STALLED and not self.tasks and not self.pending and not len(self.inbox):
+                return await self._released()
+            elif self.tasks:
+                ev = await self.inbox.get()
+            elif (got := await self.inbox.get_within(self.stall_s)) is not None:
+                ev = got
+            else:  # nothing running and nothing came: only an effect could have posted (stall_s)
                 log.error("run %s: nothing running and nothing to do for %g s in %s (phase %s, call %s); "
                           "handing it back at its checkpoint", self.run_id, self.stall_s, self.state.node,
                           self.state.phase, self.state.call)  # fmt: skip
-                verdict = await self.store.release(self.gen)
-                log.info("run %s handed back at a checkpoint (%s)", self.run_id, verdict)
-                return "released"
+                return await self._released()
             if isinstance(ev, _Crashed):
                 await self._cancel_tasks()
                 ev = EffectCrashed(self.clock.now_ms(), f"{type(ev.exc).__name__}: {str(ev.exc)[:500]}")

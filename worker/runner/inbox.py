@@ -22,7 +22,7 @@ class Inbox(Generic[T]):
 
     def __init__(self) -> None:
         self._items: deque[T] = deque()
-        self._waiter: asyncio.Future[None] | None = None
+        self._waiter: asyncio.Future[bool] | None = None  # True: put; False: timed out
 
     def __len__(self) -> int:
         return len(self._items)
@@ -31,14 +31,35 @@ class Inbox(Generic[T]):
         self._items.append(item)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+            waiter.set_result(True)
 
     async def get(self) -> T:
         """The oldest item, once there is one (one reader: the run's loop)."""
         while not self._items:
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
+            await self._wait(None)
         return self._items.popleft()
+
+    async def get_within(self, within_s: float) -> T | None:
+        """The oldest item, or None when ``within_s`` passes with nothing put."""
+        while not self._items:
+            if not await self._wait(within_s):
+                return None
+        return self._items.popleft()
+
+    async def _wait(self, within_s: float | None) -> bool:
+        """Until a put (True), or ``within_s`` passes first (False)."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bool] = loop.create_future()
+        self._waiter = waiter
+        timer = None if within_s is None else loop.call_later(within_s, _time_out, waiter)
+        try:
+            return await waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+
+
+def _time_out(waiter: asyncio.Future[bool]) -> None:
+    if not waiter.done():
+        waiter.set_result(False)
