@@ -40,6 +40,8 @@ from bench.__main__ import Bench
 TICK = os.sysconf("SC_CLK_TCK")
 
 
+# bench/probes.py has these two as well; this script keeps its own, since it runs against older
+# checkouts' bench packages (the docstring), which do not have them.
 def cpu_s(pid: int) -> float:
     """User + system CPU seconds of a live process."""
     with open(f"/proc/{pid}/stat") as f:

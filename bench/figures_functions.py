@@ -12,6 +12,7 @@ from redis.asyncio import Redis
 from agentmill_client.statuses import TERMINAL
 from bench.figure import Figure
 from bench.plumbing import Plumbing
+from bench.probes import redis_cpu_s
 from shared.scripts import Scripts
 from tests.support.schema import K
 
@@ -130,5 +131,4 @@ class FunctionsFigures(Plumbing):
 
 
 async def _stats(r: Redis) -> dict[str, float]:
-    cpu = await r.info("cpu")
-    return {"cpu_s": float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])}
+    return {"cpu_s": await redis_cpu_s(r)}

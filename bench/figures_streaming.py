@@ -6,28 +6,16 @@ one run, alternated: Redis and worker CPU a run, and runs/s."""
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 
 from redis.asyncio import Redis
 
 from bench.figure import Figure
 from bench.plumbing import Plumbing
+from bench.probes import process_cpu_s, redis_cpu_s
 
 REPLY = [{"text": "word " * 100, "delayMs": 2000}]
 UNPACED = str(10**9)  # AGENTMILL_DELTA_FLUSH_PER_S so high that every run flushes every 50 ms
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
-async def _redis_cpu_s(r: Redis) -> float:
-    i = await r.info("cpu")
-    return float(i["used_cpu_user"]) + float(i["used_cpu_sys"])
 
 
 class StreamingFigures(Plumbing):
@@ -64,12 +52,12 @@ class StreamingFigures(Plumbing):
         try:
             await self.wait_started(r)
             await asyncio.sleep(1.0)  # imports and first polls over
-            c0, rc0, t0 = _cpu_s(p.pid), await _redis_cpu_s(r), time.perf_counter()
+            c0, rc0, t0 = process_cpu_s(p.pid), await redis_cpu_s(r), time.perf_counter()
             await self.producer(r).submit_many([self.script_run(REPLY)] * n)
             while not await self.runs_done(r):
                 await asyncio.sleep(0.02)
             t1 = time.perf_counter()
-            c1, rc1 = _cpu_s(p.pid), await _redis_cpu_s(r)
+            c1, rc1 = process_cpu_s(p.pid), await redis_cpu_s(r)
         finally:
             self.stop(p)
         return {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,19 @@ def vm_kib(pid: int, field_name: str) -> int:
     except OSError:
         pass
     return 0
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a live process (Linux)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def redis_cpu_s(r: Any) -> float:
+    """redis-server's user + system CPU seconds (INFO cpu)."""
+    i = await r.info("cpu")
+    return float(i["used_cpu_user"]) + float(i["used_cpu_sys"])
 
 
 def pct(xs: list[float], p: float) -> float:
