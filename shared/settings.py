@@ -150,6 +150,14 @@ class Settings(BaseSettings):
         "n runs streaming, each flushes every max(`AGENTMILL_DELTA_FLUSH_MS`, n / this) seconds "
         "(worker/delta_pace.py)",
     )
+    step_hold_ms: int = Field(
+        default=50,
+        ge=0,
+        le=10_000,
+        description="how long a model reply's commit may wait for its tool calls when every one of them "
+        "is declared `sideEffects: false`: reply and results then go out in one commit (a crash in "
+        "between asks the model again and may run those calls again); `0`: every step commits alone",
+    )
     provider_slot_lease_ms: int = Field(
         default=15_000,
         description="a provider's `maxConcurrent` slot held by a worker that died frees after this (live "

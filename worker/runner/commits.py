@@ -1,11 +1,16 @@
 """A run's writes: the buffer of events published between the machine's steps (model deltas, retry
 and restart notices), and the fenced commit of a step with its checkpoint. One commit at a time:
-deltas come from the model task, steps from the loop."""
+deltas come from the model task, steps from the loop.
+
+A step may be held (``hold``) instead of committed: its events, claims and records then go out with
+the next commit, under the later state's checkpoint. The driver holds only a step whose effects may
+run again after a crash (tool calls declared ``sideEffects: false``), for a bounded time."""
 
 from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
+from dataclasses import dataclass, field
 
 import orjson
 
@@ -15,7 +20,16 @@ from worker.config import RunConfig
 from worker.machine import Emit, RunState
 from worker.machine.children import children_record
 from worker.observer import Observer
-from worker.ports import Clock, Entry, Outbox, RunStore, SessionUpdate, TranscriptWrite, UsageTally
+from worker.ports import (
+    Clock,
+    Entry,
+    Outbox,
+    RunStore,
+    SessionUpdate,
+    Settlement,
+    TranscriptWrite,
+    UsageTally,
+)
 
 __all__ = ["Commits"]
 
@@ -56,6 +70,32 @@ def config_json(config: RunConfig) -> bytes:
     return out
 
 
+@dataclass(slots=True)
+class _Held:
+    """Steps held back: the last one's state, and what all of them would have written, in order."""
+
+    state: RunState
+    events: list[Entry] = field(default_factory=list)
+    claims: list[str] = field(default_factory=list)
+    records: list[tuple[str, bytes]] = field(default_factory=list)
+    settle: Settlement | None = None
+
+    def add(self, state: RunState, events: list[Entry], outbox: Outbox) -> None:
+        if self.settle is not None and outbox.settle is not None:  # pragma: no cover - the driver's rule
+            raise ValueError("two budget settlements in one commit")
+        self.state = state
+        self.events += [*events, *outbox.events]
+        self.claims += outbox.claims
+        self.records += outbox.records
+        self.settle = self.settle or outbox.settle
+
+    def outbox(self) -> Outbox:
+        """One commit's worth: a call's claim is left out when its record goes in the same commit."""
+        recorded = {i for i, _ in self.records}
+        claims = [c for c in self.claims if c not in recorded]
+        return Outbox(self.events, claims, self.records, self.settle)
+
+
 class Commits:
     def __init__(
         self,
@@ -86,6 +126,23 @@ class Commits:
         self._children = b"[]"  # the round's children as the run hash has them (RunField.CHILDREN)
         self._usage: Usage | None = None  # the usage the last commit wrote to the run hash
         self._messages: _Messages = {}  # the messages of the last checkpoint and their JSON
+        self._held: _Held | None = None  # steps whose writes wait for the next commit (hold)
+
+    @property
+    def holding(self) -> bool:
+        return self._held is not None
+
+    def hold(self, state: RunState, outbox: Outbox) -> None:
+        """This step's writes (and the buffer's) join the next commit instead of going out now."""
+        if self._held is None:
+            self._held = _Held(state)
+        self._held.add(state, self._take(), outbox)
+
+    async def flush_held(self) -> None:
+        """The held steps committed now, if any are still held."""
+        async with self.lock:
+            if self._held is not None:
+                await self._write(self._held.state, Outbox())
 
     async def step(
         self,
@@ -100,40 +157,65 @@ class Commits:
         error_code: str = "",
         tally: UsageTally | None = None,
     ) -> None:
-        """The buffer, the step's events, its claims and records and the checkpoint: one fenced write."""
+        """The held steps, the buffer, the step's events, its claims and records and the checkpoint:
+        one fenced write."""
         async with self.lock:
-            events = self._stamped([*self._take(), *outbox.events])
-            last = self.store.last_seq + len(events)
-            ckpt = b'{"seq":%d,"state":%b}' % (last, self._dump(state))
-            kids = orjson.dumps(children_record(state))
-            usage = state.usage if state.usage != self._usage else None  # with the usage event
-            config = None
-            if self.config_apart and state.config is not None and state.config is not self._config_sent:
-                config = config_json(state.config)
-            transcript = self._transcript_write(state.transcript) if self.transcript_apart else None
-            await self.store.commit(
-                Outbox(events, outbox.claims, outbox.records, outbox.settle),
-                checkpoint=ckpt,
-                status=status,
-                aux=aux,
-                session=session,
-                approval_timeout_ms=approval_timeout_ms,
-                run_deadline_ms=run_deadline_ms,
-                iterations=state.iterations,
-                error_code=error_code,
-                children=kids if kids != self._children else None,
-                usage=usage,
-                tally=tally,
-                config=config,
-                transcript=transcript,
-            )
-            if config is not None:
-                self._config_sent = state.config
-            if transcript is not None:
-                self._transcript_sent = list(state.transcript)
-            self.ckpt_seq = last
-            self._children = kids
-            self._usage = state.usage
+            await self._write(state, outbox, status=status, aux=aux, session=session,
+                              approval_timeout_ms=approval_timeout_ms, run_deadline_ms=run_deadline_ms,
+                              error_code=error_code, tally=tally)  # fmt: skip
+
+    async def _write(
+        self,
+        state: RunState,
+        outbox: Outbox,
+        *,
+        status: str = "",
+        aux: bytes = b"",
+        session: SessionUpdate | None = None,
+        approval_timeout_ms: int | None = None,
+        run_deadline_ms: int | None = None,
+        error_code: str = "",
+        tally: UsageTally | None = None,
+    ) -> None:
+        """step's write; the caller holds self.lock."""
+        if self._held is not None:
+            held, self._held = self._held, None
+            held.add(state, self._take(), outbox)
+            outbox = held.outbox()
+        else:
+            outbox = Outbox([*self._take(), *outbox.events], outbox.claims, outbox.records, outbox.settle)
+        events = self._stamped(outbox.events)
+        last = self.store.last_seq + len(events)
+        ckpt = b'{"seq":%d,"state":%b}' % (last, self._dump(state))
+        kids = orjson.dumps(children_record(state))
+        usage = state.usage if state.usage != self._usage else None  # with the usage event
+        config = None
+        if self.config_apart and state.config is not None and state.config is not self._config_sent:
+            config = config_json(state.config)
+        transcript = self._transcript_write(state.transcript) if self.transcript_apart else None
+        await self.store.commit(
+            Outbox(events, outbox.claims, outbox.records, outbox.settle),
+            checkpoint=ckpt,
+            status=status,
+            aux=aux,
+            session=session,
+            approval_timeout_ms=approval_timeout_ms,
+            run_deadline_ms=run_deadline_ms,
+            iterations=state.iterations,
+            error_code=error_code,
+            children=kids if kids != self._children else None,
+            usage=usage,
+            tally=tally,
+            config=config,
+            transcript=transcript,
+        )
+        if config is not None:
+            self._config_sent = state.config
+        if transcript is not None:
+            self._transcript_sent = list(state.transcript)
+        self.ckpt_seq = last
+        self._children = kids
+        self._usage = state.usage
         for kind, _, _ in events:
             self.observer.event_published(kind)
 
@@ -206,7 +288,11 @@ class Commits:
         return b"[%b]" % b",".join(parts)
 
     async def publish_now(self) -> None:
-        """The buffer alone (deltas while a model streams), without a checkpoint."""
+        """The buffer alone (deltas while a model streams), without a checkpoint; after the held
+        steps, with them, if any are held."""
+        if self._held is not None:
+            await self.flush_held()
+            return
         async with self.lock:
             events = self._stamped(self._take())
             if not events:

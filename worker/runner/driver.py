@@ -22,6 +22,7 @@ import orjson
 from agentmill_client.codec import encode
 from agentmill_client.models import EventKind, RunInput, RunResult, RunStatus
 from shared import logs
+from shared.profiles import ToolSettings
 from shared.tool_records import ToolRecord
 from worker import machine, tracing
 from worker.lease import LeaseExpiredError
@@ -48,6 +49,7 @@ from worker.runner.commits import Commits
 from worker.runner.deadline import RunDeadline
 from worker.runner.effect import EffectContext, FlushDeltas, ToolRecorded
 from worker.runner.effects import start as start_effect
+from worker.runner.holding import FlushHeld, StepHold
 from worker.runner.inbox import Inbox
 from worker.runner.parking import Park, ending_error, parking
 from worker.runner.tally import usage_tally
@@ -85,7 +87,7 @@ class RunDriver:
         self.gen = gen
         self.job_try = job_try
         self.store = ports.store
-        self.inbox: Inbox[Event | _Wake | FlushDeltas | ToolRecorded] = Inbox()
+        self.inbox: Inbox[Event | _Wake | FlushHeld | FlushDeltas | ToolRecorded] = Inbox()
         self.pending: deque[Event] = deque()
         self.tasks: set[asyncio.Task[None]] = set()  # running effects; a drain waits for them
         self.state = machine.initial_state(run_id)
@@ -96,6 +98,7 @@ class RunDriver:
                            transcript_apart=cfg.checkpoint_transcript == "apart")  # fmt: skip
         self.fx = EffectContext(run_id, host, ports, self.out, self.records, self.inbox.put_nowait)
         self.deadline = RunDeadline(self.clock, self.inbox.put_nowait)
+        self.hold = StepHold(cfg.step_hold_ms, self.inbox.put_nowait)  # steps that may wait to commit
         self.started_mono = self.clock.monotonic()
         self.draining = False
         self.fenced = False
@@ -163,6 +166,7 @@ class RunDriver:
 
     async def _released(self) -> str:
         """The run back on the queue at its last checkpoint, its loop done (a drain, a stall)."""
+        await self._flush_held()
         verdict = await self.store.release(self.gen)
         log.info("run %s handed back at a checkpoint (%s)", self.run_id, verdict)
         return "released"
@@ -217,8 +221,8 @@ class RunDriver:
                     f"run {self.run_id}: this worker gave the run up (its lease lapsed, or another worker took it)"
                 )
             if self.pending:
-                ev: Event | _Wake | FlushDeltas | ToolRecorded = self.pending.popleft()
-            elif self.draining and not self.tasks:
+                ev: Event | _Wake | FlushHeld | FlushDeltas | ToolRecorded = self.pending.popleft()
+            elif self.draining and not self.tasks and not self.inbox:  # what the effects posted first
                 return await self._released()
             elif self.tasks:
                 ev = await self.inbox.get()
@@ -236,6 +240,9 @@ class RunDriver:
                 continue
             if isinstance(ev, FlushDeltas):
                 await ev.flush()
+                continue
+            if isinstance(ev, FlushHeld):
+                await self._flush_held()
                 continue
             outcome = await self._apply(ev)
             if outcome is not None:
@@ -310,11 +317,16 @@ class RunDriver:
             p = parking(park, self.state, self.deadline.at_ms(self.state))
             await self.out.step(self.state, outbox, status=p.status, aux=p.aux,
                                 approval_timeout_ms=p.approval_timeout_ms, run_deadline_ms=p.run_deadline_ms)  # fmt: skip
+            self.hold.disarm()
             if isinstance(park, AwaitHuman):
                 obs.awaiting_human(1)
             return p.status
-        if outbox:
+        if self.hold.allows(effects, self._tool_settings, holding=self.out.holding, draining=self.draining):
+            self.out.hold(self.state, outbox)
+            self.hold.arm()
+        elif outbox or (effects and self.out.holding):
             await self.out.step(self.state, outbox)
+            self.hold.disarm()
         if isinstance(ev, ApprovalsDecided):
             obs.awaiting_human(-1)
         if self.draining:
@@ -334,6 +346,13 @@ class RunDriver:
             else:  # answered without I/O
                 self.pending.append(started)
         return None
+
+    def _tool_settings(self, name: str) -> ToolSettings:
+        return self.fx.profile(self.state).settings_for(name)
+
+    async def _flush_held(self) -> None:
+        self.hold.disarm()
+        await self.out.flush_held()
 
     async def _hand_off(self) -> None:
         """What the ending owes other runs (a child's result to its parent, an abort to a parent's
@@ -374,6 +393,7 @@ class RunDriver:
 
     async def _cancel_tasks(self) -> None:
         self.deadline.cancel()
+        self.hold.disarm()
         tasks = list(self.tasks)
         self._cancel_effects()
         if tasks:

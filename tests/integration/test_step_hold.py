@@ -1,0 +1,112 @@
+"""A tool declared ``sideEffects: false``: its reply and its result go out in one commit
+(AGENTMILL_STEP_HOLD_MS), through commit.lua on a real Redis, and a worker SIGKILLed while it holds
+them writes nothing twice. Unit tests of the hold itself: tests/unit/test_step_hold.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+from redis.asyncio import Redis
+
+from shared.fields import RunField
+from tests.chaos.harness import chaos_profiles
+from tests.integration.helpers import assert_clean_stream, producer_for, stream, wait_all
+from tests.integration.test_failpoints import FAST, chaos_run
+from tests.support.ledger import Ledger
+from tests.support.procs import WorkerProc, wait_until
+from tests.support.schema import K
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+def declared(ledger_url: str, path: Path) -> Path:
+    """The chaos profile (an HTTP ledger tool) with the ledger declared sideEffects: false."""
+    chaos_profiles(ledger_url, path)
+    doc = orjson.loads(path.read_bytes())
+    doc["profiles"][0]["toolSettings"]["ledger"]["sideEffects"] = False
+    path.write_bytes(orjson.dumps(doc))
+    return path
+
+
+async def script_calls(redis: Redis) -> int:
+    stats = await redis.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("fcall", "evalsha", "eval"))
+
+
+STEPS = [{"toolCalls": [{"name": "ledger", "arguments": {"step": i}}]} for i in range(4)] + [{"text": "done"}]
+
+
+async def test_declared_tool_steps_take_one_commit_each_on_redis(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    """The same four-step run, its tool undeclared and declared: the declared one makes four script
+    calls fewer (a reply and its result in one commit), with the same stream and records."""
+    calls, kinds = {}, {}
+    with Ledger() as ledger:
+        for name, path in (
+            ("undeclared", chaos_profiles(ledger.url, tmp_path / "u.json")),
+            ("declared", declared(ledger.url, tmp_path / "d.json")),
+        ):
+            p = producer_for(redis, redis_url, profiles=str(path))
+            w = WorkerProc(redis_url, env={**FAST, "AGENTMILL_PROFILES": str(path)}).start()
+            try:
+                warm = await p.submit(chaos_run([{"text": "warm"}]))  # the worker's start-up out of the count
+                await wait_all(p, [warm.run_id], 30)
+                before = await script_calls(redis)
+                sub = await p.submit(chaos_run(STEPS))
+                rec = (await wait_all(p, [sub.run_id], 30))[sub.run_id]
+                calls[name] = await script_calls(redis) - before
+            finally:
+                w.stop()
+            assert rec.status.value == "completed", rec.result
+            events = await stream(redis, sub.run_id)
+            assert_clean_stream(events)
+            kinds[name] = [e.kind for e in events]
+            tools = await redis.hgetall(K.tools(sub.run_id))
+            assert len(tools) == 4 and all(orjson.loads(v)["state"] == "done" for v in tools.values())
+            claims = await redis.hget(K.run(sub.run_id), RunField.CLAIMS)
+            assert not claims  # no claim left open
+        assert sum(ledger.counts().values()) == 8  # each call once, in both runs
+    assert kinds["declared"] == kinds["undeclared"]
+    # the worker's own polling and heartbeats are script calls too: allow a few either way
+    assert calls["undeclared"] - calls["declared"] >= 3, calls
+
+
+async def test_a_worker_killed_while_it_holds_a_reply_writes_nothing_twice(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    """SIGKILL after the declared call ran, before the commit that would have written its reply and
+    result: the next worker asks the model again and runs the call again (what the declaration
+    allows), and the stream holds each event once."""
+    with Ledger() as ledger:
+        path = declared(ledger.url, tmp_path / "d.json")
+        env = {**FAST, "AGENTMILL_PROFILES": str(path)}
+        p = producer_for(redis, redis_url, profiles=str(path))
+        body = chaos_run([{"toolCalls": [{"name": "ledger", "arguments": {"step": 1}}]}, {"text": "done"}])
+        sub = await p.submit(body)
+        # a hold long enough for a first HTTP call on a loaded machine: the reply waits for the result
+        doomed = WorkerProc(
+            redis_url,
+            env={**env, "AGENTMILL_FAILPOINTS": "after_tool_effect:1", "AGENTMILL_STEP_HOLD_MS": "5000"},
+        ).start()
+        assert wait_until(lambda: not doomed.alive, 30), "the worker never reached after_tool_effect"
+        held = await stream(redis, sub.run_id)
+        assert "assistant_message" not in [e.kind for e in held]  # the reply was held, not written
+        assert not await redis.hget(K.run(sub.run_id), RunField.CLAIMS)  # nor the call's claim
+        rescuer = WorkerProc(redis_url, env=env).start()
+        try:
+            rec = (await wait_all(p, [sub.run_id], 30))[sub.run_id]
+        finally:
+            rescuer.stop()
+        counts = ledger.counts()
+    assert rec.status.value == "completed", rec.result
+    events = await stream(redis, sub.run_id)
+    assert_clean_stream(events)
+    kinds = [e.kind for e in events]
+    assert kinds.count("assistant_message") == 2 and kinds.count("tool_call") == 1
+    assert kinds.count("tool_result") == 1
+    call_id = next(e.payload["toolCallId"] for e in events if e.kind == "tool_call")
+    assert counts == {f"{sub.run_id}:{call_id}": 2}  # run again, under the same key
+    assert not [e for e in events if e.kind == "status" and e.payload["status"] == "tool_reexecuted"]
