@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 
 from agentmill_client.statuses import TERMINAL
 from bench.figure import Figure
-from bench.plumbing import Plumbing
+from bench.plumbing import PURE, Plumbing
 from producer.service import Producer
 from shared.partitions import Partitions
 from shared.profiles import profiles_from
@@ -37,7 +37,16 @@ class ClusterFigures(Plumbing):
             "8c. Redis commands per step (all masters): 3 masters vs 1", "cmds", base_name="1 master"
         )
         share_f = Figure("8d. busiest master's share of the commands, 3 masters", "%", target="≈ 33 %")
+        pure_f = Figure(
+            "8g. Redis CPU per step, 3 masters: the tool declared sideEffects: false",
+            "µs",
+            base_name="undeclared (8b)",
+            target="≤ 80 µs",
+            higher_is_better=False,
+        )
         for _ in range(a.reps):
+            got = await self._cluster_load(3, a.cluster_runs, a.cluster_workers, agent=PURE)
+            pure_f.ours.append(got["cpu_us"])
             for masters in (1, 3):
                 got = await self._cluster_load(masters, a.cluster_runs, a.cluster_workers)
                 (steps_f.ours if masters == 3 else steps_f.base).append(got["steps_s"])
@@ -45,7 +54,9 @@ class ClusterFigures(Plumbing):
                 (cmds_f.ours if masters == 3 else cmds_f.base).append(got["cmds"])
                 if masters == 3:
                     share_f.ours.append(got["top_share"])
-        self.figures += [steps_f, cpu_f, cmds_f, share_f]
+                    pure_f.base.append(got["cpu_us"])
+        pure_f.note = "8b's load, the echo tool declared: a reply and its result in one commit"
+        self.figures += [steps_f, cpu_f, cmds_f, share_f, pure_f]
         self.figures.append(self._estimate(cpu_f.med(cpu_f.ours), cmds_f.med(cmds_f.ours)))
         await self._idle_start_latency()
 
@@ -88,20 +99,24 @@ class ClusterFigures(Plumbing):
         lat.sort()
         return [statistics.median(lat), lat[min(len(lat) - 1, int(len(lat) * 0.99))]]
 
-    async def _cluster_load(self, masters: int, runs: int, workers: int) -> dict[str, float]:
+    async def _cluster_load(
+        self, masters: int, runs: int, workers: int, agent: str = "scripted"
+    ) -> dict[str, float]:
         """``runs`` ten-step runs (one echo tool call a step) through ``workers`` worker processes on
-        a fresh cluster of ``masters`` masters (no replicas: their CPU would share these cores)."""
+        a fresh cluster of ``masters`` masters (no replicas: their CPU would share these cores), with
+        the profile ``agent`` (``PURE``: its echo declared sideEffects: false)."""
+        profiles = self.pure_profiles()
         with LocalRedisCluster(masters=masters, replicas_per_master=0) as cluster:
-            s = Settings(redis_url=cluster.url, redis_cluster=True, max_batch=100_000)
+            s = Settings(redis_url=cluster.url, redis_cluster=True, max_batch=100_000, profiles=profiles)
             parts: Partitions[Redis] = Partitions.from_settings(s)
             await parts.start()
             try:
-                producer = Producer(parts, settings=s, profiles=profiles_from(None))
+                producer = Producer(parts, settings=s, profiles=profiles_from(profiles))
                 script = [{"toolCalls": [{"name": "echo", "arguments": {"text": "x"}}]}] * 10 + [
                     {"text": "done"}
                 ]
                 env = {"REDIS_URL": cluster.url, "AGENTMILL_REDIS_CLUSTER": "true",
-                       "AGENTMILL_REDIS_WAIT_REPLICAS": "0"}  # fmt: skip
+                       "AGENTMILL_REDIS_WAIT_REPLICAS": "0", "AGENTMILL_PROFILES": profiles}  # fmt: skip
                 procs = [self.spawn(["-m", "worker"], **env) for _ in range(workers)]
                 try:
                     # Started and polling before the clock starts: interpreter start-up was about 1 s
@@ -110,7 +125,7 @@ class ClusterFigures(Plumbing):
                     await self._until_terminal(producer, [w.run_id for w in warm])
                     before = cluster.node_stats()
                     t0 = time.perf_counter()
-                    subs = await producer.submit_many([self.script_run(script)] * runs)
+                    subs = await producer.submit_many([self.script_run(script, agent)] * runs)
                     await self._until_terminal(producer, [sub.run_id for sub in subs])
                     span = time.perf_counter() - t0
                 finally:

@@ -1,5 +1,7 @@
 """Figures 3b, 3c and 3d: Redis CPU per step with the scripts as a Redis Functions library (FCALL) beside the
-same load by EVALSHA (AGENTMILL_REDIS_FUNCTIONS=on / off), on the bench's one Redis, in one run."""
+same load by EVALSHA (AGENTMILL_REDIS_FUNCTIONS=on / off), on the bench's one Redis, in one run. Figure
+3e: the same FCALL load with its tool declared ``sideEffects: false`` (a reply and its result in one
+commit, AGENTMILL_STEP_HOLD_MS) beside it undeclared."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from redis.asyncio import Redis
 
 from agentmill_client.statuses import TERMINAL
 from bench.figure import Figure
-from bench.plumbing import Plumbing
+from bench.plumbing import PURE, Plumbing
 from bench.probes import redis_cpu_s
 from shared.scripts import Scripts
 from tests.support.schema import K
@@ -35,12 +37,23 @@ class FunctionsFigures(Plumbing):
             base_name="the commands run inside the scripts",
             higher_is_better=False,
         )
+        hold_f = Figure(
+            "3e. Redis CPU per step, FCALL, the tool declared sideEffects: false",
+            "µs",
+            base_name="the same load, the tool undeclared",
+            target="≤ 80 µs",
+            higher_is_better=False,
+        )
         split: dict[str, float] = {}
         for _ in range(a.reps):
-            for mode in ("on", "off"):
+            for mode in ("on", "off", "pure"):
                 got = await self._load(r, mode, a.functions_runs, a.functions_workers)
+                if mode == "pure":
+                    hold_f.ours.append(got["cpu_us"])
+                    continue
                 (cpu_f.ours if mode == "on" else cpu_f.base).append(got["cpu_us"])
                 if mode == "on":
+                    hold_f.base.append(got["cpu_us"])
                     inside_f.ours.append(got["fcall_us"])
                     inside_f.base.append(got["inside_us"])
                     split = got["split"]
@@ -53,12 +66,19 @@ class FunctionsFigures(Plumbing):
             "(their own usec): the rest is Lua and its bridge to Redis, paid per redis.call; last rep's "
             "commands a step (µs): " + ", ".join(f"{k} {v:.1f}" for k, v in split.items())
         )
-        self.figures += [cpu_f, inside_f, await self._setup_cost(r)]
+        hold_f.note = (
+            "3b's load; declared, a reply and its tool's result go out in one commit when the tool ends "
+            "within AGENTMILL_STEP_HOLD_MS (50 ms): one script call a step instead of two"
+        )
+        self.figures += [cpu_f, inside_f, hold_f, await self._setup_cost(r)]
 
     async def _load(self, r: Redis, mode: str, runs: int, workers: int) -> dict[str, float]:
         await self.flush(r)
-        producer = self.producer(r, redis_functions=mode)
-        procs = [self.spawn(["-m", "worker"], AGENTMILL_REDIS_FUNCTIONS=mode) for _ in range(workers)]
+        profiles = self.pure_profiles()
+        functions = "on" if mode == "pure" else mode
+        producer = self.producer(r, redis_functions=functions, profiles=profiles)
+        procs = [self.spawn(["-m", "worker"], AGENTMILL_REDIS_FUNCTIONS=functions, AGENTMILL_PROFILES=profiles)
+                 for _ in range(workers)]  # fmt: skip
         try:
             warm = await producer.submit_many([self.script_run([{"text": "warm"}])] * workers)
             await self._ended(producer, [w.run_id for w in warm])
@@ -67,7 +87,8 @@ class FunctionsFigures(Plumbing):
             script = [{"toolCalls": [{"name": "echo", "arguments": {"text": "x"}}]}] * STEPS + [
                 {"text": "done"}
             ]
-            subs = await producer.submit_many([self.script_run(script)] * runs)
+            body = self.script_run(script, agent=PURE if mode == "pure" else "scripted")
+            subs = await producer.submit_many([body] * runs)
             await self._ended(producer, [s.run_id for s in subs])
             after = await _stats(r)
             stats = await r.info("commandstats")

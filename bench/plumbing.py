@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 
 from bench.figure import Figure
 from producer.service import Producer
-from shared.profiles import profiles_from
+from shared.profiles import BUILTIN_PROFILES, ToolSettings, profiles_from
 from shared.settings import Settings
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.schema import K
@@ -28,6 +28,7 @@ from tests.support.schema import K
 ROOT = Path(__file__).resolve().parents[1]
 # The bench drives runs with the test-only `scripted` profile; its workers inherit this.
 os.environ.setdefault("AGENTMILL_DEV_PROFILES", "true")
+PURE = "scripted-pure"  # the scripted profile with echo declared sideEffects: false (figures 3e, 8g)
 
 
 class Plumbing:
@@ -167,9 +168,21 @@ class Plumbing:
         return Producer(r, settings=s, profiles=profiles_from(s.profiles))
 
     @staticmethod
-    def script_run(script: list[dict[str, Any]]) -> dict[str, Any]:
+    def pure_profiles() -> str:
+        """A profile file holding ``PURE``: the scripted profile whose ``echo`` declares no side
+        effects, so a reply and its echo's result go out in one commit (AGENTMILL_STEP_HOLD_MS)."""
+        scripted = next(p for p in BUILTIN_PROFILES if p.name == "scripted")
+        settings = {**scripted.tool_settings, "echo": ToolSettings(side_effects=False)}
+        pure = scripted.model_copy(update={"name": PURE, "tool_settings": settings})
+        path = ROOT / "bench" / "results" / "pure-profiles.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(orjson.dumps({"profiles": [pure.model_dump(by_alias=True, exclude_defaults=True)]}))
+        return str(path)
+
+    @staticmethod
+    def script_run(script: list[dict[str, Any]], agent: str = "scripted") -> dict[str, Any]:
         return {
-            "agent": "scripted",
+            "agent": agent,
             "inputMessages": [{"role": "user", "content": "bench"}],
             "runtimeHints": {"script": script},
         }
