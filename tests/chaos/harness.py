@@ -66,6 +66,10 @@ class ChaosConfig:
     tool_ms: tuple[int, int] = (100, 300)  # per step: the ledger's answer time
     cluster: bool = False  # a local Redis Cluster (failover + killed master) instead of one Redis
     sessions: int = 0  # runs of this many sessions, three runs each, with ids the client chose
+    # The ledger declared sideEffects: false, with a hold longer than its answers: a reply and its
+    # call's result go out in one commit, and a worker lost in between may have run the call.
+    # bin/dev test's third pass sets AGENTMILL_CHAOS_DECLARED=1: its chaos runs are of declared calls.
+    declared: bool = field(default_factory=lambda: os.environ.get("AGENTMILL_CHAOS_DECLARED") == "1")
 
 
 @dataclass
@@ -78,6 +82,7 @@ class ChaosReport:
     gaps: int = 0
     recorded_results_reexecuted: int = 0
     reexecuted_after_crash: int = 0
+    declared_rerun_before_record: int = 0
     model_calls_repeated_after_checkpoint: int = 0
     calls_sharing_a_record: int = 0
     max_concurrent_writers: int = 0
@@ -109,6 +114,7 @@ class ChaosReport:
             "seq gaps (must be 0)": self.gaps,
             "recorded tool results executed again (must be 0)": self.recorded_results_reexecuted,
             "tool calls executed twice after a worker died mid-call": self.reexecuted_after_crash,
+            "of them declared calls run again before any record (allowed)": self.declared_rerun_before_record,
             "model calls repeated after a checkpoint (must be 0)": self.model_calls_repeated_after_checkpoint,
             "tool calls without a record of their own (must be 0)": self.calls_sharing_a_record,
             "most workers writing one run at once (must be 1)": self.max_concurrent_writers,
@@ -166,7 +172,7 @@ class ChaosReport:
         return bad
 
 
-def chaos_profiles(ledger_url: str, path: Path) -> Path:
+def chaos_profiles(ledger_url: str, path: Path, *, declared: bool = False) -> Path:
     doc = {
         "profiles": [
             {
@@ -186,7 +192,10 @@ def chaos_profiles(ledger_url: str, path: Path) -> Path:
                         "allowHosts": ["127.0.0.1"],
                     }
                 ],
-                "toolSettings": {"ledger": {"timeoutS": 10, "maxTries": 3, "retryDelayMs": 100}},
+                "toolSettings": {
+                    "ledger": {"timeoutS": 10, "maxTries": 3, "retryDelayMs": 100}
+                    | ({"sideEffects": False} if declared else {})
+                },
                 "retry": {"baseDelayMs": 100, "maxDelayMs": 500},
             }
         ]
@@ -258,6 +267,8 @@ class Chaos:
         }
         if with_failpoints:
             env["AGENTMILL_FAILPOINTS"] = self.cfg.failpoints
+        if self.cfg.declared:
+            env["AGENTMILL_STEP_HOLD_MS"] = "2000"
         return env
 
     def _spawn(self, url: str, profiles: Path) -> WorkerProc:
@@ -291,7 +302,7 @@ class Chaos:
     ) -> None:
         cfg = self.cfg
         self.url = url
-        profiles = chaos_profiles(ledger.url, self.log_dir / "profiles.json")
+        profiles = chaos_profiles(ledger.url, self.log_dir / "profiles.json", declared=cfg.declared)
         settings = Settings(redis_url=url, profiles=str(profiles), redis_cluster=cfg.cluster)
         parts: Partitions[Redis] = Partitions.from_settings(settings, retries=5)
         await parts.start()
@@ -521,8 +532,16 @@ class Chaos:
                 r.calls_sharing_a_record += max(0, self.cfg.steps - len(tools))
             counts = ledger.counts()
             for call_id, rec in tools.items():
-                n = counts.get(f"{rid}:{call_id}", 0)
-                if n > rec.get("attempts", 1):
+                key = f"{rid}:{call_id}"
+                n = counts.get(key, 0)
+                if self.cfg.declared:
+                    # Executions the claims did not count may come before the record (a worker lost
+                    # while it held the reply); none may come after it: a fencing token above the
+                    # recording worker's epoch is an execution by a later worker.
+                    after = sum(1 for t in ledger.tokens.get(key, []) if t and int(t) > rec.get("epoch", 0))
+                    r.recorded_results_reexecuted += after
+                    r.declared_rerun_before_record += 1 if n > rec.get("attempts", 1) else 0
+                elif n > rec.get("attempts", 1):
                     r.recorded_results_reexecuted += n - rec.get("attempts", 1)
                 if n > 1:
                     r.reexecuted_after_crash += 1
@@ -551,10 +570,15 @@ def main(argv: list[str] | None = None) -> int:
         "--cluster", action="store_true", help="on a local Redis Cluster (failover, killed master)"
     )
     ap.add_argument("--sessions", type=int, default=0, help="runs of this many sessions, three each")
+    ap.add_argument(
+        "--declared",
+        action="store_true",
+        help="the ledger declared sideEffects: false (a reply and its result in one commit)",
+    )
     args = ap.parse_args(argv)
     cfg = ChaosConfig(runs=args.runs, steps=args.steps, workers=args.workers, seconds=args.seconds,
                       finish_timeout_s=max(180.0, args.seconds * 2), cluster=args.cluster,
-                      sessions=args.sessions)  # fmt: skip
+                      sessions=args.sessions, declared=args.declared)  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="agentmill-chaos-") as d:
         report = asyncio.run(Chaos(cfg, Path(d)).run())
     print(report.table())
