@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 from agentmill_client.statuses import TERMINAL
 from bench.figure import Figure
 from bench.plumbing import PURE, Plumbing
-from bench.probes import redis_cpu_s
+from bench.probes import process_cpu_s, redis_cpu_s
 from shared.scripts import Scripts
 from tests.support.schema import K
 
@@ -44,16 +44,24 @@ class FunctionsFigures(Plumbing):
             target="≤ 80 µs",
             higher_is_better=False,
         )
+        worker_f = Figure(
+            "3f. worker CPU per step, FCALL, the tool declared sideEffects: false",
+            "µs",
+            base_name="the same load, the tool undeclared",
+            higher_is_better=False,
+        )
         split: dict[str, float] = {}
         for _ in range(a.reps):
             for mode in ("on", "off", "pure"):
                 got = await self._load(r, mode, a.functions_runs, a.functions_workers)
                 if mode == "pure":
                     hold_f.ours.append(got["cpu_us"])
+                    worker_f.ours.append(got["worker_us"])
                     continue
                 (cpu_f.ours if mode == "on" else cpu_f.base).append(got["cpu_us"])
                 if mode == "on":
                     hold_f.base.append(got["cpu_us"])
+                    worker_f.base.append(got["worker_us"])
                     inside_f.ours.append(got["fcall_us"])
                     inside_f.base.append(got["inside_us"])
                     split = got["split"]
@@ -70,7 +78,8 @@ class FunctionsFigures(Plumbing):
             "3b's load; declared, a reply and its tool's result go out in one commit when the tool ends "
             "within AGENTMILL_STEP_HOLD_MS (50 ms): one script call a step instead of two"
         )
-        self.figures += [cpu_f, inside_f, hold_f, await self._setup_cost(r)]
+        worker_f.note = "3e's loads: the worker processes' user + system CPU over the load / steps"
+        self.figures += [cpu_f, inside_f, hold_f, worker_f, await self._setup_cost(r)]
 
     async def _load(self, r: Redis, mode: str, runs: int, workers: int) -> dict[str, float]:
         await self.flush(r)
@@ -83,6 +92,7 @@ class FunctionsFigures(Plumbing):
             warm = await producer.submit_many([self.script_run([{"text": "warm"}])] * workers)
             await self._ended(producer, [w.run_id for w in warm])
             before = await _stats(r)
+            workers_before = sum(process_cpu_s(p.pid) for p in procs)
             await r.config_resetstat()  # commandstats from here (INFO cpu is the process's, not reset)
             script = [{"toolCalls": [{"name": "echo", "arguments": {"text": "x"}}]}] * STEPS + [
                 {"text": "done"}
@@ -91,6 +101,7 @@ class FunctionsFigures(Plumbing):
             subs = await producer.submit_many([body] * runs)
             await self._ended(producer, [s.run_id for s in subs])
             after = await _stats(r)
+            workers_after = sum(process_cpu_s(p.pid) for p in procs)
             stats = await r.info("commandstats")
         finally:
             for p in procs:
@@ -104,6 +115,7 @@ class FunctionsFigures(Plumbing):
         }
         return {
             "cpu_us": (after["cpu_s"] - before["cpu_s"]) / steps * 1e6,
+            "worker_us": (workers_after - workers_before) / steps * 1e6,
             "fcall_us": sum(stats[k]["usec"] for k in script_cmds if k in stats) / steps,
             "inside_us": sum(inside.values()),
             "split": dict(sorted(inside.items(), key=lambda kv: -kv[1])),
