@@ -4,12 +4,15 @@ them writes nothing twice. Unit tests of the hold itself: tests/unit/test_step_h
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 
 import orjson
 import pytest
 from redis.asyncio import Redis
 
+from producer.service import Producer
 from shared.fields import RunField
 from tests.chaos.harness import chaos_profiles
 from tests.integration.helpers import assert_clean_stream, producer_for, stream, wait_all
@@ -36,6 +39,16 @@ async def script_calls(redis: Redis) -> int:
 
 
 STEPS = [{"toolCalls": [{"name": "ledger", "arguments": {"step": i}}]} for i in range(4)] + [{"text": "done"}]
+
+
+async def until_status(p: Producer, run_id: str, status: str, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        rec = await p.get(run_id)
+        if rec is not None and rec.status.value == status:
+            return True
+        await asyncio.sleep(0.05)
+    return False
 
 
 async def test_declared_tool_steps_take_one_commit_each_on_redis(
@@ -110,3 +123,64 @@ async def test_a_worker_killed_while_it_holds_a_reply_writes_nothing_twice(
     call_id = next(e.payload["toolCallId"] for e in events if e.kind == "tool_call")
     assert counts == {f"{sub.run_id}:{call_id}": 2}  # run again, under the same key
     assert not [e for e in events if e.kind == "status" and e.payload["status"] == "tool_reexecuted"]
+
+
+async def test_an_approved_declared_call_is_written_with_its_decision_once_it_ran(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    """Approval first (the reply and the pending approval are written when the run parks); once
+    approved, the decision's events wait for the declared call and go out with its result."""
+    with Ledger() as ledger:
+        path = declared(ledger.url, tmp_path / "d.json")
+        env = {**FAST, "AGENTMILL_PROFILES": str(path)}
+        p = producer_for(redis, redis_url, profiles=str(path))
+        body = chaos_run([{"toolCalls": [{"name": "ledger", "arguments": {"step": 1}}]}, {"text": "done"}])
+        sub = await p.submit({**body, "toolPolicy": {"requireApprovalByDefault": True}})
+        w = WorkerProc(redis_url, env=env).start()
+        try:
+            assert await until_status(p, sub.run_id, "awaiting_human", 30)
+            parked = [e.kind for e in await stream(redis, sub.run_id)]
+            assert "assistant_message" in parked and "tool_result" not in parked
+            assert await p.settle_approval(sub.run_id, "c1.0", approved=True) == "resumed"
+            rec = (await wait_all(p, [sub.run_id], 30))[sub.run_id]
+        finally:
+            w.stop()
+        counts = ledger.counts()
+    assert rec.status.value == "completed", rec.result
+    events = await stream(redis, sub.run_id)
+    assert_clean_stream(events)
+    assert [e.kind for e in events].count("tool_result") == 1
+    assert counts == {f"{sub.run_id}:c1.0": 1}
+    record = orjson.loads(await redis.hget(K.tools(sub.run_id), "c1.0") or b"{}")
+    assert record["state"] == "done" and record["attempts"] == 1
+    assert not await redis.hget(K.run(sub.run_id), RunField.CLAIMS)
+
+
+async def test_an_abort_while_a_reply_is_held_writes_the_reply_before_the_ending(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    """The call outlives the hold's start but not its end (a 10 s hold, a 3 s ledger answer): an
+    abort meanwhile ends the run at once, and the held reply goes out in the ending's commit, before
+    its status."""
+    with Ledger() as ledger:
+        path = declared(ledger.url, tmp_path / "d.json")
+        env = {**FAST, "AGENTMILL_PROFILES": str(path), "AGENTMILL_STEP_HOLD_MS": "10000"}
+        p = producer_for(redis, redis_url, profiles=str(path))
+        body = chaos_run(
+            [{"toolCalls": [{"name": "ledger", "arguments": {"step": 1, "delayMs": 3000}}]}, {"text": "done"}]
+        )
+        sub = await p.submit(body)
+        w = WorkerProc(redis_url, env=env).start()
+        try:
+            assert wait_until(lambda: bool(ledger.arrived), 30), "the call never reached the ledger"
+            assert "assistant_message" not in [e.kind for e in await stream(redis, sub.run_id)]  # held
+            assert await p.abort(sub.run_id, reason="stop") == "requested"
+            rec = (await wait_all(p, [sub.run_id], 10))[sub.run_id]
+        finally:
+            w.stop()
+    assert rec.status.value == "aborted", rec.result
+    events = await stream(redis, sub.run_id)
+    assert_clean_stream(events)
+    kinds = [e.kind for e in events]
+    assert kinds.index("assistant_message") < kinds.index("tool_call") < len(kinds) - 1
+    assert "tool_result" not in kinds and events[-1].payload["status"] == "aborted"

@@ -26,6 +26,7 @@ class Ledger:
         self.lock = threading.Lock()
         self.executions: dict[str, list[float]] = defaultdict(list)
         self.tokens: dict[str, list[str]] = defaultdict(list)
+        self.arrived: dict[str, int] = defaultdict(int)  # requests by key, counted before their delay
         self.accepting = threading.Event()
         self.accepting.set()
         self._fillers: list[socket.socket] = []
@@ -37,6 +38,8 @@ class Ledger:
                 body: dict[str, Any] = json.loads(self.rfile.read(length) or b"{}")
                 key = self.headers.get("Idempotency-Key") or "missing"
                 delay = float(body.get("arguments", {}).get("delayMs", 0)) / 1000.0 or ledger.delay_s
+                with ledger.lock:
+                    ledger.arrived[key] += 1
                 if delay:
                     time.sleep(delay)
                 with ledger.lock:
