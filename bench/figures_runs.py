@@ -12,7 +12,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from bench.figure import Figure
-from bench.plumbing import Plumbing
+from bench.plumbing import PURE, Plumbing
 from bench.probes import read_json, vm_kib
 from shared.settings import Settings
 from tests.support.schema import K
@@ -131,15 +131,16 @@ class RunFigures(Plumbing):
             finally:
                 store_rtt["n"] += self.round_trips - before
 
-        results: dict[int, dict[str, float]] = {}
-        by_cmd: dict[int, dict[str, int]] = {}
+        results: dict[tuple[str, int], dict[str, float]] = {}
+        by_cmd: dict[tuple[str, int], dict[str, int]] = {}
         n = self.args.cost_runs
-        for steps in (0, 10):
+        profiles = self.pure_profiles()
+        for agent, steps in (("scripted", 0), ("scripted", 10), (PURE, 10)):
             await self.flush(r)
             script = [{"toolCalls": [{"name": "echo", "arguments": {"text": "x"}}]}] * steps + [
                 {"text": "done"}
             ]
-            await self.producer(r).submit_many([self.script_run(script)] * n)
+            await self.producer(r, profiles=profiles).submit_many([self.script_run(script, agent)] * n)
             await r.config_resetstat()
             counts["rtt"] = 0
             store_rtt["n"] = 0
@@ -155,6 +156,7 @@ class RunFigures(Plumbing):
                         lease_ms=600_000,  # a beat fits three times (the settings' rule)
                         reconcile_ms=60_000,
                         worker_metrics_port=-1,
+                        profiles=profiles,
                     )
                 )
                 task = asyncio.create_task(wp.run())
@@ -191,15 +193,16 @@ class RunFigures(Plumbing):
                     )
                 )
             }
-            by_cmd[steps] = counted_cmds
+            by_cmd[agent, steps] = counted_cmds
             server_cmds = sum(counted_cmds.values())
-            results[steps] = {
+            results[agent, steps] = {
                 "client_rtt": client_rtt / n,
                 "store_rtt": store_rtt["n"] / n,
                 "server_cmds": server_cmds / n,
             }
-        fixed, ten = results[0], results[10]
+        fixed, ten = results["scripted", 0], results["scripted", 10]
         per_step = {k: (ten[k] - fixed[k]) / 10 for k in fixed}
+        declared = {k: (results[PURE, 10][k] - fixed[k]) / 10 for k in fixed}
         for label, key in (
             ("agentmill round trips (acquire + commits)", "store_rtt"),
             ("all client round trips incl. arq", "client_rtt"),
@@ -211,12 +214,19 @@ class RunFigures(Plumbing):
                 target="≤ 2 round trips per step" if key == "store_rtt" else "",
             )
             f.ours = [per_step[key]]
-            f.note = f"fixed per run: {fixed[key]:.1f}; 10-step run: {ten[key]:.1f}"
+            f.note = (
+                f"fixed per run: {fixed[key]:.1f}; 10-step run: {ten[key]:.1f}; a step with the tool declared "
+                f"sideEffects: false: {declared[key]:.1f}"
+            )
             if key == "server_cmds":  # where they go: each command's calls per step
-                step_cmds = {c: (by_cmd[10].get(c, 0) - by_cmd[0].get(c, 0)) / (10 * n) for c in by_cmd[10]}
-                f.note += "; per step: " + ", ".join(
-                    f"{c} {v:.1f}" for c, v in sorted(step_cmds.items(), key=lambda kv: -kv[1]) if v >= 0.05
-                )
+                for agent in ("scripted", PURE):
+                    ten_cmds, none = by_cmd[agent, 10], by_cmd["scripted", 0]
+                    step_cmds = {c: (ten_cmds.get(c, 0) - none.get(c, 0)) / (10 * n) for c in ten_cmds}
+                    f.note += f"; per step ({agent}): " + ", ".join(
+                        f"{c} {v:.1f}"
+                        for c, v in sorted(step_cmds.items(), key=lambda kv: -kv[1])
+                        if v >= 0.05
+                    )
             self.figures.append(f)
         return max(1, round(per_step["store_rtt"])), max(1, round(per_step["server_cmds"]))
 
