@@ -18,6 +18,7 @@ pytestmark = [
     pytest.mark.integration,
     pytest.mark.chaos,
     pytest.mark.timeout(420),
+    pytest.mark.xdist_group("chaos"),  # not beside tests/chaos/test_chaos.py (see there)
     pytest.mark.skipif(shutil.which("redis-cli") is None, reason="redis-cli is needed to create a cluster"),
 ]
 
