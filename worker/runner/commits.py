@@ -140,13 +140,12 @@ class Commits:
 
     async def flush_held(self) -> None:
         """The held steps committed now, if any are still held."""
-        async with self.lock:
-            if self._held is not None:
-                await self._write(self._held.state, Outbox())
+        if self._held is not None:
+            await self.step(None, Outbox())
 
     async def step(
         self,
-        state: RunState,
+        state: RunState | None,
         outbox: Outbox,
         *,
         status: str = "",
@@ -158,64 +157,48 @@ class Commits:
         tally: UsageTally | None = None,
     ) -> None:
         """The held steps, the buffer, the step's events, its claims and records and the checkpoint:
-        one fenced write."""
+        one fenced write. ``state`` None: the held steps' own (``flush_held``), if still held then."""
         async with self.lock:
-            await self._write(state, outbox, status=status, aux=aux, session=session,
-                              approval_timeout_ms=approval_timeout_ms, run_deadline_ms=run_deadline_ms,
-                              error_code=error_code, tally=tally)  # fmt: skip
-
-    async def _write(
-        self,
-        state: RunState,
-        outbox: Outbox,
-        *,
-        status: str = "",
-        aux: bytes = b"",
-        session: SessionUpdate | None = None,
-        approval_timeout_ms: int | None = None,
-        run_deadline_ms: int | None = None,
-        error_code: str = "",
-        tally: UsageTally | None = None,
-    ) -> None:
-        """step's write; the caller holds self.lock."""
-        if self._held is not None:
             held, self._held = self._held, None
+            if state is None:
+                if held is None:  # committed by a step while this one waited for the lock
+                    return
+                state = held.state
+            held = held or _Held(state)
             held.add(state, self._take(), outbox)
-            outbox = held.outbox()
-        else:
-            outbox = Outbox([*self._take(), *outbox.events], outbox.claims, outbox.records, outbox.settle)
-        events = self._stamped(outbox.events)
-        last = self.store.last_seq + len(events)
-        ckpt = b'{"seq":%d,"state":%b}' % (last, self._dump(state))
-        kids = orjson.dumps(children_record(state))
-        usage = state.usage if state.usage != self._usage else None  # with the usage event
-        config = None
-        if self.config_apart and state.config is not None and state.config is not self._config_sent:
-            config = config_json(state.config)
-        transcript = self._transcript_write(state.transcript) if self.transcript_apart else None
-        await self.store.commit(
-            Outbox(events, outbox.claims, outbox.records, outbox.settle),
-            checkpoint=ckpt,
-            status=status,
-            aux=aux,
-            session=session,
-            approval_timeout_ms=approval_timeout_ms,
-            run_deadline_ms=run_deadline_ms,
-            iterations=state.iterations,
-            error_code=error_code,
-            children=kids if kids != self._children else None,
-            usage=usage,
-            tally=tally,
-            config=config,
-            transcript=transcript,
-        )
-        if config is not None:
-            self._config_sent = state.config
-        if transcript is not None:
-            self._transcript_sent = list(state.transcript)
-        self.ckpt_seq = last
-        self._children = kids
-        self._usage = state.usage
+            merged = held.outbox()
+            events = self._stamped(merged.events)
+            last = self.store.last_seq + len(events)
+            ckpt = b'{"seq":%d,"state":%b}' % (last, self._dump(state))
+            kids = orjson.dumps(children_record(state))
+            usage = state.usage if state.usage != self._usage else None  # with the usage event
+            config = None
+            if self.config_apart and state.config is not None and state.config is not self._config_sent:
+                config = config_json(state.config)
+            transcript = self._transcript_write(state.transcript) if self.transcript_apart else None
+            await self.store.commit(
+                Outbox(events, merged.claims, merged.records, merged.settle),
+                checkpoint=ckpt,
+                status=status,
+                aux=aux,
+                session=session,
+                approval_timeout_ms=approval_timeout_ms,
+                run_deadline_ms=run_deadline_ms,
+                iterations=state.iterations,
+                error_code=error_code,
+                children=kids if kids != self._children else None,
+                usage=usage,
+                tally=tally,
+                config=config,
+                transcript=transcript,
+            )
+            if config is not None:
+                self._config_sent = state.config
+            if transcript is not None:
+                self._transcript_sent = list(state.transcript)
+            self.ckpt_seq = last
+            self._children = kids
+            self._usage = state.usage
         for kind, _, _ in events:
             self.observer.event_published(kind)
 

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from agentmill_client.codec import encode
-from agentmill_client.models import EventKind, RunInput, RunResult, RunStatus
+from agentmill_client.models import RunInput, RunStatus
 from shared import logs
 from shared.profiles import ToolSettings
 from shared.tool_records import ToolRecord
@@ -44,7 +44,7 @@ from worker.machine import (
     notices,
 )
 from worker.ports import Acquired, FencedError, Host, NotAcquired, Outbox, RunPorts, SeqConflictError
-from worker.runner import opening
+from worker.runner import hearing, opening
 from worker.runner.commits import Commits
 from worker.runner.deadline import RunDeadline
 from worker.runner.effect import EffectContext, FlushDeltas, ToolRecorded
@@ -258,22 +258,17 @@ class RunDriver:
         src, since = self.state.node, self.state.node_since_ms
         self.state, cmds = machine.decide(self.state, ev)
         obs = self.host.observer
-        obs.transition(src, self.state.node, type(ev).__name__)
-        if self.state.node != src and since:  # time in the node just left, parked time included
-            obs.state_time(src, max(0, ev.now_ms - since) / 1000.0)
-            tracing.waited(src, since, ev.now_ms, type(ev).__name__)  # a wait span, when traces are on
+        hearing.transition(obs, src, since, self.state.node, type(ev).__name__, ev.now_ms)
         outbox = Outbox()
         effects: list[machine.Command] = []
         finish: Finish | None = None
         park: Park | None = None
         ts = self.clock.now_ms()
-        draining = self.draining
+        draining, resumed = self.draining, isinstance(ev, Resumed)
         for c in cmds:
             if isinstance(c, Emit):
                 outbox.events.append((c.kind.value, ts, orjson.dumps(c.payload)))
-                self._observe_emit(c)
-                if isinstance(ev, Resumed) and c.kind == EventKind.TOOL_RESULT:
-                    obs.tool_served_from_record(str(c.payload.get("name", "")))
+                hearing.emitted(obs, c, resumed=resumed)
             elif isinstance(c, ExecuteTool):
                 if not draining:  # a drain neither claims nor starts a call: whoever resumes the run does
                     outbox.claims.append(c.call.id)
@@ -309,7 +304,8 @@ class RunDriver:
                 error_code=ending_error(finish.result),
                 tally=usage_tally(self.state, finish.result, self.fx.tenant, now, days),
             )
-            self._finished(finish.result)
+            obs.run_finished(finish.result.status.value, iterations=finish.result.iterations,
+                             duration_s=self.clock.monotonic() - self.started_mono)  # fmt: skip
             if self.is_child or self.state.children:  # what the ending owes a parent or children
                 await self._hand_off()
             return finish.result.status.value
@@ -399,22 +395,3 @@ class RunDriver:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         self.tasks.clear()
-
-    # ---- what the observer hears ----
-
-    def _observe_emit(self, c: Emit) -> None:
-        obs = self.host.observer
-        if c.kind == EventKind.STATUS and c.payload.get("status") == "retrying":
-            obs.model_retry(str(c.payload.get("reason", "unknown")))
-            tracing.retried(c.payload)  # an event on the attempt's span, when traces are on
-        elif c.kind == EventKind.COMPACTION:
-            obs.compaction(str(c.payload.get("reason", "threshold")))
-            obs.compaction_removed(
-                messages=int(c.payload.get("removed", 0)), tokens=int(c.payload.get("removedTokens", 0))
-            )
-
-    def _finished(self, result: RunResult) -> None:
-        duration = self.clock.monotonic() - self.started_mono
-        self.host.observer.run_finished(
-            result.status.value, iterations=result.iterations, duration_s=duration
-        )
