@@ -4,8 +4,6 @@ them writes nothing twice. Unit tests of the hold itself: tests/unit/test_step_h
 
 from __future__ import annotations
 
-import asyncio
-import time
 from pathlib import Path
 
 import orjson
@@ -15,7 +13,7 @@ from redis.asyncio import Redis
 from producer.service import Producer
 from shared.fields import RunField
 from tests.chaos.harness import chaos_profiles
-from tests.integration.helpers import assert_clean_stream, producer_for, stream, wait_all
+from tests.integration.helpers import assert_clean_stream, producer_for, stream, until_status, wait_all
 from tests.integration.test_failpoints import FAST, chaos_run
 from tests.support.ledger import Ledger
 from tests.support.procs import WorkerProc, wait_until
@@ -24,13 +22,15 @@ from tests.support.schema import K
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
-def declared(ledger_url: str, path: Path) -> Path:
-    """The chaos profile (an HTTP ledger tool) with the ledger declared sideEffects: false."""
-    chaos_profiles(ledger_url, path)
-    doc = orjson.loads(path.read_bytes())
-    doc["profiles"][0]["toolSettings"]["ledger"]["sideEffects"] = False
-    path.write_bytes(orjson.dumps(doc))
-    return path
+def declared(
+    ledger: Ledger, tmp_path: Path, redis: Redis, redis_url: str, **env: str
+) -> tuple[dict[str, str], Producer]:
+    """The chaos profile (an HTTP ledger tool) with the ledger declared sideEffects: false: a worker's
+    environment for it (``env`` on top) and a producer that knows it."""
+    path = chaos_profiles(ledger.url, tmp_path / "d.json", declared=True)
+    return {**FAST, "AGENTMILL_PROFILES": str(path), **env}, producer_for(
+        redis, redis_url, profiles=str(path)
+    )
 
 
 async def script_calls(redis: Redis) -> int:
@@ -39,16 +39,7 @@ async def script_calls(redis: Redis) -> int:
 
 
 STEPS = [{"toolCalls": [{"name": "ledger", "arguments": {"step": i}}]} for i in range(4)] + [{"text": "done"}]
-
-
-async def until_status(p: Producer, run_id: str, status: str, within_s: float) -> bool:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        rec = await p.get(run_id)
-        if rec is not None and rec.status.value == status:
-            return True
-        await asyncio.sleep(0.05)
-    return False
+ONE_CALL = [{"toolCalls": [{"name": "ledger", "arguments": {"step": 1}}]}, {"text": "done"}]
 
 
 async def test_declared_tool_steps_take_one_commit_each_on_redis(
@@ -60,7 +51,7 @@ async def test_declared_tool_steps_take_one_commit_each_on_redis(
     with Ledger() as ledger:
         for name, path in (
             ("undeclared", chaos_profiles(ledger.url, tmp_path / "u.json")),
-            ("declared", declared(ledger.url, tmp_path / "d.json")),
+            ("declared", chaos_profiles(ledger.url, tmp_path / "d.json", declared=True)),
         ):
             p = producer_for(redis, redis_url, profiles=str(path))
             w = WorkerProc(redis_url, env={**FAST, "AGENTMILL_PROFILES": str(path)}).start()
@@ -94,11 +85,8 @@ async def test_a_worker_killed_while_it_holds_a_reply_writes_nothing_twice(
     result: the next worker asks the model again and runs the call again (what the declaration
     allows), and the stream holds each event once."""
     with Ledger() as ledger:
-        path = declared(ledger.url, tmp_path / "d.json")
-        env = {**FAST, "AGENTMILL_PROFILES": str(path)}
-        p = producer_for(redis, redis_url, profiles=str(path))
-        body = chaos_run([{"toolCalls": [{"name": "ledger", "arguments": {"step": 1}}]}, {"text": "done"}])
-        sub = await p.submit(body)
+        env, p = declared(ledger, tmp_path, redis, redis_url)
+        sub = await p.submit(chaos_run(ONE_CALL))
         # a hold long enough for a first HTTP call on a loaded machine: the reply waits for the result
         doomed = WorkerProc(
             redis_url,
@@ -131,14 +119,11 @@ async def test_an_approved_declared_call_is_written_with_its_decision_once_it_ra
     """Approval first (the reply and the pending approval are written when the run parks); once
     approved, the decision's events wait for the declared call and go out with its result."""
     with Ledger() as ledger:
-        path = declared(ledger.url, tmp_path / "d.json")
-        env = {**FAST, "AGENTMILL_PROFILES": str(path)}
-        p = producer_for(redis, redis_url, profiles=str(path))
-        body = chaos_run([{"toolCalls": [{"name": "ledger", "arguments": {"step": 1}}]}, {"text": "done"}])
-        sub = await p.submit({**body, "toolPolicy": {"requireApprovalByDefault": True}})
+        env, p = declared(ledger, tmp_path, redis, redis_url)
+        sub = await p.submit({**chaos_run(ONE_CALL), "toolPolicy": {"requireApprovalByDefault": True}})
         w = WorkerProc(redis_url, env=env).start()
         try:
-            assert await until_status(p, sub.run_id, "awaiting_human", 30)
+            await until_status(redis, sub.run_id, "awaiting_human", 30)
             parked = [e.kind for e in await stream(redis, sub.run_id)]
             assert "assistant_message" in parked and "tool_result" not in parked
             assert await p.settle_approval(sub.run_id, "c1.0", approved=True) == "resumed"
@@ -163,9 +148,7 @@ async def test_an_abort_while_a_reply_is_held_writes_the_reply_before_the_ending
     abort meanwhile ends the run at once, and the held reply goes out in the ending's commit, before
     its status."""
     with Ledger() as ledger:
-        path = declared(ledger.url, tmp_path / "d.json")
-        env = {**FAST, "AGENTMILL_PROFILES": str(path), "AGENTMILL_STEP_HOLD_MS": "10000"}
-        p = producer_for(redis, redis_url, profiles=str(path))
+        env, p = declared(ledger, tmp_path, redis, redis_url, AGENTMILL_STEP_HOLD_MS="10000")
         body = chaos_run(
             [{"toolCalls": [{"name": "ledger", "arguments": {"step": 1, "delayMs": 3000}}]}, {"text": "done"}]
         )

@@ -17,6 +17,7 @@ import pytest
 from agentmill_client.models import RunInput, RunResult, RunStatus
 from shared import checkpoint
 from shared.profiles import AgentProfile, RetryConfig
+from shared.settings import Settings
 from worker.machine import Phase
 from worker.memory_store import (
     MemoryHost,
@@ -62,7 +63,14 @@ class Counting(NullObserver):
 class World:
     """One run in memory and the ports of the workers that drive it."""
 
-    def __init__(self, script: list[dict[str, Any]], run_id: str = "run-1", agent: str = "t") -> None:
+    def __init__(
+        self,
+        script: list[dict[str, Any]],
+        run_id: str = "run-1",
+        agent: str = "t",
+        profile: AgentProfile = PROFILE,
+        settings: Settings | None = None,
+    ) -> None:
         run_input = RunInput.model_validate({"agent": agent, "inputMessages": [{"role": "user", "content": "go"}],
                                              "runtimeHints": {"script": script}})  # fmt: skip
         self.run = MemoryRun.submitted(run_id, run_input)
@@ -72,7 +80,7 @@ class World:
         self.tools = MemoryTools()
         self.rng = HalfRng()
         self.observer = Counting()
-        self.host = MemoryHost({"t": PROFILE}, observer=self.observer)
+        self.host = MemoryHost({"t": profile}, settings=settings or Settings(), observer=self.observer)
 
     def driver(self) -> tuple[RunDriver, MemoryRunStore]:
         store = MemoryRunStore(self.run, self.sessions)

@@ -11,20 +11,9 @@ from typing import Any
 
 import orjson
 
-from agentmill_client.models import RunInput
 from shared.profiles import AgentProfile, ToolSettings
 from shared.settings import Settings
-from worker.memory_store import (
-    MemoryHost,
-    MemoryModels,
-    MemoryRun,
-    MemoryRunStore,
-    MemorySessionStore,
-    MemoryTools,
-)
-from worker.models.scripted import ScriptedProvider
-from worker.ports import RunPorts
-from worker.runner import RunDriver
+from tests.unit.test_runner import World
 
 PURE = ToolSettings(side_effects=False)
 
@@ -33,26 +22,13 @@ def profile(**settings: ToolSettings) -> AgentProfile:
     return AgentProfile(name="t", tools=["echo", "sleep"], tool_settings=settings)
 
 
-class World:
-    def __init__(self, script: list[dict[str, Any]], prof: AgentProfile, hold_ms: int = 50) -> None:
-        run_input = RunInput.model_validate({"agent": "t", "inputMessages": [{"role": "user", "content": "go"}],
-                                             "runtimeHints": {"script": script}})  # fmt: skip
-        self.run = MemoryRun.submitted("run-1", run_input)
-        self.sessions = MemorySessionStore()
-        self.sessions.runs["run-1"] = self.run
-        self.models = MemoryModels(lambda p: ScriptedProvider(p.provider))
-        self.tools = MemoryTools()
-        self.host = MemoryHost({"t": prof}, settings=Settings(step_hold_ms=hold_ms))
+def world(script: list[dict[str, Any]], prof: AgentProfile, hold_ms: int = 50) -> World:
+    return World(script, profile=prof, settings=Settings(step_hold_ms=hold_ms))
 
-    def driver(self) -> tuple[RunDriver, MemoryRunStore]:
-        store = MemoryRunStore(self.run, self.sessions)
-        return RunDriver(
-            self.host, RunPorts(store, self.sessions, self.models, self.tools), "run-1", gen=1
-        ), store
 
-    def seqs_clean(self) -> bool:
-        seqs = [s for s, _, _, _ in self.run.events]
-        return seqs == list(range(1, len(seqs) + 1))
+def seqs_clean(w: World) -> bool:
+    seqs = [s for s, _, _, _ in w.run.events]
+    return seqs == list(range(1, len(seqs) + 1))
 
 
 def echo_steps(n: int) -> list[dict[str, Any]]:
@@ -64,7 +40,7 @@ def echo_steps(n: int) -> list[dict[str, Any]]:
 async def commits_of(
     prof: AgentProfile, script: list[dict[str, Any]], hold_ms: int = 50
 ) -> tuple[World, int]:
-    w = World(script, prof, hold_ms)
+    w = world(script, prof, hold_ms)
     driver, store = w.driver()
     assert await asyncio.wait_for(driver.run(), 10) == "completed"
     return w, store.commits
@@ -77,7 +53,7 @@ async def test_a_side_effect_free_tool_step_is_one_commit_with_the_same_events()
     assert alone_commits == undeclared_commits
     assert held_commits == alone_commits - 5  # one commit a tool step instead of two
     assert held.run.kinds() == alone.run.kinds() == undeclared.run.kinds()
-    assert held.seqs_clean()
+    assert seqs_clean(held)
     assert [p["content"] for p in held.run.payloads("tool_result")] == [f"t{i}" for i in range(5)]
     assert held.tools.executed == [f"c{i}.0" for i in range(1, 6)]  # each call once
     assert all(r["state"] == "done" for r in held.run.tools.values())
@@ -91,7 +67,7 @@ async def test_a_round_of_side_effect_free_calls_is_one_commit_with_all_their_re
     alone, alone_commits = await commits_of(profile(echo=PURE), script, hold_ms=0)
     assert held_commits == alone_commits - 4  # the reply and its four results: one commit
     assert sorted(held.run.kinds()) == sorted(alone.run.kinds())
-    assert held.seqs_clean() and len(held.run.tools) == 4
+    assert seqs_clean(held) and len(held.run.tools) == 4
 
 
 async def test_an_undeclared_call_starts_only_once_its_claim_and_what_was_held_are_written() -> None:
@@ -99,7 +75,7 @@ async def test_an_undeclared_call_starts_only_once_its_claim_and_what_was_held_a
     undeclared, is claimed in the commit that writes them, before it runs."""
     script = [{"toolCalls": [{"id": "a", "name": "echo", "arguments": {"text": "x"}},
                              {"id": "b", "name": "sleep", "arguments": {"ms": 1}}]}, {"text": "done"}]  # fmt: skip
-    w = World(script, profile(echo=PURE))
+    w = world(script, profile(echo=PURE))
     seen: dict[str, tuple[list[str], dict[str, Any]]] = {}
     execute = w.tools.execute
 
@@ -122,7 +98,7 @@ async def test_an_undeclared_call_starts_only_once_its_claim_and_what_was_held_a
 async def test_a_slow_side_effect_free_tool_gets_its_reply_out_when_the_hold_runs_out() -> None:
     """A tailer waits at most the hold for the reply: a call still running then does not keep it."""
     script = [{"toolCalls": [{"id": "s", "name": "sleep", "arguments": {"ms": 400}}]}, {"text": "done"}]
-    w = World(script, profile(sleep=PURE), hold_ms=50)
+    w = world(script, profile(sleep=PURE), hold_ms=50)
     driver, _ = w.driver()
     task = asyncio.ensure_future(driver.run())
     t0 = time.monotonic()
@@ -132,14 +108,14 @@ async def test_a_slow_side_effect_free_tool_gets_its_reply_out_when_the_hold_run
     assert "tool_result" not in w.run.kinds() and w.run.tools["c1.0"]["state"] == "pending"  # claimed
     assert orjson.loads(w.run.checkpoint or b"{}")["seq"] == len(w.run.events)  # with its checkpoint
     assert await asyncio.wait_for(task, 5) == "completed"
-    assert w.tools.executed == ["c1.0"] and w.seqs_clean()
+    assert w.tools.executed == ["c1.0"] and seqs_clean(w)
 
 
 async def test_a_worker_lost_during_the_hold_costs_the_reply_and_may_run_the_call_again() -> None:
     """What ``sideEffects: false`` allows: the held reply was never written, so the next worker asks the
     model again and runs the call again. Nothing written is written twice."""
     script = [{"toolCalls": [{"id": "s", "name": "sleep", "arguments": {"ms": 100}}]}, {"text": "done"}]
-    w = World(script, profile(sleep=PURE), hold_ms=5_000)
+    w = world(script, profile(sleep=PURE), hold_ms=5_000)
     first, _ = w.driver()
     task = asyncio.ensure_future(first.run())
     t0 = time.monotonic()
@@ -155,6 +131,6 @@ async def test_a_worker_lost_during_the_hold_costs_the_reply_and_may_run_the_cal
     again, _ = w.driver()
     assert await asyncio.wait_for(again.run(), 5) == "completed"
     assert w.tools.executed == ["c1.0", "c1.0"]  # run again: allowed by the declaration
-    assert w.seqs_clean()
+    assert seqs_clean(w)
     assert w.run.kinds().count("assistant_message") == 2  # the re-asked reply and the answer
     assert w.run.kinds().count("tool_result") == 1
