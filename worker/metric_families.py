@@ -4,10 +4,11 @@ each label may take (``LABELS``). The observer that feeds them is worker/metrics
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Gauge
 
 from agentmill_client.models import EventKind
 from agentmill_client.statuses import TERMINAL
+from worker.loop_metrics import Counter, Histogram
 from worker.machine import TRANSITIONS
 from worker.policy import RETRYABLE_STATUSES
 

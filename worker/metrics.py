@@ -65,9 +65,6 @@ class MetricsObserver(MetricFamilies):
         super().__init__(registry)
         self._mcp_servers = frozenset(mcp_servers)
         self._tools = frozenset({*tools, RECALL_TOOL, LOAD_OLDER_HISTORY, SEARCH_HISTORY})
-        # Children by (metric, label values): ``.labels()`` validates and locks on every call, a
-        # few of them per event; the label values are bounded (see above), so is this dict.
-        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._precreate()
 
     def _precreate(self) -> None:
@@ -83,29 +80,22 @@ class MetricsObserver(MetricFamilies):
         ]  # fmt: skip
         for metric, label in by_one:
             for value in (*LABELS[label], OTHER):
-                self._c(metric, value)
+                metric.labels(value)
         for t in tools:
             for metric in (self.tool_duration, self.tool_retries, self.tool_from_record, self.reexecuted):
-                self._c(metric, t)
+                metric.labels(t)
             for outcome in LABELS["tool_outcome"]:
-                self._c(self.tool_calls, t, outcome)
+                self.tool_calls.labels(t, outcome)
         for server in (*sorted(self._mcp_servers), OTHER):
-            self._c(self.mcp_duration, server)
+            self.mcp_duration.labels(server)
             for outcome in LABELS["mcp_outcome"]:
-                self._c(self.mcp_calls, server, outcome)
+                self.mcp_calls.labels(server, outcome)
         for agent, model in (*sorted(self._models), (OTHER, OTHER)):
-            self._c(self.cost, agent, model)
+            self.cost.labels(agent, model)
             for direction in LABELS["direction"]:
-                self._c(self.usage_tokens, agent, model, direction)
+                self.usage_tokens.labels(agent, model, direction)
         for src, dst in (*STEPS, (OTHER, OTHER)):
-            self._c(self.transitions, src, dst)
-
-    def _c(self, metric: Any, *values: str) -> Any:
-        key = (id(metric), values)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = metric.labels(*values)
-        return child
+            self.transitions.labels(src, dst)
 
     def _tool(self, name: str) -> str:
         return name if name in self._tools else OTHER
@@ -115,16 +105,16 @@ class MetricsObserver(MetricFamilies):
     def transition(self, src: str, dst: str, event: str) -> None:
         if src != dst:
             known = (src, dst) in _STEP_SET
-            self._c(self.transitions, *((src, dst) if known else (OTHER, OTHER))).inc()
+            self.transitions.labels(*((src, dst) if known else (OTHER, OTHER))).inc()
 
     def run_started(self, *, resumed: bool, job_try: int) -> None:
-        self._c(self.runs_started, "true" if resumed else "false").inc()
+        self.runs_started.labels("true" if resumed else "false").inc()
         self.in_progress.inc()
         if resumed:
             self.resumed.inc()
 
     def run_finished(self, status: str, *, iterations: int, duration_s: float) -> None:
-        self._c(self.runs_finished, _bounded(status, "status")).inc()
+        self.runs_finished.labels(_bounded(status, "status")).inc()
         self.iterations.observe(iterations)
         self.run_duration.observe(duration_s)
         self.in_progress.dec()
@@ -138,65 +128,65 @@ class MetricsObserver(MetricFamilies):
         timeout ends it without one. The API exports agentmill_runs_awaiting_approval from Redis."""
 
     def model_call(self, outcome: str, *, latency_s: float, ttft_s: float | None) -> None:
-        self._c(self.model_calls, _bounded(outcome, "outcome")).inc()
+        self.model_calls.labels(_bounded(outcome, "outcome")).inc()
         self.model_latency.observe(latency_s)
         if ttft_s is not None:
             self.ttft.observe(ttft_s)
 
     def model_retry(self, reason: str) -> None:
-        self._c(self.model_retries, retry_reason_label(reason)).inc()
+        self.model_retries.labels(retry_reason_label(reason)).inc()
 
     def tokens_used(self, usage: Usage, *, agent: str, model: str) -> None:
         pair = (agent, model) if (agent, model) in self._models else (OTHER, OTHER)
         for direction, n in (("input", usage.input_tokens), ("output", usage.output_tokens)):
-            self._c(self.tokens, direction).inc(n)
-            self._c(self.usage_tokens, *pair, direction).inc(n)
+            self.tokens.labels(direction).inc(n)
+            self.usage_tokens.labels(*pair, direction).inc(n)
         if usage.cost_usd:
-            self._c(self.cost, *pair).inc(usage.cost_usd)
+            self.cost.labels(*pair).inc(usage.cost_usd)
 
     def tool_call(self, tool: str, outcome: str, *, duration_s: float) -> None:
         t = self._tool(tool)
-        self._c(self.tool_calls, t, _bounded(outcome, "tool_outcome")).inc()
-        self._c(self.tool_duration, t).observe(duration_s)
+        self.tool_calls.labels(t, _bounded(outcome, "tool_outcome")).inc()
+        self.tool_duration.labels(t).observe(duration_s)
 
     def tool_retry(self, tool: str) -> None:
-        self._c(self.tool_retries, self._tool(tool)).inc()
+        self.tool_retries.labels(self._tool(tool)).inc()
 
     def tool_served_from_record(self, tool: str) -> None:
-        self._c(self.tool_from_record, self._tool(tool)).inc()
+        self.tool_from_record.labels(self._tool(tool)).inc()
 
     def tool_reexecuted(self, tool: str) -> None:
-        self._c(self.reexecuted, self._tool(tool)).inc()
+        self.reexecuted.labels(self._tool(tool)).inc()
 
     def mcp_call(self, server: str, outcome: str, duration_s: float) -> None:
         s = server if server in self._mcp_servers else OTHER
-        self._c(self.mcp_calls, s, _bounded(outcome, "mcp_outcome")).inc()
-        self._c(self.mcp_duration, s).observe(duration_s)
+        self.mcp_calls.labels(s, _bounded(outcome, "mcp_outcome")).inc()
+        self.mcp_duration.labels(s).observe(duration_s)
 
     def event_published(self, kind: str, count: int = 1) -> None:
-        self._c(self.events, _bounded(kind, "kind")).inc(count)
+        self.events.labels(_bounded(kind, "kind")).inc(count)
 
     def append_refused(self, reason: str) -> None:
-        self._c(self.refused, _bounded(reason, "reason.refused")).inc()
+        self.refused.labels(_bounded(reason, "reason.refused")).inc()
 
     def compaction(self, reason: str) -> None:
-        self._c(self.compactions, _bounded(reason, "reason.compaction")).inc()
+        self.compactions.labels(_bounded(reason, "reason.compaction")).inc()
 
     def compaction_removed(self, *, messages: int, tokens: int) -> None:
         self.compaction_messages.inc(messages)
         self.compaction_tokens.inc(tokens)
 
     def state_time(self, state: str, seconds: float) -> None:
-        self._c(self.state_seconds, _bounded(state, "state")).observe(seconds)
+        self.state_seconds.labels(_bounded(state, "state")).observe(seconds)
 
     def capacity_waited(self, seconds: float) -> None:
         self.capacity_wait.observe(seconds)
 
     def throttled(self, reason: str) -> None:
-        self._c(self.throttled_calls, _bounded(reason, "reason.throttled")).inc()
+        self.throttled_calls.labels(_bounded(reason, "reason.throttled")).inc()
 
     def runs_redispatched(self, reason: str, count: int = 1) -> None:
-        self._c(self.redispatched, _bounded(reason, "reason.redispatch")).inc(count)
+        self.redispatched.labels(_bounded(reason, "reason.redispatch")).inc(count)
 
     def children_started(self, count: int = 1) -> None:
         self.kids_started.inc(count)
