@@ -122,6 +122,11 @@ class WorkerProcess(LeaseKeeping):
             # The mcp SDK takes seconds to import: now, not on the event loop of a worker holding runs.
             import worker.tools.mcp  # noqa: F401
         scripts.warm()  # off the event loop that will hold runs
+        # httpx's connection pools import anyio's asyncio backend the first time they close a
+        # connection (a model's or a tool's, or every client at shutdown, while runs may still be
+        # draining): 70 ms of imports on the loop.
+        import anyio._backends._asyncio  # noqa: F401
+
         if self.settings.schedules:  # croniter, dateutil and the producer: 150 ms of imports
             import producer.schedules.firer  # noqa: F401
         settle_gc()

@@ -4,6 +4,8 @@ the runs are driven as before, arq's keys are cleared as arq clears them, arq re
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 
 import pytest
 from arq.jobs import Job, JobStatus
@@ -71,6 +73,20 @@ def test_a_deep_queue_is_claimed_in_halves_a_shallow_one_in_batches_by_a_worker_
 def test_job_ids_name_their_run_and_dispatch() -> None:
     for rid, gen in (("r1", 1), ("r1", 2), ("a.b:c-d_9", 17)):
         assert LAYOUT.of_job(K.job_id(rid, gen)) == (K, rid, gen)
+
+
+def test_a_worker_process_imports_at_start_up_what_its_clients_import_late() -> None:
+    """anyio's asyncio backend, imported by httpx's pools when they first close a connection: the
+    imports took 70 ms of a worker's event loop (bench figure 4's loop lag, at its shutdown)."""
+    code = (
+        "import sys\n"
+        "from shared.settings import Settings\n"
+        "from worker.jobs import WorkerProcess\n"
+        "assert 'anyio._backends._asyncio' not in sys.modules\n"
+        "WorkerProcess(Settings(redis_url='redis://127.0.0.1:1/0', worker_metrics_port=-1))\n"
+        "assert 'anyio._backends._asyncio' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)  # a fresh process's imports
 
 
 def test_a_worker_process_freezes_what_start_up_built() -> None:
