@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+from collections import Counter
+from typing import Any
 
 import pytest
 from arq.jobs import Job, JobStatus
@@ -16,6 +18,7 @@ from shared.partitions import Partitions
 from shared.settings import Settings
 from tests.integration.helpers import producer_for, running_worker, script_run, wait_all
 from tests.support.schema import LAYOUT, K
+from worker.arq_worker import START_CHUNK, run_agent
 from worker.finisher import JobFinisher
 from worker.jobs import GC_THRESHOLDS, WorkerProcess, claim_size
 
@@ -46,6 +49,43 @@ async def test_finished_jobs_leave_arq_keys_as_arq_does_and_share_round_trips(
         info = await job.result_info()
         assert info is not None and info.success and info.result == "completed"
         assert info.function == "run_agent" and tuple(info.args) == (rid, 1)
+
+
+async def test_a_poll_that_claims_hundreds_of_runs_starts_a_chunk_of_them_a_loop_turn(
+    redis: Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runs a poll claims take their first steps in the turn after their tasks are made: 256
+    of them in one turn held the loop 25-60 ms (bench figure 4's loop lag). A callback that queues
+    itself again counts the loop's turns; each run notes the turn its job started in."""
+    from worker import jobs
+
+    turn = 0
+    started_in: list[int] = []
+    loop = asyncio.get_running_loop()
+
+    def tick() -> None:
+        nonlocal turn
+        turn += 1
+        handle[0] = loop.call_soon(tick)
+
+    handle = [loop.call_soon(tick)]
+
+    async def noting(ctx: dict[str, Any], run_id: str, gen: int) -> str:
+        started_in.append(turn)
+        return await run_agent(ctx, run_id, gen)
+
+    monkeypatch.setattr(jobs, "run_agent", noting)
+    p = producer_for(redis, redis_url)
+    ids = [s.run_id for s in await p.submit_many([script_run([{"text": "hi"}])] * 256)]
+    try:
+        async with running_worker(redis_url, claim_batch=64) as wp:  # up to four batches a poll
+            recs = await wait_all(p, ids, 30)
+            assert {r.status.value for r in recs.values()} == {"completed"}
+            assert wp.worker.job_counter == 0
+    finally:
+        handle[0].cancel()
+    per_turn = Counter(started_in)
+    assert len(started_in) == 256 and max(per_turn.values()) <= START_CHUNK, per_turn.most_common(3)
 
 
 async def test_a_job_whose_key_redis_lost_still_runs_its_run(redis: Redis, redis_url: str) -> None:
