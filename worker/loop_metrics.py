@@ -1,12 +1,14 @@
 """Counters and histograms for values that only the worker's event loop changes.
 
 prometheus-client's ``Counter`` and ``Histogram`` take a lock on every increment, check their
-labels on every call and walk the buckets in Python; a one-step run feeds them about 30 times,
-which was about a seventh of a run's worker CPU (#30). The worker's observer runs on its event
-loop thread only, so these keep plain numbers and hand them to prometheus-client's registry
-(a ``Collector``) when it is scraped: the exposition, the names, ``_total``, the buckets and the
-order of the series are prometheus-client's own (``tests/unit/test_loop_metrics.py`` renders the
-same observations through both). Not for values changed from other threads.
+labels on every call and walk the buckets in Python; a one-step run feeds them about 30 times
+(its observer hooks took 28 µs through them, 12 µs through these; #30). The worker's observer
+runs on its event loop thread only, so these keep plain numbers and hand them to
+prometheus-client's registry (a ``Collector``) when it is scraped: the exposition, the names,
+``_total``, the buckets and the order of the series are prometheus-client's own
+(``tests/unit/test_loop_metrics.py`` renders the same observations through both; observations
+are finite numbers: a NaN would land in the first bucket here, in none there). Not for values
+changed from other threads.
 """
 
 from __future__ import annotations
