@@ -134,6 +134,12 @@ def parser() -> argparse.ArgumentParser:
         help="figure 4: py-spy samples each worker into PROFILE-<in-flight>.json (speedscope)",
     )
     ap.add_argument(
+        "--stalls",
+        type=Path,
+        help="figure 4: each worker notes its event loop's long turns and what ran in them into "
+        "STALLS-<in-flight>.json (python -m bench.stall_watch FILE prints them)",
+    )
+    ap.add_argument(
         "--only",
         nargs="+",
         default=[

@@ -292,6 +292,7 @@ class RunFigures(Plumbing):
                         AGENTMILL_MAX_JOBS=str(n + 10),
                         AGENTMILL_BENCH_STATS=str(stats),
                         AGENTMILL_BENCH_PROFILE=f"{self.args.profile}-{n}.json" if self.args.profile else "",
+                        AGENTMILL_BENCH_STALLS=f"{self.args.stalls}-{n}.json" if self.args.stalls else "",
                     )
                 )
 

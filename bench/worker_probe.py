@@ -14,6 +14,7 @@ import subprocess
 import time
 from collections.abc import Callable
 
+from bench.stall_watch import StallWatch
 from shared import logs, loop
 from shared.settings import get_settings
 from worker.jobs import WorkerProcess
@@ -109,9 +110,15 @@ async def main() -> None:
         lag_probe(os.environ["AGENTMILL_BENCH_STATS"], lambda: getattr(proc, "main", None) is not None)
     )  # from the arq worker's start (WorkerProcess._work), when it begins to take jobs
     spy = profiler(os.environ.get("AGENTMILL_BENCH_PROFILE", ""))
+    stalls_path = os.environ.get("AGENTMILL_BENCH_STALLS", "")
+    watch = StallWatch() if stalls_path else None
+    ticker = watch.start() if watch is not None else None
     try:
         await proc.run()
     finally:
+        if watch is not None and ticker is not None:
+            ticker.cancel()
+            watch.dump(stalls_path)
         if spy is not None:
             spy.send_signal(signal.SIGINT)
             await asyncio.to_thread(spy.wait, 30)
