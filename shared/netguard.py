@@ -18,6 +18,7 @@ import asyncio
 import dataclasses
 import ipaddress
 import socket
+import ssl
 import time
 import weakref
 from collections import OrderedDict
@@ -131,10 +132,12 @@ def guarded_client(
     max_pools: int = MAX_POOLS,
     resolver: Resolver = system_resolver,
     inner: httpcore.AsyncNetworkBackend | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> httpx.AsyncClient:
     """An HTTP client that sends only requests checked by guarded_request, each through the pool of
-    its checked destination (at most ``max_pools`` pools, ``max_connections`` requests under way)."""
-    transport = GuardedTransport(inner, max_connections=max_connections, max_pools=max_pools)
+    its checked destination (at most ``max_pools`` pools, ``max_connections`` requests under way;
+    ``tls``: the context they verify with, else one of its own)."""
+    transport = GuardedTransport(inner, max_connections=max_connections, max_pools=max_pools, tls=tls)
     client = httpx.AsyncClient(transport=transport, trust_env=False)
     _resolvers[client] = _Remembered(resolver)
     return client

@@ -146,10 +146,11 @@ class GuardedTransport(httpx.AsyncBaseTransport):
         *,
         max_connections: int = 100,
         max_pools: int = MAX_POOLS,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.inner = inner or httpcore.AnyIOBackend()
         # One for all pools: building one loads the CA bundle (tens of ms of CPU, on the event loop).
-        self.ssl_context = httpx.create_ssl_context()
+        self.ssl_context = tls or httpx.create_ssl_context()
         self.max_connections = max_connections
         self.slots = asyncio.Semaphore(max_connections)  # requests under way, in all pools together
         self.max_pools = max_pools

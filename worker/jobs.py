@@ -129,6 +129,10 @@ class WorkerProcess(LeaseKeeping):
         # draining): 70 ms of imports on the loop.
         import anyio._backends._asyncio  # noqa: F401
 
+        # One TLS context for the worker's clients (models, tools), built here: each loads the CA
+        # bundle, about 25 ms; three of them held the loop 76-90 ms before it took runs.
+        self.tls = httpx.create_ssl_context()
+
         if self.settings.schedules:  # croniter, dateutil and the producer: 150 ms of imports
             import producer.schedules.firer  # noqa: F401
         settle_gc()
@@ -208,10 +212,12 @@ class WorkerProcess(LeaseKeeping):
             pool.job_serializer = serialize
             pool.job_deserializer = deserialize
         http = lease_guarded_client(
-            self.lease, httpx.Limits(max_connections=200, max_keepalive_connections=50)
+            self.lease, httpx.Limits(max_connections=200, max_keepalive_connections=50), self.tls
         )
         # HTTP tools: the SSRF guard's backend connects, the lease backend guards every write.
-        tools_http = add_lease_hook(netguard.guarded_client(inner=LeaseBackend(self.lease)), self.lease)
+        tools_http = add_lease_hook(
+            netguard.guarded_client(inner=LeaseBackend(self.lease), tls=self.tls), self.lease
+        )
         self.deps = WorkerDeps(parts=parts, settings=s, profiles=self.profiles, http=http,
                                worker_id=self.worker_id, observer=self.observer, lease=self.lease,
                                guarded_http=tools_http)  # fmt: skip

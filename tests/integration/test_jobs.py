@@ -4,6 +4,7 @@ the runs are driven as before, arq's keys are cleared as arq clears them, arq re
 from __future__ import annotations
 
 import asyncio
+import ssl
 import subprocess
 import sys
 from collections import Counter
@@ -127,6 +128,29 @@ def test_a_worker_process_imports_at_start_up_what_its_clients_import_late() -> 
         "assert 'anyio._backends._asyncio' in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)  # a fresh process's imports
+
+
+async def test_a_worker_builds_one_tls_context_for_its_clients_before_its_loop_holds_runs(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each context loads the CA bundle (about 25 ms): the worker's clients for models and tools
+    built three on its event loop. Now one, in WorkerProcess(), shared by both."""
+    built: list[ssl.SSLContext] = []
+    create = ssl.create_default_context
+
+    def counting(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+        built.append(create(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(ssl, "create_default_context", counting)
+    async with running_worker(redis_url) as wp:
+        for _ in range(500):  # the clients are built once the worker reached Redis
+            if getattr(wp, "deps", None) is not None:
+                break
+            await asyncio.sleep(0.01)
+        assert built == [wp.tls]
+        assert wp.deps.http._transport._pool._ssl_context is wp.tls  # type: ignore[attr-defined]
+        assert wp.deps.guarded_http._transport.ssl_context is wp.tls  # type: ignore[attr-defined]
 
 
 def test_a_worker_process_freezes_what_start_up_built() -> None:
