@@ -95,6 +95,7 @@ class WorkerDeps:
     lease: WorkerLease | None = None  # the worker's lease deadline; None = unguarded (unit tests)
     lease_id: str = ""  # the id this worker holds its lease and runs under ("" = worker_id)
     configs: ConfigCache = field(default_factory=ConfigCache)  # shared by runs of one profile
+    draining: bool = False  # the process is stopping (a run that starts now hands itself back)
     scripts: Scripts = field(init=False)
     limiter: ProviderLimiter = field(init=False)
     batcher: ScriptBatcher = field(init=False)  # the runs' commits, pipelined per loop turn

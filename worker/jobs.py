@@ -305,6 +305,7 @@ class WorkerProcess(LeaseKeeping):
     async def _graceful_stop(self) -> None:
         """Stop taking jobs; let in-flight steps reach a checkpoint; hand every run back to the queue."""
         self.worker.allow_pick_jobs = False
+        self.deps.draining = True  # the runs of a claim still starting drain as they join
         for d in list(self.deps.active.values()):
             d.drain()
         grace = self.settings.drain_timeout_s

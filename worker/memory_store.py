@@ -331,6 +331,7 @@ class MemoryHost:
     observer: Observer = field(default_factory=NullObserver)
     lease: WorkerLease | None = None
     lease_id: str = "memory-worker"
+    draining: bool = False
     configs: ConfigCache = field(default_factory=ConfigCache)
     pace: DeltaPace = field(init=False)
 

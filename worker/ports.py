@@ -349,5 +349,6 @@ class Host(Protocol):
     lease_id: str
     configs: ConfigCache  # resolved configurations shared by runs that set no knob of their own
     pace: DeltaPace  # how often a streaming run's deltas go out, given how many runs stream
+    draining: bool  # the process is stopping: a run that starts now hands itself back at once
 
     def profile(self, name: str) -> AgentProfile: ...

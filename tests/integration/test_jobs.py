@@ -7,6 +7,7 @@ import asyncio
 import ssl
 import subprocess
 import sys
+import time
 from collections import Counter
 from typing import Any
 
@@ -87,6 +88,32 @@ async def test_a_poll_that_claims_hundreds_of_runs_starts_a_chunk_of_them_a_loop
         handle[0].cancel()
     per_turn = Counter(started_in)
     assert len(started_in) == 256 and max(per_turn.values()) <= START_CHUNK, per_turn.most_common(3)
+
+
+async def test_a_stop_while_a_claims_runs_are_still_starting_hands_each_back_at_once(
+    redis: Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stop comes as the first of 256 claimed runs starts: the runs that start after the drain
+    began hand themselves back as they join, instead of running their model calls until the drain
+    timeout (13 s here before, with a 3 s timeout; the whole stop now takes well under one)."""
+    from worker import jobs
+
+    box: list[WorkerProcess] = []
+
+    async def stopping_at_first(ctx: dict[str, Any], run_id: str, gen: int) -> str:
+        box[0].request_stop()
+        return await run_agent(ctx, run_id, gen)
+
+    monkeypatch.setattr(jobs, "run_agent", stopping_at_first)
+    p = producer_for(redis, redis_url)
+    ids = [s.run_id for s in await p.submit_many([script_run([{"text": "hi", "delayMs": 60_000}])] * 256)]
+    t0 = time.monotonic()
+    async with running_worker(redis_url, claim_batch=64, drain_timeout_s=3.0) as wp:
+        box.append(wp)
+        await asyncio.wait_for(wp.stopping.wait(), 10)
+    assert time.monotonic() - t0 < 3.0  # within the drain timeout: no run waited it out
+    statuses = [await redis.hget(K.run(rid), "status") for rid in ids]
+    assert statuses == [b"queued"] * len(ids)  # every run back on the queue, none left running
 
 
 async def test_a_job_whose_key_redis_lost_still_runs_its_run(redis: Redis, redis_url: str) -> None:

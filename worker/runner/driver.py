@@ -141,6 +141,8 @@ class RunDriver:
             return acq.verdict
         if active is not None:
             active[self.run_id] = self
+        if self.host.draining:  # started after the worker's drain began (a claim's later chunks)
+            self.drain()
         self.observed_start = False
         logs.run_context.set({"runId": self.run_id, "attempt": acq.restarts + 1, "epoch": acq.epoch})
         try:
