@@ -226,12 +226,23 @@ IMAGE_TOKENS = 768  # an image's share of a request, estimated (OpenAI: 85 to ab
 
 def estimate_tokens(messages: Iterable[Message]) -> int:
     """A provider-neutral estimate: four characters a token, plus a little per message, and
-    IMAGE_TOKENS an image (its size is the provider's business)."""
+    IMAGE_TOKENS an image (its size is the provider's business).
+
+    It walks the whole transcript, several times a step (the compaction check, the budget, the
+    provider limiter's hold), so a long run pays it on every step: a message whose content is a
+    string (nearly all) is counted without ``Message.text`` and ``images()``, a third of the time
+    (21 messages: 4.4 against 12-16 µs)."""
     total = 0
     for m in messages:
-        total += 4 + len(m.text) // 4 + IMAGE_TOKENS * len(m.images())
-        for c in m.tool_calls or ():
-            total += (len(c.name) + len(c.arguments)) // 4 + 4
+        content = m.content
+        if content.__class__ is str:
+            total += 4 + len(content) // 4
+        else:
+            total += 4 + len(m.text) // 4 + IMAGE_TOKENS * len(m.images())
+        calls = m.tool_calls
+        if calls:
+            for c in calls:
+                total += (len(c.name) + len(c.arguments)) // 4 + 4
     return total
 
 

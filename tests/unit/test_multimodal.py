@@ -79,3 +79,35 @@ def test_image_parts_placeholder_sends_one_string_for_text_only_models() -> None
     assert default[1] == {"role": "user", "content": PARTS}
     with pytest.raises(ValidationError):
         ProviderConfig.model_validate({"kind": "openai", "imageParts": "drop"})
+
+
+def _estimate_as_defined(messages: list[Message]) -> int:
+    """estimate_tokens's definition, message by message, without its string fast path."""
+    total = 0
+    for msg in messages:
+        total += 4 + len(msg.text) // 4 + policy.IMAGE_TOKENS * len(msg.images())
+        for c in msg.tool_calls or ():
+            total += (len(c.name) + len(c.arguments)) // 4 + 4
+    return total
+
+
+def test_the_token_estimate_counts_every_kind_of_message_as_defined() -> None:
+    from agentmill_client.models import ToolCall
+
+    parts = [
+        {"type": "text", "text": "look " * 9},
+        {"type": "image_url", "image_url": {"url": "https://a.example/x.png"}},
+    ]
+    messages = [
+        Message(role="system", content="be brief " * 7),
+        Message(role="user", content=parts),
+        Message(role="user", content=[{"type": "text", "text": "only text"}]),
+        Message(role="assistant", content="", tool_calls=[ToolCall(id="c1", name="echo", arguments='{"t": "xyz"}')]),
+        Message(role="assistant", content="two", tool_calls=[ToolCall(id="c2", name="a", arguments="{}"),
+                                                             ToolCall(id="c3", name="bb", arguments="{" + "x" * 99 + "}")]),
+        Message(role="tool", content="r" * 203, tool_call_id="c1"),
+        Message(role="user", content=""),
+    ]  # fmt: skip
+    for i in range(len(messages) + 1):
+        assert policy.estimate_tokens(messages[:i]) == _estimate_as_defined(messages[:i])
+    assert policy.estimate_tokens(messages[1:2]) >= policy.IMAGE_TOKENS  # the image counted
