@@ -63,7 +63,7 @@ class _Family(Generic[C]):
         self.labelnames = tuple(labelnames)
         self._children: dict[tuple[str, ...], C] = {}
         self._only: C | None = None if self.labelnames else self.labels()
-        registry.register(self)  # type: ignore[arg-type]  # a Collector: collect() and describe()
+        registry.register(self)  # a Collector: collect() and describe()
 
     def _new(self) -> C:
         raise NotImplementedError
@@ -87,8 +87,18 @@ class _Family(Generic[C]):
     def _family(self) -> Metric:
         raise NotImplementedError
 
+    def _add(self, family: Metric, values: tuple[str, ...], child: C) -> None:
+        """One child's samples into the family a scrape renders."""
+        raise NotImplementedError
+
     def describe(self) -> Iterator[Metric]:
         yield self._family()
+
+    def collect(self) -> Iterator[Metric]:
+        family = self._family()
+        for values, child in list(self._children.items()):
+            self._add(family, values, child)
+        yield family
 
 
 class Counter(_Family[CounterChild]):
@@ -101,11 +111,9 @@ class Counter(_Family[CounterChild]):
     def _family(self) -> CounterMetricFamily:
         return CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
 
-    def collect(self) -> Iterator[Metric]:
-        fam = self._family()
-        for values, child in list(self._children.items()):
-            fam.add_metric(values, child.value)
-        yield fam
+    def _add(self, family: Metric, values: tuple[str, ...], child: CounterChild) -> None:
+        assert isinstance(family, CounterMetricFamily)
+        family.add_metric(values, child.value)
 
 
 class Histogram(_Family[HistogramChild]):
@@ -134,12 +142,10 @@ class Histogram(_Family[HistogramChild]):
     def _family(self) -> HistogramMetricFamily:
         return HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
 
-    def collect(self) -> Iterator[Metric]:
-        fam = self._family()
-        for values, child in list(self._children.items()):
-            total, cumulative = 0, []
-            for le, n in zip(self._les, child.counts, strict=True):
-                total += n
-                cumulative.append((le, float(total)))
-            fam.add_metric(list(values), cumulative, child.sum)
-        yield fam
+    def _add(self, family: Metric, values: tuple[str, ...], child: HistogramChild) -> None:
+        assert isinstance(family, HistogramMetricFamily)
+        total, cumulative = 0, []
+        for le, n in zip(self._les, child.counts, strict=True):
+            total += n
+            cumulative.append((le, float(total)))
+        family.add_metric(list(values), cumulative, child.sum)

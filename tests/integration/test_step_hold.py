@@ -10,6 +10,8 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
+from agentmill_client.models import RunEvent
+from producer.run_record import RunRecord
 from producer.service import Producer
 from shared.fields import RunField
 from tests.chaos.harness import chaos_profiles
@@ -38,6 +40,14 @@ async def script_calls(redis: Redis) -> int:
     return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("fcall", "evalsha", "eval"))
 
 
+async def ended_clean(redis: Redis, rec: RunRecord, status: str) -> list[RunEvent]:
+    """The run ended with ``status``; its stream, checked clean (seq 1..n, one terminal status)."""
+    assert rec.status.value == status, rec.result
+    events = await stream(redis, rec.run_id)
+    assert_clean_stream(events)
+    return events
+
+
 STEPS = [{"toolCalls": [{"name": "ledger", "arguments": {"step": i}}]} for i in range(4)] + [{"text": "done"}]
 ONE_CALL = [{"toolCalls": [{"name": "ledger", "arguments": {"step": 1}}]}, {"text": "done"}]
 
@@ -64,10 +74,7 @@ async def test_declared_tool_steps_take_one_commit_each_on_redis(
                 calls[name] = await script_calls(redis) - before
             finally:
                 w.stop()
-            assert rec.status.value == "completed", rec.result
-            events = await stream(redis, sub.run_id)
-            assert_clean_stream(events)
-            kinds[name] = [e.kind for e in events]
+            kinds[name] = [e.kind for e in await ended_clean(redis, rec, "completed")]
             tools = await redis.hgetall(K.tools(sub.run_id))
             assert len(tools) == 4 and all(orjson.loads(v)["state"] == "done" for v in tools.values())
             claims = await redis.hget(K.run(sub.run_id), RunField.CLAIMS)
@@ -102,9 +109,7 @@ async def test_a_worker_killed_while_it_holds_a_reply_writes_nothing_twice(
         finally:
             rescuer.stop()
         counts = ledger.counts()
-    assert rec.status.value == "completed", rec.result
-    events = await stream(redis, sub.run_id)
-    assert_clean_stream(events)
+    events = await ended_clean(redis, rec, "completed")
     kinds = [e.kind for e in events]
     assert kinds.count("assistant_message") == 2 and kinds.count("tool_call") == 1
     assert kinds.count("tool_result") == 1
@@ -131,9 +136,7 @@ async def test_an_approved_declared_call_is_written_with_its_decision_once_it_ra
         finally:
             w.stop()
         counts = ledger.counts()
-    assert rec.status.value == "completed", rec.result
-    events = await stream(redis, sub.run_id)
-    assert_clean_stream(events)
+    events = await ended_clean(redis, rec, "completed")
     assert [e.kind for e in events].count("tool_result") == 1
     assert counts == {f"{sub.run_id}:c1.0": 1}
     record = orjson.loads(await redis.hget(K.tools(sub.run_id), "c1.0") or b"{}")
@@ -161,9 +164,7 @@ async def test_an_abort_while_a_reply_is_held_writes_the_reply_before_the_ending
             rec = (await wait_all(p, [sub.run_id], 10))[sub.run_id]
         finally:
             w.stop()
-    assert rec.status.value == "aborted", rec.result
-    events = await stream(redis, sub.run_id)
-    assert_clean_stream(events)
+    events = await ended_clean(redis, rec, "aborted")
     kinds = [e.kind for e in events]
     assert kinds.index("assistant_message") < kinds.index("tool_call") < len(kinds) - 1
     assert "tool_result" not in kinds and events[-1].payload["status"] == "aborted"
