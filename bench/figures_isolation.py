@@ -31,6 +31,7 @@ from tests.support.redis_server import free_port
 from tests.support.schema import K, stored
 
 TOKENS = "tok-a=tenant-a,tok-b=tenant-b"
+ID_SECRET = "bench-id-secret"
 QUOTA_ENV = (
     "AGENTMILL_TENANT_MAX_RUNNING",
     "AGENTMILL_TENANT_MAX_ACTIVE",
@@ -39,11 +40,12 @@ QUOTA_ENV = (
 
 
 class IsolationFigures(Plumbing):
-    scoping = Settings()  # the API's id scoping key: its processes get no AGENTMILL_ID_SECRET either
+    scoping = Settings(id_secret=ID_SECRET)  # the ids the API keeps tenants' runs under
 
     def _prod_env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in self.env(**extra).items() if k not in QUOTA_ENV}  # default quotas
         env["AGENTMILL_DEV_PROFILES"] = "false"
+        env["AGENTMILL_ID_SECRET"] = ID_SECRET  # the API names tenants: it refuses to start without one
         return env
 
     def _spawn_prod(self, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:

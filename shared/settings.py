@@ -310,9 +310,12 @@ class Settings(BaseSettings):
     )
     id_secret: str | None = Field(
         default=None,
-        description="HMAC key of the ids named tenants' runs and sessions are kept under (`tsc_…`, "
-        "`producer.submission.Scope`); unset: a public development key (the API warns). Set it once in "
-        "production: another key loses every stored run of a named tenant",
+        description="HMAC key of the ids named tenants' runs, sessions and schedules are kept under "
+        "(`tsc_…`, `producer.scope.Scope`): the same on every API and worker process, set once (another "
+        "key loses every stored run of a named tenant); unset: a public development key, and `agentmill "
+        "api` and `agentmill worker` refuse to start when `AGENTMILL_API_TOKENS` or "
+        "`AGENTMILL_TENANT_QUOTAS` name a tenant other than `default` (a worker's firer refuses a "
+        "named tenant's schedule)",
     )
     webhooks: bool = Field(default=True, description="`false`: this API process does not deliver webhooks")
     webhook_secret: str | None = Field(

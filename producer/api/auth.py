@@ -8,23 +8,12 @@ from pathlib import Path
 
 from shared.quotas import DEFAULT_TENANT
 from shared.settings import Settings
+from shared.tenants import parse_tokens
 
 __all__ = ["OPEN_TENANT", "Authenticator", "parse_tokens"]
 
 log = logging.getLogger("agentmill.api")
 OPEN_TENANT = DEFAULT_TENANT
-
-
-def parse_tokens(spec: str) -> dict[str, str]:
-    """ "token=tenant,token2=tenant2" (or one per line) -> {token: tenant}."""
-    out: dict[str, str] = {}
-    for item in spec.replace("\n", ",").split(","):
-        item = item.strip()
-        if not item or item.startswith("#"):
-            continue
-        token, _, tenant = item.partition("=")
-        out[token.strip()] = tenant.strip() or OPEN_TENANT
-    return out
 
 
 class Authenticator:
@@ -46,7 +35,7 @@ class Authenticator:
         elif not settings.id_secret:
             log.warning(
                 "AGENTMILL_ID_SECRET is not set: tenants' ids are kept under a public development key "
-                "(set one, once, in production: producer.submission.Scope)"
+                "(`agentmill api` refuses to start so: shared.tenants.require_id_secret)"
             )
 
     def is_operator(self, tenant: str) -> bool:

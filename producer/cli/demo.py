@@ -17,6 +17,7 @@ from producer.cli.common import console, err, exit_with, print_event, progress_b
 from shared import logs
 from shared.loop import run as run_loop
 from shared.settings import Settings, get_settings
+from shared.tenants import require_id_secret
 
 if TYPE_CHECKING:
     from agentmill_client.client import AsyncClient
@@ -29,6 +30,7 @@ def worker() -> None:
     from worker.jobs import WorkerProcess
 
     settings = get_settings()
+    require_id_secret(settings)  # SettingsError: one line and exit code 2 (producer.cli.main)
     proc = WorkerProcess(settings)
     logs.configure(json_lines=settings.log_json, level=settings.log_level, workerId=proc.worker_id)
     run_loop(proc.run())
@@ -41,6 +43,7 @@ def api() -> None:
     from producer.api.serve import api_server
 
     settings = get_settings()
+    require_id_secret(settings)
     logs.configure(json_lines=settings.log_json, level=settings.log_level, process="api")
     app = create_app(settings)
     # What start-up built (modules, pydantic schemas, routes) is never garbage: frozen, the

@@ -8,6 +8,11 @@ dies holding it (SIGKILL between a run and the advance) leaves the schedule to t
 the lease expires, which makes the same firings again (nothing new) and the ones missed since,
 under the catch-up rule (producer.schedules.cron). The advance (schedule_advance.lua) applies only
 if no other firer advanced the schedule meanwhile.
+
+A firer without AGENTMILL_ID_SECRET leaves a named tenant's schedule alone (claimed, not fired, not
+advanced: once its claim expires a firer holding the secret makes the firings, under the catch-up
+rule), and says so once: the runs it would make would be kept under the development key, listed
+but unreadable to every process that has the real one (shared.tenants).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from producer.submission import SubmissionError
 from shared import keys
 from shared.fields import ScheduleField
 from shared.profiles import AgentProfile
-from shared.quotas import Quotas
+from shared.quotas import DEFAULT_TENANT, Quotas
 from shared.scripts import text
 from shared.settings import Settings
 
@@ -51,6 +56,7 @@ class Firer:
         self.settings = producer.settings
         self.quotas = Quotas(self.settings)
         self.on_fired = on_fired
+        self.keyless_said = False  # a named tenant's firing refused for want of AGENTMILL_ID_SECRET, logged
 
     async def run_forever(self, stop: asyncio.Event) -> None:
         """Look for due schedules every AGENTMILL_SCHEDULE_POLL_MS (jittered) until ``stop``."""
@@ -101,6 +107,9 @@ class Firer:
             log.warning("schedules: %s cannot be read here: %s", h[SF.CLIENT_ID], exc)
             return 0
         tenant, sid = h[SF.TENANT], h[SF.CLIENT_ID]
+        if tenant != DEFAULT_TENANT and not self.settings.id_secret:
+            self._refuse_keyless(tenant, sid)
+            return 0
         template: dict[str, Any] = orjson.loads(h[SF.INPUT])
         meta = {
             "schedule": sid,
@@ -132,6 +141,17 @@ class Firer:
         await self._advance(part, key, read, str(due.next_ms), made, skipped, last_fire, last_run,
                             error or ("-" if made else ""))  # fmt: skip
         return made
+
+    def _refuse_keyless(self, tenant: str, sid: str) -> None:
+        if not self.keyless_said:
+            self.keyless_said = True
+            log.error(
+                "schedules: AGENTMILL_ID_SECRET is not set in this process: it fires no named tenant's "
+                "schedule (first: %s of tenant %s), as their runs would be unreadable; set the API's "
+                "AGENTMILL_ID_SECRET here, or AGENTMILL_SCHEDULES=false",
+                sid,
+                tenant,
+            )
 
     async def _advance(
         self, part: keys.Partition, key: str, read: str, new: str, made: int, skipped: int,

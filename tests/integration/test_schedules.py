@@ -243,7 +243,7 @@ async def test_the_cli_manages_schedules_through_the_api_and_straight_on_redis(r
 async def test_schedules_live_at_their_homes_and_one_look_fires_every_partitions(
     redis: Redis, redis_url: str
 ) -> None:
-    p = producer_for(redis, redis_url, partitions=4)
+    p = producer_for(redis, redis_url, partitions=4, id_secret="test-id-secret")  # tenant-a: a named one
     store = ScheduleStore(p)
     ids = [f"s{i}" for i in range(8)]
     homes = {sid: store.where(sid, "tenant-a")[1] for sid in ids}
