@@ -14,11 +14,10 @@ import jsonschema
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-K8S = ROOT / "k8s"
+from tests.support.manifests import K8S, OVERLAYS, ROOT, env_of, needs_kustomize, one, pod_templates, rendered
+
 BIN = Path(sys.executable).parent
 IN_CI = os.environ.get("CI") == "true"
-OVERLAYS = ["dev", "prod", "cluster-managed", "cluster-selfhosted"]
 CLUSTER_OVERLAYS = ["cluster-managed", "cluster-selfhosted"]
 CLUSTER_ENV = {
     "AGENTMILL_REDIS_CLUSTER": "true",
@@ -34,51 +33,6 @@ def tool(name: str) -> str | None:
     if found is None and IN_CI and name in ("hadolint", "kubernetes-validate"):
         pytest.fail(f"{name} must be installed in CI (it is a dev dependency)")
     return found
-
-
-def rendered(overlay: str) -> list[dict]:
-    """The overlay rendered by kustomize when kubectl is here, else the raw resources it lists."""
-    kubectl = shutil.which("kubectl")
-    if kubectl:
-        out = subprocess.run(
-            [kubectl, "kustomize", str(K8S / "overlays" / overlay)],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        return [d for d in yaml.safe_load_all(out) if d]
-    docs = []
-    for base in (K8S / "base", K8S / "overlays" / overlay):
-        kust = yaml.safe_load((base / "kustomization.yaml").read_text())
-        for res in kust.get("resources", []):
-            if (base / res).is_file():
-                docs += [d for d in yaml.safe_load_all((base / res).read_text()) if d]
-    return docs
-
-
-def needs_kustomize() -> None:
-    """The overlays' patches (replicas, env, Secret) are applied only when kubectl renders them."""
-    if shutil.which("kubectl") is None:
-        pytest.skip("kubectl is not installed: the overlays' patches cannot be applied")
-
-
-def one(docs: list[dict], kind: str, name: str) -> dict:
-    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
-    assert len(found) == 1, f"{kind}/{name}: {len(found)} found"
-    return found[0]
-
-
-def pod_templates(docs: list[dict]) -> dict[str, dict]:
-    """The pod template of every Deployment, StatefulSet and Job, by kind/name."""
-    return {
-        f"{d['kind']}/{d['metadata']['name']}": d["spec"]["template"]
-        for d in docs
-        if d["kind"] in ("Deployment", "StatefulSet", "Job")
-    }
-
-
-def env_of(container: dict) -> dict[str, dict]:
-    return {e["name"]: e for e in container.get("env", [])}
 
 
 def selects(selector: dict, labels: dict) -> bool:
@@ -112,8 +66,9 @@ def test_core_manifests_validate_strictly(overlay: str, tmp_path: Path) -> None:
     res = subprocess.run([validate, "--strict", "--quiet", str(path)], capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
     kinds = {d["kind"] for d in docs}
-    assert {"Namespace", "ConfigMap", "Secret", "Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget",
+    assert {"Namespace", "ConfigMap", "Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget",
             "NetworkPolicy", *CRD_KINDS} <= kinds  # fmt: skip
+    assert ("Secret" in kinds) == (overlay == "dev")  # the operator creates production's (test_deploy_safety)
     redis = [d for d in docs if d["kind"] == "StatefulSet"]
     assert len(redis) == (overlay in ("dev", "cluster-selfhosted"))  # the others bring their own Redis
     for sts in redis:
@@ -204,8 +159,6 @@ def test_cluster_overlays_set_the_cluster_settings_on_the_worker_and_the_api(ove
         }
     for kind, name, field in AUTOSCALERS:  # the same sizes as prod
         assert one(docs, kind, name)["spec"][field] == one(prod, kind, name)["spec"][field], name
-    url = one(docs, "Secret", "agentmill-secrets")["stringData"]["REDIS_URL"]
-    assert url.startswith("rediss://" if overlay == "cluster-managed" else "redis://")
     for plain in ("dev", "prod"):  # the single-Redis overlays stay single-Redis
         for d in rendered(plain):
             if d["kind"] == "Deployment":
@@ -305,10 +258,9 @@ def test_selfhosted_cluster_is_6_nodes_joined_by_a_create_job() -> None:
     assert env_of(jc)["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == password_ref
     assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
 
-    # REDIS_URL names node 0 with the Redis password (both Secrets are examples; they must agree).
-    secrets = {d["metadata"]["name"]: d["stringData"] for d in docs if d["kind"] == "Secret"}
-    password = secrets[password_ref["name"]][password_ref["key"]]
-    assert secrets["agentmill-secrets"]["REDIS_URL"] == f"redis://:{password}@{nodes[0]}/0"
+    # The Redis password's Secret is the operator's, created before the first apply, as agentmill-secrets.
+    assert password_ref == {"name": "agentmill-redis-cluster", "key": "REDIS_PASSWORD"}
+    assert not [d for d in docs if d["kind"] == "Secret"]
 
 
 def test_only_the_api_the_workers_and_the_cluster_itself_reach_redis() -> None:
