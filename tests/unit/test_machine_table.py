@@ -97,7 +97,7 @@ def events_for(node: str) -> list[tuple[m.Event, m.RunState]]:
                         "context_window_size": 1,
                         "overflow_retries": 9,
                     }
-                ),  # fmt: skip
+                ),
             ),
             (failure(status=401), s),
         ]
