@@ -106,6 +106,9 @@ class Partition:
         self.session_prefix = b + "s:"  # hash: shared.fields.SessionField
         self.session_loops_prefix = b + "s.loops:"  # list of finished run loops (JSON), oldest first
         self.session_results_prefix = b + "s.results:"  # hash toolCallId -> result, for recall
+        # list of every tool call its runs made, ended as they may (JSON worker.context.PastCall),
+        # oldest first: what search_history walks
+        self.session_calls_prefix = b + "s.calls:"
         self.session_pending_prefix = b + "s.pending:"  # list of runIds waiting for the active run
         self.session_runs_prefix = b + "s.runs:"  # list of every runId of the session
         self.worker_runs_prefix = b + "w.runs:"  # set of the runIds a worker (lease id) holds here
@@ -176,6 +179,9 @@ class Partition:
     def session_results(self, session_id: str) -> str:
         return self.session_results_prefix + session_id
 
+    def session_calls(self, session_id: str) -> str:
+        return self.session_calls_prefix + session_id
+
     def session_pending(self, session_id: str) -> str:
         return self.session_pending_prefix + session_id
 
@@ -183,10 +189,10 @@ class Partition:
         return self.session_runs_prefix + session_id
 
     def session_keys(self, session_id: str) -> list[str]:
-        """hash, pending, runs, loops, results: what the scripts that create or end runs touch."""
+        """hash, pending, runs, loops, results, calls: what the scripts that create or end runs touch."""
         s = session_id
         return [self.session(s), self.session_pending(s), self.session_runs(s), self.session_loops(s),
-                self.session_results(s)]  # fmt: skip
+                self.session_results(s), self.session_calls(s)]  # fmt: skip
 
     def schedule(self, schedule_key: str) -> str:
         return self.schedule_prefix + schedule_key

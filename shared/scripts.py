@@ -314,6 +314,7 @@ def render(text_: str) -> str:
         "__TERMINAL__": ", ".join(f"{s.value}=true" for s in sorted(TERMINAL)),
         "__DEFAULT_PRIORITY__": str(limits.DEFAULT_PRIORITY),
         "__NANO_USD__": str(NANO_USD),
+        "__SESSION_CALLS_KEPT__": str(limits.SESSION_CALLS_KEPT),
     }
     for token, value in tokens.items():
         text_ = text_.replace(token, value)

@@ -34,8 +34,14 @@ RECALL_HINT = "recallable by id with recall_tool_call"
 
 
 class PastCall(Model):
+    """A tool call of a session's past run, by its session call id (``<runId>/<toolCallId>``), with
+    its outcome and when the model made it (unix ms; 0: kept before calls carried it)."""
+
     id: str
     name: str = ""
+    run_id: str = ""
+    is_error: bool = False
+    called_at_ms: int = 0
 
 
 class RunLoop(Model):
@@ -51,12 +57,13 @@ class RunLoop(Model):
 
 
 def calls_note(calls: Sequence[PastCall]) -> str:
-    """One bounded line naming tool calls by id and tool, e.g. ``[tool calls, …: c1 echo, c2 calc]``."""
+    """One bounded line naming tool calls by id and tool, e.g. ``[tool calls, …: c1 echo, c2 calc
+    (error)]``: a call whose result was an error says so."""
     head = f"[tool calls, {RECALL_HINT}: "
     parts: list[str] = []
     size = len(head) + 1
     for i, c in enumerate(calls):
-        part = f"{c.id} {c.name}".strip()
+        part = f"{c.id} {c.name}".strip() + (" (error)" if c.is_error else "")
         more = f" … and {len(calls) - i} more"
         if size + len(part) + 2 + len(more) > MAX_NOTE_CHARS:
             parts.append(more.strip())

@@ -5,9 +5,10 @@ the model is told about them, and the pure search ``search_history`` answers wit
 - ``load_older_history``: widens the run's window of past turns by the profile's
   ``context.expandContextWindowSize`` messages, up to what the profile lets a run load
   (``context.maxHistoryLoops`` turns). Answered by the machine itself (worker/machine/window.py).
-- ``search_history``: words and/or a tool name over the session's past turns and their tool
-  results, and this run's own results that compaction took out of the conversation; each hit
-  cites its call id for ``recall_tool_call``. The runner reads (``SessionStore.load_past``), this
+- ``search_history``: words and/or a tool name over the session's past turns, the tool calls of
+  its past runs (failed and aborted ones' too), and this run's own results that compaction took out
+  of the conversation; each hit cites its call id for ``recall_tool_call``, and says ``isError``
+  when the result was an error. The runner reads (``SessionStore.load_past``), this
   module ranks: deterministic for the same session and run.
 """
 
@@ -78,6 +79,7 @@ class Hit:
     call_id: str = ""
     run_id: str = ""
     call_ids: tuple[str, ...] = ()  # a past turn's calls
+    is_error: bool = False  # a tool result that was an error
 
 
 def search_args(call: ToolCall) -> tuple[list[str], str, int | None]:
@@ -97,17 +99,30 @@ def candidates(
     loops: Sequence[context.RunLoop],
     past: Mapping[str, ToolResult],
     own: Iterable[ToolResult],
+    calls: Sequence[context.PastCall] = (),
 ) -> list[Hit]:
     """Newest first: the run's own results, then each past turn (newest turn first), its results
-    then its text."""
-    out = [Hit(r.content, r.name, r.tool_call_id) for r in own]
-    for lp in reversed(loops):
-        calls = context.past_calls(lp)
-        for c in calls:
+    then its text; ``calls`` (the session's calls, oldest first) adds those of no turn here (a
+    failed or aborted run's, an older turn's) where their time puts them."""
+    out = [Hit(r.content, r.name, r.tool_call_id, is_error=r.is_error) for r in own]
+    in_turns = {c.id for lp in loops for c in context.past_calls(lp)}
+    rest = [c for c in reversed(calls) if c.id not in in_turns]
+
+    def calls_since(t: int) -> None:
+        while rest and rest[0].called_at_ms >= t:
+            c = rest.pop(0)
             if (r := past.get(c.id)) is not None:
-                out.append(Hit(r.content, r.name or c.name, c.id, lp.run_id))
+                out.append(Hit(r.content, r.name or c.name, c.id, c.run_id, is_error=r.is_error))
+
+    for lp in reversed(loops):
+        calls_since(lp.ended_at_ms)
+        turn = context.past_calls(lp)
+        for c in turn:
+            if (r := past.get(c.id)) is not None:
+                out.append(Hit(r.content, r.name or c.name, c.id, lp.run_id, is_error=r.is_error))
         said = [lp.user.text, lp.assistant.text if lp.assistant is not None else ""]
-        out.append(Hit("\n".join(said), run_id=lp.run_id, call_ids=tuple(c.id for c in calls)))
+        out.append(Hit("\n".join(said), run_id=lp.run_id, call_ids=tuple(c.id for c in turn)))
+    calls_since(0)
     return out
 
 
@@ -142,6 +157,8 @@ def search(call: ToolCall, hits: Sequence[Hit], max_results: int) -> ToolResult:
         item: dict[str, Any] = {"runId": h.run_id} if h.run_id else {}
         if h.call_id:
             item.update(callId=h.call_id, tool=h.tool)
+            if h.is_error:
+                item["isError"] = True
         else:
             item["callIds"] = list(h.call_ids)
         item["snippet"] = _snippet(h.text, words)

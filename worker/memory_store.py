@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from agentmill_client import limits
 from agentmill_client.models import Message, RunInput, RunStatus, ToolCall, ToolResult, Usage
 from shared.children import ChildSpec, Spawned
 from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
@@ -241,12 +242,16 @@ class MemorySessionStore:
         self.clock = clock or SystemClock()
         self.history: dict[str, list[bytes]] = {}
         self.results: dict[str, dict[str, bytes]] = {}
+        self.calls: dict[str, list[bytes]] = {}
         self.runs: dict[str, MemoryRun] = {}
 
     def apply(self, u: SessionUpdate) -> None:
         if u.loop:
             self.history.setdefault(u.session_id, []).append(u.loop)
         self.results.setdefault(u.session_id, {}).update(dict(u.tool_results))
+        calls = self.calls.setdefault(u.session_id, [])
+        calls.extend(u.calls)
+        del calls[: -limits.SESSION_CALLS_KEPT]
 
     async def load_history(self, session_id: str | None, cfg: ContextConfig) -> list[Message]:
         if session_id is None:
@@ -270,15 +275,17 @@ class MemorySessionStore:
 
     async def load_past(
         self, session_id: str | None, max_loops: int
-    ) -> tuple[list[context.RunLoop], dict[str, ToolResult]]:
+    ) -> tuple[list[context.RunLoop], list[context.PastCall], dict[str, ToolResult]]:
         if session_id is None or max_loops <= 0:
-            return [], {}
+            return [], [], {}
         loops = [
             context.RunLoop.model_validate_json(r) for r in self.history.get(session_id, [])[-max_loops:]
         ]
+        raw_calls = self.calls.get(session_id, [])[-sessions.MAX_SEARCHED_CALLS :]
+        calls = [context.PastCall.model_validate_json(r) for r in raw_calls]
         stored = self.results.get(session_id, {})
-        ids = [c.id for lp in loops for c in context.past_calls(lp)]
-        return loops, {i: r for i in ids if (r := sessions.past_result(stored.get(i))) is not None}
+        ids = [*(c.id for lp in loops for c in context.past_calls(lp)), *(c.id for c in calls)]
+        return loops, calls, {i: r for i in ids if (r := sessions.past_result(stored.get(i))) is not None}
 
 
 class MemoryModels:

@@ -25,7 +25,7 @@ from shared.settings import Settings
 from shared.tool_records import ToolRecord
 from worker.config import ToolSpec
 from worker.config_cache import ConfigCache
-from worker.context import RunLoop
+from worker.context import PastCall, RunLoop
 from worker.delta_pace import DeltaPace
 from worker.lease import WorkerLease
 from worker.models.base import ModelProvider
@@ -143,11 +143,14 @@ class UsageTally:
 
 @dataclass(frozen=True, slots=True)
 class SessionUpdate:
-    """Written with a run's terminal commit: its run loop and tool results join the session history."""
+    """Written with a run's terminal commit: its run loop (a completed run's; b"": none) joins the
+    session's history, its tool results (session call id, ToolResult JSON) the session's results,
+    and its calls (worker.context.PastCall JSON, in order) the session's calls."""
 
     session_id: str
     loop: bytes = b""
     tool_results: list[tuple[str, bytes]] = field(default_factory=list)
+    calls: list[bytes] = field(default_factory=list)
 
 
 class RunStore(Protocol):
@@ -211,8 +214,10 @@ class SessionStore(Protocol):
 
     async def load_past(
         self, session_id: str | None, max_loops: int
-    ) -> tuple[list[RunLoop], dict[str, ToolResult]]:
-        """The session's newest ``max_loops`` turns and their tool results by session call id."""
+    ) -> tuple[list[RunLoop], list[PastCall], dict[str, ToolResult]]:
+        """The session's newest ``max_loops`` turns, its newest calls (at most
+        sessions.MAX_SEARCHED_CALLS, oldest first; every run's, however it ended), and the tool
+        results of both by session call id."""
         ...
 
 

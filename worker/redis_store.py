@@ -161,11 +161,12 @@ class RedisRunStore:
         for call_id, rec in outbox.records:
             args += [call_id, rec]
         if session is None:
-            args += ["", "", 0]
+            args += ["", "", 0, 0]
         else:
             args += [session.session_id, session.loop, len(session.tool_results)]
             for call_id, res in session.tool_results:
                 args += [call_id, res]
+            args += [len(session.calls), *session.calls]
         args.append("" if approval_timeout_ms is None else approval_timeout_ms)
         args.append("" if run_deadline_ms is None else run_deadline_ms)
         args.append("" if iterations is None else iterations)
@@ -290,21 +291,35 @@ class RedisSessionStore:
 
     async def load_past(
         self, session_id: str | None, max_loops: int
-    ) -> tuple[list[context.RunLoop], dict[str, ToolResult]]:
-        """The session's newest ``max_loops`` turns and their tool results (search_history reads them)."""
+    ) -> tuple[list[context.RunLoop], list[context.PastCall], dict[str, ToolResult]]:
+        """The session's newest ``max_loops`` turns, its newest calls and their tool results
+        (search_history reads them): one pipelined read of the lists, one of the results."""
         if session_id is None or max_loops <= 0:
-            return [], {}
+            return [], [], {}
         part = self.parts.home(session_id)
         key, results = part.session_loops(session_id), part.session_results(session_id)
-        raw = await self.parts.call(part, lambda c: c.lrange(key, -max_loops, -1))
+        calls_key, n = part.session_calls(session_id), sessions.MAX_SEARCHED_CALLS
+
+        async def lists(c: Any) -> list[Any]:
+            pipe = c.pipeline(transaction=False)
+            pipe.lrange(key, -max_loops, -1)
+            pipe.lrange(calls_key, -n, -1)
+            return list(await pipe.execute())
+
+        raw, raw_calls = await self.parts.call(part, lists)
         loops = [context.RunLoop.model_validate_json(r) for r in raw]
-        ids = [c.id for lp in loops for c in context.past_calls(lp)]
+        calls = [context.PastCall.model_validate_json(r) for r in raw_calls]
+        ids = list(
+            dict.fromkeys([*(c.id for lp in loops for c in context.past_calls(lp)), *(c.id for c in calls)])
+        )
         if not ids:
-            return loops, {}
+            return loops, calls, {}
         raws = await self.parts.call(part, lambda c: c.hmget(results, ids))
-        return loops, {
-            i: r for i, x in zip(ids, raws, strict=True) if (r := sessions.past_result(x)) is not None
-        }
+        return (
+            loops,
+            calls,
+            {i: r for i, x in zip(ids, raws, strict=True) if (r := sessions.past_result(x)) is not None},
+        )
 
 
 @dataclass(frozen=True, slots=True)

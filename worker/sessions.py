@@ -1,11 +1,15 @@
 """What a run leaves in its session and reads back from it, as pure functions the stores share:
-the run loop a completed run becomes (seed 001), and recall of a past tool result by its id."""
+the calls every run executed (from its tool records, with their outcome), the run loop a completed
+run becomes (seed 001), and recall of a past tool result by its id."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import orjson
 
 from agentmill_client.models import RunResult, RunStatus, ToolCall, ToolResult
+from shared.tool_records import ToolRecord
 from worker import context
 from worker.config import MAX_RECALL_IDS, RECALL_TOOL
 from worker.history_tools import LOAD_OLDER_HISTORY, SEARCH_HISTORY
@@ -14,6 +18,8 @@ from worker.ports import SessionUpdate
 
 __all__ = [
     "MAX_RECALL_CHARS",
+    "MAX_SEARCHED_CALLS",
+    "call_order",
     "past_result",
     "recall_answer",
     "recall_id",
@@ -21,10 +27,12 @@ __all__ = [
     "recalled",
     "recalled_many",
     "session_call_id",
+    "session_calls",
     "session_update",
 ]
 
 MAX_RECALL_CHARS = 64_000  # a recall of several ids, as JSON (each result is cut to its share)
+MAX_SEARCHED_CALLS = 500  # search_history reads the newest of them
 
 
 _INTERNAL = frozenset({RECALL_TOOL, LOAD_OLDER_HISTORY, SEARCH_HISTORY})  # not kept as the session's results
@@ -35,38 +43,61 @@ def session_call_id(run_id: str, call_id: str) -> str:
     return f"{run_id}/{call_id}"
 
 
-def session_update(state: RunState, result: RunResult, now_ms: int) -> SessionUpdate | None:
-    """A completed run becomes a run loop of its session; aborted and failed runs leave no trace (seed 001)."""
+def session_calls(
+    run_id: str, records: Mapping[str, ToolRecord]
+) -> list[tuple[context.PastCall, ToolResult]]:
+    """Every call the run executed, from its tool records (not its transcript, which compaction
+    cuts): each done record but the context tools', as the session keeps it, in the order the model
+    made them (calledAt, then the call's id)."""
+    done = [(i, r, res) for i, r in records.items() if (res := r.recorded) is not None]
+    out = []
+    for i, rec, res in sorted(done, key=lambda t: (t[1].called_at_ms, call_order(t[0]))):
+        name = res.name or rec.name
+        if name in _INTERNAL:
+            continue
+        sid = session_call_id(run_id, i)
+        past = context.PastCall(id=sid, name=name, run_id=run_id, is_error=res.is_error,
+                                called_at_ms=rec.called_at_ms)  # fmt: skip
+        out.append((past, res.model_copy(update={"tool_call_id": i, "name": name})))
+    return out
+
+
+def call_order(call_id: str) -> tuple[int, int, int, str]:
+    """agentmill's call ids ``c<model call>.<position>`` in the order they were made (``c10.0``
+    after ``c9.1``); any other id by its text, after them."""
+    head, _, pos = call_id.removeprefix("c").partition(".")
+    if call_id.startswith("c") and head.isdigit() and pos.isdigit():
+        return (0, int(head), int(pos), "")
+    return (1, 0, 0, call_id)
+
+
+def session_update(
+    state: RunState, result: RunResult, records: Mapping[str, ToolRecord], now_ms: int
+) -> SessionUpdate | None:
+    """What a run leaves in its session when it ends. Every run, however it ended, leaves the calls
+    it executed (from ``records``: compacted away or not, with their outcome and time), which later
+    runs recall and search. A completed run also becomes a run loop, its messages (seed 001); a
+    failed or aborted run's messages do not touch the session's."""
     if state.session_id is None:
         return None
-    if result.status != RunStatus.COMPLETED:
-        return SessionUpdate(state.session_id)
+    calls = session_calls(state.run_id, records)
+    results = [(c.id, r.model_dump_json(by_alias=True).encode()) for c, r in calls]
+    kept = [c.model_dump_json(by_alias=True).encode() for c, _ in calls]
     user = next((m for m in state.transcript if m.role == "user"), None)
-    if user is None:
-        return SessionUpdate(state.session_id)
+    if result.status != RunStatus.COMPLETED or user is None:
+        return SessionUpdate(state.session_id, b"", results, kept)
     if isinstance(user.content, list):  # a session keeps images as placeholders, not their data
         user = user.model_copy(update={"content": user.text})
-    # Call ids are unique in a run only (c1.0 in every run): the session knows them as <runId>/<id>.
-    tool_results = [
-        (session_call_id(state.run_id, m.tool_call_id),
-         ToolResult(tool_call_id=m.tool_call_id, name=m.name or "", content=m.text))
-        for m in state.transcript
-        if m.role == "tool" and m.tool_call_id and m.name not in _INTERNAL
-    ]  # fmt: skip
     loop = context.RunLoop(
         run_id=state.run_id,
         started_at_ms=state.started_at_ms,
         ended_at_ms=now_ms,
         user=user,
         assistant=result.final_assistant_message,
-        tool_call_ids=[i for i, _ in tool_results],
-        tool_calls=[context.PastCall(id=i, name=r.name) for i, r in tool_results],
+        tool_call_ids=[c.id for c, _ in calls],
+        tool_calls=[c for c, _ in calls],
     )
-    return SessionUpdate(
-        state.session_id,
-        loop.model_dump_json(by_alias=True).encode(),
-        [(i, r.model_dump_json(by_alias=True).encode()) for i, r in tool_results],
-    )
+    return SessionUpdate(state.session_id, loop.model_dump_json(by_alias=True).encode(), results, kept)
 
 
 def recall_id(call: ToolCall) -> str:

@@ -1,10 +1,11 @@
 -- KEYS: run, stream, tools, the committing worker's lease key, then with a session update: the
---   session's hash, pending, runs, loops, results (shared.keys.Partition.session_keys)
+--   session's hash, pending, runs, loops, results, calls (shared.keys.Partition.session_keys)
 -- ARGV: [1] epoch [2] firstSeq [3] the worker's lease id [4] runId [5] status ('' = still running)
 --   [6] aux (result JSON when terminal, approvals JSON when awaiting_human) [7] ckpt ('' = unchanged)
 --   [8] nEvents, then kind, ts, payload per event; nClaims, then id, attempt number per
 --   claim; nRecords, id, json;
---   sessionId, run loop JSON ('' = none), nToolResults, id, json; approvalTimeoutMs ('' = none),
+--   sessionId, run loop JSON ('' = none), nToolResults, id, json; nCalls, json (the run's calls, in
+--   order, for the session's list of calls); approvalTimeoutMs ('' = none),
 --   run deadline ms (maxRunDurationMs from the start; '' = none; bounds an approval wait too),
 --   iterations ('' = unchanged; kept as a field so scripts that end a run report it without
 --   parsing the checkpoint), the ending's error code ('' = none; a field, for listings), the
@@ -55,6 +56,9 @@ for k = 1, ntr do
   trs[#trs + 1] = ARGV[i]; trs[#trs + 1] = ARGV[i + 1]
   i = i + 2
 end
+local ncalls = tonumber(ARGV[i]); i = i + 1
+local calls = {}
+for k = 1, ncalls do calls[k] = ARGV[i]; i = i + 1 end
 local approval_timeout = ARGV[i]
 local run_deadline = ARGV[i + 1] or ''
 local iterations = ARGV[i + 2] or ''
@@ -126,9 +130,13 @@ elseif is_terminal(status) then
       if ctx().archive_on == '1' then redis.call('HSET', KEYS[1], F.LOOP, loop) end
     end
     if #trs > 0 then redis.call('HSET', KEYS[9], unpack(trs)) end
+    if #calls > 0 then
+      redis.call('RPUSH', KEYS[10], unpack(calls))
+      redis.call('LTRIM', KEYS[10], -__SESSION_CALLS_KEPT__, -1)
+    end
     -- A session's history lives for the retention after its latest run ended.
     redis.call('LTRIM', KEYS[7], -1000, -1)
-    for k = 7, 9 do redis.call('EXPIRE', KEYS[k], ctx().retention) end
+    for k = 7, 10 do redis.call('EXPIRE', KEYS[k], ctx().retention) end
     session_advance(sid, ARGV[4])
   end
   to_archive(ARGV[4], now)

@@ -89,6 +89,16 @@ def events_for(node: str) -> list[tuple[m.Event, m.RunState]]:
             (failure(), s),
             (m.ModelReplied(T0, Message(role="assistant", content="cut"), finish_reason=None), s),
             (failure(kind="overflow", status=None), s),
+            (  # past turns shown and nothing left to compact: the window narrows, the model is asked again
+                failure(kind="overflow", status=None),
+                s.model_copy(
+                    update={
+                        "history": [Message(role="user", content="old")],
+                        "context_window_size": 1,
+                        "overflow_retries": 9,
+                    }
+                ),
+            ),
             (failure(status=401), s),
         ]
     if node == m.CALLING:

@@ -55,7 +55,7 @@ def test_summaries_past_turns_and_sessions_keep_placeholders_not_image_data() ->
     s, _ = go(calling(), text_reply("a pixel"))
     s = s.model_copy(update={"session_id": "s1", "transcript": [msg, *s.transcript[1:]]})
     res = RunResult(run_id="r1", status=RunStatus.COMPLETED, final_assistant_message=s.final_message)
-    update = sessions.session_update(s, res, T0)
+    update = sessions.session_update(s, res, {}, T0)
     assert update is not None and PIXEL.encode() not in update.loop and b"[image]" in update.loop
 
 

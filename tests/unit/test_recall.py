@@ -17,9 +17,10 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentmill_client.models import Message, RunResult, RunStatus, ToolCall
+from agentmill_client.models import Message, RunResult, RunStatus, ToolCall, ToolResult
 from shared.profiles import ContextConfig, profiles_from
 from shared.settings import Settings
+from shared.tool_records import ToolRecord
 from tests.support.schema import K, parts_of
 from worker.config import RECALL_TOOL, RunConfig
 from worker.context import MAX_NOTE_CHARS, TRUNCATED
@@ -43,7 +44,7 @@ def past_runs(draw: st.DrawFn) -> list[tuple[str, list[str], str]]:
 
 def finished_state(
     i: int, user: str, results: list[str], reply: str, started_at_ms: int
-) -> tuple[RunState, RunResult]:
+) -> tuple[RunState, RunResult, dict[str, ToolRecord]]:
     # agentmill's ids: the same in every run (model call 1, position j); the session tells them apart
     calls = [ToolCall(id=f"c1.{j}", name="echo", arguments="{}") for j in range(len(results))]
     transcript = [Message(role="user", content=user)]
@@ -60,7 +61,11 @@ def finished_state(
     result = RunResult(
         run_id=f"run{i}", session_id=SID, status=RunStatus.COMPLETED, final_assistant_message=final
     )
-    return state, result
+    records = {
+        c.id: ToolRecord.finished(1, 1, ToolResult(tool_call_id=c.id, name=c.name, content=r), started_at_ms)
+        for c, r in zip(calls, results, strict=True)
+    }
+    return state, result, records
 
 
 async def check(runs: list[tuple[str, list[str], str]], cfg: ContextConfig) -> None:

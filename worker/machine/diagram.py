@@ -15,7 +15,8 @@ the table `decide` dispatches on (a test fails when this file and the table diff
 `model_running` the node names the model-call loop: `calling`, `streaming`, `retrying`. The seed's inner `success` and `error` are not
 nodes of their own: they are the events `ModelReplied` and `ModelFailed`, and what follows them is
 decided in the same step (a reply goes to `tool_running`, `awaiting_human`, `awaiting_tools`,
-`completed` or the next call; a failure to `retrying`, `compacting` on a context overflow, or `failed`), so a checkpoint never
+`completed` or the next call; a failure to `retrying`, `compacting` on a context overflow, `calling` again
+when an overflow narrowed the window over past turns instead, or `failed`), so a checkpoint never
 holds a run parked between a model call's outcome and its consequence.
 
 """

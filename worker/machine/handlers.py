@@ -40,7 +40,7 @@ from worker.machine.steps import (
     up,
 )
 from worker.machine.tool_round import start_round
-from worker.machine.window import initial_window
+from worker.machine.window import initial_window, narrow_window, on_overflow
 
 __all__ = [
     "on_abort",
@@ -157,12 +157,18 @@ def on_failed(s: RunState, e: ModelFailed) -> Decision:
         )
     cfg = s.cfg
     if cls == "overflow":
-        if s.overflow_retries >= cfg.compaction.max_overflow_retries:
+        step = on_overflow(s)
+        if step == "fail":
             err = RunError(
                 code="context_overflow",
                 message=f"the context is still too long after compaction: {f.message}",
             )
             return finish(s, RunStatus.FAILED, cmds, error=err)
+        if step == "narrow":  # the past turns go before the run does
+            s, narrowed = narrow_window(up(s, failures=s.failures + 1))
+            if (late := over_time(s, e.now_ms)) is not None:
+                return finish(s, RunStatus.FAILED, [*cmds, narrowed], error=late)
+            return call_model(s, e.now_ms, [*cmds, narrowed])
         s = up(s, overflow_retries=s.overflow_retries + 1, failures=s.failures + 1)
         return compact(s, cmds, "overflow")
     if cls == "retryable" and s.attempt < cfg.retry.max_retries:

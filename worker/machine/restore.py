@@ -78,7 +78,10 @@ def rebuild(
             if fmt is not None:
                 prompt = Message(role="user", content=repair_prompt(fmt, problems))
                 s = up(s, repairs=s.repairs + 1, transcript=[*s.transcript, prompt])
-        elif kind == EventKind.STATUS and p.get("status") == "context_window_expanded":
+        elif kind == EventKind.STATUS and p.get("status") in (
+            "context_window_expanded",
+            "context_window_narrowed",
+        ):
             s = up(s, context_window_size=int(p.get("contextWindowSize") or 0))
         elif kind == EventKind.STATUS and p.get("status") == "limit_reached":
             s = up(s, final_call=str(p.get("limit") or "max_iterations"))

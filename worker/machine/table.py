@@ -123,7 +123,7 @@ TABLE: dict[str, dict[type[Any], Rule]] = {
         ModelStreamOpened: _rule(on_stream_opened, STREAMING),
         BudgetRefused: _rule(on_budget_refused, FAILED),
         ModelReplied: _rule(on_replied, COMPLETED, TOOL_RUNNING, AWAITING_HUMAN, AWAITING_TOOLS, CALLING, COMPACTING, FAILED, RETRYING),
-        ModelFailed: _rule(on_failed, RETRYING, COMPACTING, FAILED),
+        ModelFailed: _rule(on_failed, RETRYING, COMPACTING, CALLING, FAILED),
         Resumed: _rule(on_resumed_model, CALLING),
         AbortRequested: _rule(on_abort, ABORTED),
         DeadlineReached: _rule(on_deadline, FAILED),
@@ -131,7 +131,7 @@ TABLE: dict[str, dict[type[Any], Rule]] = {
     },
     STREAMING: {
         ModelReplied: _rule(on_replied, COMPLETED, TOOL_RUNNING, AWAITING_HUMAN, AWAITING_TOOLS, CALLING, COMPACTING, FAILED, RETRYING),
-        ModelFailed: _rule(on_failed, RETRYING, COMPACTING, FAILED),
+        ModelFailed: _rule(on_failed, RETRYING, COMPACTING, CALLING, FAILED),
         Resumed: _rule(on_resumed_model, CALLING),
         AbortRequested: _rule(on_abort, ABORTED),
         DeadlineReached: _rule(on_deadline, FAILED),

@@ -295,7 +295,7 @@ class RunDriver:
         if finish is not None:
             await self._cancel_tasks()
             now = self.clock.now_ms()
-            session = session_update(self.state, finish.result, now)
+            session = session_update(self.state, finish.result, self.records, now)
             days = self.host.settings.usage_retention_days
             await self.out.step(
                 self.state,

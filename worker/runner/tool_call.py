@@ -75,10 +75,10 @@ async def _execute(
 
 
 async def _search(cx: EffectContext, state: RunState, call: ToolCall) -> ToolResult:
-    """search_history: the session's past turns (as many as the run may load) and this run's own
-    results no longer in its conversation, ranked by the pure ``search``."""
+    """search_history: the session's past turns (as many as the run may load), its past runs'
+    calls, and this run's own results no longer in its conversation, ranked by the pure ``search``."""
     ctx = state.cfg.context
-    loops, past = await cx.ports.sessions.load_past(state.session_id, ctx.loaded_loops())
+    loops, calls, past = await cx.ports.sessions.load_past(state.session_id, ctx.loaded_loops())
     shown = {m.tool_call_id for m in state.transcript if m.role == "tool"}
     own = [r for i, rec in sorted(cx.records.items()) if i not in shown and (r := rec.recorded) is not None]
-    return search(call, candidates(loops, past, own), ctx.search_max_results)
+    return search(call, candidates(loops, past, own, calls), ctx.search_max_results)

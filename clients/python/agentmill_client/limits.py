@@ -32,6 +32,7 @@ __all__ = [
     "MAX_TOOL_TIMEOUT_S",
     "MAX_WEBHOOK_RESPONSE_BYTES",
     "MIN_PRIORITY",
+    "SESSION_CALLS_KEPT",
     "SESSION_RUNS_SHOWN",
 ]
 
@@ -70,5 +71,8 @@ MAX_META_VALUE_CHARS = 256
 MAX_RESULT_MESSAGES = 500
 MAX_RESULT_MESSAGES_BYTES = 512_000  # their JSON, together
 SESSION_RUNS_SHOWN = 1_000  # newest runs a session view reads (commit.lua trims a session's list to as many)
+SESSION_CALLS_KEPT = (
+    5_000  # newest tool calls a session lists for search_history (commit.lua trims to as many)
+)
 MIN_PRIORITY, DEFAULT_PRIORITY, MAX_PRIORITY = 0, 5, 9  # RunInput.priority: higher runs first
 MAX_RUN_AT_MS = 10**14 - 1  # RunInput.runAt (epoch ms, past year 5000): exact in Lua's "%.14g" numbers
