@@ -138,6 +138,7 @@ async def test_a_run_page_shows_its_input_agent_and_event_times_and_the_pool_lin
     assert created is not None, runs_html
     assert re.fullmatch(r"\d\d-\d\d \d\d:\d\d:\d\d", created.group(3)) and created.group(2).endswith(" UTC")
     assert '<table class="runs">' in runs_html
+    assert "table.runs td { white-space: nowrap;" in (UI_DIR / "app.css").read_text()  # one line a run
     # The pool: each partition's counts open the runs table filtered by that status; the nav shows
     # the Pool link to an operator, and tells another tenant why it has no pool page, not as an error.
     for status in ("queued", "running", "awaiting_human"):
