@@ -64,6 +64,7 @@ class RunRecord:
     run_at_ms: int | None = None  # when it was asked to start; status scheduled until then
     usage: Usage | None = None  # so far (the run hash's usage fields); an ended run's equals result.usage
     archived: bool = False  # in the archive: its events are read from there (producer.archived)
+    agent: str = ""  # its agent (profile) name ('' when the archive holds it: the archive keeps none)
 
     @property
     def key(self) -> str:
@@ -84,6 +85,8 @@ class RunRecord:
             "streamKey": self.stream_key,
             "priority": self.priority,
         }
+        if self.agent:
+            d["agent"] = self.agent
         if self.run_at_ms is not None:
             d["runAt"] = self.run_at_ms
         usage = self.usage or (self.result.usage if self.result is not None else None)

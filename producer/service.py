@@ -42,7 +42,7 @@ __all__ = ["DEFAULT_TENANT", "Producer", "RunRecord", "SubmissionError", "Submit
 F = RunField
 _RUN_FIELDS = [F.STATUS, F.TENANT, F.SESSION_ID, F.CREATED_AT, F.LAST_SEQ, F.RESULT, F.APPROVALS, F.ABORT,
                F.CLIENT_PENDING, F.CLIENT_SESSION, F.LINEAGE, F.RETRIED_BY, F.PARENT_RUN, F.PARENT_CALL,
-               F.CHILDREN, F.PRIORITY, F.RUN_AT, F.USAGE_IN, F.USAGE_OUT, F.USAGE_ESTIMATED, F.USAGE_COST, F.ARCHIVED]  # fmt: skip
+               F.CHILDREN, F.PRIORITY, F.RUN_AT, F.USAGE_IN, F.USAGE_OUT, F.USAGE_ESTIMATED, F.USAGE_COST, F.ARCHIVED, F.AGENT]  # fmt: skip
 
 
 class Producer:
@@ -215,7 +215,24 @@ class Producer:
             run_at_ms=int(at) if (at := h[F.RUN_AT]) else None,
             usage=usage_of(h),
             archived=h[F.ARCHIVED] == "1",
+            agent=h[F.AGENT] or "",
         )
+
+    async def input_messages(self, rec: RunRecord) -> list[dict[str, Any]] | None:
+        """The messages the run was submitted with (its RunInput's inputMessages, as sent), while its
+        hash holds its input: None once archiving dropped it, or for a run read from the archive."""
+        if rec.archived:
+            return None
+        part = self.parts.layout.of_key(rec.stream_key)
+
+        async def read(c: Redis) -> Any:
+            return await c.hget(part.run(rec.key), F.INPUT)  # type: ignore[misc]
+
+        raw = await self.parts.call(part, read)
+        if not raw:
+            return None
+        messages = orjson.loads(raw).get("inputMessages")
+        return messages if isinstance(messages, list) else None
 
     async def children(self, rec: RunRecord) -> list[dict[str, str]]:
         """The child runs (sub-agents) a run started, oldest first: runId, status, parentToolCallId

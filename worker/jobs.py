@@ -25,6 +25,7 @@ from shared import netguard, scripts
 from shared.dispatch import RUN_FUNCTION, deserialize, serialize
 from shared.loop import unless_closing
 from shared.partitions import Partitions
+from shared.process_metrics import register_process_metrics
 from shared.profiles import AgentProfile, profiles_from
 from shared.quotas import Quotas
 from shared.scripts import prepare_scripts
@@ -110,6 +111,7 @@ class WorkerProcess(LeaseKeeping):
             models={(p.name, p.provider.model_name) for p in self.profiles.values()},
             mcp_servers={s.name for p in self.profiles.values() for s in p.mcp_servers},
         )
+        register_process_metrics(self.metrics.registry)
         self.observer = observer or self.metrics
         self.health: HealthServer | None = None
         self.metrics_port: int | None = None

@@ -4,21 +4,25 @@ multiplied by the number of workers; a scrape that cannot read Redis exports non
 not the last value seen).
 
 Every label value comes from a fixed set: the method from ``METHODS`` (else ``other``), the route
-its template (``unmatched`` when no route matched), the status a valid HTTP status (else
+its template (``unmatched`` when no route matched), the ``code`` a valid HTTP status (else
 ``other``), so no request can mint a series. The submission outcomes exist at 0 from start-up, so
-``rate()``/``increase()`` see the first one; no ``_created`` series are exported.
+``rate()``/``increase()`` see the first one; no ``_created`` series are exported. The open SSE
+streams and long-polls are read from the process's StreamLimiter at each scrape; the build info and
+the process collectors come from shared/process_metrics.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from producer.api.streams import LONG_POLL, SSE, StreamLimiter
 from producer.gauges import ClusterGauges
+from shared.process_metrics import register_process_metrics
 
 __all__ = ["LATENCY_BUCKETS", "METHODS", "SUBMISSION_OUTCOMES", "ApiMetrics", "ClusterCollector"]
 
@@ -75,11 +79,14 @@ class ClusterCollector(Collector):
 
 
 class ApiMetrics:
-    def __init__(self) -> None:
+    """``streams``: the process's bound on SSE streams and long-polls, whose open ones it exports."""
+
+    def __init__(self, streams: StreamLimiter | None = None) -> None:
         self.registry = CollectorRegistry()
+        register_process_metrics(self.registry)
         self.requests = Counter(
-            "agentmill_api_requests", "HTTP requests by method, route template and status.",
-            ["method", "route", "status"], registry=self.registry,
+            "agentmill_api_requests", "HTTP requests by method, route template and status code.",
+            ["method", "route", "code"], registry=self.registry,
         )  # fmt: skip
         self.latency = Histogram(
             "agentmill_api_request_duration_seconds", "HTTP request duration (SSE: until the stream ends).",
@@ -94,13 +101,30 @@ class ApiMetrics:
         )
         for outcome in SUBMISSION_OUTCOMES:
             self.submissions.labels(outcome)
+        limiter = streams or StreamLimiter(0, 0)
+        Gauge(
+            "agentmill_api_sse_streams_open",
+            "Server-Sent Event streams (GET /v1/runs/{id}/events) this API process holds open now; "
+            "with the long-polls, at most AGENTMILL_MAX_STREAMS.",
+            registry=self.registry,
+        ).set_function(lambda: limiter.open_of(SSE))
+        Gauge(
+            "agentmill_api_long_polls_open",
+            "Long-polls (GET /v1/runs/{id}/wait) this API process holds open now.",
+            registry=self.registry,
+        ).set_function(lambda: limiter.open_of(LONG_POLL))
+        Gauge(
+            "agentmill_api_streams_max",
+            "AGENTMILL_MAX_STREAMS: the SSE streams and long-polls one API process holds at most (429 beyond).",
+            registry=self.registry,
+        ).set(limiter.total)
         self.cluster = ClusterCollector()
         self.registry.register(self.cluster)
 
     def request(self, method: str, route: str, status: int, seconds: float) -> None:
         m = method if method in METHODS else "other"
-        s = str(status) if 100 <= status <= 599 else "other"
-        self.requests.labels(m, route, s).inc()
+        code = str(status) if 100 <= status <= 599 else "other"
+        self.requests.labels(m, route, code).inc()
         self.latency.labels(route).observe(seconds)
 
     def submitted(self, outcome: str, n: int = 1) -> None:

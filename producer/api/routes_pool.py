@@ -1,5 +1,6 @@
 """GET /v1/pool: the pool as a whole, for operators (AGENTMILL_OPERATOR_TENANTS) only: it shows
-every tenant's load, so a tenant's own token is refused with 403."""
+every tenant's load, so a tenant's own token is refused with 403. GET /v1/me: the caller's tenant
+and whether it is an operator, so the console offers the pool page only to those it answers."""
 
 from __future__ import annotations
 
@@ -7,13 +8,13 @@ import time
 
 from fastapi import APIRouter
 
-from agentmill_client.api import PoolAnswer
+from agentmill_client.api import CallerView, PoolAnswer
 from agentmill_client.errors import ApiError
 from producer.api.errors import COMMON_ERRORS, ErrorResponse
 from producer.api.state import ApiDep, Tenant
 from producer.pool import read_pool
 
-__all__ = ["pool", "router"]
+__all__ = ["me", "pool", "router"]
 
 router = APIRouter()
 
@@ -30,3 +31,13 @@ async def pool(api: ApiDep, tenant: Tenant) -> PoolAnswer:
             403, "not_operator", "the pool view is for operator tenants (AGENTMILL_OPERATOR_TENANTS)"
         )
     return await read_pool(api.parts, now_ms=int(time.time() * 1000), lease_ms=api.settings.lease_ms)
+
+
+@router.get(
+    "/v1/me",
+    response_model=CallerView,
+    responses=COMMON_ERRORS,
+    summary="The caller's tenant, and whether it is an operator (may read the pool)",
+)
+async def me(api: ApiDep, tenant: Tenant) -> CallerView:
+    return CallerView(tenant=tenant, operator=api.auth.is_operator(tenant))

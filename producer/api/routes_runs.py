@@ -3,7 +3,7 @@ decide their approvals and post their client tool results."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Query, Response
 from pydantic import BaseModel, Field
@@ -202,9 +202,19 @@ async def submit_batch(
     },
     summary="A run's status and result",
 )
-async def get_run(run_id: str, api: ApiDep, tenant: Tenant) -> dict[str, Any]:
+async def get_run(
+    run_id: str,
+    api: ApiDep,
+    tenant: Tenant,
+    include: Annotated[
+        Literal["input"] | None,
+        Query(description="input: add the run's inputMessages (what it was submitted with)"),
+    ] = None,
+) -> dict[str, Any]:
     rec = await record_or_404(api, run_id, tenant)
     view = rec.view()
+    if include == "input" and (messages := await api.producer.input_messages(rec)) is not None:
+        view["inputMessages"] = messages
     if kids := await api.producer.children(rec):
         view["children"] = kids
     return view

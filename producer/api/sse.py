@@ -15,7 +15,7 @@ from agentmill_client.codec import to_jsonable
 from agentmill_client.errors import ApiError
 from producer.api.errors import COMMON_ERRORS, ErrorResponse, OrjsonResponse
 from producer.api.state import Api, ApiDep, Tenant, record_or_404
-from producer.api.streams import SlotStreamingResponse
+from producer.api.streams import SSE, SlotStreamingResponse
 from shared import keys
 from shared.loop import unless_closing
 
@@ -58,7 +58,7 @@ async def events(
         return OrjsonResponse(
             {"events": [to_jsonable(e) for e in page], "next": page[-1].seq if page else start}
         )
-    slot = api.streams.acquire(tenant)
+    slot = api.streams.acquire(tenant, SSE)
     return SlotStreamingResponse(
         _sse(api, request, key, start, label=run_id, part=part, archived=rec.archived),
         slot,

@@ -53,7 +53,7 @@ class Api:
         self.streams = StreamLimiter(settings.max_streams_per_tenant, settings.max_streams)
         self.quotas = Quotas(settings)
         self.auth = Authenticator(settings)
-        self.metrics = ApiMetrics()
+        self.metrics = ApiMetrics(self.streams)
         self.running_caps = running_caps(self.quotas, (tenant for _, tenant in self.auth.tokens))
         self.metrics_port: int | None = None  # the port of the /metrics listener, once it listens
         self._depth = (0.0, 0)

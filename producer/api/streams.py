@@ -20,21 +20,25 @@ from starlette.types import Receive, Scope, Send
 
 from agentmill_client.errors import ApiError
 
-__all__ = ["Slot", "SlotStreamingResponse", "StreamLimiter"]
+__all__ = ["LONG_POLL", "SSE", "Slot", "SlotStreamingResponse", "StreamLimiter"]
+
+SSE = "sse"  # the kinds of stream a slot holds (counted apart for /metrics)
+LONG_POLL = "long_poll"
 
 
 class Slot:
     """One admitted stream; release() is idempotent."""
 
-    def __init__(self, limiter: StreamLimiter, tenant: str) -> None:
+    def __init__(self, limiter: StreamLimiter, tenant: str, kind: str) -> None:
         self.limiter = limiter
         self.tenant = tenant
+        self.kind = kind
         self.held = True
 
     def release(self) -> None:
         if self.held:
             self.held = False
-            self.limiter.release(self.tenant)
+            self.limiter.release(self.tenant, self.kind)
 
     def __enter__(self) -> Slot:
         return self
@@ -49,8 +53,13 @@ class StreamLimiter:
         self.total = total
         self.open = 0
         self.by_tenant: Counter[str] = Counter()
+        self.by_kind: Counter[str] = Counter()
 
-    def acquire(self, tenant: str) -> Slot:
+    def open_of(self, kind: str) -> int:
+        """The slots of this kind (SSE, LONG_POLL) held now."""
+        return self.by_kind[kind]
+
+    def acquire(self, tenant: str, kind: str = LONG_POLL) -> Slot:
         if self.by_tenant[tenant] >= self.per_tenant:
             raise ApiError(
                 429, "too_many_streams",
@@ -65,10 +74,12 @@ class StreamLimiter:
             )  # fmt: skip
         self.open += 1
         self.by_tenant[tenant] += 1
-        return Slot(self, tenant)
+        self.by_kind[kind] += 1
+        return Slot(self, tenant, kind)
 
-    def release(self, tenant: str) -> None:
+    def release(self, tenant: str, kind: str) -> None:
         self.open -= 1
+        self.by_kind[kind] -= 1
         self.by_tenant[tenant] -= 1
         if self.by_tenant[tenant] <= 0:
             del self.by_tenant[tenant]

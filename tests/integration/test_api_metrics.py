@@ -6,6 +6,7 @@ and goes absent, not stale, when Redis does not answer."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import httpx
 import orjson
@@ -54,7 +55,7 @@ async def test_made_up_methods_mint_no_series(redis_url: str) -> None:
     assert series(after) == series(before), series(after) - series(before)
     assert long not in after and "M999" not in after
     m = metric_samples(after)
-    key = ("agentmill_api_requests_total", (("method", "other"), ("route", "/v1/runs"), ("status", "405")))
+    key = ("agentmill_api_requests_total", (("code", "405"), ("method", "other"), ("route", "/v1/runs")))
     assert m[key] == 1002
 
 
@@ -145,3 +146,65 @@ async def test_the_cluster_gauges_go_absent_while_redis_is_down() -> None:
             assert "agentmill_api_requests_total" in r.text
     finally:
         server.stop()
+
+
+async def _open_sse(c: httpx.AsyncClient, run_id: str, stack: contextlib.AsyncExitStack) -> int:
+    """Opens the run's event stream and reads its first line; the stream stays open in ``stack``."""
+    r = await stack.enter_async_context(c.stream("GET", f"/v1/runs/{run_id}/events", headers=A))
+    if r.status_code == 200:
+        lines = r.aiter_lines()  # kept until the stack closes (left unfinished, it closes the stream)
+        stack.push_async_callback(lines.aclose)
+        assert await anext(lines) == ": connected"
+    return r.status_code
+
+
+async def _until_gauge(c: httpx.AsyncClient, name: str, want: float) -> str:
+    for _ in range(100):
+        text = (await c.get("/metrics")).text
+        if gauge(text, name) == want:
+            return text
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{name} is {gauge(text, name)}, not {want}")
+
+
+async def test_the_open_sse_streams_gauge_follows_real_streams_opened_and_closed_at_once(
+    redis_url: str,
+) -> None:
+    """Streams opened side by side (no worker: the runs stay queued, their streams open), some of
+    them beyond the process's cap and refused, then closed side by side: the gauge counts the ones
+    held, never the refused ones, and is back at 0 once all closed."""
+    name = "agentmill_api_sse_streams_open"
+    s = settings(redis_url, max_streams=12, max_streams_per_tenant=12, sse_heartbeat_s=0.2)
+    async with api(s) as url, httpx.AsyncClient(base_url=url, timeout=10) as c:
+        text = (await c.get("/metrics")).text
+        assert gauge(text, name) == 0 and gauge(text, "agentmill_api_streams_max") == 12
+        ids = [(await c.post("/v1/runs", json=run_body(), headers=A)).json()["runId"] for _ in range(15)]
+        first, second = contextlib.AsyncExitStack(), contextlib.AsyncExitStack()
+        async with first, second:
+            codes = await asyncio.gather(*(_open_sse(c, rid, first) for rid in ids[:8]))
+            codes += await asyncio.gather(*(_open_sse(c, rid, second) for rid in ids[8:]))
+            assert sorted(codes) == [200] * 12 + [429] * 3, codes
+            await _until_gauge(c, name, 12)
+            await first.aclose()  # eight streams closed at once
+            text = await _until_gauge(c, name, 4)
+            assert gauge(text, "agentmill_api_long_polls_open") == 0
+        await _until_gauge(c, name, 0)
+        # A long-poll is counted apart.
+        wait = asyncio.create_task(c.get(f"/v1/runs/{ids[0]}/wait?timeout=3", headers=A))
+        await _until_gauge(c, "agentmill_api_long_polls_open", 1)
+        assert (await wait).status_code == 200
+        text = await _until_gauge(c, "agentmill_api_long_polls_open", 0)
+        assert gauge(text, name) == 0
+
+
+async def test_the_api_exports_its_build_and_process_series(redis_url: str) -> None:
+    from agentmill_client import __version__
+
+    async with api(settings(redis_url)) as url, httpx.AsyncClient(base_url=url) as c:
+        await c.get("/v1/runs", headers=A)
+        m = metric_samples((await c.get("/metrics")).text)
+    assert m[("agentmill_build_info", (("version", __version__),))] == 1
+    assert m[("process_resident_memory_bytes", ())] > 0 and m[("process_open_fds", ())] > 0
+    assert any(name == "python_info" for name, _ in m)
+    ok = ("agentmill_api_requests_total", (("code", "200"), ("method", "GET"), ("route", "/v1/runs")))
+    assert m[ok] == 1

@@ -6,6 +6,7 @@ against a real API, redis-server, worker and OpenAI-compatible server, so no bro
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,7 +15,7 @@ import httpx
 import pytest
 
 from producer.api.routes_ui import UI_DIR
-from tests.integration.api_support import A, api, settings, until_batch
+from tests.integration.api_support import A, B, api, run_body, settings, until_batch
 from tests.integration.helpers import running_worker
 from tests.support.fake_openai import FakeOpenAI, Reply
 from tests.support.pricing import USER, cost
@@ -24,10 +25,10 @@ HARNESS = Path(__file__).parents[1] / "support" / "console_dom.js"
 NODE = shutil.which("node")
 
 
-async def render(url: str, page: str, ready: str) -> str:
-    """The console's view of ``#page`` once its HTML holds ``ready``."""
+async def render(url: str, page: str, ready: str, token: str = "tok-a") -> str:
+    """The console's view of ``#page`` once its HTML holds ``ready`` (then the nav's Pool link)."""
     assert NODE is not None
-    args = [NODE, str(HARNESS), str(UI_DIR / "app.js"), url, "tok-a", page, ready, "15000"]
+    args = [NODE, str(HARNESS), str(UI_DIR / "app.js"), url, token, page, ready, "15000"]
     done = await asyncio.to_thread(subprocess.run, args, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, (done.returncode, done.stdout[-3000:], done.stderr[-3000:])
     return done.stdout
@@ -73,3 +74,76 @@ async def test_the_console_shows_a_runs_usage_and_output_and_a_batchs_totals(
     assert '<dd data-usage="outputTokens">22</dd>' in batch_html
     assert f'<dd data-usage="costUsd">{cost(140, 22):.6f}</dd>' in batch_html
     assert '<dd data-usage="estimated">no</dd>' in batch_html
+
+
+HOSTILE = "<img src=x onerror=alert(1)> & <script>alert(2)</script>"
+
+
+@pytest.mark.skipif(NODE is None, reason="node is not installed")
+async def test_a_run_page_shows_its_input_agent_and_event_times_and_the_pool_links_to_runs(
+    redis_url: str,
+) -> None:
+    messages = [
+        {"role": "system", "content": "be brief"},
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": HOSTILE}, {"type": "text", "text": "line two"}],
+        },
+    ]
+    s = settings(redis_url, operator_tenants="tenant-a")
+    async with api(s) as url, httpx.AsyncClient(base_url=url, headers=A) as c:
+        async with running_worker(redis_url):
+            r = await c.post(
+                "/v1/runs", json=run_body([{"text": "done", "delayMs": 300}], inputMessages=messages)
+            )
+            run_id = r.json()["runId"]
+            for _ in range(100):
+                if (await c.get(f"/v1/runs/{run_id}")).json()["status"] == "completed":
+                    break
+                await asyncio.sleep(0.1)
+        # The page's data: the agent always, the input messages when asked for, as sent.
+        plain = (await c.get(f"/v1/runs/{run_id}")).json()
+        assert plain["agent"] == "scripted" and plain["status"] == "completed"
+        assert plain.get("inputMessages") is None
+        full = (await c.get(f"/v1/runs/{run_id}", params={"include": "input"})).json()
+        assert full["inputMessages"] == messages
+        bad = await c.get(f"/v1/runs/{run_id}", params={"include": "secrets"})
+        assert bad.status_code == 422 and bad.json()["error"]["field"] == "include"
+        assert (await c.get("/v1/me")).json() == {"tenant": "tenant-a", "operator": True}
+        assert (await c.get("/v1/me", headers=B)).json() == {"tenant": "tenant-b", "operator": False}
+        run_html = await render(url, f"#/run/{run_id}", "the run has ended")
+        runs_html = await render(url, "#/runs", f'data-run="{run_id}"')
+        pool_html = await render(url, "#/pool", 'id="partitions"')
+        refused_html = await render(url, "#/pool", 'id="not-operator"', token="tok-b")
+    # The input: each message's role and text, the hostile text escaped, never markup.
+    assert '<li data-role="system"><span class="role">system</span><pre>be brief</pre></li>' in run_html
+    escaped = HOSTILE.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    assert (
+        f'<li data-role="user"><span class="role">user</span><pre>{escaped}\nline two</pre></li>' in run_html
+    )
+    assert "<img" not in run_html and "<script" not in run_html
+    assert '<strong id="run-agent">scripted</strong>' in run_html
+    # Each event: its time, the time since the run was created and since the event before.
+    stamps = re.findall(
+        r'<span class="ts" data-ts="(\d+)"[^>]*><time datetime="[^"]+">([\d:.]+)</time>( \+[^<(]+)?( \(Δ [^)]+\))?</span>',
+        run_html,
+    )
+    assert len(stamps) >= 3, run_html
+    assert all(since.startswith(" +") for _, _, since, _ in stamps)
+    assert not stamps[0][3] and all(gap.startswith(" (Δ ") for _, _, _, gap in stamps[1:])
+    # The runs table: one short date-time a cell, the full one in its title.
+    created = re.search(
+        r'<td data-col="created"><time datetime="([^"]+)" title="([^"]+)">([^<]+)</time></td>', runs_html
+    )
+    assert created is not None, runs_html
+    assert re.fullmatch(r"\d\d-\d\d \d\d:\d\d:\d\d", created.group(3)) and created.group(2).endswith(" UTC")
+    assert '<table class="runs">' in runs_html
+    assert "table.runs td { white-space: nowrap;" in (UI_DIR / "app.css").read_text()  # one line a run
+    # The pool: each partition's counts open the runs table filtered by that status; the nav shows
+    # the Pool link to an operator, and tells another tenant why it has no pool page, not as an error.
+    for status in ("queued", "running", "awaiting_human"):
+        assert f'href="#/runs?status={status}" data-status-link="{status}"' in pool_html
+    assert '<a id="nav-pool">Pool</a>' in pool_html
+    assert '<a id="nav-pool" hidden>Pool</a>' in refused_html
+    assert "<code>tenant-b</code>, is not one" in refused_html
+    assert 'class="error"' not in refused_html and 'role="alert"' not in refused_html

@@ -1,7 +1,9 @@
 // The console's app.js in Node with a small DOM of its own (no browser): it opens one page of the
-// console against a real API and prints the page's view as HTML once it holds the ready marker.
+// console against a real API and prints the page as HTML (its view, then the nav's Pool link) once its
+// view holds the ready marker.
 // Usage: node console_dom.js APP_JS BASE_URL TOKEN HASH READY_MARKER [TIMEOUT_MS]
-// Only what app.js uses is modelled: elements, text nodes, attributes, hidden, dataset, listeners.
+// Only what app.js uses is modelled: elements (SVG ones alike), text nodes, attributes, hidden,
+// dataset, listeners.
 "use strict";
 const fs = require("fs");
 const vm = require("vm");
@@ -36,6 +38,7 @@ class Element {
   get className() { return this.getAttribute("class") || ""; }
   get hidden() { return this.attrs.has("hidden"); }
   set hidden(v) { if (v) this.setAttribute("hidden", ""); else this.removeAttribute("hidden"); }
+  get firstChild() { return this.children[0] || null; }
   get textContent() { return this.children.map((c) => c.textContent).join(""); }
   set textContent(v) { this.children = [new Text(v)]; }
   append(...nodes) { for (const n of nodes) this.children.push(typeof n === "string" ? new Text(n) : n); }
@@ -55,8 +58,8 @@ class Element {
 }
 
 const root = new Element("body");
-for (const id of ["view", "login", "logout", "login-error", "token", "login-form"]) {
-  const e = new Element("div");
+for (const id of ["view", "login", "logout", "login-error", "token", "login-form", "nav-pool"]) {
+  const e = new Element(id === "nav-pool" ? "a" : "div");
   e.setAttribute("id", id);
   root.append(e);
 }
@@ -66,6 +69,7 @@ const realFetch = globalThis.fetch;
 const sandbox = {
   document: {
     createElement: (t) => new Element(t),
+    createElementNS: (_, t) => new Element(t),
     createTextNode: (t) => new Text(t),
     getElementById: (id) => root.find(id),
     addEventListener: (k, fn) => { (docListeners[k] = docListeners[k] || []).push(fn); },
@@ -88,13 +92,18 @@ vm.createContext(sandbox);
 vm.runInContext(fs.readFileSync(appJs, "utf8"), sandbox, { filename: "app.js" });
 for (const fn of docListeners.DOMContentLoaded || []) fn();
 
+root.find("nav-pool").hidden = true;  // as index.html has it
+root.find("nav-pool").textContent = "Pool";
 const view = root.find("view");
 const deadline = Date.now() + Number(timeoutMs || 10000);
 (function poll() {
   const html = view.html();
   if (html.includes(ready) || Date.now() > deadline) {
-    process.stdout.write(html);
-    process.exit(html.includes(ready) ? 0 : 3);
+    setTimeout(() => {  // what the page's other calls (GET /v1/me) answered by then too
+      process.stdout.write(view.html() + root.find("nav-pool").html());
+      process.exit(html.includes(ready) ? 0 : 3);
+    }, 200);
+    return;
   }
   setTimeout(poll, 50);
 })();

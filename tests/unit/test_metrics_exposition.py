@@ -112,3 +112,36 @@ def test_token_and_cost_counters_by_configured_agent_and_model_only() -> None:
     assert m[("agentmill_model_cost_usd_total", (("agent", "other"), ("model", "other")))] == 10
     assert m[("agentmill_model_tokens_total", (("direction", "input"),))] == 120
     assert sum(1 for name, _ in m if name == "agentmill_model_usage_tokens_total") == 4
+
+
+def test_the_worker_process_exports_its_build_and_process_series() -> None:
+    from agentmill_client import __version__
+    from shared.settings import Settings
+    from worker.jobs import WorkerProcess
+
+    wp = WorkerProcess(Settings(redis_url="redis://127.0.0.1:1/0", worker_metrics_port=-1))
+    m = metric_samples(wp.metrics.render().decode())
+    assert m[("agentmill_build_info", (("version", __version__),))] == 1
+    assert m[("process_resident_memory_bytes", ())] > 0 and m[("process_cpu_seconds_total", ())] >= 0
+    assert any(name == "python_info" for name, _ in m)
+    assert m[("agentmill_runs_finished_total", (("status", "completed"),))] == 0  # its own, beside them
+
+
+def test_the_api_exports_its_build_process_and_stream_series_from_start_up() -> None:
+    from agentmill_client import __version__
+    from producer.api.streams import SSE, StreamLimiter
+
+    limiter = StreamLimiter(per_tenant=2, total=5)
+    metrics = ApiMetrics(limiter)
+    m = metric_samples(metrics.render()[0].decode())
+    assert m[("agentmill_build_info", (("version", __version__),))] == 1
+    assert m[("process_open_fds", ())] > 0 and any(name == "python_info" for name, _ in m)
+    assert m[("agentmill_api_sse_streams_open", ())] == 0 and m[("agentmill_api_streams_max", ())] == 5
+    slots = [limiter.acquire("a", SSE), limiter.acquire("b", SSE), limiter.acquire("b")]
+    m = metric_samples(metrics.render()[0].decode())
+    assert m[("agentmill_api_sse_streams_open", ())] == 2 and m[("agentmill_api_long_polls_open", ())] == 1
+    for slot in slots:
+        slot.release()
+        slot.release()  # idempotent
+    m = metric_samples(metrics.render()[0].decode())
+    assert m[("agentmill_api_sse_streams_open", ())] == 0 and m[("agentmill_api_long_polls_open", ())] == 0

@@ -154,6 +154,14 @@ class RunView(BaseModel):
     status: str
     sessionId: str | None = None
     createdAt: int
+    agent: str | None = Field(
+        default=None, description="its agent (profile); absent for a run read from the archive"
+    )
+    inputMessages: list[dict[str, Any]] | None = Field(
+        default=None,
+        description="with include=input: the messages it was submitted with, as sent (absent once "
+        "archiving dropped its input from Redis)",
+    )
     lastSeq: int
     priority: int = Field(
         default=5, description="its priority (0-9, higher first), as capped by its tenant's quota"
@@ -264,6 +272,15 @@ class SessionView(BaseModel):
     activeRun: str | None = None
     runs: list[str] = Field(description="its newest runs (at most 1,000), in submission order")
     history: list[dict[str, Any]]
+
+
+class CallerView(BaseModel):
+    """``GET /v1/me``: who the caller's token is, so a page can show what it may open."""
+
+    tenant: str
+    operator: bool = Field(
+        description="an operator tenant (AGENTMILL_OPERATOR_TENANTS): it may read GET /v1/pool"
+    )
 
 
 class PoolWorker(BaseModel):

@@ -7,6 +7,7 @@ const TOKEN_KEY = "agentmill.token";
 const TERMINAL = new Set(["completed", "failed", "aborted"]);
 const STATUSES = ["scheduled", "queued", "running", "awaiting_human", "awaiting_tools", "awaiting_children", "completed", "failed", "aborted"];
 let cleanup = [];  // what the current page must stop (timers, streams) when the user leaves it
+let caller = null;  // GET /v1/me for the token signed in (a promise): its tenant, and operator or not
 
 // ---- small helpers ----
 
@@ -29,6 +30,18 @@ function el(tag, attrs, ...children) {
 function token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
 function auth() { return { Authorization: "Bearer " + token() }; }
 function when(ms) { return ms ? new Date(ms).toISOString().replace("T", " ").slice(0, 19) + " UTC" : "—"; }
+// A table cell's time: "MM-DD HH:MM:SS" (UTC, one line), the full date in its title.
+function shortWhen(ms) {
+  if (!ms) return "—";
+  const iso = new Date(ms).toISOString();
+  return el("time", { datetime: iso, title: when(ms), text: iso.slice(5, 10) + " " + iso.slice(11, 19) });
+}
+// A span of time, short: 850 ms, 12.3 s, 4.2 min, 1.5 h.
+function span(ms) {
+  const s = ms / 1000;
+  if (s < 1) return Math.max(0, Math.round(ms)) + " ms";
+  return s < 60 ? s.toFixed(1) + " s" : s < 3600 ? (s / 60).toFixed(1) + " min" : (s / 3600).toFixed(1) + " h";
+}
 function toast(msg) {
   const t = document.getElementById("toast");
   t.textContent = msg;
@@ -57,6 +70,7 @@ async function api(method, path, body) {
   if (!resp.ok) {
     const e = new Error((data.error && data.error.message) || "HTTP " + resp.status);
     e.status = resp.status;
+    e.code = data.error && data.error.code;
     throw e;
   }
   return data;
@@ -66,6 +80,7 @@ async function api(method, path, body) {
 
 function signOut() {
   sessionStorage.removeItem(TOKEN_KEY);
+  caller = null;
   showLogin("");
 }
 
@@ -97,11 +112,23 @@ async function onLogin(ev) {
 
 function stopPage() { for (const stop of cleanup) stop(); cleanup = []; }
 
+// Who the token is (asked once a sign-in): the Pool link shows for operator tenants only.
+function whoAmI() {
+  if (!caller) caller = api("GET", "/v1/me").catch((e) => { caller = null; throw e; });
+  return caller;
+}
+function showNav() {
+  const link = document.getElementById("nav-pool");
+  if (!link) return;
+  whoAmI().then((me) => { link.hidden = !me.operator; }, () => { link.hidden = true; });
+}
+
 function route() {
   stopPage();
   if (!token()) { showLogin(""); return; }
   document.getElementById("login").hidden = true;
   document.getElementById("logout").hidden = false;
+  showNav();
   const hash = location.hash.slice(1) || "/runs";
   const [path, query] = hash.split("?");
   const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
@@ -127,8 +154,8 @@ function every(ms, fn) {
 
 function duration(r) {
   if (!r.finishedAt) return "—";
-  const s = (r.finishedAt - r.createdAt) / 1000;
-  return s < 60 ? s.toFixed(1) + " s" : s < 3600 ? (s / 60).toFixed(1) + " min" : (s / 3600).toFixed(1) + " h";
+  const ms = r.finishedAt - r.createdAt;
+  return ms < 1000 ? (ms / 1000).toFixed(1) + " s" : span(ms);
 }
 
 // A run's lineage (retryOf, forkOf + atSeq, retriedBy) as links to the runs it names.
@@ -145,7 +172,7 @@ function runsTable(caption, runs) {
   const rows = runs.map((r) => el("tr", { "data-run": r.runId },
     el("td", {}, el("a", { href: "#/run/" + encodeURIComponent(r.runId), text: r.runId }), lineage(r)),
     el("td", {}, statusBadge(r.status)),
-    el("td", { text: when(r.createdAt) }),
+    el("td", { "data-col": "created" }, shortWhen(r.createdAt)),
     el("td", { "data-col": "duration", text: duration(r) }),
     el("td", { "data-col": "iterations", text: r.iterations === undefined || r.iterations === null ? "—" : r.iterations }),
     el("td", { "data-col": "error", class: r.errorCode ? "error" : "", text: r.errorCode || "" }),
@@ -153,9 +180,9 @@ function runsTable(caption, runs) {
     el("td", { text: r.sessionId || "" }),
     el("td", {}, r.batchId ? el("a", { href: "#/batch/" + encodeURIComponent(r.batchId), text: r.batchId }) : ""),
   ));
-  return el("table", {},
+  return el("table", { class: "runs" },
     el("caption", { text: caption }),
-    el("thead", {}, el("tr", {}, ["Run", "Status", "Created", "Duration", "Iterations", "Error", "Agent", "Session", "Batch"].map((h) => el("th", { scope: "col", text: h })))),
+    el("thead", {}, el("tr", {}, ["Run", "Status", "Created (UTC)", "Duration", "Iterations", "Error", "Agent", "Session", "Batch"].map((h) => el("th", { scope: "col", text: h })))),
     el("tbody", {}, rows.length ? rows : el("tr", {}, el("td", { colspan: 9, class: "muted", text: "No runs." }))),
   );
 }
@@ -301,9 +328,19 @@ async function downloadResults(batchId, button) {
 
 function describeArgs(a) { return typeof a === "string" ? a : JSON.stringify(a); }
 
+// An event's time: its clock time (UTC, to the ms), the time since the run was created and since the
+// event before it.
+function eventTime(e, state) {
+  const iso = new Date(e.ts).toISOString();
+  const since = state.createdAt ? " +" + span(e.ts - state.createdAt) : "";
+  const gap = state.prevTs ? " (Δ " + span(e.ts - state.prevTs) + ")" : "";
+  return el("span", { class: "ts", "data-ts": e.ts, title: "since the run was created (since the event before)" },
+    el("time", { datetime: iso, text: iso.slice(11, 23) }), since, gap);
+}
+
 function eventItem(e, state) {
   const p = e.payload || {};
-  const seq = el("span", { class: "seq", text: "#" + e.seq });
+  const seq = [el("span", { class: "seq", text: "#" + e.seq }), e.ts ? eventTime(e, state) : null];
   switch (e.kind) {
     case "status": {
       const parts = [seq, "status ", statusBadge(p.status)];
@@ -388,10 +425,11 @@ function runPage(view, runId) {
   const forkSeq = el("input", { type: "number", id: "fork-seq", min: 0, value: 0, "aria-label": "Fork at event seq" });
   const fork = el("button", { type: "button", id: "fork", text: "Fork at seq", disabled: true });
   const tree = el("section", { id: "children", "aria-labelledby": "children-title", hidden: true });
+  const input = el("section", { id: "input", "aria-labelledby": "input-title", hidden: true });
   view.append(el("h1", {}, "Run ", el("code", { text: runId })), el("p", {}, "Status: ", status), meta, usage,
-    el("div", { class: "actions" }, abort, retry, fork, forkSeq), approvals, output, tree, el("h2", { text: "Timeline" }),
-    live, timeline);
-  const state = { stream: null, last: 0, status: "", ended: false };
+    el("div", { class: "actions" }, abort, retry, fork, forkSeq), approvals, input, output, tree,
+    el("h2", { text: "Timeline" }), live, timeline);
+  const state = { stream: null, last: 0, status: "", ended: false, createdAt: 0, prevTs: 0 };
   const controller = new AbortController();
   cleanup.push(() => controller.abort());
 
@@ -482,6 +520,7 @@ function runPage(view, runId) {
     if (e.seq <= state.last) return;
     state.last = e.seq;
     const item = eventItem(e, state);
+    if (e.ts) state.prevTs = e.ts;
     if (item) timeline.append(item);
     if (e.kind === "usage") showUsage(e.payload.total);
     if (e.kind === "child_started" || e.kind === "child_ended") refreshTree();
@@ -497,10 +536,12 @@ function runPage(view, runId) {
 
   (async () => {
     try {
-      const run = await api("GET", `/v1/runs/${encodeURIComponent(runId)}`);
+      const run = await api("GET", `/v1/runs/${encodeURIComponent(runId)}?include=input`);
       setStatus(run.status);
-      meta.replaceChildren(`created ${when(run.createdAt)}` + (run.sessionId ? ` · session ${run.sessionId}` : ""),
-        lineage(run) || "");
+      state.createdAt = run.createdAt;
+      meta.replaceChildren("agent ", el("strong", { id: "run-agent", text: run.agent || "—" }),
+        ` · created ${when(run.createdAt)}` + (run.sessionId ? ` · session ${run.sessionId}` : ""), lineage(run) || "");
+      showInput(input, run.inputMessages);
       forkSeq.max = run.lastSeq; forkSeq.value = run.lastSeq;
       if (run.status === "awaiting_human") showApprovals(run.pendingApprovals);
       showUsage(run.usage);
@@ -519,6 +560,25 @@ function runPage(view, runId) {
     }
     live.textContent = "the run has ended";
   })();
+}
+
+// A message's text: its content (a string, or its parts' texts; other parts named), and its tool calls.
+function messageText(m) {
+  const c = m.content;
+  let t = typeof c === "string" ? c
+    : Array.isArray(c) ? c.map((part) => (part && typeof part.text === "string" ? part.text : `[${(part && part.type) || "part"}]`)).join("\n")
+    : c === null || c === undefined ? "" : JSON.stringify(c);
+  for (const call of m.toolCalls || []) t += (t ? "\n" : "") + `→ ${call.name}(${describeArgs(call.arguments)})`;
+  return t;
+}
+
+// The run's input messages (GET …?include=input), each its role and its text; text only, never markup.
+function showInput(section, messages) {
+  if (!messages || !messages.length) return;
+  section.hidden = false;
+  section.replaceChildren(el("h2", { id: "input-title", text: "Input" }),
+    el("ol", { id: "run-input", class: "messages" }, messages.map((m) => el("li", { "data-role": String(m.role || "") },
+      el("span", { class: "role", text: String(m.role || "") }), el("pre", { text: messageText(m) })))));
 }
 
 // A list of child runs, each with its status, the call it answers and its own children (to depth 4).
@@ -583,13 +643,32 @@ function minuteChart(id, caption, minutes, series) {
   return el("figure", {}, el("figcaption", { text: caption }), chart, legend);
 }
 
+// A count that opens the runs table filtered by a status (the listing is the caller's tenant's runs).
+function statusLink(n, status) {
+  return el("a", { href: "#/runs?status=" + encodeURIComponent(status), "data-status-link": status,
+    title: `your tenant's ${status.replace(/_/g, " ")} runs`, text: n });
+}
+
+// What a tenant that is not an operator sees at #/pool: why, not an error.
+function notOperator(view, tenant) {
+  view.replaceChildren(el("h1", { text: "Pool" }), el("p", { id: "not-operator", class: "notice" },
+    "The pool page is for operator tenants: it shows every tenant's load. ",
+    tenant ? ["This token's tenant, ", el("code", { text: tenant }), ", is not one. "] : "This token's tenant is not one. ",
+    "An administrator names the operator tenants in AGENTMILL_OPERATOR_TENANTS. ",
+    el("a", { href: "#/runs", text: "Back to your runs" })));
+}
+
 function poolPage(view) {
   view.append(el("h1", { text: "Pool" }));
   const holder = el("div", { "aria-live": "off" });
   view.append(holder);
+  let refused = false;
 
   async function load() {
+    if (refused) return;
     try {
+      const me = await whoAmI();
+      if (!me.operator) { refused = true; notOperator(view, me.tenant); return; }
       const p = await api("GET", "/v1/pool");
       const h = p.lastHour;
       const running = p.partitions.reduce((n, x) => n + x.running, 0);
@@ -597,8 +676,8 @@ function poolPage(view) {
       holder.replaceChildren(
         el("dl", { class: "counts", id: "pool-summary" },
           el("dt", { text: "workers" }), el("dd", { "data-count": "workers", text: p.workers.length }),
-          el("dt", { text: "running" }), el("dd", { "data-count": "running", text: running }),
-          el("dt", { text: "queued" }), el("dd", { "data-count": "queued", text: queued }),
+          el("dt", { text: "running" }), el("dd", { "data-count": "running" }, statusLink(running, "running")),
+          el("dt", { text: "queued" }), el("dd", { "data-count": "queued" }, statusLink(queued, "queued")),
           el("dt", { text: "last hour" }), el("dd", { text: `${h.started} started, ${h.completed} completed, ${h.failed} failed, ${h.aborted} aborted` }),
         ),
         minuteChart("chart-started", "Runs started per minute", p.minutes, [{ field: "started", cls: "s-started" }]),
@@ -613,13 +692,17 @@ function poolPage(view) {
             : el("tr", {}, el("td", { colspan: 4, class: "muted", text: "No live worker." }))),
         ),
         el("table", { id: "partitions" },
-          el("caption", { text: "Partitions" }),
+          el("caption", { text: "Partitions (every tenant's runs; a count opens your tenant's runs of that status)" }),
           el("thead", {}, el("tr", {}, ["Partition", "Queued", "Running", "Awaiting a human"].map((x) => el("th", { scope: "col", text: x })))),
-          el("tbody", {}, p.partitions.map((x) => el("tr", {},
-            el("td", { text: x.index }), el("td", { text: x.queued }), el("td", { text: x.running }), el("td", { text: x.awaitingHuman })))),
+          el("tbody", {}, p.partitions.map((x) => el("tr", { "data-partition": x.index },
+            el("td", { text: x.index }), el("td", {}, statusLink(x.queued, "queued")), el("td", {}, statusLink(x.running, "running")),
+            el("td", {}, statusLink(x.awaitingHuman, "awaiting_human"))))),
         ),
       );
-    } catch (e) { holder.replaceChildren(); onError(holder, e); }
+    } catch (e) {
+      if (e.code === "not_operator") { refused = true; notOperator(view, ""); return; }
+      holder.replaceChildren(); onError(holder, e);
+    }
   }
   load();
   every(5000, load);
