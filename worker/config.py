@@ -125,7 +125,9 @@ class RunConfig(Model):
     budget: Budget | None = None  # the run's budget, narrowed by its profile's (None: none)
     reserve_output_tokens: int = DEFAULT_RESERVE_OUTPUT_TOKENS  # a call's worst-case reply (maxTokens)
     pricing: Pricing | None = None  # the model's prices, to cost a call's worst case
-    frame_tool_results: bool = False  # a preamble is on: tool results reach the model as framed data
+    # The system prompt's preamble (also at the head of system_prompt); while one is on, tool
+    # results reach the model framed as data (worker/preamble.py). None: off.
+    preamble: str | None = None
 
     def internal_names(self) -> set[str]:
         return {t.name for t in self.internal_tools}
@@ -267,5 +269,5 @@ def resolve_config(
         budget=narrow_budget(profile.budget, run.budget),
         reserve_output_tokens=profile.provider.max_tokens or DEFAULT_RESERVE_OUTPUT_TOKENS,
         pricing=profile.provider.pricing,
-        frame_tool_results=rules is not None,
+        preamble=rules,
     )

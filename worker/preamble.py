@@ -12,8 +12,11 @@ prompt cache keeps its prefix.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
-__all__ = ["CLOSE", "PREAMBLE_V1", "VERSION", "frame", "unframe", "with_preamble"]
+from agentmill_client.models import Message
+
+__all__ = ["CLOSE", "PREAMBLE_V1", "VERSION", "frame", "framed", "unframe", "with_preamble"]
 
 
 VERSION = "v1"
@@ -42,6 +45,14 @@ def frame(content: str, tool: str | None) -> str:
     attr = f' tool="{name}"' if name else ""
     body = _CLOSING.sub(_DEFUSED, content)
     return f"<tool-result{attr}>\n{body}\n{CLOSE}"
+
+
+def framed(messages: Sequence[Message]) -> list[Message]:
+    """The messages with each tool result framed (not validated again: a result at its size limit
+    stays sendable with its frame)."""
+    return [
+        m.model_copy(update={"content": frame(m.text, m.name)}) if m.role == "tool" else m for m in messages
+    ]
 
 
 def unframe(text: str) -> str:

@@ -127,15 +127,8 @@ def compact(s: RunState, cmds: list[Command], reason: str) -> Decision:
 def build_messages(s: RunState) -> list[Message]:
     """System prompt + reduced past run loops + the current run loop in full (seed 002); while a
     preamble is on, each tool result framed as data (worker/preamble.py)."""
-    transcript: list[Message] = s.transcript
-    if s.cfg.frame_tool_results:
-        transcript = [_framed(m) if m.role == "tool" else m for m in transcript]
+    transcript = s.transcript if s.cfg.preamble is None else preamble.framed(s.transcript)
     return [Message(role="system", content=s.cfg.system_prompt), *windowed_history(s), *transcript]
-
-
-def _framed(m: Message) -> Message:
-    # not validated: a result at its size limit stays sendable with its frame
-    return m.model_copy(update={"content": preamble.frame(m.text, m.name)})
 
 
 def _messages_of(s: RunState) -> list[Message]:
