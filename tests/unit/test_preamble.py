@@ -4,6 +4,7 @@ in-memory ports with the scripted model, every request the model got kept and re
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -159,3 +160,8 @@ def test_a_frame_is_undone_and_only_tool_messages_are_framed() -> None:
         Message(role="tool", content="r", tool_call_id="c", name="t"),
     ]
     assert [m.content for m in framed(msgs)] == ["</tool-result>", frame("r", "t")]
+
+
+def test_the_api_docs_quote_preamble_v1_exactly() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    assert f"```text\n{PREAMBLE_V1}\n```" in docs
