@@ -44,6 +44,7 @@ __all__ = [
 # loaded only with AGENTMILL_DEV_PROFILES=true (the tests and the bench set it).
 DEV_TOOLS = frozenset({"echo", "sleep", "fail", "flaky"})
 DEV_PROFILES_ENV = "AGENTMILL_DEV_PROFILES"
+MAX_PREAMBLE_CHARS = 8_000  # a profile's own preamble (preambleText)
 
 
 class RetryConfig(Model):
@@ -136,11 +137,12 @@ class ContextConfig(Model):
     max_run_loops: int = Field(default=10, ge=0)
     max_message_length: int = Field(default=500, ge=1)
     max_time_range_ms: int = Field(default=7 * 24 * 3_600_000, ge=0)
-    # The context tools load_older_history and search_history (issue 31): offered when true. A run
-    # then loads up to maxHistoryLoops past turns, shows the newest maxRunLoops of them, and each
-    # load_older_history shows expandContextWindowSize more messages (seed 003); search_history
-    # answers at most searchMaxResults hits.
-    history_tools: bool = False
+    # The context tools load_older_history and search_history: offered when true; unset, to a run
+    # with a session (false: never). A run offered them loads up to maxHistoryLoops past turns,
+    # shows the newest maxRunLoops of them, and each load_older_history shows
+    # expandContextWindowSize more messages (seed 003); search_history answers at most
+    # searchMaxResults hits. A run's configuration holds the resolved true or false.
+    history_tools: bool | None = None
     max_history_loops: int = Field(default=50, ge=0, le=1_000)
     expand_context_window_size: int = Field(default=10, ge=1, le=1_000)
     search_max_results: int = Field(default=8, ge=1, le=50)
@@ -230,6 +232,11 @@ class AgentProfile(Model):
     name: str
     provider: ProviderConfig = Field(default_factory=ProviderConfig)
     system_prompt: str = "You are a helpful assistant."
+    # What the system prompt begins with (worker/preamble.py): "v1" the built-in rules (untrusted
+    # tool results, no secrets repeated, failures said as failures), "custom" preambleText instead,
+    # "off" nothing. While a preamble is on, tool results reach the model framed as data.
+    preamble: Literal["v1", "custom", "off"] = "v1"
+    preamble_text: str | None = Field(default=None, min_length=1, max_length=MAX_PREAMBLE_CHARS)
     tools: list[str] = Field(default_factory=list)  # built-in tool names
     http_tools: list[HttpToolConfig] = Field(default_factory=list)
     mcp_servers: list[McpServerConfig] = Field(default_factory=list)  # tools listed from MCP servers
@@ -253,6 +260,16 @@ class AgentProfile(Model):
     # The highest priority a run of this agent gets (a higher RunInput.priority is lowered to it),
     # beside the tenant's quota maxPriority: the lower of the two applies.
     max_priority: int = Field(default=9, ge=0, le=9)
+
+    @model_validator(mode="after")
+    def _preamble_text_with_custom(self) -> AgentProfile:
+        if self.preamble == "custom" and self.preamble_text is None:
+            raise ValueError('preamble "custom" needs preambleText: the text the system prompt begins with')
+        if self.preamble != "custom" and self.preamble_text is not None:
+            raise ValueError(
+                f'preambleText is only read with preamble "custom" (this profile has "{self.preamble}")'
+            )
+        return self
 
     @model_validator(mode="after")
     def _cache_only_without_side_effects(self) -> AgentProfile:

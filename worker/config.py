@@ -12,7 +12,7 @@ from pydantic import Field
 
 from agentmill_client.models import Budget, LoopLimits, Model, ResponseFormat, RunInput
 from shared.profiles import AgentProfile, CompactionConfig, ContextConfig, Pricing, RetryConfig
-from worker import history_tools, policy, prompt
+from worker import history_tools, policy, preamble, prompt
 
 __all__ = [
     "DEFAULT_MAX_DEPTH",
@@ -125,6 +125,9 @@ class RunConfig(Model):
     budget: Budget | None = None  # the run's budget, narrowed by its profile's (None: none)
     reserve_output_tokens: int = DEFAULT_RESERVE_OUTPUT_TOKENS  # a call's worst-case reply (maxTokens)
     pricing: Pricing | None = None  # the model's prices, to cost a call's worst case
+    # The system prompt's preamble (also at the head of system_prompt); while one is on, tool
+    # results reach the model framed as data (worker/preamble.py). None: off.
+    preamble: str | None = None
 
     def internal_names(self) -> set[str]:
         return {t.name for t in self.internal_tools}
@@ -220,7 +223,9 @@ def resolve_config(
     ]
     # Recall is offered when there is something to recall: a session's past runs or this run's tools.
     internal = [RECALL_SPEC] if (has_session or tools) and tp.enabled is not False else []
-    if internal and profile.context.history_tools:  # the context tools (issue 31)
+    # The context tools: unless the profile says otherwise, offered to a run with a session.
+    wanted = profile.context.history_tools
+    if internal and (has_session if wanted is None else wanted):
         internal += [LOAD_OLDER_SPEC, SEARCH_SPEC] if has_session else [SEARCH_SPEC]
     system_prompt = prompt.render(
         run.system_prompt_override or profile.system_prompt,
@@ -231,9 +236,13 @@ def resolve_config(
         system_prompt += "\n\n" + RECALL_PROMPT
     if len(internal) > 1:
         system_prompt += " " + history_tools.HISTORY_PROMPT
+    rules = {"v1": preamble.PREAMBLE_V1, "custom": profile.preamble_text, "off": None}[profile.preamble]
+    compaction = profile.compaction
+    if run.compact_threshold is not None and run.compact_threshold < compaction.max_messages:
+        compaction = compaction.model_copy(update={"max_messages": run.compact_threshold})
     return RunConfig(
         agent=profile.name,
-        system_prompt=system_prompt,
+        system_prompt=preamble.with_preamble(rules, system_prompt),
         tools=tools,
         internal_tools=internal,
         approval_tools=approval,
@@ -245,8 +254,8 @@ def resolve_config(
         max_run_duration_ms=ll.max_run_duration_ms,
         approval_timeout_ms=tp.approval_timeout_ms,
         retry=profile.retry,
-        context=profile.context,
-        compaction=profile.compaction,
+        context=profile.context.model_copy(update={"history_tools": len(internal) > 1}),
+        compaction=compaction,
         on_limit=profile.on_limit,
         runtime_init_data=dict(run.runtime_init_data or {}),
         client_tools=[t.name for t in client if t.name in names],
@@ -260,4 +269,5 @@ def resolve_config(
         budget=narrow_budget(profile.budget, run.budget),
         reserve_output_tokens=profile.provider.max_tokens or DEFAULT_RESERVE_OUTPUT_TOKENS,
         pricing=profile.provider.pricing,
+        preamble=rules,
     )

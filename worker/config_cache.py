@@ -44,6 +44,7 @@ def shareable(run: RunInput, template: str) -> bool:
         and run.tool_order is None
         and run.tool_policy is None
         and run.loop_limits is None
+        and run.compact_threshold is None
         and run.budget is None
         and not run.runtime_init_data
         and not run.client_tools

@@ -21,6 +21,7 @@ from tests.support.procs import WorkerProc
 from tests.support.redis_cluster import LocalRedisCluster
 from tests.support.waits import until
 from worker.machine import child_run_id
+from worker.preamble import unframe
 
 pytestmark = [
     pytest.mark.integration,
@@ -113,7 +114,9 @@ async def test_children_on_other_masters_answer_their_parent_through_a_sigkill(
             done = await until("the parent to end", ended, within=90)
             assert done["status"] == "completed", done
             seen = orjson.loads(done["result"]["finalAssistantMessage"]["content"])
-            tools = [(m["toolCallId"], m["content"]) for m in seen["messages"] if m["role"] == "tool"]
+            tools = [
+                (m["toolCallId"], unframe(m["content"])) for m in seen["messages"] if m["role"] == "tool"
+            ]
             assert [i for i, _ in tools] == ["c1.0", "c1.1", "c1.2"]  # one result per child
             for (_, content), task in zip(tools, ["a", "b", "c"], strict=True):
                 assert [m["content"] for m in orjson.loads(content)["messages"] if m["role"] == "user"] == [

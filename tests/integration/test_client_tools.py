@@ -33,6 +33,7 @@ from tests.integration.helpers import (
 from tests.support.procs import ROOT, WorkerProc
 from tests.support.redis_server import free_port
 from tests.support.schema import K
+from worker.preamble import unframe
 
 pytestmark = pytest.mark.integration
 
@@ -104,7 +105,7 @@ async def test_the_wait_frees_the_slot_survives_sigkill_and_resumes_on_another_w
             second.stop()
     assert done.status.value == "completed"
     seen = orjson.loads(done.result.final_assistant_message.content)  # type: ignore[union-attr]
-    tools = [(m["toolCallId"], m["content"]) for m in seen["messages"] if m["role"] == "tool"]
+    tools = [(m["toolCallId"], unframe(m["content"])) for m in seen["messages"] if m["role"] == "tool"]
     assert tools == [
         ("c1.0", "ACME: 12 open orders"),
         ("c1.1", "from the worker"),
@@ -132,7 +133,9 @@ async def test_a_call_past_its_timeout_gives_the_model_an_error_and_abort_ends_a
         assert parked[("agentmill_state_duration_seconds_sum", key)] >= 0.3
         assert done.status.value == "completed"
         seen = orjson.loads(done.result.final_assistant_message.content)  # type: ignore[union-attr]
-        assert seen["messages"][-1]["content"] == "error: the client returned no result within 300 ms"
+        assert (
+            unframe(seen["messages"][-1]["content"]) == "error: the client returned no result within 300 ms"
+        )
         events = await stream(redis, slow.run_id)
         res = next(e.payload for e in events if e.kind == "tool_result")
         assert res["isError"] and res["toolCallId"] == "c1.0"

@@ -17,6 +17,7 @@ from tests.integration.helpers import producer_for, run_with, stream, wait_all
 from tests.support.fake_openai import FakeOpenAI, Reply
 from tests.support.schema import K
 from worker.jobs import WorkerProcess
+from worker.preamble import unframe
 
 pytestmark = pytest.mark.integration
 KEY = "sk-live-DO-NOT-LEAK-42"
@@ -99,7 +100,7 @@ async def test_a_server_that_says_call_0_in_every_reply_gets_each_call_run_and_a
         "c1.0": ("done", 1), "c2.0": ("done", 1), "c2.1": ("done", 1)}  # fmt: skip
     last = fake.requests[2]["messages"]
     sent = [c["id"] for m in last if m["role"] == "assistant" for c in m.get("tool_calls", [])]
-    answered = [(m["tool_call_id"], m["content"]) for m in last if m["role"] == "tool"]
+    answered = [(m["tool_call_id"], unframe(m["content"])) for m in last if m["role"] == "tool"]
     assert sent[0] == "call_0" and len(set(sent)) == 3  # the server's ids, unique in the conversation
     assert answered == list(zip(sent, ["one", "two", "three"], strict=True))  # each call answered once
 

@@ -21,6 +21,7 @@ from tests.support.ledger import Ledger
 from tests.support.procs import WorkerProc
 from tests.support.redis_server import RedisServer
 from tests.support.schema import K
+from worker.preamble import unframe
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -219,7 +220,11 @@ async def test_a_model_saying_call_0_every_round_killed_mid_round_never_reruns_a
     assert next(e.payload["providerCallId"] for e in events if e.kind == "tool_call") == "call_0"
     assert [e.payload["toolCallId"] for e in events if e.kind == "tool_result"] == ["c1.0", "c2.0", "c3.0"]
     seen = orjson.loads(rec.result.final_assistant_message.content)["messages"]  # type: ignore[union-attr]
-    answers = [(m["toolCallId"], orjson.loads(m["content"])["recorded"]) for m in seen if m["role"] == "tool"]
+    answers = [
+        (m["toolCallId"], orjson.loads(unframe(m["content"]))["recorded"])
+        for m in seen
+        if m["role"] == "tool"
+    ]
     assert answers == [(c, key[i]) for i, c in steps_called(events).items()]  # each its own result
 
 

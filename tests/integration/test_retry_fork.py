@@ -19,6 +19,7 @@ from tests.integration.api_support import A, B, api, key, settings
 from tests.support.ledger import Ledger
 from tests.support.procs import WorkerProc
 from tests.support.schema import K
+from worker.preamble import unframe
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -59,7 +60,7 @@ async def events(c: httpx.AsyncClient, run_id: str) -> list[dict[str, Any]]:
 def tool_messages(view: dict[str, Any]) -> list[str]:
     """The tool results the model was given in its last call (the script's echoContext turn)."""
     seen = orjson.loads(view["result"]["finalAssistantMessage"]["content"])["messages"]
-    return [orjson.loads(m["content"])["recorded"] for m in seen if m["role"] == "tool"]
+    return [orjson.loads(unframe(m["content"]))["recorded"] for m in seen if m["role"] == "tool"]
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from tests.integration.helpers import (
     wait_all,
 )
 from worker.jobs import WorkerProcess
+from worker.preamble import PREAMBLE_V1, unframe, with_preamble
 
 pytestmark = pytest.mark.integration
 
@@ -62,7 +63,10 @@ async def test_a_run_at_its_iteration_limit_completes_with_an_answer_and_stop_re
     seen = orjson.loads(rec.result.final_assistant_message.content)  # type: ignore[union-attr]
     assert seen["tools"] == []  # the last call offers no tools…
     assert seen["messages"][-1]["role"] == "user" and "final answer" in seen["messages"][-1]["content"]
-    assert [m["content"] for m in seen["messages"] if m["role"] == "tool"] == ["found it", "found it"]
+    assert [unframe(m["content"]) for m in seen["messages"] if m["role"] == "tool"] == [
+        "found it",
+        "found it",
+    ]
     events = await stream(redis, sub.run_id)
     assert_clean_stream(events)
     assert events[-1].payload["stopReason"] == "max_iterations"
@@ -117,7 +121,7 @@ async def test_runtime_init_data_reaches_the_prompt_and_http_tools(
     assert rec_.status.value == "completed"
     seen = orjson.loads(rec_.result.final_assistant_message.content)  # type: ignore[union-attr]
     assert seen["messages"][0]["content"].startswith(
-        "You serve ACME (plan 3) in run ctx-run; {{unknown}} stays."
+        with_preamble(PREAMBLE_V1, "You serve ACME (plan 3) in run ctx-run; {{unknown}} stays.")
     )
     assert rec.bodies == [{"runId": "ctx-run", "toolCallId": "c1.0", "name": "lookup", "arguments": {"q": "x"},
                            "runtimeInitData": {"customer": {"name": "ACME"}, "plan": 3}}]  # fmt: skip
@@ -169,7 +173,7 @@ async def test_a_result_compacted_away_in_the_current_run_is_recalled(
     )
     assert recalled["content"] == long_result and not recalled["isError"]  # …and recall brings it back whole
     final = orjson.loads(rec.result.final_assistant_message.content)  # type: ignore[union-attr]
-    assert long_result in [m["content"] for m in final["messages"] if m["role"] == "tool"]
+    assert long_result in [unframe(m["content"]) for m in final["messages"] if m["role"] == "tool"]
 
 
 async def test_a_run_at_its_tool_round_limit_completes_with_an_answer(
@@ -182,7 +186,7 @@ async def test_a_run_at_its_tool_round_limit_completes_with_an_answer(
     assert rec.status.value == "completed" and rec.result is not None
     assert rec.result.stop_reason == "max_tool_rounds"
     seen = orjson.loads(rec.result.final_assistant_message.content)  # type: ignore[union-attr]
-    tool_msgs = [m["content"] for m in seen["messages"] if m["role"] == "tool"]
+    tool_msgs = [unframe(m["content"]) for m in seen["messages"] if m["role"] == "tool"]
     assert tool_msgs[0] == "found it" and "not executed: loopLimits.maxToolRounds=1 reached" in tool_msgs[1]
     assert seen["tools"] == []
     events = await stream(redis, sub.run_id)

@@ -29,6 +29,7 @@ from tests.integration.helpers import (
 from tests.support.procs import WorkerProc
 from tests.support.schema import K
 from tests.support.waits import until
+from worker.preamble import unframe
 
 pytestmark = pytest.mark.integration
 
@@ -65,7 +66,7 @@ def boss_run(script: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
 
 def tool_messages(content: str) -> list[tuple[str, str]]:
     seen = orjson.loads(content)
-    return [(m["toolCallId"], m["content"]) for m in seen["messages"] if m["role"] == "tool"]
+    return [(m["toolCallId"], unframe(m["content"])) for m in seen["messages"] if m["role"] == "tool"]
 
 
 async def test_three_parallel_children_of_two_parents_on_two_single_slot_workers_complete(

@@ -26,6 +26,7 @@ from worker.memory_store import (
 from worker.models.base import Chunk
 from worker.models.scripted import ScriptedProvider
 from worker.ports import RunPorts
+from worker.preamble import PREAMBLE_V1, with_preamble
 from worker.runner import RunDriver
 
 N = 0
@@ -153,5 +154,5 @@ async def test_a_key_facts_profile_asks_the_model_for_the_documented_structure()
     ports = RunPorts(MemoryRunStore(run, sessions), sessions, models, MemoryTools())
     Recording.asked = []
     assert await RunDriver(MemoryHost({"k": prof}), ports, "run-k", gen=1).run() == "completed"
-    assert Recording.asked and all(a == KEY_FACTS_PROMPT for a in Recording.asked)
+    assert Recording.asked and all(a == with_preamble(PREAMBLE_V1, KEY_FACTS_PROMPT) for a in Recording.asked)
     assert run.payloads("compaction")

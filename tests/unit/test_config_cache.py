@@ -11,6 +11,7 @@ import pytest
 
 from agentmill_client.models import RunInput, ToolCall, ToolResult
 from shared.profiles import AgentProfile
+from worker import preamble
 from worker.config import RunConfig, ToolSpec, resolve_config
 from worker.config_cache import ConfigCache
 from worker.memory_store import (
@@ -80,7 +81,8 @@ def test_a_prompt_naming_the_run_or_session_is_never_shared() -> None:
     cache = ConfigCache()
     p = AgentProfile(name="p", system_prompt="Run {{ runId }}, session {{sessionId}}.")
     one, two = resolved(cache, run(runId="r1"), p), resolved(cache, run(runId="r2"), p)
-    assert one.system_prompt.startswith("Run r1,") and two.system_prompt.startswith("Run r2,")
+    own = len(preamble.PREAMBLE_V1) + 2  # the agent's prompt follows the preamble
+    assert one.system_prompt[own:].startswith("Run r1,") and two.system_prompt[own:].startswith("Run r2,")
 
 
 def test_session_ancestry_profile_and_tool_list_each_key_the_configuration() -> None:
@@ -89,7 +91,7 @@ def test_session_ancestry_profile_and_tool_list_each_key_the_configuration() -> 
     assert resolved(cache, run(), has_session=True) is not base  # recall offered with a session
     assert resolved(cache, run(), lineage=b'{"agents":["root"],"maxDepth":3}') is not base
     reloaded = PROFILE.model_copy(update={"system_prompt": "Changed."})
-    assert resolved(cache, run(), reloaded).system_prompt.startswith("Changed.")
+    assert "\n\nChanged." in resolved(cache, run(), reloaded).system_prompt
     relisted = {**SPECS, "more": ToolSpec(name="more", description="", parameters={"type": "object"})}
     assert resolved(cache, run(), specs=relisted) is not base  # an MCP server's new tool list
     assert resolved(cache, run()) is base

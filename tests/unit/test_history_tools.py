@@ -182,7 +182,7 @@ def test_recall_takes_several_ids_and_says_which_were_not_found() -> None:
     )
 
 
-def test_the_context_tools_are_offered_only_when_the_profile_enables_them() -> None:
+def test_the_context_tools_are_offered_to_a_run_with_a_session_unless_the_profile_turns_them_off() -> None:
     from agentmill_client.models import ClientTool, RunInput
     from shared.profiles import AgentProfile
     from worker.config import ToolSpec, resolve_config
@@ -190,12 +190,21 @@ def test_the_context_tools_are_offered_only_when_the_profile_enables_them() -> N
     run = RunInput.model_validate({"inputMessages": [{"role": "user", "content": "x"}], "sessionId": "s1"})
     plain = AgentProfile(name="p", tools=["echo"])
     on = AgentProfile(name="p", tools=["echo"], context=ContextConfig(history_tools=True))
+    off = AgentProfile(name="p", tools=["echo"], context=ContextConfig(history_tools=False))
     specs = {"echo": ToolSpec(name="echo")}
     names = lambda cfg: [t.name for t in cfg.internal_tools]  # noqa: E731
-    assert names(resolve_config(plain, run, specs, has_session=True)) == ["recall_tool_call"]
+    everything = ["recall_tool_call", "load_older_history", "search_history"]
+    by_default = resolve_config(plain, run, specs, has_session=True)  # no configuration needed
+    assert names(by_default) == everything and by_default.context.history_tools is True
+    assert "load_older_history" in by_default.system_prompt and [t.name for t in by_default.tools] == ["echo"]
+    assert by_default.context.loaded_loops() == by_default.context.max_history_loops
+    turned_off = resolve_config(off, run, specs, has_session=True)
+    assert names(turned_off) == ["recall_tool_call"] and turned_off.context.history_tools is False
+    assert turned_off.context.loaded_loops() == turned_off.context.max_run_loops
+    without_session = resolve_config(plain, run, specs, has_session=False)
+    assert names(without_session) == ["recall_tool_call"] and without_session.context.history_tools is False
     cfg = resolve_config(on, run, specs, has_session=True)
-    assert names(cfg) == ["recall_tool_call", "load_older_history", "search_history"]
-    assert "load_older_history" in cfg.system_prompt and [t.name for t in cfg.tools] == ["echo"]
+    assert names(cfg) == everything
     assert names(resolve_config(on, run, specs, has_session=False)) == ["recall_tool_call", "search_history"]
     assert on.client_tool_problem([ClientTool(name="search_history")]) is not None
 

@@ -30,6 +30,7 @@ from worker.memory_store import (
 from worker.models.scripted import ScriptedProvider
 from worker.observer import NullObserver
 from worker.ports import Acquired, RunPorts
+from worker.preamble import frame
 from worker.runner import RunDriver
 
 PROFILE = AgentProfile(
@@ -198,7 +199,11 @@ async def test_a_model_that_reuses_call_ids_gets_every_call_run_and_answered_onc
     calls = [c for m in seen if m["role"] == "assistant" for c in m.get("toolCalls", [])]
     answers = [(m["toolCallId"], m["content"]) for m in seen if m["role"] == "tool"]
     assert [c["id"] for c in calls] == ["c1.0", "c2.0", "c2.1"]
-    assert answers == [("c1.0", "one"), ("c2.0", "two"), ("c2.1", "three")]  # each call answered once
+    assert answers == [
+        ("c1.0", frame("one", "echo")),
+        ("c2.0", frame("two", "echo")),
+        ("c2.1", frame("three", "echo")),
+    ]  # each call answered once
     wire = [c["providerId"] for c in calls]
     assert wire[0] == "call_0" and len(set(wire)) == 3  # unique on the wire too
     events = [(p["toolCallId"], p["providerCallId"]) for p in w.run.payloads("tool_call")]

@@ -11,6 +11,7 @@ import orjson
 from shared import checkpoint
 from shared.origin import Origin
 from tests.unit.test_runner import World
+from worker.preamble import unframe
 
 SCRIPT: list[dict[str, Any]] = [
     {"toolCalls": [{"name": "echo", "arguments": {"text": "one"}}]},
@@ -27,7 +28,7 @@ def read(w: World) -> dict[str, Any] | None:
 
 def tool_contents(w: World) -> list[str]:
     seen = orjson.loads(w.result().final_assistant_message.content)["messages"]  # type: ignore[union-attr]
-    return [m["content"] for m in seen if m["role"] == "tool"]
+    return [unframe(m["content"]) for m in seen if m["role"] == "tool"]  # as the tools answered
 
 
 async def test_a_retry_from_the_checkpoint_executes_nothing_recorded_and_a_fork_of_it_neither() -> None:

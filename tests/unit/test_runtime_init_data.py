@@ -9,6 +9,7 @@ import pytest
 
 from agentmill_client.models import RunInput, ToolCall
 from shared.profiles import AgentProfile
+from worker import preamble
 from worker.config import resolve_config
 from worker.prompt import render
 from worker.tools.base import ToolContext
@@ -41,7 +42,9 @@ def test_the_resolved_config_carries_the_prompt_and_the_data() -> None:
          "runtimeInitData": {"customer": {"name": "ACME"}}}
     )  # fmt: skip
     cfg = resolve_config(profile, run, {}, has_session=False)
-    assert cfg.system_prompt.startswith("You help ACME (run run-7).")
+    assert cfg.system_prompt.startswith(
+        preamble.with_preamble(preamble.PREAMBLE_V1, "You help ACME (run run-7).")
+    )
     assert cfg.runtime_init_data == {"customer": {"name": "ACME"}}
 
 

@@ -55,6 +55,34 @@ _AFTER = """\
 - The run's ending is built in one place (`finish`): completion, a limit, a failure, `AbortRequested`,
   `DeadlineReached`, `StartRejected` (a profile or policy that does not resolve to a configuration) and
   `EffectCrashed` (an effect raised what it should not) all end through it.
+
+## The design documents' state names
+
+Seed 000 draws two loops: an outer one (`INIT`, `PLANNING`, `EXECUTING`, `OBSERVING`, `COMPACTING`)
+and an inner one per model call (`IDLE`, `CALLING`, `STREAMING`, `TOOL_EXECUTING`, `RETRYING`).
+Seed 001 names `idle`, `preparing`, `model_running`, `tool_running`, `awaiting_human`, `completed`,
+`failed` and `aborted`, which are agentmill's nodes under the same names. A node exists where a run
+can wait (and so be checkpointed); a seed state that only decides is a step of the machine instead.
+
+| seed state | agentmill | why |
+|---|---|---|
+| `INIT` (outer) | `idle` → `preparing` | `Started` resolves the configuration; `preparing` loads the session's past turns (`LoadContext`) |
+| `PLANNING` | no node: the step that picks the next call (`steps.call_model`) | the iteration, tool-round, tool-call and budget checks and the compaction threshold are decided with the event that ends a round, so no checkpoint holds a run that has observed but not yet planned |
+| `EXECUTING` | `model_running.*` and `tool_running` | the inner loop's states are nodes of their own |
+| `OBSERVING` | no node: the handling of `ModelReplied` and of a round's last `ToolFinished` | a reply with tool calls goes to `tool_running` (or a waiting node), one without to `completed`, too many messages to `compacting` |
+| `COMPACTING` | `compacting` | the same |
+| `IDLE` (inner) | `preparing` | the context is built once per run, not once per call |
+| `CALLING` | `model_running.calling` | the same |
+| `STREAMING` | `model_running.streaming` | entered on `ModelStreamOpened`, the first chunk |
+| `TOOL_EXECUTING` | `tool_running`; `awaiting_human`, `awaiting_tools`, `awaiting_children` while a round waits for a person, the caller or child runs | a wait that can last days parks the run on no worker, so it is a node of its own |
+| `RETRYING` | `model_running.retrying` | the backoff is a `Wait` command the runner times, then `RetryTimerFired` |
+
+Approval is asked at the start of a round, not from inside it: a reply whose calls include one that
+needs approval goes from `model_running` straight to `awaiting_human`, before any call of the round
+runs (seed 001 draws `tool_running → awaiting_human`). The person then decides on the whole round at
+once, and no call is half-way through while the run waits on no worker. Approved calls run
+(`tool_running`); a rejected call gets an error result, and a round rejected whole goes to the next
+model call (seed 001's `awaiting_human → model_running`).
 """
 
 

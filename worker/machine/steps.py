@@ -13,7 +13,7 @@ import orjson
 from agentmill_client import limits
 from agentmill_client.codec import to_jsonable
 from agentmill_client.models import EventKind, Message, RunError, RunResult, RunStatus
-from worker import policy
+from worker import policy, preamble
 from worker.machine.budget import spent_with_children, unaffordable, worst_case
 from worker.machine.commands import CallModel, Command, Compact, Decision, Emit, Finish, ModelRequest
 from worker.machine.state import CallPhase, Phase, RunState
@@ -125,8 +125,10 @@ def compact(s: RunState, cmds: list[Command], reason: str) -> Decision:
 
 
 def build_messages(s: RunState) -> list[Message]:
-    """System prompt + reduced past run loops + the current run loop in full (seed 002)."""
-    return [Message(role="system", content=s.cfg.system_prompt), *windowed_history(s), *s.transcript]
+    """System prompt + reduced past run loops + the current run loop in full (seed 002); while a
+    preamble is on, each tool result framed as data (worker/preamble.py)."""
+    transcript = s.transcript if s.cfg.preamble is None else preamble.framed(s.transcript)
+    return [Message(role="system", content=s.cfg.system_prompt), *windowed_history(s), *transcript]
 
 
 def _messages_of(s: RunState) -> list[Message]:

@@ -27,7 +27,7 @@ import orjson
 from agentmill_client import limits
 from agentmill_client.models import Message, Usage
 from shared.profiles import ProviderConfig
-from worker import policy
+from worker import policy, preamble
 from worker.machine import ModelRequest
 from worker.models.base import Chunk, ModelCallError, ReasoningDelta, StreamEnd, TextDelta, ToolCallDelta
 
@@ -156,10 +156,10 @@ def calculator_turn(messages: list[Message]) -> dict[str, Any]:
     after = messages[last_user + 1 :]
     tool_msgs = [m for m in after if m.role == "tool"]
     if tool_msgs:
-        result = tool_msgs[-1]
-        if result.text.startswith("error"):
-            return {"text": f"I could not compute that: {result.text}"}
-        return {"text": f"The answer is {result.text}."}
+        result = preamble.unframe(tool_msgs[-1].text)
+        if result.startswith("error"):
+            return {"text": f"I could not compute that: {result}"}
+        return {"text": f"The answer is {result}."}
     match = max(_EXPR.findall(messages[last_user].text), key=len, default="").strip()
     if not any(ch.isdigit() for ch in match):
         return {"text": "I can only do arithmetic; give me an expression such as 6 * 7."}

@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agentmill_client.models import EventKind, Message, ToolCall, Usage
-from worker import context, failpoints, policy, tracing
+from worker import context, failpoints, policy, preamble, tracing
 from worker.compaction import SUMMARY_PROMPT
 from worker.limiter import limited
 from worker.machine import (
@@ -290,8 +290,8 @@ async def summarise(cx: EffectContext, s: RunState, c: Compact, prompt: str = SU
             run_id=cx.run_id,
             session_id=s.session_id,
             messages=[
-                Message(role="system", content=prompt),
-                *middle,
+                Message(role="system", content=preamble.with_preamble(s.cfg.preamble, prompt)),
+                *(middle if s.cfg.preamble is None else preamble.framed(middle)),
                 Message(role="user", content="Write the summary now."),
             ],
             tools=[],

@@ -4,6 +4,7 @@ __all__ = [
     "DEFAULT_PRIORITY",
     "MAX_BATCH_ITEMS",
     "MAX_BATCH_OFFSET",
+    "MAX_COMPACT_THRESHOLD",
     "MAX_ID_CHARS",
     "MAX_IMAGE_DATA_BYTES",
     "MAX_IMAGE_PARTS",
@@ -38,6 +39,7 @@ __all__ = [
 
 
 MAX_INPUT_MESSAGES = 200
+MAX_COMPACT_THRESHOLD = 100_000  # RunInput.compactThreshold (messages)
 MAX_MESSAGE_CHARS = 100_000
 MAX_RUN_INPUT_BYTES = 1_000_000
 # Images in inputMessages (content parts): an https URL's length; a data: URL's size; all of a run's
