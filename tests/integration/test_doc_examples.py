@@ -1,0 +1,125 @@
+"""The documents' examples run as a reader would paste them, against a real pool: a redis-server on
+a free port, ``agentmill api`` and ``agentmill worker`` in processes of their own, started once for
+the module with the settings README.md tells a reader to set (``REDIS_URL``, ``AGENTMILL_API_TOKENS``).
+
+Each document's shell examples run in order in one bash (``set -euo pipefail``; an example that
+fails names its line in the document), its Python examples in order in one Python process (the
+traceback names the document's line), both in a fresh directory. Which blocks are examples and how
+one is marked skipped: tests/support/doc_examples.py.
+
+What the test changes in what a reader would run, all of it here: ``SUBSTITUTIONS`` in the code
+(the API's address) and ``environment`` (where the pool's Redis is, where ``agentmill submit``
+keeps its journals, and curl's ``--fail-with-body``, so an error answer fails the example instead
+of being printed).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.doc_examples import DOCUMENTS, ROOT, examples, script
+from tests.support.ports import free_port
+from tests.support.procs import WorkerProc, wait_until
+from tests.support.redis_server import RedisServer
+
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("doc_examples")]
+
+TOKENS = "tok-a=tenant-a"  # README.md: "AGENTMILL_API_TOKENS='tok-a=tenant-a'"
+DOCUMENTED_API = "127.0.0.1:8000"  # where `agentmill api` listens by default
+SHELL_PRELUDE = "set -euo pipefail; trap 'echo \"{doc}:$LINENO: this example failed (exit $?)\" >&2' ERR"
+TIMEOUT_S = 60  # a document's examples of one language, together
+
+
+@dataclass
+class Pool:
+    redis_url: str
+    api: str  # host:port
+    logs: Path
+
+    def substitutions(self) -> dict[str, str]:
+        return {DOCUMENTED_API: self.api}
+
+    def environment(self, home: Path) -> dict[str, str]:
+        (home / ".curlrc").write_text("fail-with-body\n")
+        bindir = str(Path(sys.executable).parent)  # `agentmill`, `python` as the venv has them
+        return {
+            **os.environ,
+            "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}",
+            "REDIS_URL": self.redis_url,
+            "AGENTMILL_CLI_STATE_DIR": str(home / "state"),
+            "CURL_HOME": str(home),
+        }
+
+    def log_tail(self) -> str:
+        return "\n".join(f"--- {p.name}:\n" + p.read_text()[-3000:] for p in sorted(self.logs.glob("*.log")))
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
+    logs = tmp_path_factory.mktemp("doc-pool")
+    redis = RedisServer()
+    redis.start()
+    port = free_port()
+    env = {"AGENTMILL_API_PORT": str(port), "AGENTMILL_API_TOKENS": TOKENS}
+    api = WorkerProc(redis.url, env=env, log=logs / "api.log", argv=["-m", "producer.cli", "api"])
+    worker = WorkerProc(redis.url, log=logs / "worker.log", argv=["-m", "producer.cli", "worker"])
+    try:
+        api.start()
+        worker.start()
+        p = Pool(redis.url, f"127.0.0.1:{port}", logs)
+        assert wait_until(lambda: _ready(p.api) or not api.alive, 60) and api.alive, p.log_tail()
+        yield p
+    finally:
+        worker.stop(timeout=20)
+        api.stop(timeout=20)
+        redis.close()
+
+
+def _ready(api: str) -> bool:
+    try:
+        return httpx.get(f"http://{api}/readyz", timeout=2).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def _run(argv: list[str], program: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        argv, input=program, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+    )
+
+
+CASES = [
+    pytest.param(doc, language, id=f"{doc.relative_to(ROOT)}:{language}")
+    for doc in DOCUMENTS
+    for language in ("sh", "python")
+    if any(e.language == language and e.skip is None for e in examples(doc.read_text()))
+]
+
+
+@pytest.mark.parametrize(("doc", "language"), CASES)
+def test_the_documents_examples_run(pool: Pool, doc: Path, language: str, tmp_path: Path) -> None:
+    found = examples(doc.read_text(), str(doc.relative_to(ROOT)))
+    name = str(doc.relative_to(ROOT))
+    program = script(found, language, prelude=SHELL_PRELUDE.format(doc=name) if language == "sh" else "")
+    for documented, here in pool.substitutions().items():
+        program = program.replace(documented, here)
+    env = pool.environment(tmp_path)
+    if language == "sh":
+        done = _run(["bash", "-s"], program, tmp_path, env)
+    else:  # compiled under the document's own path, so a traceback shows the document's line
+        runner = (
+            f"import sys; exec(compile(sys.stdin.read(), {str(doc)!r}, 'exec'), {{'__name__': '__main__'}})"
+        )
+        done = _run([sys.executable, "-c", runner], program, tmp_path, env)
+    assert done.returncode == 0, (
+        f"{doc.relative_to(ROOT)}: a {language} example failed (exit {done.returncode})\n"
+        f"--- stdout:\n{done.stdout[-4000:]}\n--- stderr:\n{done.stderr[-4000:]}\n{pool.log_tail()}"
+    )
