@@ -26,9 +26,13 @@ from pathlib import Path
 __all__ = ["DOCUMENTS", "LANGUAGES", "ROOT", "DocExampleError", "Example", "examples", "script"]
 
 ROOT = Path(__file__).resolve().parents[2]
-# The documents whose examples run (docs/operations.md's are mostly deployments, marked skipped).
-DOCUMENTS = [ROOT / "README.md", ROOT / "docs" / "api.md", ROOT / "clients" / "python" / "README.md",
-             ROOT / "docs" / "operations.md"]  # fmt: skip
+# The documents whose examples run: the READMEs and every page of docs/ (operations.md's are mostly
+# deployments, marked skipped).
+DOCUMENTS = [
+    ROOT / "README.md",
+    ROOT / "clients" / "python" / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+]
 
 LANGUAGES = {"sh": "sh", "bash": "sh", "shell": "sh", "console": "sh", "python": "python", "py": "python"}
 
