@@ -38,13 +38,24 @@ def resolve(group: click.Group, words: list[str]) -> tuple[click.Command, click.
     return cmd, parent, words
 
 
+def alternatives(text: str) -> list[str]:
+    """``text`` split at its `` | `` outside brackets (``[--api URL | --tenant T]`` is one option)."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        if depth == 0 and text.startswith(" | ", i):
+            out.append(text[start:i])
+            start = i + 3
+    return [*out, text[start:]]
+
+
 def problems(line: str) -> list[str]:
     """What a synopsis line names that the CLI does not have. ``a X | b Y`` lists alternatives:
     ``b`` is a command beside ``a`` (in the group that holds ``a``)."""
     found: list[str] = []
     text = line.split(" #", 1)[0]
     group: click.Group = main
-    for i, segment in enumerate(text.split(" | ")):
+    for i, segment in enumerate(alternatives(text)):
         words = segment.split()[1:] if i == 0 else segment.split()
         cmd, parent, rest = resolve(group, words)
         if cmd is group or isinstance(cmd, click.Group):
@@ -77,6 +88,7 @@ def test_each_command_and_option_of_a_skipped_example_exists(where: str, line: s
         ("agentmill batch status B | frobnicate B", "no command 'frobnicate B'"),
         ("agentmill retry R [--from-scratch] | fork R --at-seq N", "retry: no option --from-scratch"),
         ("agentmill nope", "no command 'nope'"),
+        ("agentmill status R [--api URL | --tenants T] | abort R", "status: no option --tenants"),
     ],
 )
 def test_a_renamed_command_or_option_is_caught(line: str, says: str) -> None:
