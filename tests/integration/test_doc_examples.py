@@ -16,6 +16,7 @@ of being printed).
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -34,8 +35,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("doc_examples")]
 
 TOKENS = "tok-a=tenant-a"  # README.md: "AGENTMILL_API_TOKENS='tok-a=tenant-a'"
 DOCUMENTED_API = "127.0.0.1:8000"  # where `agentmill api` listens by default
-SHELL_PRELUDE = "set -euo pipefail; trap 'echo \"{doc}:$LINENO: this example failed (exit $?)\" >&2' ERR"
 TIMEOUT_S = 60  # a document's examples of one language, together
+# Line 1 of each program. The shell traces each command with its line in the document (the last
+# one traced is the one that hangs, if one does); Python dumps its stack if it has not ended in time.
+SHELL_PRELUDE = (
+    "set -euo pipefail; PS4='+ {doc}:$LINENO: '; set -x; "
+    "trap 'echo \"{doc}:$LINENO: this example failed (exit $?)\" >&2' ERR"
+)
+PYTHON_PRELUDE = f"import faulthandler; faulthandler.dump_traceback_later({TIMEOUT_S - 5})"
 
 
 @dataclass
@@ -90,10 +97,20 @@ def _ready(api: str) -> bool:
         return False
 
 
-def _run(argv: list[str], program: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        argv, input=program, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
-    )
+def _run(argv: list[str], program: str, cwd: Path, env: dict[str, str]) -> tuple[int | None, str, str]:
+    """Exit code (None: killed after ``TIMEOUT_S``), stdout and stderr of ``argv`` reading ``program``.
+    Its own process group, so a command an example left waiting goes with it."""
+    with subprocess.Popen(
+        argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+    ) as proc:  # fmt: skip
+        try:
+            out, err = proc.communicate(program, timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            return None, out, err
+        return proc.returncode, out, err
 
 
 CASES = [
@@ -108,18 +125,20 @@ CASES = [
 def test_the_documents_examples_run(pool: Pool, doc: Path, language: str, tmp_path: Path) -> None:
     found = examples(doc.read_text(), str(doc.relative_to(ROOT)))
     name = str(doc.relative_to(ROOT))
-    program = script(found, language, prelude=SHELL_PRELUDE.format(doc=name) if language == "sh" else "")
+    prelude = (SHELL_PRELUDE if language == "sh" else PYTHON_PRELUDE).format(doc=name)
+    program = script(found, language, prelude=prelude)
     for documented, here in pool.substitutions().items():
         program = program.replace(documented, here)
     env = pool.environment(tmp_path)
     if language == "sh":
-        done = _run(["bash", "-s"], program, tmp_path, env)
+        code, out, err = _run(["bash", "-s"], program, tmp_path, env)
     else:  # compiled under the document's own path, so a traceback shows the document's line
         runner = (
             f"import sys; exec(compile(sys.stdin.read(), {str(doc)!r}, 'exec'), {{'__name__': '__main__'}})"
         )
-        done = _run([sys.executable, "-c", runner], program, tmp_path, env)
-    assert done.returncode == 0, (
-        f"{doc.relative_to(ROOT)}: a {language} example failed (exit {done.returncode})\n"
-        f"--- stdout:\n{done.stdout[-4000:]}\n--- stderr:\n{done.stderr[-4000:]}\n{pool.log_tail()}"
+        code, out, err = _run([sys.executable, "-c", runner], program, tmp_path, env)
+    assert code == 0, (
+        f"{name}: a {language} example "
+        + (f"failed (exit {code})" if code is not None else f"had not ended after {TIMEOUT_S} s")
+        + f"\n--- stdout:\n{out[-4000:]}\n--- stderr:\n{err[-4000:]}\n{pool.log_tail()}"
     )
