@@ -7,10 +7,10 @@ fails names its line in the document), its Python examples in order in one Pytho
 traceback names the document's line), both in a fresh directory. Which blocks are examples and how
 one is marked skipped: tests/support/doc_examples.py.
 
-What the test changes in what a reader would run, all of it here: ``SUBSTITUTIONS`` in the code
-(the API's address) and ``environment`` (where the pool's Redis is, where ``agentmill submit``
-keeps its journals, and curl's ``--fail-with-body``, so an error answer fails the example instead
-of being printed).
+What the test changes in what a reader would run, all of it here: ``Pool.substitutions`` in the
+code (the API's address) and ``Pool.environment`` (where the pool's Redis is, where ``agentmill
+submit`` keeps its journals, and curl's ``--fail-with-body``, so an error answer fails the example
+instead of being printed). Besides the venv's commands, the examples use curl, jq and redis-cli.
 """
 
 from __future__ import annotations
