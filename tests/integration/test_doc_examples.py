@@ -34,6 +34,7 @@ from tests.support.redis_server import RedisServer
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("doc_examples")]
 
 TOKENS = "tok-a=tenant-a"  # README.md: "AGENTMILL_API_TOKENS='tok-a=tenant-a'"
+ID_SECRET = "doc-examples-id-secret"  # README.md: AGENTMILL_ID_SECRET, one value for every process
 DOCUMENTED_API = "127.0.0.1:8000"  # where `agentmill api` listens by default
 TIMEOUT_S = 60  # a document's examples of one language, together
 # Line 1 of each program. The shell traces each command with its line in the document (the last
@@ -75,9 +76,10 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
     redis = RedisServer()
     redis.start()
     port = free_port()
-    env = {"AGENTMILL_API_PORT": str(port), "AGENTMILL_API_TOKENS": TOKENS}
-    api = WorkerProc(redis.url, env=env, log=logs / "api.log", argv=["-m", "producer.cli", "api"])
-    worker = WorkerProc(redis.url, log=logs / "worker.log", argv=["-m", "producer.cli", "worker"])
+    env = {"AGENTMILL_API_TOKENS": TOKENS, "AGENTMILL_ID_SECRET": ID_SECRET}  # as README exports them
+    api_env = {**env, "AGENTMILL_API_PORT": str(port)}
+    api = WorkerProc(redis.url, env=api_env, log=logs / "api.log", argv=["-m", "producer.cli", "api"])
+    worker = WorkerProc(redis.url, env=env, log=logs / "worker.log", argv=["-m", "producer.cli", "worker"])
     try:
         api.start()
         worker.start()
