@@ -347,6 +347,11 @@ class Settings(BaseSettings):
     )
 
     # cli
+    api_url: str | None = Field(
+        default=None,
+        description="the API the CLI's commands go through when they name no `--api URL` (`--redis` or "
+        "`--tenant` still go straight to Redis); unset: straight to Redis (`REDIS_URL`)",
+    )
     token: str | None = Field(
         default=None,
         description="the bearer token the CLI sends with `--api URL` when `--token` is not given",

@@ -9,13 +9,24 @@ from typing import Any
 
 import click
 import httpx
-import orjson
 from redis.exceptions import RedisError
 from rich.console import Console
 from rich.table import Table
 
 from agentmill_client.errors import ApiError
-from producer.cli.common import api_client, console, counts_text, direct_producer, err, exit_with, reach
+from producer.cli.common import (
+    api_client,
+    console,
+    counts_text,
+    direct_producer,
+    emit_json,
+    err,
+    exit_with,
+    json_option,
+    reach,
+    say_error,
+    wire,
+)
 
 __all__ = ["batch", "runs"]
 
@@ -40,7 +51,7 @@ def runs() -> None:
     "--before", "created_before", type=int, default=None, help="created before (ms since the epoch)"
 )
 @click.option("--limit", type=int, default=50, show_default=True, help="most rows to show")
-@click.option("--json", "as_json", is_flag=True, help="one JSON object per line")
+@click.option("--json", "as_json", is_flag=True, help="one JSON object a line (stdout), nothing else")
 @reach
 def runs_ls(
     limit: int, as_json: bool, api_url: str | None, token: str | None, tenant: str, **flt: Any
@@ -60,13 +71,13 @@ async def _runs_ls(
             async with api_client(api_url, token) as c:
                 try:
                     async for summary in c.iter_runs(**flt, metadata=meta, limit=min(limit, 500)):
-                        rows.append(summary.model_dump(exclude_none=True))
+                        rows.append(summary.model_dump(mode="json", by_alias=True, exclude_none=True))
                         if len(rows) >= limit:
                             break
                 except ApiError as exc:
                     if exc.status in (401, 403):
                         raise  # exit_with says it: a refused token
-                    err.print(f"[red]error:[/] {exc.message}")
+                    say_error(exc.message)
                     return 2
         else:
             async with direct_producer() as p:
@@ -80,11 +91,11 @@ async def _runs_ls(
                     if cursor is None:
                         break
     except ListingError as exc:
-        err.print(f"[red]error:[/] {exc}")
+        say_error(str(exc))
         return 2
     if as_json:
         for r in rows:
-            console.print_json(orjson.dumps(r).decode(), indent=None)
+            emit_json(r)
         return 0
     columns = ("runId", "status", "created", "agent", "session", "batch")
     lines = [
@@ -115,20 +126,20 @@ def batch() -> None:
     pass
 
 
-async def _batch_call(batch_id: str, api_url: str | None, token: str | None, tenant: str, abort: bool) -> int:
+async def _batch_call(
+    batch_id: str, api_url: str | None, token: str | None, tenant: str, abort: bool, as_json: bool
+) -> int:
     if api_url:
         async with api_client(api_url, token) as c:
             try:
-                found: dict[str, Any] | None = (
-                    (await c.abort_batch(batch_id)).model_dump()
-                    if abort
-                    else (await c.get_batch(batch_id)).model_dump()
+                found: dict[str, Any] | None = wire(
+                    await c.abort_batch(batch_id) if abort else await c.get_batch(batch_id)
                 )
             except ApiError as exc:
                 if exc.status in (401, 403):
                     raise  # exit_with says it: a refused token
                 if exc.status != 404:
-                    err.print(f"[red]error:[/] {exc.message}")
+                    say_error(exc.message)
                     return 2
                 found = None
     else:
@@ -141,8 +152,11 @@ async def _batch_call(batch_id: str, api_url: str | None, token: str | None, ten
                 verdicts = await cat.abort_batch(tenant, batch_id, "batch aborted from the CLI")
                 found = {"batchId": batch_id, **verdicts}
     if found is None:
-        err.print(f"[red]error:[/] no batch {batch_id}")
+        say_error(f"no batch {batch_id}")
         return 2
+    if as_json:
+        emit_json(found)
+        return 0
     if abort:
         console.print(
             f"batch {batch_id}: {found['aborted']} aborted, {found['requested']} stopping (running), "
@@ -153,22 +167,23 @@ async def _batch_call(batch_id: str, api_url: str | None, token: str | None, ten
     state = "finished" if found["finished"] else "in progress"
     console.print(f"batch {batch_id}: {state}, {found['done']}/{found['total']} ended ({pct})")
     console.print(f"  {counts_text(found['counts']) or 'no runs'}")
-    console.print_json(orjson.dumps(found).decode())
     return 0
 
 
 @batch.command("status", help="A batch's counts by status and progress.")
 @click.argument("batch_id")
+@json_option
 @reach
-def batch_status(batch_id: str, api_url: str | None, token: str | None, tenant: str) -> None:
-    exit_with(_batch_call(batch_id, api_url, token, tenant, abort=False))
+def batch_status(batch_id: str, as_json: bool, api_url: str | None, token: str | None, tenant: str) -> None:
+    exit_with(_batch_call(batch_id, api_url, token, tenant, abort=False, as_json=as_json))
 
 
 @batch.command("abort", help="Abort every run of a batch that has not ended.")
 @click.argument("batch_id")
+@json_option
 @reach
-def batch_abort(batch_id: str, api_url: str | None, token: str | None, tenant: str) -> None:
-    exit_with(_batch_call(batch_id, api_url, token, tenant, abort=True))
+def batch_abort(batch_id: str, as_json: bool, api_url: str | None, token: str | None, tenant: str) -> None:
+    exit_with(_batch_call(batch_id, api_url, token, tenant, abort=True, as_json=as_json))
 
 
 @batch.command("results", help="A batch's runs with their results as JSON lines, in item order (stdout).")
@@ -191,7 +206,7 @@ async def _batch_results(
         if api_url:
             async with api_client(api_url, token) as c:
                 async for line in c.batch_results(batch_id, status=status):
-                    out.write(line.model_dump_json(exclude_none=True).encode() + b"\n")
+                    out.write(line.model_dump_json(by_alias=True, exclude_none=True).encode() + b"\n")
                     n += 1
         else:
             from producer.batch_results import export, parse_statuses
@@ -207,10 +222,10 @@ async def _batch_results(
     except (ApiError, ValueError) as exc:
         if isinstance(exc, ApiError) and exc.status in (401, 403):
             raise  # exit_with says it: a refused token
-        err.print(f"[red]error:[/] {getattr(exc, 'message', exc)}")
+        say_error(str(getattr(exc, "message", exc)))
         return 2
     except (httpx.HTTPError, RedisError) as exc:  # the connection broke off mid-way
-        err.print(f"[red]error:[/] the results stopped after {n} run(s): {type(exc).__name__}: {exc}")
+        say_error(f"the results stopped after {n} run(s): {type(exc).__name__}: {exc}")
         return 1
     finally:
         out.flush()

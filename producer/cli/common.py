@@ -4,13 +4,16 @@ and how a run's events are shown."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 from collections.abc import AsyncIterator, Coroutine
 from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
+from pydantic import BaseModel
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from agentmill_client.errors import ApiError
@@ -29,17 +32,23 @@ __all__ = [
     "counts_text",
     "describe",
     "direct_producer",
+    "emit_json",
     "err",
     "exit_with",
     "failure_text",
+    "json_option",
     "print_event",
     "progress_bar",
     "reach",
+    "route",
     "safe_url",
+    "say_error",
+    "wire",
 ]
 
 console = Console(stderr=False, highlight=False)
-err = Console(stderr=True, highlight=False)
+# soft_wrap: a line on stderr stays one line whatever its length and the terminal (or pipe) width
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 class CliError(Exception):
@@ -57,9 +66,36 @@ def exit_with(coro: Coroutine[Any, Any, int]) -> None:
         said = failure_text(exc)
         if said is None:
             raise
-        err.print(f"[red]error:[/] {said}", soft_wrap=True, markup=True, highlight=False)
+        say_error(said)
         code = 2
     sys.exit(code)
+
+
+def say_error(text: str) -> None:
+    """``error: text`` on stderr, one line however long (text is shown as is, never as markup)."""
+    err.print(f"[red]error:[/] {escape(text)}", soft_wrap=True, highlight=False)
+
+
+# ---- data for scripts ----
+
+
+def json_option(f: Any) -> Any:
+    """--json: the command's answer as JSON on stdout (one document; one object a line for a list or
+    a stream), nothing else there."""
+    return click.option(
+        "--json", "as_json", is_flag=True, help="print JSON on stdout (the API's camelCase wire form)"
+    )(f)
+
+
+def wire(model: BaseModel) -> dict[str, Any]:
+    """A model answered by the API as the API sends it: camelCase, every field."""
+    return model.model_dump(mode="json", by_alias=True)
+
+
+def emit_json(value: Any) -> None:
+    """One JSON document on one line of stdout, never wrapped or styled."""
+    sys.stdout.write(orjson.dumps(value).decode() + "\n")
+    sys.stdout.flush()
 
 
 def failure_text(exc: BaseException) -> str | None:
@@ -189,13 +225,47 @@ def safe_url(url: str) -> str:
     return url
 
 
+def route(api_url: str | None, tenant: str | None, redis: bool) -> tuple[str | None, str]:
+    """The way a command goes: (the API's URL, or None for Redis; the tenant on Redis). An explicit
+    --api wins; --redis or --tenant mean Redis; else AGENTMILL_API_URL when set; else Redis. --api
+    with --redis or --tenant is a CliError: through the API, the token names the tenant."""
+    from shared.quotas import DEFAULT_TENANT
+
+    if api_url is not None and (redis or tenant is not None):
+        flag = "--redis" if redis else "--tenant"
+        raise CliError(f"--api goes through the HTTP API, whose token names the tenant: drop {flag} or --api")
+    if api_url is None and not redis and tenant is None:
+        api_url = get_settings().api_url or None
+    return api_url, tenant or DEFAULT_TENANT
+
+
 def reach(f: Any) -> Any:
-    """--api/--token (through the HTTP API, the token's tenant) or --tenant (straight to Redis)."""
-    f = click.option(
-        "--tenant", default="default", show_default=True, help="tenant, when reading Redis directly"
-    )(f)
-    f = click.option("--token", default=None, help="bearer token with --api (default: AGENTMILL_TOKEN)")(f)
-    return click.option("--api", "api_url", default=None, help="go through the HTTP API instead of Redis")(f)
+    """--api/--token (through the HTTP API, the token's tenant; AGENTMILL_API_URL the default) or
+    --redis/--tenant (straight to Redis): the command gets api_url (None: Redis), token and tenant."""
+
+    @functools.wraps(f)
+    def routed(*args: Any, api_url: str | None, token: str | None, tenant: str | None, redis: bool,
+               **kwargs: Any) -> Any:  # fmt: skip
+        try:
+            chosen, named = route(api_url, tenant, redis)
+        except CliError as exc:
+            say_error(str(exc))
+            sys.exit(2)
+        return f(*args, api_url=chosen, token=token, tenant=named, **kwargs)
+
+    g: Any = click.option(
+        "--tenant",
+        default=None,
+        help="the tenant, straight to Redis (default: default; implies --redis)",
+    )(routed)
+    g = click.option(
+        "--redis", is_flag=True, help="straight to Redis (REDIS_URL) even when AGENTMILL_API_URL is set"
+    )(g)
+    g = click.option("--token", default=None, help="bearer token with --api (default: AGENTMILL_TOKEN)")(g)
+    return click.option(
+        "--api", "api_url", default=None,
+        help="through the HTTP API at this URL instead of Redis (default: AGENTMILL_API_URL)",
+    )(g)  # fmt: skip
 
 
 def progress_bar() -> Progress:

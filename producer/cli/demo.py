@@ -13,7 +13,7 @@ from rich.table import Table
 
 from agentmill_client.models import RunEvent
 from agentmill_client.statuses import TERMINAL
-from producer.cli.common import console, err, exit_with, print_event, progress_bar, safe_url
+from producer.cli.common import console, exit_with, print_event, progress_bar, safe_url, say_error
 from shared import logs
 from shared.loop import run as run_loop
 from shared.settings import Settings, get_settings
@@ -86,7 +86,7 @@ async def _demo(n: int) -> int:
         try:
             server = EmbeddedRedis().start()
         except EmbeddedRedisError as exc:
-            err.print(f"[red]error:[/] {exc}")
+            say_error(str(exc))
             return 2
         url = server.url
     settings = Settings(redis_url=url, auth_disabled=True, poll_delay_s=0.02, worker_metrics_port=-1)

@@ -1,5 +1,6 @@
 """``agentmill schedule create|list|get|delete|pause|resume``: a tenant's cron schedules, through the
-HTTP API (``--api``) or straight to Redis (``--tenant``), as producer.schedules keeps them."""
+HTTP API (``--api``) or straight to Redis (``--tenant``), as producer.schedules keeps them. stdout
+holds a line a schedule, or with ``--json`` the API's answer (``list --json``: one schedule a line)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,17 @@ from pydantic import ValidationError
 
 from agentmill_client.errors import ApiError
 from agentmill_client.schedules import MAX_CATCHUP, Overlap, ScheduleInput, ScheduleView
-from producer.cli.common import api_client, console, direct_producer, err, exit_with, reach
+from producer.cli.common import (
+    api_client,
+    console,
+    direct_producer,
+    emit_json,
+    exit_with,
+    json_option,
+    reach,
+    say_error,
+    wire,
+)
 
 __all__ = ["schedule"]
 
@@ -37,7 +48,9 @@ def _line(v: ScheduleView) -> str:
 Call = Callable[[Any], Awaitable[Any]]
 
 
-async def _call(api_url: str | None, token: str | None, tenant: str, via_api: Call, via_redis: Call) -> int:
+async def _call(
+    api_url: str | None, token: str | None, tenant: str, as_json: bool, via_api: Call, via_redis: Call
+) -> int:
     """One call through the API client or a ScheduleStore (with ``tenant``); prints the answer."""
     try:
         if api_url:
@@ -51,12 +64,12 @@ async def _call(api_url: str | None, token: str | None, tenant: str, via_api: Ca
     except ApiError as exc:
         if exc.status in (401, 403):
             raise  # exit_with says it: a refused token
-        err.print(f"[red]error:[/] {exc.message}")
+        say_error(exc.message)
         return 2
     if answer is None:
-        err.print("[red]error:[/] no such schedule")
+        say_error("no such schedule")
         return 2
-    _show(answer)
+    (_emit if as_json else _show)(answer)
     return 0
 
 
@@ -66,11 +79,22 @@ def _show(answer: Any) -> None:
             console.print(_line(v), soft_wrap=True, highlight=False, markup=False)
         return
     if isinstance(answer, ScheduleView):
-        console.print_json(answer.model_dump_json())
+        console.print(_line(answer), soft_wrap=True, highlight=False, markup=False)
         for t in answer.nextFireTimes:
             console.print(f"  next: {_when(t)}")
         return
     console.print(answer)
+
+
+def _emit(answer: Any) -> None:
+    """--json: a schedule as the API sends it; a list one schedule a line; a verdict {result}."""
+    if isinstance(answer, list):
+        for v in answer:
+            emit_json(wire(v))
+    elif isinstance(answer, ScheduleView):
+        emit_json(wire(answer))
+    else:
+        emit_json({"result": answer})
 
 
 def _store_error(exc: Exception) -> ApiError:
@@ -92,15 +116,16 @@ def _store_error(exc: Exception) -> ApiError:
               help="while the previous run is active: skip the firing, enqueue anyway, or cancel_previous")  # fmt: skip
 @click.option("--catchup", type=click.IntRange(1, MAX_CATCHUP), default=10, show_default=True,
               help="after an outage, the latest missed firings made at most")  # fmt: skip
+@json_option
 @reach
 def create(input_file: str, cron: str, schedule_id: str | None, timezone: str, overlap: str, catchup: int,
-           api_url: str | None, token: str | None, tenant: str) -> None:  # fmt: skip
+           as_json: bool, api_url: str | None, token: str | None, tenant: str) -> None:  # fmt: skip
     raw = sys.stdin.buffer.read() if input_file == "-" else Path(input_file).read_bytes()
     try:
         body = ScheduleInput(scheduleId=schedule_id, cron=cron, timezone=timezone, input=orjson.loads(raw),
                              overlap=Overlap(overlap), catchup=catchup)  # fmt: skip
     except (ValidationError, orjson.JSONDecodeError) as exc:
-        err.print(f"[red]error:[/] {exc}")
+        say_error(" ".join(str(exc).split()))
         sys.exit(2)
 
     async def via_redis(a: tuple[Any, str]) -> Any:
@@ -112,35 +137,40 @@ def create(input_file: str, cron: str, schedule_id: str | None, timezone: str, o
         except Exception as exc:
             raise _store_error(exc) from None
 
-    exit_with(_call(api_url, token, tenant, lambda c: c.create_schedule(body), via_redis))
+    exit_with(_call(api_url, token, tenant, as_json, lambda c: c.create_schedule(body), via_redis))
 
 
 @schedule.command("list", help="The tenant's schedules, oldest first.")
 @click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="one schedule a line as JSON (stdout), nothing else")
 @reach
-def ls(limit: int, api_url: str | None, token: str | None, tenant: str) -> None:
+def ls(limit: int, as_json: bool, api_url: str | None, token: str | None, tenant: str) -> None:
     async def via_api(c: Any) -> Any:
         return (await c.list_schedules(limit=limit)).schedules
 
     async def via_redis(a: tuple[Any, str]) -> Any:
         return (await a[0].list(a[1], limit))[0]
 
-    exit_with(_call(api_url, token, tenant, via_api, via_redis))
+    exit_with(_call(api_url, token, tenant, as_json, via_api, via_redis))
 
 
 @schedule.command("get", help="A schedule and its next firing times.")
 @click.argument("schedule_id")
 @click.option("--next", "shown", type=click.IntRange(0, 100), default=5, show_default=True)
+@json_option
 @reach
-def get(schedule_id: str, shown: int, api_url: str | None, token: str | None, tenant: str) -> None:
-    exit_with(_call(api_url, token, tenant, lambda c: c.get_schedule(schedule_id, next=shown),
+def get(
+    schedule_id: str, shown: int, as_json: bool, api_url: str | None, token: str | None, tenant: str
+) -> None:
+    exit_with(_call(api_url, token, tenant, as_json, lambda c: c.get_schedule(schedule_id, next=shown),
                     lambda a: a[0].get(schedule_id, a[1], shown)))  # fmt: skip
 
 
 def _control(verb: str) -> Any:
     @click.argument("schedule_id")
+    @json_option
     @reach
-    def cmd(schedule_id: str, api_url: str | None, token: str | None, tenant: str) -> None:
+    def cmd(schedule_id: str, as_json: bool, api_url: str | None, token: str | None, tenant: str) -> None:
         async def via_api(c: Any) -> Any:
             return (await getattr(c, f"{verb}_schedule")(schedule_id)).result
 
@@ -151,7 +181,7 @@ def _control(verb: str) -> Any:
             verdict = await store.pause(schedule_id, t, verb == "pause")
             return None if verdict == "unknown" else verdict
 
-        exit_with(_call(api_url, token, tenant, via_api, via_redis))
+        exit_with(_call(api_url, token, tenant, as_json, via_api, via_redis))
 
     return cmd
 

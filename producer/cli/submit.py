@@ -42,8 +42,11 @@ from producer.cli.common import (
     exit_with,
     failure_text,
     progress_bar,
+    reach,
+    wire,
 )
 from producer.cli.plan import PASSING_CODES, Parsed, Part, parse_jsonl, parts, retry_delay_ms, to_send
+from shared.quotas import DEFAULT_TENANT
 from shared.settings import get_settings
 
 __all__ = ["Journal", "submit"]
@@ -55,8 +58,7 @@ _LANE_FLAGS = {"priority": "--priority", "runAt": "--run-at"}
 @click.command(help="Submit runs from a JSONL file (one RunInput object per line) as one batch.")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--wait", is_flag=True, help="show the batch's progress until every run ends")
-@click.option("--api", "api_url", default=None, help="submit through the HTTP API instead of Redis")
-@click.option("--token", default=None, help="bearer token with --api (default: AGENTMILL_TOKEN)")
+@reach
 @click.option(
     "--batch-id",
     "--resume",
@@ -80,6 +82,7 @@ def submit(
     wait: bool,
     api_url: str | None,
     token: str | None,
+    tenant: str,
     batch_id: str | None,
     priority: int | None,
     run_at: str | None,
@@ -92,7 +95,7 @@ def submit(
             lanes["runAt"] = run_at_ms(run_at)
         except ValueError as exc:
             raise click.BadParameter(str(exc).removeprefix("runAt: "), param_hint="--run-at") from None
-    exit_with(_submit(file, wait, api_url, token, batch_id, lanes))
+    exit_with(_submit(file, wait, api_url, token, tenant, batch_id, lanes))
 
 
 @dataclass
@@ -175,7 +178,7 @@ async def _through_api(url: str, token: str | None, batch_id: str) -> AsyncItera
             ]  # fmt: skip
 
         async def view() -> dict[str, Any] | None:
-            view: dict[str, Any] = (await c.get_batch(batch_id)).model_dump()
+            view: dict[str, Any] = wire(await c.get_batch(batch_id))
             return view
 
         def passing(exc: BaseException) -> tuple[int | None, float | None] | None:
@@ -190,24 +193,23 @@ async def _through_api(url: str, token: str | None, batch_id: str) -> AsyncItera
 
 
 @contextlib.asynccontextmanager
-async def _through_redis(batch_id: str) -> AsyncIterator[Sender]:
+async def _through_redis(batch_id: str, tenant: str) -> AsyncIterator[Sender]:
     from redis.exceptions import ConnectionError as RedisConnectionError
     from redis.exceptions import TimeoutError as RedisTimeoutError
 
     from producer.listing import Catalog
-    from shared.quotas import DEFAULT_TENANT
 
     async with direct_producer() as p:
         reached = False
 
         async def send(items: list[dict[str, Any]], offset: int, more: bool) -> list[Outcome]:
             nonlocal reached
-            got = await p.submit_many(items, batch_id=batch_id, offset=offset, more=more)
+            got = await p.submit_many(items, tenant=tenant, batch_id=batch_id, offset=offset, more=more)
             reached = True
             return [o.run_id if hasattr(o, "run_id") else (o.code, o.message) for o in got]
 
         async def view() -> dict[str, Any] | None:
-            return await Catalog(p).batch(DEFAULT_TENANT, batch_id)
+            return await Catalog(p).batch(tenant, batch_id)
 
         def passing(exc: BaseException) -> tuple[int | None, float | None] | None:
             lost = isinstance(exc, RedisConnectionError | RedisTimeoutError)  # as for the API: once reached
@@ -248,7 +250,13 @@ async def _send_part(sender: Sender, parsed: Parsed, part: Part, of: int) -> lis
 
 
 async def _submit(
-    file: Path, wait: bool, api_url: str | None, token: str | None, named: str | None, lanes: dict[str, Any]
+    file: Path,
+    wait: bool,
+    api_url: str | None,
+    token: str | None,
+    tenant: str,
+    named: str | None,
+    lanes: dict[str, Any],
 ) -> int:
     if named is not None and not re.match(ID_PATTERN, named):
         raise CliError(
@@ -264,7 +272,8 @@ async def _submit(
     journal = Journal.open(batch_id, file, hashlib.sha256(data).hexdigest(), get_settings().max_batch, n)
     plan = parts(n, journal.part_size)
     todo = to_send(plan, journal.done)
-    resume = shlex.join(["agentmill", "submit", str(file), *(["--api", api_url] if api_url else []),
+    way = ["--api", api_url] if api_url else ["--tenant", tenant] if tenant != DEFAULT_TENANT else []
+    resume = shlex.join(["agentmill", "submit", str(file), *way,
                          *(["--wait"] if wait else []),
                          *[a for k, v in lanes.items() for a in (_LANE_FLAGS[k], str(v))],
                          "--batch-id", batch_id])  # fmt: skip
@@ -279,7 +288,7 @@ async def _submit(
     final: dict[str, Any] | None = None
     async with contextlib.AsyncExitStack() as stack:
         sender = await stack.enter_async_context(
-            _through_api(api_url, token, batch_id) if api_url else _through_redis(batch_id)
+            _through_api(api_url, token, batch_id) if api_url else _through_redis(batch_id, tenant)
         )
         try:
             for part in todo:

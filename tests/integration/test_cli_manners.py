@@ -89,3 +89,23 @@ async def test_runs_ls_never_cuts_a_run_id(redis_url: str) -> None:
             out = await asyncio.to_thread(cli, redis_url, "runs", "ls", *through, env=env)
             words = re.sub(r"\x1b\[[0-9;]*m", " ", out.stdout).split()
             assert out.returncode == 0 and long_id in words, out.stdout
+
+
+async def test_an_error_line_is_one_line_whatever_its_length(redis_url: str) -> None:
+    """Through a pipe (stderr no TTY, 80 columns), a 300-character message is still one line, and
+    markup-like text in it is shown as it is."""
+    long_id = "r[b]" + "x" * 296
+    out = await asyncio.to_thread(cli, redis_url, "status", long_id, env={"COLUMNS": "80"})
+    assert out.returncode == 2 and not out.stdout
+    assert out.stderr.splitlines() == [f"error: no run {long_id} for tenant default"], out.stderr
+
+
+async def test_version_and_the_abort_help_say_what_happens(redis_url: str) -> None:
+    from agentmill_client._version import __version__
+
+    version = await asyncio.to_thread(cli, redis_url, "--version")
+    assert version.returncode == 0 and version.stdout == f"agentmill {__version__}\n"
+    helped = await asyncio.to_thread(cli, redis_url, "abort", "--help")
+    assert "unknown run is an error (exit code 2)" in " ".join(helped.stdout.split())
+    missing = await asyncio.to_thread(cli, redis_url, "abort", "no-such-run")
+    assert missing.returncode == 2 and missing.stderr.startswith("error: no run no-such-run")

@@ -211,4 +211,4 @@ async def test_cli_approve_reject_and_abort(redis: Redis, redis_url: str) -> Non
     finished = await asyncio.to_thread(cli, redis_url, "abort", parked.run_id)
     assert finished.returncode == 0 and "already finished" in finished.stdout
     missing = await asyncio.to_thread(cli, redis_url, "abort", "no-such-run")
-    assert missing.returncode == 2 and "no run" in missing.stdout
+    assert missing.returncode == 2 and "error: no run no-such-run" in missing.stderr and not missing.stdout

@@ -220,10 +220,12 @@ async def test_the_cli_manages_schedules_through_the_api_and_straight_on_redis(r
     async with api(settings(redis_url, schedules=False)) as url:
         via_api = ["--api", url, "--token", "tok-a"]
         made = await asyncio.to_thread(
-            _cli, redis_url, "create", "-", "--id", "hourly", "--cron", "0 * * * *", *via_api, stdin=template
-        )
+            _cli, redis_url, "create", "-", "--id", "hourly", "--cron", "0 * * * *", "--json", *via_api,
+            stdin=template,
+        )  # fmt: skip
         assert made.returncode == 0, made.stderr
-        assert b'"scheduleId": "hourly"' in made.stdout and made.stdout.count(b"next: ") == 5
+        shown = orjson.loads(made.stdout)  # one JSON document, nothing else
+        assert shown["scheduleId"] == "hourly" and len(shown["nextFireTimes"]) == 5
         other = await asyncio.to_thread(
             _cli, redis_url, "get", "hourly", "--next", "2", "--api", url, "--token", "tok-b"
         )
