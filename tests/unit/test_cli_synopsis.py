@@ -58,16 +58,22 @@ def problems(line: str) -> list[str]:
     for i, segment in enumerate(alternatives(text)):
         words = segment.split()[1:] if i == 0 else segment.split()
         cmd, parent, rest = resolve(group, words)
+        if isinstance(cmd, click.Group) and rest and all(w in _options(cmd) for w in rest):
+            continue  # the group's own options (agentmill --version)
         if cmd is group or isinstance(cmd, click.Group):
             found.append(f"no command {' '.join(words[:2])!r}")
             continue
         if i == 0:
             group = parent
-        options = {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)} | {"--help"}
+        options = _options(cmd)
         found += [
             f"{cmd.name}: no option {m[1]}" for w in rest if (m := FLAG.match(w)) and m[1] not in options
         ]
     return found
+
+
+def _options(cmd: click.Command) -> set[str]:
+    return {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)} | {"--help"}
 
 
 def test_the_documents_skipped_examples_hold_commands() -> None:
