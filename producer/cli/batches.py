@@ -60,7 +60,7 @@ async def _runs_ls(
             async with api_client(api_url, token) as c:
                 try:
                     async for summary in c.iter_runs(**flt, metadata=meta, limit=min(limit, 500)):
-                        rows.append(summary.model_dump(exclude_none=True))
+                        rows.append(summary.model_dump(by_alias=True, exclude_none=True))
                         if len(rows) >= limit:
                             break
                 except ApiError as exc:
@@ -120,9 +120,9 @@ async def _batch_call(batch_id: str, api_url: str | None, token: str | None, ten
         async with api_client(api_url, token) as c:
             try:
                 found: dict[str, Any] | None = (
-                    (await c.abort_batch(batch_id)).model_dump()
+                    (await c.abort_batch(batch_id)).model_dump(by_alias=True)
                     if abort
-                    else (await c.get_batch(batch_id)).model_dump()
+                    else (await c.get_batch(batch_id)).model_dump(by_alias=True)
                 )
             except ApiError as exc:
                 if exc.status in (401, 403):
@@ -191,7 +191,7 @@ async def _batch_results(
         if api_url:
             async with api_client(api_url, token) as c:
                 async for line in c.batch_results(batch_id, status=status):
-                    out.write(line.model_dump_json(exclude_none=True).encode() + b"\n")
+                    out.write(line.model_dump_json(by_alias=True, exclude_none=True).encode() + b"\n")
                     n += 1
         else:
             from producer.batch_results import export, parse_statuses

@@ -22,7 +22,7 @@ async def _one(api_url: str | None, token: str | None, tenant: str, call: Any, d
     try:
         if api_url:
             async with api_client(api_url, token) as c:
-                run_id = (await call(c)).runId
+                run_id = (await call(c)).run_id
         else:
             async with direct_producer() as p:
                 run_id = (await direct(Restorer(p), tenant)).run_id
@@ -84,7 +84,7 @@ def retry_batch(batch_id: str, status: str, api_url: str | None, token: str | No
                 except ApiError as exc:
                     err.print(f"[red]error:[/] {exc.code}: {exc.message}")
                     return 2
-            pairs = [(i.runId, i.retryRunId, i.error.message if i.error else "") for i in answer.results]
+            pairs = [(i.run_id, i.retry_run_id, i.error.message if i.error else "") for i in answer.results]
         else:
             async with direct_producer() as p:
                 done = await Restorer(p).retry_batch(batch_id, tenant, wanted)

@@ -169,13 +169,13 @@ async def _through_api(url: str, token: str | None, batch_id: str) -> AsyncItera
             answer = await c.create_batch(items, batch_id=batch_id, offset=offset, more=more)
             reached = True
             return [
-                r.runId if r.runId and r.error is None else
+                r.run_id if r.run_id and r.error is None else
                 ((r.error.code, r.error.message) if r.error else ("not_accepted", "not accepted"))
                 for r in answer.results
             ]  # fmt: skip
 
         async def view() -> dict[str, Any] | None:
-            view: dict[str, Any] = (await c.get_batch(batch_id)).model_dump()
+            view: dict[str, Any] = (await c.get_batch(batch_id)).model_dump(by_alias=True)
             return view
 
         def passing(exc: BaseException) -> tuple[int | None, float | None] | None:
