@@ -55,24 +55,24 @@ async def read_pool(parts: Partitions[Any], *, now_ms: int, lease_ms: int) -> Po
             index=p.index,
             queued=sum(max(0, int(n)) for n in r[1]),
             running=sum(int(n) for n in h),
-            awaitingHuman=int(r[2]),
+            awaiting_human=int(r[2]),
         )
         for p, r, h in zip(parts.parts, replies, held, strict=True)
     ]
     workers = [
         PoolWorker(
-            leaseId=w,
+            lease_id=w,
             runs=sum(int(r[i]) for r in held),
-            leaseAgeMs=max(0, now_ms - (int(expiry[w]) - lease_ms)),  # expiry = last renewal + lease
-            expiresInMs=max(0, int(expiry[w]) - now_ms),
+            lease_age_ms=max(0, now_ms - (int(expiry[w]) - lease_ms)),  # expiry = last renewal + lease
+            expires_in_ms=max(0, int(expiry[w]) - now_ms),
         )
         for i, w in enumerate(ids)
     ]
     return PoolAnswer(
         now=now_ms,
-        leaseMs=lease_ms,
+        lease_ms=lease_ms,
         workers=workers,
         partitions=partitions,
         minutes=per_minute,
-        lastHour={f: sum(getattr(m, f) for m in per_minute) for f in FIELDS},
+        last_hour={f: sum(getattr(m, f) for m in per_minute) for f in FIELDS},
     )

@@ -43,8 +43,8 @@ def usage_range(start: str | None, end: str | None, today: dt.date) -> tuple[dt.
 
 
 def _totals(fields: dict[str, int]) -> UsageTotals:
-    return UsageTotals(inputTokens=fields.get("in", 0), outputTokens=fields.get("out", 0),
-                       costUsd=round(fields.get("cost", 0) / NANO_USD, 9), runs=fields.get("runs", 0))  # fmt: skip
+    return UsageTotals(input_tokens=fields.get("in", 0), output_tokens=fields.get("out", 0),
+                       cost_usd=round(fields.get("cost", 0) / NANO_USD, 9), runs=fields.get("runs", 0))  # fmt: skip
 
 
 async def read_usage(parts: Parts, tenant: str, first: dt.date, last: dt.date) -> UsageAnswer:

@@ -34,7 +34,7 @@ def _accepted(api: Api, sub: Submitted, response: Response) -> Accepted:
     api.metrics.submitted("accepted" if sub.created else "replayed")
     if not sub.created:
         response.status_code = 200
-    return Accepted(runId=sub.run_id, status=sub.status, eventsUrl=f"/v1/runs/{sub.run_id}/events")
+    return Accepted(run_id=sub.run_id, status=sub.status, events_url=f"/v1/runs/{sub.run_id}/events")
 
 
 @router.post(
@@ -73,8 +73,8 @@ async def fork_run(
     sub = await Restorer(api.producer).fork(
         run_id,
         tenant,
-        body.atSeq,
-        body.inputMessages,
+        body.at_seq,
+        body.input_messages,
         quota=api.quotas.of(tenant),
         idempotency_key=idempotency_key,
     )
@@ -102,8 +102,8 @@ async def retry_batch(
     items = []
     for original, got in done:
         if isinstance(got, SubmissionError):
-            items.append(BatchRetryItem(runId=original, error=ErrorBody(**got.as_dict())))
+            items.append(BatchRetryItem(run_id=original, error=ErrorBody(**got.as_dict())))
         else:
-            items.append(BatchRetryItem(runId=original, retryRunId=got.run_id))
-    api.metrics.submitted("accepted", sum(1 for i in items if i.retryRunId))
-    return BatchRetryAnswer(batchId=batch_id, results=items)
+            items.append(BatchRetryItem(run_id=original, retry_run_id=got.run_id))
+    api.metrics.submitted("accepted", sum(1 for i in items if i.retry_run_id))
+    return BatchRetryAnswer(batch_id=batch_id, results=items)

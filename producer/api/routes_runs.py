@@ -132,7 +132,7 @@ async def submit(
     api.metrics.submitted("accepted" if sub.created else "replayed")
     if not sub.created:
         response.status_code = 200
-    return Accepted(runId=sub.run_id, status=sub.status, eventsUrl=f"/v1/runs/{sub.run_id}/events")
+    return Accepted(run_id=sub.run_id, status=sub.status, events_url=f"/v1/runs/{sub.run_id}/events")
 
 
 @router.post(
@@ -256,7 +256,7 @@ async def abort(run_id: str, api: ApiDep, tenant: Tenant) -> AbortAnswer:
         verdict = "finished" if await api.producer.get(run_id, tenant=tenant) is not None else verdict
     if verdict == "unknown":
         raise ApiError(404, "unknown_run", f"no run {run_id}")
-    return AbortAnswer(runId=run_id, result=verdict)
+    return AbortAnswer(run_id=run_id, result=verdict)
 
 
 @router.post(
@@ -284,8 +284,8 @@ async def approvals(run_id: str, body: ApprovalsBody, api: ApiDep, tenant: Tenan
         if verdict in ("not_awaiting", "moved"):
             raise ApiError(409, "not_awaiting_approval", f"run {run_id} is not waiting for approval")
         resumed = resumed or verdict == "resumed"
-        out.append(ApprovalVerdict(toolCallId=d.tool_call_id, result=verdict))
-    return ApprovalsAnswer(runId=run_id, results=out, resumed=resumed)
+        out.append(ApprovalVerdict(tool_call_id=d.tool_call_id, result=verdict))
+    return ApprovalsAnswer(run_id=run_id, results=out, resumed=resumed)
 
 
 @router.post(
@@ -299,10 +299,10 @@ async def tool_results(run_id: str, body: ToolResultsBody, api: ApiDep, tenant: 
     verdict, call, each = await api.producer.post_tool_results(key, body.results, tenant=tenant)
     if verdict in ("recorded", "resumed"):
         out = [
-            ToolResultVerdict(toolCallId=r.tool_call_id, result=v)
+            ToolResultVerdict(tool_call_id=r.tool_call_id, result=v)
             for r, v in zip(body.results, each, strict=True)
         ]
-        return ToolResultsAnswer(runId=run_id, results=out, resumed=verdict == "resumed")
+        return ToolResultsAnswer(run_id=run_id, results=out, resumed=verdict == "resumed")
     status, message = {
         "unknown_run": (404, f"no run {run_id}"),
         "unknown_call": (404, f"run {run_id} has no tool call {call}"),

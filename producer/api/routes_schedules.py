@@ -31,7 +31,7 @@ _404 = {**COMMON_ERRORS, **NOT_FOUND}
     summary="Create a schedule",
 )
 async def create(body: ScheduleInput, api: ApiDep, tenant: Tenant, response: Response) -> ScheduleView:
-    schedule_id = body.scheduleId or "sch_" + new_run_id()[4:]
+    schedule_id = body.schedule_id or "sch_" + new_run_id()[4:]
     view, created = await api.schedules.create(body, tenant, schedule_id)
     if not created:
         response.status_code = 200
@@ -73,14 +73,14 @@ async def get_schedule(
 async def delete(schedule_id: str, api: ApiDep, tenant: Tenant) -> ScheduleAnswer:
     if not await api.schedules.delete(schedule_id, tenant):
         raise not_found("schedule", schedule_id)
-    return ScheduleAnswer(scheduleId=schedule_id, result="deleted")
+    return ScheduleAnswer(schedule_id=schedule_id, result="deleted")
 
 
 async def _pause(schedule_id: str, api: ApiDep, tenant: str, paused: bool) -> ScheduleAnswer:
     verdict = await api.schedules.pause(schedule_id, tenant, paused)
     if verdict == "unknown":
         raise not_found("schedule", schedule_id)
-    return ScheduleAnswer(scheduleId=schedule_id, result=verdict)
+    return ScheduleAnswer(schedule_id=schedule_id, result=verdict)
 
 
 @router.post(

@@ -110,7 +110,7 @@ async def _demo(n: int) -> int:
                 for i in range(n)
             ]  # fmt: skip
             results = await c.submit_batch(items)
-            ids = [r.runId for r in results if r.runId]
+            ids = [r.run_id for r in results if r.run_id]
             console.print(f"submitted {len(ids)} runs through POST /v1/runs/batch")
             watched = ids[0]
             tail_lines: list[RunEvent] = []

@@ -116,7 +116,7 @@ def retry_batch(batch_id: str, status: str, as_json: bool, api_url: str | None, 
                         raise  # exit_with says it: a refused token
                     say_error(f"{exc.code}: {exc.message}")
                     return 2
-            pairs = [(i.runId, i.retryRunId, i.error.message if i.error else "") for i in answer.results]
+            pairs = [(i.run_id, i.retry_run_id, i.error.message if i.error else "") for i in answer.results]
         else:
             async with direct_producer() as p:
                 done = await Restorer(p).retry_batch(batch_id, tenant, wanted)

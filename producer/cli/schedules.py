@@ -41,8 +41,8 @@ def _when(ms: int) -> str:
 
 
 def _line(v: ScheduleView) -> str:
-    state = "paused" if v.paused else f"next {_when(v.nextFireTimes[0])}" if v.nextFireTimes else ""
-    return f"{v.scheduleId}  {v.cron!r} {v.timezone}  {state}  fired {v.fired}, skipped {v.skipped}"
+    state = "paused" if v.paused else f"next {_when(v.next_fire_times[0])}" if v.next_fire_times else ""
+    return f"{v.schedule_id}  {v.cron!r} {v.timezone}  {state}  fired {v.fired}, skipped {v.skipped}"
 
 
 Call = Callable[[Any], Awaitable[Any]]
@@ -80,7 +80,7 @@ def _show(answer: Any) -> None:
         return
     if isinstance(answer, ScheduleView):
         console.print(_line(answer), soft_wrap=True, highlight=False, markup=False)
-        for t in answer.nextFireTimes:
+        for t in answer.next_fire_times:
             console.print(f"  next: {_when(t)}")
         return
     console.print(answer)
@@ -122,7 +122,7 @@ def create(input_file: str, cron: str, schedule_id: str | None, timezone: str, o
            as_json: bool, api_url: str | None, token: str | None, tenant: str) -> None:  # fmt: skip
     raw = sys.stdin.buffer.read() if input_file == "-" else Path(input_file).read_bytes()
     try:
-        body = ScheduleInput(scheduleId=schedule_id, cron=cron, timezone=timezone, input=orjson.loads(raw),
+        body = ScheduleInput(schedule_id=schedule_id, cron=cron, timezone=timezone, input=orjson.loads(raw),
                              overlap=Overlap(overlap), catchup=catchup)  # fmt: skip
     except (ValidationError, orjson.JSONDecodeError) as exc:
         say_error(" ".join(str(exc).split()))

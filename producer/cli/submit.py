@@ -172,7 +172,7 @@ async def _through_api(url: str, token: str | None, batch_id: str) -> AsyncItera
             answer = await c.create_batch(items, batch_id=batch_id, offset=offset, more=more)
             reached = True
             return [
-                r.runId if r.runId and r.error is None else
+                r.run_id if r.run_id and r.error is None else
                 ((r.error.code, r.error.message) if r.error else ("not_accepted", "not accepted"))
                 for r in answer.results
             ]  # fmt: skip

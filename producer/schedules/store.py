@@ -186,18 +186,18 @@ def view_of(h: dict[str, str], shown: int) -> ScheduleView:
             else [next_fire]
         )
     return ScheduleView(
-        scheduleId=h[SF.CLIENT_ID],
+        schedule_id=h[SF.CLIENT_ID],
         cron=h[SF.CRON],
         timezone=h[SF.TIMEZONE],
         input=orjson.loads(h[SF.INPUT]),
         overlap=h[SF.OVERLAP],
         catchup=int(h[SF.CATCHUP]),
         paused=paused,
-        createdAt=int(h[SF.CREATED_AT]),
-        nextFireTimes=times,
-        lastFireAt=int(h[SF.LAST_FIRE]) if h.get(SF.LAST_FIRE) else None,
-        lastRunId=h.get(SF.LAST_RUN) or None,
+        created_at=int(h[SF.CREATED_AT]),
+        next_fire_times=times,
+        last_fire_at=int(h[SF.LAST_FIRE]) if h.get(SF.LAST_FIRE) else None,
+        last_run_id=h.get(SF.LAST_RUN) or None,
         fired=int(h.get(SF.FIRED) or 0),
         skipped=int(h.get(SF.SKIPPED) or 0),
-        lastError=h.get(SF.LAST_ERROR) or None,
+        last_error=h.get(SF.LAST_ERROR) or None,
     )

@@ -139,7 +139,7 @@ async def test_the_python_client_streams_typed_lines(redis_url: str) -> None:
             lines = [x async for x in client.batch_results("typed")]
             assert all(isinstance(x, BatchResultLine) for x in lines)
             assert [x.index for x in lines] == list(range(10))
-            assert lines[0].text == "answer 0" and lines[3].lastError is not None
+            assert lines[0].text == "answer 0" and lines[3].last_error is not None
             failed = [x async for x in client.batch_results("typed", status=["failed"])]
             assert [x.index for x in failed] == [3]
 
@@ -155,7 +155,9 @@ async def test_the_blocking_client_and_the_cli_write_the_lines(redis_url: str) -
             with Client(url, token="tok-a") as client:
                 return list(client.batch_results("cli"))
 
-        assert [x.model_dump(exclude_none=True) for x in await asyncio.to_thread(blocking)] == expected
+        assert [
+            x.model_dump(by_alias=True, exclude_none=True) for x in await asyncio.to_thread(blocking)
+        ] == expected
         # stdout is the lines and nothing else, through the API and straight from Redis alike.
         via_api = await asyncio.to_thread(
             cli, redis_url, "batch", "results", "cli", "--api", url, "--token", "tok-a"

@@ -379,9 +379,9 @@ async def test_cli_and_client_find_runs_and_follow_batches(redis_url: str, tmp_p
                           toolPolicy={"requireApprovalByDefault": True}) for _ in range(3)],
                 batch_id="parked",
             )  # fmt: skip
-            assert parked.batchId == "parked" and all(r.runId for r in parked.results)
+            assert parked.batch_id == "parked" and all(r.run_id for r in parked.results)
             page = await c.list_runs(metadata={"i": 2}, limit=10)
-            assert len(page.runs) == 1 and page.runs[0].batchId == batch_id and page.next is None
+            assert len(page.runs) == 1 and page.runs[0].batch_id == batch_id and page.next is None
             assert len([r async for r in c.iter_runs(batch_id=batch_id, limit=2)]) == 5
             for _ in range(100):
                 if (await c.get_batch("parked")).counts["awaiting_human"] == 3:

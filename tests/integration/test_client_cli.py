@@ -69,7 +69,7 @@ async def test_events_survive_an_api_restart_and_yield_every_seq_once(redis_url:
         ]
         transport = StreamCount()
         async with AsyncClient(f"http://127.0.0.1:{port}", transport=transport) as c:
-            run_id = (await c.submit(script_run(script))).runId
+            run_id = (await c.submit(script_run(script))).run_id
             seen: list[int] = []
             restarted = False
             async for e in c.events(run_id):
@@ -84,7 +84,7 @@ async def test_events_survive_an_api_restart_and_yield_every_seq_once(redis_url:
             view = await c.get(run_id)
         assert restarted and view.status == "completed"
         assert view.result is not None and view.result.final_assistant_message is not None
-        assert seen == list(range(1, view.lastSeq + 1))
+        assert seen == list(range(1, view.last_seq + 1))
         assert transport.streams == 2  # the first ended at the restart, not after the run
     finally:
         wp.request_stop()
@@ -104,16 +104,16 @@ def test_sync_client_round_trip(redis_url: str) -> None:
             pass
         with Client(f"http://127.0.0.1:{port}") as c:
             sub = c.submit(script_run([{"text": "x"}]), idempotency_key="k1")
-            assert c.submit(script_run([{"text": "x"}]), idempotency_key="k1").runId == sub.runId
-            assert c.get(sub.runId).status == "queued"
-            assert c.abort(sub.runId).result == "aborted"
-            assert [e.payload["status"] for e in c.events(sub.runId)] == ["aborted"]
+            assert c.submit(script_run([{"text": "x"}]), idempotency_key="k1").run_id == sub.run_id
+            assert c.get(sub.run_id).status == "queued"
+            assert c.abort(sub.run_id).result == "aborted"
+            assert [e.payload["status"] for e in c.events(sub.run_id)] == ["aborted"]
             items = c.submit_batch([script_run([{"text": "y"}]), {"inputMessages": []}])
-            assert items[0].runId and items[0].error is None
-            assert items[1].runId is None and items[1].error is not None
+            assert items[0].run_id and items[0].error is None
+            assert items[1].run_id is None and items[1].error is not None
             assert items[1].error.field == "runs.1.inputMessages"
             with pytest.raises(ApiError) as err:
-                c.approve(sub.runId, "nope")
+                c.approve(sub.run_id, "nope")
             assert err.value.status == 409 and err.value.code == "not_awaiting_approval"
     finally:
         server.should_exit = True

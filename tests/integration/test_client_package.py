@@ -32,15 +32,15 @@ import shared                      # the service's own package, not agentmill's
 from agentmill_client import AsyncClient, Client, RunInput, __version__
 
 url = sys.argv[1]
-runs = [RunInput(agent="scripted", inputMessages=[{"role": "user", "content": f"item {i}"}],
-                 runtimeHints={"script": [{"text": f"done {i}"}]}) for i in range(3)]
+runs = [RunInput(agent="scripted", input_messages=[{"role": "user", "content": f"item {i}"}],
+                 runtime_hints={"script": [{"text": f"done {i}"}]}) for i in range(3)]
 with Client(url, token="tok-a") as c:
     answer = c.create_batch(runs, batch_id="svc-batch")
-    view = c.wait_batch(answer.batchId, timeout=30)
+    view = c.wait_batch(answer.batch_id, timeout=30)
 
 async def again():
     async with AsyncClient(url, token="tok-a") as c:
-        return [r.result.final_assistant_message.content for r in [await c.get(i.runId) for i in answer.results]]
+        return [r.result.final_assistant_message.content for r in [await c.get(i.run_id) for i in answer.results]]
 
 print(json.dumps({"own": shared.NAME, "version": __version__, "finished": view.finished,
                   "counts": view.counts, "texts": asyncio.run(again())}))

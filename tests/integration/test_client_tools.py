@@ -176,12 +176,12 @@ async def test_run_declared_client_tools_the_api_the_client_and_the_cli(
             with pytest.raises(ApiError) as exc:
                 await c.submit(crm_run([], clientTools=[{**browser, "parameters": {"type": 5}}]))
             assert exc.value.status == 422
-            run_id = (await c.submit(crm_run([calls, {"text": "opened both"}], clientTools=[browser]))).runId
+            run_id = (await c.submit(crm_run([calls, {"text": "opened both"}], clientTools=[browser]))).run_id
             await until_status(redis, run_id, "awaiting_tools")
             view = await c.get(run_id)
-            assert view.status == "awaiting_tools" and len(view.pendingToolCalls or []) == 2
+            assert view.status == "awaiting_tools" and len(view.pending_tool_calls or []) == 2
             listed = await c.list_runs(status="awaiting_tools")  # the listing indexes follow the status
-            assert [r.runId for r in listed.runs] == [run_id]
+            assert [r.run_id for r in listed.runs] == [run_id]
             with pytest.raises(ApiError) as exc:
                 await c.tool_result(run_id, "zz", "x")
             assert (exc.value.status, exc.value.code) == (404, "unknown_tool_call")
@@ -190,7 +190,7 @@ async def test_run_declared_client_tools_the_api_the_client_and_the_cli(
             assert exc.value.status == 404
             answer = await c.tool_result(run_id, "c1.0", "page one")
             assert not answer.resumed and answer.results[0].result == "recorded"
-            assert len((await c.get(run_id)).pendingToolCalls or []) == 1
+            assert len((await c.get(run_id)).pending_tool_calls or []) == 1
             with pytest.raises(ApiError) as exc:
                 await c.tool_result(run_id, "c1.0", "a different page")
             assert (exc.value.status, exc.value.code) == (409, "conflict")

@@ -199,8 +199,8 @@ async def test_priority_and_run_at_through_the_api_with_tenant_isolation(redis_u
         async with AsyncClient(url, token="tok-a") as client:
             when_dt = datetime(2099, 1, 31, 9, tzinfo=UTC)
             sent = await client.submit(RunInput.model_validate(body(priority=1, runAt=when_dt)))
-            seen = await client.get(sent.runId)
-            assert (seen.status, seen.priority, seen.runAt) == ("scheduled", 1, 4073533200000)
+            seen = await client.get(sent.run_id)
+            assert (seen.status, seen.priority, seen.run_at) == ("scheduled", 1, 4073533200000)
 
 
 async def test_cli_submit_takes_priority_and_run_at(redis: Redis, redis_url: str, tmp_path: Path) -> None:

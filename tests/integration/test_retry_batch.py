@@ -32,7 +32,7 @@ async def test_a_batchs_failed_runs_are_retried_in_their_places(
     async with api(settings(redis_url)) as url, AsyncClient(url, token="tok-a") as c:
         runs = [run_body(FAILS_ONCE), run_body([{"text": "fine"}]), run_body(FAILS_ONCE)]
         batch = await c.create_batch(runs, batch_id="nightly")
-        ids = [i.runId for i in batch.results]
+        ids = [i.run_id for i in batch.results]
         assert all(ids)
         await c.wait_batch("nightly", timeout=30)
         before = await c.get_batch("nightly")
@@ -40,12 +40,12 @@ async def test_a_batchs_failed_runs_are_retried_in_their_places(
         assert [v.status for v in (await settled(c, ids)).values()] == ["failed", "completed", "failed"]
 
         answer = await c.retry_batch("nightly")
-        assert {i.runId for i in answer.results} == {ids[0], ids[2]}
-        retries = {i.runId: i.retryRunId for i in answer.results}
+        assert {i.run_id for i in answer.results} == {ids[0], ids[2]}
+        retries = {i.run_id: i.retry_run_id for i in answer.results}
         assert all(retries.values())
         views = await settled(c, list(retries.values()))  # type: ignore[arg-type]
         assert {v.status for v in views.values()} == {"completed"}
-        assert {v.retryOf for v in views.values()} == {ids[0], ids[2]}
+        assert {v.retry_of for v in views.values()} == {ids[0], ids[2]}
         after = await c.wait_batch("nightly", timeout=30)
         assert (after.total, after.counts["completed"], after.counts["failed"], after.finished) == (
             3,
@@ -54,17 +54,17 @@ async def test_a_batchs_failed_runs_are_retried_in_their_places(
             True,
         )
         results = [r async for r in c.batch_results("nightly")]
-        assert [(r.index, r.runId) for r in results] == [
+        assert [(r.index, r.run_id) for r in results] == [
             (0, retries[ids[0]]),
             (1, ids[1]),
             (2, retries[ids[2]]),
         ]
         listed = (await c.batch_runs("nightly", limit=10)).runs
         assert len(listed) == 5  # the failed runs stay listed, naming their retries
-        by_id = {r.runId: r for r in listed}
-        assert by_id[ids[0]].retriedBy == retries[ids[0]] and by_id[retries[ids[2]]].retryOf == ids[2]
+        by_id = {r.run_id: r for r in listed}
+        assert by_id[ids[0]].retried_by == retries[ids[0]] and by_id[retries[ids[2]]].retry_of == ids[2]
         assert (await c.retry_batch("nightly")).results == []  # nothing failed any more
-        assert (await c.get(ids[0])).retriedBy == retries[ids[0]]
+        assert (await c.get(ids[0])).retried_by == retries[ids[0]]
 
         # Another tenant's batch is not there; a status that cannot be retried is refused.
         async with AsyncClient(url, token="tok-b") as other:
@@ -74,20 +74,20 @@ async def test_a_batchs_failed_runs_are_retried_in_their_places(
             await c.retry_batch("nightly", status="completed")
 
         # The client's retry and fork of one run.
-        one = (await c.submit(run_body(FAILS_ONCE))).runId
+        one = (await c.submit(run_body(FAILS_ONCE))).run_id
         assert (await c.wait(one, timeout=20)).status == "failed"
         again = await c.retry(one)
-        view = await c.wait(again.runId, timeout=20)
-        assert (view.status, view.retryOf) == ("completed", one)
-        forked = await c.fork(again.runId, 1, [Message(role="user", content="hello?")])
-        fview = await c.wait(forked.runId, timeout=20)
-        assert (fview.status, fview.forkOf, fview.atSeq) == ("completed", again.runId, 1)
+        view = await c.wait(again.run_id, timeout=20)
+        assert (view.status, view.retry_of) == ("completed", one)
+        forked = await c.fork(again.run_id, 1, [Message(role="user", content="hello?")])
+        fview = await c.wait(forked.run_id, timeout=20)
+        assert (fview.status, fview.fork_of, fview.at_seq) == ("completed", again.run_id, 1)
 
         # An Idempotency-Key names one retry (or fork) of a run: sent again, the same run, answered 200.
         key = {"Idempotency-Key": "once"}
         first, second = [await c.http.post(f"/v1/runs/{one}/retry", headers=key) for _ in range(2)]
         assert (first.status_code, second.status_code) == (202, 200)
-        assert first.json()["runId"] == second.json()["runId"] != again.runId
+        assert first.json()["runId"] == second.json()["runId"] != again.run_id
         body = {"atSeq": 1}
         f1, f2 = [await c.http.post(f"/v1/runs/{one}/fork", json=body, headers=key) for _ in range(2)]
         assert (f1.status_code, f2.status_code, f1.json()["runId"]) == (202, 200, f2.json()["runId"])
@@ -129,16 +129,16 @@ async def test_retries_across_partitions_take_their_places(redis_url: str) -> No
         AsyncClient(url, token="tok-a") as c,
     ):
         runs = [run_body(FAILS_ONCE) for _ in range(8)]
-        ids = [i.runId for i in (await c.create_batch(runs, batch_id="wide")).results]
+        ids = [i.run_id for i in (await c.create_batch(runs, batch_id="wide")).results]
         await c.wait_batch("wide", timeout=30)
         answer = await c.retry_batch("wide")
-        retries = {i.runId: i.retryRunId for i in answer.results}
+        retries = {i.run_id: i.retry_run_id for i in answer.results}
         assert set(retries) == set(ids) and all(retries.values())
         after = await c.wait_batch("wide", timeout=30)
         assert (after.total, after.counts["completed"], after.counts["failed"]) == (8, 8, 0)
         results = [r async for r in c.batch_results("wide")]
-        assert [r.runId for r in results] == [retries[i] for i in ids]
-        tags = {(await c.get(i)).streamKey.split("}")[0] != (await c.get(r)).streamKey.split("}")[0]  # type: ignore[union-attr]
+        assert [r.run_id for r in results] == [retries[i] for i in ids]
+        tags = {(await c.get(i)).stream_key.split("}")[0] != (await c.get(r)).stream_key.split("}")[0]  # type: ignore[union-attr]
                 for i, r in retries.items()}  # fmt: skip
         assert True in tags  # some retry lives on another partition than the run it replaced
 

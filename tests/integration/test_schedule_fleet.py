@@ -67,8 +67,8 @@ async def _fleet(redis: Redis, redis_url: str, tmp_path: Path, seconds: int) -> 
         store = ScheduleStore(producer_for(redis, redis_url))
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{ports[0]}", timeout=10) as c:
             made = await c.post("/v1/schedules", json=ScheduleInput(
-                scheduleId="tick", cron="* * * * * *", input=run_body(), overlap="enqueue",  # type: ignore[arg-type]
-            ).model_dump(exclude_none=True))  # fmt: skip
+                schedule_id="tick", cron="* * * * * *", input=run_body(), overlap="enqueue",  # type: ignore[arg-type]
+            ).model_dump(by_alias=True, exclude_none=True))  # fmt: skip
             assert made.status_code == 201, made.text
             first = made.json()["nextFireTimes"][0]
             assert await asyncio.to_thread(doomed.wait, 15) == -signal.SIGKILL, "the failpoint never fired"
@@ -89,7 +89,7 @@ async def _fleet(redis: Redis, redis_url: str, tmp_path: Path, seconds: int) -> 
         assert missing in ([], window[-1:]), missing  # only the firing due as the pause came may be missing
         assert seconds - 1 <= len(runs) <= seconds + 2, (len(runs), seconds)
         view = await store.get("tick", "default")
-        assert view is not None and view.lastRunId == runs[-1]
+        assert view is not None and view.last_run_id == runs[-1]
         p = producer_for(redis, redis_url)
         ended = [await p.wait(r, timeout_s=30) for r in runs]
         assert [r.status.value if r else None for r in ended] == ["completed"] * len(runs)

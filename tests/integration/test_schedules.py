@@ -39,20 +39,20 @@ async def test_the_api_creates_shows_lists_pauses_resumes_and_deletes_a_tenants_
     s = settings(redis_url, schedules=False)  # nothing fires: this test is about the calls
     async with api(s) as url, AsyncClient(url, token="tok-a") as ca, AsyncClient(url, token="tok-b") as cb:
         made = await ca.create_schedule(
-            ScheduleInput(scheduleId="nightly", cron="30 9 * * 1-5", timezone="Europe/Paris", input=body())
+            ScheduleInput(schedule_id="nightly", cron="30 9 * * 1-5", timezone="Europe/Paris", input=body())
         )
-        assert made.scheduleId == "nightly" and made.overlap == "skip" and made.catchup == 10
-        paris = [datetime.fromtimestamp(t / 1000, ZoneInfo("Europe/Paris")) for t in made.nextFireTimes]
+        assert made.schedule_id == "nightly" and made.overlap == "skip" and made.catchup == 10
+        paris = [datetime.fromtimestamp(t / 1000, ZoneInfo("Europe/Paris")) for t in made.next_fire_times]
         assert len(paris) == 5 and paris == sorted(paris) and paris[0].timestamp() > time.time()
         assert all((d.hour, d.minute, d.second) == (9, 30, 0) and d.weekday() < 5 for d in paris), paris
         again = await ca.create_schedule(
-            ScheduleInput(scheduleId="nightly", cron="30 9 * * 1-5", timezone="Europe/Paris", input=body())
+            ScheduleInput(schedule_id="nightly", cron="30 9 * * 1-5", timezone="Europe/Paris", input=body())
         )
-        assert again.createdAt == made.createdAt
+        assert again.created_at == made.created_at
         with pytest.raises(ApiError) as conflict:
-            await ca.create_schedule(ScheduleInput(scheduleId="nightly", cron="0 * * * *", input=body()))
+            await ca.create_schedule(ScheduleInput(schedule_id="nightly", cron="0 * * * *", input=body()))
         assert conflict.value.status == 409
-        assert len((await ca.get_schedule("nightly", next=12)).nextFireTimes) == 12
+        assert len((await ca.get_schedule("nightly", next=12)).next_fire_times) == 12
 
         # Another tenant: the same id is another schedule, and A's answers 404 to every call of B.
         for call in (cb.get_schedule, cb.delete_schedule, cb.pause_schedule, cb.resume_schedule):
@@ -60,14 +60,16 @@ async def test_the_api_creates_shows_lists_pauses_resumes_and_deletes_a_tenants_
                 await call("nightly")
             assert (no.value.status, no.value.code) == (404, "unknown_schedule")
         assert (await cb.list_schedules()).schedules == []
-        theirs = await cb.create_schedule(ScheduleInput(scheduleId="nightly", cron="* * * * *", input=body()))
+        theirs = await cb.create_schedule(
+            ScheduleInput(schedule_id="nightly", cron="* * * * *", input=body())
+        )
         assert theirs.cron == "* * * * *" and (await ca.get_schedule("nightly")).cron == "30 9 * * 1-5"
-        assert [v.scheduleId for v in (await ca.list_schedules()).schedules] == ["nightly"]
+        assert [v.schedule_id for v in (await ca.list_schedules()).schedules] == ["nightly"]
 
         assert (await ca.pause_schedule("nightly")).result == "paused"
         assert (await ca.pause_schedule("nightly")).result == "unchanged"
         paused = await ca.get_schedule("nightly")
-        assert paused.paused and paused.nextFireTimes == []
+        assert paused.paused and paused.next_fire_times == []
         assert await Redis.from_url(redis_url).zcard(P.schedules_due) == 1  # B's only
         assert (await ca.resume_schedule("nightly")).result == "resumed"
         assert not (await ca.get_schedule("nightly")).paused
@@ -106,7 +108,7 @@ async def test_a_schedule_that_cannot_fire_is_refused_naming_its_field(
 async def _every_second(redis: Redis, redis_url: str, sid: str, **kw: object) -> ScheduleStore:
     p = producer_for(redis, redis_url)
     store = ScheduleStore(p)
-    await store.create(ScheduleInput(scheduleId=sid, cron="* * * * * *", input=body(), **kw), "default", sid)  # type: ignore[arg-type]
+    await store.create(ScheduleInput(schedule_id=sid, cron="* * * * * *", input=body(), **kw), "default", sid)  # type: ignore[arg-type]
     return store
 
 
@@ -130,7 +132,7 @@ async def test_racing_firers_make_each_firing_once(redis: Redis, redis_url: str)
     store = await _every_second(redis, redis_url, "tick", overlap="enqueue")
     made = await store.get("tick", "default")
     assert made is not None
-    first = made.nextFireTimes[0]
+    first = made.next_fire_times[0]
     firers = [Firer(producer_for(redis, redis_url)) for _ in range(4)]
     stop = asyncio.Event()
     loops = [asyncio.create_task(f.run_forever(stop)) for f in firers]
@@ -143,7 +145,7 @@ async def test_racing_firers_make_each_firing_once(redis: Redis, redis_url: str)
     assert len(expected) - len(runs) <= 1  # the last may be due this very moment
     assert 4 <= len(runs) <= 7
     view = await store.get("tick", "default")
-    assert view is not None and view.fired == len(runs) and view.lastRunId == runs[-1]
+    assert view is not None and view.fired == len(runs) and view.last_run_id == runs[-1]
     rec = await producer_for(redis, redis_url).get(runs[0])
     assert rec is not None and rec.status == "queued"
 
@@ -160,8 +162,8 @@ async def test_after_an_outage_the_latest_missed_firings_are_made_up_to_catchup(
     view = await ScheduleStore(producer_for(redis, redis_url)).get("tick", "default")
     assert view is not None
     assert view.skipped == 31 - made and view.fired == made
-    assert runs[-1] == view.lastRunId and run_id_of("tick", first + 30_000) == runs[-1]
-    assert view.nextFireTimes[0] > first + 30_000
+    assert runs[-1] == view.last_run_id and run_id_of("tick", first + 30_000) == runs[-1]
+    assert view.next_fire_times[0] > first + 30_000
     # Again: only firings that came due since (the clock moved on while 31 runs were made on a busy
     # machine), none of those already made.
     again = await Firer(producer_for(redis, redis_url)).fire_due()
@@ -251,17 +253,17 @@ async def test_schedules_live_at_their_homes_and_one_look_fires_every_partitions
     homes = {sid: store.where(sid, "tenant-a")[1] for sid in ids}
     assert len({h.index for h in homes.values()}) > 1
     for sid in ids:
-        await store.create(ScheduleInput(scheduleId=sid, cron="* * * * * *", input=body()), "tenant-a", sid)
+        await store.create(ScheduleInput(schedule_id=sid, cron="* * * * * *", input=body()), "tenant-a", sid)
         key, home = store.where(sid, "tenant-a")
         assert await redis.hget(home.schedule(key), ScheduleField.CLIENT_ID) == sid.encode()
         assert await redis.zscore(home.schedule_index("tenant-a"), key) is not None
         await redis.zadd(home.schedules_due, {key: 0})  # due now
         await redis.hset(home.schedule(key), ScheduleField.NEXT_FIRE, 0)
     assert await Firer(p).fire_due() == 8  # one run each: overlap skip while it is queued
-    assert sorted(v.scheduleId for v in (await store.list("tenant-a"))[0]) == ids
+    assert sorted(v.schedule_id for v in (await store.list("tenant-a"))[0]) == ids
     for sid in ids:
         view = await store.get(sid, "tenant-a")
-        assert view is not None and view.fired == 1 and view.lastRunId is not None
-        assert (await p.get(view.lastRunId, tenant="tenant-a")) is not None
+        assert view is not None and view.fired == 1 and view.last_run_id is not None
+        assert (await p.get(view.last_run_id, tenant="tenant-a")) is not None
         listed, _ = await Catalog(p).list_runs("tenant-a", RunFilter(metadata=(f"schedule={sid}",)))
-        assert [r["runId"] for r in listed] == [view.lastRunId]  # its runs carry its id in their metadata
+        assert [r["runId"] for r in listed] == [view.last_run_id]  # its runs carry its id in their metadata

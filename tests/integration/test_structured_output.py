@@ -135,7 +135,7 @@ async def test_the_api_shows_the_output_of_a_completed_run(redis_url: str) -> No
         AsyncClient(url, token="tok-a") as c,
         running_worker(redis_url),
     ):
-        run_id = (await c.submit(script_run([{"json": GOOD}], responseFormat=RF))).runId
+        run_id = (await c.submit(script_run([{"json": GOOD}], responseFormat=RF))).run_id
         view = await c.wait(run_id, timeout=15)
         assert view.status == "completed" and view.result is not None and view.result.output == GOOD
 

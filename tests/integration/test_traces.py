@@ -116,7 +116,7 @@ async def test_a_run_continues_the_submitters_trace_with_genai_spans(
     ):
         with caller.get_tracer("caller").start_as_current_span("handle request") as root:
             sub = await c.submit({"agent": "gpt", "inputMessages": [{"role": "user", "content": "hush"}]})
-        view = await c.wait(sub.runId, timeout=30)
+        view = await c.wait(sub.run_id, timeout=30)
     assert view.status == "completed"
     spans = exporter.get_finished_spans()
     trace_id = root.get_span_context().trace_id
@@ -127,7 +127,7 @@ async def test_a_run_continues_the_submitters_trace_with_genai_spans(
     assert attempt.name == "invoke_agent gpt"
     assert attempt.parent is not None and attempt.parent.span_id == root.get_span_context().span_id
     attrs = dict(attempt.attributes or {})
-    assert attrs["gen_ai.operation.name"] == "invoke_agent" and attrs["agentmill.run.id"] == key(sub.runId)
+    assert attrs["gen_ai.operation.name"] == "invoke_agent" and attrs["agentmill.run.id"] == key(sub.run_id)
     assert attrs["agentmill.run.attempt"] == 1 and attrs["agentmill.run.outcome"] == "completed"
     retries = [e for e in attempt.events if e.name == "agentmill.retry"]
     assert len(retries) == 1 and dict(retries[0].attributes or {})["agentmill.retry.attempt"] == 1
@@ -152,7 +152,7 @@ async def test_a_run_continues_the_submitters_trace_with_genai_spans(
 
     tool_spans = {s.name: s for s in by_name(spans, "execute_tool ")}
     assert set(tool_spans) == {"execute_tool echo", "execute_tool flaky", "execute_tool lookup"}
-    events = await stream(redis, key(sub.runId))
+    events = await stream(redis, key(sub.run_id))
     call_ids = {e.payload["name"]: e.payload["toolCallId"] for e in events if e.kind == "tool_call"}
     for name, sp in tool_spans.items():
         a = dict(sp.attributes or {})

@@ -52,7 +52,7 @@ async def test_phoenix_holds_one_trace_from_the_caller_across_a_sigkill(
             victim = WorkerProc(redis_url, env={**otel, "AGENTMILL_WORKER_ID": "victim"}).start()
             try:
                 deadline = time.monotonic() + 60
-                while await redis.xlen(K.events(key(sub.runId))) < 8:
+                while await redis.xlen(K.events(key(sub.run_id))) < 8:
                     assert time.monotonic() < deadline, "the victim never got going"
                     await asyncio.sleep(0.05)
                 await asyncio.sleep(0.3)  # its first spans exported
@@ -60,7 +60,7 @@ async def test_phoenix_holds_one_trace_from_the_caller_across_a_sigkill(
                 victim.kill()
             rescuer = WorkerProc(redis_url, env={**otel, "AGENTMILL_WORKER_ID": "rescuer"}).start()
             try:
-                view = await c.wait(sub.runId, timeout=60)
+                view = await c.wait(sub.run_id, timeout=60)
             finally:
                 rescuer.stop()
         caller.shutdown()

@@ -16,7 +16,7 @@ __all__ = ["AsyncScheduleCalls", "ScheduleCalls"]
 def _body(schedule: ScheduleInput | dict[str, Any]) -> dict[str, Any]:
     if isinstance(schedule, dict):
         return schedule
-    return schedule.model_dump(mode="json", exclude_none=True)
+    return schedule.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 class AsyncScheduleCalls:

@@ -1,12 +1,13 @@
 """The HTTP API's answers, shared by the API (which documents them in OpenAPI) and the Python
-client (which returns them). Field names are the wire's camelCase."""
+client (which returns them). Attributes are snake_case, the JSON camelCase (base.Answer)."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
+from agentmill_client.base import Answer
 from agentmill_client.inputs import ClientToolResult
 from agentmill_client.messages import Message
 from agentmill_client.outputs import RunEvent, RunResult, Usage
@@ -46,71 +47,73 @@ __all__ = [
 ]
 
 
-class ErrorBody(BaseModel):
+class ErrorBody(Answer):
     code: str
     message: str
     field: str | None = None
 
 
-class Accepted(BaseModel):
-    runId: str  # wire names are camelCase
+class Accepted(Answer):
+    run_id: str  # wire names are camelCase
     status: str
-    eventsUrl: str
+    events_url: str
 
 
-class BatchItem(BaseModel):
-    runId: str | None = None
+class BatchItem(Answer):
+    run_id: str | None = None
     status: str | None = None
     error: ErrorBody | None = None
 
 
-class BatchAnswer(BaseModel):
+class BatchAnswer(Answer):
     results: list[BatchItem]
-    batchId: str | None = None  # GET /v1/batches/{batchId} follows it
+    batch_id: str | None = None  # GET /v1/batches/{batchId} follows it
 
 
-class RunSummary(BaseModel):
+class RunSummary(Answer):
     """One row of a run listing."""
 
-    runId: str
+    run_id: str
     status: str
-    createdAt: int
+    created_at: int
     agent: str = ""
-    sessionId: str | None = None
-    batchId: str | None = None
-    finishedAt: int | None = None
+    session_id: str | None = None
+    batch_id: str | None = None
+    finished_at: int | None = None
     iterations: int | None = Field(
         default=None, description="model replies so far (its result's, once ended)"
     )
-    errorCode: str | None = Field(default=None, description="a failed or aborted run's lastError.code")
-    retryOf: str | None = Field(
+    error_code: str | None = Field(default=None, description="a failed or aborted run's lastError.code")
+    retry_of: str | None = Field(
         default=None, description="the run this one retries (POST /v1/runs/{id}/retry)"
     )
-    forkOf: str | None = Field(default=None, description="the run this one was forked from (POST …/fork)")
-    atSeq: int | None = Field(default=None, description="a fork's: the seq of forkOf's events it starts from")
-    retriedBy: str | None = Field(
+    fork_of: str | None = Field(default=None, description="the run this one was forked from (POST …/fork)")
+    at_seq: int | None = Field(
+        default=None, description="a fork's: the seq of forkOf's events it starts from"
+    )
+    retried_by: str | None = Field(
         default=None,
         description="the retry that took this run's place in its batch (counts and results show it)",
     )
     priority: int = Field(
         default=5, description="its priority (0-9, higher first), as capped by its tenant's quota"
     )
-    runAt: int | None = Field(default=None, description="when it was asked to start (epoch ms), if it was")
+    run_at: int | None = Field(default=None, description="when it was asked to start (epoch ms), if it was")
 
 
-class RunsPage(BaseModel):
+class RunsPage(Answer):
     runs: list[RunSummary]
     next: str | None = Field(default=None, description="cursor of the next page; null at the end")
 
 
-class BatchView(BaseModel):
-    batchId: str
+class BatchView(Answer):
+    batch_id: str
     total: int = Field(description="runs created in the batch")
     counts: dict[str, int] = Field(description="runs per status, kept by the scripts that change statuses")
     done: int = Field(description="runs that have ended (completed, failed or aborted)")
     progress: float = Field(description="done / total")
-    createdAt: int
-    finishedAt: int | None = Field(default=None, description="when its last run ended")
+    created_at: int
+    finished_at: int | None = Field(default=None, description="when its last run ended")
     finished: bool
     usage: Usage = Field(
         default_factory=Usage,
@@ -119,106 +122,108 @@ class BatchView(BaseModel):
     )
 
 
-class ResultError(BaseModel):
+class ResultError(Answer):
     code: str
     message: str
 
 
-class BatchResultLine(BaseModel):
+class BatchResultLine(Answer):
     """One line of ``GET /v1/batches/{id}/results``: a run of the batch, in item order."""
 
-    runId: str
+    run_id: str
     index: int = Field(description="the run's item index in the batch (offset + its place in its part)")
     status: str = Field(description="queued, running, … while it has not ended: then no result fields")
     output: Any = Field(default=None, description="its structured output, when the run has one")
     text: str | None = Field(default=None, description="the final assistant message (when no output)")
     usage: dict[str, Any] | None = Field(default=None, description="the run's token counts")
-    lastError: ResultError | None = Field(default=None, description="why it failed (or was aborted)")
+    last_error: ResultError | None = Field(default=None, description="why it failed (or was aborted)")
 
 
-class BatchAbortAnswer(BaseModel):
-    batchId: str
+class BatchAbortAnswer(Answer):
+    batch_id: str
     aborted: int = Field(description="runs that were queued or awaiting approval, now aborted")
     requested: int = Field(description="running runs whose workers stop them")
     finished: int = Field(description="runs that had ended meanwhile")
 
 
-class ChildRun(BaseModel):
-    runId: str
+class ChildRun(Answer):
+    run_id: str
     status: str
-    parentToolCallId: str = Field(description="the parent's tool call the child answers")
+    parent_tool_call_id: str = Field(description="the parent's tool call the child answers")
 
 
-class RunView(BaseModel):
-    runId: str
+class RunView(Answer):
+    run_id: str
     status: str
-    sessionId: str | None = None
-    createdAt: int
+    session_id: str | None = None
+    created_at: int
     agent: str | None = Field(
         default=None, description="its agent (profile); absent for a run read from the archive"
     )
-    inputMessages: list[dict[str, Any]] | None = Field(
+    input_messages: list[dict[str, Any]] | None = Field(
         default=None,
         description="with include=input: the messages it was submitted with, as sent (absent once "
         "archiving dropped its input from Redis)",
     )
-    lastSeq: int
+    last_seq: int
     priority: int = Field(
         default=5, description="its priority (0-9, higher first), as capped by its tenant's quota"
     )
-    runAt: int | None = Field(
+    run_at: int | None = Field(
         default=None, description="when it was asked to start (epoch ms); status scheduled until then"
     )
     result: RunResult | None = None
     usage: Usage | None = Field(
         default=None, description="its usage so far, while it runs too (after an ending: result.usage)"
     )
-    pendingApprovals: list[dict[str, Any]] | None = None
-    pendingToolCalls: list[dict[str, Any]] | None = None
-    streamKey: str | None = Field(
+    pending_approvals: list[dict[str, Any]] | None = None
+    pending_tool_calls: list[dict[str, Any]] | None = None
+    stream_key: str | None = Field(
         default=None,
         description="the Redis stream of the run's events (XREAD it to tail them; redis-cli -c on a cluster)",
     )
-    parentRunId: str | None = Field(default=None, description="a child run's (sub-agent's) parent run")
-    parentToolCallId: str | None = Field(default=None, description="the parent's tool call it answers")
+    parent_run_id: str | None = Field(default=None, description="a child run's (sub-agent's) parent run")
+    parent_tool_call_id: str | None = Field(default=None, description="the parent's tool call it answers")
     children: list[ChildRun] | None = Field(
         default=None, description="the child runs (sub-agents) it started, oldest first, with their status"
     )
-    retryOf: str | None = Field(
+    retry_of: str | None = Field(
         default=None, description="the run this one retries (POST /v1/runs/{id}/retry)"
     )
-    forkOf: str | None = Field(default=None, description="the run this one was forked from (POST …/fork)")
-    atSeq: int | None = Field(default=None, description="a fork's: the seq of forkOf's events it starts from")
-    retriedBy: str | None = Field(
+    fork_of: str | None = Field(default=None, description="the run this one was forked from (POST …/fork)")
+    at_seq: int | None = Field(
+        default=None, description="a fork's: the seq of forkOf's events it starts from"
+    )
+    retried_by: str | None = Field(
         default=None,
         description="the retry that took this run's place in its batch (counts and results show it)",
     )
 
 
-class EventsPage(BaseModel):
+class EventsPage(Answer):
     events: list[RunEvent]
     next: int
 
 
-class AbortAnswer(BaseModel):
-    runId: str
+class AbortAnswer(Answer):
+    run_id: str
     result: str = Field(
         description="aborted (was queued or awaiting approval) | requested (its worker stops it) | finished (no-op)"
     )
 
 
-class ApprovalVerdict(BaseModel):
-    toolCallId: str
+class ApprovalVerdict(Answer):
+    tool_call_id: str
     result: str
 
 
-class ApprovalsAnswer(BaseModel):
-    runId: str
+class ApprovalsAnswer(Answer):
+    run_id: str
     results: list[ApprovalVerdict]
     resumed: bool
 
 
-class RetryBody(BaseModel):
+class RetryBody(Answer):
     from_: Literal["checkpoint", "start"] = Field(
         default="checkpoint",
         alias="from",
@@ -227,54 +232,54 @@ class RetryBody(BaseModel):
     )
 
 
-class ForkBody(BaseModel):
-    atSeq: int = Field(
+class ForkBody(Answer):
+    at_seq: int = Field(
         ge=0,
         le=2**53 - 1,  # a seq is a stream id's first part: past this, Redis refuses the range (was a 500)
         description="the seq of the run's event whose state the fork starts from (0: its input)",
     )
-    inputMessages: list[Message] | None = Field(
+    input_messages: list[Message] | None = Field(
         default=None, max_length=256, description="messages appended before the fork's next model call"
     )
 
 
-class BatchRetryItem(BaseModel):
-    runId: str = Field(description="the run retried")
-    retryRunId: str | None = Field(default=None, description="its retry, in its place in the batch")
+class BatchRetryItem(Answer):
+    run_id: str = Field(description="the run retried")
+    retry_run_id: str | None = Field(default=None, description="its retry, in its place in the batch")
     error: ErrorBody | None = None
 
 
-class BatchRetryAnswer(BaseModel):
-    batchId: str
+class BatchRetryAnswer(Answer):
+    batch_id: str
     results: list[BatchRetryItem]
 
 
-class ToolResultsBody(BaseModel):
+class ToolResultsBody(Answer):
     results: list[ClientToolResult] = Field(min_length=1, max_length=256)
 
 
-class ToolResultVerdict(BaseModel):
-    toolCallId: str
+class ToolResultVerdict(Answer):
+    tool_call_id: str
     result: str = Field(description="recorded | duplicate (the same result was recorded before: a no-op)")
 
 
-class ToolResultsAnswer(BaseModel):
-    runId: str
+class ToolResultsAnswer(Answer):
+    run_id: str
     results: list[ToolResultVerdict]
     resumed: bool = Field(
         description="every pending client call has its result: the run is back on the queue"
     )
 
 
-class SessionView(BaseModel):
-    sessionId: str
-    createdAt: int
-    activeRun: str | None = None
+class SessionView(Answer):
+    session_id: str
+    created_at: int
+    active_run: str | None = None
     runs: list[str] = Field(description="its newest runs (at most 1,000), in submission order")
     history: list[dict[str, Any]]
 
 
-class CallerView(BaseModel):
+class CallerView(Answer):
     """``GET /v1/me``: who the caller's token is, so a page can show what it may open."""
 
     tenant: str
@@ -283,23 +288,23 @@ class CallerView(BaseModel):
     )
 
 
-class PoolWorker(BaseModel):
-    leaseId: str
+class PoolWorker(Answer):
+    lease_id: str
     runs: int = Field(description="runs it holds now")
-    leaseAgeMs: int = Field(
+    lease_age_ms: int = Field(
         description="since it last renewed its lease (beats every AGENTMILL_HEARTBEAT_MS)"
     )
-    expiresInMs: int = Field(description="until its lease runs out unless renewed")
+    expires_in_ms: int = Field(description="until its lease runs out unless renewed")
 
 
-class PoolPartition(BaseModel):
+class PoolPartition(Answer):
     index: int
     queued: int = Field(description="jobs in the partition's queue (due or scheduled)")
     running: int = Field(description="runs the listed workers hold on it")
-    awaitingHuman: int
+    awaiting_human: int
 
 
-class PoolMinute(BaseModel):
+class PoolMinute(Answer):
     minute: int = Field(description="the minute's start (epoch ms)")
     started: int = Field(description="new runs started (resumes not counted)")
     completed: int
@@ -307,29 +312,29 @@ class PoolMinute(BaseModel):
     aborted: int
 
 
-class PoolAnswer(BaseModel):
+class PoolAnswer(Answer):
     now: int
-    leaseMs: int
+    lease_ms: int
     workers: list[PoolWorker]
     partitions: list[PoolPartition]
     minutes: list[PoolMinute] = Field(description="the last hour, oldest first; the current minute last")
-    lastHour: dict[str, int] = Field(description="the minutes' sums")
+    last_hour: dict[str, int] = Field(description="the minutes' sums")
 
 
-class UsageTotals(BaseModel):
-    inputTokens: int = 0
-    outputTokens: int = 0
-    costUsd: float = Field(default=0.0, description="by the models' pricing (0 for unpriced models)")
+class UsageTotals(Answer):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = Field(default=0.0, description="by the models' pricing (0 for unpriced models)")
     runs: int = Field(default=0, description="runs that ended")
 
 
-class UsageDay(BaseModel):
+class UsageDay(Answer):
     day: str = Field(description="a UTC day, YYYY-MM-DD")
     agents: dict[str, UsageTotals] = Field(description="by agent (profile); only agents with runs that day")
     total: UsageTotals
 
 
-class UsageAnswer(BaseModel):
+class UsageAnswer(Answer):
     """``GET /v1/usage``: the tenant's usage by UTC day and agent, counted when each run ends (a run
     counts on the day it ended, with all its model calls)."""
 
@@ -337,5 +342,3 @@ class UsageAnswer(BaseModel):
     to: str
     days: list[UsageDay] = Field(description="every day of the range, oldest first")
     total: UsageTotals
-
-    model_config = {"populate_by_name": True}

@@ -6,21 +6,15 @@ from __future__ import annotations
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic.alias_generators import to_camel
+from pydantic import Field, field_validator
 
 from agentmill_client import limits
+from agentmill_client.base import Model
 
 __all__ = ["IMAGE_PLACEHOLDER", "ContentPart", "ImagePart", "ImageUrl", "TextPart"]
 
 
-class _Part(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, validate_default=False
-    )
-
-
-class ImageUrl(_Part):
+class ImageUrl(Model):
     """An image as OpenAI's chat format gives it: an https URL or a ``data:image/…;base64,`` URL.
     Passed to the provider as given (the worker fetches nothing); sizes are bounded where a run is
     submitted (limits.MAX_IMAGE_URL_CHARS, MAX_IMAGE_DATA_BYTES, MAX_RUN_IMAGE_BYTES: 413 beyond)."""
@@ -42,12 +36,12 @@ class ImageUrl(_Part):
         return value
 
 
-class TextPart(_Part):
+class TextPart(Model):
     type: Literal["text"] = "text"
     text: str = Field(max_length=limits.MAX_MESSAGE_CHARS)
 
 
-class ImagePart(_Part):
+class ImagePart(Model):
     type: Literal["image_url"] = "image_url"
     image_url: ImageUrl = Field(alias="image_url")
 

@@ -1,12 +1,15 @@
 """Schedules on the wire: what ``POST /v1/schedules`` takes (ScheduleInput) and what the schedule
-calls answer (ScheduleView, SchedulesPage). Field names are the wire's camelCase."""
+calls answer (ScheduleView, SchedulesPage). Attributes are snake_case, the JSON camelCase
+(base.Model, base.Answer)."""
 
 from __future__ import annotations
 
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from agentmill_client.base import Answer, Model
 
 __all__ = [
     "MAX_CATCHUP",
@@ -32,12 +35,10 @@ class Overlap(StrEnum):
     CANCEL_PREVIOUS = "cancel_previous"  # aborts the previous run, then makes its own
 
 
-class ScheduleInput(BaseModel):
+class ScheduleInput(Model):
     """``POST /v1/schedules``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    scheduleId: str | None = Field(
+    schedule_id: str | None = Field(
         default=None,
         pattern=SCHEDULE_ID_PATTERN,
         description="names the schedule (generated when absent); creating the same definition again "
@@ -65,32 +66,34 @@ class ScheduleInput(BaseModel):
     )
 
 
-class ScheduleView(BaseModel):
+class ScheduleView(Answer):
     """A schedule as ``GET /v1/schedules/{id}`` shows it."""
 
-    scheduleId: str
+    schedule_id: str
     cron: str
     timezone: str
     input: dict[str, Any]
     overlap: str
     catchup: int
     paused: bool
-    createdAt: int
-    nextFireTimes: list[int] = Field(description="its next firings (ms since the epoch); empty while paused")
-    lastFireAt: int | None = Field(default=None, description="its last firing made or skipped (ms)")
-    lastRunId: str | None = Field(default=None, description="the last run it made")
+    created_at: int
+    next_fire_times: list[int] = Field(
+        description="its next firings (ms since the epoch); empty while paused"
+    )
+    last_fire_at: int | None = Field(default=None, description="its last firing made or skipped (ms)")
+    last_run_id: str | None = Field(default=None, description="the last run it made")
     fired: int = Field(default=0, description="runs it made")
     skipped: int = Field(default=0, description="firings it skipped (overlap, past the catch-up, refused)")
-    lastError: str | None = Field(default=None, description="why its last refused firing was refused")
+    last_error: str | None = Field(default=None, description="why its last refused firing was refused")
 
 
-class ScheduleAnswer(BaseModel):
+class ScheduleAnswer(Answer):
     """The answer to pause, resume and delete."""
 
-    scheduleId: str
+    schedule_id: str
     result: str = Field(description="paused | resumed | unchanged | deleted")
 
 
-class SchedulesPage(BaseModel):
+class SchedulesPage(Answer):
     schedules: list[ScheduleView]
     more: bool = Field(default=False, description="the tenant has more schedules than the limit")
