@@ -85,7 +85,7 @@ APPROVALS = [{"id": f"a{i}", "name": "echo", "arguments": {"text": str(i)}} for 
 async def parked_run(c: AsyncClient) -> str:
     """A run of ``acme`` waiting for three approvals (c1.0, c1.1, c1.2)."""
     run_id = (await c.submit(script_run([{"toolCalls": APPROVALS}, {"text": "done"}], runId="approve-me",
-                                        toolPolicy={"requireApprovalByDefault": True}))).runId  # fmt: skip
+                                        toolPolicy={"requireApprovalByDefault": True}))).run_id  # fmt: skip
     assert run_id == "approve-me"  # the client's id; Redis keeps the run under the tenant's key of it
     await until(c, run_id, "awaiting_human")
     return run_id
@@ -121,9 +121,9 @@ async def test_tool_results_abort_and_retry_reach_a_named_tenants_runs_each_way(
     later = run_at_ms("2099-01-01T00:00:00Z")
     async with acme_pool(redis_url, tmp_path) as (c, ways, _):
         waiting = (await c.submit(crm_run([{"toolCalls": client_calls}, {"text": "ok"}], runId="tools-me",
-                                          clientTools=[browser]))).runId  # fmt: skip
+                                          clientTools=[browser]))).run_id  # fmt: skip
         queued = [
-            (await c.submit(script_run([{"text": "x"}], runId=f"q{i}", runAt=later))).runId for i in range(3)
+            (await c.submit(script_run([{"text": "x"}], runId=f"q{i}", runAt=later))).run_id for i in range(3)
         ]
         await until(c, waiting, "awaiting_tools")
         posted = await each_way(redis_url, ways, *(("tool-result", waiting, f"c1.{i}", "--content", f"page {i}",
@@ -146,7 +146,7 @@ async def test_tail_and_fork_reach_a_named_tenants_run_each_way(redis_url: str, 
     async with acme_pool(redis_url, tmp_path) as (c, ways, _):
         done = (
             await c.submit(script_run([{"toolCalls": APPROVALS[:1]}, {"text": "done"}], runId="tail-me"))
-        ).runId
+        ).run_id
         await until(c, done, "completed")
         for out in await each_way(redis_url, ways, ("tail", done, "--json")):
             assert out.returncode == 0, out.stderr
@@ -165,7 +165,7 @@ async def test_json_is_the_wire_form_on_both_paths(redis: Redis, redis_url: str,
         batch = await c.create_batch(
             [script_run([{"text": "a"}]), script_run([{"text": "b"}])], batch_id="b1"
         )
-        assert batch.batchId == "b1"
+        assert batch.batch_id == "b1"
         for _ in range(200):
             if (await c.get_batch("b1")).finished:
                 break

@@ -96,9 +96,9 @@ async def test_a_firer_without_the_secret_leaves_a_named_tenants_schedule_to_one
     assert len(said) == 1 and "AGENTMILL_ID_SECRET" in said[0] and "nightly" in said[0], said
     assert [k async for k in redis.scan_iter(home.run("*"))] == []  # no run stored under the dev key
     view = await store.get("nightly", "tenant-a")
-    assert view is not None and view.fired == 0 and view.lastRunId is None
+    assert view is not None and view.fired == 0 and view.last_run_id is None
 
     assert await Firer(api).fire_due() == 1  # a firer with the secret makes the firing
     view = await store.get("nightly", "tenant-a")
-    assert view is not None and view.lastRunId is not None
-    assert await api.get(view.lastRunId, tenant="tenant-a") is not None  # and it reads back
+    assert view is not None and view.last_run_id is not None
+    assert await api.get(view.last_run_id, tenant="tenant-a") is not None  # and it reads back
