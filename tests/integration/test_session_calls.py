@@ -1,6 +1,7 @@
 """What a session keeps of its runs' tool calls, through a real worker and Redis, checked against the
 runs' own tool records: every call a run executed reaches its session with its true outcome, whether
-compaction took it out of the transcript and whether the run completed, failed or was aborted."""
+compaction took it out of the transcript, whether the run completed, failed or was aborted, and
+whether its worker ended it or it ended parked, on no worker (an abort, an approval timeout)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from redis.asyncio import Redis
 
 from shared.tool_records import ToolRecord
-from tests.integration.helpers import producer_for, running_worker, script_run, stream, wait_all
+from tests.integration.helpers import producer_for, running_worker, script_run, stream, until_status, wait_all
 from tests.support.schema import K
 
 pytestmark = pytest.mark.integration
@@ -37,7 +38,7 @@ def fail(message: str) -> dict[str, Any]:
 
 
 def turn(script: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-    return {**script_run(script, sessionId=SID, agent="hist", **extra)}
+    return script_run(script, sessionId=SID, **{"agent": "hist", **extra})
 
 
 async def recorded(redis: Redis, run_id: str) -> dict[str, tuple[str, bool, str]]:
@@ -112,3 +113,48 @@ async def test_every_call_reaches_the_session_with_its_outcome_however_its_run_e
     loops = [orjson.loads(x) for x in await redis.lrange(K.session_loops(SID), 0, -1)]
     assert [lp["runId"] for lp in loops] == [a.run_id, d.run_id]  # only completed runs are turns
     assert [c["id"] for c in loops[0]["toolCalls"]] == sorted(await recorded(redis, a.run_id))
+
+
+PARKING = {
+    **PROFILE, "name": "parking", "tools": ["echo", "fail", "sleep"],
+    "toolSettings": {"fail": {"maxTries": 1}, "sleep": {"requiresApproval": True}},
+    "clientTools": [{"name": "lookup", "description": "Look it up.", "parameters": {"type": "object"}}],
+}  # fmt: skip
+
+
+async def test_a_run_ended_while_parked_leaves_its_calls_to_the_next_run_of_its_session(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    """A run parked for a client's result and aborted through the producer, and one parked for an
+    approval that never came, end on no worker: the calls they made before they parked reach the
+    session all the same, once, with their outcome."""
+    path = tmp_path / "profiles.json"
+    path.write_bytes(orjson.dumps({"profiles": [PARKING]}))
+    p = producer_for(redis, redis_url, profiles=str(path))
+    lookup = {"toolCalls": [{"name": "lookup", "arguments": {"q": "x"}}]}
+    gated = {"toolCalls": [{"name": "sleep", "arguments": {"ms": 1}}]}
+    async with running_worker(redis_url, profiles=str(path), reconcile_ms=200):
+        a = await p.submit(turn([echo("a1"), fail("a2 down"), lookup, {"text": "never"}], agent="parking",
+                                autoCreateSession=True))  # fmt: skip
+        await until_status(redis, a.run_id, "awaiting_tools", within=15)
+        assert await p.abort(a.run_id, reason="no answer coming") == "aborted"
+        assert await p.abort(a.run_id) == "finished"
+        b = await p.submit(turn([echo("b1"), gated, {"text": "never"}], agent="parking",
+                                toolPolicy={"approvalTimeoutMs": 300}))  # fmt: skip
+        rec_b = (await wait_all(p, [b.run_id], 15))[b.run_id]
+        past = {**await recorded(redis, a.run_id), **await recorded(redis, b.run_id)}
+        c = await p.submit(turn([recall(sorted(past)), search(tool="fail", limit=20), search(tool="echo", limit=20),
+                                 {"text": "seen"}], agent="parking"))  # fmt: skip
+        rec_c = (await wait_all(p, [c.run_id], 15))[c.run_id]
+    rec_a = await p.get(a.run_id)
+    assert rec_a is not None and rec_a.status.value == "aborted"
+    assert rec_b.status.value == "failed" and rec_b.result is not None and rec_b.result.last_error is not None
+    assert rec_b.result.last_error.code == "approval_timeout"
+    assert rec_c.status.value == "completed"
+    # the parked calls never ran: the session has the three that did, each once, in order
+    assert {name for _, _, name in past.values()} == {"echo", "fail"} and len(past) == 3
+    calls = [orjson.loads(x) for x in await redis.lrange(K.session_calls(SID), 0, -1)]
+    assert [x["id"] for x in calls] == [*sorted(await recorded(redis, a.run_id)), *await recorded(redis, b.run_id),
+                                        *sorted(await recorded(redis, c.run_id))]  # fmt: skip
+    assert [x["isError"] for x in calls if x["runId"] != c.run_id] == [False, True, False]
+    check(past, await answers(redis, c.run_id))
