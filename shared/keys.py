@@ -65,7 +65,8 @@ BATCH_DELIVERY = "{batch}"
 # needs for keys that depend on what it reads: every field is a ``<field>_prefix`` of Partition but
 # job_id (the tag) and archive (the key itself: every ending script may add to it). The partition's fixed keys (queue, live, …) go as KEYS (shared/scripts.py).
 CONTEXT_FIELDS = (
-    "run", "events", "tools", "session", "session_pending", "session_runs", "worker_runs",
+    "run", "events", "tools", "session", "session_pending", "session_runs", "session_results", "session_calls",
+    "worker_runs",
     "worker_inbox", "worker_lease", "tenant_running", "tenant_held", "index", "batch", "job_key", "job_id", "archive",
     "tenant_active", "usage", "transcript",
 )  # fmt: skip

@@ -54,6 +54,7 @@ from shared import dispatch, functions, keys
 from shared.fields import BatchField, BudgetField, RunField, ScheduleField, SessionField, UsagePart
 from shared.functions import EvalScript, FunctionScript, Library, Script
 from shared.quotas import NANO_USD
+from shared.session_calls import CONTEXT_TOOLS, PastCallField
 from shared.settings import Settings, get_settings
 
 __all__ = [
@@ -241,9 +242,10 @@ NAMES: dict[str, type[StrEnum]] = {
     "BUDGET": BudgetField,  # a tenant's day budget
     "EVENT": EventKind,  # a stream entry's kind
     "USAGE": UsagePart,  # what a tenant's usage hash of a day counts per agent
+    "CALL": PastCallField,  # an entry of a session's calls list (shared/session_calls.py)
 }
 _DIMS = {d.upper(): d for d in keys.INDEX_DIMS}  # DIM.STATUS: a listing index's dimension
-_NAME_TOKEN = re.compile(r"\b(F|S|BATCH|SESSION|SCHED|BUDGET|EVENT|USAGE|DIM)\.([A-Z][A-Z0-9_]*)\b")
+_NAME_TOKEN = re.compile(r"\b(F|S|BATCH|SESSION|SCHED|BUDGET|EVENT|USAGE|CALL|DIM)\.([A-Z][A-Z0-9_]*)\b")
 
 
 def _name(m: re.Match[str]) -> str:
@@ -315,6 +317,7 @@ def render(text_: str) -> str:
         "__DEFAULT_PRIORITY__": str(limits.DEFAULT_PRIORITY),
         "__NANO_USD__": str(NANO_USD),
         "__SESSION_CALLS_KEPT__": str(limits.SESSION_CALLS_KEPT),
+        "__CONTEXT_TOOLS__": ", ".join(f"['{t}']=true" for t in sorted(CONTEXT_TOOLS)),
     }
     for token, value in tokens.items():
         text_ = text_.replace(token, value)

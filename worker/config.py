@@ -12,6 +12,7 @@ from pydantic import Field
 
 from agentmill_client.models import Budget, LoopLimits, Model, ResponseFormat, RunInput
 from shared.profiles import AgentProfile, CompactionConfig, ContextConfig, Pricing, RetryConfig
+from shared.session_calls import RECALL_TOOL
 from worker import history_tools, policy, preamble, prompt
 
 __all__ = [
@@ -39,7 +40,6 @@ DEFAULT_MAX_ITERATIONS = 25  # seed 004
 DEFAULT_MAX_REPAIRS = 2  # repair turns of a structured answer that does not validate
 DEFAULT_MAX_TOOL_CALLS = 100  # tool calls a run executes before it is asked for its answer (seed 004)
 DEFAULT_MAX_DEPTH = 3  # sub-agent nesting: a root run's children are at depth 1
-RECALL_TOOL = "recall_tool_call"
 # A call's worst-case reply when its model sets no maxTokens: what a budget reserves for it.
 DEFAULT_RESERVE_OUTPUT_TOKENS = 4096
 

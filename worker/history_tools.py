@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 
 from agentmill_client.models import ToolCall, ToolResult
+from shared.session_calls import LOAD_OLDER_HISTORY, SEARCH_HISTORY
 from worker import context
 
 __all__ = [
@@ -38,8 +39,6 @@ __all__ = [
     "search_args",
 ]
 
-LOAD_OLDER_HISTORY = "load_older_history"
-SEARCH_HISTORY = "search_history"
 MAX_SEARCH_CHARS = 8_000  # a search_history result, as JSON
 SNIPPET_CHARS = 240
 

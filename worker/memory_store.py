@@ -17,7 +17,16 @@ from typing import Any
 import orjson
 
 from agentmill_client import limits
-from agentmill_client.models import Message, RunInput, RunStatus, ToolCall, ToolResult, Usage
+from agentmill_client.models import (
+    Message,
+    RunError,
+    RunInput,
+    RunResult,
+    RunStatus,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
 from shared.children import ChildSpec, Spawned
 from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
 from shared.settings import Settings
@@ -48,7 +57,9 @@ from worker.ports import (
 from worker.tools.base import ToolContext
 from worker.tools.registry import Toolbox
 
-__all__ = ["MemoryHost", "MemoryModels", "MemoryRun", "MemoryRunStore", "MemorySessionStore", "MemoryTools"]
+__all__ = [
+    "MemoryHost", "MemoryModels", "MemoryRun", "MemoryRunStore", "MemorySessionStore", "MemoryTools", "finalize",
+]  # fmt: skip
 
 _TERMINAL = {p.value for p in TERMINAL_PHASES}
 
@@ -232,6 +243,35 @@ class MemoryRunStore:
             return "terminal"
         r.status, r.owner = RunStatus.QUEUED.value, ""
         return "released"
+
+
+def finalize(
+    run: MemoryRun, session_store: MemorySessionStore | None, status: RunStatus, code: str, message: str
+) -> bool:
+    """End a run from outside its worker, as prelude.lua's finalize does (an abort while queued or
+    parked, an approval timeout): its status event, its result with ``code`` and ``message``, its
+    epoch bumped so a worker still holding it is fenced, and the calls its records hold in its
+    session, as a worker's ending leaves them (worker/sessions.py). False, and nothing written, when
+    the run had ended already: its calls reach its session once."""
+    if run.status in _TERMINAL:
+        return False
+    sid = RunInput.model_validate_json(run.input).session_id
+    error = RunError(code=code, message=message)
+    result = RunResult(run_id=run.run_id, status=status, iterations=run.iterations, last_error=error,
+                       session_id=sid, usage=run.usage)  # fmt: skip
+    now = SystemClock().now_ms()
+    if status == RunStatus.FAILED:
+        run.events.append(
+            (len(run.events) + 1, "error", now, orjson.dumps({"scope": "run", **error.model_dump()}))
+        )
+    payload = {"status": status.value, "iterations": run.iterations, "error": error.model_dump()}
+    run.events.append((len(run.events) + 1, "status", now, orjson.dumps(payload)))
+    run.status, run.owner, run.epoch, run.error_code = status.value, "", run.epoch + 1, code
+    run.result, run.abort_reason = result.model_dump_json(by_alias=True).encode(), ""
+    if sid is not None and session_store is not None:
+        records = {k: ToolRecord.from_dict(v) for k, v in run.tools.items()}
+        session_store.apply(sessions.calls_update(sid, sessions.session_calls(run.run_id, records)))
+    return True
 
 
 class MemorySessionStore:

@@ -5,14 +5,15 @@ run becomes (seed 001), and recall of a past tool result by its id."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 import orjson
 
 from agentmill_client.models import RunResult, RunStatus, ToolCall, ToolResult
+from shared.session_calls import CONTEXT_TOOLS
 from shared.tool_records import ToolRecord
 from worker import context
-from worker.config import MAX_RECALL_IDS, RECALL_TOOL
-from worker.history_tools import LOAD_OLDER_HISTORY, SEARCH_HISTORY
+from worker.config import MAX_RECALL_IDS
 from worker.machine import RunState
 from worker.ports import SessionUpdate
 
@@ -20,6 +21,7 @@ __all__ = [
     "MAX_RECALL_CHARS",
     "MAX_SEARCHED_CALLS",
     "call_order",
+    "calls_update",
     "past_result",
     "recall_answer",
     "recall_id",
@@ -35,9 +37,6 @@ MAX_RECALL_CHARS = 64_000  # a recall of several ids, as JSON (each result is cu
 MAX_SEARCHED_CALLS = 500  # search_history reads the newest of them
 
 
-_INTERNAL = frozenset({RECALL_TOOL, LOAD_OLDER_HISTORY, SEARCH_HISTORY})  # not kept as the session's results
-
-
 def session_call_id(run_id: str, call_id: str) -> str:
     """How a session's later runs name (and recall) a past run's call: ``<runId>/<toolCallId>``."""
     return f"{run_id}/{call_id}"
@@ -48,12 +47,13 @@ def session_calls(
 ) -> list[tuple[context.PastCall, ToolResult]]:
     """Every call the run executed, from its tool records (not its transcript, which compaction
     cuts): each done record but the context tools', as the session keeps it, in the order the model
-    made them (calledAt, then the call's id)."""
+    made them (calledAt, then the call's id): shared/session_calls.py, which prelude.lua's finalize
+    follows for a run ended outside its worker."""
     done = [(i, r, res) for i, r in records.items() if (res := r.recorded) is not None]
     out = []
     for i, rec, res in sorted(done, key=lambda t: (t[1].called_at_ms, call_order(t[0]))):
         name = res.name or rec.name
-        if name in _INTERNAL:
+        if name in CONTEXT_TOOLS:
             continue
         sid = session_call_id(run_id, i)
         past = context.PastCall(id=sid, name=name, run_id=run_id, is_error=res.is_error,
@@ -81,11 +81,10 @@ def session_update(
     if state.session_id is None:
         return None
     calls = session_calls(state.run_id, records)
-    results = [(c.id, r.model_dump_json(by_alias=True).encode()) for c, r in calls]
-    kept = [c.model_dump_json(by_alias=True).encode() for c, _ in calls]
+    update = calls_update(state.session_id, calls)
     user = next((m for m in state.transcript if m.role == "user"), None)
     if result.status != RunStatus.COMPLETED or user is None:
-        return SessionUpdate(state.session_id, b"", results, kept)
+        return update
     if isinstance(user.content, list):  # a session keeps images as placeholders, not their data
         user = user.model_copy(update={"content": user.text})
     loop = context.RunLoop(
@@ -97,7 +96,16 @@ def session_update(
         tool_call_ids=[c.id for c, _ in calls],
         tool_calls=[c for c, _ in calls],
     )
-    return SessionUpdate(state.session_id, loop.model_dump_json(by_alias=True).encode(), results, kept)
+    return replace(update, loop=loop.model_dump_json(by_alias=True).encode())
+
+
+def calls_update(session_id: str, calls: list[tuple[context.PastCall, ToolResult]]) -> SessionUpdate:
+    """The session update of a run's calls (``session_calls``) alone: its calls list's entries and
+    their results, as JSON."""
+    results = [(c.id, r.model_dump_json(by_alias=True).encode()) for c, r in calls]
+    return SessionUpdate(
+        session_id, b"", results, [c.model_dump_json(by_alias=True).encode() for c, _ in calls]
+    )
 
 
 def recall_id(call: ToolCall) -> str:

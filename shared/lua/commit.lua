@@ -129,14 +129,10 @@ elseif is_terminal(status) then
       -- kept with the run until archived: the archive answers the session's history after its list expired
       if ctx().archive_on == '1' then redis.call('HSET', KEYS[1], F.LOOP, loop) end
     end
-    if #trs > 0 then redis.call('HSET', KEYS[9], unpack(trs)) end
-    if #calls > 0 then
-      redis.call('RPUSH', KEYS[10], unpack(calls))
-      redis.call('LTRIM', KEYS[10], -__SESSION_CALLS_KEPT__, -1)
-    end
+    session_keep(KEYS[9], KEYS[10], trs, calls)
     -- A session's history lives for the retention after its latest run ended.
     redis.call('LTRIM', KEYS[7], -1000, -1)
-    for k = 7, 10 do redis.call('EXPIRE', KEYS[k], ctx().retention) end
+    for k = 7, 8 do redis.call('EXPIRE', KEYS[k], ctx().retention) end
     session_advance(sid, ARGV[4])
   end
   to_archive(ARGV[4], now)

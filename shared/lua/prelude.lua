@@ -333,6 +333,60 @@ local function session_advance(sid, finished)
     end
   end
 end
+-- What a session keeps of a run's calls (shared/session_calls.py): its results hash gains their
+-- results (``results``: session call id, JSON, …), its calls list their entries (``calls``: JSON, in
+-- order; the newest agentmill_client.limits.SESSION_CALLS_KEPT kept), both kept for the retention. A worker's ending passes
+-- them (commit.lua); an ending from outside takes them from the run's records (recorded_calls).
+local function session_keep(results_key, calls_key, results, calls)
+  for k = 1, #results, 1000 do redis.call('HSET', results_key, unpack(results, k, math.min(k + 999, #results))) end
+  for k = 1, #calls, 1000 do redis.call('RPUSH', calls_key, unpack(calls, k, math.min(k + 999, #calls))) end
+  if #calls > 0 then redis.call('LTRIM', calls_key, -__SESSION_CALLS_KEPT__, -1) end
+  redis.call('EXPIRE', results_key, ctx().retention)
+  redis.call('EXPIRE', calls_key, ctx().retention)
+end
+-- The order of the calls a run made: by calledAt, then agentmill's ids c<model call>.<position> by
+-- their numbers (c10.0 after c9.1), any other id by its text after them (worker/sessions.py call_order).
+local CONTEXT_TOOLS = {__CONTEXT_TOOLS__}  -- their calls are no session's calls
+local function call_rank(id)
+  local head, pos = string.match(id, '^c(%d+)%.(%d+)$')
+  if head then return 0, tonumber(head), tonumber(pos) end
+  return 1, 0, 0
+end
+local function call_before(a, b)
+  if a.at ~= b.at then return a.at < b.at end
+  local ka, ha, pa = call_rank(a.id)
+  local kb, hb, pb = call_rank(b.id)
+  if ka ~= kb then return ka < kb end
+  if ha ~= hb then return ha < hb end
+  if pa ~= pb then return pa < pb end
+  return a.id < b.id
+end
+-- The calls a run executed, from its tools hash, as session_keep takes them: each done record but
+-- the context tools' (worker/sessions.py session_calls does the same for a worker's ending).
+local function recorded_calls(tools, run_id)
+  local raw = redis.call('HGETALL', tools)
+  local done = {}
+  for k = 1, #raw, 2 do
+    local r = cjson.decode(raw[k + 1])
+    local res = r.result
+    if r.state == 'done' and type(res) == 'table' then
+      local name = (type(res.name) == 'string' and res.name ~= '') and res.name or (r.name or '')
+      if not CONTEXT_TOOLS[name] then
+        res.toolCallId, res.name = raw[k], name
+        done[#done + 1] = {id = raw[k], at = tonumber(r.calledAt) or 0, name = name, result = res}
+      end
+    end
+  end
+  table.sort(done, call_before)
+  local results, calls = {}, {}
+  for _, c in ipairs(done) do
+    local sid = run_id .. '/' .. c.id  -- the session call id (worker/sessions.py session_call_id)
+    results[#results + 1] = sid; results[#results + 1] = cjson.encode(c.result)
+    calls[#calls + 1] = cjson.encode({[CALL.ID] = sid, [CALL.NAME] = c.name, [CALL.RUN_ID] = run_id,
+      [CALL.IS_ERROR] = c.result.isError == true, [CALL.CALLED_AT] = c.at})
+  end
+  return results, calls
+end
 -- A run ended: with the archive on (the context's archive_on), it waits in the partition's archive
 -- index until an archiver has written it to PostgreSQL (archive_claim.lua, archive_done.lua).
 local function to_archive(run_id, now)
@@ -365,7 +419,9 @@ local function usage_add(run, inp, out, cost, ts)
   if fresh then redis.call('EXPIRE', k, ctx().usage_ttl) end
 end
 -- End a run from outside its worker (abort while queued or awaiting approval, crash budget spent,
--- approval timeout). Bumps the epoch so any worker still holding the run is fenced off.
+-- approval timeout). Bumps the epoch so any worker still holding the run is fenced off. The calls its
+-- records hold reach its session, as a worker's ending takes them there: once, since only a run not
+-- ended yet is ended here, and a worker's later ending of it is fenced.
 local function finalize(run, stream, tools, run_id, status, code, message)
   local maxlen, retention = ctx().maxlen, ctx().retention
   flush_deferred()  -- a run created earlier in this script may be the one ending
@@ -399,6 +455,10 @@ local function finalize(run, stream, tools, run_id, status, code, message)
   track(run, run_id, h[5], status)
   local wh = redis.call('HGET', run, F.WEBHOOK)
   if wh and wh ~= '' then redis.call('LPUSH', WEBHOOKS, run_id) end
+  if h[2] and h[2] ~= '' then
+    local results, calls = recorded_calls(tools, run_id)
+    session_keep(ctx().session_results .. h[2], ctx().session_calls .. h[2], results, calls)
+  end
   session_advance(h[2], run_id)
   to_archive(run_id, ts)
   redis.call('EXPIRE', run, retention)

@@ -18,7 +18,7 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from agentmill_client.models import RunInput, ToolCall, ToolResult
+from agentmill_client.models import RunInput, RunStatus, ToolCall, ToolResult
 from shared.clock import now_ms
 from shared.fields import RunField
 from shared.scripts import Scripts
@@ -26,7 +26,9 @@ from shared.settings import Settings
 from shared.tool_records import ToolRecord, ToolState
 from tests.integration.helpers import producer_for, script_run, stream
 from tests.support.schema import K, parts_of, tool_records
-from worker.memory_store import MemoryRun, MemoryRunStore, MemorySessionStore
+from worker import sessions
+from worker.context import PastCall
+from worker.memory_store import MemoryRun, MemoryRunStore, MemorySessionStore, finalize
 from worker.ports import Acquired, FencedError, NotAcquired, Outbox, RunStore, SeqConflictError, SessionUpdate
 from worker.redis_store import RedisRunStore, beat
 
@@ -57,6 +59,7 @@ class Held:
 class History:
     loops: list[bytes] = field(default_factory=list)
     results: dict[str, bytes] = field(default_factory=dict)
+    calls: list[bytes] = field(default_factory=list)
 
 
 class Backend(Protocol):
@@ -72,6 +75,11 @@ class Backend(Protocol):
 
     async def request_abort(self, run_id: str, reason: str) -> None:
         """Someone asks for the running run's abort (abort.lua)."""
+        ...
+
+    async def abort(self, run_id: str, reason: str) -> str:
+        """Someone aborts a run no worker holds (queued or parked): it ends then and there (abort.lua's
+        finalize). aborted | finished (it had ended)."""
         ...
 
     async def held(self, run_id: str) -> Held: ...
@@ -100,6 +108,10 @@ class InMemory:
     async def request_abort(self, run_id: str, reason: str) -> None:
         self.runs[run_id].abort_reason = reason
 
+    async def abort(self, run_id: str, reason: str) -> str:
+        ended = finalize(self.runs[run_id], self.sessions, RunStatus.ABORTED, "aborted", reason)
+        return "aborted" if ended else "finished"
+
     async def held(self, run_id: str) -> Held:
         r = self.runs[run_id]
         return Held(r.status, r.epoch, r.checkpoint, r.result, r.iterations, r.error_code, r.restarts,
@@ -108,7 +120,9 @@ class InMemory:
 
     async def history(self, session_id: str) -> History:
         return History(
-            list(self.sessions.history.get(session_id, [])), dict(self.sessions.results.get(session_id, {}))
+            list(self.sessions.history.get(session_id, [])),
+            dict(self.sessions.results.get(session_id, {})),
+            list(self.sessions.calls.get(session_id, [])),
         )
 
 
@@ -132,6 +146,9 @@ class InRedis:
     async def request_abort(self, run_id: str, reason: str) -> None:
         assert await producer_for(self.redis, self.redis_url).abort(run_id, reason=reason) == "requested"
 
+    async def abort(self, run_id: str, reason: str) -> str:
+        return await producer_for(self.redis, self.redis_url).abort(run_id, reason=reason)
+
     async def held(self, run_id: str) -> Held:
         h = {k.decode(): v for k, v in (await self.redis.hgetall(K.run(run_id))).items()}
         tools = await tool_records(self.redis, run_id)
@@ -143,7 +160,8 @@ class InRedis:
     async def history(self, session_id: str) -> History:
         loops = await self.redis.lrange(K.session_loops(session_id), 0, -1)
         results = await self.redis.hgetall(K.session_results(session_id))
-        return History(list(loops), {k.decode(): v for k, v in results.items()})
+        calls = await self.redis.lrange(K.session_calls(session_id), 0, -1)
+        return History(list(loops), {k.decode(): v for k, v in results.items()}, list(calls))
 
 
 @pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.integration)])
@@ -304,7 +322,7 @@ async def test_a_hand_back_queues_the_run_and_the_next_worker_resumes_it(backend
 async def test_the_ending_commit_ends_the_run_and_writes_the_session_history(backend: Backend) -> None:
     await backend.submit("r1", session_id="s1")
     store, _ = await acquired(backend, "r1", "w1")
-    session = SessionUpdate("s1", b'{"loop":1}', [("r1/c1", b'{"content":"ok"}')])
+    session = SessionUpdate("s1", b'{"loop":1}', [("r1/c1", b'{"content":"ok"}')], [b'{"id":"r1/c1"}'])
     await store.commit(Outbox([ev()]), session=SessionUpdate("s1", b'{"loop":0}'))  # not an ending
     assert await backend.history("s1") == History()
     result = b'{"status":"failed"}'
@@ -313,7 +331,9 @@ async def test_the_ending_commit_ends_the_run_and_writes_the_session_history(bac
     assert seq == 2
     held = await backend.held("r1")
     assert (held.status, held.result, held.iterations, held.error_code) == ("failed", result, 3, "tool_error")
-    assert await backend.history("s1") == History([b'{"loop":1}'], {"r1/c1": b'{"content":"ok"}'})
+    assert await backend.history("s1") == History(
+        [b'{"loop":1}'], {"r1/c1": b'{"content":"ok"}'}, [b'{"id":"r1/c1"}']
+    )
     with pytest.raises(FencedError):  # an ended run takes no more writes…
         await store.commit(Outbox([ev()]))
     assert await store.release(1) == "terminal"  # …is not handed back…
@@ -385,3 +405,56 @@ async def test_an_abort_requested_while_running_is_handed_to_the_next_worker(bac
     await backend.lose("w1")  # it died before it read the request
     _, acq = await acquired(backend, "r1", "w2")
     assert (acq.abort_reason, acq.epoch, acq.restarts) == ("stop it", 2, 1)
+
+
+def recorded(
+    call_id: str, at: int, content: str, *, name: str = "echo", error: bool = False
+) -> tuple[str, bytes]:
+    result = ToolResult(tool_call_id=call_id, name=name, content=content, is_error=error)
+    return call_id, ToolRecord.finished(1, 1, result, called_at_ms=at).to_json()
+
+
+def kept(h: History) -> tuple[list[PastCall], dict[str, ToolResult]]:
+    """A session's calls and results, as the readers parse them (the bytes differ: Lua's JSON is not
+    pydantic's)."""
+    calls = [PastCall.model_validate_json(c) for c in h.calls]
+    return calls, {i: ToolResult.model_validate_json(r) for i, r in h.results.items()}
+
+
+async def test_a_run_ended_outside_its_worker_leaves_the_calls_its_records_hold_in_its_session_once(
+    backend: Backend,
+) -> None:
+    """What a worker's ending would leave (worker/sessions.py, from the same records), in the order
+    the model made the calls: done calls only, the context tools' left out, errors as errors."""
+    await backend.submit("r1", session_id="s1")
+    store, _ = await acquired(backend, "r1", "w1")
+    answered = ToolRecord(ToolState.DONE, client=True, name="ask", called_at_ms=300,  # the result names no tool
+                          result=ToolResult(tool_call_id="c3.0", name="", content="yes"))  # fmt: skip
+    records = [
+        recorded("c10.0", 200, "tenth"), recorded("c2.1", 200, "a/b \"q\" é ✓", error=True, name="fail"),
+        recorded("c1.0", 100, "first"), recorded("c2.0", 200, '{"hits": []}', name="search_history"),
+        ("c3.0", answered.to_json()), client_call("c3.1", now_ms() + 60_000),
+    ]  # fmt: skip
+    await store.commit(Outbox([ev("status", status="awaiting_tools")], claims=["c9.0"], records=records),
+                       checkpoint=b"ck1", status="awaiting_tools", aux=parked_on("c3.1"))  # fmt: skip
+    assert await backend.history("s1") == History()  # parked: the session has nothing of it yet
+    assert await backend.abort("r1", "enough") == "aborted"
+    held = await backend.held("r1")
+    assert (held.status, held.error_code, held.epoch) == ("aborted", "aborted", 2)
+    got = await backend.history("s1")
+    assert got.loops == []  # an aborted run's messages do not become a turn
+    calls, results = kept(got)
+    expected = sessions.session_calls("r1", held.tools)
+    assert calls == [c for c, _ in expected] and results == {c.id: r for c, r in expected}
+    assert [(c.id, c.name, c.is_error, c.called_at_ms) for c in calls] == [
+        ("r1/c1.0", "echo", False, 100), ("r1/c2.1", "fail", True, 200), ("r1/c10.0", "echo", False, 200),
+        ("r1/c3.0", "ask", False, 300),
+    ]  # fmt: skip
+    assert results["r1/c2.1"] == ToolResult(
+        tool_call_id="c2.1", name="fail", content='a/b "q" é ✓', is_error=True
+    )
+    assert await backend.abort("r1", "again") == "finished"  # a repeat appends nothing
+    with pytest.raises(FencedError):  # nor does a late ending of the worker that parked it
+        await store.commit(Outbox([ev("status", status="aborted")]), status="aborted", aux=b"{}",
+                           session=sessions.calls_update("s1", expected))  # fmt: skip
+    assert await backend.history("s1") == got

@@ -19,6 +19,8 @@ from agentmill_client.statuses import RunStatus
 from shared import keys
 from shared.fields import BatchField, BudgetField, RunField, ScheduleField, SessionField, UsagePart
 from shared.scripts import LUA_DIR, NAMES, SCRIPTS, render, source
+from shared.session_calls import PastCallField
+from worker.context import PastCall
 
 # The quoted literals that spell such a name but mean something else, each counted: a new literal
 # of a field or status name fails until it is a token (or, when it means something else, listed here).
@@ -28,7 +30,7 @@ OTHER_MEANINGS = {
     ("redispatch.lua", "awaiting_tools"): 1,  # the script's verdict
     ("redispatch.lua", "awaiting_children"): 1,  # likewise
     ("prelude.lua", "epoch"): 1,  # a stream entry's field (xadd), not the run hash's
-    ("prelude.lua", "done"): 2,  # a tool record's state
+    ("prelude.lua", "done"): 3,  # a tool record's state
     ("child_result.lua", "done"): 1,  # likewise
     ("tool_results.lua", "done"): 3,  # likewise
     ("capacity_acquire.lua", "paused"): 1,  # the limiter's verdict, not a schedule's field
@@ -44,6 +46,7 @@ NAMED = {
     *BudgetField,
     *EventKind,
     *UsagePart,
+    *PastCallField,
     *keys.INDEX_DIMS,
 }
 
@@ -64,11 +67,14 @@ def test_no_field_or_status_is_spelled_in_the_lua_but_by_its_token() -> None:
 def test_every_token_is_filled_in_with_its_python_value() -> None:
     for name in SCRIPTS:
         rendered = render(source(name))
-        assert not re.search(r"\b(F|S|BATCH|SESSION|SCHED|BUDGET|EVENT|USAGE|DIM)\.[A-Z]", rendered), name
+        assert not re.search(r"\b(F|S|BATCH|SESSION|SCHED|BUDGET|EVENT|USAGE|CALL|DIM)\.[A-Z]", rendered), (
+            name
+        )
     assert render(
         "h[F.LAST_SEQ], S.AWAITING_HUMAN, BATCH.DONE, SESSION.ACTIVE_RUN, SCHED.NEXT_FIRE, EVENT.ERROR, DIM.META"
     ) == ("h['lastSeq'], 'awaiting_human', 'done', 'activeRun', 'nextFire', 'error', 'meta'")
-    assert set(NAMES) == {"F", "S", "BATCH", "SESSION", "SCHED", "BUDGET", "EVENT", "USAGE"}
+    assert set(NAMES) == {"F", "S", "BATCH", "SESSION", "SCHED", "BUDGET", "EVENT", "USAGE", "CALL"}
+    assert render("[CALL.IS_ERROR] = e, [CALL.CALLED_AT] = t") == "['isError'] = e, ['calledAtMs'] = t"
     assert render("BUDGET.HELD_TOKENS") == "'heldTokens'"
     assert render("f .. USAGE.RUNS, F.USAGE_IN") == "f .. 'runs', 'inputTokens'"
     # a lowercase member (a Lua table's field, ctx().run) is no token
@@ -94,3 +100,9 @@ def test_the_rendered_scripts_and_their_shas_are_the_same_in_every_process() -> 
         check=True, capture_output=True, text=True,
     ).stdout  # fmt: skip
     assert json.loads(out) == here
+
+
+def test_the_lua_writes_a_sessions_calls_as_past_call_reads_them() -> None:
+    """prelude.lua's recorded_calls spells an entry of a session's calls list by PastCallField: the
+    JSON of worker.context.PastCall, which the runs that search the session read."""
+    assert set(PastCall(id="r/c1.0").model_dump(by_alias=True)) == set(PastCallField)
