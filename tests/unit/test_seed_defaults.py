@@ -7,8 +7,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from agentmill_client.models import Message, RunInput, RunResult, RunStatus, ToolCall
+from agentmill_client.models import Message, RunInput, RunResult, RunStatus, ToolCall, ToolResult
 from shared.profiles import AgentProfile, ContextConfig, RetryConfig, ToolSettings
+from shared.tool_records import ToolRecord
 from worker import context, policy
 from worker.config import resolve_config
 from worker.machine import initial_state
@@ -70,7 +71,9 @@ def test_a_session_keeps_the_runs_own_tool_calls_never_its_internal_ones() -> No
                   Message(role="assistant", content="done")]  # fmt: skip
     state = initial_state("run-1").model_copy(update={"session_id": "s", "transcript": transcript})
     result = RunResult(run_id="run-1", status=RunStatus.COMPLETED, final_assistant_message=transcript[-1])
-    update = session_update(state, result, 5)
+    records = {c.id: ToolRecord.finished(1, 1, ToolResult(tool_call_id=c.id, name=c.name, content=f"r {c.name}"),
+                                         called_at_ms=5) for c in calls}  # fmt: skip
+    update = session_update(state, result, records, 5)
     assert update is not None and [i for i, _ in update.tool_results] == ["run-1/c1.0"]
     loop = context.RunLoop.model_validate_json(update.loop or b"")
     assert [c.name for c in loop.tool_calls] == ["echo"] and loop.tool_call_ids == ["run-1/c1.0"]
