@@ -137,7 +137,7 @@ def _validator_class() -> Any:
         "uniqueItems": _unique_items,
     }
     keywords = {**base.VALIDATORS, **own}
-    return jsonschema.validators.extend(base, {k: _counted(k, f) for k, f in keywords.items()})
+    return jsonschema.validators.extend(base, {k: _counted(k, f) for k, f in keywords.items()})  # type: ignore[no-untyped-call]
 
 
 _Bounded = _validator_class()
