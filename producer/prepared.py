@@ -60,6 +60,7 @@ def validated(raw: RunInput | dict[str, Any], profiles: dict[str, AgentProfile] 
             run = RunInput.model_validate(raw)
         except ValidationError as exc:
             raise validation_error(exc) from None
+    _check_schemas(run)
     if profiles is not None and run.agent not in profiles:
         known = ", ".join(sorted(profiles))
         raise SubmissionError(
@@ -69,7 +70,6 @@ def validated(raw: RunInput | dict[str, Any], profiles: dict[str, AgentProfile] 
         problem = profiles[run.agent].client_tool_problem(run.client_tools)
         if problem is not None:
             raise SubmissionError("client_tool_not_allowed", problem, field=problem.split(":", 1)[0])
-    _check_schemas(run)
     return run
 
 
