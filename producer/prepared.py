@@ -19,6 +19,7 @@ from producer.scope import Scope
 from producer.submission import SubmissionError, reserved_id_error, validation_error
 from shared.meta_terms import meta_term, meta_terms
 from shared.profiles import AgentProfile
+from shared.schema_validator import SchemaBoundError, compiled
 
 __all__ = ["Prepared", "counted", "meta_term", "meta_terms", "prepare", "validated"]
 
@@ -59,6 +60,7 @@ def validated(raw: RunInput | dict[str, Any], profiles: dict[str, AgentProfile] 
             run = RunInput.model_validate(raw)
         except ValidationError as exc:
             raise validation_error(exc) from None
+    _check_schemas(run)
     if profiles is not None and run.agent not in profiles:
         known = ", ".join(sorted(profiles))
         raise SubmissionError(
@@ -69,6 +71,21 @@ def validated(raw: RunInput | dict[str, Any], profiles: dict[str, AgentProfile] 
         if problem is not None:
             raise SubmissionError("client_tool_not_allowed", problem, field=problem.split(":", 1)[0])
     return run
+
+
+def _check_schemas(run: RunInput) -> None:
+    """The run's JSON Schemas within their bounds (shared/schema_bounds.py), compiled now (the worker
+    finds them compiled when it runs here too): else 422 ``schema_too_complex`` naming the bound."""
+    schemas = [(f"clientTools.{i}.parameters", t.parameters) for i, t in enumerate(run.client_tools or ())]
+    if run.response_format is not None and run.response_format.json_schema is not None:
+        schemas.append(("responseFormat.jsonSchema.schema", run.response_format.json_schema.schema_))
+    for field, schema in schemas:
+        try:
+            compiled(schema)
+        except SchemaBoundError as exc:
+            raise SubmissionError(
+                "schema_too_complex", f"{field}: {exc.message} (bound: {exc.bound})", field=field
+            ) from None
 
 
 def prepare(

@@ -8,16 +8,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Literal
 
-import jsonschema
 import orjson
-from referencing.exceptions import Unresolvable
 
 from agentmill_client.models import Message, ResponseFormat, ToolPolicy, Usage
 from shared.backoff import backoff_ms as backoff_ms  # the machine retries model calls by it
 from shared.profiles import Pricing
+from shared.schema_validator import SchemaBoundError, validation_errors
 
 __all__ = [
     "CONTENT_FILTER",
@@ -177,15 +175,13 @@ def request_tokens(messages: Iterable[Message], max_tokens: int | None) -> int:
     return estimate_tokens(messages) + (max_tokens or 0)
 
 
-@lru_cache(maxsize=256)
-def _validator(schema_json: str) -> jsonschema.Draft202012Validator:
-    return jsonschema.Draft202012Validator(orjson.loads(schema_json))
-
-
 def argument_problem(schema: dict[str, Any], args: Any) -> str | None:
-    """Why ``args`` do not fit the JSON Schema ``schema`` (the first error, with its path), or None."""
-    errors = sorted(_validator(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS).decode()).iter_errors(args),
-                    key=lambda e: list(e.path))  # fmt: skip
+    """Why ``args`` do not fit the JSON Schema ``schema`` (the first error, with its path), or None.
+    A schema past its bounds (shared/schema_bounds.py) fits nothing: the problem names the bound."""
+    try:
+        errors = sorted(validation_errors(schema, args), key=lambda e: list(e.path))
+    except SchemaBoundError as exc:
+        return f"the tool's parameters schema cannot be applied: {exc.message} (bound: {exc.bound})"
     if not errors:
         return None
     where = "/".join(str(p) for p in errors[0].path) or "arguments"
@@ -208,16 +204,13 @@ def check_output(fmt: ResponseFormat, text: str) -> tuple[Any, list[str]]:
         return None, [f"the answer is not JSON: {exc}"]
     if fmt.json_schema is None:  # json_object
         return (value, []) if isinstance(value, dict) else (None, ["the answer must be a JSON object"])
-    schema = orjson.dumps(fmt.json_schema.schema_, option=orjson.OPT_SORT_KEYS).decode()
     problems: list[str] = []
     try:
-        for err in _validator(schema).iter_errors(value):
+        for err in validation_errors(fmt.json_schema.schema_, value, MAX_OUTPUT_PROBLEMS):
             where = "/".join(str(p) for p in err.absolute_path) or "(root)"
             problems.append(f"{where}: {err.message[:300]}")
-            if len(problems) >= MAX_OUTPUT_PROBLEMS:
-                break
-    except (Unresolvable, re.error, RecursionError) as exc:  # a dangling #-ref, a pattern re cannot run
-        problems.append(f"the schema could not be applied: {str(exc)[:300]}")
+    except SchemaBoundError as exc:  # past a bound (a dangling #-ref, a budget spent …)
+        problems.append(f"the schema could not be applied: {exc.message[:300]} (bound: {exc.bound})")
     return (None, problems) if problems else (value, [])
 
 

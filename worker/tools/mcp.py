@@ -38,6 +38,7 @@ from shared.profiles import MCP_SEP, McpServerConfig
 from worker import tracing
 from worker.lease import LeaseExpiredError
 from worker.tools.base import ToolContext, ToolError, ToolOutcome
+from worker.tools.mcp_output import check_result, check_schema
 from worker.tools.mcp_transport import McpConfigError, expand_headers
 
 __all__ = ["FAILED_LISTING_S", "MAX_PAGES", "McpServer", "McpTool", "exposed_name", "render"]
@@ -137,6 +138,7 @@ class McpServer:
         self._slots = asyncio.Semaphore(cfg.max_concurrent) if cfg.max_concurrent else None
         self._discover: tuple[str, DiscoverResult] | None = None  # the modern version found, pinned
         self._pages: list[ListToolsResult] = []  # the last listing as the server sent it
+        self.output_schemas: dict[str, dict[str, Any]] = {}  # by the tool's name on its server
         self._watcher: asyncio.Task[None] | None = None
         self.watching = watch
 
@@ -243,6 +245,7 @@ class McpServer:
     async def _list(self) -> dict[str, McpTool]:
         allow = None if self.cfg.allow_tools is None else set(self.cfg.allow_tools)
         out: dict[str, McpTool] = {}
+        outputs: dict[str, dict[str, Any]] = {}
         pages: list[ListToolsResult] = []
         async with self._connect({}) as client:
             cursor: str | None = None
@@ -258,16 +261,23 @@ class McpServer:
                                     self.cfg.name, t.name)  # fmt: skip
                         continue
                     out[name] = McpTool(self, t.name, name, t.description or "", dict(t.input_schema))
+                    if t.output_schema is not None:
+                        outputs[t.name] = dict(t.output_schema)
                 cursor = page.next_cursor
                 if cursor is None:
                     break
         self._pages = pages
+        self.output_schemas = outputs
         return out
 
     def _prime(self, client: Client) -> None:
         """Give a new connection the listing this worker holds, as if it had listed itself: the SDK
         checks a result against the tool's output schema and mirrors ``x-mcp-header`` arguments
-        into headers from it, and would otherwise list the tools again before every call's answer."""
+        into headers from it, and would otherwise list the tools again before every call's answer.
+        The SDK's own check of a result against the output schema is turned off: ``call`` checks it
+        on the bounded validator (worker/tools/mcp_output.py)."""
+        with contextlib.suppress(AttributeError):
+            client.session.validate_tool_result = _unchecked  # type: ignore[method-assign]
         absorb = getattr(client.session, "_absorb_tool_listing", None)
         if not callable(absorb):  # a later SDK without it: the SDK lists the tools itself
             return
@@ -286,11 +296,15 @@ class McpServer:
         return McpTool(self, remote, exposed, "", {"type": "object"})
 
     async def call(self, remote: str, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+        name = f"{self.cfg.name}{MCP_SEP}{remote}"
+        schema = self.output_schemas.get(remote)
+        check_schema(name, schema)
         async with self._slots if self._slots is not None else contextlib.nullcontext():
             t0 = self.clock()
             outcome = "failed"
             try:
                 result = await self._call(remote, args, ctx)
+                check_result(name, schema, result)
                 outcome = "error" if result.is_error else "ok"
             finally:
                 if self.observe is not None:
@@ -311,6 +325,10 @@ class McpServer:
             raise
         except BaseException as exc:
             raise _failure(name, _leaf(exc)) from None
+
+
+async def _unchecked(name: str, result: CallToolResult) -> None:
+    """In place of the SDK's check of a result against the tool's output schema (McpServer.call's)."""
 
 
 def _failure(name: str, exc: BaseException) -> BaseException:

@@ -12,7 +12,6 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import httpx
-import jsonschema
 import orjson
 
 from agentmill_client import limits
@@ -20,6 +19,7 @@ from agentmill_client.models import ToolCall, ToolResult
 from shared.profiles import AgentProfile, ToolSettings
 from worker.config import ToolSpec
 from worker.lease import LeaseExpiredError
+from worker.policy import argument_problem
 from worker.ports import ToolRetry
 from worker.tools.base import Tool, ToolContext, ToolError, ToolOutcome
 from worker.tools.builtin import BUILTINS
@@ -61,7 +61,6 @@ class ProfileTools:
             n: ToolSpec(name=n, description=t.description, parameters=t.parameters)
             for n, t in self.tools.items()
         }
-        self._validators = {n: jsonschema.Draft202012Validator(t.parameters) for n, t in self.tools.items()}
 
     async def all_specs(self) -> dict[str, ToolSpec]:
         """The profile's own tools, then each MCP server's (listed now, or as kept)."""
@@ -84,23 +83,12 @@ class ProfileTools:
         return self.profile.settings_for(name)
 
     def check_arguments(self, name: str, args: Any) -> str | None:
+        """Why ``args`` do not fit the tool's schema (an MCP tool's: its server's), or None; a schema
+        past its bounds (shared/schema_bounds.py) is the problem, named."""
         if not isinstance(args, dict):
             return "arguments must be a JSON object"
-        validator = self._validators.get(name)
-        if validator is None:  # an MCP tool: its server's schema (the server checks it too)
-            tool = self._tool(name)
-            try:
-                validator = jsonschema.Draft202012Validator(tool.parameters if tool else {})
-                errors = sorted(validator.iter_errors(args), key=lambda e: list(e.path))
-            except (jsonschema.exceptions.SchemaError, jsonschema.exceptions.RefResolutionError):
-                return None
-        else:
-            errors = sorted(validator.iter_errors(args), key=lambda e: list(e.path))
-        if not errors:
-            return None
-        e = errors[0]
-        where = "/".join(str(p) for p in e.path) or "arguments"
-        return f"{where}: {e.message}"
+        tool = self._tool(name)
+        return argument_problem(tool.parameters if tool else {}, args)
 
     async def execute(
         self,

@@ -23,7 +23,12 @@ __all__ = [
     "MAX_RUN_AT_MS",
     "MAX_RUN_IMAGE_BYTES",
     "MAX_RUN_INPUT_BYTES",
+    "MAX_SCHEMA_BRANCHES",
     "MAX_SCHEMA_BYTES",
+    "MAX_SCHEMA_DEPTH",
+    "MAX_SCHEMA_NODES",
+    "MAX_SCHEMA_PATTERN_CHARS",
+    "MAX_SCHEMA_STEPS",
     "MAX_SCRIPT_DELAY_MS",
     "MAX_SEQ",
     "MAX_TOOL_NAMES",
@@ -49,7 +54,15 @@ MAX_IMAGE_DATA_BYTES = 512_000
 MAX_RUN_IMAGE_BYTES = 768_000
 MAX_IMAGE_PARTS = 16
 MAX_MAP_BYTES = 64_000  # runtimeInitData, runtimeHints, metadata (each, as JSON)
-MAX_SCHEMA_BYTES = 32_000  # responseFormat.jsonSchema.schema, as JSON
+# A JSON Schema a run or a tool brings (responseFormat.jsonSchema.schema, a client tool's parameters,
+# an MCP server's inputSchema and outputSchema): bounded before it runs (shared/schema_bounds.py). Past a
+# bound: 422 schema_too_complex at submission, an error tool result for an MCP tool.
+MAX_SCHEMA_BYTES = 32_000  # its JSON
+MAX_SCHEMA_DEPTH = 32  # nesting of its JSON (objects and arrays)
+MAX_SCHEMA_NODES = 10_000  # schema objects visited with every $ref followed where it stands
+MAX_SCHEMA_BRANCHES = 500  # allOf/anyOf/oneOf subschemas among those
+MAX_SCHEMA_PATTERN_CHARS = 1_000  # one pattern or patternProperties key (run by RE2: linear time)
+MAX_SCHEMA_STEPS = 5_000  # keyword evaluations validating one value: past it the check fails
 MAX_TOOL_NAMES = 128
 MAX_ID_CHARS = 128
 MAX_TOOL_RESULT_CHARS = 64_000
