@@ -10,8 +10,18 @@ judged instead.
 from __future__ import annotations
 
 import ipaddress
+import re
+import socket
 
-__all__ = ["IP", "METADATA", "BlockedAddressError", "ResponseTooLargeError", "carried_ipv4", "forbidden"]
+__all__ = [
+    "IP",
+    "METADATA",
+    "BlockedAddressError",
+    "ResponseTooLargeError",
+    "carried_ipv4",
+    "forbidden",
+    "host_refusal",
+]
 
 IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -120,3 +130,38 @@ def forbidden(ip: IP) -> bool:
     if isinstance(ip, ipaddress.IPv4Address) and any(ip in net for net in _NOT_GLOBAL_V4):
         return True
     return ip in METADATA or not ip.is_global or ip.is_multicast
+
+
+# Names that never resolve to a public address (RFC 6761, 6762, 8375; cloud metadata names end in
+# .internal), and what a legacy IPv4 literal may look like (``127.1``, ``0x7f000001``, ``2130706433``).
+_LOCAL_NAMES = ("localhost", ".localhost", ".local", ".internal", ".home.arpa", ".localdomain")
+_LEGACY_V4 = re.compile(r"^[0-9a-fx.]+$")
+
+
+def host_refusal(host: str) -> str | None:
+    """Why a URL's host, as given, names somewhere outbound calls may not go, judged without
+    resolving it: an IP literal (legacy IPv4 forms too, as a resolver reads them) by ``forbidden``,
+    a name when it is local by definition; None when nothing in the name itself refuses it."""
+    name = host.strip().strip("[]").rstrip(".").lower()
+    ip: IP | None
+    try:
+        ip = ipaddress.ip_address(name)
+    except ValueError:
+        ip = ipaddress.IPv4Address(socket.inet_aton(name)) if _legacy_v4(name) else None
+    if ip is not None:
+        return f"{ip} is not a public address" if forbidden(ip) else None
+    if ":" in name or "%" in name:
+        return "not a usable host"
+    if "." not in name or name == "localhost" or name.endswith(_LOCAL_NAMES):
+        return f"{name!r} is a local name"
+    return None
+
+
+def _legacy_v4(name: str) -> bool:
+    if not _LEGACY_V4.match(name):
+        return False
+    try:
+        socket.inet_aton(name)
+    except OSError:
+        return False
+    return True

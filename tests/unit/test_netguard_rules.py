@@ -27,7 +27,6 @@ EMBEDDINGS: dict[str, Callable[[V4], V6]] = {
     "mapped ::ffff:0:0/96": _low32("::ffff:0:0"),
     "compatible ::/96": _low32("::"),
     "nat64 64:ff9b::/96": _low32("64:ff9b::"),
-    "local nat64 64:ff9b:1::/48": _low32("64:ff9b:1:abcd::"),
     "6to4 2002::/16": lambda v4: V6((0x2002 << 112) | (int(v4) << 80) | 0x1),
     "teredo client 2001::/32": lambda v4: V6(
         (0x20010000 << 96) | (int(TEREDO_SERVER) << 64) | (int(v4) ^ 0xFFFFFFFF)
@@ -55,8 +54,9 @@ def _nat64_layout(*pieces: tuple[int, int]) -> Callable[[V4], V6]:
 
 
 # Forms whose IPv4 address may be read more than one way (RFC 8215's local-use NAT64 prefix in its
-# /48, /56 and /64 layouts): refused if any reading is, so a public address there may be refused too.
+# /96, /48, /56 and /64 layouts): refused if any reading is, so a public address there may be too.
 AMBIGUOUS: dict[str, Callable[[V4], V6]] = {
+    "local nat64 64:ff9b:1::/48, /96 layout": _low32("64:ff9b:1:abcd::"),
     "local nat64 64:ff9b:1::/48, /48 layout": _nat64_layout((48, 16), (72, 16)),
     "local nat64 64:ff9b:1::/48, /56 layout": _nat64_layout((56, 8), (72, 24)),
     "local nat64 64:ff9b:1::/48, /64 layout": _nat64_layout((72, 32)),
@@ -108,8 +108,9 @@ def test_every_blocked_ipv4_is_refused_in_every_ipv6_form(form: str, v4: V4) -> 
     assert forbidden(EVERY_FORM[form](v4)), f"{EVERY_FORM[form](v4)} carries {v4}"
 
 
-def test_a_public_ipv4_in_the_local_nat64_64_layout_passes() -> None:
-    assert not forbidden(AMBIGUOUS["local nat64 64:ff9b:1::/48, /64 layout"](V4("1.1.1.1")))
+@pytest.mark.parametrize("layout", ["/96", "/64"])
+def test_a_public_ipv4_in_the_local_nat64_96_and_64_layouts_passes(layout: str) -> None:
+    assert not forbidden(AMBIGUOUS[f"local nat64 64:ff9b:1::/48, {layout} layout"](V4("1.1.1.1")))
 
 
 def test_an_isatap_address_under_a_private_prefix_stays_refused() -> None:
@@ -122,7 +123,14 @@ def test_plain_public_ipv6_is_not_decoded(ip: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "host", ["[64:ff9b::a9fe:a9fe]", "[2002:7f00:1::1]", "[::127.0.0.1]", "[::ffff:0:127.0.0.1]", "[::ffff:0:a9fe:a9fe]"]
+    "host",
+    [
+        "[64:ff9b::a9fe:a9fe]",
+        "[2002:7f00:1::1]",
+        "[::127.0.0.1]",
+        "[::ffff:0:127.0.0.1]",
+        "[::ffff:0:a9fe:a9fe]",
+    ],
 )
 async def test_a_url_naming_an_embedded_private_ipv4_is_refused(host: str) -> None:
     with pytest.raises(BlockedAddressError, match="not a public address"):

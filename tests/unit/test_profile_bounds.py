@@ -56,7 +56,9 @@ def test_a_run_asking_for_every_limits_maximum_gets_no_more_than_its_default_pro
     """The attack: a RunInput on a profile that sets no limits asks for the largest value of each
     loopLimits field; each is lowered to what the run gets without asking (the run's duration to the
     deployment's maximum, AGENTMILL_RUN_DURATION_MAX_MS, as documented)."""
-    greedy = {n: max(m.le for m in f.metadata if hasattr(m, "le")) for n, f in LoopLimits.model_fields.items()}
+    greedy = {
+        n: max(m.le for m in f.metadata if hasattr(m, "le")) for n, f in LoopLimits.model_fields.items()
+    }
     asked = config(LoopLimits(**greedy).model_dump(by_alias=True, exclude_none=True), None)
     plain = config(None, None)
     assert asked.max_depth == plain.max_depth == 3
