@@ -174,7 +174,9 @@ def _max_depth(profile: AgentProfile, run: RunInput, lineage: Lineage | None) ->
     the limit: above its profile's (or the default) it is lowered to it."""
     asked = (run.loop_limits or LoopLimits()).max_depth
     if lineage is None:
-        ceiling = DEFAULT_MAX_DEPTH if profile.loop_limits.max_depth is None else profile.loop_limits.max_depth
+        ceiling = (
+            DEFAULT_MAX_DEPTH if profile.loop_limits.max_depth is None else profile.loop_limits.max_depth
+        )
         return ceiling if asked is None else min(asked, ceiling)
     own = _narrowest(profile.loop_limits.max_depth, asked)
     return lineage.max_depth if own is None else min(own, lineage.max_depth)
