@@ -98,7 +98,8 @@ class ArchiveReads:
         each run it lists."""
         got = await self.store.list_page(
             tenant,
-            equal={"status": flt.status, "agent": flt.agent, "session_id": flt.session_id, "batch_id": flt.batch_id},
+            equal={"status": flt.status, "agent": flt.agent, "session_id": flt.session_id, "batch_id": flt.batch_id,
+                   "parent_run_id": flt.parent_run_id},
             meta=flt.metadata, created_after=flt.created_after, created_before=flt.created_before,
             cursor=(int(cursor[0]), cursor[1]) if cursor else None, limit=limit,
         )  # fmt: skip

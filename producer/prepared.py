@@ -8,16 +8,18 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 from pydantic import ValidationError
 
 from agentmill_client import limits
 from agentmill_client.codec import to_jsonable
-from agentmill_client.models import RunInput
+from agentmill_client.models import ImagePart, RunInput
 from producer.scope import Scope
 from producer.submission import SubmissionError, reserved_id_error, validation_error
 from shared.meta_terms import meta_term, meta_terms
+from shared.netguard_rules import host_refusal
 from shared.profiles import AgentProfile
 from shared.schema_validator import SchemaBoundError, compiled
 
@@ -104,6 +106,7 @@ def prepare(
     if (reserved := reserved_id_error(run)) is not None:
         raise reserved
     _check_images(run)
+    _check_image_hosts(run)
     body = to_jsonable(run)
     rid = body.pop("runId", None) or default_id(run)
     if run.session_id is None and run.auto_create_session:
@@ -145,6 +148,19 @@ def _check_images(run: RunInput) -> None:
             f"the run's images are {total} bytes; at most {limits.MAX_RUN_IMAGE_BYTES}",
             status=413,
         )
+
+
+def _check_image_hosts(run: RunInput) -> None:
+    """An image URL's host judged by the outbound guard's rules (shared/netguard_rules.py), as the
+    provider that fetches it would reach it: 422 naming the part when it is not public."""
+    for i, m in enumerate(run.input_messages):
+        for j, part in enumerate(m.content if isinstance(m.content, list) else []):
+            if not isinstance(part, ImagePart) or part.image_url.url.startswith("data:"):
+                continue
+            if why := host_refusal(urlsplit(part.image_url.url).hostname or ""):
+                field = f"inputMessages.{i}.content.{j}.image_url.url"
+                raise SubmissionError("invalid_input", f"{field}: the image URL's host may not be reached: {why}",
+                                      field=field)  # fmt: skip
 
 
 def _check_size(size: int) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentmill_client.models import RunInput
+from shared.keys import SCOPED_PREFIX
 from shared.quotas import DEFAULT_TENANT
 from shared.settings import Settings
 
@@ -22,7 +23,6 @@ __all__ = [
     "run_id_for_key",
 ]
 
-SCOPED_PREFIX = "tsc_"  # the ids a named tenant's runs and sessions are kept under; no client id has it
 DEV_ID_SECRET = "agentmill-dev-id-secret"  # the key when AGENTMILL_ID_SECRET is unset (public: dev only)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -19,6 +20,7 @@ from agentmill_client import limits
 from agentmill_client.models import ClientToolResult, RunEvent, RunInput, RunResult, RunStatus
 from producer import batch_submit
 from producer.archived import ArchiveReads
+from producer.client_ids import client_id_of
 from producer.placement import locate_many
 from producer.routing import Parts, as_partitions, run_script
 from producer.run_record import RunRecord, lineage_view, usage_of
@@ -136,7 +138,12 @@ class Producer:
         rec = await self._get(ids, tenant)
         if rec is None and self.archive is not None:
             rec = await self.archive.record(ids, tenant)
-        return rec.as_seen_by(run_id) if rec is not None else None
+        if rec is None:
+            return None
+        if tenant is not None and rec.parent_run_id:  # a child names its parent as its tenant knows it
+            parent = await client_id_of(self.parts, self.archive, rec.parent_run_id, tenant)
+            rec = replace(rec, parent_run_id=parent or "")
+        return rec.as_seen_by(run_id)
 
     async def resolve(self, run_id: str, tenant: str) -> str:
         """The id the keys of ``tenant``'s run ``run_id`` use (its key when it has none)."""

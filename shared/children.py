@@ -47,6 +47,7 @@ __all__ = [
     "child_runs",
     "deliver",
     "hand_off",
+    "orphan_reason",
     "parent_status",
     "result_record",
     "spawn",
@@ -176,7 +177,7 @@ async def cascade(parts: Partitions[Any], scripts: Scripts, part: keys.Partition
     """Abort every child of the ended run's current round; how many were aborted or asked to stop."""
     raw, status = await parts.call(part, lambda c: c.hmget(part.run(run_id), [F.CHILDREN, F.STATUS]))
     children = orjson.loads(raw) if raw else []
-    reason = f"its parent run {run_id} ended {text(status)}"
+    reason = orphan_reason(run_id, text(status))
     stopped = 0
     for child in children:
         cid = str(child.get("runId", ""))
@@ -209,6 +210,13 @@ async def hand_off(
     if flags:
         await parts.call(part, clear)
     return done
+
+
+def orphan_reason(parent: str, status: str) -> str:
+    """Why a child run ended aborted when its parent ended first: naming the parent unless the id
+    its keys use is a scoped key, which its tenant does not know it by (the child's view names it)."""
+    named = "" if parent.startswith(keys.SCOPED_PREFIX) else f" {parent}"
+    return f"its parent run{named} ended {status}"
 
 
 async def parent_status(parts: Partitions[Any], part: keys.Partition, run_id: str) -> tuple[str, str]:

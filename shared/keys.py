@@ -34,6 +34,7 @@ __all__ = [
     "BATCH_DELIVERY",
     "CONTEXT_FIELDS",
     "INDEX_DIMS",
+    "SCOPED_PREFIX",
     "SLOTS",
     "Layout",
     "Partition",
@@ -50,6 +51,9 @@ __all__ = [
 PREFIX = "am"
 SLOTS = 16384  # Redis Cluster's hash slots
 SEP = "\x1f"  # between the fields of Partition.context (ids, tenants and JSON never hold it)
+# The ids a named tenant's runs and sessions are kept under start so (producer.scope.Scope); no
+# client id does, and no view shows one: a view names a run by the id its tenant knows.
+SCOPED_PREFIX = "tsc_"
 
 # Listing indexes (per tenant and partition; bounded, expiring with the retention): sorted sets
 # runId -> createdAt (ms). ``dim`` is one of these; the tenant-wide index is dim "all", value "".

@@ -363,6 +363,13 @@ class Settings(BaseSettings):
     )
 
     # traces (docs/operations.md#traces; the exporter itself reads the standard OTEL_* variables)
+    trace_propagation: Literal["none", "pool", "all"] = Field(
+        default="pool",
+        description="how far a submitter's trace context (traceparent, tracestate) goes: `none`, the API keeps "
+        "none and a run starts its own trace; `pool`, the pool's spans continue it but requests leaving the "
+        "pool (model providers, HTTP and MCP tools) carry no trace headers; `all`, those requests carry "
+        "the current span's traceparent and the submitter's tracestate too",
+    )
     trace_content: bool = Field(
         default=False,
         description="record message contents in trace spans (the model's input and output messages, tool "

@@ -173,10 +173,15 @@ def narrow_budget(profile: Budget, run: Budget | None) -> Budget | None:
 
 def _max_depth(profile: AgentProfile, run: RunInput, lineage: Lineage | None) -> int:
     """The depth limit: a root run's (its profile's, else the default, narrowed by the run), which
-    binds its whole tree; a child's profile may only narrow it further."""
-    own = _narrowest(profile.loop_limits.max_depth, (run.loop_limits or LoopLimits()).max_depth)
+    binds its whole tree; a child's profile may only narrow it further. A run's value never raises
+    the limit: above its profile's (or the default) it is lowered to it."""
+    asked = (run.loop_limits or LoopLimits()).max_depth
     if lineage is None:
-        return DEFAULT_MAX_DEPTH if own is None else own
+        ceiling = (
+            DEFAULT_MAX_DEPTH if profile.loop_limits.max_depth is None else profile.loop_limits.max_depth
+        )
+        return ceiling if asked is None else min(asked, ceiling)
+    own = _narrowest(profile.loop_limits.max_depth, asked)
     return lineage.max_depth if own is None else min(own, lineage.max_depth)
 
 

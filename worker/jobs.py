@@ -150,6 +150,7 @@ class WorkerProcess(LeaseKeeping):
             self.metrics_port = await self.health.start(s.worker_metrics_host, s.worker_metrics_port)
             log.info("worker %s serves /metrics and /healthz on %s:%d", self.worker_id,
                      s.worker_metrics_host, self.metrics_port)  # fmt: skip
+        tracing.propagate(s.trace_propagation)
         traced = tracing.configure(content=s.trace_content, instance_id=self.worker_id)
         if traced:
             log.info("worker %s exports traces over OTLP/HTTP", self.worker_id)

@@ -18,8 +18,9 @@ The spans (names and attributes: docs/operations.md#traces), each a child of the
   of the parent attempt that made it (``current``).
 
 Message contents (the request's messages, the reply, tool arguments and results) are recorded only
-with ``Settings.trace_content`` on. Outbound model and HTTP tool requests carry ``traceparent``
-(``inject``).
+with ``Settings.trace_content`` on. Outbound model, HTTP and MCP tool requests carry ``traceparent``
+and ``tracestate`` (``inject``) only with ``Settings.trace_propagation`` ``all``; by default the
+trace stays in the pool.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ __all__ = [
     "model_failed",
     "model_replied",
     "on",
+    "propagate",
     "retried",
     "shutdown",
     "tool_done",
@@ -59,6 +61,7 @@ __all__ = [
 _tracer: Any = None  # an opentelemetry Tracer while traces are on; None: off
 _provider: Any = None  # the SDK TracerProvider ``configure`` made (shut down by ``shutdown``)
 _content = False  # Settings.trace_content
+_outbound = False  # Settings.trace_propagation == "all": requests leaving the pool carry the trace
 
 WAIT_SPANS = {
     "awaiting_human": "await_approval",
@@ -320,14 +323,25 @@ def current() -> str:
     if _tracer is None:
         return ""
     h: dict[str, str] = {}
-    inject(h)
+    _inject_current(h)
     return trace_context.stored(h.get("traceparent"), h.get("tracestate"))
 
 
+def propagate(mode: str) -> None:
+    """Settings.trace_propagation: only ``all`` lets requests leaving the pool carry the trace."""
+    global _outbound
+    _outbound = mode == "all"
+
+
 def inject(headers: MutableMapping[str, str]) -> None:
-    """Add the current span's ``traceparent`` (and ``tracestate``) to an outbound request's headers."""
-    if _tracer is None:
+    """Add the current span's ``traceparent`` (and ``tracestate``, the submitter's) to an outbound
+    request's headers, when AGENTMILL_TRACE_PROPAGATION=all; else the trace stays in the pool."""
+    if _tracer is None or not _outbound:
         return
+    _inject_current(headers)
+
+
+def _inject_current(headers: MutableMapping[str, str]) -> None:
     from opentelemetry.propagate import inject as _inject
 
     _inject(headers)

@@ -27,7 +27,6 @@ from agentmill_client.models import ApprovalDecision, RunInput
 from producer.api.errors import COMMON_ERRORS, ErrorResponse, OrjsonResponse
 from producer.api.state import ApiDep, Tenant, record_or_404
 from producer.service import SubmissionError, Submitted
-from shared import trace_context
 from shared.loop import unless_closing
 
 __all__ = ["QUOTA_CODES", "ApprovalsBody", "BatchBody", "router", "run_links"]
@@ -124,7 +123,7 @@ async def submit(
     try:
         sub = await api.producer.submit(
             body, tenant=tenant, idempotency_key=idempotency_key, quota=api.quotas.of(tenant),
-            trace=trace_context.stored(traceparent, tracestate),
+            trace=api.trace(traceparent, tracestate),
         )  # fmt: skip
     except SubmissionError:
         api.metrics.submitted("rejected")
@@ -164,7 +163,7 @@ async def submit_batch(
     batch_id = body.batchId or new_batch_id()
     results = await api.producer.submit_many(
         items, tenant=tenant, batch_id=batch_id, offset=body.offset, batch_webhook=body.batchWebhook,
-        quota=api.quotas.of(tenant), more=body.more, trace=trace_context.stored(traceparent, tracestate),
+        quota=api.quotas.of(tenant), more=body.more, trace=api.trace(traceparent, tracestate),
     )  # fmt: skip
     if not any(isinstance(r, Submitted) for r in results):  # refused whole by a quota: say so
         refused = next((r for r in results if isinstance(r, SubmissionError) and r.code in QUOTA_CODES), None)

@@ -20,6 +20,7 @@ from producer.gauges import ClusterGauges, read_gauges, running_caps
 from producer.routing import Parts
 from producer.schedules.store import ScheduleStore
 from producer.service import Producer, RunRecord
+from shared import trace_context
 from shared.profiles import profiles_from
 from shared.quotas import Quotas
 from shared.settings import Settings
@@ -102,6 +103,13 @@ class Api:
                 f"the queue holds more than {self.settings.max_queue_depth} runs; retry later",
                 headers={"Retry-After": "5"},
             )
+
+    def trace(self, traceparent: str | None, tracestate: str | None) -> str:
+        """What a submission stores of its trace headers (shared.trace_context): nothing when
+        AGENTMILL_TRACE_PROPAGATION=none keeps the submitter's trace out of the pool."""
+        if self.settings.trace_propagation == "none":
+            return ""
+        return trace_context.stored(traceparent, tracestate)
 
 
 def get_api(request: Request) -> Api:

@@ -279,7 +279,8 @@ class ArchiveStore:
         runId, status, createdAt, sessionId, agent, batch, finishedAt, clientId ('' when the run's
         own id), iterations, errorCode, lineage, retriedBy, priority, runAt: the run hash's fields as
         the archive keeps them in ``record``), with its stream key and its client's session id.
-        ``equal``: status, agent, session_id, batch_id values the runs must have (None: any)."""
+        ``equal``: status, agent, session_id, batch_id, parent_run_id (the id the parent's keys used)
+        values the runs must have (None: any)."""
         cs, cid = cursor if cursor is not None else (None, "")
         rows = await self.fetch(
             "SELECT key_id, status, created_at, session_id, agent, batch_id, finished_at, client_id, "
@@ -292,9 +293,10 @@ class ArchiveStore:
             "AND meta @> $6::text[] AND ($7::bigint IS NULL OR created_at > $7) "
             "AND ($8::bigint IS NULL OR created_at < $8) "
             "AND ($9::bigint IS NULL OR created_at < $9 OR (created_at = $9 AND key_id < $10)) "
+            f"AND ($12::text IS NULL OR record->>'{F.PARENT_RUN}' = $12) "
             "ORDER BY created_at DESC, key_id DESC LIMIT $11",
             tenant, equal.get("status"), equal.get("agent"), equal.get("session_id"), equal.get("batch_id"),
-            list(meta), created_after, created_before, cs, cid, limit,
+            list(meta), created_after, created_before, cs, cid, limit, equal.get("parent_run_id"),
         )  # fmt: skip
         return [
             (

@@ -215,8 +215,9 @@ async def test_the_api_shows_a_parents_children_and_a_childs_parent_within_its_t
     redis: Redis, redis_url: str, tmp_path: Path
 ) -> None:
     path = profiles(tmp_path, child_sleep_ms=10)
-    async with api(api_settings(redis_url, profiles=path)) as url, httpx.AsyncClient(base_url=url) as http, \
-            running_worker(redis_url, profiles=path) as wp:  # fmt: skip
+    secret = "a-secret-of-this-deployment"
+    async with api(api_settings(redis_url, profiles=path, id_secret=secret)) as url, \
+            httpx.AsyncClient(base_url=url) as http, running_worker(redis_url, profiles=path, id_secret=secret) as wp:  # fmt: skip
         counters = ("agentmill_children_started_total", "agentmill_children_ended_total")
         before = metric_samples(wp.metrics.render().decode())
         assert [before[(c, ())] for c in counters] == [0, 0]  # there from the start
@@ -231,8 +232,9 @@ async def test_the_api_shows_a_parents_children_and_a_childs_parent_within_its_t
         assert kid["status"] == "completed" and kid["parentToolCallId"] == "c1.0"
         child = (await http.get(f"/v1/runs/{kid['runId']}", headers=A)).json()
         assert child["parentToolCallId"] == "c1.0" and child["status"] == "completed"
+        assert child["parentRunId"] == "mine"  # the id the tenant knows, not the key it is kept under
         assert (await http.get(f"/v1/runs/{child['parentRunId']}", headers=A)).json()["status"] == "completed"
-        listed = (await http.get("/v1/runs", headers=A, params={"parentRunId": "mine"})).json()
+        listed = (await http.get("/v1/runs", headers=A, params={"parentRunId": child["parentRunId"]})).json()
         assert [x["runId"] for x in listed["runs"]] == [kid["runId"]]
         assert (await http.get(f"/v1/runs/{kid['runId']}", headers=B)).status_code == 404  # another tenant's
         assert (await http.get("/v1/runs", headers=B, params={"parentRunId": "mine"})).json()["runs"] == []

@@ -110,7 +110,7 @@ async def test_a_run_continues_the_submitters_trace_with_genai_spans(
     caller.add_span_processor(SimpleSpanProcessor(exporter))
     s = settings(redis_url, profiles=str(path))
     async with (
-        running_worker(redis_url, profiles=str(path)),
+        running_worker(redis_url, profiles=str(path), trace_propagation="all"),
         api(s) as url,
         AsyncClient(url, token="tok-a") as c,
     ):
@@ -209,6 +209,46 @@ async def test_submissions_store_a_valid_trace_context_and_ignore_a_malformed_on
     for item in batch.json()["results"]:
         assert await redis.hget(K.run(key(item["runId"])), RunField.TRACE) == TRACEPARENT.encode()
     assert await redis.hget(K.run(key(bad.json()["runId"])), RunField.TRACE) is None
+
+
+async def test_by_default_the_submitters_trace_stays_in_the_pool(
+    redis: Redis,
+    redis_url: str,
+    exporter: InMemorySpanExporter,
+    gpt: tuple[FakeOpenAI, Path, list[dict[str, str]]],
+) -> None:
+    """The attack: a submitter's tracestate (and trace id) reached model providers and tools. By
+    default (AGENTMILL_TRACE_PROPAGATION=pool) the pool's spans continue the submitter's trace, and
+    no request leaving the pool carries a trace header."""
+    fake, path, tool_headers = gpt
+    fake.replies += [Reply(tool_calls=[("lookup", {"q": "x"})]), Reply(text="done")]
+    run = {"agent": "gpt", "inputMessages": [{"role": "user", "content": "hi"}]}
+    sent = {**A, "traceparent": TRACEPARENT, "tracestate": "vendor=tenant-secret-token"}
+    async with running_worker(redis_url, profiles=str(path)), \
+            api(settings(redis_url, profiles=str(path))) as url, AsyncClient(url, token="tok-a") as c:  # fmt: skip
+        r = await c.http.post("/v1/runs", json=run, headers=sent)
+        assert r.status_code == 202, r.text
+        assert (await c.wait(r.json()["runId"], timeout=30)).status == "completed"
+    spans = exporter.get_finished_spans()
+    assert {hexid(s.context.trace_id, 32) for s in spans} == {
+        TRACE
+    }  # the pool's spans: the submitter's trace
+    (attempt,) = by_name(spans, "invoke_agent ")
+    assert attempt.parent is not None and hexid(attempt.parent.span_id, 16) == PARENT
+    outbound = [*fake.headers, *tool_headers]
+    assert len(outbound) == 3
+    assert not [h for h in outbound if {"traceparent", "tracestate"} & {k.lower() for k in h}]
+    assert b"tenant-secret" not in orjson.dumps(outbound) and TRACE.encode() not in orjson.dumps(outbound)
+
+
+async def test_with_propagation_none_the_api_keeps_no_trace_context(redis: Redis, redis_url: str) -> None:
+    async with (
+        api(settings(redis_url, trace_propagation="none")) as url,
+        AsyncClient(url, token="tok-a") as c,
+    ):
+        r = await c.http.post("/v1/runs", json={"agent": "scripted", "inputMessages": [{"role": "user", "content": "x"}]},
+                              headers={**A, "traceparent": TRACEPARENT, "tracestate": "vendor=1"})  # fmt: skip
+    assert r.status_code == 202 and await redis.hget(K.run(key(r.json()["runId"])), RunField.TRACE) is None
 
 
 def _steps(n: int, delay_ms: int) -> list[dict[str, Any]]:
@@ -355,7 +395,7 @@ async def test_an_mcp_tool_call_carries_its_spans_traceparent(
 
     srv, profiles = mcp_served
     p = producer_for(redis, redis_url, profiles=profiles)
-    async with running_worker(redis_url, profiles=profiles):
+    async with running_worker(redis_url, profiles=profiles, trace_propagation="all"):
         sub = await p.submit(
             mcp_run([{"toolCalls": [call("srv__add", a=2, b=3)]}, {"text": "ok"}]), trace=TRACEPARENT
         )

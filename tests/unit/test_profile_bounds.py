@@ -52,6 +52,31 @@ def test_unset_profile_limits_mean_the_defaults_and_the_deployments_maximum() ->
     assert config({"maxToolRounds": 4}, None).max_tool_rounds == 4  # the profile sets none: the run's
 
 
+def test_a_run_asking_for_every_limits_maximum_gets_no_more_than_its_default_profile_allows() -> None:
+    """The attack: a RunInput on a profile that sets no limits asks for the largest value of each
+    loopLimits field; each is lowered to what the run gets without asking (the run's duration to the
+    deployment's maximum, AGENTMILL_RUN_DURATION_MAX_MS, as documented)."""
+    greedy = {
+        n: max(m.le for m in f.metadata if hasattr(m, "le")) for n, f in LoopLimits.model_fields.items()
+    }
+    asked = config(LoopLimits(**greedy).model_dump(by_alias=True, exclude_none=True), None)
+    plain = config(None, None)
+    assert asked.max_depth == plain.max_depth == 3
+    assert asked.max_iterations == plain.max_iterations and asked.max_tool_calls == plain.max_tool_calls
+    assert asked.max_repairs == plain.max_repairs
+    assert asked.max_run_duration_ms == 24 * HOUR
+    assert asked.max_tool_rounds == 1_000  # unset means unlimited: any number narrows it
+    assert set(greedy) == {
+        "max_iterations", "max_tool_rounds", "max_run_duration_ms", "max_repairs", "max_tool_calls", "max_depth",
+    }  # fmt: skip  # a new limit gets its line above
+
+
+def test_a_runs_depth_above_its_profiles_is_lowered_to_it() -> None:
+    assert config({"maxDepth": 10}, {"maxDepth": 2}).max_depth == 2
+    assert config({"maxDepth": 1}, {"maxDepth": 2}).max_depth == 1
+    assert config({"maxDepth": 10}, {"maxDepth": 6}).max_depth == 6  # a profile may allow more
+
+
 def test_the_scripted_test_profile_is_loaded_only_in_dev_mode() -> None:
     assert "scripted" not in load_profiles(None, dev=False)
     assert "default" in load_profiles(None, dev=False)

@@ -50,3 +50,11 @@ def test_ids_in_the_scoped_form_are_reserved() -> None:
             RunInput.model_validate({"inputMessages": [{"role": "user", "content": "hi"}], field: "tsc_1"})
         )
         assert err is not None and err.code == "reserved_id" and err.field == field and err.status == 422
+
+
+def test_a_child_aborted_with_its_parent_names_no_scoped_key() -> None:
+    from shared.children import orphan_reason
+
+    scoped = Scope("tenant-a", b"s").key("mine")
+    assert orphan_reason(scoped, "aborted") == "its parent run ended aborted"
+    assert orphan_reason("mine", "failed") == "its parent run mine ended failed"

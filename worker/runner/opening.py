@@ -8,6 +8,7 @@ from dataclasses import replace
 from agentmill_client.models import Message, RunInput
 from agentmill_client.statuses import TERMINAL
 from shared import checkpoint as checkpoints
+from shared.children import orphan_reason
 from shared.origin import Origin
 from shared.settings import Settings
 from shared.tool_records import ToolRecord
@@ -86,7 +87,7 @@ async def orphaned(store: RunStore, acq: Acquired) -> Acquired:
     land after the parent's ending passed an abort on to its children)."""
     parent, status = await store.parent_status()
     if status in TERMINAL:
-        return replace(acq, abort_reason=f"its parent run {parent} ended {status}")
+        return replace(acq, abort_reason=orphan_reason(parent, status))
     return acq
 
 
