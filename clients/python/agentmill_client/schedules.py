@@ -63,6 +63,13 @@ class ScheduleInput(BaseModel):
         strict=True,
         description="after an outage, the missed firings are made, the latest `catchup` of them at most",
     )
+    endAt: int | None = Field(
+        default=None,
+        ge=0,
+        strict=True,
+        description="no firing after this time (ms since the epoch); the schedule then stays, with no "
+        "next firing, until deleted (it still counts towards its tenant's maxSchedules)",
+    )
 
 
 class ScheduleView(BaseModel):
@@ -74,9 +81,17 @@ class ScheduleView(BaseModel):
     input: dict[str, Any]
     overlap: str
     catchup: int
-    paused: bool
+    paused: bool = Field(description="no firing until resumed: paused by its tenant, or held (pausedReason)")
+    pausedReason: str | None = Field(
+        default=None,
+        description="why it is paused: `paused` (its tenant paused it) or why its firings are held "
+        "(its tenant named by no API token); held ones resume by themselves",
+    )
+    endAt: int | None = Field(default=None, description="no firing after this time (ms)")
     createdAt: int
-    nextFireTimes: list[int] = Field(description="its next firings (ms since the epoch); empty while paused")
+    nextFireTimes: list[int] = Field(
+        description="its next firings (ms since the epoch); empty while paused and once past its endAt"
+    )
     lastFireAt: int | None = Field(default=None, description="its last firing made or skipped (ms)")
     lastRunId: str | None = Field(default=None, description="the last run it made")
     fired: int = Field(default=0, description="runs it made")
