@@ -10,9 +10,10 @@ under the catch-up rule (producer.schedules.cron). The advance (schedule_advance
 if no other firer advanced the schedule meanwhile.
 
 Fair across tenants: a look claims at most CLAIM_LIMIT schedules of a partition, an equal share
-of them for each tenant with schedules due (schedule_claim.lua), so however large one tenant's
-backlog, another tenant's due schedule is claimed at the next look of any firer and made within that
-look: at most AGENTMILL_SCHEDULE_POLL_MS plus one look's work late. A tenant's schedules make at
+of them for each tenant with schedules due and at most TENANT_SHARE (schedule_claim.lua), so
+however large one tenant's backlog, a look makes the firings of at most TENANT_SHARE of its
+schedules, and another tenant's due schedule is claimed at the next look of any firer: it is late by
+at most AGENTMILL_SCHEDULE_POLL_MS (+20 %) plus one look's work. A tenant's schedules make at
 most scheduleFiringsPerMinute firings per UTC minute together (shared.quotas; schedule_rate.lua):
 the others are skipped, counted in ``skipped`` with a ``lastError`` naming the cap, never made
 later (as a missed cron firing). The lag of each firing is agentmill_schedule_firing_lag_seconds
@@ -58,11 +59,15 @@ from shared.quotas import DEFAULT_TENANT, Quotas
 from shared.scripts import text
 from shared.settings import Settings
 
-__all__ = ["CLAIM_LIMIT", "Firer", "Look", "fire_forever"]
+__all__ = ["CLAIM_LIMIT", "TENANT_CONCURRENCY", "TENANT_SHARE", "Firer", "Look", "fire_forever"]
 
 log = logging.getLogger("agentmill.schedules")
 SF = ScheduleField
 CLAIM_LIMIT = 100  # schedules one firer claims on a partition per look
+TENANT_SHARE = 20  # schedules of one tenant one firer claims on a partition per look, at most
+# A tenant's schedules one firer fires at once in a look: another tenant's firing shares the
+# process with at most this many of each other tenant's.
+TENANT_CONCURRENCY = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,16 +119,18 @@ class Firer:
         lease = self.settings.schedule_lease_ms
         calls = [
             (p, [p.schedules_due_tenants, p.schedules_due_before],
-             [lease, CLAIM_LIMIT, p.schedules_due_prefix, p.schedule_prefix])
+             [lease, CLAIM_LIMIT, p.schedules_due_prefix, p.schedule_prefix, TENANT_SHARE])
             for p in parts.parts
         ]  # fmt: skip
         replies = await run_many(parts, self.producer.scripts.schedule_claim, calls)
         at = time.monotonic()
+        lanes: dict[str, asyncio.Semaphore] = {}  # a tenant's firings made at once in this look
         work = [
-            self.fire(p, text(k), Look(int(reply[0]), at, live))
+            self.fire(p, text(reply[i]), Look(int(reply[0]), at, live),
+                      lanes.setdefault(text(reply[i + 1]), asyncio.Semaphore(TENANT_CONCURRENCY)))
             for p, reply in zip(parts.parts, replies, strict=True)
-            for k in reply[1:]
-        ]
+            for i in range(1, len(reply), 2)
+        ]  # fmt: skip
         if not work:
             return 0
         made = 0
@@ -134,9 +141,15 @@ class Firer:
                 made += r
         return made
 
-    async def fire(self, part: keys.Partition, key: str, look: Look) -> int:
-        """Make a claimed schedule's firings due at the look (Redis time); advance it. Returns the
-        runs made."""
+    async def fire(
+        self, part: keys.Partition, key: str, look: Look, lane: asyncio.Semaphore | None = None
+    ) -> int:
+        """Make a claimed schedule's firings due at the look (Redis time); advance it, holding
+        ``lane`` (its tenant's in this look). Returns the runs made."""
+        async with lane or contextlib.nullcontext():
+            return await self._fire(part, key, look)
+
+    async def _fire(self, part: keys.Partition, key: str, look: Look) -> int:
         now = look.now
         parts = self.producer.parts
         h = await read_schedule(parts, part, key)

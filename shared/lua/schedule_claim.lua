@@ -1,14 +1,14 @@
--- Claim the due schedules of one partition for a lease, fairly across tenants: the tenants with
--- schedules due (the longest waiting first, at most `limit` of them) get an equal share of the
--- `limit` each, and a share one leaves unused goes to the others in the same order, so one tenant's
--- backlog takes at most its share of a look while another's schedule is due. A claimed schedule's
+-- Claim the due schedules of one partition for a lease, fairly across tenants: each tenant with
+-- schedules due (the longest waiting first, at most `limit` of them) gets an equal share of the
+-- `limit`, and at most `share` schedules, so one tenant's backlog makes a look no longer than its
+-- share's firings while another's schedule waits for the next look. A claimed schedule's
 -- due score moves to the lease's expiry, so racing firers never claim one schedule at once, and a
 -- firer that dies holding a claim leaves it to be claimed again when the lease expires (its
 -- firings' run ids are deterministic, so making one again creates nothing new).
 -- schedule_advance.lua sets the next firing.
 -- KEYS: tenants with schedules due, the single due set of older versions (moved here once)
--- ARGV: leaseMs, limit, tenant due set prefix, schedule hash prefix
--- Returns: {now (ms, Redis time), schedule key …}
+-- ARGV: leaseMs, limit, tenant due set prefix, schedule hash prefix, share (a tenant's most per look)
+-- Returns: {now (ms, Redis time), schedule key, its tenant, …}
 local now = now_ms()
 local tenants, prefix = KEYS[1], ARGV[3]
 if redis.call('EXISTS', KEYS[2]) == 1 then  -- schedules created by an older version: to their tenant's set
@@ -32,22 +32,15 @@ local function take(t, n)
   for _, id in ipairs(got) do
     redis.call('ZADD', prefix .. t, lease, id)
     ids[#ids + 1] = id
+    ids[#ids + 1] = t
   end
   return #got
 end
 if #due > 0 then
-  local share = math.max(1, math.floor(limit / #due))
-  local left = limit
-  local more = {}
+  local share = math.max(1, math.min(tonumber(ARGV[5]), math.floor(limit / #due)))
   for _, t in ipairs(due) do
-    local got = take(t, math.min(share, left))
-    left = left - got
-    if got == share then more[#more + 1] = t end
+    take(t, share)
+    due_sync(prefix .. t, tenants, t)
   end
-  for _, t in ipairs(more) do
-    if left <= 0 then break end
-    left = left - take(t, left)
-  end
-  for _, t in ipairs(due) do due_sync(prefix .. t, tenants, t) end
 end
 return ids
