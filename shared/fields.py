@@ -138,6 +138,8 @@ class ScheduleField(StrEnum):
     FIRED = "fired"  # runs made
     SKIPPED = "skipped"  # firings skipped (overlap skip, past the catch-up, a refused submission)
     LAST_ERROR = "lastError"  # why the last refused firing was refused, '' = none
+    HELD = "held"  # why its tenant's firings are held ('' = not held; producer.schedules.firer)
+    END_AT = "endAt"  # ms: no firing after it ('' = none)
 
 
 class BudgetField(StrEnum):

@@ -7,8 +7,8 @@ its sessions' keys, its arq queue and job keys, and the live, awaiting, worker a
 the one node, exactly as on a cluster; one partition there is the default.
 
 A schedule lives at its key's home: its hash, its entry in the tenant's schedule index and in the
-partition's due set (one slot, so its scripts touch one slot); the firers claim from every
-partition's due set.
+tenant's due set there, with the tenant in the partition's set of tenants with schedules due (one
+slot, so its scripts touch one slot); the firers claim from every partition, a share per tenant.
 
 A run's partition is its session's, else its run id's home (``Layout.home``, a hash of the id). A
 run in a session whose home is another partition leaves a pointer at its home (``pointer``), so a
@@ -144,7 +144,14 @@ class Partition:
         # Schedules (producer/schedules/) living here: those whose key calls this partition home.
         self.schedule_prefix = b + "sched:"  # hash: shared.fields.ScheduleField
         self.schedule_index_prefix = b + "sched.ix:"  # + tenant: zset schedule key -> createdAt (ms)
-        self.schedules_due = b + "sched.due"  # zset schedule key -> next firing (ms), or its claim's expiry
+        # + tenant: zset schedule key -> next firing (ms), or its claim's expiry (its unpaused schedules)
+        self.schedules_due_prefix = b + "sched.due:"
+        self.schedules_due_tenants = b + "sched.due.t"  # zset tenant -> its earliest due score here
+        self.schedules_due_before = b + "sched.due"  # one zset of every tenant's (older versions): moved
+        self.schedule_rate_prefix = (
+            b + "sched.rate:"
+        )  # + tenant (at its home): hash of its firings this minute
+        self.live_tenants = b + "tenants.live"  # set (partition 0): the tenants the API's tokens name
         self.scheduled = (
             b + "scheduled"
         )  # zset job id -> runAt (ms): jobs not due yet (claim_jobs.lua moves them)
@@ -201,6 +208,14 @@ class Partition:
 
     def schedule(self, schedule_key: str) -> str:
         return self.schedule_prefix + schedule_key
+
+    def schedules_due(self, tenant: str) -> str:
+        """A tenant's schedules due here (the firers claim from it)."""
+        return self.schedules_due_prefix + tenant
+
+    def schedule_rate(self, tenant: str) -> str:
+        """A tenant's schedule firings this minute (at the tenant's home partition)."""
+        return self.schedule_rate_prefix + tenant
 
     def schedule_index(self, tenant: str) -> str:
         """A tenant's schedules here (its listing)."""

@@ -3,8 +3,11 @@ once, and how many it may submit per second (a token bucket: bursts of submitBur
 a full batch, refilled at submitsPerSecond). Defaults come from settings; AGENTMILL_TENANT_QUOTAS
 (JSON, inline or a file path) overrides them per tenant:
 ``{"tenant-a": {"maxActive": 50, "maxRunning": 10, "submitsPerSecond": 5, "submitBurst": 2000,
-"maxPriority": 5, "tokensPerDay": 2000000, "costUsdPerDay": 25}}``. 0 means no limit
-(maxPriority: the highest priority its runs get; higher ones are lowered to it, default 9).
+"maxPriority": 5, "tokensPerDay": 2000000, "costUsdPerDay": 25, "maxSchedules": 20,
+"scheduleFiringsPerMinute": 120}}``. 0 means no limit (maxPriority: the highest priority its runs
+get; higher ones are lowered to it, default 9). maxSchedules and scheduleFiringsPerMinute bound a
+tenant's cron schedules (producer/schedules/): how many it may have, and how many runs they make
+per UTC minute together (a firing beyond is skipped and counted).
 
 tokensPerDay and costUsdPerDay are the tenant's budget for a UTC day, pool-wide: each model call
 reserves its worst case before it starts and settles its actual usage after (worker/budgets.py); a
@@ -44,6 +47,8 @@ class Quota(Model):
     # ^ a run's priority above this is lowered to it (not refused)
     tokens_per_day: int = Field(default=0, ge=0)  # model tokens (in + out) per UTC day, pool-wide
     cost_usd_per_day: float = Field(default=0.0, ge=0, allow_inf_nan=False)  # USD per UTC day (priced models)
+    max_schedules: int = Field(default=0, ge=0)  # schedules (checked at creation)
+    schedule_firings_per_minute: int = Field(default=0, ge=0)  # runs its schedules make per UTC minute
 
     @property
     def budgeted(self) -> bool:
@@ -69,6 +74,8 @@ class Quotas:
                 max_active=settings.tenant_max_active,
                 max_running=settings.tenant_max_running,
                 submits_per_second=settings.tenant_submits_per_second,
+                max_schedules=settings.tenant_max_schedules,
+                schedule_firings_per_minute=settings.tenant_schedule_firings_per_minute,
             ),
             None,
         )

@@ -86,8 +86,11 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
     **{
         name: ("clock", name)
         for name in ("capacity_acquire", "capacity_renew", "capacity_release", "capacity_pause", "admit_rate",
-                     "budget_reserve", "schedule_create", "schedule_claim", "schedule_advance", "schedule_delete",
-                     "schedule_pause")
+                     "budget_reserve", "schedule_rate")
+    },
+    **{
+        name: ("clock", "schedule_due", name)
+        for name in ("schedule_create", "schedule_claim", "schedule_advance", "schedule_delete", "schedule_pause")
     },
 }  # fmt: skip
 
@@ -140,6 +143,7 @@ class Scripts:
     schedule_advance: Script
     schedule_delete: Script
     schedule_pause: Script
+    schedule_rate: Script
     archive_claim: Script
     archive_done: Script
 

@@ -275,11 +275,25 @@ class Settings(BaseSettings):
         description="most runs a tenant may submit at once (the bucket's size); 0 = a second's worth plus "
         "`AGENTMILL_MAX_BATCH`; never below `AGENTMILL_MAX_BATCH`: a full batch request always fits",
     )
+    tenant_max_schedules: int = Field(
+        default=100,
+        ge=0,
+        description="schedules per tenant; beyond, `POST /v1/schedules` gets 429 `schedule_quota_exceeded`; "
+        "`0` no limit",
+    )
+    tenant_schedule_firings_per_minute: int = Field(
+        default=600,
+        ge=0,
+        description="runs a tenant's schedules make per minute, all together (pool-wide, per UTC minute); "
+        "a firing beyond is skipped (counted in the schedule's `skipped`, its `lastError` naming the "
+        "cap), not made later; `0` no limit",
+    )
     tenant_quotas: str | None = Field(
         default=None,
         description='per-tenant overrides, JSON or a JSON file: `{"tenant": {"maxActive", "maxRunning", '
-        '"submitsPerSecond", "submitBurst", "maxPriority", "tokensPerDay", "costUsdPerDay"}}` (the last two: the '
-        "tenant's budget per UTC day, pool-wide; 0 = none)",
+        '"submitsPerSecond", "submitBurst", "maxPriority", "tokensPerDay", "costUsdPerDay", "maxSchedules", '
+        '"scheduleFiringsPerMinute"}}` (tokensPerDay and costUsdPerDay: the tenant\'s budget per UTC day, '
+        "pool-wide; 0 = none)",
     )
     budget_hold_ms: int = Field(
         default=900_000,

@@ -269,7 +269,11 @@ class WorkerProcess(LeaseKeeping):
             from producer.schedules.firer import fire_forever  # imported by __init__, off the loop
 
             hit = functools.partial(failpoints.hit, "after_schedule_fire")
-            self._bg.append(asyncio.create_task(fire_forever(self.deps.parts, s, self.profiles, hit)))
+            self._bg.append(
+                asyncio.create_task(
+                    fire_forever(self.deps.parts, s, self.profiles, hit, self.metrics.registry)
+                )
+            )
         if (
             s.archive_url and s.worker_archiver
         ):  # finished runs to PostgreSQL, off the hot path (worker/archiving.py)

@@ -32,6 +32,7 @@ from producer.api.middleware import BodyLimit, observe
 from producer.api.sse import MAX_BLOCK_S
 from producer.api.state import Api
 from producer.routing import Parts
+from producer.schedules.live import publish_live_tenants
 from shared.partitions import Partitions
 from shared.scripts import prepare_scripts
 from shared.settings import Settings, get_settings
@@ -74,6 +75,10 @@ def create_app(
                 listener = MetricsListener(api, settings.api_host, settings.api_metrics_port)
                 api.metrics_port = await listener.start()
                 own.push_async_callback(listener.stop)
+            # The tenants whose schedules fire (auth off: the default tenant alone): producer.schedules.live
+            await publish_live_tenants(
+                api.parts, [] if api.auth.disabled else (t for _, t in api.auth.tokens)
+            )
             tasks: list[asyncio.Task[None]] = []
             stop = asyncio.Event()
             if background and settings.webhooks:
@@ -82,8 +87,10 @@ def create_app(
                 tasks.append(asyncio.create_task(deliver_forever(api.producer.parts, settings, stop)))
             if background and settings.schedules:
                 from producer.schedules.firer import Firer
+                from producer.schedules.lag import FiringLag
 
-                tasks.append(asyncio.create_task(Firer(api.producer).run_forever(stop)))
+                lag = FiringLag(api.metrics.registry)
+                tasks.append(asyncio.create_task(Firer(api.producer, lag=lag).run_forever(stop)))
             try:
                 yield
             finally:

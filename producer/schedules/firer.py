@@ -9,6 +9,20 @@ the lease expires, which makes the same firings again (nothing new) and the ones
 under the catch-up rule (producer.schedules.cron). The advance (schedule_advance.lua) applies only
 if no other firer advanced the schedule meanwhile.
 
+Fair across tenants: a look claims at most CLAIM_LIMIT schedules of a partition, an equal share
+of them for each tenant with schedules due and at most TENANT_SHARE (schedule_claim.lua), so
+however large one tenant's backlog, a look makes the firings of at most TENANT_SHARE of its
+schedules, and another tenant's due schedule is claimed at the next look of any firer: it is late by
+at most AGENTMILL_SCHEDULE_POLL_MS (+20 %) plus one look's work. A tenant's schedules make at
+most scheduleFiringsPerMinute firings per UTC minute together (shared.quotas; schedule_rate.lua):
+the others are skipped, counted in ``skipped`` with a ``lastError`` naming the cap, never made
+later (as a missed cron firing). The lag of each firing is agentmill_schedule_firing_lag_seconds
+(producer.schedules.lag).
+
+A schedule of a tenant the API's tokens no longer name (producer.schedules.live) is held: not
+fired, its firings counted as skipped, ``held`` saying why (``pausedReason`` in its view), looked
+at again once a lease later; when its tenant is back it fires from its next firing after then.
+
 A firer without AGENTMILL_ID_SECRET leaves a named tenant's schedule alone (claimed, not fired, not
 advanced: once its claim expires a firer holding the secret makes the firings, under the catch-up
 rule), and says so once: the runs it would make would be kept under the development key, listed
@@ -21,16 +35,21 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from prometheus_client import CollectorRegistry
 from redis.exceptions import RedisError
 
 from agentmill_client.schedules import Overlap
 from producer.routing import Parts, run_many, run_script
-from producer.schedules.cron import CronError, timing
-from producer.schedules.store import read_schedule, run_id_of
+from producer.schedules.cron import CronError, Due, timing
+from producer.schedules.lag import FiringLag
+from producer.schedules.live import read_live_tenants
+from producer.schedules.store import end_of, first_after, read_schedule, run_id_of
 from producer.service import Producer
 from producer.submission import SubmissionError
 from shared import keys
@@ -40,19 +59,40 @@ from shared.quotas import DEFAULT_TENANT, Quotas
 from shared.scripts import text
 from shared.settings import Settings
 
-__all__ = ["CLAIM_LIMIT", "Firer", "fire_forever"]
+__all__ = ["CLAIM_LIMIT", "TENANT_CONCURRENCY", "TENANT_SHARE", "Firer", "Look", "fire_forever"]
 
 log = logging.getLogger("agentmill.schedules")
 SF = ScheduleField
 CLAIM_LIMIT = 100  # schedules one firer claims on a partition per look
+TENANT_SHARE = 20  # schedules of one tenant one firer claims on a partition per look, at most
+# A tenant's schedules one firer fires at once in a look: another tenant's firing shares the
+# process with at most this many of each other tenant's.
+TENANT_CONCURRENCY = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Look:
+    """One look for due schedules: Redis's clock at the claim (ms), this process's monotonic clock
+    then, and the live tenants (None: every tenant fires; producer.schedules.live)."""
+
+    now: int
+    at: float
+    live: frozenset[str] | None
+
+    def redis_ms(self) -> float:
+        """Redis's clock now, as this process follows it from the claim."""
+        return self.now + (time.monotonic() - self.at) * 1000
 
 
 class Firer:
     """Fires the due schedules of ``producer``'s partitions. ``on_fired``: called after each run a
     firing made and before the schedule is advanced (a worker's failpoint)."""
 
-    def __init__(self, producer: Producer, *, on_fired: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, producer: Producer, *, on_fired: Callable[[], None] | None = None, lag: FiringLag | None = None
+    ) -> None:
         self.producer = producer
+        self.lag = lag
         self.settings = producer.settings
         self.quotas = Quotas(self.settings)
         self.on_fired = on_fired
@@ -72,16 +112,25 @@ class Firer:
                 await asyncio.wait_for(stop.wait(), every * random.uniform(0.8, 1.2))
 
     async def fire_due(self) -> int:
-        """One look: claim every partition's due schedules (one round trip per node) and fire them.
-        Returns the runs made."""
+        """One look: claim every partition's due schedules (one round trip per node; a share per
+        tenant: schedule_claim.lua) and fire them. Returns the runs made."""
         parts = self.producer.parts
-        calls = [(p, [p.schedules_due], [self.settings.schedule_lease_ms, CLAIM_LIMIT]) for p in parts.parts]
+        live = await read_live_tenants(parts)
+        lease = self.settings.schedule_lease_ms
+        calls = [
+            (p, [p.schedules_due_tenants, p.schedules_due_before],
+             [lease, CLAIM_LIMIT, p.schedules_due_prefix, p.schedule_prefix, TENANT_SHARE])
+            for p in parts.parts
+        ]  # fmt: skip
         replies = await run_many(parts, self.producer.scripts.schedule_claim, calls)
+        at = time.monotonic()
+        lanes: dict[str, asyncio.Semaphore] = {}  # a tenant's firings made at once in this look
         work = [
-            self.fire(p, text(k), int(reply[0]))
+            self.fire(p, text(reply[i]), Look(int(reply[0]), at, live),
+                      lanes.setdefault(text(reply[i + 1]), asyncio.Semaphore(TENANT_CONCURRENCY)))
             for p, reply in zip(parts.parts, replies, strict=True)
-            for k in reply[1:]
-        ]
+            for i in range(1, len(reply), 2)
+        ]  # fmt: skip
         if not work:
             return 0
         made = 0
@@ -92,31 +141,64 @@ class Firer:
                 made += r
         return made
 
-    async def fire(self, part: keys.Partition, key: str, now: int) -> int:
-        """Make a claimed schedule's firings due at ``now`` (Redis time); advance it. Returns the
-        runs made."""
+    async def fire(
+        self, part: keys.Partition, key: str, look: Look, lane: asyncio.Semaphore | None = None
+    ) -> int:
+        """Make a claimed schedule's firings due at the look (Redis time); advance it, holding
+        ``lane`` (its tenant's in this look). Returns the runs made."""
+        async with lane or contextlib.nullcontext():
+            return await self._fire(part, key, look)
+
+    async def _fire(self, part: keys.Partition, key: str, look: Look) -> int:
+        now = look.now
         parts = self.producer.parts
         h = await read_schedule(parts, part, key)
-        read = h.get(SF.NEXT_FIRE, "")
-        if not h or h.get(SF.PAUSED) == "1":  # deleted or paused meanwhile: the advance drops it
-            await self._advance(part, key, read, read, 0, 0, "", "", "")
+        if not h:  # deleted meanwhile: the delete took it out of its due set
+            return 0
+        read, tenant, sid = h.get(SF.NEXT_FIRE, ""), h[SF.TENANT], h[SF.CLIENT_ID]
+        if h.get(SF.PAUSED) == "1":  # paused meanwhile: the advance drops it
+            await self._advance(part, key, tenant, read, read, 0, 0)
             return 0
         try:
-            due = timing(h[SF.CRON], h[SF.TIMEZONE]).due(int(read), now, int(h[SF.CATCHUP]))
+            t = timing(h[SF.CRON], h[SF.TIMEZONE])
         except CronError as exc:  # a time zone this process does not know: leave it to another
-            log.warning("schedules: %s cannot be read here: %s", h[SF.CLIENT_ID], exc)
+            log.warning("schedules: %s cannot be read here: %s", sid, exc)
             return 0
-        tenant, sid = h[SF.TENANT], h[SF.CLIENT_ID]
+        end = end_of(h)
+        held = look.live is not None and tenant != DEFAULT_TENANT and tenant not in look.live
+        if h.get(SF.HELD) and not held:  # its tenant is back: from its next firing (as on a resume)
+            due = Due([], 0, first_after(t, now, end))
+        else:
+            due = t.due(int(read), now, int(h[SF.CATCHUP]))
+            if end is not None:
+                due = Due([f for f in due.fire if f <= end], due.skipped,
+                          0 if due.next_ms > end else due.next_ms)  # fmt: skip
+        if held:  # skipped and looked at again once a lease from now, not at every firing
+            why = f"tenant {tenant} is named by no API token (AGENTMILL_API_TOKENS); resumes when it is again"
+            again = max(due.next_ms, now + self.settings.schedule_lease_ms)
+            await self._advance(part, key, tenant, read, str(due.next_ms), 0, due.skipped + len(due.fire),
+                                held=why, due_at=str(again))  # fmt: skip
+            return 0
         if tenant != DEFAULT_TENANT and not self.settings.id_secret:
             self._refuse_keyless(tenant, sid)
             return 0
+        quota = self.quotas.of(tenant)
+        fire, skipped, error = due.fire, due.skipped, ""
+        if fire and quota.schedule_firings_per_minute:
+            granted = await self._rate(tenant, len(fire), quota.schedule_firings_per_minute)
+            if granted < len(fire):  # the latest ones are made, as after an outage
+                skipped += len(fire) - granted
+                error = (f"schedule_rate_exceeded: tenant {tenant}'s schedules made "
+                         f"{quota.schedule_firings_per_minute} firings this minute, its scheduleFiringsPerMinute "
+                         f"(AGENTMILL_TENANT_SCHEDULE_FIRINGS_PER_MINUTE); {len(fire) - granted} skipped")  # fmt: skip
+                fire = fire[len(fire) - granted :]
         template: dict[str, Any] = orjson.loads(h[SF.INPUT])
         meta = {
             "schedule": sid,
             **{k: v for k, v in (template.get("metadata") or {}).items() if k != "schedule"},
         }
-        last_run, made, skipped, error = h.get(SF.LAST_RUN, ""), 0, due.skipped, ""
-        for fire_ms in due.fire:
+        last_run, made = h.get(SF.LAST_RUN, ""), 0
+        for fire_ms in fire:
             rid = run_id_of(sid, fire_ms)
             if h[SF.OVERLAP] != Overlap.ENQUEUE and last_run and last_run != rid:
                 prev = await self.producer.get(last_run, tenant=tenant)
@@ -129,18 +211,28 @@ class Firer:
                     )
             try:
                 await self.producer.submit(
-                    {**template, "runId": rid, "metadata": meta}, tenant=tenant, quota=self.quotas.of(tenant)
+                    {**template, "runId": rid, "metadata": meta}, tenant=tenant, quota=quota
                 )
             except SubmissionError as exc:
                 skipped, error = skipped + 1, f"{rid}: {exc.code}: {exc.message}"
                 continue
             made, last_run = made + 1, rid
+            if self.lag is not None:
+                self.lag.observe(tenant, (look.redis_ms() - fire_ms) / 1000)
             if self.on_fired is not None:
                 self.on_fired()
         last_fire = str(due.fire[-1]) if due.fire else ""
-        await self._advance(part, key, read, str(due.next_ms), made, skipped, last_fire, last_run,
+        await self._advance(part, key, tenant, read, str(due.next_ms), made, skipped, last_fire, last_run,
                             error or ("-" if made else ""))  # fmt: skip
         return made
+
+    async def _rate(self, tenant: str, want: int, cap: int) -> int:
+        """The firings of ``want`` the tenant's per-minute cap grants now (schedule_rate.lua)."""
+        home = self.producer.parts.layout.home(tenant)
+        granted = await run_script(
+            self.producer.parts, self.producer.scripts.schedule_rate, home, [home.schedule_rate(tenant)], [want, cap]
+        )  # fmt: skip
+        return int(granted)
 
     def _refuse_keyless(self, tenant: str, sid: str) -> None:
         if not self.keyless_said:
@@ -154,21 +246,27 @@ class Firer:
             )
 
     async def _advance(
-        self, part: keys.Partition, key: str, read: str, new: str, made: int, skipped: int,
-        last_fire: str, last_run: str, error: str,
+        self, part: keys.Partition, key: str, tenant: str, read: str, new: str, made: int, skipped: int,
+        last_fire: str = "", last_run: str = "", error: str = "", *, held: str = "", due_at: str = "",
     ) -> str:  # fmt: skip
         return text(
             await run_script(
                 self.producer.parts, self.producer.scripts.schedule_advance, part,
-                [part.schedule(key), part.schedules_due],
-                [key, read, new or "0", made, skipped, last_fire, last_run, error],
+                [part.schedule(key), part.schedules_due(tenant), part.schedules_due_tenants],
+                [key, read, new or "0", made, skipped, last_fire, last_run, error, tenant, held, due_at],
             )
         )  # fmt: skip
 
 
 async def fire_forever(
-    parts: Parts, settings: Settings, profiles: dict[str, AgentProfile], on_fired: Callable[[], None]
+    parts: Parts,
+    settings: Settings,
+    profiles: dict[str, AgentProfile],
+    on_fired: Callable[[], None],
+    registry: CollectorRegistry | None = None,
 ) -> None:
-    """A worker's firing loop, until cancelled (with the worker's other loops)."""
+    """A worker's firing loop, until cancelled (with the worker's other loops); its firing lag on
+    ``registry`` (the worker's metrics)."""
     producer = Producer(parts, settings=settings, profiles=profiles)
-    await Firer(producer, on_fired=on_fired).run_forever(asyncio.Event())
+    lag = FiringLag(registry) if registry is not None else None
+    await Firer(producer, on_fired=on_fired, lag=lag).run_forever(asyncio.Event())

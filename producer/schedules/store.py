@@ -2,9 +2,14 @@
 
 A schedule is kept like a run: under its tenant's key of the id its client chose (producer.scope:
 ``tsc_…`` for a named tenant, so another tenant's id answers nothing), at that key's home partition,
-with its hash, its entry in the tenant's index there and, while not paused, in the partition's due
-set, which the firers claim from (producer.schedules.firer). Every change is one script
+with its hash, its entry in the tenant's index there and, while not paused, in the tenant's due set
+there, which the firers claim from (producer.schedules.firer). Every change is one script
 (shared/lua/schedule_*.lua).
+
+A tenant's schedules are bounded: maxSchedules of them (shared.quotas; counted at creation, the
+tenant's schedules on the other partitions read just before, so creations racing on several
+partitions may pass it by the few in flight), and each run template at most
+MAX_SCHEDULE_INPUT_BYTES as stored.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
+from agentmill_client import limits
 from agentmill_client.schedules import ScheduleInput, ScheduleView
 from producer.routing import Parts, run_script
 from producer.schedules.cron import CronError, Timing, timing
@@ -24,9 +30,12 @@ from producer.service import Producer
 from producer.submission import SubmissionError
 from shared import keys
 from shared.fields import ScheduleField
+from shared.quotas import Quotas
 from shared.scripts import text
 
-__all__ = ["MAX_SHOWN", "ScheduleStore", "now_ms", "read_schedule", "run_id_of", "view_of"]
+__all__ = [
+    "MAX_SHOWN", "ScheduleStore", "end_of", "first_after", "now_ms", "read_schedule", "run_id_of", "view_of",
+]  # fmt: skip
 
 SF = ScheduleField
 MAX_SHOWN = 100  # next firing times a view shows at most
@@ -50,6 +59,7 @@ class ScheduleStore:
         self.producer = producer
         self.parts = producer.parts
         self.scripts = producer.scripts
+        self.quotas = Quotas(producer.settings)
 
     def where(self, schedule_id: str, tenant: str) -> tuple[str, keys.Partition]:
         """The key ``tenant``'s schedule ``schedule_id`` is kept under, and its partition."""
@@ -85,24 +95,55 @@ class ScheduleStore:
         definition."""
         t = self.check(body, tenant, schedule_id)
         template = orjson.dumps(body.input, option=orjson.OPT_SORT_KEYS).decode()
+        if len(template.encode()) > limits.MAX_SCHEDULE_INPUT_BYTES:
+            raise SubmissionError(
+                "too_large",
+                f"input: {len(template.encode())} bytes as JSON; a schedule's run template holds at most "
+                f"{limits.MAX_SCHEDULE_INPUT_BYTES} (MAX_SCHEDULE_INPUT_BYTES)",
+                status=413, field="input",
+            )  # fmt: skip
+        end = "" if body.end_at is None else str(body.end_at)
         definition = [t.expr, body.timezone, template, body.overlap.value, str(body.catchup)]
+        if end:
+            definition.append(end)
         digest = hashlib.sha256("\0".join(definition).encode()).hexdigest()
         key, part = self.where(schedule_id, tenant)
-        first = t.after(now_ms())[0]
+        first = first_after(t, now_ms(), body.end_at)
+        cap = self.quotas.of(tenant).max_schedules
+        elsewhere = await self._count_elsewhere(tenant, part) if cap else 0
         verdict = text(
             await run_script(
                 self.parts, self.scripts.schedule_create, part,
-                [part.schedule(key), part.schedules_due, part.schedule_index(tenant)],
+                [part.schedule(key), part.schedules_due(tenant), part.schedules_due_tenants,
+                 part.schedule_index(tenant)],
                 [tenant, schedule_id, digest, t.expr, body.timezone, template, body.overlap.value,
-                 body.catchup, first, key],
+                 body.catchup, first, key, cap, elsewhere, end],
             )
         )  # fmt: skip
         if verdict == "conflict":
             raise SubmissionError("conflict", f"schedule {schedule_id} already exists with another definition",
                                   status=409, field="scheduleId")  # fmt: skip
+        if verdict == "full":
+            raise SubmissionError(
+                "schedule_quota_exceeded",
+                f"tenant {tenant} has {cap} schedules, its maxSchedules (AGENTMILL_TENANT_MAX_SCHEDULES or "
+                "its AGENTMILL_TENANT_QUOTAS entry); delete one first",
+                status=429,
+            )
         view = await self.get(schedule_id, tenant)
         assert view is not None
         return view, verdict == "created"
+
+    async def _count_elsewhere(self, tenant: str, home: keys.Partition) -> int:
+        """The tenant's schedules on the partitions other than ``home`` (one round trip per node)."""
+        if len(self.parts.parts) == 1:
+            return 0
+
+        def op(pipe: Any, p: keys.Partition) -> None:
+            pipe.zcard(p.schedule_index(tenant))
+
+        counts = await self.parts.each(op)
+        return sum(int(r[0]) for p, r in zip(self.parts.parts, counts, strict=True) if p.index != home.index)
 
     # ---- reading ----
 
@@ -140,7 +181,8 @@ class ScheduleStore:
         key, part = self.where(schedule_id, tenant)
         verdict = await run_script(
             self.parts, self.scripts.schedule_delete, part,
-            [part.schedule(key), part.schedules_due, part.schedule_index(tenant)], [key, tenant],
+            [part.schedule(key), part.schedules_due(tenant), part.schedules_due_tenants,
+             part.schedule_index(tenant)], [key, tenant],
         )  # fmt: skip
         return text(verdict) == "deleted"
 
@@ -152,12 +194,24 @@ class ScheduleStore:
             h = await read_schedule(self.parts, part, key)
             if not h or h.get(SF.TENANT) != tenant:
                 return "unknown"
-            next_fire = timing(h[SF.CRON], h[SF.TIMEZONE]).after(now_ms())[0]
+            next_fire = first_after(timing(h[SF.CRON], h[SF.TIMEZONE]), now_ms(), end_of(h))
         verdict = await run_script(
-            self.parts, self.scripts.schedule_pause, part, [part.schedule(key), part.schedules_due],
+            self.parts, self.scripts.schedule_pause, part,
+            [part.schedule(key), part.schedules_due(tenant), part.schedules_due_tenants],
             [key, tenant, "1" if paused else "", next_fire],
         )  # fmt: skip
         return text(verdict)
+
+
+def end_of(h: dict[str, str]) -> int | None:
+    """A schedule's endAt (ms), None when it has none."""
+    return int(h[SF.END_AT]) if h.get(SF.END_AT) else None
+
+
+def first_after(t: Timing, at_ms: int, end_ms: int | None) -> int:
+    """The schedule's first firing after ``at_ms``; 0 when that is past its end (no more firings)."""
+    first = t.after(at_ms)[0]
+    return 0 if end_ms is not None and first > end_ms else first
 
 
 async def read_schedule(parts: Parts, part: keys.Partition, key: str) -> dict[str, str]:
@@ -175,16 +229,19 @@ def _decoded(h: Any) -> dict[str, str]:
 
 def view_of(h: dict[str, str], shown: int) -> ScheduleView:
     """A schedule's hash as its view, with its next ``shown`` firing times (none while paused)."""
-    paused = h.get(SF.PAUSED) == "1"
+    held = h.get(SF.HELD) or None
+    paused = h.get(SF.PAUSED) == "1" or held is not None
     next_fire = int(h.get(SF.NEXT_FIRE) or 0)
+    end = end_of(h)
     times: list[int] = []
-    if not paused and shown > 0:
+    if not paused and shown > 0 and next_fire:
         shown = min(shown, MAX_SHOWN)
         times = (
             [next_fire, *timing(h[SF.CRON], h[SF.TIMEZONE]).after(next_fire, shown - 1)]
             if shown > 1
             else [next_fire]
         )
+        times = [t for t in times if end is None or t <= end]
     return ScheduleView(
         schedule_id=h[SF.CLIENT_ID],
         cron=h[SF.CRON],
@@ -193,6 +250,8 @@ def view_of(h: dict[str, str], shown: int) -> ScheduleView:
         overlap=h[SF.OVERLAP],
         catchup=int(h[SF.CATCHUP]),
         paused=paused,
+        paused_reason="paused" if h.get(SF.PAUSED) == "1" else held,
+        end_at=end,
         created_at=int(h[SF.CREATED_AT]),
         next_fire_times=times,
         last_fire_at=int(h[SF.LAST_FIRE]) if h.get(SF.LAST_FIRE) else None,

@@ -1,13 +1,46 @@
--- Claim the due schedules of one partition for a lease: their due score moves to the lease's
--- expiry, so racing firers never claim one schedule at once, and a firer that dies holding a claim
--- leaves it to be claimed again when the lease expires (its firings' run ids are deterministic, so
--- making one again creates nothing new). schedule_advance.lua sets the next firing.
--- KEYS: due zset   ARGV: leaseMs, limit
--- Returns: {now (ms, Redis time), schedule key …}
+-- Claim the due schedules of one partition for a lease, fairly across tenants: each tenant with
+-- schedules due (the longest waiting first, at most `limit` of them) gets an equal share of the
+-- `limit`, and at most `share` schedules, so one tenant's backlog makes a look no longer than its
+-- share's firings while another's schedule waits for the next look. A claimed schedule's
+-- due score moves to the lease's expiry, so racing firers never claim one schedule at once, and a
+-- firer that dies holding a claim leaves it to be claimed again when the lease expires (its
+-- firings' run ids are deterministic, so making one again creates nothing new).
+-- schedule_advance.lua sets the next firing.
+-- KEYS: tenants with schedules due, the single due set of older versions (moved here once)
+-- ARGV: leaseMs, limit, tenant due set prefix, schedule hash prefix, share (a tenant's most per look)
+-- Returns: {now (ms, Redis time), schedule key, its tenant, …}
 local now = now_ms()
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
-for _, id in ipairs(ids) do
-  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), id)
+local tenants, prefix = KEYS[1], ARGV[3]
+if redis.call('EXISTS', KEYS[2]) == 1 then  -- schedules created by an older version: to their tenant's set
+  local before = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
+  local seen = {}
+  for i = 1, #before, 2 do
+    local t = redis.call('HGET', ARGV[4] .. before[i], SCHED.TENANT)
+    if t then
+      redis.call('ZADD', prefix .. t, before[i + 1], before[i])
+      seen[t] = true
+    end
+  end
+  redis.call('DEL', KEYS[2])
+  for t in pairs(seen) do due_sync(prefix .. t, tenants, t) end
 end
-table.insert(ids, 1, now)
+local lease, limit = now + tonumber(ARGV[1]), tonumber(ARGV[2])
+local due = redis.call('ZRANGEBYSCORE', tenants, '-inf', now, 'LIMIT', 0, limit)
+local ids = {now}
+local function take(t, n)
+  local got = redis.call('ZRANGEBYSCORE', prefix .. t, '-inf', now, 'LIMIT', 0, n)
+  for _, id in ipairs(got) do
+    redis.call('ZADD', prefix .. t, lease, id)
+    ids[#ids + 1] = id
+    ids[#ids + 1] = t
+  end
+  return #got
+end
+if #due > 0 then
+  local share = math.max(1, math.min(tonumber(ARGV[5]), math.floor(limit / #due)))
+  for _, t in ipairs(due) do
+    take(t, share)
+    due_sync(prefix .. t, tenants, t)
+  end
+end
 return ids

@@ -28,17 +28,18 @@ pytestmark = [
 ]
 
 LAYOUT = keys.Layout(16)
+SECRET = "cluster-id-secret"  # a named tenant's schedules fire only where the ID secret is set
 
 
 async def test_schedules_fire_on_every_master_of_a_cluster() -> None:
     ids = [f"cl-sched-{i}" for i in range(8)]
-    homes = [LAYOUT.home(Scope.of(Settings(), "tenant-a").key(sid)) for sid in ids]
+    homes = [LAYOUT.home(Scope.of(Settings(id_secret=SECRET), "tenant-a").key(sid)) for sid in ids]
     with LocalRedisCluster(masters=3, replicas_per_master=0) as cluster:
         assert len({cluster.master_for_slot(h.slot) for h in homes}) > 1, "the schedules' homes on one master"
-        s = api_settings(cluster.url, redis_cluster=True, redis_wait_replicas=0)
+        s = api_settings(cluster.url, redis_cluster=True, redis_wait_replicas=0, id_secret=SECRET)
         async with (
             api(s) as url,
-            running_worker(cluster.url, redis_cluster=True, redis_wait_replicas=0),
+            running_worker(cluster.url, redis_cluster=True, redis_wait_replicas=0, id_secret=SECRET),
             httpx.AsyncClient(base_url=url, headers=A, timeout=15) as http,
         ):
             for sid in ids:

@@ -16,7 +16,9 @@ from redis.asyncio import Redis
 
 from agentmill_client.models import RunEvent
 from producer.service import Producer, RunRecord
+from shared import keys
 from shared.events import decode_entry
+from shared.fields import ScheduleField
 from shared.profiles import load_profiles, profiles_from
 from shared.settings import Settings
 from tests.support.schema import K
@@ -115,3 +117,11 @@ def http_get(url: str, timeout: float = 2.0) -> tuple[int, str]:
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
+
+
+async def make_due(redis: Redis, part: keys.Partition, key: str, tenant: str, at_ms: int) -> None:
+    """Move a schedule's next firing to ``at_ms`` (its due set and its tenant's score there, as the
+    schedule scripts keep them): an outage, or a firing due now."""
+    await redis.hset(part.schedule(key), ScheduleField.NEXT_FIRE, at_ms)
+    await redis.zadd(part.schedules_due(tenant), {key: at_ms})
+    await redis.zadd(part.schedules_due_tenants, {tenant: at_ms}, lt=True)

@@ -18,9 +18,8 @@ from redis.asyncio import Redis
 from agentmill_client.schedules import ScheduleInput
 from producer.schedules.firer import Firer
 from producer.schedules.store import ScheduleStore
-from shared.fields import ScheduleField
 from tests.integration.api_support import body
-from tests.integration.helpers import producer_for
+from tests.integration.helpers import make_due, producer_for
 
 pytestmark = pytest.mark.integration
 
@@ -84,8 +83,7 @@ async def test_a_firer_without_the_secret_leaves_a_named_tenants_schedule_to_one
         ScheduleInput(scheduleId="nightly", cron="* * * * * *", input=body()), "tenant-a", "nightly"
     )
     key, home = store.where("nightly", "tenant-a")
-    await redis.hset(home.schedule(key), ScheduleField.NEXT_FIRE, 0)  # due now
-    await redis.zadd(home.schedules_due, {key: 0})
+    await make_due(redis, home, key, "tenant-a", 0)  # due now
 
     keyless = Firer(producer_for(redis, redis_url, **fast))  # a worker without the secret
     with caplog.at_level(logging.ERROR, logger="agentmill.schedules"):

@@ -26,7 +26,7 @@ from producer.schedules.store import ScheduleStore, run_id_of
 from shared import keys
 from shared.fields import ScheduleField
 from tests.integration.api_support import A, api, body, settings
-from tests.integration.helpers import producer_for
+from tests.integration.helpers import make_due, producer_for
 
 pytestmark = pytest.mark.integration
 
@@ -70,7 +70,9 @@ async def test_the_api_creates_shows_lists_pauses_resumes_and_deletes_a_tenants_
         assert (await ca.pause_schedule("nightly")).result == "unchanged"
         paused = await ca.get_schedule("nightly")
         assert paused.paused and paused.next_fire_times == []
-        assert await Redis.from_url(redis_url).zcard(P.schedules_due) == 1  # B's only
+        due = Redis.from_url(redis_url)
+        assert await due.zcard(P.schedules_due("tenant-a")) == 0  # B's only
+        assert await due.zrange(P.schedules_due_tenants, 0, -1) == [b"tenant-b"]
         assert (await ca.resume_schedule("nightly")).result == "resumed"
         assert not (await ca.get_schedule("nightly")).paused
         assert (await ca.delete_schedule("nightly")).result == "deleted"
@@ -119,8 +121,7 @@ async def _due_since(redis: Redis, sid: str, ago_ms: int) -> int:
         await asyncio.sleep((1_000_000 - now_us) / 1e6 + 0.01)  # the count of due firings it expects
         now_s, now_us = await redis.time()
     fire = (now_s * 1000 + now_us // 1000 - ago_ms) // 1000 * 1000
-    await redis.hset(P.schedule(sid), ScheduleField.NEXT_FIRE, fire)
-    await redis.zadd(P.schedules_due, {sid: fire})
+    await make_due(redis, P, sid, "default", fire)
     return int(fire)
 
 
@@ -202,8 +203,11 @@ async def test_a_claimed_firing_whose_firer_died_is_made_once_the_claim_expires(
     await _every_second(redis, redis_url, "tick", overlap="enqueue")
     fire = await _due_since(redis, "tick", 0)
     p = producer_for(redis, redis_url, schedule_lease_ms=800)
-    claimed = await p.scripts.schedule_claim(keys=[P.schedules_due], args=[800, 100])
-    assert [c.decode() for c in claimed[1:]] == ["tick"]  # a firer claimed it, then died
+    claimed = await p.scripts.schedule_claim(
+        keys=[P.schedules_due_tenants, P.schedules_due_before],
+        args=[800, 100, P.schedules_due_prefix, P.schedule_prefix, 20],
+    )
+    assert [c.decode() for c in claimed[1:]] == ["tick", "default"]  # a firer claimed it, then died
     assert await Firer(p).fire_due() == 0  # claimed: no other firer takes it
     await asyncio.sleep(0.9)
     assert await Firer(p).fire_due() >= 1  # the claim expired: made, with what came due since
@@ -257,8 +261,7 @@ async def test_schedules_live_at_their_homes_and_one_look_fires_every_partitions
         key, home = store.where(sid, "tenant-a")
         assert await redis.hget(home.schedule(key), ScheduleField.CLIENT_ID) == sid.encode()
         assert await redis.zscore(home.schedule_index("tenant-a"), key) is not None
-        await redis.zadd(home.schedules_due, {key: 0})  # due now
-        await redis.hset(home.schedule(key), ScheduleField.NEXT_FIRE, 0)
+        await make_due(redis, home, key, "tenant-a", 0)  # due now
     assert await Firer(p).fire_due() == 8  # one run each: overlap skip while it is queued
     assert sorted(v.schedule_id for v in (await store.list("tenant-a"))[0]) == ids
     for sid in ids:

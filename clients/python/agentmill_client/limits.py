@@ -23,6 +23,7 @@ __all__ = [
     "MAX_RUN_AT_MS",
     "MAX_RUN_IMAGE_BYTES",
     "MAX_RUN_INPUT_BYTES",
+    "MAX_SCHEDULE_INPUT_BYTES",
     "MAX_SCHEMA_BRANCHES",
     "MAX_SCHEMA_BYTES",
     "MAX_SCHEMA_DEPTH",
@@ -47,6 +48,9 @@ MAX_INPUT_MESSAGES = 200
 MAX_COMPACT_THRESHOLD = 100_000  # RunInput.compactThreshold (messages)
 MAX_MESSAGE_CHARS = 100_000
 MAX_RUN_INPUT_BYTES = 1_000_000
+# A schedule's run template (ScheduleInput.input) as stored (compact JSON): kept for the schedule's
+# life and copied into every run it makes, so smaller than a run's input. Past it: 413 too_large.
+MAX_SCHEDULE_INPUT_BYTES = 64_000
 # Images in inputMessages (content parts): an https URL's length; a data: URL's size; all of a run's
 # data: URLs together; parts per run. Past a size: 413 too_large (producer/prepared.py).
 MAX_IMAGE_URL_CHARS = 2_048

@@ -64,6 +64,13 @@ class ScheduleInput(Model):
         strict=True,
         description="after an outage, the missed firings are made, the latest `catchup` of them at most",
     )
+    end_at: int | None = Field(
+        default=None,
+        ge=0,
+        strict=True,
+        description="no firing after this time (ms since the epoch); the schedule then stays, with no "
+        "next firing, until deleted (it still counts towards its tenant's maxSchedules)",
+    )
 
 
 class ScheduleView(Answer):
@@ -75,10 +82,16 @@ class ScheduleView(Answer):
     input: dict[str, Any]
     overlap: str
     catchup: int
-    paused: bool
+    paused: bool = Field(description="no firing until resumed: paused by its tenant, or held (pausedReason)")
+    paused_reason: str | None = Field(
+        default=None,
+        description="why it is paused: `paused` (its tenant paused it) or why its firings are held "
+        "(its tenant named by no API token); held ones resume by themselves",
+    )
+    end_at: int | None = Field(default=None, description="no firing after this time (ms)")
     created_at: int
     next_fire_times: list[int] = Field(
-        description="its next firings (ms since the epoch); empty while paused"
+        description="its next firings (ms since the epoch); empty while paused and once past its endAt"
     )
     last_fire_at: int | None = Field(default=None, description="its last firing made or skipped (ms)")
     last_run_id: str | None = Field(default=None, description="the last run it made")

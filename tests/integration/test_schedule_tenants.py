@@ -1,0 +1,215 @@
+"""Schedules kept inside their tenant's quotas and fired fairly across tenants, over a real Redis:
+one tenant's backlog of every-second schedules does not delay another tenant's firing beyond a look,
+the caps on schedules, firings per minute and template size, a tenant whose token is removed held
+and resumed, and the firing lag read from the API's /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from redis.asyncio import Redis
+
+from agentmill_client import limits
+from agentmill_client.schedules import ScheduleInput
+from producer.schedules.firer import CLAIM_LIMIT, Firer
+from producer.schedules.lag import LAG_BUCKETS, FiringLag
+from producer.schedules.store import ScheduleStore
+from shared.settings import Settings
+from tests.integration.api_support import A, api, body, settings
+from tests.integration.helpers import make_due, metric_samples, producer_for
+
+pytestmark = pytest.mark.integration
+
+SECRET = "test-id-secret"
+LAG = "agentmill_schedule_firing_lag_seconds"
+# How late another tenant's firing may be while one tenant has a backlog: a look's wait (200 ms,
+# ±20 %) plus one look's work (at most CLAIM_LIMIT firings of the tenant with the backlog), on this
+# shared test machine; without the fair claim the firing waits behind the whole backlog.
+BOUND_S = 1.0  # a bucket of LAG_BUCKETS
+
+
+def _lags(registry: CollectorRegistry, tenant: str) -> dict[float, float]:
+    """The tenant's lag histogram as scraped: {bucket upper bound: firings at most that late}."""
+    samples = metric_samples(generate_latest(registry).decode())
+    return {
+        float(dict(labels)["le"]): v
+        for (name, labels), v in samples.items()
+        if name == LAG + "_bucket" and dict(labels).get("tenant") == tenant
+    }
+
+
+async def test_one_tenants_backlog_does_not_delay_another_tenants_firings(
+    redis: Redis, redis_url: str
+) -> None:
+    uncapped = {"id_secret": SECRET, "tenant_max_schedules": 0, "tenant_schedule_firings_per_minute": 0}
+    p = producer_for(redis, redis_url, **uncapped)
+    store = ScheduleStore(p)
+    every_second = ScheduleInput(cron="* * * * * *", input=body(), overlap="enqueue")  # type: ignore[arg-type]
+    for i in range(400):  # tenant-a: 400 every-second schedules, far more firings than a firer makes
+        await store.create(every_second, "tenant-a", f"a{i}")
+    await store.create(
+        ScheduleInput(cron="*/2 * * * * *", input=body(), overlap="enqueue"),  # type: ignore[arg-type]
+        "tenant-b", "b",
+    )  # fmt: skip
+    registry = CollectorRegistry()
+    lag = FiringLag(registry)
+    firers = [Firer(producer_for(redis, redis_url, **uncapped), lag=lag) for _ in range(2)]
+    stop = asyncio.Event()
+    loops = [asyncio.create_task(f.run_forever(stop)) for f in firers]
+    await asyncio.sleep(8)
+    stop.set()
+    await asyncio.gather(*loops)
+
+    a, b = _lags(registry, "tenant-a"), _lags(registry, "tenant-b")
+    print(f"\nfirings made, by lag bucket (s): tenant-a {a}\ntenant-b {b}")
+    assert a[float("inf")] > CLAIM_LIMIT and a[BOUND_S] < a[float("inf")]  # tenant-a had a backlog
+    assert b[float("inf")] >= 3  # tenant-b fired every two seconds meanwhile…
+    assert b[BOUND_S] == b[float("inf")], b  # …each within the bound of its due time
+    view = await store.get("b", "tenant-b")
+    assert view is not None and view.fired == b[float("inf")] and view.skipped == 0
+
+
+async def test_a_tenants_schedule_count_and_template_size_are_capped_at_creation(redis_url: str) -> None:
+    async with (
+        api(settings(redis_url, schedules=False, tenant_max_schedules=3)) as url,
+        httpx.AsyncClient(base_url=url, headers=A) as c,
+    ):
+        for i in range(3):
+            made = await c.post(
+                "/v1/schedules", json={"scheduleId": f"s{i}", "cron": "* * * * *", "input": body()}
+            )
+            assert made.status_code == 201, made.text
+        over = await c.post("/v1/schedules", json={"scheduleId": "s3", "cron": "* * * * *", "input": body()})
+        assert over.status_code == 429, over.text
+        err = over.json()["error"]
+        assert err["code"] == "schedule_quota_exceeded" and "3 schedules" in err["message"], err
+        assert "maxSchedules" in err["message"] and "AGENTMILL_TENANT_MAX_SCHEDULES" in err["message"], err
+        again = await c.post("/v1/schedules", json={"scheduleId": "s0", "cron": "* * * * *", "input": body()})
+        assert again.status_code == 200, again.text  # the same schedule again is no new one
+        assert (await c.delete("/v1/schedules/s0")).status_code == 200
+        room = await c.post("/v1/schedules", json={"scheduleId": "s3", "cron": "* * * * *", "input": body()})
+        assert room.status_code == 201, room.text
+
+        big = body(inputMessages=[{"role": "user", "content": "x" * 40_000}] * 2)  # 80 KB: a run takes it
+        assert (await c.post("/v1/runs", json=big)).status_code in (200, 201, 202)
+        await c.delete("/v1/schedules/s3")
+        r = await c.post("/v1/schedules", json={"scheduleId": "big", "cron": "* * * * *", "input": big})
+        assert r.status_code == 413, r.text
+        err = r.json()["error"]
+        assert err["code"] == "too_large" and err["field"] == "input", err
+        assert str(limits.MAX_SCHEDULE_INPUT_BYTES) in err["message"], err
+
+
+async def test_an_end_time_stops_the_firings(redis: Redis, redis_url: str) -> None:
+    p = producer_for(redis, redis_url)
+    store = ScheduleStore(p)
+    now_s = int(time.time())
+    view, _ = await store.create(
+        ScheduleInput(cron="* * * * * *", input=body(), overlap="enqueue", endAt=(now_s + 3) * 1000),  # type: ignore[arg-type]
+        "default", "brief",
+    )  # fmt: skip
+    assert view.end_at == (now_s + 3) * 1000 and 1 <= len(view.next_fire_times) <= 3
+    assert max(view.next_fire_times) <= (now_s + 3) * 1000
+    key, home = store.where("brief", "default")
+    await make_due(redis, home, key, "default", now_s * 1000 - 5_000)  # due since 5 s
+    await asyncio.sleep(max(0.0, now_s + 3.2 - time.time()))
+    made = await Firer(p).fire_due()
+    assert 1 <= made <= 9  # the catch-up's firings up to its end, none after
+    view2 = await store.get("brief", "default")
+    assert view2 is not None and view2.next_fire_times == [] and view2.fired == made
+    assert await Firer(p).fire_due() == 0  # out of the due set for good
+    past = await store.create(
+        ScheduleInput(cron="* * * * *", input=body(), endAt=1000),
+        "default",
+        "over",  # type: ignore[arg-type]
+    )
+    assert past[0].next_fire_times == []
+
+
+async def _quiet_minute(redis: Redis) -> None:
+    """Wait until Redis's clock is at least 5 s from a minute's turn (the per-minute count resets)."""
+    s, _ = await redis.time()
+    if s % 60 > 54:
+        await asyncio.sleep(61 - s % 60)
+
+
+async def test_firings_past_the_tenants_per_minute_cap_are_skipped_and_counted(
+    redis: Redis, redis_url: str
+) -> None:
+    p = producer_for(redis, redis_url, tenant_schedule_firings_per_minute=5)
+    store = ScheduleStore(p)
+    every_second = ScheduleInput(cron="* * * * * *", input=body(), overlap="enqueue")  # type: ignore[arg-type]
+    await _quiet_minute(redis)
+    for sid in ("one", "two"):
+        await store.create(every_second, "default", sid)
+    s, _ = await redis.time()
+    await make_due(
+        redis, *store.where("one", "default")[::-1], "default", (s - 20) * 1000
+    )  # ten firings to make (catchup 10)
+    assert await Firer(p).fire_due() == 5
+    one = await store.get("one", "default")
+    assert one is not None and one.fired == 5 and one.skipped >= 5 + 10, one
+    assert one.last_error is not None and "schedule_rate_exceeded" in one.last_error
+    assert "scheduleFiringsPerMinute" in one.last_error and "5 firings this minute" in one.last_error
+    await make_due(redis, *store.where("two", "default")[::-1], "default", s * 1000)
+    assert await Firer(p).fire_due() == 0  # the same tenant's other schedule: the minute is spent
+    two = await store.get("two", "default")
+    assert two is not None and two.fired == 0 and two.skipped >= 1 and two.last_error is not None
+    assert two.next_fire_times[0] > s * 1000  # skipped, not made later
+
+
+async def test_a_tenant_whose_token_is_removed_has_its_schedules_held_until_it_is_back(
+    redis: Redis, redis_url: str
+) -> None:
+    s = settings(redis_url, schedules=False, id_secret=SECRET, schedule_lease_ms=200)
+    async with api(s) as url, httpx.AsyncClient(base_url=url, headers=A) as c:
+        made = await c.post(
+            "/v1/schedules", json={"scheduleId": "tick", "cron": "* * * * * *", "input": body()}
+        )
+        assert made.status_code == 201, made.text
+    p = producer_for(redis, redis_url, id_secret=SECRET, schedule_lease_ms=200)
+    store = ScheduleStore(p)
+    key, home = store.where("tick", "tenant-a")
+    firer = Firer(p)
+
+    # tenant-a's token removed: the API started again without it publishes the tenants it knows.
+    without_a = Settings(redis_url=redis_url, api_tokens="tok-b=tenant-b", schedules=False, id_secret=SECRET)
+    async with api(without_a):
+        pass
+    await make_due(redis, home, key, "tenant-a", 0)
+    assert await firer.fire_due() == 0
+    held = await store.get("tick", "tenant-a")
+    assert held is not None and held.paused and held.next_fire_times == [] and held.fired == 0
+    assert held.paused_reason is not None and "tenant-a" in held.paused_reason
+    assert "no API token" in held.paused_reason
+    await asyncio.sleep(0.3)  # looked at again a lease later: still held
+    assert await firer.fire_due() == 0
+    assert [k async for k in redis.scan_iter(home.run("*"))] == []
+
+    async with api(s) as url, httpx.AsyncClient(base_url=url, headers=A) as c:  # the token is back
+        shown = (await c.get("/v1/schedules/tick")).json()
+        assert shown["paused"] and "no API token" in shown["pausedReason"]  # until a firer looks again
+        await asyncio.sleep(0.3)
+        assert await firer.fire_due() == 0  # resumed from its next firing after now
+        await asyncio.sleep(1.1)
+        assert await firer.fire_due() >= 1
+        shown = (await c.get("/v1/schedules/tick")).json()
+        assert not shown["paused"] and shown["pausedReason"] is None and shown["fired"] >= 1, shown
+
+
+async def test_the_firing_lag_of_each_tenant_is_scraped_from_the_api(redis_url: str) -> None:
+    s = settings(redis_url, id_secret=SECRET, schedule_poll_ms=50)
+    async with api(s) as url, httpx.AsyncClient(base_url=url, headers=A) as c:
+        made = await c.post("/v1/schedules", json={"scheduleId": "tick", "cron": "* * * * * *", "input": body(),
+                                                   "overlap": "enqueue"})  # fmt: skip
+        assert made.status_code == 201, made.text
+        await asyncio.sleep(2.5)
+        samples = metric_samples((await c.get("/metrics")).text)
+    count = samples[(LAG + "_count", (("tenant", "tenant-a"),))]
+    assert count >= 2
+    within = samples[(LAG + "_bucket", (("le", str(float(LAG_BUCKETS[5]))), ("tenant", "tenant-a")))]
+    assert within == count  # an idle pool fires within LAG_BUCKETS[5] (2 s) of the due time
