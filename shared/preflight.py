@@ -10,13 +10,14 @@ what is here needs more than the values: the environment, the installed packages
 from __future__ import annotations
 
 import importlib
+import os
 
-from shared.profile_refusals import missing_keys
+from shared.profile_refusals import PROFILES_ENV
 from shared.profiles import AgentProfile, profiles_from
 from shared.settings import Settings
 from shared.settings_errors import SettingsError
 
-__all__ = ["check_api", "check_archive_driver", "check_worker"]
+__all__ = ["check_api", "check_archive_driver", "check_worker", "missing_keys"]
 
 
 def check_archive_driver(settings: Settings) -> None:
@@ -48,3 +49,21 @@ def check_api(settings: Settings) -> dict[str, AgentProfile]:
     runs against the profiles but never calls a provider, so its pods need no model keys."""
     check_archive_driver(settings)
     return profiles_from(settings.profiles, dev=settings.dev_profiles)
+
+
+def missing_keys(profiles: dict[str, AgentProfile]) -> str | None:
+    """Why these profiles' model calls would go out without their key, or None: an ``apiKeyEnv``
+    naming a variable that is unset or empty, an ``apiKeyFile`` that cannot be read. Checked by
+    the processes that call the providers (workers)."""
+    for p in profiles.values():
+        cfg = p.provider
+        if cfg.api_key_env and not os.environ.get(cfg.api_key_env):
+            return (
+                f"{PROFILES_ENV}: profile {p.name!r}: provider.apiKeyEnv names {cfg.api_key_env}, "
+                "which is not set in this process's environment"
+            )
+        if cfg.api_key_file and not os.access(cfg.api_key_file, os.R_OK):
+            return (
+                f"{PROFILES_ENV}: profile {p.name!r}: provider.apiKeyFile {cfg.api_key_file} cannot be read"
+            )
+    return None

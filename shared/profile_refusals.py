@@ -1,18 +1,14 @@
-"""What start-up says of a profile file it refuses (shared/profiles.py loads it), and of profiles
-whose model calls would go out without their key: a line naming ``AGENTMILL_PROFILES`` and the
-profile, for the entry points to print (shared/settings_errors.py, ``exit_on_refusal``)."""
+"""What start-up says of a profile file it refuses (shared/profiles.py loads it): a line naming
+``AGENTMILL_PROFILES`` and the profile, for the entry points to print (shared/settings_errors.py,
+``exit_on_refusal``)."""
 
 from __future__ import annotations
 
-import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 
-if TYPE_CHECKING:
-    from shared.profiles import AgentProfile
-
-__all__ = ["PROFILES_ENV", "describe_profile_errors", "missing_keys"]
+__all__ = ["PROFILES_ENV", "describe_profile_errors"]
 
 PROFILES_ENV = "AGENTMILL_PROFILES"
 
@@ -34,21 +30,3 @@ def describe_profile_errors(exc: ValidationError, data: Any) -> str:
         clauses.append(f"{where}: {msg}" if where else msg)
     more = len(exc.errors()) - len(clauses)
     return "; ".join(clauses) + (f" (and {more} more)" if more > 0 else "")
-
-
-def missing_keys(profiles: dict[str, AgentProfile]) -> str | None:
-    """Why these profiles' model calls would go out without their key, or None: an ``apiKeyEnv``
-    naming a variable that is unset or empty, an ``apiKeyFile`` that cannot be read. Checked by
-    the processes that call the providers (workers)."""
-    for p in profiles.values():
-        cfg = p.provider
-        if cfg.api_key_env and not os.environ.get(cfg.api_key_env):
-            return (
-                f"{PROFILES_ENV}: profile {p.name!r}: provider.apiKeyEnv names {cfg.api_key_env}, "
-                "which is not set in this process's environment"
-            )
-        if cfg.api_key_file and not os.access(cfg.api_key_file, os.R_OK):
-            return (
-                f"{PROFILES_ENV}: profile {p.name!r}: provider.apiKeyFile {cfg.api_key_file} cannot be read"
-            )
-    return None

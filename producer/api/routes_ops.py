@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Response
+from fastapi import APIRouter, Header, Request, Response
 
 from agentmill_client.errors import ApiError
 from producer.api.errors import ErrorResponse
-from producer.api.state import Api, ApiDep
+from producer.api.state import Api, ApiDep, get_api
 
 __all__ = ["healthz", "metrics", "metrics_response", "readyz", "router"]
 
@@ -22,8 +22,15 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz", responses={503: {"model": ErrorResponse}}, summary="Redis is reachable")
-async def readyz(api: ApiDep) -> dict[str, str]:
-    """Every Redis node (each master of a cluster) answers a PING within 2 s."""
+async def readyz(request: Request) -> dict[str, str]:
+    """Every Redis node (each master of a cluster) answers a PING within 2 s. 503 with the reason
+    while the API waits for Redis at start-up, or while its watch finds Redis unreachable."""
+    api = get_api(request)  # 503 "starting: waiting for Redis (…)"
+    if api.watch is not None and not api.watch.up:
+        raise ApiError(
+            503, "redis_unavailable", f"Redis is unreachable ({api.watch.outage.reason})",
+            headers={"Retry-After": "2"},
+        )  # fmt: skip
     try:
         pings = (c.ping() for c in api.parts.topology.clients())
         await asyncio.wait_for(asyncio.gather(*pings), 2.0)

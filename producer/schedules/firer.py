@@ -46,11 +46,20 @@ class Firer:
     """Fires the due schedules of ``producer``'s partitions. ``on_fired``: called after each run a
     firing made and before the schedule is advanced (a worker's failpoint)."""
 
-    def __init__(self, producer: Producer, *, on_fired: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        producer: Producer,
+        *,
+        on_fired: Callable[[], None] | None = None,
+        in_outage: Callable[[], bool] | None = None,
+    ) -> None:
         self.producer = producer
         self.settings = producer.settings
         self.quotas = Quotas(self.settings)
         self.on_fired = on_fired
+        # True during a Redis outage the process has logged (shared/outage_log.py): a failed look
+        # then goes to the debug log, not a warning each poll
+        self.in_outage = in_outage or (lambda: False)
 
     async def run_forever(self, stop: asyncio.Event) -> None:
         """Look for due schedules every AGENTMILL_SCHEDULE_POLL_MS (jittered) until ``stop``."""
@@ -59,7 +68,8 @@ class Firer:
             try:
                 await self.fire_due()
             except (RedisError, OSError) as exc:
-                log.warning("schedules: a look for due schedules failed: %s", exc)
+                level = logging.DEBUG if self.in_outage() else logging.WARNING
+                log.log(level, "schedules: a look for due schedules failed: %s", exc)
             except Exception:  # a bug must not end this process's firing for good
                 log.exception("schedules: a look for due schedules failed")
             with contextlib.suppress(TimeoutError):

@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from shared.profile_refusals import missing_keys
+from shared.preflight import missing_keys
 from shared.profiles import BUILTIN_TOOLS, AgentProfile, ProviderConfig, load_profiles
 from shared.settings_errors import SettingsError
 from worker.tools.builtin import BUILTINS
