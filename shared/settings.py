@@ -131,11 +131,12 @@ class Settings(BaseSettings):
         "submitted more than (q - p) times this after it)",
     )
     worker_metrics_port: int = Field(
-        default=9100, description="the worker's `/metrics` and `/healthz`; `0` an ephemeral port, `-1` off"
+        default=9100,
+        description="the worker's `/metrics`, `/healthz` and `/readyz`; `0` an ephemeral port, `-1` off",
     )
     worker_metrics_host: str = Field(
         default="0.0.0.0",
-        description="where the worker's `/metrics` and `/healthz` listen (`127.0.0.1` on a shared host)",
+        description="where the worker's `/metrics`, `/healthz` and `/readyz` listen (`127.0.0.1` on a shared host)",
     )
     worker_id: str | None = Field(
         default=None, description="the worker id in logs and run ownership; unset: host-pid-random"

@@ -151,7 +151,7 @@ class WorkerProcess(LeaseKeeping):
                 self.metrics.registry, self.metrics.render, ready=False, redis_up=lambda: self.watch.up
             )
             self.metrics_port = await self.health.start(s.worker_metrics_host, s.worker_metrics_port)
-            log.info("worker %s serves /metrics and /healthz on %s:%d", self.worker_id,
+            log.info("worker %s serves /metrics, /healthz and /readyz on %s:%d", self.worker_id,
                      s.worker_metrics_host, self.metrics_port)  # fmt: skip
         traced = tracing.configure(content=s.trace_content, instance_id=self.worker_id)
         if traced:

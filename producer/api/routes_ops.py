@@ -6,6 +6,7 @@ import asyncio
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Request, Response
+from redis.exceptions import RedisError
 
 from agentmill_client.errors import ApiError
 from producer.api.errors import ErrorResponse
@@ -24,13 +25,8 @@ async def healthz() -> dict[str, str]:
 @router.get("/readyz", responses={503: {"model": ErrorResponse}}, summary="Redis is reachable")
 async def readyz(request: Request) -> dict[str, str]:
     """Every Redis node (each master of a cluster) answers a PING within 2 s. 503 with the reason
-    while the API waits for Redis at start-up, or while its watch finds Redis unreachable."""
+    otherwise, and while the API still waits for Redis at start-up."""
     api = get_api(request)  # 503 "starting: waiting for Redis (…)"
-    if api.watch is not None and not api.watch.up:
-        raise ApiError(
-            503, "redis_unavailable", f"Redis is unreachable ({api.watch.outage.reason})",
-            headers={"Retry-After": "2"},
-        )  # fmt: skip
     try:
         pings = (c.ping() for c in api.parts.topology.clients())
         await asyncio.wait_for(asyncio.gather(*pings), 2.0)
@@ -38,6 +34,11 @@ async def readyz(request: Request) -> dict[str, str]:
         raise ApiError(
             503, "redis_unavailable", "Redis did not answer within 2 s", headers={"Retry-After": "2"}
         ) from None
+    except (RedisError, OSError) as exc:
+        raise ApiError(
+            503, "redis_unavailable", f"Redis is unreachable ({type(exc).__name__}: {exc})",
+            headers={"Retry-After": "2"},
+        ) from None  # fmt: skip
     return {"status": "ready"}
 
 
