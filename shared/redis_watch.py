@@ -11,7 +11,9 @@ import asyncio
 import contextlib
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shared.outage_log import OutageLog
 from shared.partitions import Partitions
@@ -34,8 +36,13 @@ class RedisWatch:
         """Redis answered the last probe (and no probe has failed since)."""
         return not self.outage.active
 
-    def in_outage(self) -> bool:
-        """An outage is under way (logged): loops keep their own failed calls out of the log."""
+    def in_outage(self, exc: BaseException | None = None) -> bool:
+        """Whether a loop's failed call (``exc``) belongs to an outage, which is then logged once:
+        a connection error or timeout begins one (if none is under way; the probes end it), so the
+        loop logs its own failure at debug level only. Other errors (a script's) are the loop's to
+        log. Without ``exc``: whether an outage is under way."""
+        if exc is not None and isinstance(exc, (RedisConnectionError, RedisTimeoutError, OSError)):
+            self.outage.unreachable(_reason(exc))
         return self.outage.active
 
     async def check(self) -> bool:

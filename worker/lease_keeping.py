@@ -40,8 +40,9 @@ class LeaseKeeping:
     watch: RedisWatch
 
     def _redis_failed(self, what: str, exc: BaseException) -> None:
-        """A loop's failed call: a warning, or a debug line during an outage already logged."""
-        level = logging.DEBUG if not self.watch.up else logging.WARNING
+        """A loop's failed call: a debug line when it belongs to a Redis outage (which the watch logs
+        once), else a warning."""
+        level = logging.DEBUG if self.watch.in_outage(exc) else logging.WARNING
         log.log(level, "worker %s: %s (%s)", self.worker_id, what, exc)
 
     async def _until_idle(self) -> None:

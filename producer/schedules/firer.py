@@ -51,15 +51,15 @@ class Firer:
         producer: Producer,
         *,
         on_fired: Callable[[], None] | None = None,
-        in_outage: Callable[[], bool] | None = None,
+        in_outage: Callable[[BaseException], bool] | None = None,
     ) -> None:
         self.producer = producer
         self.settings = producer.settings
         self.quotas = Quotas(self.settings)
         self.on_fired = on_fired
-        # True during a Redis outage the process has logged (shared/outage_log.py): a failed look
-        # then goes to the debug log, not a warning each poll
-        self.in_outage = in_outage or (lambda: False)
+        # The process's RedisWatch.in_outage: True when a failed look belongs to a Redis outage,
+        # logged once there (shared/outage_log.py); it then goes to the debug log, not a warning a poll
+        self.in_outage = in_outage or (lambda exc: False)
 
     async def run_forever(self, stop: asyncio.Event) -> None:
         """Look for due schedules every AGENTMILL_SCHEDULE_POLL_MS (jittered) until ``stop``."""
@@ -68,7 +68,7 @@ class Firer:
             try:
                 await self.fire_due()
             except (RedisError, OSError) as exc:
-                level = logging.DEBUG if self.in_outage() else logging.WARNING
+                level = logging.DEBUG if self.in_outage(exc) else logging.WARNING
                 log.log(level, "schedules: a look for due schedules failed: %s", exc)
             except Exception:  # a bug must not end this process's firing for good
                 log.exception("schedules: a look for due schedules failed")

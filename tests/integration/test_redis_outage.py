@@ -34,7 +34,7 @@ def _lines(log: Path, text: str) -> list[str]:
     return [ln for ln in log.read_text(errors="replace").splitlines() if text in ln]
 
 
-def test_the_api_started_before_redis_waits_for_it_and_logs_the_outage_once(tmp_path: Path) -> None:
+def test_the_api_started_before_redis_waits_for_it_and_logs_each_outage_once(tmp_path: Path) -> None:
     server = RedisServer()  # its port chosen, nothing listening there yet
     port = free_port()
     base = f"http://127.0.0.1:{port}"
@@ -70,11 +70,24 @@ def test_the_api_started_before_redis_waits_for_it_and_logs_the_outage_once(tmp_
         r = httpx.post(f"{base}/v1/runs", json={"inputMessages": [{"role": "user", "content": "2 + 2"}]})
         assert r.status_code == 202, r.text
         assert httpx.get(f"{base}/v1/runs/{r.json()['runId']}").json()["status"] == "queued"
+        assert len(_lines(log, UNREACHABLE)) == 1 and len(_lines(log, REACHABLE)) == 1, log.read_text()
+
+        # An outage while it serves: logged once more as it begins and ends, its loops (webhooks,
+        # schedules) quiet meanwhile.
+        before = len(log.read_text(errors="replace").splitlines())
+        server.stop()
+        assert wait_until(lambda: _status(f"{base}/readyz") == 503, 10), log.read_text()
+        time.sleep(2.0)
+        server.start()
+        assert wait_until(lambda: _status(f"{base}/readyz") == 200, 10), log.read_text()
+        assert wait_until(lambda: len(_lines(log, REACHABLE)) == 2, 5), log.read_text()
+        during = log.read_text(errors="replace").splitlines()[before:]
+        assert [ln for ln in during if UNREACHABLE in ln or REACHABLE in ln] == during, during
     finally:
         api.stop(timeout=20)
         server.close()
     text = log.read_text(errors="replace")
-    assert len(_lines(log, UNREACHABLE)) == 1 and len(_lines(log, REACHABLE)) == 1, text
+    assert len(_lines(log, UNREACHABLE)) == 2 and len(_lines(log, REACHABLE)) == 2, text
     assert "Traceback" not in text, text
 
 

@@ -8,6 +8,8 @@ import logging
 import orjson
 import pytest
 from prometheus_client import CollectorRegistry
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 
 from shared.outage_log import OutageLog, shown_url
 from shared.redis_watch import RedisWatch
@@ -73,3 +75,16 @@ def test_the_workers_readyz_is_503_while_redis_is_unreachable_and_healthz_stays_
     assert health.health()[0] == 200  # the liveness probe: a worker waiting out an outage lives on
     health.ready = False
     assert health.readiness()[0] == 503 and orjson.loads(health.readiness()[1])["status"] == "starting"
+
+
+def test_a_loops_failed_call_begins_an_outage_only_if_it_is_a_connection_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOG.name)
+    watch = RedisWatch(Settings(), OutageLog(LOG, "redis://127.0.0.1:6379/0"))
+    assert not watch.in_outage(ResponseError("ERR a script's error")) and watch.up
+    assert watch.in_outage(RedisConnectionError("Connection refused")) and not watch.up
+    assert watch.in_outage(ConnectionRefusedError(111, "refused"))  # the same outage: no new line
+    assert [r.getMessage() for r in caplog.records] == [
+        "redis unreachable at redis://127.0.0.1:6379/0: ConnectionError: Connection refused"
+    ]
