@@ -51,6 +51,16 @@ async def _close(pools: Sequence[Parts]) -> None:
         await p.aclose()
 
 
+def _start_failed(app: FastAPI, task: asyncio.Task[None]) -> None:
+    """A start-up that failed in the background once Redis answered (not an outage: a refusal
+    such as AGENTMILL_REDIS_FUNCTIONS=on on Redis 6) is logged, and /readyz says it from then on."""
+    if task.cancelled() or task.exception() is None:
+        return
+    exc = task.exception()
+    log.error("API start-up failed after Redis answered: %s: %s", type(exc).__name__, exc, exc_info=exc)
+    app.state.start_failed = f"start-up failed: {type(exc).__name__}: {exc}"
+
+
 def create_app(
     settings: Settings | None = None, *, redis: Redis | Parts | None = None, background: bool = True
 ) -> FastAPI:
@@ -142,6 +152,7 @@ def create_app(
                     await own_pools()  # Redis answers: ready when the server starts listening
                 else:
                     starting = asyncio.create_task(own_pools())
+                    starting.add_done_callback(lambda t: _start_failed(app, t))
             try:
                 yield
             finally:

@@ -117,7 +117,11 @@ def get_api(request: Request) -> Api:
 
 
 def starting_reason(request: Request) -> str:
-    """Why the API is not serving yet: it waits for Redis (and what the last probe met)."""
+    """Why the API is not serving: it waits for Redis (and what the last probe met), or its
+    start-up failed once Redis answered."""
+    failed: str | None = getattr(request.app.state, "start_failed", None)
+    if failed:
+        return failed
     watch: RedisWatch | None = getattr(request.app.state, "redis_watch", None)
     why = f" ({watch.outage.reason})" if watch is not None and watch.outage.reason else ""
     return f"starting: waiting for Redis{why}"
