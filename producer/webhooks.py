@@ -106,8 +106,12 @@ class Deliverer:
         concurrency: int = CONCURRENCY,
         per_host: int = PER_HOST,
         deadline_s: float = DELIVERY_DEADLINE_S,
+        in_outage: Callable[[BaseException], bool] | None = None,
     ) -> None:
         self.parts = as_partitions(redis, settings)
+        # The process's RedisWatch.in_outage: True when a failed claim belongs to a Redis outage,
+        # logged once there (shared/outage_log.py); it then goes to the debug log, not a warning a turn
+        self.in_outage = in_outage or (lambda exc: False)
         self.redis = self.parts.client(self.parts.parts[0])
         self.settings = settings
         self.http = http
@@ -149,7 +153,8 @@ class Deliverer:
                     try:
                         due = await self.claim(free)
                     except (RedisError, OSError) as exc:
-                        log.warning("webhook delivery paused: %s", exc)
+                        level = logging.DEBUG if self.in_outage(exc) else logging.WARNING
+                        log.log(level, "webhook delivery paused: %s", exc)
                 for d in due:
                     self.start(d)
                 if due and len(self.tasks) < self.concurrency:
@@ -318,6 +323,7 @@ async def deliver_forever(
     *,
     interval_s: float = 0.5,
     http: httpx.AsyncClient | None = None,
+    in_outage: Callable[[BaseException], bool] | None = None,
 ) -> None:
     if not settings.webhook_secret:
         log.warning(
@@ -326,7 +332,7 @@ async def deliver_forever(
     own = http is None
     client = http or guarded_client(max_connections=CONCURRENCY)
     try:
-        await Deliverer(redis, settings, client).run(stop, interval_s)
+        await Deliverer(redis, settings, client, in_outage=in_outage).run(stop, interval_s)
     finally:
         if own:
             await client.aclose()

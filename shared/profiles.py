@@ -7,19 +7,23 @@ names the environment variable or mounted file that holds one.
 
 from __future__ import annotations
 
+import difflib
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
 import orjson
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from agentmill_client import limits
 from agentmill_client.models import Budget, ClientTool, LoopLimits, Model, ToolPolicy
+from shared.profile_refusals import PROFILES_ENV, describe_profile_errors
+from shared.settings_errors import SettingsError
 
 __all__ = [
     "AGENT_TOOL_PARAMETERS",
     "BUILTIN_PROFILES",
+    "BUILTIN_TOOLS",
     "DEV_PROFILES_ENV",
     "DEV_TOOLS",
     "AgentProfile",
@@ -45,6 +49,8 @@ __all__ = [
 DEV_TOOLS = frozenset({"echo", "sleep", "fail", "flaky"})
 DEV_PROFILES_ENV = "AGENTMILL_DEV_PROFILES"
 MAX_PREAMBLE_CHARS = 8_000  # a profile's own preamble (preambleText)
+# The names a profile's ``tools`` may list: worker/tools/builtin.py's tools (a unit test holds them equal).
+BUILTIN_TOOLS = frozenset({"calculator", *DEV_TOOLS})
 
 
 class RetryConfig(Model):
@@ -272,6 +278,23 @@ class AgentProfile(Model):
         return self
 
     @model_validator(mode="after")
+    def _known_tools_and_a_whole_provider(self) -> AgentProfile:
+        """Refused when loaded, not when a run first asks for the tool or the model."""
+        for tool in self.tools:
+            if tool not in BUILTIN_TOOLS:
+                near = difflib.get_close_matches(tool, sorted(BUILTIN_TOOLS), n=1)
+                hint = f"did you mean {near[0]!r}? " if near else ""
+                raise ValueError(
+                    f"tools: no built-in tool named {tool!r} ({hint}built-in tools: "
+                    f"{', '.join(sorted(BUILTIN_TOOLS))}; HTTP tools go in httpTools, MCP servers in mcpServers)"
+                )
+        p = self.provider
+        if p.kind == "openai" and (p.base_url is None or p.model is None):
+            missing = [n for n, v in (("baseUrl", p.base_url), ("model", p.model)) if v is None]
+            raise ValueError(f"provider: an openai provider needs {' and '.join(missing)}")
+        return self
+
+    @model_validator(mode="after")
     def _cache_only_without_side_effects(self) -> AgentProfile:
         http = {t.name for t in self.http_tools}
         for name, ts in self.tool_settings.items():
@@ -380,15 +403,31 @@ def load_profiles(path: str | None, *, dev: bool | None = None) -> dict[str, Age
     dev = dev_profiles_enabled() if dev is None else dev
     profiles = {p.name: p for p in BUILTIN_PROFILES if dev or p.dev_only() is None}
     if path:
-        data = orjson.loads(Path(path).read_bytes())
-        for p in ProfileFile.model_validate(data).profiles:
+        for p in _read(path):
             why = p.dev_only()
             if why and not dev:
-                raise ValueError(
-                    f"profile {p.name!r} is for tests only ({why}); set {DEV_PROFILES_ENV}=true to load it"
+                raise SettingsError(
+                    f"{PROFILES_ENV}: profile {p.name!r} is for tests only ({why}); set "
+                    f"{DEV_PROFILES_ENV}=true to load it"
                 )
             profiles[p.name] = p
     return profiles
+
+
+def _read(path: str) -> list[AgentProfile]:
+    """The profiles of the file at ``path``; SettingsError (a line naming AGENTMILL_PROFILES, the
+    profile and what is wrong) when it cannot be read or holds what a profile may not."""
+    where = f"{PROFILES_ENV}={path}"
+    try:
+        data = orjson.loads(Path(path).read_bytes())
+    except OSError as exc:
+        raise SettingsError(f"{where}: cannot read it ({exc.strerror or exc})") from None
+    except orjson.JSONDecodeError as exc:
+        raise SettingsError(f"{where}: not JSON ({exc})") from None
+    try:
+        return ProfileFile.model_validate(data).profiles
+    except ValidationError as exc:
+        raise SettingsError(f"{where}: {describe_profile_errors(exc, data)}") from None
 
 
 def profiles_from(path: str | None, *, dev: bool | None = None) -> dict[str, AgentProfile]:

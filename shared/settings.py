@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Literal, Self
 
-from pydantic import AliasChoices, Field, ValidationError, model_validator
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agentmill_client import limits
@@ -19,6 +19,7 @@ from shared.settings_errors import SettingsError, describe
 __all__ = ["Settings", "SettingsError", "get_settings"]
 
 DEFAULT_HEARTBEAT_MS = 500
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
 class Settings(BaseSettings):
@@ -130,11 +131,12 @@ class Settings(BaseSettings):
         "submitted more than (q - p) times this after it)",
     )
     worker_metrics_port: int = Field(
-        default=9100, description="the worker's `/metrics` and `/healthz`; `0` an ephemeral port, `-1` off"
+        default=9100,
+        description="the worker's `/metrics`, `/healthz` and `/readyz`; `0` an ephemeral port, `-1` off",
     )
     worker_metrics_host: str = Field(
         default="0.0.0.0",
-        description="where the worker's `/metrics` and `/healthz` listen (`127.0.0.1` on a shared host)",
+        description="where the worker's `/metrics`, `/healthz` and `/readyz` listen (`127.0.0.1` on a shared host)",
     )
     worker_id: str | None = Field(
         default=None, description="the worker id in logs and run ownership; unset: host-pid-random"
@@ -395,6 +397,16 @@ class Settings(BaseSettings):
         default=False, description="JSON log lines (with `runId`, `sessionId`, attempt, worker id)"
     )
     log_level: str = Field(default="INFO", description="the log level (`DEBUG`, `INFO`, `WARNING`, …)")
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url_has_a_scheme(cls, value: str) -> str:
+        """Refused here, not by the first client made from it (a traceback, in whatever started it)."""
+        if not value.startswith(REDIS_SCHEMES):
+            raise ValueError(
+                "must be a URL starting with redis://, rediss:// or unix:// (e.g. redis://host:6379/0)"
+            )
+        return value
 
     @model_validator(mode="after")
     def _beats_keep_the_lease(self) -> Self:

@@ -23,14 +23,24 @@ def describe(exc: ValidationError, fields: Mapping[str, FieldInfo]) -> str:
     for e in exc.errors(include_url=False):
         field = str(e["loc"][0]) if e["loc"] else ""
         info = fields.get(field)
-        alias = info.validation_alias if info is not None else None
+        alias = info.validation_alias if info is not None else field if field.isupper() else None
         msg = str(e["msg"]).removeprefix("Value error, ")
         if not field:  # the model's own rule (two settings together): its message names them
             lines.append(msg)
             continue
         name = alias if isinstance(alias, str) else f"AGENTMILL_{field.upper()}"
-        lines.append(f"{name}: {msg} (got {e['input']!r})")
+        lines.append(f"{name}: {msg} (got {_shown(e['input'])!r})")
     return "invalid settings: " + "; ".join(lines)
+
+
+def _shown(value: object) -> object:
+    """A refused value as the line shows it: a URL's password (``user:secret@host``) masked."""
+    if isinstance(value, str) and "@" in value:
+        head, _, tail = value.rpartition("@")
+        scheme, sep, userinfo = head.rpartition("//")
+        user, colon, _ = userinfo.partition(":")
+        return f"{scheme}{sep}{user}{colon}{'***' if colon else ''}@{tail}"
+    return value
 
 
 @contextmanager

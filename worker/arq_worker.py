@@ -139,6 +139,9 @@ class ResilientWorker(Worker):
         # per partition: the earliest scheduled job's runAt seen, and when it was looked at (ms)
         self._next_due: dict[int, float] = {}
         self._looked_at: dict[int, float] = {}
+        # The worker's RedisWatch.in_outage: True when a failed poll belongs to a Redis outage,
+        # logged once there (shared/outage_log.py); it then goes to the debug log, not a warning each
+        self.in_outage: Callable[[BaseException], bool] = lambda exc: False
 
     async def _poll_iteration(self) -> None:
         """arq's poll over every partition's queue: claim what is due, then arq's health record."""
@@ -153,7 +156,8 @@ class ResilientWorker(Worker):
                         await self.start_jobs_on(part, ids, scheduled)
             await self.heart_beat()
         except (RedisError, OSError) as exc:
-            log.warning("redis unavailable in the poll loop (%s: %s); retrying", type(exc).__name__, exc)
+            level = logging.DEBUG if self.in_outage(exc) else logging.WARNING
+            log.log(level, "redis unavailable in the poll loop (%s: %s); retrying", type(exc).__name__, exc)
             if not self.parts.single:
                 with contextlib.suppress(Exception):
                     await self.parts.topology.refresh()

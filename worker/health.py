@@ -5,7 +5,8 @@ Because the server shares the loop, a blocked loop cannot answer at all, so the 
 times out; and /healthz reports the heartbeat's age, so a loop that was blocked and recovers says
 so (503 while the last beat is older than the threshold). Until the worker has reached Redis and
 taken its lease, /healthz answers 503 ``starting`` (the server starts first, so a worker waiting
-for Redis is visible as such instead of silent).
+for Redis is visible as such instead of silent). /readyz answers as /healthz, and 503
+``redis_unreachable`` while Redis does not answer the worker's probe (shared/redis_watch.py).
 """
 
 from __future__ import annotations
@@ -33,11 +34,13 @@ class HealthServer:
         *,
         stale_after_s: float = 5.0,
         ready: bool = True,
+        redis_up: Callable[[], bool] = lambda: True,
     ) -> None:
         self.render = render
         self.stale_after_s = stale_after_s
         self.last_beat = time.monotonic()
         self.ready = ready  # the worker sets it once it has reached Redis and taken its lease
+        self.redis_up = redis_up  # the worker's RedisWatch: False from an outage's first failed probe
         self.lag = Histogram(
             "agentmill_event_loop_lag_seconds",
             "How late the worker's event loop ran a timer.",
@@ -82,6 +85,14 @@ class HealthServer:
         body = orjson.dumps({"status": status, "heartbeatAgeS": round(age, 3)})
         return (200 if ok else 503), body
 
+    def readiness(self) -> tuple[int, bytes]:
+        """/readyz: alive, started, and Redis answering now (during an outage the worker lives on,
+        its runs waiting, but is not ready: /healthz, the liveness probe, stays 200)."""
+        status, body = self.health()
+        if status == 200 and not self.redis_up():
+            return 503, orjson.dumps({"status": "redis_unreachable"})
+        return status, body
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             request = await asyncio.wait_for(reader.readline(), 5)
@@ -92,6 +103,9 @@ class HealthServer:
                 status, body, ctype = 200, self.render(), b"text/plain; version=0.0.4; charset=utf-8"
             elif path.startswith(b"/healthz"):
                 status, body = self.health()
+                ctype = b"application/json"
+            elif path.startswith(b"/readyz"):
+                status, body = self.readiness()
                 ctype = b"application/json"
             else:
                 status, body, ctype = 404, b'{"status":"not found"}', b"application/json"

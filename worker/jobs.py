@@ -24,10 +24,12 @@ from redis.exceptions import RedisError
 from shared import netguard, scripts
 from shared.dispatch import RUN_FUNCTION, deserialize, serialize
 from shared.loop import unless_closing
+from shared.outage_log import OutageLog
 from shared.partitions import Partitions
 from shared.process_metrics import register_process_metrics
 from shared.profiles import AgentProfile, profiles_from
 from shared.quotas import Quotas
+from shared.redis_watch import RedisWatch
 from shared.scripts import prepare_scripts
 from shared.settings import Settings, get_settings
 from worker import failpoints, tracing
@@ -120,6 +122,7 @@ class WorkerProcess(LeaseKeeping):
         self.stopping = asyncio.Event()
         self._bg: list[asyncio.Task[None]] = []
         s = self.settings
+        self.watch = RedisWatch(s, OutageLog(log, s.redis_url))  # outages logged once; /readyz
         self.lease = WorkerLease(s.lease_ms, lease_margin_ms(s))
         self.incarnation = 1
         if any(p.mcp_servers for p in self.profiles.values()):
@@ -146,9 +149,11 @@ class WorkerProcess(LeaseKeeping):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.request_stop)
         if s.worker_metrics_port >= 0:  # /healthz says "starting" until the lease is taken
-            self.health = HealthServer(self.metrics.registry, self.metrics.render, ready=False)
+            self.health = HealthServer(
+                self.metrics.registry, self.metrics.render, ready=False, redis_up=lambda: self.watch.up
+            )
             self.metrics_port = await self.health.start(s.worker_metrics_host, s.worker_metrics_port)
-            log.info("worker %s serves /metrics and /healthz on %s:%d", self.worker_id,
+            log.info("worker %s serves /metrics, /healthz and /readyz on %s:%d", self.worker_id,
                      s.worker_metrics_host, self.metrics_port)  # fmt: skip
         tracing.propagate(s.trace_propagation)
         traced = tracing.configure(content=s.trace_content, instance_id=self.worker_id)
@@ -158,31 +163,17 @@ class WorkerProcess(LeaseKeeping):
             if await self._unless_stopped(self._wait_for_redis()):
                 await self._serve()
         finally:
+            await self.watch.aclose()
             if self.health is not None:
                 await self.health.stop()
             if traced:  # what the batch processor still holds goes out before the process ends
                 await asyncio.to_thread(tracing.shutdown)
 
     async def _wait_for_redis(self) -> bool:
-        """Until every node answers a PING, each failed attempt logged with its error (the clients
-        below retry quietly for tens of seconds a call, so they are not the ones that try first)."""
-        attempt = 0
-        while True:
-            attempt += 1
-            probe: Partitions[Redis] = Partitions.from_settings(self.settings, retries=0)
-            try:
-                await probe.start()
-                await probe.each(lambda pipe, _: pipe.ping(), deadline_s=0)
-                if attempt > 1:
-                    log.info("worker %s: Redis reached (attempt %d)", self.worker_id, attempt)
-                return True
-            except (RedisError, OSError, RuntimeError) as exc:
-                log.warning("worker %s: cannot reach Redis at start-up (attempt %d: %s: %s); retrying",
-                            self.worker_id, attempt, type(exc).__name__, exc)  # fmt: skip
-            finally:
-                with contextlib.suppress(Exception):
-                    await probe.aclose()
-            await asyncio.sleep(min(5.0, 0.25 * 2 ** min(attempt, 5)))
+        """Until every node answers a PING (an outage at start-up logged once, and its end). The
+        clients below retry quietly for tens of seconds a call, so they are not the ones that try first."""
+        await self.watch.wait_reachable()
+        return True
 
     async def _unless_stopped(self, coro: Coroutine[Any, Any, T]) -> T | None:
         """``coro``'s result, or None (``coro`` cancelled) if a stop is requested first."""
@@ -242,6 +233,7 @@ class WorkerProcess(LeaseKeeping):
             queue_read_limit=max(100, 16 * s.claim_batch),
         )
         self.worker.parts = arq_parts
+        self.worker.in_outage = self.watch.in_outage
         self.worker.scripts = self.deps.scripts
         self.worker.claim_batch = s.claim_batch
         self.worker.claim_check_ms = s.lease_ms
@@ -264,6 +256,7 @@ class WorkerProcess(LeaseKeeping):
             asyncio.create_task(self._heartbeat()),
             asyncio.create_task(self._reconciler()),
             asyncio.create_task(report.run_forever()),
+            asyncio.create_task(self.watch.run_forever()),
         ]
         if s.schedules:  # the schedules' firing loop; failpoint after_schedule_fire: after a firing's run
             from producer.schedules.firer import fire_forever  # imported by __init__, off the loop

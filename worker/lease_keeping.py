@@ -12,6 +12,7 @@ from collections import Counter
 
 from redis.exceptions import RedisError
 
+from shared.redis_watch import RedisWatch
 from shared.settings import Settings
 from worker.arq_worker import ResilientWorker
 from worker.deps import WorkerDeps
@@ -36,6 +37,13 @@ class LeaseKeeping:
     stopping: asyncio.Event
     worker_id: str
     incarnation: int
+    watch: RedisWatch
+
+    def _redis_failed(self, what: str, exc: BaseException) -> None:
+        """A loop's failed call: a debug line when it belongs to a Redis outage (which the watch logs
+        once), else a warning."""
+        level = logging.DEBUG if self.watch.in_outage(exc) else logging.WARNING
+        log.log(level, "worker %s: %s (%s)", self.worker_id, what, exc)
 
     async def _until_idle(self) -> None:
         while self.deps.active:  # noqa: ASYNC110 - runs leave the dict from their own tasks; 50 ms is fine at shutdown
@@ -51,7 +59,7 @@ class LeaseKeeping:
                     self.deps.parts, self.deps.scripts, self.deps.lease_id, s.lease_ms, register=True
                 )
             except (RedisError, OSError) as exc:
-                log.warning("worker %s: cannot register its lease (%s); retrying", self.deps.lease_id, exc)
+                self._redis_failed(f"cannot register lease {self.deps.lease_id}; retrying", exc)
                 await asyncio.sleep(s.heartbeat_ms / 1000.0)
                 continue
             self.lease.renewed(sent)
@@ -72,7 +80,7 @@ class LeaseKeeping:
             try:
                 b = await beat(self.deps.parts, self.deps.scripts, self.deps.lease_id, s.lease_ms)
             except (RedisError, OSError) as exc:
-                log.warning("heartbeat failed: %s", exc)
+                self._redis_failed("heartbeat failed", exc)
                 continue
             if b.lost:
                 await self._lease_lost("Redis reports its lease expired")
@@ -123,7 +131,7 @@ class LeaseKeeping:
             try:
                 verdicts = await reconcile_once(self.deps.parts, self.deps.scripts, s)
             except (RedisError, OSError) as exc:
-                log.warning("reconcile sweep failed: %s", exc)
+                self._redis_failed("reconcile sweep failed", exc)
                 continue
             self._redispatched(verdicts)
             moved = {

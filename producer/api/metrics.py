@@ -101,23 +101,24 @@ class ApiMetrics:
         )
         for outcome in SUBMISSION_OUTCOMES:
             self.submissions.labels(outcome)
-        limiter = streams or StreamLimiter(0, 0)
+        # The API's stream limiter, set by the Api once it is made (this registry exists before it).
+        self.streams = streams or StreamLimiter(0, 0)
         Gauge(
             "agentmill_api_sse_streams_open",
             "Server-Sent Event streams (GET /v1/runs/{id}/events) this API process holds open now; "
             "with the long-polls, at most AGENTMILL_MAX_STREAMS.",
             registry=self.registry,
-        ).set_function(lambda: limiter.open_of(SSE))
+        ).set_function(lambda: self.streams.open_of(SSE))
         Gauge(
             "agentmill_api_long_polls_open",
             "Long-polls (GET /v1/runs/{id}/wait) this API process holds open now.",
             registry=self.registry,
-        ).set_function(lambda: limiter.open_of(LONG_POLL))
+        ).set_function(lambda: self.streams.open_of(LONG_POLL))
         Gauge(
             "agentmill_api_streams_max",
             "AGENTMILL_MAX_STREAMS: the SSE streams and long-polls one API process holds at most (429 beyond).",
             registry=self.registry,
-        ).set(limiter.total)
+        ).set_function(lambda: self.streams.total)
         self.cluster = ClusterCollector()
         self.registry.register(self.cluster)
 

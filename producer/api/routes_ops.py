@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Response
+from fastapi import APIRouter, Header, Request, Response
+from redis.exceptions import RedisError
 
 from agentmill_client.errors import ApiError
 from producer.api.errors import ErrorResponse
-from producer.api.state import Api, ApiDep
+from producer.api.state import Api, ApiDep, get_api
 
 __all__ = ["healthz", "metrics", "metrics_response", "readyz", "router"]
 
@@ -22,8 +23,10 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz", responses={503: {"model": ErrorResponse}}, summary="Redis is reachable")
-async def readyz(api: ApiDep) -> dict[str, str]:
-    """Every Redis node (each master of a cluster) answers a PING within 2 s."""
+async def readyz(request: Request) -> dict[str, str]:
+    """Every Redis node (each master of a cluster) answers a PING within 2 s. 503 with the reason
+    otherwise, and while the API still waits for Redis at start-up."""
+    api = get_api(request)  # 503 "starting: waiting for Redis (…)"
     try:
         pings = (c.ping() for c in api.parts.topology.clients())
         await asyncio.wait_for(asyncio.gather(*pings), 2.0)
@@ -31,6 +34,11 @@ async def readyz(api: ApiDep) -> dict[str, str]:
         raise ApiError(
             503, "redis_unavailable", "Redis did not answer within 2 s", headers={"Retry-After": "2"}
         ) from None
+    except (RedisError, OSError) as exc:
+        raise ApiError(
+            503, "redis_unavailable", f"Redis is unreachable ({type(exc).__name__}: {exc})",
+            headers={"Retry-After": "2"},
+        ) from None  # fmt: skip
     return {"status": "ready"}
 
 

@@ -12,6 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from fastapi import APIRouter, Response
+from fastapi.responses import RedirectResponse
 
 from agentmill_client.errors import ApiError
 
@@ -47,6 +48,14 @@ def _serve(name: str) -> Response:
     if name not in TYPES:
         raise ApiError(404, "not_found", f"no file {name} in the console")
     return Response(_file(name), media_type=TYPES[name], headers=HEADERS)
+
+
+@router.get(
+    "/", status_code=307, response_class=RedirectResponse, summary="Redirects to the web console (/ui/)"
+)
+async def root() -> RedirectResponse:
+    """The API's address in a browser: the web console."""
+    return RedirectResponse("/ui/", status_code=307)
 
 
 @router.get("/ui")

@@ -16,6 +16,7 @@ shutdown (a signal or ``should_exit``) waits for every open stream's run to end.
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 from typing import Any
 
@@ -25,6 +26,8 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from shared.settings import Settings
 
 __all__ = ["ApiServer", "HeaderDeadlineProtocol", "api_server", "server_config"]
+
+log = logging.getLogger("agentmill.api")
 
 
 class HeaderDeadlineProtocol(H11Protocol):
@@ -65,7 +68,16 @@ def server_config(app: Any, settings: Settings, **kw: Any) -> uvicorn.Config:
 
 
 class ApiServer(uvicorn.Server):
-    """uvicorn's Server that tells the app's streams to end before it waits for them."""
+    """uvicorn's Server that tells the app's streams to end before it waits for them, and logs
+    where it listens once it does."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        bound = [s.getsockname() for server in getattr(self, "servers", []) for s in server.sockets]
+        if self.started and bound:
+            host, port = bound[0][0], bound[0][1]
+            shown = f"[{host}]" if ":" in host else host
+            log.info("agentmill api listening on http://%s:%d", shown, port)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         closing = getattr(getattr(self.config.app, "state", None), "closing", None)

@@ -23,6 +23,7 @@ from producer.service import Producer, RunRecord
 from shared import trace_context
 from shared.profiles import profiles_from
 from shared.quotas import Quotas
+from shared.redis_watch import RedisWatch
 from shared.settings import Settings
 
 __all__ = ["Api", "ApiDep", "Tenant", "get_api", "record_or_404", "tenant_of"]
@@ -40,8 +41,11 @@ class Api:
         stream_redis: Redis | Parts | None = None,
         *,
         closing: asyncio.Event | None = None,
+        watch: RedisWatch | None = None,
+        metrics: ApiMetrics | None = None,
     ) -> None:
         self.settings = settings
+        self.watch = watch  # the app's own pools: whether Redis answers now (shared/redis_watch.py)
         self.closing = closing or asyncio.Event()  # set when the server begins to shut down
         self.producer = Producer(
             redis,
@@ -54,7 +58,8 @@ class Api:
         self.streams = StreamLimiter(settings.max_streams_per_tenant, settings.max_streams)
         self.quotas = Quotas(settings)
         self.auth = Authenticator(settings)
-        self.metrics = ApiMetrics(self.streams)
+        self.metrics = metrics or ApiMetrics()
+        self.metrics.streams = self.streams  # its gauges of open streams read this limiter
         self.running_caps = running_caps(self.quotas, (tenant for _, tenant in self.auth.tokens))
         self.metrics_port: int | None = None  # the port of the /metrics listener, once it listens
         self._depth = (0.0, 0)
@@ -113,8 +118,22 @@ class Api:
 
 
 def get_api(request: Request) -> Api:
-    api: Api = request.app.state.api
+    """The process's Api; 503 while the API still waits for Redis at start-up (producer/api/app.py)."""
+    api: Api | None = getattr(request.app.state, "api", None)
+    if api is None:
+        raise ApiError(503, "redis_unavailable", starting_reason(request), headers={"Retry-After": "2"})
     return api
+
+
+def starting_reason(request: Request) -> str:
+    """Why the API is not serving: it waits for Redis (and what the last probe met), or its
+    start-up failed once Redis answered."""
+    failed: str | None = getattr(request.app.state, "start_failed", None)
+    if failed:
+        return failed
+    watch: RedisWatch | None = getattr(request.app.state, "redis_watch", None)
+    why = f" ({watch.outage.reason})" if watch is not None and watch.outage.reason else ""
+    return f"starting: waiting for Redis{why}"
 
 
 async def tenant_of(request: Request, authorization: Annotated[str | None, Header()] = None) -> str:

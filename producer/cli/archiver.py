@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from shared import logs, loop
+from shared.preflight import check_archive_driver
 from shared.settings import get_settings
 
 __all__ = ["archiver"]
@@ -20,6 +21,7 @@ def archiver() -> None:
     logs.configure(json_lines=settings.log_json, level=settings.log_level, process="archiver")
     if not settings.archive_url:
         raise click.UsageError("AGENTMILL_ARCHIVE_URL is not set: there is no archive to write to")
+    check_archive_driver(settings)
     loop.run(_run())
 
 

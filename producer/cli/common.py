@@ -198,10 +198,12 @@ async def direct_producer() -> AsyncIterator[Any]:
     AGENTMILL_PARTITIONS), closed after."""
     from producer.service import Producer
     from shared.partitions import Partitions
+    from shared.preflight import check_archive_driver
     from shared.profiles import profiles_from
     from shared.scripts import prepare_scripts
 
     settings = get_settings()
+    check_archive_driver(settings)
     parts: Partitions[Any] = Partitions.from_settings(settings, retries=3)
     producer = None
     try:

@@ -27,23 +27,25 @@ __all__ = ["QUESTIONS", "api", "demo", "worker"]
 
 @click.command(help="Run a worker process (REDIS_URL, AGENTMILL_* settings).")
 def worker() -> None:
+    from shared.preflight import check_worker
     from worker.jobs import WorkerProcess
 
     settings = get_settings()
     require_id_secret(settings)  # SettingsError: one line and exit code 2 (producer.cli.main)
-    proc = WorkerProcess(settings)
+    proc = WorkerProcess(settings, profiles=check_worker(settings))
     logs.configure(json_lines=settings.log_json, level=settings.log_level, workerId=proc.worker_id)
     run_loop(proc.run())
 
 
 @click.command(help="Run the HTTP API on AGENTMILL_API_HOST:AGENTMILL_API_PORT.")
 def api() -> None:
-
     from producer.api.app import create_app
     from producer.api.serve import api_server
+    from shared.preflight import check_api
 
     settings = get_settings()
     require_id_secret(settings)
+    check_api(settings)
     logs.configure(json_lines=settings.log_json, level=settings.log_level, process="api")
     app = create_app(settings)
     # What start-up built (modules, pydantic schemas, routes) is never garbage: frozen, the

@@ -89,7 +89,12 @@ class Firer:
     firing made and before the schedule is advanced (a worker's failpoint)."""
 
     def __init__(
-        self, producer: Producer, *, on_fired: Callable[[], None] | None = None, lag: FiringLag | None = None
+        self,
+        producer: Producer,
+        *,
+        on_fired: Callable[[], None] | None = None,
+        lag: FiringLag | None = None,
+        in_outage: Callable[[BaseException], bool] | None = None,
     ) -> None:
         self.producer = producer
         self.lag = lag
@@ -97,6 +102,9 @@ class Firer:
         self.quotas = Quotas(self.settings)
         self.on_fired = on_fired
         self.keyless_said = False  # a named tenant's firing refused for want of AGENTMILL_ID_SECRET, logged
+        # The process's RedisWatch.in_outage: True when a failed look belongs to a Redis outage,
+        # logged once there (shared/outage_log.py); it then goes to the debug log, not a warning a poll
+        self.in_outage = in_outage or (lambda exc: False)
 
     async def run_forever(self, stop: asyncio.Event) -> None:
         """Look for due schedules every AGENTMILL_SCHEDULE_POLL_MS (jittered) until ``stop``."""
@@ -105,7 +113,8 @@ class Firer:
             try:
                 await self.fire_due()
             except (RedisError, OSError) as exc:
-                log.warning("schedules: a look for due schedules failed: %s", exc)
+                level = logging.DEBUG if self.in_outage(exc) else logging.WARNING
+                log.log(level, "schedules: a look for due schedules failed: %s", exc)
             except Exception:  # a bug must not end this process's firing for good
                 log.exception("schedules: a look for due schedules failed")
             with contextlib.suppress(TimeoutError):

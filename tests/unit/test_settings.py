@@ -17,6 +17,7 @@ PRODUCT = ("producer", "worker", "shared")
 # Environment reads that are not settings, each for its reason: none of them may name ours.
 NOT_SETTINGS = {
     "worker/models/openai.py": "the API key variable a profile names (apiKeyEnv)",
+    "shared/preflight.py": "whether the API key variable a profile names (apiKeyEnv) is set",
     "worker/tools/http.py": 'a header secret a profile names ("env:NAME")',
     "worker/tools/mcp_transport.py": 'an MCP server header secret a profile names ("${env:NAME}")',
     "producer/cli/submit.py": "XDG_STATE_HOME, the platform's state directory",
