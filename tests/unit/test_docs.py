@@ -38,6 +38,7 @@ def anchors(path: Path) -> set[str]:
     seen: dict[str, int] = {}
     out: set[str] = set()
     for line in prose(path.read_text()):
+        out.update(re.findall(r'<a id="([^"]+)"></a>', line))  # an explicit anchor, as GitHub keeps it
         m = re.match(r"#{1,6}\s+(.*)", line)
         if m:
             base = slug(m.group(1))
