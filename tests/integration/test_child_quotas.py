@@ -110,9 +110,13 @@ async def test_max_children_and_max_descendants_fail_the_call_with_the_cap_and_t
     env = {"AGENTMILL_PROFILES": path, "AGENTMILL_TENANT_QUOTAS": quotas}
     w = WorkerProc(redis_url, env=env, log=tmp_path / "w.log").start()
     try:
-        run = await p.submit(boss_run([ask("a", "b", "c", tool="ask_middle"), ask("d"), {"echoContext": True}]))
+        run = await p.submit(
+            boss_run([ask("a", "b", "c", tool="ask_middle"), ask("d"), {"echoContext": True}])
+        )
         rec = (await wait_all(p, [run.run_id], 60))[run.run_id]
-        middles = [e.payload["childRunId"] for e in await stream(redis, run.run_id) if e.kind == "child_started"]
+        middles = [
+            e.payload["childRunId"] for e in await stream(redis, run.run_id) if e.kind == "child_started"
+        ]
         helpers = [e.payload["childRunId"] for m in middles for e in await stream(redis, m) if e.kind == "child_started"]  # fmt: skip
         mids = await wait_all(p, middles, 30)
     finally:
