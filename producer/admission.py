@@ -22,14 +22,12 @@ from producer.submission import SubmissionError
 from shared import keys
 from shared.clock import ms_to_next_utc_day, now_ms, utc_day
 from shared.fields import BudgetField
-from shared.quotas import NANO_USD, Quota
+from shared.quotas import ACTIVE_GRACE_MS, NANO_USD, Quota
 from shared.scripts import Scripts, text
 
 __all__ = ["ADMIT_GRACE_MS", "admit", "check_budget"]
 
-ADMIT_GRACE_MS = (
-    60_000  # a counted run whose hash never appeared (refused at submit) stops counting after this
-)
+ADMIT_GRACE_MS = ACTIVE_GRACE_MS  # a counted run whose hash never appeared stops counting after this
 
 
 async def admit(

@@ -38,6 +38,7 @@ from agentmill_client.statuses import RunStatus
 from shared import keys
 from shared.fields import RunField
 from shared.partitions import Partitions
+from shared.quotas import ACTIVE_GRACE_MS, Quota
 from shared.scripts import Scripts, text
 
 __all__ = [
@@ -96,27 +97,85 @@ async def spawn(
     lineage: bytes,
     specs: Sequence[ChildSpec],
     trace: str = "",
+    root_id: str = "",
+    quota: Quota | None = None,
+    ttl_ms: int = 604_800_000,
 ) -> dict[str, Spawned]:
     """Create each child on its partition (one script each, all at once): toolCallId -> Spawned.
-    ``trace``: the context the children's traces continue (the parent attempt's span; '' = none)."""
+    ``trace``: the context the children's traces continue (the parent attempt's span; '' = none).
+    With a ``quota``, the children are first counted in their root's tree (``root_id``, '' = the
+    parent is the root: maxChildren, maxDescendants), then each against the tenant's maxActive as
+    its script creates it (``ttl_ms``: the active set's expiry); a child over a cap is not created,
+    and its Spawned names the cap."""
+    refused = await _tree_admit(parts, scripts, root_id or parent_id, parent_id, specs, quota)
+    rooms = await _active_rooms(parts, tenant, quota)
 
     async def one(spec: ChildSpec) -> Spawned:
+        if spec.call_id in refused:
+            return Spawned(error=refused[spec.call_id])
         part = parts.home(spec.child_id)
         cid = spec.child_id
         stored, digest = _input(spec)
         own = [part.run(cid), part.job_key(part.job_id(cid, 1)), part.session(""), part.session_pending(""),
-               part.session_runs("")]  # fmt: skip
-        args = [parent_id, spec.call_id, lineage, cid, stored, digest, tenant, "", "", "", "enqueue", "",
-                spec.agent, 0, "", "", "", "", "", trace]  # fmt: skip
+               part.session_runs(""), part.tenant_active(tenant)]  # fmt: skip
+        room = "" if rooms is None else rooms[part.index]
+        args = [parent_id, spec.call_id, lineage, room, ttl_ms, ACTIVE_GRACE_MS, cid, stored, digest, tenant,
+                "", "", "", "enqueue", "", spec.agent, 0, "", "", "", "", "", trace]  # fmt: skip
         k, a = scripts.frame(part, own, args)
         r = await parts.call(part, lambda c: scripts.spawn_child(keys=k, args=a, client=c))
         verdict = text(r[0])
         if verdict in ("created", "exists"):
             return Spawned(verdict == "created", part.events(cid))
+        if verdict == "quota_exceeded" and quota is not None:
+            return Spawned(error=f"sub-agent refused: maxActive={quota.max_active} reached (this tenant's "
+                           "runs that have not ended, parked parents and their children included, fill its "
+                           "quota); the child was not started")  # fmt: skip
         return Spawned(error=f"the child run {cid} could not be created ({verdict})")
 
     done = await asyncio.gather(*(one(s) for s in specs))
     return {s.call_id: d for s, d in zip(specs, done, strict=True)}
+
+
+async def _tree_admit(
+    parts: Partitions[Any],
+    scripts: Scripts,
+    root_id: str,
+    parent_id: str,
+    specs: Sequence[ChildSpec],
+    quota: Quota | None,
+) -> dict[str, str]:
+    """The children the root's tree has no room for (tree_admit.lua, at the root's home partition):
+    toolCallId -> why (the cap it names). Counted children stay counted (a tree only grows)."""
+    if quota is None or not specs or (quota.max_children == 0 and quota.max_descendants == 0):
+        return {}
+    home = parts.home(root_id)
+    args = [parent_id, quota.max_children, quota.max_descendants, *(s.child_id for s in specs)]
+    k, a = scripts.frame(home, [home.tree(root_id)], args)
+    verdicts = [
+        text(v) for v in await parts.call(home, lambda c: scripts.tree_admit(keys=k, args=a, client=c))
+    ]
+    why = {
+        "max_children": f"sub-agent refused: maxChildren={quota.max_children} reached (this run has started "
+        f"{quota.max_children} child runs, the most its tenant's quota allows one run)",
+        "max_descendants": f"sub-agent refused: maxDescendants={quota.max_descendants} reached (the tree of "
+        f"root run {root_id} holds {quota.max_descendants} child runs, the most its tenant's quota allows)",
+    }
+    return {s.call_id: why[v] for s, v in zip(specs, verdicts, strict=True) if v in why}
+
+
+async def _active_rooms(parts: Partitions[Any], tenant: str, quota: Quota | None) -> list[int] | None:
+    """Per partition, the tenant's maxActive less its runs counted on the other partitions (None:
+    no maxActive). With one partition, the quota itself: its script sees every counted run."""
+    if quota is None or quota.max_active == 0:
+        return None
+    if len(parts.parts) == 1:
+        return [quota.max_active]
+
+    def op(pipe: Any, p: keys.Partition) -> None:
+        pipe.zcard(p.tenant_active(tenant))
+
+    counts = [int(r[0]) for r in await parts.each(op)]
+    return [quota.max_active - (sum(counts) - here) for here in counts]
 
 
 def result_record(child_id: str, call_id: str, status: str, result: RunResult | None) -> bytes:

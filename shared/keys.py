@@ -120,6 +120,9 @@ class Partition:
         self.worker_inbox_prefix = b + "w.inbox:"  # list of runIds with an abort request (bounded)
         self.worker_lease_prefix = b + "w.lease:"  # string, expiring with the worker's lease here
         self.tenant_active_prefix = b + "t.active:"  # zset runId -> submitted at: maxActive
+        # hash: one root run's tree of sub-agents: childRunId -> its parent, '#' + parentId -> that
+        # run's children, '*' -> the tree's runs (tree_admit.lua: maxChildren, maxDescendants)
+        self.tree_prefix = b + "tree:"
         self.tenant_running_prefix = b + "t.running:"  # zset runId -> claimed at: maxRunning
         # zset job id -> its queue score: the tenant's due jobs its running cap holds back, in their
         # queue order; one goes back to the queue, with its score, each time a run of it stops running
@@ -238,6 +241,9 @@ class Partition:
 
     def tenant_active(self, tenant: str) -> str:
         return self.tenant_active_prefix + tenant
+
+    def tree(self, root_id: str) -> str:
+        return self.tree_prefix + root_id
 
     def tenant_running(self, tenant: str) -> str:
         return self.tenant_running_prefix + tenant

@@ -3,11 +3,17 @@ once, and how many it may submit per second (a token bucket: bursts of submitBur
 a full batch, refilled at submitsPerSecond). Defaults come from settings; AGENTMILL_TENANT_QUOTAS
 (JSON, inline or a file path) overrides them per tenant:
 ``{"tenant-a": {"maxActive": 50, "maxRunning": 10, "submitsPerSecond": 5, "submitBurst": 2000,
-"maxPriority": 5, "tokensPerDay": 2000000, "costUsdPerDay": 25, "maxSchedules": 20,
-"scheduleFiringsPerMinute": 120}}``. 0 means no limit (maxPriority: the highest priority its runs
-get; higher ones are lowered to it, default 9). maxSchedules and scheduleFiringsPerMinute bound a
-tenant's cron schedules (producer/schedules/): how many it may have, and how many runs they make
-per UTC minute together (a firing beyond is skipped and counted).
+"maxPriority": 5, "maxChildren": 20, "maxDescendants": 100, "tokensPerDay": 2000000, "costUsdPerDay": 25,
+"maxSchedules": 20, "scheduleFiringsPerMinute": 120}}``. 0 means no limit (maxPriority: the highest
+priority its runs get; higher ones are lowered to it, default 9). maxSchedules and
+scheduleFiringsPerMinute bound a tenant's cron schedules (producer/schedules/): how many it may have,
+and how many runs they make per UTC minute together (a firing beyond is skipped and counted).
+
+maxActive counts every run of the tenant that has not ended, child runs (sub-agents) included, and a
+run parked awaiting its children, a human or client tools still counts: a tenant's trees of runs
+together never pass it. A child that does not fit is not started: its agent tool call gets an error
+result naming the cap (shared/children.py), and the parent carries on. maxChildren (child runs one
+run may start) and maxDescendants (runs in one root's tree) bound one tree the same way.
 
 tokensPerDay and costUsdPerDay are the tenant's budget for a UTC day, pool-wide: each model call
 reserves its worst case before it starts and settles its actual usage after (worker/budgets.py); a
@@ -32,9 +38,11 @@ from agentmill_client import limits
 from agentmill_client.models import Model
 from shared.settings import Settings
 
-__all__ = ["DEFAULT_TENANT", "NANO_USD", "Quota", "Quotas"]
+__all__ = ["ACTIVE_GRACE_MS", "DEFAULT_TENANT", "NANO_USD", "Quota", "Quotas"]
 
 DEFAULT_TENANT = "default"
+# a run counted against maxActive whose hash never appeared (refused when created) stops counting after this
+ACTIVE_GRACE_MS = 60_000
 NANO_USD = 1_000_000_000  # budgets keep costs in Redis as integers of nano-USD (exact sums)
 
 
@@ -45,6 +53,8 @@ class Quota(Model):
     submit_burst: int = Field(default=0, ge=0)  # most runs submitted at once (the token bucket's size)
     max_priority: int = Field(default=limits.MAX_PRIORITY, ge=limits.MIN_PRIORITY, le=limits.MAX_PRIORITY)
     # ^ a run's priority above this is lowered to it (not refused)
+    max_children: int = Field(default=0, ge=0)  # child runs one run may start (all its rounds)
+    max_descendants: int = Field(default=0, ge=0)  # runs in one root's tree of sub-agents, root not counted
     tokens_per_day: int = Field(default=0, ge=0)  # model tokens (in + out) per UTC day, pool-wide
     cost_usd_per_day: float = Field(default=0.0, ge=0, allow_inf_nan=False)  # USD per UTC day (priced models)
     max_schedules: int = Field(default=0, ge=0)  # schedules (checked at creation)
@@ -76,6 +86,8 @@ class Quotas:
                 submits_per_second=settings.tenant_submits_per_second,
                 max_schedules=settings.tenant_max_schedules,
                 schedule_firings_per_minute=settings.tenant_schedule_firings_per_minute,
+                max_children=settings.tenant_max_children,
+                max_descendants=settings.tenant_max_descendants,
             ),
             None,
         )

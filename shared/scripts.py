@@ -80,7 +80,7 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
         for name in (
             "batch_close", "list_runs", "batch_results", "beat", "forget_worker", "release", "redispatch",
             "abort", "settle_approval", "tool_results", "child_result", "claim_webhooks", "admit_tenant",
-            "scaling", "batch_replace", "archive_claim", "archive_done",
+            "scaling", "batch_replace", "archive_claim", "archive_done", "tree_admit",
         )
     },
     **{
@@ -111,6 +111,7 @@ class Scripts:
     submit: Script
     submit_many: Script
     spawn_child: Script
+    tree_admit: Script
     child_result: Script
     submit_restored: Script
     batch_replace: Script

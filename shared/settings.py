@@ -290,12 +290,24 @@ class Settings(BaseSettings):
         "a firing beyond is skipped (counted in the schedule's `skipped`, its `lastError` naming the "
         "cap), not made later; `0` no limit",
     )
+    tenant_max_children: int = Field(
+        default=20,
+        ge=0,
+        description="child runs (sub-agents) one run may start, over all its rounds; beyond, the agent tool "
+        "call gets an error result naming the cap and the run carries on; `0` no limit",
+    )
+    tenant_max_descendants: int = Field(
+        default=100,
+        ge=0,
+        description="runs in one root run's tree of sub-agents (its children, theirs, …; the root not "
+        "counted); beyond, the agent tool call gets an error result naming the cap; `0` no limit",
+    )
     tenant_quotas: str | None = Field(
         default=None,
         description='per-tenant overrides, JSON or a JSON file: `{"tenant": {"maxActive", "maxRunning", '
-        '"submitsPerSecond", "submitBurst", "maxPriority", "tokensPerDay", "costUsdPerDay", "maxSchedules", '
-        '"scheduleFiringsPerMinute"}}` (tokensPerDay and costUsdPerDay: the tenant\'s budget per UTC day, '
-        "pool-wide; 0 = none)",
+        '"submitsPerSecond", "submitBurst", "maxPriority", "maxChildren", "maxDescendants", "tokensPerDay", '
+        '"costUsdPerDay", "maxSchedules", "scheduleFiringsPerMinute"}}` (tokensPerDay and costUsdPerDay: '
+        "the tenant's budget per UTC day, pool-wide; 0 = none)",
     )
     budget_hold_ms: int = Field(
         default=900_000,

@@ -94,6 +94,7 @@ class Lineage(Model):
 
     agents: list[str] = Field(default_factory=list)
     max_depth: int = DEFAULT_MAX_DEPTH
+    root: str = ""  # the root run's id (its tree's caps: shared/children.py); '' = written before it was kept
 
 
 class RunConfig(Model):
@@ -122,6 +123,7 @@ class RunConfig(Model):
     agent_tools: dict[str, str] = Field(default_factory=dict)  # sub-agent tool name -> child's profile
     ancestors: list[str] = Field(default_factory=list)  # the agents above this run, the root's first
     max_depth: int = DEFAULT_MAX_DEPTH  # a child may be at most this deep (the root is at 0)
+    root: str = ""  # the root run's id, '' for a root run (whose own id it is)
     budget: Budget | None = None  # the run's budget, narrowed by its profile's (None: none)
     reserve_output_tokens: int = DEFAULT_RESERVE_OUTPUT_TOKENS  # a call's worst-case reply (maxTokens)
     pricing: Pricing | None = None  # the model's prices, to cost a call's worst case
@@ -270,6 +272,7 @@ def resolve_config(
         include_messages=bool(run.include_messages),
         agent_tools={t.tool_name: t.agent for t in profile.agent_tools if t.tool_name in names},
         ancestors=list(lineage.agents) if lineage else [],
+        root=lineage.root if lineage else "",
         max_depth=_max_depth(profile, run, lineage),
         budget=narrow_budget(profile.budget, run.budget),
         reserve_output_tokens=profile.provider.max_tokens or DEFAULT_RESERVE_OUTPUT_TOKENS,

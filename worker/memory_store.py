@@ -225,7 +225,7 @@ class MemoryRunStore:
                 still_open += 1
         return still_open
 
-    async def start_children(self, specs: list[ChildSpec], lineage: bytes) -> dict[str, Spawned]:
+    async def start_children(self, specs: list[ChildSpec], lineage: bytes, root: str) -> dict[str, Spawned]:
         """One run in memory has no children: every one is refused (sub-agents need Redis)."""
         return {s.call_id: Spawned(error="sub-agents need the Redis store") for s in specs}
 

@@ -191,8 +191,9 @@ class RunStore(Protocol):
 
     async def release(self, gen: int) -> str: ...
 
-    async def start_children(self, specs: list[ChildSpec], lineage: bytes) -> dict[str, Spawned]:
-        """Create this run's child runs (sub-agents), in its tenant (shared/children.py)."""
+    async def start_children(self, specs: list[ChildSpec], lineage: bytes, root: str) -> dict[str, Spawned]:
+        """Create this run's child runs (sub-agents), in its tenant and within its tenant's quotas
+        (maxActive; maxChildren and maxDescendants of ``root``'s tree): shared/children.py."""
         ...
 
     async def parent_status(self) -> tuple[str, str]:

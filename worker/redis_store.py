@@ -21,6 +21,7 @@ from shared.functions import Script, each_with_reload
 from shared.keys import Partition
 from shared.partitions import Partitions
 from shared.profiles import ContextConfig
+from shared.quotas import DEFAULT_TENANT, Quotas
 from shared.scripts import Scripts, text
 from shared.settings import Settings
 from shared.tool_records import ToolRecord
@@ -230,11 +231,14 @@ class RedisRunStore:
             )
         self.last_seq = int(text(r[1]))
 
-    async def start_children(self, specs: list[ChildSpec], lineage: bytes) -> dict[str, Spawned]:
-        """The children on their partitions, in this run's tenant (the parent's worker holds the run)."""
+    async def start_children(self, specs: list[ChildSpec], lineage: bytes, root: str) -> dict[str, Spawned]:
+        """The children on their partitions, in this run's tenant and within its quotas (the parent's
+        worker holds the run)."""
         self._check_lease()
+        quota = Quotas(self.settings).of(self.tenant or DEFAULT_TENANT)
         return await kids.spawn(self.parts, self.scripts, parent_id=self.run_id, tenant=self.tenant,
-                                lineage=lineage, specs=specs, trace=tracing.current())  # fmt: skip
+                                lineage=lineage, specs=specs, trace=tracing.current(), root_id=root, quota=quota,
+                                ttl_ms=self.settings.retention_s * 1000)  # fmt: skip
 
     async def parent_status(self) -> tuple[str, str]:
         return await kids.parent_status(self.parts, self.part, self.run_id)

@@ -2,7 +2,8 @@
 -- KEYS: the tenant's active zset on this partition
 -- ARGV: now ms, maxActive for this partition (the tenant's quota less its runs active on the other
 --       partitions; '' = none), active set ttl ms, grace ms, runIds…
--- Returns {'ok'} | {'full', active count here}.
+-- Returns {'ok'} | {'full', active count here}. A counted run stays counted until it ends
+-- (active_pruned): a parent parked awaiting its children counts, and so does each child.
 local now = tonumber(ARGV[1])
 if ARGV[2] == '' then return {'ok', 0} end
 local max_active = tonumber(ARGV[2])
@@ -13,19 +14,7 @@ for i = 5, #ARGV, 1000 do  -- ZMSCORE (Redis >= 6.2): one call per thousand runs
   end
 end
 local count = redis.call('ZCARD', KEYS[1])
-if count + new > max_active then
-  -- Forget runs that ended (or expired): oldest first, at most 200 a call, so a full tenant
-  -- costs Redis a bounded amount per refused submission.
-  local members = redis.call('ZRANGE', KEYS[1], 0, 199, 'WITHSCORES')
-  for i = 1, #members, 2 do
-    local st = redis.call('HGET', run_key(members[i]), F.STATUS)
-    if (st and st ~= S.QUEUED and st ~= S.RUNNING and st ~= S.SCHEDULED)
-        or (not st and tonumber(members[i + 1]) < now - tonumber(ARGV[4])) then
-      redis.call('ZREM', KEYS[1], members[i])
-    end
-  end
-  count = redis.call('ZCARD', KEYS[1])
-end
+if count + new > max_active then count = active_pruned(KEYS[1], now, tonumber(ARGV[4])) end
 if count + new > max_active then return {'full', count} end
 local add = {}
 for i = 5, #ARGV do

@@ -98,6 +98,20 @@ local TERMINAL = {__TERMINAL__}  -- agentmill_client.statuses.TERMINAL
 local function is_terminal(s)
   return TERMINAL[s] == true
 end
+-- A tenant's counted runs (maxActive) in its active zset on this partition, after forgetting the
+-- runs that ended (or whose hash never appeared within grace ms): oldest first, at most 200 a call,
+-- so a full tenant costs Redis a bounded amount per refusal. A run that has not ended counts,
+-- parked (awaiting a human, client tools or its children) or not.
+local function active_pruned(key, now, grace)
+  local members = redis.call('ZRANGE', key, 0, 199, 'WITHSCORES')
+  for i = 1, #members, 2 do
+    local st = redis.call('HGET', run_key(members[i]), F.STATUS)
+    if (st and is_terminal(st)) or (not st and tonumber(members[i + 1]) < now - grace) then
+      redis.call('ZREM', key, members[i])
+    end
+  end
+  return redis.call('ZCARD', key)
+end
 local function xadd(stream, seq, kind, ts, payload, maxlen, epoch)
   -- seq formatted once: a Lua number is printed again for each place it is passed (.. and redis.call)
   local s = tostring(seq)

@@ -208,7 +208,7 @@ async def test_the_depth_limit_and_a_cycle_are_refused_with_a_clear_error(
     (leaf,) = await children.child_runs(p.parts, "default", mid["runId"])
     assert leaf["status"] == "completed"
     assert orjson.loads(await redis.hget(K.run(leaf["runId"]), "ancestry")) == {
-        "agents": ["boss", "middle"], "maxDepth": 3}  # fmt: skip
+        "agents": ["boss", "middle"], "maxDepth": 3, "root": deep.run_id}  # fmt: skip
 
 
 async def test_the_api_shows_a_parents_children_and_a_childs_parent_within_its_tenant(

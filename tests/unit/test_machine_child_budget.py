@@ -1,5 +1,5 @@
 """A child's usage counts against its parent's budget in the pure machine: each child starts with what
-the parent's budget has left, the children's usage (delivered with their results) is counted once, and
+the parent's budget has left (the children of one round share it), the children's usage (delivered with their results) is counted once, and
 the parent's next model call is refused with budget_exceeded when its children spent the budget."""
 
 from __future__ import annotations
@@ -21,10 +21,20 @@ def _reply(usage: Usage, *calls: str) -> m.ModelReplied:
     return m.ModelReplied(T0, Message(role="assistant", content="", tool_calls=tcs), usage)
 
 
-def test_each_child_starts_with_the_parents_remainder_as_its_budget() -> None:
+def test_the_children_of_a_round_share_the_parents_remainder() -> None:
     cfg = config(budget=Budget(max_tokens=1_000, max_cost_usd=2.0), reserve_output_tokens=50)
+    _, cmds = go(calling(cfg), _reply(Usage(input_tokens=300, output_tokens=100, cost_usd=0.5), "c1"))
+    assert _spawn(cmds).budget == Budget(max_tokens=600, max_cost_usd=1.5)  # one child: all that is left
     _, cmds = go(calling(cfg), _reply(Usage(input_tokens=300, output_tokens=100, cost_usd=0.5), "c1", "c2"))
-    assert _spawn(cmds).budget == Budget(max_tokens=600, max_cost_usd=1.5)  # both children get it all
+    assert _spawn(cmds).budget == Budget(max_tokens=300, max_cost_usd=0.75)  # two: half each
+    s, cmds = go(
+        calling(cfg), _reply(Usage(input_tokens=300, output_tokens=100), *(f"c{i}" for i in range(7)))
+    )
+    b = _spawn(cmds).budget
+    assert b is not None and b.max_tokens == 85 and b.max_tokens * 7 <= 600  # rounded down: never more
+    # a round resumed while its children were being created divides the remainder the same way
+    s, cmds = go(s, m.Resumed(T0))
+    assert _spawn(cmds).budget == b
     assert _spawn(go(calling(config()), _reply(Usage(input_tokens=1), "c1"))[1]).budget is None
 
 

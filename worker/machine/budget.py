@@ -7,19 +7,22 @@ never exceeds its budget. Pure: both the usage and the budget are in the state.
 
 A run's child runs (sub-agents) spend from its budget: what its ended children spent
 (``RunState.children_usage``, delivered with their results) counts with its own usage, and each child
-is started with what is left (``remainder``) as its own budget. Parallel children each get the whole
-remainder, so together they may pass it by up to (n-1) x the remainder; the parent's next call is then
-refused.
+is started with an equal share of what is left (``share`` of ``remainder``) as its own budget: the
+children of one round together may spend no more than the parent has left, and what a child leaves
+unspent is the parent's again once it ends (the parent counts what its children spent, not their
+shares). A child's children share its budget the same way, so nesting cannot multiply a budget.
 """
 
 from __future__ import annotations
+
+import math
 
 from agentmill_client.models import Budget, Message, RunError, Usage
 from worker import policy
 from worker.config import RunConfig
 from worker.machine.state import RunState
 
-__all__ = ["BUDGET_EXCEEDED", "remainder", "spent_with_children", "unaffordable", "worst_case"]
+__all__ = ["BUDGET_EXCEEDED", "remainder", "share", "spent_with_children", "unaffordable", "worst_case"]
 
 BUDGET_EXCEEDED = "budget_exceeded"
 
@@ -46,6 +49,16 @@ def remainder(s: RunState) -> Budget | None:
     spent = spent_with_children(s)
     tokens = None if b.max_tokens is None else max(1, b.max_tokens - spent.input_tokens - spent.output_tokens)
     cost = None if b.max_cost_usd is None else max(1e-9, round(b.max_cost_usd - (spent.cost_usd or 0.0), 9))
+    return Budget(max_tokens=tokens, max_cost_usd=cost)
+
+
+def share(b: Budget | None, n: int) -> Budget | None:
+    """One of ``n`` children's budget out of ``b`` (each limit divided, rounded down; at least the
+    smallest budget there is, so a child of a spent parent is refused at its first call)."""
+    if b is None or n <= 1:
+        return b
+    tokens = None if b.max_tokens is None else max(1, b.max_tokens // n)
+    cost = None if b.max_cost_usd is None else max(1e-9, math.floor(b.max_cost_usd * 1e9 / n) / 1e9)
     return Budget(max_tokens=tokens, max_cost_usd=cost)
 
 

@@ -9,7 +9,7 @@ import json
 from agentmill_client.models import EventKind, ToolCall, ToolResult
 from worker import policy
 from worker.config import RunConfig
-from worker.machine.budget import remainder
+from worker.machine.budget import remainder, share
 from worker.machine.commands import Emit, StartChildren
 from worker.machine.identity import child_run_id
 from worker.machine.state import RunState
@@ -65,7 +65,8 @@ def start_children(s: RunState, calls: list[ToolCall]) -> tuple[RunState, list[S
         return s, []
     ids = {c.id: child_run_id(s.run_id, c.id) for c in calls}
     s = up(s, children={**s.children, **ids}, spawning=[*s.spawning, *ids])
-    return s, [StartChildren(calls, ids, remainder(s))]
+    # The round's children share what the run has left (a resumed round divides it the same way).
+    return s, [StartChildren(calls, ids, share(remainder(s), len(s.children)))]
 
 
 def child_started_emit(s: RunState, call: ToolCall, stream_key: str) -> Emit:

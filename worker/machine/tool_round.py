@@ -279,7 +279,10 @@ def on_children_started(s: RunState, e: ChildrenStarted) -> Decision:
             streams[c.id] = e.streams[c.id]
             cmds.append(child_started_emit(s, c, e.streams[c.id]))
     done = set(e.streams) | set(e.failed)
-    s = up(s, results=results, child_streams=streams, spawning=[i for i in s.spawning if i not in done])
+    # a child not created is no child: the run neither waits for it nor aborts it
+    kids = {k: v for k, v in s.children.items() if k not in e.failed}
+    s = up(s, results=results, child_streams=streams, children=kids,
+           spawning=[i for i in s.spawning if i not in done])  # fmt: skip
     if _busy(s):
         return s, cmds
     return _after_tools(s, e.now_ms, cmds)

@@ -21,9 +21,10 @@ async def start_children(cx: EffectContext, state: RunState, cmd: StartChildren)
     budget = cmd.budget.model_dump(mode="json", by_alias=True, exclude_none=True) if cmd.budget else None
     specs = [ChildSpec(c.id, cmd.child_ids[c.id], cfg.agent_tools[c.name], child_task(c), budget)
              for c in cmd.calls]  # fmt: skip
-    lineage = Lineage(agents=[*cfg.ancestors, cfg.agent], max_depth=cfg.max_depth)
+    root = cfg.root or state.run_id  # a root run's children are its tree's first
+    lineage = Lineage(agents=[*cfg.ancestors, cfg.agent], max_depth=cfg.max_depth, root=root)
     raw = orjson.dumps(lineage.model_dump(mode="json", by_alias=True))
-    done = await cx.ports.store.start_children(specs, raw)
+    done = await cx.ports.store.start_children(specs, raw, root)
     created = sum(1 for d in done.values() if d.created)
     if created:
         cx.host.observer.children_started(created)
