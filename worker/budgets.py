@@ -2,7 +2,7 @@
 the Redis side of the ``BudgetPort`` (worker/ports.py).
 
 Before a model call the runner reserves the call's worst case (the machine's ``ModelRequest``
-reserve: prompt estimate + maxTokens, and its cost) on the tenant's budget of the UTC day, one
+reserve: ``policy.prompt_bound``, a bound its text cannot game, + maxTokens, and its cost) on the tenant's budget of the UTC day, one
 script at the tenant's home partition (budget_reserve.lua: spent + held + this <= limit, else
 refused; the hold is scaled up for the rest of the day once a call used more than it held: the
 day's highest such ratio, BudgetField.OVERCOUNT); after the call it settles the hold with the actual usage (budget.lua): with the run's

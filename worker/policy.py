@@ -258,7 +258,7 @@ def prompt_bound(messages: Iterable[Message]) -> int:
     for m in messages:
         content = m.content
         if content.__class__ is str:
-            total += MESSAGE_TOKENS + _bytes(content)  # type: ignore[arg-type]
+            total += MESSAGE_TOKENS + _bytes(content)
         else:
             total += MESSAGE_TOKENS + _bytes(m.text) + IMAGE_TOKENS * len(m.images())
         if m.tool_call_id is not None:
