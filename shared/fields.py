@@ -152,6 +152,8 @@ class BudgetField(StrEnum):
     HELD_COST = "heldNanoUsd"
     RELEASED = "releasedHolds"  # holds that expired unsettled (their worker died) and were released
     REFUSED = "refusedCalls"  # calls the day could not afford: from the first, the day counts as spent
+    OVERCOUNT = "overcountPermille"  # the day's highest ratio of a call's settled usage to its hold
+    # (tokens or cost, in thousandths; set by settlements above 1000): later holds are multiplied by it
 
 
 class UsagePart(StrEnum):

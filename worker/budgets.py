@@ -2,9 +2,10 @@
 the Redis side of the ``BudgetPort`` (worker/ports.py).
 
 Before a model call the runner reserves the call's worst case (the machine's ``ModelRequest``
-reserve: prompt estimate + maxTokens, and its cost) on the tenant's budget of the UTC day, one
+reserve: ``policy.prompt_bound``, a bound its text cannot game, + maxTokens, and its cost) on the tenant's budget of the UTC day, one
 script at the tenant's home partition (budget_reserve.lua: spent + held + this <= limit, else
-refused); after the call it settles the hold with the actual usage (budget.lua): with the run's
+refused; the hold is scaled up for the rest of the day once a call used more than it held: the
+day's highest such ratio, BudgetField.OVERCOUNT); after the call it settles the hold with the actual usage (budget.lua): with the run's
 commit of the reply when the tenant's budget lives in the run's slot (one partition: always), else
 by a call of its own (budget_settle.lua) before that commit. Every
 worker reserves on the same key (one slot per tenant), so the tenant cannot overspend by more than
@@ -109,16 +110,21 @@ class TenantBudgets:
         except RedisError as exc:
             raise ModelCallError("connection", f"the tenant budget could not reach Redis: {exc}") from None
         if text(reply[0]) == "ok":
-            return RedisBudgetHold(self, part, k, f"{hold_id}|{tokens}|{nano}")
-        which, spent, held, this, limit = text(reply[1]), *(int(text(x)) for x in reply[2:6])
+            return RedisBudgetHold(self, part, k, text(reply[1]))
+        which, spent, held, this, limit, scale = text(reply[1]), *(int(text(x)) for x in reply[2:7])
+        scaled = (
+            f" ({scale / 1000:g}x its bound: a call of the day was counted at that many times its hold)"
+            if scale > 1000
+            else ""
+        )
         if which == "tokens":
             return (
                 f"tenant {tenant!r} tokensPerDay={limit} ({day} UTC): spent {spent}, held {held} by calls in "
-                f"flight, the next model call reserves {this}; {spent + held + this} > {limit}"
+                f"flight, the next model call reserves {this}{scaled}; {spent + held + this} > {limit}"
             )
         usd = [v / NANO_USD for v in (spent, held, this, limit)]
         return (
             f"tenant {tenant!r} costUsdPerDay={usd[3]:g} ({day} UTC): spent ${usd[0]:.6f}, held ${usd[1]:.6f} "
-            f"by calls in flight, the next model call reserves ${usd[2]:.6f}; "
+            f"by calls in flight, the next model call reserves ${usd[2]:.6f}{scaled}; "
             f"${usd[0] + usd[1] + usd[2]:.6f} > ${usd[3]:g}"
         )

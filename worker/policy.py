@@ -33,6 +33,7 @@ __all__ = [
     "classify",
     "estimate_tokens",
     "narrow_tool_policy",
+    "prompt_bound",
     "reply_failure",
     "request_tokens",
 ]
@@ -237,6 +238,41 @@ def estimate_tokens(messages: Iterable[Message]) -> int:
             for c in calls:
                 total += (len(c.name) + len(c.arguments)) // 4 + 4
     return total
+
+
+MESSAGE_TOKENS = 8  # a message's share of the chat format (role, separators) in prompt_bound
+
+
+def prompt_bound(messages: Iterable[Message]) -> int:
+    """An upper bound on the prompt tokens of ``messages`` that their text cannot push past, for
+    reservations a tenant must not be able to game (its day budget): one token a UTF-8 byte, plus
+    MESSAGE_TOKENS a message and IMAGE_TOKENS an image.
+
+    A byte-level BPE tokenizer (OpenAI's, Llama 3's, most open models') never writes more tokens than
+    the text has bytes, and SentencePiece with byte fallback writes at most one a byte too; so text
+    crafted to tokenize badly (rare characters, random symbols) stays within it, where
+    ``estimate_tokens``' four characters a token may fall short sixteenfold. For English it is about
+    four times the tokens counted, which only matters near the end of a budget: settlement replaces
+    the hold by the provider's count. ASCII text (nearly all) is measured without being encoded."""
+    total = 0
+    for m in messages:
+        content = m.content
+        if content.__class__ is str:
+            total += MESSAGE_TOKENS + _bytes(content)
+        else:
+            total += MESSAGE_TOKENS + _bytes(m.text) + IMAGE_TOKENS * len(m.images())
+        if m.tool_call_id is not None:
+            total += _bytes(m.tool_call_id)
+        calls = m.tool_calls
+        if calls:
+            for c in calls:
+                total += MESSAGE_TOKENS + _bytes(c.provider_id or c.id) + _bytes(c.name) + _bytes(c.arguments)
+    return total
+
+
+def _bytes(text: str) -> int:
+    """UTF-8 bytes of ``text`` (a lone surrogate counts its three, as a Python caller may send one)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def call_usage(

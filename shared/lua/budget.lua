@@ -2,16 +2,27 @@
 -- which writes it with the run's step when the tenant's budget shares the run's slot): its hold
 -- (budget_reserve.lua) is replaced by what the call actually used. A hold already released (it
 -- expired first) is not released twice; the actual usage is counted all the same: the call was made.
+-- A call that used more than it held (a provider counting what the hold could not see) raises the
+-- day's BUDGET.OVERCOUNT to its ratio, in thousandths of the hold the call would have had unscaled:
+-- the member names the scale it was held at ('holdId|scale|tokens|nanoUsd'; one without: 1000).
 -- KEYS: none of its own: the caller passes the day's budget hash and its holds zset (in its KEYS).
 -- Returns 1 when the hold was still there, else 0.
 local function budget_settle(hash, holds, member, tokens, nano, ttl)
   local held = redis.call('ZREM', holds, member)
-  local h = redis.call('HMGET', hash, BUDGET.SPENT_TOKENS, BUDGET.HELD_TOKENS, BUDGET.SPENT_COST, BUDGET.HELD_COST)
+  local h = redis.call('HMGET', hash, BUDGET.SPENT_TOKENS, BUDGET.HELD_TOKENS, BUDGET.SPENT_COST, BUDGET.HELD_COST,
+    BUDGET.OVERCOUNT)
+  local mt, mc = string.match(member, '|(%d+)|(%d+)$')
+  mt, mc = tonumber(mt), tonumber(mc)
+  local scale = tonumber(string.match(member, '|(%d+)|%d+|%d+$') or '1000')
+  local over = math.max(1000, tonumber(h[5] or '1000'))
+  local seen = over
+  if mt > 0 then seen = math.max(seen, math.ceil(tonumber(tokens) * scale / mt)) end
+  if mc > 0 then seen = math.max(seen, math.ceil(tonumber(nano) * scale / mc)) end
+  if seen > over then redis.call('HSET', hash, BUDGET.OVERCOUNT, seen) end
   local spent_t, held_t = tonumber(h[1] or '0') + tonumber(tokens), tonumber(h[2] or '0')
   local spent_c, held_c = tonumber(h[3] or '0') + tonumber(nano), tonumber(h[4] or '0')
   if held == 1 then
-    local mt, mc = string.match(member, '|(%d+)|(%d+)$')
-    held_t = held_t - tonumber(mt); held_c = held_c - tonumber(mc)
+    held_t = held_t - mt; held_c = held_c - mc
   end
   redis.call('HSET', hash, BUDGET.SPENT_TOKENS, spent_t, BUDGET.HELD_TOKENS, held_t, BUDGET.SPENT_COST, spent_c,
     BUDGET.HELD_COST, held_c)

@@ -116,9 +116,9 @@ async def test_a_worker_killed_between_hold_and_settlement_leaks_no_hold(
     redis: Redis, redis_url: str, tmp_path: Path
 ) -> None:
     path = profiles(tmp_path)
-    # One hold (~135 tokens: prompt ~85 + maxTokens 50) fits the day, two do not: the run resumes
-    # only if its dead worker's hold was released.
-    per_day = 200
+    # One hold (~1,150 tokens: the prompt's bytes, its system prompt's preamble most of them, + maxTokens
+    # 50) fits the day, two do not: the run resumes only if its dead worker's hold was released.
+    per_day = 2_000
     quotas = orjson.dumps({"default": {"tokensPerDay": per_day}}).decode()
     env = {**FAST, "AGENTMILL_PROFILES": str(path), "AGENTMILL_TENANT_QUOTAS": quotas,
            "AGENTMILL_BUDGET_HOLD_MS": "1000"}  # fmt: skip
@@ -291,3 +291,37 @@ async def test_a_reply_whose_commit_is_refused_still_settles_its_hold(redis: Red
     b = await budget_of(redis, "default")
     assert b[BudgetField.HELD_TOKENS] == 0 and b[BudgetField.SPENT_TOKENS] == 120
     assert b.get(BudgetField.RELEASED, 0) == 0  # settled, not released at its expiry
+
+
+async def test_a_call_counted_past_its_hold_scales_the_days_later_holds(redis: Redis) -> None:
+    """The scripts alone: a settlement of three times the hold sets the day's over-count to 3000 (per
+    mille), later holds are three times their bound, and a refusal says so; a call within its hold
+    changes nothing."""
+    from shared.partitions import Partitions
+    from shared.quotas import Quotas
+    from shared.scripts import Scripts
+    from shared.settings import Settings
+    from worker.budgets import TenantBudgets
+
+    quotas = orjson.dumps({"t1": {"tokensPerDay": 1_000}}).decode()
+    budgets = TenantBudgets(
+        Partitions.of_client(redis, 4), Scripts(redis), Quotas(Settings(tenant_quotas=quotas)), 60_000
+    )
+    key = Partitions.of_client(redis, 4).home("t1").tenant_budget("t1", utc_day(now_ms()))
+
+    async def budget() -> dict[str, int]:
+        return {k.decode(): int(v) for k, v in (await redis.hgetall(key)).items()}
+
+    first = await budgets.reserve("t1", "a", 100, None)
+    assert not isinstance(first, str)
+    await first.settle(300, None)  # the provider counted three times the bound
+    b = await budget()
+    assert b[BudgetField.OVERCOUNT] == 3_000 and b[BudgetField.SPENT_TOKENS] == 300
+    second = await budgets.reserve("t1", "b", 100, None)
+    assert not isinstance(second, str)
+    assert (await budget())[BudgetField.HELD_TOKENS] == 300
+    await second.settle(250, None)  # within its scaled hold: the ratio stays
+    b = await budget()
+    assert b[BudgetField.OVERCOUNT] == 3_000 and b[BudgetField.HELD_TOKENS] == 0
+    refused = await budgets.reserve("t1", "c", 200, None)  # 550 spent + 600 > 1,000
+    assert isinstance(refused, str) and "reserves 600 (3x its bound" in refused

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import dataclasses
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,11 +40,20 @@ class Reply:
 
 
 class FakeOpenAI:
-    """``strict``: refuse a message whose content is not a string, the way llama-cpp-python does."""
+    """``strict``: refuse a message whose content is not a string, the way llama-cpp-python does.
+    ``usage_of``: the (prompt, completion) tokens reported for a request's body, in place of the
+    reply's own (a provider whose tokenizer counts otherwise)."""
 
-    def __init__(self, replies: list[Reply], *, strict: bool = False) -> None:
+    def __init__(
+        self,
+        replies: list[Reply],
+        *,
+        strict: bool = False,
+        usage_of: Callable[[dict[str, Any]], tuple[int, int]] | None = None,
+    ) -> None:
         self.replies = replies
         self.strict = strict
+        self.usage_of = usage_of
         self.active = 0  # requests being answered now
         self.max_active = 0
         self.requests: list[dict[str, Any]] = []
@@ -85,6 +95,8 @@ class FakeOpenAI:
                 status_code=reply.status,
                 headers=reply.headers,
             )
+        if self.usage_of is not None:
+            reply = dataclasses.replace(reply, usage=self.usage_of(body))
         return StreamingResponse(self._stream(reply, request), media_type="text/event-stream")
 
     async def _stream(self, reply: Reply, request: Request) -> AsyncIterator[bytes]:

@@ -99,7 +99,7 @@ def test_a_run_never_spends_past_its_budget(
         call = next(c for c in cmds if isinstance(c, m.CallModel))
         req = call.request
         prompt = policy.estimate_tokens(req.messages)
-        assert req.reserve_tokens == prompt + out_max
+        assert req.reserve_tokens == policy.prompt_bound(req.messages) + out_max  # the day budget's hold
         tools, fin, fout = steps[i % len(steps)] if i < 60 else (False, 0.0, 0.0)
         i += 1
         usage = Usage(input_tokens=int(prompt * fin), output_tokens=int(out_max * fout))

@@ -55,7 +55,7 @@ class ModelRequest:
     purpose: str = "turn"  # "turn" | "summary" (a compaction summary, not a step of the run)
     response_format: ResponseFormat | None = None  # asked of providers that support it natively
     reserve_tokens: int = (
-        0  # the call's worst case (prompt estimate + maxTokens): a tenant's budget reserves it
+        0  # a tenant's day budget holds it: policy.prompt_bound (an upper bound) + maxTokens
     )
     reserve_cost_usd: float | None = None  # and its cost by the model's pricing (None: no pricing)
 

@@ -14,7 +14,7 @@ from agentmill_client import limits
 from agentmill_client.codec import to_jsonable
 from agentmill_client.models import EventKind, Message, RunError, RunResult, RunStatus
 from worker import policy, preamble
-from worker.machine.budget import spent_with_children, unaffordable, worst_case
+from worker.machine.budget import spent_with_children, unaffordable
 from worker.machine.commands import CallModel, Command, Compact, Decision, Emit, Finish, ModelRequest
 from worker.machine.state import CallPhase, Phase, RunState
 from worker.machine.window import windowed_history
@@ -141,7 +141,10 @@ def _messages_of(s: RunState) -> list[Message]:
 def request_of(s: RunState) -> ModelRequest:
     cfg = s.cfg
     messages = _messages_of(s)
-    prompt, out, cost = worst_case(cfg, messages)
+    bound, out = policy.prompt_bound(messages), cfg.reserve_output_tokens
+    # The tenant's day budget holds an upper bound its text cannot game (not budget.maxTokens'
+    # estimate): settlement replaces it with the provider's count.
+    cost = cfg.pricing.cost_usd(bound, out) if cfg.pricing is not None else None
     return ModelRequest(
         run_id=s.run_id,
         session_id=s.session_id,
@@ -152,7 +155,7 @@ def request_of(s: RunState) -> ModelRequest:
         failures=s.failures,
         iterations=s.iterations,
         response_format=cfg.response_format,
-        reserve_tokens=prompt + out,
+        reserve_tokens=bound + out,
         reserve_cost_usd=cost,
     )
 
