@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from agentmill_client import limits
 from agentmill_client.codec import to_jsonable
-from agentmill_client.models import ImagePart, RunInput
+from agentmill_client.models import ImagePart, Message, RunInput
 from producer.scope import Scope
 from producer.submission import SubmissionError, reserved_id_error, validation_error
 from shared.meta_terms import meta_term, meta_terms
@@ -23,7 +23,7 @@ from shared.netguard_rules import host_refusal
 from shared.profiles import AgentProfile
 from shared.schema_validator import SchemaBoundError, compiled
 
-__all__ = ["Prepared", "counted", "meta_term", "meta_terms", "prepare", "validated"]
+__all__ = ["Prepared", "checked_messages", "counted", "meta_term", "meta_terms", "prepare", "validated"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,8 +105,7 @@ def prepare(
     context, stored beside the input (not part of its hash). Raises SubmissionError naming the field."""
     if (reserved := reserved_id_error(run)) is not None:
         raise reserved
-    _check_images(run)
-    _check_image_hosts(run)
+    checked_messages(run.input_messages)
     body = to_jsonable(run)
     rid = body.pop("runId", None) or default_id(run)
     if run.session_id is None and run.auto_create_session:
@@ -126,9 +125,16 @@ def prepare(
     )  # fmt: skip
 
 
-def _check_images(run: RunInput) -> None:
+def checked_messages(messages: list[Message]) -> None:
+    """inputMessages a run starts with (a submission's, or those a fork appends) within the bounds of
+    their images: 413 too_large or 422 naming the part."""
+    _check_images(messages)
+    _check_image_hosts(messages)
+
+
+def _check_images(messages: list[Message]) -> None:
     """Images in inputMessages within their bounds (limits.py): 413 too_large beyond, naming the part."""
-    images = [(i, img) for i, m in enumerate(run.input_messages) for img in m.images()]
+    images = [(i, img) for i, m in enumerate(messages) for img in m.images()]
     if len(images) > limits.MAX_IMAGE_PARTS:
         raise SubmissionError(
             "too_large",
@@ -150,10 +156,10 @@ def _check_images(run: RunInput) -> None:
         )
 
 
-def _check_image_hosts(run: RunInput) -> None:
+def _check_image_hosts(messages: list[Message]) -> None:
     """An image URL's host judged by the outbound guard's rules (shared/netguard_rules.py), as the
     provider that fetches it would reach it: 422 naming the part when it is not public."""
-    for i, m in enumerate(run.input_messages):
+    for i, m in enumerate(messages):
         for j, part in enumerate(m.content if isinstance(m.content, list) else []):
             if not isinstance(part, ImagePart) or part.image_url.url.startswith("data:"):
                 continue

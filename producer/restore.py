@@ -3,8 +3,13 @@
 - ``retry``: a failed or aborted run again, from its last checkpoint (its state, and the tool results
   it recorded, copied: served, never executed again) or, ``from_start``, from its input.
 - ``fork``: any run that ended, from the state at one of its event seqs, with messages appended.
-  The state at a seq is rebuilt from the run's events up to it (worker/machine/restore.py): no
-  checkpoint is kept per step. Only the tool results published by then are copied.
+  The state at a seq is rebuilt here from the run's events up to it (worker.machine.origin): no
+  checkpoint is kept per step. The fork stores that state alone, as a retry stores a checkpoint: not
+  the run's events, last checkpoint and own origin, which made each fork of a fork carry the whole
+  chain before it. Only the tool results published by then are copied.
+
+What the new run stores to start from (its state and copied records) is bounded by
+limits.MAX_RESTORED_BYTES, a fork's inputMessages as a submission's are: 413 ``too_large`` past it.
 - ``retry_batch``: a batch's failed (or aborted) runs retried in one call.
 
 In two steps, as on a Redis Cluster the two runs may live in different slots: the original is read
@@ -19,14 +24,17 @@ counts and results show the retry instead of it; its run listing shows both.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from agentmill_client import limits
 from agentmill_client.models import EventKind, Message, RunStatus
 from producer.listing import Catalog, RunFilter
 from producer.original import REBUILT_FROM, Original, archived_original, take_place, trimmed
 from producer.placement import verdict
+from producer.prepared import checked_messages
 from producer.routing import run_script
 from producer.scope import run_id_for_key
 from producer.submission import SubmissionError, Submitted, outcome
@@ -36,6 +44,7 @@ from shared.origin import Origin
 from shared.quotas import Quota
 from shared.scripts import text
 from shared.tool_records import ToolRecord
+from worker.machine import origin_state
 
 if TYPE_CHECKING:
     from producer.service import Producer
@@ -155,10 +164,8 @@ class Restorer:
                 field="atSeq",
             )
         lineage = {"forkOf": run_id, "atSeq": at_seq}
-        shown = [
-            orjson.loads(m.model_dump_json(by_alias=True, exclude_none=True)) for m in input_messages or []
-        ]
-        origin = Origin(lineage, o.checkpoint, [(k, p) for _, k, p in o.events], shown, o.origin)
+        shown = _appended(input_messages or [])
+        origin = Origin(lineage, _state_at(o, lineage, at_seq), append=shown)
         published = {str(p.get("toolCallId")) for _, k, p in o.events if k == EventKind.TOOL_RESULT}
         published |= _inherited(o.origin)
         records = {i: r for i, r in o.records.items() if r.done and i in published}
@@ -218,6 +225,11 @@ class Restorer:
         sub = self.p.submitter
         raw = {k: v for k, v in o.input.items() if k not in _NOT_INHERITED}
         prep = sub.prepare(raw, tenant, run_id_for_key(tenant, key) if key else "")
+        seed = origin.to_json() if origin is not None else b""
+        flat: list[Any] = []
+        for i, r in records.items():
+            flat += [i, r.to_json()]
+        _check_restored(lineage, len(prep.body), len(seed), sum(len(x) for x in flat))
         part = sub.place(prep.run_id, prep.session_id)
         chosen = [(prep.run_id, part)] if key and sub.layout.count > 1 else []
         holders = await sub.admit(tenant, {part.index: [prep.run_id]}, quota, chosen)
@@ -228,13 +240,54 @@ class Restorer:
         if batch and not await take_place(self.p, o, prep.run.run_id or prep.run_id):
             batch, item = "", None
         own, args = sub.submit_args(prep, part, tenant, batch, item)
-        flat: list[Any] = []
-        for i, r in records.items():
-            flat += [i, r.to_json()]
-        extra = [orjson.dumps(lineage), origin.to_json() if origin is not None else "", len(records), *flat]
+        extra = [orjson.dumps(lineage), seed, len(records), *flat]
         k, a = self.p.scripts.frame(part, [*own, part.tools(prep.run_id)], [*extra, *args])
         reply = await run_script(self.p.parts, self.p.scripts.submit_restored, part, k, a)
         return outcome(prep.run, reply)
+
+
+def _appended(messages: list[Message]) -> list[dict[str, Any]]:
+    """A fork's inputMessages as its origin keeps them, within a submission's inputMessages bounds
+    (count, size, images): else SubmissionError naming the bound."""
+    if len(messages) > limits.MAX_INPUT_MESSAGES:
+        raise SubmissionError("invalid_input", f"inputMessages: {len(messages)} messages; at most "
+                              f"{limits.MAX_INPUT_MESSAGES}", field="inputMessages")  # fmt: skip
+    checked_messages(messages)
+    shown = [orjson.loads(m.model_dump_json(by_alias=True, exclude_none=True)) for m in messages]
+    size = len(orjson.dumps(shown))
+    if size > limits.MAX_RUN_INPUT_BYTES:
+        raise SubmissionError("too_large", f"inputMessages are {size} bytes; at most {limits.MAX_RUN_INPUT_BYTES}",
+                              status=413, field="inputMessages")  # fmt: skip
+    return shown
+
+
+def _state_at(o: Original, lineage: dict[str, Any], at_seq: int) -> dict[str, Any] | None:
+    """The checkpoint a fork of ``o`` at ``at_seq`` starts from: the state rebuilt from ``o``'s
+    events up to it (worker.machine.origin), once, here. The fork stores that state alone (its
+    transcript up to the seq), never ``o``'s last checkpoint, events and own origin beside it: a fork
+    of a fork of a fork stores no more than its state, and reads nothing of its source again."""
+    messages = [Message.model_validate(m) for m in o.input.get("inputMessages") or []]
+    events = [(k, p) for _, k, p in o.events]
+    try:
+        state = origin_state(Origin(lineage, o.checkpoint, events, parent=o.origin), o.key, messages,
+                             int(time.time() * 1000))  # fmt: skip
+    except Exception as exc:  # an origin of an older form it cannot read: refused, never a 500
+        raise SubmissionError("restore_failed", f"run {o.shown}'s state at seq {at_seq} cannot be rebuilt: "
+                              f"{type(exc).__name__}: {str(exc)[:300]}", status=409) from None  # fmt: skip
+    return None if state is None else {"seq": at_seq, "state": state.model_dump(mode="json", by_alias=True)}
+
+
+def _check_restored(lineage: dict[str, Any], input_bytes: int, state_bytes: int, records_bytes: int) -> None:
+    """What a retry or fork stores to start from within MAX_RESTORED_BYTES: else 413 naming it."""
+    size = state_bytes + records_bytes
+    if size > limits.MAX_RESTORED_BYTES:
+        what = "fork" if "forkOf" in lineage else "retry"
+        raise SubmissionError(
+            "too_large",
+            f"the {what} would store {size} bytes to start from (its state {state_bytes}, the tool records it "
+            f"copies {records_bytes}; its input {input_bytes} besides); at most {limits.MAX_RESTORED_BYTES}",
+            status=413,
+        )
 
 
 def _open_calls(events: list[tuple[int, str, dict[str, Any]]]) -> list[str]:
@@ -253,7 +306,7 @@ def _inherited(origin: dict[str, Any] | None) -> set[str]:
     records were copied to it, and a fork of it at any seq has them too."""
     if not origin:
         return set()
-    if origin.get("events") is None:  # a retry: its checkpoint's transcript and open round
+    if origin.get("events") is None:  # a retry, or a fork's state: its transcript and open round
         state = (origin.get("checkpoint") or {}).get("state") or {}
         ids = {str(m.get("toolCallId")) for m in state.get("transcript") or [] if m.get("role") == "tool"}
         return ids | set(state.get("results") or {})

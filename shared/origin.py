@@ -5,11 +5,12 @@ written by submit_restored.lua) until the worker that starts it turns it into th
 it, copied into the new run's tools hash by the same script.
 
 - a retry: ``checkpoint``, the original's last checkpoint (``{"seq", "state"}``), and no events;
-- a fork: ``events``, the original's events up to ``atSeq`` (kind, payload) the state is rebuilt
-  from (worker/machine/restore.py), its last checkpoint for what they do not say (the session
-  history it had loaded), and ``append``, the messages the fork adds. A fork of a run that was
-  itself a retry or fork also carries that run's own origin (``parent``): its events begin from
-  the state it was restored to, not from its input.
+- a fork: ``checkpoint``, the state at ``atSeq`` the producer rebuilt (worker.machine.origin), no
+  events, and ``append``, the messages the fork adds.
+
+Forks made before kept ``events``, the original's events up to ``atSeq`` (kind, payload), its last
+checkpoint for what they do not say, and, when the original was itself a retry or fork, its own
+origin (``parent``): each fork of a fork carried the chain before it. Such origins are still read.
 """
 
 from __future__ import annotations

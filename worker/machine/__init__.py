@@ -12,6 +12,7 @@ the same states. The runner (worker/runner/) executes the commands and feeds the
   repair.py (the final answer against responseFormat: complete, repair turn, or invalid_output)
 - restore.py: a retry or fork (``Restored``): another run's state, from its checkpoint or rebuilt from its
   events up to a seq, rewound to where it can go on
+- origin.py: the state a retry's or fork's origin names (the worker's ``Restored``; the producer at a fork)
 - identity.py: agentmill's tool-call ids (model-call index, position); the provider's id only for the wire
 - diagram.py: docs/state-machine.md drawn from the table
 """
@@ -56,6 +57,7 @@ from worker.machine.events import (
     ToolFinished,
 )
 from worker.machine.identity import call_id, child_run_id, identify, wire_id
+from worker.machine.origin import origin_state
 from worker.machine.restore import rebuild
 from worker.machine.state import (
     CALLING,
@@ -130,6 +132,7 @@ __all__ = [
     "identify",
     "initial_state",
     "mermaid",
+    "origin_state",
     "rebuild",
     "result_of",
     "wire_id",

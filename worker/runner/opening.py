@@ -24,15 +24,12 @@ from worker.machine import (
     RunState,
     Started,
     StartRejected,
-    decide,
-    initial_state,
-    rebuild,
+    origin_state,
 )
 from worker.ports import Acquired, Host, ModelPort, RunStore, ToolPort
 
 __all__ = [
     "answers",
-    "origin_state",
     "orphaned",
     "restore",
     "restored",
@@ -114,22 +111,6 @@ def restored_or_rejected(
         return restored(started, run_id, origin, records)
     except Exception as exc:
         return StartRejected(started.now_ms, "restore_failed", f"{type(exc).__name__}: {str(exc)[:500]}")
-
-
-def origin_state(o: Origin, run_id: str, input_messages: list[Message], now_ms: int) -> RunState | None:
-    """The state an origin names: a checkpoint's, or one rebuilt from events. The events of a run
-    that was itself restored begin where its own origin put it (the machine's first step of it)."""
-    base = RunState.model_validate(o.checkpoint["state"]) if o.checkpoint else None
-    if o.events is None:
-        return base
-    start = None
-    if o.parent is not None and base is not None and base.config is not None:
-        p = Origin.from_dict(o.parent)
-        before = origin_state(p, run_id, input_messages, now_ms)
-        append = [Message.model_validate(m) for m in p.append]
-        first = Restored(now_ms, base.config, before, input_messages, append)
-        start, _ = decide(initial_state(run_id), first)
-    return rebuild(run_id, base, input_messages, o.events, start=start)
 
 
 def answers(state: RunState, acq: Acquired, records: dict[str, ToolRecord], now_ms: int) -> list[Event]:

@@ -18,6 +18,7 @@ __all__ = [
     "MAX_META_VALUE_CHARS",
     "MAX_MS_DIGITS",
     "MAX_PRIORITY",
+    "MAX_RESTORED_BYTES",
     "MAX_RESULT_MESSAGES",
     "MAX_RESULT_MESSAGES_BYTES",
     "MAX_RUN_AT_MS",
@@ -51,6 +52,12 @@ MAX_RUN_INPUT_BYTES = 1_000_000
 # A schedule's run template (ScheduleInput.input) as stored (compact JSON): kept for the schedule's
 # life and copied into every run it makes, so smaller than a run's input. Past it: 413 too_large.
 MAX_SCHEDULE_INPUT_BYTES = 64_000
+
+# What a retry or fork stores to start from, beside its input (itself within MAX_RUN_INPUT_BYTES, and a
+# fork's inputMessages within the inputMessages bounds): the state it starts from (a retry: the run's last
+# checkpoint; a fork: the state at its seq, its transcript up to it) and the tool records it copies.
+# Past it: 413 too_large naming the size. It bounds the one script call that writes the new run too.
+MAX_RESTORED_BYTES = 4_000_000
 # Images in inputMessages (content parts): an https URL's length; a data: URL's size; all of a run's
 # data: URLs together; parts per run. Past a size: 413 too_large (producer/prepared.py).
 MAX_IMAGE_URL_CHARS = 2_048
