@@ -43,9 +43,18 @@ def counts(path: Path) -> Counter[str]:
 
 
 class McpServerProc:
-    def __init__(self, port: int, calls_file: Path) -> None:
+    def __init__(
+        self, port: int, calls_file: Path, module: str = __name__, args: tuple[str, ...] | None = None
+    ) -> None:
         self.port = port
         self.calls_file = calls_file
+        self.argv = [
+            sys.executable,
+            "-m",
+            module,
+            str(port),
+            *(args if args is not None else [str(calls_file)]),
+        ]
         self.url = f"http://127.0.0.1:{port}/mcp"
         self.proc: Any = None
 
@@ -55,8 +64,7 @@ class McpServerProc:
 
         log = open(self.calls_file.with_suffix(".log"), "ab")  # noqa: SIM115 - the child keeps it
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.mcp_server", str(self.port), str(self.calls_file)],
-            cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=log, stderr=log,
+            self.argv, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=log, stderr=log,
         )  # fmt: skip
         log.close()
         deadline = time.monotonic() + within_s

@@ -38,14 +38,35 @@ from shared.profiles import MCP_SEP, McpServerConfig
 from worker import tracing
 from worker.lease import LeaseExpiredError
 from worker.tools.base import ToolContext, ToolError, ToolOutcome
+from worker.tools.mcp_answer import AnswerBoundError
 from worker.tools.mcp_output import check_result, check_schema
-from worker.tools.mcp_transport import McpConfigError, expand_headers
+from worker.tools.mcp_transport import REFUSALS, McpConfigError, expand_headers
 
-__all__ = ["FAILED_LISTING_S", "MAX_PAGES", "McpServer", "McpTool", "exposed_name", "render"]
+__all__ = [
+    "FAILED_LISTING_S",
+    "LIST_CHANGED_INTERVAL_S",
+    "MAX_LISTING_BYTES",
+    "MAX_PAGES",
+    "MAX_TOOLS",
+    "MAX_TOOL_BYTES",
+    "ListingRefusedError",
+    "McpServer",
+    "McpTool",
+    "exposed_name",
+    "render",
+]
 
 log = logging.getLogger("agentmill.mcp")
 
+# A server's listing: past MAX_PAGES, MAX_TOOLS or MAX_LISTING_BYTES it is refused whole (none of its
+# tools offered, the reason logged and given to a call); one tool past MAX_TOOL_BYTES is left out.
 MAX_PAGES = 20  # tools/list pages read per listing
+MAX_TOOLS = 256  # tools a server lists (all of them, allowed or not)
+MAX_TOOL_BYTES = 64_000  # one tool's name, description and schemas, as JSON
+MAX_LISTING_BYTES = 1_000_000  # the offered tools' together
+# tools/list_changed: the listing is asked for again at most once per interval per server, and at
+# most one line per interval is logged (with how many notices came since the last one).
+LIST_CHANGED_INTERVAL_S = 5.0
 FAILED_LISTING_S = 5.0  # a listing that failed is asked for again after this (or toolsTtlS if shorter)
 _NAME_OK = re.compile(r"[^A-Za-z0-9_-]")
 _MAX_NAME = 64  # what OpenAI-compatible providers take as a function name
@@ -90,6 +111,23 @@ def render(result: CallToolResult) -> str:
     return "\n".join(parts)
 
 
+class ListingRefusedError(ValueError):
+    """A server's listing past a bound: none of its tools are offered; ``bound`` names it."""
+
+    def __init__(self, message: str, bound: str) -> None:
+        super().__init__(f"{message} (bound: {bound})")
+        self.bound = bound
+
+
+def _tool_bytes(t: Any) -> int:
+    return (
+        len(t.name)
+        + len(t.description or "")
+        + len(orjson.dumps(t.input_schema))
+        + (len(orjson.dumps(t.output_schema)) if t.output_schema is not None else 0)
+    )
+
+
 def _leaf(exc: BaseException) -> BaseException:
     """The first real failure inside the SDK's task-group exception groups."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
@@ -127,6 +165,7 @@ class McpServer:
         observe: McpObserver | None = None,
         clock: Callable[[], float] = time.monotonic,
         watch: bool = False,
+        changed_interval_s: float = LIST_CHANGED_INTERVAL_S,
     ) -> None:
         self.cfg = cfg
         self.transport = transport
@@ -141,10 +180,30 @@ class McpServer:
         self.output_schemas: dict[str, dict[str, Any]] = {}  # by the tool's name on its server
         self._watcher: asyncio.Task[None] | None = None
         self.watching = watch
+        self.refused: ListingRefusedError | None = None  # why the last listing was refused
+        self.changed_interval_s = changed_interval_s
+        self._changed = False  # a tools/list_changed not yet acted on
+        self._changed_relist_at = float("-inf")  # when a change last made the listing stale
+        self._heard = 0  # notices since the last line logged
+        self._logged_at = float("-inf")
+        self.relists = 0  # listings asked of the server (the first and every one after)
 
     def stale(self) -> None:
-        """Forget the listing's age: the next ``list`` asks the server (tools/list_changed)."""
+        """Forget the listing's age: the next ``list`` asks the server."""
         self.listed_at = None
+
+    def changed(self) -> None:
+        """A tools/list_changed: the listing is stale, at most once per ``changed_interval_s`` (a
+        notice within it is acted on when it is over); one line logged per interval at most."""
+        now = self.clock()
+        self._changed = True
+        self._heard += 1
+        if now - self._logged_at >= self.changed_interval_s:
+            log.info("MCP server %s: tools/list_changed (%d since the last line)", self.cfg.name, self._heard)
+            self._heard, self._logged_at = 0, now
+
+    def _changes_due(self, now: float) -> bool:
+        return self._changed and now - self._changed_relist_at >= self.changed_interval_s
 
     def watch(self) -> None:
         """Listen for the server's tools/list_changed (2026-07-28 ``subscriptions/listen``) and make
@@ -168,8 +227,7 @@ class McpServer:
                 ):
                     delay = 1.0
                     async for _ in sub:
-                        log.info("MCP server %s: tools/list_changed", self.cfg.name)
-                        self.stale()
+                        self.changed()
             except asyncio.CancelledError:
                 raise
             except BaseException as exc:
@@ -221,10 +279,15 @@ class McpServer:
         """The allowed tools by exposed name: the listing kept for ``toolsTtlS``, else asked for."""
         async with self._listing:
             now = self.clock()
-            if self.listed_at is not None and now - self.listed_at < self.cfg.tools_ttl_s:
+            fresh = self.listed_at is not None and now - self.listed_at < self.cfg.tools_ttl_s
+            if fresh and not self._changes_due(now):
                 return self.tools
+            if self._changes_due(now):
+                self._changed, self._changed_relist_at = False, now
             try:
+                self.relists += 1
                 self.tools = await self._list()
+                self.refused = None
                 self.listed_at = self.clock()
                 if self.watching:
                     self.watch()
@@ -236,6 +299,12 @@ class McpServer:
                 leaf = _leaf(exc)
                 if isinstance(leaf, asyncio.CancelledError | LeaseExpiredError):
                     raise leaf from None
+                if isinstance(leaf, ListingRefusedError):
+                    log.warning("MCP server %s (%s): tools/list refused: %s; none of its tools are offered",
+                                self.cfg.name, self.cfg.url, leaf)  # fmt: skip
+                    self.refused, self.tools = leaf, {}
+                    self.listed_at = self.clock()  # asked again after toolsTtlS or a tools/list_changed
+                    return self.tools
                 log.warning("MCP server %s (%s): tools/list failed: %s: %s; serving %d tools listed before",
                             self.cfg.name, self.cfg.url, type(leaf).__name__, leaf, len(self.tools))  # fmt: skip
                 # Asked again after FAILED_LISTING_S (not at every run start while the server is down).
@@ -247,11 +316,19 @@ class McpServer:
         out: dict[str, McpTool] = {}
         outputs: dict[str, dict[str, Any]] = {}
         pages: list[ListToolsResult] = []
+        listed = kept = 0
         async with self._connect({}) as client:
             cursor: str | None = None
-            for _ in range(MAX_PAGES):
+            for n in range(MAX_PAGES + 1):
+                if n == MAX_PAGES:
+                    raise ListingRefusedError(
+                        f"the server lists more than {MAX_PAGES} pages of tools", "maxPages"
+                    )
                 page = await client.list_tools(cursor=cursor)
                 pages.append(page)
+                listed += len(page.tools)
+                if listed > MAX_TOOLS:
+                    raise ListingRefusedError(f"the server lists more than {MAX_TOOLS} tools", "maxTools")
                 for t in page.tools:
                     if allow is not None and t.name not in allow:
                         continue
@@ -260,6 +337,17 @@ class McpServer:
                         log.warning("MCP server %s: tool %r not offered (its name is too long or taken)",
                                     self.cfg.name, t.name)  # fmt: skip
                         continue
+                    size = _tool_bytes(t)
+                    if size > MAX_TOOL_BYTES:
+                        log.warning("MCP server %s: tool %r not offered (%d bytes of name, description and "
+                                    "schemas, over %d)", self.cfg.name, t.name, size, MAX_TOOL_BYTES)  # fmt: skip
+                        continue
+                    kept += size
+                    if kept > MAX_LISTING_BYTES:
+                        raise ListingRefusedError(
+                            f"the server's tools are more than {MAX_LISTING_BYTES} bytes together",
+                            "maxListingBytes",
+                        )
                     out[name] = McpTool(self, t.name, name, t.description or "", dict(t.input_schema))
                     if t.output_schema is not None:
                         outputs[t.name] = dict(t.output_schema)
@@ -297,6 +385,8 @@ class McpServer:
 
     async def call(self, remote: str, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
         name = f"{self.cfg.name}{MCP_SEP}{remote}"
+        if self.refused is not None:
+            raise ToolError(f"{name}: the server's tool listing was refused: {self.refused}")
         schema = self.output_schemas.get(remote)
         check_schema(name, schema)
         async with self._slots if self._slots is not None else contextlib.nullcontext():
@@ -314,6 +404,8 @@ class McpServer:
     async def _call(self, remote: str, args: dict[str, Any], ctx: ToolContext) -> CallToolResult:
         name = f"{self.cfg.name}{MCP_SEP}{remote}"
         extra = {"Idempotency-Key": ctx.idempotency_key, "Agentmill-Fencing-Token": str(ctx.fencing_token)}
+        refused: list[Exception] = []
+        token = REFUSALS.set(refused)
         try:
             async with self._connect(extra) as client:
                 self._prime(client)
@@ -324,7 +416,9 @@ class McpServer:
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
-            raise _failure(name, _leaf(exc)) from None
+            raise _failure(name, refused[0] if refused else _leaf(exc)) from None
+        finally:
+            REFUSALS.reset(token)
 
 
 async def _unchecked(name: str, result: CallToolResult) -> None:
@@ -341,6 +435,8 @@ def _failure(name: str, exc: BaseException) -> BaseException:
         return ToolError(f"refused: {exc}")
     if isinstance(exc, ResponseTooLargeError):
         return ToolError(str(exc))
+    if isinstance(exc, AnswerBoundError):
+        return ToolError(f"{name}: refused: {exc}")
     if isinstance(exc, TimeoutError | httpx2.TimeoutException):
         return ToolError(f"{name} timed out", retryable=True)
     if isinstance(exc, httpx2.TransportError | OSError):

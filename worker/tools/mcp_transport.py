@@ -11,6 +11,7 @@ nothing a RunInput carries ever reaches them.
 
 from __future__ import annotations
 
+import contextvars
 import os
 import re
 from collections.abc import AsyncIterator, Callable, Collection, Mapping
@@ -21,8 +22,16 @@ import httpx2
 import orjson
 
 from shared.netguard import DESTINATION, ResponseTooLargeError, checked_destination
+from worker.tools.mcp_answer import AnswerShape
 
-__all__ = ["Exchange", "GuardedMcpTransport", "McpConfigError", "expand_headers"]
+__all__ = ["REFUSALS", "Exchange", "GuardedMcpTransport", "McpConfigError", "expand_headers"]
+
+# The answers this transport refused (past a byte or shape bound) for the operation under way: the
+# SDK turns an error raised inside an SSE stream into "stream ended", so McpServer reads the reason
+# here. A list set by the caller before it connects (the SDK's tasks copy the context).
+REFUSALS: contextvars.ContextVar[list[Exception] | None] = contextvars.ContextVar(
+    "mcp_refusals", default=None
+)
 
 _ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -61,10 +70,12 @@ class _Body(httpx2.AsyncByteStream):
         resp: httpx.Response,
         max_bytes: int,
         on_done: Callable[[bytes], None] | None,
+        shape: AnswerShape | None = None,
     ) -> None:
         self.resp = resp
         self.max_bytes = max_bytes
         self.on_done = on_done
+        self.shape = shape  # a tools/call answer's: bounded in items and depth before it is parsed
         self.seen = bytearray() if on_done is not None else None
         self.n = 0
 
@@ -73,9 +84,14 @@ class _Body(httpx2.AsyncByteStream):
             async for chunk in self.resp.aiter_raw():
                 self.n += len(chunk)
                 if self.n > self.max_bytes:
-                    raise ResponseTooLargeError(
+                    raise _refused(ResponseTooLargeError(
                         f"the MCP server's answer is over {self.max_bytes} bytes ({self.resp.url.host})"
-                    )
+                    ))  # fmt: skip
+                if self.shape is not None:
+                    try:
+                        self.shape.feed(chunk)
+                    except ValueError as exc:
+                        raise _refused(exc) from None
                 if self.seen is not None:
                     self.seen += chunk
                 yield chunk
@@ -87,6 +103,24 @@ class _Body(httpx2.AsyncByteStream):
         if self.on_done is not None and self.seen is not None:
             done, self.on_done = self.on_done, None
             done(bytes(self.seen))
+
+
+def _refused(exc: Exception) -> Exception:
+    got = REFUSALS.get()
+    if got is not None:
+        got.append(exc)
+    return exc
+
+
+def _calls_a_tool(body: bytes) -> bool:
+    """Whether the request is a tools/call (its answer is bounded in shape, not only in bytes)."""
+    if b"tools/call" not in body:
+        return False
+    try:
+        msg = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(msg, dict) and msg.get("method") == "tools/call"
 
 
 def _as_httpx2(exc: httpx.TransportError) -> httpx2.TransportError:
@@ -134,7 +168,7 @@ class GuardedMcpTransport(httpx2.AsyncBaseTransport):
         return httpx2.Response(
             resp.status_code,
             headers=resp.headers.multi_items(),
-            stream=_Body(resp, self.max_bytes, on_done),
+            stream=_Body(resp, self.max_bytes, on_done, AnswerShape() if _calls_a_tool(body) else None),
         )
 
     def _recorder(
