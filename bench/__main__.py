@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from redis.asyncio import Redis
 
@@ -30,6 +31,7 @@ from bench.figures_peers import DURABILITY, PEERS, PeerFigures
 from bench.figures_results import ResultsFigures
 from bench.figures_runs import RunFigures
 from bench.figures_streaming import StreamingFigures
+from bench.machine import describe, load_average
 from bench.plumbing import ROOT
 
 
@@ -45,6 +47,8 @@ class Bench(
     StreamingFigures,
 ):
     """Every figure, run in order; a table and JSON at the end."""
+
+    machine: dict[str, Any]
 
     # ---- report ----
 
@@ -70,7 +74,9 @@ class Bench(
         a = self.args
         self.server.start()
         r = Redis.from_url(self.server.url)
+        self.machine = {}
         try:
+            self.machine = await describe(r)
             rtt, cmds = 1, 1
             if "cost" in a.only or "steps" in a.only:
                 rtt, cmds = await self.fig_cost(r)
@@ -102,6 +108,7 @@ class Bench(
                     for p in self.procs:
                         self.stop(p)
         finally:
+            self.machine["load_end"] = load_average()
             for p in self.procs:
                 self.stop(p)
             await r.aclose()
@@ -200,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     args.json.write_text(
         json.dumps(
             {
+                "machine": b.machine,
                 "figures": [f.row() for f in b.figures],
                 "args": {k: v for k, v in vars(args).items() if k != "json"},
             },

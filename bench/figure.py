@@ -17,6 +17,8 @@ class Figure:
     target: str = ""
     higher_is_better: bool = True
     note: str = ""
+    # Named numbers the note speaks of, kept machine-readable (bench/report.py sizes a pool from them).
+    extra: dict[str, float] = field(default_factory=dict)
 
     def med(self, xs: list[float]) -> float:
         return statistics.median(xs) if xs else float("nan")
@@ -45,6 +47,7 @@ class Figure:
             "ratio": self.ratio(),
             "target": self.target,
             "note": self.note,
+            "extra": self.extra,
         }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -31,6 +32,7 @@ class RunFigures(Plumbing):
             base_name="bare arq no-op job",
             target="≥ 0.5 × bare arq",
         )
+        kept: list[float] = []
         for _ in range(a.reps):
             await self.flush(r)
             await self.raw_enqueue(r, a.runs)
@@ -44,12 +46,17 @@ class RunFigures(Plumbing):
             f.base.append(a.runs / t)
             self.stop(box[0])
             await self.flush(r)
+            mem0 = (await r.info("memory"))["used_memory"]
             await self.producer(r).submit_many([self.script_run([{"text": "hi"}])] * a.runs)
             t = await self.drain_time(
                 r, a.runs, lambda box=box: box.append(self.spawn(["-m", "worker"])), lambda: self.runs_done(r)
             )
             f.ours.append(a.runs / t)
             self.stop(box[1])
+            # The finished runs, kept until AGENTMILL_RETENTION_S (arq's result keys, gone after 60 s, included).
+            kept.append(((await r.info("memory"))["used_memory"] - mem0) / a.runs / 1e3)
+        f.extra = {"redis_kb_per_finished_run": statistics.median(kept)}
+        f.note = f"Redis memory a finished one-step run (used_memory growth ÷ runs): {f.extra['redis_kb_per_finished_run']:.1f} KB"
         self.figures.append(f)
 
     async def fig_steps(self, r: Redis, per_step_rtt: int, per_step_cmds: int) -> None:
@@ -323,11 +330,18 @@ class RunFigures(Plumbing):
             )
             f.ours = [n / t]
             f.base = [float(n)]
+            kb_per_run = max(0, rss_peak - lag.get("rss_start", idle_rss)) / n / 1e3
+            f.extra = {
+                "in_flight": float(n),
+                "worker_kb_per_run": kb_per_run,
+                "loop_lag_p99_ms": float(lag.get("lag_p99_ms", float("nan"))),
+                "bare_arq_of_ideal": n / bare / n,
+            }
             f.note = (
                 f"runs started over {spread} ms, the fastest took {fastest} ms; "
                 f"collector {sum(lag.get('gc_ms', [0.0])):.0f} ms in {sum(lag.get('gc_count', [0]))} passes "
                 f"(by generation: {lag.get('gc_ms')} ms); "
-                f"peak RSS {rss_peak / 1e6:.0f} MB, {max(0, rss_peak - lag.get('rss_start', idle_rss)) / n / 1e3:.0f} KB per run "
+                f"peak RSS {rss_peak / 1e6:.0f} MB, {kb_per_run:.0f} KB per run "
                 f"(target ≤ 150 KB); loop lag p99 {lag.get('lag_p99_ms', float('nan')):.1f} ms (target < 50 ms); "
                 f"bare arq jobs sleeping 1 s: {n / bare:.0f}/s ({n / bare / n:.2f} of ideal)"
             )
