@@ -1,4 +1,4 @@
-"""The README and docs/**/*.md hold together: every relative link reaches an existing file and, for a
+"""The README, docs/**/*.md and bench/HISTORY.md hold together: every relative link reaches an existing file and, for a
 `#anchor`, an existing heading of it; and the README keeps the two commands at its top."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), ROOT / "bench" / "HISTORY.md"]
 
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^\s*(```|~~~)")
