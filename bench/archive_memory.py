@@ -1,4 +1,4 @@
-"""The archive's figures (issue 29): Redis memory per finished run without the archive, with it
+"""The archive's figures: Redis memory per finished run without the archive, with it
 within the live retention and after it; the archive's throughput (runs/s into PostgreSQL) beside the
 pool's run rate; an API read from the archive (a run, its events), p50/p99.
 

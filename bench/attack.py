@@ -1,7 +1,7 @@
 """One tenant's worst input, sent from its own process (so the bench's measuring loop is not the
 one that is busy): ``python -m bench.attack URL TOKEN SECONDS``.
 
-Three attacks at once, as issue #23 states them: calculator bombs through the `default` profile,
+Three attacks at once: calculator bombs through the `default` profile,
 32 parallel worst-case listings (the cursor of page 1 with a filter that matches nothing), and
 20,000 requests with made-up HTTP methods and no token. Prints what it sent as JSON.
 """

@@ -12,7 +12,7 @@ tree's venv), so one copy of this file serves any checkout whose bench has ``Ben
 prints and writes {"fig1"|"fig4": {worker_ms_per_run, redis_ms_per_run, runs_s, load}}. The
 worker's CPU is read from /proc after its start-up (Linux only).
 
-With the archive (issue 29): ``--archive`` starts a private PostgreSQL (tests/support, this tree's)
+With the archive: ``--archive`` starts a private PostgreSQL (tests/support, this tree's)
 and runs the worker with ``AGENTMILL_ARCHIVE_URL``, its archiver task in the worker's process;
 ``--archive apart`` turns that task off and runs ``agentmill archiver`` as a process of its own,
 whose CPU is reported beside (``archiver_ms_per_run``); both drain the archive before the figure
@@ -56,7 +56,7 @@ async def redis_cpu_s(r: Redis) -> float:
 
 async def archived_all(r: Redis) -> bool:
     """No run left in the archive's index (one partition, the bench's default): all archived."""
-    from shared import keys  # this tree's (issue 29 on)
+    from shared import keys  # this tree's (since the archive)
 
     return not await r.zcard(keys.Partition(0, 1).archive)
 
@@ -104,7 +104,7 @@ async def measure(out: str, runs: int, inflight: int, archive: str, streamed: bo
     pg: Any = None
     env: dict[str, str] = {}
     if archive:
-        from tests.support.postgres_server import PostgresServer  # this tree's (issue 29 on)
+        from tests.support.postgres_server import PostgresServer  # this tree's (since the archive)
 
         pg = PostgresServer()
         pg.start()

@@ -1,4 +1,4 @@
-"""Retry and fork (issue 28): a new run that continues a run that ended, instead of starting over.
+"""Retry and fork: a new run that continues a run that ended, instead of starting over.
 
 - ``retry``: a failed or aborted run again, from its last checkpoint (its state, and the tool results
   it recorded, copied: served, never executed again) or, ``from_start``, from its input.

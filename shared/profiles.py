@@ -54,7 +54,7 @@ BUILTIN_TOOLS = frozenset({"calculator", *DEV_TOOLS})
 
 
 class RetryConfig(Model):
-    """Model-call retries (seed 000): exponential backoff 1 s, doubling, capped at 10 s, jittered."""
+    """Model-call retries: exponential backoff 1 s, doubling, capped at 10 s, jittered."""
 
     max_retries: int = Field(default=3, ge=0, le=20)
     base_delay_ms: int = Field(default=1_000, ge=0)
@@ -138,7 +138,7 @@ class AgentToolConfig(Model):
 
 
 class ContextConfig(Model):
-    """Run-loop context windows (seed 002)."""
+    """Run-loop context windows."""
 
     max_run_loops: int = Field(default=10, ge=0)
     max_message_length: int = Field(default=500, ge=1)
@@ -146,7 +146,7 @@ class ContextConfig(Model):
     # The context tools load_older_history and search_history: offered when true; unset, to a run
     # with a session (false: never). A run offered them loads up to maxHistoryLoops past turns,
     # shows the newest maxRunLoops of them, and each load_older_history shows
-    # expandContextWindowSize more messages (seed 003); search_history answers at most
+    # expandContextWindowSize more messages (names from the design documents: docs/design/seeds-audit.md); search_history answers at most
     # searchMaxResults hits. A run's configuration holds the resolved true or false.
     history_tools: bool | None = None
     max_history_loops: int = Field(default=50, ge=0, le=1_000)

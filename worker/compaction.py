@@ -1,4 +1,4 @@
-"""Compaction strategies (issue 31; seed 000's truncation, model summary, key-information
+"""Compaction strategies (the design documents' truncation, model summary, key-information
 extraction, and "smart" compression by importance), chosen per profile by ``compaction.strategy``:
 
 - ``truncate`` (the default without ``useModel``): the middle of the transcript becomes one line

@@ -36,9 +36,9 @@ __all__ = [
 ]
 
 
-DEFAULT_MAX_ITERATIONS = 25  # seed 004
+DEFAULT_MAX_ITERATIONS = 25
 DEFAULT_MAX_REPAIRS = 2  # repair turns of a structured answer that does not validate
-DEFAULT_MAX_TOOL_CALLS = 100  # tool calls a run executes before it is asked for its answer (seed 004)
+DEFAULT_MAX_TOOL_CALLS = 100  # tool calls a run executes before it is asked for its answer
 DEFAULT_MAX_DEPTH = 3  # sub-agent nesting: a root run's children are at depth 1
 # A call's worst-case reply when its model sets no maxTokens: what a budget reserves for it.
 DEFAULT_RESERVE_OUTPUT_TOKENS = 4096

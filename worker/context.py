@@ -1,4 +1,4 @@
-"""Pure context-window helpers (seed 002): run-loop history reduction and deterministic compaction."""
+"""Pure context-window helpers: run-loop history reduction and deterministic compaction."""
 
 from __future__ import annotations
 

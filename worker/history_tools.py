@@ -1,5 +1,5 @@
-"""The internal context tools besides recall (issue 31; seed 003's "load older chat history" and
-"query older tool call information", seed 002's search over past conversation): their names, what
+"""The internal context tools besides recall (the design documents' "load older chat history" and
+"query older tool call information" and search over past conversation): their names, what
 the model is told about them, and the pure search ``search_history`` answers with.
 
 - ``load_older_history``: widens the run's window of past turns by the profile's

@@ -71,7 +71,7 @@ class ModelFailure:
 
 
 def classify(failure: ModelFailure) -> Classification:
-    """Seed 000: network errors, timeouts, 429 and 5xx retry; 4xx and invalid requests do not."""
+    """Network errors, timeouts, 429 and 5xx retry; 4xx and invalid requests do not."""
     if failure.kind == "overflow":
         return "overflow"
     if failure.kind in ("connection", "timeout", "stream", "truncated", "empty"):

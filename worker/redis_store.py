@@ -263,7 +263,7 @@ class RedisSessionStore:
         self.clock = clock
 
     async def load_history(self, session_id: str | None, cfg: ContextConfig) -> list[Message]:
-        """The reduced past run loops of the session (seed 002)."""
+        """The reduced past run loops of the session."""
         if session_id is None:
             return []
         part = self.parts.home(session_id)

@@ -1,6 +1,6 @@
 """What a run leaves in its session and reads back from it, as pure functions the stores share:
 the calls every run executed (from its tool records, with their outcome), the run loop a completed
-run becomes (seed 001), and recall of a past tool result by its id."""
+run becomes, and recall of a past tool result by its id."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def session_update(
 ) -> SessionUpdate | None:
     """What a run leaves in its session when it ends. Every run, however it ended, leaves the calls
     it executed (from ``records``: compacted away or not, with their outcome and time), which later
-    runs recall and search. A completed run also becomes a run loop, its messages (seed 001); a
+    runs recall and search. A completed run also becomes a run loop, its messages; a
     failed or aborted run's messages do not touch the session's."""
     if state.session_id is None:
         return None

@@ -1,4 +1,4 @@
-"""The tool-result cache (issue 31; seed 000's cache of repeated tool calls): opt-in per tool
+"""The tool-result cache (the design documents' cache of repeated tool calls): opt-in per tool
 (``toolSettings.<tool>.cache.ttlS`` in the profile; never for a tool with side effects, and for an
 HTTP tool only when it declares ``sideEffects: false``: shared/profiles.py refuses the rest).
 

@@ -1,6 +1,6 @@
 """A worker paused while its tool calls are still connecting must not send them when it wakes up.
 
-The finding (issue 14): a downstream slow to accept connections (a full listen backlog), a worker
+The finding: a downstream slow to accept connections (a full listen backlog), a worker
 SIGSTOPped while its HTTP tool calls wait in connect, another worker taking its runs over and
 publishing the calls' results; on SIGCONT the stale worker's connects completed and it sent its
 requests, which executed *after* the results had been published. Fencing refused its commits, too

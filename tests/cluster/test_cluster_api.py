@@ -421,7 +421,7 @@ async def test_aborting_a_long_running_run(env: Env) -> None:
 
 async def test_runs_at_a_time_and_priorities_on_every_partition(env: Env) -> None:
     """Runs with a runAt 4 s ahead, spread over the partitions (a batch), stay scheduled, listed
-    as such, then run; one of them aborted while scheduled never runs (issue 28)."""
+    as such, then run; one of them aborted while scheduled never runs."""
     at = int(time.time() * 1000) + 4000
     runs = [run_body([{"text": f"at {i}"}], runAt=at, priority=i % 10) for i in range(40)]
     r = await env.http.post("/v1/runs/batch", json={"runs": runs, "batchId": "cl-api-run-at"})

@@ -1,4 +1,4 @@
-"""arq's health record follows its partition's master through a failover (issue #24, finding 8).
+"""arq's health record follows its partition's master through a failover.
 
 The finding: the record was written through the client bound at start-up to partition 0's master;
 after a manual failover that node is a replica, so every poll iteration logged a MovedError for the

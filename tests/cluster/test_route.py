@@ -86,7 +86,7 @@ async def test_a_script_with_no_key_of_its_own_is_moved_off_a_node_without_its_s
     """A script with no key of its own still declares keys of its partition (the fixed keys
     ``Scripts.frame`` adds), so a master that does not own the slot (a route whose map is stale after
     resharding) answers MOVED, which the route follows, instead of running the script until its first
-    key fails ("Script attempted to access a non local key"). A frame without them, tried for #30 to
+    key fails ("Script attempted to access a non local key"). A frame without them, tried to
     save a call its seven strings, fails here."""
     parts: Partitions[Any] = Partitions.from_settings(Settings(redis_url=cluster.url, redis_cluster=True))
     await parts.start()

@@ -1,4 +1,4 @@
-"""The HTTP API against a live uvicorn server, a real Redis and an in-process worker (issue 5)."""
+"""The HTTP API against a live uvicorn server, a real Redis and an in-process worker."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The API's /metrics (issue #23 finding 6, #24 findings 2 and 4): no request mints a series, the
+"""The API's /metrics: no request mints a series, the
 scrape can live on its own port and behind a token, replays are not submissions, and the scaling
 signal counts what a worker pool has to carry (running runs, claimable jobs; not quota-held ones)
 and goes absent, not stale, when Redis does not answer."""

@@ -1,4 +1,4 @@
-"""The history archive (issue 29, docs/operations.md#archive) against a real PostgreSQL started by the
+"""The history archive (docs/operations.md#archive) against a real PostgreSQL started by the
 test (initdb, pg_ctl; skipped when the binaries are missing), a real redis-server, the API and real
 worker processes: finished runs are archived exactly once through an outage and a worker SIGKILLed
 between a batch's write and its marking, leave Redis after the live retention, and every API read

@@ -1,4 +1,4 @@
-"""A batch's counters and a session read from the archive (issue 29) once Redis forgot them, against
+"""A batch's counters and a session read from the archive once Redis forgot them, against
 a real PostgreSQL (tests/support/postgres_server.py), a real redis-server, the API and a worker:
 ``GET /v1/batches/{id}`` (and so its run pages and results export) and ``GET /v1/sessions/{id}``
 answer after the retention exactly what they answered from Redis, another tenant gets 404, and

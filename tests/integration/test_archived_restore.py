@@ -1,4 +1,4 @@
-"""Retry and fork of an archived run (#29 follow-up), against a real PostgreSQL, a real redis-server,
+"""Retry and fork of an archived run, against a real PostgreSQL, a real redis-server,
 the API and a worker: a finished run is retried and forked the same whether Redis still holds its
 hash (archived: without its input and checkpoint, which gave a 500) or only the archive has it
 (a 404 before); a batch's archived failed runs are retried in their places; another tenant's run is

@@ -1,4 +1,4 @@
-"""A batch's results as one JSONL download (GET /v1/batches/{id}/results, issue 26): a real API, a
+"""A batch's results as one JSONL download (GET /v1/batches/{id}/results): a real API, a
 real redis-server and a real worker."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Run budgets and tenants' day budgets (issue #26), with real worker processes where the guarantee
+"""Run budgets and tenants' day budgets, with real worker processes where the guarantee
 is about processes: a run with maxTokens ends budget_exceeded before the call that would cross it;
 50 runs of one tenant racing on two workers never overspend its tokensPerDay; a worker SIGKILLed
 between its hold and its settlement leaks nothing for good; a spent day is a 429 at submission."""

@@ -1,4 +1,4 @@
-"""Batches and run listing through the HTTP API, a real Redis and a real worker (issue 18)."""
+"""Batches and run listing through the HTTP API, a real Redis and a real worker."""
 
 from __future__ import annotations
 

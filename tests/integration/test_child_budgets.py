@@ -1,4 +1,4 @@
-"""A child's usage counts against its parent's budget (issues #27 and #26), with real worker processes:
+"""A child's usage counts against its parent's budget, with real worker processes:
 the children of one round share what their parent's budget has left (five parallel children spend no
 more than it in all), and a child of a parent with little left is held to that remainder."""
 

@@ -1,4 +1,4 @@
-"""The CLI's manners (issue #24, finding 7): one-line errors on stderr with a non-zero exit code,
+"""The CLI's manners: one-line errors on stderr with a non-zero exit code,
 never a traceback; errors name the file's line; data on stdout, progress on stderr; run ids never
 cut. Real API and redis-server, the CLI as a subprocess (test_client_cli's setup)."""
 

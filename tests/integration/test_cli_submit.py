@@ -1,4 +1,4 @@
-"""``agentmill submit`` cannot half-do a batch (issue #24, finding 1), and the CLI's manners
+"""``agentmill submit`` cannot half-do a batch, and the CLI's manners
 (finding 7): real API, real redis-server, the CLI as a subprocess (test_client_cli's setup)."""
 
 from __future__ import annotations

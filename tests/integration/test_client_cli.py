@@ -47,7 +47,7 @@ class StreamCount(httpx.AsyncHTTPTransport):
 
 
 async def test_events_survive_an_api_restart_and_yield_every_seq_once(redis_url: str) -> None:
-    """The API stopped mid-stream ends its open stream at once (#24: ``closing``), without the
+    """The API stopped mid-stream ends its open stream at once (``closing``), without the
     terminal event, and the client resumes on the next API: two streams. (A server that waits for
     the stream instead sends every event before it stops: one stream, and the client's next call
     races the next API's start-up; that is how this test once failed in Functions mode only.)"""

@@ -1,5 +1,5 @@
 """Client-executed tools through real worker processes, Redis, the API, the Python client and the
-CLI (issue 17): the wait frees the worker slot, survives a SIGKILL, resumes on another worker, times
+CLI: the wait frees the worker slot, survives a SIGKILL, resumes on another worker, times
 out into an error result, and a repeated result is a no-op."""
 
 from __future__ import annotations

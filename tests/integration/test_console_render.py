@@ -1,4 +1,4 @@
-"""The console renders a run's usage and output and a batch's usage totals (issue #26), checked on
+"""The console renders a run's usage and output and a batch's usage totals, checked on
 the HTML app.js builds: Node runs app.js with a small DOM of its own (tests/support/console_dom.js)
 against a real API, redis-server, worker and OpenAI-compatible server, so no browser is needed.
 (The Chromium test, tests/integration/test_console_browser.py, drives the same pages in a browser.)"""

@@ -1,4 +1,4 @@
-"""Run control through a real worker and Redis: abort in every state, approvals, sessions (issue 7)."""
+"""Run control through a real worker and Redis: abort in every state, approvals, sessions."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Dockerfile, Kubernetes manifests, dashboard and alert rules, validated offline (issue 8)."""
+"""The Dockerfile, Kubernetes manifests, dashboard and alert rules, validated offline."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Scale-in and signals with real worker processes (issue #24, findings 4 and 5).
+"""Scale-in and signals with real worker processes.
 
 A SIGTERMed worker lets the tool calls it has in flight finish and record before it hands its runs
 back, so the worker that resumes them executes none of them again; and a worker that cannot reach

@@ -1,4 +1,4 @@
-"""A worker killed at the two worst moments, deterministically (issue 4): what the next worker does
+"""A worker killed at the two worst moments, deterministically: what the next worker does
 about it is counted and visible in the stream. The chaos test hits the same points at random."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The scripts as one Redis Functions library (issue 30): every script is a function of it, the
+"""The scripts as one Redis Functions library: every script is a function of it, the
 library's shared code keeps no state from one call to the next, a node that lost the library gets it
 again on the way (as NOSCRIPT does for EVALSHA), start-up chooses Functions or EVALSHA, and a
 library of another version is replaced. Against a real redis-server (7.x)."""

@@ -1,4 +1,4 @@
-"""Bad input is a 4xx, never a 5xx or a stuck run; a crashed effect fails its run (issue 13)."""
+"""Bad input is a 4xx, never a 5xx or a stuck run; a crashed effect fails its run."""
 
 from __future__ import annotations
 

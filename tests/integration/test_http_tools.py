@@ -1,4 +1,4 @@
-"""HTTP tools and the SSRF guard against local servers (issue 6)."""
+"""HTTP tools and the SSRF guard against local servers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Lanes (issue 28): priorities, aging, a held-back run keeping its place, runs at a time, against a
+"""Lanes: priorities, aging, a held-back run keeping its place, runs at a time, against a
 real Redis and a real worker."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Tools from an MCP server (issue 27): a real server written by others (the ``mcp`` package's
+"""Tools from an MCP server: a real server written by others (the ``mcp`` package's
 MCPServer over streamable HTTP, tests/support/mcp_server.py, in its own process, counting calls per
 Idempotency-Key) and runs on real workers: listing and calling, the key on the HTTP request and in
 ``_meta``, a SIGKILL mid-call, a recorded call never sent again, a server that is down,

@@ -248,7 +248,7 @@ async def test_one_slow_receiver_does_not_hold_back_other_deliveries(redis_url: 
     assert "x-agentmill-signature" not in headers["fast"]
 
 
-# ---- connection reuse: the guard holds per request, not per connection (issue 23) ----
+# ---- connection reuse: the guard holds per request, not per connection ----
 
 
 async def test_a_pooled_connection_does_not_carry_another_tools_allow_list(

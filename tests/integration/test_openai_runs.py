@@ -1,4 +1,4 @@
-"""Full agent runs against a local OpenAI-compatible server, through a real worker and Redis (issue 6)."""
+"""Full agent runs against a local OpenAI-compatible server, through a real worker and Redis."""
 
 from __future__ import annotations
 
@@ -163,7 +163,7 @@ async def test_abort_mid_stream_closes_the_http_stream(
 async def test_a_tool_round_trip_sends_string_content_a_strict_server_accepts(
     redis: Redis, redis_url: str, setup: tuple[FakeOpenAI, Path]
 ) -> None:
-    """Issue 12: llama-cpp-python refused the follow-up request's ``"content": null`` with a 500."""
+    """llama-cpp-python once refused the follow-up request's ``"content": null`` with a 500."""
     fake, path = setup
     fake.strict = True
     fake.replies += [Reply(tool_calls=[("calculator", {"expression": "2+3"})]), Reply(text="It is 5.")]

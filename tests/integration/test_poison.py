@@ -1,4 +1,4 @@
-"""A poison run cannot freeze the pool (issue #23, finding 1): a tenant's calculator bomb is refused
+"""A poison run cannot freeze the pool: a tenant's calculator bomb is refused
 without blocking its worker, and a run that keeps killing its workers is quarantined."""
 
 from __future__ import annotations

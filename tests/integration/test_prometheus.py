@@ -1,7 +1,7 @@
 """A real Prometheus (Debian's package; bin/dev extracts the binary into .venv/bin) scrapes a real
 worker process and the API every second while 200 runs go through, a third of them retrying a 503
 first: ``increase()`` over the window, asked from Prometheus's HTTP API at the last scrape, equals
-what the runs' streams say (issue #24 finding 2: with children created on first use it showed 62
+what the runs' streams say (with children created on first use it showed 62
 of 185 completed runs and 10 of 90 retries). Skipped when no prometheus binary is at hand;
 tests/unit/test_metrics_exposition.py checks the exposition this relies on without one."""
 

@@ -1,4 +1,4 @@
-"""Per-tenant quotas: queued+running runs, submissions per second, and fair dispatch (issue 13)."""
+"""Per-tenant quotas: queued+running runs, submissions per second, and fair dispatch."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Crash recovery, graceful hand-back and Redis outages with real worker processes (issue 4)."""
+"""Crash recovery, graceful hand-back and Redis outages with real worker processes."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ async def test_a_rolling_upgrade_and_its_roll_back_across_two_kills_lose_nothing
 ) -> None:
     """The checkpoint settings' upgrade path (docs/operations.md): runs started by a worker writing
     inline checkpoints (as a release without the settings does), SIGKILLed mid-run; resumed by a
-    worker keeping both apart (the default since #30), SIGKILLed mid-run; finished by an inline
+    worker keeping both apart (the default), SIGKILLed mid-run; finished by an inline
     worker again (the roll-back). Each reads what the one before wrote: every call recorded, no
     event twice, no model call asked again, and the last reply sees the whole conversation."""
     n_steps = 6

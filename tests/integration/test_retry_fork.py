@@ -1,4 +1,4 @@
-"""Retry and fork (issue 28) with a real worker process, through the API: a run that failed after
+"""Retry and fork with a real worker process, through the API: a run that failed after
 three recorded HTTP-tool calls is retried and completes without executing any of them again (the
 ledger counts every execution by Idempotency-Key); a fork at seq N of a completed run executes
 nothing before N; lineage on GET and listings; another tenant's run is a 404."""

@@ -1,4 +1,4 @@
-"""Issue 28's schedule guarantee with real processes: three workers and two API processes all fire
+"""The schedule guarantee with real processes: three workers and two API processes all fire
 an every-second schedule; each firing makes exactly one run, and a worker SIGKILLed in the middle of
 a firing (after the firing's run was made, before the schedule was advanced: the failpoint
 after_schedule_fire) loses no firing. 20 s in the suite, 60 s behind the ``slow`` marker."""

@@ -1,4 +1,4 @@
-"""Schedules (issue 28) in one process over a real Redis: the API's calls and tenant isolation,
+"""Schedules in one process over a real Redis: the API's calls and tenant isolation,
 racing firers, the catch-up rule and the overlap policies. The processes' test (three workers, two
 API processes, an every-second cron, a firer SIGKILLed mid-firing) is tests/integration/test_schedule_fleet.py."""
 

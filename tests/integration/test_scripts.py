@@ -1,4 +1,4 @@
-"""Each atomic script against a real redis-server, including the races (issue 4)."""
+"""Each atomic script against a real redis-server, including the races."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Seed features through a real worker and Redis: error events, limits that end with an answer,
-runtimeInitData, recall (issue 17)."""
+runtimeInitData, recall."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The seeds' last rows (issue 31) through a real worker and Redis: the transcript on request,
+"""The seeds' last rows through a real worker and Redis: the transcript on request,
 the default cap on tool calls, the model widening and searching its own context."""
 
 from __future__ import annotations

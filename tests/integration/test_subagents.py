@@ -1,4 +1,4 @@
-"""Sub-agents (issue 27) through real worker processes and Redis: a parked parent frees its slot for its
+"""Sub-agents through real worker processes and Redis: a parked parent frees its slot for its
 children, a child whose worker is SIGKILLed resumes and answers its parent exactly once, aborting a
 parent aborts its children, and the depth limit and cycles are refused with a clear error result."""
 

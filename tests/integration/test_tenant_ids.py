@@ -1,4 +1,4 @@
-"""Another tenant can neither squat nor detect an id (issue 23, findings 3 and 4): every id a named
+"""Another tenant can neither squat nor detect an id: every id a named
 tenant's runs and sessions go by is kept under an HMAC of (tenant, id) with the deployment's secret,
 so no global id exists to take first, and what a tenant sees never depends on another tenant's ids.
 The attacks as reported, against the API over a real Redis."""

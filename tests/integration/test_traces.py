@@ -1,4 +1,4 @@
-"""OpenTelemetry traces (issue 29): a run submitted with a W3C traceparent, through the API and the
+"""OpenTelemetry traces: a run submitted with a W3C traceparent, through the API and the
 Python client, continues the caller's trace in the worker, checked with the SDK's in-memory exporter
 (the worker in this process); a worker SIGKILLed mid-run and the one that resumes the run export
 to an OTLP/HTTP receiver in this process, and their spans form the same trace."""

@@ -1,4 +1,4 @@
-"""Usage and cost per model call and run (issue #26): the provider's usage when it sends one, else an
+"""Usage and cost per model call and run: the provider's usage when it sends one, else an
 estimate marked ``estimated``; costUsd from the profile's pricing; a ``usage`` event after each model
 call; the worker's token and cost counters by agent and model (real worker, Redis, OpenAI-compatible server)."""
 

@@ -1,4 +1,4 @@
-"""GET /v1/usage (issue #26): a tenant's usage by UTC day and agent, summed over the partitions
+"""GET /v1/usage: a tenant's usage by UTC day and agent, summed over the partitions
 its runs ended on; tenants see their own only; the range is bounded; the Python client reads it."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Usage you can see (issue #26): GET /v1/runs/{id} shows a run's usage so far while it runs (the
+"""Usage you can see: GET /v1/runs/{id} shows a run's usage so far while it runs (the
 commit that publishes a ``usage`` event writes it to the run hash), and GET /v1/batches/{id} the
 usage totals of a batch's ended runs, summed by the scripts that count the batch's ended runs, on
 every partition. A real API, redis-server, worker and OpenAI-compatible server."""

@@ -1,4 +1,4 @@
-"""The worker's /metrics after real runs, and /healthz when its event loop is blocked (issue 8)."""
+"""The worker's /metrics after real runs, and /healthz when its event loop is blocked."""
 
 from __future__ import annotations
 

@@ -171,7 +171,7 @@ async def recordings(base_url: str) -> dict[str, Transcript]:
         base_url, body(auto, [Message(role="user", content="What is 6*7?")], tools)
     )
     out["auto_tool_broken_stream"] = await post(base_url, body(auto, user("Name a colour."), tools))
-    # The follow-up of a tool call with "content": null, as agentmill sent it before issue 12.
+    # The follow-up of a tool call with "content": null, as agentmill once sent it.
     call = ToolCall(id="call_1", name="calculator", arguments='{"expression": "6*7"}')
     follow = body(forced, [*user("What is 6*7?"), Message(role="assistant", tool_calls=[call]),
                            Message(role="tool", content="42", tool_call_id="call_1", name="calculator")],

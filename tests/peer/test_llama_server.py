@@ -1,4 +1,4 @@
-"""Conformance against llama-cpp-python's OpenAI-compatible server serving Gemma 3 270M (issue 12).
+"""Conformance against llama-cpp-python's OpenAI-compatible server serving Gemma 3 270M.
 
 Installed by bin/peers/llama.sh (``bin/dev peer`` runs it, then these tests). Each test starts
 the server on a free port. ``AGENTMILL_RECORD=1`` rewrites tests/data/llama_cpp/ from the live
@@ -168,7 +168,7 @@ async def test_image_parts_reach_a_text_only_models_prompt_as_text(server: llama
 
 
 async def test_a_text_and_image_run_completes(pool: Any, redis: Redis) -> None:
-    """Issue 31: a user message of a text part and an image part is accepted on the wire and the run
+    """A user message of a text part and an image part is accepted on the wire and the run
     completes (Gemma 270M is text-only: the answer ignores the image)."""
     [rec] = await pool([{"inputMessages": [llama.image_message(llama.TINY)]}], maxConcurrent=1)
     assert rec.status.value == "completed", rec.result.last_error

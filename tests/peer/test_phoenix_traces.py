@@ -1,4 +1,4 @@
-"""Traces against Arize Phoenix as the OTLP receiver (issue 29), installed by bin/peers/phoenix.sh.
+"""Traces against Arize Phoenix as the OTLP receiver, installed by bin/peers/phoenix.sh.
 
 A caller's span submits a run through the API with the Python client (which sends its
 ``traceparent``); a real worker process exporting to Phoenix is SIGKILLed mid-run and another resumes

@@ -1,4 +1,4 @@
-"""The calculator never works without a bound (issue #23): for any expression it returns exactly
+"""The calculator never works without a bound: for any expression it returns exactly
 what Python computes, or refuses with a clear error, within a few milliseconds, nested powers too."""
 
 from __future__ import annotations

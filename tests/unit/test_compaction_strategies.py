@@ -1,4 +1,4 @@
-"""Compaction strategies per profile (issue 31): keyFacts asks the model for a documented
+"""Compaction strategies per profile: keyFacts asks the model for a documented
 structure; importance keeps errors, approvals, user corrections and each tool's latest result over
 older messages within its budget, tool rounds whole."""
 

@@ -1,4 +1,4 @@
-"""Context windows (seed 002): bounds, determinism, and compaction that never splits a tool round."""
+"""Context windows: bounds, determinism, and compaction that never splits a tool round."""
 
 from __future__ import annotations
 

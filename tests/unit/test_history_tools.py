@@ -1,4 +1,4 @@
-"""The context tools on the pure machine and the pure search (issue 31): load_older_history widens
+"""The context tools on the pure machine and the pure search: load_older_history widens
 the window of past turns, search_history ranks, recall takes several ids."""
 
 from __future__ import annotations

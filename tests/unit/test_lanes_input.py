@@ -1,4 +1,4 @@
-"""RunInput.priority and runAt as a caller sends them, and the lane a prepared run gets (issue 28)."""
+"""RunInput.priority and runAt as a caller sends them, and the lane a prepared run gets."""
 
 from __future__ import annotations
 

@@ -173,7 +173,7 @@ async def test_the_recorded_refusal_of_openais_json_schema_shape_fails_at_once()
 
 
 async def test_a_recorded_text_and_image_message_is_accepted_and_completes() -> None:
-    """Issue 31: the request carries a text part and an image_url part (a 1 × 1 PNG as a data: URL),
+    """The request carries a text part and an image_url part (a 1 × 1 PNG as a data: URL),
     exactly as agentmill sends it today; the server answers 200 and the run completes (Gemma 270M
     is text-only: the answer ignores the image)."""
     sent = REC["image_parts_stream"].request

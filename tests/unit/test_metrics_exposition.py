@@ -1,4 +1,4 @@
-"""What a scrape shows before anything happened (issue #24 finding 2): every child that rate() and
+"""What a scrape shows before anything happened: every child that rate() and
 increase() read is there at 0, so Prometheus sees its first increment (a series that appears at
 its first increment hides it: a real Prometheus counted 62 of 185 completed runs); no _created
 series; label values from fixed sets only. tests/integration/test_prometheus.py checks the same

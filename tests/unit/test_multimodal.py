@@ -1,4 +1,4 @@
-"""Multimodal input (issue 31, seed 004): a user message's content may be text and image parts in
+"""Multimodal input : a user message's content may be text and image parts in
 OpenAI's chat format; images are passed through, and shown as placeholders wherever text is made of
 a message (compaction summaries, past turns, recall and search)."""
 

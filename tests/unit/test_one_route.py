@@ -1,4 +1,4 @@
-"""One route to Redis (issue #25): the runtime reaches a partition's node only through
+"""One route to Redis: the runtime reaches a partition's node only through
 ``Partitions`` (``call``, ``call_key``, ``pipelined``/``each``, ``sending``), which follow a failover
 and a moved slot. A client held from ``Partitions.client`` would keep talking to a node that may
 have become a replica; a connection taken from a pool by hand would bypass the retries."""

@@ -1,4 +1,4 @@
-"""Seed 002 as a property: past tool results never reach the model input, yet every one of them is
+"""Recall as a property: past tool results never reach the model input, yet every one of them is
 reachable through recall_tool_call; the window stays within its bounds and is built deterministically.
 
 Fast unit test on fakeredis: a finished run's session update is stored the way the commit script

@@ -1,4 +1,4 @@
-"""includeMessages (issue 31): the final transcript in result.messages, bounded by count and bytes."""
+"""includeMessages: the final transcript in result.messages, bounded by count and bytes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Times on calls and messages (seed 003): ``calledAt`` on tool records and tool events,
+"""Times on calls and messages: ``calledAt`` on tool records and tool events,
 ``calledLlmAt`` in the state and on ``assistant_message`` events, ``createdAt`` on the messages a
 session keeps; all from event times on the machine and the injected clock in the runner."""
 

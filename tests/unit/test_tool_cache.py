@@ -1,4 +1,4 @@
-"""The tool-result cache's rules (issue 31): opt-in per tool, never with side effects, HTTP tools
+"""The tool-result cache's rules: opt-in per tool, never with side effects, HTTP tools
 only when declared; keyed by tenant, tool and canonical arguments; errors never kept."""
 
 from __future__ import annotations

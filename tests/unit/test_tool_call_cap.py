@@ -1,4 +1,4 @@
-"""loopLimits.maxToolCalls (issue 31, seed 004's CountBot): a default cap on the tool calls a run
+"""loopLimits.maxToolCalls (a limit from the design documents' CountBot): a default cap on the tool calls a run
 executes, after which the run ends as the other loop limits do."""
 
 from __future__ import annotations

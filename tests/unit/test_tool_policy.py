@@ -1,4 +1,4 @@
-"""Which tools a run gets (seeds 001, 004): allowList ∩ allowedTools, toolOrder, enabled — and a
+"""Which tools a run gets: allowList ∩ allowedTools, toolOrder, enabled — and a
 run's toolPolicy can narrow its profile's, never widen it."""
 
 from __future__ import annotations

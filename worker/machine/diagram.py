@@ -58,9 +58,9 @@ _AFTER = """\
 
 ## The design documents' state names
 
-Seed 000 draws two loops: an outer one (`INIT`, `PLANNING`, `EXECUTING`, `OBSERVING`, `COMPACTING`)
+The two-layer loop design draws two loops: an outer one (`INIT`, `PLANNING`, `EXECUTING`, `OBSERVING`, `COMPACTING`)
 and an inner one per model call (`IDLE`, `CALLING`, `STREAMING`, `TOOL_EXECUTING`, `RETRYING`).
-Seed 001 names `idle`, `preparing`, `model_running`, `tool_running`, `awaiting_human`, `completed`,
+The RunInput/RunEvent design names `idle`, `preparing`, `model_running`, `tool_running`, `awaiting_human`, `completed`,
 `failed` and `aborted`, which are agentmill's nodes under the same names. A node exists where a run
 can wait (and so be checkpointed); a seed state that only decides is a step of the machine instead.
 
@@ -79,10 +79,10 @@ can wait (and so be checkpointed); a seed state that only decides is a step of t
 
 Approval is asked at the start of a round, not from inside it: a reply whose calls include one that
 needs approval goes from `model_running` straight to `awaiting_human`, before any call of the round
-runs (seed 001 draws `tool_running → awaiting_human`). The person then decides on the whole round at
+runs (the RunInput/RunEvent design document draws `tool_running → awaiting_human`). The person then decides on the whole round at
 once, and no call is half-way through while the run waits on no worker. Approved calls run
 (`tool_running`); a rejected call gets an error result, and a round rejected whole goes to the next
-model call (seed 001's `awaiting_human → model_running`).
+model call (that document's `awaiting_human → model_running`).
 """
 
 

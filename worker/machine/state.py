@@ -73,7 +73,7 @@ class RunState(Model):
     phase: Phase = Phase.IDLE
     call: CallPhase = CallPhase.NONE
     config: RunConfig | None = None
-    history: list[Message] = Field(default_factory=list)  # reduced past run loops (seed 002)
+    history: list[Message] = Field(default_factory=list)  # reduced past run loops
     context_window_size: int | None = None  # newest history messages the model sees (None: all; window.py)
     transcript: list[Message] = Field(default_factory=list)  # this run loop in full
     started_at_ms: int = 0
@@ -104,7 +104,7 @@ class RunState(Model):
     final_call: str | None = None  # the loop limit reached: the model is asked, without tools, for its answer
     repairs: int = 0  # repair turns asked for answers that did not match responseFormat
     output: Any = None  # the final answer parsed, when responseFormat asked for JSON and it validated
-    called_llm_at_ms: int = 0  # when the latest model call started (seed 003's calledLlmAt), from event times
+    called_llm_at_ms: int = 0  # when the latest model call started (design: calledLlmAt), from event times
     round_called_at_ms: int = 0  # when the model made the current round's calls (their calledAt)
 
     @property

@@ -125,7 +125,7 @@ def compact(s: RunState, cmds: list[Command], reason: str) -> Decision:
 
 
 def build_messages(s: RunState) -> list[Message]:
-    """System prompt + reduced past run loops + the current run loop in full (seed 002); while a
+    """System prompt + reduced past run loops + the current run loop in full; while a
     preamble is on, each tool result framed as data (worker/preamble.py)."""
     transcript = s.transcript if s.cfg.preamble is None else preamble.framed(s.transcript)
     return [Message(role="system", content=s.cfg.system_prompt), *windowed_history(s), *transcript]

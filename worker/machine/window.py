@@ -1,4 +1,4 @@
-"""The run's window over its session's past turns (seed 003's ``contextWindowSize``), and
+"""The run's window over its session's past turns (the design documents' ``contextWindowSize``), and
 ``load_older_history``, which the machine answers itself: pure, from the checkpointed state.
 
 ``RunState.history`` holds the past turns the run loaded (user message, then the reply, per turn);

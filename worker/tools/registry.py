@@ -96,7 +96,7 @@ class ProfileTools:
         ctx: ToolContext,
         on_retry: Any = None,
     ) -> ToolResult:
-        """Never raises for a tool's failure: failures become error results the model sees (seed 000)."""
+        """Never raises for a tool's failure: failures become error results the model sees."""
         tool = self._tool(call.name)
         if tool is None:
             return _err(call, f"error: tool {call.name!r} is not available")

@@ -216,7 +216,7 @@ class RunInput(Model):
     tool_policy: ToolPolicy | None = None
     loop_limits: LoopLimits | None = None
     # Compaction starts when the transcript has more messages than this: it can only lower the
-    # profile's compaction.maxMessages, never raise it (seed 000's compactThreshold).
+    # profile's compaction.maxMessages, never raise it (the design documents' compactThreshold).
     compact_threshold: int | None = Field(default=None, ge=4, le=limits.MAX_COMPACT_THRESHOLD)
     budget: Budget | None = None  # narrowed by the profile's (it can only narrow)
     auto_create_session: bool | None = None
