@@ -249,8 +249,19 @@ def example(data: dict[str, Any], runs: int = 10_000, step_every_s: float = 5.0)
     return ["", text]
 
 
+def command(data: dict[str, Any]) -> str:
+    """The bench command of the run, from the arguments its JSON records (the groups and repetitions)."""
+    args = data.get("args", {})
+    words = ["bin/dev bench"]
+    if args.get("only"):
+        words += ["--only", *map(str, args["only"])]
+    if args.get("reps") is not None:
+        words += ["--reps", str(args["reps"])]
+    return " ".join(words)
+
+
 def render_figures(data: dict[str, Any]) -> str:
-    lines = [machine_line(data["machine"]), "", *figures_table(data)]
+    lines = [f"{machine_line(data['machine'])} Run: `{command(data)}`.", "", *figures_table(data)]
     lines += ["", "### Sizing a pool", "", *sizing(data), *example(data)]
     return "\n".join(lines)
 
@@ -272,9 +283,8 @@ def render_headline(data: dict[str, Any]) -> str:
         return f"{machine_line(data['machine'])} See [docs/performance.md](docs/performance.md)."
     m = data["machine"]
     return (
-        f"On {m['cores']} cores ({m['date']}, [docs/performance.md](docs/performance.md)): "
-        + "; ".join(said)
-        + "."
+        f"On {m['cores']} cores at load average {m['load_start']:.0f}–{m.get('load_end', m['load_start']):.0f} "
+        f"({m['date']}, [docs/performance.md](docs/performance.md)): " + "; ".join(said) + "."
     )
 
 

@@ -55,6 +55,7 @@ MACHINE = {
 }
 DATA: dict[str, Any] = {
     "machine": MACHINE,
+    "args": {"only": ["throughput", "functions", "concurrency"], "reps": 2, "runs": 1000},
     "figures": [
         figure("1. one-step runs/s", [2000.0], [2500.0], redis_kb_per_finished_run=12.5),
         figure("3b. Redis CPU per step", [100.0, 120.0, 110.0], [150.0]),
@@ -75,6 +76,7 @@ def test_the_sizing_takes_each_number_from_its_figure() -> None:
     assert s.kb_per_finished_run == 12.5
     text = report.render_figures(DATA)
     assert "Measured on 2030-01-02: 8 cores (X), Redis 7.2.4, Python 3.12.1" in text
+    assert "Run: `bin/dev bench --only throughput functions concurrency --reps 2`." in text
     assert "0.11 Redis cores: 1 master planned at half a core each" in text
     # 10,000 runs, a step each 5 s: 2,000 steps/s × 110 µs = 0.22 cores; 10 processes of 1,000 runs
     assert (
