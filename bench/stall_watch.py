@@ -6,7 +6,7 @@ each collection. When the worker stops it writes ``{late: [[t_s, ms]], gc: [[t_s
 stacks: [[t_s, stack]]}`` (times from the watch's start), and ``python -m bench.stall_watch FILE``
 prints each late turn with the collections and the stacks inside it. A stall that shows no stack
 held the GIL in C (a collection, a long C call). Found with it: runs claimed together starting in
-one turn, middle-generation collections, a lazy import at shutdown (docs/performance.md)."""
+one turn, middle-generation collections, a lazy import at shutdown (bench/HISTORY.md)."""
 
 from __future__ import annotations
 

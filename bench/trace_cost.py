@@ -4,7 +4,7 @@ Drives runs (a tool call, then an answer: an attempt, two model calls and a tool
 real RunDriver on in-memory ports (no Redis, no sockets: tests/unit/test_runner.py's World) and
 measures the process CPU time per run, alternating traces off and on (the SDK with a batch
 processor into an in-memory exporter) in one process. CPU time, not wall time, so a busy shared
-machine blurs it less; docs/performance.md has the figures and the same measure beside main's tree.
+machine blurs it less; bench/HISTORY.md has the figures and the same measure beside main's tree.
 """
 
 from __future__ import annotations
