@@ -216,7 +216,8 @@ def sizing(data: dict[str, Any]) -> list[str]:
     if s.kb_per_finished_run is not None:
         rows.append(
             f"| memory of a finished run | {num(s.kb_per_finished_run)} KB of Redis memory, kept for "
-            f"`AGENTMILL_RETENTION_S` | figure 1, `used_memory` growth ÷ one-step runs |"
+            f"`AGENTMILL_RETENTION_S` | figure 1, `used_memory` growth ÷ one-step runs (arq's result keys, gone "
+            "after a minute, included) |"
         )
     else:
         rows.append(f"| memory of a finished run | {missing('throughput')} | figure 1 |")
