@@ -16,6 +16,8 @@ from worker import policy
 
 CHAT_FORMAT_TOKENS = 4  # what OpenAI's chat format adds a message (role and separators)
 ANY_CHAR = st.characters(exclude_categories=())  # every code point, lone surrogates included
+# A tool call's arguments are text a model sent (pydantic refuses a lone surrogate in them)
+ARGUMENT_CHAR = st.characters(exclude_categories=("Cs",))
 
 
 def vocabulary(seed: int) -> set[bytes]:
@@ -54,7 +56,7 @@ def counted(messages: list[Message]) -> int:
 @settings(max_examples=300, deadline=None)
 @given(
     texts=st.lists(st.text(ANY_CHAR, max_size=300), min_size=1, max_size=6),
-    args=st.text(ANY_CHAR, max_size=200),
+    args=st.text(ARGUMENT_CHAR, max_size=200),
 )
 def test_no_text_is_counted_past_the_bound(texts: list[str], args: str) -> None:
     messages = [Message(role="user", content=t) for t in texts]

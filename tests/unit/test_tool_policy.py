@@ -9,7 +9,8 @@ import pytest
 
 from agentmill_client.models import RunInput, ToolPolicy
 from shared.profiles import AgentProfile, ToolSettings
-from worker.config import RECALL_TOOL, RunConfig, ToolSpec, resolve_config
+from shared.session_calls import CONTEXT_TOOLS
+from worker.config import RunConfig, ToolSpec, resolve_config
 
 TOOLS = ["calculator", "echo", "sleep", "fail"]
 SPECS = {n: ToolSpec(name=n) for n in TOOLS}
@@ -41,7 +42,8 @@ def test_allowed_tools_and_order(run: dict[str, Any], expected: list[str]) -> No
 
 
 def test_disabled_tools_also_withhold_recall() -> None:
-    assert [t.name for t in config({}, session=True).internal_tools] == [RECALL_TOOL]
+    # a run with a session has the context tools by default: recall and the history tools
+    assert {t.name for t in config({}, session=True).internal_tools} == CONTEXT_TOOLS
     assert config({"toolPolicy": {"enabled": False}}, session=True).internal_tools == []
 
 
