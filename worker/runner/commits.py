@@ -62,7 +62,13 @@ def config_json(config: RunConfig) -> bytes:
     if hit is not None and hit[0] is config:
         _shared.move_to_end(key)
         return hit[1]
-    out: bytes = _CONFIG_JSON.to_json(config, by_alias=True)
+    # An MCP tool is stored as its name and its listing's hash (worker/tools/mcp_listings.py): the
+    # listing is kept once, not in every run; restore fills the schemas back.
+    kept = {
+        i: {"listing"} if t.listing is None else {"description", "parameters"}
+        for i, t in enumerate(config.tools)
+    }
+    out: bytes = _CONFIG_JSON.to_json(config, by_alias=True, exclude={"tools": kept})
     _shared[key] = (config, out)
     _shared.move_to_end(key)
     if len(_shared) > _SHARED_MAX:
