@@ -82,8 +82,7 @@ class McpListing:
 def listing_of(server: str, tools: Mapping[str, Any]) -> McpListing:
     """The listing of ``tools`` (exposed name -> an object with ``description`` and ``parameters``),
     hashed over its content: the same tools give the same digest on every worker."""
-    ordered = sorted(tools.items())
-    plain = [ToolSpec(name=n, description=t.description, parameters=t.parameters) for n, t in ordered]
+    plain = [ToolSpec(name=n, description=t.description, parameters=t.parameters) for n, t in tools.items()]
     body = b"[%b]" % b",".join(_SPEC_JSON.to_json(s, by_alias=True, exclude={"listing"}) for s in plain)
     canonical = orjson.dumps(orjson.loads(body), option=orjson.OPT_SORT_KEYS)
     digest = hashlib.sha256(canonical).hexdigest()[:32]
