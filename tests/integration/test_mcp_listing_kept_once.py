@@ -109,7 +109,11 @@ async def test_a_run_resumed_on_another_worker_has_the_tools_it_started_with(
             other.stop()
     assert rec.status.value == "completed", rec.result
     offered = orjson.loads(rec.result.final_assistant_message.content)["tools"]  # type: ignore[union-attr]
-    assert set(offered) - {"recall_tool_call"} == {"srv__blocks", "srv__storm", *(f"srv__t{i}" for i in range(20))}
+    assert set(offered) - {"recall_tool_call"} == {
+        "srv__blocks",
+        "srv__storm",
+        *(f"srv__t{i}" for i in range(20)),
+    }
     events = await stream(redis, rid)
     assert not [e for e in events if e.kind == "status" and e.payload.get("status") == "mcp_tools_relisted"]
     _, listings = await stored(redis)
