@@ -39,6 +39,7 @@ __all__ = [
     "Layout",
     "Partition",
     "endpoint_hash",
+    "mcp_listing_key",
     "parse_job_id",
     "partition_tag",
     "provider_pause_key",
@@ -380,3 +381,10 @@ def provider_tokens_key(endpoint: str) -> str:
 def provider_pause_key(endpoint: str) -> str:
     """String: until when (ms) no call may start, set from a 429's Retry-After; expires by itself."""
     return f"{PREFIX}:p:{{{endpoint}}}:pause"
+
+
+def mcp_listing_key(server: str, digest: str) -> str:
+    """String: an MCP server's accepted tool listing (JSON list of tool specs), kept once for every run
+    that offers it; ``digest``: the listing's content hash, which a run's stored configuration names
+    instead of the tools' schemas (worker/tools/mcp_listings.py). Expires unless used."""
+    return f"{PREFIX}:mcp:{{{endpoint_hash(server)}}}:{digest}"

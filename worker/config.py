@@ -45,11 +45,14 @@ DEFAULT_RESERVE_OUTPUT_TOKENS = 4096
 
 
 class ToolSpec(Model):
-    """What the model is told about a tool."""
+    """What the model is told about a tool. ``listing``: an MCP tool's, the content hash of its
+    server's listing; a run's stored configuration keeps such a tool as its name and that hash, and
+    the schema is filled back from the listing, kept once (worker/tools/mcp_listings.py)."""
 
     name: str
     description: str = ""
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
+    listing: str | None = None
 
 
 MAX_RECALL_IDS = 10  # ids one recall_tool_call may ask for

@@ -29,6 +29,7 @@ from worker.observer import NullObserver, Observer
 from worker.ports import RunPorts, SystemClock
 from worker.redis_store import RedisRunStore, RedisSessionStore
 from worker.tool_cache import RedisToolCache
+from worker.tools.mcp_listings import McpListings, RedisListingStore
 from worker.tools.registry import Toolbox
 
 if TYPE_CHECKING:
@@ -118,7 +119,14 @@ class WorkerDeps:
         )
         self.batcher = ScriptBatcher(self.parts, wait_replicas=wait_replicas(self.settings))
         self.models = Providers(self.http, self.limiter)
-        self.tools = Toolbox(self.guarded_http, on_mcp_call=self.observer.mcp_call, watch=True)
+        # MCP listings kept once for every run: at least as long as a run and its retention
+        listings = McpListings(
+            RedisListingStore(self.parts.call_key),
+            ttl_s=self.settings.retention_s + self.settings.run_duration_max_ms // 1000,
+        )
+        self.tools = Toolbox(
+            self.guarded_http, on_mcp_call=self.observer.mcp_call, watch=True, listings=listings
+        )
         self.sessions = RedisSessionStore(self.parts, SystemClock())
         self.budgets = TenantBudgets(
             self.parts, self.scripts, Quotas(self.settings), self.settings.budget_hold_ms

@@ -23,7 +23,7 @@ from shared.clock import now_ms
 from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
 from shared.settings import Settings
 from shared.tool_records import ToolRecord
-from worker.config import ToolSpec
+from worker.config import RunConfig, ToolSpec
 from worker.config_cache import ConfigCache
 from worker.context import PastCall, RunLoop
 from worker.delta_pace import DeltaPace
@@ -31,6 +31,7 @@ from worker.lease import WorkerLease
 from worker.models.base import ModelProvider
 from worker.observer import Observer
 from worker.tools.base import ToolContext
+from worker.tools.mcp_listings import Relisted
 
 __all__ = [
     "Acquired",
@@ -289,6 +290,17 @@ class ToolRetry:
 class ToolPort(Protocol):
     async def specs(self, profile: AgentProfile) -> dict[str, ToolSpec]:
         """The profile's tools as the model is told about them (MCP servers' listed now or as kept)."""
+        ...
+
+    async def keep_listings(self, config: RunConfig) -> None:
+        """The MCP listings a starting run's tools name, kept for every worker (mcp_listings.py)."""
+        ...
+
+    async def fill_listings(
+        self, profile: AgentProfile | None, config: RunConfig
+    ) -> tuple[RunConfig, list[Relisted]]:
+        """A stored configuration's MCP tools with their schemas back, from the listings they name
+        (``profile``: the run's, to ask its servers again for a listing no longer kept)."""
         ...
 
     async def execute(

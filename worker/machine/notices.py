@@ -14,7 +14,14 @@ from agentmill_client.models import EventKind, ToolCall
 from worker.machine.commands import Emit, ModelRequest
 from worker.machine.steps import error_event, status_event
 
-__all__ = ["capacity_wait", "model_call_restarted", "model_delta", "tool_attempt_failed", "tool_reexecuted"]
+__all__ = [
+    "capacity_wait",
+    "mcp_tools_relisted",
+    "model_call_restarted",
+    "model_delta",
+    "tool_attempt_failed",
+    "tool_reexecuted",
+]
 
 
 def model_call_restarted(model_call_index: int, discard_after_seq: int) -> Emit:
@@ -24,6 +31,19 @@ def model_call_restarted(model_call_index: int, discard_after_seq: int) -> Emit:
         modelCallIndex=model_call_index,
         discardAfterSeq=discard_after_seq,
         reason="the worker running this model call stopped; the call starts over",
+    )
+
+
+def mcp_tools_relisted(server: str, listing: str, now: str | None, dropped: list[str]) -> Emit:
+    """A resumed run's MCP tool listing was no longer kept and its server lists other tools now: the
+    run goes on with the server's current schemas of its tools (``dropped``: those no longer listed)."""
+    return status_event(
+        "mcp_tools_relisted",
+        server=server,
+        listing=listing,
+        nowListing=now,
+        dropped=dropped,
+        reason="the tool listing this run started with was no longer kept; the server's current one is used",
     )
 
 

@@ -62,7 +62,10 @@ def config_json(config: RunConfig) -> bytes:
     if hit is not None and hit[0] is config:
         _shared.move_to_end(key)
         return hit[1]
-    out: bytes = _CONFIG_JSON.to_json(config, by_alias=True)
+    # An MCP tool is stored as its name and its listing's hash (worker/tools/mcp_listings.py): the
+    # listing is kept once, not in every run; restore fills the schemas back.
+    listed = {i: {"description", "parameters"} for i, t in enumerate(config.tools) if t.listing is not None}
+    out: bytes = _CONFIG_JSON.to_json(config, by_alias=True, exclude={"tools": listed} if listed else None)
     _shared[key] = (config, out)
     _shared.move_to_end(key)
     if len(_shared) > _SHARED_MAX:

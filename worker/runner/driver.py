@@ -191,6 +191,9 @@ class RunDriver:
         first: Event
         if acq.checkpoint is not None:
             self.state, self.out.ckpt_seq = opening.restore(acq.checkpoint, acq.config, acq.transcript)
+            self.state, relisted = await opening.filled(self.host, self.ports.tools, self.state)
+            for note in relisted:
+                self.out.emit(note)
             first = opening.resumed(self.records, now)
         else:
             if run_input.session_id:  # the state built with the driver, not a second one

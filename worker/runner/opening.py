@@ -17,6 +17,7 @@ from worker.machine import (
     ApprovalsDecided,
     ChildrenEnded,
     ClientResultsReceived,
+    Emit,
     Event,
     Phase,
     Restored,
@@ -24,12 +25,14 @@ from worker.machine import (
     RunState,
     Started,
     StartRejected,
+    notices,
     origin_state,
 )
 from worker.ports import Acquired, Host, ModelPort, RunStore, ToolPort
 
 __all__ = [
     "answers",
+    "filled",
     "orphaned",
     "restore",
     "restored",
@@ -76,7 +79,23 @@ async def start(
         )  # fmt: skip
     except Exception as exc:  # a bad profile or policy fails the run with a reason
         return StartRejected(now_ms, "configuration", f"agent {run_input.agent!r}: {exc}")
+    await tools.keep_listings(cfg)  # before the first commit names them
     return Started(now_ms, cfg, list(run_input.input_messages))
+
+
+async def filled(host: Host, tools: ToolPort, state: RunState) -> tuple[RunState, list[Emit]]:
+    """A restored state's configuration with its MCP tools' schemas back (its checkpoint names their
+    listings), before the machine sees it; a listing no longer kept and listed otherwise now: the
+    status events that say so."""
+    if state.config is None or all(t.listing is None for t in state.config.tools):
+        return state, []
+    try:
+        profile = host.profile(state.config.agent)
+    except Exception:  # the profile is gone: the listings kept are all there is
+        profile = None
+    config, relisted = await tools.fill_listings(profile, state.config)
+    notes = [notices.mcp_tools_relisted(r.server, r.digest, r.now, r.dropped) for r in relisted]
+    return state.model_copy(update={"config": config}), notes
 
 
 async def orphaned(store: RunStore, acq: Acquired) -> Acquired:

@@ -3,7 +3,8 @@ schema check first, then the tool with a per-call timeout and retries of retryab
 
 A profile's tools are its built-ins, its HTTP tools and the tools its MCP servers list
 (worker/tools/mcp.py), offered as ``<server>__<tool>``; the listing is asked for when a run
-starts (``Toolbox.specs``, kept per server for its ``toolsTtlS``)."""
+starts (``Toolbox.specs``, kept per server for its ``toolsTtlS``). An MCP tool's spec names its
+listing's hash, and the listing is kept once for every run (worker/tools/mcp_listings.py)."""
 
 from __future__ import annotations
 
@@ -17,12 +18,13 @@ import orjson
 from agentmill_client import limits
 from agentmill_client.models import ToolCall, ToolResult
 from shared.profiles import AgentProfile, ToolSettings
-from worker.config import ToolSpec
+from worker.config import RunConfig, ToolSpec
 from worker.lease import LeaseExpiredError
 from worker.policy import argument_problem
 from worker.ports import ToolRetry
 from worker.tools.base import Tool, ToolContext, ToolError, ToolOutcome
 from worker.tools.builtin import BUILTINS
+from worker.tools.mcp_listings import McpListing, McpListings, Relisted, listing_of
 
 if TYPE_CHECKING:
     from shared.profiles import McpServerConfig
@@ -39,10 +41,13 @@ class ProfileTools:
         profile: AgentProfile,
         http: httpx.AsyncClient | None = None,
         mcp: Callable[[McpServerConfig], McpServer] | None = None,
+        listings: McpListings | None = None,
     ) -> None:
         self.profile = profile
         self.tools: dict[str, Tool] = {}
         self.servers: dict[str, McpServer] = {}
+        self.listings = listings or McpListings()
+        self._listed: dict[str, tuple[object, McpListing]] = {}  # server -> (its tools dict, their listing)
         if profile.mcp_servers:
             if mcp is None:
                 raise ValueError("MCP servers need the worker's MCP connections")
@@ -66,12 +71,27 @@ class ProfileTools:
         """The profile's own tools, then each MCP server's (listed now, or as kept)."""
         if not self.servers:
             return self.specs
-        listed = await asyncio.gather(*(s.list() for s in self.servers.values()))
+        await asyncio.gather(*(s.list() for s in self.servers.values()))
         specs = dict(self.specs)
-        for tools in listed:
-            for n, t in tools.items():
-                specs.setdefault(n, ToolSpec(name=n, description=t.description, parameters=t.parameters))
+        for name in self.servers:
+            for n, spec in self.listing(name).specs.items():
+                specs.setdefault(n, spec)
         return specs
+
+    def listing(self, server: str) -> McpListing:
+        """The server's listing as this worker holds it now, hashed once per listing."""
+        tools = self.servers[server].tools
+        held = self._listed.get(server)
+        if held is None or held[0] is not tools:
+            held = self._listed[server] = (tools, self.listings.add(listing_of(server, tools)))
+        return held[1]
+
+    async def relist(self, server: str) -> McpListing | None:
+        """The server's listing, asked for unless the one held is fresh (None: no such server)."""
+        if server not in self.servers:
+            return None
+        await self.servers[server].list()
+        return self.listing(server)
 
     def _tool(self, name: str) -> Tool | None:
         tool = self.tools.get(name)
@@ -166,8 +186,10 @@ class Toolbox:
         mcp: Callable[[McpServerConfig], McpServer] | None = None,
         on_mcp_call: Callable[[str, str, float], None] | None = None,
         watch: bool = False,
+        listings: McpListings | None = None,
     ) -> None:
         self.http = http
+        self.listings = listings or McpListings()  # the MCP listings runs' configurations name
         self.watch = watch  # listen for tools/list_changed (the worker's; aclose stops it)
         self.on_mcp_call = on_mcp_call
         self.mcp = mcp or self._mcp_server
@@ -185,11 +207,22 @@ class Toolbox:
     def _of(self, profile: AgentProfile) -> ProfileTools:
         t = self._tools.get(profile.name)
         if t is None:
-            t = self._tools[profile.name] = ProfileTools(profile, self.http, self.mcp)
+            t = self._tools[profile.name] = ProfileTools(profile, self.http, self.mcp, self.listings)
         return t
 
     async def specs(self, profile: AgentProfile) -> dict[str, ToolSpec]:
         return await self._of(profile).all_specs()
+
+    async def keep_listings(self, config: RunConfig) -> None:
+        await self.listings.keep(config)
+
+    async def fill_listings(
+        self, profile: AgentProfile | None, config: RunConfig
+    ) -> tuple[RunConfig, list[Relisted]]:
+        async def relist(server: str) -> McpListing | None:
+            return None if profile is None else await self._of(profile).relist(server)
+
+        return await self.listings.fill(config, relist)
 
     async def aclose(self) -> None:
         """Stops the MCP servers' listen streams."""
