@@ -62,7 +62,7 @@ async def test_a_run_with_max_tokens_ends_budget_exceeded_before_the_call_that_w
     redis: Redis, redis_url: str, tmp_path: Path
 ) -> None:
     path = profiles(tmp_path)
-    limit = 260
+    limit = 1000  # a few calls: each one holds its prompt (the preamble included) and MAX_TOKENS
     p = producer_for(redis, redis_url, profiles=str(path))
     sub = await p.submit(small_run(10, budget={"maxTokens": limit}))
     async with running_worker(redis_url, profiles=str(path)):
