@@ -36,6 +36,7 @@ __all__ = [
     "INDEX_DIMS",
     "SCOPED_PREFIX",
     "SLOTS",
+    "WAKE_KEPT",
     "Layout",
     "Partition",
     "endpoint_hash",
@@ -65,6 +66,10 @@ INDEX_DIMS = ("all", "status", "agent", "session", "batch", "meta", "item", "par
 # A finished batch's delivery id on a partition's webhook list: this prefix, then the batch key (a
 # runId never holds a brace, so the two kinds of delivery cannot be confused).
 BATCH_DELIVERY = "{batch}"
+
+# How many wake signals a partition's wake list keeps (and one script call writes at most): a burst
+# of jobs made due at once wakes up to this many waiting workers; the others' polls find the rest.
+WAKE_KEPT = 8
 
 # The order of Partition.context's fields; prelude.lua reads them by these names. Only what a script
 # needs for keys that depend on what it reads: every field is a ``<field>_prefix`` of Partition but
@@ -160,6 +165,9 @@ class Partition:
             b + "scheduled"
         )  # zset job id -> runAt (ms): jobs not due yet (claim_jobs.lua moves them)
         self.depth = b + "depth"  # hash priority -> jobs queued (in the queue or held back) of that priority
+        # list: one entry each time a script makes a job due or schedules one here (bounded to
+        # WAKE_KEPT); a worker with nothing to do waits on it (BLPOP) instead of its next poll
+        self.wake = b + "wake"
 
     def __repr__(self) -> str:
         return f"Partition({self.index}, {self.tag})"

@@ -23,7 +23,7 @@ Time comes from Redis (``TIME``), so worker clocks never decide whose lease has 
 A run that ends with a webhook configured is pushed on its partition's webhook list for delivery.
 
 Every script on a partition touches that partition's slot only: it is called with its own KEYS
-followed by the partition's seven fixed keys (``Scripts.frame``), and with the partition's context
+followed by the partition's eight fixed keys (``Scripts.frame``), and with the partition's context
 as its first ARGV (key prefixes, the arq job template, the settings), so the Lua builds no key
 format and reads no setting of its own. The provider limiter's scripts work on one endpoint's keys
 and take neither; nor do the schedules' (``schedule_*``), which take a schedule's keys on its partition.
@@ -232,6 +232,7 @@ class Scripts:
             part.webhooks,
             part.scheduled,
             part.depth,
+            part.wake,
         ]
         return [*own_keys, *fixed], [self.context(part), *args]
 
@@ -320,6 +321,7 @@ def render(text_: str) -> str:
         "__CONTEXT_FIELDS__": ", ".join(f"'{f}'" for f in (*keys.CONTEXT_FIELDS, *CONTEXT_EXTRA)),
         "__TERMINAL__": ", ".join(f"{s.value}=true" for s in sorted(TERMINAL)),
         "__DEFAULT_PRIORITY__": str(limits.DEFAULT_PRIORITY),
+        "__WAKE_KEPT__": str(keys.WAKE_KEPT),
         "__NANO_USD__": str(NANO_USD),
         "__SESSION_CALLS_KEPT__": str(limits.SESSION_CALLS_KEPT),
         "__CONTEXT_TOOLS__": ", ".join(f"['{t}']=true" for t in sorted(CONTEXT_TOOLS)),

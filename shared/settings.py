@@ -86,7 +86,9 @@ class Settings(BaseSettings):
     # worker
     max_jobs: int = Field(default=500, description="concurrent runs per worker process")
     poll_delay_s: float = Field(
-        default=0.05, description="arq queue poll interval; small so an idle pool starts a run at once"
+        default=0.05,
+        description="arq queue poll interval: an idle worker starts a new run as soon as its wake signal "
+        "comes, and polls at least this often besides, so a run whose signal was lost waits at most this long",
     )
     claim_batch: int = Field(
         default=64,

@@ -30,6 +30,7 @@ from shared.scripts import Scripts
 from worker.deps import WorkerDeps
 from worker.finisher import JobFinisher
 from worker.runner import RunDriver
+from worker.wake import Wake
 
 __all__ = ["JOB_TIMEOUT_S", "ResilientWorker", "claim_size", "run_agent"]
 
@@ -93,6 +94,7 @@ class ResilientWorker(Worker):
     max_running: int = 0  # per tenant and partition (0: none); over-cap jobs are held back
     running_caps: str = ""  # {tenant: maxRunning} JSON of tenants with their own quota
     finisher: JobFinisher | None = None
+    wake: Wake | None = None  # waits for a wake signal when a poll claimed nothing (main)
 
     async def _due_jobs(self, full: bool) -> list[tuple[Partition, list[bytes], bool]]:
         """Every partition's due job ids, in queue order (priority first: shared/lua/prelude.lua
@@ -104,7 +106,9 @@ class ResilientWorker(Worker):
         look = {
             p.index for p in self.parts.parts
             if now >= self._next_due.get(p.index, 0) or now >= self._looked_at.get(p.index, 0) + 1000
+            or p.index in self._woken
         }  # fmt: skip
+        self._woken.clear()
 
         def read(part: Partition) -> Callable[[Any], None]:
             def op(pipe: Any) -> None:
@@ -139,21 +143,27 @@ class ResilientWorker(Worker):
         # per partition: the earliest scheduled job's runAt seen, and when it was looked at (ms)
         self._next_due: dict[int, float] = {}
         self._looked_at: dict[int, float] = {}
+        self._woken: set[int] = set()  # partitions whose wake signal ended the last wait
+        self._claimed = 0  # jobs the last poll claimed
+        self._left = 0  # due jobs the last poll saw and did not claim (other workers', or too many)
         # The worker's RedisWatch.in_outage: True when a failed poll belongs to a Redis outage,
         # logged once there (shared/outage_log.py); it then goes to the debug log, not a warning each
         self.in_outage: Callable[[BaseException], bool] = lambda exc: False
 
     async def _poll_iteration(self) -> None:
         """arq's poll over every partition's queue: claim what is due, then arq's health record."""
+        self._claimed, seen = 0, 0
         try:
             if self.allow_pick_jobs:
                 due = await self._due_jobs(self.job_counter >= self.max_jobs)
+                seen = sum(len(ids) for _, ids, _ in due)
                 # Partitions in turn from a rotating start, so none is always served last.
                 if due:
                     k = self._poll_turn % len(due)
                     self._poll_turn += 1
                     for part, ids, scheduled in due[k:] + due[:k]:
                         await self.start_jobs_on(part, ids, scheduled)
+            self._left = max(0, seen - self._claimed)
             await self.heart_beat()
         except (RedisError, OSError) as exc:
             level = logging.DEBUG if self.in_outage(exc) else logging.WARNING
@@ -187,7 +197,13 @@ class ResilientWorker(Worker):
 
         A full worker polls again as soon as one of its jobs ends (at most every tenth of the poll
         delay) instead of at the next tick: the slot goes to the first job in the queue's order
-        then, so a high-priority run waits for a free slot, not for a slot and a poll delay."""
+        then, so a high-priority run waits for a free slot, not for a slot and a poll delay.
+
+        A worker whose poll left no due job behind (it claimed all it saw, or saw none) waits for a
+        wake signal (worker/wake.py) until the next poll is due, or the earliest scheduled job it
+        knows of, and polls as soon as one comes: a new job starts within a round trip or two, not
+        a poll delay. A worker that saw more due jobs than it claimed (a deep queue) polls again
+        at the next tick, as before, with no wait call in between."""
         self.ctx["redis"] = self.pool
         self._freed = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -207,10 +223,24 @@ class ResilientWorker(Worker):
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._freed.wait(), wait)
                 wait = max(0.0, self.poll_delay_s / 10 - (loop.time() - before))
+            elif self.wake is not None and self.allow_pick_jobs and not self.burst:
+                until = min(wait, self._until_scheduled())
+                self._woken = await self.wake.wait(until, call=not self._left)
+                continue
             await asyncio.sleep(wait)
 
     _freed: asyncio.Event | None = None  # set when a job of a full worker ends
     _full = False
+
+    def _until_scheduled(self) -> float:
+        """Seconds until the earliest scheduled job seen on any partition is due (inf: none)."""
+        first = min(self._next_due.values(), default=float("inf"))
+        return max(0.0, (first - timestamp_ms()) / 1000)
+
+    async def close(self) -> None:
+        if self.wake is not None:
+            await self.wake.aclose()
+        await super().close()
 
     async def start_jobs_on(self, part: Partition, job_ids: list[bytes], scheduled: bool = False) -> None:
         """Claim what ``claim_size`` allows of ``job_ids``; ``scheduled``: a scheduled job is due on
@@ -234,6 +264,7 @@ class ResilientWorker(Worker):
              self.claim_check_ms, self.max_running, self.running_caps, lease_id, *job_ids],
         )  # fmt: skip
         reply = await self.parts.call(part, lambda c: claim(keys=k, args=a, client=c))
+        self._claimed += len(reply) // 3
         for i in range(0, len(reply), 3):
             job_id = reply[i].decode() if isinstance(reply[i], bytes) else str(reply[i])
             score = int(float(reply[i + 1]))

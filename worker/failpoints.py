@@ -2,7 +2,9 @@
 
 At a named point, with the given probability, the worker process kills itself with SIGKILL, so a
 test can crash it exactly after a tool's side effect but before its result is recorded, or after
-events were published but before the checkpoint. The worker arms them from its settings
+events were published but before the checkpoint. A few points are faults short of a crash, checked
+with ``on``: ``drop_wake_signal`` (the worker ignores a wake signal it received, as if it were
+lost: its poll has to find the job). The worker arms them from its settings
 (``Settings.failpoints``) when it starts; unarmed (the default), every check is a dict lookup.
 """
 
@@ -12,7 +14,7 @@ import os
 import random
 import signal
 
-__all__ = ["arm", "hit"]
+__all__ = ["arm", "hit", "on"]
 
 
 _points: dict[str, float] = {}
@@ -32,3 +34,9 @@ def hit(name: str) -> None:
     p = _points.get(name)
     if p is not None and random.random() < p:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def on(name: str) -> bool:
+    """Whether the fault named ``name`` happens this time (its probability; never when unarmed)."""
+    p = _points.get(name)
+    return p is not None and random.random() < p

@@ -43,6 +43,7 @@ from worker.metrics import MetricsObserver
 from worker.observer import Observer
 from worker.pool_report import PoolReport
 from worker.redis_store import forget_worker
+from worker.wake import Wake
 
 __all__ = [
     "GC_THRESHOLDS",
@@ -233,6 +234,7 @@ class WorkerProcess(LeaseKeeping):
             queue_read_limit=max(100, 16 * s.claim_batch),
         )
         self.worker.parts = arq_parts
+        self.worker.wake = Wake(arq_parts)
         self.worker.in_outage = self.watch.in_outage
         self.worker.scripts = self.deps.scripts
         self.worker.claim_batch = s.claim_batch

@@ -38,6 +38,7 @@ for i = 1, #due, 2 do
     track(run, rid, S.SCHEDULED, S.QUEUED)
     redis.call('ZADD', QUEUE, queue_score(tonumber(due[i + 1]), p), jid)
     redis.call('HINCRBY', DEPTH, p, 1)
+    wake()
   end
 end
 

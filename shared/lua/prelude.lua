@@ -1,14 +1,15 @@
 -- The prelude of every script on a partition: its context, and the helpers those scripts share.
 -- Every call passes, besides its own keys and arguments (documented in each script, numbered as
 -- if these were not there):
---   KEYS (last seven): the partition's arq queue, live index, awaiting index, workers, webhook list,
---         scheduled jobs, queue depth per priority
+--   KEYS (last eight): the partition's arq queue, live index, awaiting index, workers, webhook list,
+--         scheduled jobs, queue depth per priority, wake list
 --   ARGV[1]: the partition's context (shared.scripts.Scripts.context: the key prefixes of
 --            shared.keys.Partition.context, the arq job template, the settings), parsed on demand
 -- enter_prelude (at the end) takes them off at the start of each call: with Redis Functions this
 -- file runs once, when the library loads, and each call only runs enter_prelude (shared.scripts).
 -- Every local below that a call changes is reset there.
 local CTX_RAW, DEPTH, SCHEDULED, WEBHOOKS, WORKERS, AWAITING, LIVE, QUEUE = nil, nil, nil, nil, nil, nil, nil, nil
+local WAKE, WAKES = nil, 0
 local CTX = nil
 local CTX_OF, CTX_COUNT = {}, 0  -- raw context -> parsed, kept across the calls of a library
 local function ctx()
@@ -64,11 +65,22 @@ end
 local function depth_down(priority)
   if redis.call('HINCRBY', DEPTH, priority, -1) < 0 then redis.call('HSET', DEPTH, priority, 0) end
 end
+-- A job was made due (or scheduled) here: a signal on the partition's wake list, in the same call
+-- as the job, so a waiting worker (BLPOP, one signal per worker) claims it now instead of at its next
+-- poll. At most __WAKE_KEPT__ a call and kept: a burst wakes that many workers; their claims and the
+-- others' polls take the rest.
+local function wake()
+  if WAKES >= __WAKE_KEPT__ then return end
+  WAKES = WAKES + 1
+  redis.call('LPUSH', WAKE, '1')
+  redis.call('LTRIM', WAKE, 0, __WAKE_KEPT__ - 1)
+end
 -- n jobs of tenant t held back by its running cap go back to the queue, earliest first, each at
 -- the score it was held with: ahead of the tenant's later jobs, as if never held.
 local function unhold(t, n)
   local held = redis.call('ZPOPMIN', tenant_held_key(t), n or 1)
   for i = 1, #held, 2 do redis.call('ZADD', QUEUE, held[i + 1], held[i]) end
+  if #held > 0 then wake() end
 end
 local function job_payload(id, gen, now)
   local c = ctx()
@@ -265,6 +277,7 @@ local function enqueue_gen(id, gen, now, key)
   redis.call('ZADD', QUEUE, queue_score(now, p), jid)
   redis.call('HINCRBY', DEPTH, p, 1)
   redis.call('ZADD', LIVE, now + tonumber(ctx().queued_check_ms), id)
+  wake()
 end
 local function enqueue_first(id, now) enqueue_gen(id, 1, now) end
 -- A run waiting for client tool results (run field clientPending: the calls, JSON): every call
@@ -516,6 +529,8 @@ end
 -- The start of every call: the partition's keys and context off KEYS and ARGV, the per-call state reset.
 local function enter_prelude(KEYS, ARGV)
   CTX_RAW = table.remove(ARGV, 1)
+  WAKE = table.remove(KEYS)
+  WAKES = 0
   DEPTH = table.remove(KEYS)
   SCHEDULED = table.remove(KEYS)
   WEBHOOKS = table.remove(KEYS)

@@ -102,11 +102,13 @@ local function submit_one(K, A)
     redis.call('SET', K[2], job_payload(A[1], 1, now), 'PX', ctx().job_expire_ms + run_at - now)
     zadd(SCHEDULED, run_at, job_id(A[1], 1))
     zadd(LIVE, run_at + tonumber(ctx().queued_check_ms), A[1])
+    wake()  -- the waiting workers' wait ends by its runAt from now on
   elseif dispatch then
     redis.call('SET', K[2], job_payload(A[1], 1, now), 'PX', ctx().job_expire_ms)
     zadd(QUEUE, queue_score(now, prio), job_id(A[1], 1))
     redis.call('HINCRBY', DEPTH, prio, 1)
     zadd(LIVE, now + tonumber(ctx().queued_check_ms), A[1])
+    wake()
   end
   return {'created', status}
 end
