@@ -141,7 +141,8 @@ class Settings(BaseSettings):
     worker_id: str | None = Field(
         default=None,
         description="the worker id in logs and run ownership; unset: host-pid-random (with "
-        "`AGENTMILL_WORKER_PROCESSES` above 1, each process adds `-<index>` to it)",
+        "`AGENTMILL_WORKER_PROCESSES` above 1, each process adds `-<index>.<start>` to it: a restarted "
+        "process is a new worker)",
     )
     worker_processes: int | None = Field(
         default=None,

@@ -71,6 +71,7 @@ class Slot:
     proc: asyncio.subprocess.Process | None = None
     ready: bool = False
     deaths: int = 0  # in a row, each after less than LIVED_S
+    starts: int = 0
     client: httpx.AsyncClient = field(init=False)
 
     def __post_init__(self) -> None:
@@ -119,8 +120,8 @@ class Supervisor:
 
     def child_env(self, slot: Slot) -> dict[str, str]:
         env = {**os.environ, "AGENTMILL_WORKER_METRICS_SOCKET": slot.socket}
-        if self.settings.worker_id:  # one id per process: runs and leases must tell them apart
-            env["AGENTMILL_WORKER_ID"] = f"{self.settings.worker_id}-{slot.index}"
+        if self.settings.worker_id:  # one id per process and start: runs and leases tell them apart
+            env["AGENTMILL_WORKER_ID"] = f"{self.settings.worker_id}-{slot.index}.{slot.starts}"
         return env
 
     async def run(self) -> None:
@@ -165,6 +166,7 @@ class Supervisor:
         """Slot ``slot``'s process, restarted when it dies, until a stop."""
         while not self.stopping.is_set():
             started = time.monotonic()
+            slot.starts += 1
             slot.proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "worker", env=self.child_env(slot),
                 preexec_fn=_die_with_parent if sys.platform == "linux" else None,
