@@ -4,7 +4,7 @@ WorkerProcess with its own worker id and lease) under one supervisor, so a host'
 The supervisor restarts a process that dies (``restart_delay``: 0.5 s doubling to 30 s while
 processes keep dying young; one log line a death, with its exit code or signal). SIGTERM or SIGINT
 is passed on to every process: each drains its runs and hands them back, the supervisor waits for
-them all and exits 0 (a process still there ``drain_timeout_s`` + 20 s later is killed: its runs
+them all and exits 0 (a process still there ``drain_timeout_s`` + 30 s later is killed: its runs
 are recovered as a crash's). On Linux a process is sent SIGTERM when its supervisor dies.
 
 Each process serves its /metrics, /healthz and /readyz on a Unix socket of its own; the
@@ -33,6 +33,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created
 from prometheus_client.exposition import generate_latest
 
 from shared.settings import Settings
+from shared.settings_doc import env_names
 from worker.health import METRICS_TYPE, HealthServer
 from worker.metrics_merge import MergedMetrics, parse
 
@@ -80,6 +81,10 @@ class Slot:
         )
 
 
+def _variable(setting: str) -> str:
+    return env_names(setting, Settings.model_fields[setting])[0]
+
+
 def _die_with_parent() -> None:  # in the child, before exec (no threads in the supervisor)
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
@@ -119,9 +124,10 @@ class Supervisor:
         ).set(processes)
 
     def child_env(self, slot: Slot) -> dict[str, str]:
-        env = {**os.environ, "AGENTMILL_WORKER_METRICS_SOCKET": slot.socket}
+        """Its own environment (its settings), and each process's socket and worker id."""
+        env = {**os.environ, _variable("worker_metrics_socket"): slot.socket}
         if self.settings.worker_id:  # one id per process and start: runs and leases tell them apart
-            env["AGENTMILL_WORKER_ID"] = f"{self.settings.worker_id}-{slot.index}.{slot.starts}"
+            env[_variable("worker_id")] = f"{self.settings.worker_id}-{slot.index}.{slot.starts}"
         return env
 
     async def run(self) -> None:
