@@ -15,7 +15,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
-from tests.integration.helpers import assert_clean_stream, http_get, producer_for, script_run, stream, wait_all
+from tests.integration.helpers import (
+    assert_clean_stream,
+    http_get,
+    producer_for,
+    script_run,
+    stream,
+    wait_all,
+)
 from tests.integration.test_recovery import FAST, owners, steps
 from tests.support.ports import free_port
 from tests.support.procs import WorkerProc
@@ -147,7 +154,7 @@ async def test_a_killed_process_is_started_again_and_sigterm_drains_both(
     log = (tmp_path / "worker.log").read_text()
     assert rc == 0, log
     assert time.monotonic() - t0 < 5 + 10
-    assert "worker process 0 (pid %d) was killed by SIGKILL; starting another" % first[0] in log
+    assert f"worker process 0 (pid {first[0]}) was killed by SIGKILL; starting another" in log
     assert log.count("was killed by SIGKILL") == 1
     assert set((await owners(redis, more_ids)).values()) == {""}  # every run handed back
     for pid in (*again,):
