@@ -17,9 +17,11 @@ RUN uv sync --frozen --no-editable
 
 FROM python:3.11.11-slim-bookworm
 # The API listens on every interface in the container (the settings' default, 127.0.0.1, is for a
-# developer's machine): a plain `docker run -p 8000:8000 agentmill:0.1.0 api` is reachable.
+# developer's machine): a plain `docker run -p 8000:8000 agentmill:0.1.0 api` is reachable. A
+# container is one worker process (the orchestrator restarts and scales it), not one per core.
 ENV PATH=/app/.venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 AGENTMILL_LOG_JSON=true \
     AGENTMILL_API_HOST=0.0.0.0
+ENV AGENTMILL_WORKER_PROCESSES=1
 WORKDIR /app
 COPY --from=build /app/.venv /app/.venv
 USER 10001:10001

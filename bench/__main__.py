@@ -130,6 +130,12 @@ def parser() -> argparse.ArgumentParser:
         "--isolation-index", type=int, default=5000, help="figure 9: runs in the attacker's index"
     )
     ap.add_argument("--poll-delay", type=float, default=0.05)
+    ap.add_argument(
+        "--worker-processes",
+        type=int,
+        default=1,
+        help="figure 4: the worker as `agentmill worker --processes N` (above 1: no loop-lag figures)",
+    )
     ap.add_argument("--cluster-runs", type=int, default=300, help="ten-step runs per cluster load (figure 8)")
     ap.add_argument("--functions-runs", type=int, default=200, help="ten-step runs per load of figure 3b")
     ap.add_argument("--functions-workers", type=int, default=2, help="worker processes of figure 3b")

@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 
 from bench.figure import Figure
 from bench.plumbing import PURE, Plumbing
-from bench.probes import read_json, vm_kib
+from bench.probes import read_json, tree_kib
 from shared.settings import Settings
 from tests.support.schema import K
 
@@ -292,7 +292,15 @@ class RunFigures(Plumbing):
             box: list[subprocess.Popen[bytes]] = []
             idle_rss = 0
 
-            def start(box: list[subprocess.Popen[bytes]] = box, n: int = n, stats: Path = stats_path) -> None:
+            k = self.args.worker_processes
+
+            def start(
+                box: list[subprocess.Popen[bytes]] = box, n: int = n, stats: Path = stats_path, k: int = k
+            ) -> None:
+                if k > 1:  # each process takes its share, so all of them carry runs
+                    argv = ["-m", "producer.cli", "worker", "--processes", str(k)]
+                    box.append(self.spawn(argv, AGENTMILL_MAX_JOBS=str(-(-n // k) + 10)))
+                    return
                 box.append(
                     self.spawn(
                         ["-m", "bench.worker_probe"],
@@ -305,8 +313,8 @@ class RunFigures(Plumbing):
 
             t = await self.drain_time(r, n, start, lambda: self.runs_done(r))
             spread, fastest = self.last_spread_ms
-            rss_peak = vm_kib(box[0].pid, "VmHWM")
-            idle_rss = vm_kib(box[0].pid, "VmRSS")
+            rss_peak = tree_kib(box[0].pid, "VmHWM")
+            idle_rss = tree_kib(box[0].pid, "VmRSS")
             self.stop(box[0])
             lag = await asyncio.to_thread(read_json, stats_path)
             # The same in-flight count of bare arq jobs that only sleep 1 s: what arq itself reaches.
@@ -323,7 +331,8 @@ class RunFigures(Plumbing):
             self.stop(box[-1])
             f = Figure(
                 # py-spy samples on the same cores: such a figure is not comparable with the others.
-                f"4. {n} runs in flight, model latency 1 s{' (profiled)' if self.args.profile else ''}",
+                f"4. {n} runs in flight, model latency 1 s{' (profiled)' if self.args.profile else ''}"
+                f"{f', {k} worker processes' if k > 1 else ''}",
                 "runs/s",
                 base_name="ideal (in-flight ÷ latency)",
                 target="1,000 in flight ≥ 80 % of ideal",

@@ -28,6 +28,15 @@ def vm_kib(pid: int, field_name: str) -> int:
     return 0
 
 
+def tree_kib(pid: int, field_name: str) -> int:
+    """``vm_kib`` of ``pid`` and its children, summed (a supervisor and its worker processes)."""
+    try:
+        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        kids = []
+    return vm_kib(pid, field_name) + sum(vm_kib(int(k), field_name) for k in kids)
+
+
 def process_cpu_s(pid: int) -> float:
     """User + system CPU seconds of a live process (Linux)."""
     with open(f"/proc/{pid}/stat") as f:

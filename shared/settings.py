@@ -141,7 +141,23 @@ class Settings(BaseSettings):
         description="where the worker's `/metrics`, `/healthz` and `/readyz` listen (`127.0.0.1` on a shared host)",
     )
     worker_id: str | None = Field(
-        default=None, description="the worker id in logs and run ownership; unset: host-pid-random"
+        default=None,
+        description="the worker id in logs and run ownership; unset: host-pid-random (with "
+        "`AGENTMILL_WORKER_PROCESSES` above 1, each process adds `-<index>.<start>` to it: a restarted "
+        "process is a new worker)",
+    )
+    worker_processes: int | None = Field(
+        default=None,
+        ge=1,
+        description="`agentmill worker`'s worker processes (`--processes` overrides it): above 1, a "
+        "supervisor starts them, restarts one that dies, drains them all on SIGTERM and serves their "
+        "merged `/metrics`, `/healthz` and `/readyz` on the metrics port; unset: one per core; `1` "
+        "in the container image (a pod is one process)",
+    )
+    worker_metrics_socket: str = Field(
+        default="",
+        description="a Unix socket the worker serves `/metrics`, `/healthz` and `/readyz` on instead of "
+        "the metrics port (set by `agentmill worker --processes` for each process it supervises)",
     )
     delta_flush_ms: int = Field(
         default=50, description="`model_delta` coalescing: at most one event per run per this interval"

@@ -19,10 +19,11 @@ from collections.abc import Callable
 import orjson
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 
-__all__ = ["BEAT_S", "LAG_BUCKETS", "HealthServer"]
+__all__ = ["BEAT_S", "LAG_BUCKETS", "METRICS_TYPE", "HealthServer"]
 
 
 BEAT_S = 0.5
+METRICS_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 
 
@@ -61,6 +62,11 @@ class HealthServer:
         self._server = await asyncio.start_server(self._handle, host, port)
         return int(self._server.sockets[0].getsockname()[1])
 
+    async def start_unix(self, path: str) -> None:
+        """On a Unix socket instead of a port (a process of ``agentmill worker --processes``)."""
+        self._beat = asyncio.create_task(self._heartbeat())
+        self._server = await asyncio.start_unix_server(self._handle, path)
+
     async def stop(self) -> None:
         if self._beat is not None:
             self._beat.cancel()
@@ -93,22 +99,23 @@ class HealthServer:
             return 503, orjson.dumps({"status": "redis_unreachable"})
         return status, body
 
+    async def answer(self, path: bytes) -> tuple[int, bytes, bytes]:
+        """Status, body and content type for a GET of ``path``."""
+        if path.startswith(b"/metrics"):
+            return 200, self.render(), METRICS_TYPE
+        if path.startswith(b"/healthz"):
+            return (*self.health(), b"application/json")
+        if path.startswith(b"/readyz"):
+            return (*self.readiness(), b"application/json")
+        return 404, b'{"status":"not found"}', b"application/json"
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             request = await asyncio.wait_for(reader.readline(), 5)
             while (await asyncio.wait_for(reader.readline(), 5)) not in (b"\r\n", b"\n", b""):
                 pass
             path = request.split(b" ")[1] if request.count(b" ") >= 2 else b"/"
-            if path.startswith(b"/metrics"):
-                status, body, ctype = 200, self.render(), b"text/plain; version=0.0.4; charset=utf-8"
-            elif path.startswith(b"/healthz"):
-                status, body = self.health()
-                ctype = b"application/json"
-            elif path.startswith(b"/readyz"):
-                status, body = self.readiness()
-                ctype = b"application/json"
-            else:
-                status, body, ctype = 404, b'{"status":"not found"}', b"application/json"
+            status, body, ctype = await self.answer(path)
             reason = {200: b"OK", 404: b"Not Found", 503: b"Service Unavailable"}[status]
             writer.write(
                 b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"

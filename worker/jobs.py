@@ -149,10 +149,13 @@ class WorkerProcess(LeaseKeeping):
         for sig in (signal.SIGTERM, signal.SIGINT):  # first: a worker still waiting for Redis stops too
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.request_stop)
-        if s.worker_metrics_port >= 0:  # /healthz says "starting" until the lease is taken
+        if s.worker_metrics_socket or s.worker_metrics_port >= 0:  # "starting" until the lease is taken
             self.health = HealthServer(
                 self.metrics.registry, self.metrics.render, ready=False, redis_up=lambda: self.watch.up
             )
+        if self.health is not None and s.worker_metrics_socket:  # one of `--processes N`: its supervisor asks
+            await self.health.start_unix(s.worker_metrics_socket)
+        elif self.health is not None:
             self.metrics_port = await self.health.start(s.worker_metrics_host, s.worker_metrics_port)
             log.info("worker %s serves /metrics, /healthz and /readyz on %s:%d", self.worker_id,
                      s.worker_metrics_host, self.metrics_port)  # fmt: skip

@@ -15,7 +15,6 @@ from agentmill_client.models import RunEvent
 from agentmill_client.statuses import TERMINAL
 from producer.cli.common import console, exit_with, print_event, progress_bar, safe_url, say_error
 from shared import logs
-from shared.loop import run as run_loop
 from shared.settings import Settings, get_settings
 from shared.tenants import require_id_secret
 
@@ -25,16 +24,20 @@ if TYPE_CHECKING:
 __all__ = ["QUESTIONS", "api", "demo", "worker"]
 
 
-@click.command(help="Run a worker process (REDIS_URL, AGENTMILL_* settings).")
-def worker() -> None:
-    from shared.preflight import check_worker
-    from worker.jobs import WorkerProcess
+@click.command(help="Run worker processes (REDIS_URL, AGENTMILL_* settings): one per core unless told.")
+@click.option(
+    "--processes",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Worker processes under one supervisor (one /metrics for all); 1: this process is the worker "
+    "(as in a pod). Default: AGENTMILL_WORKER_PROCESSES, else one per core.",
+)
+def worker(processes: int | None) -> None:
+    from worker.start import processes_for, start_worker
 
     settings = get_settings()
-    require_id_secret(settings)  # SettingsError: one line and exit code 2 (producer.cli.main)
-    proc = WorkerProcess(settings, profiles=check_worker(settings))
-    logs.configure(json_lines=settings.log_json, level=settings.log_level, workerId=proc.worker_id)
-    run_loop(proc.run())
+    # SettingsError: one line and exit code 2 (producer.cli.main), before any process starts
+    start_worker(settings, processes_for(settings, processes))
 
 
 @click.command(help="Run the HTTP API on AGENTMILL_API_HOST:AGENTMILL_API_PORT.")

@@ -21,6 +21,7 @@ NOT_SETTINGS = {
     "worker/tools/http.py": 'a header secret a profile names ("env:NAME")',
     "worker/tools/mcp_transport.py": 'an MCP server header secret a profile names ("${env:NAME}")',
     "producer/cli/submit.py": "XDG_STATE_HOME, the platform's state directory",
+    "worker/supervisor.py": "its worker processes' environment: its own, each process's socket and id added",
     "worker/tracing.py": "the standard OTEL_* variables, whether an OTLP endpoint is set (the SDK reads the rest)",
 }
 ENV_READ = re.compile(r"\b(?:environ|getenv)\b|\benvvar\s*=")
