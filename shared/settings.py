@@ -87,8 +87,9 @@ class Settings(BaseSettings):
     max_jobs: int = Field(default=500, description="concurrent runs per worker process")
     poll_delay_s: float = Field(
         default=0.05,
-        description="arq queue poll interval: an idle worker starts a new run as soon as its wake signal "
-        "comes, and polls at least this often besides, so a run whose signal was lost waits at most this long",
+        description="arq queue poll interval: a busy worker polls this often; an idle one starts a new run "
+        "as soon as its wake signal comes and polls every second interval besides, so a run whose signal "
+        "was lost waits at most twice this long",
     )
     claim_batch: int = Field(
         default=64,

@@ -30,7 +30,7 @@ from shared.scripts import Scripts
 from worker.deps import WorkerDeps
 from worker.finisher import JobFinisher
 from worker.runner import RunDriver
-from worker.wake import Wake
+from worker.wake import IDLE_POLLS, Wake
 
 __all__ = ["JOB_TIMEOUT_S", "ResilientWorker", "claim_size", "run_agent"]
 
@@ -200,8 +200,8 @@ class ResilientWorker(Worker):
         then, so a high-priority run waits for a free slot, not for a slot and a poll delay.
 
         A worker whose poll left no due job behind (it claimed all it saw, or saw none) waits for a
-        wake signal (worker/wake.py) until the next poll is due, or the earliest scheduled job it
-        knows of, and polls as soon as one comes: a new job starts within a round trip or two, not
+        wake signal (worker/wake.py) for IDLE_POLLS poll intervals, or until the earliest scheduled
+        job it knows of, and polls as soon as one comes: a new job starts within a round trip or two, not
         a poll delay. A worker that saw more due jobs than it claimed (a deep queue) polls again
         at the next tick, as before, with no wait call in between."""
         self.ctx["redis"] = self.pool
@@ -224,7 +224,8 @@ class ResilientWorker(Worker):
                     await asyncio.wait_for(self._freed.wait(), wait)
                 wait = max(0.0, self.poll_delay_s / 10 - (loop.time() - before))
             elif self.wake is not None and self.allow_pick_jobs and not self.burst:
-                until = min(wait, self._until_scheduled())
+                idle = max(0.0, IDLE_POLLS * self.poll_delay_s - (loop.time() - before))
+                until = min(idle, self._until_scheduled())
                 self._woken = await self.wake.wait(until, call=not self._left)
                 continue
             await asyncio.sleep(wait)

@@ -10,7 +10,9 @@ wakes one worker, so one worker claims a new job while the others keep waiting.
 A BLPOP still blocked when its worker stops waiting (a signal on another partition, the time up)
 stays in flight: the next wait takes it over, so a signal it pops meanwhile is not lost, and no
 wait cancels a call (which would cost its connection). The caller polls after every wait, woken or
-not: that poll, once a poll interval, finds what a lost signal would have started.
+not: that poll finds what a lost signal would have started. An idle worker waits ``IDLE_POLLS``
+poll intervals between its polls: with the wait call beside each poll, it issues fewer Redis
+commands a second than polling every interval did, and a lost signal costs at most that long.
 """
 
 from __future__ import annotations
@@ -24,11 +26,12 @@ from shared.keys import Partition
 from shared.partitions import Partitions
 from worker import failpoints
 
-__all__ = ["Wake"]
+__all__ = ["IDLE_POLLS", "Wake"]
 
 log = logging.getLogger("agentmill.worker")
 
 MIN_WAIT_S = 0.002  # shorter waits are not worth a call (and BLPOP's timeout 0 would block forever)
+IDLE_POLLS = 2  # an idle worker polls every second poll interval (a lost signal's longest wait)
 
 
 class Wake:
