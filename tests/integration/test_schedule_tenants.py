@@ -267,7 +267,9 @@ async def test_a_tenant_whose_day_budget_is_spent_has_its_schedules_held_until_t
     assert view is not None and not view.paused and view.paused_reason is None and view.fired >= 1, view
 
 
-async def test_a_disabled_tenant_is_refused_403_and_its_schedules_are_held(redis: Redis, redis_url: str) -> None:
+async def test_a_disabled_tenant_is_refused_403_and_its_schedules_are_held(
+    redis: Redis, redis_url: str
+) -> None:
     p = producer_for(redis, redis_url, id_secret=SECRET, schedule_lease_ms=200)
     store = ScheduleStore(p)
     await store.create(
