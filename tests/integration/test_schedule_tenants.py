@@ -1,7 +1,8 @@
 """Schedules kept inside their tenant's quotas and fired fairly across tenants, over a real Redis:
 one tenant's backlog of every-second schedules does not delay another tenant's firing beyond a look,
-the caps on schedules, firings per minute and template size, a tenant whose token is removed held
-and resumed, and the firing lag read from the API's /metrics."""
+the caps on schedules, firings per minute and template size, a tenant whose token is removed, whose
+day budget is spent or whose quota disables it held and resumed, two API processes with different
+tokens keeping both tenants' schedules firing, and the firing lag read from the API's /metrics."""
 
 from __future__ import annotations
 
