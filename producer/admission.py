@@ -6,7 +6,8 @@ counted already and this request's new ones). A refusal anywhere uncounts what t
 gives the bucket its tokens back and refuses the whole request. Partitions are admitted one
 call each, not in one transaction: two requests of a tenant at once may pass its quota by a little.
 
-Before all of it, a tenant with a day budget (tokensPerDay, costUsdPerDay) whose UTC day is spent
+Before all of it, a tenant whose quota disables it (``"disabled": true``) is refused with 403
+``tenant_disabled``, and a tenant with a day budget (tokensPerDay, costUsdPerDay) whose UTC day is spent
 (its settled usage at the limit, or a model call of the day refused for want of budget:
 worker/budgets.py) is refused with 429 ``budget_exhausted`` and a
 Retry-After to the next UTC midnight."""
@@ -25,7 +26,7 @@ from shared.fields import BudgetField
 from shared.quotas import ACTIVE_GRACE_MS, NANO_USD, Quota
 from shared.scripts import Scripts, text
 
-__all__ = ["ADMIT_GRACE_MS", "admit", "check_budget"]
+__all__ = ["ADMIT_GRACE_MS", "admit", "check_budget", "check_enabled", "spent_budget"]
 
 ADMIT_GRACE_MS = ACTIVE_GRACE_MS  # a counted run whose hash never appeared stops counting after this
 
@@ -40,6 +41,8 @@ async def admit(
 ) -> None:
     """Count the runs (run ids by partition index) against the tenant's quotas, or raise 429."""
     n = sum(len(ids) for ids in placed.values())
+    if quota is not None and n > 0:
+        check_enabled(tenant, quota)
     if quota is not None and n > 0 and quota.budgeted:
         await check_budget(parts, tenant, quota)
     if quota is None or n == 0 or (quota.max_active == 0 and quota.submits_per_second == 0):
@@ -106,12 +109,40 @@ async def admit(
         )
 
 
+def check_enabled(tenant: str, quota: Quota) -> None:
+    """Raise 403 tenant_disabled when the tenant's quota disables it (``"disabled": true``)."""
+    if quota.disabled:
+        raise SubmissionError(
+            "tenant_disabled",
+            f'tenant {tenant!r} is disabled ("disabled": true in its AGENTMILL_TENANT_QUOTAS entry): it may '
+            "submit no runs and create no schedules, and its schedules are held, until an operator enables it",
+            status=403,
+        )
+
+
 async def check_budget(parts: Parts, tenant: str, quota: Quota) -> None:
     """Raise 429 budget_exhausted when the tenant's UTC day is spent (tokensPerDay, costUsdPerDay)."""
     now = now_ms()
-    day = utc_day(now)
+    spent = await spent_budget(parts, tenant, quota, now)
+    if spent is None:
+        return
+    wait_s = max(1, -(-ms_to_next_utc_day(now) // 1000))
+    raise SubmissionError(
+        "budget_exhausted",
+        f"this tenant's budget for {utc_day(now)} (UTC) is spent: it {spent}; submit again after midnight UTC",
+        status=429,
+        retry_after_s=wait_s,
+    )
+
+
+async def spent_budget(parts: Parts, tenant: str, quota: Quota, now: int) -> str | None:
+    """How the tenant's day budget of ``now``'s UTC day is spent (``has spent 120 of its 100
+    tokensPerDay``), from the day's counters the budget scripts keep (worker/budgets.py); None
+    while it is not (or the tenant has no day budget)."""
+    if not quota.budgeted:
+        return None
     home = parts.home(tenant)
-    key = home.tenant_budget(tenant, day)
+    key = home.tenant_budget(tenant, utc_day(now))
 
     async def read(c: Any) -> Any:
         return await c.hmget(key, [BudgetField.SPENT_TOKENS, BudgetField.SPENT_COST, BudgetField.REFUSED])
@@ -119,23 +150,15 @@ async def check_budget(parts: Parts, tenant: str, quota: Quota) -> None:
     tokens, nano, refused = (int(text(v) or 0) if v is not None else 0 for v in await parts.call(home, read))
     cost_limit = round(quota.cost_usd_per_day * NANO_USD)
     if quota.tokens_per_day and tokens >= quota.tokens_per_day:
-        spent = f"has spent {tokens} of its {quota.tokens_per_day} tokensPerDay"
-    elif cost_limit and nano >= cost_limit:
-        spent = f"has spent ${nano / NANO_USD:.6f} of its ${quota.cost_usd_per_day:g} costUsdPerDay"
-    elif refused:
-        spent = (
+        return f"has spent {tokens} of its {quota.tokens_per_day} tokensPerDay"
+    if cost_limit and nano >= cost_limit:
+        return f"has spent ${nano / NANO_USD:.6f} of its ${quota.cost_usd_per_day:g} costUsdPerDay"
+    if refused:
+        return (
             f"could not afford {refused} model call(s) (spent {tokens} tokens, ${nano / NANO_USD:.6f}; "
             f"tokensPerDay {quota.tokens_per_day or 'none'}, costUsdPerDay {quota.cost_usd_per_day or 'none'})"
         )
-    else:
-        return
-    wait_s = max(1, -(-ms_to_next_utc_day(now) // 1000))
-    raise SubmissionError(
-        "budget_exhausted",
-        f"this tenant's budget for {day} (UTC) is spent: it {spent}; submit again after midnight UTC",
-        status=429,
-        retry_after_s=wait_s,
-    )
+    return None
 
 
 async def _counted(

@@ -160,7 +160,9 @@ class Partition:
         self.schedule_rate_prefix = (
             b + "sched.rate:"
         )  # + tenant (at its home): hash of its firings this minute
-        self.live_tenants = b + "tenants.live"  # set (partition 0): the tenants the API's tokens name
+        # zset (partition 0) tenant -> until when (ms, Redis time) an API process's tokens name it
+        self.live_tenants = b + "tenants.live.until"
+        self.live_tenants_before = b + "tenants.live"  # the set older versions kept: removed
         self.scheduled = (
             b + "scheduled"
         )  # zset job id -> runAt (ms): jobs not due yet (claim_jobs.lua moves them)

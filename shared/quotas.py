@@ -20,6 +20,10 @@ reserves its worst case before it starts and settles its actual usage after (wor
 call the day cannot afford ends its run ``budget_exceeded``, and a submission once the day is spent
 gets 429 ``budget_exhausted`` until the next UTC midnight (producer/admission.py).
 
+``"disabled": true`` disables a tenant: its submissions (runs, batches, retries, forks, schedules)
+get 403 ``tenant_disabled``, and its schedules are held (producer/schedules/holds.py); its runs
+already queued or running go on.
+
 The running cap keeps tenants from crowding each other out, so it does not apply to the default
 tenant (the one an API without auth, a token without a tenant, and the Python producer submit as):
 a single-tenant pool runs as many runs at once as its workers hold. Naming "default" in
@@ -59,6 +63,7 @@ class Quota(Model):
     cost_usd_per_day: float = Field(default=0.0, ge=0, allow_inf_nan=False)  # USD per UTC day (priced models)
     max_schedules: int = Field(default=0, ge=0)  # schedules (checked at creation)
     schedule_firings_per_minute: int = Field(default=0, ge=0)  # runs its schedules make per UTC minute
+    disabled: bool = Field(default=False, strict=True)  # no new runs or schedules (403), its schedules held
 
     @property
     def budgeted(self) -> bool:

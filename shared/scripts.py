@@ -86,7 +86,7 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
     **{
         name: ("clock", name)
         for name in ("capacity_acquire", "capacity_renew", "capacity_release", "capacity_pause", "admit_rate",
-                     "budget_reserve", "schedule_rate")
+                     "budget_reserve", "schedule_rate", "live_tenants")
     },
     **{
         name: ("clock", "schedule_due", name)
@@ -145,6 +145,7 @@ class Scripts:
     schedule_delete: Script
     schedule_pause: Script
     schedule_rate: Script
+    live_tenants: Script
     archive_claim: Script
     archive_done: Script
 

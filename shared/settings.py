@@ -392,6 +392,13 @@ class Settings(BaseSettings):
         description="a firer's claim on a due schedule; a firer that dies holding one delays that "
         "schedule's firings this long (they are made then, under the catch-up rule)",
     )
+    live_tenants_ttl_ms: int = Field(
+        default=60_000,
+        ge=300,
+        description="how long an API process's word that its tokens name a tenant lasts: it repeats it "
+        "every third of this; a tenant no running API process names has its schedules held this long "
+        "after the last one stopped naming it",
+    )
 
     # cli
     api_url: str | None = Field(

@@ -35,7 +35,7 @@ from producer.api.middleware import BodyLimit, observe
 from producer.api.sse import MAX_BLOCK_S
 from producer.api.state import Api
 from producer.routing import Parts
-from producer.schedules.live import publish_live_tenants
+from producer.schedules.live import beat_live_tenants, publish_live_tenants
 from shared.outage_log import OutageLog
 from shared.partitions import Partitions
 from shared.redis_watch import RedisWatch
@@ -89,11 +89,16 @@ def create_app(
                     listener = MetricsListener(api, settings.api_host, settings.api_metrics_port)
                     api.metrics_port = await listener.start()
                     own.push_async_callback(listener.stop)
-                # The tenants whose schedules fire (auth off: the default tenant alone): producer.schedules.live
-                await publish_live_tenants(
-                    api.parts, [] if api.auth.disabled else (t for _, t in api.auth.tokens)
-                )
+                # The tenants whose schedules fire (auth off: the default tenant alone), said now and
+                # every third of their TTL: producer.schedules.live
+                named = [] if api.auth.disabled else sorted({t for _, t in api.auth.tokens})
+                ttl = settings.live_tenants_ttl_ms
+                await publish_live_tenants(api.parts, api.producer.scripts, named, ttl)
                 in_outage = watch.in_outage if watch is not None else None
+                if background:
+                    tasks.append(asyncio.create_task(
+                        beat_live_tenants(api.parts, api.producer.scripts, named, ttl, stop, in_outage)
+                    ))  # fmt: skip
                 if background and settings.webhooks:
                     from producer.webhooks import deliver_forever
 

@@ -24,6 +24,7 @@ _ERRORS = {
     202: {"links": run_links("$response.body#/runId")},
     200: {"model": Accepted, "description": "the same Idempotency-Key made this run before"},
     404: {"model": ErrorResponse},
+    403: {"model": ErrorResponse, "description": "tenant_disabled: the tenant's quota disables it"},
     409: {"model": ErrorResponse},
     429: {"model": ErrorResponse},
 }

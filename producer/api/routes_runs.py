@@ -31,7 +31,7 @@ from shared.loop import unless_closing
 
 __all__ = ["QUOTA_CODES", "ApprovalsBody", "BatchBody", "router", "run_links"]
 
-QUOTA_CODES = ("quota_exceeded", "rate_limited", "budget_exhausted")
+QUOTA_CODES = ("quota_exceeded", "rate_limited", "budget_exhausted", "tenant_disabled")
 router = APIRouter()
 
 
@@ -106,6 +106,7 @@ def run_links(run_id: str) -> dict[str, Any]:
         404: {"model": ErrorResponse},
         409: {"model": ErrorResponse},
         413: {"model": ErrorResponse},
+        403: {"model": ErrorResponse, "description": "tenant_disabled: the tenant's quota disables it"},
         429: {"model": ErrorResponse},
     },
     summary="Submit one run",
@@ -142,6 +143,7 @@ async def submit(
         **COMMON_ERRORS,
         200: {"links": run_links("$response.body#/results/0/runId")},
         413: {"model": ErrorResponse},
+        403: {"model": ErrorResponse, "description": "tenant_disabled: the tenant's quota disables it"},
         429: {"model": ErrorResponse},
     },
     summary="Submit many runs",
@@ -168,8 +170,9 @@ async def submit_batch(
     if not any(isinstance(r, Submitted) for r in results):  # refused whole by a quota: say so
         refused = next((r for r in results if isinstance(r, SubmissionError) and r.code in QUOTA_CODES), None)
         if refused is not None:
-            raise ApiError(429, refused.code, refused.message.partition(": ")[2],
-                           headers={"Retry-After": str(refused.retry_after_s or 1)})  # fmt: skip
+            raise ApiError(refused.status, refused.code, refused.message.partition(": ")[2],
+                           headers={"Retry-After": str(refused.retry_after_s)} if refused.retry_after_s
+                           else None)  # fmt: skip
     out: list[dict[str, Any]] = []
     for r in (
         results

@@ -26,6 +26,7 @@ _404 = {**COMMON_ERRORS, **NOT_FOUND}
     responses={
         **COMMON_ERRORS,
         200: {"model": ScheduleView, "description": "the same schedule was created before"},
+        403: {"model": ErrorResponse, "description": "tenant_disabled: the tenant's quota disables it"},
         409: {"model": ErrorResponse},
     },
     summary="Create a schedule",

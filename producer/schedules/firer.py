@@ -19,9 +19,10 @@ the others are skipped, counted in ``skipped`` with a ``lastError`` naming the c
 later (as a missed cron firing). The lag of each firing is agentmill_schedule_firing_lag_seconds
 (producer.schedules.lag).
 
-A schedule of a tenant the API's tokens no longer name (producer.schedules.live) is held: not
-fired, its firings counted as skipped, ``held`` saying why (``pausedReason`` in its view), looked
-at again once a lease later; when its tenant is back it fires from its next firing after then.
+A schedule of a tenant no running API process's token names (producer.schedules.live), whose
+quota disables it, or whose day budget is spent (producer.schedules.holds) is held: not fired, its
+firings counted as skipped, ``held`` saying why (``pausedReason`` in its view), looked at again
+once a lease later; when nothing holds it any more it fires from its next firing after then.
 
 A firer without AGENTMILL_ID_SECRET leaves a named tenant's schedule alone (claimed, not fired, not
 advanced: once its claim expires a firer holding the secret makes the firings, under the catch-up
@@ -36,8 +37,8 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -47,6 +48,7 @@ from redis.exceptions import RedisError
 from agentmill_client.schedules import Overlap
 from producer.routing import Parts, run_many, run_script
 from producer.schedules.cron import CronError, Due, timing
+from producer.schedules.holds import held_tenants
 from producer.schedules.lag import FiringLag
 from producer.schedules.live import read_live_tenants
 from producer.schedules.store import end_of, first_after, read_schedule, run_id_of
@@ -73,11 +75,11 @@ TENANT_CONCURRENCY = 8
 @dataclass(frozen=True, slots=True)
 class Look:
     """One look for due schedules: Redis's clock at the claim (ms), this process's monotonic clock
-    then, and the live tenants (None: every tenant fires; producer.schedules.live)."""
+    then, and the tenants whose schedules are held, each with why (producer.schedules.holds)."""
 
     now: int
     at: float
-    live: frozenset[str] | None
+    held: Mapping[str, str] = field(default_factory=dict)
 
     def redis_ms(self) -> float:
         """Redis's clock now, as this process follows it from the claim."""
@@ -133,15 +135,19 @@ class Firer:
         ]  # fmt: skip
         replies = await run_many(parts, self.producer.scripts.schedule_claim, calls)
         at = time.monotonic()
+        claimed = [(p, reply) for p, reply in zip(parts.parts, replies, strict=True) if len(reply) > 1]
+        if not claimed:
+            return 0
+        now = int(claimed[0][1][0])
+        tenants = {text(reply[i + 1]) for _, reply in claimed for i in range(1, len(reply), 2)}
+        look = Look(now, at, await held_tenants(parts, self.quotas, live, tenants, now))
         lanes: dict[str, asyncio.Semaphore] = {}  # a tenant's firings made at once in this look
         work = [
-            self.fire(p, text(reply[i]), Look(int(reply[0]), at, live),
+            self.fire(p, text(reply[i]), Look(int(reply[0]), at, look.held),
                       lanes.setdefault(text(reply[i + 1]), asyncio.Semaphore(TENANT_CONCURRENCY)))
-            for p, reply in zip(parts.parts, replies, strict=True)
+            for p, reply in claimed
             for i in range(1, len(reply), 2)
         ]  # fmt: skip
-        if not work:
-            return 0
         made = 0
         for r in await asyncio.gather(*work, return_exceptions=True):
             if isinstance(r, BaseException):
@@ -174,7 +180,7 @@ class Firer:
             log.warning("schedules: %s cannot be read here: %s", sid, exc)
             return 0
         end = end_of(h)
-        held = look.live is not None and tenant != DEFAULT_TENANT and tenant not in look.live
+        held = look.held.get(tenant, "")
         if h.get(SF.HELD) and not held:  # its tenant is back: from its next firing (as on a resume)
             due = Due([], 0, first_after(t, now, end))
         else:
@@ -183,10 +189,9 @@ class Firer:
                 due = Due([f for f in due.fire if f <= end], due.skipped,
                           0 if due.next_ms > end else due.next_ms)  # fmt: skip
         if held:  # skipped and looked at again once a lease from now, not at every firing
-            why = f"tenant {tenant} is named by no API token (AGENTMILL_API_TOKENS); resumes when it is again"
             again = max(due.next_ms, now + self.settings.schedule_lease_ms)
             await self._advance(part, key, tenant, read, str(due.next_ms), 0, due.skipped + len(due.fire),
-                                held=why, due_at=str(again))  # fmt: skip
+                                held=held, due_at=str(again))  # fmt: skip
             return 0
         if tenant != DEFAULT_TENANT and not self.settings.id_secret:
             self._refuse_keyless(tenant, sid)

@@ -1,47 +1,91 @@
-"""The tenants whose schedules fire: those the API's tokens name (``default`` always).
+"""The tenants whose schedules fire: those a running API process's tokens name (``default`` always).
 
-Every API process publishes, as it starts, the tenants its tokens name (AGENTMILL_API_TOKENS,
-AGENTMILL_API_TOKENS_FILE; auth off: ``default`` alone) to one Redis set at partition 0, replacing
-the set a process published before; the set has no TTL. Workers hold no tokens: their firers read
-the set at every look (producer.schedules.firer) and hold the schedules of a tenant it does not
-name (not fired; ``pausedReason`` says why) until a process publishes it again. No set (no API
-process has started on this Redis: the Python producer alone): every tenant's schedules fire.
+Each API process says which tenants its tokens name (AGENTMILL_API_TOKENS,
+AGENTMILL_API_TOKENS_FILE; auth off: ``default`` alone) as it starts and then every third of
+AGENTMILL_LIVE_TENANTS_TTL_MS (``beat_live_tenants``): each of them is live until the TTL from then
+(live_tenants.lua; one sorted set at partition 0, a tenant's latest "until" kept, never shortened
+by another process). The live tenants are so the union of what the running API processes name,
+however their token sets differ: a process that stops (or restarts without a tenant's token) stops
+naming it, and the tenant is held once the TTL has passed since the last process named it.
+
+Workers hold no tokens: their firers read the set at every look (producer.schedules.firer) and hold
+the schedules of a tenant it does not name (not fired; ``pausedReason`` says why) until a process
+names it again. No set (no API process has started on this Redis: the Python producer alone):
+every tenant's schedules fire.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
-from producer.routing import Parts
+from producer.routing import Parts, run_script
 from shared.quotas import DEFAULT_TENANT
-from shared.scripts import text
+from shared.scripts import Scripts, text
 
-__all__ = ["publish_live_tenants", "read_live_tenants"]
+__all__ = ["LiveTenants", "beat_live_tenants", "publish_live_tenants", "read_live_tenants"]
+
+log = logging.getLogger("agentmill.schedules")
 
 
-async def publish_live_tenants(parts: Parts, tenants: Iterable[str]) -> None:
-    """Replace the published set with ``tenants`` (and ``default``), at once."""
+class LiveTenants:
+    """The live tenants as read: tenant -> until when (ms, Redis time) a process named it."""
+
+    def __init__(self, until: dict[str, int]) -> None:
+        self.until = until
+
+    def named(self, tenant: str, now_ms: int) -> bool:
+        """Whether a running API process names ``tenant`` at ``now_ms`` (Redis time)."""
+        return tenant == DEFAULT_TENANT or self.until.get(tenant, 0) > now_ms
+
+
+async def publish_live_tenants(parts: Parts, scripts: Scripts, tenants: Iterable[str], ttl_ms: int) -> int:
+    """Say that ``tenants`` (and ``default``) are live for ``ttl_ms`` from now; returns Redis's now."""
     part = parts.parts[0]
     names = sorted({*tenants, DEFAULT_TENANT})
-
-    async def write(c: Redis) -> Any:
-        async with c.pipeline(transaction=True) as pipe:
-            pipe.delete(part.live_tenants)
-            pipe.sadd(part.live_tenants, *names)
-            return await pipe.execute()
-
-    await parts.call(parts.parts[0], write)
+    now = await run_script(
+        parts, scripts.live_tenants, part, [part.live_tenants, part.live_tenants_before], [ttl_ms, *names]
+    )
+    return int(now)
 
 
-async def read_live_tenants(parts: Parts) -> frozenset[str] | None:
-    """The published tenants; None when none were ever published (every tenant fires)."""
+async def beat_live_tenants(
+    parts: Parts,
+    scripts: Scripts,
+    tenants: Iterable[str],
+    ttl_ms: int,
+    stop: asyncio.Event,
+    in_outage: Callable[[BaseException], bool] | None = None,
+) -> None:
+    """Say ``tenants`` are live again every third of ``ttl_ms`` until ``stop`` (an API process's
+    loop; its first word is said as it starts: producer.api.app)."""
+    names = list(tenants)
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), ttl_ms / 3000)
+        if stop.is_set():
+            return
+        try:
+            await publish_live_tenants(parts, scripts, names, ttl_ms)
+        except (RedisError, OSError) as exc:
+            quiet = in_outage is not None and in_outage(exc)
+            log.log(logging.DEBUG if quiet else logging.WARNING, "schedules: live tenants not said: %s", exc)
+        except Exception:  # a bug must not end the beat for good: the tenants would be held
+            log.exception("schedules: live tenants not said")
+
+
+async def read_live_tenants(parts: Parts) -> LiveTenants | None:
+    """The live tenants; None when none were ever published (every tenant fires)."""
     part = parts.parts[0]
 
     async def read(c: Redis) -> Any:
-        return await c.smembers(part.live_tenants)  # type: ignore[misc]
+        return await c.zrange(part.live_tenants, 0, -1, withscores=True)
 
     found = await parts.call(part, read)
-    return frozenset(text(t) for t in found) if found else None
+    return LiveTenants({text(t): int(s) for t, s in found}) if found else None

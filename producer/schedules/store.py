@@ -23,6 +23,7 @@ from redis.asyncio import Redis
 
 from agentmill_client import limits
 from agentmill_client.schedules import ScheduleInput, ScheduleView
+from producer.admission import check_enabled
 from producer.routing import Parts, run_script
 from producer.schedules.cron import CronError, Timing, timing
 from producer.scope import SCOPED_PREFIX
@@ -93,6 +94,7 @@ class ScheduleStore:
     async def create(self, body: ScheduleInput, tenant: str, schedule_id: str) -> tuple[ScheduleView, bool]:
         """(the schedule, whether it was created now); 409 ``conflict`` when its id holds another
         definition."""
+        check_enabled(tenant, self.quotas.of(tenant))
         t = self.check(body, tenant, schedule_id)
         template = orjson.dumps(body.input, option=orjson.OPT_SORT_KEYS).decode()
         if len(template.encode()) > limits.MAX_SCHEDULE_INPUT_BYTES:

@@ -1,14 +1,18 @@
 """Schedules kept inside their tenant's quotas and fired fairly across tenants, over a real Redis:
 one tenant's backlog of every-second schedules does not delay another tenant's firing beyond a look,
-the caps on schedules, firings per minute and template size, a tenant whose token is removed held
-and resumed, and the firing lag read from the API's /metrics."""
+the caps on schedules, firings per minute and template size, a tenant whose token is removed, whose
+day budget is spent or whose quota disables it held and resumed, two API processes with different
+tokens keeping both tenants' schedules firing, and the firing lag read from the API's /metrics."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from pathlib import Path
 
 import httpx
+import orjson
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from redis.asyncio import Redis
@@ -18,9 +22,13 @@ from agentmill_client.schedules import ScheduleInput
 from producer.schedules.firer import CLAIM_LIMIT, Firer
 from producer.schedules.lag import LAG_BUCKETS, FiringLag
 from producer.schedules.store import ScheduleStore
+from shared.clock import utc_day
+from shared.fields import BudgetField
 from shared.settings import Settings
-from tests.integration.api_support import A, api, body, settings
+from tests.integration.api_support import A, B, api, body, settings
 from tests.integration.helpers import make_due, metric_samples, producer_for
+from tests.support.procs import WorkerProc
+from tests.support.redis_server import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -130,6 +138,16 @@ async def test_an_end_time_stops_the_firings(redis: Redis, redis_url: str) -> No
     assert past[0].next_fire_times == []
 
 
+async def _fired_within(firer: Firer, seconds: float) -> int:
+    """Look for due schedules every 50 ms until a look makes runs (or ``seconds`` pass): the runs."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if made := await firer.fire_due():
+            return made
+        await asyncio.sleep(0.05)
+    return 0
+
+
 async def _quiet_minute(redis: Redis) -> None:
     """Wait until Redis's clock is at least 5 s from a minute's turn (the per-minute count resets)."""
     s, _ = await redis.time()
@@ -165,7 +183,7 @@ async def test_firings_past_the_tenants_per_minute_cap_are_skipped_and_counted(
 async def test_a_tenant_whose_token_is_removed_has_its_schedules_held_until_it_is_back(
     redis: Redis, redis_url: str
 ) -> None:
-    s = settings(redis_url, schedules=False, id_secret=SECRET, schedule_lease_ms=200)
+    s = settings(redis_url, schedules=False, id_secret=SECRET, schedule_lease_ms=200, live_tenants_ttl_ms=300)
     async with api(s) as url, httpx.AsyncClient(base_url=url, headers=A) as c:
         made = await c.post(
             "/v1/schedules", json={"scheduleId": "tick", "cron": "* * * * * *", "input": body()}
@@ -176,16 +194,18 @@ async def test_a_tenant_whose_token_is_removed_has_its_schedules_held_until_it_i
     key, home = store.where("tick", "tenant-a")
     firer = Firer(p)
 
-    # tenant-a's token removed: the API started again without it publishes the tenants it knows.
-    without_a = Settings(redis_url=redis_url, api_tokens="tok-b=tenant-b", schedules=False, id_secret=SECRET)
+    # tenant-a's token removed: the API started again without it names tenant-b alone, and once
+    # the TTL of the last word naming tenant-a has passed, tenant-a is not live.
+    without_a = Settings(redis_url=redis_url, api_tokens="tok-b=tenant-b", schedules=False, id_secret=SECRET,
+                         live_tenants_ttl_ms=300)  # fmt: skip
     async with api(without_a):
-        pass
+        await asyncio.sleep(0.4)
     await make_due(redis, home, key, "tenant-a", 0)
     assert await firer.fire_due() == 0
     held = await store.get("tick", "tenant-a")
     assert held is not None and held.paused and held.next_fire_times == [] and held.fired == 0
     assert held.paused_reason is not None and "tenant-a" in held.paused_reason
-    assert "no API token" in held.paused_reason
+    assert held.paused_reason.startswith("token: ") and "no API token" in held.paused_reason
     await asyncio.sleep(0.3)  # looked at again a lease later: still held
     assert await firer.fire_due() == 0
     assert [k async for k in redis.scan_iter(home.run("*"))] == []
@@ -195,8 +215,7 @@ async def test_a_tenant_whose_token_is_removed_has_its_schedules_held_until_it_i
         assert shown["paused"] and "no API token" in shown["pausedReason"]  # until a firer looks again
         await asyncio.sleep(0.3)
         assert await firer.fire_due() == 0  # resumed from its next firing after now
-        await asyncio.sleep(1.1)
-        assert await firer.fire_due() >= 1
+        assert await _fired_within(firer, 2.5) >= 1  # from its next firing after the look that resumed it
         shown = (await c.get("/v1/schedules/tick")).json()
         assert not shown["paused"] and shown["pausedReason"] is None and shown["fired"] >= 1, shown
 
@@ -213,3 +232,139 @@ async def test_the_firing_lag_of_each_tenant_is_scraped_from_the_api(redis_url: 
     assert count >= 2
     within = samples[(LAG + "_bucket", (("le", str(float(LAG_BUCKETS[5]))), ("tenant", "tenant-a")))]
     assert within == count  # an idle pool fires within LAG_BUCKETS[5] (2 s) of the due time
+
+
+async def test_a_tenant_whose_day_budget_is_spent_has_its_schedules_held_until_the_next_utc_day(
+    redis: Redis, redis_url: str
+) -> None:
+    quotas = orjson.dumps({"tenant-a": {"tokensPerDay": 100}}).decode()
+    p = producer_for(redis, redis_url, id_secret=SECRET, schedule_lease_ms=200, tenant_quotas=quotas)
+    store = ScheduleStore(p)
+    await store.create(
+        ScheduleInput(cron="* * * * * *", input=body(), overlap="enqueue"),  # type: ignore[arg-type]
+        "tenant-a", "tick",
+    )  # fmt: skip
+    key, home = store.where("tick", "tenant-a")
+    now = await _redis_ms(redis)
+    today = p.parts.home("tenant-a").tenant_budget("tenant-a", utc_day(now))
+    await redis.hset(today, BudgetField.SPENT_TOKENS, 100)  # the day's counter as budget.lua keeps it
+    firer = Firer(p)
+    await make_due(redis, home, key, "tenant-a", now - 3_000)
+    assert await firer.fire_due() == 0
+    held = await store.get("tick", "tenant-a")
+    assert held is not None and held.paused and held.fired == 0 and held.skipped >= 3, held
+    assert held.paused_reason is not None and held.paused_reason.startswith("budget: "), held.paused_reason
+    assert "has spent 100 of its 100 tokensPerDay" in held.paused_reason
+    assert utc_day(now) in held.paused_reason and "00:00 UTC" in held.paused_reason
+    await asyncio.sleep(0.3)  # looked at again a lease later: still held
+    assert await firer.fire_due() == 0
+    assert [k async for k in redis.scan_iter(home.run("*"))] == []
+
+    # The UTC day turns: today's counters become the day before's, and the new day's start at zero.
+    yesterday = p.parts.home("tenant-a").tenant_budget("tenant-a", utc_day(now - 86_400_000))
+    await redis.rename(today, yesterday)
+    assert await _fired_within(firer, 2.5) >= 1
+    view = await store.get("tick", "tenant-a")
+    assert view is not None and not view.paused and view.paused_reason is None and view.fired >= 1, view
+
+
+async def test_a_disabled_tenant_is_refused_403_and_its_schedules_are_held(
+    redis: Redis, redis_url: str
+) -> None:
+    p = producer_for(redis, redis_url, id_secret=SECRET, schedule_lease_ms=200)
+    store = ScheduleStore(p)
+    await store.create(
+        ScheduleInput(cron="* * * * * *", input=body(), overlap="enqueue"),  # type: ignore[arg-type]
+        "tenant-b", "tick",
+    )  # fmt: skip
+    key, home = store.where("tick", "tenant-b")
+    quotas = orjson.dumps({"tenant-b": {"disabled": True}}).decode()
+    s = settings(redis_url, schedules=False, id_secret=SECRET, tenant_quotas=quotas)
+    async with (
+        api(s) as url,
+        httpx.AsyncClient(base_url=url, headers=B) as cb,
+        httpx.AsyncClient(base_url=url, headers=A) as ca,
+    ):
+        for path, sent in (
+            ("/v1/runs", body()),
+            ("/v1/runs/batch", {"runs": [body(), body()]}),
+            ("/v1/schedules", {"scheduleId": "new", "cron": "* * * * *", "input": body()}),
+        ):
+            r = await cb.post(path, json=sent)
+            assert r.status_code == 403, (path, r.text)
+            err = r.json()["error"]
+            assert err["code"] == "tenant_disabled" and '"disabled": true' in err["message"], (path, err)
+        assert (await ca.post("/v1/runs", json=body())).status_code == 202  # another tenant is not affected
+        runs = {k async for k in redis.scan_iter(home.run("*"))}
+
+        disabled = Firer(producer_for(redis, redis_url, id_secret=SECRET, schedule_lease_ms=200,
+                                      tenant_quotas=quotas))  # fmt: skip
+        await make_due(redis, home, key, "tenant-b", await _redis_ms(redis) - 2_000)
+        assert await disabled.fire_due() == 0
+        shown = (await cb.get("/v1/schedules/tick")).json()
+        assert shown["paused"] and shown["fired"] == 0 and shown["skipped"] >= 2, shown
+        assert shown["pausedReason"].startswith("disabled: ") and "tenant-b" in shown["pausedReason"], shown
+    assert {k async for k in redis.scan_iter(home.run("*"))} == runs  # none made
+    await asyncio.sleep(0.3)
+    assert await _fired_within(Firer(p), 2.5) >= 1  # enabled again (a quota without "disabled")
+    view = await store.get("tick", "tenant-b")
+    assert view is not None and not view.paused and view.fired >= 1, view
+
+
+async def _redis_ms(redis: Redis) -> int:
+    s, us = await redis.time()
+    return int(s) * 1000 + int(us) // 1000
+
+
+async def _ready(url: str, within: float = 60.0) -> None:
+    async with httpx.AsyncClient(base_url=url, timeout=2.0) as c:
+        for _ in range(int(within * 10)):
+            with contextlib.suppress(httpx.TransportError):
+                if (await c.get("/readyz")).status_code == 200:
+                    return
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"{url} never became ready")
+
+
+async def test_two_api_processes_with_different_tokens_both_keep_their_tenants_schedules_firing(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    """API process A names tenant-a, B (started after A) tenant-b; both fire schedules. Both
+    tenants' schedules fire; once A stops, tenant-a's are held after the TTL, tenant-b's go on."""
+    ttl_ms = 1000
+    env = {"AGENTMILL_ID_SECRET": SECRET, "AGENTMILL_LIVE_TENANTS_TTL_MS": str(ttl_ms),
+           "AGENTMILL_SCHEDULE_LEASE_MS": "300"}  # fmt: skip
+    ports = {"tenant-a": free_port(), "tenant-b": free_port()}
+    procs = {
+        t: WorkerProc(redis_url, argv=["-m", "producer.cli", "api"], log=tmp_path / f"api-{t}.log",
+                      env={**env, "AGENTMILL_API_PORT": str(port), "AGENTMILL_API_TOKENS": f"tok-{t[-1]}={t}"})
+        for t, port in ports.items()
+    }  # fmt: skip
+    store = ScheduleStore(producer_for(redis, redis_url, id_secret=SECRET))
+    try:
+        for t in ("tenant-a", "tenant-b"):  # one after the other: B's word comes after A's
+            procs[t].start()
+            await _ready(f"http://127.0.0.1:{ports[t]}")
+        for t, headers in (("tenant-a", A), ("tenant-b", B)):
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{ports[t]}", headers=headers) as c:
+                made = await c.post("/v1/schedules", json={"scheduleId": "tick", "cron": "* * * * * *",
+                                                           "input": body(), "overlap": "enqueue"})  # fmt: skip
+                assert made.status_code == 201, made.text
+        await asyncio.sleep(3.2)
+        views = {t: await store.get("tick", t) for t in ports}
+        for t, v in views.items():
+            assert v is not None and not v.paused and v.fired >= 2, (t, v)
+
+        procs["tenant-a"].stop()  # tenant-a's last word lasts a TTL, then its schedules are held
+        await asyncio.sleep(ttl_ms / 1000 + 1.5)
+        a, b = await store.get("tick", "tenant-a"), await store.get("tick", "tenant-b")
+        assert a is not None and a.paused and a.paused_reason is not None, a
+        assert a.paused_reason.startswith("token: ") and "tenant-a" in a.paused_reason
+        assert b is not None and not b.paused and b.fired >= views["tenant-b"].fired + 2, b  # type: ignore[union-attr]
+        fired_a = a.fired
+        await asyncio.sleep(1.2)
+        again = await store.get("tick", "tenant-a")
+        assert again is not None and again.fired == fired_a and again.paused
+    finally:
+        for proc in procs.values():
+            proc.stop(timeout=20)

@@ -85,8 +85,10 @@ class ScheduleView(Answer):
     paused: bool = Field(description="no firing until resumed: paused by its tenant, or held (pausedReason)")
     paused_reason: str | None = Field(
         default=None,
-        description="why it is paused: `paused` (its tenant paused it) or why its firings are held "
-        "(its tenant named by no API token); held ones resume by themselves",
+        description="why it is paused: `paused` (its tenant paused it) or why its firings are held, "
+        "beginning `token:` (its tenant named by no running API process's token), `disabled:` (its "
+        "tenant's quota disables it) or `budget:` (its tenant's day budget is spent); held ones resume "
+        "by themselves",
     )
     end_at: int | None = Field(default=None, description="no firing after this time (ms)")
     created_at: int
