@@ -151,17 +151,16 @@ class Scripts:
     def __init__(
         self,
         redis: Redis,
+        settings: Settings | None = None,
         *,
-        queued_check_ms: int = 60_000,
-        stream_maxlen: int = 10_000,
-        retention_s: int = 604_800,
-        max_run_crashes: int = 3,
-        aging_ms: int = 30_000,
-        usage_ttl_s: int = 400 * 86_400,
-        archive: bool = False,
         functions: bool | None = None,
         mode: str | None = None,
     ) -> None:
+        """``settings``: what the scripts read from their context (the queued-run check, the stream
+        bound, the retention, the crash budget, the priority aging, whether finished runs go to the
+        archive, how long a tenant's usage of a day is kept); None: the settings' declared defaults,
+        whatever the environment says."""
+        s = Settings.model_construct() if settings is None else settings
         self._by_eval: dict[str, Script] = {n: EvalScript(redis, t) for n, t in _rendered().items()}
         lib = library()
         self._by_fcall: dict[str, Script] = {n: FunctionScript(redis, lib, n) for n in SCRIPTS}
@@ -169,11 +168,11 @@ class Scripts:
         self._mode = mode
         extra = {
             **dict(zip(("job_a", "job_b", "job_c", "job_d"), dispatch.JOB_TEMPLATE, strict=True)),
-            "maxlen": str(stream_maxlen), "retention": str(retention_s), "queued_check_ms": str(queued_check_ms),
-            "job_expire_ms": str(dispatch.JOB_EXPIRE_MS), "index_max": str(limits.MAX_INDEX_RUNS),
-            "batch_delivery": keys.BATCH_DELIVERY, "max_run_crashes": str(max_run_crashes),
-            "aging_ms": str(aging_ms),
-            "archive_on": "1" if archive else "", "usage_ttl": str(usage_ttl_s),
+            "maxlen": str(s.stream_maxlen), "retention": str(s.retention_s),
+            "queued_check_ms": str(s.queued_check_ms), "job_expire_ms": str(dispatch.JOB_EXPIRE_MS),
+            "index_max": str(limits.MAX_INDEX_RUNS), "batch_delivery": keys.BATCH_DELIVERY,
+            "max_run_crashes": str(s.max_run_crashes), "aging_ms": str(s.priority_aging_ms),
+            "archive_on": "1" if s.archive_url else "", "usage_ttl": str(s.usage_retention_days * 86_400),
         }  # fmt: skip
         self._extra = keys.SEP.join(extra[f] for f in CONTEXT_EXTRA) + keys.SEP
         self._contexts: dict[int, str] = {}
@@ -197,20 +196,9 @@ class Scripts:
 
     @classmethod
     def for_settings(cls, redis: Redis, settings: Settings) -> Scripts:
-        """The scripts with the deployment's settings in their context (what they read from it:
-        the queued-run check, the stream bound, the retention, the crash budget, whether finished
-        runs go to the archive, how long a tenant's usage of a day is kept)."""
-        return cls(
-            redis,
-            queued_check_ms=settings.queued_check_ms,
-            stream_maxlen=settings.stream_maxlen,
-            retention_s=settings.retention_s,
-            max_run_crashes=settings.max_run_crashes,
-            aging_ms=settings.priority_aging_ms,
-            usage_ttl_s=settings.usage_retention_days * 86_400,
-            archive=bool(settings.archive_url),
-            mode=settings.redis_functions,
-        )
+        """The scripts with the deployment's settings in their context, run the way they choose
+        (AGENTMILL_REDIS_FUNCTIONS)."""
+        return cls(redis, settings, mode=settings.redis_functions)
 
     def context(self, part: keys.Partition) -> str:
         """The first ARGV of every script on ``part``."""
