@@ -6,7 +6,7 @@ The run hash (keys.Partition.run, its fields shared.fields.RunField) is the sour
 status, gen (dispatch number, one arq job each), epoch (fencing token, taken by every job start),
 owner (the lease id of the worker running it), lastSeq (the stream's last seq), ckpt (the machine
 state), result. The Lua names hash fields, statuses, event kinds and index dimensions by tokens
-(``F.STATUS``, ``S.QUEUED``: ``NAMES``) that ``render`` fills in from the Python enums.
+(``F.STATUS``, ``S.QUEUED``, ``TS.DONE``: ``NAMES``) that ``render`` fills in from the Python enums.
 
 Liveness is per worker, not per run: each worker renews one entry in each partition's workers zset (its
 lease expiry) per beat, whatever its number of runs, and keeps the runs it holds in its runs set. A run
@@ -56,6 +56,7 @@ from shared.functions import EvalScript, FunctionScript, Library, Script
 from shared.quotas import NANO_USD
 from shared.session_calls import CONTEXT_TOOLS, PastCallField
 from shared.settings import Settings, get_settings
+from shared.tool_records import ToolState
 
 __all__ = [
     "CONTEXT_EXTRA", "LUA_DIR", "NAMES", "SCRIPTS", "Scripts", "library", "library_source", "prepare_scripts",
@@ -237,9 +238,10 @@ NAMES: dict[str, type[StrEnum]] = {
     "EVENT": EventKind,  # a stream entry's kind
     "USAGE": UsagePart,  # what a tenant's usage hash of a day counts per agent
     "CALL": PastCallField,  # an entry of a session's calls list (shared/session_calls.py)
+    "TS": ToolState,  # a tool record's state (shared/tool_records.py)
 }
 _DIMS = {d.upper(): d for d in keys.INDEX_DIMS}  # DIM.STATUS: a listing index's dimension
-_NAME_TOKEN = re.compile(r"\b(F|S|BATCH|SESSION|SCHED|BUDGET|EVENT|USAGE|CALL|DIM)\.([A-Z][A-Z0-9_]*)\b")
+_NAME_TOKEN = re.compile(r"\b(F|S|BATCH|SESSION|SCHED|BUDGET|EVENT|USAGE|CALL|TS|DIM)\.([A-Z][A-Z0-9_]*)\b")
 
 
 def _name(m: re.Match[str]) -> str:
