@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 
+from agentmill_client import limits
 from agentmill_client.codec import to_jsonable
 from agentmill_client.models import RunResult, RunStatus, Usage
 from shared.fields import RunField
@@ -60,7 +61,7 @@ class RunRecord:
     parent_tool_call_id: str = ""
     had_children: bool = False  # it started child runs (its run hash has the children field)
     lineage: dict[str, Any] = field(default_factory=dict)  # retryOf | forkOf, atSeq; retriedBy (lineage_view)
-    priority: int = 5  # as capped by its tenant's quota (limits.DEFAULT_PRIORITY when it named none)
+    priority: int = limits.DEFAULT_PRIORITY  # as capped by its tenant's quota (this when it named none)
     run_at_ms: int | None = None  # when it was asked to start; status scheduled until then
     usage: Usage | None = None  # so far (the run hash's usage fields); an ended run's equals result.usage
     archived: bool = False  # in the archive: its events are read from there (producer.archived)

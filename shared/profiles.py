@@ -265,7 +265,7 @@ class AgentProfile(Model):
     client_tool_timeout_ms: int = Field(default=600_000, ge=1, le=7 * 24 * 3_600_000)  # per call
     # The highest priority a run of this agent gets (a higher RunInput.priority is lowered to it),
     # beside the tenant's quota maxPriority: the lower of the two applies.
-    max_priority: int = Field(default=9, ge=0, le=9)
+    max_priority: int = Field(default=limits.MAX_PRIORITY, ge=limits.MIN_PRIORITY, le=limits.MAX_PRIORITY)
 
     @model_validator(mode="after")
     def _preamble_text_with_custom(self) -> AgentProfile:

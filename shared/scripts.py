@@ -6,7 +6,7 @@ The run hash (keys.Partition.run, its fields shared.fields.RunField) is the sour
 status, gen (dispatch number, one arq job each), epoch (fencing token, taken by every job start),
 owner (the lease id of the worker running it), lastSeq (the stream's last seq), ckpt (the machine
 state), result. The Lua names hash fields, statuses, event kinds and index dimensions by tokens
-(``F.STATUS``, ``S.QUEUED``: ``NAMES``) that ``render`` fills in from the Python enums.
+(``F.STATUS``, ``S.QUEUED``, ``TS.DONE``: ``NAMES``) that ``render`` fills in from the Python enums.
 
 Liveness is per worker, not per run: each worker renews one entry in each partition's workers zset (its
 lease expiry) per beat, whatever its number of runs, and keeps the runs it holds in its runs set. A run
@@ -56,6 +56,7 @@ from shared.functions import EvalScript, FunctionScript, Library, Script
 from shared.quotas import NANO_USD
 from shared.session_calls import CONTEXT_TOOLS, PastCallField
 from shared.settings import Settings, get_settings
+from shared.tool_records import ToolState
 
 __all__ = [
     "CONTEXT_EXTRA", "LUA_DIR", "NAMES", "SCRIPTS", "Scripts", "library", "library_source", "prepare_scripts",
@@ -152,17 +153,16 @@ class Scripts:
     def __init__(
         self,
         redis: Redis,
+        settings: Settings | None = None,
         *,
-        queued_check_ms: int = 60_000,
-        stream_maxlen: int = 10_000,
-        retention_s: int = 604_800,
-        max_run_crashes: int = 3,
-        aging_ms: int = 30_000,
-        usage_ttl_s: int = 400 * 86_400,
-        archive: bool = False,
         functions: bool | None = None,
         mode: str | None = None,
     ) -> None:
+        """``settings``: what the scripts read from their context (the queued-run check, the stream
+        bound, the retention, the crash budget, the priority aging, whether finished runs go to the
+        archive, how long a tenant's usage of a day is kept); None: the settings' declared defaults,
+        whatever the environment says."""
+        s = Settings.model_construct() if settings is None else settings
         self._by_eval: dict[str, Script] = {n: EvalScript(redis, t) for n, t in _rendered().items()}
         lib = library()
         self._by_fcall: dict[str, Script] = {n: FunctionScript(redis, lib, n) for n in SCRIPTS}
@@ -170,11 +170,11 @@ class Scripts:
         self._mode = mode
         extra = {
             **dict(zip(("job_a", "job_b", "job_c", "job_d"), dispatch.JOB_TEMPLATE, strict=True)),
-            "maxlen": str(stream_maxlen), "retention": str(retention_s), "queued_check_ms": str(queued_check_ms),
-            "job_expire_ms": str(dispatch.JOB_EXPIRE_MS), "index_max": str(limits.MAX_INDEX_RUNS),
-            "batch_delivery": keys.BATCH_DELIVERY, "max_run_crashes": str(max_run_crashes),
-            "aging_ms": str(aging_ms),
-            "archive_on": "1" if archive else "", "usage_ttl": str(usage_ttl_s),
+            "maxlen": str(s.stream_maxlen), "retention": str(s.retention_s),
+            "queued_check_ms": str(s.queued_check_ms), "job_expire_ms": str(dispatch.JOB_EXPIRE_MS),
+            "index_max": str(limits.MAX_INDEX_RUNS), "batch_delivery": keys.BATCH_DELIVERY,
+            "max_run_crashes": str(s.max_run_crashes), "aging_ms": str(s.priority_aging_ms),
+            "archive_on": "1" if s.archive_url else "", "usage_ttl": str(s.usage_retention_days * 86_400),
         }  # fmt: skip
         self._extra = keys.SEP.join(extra[f] for f in CONTEXT_EXTRA) + keys.SEP
         self._contexts: dict[int, str] = {}
@@ -198,20 +198,9 @@ class Scripts:
 
     @classmethod
     def for_settings(cls, redis: Redis, settings: Settings) -> Scripts:
-        """The scripts with the deployment's settings in their context (what they read from it:
-        the queued-run check, the stream bound, the retention, the crash budget, whether finished
-        runs go to the archive, how long a tenant's usage of a day is kept)."""
-        return cls(
-            redis,
-            queued_check_ms=settings.queued_check_ms,
-            stream_maxlen=settings.stream_maxlen,
-            retention_s=settings.retention_s,
-            max_run_crashes=settings.max_run_crashes,
-            aging_ms=settings.priority_aging_ms,
-            usage_ttl_s=settings.usage_retention_days * 86_400,
-            archive=bool(settings.archive_url),
-            mode=settings.redis_functions,
-        )
+        """The scripts with the deployment's settings in their context, run the way they choose
+        (AGENTMILL_REDIS_FUNCTIONS)."""
+        return cls(redis, settings, mode=settings.redis_functions)
 
     def context(self, part: keys.Partition) -> str:
         """The first ARGV of every script on ``part``."""
@@ -250,9 +239,10 @@ NAMES: dict[str, type[StrEnum]] = {
     "EVENT": EventKind,  # a stream entry's kind
     "USAGE": UsagePart,  # what a tenant's usage hash of a day counts per agent
     "CALL": PastCallField,  # an entry of a session's calls list (shared/session_calls.py)
+    "TS": ToolState,  # a tool record's state (shared/tool_records.py)
 }
 _DIMS = {d.upper(): d for d in keys.INDEX_DIMS}  # DIM.STATUS: a listing index's dimension
-_NAME_TOKEN = re.compile(r"\b(F|S|BATCH|SESSION|SCHED|BUDGET|EVENT|USAGE|CALL|DIM)\.([A-Z][A-Z0-9_]*)\b")
+_NAME_TOKEN = re.compile(r"\b(F|S|BATCH|SESSION|SCHED|BUDGET|EVENT|USAGE|CALL|TS|DIM)\.([A-Z][A-Z0-9_]*)\b")
 
 
 def _name(m: re.Match[str]) -> str:

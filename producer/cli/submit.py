@@ -70,7 +70,8 @@ _LANE_FLAGS = {"priority": "--priority", "runAt": "--run-at"}
     "--priority",
     type=click.IntRange(limits.MIN_PRIORITY, limits.MAX_PRIORITY),
     default=None,
-    help="the priority (0-9, higher first; default 5) of the runs whose line names none",
+    help=f"the priority ({limits.MIN_PRIORITY}-{limits.MAX_PRIORITY}, higher first; default {limits.DEFAULT_PRIORITY})"
+    " of the runs whose line names none",
 )
 @click.option(
     "--run-at",

@@ -22,7 +22,7 @@ local function acquired(run, tools, run_id, epoch, crashes)
       local k = at[id]
       if not k then
         records[#records + 1] = id; records[#records + 1] = cjson.encode(claim)
-      elseif cjson.decode(records[k]).state == 'pending' then  -- a claim kept there before claims moved
+      elseif cjson.decode(records[k]).state == TS.PENDING then  -- a claim kept there before claims moved
         records[k] = cjson.encode(claim)
       end
     end

@@ -7,7 +7,7 @@ local st = redis.call('HGET', KEYS[1], F.STATUS)
 if not st then return {'missing'} end
 if is_terminal(st) then return {'finished', st} end
 local prev = redis.call('HGET', KEYS[2], ARGV[2])
-if prev and cjson.decode(prev).state == 'done' then return {'duplicate'} end
+if prev and cjson.decode(prev).state == TS.DONE then return {'duplicate'} end
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[4])
 if st == S.AWAITING_CHILDREN and children_open(KEYS[1], KEYS[2]) == 0 then
   client_resume(KEYS[1], ARGV[1], now_ms())

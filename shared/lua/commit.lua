@@ -38,7 +38,7 @@ local function open_claims()
 end
 local nc = tonumber(ARGV[i]); i = i + 1
 for k = 1, nc do
-  open_claims()[ARGV[i]] = {state = 'pending', epoch = tonumber(ARGV[1]), attempts = tonumber(ARGV[i + 1])}
+  open_claims()[ARGV[i]] = {state = TS.PENDING, epoch = tonumber(ARGV[1]), attempts = tonumber(ARGV[i + 1])}
   i = i + 2
 end
 local nr = tonumber(ARGV[i]); i = i + 1

@@ -291,11 +291,11 @@ local function client_settle(run, tools, now)
     local rec = redis.call('HGET', tools, p.toolCallId)
     if rec then
       local r = cjson.decode(rec)
-      if r.state == 'client_pending' then
+      if r.state == TS.CLIENT_PENDING then
         local deadline = tonumber(r.deadlineMs or 0) or 0
         if now >= deadline then
           local msg = 'error: the client returned no result within ' .. tostring(r.timeoutMs or '?') .. ' ms'
-          redis.call('HSET', tools, p.toolCallId, cjson.encode({state = 'done', client = true, timedOut = true, calledAt = r.calledAt,
+          redis.call('HSET', tools, p.toolCallId, cjson.encode({state = TS.DONE, client = true, timedOut = true, calledAt = r.calledAt,
             result = {toolCallId = p.toolCallId, name = r.name, content = msg, isError = true}}))
         else
           open = open + 1
@@ -321,7 +321,7 @@ local function children_open(run, tools)
   local open = 0
   for _, c in ipairs(cjson.decode(raw)) do
     local rec = redis.call('HGET', tools, c.toolCallId)
-    if not rec or cjson.decode(rec).state ~= 'done' then open = open + 1 end
+    if not rec or cjson.decode(rec).state ~= TS.DONE then open = open + 1 end
   end
   return open
 end
@@ -396,7 +396,7 @@ local function recorded_calls(tools, run_id)
   for k = 1, #raw, 2 do
     local r = cjson.decode(raw[k + 1])
     local res = r.result
-    if r.state == 'done' and type(res) == 'table' then
+    if r.state == TS.DONE and type(res) == 'table' then
       local name = (type(res.name) == 'string' and res.name ~= '') and res.name or (r.name or '')
       if not CONTEXT_TOOLS[name] then
         res.toolCallId, res.name = raw[k], name

@@ -15,10 +15,10 @@ for k = 0, n - 1 do
   local rec = redis.call('HGET', KEYS[2], id)
   if not rec then return finished and {'finished', h[1]} or {'unknown_call', id} end
   local r = cjson.decode(rec)
-  if finished and r.state ~= 'done' then return {'finished', h[1]} end
+  if finished and r.state ~= TS.DONE then return {'finished', h[1]} end
   if not r.client then return {'not_client', id} end
   local prev = nil
-  if r.state == 'done' then
+  if r.state == TS.DONE then
     if r.timedOut then return {'timed_out', id} end
     prev = r.result
   elseif new[id] then
@@ -32,7 +32,7 @@ for k = 0, n - 1 do
     end
     out[#out + 1] = 'duplicate'
   else
-    new[id] = {state = 'done', client = true, calledAt = r.calledAt,
+    new[id] = {state = TS.DONE, client = true, calledAt = r.calledAt,
       result = {toolCallId = id, name = r.name, content = content, isError = is_err}}
     out[#out + 1] = 'recorded'
   end

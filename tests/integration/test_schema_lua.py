@@ -9,6 +9,7 @@ from shared import dispatch, keys
 from shared.clock import utc_day
 from shared.fields import RunField, UsagePart, usage_field
 from shared.scripts import LUA_DIR, Scripts, render
+from shared.settings import Settings
 from tests.support.lua_probe import prelude_probe
 
 pytestmark = pytest.mark.integration
@@ -28,7 +29,7 @@ return {run_key(ARGV[1]), stream_key(ARGV[1]), tools_key(ARGV[1]), session_key(A
 async def test_what_the_lua_builds_equals_the_python_schema(redis: Redis, count: int, index: int) -> None:
     r = redis
     part = keys.Layout(count).parts[index]
-    scripts = Scripts(r, queued_check_ms=777, stream_maxlen=55, retention_s=99)
+    scripts = Scripts(r, Settings(queued_check_ms=777, stream_maxlen=55, retention_s=99))
     prelude = "".join((LUA_DIR / f"{p}.lua").read_text() for p in ("clock", "prelude"))
     probe = render(prelude + "enter_clock(KEYS, ARGV)\nenter_prelude(KEYS, ARGV)\n" + PROBE)
     assert "__" not in probe.replace("__index", "")
@@ -57,7 +58,7 @@ async def test_a_usage_tally_from_lua_lands_where_the_report_reads_it(
     """usage_add (prelude.lua; an ending from outside a worker) adds to the tenant's usage hash of the
     UTC day of its time: the one keys.Partition.usage_day names, with shared.fields.usage_field's fields."""
     part = keys.Layout(count).parts[index]
-    scripts = Scripts(redis, usage_ttl_s=3 * 86_400)
+    scripts = Scripts(redis, Settings(usage_retention_days=3))
     run = part.run("run-1")
     await redis.hset(run, mapping={RunField.TENANT: "acme", RunField.AGENT: "small"})
     probe = prelude_probe("usage_add(KEYS[1], ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]))")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentmill_client.models import Message, ToolCall, ToolResult, Usage
+from agentmill_client.statuses import RunStatus
 from shared.profiles import CompactionConfig, RetryConfig
 from worker import machine as m
 from worker.config import RunConfig, ToolSpec
@@ -96,13 +97,13 @@ def in_node(node: str) -> m.RunState:
         return go(calling(), failure())[0]
     if node == m.Phase.TOOL_RUNNING:
         return go(calling(), calls_reply(("c1", "echo", "{}")))[0]
-    if node == m.Phase.AWAITING_HUMAN:
+    if node == RunStatus.AWAITING_HUMAN:
         return go(calling(), calls_reply(("c1", "danger", "{}")))[0]
     if node == m.Phase.COMPACTING:
         return go(calling(), failure(kind="overflow", status=None))[0]
-    if node == m.Phase.AWAITING_TOOLS:
+    if node == RunStatus.AWAITING_TOOLS:
         return go(calling(), calls_reply(("c1", "remote", "{}")))[0]
-    if node == m.Phase.AWAITING_CHILDREN:
+    if node == RunStatus.AWAITING_CHILDREN:
         return go(calling(), calls_reply(("c1", "helper", TASK)), m.ChildrenStarted(T0, {"c1": "stream-c1"}))[
             0
         ]

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from agentmill_client.models import EventKind, Message, ToolCall
+from agentmill_client.statuses import RunStatus
 from tests.unit.machine_driver import T0, calling, go, result
 from worker import machine as m
 from worker import policy
@@ -52,7 +53,7 @@ def test_a_stream_without_finish_reason_is_retried_and_its_deltas_withdrawn() ->
     assert not any(isinstance(c, m.Emit) and c.kind == EventKind.ASSISTANT_MESSAGE for c in cmds)
     # The retry answers in full: the run completes with the whole answer.
     s, cmds = go(s, m.RetryTimerFired(T0 + 5000), reply("stop", "Name a colour. (2)"))
-    assert s.phase == m.Phase.COMPLETED
+    assert s.phase == RunStatus.COMPLETED
     res = next(c.result for c in cmds if isinstance(c, m.Finish))
     assert (
         res.final_assistant_message is not None
@@ -66,7 +67,7 @@ def test_cut_off_streams_until_retries_run_out_fail_the_run() -> None:
     for _ in range(s.cfg.retry.max_retries):
         s, _ = go(s, reply(None, "par"), m.RetryTimerFired(T0))
     s, cmds = go(s, reply(None, "par"))
-    assert s.phase == m.Phase.FAILED and s.last_error is not None
+    assert s.phase == RunStatus.FAILED and s.last_error is not None
     assert s.last_error.code == "model_retries_exhausted" and "truncated" in s.last_error.message
     assert next(c.result for c in cmds if isinstance(c, m.Finish)).finish_reason is None
 
@@ -74,7 +75,7 @@ def test_cut_off_streams_until_retries_run_out_fail_the_run() -> None:
 def test_length_on_a_text_answer_completes_marked_length() -> None:
     s, cmds = go(calling(), reply("length", "The first three primes are 2, 3 and"))
     res = next(c.result for c in cmds if isinstance(c, m.Finish))
-    assert s.phase == m.Phase.COMPLETED and res.finish_reason == "length"
+    assert s.phase == RunStatus.COMPLETED and res.finish_reason == "length"
     assert res.final_assistant_message is not None and res.final_assistant_message.content.endswith("3 and")
     assert statuses(cmds)[-1] == {"status": "completed", "iterations": 1, "finishReason": "length"}
     msg_event = next(
@@ -107,7 +108,7 @@ def test_length_inside_tool_arguments_is_never_executed_and_the_model_is_told() 
 
 def test_content_filter_fails_the_run_with_its_own_code() -> None:
     s, cmds = go(calling(), m.ModelStreamOpened(T0), reply("content_filter", "I can", partial=True))
-    assert s.phase == m.Phase.FAILED and s.last_error is not None
+    assert s.phase == RunStatus.FAILED and s.last_error is not None
     assert s.last_error.code == "model_content_filter" and not s.last_error.retryable
     assert not any(isinstance(c, m.Wait) for c in cmds)
     assert statuses(cmds)[0]["status"] == "model_call_discarded"  # its partial text is withdrawn
@@ -125,4 +126,4 @@ def test_an_empty_answer_is_retried_not_completed() -> None:
     s, cmds = go(calling(), reply("stop", ""))
     assert s.node == m.RETRYING and statuses(cmds)[-1]["reason"] == "empty"
     s, cmds = go(s, m.RetryTimerFired(T0), reply("stop", "Blue."))
-    assert s.phase == m.Phase.COMPLETED
+    assert s.phase == RunStatus.COMPLETED

@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from agentmill_client.models import EventKind, Message, ToolCall
+from agentmill_client.statuses import RunStatus
 from tests.peer import llama
 from tests.unit.machine_driver import T0, calling, config, go
 from worker import machine as m
@@ -95,7 +96,7 @@ async def test_a_recorded_chat_stream_completes_with_the_whole_answer() -> None:
     text, calls, end, _ = await replay("chat_stream")
     assert (text, calls, end.finish_reason, end.done) == ("Name a colour.", [], "stop", True)
     s, _ = decided(text, calls, end)
-    assert s.phase == m.Phase.COMPLETED and s.final_message is not None
+    assert s.phase == RunStatus.COMPLETED and s.final_message is not None
     assert s.final_message.content == "Name a colour."
 
 
@@ -156,7 +157,7 @@ async def test_a_recorded_structured_answer_completes_with_its_output() -> None:
     assert calls == [] and end.finish_reason == "stop"
     s, cmds = go(calling(config(response_format=llama.PICK_FORMAT)), m.ModelStreamOpened(T0),
                  m.ModelReplied(T0, Message(role="assistant", content=text), end.usage, end.finish_reason))  # fmt: skip
-    assert s.phase == m.Phase.COMPLETED and s.repairs == 0, text
+    assert s.phase == RunStatus.COMPLETED and s.repairs == 0, text
     jsonschema.validate(s.output, llama.PICK)
     assert next(c for c in cmds if isinstance(c, m.Finish)).result.output == orjson.loads(text)
 
@@ -184,7 +185,7 @@ async def test_a_recorded_text_and_image_message_is_accepted_and_completes() -> 
     text, calls, end, _ = await replay("image_parts_stream")
     assert text and calls == [] and end.finish_reason in ("stop", "length")
     s, _ = decided(text, calls, end)
-    assert s.phase == m.Phase.COMPLETED and s.final_message is not None and s.final_message.content == text
+    assert s.phase == RunStatus.COMPLETED and s.final_message is not None and s.final_message.content == text
 
 
 async def test_a_recorded_photo_sized_image_as_parts_is_an_empty_stream_retried() -> None:
@@ -212,4 +213,4 @@ async def test_a_recorded_photo_sent_as_a_placeholder_completes() -> None:
     text, calls, end, _ = await replay("image_placeholder_stream")
     assert text and end.finish_reason in ("stop", "length")
     s, _ = decided(text, calls, end)
-    assert s.phase == m.Phase.COMPLETED
+    assert s.phase == RunStatus.COMPLETED

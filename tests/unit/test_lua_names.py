@@ -20,6 +20,7 @@ from shared import keys
 from shared.fields import BatchField, BudgetField, RunField, ScheduleField, SessionField, UsagePart
 from shared.scripts import LUA_DIR, NAMES, SCRIPTS, render, source
 from shared.session_calls import PastCallField
+from shared.tool_records import ToolState
 from worker.context import PastCall
 
 # The quoted literals that spell such a name but mean something else, each counted: a new literal
@@ -30,9 +31,7 @@ OTHER_MEANINGS = {
     ("redispatch.lua", "awaiting_tools"): 1,  # the script's verdict
     ("redispatch.lua", "awaiting_children"): 1,  # likewise
     ("prelude.lua", "epoch"): 1,  # a stream entry's field (xadd), not the run hash's
-    ("prelude.lua", "done"): 3,  # a tool record's state
-    ("child_result.lua", "done"): 1,  # likewise
-    ("tool_results.lua", "done"): 3,  # likewise
+    ("settle_approval.lua", "pending"): 2,  # an approval's decision, not a tool record's state
     ("capacity_acquire.lua", "paused"): 1,  # the limiter's verdict, not a schedule's field
     ("schedule_pause.lua", "paused"): 1,  # the script's verdict
     ("budget_reserve.lua", "cost"): 1,  # the limit a refusal names, not a usage hash's part
@@ -47,6 +46,7 @@ NAMED = {
     *EventKind,
     *UsagePart,
     *PastCallField,
+    *ToolState,
     *keys.INDEX_DIMS,
 }
 
@@ -67,13 +67,16 @@ def test_no_field_or_status_is_spelled_in_the_lua_but_by_its_token() -> None:
 def test_every_token_is_filled_in_with_its_python_value() -> None:
     for name in SCRIPTS:
         rendered = render(source(name))
-        assert not re.search(r"\b(F|S|BATCH|SESSION|SCHED|BUDGET|EVENT|USAGE|CALL|DIM)\.[A-Z]", rendered), (
-            name
-        )
+        assert not re.search(
+            r"\b(F|S|BATCH|SESSION|SCHED|BUDGET|EVENT|USAGE|CALL|TS|DIM)\.[A-Z]", rendered
+        ), name
     assert render(
         "h[F.LAST_SEQ], S.AWAITING_HUMAN, BATCH.DONE, SESSION.ACTIVE_RUN, SCHED.NEXT_FIRE, EVENT.ERROR, DIM.META"
     ) == ("h['lastSeq'], 'awaiting_human', 'done', 'activeRun', 'nextFire', 'error', 'meta'")
-    assert set(NAMES) == {"F", "S", "BATCH", "SESSION", "SCHED", "BUDGET", "EVENT", "USAGE", "CALL"}
+    assert set(NAMES) == {"F", "S", "BATCH", "SESSION", "SCHED", "BUDGET", "EVENT", "USAGE", "CALL", "TS"}
+    assert render("{state = TS.PENDING}, r.state == TS.CLIENT_PENDING") == (
+        "{state = 'pending'}, r.state == 'client_pending'"
+    )
     assert render("[CALL.IS_ERROR] = e, [CALL.CALLED_AT] = t") == "['isError'] = e, ['calledAtMs'] = t"
     assert render("BUDGET.HELD_TOKENS") == "'heldTokens'"
     assert render("f .. USAGE.RUNS, F.USAGE_IN") == "f .. 'runs', 'inputTokens'"
@@ -85,6 +88,24 @@ def test_every_token_is_filled_in_with_its_python_value() -> None:
 def test_a_token_naming_no_member_fails_at_render_time(token: str) -> None:
     with pytest.raises(ValueError, match=re.escape(token)):
         render(f"redis.call('HGET', KEYS[1], {token})")
+
+
+# A tool record's state set or compared (``state = …``, ``.state == …``, ``.state ~= …``) with a
+# quoted string rather than a TS token; an approval's ``decision`` (also 'pending') is no such state.
+_STATE_LITERAL = re.compile(r"\bstate\s*(?:==|~=|=)\s*'")
+
+
+def test_a_tool_records_state_is_spelled_in_the_lua_only_by_its_token() -> None:
+    spelled = [
+        (path.name, line.strip())
+        for path in sorted(LUA_DIR.glob("*.lua"))
+        for line in path.read_text().splitlines()
+        if _STATE_LITERAL.search(re.sub(r"--.*$", "", line))
+    ]
+    assert spelled == []
+    assert _STATE_LITERAL.search("if cjson.decode(prev).state == 'done' then")
+    assert _STATE_LITERAL.search("new[id] = {state = 'pending', epoch = 1}")
+    assert not _STATE_LITERAL.search("if entry.decision ~= 'pending' then")
 
 
 _SHAS = (

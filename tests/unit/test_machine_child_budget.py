@@ -44,12 +44,12 @@ def test_the_children_usage_is_counted_once_and_refuses_the_parents_next_call() 
     s, _ = go(s, m.ChildrenStarted(T0, {"c1": "k1", "c2": "k2"}))
     one = Usage(input_tokens=300, output_tokens=100)
     s, _ = go(s, m.Resumed(T0), m.ChildrenEnded(T0, {"c1": child_result("c1")}, {"c1": one}))
-    assert s.node == m.Phase.AWAITING_CHILDREN and s.children_usage == one
+    assert s.node == RunStatus.AWAITING_CHILDREN and s.children_usage == one
     # c1 delivered again with c2: counted once; 120 + 400 + 450 + the next call's ~60 > 1000
     two = Usage(input_tokens=400, output_tokens=50)
     s, cmds = go(s, m.Resumed(T0), m.ChildrenEnded(T0, {"c1": child_result("c1"), "c2": child_result("c2")},
                                                    {"c1": one, "c2": two}))  # fmt: skip
-    assert s.phase == m.Phase.FAILED and not any(isinstance(c, m.CallModel) for c in cmds)
+    assert s.phase == RunStatus.FAILED and not any(isinstance(c, m.CallModel) for c in cmds)
     assert s.last_error is not None and s.last_error.code == "budget_exceeded"
     assert "spent 970 tokens" in s.last_error.message
     res = m.result_of(s)

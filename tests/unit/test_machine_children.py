@@ -3,6 +3,7 @@ awaiting_children until every child ended, and the depth limit and cycles are re
 
 from __future__ import annotations
 
+from agentmill_client.statuses import RunStatus
 from tests.unit.machine_driver import T0, TASK, calling, calls_reply, child_result, config, go, result
 from worker import machine as m
 
@@ -25,12 +26,12 @@ def test_parallel_sub_agent_calls_start_their_children_at_once_and_park_until_ev
     ]
     assert s.node == m.Phase.TOOL_RUNNING  # the echo call still runs here
     s, cmds = go(s, result("c3"))
-    assert s.node == m.Phase.AWAITING_CHILDREN
+    assert s.node == RunStatus.AWAITING_CHILDREN
     (park,) = [c for c in cmds if isinstance(c, m.AwaitChildren)]
     assert park.record() == [{"toolCallId": "c1", "name": "helper", "runId": spawn.child_ids["c1"]},
                              {"toolCallId": "c2", "name": "helper", "runId": spawn.child_ids["c2"]}]  # fmt: skip
     s, cmds = go(s, m.Resumed(T0), m.ChildrenEnded(T0, {"c2": child_result("c2", "two")}))
-    assert s.node == m.Phase.AWAITING_CHILDREN and [
+    assert s.node == RunStatus.AWAITING_CHILDREN and [
         c.pending[0].id for c in cmds if isinstance(c, m.AwaitChildren)
     ] == ["c1"]
     s, cmds = go(

@@ -11,6 +11,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agentmill_client.statuses import RunStatus
 from tests.unit.machine_driver import T0, Driver, calling, calls_reply, config, go, in_node, result
 from worker import machine as m
 
@@ -59,7 +60,7 @@ def test_random_runs_terminate_within_limits_with_consistent_commands(
     assert d.max_running <= parallel
     assert s.iterations <= max_iter + (on_limit == "answer")  # at most one last call for the answer
     if m.result_of(s).stop_reason:
-        assert on_limit == "answer" and s.phase == m.Phase.COMPLETED
+        assert on_limit == "answer" and s.phase == RunStatus.COMPLETED
     for ev in (m.AbortRequested(T0), m.DeadlineReached(T0), m.ModelStreamOpened(T0)):
         assert m.decide(s, ev) == (s, [])  # terminal states absorb everything
 
@@ -100,7 +101,7 @@ def test_resumed_reissues_the_effects_of_each_node() -> None:
     )
     s, cmds = m.decide(s, m.Resumed(T0))
     assert [c.call.id for c in cmds if isinstance(c, m.ExecuteTool)] == ["b", "c"]
-    assert m.decide(in_node(m.Phase.AWAITING_HUMAN), m.Resumed(T0))[1] == []
+    assert m.decide(in_node(RunStatus.AWAITING_HUMAN), m.Resumed(T0))[1] == []
 
 
 MACHINE = sorted(p.relative_to(Path(__file__).resolve().parents[2]).as_posix()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentmill_client.models import Message, ToolCall
+from agentmill_client.statuses import RunStatus
 from tests.unit.machine_driver import T0, calling, calls_reply, config, failure, go, result, text_reply
 from worker import machine as m
 from worker.config import ToolSpec
@@ -68,7 +69,7 @@ def test_max_iterations_asks_once_more_without_tools_and_completes_naming_the_li
         c.payload for c in cmds if isinstance(c, m.Emit)
     ]
     s, cmds = go(s, text_reply("here is what I found"))
-    assert s.phase == m.Phase.COMPLETED and s.final_message is not None
+    assert s.phase == RunStatus.COMPLETED and s.final_message is not None
     res = m.result_of(s)
     assert (
         res.stop_reason == "max_iterations" and res.final_assistant_message.content == "here is what I found"
@@ -83,7 +84,7 @@ def test_the_last_call_refuses_tool_calls_and_keeps_the_text() -> None:
     reply = m.ModelReplied(T0, Message(role="assistant", content="partial answer",
                                        tool_calls=[ToolCall(id="x", name="echo")]))  # fmt: skip
     s, cmds = go(s, reply)
-    assert s.phase == m.Phase.COMPLETED and s.final_message == Message(
+    assert s.phase == RunStatus.COMPLETED and s.final_message == Message(
         role="assistant", content="partial answer", created_at=T0
     )
     assert not any(isinstance(c, m.ExecuteTool) for c in cmds)
@@ -102,7 +103,7 @@ def test_max_tool_rounds_answers_the_refused_round_then_asks_for_the_answer() ->
     assert "maxToolRounds=1" in s.transcript[-1].content
     assert [e["code"] for e in errors(cmds)] == ["tool_refused", "tool_refused"]
     s, _ = go(s, text_reply("final"))
-    assert m.result_of(s).stop_reason == "max_tool_rounds" and s.phase == m.Phase.COMPLETED
+    assert m.result_of(s).stop_reason == "max_tool_rounds" and s.phase == RunStatus.COMPLETED
 
 
 def test_the_last_call_is_bounded_a_failure_still_fails() -> None:
@@ -110,14 +111,14 @@ def test_the_last_call_is_bounded_a_failure_still_fails() -> None:
         calling(config(max_iterations=1, on_limit="answer")), calls_reply(("a", "echo", "{}")), result("a")
     )
     s, _ = go(s, failure(status=401))
-    assert s.phase == m.Phase.FAILED and m.result_of(s).stop_reason is None
+    assert s.phase == RunStatus.FAILED and m.result_of(s).stop_reason is None
 
 
 def test_on_limit_fail_keeps_the_old_behaviour() -> None:
     s, _ = go(
         calling(config(max_iterations=1, on_limit="fail")), calls_reply(("a", "echo", "{}")), result("a")
     )
-    assert s.phase == m.Phase.FAILED and s.last_error is not None and s.last_error.code == "max_iterations"
+    assert s.phase == RunStatus.FAILED and s.last_error is not None and s.last_error.code == "max_iterations"
 
 
 # ---- client tools ----
@@ -141,7 +142,7 @@ def test_client_calls_are_offered_then_the_run_parks_once_the_worker_has_nothing
     assert sorted(c.call.id for c in cmds if isinstance(c, m.ExecuteTool)) == ["i", "w"]  # never the client's
     assert s.phase == m.Phase.TOOL_RUNNING and s.client_waiting == {"c": T0 + 5_000}
     s, cmds = go(s, result("w"), result("i", name="recall_tool_call"))
-    assert s.phase == m.Phase.AWAITING_TOOLS and m.result_of(s).status == "awaiting_tools"
+    assert s.phase == RunStatus.AWAITING_TOOLS and m.result_of(s).status == "awaiting_tools"
     park = next(c for c in cmds if isinstance(c, m.AwaitClient))
     assert [c.id for c in park.pending] == ["c"] and park.deadlines == {"c": T0 + 5_000}
     assert emits(cmds, "status")[-1] == {
@@ -157,9 +158,9 @@ def test_client_calls_are_offered_then_the_run_parks_once_the_worker_has_nothing
 
 def test_only_client_calls_park_at_once_and_partial_results_park_again() -> None:
     s, cmds = go(calling(), calls_reply(("a", "remote", "{}"), ("b", "remote", "{}")))
-    assert s.phase == m.Phase.AWAITING_TOOLS and not any(isinstance(c, m.ExecuteTool) for c in cmds)
+    assert s.phase == RunStatus.AWAITING_TOOLS and not any(isinstance(c, m.ExecuteTool) for c in cmds)
     s, cmds = go(s, m.ClientResultsReceived(T0, {"a": result("a", "1", "remote").result}))
-    assert s.phase == m.Phase.AWAITING_TOOLS
+    assert s.phase == RunStatus.AWAITING_TOOLS
     assert [c.id for c in cmds if isinstance(c, m.AwaitClient) for c in c.pending] == ["b"]
     assert not emits(cmds, "status")  # parking again is not news
     timeout = result("b", "error: the client returned no result within 5000 ms", "remote").result
@@ -171,13 +172,13 @@ def test_only_client_calls_park_at_once_and_partial_results_park_again() -> None
 def test_client_calls_need_approval_like_any_other_and_abort_ends_the_wait() -> None:
     cfg = config(approval_tools=["remote"])
     s, cmds = go(calling(cfg), calls_reply(("a", "remote", "{}"), ("b", "remote", "{}")))
-    assert s.phase == m.Phase.AWAITING_HUMAN and not any(isinstance(c, m.OfferClientCalls) for c in cmds)
+    assert s.phase == RunStatus.AWAITING_HUMAN and not any(isinstance(c, m.OfferClientCalls) for c in cmds)
     s, cmds = go(s, m.ApprovalsDecided(T0 + 7, {"a": True, "b": False}))
     offer = next(c for c in cmds if isinstance(c, m.OfferClientCalls))
     assert [c.id for c in offer.calls] == ["a"] and offer.deadlines == {"a": T0 + 7 + 5_000}
-    assert s.phase == m.Phase.AWAITING_TOOLS
+    assert s.phase == RunStatus.AWAITING_TOOLS
     s, _ = go(s, m.AbortRequested(T0, "stop"))
-    assert s.phase == m.Phase.ABORTED
+    assert s.phase == RunStatus.ABORTED
 
 
 # ---- monitoring points: time per state, what compaction removed ----
@@ -187,7 +188,7 @@ def test_the_state_records_when_it_entered_its_node_from_event_times() -> None:
     s, _ = go(calling(), m.ModelStreamOpened(T0 + 40))
     assert s.node == m.STREAMING and s.node_since_ms == T0 + 40
     s, _ = go(s, calls_reply(("a", "remote", "{}")))  # ModelReplied at T0
-    assert s.node == m.Phase.AWAITING_TOOLS and s.node_since_ms == T0
+    assert s.node == RunStatus.AWAITING_TOOLS and s.node_since_ms == T0
     same, _ = go(s, m.Resumed(T0 + 9_000))  # the node does not change: the clock does not restart
     assert same.node_since_ms == T0
     after, _ = go(same, m.ClientResultsReceived(T0 + 9_500, {"a": result("a", "x", "remote").result}))
@@ -224,4 +225,6 @@ def test_the_wait_for_the_client_ends_by_the_runs_own_deadline() -> None:
     )  # not 5_000, the per-call timeout
     late = result("a", "error: the client returned no result within 5000 ms", "remote").result
     s, _ = go(s, m.ClientResultsReceived(T0 + 2_000, {"a": late.model_copy(update={"is_error": True})}))
-    assert s.phase == m.Phase.FAILED and s.last_error is not None and s.last_error.code == "max_run_duration"
+    assert (
+        s.phase == RunStatus.FAILED and s.last_error is not None and s.last_error.code == "max_run_duration"
+    )

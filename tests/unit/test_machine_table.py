@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from agentmill_client.models import Message
+from agentmill_client.statuses import RunStatus
 from tests.unit.machine_driver import (
     T0,
     TASK,
@@ -38,8 +39,8 @@ def restore_origins() -> list[m.RunState | None]:
         None,  # calling
         failed.model_copy(update={"iterations": 10_000}),  # past maxIterations, onLimit fail: failed
         in_node(m.Phase.TOOL_RUNNING),
-        in_node(m.Phase.AWAITING_HUMAN),
-        in_node(m.Phase.AWAITING_TOOLS),
+        in_node(RunStatus.AWAITING_HUMAN),
+        in_node(RunStatus.AWAITING_TOOLS),
         failed.model_copy(update={"transcript": [Message(role="user", content="u")] * 40}),  # compacting
     ]
 
@@ -149,7 +150,7 @@ def events_for(node: str) -> list[tuple[m.Event, m.RunState]]:
                 ),
             ),
         ]
-    if node == m.Phase.AWAITING_HUMAN:
+    if node == RunStatus.AWAITING_HUMAN:
         both = go(calling(), calls_reply(("c1", "danger", "{}"), ("c2", "echo", "{}")))[0]
         cases += [
             (m.ApprovalsDecided(T0, {"c1": True}), s),
@@ -175,7 +176,7 @@ def events_for(node: str) -> list[tuple[m.Event, m.RunState]]:
                 s.model_copy(update={"config": config(client_tools=["danger"])}),
             ),
         ]
-    if node == m.Phase.AWAITING_TOOLS:
+    if node == RunStatus.AWAITING_TOOLS:
         two = go(calling(), calls_reply(("c1", "remote", "{}"), ("c2", "remote", "{}")))[0]
         got = result("c1", "from the client", "remote").result
         cases += [
@@ -228,7 +229,7 @@ def events_for(node: str) -> list[tuple[m.Event, m.RunState]]:
             (result("c2"), go(spawning, m.ChildrenStarted(T0, {"c1": "k"}))[0]),
             (m.Resumed(T0, {"c2": result("c2").result}), go(spawning, m.ChildrenStarted(T0, {"c1": "k"}))[0]),
         ]
-    if node == m.Phase.AWAITING_CHILDREN:
+    if node == RunStatus.AWAITING_CHILDREN:
         two = go(calling(), calls_reply(("c1", "helper", TASK), ("c2", "helper", TASK)),
                  m.ChildrenStarted(T0, {"c1": "k1", "c2": "k2"}))[0]  # fmt: skip
         cases += [
@@ -251,7 +252,7 @@ def events_for(node: str) -> list[tuple[m.Event, m.RunState]]:
                 ),
             ),
         ]
-    if node == m.Phase.AWAITING_TOOLS:
+    if node == RunStatus.AWAITING_TOOLS:
         both = go(
             calling(),
             calls_reply(("c1", "remote", "{}"), ("c2", "helper", TASK)),
@@ -326,7 +327,7 @@ def test_retries_back_off_and_then_fail_naming_the_cause() -> None:
     s, cmds = go(s, m.RetryTimerFired(T0), failure())
     assert [c.delay_ms for c in cmds if isinstance(c, m.Wait)] == [2000]
     s, cmds = go(s, m.RetryTimerFired(T0), failure())
-    assert s.phase == m.Phase.FAILED and s.last_error is not None
+    assert s.phase == RunStatus.FAILED and s.last_error is not None
     assert (
         s.last_error.code == "model_retries_exhausted"
         and "http_503" in s.last_error.message
@@ -338,7 +339,7 @@ def test_partial_failure_discards_and_fatal_fails_at_once() -> None:
     s, cmds = go(calling(), m.ModelStreamOpened(T0), failure(partial=True))
     assert any(isinstance(c, m.Emit) and c.payload.get("status") == "model_call_discarded" for c in cmds)
     s, _ = go(calling(), failure(status=401))
-    assert s.phase == m.Phase.FAILED and s.last_error.code == "model_http_401"  # type: ignore[union-attr]
+    assert s.phase == RunStatus.FAILED and s.last_error.code == "model_http_401"  # type: ignore[union-attr]
 
 
 def test_tool_policy_max_parallel_max_calls_and_bad_calls() -> None:
@@ -416,3 +417,12 @@ def test_the_table_is_complete_in_the_source() -> None:
     for node, row in m.TABLE.items():
         assert all(ev in row for ev in m.EVERYWHERE), node
     assert not set(m.TABLE) & {p.value for p in m.TERMINAL_PHASES}
+
+
+def test_no_status_is_spelled_as_a_phase() -> None:
+    """A run status the machine is in (awaiting, ended) is RunStatus's member itself: Phase holds only
+    the states no status names, and a checkpoint's phase reads back as the same member."""
+    assert not {p.value for p in m.Phase} & {s.value for s in RunStatus}
+    for phase in (*m.Phase, *m.STATUS_PHASES):
+        state = m.RunState(run_id="r", phase=phase)
+        assert m.RunState.model_validate_json(state.model_dump_json()).phase is phase

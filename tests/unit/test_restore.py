@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 
 from agentmill_client.models import EventKind, Message, ToolResult
+from agentmill_client.statuses import RunStatus
 from tests.unit.machine_driver import T0, calling, calls_reply, config, failure, go, result, text_reply
 from worker import machine as m
 
@@ -28,7 +29,7 @@ def three_rounds_then_fatal() -> m.RunState:
     for i in (1, 2, 3):
         s, _ = go(s, calls_reply((f"c{i}.0", "echo", "{}")), result(f"c{i}.0", f"r{i}"))
     s, _ = go(s, failure(status=401))
-    assert s.phase == m.Phase.FAILED and s.last_error is not None
+    assert s.phase == RunStatus.FAILED and s.last_error is not None
     return s
 
 
@@ -45,14 +46,14 @@ def test_a_retry_resumes_a_failed_run_at_its_next_model_call_executing_nothing()
     call = next(c for c in cmds if isinstance(c, m.CallModel))
     assert [x.content for x in call.request.messages if x.role == "tool"] == ["r1", "r2", "r3"]
     s, cmds = go(s, text_reply("fine"))
-    assert s.phase == m.Phase.COMPLETED
+    assert s.phase == RunStatus.COMPLETED
 
 
 def test_a_retry_of_a_run_that_failed_mid_round_serves_recorded_results_and_runs_the_rest() -> None:
     s, _ = go(calling(), calls_reply(("c1.0", "echo", "{}"), ("c1.1", "calc", "{}"), ("c1.2", "echo", "{}")))
     s, _ = go(s, result("c1.0", "done before"))
     origin, _ = go(s, m.DeadlineReached(T0 + 1))
-    assert origin.phase == m.Phase.FAILED and origin.round
+    assert origin.phase == RunStatus.FAILED and origin.round
     recorded = {"c1.1": ToolResult(tool_call_id="c1.1", name="calc", content="recorded")}
     s, cmds = m.decide(m.initial_state("r2"), restored(origin, recorded=recorded))
     assert s.phase == m.Phase.TOOL_RUNNING
@@ -67,7 +68,7 @@ def test_a_retry_of_a_run_that_failed_mid_round_serves_recorded_results_and_runs
 def test_pending_approvals_are_asked_again() -> None:
     origin, _ = go(calling(), calls_reply(("c1.0", "danger", "{}")), m.DeadlineReached(T0 + 1))
     s, cmds = m.decide(m.initial_state("r2"), restored(origin))
-    assert s.phase == m.Phase.AWAITING_HUMAN
+    assert s.phase == RunStatus.AWAITING_HUMAN
     assert [c.id for c in next(c for c in cmds if isinstance(c, m.AwaitHuman)).pending] == ["c1.0"]
 
 

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentmill_client.models import Budget, Message, ToolCall, ToolResult, Usage
+from agentmill_client.statuses import RunStatus
 from shared.profiles import Pricing
 from tests.unit.machine_driver import T0, calling, config, go, result, text_reply
 from worker import machine as m
@@ -38,7 +39,7 @@ def test_the_call_that_would_cross_max_tokens_is_never_made() -> None:
     s, cmds = go(s, reply)
     assert s.phase == m.Phase.TOOL_RUNNING and any(isinstance(c, m.ExecuteTool) for c in cmds)
     s, cmds = go(s, result(s.round[0].id))
-    assert s.phase == m.Phase.FAILED and s.model_call_index == first  # no second call
+    assert s.phase == RunStatus.FAILED and s.model_call_index == first  # no second call
     assert not any(isinstance(c, m.CallModel) for c in cmds)
     err = s.last_error
     assert err is not None and err.code == "budget_exceeded"
@@ -54,7 +55,7 @@ def test_max_cost_usd_counts_the_calls_worst_cost_by_the_pricing() -> None:
         m.Started(T0, cfg, [Message(role="user", content="hi")]),
         m.ContextLoaded(T0, []),
     )
-    assert s.phase == m.Phase.FAILED and s.last_error is not None
+    assert s.phase == RunStatus.FAILED and s.last_error is not None
     assert s.last_error.code == "budget_exceeded" and "maxCostUsd=45.0" in s.last_error.message
     cheap = cfg.model_copy(update={"reserve_output_tokens": 10})
     s, cmds = go(
@@ -69,7 +70,7 @@ def test_max_cost_usd_counts_the_calls_worst_cost_by_the_pricing() -> None:
 def test_a_tenant_refusal_ends_the_run_before_its_call() -> None:
     s = calling(config())
     s, cmds = go(s, m.BudgetRefused(T0, "tenant budget: spent 90, reserved 5, this call 20 > 100"))
-    assert s.phase == m.Phase.FAILED and s.last_error is not None
+    assert s.phase == RunStatus.FAILED and s.last_error is not None
     assert s.last_error.code == "budget_exceeded" and "spent 90" in s.last_error.message
     assert isinstance(cmds[-1], m.Finish) and cmds[-1].result.last_error == s.last_error
 
@@ -117,12 +118,12 @@ def test_a_run_never_spends_past_its_budget(
             )
     assert s.usage.input_tokens + s.usage.output_tokens <= limit
     assert s.running == []
-    if s.phase == m.Phase.FAILED:
+    if s.phase == RunStatus.FAILED:
         assert s.last_error is not None and s.last_error.code == "budget_exceeded"
     else:
-        assert s.phase == m.Phase.COMPLETED
+        assert s.phase == RunStatus.COMPLETED
 
 
 def test_without_a_budget_nothing_changes() -> None:
     s, _ = go(calling(config()), text_reply())
-    assert s.phase == m.Phase.COMPLETED
+    assert s.phase == RunStatus.COMPLETED

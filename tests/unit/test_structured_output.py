@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from agentmill_client.models import EventKind, ResponseFormat, RunInput
+from agentmill_client.statuses import RunStatus
 from tests.unit.machine_driver import T0, Driver, calling, calls_reply, config, go, result, text_reply
 from worker import machine as m
 from worker.config import narrow_limits
@@ -41,7 +42,7 @@ def requests(cmds: list[m.Command]) -> list[m.ModelRequest]:
 
 def test_a_valid_answer_completes_with_the_parsed_output() -> None:
     s, cmds = go(structured(), m.ModelStreamOpened(T0), text_reply(GOOD))
-    assert s.phase == m.Phase.COMPLETED
+    assert s.phase == RunStatus.COMPLETED
     fin = next(c for c in cmds if isinstance(c, m.Finish))
     assert fin.result.output == {"city": "Lyon", "population": 522000}
     assert (
@@ -61,7 +62,7 @@ def test_an_invalid_answer_is_repaired_the_next_input_names_the_errors() -> None
     assert err["problems"] == ["population: 'many' is not of type 'integer'"]
     assert any(isinstance(c, m.Emit) and c.payload.get("status") == "repairing" for c in cmds)
     s, cmds = go(s, m.ModelStreamOpened(T0), text_reply(GOOD))
-    assert s.phase == m.Phase.COMPLETED and s.output == {"city": "Lyon", "population": 522000}
+    assert s.phase == RunStatus.COMPLETED and s.output == {"city": "Lyon", "population": 522000}
 
 
 @pytest.mark.parametrize("max_repairs", [0, 1, 2])
@@ -72,7 +73,7 @@ def test_always_invalid_fails_invalid_output_after_exactly_max_repairs(max_repai
         s, cmds = go(s, m.ModelStreamOpened(T0), text_reply("not json at all"))
         calls += 1
     assert calls == max_repairs + 1 and s.repairs == max_repairs
-    assert s.phase == m.Phase.FAILED
+    assert s.phase == RunStatus.FAILED
     fin = next(c for c in cmds if isinstance(c, m.Finish))
     assert fin.result.last_error is not None and fin.result.last_error.code == "invalid_output"
     assert "not JSON" in fin.result.last_error.message
@@ -86,10 +87,10 @@ def test_json_object_mode_refuses_non_json_and_non_objects() -> None:
     s, cmds = go(calling(config(response_format=fmt, max_repairs=1)), text_reply("Sure! Here it is."))
     assert s.repairs == 1 and "not JSON" in requests(cmds)[0].messages[-1].content
     s, _ = go(s, text_reply("[1, 2]"))
-    assert s.phase == m.Phase.FAILED and s.last_error is not None
+    assert s.phase == RunStatus.FAILED and s.last_error is not None
     assert "must be a JSON object" in s.last_error.message
     s, _ = go(calling(config(response_format=fmt)), text_reply('{"any": ["thing"]}'))
-    assert s.phase == m.Phase.COMPLETED and s.output == {"any": ["thing"]}
+    assert s.phase == RunStatus.COMPLETED and s.output == {"any": ["thing"]}
 
 
 def test_tool_calling_turns_are_not_validated_only_the_final_answer() -> None:
@@ -98,12 +99,12 @@ def test_tool_calling_turns_are_not_validated_only_the_final_answer() -> None:
     s, cmds = go(s, result("c1"))
     assert requests(cmds)[0].response_format == FMT  # every turn asks the provider for the format
     s, _ = go(s, text_reply(GOOD))
-    assert s.phase == m.Phase.COMPLETED and s.repairs == 0
+    assert s.phase == RunStatus.COMPLETED and s.repairs == 0
 
 
 def test_without_response_format_any_text_completes() -> None:
     s, _ = go(calling(), text_reply("not json"))
-    assert s.phase == m.Phase.COMPLETED and s.output is None
+    assert s.phase == RunStatus.COMPLETED and s.output is None
 
 
 def test_an_answer_in_a_code_fence_is_accepted() -> None:
@@ -212,7 +213,7 @@ def test_random_structured_runs_end_once_and_never_repair_beyond_the_limit(
     assert s.terminal and d.terminal_emits == 1 and d.finishes == 1
     assert s.repairs <= max_repairs
     assert s.iterations <= max_iter + 1 + max_repairs  # a repair may follow the last call for the answer
-    if s.phase == m.Phase.COMPLETED:
+    if s.phase == RunStatus.COMPLETED:
         assert s.output == {"ok": True} and m.result_of(s).output == {"ok": True}
     if s.last_error is not None and s.last_error.code == "invalid_output":
         assert s.repairs == max_repairs and s.final_message is not None

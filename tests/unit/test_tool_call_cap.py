@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentmill_client.models import LoopLimits, RunInput
+from agentmill_client.statuses import RunStatus
 from shared.profiles import AgentProfile
 from tests.unit.machine_driver import Driver, calling, calls_reply, config, go, result, text_reply
 from worker import machine as m
@@ -38,7 +39,7 @@ def test_reaching_the_cap_asks_for_the_answer_without_tools_and_names_the_limit(
     req = next(c.request for c in cmds if isinstance(c, m.CallModel))
     assert req.tools == []
     s, cmds = go(s, text_reply("what I have"))
-    assert s.phase == m.Phase.COMPLETED and m.result_of(s).stop_reason == "max_tool_calls"
+    assert s.phase == RunStatus.COMPLETED and m.result_of(s).stop_reason == "max_tool_calls"
 
 
 def test_a_round_that_reaches_the_cap_exactly_goes_straight_to_the_answer() -> None:
@@ -58,7 +59,7 @@ def test_on_limit_fail_fails_the_run_with_the_limit() -> None:
         calling(config(max_tool_calls=1, on_limit="fail")),
         calls_reply(("a", "echo", "{}"), ("b", "echo", "{}")),
     )
-    assert s.phase == m.Phase.FAILED and s.last_error is not None and s.last_error.code == "max_tool_calls"
+    assert s.phase == RunStatus.FAILED and s.last_error is not None and s.last_error.code == "max_tool_calls"
 
 
 def test_internal_tools_do_not_count() -> None:
@@ -76,4 +77,4 @@ def test_no_run_executes_more_tool_calls_than_its_cap(model: list[str], cap: int
     s = d.run(m.initial_state("r1").model_copy(update={"config": cfg}), 5_000)
     assert s.terminal and s.tool_calls_used <= cap
     if m.result_of(s).stop_reason == "max_tool_calls":
-        assert on_limit == "answer" and s.phase == m.Phase.COMPLETED
+        assert on_limit == "answer" and s.phase == RunStatus.COMPLETED

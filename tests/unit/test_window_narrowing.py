@@ -64,7 +64,7 @@ def test_a_run_widened_by_40_turns_that_overflows_narrows_and_completes() -> Non
     s = widened(turns=60, shown=2, loads=40)
     assert len(windowed_history(s)) == 4 + 80  # two turns opened with, forty loaded
     end, cmds = drive(s, fits=20)
-    assert end.phase == m.Phase.COMPLETED
+    assert end.phase == RunStatus.COMPLETED
     narrowed = [
         c.payload
         for c in cmds
@@ -82,7 +82,7 @@ def test_a_run_widened_by_40_turns_that_overflows_narrows_and_completes() -> Non
 def test_past_turns_all_go_before_the_run_ends_context_overflow() -> None:
     s = widened(turns=10, shown=2, loads=3)
     end, cmds = drive(s, fits=1 + len(s.transcript))  # the system prompt and the run's own messages fit
-    assert end.phase == m.Phase.COMPLETED and end.context_window_size == 0
+    assert end.phase == RunStatus.COMPLETED and end.context_window_size == 0
     sizes = [
         c.payload["contextWindowSize"]
         for c in cmds
@@ -91,7 +91,7 @@ def test_past_turns_all_go_before_the_run_ends_context_overflow() -> None:
     assert sizes == [4, 0]
     end, _ = drive(s, fits=1)  # not even the request fits: the run fails, with no past turn shown
     assert (
-        end.phase == m.Phase.FAILED
+        end.phase == RunStatus.FAILED
         and end.last_error is not None
         and end.last_error.code == "context_overflow"
     )
@@ -113,7 +113,7 @@ def test_no_run_ends_context_overflow_while_it_shows_past_turns(
     turns: int, shown: int, loads: int, fits: int
 ) -> None:
     end, _ = drive(widened(turns, shown, loads), fits)
-    assert end.phase in (m.Phase.COMPLETED, m.Phase.FAILED)
+    assert end.phase in (RunStatus.COMPLETED, RunStatus.FAILED)
     result = m.result_of(end)
     if result.status == RunStatus.FAILED:
         assert result.last_error is not None and result.last_error.code == "context_overflow"

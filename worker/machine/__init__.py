@@ -6,7 +6,7 @@ model_running, the model-call loop (calling → streaming → retrying → calli
 randomness: time, jitter and outcomes arrive as event fields, so a recorded event sequence replays to
 the same states. The runner (worker/runner/) executes the commands and feeds the outcomes back.
 
-- state.py: Phase, CallPhase, RunState;  events.py: the input;  commands.py: the output
+- state.py: Phase (with the statuses of STATUS_PHASES), CallPhase, RunState;  events.py: the input;  commands.py: the output
 - table.py: the literal (node, event) → handler, next nodes table; ``decide`` dispatches on it
 - handlers.py (run, model call), tool_round.py (a round of tool calls), steps.py (shared steps, the ending),
   repair.py (the final answer against responseFormat: complete, repair turn, or invalid_output)
@@ -62,8 +62,10 @@ from worker.machine.restore import rebuild
 from worker.machine.state import (
     CALLING,
     RETRYING,
+    STATUS_PHASES,
     STREAMING,
     TERMINAL_PHASES,
+    AnyPhase,
     CallPhase,
     IllegalTransition,
     MachineError,
@@ -80,11 +82,13 @@ __all__ = [
     "FINAL_ANSWER_PROMPT",
     "RESUMABLE",
     "RETRYING",
+    "STATUS_PHASES",
     "STREAMING",
     "TABLE",
     "TERMINAL_PHASES",
     "TRANSITIONS",
     "AbortRequested",
+    "AnyPhase",
     "ApprovalsDecided",
     "AwaitChildren",
     "AwaitClient",

@@ -137,7 +137,7 @@ def _before_round(s: RunState) -> list[Message]:
 
 def _ask_again(s: RunState, pending: list[ToolCall], cmds: list[Command]) -> Decision:
     """Calls the origin still waited on a human for: the new run asks again."""
-    s = up(s, phase=Phase.AWAITING_HUMAN, call=CallPhase.NONE)
+    s = up(s, phase=RunStatus.AWAITING_HUMAN, call=CallPhase.NONE)
     listed = [{"toolCallId": c.id, "name": c.name, "arguments": c.arguments} for c in pending]
     return s, [
         *cmds,

@@ -1,4 +1,8 @@
-"""The run's state: the outer phase, the model-call loop inside ``model_running``, and the checkpoint."""
+"""The run's state: the outer phase, the model-call loop inside ``model_running``, and the checkpoint.
+
+The outer phase is a run status where the machine's state is one (awaiting a human, the client's
+tools or the child runs; ended), else a ``Phase``: a state of the machine no status names (a worker
+holds the run then, and its status is running)."""
 
 from __future__ import annotations
 
@@ -8,13 +12,16 @@ from typing import Any
 from pydantic import Field
 
 from agentmill_client.models import Message, Model, RunError, ToolCall, ToolResult, Usage
+from agentmill_client.statuses import TERMINAL, RunStatus
 from worker.config import RunConfig
 
 __all__ = [
     "CALLING",
     "RETRYING",
+    "STATUS_PHASES",
     "STREAMING",
     "TERMINAL_PHASES",
+    "AnyPhase",
     "CallPhase",
     "IllegalTransition",
     "MachineError",
@@ -25,17 +32,26 @@ __all__ = [
 
 
 class Phase(StrEnum):
+    """The machine's states that are no run status: each is ``running`` to a caller."""
+
     IDLE = "idle"
     PREPARING = "preparing"
     MODEL_RUNNING = "model_running"
     TOOL_RUNNING = "tool_running"
-    AWAITING_HUMAN = "awaiting_human"
-    AWAITING_TOOLS = "awaiting_tools"  # the round waits for client tool results, on no worker
-    AWAITING_CHILDREN = "awaiting_children"  # the round waits for its child runs (sub-agents), on no worker
     COMPACTING = "compacting"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    ABORTED = "aborted"
+
+
+# The run statuses the machine is in as states of its own: the round waits for a human's decision,
+# for client tool results or for its child runs (sub-agents), on no worker; or the run has ended.
+STATUS_PHASES = (
+    RunStatus.AWAITING_HUMAN,
+    RunStatus.AWAITING_TOOLS,
+    RunStatus.AWAITING_CHILDREN,
+    RunStatus.COMPLETED,
+    RunStatus.FAILED,
+    RunStatus.ABORTED,
+)
+AnyPhase = Phase | RunStatus  # RunState.phase: a Phase or one of STATUS_PHASES
 
 
 class CallPhase(StrEnum):
@@ -47,12 +63,14 @@ class CallPhase(StrEnum):
     RETRYING = "retrying"
 
 
-TERMINAL_PHASES = frozenset({Phase.COMPLETED, Phase.FAILED, Phase.ABORTED})
+TERMINAL_PHASES = TERMINAL
 
 # Each (phase, call) pair's node name, built once: RunState.node is read on every event (the table's
 # lookup, the metrics' transitions) and formatting two enums each time was 2 % of a run's CPU.
 _NODES: dict[tuple[str, str], str] = {
-    (p, c): f"{p.value}.{c.value}" if p == Phase.MODEL_RUNNING else p.value for p in Phase for c in CallPhase
+    (p, c): f"{p.value}.{c.value}" if p == Phase.MODEL_RUNNING else p.value
+    for p in (*Phase, *STATUS_PHASES)
+    for c in CallPhase
 }
 
 
@@ -70,7 +88,7 @@ class IllegalTransition(MachineError):
 class RunState(Model):
     run_id: str
     session_id: str | None = None
-    phase: Phase = Phase.IDLE
+    phase: AnyPhase = Phase.IDLE
     call: CallPhase = CallPhase.NONE
     config: RunConfig | None = None
     history: list[Message] = Field(default_factory=list)  # reduced past run loops

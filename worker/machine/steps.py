@@ -169,9 +169,9 @@ def finish(
     error: RunError | None = None,
 ) -> Decision:
     phase = {
-        RunStatus.COMPLETED: Phase.COMPLETED,
-        RunStatus.FAILED: Phase.FAILED,
-        RunStatus.ABORTED: Phase.ABORTED,
+        RunStatus.COMPLETED: RunStatus.COMPLETED,
+        RunStatus.FAILED: RunStatus.FAILED,
+        RunStatus.ABORTED: RunStatus.ABORTED,
     }[status]
     s = up(s, phase=phase, call=CallPhase.NONE, final_message=final, last_error=error, running=[])
     result = result_of(s)
@@ -202,12 +202,12 @@ def bounded_messages(transcript: list[Message]) -> tuple[list[Message], int]:
 
 def result_of(s: RunState) -> RunResult:
     status = {
-        Phase.COMPLETED: RunStatus.COMPLETED,
-        Phase.FAILED: RunStatus.FAILED,
-        Phase.ABORTED: RunStatus.ABORTED,
-        Phase.AWAITING_HUMAN: RunStatus.AWAITING_HUMAN,
-        Phase.AWAITING_TOOLS: RunStatus.AWAITING_TOOLS,
-        Phase.AWAITING_CHILDREN: RunStatus.AWAITING_CHILDREN,
+        RunStatus.COMPLETED: RunStatus.COMPLETED,
+        RunStatus.FAILED: RunStatus.FAILED,
+        RunStatus.ABORTED: RunStatus.ABORTED,
+        RunStatus.AWAITING_HUMAN: RunStatus.AWAITING_HUMAN,
+        RunStatus.AWAITING_TOOLS: RunStatus.AWAITING_TOOLS,
+        RunStatus.AWAITING_CHILDREN: RunStatus.AWAITING_CHILDREN,
         Phase.IDLE: RunStatus.QUEUED,
     }.get(s.phase, RunStatus.RUNNING)
     messages, omitted = (
@@ -222,9 +222,9 @@ def result_of(s: RunState) -> RunResult:
         usage=s.usage,
         children_usage=s.children_usage,
         iterations=s.iterations,
-        stop_reason=s.final_call if s.phase == Phase.COMPLETED else None,
+        stop_reason=s.final_call if s.phase == RunStatus.COMPLETED else None,
         finish_reason=s.finish_reason,
-        output=s.output if s.phase == Phase.COMPLETED else None,
+        output=s.output if s.phase == RunStatus.COMPLETED else None,
         messages=messages,
         messages_omitted=omitted,
     )

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from agentmill_client.statuses import RunStatus
 from worker.machine.commands import Decision
 from worker.machine.events import (
     AbortRequested,
@@ -92,13 +93,13 @@ def _rule(handler: Handler, *to: str) -> Rule:
 IDLE = Phase.IDLE.value
 PREPARING = Phase.PREPARING.value
 TOOL_RUNNING = Phase.TOOL_RUNNING.value
-AWAITING_HUMAN = Phase.AWAITING_HUMAN.value
-AWAITING_TOOLS = Phase.AWAITING_TOOLS.value
-AWAITING_CHILDREN = Phase.AWAITING_CHILDREN.value
+AWAITING_HUMAN = RunStatus.AWAITING_HUMAN.value
+AWAITING_TOOLS = RunStatus.AWAITING_TOOLS.value
+AWAITING_CHILDREN = RunStatus.AWAITING_CHILDREN.value
 COMPACTING = Phase.COMPACTING.value
-COMPLETED = Phase.COMPLETED.value
-FAILED = Phase.FAILED.value
-ABORTED = Phase.ABORTED.value
+COMPLETED = RunStatus.COMPLETED.value
+FAILED = RunStatus.FAILED.value
+ABORTED = RunStatus.ABORTED.value
 
 # "Ask the model again" leads to a call, to compaction first, or to failure (a limit, the deadline).
 # A reply without a finish_reason is a failed attempt, so a reply may also lead where failures do.

@@ -99,7 +99,10 @@ def start_round(
     pending = [c for c in s.round if c.id not in results and c.name in cfg.approval_tools]
     if pending:
         s = up(
-            s, phase=Phase.AWAITING_HUMAN, call=CallPhase.NONE, approvals={c.id: "pending" for c in pending}
+            s,
+            phase=RunStatus.AWAITING_HUMAN,
+            call=CallPhase.NONE,
+            approvals={c.id: "pending" for c in pending},
         )
         cmds.append(
             status_event(
@@ -218,7 +221,7 @@ def _after_tools(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
     waiting = [c for c in s.round if c.id in s.client_waiting and c.id not in s.results]
     if not waiting:
         return _await_children(s, now_ms, cmds)
-    s = up(s, phase=Phase.AWAITING_TOOLS, call=CallPhase.NONE)
+    s = up(s, phase=RunStatus.AWAITING_TOOLS, call=CallPhase.NONE)
     deadlines = {c.id: s.client_waiting[c.id] for c in waiting}
     pending = [{"toolCallId": c.id, "name": c.name, "arguments": c.arguments, "deadlineMs": deadlines[c.id]}
                for c in waiting]  # fmt: skip
@@ -255,7 +258,7 @@ def _await_children(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
     waiting = _children_waiting(s)
     if not waiting:
         return _close_round(s, now_ms, cmds)
-    s = up(s, phase=Phase.AWAITING_CHILDREN, call=CallPhase.NONE)
+    s = up(s, phase=RunStatus.AWAITING_CHILDREN, call=CallPhase.NONE)
     pending = [{"toolCallId": c.id, "name": c.name, "childRunId": s.children[c.id]} for c in waiting]
     return s, [*cmds, status_event(RunStatus.AWAITING_CHILDREN.value, pendingChildren=pending),
                AwaitChildren(waiting, {c.id: s.children[c.id] for c in waiting})]  # fmt: skip

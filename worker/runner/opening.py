@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from agentmill_client.models import Message, RunInput
-from agentmill_client.statuses import TERMINAL
+from agentmill_client.statuses import TERMINAL, RunStatus
 from shared import checkpoint as checkpoints
 from shared.children import orphan_reason
 from shared.origin import Origin
@@ -19,7 +19,6 @@ from worker.machine import (
     ClientResultsReceived,
     Emit,
     Event,
-    Phase,
     Restored,
     Resumed,
     RunState,
@@ -135,7 +134,7 @@ def restored_or_rejected(
 def answers(state: RunState, acq: Acquired, records: dict[str, ToolRecord], now_ms: int) -> list[Event]:
     """A parked run resumed: the humans' decisions, the client's results (the store holds them,
     with timeout errors for calls past their deadline), or its ended children's results."""
-    if state.phase == Phase.AWAITING_HUMAN and acq.approvals:
+    if state.phase == RunStatus.AWAITING_HUMAN and acq.approvals:
         decided = {k: v for k, v in acq.approvals.items() if v.get("decision") != "pending"}
         if len(decided) == len(acq.approvals):
             return [
@@ -145,12 +144,12 @@ def answers(state: RunState, acq: Acquired, records: dict[str, ToolRecord], now_
                     {k: str(v["reason"]) for k, v in decided.items() if v.get("reason")},
                 )
             ]
-    elif state.phase == Phase.AWAITING_TOOLS:
+    elif state.phase == RunStatus.AWAITING_TOOLS:
         results = {
             i: res for i in state.client_waiting if i in records and (res := records[i].recorded) is not None
         }
         return [ClientResultsReceived(now_ms, results)]
-    elif state.phase == Phase.AWAITING_CHILDREN:  # the children's results, delivered to the records
+    elif state.phase == RunStatus.AWAITING_CHILDREN:  # the children's results, delivered to the records
         done = {i: res for i in state.children if i in records and (res := records[i].recorded) is not None}
         usage = {i: u for i in done if (u := records[i].usage) is not None}
         return [ChildrenEnded(now_ms, done, usage)]

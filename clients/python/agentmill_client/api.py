@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from agentmill_client import limits
 from agentmill_client.base import Answer
 from agentmill_client.inputs import ClientToolResult
 from agentmill_client.messages import Message
@@ -96,7 +97,8 @@ class RunSummary(Answer):
         description="the retry that took this run's place in its batch (counts and results show it)",
     )
     priority: int = Field(
-        default=5, description="its priority (0-9, higher first), as capped by its tenant's quota"
+        default=limits.DEFAULT_PRIORITY,
+        description="its priority (0-9, higher first), as capped by its tenant's quota",
     )
     run_at: int | None = Field(default=None, description="when it was asked to start (epoch ms), if it was")
 
@@ -167,7 +169,8 @@ class RunView(Answer):
     )
     last_seq: int
     priority: int = Field(
-        default=5, description="its priority (0-9, higher first), as capped by its tenant's quota"
+        default=limits.DEFAULT_PRIORITY,
+        description="its priority (0-9, higher first), as capped by its tenant's quota",
     )
     run_at: int | None = Field(
         default=None, description="when it was asked to start (epoch ms); status scheduled until then"
