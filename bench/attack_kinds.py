@@ -1,6 +1,6 @@
 """Figure 9's other attacks, one at a time, each from its own process (as bench/attack.py):
 ``python -m bench.attack_kinds KIND URL TOKEN SECONDS``, KIND one of ATTACKS. It prints ``ready``
-once what the attack needs is in place (the run to fork), then attacks for SECONDS, then aborts
+once what the attack needs is in place (the run to fork), attacks for SECONDS, prints ``over``, aborts
 the tenant's runs still active and deletes its schedules (so the next attack starts on an idle
 pool), and prints what it sent as JSON: requests by status code, and the errors of its tasks.
 
@@ -132,6 +132,7 @@ async def attack(kind: str, c: httpx.AsyncClient, seconds: float, sent: Counter[
     await asyncio.gather(*(_loop(until, send, sent, pause, limit) for _ in range(parallel)))
     if kind == "schedule":
         await asyncio.sleep(max(0.0, until - time.monotonic()))  # the schedules fire meanwhile
+    print("over", flush=True)
 
 
 async def clean_up(c: httpx.AsyncClient) -> int:

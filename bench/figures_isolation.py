@@ -32,6 +32,7 @@ from redis.asyncio import Redis
 
 from bench.attack_kinds import FLOOD_ANSWER, FLOOD_DESCRIPTION, FLOOD_TOOLS, profiles
 from bench.figure import Figure
+from bench.mcp_flood import PATH
 from bench.plumbing import ROOT, Plumbing
 from bench.probes import pct
 from shared.settings import Settings
@@ -85,19 +86,19 @@ class IsolationFigures(Plumbing):
             await asyncio.sleep(0.05)
         return submit, first
 
-    def _flood(self) -> tuple[subprocess.Popen[bytes], str]:
+    def _flood(self) -> subprocess.Popen[bytes]:
         """The MCP attack's server, and the profile file that points ``flood`` at it."""
         port = free_port()
         sizes = (FLOOD_TOOLS, FLOOD_DESCRIPTION, FLOOD_ANSWER)
         srv = self._spawn_prod(["-m", "bench.mcp_flood", str(port), *map(str, sizes)])
         self.profiles_path.parent.mkdir(parents=True, exist_ok=True)
-        self.profiles_path.write_text(json.dumps(profiles(f"http://127.0.0.1:{port}/mcp")))
-        return srv, f"http://127.0.0.1:{port}/mcp"
+        self.profiles_path.write_text(json.dumps(profiles(f"http://127.0.0.1:{port}{PATH}")))
+        return srv
 
     async def fig_isolation(self, r: Redis) -> None:
         await self.flush(r)
         port = free_port()
-        flood, _ = self._flood()
+        flood = self._flood()
         env = self._prod_env(AGENTMILL_API_PORT=str(port), AGENTMILL_API_TOKENS=TOKENS)
         procs = [
             flood,
@@ -165,12 +166,12 @@ class IsolationFigures(Plumbing):
         )  # fmt: skip
         assert attack.stdout is not None
         ready = await asyncio.wait_for(attack.stdout.readline(), 120)  # its run to fork made, etc.
-        over = asyncio.create_task(attack.communicate())
+        over = asyncio.create_task(attack.stdout.readline())  # its clean-up is not measured
         t0 = time.monotonic()
         hit = await self._victim(c, r, self.args.isolation_samples, until=over)
-        out, _ = await over
+        out, _ = await attack.communicate()
         healthy = (await c.get("/readyz")).status_code
-        last = (ready + out).strip().splitlines()  # no `ready` when it failed before attacking
+        last = (ready + over.result() + out).strip().splitlines()  # no `ready` if it failed before attacking
         sent = json.loads(last[-1]) if last and last[-1].startswith(b"{") else {}
         said = (
             f"attack {self.args.isolation_attack_s:g} s (B measured for {time.monotonic() - t0:.0f} s): "
