@@ -153,10 +153,12 @@ SCHEDULES = st.one_of(
     SCHEDULE,
     st.fixed_dictionaries(  # one that is valid but for its times: these reach the cron and the zone
         {
-            "cron": st.one_of(CRON, st.lists(PLAIN, min_size=5, max_size=6).map(" ".join)),
+            "cron": st.one_of(CRON, *[st.lists(PLAIN, min_size=5, max_size=6).map(" ".join)] * 2),
             "input": st.just(RUN),
         },
-        optional={"timezone": st.one_of(ZONES, st.sampled_from(sorted(zoneinfo.available_timezones())))},
+        optional={
+            "timezone": st.one_of(ZONES, *[st.sampled_from(sorted(zoneinfo.available_timezones()))] * 2)
+        },
     ),
 )
 MESSAGE = st.one_of(
@@ -168,9 +170,15 @@ MESSAGE = st.one_of(
     ),
     st.dictionaries(st.text(max_size=6), st.text(max_size=6), max_size=2),
 )
-FORK = st.fixed_dictionaries(
-    {"atSeq": st.one_of(st.integers(0, 30), st.integers(-(2**64), 2**64))},
-    optional={"inputMessages": st.one_of(st.none(), st.lists(MESSAGE, max_size=3))},
+USER = st.fixed_dictionaries({"role": st.just("user"), "content": st.text(min_size=1, max_size=20)})
+FORK = st.one_of(
+    st.fixed_dictionaries(  # within the runs' few events, with messages that are valid: the fork is made
+        {"atSeq": st.integers(0, 6)}, optional={"inputMessages": st.lists(USER, min_size=1, max_size=3)}
+    ),
+    st.fixed_dictionaries(
+        {"atSeq": st.one_of(st.integers(0, 30), st.integers(-(2**64), 2**64))},
+        optional={"inputMessages": st.one_of(st.none(), st.lists(MESSAGE, max_size=3))},
+    ),
 )
 DAY = st.one_of(
     st.dates().map(lambda d: d.isoformat()),
