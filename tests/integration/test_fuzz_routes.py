@@ -49,7 +49,7 @@ def api_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def real(api_url: str) -> dict[str, list[str]]:
     """Ids that exist, by path parameter: a completed run (to fork), an aborted one (to retry), a
-    batch with aborted runs, and a schedule that will not fire during the test."""
+    batch with aborted runs, a schedule that will not fire during the test, and profiles' names."""
     with httpx.Client(base_url=api_url, timeout=10) as c:
         done = c.post("/v1/runs", json=RUN).json()["runId"]
         stopped = c.post("/v1/runs", json=SLOW).json()["runId"]
@@ -63,7 +63,9 @@ def real(api_url: str) -> dict[str, list[str]]:
             lambda: c.get(f"/v1/runs/{done}").json()["status"] in ("completed", "failed"), 30, 0.1
         )
         assert wait_until(lambda: c.get(f"/v1/runs/{stopped}").json()["status"] == "aborted", 30, 0.1)
-    return {"run_id": [done, stopped], "batch_id": [BATCH], "schedule_id": ["fuzz-yearly"]}
+    agents = ["default", "scripted"]  # for a catalog's /v1/agents/{…} or /v1/tools/{…}, whichever it names
+    return {"run_id": [done, stopped], "batch_id": [BATCH], "schedule_id": ["fuzz-yearly"],
+            "agent": agents, "agent_name": agents, "name": agents}  # fmt: skip
 
 
 def _with_real_ids(case: schemathesis.Case, ids: dict[str, str]) -> schemathesis.Case:
