@@ -21,6 +21,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from bench.attack_kinds import ATTACKS
 from bench.figure import Figure, fmt
 from bench.figures_cluster import ClusterFigures
 from bench.figures_functions import FunctionsFigures
@@ -128,6 +129,16 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--isolation-samples", type=int, default=100, help="figure 9: the other tenant's runs")
     ap.add_argument(
         "--isolation-index", type=int, default=5000, help="figure 9: runs in the attacker's index"
+    )
+    ap.add_argument(
+        "--isolation-attacks",
+        nargs="*",
+        default=list(ATTACKS),
+        choices=ATTACKS,
+        help="figure 9b-: the attacks of bench/attack_kinds.py to measure, one after another",
+    )
+    ap.add_argument(
+        "--isolation-attack-s", type=float, default=15.0, help="figure 9b-: each attack's seconds"
     )
     ap.add_argument("--poll-delay", type=float, default=0.05)
     ap.add_argument(

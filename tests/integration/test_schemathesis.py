@@ -22,8 +22,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from tests.support.procs import WorkerProc, wait_until
-from tests.support.redis_server import RedisServer, free_port
+from tests.support.live_api import live_api
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
@@ -34,33 +33,10 @@ EXAMPLES = int(os.environ.get("AGENTMILL_FUZZ_EXAMPLES", "25"))
 
 @pytest.fixture(scope="module")
 def api_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    # The API runs as its own process (`agentmill api`), as in production.
-    with RedisServer() as redis:
-        port = free_port()
-        log = tmp_path_factory.mktemp("api") / "api.log"
-        api = WorkerProc(
-            redis.url,
-            argv=["-m", "producer.cli", "api"],
-            env={"AGENTMILL_API_PORT": str(port), "AGENTMILL_AUTH_DISABLED": "true"},
-            log=log,
-        ).start()
-        # A worker too, so runs the stateful phase creates end and their streams and waits return.
-        worker = WorkerProc(redis.url, log=log.with_name("worker.log")).start()
-        url = f"http://127.0.0.1:{port}"
-        try:
-            if not wait_until(lambda: _ready(url) or not api.alive, 30.0) or not api.alive:
-                raise RuntimeError(f"the API did not start: {log.read_text()[-2000:]}")
-            yield url
-        finally:
-            worker.stop(timeout=10)
-            api.stop(timeout=10)
-
-
-def _ready(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/readyz", timeout=1.0).status_code == 200
-    except httpx.HTTPError:
-        return False
+    # The API runs as its own process (`agentmill api`), as in production, with a worker, so runs
+    # the stateful phase creates end and their streams and waits return.
+    with live_api(tmp_path_factory.mktemp("api")) as url:
+        yield url
 
 
 LISTINGS = ("/v1/runs", "/v1/batches/{batch_id}/runs")
