@@ -95,8 +95,10 @@ async def test_a_run_that_kills_every_worker_is_quarantined_after_max_run_crashe
     max_crashes = 2
     env = {**FAST, "AGENTMILL_MAX_RUN_CRASHES": str(max_crashes)}
     p = producer_for(redis, redis_url)
+    # sleep, not echo: a tool not declared without side effects, so its reply (and the model call's
+    # usage) is written before the call runs, not held for its result
     sub = await p.submit(
-        script_run([{"toolCalls": [{"name": "echo", "arguments": {"text": "boom"}}]}, {"text": "ok"}])
+        script_run([{"toolCalls": [{"name": "sleep", "arguments": {"ms": 1}}]}, {"text": "ok"}])
     )
     for n in range(1, max_crashes + 1):  # one doomed worker at a time: each takes the run and dies
         doomed = WorkerProc(redis_url, env={**env, "AGENTMILL_FAILPOINTS": "after_tool_effect:1"}).start()

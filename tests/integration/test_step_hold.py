@@ -15,7 +15,14 @@ from producer.run_record import RunRecord
 from producer.service import Producer
 from shared.fields import RunField
 from tests.chaos.harness import chaos_profiles
-from tests.integration.helpers import assert_clean_stream, producer_for, stream, until_status, wait_all
+from tests.integration.helpers import (
+    assert_clean_stream,
+    producer_for,
+    script_run,
+    stream,
+    until_status,
+    wait_all,
+)
 from tests.integration.test_failpoints import FAST, chaos_run
 from tests.support.ledger import Ledger
 from tests.support.procs import WorkerProc, wait_until
@@ -50,6 +57,22 @@ async def ended_clean(redis: Redis, rec: RunRecord, status: str) -> list[RunEven
 
 STEPS = [{"toolCalls": [{"name": "ledger", "arguments": {"step": i}}]} for i in range(4)] + [{"text": "done"}]
 ONE_CALL = [{"toolCalls": [{"name": "ledger", "arguments": {"step": 1}}]}, {"text": "done"}]
+BUILTIN_STEPS = [
+    {"toolCalls": [{"name": "echo", "arguments": {"text": "a"}}]},
+    {"toolCalls": [{"name": "calculator", "arguments": {"expression": "6*7"}}]},
+    {"toolCalls": [{"name": "echo", "arguments": {"text": "b"}}]},
+    {"toolCalls": [{"name": "calculator", "arguments": {"expression": "1+1"}}]},
+    {"text": "done"},
+]
+
+
+def opted_in(path: Path) -> Path:
+    """The built-in ``scripted`` profile, its echo and calculator declared ``sideEffects: true``."""
+    scripted = {"name": "scripted", "provider": {"kind": "scripted", "mode": "script"},
+                "tools": ["calculator", "echo"], "loopLimits": {"maxIterations": 100},
+                "toolSettings": {"echo": {"sideEffects": True}, "calculator": {"sideEffects": True}}}  # fmt: skip
+    path.write_bytes(orjson.dumps({"profiles": [scripted]}))
+    return path
 
 
 async def test_declared_tool_steps_take_one_commit_each_on_redis(
@@ -83,6 +106,36 @@ async def test_declared_tool_steps_take_one_commit_each_on_redis(
     assert kinds["declared"] == kinds["undeclared"]
     # the worker's own polling and heartbeats are script calls too: allow a few either way
     assert calls["undeclared"] - calls["declared"] >= 3, calls
+
+
+async def test_built_in_steps_take_one_commit_each_unless_the_profile_says_they_have_effects(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    """calculator and echo declare themselves without side effects: a profile that says nothing of
+    them makes four script calls fewer for four tool steps than one with ``sideEffects: true``."""
+    calls, kinds = {}, {}
+    for name, env in (
+        ("default", {}),
+        ("opted_in", {"AGENTMILL_PROFILES": str(opted_in(tmp_path / "o.json"))}),
+    ):
+        p = producer_for(redis, redis_url, profiles=env.get("AGENTMILL_PROFILES"))
+        w = WorkerProc(redis_url, env={**FAST, **env}).start()
+        try:
+            warm = await p.submit(script_run([{"text": "warm"}]))  # the worker's start-up out of the count
+            await wait_all(p, [warm.run_id], 30)
+            before = await script_calls(redis)
+            sub = await p.submit(script_run(BUILTIN_STEPS))
+            rec = (await wait_all(p, [sub.run_id], 30))[sub.run_id]
+            calls[name] = await script_calls(redis) - before
+        finally:
+            w.stop()
+        events = await ended_clean(redis, rec, "completed")
+        kinds[name] = [e.kind for e in events]
+        assert [e.payload["content"] for e in events if e.kind == "tool_result"] == ["a", "42", "b", "2"]
+        assert not await redis.hget(K.run(sub.run_id), RunField.CLAIMS)  # no claim left open
+    assert kinds["default"] == kinds["opted_in"]
+    # the worker's own polling and heartbeats are script calls too: allow a few either way
+    assert calls["opted_in"] - calls["default"] >= 3, calls
 
 
 async def test_a_worker_killed_while_it_holds_a_reply_writes_nothing_twice(

@@ -16,6 +16,7 @@ from shared.settings import Settings
 from tests.unit.test_runner import World
 
 PURE = ToolSettings(side_effects=False)
+EFFECTS = ToolSettings(side_effects=True)  # echo is declared without side effects unless the profile says so
 
 
 def profile(**settings: ToolSettings) -> AgentProfile:
@@ -49,7 +50,7 @@ async def commits_of(
 async def test_a_side_effect_free_tool_step_is_one_commit_with_the_same_events() -> None:
     held, held_commits = await commits_of(profile(echo=PURE), echo_steps(5))
     alone, alone_commits = await commits_of(profile(echo=PURE), echo_steps(5), hold_ms=0)
-    undeclared, undeclared_commits = await commits_of(profile(), echo_steps(5))
+    undeclared, undeclared_commits = await commits_of(profile(echo=EFFECTS), echo_steps(5))
     assert alone_commits == undeclared_commits
     assert held_commits == alone_commits - 5  # one commit a tool step instead of two
     assert held.run.kinds() == alone.run.kinds() == undeclared.run.kinds()
@@ -58,6 +59,16 @@ async def test_a_side_effect_free_tool_step_is_one_commit_with_the_same_events()
     assert held.tools.executed == [f"c{i}.0" for i in range(1, 6)]  # each call once
     assert all(r["state"] == "done" for r in held.run.tools.values())
     assert len(held.run.tools) == 5  # every call recorded, no claim left open
+
+
+async def test_echo_is_held_by_default_and_a_profile_opts_back_in_to_two_commits() -> None:
+    """echo declares itself without side effects: a profile with no toolSettings gets the one
+    commit a step of the declared tool; ``sideEffects: true`` in the profile wins."""
+    _, declared = await commits_of(profile(echo=PURE), echo_steps(3))
+    _, default = await commits_of(profile(), echo_steps(3))
+    _, timed = await commits_of(profile(echo=ToolSettings(timeout_s=5)), echo_steps(3))
+    _, opted = await commits_of(profile(echo=EFFECTS), echo_steps(3))
+    assert default == timed == declared == opted - 3
 
 
 async def test_a_round_of_side_effect_free_calls_is_one_commit_with_all_their_results() -> None:

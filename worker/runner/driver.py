@@ -54,6 +54,7 @@ from worker.runner.inbox import Inbox
 from worker.runner.parking import Park, ending_error, parking
 from worker.runner.tally import usage_tally
 from worker.sessions import session_update
+from worker.tools.declared import declared_settings
 
 __all__ = ["RunDriver"]
 
@@ -349,7 +350,7 @@ class RunDriver:
         return None
 
     def _tool_settings(self, name: str) -> ToolSettings:
-        return self.fx.profile(self.state).settings_for(name)
+        return declared_settings(self.fx.profile(self.state), name)
 
     async def _flush_held(self) -> None:
         self.hold.disarm()

@@ -1,4 +1,9 @@
-"""Built-in tools: a calculator for the demo agent and a few for tests (echo, sleep, fail, flaky)."""
+"""Built-in tools: a calculator for the demo agent and a few for tests (echo, sleep, fail, flaky).
+
+A tool's ``side_effects`` is its own declaration, read when a profile's toolSettings do not say
+(worker/tools/declared.py): ``False`` for calculator and echo, whose calls may run again after a
+lost worker without anyone seeing it. sleep, fail and flaky stay undeclared: tests use them to
+stand for slow and failing tools whose calls are claimed before they run."""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from worker.tools.base import Tool, ToolContext, ToolError, ToolOutcome
+from worker.tools.base import ToolContext, ToolError, ToolOutcome
 from worker.tools.calculator import MAX_CHARS, evaluate
 
 __all__ = ["BUILTINS", "FunctionTool"]
@@ -25,6 +30,7 @@ class FunctionTool:
     description: str
     parameters: dict[str, Any]
     fn: Callable[[dict[str, Any], ToolContext], Any]
+    side_effects: bool | None = None  # False: a call may run again unseen (None: not declared)
 
     async def __call__(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
         out = self.fn(args, ctx)
@@ -64,7 +70,7 @@ def _obj(props: dict[str, Any], required: list[str] | None = None) -> dict[str, 
     return {"type": "object", "properties": props, "required": required or [], "additionalProperties": False}
 
 
-BUILTINS: dict[str, Tool] = {
+BUILTINS: dict[str, FunctionTool] = {
     t.name: t
     for t in (
         FunctionTool(
@@ -74,8 +80,11 @@ BUILTINS: dict[str, Tool] = {
             "Evaluate an arithmetic expression (numbers, + - * / // % ** and parentheses).",
             _obj({"expression": {"type": "string", "maxLength": MAX_CHARS}}, ["expression"]),
             _calculator,
+            side_effects=False,
         ),
-        FunctionTool("echo", "Return the given text.", _obj({"text": {"type": "string"}}), _echo),
+        FunctionTool(
+            "echo", "Return the given text.", _obj({"text": {"type": "string"}}), _echo, side_effects=False
+        ),
         FunctionTool(
             "sleep",
             "Wait for ms milliseconds.",
