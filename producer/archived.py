@@ -43,6 +43,7 @@ class ArchiveReads:
             result=RunResult.model_validate_json(row["result"]) if row["result"] else None,
             stream_key=row["stream_key"],
             client_session=row["client_session"],
+            agent=row["agent"],
             archived=True,
         )
 

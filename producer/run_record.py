@@ -65,7 +65,7 @@ class RunRecord:
     run_at_ms: int | None = None  # when it was asked to start; status scheduled until then
     usage: Usage | None = None  # so far (the run hash's usage fields); an ended run's equals result.usage
     archived: bool = False  # in the archive: its events are read from there (producer.archived)
-    agent: str = ""  # its agent (profile) name ('' when the archive holds it: the archive keeps none)
+    agent: str = ""  # its agent (profile) name
 
     @property
     def key(self) -> str:

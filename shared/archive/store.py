@@ -140,7 +140,8 @@ _INSERT_TOOLS = (
     "unnest($1::text[], $2::bigint[], $3::text[], $4::text[]) ON CONFLICT DO NOTHING"
 )
 _READ_COLS = (
-    "key_id, tenant, client_id, status, created_at, session_id, client_session, last_seq, stream_key, result"
+    "key_id, tenant, client_id, status, created_at, session_id, client_session, agent, last_seq, stream_key, "
+    "result"
 )
 
 

@@ -160,7 +160,7 @@ class RunView(Answer):
     session_id: str | None = None
     created_at: int
     agent: str | None = Field(
-        default=None, description="its agent (profile); absent for a run read from the archive"
+        default=None, description="its agent (profile)"
     )
     input_messages: list[dict[str, Any]] | None = Field(
         default=None,
