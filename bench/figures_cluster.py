@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 
 from agentmill_client.statuses import TERMINAL
 from bench.figure import Figure
-from bench.plumbing import PURE, Plumbing
+from bench.plumbing import EFFECTS, PURE, Plumbing
 from producer.service import Producer
 from shared.partitions import Partitions
 from shared.profiles import profiles_from
@@ -100,7 +100,7 @@ class ClusterFigures(Plumbing):
         return [statistics.median(lat), lat[min(len(lat) - 1, int(len(lat) * 0.99))]]
 
     async def _cluster_load(
-        self, masters: int, runs: int, workers: int, agent: str = "scripted"
+        self, masters: int, runs: int, workers: int, agent: str = EFFECTS
     ) -> dict[str, float]:
         """``runs`` ten-step runs (one echo tool call a step) through ``workers`` worker processes on
         a fresh cluster of ``masters`` masters (no replicas: their CPU would share these cores), with

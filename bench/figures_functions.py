@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 
 from agentmill_client.statuses import TERMINAL
 from bench.figure import Figure
-from bench.plumbing import PURE, Plumbing
+from bench.plumbing import EFFECTS, PURE, Plumbing
 from bench.probes import process_cpu_s, redis_cpu_s
 from shared.scripts import Scripts
 from tests.support.schema import K
@@ -97,7 +97,7 @@ class FunctionsFigures(Plumbing):
             script = [{"toolCalls": [{"name": "echo", "arguments": {"text": "x"}}]}] * STEPS + [
                 {"text": "done"}
             ]
-            body = self.script_run(script, agent=PURE if mode == "pure" else "scripted")
+            body = self.script_run(script, agent=PURE if mode == "pure" else EFFECTS)
             subs = await producer.submit_many([body] * runs)
             await self._ended(producer, [s.run_id for s in subs])
             after = await _stats(r)

@@ -13,7 +13,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from bench.figure import Figure
-from bench.plumbing import PURE, Plumbing
+from bench.plumbing import EFFECTS, PURE, Plumbing
 from bench.probes import read_json, tree_kib
 from shared.settings import Settings
 from tests.support.schema import K
@@ -142,7 +142,7 @@ class RunFigures(Plumbing):
         by_cmd: dict[tuple[str, int], dict[str, int]] = {}
         n = self.args.cost_runs
         profiles = self.pure_profiles()
-        for agent, steps in (("scripted", 0), ("scripted", 10), (PURE, 10)):
+        for agent, steps in (("scripted", 0), (EFFECTS, 10), (PURE, 10)):
             await self.flush(r)
             script = [{"toolCalls": [{"name": "echo", "arguments": {"text": "x"}}]}] * steps + [
                 {"text": "done"}
@@ -207,7 +207,7 @@ class RunFigures(Plumbing):
                 "store_rtt": store_rtt["n"] / n,
                 "server_cmds": server_cmds / n,
             }
-        fixed, ten = results["scripted", 0], results["scripted", 10]
+        fixed, ten = results["scripted", 0], results[EFFECTS, 10]
         per_step = {k: (ten[k] - fixed[k]) / 10 for k in fixed}
         declared = {k: (results[PURE, 10][k] - fixed[k]) / 10 for k in fixed}
         for label, key in (
@@ -226,7 +226,7 @@ class RunFigures(Plumbing):
                 f"sideEffects: false: {declared[key]:.1f}"
             )
             if key == "server_cmds":  # where they go: each command's calls per step
-                for agent in ("scripted", PURE):
+                for agent in (EFFECTS, PURE):
                     ten_cmds, none = by_cmd[agent, 10], by_cmd["scripted", 0]
                     step_cmds = {c: (ten_cmds.get(c, 0) - none.get(c, 0)) / (10 * n) for c in ten_cmds}
                     f.note += f"; per step ({agent}): " + ", ".join(

@@ -29,6 +29,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # The bench drives runs with the test-only `scripted` profile; its workers inherit this.
 os.environ.setdefault("AGENTMILL_DEV_PROFILES", "true")
 PURE = "scripted-pure"  # the scripted profile with echo declared sideEffects: false (figures 3e, 8g)
+# The scripted profile with echo declared sideEffects: true: a tool step as two commits, the baseline
+# of 3e and 8g (the built-in echo is declared without side effects by default)
+EFFECTS = "scripted-effects"
 
 
 class Plumbing:
@@ -169,14 +172,20 @@ class Plumbing:
 
     @staticmethod
     def pure_profiles() -> str:
-        """A profile file holding ``PURE``: the scripted profile whose ``echo`` declares no side
-        effects, so a reply and its echo's result go out in one commit (AGENTMILL_STEP_HOLD_MS)."""
+        """A profile file holding ``PURE``, the scripted profile whose ``echo`` declares no side
+        effects, so a reply and its echo's result go out in one commit (AGENTMILL_STEP_HOLD_MS), and
+        ``EFFECTS``, the same with side effects declared: two commits a step."""
         scripted = next(p for p in BUILTIN_PROFILES if p.name == "scripted")
-        settings = {**scripted.tool_settings, "echo": ToolSettings(side_effects=False)}
-        pure = scripted.model_copy(update={"name": PURE, "tool_settings": settings})
+
+        def declared(name: str, side_effects: bool) -> Any:
+            settings = {**scripted.tool_settings, "echo": ToolSettings(side_effects=side_effects)}
+            return scripted.model_copy(update={"name": name, "tool_settings": settings})
+
+        pure, effects = declared(PURE, False), declared(EFFECTS, True)
         path = ROOT / "bench" / "results" / "pure-profiles.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(orjson.dumps({"profiles": [pure.model_dump(by_alias=True, exclude_defaults=True)]}))
+        profiles = [p.model_dump(by_alias=True, exclude_defaults=True) for p in (pure, effects)]
+        path.write_bytes(orjson.dumps({"profiles": profiles}))
         return str(path)
 
     @staticmethod
