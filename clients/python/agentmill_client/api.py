@@ -159,9 +159,7 @@ class RunView(Answer):
     status: str
     session_id: str | None = None
     created_at: int
-    agent: str | None = Field(
-        default=None, description="its agent (profile)"
-    )
+    agent: str | None = Field(default=None, description="its agent (profile)")
     input_messages: list[dict[str, Any]] | None = Field(
         default=None,
         description="with include=input: the messages it was submitted with, as sent (absent once "
