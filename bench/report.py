@@ -284,7 +284,7 @@ def render_headline(data: dict[str, Any]) -> str:
         return f"{machine_line(data['machine'])} See [docs/performance.md](docs/performance.md)."
     m = data["machine"]
     return (
-        f"On {m['cores']} cores at load average {m['load_start']:.0f}–{m.get('load_end', m['load_start']):.0f} "
+        f"On {m['cores']} cores at load average {m['load_start']:.1f} (start) and {m.get('load_end', m['load_start']):.1f} (end) "
         f"({m['date']}, [docs/performance.md](docs/performance.md)): " + "; ".join(said) + "."
     )
 
