@@ -92,7 +92,9 @@ async def test_a_tenants_nested_children_stay_within_its_max_active_and_all_end(
             w.stop()
     assert most["samples"] > 20
     assert most["active"] <= 4 and most["running"] <= 4, most
-    assert most["active"] == 4, (most, done)  # the tenant did use its quota
+    # The tenant did use its quota: its sampled peak (every 20 ms, so it may miss the instant at 4)
+    # and, below, the refusals naming maxActive=4 that its roots heard.
+    assert most["active"] >= 3, (most, done)
     assert [d["status"] for d in done] == ["completed", "completed"], done  # the parents answered
     said = [m for d in done for m in refusals(d["result"]["finalAssistantMessage"]["content"])]
     assert said and all("maxActive=4 reached" in m for m in said), said
