@@ -11,10 +11,12 @@ from functools import lru_cache
 from typing import Literal, Self
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from agentmill_client import limits
+from shared.settings_archive import ArchiveSettings
 from shared.settings_errors import SettingsError, describe
+from shared.settings_quotas import TenantQuotaSettings
 
 __all__ = ["Settings", "SettingsError", "get_settings"]
 
@@ -22,7 +24,7 @@ DEFAULT_HEARTBEAT_MS = 500
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
-class Settings(BaseSettings):
+class Settings(TenantQuotaSettings, ArchiveSettings):
     model_config = SettingsConfigDict(env_prefix="AGENTMILL_", extra="ignore", populate_by_name=True)
 
     # redis and the run key space
@@ -198,47 +200,6 @@ class Settings(BaseSettings):
         "long after its latest run ended",
     )
 
-    # archive (docs/operations.md#archive)
-    archive_url: str | None = Field(
-        default=None,
-        description="`postgresql://…`: finished runs are archived there (record, input, result, events, tool "
-        "records) and dropped from Redis `AGENTMILL_LIVE_RETENTION_S` later; the API reads them from either. "
-        "Unset: no archive, finished runs stay in Redis for `AGENTMILL_RETENTION_S`",
-    )
-    worker_archiver: bool = Field(
-        default=True,
-        description="with the archive on: each worker runs an archiver task; `false` leaves it to "
-        "`agentmill archiver` processes",
-    )
-    live_retention_s: int = Field(
-        default=3600,
-        ge=0,
-        description="with the archive on: how long an archived run stays in Redis (its stream and tool "
-        "records leave at once)",
-    )
-    archive_batch: int = Field(
-        default=200, ge=1, description="runs one archiver claims and writes in one transaction"
-    )
-    archive_poll_ms: int = Field(
-        default=500, ge=10, description="how often an archiver with nothing to do looks for finished runs"
-    )
-    archive_lease_ms: int = Field(
-        default=60_000,
-        ge=1_000,
-        description="an archiver's claim on a batch; a batch whose archiver died is claimed again after this",
-    )
-    archive_backlog_alert: int = Field(
-        default=100_000,
-        description="finished runs waiting for the archive above which `agentmill_archive_backlog` alerts "
-        "(the documented alert rule); Redis keeps them until archived",
-    )
-    archive_retention_days: int = Field(
-        default=0,
-        ge=0,
-        description="archived runs finished longer ago are deleted by the archivers (a delete job, in "
-        "small batches); `0` keeps them forever",
-    )
-
     # api
     api_host: str = Field(
         default="127.0.0.1", description="where `agentmill api` listens (the image sets `0.0.0.0`)"
@@ -275,58 +236,6 @@ class Settings(BaseSettings):
     )
     max_queue_depth: int = Field(
         default=100_000, description="above this, submissions get 429 with `Retry-After`"
-    )
-    tenant_max_active: int = Field(
-        default=10_000,
-        description="queued + running runs per tenant; beyond, submissions get 429 `quota_exceeded`",
-    )
-    tenant_max_running: int = Field(
-        default=100,
-        description="runs of one tenant running at once (enforced when workers claim jobs); `0` no limit; "
-        "not applied to the `default` tenant (auth off, the Python producer) unless "
-        "`AGENTMILL_TENANT_QUOTAS` names it",
-    )
-    tenant_submits_per_second: int = Field(
-        default=1_000,
-        description="runs a tenant may submit per second (the refill rate of its token bucket; a batch "
-        "counts each); beyond, 429 `rate_limited` with `Retry-After`",
-    )
-    tenant_submit_burst: int = Field(
-        default=0,
-        description="most runs a tenant may submit at once (the bucket's size); 0 = a second's worth plus "
-        "`AGENTMILL_MAX_BATCH`; never below `AGENTMILL_MAX_BATCH`: a full batch request always fits",
-    )
-    tenant_max_schedules: int = Field(
-        default=100,
-        ge=0,
-        description="schedules per tenant; beyond, `POST /v1/schedules` gets 429 `schedule_quota_exceeded`; "
-        "`0` no limit",
-    )
-    tenant_schedule_firings_per_minute: int = Field(
-        default=600,
-        ge=0,
-        description="runs a tenant's schedules make per minute, all together (pool-wide, per UTC minute); "
-        "a firing beyond is skipped (counted in the schedule's `skipped`, its `lastError` naming the "
-        "cap), not made later; `0` no limit",
-    )
-    tenant_max_children: int = Field(
-        default=20,
-        ge=0,
-        description="child runs (sub-agents) one run may start, over all its rounds; beyond, the agent tool "
-        "call gets an error result naming the cap and the run carries on; `0` no limit",
-    )
-    tenant_max_descendants: int = Field(
-        default=100,
-        ge=0,
-        description="runs in one root run's tree of sub-agents (its children, theirs, …; the root not "
-        "counted); beyond, the agent tool call gets an error result naming the cap; `0` no limit",
-    )
-    tenant_quotas: str | None = Field(
-        default=None,
-        description='per-tenant overrides, JSON or a JSON file: `{"tenant": {"maxActive", "maxRunning", '
-        '"submitsPerSecond", "submitBurst", "maxPriority", "maxChildren", "maxDescendants", "tokensPerDay", '
-        '"costUsdPerDay", "maxSchedules", "scheduleFiringsPerMinute"}}` (tokensPerDay and costUsdPerDay: '
-        "the tenant's budget per UTC day, pool-wide; 0 = none)",
     )
     budget_hold_ms: int = Field(
         default=900_000,

@@ -19,7 +19,7 @@ from agentmill_client.models import ToolCall
 from shared.netguard import guarded_client
 from shared.profiles import AgentProfile, McpServerConfig
 from tests.support.mcp_flood_server import flood_server
-from worker.tools import mcp
+from worker.tools import mcp_bounds
 from worker.tools.base import ToolContext
 from worker.tools.mcp import McpServer
 from worker.tools.mcp_transport import GuardedMcpTransport
@@ -45,7 +45,7 @@ async def call(box: Toolbox, prof: AgentProfile, name: str, args: str) -> tuple[
 
 
 async def test_a_listing_of_too_many_tools_is_refused_and_a_call_names_the_bound(tmp_path: Path) -> None:
-    with flood_server(tmp_path, tools=mcp.MAX_TOOLS + 50, schema_bytes=100, page=100) as srv:
+    with flood_server(tmp_path, tools=mcp_bounds.MAX_TOOLS + 50, schema_bytes=100, page=100) as srv:
         async with toolbox(srv.url) as (box, prof):
             assert await box.specs(prof) == {}
             err, text = await call(box, prof, "srv__blocks", '{"n": 1}')
@@ -56,16 +56,18 @@ async def test_too_many_pages_or_bytes_refuse_the_listing_and_a_huge_schema_leav
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, "agentmill.mcp")
-    with flood_server(tmp_path, tools=mcp.MAX_PAGES + 5, schema_bytes=100, page=1) as srv:
+    with flood_server(tmp_path, tools=mcp_bounds.MAX_PAGES + 5, schema_bytes=100, page=1) as srv:
         async with toolbox(srv.url) as (box, prof):
             assert await box.specs(prof) == {}
     assert "maxPages" in caplog.text
-    many = mcp.MAX_LISTING_BYTES // 50_000 + 5  # each under the tool's bound, over the listing's together
+    many = (
+        mcp_bounds.MAX_LISTING_BYTES // 50_000 + 5
+    )  # each under the tool's bound, over the listing's together
     with flood_server(tmp_path, tools=many, schema_bytes=50_000) as srv:
         async with toolbox(srv.url) as (box, prof):
             assert await box.specs(prof) == {}
     assert "maxListingBytes" in caplog.text
-    with flood_server(tmp_path, tools=3, schema_bytes=mcp.MAX_TOOL_BYTES + 1) as srv:
+    with flood_server(tmp_path, tools=3, schema_bytes=mcp_bounds.MAX_TOOL_BYTES + 1) as srv:
         async with toolbox(srv.url) as (box, prof):
             offered = set(await box.specs(prof))
     assert offered == {"srv__blocks", "srv__storm"}  # t0..t2 left out, each logged

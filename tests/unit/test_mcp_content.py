@@ -17,7 +17,7 @@ from mcp_types import (
 )
 
 from shared.profiles import AgentProfile, McpServerConfig
-from worker.tools.mcp import exposed_name, render
+from worker.tools.mcp_content import exposed_name, render
 from worker.tools.mcp_transport import McpConfigError, expand_headers
 
 

@@ -22,7 +22,6 @@ import orjson
 from agentmill_client.codec import encode
 from agentmill_client.models import RunInput, RunStatus
 from shared import logs
-from shared.profiles import ToolSettings
 from shared.tool_records import ToolRecord
 from worker import machine, tracing
 from worker.lease import LeaseExpiredError
@@ -323,7 +322,8 @@ class RunDriver:
             if isinstance(park, AwaitHuman):
                 obs.awaiting_human(1)
             return p.status
-        if self.hold.allows(effects, self._tool_settings, holding=self.out.holding, draining=self.draining):
+        settings = lambda name: declared_settings(self.fx.profile(self.state), name)  # noqa: E731
+        if self.hold.allows(effects, settings, holding=self.out.holding, draining=self.draining):
             self.out.hold(self.state, outbox)
             self.hold.arm()
         elif outbox or (effects and self.out.holding):
@@ -348,9 +348,6 @@ class RunDriver:
             else:  # answered without I/O
                 self.pending.append(started)
         return None
-
-    def _tool_settings(self, name: str) -> ToolSettings:
-        return declared_settings(self.fx.profile(self.state), name)
 
     async def _flush_held(self) -> None:
         self.hold.disarm()

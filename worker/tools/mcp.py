@@ -17,16 +17,13 @@ an MCP error a plain failure, a server that cannot be reached or answers 5xx a r
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
-import re
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx2
-import orjson
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
@@ -39,93 +36,32 @@ from worker import tracing
 from worker.lease import LeaseExpiredError
 from worker.tools.base import ToolContext, ToolError, ToolOutcome
 from worker.tools.mcp_answer import AnswerBoundError
+from worker.tools.mcp_bounds import (
+    MAX_LISTING_BYTES,
+    MAX_PAGES,
+    MAX_TOOL_BYTES,
+    MAX_TOOLS,
+    ListingRefusedError,
+    tool_bytes,
+)
+from worker.tools.mcp_content import exposed_name, render
 from worker.tools.mcp_output import check_result, check_schema
 from worker.tools.mcp_transport import REFUSALS, McpConfigError, expand_headers
 
 __all__ = [
     "FAILED_LISTING_S",
     "LIST_CHANGED_INTERVAL_S",
-    "MAX_LISTING_BYTES",
-    "MAX_PAGES",
-    "MAX_TOOLS",
-    "MAX_TOOL_BYTES",
-    "ListingRefusedError",
     "McpServer",
     "McpTool",
-    "exposed_name",
-    "render",
 ]
 
 log = logging.getLogger("agentmill.mcp")
 
-# A server's listing: past MAX_PAGES, MAX_TOOLS or MAX_LISTING_BYTES it is refused whole (none of its
-# tools offered, the reason logged and given to a call); one tool past MAX_TOOL_BYTES is left out.
-MAX_PAGES = 20  # tools/list pages read per listing
-MAX_TOOLS = 256  # tools a server lists (all of them, allowed or not)
-MAX_TOOL_BYTES = 64_000  # one tool's name, description and schemas, as JSON
-MAX_LISTING_BYTES = 1_000_000  # the offered tools' together
 # tools/list_changed: the listing is asked for again at most once per interval per server, and at
 # most one line per interval is logged (with how many notices came since the last one).
 LIST_CHANGED_INTERVAL_S = 5.0
 FAILED_LISTING_S = 5.0  # a listing that failed is asked for again after this (or toolsTtlS if shorter)
-_NAME_OK = re.compile(r"[^A-Za-z0-9_-]")
-_MAX_NAME = 64  # what OpenAI-compatible providers take as a function name
 McpObserver = Callable[[str, str, float], None]  # (server, outcome ok|error|failed, seconds)
-
-
-def exposed_name(server: str, tool: str) -> str | None:
-    """``<server>__<tool>`` with characters a provider refuses made ``_``; None when too long."""
-    name = f"{server}{MCP_SEP}{_NAME_OK.sub('_', tool)}"
-    return name if len(name) <= _MAX_NAME else None
-
-
-def _size(data: str) -> int:
-    with contextlib.suppress(ValueError):
-        return len(base64.b64decode(data, validate=False))
-    return len(data) * 3 // 4
-
-
-def render(result: CallToolResult) -> str:
-    """The result as the model reads it: text parts joined, structured content as JSON when no
-    text says it, images and audio as a placeholder naming their type and size."""
-    parts: list[str] = []
-    for block in result.content:
-        kind = block.type
-        if kind == "text":
-            parts.append(block.text)  # type: ignore[union-attr]
-        elif kind in ("image", "audio"):
-            parts.append(f"[{kind}: {block.mime_type}, {_size(block.data)} bytes]")  # type: ignore[union-attr]
-        elif kind == "resource_link":
-            parts.append(f"[resource: {block.uri}]")  # type: ignore[union-attr]
-        elif kind == "resource":
-            res = block.resource  # type: ignore[union-attr]
-            text = getattr(res, "text", None)
-            blob = getattr(res, "blob", None)
-            parts.append(
-                text
-                if text is not None
-                else f"[resource: {res.uri}, {res.mime_type}, {_size(blob or '')} bytes]"
-            )
-    if result.structured_content is not None and not any(b.type == "text" for b in result.content):
-        parts.append(orjson.dumps(result.structured_content).decode())
-    return "\n".join(parts)
-
-
-class ListingRefusedError(ValueError):
-    """A server's listing past a bound: none of its tools are offered; ``bound`` names it."""
-
-    def __init__(self, message: str, bound: str) -> None:
-        super().__init__(f"{message} (bound: {bound})")
-        self.bound = bound
-
-
-def _tool_bytes(t: Any) -> int:
-    return (
-        len(t.name)
-        + len(t.description or "")
-        + len(orjson.dumps(t.input_schema))
-        + (len(orjson.dumps(t.output_schema)) if t.output_schema is not None else 0)
-    )
 
 
 def _leaf(exc: BaseException) -> BaseException:
@@ -337,7 +273,7 @@ class McpServer:
                         log.warning("MCP server %s: tool %r not offered (its name is too long or taken)",
                                     self.cfg.name, t.name)  # fmt: skip
                         continue
-                    size = _tool_bytes(t)
+                    size = tool_bytes(t)
                     if size > MAX_TOOL_BYTES:
                         log.warning("MCP server %s: tool %r not offered (%d bytes of name, description and "
                                     "schemas, over %d)", self.cfg.name, t.name, size, MAX_TOOL_BYTES)  # fmt: skip
