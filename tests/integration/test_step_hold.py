@@ -4,7 +4,9 @@ them writes nothing twice. Unit tests of the hold itself: tests/unit/test_step_h
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -47,6 +49,28 @@ async def script_calls(redis: Redis) -> int:
     return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("fcall", "evalsha", "eval"))
 
 
+async def counted_run(
+    redis: Redis,
+    redis_url: str,
+    env: dict[str, str],
+    run: Callable[[list[Any]], dict[str, Any]],
+    steps: list[Any],
+) -> tuple[RunRecord, int]:
+    """A run of ``steps`` on a worker of its own started with ``env``, after a warm-up run that keeps
+    the worker's start-up out of the count: its record, and the script calls made meanwhile."""
+    p = producer_for(redis, redis_url, profiles=env.get("AGENTMILL_PROFILES"))
+    w = WorkerProc(redis_url, env={**FAST, **env}).start()
+    try:
+        warm = await p.submit(run([{"text": "warm"}]))
+        await wait_all(p, [warm.run_id], 30)
+        before = await script_calls(redis)
+        sub = await p.submit(run(steps))
+        rec = (await wait_all(p, [sub.run_id], 30))[sub.run_id]
+        return rec, await script_calls(redis) - before
+    finally:
+        w.stop()
+
+
 async def ended_clean(redis: Redis, rec: RunRecord, status: str) -> list[RunEvent]:
     """The run ended with ``status``; its stream, checked clean (seq 1..n, one terminal status)."""
     assert rec.status.value == status, rec.result
@@ -86,21 +110,13 @@ async def test_declared_tool_steps_take_one_commit_each_on_redis(
             ("undeclared", chaos_profiles(ledger.url, tmp_path / "u.json")),
             ("declared", chaos_profiles(ledger.url, tmp_path / "d.json", declared=True)),
         ):
-            p = producer_for(redis, redis_url, profiles=str(path))
-            w = WorkerProc(redis_url, env={**FAST, "AGENTMILL_PROFILES": str(path)}).start()
-            try:
-                warm = await p.submit(chaos_run([{"text": "warm"}]))  # the worker's start-up out of the count
-                await wait_all(p, [warm.run_id], 30)
-                before = await script_calls(redis)
-                sub = await p.submit(chaos_run(STEPS))
-                rec = (await wait_all(p, [sub.run_id], 30))[sub.run_id]
-                calls[name] = await script_calls(redis) - before
-            finally:
-                w.stop()
+            rec, calls[name] = await counted_run(
+                redis, redis_url, {"AGENTMILL_PROFILES": str(path)}, chaos_run, STEPS
+            )
             kinds[name] = [e.kind for e in await ended_clean(redis, rec, "completed")]
-            tools = await redis.hgetall(K.tools(sub.run_id))
+            tools = await redis.hgetall(K.tools(rec.run_id))
             assert len(tools) == 4 and all(orjson.loads(v)["state"] == "done" for v in tools.values())
-            claims = await redis.hget(K.run(sub.run_id), RunField.CLAIMS)
+            claims = await redis.hget(K.run(rec.run_id), RunField.CLAIMS)
             assert not claims  # no claim left open
         assert sum(ledger.counts().values()) == 8  # each call once, in both runs
     assert kinds["declared"] == kinds["undeclared"]
@@ -118,21 +134,11 @@ async def test_built_in_steps_take_one_commit_each_unless_the_profile_says_they_
         ("default", {}),
         ("opted_in", {"AGENTMILL_PROFILES": str(opted_in(tmp_path / "o.json"))}),
     ):
-        p = producer_for(redis, redis_url, profiles=env.get("AGENTMILL_PROFILES"))
-        w = WorkerProc(redis_url, env={**FAST, **env}).start()
-        try:
-            warm = await p.submit(script_run([{"text": "warm"}]))  # the worker's start-up out of the count
-            await wait_all(p, [warm.run_id], 30)
-            before = await script_calls(redis)
-            sub = await p.submit(script_run(BUILTIN_STEPS))
-            rec = (await wait_all(p, [sub.run_id], 30))[sub.run_id]
-            calls[name] = await script_calls(redis) - before
-        finally:
-            w.stop()
+        rec, calls[name] = await counted_run(redis, redis_url, env, script_run, BUILTIN_STEPS)
         events = await ended_clean(redis, rec, "completed")
         kinds[name] = [e.kind for e in events]
         assert [e.payload["content"] for e in events if e.kind == "tool_result"] == ["a", "42", "b", "2"]
-        assert not await redis.hget(K.run(sub.run_id), RunField.CLAIMS)  # no claim left open
+        assert not await redis.hget(K.run(rec.run_id), RunField.CLAIMS)  # no claim left open
     assert kinds["default"] == kinds["opted_in"]
     # the worker's own polling and heartbeats are script calls too: allow a few either way
     assert calls["opted_in"] - calls["default"] >= 3, calls
