@@ -12,7 +12,7 @@ from producer.api.errors import COMMON_ERRORS, NOT_FOUND, ErrorResponse, not_fou
 from producer.api.routes_runs import run_links
 from producer.api.state import Api, ApiDep, Tenant
 from producer.listing import Catalog
-from producer.restore import RETRYABLE, Restorer
+from producer.restore import RETRYABLE
 from producer.run_filter import ListingError
 from producer.submission import SubmissionError, Submitted
 
@@ -52,7 +52,7 @@ async def retry_run(
 ) -> Accepted:
     await api.admit()
     from_start = body is not None and body.from_ == "start"
-    sub = await Restorer(api.producer).retry(
+    sub = await api.restorer().retry(
         run_id, tenant, from_start=from_start, quota=api.quotas.of(tenant), idempotency_key=idempotency_key
     )
     return _accepted(api, sub, response)
@@ -71,7 +71,7 @@ async def fork_run(
     idempotency_key: Annotated[str | None, Header(max_length=256)] = None,
 ) -> Accepted:
     await api.admit()
-    sub = await Restorer(api.producer).fork(
+    sub = await api.restorer().fork(
         run_id,
         tenant,
         body.at_seq,
@@ -99,7 +99,7 @@ async def retry_batch(
     if await Catalog(api.producer).batch(tenant, batch_id) is None:
         raise not_found("batch", batch_id)
     await api.admit()
-    done = await Restorer(api.producer).retry_batch(batch_id, tenant, wanted, quota=api.quotas.of(tenant))
+    done = await api.restorer().retry_batch(batch_id, tenant, wanted, quota=api.quotas.of(tenant))
     items = []
     for original, got in done:
         if isinstance(got, SubmissionError):

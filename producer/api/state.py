@@ -17,6 +17,7 @@ from producer.api.auth import Authenticator
 from producer.api.metrics import ApiMetrics
 from producer.api.streams import StreamLimiter
 from producer.gauges import ClusterGauges, read_gauges, running_caps
+from producer.restore import Restorer, StateOf
 from producer.routing import Parts
 from producer.schedules.store import ScheduleStore
 from producer.service import Producer, RunRecord
@@ -43,8 +44,10 @@ class Api:
         closing: asyncio.Event | None = None,
         watch: RedisWatch | None = None,
         metrics: ApiMetrics | None = None,
+        state_of: StateOf,
     ) -> None:
         self.settings = settings
+        self.state_of = state_of  # what a fork starts from (producer.restore.StateOf)
         self.watch = watch  # the app's own pools: whether Redis answers now (shared/redis_watch.py)
         self.closing = closing or asyncio.Event()  # set when the server begins to shut down
         self.producer = Producer(
@@ -82,6 +85,10 @@ class Api:
         except Exception as exc:  # any failure to read is "unknown", never a stale value
             log.warning("/metrics: the cluster gauges are not exported: Redis did not answer (%r)", exc)
             return None
+
+    def restorer(self) -> Restorer:
+        """Retries and forks of this process's runs."""
+        return Restorer(self.producer, self.state_of)
 
     def check_metrics_token(self, authorization: str | None) -> None:
         """401 unless AGENTMILL_METRICS_TOKEN is unset or given as the bearer token (constant time)."""

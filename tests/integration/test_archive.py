@@ -251,7 +251,7 @@ async def test_an_archiver_killed_between_write_and_marking_archives_nothing_twi
             assert await _backlog(redis) == n  # written, never marked
         # the rest by the archiver as its own process (`agentmill archiver`)
         archiver = WorkerProc(redis_url, env=_env(pg, AGENTMILL_ARCHIVE_BATCH="40"),
-                              argv=["-m", "producer.cli", "archiver"], log=tmp_path / "archiver.log").start()  # fmt: skip
+                              argv=["-m", "app.cli", "archiver"], log=tmp_path / "archiver.log").start()  # fmt: skip
         try:
             await until("an empty backlog", lambda: _less(redis, 1), within=60)
         finally:

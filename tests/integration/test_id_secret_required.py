@@ -26,9 +26,9 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "test-id-secret"
 ENTRY_POINTS = {
-    "api": [sys.executable, "-m", "producer.cli", "api"],
-    "agentmill worker": [sys.executable, "-m", "producer.cli", "worker"],
-    "python -m worker": [sys.executable, "-m", "worker"],
+    "api": [sys.executable, "-m", "app.cli", "api"],
+    "agentmill worker": [sys.executable, "-m", "app.cli", "worker"],
+    "python -m app.worker": [sys.executable, "-m", "app.worker"],
 }
 NAMED = {
     "tokens": {"AGENTMILL_API_TOKENS": "tok-a=tenant-a"},
@@ -68,7 +68,7 @@ def test_with_the_secret_or_a_single_tenant_the_process_starts() -> None:
         {"AGENTMILL_AUTH_DISABLED": "true", **NAMED["tokens"]},
         {"AGENTMILL_API_TOKENS": "tok-d=default,tok-e"},
     ):
-        res = started(ENTRY_POINTS["python -m worker"], env, within=4.0)
+        res = started(ENTRY_POINTS["python -m app.worker"], env, within=4.0)
         assert res.returncode == -1, (env, res.returncode, res.stderr)  # still running: stopped
         assert "AGENTMILL_ID_SECRET" not in res.stderr, res.stderr
 

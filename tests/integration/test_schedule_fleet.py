@@ -54,7 +54,7 @@ async def _fleet(redis: Redis, redis_url: str, tmp_path: Path, seconds: int) -> 
     workers = [WorkerProc(redis_url, env=env, log=tmp_path / f"worker{i}.log") for i in (1, 2)]
     ports = [free_port(), free_port()]
     apis = [
-        WorkerProc(redis_url, argv=["-m", "producer.cli", "api"], log=tmp_path / f"api{i}.log",
+        WorkerProc(redis_url, argv=["-m", "app.cli", "api"], log=tmp_path / f"api{i}.log",
                    env={**env, "AGENTMILL_API_PORT": str(port), "AGENTMILL_AUTH_DISABLED": "true"})
         for i, port in enumerate(ports)
     ]  # fmt: skip

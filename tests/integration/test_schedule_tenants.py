@@ -336,7 +336,7 @@ async def test_two_api_processes_with_different_tokens_both_keep_their_tenants_s
            "AGENTMILL_SCHEDULE_LEASE_MS": "300"}  # fmt: skip
     ports = {"tenant-a": free_port(), "tenant-b": free_port()}
     procs = {
-        t: WorkerProc(redis_url, argv=["-m", "producer.cli", "api"], log=tmp_path / f"api-{t}.log",
+        t: WorkerProc(redis_url, argv=["-m", "app.cli", "api"], log=tmp_path / f"api-{t}.log",
                       env={**env, "AGENTMILL_API_PORT": str(port), "AGENTMILL_API_TOKENS": f"tok-{t[-1]}={t}"})
         for t, port in ports.items()
     }  # fmt: skip
