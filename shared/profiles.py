@@ -17,6 +17,8 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from agentmill_client import limits
 from agentmill_client.models import Budget, ClientTool, LoopLimits, Model, ToolPolicy
+from shared.price_table import pricing_of
+from shared.prices import PriceTier, Pricing
 from shared.profile_refusals import PROFILES_ENV, describe_profile_errors
 from shared.settings_errors import SettingsError
 from shared.tool_configs import (
@@ -45,6 +47,7 @@ __all__ = [
     "ContextConfig",
     "HttpToolConfig",
     "McpServerConfig",
+    "PriceTier",
     "Pricing",
     "ProfileFile",
     "ProviderConfig",
@@ -102,16 +105,6 @@ class CompactionConfig(Model):
         return self.strategy or ("summary" if self.use_model else "truncate")
 
 
-class Pricing(Model):
-    """A model's prices in USD per million tokens: a run's usage gets ``costUsd`` from them."""
-
-    input_per_m_tok: float = Field(ge=0)
-    output_per_m_tok: float = Field(ge=0)
-
-    def cost_usd(self, input_tokens: int, output_tokens: int) -> float:
-        return round((input_tokens * self.input_per_m_tok + output_tokens * self.output_per_m_tok) / 1e6, 9)
-
-
 class ProviderConfig(Model):
     kind: Literal["scripted", "openai"] = "scripted"
     # scripted
@@ -144,7 +137,12 @@ class ProviderConfig(Model):
     max_concurrent: int | None = Field(default=None, ge=1)
     requests_per_minute: int | None = Field(default=None, ge=1)
     tokens_per_minute: int | None = Field(default=None, ge=1)
-    pricing: Pricing | None = None  # USD per million tokens, for usage.costUsd
+    # USD per million tokens, for usage.costUsd; None: the price table's (shared/price_table.py)
+    pricing: Pricing | None = None
+
+    def prices(self) -> Pricing | None:
+        """The prices its calls cost by: its own ``pricing``, else the table's; None: unpriced."""
+        return pricing_of(self.kind, self.model, self.base_url, self.pricing)
 
     @property
     def model_name(self) -> str:

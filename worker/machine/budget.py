@@ -1,7 +1,9 @@
 """Run budgets (``RunInput.budget``, narrowed by the profile's): can the run afford its next model call?
 
 A call's worst case is its prompt estimate plus the model's maxTokens, and their cost by the model's
-pricing. The run affords the call when what it spent so far (``RunState.usage``) plus that worst
+pricing with no prompt token cheaper than the input price (none read from a cache; each maybe
+written to it, at the dearer price): the call's actual cost, cache reads at their price, is settled
+after it. The run affords the call when what it spent so far (``RunState.usage``) plus that worst
 case stays within each limit; else it ends ``failed`` with ``budget_exceeded`` before the call, so it
 never exceeds its budget. Pure: both the usage and the budget are in the state.
 
@@ -31,7 +33,7 @@ def worst_case(cfg: RunConfig, messages: list[Message]) -> tuple[int, int, float
     """(prompt estimate, maxTokens, their cost in USD or None without pricing) of a call."""
     prompt = policy.estimate_tokens(messages)
     out = cfg.reserve_output_tokens
-    cost = cfg.pricing.cost_usd(prompt, out) if cfg.pricing is not None else None
+    cost = cfg.pricing.worst_case_usd(prompt, out) if cfg.pricing is not None else None
     return prompt, out, cost
 
 
