@@ -111,6 +111,8 @@ class ProviderConfig(Model):
     mode: Literal["calculator", "script"] = "script"
     script: list[dict[str, Any]] | None = None
     chunk_chars: int = 8
+    # scripted: report cache reads and writes as Anthropic's prompt caching would (worker/models/scripted.py)
+    report_cache: bool = False
     # openai-compatible
     base_url: str | None = None
     model: str | None = None
