@@ -57,6 +57,7 @@ __all__ = [
     "dev_profiles_enabled",
     "load_profiles",
     "profiles_from",
+    "unpriced_message",
 ]
 
 # Test-only parts: a scripted model in ``script`` mode follows the caller's runtimeHints (sleeps,
@@ -103,6 +104,15 @@ class CompactionConfig(Model):
 
     def resolved_strategy(self) -> str:
         return self.strategy or ("summary" if self.use_model else "truncate")
+
+
+def unpriced_message(field: str, provider: ProviderConfig) -> str:
+    """Why a cost budget (``field``) cannot apply to runs of ``provider``'s model."""
+    return (
+        f"{field}: the model {provider.model_name!r} has no price (the price table does not know it and "
+        "the profile's provider.pricing gives none), so its cost cannot be counted; give the provider "
+        'a pricing ({"inputPerMTok": …, "outputPerMTok": …}) or drop the cost budget'
+    )
 
 
 class ProviderConfig(Model):
@@ -221,6 +231,13 @@ class AgentProfile(Model):
         if p.kind == "openai" and (p.base_url is None or p.model is None):
             missing = [n for n, v in (("baseUrl", p.base_url), ("model", p.model)) if v is None]
             raise ValueError(f"provider: an openai provider needs {' and '.join(missing)}")
+        return self
+
+    @model_validator(mode="after")
+    def _a_cost_budget_on_a_priced_model(self) -> AgentProfile:
+        """A cost budget cannot be kept on a model with no price: refused when loaded."""
+        if self.budget.max_cost_usd is not None and self.provider.prices() is None:
+            raise ValueError(unpriced_message("budget.maxCostUsd", self.provider))
         return self
 
     @model_validator(mode="after")

@@ -139,3 +139,33 @@ def test_the_scripted_model_reports_cache_reads_of_the_previous_prompt() -> None
     assert cache_usage(second, prompt2) == (prompt, prompt2 - prompt)  # reads the first call's prompt
     short = [Message(role="user", content="hi")]
     assert cache_usage(short, policy.estimate_tokens(short)) == (0, 0)  # under the minimum: no caching
+
+
+def test_a_cost_budget_on_an_unpriced_model_is_refused_at_load_and_at_submission() -> None:
+    from agentmill_client.models import Budget, RunInput
+    from producer.prepared import check_priced
+    from producer.submission import SubmissionError
+    from shared.profiles import AgentProfile
+    from shared.quotas import Quota
+
+    unpriced = {"name": "local", "provider": {"kind": "scripted"}}
+    with pytest.raises(ValueError, match=r"budget.maxCostUsd: the model 'scripted' has no price"):
+        AgentProfile.model_validate({**unpriced, "budget": {"maxCostUsd": 1}})
+    priced = AgentProfile.model_validate(
+        {
+            "name": "p",
+            "provider": {"kind": "scripted", "model": "claude-sonnet-4-5"},
+            "budget": {"maxCostUsd": 1},
+        }
+    )
+    assert priced.provider.prices() is not None  # the table's
+    profile = AgentProfile.model_validate(unpriced)
+    run = RunInput.model_validate({"agent": "local", "inputMessages": [{"role": "user", "content": "hi"}]})
+    check_priced(run, profile, Quota(tokens_per_day=10))  # no cost budget asked: fine
+    check_priced(run, priced, Quota(cost_usd_per_day=5))
+    asks = run.model_copy(update={"budget": Budget(max_cost_usd=0.5)})
+    for r, q in ((asks, None), (run, Quota(cost_usd_per_day=5))):
+        with pytest.raises(SubmissionError) as refused:
+            check_priced(r, profile, q)
+        assert refused.value.status == 422 and refused.value.code == "unpriced_model"
+        assert "has no price" in str(refused.value)
