@@ -5,6 +5,7 @@ values: the table they come from when a profile gives none is shared/price_table
 from __future__ import annotations
 
 from decimal import ROUND_HALF_EVEN, Decimal
+from functools import lru_cache
 
 from pydantic import Field
 
@@ -69,8 +70,9 @@ class Pricing(Model):
         return usd_of_micro(prompt_tokens * _dec(dearest) + output_tokens * _dec(r.output_per_m_tok))
 
 
+@lru_cache(maxsize=1024)
 def _dec(price: float) -> Decimal:
-    """A price as the decimal it was written as (0.3, not 0.299999…)."""
+    """A price as the decimal it was written as (0.3, not 0.299999…); a model's few prices, cached."""
     return Decimal(repr(price))
 
 
