@@ -23,12 +23,11 @@ from typing import Any
 
 from shared.prices import PriceTier, Pricing
 
-__all__ = ["TABLE_VERSION", "pricing_of", "table_pricing"]
+__all__ = ["pricing_of", "table_pricing"]
 
 log = logging.getLogger("agentmill.pricing")
 
 _PRICES = ("input_mtok", "output_mtok", "cache_read_mtok", "cache_write_mtok")
-TABLE_VERSION = "genai-prices"  # the table's name, as logs and docs cite it
 
 
 def pricing_of(kind: str, model: str | None, base_url: str | None, own: Pricing | None) -> Pricing | None:
@@ -54,7 +53,7 @@ def table_pricing(kind: str, model: str | None, base_url: str | None) -> Pricing
         from genai_prices import Usage, calc_price
 
         price = calc_price(Usage(input_tokens=0, output_tokens=0), model, **where).model_price
-    except LookupError as exc:
+    except (LookupError, ValueError) as exc:  # not in the table (or a reference it cannot read)
         log.warning(
             "model %r (provider %s) has no price in the table and none in its profile: its calls are "
             "unpriced (costUsd null); give the profile's provider a pricing to cost them (%s)",
