@@ -20,10 +20,20 @@ from producer.scope import Scope
 from producer.submission import SubmissionError, reserved_id_error, validation_error
 from shared.meta_terms import meta_term, meta_terms
 from shared.netguard_rules import host_refusal
-from shared.profiles import AgentProfile
+from shared.profiles import AgentProfile, unpriced_message
+from shared.quotas import Quota
 from shared.schema_validator import SchemaBoundError, compiled
 
-__all__ = ["Prepared", "checked_messages", "counted", "meta_term", "meta_terms", "prepare", "validated"]
+__all__ = [
+    "Prepared",
+    "check_priced",
+    "checked_messages",
+    "counted",
+    "meta_term",
+    "meta_terms",
+    "prepare",
+    "validated",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +83,18 @@ def validated(raw: RunInput | dict[str, Any], profiles: dict[str, AgentProfile] 
         if problem is not None:
             raise SubmissionError("client_tool_not_allowed", problem, field=problem.split(":", 1)[0])
     return run
+
+
+def check_priced(run: RunInput, profile: AgentProfile, quota: Quota | None) -> None:
+    """A cost budget (the run's maxCostUsd, its tenant's costUsdPerDay) on a model with no price
+    cannot be kept: 422 ``unpriced_model`` naming it, never a budget that counts the model as free."""
+    asks = run.budget is not None and run.budget.max_cost_usd is not None
+    day = quota is not None and quota.cost_usd_per_day > 0
+    if (asks or day) and profile.provider.prices() is None:
+        field = "budget.maxCostUsd" if asks else "costUsdPerDay (the tenant's quota)"
+        raise SubmissionError(
+            "unpriced_model", unpriced_message(field, profile.provider), field="budget" if asks else "agent"
+        )
 
 
 def _check_schemas(run: RunInput) -> None:

@@ -19,7 +19,7 @@ from agentmill_client.models import RunInput
 from producer import admission
 from producer.chunk_sender import ChunkSender
 from producer.placement import POINTER_EXTRA_S, Holder, claim, generated_id, partition_of, verdict
-from producer.prepared import Prepared, counted, meta_terms, prepare, validated
+from producer.prepared import Prepared, check_priced, counted, meta_terms, prepare, validated
 from producer.routing import Parts, run_script
 from producer.scope import Scope, claimed_id, claimed_session, run_id_for_key
 from producer.submission import SubmissionError, Submitted, outcome
@@ -85,6 +85,7 @@ class Submitter:
         cap = quota.max_priority if quota is not None else limits.MAX_PRIORITY
         if self.profiles is not None:
             cap = min(cap, self.profiles[run.agent].max_priority)
+            check_priced(run, self.profiles[run.agent], quota)
         return prepare(run, scope, lambda r: default_id or self.generated(scope, r), cap, trace)
 
     def place(self, run_id: str, session_id: str) -> keys.Partition:

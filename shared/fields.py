@@ -86,6 +86,8 @@ class RunField(StrEnum):
     USAGE_OUT = "outputTokens"
     USAGE_ESTIMATED = "usageEstimated"  # '1' = some call's usage is agentmill's estimate
     USAGE_COST = "costUsd"  # absent = the model has no pricing
+    USAGE_CACHE_READ = "cacheReadTokens"  # of inputTokens, read from a prompt cache (absent = 0)
+    USAGE_CACHE_WRITE = "cacheWriteTokens"  # of inputTokens, written to a prompt cache (absent = 0)
     TRACE = "trace"  # the submitter's W3C traceparent, then a newline and its tracestate if any; unset = none
     ARCHIVED = "archived"  # '1' once in the archive (archive_done.lua): its events are read from there
     # With the archive on: the run loop a completed session run added to its session's history (JSON,
@@ -110,6 +112,8 @@ class BatchField(StrEnum):
     OUTPUT_TOKENS = "outputTokens"
     COST_USD = "costUsd"  # HINCRBYFLOAT; absent = no ended run had a price
     ESTIMATED_RUNS = "estimatedRuns"  # ended runs whose usage is (partly) an estimate
+    CACHE_READ_TOKENS = "cacheReadTokens"  # of inputTokens, read from a prompt cache
+    CACHE_WRITE_TOKENS = "cacheWriteTokens"  # of inputTokens, written to a prompt cache
 
 
 class SessionField(StrEnum):
@@ -165,6 +169,8 @@ class UsagePart(StrEnum):
     OUT = "out"  # output tokens
     COST = "cost"  # nano-USD (shared.quotas.NANO_USD), an integer: exact sums
     RUNS = "runs"  # runs that started (their configuration resolved) and ended
+    CACHE_READ = "cr"  # of the input tokens, read from a prompt cache
+    CACHE_WRITE = "cw"  # of the input tokens, written to a prompt cache
 
 
 def usage_field(agent: str, what: UsagePart) -> str:

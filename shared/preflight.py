@@ -41,6 +41,8 @@ def check_worker(settings: Settings) -> dict[str, AgentProfile]:
     profiles = profiles_from(settings.profiles, dev=settings.dev_profiles)
     if (why := missing_keys(profiles)) is not None:
         raise SettingsError(why)
+    for p in profiles.values():  # each model's prices looked up now, its unpriced warning logged at start
+        p.provider.prices()
     return profiles
 
 

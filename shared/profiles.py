@@ -17,6 +17,8 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from agentmill_client import limits
 from agentmill_client.models import Budget, ClientTool, LoopLimits, Model, ToolPolicy
+from shared.price_table import pricing_of
+from shared.prices import PriceTier, Pricing
 from shared.profile_refusals import PROFILES_ENV, describe_profile_errors
 from shared.settings_errors import SettingsError
 from shared.tool_configs import (
@@ -45,6 +47,7 @@ __all__ = [
     "ContextConfig",
     "HttpToolConfig",
     "McpServerConfig",
+    "PriceTier",
     "Pricing",
     "ProfileFile",
     "ProviderConfig",
@@ -54,6 +57,7 @@ __all__ = [
     "dev_profiles_enabled",
     "load_profiles",
     "profiles_from",
+    "unpriced_message",
 ]
 
 # Test-only parts: a scripted model in ``script`` mode follows the caller's runtimeHints (sleeps,
@@ -102,14 +106,13 @@ class CompactionConfig(Model):
         return self.strategy or ("summary" if self.use_model else "truncate")
 
 
-class Pricing(Model):
-    """A model's prices in USD per million tokens: a run's usage gets ``costUsd`` from them."""
-
-    input_per_m_tok: float = Field(ge=0)
-    output_per_m_tok: float = Field(ge=0)
-
-    def cost_usd(self, input_tokens: int, output_tokens: int) -> float:
-        return round((input_tokens * self.input_per_m_tok + output_tokens * self.output_per_m_tok) / 1e6, 9)
+def unpriced_message(field: str, provider: ProviderConfig) -> str:
+    """Why a cost budget (``field``) cannot apply to runs of ``provider``'s model."""
+    return (
+        f"{field}: the model {provider.model_name!r} has no price (the price table does not know it and "
+        "the profile's provider.pricing gives none), so its cost cannot be counted; give the provider "
+        'a pricing ({"inputPerMTok": …, "outputPerMTok": …}) or drop the cost budget'
+    )
 
 
 class ProviderConfig(Model):
@@ -118,6 +121,8 @@ class ProviderConfig(Model):
     mode: Literal["calculator", "script"] = "script"
     script: list[dict[str, Any]] | None = None
     chunk_chars: int = 8
+    # scripted: report cache reads and writes as Anthropic's prompt caching would (worker/models/scripted.py)
+    report_cache: bool = False
     # openai-compatible
     base_url: str | None = None
     model: str | None = None
@@ -144,7 +149,12 @@ class ProviderConfig(Model):
     max_concurrent: int | None = Field(default=None, ge=1)
     requests_per_minute: int | None = Field(default=None, ge=1)
     tokens_per_minute: int | None = Field(default=None, ge=1)
-    pricing: Pricing | None = None  # USD per million tokens, for usage.costUsd
+    # USD per million tokens, for usage.costUsd; None: the price table's (shared/price_table.py)
+    pricing: Pricing | None = None
+
+    def prices(self) -> Pricing | None:
+        """The prices its calls cost by: its own ``pricing``, else the table's; None: unpriced."""
+        return pricing_of(self.kind, self.model, self.base_url, self.pricing)
 
     @property
     def model_name(self) -> str:
@@ -221,6 +231,13 @@ class AgentProfile(Model):
         if p.kind == "openai" and (p.base_url is None or p.model is None):
             missing = [n for n, v in (("baseUrl", p.base_url), ("model", p.model)) if v is None]
             raise ValueError(f"provider: an openai provider needs {' and '.join(missing)}")
+        return self
+
+    @model_validator(mode="after")
+    def _a_cost_budget_on_a_priced_model(self) -> AgentProfile:
+        """A cost budget cannot be kept on a model with no price: refused when loaded."""
+        if self.budget.max_cost_usd is not None and self.provider.prices() is None:
+            raise ValueError(unpriced_message("budget.maxCostUsd", self.provider))
         return self
 
     @model_validator(mode="after")

@@ -129,7 +129,7 @@ class RunConfig(Model):
     root: str = ""  # the root run's id, '' for a root run (whose own id it is)
     budget: Budget | None = None  # the run's budget, narrowed by its profile's (None: none)
     reserve_output_tokens: int = DEFAULT_RESERVE_OUTPUT_TOKENS  # a call's worst-case reply (maxTokens)
-    pricing: Pricing | None = None  # the model's prices, to cost a call's worst case
+    pricing: Pricing | None = None  # the model's prices (its own, else the table's), for a call's worst case
     # The system prompt's preamble (also at the head of system_prompt); while one is on, tool
     # results reach the model framed as data (worker/preamble.py). None: off.
     preamble: str | None = None
@@ -279,6 +279,6 @@ def resolve_config(
         max_depth=_max_depth(profile, run, lineage),
         budget=narrow_budget(profile.budget, run.budget),
         reserve_output_tokens=profile.provider.max_tokens or DEFAULT_RESERVE_OUTPUT_TOKENS,
-        pricing=profile.provider.pricing,
+        pricing=profile.provider.prices(),
         preamble=rules,
     )

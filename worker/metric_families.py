@@ -46,7 +46,8 @@ LABELS: dict[str, tuple[str, ...]] = {
     "status": tuple(sorted(s.value for s in TERMINAL)),
     "outcome": ("success", "error"),
     "reason.retry": (*sorted(RETRY_REASONS), "http_other", OTHER),
-    "direction": ("input", "output"),
+    # cache_read and cache_write: the parts of the input read from and written to a prompt cache
+    "direction": ("input", "output", "cache_read", "cache_write"),
     "tool_outcome": ("ok", "error", "cached"),
     "mcp_outcome": ("ok", "error", "failed"),  # failed: no answer (unreachable, timeout, MCP error)
     "kind": tuple(k.value for k in EventKind),
@@ -131,7 +132,8 @@ class MetricFamilies:
         )
         self.tokens = Counter(
             "agentmill_model_tokens",
-            "Tokens of model calls (the provider's usage, else agentmill's estimate).",
+            "Tokens of model calls (the provider's usage, else agentmill's estimate); input counts the "
+            "whole prompt, cache_read and cache_write the parts of it read from and written to a prompt cache.",
             ["direction"],
             registry=r,
         )
@@ -143,7 +145,7 @@ class MetricFamilies:
         )
         self.cost = Counter(
             "agentmill_model_cost_usd",
-            "Cost of model calls in USD by agent profile and model (the profile's pricing).",
+            "Cost of model calls in USD by agent profile and model (the profile's pricing, else the price table's).",
             ["agent", "model"],
             registry=r,
         )

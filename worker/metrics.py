@@ -138,7 +138,12 @@ class MetricsObserver(MetricFamilies):
 
     def tokens_used(self, usage: Usage, *, agent: str, model: str) -> None:
         pair = (agent, model) if (agent, model) in self._models else (OTHER, OTHER)
-        for direction, n in (("input", usage.input_tokens), ("output", usage.output_tokens)):
+        for direction, n in (
+            ("input", usage.input_tokens),
+            ("output", usage.output_tokens),
+            ("cache_read", usage.cache_read_tokens),
+            ("cache_write", usage.cache_write_tokens),
+        ):
             self.tokens.labels(direction).inc(n)
             self.usage_tokens.labels(*pair, direction).inc(n)
         if usage.cost_usd:

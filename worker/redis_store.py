@@ -174,10 +174,11 @@ class RedisRunStore:
         args.append(error_code)
         args.append(children or "")
         if usage is None:
-            args += ["", "", "", ""]
+            args += ["", "", "", "", "", ""]
         else:
             cost = "" if usage.cost_usd is None else repr(usage.cost_usd)
             args += [usage.input_tokens, usage.output_tokens, "1" if usage.estimated else "0", cost]
+            args += [usage.cache_read_tokens, usage.cache_write_tokens]
         args.append(config or "")
         if transcript is None:
             args += ["", ""]

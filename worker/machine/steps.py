@@ -144,7 +144,7 @@ def request_of(s: RunState) -> ModelRequest:
     bound, out = policy.prompt_bound(messages), cfg.reserve_output_tokens
     # The tenant's day budget holds an upper bound its text cannot game (not budget.maxTokens'
     # estimate): settlement replaces it with the provider's count.
-    cost = cfg.pricing.cost_usd(bound, out) if cfg.pricing is not None else None
+    cost = cfg.pricing.worst_case_usd(bound, out) if cfg.pricing is not None else None
     return ModelRequest(
         run_id=s.run_id,
         session_id=s.session_id,

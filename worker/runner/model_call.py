@@ -200,7 +200,13 @@ async def _call_model(cx: EffectContext, state: RunState, req: ModelRequest, spa
         msg = _assemble(req, text, calls)
     except ValidationError as exc:  # over a bound (content, arguments, names): not retried
         if hold is not None:
-            await hold.settle(u.input_tokens + u.output_tokens if u else 0, u.cost_usd if u else None)
+            if u is None:
+                await hold.settle(0, None)
+            else:  # the provider's count, at its prices
+                paid = policy.call_usage(
+                    u, req.messages, Message(role="assistant"), profile.provider.prices()
+                )
+                await hold.settle(paid.input_tokens + paid.output_tokens, paid.cost_usd)
         obs.model_call("error", latency_s=loop.time() - t0, ttft_s=ttft)
         detail = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:3])
         s.failed(ModelFailure(kind="invalid", message=f"the model's reply is not a valid message: {detail}"))
@@ -208,7 +214,7 @@ async def _call_model(cx: EffectContext, state: RunState, req: ModelRequest, spa
     # A stream that stopped without a finish_reason is no answer: the machine retries it.
     outcome = "success" if end.finish_reason is not None else "error"
     obs.model_call(outcome, latency_s=loop.time() - t0, ttft_s=ttft)
-    usage = policy.call_usage(end.usage, req.messages, msg, profile.provider.pricing)
+    usage = policy.call_usage(end.usage, req.messages, msg, profile.provider.prices())
     obs.tokens_used(usage, agent=profile.name, model=profile.provider.model_name)
     if hold is not None:
         spent = usage.input_tokens + usage.output_tokens

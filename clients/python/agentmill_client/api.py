@@ -323,9 +323,11 @@ class PoolAnswer(Answer):
 
 
 class UsageTotals(Answer):
-    input_tokens: int = 0
+    input_tokens: int = Field(default=0, description="the prompts' tokens, their cached parts included")
     output_tokens: int = 0
-    cost_usd: float = Field(default=0.0, description="by the models' pricing (0 for unpriced models)")
+    cost_usd: float = Field(default=0.0, description="by the models' prices (unpriced models add nothing)")
+    cache_read_tokens: int = Field(default=0, description="of input_tokens, read from a prompt cache")
+    cache_write_tokens: int = Field(default=0, description="of input_tokens, written to a prompt cache")
     runs: int = Field(default=0, description="runs that ended")
 
 

@@ -86,8 +86,10 @@ class LoopLimits(Model):
 class Budget(Model):
     """``RunInput.budget`` (and a profile's): the most a run may spend on model calls. Before each
     call the worker reserves the call's worst case (its prompt estimate + the model's maxTokens, and
-    their cost by the model's pricing); a run that cannot afford its next call ends ``failed`` with
-    ``lastError.code = "budget_exceeded"``. maxCostUsd applies to priced models only."""
+    their cost by the model's prices, no prompt token cheaper than the input price); a run that
+    cannot afford its next call ends ``failed`` with ``lastError.code = "budget_exceeded"``, and
+    spends its calls' actual cost (cache reads at their price). maxCostUsd needs a priced model: on
+    one with no price a submission is refused (422 ``unpriced_model``)."""
 
     max_tokens: int | None = Field(default=None, ge=1, le=10**12)
     max_cost_usd: float | None = Field(default=None, gt=0, le=1e9, allow_inf_nan=False)
