@@ -339,7 +339,9 @@ class MemoryModels:
         """A fallback's provider is made as for a profile whose one provider it is."""
         if index == 0:
             return self._provider(profile)
-        return self._provider(profile.model_copy(update={"provider": profile.chain[index], "providers": None}))
+        return self._provider(
+            profile.model_copy(update={"provider": profile.chain[index], "providers": None})
+        )
 
     async def hold(self, cfg: ProviderConfig, tokens: int, on_wait: OnWait) -> Capacity:
         self.holds += 1
