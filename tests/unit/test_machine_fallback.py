@@ -136,7 +136,7 @@ def test_context_too_long_without_a_larger_window_compacts_as_without_a_chain() 
 
 
 def test_the_call_that_moved_reserves_at_its_provider_s_prices() -> None:
-    s, cmds = go(chained(), failure(status=529))
+    _, cmds = go(chained(), failure(status=529))
     (req,) = calls_of(cmds)
     first = calls_of(go(chained(), m.Resumed(T0))[1])[0]
     assert first.provider_index == 0
@@ -212,7 +212,7 @@ def test_a_profile_gives_provider_or_providers_with_names_of_their_own() -> None
         AgentProfile.model_validate({"name": "a", "provider": one, "providers": [one, one]})
     with pytest.raises(ValueError, match="its own name"):
         AgentProfile.model_validate({"name": "a", "providers": [one | {"name": "x"}, one | {"name": "x"}]})
-    with pytest.raises(ValueError, match="providers.1: an openai provider needs baseUrl"):
+    with pytest.raises(ValueError, match=r"providers\.1: an openai provider needs baseUrl"):
         AgentProfile.model_validate({"name": "a", "providers": [one, {"kind": "openai", "model": "m"}]})
     with pytest.raises(ValueError, match="fallbackOn"):
         AgentProfile.model_validate({"name": "a", "providers": [one, one], "fallbackOn": ["sunspots"]})
