@@ -25,7 +25,7 @@ def chained(*, fallback_on: list[str] | None = None, windows: tuple[int | None, 
         ChainLink(name="primary", model="big-1", context_window=windows[0], pricing=CHEAP),
         ChainLink(
             name="backup", model="other-2", context_window=windows[1], pricing=DEAR, reserve_output_tokens=100
-        ),  # fmt: skip
+        ),
         ChainLink(name="last", model="third-3", context_window=windows[2]),
     ]
     cfg = config(chain=links, fallback_on=list(FALLBACK_CLASSES if fallback_on is None else fallback_on),

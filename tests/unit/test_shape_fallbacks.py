@@ -117,7 +117,7 @@ async def test_content_parts_refused_go_out_as_one_string() -> None:
             "Invalid value for 'tool_choice': 'required' is not supported",
             {"tool_choice": "required"},
             "tool_choice",
-        ),  # fmt: skip
+        ),
         (400, "tool_choice: only auto is supported", {"tool_choice": {"type": "function"}}, "tool_choice"),
         (400, "tool_choice: only auto is supported", {"tool_choice": "auto"}, None),  # nothing to change
         (500, REC["null_content_500"].body.decode(), REC["null_content_500"].request, None),  # not a list
