@@ -186,3 +186,25 @@ def test_fallbacks_are_counted_by_declared_agent_and_providers_only() -> None:
     assert got[("agentmill_model_fallbacks_total", labels)] == 1
     other = tuple((k, "other") for k in ("agent", "from", "reason", "to"))
     assert got[("agentmill_model_fallbacks_total", other)] == 1
+
+
+async def test_an_interrupted_stream_is_said_once_an_endpoint(caplog: pytest.LogCaptureFixture) -> None:
+    """The recorded interruption of llama-cpp-python's server: [DONE] without a finish_reason."""
+    t = REC["interrupted_stream"]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": t.content_type}, content=t.body)
+
+    req = m.ModelRequest(run_id="r", session_id=None, messages=llama.user("x"), tools=[], model_call_index=1,
+                         attempt=0, failures=0)  # fmt: skip
+    memory = ShapeMemory()
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        p = OpenAIProvider(llama.provider(URL), client, memory)
+        with caplog.at_level("WARNING", logger="agentmill.models"):
+            for _ in range(2):
+                _, end = await answer(p, req)
+                assert end.finish_reason is None and end.done
+            limited = OpenAIProvider(llama.provider(URL + "2", maxConcurrent=1), client, memory)
+            await answer(limited, req)
+    said = [r.getMessage() for r in caplog.records if "maxConcurrent: 1" in r.getMessage()]
+    assert len(said) == 1 and p.url in said[0]

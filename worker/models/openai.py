@@ -338,6 +338,12 @@ class OpenAIProvider:
                     async for raw_bytes in resp.aiter_bytes():
                         for ev in parser.feed(raw_bytes):
                             if ev.data.strip() == "[DONE]":
+                                if (
+                                    reader.finish_reason is None
+                                    and self.shapes
+                                    and not self.config.max_concurrent
+                                ):
+                                    self.shapes.interrupted(self.url)
                                 yield reader.end(done=True)
                                 return
                             for out in reader.consume(_json(ev.data)):

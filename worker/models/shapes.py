@@ -89,6 +89,7 @@ class ShapeMemory:
 
     def __init__(self, on_switch: Callable[[str], None] | None = None, limit: int = MAX_ENDPOINTS) -> None:
         self._known: OrderedDict[str, frozenset[str]] = OrderedDict()
+        self._interrupting: OrderedDict[str, None] = OrderedDict()  # endpoints already warned about
         self._on_switch = on_switch
         self.limit = limit
 
@@ -114,3 +115,18 @@ class ShapeMemory:
         )  # fmt: skip
         if self._on_switch is not None:
             self._on_switch(shape)
+
+    def interrupted(self, endpoint: str) -> None:
+        """A stream of ``endpoint`` ended with ``[DONE]`` and no finish_reason, the way
+        llama-cpp-python's server ends a stream when another request arrives: said once an endpoint
+        (the call is retried as a truncation all the same)."""
+        if endpoint in self._interrupting:
+            return
+        self._interrupting[endpoint] = None
+        while len(self._interrupting) > self.limit:
+            self._interrupting.popitem(last=False)
+        log.warning(
+            "%s ended a stream with [DONE] and no finish_reason; a server that interrupts streams under "
+            "concurrent requests (llama-cpp-python's) needs maxConcurrent: 1 on the provider",
+            endpoint,
+        )
