@@ -260,7 +260,7 @@ class AgentProfile(Model):
         """``providers`` replaces ``provider`` (which then names the primary); names are unique."""
         if self.providers is None:
             return self
-        if "provider" in self.model_fields_set:
+        if "provider" in self.model_fields_set and self.provider != self.providers[0]:  # (a dump's copy is)
             raise ValueError("provider and providers: give one (providers lists the primary first)")
         names = self.provider_names()
         if len(set(names)) != len(names):

@@ -209,10 +209,17 @@ def test_chain_of_a_profile() -> None:
 def test_a_profile_gives_provider_or_providers_with_names_of_their_own() -> None:
     one = {"kind": "openai", "baseUrl": "http://a/v1", "model": "m"}
     with pytest.raises(ValueError, match="provider and providers"):
-        AgentProfile.model_validate({"name": "a", "provider": one, "providers": [one, one]})
+        AgentProfile.model_validate({"name": "a", "provider": one | {"model": "n"}, "providers": [one, one]})
     with pytest.raises(ValueError, match="its own name"):
         AgentProfile.model_validate({"name": "a", "providers": [one | {"name": "x"}, one | {"name": "x"}]})
     with pytest.raises(ValueError, match=r"providers\.1: an openai provider needs baseUrl"):
         AgentProfile.model_validate({"name": "a", "providers": [one, {"kind": "openai", "model": "m"}]})
     with pytest.raises(ValueError, match="fallbackOn"):
         AgentProfile.model_validate({"name": "a", "providers": [one, one], "fallbackOn": ["sunspots"]})
+
+
+def test_a_chained_profile_survives_its_own_dump() -> None:
+    one = {"kind": "openai", "baseUrl": "http://a/v1", "model": "m"}
+    p = AgentProfile.model_validate({"name": "a", "providers": [one, one | {"baseUrl": "http://b/v1"}]})
+    again = AgentProfile.model_validate(p.model_dump(by_alias=True))
+    assert again.chain == p.chain and again.provider == p.providers[0]  # type: ignore[index]
