@@ -6,11 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentmill_client.models import Budget, EventKind, Message, ToolCall, Usage
 from agentmill_client.statuses import RunStatus
 from shared.profiles import FALLBACK_CLASSES, AgentProfile, Pricing, ProviderConfig
-from tests.unit.machine_driver import T0, calling, config, failure, go, result, text_reply
+from tests.unit.machine_driver import T0, Driver, calling, config, failure, go, result, text_reply
 from worker import machine as m
 from worker.config import ChainLink, chain_of
 from worker.machine import fallback
@@ -223,3 +225,54 @@ def test_a_chained_profile_survives_its_own_dump() -> None:
     p = AgentProfile.model_validate({"name": "a", "providers": [one, one | {"baseUrl": "http://b/v1"}]})
     again = AgentProfile.model_validate(p.model_dump(by_alias=True))
     assert again.chain == p.chain and again.provider == p.providers[0]  # type: ignore[index]
+
+
+class Watching(Driver):
+    """Checks, at every call the machine asks for, that it goes along the chain and never back."""
+
+    def __init__(self, model: list[str], chain: int) -> None:
+        super().__init__(model, [])
+        self.chain = chain
+        self.on: dict[int, int] = {}  # model call index -> the provider it was last asked on
+        self.moves = 0
+
+    def answer(self, s: m.RunState, cmd: m.Command) -> list[m.Event]:
+        if isinstance(cmd, m.CallModel):
+            r = cmd.request
+            assert 0 <= r.provider_index < self.chain and r.provider_index == s.provider_index
+            assert r.provider_index >= self.on.get(r.model_call_index, 0)  # never back to an earlier one
+            self.on[r.model_call_index] = r.provider_index
+        if isinstance(cmd, m.Emit) and cmd.payload.get("status") == "model_fallback":
+            self.moves += 1
+        return super().answer(s, cmd)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(["text", "calls", "retry", "fatal", "overflow", "conn", "partial", "cut"]),
+        max_size=40,
+    ),
+    st.integers(0, 3),
+    st.lists(st.sampled_from(FALLBACK_CLASSES), unique=True),
+)
+def test_random_runs_walk_the_chain_forward_and_end(model: list[str], retries: int, on: list[str]) -> None:
+    links = [
+        ChainLink(name=n, model=n, context_window=w) for n, w in (("a", 1_000), ("b", 2_000), ("c", None))
+    ]
+    cfg = config(chain=links, fallback_on=on, max_iterations=4,
+                 retry=config().retry.model_copy(update={"max_retries": retries}))  # fmt: skip
+    d = Watching(model, len(links))
+    s = d.run(m.initial_state("r1").model_copy(update={"config": cfg}), 5_000)
+    assert s.terminal and d.finishes == 1
+    assert d.moves <= (len(links) - 1) * len(d.on)  # at most two moves a call
+
+
+def test_the_watching_driver_sees_moves() -> None:
+    links = [ChainLink(name=n, model=n) for n in "abc"]
+    d = Watching(["retry", "retry", "retry", "text"], len(links))
+    s = d.run(
+        m.initial_state("r1").model_copy(update={"config": config(chain=links, fallback_on=["overloaded"])}),
+        100,
+    )
+    assert s.phase == RunStatus.COMPLETED and d.moves == 2 and d.on == {1: 2}
