@@ -134,8 +134,9 @@ async def _call_model(cx: EffectContext, state: RunState, req: ModelRequest, spa
     streaming = False
     try:
         profile = cx.profile(state)
-        pcfg = _on(profile, req)
-        provider = cx.ports.models.provider(profile, req.provider_index)
+        at = _at(profile, req)
+        pcfg = profile.chain[at]
+        provider = cx.ports.models.provider(profile, at)
         if cx.ports.budgets.limited(cx.tenant):
             got = await _reserve(cx, req)
             if isinstance(got, str):  # the tenant's day cannot afford this call: it is not made
@@ -253,10 +254,14 @@ async def _reserve(cx: EffectContext, req: ModelRequest) -> BudgetHold | str:
     return got
 
 
+def _at(profile: AgentProfile, req: ModelRequest) -> int:
+    """The place in the profile's chain of the provider the call is on (the machine chose it:
+    req.provider_index; the last one if the profile's chain has since been shortened)."""
+    return min(req.provider_index, len(profile.chain) - 1)
+
+
 def _on(profile: AgentProfile, req: ModelRequest) -> ProviderConfig:
-    """The provider of the profile's chain the call is on (the machine chose it: req.provider_index)."""
-    chain = profile.chain
-    return chain[req.provider_index] if req.provider_index < len(chain) else chain[-1]
+    return profile.chain[_at(profile, req)]
 
 
 async def _capacity(cx: EffectContext, pcfg: ProviderConfig, req: ModelRequest) -> Capacity | None:
