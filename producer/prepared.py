@@ -90,10 +90,10 @@ def check_priced(run: RunInput, profile: AgentProfile, quota: Quota | None) -> N
     cannot be kept: 422 ``unpriced_model`` naming it, never a budget that counts the model as free."""
     asks = run.budget is not None and run.budget.max_cost_usd is not None
     day = quota is not None and quota.cost_usd_per_day > 0
-    if (asks or day) and profile.provider.prices() is None:
+    if (asks or day) and (free := profile.unpriced()) is not None:
         field = "budget.maxCostUsd" if asks else "costUsdPerDay (the tenant's quota)"
         raise SubmissionError(
-            "unpriced_model", unpriced_message(field, profile.provider), field="budget" if asks else "agent"
+            "unpriced_model", unpriced_message(field, free), field="budget" if asks else "agent"
         )
 
 

@@ -58,14 +58,13 @@ def missing_keys(profiles: dict[str, AgentProfile]) -> str | None:
     naming a variable that is unset or empty, an ``apiKeyFile`` that cannot be read. Checked by
     the processes that call the providers (workers)."""
     for p in profiles.values():
-        cfg = p.provider
-        if cfg.api_key_env and not os.environ.get(cfg.api_key_env):
-            return (
-                f"{PROFILES_ENV}: profile {p.name!r}: provider.apiKeyEnv names {cfg.api_key_env}, "
-                "which is not set in this process's environment"
-            )
-        if cfg.api_key_file and not os.access(cfg.api_key_file, os.R_OK):
-            return (
-                f"{PROFILES_ENV}: profile {p.name!r}: provider.apiKeyFile {cfg.api_key_file} cannot be read"
-            )
+        for i, cfg in enumerate(p.chain):
+            where = "provider" if p.providers is None else f"providers.{i}"
+            if cfg.api_key_env and not os.environ.get(cfg.api_key_env):
+                return (
+                    f"{PROFILES_ENV}: profile {p.name!r}: {where}.apiKeyEnv names {cfg.api_key_env}, "
+                    "which is not set in this process's environment"
+                )
+            if cfg.api_key_file and not os.access(cfg.api_key_file, os.R_OK):
+                return f"{PROFILES_ENV}: profile {p.name!r}: {where}.apiKeyFile {cfg.api_key_file} cannot be read"
     return None

@@ -40,11 +40,14 @@ __all__ = [
     "BUILTIN_TOOLS",
     "DEV_PROFILES_ENV",
     "DEV_TOOLS",
+    "FALLBACK_CLASSES",
+    "MAX_PROVIDERS",
     "MCP_SEP",
     "AgentProfile",
     "AgentToolConfig",
     "CompactionConfig",
     "ContextConfig",
+    "FallbackClass",
     "HttpToolConfig",
     "McpServerConfig",
     "PriceTier",
@@ -115,8 +118,27 @@ def unpriced_message(field: str, provider: ProviderConfig) -> str:
     )
 
 
+# What makes a model call move on to the next provider of a profile's ``providers`` (worker/machine/fallback.py).
+FallbackClass = Literal["overloaded", "rate_limited", "server_error", "timeout", "context_too_long"]
+FALLBACK_CLASSES: tuple[FallbackClass, ...] = (
+    "overloaded",
+    "rate_limited",
+    "server_error",
+    "timeout",
+    "context_too_long",
+)
+MAX_PROVIDERS = 4  # a fallback chain's length (the primary and three fallbacks)
+PROVIDER_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,39}$"  # a metric label: short, no free text
+
+
 class ProviderConfig(Model):
     kind: Literal["scripted", "openai"] = "scripted"
+    # In a fallback chain (``providers``), the name events and metrics give this provider; unset:
+    # its position ("0" the primary, "1" the first fallback …).
+    name: str | None = Field(default=None, pattern=PROVIDER_NAME)
+    # The model's context window in tokens, as declared: a context_too_long fallback goes only to a
+    # provider whose window is declared larger than the one that refused.
+    context_window: int | None = Field(default=None, ge=1)
     # scripted
     mode: Literal["calculator", "script"] = "script"
     script: list[dict[str, Any]] | None = None
@@ -176,6 +198,11 @@ class ProviderConfig(Model):
 class AgentProfile(Model):
     name: str
     provider: ProviderConfig = Field(default_factory=ProviderConfig)
+    # A fallback chain in place of ``provider``: the primary first. A model call that fails with a
+    # class in ``fallbackOn`` moves on to the next (worker/machine/fallback.py); ``provider`` is
+    # then the primary.
+    providers: list[ProviderConfig] | None = Field(default=None, min_length=1, max_length=MAX_PROVIDERS)
+    fallback_on: list[FallbackClass] = Field(default_factory=lambda: list(FALLBACK_CLASSES))
     system_prompt: str = "You are a helpful assistant."
     # What the system prompt begins with (worker/preamble.py): "v1" the built-in rules (untrusted
     # tool results, no secrets repeated, failures said as failures), "custom" preambleText instead,
@@ -227,18 +254,56 @@ class AgentProfile(Model):
                     f"tools: no built-in tool named {tool!r} ({hint}built-in tools: "
                     f"{', '.join(sorted(BUILTIN_TOOLS))}; HTTP tools go in httpTools, MCP servers in mcpServers)"
                 )
-        p = self.provider
-        if p.kind == "openai" and (p.base_url is None or p.model is None):
-            missing = [n for n, v in (("baseUrl", p.base_url), ("model", p.model)) if v is None]
-            raise ValueError(f"provider: an openai provider needs {' and '.join(missing)}")
+        for where, p in self._declared():
+            if p.kind == "openai" and (p.base_url is None or p.model is None):
+                missing = [n for n, v in (("baseUrl", p.base_url), ("model", p.model)) if v is None]
+                raise ValueError(f"{where}: an openai provider needs {' and '.join(missing)}")
         return self
+
+    def _declared(self) -> list[tuple[str, ProviderConfig]]:
+        if self.providers is None:
+            return [("provider", self.provider)]
+        return [(f"providers.{i}", p) for i, p in enumerate(self.providers)]
+
+    @model_validator(mode="after")
+    def _one_chain(self) -> AgentProfile:
+        """``providers`` replaces ``provider`` (which then names the primary); names are unique."""
+        if self.providers is None:
+            return self
+        if "provider" in self.model_fields_set and self.provider != self.providers[0]:  # (a dump's copy is)
+            raise ValueError("provider and providers: give one (providers lists the primary first)")
+        names = self.provider_names()
+        if len(set(names)) != len(names):
+            raise ValueError(f"providers: every provider needs its own name (got {', '.join(names)})")
+        object.__setattr__(self, "provider", self.providers[0])
+        return self
+
+    @property
+    def chain(self) -> list[ProviderConfig]:
+        """The providers a model call may be made on, the primary first."""
+        return self.providers if self.providers is not None else [self.provider]
+
+    def fallback_steps(self) -> list[tuple[str, str]]:
+        """Every (from, to) a call may move along the chain (the metrics' label pairs)."""
+        names = self.provider_names()
+        return [(a, b) for i, a in enumerate(names) for b in names[i + 1 :]]
+
+    def provider_names(self) -> list[str]:
+        """Each provider's name in events and metric labels: its ``name``, else its position."""
+        return [p.name or str(i) for i, p in enumerate(self.chain)]
 
     @model_validator(mode="after")
     def _a_cost_budget_on_a_priced_model(self) -> AgentProfile:
         """A cost budget cannot be kept on a model with no price: refused when loaded."""
-        if self.budget.max_cost_usd is not None and self.provider.prices() is None:
-            raise ValueError(unpriced_message("budget.maxCostUsd", self.provider))
+        if self.budget.max_cost_usd is not None:
+            for p in self.chain:  # a fallback answers at its own prices: each must have one
+                if p.prices() is None:
+                    raise ValueError(unpriced_message("budget.maxCostUsd", p))
         return self
+
+    def unpriced(self) -> ProviderConfig | None:
+        """The first provider of the chain with no price (its own or the table's), if any."""
+        return next((p for p in self.chain if p.prices() is None), None)
 
     @model_validator(mode="after")
     def _cache_only_without_side_effects(self) -> AgentProfile:
@@ -303,7 +368,7 @@ class AgentProfile(Model):
 
     def dev_only(self) -> str | None:
         """Why this profile is for development only, or None when it is fit for production."""
-        if self.provider.kind == "scripted" and self.provider.mode == "script":
+        if any(p.kind == "scripted" and p.mode == "script" for p in self.chain):
             return "its scripted model follows the caller's runtimeHints"
         dev = sorted(DEV_TOOLS.intersection(self.tools))
         return f"it offers the test tools {', '.join(dev)}" if dev else None

@@ -119,7 +119,8 @@ class WorkerProcess(LeaseKeeping):
         )
         self.metrics = MetricsObserver(
             tools={t for p in self.profiles.values() for t in p.tool_names()},
-            models={(p.name, p.provider.model_name) for p in self.profiles.values()},
+            models={(p.name, link.model_name) for p in self.profiles.values() for link in p.chain},
+            fallbacks={(p.name, *step) for p in self.profiles.values() for step in p.fallback_steps()},
             mcp_servers={s.name for p in self.profiles.values() for s in p.mcp_servers},
         )
         register_process_metrics(self.metrics.registry)

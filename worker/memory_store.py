@@ -335,8 +335,13 @@ class MemoryModels:
         self._provider = provider
         self.holds = 0
 
-    def provider(self, profile: AgentProfile) -> ModelProvider:
-        return self._provider(profile)
+    def provider(self, profile: AgentProfile, index: int = 0) -> ModelProvider:
+        """A fallback's provider is made as for a profile whose one provider it is."""
+        if index == 0:
+            return self._provider(profile)
+        return self._provider(
+            profile.model_copy(update={"provider": profile.chain[index], "providers": None})
+        )
 
     async def hold(self, cfg: ProviderConfig, tokens: int, on_wait: OnWait) -> Capacity:
         self.holds += 1

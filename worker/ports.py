@@ -231,7 +231,9 @@ class Capacity(Protocol):
 
 
 class ModelPort(Protocol):
-    def provider(self, profile: AgentProfile) -> ModelProvider: ...
+    def provider(self, profile: AgentProfile, index: int = 0) -> ModelProvider:
+        """The provider of the profile's fallback chain at ``index`` (0: the primary)."""
+        ...
 
     async def hold(self, cfg: ProviderConfig, tokens: int, on_wait: OnWait) -> Capacity:
         """Wait for pool-wide capacity of a limited endpoint (worker/limiter.py)."""

@@ -112,7 +112,9 @@ def test_a_crossing_is_seen_in_a_function_and_under_type_checking(tmp_path: Path
         (tmp_path / pkg / "__init__.py").write_text("")
     (tmp_path / "high" / "h.py").write_text("")
     (tmp_path / "low" / "a.py").write_text("def f():\n    from high import h\n")
-    (tmp_path / "low" / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import high.h\n")
+    (tmp_path / "low" / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import high.h\n"
+    )
     graph = _graph({"low": tmp_path / "low", "high": tmp_path / "high"})
     assert graph["low.a"] == {"high.h"} and graph["low.b"] == {"high.h"}
 

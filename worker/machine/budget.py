@@ -42,11 +42,13 @@ BUDGET_EXCEEDED = "budget_exceeded"
 UNPRICED_MODEL = "unpriced_model"  # a cost budget on a model with no price
 
 
-def worst_case(cfg: RunConfig, messages: list[Message]) -> tuple[int, int, float | None]:
-    """(prompt estimate, maxTokens, their cost in USD or None without pricing) of a call."""
+def worst_case(cfg: RunConfig, messages: list[Message], provider: int = 0) -> tuple[int, int, float | None]:
+    """(prompt estimate, maxTokens, their cost in USD or None without pricing) of a call on the
+    chain's provider number ``provider`` (0: the primary, or the profile's one provider)."""
     prompt = policy.estimate_tokens(messages)
-    out = cfg.reserve_output_tokens
-    cost = cfg.pricing.worst_case_usd(prompt, out) if cfg.pricing is not None else None
+    out = cfg.link_reserve(provider)
+    pricing = cfg.link_pricing(provider)
+    cost = pricing.worst_case_usd(prompt, out) if pricing is not None else None
     return prompt, out, cost
 
 
@@ -78,13 +80,14 @@ def share(b: Budget | None, n: int) -> Budget | None:
 
 
 def unaffordable(
-    cfg: RunConfig, spent_tokens: int, spent_cost: float | None, messages: list[Message]
+    cfg: RunConfig, spent_tokens: int, spent_cost: float | None, messages: list[Message], provider: int = 0
 ) -> RunError | None:
-    """Why the run cannot afford a call with this prompt (the figures: spent, reserved, limit), or None."""
+    """Why the run cannot afford a call with this prompt on that provider (the figures: spent,
+    reserved, limit), or None."""
     b = cfg.budget
     if b is None:
         return None
-    prompt, out, cost = worst_case(cfg, messages)
+    prompt, out, cost = worst_case(cfg, messages, provider)
     need = prompt + out
     if b.max_tokens is not None and spent_tokens + need > b.max_tokens:
         return RunError(

@@ -67,7 +67,8 @@ async def start(
         line = Lineage.model_validate_json(lineage) if lineage else None
         profile = host.profile(run_input.agent)
         specs = await tools.specs(profile)
-        models.provider(profile)
+        for i in range(len(profile.chain)):  # each provider of its chain is built (and checked) now
+            models.provider(profile, i)
         has_session = run_input.session_id is not None
         cfg = host.configs.get_or_resolve(
             profile, specs, run_input, has_session=has_session, lineage=lineage,
