@@ -186,7 +186,7 @@ class BatchServer:
                 Route("/v1/files/{file_id}", self.file, methods=["GET"]),
                 Route("/v1/files/{file_id}/content", self.content, methods=["GET"]),
                 Route("/v1/batches", self.create, methods=["POST"]),
-                Route("/v1/batches", self.list, methods=["GET"]),
+                Route("/v1/batches", self.list_batches, methods=["GET"]),
                 Route("/v1/batches/{batch_id}", self.retrieve, methods=["GET"]),
                 Route("/v1/batches/{batch_id}/cancel", self.cancel, methods=["POST"]),
             ]
@@ -266,7 +266,7 @@ class BatchServer:
         b = self.batches.get(request.path_params["batch_id"])
         return JSONResponse(b.object()) if b else _error(404, "No such Batch object")
 
-    async def list(self, request: Request) -> Response:
+    async def list_batches(self, request: Request) -> Response:
         after = request.query_params.get("after")
         limit = max(1, min(100, int(request.query_params.get("limit", "20"))))
         ordered = sorted(self.batches.values(), key=lambda b: b.id, reverse=True)  # newest first
