@@ -17,6 +17,8 @@ __all__ = [
     "USAGE_PARTS",
     "BatchField",
     "BudgetField",
+    "EconomyBatchField",
+    "EconomyBatchState",
     "RunField",
     "ScheduleField",
     "SessionField",
@@ -158,6 +160,25 @@ class BudgetField(StrEnum):
     REFUSED = "refusedCalls"  # calls the day could not afford: from the first, the day counts as spent
     OVERCOUNT = "overcountPermille"  # the day's highest ratio of a call's settled usage to its hold
     # (tokens or cost, in thousandths; set by settlements above 1000): later holds are multiplied by it
+
+
+class EconomyBatchField(StrEnum):
+    """One economy batch of a provider endpoint (keys.economy_batch_key; worker/economy/): each state
+    is written before the next is begun, so a batcher taking over knows where its predecessor was."""
+
+    STATE = "state"  # EconomyBatchState
+    MODEL = "model"
+    IDS = "ids"  # JSON list of its custom_ids
+    CLOSED_AT = "closedAt"  # ms
+    FILE = "file"  # the provider's id of the uploaded input (OpenAI: a file id)
+    PROVIDER_ID = "providerId"  # the provider's batch id, once created
+    POLLS = "polls"  # status polls so far (the backoff's step)
+
+
+class EconomyBatchState(StrEnum):
+    CLOSED = "closed"  # its requests are chosen; nothing sent
+    CREATING = "creating"  # its input is uploaded (FILE); the batch may or may not exist at the provider
+    SUBMITTED = "submitted"  # the provider holds it (PROVIDER_ID)
 
 
 class UsagePart(StrEnum):

@@ -39,6 +39,12 @@ __all__ = [
     "WAKE_KEPT",
     "Layout",
     "Partition",
+    "economy_batch_key",
+    "economy_batches_key",
+    "economy_lease_key",
+    "economy_open_key",
+    "economy_requests_key",
+    "economy_seq_key",
     "endpoint_hash",
     "mcp_listing_key",
     "parse_job_id",
@@ -398,3 +404,36 @@ def mcp_listing_key(server: str, digest: str) -> str:
     that offers it; ``digest``: the listing's content hash, which a run's stored configuration names
     instead of the tools' schemas (worker/tools/mcp_listings.py). Expires unless used."""
     return f"{PREFIX}:mcp:{{{endpoint_hash(server)}}}:{digest}"
+
+
+# ---- the economy lane: one hash tag per provider endpoint, as the limiter's (worker/economy/) ----
+
+
+def economy_requests_key(endpoint: str) -> str:
+    """Hash custom_id -> request line (JSON): every economy request not yet answered, written once."""
+    return f"{PREFIX}:e:{{{endpoint}}}:req"
+
+
+def economy_open_key(endpoint: str, model: str) -> str:
+    """Zset custom_id -> when written (ms): the requests of one model in no batch yet (bounded)."""
+    return f"{PREFIX}:e:{{{endpoint}}}:open:{model}"
+
+
+def economy_batches_key(endpoint: str) -> str:
+    """Zset batch id -> when closed (ms): the endpoint's batches not yet delivered."""
+    return f"{PREFIX}:e:{{{endpoint}}}:batches"
+
+
+def economy_batch_key(endpoint: str, batch_id: str) -> str:
+    """Hash: one batch (shared.fields.EconomyBatchField), from its closing to its delivery."""
+    return f"{PREFIX}:e:{{{endpoint}}}:b:{batch_id}"
+
+
+def economy_seq_key(endpoint: str) -> str:
+    """String: the endpoint's last batch number (INCR)."""
+    return f"{PREFIX}:e:{{{endpoint}}}:seq"
+
+
+def economy_lease_key(endpoint: str) -> str:
+    """String, expiring: the worker holding the endpoint's batcher (its holder id)."""
+    return f"{PREFIX}:e:{{{endpoint}}}:lease"

@@ -51,7 +51,16 @@ from agentmill_client import limits
 from agentmill_client.models import EventKind
 from agentmill_client.statuses import TERMINAL, RunStatus
 from shared import dispatch, functions, keys
-from shared.fields import BatchField, BudgetField, RunField, ScheduleField, SessionField, UsagePart
+from shared.fields import (
+    BatchField,
+    BudgetField,
+    EconomyBatchField,
+    EconomyBatchState,
+    RunField,
+    ScheduleField,
+    SessionField,
+    UsagePart,
+)
 from shared.functions import EvalScript, FunctionScript, Library, Script
 from shared.quotas import NANO_USD
 from shared.session_calls import CONTEXT_TOOLS, PastCallField
@@ -87,7 +96,8 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
     **{
         name: ("clock", name)
         for name in ("capacity_acquire", "capacity_renew", "capacity_release", "capacity_pause", "admit_rate",
-                     "budget_reserve", "schedule_rate", "live_tenants")
+                     "budget_reserve", "schedule_rate", "live_tenants", "econ_enqueue", "econ_close", "econ_advance",
+                     "econ_done", "econ_lease")
     },
     **{
         name: ("clock", "schedule_due", name)
@@ -149,6 +159,11 @@ class Scripts:
     live_tenants: Script
     archive_claim: Script
     archive_done: Script
+    econ_enqueue: Script
+    econ_close: Script
+    econ_advance: Script
+    econ_done: Script
+    econ_lease: Script
 
     def __init__(
         self,
@@ -240,9 +255,13 @@ NAMES: dict[str, type[StrEnum]] = {
     "USAGE": UsagePart,  # what a tenant's usage hash of a day counts per agent
     "CALL": PastCallField,  # an entry of a session's calls list (shared/session_calls.py)
     "TS": ToolState,  # a tool record's state (shared/tool_records.py)
+    "EB": EconomyBatchField,  # an economy batch's hash (worker/economy/)
+    "ES": EconomyBatchState,
 }
 _DIMS = {d.upper(): d for d in keys.INDEX_DIMS}  # DIM.STATUS: a listing index's dimension
-_NAME_TOKEN = re.compile(r"\b(F|S|BATCH|SESSION|SCHED|BUDGET|EVENT|USAGE|CALL|TS|DIM)\.([A-Z][A-Z0-9_]*)\b")
+_NAME_TOKEN = re.compile(
+    r"\b(F|S|BATCH|SESSION|SCHED|BUDGET|EVENT|USAGE|CALL|TS|EB|ES|DIM)\.([A-Z][A-Z0-9_]*)\b"
+)
 
 
 def _name(m: re.Match[str]) -> str:

@@ -73,7 +73,20 @@ def test_every_token_is_filled_in_with_its_python_value() -> None:
     assert render(
         "h[F.LAST_SEQ], S.AWAITING_HUMAN, BATCH.DONE, SESSION.ACTIVE_RUN, SCHED.NEXT_FIRE, EVENT.ERROR, DIM.META"
     ) == ("h['lastSeq'], 'awaiting_human', 'done', 'activeRun', 'nextFire', 'error', 'meta'")
-    assert set(NAMES) == {"F", "S", "BATCH", "SESSION", "SCHED", "BUDGET", "EVENT", "USAGE", "CALL", "TS"}
+    assert set(NAMES) == {
+        "F",
+        "S",
+        "BATCH",
+        "SESSION",
+        "SCHED",
+        "BUDGET",
+        "EVENT",
+        "USAGE",
+        "CALL",
+        "TS",
+        "EB",
+        "ES",
+    }
     assert render("{state = TS.PENDING}, r.state == TS.CLIENT_PENDING") == (
         "{state = 'pending'}, r.state == 'client_pending'"
     )

@@ -1,0 +1,153 @@
+"""The batcher of one provider endpoint: closes its models' open requests into batches (at
+``batch_requests`` requests, or once the oldest has waited ``batch_age_s``), sends each batch, polls
+its status with a doubling wait, and hands every answer to ``deliver`` (which records it with its
+run, once, whatever how often it is called). One batcher per endpoint holds the lease pool-wide;
+any worker may take it over when its holder dies.
+
+Each state is in Redis before the next is begun, so a batcher killed anywhere leaves its successor
+work it can finish without sending a request twice or losing one:
+
+- closed: the requests are chosen; a successor uploads them (an upload whose id was lost is an
+  unused file at the provider, not a request sent);
+- creating: the upload's id is kept; whether the batch was created is unknown, so a successor
+  first looks for it by its tag (``BatchProvider.find``) and creates it only if it is not there;
+- submitted: the provider's id is kept; a successor polls it;
+- delivered: every answer went to ``deliver`` before the batch's record and requests go.
+
+Failpoints (worker/failpoints.py): ``economy_after_upload``, ``economy_after_creating``,
+``economy_after_create``, ``economy_after_submitted``, ``economy_after_deliver``,
+``economy_after_results``: the worker dies right after that step.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+
+from shared.fields import EconomyBatchField as EB
+from shared.fields import EconomyBatchState as ES
+from worker.economy.provider import BatchProvider, BatchReply
+from worker.economy.store import BatchRecord, EconomyStore, LeaseLostError
+
+__all__ = ["Batcher", "BatcherConfig", "Deliver", "poll_wait_s"]
+
+log = logging.getLogger("agentmill.economy")
+
+Deliver = Callable[[str, BatchReply], Awaitable[None]]  # (custom_id, answer); idempotent
+MISSING = "missing: the batch's results hold no answer for it"
+
+
+@dataclass(frozen=True, slots=True)
+class BatcherConfig:
+    batch_requests: int = 1000
+    batch_age_s: float = 60.0
+    poll_min_s: float = 2.0
+    poll_max_s: float = 60.0
+    lease_ms: int = 15_000
+
+
+def poll_wait_s(polls: int, cfg: BatcherConfig) -> float:
+    """The wait before the next status poll of a batch polled ``polls`` times: doubling, capped."""
+    return float(min(cfg.poll_max_s, cfg.poll_min_s * 2 ** min(polls, 30)))
+
+
+class Batcher:
+    def __init__(
+        self,
+        store: EconomyStore,
+        endpoint: str,
+        models: list[str],
+        provider: BatchProvider,
+        deliver: Deliver,
+        holder: str,
+        cfg: BatcherConfig,
+        hit: Callable[[str], None] = lambda name: None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store, self.endpoint, self.models = store, endpoint, list(models)
+        self.provider, self.deliver, self.holder, self.cfg = provider, deliver, holder, cfg
+        self.hit, self.clock = hit, clock
+        self.next_poll: dict[str, float] = {}  # batch id -> when to poll it next (this holder's view)
+        self.held = False
+        self.delivered = 0  # answers handed to deliver (counting repeats after a takeover)
+
+    def tag(self, batch_id: str) -> str:
+        return f"{self.endpoint}:{batch_id}"
+
+    async def step(self) -> bool:
+        """One pass: take or renew the lease, close what is due, move every batch on. Whether this
+        worker holds the lease."""
+        self.held = await self.store.lease(self.endpoint, self.holder, self.cfg.lease_ms)
+        if not self.held:
+            self.next_poll.clear()
+            return False
+        try:
+            for model in self.models:
+                await self._close_due(model)
+            for b in await self.store.batches(self.endpoint):
+                await self._move(b)
+        except LeaseLostError:
+            self.held = False
+            self.next_poll.clear()
+        return self.held
+
+    async def _close_due(self, model: str) -> None:
+        n, oldest = await self.store.oldest_open(self.endpoint, model)
+        now_ms = self.clock() * 1000
+        while n >= self.cfg.batch_requests or (
+            n and oldest is not None and now_ms - oldest >= self.cfg.batch_age_s * 1000
+        ):
+            if await self.store.close(self.endpoint, model, self.holder, self.cfg.batch_requests) is None:
+                return
+            n -= self.cfg.batch_requests
+
+    async def _move(self, b: BatchRecord) -> None:
+        recovered = b.state == ES.CREATING  # read so from Redis: a predecessor may have created it
+        if b.state == ES.CLOSED:
+            lines = await self.store.lines(self.endpoint, b.ids)
+            upload = await self.provider.upload(lines, self.tag(b.batch_id))
+            self.hit("economy_after_upload")
+            if not await self.store.advance(
+                self.endpoint, b.batch_id, self.holder, {EB.STATE: ES.CREATING, EB.FILE: upload}
+            ):
+                return
+            self.hit("economy_after_creating")
+            b = replace(b, state=ES.CREATING, upload_id=upload)
+        if b.state == ES.CREATING:
+            pid = await self.provider.find(self.tag(b.batch_id)) if recovered else None
+            if pid is None:
+                pid = await self.provider.create(b.upload_id, self.tag(b.batch_id))
+            self.hit("economy_after_create")
+            await self.store.advance(
+                self.endpoint, b.batch_id, self.holder, {EB.STATE: ES.SUBMITTED, EB.PROVIDER_ID: pid}
+            )
+            self.hit("economy_after_submitted")
+            self.next_poll[b.batch_id] = self.clock() + poll_wait_s(0, self.cfg)
+            return
+        now = self.clock()
+        if now < self.next_poll.get(b.batch_id, 0.0):
+            return
+        status = await self.provider.status(b.provider_id)
+        if not status.done:
+            polls = b.polls + 1
+            await self.store.advance(self.endpoint, b.batch_id, self.holder, {EB.POLLS: polls})
+            self.next_poll[b.batch_id] = now + poll_wait_s(polls, self.cfg)
+            return
+        results = await self.provider.results(b.provider_id)
+        self.hit("economy_after_results")
+        whole = results.get("*")
+        for cid in b.ids:
+            await self.deliver(cid, results.get(cid) or whole or BatchReply(error=MISSING))
+            self.delivered += 1
+            self.hit("economy_after_deliver")
+        await self.store.done(self.endpoint, b.batch_id, self.holder)
+        self.next_poll.pop(b.batch_id, None)
+        log.info(
+            "economy batch %s (%s) delivered: %d requests, %s",
+            b.batch_id,
+            b.provider_id,
+            len(b.ids),
+            status.state,
+        )

@@ -1,0 +1,50 @@
+"""What the batcher needs of a provider's batch endpoint (OpenAI's in openai_batches.py; another
+provider's adapter implements the same five calls)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+__all__ = ["BatchProvider", "BatchReply", "BatchStatus"]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchReply:
+    """One request's answer: the provider's response body (a chat completion), or why there is none
+    (``error``: ``expired``, ``cancelled``, ``failed: …``, ``http 500: …``)."""
+
+    body: dict[str, Any] | None = None
+    error: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"body": self.body} if self.body is not None else {"error": self.error}
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStatus:
+    state: str  # the provider's word
+    done: bool  # no more answers will come: fetch the results
+    counts: dict[str, int]
+
+
+class BatchProvider(Protocol):
+    async def upload(self, lines: list[bytes], tag: str) -> str:
+        """The batch's input (request lines) handed over; the provider's id for it."""
+        ...
+
+    async def create(self, upload_id: str, tag: str) -> str:
+        """The batch created at the provider from its input, labelled ``tag``; its provider id."""
+        ...
+
+    async def find(self, tag: str) -> str | None:
+        """The provider id of a batch created with ``tag``, if one was (a create whose answer was lost)."""
+        ...
+
+    async def status(self, provider_id: str) -> BatchStatus: ...
+
+    async def results(self, provider_id: str) -> dict[str, BatchReply]:
+        """Every answered or failed request of a finished batch, by custom_id."""
+        ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,155 @@
+"""An endpoint's economy requests and batches in Redis (keys.economy_*; one hash tag per endpoint,
+so every script touches one slot). Every change but the request's first write is made under the
+batcher's lease: a batcher that lost it writes nothing.
+
+A request is written once (``enqueue``: a custom_id already there adds nothing), waits in its
+model's open set, is moved into a batch by ``close``, and leaves with its batch once every reply of
+the batch is with its run (``done``). A batch's record says how far it got: closed, creating (its
+input uploaded), submitted (its provider id)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from shared import keys
+from shared.fields import EconomyBatchField as EB
+from shared.fields import EconomyBatchState
+from shared.functions import Script
+from shared.scripts import Scripts
+
+__all__ = ["BatchRecord", "CallKey", "EconomyStore", "LeaseLostError"]
+
+CallKey = Callable[[str, Callable[[Any], Awaitable[Any]]], Awaitable[Any]]  # Partitions.call_key
+
+
+class LeaseLostError(Exception):
+    """The batcher's lease is another worker's now: this one stops touching the endpoint."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRecord:
+    batch_id: str
+    state: EconomyBatchState
+    model: str
+    ids: list[str]
+    closed_at_ms: int
+    upload_id: str
+    provider_id: str
+    polls: int
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+class EconomyStore:
+    def __init__(self, scripts: Scripts, call_key: CallKey) -> None:
+        self.scripts = scripts
+        self.call_key = call_key
+
+    async def _run(self, script: Script, ks: list[str], args: list[Any]) -> Any:
+        return await self.call_key(ks[0], lambda c: script(keys=ks, args=args, client=c))
+
+    async def enqueue(self, endpoint: str, model: str, custom_id: str, line: bytes, max_open: int) -> int:
+        """1 written, 0 written before (nothing changes), -1 the model's open requests are full."""
+        ks = [keys.economy_requests_key(endpoint), keys.economy_open_key(endpoint, model)]
+        return int(await self._run(self.scripts.econ_enqueue, ks, [custom_id, line, max_open]))
+
+    async def lease(self, endpoint: str, holder: str, ttl_ms: int) -> bool:
+        return bool(
+            await self._run(self.scripts.econ_lease, [keys.economy_lease_key(endpoint)], [holder, ttl_ms])
+        )
+
+    async def oldest_open(self, endpoint: str, model: str) -> tuple[int, int | None]:
+        """(open requests of the model, when the oldest was written, ms)."""
+        k = keys.economy_open_key(endpoint, model)
+
+        async def read(c: Any) -> tuple[int, int | None]:
+            async with c.pipeline(transaction=False) as p:
+                p.zcard(k)
+                p.zrange(k, 0, 0, withscores=True)
+                n, first = await p.execute()
+            return int(n), int(first[0][1]) if first else None
+
+        got: tuple[int, int | None] = await self.call_key(k, read)
+        return got
+
+    async def close(self, endpoint: str, model: str, holder: str, n: int) -> str | None:
+        """A new batch of the model's oldest ``n`` open requests; its id (None: none open)."""
+        seq = keys.economy_seq_key(endpoint)
+        number = await self.call_key(seq, lambda c: c.incr(seq))
+        batch_id = f"{int(number):08d}"
+        ks = [
+            keys.economy_open_key(endpoint, model),
+            keys.economy_batches_key(endpoint),
+            keys.economy_batch_key(endpoint, batch_id),
+            keys.economy_lease_key(endpoint),
+        ]
+        got = int(await self._run(self.scripts.econ_close, ks, [holder, batch_id, n, model]))
+        if got < 0:
+            raise LeaseLostError(endpoint)
+        return batch_id if got else None
+
+    async def advance(self, endpoint: str, batch_id: str, holder: str, fields: dict[EB, str | int]) -> bool:
+        """Write the batch's next state; False: it was delivered already."""
+        ks = [keys.economy_batch_key(endpoint, batch_id), keys.economy_lease_key(endpoint)]
+        args: list[Any] = [holder, len(fields)]
+        for f, v in fields.items():
+            args += [f.value, v]
+        got = int(await self._run(self.scripts.econ_advance, ks, args))
+        if got < 0:
+            raise LeaseLostError(endpoint)
+        return got == 1
+
+    async def done(self, endpoint: str, batch_id: str, holder: str) -> int:
+        ks = [
+            keys.economy_requests_key(endpoint),
+            keys.economy_batches_key(endpoint),
+            keys.economy_batch_key(endpoint, batch_id),
+            keys.economy_lease_key(endpoint),
+        ]
+        got = int(await self._run(self.scripts.econ_done, ks, [holder, batch_id]))
+        if got < 0:
+            raise LeaseLostError(endpoint)
+        return got
+
+    async def batches(self, endpoint: str, limit: int = 100) -> list[BatchRecord]:
+        """The endpoint's undelivered batches, oldest first (at most ``limit``)."""
+        bk = keys.economy_batches_key(endpoint)
+
+        async def read(c: Any) -> list[tuple[str, dict[Any, Any]]]:
+            ids = [_s(i) for i in await c.zrange(bk, 0, limit - 1)]
+            async with c.pipeline(transaction=False) as p:
+                for i in ids:
+                    p.hgetall(keys.economy_batch_key(endpoint, i))
+                rows = await p.execute()
+            return list(zip(ids, rows, strict=True))
+
+        out: list[BatchRecord] = []
+        for bid, row in await self.call_key(bk, read):
+            h = {_s(k): _s(v) for k, v in row.items()}
+            if not h:
+                continue
+            out.append(
+                BatchRecord(
+                    bid,
+                    EconomyBatchState(h[EB.STATE]),
+                    h.get(EB.MODEL, ""),
+                    list(orjson.loads(h.get(EB.IDS, "[]"))),
+                    int(h.get(EB.CLOSED_AT, "0")),
+                    h.get(EB.FILE, ""),
+                    h.get(EB.PROVIDER_ID, ""),
+                    int(h.get(EB.POLLS, "0")),
+                )
+            )
+        return out
+
+    async def lines(self, endpoint: str, ids: list[str]) -> list[bytes]:
+        """The request lines of ``ids`` (one missing: not sent; it was answered and removed)."""
+        k = keys.economy_requests_key(endpoint)
+        raw = await self.call_key(k, lambda c: c.hmget(k, ids)) if ids else []
+        return [r for r in raw if r is not None]
