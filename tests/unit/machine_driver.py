@@ -107,6 +107,8 @@ def in_node(node: str) -> m.RunState:
         return go(calling(), calls_reply(("c1", "helper", TASK)), m.ChildrenStarted(T0, {"c1": "stream-c1"}))[
             0
         ]
+    if node == RunStatus.AWAITING_MODEL:
+        return go(calling(), m.ModelDeferred(T0, "r1:0", None))[0]
     raise AssertionError(node)
 
 

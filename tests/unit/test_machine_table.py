@@ -104,6 +104,7 @@ def events_for(node: str) -> list[tuple[m.Event, m.RunState]]:
         ]
     if node == m.CALLING:
         cases.append((m.ModelStreamOpened(T0), s))
+        cases.append((m.ModelDeferred(T0, "r1:0", None), s))
         cases.append(
             (m.BudgetRefused(T0, "tenant-a's tokensPerDay: spent 90, reserved 0, this call 20 > 100"), s)
         )
@@ -291,7 +292,7 @@ SAMPLE_EVENTS: list[m.Event] = [
     m.ModelStreamOpened(T0), text_reply(), failure(), m.RetryTimerFired(T0), result("c1"),
     m.ApprovalsDecided(T0, {}), m.CompactionDone(T0, [], 0, "x"), m.AbortRequested(T0), m.DeadlineReached(T0),
     m.ClientResultsReceived(T0, {}), m.StartRejected(T0, "configuration", "x"), restored(None),
-    m.BudgetRefused(T0, "x"),
+    m.BudgetRefused(T0, "x"), m.ModelDeferred(T0, "r1:0", None),
 ]  # fmt: skip
 
 
@@ -426,3 +427,14 @@ def test_no_status_is_spelled_as_a_phase() -> None:
     for phase in (*m.Phase, *m.STATUS_PHASES):
         state = m.RunState(run_id="r", phase=phase)
         assert m.RunState.model_validate_json(state.model_dump_json()).phase is phase
+
+
+def test_an_economy_call_parks_the_run_and_its_resume_asks_again() -> None:
+    s, cmds = go(calling(), m.ModelDeferred(T0, "r1:0", 123))
+    assert s.node == RunStatus.AWAITING_MODEL and s.terminal is False
+    park = [c for c in cmds if isinstance(c, m.AwaitModel)]
+    assert park == [m.AwaitModel("r1:0", 1, 123)]
+    assert any(isinstance(c, m.Emit) and c.payload.get("status") == "awaiting_model" for c in cmds)
+    s, cmds = go(s, m.Resumed(T0))
+    assert s.node == m.CALLING
+    assert [c.request.model_call_index for c in cmds if isinstance(c, m.CallModel)] == [1]

@@ -13,6 +13,7 @@ from worker.machine.state import RunState
 __all__ = [
     "AwaitChildren",
     "AwaitClient",
+    "AwaitModel",
     "AwaitHuman",
     "CallModel",
     "Command",
@@ -139,12 +140,24 @@ class AwaitChildren:
 
 
 @dataclass(frozen=True, slots=True)
+class AwaitModel:
+    """Park the run until the provider batch holding its model call answers (economy lane)."""
+
+    custom_id: str
+    model_call_index: int
+    switch_at_ms: int | None
+
+    def record(self) -> dict[str, Any]:
+        return {"customId": self.custom_id, "index": self.model_call_index, "switchAt": self.switch_at_ms}
+
+
+@dataclass(frozen=True, slots=True)
 class Finish:
     result: RunResult
 
 
 Command = (
     Emit | LoadContext | CallModel | Wait | ExecuteTool | Compact | AwaitHuman | OfferClientCalls | AwaitClient
-    | StartChildren | AwaitChildren | Finish
+    | StartChildren | AwaitChildren | AwaitModel | Finish
 )  # fmt: skip
 Decision = tuple[RunState, list[Command]]

@@ -48,6 +48,10 @@ _AFTER = """\
   `awaiting_children` (`AwaitChildren`), on no worker; the last child's ending puts it back on the
   queue, and the resuming job feeds their results in as `ChildrenEnded` (`child_ended`), which closes the
   round (or parks again). A resumed run that was creating children creates the same ones again.
+- **The economy lane**: a model call written as one request of a provider batch (`ModelDeferred`)
+  parks the run in `awaiting_model` (`AwaitModel`), on no worker. The batch's answer, delivered with
+  the run, puts it back on the queue (so does its economy deadline); the resuming job makes the call
+  again (`Resumed`), and the effect finds the answer with the run, or asks the standard lane.
 - `Resumed` is how a new job takes over a checkpoint: the effects are recomputed from the state (a model call
   starts over, unfinished tool calls are claimed again). The event carries the tool results the store
   holds (`recorded`): a call whose result is recorded is served from it, never executed again, and the

@@ -12,6 +12,7 @@ from worker.machine.state import RunState
 from worker.policy import ModelFailure
 
 __all__ = [
+    "ModelDeferred",
     "AbortRequested",
     "ApprovalsDecided",
     "BudgetRefused",
@@ -119,6 +120,16 @@ class ApprovalsDecided:
 
 
 @dataclass(frozen=True, slots=True)
+class ModelDeferred:
+    """The economy lane: the model call was written as one request of a provider batch
+    (``custom_id``); its answer comes back when the batch is done, to whichever worker resumes the run."""
+
+    now_ms: int
+    custom_id: str
+    switch_at_ms: int | None  # when it goes to the standard lane if the batch has not answered
+
+
+@dataclass(frozen=True, slots=True)
 class ClientResultsReceived:
     """Results of client tool calls the caller posted (the store holds them; a call past its
     deadline carries a timeout error written by the store)."""
@@ -199,6 +210,7 @@ Event = (
     | Resumed
     | ModelStreamOpened
     | ModelReplied
+    | ModelDeferred
     | ModelFailed
     | RetryTimerFired
     | ToolFinished

@@ -10,7 +10,7 @@ from agentmill_client.models import EventKind, Message, RunError, RunStatus
 from worker import policy
 from worker.machine import fallback
 from worker.machine.budget import BUDGET_EXCEEDED
-from worker.machine.commands import CallModel, Command, Compact, Decision, Emit, LoadContext, Wait
+from worker.machine.commands import AwaitModel, CallModel, Command, Compact, Decision, Emit, LoadContext, Wait
 from worker.machine.events import (
     AbortRequested,
     BudgetRefused,
@@ -18,6 +18,7 @@ from worker.machine.events import (
     ContextLoaded,
     DeadlineReached,
     EffectCrashed,
+    ModelDeferred,
     ModelFailed,
     ModelReplied,
     ModelStreamOpened,
@@ -95,6 +96,20 @@ def on_resumed_compacting(s: RunState, e: Resumed) -> Decision:
 def on_resumed_parked(s: RunState, e: Resumed) -> Decision:
     """awaiting_human, awaiting_tools: nothing to do until the human or the client answers."""
     return s, []
+
+
+def on_deferred(s: RunState, e: ModelDeferred) -> Decision:
+    """The economy lane: the call waits in a provider batch; the run parks on no worker."""
+    s = up(s, phase=RunStatus.AWAITING_MODEL, call=CallPhase.NONE)
+    wait = AwaitModel(e.custom_id, s.model_call_index, e.switch_at_ms)
+    return s, [status_event(RunStatus.AWAITING_MODEL.value, customId=e.custom_id, lane="economy"), wait]
+
+
+def on_resumed_awaiting_model(s: RunState, e: Resumed) -> Decision:
+    """The batch answered (or the run's economy deadline came): the call is made again, and the
+    effect finds the batch's answer with the run, or asks the standard lane."""
+    s = up(s, phase=Phase.MODEL_RUNNING, call=CallPhase.CALLING)
+    return s, [CallModel(request_of(s))]
 
 
 def on_stream_opened(s: RunState, e: ModelStreamOpened) -> Decision:

@@ -47,6 +47,7 @@ STATUS_PHASES = (
     RunStatus.AWAITING_HUMAN,
     RunStatus.AWAITING_TOOLS,
     RunStatus.AWAITING_CHILDREN,
+    RunStatus.AWAITING_MODEL,
     RunStatus.COMPLETED,
     RunStatus.FAILED,
     RunStatus.ABORTED,

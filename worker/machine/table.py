@@ -27,6 +27,7 @@ from worker.machine.events import (
     DeadlineReached,
     EffectCrashed,
     Event,
+    ModelDeferred,
     ModelFailed,
     ModelReplied,
     ModelStreamOpened,
@@ -44,8 +45,10 @@ from worker.machine.handlers import (
     on_context_loaded,
     on_crashed,
     on_deadline,
+    on_deferred,
     on_failed,
     on_replied,
+    on_resumed_awaiting_model,
     on_resumed_compacting,
     on_resumed_model,
     on_resumed_parked,
@@ -96,6 +99,7 @@ TOOL_RUNNING = Phase.TOOL_RUNNING.value
 AWAITING_HUMAN = RunStatus.AWAITING_HUMAN.value
 AWAITING_TOOLS = RunStatus.AWAITING_TOOLS.value
 AWAITING_CHILDREN = RunStatus.AWAITING_CHILDREN.value
+AWAITING_MODEL = RunStatus.AWAITING_MODEL.value
 COMPACTING = Phase.COMPACTING.value
 COMPLETED = RunStatus.COMPLETED.value
 FAILED = RunStatus.FAILED.value
@@ -125,7 +129,14 @@ TABLE: dict[str, dict[type[Any], Rule]] = {
         BudgetRefused: _rule(on_budget_refused, FAILED),
         ModelReplied: _rule(on_replied, COMPLETED, TOOL_RUNNING, AWAITING_HUMAN, AWAITING_TOOLS, CALLING, COMPACTING, FAILED, RETRYING),
         ModelFailed: _rule(on_failed, RETRYING, COMPACTING, CALLING, FAILED),
+        ModelDeferred: _rule(on_deferred, AWAITING_MODEL),
         Resumed: _rule(on_resumed_model, CALLING),
+        AbortRequested: _rule(on_abort, ABORTED),
+        DeadlineReached: _rule(on_deadline, FAILED),
+        EffectCrashed: _rule(on_crashed, FAILED),
+    },
+    AWAITING_MODEL: {
+        Resumed: _rule(on_resumed_awaiting_model, CALLING),
         AbortRequested: _rule(on_abort, ABORTED),
         DeadlineReached: _rule(on_deadline, FAILED),
         EffectCrashed: _rule(on_crashed, FAILED),

@@ -14,6 +14,7 @@ class RunStatus(StrEnum):
     AWAITING_HUMAN = "awaiting_human"
     AWAITING_TOOLS = "awaiting_tools"  # waiting for results of client tool calls, on no worker
     AWAITING_CHILDREN = "awaiting_children"  # waiting for its child runs (sub-agents) to end, on no worker
+    AWAITING_MODEL = "awaiting_model"  # economy lane: its model call is in a provider batch, on no worker
     COMPLETED = "completed"
     FAILED = "failed"
     ABORTED = "aborted"
