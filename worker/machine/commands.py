@@ -13,8 +13,8 @@ from worker.machine.state import RunState
 __all__ = [
     "AwaitChildren",
     "AwaitClient",
-    "AwaitModel",
     "AwaitHuman",
+    "AwaitModel",
     "CallModel",
     "Command",
     "Compact",

@@ -12,7 +12,6 @@ from worker.machine.state import RunState
 from worker.policy import ModelFailure
 
 __all__ = [
-    "ModelDeferred",
     "AbortRequested",
     "ApprovalsDecided",
     "BudgetRefused",
@@ -24,6 +23,7 @@ __all__ = [
     "DeadlineReached",
     "EffectCrashed",
     "Event",
+    "ModelDeferred",
     "ModelFailed",
     "ModelReplied",
     "ModelStreamOpened",
