@@ -1,7 +1,8 @@
 """A worker process as ``agentmill worker`` starts it (``python -m app.worker``: one process, as a pod
 runs, or a process of ``--processes N``): its start-up checks once, then one worker process in this
 process or a supervisor of several (app/supervisor.py). The worker process gets its side loops
-here: the schedules' firing loop, which submits runs as the producer does."""
+here: the schedules' firing loop, which submits runs as the producer does, and the economy lane's
+batchers."""
 
 from __future__ import annotations
 
@@ -40,6 +41,15 @@ async def _fire_schedules(
     await fire_forever(parts, settings, profiles, hit, registry)
 
 
+async def _send_batches(
+    parts: Partitions[Any], settings: Settings, profiles: dict[str, AgentProfile], registry: CollectorRegistry
+) -> None:
+    """The economy lane's batchers (worker/economy/loop.py); failpoints economy_after_*."""
+    from worker.economy.loop import run_batchers
+
+    await run_batchers(parts, settings, profiles, failpoints.hit)
+
+
 def worker_process(
     settings: Settings | None = None,
     *,
@@ -54,6 +64,8 @@ def worker_process(
         import producer.schedules.firer  # noqa: F401
 
         sides.append(_fire_schedules)
+    if s.economy_batcher:
+        sides.append(_send_batches)
     return WorkerProcess(s, profiles=profiles, observer=observer, burst=burst, side_loops=sides)
 
 

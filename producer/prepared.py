@@ -78,6 +78,12 @@ def validated(raw: RunInput | dict[str, Any], profiles: dict[str, AgentProfile] 
         raise SubmissionError(
             "unknown_agent", f"agent: no profile named {run.agent!r} (known: {known})", field="agent"
         )
+    if profiles is not None and run.lane == "economy" and not profiles[run.agent].economy.enabled:
+        raise SubmissionError(
+            "economy_not_enabled",
+            f"lane: profile {run.agent!r} does not offer the economy lane (its economy.enabled is false)",
+            field="lane",
+        )
     if profiles is not None and run.client_tools:
         problem = profiles[run.agent].client_tool_problem(run.client_tools)
         if problem is not None:

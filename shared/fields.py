@@ -67,6 +67,14 @@ class RunField(StrEnum):
     AWAITING_SINCE = "awaitingSince"  # ms, when it parked (awaiting_human, awaiting_tools)
     APPROVAL_TIMEOUT_MS = "approvalTimeoutMs"  # '' = none
     RUN_DEADLINE_MS = "runDeadlineMs"  # maxRunDurationMs from its start, bounds an approval wait; '' = none
+    # awaiting_model (the economy lane): the model call waiting in a provider batch (its index), the
+    # batch's answer once delivered (model_reply.lua: the call's index and the answer, JSON), the call
+    # the reconciler sent to the standard lane at the economy deadline (its index), and when (ms)
+    MODEL_AWAITED = "modelAwaited"
+    MODEL_REPLY_INDEX = "modelReplyIndex"
+    MODEL_REPLY = "modelReply"
+    MODEL_STANDARD = "modelStandard"
+    MODEL_SWITCH_AT = "modelSwitchAt"
     CLIENT_PENDING = "clientPending"  # awaiting_tools: the client calls it waits for (JSON)
     ORIGIN = "origin"  # a retry's or fork's initial checkpoint payload (JSON, submit_restored.lua)
     LINEAGE = "lineage"  # {"retryOf": id} or {"forkOf": id, "atSeq": n} (JSON, submit_restored.lua)

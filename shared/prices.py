@@ -25,6 +25,10 @@ class PriceTier(Model):
     cache_write_per_m_tok: float | None = Field(default=None, ge=0)
 
 
+BATCH_DISCOUNT = 0.5  # OpenAI's Batch API and Anthropic's Message Batches: half the price
+_PRICE_FIELDS = ("input_per_m_tok", "output_per_m_tok", "cache_read_per_m_tok", "cache_write_per_m_tok")
+
+
 class Pricing(Model):
     """A model's prices in USD per million tokens: a run's usage gets ``costUsd`` from them. Cache
     reads and writes are parts of the input and cost their own price (None: the input price);
@@ -35,6 +39,25 @@ class Pricing(Model):
     cache_read_per_m_tok: float | None = Field(default=None, ge=0)
     cache_write_per_m_tok: float | None = Field(default=None, ge=0)
     tiers: list[PriceTier] = Field(default_factory=list, max_length=16)
+    # The economy lane's price as a share of these (a provider's batch endpoint; None: the
+    # provider's usual discount, BATCH_DISCOUNT)
+    batch_discount: float | None = Field(default=None, gt=0, le=1)
+
+    def at_batch(self) -> Pricing:
+        """These prices at the batch discount (every price, tiers' included, times the share)."""
+        k = BATCH_DISCOUNT if self.batch_discount is None else self.batch_discount
+
+        def scaled(p: float | None) -> float | None:
+            return None if p is None else float(_dec(p) * Decimal(str(k)))
+
+        tiers = [
+            t.model_copy(
+                update={f: scaled(getattr(t, f)) for f in _PRICE_FIELDS if getattr(t, f) is not None}
+            )
+            for t in self.tiers
+        ]
+        fields = {f: scaled(getattr(self, f)) for f in _PRICE_FIELDS if getattr(self, f) is not None}
+        return self.model_copy(update={**fields, "tiers": tiers, "batch_discount": 1.0})
 
     def rates(self, input_tokens: int) -> Pricing | PriceTier:
         """The prices a call with this many input tokens pays (the last tier it exceeds, else these)."""

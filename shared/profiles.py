@@ -195,6 +195,23 @@ class ProviderConfig(Model):
         return value
 
 
+class EconomyConfig(Model):
+    """The economy lane (docs/api.md#the-economy-lane): whether a run of the profile may ask for it,
+    and on which of its providers (their names, as in ``providers``; None: each of kind openai)."""
+
+    enabled: bool = False
+    providers: list[str] | None = Field(default=None, max_length=MAX_PROVIDERS)
+    deadline_ms: int = Field(default=24 * 3_600_000, ge=60_000, le=7 * 24 * 3_600_000)  # from its start
+    # kept before the deadline for the standard lane: a call still in a batch then is sent there
+    standard_time_ms: int = Field(default=600_000, ge=0, le=24 * 3_600_000)
+
+    def allows(self, name: str, kind: str) -> bool:
+        """Whether a call on the provider named ``name`` (of ``kind``) may go to the economy lane."""
+        if not self.enabled or kind != "openai":  # the one batch endpoint spoken so far: OpenAI's
+            return False
+        return self.providers is None or name in self.providers
+
+
 class AgentProfile(Model):
     name: str
     provider: ProviderConfig = Field(default_factory=ProviderConfig)
@@ -209,6 +226,7 @@ class AgentProfile(Model):
     # "off" nothing. While a preamble is on, tool results reach the model framed as data.
     preamble: Literal["v1", "custom", "off"] = "v1"
     preamble_text: str | None = Field(default=None, min_length=1, max_length=MAX_PREAMBLE_CHARS)
+    economy: EconomyConfig = Field(default_factory=EconomyConfig)
     tools: list[str] = Field(default_factory=list)  # built-in tool names
     http_tools: list[HttpToolConfig] = Field(default_factory=list)
     mcp_servers: list[McpServerConfig] = Field(default_factory=list)  # tools listed from MCP servers

@@ -90,7 +90,7 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
         for name in (
             "batch_close", "list_runs", "batch_results", "beat", "forget_worker", "release", "redispatch",
             "abort", "settle_approval", "tool_results", "child_result", "claim_webhooks", "admit_tenant",
-            "scaling", "batch_replace", "archive_claim", "archive_done", "tree_admit",
+            "scaling", "batch_replace", "archive_claim", "archive_done", "tree_admit", "model_reply",
         )
     },
     **{
@@ -159,6 +159,7 @@ class Scripts:
     live_tenants: Script
     archive_claim: Script
     archive_done: Script
+    model_reply: Script
     econ_enqueue: Script
     econ_close: Script
     econ_advance: Script

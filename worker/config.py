@@ -167,6 +167,18 @@ class RunConfig(Model):
     # call along it (worker/machine/fallback.py).
     chain: list[ChainLink] = Field(default_factory=list)
     fallback_on: list[str] = Field(default_factory=list)
+    # The economy lane (worker/economy/): its model calls go to the provider's batch endpoint until
+    # ``economy_deadline_ms`` (absolute; None: ``economy_default_ms`` after the run's start) less
+    # ``economy_reserve_ms``, the standard lane's expected time.
+    lane: Literal["standard", "economy"] = "standard"
+    economy_deadline_ms: int | None = None
+    economy_default_ms: int = 24 * 3_600_000
+    economy_reserve_ms: int = 600_000
+
+    def switch_at_ms(self, started_at_ms: int) -> int:
+        """When an economy call still waiting in a batch goes to the standard lane."""
+        deadline = self.economy_deadline_ms or started_at_ms + self.economy_default_ms
+        return deadline - self.economy_reserve_ms
 
     def link_pricing(self, index: int) -> Pricing | None:
         """The prices of the provider a call is on (``pricing`` for the primary or a lone one)."""
@@ -329,4 +341,8 @@ def resolve_config(
         preamble=rules,
         chain=chain_of(profile),
         fallback_on=list(profile.fallback_on) if profile.providers and len(profile.providers) > 1 else [],
+        lane="economy" if run.lane == "economy" and profile.economy.enabled else "standard",
+        economy_deadline_ms=run.deadline,
+        economy_default_ms=profile.economy.deadline_ms,
+        economy_reserve_ms=profile.economy.standard_time_ms,
     )

@@ -21,6 +21,8 @@ from worker.batcher import ScriptBatcher
 from worker.budgets import TenantBudgets
 from worker.config_cache import ConfigCache
 from worker.delta_pace import DeltaPace
+from worker.economy.run_side import RedisRunEconomy
+from worker.economy.store import EconomyStore
 from worker.lease import WorkerLease
 from worker.limiter import Held, OnWait, ProviderLimiter
 from worker.models.base import ModelCallError, ModelProvider
@@ -110,6 +112,7 @@ class WorkerDeps:
     models: Providers = field(init=False)
     tools: Toolbox = field(init=False)
     sessions: RedisSessionStore = field(init=False)
+    economy: EconomyStore = field(init=False)  # the economy lane's requests and batches
     budgets: TenantBudgets = field(init=False)  # tenants' day budgets (tokensPerDay, costUsdPerDay)
     active: dict[str, RunDriver] = field(default_factory=dict)
     pace: DeltaPace = field(init=False)  # the deltas' flush interval over the process's streams
@@ -124,6 +127,7 @@ class WorkerDeps:
             lease_ms=self.settings.provider_slot_lease_ms,
             on_key=None if self.parts.single else self.parts.call_key,
         )
+        self.economy = EconomyStore(self.scripts, self.parts.call_key)
         self.batcher = ScriptBatcher(self.parts, wait_replicas=wait_replicas(self.settings))
         self.models = Providers(self.http, self.limiter, self.observer)
         # MCP listings kept once for every run: at least as long as a run and its retention
@@ -155,8 +159,17 @@ class WorkerDeps:
             self.parts, self.scripts, self.settings, part, run_id, self.lease, self.batcher, claimed
         )
         cache = RedisToolCache(self.parts, part, run_id)
+        economy = RedisRunEconomy(self.parts, part, run_id, self.economy, self.settings.economy_max_open)
         return RunPorts(
-            store, self.sessions, self.models, self.tools, SystemClock(), self.rng, cache, self.budgets
+            store,
+            self.sessions,
+            self.models,
+            self.tools,
+            SystemClock(),
+            self.rng,
+            cache,
+            self.budgets,
+            economy,
         )
 
     async def aclose(self) -> None:

@@ -39,6 +39,8 @@ __all__ = [
     "BudgetPort",
     "Capacity",
     "Clock",
+    "EconomyAnswer",
+    "EconomyPort",
     "Entry",
     "FencedError",
     "Host",
@@ -346,6 +348,26 @@ class SystemClock:
         return time.monotonic()
 
 
+@dataclass(frozen=True, slots=True)
+class EconomyAnswer:
+    """What the run holds of its economy call: the batch's answer (JSON: ``{"body": …}`` or
+    ``{"error": …}``) for that call, and whether the reconciler sent the call to the standard lane."""
+
+    reply: bytes | None
+    standard: bool
+
+
+class EconomyPort(Protocol):
+    """One run's side of the economy lane (worker/economy/run_side.py)."""
+
+    async def answer(self, index: int) -> EconomyAnswer: ...
+
+    async def enqueue(self, endpoint: str, model: str, custom_id: str, line: bytes) -> int:
+        """The request line written once into the endpoint's open batch: 1 written, 0 it was
+        already, -1 the open batch is full."""
+        ...
+
+
 @dataclass(slots=True)
 class RunPorts:
     """What one run's driver is given to reach the world."""
@@ -358,6 +380,7 @@ class RunPorts:
     rng: Rng = field(default_factory=random.Random)
     cache: ToolCache | None = None  # the tool-result cache; None: no tool is cached
     budgets: BudgetPort = field(default_factory=NoBudgets)  # tenants' day budgets
+    economy: EconomyPort | None = None  # the economy lane; None: every call on the standard lane
 
 
 class Host(Protocol):

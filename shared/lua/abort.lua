@@ -15,7 +15,7 @@ if h[1] == S.QUEUED or h[1] == S.SCHEDULED then
   if unclaimed then redis.call('DEL', ctx().job_key .. jid) end
 end
 if h[1] == S.QUEUED or h[1] == S.SCHEDULED or h[1] == S.AWAITING_HUMAN or h[1] == S.AWAITING_TOOLS
-    or h[1] == S.AWAITING_CHILDREN then
+    or h[1] == S.AWAITING_CHILDREN or h[1] == S.AWAITING_MODEL then
   finalize(KEYS[1], KEYS[2], KEYS[3], ARGV[1], S.ABORTED, 'aborted', ARGV[2])
   return {'aborted', h[1]}
 end

@@ -170,6 +170,23 @@ elseif status == S.AWAITING_TOOLS then
   else
     redis.call('ZADD', LIVE, earliest, ARGV[4])
   end
+elseif status == S.AWAITING_MODEL then
+  -- ARGV[6]: the model call in a provider batch ({customId, index, switchAt}). Parked on no worker
+  -- until its answer is with the run (model_reply.lua resumes it; at once if it came before this
+  -- commit), or its switch time comes (redispatch.lua sends the call to the standard lane).
+  local w = cjson.decode(ARGV[6])
+  local index = tostring(w.index)
+  local switch = ''
+  if type(w.switchAt) == 'number' then switch = string.format('%d', w.switchAt) end
+  set(F.MODEL_AWAITED, index); set(F.MODEL_SWITCH_AT, switch); set(F.AWAITING_SINCE, now)
+  redis.call('HSET', KEYS[1], unpack(run_fields)); run_fields = {}
+  if redis.call('HGET', KEYS[1], F.MODEL_REPLY_INDEX) == index then
+    client_resume(KEYS[1], ARGV[4], now)
+  elseif switch ~= '' then
+    redis.call('ZADD', LIVE, tonumber(switch), ARGV[4])
+  else
+    redis.call('ZREM', LIVE, ARGV[4])
+  end
 elseif status == S.AWAITING_CHILDREN then
   -- Parked on no worker until every child of the round has delivered its result (child_result.lua
   -- resumes it then; at once if they all ended before this commit). The reconciler looks again at

@@ -64,6 +64,17 @@ elseif h[1] == S.AWAITING_TOOLS then
     return {'awaiting_tools'}
   end
   reason = 'client_tools_settled'
+elseif h[1] == S.AWAITING_MODEL then
+  local m = redis.call('HMGET', KEYS[1], F.MODEL_AWAITED, F.MODEL_REPLY_INDEX, F.MODEL_SWITCH_AT)
+  if m[1] and m[1] == m[2] then
+    reason = 'model_replied'  -- a wake-up that did not happen
+  elseif m[3] and m[3] ~= '' and now >= tonumber(m[3]) then
+    redis.call('HSET', KEYS[1], F.MODEL_STANDARD, m[1])  -- its resume asks the standard lane
+    reason = 'economy_deadline'
+  else
+    if m[3] and m[3] ~= '' then redis.call('ZADD', LIVE, tonumber(m[3]), ARGV[1]) else redis.call('ZREM', LIVE, ARGV[1]) end
+    return {'awaiting_model'}
+  end
 elseif h[1] == S.AWAITING_CHILDREN then
   local deadline = tonumber(redis.call('HGET', KEYS[1], F.RUN_DEADLINE_MS) or '')
   if deadline and now >= deadline then

@@ -16,6 +16,7 @@ from worker.machine.steps import error_event, status_event
 
 __all__ = [
     "capacity_wait",
+    "lane_changed",
     "mcp_tools_relisted",
     "model_call_restarted",
     "model_delta",
@@ -81,3 +82,11 @@ def tool_reexecuted(call: ToolCall, claim: int) -> Emit:
     """A claimed call whose worker died before recording a result runs again (same Idempotency-Key)."""
     return status_event("tool_reexecuted", toolCallId=call.id, name=call.name, claim=claim,
                         reason="the worker executing this call stopped before recording its result")  # fmt: skip
+
+
+def lane_changed(req: ModelRequest, reason: str) -> Emit:
+    """An economy call made on the standard lane instead (``reason``: ``deadline``, ``expired``,
+    ``failed: …``, ``economy_full``…)."""
+    return status_event(
+        "lane_changed", modelCallIndex=req.model_call_index, lane="standard", reason=reason[:200]
+    )

@@ -31,6 +31,7 @@ from worker.machine import (
     AwaitChildren,
     AwaitClient,
     AwaitHuman,
+    AwaitModel,
     EffectCrashed,
     Emit,
     Event,
@@ -282,7 +283,7 @@ class RunDriver:
                     effects.append(c)
             elif isinstance(c, Finish):
                 finish = c
-            elif isinstance(c, AwaitHuman | AwaitClient | AwaitChildren):
+            elif isinstance(c, AwaitHuman | AwaitClient | AwaitChildren | AwaitModel):
                 park = c
             elif isinstance(c, OfferClientCalls):
                 for call in c.calls:

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agentmill_client.models import EventKind, Message, ToolCall, Usage
+from agentmill_client.models import EventKind, Message, Usage
 from shared.profiles import AgentProfile, ProviderConfig
 from worker import context, failpoints, policy, preamble, tracing
 from worker.compaction import SUMMARY_PROMPT
@@ -25,13 +25,14 @@ from worker.machine import (
     ModelRequest,
     ModelStreamOpened,
     RunState,
-    identify,
     notices,
 )
 from worker.models.base import ModelCallError, ReasoningDelta, StreamEnd, TextDelta, ToolCallDelta
 from worker.policy import ModelFailure
 from worker.ports import BudgetHold, Capacity
+from worker.runner.economy_call import economy_call
 from worker.runner.effect import EffectContext, FlushDeltas
+from worker.runner.reply import assemble
 
 __all__ = ["SUMMARY_PROMPT", "ModelStream", "call_model", "summarise"]
 
@@ -136,6 +137,8 @@ async def _call_model(cx: EffectContext, state: RunState, req: ModelRequest, spa
         profile = cx.profile(state)
         at = _at(profile, req)
         pcfg = profile.chain[at]
+        if await economy_call(cx, state, req, profile, at):  # answered from a provider batch, or parked
+            return
         provider = cx.ports.models.provider(profile, at)
         if cx.ports.budgets.limited(cx.tenant):
             got = await _reserve(cx, req)
@@ -200,7 +203,7 @@ async def _call_model(cx: EffectContext, state: RunState, req: ModelRequest, spa
             await held.release(u.input_tokens + u.output_tokens if u is not None else None)
     u = end.usage
     try:
-        msg = _assemble(req, text, calls)
+        msg = assemble(req, text, calls)
     except ValidationError as exc:  # over a bound (content, arguments, names): not retried
         if hold is not None:
             if u is None:
@@ -233,21 +236,6 @@ async def _call_model(cx: EffectContext, state: RunState, req: ModelRequest, spa
     if end.finish_reason is None:
         s.drop_unpublished()
     s.replied(msg, end, usage)
-
-
-def _assemble(req: ModelRequest, text: list[str], calls: dict[int, dict[str, str]]) -> Message:
-    """The reply from its fragments, its calls named by agentmill (``identify``: the provider's ids
-    are kept for the wire only); raises ValidationError when a part is over its bound."""
-    tool_calls = [
-        ToolCall(
-            id=c["id"] or f"call_{req.model_call_index}_{i}",
-            name=c["name"] or "unknown",
-            arguments=c["arguments"] or "{}",
-        )
-        for i, c in sorted(calls.items())
-    ]
-    reply = Message(role="assistant", content="".join(text), tool_calls=tool_calls or None)
-    return identify(reply, req.model_call_index, req.messages)
 
 
 async def _reserve(cx: EffectContext, req: ModelRequest) -> BudgetHold | str:

@@ -1,6 +1,7 @@
 """How a run parks on no worker, by what the machine asked: awaiting a human's decision, a client's
-tool results or its child runs. Each is one commit of the run's status with what the run hash keeps
-while it waits; the store (or the answer's script) puts the run back on the queue."""
+tool results, its child runs or a provider batch's answer (the economy lane). Each is one commit of
+the run's status with what the run hash keeps while it waits; the store (or the answer's script)
+puts the run back on the queue."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ from dataclasses import dataclass
 import orjson
 
 from agentmill_client.models import RunResult, RunStatus
-from worker.machine import AwaitChildren, AwaitClient, AwaitHuman, RunState
+from worker.machine import AwaitChildren, AwaitClient, AwaitHuman, AwaitModel, RunState
 
 __all__ = ["Park", "Parking", "ending_error", "parking"]
 
-Park = AwaitHuman | AwaitClient | AwaitChildren
+Park = AwaitHuman | AwaitClient | AwaitChildren | AwaitModel
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +31,8 @@ def parking(c: Park, state: RunState, run_deadline_ms: int | None) -> Parking:
                        run_deadline_ms)  # fmt: skip
     if isinstance(c, AwaitClient):  # back on the queue once every call has a result or is past its deadline
         return Parking(RunStatus.AWAITING_TOOLS.value, orjson.dumps(c.record()))
+    if isinstance(c, AwaitModel):  # back on the queue when its batch's answer is delivered, or at switchAt
+        return Parking(RunStatus.AWAITING_MODEL.value, orjson.dumps(c.record()))
     # back on the queue when the last child's ending is delivered (at once, if they all ended already)
     return Parking(RunStatus.AWAITING_CHILDREN.value, orjson.dumps(c.record()), None, run_deadline_ms)
 

@@ -234,11 +234,22 @@ class RunInput(Model):
     priority: int | None = Field(default=None, ge=limits.MIN_PRIORITY, le=limits.MAX_PRIORITY)
     # When the run may start: epoch ms, or an RFC 3339 time (stored as epoch ms). Until then: scheduled.
     run_at: int | None = Field(default=None, ge=0, le=limits.MAX_RUN_AT_MS)
+    # "economy": each model call goes through the provider's batch endpoint at its batch price, the
+    # run waiting on no worker meanwhile, if the profile allows it (docs/api.md#the-economy-lane).
+    lane: Literal["standard", "economy"] | None = None
+    # By when an economy run should be done (epoch ms or RFC 3339; None: the profile's default): a
+    # call its batch has not answered in time goes to the standard lane.
+    deadline: int | None = Field(default=None, ge=0, le=limits.MAX_RUN_AT_MS)
 
     @field_validator("run_at", mode="before")
     @classmethod
     def _run_at_ms(cls, value: Any) -> Any:
         return run_at_ms(value)
+
+    @field_validator("deadline", mode="before")
+    @classmethod
+    def _deadline_ms(cls, value: Any) -> Any:
+        return run_at_ms(value, "deadline")
 
     @model_validator(mode="after")
     def _run_at_alone(self) -> RunInput:
@@ -269,20 +280,20 @@ class RunInput(Model):
         return _bounded_map(value, info.field_name)
 
 
-def run_at_ms(value: Any) -> Any:
-    """``runAt`` as epoch ms: an int stays, an RFC 3339 string (with its offset, or ``Z``) or an
+def run_at_ms(value: Any, name: str = "runAt") -> Any:
+    """``runAt`` (or another time field, ``name``) as epoch ms: an int stays, an RFC 3339 string (with its offset, or ``Z``) or an
     aware datetime becomes its epoch ms; anything else is left for the field's own check to refuse."""
     if isinstance(value, datetime):
         if value.tzinfo is None:
-            raise ValueError("runAt: the time needs its timezone")
+            raise ValueError(f"{name}: the time needs its timezone")
         return int(value.timestamp() * 1000)
     if isinstance(value, str) and not value.isdigit():
         try:
             when = datetime.fromisoformat(value.replace("z", "Z"))
         except ValueError:
-            raise ValueError("runAt: an RFC 3339 time (2026-01-31T09:00:00Z) or epoch ms") from None
+            raise ValueError(f"{name}: an RFC 3339 time (2026-01-31T09:00:00Z) or epoch ms") from None
         if when.tzinfo is None:
-            raise ValueError("runAt: the time needs its offset (Z or +hh:mm)")
+            raise ValueError(f"{name}: the time needs its offset (Z or +hh:mm)")
         return int(when.timestamp() * 1000)
     if isinstance(value, str):
         return int(value)

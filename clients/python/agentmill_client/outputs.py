@@ -4,7 +4,7 @@ usage, and the events of its stream."""
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -35,6 +35,7 @@ class Usage(Model):
     cost_usd: float | None = None
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    lane: Literal["economy"] | None = None  # one call's: "economy" when a provider batch answered it
 
     def __add__(self, other: Usage) -> Usage:
         costs = [c for c in (self.cost_usd, other.cost_usd) if c is not None]

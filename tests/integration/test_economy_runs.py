@@ -1,0 +1,165 @@
+"""Economy runs end to end: real worker processes, a real Redis and the local batch server. Each
+model call goes into a provider batch while its run waits on no worker; the batch's answer resumes
+the run, whose tool round continues on any worker."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from redis.asyncio import Redis
+
+from shared.profiles import load_profiles
+from tests.integration.helpers import assert_clean_stream, producer_for, stream, until_status, wait_all
+from tests.support.batch_server import BatchServer, Plan, tool_rounds_backend
+from tests.support.procs import WorkerProc
+from tests.support.schema import K
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+FAST_BATCHES = {
+    "AGENTMILL_ECONOMY_BATCH_REQUESTS": "50",
+    "AGENTMILL_ECONOMY_BATCH_AGE_S": "0.2",
+    "AGENTMILL_ECONOMY_POLL_MIN_S": "0.05",
+    "AGENTMILL_ECONOMY_POLL_MAX_S": "0.2",
+    "AGENTMILL_ECONOMY_LEASE_MS": "1000",
+}
+
+
+def profiles(tmp_path: Path, base_url: str, **economy: Any) -> Path:
+    path = tmp_path / "profiles.json"
+    provider = {"kind": "openai", "baseUrl": base_url, "model": "gpt-4o-mini",
+                "pricing": {"inputPerMTok": 1.0, "outputPerMTok": 2.0}}  # fmt: skip
+    path.write_bytes(orjson.dumps({"profiles": [
+        {"name": "eco", "provider": provider, "tools": ["echo"], "economy": {"enabled": True, **economy}},
+        {"name": "std", "provider": {"kind": "scripted"}},
+    ]}))  # fmt: skip
+    return path
+
+
+def economy_run(i: int) -> dict[str, Any]:
+    return {"agent": "eco", "lane": "economy", "inputMessages": [{"role": "user", "content": f"ticket {i}"}]}
+
+
+def procs(redis_url: str, path: Path, n: int, **env: str) -> list[WorkerProc]:
+    base = {"AGENTMILL_PROFILES": str(path), **FAST_BATCHES, **env}
+    return [WorkerProc(redis_url, env=base).start() for _ in range(n)]
+
+
+async def test_economy_runs_go_through_batches_exactly_once_on_two_workers(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    n = 100
+    async with BatchServer(
+        tool_rounds_backend("echo", rounds=2, arguments={"text": "x"}), delay_s=0.2
+    ) as server:
+        path = profiles(tmp_path, server.base_url)
+        p = producer_for(redis, redis_url)
+        p.profiles = load_profiles(str(path))
+        ids = [(await p.submit(economy_run(i))).run_id for i in range(n)]  # type: ignore[union-attr]
+        workers = procs(redis_url, path, 2)
+        try:
+            recs = await wait_all(p, ids, 90)
+        finally:
+            for w in workers:
+                w.stop()
+        assert {r.status.value for r in recs.values()} == {"completed"}  # type: ignore[attr-defined]
+        # 3 model calls a run, each sent to the provider once, by its custom_id
+        assert server.received == {f"{rid}:{k}": 1 for rid in ids for k in (1, 2, 3)}
+        rid = ids[0]
+        events = await stream(redis, rid)
+        assert_clean_stream(events)
+        statuses = [e.payload.get("status") for e in events if e.kind == "status"]
+        assert statuses.count("awaiting_model") == 3
+        assert [e.payload["content"] for e in events if e.kind == "tool_result"] == ["x", "x"]
+        usage = [e.payload["usage"] for e in events if e.kind == "usage"]
+        assert [u.get("lane") for u in usage] == ["economy"] * 3
+        # the batch price: half of 11 input and 5 output tokens at $1 and $2 per million
+        assert usage[0]["costUsd"] == pytest.approx((11 * 1.0 + 5 * 2.0) / 1e6 / 2)
+        for r in ids:  # no tool executed twice
+            evs = await stream(redis, r)
+            assert sum(1 for e in evs if e.kind == "tool_result") == 2
+            assert not any(e.kind == "status" and e.payload.get("status") == "tool_reexecuted" for e in evs)
+
+
+async def test_a_batcher_killed_at_a_failpoint_hands_over_and_nothing_is_sent_twice(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    n = 30
+    async with BatchServer(
+        tool_rounds_backend("echo", rounds=1, arguments={"text": "y"}), delay_s=0.1
+    ) as server:
+        path = profiles(tmp_path, server.base_url)
+        p = producer_for(redis, redis_url)
+        p.profiles = load_profiles(str(path))
+        ids = [(await p.submit(economy_run(i))).run_id for i in range(n)]  # type: ignore[union-attr]
+        # the first worker dies right after creating a batch, before it keeps the provider's id
+        doomed = procs(redis_url, path, 1, AGENTMILL_FAILPOINTS="economy_after_create")[0]
+        deadline = time.monotonic() + 30
+        while doomed.alive and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert not doomed.alive and len(server.batches) == 1
+        workers = procs(redis_url, path, 2)
+        try:
+            recs = await wait_all(p, ids, 90)
+        finally:
+            for w in workers:
+                w.stop()
+        assert {r.status.value for r in recs.values()} == {"completed"}  # type: ignore[attr-defined]
+        assert server.received == {f"{rid}:{k}": 1 for rid in ids for k in (1, 2)}
+
+
+async def test_a_standard_run_starts_at_once_while_economy_runs_wait(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    async with BatchServer(tool_rounds_backend("echo", rounds=0), delay_s=30) as server:
+        path = profiles(tmp_path, server.base_url)
+        p = producer_for(redis, redis_url)
+        p.profiles = load_profiles(str(path))
+        eco = [(await p.submit(economy_run(i))).run_id for i in range(20)]  # type: ignore[union-attr]
+        workers = procs(redis_url, path, 1, AGENTMILL_MAX_JOBS="4")
+        try:
+            for rid in eco:
+                await until_status(redis, rid, "awaiting_model", within=30)
+            while len(server.received) < 20:  # all sent, the batch in progress at the provider
+                await asyncio.sleep(0.05)
+            t0 = time.monotonic()
+            std = await p.submit({"agent": "std", "inputMessages": [{"role": "user", "content": "now"}]})
+            rec = (await wait_all(p, [std.run_id], 10))[std.run_id]  # type: ignore[union-attr]
+            assert rec.status.value == "completed"  # type: ignore[attr-defined]
+            assert time.monotonic() - t0 < 5  # 20 parked economy runs hold none of the 4 slots
+            assert await redis.hget(K.run(eco[0]), "status") == b"awaiting_model"
+        finally:
+            for w in workers:
+                w.stop()
+        assert len(server.received) == 20
+
+
+async def test_an_expired_batch_sends_its_calls_to_the_standard_lane(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    backend = tool_rounds_backend("echo", rounds=0)
+    async with BatchServer(backend, plans=[Plan(outcome="expired", answered=0)]) as server:
+        path = profiles(tmp_path, server.base_url)
+        p = producer_for(redis, redis_url)
+        p.profiles = load_profiles(str(path))
+        # the standard lane is the same server's chat completions, which this local server does not
+        # offer: the run's call then fails on it, after its lane_changed event
+        rid = (await p.submit(economy_run(0))).run_id  # type: ignore[union-attr]
+        workers = procs(redis_url, path, 1)
+        try:
+            await wait_all(p, [rid], 30)
+        finally:
+            for w in workers:
+                w.stop()
+        events = await stream(redis, rid)
+        changed = [
+            e.payload for e in events if e.kind == "status" and e.payload.get("status") == "lane_changed"
+        ]
+        assert changed and changed[0]["reason"] == "expired"
+        assert Counter(server.received) == {f"{rid}:1": 1}

@@ -1,0 +1,69 @@
+"""The runs' side of the economy lane on Redis: what a run's model-call effect reads and writes
+(``RedisRunEconomy``, the run's ``EconomyPort``), and the batcher's delivery of an answer to its run
+(``Deliveries``: model_reply.lua keeps it with the run once and puts a parked run back on the queue)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import orjson
+
+from shared import keys
+from shared.fields import RunField as F
+from shared.partitions import Partitions
+from shared.scripts import Scripts, text
+from worker.economy.provider import BatchReply
+from worker.economy.store import EconomyStore
+from worker.ports import EconomyAnswer
+
+__all__ = ["Deliveries", "RedisRunEconomy", "custom_id", "parse_custom_id"]
+
+
+def custom_id(run_id: str, index: int) -> str:
+    """A model call's id in a provider batch: ``<runId>:<modelCallIndex>`` (run ids hold no ``:``)."""
+    return f"{run_id}:{index}"
+
+
+def parse_custom_id(cid: str) -> tuple[str, int] | None:
+    run_id, sep, index = cid.rpartition(":")
+    return (run_id, int(index)) if sep and run_id and index.isdigit() else None
+
+
+class RedisRunEconomy:
+    def __init__(
+        self, parts: Partitions[Any], part: keys.Partition, run_id: str, store: EconomyStore, max_open: int
+    ) -> None:
+        self.parts, self.part, self.run_id, self.store, self.max_open = parts, part, run_id, store, max_open
+
+    async def answer(self, index: int) -> EconomyAnswer:
+        k = self.part.run(self.run_id)
+        fields = (F.MODEL_REPLY_INDEX, F.MODEL_REPLY, F.MODEL_STANDARD)
+        got, reply, standard = await self.parts.call(self.part, lambda c: c.hmget(k, fields))
+        mine = got is not None and text(got) == str(index)
+        return EconomyAnswer(reply if mine else None, standard is not None and text(standard) == str(index))
+
+    async def enqueue(self, endpoint: str, model: str, custom_id: str, line: bytes) -> int:
+        return await self.store.enqueue(endpoint, model, custom_id, line, self.max_open)
+
+
+class Deliveries:
+    """``deliver(custom_id, reply)`` for the batcher: one script on the run's partition. Counts the
+    verdicts (recorded, resumed, duplicate, late, finished, unknown_run) in ``counts``."""
+
+    def __init__(self, parts: Partitions[Any], scripts: Scripts) -> None:
+        self.parts, self.scripts = parts, scripts
+        self.counts: Counter[str] = Counter()
+
+    async def __call__(self, cid: str, reply: BatchReply) -> None:
+        parsed = parse_custom_id(cid)
+        part = await self.parts.locate(parsed[0]) if parsed else None
+        if parsed is None or part is None:
+            self.counts["unknown_run"] += 1
+            return
+        run_id, index = parsed
+        k, a = self.scripts.frame(part, [part.run(run_id)], [run_id, index, orjson.dumps(reply.to_json())])
+        verdict = text(
+            (await self.parts.call(part, lambda c: self.scripts.model_reply(keys=k, args=a, client=c)))[0]
+        )
+        self.counts[verdict] += 1

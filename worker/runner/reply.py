@@ -1,0 +1,23 @@
+"""A model call's reply assembled from its fragments (a stream's, or a batch answer's read as one)."""
+
+from __future__ import annotations
+
+from agentmill_client.models import Message, ToolCall
+from worker.machine import ModelRequest, identify
+
+__all__ = ["assemble"]
+
+
+def assemble(req: ModelRequest, text: list[str], calls: dict[int, dict[str, str]]) -> Message:
+    """The reply from its fragments, its calls named by agentmill (``identify``: the provider's ids
+    are kept for the wire only); raises ValidationError when a part is over its bound."""
+    tool_calls = [
+        ToolCall(
+            id=c["id"] or f"call_{req.model_call_index}_{i}",
+            name=c["name"] or "unknown",
+            arguments=c["arguments"] or "{}",
+        )
+        for i, c in sorted(calls.items())
+    ]
+    reply = Message(role="assistant", content="".join(text), tool_calls=tool_calls or None)
+    return identify(reply, req.model_call_index, req.messages)
