@@ -17,7 +17,16 @@ import pytest
 from agentmill_client.models import EventKind
 from agentmill_client.statuses import RunStatus
 from shared import keys
-from shared.fields import BatchField, BudgetField, RunField, ScheduleField, SessionField, UsagePart
+from shared.fields import (
+    BatchField,
+    BudgetField,
+    EconomyBatchField,
+    EconomyBatchState,
+    RunField,
+    ScheduleField,
+    SessionField,
+    UsagePart,
+)
 from shared.scripts import LUA_DIR, NAMES, SCRIPTS, render, source
 from shared.session_calls import PastCallField
 from shared.tool_records import ToolState
@@ -30,6 +39,8 @@ OTHER_MEANINGS = {
     ("submit_one.lua", "aborted"): 2,  # the lastError code of the runs an interrupt aborts
     ("redispatch.lua", "awaiting_tools"): 1,  # the script's verdict
     ("redispatch.lua", "awaiting_children"): 1,  # likewise
+    ("redispatch.lua", "awaiting_model"): 1,  # likewise
+    ("batch_close.lua", "closed"): 1,  # a batch's verdict, not an economy batch's state
     ("prelude.lua", "epoch"): 1,  # a stream entry's field (xadd), not the run hash's
     ("settle_approval.lua", "pending"): 2,  # an approval's decision, not a tool record's state
     ("capacity_acquire.lua", "paused"): 1,  # the limiter's verdict, not a schedule's field
@@ -47,6 +58,8 @@ NAMED = {
     *UsagePart,
     *PastCallField,
     *ToolState,
+    *EconomyBatchField,
+    *EconomyBatchState,
     *keys.INDEX_DIMS,
 }
 
