@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -87,8 +86,12 @@ async def test_economy_runs_go_through_batches_exactly_once_on_two_workers(
             assert not any(e.kind == "status" and e.payload.get("status") == "tool_reexecuted" for e in evs)
 
 
-async def test_a_batcher_killed_at_a_failpoint_hands_over_and_nothing_is_sent_twice(
-    redis: Redis, redis_url: str, tmp_path: Path
+@pytest.mark.parametrize(
+    "point",
+    ["economy_after_create", "economy_after_upload", "economy_after_deliver", "after_economy_enqueue"],
+)
+async def test_a_worker_killed_at_a_failpoint_hands_over_and_nothing_is_sent_twice(
+    redis: Redis, redis_url: str, tmp_path: Path, point: str
 ) -> None:
     n = 30
     async with BatchServer(
@@ -98,12 +101,12 @@ async def test_a_batcher_killed_at_a_failpoint_hands_over_and_nothing_is_sent_tw
         p = producer_for(redis, redis_url)
         p.profiles = load_profiles(str(path))
         ids = [(await p.submit(economy_run(i))).run_id for i in range(n)]  # type: ignore[union-attr]
-        # the first worker dies right after creating a batch, before it keeps the provider's id
-        doomed = procs(redis_url, path, 1, AGENTMILL_FAILPOINTS="economy_after_create")[0]
+        # the first worker dies at the point (after_create: the batch exists, its id is not kept)
+        doomed = procs(redis_url, path, 1, AGENTMILL_FAILPOINTS=point)[0]
         deadline = time.monotonic() + 30
         while doomed.alive and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        assert not doomed.alive and len(server.batches) == 1
+        assert not doomed.alive
         workers = procs(redis_url, path, 2)
         try:
             recs = await wait_all(p, ids, 90)
@@ -148,18 +151,51 @@ async def test_an_expired_batch_sends_its_calls_to_the_standard_lane(
         path = profiles(tmp_path, server.base_url)
         p = producer_for(redis, redis_url)
         p.profiles = load_profiles(str(path))
-        # the standard lane is the same server's chat completions, which this local server does not
-        # offer: the run's call then fails on it, after its lane_changed event
         rid = (await p.submit(economy_run(0))).run_id  # type: ignore[union-attr]
         workers = procs(redis_url, path, 1)
         try:
-            await wait_all(p, [rid], 30)
+            rec = (await wait_all(p, [rid], 30))[rid]
         finally:
             for w in workers:
                 w.stop()
+        assert rec.status.value == "completed"  # type: ignore[attr-defined]
         events = await stream(redis, rid)
         changed = [
             e.payload for e in events if e.kind == "status" and e.payload.get("status") == "lane_changed"
         ]
-        assert changed and changed[0]["reason"] == "expired"
-        assert Counter(server.received) == {f"{rid}:1": 1}
+        assert [c["reason"] for c in changed] == ["expired"]
+        assert server.received == {f"{rid}:1": 1} and len(server.standard) == 1
+        usage = [e.payload["usage"] for e in events if e.kind == "usage"]
+        assert [u.get("lane") for u in usage] == [None]  # the standard lane's call, at the standard price
+        assert usage[0]["costUsd"] == pytest.approx((11 * 1.0 + 5 * 2.0) / 1e6)
+
+
+async def test_a_deadline_with_the_batch_pending_completes_on_the_standard_lane_and_the_late_answer_changes_nothing(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    async with BatchServer(tool_rounds_backend("echo", rounds=0), delay_s=10) as server:
+        path = profiles(tmp_path, server.base_url, standardTimeMs=4000)
+        p = producer_for(redis, redis_url)
+        p.profiles = load_profiles(str(path))
+        deadline = int(time.time() * 1000) + 8000  # the switch at deadline - 4 s
+        rid = (await p.submit({**economy_run(0), "deadline": deadline})).run_id  # type: ignore[union-attr]
+        workers = procs(redis_url, path, 1, AGENTMILL_RECONCILE_MS="200")
+        try:
+            rec = (await wait_all(p, [rid], 30))[rid]
+            done_ms = int(time.time() * 1000)
+            assert done_ms < deadline, done_ms - deadline  # done before its deadline
+            before = await stream(redis, rid)
+            while not any(b.status == "completed" for b in server.batches.values()):
+                await asyncio.sleep(0.1)  # the provider answers the batch too, late
+            await asyncio.sleep(1.0)  # and the batcher delivers it
+        finally:
+            for w in workers:
+                w.stop()
+        assert rec.status.value == "completed"  # type: ignore[attr-defined]
+        changed = [
+            e.payload for e in before if e.kind == "status" and e.payload.get("status") == "lane_changed"
+        ]
+        assert [c["reason"] for c in changed] == ["deadline"]
+        assert server.received == {f"{rid}:1": 1} and len(server.standard) == 1
+        assert await stream(redis, rid) == before  # the late answer changed nothing
+        assert await redis.hget(K.run(rid), "modelReply") is None  # discarded, not kept

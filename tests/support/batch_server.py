@@ -1,5 +1,6 @@
 """A local server speaking OpenAI's Batch API for tests: ``/v1/files`` (upload a JSONL file with
-purpose ``batch``, read it and its content back) and ``/v1/batches`` (create, retrieve, cancel, list).
+purpose ``batch``, read it and its content back) and ``/v1/batches`` (create, retrieve, cancel, list);
+and ``/v1/chat/completions`` (streamed) by the same backend, the standard lane of the same provider.
 
 Each request line of a batch is answered by ``backend`` (a chat-completions answerer: a request's
 body in, a status and a response body out) once the batch has waited ``delay_s``. What happens to
@@ -178,6 +179,7 @@ class BatchServer:
         self.batches: dict[str, _Batch] = {}
         self.received: Counter[str] = Counter()  # custom_id -> times it arrived in a created batch
         self.answered: Counter[str] = Counter()  # custom_id -> times the backend answered it
+        self.standard: list[dict[str, Any]] = []  # requests made on the standard lane (chat completions)
         self._ids = itertools.count(1)
         self.port = free_port()
         app = Starlette(
@@ -189,6 +191,7 @@ class BatchServer:
                 Route("/v1/batches", self.list_batches, methods=["GET"]),
                 Route("/v1/batches/{batch_id}", self.retrieve, methods=["GET"]),
                 Route("/v1/batches/{batch_id}/cancel", self.cancel, methods=["POST"]),
+                Route("/v1/chat/completions", self.completions, methods=["POST"]),
             ]
         )
         self.server = uvicorn.Server(
@@ -217,6 +220,27 @@ class BatchServer:
 
     def _id(self, prefix: str) -> str:
         return f"{prefix}-{next(self._ids):06d}"
+
+    # the standard lane: the same backend, streamed as one chunk
+
+    async def completions(self, request: Request) -> Response:
+        body = orjson.loads(await request.body())
+        self.standard.append(body)
+        status, answer = await self.backend(body)
+        if status != 200:
+            return JSONResponse(answer, status_code=status)
+        choice = answer["choices"][0]
+        delta = dict(choice["message"])
+        if delta.get("tool_calls"):
+            delta["tool_calls"] = [{**c, "index": i} for i, c in enumerate(delta["tool_calls"])]
+        chunks = [
+            {"id": answer["id"], "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta}]},
+            {"id": answer["id"], "object": "chat.completion.chunk",
+             "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]},
+            {"id": answer["id"], "object": "chat.completion.chunk", "choices": [], "usage": answer["usage"]},
+        ]  # fmt: skip
+        sse = b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+        return Response(sse, media_type="text/event-stream")
 
     # files
 
