@@ -67,6 +67,7 @@ WAIT_SPANS = {
     "awaiting_human": "await_approval",
     "awaiting_tools": "await_client_tools",
     "awaiting_children": "await_children",
+    "awaiting_model": "await_batch",
 }
 
 
