@@ -72,6 +72,16 @@ async def settle_by_call(
 class TenantBudgets:
     """BudgetPort on Redis."""
 
+    async def spent(self, tenant: str, member: str, tokens: int, cost_usd: float | None) -> None:
+        """Count a call's usage on its tenant's day with no hold of this worker's to replace (an
+        economy call answered by a batch: its hold, taken when it was written, expires by itself)."""
+        tenant = tenant or DEFAULT_TENANT
+        part = self.parts.home(tenant)
+        day = utc_day(now_ms())
+        k = [part.tenant_budget(tenant, day), part.tenant_budget_holds(tenant, day)]
+        st = Settlement(k, f"{member}|1000|0|0", max(0, tokens), max(0, nano_usd(cost_usd)), KEYS_TTL_MS)
+        await settle_by_call(self.parts, self.scripts, part, st)
+
     def __init__(self, parts: Partitions[Any], scripts: Scripts, quotas: Quotas, hold_ms: int) -> None:
         self.parts = parts
         self.scripts = scripts

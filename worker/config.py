@@ -174,6 +174,7 @@ class RunConfig(Model):
     economy_deadline_ms: int | None = None
     economy_default_ms: int = 24 * 3_600_000
     economy_reserve_ms: int = 600_000
+    economy_links: list[int] = Field(default_factory=list)  # the chain's places the economy lane may use
 
     def switch_at_ms(self, started_at_ms: int) -> int:
         """When an economy call still waiting in a batch goes to the standard lane."""
@@ -181,8 +182,12 @@ class RunConfig(Model):
         return deadline - self.economy_reserve_ms
 
     def link_pricing(self, index: int) -> Pricing | None:
-        """The prices of the provider a call is on (``pricing`` for the primary or a lone one)."""
-        return self.chain[index].pricing if index and index < len(self.chain) else self.pricing
+        """The prices of the provider a call is on (``pricing`` for the primary or a lone one); an
+        economy run's call on a provider the lane may use: at the batch price."""
+        p = self.chain[index].pricing if index and index < len(self.chain) else self.pricing
+        if p is not None and self.lane == "economy" and index in self.economy_links:
+            return p.at_batch()
+        return p
 
     def link_reserve(self, index: int) -> int:
         """What a call on that provider reserves for its reply (its maxTokens, else the default)."""
@@ -345,4 +350,9 @@ def resolve_config(
         economy_deadline_ms=run.deadline,
         economy_default_ms=profile.economy.deadline_ms,
         economy_reserve_ms=profile.economy.standard_time_ms,
+        economy_links=[
+            i
+            for i, (name, p) in enumerate(zip(profile.provider_names(), profile.chain, strict=True))
+            if profile.economy.allows(name, p.kind)
+        ],
     )

@@ -159,7 +159,9 @@ class WorkerDeps:
             self.parts, self.scripts, self.settings, part, run_id, self.lease, self.batcher, claimed
         )
         cache = RedisToolCache(self.parts, part, run_id)
-        economy = RedisRunEconomy(self.parts, part, run_id, self.economy, self.settings.economy_max_open)
+        economy = RedisRunEconomy(
+            self.parts, part, run_id, self.economy, self.settings.economy_max_open, self.budgets
+        )
         return RunPorts(
             store,
             self.sessions,

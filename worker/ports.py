@@ -367,6 +367,10 @@ class EconomyPort(Protocol):
         already, -1 the open batch is full."""
         ...
 
+    async def spent(self, tenant: str, custom_id: str, tokens: int, cost_usd: float | None) -> None:
+        """The answered call's usage counted on its tenant's day budget (when the tenant has one)."""
+        ...
+
 
 @dataclass(slots=True)
 class RunPorts:

@@ -199,3 +199,31 @@ async def test_a_deadline_with_the_batch_pending_completes_on_the_standard_lane_
         assert server.received == {f"{rid}:1": 1} and len(server.standard) == 1
         assert await stream(redis, rid) == before  # the late answer changed nothing
         assert await redis.hget(K.run(rid), "modelReply") is None  # discarded, not kept
+
+
+async def test_a_tenants_cost_per_day_counts_economy_calls_at_the_batch_price(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    from shared.clock import now_ms, utc_day
+    from shared.fields import BudgetField
+
+    async with BatchServer(tool_rounds_backend("echo", rounds=1, arguments={"text": "z"})) as server:
+        path = profiles(tmp_path, server.base_url)
+        p = producer_for(redis, redis_url)
+        p.profiles = load_profiles(str(path))
+        ids = [(await p.submit(economy_run(i))).run_id for i in range(5)]  # type: ignore[union-attr]
+        quotas = orjson.dumps({"default": {"costUsdPerDay": 1.0}}).decode()
+        workers = procs(redis_url, path, 1, AGENTMILL_TENANT_QUOTAS=quotas)
+        try:
+            recs = await wait_all(p, ids, 60)
+        finally:
+            for w in workers:
+                w.stop()
+        assert {r.status.value for r in recs.values()} == {"completed"}  # type: ignore[attr-defined]
+        raw = await redis.hgetall(K.tenant_budget("default", utc_day(now_ms())))
+        b = {k.decode(): int(v) for k, v in raw.items()}
+        # 10 calls of 11 + 5 tokens at half of $1 and $2 per million tokens, in nano-USD
+        assert b[BudgetField.SPENT_COST] == 10 * (11 * 1 + 5 * 2) * 1000 // 2
+        assert b[BudgetField.SPENT_TOKENS] == 10 * 16
+        run_costs = [r.result.usage.cost_usd for r in recs.values()]  # type: ignore[attr-defined]
+        assert sum(run_costs) == pytest.approx(b[BudgetField.SPENT_COST] / 1e9)

@@ -13,6 +13,7 @@ from shared import keys
 from shared.fields import RunField as F
 from shared.partitions import Partitions
 from shared.scripts import Scripts, text
+from worker.budgets import TenantBudgets
 from worker.economy.provider import BatchReply
 from worker.economy.store import EconomyStore
 from worker.ports import EconomyAnswer
@@ -32,9 +33,16 @@ def parse_custom_id(cid: str) -> tuple[str, int] | None:
 
 class RedisRunEconomy:
     def __init__(
-        self, parts: Partitions[Any], part: keys.Partition, run_id: str, store: EconomyStore, max_open: int
+        self,
+        parts: Partitions[Any],
+        part: keys.Partition,
+        run_id: str,
+        store: EconomyStore,
+        max_open: int,
+        budgets: TenantBudgets | None = None,
     ) -> None:
         self.parts, self.part, self.run_id, self.store, self.max_open = parts, part, run_id, store, max_open
+        self.budgets = budgets
 
     async def answer(self, index: int) -> EconomyAnswer:
         k = self.part.run(self.run_id)
@@ -45,6 +53,10 @@ class RedisRunEconomy:
 
     async def enqueue(self, endpoint: str, model: str, custom_id: str, line: bytes) -> int:
         return await self.store.enqueue(endpoint, model, custom_id, line, self.max_open)
+
+    async def spent(self, tenant: str, custom_id: str, tokens: int, cost_usd: float | None) -> None:
+        if self.budgets is not None and self.budgets.limited(tenant):
+            await self.budgets.spent(tenant, f"{custom_id}.economy", tokens, cost_usd)
 
 
 class Deliveries:

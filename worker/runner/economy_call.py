@@ -20,7 +20,15 @@ from shared import keys
 from shared.profiles import AgentProfile, ProviderConfig
 from worker import failpoints, policy
 from worker.economy.run_side import custom_id
-from worker.machine import ModelDeferred, ModelFailed, ModelReplied, ModelRequest, RunState, notices
+from worker.machine import (
+    BudgetRefused,
+    ModelDeferred,
+    ModelFailed,
+    ModelReplied,
+    ModelRequest,
+    RunState,
+    notices,
+)
 from worker.models.base import TextDelta, ToolCallDelta
 from worker.models.openai import ChunkReader, request_body
 from worker.policy import ModelFailure
@@ -50,11 +58,19 @@ async def economy_call(
         answer = orjson.loads(got.reply)
         body = answer.get("body")
         if isinstance(body, dict):
-            return _replied(cx, req, profile.name, pcfg, body)
+            return await _replied(cx, req, profile.name, pcfg, body)
         return await _standard(cx, req, str(answer.get("error") or "failed"))
     if got.standard:
         return await _standard(cx, req, "deadline")
     cid = custom_id(cx.run_id, req.model_call_index)
+    if cx.ports.budgets.limited(cx.tenant):  # held at the batch price (RunConfig.link_pricing)
+        hold_id = f"{cid}.{req.attempt}.economy"
+        got_hold = await cx.ports.budgets.reserve(
+            cx.tenant, hold_id, req.reserve_tokens, req.reserve_cost_usd
+        )
+        if isinstance(got_hold, str):  # the tenant's day cannot afford it: nothing is written
+            cx.post(BudgetRefused(cx.now_ms(), got_hold))
+            return True
     payload = {k: v for k, v in request_body(pcfg, req).items() if k not in ("stream", "stream_options")}
     line = orjson.dumps({"custom_id": cid, "method": "POST", "url": "/v1/chat/completions", "body": payload})
     if await port.enqueue(keys.endpoint_hash(pcfg.base_url), pcfg.model, cid, line) < 0:
@@ -94,7 +110,7 @@ def reply_of(body: dict[str, Any], req: ModelRequest) -> tuple[list[str], dict[i
     return text, calls, reader.end(done=True)
 
 
-def _replied(
+async def _replied(
     cx: EffectContext, req: ModelRequest, agent: str, pcfg: ProviderConfig, body: dict[str, Any]
 ) -> bool:
     text, calls, end = reply_of(body, req)
@@ -109,5 +125,13 @@ def _replied(
     usage: Usage = policy.call_usage(end.usage, req.messages, msg, prices.at_batch() if prices else None)
     usage = usage.model_copy(update={"lane": "economy"})
     cx.host.observer.tokens_used(usage, agent=agent, model=pcfg.model_name)
+    port = cx.ports.economy
+    if port is not None:
+        await port.spent(
+            cx.tenant,
+            custom_id(cx.run_id, req.model_call_index),
+            usage.input_tokens + usage.output_tokens,
+            usage.cost_usd,
+        )
     cx.post(ModelReplied(cx.now_ms(), msg, usage, end.finish_reason, cx.ports.rng.random(), False))
     return True
