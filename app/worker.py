@@ -47,7 +47,7 @@ async def _send_batches(
     """The economy lane's batchers (worker/economy/loop.py); failpoints economy_after_*."""
     from worker.economy.loop import run_batchers
 
-    await run_batchers(parts, settings, profiles, failpoints.hit)
+    await run_batchers(parts, settings, profiles, failpoints.hit, registry)
 
 
 def worker_process(

@@ -24,6 +24,7 @@ __all__ = [
     "STATE_BUCKETS",
     "STEPS",
     "TOOL_BUCKETS",
+    "EconomyGauges",
     "MetricFamilies",
 ]
 
@@ -56,7 +57,9 @@ LABELS: dict[str, tuple[str, ...]] = {
     "reason.refused": ("fenced", "duplicate"),
     "reason.compaction": ("threshold", "overflow"),
     "reason.throttled": ("concurrency", "requests", "tokens", "paused", "http_429"),
-    "reason.redispatch": ("lease_expired", "job_lost"),
+    "reason.redispatch": ("lease_expired", "job_lost", "economy_deadline", "model_replied"),
+    # why an economy call went to the standard lane (worker/runner/economy_call.py)
+    "reason.lane": ("deadline", "expired", "cancelled", "failed", "http", "missing", "economy_full"),
     "state": tuple(s for s in _STATES if s not in TERMINAL),
     "reason.fallback": FALLBACK_CLASSES,
     "shape": SHAPES,
@@ -228,6 +231,13 @@ class MetricFamilies:
             buckets=LLM_BUCKETS,
             registry=r,
         )
+        self.lane_changes = Counter(
+            "agentmill_lane_changes",
+            "Economy model calls made on the standard lane instead, by reason (deadline, expired, "
+            "cancelled, failed, http, missing, economy_full).",
+            ["reason"],
+            registry=r,
+        )
         self.throttled_calls = Counter(
             "agentmill_provider_throttled",
             "Model calls held back by a provider limit (concurrency, requests, tokens, paused) or "
@@ -247,5 +257,31 @@ class MetricFamilies:
             "MCP tools/call duration by server (each attempt).",
             ["server"],
             buckets=TOOL_BUCKETS,
+            registry=r,
+        )
+
+
+class EconomyGauges:
+    """What the economy batcher holding an endpoint's lease sees of it (worker/economy/loop.py);
+    a worker not holding it reports nothing for it."""
+
+    def __init__(self, registry: CollectorRegistry | None) -> None:
+        r = registry or CollectorRegistry()
+        self.pending = Gauge(
+            "agentmill_economy_requests_pending",
+            "Economy requests of a provider endpoint waiting for a batch, by endpoint (its hash) and model.",
+            ["endpoint", "model"],
+            registry=r,
+        )
+        self.oldest = Gauge(
+            "agentmill_economy_oldest_pending_seconds",
+            "Age of the oldest economy request waiting for a batch, by endpoint and model.",
+            ["endpoint", "model"],
+            registry=r,
+        )
+        self.batches = Gauge(
+            "agentmill_economy_batches",
+            "Economy batches of an endpoint not yet delivered, by state (closed, creating, submitted).",
+            ["endpoint", "state"],
             registry=r,
         )

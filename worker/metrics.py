@@ -79,6 +79,7 @@ class MetricsObserver(MetricFamilies):
             (self.tokens, "direction"), (self.events, "kind"), (self.refused, "reason.refused"),
             (self.compactions, "reason.compaction"), (self.throttled_calls, "reason.throttled"),
             (self.redispatched, "reason.redispatch"), (self.state_seconds, "state"),
+            (self.lane_changes, "reason.lane"),
         ]  # fmt: skip
         for metric, label in by_one:
             for value in (*LABELS[label], OTHER):
@@ -203,6 +204,9 @@ class MetricsObserver(MetricFamilies):
 
     def throttled(self, reason: str) -> None:
         self.throttled_calls.labels(_bounded(reason, "reason.throttled")).inc()
+
+    def lane_changed(self, reason: str) -> None:
+        self.lane_changes.labels(_bounded(reason.split(":")[0].split(" ")[0], "reason.lane")).inc()
 
     def runs_redispatched(self, reason: str, count: int = 1) -> None:
         self.redispatched.labels(_bounded(reason, "reason.redispatch")).inc(count)

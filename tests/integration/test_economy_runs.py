@@ -14,9 +14,18 @@ import pytest
 from redis.asyncio import Redis
 
 from shared.profiles import load_profiles
-from tests.integration.helpers import assert_clean_stream, producer_for, stream, until_status, wait_all
+from tests.integration.helpers import (
+    assert_clean_stream,
+    http_get,
+    metric_samples,
+    producer_for,
+    stream,
+    until_status,
+    wait_all,
+)
 from tests.support.batch_server import BatchServer, Plan, tool_rounds_backend
 from tests.support.procs import WorkerProc
+from tests.support.redis_server import free_port
 from tests.support.schema import K
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -125,7 +134,8 @@ async def test_a_standard_run_starts_at_once_while_economy_runs_wait(
         p = producer_for(redis, redis_url)
         p.profiles = load_profiles(str(path))
         eco = [(await p.submit(economy_run(i))).run_id for i in range(20)]  # type: ignore[union-attr]
-        workers = procs(redis_url, path, 1, AGENTMILL_MAX_JOBS="4")
+        port = free_port()
+        workers = procs(redis_url, path, 1, AGENTMILL_MAX_JOBS="4", AGENTMILL_WORKER_METRICS_PORT=str(port))
         try:
             for rid in eco:
                 await until_status(redis, rid, "awaiting_model", within=30)
@@ -137,6 +147,16 @@ async def test_a_standard_run_starts_at_once_while_economy_runs_wait(
             assert rec.status.value == "completed"  # type: ignore[attr-defined]
             assert time.monotonic() - t0 < 5  # 20 parked economy runs hold none of the 4 slots
             assert await redis.hget(K.run(eco[0]), "status") == b"awaiting_model"
+            await asyncio.sleep(0.5)  # the batcher's next pass
+            samples = metric_samples(http_get(f"http://127.0.0.1:{port}/metrics")[1])
+            states = {
+                dict(lb)["state"]: v
+                for (name, lb), v in samples.items()
+                if name == "agentmill_economy_batches"
+            }
+            assert states == {"closed": 0, "creating": 0, "submitted": 1}
+            pending = [v for (name, _), v in samples.items() if name == "agentmill_economy_requests_pending"]
+            assert pending == [0]
         finally:
             for w in workers:
                 w.stop()
@@ -152,9 +172,12 @@ async def test_an_expired_batch_sends_its_calls_to_the_standard_lane(
         p = producer_for(redis, redis_url)
         p.profiles = load_profiles(str(path))
         rid = (await p.submit(economy_run(0))).run_id  # type: ignore[union-attr]
-        workers = procs(redis_url, path, 1)
+        port = free_port()
+        workers = procs(redis_url, path, 1, AGENTMILL_WORKER_METRICS_PORT=str(port))
         try:
             rec = (await wait_all(p, [rid], 30))[rid]
+            samples = metric_samples(http_get(f"http://127.0.0.1:{port}/metrics")[1])
+            assert samples[("agentmill_lane_changes_total", (("reason", "expired"),))] == 1
         finally:
             for w in workers:
                 w.stop()

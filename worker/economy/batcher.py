@@ -72,6 +72,9 @@ class Batcher:
         self.next_poll: dict[str, float] = {}  # batch id -> when to poll it next (this holder's view)
         self.held = False
         self.delivered = 0  # answers handed to deliver (counting repeats after a takeover)
+        # what the last pass saw (for the gauges): model -> (open requests, oldest's age s); batches by state
+        self.open_seen: dict[str, tuple[int, float]] = {}
+        self.batches_seen: dict[str, int] = {}
 
     def tag(self, batch_id: str) -> str:
         return f"{self.endpoint}:{batch_id}"
@@ -82,11 +85,14 @@ class Batcher:
         self.held = await self.store.lease(self.endpoint, self.holder, self.cfg.lease_ms)
         if not self.held:
             self.next_poll.clear()
+            self.open_seen, self.batches_seen = {}, {}
             return False
         try:
             for model in self.models:
                 await self._close_due(model)
-            for b in await self.store.batches(self.endpoint):
+            batches = await self.store.batches(self.endpoint)
+            self.batches_seen = {s.value: sum(1 for b in batches if b.state == s) for s in ES}
+            for b in batches:
                 await self._move(b)
         except LeaseLostError:
             self.held = False
@@ -102,6 +108,8 @@ class Batcher:
             if await self.store.close(self.endpoint, model, self.holder, self.cfg.batch_requests) is None:
                 return
             n -= self.cfg.batch_requests
+        n, oldest = await self.store.oldest_open(self.endpoint, model)
+        self.open_seen[model] = (n, max(0.0, (now_ms - oldest) / 1000) if oldest is not None else 0.0)
 
     async def _move(self, b: BatchRecord) -> None:
         recovered = b.state == ES.CREATING  # read so from Redis: a predecessor may have created it

@@ -12,7 +12,10 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from shared import keys
+from shared.fields import EconomyBatchState as ES
 from shared.partitions import Partitions
 from shared.profiles import AgentProfile, ProviderConfig
 from shared.scripts import Scripts
@@ -21,6 +24,7 @@ from worker.economy.batcher import Batcher, BatcherConfig
 from worker.economy.openai_batches import OpenAIBatches
 from worker.economy.run_side import Deliveries
 from worker.economy.store import EconomyStore
+from worker.metric_families import EconomyGauges
 from worker.models.openai import load_key
 
 __all__ = ["batch_endpoints", "run_batchers"]
@@ -50,8 +54,31 @@ def config_of(s: Settings) -> BatcherConfig:
     )
 
 
+def show(b: Batcher, gauges: EconomyGauges) -> None:
+    """The gauges of one endpoint as its batcher last saw it (nothing when it does not hold it)."""
+    for model in b.models:
+        n, age = b.open_seen.get(model, (0, 0.0))
+        if b.held:
+            gauges.pending.labels(b.endpoint, model).set(n)
+            gauges.oldest.labels(b.endpoint, model).set(age)
+        else:
+            with contextlib.suppress(KeyError):
+                gauges.pending.remove(b.endpoint, model)
+                gauges.oldest.remove(b.endpoint, model)
+    for state in ES:
+        if b.held:
+            gauges.batches.labels(b.endpoint, state.value).set(b.batches_seen.get(state.value, 0))
+        else:
+            with contextlib.suppress(KeyError):
+                gauges.batches.remove(b.endpoint, state.value)
+
+
 async def run_batchers(
-    parts: Partitions[Any], settings: Settings, profiles: dict[str, AgentProfile], hit: Callable[[str], None]
+    parts: Partitions[Any],
+    settings: Settings,
+    profiles: dict[str, AgentProfile],
+    hit: Callable[[str], None],
+    registry: CollectorRegistry | None = None,
 ) -> None:
     endpoints = batch_endpoints(profiles)
     if not endpoints or not settings.economy_batcher:
@@ -67,6 +94,7 @@ async def run_batchers(
         )
         for ep, (pcfg, models) in endpoints.items()
     ]
+    gauges = EconomyGauges(registry)
     tick = max(0.05, min(1.0, cfg.batch_age_s / 4, cfg.poll_min_s / 2, cfg.lease_ms / 3000))
     try:
         while True:
@@ -77,6 +105,7 @@ async def run_batchers(
                     raise
                 except Exception:  # a provider or Redis fault: the next pass tries again
                     log.exception("economy batcher of endpoint %s", b.endpoint)
+                show(b, gauges)
             await asyncio.sleep(tick * random.uniform(0.8, 1.2))
     finally:
         for b in batchers:

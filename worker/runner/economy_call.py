@@ -82,6 +82,7 @@ async def economy_call(
 
 async def _standard(cx: EffectContext, req: ModelRequest, reason: str) -> bool:
     cx.out.emit(notices.lane_changed(req, reason))
+    cx.host.observer.lane_changed(reason)
     return False
 
 
