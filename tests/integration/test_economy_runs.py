@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -250,3 +251,60 @@ async def test_a_tenants_cost_per_day_counts_economy_calls_at_the_batch_price(
         assert b[BudgetField.SPENT_TOKENS] == 10 * 16
         run_costs = [r.result.usage.cost_usd for r in recs.values()]  # type: ignore[attr-defined]
         assert sum(run_costs) == pytest.approx(b[BudgetField.SPENT_COST] / 1e9)
+
+
+async def chaos(redis: Redis, redis_url: str, tmp_path: Path, n: int, within: float) -> None:
+    """``n`` economy runs of 3 model calls and 2 tool calls on 2 workers, each worker dying (SIGKILL)
+    now and then at the batcher's durable states and restarted: all complete, the provider got each
+    call once, every tool call's result recorded once."""
+    points = ",".join(
+        f"{name}:{p}" for name, p in (("economy_after_upload", 0.05), ("economy_after_creating", 0.05),
+                                      ("economy_after_create", 0.05), ("economy_after_submitted", 0.05),
+                                      ("economy_after_results", 0.05), ("economy_after_deliver", 0.001),
+                                      ("after_economy_enqueue", 0.001))
+    )  # fmt: skip
+    async with BatchServer(
+        tool_rounds_backend("echo", rounds=2, arguments={"text": "c"}), delay_s=0.2
+    ) as server:
+        path = profiles(tmp_path, server.base_url)
+        p = producer_for(redis, redis_url)
+        p.profiles = load_profiles(str(path))
+        ids = [s.run_id for s in await p.submit_many([economy_run(i) for i in range(n)])]  # type: ignore[union-attr]
+        env = {"AGENTMILL_LEASE_MS": "2000", "AGENTMILL_RECONCILE_MS": "300", "AGENTMILL_FAILPOINTS": points,
+               "AGENTMILL_ECONOMY_BATCH_REQUESTS": "100"}  # fmt: skip
+        workers = procs(redis_url, path, 2, **env)
+        kills = 0
+        waiting = asyncio.ensure_future(wait_all(p, ids, within))
+        try:
+            while not waiting.done():
+                for i, w in enumerate(workers):
+                    if not w.alive:  # killed at a failpoint: a new process takes its place
+                        kills += 1
+                        workers[i] = procs(redis_url, path, 1, **env)[0]
+                await asyncio.wait([waiting], timeout=0.2)
+            recs = waiting.result()
+        finally:
+            for w in workers:
+                w.stop()
+        assert kills > 0
+        assert {r.status.value for r in recs.values()} == {"completed"}  # type: ignore[attr-defined]
+        assert server.received == {f"{rid}:{k}": 1 for rid in ids for k in (1, 2, 3)}
+        for rid in ids:
+            results = Counter(
+                e.payload["toolCallId"] for e in await stream(redis, rid) if e.kind == "tool_result"
+            )
+            assert len(results) == 2 and set(results.values()) == {1}, results
+
+
+async def test_economy_runs_with_workers_killed_at_the_batchers_states(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    await chaos(redis, redis_url, tmp_path, 100, 110)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+async def test_a_thousand_economy_runs_with_workers_killed_at_the_batchers_states(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    await chaos(redis, redis_url, tmp_path, 1000, 800)

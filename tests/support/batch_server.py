@@ -245,13 +245,13 @@ class BatchServer:
     # files
 
     async def upload(self, request: Request) -> Response:
-        form = await request.form(max_part_size=200 * 1024 * 1024)
-        upload, purpose = form.get("file"), form.get("purpose")
-        if not isinstance(upload, UploadFile):
-            return _error(400, "a file is required", "file")
-        if purpose != "batch":
-            return _error(400, f"purpose {purpose!r} is not supported here; use 'batch'", "purpose")
-        f = _File(self._id("file"), upload.filename or "upload.jsonl", "batch", await upload.read())
+        async with request.form(max_part_size=200 * 1024 * 1024) as form:
+            upload, purpose = form.get("file"), form.get("purpose")
+            if not isinstance(upload, UploadFile):
+                return _error(400, "a file is required", "file")
+            if purpose != "batch":
+                return _error(400, f"purpose {purpose!r} is not supported here; use 'batch'", "purpose")
+            f = _File(self._id("file"), upload.filename or "upload.jsonl", "batch", await upload.read())
         self.files[f.id] = f
         return JSONResponse(f.object())
 
