@@ -68,6 +68,7 @@ class RunRecord:
     usage: Usage | None = None  # so far (the run hash's usage fields); an ended run's equals result.usage
     archived: bool = False  # in the archive: its events are read from there (producer.archived)
     agent: str = ""  # its agent (profile) name
+    economy_wait: dict[str, Any] | None = None  # awaiting_model: its call's batch (producer/economy_view.py)
 
     @property
     def key(self) -> str:
@@ -104,6 +105,8 @@ class RunRecord:
             d["pendingApprovals"] = self.pending_approvals
         if self.pending_tool_calls:
             d["pendingToolCalls"] = self.pending_tool_calls
+        if self.economy_wait is not None:
+            d["economyWait"] = self.economy_wait
         if self.parent_run_id:
             d["parentRunId"] = self.parent_run_id
             d["parentToolCallId"] = self.parent_tool_call_id

@@ -21,6 +21,7 @@ from agentmill_client.models import ClientToolResult, RunEvent, RunInput, RunRes
 from producer import batch_submit
 from producer.archived import ArchiveReads
 from producer.client_ids import client_id_of
+from producer.economy_view import economy_wait
 from producer.placement import locate_many
 from producer.routing import Parts, as_partitions, run_script
 from producer.run_record import RunRecord, lineage_view, usage_of
@@ -44,7 +45,7 @@ __all__ = ["DEFAULT_TENANT", "Producer", "RunRecord", "SubmissionError", "Submit
 F = RunField
 _RUN_FIELDS = [F.STATUS, F.TENANT, F.SESSION_ID, F.CREATED_AT, F.LAST_SEQ, F.RESULT, F.APPROVALS, F.ABORT,
                F.CLIENT_PENDING, F.CLIENT_SESSION, F.LINEAGE, F.RETRIED_BY, F.PARENT_RUN, F.PARENT_CALL,
-               F.CHILDREN, F.PRIORITY, F.RUN_AT, F.USAGE_IN, F.USAGE_OUT, F.USAGE_ESTIMATED, F.USAGE_COST, F.USAGE_CACHE_READ, F.USAGE_CACHE_WRITE, F.ARCHIVED, F.AGENT]  # fmt: skip
+               F.CHILDREN, F.PRIORITY, F.RUN_AT, F.USAGE_IN, F.USAGE_OUT, F.USAGE_ESTIMATED, F.USAGE_COST, F.USAGE_CACHE_READ, F.USAGE_CACHE_WRITE, F.ARCHIVED, F.AGENT, F.MODEL_WAIT]  # fmt: skip
 
 
 class Producer:
@@ -201,6 +202,9 @@ class Producer:
 
             recs = await self.parts.call(part, tools)
             calls = [c for c, r in zip(calls, recs, strict=True) if r and not ToolRecord.from_json(r).done]
+        waiting = None
+        if status == RunStatus.AWAITING_MODEL and (wait := h[F.MODEL_WAIT]):
+            waiting = await economy_wait(self.parts, wait)
         return RunRecord(
             run_id=run_id,
             status=status,
@@ -223,6 +227,7 @@ class Producer:
             usage=usage_of(h),
             archived=h[F.ARCHIVED] == "1",
             agent=h[F.AGENT] or "",
+            economy_wait=waiting,
         )
 
     async def input_messages(self, rec: RunRecord) -> list[dict[str, Any]] | None:

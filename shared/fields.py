@@ -75,6 +75,7 @@ class RunField(StrEnum):
     MODEL_REPLY = "modelReply"
     MODEL_STANDARD = "modelStandard"
     MODEL_SWITCH_AT = "modelSwitchAt"
+    MODEL_WAIT = "modelWait"  # the call's wait as parked (JSON: customId, index, switchAt, endpoint)
     CLIENT_PENDING = "clientPending"  # awaiting_tools: the client calls it waits for (JSON)
     ORIGIN = "origin"  # a retry's or fork's initial checkpoint payload (JSON, submit_restored.lua)
     LINEAGE = "lineage"  # {"retryOf": id} or {"forkOf": id, "atSeq": n} (JSON, submit_restored.lua)

@@ -45,6 +45,7 @@ __all__ = [
     "economy_open_key",
     "economy_requests_key",
     "economy_seq_key",
+    "economy_where_key",
     "endpoint_hash",
     "mcp_listing_key",
     "parse_job_id",
@@ -427,6 +428,11 @@ def economy_batches_key(endpoint: str) -> str:
 def economy_batch_key(endpoint: str, batch_id: str) -> str:
     """Hash: one batch (shared.fields.EconomyBatchField), from its closing to its delivery."""
     return f"{PREFIX}:e:{{{endpoint}}}:b:{batch_id}"
+
+
+def economy_where_key(endpoint: str) -> str:
+    """Hash custom_id -> the batch id it is in (from its batch's closing to its delivery)."""
+    return f"{PREFIX}:e:{{{endpoint}}}:where"
 
 
 def economy_seq_key(endpoint: str) -> str:

@@ -179,6 +179,7 @@ elseif status == S.AWAITING_MODEL then
   local switch = ''
   if type(w.switchAt) == 'number' then switch = string.format('%d', w.switchAt) end
   set(F.MODEL_AWAITED, index); set(F.MODEL_SWITCH_AT, switch); set(F.AWAITING_SINCE, now)
+  set(F.MODEL_WAIT, ARGV[6])
   redis.call('HSET', KEYS[1], unpack(run_fields)); run_fields = {}
   if redis.call('HGET', KEYS[1], F.MODEL_REPLY_INDEX) == index then
     client_resume(KEYS[1], ARGV[4], now)

@@ -158,6 +158,11 @@ async def test_a_standard_run_starts_at_once_while_economy_runs_wait(
             assert states == {"closed": 0, "creating": 0, "submitted": 1}
             pending = [v for (name, _), v in samples.items() if name == "agentmill_economy_requests_pending"]
             assert pending == [0]
+            rec0 = await p.get(eco[0])
+            assert rec0 is not None
+            wait = rec0.view()["economyWait"]  # what GET /v1/runs/{id} shows
+            assert wait["customId"] == f"{eco[0]}:1" and wait["batchState"] == "submitted"
+            assert wait["providerBatchId"] in server.batches
         finally:
             for w in workers:
                 w.stop()
@@ -287,6 +292,7 @@ async def chaos(redis: Redis, redis_url: str, tmp_path: Path, n: int, within: fl
             for w in workers:
                 w.stop()
         assert kills > 0
+        print(f"chaos: {n} runs, {kills} workers killed, {len(server.batches)} batches")
         assert {r.status.value for r in recs.values()} == {"completed"}  # type: ignore[attr-defined]
         assert server.received == {f"{rid}:{k}": 1 for rid in ids for k in (1, 2, 3)}
         for rid in ids:

@@ -88,6 +88,7 @@ class EconomyStore:
             keys.economy_batches_key(endpoint),
             keys.economy_batch_key(endpoint, batch_id),
             keys.economy_lease_key(endpoint),
+            keys.economy_where_key(endpoint),
         ]
         got = int(await self._run(self.scripts.econ_close, ks, [holder, batch_id, n, model]))
         if got < 0:
@@ -111,6 +112,7 @@ class EconomyStore:
             keys.economy_batches_key(endpoint),
             keys.economy_batch_key(endpoint, batch_id),
             keys.economy_lease_key(endpoint),
+            keys.economy_where_key(endpoint),
         ]
         got = int(await self._run(self.scripts.econ_done, ks, [holder, batch_id]))
         if got < 0:

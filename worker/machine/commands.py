@@ -146,9 +146,11 @@ class AwaitModel:
     custom_id: str
     model_call_index: int
     switch_at_ms: int | None
+    endpoint: str = ""
 
     def record(self) -> dict[str, Any]:
-        return {"customId": self.custom_id, "index": self.model_call_index, "switchAt": self.switch_at_ms}
+        return {"customId": self.custom_id, "index": self.model_call_index, "switchAt": self.switch_at_ms,
+                "endpoint": self.endpoint}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

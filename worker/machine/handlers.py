@@ -101,7 +101,7 @@ def on_resumed_parked(s: RunState, e: Resumed) -> Decision:
 def on_deferred(s: RunState, e: ModelDeferred) -> Decision:
     """The economy lane: the call waits in a provider batch; the run parks on no worker."""
     s = up(s, phase=RunStatus.AWAITING_MODEL, call=CallPhase.NONE)
-    wait = AwaitModel(e.custom_id, s.model_call_index, e.switch_at_ms)
+    wait = AwaitModel(e.custom_id, s.model_call_index, e.switch_at_ms, e.endpoint)
     return s, [status_event(RunStatus.AWAITING_MODEL.value, customId=e.custom_id, lane="economy"), wait]
 
 

@@ -73,10 +73,11 @@ async def economy_call(
             return True
     payload = {k: v for k, v in request_body(pcfg, req).items() if k not in ("stream", "stream_options")}
     line = orjson.dumps({"custom_id": cid, "method": "POST", "url": "/v1/chat/completions", "body": payload})
-    if await port.enqueue(keys.endpoint_hash(pcfg.base_url), pcfg.model, cid, line) < 0:
+    endpoint = keys.endpoint_hash(pcfg.base_url)
+    if await port.enqueue(endpoint, pcfg.model, cid, line) < 0:
         return await _standard(cx, req, "economy_full")
     failpoints.hit("after_economy_enqueue")
-    cx.post(ModelDeferred(cx.now_ms(), cid, state.cfg.switch_at_ms(state.started_at_ms)))
+    cx.post(ModelDeferred(cx.now_ms(), cid, state.cfg.switch_at_ms(state.started_at_ms), endpoint))
     return True
 
 

@@ -179,6 +179,12 @@ class RunView(Answer):
     )
     pending_approvals: list[dict[str, Any]] | None = None
     pending_tool_calls: list[dict[str, Any]] | None = None
+    economy_wait: dict[str, Any] | None = Field(
+        default=None,
+        description="awaiting_model: its model call's customId, switchAt (when it goes to the standard "
+        "lane) and the provider batch it is in: batchState open, closed, creating, submitted (with "
+        "providerBatchId) or delivered",
+    )
     stream_key: str | None = Field(
         default=None,
         description="the Redis stream of the run's events (XREAD it to tail them; redis-cli -c on a cluster)",
