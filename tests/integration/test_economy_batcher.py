@@ -145,3 +145,33 @@ async def test_a_batcher_killed_at_each_state_is_taken_over_exactly(redis: Redis
         assert set(sink.got) == set(ids)
         assert await redis.zcard(keys.economy_batches_key(ENDPOINT)) == 0
         await provider.aclose()
+
+
+async def test_a_pass_longer_than_the_lease_keeps_it_against_a_competitor(redis: Redis) -> None:
+    store = store_of(redis)
+    ids = [f"s{i}:1" for i in range(5)]
+    for cid in ids:
+        await store.enqueue(ENDPOINT, MODEL, cid, line(cid), 100)
+    async with BatchServer(tool_rounds_backend("calc", rounds=0)) as server:
+
+        class Slow(OpenAIBatches):
+            async def upload(self, lines: list[bytes], tag: str) -> str:
+                await asyncio.sleep(2.5)  # longer than the 1 s lease
+                return await super().upload(lines, tag)
+
+        provider = Slow(server.base_url, "k")
+        sink = Sink()
+        one = Batcher(store, ENDPOINT, [MODEL], provider, sink, "w1", FAST)
+        two = Batcher(store, ENDPOINT, [MODEL], provider, sink, "w2", FAST)
+
+        async def compete() -> None:
+            while len(sink.got) < len(ids):
+                await two.step()
+                await asyncio.sleep(0.05)
+
+        rival = asyncio.create_task(compete())
+        await drive(one, lambda: len(sink.got) == len(ids))
+        await rival
+        assert server.received == {cid: 1 for cid in ids} and len(server.batches) == 1
+        assert one.delivered == len(ids) and two.delivered == 0  # the rival never took it over
+        await provider.aclose()

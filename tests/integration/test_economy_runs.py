@@ -275,8 +275,9 @@ async def chaos(redis: Redis, redis_url: str, tmp_path: Path, n: int, within: fl
         p = producer_for(redis, redis_url)
         p.profiles = load_profiles(str(path))
         ids = [s.run_id for s in await p.submit_many([economy_run(i) for i in range(n)])]  # type: ignore[union-attr]
+        # a run whose worker dies more often than this would be quarantined (poison_run): not the point here
         env = {"AGENTMILL_LEASE_MS": "2000", "AGENTMILL_RECONCILE_MS": "300", "AGENTMILL_FAILPOINTS": points,
-               "AGENTMILL_ECONOMY_BATCH_REQUESTS": "100"}  # fmt: skip
+               "AGENTMILL_ECONOMY_BATCH_REQUESTS": "100", "AGENTMILL_MAX_RUN_CRASHES": "1000"}  # fmt: skip
         workers = procs(redis_url, path, 2, **env)
         kills = 0
         waiting = asyncio.ensure_future(wait_all(p, ids, within))

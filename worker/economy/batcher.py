@@ -21,6 +21,8 @@ Failpoints (worker/failpoints.py): ``economy_after_upload``, ``economy_after_cre
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -87,6 +89,8 @@ class Batcher:
             self.next_poll.clear()
             self.open_seen, self.batches_seen = {}, {}
             return False
+        # Kept while the pass runs: an upload or a download may take longer than the lease.
+        keeper = asyncio.create_task(self._keep())
         try:
             for model in self.models:
                 await self._close_due(model)
@@ -97,7 +101,19 @@ class Batcher:
         except LeaseLostError:
             self.held = False
             self.next_poll.clear()
+        finally:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
         return self.held
+
+    async def _keep(self) -> None:
+        """Renew the lease every third of it; once another holds it, every write of this batcher
+        is refused (LeaseLostError) and the pass stops at its next one."""
+        while True:
+            await asyncio.sleep(self.cfg.lease_ms / 3000)
+            with contextlib.suppress(Exception):  # a missed renewal: the next one, or the lease's loss
+                await self.store.lease(self.endpoint, self.holder, self.cfg.lease_ms)
 
     async def _close_due(self, model: str) -> None:
         n, oldest = await self.store.oldest_open(self.endpoint, model)
