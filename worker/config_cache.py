@@ -1,7 +1,7 @@
 """Resolved run configurations shared by the runs that would resolve the same one.
 
 Most runs of a pool set none of the input's per-run knobs (tool policy, loop limits, budget,
-allowed tools, client tools, responseFormat, runtimeInitData, a system prompt of their own): every
+allowed tools, client tools, responseFormat, runtimeInitData, the economy lane, a system prompt of their own): every
 such run of one profile, at one depth of sub-agents, gets the same ``RunConfig``. Resolving it took
 about 8 % of a one-step run's worker CPU; this keeps one per (profile, tool list, session or not,
 ancestry) instead, at most ``MAX_ENTRIES``, least recently used dropped first.
@@ -50,6 +50,8 @@ def shareable(run: RunInput, template: str) -> bool:
         and not run.client_tools
         and run.response_format is None
         and not run.include_messages
+        and run.lane in (None, "standard")
+        and run.deadline is None
         and not prompt.names_the_run(template)
     )
 

@@ -70,8 +70,11 @@ async def test_economy_runs_go_through_batches_exactly_once_on_two_workers(
         path = profiles(tmp_path, server.base_url)
         p = producer_for(redis, redis_url)
         p.profiles = load_profiles(str(path))
-        ids = [(await p.submit(economy_run(i))).run_id for i in range(n)]  # type: ignore[union-attr]
+        # a standard run of the same profile first: its configuration is not the economy runs'
+        std = [(await p.submit({**economy_run(-1), "lane": "standard"})).run_id]  # type: ignore[union-attr]
         workers = procs(redis_url, path, 2)
+        await wait_all(p, std, 30)
+        ids = [(await p.submit(economy_run(i))).run_id for i in range(n)]  # type: ignore[union-attr]
         try:
             recs = await wait_all(p, ids, 90)
         finally:

@@ -67,6 +67,8 @@ def test_runs_without_knobs_share_one_configuration_equal_to_a_fresh_one() -> No
         {"clientTools": [{"name": "ask", "parameters": {"type": "object"}}]},
         {"responseFormat": {"type": "json_object"}},
         {"includeMessages": True},
+        {"lane": "economy"},
+        {"deadline": 1},
     ],
 )
 def test_a_run_with_a_knob_of_its_own_gets_its_own_configuration(knob: dict[str, Any]) -> None:
