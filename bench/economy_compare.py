@@ -85,10 +85,19 @@ async def main(delay_s: float, n: int, url: str, d: str) -> None:
         print(orjson.dumps({"batch_delay_s": delay_s, **out}, option=orjson.OPT_INDENT_2).decode())
     finally:
         await r.aclose()
-        redis.terminate()
 
 
 if __name__ == "__main__":
-    asyncio.run(
-        main(float(sys.argv[1]) if len(sys.argv) > 1 else 1.0, int(sys.argv[2]) if len(sys.argv) > 2 else 200)
+    port, d = free_port(), tempfile.mkdtemp()
+    redis = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no", "--dir", d],
+        stdout=subprocess.DEVNULL,
     )
+    try:
+        delay, runs = (
+            float(sys.argv[1]) if len(sys.argv) > 1 else 1.0,
+            int(sys.argv[2]) if len(sys.argv) > 2 else 200,
+        )
+        asyncio.run(main(delay, runs, f"redis://127.0.0.1:{port}/0", d))
+    finally:
+        redis.terminate()
