@@ -49,6 +49,7 @@ __all__ = [
     "ProfileFile",
     "ProviderConfig",
     "RetryConfig",
+    "ThinkingConfig",
     "ToolCache",
     "ToolSettings",
     "dev_profiles_enabled",
@@ -112,8 +113,20 @@ class Pricing(Model):
         return round((input_tokens * self.input_per_m_tok + output_tokens * self.output_per_m_tok) / 1e6, 9)
 
 
+ANTHROPIC_BASE_URL = "https://api.anthropic.com"
+ANTHROPIC_MAX_TOKENS = (
+    4_096  # an anthropic provider's maxTokens when the profile sets none (the API needs one)
+)
+
+
+class ThinkingConfig(Model):
+    """Extended thinking (anthropic): up to ``budgetTokens`` of thinking before each answer."""
+
+    budget_tokens: int = Field(ge=1_024)
+
+
 class ProviderConfig(Model):
-    kind: Literal["scripted", "openai"] = "scripted"
+    kind: Literal["scripted", "openai", "anthropic"] = "scripted"
     # scripted
     mode: Literal["calculator", "script"] = "script"
     script: list[dict[str, Any]] | None = None
@@ -145,6 +158,24 @@ class ProviderConfig(Model):
     requests_per_minute: int | None = Field(default=None, ge=1)
     tokens_per_minute: int | None = Field(default=None, ge=1)
     pricing: Pricing | None = None  # USD per million tokens, for usage.costUsd
+    # openai: send prompt_cache_key (the run's session id, else its run id) so that OpenAI routes a
+    # run's calls to the same prompt cache. Off by default: other servers may refuse the field.
+    prompt_cache_key: bool = False
+    # anthropic: cache_control breakpoints on the tools, the system prompt and the transcript
+    prompt_caching: bool = True
+    thinking: ThinkingConfig | None = None  # anthropic: extended thinking
+
+    @model_validator(mode="before")
+    @classmethod
+    def _anthropic_defaults(cls, data: Any) -> Any:
+        """An anthropic provider's baseUrl and maxTokens when the profile leaves them out."""
+        if isinstance(data, dict) and data.get("kind") == "anthropic":
+            data = dict(data)
+            if data.get("baseUrl", data.get("base_url")) is None:
+                data["baseUrl"] = ANTHROPIC_BASE_URL
+            if data.get("maxTokens", data.get("max_tokens")) is None:
+                data["maxTokens"] = ANTHROPIC_MAX_TOKENS
+        return data
 
     @property
     def model_name(self) -> str:
@@ -218,9 +249,13 @@ class AgentProfile(Model):
                     f"{', '.join(sorted(BUILTIN_TOOLS))}; HTTP tools go in httpTools, MCP servers in mcpServers)"
                 )
         p = self.provider
-        if p.kind == "openai" and (p.base_url is None or p.model is None):
+        if p.kind in ("openai", "anthropic") and (p.base_url is None or p.model is None):
             missing = [n for n, v in (("baseUrl", p.base_url), ("model", p.model)) if v is None]
-            raise ValueError(f"provider: an openai provider needs {' and '.join(missing)}")
+            raise ValueError(f"provider: an {p.kind} provider needs {' and '.join(missing)}")
+        if p.thinking is not None and p.kind != "anthropic":
+            raise ValueError("provider: thinking is read only by an anthropic provider")
+        if p.thinking is not None and p.max_tokens is not None and p.thinking.budget_tokens >= p.max_tokens:
+            raise ValueError("provider: thinking.budgetTokens must be below maxTokens")
         return self
 
     @model_validator(mode="after")

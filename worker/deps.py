@@ -62,6 +62,10 @@ class Providers:
         if p is None:
             if profile.provider.kind == "scripted":
                 p = ScriptedProvider(profile.provider)
+            elif profile.provider.kind == "anthropic":
+                from worker.models.anthropic import AnthropicProvider
+
+                p = AnthropicProvider(profile.provider, self.http)
             else:
                 from worker.models.openai import OpenAIProvider
 

@@ -24,12 +24,16 @@ class RunError(Model):
 class Usage(Model):
     """Tokens of one model call or a sum of them. ``estimated``: some call's provider reported no
     usage and its tokens are agentmill's estimate. ``costUsd``: tokens × the profile's pricing
-    (None when the model has no pricing)."""
+    (None when the model has no pricing). ``inputTokens`` counts every prompt token, cached or not;
+    ``cacheReadTokens`` (read from the provider's prompt cache) and ``cacheWriteTokens`` (written to
+    it) are parts of it."""
 
     input_tokens: int = 0
     output_tokens: int = 0
     estimated: bool = False
     cost_usd: float | None = None
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
         costs = [c for c in (self.cost_usd, other.cost_usd) if c is not None]
@@ -38,6 +42,8 @@ class Usage(Model):
             output_tokens=self.output_tokens + other.output_tokens,
             estimated=self.estimated or other.estimated,
             cost_usd=round(sum(costs), 9) if costs else None,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
         )
 
 
