@@ -6,8 +6,8 @@ tests/data/anthropic_litellm/, whole and split at arbitrary byte boundaries."""
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,7 @@ class Parsed:
 
 def _chunks(raw: bytes, cuts: list[int]) -> list[bytes]:
     edges = [0, *sorted(set(cuts)), len(raw)]
-    return [raw[a:b] for a, b in zip(edges, edges[1:], strict=False) if b > a]
+    return [raw[a:b] for a, b in itertools.pairwise(edges) if b > a]
 
 
 def by_sdk(chunks: list[bytes]) -> Parsed:
@@ -167,5 +167,3 @@ def test_streams_split_anywhere_parse_as_the_sdk_does(data: st.DataObject) -> No
     raw = path.read_bytes()
     cuts = data.draw(st.lists(st.integers(1, max(1, len(raw) - 1)), max_size=40), label="cuts")
     _same(raw, cuts)
-
-
