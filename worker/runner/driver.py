@@ -273,7 +273,7 @@ class RunDriver:
         for c in cmds:
             if isinstance(c, Emit):
                 outbox.events.append((c.kind.value, ts, orjson.dumps(c.payload)))
-                hearing.emitted(obs, c, resumed=resumed)
+                hearing.emitted(obs, c, resumed=resumed, agent=self.state.cfg.agent)
             elif isinstance(c, ExecuteTool):
                 if not draining:  # a drain neither claims nor starts a call: whoever resumes the run does
                     outbox.claims.append(c.call.id)

@@ -19,9 +19,10 @@ def transition(obs: Observer, src: str, since_ms: int, dst: str, cause: str, now
         tracing.waited(src, since_ms, now_ms, cause)  # a wait span, when traces are on
 
 
-def emitted(obs: Observer, c: Emit, *, resumed: bool) -> None:
+def emitted(obs: Observer, c: Emit, *, resumed: bool, agent: str = "") -> None:
     """An event the step publishes; ``resumed``: the step took over a checkpoint (its tool results
-    then come from their records)."""
+    then come from their records). A compaction that removed messages rewrote the transcript
+    from the first of them on: the prompt cache a provider holds for the run's prefix stops there."""
     if c.kind == EventKind.STATUS and c.payload.get("status") == "retrying":
         obs.model_retry(str(c.payload.get("reason", "unknown")))
         tracing.retried(c.payload)  # an event on the attempt's span, when traces are on
@@ -30,5 +31,7 @@ def emitted(obs: Observer, c: Emit, *, resumed: bool) -> None:
         obs.compaction_removed(
             messages=int(c.payload.get("removed", 0)), tokens=int(c.payload.get("removedTokens", 0))
         )
+        if int(c.payload.get("removed", 0)) > 0:
+            obs.cache_breaking_compaction(agent)
     elif resumed and c.kind == EventKind.TOOL_RESULT:
         obs.tool_served_from_record(str(c.payload.get("name", "")))
