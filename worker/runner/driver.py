@@ -270,10 +270,11 @@ class RunDriver:
         park: Park | None = None
         ts = self.clock.now_ms()
         draining, resumed = self.draining, isinstance(ev, Resumed)
+        agent = self.state.config.agent if self.state.config is not None else ""
         for c in cmds:
             if isinstance(c, Emit):
                 outbox.events.append((c.kind.value, ts, orjson.dumps(c.payload)))
-                hearing.emitted(obs, c, resumed=resumed, agent=self.state.cfg.agent)
+                hearing.emitted(obs, c, resumed=resumed, agent=agent)
             elif isinstance(c, ExecuteTool):
                 if not draining:  # a drain neither claims nor starts a call: whoever resumes the run does
                     outbox.claims.append(c.call.id)
