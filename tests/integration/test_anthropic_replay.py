@@ -1,0 +1,97 @@
+"""Runs recorded through LiteLLM's Messages API proxy (tests/peer/test_anthropic_litellm.py, with
+AGENTMILL_RECORD=1) replayed: a local server answers a real worker's anthropic-kind calls with the
+recorded response bytes, in order. The run completes with the recorded tool calls, and every
+request the worker sends is the one recorded (the body, byte-stable prefix and all).
+
+Also: the same run against a recording whose stream is cut before ``message_stop`` never
+completes on it (the cut attempt is retried, and the retry's reply is the recorded one)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from redis.asyncio import Redis
+
+from agentmill_client.models import EventKind
+from shared.profiles import load_profiles
+from tests.integration.helpers import assert_clean_stream, producer_for, running_worker, stream, wait_all
+from tests.support import messages_replay
+from tests.support.messages_replay import Exchange, Replayer
+
+NAMES = messages_replay.names()
+KEY_ENV = "AGENTMILL_LITELLM_KEY"
+SYSTEM = "You are a helpful assistant. Use the calculator tool for arithmetic."
+
+pytestmark = pytest.mark.skipif(not NAMES, reason="no recordings in tests/data/anthropic_litellm")
+
+
+def _recorded_calls(exchanges: list[Exchange]) -> list[tuple[str, dict[str, Any]]]:
+    """The (name, input) of every tool_use block the recorded streams carried."""
+    out = []
+    for x in exchanges:
+        blocks: dict[int, dict[str, Any]] = {}
+        for line in x.body.splitlines():
+            if not line.startswith(b"data:"):
+                continue
+            ev = orjson.loads(line[5:])
+            if ev.get("type") == "content_block_start" and ev["content_block"]["type"] == "tool_use":
+                blocks[ev["index"]] = {"name": ev["content_block"]["name"], "json": ""}
+            elif ev.get("type") == "content_block_delta" and ev["delta"]["type"] == "input_json_delta":
+                blocks[ev["index"]]["json"] += ev["delta"]["partial_json"]
+        out += [(b["name"], orjson.loads(b["json"] or "{}")) for _, b in sorted(blocks.items())]
+    return out
+
+
+async def _run(
+    redis: Redis, redis_url: str, tmp_path: Path, run: dict[str, Any], server: Replayer
+) -> tuple[Any, list[Any]]:
+    path = tmp_path / "profiles.json"
+    path.write_bytes(orjson.dumps({"profiles": [{
+        "name": "claudish", "systemPrompt": SYSTEM, "tools": ["calculator"],
+        "retry": {"maxRetries": 3, "baseDelayMs": 20, "maxDelayMs": 100},
+        "provider": {**run["provider"], "baseUrl": server.base_url}}]}))  # fmt: skip
+    p = producer_for(redis, redis_url)
+    p.profiles = load_profiles(str(path))
+    sub = await p.submit({"agent": "claudish", **run["input"]})
+    async with running_worker(redis_url, profiles=str(path)):
+        rec = (await wait_all(p, [sub.run_id], 60))[sub.run_id]  # type: ignore[union-attr]
+    return rec, await stream(redis, sub.run_id)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("name", NAMES)
+async def test_a_recorded_run_replays_to_the_same_tool_calls(
+    name: str, redis: Redis, redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KEY_ENV, "sk-replay")
+    run, exchanges = messages_replay.load(name)
+    async with Replayer(exchanges) as server:
+        rec, events = await _run(redis, redis_url, tmp_path, run, server)
+    assert_clean_stream(events)
+    assert rec.status.value == "completed", rec.result
+    calls = [
+        (e.payload["name"], orjson.loads(e.payload["arguments"]))
+        for e in events
+        if e.kind == EventKind.TOOL_CALL
+    ]
+    assert calls == _recorded_calls(exchanges) and calls
+    assert server.seen == [x.request for x in exchanges]  # what agentmill sends has not drifted
+
+
+async def test_a_stream_cut_before_message_stop_is_retried_never_an_answer(
+    redis: Redis, redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KEY_ENV, "sk-replay")
+    run, exchanges = messages_replay.load(NAMES[0])
+    first = exchanges[0]
+    cut = Exchange(
+        first.request, 200, first.content_type, first.body[: first.body.index(b"event: message_delta")]
+    )
+    async with Replayer([cut, *exchanges]) as server:
+        rec, events = await _run(redis, redis_url, tmp_path, run, server)
+    assert rec.status.value == "completed", rec.result
+    retries = [e for e in events if e.kind == EventKind.STATUS and e.payload.get("status") == "retrying"]
+    assert [r.payload.get("reason") for r in retries] == ["truncated"]
+    assert server.seen[0] == server.seen[1]  # the retry asked the same

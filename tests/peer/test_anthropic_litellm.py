@@ -1,0 +1,130 @@
+"""The anthropic provider against a Messages API server we did not write: LiteLLM's proxy serving
+``/v1/messages`` in front of the llama.cpp peer (llama-cpp-python, Gemma 3 270M).
+
+First the official ``anthropic`` SDK drives the proxy (a plain and a tool-forced call, streamed),
+to show the server is one the SDK takes. Then tool-using runs go agentmill → recorder → LiteLLM →
+llama, with ``toolChoice`` auto and forced. ``AGENTMILL_RECORD=1`` writes their exchanges to
+tests/data/anthropic_litellm/ (tests/integration/test_anthropic_replay.py replays them in CI, and
+tests/unit/test_anthropic_stream.py parses their streams against the SDK's).
+
+Installed by bin/peers/llama.sh and bin/peers/litellm.sh.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx
+import orjson
+import pytest
+from redis.asyncio import Redis
+
+from agentmill_client.models import EventKind
+from shared.profiles import load_profiles
+from tests.integration.helpers import assert_clean_stream, producer_for, running_worker, stream, wait_all
+from tests.peer import litellm, llama
+from tests.support import messages_replay
+
+pytestmark = [
+    pytest.mark.peer,
+    pytest.mark.timeout(900),
+    pytest.mark.skipif(
+        llama.installed() is None, reason="llama-cpp-python not installed: run bin/peers/llama.sh"
+    ),
+    pytest.mark.skipif(litellm.installed() is None, reason="LiteLLM not installed: run bin/peers/litellm.sh"),
+]
+KEY_ENV = "AGENTMILL_LITELLM_KEY"
+CALCULATOR = {
+    "name": "calculator",
+    "description": "Evaluate an arithmetic expression.",
+    "input_schema": {
+        "type": "object",
+        "properties": {"expression": {"type": "string"}},
+        "required": ["expression"],
+    },
+}
+# What the replay runs again: the profile's provider (baseUrl set per run) and the RunInput.
+RUNS: dict[str, dict[str, Any]] = {
+    "forced_tool": {"toolChoice": {"type": "function", "function": {"name": "calculator"}}},
+    "auto_tool": {"toolChoice": "auto"},
+}
+ASK = {"inputMessages": [{"role": "user", "content": "What is 17 * 23? Use the calculator tool."}],
+       "loopLimits": {"maxToolRounds": 1}}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[litellm.LiteLLMProxy]:
+    work = tmp_path_factory.mktemp("litellm")
+    server = llama.LlamaServer(work / "llama.log").start()
+    try:
+        p = litellm.LiteLLMProxy(server.base_url, work).start()
+        try:
+            yield p
+        finally:
+            p.stop()
+    finally:
+        server.stop()
+
+
+def provider(base_url: str, **kw: Any) -> dict[str, Any]:
+    return {"kind": "anthropic", "baseUrl": base_url, "model": litellm.MODEL, "apiKeyEnv": KEY_ENV,
+            "temperature": 0, "maxTokens": 64, "readTimeoutS": 300, "maxConcurrent": 1, **kw}  # fmt: skip
+
+
+def profiles_file(path: Path, prov: dict[str, Any]) -> Path:
+    path.write_bytes(orjson.dumps({"profiles": [{
+        "name": "claudish", "systemPrompt": llama.SYSTEM, "tools": ["calculator"],
+        "retry": {"maxRetries": 3, "baseDelayMs": 200, "maxDelayMs": 1000}, "provider": prov}]}))  # fmt: skip
+    return path
+
+
+def test_the_official_sdk_takes_the_proxy(proxy: litellm.LiteLLMProxy) -> None:
+    client = anthropic.Anthropic(
+        api_key=litellm.MASTER_KEY, base_url=proxy.base_url, max_retries=0, timeout=300
+    )
+    with client.messages.stream(
+        model=litellm.MODEL, max_tokens=24, messages=[{"role": "user", "content": "Name a colour."}]
+    ) as s:
+        plain = s.get_final_message()
+    assert plain.role == "assistant" and plain.stop_reason in ("end_turn", "max_tokens")
+    assert any(b.type == "text" and b.text for b in plain.content)
+    assert plain.usage.input_tokens > 0 and plain.usage.output_tokens > 0
+    with client.messages.stream(
+        model=litellm.MODEL, max_tokens=64, tools=[CALCULATOR],  # type: ignore[list-item]
+        tool_choice={"type": "tool", "name": "calculator"},
+        messages=[{"role": "user", "content": "What is 17 * 23?"}],
+    ) as s:  # fmt: skip
+        forced = s.get_final_message()
+    uses = [b for b in forced.content if b.type == "tool_use"]
+    assert forced.stop_reason == "tool_use" and uses and uses[0].name == "calculator"
+    assert isinstance(uses[0].input, dict)
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+async def test_tool_using_runs_complete_through_litellm(
+    name: str, proxy: litellm.LiteLLMProxy, redis: Redis, redis_url: str, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.setenv(KEY_ENV, litellm.MASTER_KEY)
+    async with (
+        httpx.AsyncClient(timeout=300) as client,
+        messages_replay.Recorder(proxy.base_url, client) as rec,
+    ):
+        path = profiles_file(tmp_path / "profiles.json", provider(rec.base_url, **RUNS[name]))
+        p = producer_for(redis, redis_url)
+        p.profiles = load_profiles(str(path))
+        sub = await p.submit({"agent": "claudish", **ASK})
+        async with running_worker(redis_url, profiles=str(path)):
+            done = (await wait_all(p, [sub.run_id], 600))[sub.run_id]  # type: ignore[union-attr]
+        events = await stream(redis, sub.run_id)  # type: ignore[union-attr]
+    assert_clean_stream(events)
+    calls = [e.payload for e in events if e.kind == EventKind.TOOL_CALL]
+    assert done.status.value == "completed", (done.result, [x.status for x in rec.exchanges])
+    assert calls and calls[0]["name"] == "calculator"
+    assert all(x.status == 200 and b"message_start" in x.body for x in rec.exchanges)
+    if os.environ.get("AGENTMILL_RECORD") == "1":
+        messages_replay.save(name, {"provider": provider("", **RUNS[name]), "input": ASK}, rec.exchanges)
