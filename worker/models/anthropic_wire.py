@@ -165,6 +165,15 @@ def _breakpoints(out: list[dict[str, Any]], left: int) -> None:
         out[i]["content"][-1] = {**out[i]["content"][-1], "cache_control": EPHEMERAL}
 
 
+def _plain(m: dict[str, Any]) -> dict[str, Any]:
+    """A message of one unmarked text block as a string, the API's short form of the same (servers
+    that translate it to chat completions then send a string, which every such server takes)."""
+    blocks = m["content"]
+    if len(blocks) == 1 and blocks[0]["type"] == "text" and "cache_control" not in blocks[0]:
+        return {"role": m["role"], "content": blocks[0]["text"]}
+    return m
+
+
 def request_body(cfg: ProviderConfig, req: ModelRequest) -> dict[str, Any]:
     ids = {c.id: wire_id(c) for m in req.messages for c in m.tool_calls or ()}
     system, messages = wire_messages(req.messages, ids, tools=bool(req.tools))
@@ -184,14 +193,15 @@ def request_body(cfg: ProviderConfig, req: ModelRequest) -> dict[str, Any]:
         if (choice := wire_tool_choice(cfg.tool_choice)) is not None:
             body["tool_choice"] = choice
     if system:
-        blocks: list[dict[str, Any]] = [{"type": "text", "text": "\n\n".join(system)}]
+        text = "\n\n".join(system)
         if cache:
-            blocks[-1]["cache_control"] = EPHEMERAL
+            body["system"] = [{"type": "text", "text": text, "cache_control": EPHEMERAL}]
             left -= 1
-        body["system"] = blocks
+        else:
+            body["system"] = text
     if cache:
         _breakpoints(messages, left)
-    body["messages"] = messages
+    body["messages"] = [_plain(m) for m in messages]
     if cfg.thinking is not None:
         body["thinking"] = {"type": "enabled", "budget_tokens": cfg.thinking.budget_tokens}
     if cfg.temperature is not None:
