@@ -256,6 +256,8 @@ class AgentProfile(Model):
             raise ValueError("provider: thinking is read only by an anthropic provider")
         if p.thinking is not None and p.max_tokens is not None and p.thinking.budget_tokens >= p.max_tokens:
             raise ValueError("provider: thinking.budgetTokens must be below maxTokens")
+        if p.thinking is not None and p.tool_choice not in (None, "auto", "none"):
+            raise ValueError('provider: with thinking, toolChoice may only be "auto" or "none" (the API refuses others)')
         return self
 
     @model_validator(mode="after")

@@ -75,6 +75,16 @@ def test_defaults_the_api_needs() -> None:
                                                                "thinking": {"budgetTokens": 2000}}})  # fmt: skip
 
 
+def test_thinking_refuses_a_forced_tool_choice() -> None:
+    with pytest.raises(ValueError, match='with thinking, toolChoice may only be "auto" or "none"'):
+        AgentProfile(name="a", provider=cfg(thinking={"budgetTokens": 2048}, toolChoice="required"))
+    with pytest.raises(ValueError, match="thinking is read only by an anthropic provider"):
+        AgentProfile.model_validate(
+            {"name": "a", "provider": {"kind": "openai", "baseUrl": "http://x", "model": "m",
+                                       "thinking": {"budgetTokens": 2048}}}
+        )  # fmt: skip
+
+
 def test_roles_tool_results_grouped_and_system_on_top() -> None:
     body = request_body(cfg(), req(TURNS[:5]))
     assert body["system"] == [
