@@ -1,7 +1,7 @@
 """Runs recorded through LiteLLM's Messages API proxy (tests/peer/test_anthropic_litellm.py, with
 AGENTMILL_RECORD=1) replayed: a local server answers a real worker's anthropic-kind calls with the
-recorded response bytes, in order. The run completes with the recorded tool calls, and every
-request the worker sends is the one recorded (the body, byte-stable prefix and all).
+recorded response bytes, in order. The run ends as it did (completed) with the recorded tool
+calls, and every request the worker sends is the one recorded (the body, byte-stable prefix and all).
 
 Also: the same run against a recording whose stream is cut before ``message_stop`` never
 completes on it (the cut attempt is retried, and the retry's reply is the recorded one)."""
@@ -29,19 +29,22 @@ pytestmark = pytest.mark.skipif(not NAMES, reason="no recordings in tests/data/a
 
 
 def _recorded_calls(exchanges: list[Exchange]) -> list[tuple[str, dict[str, Any]]]:
-    """The (name, input) of every tool_use block the recorded streams carried."""
+    """The (name, input) of every call the recorded streams carried: its tool_use blocks' input
+    fragments joined by call id (LiteLLM opens a block per fragment of a llama.cpp call)."""
     out = []
     for x in exchanges:
-        blocks: dict[int, dict[str, Any]] = {}
+        ids: dict[int, str] = {}
+        calls: dict[str, dict[str, Any]] = {}
         for line in x.body.splitlines():
             if not line.startswith(b"data:"):
                 continue
             ev = orjson.loads(line[5:])
             if ev.get("type") == "content_block_start" and ev["content_block"]["type"] == "tool_use":
-                blocks[ev["index"]] = {"name": ev["content_block"]["name"], "json": ""}
+                ids[ev["index"]] = ev["content_block"]["id"]
+                calls.setdefault(ids[ev["index"]], {"name": ev["content_block"]["name"], "json": ""})
             elif ev.get("type") == "content_block_delta" and ev["delta"]["type"] == "input_json_delta":
-                blocks[ev["index"]]["json"] += ev["delta"]["partial_json"]
-        out += [(b["name"], orjson.loads(b["json"] or "{}")) for _, b in sorted(blocks.items())]
+                calls[ids[ev["index"]]]["json"] += ev["delta"]["partial_json"]
+        out += [(c["name"], orjson.loads(c["json"] or "{}")) for c in calls.values()]
     return out
 
 
@@ -84,7 +87,8 @@ async def test_a_stream_cut_before_message_stop_is_retried_never_an_answer(
     redis: Redis, redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(KEY_ENV, "sk-replay")
-    run, exchanges = messages_replay.load(NAMES[0])
+    completed = [n for n in NAMES if messages_replay.load(n)[0]["status"] == "completed"]
+    run, exchanges = messages_replay.load(completed[0])
     first = exchanges[0]
     cut = Exchange(
         first.request, 200, first.content_type, first.body[: first.body.index(b"event: message_delta")]

@@ -25,7 +25,23 @@ from worker.models.base import ModelCallError, StreamEnd, TextDelta, ThinkingDon
 from worker.models.sse import SseParser
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-STREAMS = sorted([*(DATA / "anthropic").glob("*.sse"), *(DATA / "anthropic_litellm").glob("*.sse")])
+ALL = sorted([*(DATA / "anthropic").glob("*.sse"), *(DATA / "anthropic_litellm").glob("*.sse")])
+
+
+def _repeats_an_id(raw: bytes) -> bool:
+    """A reply that opens several tool_use blocks under one id (LiteLLM's proxy streaming a
+    llama-cpp-python tool call: a block per fragment). The API never does."""
+    ids = [ev["content_block"]["id"] for ev in _events(raw)
+           if ev.get("type") == "content_block_start" and ev["content_block"]["type"] == "tool_use"]  # fmt: skip
+    return len(ids) != len(set(ids))
+
+
+def _events(raw: bytes) -> list[dict[str, Any]]:
+    return [json.loads(line[5:]) for line in raw.splitlines() if line.startswith(b"data:")]
+
+
+STREAMS = [p for p in ALL if not _repeats_an_id(p.read_bytes())]
+QUIRKS = [p for p in ALL if _repeats_an_id(p.read_bytes())]
 
 
 @dataclass
@@ -167,3 +183,22 @@ def test_streams_split_anywhere_parse_as_the_sdk_does(data: st.DataObject) -> No
     raw = path.read_bytes()
     cuts = data.draw(st.lists(st.integers(1, max(1, len(raw) - 1)), max_size=40), label="cuts")
     _same(raw, cuts)
+
+
+@pytest.mark.parametrize("path", QUIRKS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_tool_use_blocks_repeating_an_id_are_one_call(path: Path) -> None:
+    """The official SDK's accumulator takes each block as a call of its own and fails on the first
+    fragment that is no JSON; agentmill joins the fragments of one id into one call."""
+    raw = path.read_bytes()
+    frags: dict[str, str] = {}
+    current: dict[int, str] = {}
+    for ev in _events(raw):
+        if ev.get("type") == "content_block_start" and ev["content_block"]["type"] == "tool_use":
+            current[ev["index"]] = ev["content_block"]["id"]
+            frags.setdefault(current[ev["index"]], "")
+        elif ev.get("type") == "content_block_delta" and ev["delta"]["type"] == "input_json_delta":
+            frags[current[ev["index"]]] += ev["delta"]["partial_json"]
+    for cuts in ([], list(range(1, len(raw), 7))):
+        ours, end = by_agentmill(_chunks(raw, cuts))
+        assert [(c[0], c[2]) for c in ours.calls] == [(i, json.loads(f)) for i, f in frags.items()]
+        assert end is not None and end.finish_reason == "tool_calls"

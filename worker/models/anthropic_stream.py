@@ -79,6 +79,7 @@ class MessageReader:
     def __init__(self) -> None:
         self.blocks: dict[int, _Block] = {}
         self.tools = 0
+        self.last_tool: tuple[str, int] | None = None  # the last call's (id, position)
         self.stop_reason: str | None = None
         self.stopped = False  # message_stop came
         self.usage: dict[str, int] = {}
@@ -131,7 +132,15 @@ class MessageReader:
         if b.type == "redacted_thinking":
             b.data = str(block.get("data") or "")
         if b.type == "tool_use":
-            b.tool, self.tools = self.tools, self.tools + 1
+            call_id = str(block.get("id") or "")
+            if call_id and self.last_tool is not None and self.last_tool[0] == call_id:
+                # A block that repeats the previous call's id continues that call: LiteLLM's
+                # proxy opens a block per fragment of a server that repeats the id on every
+                # chunk (llama-cpp-python). The API itself never repeats an id in a reply.
+                b.tool = self.last_tool[1]
+            else:
+                b.tool, self.tools = self.tools, self.tools + 1
+                self.last_tool = (call_id, b.tool)
             given = block.get("input")
             # The input comes as input_json_delta fragments; a start that carries it whole (some
             # proxies) gives it here, unless it is the empty object the API always puts there.
