@@ -197,7 +197,9 @@ class MessageReader:
                 self.usage[key] = max(0, v)
 
     def _as_usage(self) -> Usage | None:
-        if not self.usage:
+        """None when nothing was counted: a prompt is never 0 tokens, so all zeros is a proxy that
+        had no count from its server (LiteLLM in front of llama-cpp-python); agentmill estimates."""
+        if not any(self.usage.values()):
             return None
         read = self.usage.get("cache_read_input_tokens", 0)
         write = self.usage.get("cache_creation_input_tokens", 0)
