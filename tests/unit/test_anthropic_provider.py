@@ -309,3 +309,17 @@ def test_stop_reasons_max_tokens_and_refusal_are_never_a_success() -> None:
     refused = policy.reply_failure("refusal")
     assert refused is not None and policy.classify(refused) == "fatal" and "refused" in refused.message
     assert policy.reply_failure("stop") is None and policy.reply_failure("tool_calls") is None
+
+
+def test_openai_kind_reads_cached_tokens_into_cache_reads() -> None:
+    from agentmill_client.models import Usage
+    from worker.models.openai import ChunkReader
+
+    r = ChunkReader()
+    r.consume({"choices": [], "usage": {"prompt_tokens": 100, "completion_tokens": 5,
+                                        "prompt_tokens_details": {"cached_tokens": 80}}})  # fmt: skip
+    assert r.end(done=True).usage == Usage(input_tokens=100, output_tokens=5, cache_read_tokens=80)
+    r.consume(
+        {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 1, "prompt_tokens_details": None}}
+    )
+    assert r.end(done=True).usage == Usage(input_tokens=7, output_tokens=1)
