@@ -17,6 +17,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from agentmill_client import limits
 from agentmill_client.models import Budget, ClientTool, LoopLimits, Model, ToolPolicy
+from shared.anthropic_config import ANTHROPIC_BASE_URL, ANTHROPIC_MAX_TOKENS, ThinkingConfig
 from shared.profile_refusals import PROFILES_ENV, describe_profile_errors
 from shared.settings_errors import SettingsError
 from shared.tool_configs import (
@@ -34,6 +35,8 @@ _DEFAULT_TOOL_SETTINGS = ToolSettings()  # frozen: one instance serves every too
 
 __all__ = [
     "AGENT_TOOL_PARAMETERS",
+    "ANTHROPIC_BASE_URL",
+    "ANTHROPIC_MAX_TOKENS",
     "BUILTIN_PROFILES",
     "BUILTIN_TOOLS",
     "DEV_PROFILES_ENV",
@@ -111,18 +114,6 @@ class Pricing(Model):
 
     def cost_usd(self, input_tokens: int, output_tokens: int) -> float:
         return round((input_tokens * self.input_per_m_tok + output_tokens * self.output_per_m_tok) / 1e6, 9)
-
-
-ANTHROPIC_BASE_URL = "https://api.anthropic.com"
-ANTHROPIC_MAX_TOKENS = (
-    4_096  # an anthropic provider's maxTokens when the profile sets none (the API needs one)
-)
-
-
-class ThinkingConfig(Model):
-    """Extended thinking (anthropic): up to ``budgetTokens`` of thinking before each answer."""
-
-    budget_tokens: int = Field(ge=1_024)
 
 
 class ProviderConfig(Model):
@@ -257,7 +248,9 @@ class AgentProfile(Model):
         if p.thinking is not None and p.max_tokens is not None and p.thinking.budget_tokens >= p.max_tokens:
             raise ValueError("provider: thinking.budgetTokens must be below maxTokens")
         if p.thinking is not None and p.tool_choice not in (None, "auto", "none"):
-            raise ValueError('provider: with thinking, toolChoice may only be "auto" or "none" (the API refuses others)')
+            raise ValueError(
+                'provider: with thinking, toolChoice may only be "auto" or "none" (the API refuses others)'
+            )
         return self
 
     @model_validator(mode="after")
