@@ -104,3 +104,39 @@ async def test_a_stream_cut_before_message_stop_is_retried_never_an_answer(
     retries = [e for e in events if e.kind == EventKind.STATUS and e.payload.get("status") == "retrying"]
     assert [r.payload.get("reason") for r in retries] == ["truncated"]
     assert server.seen[0] == server.seen[1]  # the retry asked the same
+
+
+async def test_thinking_blocks_go_back_unchanged_and_cache_usage_adds_up(
+    redis: Redis, redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker run on recorded API streams: thinking + a tool call, then an answer whose usage
+    read and wrote the prompt cache. The second request carries the first reply's thinking blocks
+    as received, before its tool_use; the run's usage counts the cached tokens inside inputTokens."""
+    monkeypatch.setenv(KEY_ENV, "sk-replay")
+    api = Path(__file__).resolve().parents[1] / "data" / "anthropic"
+    replies = [
+        Exchange({}, 200, "text/event-stream", (api / name).read_bytes())
+        for name in ("thinking_tool_use.sse", "cache_usage.sse")
+    ]
+    run = {"provider": {"kind": "anthropic", "model": "claude-x", "apiKeyEnv": KEY_ENV, "thinking": {"budgetTokens": 2048}},
+           "input": {"inputMessages": [{"role": "user", "content": "What is 17 * 23?"}]}}  # fmt: skip
+    async with Replayer(replies) as server:
+        rec, events = await _run(redis, redis_url, tmp_path, run, server)
+    assert rec.status.value == "completed", rec.result
+    assert server.seen[0]["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    reply = server.seen[1]["messages"][1]
+    assert reply["role"] == "assistant"
+    assert [b["type"] for b in reply["content"]] == ["thinking", "redacted_thinking", "tool_use"]
+    assert reply["content"][0]["signature"].startswith("EqQBCgIYAhIM") and reply["content"][1][
+        "data"
+    ].startswith("EmwK")
+    results = [e.payload for e in events if e.kind == EventKind.TOOL_RESULT]
+    assert results and "391" in results[0]["content"]
+    assert rec.result is not None and rec.result.usage is not None
+    u = rec.result.usage
+    assert (u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens) == (
+        530 + 12 + 1200 + 3400,
+        146 + 21,
+        3400,
+        1200,
+    )
