@@ -40,6 +40,8 @@ def machine_ending(run_id: str, session_id: str | None, event: m.Event) -> Endin
         "inputTokens": 0,
         "outputTokens": 0,
         "estimated": False,
+        "cacheReadTokens": 0,
+        "cacheWriteTokens": 0,
     }  # finalize lacks it
     return events, result
 
