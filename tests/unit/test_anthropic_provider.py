@@ -4,6 +4,7 @@ serving recorded responses), and the machine's reading of Anthropic's stop reaso
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,8 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentmill_client.models import ImagePart, ImageUrl, Message, TextPart, ThinkingBlock, ToolCall
 from shared.profiles import ANTHROPIC_MAX_TOKENS, AgentProfile, ProviderConfig
@@ -323,3 +326,36 @@ def test_openai_kind_reads_cached_tokens_into_cache_reads() -> None:
         {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 1, "prompt_tokens_details": None}}
     )
     assert r.end(done=True).usage == Usage(input_tokens=7, output_tokens=1)
+
+
+def _transcript(rounds: list[tuple[int, str]]) -> list[Message]:
+    """A run's transcript: per round, ``n`` parallel calls with their results (n > 0), or a text
+    answer and the user's next message (n == 0)."""
+    out = [SYSTEM, Message(role="user", content="start")]
+    for i, (n, text) in enumerate(rounds, start=1):
+        if n:
+            out.append(call(i, *[("calculator", f'{{"expression": "{i}+{k}"}}') for k in range(n)]))
+            out += [result(i, k, f"{text}{k}") for k in range(n)]
+        else:
+            out += [
+                Message(role="assistant", content=text or "ok"),
+                Message(role="user", content=f"next {i}"),
+            ]
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.text(max_size=20)), min_size=2, max_size=8))
+def test_each_call_starts_with_the_previous_calls_prompt(rounds: list[tuple[int, str]]) -> None:
+    """For any run, call N+1's tools, system and messages begin with call N's, byte for byte but
+    for where the breakpoints sit; at most 4 breakpoints, one of them where call N ended."""
+    full = _transcript(rounds)
+    # the calls a run makes: after its input, after each round's last result, after a user's message
+    cuts = [i for i in range(2, len(full) + 1) if i == len(full) or full[i].role == "assistant"]
+    bodies = [request_body(cfg(), req(full[:i])) for i in cuts]
+    for a, b in itertools.pairwise(bodies):
+        assert _prefix(a) == _prefix(b)
+        assert _blocks(b["messages"])[: len(a["messages"])] == _blocks(a["messages"])
+        end = len(a["messages"]) - 1  # where call N wrote the cache, call N+1 has a breakpoint
+        assert b["messages"][end]["content"][-1]["cache_control"] == {"type": "ephemeral"}
+        assert orjson.dumps(b).count(b'"cache_control"') <= MAX_BREAKPOINTS
