@@ -136,7 +136,7 @@ def _same(raw: bytes, cuts: list[int]) -> tuple[Parsed, StreamEnd | None]:
 
 
 @pytest.mark.parametrize("path", STREAMS, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_every_recorded_stream_parses_as_the_sdk_does(path: Path) -> None:
+def test_every_stored_stream_parses_as_the_sdk_does(path: Path) -> None:
     raw = path.read_bytes()
     ours, end = _same(raw, [])
     _same(raw, list(range(1, len(raw))))  # a byte at a time
@@ -149,7 +149,7 @@ def test_every_recorded_stream_parses_as_the_sdk_does(path: Path) -> None:
             assert end.finish_reason == STOP_REASONS.get(ours.stop_reason or "", ours.stop_reason)
 
 
-def test_the_recorded_streams_cover_what_the_reader_must_read() -> None:
+def test_the_stored_streams_cover_what_the_reader_must_read() -> None:
     raws = {p.name: p.read_bytes() for p in STREAMS}
     every = b"".join(raws.values())
     for needle in (b"input_json_delta", b"signature_delta", b"redacted_thinking", b"event: error",
