@@ -3,6 +3,7 @@ taken over from its checkpoint, and the answers that arrived while it was parked
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 
 from agentmill_client.models import Message, RunInput
@@ -10,6 +11,7 @@ from agentmill_client.statuses import TERMINAL, RunStatus
 from shared import checkpoint as checkpoints
 from shared.children import orphan_reason
 from shared.origin import Origin
+from shared.schema_compiling import SchemaQueueFullError, compile_all, run_schemas
 from shared.settings import Settings
 from shared.tool_records import ToolRecord
 from worker.config import Lineage, resolve_config
@@ -63,6 +65,8 @@ async def start(
     """The run's configuration from its profile and input (and a child run's ``lineage``: its
     ancestors and depth limit); a bad profile or policy rejects the start."""
     s: Settings = host.settings
+    with contextlib.suppress(SchemaQueueFullError):  # else compiled inline where they are first used
+        await compile_all(schema for _, schema in run_schemas(run_input))  # off the loop
     try:
         line = Lineage.model_validate_json(lineage) if lineage else None
         profile = host.profile(run_input.agent)
