@@ -7,7 +7,8 @@ a full batch, refilled at submitsPerSecond). Defaults come from settings; AGENTM
 "maxSchedules": 20, "scheduleFiringsPerMinute": 120}}``. 0 means no limit (maxPriority: the highest
 priority its runs get; higher ones are lowered to it, default 9). maxSchedules and
 scheduleFiringsPerMinute bound a tenant's cron schedules (producer/schedules/): how many it may have,
-and how many runs they make per UTC minute together (a firing beyond is skipped and counted).
+and how many runs they make per UTC minute together (a firing beyond is skipped and counted); a
+tenant with more schedules than a lowered maxSchedules has its newest beyond it held.
 
 maxActive counts every run of the tenant that has not ended, child runs (sub-agents) included, and a
 run parked awaiting its children, a human or client tools still counts: a tenant's trees of runs
