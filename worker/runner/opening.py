@@ -11,6 +11,7 @@ from agentmill_client.statuses import TERMINAL, RunStatus
 from shared import checkpoint as checkpoints
 from shared.children import orphan_reason
 from shared.origin import Origin
+from shared.quotas import disabled_reason
 from shared.schema_compiling import SchemaQueueFullError, compile_all, run_schemas
 from shared.settings import Settings
 from shared.tool_records import ToolRecord
@@ -33,6 +34,7 @@ from worker.ports import Acquired, Host, ModelPort, RunStore, ToolPort
 
 __all__ = [
     "answers",
+    "disabled",
     "filled",
     "orphaned",
     "restore",
@@ -99,6 +101,14 @@ async def filled(host: Host, tools: ToolPort, state: RunState) -> tuple[RunState
     config, relisted = await tools.fill_listings(profile, state.config)
     notes = [notices.mcp_tools_relisted(r.server, r.digest, r.now, r.dropped) for r in relisted]
     return state.model_copy(update={"config": config}), notes
+
+
+def disabled(settings: Settings, acq: Acquired) -> Acquired:
+    """A run of a tenant whose quota disables it, taken up (started, woken, taken over): aborted, the
+    reason naming the quota (shared.quotas.disabled_reason); its children are aborted with it."""
+    if acq.abort_reason or not (why := disabled_reason(settings, acq.tenant)):
+        return acq
+    return replace(acq, abort_reason=why)
 
 
 async def orphaned(store: RunStore, acq: Acquired) -> Acquired:
