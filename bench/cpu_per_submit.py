@@ -117,6 +117,63 @@ async def worst_listings(
     return out
 
 
+def _wide(tag: str) -> dict[str, Any]:
+    """A run whose responseFormat schema is within every bound (27 KB) and its own (``tag``): the
+    costliest schema to check that a tenant may send (tests/support/schemas.py's ``wide``)."""
+    props = {f"p{i}": {"type": "string", "minLength": 1} for i in range(700)}
+    schema = {"title": f"wide {tag}", "type": "object", "properties": props}
+    return {"agent": "scripted", "inputMessages": [{"role": "user", "content": "go"}],
+            "runtimeHints": {"script": [{"text": "x"}]},
+            "responseFormat": {"type": "json_schema", "jsonSchema": {"name": "out", "schema": schema}}}  # fmt: skip
+
+
+async def schema_attack(c: httpx.AsyncClient, r: Redis, api: int, worker: int, n: int) -> dict[str, Any]:
+    """The schema attack's bodies (bench/attack_kinds.py: ReDoS and doubling ``$ref``s, the same each
+    time) and a schema at the size bound, new each time: the API's CPU per request (sequential);
+    then B's submit latency while four attackers send the new ones without pause (a busy machine
+    moves the figures; the longest submit is what the loop's stall adds)."""
+    from bench.attack_kinds import DOUBLING_RUN, REDOS_RUN
+
+    a_hdr = {"Authorization": "Bearer tok-a"}
+    out: dict[str, Any] = {}
+    for name, body in (("redos", lambda i: REDOS_RUN), ("doubling", lambda i: DOUBLING_RUN),
+                       ("wide", lambda i: _wide(f"{time.time_ns()} {i}"))):  # fmt: skip
+        a0 = cpu_s(api)
+        codes: dict[int, int] = {}
+        for i in range(n):
+            resp = await c.post("/v1/runs", json=body(i), headers=a_hdr)
+            codes[resp.status_code] = codes.get(resp.status_code, 0) + 1
+            if resp.status_code == 429:
+                await asyncio.sleep(1.0)
+        out[f"api_ms_per_{name}"] = (cpu_s(api) - a0) * 1000 / n
+        out[f"codes_{name}"] = codes
+    until = time.monotonic() + 10.0
+
+    async def attacker(k: int) -> None:
+        i = 0
+        while time.monotonic() < until:
+            resp = await c.post("/v1/runs", json=_wide(f"{time.time_ns()} {k} {i}"), headers=a_hdr)
+            if resp.status_code == 429:
+                await asyncio.sleep(0.2)
+            i += 1
+
+    async def victim_submits() -> list[float]:
+        took = []
+        await asyncio.sleep(0.5)
+        while time.monotonic() < until:
+            t0 = time.perf_counter()
+            await c.post("/v1/runs", json=BODY, headers={"Authorization": "Bearer tok-b"})
+            took.append((time.perf_counter() - t0) * 1000)
+            await asyncio.sleep(0.05)
+        return took
+
+    *_, took = await asyncio.gather(*(attacker(k) for k in range(4)), victim_submits())
+    took.sort()
+    out.update(victim_n=len(took), victim_p50_ms=took[len(took) // 2], victim_p99_ms=took[int(len(took) * 0.99)],
+               victim_max_ms=took[-1])  # fmt: skip
+    return out
+
+
 async def measure(out: str, n: int, dev_profiles: bool, attack: int, listings: int = 0) -> None:
     os.environ["AGENTMILL_DEV_PROFILES"] = "true" if dev_profiles else "false"
     b = Bench(argparse.Namespace(poll_delay=0.05))
@@ -171,18 +228,7 @@ async def measure(out: str, n: int, dev_profiles: bool, attack: int, listings: i
             if listings:
                 res.update(await worst_listings(c, r, b, api.pid, worker.pid, listings))
             if attack:
-                from bench.attack_kinds import DOUBLING_RUN, REDOS_RUN
-
-                a_hdr = {"Authorization": "Bearer tok-a"}
-                for name, body in (("redos", REDOS_RUN), ("doubling", DOUBLING_RUN)):
-                    a0 = cpu_s(api.pid)
-                    codes: dict[int, int] = {}
-                    for _ in range(attack):
-                        resp = await c.post("/v1/runs", json=body, headers=a_hdr)
-                        codes[resp.status_code] = codes.get(resp.status_code, 0) + 1
-                    a1 = cpu_s(api.pid)
-                    res[f"api_ms_per_{name}"] = (a1 - a0) * 1000 / attack
-                    res[f"codes_{name}"] = codes
+                res.update(await schema_attack(c, r, api.pid, worker.pid, attack))
     finally:
         for p in b.procs:
             b.stop(p)

@@ -123,3 +123,16 @@ def test_the_cache_keeps_refusals_within_its_size() -> None:
         with pytest.raises(SchemaBoundError):
             compiled(s)
     assert len(schema_validator._cache) <= schema_validator.CACHED
+
+
+async def test_a_submission_waiting_behind_a_full_queue_is_a_429(monkeypatch: pytest.MonkeyPatch) -> None:
+    from producer.schemas_ready import schemas_ready
+    from producer.submission import SubmissionError
+
+    rf = {"type": "json_schema", "jsonSchema": {"schema": _variants(1)[0]}}
+    run = {"inputMessages": [{"role": "user", "content": "x"}], "responseFormat": rf}
+    monkeypatch.setattr(schema_compiling, "_pending", MAX_PENDING)
+    with pytest.raises(SubmissionError) as exc:
+        await schemas_ready([run])
+    assert exc.value.status == 429 and exc.value.code == "schemas_busy" and exc.value.retry_after_s == 1
+    await schemas_ready([{"inputMessages": [{"role": "user", "content": "x"}]}])  # no schema: no queue
