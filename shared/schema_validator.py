@@ -31,7 +31,7 @@ from agentmill_client import limits
 from shared.schema_bounds import SchemaBoundError, check_bounds
 from shared.schema_regex import search
 
-__all__ = ["CACHED", "SchemaBoundError", "compiled", "is_cached", "validation_errors"]
+__all__ = ["CACHED", "SchemaBoundError", "checked", "compiled", "is_cached", "keep", "validation_errors"]
 
 CACHED = 512
 Keyword = Callable[[Any, Any, Any, dict[str, Any]], Iterator[ValidationError] | None]
@@ -166,33 +166,46 @@ def is_cached(schema: Any) -> bool:
         return digest in _cache
 
 
+def checked(schema: Any) -> tuple[str, str] | None:
+    """``schema`` checked against its bounds and the metaschema, pure (the costly part of compiling
+    it, which shared/schema_compiling.py runs in a process of its own): None when it may be
+    compiled, else the refusal's (bound, message)."""
+    try:
+        check_bounds(schema)
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except SchemaBoundError as exc:
+        return exc.bound, exc.message
+    except jsonschema.SchemaError as exc:
+        return "schema", f"not a JSON Schema: {exc.message}"
+    return None
+
+
+def keep(schema: Any, refusal: tuple[str, str] | None) -> Validator | SchemaBoundError:
+    """``schema``'s validator (``refusal`` None: it was ``checked``) or its refusal, into the cache."""
+    kept: Validator | SchemaBoundError = (
+        _Bounded(schema, registry=Registry()) if refusal is None else SchemaBoundError(*refusal)
+    )
+    digest = _digest(schema)
+    with _lock:
+        _cache[digest] = kept
+        while len(_cache) > CACHED:
+            _cache.popitem(last=False)
+    return kept
+
+
 def compiled(schema: Any) -> Validator:
     """The validator of ``schema``, from the cache or compiled now; SchemaBoundError when the schema
     passes a bound or is not a JSON Schema (bound ``schema``), kept as the validator would be."""
     digest = _digest(schema)
     with _lock:
-        if (found := _cache.get(digest)) is not None:
+        found = _cache.get(digest)
+        if found is not None:
             _cache.move_to_end(digest)
+    if found is None:
+        found = keep(schema, checked(schema))
     if isinstance(found, SchemaBoundError):
         raise SchemaBoundError(found.bound, found.message)
-    if found is not None:
-        return found
-    try:
-        check_bounds(schema)
-        try:
-            jsonschema.Draft202012Validator.check_schema(schema)
-        except jsonschema.SchemaError as exc:
-            raise SchemaBoundError("schema", f"not a JSON Schema: {exc.message}") from None
-        kept: Validator | SchemaBoundError = _Bounded(schema, registry=Registry())
-    except SchemaBoundError as exc:
-        kept = exc
-    with _lock:
-        _cache[digest] = kept
-        while len(_cache) > CACHED:
-            _cache.popitem(last=False)
-    if isinstance(kept, SchemaBoundError):
-        raise SchemaBoundError(kept.bound, kept.message)
-    return kept
+    return found
 
 
 def validation_errors(schema: Any, value: Any, most: int | None = None) -> list[ValidationError]:

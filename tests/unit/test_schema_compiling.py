@@ -136,3 +136,18 @@ async def test_a_submission_waiting_behind_a_full_queue_is_a_429(monkeypatch: py
         await schemas_ready([run])
     assert exc.value.status == 429 and exc.value.code == "schemas_busy" and exc.value.retry_after_s == 1
     await schemas_ready([{"inputMessages": [{"role": "user", "content": "x"}]}])  # no schema: no queue
+
+
+async def test_without_the_process_apart_the_thread_checks_the_schema(monkeypatch: pytest.MonkeyPatch) -> None:
+    from concurrent.futures.process import BrokenProcessPool
+
+    def broken() -> Any:
+        raise BrokenProcessPool("gone")
+
+    monkeypatch.setattr(schema_compiling, "_apart", broken)
+    ok, bad = wide(20, f"{time.perf_counter_ns()}"), _variants(1)[0]
+    await compile_all([ok, bad])
+    assert is_cached(ok) and is_cached(bad)
+    compiled(ok)
+    with pytest.raises(SchemaBoundError):
+        compiled(bad)
