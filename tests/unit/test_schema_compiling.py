@@ -138,7 +138,9 @@ async def test_a_submission_waiting_behind_a_full_queue_is_a_429(monkeypatch: py
     await schemas_ready([{"inputMessages": [{"role": "user", "content": "x"}]}])  # no schema: no queue
 
 
-async def test_without_the_process_apart_the_thread_checks_the_schema(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_without_the_process_apart_the_thread_checks_the_schema(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from concurrent.futures.process import BrokenProcessPool
 
     def broken() -> Any:
