@@ -21,6 +21,7 @@ from producer.chunk_sender import ChunkSender
 from producer.placement import POINTER_EXTRA_S, Holder, claim, generated_id, partition_of, verdict
 from producer.prepared import Prepared, check_priced, counted, meta_terms, prepare, validated
 from producer.routing import Parts, run_script
+from producer.schemas_ready import schemas_ready
 from producer.scope import Scope, claimed_id, claimed_session, run_id_for_key
 from producer.submission import SubmissionError, Submitted, outcome
 from shared import keys
@@ -153,6 +154,7 @@ class Submitter:
     ) -> Submitted:
         """One run: prepared, placed, admitted (its pointer claimed meanwhile when its id was chosen:
         a generated id needs none) and sent; ``trace``: the submitter's trace context."""
+        await schemas_ready([raw])  # off the loop, before prepare checks them
         prep = self.prepare(
             raw, tenant, run_id_for_key(tenant, idempotency_key) if idempotency_key else "", quota, trace
         )

@@ -38,7 +38,7 @@ from agentmill_client.statuses import RunStatus
 from shared import keys
 from shared.fields import RunField
 from shared.partitions import Partitions
-from shared.quotas import ACTIVE_GRACE_MS, Quota
+from shared.quotas import ACTIVE_GRACE_MS, DEFAULT_TENANT, Quota
 from shared.scripts import Scripts, text
 
 __all__ = [
@@ -106,7 +106,11 @@ async def spawn(
     With a ``quota``, the children are first counted in their root's tree (``root_id``, '' = the
     parent is the root: maxChildren, maxDescendants), then each against the tenant's maxActive as
     its script creates it (``ttl_ms``: the active set's expiry); a child over a cap is not created,
-    and its Spawned names the cap."""
+    and its Spawned names the cap. A disabled tenant's children are all refused, with no round trip."""
+    if quota is not None and quota.disabled:  # its tenant starts nothing new (shared/quotas.py)
+        why = (f'sub-agent refused: tenant {tenant or DEFAULT_TENANT} is disabled ("disabled": true in '
+               "AGENTMILL_TENANT_QUOTAS); the child was not started")  # fmt: skip
+        return {s.call_id: Spawned(error=why) for s in specs}
     refused = await _tree_admit(parts, scripts, root_id or parent_id, parent_id, specs, quota)
     rooms = await _active_rooms(parts, tenant, quota)
 

@@ -211,6 +211,7 @@ class RunDriver:
         self.pending.append(first)
         if not acq.abort_reason and acq.ancestry and acq.checkpoint is None:
             acq = await opening.orphaned(self.store, acq)  # a child created after its parent ended
+        acq = opening.disabled(self.host.settings, acq)  # its tenant disabled since: aborted
         if acq.abort_reason:
             self.abort_reason = acq.abort_reason
             self.pending.append(AbortRequested(now, acq.abort_reason))
