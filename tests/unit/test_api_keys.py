@@ -43,7 +43,7 @@ def test_a_read_token_holds_only_for_its_key_and_its_time() -> None:
     assert api_keys.verify_read_token(secret, token, 9_999) == ReadToken("run-1", "tenant-a", 10_000)
     assert api_keys.verify_read_token(secret, token, 10_000) == "expired"
     assert api_keys.verify_read_token(b"y" * 32, token, 0) == "invalid"
-    payload, _, sig = token.partition(".")
+    _, _, sig = token.partition(".")
     other = api_keys.sign_read_token(secret, ReadToken("run-2", "tenant-a", 10_000))
     assert api_keys.verify_read_token(secret, other.partition(".")[0] + "." + sig, 0) == "invalid"
     assert api_keys.verify_read_token(secret, "amk_" + token[4:], 0) == "invalid"
