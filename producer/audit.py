@@ -59,9 +59,9 @@ class Actor:
     request_id: str = ""
 
 
-# The XADD of an entry whose target is known only as the action is sent (a submission's run id):
-# target -> (partition, command).
-Pending = Callable[[str], tuple[keys.Partition, tuple[Any, ...]]]
+# The commands of an entry whose target is known only as the action is sent (a submission's run
+# id): target -> [(partition, command)].
+Pending = Callable[[str], list[tuple[keys.Partition, tuple[Any, ...]]]]
 
 
 def request_id_of(header: str | None) -> str:
@@ -79,24 +79,47 @@ def _fields(tenant: str, actor: Actor, action: Action, target: str, detail: str)
 
 
 def command(
-    parts: Parts, max_entries: int, tenant: str, actor: Actor, action: Action, target: str, detail: str = ""
-) -> tuple[keys.Partition, tuple[Any, ...]]:
-    """The XADD of one entry, and the partition it goes to (``Sending.add``)."""
+    parts: Parts,
+    max_entries: int,
+    tenant: str,
+    actor: Actor,
+    action: Action,
+    target: str,
+    detail: str = "",
+    *,
+    archived: bool = False,
+) -> list[tuple[keys.Partition, tuple[Any, ...]]]:
+    """The XADD of one entry, and the partition it goes to (``Sending.add``); ``archived`` (the
+    archive on): with the SADD naming the tenant among those whose logs the archiver copies."""
     part = parts.home(tenant)
     flat = [x for kv in _fields(tenant, actor, action, target, detail).items() for x in kv]
-    return part, ("XADD", part.audit(tenant), "MAXLEN", "~", max_entries, "*", *flat)
+    out: list[tuple[keys.Partition, tuple[Any, ...]]] = [
+        (part, ("XADD", part.audit(tenant), "MAXLEN", "~", max_entries, "*", *flat))
+    ]
+    if archived:
+        first = parts.parts[0]
+        out.append((first, ("SADD", first.audit_tenants, tenant)))
+    return out
 
 
 async def record(
-    parts: Parts, max_entries: int, tenant: str, actor: Actor, action: Action, target: str, detail: str = ""
+    parts: Parts,
+    max_entries: int,
+    tenant: str,
+    actor: Actor,
+    action: Action,
+    target: str,
+    detail: str = "",
+    *,
+    archived: bool = False,
 ) -> None:
-    """Write one entry to ``tenant``'s audit log (one round trip)."""
-    part, cmd = command(parts, max_entries, tenant, actor, action, target, detail)
+    """Write one entry to ``tenant``'s audit log (one round trip per node)."""
+    cmds = command(parts, max_entries, tenant, actor, action, target, detail, archived=archived)
 
-    async def go(c: Any) -> None:
-        await c.execute_command(*cmd)
+    def op(cmd: tuple[Any, ...]) -> Any:
+        return lambda pipe: pipe.execute_command(*cmd)
 
-    await parts.call(part, go)
+    await parts.pipelined([(part, op(cmd)) for part, cmd in cmds])
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,9 +147,52 @@ def _entry(entry_id: str, raw: dict[Any, Any]) -> dict[str, Any]:
     }  # fmt: skip
 
 
-async def read(parts: Parts, tenant: str, q: AuditQuery) -> tuple[list[dict[str, Any]], str | None]:
+async def read(
+    parts: Parts, tenant: str, q: AuditQuery, archive: Any = None
+) -> tuple[list[dict[str, Any]], str | None]:
     """A page of ``tenant``'s entries, oldest first, and the cursor of the next (None: no more).
-    A filtered read scans a bounded number of entries: its page may be short with a cursor."""
+    A filtered read scans a bounded number of entries: its page may be short with a cursor. With
+    the ``archive`` (shared.archive.store.ArchiveStore): what Redis no longer holds is read there
+    first, then the rest from Redis."""
+    if archive is not None:
+        older = await _from_archive(parts, tenant, q, archive)
+        if older is not None:
+            return older
+    return await _from_redis(parts, tenant, q)
+
+
+def _place(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+async def _from_archive(
+    parts: Parts, tenant: str, q: AuditQuery, archive: Any
+) -> tuple[list[dict[str, Any]], str | None] | None:
+    """The page from the archive when Redis no longer holds the page's start (None: it does)."""
+    from shared.archive.audit_copy import audit_page
+
+    part = parts.home(tenant)
+
+    async def oldest(c: Any) -> list[Any]:
+        return await c.xrange(part.audit(tenant), "-", "+", count=1)  # type: ignore[no-any-return]
+
+    first = await parts.call(part, oldest)
+    after = _place(q.after) if q.after else ((q.from_ms, -1) if q.from_ms is not None else None)
+    if first and after is not None and after >= _place(_text(first[0][0])):
+        return None  # Redis holds everything from the start on
+    got = await audit_page(archive, tenant, after, q.to_ms, q.limit, q.action, q.target)
+    if len(got) == q.limit:
+        return got, got[-1]["id"]
+    cursor = got[-1]["id"] if got else q.after
+    rest, nxt = await _from_redis(parts, tenant, AuditQuery(
+        q.from_ms, q.to_ms, q.action, q.target, cursor, q.limit - len(got)
+    ))  # fmt: skip
+    seen = {e["id"] for e in got}
+    return got + [e for e in rest if e["id"] not in seen], nxt
+
+
+async def _from_redis(parts: Parts, tenant: str, q: AuditQuery) -> tuple[list[dict[str, Any]], str | None]:
     part = parts.home(tenant)
     stream = part.audit(tenant)
     start = f"({q.after}" if q.after else (f"{q.from_ms}-0" if q.from_ms is not None else "-")

@@ -138,11 +138,12 @@ class Submitter:
             k, a = self._submit_call(prep, part, tenant, batch_id, item)
             out = self.parts.sending()
             out.add_script(part, self.scripts.submit, k, a)
-            out.add(*audit(prep.run.run_id or prep.run_id))
-            reply, recorded = await out.replies()
+            for part_cmd in audit(prep.run.run_id or prep.run_id):
+                out.add(*part_cmd)
+            reply, *recorded = await out.replies()
             if isinstance(reply, Exception):
                 raise reply
-            if isinstance(recorded, Exception):
+            if any(isinstance(r, Exception) for r in recorded):
                 log.error("audit: submit of %s not recorded: %r", prep.run.run_id, recorded)
         else:
             k, a = self._submit_call(prep, part, tenant, batch_id, item)

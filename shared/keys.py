@@ -176,6 +176,10 @@ class Partition:
         self.api_key_prefix = b + "apikey:"
         self.api_keys_prefix = b + "apikeys:"
         self.audit_prefix = b + "audit:"
+        # With the archive on: the tenants with an audit log (a set, on partition 0) and, at each
+        # tenant's home, the id of its last entry copied to the archive (shared/archive/audit_copy.py)
+        self.audit_tenants = b + "audit.tenants"
+        self.audit_copied_prefix = b + "audit.copied:"
 
     def __repr__(self) -> str:
         return f"Partition({self.index}, {self.tag})"
@@ -267,6 +271,10 @@ class Partition:
     def audit(self, tenant: str) -> str:
         """Stream: a tenant's audit log (at the tenant's home), shared.fields.AuditField per entry."""
         return self.audit_prefix + tenant
+
+    def audit_copied(self, tenant: str) -> str:
+        """String: the id of the last entry of the tenant's audit log copied to the archive."""
+        return self.audit_copied_prefix + tenant
 
     def tenant_active(self, tenant: str) -> str:
         return self.tenant_active_prefix + tenant

@@ -44,6 +44,7 @@ async def audited(api: Api, request: Request, action: Action, target: str, detai
             action,
             target,
             detail,
+            archived=api.producer.archive is not None,
         )
     except Exception as exc:
         log.error("audit: %s of %s by %s not recorded: %r", action, target, actor_of(request).id, exc)
@@ -53,4 +54,5 @@ def audit_command(api: Api, request: Request, action: Action) -> audit.Pending:
     """The XADD of ``action`` for a target known later (a submission's run id), to be sent in the
     action's own round trip (producer.submitter)."""
     tenant, actor, n = _tenant(request), actor_of(request), api.settings.audit_max_entries
-    return lambda target: audit.command(api.parts, n, tenant, actor, action, target)
+    archived = api.producer.archive is not None
+    return lambda target: audit.command(api.parts, n, tenant, actor, action, target, archived=archived)

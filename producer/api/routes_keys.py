@@ -117,7 +117,8 @@ async def read_audit(
     if action is not None and action not in {a.value for a in Action}:
         raise ApiError(422, "invalid_input", f"action: one of {', '.join(a.value for a in Action)}")
     q = audit.AuditQuery(from_ms, to_ms, action, target, cursor, limit)
-    entries, nxt = await audit.read(api.parts, _tenant(caller, tenant), q)
+    archive = api.producer.archive.store if api.producer.archive is not None else None
+    entries, nxt = await audit.read(api.parts, _tenant(caller, tenant), q, archive)
     return {"entries": entries, "next": nxt}
 
 

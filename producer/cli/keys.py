@@ -87,7 +87,8 @@ def create(
                 except TooManyKeysError as exc:
                     raise ApiError(409, "too_many_keys", str(exc)) from None
                 await audit.record(p.parts, p.settings.audit_max_entries, tenant, _cli_actor(),
-                                   audit.Action.KEY_CREATE, rec.key_id, f"tenant={tenant} scopes={scopes}")  # fmt: skip
+                                   audit.Action.KEY_CREATE, rec.key_id, f"tenant={tenant} scopes={scopes}",
+                                   archived=p.archive is not None)  # fmt: skip
                 made = {**rec.view(), "key": key}
         if as_json:
             emit_json(made)
@@ -139,7 +140,7 @@ def revoke(key_id: str, as_json: bool, api_url: str | None, token: str | None, t
                 verdict = await KeyStore(p.parts, p.settings).revoke(tenant, key_id)
                 if verdict == "revoked":
                     await audit.record(p.parts, p.settings.audit_max_entries, tenant, _cli_actor(),
-                                       audit.Action.KEY_REVOKE, key_id)  # fmt: skip
+                                       audit.Action.KEY_REVOKE, key_id, archived=p.archive is not None)  # fmt: skip
             if verdict == "unknown":
                 raise ApiError(404, "unknown_key", f"no key {key_id} of tenant {tenant}")
         if as_json:
