@@ -171,9 +171,9 @@ def audit(
             from producer import audit as log
 
             async with direct_producer() as p:
-                entries, _ = await log.read(
-                    p.parts, tenant, log.AuditQuery(action=action, target=target, limit=limit)
-                )
+                q = log.AuditQuery(action=action, target=target, limit=limit)
+                archive = p.archive.store if p.archive is not None else None
+                entries, _ = await log.read(p.parts, tenant, q, archive)
         for e in entries:
             if as_json:
                 emit_json(e)
