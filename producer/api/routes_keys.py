@@ -104,8 +104,10 @@ async def revoke_key(
 async def read_audit(
     api: ApiDep,
     caller: CallerDep,
-    from_ms: Annotated[int | None, Query(alias="from", ge=0, description="ms since the epoch")] = None,
-    to_ms: Annotated[int | None, Query(alias="to", ge=0, description="ms since the epoch")] = None,
+    from_ms: Annotated[
+        int | None, Query(alias="from", ge=0, le=10**15, description="ms since the epoch")
+    ] = None,
+    to_ms: Annotated[int | None, Query(alias="to", ge=0, le=10**15, description="ms since the epoch")] = None,
     action: Annotated[str | None, Query(max_length=40)] = None,
     target: Annotated[str | None, Query(max_length=300)] = None,
     cursor: Annotated[str | None, Query(max_length=50)] = None,
