@@ -99,7 +99,10 @@ async def revoke_key(
 
 
 @router.get(
-    "/v1/audit", response_model=AuditPage, responses=_403, summary="The tenant's audit log, oldest first"
+    "/v1/audit",
+    response_model=AuditPage,
+    responses={**_403, 400: {"model": ErrorResponse, "description": "invalid_cursor"}},
+    summary="The tenant's audit log, oldest first",
 )
 async def read_audit(
     api: ApiDep,
