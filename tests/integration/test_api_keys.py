@@ -40,6 +40,9 @@ async def test_a_read_key_reads_but_cannot_submit_and_the_store_holds_no_key(
         assert made["key"].startswith("amk_" + made["keyId"]) and made["tenant"] == "tenant-a"
         read = bearer(made["key"])
         assert (await c.get("/v1/runs", headers=read)).status_code == 200
+        me = (await c.get("/v1/me", headers=read)).json()
+        assert me == {"tenant": "tenant-a", "operator": False, "scopes": ["read"], "actor": made["keyId"]}
+        assert (await c.get("/v1/me", headers=A)).json()["actor"] == "token-file"
         r = await c.post("/v1/runs", json=run_body(), headers=read)
         assert r.status_code == 403 and r.json()["error"]["code"] == "scope_required"
         assert "submit" in r.json()["error"]["message"]
