@@ -49,7 +49,7 @@ async def test_a_submission_and_its_audit_entry_take_the_round_trips_of_the_subm
         )
         with counted(monkeypatch) as n:
             for _ in range(10):
-                await p.submit(run_body(), audit=audit)  # type: ignore[arg-type]
+                await p.submit(run_body(), audit=audit)
         trips[audited] = n[0]
     assert trips[True] == trips[False], trips
     entries = await redis.xrange(p.parts.home("default").audit("default"))
