@@ -103,7 +103,7 @@ class Archiver:
                 self.after_write()
             terms = {r.key_id: r.meta for r in runs}
             await self._done(claimed, terms)  # the runs written, and those with nothing left to write
-        await self.audit.copy_once()
+        await self.audit.maybe_copy()
         if self.on_backlog is not None:
             self.on_backlog(await self.backlog())
         return sum(len(ids) for ids in claimed.values())

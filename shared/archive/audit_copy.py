@@ -6,13 +6,16 @@ moves only after the write. Several archivers may copy at once; they write the s
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+from shared import keys
 from shared.fields import AuditField as AF
 
-__all__ = ["BATCH", "AuditCopier", "audit_page", "split_id"]
+__all__ = ["BATCH", "EVERY_S", "AuditCopier", "audit_page", "split_id"]
 
 BATCH = 1000  # entries a tenant copies per pass at most
+EVERY_S = 1.0  # the archiver's passes copy at most this often
 _INSERT = (
     "INSERT INTO audit_log (tenant, at, seq, action, target, actor, actor_name, request_id, detail) "
     "SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::text[], "
@@ -31,53 +34,70 @@ def split_id(entry_id: str) -> tuple[int, int]:
 
 
 class AuditCopier:
-    """``parts``: the pool's partitions; ``store``: shared.archive.store.ArchiveStore."""
+    """``parts``: the pool's partitions; ``store``: shared.archive.store.ArchiveStore. A pass costs
+    three round trips per node (the marks, the entries, the new marks) and one INSERT, whatever the
+    number of tenants; the archiver makes one at most every ``EVERY_S``."""
 
     def __init__(self, parts: Any, store: Any) -> None:
         self.parts, self.store = parts, store
         self.copied = 0  # entries this copier wrote (tests)
+        self._last = float("-inf")
+
+    async def maybe_copy(self) -> int:
+        """``copy_once`` unless one ran less than EVERY_S ago."""
+        if time.monotonic() - self._last < EVERY_S:
+            return 0
+        self._last = time.monotonic()
+        return await self.copy_once()
 
     async def copy_once(self) -> int:
         """One pass over every tenant with an audit log: its entries since its mark, up to BATCH. How many."""
         first = self.parts.parts[0]
 
-        async def tenants(c: Any) -> list[Any]:
+        async def members(c: Any) -> list[Any]:
             return list(await c.smembers(first.audit_tenants))
 
-        moved = 0
-        for raw in await self.parts.call(first, tenants):
-            moved += await self._copy(_t(raw))
-        self.copied += moved
-        return moved
-
-    async def _copy(self, tenant: str) -> int:
-        home = self.parts.home(tenant)
-
-        async def read(c: Any) -> tuple[Any, list[Any]]:
-            mark = await c.get(home.audit_copied(tenant))
-            start = f"({_t(mark)}" if mark else "-"
-            return mark, await c.xrange(home.audit(tenant), start, "+", count=BATCH)
-
-        _, entries = await self.parts.call(home, read)
-        if not entries:
+        tenants = sorted(_t(t) for t in await self.parts.call(first, members))
+        if not tenants:
             return 0
+        homes = [self.parts.home(t) for t in tenants]
+
+        def get_mark(h: keys.Partition, t: str) -> Any:
+            return lambda pipe: pipe.get(h.audit_copied(t))
+
+        marks = await self.parts.pipelined([(h, get_mark(h, t)) for h, t in zip(homes, tenants, strict=True)])
+
+        def read(h: keys.Partition, t: str, mark: Any) -> Any:
+            start = f"({_t(mark)}" if mark else "-"
+            return lambda pipe: pipe.xrange(h.audit(t), start, "+", count=BATCH)
+
+        reads = await self.parts.pipelined(
+            [(h, read(h, t, m[0] if m else None)) for h, t, m in zip(homes, tenants, marks, strict=True)]
+        )
         cols: list[list[Any]] = [[] for _ in range(9)]
-        for entry_id, raw in entries:
-            h = {_t(k): _t(v) for k, v in raw.items()}
-            at, seq = split_id(_t(entry_id))
-            row = (tenant, at, seq, h.get(AF.ACTION, ""), h.get(AF.TARGET, ""), h.get(AF.ACTOR, ""),
-                   h.get(AF.ACTOR_NAME, ""), h.get(AF.REQUEST_ID, ""), h.get(AF.DETAIL, ""))  # fmt: skip
-            for c, v in zip(cols, row, strict=True):
-                c.append(v)
+        last: list[tuple[keys.Partition, str, str]] = []
+        for h, tenant, got in zip(homes, tenants, reads, strict=True):
+            entries = got[0] if got else []
+            for entry_id, raw in entries:
+                f = {_t(k): _t(v) for k, v in raw.items()}
+                at, seq = split_id(_t(entry_id))
+                row = (tenant, at, seq, f.get(AF.ACTION, ""), f.get(AF.TARGET, ""), f.get(AF.ACTOR, ""),
+                       f.get(AF.ACTOR_NAME, ""), f.get(AF.REQUEST_ID, ""), f.get(AF.DETAIL, ""))  # fmt: skip
+                for c, v in zip(cols, row, strict=True):
+                    c.append(v)
+            if entries:
+                last.append((h, tenant, _t(entries[-1][0])))
+        if not last:
+            return 0
         pool = await self.store.pool()
         await pool.execute(_INSERT, *cols)
-        last = _t(entries[-1][0])
 
-        async def mark(c: Any) -> None:
-            await c.set(home.audit_copied(tenant), last)
+        def set_mark(h: keys.Partition, t: str, entry_id: str) -> Any:
+            return lambda pipe: pipe.set(h.audit_copied(t), entry_id)
 
-        await self.parts.call(home, mark)
-        return len(entries)
+        await self.parts.pipelined([(h, set_mark(h, t, i)) for h, t, i in last])
+        self.copied += len(cols[0])
+        return len(cols[0])
 
 
 async def audit_page(
