@@ -69,28 +69,40 @@ async def test_a_revoked_key_is_refused_by_four_api_processes_within_a_second(
         for c in clients:
             r = await c.get("/v1/me", headers=auth)
             assert r.status_code == 200, r.text
-        refused_at: list[float | None] = [None] * 4
+        # Per process: when its last accepted request and its first refused one were sent. A request
+        # sent a second after the revocation was written must be refused (its answer may come later
+        # on a loaded machine: that is the client's wait, not the key's life).
+        last_ok: list[float] = [0.0] * 4
+        refused: list[tuple[float, float] | None] = [None] * 4
         stop = asyncio.Event()
 
         async def probe(i: int, c: httpx.AsyncClient) -> None:
             while not stop.is_set():  # keeps each process's cache of the key warm all along
+                sent = time.monotonic()
                 r = await c.get("/v1/me", headers=auth)
                 if r.status_code == 401:
                     assert r.json()["error"]["code"] == "key_revoked"
-                    refused_at[i] = time.monotonic()
+                    refused[i] = (sent, time.monotonic())
                     return
                 assert r.status_code == 200
+                last_ok[i] = sent
                 await asyncio.sleep(0.01)
 
         probes = [asyncio.create_task(probe(i, c)) for i, c in enumerate(clients)]
         await asyncio.sleep(0.3)
-        t0 = time.monotonic()
+        t0 = time.monotonic()  # the revocation is written after this
         r = await clients[0].delete(f"/v1/keys/{key_id}", headers={"Authorization": "Bearer tok-a"})
         assert r.json()["result"] == "revoked"
-        await asyncio.wait_for(asyncio.gather(*probes), 5.0)
+        await asyncio.wait_for(asyncio.gather(*probes), 10.0)
         stop.set()
-        delays = [t - t0 for t in refused_at if t is not None]
-        assert len(delays) == 4 and max(delays) < 1.0, delays
+        accepted_after = [ok - t0 for ok in last_ok]
+        assert all(x is not None for x in refused) and max(accepted_after) < 1.0, (accepted_after, refused)
+        print(
+            "last request accepted, sent after the revocation (ms):",
+            sorted(round(d * 1000) for d in accepted_after),
+            "; refusal received after (ms):",
+            sorted(round((x[1] - t0) * 1000) for x in refused if x),
+        )
         for c in clients:
             await c.aclose()
     finally:
