@@ -194,8 +194,8 @@ async def measure(out: str, n: int, dev_profiles: bool, attack: int, listings: i
         return p
 
     try:
-        worker = spawn(["-m", "worker"])
-        api = spawn(["-m", "producer.cli", "api"], AGENTMILL_API_PORT=str(port),
+        worker = spawn(["-m", "app.worker"])
+        api = spawn(["-m", "app.cli", "api"], AGENTMILL_API_PORT=str(port),
                     AGENTMILL_API_TOKENS="tok-a=tenant-a,tok-b=tenant-b")  # fmt: skip
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as c:
             for _ in range(600):

@@ -15,6 +15,8 @@ from enum import StrEnum
 
 __all__ = [
     "USAGE_PARTS",
+    "ApiKeyField",
+    "AuditField",
     "BatchField",
     "BudgetField",
     "RunField",
@@ -179,3 +181,30 @@ def usage_field(agent: str, what: UsagePart) -> str:
 
 
 USAGE_PARTS = tuple(UsagePart)
+
+
+class ApiKeyField(StrEnum):
+    """A managed API key's hash (keys.Partition.api_key; shared/api_keys.py). Never the key itself."""
+
+    TENANT = "tenant"
+    NAME = "name"
+    SCOPES = "scopes"  # comma list of shared.api_keys.Scope values
+    DIGEST = "digest"  # hex HMAC-SHA256(AGENTMILL_KEY_SECRET, the key's secret part)
+    CREATED_AT = "createdAt"  # ms
+    CREATED_BY = "createdBy"  # the actor that created it (a key id, or token-file, or cli)
+    EXPIRES_AT = "expiresAt"  # ms, '' = never
+    REVOKED_AT = "revokedAt"  # ms, '' = not revoked
+    LAST_USED_AT = "lastUsedAt"  # ms, written at most once a minute per key and API process
+
+
+class AuditField(StrEnum):
+    """One entry of a tenant's audit stream (keys.Partition.audit; producer/audit.py). Its time is its
+    stream entry id's (Redis time, ms)."""
+
+    ACTION = "action"  # producer.audit.Action
+    TARGET = "target"  # the run, batch, schedule or key acted on (the id the tenant knows)
+    ACTOR = "actor"  # the key id, or token-file
+    ACTOR_NAME = "actorName"  # the key's name ('' for token-file)
+    TENANT = "tenant"
+    REQUEST_ID = "requestId"
+    DETAIL = "detail"  # a short free text ('' = none): e.g. a batch's run count

@@ -170,6 +170,16 @@ class Partition:
         # list: one entry each time a script makes a job due or schedules one here (bounded to
         # WAKE_KEPT); a worker with nothing to do waits on it (BLPOP) instead of its next poll
         self.wake = b + "wake"
+        # Managed API keys (shared/api_keys.py): a key's hash (shared.fields.ApiKeyField) at its key
+        # id's home; a tenant's keys (zset key id -> createdAt ms) and its audit log (a stream trimmed
+        # with MAXLEN ~, shared.fields.AuditField; producer/audit.py) at the tenant's home.
+        self.api_key_prefix = b + "apikey:"
+        self.api_keys_prefix = b + "apikeys:"
+        self.audit_prefix = b + "audit:"
+        # With the archive on: the tenants with an audit log (a set, on partition 0) and, at each
+        # tenant's home, the id of its last entry copied to the archive (shared/archive/audit_copy.py)
+        self.audit_tenants = b + "audit.tenants"
+        self.audit_copied_prefix = b + "audit.copied:"
 
     def __repr__(self) -> str:
         return f"Partition({self.index}, {self.tag})"
@@ -249,6 +259,22 @@ class Partition:
     def pool_minute(self, minute: int) -> str:
         """Runs the pool started and ended in one minute (epoch minutes), by field (shared.pool_stats)."""
         return self.pool_minute_prefix + str(minute)
+
+    def api_key(self, key_id: str) -> str:
+        """Hash: one managed API key (its keyed hash, never the key; shared.fields.ApiKeyField)."""
+        return self.api_key_prefix + key_id
+
+    def api_keys(self, tenant: str) -> str:
+        """Zset key id -> createdAt (ms): a tenant's managed API keys (at the tenant's home)."""
+        return self.api_keys_prefix + tenant
+
+    def audit(self, tenant: str) -> str:
+        """Stream: a tenant's audit log (at the tenant's home), shared.fields.AuditField per entry."""
+        return self.audit_prefix + tenant
+
+    def audit_copied(self, tenant: str) -> str:
+        """String: the id of the last entry of the tenant's audit log copied to the archive."""
+        return self.audit_copied_prefix + tenant
 
     def tenant_active(self, tenant: str) -> str:
         return self.tenant_active_prefix + tenant

@@ -12,7 +12,7 @@ from __future__ import annotations
 import click
 
 from agentmill_client._version import __version__
-from app.cli import archiver, batches, demo, lineage, one_run, schedules, submit
+from app.cli import archiver, batches, demo, keys, lineage, one_run, schedules, submit
 
 __all__ = ["main"]
 
@@ -40,6 +40,8 @@ for command in (
     lineage.retry,
     lineage.fork,
     archiver.archiver,
+    keys.keys,
+    keys.audit,
 ):
     main.add_command(command)
 batches.batch.add_command(lineage.retry_batch)

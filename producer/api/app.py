@@ -20,6 +20,7 @@ from agentmill_client import __version__
 from producer.api import (
     errors,
     routes_catalog,
+    routes_keys,
     routes_ops,
     routes_pool,
     routes_restore,
@@ -208,6 +209,7 @@ def create_app(
         routes_pool.router,
         routes_schedules.router,
         routes_usage.router,
+        routes_keys.router,
         routes_ui.router,
     ):
         app.include_router(router)

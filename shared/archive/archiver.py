@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from shared import keys
+from shared.archive.audit_copy import AuditCopier
 from shared.archive.store import ArchivedRun, ArchiveStore, archived_run
 from shared.fields import RunField
 from shared.partitions import Partitions
@@ -58,6 +59,7 @@ class Archiver:
         n = len(parts.parts)
         self.per_partition = max(1, -(-settings.archive_batch // n))
         self.archived = 0  # runs this archiver wrote (new rows)
+        self.audit = AuditCopier(parts, store)  # the tenants' audit logs, copied after each pass
         self._pruned_at = 0.0
 
     async def run_forever(self) -> None:
@@ -101,6 +103,7 @@ class Archiver:
                 self.after_write()
             terms = {r.key_id: r.meta for r in runs}
             await self._done(claimed, terms)  # the runs written, and those with nothing left to write
+        await self.audit.maybe_copy()
         if self.on_backlog is not None:
             self.on_backlog(await self.backlog())
         return sum(len(ids) for ids in claimed.values())

@@ -287,6 +287,8 @@ class CallerView(Answer):
     operator: bool = Field(
         description="an operator tenant (AGENTMILL_OPERATOR_TENANTS): it may read GET /v1/pool"
     )
+    scopes: list[str] = Field(default_factory=list, description="what its token may do (read, submit, …)")
+    actor: str = Field(default="", description="its API key's id, or token-file: how the audit log names it")
 
 
 class PoolWorker(Answer):

@@ -23,6 +23,7 @@ import httpx
 
 from agentmill_client import _wire as wire
 from agentmill_client._batches import AsyncBatchCalls, BatchCalls
+from agentmill_client._governance import AsyncGovernanceCalls, GovernanceCalls
 from agentmill_client._schedules import AsyncScheduleCalls, ScheduleCalls
 from agentmill_client.api import (
     AbortAnswer,
@@ -43,7 +44,7 @@ from agentmill_client.statuses import TERMINAL
 __all__ = ["ApiError", "AsyncClient", "Client"]  # ApiError: what every call raises on an error answer
 
 
-class AsyncClient(AsyncBatchCalls, AsyncScheduleCalls):
+class AsyncClient(AsyncBatchCalls, AsyncScheduleCalls, AsyncGovernanceCalls):
     def __init__(
         self,
         base_url: str,
@@ -209,7 +210,7 @@ class AsyncClient(AsyncBatchCalls, AsyncScheduleCalls):
         return ApprovalsAnswer.model_validate(answer)
 
 
-class Client(BatchCalls, ScheduleCalls):
+class Client(BatchCalls, ScheduleCalls, GovernanceCalls):
     """The blocking client: the same calls as AsyncClient, run on a private event loop."""
 
     def __init__(self, base_url: str, *, token: str | None = None, timeout: float = 30.0) -> None:
