@@ -17,6 +17,7 @@ __all__ = [
     "USAGE_PARTS",
     "BatchField",
     "BudgetField",
+    "DeletionField",
     "RunField",
     "ScheduleField",
     "SessionField",
@@ -110,6 +111,20 @@ class BatchField(StrEnum):
     OUTPUT_TOKENS = "outputTokens"
     COST_USD = "costUsd"  # HINCRBYFLOAT; absent = no ended run had a price
     ESTIMATED_RUNS = "estimatedRuns"  # ended runs whose usage is (partly) an estimate
+
+
+class DeletionField(StrEnum):
+    """A deletion by metadata (keys.Partition.deletion, at its tenant's home; producer/deletion_jobs.py)."""
+
+    DELETION_ID = "deletionId"
+    TENANT = "tenant"
+    METADATA = "metadata"  # the metadata to match (JSON object)
+    STATE = "state"  # pending | running | done
+    MATCHED = "matched"  # runs found matching so far
+    DELETED = "deleted"  # of them deleted
+    ACTOR = "actor"
+    CREATED_AT = "createdAt"  # ms
+    FINISHED_AT = "finishedAt"  # ms, once done
 
 
 class SessionField(StrEnum):

@@ -78,7 +78,7 @@ CONTEXT_FIELDS = (
     "run", "events", "tools", "session", "session_pending", "session_runs", "session_results", "session_calls",
     "worker_runs",
     "worker_inbox", "worker_lease", "tenant_running", "tenant_held", "index", "batch", "job_key", "job_id", "archive",
-    "tenant_active", "usage", "transcript",
+    "tenant_active", "usage", "transcript", "gone", "run_cached", "webhook",
 )  # fmt: skip
 
 
@@ -113,6 +113,12 @@ class Partition:
         # (AGENTMILL_CHECKPOINT_TRANSCRIPT=apart): appended by each commit (commit.lua)
         self.transcript_prefix = b + "transcript:"
         self.webhook_prefix = b + "webhook:"  # hash: a run's (or batch's) webhook delivery state
+        # string: a deleted run's tombstone (JSON: runId, tenant, deletedAt, actor), expiring after
+        # AGENTMILL_TOMBSTONE_RETENTION_S: no script creates the run again while it is there
+        self.gone_prefix = b + "gone:"
+        self.run_cached_prefix = b + "tc.of:"  # set: the tool-result cache keys a run wrote (tool_cache)
+        # + tenant:id: hash (shared.fields.DeletionField), a deletion by metadata, at its tenant's home
+        self.deletion_prefix = b + "del:"
         self.pointer_prefix = b + "at:"  # string: partition index of a run living away from home
         self.session_prefix = b + "s:"  # hash: shared.fields.SessionField
         self.session_loops_prefix = b + "s.loops:"  # list of finished run loops (JSON), oldest first
@@ -170,6 +176,8 @@ class Partition:
         # list: one entry each time a script makes a job due or schedules one here (bounded to
         # WAKE_KEPT); a worker with nothing to do waits on it (BLPOP) instead of its next poll
         self.wake = b + "wake"
+        # zset deletion key -> when a deleter may take its next step (ms; a claim's expiry while held)
+        self.deletions = b + "deletions"
 
     def __repr__(self) -> str:
         return f"Partition({self.index}, {self.tag})"
@@ -191,6 +199,15 @@ class Partition:
 
     def pointer(self, run_id: str) -> str:
         return self.pointer_prefix + run_id
+
+    def gone(self, run_id: str) -> str:
+        return self.gone_prefix + run_id
+
+    def run_cached(self, run_id: str) -> str:
+        return self.run_cached_prefix + run_id
+
+    def deletion(self, tenant: str, deletion_id: str) -> str:
+        return f"{self.deletion_prefix}{tenant}:{deletion_id}"
 
     def tool_cache(self, tenant: str, tool: str, digest: str) -> str:
         """A cached tool result: the tool's name and a digest of its canonical arguments, per tenant."""

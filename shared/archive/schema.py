@@ -76,6 +76,13 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             WHERE session_id <> '';
         """,
     ),
+    (
+        3,
+        # a run's children (sub-agents), which its deletion deletes with it
+        """
+        CREATE INDEX runs_parent ON runs ((record->>'parentRunId'));
+        """,
+    ),
 )
 
 
