@@ -112,7 +112,7 @@ class Eraser:
         self, part: keys.Partition, key: str, tenant: str, actor: str, at: int, tomb: bytes, depth: int
     ) -> int:
         run = part.run(key)
-        h = [text(v) for v in await self.parts.call(part, lambda c: c.hmget(run, _READ))]
+        h = [text(v) for v in await self.parts.call(part, lambda c: c.hmget(run, _READ))]  # type: ignore[arg-type,return-value]
         if not h[0]:
             return 0
         if h[4] != tenant:
@@ -124,7 +124,7 @@ class Eraser:
             for child in await self._children(key, tenant, h[3]):
                 n += await self.erase(child, tenant, actor, at, depth + 1)
         for _ in range(5):  # its session, as read; read again if it changed in between
-            h = [text(v) for v in await self.parts.call(part, lambda c: c.hmget(run, _READ))]
+            h = [text(v) for v in await self.parts.call(part, lambda c: c.hmget(run, _READ))]  # type: ignore[arg-type,return-value]
             if not h[0]:
                 return n
             terms = _terms(h[2])

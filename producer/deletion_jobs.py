@@ -50,7 +50,9 @@ class DeletionJobs:
         a value cannot match (not a scalar, too long) or nothing is given."""
         terms = meta_terms(metadata)
         if not metadata or len(terms) != len(metadata):
-            raise ValueError("metadata: one to a few keys, each a string, number or boolean of bounded length")
+            raise ValueError(
+                "metadata: one to a few keys, each a string, number or boolean of bounded length"
+            )
         did = "del_" + secrets.token_hex(12)
         home = self.parts.home(tenant)
         key = home.deletion(tenant, did)
@@ -68,7 +70,7 @@ class DeletionJobs:
     async def get(self, tenant: str, deletion_id: str) -> dict[str, Any] | None:
         home = self.parts.home(tenant)
         key = home.deletion(tenant, deletion_id)
-        raw = await self.parts.call(home, lambda c: c.hgetall(key))
+        raw = await self.parts.call(home, lambda c: c.hgetall(key))  # type: ignore[arg-type,return-value]
         h = {text(k): text(v) for k, v in raw.items()}
         return view(h) if h and h.get(D.TENANT) == tenant else None
 
@@ -87,7 +89,7 @@ class DeletionJobs:
         return stepped
 
     async def _step(self, home: keys.Partition, key: str) -> None:
-        raw = await self.parts.call(home, lambda c: c.hgetall(key))
+        raw = await self.parts.call(home, lambda c: c.hgetall(key))  # type: ignore[arg-type,return-value]
         h = {text(k): text(v) for k, v in raw.items()}
         if not h:  # expired: nothing to do
             await self.parts.call(home, lambda c: c.zrem(home.deletions, key))
@@ -144,9 +146,11 @@ class DeletionJobs:
         """Index entries left of runs whose hash had expired already: out, so the next step moves on."""
         if not live:
             return
-        ops = [(p, lambda pipe, p=p, rid=rid: [pipe.zrem(p.index_key(tenant, "meta", t), rid) for t in terms])
-               for p, rid in live]  # fmt: skip
-        await self.parts.pipelined(ops)
+
+        def unindex(p: keys.Partition, rid: str) -> Any:
+            return lambda pipe: [pipe.zrem(p.index_key(tenant, "meta", t), rid) for t in terms]
+
+        await self.parts.pipelined([(p, unindex(p, rid)) for p, rid in live])
 
     async def _remaining(self, tenant: str, terms: list[str]) -> int:
         def op(pipe: Any, p: keys.Partition) -> None:

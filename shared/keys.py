@@ -27,7 +27,7 @@ import hashlib
 import zlib
 from functools import cached_property
 
-from arq.constants import in_progress_key_prefix, job_key_prefix
+from arq.constants import in_progress_key_prefix, job_key_prefix, result_key_prefix
 from redis.crc import key_slot
 
 __all__ = [
@@ -78,7 +78,7 @@ CONTEXT_FIELDS = (
     "run", "events", "tools", "session", "session_pending", "session_runs", "session_results", "session_calls",
     "worker_runs",
     "worker_inbox", "worker_lease", "tenant_running", "tenant_held", "index", "batch", "job_key", "job_id", "archive",
-    "tenant_active", "usage", "transcript", "gone", "run_cached", "webhook",
+    "tenant_active", "usage", "transcript", "gone", "run_cached", "webhook", "job_result", "job_progress",
 )  # fmt: skip
 
 
@@ -147,6 +147,8 @@ class Partition:
             b + "tc:"
         )  # + tenant:tool:digest (tool_cache); string: a ToolResult, with a TTL
         self.job_key_prefix = job_key_prefix  # arq's; the job id carries the tag (job_id)
+        self.job_result_prefix = result_key_prefix  # arq's: a finished job's result (a run's deletion drops it)
+        self.job_progress_prefix = in_progress_key_prefix  # arq's: a job being run
         self.queue = f"arq:queue:{self.tag}"  # arq's sorted set of this partition's pending job ids
         self.live = b + "live"  # zset runId -> when the reconciler should next look at it (ms)
         self.awaiting = b + "awaiting"  # zset runId -> since when it waits for a human decision

@@ -16,6 +16,7 @@ from agentmill_client.errors import ApiError
 from producer.api.auth import Authenticator
 from producer.api.metrics import ApiMetrics
 from producer.api.streams import StreamLimiter
+from producer.deletion_jobs import DeletionJobs
 from producer.gauges import ClusterGauges, read_gauges, running_caps
 from producer.routing import Parts
 from producer.schedules.store import ScheduleStore
@@ -55,6 +56,7 @@ class Api:
         )
         self.parts = self.producer.parts
         self.schedules = ScheduleStore(self.producer)
+        self.deletions = DeletionJobs(self.producer)  # and its Eraser: runs and sessions deleted
         self.streams = StreamLimiter(settings.max_streams_per_tenant, settings.max_streams)
         self.quotas = Quotas(settings)
         self.auth = Authenticator(settings)

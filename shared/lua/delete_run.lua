@@ -27,7 +27,10 @@ if redis.call('ZREM', QUEUE, jid) == 1 or redis.call('ZREM', tenant_held_key(t),
   depth_down(run_priority(id))
 end
 redis.call('ZREM', SCHEDULED, jid)
-redis.call('DEL', ctx().job_key .. jid)
+for g = 1, tonumber(h[6] or '1') do  -- arq's keys of every dispatch of it
+  local j = job_id(id, g)
+  redis.call('DEL', ctx().job_key .. j, ctx().job_result .. j, ctx().job_progress .. j)
+end
 if (h[7] or '') ~= '' then redis.call('SREM', worker_runs_key(h[7]), id) end
 for _, k in ipairs({LIVE, AWAITING, ctx().archive, KEYS[4], ctx().tenant_active .. t}) do redis.call('ZREM', k, id) end
 redis.call('LREM', WEBHOOKS, 0, id)
