@@ -224,7 +224,9 @@ class RedisRunStore:
         """An append's answer (commit.lua, publish.lua): the stream's new last seq, or the refusal."""
         verdict = text(r[0])
         if verdict == "fenced" or verdict == "missing":
-            raise FencedError(f"run {self.run_id}: epoch {self.epoch} is no longer current ({verdict})")
+            raise FencedError(
+                f"run {self.run_id}: epoch {self.epoch} is no longer current ({verdict})", deleted=verdict == "missing"
+            )
         if verdict == "seq_conflict":
             raise SeqConflictError(
                 f"run {self.run_id}: expected last seq {first - 1}, stream has {text(r[1])}"

@@ -153,7 +153,7 @@ class RunDriver:
             if isinstance(exc, SeqConflictError) and not self.fenced:
                 # Still ours, but Redis lost a write we saw acknowledged (a failover): hand it back.
                 await self._hand_back(5.0)
-            return "fenced"
+            return "deleted" if isinstance(exc, FencedError) and exc.deleted else "fenced"
         except asyncio.CancelledError:
             await self._cancel_tasks()
             if not self.state.terminal and not self.fenced:
