@@ -297,3 +297,47 @@ async def test_a_deletion_by_metadata_deletes_every_matching_run_with_progress(
             assert (await c.get("/v1/runs", params={"metadata": "endUser=u-9"})).json()["runs"] == []
     finally:
         w.stop()
+
+
+@needs_pg
+async def test_the_archiver_deletes_rows_it_wrote_after_the_run_was_deleted(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    """The deletion lands between the archiver's read of a run and its write: the rows it writes
+    then are deleted again when it marks the batch (archive_done.lua names the deleted run)."""
+    from producer.deletion import Eraser
+    from shared.archive.archiver import Archiver
+    from shared.archive.store import ArchivedRun, ArchiveStore
+    from tests.integration.helpers import producer_for, wait_all
+
+    pg = PostgresServer()
+    pg.start()
+    env = {"AGENTMILL_ARCHIVE_URL": pg.url, "AGENTMILL_WORKER_ARCHIVER": "false"}
+    w = WorkerProc(redis_url, env=env, log=tmp_path / "w.log").start()
+    p = producer_for(redis, redis_url, archive_url=pg.url)
+    try:
+        sub = await p.submit({"agent": "scripted", "inputMessages": [{"role": "user", "content": MARK}]})
+        await wait_all(p, [sub.run_id], 20)
+        eraser = Eraser(p)
+
+        class DeletedMeanwhile(ArchiveStore):
+            async def write(self, runs: Any) -> int:
+                for r in runs:
+                    assert isinstance(r, ArchivedRun)
+                    await eraser.erase(r.key_id, r.tenant, "test", 1)
+                return await super().write(runs)
+
+        store = DeletedMeanwhile(pg.url)
+        try:
+            archiver = Archiver(p.parts, p.scripts, p.settings, store)
+            assert await archiver.run_once() == 1
+            assert archiver.archived == 1  # written, after the deletion
+        finally:
+            await store.aclose()
+        assert await archive_traces(pg.url, [sub.run_id, MARK]) == []
+        assert await redis_traces(redis, [sub.run_id, MARK]) == []
+    finally:
+        w.stop()
+        if p.archive is not None:
+            await p.archive.aclose()
+        pg.stop()
