@@ -12,7 +12,7 @@ from __future__ import annotations
 import click
 
 from agentmill_client._version import __version__
-from producer.cli import archiver, batches, demo, lineage, one_run, schedules, submit
+from producer.cli import archiver, batches, deletion, demo, lineage, one_run, schedules, submit
 
 __all__ = ["main"]
 
@@ -40,6 +40,9 @@ for command in (
     lineage.retry,
     lineage.fork,
     archiver.archiver,
+    deletion.sessions,
+    deletion.deletions,
 ):
     main.add_command(command)
 batches.batch.add_command(lineage.retry_batch)
+batches.runs.add_command(deletion.run_delete)

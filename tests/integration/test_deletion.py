@@ -341,3 +341,50 @@ async def test_the_archiver_deletes_rows_it_wrote_after_the_run_was_deleted(
         if p.archive is not None:
             await p.archive.aclose()
         pg.stop()
+
+
+async def test_the_cli_deletes_runs_sessions_and_by_metadata(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    """``agentmill runs delete``, ``sessions delete``, ``deletions create --wait``: straight to Redis
+    and through the API."""
+    from tests.support.cli import cli
+
+    w = WorkerProc(redis_url, log=tmp_path / "w.log").start()
+    try:
+        async with (
+            api(settings(redis_url)) as base,
+            httpx.AsyncClient(base_url=base, headers=A, timeout=30) as c,
+        ):
+
+            async def submit(**kw: Any) -> None:
+                r = await c.post(
+                    "/v1/runs",
+                    json={"agent": "scripted", "inputMessages": [{"role": "user", "content": "x"}], **kw},
+                )
+                assert r.status_code == 202, r.text
+                await until_run(c, kw["runId"], lambda v: v["status"] == "completed", within=20)
+
+            await submit(runId="c-1")
+            await submit(runId="c-2", sessionId="cs", autoCreateSession=True)
+            await submit(runId="c-3", metadata={"endUser": "u-7"})
+            await submit(runId="c-4", metadata={"endUser": "u-7"})
+            via = ["--api", base, "--token", "tok-a"]
+            r = await asyncio.to_thread(cli, redis_url, "runs", "delete", "c-1", *via, "--json")
+            assert r.returncode == 0 and orjson.loads(r.stdout)["runsDeleted"] == 1, r.stderr
+            r = await asyncio.to_thread(cli, redis_url, "runs", "delete", "c-1", *via)
+            assert r.returncode == 0 and "deleted before" in r.stdout, r.stdout + r.stderr
+            r = await asyncio.to_thread(cli, redis_url, "runs", "delete", "nope", *via)
+            assert r.returncode == 2
+            r = await asyncio.to_thread(cli, redis_url, "sessions", "delete", "cs", "--tenant", "tenant-a")
+            assert r.returncode == 0 and "1 runs" in r.stdout, r.stdout + r.stderr
+            r = await asyncio.to_thread(
+                cli, redis_url, "deletions", "create", "--metadata", "endUser=u-7", "--wait", "--json", *via
+            )
+            assert r.returncode == 0, r.stderr
+            view = orjson.loads(r.stdout)
+            assert view["state"] == "done" and view["deleted"] == 2, view
+            for rid in ("c-1", "c-2", "c-3", "c-4"):
+                assert (await c.get(f"/v1/runs/{rid}")).status_code == 404
+    finally:
+        w.stop()
