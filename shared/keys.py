@@ -147,7 +147,9 @@ class Partition:
             b + "tc:"
         )  # + tenant:tool:digest (tool_cache); string: a ToolResult, with a TTL
         self.job_key_prefix = job_key_prefix  # arq's; the job id carries the tag (job_id)
-        self.job_result_prefix = result_key_prefix  # arq's: a finished job's result (a run's deletion drops it)
+        self.job_result_prefix = (
+            result_key_prefix  # arq's: a finished job's result (a run's deletion drops it)
+        )
         self.job_progress_prefix = in_progress_key_prefix  # arq's: a job being run
         self.queue = f"arq:queue:{self.tag}"  # arq's sorted set of this partition's pending job ids
         self.live = b + "live"  # zset runId -> when the reconciler should next look at it (ms)

@@ -225,7 +225,8 @@ class RedisRunStore:
         verdict = text(r[0])
         if verdict == "fenced" or verdict == "missing":
             raise FencedError(
-                f"run {self.run_id}: epoch {self.epoch} is no longer current ({verdict})", deleted=verdict == "missing"
+                f"run {self.run_id}: epoch {self.epoch} is no longer current ({verdict})",
+                deleted=verdict == "missing",
             )
         if verdict == "seq_conflict":
             raise SeqConflictError(

@@ -1,0 +1,73 @@
+"""Content that need not be stored (RunInput.storeContent false, or its profile's storeContent): the
+run works as usual with a real worker, and once it ended no Redis key holds its messages or tool
+content (a marker sent as input and returned as a tool result), its result says contentRedacted and
+keeps its usage, its events still read, and a session keeps no turn of it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from redis.asyncio import Redis
+
+from tests.integration.api_support import A, api, settings, until_run
+from tests.integration.test_deletion import redis_traces
+from tests.support.procs import WorkerProc
+
+pytestmark = pytest.mark.integration
+
+MARK = "qv-secret-5521"
+
+
+def profiles(tmp_path: Path) -> str:
+    scripted = {"kind": "scripted", "mode": "script"}
+    loud = {"name": "loud", "provider": scripted, "tools": ["echo"]}
+    quiet = {"name": "quiet", "provider": scripted, "tools": ["echo"], "storeContent": False}
+    path = tmp_path / "profiles.json"
+    path.write_bytes(orjson.dumps({"profiles": [loud, quiet]}))
+    return str(path)
+
+
+def run(agent: str, run_id: str, **extra: Any) -> dict[str, Any]:
+    script = [{"toolCalls": [{"name": "echo", "arguments": {"text": MARK}}]}, {"text": f"the answer {MARK}"}]
+    return {"agent": agent, "runId": run_id, "inputMessages": [{"role": "user", "content": f"tell {MARK}"}],
+            "runtimeHints": {"script": script}, **extra}  # fmt: skip
+
+
+async def test_a_run_that_stores_no_content_keeps_none_once_it_ended(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    path = profiles(tmp_path)
+    w = WorkerProc(redis_url, env={"AGENTMILL_PROFILES": path}, log=tmp_path / "w.log").start()
+    try:
+        async with (
+            api(settings(redis_url, profiles=path)) as base,
+            httpx.AsyncClient(base_url=base, headers=A, timeout=30) as c,
+        ):
+            # by the input, in a session; by the profile's default
+            for body in (run("loud", "r-input", storeContent=False, sessionId="sq", autoCreateSession=True),
+                         run("quiet", "r-profile")):  # fmt: skip
+                r = await c.post("/v1/runs", json=body)
+                assert r.status_code == 202, r.text
+            for rid in ("r-input", "r-profile"):
+                view = await until_run(c, rid, lambda v: v["status"] == "completed", within=30)
+                result = view["result"]
+                assert result["contentRedacted"] is True, result
+                assert result["usage"] and result["usage"]["outputTokens"] > 0, result
+                assert result.get("finalAssistantMessage") is None, result
+                events = (await c.get(f"/v1/runs/{rid}/events", params={"format": "json"})).json()["events"]
+                kinds = [e["kind"] for e in events]
+                assert "tool_result" in kinds and kinds[-1] == "status", kinds
+                assert all(e["payload"].get("contentRedacted") for e in events if e["kind"] == "tool_result")
+            assert await redis_traces(redis, [MARK]) == []
+            session = (await c.get("/v1/sessions/sq")).json()
+            assert session["runs"] == ["r-input"] and session["history"] == [], session  # no turn kept
+            # a run that stores its content, beside them, still does
+            r = await c.post("/v1/runs", json=run("loud", "r-kept"))
+            view = await until_run(c, "r-kept", lambda v: v["status"] == "completed", within=30)
+            assert MARK in str(view["result"]) and not view["result"].get("contentRedacted")
+    finally:
+        w.stop()
