@@ -464,6 +464,7 @@ local CONTENT_KINDS = {[EVENT.MODEL_DELTA] = true, [EVENT.ASSISTANT_MESSAGE] = t
   [EVENT.TOOL_RESULT] = true, [EVENT.COMPACTION] = true, [EVENT.CHILD_ENDED] = true}
 local KEPT_TEXT = {toolCallId = true, providerCallId = true, name = true, childRunId = true, streamKey = true,
   status = true, finishReason = true, stopReason = true, model = true, code = true, strategy = true, runId = true}
+local USAGES = {usage = true, total = true, childrenUsage = true}  -- tables of numbers: kept
 local function scalars_of(t)  -- a table's numbers and booleans (a usage)
   local out = {}
   for k, v in pairs(t) do
@@ -479,7 +480,7 @@ local function redacted_payload(payload)
     local t = type(v)
     if t == 'number' or t == 'boolean' or (t == 'string' and KEPT_TEXT[k]) then
       out[k] = v
-    elseif t == 'table' and (k == 'usage' or k == 'total') then
+    elseif t == 'table' and USAGES[k] then
       out[k] = scalars_of(v)
     end
   end
@@ -488,9 +489,9 @@ end
 local function redacted_result(raw)
   local ok, r = pcall(cjson.decode, raw)
   if not ok or type(r) ~= 'table' then return cjson.encode({contentRedacted = true}) end
-  local out = {contentRedacted = true}
-  for _, k in ipairs({'runId', 'sessionId', 'status', 'iterations', 'stopReason', 'finishReason'}) do out[k] = r[k] end
-  for _, k in ipairs({'usage', 'childrenUsage'}) do
+  local out = {contentRedacted = true, runId = r.runId, sessionId = r.sessionId, status = r.status,
+    iterations = r.iterations, stopReason = r.stopReason, finishReason = r.finishReason}
+  for k in pairs(USAGES) do
     if type(r[k]) == 'table' then out[k] = scalars_of(r[k]) end
   end
   if type(r.lastError) == 'table' then
@@ -522,13 +523,13 @@ local function redact(run, stream, tools, run_id)
     local f = {}
     for k = 1, #e[2], 2 do f[e[2][k]] = e[2][k + 1] end
     if CONTENT_KINDS[f.kind] then f.payload = redacted_payload(f.payload); changed = true end
-    rows[#rows + 1] = {e[1], f}
+    rows[#rows + 1] = {e[1], f}  -- its id is <seq>-0 (xadd)
   end
   if changed then
     redis.call('DEL', stream)
     for _, r in ipairs(rows) do
       local f = r[2]
-      redis.call('XADD', stream, r[1], 'seq', f.seq, 'kind', f.kind, 'ts', f.ts, 'payload', f.payload, 'epoch', f.epoch)
+      xadd(stream, tonumber(f.seq), f.kind, f.ts, f.payload, ctx().maxlen, f.epoch)
     end
   end
   local h = redis.call('HMGET', run, F.RESULT, F.INPUT)

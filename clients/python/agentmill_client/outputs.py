@@ -62,7 +62,7 @@ class RunResult(Model):
     messages: list[Message] | None = None
     messages_omitted: int | None = None
     # The run stored no content (RunInput.storeContent false): its answer, output and messages are gone.
-    content_redacted: bool = False
+    content_redacted: bool | None = None
 
 
 class EventKind(StrEnum):
