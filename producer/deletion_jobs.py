@@ -104,10 +104,10 @@ class DeletionJobs:
             ids += await self.store.key_ids_where(tenant, terms=terms, limit=limit - len(ids))
         at, n, todo = now_ms(), 0, list(dict.fromkeys(ids))
         for k in range(0, len(todo), ERASING):  # a few at once: the step's time, not its work, shrinks
-            done = await asyncio.gather(
+            erased = await asyncio.gather(
                 *(self.eraser.erase(rid, tenant, actor, at) for rid in todo[k : k + ERASING])
             )
-            n += sum(min(1, d) for d in done)
+            n += sum(min(1, d) for d in erased)
         await self._unindex(tenant, terms, live)
         left = await self._remaining(tenant, terms)
 

@@ -102,6 +102,7 @@ class RunDriver:
         self.started_mono = self.clock.monotonic()
         self.draining = False
         self.fenced = False
+        self.deleted = False  # fenced because the run was deleted: its job leaves no result
         self.abort_reason: str | None = None
         self.observed_start = False
         self.is_child = False  # a sub-agent's run: its ending goes to its parent
@@ -114,7 +115,9 @@ class RunDriver:
             self._cancel_effects()
             self.inbox.put_nowait(AbortRequested(self.clock.now_ms(), self.abort_reason))
 
-    def fence(self) -> None:
+    def fence(self, *, deleted: bool = False) -> None:
+        """Stop without writing: the run is no longer this worker's (``deleted``: nor anyone's)."""
+        self.deleted = deleted
         self.fenced = True
         self._cancel_effects()
         self.inbox.put_nowait(_Wake())
@@ -223,7 +226,9 @@ class RunDriver:
         while True:
             if self.fenced:
                 raise FencedError(
-                    f"run {self.run_id}: this worker gave the run up (its lease lapsed, or another worker took it)"
+                    f"run {self.run_id}: this worker gave the run up (its lease lapsed, another worker took it, "
+                    "or it was deleted)",
+                    deleted=self.deleted,
                 )
             if self.pending:
                 ev: Event | _Wake | FlushHeld | FlushDeltas | ToolRecorded = self.pending.popleft()
