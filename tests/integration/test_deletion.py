@@ -177,6 +177,7 @@ async def test_a_deleted_run_leaves_nothing_but_its_tombstone_in_redis_and_the_a
             assert (await c.delete("/v1/runs/kept-1", headers=B)).status_code == 404
             assert (await c.delete("/v1/runs/nope")).status_code == 404
             assert (await c.get("/v1/runs/gone-1")).status_code == 404
+            assert (await c.post("/v1/runs/gone-1/retry", json={})).status_code == 404
             # its id is not used again while the tombstone lasts
             r = await c.post("/v1/runs", json=boss_run([{"text": "again"}], runId="gone-1"))
             assert r.status_code == 409 and r.json()["error"]["code"] == "run_deleted"
@@ -386,5 +387,42 @@ async def test_the_cli_deletes_runs_sessions_and_by_metadata(
             assert view["state"] == "done" and view["deleted"] == 2, view
             for rid in ("c-1", "c-2", "c-3", "c-4"):
                 assert (await c.get(f"/v1/runs/{rid}")).status_code == 404
+    finally:
+        w.stop()
+
+
+async def test_runs_on_four_partitions_are_deleted_wherever_they_live(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    """Runs in sessions live at their session's partition, away from their id's home (which keeps a
+    pointer): their deletion leaves nothing but tombstones on any partition."""
+    env = {"AGENTMILL_PARTITIONS": "4"}
+    w = WorkerProc(redis_url, env=env, log=tmp_path / "w.log").start()
+    try:
+        async with (
+            api(settings(redis_url, partitions=4)) as base,
+            httpx.AsyncClient(base_url=base, headers=A, timeout=30) as c,
+        ):
+            ids = [f"p-{i}" for i in range(12)]
+            for i, rid in enumerate(ids):
+                extra: dict[str, Any] = (
+                    {"sessionId": f"ps-{i % 3}", "autoCreateSession": True} if i % 2 else {}
+                )
+                body = {
+                    "agent": "scripted",
+                    "runId": rid,
+                    "inputMessages": [{"role": "user", "content": MARK}],
+                }
+                r = await c.post("/v1/runs", json={**body, **extra})
+                assert r.status_code == 202, r.text
+            for rid in ids:
+                await until_run(c, rid, lambda v: v["status"] == "completed", within=30)
+            for rid in ids:
+                r = await c.delete(f"/v1/runs/{rid}")
+                assert r.status_code == 200 and r.json()["runsDeleted"] == 1, r.text
+            traces = await redis_traces(redis, [key_of(rid) for rid in ids] + [MARK])
+            assert traces == [], traces
+            r = await c.post("/v1/runs", json={**body, "runId": "p-3", "sessionId": "ps-0"})
+            assert r.status_code == 409 and r.json()["error"]["code"] == "run_deleted", r.text
     finally:
         w.stop()
