@@ -133,6 +133,7 @@ class RunConfig(Model):
     # The system prompt's preamble (also at the head of system_prompt); while one is on, tool
     # results reach the model framed as data (worker/preamble.py). None: off.
     preamble: str | None = None
+    store_content: bool = True  # False: the run keeps no content once it ends, nor do its children
 
     def internal_names(self) -> set[str]:
         return {t.name for t in self.internal_tools}
@@ -281,4 +282,5 @@ def resolve_config(
         reserve_output_tokens=profile.provider.max_tokens or DEFAULT_RESERVE_OUTPUT_TOKENS,
         pricing=profile.provider.pricing,
         preamble=rules,
+        store_content=profile.store_content if run.store_content is None else run.store_content,
     )

@@ -24,15 +24,20 @@ MARK = "qv-secret-5521"
 
 def profiles(tmp_path: Path) -> str:
     scripted = {"kind": "scripted", "mode": "script"}
-    loud = {"name": "loud", "provider": scripted, "tools": ["echo"]}
+    helper = {"name": "helper", "tools": ["echo"], "provider": {**scripted, "script": [
+        {"toolCalls": [{"name": "echo", "arguments": {"text": f"child {MARK}"}}]}, {"echoContext": True}]}}  # fmt: skip
+    loud = {"name": "loud", "provider": scripted, "tools": ["echo"],
+            "agentTools": [{"agent": "helper", "name": "ask_helper", "description": "a helper"}]}  # fmt: skip
     quiet = {"name": "quiet", "provider": scripted, "tools": ["echo"], "storeContent": False}
     path = tmp_path / "profiles.json"
-    path.write_bytes(orjson.dumps({"profiles": [loud, quiet]}))
+    path.write_bytes(orjson.dumps({"profiles": [loud, quiet, helper]}))
     return str(path)
 
 
 def run(agent: str, run_id: str, **extra: Any) -> dict[str, Any]:
     script = [{"toolCalls": [{"name": "echo", "arguments": {"text": MARK}}]}, {"text": f"the answer {MARK}"}]
+    if agent == "loud" and extra.get("storeContent") is False:  # and a sub-agent, which stores none either
+        script.insert(1, {"toolCalls": [{"name": "ask_helper", "arguments": {"task": f"help {MARK}"}}]})
     return {"agent": agent, "runId": run_id, "inputMessages": [{"role": "user", "content": f"tell {MARK}"}],
             "runtimeHints": {"script": script}, **extra}  # fmt: skip
 
@@ -55,6 +60,8 @@ async def test_a_run_that_stores_no_content_keeps_none_once_it_ended(
             for rid in ("r-input", "r-profile"):
                 view = await until_run(c, rid, lambda v: v["status"] == "completed", within=30)
                 result = view["result"]
+                if rid == "r-input":
+                    assert view["children"], view  # its sub-agent ran, and stored no content either
                 assert result["contentRedacted"] is True, result
                 assert result["usage"] and result["usage"]["outputTokens"] > 0, result
                 assert result.get("finalAssistantMessage") is None, result

@@ -19,7 +19,7 @@ async def start_children(cx: EffectContext, state: RunState, cmd: StartChildren)
     cfg = state.cfg
     cx.check_lease("create child runs")
     budget = cmd.budget.model_dump(mode="json", by_alias=True, exclude_none=True) if cmd.budget else None
-    specs = [ChildSpec(c.id, cmd.child_ids[c.id], cfg.agent_tools[c.name], child_task(c), budget)
+    specs = [ChildSpec(c.id, cmd.child_ids[c.id], cfg.agent_tools[c.name], child_task(c), budget, cfg.store_content)
              for c in cmd.calls]  # fmt: skip
     root = cfg.root or state.run_id  # a root run's children are its tree's first
     lineage = Lineage(agents=[*cfg.ancestors, cfg.agent], max_depth=cfg.max_depth, root=root)
