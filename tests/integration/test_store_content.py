@@ -26,11 +26,13 @@ def profiles(tmp_path: Path) -> str:
     scripted = {"kind": "scripted", "mode": "script"}
     helper = {"name": "helper", "tools": ["echo"], "provider": {**scripted, "script": [
         {"toolCalls": [{"name": "echo", "arguments": {"text": f"child {MARK}"}}]}, {"echoContext": True}]}}  # fmt: skip
+    hush = {**helper, "name": "hush", "storeContent": False}
     loud = {"name": "loud", "provider": scripted, "tools": ["echo"],
-            "agentTools": [{"agent": "helper", "name": "ask_helper", "description": "a helper"}]}  # fmt: skip
+            "agentTools": [{"agent": "helper", "name": "ask_helper", "description": "a helper"},
+                           {"agent": "hush", "name": "ask_hush", "description": "a discreet helper"}]}  # fmt: skip
     quiet = {"name": "quiet", "provider": scripted, "tools": ["echo"], "storeContent": False}
     path = tmp_path / "profiles.json"
-    path.write_bytes(orjson.dumps({"profiles": [loud, quiet, helper]}))
+    path.write_bytes(orjson.dumps({"profiles": [loud, quiet, helper, hush]}))
     return str(path)
 
 
@@ -72,9 +74,16 @@ async def test_a_run_that_stores_no_content_keeps_none_once_it_ended(
             assert await redis_traces(redis, [MARK]) == []
             session = (await c.get("/v1/sessions/sq")).json()
             assert session["runs"] == ["r-input"] and session["history"] == [], session  # no turn kept
-            # a run that stores its content, beside them, still does
-            r = await c.post("/v1/runs", json=run("loud", "r-kept"))
+            # a run that stores its content, beside them, still does; its sub-agent whose profile stores
+            # none does not
+            body = run("loud", "r-kept")
+            body["runtimeHints"]["script"].insert(
+                1, {"toolCalls": [{"name": "ask_hush", "arguments": {"task": "shh"}}]}
+            )
+            r = await c.post("/v1/runs", json=body)
             view = await until_run(c, "r-kept", lambda v: v["status"] == "completed", within=30)
             assert MARK in str(view["result"]) and not view["result"].get("contentRedacted")
+            child = (await c.get(f"/v1/runs/{view['children'][0]['runId']}")).json()
+            assert child["result"]["contentRedacted"] is True, child
     finally:
         w.stop()
