@@ -384,6 +384,9 @@ class RunDriver:
         if isinstance(exc, LeaseExpiredError):
             log.warning("run %s: %s; stopping without writing", self.run_id, exc)
             self.fence()
+        elif isinstance(exc, FencedError):  # an effect found the run gone (a deleted parent's children)
+            log.warning("run %s: %s; stopping without writing", self.run_id, exc)
+            self.fence(deleted=exc.deleted)
         elif exc is not None:
             log.error("run %s: effect crashed; failing the run", self.run_id, exc_info=exc)
             self.inbox.put_nowait(_Crashed(exc))
