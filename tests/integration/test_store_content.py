@@ -14,8 +14,10 @@ import pytest
 from redis.asyncio import Redis
 
 from tests.integration.api_support import A, api, settings, until_run
-from tests.integration.test_deletion import redis_traces
+from tests.integration.test_deletion import archive_count, archive_traces, key_of, redis_traces
+from tests.support.postgres_server import PostgresServer, binaries
 from tests.support.procs import WorkerProc
+from tests.support.waits import until
 
 pytestmark = pytest.mark.integration
 
@@ -87,3 +89,29 @@ async def test_a_run_that_stores_no_content_keeps_none_once_it_ended(
             assert child["result"]["contentRedacted"] is True, child
     finally:
         w.stop()
+
+
+@pytest.mark.skipif(binaries() is None, reason="no PostgreSQL binaries (initdb, pg_ctl) installed")
+async def test_the_archive_of_a_run_that_stores_no_content_holds_none(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    path = profiles(tmp_path)
+    pg = PostgresServer()
+    pg.start()
+    env = {"AGENTMILL_PROFILES": path, "AGENTMILL_ARCHIVE_URL": pg.url, "AGENTMILL_ARCHIVE_POLL_MS": "100"}
+    w = WorkerProc(redis_url, env=env, log=tmp_path / "w.log").start()
+    try:
+        async with (
+            api(settings(redis_url, profiles=path, archive_url=pg.url)) as base,
+            httpx.AsyncClient(base_url=base, headers=A, timeout=30) as c,
+        ):
+            r = await c.post("/v1/runs", json=run("quiet", "r-arch"))
+            assert r.status_code == 202, r.text
+            await until_run(c, "r-arch", lambda v: v["status"] == "completed", within=30)
+            await until("archived", lambda: archive_count(pg.url, [key_of("r-arch")]), 20)
+            assert await archive_traces(pg.url, [MARK]) == []
+            events = (await c.get("/v1/runs/r-arch/events", params={"format": "json"})).json()["events"]
+            assert events and all(MARK not in str(e) for e in events)
+    finally:
+        w.stop()
+        pg.stop()
