@@ -88,8 +88,13 @@ class Submitter:
         run = validated(raw, self.profiles)
         cap = quota.max_priority if quota is not None else limits.MAX_PRIORITY
         if self.profiles is not None:
-            cap = min(cap, self.profiles[run.agent].max_priority)
-            check_priced(run, self.profiles[run.agent], quota)
+            profile = self.profiles[run.agent]
+            cap = min(cap, profile.max_priority)
+            if (
+                run.store_content is None and not profile.store_content
+            ):  # the profile's default, kept with the run
+                run = run.model_copy(update={"store_content": False})
+            check_priced(run, profile, quota)
         return prepare(run, scope, lambda r: default_id or self.generated(scope, r), cap, trace)
 
     def place(self, run_id: str, session_id: str) -> keys.Partition:

@@ -67,6 +67,7 @@ class ChildSpec:
     agent: str
     task: str
     budget: dict[str, Any] | None = None  # the child's RunInput.budget (JSON): its parent's remainder
+    store_content: bool = True  # False: its parent stores no content, nor does it (RunInput.storeContent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +84,8 @@ def _input(spec: ChildSpec) -> tuple[bytes, str]:
     body: dict[str, Any] = {"agent": spec.agent, "inputMessages": [{"role": "user", "content": spec.task}]}
     if spec.budget:
         body["budget"] = spec.budget
+    if not spec.store_content:
+        body["storeContent"] = False
     canonical = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
     stored = canonical[:-1] + b',"runId":"' + spec.child_id.encode() + b'"}'
     return stored, hashlib.sha256(canonical).hexdigest()

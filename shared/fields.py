@@ -19,6 +19,7 @@ __all__ = [
     "AuditField",
     "BatchField",
     "BudgetField",
+    "DeletionField",
     "RunField",
     "ScheduleField",
     "SessionField",
@@ -116,6 +117,20 @@ class BatchField(StrEnum):
     ESTIMATED_RUNS = "estimatedRuns"  # ended runs whose usage is (partly) an estimate
     CACHE_READ_TOKENS = "cacheReadTokens"  # of inputTokens, read from a prompt cache
     CACHE_WRITE_TOKENS = "cacheWriteTokens"  # of inputTokens, written to a prompt cache
+
+
+class DeletionField(StrEnum):
+    """A deletion by metadata (keys.Partition.deletion, at its tenant's home; producer/deletion_jobs.py)."""
+
+    DELETION_ID = "deletionId"
+    TENANT = "tenant"
+    METADATA = "metadata"  # the metadata to match (JSON object)
+    STATE = "state"  # pending | running | done
+    MATCHED = "matched"  # runs found matching so far
+    DELETED = "deleted"  # of them deleted
+    ACTOR = "actor"
+    CREATED_AT = "createdAt"  # ms
+    FINISHED_AT = "finishedAt"  # ms, once done
 
 
 class SessionField(StrEnum):

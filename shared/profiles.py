@@ -232,6 +232,9 @@ class AgentProfile(Model):
     # The highest priority a run of this agent gets (a higher RunInput.priority is lowered to it),
     # beside the tenant's quota maxPriority: the lower of the two applies.
     max_priority: int = Field(default=limits.MAX_PRIORITY, ge=limits.MIN_PRIORITY, le=limits.MAX_PRIORITY)
+    # The default of its runs' RunInput.storeContent: false keeps no message or tool content once a run
+    # ends (resolved into the run's input at submission).
+    store_content: bool = True
 
     @model_validator(mode="after")
     def _preamble_text_with_custom(self) -> AgentProfile:

@@ -180,6 +180,8 @@ class RunConfig(Model):
             else self.reserve_output_tokens
         )
 
+    store_content: bool = True  # False: the run keeps no content once it ends, nor do its children
+
     def internal_names(self) -> set[str]:
         return {t.name for t in self.internal_tools}
 
@@ -329,4 +331,5 @@ def resolve_config(
         preamble=rules,
         chain=chain_of(profile),
         fallback_on=list(profile.fallback_on) if profile.providers and len(profile.providers) > 1 else [],
+        store_content=profile.store_content if run.store_content is None else run.store_content,
     )

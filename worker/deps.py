@@ -154,7 +154,7 @@ class WorkerDeps:
         store = RedisRunStore(
             self.parts, self.scripts, self.settings, part, run_id, self.lease, self.batcher, claimed
         )
-        cache = RedisToolCache(self.parts, part, run_id)
+        cache = RedisToolCache(self.parts, self.scripts, part, run_id)
         return RunPorts(
             store, self.sessions, self.models, self.tools, SystemClock(), self.rng, cache, self.budgets
         )

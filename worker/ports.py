@@ -64,7 +64,12 @@ __all__ = [
 
 
 class FencedError(Exception):
-    """This worker no longer owns the run; it must stop without writing."""
+    """This worker no longer owns the run; it must stop without writing. ``deleted``: the run is gone
+    (deleted, or expired): its job leaves no result behind either."""
+
+    def __init__(self, message: str, *, deleted: bool = False) -> None:
+        super().__init__(message)
+        self.deleted = deleted
 
 
 class SeqConflictError(Exception):

@@ -211,7 +211,10 @@ class RedisRunStore:
         """An append's answer (commit.lua, publish.lua): the stream's new last seq, or the refusal."""
         verdict = text(r[0])
         if verdict == "fenced" or verdict == "missing":
-            raise FencedError(f"run {self.run_id}: epoch {self.epoch} is no longer current ({verdict})")
+            raise FencedError(
+                f"run {self.run_id}: epoch {self.epoch} is no longer current ({verdict})",
+                deleted=verdict == "missing",
+            )
         if verdict == "seq_conflict":
             raise SeqConflictError(
                 f"run {self.run_id}: expected last seq {first - 1}, stream has {text(r[1])}"
@@ -220,8 +223,11 @@ class RedisRunStore:
 
     async def start_children(self, specs: list[ChildSpec], lineage: bytes, root: str) -> dict[str, Spawned]:
         """The children on their partitions, in this run's tenant and within its quotas (the parent's
-        worker holds the run)."""
+        worker holds the run). A parent deleted meanwhile starts none (its hash is gone: one read)."""
         self._check_lease()
+        run = self.part.run(self.run_id)
+        if not await self.parts.call(self.part, lambda c: c.exists(run)):
+            raise FencedError(f"run {self.run_id}: deleted; its children are not started", deleted=True)
         quota = Quotas(self.settings).of(self.tenant or DEFAULT_TENANT)
         return await kids.spawn(self.parts, self.scripts, parent_id=self.run_id, tenant=self.tenant,
                                 lineage=lineage, specs=specs, trace=tracing.current(), root_id=root, quota=quota,

@@ -20,6 +20,7 @@ from agentmill_client import __version__
 from producer.api import (
     errors,
     routes_catalog,
+    routes_deletion,
     routes_keys,
     routes_ops,
     routes_pool,
@@ -202,6 +203,7 @@ def create_app(
     app.middleware("http")(observe)
     for router in (
         routes_runs.router,
+        routes_deletion.router,
         routes_restore.router,
         sse.router,
         routes_ops.router,

@@ -51,6 +51,10 @@ ROUTE_SCOPES: dict[tuple[str, str], Scope | None] = {
     ("GET", "/v1/keys"): A,
     ("DELETE", "/v1/keys/{key_id}"): A,
     ("GET", "/v1/audit"): A,
+    ("DELETE", "/v1/runs/{run_id}"): A,
+    ("DELETE", "/v1/sessions/{session_id}"): A,
+    ("POST", "/v1/deletions"): A,
+    ("GET", "/v1/deletions/{deletion_id}"): A,
     # no bearer token
     ("GET", "/openapi.json"): None,
     ("GET", "/healthz"): None,

@@ -18,6 +18,7 @@ from producer.api.key_cache import KeyCache
 from producer.api.metrics import ApiMetrics
 from producer.api.scopes import scope_of
 from producer.api.streams import StreamLimiter
+from producer.deletion_jobs import DeletionJobs
 from producer.gauges import ClusterGauges, read_gauges, running_caps
 from producer.key_store import KeyStore
 from producer.restore import Restorer, StateOf
@@ -61,6 +62,7 @@ class Api:
         )
         self.parts = self.producer.parts
         self.schedules = ScheduleStore(self.producer)
+        self.deletions = DeletionJobs(self.producer)  # and its Eraser: runs and sessions deleted
         self.streams = StreamLimiter(settings.max_streams_per_tenant, settings.max_streams)
         self.quotas = Quotas(settings)
         self.keys = KeyStore(self.parts, settings)

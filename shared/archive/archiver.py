@@ -6,7 +6,9 @@ process: ``agentmill archiver``) loops: it claims a batch from every partition f
 (archive_claim.lua: one round trip per node), reads each run's hash, stream and tool records (one
 pipelined round trip per node), writes them all in one PostgreSQL transaction
 (ArchiveStore.write, exactly once), then marks them archived (archive_done.lua): out of the index,
-the stream and tool records dropped, the hash expiring after AGENTMILL_LIVE_RETENTION_S.
+the stream and tool records dropped, the hash expiring after AGENTMILL_LIVE_RETENTION_S. A run deleted
+while it was being archived (its tombstone is there when it is marked) has the rows just written
+deleted again: a deletion deletes the rows written before its tombstone, the archiver those after.
 
 An archiver that dies mid-batch leaves its claims to expire; the next one writes the batch again,
 which inserts nothing twice. While PostgreSQL is down nothing is marked: the indexes grow (the
@@ -184,9 +186,14 @@ class Archiver:
             for rid in ids:
                 args += [rid, len(terms.get(rid, ())), *terms.get(rid, ())]
             out.add_script(p, self.scripts.archive_done, *self.scripts.frame(p, [], args))
+        late: list[str] = []
         for r in await out.replies():
             if isinstance(r, BaseException):
                 raise r
+            late += [text(x) for x in r[1:]]
+        if late:  # deleted while this batch was written: its rows go again (the deletion's came first)
+            await self.store.delete_runs(late)
+            log.info("archive: %d runs deleted while being archived: their rows deleted", len(late))
 
     async def _maybe_prune(self) -> None:
         days = self.settings.archive_retention_days

@@ -94,6 +94,13 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         );
         """,
     ),
+    (
+        4,
+        # a run's children (sub-agents), which its deletion deletes with it
+        """
+        CREATE INDEX runs_parent ON runs ((record->>'parentRunId'));
+        """,
+    ),
 )
 
 

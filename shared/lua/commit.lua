@@ -128,15 +128,17 @@ elseif is_terminal(status) then
     if fresh then redis.call('EXPIRE', usage_key, usage_ttl) end
   end
   redis.call('HSET', KEYS[1], unpack(run_fields)); run_fields = {}
+  local no_content = stores_no_content(KEYS[1])
+  if no_content then redact(KEYS[1], KEYS[2], KEYS[3], ARGV[4]) end
   ending_handoff(KEYS[1], ARGV[4], status)
   if sid ~= '' then
-    if loop ~= '' then
+    if loop ~= '' and not no_content then
       redis.call('RPUSH', KEYS[8], loop)
       redis.call('LTRIM', KEYS[8], -1000, -1)
       -- kept with the run until archived: the archive answers the session's history after its list expired
       if ctx().archive_on == '1' then redis.call('HSET', KEYS[1], F.LOOP, loop) end
     end
-    session_keep(KEYS[9], KEYS[10], trs, calls)
+    session_keep(KEYS[9], KEYS[10], no_content and {} or trs, calls)
     -- A session's history lives for the retention after its latest run ended.
     redis.call('LTRIM', KEYS[7], -1000, -1)
     for k = 7, 8 do redis.call('EXPIRE', KEYS[k], ctx().retention) end

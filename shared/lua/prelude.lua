@@ -453,6 +453,97 @@ end
 -- approval timeout). Bumps the epoch so any worker still holding the run is fenced off. The calls its
 -- records hold reach its session, as a worker's ending takes them there: once, since only a run not
 -- ended yet is ended here, and a worker's later ending of it is fenced.
+-- Content that need not be stored (RunInput.storeContent false; its profile's default is resolved
+-- into the input at submission): once the run ends, its stream keeps no message or tool content (the
+-- payload of each event that carries some keeps its numbers, booleans, ids and names, marked
+-- contentRedacted), its result no answer, output or messages, its input no messages; its tool
+-- records, checkpoint and transcript go. Usage, timings, statuses and errors stay.
+local function stores_no_content(run)
+  local raw = redis.call('HGET', run, F.INPUT)
+  if not raw or not string.find(raw, '"storeContent":false', 1, true) then return false end
+  local ok, v = pcall(cjson.decode, raw)
+  return ok and type(v) == 'table' and v.storeContent == false
+end
+local CONTENT_KINDS = {[EVENT.MODEL_DELTA] = true, [EVENT.ASSISTANT_MESSAGE] = true, [EVENT.TOOL_CALL] = true,
+  [EVENT.TOOL_RESULT] = true, [EVENT.COMPACTION] = true, [EVENT.CHILD_ENDED] = true}
+local KEPT_TEXT = {toolCallId = true, providerCallId = true, name = true, childRunId = true, streamKey = true,
+  status = true, finishReason = true, stopReason = true, model = true, code = true, strategy = true, runId = true}
+local USAGES = {usage = true, total = true, childrenUsage = true}  -- tables of numbers: kept
+local function scalars_of(t)  -- a table's numbers and booleans (a usage)
+  local out = {}
+  for k, v in pairs(t) do
+    if type(v) == 'number' or type(v) == 'boolean' then out[k] = v end
+  end
+  return out
+end
+local function redacted_payload(payload)
+  local ok, p = pcall(cjson.decode, payload)
+  local out = {contentRedacted = true}
+  if not ok or type(p) ~= 'table' then return cjson.encode(out) end
+  for k, v in pairs(p) do
+    local t = type(v)
+    if t == 'number' or t == 'boolean' or (t == 'string' and KEPT_TEXT[k]) then
+      out[k] = v
+    elseif t == 'table' and USAGES[k] then
+      out[k] = scalars_of(v)
+    end
+  end
+  return cjson.encode(out)
+end
+local function redacted_result(raw)
+  local ok, r = pcall(cjson.decode, raw)
+  if not ok or type(r) ~= 'table' then return cjson.encode({contentRedacted = true}) end
+  local out = {contentRedacted = true, runId = r.runId, sessionId = r.sessionId, status = r.status,
+    iterations = r.iterations, stopReason = r.stopReason, finishReason = r.finishReason}
+  for k in pairs(USAGES) do
+    if type(r[k]) == 'table' then out[k] = scalars_of(r[k]) end
+  end
+  if type(r.lastError) == 'table' then
+    out.lastError = {code = r.lastError.code, message = r.lastError.message, retryable = r.lastError.retryable}
+  end
+  return cjson.encode(out)
+end
+local function redacted_input(raw)
+  local ok, v = pcall(cjson.decode, raw)
+  if not ok or type(v) ~= 'table' then return raw end
+  local out = {storeContent = false, inputMessages = {{role = 'user', content = ''}}}
+  for k, x in pairs(v) do
+    local t = type(x)
+    if k ~= 'systemPromptOverride' and (t == 'string' or t == 'number' or t == 'boolean') then out[k] = x end
+  end
+  if type(v.metadata) == 'table' then
+    local m = {}
+    for k, x in pairs(v.metadata) do
+      if type(x) ~= 'table' and type(x) ~= 'userdata' then m[k] = x end
+    end
+    if next(m) then out.metadata = m end
+  end
+  return cjson.encode(out)
+end
+local function redact(run, stream, tools, run_id)
+  local entries = redis.call('XRANGE', stream, '-', '+')
+  local rows, changed = {}, false
+  for _, e in ipairs(entries) do
+    local f = {}
+    for k = 1, #e[2], 2 do f[e[2][k]] = e[2][k + 1] end
+    if CONTENT_KINDS[f.kind] then f.payload = redacted_payload(f.payload); changed = true end
+    rows[#rows + 1] = {e[1], f}  -- its id is <seq>-0 (xadd)
+  end
+  if changed then
+    redis.call('DEL', stream)
+    for _, r in ipairs(rows) do
+      local f = r[2]
+      xadd(stream, tonumber(f.seq), f.kind, f.ts, f.payload, ctx().maxlen, f.epoch)
+    end
+  end
+  local h = redis.call('HMGET', run, F.RESULT, F.INPUT)
+  local set = {}
+  if h[1] then set[#set + 1] = F.RESULT; set[#set + 1] = redacted_result(h[1]) end
+  if h[2] then set[#set + 1] = F.INPUT; set[#set + 1] = redacted_input(h[2]) end
+  if #set > 0 then redis.call('HSET', run, unpack(set)) end
+  redis.call('HDEL', run, F.CKPT, F.LOOP, F.APPROVALS, F.CLIENT_PENDING, F.ORIGIN)
+  redis.call('DEL', tools, transcript_key(run_id))
+end
 local function finalize(run, stream, tools, run_id, status, code, message)
   local maxlen, retention = ctx().maxlen, ctx().retention
   flush_deferred()  -- a run created earlier in this script may be the one ending
@@ -487,10 +578,12 @@ local function finalize(run, stream, tools, run_id, status, code, message)
   track(run, run_id, h[5], status)
   local wh = redis.call('HGET', run, F.WEBHOOK)
   if wh and wh ~= '' then redis.call('LPUSH', WEBHOOKS, run_id) end
+  local no_content = stores_no_content(run)
   if h[2] and h[2] ~= '' then
     local results, calls = recorded_calls(tools, run_id)
-    session_keep(ctx().session_results .. h[2], ctx().session_calls .. h[2], results, calls)
+    session_keep(ctx().session_results .. h[2], ctx().session_calls .. h[2], no_content and {} or results, calls)
   end
+  if no_content then redact(run, stream, tools, run_id) end
   session_advance(h[2], run_id)
   to_archive(run_id, ts)
   redis.call('EXPIRE', run, retention)

@@ -26,6 +26,8 @@ __all__ = [
     "BatchRetryItem",
     "BatchView",
     "ChildRun",
+    "DeletionBody",
+    "DeletionView",
     "ErrorBody",
     "EventsPage",
     "ForkBody",
@@ -35,9 +37,11 @@ __all__ = [
     "PoolWorker",
     "ResultError",
     "RetryBody",
+    "RunDeleted",
     "RunSummary",
     "RunView",
     "RunsPage",
+    "SessionDeleted",
     "SessionView",
     "ToolResultVerdict",
     "ToolResultsAnswer",
@@ -211,6 +215,40 @@ class AbortAnswer(Answer):
     result: str = Field(
         description="aborted (was queued or awaiting approval) | requested (its worker stops it) | finished (no-op)"
     )
+
+
+class RunDeleted(Answer):
+    run_id: str
+    deleted_at: int = Field(description="ms since the epoch: when it was deleted")
+    runs_deleted: int = Field(
+        description="runs deleted by this call, its sub-agents' included (0: deleted before)"
+    )
+    already_deleted: bool = Field(
+        default=False, description="it was deleted before: its tombstone answers (while it is kept)"
+    )
+
+
+class SessionDeleted(Answer):
+    session_id: str
+    runs_deleted: int
+
+
+class DeletionBody(Answer):
+    metadata: dict[str, str | int | float | bool] = Field(
+        min_length=1,
+        max_length=limits.MAX_META_TERMS,
+        description="every run of the tenant whose metadata has all of these values is deleted",
+    )
+
+
+class DeletionView(Answer):
+    deletion_id: str
+    state: Literal["pending", "running", "done"]
+    metadata: dict[str, Any]
+    matched: int = Field(description="runs found matching so far (those deleted, and those still left)")
+    deleted: int
+    created_at: int
+    finished_at: int | None = None
 
 
 class ApprovalVerdict(Answer):

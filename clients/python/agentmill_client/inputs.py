@@ -220,6 +220,10 @@ class RunInput(Model):
     priority: int | None = Field(default=None, ge=limits.MIN_PRIORITY, le=limits.MAX_PRIORITY)
     # When the run may start: epoch ms, or an RFC 3339 time (stored as epoch ms). Until then: scheduled.
     run_at: int | None = Field(default=None, ge=0, le=limits.MAX_RUN_AT_MS)
+    # False: once the run ends, its events, result, input and archive rows keep no message or tool
+    # content (marked contentRedacted; usage and timings kept) and its transcript is dropped.
+    # None: its agent profile's storeContent (true unless the profile says otherwise).
+    store_content: bool | None = None
 
     @field_validator("run_at", mode="before")
     @classmethod
