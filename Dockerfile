@@ -13,6 +13,7 @@ COPY clients/python/agentmill_client ./clients/python/agentmill_client
 COPY shared ./shared
 COPY producer ./producer
 COPY worker ./worker
+COPY app ./app
 RUN uv sync --frozen --no-editable
 
 FROM python:3.11.11-slim-bookworm

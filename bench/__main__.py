@@ -23,6 +23,7 @@ from redis.asyncio import Redis
 
 from bench.attack_kinds import ATTACKS
 from bench.figure import Figure, fmt
+from bench.figures_caching import CachingFigures
 from bench.figures_cluster import ClusterFigures
 from bench.figures_functions import FunctionsFigures
 from bench.figures_io import IoFigures
@@ -46,6 +47,7 @@ class Bench(
     PeerFigures,
     FunctionsFigures,
     StreamingFigures,
+    CachingFigures,
 ):
     """Every figure, run in order; a table and JSON at the end."""
 
@@ -96,6 +98,7 @@ class Bench(
                 ("results", lambda: self.fig_results(r)),
                 ("lanes", lambda: self.fig_lanes(r)),
                 ("peers", lambda: self.fig_peers(r)),
+                ("caching", lambda: self.fig_caching(r)),
             ]
             for name, measure in figures:
                 if name not in a.only:
@@ -182,6 +185,7 @@ def parser() -> argparse.ArgumentParser:
             "results",
             "lanes",
             "peers",
+            "caching",
         ],
     )
     ap.add_argument(

@@ -66,8 +66,8 @@ async def one(
 ) -> dict[str, float]:
     """n runs of ``script`` through one fresh worker process, counted from after its start-up."""
     await b.flush(r)
-    p = b.spawn(["-m", "worker"], **env)
-    a = b.spawn(["-m", "producer.cli", "archiver"], **env) if apart else None
+    p = b.spawn(["-m", "app.worker"], **env)
+    a = b.spawn(["-m", "app.cli", "archiver"], **env) if apart else None
     await b.wait_started(r)
     await asyncio.sleep(1.5)  # imports and first polls over
     c0, rc0, t0 = cpu_s(p.pid), await redis_cpu_s(r), time.perf_counter()

@@ -80,7 +80,7 @@ class ClusterFigures(Plumbing):
     async def _start_latency(self, s: Settings, env: dict[str, str]) -> list[float]:
         parts: Partitions[Redis] = Partitions.from_settings(s)
         await parts.start()
-        w = self.spawn(["-m", "worker"], REDIS_URL=s.redis_url,
+        w = self.spawn(["-m", "app.worker"], REDIS_URL=s.redis_url,
                        AGENTMILL_REDIS_CLUSTER="true" if s.redis_cluster else "false", **env)  # fmt: skip
         try:
             producer = Producer(parts, settings=s, profiles=profiles_from(None))
@@ -117,7 +117,7 @@ class ClusterFigures(Plumbing):
                 ]
                 env = {"REDIS_URL": cluster.url, "AGENTMILL_REDIS_CLUSTER": "true",
                        "AGENTMILL_REDIS_WAIT_REPLICAS": "0", "AGENTMILL_PROFILES": profiles}  # fmt: skip
-                procs = [self.spawn(["-m", "worker"], **env) for _ in range(workers)]
+                procs = [self.spawn(["-m", "app.worker"], **env) for _ in range(workers)]
                 try:
                     # Started and polling before the clock starts: interpreter start-up was about 1 s
                     # of a 2 s span. Submission is measured with the runs (its commands count too).

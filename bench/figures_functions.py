@@ -86,7 +86,7 @@ class FunctionsFigures(Plumbing):
         profiles = self.pure_profiles()
         functions = "on" if mode == "pure" else mode
         producer = self.producer(r, redis_functions=functions, profiles=profiles)
-        procs = [self.spawn(["-m", "worker"], AGENTMILL_REDIS_FUNCTIONS=functions, AGENTMILL_PROFILES=profiles)
+        procs = [self.spawn(["-m", "app.worker"], AGENTMILL_REDIS_FUNCTIONS=functions, AGENTMILL_PROFILES=profiles)
                  for _ in range(workers)]  # fmt: skip
         try:
             warm = await producer.submit_many([self.script_run([{"text": "warm"}])] * workers)

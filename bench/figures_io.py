@@ -22,7 +22,7 @@ class IoFigures(Plumbing):
     async def fig_latency(self, r: Redis) -> None:
         await self.flush(r)
         p = self.producer(r)
-        w = self.spawn(["-m", "worker"])
+        w = self.spawn(["-m", "app.worker"])
         await self.wait_started(r)
         await asyncio.sleep(0.3)
         lat: list[float] = []
@@ -54,7 +54,7 @@ class IoFigures(Plumbing):
         f.note = f"ours p50 {statistics.median(ours):.2f} ms (n={len(ours)}); raw p50 {statistics.median(raw):.2f} ms; ours includes the commit script"
         self.figures.append(f)
         # The same through the API's Server-Sent Events, read by a client in another process.
-        w = self.spawn(["-m", "worker"])
+        w = self.spawn(["-m", "app.worker"])
         api, url = await self.spawn_api()
         await self.wait_started(r)
         sub = await p.submit(self.script_run([{"text": "x" * 4000, "delayMs": 4000}]))
@@ -152,7 +152,7 @@ class IoFigures(Plumbing):
                         r,
                         n,
                         lambda box=box: box.append(
-                            self.spawn(["-m", "worker"], AGENTMILL_PROFILES=str(profiles))
+                            self.spawn(["-m", "app.worker"], AGENTMILL_PROFILES=str(profiles))
                         ),
                         lambda: self.runs_done(r),
                     )

@@ -102,8 +102,8 @@ class IsolationFigures(Plumbing):
         env = self._prod_env(AGENTMILL_API_PORT=str(port), AGENTMILL_API_TOKENS=TOKENS)
         procs = [
             flood,
-            self._spawn_prod(["-m", "worker"]),
-            self._spawn_prod(["-m", "producer.cli", "api"], env),
+            self._spawn_prod(["-m", "app.worker"]),
+            self._spawn_prod(["-m", "app.cli", "api"], env),
         ]
         self.procs += procs
         url = f"http://127.0.0.1:{port}"

@@ -76,7 +76,7 @@ class LanesFigures(Plumbing):
         # 11a, idle: the same interactive runs to an idle worker.
         await self.flush(r)
         p = self.producer(r)
-        w = self.spawn(["-m", "worker"], **env)
+        w = self.spawn(["-m", "app.worker"], **env)
         await self.wait_started(r)
         await asyncio.sleep(0.3)
         idle, _ = await self.interactive(r, p, n_hi)
@@ -88,7 +88,7 @@ class LanesFigures(Plumbing):
         for i in range(0, len(batch), 1000):
             await p.submit_many(batch[i : i + 1000], batch_id=BATCH, offset=i, more=True)
         submit_s = time.monotonic() - t0
-        w = self.spawn(["-m", "worker"], **env)
+        w = self.spawn(["-m", "app.worker"], **env)
         await self.wait_started(r)
         await asyncio.sleep(3.0)  # warm: every slot taken
         window = n_hi * SPACING_S
@@ -124,7 +124,7 @@ class LanesFigures(Plumbing):
         aging = self.args.lanes_aging_ms  # short, so the bound shows within the bench's time
         await self.flush(r)
         p = self.producer(r, priority_aging_ms=aging)
-        w = self.spawn(["-m", "worker"], **env)
+        w = self.spawn(["-m", "app.worker"], **env)
         await self.wait_started(r)
         rate, seconds = self.args.lanes_stream_rate, self.args.lanes_stream_s
         stream: list[str] = []

@@ -49,7 +49,10 @@ class RunFigures(Plumbing):
             mem0 = (await r.info("memory"))["used_memory"]
             await self.producer(r).submit_many([self.script_run([{"text": "hi"}])] * a.runs)
             t = await self.drain_time(
-                r, a.runs, lambda box=box: box.append(self.spawn(["-m", "worker"])), lambda: self.runs_done(r)
+                r,
+                a.runs,
+                lambda box=box: box.append(self.spawn(["-m", "app.worker"])),
+                lambda: self.runs_done(r),
             )
             f.ours.append(a.runs / t)
             self.stop(box[1])
@@ -74,7 +77,7 @@ class RunFigures(Plumbing):
             await self.producer(r).submit_many([self.script_run(script)] * n)
             box: list[subprocess.Popen[bytes]] = []
             t = await self.drain_time(
-                r, n, lambda box=box: box.append(self.spawn(["-m", "worker"])), lambda: self.runs_done(r)
+                r, n, lambda box=box: box.append(self.spawn(["-m", "app.worker"])), lambda: self.runs_done(r)
             )
             f.ours.append(n * 10 / t)
             self.stop(box[0])
@@ -245,7 +248,7 @@ class RunFigures(Plumbing):
         for n in self.args.beat_inflight:
             await self.flush(r)
             await self.producer(r).submit_many([self.script_run([{"text": "ok", "delayMs": 30_000}])] * n)
-            w = self.spawn(["-m", "worker"], AGENTMILL_MAX_JOBS=str(n + 10))
+            w = self.spawn(["-m", "app.worker"], AGENTMILL_MAX_JOBS=str(n + 10))
             deadline = time.monotonic() + 120
             while True:  # every run acquired: in its worker's runs set
                 ids = await r.zrange(K.workers, 0, -1)
@@ -298,7 +301,7 @@ class RunFigures(Plumbing):
                 box: list[subprocess.Popen[bytes]] = box, n: int = n, stats: Path = stats_path, k: int = k
             ) -> None:
                 if k > 1:  # each process takes its share, so all of them carry runs
-                    argv = ["-m", "producer.cli", "worker", "--processes", str(k)]
+                    argv = ["-m", "app.cli", "worker", "--processes", str(k)]
                     box.append(self.spawn(argv, AGENTMILL_MAX_JOBS=str(-(-n // k) + 10)))
                     return
                 box.append(

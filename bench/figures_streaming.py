@@ -48,7 +48,7 @@ class StreamingFigures(Plumbing):
         env = {"AGENTMILL_MAX_JOBS": str(n + 10)}
         if not paced:
             env["AGENTMILL_DELTA_FLUSH_PER_S"] = UNPACED
-        p = self.spawn(["-m", "worker"], **env)
+        p = self.spawn(["-m", "app.worker"], **env)
         try:
             await self.wait_started(r)
             await asyncio.sleep(1.0)  # imports and first polls over

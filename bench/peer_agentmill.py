@@ -1,7 +1,7 @@
 """agentmill in the peers figure: the same one-step job as a run of the scripted (test) model
 profile, one reply "hi" with no delay, as figure 1 runs it.
 
-Worker: ``python -m worker`` (REDIS_URL, AGENTMILL_MAX_JOBS, AGENTMILL_POLL_DELAY_S). Client side:
+Worker: ``python -m app.worker`` (REDIS_URL, AGENTMILL_MAX_JOBS, AGENTMILL_POLL_DELAY_S). Client side:
 the producer's submit, a done check and the run's own record (createdAt, finishedAt; the start from
 arq's result record of its first dispatch)."""
 
@@ -19,7 +19,7 @@ from shared.profiles import profiles_from
 from shared.settings import Settings
 from tests.support.schema import K
 
-WORKER_ARGV = ["-m", "worker"]
+WORKER_ARGV = ["-m", "app.worker"]
 
 
 class AgentmillPeer:

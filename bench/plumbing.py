@@ -75,7 +75,7 @@ class Plumbing:
         """`agentmill api` as its own process, auth off; returns it and its base URL once ready."""
         port = free_port()
         p = self.spawn(
-            ["-m", "producer.cli", "api"],
+            ["-m", "app.cli", "api"],
             AGENTMILL_API_PORT=str(port),
             AGENTMILL_AUTH_DISABLED="true",
             AGENTMILL_MAX_QUEUE_DEPTH="10000000",

@@ -1,4 +1,4 @@
-"""``python -m bench.worker_probe``: a worker process (as ``python -m worker``) that also samples its
+"""``python -m bench.worker_probe``: a worker process (as ``python -m app.worker``) that also samples its
 event-loop lag and RSS for the bench, written to ``$AGENTMILL_BENCH_STATS`` when it stops."""
 
 from __future__ import annotations

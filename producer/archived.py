@@ -67,6 +67,8 @@ class ArchiveReads:
             BatchField.INPUT_TOKENS: str(sum(r.input_tokens for r in rows)),
             BatchField.OUTPUT_TOKENS: str(sum(r.output_tokens for r in rows)),
             BatchField.ESTIMATED_RUNS: str(sum(r.estimated for r in rows)),
+            BatchField.CACHE_READ_TOKENS: str(sum(r.cache_read_tokens for r in rows)),
+            BatchField.CACHE_WRITE_TOKENS: str(sum(r.cache_write_tokens for r in rows)),
             **{r.status: str(r.runs) for r in rows},
         }
         if costs:

@@ -14,6 +14,7 @@ from agentmill_client.models import RunInput
 from producer.batch_shares import batch_gate, close_batch
 from producer.placement import Holder, verdict
 from producer.prepared import Prepared
+from producer.schemas_ready import schemas_ready
 from producer.scope import batch_run_prefix, claimed_id, claimed_session
 from producer.submission import SubmissionError, Submitted, outcome
 from producer.submitter import Submitter
@@ -135,6 +136,7 @@ async def submit_many(
             )
             sent.append(go)
 
+    await schemas_ready(items)  # off the loop, before each item's prepare checks them
     async with p.sender(tenant, batch_id or "") as sender:
         try:
             for i, raw in enumerate(items):

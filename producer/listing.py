@@ -182,6 +182,8 @@ def batch_usage(h: dict[str, str]) -> dict[str, Any]:
         "outputTokens": int(h.get(BatchField.OUTPUT_TOKENS) or 0),
         "estimated": int(h.get(BatchField.ESTIMATED_RUNS) or 0) > 0,
         "costUsd": round(float(cost), 9) if cost else None,
+        "cacheReadTokens": int(h.get(BatchField.CACHE_READ_TOKENS) or 0),
+        "cacheWriteTokens": int(h.get(BatchField.CACHE_WRITE_TOKENS) or 0),
     }
 
 

@@ -20,10 +20,22 @@ from producer.scope import Scope
 from producer.submission import SubmissionError, reserved_id_error, validation_error
 from shared.meta_terms import meta_term, meta_terms
 from shared.netguard_rules import host_refusal
-from shared.profiles import AgentProfile
+from shared.profiles import AgentProfile, unpriced_message
+from shared.quotas import Quota
+from shared.schema_compiling import run_schemas
 from shared.schema_validator import SchemaBoundError, compiled
 
-__all__ = ["Prepared", "checked_messages", "counted", "meta_term", "meta_terms", "prepare", "validated"]
+__all__ = [
+    "Prepared",
+    "check_priced",
+    "checked_messages",
+    "counted",
+    "meta_term",
+    "meta_terms",
+    "parsed",
+    "prepare",
+    "validated",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,16 +64,20 @@ def counted(items: list[str]) -> list[Any]:
     return [len(items), *items]
 
 
+def parsed(raw: RunInput | dict[str, Any]) -> RunInput:
+    """The input as a RunInput; else SubmissionError naming the field."""
+    if isinstance(raw, RunInput):
+        return raw
+    try:
+        return RunInput.model_validate(raw)
+    except ValidationError as exc:
+        raise validation_error(exc) from None
+
+
 def validated(raw: RunInput | dict[str, Any], profiles: dict[str, AgentProfile] | None) -> RunInput:
     """The input as a RunInput of a known agent (``profiles``; None: any); else SubmissionError
     naming the field."""
-    if isinstance(raw, RunInput):
-        run = raw
-    else:
-        try:
-            run = RunInput.model_validate(raw)
-        except ValidationError as exc:
-            raise validation_error(exc) from None
+    run = parsed(raw)
     _check_schemas(run)
     if profiles is not None and run.agent not in profiles:
         known = ", ".join(sorted(profiles))
@@ -75,16 +91,29 @@ def validated(raw: RunInput | dict[str, Any], profiles: dict[str, AgentProfile] 
     return run
 
 
+def check_priced(run: RunInput, profile: AgentProfile, quota: Quota | None) -> None:
+    """A cost budget (the run's maxCostUsd, its tenant's costUsdPerDay) on a model with no price
+    cannot be kept: 422 ``unpriced_model`` naming it, never a budget that counts the model as free."""
+    asks = run.budget is not None and run.budget.max_cost_usd is not None
+    day = quota is not None and quota.cost_usd_per_day > 0
+    if (asks or day) and (free := profile.unpriced()) is not None:
+        field = "budget.maxCostUsd" if asks else "costUsdPerDay (the tenant's quota)"
+        raise SubmissionError(
+            "unpriced_model", unpriced_message(field, free), field="budget" if asks else "agent"
+        )
+
+
 def _check_schemas(run: RunInput) -> None:
-    """The run's JSON Schemas within their bounds (shared/schema_bounds.py), compiled now (the worker
-    finds them compiled when it runs here too): else 422 ``schema_too_complex`` naming the bound."""
-    schemas = [(f"clientTools.{i}.parameters", t.parameters) for i, t in enumerate(run.client_tools or ())]
-    if run.response_format is not None and run.response_format.json_schema is not None:
-        schemas.append(("responseFormat.jsonSchema.schema", run.response_format.json_schema.schema_))
-    for field, schema in schemas:
+    """The run's JSON Schemas within their bounds (shared/schema_bounds.py), compiled now or found in
+    the cache (producer/schemas_ready.py compiles them off the loop first; the worker finds them compiled when
+    it runs here too): else 422 ``schema_too_complex`` naming the bound, or ``invalid_input`` for a
+    schema that is not a JSON Schema (2020-12)."""
+    for field, schema in run_schemas(run):
         try:
             compiled(schema)
         except SchemaBoundError as exc:
+            if exc.bound == "schema":  # not a JSON Schema at all: invalid, not too complex
+                raise SubmissionError("invalid_input", f"{field}: {exc.message}", field=field) from None
             raise SubmissionError(
                 "schema_too_complex", f"{field}: {exc.message} (bound: {exc.bound})", field=field
             ) from None

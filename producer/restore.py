@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -44,12 +45,17 @@ from shared.origin import Origin
 from shared.quotas import Quota
 from shared.scripts import text
 from shared.tool_records import ToolRecord
-from worker.machine import origin_state
 
 if TYPE_CHECKING:
     from producer.service import Producer
 
-__all__ = ["Original", "Restorer"]
+__all__ = ["Original", "Restorer", "StateOf"]
+
+# The state an origin names, as its checkpoint's JSON (None: a run that never started): the pure
+# machine rebuilds it from the origin's checkpoint and events (worker.machine.origin_state), given
+# by the process root that makes the Restorer (app.forks). Its arguments: the origin, the forked
+# run's key, its input messages and the time now (ms).
+StateOf = Callable[[Origin, str, list[Message], int], dict[str, Any] | None]
 
 F = RunField
 _FIELDS = [F.STATUS, F.TENANT, F.INPUT, F.CKPT, F.LAST_SEQ, F.BATCH, F.CLIENT_ID, F.ORIGIN, F.ARCHIVED,
@@ -62,8 +68,9 @@ _NOT_INHERITED = ("runId", "sessionId", "autoCreateSession", "multitaskStrategy"
 
 
 class Restorer:
-    def __init__(self, producer: Producer) -> None:
+    def __init__(self, producer: Producer, state_of: StateOf) -> None:
         self.p = producer
+        self.state_of = state_of
 
     async def read(self, run_id: str, tenant: str, *, upto: int | None = None) -> Original:
         """The tenant's run ``run_id`` (404 for another tenant's), with its events up to ``upto``:
@@ -165,7 +172,7 @@ class Restorer:
             )
         lineage = {"forkOf": run_id, "atSeq": at_seq}
         shown = _appended(input_messages or [])
-        origin = Origin(lineage, _state_at(o, lineage, at_seq), append=shown)
+        origin = Origin(lineage, _state_at(o, lineage, at_seq, self.state_of), append=shown)
         published = {str(p.get("toolCallId")) for _, k, p in o.events if k == EventKind.TOOL_RESULT}
         published |= _inherited(o.origin)
         records = {i: r for i, r in o.records.items() if r.done and i in published}
@@ -261,7 +268,7 @@ def _appended(messages: list[Message]) -> list[dict[str, Any]]:
     return shown
 
 
-def _state_at(o: Original, lineage: dict[str, Any], at_seq: int) -> dict[str, Any] | None:
+def _state_at(o: Original, lineage: dict[str, Any], at_seq: int, state_of: StateOf) -> dict[str, Any] | None:
     """The checkpoint a fork of ``o`` at ``at_seq`` starts from: the state rebuilt from ``o``'s
     events up to it (worker.machine.origin), once, here. The fork stores that state alone (its
     transcript up to the seq), never ``o``'s last checkpoint, events and own origin beside it: a fork
@@ -269,12 +276,12 @@ def _state_at(o: Original, lineage: dict[str, Any], at_seq: int) -> dict[str, An
     messages = [Message.model_validate(m) for m in o.input.get("inputMessages") or []]
     events = [(k, p) for _, k, p in o.events]
     try:
-        state = origin_state(Origin(lineage, o.checkpoint, events, parent=o.origin), o.key, messages,
-                             int(time.time() * 1000))  # fmt: skip
+        state = state_of(Origin(lineage, o.checkpoint, events, parent=o.origin), o.key, messages,
+                         int(time.time() * 1000))  # fmt: skip
     except Exception as exc:  # an origin of an older form it cannot read: refused, never a 500
         raise SubmissionError("restore_failed", f"run {o.shown}'s state at seq {at_seq} cannot be rebuilt: "
                               f"{type(exc).__name__}: {str(exc)[:300]}", status=409) from None  # fmt: skip
-    return None if state is None else {"seq": at_seq, "state": state.model_dump(mode="json", by_alias=True)}
+    return None if state is None else {"seq": at_seq, "state": state}
 
 
 def _check_restored(lineage: dict[str, Any], input_bytes: int, state_bytes: int, records_bytes: int) -> None:

@@ -39,6 +39,8 @@ def usage_of(h: Mapping[RunField, str | None]) -> Usage | None:
         output_tokens=int(h.get(RunField.USAGE_OUT) or 0),
         estimated=h.get(RunField.USAGE_ESTIMATED) == "1",
         cost_usd=float(cost) if cost else None,
+        cache_read_tokens=int(h.get(RunField.USAGE_CACHE_READ) or 0),
+        cache_write_tokens=int(h.get(RunField.USAGE_CACHE_WRITE) or 0),
     )
 
 

@@ -20,6 +20,7 @@ from agentmill_client import limits
 from agentmill_client.models import ClientToolResult, RunEvent, RunInput, RunResult, RunStatus
 from producer import batch_submit
 from producer.archived import ArchiveReads
+from producer.audit import Pending
 from producer.client_ids import client_id_of
 from producer.placement import locate_many
 from producer.routing import Parts, as_partitions, run_script
@@ -44,7 +45,7 @@ __all__ = ["DEFAULT_TENANT", "Producer", "RunRecord", "SubmissionError", "Submit
 F = RunField
 _RUN_FIELDS = [F.STATUS, F.TENANT, F.SESSION_ID, F.CREATED_AT, F.LAST_SEQ, F.RESULT, F.APPROVALS, F.ABORT,
                F.CLIENT_PENDING, F.CLIENT_SESSION, F.LINEAGE, F.RETRIED_BY, F.PARENT_RUN, F.PARENT_CALL,
-               F.CHILDREN, F.PRIORITY, F.RUN_AT, F.USAGE_IN, F.USAGE_OUT, F.USAGE_ESTIMATED, F.USAGE_COST, F.ARCHIVED, F.AGENT]  # fmt: skip
+               F.CHILDREN, F.PRIORITY, F.RUN_AT, F.USAGE_IN, F.USAGE_OUT, F.USAGE_ESTIMATED, F.USAGE_COST, F.USAGE_CACHE_READ, F.USAGE_CACHE_WRITE, F.ARCHIVED, F.AGENT]  # fmt: skip
 
 
 class Producer:
@@ -94,11 +95,13 @@ class Producer:
         idempotency_key: str | None = None,
         quota: Quota | None = None,
         trace: str = "",
+        audit: Pending | None = None,
     ) -> Submitted:
         """One run (Submitter.submit); a refusal raises its SubmissionError. ``trace``: the
-        submitter's W3C trace context (shared.trace_context.stored), which the worker continues."""
+        submitter's W3C trace context (shared.trace_context.stored), which the worker continues;
+        ``audit``: its audit entry (producer.audit), sent in the submission's round trip."""
         return await self.submitter.submit(
-            raw, tenant=tenant, idempotency_key=idempotency_key, quota=quota, trace=trace
+            raw, tenant=tenant, idempotency_key=idempotency_key, quota=quota, trace=trace, audit=audit
         )
 
     def check_batch_size(self, n: int) -> None:

@@ -68,6 +68,9 @@ def outcome(run: RunInput, reply: Sequence[Any], run_id: str | None = None) -> S
     if verdict == "conflict":
         raise SubmissionError("conflict", f"run {rid} already exists with a different input", status=409,
                               field="runId")  # fmt: skip
+    if verdict == "deleted":
+        raise SubmissionError("run_deleted", f"run {rid} was deleted; its id is not used again", status=409,
+                              field="runId")  # fmt: skip
     if verdict == "unknown_session" and run.auto_create_session and run.session_id:
         raise SubmissionError(  # it would have been created: the default tenant's id another holds
             "unknown_session", f"sessionId: no session {run.session_id!r}", status=404, field="sessionId"

@@ -11,16 +11,19 @@ run's partition, so submitting the same runId twice yields one run.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentmill_client import limits
 from agentmill_client.models import RunInput
 from producer import admission
+from producer.audit import Pending
 from producer.chunk_sender import ChunkSender
 from producer.placement import POINTER_EXTRA_S, Holder, claim, generated_id, partition_of, verdict
-from producer.prepared import Prepared, counted, meta_terms, prepare, validated
+from producer.prepared import Prepared, check_priced, counted, meta_terms, prepare, validated
 from producer.routing import Parts, run_script
+from producer.schemas_ready import schemas_ready
 from producer.scope import Scope, claimed_id, claimed_session, run_id_for_key
 from producer.submission import SubmissionError, Submitted, outcome
 from shared import keys
@@ -31,6 +34,7 @@ from shared.settings import Settings
 
 __all__ = ["ADMIT_GRACE_MS", "Submitter"]
 
+log = logging.getLogger("agentmill.producer")
 ADMIT_GRACE_MS = admission.ADMIT_GRACE_MS
 Claims = Sequence[tuple[str, keys.Partition]]  # (run id, the partition it is claimed for)
 
@@ -84,7 +88,13 @@ class Submitter:
         run = validated(raw, self.profiles)
         cap = quota.max_priority if quota is not None else limits.MAX_PRIORITY
         if self.profiles is not None:
-            cap = min(cap, self.profiles[run.agent].max_priority)
+            profile = self.profiles[run.agent]
+            cap = min(cap, profile.max_priority)
+            if (
+                run.store_content is None and not profile.store_content
+            ):  # the profile's default, kept with the run
+                run = run.model_copy(update={"store_content": False})
+            check_priced(run, profile, quota)
         return prepare(run, scope, lambda r: default_id or self.generated(scope, r), cap, trace)
 
     def place(self, run_id: str, session_id: str) -> keys.Partition:
@@ -121,15 +131,27 @@ class Submitter:
         looked: bool = False,
         holder: Holder = None,
         item: int | None = None,
+        audit: Pending | None = None,
     ) -> Submitted:
         """Submit one prepared run (SUBMIT; ``item``: its item index in the batch ``batch_id``). With
         more than one partition, the run's pointer is claimed first, unless the caller ``looked``
-        already and found ``holder``."""
+        already and found ``holder``. ``audit``: its audit entry, sent in the same round trip."""
         part = self.place(prep.run_id, prep.session_id)
         if not looked and self.layout.count > 1:
             holder = (await self.claim([(prep.run_id, part)]))[0]
         if holder is not None:
             reply: Sequence[Any] = verdict(holder, tenant, prep.digest)
+        elif audit is not None:
+            k, a = self._submit_call(prep, part, tenant, batch_id, item)
+            out = self.parts.sending()
+            out.add_script(part, self.scripts.submit, k, a)
+            for part_cmd in audit(prep.run.run_id or prep.run_id):
+                out.add(*part_cmd)
+            reply, *recorded = await out.replies()
+            if isinstance(reply, Exception):
+                raise reply
+            if any(isinstance(r, Exception) for r in recorded):
+                log.error("audit: submit of %s not recorded: %r", prep.run.run_id, recorded)
         else:
             k, a = self._submit_call(prep, part, tenant, batch_id, item)
             reply = await run_script(self.parts, self.scripts.submit, part, k, a)
@@ -149,9 +171,12 @@ class Submitter:
         idempotency_key: str | None = None,
         quota: Quota | None = None,
         trace: str = "",
+        audit: Pending | None = None,
     ) -> Submitted:
         """One run: prepared, placed, admitted (its pointer claimed meanwhile when its id was chosen:
-        a generated id needs none) and sent; ``trace``: the submitter's trace context."""
+        a generated id needs none) and sent; ``trace``: the submitter's trace context; ``audit``: its
+        audit entry, sent in the submission's round trip."""
+        await schemas_ready([raw])  # off the loop, before prepare checks them
         prep = self.prepare(
             raw, tenant, run_id_for_key(tenant, idempotency_key) if idempotency_key else "", quota, trace
         )
@@ -160,7 +185,7 @@ class Submitter:
         holders = await self.admit(
             tenant, {part.index: [prep.run_id]}, quota, [(prep.run_id, part)] if chosen else ()
         )
-        return await self.send(prep, tenant, looked=True, holder=holders[0] if holders else None)
+        return await self.send(prep, tenant, looked=True, holder=holders[0] if holders else None, audit=audit)
 
     def _submit_call(
         self, prep: Prepared, part: keys.Partition, tenant: str, batch_id: str = "", item: int | None = None

@@ -11,6 +11,7 @@ from typing import Any
 from agentmill_client.api import UsageAnswer, UsageDay, UsageTotals
 from producer.routing import Parts
 from shared import keys
+from shared.fields import UsagePart
 from shared.quotas import NANO_USD
 from shared.scripts import text
 
@@ -43,8 +44,14 @@ def usage_range(start: str | None, end: str | None, today: dt.date) -> tuple[dt.
 
 
 def _totals(fields: dict[str, int]) -> UsageTotals:
-    return UsageTotals(input_tokens=fields.get("in", 0), output_tokens=fields.get("out", 0),
-                       cost_usd=round(fields.get("cost", 0) / NANO_USD, 9), runs=fields.get("runs", 0))  # fmt: skip
+    return UsageTotals(
+        input_tokens=fields.get(UsagePart.IN, 0),
+        output_tokens=fields.get(UsagePart.OUT, 0),
+        cost_usd=round(fields.get(UsagePart.COST, 0) / NANO_USD, 9),
+        runs=fields.get(UsagePart.RUNS, 0),
+        cache_read_tokens=fields.get(UsagePart.CACHE_READ, 0),
+        cache_write_tokens=fields.get(UsagePart.CACHE_WRITE, 0),
+    )
 
 
 async def read_usage(parts: Parts, tenant: str, first: dt.date, last: dt.date) -> UsageAnswer:

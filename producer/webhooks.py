@@ -215,6 +215,13 @@ class Deliverer:
         def on(fn: Callable[[Redis], Any]) -> Awaitable[Any]:
             return self.parts.call(part, fn)  # following a failover, as every call to a partition
 
+        # A run deleted meanwhile (its tombstone, written with the deletion) keeps no delivery state
+        gone_key = part.gone(run_id)
+
+        async def forget(c: Redis) -> None:
+            await c.delete(state_key)
+            await c.zrem(due_key, run_id)
+
         state = {text(k): text(v) for k, v in (await on(lambda c: c.hgetall(state_key))).items()}
         if state.get("delivered") == "1":
             await on(lambda c: c.zrem(due_key, run_id))
@@ -265,7 +272,7 @@ class Deliverer:
             )  # fmt: skip
             if 200 <= resp.status_code < 300:
 
-                async def delivered(c: Redis) -> None:
+                async def delivered(c: Redis) -> bool:
                     async with c.pipeline(transaction=True) as pipe:
                         pipe.hset(
                             state_key,
@@ -273,9 +280,11 @@ class Deliverer:
                         )
                         pipe.expire(state_key, settings.retention_s)
                         pipe.zrem(due_key, run_id)
-                        await pipe.execute()
+                        pipe.exists(gone_key)
+                        return bool((await pipe.execute())[-1])
 
-                await on(delivered)
+                if await on(delivered):
+                    await on(forget)
                 return
             error = f"HTTP {resp.status_code}"
         except (BlockedAddressError, ValueError) as exc:  # refused or unusable URL: never retried
@@ -290,7 +299,7 @@ class Deliverer:
                 del self.busy[host]
         given_up = attempt >= settings.webhook_max_attempts
 
-        async def failed(c: Redis) -> None:
+        async def failed(c: Redis) -> bool:
             async with c.pipeline(transaction=True) as pipe:
                 pipe.hset(state_key, mapping={"attempts": attempt, "lastError": error[:500]})
                 pipe.expire(state_key, settings.retention_s)
@@ -299,9 +308,12 @@ class Deliverer:
                     pipe.zrem(due_key, run_id)
                 else:
                     pipe.zadd(due_key, {run_id: now_ms() + backoff_ms(attempt)})
-                await pipe.execute()
+                pipe.exists(gone_key)
+                return bool((await pipe.execute())[-1])
 
-        await on(failed)
+        if await on(failed):  # deleted while its delivery was under way: no state, no retry of it
+            await on(forget)
+            return
         if given_up:
             log.warning("webhook of run %s given up after %d attempts: %s", run_id, attempt, error)
 

@@ -38,7 +38,7 @@ from agentmill_client.statuses import RunStatus
 from shared import keys
 from shared.fields import RunField
 from shared.partitions import Partitions
-from shared.quotas import ACTIVE_GRACE_MS, Quota
+from shared.quotas import ACTIVE_GRACE_MS, DEFAULT_TENANT, Quota
 from shared.scripts import Scripts, text
 
 __all__ = [
@@ -67,6 +67,7 @@ class ChildSpec:
     agent: str
     task: str
     budget: dict[str, Any] | None = None  # the child's RunInput.budget (JSON): its parent's remainder
+    store_content: bool = True  # False: its parent stores no content, nor does it (RunInput.storeContent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +84,8 @@ def _input(spec: ChildSpec) -> tuple[bytes, str]:
     body: dict[str, Any] = {"agent": spec.agent, "inputMessages": [{"role": "user", "content": spec.task}]}
     if spec.budget:
         body["budget"] = spec.budget
+    if not spec.store_content:
+        body["storeContent"] = False
     canonical = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
     stored = canonical[:-1] + b',"runId":"' + spec.child_id.encode() + b'"}'
     return stored, hashlib.sha256(canonical).hexdigest()
@@ -106,7 +109,11 @@ async def spawn(
     With a ``quota``, the children are first counted in their root's tree (``root_id``, '' = the
     parent is the root: maxChildren, maxDescendants), then each against the tenant's maxActive as
     its script creates it (``ttl_ms``: the active set's expiry); a child over a cap is not created,
-    and its Spawned names the cap."""
+    and its Spawned names the cap. A disabled tenant's children are all refused, with no round trip."""
+    if quota is not None and quota.disabled:  # its tenant starts nothing new (shared/quotas.py)
+        why = (f'sub-agent refused: tenant {tenant or DEFAULT_TENANT} is disabled ("disabled": true in '
+               "AGENTMILL_TENANT_QUOTAS); the child was not started")  # fmt: skip
+        return {s.call_id: Spawned(error=why) for s in specs}
     refused = await _tree_admit(parts, scripts, root_id or parent_id, parent_id, specs, quota)
     rooms = await _active_rooms(parts, tenant, quota)
 

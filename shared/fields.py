@@ -15,8 +15,11 @@ from enum import StrEnum
 
 __all__ = [
     "USAGE_PARTS",
+    "ApiKeyField",
+    "AuditField",
     "BatchField",
     "BudgetField",
+    "DeletionField",
     "RunField",
     "ScheduleField",
     "SessionField",
@@ -86,6 +89,8 @@ class RunField(StrEnum):
     USAGE_OUT = "outputTokens"
     USAGE_ESTIMATED = "usageEstimated"  # '1' = some call's usage is agentmill's estimate
     USAGE_COST = "costUsd"  # absent = the model has no pricing
+    USAGE_CACHE_READ = "cacheReadTokens"  # of inputTokens, read from a prompt cache (absent = 0)
+    USAGE_CACHE_WRITE = "cacheWriteTokens"  # of inputTokens, written to a prompt cache (absent = 0)
     TRACE = "trace"  # the submitter's W3C traceparent, then a newline and its tracestate if any; unset = none
     ARCHIVED = "archived"  # '1' once in the archive (archive_done.lua): its events are read from there
     # With the archive on: the run loop a completed session run added to its session's history (JSON,
@@ -110,6 +115,22 @@ class BatchField(StrEnum):
     OUTPUT_TOKENS = "outputTokens"
     COST_USD = "costUsd"  # HINCRBYFLOAT; absent = no ended run had a price
     ESTIMATED_RUNS = "estimatedRuns"  # ended runs whose usage is (partly) an estimate
+    CACHE_READ_TOKENS = "cacheReadTokens"  # of inputTokens, read from a prompt cache
+    CACHE_WRITE_TOKENS = "cacheWriteTokens"  # of inputTokens, written to a prompt cache
+
+
+class DeletionField(StrEnum):
+    """A deletion by metadata (keys.Partition.deletion, at its tenant's home; producer/deletion_jobs.py)."""
+
+    DELETION_ID = "deletionId"
+    TENANT = "tenant"
+    METADATA = "metadata"  # the metadata to match (JSON object)
+    STATE = "state"  # pending | running | done
+    MATCHED = "matched"  # runs found matching so far
+    DELETED = "deleted"  # of them deleted
+    ACTOR = "actor"
+    CREATED_AT = "createdAt"  # ms
+    FINISHED_AT = "finishedAt"  # ms, once done
 
 
 class SessionField(StrEnum):
@@ -165,6 +186,8 @@ class UsagePart(StrEnum):
     OUT = "out"  # output tokens
     COST = "cost"  # nano-USD (shared.quotas.NANO_USD), an integer: exact sums
     RUNS = "runs"  # runs that started (their configuration resolved) and ended
+    CACHE_READ = "cr"  # of the input tokens, read from a prompt cache
+    CACHE_WRITE = "cw"  # of the input tokens, written to a prompt cache
 
 
 def usage_field(agent: str, what: UsagePart) -> str:
@@ -173,3 +196,30 @@ def usage_field(agent: str, what: UsagePart) -> str:
 
 
 USAGE_PARTS = tuple(UsagePart)
+
+
+class ApiKeyField(StrEnum):
+    """A managed API key's hash (keys.Partition.api_key; shared/api_keys.py). Never the key itself."""
+
+    TENANT = "tenant"
+    NAME = "name"
+    SCOPES = "scopes"  # comma list of shared.api_keys.Scope values
+    DIGEST = "digest"  # hex HMAC-SHA256(AGENTMILL_KEY_SECRET, the key's secret part)
+    CREATED_AT = "createdAt"  # ms
+    CREATED_BY = "createdBy"  # the actor that created it (a key id, or token-file, or cli)
+    EXPIRES_AT = "expiresAt"  # ms, '' = never
+    REVOKED_AT = "revokedAt"  # ms, '' = not revoked
+    LAST_USED_AT = "lastUsedAt"  # ms, written at most once a minute per key and API process
+
+
+class AuditField(StrEnum):
+    """One entry of a tenant's audit stream (keys.Partition.audit; producer/audit.py). Its time is its
+    stream entry id's (Redis time, ms)."""
+
+    ACTION = "action"  # producer.audit.Action
+    TARGET = "target"  # the run, batch, schedule or key acted on (the id the tenant knows)
+    ACTOR = "actor"  # the key id, or token-file
+    ACTOR_NAME = "actorName"  # the key's name ('' for token-file)
+    TENANT = "tenant"
+    REQUEST_ID = "requestId"
+    DETAIL = "detail"  # a short free text ('' = none): e.g. a batch's run count

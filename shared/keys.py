@@ -27,7 +27,7 @@ import hashlib
 import zlib
 from functools import cached_property
 
-from arq.constants import in_progress_key_prefix, job_key_prefix
+from arq.constants import in_progress_key_prefix, job_key_prefix, result_key_prefix
 from redis.crc import key_slot
 
 __all__ = [
@@ -78,7 +78,7 @@ CONTEXT_FIELDS = (
     "run", "events", "tools", "session", "session_pending", "session_runs", "session_results", "session_calls",
     "worker_runs",
     "worker_inbox", "worker_lease", "tenant_running", "tenant_held", "index", "batch", "job_key", "job_id", "archive",
-    "tenant_active", "usage", "transcript",
+    "tenant_active", "usage", "transcript", "gone", "run_cached", "webhook", "job_result", "job_progress",
 )  # fmt: skip
 
 
@@ -113,6 +113,12 @@ class Partition:
         # (AGENTMILL_CHECKPOINT_TRANSCRIPT=apart): appended by each commit (commit.lua)
         self.transcript_prefix = b + "transcript:"
         self.webhook_prefix = b + "webhook:"  # hash: a run's (or batch's) webhook delivery state
+        # string: a deleted run's tombstone (JSON: runId, tenant, deletedAt, actor), expiring after
+        # AGENTMILL_TOMBSTONE_RETENTION_S: no script creates the run again while it is there
+        self.gone_prefix = b + "gone:"
+        self.run_cached_prefix = b + "tc.of:"  # set: the tool-result cache keys a run wrote (tool_cache)
+        # + tenant:id: hash (shared.fields.DeletionField), a deletion by metadata, at its tenant's home
+        self.deletion_prefix = b + "del:"
         self.pointer_prefix = b + "at:"  # string: partition index of a run living away from home
         self.session_prefix = b + "s:"  # hash: shared.fields.SessionField
         self.session_loops_prefix = b + "s.loops:"  # list of finished run loops (JSON), oldest first
@@ -141,6 +147,10 @@ class Partition:
             b + "tc:"
         )  # + tenant:tool:digest (tool_cache); string: a ToolResult, with a TTL
         self.job_key_prefix = job_key_prefix  # arq's; the job id carries the tag (job_id)
+        self.job_result_prefix = (
+            result_key_prefix  # arq's: a finished job's result (a run's deletion drops it)
+        )
+        self.job_progress_prefix = in_progress_key_prefix  # arq's: a job being run
         self.queue = f"arq:queue:{self.tag}"  # arq's sorted set of this partition's pending job ids
         self.live = b + "live"  # zset runId -> when the reconciler should next look at it (ms)
         self.awaiting = b + "awaiting"  # zset runId -> since when it waits for a human decision
@@ -170,6 +180,18 @@ class Partition:
         # list: one entry each time a script makes a job due or schedules one here (bounded to
         # WAKE_KEPT); a worker with nothing to do waits on it (BLPOP) instead of its next poll
         self.wake = b + "wake"
+        # Managed API keys (shared/api_keys.py): a key's hash (shared.fields.ApiKeyField) at its key
+        # id's home; a tenant's keys (zset key id -> createdAt ms) and its audit log (a stream trimmed
+        # with MAXLEN ~, shared.fields.AuditField; producer/audit.py) at the tenant's home.
+        self.api_key_prefix = b + "apikey:"
+        self.api_keys_prefix = b + "apikeys:"
+        self.audit_prefix = b + "audit:"
+        # With the archive on: the tenants with an audit log (a set, on partition 0) and, at each
+        # tenant's home, the id of its last entry copied to the archive (shared/archive/audit_copy.py)
+        self.audit_tenants = b + "audit.tenants"
+        self.audit_copied_prefix = b + "audit.copied:"
+        # zset deletion key -> when a deleter may take its next step (ms; a claim's expiry while held)
+        self.deletions = b + "deletions"
 
     def __repr__(self) -> str:
         return f"Partition({self.index}, {self.tag})"
@@ -191,6 +213,15 @@ class Partition:
 
     def pointer(self, run_id: str) -> str:
         return self.pointer_prefix + run_id
+
+    def gone(self, run_id: str) -> str:
+        return self.gone_prefix + run_id
+
+    def run_cached(self, run_id: str) -> str:
+        return self.run_cached_prefix + run_id
+
+    def deletion(self, tenant: str, deletion_id: str) -> str:
+        return f"{self.deletion_prefix}{tenant}:{deletion_id}"
 
     def tool_cache(self, tenant: str, tool: str, digest: str) -> str:
         """A cached tool result: the tool's name and a digest of its canonical arguments, per tenant."""
@@ -249,6 +280,22 @@ class Partition:
     def pool_minute(self, minute: int) -> str:
         """Runs the pool started and ended in one minute (epoch minutes), by field (shared.pool_stats)."""
         return self.pool_minute_prefix + str(minute)
+
+    def api_key(self, key_id: str) -> str:
+        """Hash: one managed API key (its keyed hash, never the key; shared.fields.ApiKeyField)."""
+        return self.api_key_prefix + key_id
+
+    def api_keys(self, tenant: str) -> str:
+        """Zset key id -> createdAt (ms): a tenant's managed API keys (at the tenant's home)."""
+        return self.api_keys_prefix + tenant
+
+    def audit(self, tenant: str) -> str:
+        """Stream: a tenant's audit log (at the tenant's home), shared.fields.AuditField per entry."""
+        return self.audit_prefix + tenant
+
+    def audit_copied(self, tenant: str) -> str:
+        """String: the id of the last entry of the tenant's audit log copied to the archive."""
+        return self.audit_copied_prefix + tenant
 
     def tenant_active(self, tenant: str) -> str:
         return self.tenant_active_prefix + tenant

@@ -41,6 +41,8 @@ def check_worker(settings: Settings) -> dict[str, AgentProfile]:
     profiles = profiles_from(settings.profiles, dev=settings.dev_profiles)
     if (why := missing_keys(profiles)) is not None:
         raise SettingsError(why)
+    for p in profiles.values():  # each model's prices looked up now, its unpriced warning logged at start
+        p.provider.prices()
     return profiles
 
 
@@ -56,14 +58,13 @@ def missing_keys(profiles: dict[str, AgentProfile]) -> str | None:
     naming a variable that is unset or empty, an ``apiKeyFile`` that cannot be read. Checked by
     the processes that call the providers (workers)."""
     for p in profiles.values():
-        cfg = p.provider
-        if cfg.api_key_env and not os.environ.get(cfg.api_key_env):
-            return (
-                f"{PROFILES_ENV}: profile {p.name!r}: provider.apiKeyEnv names {cfg.api_key_env}, "
-                "which is not set in this process's environment"
-            )
-        if cfg.api_key_file and not os.access(cfg.api_key_file, os.R_OK):
-            return (
-                f"{PROFILES_ENV}: profile {p.name!r}: provider.apiKeyFile {cfg.api_key_file} cannot be read"
-            )
+        for i, cfg in enumerate(p.chain):
+            where = "provider" if p.providers is None else f"providers.{i}"
+            if cfg.api_key_env and not os.environ.get(cfg.api_key_env):
+                return (
+                    f"{PROFILES_ENV}: profile {p.name!r}: {where}.apiKeyEnv names {cfg.api_key_env}, "
+                    "which is not set in this process's environment"
+                )
+            if cfg.api_key_file and not os.access(cfg.api_key_file, os.R_OK):
+                return f"{PROFILES_ENV}: profile {p.name!r}: {where}.apiKeyFile {cfg.api_key_file} cannot be read"
     return None

@@ -18,6 +18,8 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from agentmill_client import limits
 from agentmill_client.models import Budget, ClientTool, LoopLimits, Model, ToolPolicy
 from shared.anthropic_config import ANTHROPIC_BASE_URL, ANTHROPIC_MAX_TOKENS, ThinkingConfig
+from shared.price_table import pricing_of
+from shared.prices import PriceTier, Pricing
 from shared.profile_refusals import PROFILES_ENV, describe_profile_errors
 from shared.settings_errors import SettingsError
 from shared.tool_configs import (
@@ -41,13 +43,17 @@ __all__ = [
     "BUILTIN_TOOLS",
     "DEV_PROFILES_ENV",
     "DEV_TOOLS",
+    "FALLBACK_CLASSES",
+    "MAX_PROVIDERS",
     "MCP_SEP",
     "AgentProfile",
     "AgentToolConfig",
     "CompactionConfig",
     "ContextConfig",
+    "FallbackClass",
     "HttpToolConfig",
     "McpServerConfig",
+    "PriceTier",
     "Pricing",
     "ProfileFile",
     "ProviderConfig",
@@ -58,6 +64,7 @@ __all__ = [
     "dev_profiles_enabled",
     "load_profiles",
     "profiles_from",
+    "unpriced_message",
 ]
 
 # Test-only parts: a scripted model in ``script`` mode follows the caller's runtimeHints (sleeps,
@@ -106,22 +113,42 @@ class CompactionConfig(Model):
         return self.strategy or ("summary" if self.use_model else "truncate")
 
 
-class Pricing(Model):
-    """A model's prices in USD per million tokens: a run's usage gets ``costUsd`` from them."""
+def unpriced_message(field: str, provider: ProviderConfig) -> str:
+    """Why a cost budget (``field``) cannot apply to runs of ``provider``'s model."""
+    return (
+        f"{field}: the model {provider.model_name!r} has no price (the price table does not know it and "
+        "the profile's provider.pricing gives none), so its cost cannot be counted; give the provider "
+        'a pricing ({"inputPerMTok": …, "outputPerMTok": …}) or drop the cost budget'
+    )
 
-    input_per_m_tok: float = Field(ge=0)
-    output_per_m_tok: float = Field(ge=0)
 
-    def cost_usd(self, input_tokens: int, output_tokens: int) -> float:
-        return round((input_tokens * self.input_per_m_tok + output_tokens * self.output_per_m_tok) / 1e6, 9)
+# What makes a model call move on to the next provider of a profile's ``providers`` (worker/machine/fallback.py).
+FallbackClass = Literal["overloaded", "rate_limited", "server_error", "timeout", "context_too_long"]
+FALLBACK_CLASSES: tuple[FallbackClass, ...] = (
+    "overloaded",
+    "rate_limited",
+    "server_error",
+    "timeout",
+    "context_too_long",
+)
+MAX_PROVIDERS = 4  # a fallback chain's length (the primary and three fallbacks)
+PROVIDER_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,39}$"  # a metric label: short, no free text
 
 
 class ProviderConfig(Model):
     kind: Literal["scripted", "openai", "anthropic"] = "scripted"
+    # In a fallback chain (``providers``), the name events and metrics give this provider; unset:
+    # its position ("0" the primary, "1" the first fallback …).
+    name: str | None = Field(default=None, pattern=PROVIDER_NAME)
+    # The model's context window in tokens, as declared: a context_too_long fallback goes only to a
+    # provider whose window is declared larger than the one that refused.
+    context_window: int | None = Field(default=None, ge=1)
     # scripted
     mode: Literal["calculator", "script"] = "script"
     script: list[dict[str, Any]] | None = None
     chunk_chars: int = 8
+    # scripted: report cache reads and writes as Anthropic's prompt caching would (worker/models/scripted.py)
+    report_cache: bool = False
     # openai-compatible
     base_url: str | None = None
     model: str | None = None
@@ -148,7 +175,8 @@ class ProviderConfig(Model):
     max_concurrent: int | None = Field(default=None, ge=1)
     requests_per_minute: int | None = Field(default=None, ge=1)
     tokens_per_minute: int | None = Field(default=None, ge=1)
-    pricing: Pricing | None = None  # USD per million tokens, for usage.costUsd
+    # USD per million tokens, for usage.costUsd; None: the price table's (shared/price_table.py)
+    pricing: Pricing | None = None
     # openai: send prompt_cache_key (the run's session id, else its run id) so that OpenAI routes a
     # run's calls to the same prompt cache. Off by default: other servers may refuse the field.
     prompt_cache_key: bool = False
@@ -167,6 +195,10 @@ class ProviderConfig(Model):
             if data.get("maxTokens", data.get("max_tokens")) is None:
                 data["maxTokens"] = ANTHROPIC_MAX_TOKENS
         return data
+
+    def prices(self) -> Pricing | None:
+        """The prices its calls cost by: its own ``pricing``, else the table's; None: unpriced."""
+        return pricing_of(self.kind, self.model, self.base_url, self.pricing)
 
     @property
     def model_name(self) -> str:
@@ -188,6 +220,11 @@ class ProviderConfig(Model):
 class AgentProfile(Model):
     name: str
     provider: ProviderConfig = Field(default_factory=ProviderConfig)
+    # A fallback chain in place of ``provider``: the primary first. A model call that fails with a
+    # class in ``fallbackOn`` moves on to the next (worker/machine/fallback.py); ``provider`` is
+    # then the primary.
+    providers: list[ProviderConfig] | None = Field(default=None, min_length=1, max_length=MAX_PROVIDERS)
+    fallback_on: list[FallbackClass] = Field(default_factory=lambda: list(FALLBACK_CLASSES))
     system_prompt: str = "You are a helpful assistant."
     # What the system prompt begins with (worker/preamble.py): "v1" the built-in rules (untrusted
     # tool results, no secrets repeated, failures said as failures), "custom" preambleText instead,
@@ -217,6 +254,9 @@ class AgentProfile(Model):
     # The highest priority a run of this agent gets (a higher RunInput.priority is lowered to it),
     # beside the tenant's quota maxPriority: the lower of the two applies.
     max_priority: int = Field(default=limits.MAX_PRIORITY, ge=limits.MIN_PRIORITY, le=limits.MAX_PRIORITY)
+    # The default of its runs' RunInput.storeContent: false keeps no message or tool content once a run
+    # ends (resolved into the run's input at submission).
+    store_content: bool = True
 
     @model_validator(mode="after")
     def _preamble_text_with_custom(self) -> AgentProfile:
@@ -239,19 +279,64 @@ class AgentProfile(Model):
                     f"tools: no built-in tool named {tool!r} ({hint}built-in tools: "
                     f"{', '.join(sorted(BUILTIN_TOOLS))}; HTTP tools go in httpTools, MCP servers in mcpServers)"
                 )
-        p = self.provider
-        if p.kind in ("openai", "anthropic") and (p.base_url is None or p.model is None):
-            missing = [n for n, v in (("baseUrl", p.base_url), ("model", p.model)) if v is None]
-            raise ValueError(f"provider: an {p.kind} provider needs {' and '.join(missing)}")
-        if p.thinking is not None and p.kind != "anthropic":
-            raise ValueError("provider: thinking is read only by an anthropic provider")
-        if p.thinking is not None and p.max_tokens is not None and p.thinking.budget_tokens >= p.max_tokens:
-            raise ValueError("provider: thinking.budgetTokens must be below maxTokens")
-        if p.thinking is not None and p.tool_choice not in (None, "auto", "none"):
-            raise ValueError(
-                'provider: with thinking, toolChoice may only be "auto" or "none" (the API refuses others)'
-            )
+        for where, p in self._declared():
+            if p.kind in ("openai", "anthropic") and (p.base_url is None or p.model is None):
+                missing = [n for n, v in (("baseUrl", p.base_url), ("model", p.model)) if v is None]
+                raise ValueError(f"{where}: an {p.kind} provider needs {' and '.join(missing)}")
+            if p.thinking is not None and p.kind != "anthropic":
+                raise ValueError(f"{where}: thinking is read only by an anthropic provider")
+            if p.thinking is not None and p.max_tokens is not None and p.thinking.budget_tokens >= p.max_tokens:
+                raise ValueError(f"{where}: thinking.budgetTokens must be below maxTokens")
+            if p.thinking is not None and p.tool_choice not in (None, "auto", "none"):
+                raise ValueError(
+                    f'{where}: with thinking, toolChoice may only be "auto" or "none" (the API refuses others)'
+                )
         return self
+
+    def _declared(self) -> list[tuple[str, ProviderConfig]]:
+        if self.providers is None:
+            return [("provider", self.provider)]
+        return [(f"providers.{i}", p) for i, p in enumerate(self.providers)]
+
+    @model_validator(mode="after")
+    def _one_chain(self) -> AgentProfile:
+        """``providers`` replaces ``provider`` (which then names the primary); names are unique."""
+        if self.providers is None:
+            return self
+        if "provider" in self.model_fields_set and self.provider != self.providers[0]:  # (a dump's copy is)
+            raise ValueError("provider and providers: give one (providers lists the primary first)")
+        names = self.provider_names()
+        if len(set(names)) != len(names):
+            raise ValueError(f"providers: every provider needs its own name (got {', '.join(names)})")
+        object.__setattr__(self, "provider", self.providers[0])
+        return self
+
+    @property
+    def chain(self) -> list[ProviderConfig]:
+        """The providers a model call may be made on, the primary first."""
+        return self.providers if self.providers is not None else [self.provider]
+
+    def fallback_steps(self) -> list[tuple[str, str]]:
+        """Every (from, to) a call may move along the chain (the metrics' label pairs)."""
+        names = self.provider_names()
+        return [(a, b) for i, a in enumerate(names) for b in names[i + 1 :]]
+
+    def provider_names(self) -> list[str]:
+        """Each provider's name in events and metric labels: its ``name``, else its position."""
+        return [p.name or str(i) for i, p in enumerate(self.chain)]
+
+    @model_validator(mode="after")
+    def _a_cost_budget_on_a_priced_model(self) -> AgentProfile:
+        """A cost budget cannot be kept on a model with no price: refused when loaded."""
+        if self.budget.max_cost_usd is not None:
+            for p in self.chain:  # a fallback answers at its own prices: each must have one
+                if p.prices() is None:
+                    raise ValueError(unpriced_message("budget.maxCostUsd", p))
+        return self
+
+    def unpriced(self) -> ProviderConfig | None:
+        """The first provider of the chain with no price (its own or the table's), if any."""
+        return next((p for p in self.chain if p.prices() is None), None)
 
     @model_validator(mode="after")
     def _cache_only_without_side_effects(self) -> AgentProfile:
@@ -316,7 +401,7 @@ class AgentProfile(Model):
 
     def dev_only(self) -> str | None:
         """Why this profile is for development only, or None when it is fit for production."""
-        if self.provider.kind == "scripted" and self.provider.mode == "script":
+        if any(p.kind == "scripted" and p.mode == "script" for p in self.chain):
             return "its scripted model follows the caller's runtimeHints"
         dev = sorted(DEV_TOOLS.intersection(self.tools))
         return f"it offers the test tools {', '.join(dev)}" if dev else None

@@ -81,7 +81,8 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
         for name in (
             "batch_close", "list_runs", "batch_results", "beat", "forget_worker", "release", "redispatch",
             "abort", "settle_approval", "tool_results", "child_result", "claim_webhooks", "admit_tenant",
-            "scaling", "batch_replace", "archive_claim", "archive_done", "tree_admit",
+            "scaling", "batch_replace", "archive_claim", "archive_done", "tree_admit", "delete_run",
+            "tool_cache_put", "deletion_claim",
         )
     },
     **{
@@ -149,6 +150,9 @@ class Scripts:
     live_tenants: Script
     archive_claim: Script
     archive_done: Script
+    delete_run: Script
+    tool_cache_put: Script
+    deletion_claim: Script
 
     def __init__(
         self,

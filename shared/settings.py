@@ -15,7 +15,9 @@ from pydantic_settings import SettingsConfigDict
 
 from agentmill_client import limits
 from shared.settings_archive import ArchiveSettings
+from shared.settings_deletion import DeletionSettings
 from shared.settings_errors import SettingsError, describe
+from shared.settings_keys import KeySettings
 from shared.settings_quotas import TenantQuotaSettings
 
 __all__ = ["Settings", "SettingsError", "get_settings"]
@@ -24,7 +26,7 @@ DEFAULT_HEARTBEAT_MS = 500
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
-class Settings(TenantQuotaSettings, ArchiveSettings):
+class Settings(TenantQuotaSettings, ArchiveSettings, KeySettings, DeletionSettings):
     model_config = SettingsConfigDict(env_prefix="AGENTMILL_", extra="ignore", populate_by_name=True)
 
     # redis and the run key space

@@ -320,7 +320,7 @@ class ResilientWorker(Worker):
             result = exc
             self.jobs_failed += 1
         record = None
-        if finished and self.keep_result_s > 0:
+        if finished and self.keep_result_s > 0 and result != "deleted":  # a deleted run's job: no record
             record = serialize_result(
                 RUN_FUNCTION, (run_id, gen), {}, 1, score, success, result, start_ms, timestamp_ms(),
                 f"{job_id}:{RUN_FUNCTION}", self.queue_name, job_id=job_id, serializer=self.job_serializer,

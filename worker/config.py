@@ -27,9 +27,11 @@ __all__ = [
     "RECALL_SPEC",
     "RECALL_TOOL",
     "SEARCH_SPEC",
+    "ChainLink",
     "Lineage",
     "RunConfig",
     "ToolSpec",
+    "chain_of",
     "narrow_budget",
     "narrow_limits",
     "resolve_config",
@@ -91,6 +93,34 @@ RECALL_PROMPT = (
 )
 
 
+class ChainLink(Model):
+    """A provider of a fallback chain as the machine sees it: its name (events, metric labels), its
+    model, its declared context window, and what a call on it reserves (maxTokens, pricing)."""
+
+    name: str
+    model: str
+    context_window: int | None = None
+    reserve_output_tokens: int = DEFAULT_RESERVE_OUTPUT_TOKENS
+    pricing: Pricing | None = None
+
+
+def chain_of(profile: AgentProfile) -> list[ChainLink]:
+    """The profile's fallback chain (empty for a profile with one provider: the run's pricing and
+    reserve are the primary's then)."""
+    if profile.providers is None or len(profile.providers) < 2:
+        return []
+    return [
+        ChainLink(
+            name=name,
+            model=p.model_name,
+            context_window=p.context_window,
+            reserve_output_tokens=p.max_tokens or DEFAULT_RESERVE_OUTPUT_TOKENS,
+            pricing=p.prices(),  # its own, else the table's
+        )
+        for name, p in zip(profile.provider_names(), profile.providers, strict=True)
+    ]
+
+
 class Lineage(Model):
     """Where a run stands among sub-agents: its ancestors' agents (the root's first) and the depth
     limit its root set (loopLimits.maxDepth, narrowed on the way down). A root run has none."""
@@ -129,10 +159,28 @@ class RunConfig(Model):
     root: str = ""  # the root run's id, '' for a root run (whose own id it is)
     budget: Budget | None = None  # the run's budget, narrowed by its profile's (None: none)
     reserve_output_tokens: int = DEFAULT_RESERVE_OUTPUT_TOKENS  # a call's worst-case reply (maxTokens)
-    pricing: Pricing | None = None  # the model's prices, to cost a call's worst case
+    pricing: Pricing | None = None  # the model's prices (its own, else the table's), for a call's worst case
     # The system prompt's preamble (also at the head of system_prompt); while one is on, tool
     # results reach the model framed as data (worker/preamble.py). None: off.
     preamble: str | None = None
+    # A fallback chain (the primary first; empty: one provider) and the failure classes that move a
+    # call along it (worker/machine/fallback.py).
+    chain: list[ChainLink] = Field(default_factory=list)
+    fallback_on: list[str] = Field(default_factory=list)
+
+    def link_pricing(self, index: int) -> Pricing | None:
+        """The prices of the provider a call is on (``pricing`` for the primary or a lone one)."""
+        return self.chain[index].pricing if index and index < len(self.chain) else self.pricing
+
+    def link_reserve(self, index: int) -> int:
+        """What a call on that provider reserves for its reply (its maxTokens, else the default)."""
+        return (
+            self.chain[index].reserve_output_tokens
+            if index and index < len(self.chain)
+            else self.reserve_output_tokens
+        )
+
+    store_content: bool = True  # False: the run keeps no content once it ends, nor do its children
 
     def internal_names(self) -> set[str]:
         return {t.name for t in self.internal_tools}
@@ -279,6 +327,9 @@ def resolve_config(
         max_depth=_max_depth(profile, run, lineage),
         budget=narrow_budget(profile.budget, run.budget),
         reserve_output_tokens=profile.provider.max_tokens or DEFAULT_RESERVE_OUTPUT_TOKENS,
-        pricing=profile.provider.pricing,
+        pricing=profile.provider.prices(),
         preamble=rules,
+        chain=chain_of(profile),
+        fallback_on=list(profile.fallback_on) if profile.providers and len(profile.providers) > 1 else [],
+        store_content=profile.store_content if run.store_content is None else run.store_content,
     )

@@ -25,6 +25,7 @@ from worker.lease import WorkerLease
 from worker.limiter import Held, OnWait, ProviderLimiter
 from worker.models.base import ModelCallError, ModelProvider
 from worker.models.scripted import ScriptedProvider
+from worker.models.shapes import ShapeMemory
 from worker.observer import NullObserver, Observer
 from worker.ports import RunPorts, SystemClock
 from worker.redis_store import RedisRunStore, RedisSessionStore
@@ -50,27 +51,33 @@ class UnknownProfileError(LookupError):
 
 
 class Providers:
-    """ModelPort: one provider per profile (built on first use), capacity through the Redis limiter."""
+    """ModelPort: one provider per profile and place in its fallback chain (built on first use),
+    capacity through the Redis limiter."""
 
-    def __init__(self, http: httpx.AsyncClient, limiter: ProviderLimiter) -> None:
+    def __init__(
+        self, http: httpx.AsyncClient, limiter: ProviderLimiter, observer: Observer | None = None
+    ) -> None:
         self.http = http
         self.limiter = limiter
-        self._providers: dict[str, ModelProvider] = {}
+        self._providers: dict[tuple[str, int], ModelProvider] = {}
+        # What endpoints were found to refuse a request shape, shared by every profile's providers.
+        self.shapes = ShapeMemory(observer.shape_fallback if observer is not None else None)
 
-    def provider(self, profile: AgentProfile) -> ModelProvider:
-        p = self._providers.get(profile.name)
+    def provider(self, profile: AgentProfile, index: int = 0) -> ModelProvider:
+        p = self._providers.get((profile.name, index))
         if p is None:
-            if profile.provider.kind == "scripted":
-                p = ScriptedProvider(profile.provider)
-            elif profile.provider.kind == "anthropic":
+            cfg = profile.chain[index]
+            if cfg.kind == "scripted":
+                p = ScriptedProvider(cfg)
+            elif cfg.kind == "anthropic":
                 from worker.models.anthropic import AnthropicProvider
 
-                p = AnthropicProvider(profile.provider, self.http)
+                p = AnthropicProvider(cfg, self.http)
             else:
                 from worker.models.openai import OpenAIProvider
 
-                p = OpenAIProvider(profile.provider, self.http)
-            self._providers[profile.name] = p
+                p = OpenAIProvider(cfg, self.http, self.shapes)
+            self._providers[(profile.name, index)] = p
         return p
 
     async def hold(self, cfg: ProviderConfig, tokens: int, on_wait: OnWait) -> Held:
@@ -122,7 +129,7 @@ class WorkerDeps:
             on_key=None if self.parts.single else self.parts.call_key,
         )
         self.batcher = ScriptBatcher(self.parts, wait_replicas=wait_replicas(self.settings))
-        self.models = Providers(self.http, self.limiter)
+        self.models = Providers(self.http, self.limiter, self.observer)
         # MCP listings kept once for every run: at least as long as a run and its retention
         listings = McpListings(
             RedisListingStore(self.parts.call_key),
@@ -151,7 +158,7 @@ class WorkerDeps:
         store = RedisRunStore(
             self.parts, self.scripts, self.settings, part, run_id, self.lease, self.batcher, claimed
         )
-        cache = RedisToolCache(self.parts, part, run_id)
+        cache = RedisToolCache(self.parts, self.scripts, part, run_id)
         return RunPorts(
             store, self.sessions, self.models, self.tools, SystemClock(), self.rng, cache, self.budgets
         )

@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import gc
 import logging
 import os
 import signal
 import socket
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 import httpx
 from arq.connections import ArqRedis
 from arq.worker import func
+from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
@@ -91,6 +91,12 @@ def new_worker_id(settings: Settings) -> str:
     return settings.worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
+# A loop that the process runs beside its own while it holds runs, stopped with them: given the
+# process's Redis, settings, profiles and metrics registry. The app layer adds the schedule firer
+# (app.worker): the worker knows how to run loops, not what a schedule is.
+SideLoop = Callable[[Partitions[Any], Settings, dict[str, AgentProfile], CollectorRegistry], Awaitable[None]]
+
+
 class WorkerProcess(LeaseKeeping):
     """One worker process: an arq Worker plus the loops that keep its runs honest."""
 
@@ -101,8 +107,10 @@ class WorkerProcess(LeaseKeeping):
         profiles: dict[str, AgentProfile] | None = None,
         observer: Observer | None = None,
         burst: bool = False,
+        side_loops: Sequence[SideLoop] = (),
     ) -> None:
         self.settings = settings or get_settings()
+        self.side_loops = tuple(side_loops)
         failpoints.arm(self.settings.failpoints)
         self.profiles = (
             profiles
@@ -111,7 +119,8 @@ class WorkerProcess(LeaseKeeping):
         )
         self.metrics = MetricsObserver(
             tools={t for p in self.profiles.values() for t in p.tool_names()},
-            models={(p.name, p.provider.model_name) for p in self.profiles.values()},
+            models={(p.name, link.model_name) for p in self.profiles.values() for link in p.chain},
+            fallbacks={(p.name, *step) for p in self.profiles.values() for step in p.fallback_steps()},
             mcp_servers={s.name for p in self.profiles.values() for s in p.mcp_servers},
         )
         register_process_metrics(self.metrics.registry)
@@ -139,8 +148,6 @@ class WorkerProcess(LeaseKeeping):
         # bundle, about 25 ms; three of them held the loop 76-90 ms before it took runs.
         self.tls = httpx.create_ssl_context()
 
-        if self.settings.schedules:  # croniter, dateutil and the producer: 150 ms of imports
-            import producer.schedules.firer  # noqa: F401
         settle_gc()
 
     async def run(self) -> None:
@@ -263,15 +270,13 @@ class WorkerProcess(LeaseKeeping):
             asyncio.create_task(report.run_forever()),
             asyncio.create_task(self.watch.run_forever()),
         ]
-        if s.schedules:  # the schedules' firing loop; failpoint after_schedule_fire: after a firing's run
-            from producer.schedules.firer import fire_forever  # imported by __init__, off the loop
-
-            hit = functools.partial(failpoints.hit, "after_schedule_fire")
+        for side in self.side_loops:  # e.g. the schedules' firing loop (app.worker)
             self._bg.append(
-                asyncio.create_task(
-                    fire_forever(self.deps.parts, s, self.profiles, hit, self.metrics.registry)
-                )
+                asyncio.create_task(_coro(side(self.deps.parts, s, self.profiles, self.metrics.registry)))
             )
+        from producer.deletion_jobs import delete_forever  # deletions by metadata, a step at a time
+
+        self._bg.append(asyncio.create_task(delete_forever(self.deps.parts, s)))
         if (
             s.archive_url and s.worker_archiver
         ):  # finished runs to PostgreSQL, off the hot path (worker/archiving.py)
@@ -333,3 +338,7 @@ class WorkerProcess(LeaseKeeping):
                 await forget_worker(
                     self.deps.parts, self.deps.scripts, self.deps.lease_id, only_if_expired=False
                 )
+
+
+async def _coro(aw: Awaitable[None]) -> None:
+    await aw

@@ -89,7 +89,9 @@ class LeaseKeeping:
             self.worker.workers = b.workers
             for run_id, epoch, reason in b.aborts:
                 d = self.deps.active.get(run_id)
-                if d is not None and d.store.epoch == epoch and reason:
+                if d is not None and epoch == -1:  # deleted: stop its calls now; it writes nothing more
+                    d.fence(deleted=True)
+                elif d is not None and d.store.epoch == epoch and reason:
                     d.request_abort(reason)
 
     async def _lease_lost(self, why: str) -> None:

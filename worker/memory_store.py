@@ -42,6 +42,7 @@ from worker.ports import (
     Acquired,
     Capacity,
     Clock,
+    CommitStep,
     Entry,
     FencedError,
     NotAcquired,
@@ -51,8 +52,6 @@ from worker.ports import (
     SessionUpdate,
     SystemClock,
     ToolRetry,
-    TranscriptWrite,
-    UsageTally,
 )
 from worker.tools.base import ToolContext
 from worker.tools.registry import Toolbox
@@ -140,24 +139,8 @@ class MemoryRunStore:
                         r.origin if r.checkpoint is None else None, config=r.config,
                         transcript=r.transcript)  # fmt: skip
 
-    async def commit(
-        self,
-        outbox: Outbox,
-        *,
-        checkpoint: bytes | None = None,
-        status: str = "",
-        aux: bytes = b"",
-        session: SessionUpdate | None = None,
-        approval_timeout_ms: int | None = None,
-        run_deadline_ms: int | None = None,
-        iterations: int | None = None,
-        error_code: str = "",
-        children: bytes | None = None,
-        usage: Usage | None = None,
-        tally: UsageTally | None = None,
-        config: bytes | None = None,
-        transcript: TranscriptWrite | None = None,
-    ) -> int:
+    async def commit(self, step: CommitStep) -> int:
+        outbox = step.outbox
         r = self.run
         if r.epoch != self.epoch:
             raise FencedError(f"run {r.run_id}: epoch {self.epoch} is no longer current (fenced)")
@@ -178,35 +161,39 @@ class MemoryRunStore:
             ).to_dict()
         for call_id, rec in outbox.records:
             r.tools[call_id] = ToolRecord.from_json(rec).to_dict()
-        if checkpoint:
-            r.checkpoint = checkpoint
-        if config:
-            r.config = config
-        if transcript is not None:
-            r.transcript = (r.transcript or b"") + transcript.data if transcript.append else transcript.data
-        if iterations is not None:
-            r.iterations = iterations
-        if usage is not None:
-            r.usage = usage
-        if status:
-            r.status, r.owner = status, ""
-            if status in _TERMINAL:
-                r.result = aux
-                r.error_code = error_code or r.error_code
-                if session is not None and self.sessions is not None:
-                    self.sessions.apply(session)  # a session's history changes only when a run ends
+        if step.checkpoint:
+            r.checkpoint = step.checkpoint
+        if step.config:
+            r.config = step.config
+        if step.transcript is not None:
+            r.transcript = (
+                (r.transcript or b"") + step.transcript.data
+                if step.transcript.append
+                else step.transcript.data
+            )
+        if step.iterations is not None:
+            r.iterations = step.iterations
+        if step.usage is not None:
+            r.usage = step.usage
+        if step.status:
+            r.status, r.owner = step.status, ""
+            if step.status in _TERMINAL:
+                r.result = step.aux
+                r.error_code = step.error_code or r.error_code
+                if step.session is not None and self.sessions is not None:
+                    self.sessions.apply(step.session)  # a session's history changes only when a run ends
             else:
-                r.aux = aux
-        if status == RunStatus.AWAITING_HUMAN.value:
-            r.approvals = orjson.loads(aux) if aux else {}
-        if status == RunStatus.AWAITING_TOOLS.value and self._settle_client_calls() == 0:
+                r.aux = step.aux
+        if step.status == RunStatus.AWAITING_HUMAN.value:
+            r.approvals = orjson.loads(step.aux) if step.aux else {}
+        if step.status == RunStatus.AWAITING_TOOLS.value and self._settle_client_calls() == 0:
             r.status = RunStatus.QUEUED.value  # every call answered or timed out: back on the queue
         self.last_seq = len(r.events)
         self.commits += 1
         return self.last_seq
 
     async def publish(self, events: list[Entry]) -> int:
-        return await self.commit(Outbox(events))
+        return await self.commit(CommitStep(Outbox(events)))
 
     def _settle_client_calls(self) -> int:
         """The parked run's client calls (``aux``) past their deadline get a timeout error as their
@@ -335,8 +322,13 @@ class MemoryModels:
         self._provider = provider
         self.holds = 0
 
-    def provider(self, profile: AgentProfile) -> ModelProvider:
-        return self._provider(profile)
+    def provider(self, profile: AgentProfile, index: int = 0) -> ModelProvider:
+        """A fallback's provider is made as for a profile whose one provider it is."""
+        if index == 0:
+            return self._provider(profile)
+        return self._provider(
+            profile.model_copy(update={"provider": profile.chain[index], "providers": None})
+        )
 
     async def hold(self, cfg: ProviderConfig, tokens: int, on_wait: OnWait) -> Capacity:
         self.holds += 1

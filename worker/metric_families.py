@@ -8,8 +8,10 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from agentmill_client.models import EventKind
 from agentmill_client.statuses import TERMINAL
+from shared.profiles import FALLBACK_CLASSES
 from worker.loop_metrics import Counter, Histogram
 from worker.machine import TRANSITIONS
+from worker.models.shapes import SHAPES
 from worker.policy import RETRYABLE_STATUSES
 
 __all__ = [
@@ -46,7 +48,8 @@ LABELS: dict[str, tuple[str, ...]] = {
     "status": tuple(sorted(s.value for s in TERMINAL)),
     "outcome": ("success", "error"),
     "reason.retry": (*sorted(RETRY_REASONS), "http_other", OTHER),
-    "direction": ("input", "output"),
+    # cache_read and cache_write: the parts of the input read from and written to a prompt cache
+    "direction": ("input", "output", "cache_read", "cache_write"),
     "tool_outcome": ("ok", "error", "cached"),
     "mcp_outcome": ("ok", "error", "failed"),  # failed: no answer (unreachable, timeout, MCP error)
     "kind": tuple(k.value for k in EventKind),
@@ -55,6 +58,8 @@ LABELS: dict[str, tuple[str, ...]] = {
     "reason.throttled": ("concurrency", "requests", "tokens", "paused", "http_429"),
     "reason.redispatch": ("lease_expired", "job_lost"),
     "state": tuple(s for s in _STATES if s not in TERMINAL),
+    "reason.fallback": FALLBACK_CLASSES,
+    "shape": SHAPES,
 }
 
 
@@ -120,6 +125,20 @@ class MetricFamilies:
         self.model_retries = Counter(
             "agentmill_model_retries", "Model-call retries by reason.", ["reason"], registry=r
         )
+        self.model_fallbacks = Counter(
+            "agentmill_model_fallbacks",
+            "Model calls moved on to the next provider of their profile's fallback chain, by agent, "
+            "the providers' names (from, to) and the failure class (reason).",
+            ["agent", "from", "to", "reason"],
+            registry=r,
+        )
+        self.shape_fallbacks = Counter(
+            "agentmill_provider_shape_fallbacks",
+            "Request shapes an OpenAI-compatible server refused, sent again in the alternative it "
+            "takes (once per endpoint and shape in a process's life).",
+            ["shape"],
+            registry=r,
+        )
         self.model_latency = Histogram(
             "agentmill_model_call_duration_seconds", "Model call duration.", buckets=LLM_BUCKETS, registry=r
         )
@@ -131,7 +150,8 @@ class MetricFamilies:
         )
         self.tokens = Counter(
             "agentmill_model_tokens",
-            "Tokens of model calls (the provider's usage, else agentmill's estimate).",
+            "Tokens of model calls (the provider's usage, else agentmill's estimate); input counts the "
+            "whole prompt, cache_read and cache_write the parts of it read from and written to a prompt cache.",
             ["direction"],
             registry=r,
         )
@@ -143,7 +163,7 @@ class MetricFamilies:
         )
         self.cost = Counter(
             "agentmill_model_cost_usd",
-            "Cost of model calls in USD by agent profile and model (the profile's pricing).",
+            "Cost of model calls in USD by agent profile and model (the profile's pricing, else the price table's).",
             ["agent", "model"],
             registry=r,
         )

@@ -60,8 +60,10 @@ class MetricsObserver(MetricFamilies):
         tools: Iterable[str] = (),
         models: Iterable[tuple[str, str]] = (),
         mcp_servers: Iterable[str] = (),
+        fallbacks: Iterable[tuple[str, str, str]] = (),
     ) -> None:
         self._models = frozenset(models)  # (agent, model) pairs of the configured profiles
+        self._fallbacks = frozenset(fallbacks)  # (agent, from, to) steps the profiles' chains declare
         super().__init__(registry)
         self._mcp_servers = frozenset(mcp_servers)
         self._tools = frozenset({*tools, RECALL_TOOL, LOAD_OLDER_HISTORY, SEARCH_HISTORY})
@@ -98,6 +100,11 @@ class MetricsObserver(MetricFamilies):
                 self.usage_tokens.labels(agent, model, direction)
         for src, dst in (*STEPS, (OTHER, OTHER)):
             self.transitions.labels(src, dst)
+        for agent, src, dst in sorted(self._fallbacks):
+            for reason in LABELS["reason.fallback"]:
+                self.model_fallbacks.labels(agent, src, dst, reason)
+        for shape in LABELS["shape"]:
+            self.shape_fallbacks.labels(shape)
 
     def _tool(self, name: str) -> str:
         return name if name in self._tools else OTHER
@@ -138,9 +145,21 @@ class MetricsObserver(MetricFamilies):
     def model_retry(self, reason: str) -> None:
         self.model_retries.labels(retry_reason_label(reason)).inc()
 
+    def model_fallback(self, agent: str, src: str, dst: str, reason: str) -> None:
+        known = (agent, src, dst) in self._fallbacks and reason in _SETS["reason.fallback"]
+        self.model_fallbacks.labels(*((agent, src, dst, reason) if known else (OTHER,) * 4)).inc()
+
+    def shape_fallback(self, shape: str) -> None:
+        self.shape_fallbacks.labels(_bounded(shape, "shape")).inc()
+
     def tokens_used(self, usage: Usage, *, agent: str, model: str) -> None:
         pair = (agent, model) if (agent, model) in self._models else (OTHER, OTHER)
-        for direction, n in (("input", usage.input_tokens), ("output", usage.output_tokens)):
+        for direction, n in (
+            ("input", usage.input_tokens),
+            ("output", usage.output_tokens),
+            ("cache_read", usage.cache_read_tokens),
+            ("cache_write", usage.cache_write_tokens),
+        ):
             self.tokens.labels(direction).inc(n)
             self.usage_tokens.labels(*pair, direction).inc(n)
         if usage.cost_usd:

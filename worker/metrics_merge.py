@@ -1,5 +1,5 @@
 """One exposition from the expositions of ``agentmill worker --processes N``'s processes. Pure: the
-supervisor (worker/supervisor.py) fetches the texts and serves the result.
+supervisor (app/supervisor.py) fetches the texts and serves the result.
 
 Counters, histograms and summaries are summed over the processes (a sample's name and labels name
 it), so ``agentmill_runs_finished_total`` counts the runs of all of them. Gauges (and any other

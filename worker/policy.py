@@ -294,10 +294,15 @@ def call_usage(
     reported: Usage | None, request: Iterable[Message], reply: Message, pricing: Pricing | None
 ) -> Usage:
     """One model call's usage: the provider's when it reported one, else an estimate marked
-    ``estimated``; costed by the model's pricing (None without one)."""
+    ``estimated``; costed by the model's pricing, cache reads and writes at theirs (None without one).
+    A provider's cache reads and writes are parts of its input tokens: a count of input below their
+    sum is raised to it (the cost then prices no token twice)."""
     u = reported or Usage(
         input_tokens=estimate_tokens(request), output_tokens=estimate_tokens([reply]), estimated=True
     )
-    return u.model_copy(
-        update={"cost_usd": pricing.cost_usd(u.input_tokens, u.output_tokens) if pricing else None}
-    )
+    cached = u.cache_read_tokens + u.cache_write_tokens
+    inp = max(u.input_tokens, cached)
+    cost = None
+    if pricing is not None:
+        cost = pricing.cost_usd(inp, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens)
+    return u.model_copy(update={"cost_usd": cost, "input_tokens": inp})

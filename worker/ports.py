@@ -39,6 +39,7 @@ __all__ = [
     "BudgetPort",
     "Capacity",
     "Clock",
+    "CommitStep",
     "Entry",
     "FencedError",
     "Host",
@@ -63,7 +64,12 @@ __all__ = [
 
 
 class FencedError(Exception):
-    """This worker no longer owns the run; it must stop without writing."""
+    """This worker no longer owns the run; it must stop without writing. ``deleted``: the run is gone
+    (deleted, or expired): its job leaves no result behind either."""
+
+    def __init__(self, message: str, *, deleted: bool = False) -> None:
+        super().__init__(message)
+        self.deleted = deleted
 
 
 class SeqConflictError(Exception):
@@ -154,6 +160,27 @@ class SessionUpdate:
     calls: list[bytes] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class CommitStep:
+    """One step's fenced write (``RunStore.commit``): its events, claims and records (``outbox``)
+    and, each when it changed, what else of the run the step wrote."""
+
+    outbox: Outbox
+    checkpoint: bytes | None = None  # the step's checkpoint; None: unchanged
+    status: str = ""  # the run's new status; '': still running
+    aux: bytes = b""  # the result JSON when terminal, the approvals (or pending client calls) when parked
+    session: SessionUpdate | None = None  # with a terminal status of a run in a session
+    approval_timeout_ms: int | None = None
+    run_deadline_ms: int | None = None  # maxRunDurationMs from the start: bounds a wait too
+    iterations: int | None = None
+    error_code: str = ""  # the ending's error code (a field, for listings)
+    children: bytes | None = None  # the current round's child runs (JSON [{toolCallId, runId}])
+    usage: Usage | None = None  # the run's usage so far
+    tally: UsageTally | None = None  # with a terminal status: the tenant's usage of the day
+    config: bytes | None = None  # the run's configuration, stored apart from checkpoints (RunField.CONFIG)
+    transcript: TranscriptWrite | None = None  # the transcript, stored apart from them
+
+
 class RunStore(Protocol):
     epoch: int  # the epoch this handle writes at (0 before acquire)
     last_seq: int  # the last event seq this handle wrote or saw
@@ -161,28 +188,9 @@ class RunStore(Protocol):
 
     async def acquire(self, gen: int, worker_id: str) -> Acquired | NotAcquired: ...
 
-    async def commit(
-        self,
-        outbox: Outbox,
-        *,
-        checkpoint: bytes | None = None,
-        status: str = "",
-        aux: bytes = b"",
-        session: SessionUpdate | None = None,
-        approval_timeout_ms: int | None = None,
-        run_deadline_ms: int | None = None,
-        iterations: int | None = None,
-        error_code: str = "",
-        children: bytes | None = None,
-        usage: Usage | None = None,
-        tally: UsageTally | None = None,
-        config: bytes | None = None,
-        transcript: TranscriptWrite | None = None,
-    ) -> int:
-        """Everything in one fenced write; raises FencedError or SeqConflictError and writes nothing.
-        ``children``: the current round's child runs (JSON [{toolCallId, runId}]), when changed;
-        ``config``: the run's configuration, stored apart from its checkpoints (RunField.CONFIG);
-        ``transcript``: the transcript, stored apart from them (appended, or set whole)."""
+    async def commit(self, step: CommitStep) -> int:
+        """Everything of ``step`` in one fenced write; raises FencedError or SeqConflictError and
+        writes nothing."""
         ...
 
     async def publish(self, events: list[Entry]) -> int:
@@ -231,7 +239,9 @@ class Capacity(Protocol):
 
 
 class ModelPort(Protocol):
-    def provider(self, profile: AgentProfile) -> ModelProvider: ...
+    def provider(self, profile: AgentProfile, index: int = 0) -> ModelProvider:
+        """The provider of the profile's fallback chain at ``index`` (0: the primary)."""
+        ...
 
     async def hold(self, cfg: ProviderConfig, tokens: int, on_wait: OnWait) -> Capacity:
         """Wait for pool-wide capacity of a limited endpoint (worker/limiter.py)."""

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from agentmill_client.models import Message, ToolCall, ToolResult, Usage
+from agentmill_client.models import Message, ToolCall, ToolResult
 from shared import children as kids
 from shared.children import ChildSpec, Spawned
 from shared.functions import Script, each_with_reload
@@ -31,14 +31,11 @@ from worker.lease import WorkerLease
 from worker.ports import (
     Acquired,
     Clock,
+    CommitStep,
     Entry,
     FencedError,
     NotAcquired,
-    Outbox,
     SeqConflictError,
-    SessionUpdate,
-    TranscriptWrite,
-    UsageTally,
 )
 
 __all__ = ["Beat", "RedisRunStore", "RedisSessionStore", "beat", "forget_worker"]
@@ -128,30 +125,14 @@ class RedisRunStore:
             transcript=(r[14] or None) if len(r) > 14 else None,
         )
 
-    async def commit(
-        self,
-        outbox: Outbox,
-        *,
-        checkpoint: bytes | None = None,
-        status: str = "",
-        aux: bytes = b"",
-        session: SessionUpdate | None = None,
-        approval_timeout_ms: int | None = None,
-        run_deadline_ms: int | None = None,
-        iterations: int | None = None,
-        error_code: str = "",
-        children: bytes | None = None,
-        usage: Usage | None = None,
-        tally: UsageTally | None = None,
-        config: bytes | None = None,
-        transcript: TranscriptWrite | None = None,
-    ) -> int:
+    async def commit(self, step: CommitStep) -> int:
         """Append events, write the checkpoint, claims and tool records: one round trip."""
+        outbox = step.outbox
         self._check_lease()
         first = self.last_seq + 1
         args: list[Any] = [
-            self.epoch, first, self.lease_id, self.run_id, status, aux,
-            checkpoint or b"", len(outbox.events),
+            self.epoch, first, self.lease_id, self.run_id, step.status, step.aux,
+            step.checkpoint or b"", len(outbox.events),
         ]  # fmt: skip
         for kind, ts, payload in outbox.events:
             args += [kind, ts, payload]
@@ -161,36 +142,42 @@ class RedisRunStore:
         args.append(len(outbox.records))
         for call_id, rec in outbox.records:
             args += [call_id, rec]
-        if session is None:
+        if step.session is None:
             args += ["", "", 0, 0]
         else:
-            args += [session.session_id, session.loop, len(session.tool_results)]
-            for call_id, res in session.tool_results:
+            args += [step.session.session_id, step.session.loop, len(step.session.tool_results)]
+            for call_id, res in step.session.tool_results:
                 args += [call_id, res]
-            args += [len(session.calls), *session.calls]
-        args.append("" if approval_timeout_ms is None else approval_timeout_ms)
-        args.append("" if run_deadline_ms is None else run_deadline_ms)
-        args.append("" if iterations is None else iterations)
-        args.append(error_code)
-        args.append(children or "")
-        if usage is None:
-            args += ["", "", "", ""]
+            args += [len(step.session.calls), *step.session.calls]
+        args.append("" if step.approval_timeout_ms is None else step.approval_timeout_ms)
+        args.append("" if step.run_deadline_ms is None else step.run_deadline_ms)
+        args.append("" if step.iterations is None else step.iterations)
+        args.append(step.error_code)
+        args.append(step.children or "")
+        if step.usage is None:
+            args += ["", "", "", "", "", ""]
         else:
-            cost = "" if usage.cost_usd is None else repr(usage.cost_usd)
-            args += [usage.input_tokens, usage.output_tokens, "1" if usage.estimated else "0", cost]
-        args.append(config or "")
-        if transcript is None:
+            cost = "" if step.usage.cost_usd is None else repr(step.usage.cost_usd)
+            args += [
+                step.usage.input_tokens,
+                step.usage.output_tokens,
+                "1" if step.usage.estimated else "0",
+                cost,
+            ]
+            args += [step.usage.cache_read_tokens, step.usage.cache_write_tokens]
+        args.append(step.config or "")
+        if step.transcript is None:
             args += ["", ""]
         else:
-            args += ["a" if transcript.append else "s", transcript.data]
+            args += ["a" if step.transcript.append else "s", step.transcript.data]
         own = [*self._keys, self.part.worker_lease(self.lease_id)]
-        if session is not None:
-            own += self.part.session_keys(session.session_id)
-        if tally is not None and status:
-            args += [tally.ttl_s, len(tally.increments)]
-            for f, n in tally.increments:
+        if step.session is not None:
+            own += self.part.session_keys(step.session.session_id)
+        if step.tally is not None and step.status:
+            args += [step.tally.ttl_s, len(step.tally.increments)]
+            for f, n in step.tally.increments:
                 args += [f, n]
-            own.append(self.part.usage_day(tally.tenant, tally.day))
+            own.append(self.part.usage_day(step.tally.tenant, step.tally.day))
         else:
             args += ["", 0]
         if (st := outbox.settle) is not None:
@@ -224,7 +211,10 @@ class RedisRunStore:
         """An append's answer (commit.lua, publish.lua): the stream's new last seq, or the refusal."""
         verdict = text(r[0])
         if verdict == "fenced" or verdict == "missing":
-            raise FencedError(f"run {self.run_id}: epoch {self.epoch} is no longer current ({verdict})")
+            raise FencedError(
+                f"run {self.run_id}: epoch {self.epoch} is no longer current ({verdict})",
+                deleted=verdict == "missing",
+            )
         if verdict == "seq_conflict":
             raise SeqConflictError(
                 f"run {self.run_id}: expected last seq {first - 1}, stream has {text(r[1])}"
@@ -233,8 +223,11 @@ class RedisRunStore:
 
     async def start_children(self, specs: list[ChildSpec], lineage: bytes, root: str) -> dict[str, Spawned]:
         """The children on their partitions, in this run's tenant and within its quotas (the parent's
-        worker holds the run)."""
+        worker holds the run). A parent deleted meanwhile starts none (its hash is gone: one read)."""
         self._check_lease()
+        run = self.part.run(self.run_id)
+        if not await self.parts.call(self.part, lambda c: c.exists(run)):
+            raise FencedError(f"run {self.run_id}: deleted; its children are not started", deleted=True)
         quota = Quotas(self.settings).of(self.tenant or DEFAULT_TENANT)
         return await kids.spawn(self.parts, self.scripts, parent_id=self.run_id, tenant=self.tenant,
                                 lineage=lineage, specs=specs, trace=tracing.current(), root_id=root, quota=quota,

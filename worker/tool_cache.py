@@ -22,7 +22,7 @@ from shared import keys
 from shared.fields import RunField
 from shared.partitions import Partitions
 from shared.quotas import DEFAULT_TENANT
-from shared.scripts import text
+from shared.scripts import Scripts, text
 from worker.ports import Clock
 
 __all__ = ["MemoryToolCache", "RedisToolCache", "cache_digest", "canonical_arguments"]
@@ -52,10 +52,12 @@ def served(call: ToolCall, raw: bytes | str) -> ToolResult:
 
 
 class RedisToolCache:
-    """One run's view of the cache: its tenant (read once from the run hash) and its partition."""
+    """One run's view of the cache: its tenant (read once from the run hash) and its partition. A put
+    (tool_cache_put.lua) notes the key with the run, for the run's deletion, and writes nothing once
+    the run is gone."""
 
-    def __init__(self, parts: Partitions[Any], part: keys.Partition, run_id: str) -> None:
-        self.parts, self.part, self.run_id = parts, part, run_id
+    def __init__(self, parts: Partitions[Any], scripts: Scripts, part: keys.Partition, run_id: str) -> None:
+        self.parts, self.scripts, self.part, self.run_id = parts, scripts, part, run_id
         self._tenant: str | None = None
 
     async def _key(self, call: ToolCall) -> str:
@@ -75,7 +77,9 @@ class RedisToolCache:
             return
         key = await self._key(call)
         body = orjson.dumps({"content": result.content})
-        await self.parts.call(self.part, lambda c: c.set(key, body, ex=ttl_s))
+        p = self.part
+        k, a = self.scripts.frame(p, [p.run(self.run_id), key, p.run_cached(self.run_id)], [body, ttl_s])
+        await self.parts.call(p, lambda c: self.scripts.tool_cache_put(keys=k, args=a, client=c))
 
 
 class MemoryToolCache:

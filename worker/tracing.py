@@ -264,6 +264,11 @@ def model_replied(span: Any, finish_reason: str | None, usage: Any, reply: Any) 
         return
     span.set_attribute("gen_ai.usage.input_tokens", int(usage.input_tokens))
     span.set_attribute("gen_ai.usage.output_tokens", int(usage.output_tokens))
+    # OpenTelemetry's GenAI conventions: the parts of the input read from and written to a prompt cache
+    if usage.cache_read_tokens:
+        span.set_attribute("gen_ai.usage.cache_read.input_tokens", int(usage.cache_read_tokens))
+    if usage.cache_write_tokens:
+        span.set_attribute("gen_ai.usage.cache_creation.input_tokens", int(usage.cache_write_tokens))
     if finish_reason is not None:
         span.set_attribute("gen_ai.response.finish_reasons", [finish_reason])
     else:

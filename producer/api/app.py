@@ -20,6 +20,8 @@ from agentmill_client import __version__
 from producer.api import (
     errors,
     routes_catalog,
+    routes_deletion,
+    routes_keys,
     routes_ops,
     routes_pool,
     routes_restore,
@@ -34,6 +36,7 @@ from producer.api.metrics import ApiMetrics
 from producer.api.middleware import BodyLimit, observe
 from producer.api.sse import MAX_BLOCK_S
 from producer.api.state import Api
+from producer.restore import StateOf
 from producer.routing import Parts
 from producer.schedules.live import beat_live_tenants, publish_live_tenants
 from shared.outage_log import OutageLog
@@ -63,13 +66,18 @@ def _start_failed(app: FastAPI, task: asyncio.Task[None]) -> None:
 
 
 def create_app(
-    settings: Settings | None = None, *, redis: Redis | Parts | None = None, background: bool = True
+    settings: Settings | None = None,
+    *,
+    state_of: StateOf,
+    redis: Redis | Parts | None = None,
+    background: bool = True,
 ) -> FastAPI:
     """``redis``: a client (or started Partitions) the caller owns; else the app builds its own
     from the settings (REDIS_URL, AGENTMILL_REDIS_CLUSTER, AGENTMILL_PARTITIONS) and closes them.
     With its own, a Redis that does not answer at start-up is waited for in the background (the
     outage logged once, and its end) while the app serves /healthz, and 503 elsewhere; then the app
-    watches it (shared/redis_watch.py: /readyz, outages logged once)."""
+    watches it (shared/redis_watch.py: /readyz, outages logged once). ``state_of``: what a fork
+    starts from (the process root gives it: app.api)."""
     settings = settings or get_settings()
 
     @asynccontextmanager
@@ -80,7 +88,8 @@ def create_app(
 
             async def connect(pools: Sequence[Redis | Parts]) -> None:
                 """With Redis reached and the scripts prepared: the Api and its loops."""
-                api = Api(settings, *pools, closing=app.state.closing, watch=watch, metrics=app.state.metrics)
+                api = Api(settings, *pools, closing=app.state.closing, watch=watch, metrics=app.state.metrics,
+                          state_of=state_of)  # fmt: skip
                 if api.producer.archive is not None:
                     own.push_async_callback(api.producer.archive.aclose)
                 if settings.api_metrics_port >= 0:
@@ -194,6 +203,7 @@ def create_app(
     app.middleware("http")(observe)
     for router in (
         routes_runs.router,
+        routes_deletion.router,
         routes_restore.router,
         sse.router,
         routes_ops.router,
@@ -201,6 +211,7 @@ def create_app(
         routes_pool.router,
         routes_schedules.router,
         routes_usage.router,
+        routes_keys.router,
         routes_ui.router,
     ):
         app.include_router(router)

@@ -125,7 +125,11 @@ HANDLERS: list[tuple[type[Exception], Any]] = [
 
 # Documented on every route that can fail this way.
 COMMON_ERRORS: dict[int | str, dict[str, Any]] = {
-    401: {"model": ErrorResponse, "description": "missing or wrong bearer token"},
+    401: {
+        "model": ErrorResponse,
+        "description": "missing or wrong bearer token (key_expired, key_revoked: a managed key)",
+    },
+    403: {"model": ErrorResponse, "description": "scope_required: the API key lacks the route's scope"},
     422: {"model": ErrorResponse, "description": "invalid input; `field` names the offending field"},
     503: {"model": ErrorResponse, "description": "Redis (or the archive, PostgreSQL) is unreachable"},
 }

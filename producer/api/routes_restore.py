@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Header, Query, Response
+from fastapi import APIRouter, Body, Header, Query, Request, Response
 
 from agentmill_client.api import Accepted, BatchRetryAnswer, BatchRetryItem, ErrorBody, ForkBody, RetryBody
+from producer.api.audited import Action, audited
 from producer.api.errors import COMMON_ERRORS, NOT_FOUND, ErrorResponse, not_found
 from producer.api.routes_runs import run_links
 from producer.api.state import Api, ApiDep, Tenant
 from producer.listing import Catalog
-from producer.restore import RETRYABLE, Restorer
+from producer.restore import RETRYABLE
 from producer.run_filter import ListingError
 from producer.submission import SubmissionError, Submitted
 
@@ -46,15 +47,18 @@ async def retry_run(
     run_id: str,
     api: ApiDep,
     tenant: Tenant,
+    request: Request,
     response: Response,
     body: Annotated[RetryBody | None, Body()] = None,
     idempotency_key: Annotated[str | None, Header(max_length=256)] = None,
 ) -> Accepted:
     await api.admit()
     from_start = body is not None and body.from_ == "start"
-    sub = await Restorer(api.producer).retry(
+    sub = await api.restorer().retry(
         run_id, tenant, from_start=from_start, quota=api.quotas.of(tenant), idempotency_key=idempotency_key
     )
+    if sub.created:
+        await audited(api, request, Action.RETRY, run_id, f"retryRunId={sub.run_id}")
     return _accepted(api, sub, response)
 
 
@@ -67,11 +71,12 @@ async def fork_run(
     body: ForkBody,
     api: ApiDep,
     tenant: Tenant,
+    request: Request,
     response: Response,
     idempotency_key: Annotated[str | None, Header(max_length=256)] = None,
 ) -> Accepted:
     await api.admit()
-    sub = await Restorer(api.producer).fork(
+    sub = await api.restorer().fork(
         run_id,
         tenant,
         body.at_seq,
@@ -79,6 +84,8 @@ async def fork_run(
         quota=api.quotas.of(tenant),
         idempotency_key=idempotency_key,
     )
+    if sub.created:
+        await audited(api, request, Action.FORK, run_id, f"forkRunId={sub.run_id} atSeq={body.at_seq}")
     return _accepted(api, sub, response)
 
 
@@ -91,6 +98,7 @@ async def retry_batch(
     batch_id: str,
     api: ApiDep,
     tenant: Tenant,
+    request: Request,
     status: Annotated[str, Query(description="failed, aborted, or both as a comma list")] = "failed",
 ) -> BatchRetryAnswer:
     wanted = tuple(dict.fromkeys(s.strip() for s in status.split(",")))
@@ -99,12 +107,15 @@ async def retry_batch(
     if await Catalog(api.producer).batch(tenant, batch_id) is None:
         raise not_found("batch", batch_id)
     await api.admit()
-    done = await Restorer(api.producer).retry_batch(batch_id, tenant, wanted, quota=api.quotas.of(tenant))
+    done = await api.restorer().retry_batch(batch_id, tenant, wanted, quota=api.quotas.of(tenant))
     items = []
     for original, got in done:
         if isinstance(got, SubmissionError):
             items.append(BatchRetryItem(run_id=original, error=ErrorBody(**got.as_dict())))
         else:
             items.append(BatchRetryItem(run_id=original, retry_run_id=got.run_id))
-    api.metrics.submitted("accepted", sum(1 for i in items if i.retry_run_id))
+    retried = sum(1 for i in items if i.retry_run_id)
+    api.metrics.submitted("accepted", retried)
+    if retried:
+        await audited(api, request, Action.BATCH_RETRY, batch_id, f"{retried} runs retried")
     return BatchRetryAnswer(batch_id=batch_id, results=items)

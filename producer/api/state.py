@@ -13,10 +13,15 @@ from fastapi import Depends, Header, Request
 from redis.asyncio import Redis
 
 from agentmill_client.errors import ApiError
-from producer.api.auth import Authenticator
+from producer.api.auth import Authenticator, Caller
+from producer.api.key_cache import KeyCache
 from producer.api.metrics import ApiMetrics
+from producer.api.scopes import scope_of
 from producer.api.streams import StreamLimiter
+from producer.deletion_jobs import DeletionJobs
 from producer.gauges import ClusterGauges, read_gauges, running_caps
+from producer.key_store import KeyStore
+from producer.restore import Restorer, StateOf
 from producer.routing import Parts
 from producer.schedules.store import ScheduleStore
 from producer.service import Producer, RunRecord
@@ -26,7 +31,7 @@ from shared.quotas import Quotas
 from shared.redis_watch import RedisWatch
 from shared.settings import Settings
 
-__all__ = ["Api", "ApiDep", "Tenant", "get_api", "record_or_404", "tenant_of"]
+__all__ = ["Api", "ApiDep", "CallerDep", "Tenant", "caller_of", "get_api", "record_or_404", "tenant_of"]
 
 log = logging.getLogger("agentmill.api")
 
@@ -43,8 +48,10 @@ class Api:
         closing: asyncio.Event | None = None,
         watch: RedisWatch | None = None,
         metrics: ApiMetrics | None = None,
+        state_of: StateOf,
     ) -> None:
         self.settings = settings
+        self.state_of = state_of  # what a fork starts from (producer.restore.StateOf)
         self.watch = watch  # the app's own pools: whether Redis answers now (shared/redis_watch.py)
         self.closing = closing or asyncio.Event()  # set when the server begins to shut down
         self.producer = Producer(
@@ -55,9 +62,11 @@ class Api:
         )
         self.parts = self.producer.parts
         self.schedules = ScheduleStore(self.producer)
+        self.deletions = DeletionJobs(self.producer)  # and its Eraser: runs and sessions deleted
         self.streams = StreamLimiter(settings.max_streams_per_tenant, settings.max_streams)
         self.quotas = Quotas(settings)
-        self.auth = Authenticator(settings)
+        self.keys = KeyStore(self.parts, settings)
+        self.auth = Authenticator(settings, KeyCache(self.keys))
         self.metrics = metrics or ApiMetrics()
         self.metrics.streams = self.streams  # its gauges of open streams read this limiter
         self.running_caps = running_caps(self.quotas, (tenant for _, tenant in self.auth.tokens))
@@ -82,6 +91,10 @@ class Api:
         except Exception as exc:  # any failure to read is "unknown", never a stale value
             log.warning("/metrics: the cluster gauges are not exported: Redis did not answer (%r)", exc)
             return None
+
+    def restorer(self) -> Restorer:
+        """Retries and forks of this process's runs."""
+        return Restorer(self.producer, self.state_of)
 
     def check_metrics_token(self, authorization: str | None) -> None:
         """401 unless AGENTMILL_METRICS_TOKEN is unset or given as the bearer token (constant time)."""
@@ -136,17 +149,23 @@ def starting_reason(request: Request) -> str:
     return f"starting: waiting for Redis{why}"
 
 
-async def tenant_of(request: Request, authorization: Annotated[str | None, Header()] = None) -> str:
-    tenant = get_api(request).auth.tenant(authorization)
-    if tenant is None:
-        raise ApiError(
-            401, "unauthorized", "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"}
-        )
-    return tenant
+async def caller_of(request: Request, authorization: Annotated[str | None, Header()] = None) -> Caller:
+    """The authenticated caller, holding the scope its route needs (producer/api/scopes.py): 401 or
+    403 otherwise. Kept on ``request.state.caller`` for the audit log (producer/audit.py)."""
+    caller = await get_api(request).auth.caller(authorization)
+    route = request.scope.get("route")
+    caller.require(scope_of(request.method, getattr(route, "path", "")))
+    request.state.caller = caller
+    return caller
+
+
+async def tenant_of(caller: Annotated[Caller, Depends(caller_of)]) -> str:
+    return caller.tenant
 
 
 ApiDep = Annotated[Api, Depends(get_api)]
 Tenant = Annotated[str, Depends(tenant_of)]
+CallerDep = Annotated[Caller, Depends(caller_of)]
 
 
 async def record_or_404(api: Api, run_id: str, tenant: str) -> RunRecord:

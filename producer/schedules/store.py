@@ -26,6 +26,7 @@ from agentmill_client.schedules import ScheduleInput, ScheduleView
 from producer.admission import check_enabled
 from producer.routing import Parts, run_script
 from producer.schedules.cron import CronError, Timing, timing
+from producer.schemas_ready import schemas_ready
 from producer.scope import SCOPED_PREFIX
 from producer.service import Producer
 from producer.submission import SubmissionError
@@ -95,6 +96,7 @@ class ScheduleStore:
         """(the schedule, whether it was created now); 409 ``conflict`` when its id holds another
         definition."""
         check_enabled(tenant, self.quotas.of(tenant))
+        await schemas_ready([body.input])  # off the loop, before check validates its template
         t = self.check(body, tenant, schedule_id)
         template = orjson.dumps(body.input, option=orjson.OPT_SORT_KEYS).decode()
         if len(template.encode()) > limits.MAX_SCHEDULE_INPUT_BYTES:

@@ -30,6 +30,8 @@ class BatchRow:
     output_tokens: int
     estimated: int  # runs whose usage is (partly) an estimate
     cost: float | None
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +55,9 @@ _BATCH = (
     f"coalesce(sum({_num(F.USAGE_IN, 'bigint')}), 0) AS input_tokens, "
     f"coalesce(sum({_num(F.USAGE_OUT, 'bigint')}), 0) AS output_tokens, "
     f"count(*) FILTER (WHERE record->>'{F.USAGE_ESTIMATED}' = '1') AS estimated, "
-    f"sum({_num(F.USAGE_COST, 'numeric')}) AS cost FROM ("
+    f"sum({_num(F.USAGE_COST, 'numeric')}) AS cost, "
+    f"coalesce(sum({_num(F.USAGE_CACHE_READ, 'bigint')}), 0) AS cache_read_tokens, "
+    f"coalesce(sum({_num(F.USAGE_CACHE_WRITE, 'bigint')}), 0) AS cache_write_tokens FROM ("
     "SELECT DISTINCT ON (item_index, CASE WHEN item_index IS NULL THEN key_id END) "
     "status, created_at, finished_at, record FROM runs "
     "WHERE tenant = $1 AND batch_id = $2 AND batch_id <> '' "
@@ -75,6 +79,8 @@ async def batch_rows(store: ArchiveStore, tenant: str, batch_id: str) -> list[Ba
             int(r["output_tokens"]),
             int(r["estimated"]),
             float(r["cost"]) if r["cost"] is not None else None,
+            int(r["cache_read_tokens"] or 0),
+            int(r["cache_write_tokens"] or 0),
         )
         for r in rows
     ]

@@ -139,6 +139,12 @@ _INSERT_TOOLS = (
     "INSERT INTO run_tools (key_id, created_at, tool_call_id, record) SELECT * FROM "
     "unnest($1::text[], $2::bigint[], $3::text[], $4::text[]) ON CONFLICT DO NOTHING"
 )
+_DELETE_TREES = (
+    "WITH RECURSIVE tree(key_id) AS ("
+    " SELECT key_id FROM runs WHERE key_id = ANY($1::text[]) AND ($2::text IS NULL OR tenant = $2)"
+    " UNION SELECT r.key_id FROM runs r JOIN tree t ON r.record->>'parentRunId' = t.key_id)"
+    " DELETE FROM runs WHERE key_id IN (SELECT key_id FROM tree)"
+)
 _READ_COLS = (
     "key_id, tenant, client_id, status, created_at, session_id, client_session, agent, last_seq, stream_key, "
     "result"
@@ -249,6 +255,37 @@ class ArchiveStore:
             limit,
         )
         return int(str(status).rsplit(" ", 1)[-1] or 0)
+
+    # ---- deleting (DELETE /v1/runs/{id}, sessions and deletions by metadata: producer/deletion.py) ----
+
+    async def delete_runs(self, key_ids: Sequence[str], tenant: str | None = None) -> int:
+        """Delete the runs kept under ``key_ids`` (``tenant``'s, unless None), every version of each, and
+        their sub-agents' runs, with their events and tool records. How many runs went."""
+        if not key_ids:
+            return 0
+        pool = await self.pool()
+        status = await pool.execute(_DELETE_TREES, list(key_ids), tenant)
+        return int(str(status).rsplit(" ", 1)[-1] or 0)
+
+    async def key_ids_where(
+        self, tenant: str, *, terms: Sequence[str] = (), session_id: str = "", limit: int = 1000
+    ) -> list[str]:
+        """Up to ``limit`` ids of ``tenant``'s archived runs whose metadata has every term of ``terms``
+        (shared.meta_terms), or of its session ``session_id`` (the id its keys use)."""
+        rows = await self.fetch(
+            "SELECT DISTINCT key_id FROM runs WHERE tenant = $1 AND meta @> $2::text[] "
+            "AND ($3 = '' OR session_id = $3) LIMIT $4",
+            tenant, list(terms), session_id, limit,
+        )  # fmt: skip
+        return [r["key_id"] for r in rows]
+
+    async def count_where(self, tenant: str, terms: Sequence[str]) -> int:
+        """How many of ``tenant``'s archived runs have every term of ``terms`` in their metadata."""
+        rows = await self.fetch(
+            "SELECT count(DISTINCT key_id) AS n FROM runs WHERE tenant = $1 AND meta @> $2::text[]",
+            tenant, list(terms),
+        )  # fmt: skip
+        return int(rows[0]["n"]) if rows else 0
 
     # ---- reading ----
 

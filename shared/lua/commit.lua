@@ -11,7 +11,8 @@
 --   parsing the checkpoint), the ending's error code ('' = none; a field, for listings), the
 --   children of the current tool round ('' = unchanged; JSON [{toolCallId, runId}]: sub-agents),
 --   the run's usage so far when it changed: input tokens ('' = unchanged), output tokens, estimated
---   ('1'/'0'), cost USD ('' = none); kept as fields so GET shows it while running and a batch sums it;
+--   ('1'/'0'), cost USD ('' = none), cache read tokens, cache write tokens; kept as fields so GET
+--   shows it while running and a batch sums it;
 --   the run's configuration JSON ('' = unchanged; checkpoints written without it: F.CONFIG);
 --   the transcript's mode ('' = unchanged, 'a' = append, 's' = set) and bytes (checkpoints written
 --   without it: the key transcript_key(runId));
@@ -65,7 +66,10 @@ local iterations = ARGV[i + 2] or ''
 local error_code = ARGV[i + 3] or ''
 local children = ARGV[i + 4] or ''
 local usage = nil
-if (ARGV[i + 5] or '') ~= '' then usage = {ARGV[i + 5], ARGV[i + 6], ARGV[i + 7], ARGV[i + 8]} end
+if (ARGV[i + 5] or '') ~= '' then
+  usage = {ARGV[i + 5], ARGV[i + 6], ARGV[i + 7], ARGV[i + 8], ARGV[i + 9], ARGV[i + 10]}
+end
+i = i + 2  -- the usage's two cache counts: what follows keeps its offsets
 local config = ARGV[i + 9] or ''
 -- The transcript when checkpoints leave it out: 'a' appends its new messages' JSON (a leading comma
 -- unless the first), 's' sets it whole (the machine replaced it: compaction, a fork; an attempt's
@@ -94,6 +98,9 @@ if children ~= '' then set(F.CHILDREN, children) end
 if usage then
   set(F.USAGE_IN, usage[1]); set(F.USAGE_OUT, usage[2]); set(F.USAGE_ESTIMATED, usage[3])
   if usage[4] ~= '' then set(F.USAGE_COST, usage[4]) end
+  -- (a run's usage only grows: a count still 0 was never written)
+  if (usage[5] or '0') ~= '0' then set(F.USAGE_CACHE_READ, usage[5]) end
+  if (usage[6] or '0') ~= '0' then set(F.USAGE_CACHE_WRITE, usage[6]) end
 end
 local status = ARGV[5]
 local now = status ~= '' and now_ms() or 0
@@ -121,15 +128,17 @@ elseif is_terminal(status) then
     if fresh then redis.call('EXPIRE', usage_key, usage_ttl) end
   end
   redis.call('HSET', KEYS[1], unpack(run_fields)); run_fields = {}
+  local no_content = stores_no_content(KEYS[1])
+  if no_content then redact(KEYS[1], KEYS[2], KEYS[3], ARGV[4]) end
   ending_handoff(KEYS[1], ARGV[4], status)
   if sid ~= '' then
-    if loop ~= '' then
+    if loop ~= '' and not no_content then
       redis.call('RPUSH', KEYS[8], loop)
       redis.call('LTRIM', KEYS[8], -1000, -1)
       -- kept with the run until archived: the archive answers the session's history after its list expired
       if ctx().archive_on == '1' then redis.call('HSET', KEYS[1], F.LOOP, loop) end
     end
-    session_keep(KEYS[9], KEYS[10], trs, calls)
+    session_keep(KEYS[9], KEYS[10], no_content and {} or trs, calls)
     -- A session's history lives for the retention after its latest run ended.
     redis.call('LTRIM', KEYS[7], -1000, -1)
     for k = 7, 8 do redis.call('EXPIRE', KEYS[k], ctx().retention) end

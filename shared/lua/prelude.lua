@@ -228,14 +228,17 @@ local function ix_add(t, dim, value, id, score)
   zadd(k, score, id)
   if TRIM then TRIM[k] = true else ix_trim(k) end
 end
--- A run that ended adds its usage (input, output tokens, estimated '1'/'0', cost USD '' = none) to
--- its batch's totals.
+-- A run that ended adds its usage (input, output tokens, estimated '1'/'0', cost USD '' = none, cache
+-- read and cache write tokens) to its batch's totals.
 local function batch_usage(bk, u)
   local inp, out = tonumber(u[1] or '0') or 0, tonumber(u[2] or '0') or 0
   if inp ~= 0 then redis.call('HINCRBY', bk, BATCH.INPUT_TOKENS, inp) end
   if out ~= 0 then redis.call('HINCRBY', bk, BATCH.OUTPUT_TOKENS, out) end
   if u[3] == '1' then redis.call('HINCRBY', bk, BATCH.ESTIMATED_RUNS, 1) end
   if u[4] and u[4] ~= '' then redis.call('HINCRBYFLOAT', bk, BATCH.COST_USD, u[4]) end
+  local cr, cw = tonumber(u[5] or '0') or 0, tonumber(u[6] or '0') or 0
+  if cr ~= 0 then redis.call('HINCRBY', bk, BATCH.CACHE_READ_TOKENS, cr) end
+  if cw ~= 0 then redis.call('HINCRBY', bk, BATCH.CACHE_WRITE_TOKENS, cw) end
 end
 -- A run's status changed from old ('' = just created) to new: move it between its tenant's status
 -- indexes and its batch's counters. Every script that changes a run's status calls this, in the same
@@ -246,7 +249,7 @@ local function track(run, id, old, new, usage)
   old = old or ''
   if old == new then return end
   local h = redis.call('HMGET', run, F.TENANT, F.CREATED_AT, F.BATCH, F.USAGE_IN, F.USAGE_OUT, F.USAGE_ESTIMATED,
-    F.USAGE_COST)
+    F.USAGE_COST, F.USAGE_CACHE_READ, F.USAGE_CACHE_WRITE)
   if not h[1] then return end
   -- a run that stops running (or leaves the queue unclaimed) frees its tenant's slot at once
   if old ~= '' and new ~= S.RUNNING and redis.call('ZREM', tenant_running_key(h[1]), id) == 1 then
@@ -262,7 +265,7 @@ local function track(run, id, old, new, usage)
   redis.call('EXPIRE', bk, ctx().retention)
   if is_terminal(new) and not is_terminal(old) then
     redis.call('HINCRBY', bk, BATCH.DONE, 1)
-    batch_usage(bk, usage or {h[4], h[5], h[6], h[7]})
+    batch_usage(bk, usage or {h[4], h[5], h[6], h[7], h[8], h[9]})
     redis.call('EXPIRE', index_key(h[1], DIM.BATCH, h[3]), ctx().retention)
     redis.call('EXPIRE', index_key(h[1], DIM.ITEM, h[3]), ctx().retention)
     batch_settle(bk)
@@ -420,9 +423,10 @@ local function to_archive(run_id, now)
   if ctx().archive_on == '1' then redis.call('ZADD', ctx().archive, 'NX', now, run_id) end
 end
 -- A run ended from outside its worker counts in its tenant's usage as a worker's terminal commit
--- counts it (worker/runner/tally.py): its tokens, cost (nano-USD) and one run, per agent, on the UTC
--- day it ended (ts: Redis's clock), in the hash of keys.Partition.usage_day on the run's partition.
-local function usage_add(run, inp, out, cost, ts)
+-- counts it (worker/runner/tally.py): its tokens, cost (nano-USD), cache reads and writes and one run,
+-- per agent, on the UTC day it ended (ts: Redis's clock), in the hash of keys.Partition.usage_day on
+-- the run's partition.
+local function usage_add(run, inp, out, cost, cr, cw, ts)
   local a = redis.call('HMGET', run, F.TENANT, F.AGENT)
   -- the day: days since 1970-01-01 to year, month, day (H. Hinnant's civil_from_days)
   local z = math.floor(ts / 86400000) + 719468
@@ -440,7 +444,7 @@ local function usage_add(run, inp, out, cost, ts)
   -- wrote a field of it (a field that comes out equal to its increment is new)
   local fresh = false
   for _, p in ipairs({{USAGE.IN, tonumber(inp) or 0}, {USAGE.OUT, tonumber(out or '') or 0}, {USAGE.COST, nano},
-      {USAGE.RUNS, 1}}) do
+      {USAGE.CACHE_READ, tonumber(cr or '') or 0}, {USAGE.CACHE_WRITE, tonumber(cw or '') or 0}, {USAGE.RUNS, 1}}) do
     if p[2] ~= 0 and redis.call('HINCRBY', k, f .. p[1], string.format('%d', p[2])) == p[2] then fresh = true end
   end
   if fresh then redis.call('EXPIRE', k, ctx().usage_ttl) end
@@ -449,11 +453,102 @@ end
 -- approval timeout). Bumps the epoch so any worker still holding the run is fenced off. The calls its
 -- records hold reach its session, as a worker's ending takes them there: once, since only a run not
 -- ended yet is ended here, and a worker's later ending of it is fenced.
+-- Content that need not be stored (RunInput.storeContent false; its profile's default is resolved
+-- into the input at submission): once the run ends, its stream keeps no message or tool content (the
+-- payload of each event that carries some keeps its numbers, booleans, ids and names, marked
+-- contentRedacted), its result no answer, output or messages, its input no messages; its tool
+-- records, checkpoint and transcript go. Usage, timings, statuses and errors stay.
+local function stores_no_content(run)
+  local raw = redis.call('HGET', run, F.INPUT)
+  if not raw or not string.find(raw, '"storeContent":false', 1, true) then return false end
+  local ok, v = pcall(cjson.decode, raw)
+  return ok and type(v) == 'table' and v.storeContent == false
+end
+local CONTENT_KINDS = {[EVENT.MODEL_DELTA] = true, [EVENT.ASSISTANT_MESSAGE] = true, [EVENT.TOOL_CALL] = true,
+  [EVENT.TOOL_RESULT] = true, [EVENT.COMPACTION] = true, [EVENT.CHILD_ENDED] = true}
+local KEPT_TEXT = {toolCallId = true, providerCallId = true, name = true, childRunId = true, streamKey = true,
+  status = true, finishReason = true, stopReason = true, model = true, code = true, strategy = true, runId = true}
+local USAGES = {usage = true, total = true, childrenUsage = true}  -- tables of numbers: kept
+local function scalars_of(t)  -- a table's numbers and booleans (a usage)
+  local out = {}
+  for k, v in pairs(t) do
+    if type(v) == 'number' or type(v) == 'boolean' then out[k] = v end
+  end
+  return out
+end
+local function redacted_payload(payload)
+  local ok, p = pcall(cjson.decode, payload)
+  local out = {contentRedacted = true}
+  if not ok or type(p) ~= 'table' then return cjson.encode(out) end
+  for k, v in pairs(p) do
+    local t = type(v)
+    if t == 'number' or t == 'boolean' or (t == 'string' and KEPT_TEXT[k]) then
+      out[k] = v
+    elseif t == 'table' and USAGES[k] then
+      out[k] = scalars_of(v)
+    end
+  end
+  return cjson.encode(out)
+end
+local function redacted_result(raw)
+  local ok, r = pcall(cjson.decode, raw)
+  if not ok or type(r) ~= 'table' then return cjson.encode({contentRedacted = true}) end
+  local out = {contentRedacted = true, runId = r.runId, sessionId = r.sessionId, status = r.status,
+    iterations = r.iterations, stopReason = r.stopReason, finishReason = r.finishReason}
+  for k in pairs(USAGES) do
+    if type(r[k]) == 'table' then out[k] = scalars_of(r[k]) end
+  end
+  if type(r.lastError) == 'table' then
+    out.lastError = {code = r.lastError.code, message = r.lastError.message, retryable = r.lastError.retryable}
+  end
+  return cjson.encode(out)
+end
+local function redacted_input(raw)
+  local ok, v = pcall(cjson.decode, raw)
+  if not ok or type(v) ~= 'table' then return raw end
+  local out = {storeContent = false, inputMessages = {{role = 'user', content = ''}}}
+  for k, x in pairs(v) do
+    local t = type(x)
+    if k ~= 'systemPromptOverride' and (t == 'string' or t == 'number' or t == 'boolean') then out[k] = x end
+  end
+  if type(v.metadata) == 'table' then
+    local m = {}
+    for k, x in pairs(v.metadata) do
+      if type(x) ~= 'table' and type(x) ~= 'userdata' then m[k] = x end
+    end
+    if next(m) then out.metadata = m end
+  end
+  return cjson.encode(out)
+end
+local function redact(run, stream, tools, run_id)
+  local entries = redis.call('XRANGE', stream, '-', '+')
+  local rows, changed = {}, false
+  for _, e in ipairs(entries) do
+    local f = {}
+    for k = 1, #e[2], 2 do f[e[2][k]] = e[2][k + 1] end
+    if CONTENT_KINDS[f.kind] then f.payload = redacted_payload(f.payload); changed = true end
+    rows[#rows + 1] = {e[1], f}  -- its id is <seq>-0 (xadd)
+  end
+  if changed then
+    redis.call('DEL', stream)
+    for _, r in ipairs(rows) do
+      local f = r[2]
+      xadd(stream, tonumber(f.seq), f.kind, f.ts, f.payload, ctx().maxlen, f.epoch)
+    end
+  end
+  local h = redis.call('HMGET', run, F.RESULT, F.INPUT)
+  local set = {}
+  if h[1] then set[#set + 1] = F.RESULT; set[#set + 1] = redacted_result(h[1]) end
+  if h[2] then set[#set + 1] = F.INPUT; set[#set + 1] = redacted_input(h[2]) end
+  if #set > 0 then redis.call('HSET', run, unpack(set)) end
+  redis.call('HDEL', run, F.CKPT, F.LOOP, F.APPROVALS, F.CLIENT_PENDING, F.ORIGIN)
+  redis.call('DEL', tools, transcript_key(run_id))
+end
 local function finalize(run, stream, tools, run_id, status, code, message)
   local maxlen, retention = ctx().maxlen, ctx().retention
   flush_deferred()  -- a run created earlier in this script may be the one ending
   local h = redis.call('HMGET', run, F.LAST_SEQ, F.SESSION_ID, F.ITERATIONS, F.EPOCH, F.STATUS, F.USAGE_IN,
-    F.USAGE_OUT, F.USAGE_ESTIMATED, F.USAGE_COST)
+    F.USAGE_OUT, F.USAGE_ESTIMATED, F.USAGE_COST, F.USAGE_CACHE_READ, F.USAGE_CACHE_WRITE)
   local seq = tonumber(h[1] or '0') + 1
   local iterations = tonumber(h[3] or '0')
   local err = {code = code, message = message, retryable = false}
@@ -461,11 +556,12 @@ local function finalize(run, stream, tools, run_id, status, code, message)
   if h[2] and h[2] ~= '' then result.sessionId = h[2] end
   if h[6] then  -- what it spent before it was ended
     result.usage = {inputTokens = tonumber(h[6]), outputTokens = tonumber(h[7] or '0'), estimated = h[8] == '1',
-      costUsd = tonumber(h[9] or '')}
+      costUsd = tonumber(h[9] or ''), cacheReadTokens = tonumber(h[10] or '0') or 0,
+      cacheWriteTokens = tonumber(h[11] or '0') or 0}
   end
   local ts = now_ms()
   -- a run that started (a worker's commit wrote its usage) counts in the usage report, once
-  if h[6] and not is_terminal(h[5]) then usage_add(run, h[6], h[7], h[9], ts) end
+  if h[6] and not is_terminal(h[5]) then usage_add(run, h[6], h[7], h[9], h[10], h[11], ts) end
   leave_worker(run, run_id)
   if status == S.FAILED then  -- the machine's order: the run's error event, then its status
     xadd(stream, seq, EVENT.ERROR, ts, cjson.encode({scope = 'run', code = code, message = message, retryable = false}),
@@ -482,10 +578,12 @@ local function finalize(run, stream, tools, run_id, status, code, message)
   track(run, run_id, h[5], status)
   local wh = redis.call('HGET', run, F.WEBHOOK)
   if wh and wh ~= '' then redis.call('LPUSH', WEBHOOKS, run_id) end
+  local no_content = stores_no_content(run)
   if h[2] and h[2] ~= '' then
     local results, calls = recorded_calls(tools, run_id)
-    session_keep(ctx().session_results .. h[2], ctx().session_calls .. h[2], results, calls)
+    session_keep(ctx().session_results .. h[2], ctx().session_calls .. h[2], no_content and {} or results, calls)
   end
+  if no_content then redact(run, stream, tools, run_id) end
   session_advance(h[2], run_id)
   to_archive(run_id, ts)
   redis.call('EXPIRE', run, retention)

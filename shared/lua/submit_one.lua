@@ -38,6 +38,8 @@ local function submit_one(K, A)
     if h[1] == A[3] then return {'exists', h[2]} end
     return {'conflict', h[2]}
   end
+  -- a deleted run is not created again while its tombstone lasts (a resubmission, a schedule firing)
+  if redis.call('EXISTS', ctx().gone .. A[1]) == 1 then return {'deleted', ''} end
   if (A[9] or '') ~= '' and batch_finished(A[4], A[9]) then return {'batch_finished', ''} end
   local now = now_ms()
   local dispatch = true

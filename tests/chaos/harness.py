@@ -344,7 +344,7 @@ class Chaos:
         port = free_port()
         api = WorkerProc(
             url,
-            argv=["-m", "producer.cli", "api"],
+            argv=["-m", "app.cli", "api"],
             env={"AGENTMILL_API_PORT": str(port), "AGENTMILL_AUTH_DISABLED": "true",
                  "AGENTMILL_REDIS_CLUSTER": "true"},
             log=self.log_dir / "api.log",

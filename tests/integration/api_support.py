@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from producer.api.app import create_app
+from app.api import create_app
 from producer.api.serve import api_server
 from producer.scope import Scope
 from shared.settings import Settings

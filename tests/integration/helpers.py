@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
 from agentmill_client.models import RunEvent
+from app.worker import worker_process
 from producer.service import Producer, RunRecord
 from shared import keys
 from shared.events import decode_entry
@@ -29,7 +30,7 @@ from worker.jobs import WorkerProcess
 async def running_worker(redis_url: str, **settings: Any) -> AsyncIterator[WorkerProcess]:
     """An in-process worker on the test's Redis, polling fast; stopped gracefully on exit."""
     settings = {"poll_delay_s": 0.02, "worker_metrics_port": -1, **settings}
-    wp = WorkerProcess(Settings(redis_url=redis_url, **settings))
+    wp = worker_process(Settings(redis_url=redis_url, **settings))
     task = asyncio.create_task(wp.run())
     try:
         yield wp

@@ -21,7 +21,7 @@ from redis.asyncio import Redis
 from starlette.requests import Request
 from starlette.responses import Response
 
-from producer.api.app import create_app
+from app.api import create_app
 from shared.netguard import guarded_client
 from shared.settings import Settings
 from tests.integration.api_support import A, B, HookServer, api, key, run_body, settings

@@ -116,7 +116,7 @@ async def test_a_batch_and_a_session_answer_from_the_archive_once_redis_forgot_t
             assert before["batch"]["counts"]["failed"] == len(range(3, N, 5))
             assert before["batch"]["usage"]["inputTokens"] > 0 and before["batch"]["usage"]["estimated"]
             assert before["session"]["runs"] == ["s0", "s1", "s2", "s3"]
-            archiver = WorkerProc(redis_url, env=_env(pg), argv=["-m", "producer.cli", "archiver"],
+            archiver = WorkerProc(redis_url, env=_env(pg), argv=["-m", "app.cli", "archiver"],
                                   log=tmp_path / "archiver.log").start()  # fmt: skip
             try:
                 # first the runs leave Redis, the session's lists stay: the ids of its runs come from the archive

@@ -270,7 +270,7 @@ async def test_a_reply_whose_commit_is_refused_still_settles_its_hold(redis: Red
     from tests.integration.helpers import script_run
     from tests.support.schema import parts_of
     from worker.budgets import TenantBudgets
-    from worker.ports import Acquired, FencedError, Outbox
+    from worker.ports import Acquired, CommitStep, FencedError, Outbox
     from worker.redis_store import RedisRunStore, beat
 
     s = Settings(redis_url=redis_url, lease_ms=30_000,
@@ -287,7 +287,7 @@ async def test_a_reply_whose_commit_is_refused_still_settles_its_hold(redis: Red
     await redis.delete(K.worker_lease("w1"))  # its lease runs out while the model replies
     event = ("status", 1, orjson.dumps({"status": "running"}))
     with pytest.raises(FencedError):
-        await store.commit(Outbox([event], settle=hold.settlement(120, None)))
+        await store.commit(CommitStep(Outbox([event], settle=hold.settlement(120, None))))
     b = await budget_of(redis, "default")
     assert b[BudgetField.HELD_TOKENS] == 0 and b[BudgetField.SPENT_TOKENS] == 120
     assert b.get(BudgetField.RELEASED, 0) == 0  # settled, not released at its expiry

@@ -109,7 +109,7 @@ async def test_a_submission_killed_midway_resumes_with_every_line_once(
     journals = str(tmp_path / "state")
     async with api_at(redis_url, **QUOTA) as url:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "producer.cli", "submit", str(jsonl), "--api", url, cwd=ROOT,
+            sys.executable, "-m", "app.cli", "submit", str(jsonl), "--api", url, cwd=ROOT,
             env={**os.environ, "AGENTMILL_CLI_STATE_DIR": journals, "COLUMNS": "200"},
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip

@@ -16,8 +16,8 @@ import uvicorn
 from redis.asyncio import Redis
 
 from agentmill_client.client import ApiError, AsyncClient, Client
+from app.api import create_app
 from producer.api import serve
-from producer.api.app import create_app
 from shared.settings import Settings
 from tests.integration.helpers import producer_for, running_worker, script_run, stream, until_status, wait_all
 from tests.support.cli import ROOT, cli
@@ -163,7 +163,7 @@ async def test_cli_tail_status_submit(redis: Redis, redis_url: str, tmp_path: Pa
 
 def test_cli_demo_runs_to_completion() -> None:
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
-    out = subprocess.run([sys.executable, "-m", "producer.cli", "demo", "--runs", "20"], cwd=ROOT, env={**env, "COLUMNS": "200"},
+    out = subprocess.run([sys.executable, "-m", "app.cli", "demo", "--runs", "20"], cwd=ROOT, env={**env, "COLUMNS": "200"},
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     assert (

@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 
 from agentmill_client.client import ApiError, AsyncClient
 from agentmill_client.models import ClientToolResult
-from producer.api.app import create_app
+from app.api import create_app
 from shared.settings import Settings
 from tests.integration.helpers import (
     assert_clean_stream,
@@ -196,7 +196,7 @@ async def test_run_declared_client_tools_the_api_the_client_and_the_cli(
             assert (exc.value.status, exc.value.code) == (409, "conflict")
             env = {**os.environ, "REDIS_URL": redis_url, "AGENTMILL_PROFILES": path}
             out = await asyncio.to_thread(
-                subprocess.run, [sys.executable, "-m", "producer.cli", "tool-result", run_id, "c1.1", "--content",
+                subprocess.run, [sys.executable, "-m", "app.cli", "tool-result", run_id, "c1.1", "--content",
                                  "page two", "--error"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
             )  # fmt: skip
             assert out.returncode == 0 and "resumed" in out.stdout, out.stdout + out.stderr

@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import httpx
+import orjson
 import pytest
 
 from producer.api.routes_ui import UI_DIR
@@ -109,8 +110,11 @@ async def test_a_run_page_shows_its_input_agent_and_event_times_and_the_pool_lin
         assert full["inputMessages"] == messages
         bad = await c.get(f"/v1/runs/{run_id}", params={"include": "secrets"})
         assert bad.status_code == 422 and bad.json()["error"]["field"] == "include"
-        assert (await c.get("/v1/me")).json() == {"tenant": "tenant-a", "operator": True}
-        assert (await c.get("/v1/me", headers=B)).json() == {"tenant": "tenant-b", "operator": False}
+        every = ["admin", "control", "read", "submit"]  # a token of the token file may do everything
+        assert (await c.get("/v1/me")).json() == {"tenant": "tenant-a", "operator": True, "scopes": every,
+                                                  "actor": "token-file"}  # fmt: skip
+        assert (await c.get("/v1/me", headers=B)).json() == {"tenant": "tenant-b", "operator": False,
+                                                             "scopes": every, "actor": "token-file"}  # fmt: skip
         run_html = await render(url, f"#/run/{run_id}", "the run has ended")
         runs_html = await render(url, "#/runs", f'data-run="{run_id}"')
         pool_html = await render(url, "#/pool", 'id="partitions"')
@@ -147,3 +151,34 @@ async def test_a_run_page_shows_its_input_agent_and_event_times_and_the_pool_lin
     assert '<a id="nav-pool" hidden>Pool</a>' in refused_html
     assert "<code>tenant-b</code>, is not one" in refused_html
     assert 'class="error"' not in refused_html and 'role="alert"' not in refused_html
+
+
+@pytest.mark.skipif(NODE is None, reason="node is not installed")
+async def test_the_console_shows_cache_reads_and_writes(redis_url: str, tmp_path: Path) -> None:
+    """A model reporting prompt caching (the scripted one, as Anthropic's would): the run's usage line
+    and the batch's totals say how much of the input was read from and written to the cache."""
+    path = tmp_path / "profiles.json"
+    provider = {"kind": "scripted", "mode": "script", "model": "claude-sonnet-4-5", "reportCache": True}
+    path.write_bytes(orjson.dumps({"profiles": [
+        {"name": "cached", "provider": provider, "systemPrompt": "Be careful. " * 500, "tools": ["echo"]}]}))  # fmt: skip
+    script = [{"toolCalls": [{"name": "echo", "arguments": {"text": "x"}}]}] * 2 + [{"text": "done"}]
+    run = {
+        "agent": "cached",
+        "inputMessages": [{"role": "user", "content": "go"}],
+        "runtimeHints": {"script": script},
+    }
+    s = settings(redis_url, profiles=str(path))
+    async with api(s) as url, httpx.AsyncClient(base_url=url, headers=A) as c:
+        r = await c.post("/v1/runs/batch", json={"runs": [run], "batchId": "ui-cache"})
+        assert r.status_code == 200, r.text
+        run_id = r.json()["results"][0]["runId"]
+        async with running_worker(redis_url, profiles=str(path)):
+            view = await until_batch(c, "ui-cache", lambda v: v["finished"])
+        u = view["usage"]
+        assert u["cacheReadTokens"] > 0 and u["cacheWriteTokens"] > 0, view
+        run_html = await render(url, f"#/run/{run_id}", "the run has ended")
+        batch_html = await render(url, "#/batch/ui-cache", 'data-usage="cacheReadTokens"')
+    cached = f"{u['inputTokens']:,} tokens in ({u['cacheReadTokens']:,} read from cache, {u['cacheWriteTokens']:,} written)"
+    assert f"Usage: {cached}, {u['outputTokens']:,} out, ${u['costUsd']:.6f}" in run_html, run_html
+    assert f'<dd data-usage="cacheReadTokens">{u["cacheReadTokens"]}</dd>' in batch_html, batch_html
+    assert f'<dd data-usage="cacheWriteTokens">{u["cacheWriteTokens"]}</dd>' in batch_html

@@ -78,8 +78,8 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
     port = free_port()
     env = {"AGENTMILL_API_TOKENS": TOKENS, "AGENTMILL_ID_SECRET": ID_SECRET}  # as README exports them
     api_env = {**env, "AGENTMILL_API_PORT": str(port)}
-    api = WorkerProc(redis.url, env=api_env, log=logs / "api.log", argv=["-m", "producer.cli", "api"])
-    worker = WorkerProc(redis.url, env=env, log=logs / "worker.log", argv=["-m", "producer.cli", "worker"])
+    api = WorkerProc(redis.url, env=api_env, log=logs / "api.log", argv=["-m", "app.cli", "api"])
+    worker = WorkerProc(redis.url, env=env, log=logs / "worker.log", argv=["-m", "app.cli", "worker"])
     try:
         api.start()
         worker.start()

@@ -138,7 +138,7 @@ async def test_api_exits_at_once_on_sigterm_with_an_sse_stream_open(
     p = producer_for(redis, redis_url)
     sub = await p.submit(script_run([{"text": "never taken: no worker"}]))
     port, log = free_port(), tmp_path / "api.log"
-    api = WorkerProc(redis_url, argv=["-m", "producer.cli", "api"], log=log,
+    api = WorkerProc(redis_url, argv=["-m", "app.cli", "api"], log=log,
                      env={"AGENTMILL_API_PORT": str(port), "AGENTMILL_AUTH_DISABLED": "true"}).start()  # fmt: skip
     try:
         url = f"http://127.0.0.1:{port}"

@@ -100,6 +100,8 @@ async def test_finalize_counts_a_run_that_started_in_the_usage_report_once(redis
         RunField.USAGE_OUT: 40,
         RunField.USAGE_ESTIMATED: "0",
         RunField.USAGE_COST: "0.0021",
+        RunField.USAGE_CACHE_READ: 600,
+        RunField.USAGE_CACHE_WRITE: 250,
     }
     await redis.hset(K.run("r-spent"), mapping={**base, RunField.AGENT: "small", **spent})
     await redis.hset(
@@ -111,4 +113,8 @@ async def test_finalize_counts_a_run_that_started_in_the_usage_report_once(redis
         await redis.eval(probe, len(k), *k, *a)
     seconds, _ = await redis.time()
     tally = await redis.hgetall(K.usage_day("acme", utc_day(seconds * 1000)))
-    assert tally == {b"small|in": b"900", b"small|out": b"40", b"small|cost": b"2100000", b"small|runs": b"1"}
+    assert tally == {b"small|in": b"900", b"small|out": b"40", b"small|cost": b"2100000", b"small|runs": b"1",
+                     b"small|cr": b"600", b"small|cw": b"250"}  # fmt: skip
+    result = orjson.loads(await redis.hget(K.run("r-spent"), RunField.RESULT) or b"{}")
+    assert result["usage"] == {"inputTokens": 900, "outputTokens": 40, "estimated": False, "costUsd": 0.0021,
+                               "cacheReadTokens": 600, "cacheWriteTokens": 250}  # fmt: skip

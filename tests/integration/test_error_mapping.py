@@ -8,7 +8,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from producer.api.app import create_app
+from app.api import create_app
 from shared.settings import Settings
 from tests.integration.api_support import A, api, body, settings
 

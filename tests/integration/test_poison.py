@@ -128,7 +128,14 @@ async def test_a_run_that_kills_every_worker_is_quarantined_after_max_run_crashe
     seconds, _ = await redis.time()
     tally = await redis.hgetall(K.usage_day(DEFAULT_TENANT, utc_day(seconds * 1000)))
     nano = round((usage.cost_usd or 0.0) * NANO_USD)
-    parts = (usage.input_tokens, usage.output_tokens, nano, 1)
+    parts = (
+        usage.input_tokens,
+        usage.output_tokens,
+        nano,
+        1,
+        usage.cache_read_tokens,
+        usage.cache_write_tokens,
+    )
     assert tally == {
         usage_field("scripted", w).encode(): str(n).encode()
         for w, n in zip(UsagePart, parts, strict=True)

@@ -49,7 +49,7 @@ def test_the_api_started_before_redis_waits_for_it_and_logs_each_outage_once(tmp
         "AGENTMILL_AUTH_DISABLED": "true",
         "AGENTMILL_PROFILES": str(profiles),
     }
-    api = WorkerProc(server.url, argv=["-m", "producer.cli", "api"], env=env, log=log).start()
+    api = WorkerProc(server.url, argv=["-m", "app.cli", "api"], env=env, log=log).start()
     try:
         assert wait_until(lambda: _status(f"{base}/healthz") == 200, 60), log.read_text()
         ready = _get(f"{base}/readyz")

@@ -146,6 +146,7 @@ async def test_retries_across_partitions_take_their_places(redis_url: str) -> No
 async def test_a_fork_of_a_run_whose_stream_was_trimmed_is_refused(
     redis: Redis, redis_url: str, worker: WorkerProcess
 ) -> None:
+    from app.forks import state_of
     from producer.restore import Restorer
     from producer.submission import SubmissionError
     from shared.quotas import DEFAULT_TENANT
@@ -157,6 +158,6 @@ async def test_a_fork_of_a_run_whose_stream_was_trimmed_is_refused(
     # As the stream's MAXLEN does to a very long run's first events:
     await redis.xtrim(K.events(rid), minid="3-0", approximate=False)
     with pytest.raises(SubmissionError) as refused:
-        await Restorer(p).fork(rid, DEFAULT_TENANT, rec.last_seq)
+        await Restorer(p, state_of).fork(rid, DEFAULT_TENANT, rec.last_seq)
     assert refused.value.code == "events_trimmed" and refused.value.status == 409
-    assert (await Restorer(p).fork(rid, DEFAULT_TENANT, 0)).created  # seq 0 needs no event
+    assert (await Restorer(p, state_of).fork(rid, DEFAULT_TENANT, 0)).created  # seq 0 needs no event

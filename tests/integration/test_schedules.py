@@ -216,7 +216,7 @@ async def test_a_claimed_firing_whose_firer_died_is_made_once_the_claim_expires(
 
 def _cli(redis_url: str, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        [sys.executable, "-m", "producer.cli", "schedule", *args], input=stdin, capture_output=True,
+        [sys.executable, "-m", "app.cli", "schedule", *args], input=stdin, capture_output=True,
         env={**os.environ, "REDIS_URL": redis_url}, timeout=60, check=False,
     )  # fmt: skip
 

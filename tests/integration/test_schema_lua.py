@@ -61,10 +61,12 @@ async def test_a_usage_tally_from_lua_lands_where_the_report_reads_it(
     scripts = Scripts(redis, Settings(usage_retention_days=3))
     run = part.run("run-1")
     await redis.hset(run, mapping={RunField.TENANT: "acme", RunField.AGENT: "small"})
-    probe = prelude_probe("usage_add(KEYS[1], ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]))")
-    want = dict(zip(UsagePart, (b"120", b"7", b"123456", b"1"), strict=True))
+    probe = prelude_probe(
+        "usage_add(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6]))"
+    )
+    want = dict(zip(UsagePart, (b"120", b"7", b"123456", b"1", b"90", b"30"), strict=True))
     for ts in USAGE_TIMES:
-        k, a = scripts.frame(part, [run], ["120", "7", "0.000123456", ts])
+        k, a = scripts.frame(part, [run], ["120", "7", "0.000123456", "90", "30", ts])
         await redis.eval(probe, len(k), *k, *a)
         key = part.usage_day("acme", utc_day(ts))
         assert keys.slot_of(key) == part.slot  # the run's slot: a script on the partition may touch it
@@ -75,7 +77,7 @@ async def test_a_usage_tally_from_lua_lands_where_the_report_reads_it(
     # expiry is set by the run that adds a new field (the day's first of an agent), not by the next.
     key = part.usage_day("acme", utc_day(USAGE_TIMES[-1]))
     await redis.expire(key, 100)
-    k, a = scripts.frame(part, [run], ["5", "0", "", USAGE_TIMES[-1]])
+    k, a = scripts.frame(part, [run], ["5", "0", "", "", "", USAGE_TIMES[-1]])
     for agent, renewed in (("free", True), ("free", False), ("small", False)):
         await redis.hset(run, RunField.AGENT, agent)
         await redis.eval(probe, len(k), *k, *a)
@@ -84,4 +86,4 @@ async def test_a_usage_tally_from_lua_lands_where_the_report_reads_it(
         await redis.expire(key, 100)
     got = {f.decode(): v.decode() for f, v in (await redis.hgetall(key)).items()}
     assert got == {"small|in": "125", "small|out": "7", "small|cost": "123456", "small|runs": "2",
-                   "free|in": "10", "free|runs": "2"}  # fmt: skip
+                   "small|cr": "90", "small|cw": "30", "free|in": "10", "free|runs": "2"}  # fmt: skip

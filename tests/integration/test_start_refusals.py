@@ -14,11 +14,11 @@ import pytest
 
 from tests.support.procs import ROOT
 
-WORKER = ["-m", "worker"]
-AGENTMILL_WORKER = ["-m", "producer.cli", "worker"]
-API = ["-m", "producer.cli", "api"]
-ARCHIVER = ["-m", "producer.cli", "archiver"]
-STATUS = ["-m", "producer.cli", "status", "r-1"]
+WORKER = ["-m", "app.worker"]
+AGENTMILL_WORKER = ["-m", "app.cli", "worker"]
+API = ["-m", "app.cli", "api"]
+ARCHIVER = ["-m", "app.cli", "archiver"]
+STATUS = ["-m", "app.cli", "status", "r-1"]
 NOWHERE = "redis://127.0.0.1:1/0"
 
 # A Python path on which asyncpg cannot be imported, as where the `archive` extra is not installed.

@@ -31,7 +31,7 @@ from tests.support.waits import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
-ARGV = ["-m", "producer.cli", "worker", "--processes", "2"]
+ARGV = ["-m", "app.cli", "worker", "--processes", "2"]
 
 
 def supervisor(redis_url: str, tmp_path: Path, **env: str) -> tuple[WorkerProc, str]:

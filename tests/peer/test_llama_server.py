@@ -212,6 +212,18 @@ async def test_a_json_schema_run_returns_an_output_that_validates(pool: Any, red
     jsonschema.validate(rec.result.output, llama.PICK)
 
 
+async def test_a_json_schema_run_completes_with_no_style_set(pool: Any, redis: Redis) -> None:
+    """Without responseFormatStyle: the server refuses OpenAI's json_schema shape, the worker sends
+    the call again as json_object with the schema, and the run completes with a valid output."""
+    rf = {"type": "json_schema", "jsonSchema": {"name": "pick", "schema": llama.PICK}}
+    body = {**ask(llama.STRUCTURED_PROMPT), "responseFormat": rf}
+    [rec] = await pool([body], maxConcurrent=1, maxTokens=96)
+    assert rec.status.value == "completed", rec.result.last_error
+    jsonschema.validate(rec.result.output, llama.PICK)
+    events = await stream(redis, rec.run_id)
+    assert not [e for e in events if e.kind == "error"]  # the refusal never reached the run
+
+
 async def test_a_chat_run_completes_with_the_whole_answer(
     pool: Any, server: llama.LlamaServer, redis: Redis, tmp_path: Path
 ) -> None:

@@ -1,4 +1,4 @@
-"""The CLI as a user runs it: ``python -m producer.cli`` in a child process, on the test's Redis."""
+"""The CLI as a user runs it: ``python -m app.cli`` in a child process, on the test's Redis."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def cli(
     env = {**os.environ, "REDIS_URL": redis_url, "COLUMNS": "200", "AGENTMILL_CLI_STATE_DIR": journals,
            **(env or {})}  # fmt: skip
     return subprocess.run(
-        [sys.executable, "-m", "producer.cli", *args],
+        [sys.executable, "-m", "app.cli", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -29,7 +29,7 @@ def live_api(logs: Path, **env: str) -> Iterator[str]:
         port = free_port()
         api = WorkerProc(
             redis.url,
-            argv=["-m", "producer.cli", "api"],
+            argv=["-m", "app.cli", "api"],
             env={"AGENTMILL_API_PORT": str(port), "AGENTMILL_AUTH_DISABLED": "true", **env},
             log=logs / "api.log",
         ).start()

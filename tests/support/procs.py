@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class WorkerProc:
-    """A process of the project's own entry points: ``python -m worker`` unless ``argv`` says otherwise."""
+    """A process of the project's own entry points: ``python -m app.worker`` unless ``argv`` says otherwise."""
 
     def __init__(
         self,
@@ -25,7 +25,7 @@ class WorkerProc:
         log: Path | None = None,
         argv: list[str] | None = None,
     ) -> None:
-        self.argv = argv or ["-m", "worker"]
+        self.argv = argv or ["-m", "app.worker"]
         self.env = {
             **os.environ,
             "REDIS_URL": redis_url,

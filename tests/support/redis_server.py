@@ -1,6 +1,6 @@
 """A private redis-server on a free loopback port (``tests.support.ports``), for the tests and the bench.
 
-The product's ``EmbeddedRedis`` (producer/cli/embedded_redis.py, the demo's server) with what only
+The product's ``EmbeddedRedis`` (app/cli/embedded_redis.py, the demo's server) with what only
 tests need: AOF persistence and ``restart()``, which keeps the port and data directory so
 persistence can be exercised across a restart.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from producer.cli.embedded_redis import EmbeddedRedis, EmbeddedRedisError, redis_server_binary
+from app.cli.embedded_redis import EmbeddedRedis, EmbeddedRedisError, redis_server_binary
 from tests.support.ports import free_port
 
 __all__ = ["RedisServer", "RedisServerError", "free_port", "redis_server_binary"]

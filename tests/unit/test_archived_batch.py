@@ -28,7 +28,8 @@ def _row(
     status: str, runs: int, created: int, finished: int, cost: Decimal | None, estimated: int = 0
 ) -> dict[str, Any]:
     return {"status": status, "runs": runs, "first_created": created, "last_finished": finished,
-            "input_tokens": 10 * runs, "output_tokens": 3 * runs, "estimated": estimated, "cost": cost}  # fmt: skip
+            "input_tokens": 10 * runs, "output_tokens": 3 * runs, "estimated": estimated, "cost": cost,
+            "cache_read_tokens": 6 * runs, "cache_write_tokens": 2 * runs}  # fmt: skip
 
 
 async def test_the_archived_runs_counted_read_as_the_batch_hash_they_would_make() -> None:
@@ -40,15 +41,17 @@ async def test_the_archived_runs_counted_read_as_the_batch_hash_they_would_make(
     redis = merge_batch([
         {"batchId": "b1", "tenant": "tenant-a", "createdAt": "900", "finishedAt": "6000", "total": "5", "done": "5",
          "completed": "3", "failed": "2", "inputTokens": "50", "outputTokens": "15", "costUsd": "0.0000529",
-         "estimatedRuns": "1"},
+         "estimatedRuns": "1", "cacheReadTokens": "30", "cacheWriteTokens": "10"},
         {"batchId": "b1", "tenant": "tenant-a", "createdAt": "1000", "finishedAt": "5000", "total": "4", "done": "4",
-         "completed": "4", "inputTokens": "40", "outputTokens": "12", "costUsd": "0.000070556", "estimatedRuns": "1"},
+         "completed": "4", "inputTokens": "40", "outputTokens": "12", "costUsd": "0.000070556", "estimatedRuns": "1",
+         "cacheReadTokens": "24", "cacheWriteTokens": "8"},
     ])  # fmt: skip
     assert redis is not None
     assert batch_view(h) == batch_view(redis)
     view = batch_view(h)
     assert (view["total"], view["done"], view["finished"], view["finishedAt"]) == (9, 9, True, 6000)
-    assert view["usage"] == {"inputTokens": 90, "outputTokens": 27, "estimated": True, "costUsd": 0.000123456}
+    assert view["usage"] == {"inputTokens": 90, "outputTokens": 27, "estimated": True, "costUsd": 0.000123456,
+                             "cacheReadTokens": 54, "cacheWriteTokens": 18}  # fmt: skip
 
 
 async def test_no_archived_run_is_no_batch_and_no_price_is_no_cost() -> None:
@@ -60,5 +63,7 @@ async def test_no_archived_run_is_no_batch_and_no_price_is_no_cost() -> None:
         "outputTokens": 3,
         "estimated": False,
         "costUsd": None,
+        "cacheReadTokens": 6,
+        "cacheWriteTokens": 2,
     }
     assert batch_view(h)["counts"]["aborted"] == 1

@@ -1,9 +1,9 @@
-"""agentmill submit's decisions, without I/O (producer.cli.plan): the parts, what a resume sends,
+"""agentmill submit's decisions, without I/O (app.cli.plan): the parts, what a resume sends,
 bad lines by line number, and when a refused part is sent again."""
 
 from __future__ import annotations
 
-from producer.cli.plan import RETRY, Part, parse_jsonl, parts, retry_delay_ms, to_send
+from app.cli.plan import RETRY, Part, parse_jsonl, parts, retry_delay_ms, to_send
 
 
 def test_parts_are_fixed_by_offset_and_the_last_closes_the_batch() -> None:

@@ -1,4 +1,4 @@
-"""Which way a CLI command goes (producer.cli.common.route): an explicit --api wins; --redis or
+"""Which way a CLI command goes (app.cli.common.route): an explicit --api wins; --redis or
 --tenant mean Redis; else AGENTMILL_API_URL when set; else Redis. --api with --redis or --tenant is
 refused: through the API the token names the tenant."""
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from producer.cli.common import CliError, route
+from app.cli.common import CliError, route
 from shared.settings import get_settings
 
 URL = "http://api.example:8000"

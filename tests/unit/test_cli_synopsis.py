@@ -10,7 +10,7 @@ import re
 import click
 import pytest
 
-from producer.cli.main import main
+from app.cli.main import main
 from tests.support.doc_examples import DOCUMENTS, ROOT, examples
 
 FLAG = re.compile(r"^\[?(--[a-z][a-z0-9-]*)")

@@ -1,7 +1,7 @@
 """The dev harness (tests/support/redis_server.py, redis_cluster.py, cluster_nodes.py: starting,
 killing and failing over redis-server processes) stays out of what workers, the API and the client
-import: no module of shared/, producer/, worker/ or clients/ imports from tests/ or bench/, and the
-only one that starts a process is the demo's own redis-server (producer/cli/embedded_redis.py)."""
+import: no module of shared/, producer/, worker/, app/ or clients/ imports from tests/ or bench/, and the
+only one that starts a process is the demo's own redis-server (app/cli/embedded_redis.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNTIME = ("shared", "producer", "worker", "clients")
+RUNTIME = ("shared", "producer", "worker", "app", "clients")
 DEV_ONLY = ("tests", "bench")
 # Runtime modules allowed to start processes, each with its reason.
-STARTS_PROCESSES = {"producer.cli.embedded_redis": "the demo's own redis-server"}
+STARTS_PROCESSES = {"app.cli.embedded_redis": "the demo's own redis-server"}
 
 
 def _module(path: Path) -> str:

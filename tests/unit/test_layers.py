@@ -1,6 +1,7 @@
-"""The layers: ports do not depend on their users, effects do not hold the driver, and no module of
-the product (shared/, worker/, producer/ and the client package, agentmill_client) imports itself
-back. An import under ``if TYPE_CHECKING:`` counts like any other: a type-only import still ties two
+"""The layers: the floors (``agentmill_client`` and ``shared`` under both sides, ``producer`` and
+``worker`` beside each other, ``app``, the process roots, above them), ports that do not depend on
+their users, effects that do not hold the driver, and no module of the product (app/, shared/,
+worker/, producer/ and the client package, agentmill_client) importing itself back. An import under ``if TYPE_CHECKING:`` counts like any other: a type-only import still ties two
 modules together (and is one refactor away from a runtime cycle)."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ PACKAGES = {
     "shared": ROOT / "shared",
     "worker": ROOT / "worker",
     "producer": ROOT / "producer",
+    "app": ROOT / "app",
     "agentmill_client": ROOT / "clients" / "python" / "agentmill_client",
 }
 
@@ -78,6 +80,52 @@ def test_the_product_has_no_import_cycle() -> None:
     assert {"producer.service", "agentmill_client.models", "worker.machine.table"} <= set(graph)
     cycle = _cycle(graph)
     assert cycle is None, " -> ".join(cycle or [])
+
+
+# What each package may import of the others (the client package and the standard library aside).
+MAY_IMPORT = {
+    "agentmill_client": set(),
+    "shared": {"agentmill_client"},
+    "producer": {"agentmill_client", "shared"},
+    "worker": {"agentmill_client", "shared"},
+    "app": {"agentmill_client", "shared", "producer", "worker"},
+}
+
+
+def test_no_import_goes_up_or_sideways() -> None:
+    """``worker`` imports nothing of ``producer`` nor ``producer`` of ``worker``: what needs both (a
+    worker process that fires schedules, an API that forks runs from the machine's state) is
+    composed in ``app``."""
+    graph = _graph()
+    crossings = sorted(
+        f"{m} imports {n}"
+        for m, ns in graph.items()
+        for n in ns
+        if n.split(".")[0] not in MAY_IMPORT[m.split(".")[0]] | {m.split(".")[0]}
+    )
+    assert crossings == []
+
+
+def test_a_crossing_is_seen_in_a_function_and_under_type_checking(tmp_path: Path) -> None:
+    for pkg in ("low", "high"):
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text("")
+    (tmp_path / "high" / "h.py").write_text("")
+    (tmp_path / "low" / "a.py").write_text("def f():\n    from high import h\n")
+    (tmp_path / "low" / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import high.h\n"
+    )
+    graph = _graph({"low": tmp_path / "low", "high": tmp_path / "high"})
+    assert graph["low.a"] == {"high.h"} and graph["low.b"] == {"high.h"}
+
+
+def test_the_process_roots_are_in_app() -> None:
+    """The entry points: the command, a worker process (``python -m app.worker``), its supervisor,
+    the API's factory."""
+    for module in ("cli/__init__.py", "worker.py", "supervisor.py", "api.py"):
+        assert (ROOT / "app" / module).is_file(), module
+    assert not (ROOT / "worker" / "__main__.py").exists()
+    assert not (ROOT / "producer" / "cli").exists()
 
 
 def test_a_cycle_made_only_of_type_checking_imports_is_found(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from agentmill_client.models import Budget, Message, RunResult, RunStatus, ToolCall, Usage
 from shared.children import result_record
+from shared.prices import Pricing
 from shared.tool_records import ToolRecord
 from tests.unit.machine_driver import T0, TASK, calling, child_result, config, go
 from worker import machine as m
@@ -22,7 +23,8 @@ def _reply(usage: Usage, *calls: str) -> m.ModelReplied:
 
 
 def test_the_children_of_a_round_share_the_parents_remainder() -> None:
-    cfg = config(budget=Budget(max_tokens=1_000, max_cost_usd=2.0), reserve_output_tokens=50)
+    priced = Pricing(input_per_m_tok=1.0, output_per_m_tok=1.0)  # a cost budget needs a priced model
+    cfg = config(budget=Budget(max_tokens=1_000, max_cost_usd=2.0), reserve_output_tokens=50, pricing=priced)
     _, cmds = go(calling(cfg), _reply(Usage(input_tokens=300, output_tokens=100, cost_usd=0.5), "c1"))
     assert _spawn(cmds).budget == Budget(max_tokens=600, max_cost_usd=1.5)  # one child: all that is left
     _, cmds = go(calling(cfg), _reply(Usage(input_tokens=300, output_tokens=100, cost_usd=0.5), "c1", "c2"))

@@ -84,9 +84,15 @@ def test_token_and_cost_counters_by_configured_agent_and_model_only() -> None:
     m = metric_samples(obs.render().decode())
     for pair in ((("agent", "gpt"), ("model", "fake-1")), (("agent", "other"), ("model", "other"))):
         assert m[("agentmill_model_cost_usd_total", pair)] == 0
-        for d in ("input", "output"):
+        for d in ("input", "output", "cache_read", "cache_write"):
             assert m[("agentmill_model_usage_tokens_total", (pair[0], ("direction", d), pair[1]))] == 0
-    obs.tokens_used(Usage(input_tokens=100, output_tokens=20, cost_usd=0.0006), agent="gpt", model="fake-1")
+    obs.tokens_used(
+        Usage(
+            input_tokens=100, output_tokens=20, cost_usd=0.0006, cache_read_tokens=70, cache_write_tokens=5
+        ),
+        agent="gpt",
+        model="fake-1",
+    )
     for i in range(20):  # an agent or model no profile configures mints no series
         obs.tokens_used(Usage(input_tokens=1, output_tokens=1, cost_usd=0.5), agent=f"a-{i}", model=f"m-{i}")
     m = metric_samples(obs.render().decode())
@@ -111,7 +117,11 @@ def test_token_and_cost_counters_by_configured_agent_and_model_only() -> None:
     assert m[("agentmill_model_cost_usd_total", (("agent", "gpt"), ("model", "fake-1")))] == 0.0006
     assert m[("agentmill_model_cost_usd_total", (("agent", "other"), ("model", "other")))] == 10
     assert m[("agentmill_model_tokens_total", (("direction", "input"),))] == 120
-    assert sum(1 for name, _ in m if name == "agentmill_model_usage_tokens_total") == 4
+    assert m[("agentmill_model_tokens_total", (("direction", "cache_read"),))] == 70
+    assert m[("agentmill_model_tokens_total", (("direction", "cache_write"),))] == 5
+    key = (("agent", "gpt"), ("direction", "cache_read"), ("model", "fake-1"))
+    assert m[("agentmill_model_usage_tokens_total", key)] == 70
+    assert sum(1 for name, _ in m if name == "agentmill_model_usage_tokens_total") == 8
 
 
 def test_the_worker_process_exports_its_build_and_process_series() -> None:

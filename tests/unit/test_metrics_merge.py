@@ -8,10 +8,10 @@ import signal
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from app.supervisor import describe_exit, restart_delay
 from shared.process_metrics import register_process_metrics
 from worker.metrics import MetricsObserver
 from worker.metrics_merge import MergedMetrics, parse
-from worker.supervisor import describe_exit, restart_delay
 
 
 def process(finished: int, in_progress: int) -> str:

@@ -64,3 +64,9 @@ def test_a_key_is_missing_when_its_variable_is_unset_or_empty_or_its_file_unread
     (tmp_path / "key").write_text("sk-2")
     assert missing_keys(gpt(api_key_file=str(tmp_path / "key"))) is None
     assert missing_keys(load_profiles(None, dev=True)) is None  # no key named: none missing
+    # every provider of a fallback chain is checked, by its place in the chain
+    plain = ProviderConfig(kind="openai", base_url="http://x/v1", model="m")
+    keyed = ProviderConfig(kind="openai", base_url="http://y/v1", model="m", api_key_env="TEST_FALLBACK_KEY")
+    monkeypatch.delenv("TEST_FALLBACK_KEY", raising=False)
+    chained = {"c": AgentProfile(name="c", providers=[plain, keyed])}
+    assert "profile 'c': providers.1.apiKeyEnv names TEST_FALLBACK_KEY" in (missing_keys(chained) or "")

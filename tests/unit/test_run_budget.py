@@ -127,3 +127,15 @@ def test_a_run_never_spends_past_its_budget(
 def test_without_a_budget_nothing_changes() -> None:
     s, _ = go(calling(config()), text_reply())
     assert s.phase == RunStatus.COMPLETED
+
+
+def test_a_cost_budget_on_a_model_with_no_price_ends_the_run_before_its_first_call() -> None:
+    cfg = config(budget=Budget(max_cost_usd=1.0), pricing=None)
+    s, cmds = go(
+        m.initial_state("r1"),
+        m.Started(T0, cfg, [Message(role="user", content="hi")]),
+        m.ContextLoaded(T0, []),
+    )
+    assert s.phase == RunStatus.FAILED and not any(isinstance(c, m.CallModel) for c in cmds)
+    assert s.last_error is not None and s.last_error.code == "unpriced_model"
+    assert "has no price" in s.last_error.message

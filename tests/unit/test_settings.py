@@ -20,8 +20,8 @@ NOT_SETTINGS = {
     "shared/preflight.py": "whether the API key variable a profile names (apiKeyEnv) is set",
     "worker/tools/http.py": 'a header secret a profile names ("env:NAME")',
     "worker/tools/mcp_transport.py": 'an MCP server header secret a profile names ("${env:NAME}")',
-    "producer/cli/submit.py": "XDG_STATE_HOME, the platform's state directory",
-    "worker/supervisor.py": "its worker processes' environment: its own, each process's socket and id added",
+    "app/cli/submit.py": "XDG_STATE_HOME, the platform's state directory",
+    "app/supervisor.py": "its worker processes' environment: its own, each process's socket and id added",
     "worker/tracing.py": "the standard OTEL_* variables, whether an OTLP endpoint is set (the SDK reads the rest)",
 }
 ENV_READ = re.compile(r"\b(?:environ|getenv)\b|\benvvar\s*=")
@@ -129,7 +129,7 @@ def test_a_beat_that_cannot_keep_the_lease_is_refused_and_an_unset_one_follows_a
 
 
 @pytest.mark.parametrize(
-    "argv", [["-m", "producer.cli", "worker"], ["-m", "worker"], ["-m", "producer.cli", "api"]]
+    "argv", [["-m", "app.cli", "worker"], ["-m", "app.worker"], ["-m", "app.cli", "api"]]
 )
 def test_a_process_started_with_refused_settings_says_so_in_a_line_and_exits_2(argv: list[str]) -> None:
     import os

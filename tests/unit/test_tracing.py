@@ -74,3 +74,26 @@ def test_the_client_sends_the_callers_current_context() -> None:
         f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-"
     )
     assert trace_context.stored(h["traceparent"]) == h["traceparent"]  # what the API keeps of it
+
+
+def test_a_model_calls_span_carries_its_cache_reads_and_writes() -> None:
+    """OpenTelemetry's GenAI attributes: the input counts the whole prompt, cache reads and writes
+    are its parts (absent when the provider reported none)."""
+    from agentmill_client.models import Message, Usage
+
+    class Span:
+        def __init__(self) -> None:
+            self.attrs: dict[str, object] = {}
+
+        def set_attribute(self, key: str, value: object) -> None:
+            self.attrs[key] = value
+
+    span = Span()
+    usage = Usage(input_tokens=1200, output_tokens=30, cache_read_tokens=1000, cache_write_tokens=150)
+    tracing.model_replied(span, "stop", usage, Message(role="assistant", content="ok"))
+    assert span.attrs["gen_ai.usage.input_tokens"] == 1200 and span.attrs["gen_ai.usage.output_tokens"] == 30
+    assert span.attrs["gen_ai.usage.cache_read.input_tokens"] == 1000
+    assert span.attrs["gen_ai.usage.cache_creation.input_tokens"] == 150
+    plain = Span()
+    tracing.model_replied(plain, "stop", Usage(input_tokens=5), Message(role="assistant", content="ok"))
+    assert not any("cache" in k for k in plain.attrs)

@@ -1,7 +1,9 @@
 """Run budgets (``RunInput.budget``, narrowed by the profile's): can the run afford its next model call?
 
 A call's worst case is its prompt estimate plus the model's maxTokens, and their cost by the model's
-pricing. The run affords the call when what it spent so far (``RunState.usage``) plus that worst
+pricing with no prompt token cheaper than the input price (none read from a cache; each maybe
+written to it, at the dearer price): the call's actual cost, cache reads at their price, is settled
+after it. The run affords the call when what it spent so far (``RunState.usage``) plus that worst
 case stays within each limit; else it ends ``failed`` with ``budget_exceeded`` before the call, so it
 never exceeds its budget. Pure: both the usage and the budget are in the state.
 
@@ -11,6 +13,10 @@ is started with an equal share of what is left (``share`` of ``remainder``) as i
 children of one round together may spend no more than the parent has left, and what a child leaves
 unspent is the parent's again once it ends (the parent counts what its children spent, not their
 shares). A child's children share its budget the same way, so nesting cannot multiply a budget.
+
+A cost budget on a model with no price cannot be kept: the run ends ``failed`` with ``unpriced_model``
+before its first call (a submission asking for it is refused first; this catches a profile changed
+since, and a priced parent's child of an unpriced profile).
 """
 
 from __future__ import annotations
@@ -22,16 +28,27 @@ from worker import policy
 from worker.config import RunConfig
 from worker.machine.state import RunState
 
-__all__ = ["BUDGET_EXCEEDED", "remainder", "share", "spent_with_children", "unaffordable", "worst_case"]
+__all__ = [
+    "BUDGET_EXCEEDED",
+    "UNPRICED_MODEL",
+    "remainder",
+    "share",
+    "spent_with_children",
+    "unaffordable",
+    "worst_case",
+]
 
 BUDGET_EXCEEDED = "budget_exceeded"
+UNPRICED_MODEL = "unpriced_model"  # a cost budget on a model with no price
 
 
-def worst_case(cfg: RunConfig, messages: list[Message]) -> tuple[int, int, float | None]:
-    """(prompt estimate, maxTokens, their cost in USD or None without pricing) of a call."""
+def worst_case(cfg: RunConfig, messages: list[Message], provider: int = 0) -> tuple[int, int, float | None]:
+    """(prompt estimate, maxTokens, their cost in USD or None without pricing) of a call on the
+    chain's provider number ``provider`` (0: the primary, or the profile's one provider)."""
     prompt = policy.estimate_tokens(messages)
-    out = cfg.reserve_output_tokens
-    cost = cfg.pricing.cost_usd(prompt, out) if cfg.pricing is not None else None
+    out = cfg.link_reserve(provider)
+    pricing = cfg.link_pricing(provider)
+    cost = pricing.worst_case_usd(prompt, out) if pricing is not None else None
     return prompt, out, cost
 
 
@@ -63,13 +80,14 @@ def share(b: Budget | None, n: int) -> Budget | None:
 
 
 def unaffordable(
-    cfg: RunConfig, spent_tokens: int, spent_cost: float | None, messages: list[Message]
+    cfg: RunConfig, spent_tokens: int, spent_cost: float | None, messages: list[Message], provider: int = 0
 ) -> RunError | None:
-    """Why the run cannot afford a call with this prompt (the figures: spent, reserved, limit), or None."""
+    """Why the run cannot afford a call with this prompt on that provider (the figures: spent,
+    reserved, limit), or None."""
     b = cfg.budget
     if b is None:
         return None
-    prompt, out, cost = worst_case(cfg, messages)
+    prompt, out, cost = worst_case(cfg, messages, provider)
     need = prompt + out
     if b.max_tokens is not None and spent_tokens + need > b.max_tokens:
         return RunError(
@@ -78,6 +96,14 @@ def unaffordable(
             f"reserves {need} (prompt ~{prompt} + maxTokens {out}); {spent_tokens + need} > {b.max_tokens}",
         )
     spent_usd = spent_cost or 0.0
+    if (
+        b.max_cost_usd is not None and cost is None
+    ):  # (its submission was refused so; a profile changed since)
+        return RunError(
+            code=UNPRICED_MODEL,
+            message=f"budget.maxCostUsd={b.max_cost_usd}: the model has no price (neither the profile's "
+            "pricing nor the price table gives one), so the cost of its calls cannot be counted",
+        )
     if b.max_cost_usd is not None and cost is not None and spent_usd + cost > b.max_cost_usd:
         return RunError(
             code=BUDGET_EXCEEDED,

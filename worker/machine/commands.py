@@ -58,6 +58,7 @@ class ModelRequest:
         0  # a tenant's day budget holds it: policy.prompt_bound (an upper bound) + maxTokens
     )
     reserve_cost_usd: float | None = None  # and its cost by the model's pricing (None: no pricing)
+    provider_index: int = 0  # the provider of the profile's fallback chain to call (0: the primary)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from agentmill_client.models import EventKind, Message, RunError, RunStatus
 from worker import policy
+from worker.machine import fallback
 from worker.machine.budget import BUDGET_EXCEEDED
 from worker.machine.commands import CallModel, Command, Compact, Decision, Emit, LoadContext, Wait
 from worker.machine.events import (
@@ -125,9 +126,12 @@ def on_replied(s: RunState, e: ModelReplied) -> Decision:
         )
     ]
     if e.usage:
+        answered = {} if not s.cfg.chain else {"provider": fallback.link_name(s.cfg, s.provider_index),
+                                                 "model": s.cfg.chain[s.provider_index].model}  # fmt: skip
         cmds.append(Emit(EventKind.USAGE, {"modelCallIndex": s.model_call_index,
                                            "usage": e.usage.model_dump(mode="json", by_alias=True, exclude_none=True),
-                                           "total": usage.model_dump(mode="json", by_alias=True, exclude_none=True)}))  # fmt: skip
+                                           "total": usage.model_dump(mode="json", by_alias=True, exclude_none=True),
+                                           **answered}))  # fmt: skip
     if refused:
         cmds.append(status_event("tool_calls_refused", count=refused, reason=f"{s.final_call} reached"))
     if not msg.tool_calls:
@@ -156,6 +160,8 @@ def on_failed(s: RunState, e: ModelFailed) -> Decision:
             )
         )
     cfg = s.cfg
+    if (moved := fallback.next_provider(cfg, s.provider_index, f, s.attempt)) is not None:
+        return fallback.move_on(s, e.now_ms, moved[0], moved[1], cmds)
     if cls == "overflow":
         step = on_overflow(s)
         if step == "fail":

@@ -107,7 +107,8 @@ def on_restored(s: RunState, e: Restored) -> Decision:
         o = up(s, transcript=list(e.input_messages))
     s = up(
         o, run_id=s.run_id, session_id=None, config=e.config, started_at_ms=e.now_ms, phase=Phase.PREPARING,
-        call=CallPhase.NONE, usage=Usage(), attempt=0, overflow_retries=0, running=[], client_waiting={},
+        call=CallPhase.NONE, usage=Usage(), attempt=0, provider_index=0, overflow_retries=0, running=[],
+        client_waiting={},
         last_error=None, final_message=None, finish_reason=None, output=None,
     )  # fmt: skip
     cmds: list[Command] = [status_event(RunStatus.RUNNING.value, agent=e.config.agent, **e.lineage)]

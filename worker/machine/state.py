@@ -99,7 +99,8 @@ class RunState(Model):
     tool_rounds: int = 0
     tool_calls_used: int = 0
     model_call_index: int = 0
-    attempt: int = 0  # retries of the current model call
+    attempt: int = 0  # retries of the current model call (on its current provider)
+    provider_index: int = 0  # the provider of the fallback chain the current model call is on
     failures: int = 0  # failed model attempts over the whole run
     overflow_retries: int = 0
     compactions: int = 0

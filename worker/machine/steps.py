@@ -19,7 +19,15 @@ from worker.machine.commands import CallModel, Command, Compact, Decision, Emit,
 from worker.machine.state import CallPhase, Phase, RunState
 from worker.machine.window import windowed_history
 
-__all__ = ["FINAL_ANSWER_PROMPT", "bounded_messages", "build_messages", "error_event", "finish", "result_of"]
+__all__ = [
+    "FINAL_ANSWER_PROMPT",
+    "bounded_messages",
+    "build_messages",
+    "build_messages_for_call",
+    "error_event",
+    "finish",
+    "result_of",
+]
 
 
 _new = object.__new__
@@ -98,6 +106,7 @@ def call_model(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
         call=CallPhase.CALLING,
         model_call_index=s.model_call_index + 1,
         attempt=0,
+        provider_index=0,  # each call starts on the primary (worker/machine/fallback.py)
         called_llm_at_ms=now_ms,
     )
     return s, [*cmds, CallModel(request_of(s))]
@@ -131,6 +140,11 @@ def build_messages(s: RunState) -> list[Message]:
     return [Message(role="system", content=s.cfg.system_prompt), *windowed_history(s), *transcript]
 
 
+def build_messages_for_call(s: RunState) -> list[Message]:
+    """What the next model call sends: the messages, and the final-answer prompt on a final call."""
+    return _messages_of(s)
+
+
 def _messages_of(s: RunState) -> list[Message]:
     messages = build_messages(s)
     if s.final_call:
@@ -141,10 +155,13 @@ def _messages_of(s: RunState) -> list[Message]:
 def request_of(s: RunState) -> ModelRequest:
     cfg = s.cfg
     messages = _messages_of(s)
-    bound, out = policy.prompt_bound(messages), cfg.reserve_output_tokens
+    at = s.provider_index
+    bound, out = policy.prompt_bound(messages), cfg.link_reserve(at)
     # The tenant's day budget holds an upper bound its text cannot game (not budget.maxTokens'
-    # estimate): settlement replaces it with the provider's count.
-    cost = cfg.pricing.cost_usd(bound, out) if cfg.pricing is not None else None
+    # estimate), at the worst-case prices of the provider the call is on: settlement replaces it
+    # with the provider's count at its cache-aware prices.
+    pricing = cfg.link_pricing(at)
+    cost = pricing.worst_case_usd(bound, out) if pricing is not None else None
     return ModelRequest(
         run_id=s.run_id,
         session_id=s.session_id,
@@ -157,6 +174,7 @@ def request_of(s: RunState) -> ModelRequest:
         response_format=cfg.response_format,
         reserve_tokens=bound + out,
         reserve_cost_usd=cost,
+        provider_index=at,
     )
 
 

@@ -31,6 +31,7 @@ from worker.models.base import (
     TextDelta,
     ToolCallDelta,
 )
+from worker.models.shapes import REFUSAL_STATUSES, ShapeMemory, adapt, refused_shape
 from worker.models.sse import SseParser
 
 __all__ = [
@@ -272,7 +273,12 @@ def load_key(cfg: ProviderConfig) -> str:
 
 
 class OpenAIProvider:
-    def __init__(self, config: ProviderConfig, client: httpx.AsyncClient) -> None:
+    """``shapes``: what the worker's providers learnt of endpoints that refuse a request shape
+    (worker/models/shapes.py); None: a refusal fails the call as it is."""
+
+    def __init__(
+        self, config: ProviderConfig, client: httpx.AsyncClient, shapes: ShapeMemory | None = None
+    ) -> None:
         if not config.base_url or not config.model:
             raise ValueError("the openai provider needs baseUrl and model")
         self.config = config
@@ -282,6 +288,17 @@ class OpenAIProvider:
         self.timeout = httpx.Timeout(
             connect=config.connect_timeout_s, read=config.read_timeout_s, write=30.0, pool=30.0
         )
+        self.shapes = shapes
+        # The shapes the profile set itself: its setting holds, no refusal changes it.
+        chosen = config.model_fields_set
+        self.keep = frozenset(
+            shape
+            for shape, setting in (
+                ("response_format", "response_format_style"),
+                ("content_parts", "image_parts"),
+            )
+            if setting in chosen
+        )
 
     def __repr__(self) -> str:
         return f"OpenAIProvider({self.url!r}, model={self.config.model!r})"
@@ -289,36 +306,59 @@ class OpenAIProvider:
     async def aclose(self) -> None:
         return None  # the HTTP client is the worker's
 
+    def _refused(self, status: int, raw: bytes, sent: dict[str, Any], known: frozenset[str]) -> str | None:
+        """The shape of ``sent`` the error refuses, if its alternative is still to be tried."""
+        if self.shapes is None or status not in REFUSAL_STATUSES:
+            return None
+        shape = refused_shape(status, raw.decode("utf-8", errors="replace")[:MAX_ERROR_CHARS], sent)
+        return shape if shape is not None and shape not in known and shape not in self.keep else None
+
     async def stream(self, request: ModelRequest, hints: dict[str, Any]) -> AsyncGenerator[Chunk, None]:
-        headers = {"Accept": "text/event-stream"}
+        headers = {"Accept": "text/event-stream", "Content-Type": "application/json"}
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
         tracing.inject(headers)  # the call's traceparent, when traces are on
-        body = orjson.dumps(request_body(self.config, request))
+        body = request_body(self.config, request)
+        known = self.shapes.of(self.url) if self.shapes is not None else frozenset()
+        sent = adapt(body, known, keep=self.keep)
+        learnt: list[tuple[str, str]] = []  # shapes refused by this call whose alternative is being tried
         reader = ChunkReader()
         parser = SseParser()
         try:
-            async with self.client.stream(
-                "POST",
-                self.url,
-                content=body,
-                headers={**headers, "Content-Type": "application/json"},
-                timeout=self.timeout,
-            ) as resp:
-                if resp.status_code >= 400:
-                    raise http_error(resp.status_code, resp.headers, await resp.aread())
-                async for raw in resp.aiter_bytes():
-                    for ev in parser.feed(raw):
-                        if ev.data.strip() == "[DONE]":
-                            yield reader.end(done=True)
-                            return
-                        for out in reader.consume(_json(ev.data)):
-                            yield out
-                for ev in parser.close():
-                    if ev.data.strip() != "[DONE]":
-                        for out in reader.consume(_json(ev.data)):
-                            yield out
-                yield reader.end(done=False)  # complete if it sent a finish_reason
+            while True:
+                async with self.client.stream(
+                    "POST", self.url, content=orjson.dumps(sent), headers=headers, timeout=self.timeout
+                ) as resp:
+                    if resp.status_code >= 400:
+                        raw = await resp.aread()
+                        if (shape := self._refused(resp.status_code, raw, sent, known)) is not None:
+                            known = known | {shape}
+                            sent = adapt(body, known, keep=self.keep)
+                            learnt.append((shape, f"HTTP {resp.status_code}"))
+                            continue  # once more, in the alternative
+                        raise http_error(resp.status_code, resp.headers, raw)
+                    if self.shapes is not None:
+                        for shape, detail in learnt:  # the alternative was taken
+                            self.shapes.learn(self.url, shape, detail)
+                    async for raw_bytes in resp.aiter_bytes():
+                        for ev in parser.feed(raw_bytes):
+                            if ev.data.strip() == "[DONE]":
+                                if (
+                                    reader.finish_reason is None
+                                    and self.shapes
+                                    and not self.config.max_concurrent
+                                ):
+                                    self.shapes.interrupted(self.url)
+                                yield reader.end(done=True)
+                                return
+                            for out in reader.consume(_json(ev.data)):
+                                yield out
+                    for ev in parser.close():
+                        if ev.data.strip() != "[DONE]":
+                            for out in reader.consume(_json(ev.data)):
+                                yield out
+                    yield reader.end(done=False)  # complete if it sent a finish_reason
+                    return
         except httpx.TimeoutException as exc:
             raise ModelCallError("timeout", f"{type(exc).__name__} talking to {self.url}") from None
         except httpx.ConnectError as exc:

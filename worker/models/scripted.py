@@ -11,6 +11,11 @@ before it, and ``"finishReason"`` (null: the stream stops without one). The turn
 number ``iterations + failures`` of the run, so retries and crash-resumes replay the same script.
 When the script runs out the model answers with a final text.
 
+With ``reportCache`` its usage reports prompt caching as Anthropic's does with a breakpoint on the
+last message: the previous call's prompt (everything before the newest assistant message) is read
+from the cache, the rest written to it, a prompt under MIN_CACHE_TOKENS neither (both parts of the
+input tokens, which count the whole prompt).
+
 Mode ``calculator`` is the demo agent: it asks the calculator tool to evaluate the arithmetic in
 the last user message, then answers with the result.
 """
@@ -31,7 +36,16 @@ from worker import policy, preamble
 from worker.machine import ModelRequest
 from worker.models.base import Chunk, ModelCallError, ReasoningDelta, StreamEnd, TextDelta, ToolCallDelta
 
-__all__ = ["FINAL_TEXT", "ScriptError", "ScriptedProvider", "calculator_turn"]
+__all__ = [
+    "FINAL_TEXT",
+    "MIN_CACHE_TOKENS",
+    "ScriptError",
+    "ScriptedProvider",
+    "cache_usage",
+    "calculator_turn",
+]
+
+MIN_CACHE_TOKENS = 1024  # Anthropic's shortest cacheable prompt (Sonnet, Opus)
 
 
 FINAL_TEXT = "Done."
@@ -119,14 +133,29 @@ class ScriptedProvider:
             call_id = str(call.get("id") or f"call_{request.run_id[-12:]}_{request.model_call_index}_{i}")
             yield ToolCallDelta(index=i, id=call_id, name=str(call["name"]), arguments=args)
         out_tokens = (len(text) + sum(len(str(c)) for c in calls)) // 4 + 1
+        prompt = policy.estimate_tokens(request.messages)
+        read, write = cache_usage(request.messages, prompt) if self.config.report_cache else (0, 0)
         yield StreamEnd(
             finish_reason=turn.get("finishReason", "tool_calls" if calls else "stop"),
             usage=Usage(
-                input_tokens=policy.estimate_tokens(request.messages),
+                input_tokens=prompt,
                 output_tokens=out_tokens,
                 estimated=True,
+                cache_read_tokens=read,
+                cache_write_tokens=write,
             ),
         )
+
+
+def cache_usage(messages: list[Message], prompt: int) -> tuple[int, int]:
+    """(cache reads, cache writes) of a prompt of ``prompt`` tokens, as Anthropic reports them with a
+    breakpoint on its last message: the previous call's prompt is read, the rest written."""
+    if prompt < MIN_CACHE_TOKENS:
+        return 0, 0
+    last = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=0)
+    read = policy.estimate_tokens(messages[:last]) if last else 0
+    read = read if read >= MIN_CACHE_TOKENS else 0
+    return read, prompt - read
 
 
 def _split(text: str, size: int) -> list[str]:

@@ -22,6 +22,7 @@ from worker.machine.children import children_record
 from worker.observer import Observer
 from worker.ports import (
     Clock,
+    CommitStep,
     Entry,
     Outbox,
     RunStore,
@@ -180,20 +181,22 @@ class Commits:
                 config = config_json(state.config)
             transcript = self._transcript_write(state.transcript) if self.transcript_apart else None
             await self.store.commit(
-                Outbox(events, merged.claims, merged.records, merged.settle),
-                checkpoint=ckpt,
-                status=status,
-                aux=aux,
-                session=session,
-                approval_timeout_ms=approval_timeout_ms,
-                run_deadline_ms=run_deadline_ms,
-                iterations=state.iterations,
-                error_code=error_code,
-                children=kids if kids != self._children else None,
-                usage=usage,
-                tally=tally,
-                config=config,
-                transcript=transcript,
+                CommitStep(
+                    Outbox(events, merged.claims, merged.records, merged.settle),
+                    checkpoint=ckpt,
+                    status=status,
+                    aux=aux,
+                    session=session,
+                    approval_timeout_ms=approval_timeout_ms,
+                    run_deadline_ms=run_deadline_ms,
+                    iterations=state.iterations,
+                    error_code=error_code,
+                    children=kids if kids != self._children else None,
+                    usage=usage,
+                    tally=tally,
+                    config=config,
+                    transcript=transcript,
+                )
             )
             if config is not None:
                 self._config_sent = state.config

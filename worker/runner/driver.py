@@ -102,6 +102,7 @@ class RunDriver:
         self.started_mono = self.clock.monotonic()
         self.draining = False
         self.fenced = False
+        self.deleted = False  # fenced because the run was deleted: its job leaves no result
         self.abort_reason: str | None = None
         self.observed_start = False
         self.is_child = False  # a sub-agent's run: its ending goes to its parent
@@ -114,7 +115,9 @@ class RunDriver:
             self._cancel_effects()
             self.inbox.put_nowait(AbortRequested(self.clock.now_ms(), self.abort_reason))
 
-    def fence(self) -> None:
+    def fence(self, *, deleted: bool = False) -> None:
+        """Stop without writing: the run is no longer this worker's (``deleted``: nor anyone's)."""
+        self.deleted = deleted
         self.fenced = True
         self._cancel_effects()
         self.inbox.put_nowait(_Wake())
@@ -153,7 +156,7 @@ class RunDriver:
             if isinstance(exc, SeqConflictError) and not self.fenced:
                 # Still ours, but Redis lost a write we saw acknowledged (a failover): hand it back.
                 await self._hand_back(5.0)
-            return "fenced"
+            return "deleted" if isinstance(exc, FencedError) and exc.deleted else "fenced"
         except asyncio.CancelledError:
             await self._cancel_tasks()
             if not self.state.terminal and not self.fenced:
@@ -211,6 +214,7 @@ class RunDriver:
         self.pending.append(first)
         if not acq.abort_reason and acq.ancestry and acq.checkpoint is None:
             acq = await opening.orphaned(self.store, acq)  # a child created after its parent ended
+        acq = opening.disabled(self.host.settings, acq)  # its tenant disabled since: aborted
         if acq.abort_reason:
             self.abort_reason = acq.abort_reason
             self.pending.append(AbortRequested(now, acq.abort_reason))
@@ -223,7 +227,9 @@ class RunDriver:
         while True:
             if self.fenced:
                 raise FencedError(
-                    f"run {self.run_id}: this worker gave the run up (its lease lapsed, or another worker took it)"
+                    f"run {self.run_id}: this worker gave the run up (its lease lapsed, another worker took it, "
+                    "or it was deleted)",
+                    deleted=self.deleted,
                 )
             if self.pending:
                 ev: Event | _Wake | FlushHeld | FlushDeltas | ToolRecorded = self.pending.popleft()
@@ -270,11 +276,12 @@ class RunDriver:
         park: Park | None = None
         ts = self.clock.now_ms()
         draining, resumed = self.draining, isinstance(ev, Resumed)
-        agent = self.state.config.agent if self.state.config is not None else ""
         for c in cmds:
             if isinstance(c, Emit):
                 outbox.events.append((c.kind.value, ts, orjson.dumps(c.payload)))
-                hearing.emitted(obs, c, resumed=resumed, agent=agent)
+                hearing.emitted(
+                    obs, c, resumed=resumed, agent=self.state.config.agent if self.state.config else ""
+                )
             elif isinstance(c, ExecuteTool):
                 if not draining:  # a drain neither claims nor starts a call: whoever resumes the run does
                     outbox.claims.append(c.call.id)
@@ -380,6 +387,9 @@ class RunDriver:
         if isinstance(exc, LeaseExpiredError):
             log.warning("run %s: %s; stopping without writing", self.run_id, exc)
             self.fence()
+        elif isinstance(exc, FencedError):  # an effect found the run gone (a deleted parent's children)
+            log.warning("run %s: %s; stopping without writing", self.run_id, exc)
+            self.fence(deleted=exc.deleted)
         elif exc is not None:
             log.error("run %s: effect crashed; failing the run", self.run_id, exc_info=exc)
             self.inbox.put_nowait(_Crashed(exc))

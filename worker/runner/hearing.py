@@ -21,11 +21,16 @@ def transition(obs: Observer, src: str, since_ms: int, dst: str, cause: str, now
 
 def emitted(obs: Observer, c: Emit, *, resumed: bool, agent: str = "") -> None:
     """An event the step publishes; ``resumed``: the step took over a checkpoint (its tool results
-    then come from their records). A compaction that removed messages rewrote the transcript
-    from the first of them on: the prompt cache a provider holds for the run's prefix stops there."""
-    if c.kind == EventKind.STATUS and c.payload.get("status") == "retrying":
+    then come from their records); ``agent``: the run's profile. A compaction that removed
+    messages rewrote the transcript from the first of them on: the prompt cache a provider holds
+    for the run's prefix stops there."""
+    status = c.payload.get("status") if c.kind == EventKind.STATUS else None
+    if status == "retrying":
         obs.model_retry(str(c.payload.get("reason", "unknown")))
         tracing.retried(c.payload)  # an event on the attempt's span, when traces are on
+    elif status == "model_fallback":
+        p = c.payload
+        obs.model_fallback(agent, str(p.get("from")), str(p.get("to")), str(p.get("reason")))
     elif c.kind == EventKind.COMPACTION:
         obs.compaction(str(c.payload.get("reason", "threshold")))
         obs.compaction_removed(

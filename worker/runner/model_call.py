@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agentmill_client.models import EventKind, Message, ThinkingBlock, ToolCall, Usage
+from shared.profiles import AgentProfile, ProviderConfig
 from worker import context, failpoints, policy, preamble, tracing
 from worker.compaction import SUMMARY_PROMPT
 from worker.limiter import limited
@@ -115,7 +116,7 @@ async def call_model(cx: EffectContext, state: RunState, req: ModelRequest) -> N
     if not tracing.on():
         return await _call_model(cx, state, req, None)
     try:
-        pcfg = cx.profile(state).provider
+        pcfg = _on(cx.profile(state), req)
         provider, model = str(pcfg.kind), pcfg.model_name
     except Exception:  # an unknown profile fails inside the call, as without traces
         provider, model = "", ""
@@ -141,14 +142,16 @@ async def _call_model(cx: EffectContext, state: RunState, req: ModelRequest, spa
     streaming = False
     try:
         profile = cx.profile(state)
-        provider = cx.ports.models.provider(profile)
+        at = _at(profile, req)
+        pcfg = profile.chain[at]
+        provider = cx.ports.models.provider(profile, at)
         if cx.ports.budgets.limited(cx.tenant):
             got = await _reserve(cx, req)
             if isinstance(got, str):  # the tenant's day cannot afford this call: it is not made
                 cx.post(BudgetRefused(cx.now_ms(), got))
                 return
             hold = got
-        held = await _capacity(cx, state, req)
+        held = await _capacity(cx, pcfg, req)
         t0 = s.last_flush = loop.time()  # the call starts once it has capacity
         pace.open += 1
         streaming = True
@@ -181,7 +184,7 @@ async def _call_model(cx: EffectContext, state: RunState, req: ModelRequest, spa
         s.drop_unpublished()
         if hold is not None:
             await hold.settle(0, None)  # a failed call: its usage is unknown, its hold released
-        await _throttled(cx, state, exc.failure)
+        await _throttled(cx, state, pcfg, exc.failure)
         obs.model_call("error", latency_s=loop.time() - t0, ttft_s=ttft)
         s.failed(exc.failure)
         return
@@ -210,7 +213,13 @@ async def _call_model(cx: EffectContext, state: RunState, req: ModelRequest, spa
         msg = _assemble(req, text, calls, thinking)
     except ValidationError as exc:  # over a bound (content, arguments, names): not retried
         if hold is not None:
-            await hold.settle(u.input_tokens + u.output_tokens if u else 0, u.cost_usd if u else None)
+            if u is None:
+                await hold.settle(0, None)
+            else:  # the provider's count, at its prices
+                paid = policy.call_usage(
+                    u, req.messages, Message(role="assistant"), profile.provider.prices()
+                )
+                await hold.settle(paid.input_tokens + paid.output_tokens, paid.cost_usd)
         obs.model_call("error", latency_s=loop.time() - t0, ttft_s=ttft)
         detail = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:3])
         s.failed(ModelFailure(kind="invalid", message=f"the model's reply is not a valid message: {detail}"))
@@ -218,8 +227,9 @@ async def _call_model(cx: EffectContext, state: RunState, req: ModelRequest, spa
     # A stream that stopped without a finish_reason is no answer: the machine retries it.
     outcome = "success" if end.finish_reason is not None else "error"
     obs.model_call(outcome, latency_s=loop.time() - t0, ttft_s=ttft)
-    usage = policy.call_usage(end.usage, req.messages, msg, profile.provider.pricing)
-    obs.tokens_used(usage, agent=profile.name, model=profile.provider.model_name)
+    # Usage and cost are the call's, at the prices of the model that answered (a fallback's own).
+    usage = policy.call_usage(end.usage, req.messages, msg, pcfg.prices())
+    obs.tokens_used(usage, agent=profile.name, model=pcfg.model_name)
     if hold is not None:
         spent = usage.input_tokens + usage.output_tokens
         # In the run's slot, the settlement is written by the commit of this reply (no round trip of
@@ -263,9 +273,19 @@ async def _reserve(cx: EffectContext, req: ModelRequest) -> BudgetHold | str:
     return got
 
 
-async def _capacity(cx: EffectContext, state: RunState, req: ModelRequest) -> Capacity | None:
-    """Wait for pool-wide capacity of the profile's provider (worker/limiter.py); None: unlimited."""
-    pcfg = cx.profile(state).provider
+def _at(profile: AgentProfile, req: ModelRequest) -> int:
+    """The place in the profile's chain of the provider the call is on (the machine chose it:
+    req.provider_index; the last one if the profile's chain has since been shortened)."""
+    return min(req.provider_index, len(profile.chain) - 1)
+
+
+def _on(profile: AgentProfile, req: ModelRequest) -> ProviderConfig:
+    return profile.chain[_at(profile, req)]
+
+
+async def _capacity(cx: EffectContext, pcfg: ProviderConfig, req: ModelRequest) -> Capacity | None:
+    """Wait for pool-wide capacity of the call's provider (worker/limiter.py: each endpoint
+    counted apart, so a fallback's calls count against the fallback's limits); None: unlimited."""
     if not limited(pcfg):
         return None
     obs = cx.host.observer
@@ -282,12 +302,11 @@ async def _capacity(cx: EffectContext, state: RunState, req: ModelRequest) -> Ca
     return held
 
 
-async def _throttled(cx: EffectContext, state: RunState, f: ModelFailure) -> None:
+async def _throttled(cx: EffectContext, state: RunState, pcfg: ProviderConfig, f: ModelFailure) -> None:
     """A 429: counted; with Retry-After, no worker calls that endpoint until it has passed."""
     if f.status != 429:
         return
     cx.host.observer.throttled("http_429")
-    pcfg = cx.profile(state).provider
     if f.retry_after_ms and limited(pcfg):
         await cx.ports.models.pause(pcfg, min(f.retry_after_ms, state.cfg.retry.retry_after_cap_ms))
 
@@ -318,7 +337,7 @@ async def summarise(cx: EffectContext, s: RunState, c: Compact, prompt: str = SU
             provider = cx.ports.models.provider(cx.profile(s))
             text: list[str] = []
             ended = False
-            held = await _capacity(cx, s, req)
+            held = await _capacity(cx, cx.profile(s).provider, req)
             try:
                 async with contextlib.aclosing(provider.stream(req, cx.hints)) as chunks:
                     async for ch in chunks:

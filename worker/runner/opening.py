@@ -3,6 +3,7 @@ taken over from its checkpoint, and the answers that arrived while it was parked
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 
 from agentmill_client.models import Message, RunInput
@@ -10,6 +11,8 @@ from agentmill_client.statuses import TERMINAL, RunStatus
 from shared import checkpoint as checkpoints
 from shared.children import orphan_reason
 from shared.origin import Origin
+from shared.quotas import disabled_reason
+from shared.schema_compiling import SchemaQueueFullError, compile_all, run_schemas
 from shared.settings import Settings
 from shared.tool_records import ToolRecord
 from worker.config import Lineage, resolve_config
@@ -31,6 +34,7 @@ from worker.ports import Acquired, Host, ModelPort, RunStore, ToolPort
 
 __all__ = [
     "answers",
+    "disabled",
     "filled",
     "orphaned",
     "restore",
@@ -63,11 +67,14 @@ async def start(
     """The run's configuration from its profile and input (and a child run's ``lineage``: its
     ancestors and depth limit); a bad profile or policy rejects the start."""
     s: Settings = host.settings
+    with contextlib.suppress(SchemaQueueFullError):  # else compiled inline where they are first used
+        await compile_all(schema for _, schema in run_schemas(run_input))  # off the loop
     try:
         line = Lineage.model_validate_json(lineage) if lineage else None
         profile = host.profile(run_input.agent)
         specs = await tools.specs(profile)
-        models.provider(profile)
+        for i in range(len(profile.chain)):  # each provider of its chain is built (and checked) now
+            models.provider(profile, i)
         has_session = run_input.session_id is not None
         cfg = host.configs.get_or_resolve(
             profile, specs, run_input, has_session=has_session, lineage=lineage,
@@ -95,6 +102,14 @@ async def filled(host: Host, tools: ToolPort, state: RunState) -> tuple[RunState
     config, relisted = await tools.fill_listings(profile, state.config)
     notes = [notices.mcp_tools_relisted(r.server, r.digest, r.now, r.dropped) for r in relisted]
     return state.model_copy(update={"config": config}), notes
+
+
+def disabled(settings: Settings, acq: Acquired) -> Acquired:
+    """A run of a tenant whose quota disables it, taken up (started, woken, taken over): aborted, the
+    reason naming the quota (shared.quotas.disabled_reason); its children are aborted with it."""
+    if acq.abort_reason or not (why := disabled_reason(settings, acq.tenant)):
+        return acq
+    return replace(acq, abort_reason=why)
 
 
 async def orphaned(store: RunStore, acq: Acquired) -> Acquired:

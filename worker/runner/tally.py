@@ -1,7 +1,8 @@
 """A run's usage, tallied with its terminal commit into its tenant's usage hash of the UTC day it
 ended (keys.Partition.usage_day; GET /v1/usage sums them over the partitions): tokens in and out,
-cost in nano-USD and one run, per agent. A run ended outside its worker is tallied the same way by
-the script that ends it (usage_add in shared/lua/prelude.lua's finalize), if it started."""
+cost in nano-USD, cache reads and writes, and one run, per agent. A run ended outside its worker is
+tallied the same way by the script that ends it (usage_add in shared/lua/prelude.lua's finalize), if
+it started."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ def usage_tally(
         (usage_field(a, UsagePart.IN), u.input_tokens),
         (usage_field(a, UsagePart.OUT), u.output_tokens),
         (usage_field(a, UsagePart.COST), round((u.cost_usd or 0.0) * NANO_USD)),
+        (usage_field(a, UsagePart.CACHE_READ), u.cache_read_tokens),
+        (usage_field(a, UsagePart.CACHE_WRITE), u.cache_write_tokens),
     )
     # Only what the run adds (no cost without prices): one HINCRBY fewer a run; runs always +1.
     increments = [(f, n) for f, n in added if n] + [(usage_field(a, UsagePart.RUNS), 1)]

@@ -26,6 +26,8 @@ __all__ = [
     "BatchRetryItem",
     "BatchView",
     "ChildRun",
+    "DeletionBody",
+    "DeletionView",
     "ErrorBody",
     "EventsPage",
     "ForkBody",
@@ -35,9 +37,11 @@ __all__ = [
     "PoolWorker",
     "ResultError",
     "RetryBody",
+    "RunDeleted",
     "RunSummary",
     "RunView",
     "RunsPage",
+    "SessionDeleted",
     "SessionView",
     "ToolResultVerdict",
     "ToolResultsAnswer",
@@ -213,6 +217,40 @@ class AbortAnswer(Answer):
     )
 
 
+class RunDeleted(Answer):
+    run_id: str
+    deleted_at: int = Field(description="ms since the epoch: when it was deleted")
+    runs_deleted: int = Field(
+        description="runs deleted by this call, its sub-agents' included (0: deleted before)"
+    )
+    already_deleted: bool = Field(
+        default=False, description="it was deleted before: its tombstone answers (while it is kept)"
+    )
+
+
+class SessionDeleted(Answer):
+    session_id: str
+    runs_deleted: int
+
+
+class DeletionBody(Answer):
+    metadata: dict[str, str | int | float | bool] = Field(
+        min_length=1,
+        max_length=limits.MAX_META_TERMS,
+        description="every run of the tenant whose metadata has all of these values is deleted",
+    )
+
+
+class DeletionView(Answer):
+    deletion_id: str
+    state: Literal["pending", "running", "done"]
+    metadata: dict[str, Any]
+    matched: int = Field(description="runs found matching so far (those deleted, and those still left)")
+    deleted: int
+    created_at: int
+    finished_at: int | None = None
+
+
 class ApprovalVerdict(Answer):
     tool_call_id: str
     result: str
@@ -287,6 +325,8 @@ class CallerView(Answer):
     operator: bool = Field(
         description="an operator tenant (AGENTMILL_OPERATOR_TENANTS): it may read GET /v1/pool"
     )
+    scopes: list[str] = Field(default_factory=list, description="what its token may do (read, submit, …)")
+    actor: str = Field(default="", description="its API key's id, or token-file: how the audit log names it")
 
 
 class PoolWorker(Answer):
@@ -323,9 +363,11 @@ class PoolAnswer(Answer):
 
 
 class UsageTotals(Answer):
-    input_tokens: int = 0
+    input_tokens: int = Field(default=0, description="the prompts' tokens, their cached parts included")
     output_tokens: int = 0
-    cost_usd: float = Field(default=0.0, description="by the models' pricing (0 for unpriced models)")
+    cost_usd: float = Field(default=0.0, description="by the models' prices (unpriced models add nothing)")
+    cache_read_tokens: int = Field(default=0, description="of input_tokens, read from a prompt cache")
+    cache_write_tokens: int = Field(default=0, description="of input_tokens, written to a prompt cache")
     runs: int = Field(default=0, description="runs that ended")
 
 

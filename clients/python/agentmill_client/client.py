@@ -4,6 +4,8 @@ Batches: ``submit_batch``, ``create_batch``, ``get_batch``, ``wait_batch``, ``ba
 ``batch_results``, ``abort_batch``, ``retry_batch`` (agentmill_client._batches).
 Schedules: ``create_schedule``, ``get_schedule``, ``list_schedules``, ``pause_schedule``,
 ``resume_schedule``, ``delete_schedule`` (agentmill_client._schedules).
+Deletion: ``delete_run``, ``delete_session``, ``create_deletion``, ``get_deletion``
+(agentmill_client._deletions).
 
 ``submit``, ``submit_batch`` and ``create_batch`` send the caller's current OpenTelemetry context
 (``traceparent``) when opentelemetry-api is installed: the runs continue the caller's trace.
@@ -23,6 +25,8 @@ import httpx
 
 from agentmill_client import _wire as wire
 from agentmill_client._batches import AsyncBatchCalls, BatchCalls
+from agentmill_client._deletions import AsyncDeletionCalls, DeletionCalls
+from agentmill_client._governance import AsyncGovernanceCalls, GovernanceCalls
 from agentmill_client._schedules import AsyncScheduleCalls, ScheduleCalls
 from agentmill_client.api import (
     AbortAnswer,
@@ -43,7 +47,7 @@ from agentmill_client.statuses import TERMINAL
 __all__ = ["ApiError", "AsyncClient", "Client"]  # ApiError: what every call raises on an error answer
 
 
-class AsyncClient(AsyncBatchCalls, AsyncScheduleCalls):
+class AsyncClient(AsyncBatchCalls, AsyncScheduleCalls, AsyncGovernanceCalls, AsyncDeletionCalls):
     def __init__(
         self,
         base_url: str,
@@ -209,7 +213,7 @@ class AsyncClient(AsyncBatchCalls, AsyncScheduleCalls):
         return ApprovalsAnswer.model_validate(answer)
 
 
-class Client(BatchCalls, ScheduleCalls):
+class Client(BatchCalls, ScheduleCalls, GovernanceCalls, DeletionCalls):
     """The blocking client: the same calls as AsyncClient, run on a private event loop."""
 
     def __init__(self, base_url: str, *, token: str | None = None, timeout: float = 30.0) -> None:

@@ -22,11 +22,12 @@ class RunError(Model):
 
 
 class Usage(Model):
-    """Tokens of one model call or a sum of them. ``estimated``: some call's provider reported no
-    usage and its tokens are agentmill's estimate. ``costUsd``: tokens × the profile's pricing
-    (None when the model has no pricing). ``inputTokens`` counts every prompt token, cached or not;
-    ``cacheReadTokens`` (read from the provider's prompt cache) and ``cacheWriteTokens`` (written to
-    it) are parts of it."""
+    """Tokens of one model call or a sum of them. ``inputTokens`` counts the whole prompt, its
+    cached parts included: ``cacheReadTokens`` (read from the provider's prompt cache) and
+    ``cacheWriteTokens`` (written to it) are parts of it, so input ≥ cache reads + cache writes.
+    ``estimated``: some call's provider reported no usage and its tokens are agentmill's estimate.
+    ``costUsd``: the tokens at the model's prices, cache reads and writes at theirs (the profile's
+    pricing, else the price table's; None when the model has no price)."""
 
     input_tokens: int = 0
     output_tokens: int = 0
@@ -67,6 +68,8 @@ class RunResult(Model):
     # and MAX_RESULT_MESSAGES_BYTES; messagesOmitted: how many older ones were left out.
     messages: list[Message] | None = None
     messages_omitted: int | None = None
+    # The run stored no content (RunInput.storeContent false): its answer, output and messages are gone.
+    content_redacted: bool | None = None
 
 
 class EventKind(StrEnum):

@@ -47,10 +47,15 @@ function toast(msg) {
   t.textContent = msg;
   setTimeout(() => { if (t.textContent === msg) t.textContent = ""; }, 4000);
 }
-// A usage (tokens in and out, cost in USD; "estimated" when agentmill counted some call's tokens).
+// A usage (tokens in, of them read from and written to a prompt cache, tokens out, cost in USD;
+// "estimated" when agentmill counted some call's tokens).
 function usageText(u) {
   const n = (x) => Number(x || 0).toLocaleString("en-US");
-  let t = `${n(u.inputTokens)} tokens in, ${n(u.outputTokens)} out`;
+  let t = `${n(u.inputTokens)} tokens in`;
+  if (u.cacheReadTokens || u.cacheWriteTokens) {
+    t += ` (${n(u.cacheReadTokens)} read from cache, ${n(u.cacheWriteTokens)} written)`;
+  }
+  t += `, ${n(u.outputTokens)} out`;
   if (u.costUsd !== null && u.costUsd !== undefined) t += `, $${Number(u.costUsd).toFixed(6)}`;
   return u.estimated ? t + " (estimated)" : t;
 }
@@ -285,6 +290,8 @@ function batchPage(view, batchId) {
         ),
         el("dl", { class: "counts", id: "batch-usage", "aria-label": "Usage of its ended runs" },
           el("dt", { text: "tokens in" }), el("dd", { "data-usage": "inputTokens", text: b.usage.inputTokens }),
+          el("dt", { text: "read from cache" }), el("dd", { "data-usage": "cacheReadTokens", text: b.usage.cacheReadTokens || 0 }),
+          el("dt", { text: "written to cache" }), el("dd", { "data-usage": "cacheWriteTokens", text: b.usage.cacheWriteTokens || 0 }),
           el("dt", { text: "tokens out" }), el("dd", { "data-usage": "outputTokens", text: b.usage.outputTokens }),
           el("dt", { text: "cost (USD)" }), el("dd", { "data-usage": "costUsd",
             text: b.usage.costUsd === null ? "no pricing" : Number(b.usage.costUsd).toFixed(6) }),

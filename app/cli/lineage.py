@@ -11,7 +11,7 @@ import click
 from rich.markup import escape
 
 from agentmill_client.errors import ApiError
-from producer.cli.common import (
+from app.cli.common import (
     api_client,
     console,
     direct_producer,
@@ -32,6 +32,7 @@ async def _one(
 ) -> int:
     """The new run's id on stdout (``--json``: {runId, status}); a refusal (``code: message``) on
     stderr and exit code 2."""
+    from app.forks import state_of
     from producer.restore import Restorer
     from producer.submission import SubmissionError
 
@@ -42,7 +43,7 @@ async def _one(
             answer = {"runId": got["runId"], "status": got["status"]}
         else:
             async with direct_producer() as p:
-                new = await direct(Restorer(p), tenant)
+                new = await direct(Restorer(p, state_of), tenant)
             answer = {"runId": new.run_id, "status": new.status}
     except (ApiError, SubmissionError) as exc:
         if isinstance(exc, ApiError) and exc.status in (401, 403):
@@ -104,6 +105,7 @@ def fork(run_id: str, at_seq: int, messages: tuple[str, ...], as_json: bool, api
 def retry_batch(batch_id: str, status: str, as_json: bool, api_url: str | None, token: str | None,
                 tenant: str) -> None:  # fmt: skip
     async def go() -> int:
+        from app.forks import state_of
         from producer.restore import Restorer
 
         wanted = tuple(s.strip() for s in status.split(","))
@@ -119,7 +121,7 @@ def retry_batch(batch_id: str, status: str, as_json: bool, api_url: str | None, 
             pairs = [(i.run_id, i.retry_run_id, i.error.message if i.error else "") for i in answer.results]
         else:
             async with direct_producer() as p:
-                done = await Restorer(p).retry_batch(batch_id, tenant, wanted)
+                done = await Restorer(p, state_of).retry_batch(batch_id, tenant, wanted)
             pairs = [(o, getattr(g, "run_id", None), getattr(g, "message", "")) for o, g in done]
         for original, new, why in pairs:
             if as_json:

@@ -1,8 +1,8 @@
-"""The ``agentmill`` command (entry point ``producer.cli:main``)."""
+"""The ``agentmill`` command (entry point ``app.cli:main``)."""
 
 from __future__ import annotations
 
-from producer.cli.main import main as command_tree
+from app.cli.main import main as command_tree
 from shared.settings_errors import exit_on_refusal
 
 __all__ = ["main"]

@@ -2,9 +2,9 @@
 progress bars and readable event lines.
 
 Commands talk to Redis directly (REDIS_URL), or with ``--api URL`` (or AGENTMILL_API_URL) go
-through the HTTP API instead (producer.cli.common.route). This module holds the group; the commands
-about one run are in producer.cli.one_run, batches and listings in producer.cli.batches, schedules
-in producer.cli.schedules, the processes and the demo in producer.cli.demo.
+through the HTTP API instead (app.cli.common.route). This module holds the group; the commands
+about one run are in app.cli.one_run, batches and listings in app.cli.batches, schedules
+in app.cli.schedules, the processes and the demo in app.cli.demo.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import click
 
 from agentmill_client._version import __version__
-from producer.cli import archiver, batches, demo, lineage, one_run, schedules, submit
+from app.cli import archiver, batches, deletion, demo, keys, lineage, one_run, schedules, submit
 
 __all__ = ["main"]
 
@@ -40,6 +40,11 @@ for command in (
     lineage.retry,
     lineage.fork,
     archiver.archiver,
+    keys.keys,
+    keys.audit,
+    deletion.sessions,
+    deletion.deletions,
 ):
     main.add_command(command)
 batches.batch.add_command(lineage.retry_batch)
+batches.runs.add_command(deletion.run_delete)

@@ -4,7 +4,7 @@ The batch is named before the first part goes out (printed on stderr at once, wi
 that resumes it). Each part is placed by its offset, so the API (or Redis) derives the same run ids
 from (batch, item index) whenever it is sent: sending a part again creates nothing new. A part
 refused for a passing reason (429, 5xx, a dropped connection) is sent again after the answer's
-Retry-After or a backoff (producer.cli.plan). Every acknowledged part is appended to a journal
+Retry-After or a backoff (app.cli.plan). Every acknowledged part is appended to a journal
 (AGENTMILL_CLI_STATE_DIR/submit-BATCH.jsonl), so ``--batch-id BATCH`` (or ``--resume BATCH``) sends
 only the parts not acknowledged, then the closing one. Bad lines (not JSON, not an object) are
 reported by line number and the rest is still submitted. Data goes to stdout (the batch id, then
@@ -32,7 +32,7 @@ from agentmill_client import limits
 from agentmill_client.errors import ApiError
 from agentmill_client.ids import ID_PATTERN, new_batch_id
 from agentmill_client.models import run_at_ms
-from producer.cli.common import (
+from app.cli.common import (
     CliError,
     api_client,
     console,
@@ -45,7 +45,7 @@ from producer.cli.common import (
     reach,
     wire,
 )
-from producer.cli.plan import PASSING_CODES, Parsed, Part, parse_jsonl, parts, retry_delay_ms, to_send
+from app.cli.plan import PASSING_CODES, Parsed, Part, parse_jsonl, parts, retry_delay_ms, to_send
 from shared.quotas import DEFAULT_TENANT
 from shared.settings import get_settings
 

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from agentmill_client.errors import ApiError
 from agentmill_client.schedules import MAX_CATCHUP, Overlap, ScheduleInput, ScheduleView
-from producer.cli.common import (
+from app.cli.common import (
     api_client,
     console,
     direct_producer,

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from agentmill_client.models import RunEvent
 from agentmill_client.statuses import TERMINAL
-from producer.cli.common import console, exit_with, print_event, progress_bar, safe_url, say_error
+from app.cli.common import console, exit_with, print_event, progress_bar, safe_url, say_error
 from shared import logs
 from shared.settings import Settings, get_settings
 from shared.tenants import require_id_secret
@@ -33,16 +33,16 @@ __all__ = ["QUESTIONS", "api", "demo", "worker"]
     "(as in a pod). Default: AGENTMILL_WORKER_PROCESSES, else one per core.",
 )
 def worker(processes: int | None) -> None:
-    from worker.start import processes_for, start_worker
+    from app.worker import processes_for, start_worker
 
     settings = get_settings()
-    # SettingsError: one line and exit code 2 (producer.cli.main), before any process starts
+    # SettingsError: one line and exit code 2 (app.cli.main), before any process starts
     start_worker(settings, processes_for(settings, processes))
 
 
 @click.command(help="Run the HTTP API on AGENTMILL_API_HOST:AGENTMILL_API_PORT.")
 def api() -> None:
-    from producer.api.app import create_app
+    from app.api import create_app
     from producer.api.serve import api_server
     from shared.preflight import check_api
 
@@ -77,10 +77,10 @@ QUESTIONS = ["what is {a} * {b}?", "compute {a} + {b} * 2", "({a} - {b}) * 3 = ?
 
 async def _demo(n: int) -> int:
     from agentmill_client.client import AsyncClient
-    from producer.api.app import create_app
+    from app.api import create_app
+    from app.cli.embedded_redis import EmbeddedRedis, EmbeddedRedisError, free_port
+    from app.worker import worker_process
     from producer.api.serve import api_server
-    from producer.cli.embedded_redis import EmbeddedRedis, EmbeddedRedisError, free_port
-    from worker.jobs import WorkerProcess
 
     logs.configure(level="WARNING")
     t0 = time.monotonic()
@@ -103,7 +103,7 @@ async def _demo(n: int) -> int:
         create_app(settings), settings, host="127.0.0.1", port=port, log_level="error", access_log=False
     )
     api_task = asyncio.create_task(api.serve())
-    wp = WorkerProcess(settings)
+    wp = worker_process(settings)
     worker_task = asyncio.create_task(wp.run())
     try:
         while not api.started:  # noqa: ASYNC110 - uvicorn exposes a flag, not an event

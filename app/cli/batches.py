@@ -1,5 +1,5 @@
 """``agentmill runs ls`` and ``batch status|abort``: finding runs, and following batches
-(``agentmill submit`` is in producer.cli.submit)."""
+(``agentmill submit`` is in app.cli.submit)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agentmill_client.errors import ApiError
-from producer.cli.common import (
+from app.cli.common import (
     api_client,
     console,
     counts_text,

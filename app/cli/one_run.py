@@ -15,7 +15,7 @@ from agentmill_client.codec import to_jsonable
 from agentmill_client.errors import ApiError
 from agentmill_client.models import RunEvent
 from agentmill_client.statuses import RunStatus
-from producer.cli.common import (
+from app.cli.common import (
     api_client,
     console,
     direct_producer,

@@ -1,4 +1,4 @@
-"""``agentmill worker --processes N``: N worker processes (``python -m worker``, each a whole
+"""``agentmill worker --processes N``: N worker processes (``python -m app.worker``, each a whole
 WorkerProcess with its own worker id and lease) under one supervisor, so a host's cores all work.
 
 The supervisor restarts a process that dies (``restart_delay``: 0.5 s doubling to 30 s while
@@ -174,7 +174,7 @@ class Supervisor:
             started = time.monotonic()
             slot.starts += 1
             slot.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "worker", env=self.child_env(slot),
+                sys.executable, "-m", "app.worker", env=self.child_env(slot),
                 preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )  # fmt: skip
             if self.stopping.is_set():  # the stop came while it was being started

@@ -1,3 +1,0 @@
-from producer.cli import main
-
-main()
