@@ -23,7 +23,9 @@ from shared.netguard_rules import host_refusal
 from shared.profiles import AgentProfile
 from shared.schema_validator import SchemaBoundError, compiled
 
-__all__ = ["Prepared", "checked_messages", "counted", "meta_term", "meta_terms", "prepare", "validated"]
+__all__ = [
+    "Prepared", "check_agent", "checked_messages", "counted", "meta_term", "meta_terms", "prepare", "validated",
+]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +43,11 @@ class Prepared:
     client_session: str = ""
     priority: int = limits.DEFAULT_PRIORITY  # its lane: RunInput.priority capped by the tenant's quota
     trace: str = ""  # the submitter's trace context (RunField.TRACE), '' = none
+
+    @property
+    def version_arg(self) -> str:
+        """The submit scripts' agent version argument: the tenant's agent version it is pinned to."""
+        return "" if self.run.agent_version is None else str(self.run.agent_version)
 
     @property
     def lane_args(self) -> list[str]:
@@ -63,6 +70,13 @@ def validated(raw: RunInput | dict[str, Any], profiles: dict[str, AgentProfile] 
         except ValidationError as exc:
             raise validation_error(exc) from None
     _check_schemas(run)
+    check_agent(run, profiles)
+    return run
+
+
+def check_agent(run: RunInput, profiles: dict[str, AgentProfile] | None) -> None:
+    """The run's agent among ``profiles`` (None: any), its client tools allowed there; else
+    SubmissionError naming the field."""
     if profiles is not None and run.agent not in profiles:
         known = ", ".join(sorted(profiles))
         raise SubmissionError(
@@ -72,7 +86,6 @@ def validated(raw: RunInput | dict[str, Any], profiles: dict[str, AgentProfile] 
         problem = profiles[run.agent].client_tool_problem(run.client_tools)
         if problem is not None:
             raise SubmissionError("client_tool_not_allowed", problem, field=problem.split(":", 1)[0])
-    return run
 
 
 def _check_schemas(run: RunInput) -> None:
@@ -101,6 +114,8 @@ def prepare(
     (``ses_<runId>`` when it creates one unnamed) and the ids its keys use (``scope``). The input
     hash is that of the canonical form (sorted keys, without the runId); the stored input is that
     form with the runId's key appended (ids match agentmill_client.ids.ID_PATTERN: nothing to escape).
+    The version of a tenant's agent it is pinned to (agentVersion) is stored, not hashed: a
+    resubmission after the agent's current version changed is the same run.
     Its priority is capped at ``max_priority`` (the tenant's quota). ``trace``: the submitter's trace
     context, stored beside the input (not part of its hash). Raises SubmissionError naming the field."""
     if (reserved := reserved_id_error(run)) is not None:
@@ -108,6 +123,7 @@ def prepare(
     checked_messages(run.input_messages)
     body = to_jsonable(run)
     rid = body.pop("runId", None) or default_id(run)
+    version = body.pop("agentVersion", None)
     if run.session_id is None and run.auto_create_session:
         body["sessionId"] = f"ses_{rid}"
     sid = body.get("sessionId") or ""
@@ -117,6 +133,8 @@ def prepare(
     canonical = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
     _check_size(len(canonical))
     stored = b"%s,\"runId\":\"%s\"}" % (canonical[:-1], key_rid.encode())  # fmt: skip
+    if version is not None:
+        stored = b'%s,"agentVersion":%d}' % (stored[:-1], version)
     return Prepared(
         run.model_copy(update={"run_id": rid, "session_id": sid or None}), key_rid, key_sid, stored,
         hashlib.sha256(canonical).hexdigest(), rid if rid != key_rid else "", sid if sid != key_sid else "",

@@ -224,7 +224,8 @@ class Restorer:
         client's Idempotency-Key with the route and the original), so it is created once."""
         sub = self.p.submitter
         raw = {k: v for k, v in o.input.items() if k not in _NOT_INHERITED}
-        prep = sub.prepare(raw, tenant, run_id_for_key(tenant, key) if key else "")
+        prep = sub.prepare(raw, tenant, run_id_for_key(tenant, key) if key else "",
+                           choices=await sub.choices(tenant, [raw]))  # fmt: skip
         seed = origin.to_json() if origin is not None else b""
         flat: list[Any] = []
         for i, r in records.items():

@@ -87,7 +87,7 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
     **{
         name: ("clock", name)
         for name in ("capacity_acquire", "capacity_renew", "capacity_release", "capacity_pause", "admit_rate",
-                     "budget_reserve", "schedule_rate", "live_tenants")
+                     "budget_reserve", "schedule_rate", "live_tenants", "agent_create", "agent_point")
     },
     **{
         name: ("clock", "schedule_due", name)
@@ -149,6 +149,8 @@ class Scripts:
     live_tenants: Script
     archive_claim: Script
     archive_done: Script
+    agent_create: Script
+    agent_point: Script
 
     def __init__(
         self,

@@ -14,6 +14,7 @@ from pydantic import AliasChoices, Field, ValidationError, field_validator, mode
 from pydantic_settings import SettingsConfigDict
 
 from agentmill_client import limits
+from shared.settings_agents import AgentSettings
 from shared.settings_archive import ArchiveSettings
 from shared.settings_errors import SettingsError, describe
 from shared.settings_quotas import TenantQuotaSettings
@@ -24,7 +25,7 @@ DEFAULT_HEARTBEAT_MS = 500
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
-class Settings(TenantQuotaSettings, ArchiveSettings):
+class Settings(TenantQuotaSettings, ArchiveSettings, AgentSettings):
     model_config = SettingsConfigDict(env_prefix="AGENTMILL_", extra="ignore", populate_by_name=True)
 
     # redis and the run key space

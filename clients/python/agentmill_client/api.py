@@ -160,6 +160,9 @@ class RunView(Answer):
     session_id: str | None = None
     created_at: int
     agent: str | None = Field(default=None, description="its agent (profile)")
+    agent_version: int | None = Field(
+        default=None, description="the version of its tenant's agent (POST /v1/agents) it is pinned to"
+    )
     input_messages: list[dict[str, Any]] | None = Field(
         default=None,
         description="with include=input: the messages it was submitted with, as sent (absent once "
