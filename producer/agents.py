@@ -122,7 +122,7 @@ class AgentDirectory:
             raise SubmissionError("unknown_version", f"agent {name!r} has versions 1 to {out}; no {version}",
                                   field="version")  # fmt: skip
         got = Pointers.parse(orjson.loads(out))
-        self._pointers[(tenant, name)] = (time.monotonic(), got)
+        self._pointers[(tenant, name)] = (time.monotonic(), None if got.deleted else got)
         return got
 
     # ---- reads ----

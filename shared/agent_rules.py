@@ -110,10 +110,10 @@ def checked(
                     f"kind and limits are the operator's (may set: {', '.join(sorted(TENANT_PROVIDER_FIELDS))})",
                 )
     for kind in ("httpTools", "mcpServers"):
-        for i, tool in enumerate(body.get(kind) or []):
+        for i, tool in enumerate(_listed(body.get(kind))):
             if isinstance(tool, dict):
                 _check_outbound(f"{kind}.{i}", _camel(tool))
-    for i, tool in enumerate(body.get("agentTools") or []):
+    for i, tool in enumerate(_listed(body.get("agentTools"))):
         child = tool.get("agent") if isinstance(tool, dict) else None
         if child not in operator:
             raise AgentRefusal(
@@ -137,6 +137,10 @@ def checked(
     return profile
 
 
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _check_outbound(where: str, tool: dict[str, Any]) -> None:
     url = tool.get("url")
     if isinstance(url, str):
@@ -147,7 +151,8 @@ def _check_outbound(where: str, tool: dict[str, Any]) -> None:
             raise AgentRefusal(f"{where}.url", f"its host may not be reached: {why}")
     if tool.get("allowHosts"):
         raise AgentRefusal(f"{where}.allowHosts", "the outbound guard has no exemptions for a tenant's agent")
-    for key, value in (tool.get("headers") or {}).items():
+    headers = tool.get("headers")
+    for key, value in (headers if isinstance(headers, dict) else {}).items():
         if isinstance(value, str) and _ENV.search(value):
             raise AgentRefusal(
                 f"{where}.headers.{key}", "a tenant's agent cannot read the worker's environment"

@@ -78,6 +78,7 @@ async def fork_run(
         body.input_messages,
         quota=api.quotas.of(tenant),
         idempotency_key=idempotency_key,
+        agent=body.agent,
     )
     return _accepted(api, sub, response)
 

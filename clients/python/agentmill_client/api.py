@@ -245,6 +245,12 @@ class ForkBody(Answer):
     input_messages: list[Message] | None = Field(
         default=None, max_length=256, description="messages appended before the fork's next model call"
     )
+    agent: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        description="another agent for the fork (`name` or `name@n`); unset: the run's own, its version kept",
+    )
 
 
 class BatchRetryItem(Answer):
