@@ -39,6 +39,7 @@ TENANT_PROVIDER_FIELDS = frozenset(
      "imageParts"}
 )  # fmt: skip
 _ENV = re.compile(r"^env:|\$\{env:")
+_NAMED = re.compile(r"^([A-Za-z][A-Za-z0-9_.]*): ")
 
 
 class AgentRefusal(ValueError):
@@ -80,8 +81,11 @@ def build(body: Mapping[str, Any], connections: Mapping[str, ProviderConfig]) ->
         return AgentProfile.model_validate({**body, "provider": merged})
     except ValidationError as exc:
         e = exc.errors(include_url=False)[0]
-        field = ".".join(str(x) for x in e["loc"]) or "body"
-        raise AgentRefusal(field, str(e["msg"]).removeprefix("Value error, ")) from None
+        msg = str(e["msg"]).removeprefix("Value error, ")
+        field = ".".join(str(x) for x in e["loc"])
+        if not field and (m := _NAMED.match(msg)):  # a whole-profile check names its field first
+            field, msg = m.group(1), msg[m.end() :]
+        raise AgentRefusal(field or "body", msg) from None
 
 
 def checked(
