@@ -9,15 +9,20 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
 import pytest
+from redis.asyncio import Redis
 
 from producer.agent_choice import in_ramp
-from tests.integration.api_support import A, B, api, settings
-from tests.support.procs import WorkerProc
+from shared import keys
+from tests.integration.api_support import A, B, api, key, settings
+from tests.support.postgres_server import PostgresServer, binaries
+from tests.support.procs import WorkerProc, workers
+from tests.support.waits import until
 
 FAST = {"AGENTMILL_LEASE_MS": "2000", "AGENTMILL_HEARTBEAT_MS": "300", "AGENTMILL_RECONCILE_MS": "300"}
 
@@ -205,3 +210,28 @@ async def test_another_tenant_sees_no_agent_and_a_tenant_names_no_url(client: ht
     assert view["source"] == "operator" and "baseUrl" not in view["profile"]["provider"]
     # created again: the numbering goes on
     assert (await c.post("/v1/agents", json=agent("again"))).json()["version"] == 2
+
+
+@pytest.mark.skipif(binaries() is None, reason="no PostgreSQL binaries (initdb, pg_ctl) installed")
+async def test_the_archive_row_keeps_the_version(redis_url: str, redis: Redis, tmp_path: Path) -> None:
+    part = keys.Partition(0, 1)
+    with PostgresServer() as pg:
+        s = settings(redis_url, archive_url=pg.url, live_retention_s=0)
+        env = {
+            "AGENTMILL_ARCHIVE_URL": pg.url,
+            "AGENTMILL_LIVE_RETENTION_S": "0",
+            "AGENTMILL_ARCHIVE_POLL_MS": "100",
+        }
+        async with api(s) as base, httpx.AsyncClient(base_url=base, headers=A, timeout=30) as c:
+            with workers(redis_url, 1, env=env, log_dir=tmp_path):
+                await c.post("/v1/agents", json=agent("v1"))
+                await c.post("/v1/agents", json=agent("v2"))
+                rid = await submit(c, run(agent="support@1"))
+                assert (await ended(c, rid))["agentVersion"] == 1
+
+                async def gone() -> bool:
+                    return not await redis.exists(part.run(key(rid)))
+
+                await until("the run archived and gone from Redis", gone, within=30)
+            view = (await c.get(f"/v1/runs/{rid}")).json()
+            assert (view["status"], view["agentVersion"]) == ("completed", 1), view
