@@ -1,7 +1,8 @@
 """/v1/agents…: a tenant's agents kept through the API, in numbered immutable versions
-(producer.agents): create a version, read them, roll the current version back or forward, ramp a
-version over a share of new runs, delete. The operator's profiles are listed beside them,
-read-only. Every route answers within the caller's tenant only: another tenant's agent is a 404."""
+(producer.agents, answered by producer.agent_views): create a version, read them, roll the current
+version back or forward, ramp a version over a share of new runs, delete. The operator's profiles
+are listed beside them, read-only. Every route answers within the caller's tenant only: another
+tenant's agent is a 404."""
 
 from __future__ import annotations
 
@@ -10,13 +11,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Query
 
 from agentmill_client.agents import AgentPointer, AgentsPage, AgentVersionView, AgentView
-from agentmill_client.errors import ApiError
 from producer.admission import check_enabled
-from producer.agent_choice import Pointers
-from producer.api.errors import COMMON_ERRORS, NOT_FOUND, ErrorResponse, not_found
+from producer.agent_views import AgentViews
+from producer.api.errors import COMMON_ERRORS, NOT_FOUND, ErrorResponse
 from producer.api.state import Api, ApiDep, Tenant
-from producer.submission import SubmissionError
-from shared.profiles import AgentProfile
 
 __all__ = ["router"]
 
@@ -27,24 +25,8 @@ _409: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _operator(api: Api) -> dict[str, AgentProfile]:
-    return dict(api.producer.profiles or {})
-
-
-def _operator_view(profile: AgentProfile, *, full: bool) -> AgentView:
-    shown = None
-    if full:  # the provider as its kind and model: where it connects and with which key is the operator's
-        shown = profile.model_dump(by_alias=True, exclude_none=True)
-        shown["provider"] = {"kind": profile.provider.kind, "model": profile.provider.model_name}
-    return AgentView(name=profile.name, source="operator", profile=shown)
-
-
-def _view(name: str, p: Pointers, profile: dict[str, Any] | None = None) -> AgentView:
-    return AgentView.model_validate({"name": name, "source": "tenant", **p.view(), "profile": profile})
-
-
-def _read_only(name: str) -> ApiError:
-    return ApiError(409, "read_only", f"{name!r} is an operator's profile: read-only through the API")
+def _views(api: Api, tenant: str) -> AgentViews:
+    return AgentViews(api.producer.submitter.agents, api.producer.profiles, tenant)
 
 
 @router.post(
@@ -67,19 +49,12 @@ async def create_agent(
 ) -> AgentVersionView:
     quota = api.quotas.of(tenant)
     check_enabled(tenant, quota)
-    agents = api.producer.submitter.agents
-    name, version = await agents.create(tenant, body, make_current=current, max_priority=quota.max_priority)
-    found = await agents.version(tenant, name, version)
-    p = await agents.pointers(tenant, name, fresh=True)
-    assert found is not None and p is not None
-    return AgentVersionView(name=name, version=version, created_at=p.created[version - 1], profile=found[0])
+    return await _views(api, tenant).create(body, current=current, max_priority=quota.max_priority)
 
 
 @router.get("/v1/agents", response_model=AgentsPage, responses=COMMON_ERRORS, summary="List agents")
 async def list_agents(api: ApiDep, tenant: Tenant) -> AgentsPage:
-    mine = [_view(n, p) for n, p in await api.producer.submitter.agents.listing(tenant)]
-    theirs = [_operator_view(p, full=False) for _, p in sorted(_operator(api).items())]
-    return AgentsPage(agents=[*mine, *theirs])
+    return await _views(api, tenant).listing()
 
 
 @router.get(
@@ -89,14 +64,7 @@ async def list_agents(api: ApiDep, tenant: Tenant) -> AgentsPage:
     summary="An agent: its current version and profile, its versions, its ramp",
 )
 async def get_agent(name: str, api: ApiDep, tenant: Tenant) -> AgentView:
-    if (op := _operator(api).get(name)) is not None:
-        return _operator_view(op, full=True)
-    agents = api.producer.submitter.agents
-    p = await agents.pointers(tenant, name, fresh=True)
-    if p is None:
-        raise not_found("agent", name)
-    found = await agents.version(tenant, name, p.current) if p.current is not None else None
-    return _view(name, p, found[0] if found is not None else None)
+    return await _views(api, tenant).show(name)
 
 
 @router.get(
@@ -106,14 +74,7 @@ async def get_agent(name: str, api: ApiDep, tenant: Tenant) -> AgentView:
     summary="One version of an agent",
 )
 async def get_version(name: str, version: int, api: ApiDep, tenant: Tenant) -> AgentVersionView:
-    agents = api.producer.submitter.agents
-    p = await agents.pointers(tenant, name, fresh=True)
-    found = (
-        await agents.version(tenant, name, version) if p is not None and 1 <= version <= p.latest else None
-    )
-    if p is None or found is None:
-        raise not_found("agent version", f"{name}@{version}")
-    return AgentVersionView(name=name, version=version, created_at=p.created[version - 1], profile=found[0])
+    return await _views(api, tenant).version(name, version)
 
 
 @router.post(
@@ -123,21 +84,8 @@ async def get_version(name: str, version: int, api: ApiDep, tenant: Tenant) -> A
     summary="Point new runs at a version (roll back or forward), or ramp one over a share of them",
 )
 async def point(name: str, body: AgentPointer, api: ApiDep, tenant: Tenant) -> AgentView:
-    if name in _operator(api):
-        raise _read_only(name)
-    if body.version is None and "ramp" not in body.model_fields_set:
-        raise SubmissionError("invalid_input", 'body: give "version", "ramp", or both', field="version")
-    agents = api.producer.submitter.agents
-    p: Pointers | None = None
-    if body.version is not None:
-        p = await agents.point(tenant, name, "current", body.version)
-    if "ramp" in body.model_fields_set:
-        r = body.ramp
-        p = await agents.point(
-            tenant, name, "ramp", None if r is None else r.version, 0.0 if r is None else r.percent
-        )
-    assert p is not None
-    return _view(name, p)
+    given = "ramp" in body.model_fields_set
+    return await _views(api, tenant).point(name, body.version, body.ramp, ramp_given=given)
 
 
 @router.delete(
@@ -147,6 +95,4 @@ async def point(name: str, body: AgentPointer, api: ApiDep, tenant: Tenant) -> A
     summary="Delete an agent: it takes no new runs; its running runs finish on their version",
 )
 async def delete_agent(name: str, api: ApiDep, tenant: Tenant) -> AgentView:
-    if name in _operator(api):
-        raise _read_only(name)
-    return _view(name, await api.producer.submitter.agents.point(tenant, name, "delete"))
+    return await _views(api, tenant).delete(name)

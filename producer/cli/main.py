@@ -12,7 +12,7 @@ from __future__ import annotations
 import click
 
 from agentmill_client._version import __version__
-from producer.cli import archiver, batches, demo, lineage, one_run, schedules, submit
+from producer.cli import agents, archiver, batches, demo, lineage, one_run, schedules, submit
 
 __all__ = ["main"]
 
@@ -37,6 +37,7 @@ for command in (
     batches.runs,
     batches.batch,
     schedules.schedule,
+    agents.agents,
     lineage.retry,
     lineage.fork,
     archiver.archiver,
