@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 from pathlib import Path
 
 import orjson
@@ -27,7 +28,7 @@ def profile(prompt: str) -> dict[str, object]:
     }
 
 
-async def test_the_client_and_the_cli_cover_the_agent_calls(redis_url: str, tmp_path: Path) -> None:
+async def test_the_client_covers_the_agent_calls(redis_url: str) -> None:
     async with api(settings(redis_url)) as url, AsyncClient(url, token="tok-a") as c:
         v1 = await c.create_agent(profile("one"))
         assert (v1.name, v1.version, v1.profile["systemPrompt"]) == ("support", 1, "one")
@@ -46,30 +47,41 @@ async def test_the_client_and_the_cli_cover_the_agent_calls(redis_url: str, tmp_
         run = await c.submit({"agent": "support@1", "inputMessages": [{"role": "user", "content": "1+1"}]})
         assert (await c.get(run.run_id)).agent_version == 1
 
+        with pytest.raises(ApiError) as info:
+            await c.get_agent_version("support", 9)
+        assert info.value.status == 404
+        assert (await c.delete_agent("support")).latest_version == 2
+        with pytest.raises(ApiError) as info:
+            await c.get_agent("support")
+        assert info.value.status == 404
+
+
+@pytest.mark.slow  # the CLI's processes start in about 1 s each on a quiet machine
+async def test_the_cli_covers_the_agent_calls_each_way(redis_url: str, tmp_path: Path) -> None:
+    async with api(settings(redis_url)) as url, AsyncClient(url, token="tok-a") as c:
+        await c.create_agent(profile("one"))
+        await c.create_agent(profile("two"))
         path = tmp_path / "p.json"
         path.write_text(json.dumps(profile("three")))
-        ways = [("--api", url, "--token", "tok-a"), ("--tenant", "tenant-a")]
-        made = await asyncio.to_thread(cli, redis_url, "agents", "create", str(path), "--json", *ways[0])
-        assert made.returncode == 0, made.stderr
-        assert orjson.loads(made.stdout)["version"] == 3
-        for way in ways:
-            out = await asyncio.to_thread(cli, redis_url, "agents", "show", "support", "--json", *way)
-            assert out.returncode == 0, out.stderr
-            assert orjson.loads(out.stdout)["currentVersion"] == 3
-        out = await asyncio.to_thread(cli, redis_url, "agents", "current", "support", "1", *ways[1])
+        api_way, redis_way = ("--api", url, "--token", "tok-a"), ("--tenant", "tenant-a")
+
+        async def both(*calls: tuple[str, ...]) -> list[subprocess.CompletedProcess[str]]:
+            return await asyncio.gather(*(asyncio.to_thread(cli, redis_url, "agents", *a) for a in calls))
+
+        (made,) = await both(("create", str(path), "--json", *api_way))
+        assert made.returncode == 0 and orjson.loads(made.stdout)["version"] == 3, made.stderr
+        shown_redis, v2 = await both(("show", "support", "--json", *redis_way),
+                                     ("show", "support", "--version", "2", "--json", *api_way))  # fmt: skip
+        assert orjson.loads(shown_redis.stdout)["currentVersion"] == 3, shown_redis.stderr
+        assert orjson.loads(v2.stdout)["profile"]["systemPrompt"] == "two"
+        out, read_only = await both(("current", "support", "1", *redis_way), ("delete", "default", *api_way))
         assert out.returncode == 0 and "current v1" in out.stdout, out.stdout + out.stderr
-        out = await asyncio.to_thread(cli, redis_url, "agents", "ramp", "support", "3", "10", *ways[0])
+        assert read_only.returncode == 2 and "read-only" in read_only.stderr, read_only.stderr
+        (out,) = await both(("ramp", "support", "3", "10", *api_way))
         assert out.returncode == 0 and "ramp v3 10 %" in out.stdout, out.stdout + out.stderr
-        out = await asyncio.to_thread(
-            cli, redis_url, "agents", "show", "support", "--version", "2", "--json", *ways[1]
-        )
-        assert orjson.loads(out.stdout)["profile"]["systemPrompt"] == "two"
-        out = await asyncio.to_thread(cli, redis_url, "agents", "list", *ways[1])
-        assert "support  current v1  latest v3  ramp v3 10 %" in out.stdout, out.stdout
-        out = await asyncio.to_thread(cli, redis_url, "agents", "delete", "default", *ways[0])
-        assert out.returncode == 2 and "read-only" in out.stderr, out.stderr
-        out = await asyncio.to_thread(cli, redis_url, "agents", "delete", "support", *ways[1])
-        assert out.returncode == 0, out.stderr
+        listed, gone = await both(("list", *redis_way), ("delete", "support", *api_way))
+        assert "support  current v1  latest v3  ramp v3 10 %" in listed.stdout, listed.stdout
+        assert gone.returncode == 0, gone.stderr
         with pytest.raises(ApiError) as info:
             await c.get_agent("support")
         assert info.value.status == 404
