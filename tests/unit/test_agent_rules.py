@@ -3,6 +3,8 @@ provider is an operator connection with the tenant's choices over it."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,6 +12,7 @@ import pytest
 from shared.agent_rules import AgentRefusal, build, checked, parse_ref
 from shared.connections import load_connections
 from shared.profiles import BUILTIN_PROFILES, ProviderConfig
+from shared.settings_errors import SettingsError
 
 CONNECTIONS = {
     **load_connections(None, dev=True),
@@ -97,3 +100,18 @@ def test_a_ref_names_a_version_with_at() -> None:
     assert parse_ref("support") == ("support", None)
     assert parse_ref("a@b") == ("a@b", None)
     assert parse_ref("@7") == ("@7", None)
+
+
+def test_a_connections_file_the_schema_refuses_is_named_at_start(tmp_path: Path) -> None:
+    bad = tmp_path / "providers.json"
+    for text, said in (
+        ('{"providers": {"x": {"kind": "openai"}}}', "connection 'x': an openai connection needs baseUrl"),
+        ('{"providers": {"x": {"kind": "nope"}}}', "providers.x.kind"),
+        ("not json", "not JSON"),
+        ('{"providers": {"t": {"kind": "scripted", "mode": "script"}}}', "for tests only"),
+    ):
+        bad.write_text(text)
+        with pytest.raises(SettingsError, match=f"AGENTMILL_PROVIDERS={bad}: .*{re.escape(said)}"):
+            load_connections(str(bad), dev=False)
+    bad.write_text('{"providers": {"calculator": {"kind": "openai", "baseUrl": "http://llm:8080/v1"}}}')
+    assert load_connections(str(bad), dev=False)["calculator"].kind == "openai"  # replaces the built-in

@@ -87,4 +87,8 @@ class EffectContext:
             self.host.lease.check(what)
 
     def profile(self, state: RunState) -> AgentProfile:
-        return self.agent if self.agent is not None else self.host.profile(state.cfg.agent)
+        if self.agent is not None:
+            return self.agent
+        if state.cfg.agent_version is not None:  # never a file profile of the same name instead
+            raise LookupError(f"version {state.cfg.agent_version} of agent {state.cfg.agent!r} is not kept")
+        return self.host.profile(state.cfg.agent)
