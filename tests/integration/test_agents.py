@@ -237,6 +237,17 @@ async def test_another_tenant_sees_no_agent_and_a_tenant_names_no_url(client: ht
     r = await c.post("/v1/agents", json=agent("x", name="default"))
     assert r.status_code == 422 and r.json()["error"]["field"] == "name", r.text
 
+    # a schedule's template may name it (each firing gets the version current then); not another's
+    sched = {
+        "scheduleId": "nightly",
+        "cron": "0 3 * * *",
+        "input": {k: v for k, v in run().items() if k != "runtimeHints"},
+    }
+    r = await c.post("/v1/schedules", json=sched)
+    assert r.status_code == 201, r.text
+    r = await c.post("/v1/schedules", json=sched, **other)  # type: ignore[arg-type]
+    assert r.status_code == 422 and r.json()["error"]["field"] == "input.agent", r.text
+
     # deleted: no new runs; the operator's profiles are read-only
     assert (await c.delete("/v1/agents/support")).status_code == 200
     r = await c.post("/v1/runs", json=run())
