@@ -10,6 +10,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from producer.submission import SubmissionError
 from shared.profiles import AgentProfile
 
 __all__ = ["BUCKETS", "AgentChoice", "Pointers", "Ramp", "in_ramp"]
@@ -77,6 +78,7 @@ class AgentChoice:
     pointers: Pointers
     asked: int | None
     profiles: dict[int, AgentProfile] = field(default_factory=dict)
+    refusal: SubmissionError | None = None  # why a run naming it is refused (one item of a batch)
 
     def version_for(self, run_id: str) -> int:
         if self.asked is not None:

@@ -194,11 +194,11 @@ class AgentDirectory:
             if p is None:
                 continue
             if asked is not None and not 1 <= asked <= p.latest:
-                raise SubmissionError(
-                    "unknown_version",
-                    f"agent: {name!r} has versions 1 to {p.latest}; no {asked}",
-                    field="agent",
+                why = f"agent: {name!r} has versions 1 to {p.latest}; no {asked}"
+                out[ref] = AgentChoice(
+                    name, p, asked, refusal=SubmissionError("unknown_version", why, field="agent")
                 )
+                continue
             choice = AgentChoice(name, p, asked)
             for v in choice.wanted():
                 found = await self.version(tenant, name, v)

@@ -105,6 +105,8 @@ class Submitter:
         run = validated(raw, None)
         cap = quota.max_priority if quota is not None else limits.MAX_PRIORITY
         choice = choices.get((run.agent, run.agent_version)) if choices else None
+        if choice is not None and choice.refusal is not None:
+            raise SubmissionError(choice.refusal.code, choice.refusal.message, field=choice.refusal.field)
         if choice is not None:
             rid = run.run_id or default_id or self.generated(scope, run)
             version = choice.version_for(rid)

@@ -200,6 +200,12 @@ async def test_a_ramp_splits_new_runs_by_run_id(client: httpx.AsyncClient, redis
         view = (await c.get(f"/v1/runs/{rid}")).json()
         assert view["agentVersion"] == (2 if in_ramp("support", rid, 30) else 1), (rid, view)
     assert 5 <= sum(in_ramp("support", rid, 30) for rid in ids) <= 30
+    # a version the agent does not have refuses its item only
+    got = await c.post(
+        "/v1/runs/batch", json={"runs": [run(runId="fine"), run(runId="nine", agent="support@9")]}
+    )
+    fine, nine = got.json()["results"]
+    assert fine.get("error") is None and nine["error"]["code"] == "unknown_version", got.text
     # the ramp ended: every new run on the current version
     await c.post("/v1/agents/support/current", json={"ramp": None})
     rid = await submit(c, run(runId=next(i for i in ids if in_ramp("support", i, 30)) + "-after"))
