@@ -1,7 +1,8 @@
 """A worker process as ``agentmill worker`` starts it (``python -m app.worker``: one process, as a pod
 runs, or a process of ``--processes N``): its start-up checks once, then one worker process in this
 process or a supervisor of several (app/supervisor.py). The worker process gets its side loops
-here: the schedules' firing loop, which submits runs as the producer does."""
+here: the schedules' firing loop, which submits runs as the producer does, and the deletions by
+metadata, which delete as the API does."""
 
 from __future__ import annotations
 
@@ -40,6 +41,15 @@ async def _fire_schedules(
     await fire_forever(parts, settings, profiles, hit, registry)
 
 
+async def _delete_by_metadata(
+    parts: Partitions[Any], settings: Settings, profiles: dict[str, AgentProfile], registry: CollectorRegistry
+) -> None:
+    """Deletions by metadata (POST /v1/deletions), a step at a time, in every worker."""
+    from producer.deletion_jobs import delete_forever
+
+    await delete_forever(parts, settings)
+
+
 def worker_process(
     settings: Settings | None = None,
     *,
@@ -49,7 +59,7 @@ def worker_process(
 ) -> WorkerProcess:
     """A worker process with the loops the settings ask for beside its own."""
     s = settings or get_settings()
-    sides: list[SideLoop] = []
+    sides: list[SideLoop] = [_delete_by_metadata]
     if s.schedules:  # croniter, dateutil and the producer: 150 ms of imports, now rather than on the loop
         import producer.schedules.firer  # noqa: F401
 

@@ -44,6 +44,7 @@ class ArchiveReads:
             stream_key=row["stream_key"],
             client_session=row["client_session"],
             agent=row["agent"],
+            agent_version=int(v) if (v := row["agent_version"]) else None,
             archived=True,
         )
 

@@ -68,6 +68,7 @@ async def submit_many(
         return scope.key(rid), scope.key(claimed_session(raw, rid))
 
     defaults = [default(i, raw) for i, raw in enumerate(items)]
+    choices = await p.choices(tenant, items)  # the tenant's agents they name (producer.agents)
     # The tenant's quota admits the whole request at once, in calls that Redis runs while the
     # first chunk is validated; nothing is sent before they answer (a check per chunk would
     # wait for Redis to finish the previous chunk every time). Items that then fail validation
@@ -141,7 +142,7 @@ async def submit_many(
         try:
             for i, raw in enumerate(items):
                 try:
-                    prep = p.prepare(raw, tenant, defaults[i], quota, trace)
+                    prep = p.prepare(raw, tenant, defaults[i], quota, trace, choices)
                 except SubmissionError as exc:
                     exc.field = f"runs.{i}.{exc.field}" if exc.field else f"runs.{i}"
                     exc.message = f"runs.{i}: {exc.message}"

@@ -27,6 +27,7 @@ from shared.schema_validator import SchemaBoundError, compiled
 
 __all__ = [
     "Prepared",
+    "check_agent",
     "check_priced",
     "checked_messages",
     "counted",
@@ -55,6 +56,11 @@ class Prepared:
     trace: str = ""  # the submitter's trace context (RunField.TRACE), '' = none
 
     @property
+    def version_arg(self) -> str:
+        """The submit scripts' agent version argument: the tenant's agent version it is pinned to."""
+        return "" if self.run.agent_version is None else str(self.run.agent_version)
+
+    @property
     def lane_args(self) -> list[str]:
         """The submit scripts' priority and runAt arguments ('' = none)."""
         return [str(self.priority), "" if self.run.run_at is None else str(self.run.run_at)]
@@ -79,6 +85,13 @@ def validated(raw: RunInput | dict[str, Any], profiles: dict[str, AgentProfile] 
     naming the field."""
     run = parsed(raw)
     _check_schemas(run)
+    check_agent(run, profiles)
+    return run
+
+
+def check_agent(run: RunInput, profiles: dict[str, AgentProfile] | None) -> None:
+    """The run's agent among ``profiles`` (None: any), its client tools allowed there; else
+    SubmissionError naming the field."""
     if profiles is not None and run.agent not in profiles:
         known = ", ".join(sorted(profiles))
         raise SubmissionError(
@@ -88,7 +101,6 @@ def validated(raw: RunInput | dict[str, Any], profiles: dict[str, AgentProfile] 
         problem = profiles[run.agent].client_tool_problem(run.client_tools)
         if problem is not None:
             raise SubmissionError("client_tool_not_allowed", problem, field=problem.split(":", 1)[0])
-    return run
 
 
 def check_priced(run: RunInput, profile: AgentProfile, quota: Quota | None) -> None:
@@ -130,6 +142,8 @@ def prepare(
     (``ses_<runId>`` when it creates one unnamed) and the ids its keys use (``scope``). The input
     hash is that of the canonical form (sorted keys, without the runId); the stored input is that
     form with the runId's key appended (ids match agentmill_client.ids.ID_PATTERN: nothing to escape).
+    The version of a tenant's agent it is pinned to (agentVersion) is stored, not hashed: a
+    resubmission after the agent's current version changed is the same run.
     Its priority is capped at ``max_priority`` (the tenant's quota). ``trace``: the submitter's trace
     context, stored beside the input (not part of its hash). Raises SubmissionError naming the field."""
     if (reserved := reserved_id_error(run)) is not None:
@@ -137,6 +151,7 @@ def prepare(
     checked_messages(run.input_messages)
     body = to_jsonable(run)
     rid = body.pop("runId", None) or default_id(run)
+    version = body.pop("agentVersion", None)
     if run.session_id is None and run.auto_create_session:
         body["sessionId"] = f"ses_{rid}"
     sid = body.get("sessionId") or ""
@@ -146,6 +161,8 @@ def prepare(
     canonical = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
     _check_size(len(canonical))
     stored = b"%s,\"runId\":\"%s\"}" % (canonical[:-1], key_rid.encode())  # fmt: skip
+    if version is not None:
+        stored = b'%s,"agentVersion":%d}' % (stored[:-1], version)
     return Prepared(
         run.model_copy(update={"run_id": rid, "session_id": sid or None}), key_rid, key_sid, stored,
         hashlib.sha256(canonical).hexdigest(), rid if rid != key_rid else "", sid if sid != key_sid else "",

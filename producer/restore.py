@@ -147,10 +147,12 @@ class Restorer:
         *,
         quota: Quota | None = None,
         idempotency_key: str | None = None,
+        agent: str | None = None,
     ) -> Submitted:
         """A new run from the state at event ``at_seq`` of a run that ended (409 ``not_finished``
         before; 422 for a seq it does not have, or messages inside a tool round). The same
-        ``idempotency_key``, run and body name the same fork (created once)."""
+        ``idempotency_key``, run and body name the same fork (created once). ``agent``: another
+        agent for it (else the run's own, at the run's version)."""
         o = await self.read(run_id, tenant, upto=at_seq)
         if not o.status.terminal:
             raise SubmissionError(
@@ -176,9 +178,11 @@ class Restorer:
         published = {str(p.get("toolCallId")) for _, k, p in o.events if k == EventKind.TOOL_RESULT}
         published |= _inherited(o.origin)
         records = {i: r for i, r in o.records.items() if r.done and i in published}
-        body = orjson.dumps([at_seq, shown]).decode()  # the same key with another body: another fork
+        body = orjson.dumps([at_seq, shown, agent]).decode()  # the same key with another body: another fork
         key = f"fork\0{run_id}\0{body}\0{idempotency_key}" if idempotency_key else ""
-        return await self._send(o, tenant, lineage, origin, records, quota, in_batch=False, key=key)
+        return await self._send(
+            o, tenant, lineage, origin, records, quota, in_batch=False, key=key, agent=agent
+        )
 
     async def retry_batch(
         self, batch_id: str, tenant: str, statuses: tuple[str, ...], *, quota: Quota | None = None
@@ -226,12 +230,16 @@ class Restorer:
         *,
         in_batch: bool,
         key: str = "",
+        agent: str | None = None,
     ) -> Submitted:
         """The new run through the submission steps; ``key``: what its id is derived from (a
         client's Idempotency-Key with the route and the original), so it is created once."""
         sub = self.p.submitter
         raw = {k: v for k, v in o.input.items() if k not in _NOT_INHERITED}
-        prep = sub.prepare(raw, tenant, run_id_for_key(tenant, key) if key else "")
+        if agent is not None:  # a fork naming another agent: pinned anew
+            raw = {**{k: v for k, v in raw.items() if k != "agentVersion"}, "agent": agent}
+        prep = sub.prepare(raw, tenant, run_id_for_key(tenant, key) if key else "",
+                           choices=await sub.choices(tenant, [raw]))  # fmt: skip
         seed = origin.to_json() if origin is not None else b""
         flat: list[Any] = []
         for i, r in records.items():

@@ -68,6 +68,7 @@ class RunRecord:
     usage: Usage | None = None  # so far (the run hash's usage fields); an ended run's equals result.usage
     archived: bool = False  # in the archive: its events are read from there (producer.archived)
     agent: str = ""  # its agent (profile) name
+    agent_version: int | None = None  # the version of its tenant's agent it is pinned to
 
     @property
     def key(self) -> str:
@@ -90,6 +91,8 @@ class RunRecord:
         }
         if self.agent:
             d["agent"] = self.agent
+        if self.agent_version is not None:
+            d["agentVersion"] = self.agent_version
         if self.run_at_ms is not None:
             d["runAt"] = self.run_at_ms
         usage = self.usage or (self.result.usage if self.result is not None else None)

@@ -18,10 +18,12 @@ from typing import Any
 from agentmill_client import limits
 from agentmill_client.models import RunInput
 from producer import admission
+from producer.agent_choice import AgentChoice
+from producer.agents import AgentDirectory, Ref
 from producer.audit import Pending
 from producer.chunk_sender import ChunkSender
 from producer.placement import POINTER_EXTRA_S, Holder, claim, generated_id, partition_of, verdict
-from producer.prepared import Prepared, check_priced, counted, meta_terms, prepare, validated
+from producer.prepared import Prepared, check_agent, check_priced, counted, meta_terms, prepare, validated
 from producer.routing import Parts, run_script
 from producer.schemas_ready import schemas_ready
 from producer.scope import Scope, claimed_id, claimed_session, run_id_for_key
@@ -47,6 +49,8 @@ class Submitter:
     ) -> None:
         self.parts, self.settings, self.scripts, self.profiles = parts, settings, scripts, profiles
         self._many_loaded: set[tuple[int, str]] = set()  # (node, sha): SUBMIT_MANY is loaded on that node
+        # the tenants' agents kept through the API (producer.agents)
+        self.agents = AgentDirectory(parts, scripts, settings, lambda: self.profiles)
 
     @property
     def layout(self) -> keys.Layout:
@@ -72,6 +76,21 @@ class Submitter:
 
     # ---- the steps ----
 
+    async def choices(self, tenant: str, raws: Sequence[RunInput | dict[str, Any]]) -> dict[Ref, AgentChoice]:
+        """The tenant's agents the inputs name, read before they are prepared (producer.agents)."""
+        refs: list[Ref] = []
+        for raw in raws:
+            if isinstance(raw, RunInput):
+                refs.append((raw.agent, raw.agent_version))
+            elif isinstance(raw, dict):
+                agent, version = (
+                    raw.get("agent", "default"),
+                    raw.get("agentVersion", raw.get("agent_version")),
+                )
+                if isinstance(agent, str) and (version is None or type(version) is int):
+                    refs.append((agent, version))
+        return await self.agents.choices(tenant, refs) if refs else {}
+
     def prepare(
         self,
         raw: RunInput | dict[str, Any],
@@ -79,14 +98,30 @@ class Submitter:
         default_id: str = "",
         quota: Quota | None = None,
         trace: str = "",
+        choices: Mapping[Ref, AgentChoice] | None = None,
     ) -> Prepared:
         """Validate one input and name it (its runId, else ``default_id``, else a generated one);
         its body serialized once (producer.prepared.prepare), its priority capped by ``quota`` and
         by its agent profile; ``trace``: the submitter's trace context (shared.trace_context).
+        A tenant's agent among ``choices`` (read by ``choices``) pins it to a version.
         Raises SubmissionError naming the field."""
         scope = self.scope(tenant)
-        run = validated(raw, self.profiles)
+        run = validated(raw, None)
         cap = quota.max_priority if quota is not None else limits.MAX_PRIORITY
+        choice = choices.get((run.agent, run.agent_version)) if choices else None
+        if choice is not None and choice.refusal is not None:
+            raise SubmissionError(choice.refusal.code, choice.refusal.message, field=choice.refusal.field)
+        if choice is not None:
+            rid = run.run_id or default_id or self.generated(scope, run)
+            version = choice.version_for(rid)
+            profile = choice.profiles[version]
+            run = run.model_copy(update={"agent": choice.name, "agent_version": version})
+            check_agent(run, {choice.name: profile})
+            return prepare(run, scope, lambda r: rid, min(cap, profile.max_priority), trace)
+        if run.agent_version is not None:
+            raise SubmissionError("unknown_agent", f"agentVersion: no agent {run.agent!r} of this tenant has "
+                                  "versions", field="agentVersion")  # fmt: skip
+        check_agent(run, self.profiles)
         if self.profiles is not None:
             profile = self.profiles[run.agent]
             cap = min(cap, profile.max_priority)
@@ -178,7 +213,12 @@ class Submitter:
         audit entry, sent in the submission's round trip."""
         await schemas_ready([raw])  # off the loop, before prepare checks them
         prep = self.prepare(
-            raw, tenant, run_id_for_key(tenant, idempotency_key) if idempotency_key else "", quota, trace
+            raw,
+            tenant,
+            run_id_for_key(tenant, idempotency_key) if idempotency_key else "",
+            quota,
+            trace,
+            await self.choices(tenant, [raw]),
         )
         part = self.place(prep.run_id, prep.session_id)
         chosen = self.layout.count > 1 and (claimed_id(raw) is not None or bool(idempotency_key))
@@ -218,5 +258,6 @@ class Submitter:
             "" if item is None else str(item),
             *prep.lane_args,
             prep.trace,
+            prep.version_arg,
         ]
         return own, args

@@ -38,6 +38,9 @@ class RunField(StrEnum):
     INPUT_HASH = "inputHash"  # what an idempotent resubmission must match
     SESSION_ID = "sessionId"  # '' = none
     AGENT = "agent"
+    AGENT_VERSION = (
+        "agentVersion"  # the version of a tenant's agent the run is pinned to (absent: a file profile)
+    )
     BATCH = "batch"  # batch id, '' = none
     CLIENT_ID = "clientId"  # the id the client knows a tenant-scoped run by
     CLIENT_SESSION = "clientSession"  # likewise for its session

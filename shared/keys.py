@@ -324,6 +324,16 @@ class Partition:
         that day's budget; an expired hold (its worker died before settling) is released."""
         return f"{self.base}t.holds:{tenant}:{day}"
 
+    def agents(self, tenant: str) -> str:
+        """Hash agent name -> its pointers as JSON (current, ramp, latest, versions' times, deleted):
+        the agents a tenant keeps through the API (producer/agents.py), at the tenant's home partition."""
+        return f"{self.base}agents:{tenant}"
+
+    def agent_versions(self, tenant: str) -> str:
+        """Hash ``<name>@<n>`` -> that version's profile as the tenant gave it (JSON), immutable: what
+        a worker reads for a run pinned to it (worker/agent_cache.py), beside ``agents``."""
+        return f"{self.base}agents.v:{tenant}"
+
     def usage_day(self, tenant: str, day: str) -> str:
         """Hash ``<agent>|in|out|cost|runs`` -> totals (shared.fields.usage_field): the usage of the
         tenant's runs that ended on this partition on one UTC day (commit.lua, and prelude.lua's

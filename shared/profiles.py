@@ -285,7 +285,11 @@ class AgentProfile(Model):
                 raise ValueError(f"{where}: an {p.kind} provider needs {' and '.join(missing)}")
             if p.thinking is not None and p.kind != "anthropic":
                 raise ValueError(f"{where}: thinking is read only by an anthropic provider")
-            if p.thinking is not None and p.max_tokens is not None and p.thinking.budget_tokens >= p.max_tokens:
+            if (
+                p.thinking is not None
+                and p.max_tokens is not None
+                and p.thinking.budget_tokens >= p.max_tokens
+            ):
                 raise ValueError(f"{where}: thinking.budgetTokens must be below maxTokens")
             if p.thinking is not None and p.tool_choice not in (None, "auto", "none"):
                 raise ValueError(

@@ -88,7 +88,7 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
     **{
         name: ("clock", name)
         for name in ("capacity_acquire", "capacity_renew", "capacity_release", "capacity_pause", "admit_rate",
-                     "budget_reserve", "schedule_rate", "live_tenants")
+                     "budget_reserve", "schedule_rate", "live_tenants", "agent_create", "agent_point")
     },
     **{
         name: ("clock", "schedule_due", name)
@@ -153,6 +153,8 @@ class Scripts:
     delete_run: Script
     tool_cache_put: Script
     deletion_claim: Script
+    agent_create: Script
+    agent_point: Script
 
     def __init__(
         self,

@@ -14,6 +14,7 @@ from pydantic import AliasChoices, Field, ValidationError, field_validator, mode
 from pydantic_settings import SettingsConfigDict
 
 from agentmill_client import limits
+from shared.settings_agents import AgentSettings
 from shared.settings_archive import ArchiveSettings
 from shared.settings_deletion import DeletionSettings
 from shared.settings_errors import SettingsError, describe
@@ -26,7 +27,7 @@ DEFAULT_HEARTBEAT_MS = 500
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
-class Settings(TenantQuotaSettings, ArchiveSettings, KeySettings, DeletionSettings):
+class Settings(TenantQuotaSettings, ArchiveSettings, KeySettings, DeletionSettings, AgentSettings):
     model_config = SettingsConfigDict(env_prefix="AGENTMILL_", extra="ignore", populate_by_name=True)
 
     # redis and the run key space

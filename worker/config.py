@@ -132,6 +132,7 @@ class Lineage(Model):
 
 class RunConfig(Model):
     agent: str
+    agent_version: int | None = None  # the version of the tenant's agent it runs (None: a file profile)
     system_prompt: str
     tools: list[ToolSpec] = Field(default_factory=list)  # external tools offered, in order
     internal_tools: list[ToolSpec] = Field(default_factory=list)  # injected, never recorded as history
@@ -300,6 +301,7 @@ def resolve_config(
         compaction = compaction.model_copy(update={"max_messages": run.compact_threshold})
     return RunConfig(
         agent=profile.name,
+        agent_version=run.agent_version,
         system_prompt=preamble.with_preamble(rules, system_prompt),
         tools=tools,
         internal_tools=internal,

@@ -12,11 +12,13 @@ import httpx
 from redis.exceptions import RedisError
 
 from shared import keys, netguard
+from shared.connections import connections_from
 from shared.partitions import Partitions
 from shared.profiles import AgentProfile, ProviderConfig
 from shared.quotas import Quotas
 from shared.scripts import Scripts
 from shared.settings import Settings
+from worker.agent_cache import AgentVersions
 from worker.batcher import ScriptBatcher
 from worker.budgets import TenantBudgets
 from worker.config_cache import ConfigCache
@@ -51,33 +53,42 @@ class UnknownProfileError(LookupError):
 
 
 class Providers:
-    """ModelPort: one provider per profile and place in its fallback chain (built on first use),
-    capacity through the Redis limiter."""
+    """ModelPort: one provider per provider configuration, a profile's or a place in its fallback
+    chain (built on first use; a tenant's agents' versions each have their own, at most
+    MAX_PROVIDERS kept), capacity through the Redis limiter."""
+
+    MAX_PROVIDERS = 512
 
     def __init__(
         self, http: httpx.AsyncClient, limiter: ProviderLimiter, observer: Observer | None = None
     ) -> None:
         self.http = http
         self.limiter = limiter
-        self._providers: dict[tuple[str, int], ModelProvider] = {}
+        # id of the configuration -> (the configuration, its provider): an entry is used only for
+        # the very object it was built from
+        self._providers: dict[int, tuple[ProviderConfig, ModelProvider]] = {}
         # What endpoints were found to refuse a request shape, shared by every profile's providers.
         self.shapes = ShapeMemory(observer.shape_fallback if observer is not None else None)
 
     def provider(self, profile: AgentProfile, index: int = 0) -> ModelProvider:
-        p = self._providers.get((profile.name, index))
-        if p is None:
-            cfg = profile.chain[index]
-            if cfg.kind == "scripted":
-                p = ScriptedProvider(cfg)
-            elif cfg.kind == "anthropic":
-                from worker.models.anthropic import AnthropicProvider
+        cfg = profile.chain[index]
+        hit = self._providers.get(id(cfg))
+        if hit is not None and hit[0] is cfg:
+            return hit[1]
+        p: ModelProvider
+        if cfg.kind == "scripted":
+            p = ScriptedProvider(cfg)
+        elif cfg.kind == "anthropic":
+            from worker.models.anthropic import AnthropicProvider
 
-                p = AnthropicProvider(cfg, self.http)
-            else:
-                from worker.models.openai import OpenAIProvider
+            p = AnthropicProvider(cfg, self.http)
+        else:
+            from worker.models.openai import OpenAIProvider
 
-                p = OpenAIProvider(cfg, self.http, self.shapes)
-            self._providers[(profile.name, index)] = p
+            p = OpenAIProvider(cfg, self.http, self.shapes)
+        if len(self._providers) >= self.MAX_PROVIDERS:  # the oldest dropped (providers hold nothing to close)
+            self._providers.pop(next(iter(self._providers)))
+        self._providers[id(cfg)] = (cfg, p)
         return p
 
     async def hold(self, cfg: ProviderConfig, tokens: int, on_wait: OnWait) -> Held:
@@ -91,7 +102,7 @@ class Providers:
             await self.limiter.pause(cfg, ms)
 
     async def aclose(self) -> None:
-        for p in self._providers.values():
+        for _, p in self._providers.values():
             await p.aclose()
 
 
@@ -118,6 +129,7 @@ class WorkerDeps:
     active: dict[str, RunDriver] = field(default_factory=dict)
     pace: DeltaPace = field(init=False)  # the deltas' flush interval over the process's streams
     rng: random.Random = field(default_factory=random.Random)  # retry jitter, one per process
+    agents: AgentVersions = field(init=False)  # tenants' agent versions, by (tenant, name, version)
 
     def __post_init__(self) -> None:
         self.lease_id = self.lease_id or self.worker_id
@@ -127,6 +139,9 @@ class WorkerDeps:
             self.scripts,
             lease_ms=self.settings.provider_slot_lease_ms,
             on_key=None if self.parts.single else self.parts.call_key,
+        )
+        self.agents = AgentVersions(
+            self.parts, connections_from(self.settings.providers, dev=self.settings.dev_profiles)
         )
         self.batcher = ScriptBatcher(self.parts, wait_replicas=wait_replicas(self.settings))
         self.models = Providers(self.http, self.limiter, self.observer)
@@ -148,6 +163,9 @@ class WorkerDeps:
             return self.profiles[name]
         except KeyError:
             raise UnknownProfileError(f"no profile named {name!r}") from None
+
+    async def agent(self, tenant: str, name: str, version: int) -> AgentProfile:
+        return await self.agents.get(tenant, name, version)
 
     def ports(
         self, part: keys.Partition, run_id: str, claimed: tuple[str, list[Any]] | None = None

@@ -274,9 +274,6 @@ class WorkerProcess(LeaseKeeping):
             self._bg.append(
                 asyncio.create_task(_coro(side(self.deps.parts, s, self.profiles, self.metrics.registry)))
             )
-        from producer.deletion_jobs import delete_forever  # deletions by metadata, a step at a time
-
-        self._bg.append(asyncio.create_task(delete_forever(self.deps.parts, s)))
         if (
             s.archive_url and s.worker_archiver
         ):  # finished runs to PostgreSQL, off the hot path (worker/archiving.py)

@@ -382,3 +382,7 @@ class MemoryHost:
             return self.profiles[name]
         except KeyError:
             raise LookupError(f"no profile named {name!r}") from None
+
+    async def agent(self, tenant: str, name: str, version: int) -> AgentProfile:
+        """A tenant's agent version: here, the profile ``name@version`` (tests add them to profiles)."""
+        return self.profile(f"{name}@{version}")

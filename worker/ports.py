@@ -380,3 +380,7 @@ class Host(Protocol):
     draining: bool  # the process is stopping: a run that starts now hands itself back at once
 
     def profile(self, name: str) -> AgentProfile: ...
+
+    async def agent(self, tenant: str, name: str, version: int) -> AgentProfile:
+        """A version of a tenant's agent (worker/agent_cache.py); LookupError when it is not kept."""
+        ...

@@ -12,7 +12,7 @@ from __future__ import annotations
 import click
 
 from agentmill_client._version import __version__
-from app.cli import archiver, batches, deletion, demo, keys, lineage, one_run, schedules, submit
+from app.cli import agents, archiver, batches, deletion, demo, keys, lineage, one_run, schedules, submit
 
 __all__ = ["main"]
 
@@ -37,6 +37,7 @@ for command in (
     batches.runs,
     batches.batch,
     schedules.schedule,
+    agents.agents,
     lineage.retry,
     lineage.fork,
     archiver.archiver,

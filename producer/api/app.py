@@ -19,6 +19,7 @@ from redis.exceptions import RedisError
 from agentmill_client import __version__
 from producer.api import (
     errors,
+    routes_agents,
     routes_catalog,
     routes_deletion,
     routes_keys,
@@ -210,6 +211,7 @@ def create_app(
         routes_catalog.router,
         routes_pool.router,
         routes_schedules.router,
+        routes_agents.router,
         routes_usage.router,
         routes_keys.router,
         routes_ui.router,

@@ -83,6 +83,7 @@ async def fork_run(
         body.input_messages,
         quota=api.quotas.of(tenant),
         idempotency_key=idempotency_key,
+        agent=body.agent,
     )
     if sub.created:
         await audited(api, request, Action.FORK, run_id, f"forkRunId={sub.run_id} atSeq={body.at_seq}")

@@ -51,6 +51,13 @@ ROUTE_SCOPES: dict[tuple[str, str], Scope | None] = {
     ("GET", "/v1/keys"): A,
     ("DELETE", "/v1/keys/{key_id}"): A,
     ("GET", "/v1/audit"): A,
+    # agents (profiles as data): read to see them, admin to change what runs
+    ("POST", "/v1/agents"): A,
+    ("GET", "/v1/agents"): R,
+    ("GET", "/v1/agents/{name}"): R,
+    ("GET", "/v1/agents/{name}/versions/{version}"): R,
+    ("POST", "/v1/agents/{name}/current"): A,
+    ("DELETE", "/v1/agents/{name}"): A,
     ("DELETE", "/v1/runs/{run_id}"): A,
     ("DELETE", "/v1/sessions/{session_id}"): A,
     ("POST", "/v1/deletions"): A,

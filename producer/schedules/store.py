@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -24,6 +25,8 @@ from redis.asyncio import Redis
 from agentmill_client import limits
 from agentmill_client.schedules import ScheduleInput, ScheduleView
 from producer.admission import check_enabled
+from producer.agent_choice import AgentChoice
+from producer.agents import Ref
 from producer.routing import Parts, run_script
 from producer.schedules.cron import CronError, Timing, timing
 from producer.schemas_ready import schemas_ready
@@ -70,9 +73,16 @@ class ScheduleStore:
 
     # ---- creating ----
 
-    def check(self, body: ScheduleInput, tenant: str, schedule_id: str) -> Timing:
-        """The schedule's Timing, its run template validated as a run of ``tenant``; else
-        SubmissionError naming the field."""
+    def check(
+        self,
+        body: ScheduleInput,
+        tenant: str,
+        schedule_id: str,
+        choices: Mapping[Ref, AgentChoice] | None = None,
+    ) -> Timing:
+        """The schedule's Timing, its run template validated as a run of ``tenant`` (``choices``: the
+        tenant's agent it names, producer.agents; each firing is pinned to the version it gets
+        then); else SubmissionError naming the field."""
         if schedule_id.startswith(SCOPED_PREFIX):
             raise SubmissionError("reserved_id", f"scheduleId: ids starting with {SCOPED_PREFIX!r} are reserved",
                                   field="scheduleId")  # fmt: skip
@@ -85,7 +95,9 @@ class ScheduleStore:
                 "invalid_input", "input.runId: each firing names its run; leave it out", field="input.runId"
             )
         try:
-            self.producer.submitter.prepare({**body.input, "runId": run_id_of(schedule_id, 0)}, tenant)
+            self.producer.submitter.prepare(
+                {**body.input, "runId": run_id_of(schedule_id, 0)}, tenant, choices=choices
+            )
         except SubmissionError as exc:
             exc.field = f"input.{exc.field}" if exc.field else "input"
             exc.message = f"input.{exc.message}"
@@ -97,7 +109,7 @@ class ScheduleStore:
         definition."""
         check_enabled(tenant, self.quotas.of(tenant))
         await schemas_ready([body.input])  # off the loop, before check validates its template
-        t = self.check(body, tenant, schedule_id)
+        t = self.check(body, tenant, schedule_id, await self.producer.submitter.choices(tenant, [body.input]))
         template = orjson.dumps(body.input, option=orjson.OPT_SORT_KEYS).decode()
         if len(template.encode()) > limits.MAX_SCHEDULE_INPUT_BYTES:
             raise SubmissionError(

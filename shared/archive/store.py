@@ -147,7 +147,7 @@ _DELETE_TREES = (
 )
 _READ_COLS = (
     "key_id, tenant, client_id, status, created_at, session_id, client_session, agent, last_seq, stream_key, "
-    "result"
+    "result, record->>'agentVersion' AS agent_version"
 )
 
 

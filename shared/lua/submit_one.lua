@@ -7,7 +7,8 @@
 --    session by when runId and sessionId are its tenant's keys for them (absent or '' otherwise),
 --    then the run's item index in its batch (absent or '' outside a batch), its priority ('' =
 --    the default) and its runAt in ms ('' = none; one not ahead of now is due at once), then its trace
---    context (F.TRACE: traceparent, a newline, tracestate; absent or '' = none)
+--    context (F.TRACE: traceparent, a newline, tracestate; absent or '' = none), then the version of
+--    the tenant's agent it is pinned to (F.AGENT_VERSION; absent or '' = a profile of the file)
 -- The listing indexes and the batch of a run just created (A as submit_one's).
 local function index_new(run, A, now, status)
   local t, id, batch = A[4], A[1], A[9] or ''
@@ -99,6 +100,8 @@ local function submit_one(K, A)
   if client_session and client_session ~= '' then redis.call('HSET', K[1], F.CLIENT_SESSION, client_session) end
   local trace = A[17 + tonumber(A[11] or '0')]
   if trace and trace ~= '' then redis.call('HSET', K[1], F.TRACE, trace) end
+  local version = A[18 + tonumber(A[11] or '0')]
+  if version and version ~= '' then redis.call('HSET', K[1], F.AGENT_VERSION, version) end
   index_new(K[1], A, now, status)
   if status == S.SCHEDULED then  -- claim_jobs.lua moves it to the queue once due
     redis.call('SET', K[2], job_payload(A[1], 1, now), 'PX', ctx().job_expire_ms + run_at - now)

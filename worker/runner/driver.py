@@ -188,13 +188,15 @@ class RunDriver:
         self.fx.hints = dict(run_input.runtime_hints or {})
         self.is_child = bool(acq.ancestry)
         self.fx.tenant = acq.tenant
+        agent = await opening.agent_of(self.host, acq.tenant, run_input)  # a tenant's agent's version
+        self.fx.agent = agent if not isinstance(agent, str) else None
         self.records.update(acq.tool_records)
         resumed = acq.checkpoint is not None
         now = self.clock.now_ms()
         first: Event
         if acq.checkpoint is not None:
             self.state, self.out.ckpt_seq = opening.restore(acq.checkpoint, acq.config, acq.transcript)
-            self.state, relisted = await opening.filled(self.host, self.ports.tools, self.state)
+            self.state, relisted = await opening.filled(self.host, self.ports.tools, self.state, agent)
             for note in relisted:
                 self.out.emit(note)
             first = opening.resumed(self.records, now)
@@ -202,7 +204,7 @@ class RunDriver:
             if run_input.session_id:  # the state built with the driver, not a second one
                 self.state = self.state.model_copy(update={"session_id": run_input.session_id})
             first = await opening.start(
-                self.host, self.ports.tools, self.ports.models, run_input, now, acq.ancestry
+                self.host, self.ports.tools, self.ports.models, run_input, now, acq.ancestry, agent
             )
             if acq.origin and isinstance(first, Started):  # a retry or fork: from the original's state
                 first = opening.restored_or_rejected(first, self.run_id, acq.origin, self.records)

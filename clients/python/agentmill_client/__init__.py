@@ -10,6 +10,7 @@ import the models without them.
 from typing import TYPE_CHECKING, Any
 
 from agentmill_client._version import __version__
+from agentmill_client.agents import AgentsPage, AgentVersionView, AgentView
 from agentmill_client.api import (
     AbortAnswer,
     Accepted,
@@ -38,6 +39,9 @@ if TYPE_CHECKING:
 __all__ = [
     "AbortAnswer",
     "Accepted",
+    "AgentVersionView",
+    "AgentView",
+    "AgentsPage",
     "ApiError",
     "ApprovalsAnswer",
     "AsyncClient",

@@ -164,6 +164,9 @@ class RunView(Answer):
     session_id: str | None = None
     created_at: int
     agent: str | None = Field(default=None, description="its agent (profile)")
+    agent_version: int | None = Field(
+        default=None, description="the version of its tenant's agent (POST /v1/agents) it is pinned to"
+    )
     input_messages: list[dict[str, Any]] | None = Field(
         default=None,
         description="with include=input: the messages it was submitted with, as sent (absent once "
@@ -279,6 +282,12 @@ class ForkBody(Answer):
     )
     input_messages: list[Message] | None = Field(
         default=None, max_length=256, description="messages appended before the fork's next model call"
+    )
+    agent: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        description="another agent for the fork (`name` or `name@n`); unset: the run's own, its version kept",
     )
 
 

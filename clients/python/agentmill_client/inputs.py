@@ -197,6 +197,9 @@ class RunInput(Model):
     session_id: str | None = Field(default=None, pattern=ID_PATTERN)
     run_id: str | None = Field(default=None, pattern=ID_PATTERN)
     agent: str = Field(default="default", min_length=1, max_length=128)
+    # A tenant's agent (POST /v1/agents): the version the run is pinned to, set by the API at
+    # submission (the agent's current or ramped version, or the one ``agent: "name@n"`` asks for).
+    agent_version: int | None = Field(default=None, ge=1)
     input_messages: list[Message] = Field(min_length=1, max_length=limits.MAX_INPUT_MESSAGES)
     system_prompt_override: str | None = Field(default=None, max_length=limits.MAX_MESSAGE_CHARS)
     allowed_tools: list[str] | None = Field(default=None, max_length=limits.MAX_TOOL_NAMES)
