@@ -291,6 +291,10 @@ class AgentProfile(Model):
                 and p.thinking.budget_tokens >= p.max_tokens
             ):
                 raise ValueError(f"{where}: thinking.budgetTokens must be below maxTokens")
+            if p.thinking is not None and p.temperature not in (None, 1):
+                raise ValueError(
+                    f"{where}: with thinking, temperature may only be 1 (the API refuses others)"
+                )
             if p.thinking is not None and p.tool_choice not in (None, "auto", "none"):
                 raise ValueError(
                     f'{where}: with thinking, toolChoice may only be "auto" or "none" (the API refuses others)'

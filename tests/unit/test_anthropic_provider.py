@@ -81,6 +81,8 @@ def test_defaults_the_api_needs() -> None:
 def test_thinking_refuses_a_forced_tool_choice() -> None:
     with pytest.raises(ValueError, match='with thinking, toolChoice may only be "auto" or "none"'):
         AgentProfile(name="a", provider=cfg(thinking={"budgetTokens": 2048}, toolChoice="required"))
+    with pytest.raises(ValueError, match="with thinking, temperature may only be 1"):
+        AgentProfile(name="a", provider=cfg(thinking={"budgetTokens": 2048}, temperature=0))
     with pytest.raises(ValueError, match="thinking is read only by an anthropic provider"):
         AgentProfile.model_validate(
             {"name": "a", "provider": {"kind": "openai", "baseUrl": "http://x", "model": "m",
