@@ -16,6 +16,7 @@ import orjson
 
 from agentmill_client.models import Message, ToolCall, ToolResult
 from shared import children as kids
+from shared.calls import Release
 from shared.children import ChildSpec, Spawned
 from shared.functions import Script, each_with_reload
 from shared.keys import Partition
@@ -243,8 +244,9 @@ class RedisRunStore:
         """Hand the run back: it goes straight back on the queue as dispatch gen + 1."""
         self._check_lease()
         self.round_trips += 1
-        r = await self._run(self.scripts.release, [self._keys[0]], [self.epoch, self.run_id, gen + 1])
-        return text(r[0])
+        call = Release(self.epoch, self.run_id, gen + 1)
+        r = await self._run(self.scripts.release, call.keys(self.part), call.argv())
+        return Release.verdict(r).value
 
 
 class RedisSessionStore:
