@@ -16,7 +16,7 @@ import orjson
 
 from agentmill_client.models import Message, ToolCall, ToolResult
 from shared import children as kids
-from shared.calls import Release
+from shared.calls import ForgetWorker, Release
 from shared.children import ChildSpec, Spawned
 from shared.functions import Script, each_with_reload
 from shared.keys import Partition
@@ -368,11 +368,13 @@ async def forget_worker(
     verdict of the partition furthest from forgotten (has_runs, alive, gone, forgotten)."""
 
     def queue(pipe: Any, part: Partition) -> None:
-        own = [part.worker_runs(lease_id), part.worker_inbox(lease_id), part.worker_lease(lease_id)]
-        k, a = scripts.frame(part, own, [lease_id, "1" if only_if_expired else ""])
+        call = ForgetWorker(lease_id, "1" if only_if_expired else "")
+        k, a = scripts.frame(part, call.keys(part), call.argv())
         scripts.forget_worker.queue(pipe, k, a)
 
-    verdicts = {text(r[0]) for (r,) in await each_with_reload(parts, scripts.forget_worker, queue)}
+    verdicts = {
+        ForgetWorker.verdict(r).value for (r,) in await each_with_reload(parts, scripts.forget_worker, queue)
+    }
     for v in ("has_runs", "alive", "forgotten"):
         if v in verdicts:
             return v

@@ -11,7 +11,24 @@ from __future__ import annotations
 
 from shared.calls.base import ScriptCall
 from shared.calls.runs import Abort, AbortVerdict, Release, ReleaseVerdict
+from shared.calls.schedules import ScheduleDelete, ScheduleDeleteVerdict, SchedulePause, SchedulePauseVerdict
+from shared.calls.workers import ForgetWorker, ForgetWorkerVerdict
 
-__all__ = ["CALLS", "Abort", "AbortVerdict", "Release", "ReleaseVerdict", "ScriptCall"]
+__all__ = [
+    "CALLS",
+    "Abort",
+    "AbortVerdict",
+    "ForgetWorker",
+    "ForgetWorkerVerdict",
+    "Release",
+    "ReleaseVerdict",
+    "ScheduleDelete",
+    "ScheduleDeleteVerdict",
+    "SchedulePause",
+    "SchedulePauseVerdict",
+    "ScriptCall",
+]
 
-CALLS: dict[str, type[ScriptCall]] = {c.SCRIPT: c for c in (Abort, Release)}
+CALLS: dict[str, type[ScriptCall]] = {
+    c.SCRIPT: c for c in (Abort, Release, ScheduleDelete, SchedulePause, ForgetWorker)
+}

@@ -40,8 +40,8 @@ class ScriptCall:
 
     @classmethod
     def verdict(cls, reply: Any) -> StrEnum:
-        """The reply's verdict (its first element) as the call's enum."""
-        first = reply[0]
+        """The reply's verdict (the reply itself, or its first element) as the call's enum."""
+        first = reply if isinstance(reply, bytes | str) else reply[0]
         return cls.VERDICT(first.decode() if isinstance(first, bytes) else str(first))
 
     @classmethod

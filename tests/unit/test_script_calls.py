@@ -21,9 +21,9 @@ POSITIONAL = {
     "acquire", "admit_rate", "admit_tenant", "agent_create", "agent_point", "archive_claim", "archive_done",
     "batch_replace", "batch_results", "beat", "budget_reserve", "budget_settle", "capacity_acquire",
     "capacity_pause", "capacity_release", "capacity_renew", "child_result", "claim_jobs", "claim_webhooks",
-    "commit", "delete_run", "deletion_claim", "forget_worker", "list_runs", "live_tenants", "prelude",
-    "publish", "redispatch", "schedule_advance", "schedule_claim", "schedule_create", "schedule_delete",
-    "schedule_pause", "schedule_rate", "settle_approval", "spawn_child", "submit_many", "submit_one",
+    "commit", "delete_run", "deletion_claim", "list_runs", "live_tenants", "prelude",
+    "publish", "redispatch", "schedule_advance", "schedule_claim", "schedule_create",
+    "schedule_rate", "settle_approval", "spawn_child", "submit_many", "submit_one",
     "submit_restored", "tool_cache_put", "tool_results", "tree_admit",
 }  # fmt: skip
 
