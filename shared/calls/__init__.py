@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from shared.calls.base import ScriptCall
 from shared.calls.runs import Abort, AbortVerdict, Release, ReleaseVerdict
-from shared.calls.schedules import ScheduleDelete, ScheduleDeleteVerdict, SchedulePause, SchedulePauseVerdict
+from shared.calls.schedules import (
+    SayLiveTenants,
+    ScheduleDelete,
+    ScheduleDeleteVerdict,
+    SchedulePause,
+    SchedulePauseVerdict,
+)
 from shared.calls.workers import ForgetWorker, ForgetWorkerVerdict
 
 __all__ = [
@@ -22,6 +28,7 @@ __all__ = [
     "ForgetWorkerVerdict",
     "Release",
     "ReleaseVerdict",
+    "SayLiveTenants",
     "ScheduleDelete",
     "ScheduleDeleteVerdict",
     "SchedulePause",
@@ -30,5 +37,5 @@ __all__ = [
 ]
 
 CALLS: dict[str, type[ScriptCall]] = {
-    c.SCRIPT: c for c in (Abort, Release, ScheduleDelete, SchedulePause, ForgetWorker)
+    c.SCRIPT: c for c in (Abort, Release, ScheduleDelete, SchedulePause, ForgetWorker, SayLiveTenants)
 }

@@ -8,7 +8,13 @@ from enum import StrEnum
 from shared.calls.base import ScriptCall
 from shared.keys import Partition
 
-__all__ = ["ScheduleDelete", "ScheduleDeleteVerdict", "SchedulePause", "SchedulePauseVerdict"]
+__all__ = [
+    "SayLiveTenants",
+    "ScheduleDelete",
+    "ScheduleDeleteVerdict",
+    "SchedulePause",
+    "SchedulePauseVerdict",
+]
 
 
 class ScheduleDeleteVerdict(StrEnum):
@@ -55,3 +61,18 @@ class SchedulePause(ScriptCall):
 
     def keys(self, part: Partition) -> list[str]:
         return [part.schedule(self.schedule_key), part.schedules_due(self.tenant), part.schedules_due_tenants]
+
+
+@dataclass(frozen=True, slots=True)
+class SayLiveTenants(ScriptCall):
+    """live_tenants.lua: an API process says its tokens name ``tenants`` for the next ``ttl_ms``
+    (producer.schedules.live); answers Redis's now (ms)."""
+
+    SCRIPT = "live_tenants"
+    KEY_NAMES = ("live", "before")  # the live tenants (zset tenant -> until), the set older versions kept
+
+    ttl_ms: int
+    tenants: tuple[str, ...]
+
+    def keys(self, part: Partition) -> list[str]:
+        return [part.live_tenants, part.live_tenants_before]
