@@ -197,7 +197,7 @@ class Restorer:
                 page, cursor = await catalog._rows(  # and its archived runs
                     tenant, RunFilter(batch_id=batch_id, status=status), 500, cursor, {}
                 )
-                rows += [(r[0], r[7] or r[0]) for _, r in page]
+                rows += [(r.run_id, r.client_id or r.run_id) for _, r in page]
                 if cursor is None:
                     break
         gate = asyncio.Semaphore(BATCH_PARALLEL)

@@ -50,7 +50,7 @@ from redis.asyncio import Redis
 from agentmill_client import limits
 from agentmill_client.models import EventKind
 from agentmill_client.statuses import TERMINAL, RunStatus
-from shared import dispatch, functions, keys
+from shared import dispatch, functions, keys, listing_row
 from shared.fields import BatchField, BudgetField, RunField, ScheduleField, SessionField, UsagePart
 from shared.functions import EvalScript, FunctionScript, Library, Script
 from shared.quotas import NANO_USD
@@ -322,6 +322,7 @@ def render(text_: str) -> str:
         "__NANO_USD__": str(NANO_USD),
         "__SESSION_CALLS_KEPT__": str(limits.SESSION_CALLS_KEPT),
         "__CONTEXT_TOOLS__": ", ".join(f"['{t}']=true" for t in sorted(CONTEXT_TOOLS)),
+        "__LISTING_FIELDS__": ", ".join(f"'{f}'" for f in listing_row.hash_fields()),
     }
     for token, value in tokens.items():
         text_ = text_.replace(token, value)
