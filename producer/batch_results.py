@@ -20,7 +20,7 @@ import orjson
 
 from agentmill_client.statuses import TERMINAL
 from producer.listing import STATUSES, ListingError
-from producer.routing import run_many
+from shared.script_calls import run_many
 from shared.scripts import text
 
 if TYPE_CHECKING:

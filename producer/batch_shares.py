@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from agentmill_client.models import RunStatus
-from producer.routing import Parts, run_many
 from shared import keys
 from shared.fields import BatchField
+from shared.script_calls import Parts, run_many
 from shared.scripts import Scripts, text
 
 __all__ = ["batch_gate", "close_batch", "merge_batch", "read_batch"]

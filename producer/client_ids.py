@@ -8,10 +8,10 @@ from typing import Any
 from redis.asyncio import Redis
 
 from producer.archived import ArchiveReads
-from producer.routing import Parts
 from producer.scope import SCOPED_PREFIX
 from shared.archive import groups
 from shared.fields import RunField
+from shared.script_calls import Parts
 from shared.scripts import text
 
 __all__ = ["client_id_of"]

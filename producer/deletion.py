@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from agentmill_client.statuses import RunStatus
-from producer.routing import run_script
 from shared import keys
 from shared.clock import now_ms
 from shared.fields import RunField
 from shared.meta_terms import meta_terms
+from shared.script_calls import run_script
 from shared.scripts import text
 
 if TYPE_CHECKING:

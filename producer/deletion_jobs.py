@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from producer.deletion import Eraser
-from producer.routing import Parts
 from shared import keys
 from shared.clock import now_ms
 from shared.fields import DeletionField
 from shared.meta_terms import meta_terms
+from shared.script_calls import Parts
 from shared.scripts import text
 from shared.settings import Settings
 

@@ -22,14 +22,14 @@ from agentmill_client.ids import is_valid_id
 from agentmill_client.models import RunStatus
 from agentmill_client.statuses import ACTIVE
 from producer.batch_shares import merge_batch, read_batch
-from producer.routing import run_many
 from producer.run_filter import STATUSES, ListingError, RunFilter
 from producer.run_record import lineage_view
 from producer.scope import SCOPED_PREFIX
 from shared import keys
 from shared.fields import BatchField, RunField, SessionField
 from shared.listing_row import ListingRow
-from shared.scripts import text
+from shared.replies import text
+from shared.script_calls import run_many
 
 if TYPE_CHECKING:
     from producer.service import Producer
@@ -238,7 +238,7 @@ class Catalog:
         ]  # fmt: skip
         scripts, parts = self.p.scripts, self.p.parts
         where = [parts.home(flt.session_id)] if flt.session_id is not None else list(parts.parts)
-        replies = await run_many(parts, scripts.list_runs, [(q, *scripts.frame(q, [], args)) for q in where])
+        replies = await run_many(parts, scripts.list_runs, [scripts.framing.call(q, [], args) for q in where])
         streams: dict[str, str] = {}
         if archived is not None and self.p.archive is not None and flt.status not in _ACTIVE:
             seen = {text(r[k]) for r in replies for k in range(2, len(r), Row.width())}

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from agentmill_client.models import EventKind, RunStatus
-from producer.routing import run_script
 from producer.submission import SubmissionError
 from shared import checkpoint as checkpoints
 from shared import keys
 from shared.archive.original import ArchivedOriginal, leave_batch, original
 from shared.fields import RunField
+from shared.script_calls import run_script
 from shared.scripts import text
 from shared.tool_records import ToolRecord
 

@@ -36,13 +36,13 @@ from producer.listing import Catalog, RunFilter
 from producer.original import REBUILT_FROM, Original, archived_original, take_place, trimmed
 from producer.placement import verdict
 from producer.prepared import checked_messages
-from producer.routing import run_script
 from producer.scope import run_id_for_key
 from producer.submission import SubmissionError, Submitted, outcome
 from shared import checkpoint as checkpoints
 from shared.fields import RunField
 from shared.origin import Origin
 from shared.quotas import Quota
+from shared.script_calls import run_script
 from shared.scripts import text
 from shared.tool_records import ToolRecord
 

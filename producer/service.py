@@ -23,7 +23,6 @@ from producer.archived import ArchiveReads
 from producer.audit import Pending
 from producer.client_ids import client_id_of
 from producer.placement import locate_many
-from producer.routing import Parts, as_partitions, run_script
 from producer.run_record import RunRecord, lineage_view, usage_of
 from producer.scope import Scope
 from producer.sessions import SessionReads
@@ -36,6 +35,7 @@ from shared.events import decode_entry, stream_id
 from shared.fields import RunField
 from shared.profiles import AgentProfile
 from shared.quotas import DEFAULT_TENANT, Quota
+from shared.script_calls import Parts, as_partitions, run_script
 from shared.scripts import Scripts, text
 from shared.settings import Settings, get_settings
 from shared.tool_records import ToolRecord

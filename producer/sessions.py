@@ -19,10 +19,10 @@ import orjson
 from agentmill_client import limits
 from producer.archived import ArchiveReads
 from producer.placement import locate_many
-from producer.routing import Parts
 from producer.scope import SCOPED_PREFIX, Scope
 from shared import keys
 from shared.fields import RunField, SessionField
+from shared.script_calls import Parts
 from shared.scripts import text
 
 __all__ = ["HISTORY_SHOWN", "SessionReads"]

@@ -9,10 +9,10 @@ import datetime as dt
 from typing import Any
 
 from agentmill_client.api import UsageAnswer, UsageDay, UsageTotals
-from producer.routing import Parts
 from shared import keys
 from shared.fields import UsagePart
 from shared.quotas import NANO_USD
+from shared.script_calls import Parts
 from shared.scripts import text
 
 __all__ = ["MAX_USAGE_DAYS", "read_usage", "usage_range"]

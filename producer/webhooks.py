@@ -41,13 +41,13 @@ from agentmill_client import limits
 from agentmill_client.models import usable_url
 from producer.batch_shares import merge_batch, read_batch
 from producer.listing import batch_body, batch_delivery_key
-from producer.routing import Parts, as_partitions, run_many
 from producer.scope import Scope
 from shared import backoff, keys
 from shared.clock import now_ms
 from shared.fields import RunField
 from shared.netguard import BlockedAddressError, ResponseTooLargeError, guarded_client, guarded_request
 from shared.profiles import RetryConfig
+from shared.script_calls import Parts, as_partitions, run_many
 from shared.scripts import Scripts, text
 from shared.settings import Settings
 

@@ -39,7 +39,9 @@ from shared import keys
 from shared.fields import RunField
 from shared.partitions import Partitions
 from shared.quotas import ACTIVE_GRACE_MS, DEFAULT_TENANT, Quota
-from shared.scripts import Scripts, text
+from shared.replies import text
+from shared.script_calls import run_script
+from shared.scripts import Scripts
 from shared.stored_input import stored_input
 
 __all__ = [
@@ -134,8 +136,7 @@ async def spawn(
         room = "" if rooms is None else rooms[part.index]
         args = [parent_id, spec.call_id, lineage, room, ttl_ms, ACTIVE_GRACE_MS, cid, stored.body, stored.digest, tenant,
                 "", "", "", "enqueue", "", spec.agent, 0, "", "", "", "", "", trace]  # fmt: skip
-        k, a = scripts.frame(part, own, args)
-        r = await parts.call(part, lambda c: scripts.spawn_child(keys=k, args=a, client=c))
+        r = await run_script(parts, scripts.spawn_child, *scripts.framing.call(part, own, args))
         verdict = text(r[0])
         if verdict in ("created", "exists"):
             return Spawned(verdict == "created", part.events(cid))
@@ -163,10 +164,8 @@ async def _tree_admit(
         return {}
     home = parts.home(root_id)
     args = [parent_id, quota.max_children, quota.max_descendants, *(s.child_id for s in specs)]
-    k, a = scripts.frame(home, [home.tree(root_id)], args)
-    verdicts = [
-        text(v) for v in await parts.call(home, lambda c: scripts.tree_admit(keys=k, args=a, client=c))
-    ]
+    call = scripts.framing.call(home, [home.tree(root_id)], args)
+    verdicts = [text(v) for v in await run_script(parts, scripts.tree_admit, *call)]
     why = {
         "max_children": f"sub-agent refused: maxChildren={quota.max_children} reached (this run has started "
         f"{quota.max_children} child runs, the most its tenant's quota allows one run)",
@@ -232,16 +231,19 @@ async def deliver(parts: Partitions[Any], scripts: Scripts, part: keys.Partition
         return "missing"
     result = RunResult.model_validate_json(raw) if raw else None
     record = result_record(child_id, call, status, result)
-    k, a = scripts.frame(ppart, [ppart.run(parent), ppart.tools(parent)], [parent, call, child_id, record])
-    r = await parts.call(ppart, lambda c: scripts.child_result(keys=k, args=a, client=c))
+    own = [ppart.run(parent), ppart.tools(parent)]
+    r = await run_script(
+        parts, scripts.child_result, *scripts.framing.call(ppart, own, [parent, call, child_id, record])
+    )
     return text(r[0])
 
 
 async def _abort(
     parts: Partitions[Any], scripts: Scripts, part: keys.Partition, run_id: str, reason: str
 ) -> str:
-    k, a = scripts.frame(part, part.run_keys(run_id), [run_id, reason, ""])
-    r = await parts.call(part, lambda c: scripts.abort(keys=k, args=a, client=c))
+    r = await run_script(
+        parts, scripts.abort, *scripts.framing.call(part, part.run_keys(run_id), [run_id, reason, ""])
+    )
     return text(r[0])
 
 

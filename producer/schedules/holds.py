@@ -23,11 +23,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from producer.admission import spent_budget
-from producer.routing import Parts
 from producer.schedules.live import LiveTenants
 from shared import keys
 from shared.clock import utc_day
 from shared.quotas import Quotas
+from shared.script_calls import Parts
 from shared.scripts import text
 
 __all__ = ["capped_schedules", "held_tenants", "over_cap_reason"]

@@ -25,8 +25,8 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from producer.routing import Parts, run_script
 from shared.quotas import DEFAULT_TENANT
+from shared.script_calls import Parts, run_script
 from shared.scripts import Scripts, text
 
 __all__ = ["LiveTenants", "beat_live_tenants", "publish_live_tenants", "read_live_tenants"]

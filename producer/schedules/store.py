@@ -27,7 +27,6 @@ from agentmill_client.schedules import ScheduleInput, ScheduleView
 from producer.admission import check_enabled
 from producer.agent_choice import AgentChoice
 from producer.agents import Ref
-from producer.routing import Parts, run_script
 from producer.schedules.cron import CronError, Timing, timing
 from producer.schemas_ready import schemas_ready
 from producer.scope import SCOPED_PREFIX
@@ -36,6 +35,7 @@ from producer.submission import SubmissionError
 from shared import keys
 from shared.fields import ScheduleField
 from shared.quotas import Quotas
+from shared.script_calls import Parts, run_script
 from shared.scripts import text
 
 __all__ = [
