@@ -11,8 +11,8 @@ from producer.archived import ArchiveReads
 from producer.scope import SCOPED_PREFIX
 from shared.archive import groups
 from shared.fields import RunField
+from shared.replies import text
 from shared.script_calls import Parts
-from shared.scripts import text
 
 __all__ = ["client_id_of"]
 

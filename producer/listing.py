@@ -300,7 +300,7 @@ class Catalog:
         for part, row in rows:
             rid = row.run_id
             args = [rid, reason, tenant]
-            calls.append((part, *scripts.frame(part, part.run_keys(rid), args)))
+            calls.append((part, *scripts.framing.frame(part, part.run_keys(rid), args)))
         return [text(r[0]) for r in await run_many(parts, scripts.abort, calls)]
 
 

@@ -42,8 +42,8 @@ from shared import checkpoint as checkpoints
 from shared.fields import RunField
 from shared.origin import Origin
 from shared.quotas import Quota
+from shared.replies import text
 from shared.script_calls import run_script
-from shared.scripts import text
 from shared.tool_records import ToolRecord
 
 if TYPE_CHECKING:
@@ -256,7 +256,7 @@ class Restorer:
             batch, item = "", None
         own, args = sub.submit_args(prep, part, tenant, batch, item)
         extra = [orjson.dumps(lineage), seed, len(records), *flat]
-        k, a = self.p.scripts.frame(part, [*own, part.tools(prep.run_id)], [*extra, *args])
+        k, a = self.p.scripts.framing.frame(part, [*own, part.tools(prep.run_id)], [*extra, *args])
         reply = await run_script(self.p.parts, self.p.scripts.submit_restored, part, k, a)
         return outcome(prep.run, reply)
 

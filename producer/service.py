@@ -35,8 +35,9 @@ from shared.events import decode_entry, stream_id
 from shared.fields import RunField
 from shared.profiles import AgentProfile
 from shared.quotas import DEFAULT_TENANT, Quota
+from shared.replies import text
 from shared.script_calls import Parts, as_partitions, run_script
-from shared.scripts import Scripts, text
+from shared.scripts import Scripts
 from shared.settings import Settings, get_settings
 from shared.tool_records import ToolRecord
 
@@ -312,7 +313,7 @@ class Producer:
         part = await self.locate(run_id)
         if part is None:
             return "unknown"
-        k, a = self.scripts.frame(part, part.run_keys(run_id), [run_id, reason, tenant or ""])
+        k, a = self.scripts.framing.frame(part, part.run_keys(run_id), [run_id, reason, tenant or ""])
         return text((await run_script(self.parts, self.scripts.abort, part, k, a))[0])
 
     async def settle_approval(
@@ -337,7 +338,7 @@ class Producer:
             if gen_raw is None:
                 return "unknown_run"
             gen = int(gen_raw)
-            k, a = self.scripts.frame(
+            k, a = self.scripts.framing.frame(
                 part, [*part.run_keys(run_id), part.job_key(part.job_id(run_id, gen + 1))],
                 [run_id, tool_call_id, "approved" if approved else "rejected", reason or "", gen, tenant or ""],
             )  # fmt: skip
@@ -359,7 +360,7 @@ class Producer:
         args: list[Any] = [run_id, tenant or "", len(results)]
         for r in results:
             args += [r.tool_call_id, r.content, "1" if r.is_error else ""]
-        k, a = self.scripts.frame(part, [part.run(run_id), part.tools(run_id)], args)
+        k, a = self.scripts.framing.frame(part, [part.run(run_id), part.tools(run_id)], args)
         reply = await run_script(self.parts, self.scripts.tool_results, part, k, a)
         verdict = text(reply[0])
         if verdict in ("recorded", "resumed"):

@@ -22,8 +22,8 @@ from producer.placement import locate_many
 from producer.scope import SCOPED_PREFIX, Scope
 from shared import keys
 from shared.fields import RunField, SessionField
+from shared.replies import text
 from shared.script_calls import Parts
-from shared.scripts import text
 
 __all__ = ["HISTORY_SHOWN", "SessionReads"]
 

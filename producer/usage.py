@@ -12,8 +12,8 @@ from agentmill_client.api import UsageAnswer, UsageDay, UsageTotals
 from shared import keys
 from shared.fields import UsagePart
 from shared.quotas import NANO_USD
+from shared.replies import text
 from shared.script_calls import Parts
-from shared.scripts import text
 
 __all__ = ["MAX_USAGE_DAYS", "read_usage", "usage_range"]
 

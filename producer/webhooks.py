@@ -47,8 +47,9 @@ from shared.clock import now_ms
 from shared.fields import RunField
 from shared.netguard import BlockedAddressError, ResponseTooLargeError, guarded_client, guarded_request
 from shared.profiles import RetryConfig
+from shared.replies import text
 from shared.script_calls import Parts, as_partitions, run_many
-from shared.scripts import Scripts, text
+from shared.scripts import Scripts
 from shared.settings import Settings
 
 __all__ = [
@@ -132,7 +133,7 @@ class Deliverer:
         share = [limit // n + (1 if (i - self._turn) % n < limit % n else 0) for i in range(n)]
         self._turn = (self._turn + limit % n) % n
         calls = [
-            (p, *self.scripts.frame(p, [p.webhooks_due], [now, LEASE_MS, share[p.index]]))
+            (p, *self.scripts.framing.frame(p, [p.webhooks_due], [now, LEASE_MS, share[p.index]]))
             for p in parts
             if share[p.index] > 0
         ]

@@ -59,8 +59,8 @@ from shared import keys
 from shared.fields import ScheduleField
 from shared.profiles import AgentProfile
 from shared.quotas import DEFAULT_TENANT, Quotas
+from shared.replies import text
 from shared.script_calls import Parts, run_many, run_script
-from shared.scripts import text
 from shared.settings import Settings
 
 __all__ = ["CLAIM_LIMIT", "TENANT_CONCURRENCY", "TENANT_SHARE", "Firer", "Look", "fire_forever"]

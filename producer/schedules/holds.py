@@ -27,8 +27,8 @@ from producer.schedules.live import LiveTenants
 from shared import keys
 from shared.clock import utc_day
 from shared.quotas import Quotas
+from shared.replies import text
 from shared.script_calls import Parts
-from shared.scripts import text
 
 __all__ = ["capped_schedules", "held_tenants", "over_cap_reason"]
 

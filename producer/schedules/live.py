@@ -26,8 +26,9 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from shared.quotas import DEFAULT_TENANT
+from shared.replies import text
 from shared.script_calls import Parts, run_script
-from shared.scripts import Scripts, text
+from shared.scripts import Scripts
 
 __all__ = ["LiveTenants", "beat_live_tenants", "publish_live_tenants", "read_live_tenants"]
 

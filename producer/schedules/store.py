@@ -35,8 +35,8 @@ from producer.submission import SubmissionError
 from shared import keys
 from shared.fields import ScheduleField
 from shared.quotas import Quotas
+from shared.replies import text
 from shared.script_calls import Parts, run_script
-from shared.scripts import text
 
 __all__ = [
     "MAX_SHOWN", "ScheduleStore", "end_of", "first_after", "now_ms", "read_schedule", "run_id_of", "view_of",
