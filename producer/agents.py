@@ -23,13 +23,14 @@ import orjson
 from redis.asyncio import Redis
 
 from producer.agent_choice import AgentChoice, Pointers
-from producer.routing import Parts, run_script
 from producer.submission import SubmissionError
 from shared import agent_rules, keys
 from shared.agent_rules import AgentRefusal, parse_ref
 from shared.connections import connections_from
 from shared.profiles import AgentProfile
-from shared.scripts import Scripts, text
+from shared.replies import text
+from shared.script_sending import Parts, run_script
+from shared.scripts import Scripts
 from shared.settings import Settings
 
 __all__ = ["MAX_PROFILE_BYTES", "POINTERS_FRESH_S", "AgentDirectory", "Ref"]

@@ -23,7 +23,6 @@ from producer.archived import ArchiveReads
 from producer.audit import Pending
 from producer.client_ids import client_id_of
 from producer.placement import locate_many
-from producer.routing import Parts, as_partitions, run_script
 from producer.run_record import RunRecord, lineage_view, usage_of
 from producer.scope import Scope
 from producer.sessions import SessionReads
@@ -37,7 +36,9 @@ from shared.events import decode_entry, stream_id
 from shared.fields import RunField
 from shared.profiles import AgentProfile
 from shared.quotas import DEFAULT_TENANT, Quota
-from shared.scripts import Scripts, text
+from shared.replies import text
+from shared.script_sending import Parts, as_partitions, run_script
+from shared.scripts import Scripts
 from shared.settings import Settings, get_settings
 from shared.tool_records import ToolRecord
 
@@ -314,7 +315,7 @@ class Producer:
         if part is None:
             return "unknown"
         call = Abort(run_id, reason, tenant or "")
-        k, a = self.scripts.frame(part, call.keys(part), call.argv())
+        k, a = self.scripts.framing.frame(part, call.keys(part), call.argv())
         return Abort.verdict(await run_script(self.parts, self.scripts.abort, part, k, a)).value
 
     async def settle_approval(
@@ -339,7 +340,7 @@ class Producer:
             if gen_raw is None:
                 return "unknown_run"
             gen = int(gen_raw)
-            k, a = self.scripts.frame(
+            k, a = self.scripts.framing.frame(
                 part, [*part.run_keys(run_id), part.job_key(part.job_id(run_id, gen + 1))],
                 [run_id, tool_call_id, "approved" if approved else "rejected", reason or "", gen, tenant or ""],
             )  # fmt: skip
@@ -361,7 +362,7 @@ class Producer:
         args: list[Any] = [run_id, tenant or "", len(results)]
         for r in results:
             args += [r.tool_call_id, r.content, "1" if r.is_error else ""]
-        k, a = self.scripts.frame(part, [part.run(run_id), part.tools(run_id)], args)
+        k, a = self.scripts.framing.frame(part, [part.run(run_id), part.tools(run_id)], args)
         reply = await run_script(self.parts, self.scripts.tool_results, part, k, a)
         verdict = text(reply[0])
         if verdict in ("recorded", "resumed"):

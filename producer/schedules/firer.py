@@ -48,7 +48,6 @@ from prometheus_client import CollectorRegistry
 from redis.exceptions import RedisError
 
 from agentmill_client.schedules import Overlap
-from producer.routing import Parts, run_many, run_script
 from producer.schedules.cron import CronError, Due, timing
 from producer.schedules.holds import capped_schedules, held_tenants, over_cap_reason
 from producer.schedules.lag import FiringLag
@@ -60,7 +59,8 @@ from shared import keys
 from shared.fields import ScheduleField
 from shared.profiles import AgentProfile
 from shared.quotas import DEFAULT_TENANT, Quotas
-from shared.scripts import text
+from shared.replies import text
+from shared.script_sending import Parts, run_many, run_script
 from shared.settings import Settings
 
 __all__ = ["CLAIM_LIMIT", "TENANT_CONCURRENCY", "TENANT_SHARE", "Firer", "Look", "fire_forever"]

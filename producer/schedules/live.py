@@ -25,10 +25,11 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from producer.routing import Parts, run_script
 from shared.calls import SayLiveTenants
 from shared.quotas import DEFAULT_TENANT
-from shared.scripts import Scripts, text
+from shared.replies import text
+from shared.script_sending import Parts, run_script
+from shared.scripts import Scripts
 
 __all__ = ["LiveTenants", "beat_live_tenants", "publish_live_tenants", "read_live_tenants"]
 

@@ -27,7 +27,6 @@ from agentmill_client.schedules import ScheduleInput, ScheduleView
 from producer.admission import check_enabled
 from producer.agent_choice import AgentChoice
 from producer.agents import Ref
-from producer.routing import Parts, run_script
 from producer.schedules.cron import CronError, Timing, timing
 from producer.schemas_ready import schemas_ready
 from producer.scope import SCOPED_PREFIX
@@ -37,7 +36,8 @@ from shared import keys
 from shared.calls import ScheduleDelete, ScheduleDeleteVerdict, SchedulePause
 from shared.fields import ScheduleField
 from shared.quotas import Quotas
-from shared.scripts import text
+from shared.replies import text
+from shared.script_sending import Parts, run_script
 
 __all__ = [
     "MAX_SHOWN", "ScheduleStore", "end_of", "first_after", "now_ms", "read_schedule", "run_id_of", "view_of",
