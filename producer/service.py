@@ -31,6 +31,7 @@ from producer.submitter import Submitter
 from shared import keys
 from shared.archive.store import ArchiveStore
 from shared.calls import Abort
+from shared.calls.results import ToolResults
 from shared.children import child_runs
 from shared.events import decode_entry, stream_id
 from shared.fields import RunField
@@ -359,12 +360,11 @@ class Producer:
         part = await self.locate(run_id)
         if part is None:
             return "unknown_run", "", []
-        args: list[Any] = [run_id, tenant or "", len(results)]
-        for r in results:
-            args += [r.tool_call_id, r.content, "1" if r.is_error else ""]
-        k, a = self.scripts.framing.frame(part, [part.run(run_id), part.tools(run_id)], args)
+        flat = tuple(v for r in results for v in (r.tool_call_id, r.content, "1" if r.is_error else ""))
+        call = ToolResults(run_id, tenant or "", len(results), flat)
+        k, a = self.scripts.framing.frame(part, call.keys(part), call.argv())
         reply = await run_script(self.parts, self.scripts.tool_results, part, k, a)
-        verdict = text(reply[0])
+        verdict = ToolResults.verdict(reply).value
         if verdict in ("recorded", "resumed"):
             return verdict, "", [text(v) for v in reply[1:]]
         return verdict, text(reply[1]) if len(reply) > 1 else "", []

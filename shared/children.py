@@ -37,6 +37,7 @@ from agentmill_client.models import RunInput, RunResult, Usage
 from agentmill_client.statuses import RunStatus
 from shared import keys
 from shared.calls import Abort
+from shared.calls.results import ChildResult
 from shared.fields import RunField
 from shared.partitions import Partitions
 from shared.quotas import ACTIVE_GRACE_MS, DEFAULT_TENANT, Quota
@@ -232,11 +233,9 @@ async def deliver(parts: Partitions[Any], scripts: Scripts, part: keys.Partition
         return "missing"
     result = RunResult.model_validate_json(raw) if raw else None
     record = result_record(child_id, call, status, result)
-    own = [ppart.run(parent), ppart.tools(parent)]
-    r = await run_script(
-        parts, scripts.child_result, *scripts.framing.call(ppart, own, [parent, call, child_id, record])
-    )
-    return text(r[0])
+    cr = ChildResult(parent, call, child_id, record)
+    r = await run_script(parts, scripts.child_result, *scripts.framing.call(ppart, cr.keys(ppart), cr.argv()))
+    return ChildResult.verdict(r).value
 
 
 async def _abort(

@@ -10,6 +10,7 @@ whose Lua still reads ``ARGV[n]`` by number (tests/unit/test_script_calls.py: th
 from __future__ import annotations
 
 from shared.calls.base import ScriptCall
+from shared.calls.results import BatchResults, ChildResult, ClaimWebhooks, ToolResults
 from shared.calls.runs import Abort, AbortVerdict, Release, ReleaseVerdict
 from shared.calls.schedules import (
     SayLiveTenants,
@@ -37,5 +38,17 @@ __all__ = [
 ]
 
 CALLS: dict[str, type[ScriptCall]] = {
-    c.SCRIPT: c for c in (Abort, Release, ScheduleDelete, SchedulePause, ForgetWorker, SayLiveTenants)
+    c.SCRIPT: c
+    for c in (
+        Abort,
+        Release,
+        ScheduleDelete,
+        SchedulePause,
+        ForgetWorker,
+        SayLiveTenants,
+        ChildResult,
+        ToolResults,
+        ClaimWebhooks,
+        BatchResults,
+    )
 }

@@ -19,12 +19,12 @@ POSITIONAL_READ = re.compile(r"\bARGV\[\d|\bA\[\d")
 # (shared/calls) takes it off; a file that no longer reads by number must leave the list.
 POSITIONAL = {
     "acquire", "admit_rate", "admit_tenant", "agent_create", "agent_point", "archive_claim", "archive_done",
-    "batch_replace", "batch_results", "beat", "budget_reserve", "budget_settle", "capacity_acquire",
-    "capacity_pause", "capacity_release", "capacity_renew", "child_result", "claim_jobs", "claim_webhooks",
+    "batch_replace", "beat", "budget_reserve", "budget_settle", "capacity_acquire",
+    "capacity_pause", "capacity_release", "capacity_renew", "claim_jobs",
     "commit", "delete_run", "deletion_claim", "list_runs", "prelude",
     "publish", "redispatch", "schedule_advance", "schedule_claim", "schedule_create",
     "schedule_rate", "settle_approval", "spawn_child", "submit_many", "submit_one",
-    "submit_restored", "tool_cache_put", "tool_results", "tree_admit",
+    "submit_restored", "tool_cache_put", "tree_admit",
 }  # fmt: skip
 
 
