@@ -9,6 +9,7 @@ whose Lua still reads ``ARGV[n]`` by number (tests/unit/test_script_calls.py: th
 
 from __future__ import annotations
 
+from shared.calls.agents import AgentCreate, AgentPoint
 from shared.calls.base import ScriptCall
 from shared.calls.results import BatchResults, ChildResult, ClaimWebhooks, ToolResults
 from shared.calls.runs import Abort, AbortVerdict, Release, ReleaseVerdict
@@ -50,5 +51,7 @@ CALLS: dict[str, type[ScriptCall]] = {
         ToolResults,
         ClaimWebhooks,
         BatchResults,
+        AgentCreate,
+        AgentPoint,
     )
 }
