@@ -15,10 +15,12 @@ from shared.calls.results import BatchResults, ChildResult, ClaimWebhooks, ToolR
 from shared.calls.runs import Abort, AbortVerdict, Release, ReleaseVerdict
 from shared.calls.schedules import (
     SayLiveTenants,
+    ScheduleCreate,
     ScheduleDelete,
     ScheduleDeleteVerdict,
     SchedulePause,
     SchedulePauseVerdict,
+    ScheduleRate,
 )
 from shared.calls.workers import ForgetWorker, ForgetWorkerVerdict
 
@@ -31,10 +33,12 @@ __all__ = [
     "Release",
     "ReleaseVerdict",
     "SayLiveTenants",
+    "ScheduleCreate",
     "ScheduleDelete",
     "ScheduleDeleteVerdict",
     "SchedulePause",
     "SchedulePauseVerdict",
+    "ScheduleRate",
     "ScriptCall",
 ]
 
@@ -53,5 +57,7 @@ CALLS: dict[str, type[ScriptCall]] = {
         BatchResults,
         AgentCreate,
         AgentPoint,
+        ScheduleCreate,
+        ScheduleRate,
     )
 }
