@@ -22,6 +22,7 @@ import orjson
 
 from producer.deletion import Eraser
 from shared import keys
+from shared.calls.claims import DeletionClaim
 from shared.clock import now_ms
 from shared.fields import DeletionField
 from shared.meta_terms import meta_terms
@@ -80,7 +81,9 @@ class DeletionJobs:
         out = self.parts.sending()  # the claims: one round trip per node
         for p in self.parts.parts:
             out.add_script(
-                p, self.scripts.deletion_claim, *self.scripts.framing.frame(p, [p.deletions], [CLAIM_MS])
+                p,
+                self.scripts.deletion_claim,
+                *self.scripts.framing.frame(p, [p.deletions], DeletionClaim(CLAIM_MS).argv()),
             )
         stepped = 0
         for p, claimed in zip(self.parts.parts, await out.replies(), strict=True):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from shared.calls.agents import AgentCreate, AgentPoint
 from shared.calls.base import ScriptCall
+from shared.calls.claims import ArchiveClaim, DeletionClaim
 from shared.calls.results import BatchResults, ChildResult, ClaimWebhooks, ToolResults
 from shared.calls.runs import Abort, AbortVerdict, Release, ReleaseVerdict
 from shared.calls.schedules import (
@@ -59,5 +60,7 @@ CALLS: dict[str, type[ScriptCall]] = {
         AgentPoint,
         ScheduleCreate,
         ScheduleRate,
+        ArchiveClaim,
+        DeletionClaim,
     )
 }

@@ -18,10 +18,10 @@ POSITIONAL_READ = re.compile(r"\bARGV\[\d|\bA\[\d")
 # The Lua files that still read ARGV (or their copy A) by number. Declaring a script's call
 # (shared/calls) takes it off; a file that no longer reads by number must leave the list.
 POSITIONAL = {
-    "acquire", "admit_rate", "admit_tenant", "archive_claim", "archive_done",
+    "acquire", "admit_rate", "admit_tenant", "archive_done",
     "batch_replace", "beat", "budget_reserve", "budget_settle", "capacity_acquire",
     "capacity_pause", "capacity_release", "capacity_renew", "claim_jobs",
-    "commit", "delete_run", "deletion_claim", "list_runs", "prelude",
+    "commit", "delete_run", "list_runs", "prelude",
     "publish", "redispatch", "schedule_advance", "schedule_claim",
     "settle_approval", "spawn_child", "submit_many", "submit_one",
     "submit_restored", "tool_cache_put", "tree_admit",
