@@ -34,6 +34,16 @@ __all__ = ["router"]
 router = APIRouter()
 _403 = {**COMMON_ERRORS, 403: {"model": ErrorResponse}}
 _CURSOR = re.compile(r"^\d{1,20}-\d{1,20}$")
+_ID_MAX = 2**64 - 1  # each part of a stream id; past it Redis refuses the range
+
+
+def _is_cursor(cursor: str) -> bool:
+    """An audit stream id as the API returns them: two decimal parts, each within 64 bits, short of
+    the last id (the page after it is past the range Redis reads: no cursor this API returns)."""
+    if _CURSOR.match(cursor) is None:
+        return False
+    ms, seq = (int(p) for p in cursor.split("-"))
+    return max(ms, seq) <= _ID_MAX and (ms, seq) < (_ID_MAX, _ID_MAX)
 
 
 def _tenant(caller: Caller, asked: str | None) -> str:
@@ -117,7 +127,7 @@ async def read_audit(
     limit: Annotated[int, Query(ge=1, le=audit.MAX_PAGE)] = 100,
     tenant: Annotated[str | None, Query(max_length=100)] = None,
 ) -> dict[str, Any]:
-    if cursor is not None and not _CURSOR.match(cursor):
+    if cursor is not None and not _is_cursor(cursor):
         raise ApiError(400, "invalid_cursor", "cursor: not a cursor this API returned")
     if action is not None and action not in {a.value for a in Action}:
         raise ApiError(422, "invalid_input", f"action: one of {', '.join(a.value for a in Action)}")
