@@ -52,9 +52,10 @@ class AgentRefusal(ValueError):
 
 
 def parse_ref(agent: str) -> tuple[str, int | None]:
-    """``support@7`` -> ("support", 7); ``support`` -> ("support", None)."""
+    """``support@7`` -> ("support", 7); ``support`` -> ("support", None). Only ASCII digits name a
+    version (``²`` is a digit to str.isdigit that int() refuses; ``١`` would name 1)."""
     name, sep, version = agent.rpartition("@")
-    if sep and name and version.isdigit() and len(version) <= 9:
+    if sep and name and version.isascii() and version.isdigit() and len(version) <= 9:
         return name, int(version)
     return agent, None
 

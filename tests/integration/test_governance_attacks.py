@@ -70,3 +70,36 @@ async def test_a_deletion_by_a_value_no_run_can_hold_is_a_422_not_a_500(c: httpx
     # what a run can hold still works
     r = await c.post("/v1/deletions", json={"metadata": {"k": 2**63 - 1}})
     assert r.status_code == 202, r.text
+
+
+async def test_agent_names_and_versions_that_smuggle_are_refused(c: httpx.AsyncClient) -> None:
+    """Attack: names with a version, a path or unicode in them; versions negative, huge, in
+    non-ASCII digits (``²`` is a digit to str.isdigit and not to int(): was a 500; ``١`` silently
+    named version 1)."""
+    for name in ("support@-1", "support@999999999999", "sé", "\u202e", "a" * 65, "", "../x", "a/b", "x@1"):
+        r = await c.post("/v1/agents", json={"name": name, **AGENT})
+        assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_agent", (name, r.text)
+    r = await c.post("/v1/agents", json={"name": "scripted", **AGENT})  # the operator's profile's name
+    assert r.status_code == 422 and "operator" in r.json()["error"]["message"], r.text
+    assert (await c.post("/v1/agents", json={"name": "support", **AGENT})).status_code == 201
+    refused = ("support@-1", "support@999999999999", "support@0", "support@1.5", "support@", "@1",
+               "support@1@2", "support@\u00b2", "support@\u0661", "support@\uff11", "support@" + "9" * 5000)  # fmt: skip
+    for agent in refused:
+        r = await c.post("/v1/runs", json={**run_body(), "agent": agent})
+        assert r.status_code == 422, (agent, r.text)
+        assert r.json()["error"]["code"] in ("unknown_agent", "unknown_version", "invalid_input"), (
+            agent,
+            r.text,
+        )
+    r = await c.post("/v1/runs", json={**run_body(), "agent": "support@1"})
+    assert r.status_code == 202, r.text
+    assert (await c.get(f"/v1/runs/{r.json()['runId']}")).json()["agentVersion"] == 1
+    for version in ("99999999999999999999999", "-1", "0"):
+        r = await c.get(f"/v1/agents/support/versions/{version}")
+        assert r.status_code in (404, 422), (version, r.text)
+    r = await c.post("/v1/agents/support/current", json={"version": 10**30})
+    assert r.status_code == 422 and r.json()["error"]["code"] == "unknown_version", r.text
+    # another tenant sees none of it, and its own "support" is its own
+    assert (await c.get("/v1/agents/support", headers=B)).status_code == 404
+    r = await c.post("/v1/runs", json={**run_body(), "agent": "support@1"}, headers=B)
+    assert r.status_code == 422, r.text
