@@ -103,3 +103,170 @@ async def test_agent_names_and_versions_that_smuggle_are_refused(c: httpx.AsyncC
     assert (await c.get("/v1/agents/support", headers=B)).status_code == 404
     r = await c.post("/v1/runs", json={**run_body(), "agent": "support@1"}, headers=B)
     assert r.status_code == 422, r.text
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+async def test_a_read_token_reads_its_own_run_and_nothing_else(
+    c: httpx.AsyncClient, worker: WorkerProcess
+) -> None:
+    """Attack: A's read token of run ``same`` used on B's run ``same`` (B's bearer beside it), on
+    another of A's runs, with its payload rewritten (another run, another tenant, a later expiry)
+    under the same signature, huge, in unicode, doubled; minted with a life out of bounds."""
+    mine = (await c.post("/v1/runs", json=run_body(runId="same"))).json()["runId"]
+    r = await c.post("/v1/runs", json=run_body([{"text": "B-SECRET"}], runId="same"), headers=B)
+    assert r.status_code == 202, r.text
+    other = (await c.post("/v1/runs", json=run_body(runId="other"))).json()["runId"]
+    for rid, h in ((mine, A), ("same", B), (other, A)):
+        await done(c, rid, h)
+    token = (await c.post(f"/v1/runs/{mine}/token", json={"ttlS": 60})).json()["token"]
+    for headers in ({}, B):  # the token reads A's run, whoever's bearer comes with it
+        r = await c.get("/v1/runs/same/events", params={"token": token, "format": "json"}, headers=headers)
+        assert r.status_code == 200 and "hello" in r.text and "B-SECRET" not in r.text, r.text
+    r = await c.get(f"/v1/runs/{other}/events", params={"token": token, "format": "json"}, headers={})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "token_scope", r.text
+    head, _, sig = token.removeprefix("amr_").partition(".")
+    claims = orjson.loads(base64.urlsafe_b64decode(head + "=" * (-len(head) % 4)))
+    forged = [
+        {**claims, "r": other},
+        {**claims, "t": "tenant-b"},
+        {**claims, "e": claims["e"] + 10**9},
+    ]
+    for fake in forged:
+        t = f"amr_{_b64(orjson.dumps(fake))}.{sig}"
+        for rid in (mine, other):
+            r = await c.get(f"/v1/runs/{rid}/events", params={"token": t, "format": "json"}, headers={})
+            assert r.status_code in (401, 403) and "hello" not in r.text, (fake, r.text)
+    for bad in ("x" * 20_000, "amr_\u00e9\u0000.abc", token + "." + token, "amr_", "amr_.", token.upper()):
+        r = await c.get(f"/v1/runs/{mine}/events", params={"token": bad, "format": "json"}, headers={})
+        assert r.status_code in (401, 422), (bad[:20], r.text)
+    for ttl in (0, -1, "60", 10**30, 1e308, 86401):
+        r = await c.post(f"/v1/runs/{mine}/token", json={"ttlS": ttl})
+        assert r.status_code == 422, (ttl, r.text)
+    # A's run deleted: its token reads nothing more
+    assert (await c.delete(f"/v1/runs/{mine}")).status_code == 200
+    r = await c.get(f"/v1/runs/{mine}/events", params={"token": token, "format": "json"}, headers={})
+    assert r.status_code in (404, 410) and "hello" not in r.text, r.text
+
+
+async def test_keys_that_ask_for_too_much_are_refused(c: httpx.AsyncClient) -> None:
+    """Attack: a huge name or scope list, scopes in another spelling, expiry in the past or absurdly
+    far, another tenant, the operator scope, and a read key or an admin key asking for more."""
+    refused = [
+        ({"scopes": ["read"], "name": "n" * 100_000}, 422),
+        ({"scopes": ["read"] * 1000}, 422),
+        ({"scopes": "read,admin,operator"}, 422),
+        ({"scopes": []}, 422),
+        ({"scopes": ["READ"]}, 422),
+        ({"scopes": ["read"], "expiresInS": -5}, 422),
+        ({"scopes": ["read"], "expiresInS": 0}, 422),
+        ({"scopes": ["read"], "expiresInS": 10**20}, 422),
+        ({"scopes": ["read"], "expiresInS": 1.5}, 422),
+        ({"scopes": ["read"], "tenant": "tenant-b"}, 403),
+        ({"scopes": ["operator"]}, 403),
+    ]
+    for body, status in refused:
+        r = await c.post("/v1/keys", json=body)
+        assert r.status_code == status, (body, r.text)
+    r = await c.post("/v1/keys", json={"scopes": ["read"] * 5})  # repeated: one scope
+    assert r.status_code == 201 and r.json()["scopes"] == ["read"], r.text
+    r = await c.post("/v1/keys", json={"scopes": [" read "]})  # spaced: the scope (no more than asked)
+    assert r.status_code == 201 and r.json()["scopes"] == ["read"], r.text
+    read = bearer(r.json()["key"])
+    admin = bearer((await c.post("/v1/keys", json={"scopes": ["admin"]})).json()["key"])
+    r = await c.post("/v1/keys", json={"scopes": ["admin"]}, headers=read)
+    assert r.status_code == 403 and r.json()["error"]["code"] == "scope_required", r.text
+    for body in ({"scopes": ["operator"]}, {"scopes": ["read"], "tenant": "tenant-b"}):
+        r = await c.post("/v1/keys", json=body, headers=admin)
+        assert r.status_code == 403 and r.json()["error"]["code"] == "operator_required", r.text
+    assert (await c.get("/v1/keys", headers=B)).json()["keys"] == []
+
+
+async def test_the_audit_log_is_no_oracle_for_another_tenant(c: httpx.AsyncClient) -> None:
+    """Attack: B filters its audit log by A's run id, by A's key id, by an action A did; names A's
+    tenant; pages from a cursor that A's stream holds. B is answered as if A had done nothing."""
+
+    async def b_sees() -> list[Any]:
+        out = []
+        for q in ({"target": "a-run"}, {"target": key_id}, {"action": "key_create"}, {"action": "submit"},
+                  {"cursor": cursor}, {}):  # fmt: skip
+            r = await c.get("/v1/audit", params=q, headers=B)
+            out.append((r.status_code, [(e["action"], e["target"]) for e in r.json().get("entries", [])]))
+        return out
+
+    key_id, cursor = "0000", "0-0"
+    before = await b_sees()
+    assert (await c.post("/v1/runs", json=run_body(runId="a-run"))).status_code == 202
+    key_id = (await c.post("/v1/keys", json={"scopes": ["read"]})).json()["keyId"]
+    mine = (await c.get("/v1/audit")).json()["entries"]
+    assert {e["target"] for e in mine} >= {"a-run", key_id}, mine
+    cursor = mine[0]["id"]
+    after = await b_sees()
+    assert [e for _, es in after for e in es] == [e for _, es in before for e in es] == [], after
+    r = await c.get("/v1/audit", params={"tenant": "tenant-a"}, headers=B)
+    assert r.status_code == 403 and r.json()["error"]["code"] == "operator_required", r.text
+    r = await c.get("/v1/audit", params={"action": "everything"}, headers=B)
+    assert r.status_code == 422, r.text
+
+
+async def test_a_deletion_by_metadata_reaches_only_its_tenants_runs(
+    c: httpx.AsyncClient, worker: WorkerProcess
+) -> None:
+    """Attack: B asks to delete every run whose metadata is ``team=blue`` (A's runs have it too),
+    and with terms meant to match anything (``*``, an empty key)."""
+    a_runs = [
+        (await c.post("/v1/runs", json=run_body(metadata={"team": "blue"}))).json()["runId"] for _ in range(3)
+    ]
+    r = await c.post("/v1/runs", json=run_body(metadata={"team": "blue"}), headers=B)
+    b_run = r.json()["runId"]
+    for rid in a_runs:
+        await done(c, rid)
+    for meta in ({"*": "*"}, {"team": "*"}, {"": ""}, {"team": "blue"}):
+        r = await c.post("/v1/deletions", json={"metadata": meta}, headers=B)
+        assert r.status_code in (202, 422), (meta, r.text)
+        if r.status_code == 202:
+            did = r.json()["deletionId"]
+            for _ in range(300):
+                view = (await c.get(f"/v1/deletions/{did}", headers=B)).json()
+                if view.get("state") == "done":
+                    break
+                await asyncio.sleep(0.1)
+            assert view.get("state") == "done", view
+            assert (await c.get(f"/v1/deletions/{did}")).status_code == 404  # A cannot read B's deletion
+    assert view["metadata"] == {"team": "blue"} and view["deleted"] == 1, view
+    assert (await c.get(f"/v1/runs/{b_run}", headers=B)).status_code == 404
+    for rid in a_runs:
+        assert (await c.get(f"/v1/runs/{rid}")).json()["status"] == "completed"
+    listed = (await c.get("/v1/runs", params={"meta": "team=blue"})).json()["runs"]
+    assert {x["runId"] for x in listed} == set(a_runs), listed
+
+
+async def test_an_agent_profile_cannot_smuggle_a_url_or_raise_a_limit(c: httpx.AsyncClient) -> None:
+    """Attack: a tenant's agent naming a provider by URL or key of its own, a connection named as a
+    URL, HTTP tools and MCP servers on loopback and metadata addresses (every IPv4 form), limits
+    past the operator's, a priority, a fallback chain to a URL."""
+    attacks: list[tuple[dict[str, Any], str]] = [
+        ({"provider": {"kind": "openai", "baseUrl": "http://169.254.169.254/"}}, "provider.kind"),
+        ({"provider": {"connection": "scripted", "baseUrl": "http://169.254.169.254/"}}, "provider.baseUrl"),
+        ({"provider": {"connection": "http://169.254.169.254/"}}, "provider.connection"),
+        ({"provider": {"connection": "scripted", "apiKey": "sk-mine"}}, "provider.apiKey"),
+        ({**AGENT, "httpTools": [{"name": "t", "url": "http://127.0.0.1:6379/"}]}, "httpTools.0.url"),
+        ({**AGENT, "httpTools": [{"name": "t", "url": "http://[::ffff:127.0.0.1]/"}]}, "httpTools.0.url"),
+        ({**AGENT, "httpTools": [{"name": "t", "url": "http://2130706433/"}]}, "httpTools.0.url"),
+        ({**AGENT, "mcpServers": [{"name": "m", "url": "http://169.254.169.254/"}]}, "mcpServers.0.url"),
+        ({**AGENT, "mcpServers": [{"name": "m", "url": "http://[::ffff:0:a9fe:a9fe]/"}]}, "mcpServers.0.url"),
+        ({**AGENT, "loopLimits": {"maxDepth": 100}}, "loopLimits.maxDepth"),
+        ({**AGENT, "priority": 10**9}, "priority"),
+        (
+            {"providers": [{"connection": "scripted"}, {"kind": "openai", "baseUrl": "http://10.0.0.1"}]},
+            "provider",
+        ),
+    ]
+    for i, (profile, field) in enumerate(attacks):
+        r = await c.post("/v1/agents", json={"name": f"smuggle-{i}", **profile})
+        assert r.status_code == 422, (profile, r.text)
+        err = r.json()["error"]
+        assert err["code"] == "invalid_agent" and err["field"].startswith(field), (profile, err)
+    assert (await c.get("/v1/agents")).json()["agents"][0]["source"] == "operator"
