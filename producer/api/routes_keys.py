@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import time
+import unicodedata
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
@@ -34,6 +35,9 @@ __all__ = ["router"]
 router = APIRouter()
 _403 = {**COMMON_ERRORS, 403: {"model": ErrorResponse}}
 _CURSOR = re.compile(r"^\d{1,20}-\d{1,20}$")
+# Bidirectional embeddings, overrides, isolates and marks: a name shown to the operator (the CLI,
+# the audit log) cannot reorder what is printed around it.
+_BIDI = frozenset("\u200e\u200f\u061c\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 _ID_MAX = 2**64 - 1  # each part of a stream id; past it Redis refuses the range
 
 
@@ -62,6 +66,8 @@ def _tenant(caller: Caller, asked: str | None) -> str:
 )
 async def create_key(body: KeyInput, api: ApiDep, caller: CallerDep, request: Request) -> dict[str, Any]:
     tenant = _tenant(caller, body.tenant)
+    if any(unicodedata.category(ch) == "Cc" or ch in _BIDI for ch in body.name):
+        raise ApiError(422, "invalid_input", "name: no control or bidirectional formatting characters")
     try:
         scopes = api_keys.parse_scopes(",".join(body.scopes))
     except ValueError as exc:

@@ -270,3 +270,20 @@ async def test_an_agent_profile_cannot_smuggle_a_url_or_raise_a_limit(c: httpx.A
         err = r.json()["error"]
         assert err["code"] == "invalid_agent" and err["field"].startswith(field), (profile, err)
     assert (await c.get("/v1/agents")).json()["agents"][0]["source"] == "operator"
+
+
+async def test_a_key_name_cannot_carry_terminal_or_bidi_controls(c: httpx.AsyncClient) -> None:
+    """Attack: a tenant admin names a key with terminal escapes or a right-to-left override, which
+    `agentmill keys list` and the audit log show to the operator verbatim (was accepted: 201)."""
+    for name in (
+        "\x1b[2J\x1b]0;owned\x07",
+        "a\x00b",
+        "ok\u202etxt.exe",
+        "\u2066x\u2069",
+        "line\nbreak",
+        "\x85",
+    ):
+        r = await c.post("/v1/keys", json={"scopes": ["read"], "name": name})
+        assert r.status_code == 422 and "name" in r.json()["error"]["message"], (name, r.text)
+    r = await c.post("/v1/keys", json={"scopes": ["read"], "name": "café ☕ dashboard – prod"})
+    assert r.status_code == 201 and r.json()["name"] == "café ☕ dashboard – prod", r.text
