@@ -262,7 +262,14 @@ META_VALUE = st.one_of(st.text(max_size=10), st.integers(-(2**70), 2**70), st.fl
                        st.lists(st.integers(), max_size=2))  # fmt: skip
 DELETION = st.fixed_dictionaries({"metadata": st.dictionaries(st.text(max_size=12), META_VALUE, max_size=5)})
 TOKEN = st.fixed_dictionaries(
-    {}, optional={"ttlS": st.one_of(st.integers(-(2**64), 2**64), st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=4))}
+    {},
+    optional={
+        "ttlS": st.one_of(
+            st.integers(-(2**64), 2**64),
+            st.floats(allow_nan=False, allow_infinity=False),
+            st.text(max_size=4),
+        )
+    },
 )
 
 
