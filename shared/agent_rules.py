@@ -3,7 +3,9 @@ operator's profile file: pure checks, each refusal naming the field.
 
 - ``provider`` names an operator connection (``provider.connection``, shared/connections.py) and
   may choose the model and how it is called (model, temperature, maxTokens, toolChoice, extraBody,
-  responseFormatStyle, imageParts); never a URL, a key, a kind or limits of its own.
+  responseFormatStyle, imageParts); never a URL, a key, a kind or limits of its own, and no
+  extraBody key that overrides what the pool sends or prices (the model, the messages, the token
+  bound, the number of choices: RESERVED_EXTRA_BODY).
 - HTTP tools and MCP servers: their URLs are judged by the outbound guard's rules now (and the
   worker's guarded client judges every address it reaches); no ``allowHosts`` exemption, and no
   header read from the worker's environment (``env:NAME``, ``${env:NAME}``).
@@ -37,6 +39,12 @@ _NAME = re.compile(NAME_PATTERN)
 TENANT_PROVIDER_FIELDS = frozenset(
     {"connection", "model", "temperature", "maxTokens", "toolChoice", "extraBody", "responseFormatStyle",
      "imageParts"}
+)  # fmt: skip
+# extraBody keys a tenant may not set: what the worker's request body sets itself (extraBody is merged
+# over it), and what changes what a call costs past what its budget is priced and reserved on.
+RESERVED_EXTRA_BODY = frozenset(
+    {"model", "messages", "stream", "stream_options", "tools", "tool_choice", "functions", "function_call",
+     "response_format", "temperature", "max_tokens", "max_completion_tokens", "n", "best_of"}
 )  # fmt: skip
 _ENV = re.compile(r"^env:|\$\{env:")
 _NAMED = re.compile(r"^([A-Za-z][A-Za-z0-9_.]*): ")
@@ -113,6 +121,14 @@ def checked(
                     f"provider.{key}",
                     "a tenant's agent names an operator connection (provider.connection); its URL, key, "
                     f"kind and limits are the operator's (may set: {', '.join(sorted(TENANT_PROVIDER_FIELDS))})",
+                )
+        extra = _camel(provider).get("extraBody")
+        for key in extra if isinstance(extra, dict) else ():
+            if key in RESERVED_EXTRA_BODY:
+                raise AgentRefusal(
+                    f"provider.extraBody.{key}",
+                    "the pool sets it (model, maxTokens, temperature and toolChoice are the provider's own "
+                    "fields), or it changes what a call costs past what its budget is priced on",
                 )
     for kind in ("httpTools", "mcpServers"):
         for i, tool in enumerate(_listed(body.get(kind))):

@@ -287,3 +287,25 @@ async def test_a_key_name_cannot_carry_terminal_or_bidi_controls(c: httpx.AsyncC
         assert r.status_code == 422 and "name" in r.json()["error"]["message"], (name, r.text)
     r = await c.post("/v1/keys", json={"scopes": ["read"], "name": "café ☕ dashboard – prod"})
     assert r.status_code == 201 and r.json()["name"] == "café ☕ dashboard – prod", r.text
+
+
+async def test_an_agents_extra_body_cannot_override_what_the_pool_sends_or_prices(
+    c: httpx.AsyncClient,
+) -> None:
+    """Attack: a tenant's agent picks a cheap model on the operator's connection (what its budget
+    is priced and reserved on) and, in ``provider.extraBody``, the model, token bound or choice
+    count the provider really gets, or the conversation, tools and streaming the pool sends (the
+    worker merges extraBody over its request body last). Was accepted: 201."""
+    for extra in ({"model": "gpt-4.5-preview"}, {"max_tokens": 10**6}, {"max_completion_tokens": 10**6},
+                  {"n": 8}, {"stream": False}, {"stream_options": {}}, {"messages": []}, {"tools": []},
+                  {"tool_choice": "none"}, {"response_format": {"type": "text"}}, {"temperature": 2}):  # fmt: skip
+        provider = {"connection": "scripted", "model": "gpt-4o-mini", "extraBody": extra}
+        r = await c.post("/v1/agents", json={"name": "cheap", "provider": provider})
+        assert r.status_code == 422, (extra, r.text)
+        err = r.json()["error"]
+        assert err["code"] == "invalid_agent" and err["field"] == f"provider.extraBody.{next(iter(extra))}", (
+            err
+        )
+    provider = {"connection": "scripted", "extraBody": {"seed": 7, "top_p": 0.5, "user": "u-1"}}
+    r = await c.post("/v1/agents", json={"name": "cheap", "provider": provider})
+    assert r.status_code == 201, r.text
