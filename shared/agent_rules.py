@@ -11,6 +11,7 @@ operator's profile file: pure checks, each refusal naming the field.
   header read from the worker's environment (``env:NAME``, ``${env:NAME}``).
 - Sub-agents (``agentTools``) name the operator's profiles only.
 - Limits only narrow the operator's: ``maxPriority`` at most the tenant's quota maxPriority,
+  ``loopLimits.maxDepth`` at most the default sub-agent depth (a root run's profile sets its tree's),
   ``loopLimits.maxRunDurationMs`` at most AGENTMILL_RUN_DURATION_MAX_MS; the test-only tools only
   with AGENTMILL_DEV_PROFILES.
 
@@ -29,7 +30,7 @@ from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
 from shared.netguard_rules import host_refusal
-from shared.profiles import DEV_TOOLS, AgentProfile, ProviderConfig
+from shared.profiles import DEFAULT_MAX_DEPTH, DEV_TOOLS, AgentProfile, ProviderConfig
 
 __all__ = ["NAME_PATTERN", "AgentRefusal", "build", "checked", "parse_ref"]
 
@@ -144,6 +145,11 @@ def checked(
     profile = build(body, connections)
     if profile.max_priority > max_priority:
         raise AgentRefusal("maxPriority", f"at most the tenant's quota maxPriority {max_priority}")
+    depth = profile.loop_limits.max_depth
+    if depth is not None and depth > DEFAULT_MAX_DEPTH:
+        raise AgentRefusal(
+            "loopLimits.maxDepth", f"at most the deployment's sub-agent depth {DEFAULT_MAX_DEPTH}"
+        )
     duration = profile.loop_limits.max_run_duration_ms
     if duration is not None and duration > duration_max_ms:
         raise AgentRefusal(

@@ -309,3 +309,15 @@ async def test_an_agents_extra_body_cannot_override_what_the_pool_sends_or_price
     provider = {"connection": "scripted", "extraBody": {"seed": 7, "top_p": 0.5, "user": "u-1"}}
     r = await c.post("/v1/agents", json={"name": "cheap", "provider": provider})
     assert r.status_code == 201, r.text
+
+
+async def test_an_agents_loop_limits_cannot_raise_the_sub_agent_depth(c: httpx.AsyncClient) -> None:
+    """Attack: a tenant's agent with ``loopLimits.maxDepth`` 10: a root run's profile sets its
+    tree's depth ceiling, so the tenant's own profile lifted the default 3 (was accepted: 201)."""
+    for depth in (10, 4):
+        r = await c.post("/v1/agents", json={"name": "deep", **AGENT, "loopLimits": {"maxDepth": depth}})
+        assert r.status_code == 422, (depth, r.text)
+        err = r.json()["error"]
+        assert err["field"] == "loopLimits.maxDepth" and "3" in err["message"], err
+    r = await c.post("/v1/agents", json={"name": "deep", **AGENT, "loopLimits": {"maxDepth": 2}})
+    assert r.status_code == 201, r.text
