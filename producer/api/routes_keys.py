@@ -68,6 +68,14 @@ async def create_key(body: KeyInput, api: ApiDep, caller: CallerDep, request: Re
     tenant = _tenant(caller, body.tenant)
     if any(unicodedata.category(ch) == "Cc" or ch in _BIDI for ch in body.name):
         raise ApiError(422, "invalid_input", "name: no control or bidirectional formatting characters")
+    if caller.expires_at is not None:  # a key cannot outlive the key that makes it
+        left_s = max(0, (caller.expires_at - int(time.time() * 1000)) // 1000)
+        if body.expires_in_s is None or body.expires_in_s > left_s:
+            raise ApiError(
+                422,
+                "invalid_input",
+                f"expiresInS: at most {left_s}, the rest of the life of the key that makes it",
+            )
     try:
         scopes = api_keys.parse_scopes(",".join(body.scopes))
     except ValueError as exc:

@@ -321,3 +321,20 @@ async def test_an_agents_loop_limits_cannot_raise_the_sub_agent_depth(c: httpx.A
         assert err["field"] == "loopLimits.maxDepth" and "3" in err["message"], err
     r = await c.post("/v1/agents", json={"name": "deep", **AGENT, "loopLimits": {"maxDepth": 2}})
     assert r.status_code == 201, r.text
+
+
+async def test_a_key_cannot_mint_a_key_that_outlives_it(c: httpx.AsyncClient) -> None:
+    """Attack: an admin key given for a minute mints an admin key that never expires (or expires
+    after it), keeping the access its expiry was meant to end (was accepted: 201)."""
+    short = bearer((await c.post("/v1/keys", json={"scopes": ["admin"], "expiresInS": 60})).json()["key"])
+    for body in ({"scopes": ["admin"]}, {"scopes": ["read"], "expiresInS": 3600}):
+        r = await c.post("/v1/keys", json=body, headers=short)
+        err = r.json()["error"]
+        assert r.status_code == 422 and err["code"] == "invalid_input" and "expiresInS" in err["message"], (
+            r.text
+        )
+    r = await c.post("/v1/keys", json={"scopes": ["read"], "expiresInS": 30}, headers=short)
+    assert r.status_code == 201 and r.json()["expiresAt"] <= r.json()["createdAt"] + 30_000, r.text
+    # a key without an expiry (and the token file's tokens) mint what they like
+    forever = bearer((await c.post("/v1/keys", json={"scopes": ["admin"]})).json()["key"])
+    assert (await c.post("/v1/keys", json={"scopes": ["admin"]}, headers=forever)).status_code == 201
