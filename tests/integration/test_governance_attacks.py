@@ -338,3 +338,22 @@ async def test_a_key_cannot_mint_a_key_that_outlives_it(c: httpx.AsyncClient) ->
     # a key without an expiry (and the token file's tokens) mint what they like
     forever = bearer((await c.post("/v1/keys", json={"scopes": ["admin"]})).json()["key"])
     assert (await c.post("/v1/keys", json={"scopes": ["admin"]}, headers=forever)).status_code == 201
+
+
+async def test_the_routes_without_a_bearer_token_take_hostile_input(c: httpx.AsyncClient) -> None:
+    """The routes outside the OpenAPI document the fuzzers read (the console's files, /metrics,
+    the probes): paths that climb out, huge, NUL, unicode; metrics tokens forged."""
+    names = ["..%2f..%2fetc%2fpasswd", "%2e%2e/%2e%2e/pyproject.toml", "a" * 5000, "%00", "é.js", "index.html%00.js",
+             "..\\..\\x", "%252e%252e%252f"]  # fmt: skip
+    for name in names:
+        r = await c.get(f"/ui/{name}", headers={})
+        assert r.status_code in (200, 404) and "[project]" not in r.text and "root:" not in r.text, (
+            name,
+            r.text[:200],
+        )
+    for token in ("x" * 10_000, "%C3%A9", "Bearer", "a\tb"):
+        r = await c.get("/metrics", headers={"Authorization": f"Bearer {token}"})
+        assert r.status_code < 500, (token[:10], r.text[:200])
+    for path in ("/healthz", "/readyz", "/", "/ui", "/ui/", "/openapi.json"):
+        r = await c.get(path, params={"x": "\u0000" * 10, "y": "a" * 5000}, headers={})
+        assert r.status_code < 500, (path, r.text[:200])
