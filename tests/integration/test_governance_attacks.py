@@ -357,3 +357,19 @@ async def test_the_routes_without_a_bearer_token_take_hostile_input(c: httpx.Asy
     for path in ("/healthz", "/readyz", "/", "/ui", "/ui/", "/openapi.json"):
         r = await c.get(path, params={"x": "\u0000" * 10, "y": "a" * 5000}, headers={})
         assert r.status_code < 500, (path, r.text[:200])
+
+
+async def test_a_fork_of_a_run_that_kept_no_content_says_so(
+    c: httpx.AsyncClient, worker: WorkerProcess
+) -> None:
+    """Attack: fork a run submitted with storeContent false past its first answer, to read back
+    what it did not keep. Refused (409) with a message that says why, naming no internal error
+    (was ``restore_failed … KeyError: 'message'``)."""
+    r = await c.post("/v1/runs", json={**run_body(), "runId": "hushed", "storeContent": False})
+    assert r.status_code == 202, r.text
+    view = await done(c, "hushed")
+    assert view["result"]["contentRedacted"] is True, view
+    r = await c.post("/v1/runs/hushed/fork", json={"atSeq": view["lastSeq"]})
+    assert r.status_code == 409, r.text
+    err = r.json()["error"]
+    assert "storeContent" in err["message"] and "Error" not in err["message"], err
