@@ -287,6 +287,9 @@ def _state_at(o: Original, lineage: dict[str, Any], at_seq: int, state_of: State
         state = state_of(Origin(lineage, o.checkpoint, events, parent=o.origin), o.key, messages,
                          int(time.time() * 1000))  # fmt: skip
     except Exception as exc:  # an origin of an older form it cannot read: refused, never a 500
+        if o.input.get("storeContent") is False:  # its events hold no content to rebuild from
+            raise SubmissionError("restore_failed", f"run {o.shown} kept no content (storeContent: false): its "
+                                  f"state at seq {at_seq} cannot be rebuilt", status=409) from None  # fmt: skip
         raise SubmissionError("restore_failed", f"run {o.shown}'s state at seq {at_seq} cannot be rebuilt: "
                               f"{type(exc).__name__}: {str(exc)[:300]}", status=409) from None  # fmt: skip
     return None if state is None else {"seq": at_seq, "state": state}
