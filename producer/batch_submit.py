@@ -14,7 +14,7 @@ from agentmill_client.models import RunInput
 from producer.batch_shares import batch_gate, close_batch
 from producer.placement import Holder, verdict
 from producer.prepared import Prepared
-from producer.scope import batch_run_prefix, claimed_id, claimed_session
+from producer.scope import batch_run_prefix, claimed_home, claimed_id
 from producer.submission import SubmissionError, Submitted, outcome
 from producer.submitter import Submitter
 from shared import keys
@@ -64,7 +64,7 @@ async def submit_many(
     def key_of(raw: RunInput | dict[str, Any], d: str) -> tuple[str, str]:
         """The ids the keys of an item's run and session use."""
         rid = claimed_id(raw) or d
-        return scope.key(rid), scope.key(claimed_session(raw, rid))
+        return scope.key(rid), claimed_home(raw, rid, scope)
 
     defaults = [default(i, raw) for i, raw in enumerate(items)]
     # The tenant's quota admits the whole request at once, in calls that Redis runs while the
@@ -153,7 +153,7 @@ async def submit_many(
                     )
                     continue
                 seen.add(prep.run_id)
-                part = p.place(prep.run_id, prep.session_id)
+                part = p.place(prep.run_id, prep.home)
                 chunk = unsent.setdefault(part.index, [])
                 chunk.append((i, prep))
                 if len(chunk) == SUBMIT_CHUNK:

@@ -18,6 +18,7 @@ from agentmill_client.codec import to_jsonable
 from agentmill_client.models import ImagePart, Message, RunInput
 from producer.scope import Scope
 from producer.submission import SubmissionError, reserved_id_error, validation_error
+from shared import keys
 from shared.meta_terms import meta_term, meta_terms
 from shared.netguard_rules import host_refusal
 from shared.profiles import AgentProfile, unpriced_message
@@ -28,6 +29,7 @@ __all__ = [
     "Prepared",
     "check_priced",
     "checked_messages",
+    "concurrency_limit",
     "counted",
     "meta_term",
     "meta_terms",
@@ -51,6 +53,21 @@ class Prepared:
     client_session: str = ""
     priority: int = limits.DEFAULT_PRIORITY  # its lane: RunInput.priority capped by the tenant's quota
     trace: str = ""  # the submitter's trace context (RunField.TRACE), '' = none
+    conc_limit: int = 0  # its concurrency key's limit (concurrency_limit), 0 without a key
+
+    @property
+    def home(self) -> str:
+        """The id whose home partition it lives at (producer.placement): its session's key, else its
+        concurrency key's, else '' (its own id's)."""
+        if self.session_id:
+            return self.session_id
+        return keys.conc_home(self.run.concurrency.key) if self.run.concurrency is not None else ""
+
+    @property
+    def conc_args(self) -> list[str]:
+        """The submit scripts' concurrency key and limit arguments ('' = none)."""
+        c = self.run.concurrency
+        return ["", ""] if c is None else [c.key, str(self.conc_limit)]
 
     @property
     def lane_args(self) -> list[str]:
@@ -83,6 +100,24 @@ def validated(raw: RunInput | dict[str, Any], profiles: dict[str, AgentProfile] 
         if problem is not None:
             raise SubmissionError("client_tool_not_allowed", problem, field=problem.split(":", 1)[0])
     return run
+
+
+def concurrency_limit(run: RunInput, quota: Quota | None) -> int:
+    """The limit of the run's concurrency key: its own, lowered to its tenant's concurrencyLimit,
+    else that one; 0 without a key. 422 naming the field when neither gives one."""
+    if run.concurrency is None:
+        return 0
+    cap = quota.concurrency_limit if quota is not None else 0
+    asked = run.concurrency.limit
+    if asked is None:
+        if cap == 0:
+            raise SubmissionError(
+                "invalid_input",
+                "concurrency.limit: required (the tenant's quota gives no concurrencyLimit)",
+                field="concurrency.limit",
+            )
+        return cap
+    return min(asked, cap) if cap else asked
 
 
 def check_priced(run: RunInput, profile: AgentProfile, quota: Quota | None) -> None:
@@ -118,6 +153,7 @@ def prepare(
     default_id: Callable[[RunInput], str],
     max_priority: int = limits.MAX_PRIORITY,
     trace: str = "",
+    conc_limit: int = 0,
 ) -> Prepared:
     """Name a valid input and serialize it once: its runId (else ``default_id(run)``), its session
     (``ses_<runId>`` when it creates one unnamed) and the ids its keys use (``scope``). The input
@@ -143,7 +179,7 @@ def prepare(
         run.model_copy(update={"run_id": rid, "session_id": sid or None}), key_rid, key_sid, stored,
         hashlib.sha256(canonical).hexdigest(), rid if rid != key_rid else "", sid if sid != key_sid else "",
         min(limits.DEFAULT_PRIORITY if run.priority is None else run.priority, max_priority),
-        trace,
+        trace, conc_limit,
     )  # fmt: skip
 
 

@@ -231,13 +231,13 @@ class Restorer:
         client's Idempotency-Key with the route and the original), so it is created once."""
         sub = self.p.submitter
         raw = {k: v for k, v in o.input.items() if k not in _NOT_INHERITED}
-        prep = sub.prepare(raw, tenant, run_id_for_key(tenant, key) if key else "")
+        prep = sub.prepare(raw, tenant, run_id_for_key(tenant, key) if key else "", quota)
         seed = origin.to_json() if origin is not None else b""
         flat: list[Any] = []
         for i, r in records.items():
             flat += [i, r.to_json()]
         _check_restored(lineage, len(prep.body), len(seed), sum(len(x) for x in flat))
-        part = sub.place(prep.run_id, prep.session_id)
+        part = sub.place(prep.run_id, prep.home)
         chosen = [(prep.run_id, part)] if key and sub.layout.count > 1 else []
         holders = await sub.admit(tenant, {part.index: [prep.run_id]}, quota, chosen)
         if holders and holders[0] is not None:  # created before (the same key, on another partition)

@@ -68,6 +68,7 @@ class RunRecord:
     usage: Usage | None = None  # so far (the run hash's usage fields); an ended run's equals result.usage
     archived: bool = False  # in the archive: its events are read from there (producer.archived)
     agent: str = ""  # its agent (profile) name
+    waiting_for: str = ""  # why a queued run is not on the queue yet ('concurrency:<key>'), '' = it is
 
     @property
     def key(self) -> str:
@@ -92,6 +93,8 @@ class RunRecord:
             d["agent"] = self.agent
         if self.run_at_ms is not None:
             d["runAt"] = self.run_at_ms
+        if self.waiting_for and self.status is RunStatus.QUEUED:
+            d["waitingFor"] = self.waiting_for
         usage = self.usage or (self.result.usage if self.result is not None else None)
         if usage is not None:
             d["usage"] = to_jsonable(usage)

@@ -44,7 +44,7 @@ __all__ = ["DEFAULT_TENANT", "Producer", "RunRecord", "SubmissionError", "Submit
 F = RunField
 _RUN_FIELDS = [F.STATUS, F.TENANT, F.SESSION_ID, F.CREATED_AT, F.LAST_SEQ, F.RESULT, F.APPROVALS, F.ABORT,
                F.CLIENT_PENDING, F.CLIENT_SESSION, F.LINEAGE, F.RETRIED_BY, F.PARENT_RUN, F.PARENT_CALL,
-               F.CHILDREN, F.PRIORITY, F.RUN_AT, F.USAGE_IN, F.USAGE_OUT, F.USAGE_ESTIMATED, F.USAGE_COST, F.USAGE_CACHE_READ, F.USAGE_CACHE_WRITE, F.ARCHIVED, F.AGENT]  # fmt: skip
+               F.CHILDREN, F.PRIORITY, F.RUN_AT, F.USAGE_IN, F.USAGE_OUT, F.USAGE_ESTIMATED, F.USAGE_COST, F.USAGE_CACHE_READ, F.USAGE_CACHE_WRITE, F.ARCHIVED, F.AGENT, F.WAITING_FOR]  # fmt: skip
 
 
 class Producer:
@@ -223,6 +223,7 @@ class Producer:
             usage=usage_of(h),
             archived=h[F.ARCHIVED] == "1",
             agent=h[F.AGENT] or "",
+            waiting_for=h[F.WAITING_FOR] or "",
         )
 
     async def input_messages(self, rec: RunRecord) -> list[dict[str, Any]] | None:

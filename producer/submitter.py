@@ -19,9 +19,17 @@ from agentmill_client.models import RunInput
 from producer import admission
 from producer.chunk_sender import ChunkSender
 from producer.placement import POINTER_EXTRA_S, Holder, claim, generated_id, partition_of, verdict
-from producer.prepared import Prepared, check_priced, counted, meta_terms, prepare, validated
+from producer.prepared import (
+    Prepared,
+    check_priced,
+    concurrency_limit,
+    counted,
+    meta_terms,
+    prepare,
+    validated,
+)
 from producer.routing import Parts, run_script
-from producer.scope import Scope, claimed_id, claimed_session, run_id_for_key
+from producer.scope import Scope, claimed_home, claimed_id, run_id_for_key
 from producer.submission import SubmissionError, Submitted, outcome
 from shared import keys
 from shared.profiles import AgentProfile
@@ -54,7 +62,7 @@ class Submitter:
 
     def generated(self, scope: Scope, raw: RunInput | dict[str, Any]) -> str:
         """A new run id for ``raw`` (placement.generated_id), its keys living at home."""
-        return generated_id(self.layout, lambda r: scope.key(claimed_session(raw, r)), scope.key)
+        return generated_id(self.layout, lambda r: claimed_home(raw, r, scope), scope.key)
 
     def check_batch_size(self, n: int) -> None:
         """The batch limit (AGENTMILL_MAX_BATCH), for the API and the Python API alike: 413 past it."""
@@ -86,11 +94,13 @@ class Submitter:
         if self.profiles is not None:
             cap = min(cap, self.profiles[run.agent].max_priority)
             check_priced(run, self.profiles[run.agent], quota)
-        return prepare(run, scope, lambda r: default_id or self.generated(scope, r), cap, trace)
+        conc = concurrency_limit(run, quota)
+        return prepare(run, scope, lambda r: default_id or self.generated(scope, r), cap, trace, conc)
 
-    def place(self, run_id: str, session_id: str) -> keys.Partition:
-        """The partition of the run whose keys use ``run_id`` and ``session_id`` (producer.placement)."""
-        return partition_of(self.layout, run_id, session_id)
+    def place(self, run_id: str, home: str) -> keys.Partition:
+        """The partition of the run whose keys use ``run_id`` and that lives at ``home``'s home
+        ('' = its own: Prepared.home, producer.scope.claimed_home; producer.placement)."""
+        return partition_of(self.layout, run_id, home)
 
     async def admit(
         self, tenant: str, placed: Mapping[int, Sequence[str]], quota: Quota | None, claims: Claims = ()
@@ -126,7 +136,7 @@ class Submitter:
         """Submit one prepared run (SUBMIT; ``item``: its item index in the batch ``batch_id``). With
         more than one partition, the run's pointer is claimed first, unless the caller ``looked``
         already and found ``holder``."""
-        part = self.place(prep.run_id, prep.session_id)
+        part = self.place(prep.run_id, prep.home)
         if not looked and self.layout.count > 1:
             holder = (await self.claim([(prep.run_id, part)]))[0]
         if holder is not None:
@@ -156,7 +166,7 @@ class Submitter:
         prep = self.prepare(
             raw, tenant, run_id_for_key(tenant, idempotency_key) if idempotency_key else "", quota, trace
         )
-        part = self.place(prep.run_id, prep.session_id)
+        part = self.place(prep.run_id, prep.home)
         chosen = self.layout.count > 1 and (claimed_id(raw) is not None or bool(idempotency_key))
         holders = await self.admit(
             tenant, {part.index: [prep.run_id]}, quota, [(prep.run_id, part)] if chosen else ()
@@ -194,5 +204,6 @@ class Submitter:
             "" if item is None else str(item),
             *prep.lane_args,
             prep.trace,
+            *prep.conc_args,
         ]
         return own, args

@@ -39,6 +39,8 @@ __all__ = [
     "WAKE_KEPT",
     "Layout",
     "Partition",
+    "conc_home",
+    "conc_suffix",
     "endpoint_hash",
     "mcp_listing_key",
     "parse_job_id",
@@ -78,8 +80,19 @@ CONTEXT_FIELDS = (
     "run", "events", "tools", "session", "session_pending", "session_runs", "session_results", "session_calls",
     "worker_runs",
     "worker_inbox", "worker_lease", "tenant_running", "tenant_held", "index", "batch", "job_key", "job_id", "archive",
-    "tenant_active", "usage", "transcript",
+    "tenant_active", "usage", "transcript", "conc_running", "conc_waiting",
 )  # fmt: skip
+
+
+def conc_suffix(tenant: str, key: str) -> str:
+    """What follows a concurrency key's prefixes: the tenant's length (UTF-8 bytes), the tenant and the
+    key, so that no two (tenant, key) pairs meet whatever they hold (prelude.lua conc_suffix spells it the same)."""
+    return f"{len(tenant.encode())}:{tenant}:{key}"
+
+
+def conc_home(key: str) -> str:
+    """The id a concurrency key's partition is the home of (Layout.home): its runs live there."""
+    return f"conc:{key}"
 
 
 def slot_of(key_or_tag: str) -> int:
@@ -133,6 +146,12 @@ class Partition:
         # zset job id -> its queue score: the tenant's due jobs its running cap holds back, in their
         # queue order; one goes back to the queue, with its score, each time a run of it stops running
         self.tenant_held_prefix = b + "t.held:"
+        # Concurrency keys (RunInput.concurrency), per tenant and key (conc_suffix), on the partition the
+        # key calls home (every run of a key lives there): zset runId -> since when it holds one of the
+        # key's slots (from its release to the queue until it ends); zset runId -> its queue score,
+        # the runs waiting for a slot, in the order they get one
+        self.conc_running_prefix = b + "c.run:"
+        self.conc_waiting_prefix = b + "c.wait:"
         self.index_prefix = b + "ix:"  # + tenant:dim:value (index_key)
         self.usage_prefix = b + "usage:"  # + tenant:day (usage_day)
         self.pool_minute_prefix = b + "pool.min:"  # hash: runs started/ended in one minute (pool_minute)
@@ -261,6 +280,12 @@ class Partition:
 
     def tenant_held(self, tenant: str) -> str:
         return self.tenant_held_prefix + tenant
+
+    def conc_running(self, tenant: str, key: str) -> str:
+        return self.conc_running_prefix + conc_suffix(tenant, key)
+
+    def conc_waiting(self, tenant: str, key: str) -> str:
+        return self.conc_waiting_prefix + conc_suffix(tenant, key)
 
     def tenant_rate(self, tenant: str) -> str:
         """Hash (tokens, at): the tenant's submission token bucket (at its home partition; admit_rate.lua)."""

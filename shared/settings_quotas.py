@@ -62,6 +62,13 @@ class TenantQuotaSettings(BaseSettings):
         default=None,
         description='per-tenant overrides, JSON or a JSON file: `{"tenant": {"maxActive", "maxRunning", '
         '"submitsPerSecond", "submitBurst", "maxPriority", "maxChildren", "maxDescendants", "tokensPerDay", '
-        '"costUsdPerDay", "maxSchedules", "scheduleFiringsPerMinute"}}` (tokensPerDay and costUsdPerDay: '
-        "the tenant's budget per UTC day, pool-wide; 0 = none)",
+        '"costUsdPerDay", "maxSchedules", "scheduleFiringsPerMinute", "concurrencyLimit"}}` (tokensPerDay and '
+        "costUsdPerDay: the tenant's budget per UTC day, pool-wide; 0 = none; concurrencyLimit: a "
+        "concurrency key's limit when a run names none, and the most one may ask)",
+    )
+    concurrency_max_waiting: int = Field(
+        default=10_000,
+        ge=1,
+        description="most runs waiting for a slot of one concurrency key (`RunInput.concurrency`); a "
+        "submission beyond gets 429 `concurrency_full`",
     )

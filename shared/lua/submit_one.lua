@@ -7,7 +7,8 @@
 --    session by when runId and sessionId are its tenant's keys for them (absent or '' otherwise),
 --    then the run's item index in its batch (absent or '' outside a batch), its priority ('' =
 --    the default) and its runAt in ms ('' = none; one not ahead of now is due at once), then its trace
---    context (F.TRACE: traceparent, a newline, tracestate; absent or '' = none)
+--    context (F.TRACE: traceparent, a newline, tracestate; absent or '' = none), then its
+--    concurrency key and that key's limit (absent or '' = none; a run with one has no session)
 -- The listing indexes and the batch of a run just created (A as submit_one's).
 local function index_new(run, A, now, status)
   local t, id, batch = A[4], A[1], A[9] or ''
@@ -39,6 +40,10 @@ local function submit_one(K, A)
     return {'conflict', h[2]}
   end
   if (A[9] or '') ~= '' and batch_finished(A[4], A[9]) then return {'batch_finished', ''} end
+  local conc = A[18 + tonumber(A[11] or '0')] or ''
+  if conc ~= '' and redis.call('ZCARD', conc_waiting_key(A[4], conc)) >= tonumber(ctx().conc_waiting_max) then
+    return {'concurrency_full', ''}
+  end
   local now = now_ms()
   local dispatch = true
   if A[5] ~= '' then
@@ -97,6 +102,13 @@ local function submit_one(K, A)
   if client_session and client_session ~= '' then redis.call('HSET', K[1], F.CLIENT_SESSION, client_session) end
   local trace = A[17 + tonumber(A[11] or '0')]
   if trace and trace ~= '' then redis.call('HSET', K[1], F.TRACE, trace) end
+  if conc ~= '' then
+    redis.call('HSET', K[1], F.CONC_KEY, conc, F.CONC_LIMIT, A[19 + nm])
+    -- a run due now takes a slot of its key or waits for one, not on the queue (conc_take)
+    if status == S.QUEUED and not conc_take(K[1], A[1], A[4], conc, tonumber(A[19 + nm]), queue_score(now, prio)) then
+      dispatch = false
+    end
+  end
   index_new(K[1], A, now, status)
   if status == S.SCHEDULED then  -- claim_jobs.lua moves it to the queue once due
     redis.call('SET', K[2], job_payload(A[1], 1, now), 'PX', ctx().job_expire_ms + run_at - now)

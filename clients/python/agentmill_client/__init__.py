@@ -27,7 +27,7 @@ from agentmill_client.api import (
     ToolResultsAnswer,
 )
 from agentmill_client.errors import ApiError
-from agentmill_client.inputs import ClientToolResult, RunInput
+from agentmill_client.inputs import ClientToolResult, ConcurrencyKey, RunInput
 from agentmill_client.messages import Message
 from agentmill_client.outputs import RunEvent, RunResult
 from agentmill_client.schedules import Overlap, ScheduleAnswer, ScheduleInput, SchedulesPage, ScheduleView
@@ -49,6 +49,7 @@ __all__ = [
     "BatchView",
     "Client",
     "ClientToolResult",
+    "ConcurrencyKey",
     "EventsPage",
     "Message",
     "Overlap",

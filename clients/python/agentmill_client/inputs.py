@@ -23,6 +23,7 @@ __all__ = [
     "Budget",
     "ClientTool",
     "ClientToolResult",
+    "ConcurrencyKey",
     "JsonSchemaFormat",
     "LoopLimits",
     "MultitaskStrategy",
@@ -93,6 +94,19 @@ class Budget(Model):
 
     max_tokens: int | None = Field(default=None, ge=1, le=10**12)
     max_cost_usd: float | None = Field(default=None, gt=0, le=1e9, allow_inf_nan=False)
+
+
+class ConcurrencyKey(Model):
+    """``RunInput.concurrency``: at most ``limit`` runs with this key (within the tenant) hold a slot
+    at once, pool-wide, from their release to the queue until they end (parked ones included). The
+    others stay ``queued`` without a worker, their view's ``waitingFor`` naming the key, and are
+    released in queue order (priority, then submission) as slots free up. ``limit`` may be left out
+    when the tenant's quota gives one (concurrencyLimit: the default, and the most a run may ask)."""
+
+    key: str = Field(
+        min_length=1, max_length=limits.MAX_CONCURRENCY_KEY_CHARS, pattern=r"^[^\x00-\x1f\x7f]+$"
+    )
+    limit: int | None = Field(default=None, ge=1, le=limits.MAX_CONCURRENCY_LIMIT)
 
 
 def _local_refs_only(value: Any) -> bool:
@@ -234,6 +248,8 @@ class RunInput(Model):
     priority: int | None = Field(default=None, ge=limits.MIN_PRIORITY, le=limits.MAX_PRIORITY)
     # When the run may start: epoch ms, or an RFC 3339 time (stored as epoch ms). Until then: scheduled.
     run_at: int | None = Field(default=None, ge=0, le=limits.MAX_RUN_AT_MS)
+    # At most concurrency.limit runs of concurrency.key at once; the others wait queued (docs/api.md).
+    concurrency: ConcurrencyKey | None = None
 
     @field_validator("run_at", mode="before")
     @classmethod
@@ -245,6 +261,15 @@ class RunInput(Model):
         if self.run_at is not None and (self.session_id is not None or self.auto_create_session):
             raise ValueError(
                 "runAt: a run in a session starts when the session's run before it ends; not both"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _concurrency_alone(self) -> RunInput:
+        if self.concurrency is not None and (self.session_id is not None or self.auto_create_session):
+            raise ValueError(
+                "concurrency: a session runs one run at a time already; a run in a session takes no "
+                "concurrency key"
             )
         return self
 
