@@ -58,16 +58,21 @@ class Prepared:
     @property
     def home(self) -> str:
         """The id whose home partition it lives at (producer.placement): its session's key, else its
-        concurrency key's, else '' (its own id's)."""
+        concurrency key's, else its debounce key's, else '' (its own id's)."""
         if self.session_id:
             return self.session_id
-        return keys.conc_home(self.run.concurrency.key) if self.run.concurrency is not None else ""
+        if self.run.concurrency is not None:
+            return keys.conc_home(self.run.concurrency.key)
+        return keys.debounce_home(self.run.debounce.key) if self.run.debounce is not None else ""
 
     @property
     def conc_args(self) -> list[str]:
-        """The submit scripts' concurrency key and limit arguments ('' = none)."""
-        c = self.run.concurrency
-        return ["", ""] if c is None else [c.key, str(self.conc_limit)]
+        """The submit scripts' concurrency key and limit, debounce key and period arguments ('' = none)."""
+        c, d = self.run.concurrency, self.run.debounce
+        return [
+            *(["", ""] if c is None else [c.key, str(self.conc_limit)]),
+            *(["", ""] if d is None else [d.key, str(d.period_ms)]),
+        ]
 
     @property
     def lane_args(self) -> list[str]:

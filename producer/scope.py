@@ -19,9 +19,9 @@ __all__ = [
     "SCOPED_PREFIX",
     "Scope",
     "batch_run_prefix",
-    "claimed_concurrency",
     "claimed_home",
     "claimed_id",
+    "claimed_key",
     "claimed_session",
     "run_id_for_key",
 ]
@@ -88,22 +88,26 @@ def claimed_id(raw: RunInput | dict[str, Any]) -> str | None:
     return rid if isinstance(rid, str) and rid else None
 
 
-def claimed_concurrency(raw: RunInput | dict[str, Any]) -> str:
-    """The concurrency key an item names, before it is validated ('' = none)."""
+def claimed_key(raw: RunInput | dict[str, Any], field: str) -> str:
+    """The key of an item's ``field`` (concurrency, debounce), before it is validated ('' = none)."""
     if isinstance(raw, RunInput):
-        return raw.concurrency.key if raw.concurrency is not None else ""
-    c = raw.get("concurrency") if isinstance(raw, dict) else None
+        c = getattr(raw, field)
+        return c.key if c is not None else ""
+    c = raw.get(field) if isinstance(raw, dict) else None
     key = c.get("key") if isinstance(c, dict) else None
     return key if isinstance(key, str) else ""
 
 
 def claimed_home(raw: RunInput | dict[str, Any], run_id: str, scope: Scope) -> str:
     """The id whose home partition an item's run lives at (producer.placement), before it is
-    validated: its session's key, else its concurrency key's (keys.conc_home), else '' (its own)."""
+    validated: its session's key, else its concurrency key's (keys.conc_home), else its debounce
+    key's (keys.debounce_home), else '' (its own)."""
     if sid := claimed_session(raw, run_id):
         return scope.key(sid)
-    conc = claimed_concurrency(raw)
-    return keys.conc_home(conc) if conc else ""
+    if conc := claimed_key(raw, "concurrency"):
+        return keys.conc_home(conc)
+    deb = claimed_key(raw, "debounce")
+    return keys.debounce_home(deb) if deb else ""
 
 
 def claimed_session(raw: RunInput | dict[str, Any], run_id: str) -> str:

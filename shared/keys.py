@@ -41,6 +41,7 @@ __all__ = [
     "Partition",
     "conc_home",
     "conc_suffix",
+    "debounce_home",
     "endpoint_hash",
     "mcp_listing_key",
     "parse_job_id",
@@ -81,6 +82,7 @@ CONTEXT_FIELDS = (
     "worker_runs",
     "worker_inbox", "worker_lease", "tenant_running", "tenant_held", "index", "batch", "job_key", "job_id", "archive",
     "tenant_active", "usage", "transcript", "conc_running", "conc_waiting",
+    "debounce",
 )  # fmt: skip
 
 
@@ -93,6 +95,11 @@ def conc_suffix(tenant: str, key: str) -> str:
 def conc_home(key: str) -> str:
     """The id a concurrency key's partition is the home of (Layout.home): its runs live there."""
     return f"conc:{key}"
+
+
+def debounce_home(key: str) -> str:
+    """The id a debounce key's partition is the home of (Layout.home): its runs live there."""
+    return f"debounce:{key}"
 
 
 def slot_of(key_or_tag: str) -> int:
@@ -152,6 +159,9 @@ class Partition:
         # the runs waiting for a slot, in the order they get one
         self.conc_running_prefix = b + "c.run:"
         self.conc_waiting_prefix = b + "c.wait:"
+        # Debounce keys (RunInput.debounce), per tenant and key (conc_suffix), at the key's home:
+        # string, the run waiting to start that a later submission of the key replaces
+        self.debounce_prefix = b + "d:"
         self.index_prefix = b + "ix:"  # + tenant:dim:value (index_key)
         self.usage_prefix = b + "usage:"  # + tenant:day (usage_day)
         self.pool_minute_prefix = b + "pool.min:"  # hash: runs started/ended in one minute (pool_minute)
@@ -286,6 +296,9 @@ class Partition:
 
     def conc_waiting(self, tenant: str, key: str) -> str:
         return self.conc_waiting_prefix + conc_suffix(tenant, key)
+
+    def debounce(self, tenant: str, key: str) -> str:
+        return self.debounce_prefix + conc_suffix(tenant, key)
 
     def tenant_rate(self, tenant: str) -> str:
         """Hash (tokens, at): the tenant's submission token bucket (at its home partition; admit_rate.lua)."""

@@ -95,6 +95,7 @@ end
 local function conc_suffix(t, k) return #t .. ':' .. t .. ':' .. k end  -- keys.conc_suffix
 local function conc_running_key(t, k) return ctx().conc_running .. conc_suffix(t, k) end
 local function conc_waiting_key(t, k) return ctx().conc_waiting .. conc_suffix(t, k) end
+local function debounce_key(t, k) return ctx().debounce .. conc_suffix(t, k) end
 -- The runs holding a slot of a key (rk: its running set): those that ended or vanished without
 -- letting go (none should) are forgotten, looking at most limit + 50, only when it looks full.
 local function conc_holding(rk, limit)

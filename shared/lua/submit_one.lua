@@ -8,7 +8,9 @@
 --    then the run's item index in its batch (absent or '' outside a batch), its priority ('' =
 --    the default) and its runAt in ms ('' = none; one not ahead of now is due at once), then its trace
 --    context (F.TRACE: traceparent, a newline, tracestate; absent or '' = none), then its
---    concurrency key and that key's limit (absent or '' = none; a run with one has no session)
+--    concurrency key and that key's limit (absent or '' = none; a run with one has no session), then
+--    its debounce key and period ms (absent or '' = none; a run with one has no session nor runAt:
+--    it is scheduled a period from now, and replaces the run of the key still waiting to start)
 -- The listing indexes and the batch of a run just created (A as submit_one's).
 local function index_new(run, A, now, status)
   local t, id, batch = A[4], A[1], A[9] or ''
@@ -31,6 +33,21 @@ local function index_new(run, A, now, status)
   end
   for j = 1, tonumber(A[11] or '0') do ix_add(t, DIM.META, A[11 + j], id, now) end
   ix_add(t, DIM.STATUS, status, id, now)
+end
+-- Run ``id`` (``shown``: the id its client knows it by) of debounce key k (tenant t) was just
+-- scheduled a period from now: the key's run still waiting to start, if any, is superseded (ended
+-- aborted, code superseded; its id stays readable), and this one is the key's now.
+local function debounce(t, k, id, shown, period)
+  local dk = debounce_key(t, k)
+  local pending = redis.call('GET', dk)
+  if pending and pending ~= id and redis.call('HGET', run_key(pending), F.STATUS) == S.SCHEDULED then
+    finalize(run_key(pending), stream_key(pending), tools_key(pending), pending, S.ABORTED, 'superseded',
+      'superseded by run ' .. shown .. ' (the same debounce key within its period)')
+    local jid = job_id(pending, 1)
+    redis.call('ZREM', SCHEDULED, jid)  -- after finalize: a run created earlier in this call is written by then
+    redis.call('DEL', ctx().job_key .. jid)
+  end
+  redis.call('SET', dk, id, 'PX', period + tonumber(ctx().queued_check_ms))
 end
 local function submit_one(K, A)
   if redis.call('EXISTS', K[1]) == 1 then
@@ -90,8 +107,10 @@ local function submit_one(K, A)
   local nm = tonumber(A[11] or '0')
   local prio = tonumber(A[15 + nm] or '') or DEFAULT_PRIORITY
   local run_at = tonumber(A[16 + nm] or '')
+  local deb = A[20 + nm] or ''
+  if deb ~= '' then run_at = now + tonumber(A[21 + nm]) end
   local status = (dispatch and run_at and run_at > now) and S.SCHEDULED or S.QUEUED
-  redis.call('HSET', K[1], F.STATUS, status, F.PRIORITY, prio, F.RUN_AT, run_at and A[16 + nm] or '',
+  redis.call('HSET', K[1], F.STATUS, status, F.PRIORITY, prio, F.RUN_AT, run_at and (deb ~= '' and tostring(run_at) or A[16 + nm]) or '',
     F.INPUT, A[2], F.INPUT_HASH, A[3],
     F.TENANT, A[4], F.SESSION_ID, A[5], F.CREATED_AT, now, F.GEN, 1, F.EPOCH, 0, F.LAST_SEQ, 0,
     F.OWNER, '', F.CRASHES, 0, F.WEBHOOK, A[6], F.ABORT, '', F.HELD, dispatch and '' or '1',
@@ -122,5 +141,6 @@ local function submit_one(K, A)
     zadd(LIVE, now + tonumber(ctx().queued_check_ms), A[1])
     wake()
   end
+  if deb ~= '' then debounce(A[4], deb, A[1], (client_id and client_id ~= '') and client_id or A[1], tonumber(A[21 + nm])) end
   return {'created', status}
 end

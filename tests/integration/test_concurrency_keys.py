@@ -114,11 +114,12 @@ async def test_a_waiting_run_shows_why_and_any_ending_releases_the_next_in_order
     redis: Redis, redis_url: str
 ) -> None:
     p = producer_for(redis, redis_url)
-    stall = [{"stall": True}]
-    first = await p.submit(keyed("k", limit=1, script=stall))
-    second = await p.submit(keyed("k", limit=1, script=stall))
-    third = await p.submit(keyed("k", limit=1, script=[{"text": "done"}]))
-    fourth = await p.submit(keyed("k", limit=1, script=[{"text": "done"}]))
+    stall, done_script = [{"stall": True}], [{"text": "done"}]
+    line = []
+    for script in (stall, stall, done_script, done_script):
+        line.append(await p.submit(keyed("k", limit=1, script=script)))
+        await asyncio.sleep(0.003)  # in submission order (within one millisecond: in run-id order)
+    first, second, third, fourth = line
     other = await p.submit(keyed("other", limit=1, script=[{"text": "done"}]))
     async with running_worker(redis_url):
         await until_status(redis, first.run_id, "running")

@@ -27,7 +27,7 @@ from agentmill_client.api import (
     ToolResultsAnswer,
 )
 from agentmill_client.errors import ApiError
-from agentmill_client.inputs import ClientToolResult, ConcurrencyKey, RunInput
+from agentmill_client.inputs import ClientToolResult, ConcurrencyKey, Debounce, RunInput
 from agentmill_client.messages import Message
 from agentmill_client.outputs import RunEvent, RunResult
 from agentmill_client.schedules import Overlap, ScheduleAnswer, ScheduleInput, SchedulesPage, ScheduleView
@@ -50,6 +50,7 @@ __all__ = [
     "Client",
     "ClientToolResult",
     "ConcurrencyKey",
+    "Debounce",
     "EventsPage",
     "Message",
     "Overlap",

@@ -24,6 +24,7 @@ __all__ = [
     "ClientTool",
     "ClientToolResult",
     "ConcurrencyKey",
+    "Debounce",
     "JsonSchemaFormat",
     "LoopLimits",
     "MultitaskStrategy",
@@ -107,6 +108,16 @@ class ConcurrencyKey(Model):
         min_length=1, max_length=limits.MAX_CONCURRENCY_KEY_CHARS, pattern=r"^[^\x00-\x1f\x7f]+$"
     )
     limit: int | None = Field(default=None, ge=1, le=limits.MAX_CONCURRENCY_LIMIT)
+
+
+class Debounce(Model):
+    """``RunInput.debounce``: a run submitted with this key (within the tenant) while an earlier run
+    of the key waits to start replaces it: the earlier one ends ``aborted`` with
+    ``lastError.code = "superseded"`` (its id stays readable), and this one starts ``periodMs``
+    after its own submission (it is ``scheduled`` until then), unless replaced in turn."""
+
+    key: str = Field(min_length=1, max_length=limits.MAX_CONCURRENCY_KEY_CHARS, pattern=r"^[^\x00-\x1f\x7f]+$")
+    period_ms: int = Field(ge=1, le=limits.MAX_DEBOUNCE_MS)
 
 
 def _local_refs_only(value: Any) -> bool:
@@ -250,6 +261,8 @@ class RunInput(Model):
     run_at: int | None = Field(default=None, ge=0, le=limits.MAX_RUN_AT_MS)
     # At most concurrency.limit runs of concurrency.key at once; the others wait queued (docs/api.md).
     concurrency: ConcurrencyKey | None = None
+    # Submissions of one debounce key within periodMs of each other: only the last runs (docs/api.md).
+    debounce: Debounce | None = None
 
     @field_validator("run_at", mode="before")
     @classmethod
@@ -271,6 +284,13 @@ class RunInput(Model):
                 "concurrency: a session runs one run at a time already; a run in a session takes no "
                 "concurrency key"
             )
+        if self.debounce is not None:
+            if self.session_id is not None or self.auto_create_session:
+                raise ValueError("debounce: a run in a session takes no debounce key")
+            if self.concurrency is not None:
+                raise ValueError("debounce: a run takes a debounce key or a concurrency key, not both")
+            if self.run_at is not None:
+                raise ValueError("debounce: the run starts debounce.periodMs after its submission; no runAt")
         return self
 
     @field_validator("input_messages")

@@ -7,6 +7,7 @@ __all__ = [
     "MAX_COMPACT_THRESHOLD",
     "MAX_CONCURRENCY_KEY_CHARS",
     "MAX_CONCURRENCY_LIMIT",
+    "MAX_DEBOUNCE_MS",
     "MAX_ID_CHARS",
     "MAX_IMAGE_DATA_BYTES",
     "MAX_IMAGE_PARTS",
@@ -104,5 +105,6 @@ SESSION_CALLS_KEPT = (
 )
 MAX_CONCURRENCY_KEY_CHARS = 128  # RunInput.concurrency.key
 MAX_CONCURRENCY_LIMIT = 1_000  # RunInput.concurrency.limit: runs of one key at once
+MAX_DEBOUNCE_MS = 3_600_000  # RunInput.debounce.periodMs
 MIN_PRIORITY, DEFAULT_PRIORITY, MAX_PRIORITY = 0, 5, 9  # RunInput.priority: higher runs first
 MAX_RUN_AT_MS = 10**14 - 1  # RunInput.runAt (epoch ms, past year 5000): exact in Lua's "%.14g" numbers
