@@ -5,6 +5,7 @@ last starts a period after its own submission, with its own input."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from typing import Any
 
@@ -34,7 +35,7 @@ async def test_five_submissions_in_a_second_run_only_the_last(redis: Redis, redi
         done = await wait_all(p, [*ids, other], 15)
     superseded = [done[r] for r in ids[:4]]
     assert {(r.status.value, r.result.last_error.code) for r in superseded} == {("aborted", "superseded")}  # type: ignore[union-attr]
-    for rid, after in zip(ids[:4], ids[1:], strict=True):  # each names the run that replaced it
+    for rid, after in itertools.pairwise(ids):  # each names the run that replaced it
         err = done[rid].result.last_error  # type: ignore[union-attr]
         assert err is not None and after in err.message, err
     survivor = done[ids[4]]

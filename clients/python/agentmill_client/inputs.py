@@ -116,7 +116,9 @@ class Debounce(Model):
     ``lastError.code = "superseded"`` (its id stays readable), and this one starts ``periodMs``
     after its own submission (it is ``scheduled`` until then), unless replaced in turn."""
 
-    key: str = Field(min_length=1, max_length=limits.MAX_CONCURRENCY_KEY_CHARS, pattern=r"^[^\x00-\x1f\x7f]+$")
+    key: str = Field(
+        min_length=1, max_length=limits.MAX_CONCURRENCY_KEY_CHARS, pattern=r"^[^\x00-\x1f\x7f]+$"
+    )
     period_ms: int = Field(ge=1, le=limits.MAX_DEBOUNCE_MS)
 
 
