@@ -129,6 +129,13 @@ async def submit_many(
                 answered.append(([(i, prep)], list(verdict(holder, tenant, prep.digest))))
             else:
                 go.append((i, prep))
+        if any(prep.run.rate is not None for _, prep in go):
+            started = await p.starts(tenant, [prep for _, prep in go])
+            for (i, _), got in zip(go, started, strict=True):
+                if isinstance(got, SubmissionError):
+                    got.field, got.message = f"runs.{i}.{got.field}", f"runs.{i}: {got.message}"
+                    out[i] = got
+            go = [(i, got) for (i, _), got in zip(go, started, strict=True) if isinstance(got, Prepared)]
         if go:
             await sender.send(
                 part, [p for _, p in go], webhook, [offset + i for i, _ in go] if batch_id else ()

@@ -43,7 +43,7 @@ class ChunkSender:
             [p.run_id, p.digest, p.session_id, p.run.webhook or "", "1" if p.run.auto_create_session else "",
              p.run.multitask_strategy or "enqueue", p.run.agent, meta_terms(p.run.metadata), p.client_id,
              p.client_session, str(items[n]) if items else "", *p.lane_args, p.trace,
-             *p.conc_args]
+             *p.key_args]
             for n, p in enumerate(chunk)
         ]  # fmt: skip
         return [self.tenant, self.batch_id, batch_webhook, orjson.dumps(spec), *(p.body for p in chunk)]

@@ -54,6 +54,7 @@ class Prepared:
     priority: int = limits.DEFAULT_PRIORITY  # its lane: RunInput.priority capped by the tenant's quota
     trace: str = ""  # the submitter's trace context (RunField.TRACE), '' = none
     conc_limit: int = 0  # its concurrency key's limit (concurrency_limit), 0 without a key
+    rate_at: int = 0  # when its rate key lets it start (ms; producer.rate_keys), 0 = now
 
     @property
     def home(self) -> str:
@@ -66,18 +67,21 @@ class Prepared:
         return keys.debounce_home(self.run.debounce.key) if self.run.debounce is not None else ""
 
     @property
-    def conc_args(self) -> list[str]:
-        """The submit scripts' concurrency key and limit, debounce key and period arguments ('' = none)."""
-        c, d = self.run.concurrency, self.run.debounce
+    def key_args(self) -> list[str]:
+        """The submit scripts' arguments of the caller's keys ('' = none): concurrency key and limit,
+        debounce key and period, and why it is delayed (its rate key's, when it is)."""
+        c, d, r = self.run.concurrency, self.run.debounce, self.run.rate
         return [
             *(["", ""] if c is None else [c.key, str(self.conc_limit)]),
             *(["", ""] if d is None else [d.key, str(d.period_ms)]),
+            f"rate:{r.key}" if r is not None and self.rate_at else "",
         ]
 
     @property
     def lane_args(self) -> list[str]:
         """The submit scripts' priority and runAt arguments ('' = none)."""
-        return [str(self.priority), "" if self.run.run_at is None else str(self.run.run_at)]
+        at = self.rate_at or self.run.run_at
+        return [str(self.priority), "" if at is None else str(at)]
 
 
 def counted(items: list[str]) -> list[Any]:

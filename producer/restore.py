@@ -246,6 +246,7 @@ class Restorer:
         # the retry takes the original's place in its batch first: one retry per place
         if batch and not await take_place(self.p, o, prep.run.run_id or prep.run_id):
             batch, item = "", None
+        prep = await sub.started(prep, tenant)
         own, args = sub.submit_args(prep, part, tenant, batch, item)
         extra = [orjson.dumps(lineage), seed, len(records), *flat]
         k, a = self.p.scripts.frame(part, [*own, part.tools(prep.run_id)], [*extra, *args])

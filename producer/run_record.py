@@ -68,7 +68,9 @@ class RunRecord:
     usage: Usage | None = None  # so far (the run hash's usage fields); an ended run's equals result.usage
     archived: bool = False  # in the archive: its events are read from there (producer.archived)
     agent: str = ""  # its agent (profile) name
-    waiting_for: str = ""  # why a queued run is not on the queue yet ('concurrency:<key>'), '' = it is
+    # why a queued run is not on the queue yet ('concurrency:<key>') or a scheduled run was delayed
+    # ('rate:<key>'), '' = neither
+    waiting_for: str = ""
 
     @property
     def key(self) -> str:
@@ -93,7 +95,7 @@ class RunRecord:
             d["agent"] = self.agent
         if self.run_at_ms is not None:
             d["runAt"] = self.run_at_ms
-        if self.waiting_for and self.status is RunStatus.QUEUED:
+        if self.waiting_for and self.status in (RunStatus.QUEUED, RunStatus.SCHEDULED):
             d["waitingFor"] = self.waiting_for
         usage = self.usage or (self.result.usage if self.result is not None else None)
         if usage is not None:

@@ -91,7 +91,7 @@ def outcome(run: RunInput, reply: Sequence[Any], run_id: str | None = None) -> S
         raise SubmissionError(
             "concurrency_full",
             f"concurrency.key {key!r} has as many runs waiting as a key may have "
-            "(AGENTMILL_CONCURRENCY_MAX_WAITING); retry once some have started",
+            "(AGENTMILL_KEY_MAX_WAITING); retry once some have started",
             status=429,
             field="concurrency.key",
             retry_after_s=1,

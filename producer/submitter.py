@@ -28,6 +28,7 @@ from producer.prepared import (
     prepare,
     validated,
 )
+from producer.rate_keys import with_starts
 from producer.routing import Parts, run_script
 from producer.scope import Scope, claimed_home, claimed_id, run_id_for_key
 from producer.submission import SubmissionError, Submitted, outcome
@@ -142,9 +143,23 @@ class Submitter:
         if holder is not None:
             reply: Sequence[Any] = verdict(holder, tenant, prep.digest)
         else:
+            prep = await self.started(prep, tenant)
             k, a = self._submit_call(prep, part, tenant, batch_id, item)
             reply = await run_script(self.parts, self.scripts.submit, part, k, a)
         return outcome(prep.run, reply)
+
+    async def started(self, prep: Prepared, tenant: str) -> Prepared:
+        """The run with the start its rate key gives it (producer.rate_keys), or 429 ``rate_full``."""
+        if prep.run.rate is None:
+            return prep
+        got = (await self.starts(tenant, [prep]))[0]
+        if isinstance(got, SubmissionError):
+            raise got
+        return got
+
+    async def starts(self, tenant: str, preps: Sequence[Prepared]) -> list[Prepared | SubmissionError]:
+        """The runs with the starts their rate keys give them (producer.rate_keys.with_starts)."""
+        return await with_starts(self.parts, self.scripts, tenant, self.settings.key_max_waiting, preps)
 
     def sender(self, tenant: str, batch_id: str) -> ChunkSender:
         """Sends a batch's chunks (SUBMIT_MANY), one connection per node (producer.chunk_sender)."""
@@ -204,6 +219,6 @@ class Submitter:
             "" if item is None else str(item),
             *prep.lane_args,
             prep.trace,
-            *prep.conc_args,
+            *prep.key_args,
         ]
         return own, args

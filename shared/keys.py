@@ -50,6 +50,7 @@ __all__ = [
     "provider_requests_key",
     "provider_slots_key",
     "provider_tokens_key",
+    "rate_home",
     "slot_of",
 ]
 
@@ -95,6 +96,11 @@ def conc_suffix(tenant: str, key: str) -> str:
 def conc_home(key: str) -> str:
     """The id a concurrency key's partition is the home of (Layout.home): its runs live there."""
     return f"conc:{key}"
+
+
+def rate_home(key: str) -> str:
+    """The id a rate key's partition is the home of (Layout.home): its starts are counted there."""
+    return f"rate:{key}"
 
 
 def debounce_home(key: str) -> str:
@@ -296,6 +302,11 @@ class Partition:
 
     def conc_waiting(self, tenant: str, key: str) -> str:
         return self.conc_waiting_prefix + conc_suffix(tenant, key)
+
+    def rate_key(self, tenant: str, key: str) -> str:
+        """Zset runId -> the start it was given (ms): a rate key's starts (RunInput.rate; at the key's
+        home, keys.rate_home; rate_slots.lua), within its period and ahead."""
+        return f"{self.base}r:{conc_suffix(tenant, key)}"
 
     def debounce(self, tenant: str, key: str) -> str:
         return self.debounce_prefix + conc_suffix(tenant, key)

@@ -86,7 +86,7 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
     },
     **{
         name: ("clock", name)
-        for name in ("capacity_acquire", "capacity_renew", "capacity_release", "capacity_pause", "admit_rate",
+        for name in ("capacity_acquire", "capacity_renew", "capacity_release", "capacity_pause", "admit_rate", "rate_slots",
                      "budget_reserve", "schedule_rate", "live_tenants")
     },
     **{
@@ -99,7 +99,7 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
 # template's four pieces (dispatch.JOB_TEMPLATE) and the settings the scripts read.
 CONTEXT_EXTRA = (
     "job_a", "job_b", "job_c", "job_d", "maxlen", "retention", "queued_check_ms", "job_expire_ms",
-    "index_max", "batch_delivery", "max_run_crashes", "aging_ms", "archive_on", "usage_ttl", "conc_waiting_max",
+    "index_max", "batch_delivery", "max_run_crashes", "aging_ms", "archive_on", "usage_ttl", "key_waiting_max",
 )  # fmt: skip
 
 
@@ -137,6 +137,7 @@ class Scripts:
     capacity_pause: Script
     admit_tenant: Script
     admit_rate: Script
+    rate_slots: Script
     budget_reserve: Script
     budget_settle: Script
     scaling: Script
@@ -175,7 +176,7 @@ class Scripts:
             "index_max": str(limits.MAX_INDEX_RUNS), "batch_delivery": keys.BATCH_DELIVERY,
             "max_run_crashes": str(s.max_run_crashes), "aging_ms": str(s.priority_aging_ms),
             "archive_on": "1" if s.archive_url else "", "usage_ttl": str(s.usage_retention_days * 86_400),
-            "conc_waiting_max": str(s.concurrency_max_waiting),
+            "key_waiting_max": str(s.key_max_waiting),
         }  # fmt: skip
         self._extra = keys.SEP.join(extra[f] for f in CONTEXT_EXTRA) + keys.SEP
         self._contexts: dict[int, str] = {}

@@ -66,9 +66,10 @@ class TenantQuotaSettings(BaseSettings):
         "costUsdPerDay: the tenant's budget per UTC day, pool-wide; 0 = none; concurrencyLimit: a "
         "concurrency key's limit when a run names none, and the most one may ask)",
     )
-    concurrency_max_waiting: int = Field(
+    key_max_waiting: int = Field(
         default=10_000,
         ge=1,
-        description="most runs waiting for a slot of one concurrency key (`RunInput.concurrency`); a "
-        "submission beyond gets 429 `concurrency_full`",
+        description="most runs waiting on one caller's key: for a slot of a concurrency key "
+        "(`RunInput.concurrency`; beyond, 429 `concurrency_full`), or with a start given by a rate key "
+        "(`RunInput.rate`, the starts within its period and ahead; beyond, 429 `rate_full`)",
     )

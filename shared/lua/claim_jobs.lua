@@ -32,8 +32,9 @@ for i = 1, #due, 2 do
   redis.call('ZREM', SCHEDULED, jid)
   local rid = run_of_job(jid)
   local run = run_key(rid)
-  local h = redis.call('HMGET', run, F.STATUS, F.PRIORITY, F.TENANT, F.CONC_KEY, F.CONC_LIMIT)
+  local h = redis.call('HMGET', run, F.STATUS, F.PRIORITY, F.TENANT, F.CONC_KEY, F.CONC_LIMIT, F.WAITING_FOR)
   if h[1] == S.SCHEDULED then
+    if (h[6] or '') ~= '' then redis.call('HSET', run, F.WAITING_FOR, '') end  -- its rate key's start came
     local p = tonumber(h[2] or '') or DEFAULT_PRIORITY
     local score = queue_score(tonumber(due[i + 1]), p)
     redis.call('HSET', run, F.STATUS, S.QUEUED)

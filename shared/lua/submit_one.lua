@@ -10,7 +10,8 @@
 --    context (F.TRACE: traceparent, a newline, tracestate; absent or '' = none), then its
 --    concurrency key and that key's limit (absent or '' = none; a run with one has no session), then
 --    its debounce key and period ms (absent or '' = none; a run with one has no session nor runAt:
---    it is scheduled a period from now, and replaces the run of the key still waiting to start)
+--    it is scheduled a period from now, and replaces the run of the key still waiting to start),
+--    then why it waits (F.WAITING_FOR: 'rate:<key>' when its rate key delayed its runAt; '' = none)
 -- The listing indexes and the batch of a run just created (A as submit_one's).
 local function index_new(run, A, now, status)
   local t, id, batch = A[4], A[1], A[9] or ''
@@ -58,7 +59,7 @@ local function submit_one(K, A)
   end
   if (A[9] or '') ~= '' and batch_finished(A[4], A[9]) then return {'batch_finished', ''} end
   local conc = A[18 + tonumber(A[11] or '0')] or ''
-  if conc ~= '' and redis.call('ZCARD', conc_waiting_key(A[4], conc)) >= tonumber(ctx().conc_waiting_max) then
+  if conc ~= '' and redis.call('ZCARD', conc_waiting_key(A[4], conc)) >= tonumber(ctx().key_waiting_max) then
     return {'concurrency_full', ''}
   end
   local now = now_ms()
@@ -119,6 +120,7 @@ local function submit_one(K, A)
   if client_id and client_id ~= '' then redis.call('HSET', K[1], F.CLIENT_ID, client_id) end
   local client_session = A[13 + tonumber(A[11] or '0')]
   if client_session and client_session ~= '' then redis.call('HSET', K[1], F.CLIENT_SESSION, client_session) end
+  if (A[22 + nm] or '') ~= '' and status == S.SCHEDULED then redis.call('HSET', K[1], F.WAITING_FOR, A[22 + nm]) end
   local trace = A[17 + tonumber(A[11] or '0')]
   if trace and trace ~= '' then redis.call('HSET', K[1], F.TRACE, trace) end
   if conc ~= '' then

@@ -181,13 +181,13 @@ async def test_the_limit_comes_from_the_run_or_the_tenants_quota(redis: Redis, r
 async def test_a_keys_waiting_line_is_bounded_and_a_session_takes_no_key(
     redis: Redis, redis_url: str
 ) -> None:
-    p = producer_for(redis, redis_url, concurrency_max_waiting=2)
+    p = producer_for(redis, redis_url, key_max_waiting=2)
     for _ in range(3):  # one holds the slot, two wait
         await p.submit(keyed("full", limit=1))
     with pytest.raises(SubmissionError) as exc:
         await p.submit(keyed("full", limit=1))
     assert (exc.value.status, exc.value.code, exc.value.field) == (429, "concurrency_full", "concurrency.key")
-    assert "AGENTMILL_CONCURRENCY_MAX_WAITING" in exc.value.message
+    assert "AGENTMILL_KEY_MAX_WAITING" in exc.value.message
     await p.submit(keyed("another", limit=1))  # other keys are not affected
     with pytest.raises(SubmissionError) as exc:
         await p.submit({**keyed("s"), "sessionId": "ses-1", "autoCreateSession": True})

@@ -27,7 +27,7 @@ from agentmill_client.api import (
     ToolResultsAnswer,
 )
 from agentmill_client.errors import ApiError
-from agentmill_client.inputs import ClientToolResult, ConcurrencyKey, Debounce, RunInput
+from agentmill_client.inputs import ClientToolResult, ConcurrencyKey, Debounce, RateKey, RunInput
 from agentmill_client.messages import Message
 from agentmill_client.outputs import RunEvent, RunResult
 from agentmill_client.schedules import Overlap, ScheduleAnswer, ScheduleInput, SchedulesPage, ScheduleView
@@ -54,6 +54,7 @@ __all__ = [
     "EventsPage",
     "Message",
     "Overlap",
+    "RateKey",
     "RunEvent",
     "RunInput",
     "RunResult",

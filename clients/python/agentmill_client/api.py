@@ -176,7 +176,7 @@ class RunView(Answer):
     waiting_for: str | None = Field(
         default=None,
         description="while queued, why it is not on the queue yet: `concurrency:<key>` waits for a slot "
-        "of its concurrency key",
+        "of its concurrency key; while scheduled, `rate:<key>`: its rate key delayed it to its runAt",
     )
     result: RunResult | None = None
     usage: Usage | None = Field(

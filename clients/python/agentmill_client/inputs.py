@@ -28,6 +28,7 @@ __all__ = [
     "JsonSchemaFormat",
     "LoopLimits",
     "MultitaskStrategy",
+    "RateKey",
     "ResponseFormat",
     "RunInput",
     "ToolPolicy",
@@ -120,6 +121,18 @@ class Debounce(Model):
         min_length=1, max_length=limits.MAX_CONCURRENCY_KEY_CHARS, pattern=r"^[^\x00-\x1f\x7f]+$"
     )
     period_ms: int = Field(ge=1, le=limits.MAX_DEBOUNCE_MS)
+
+
+class RateKey(Model):
+    """``RunInput.rate``: at most ``limit`` runs with this key (within the tenant) start in any
+    ``periodS`` seconds. A run beyond is accepted and delayed, never refused: ``scheduled`` until the
+    next start the key has room for (its view's ``runAt``, and ``waitingFor`` naming the key)."""
+
+    key: str = Field(
+        min_length=1, max_length=limits.MAX_CONCURRENCY_KEY_CHARS, pattern=r"^[^\x00-\x1f\x7f]+$"
+    )
+    limit: int = Field(ge=1, le=limits.MAX_RATE_LIMIT)
+    period_s: int = Field(ge=1, le=limits.MAX_RATE_PERIOD_S)
 
 
 def _local_refs_only(value: Any) -> bool:
@@ -265,6 +278,8 @@ class RunInput(Model):
     concurrency: ConcurrencyKey | None = None
     # Submissions of one debounce key within periodMs of each other: only the last runs (docs/api.md).
     debounce: Debounce | None = None
+    # At most rate.limit runs of rate.key start per rate.periodS; the others are delayed (docs/api.md).
+    rate: RateKey | None = None
 
     @field_validator("run_at", mode="before")
     @classmethod
@@ -293,6 +308,11 @@ class RunInput(Model):
                 raise ValueError("debounce: a run takes a debounce key or a concurrency key, not both")
             if self.run_at is not None:
                 raise ValueError("debounce: the run starts debounce.periodMs after its submission; no runAt")
+        if self.rate is not None:
+            if self.session_id is not None or self.auto_create_session:
+                raise ValueError("rate: a run in a session takes no rate key")
+            if self.run_at is not None or self.debounce is not None:
+                raise ValueError("rate: a rate key decides when the run starts; no runAt nor debounce")
         return self
 
     @field_validator("input_messages")

@@ -21,6 +21,8 @@ __all__ = [
     "MAX_META_VALUE_CHARS",
     "MAX_MS_DIGITS",
     "MAX_PRIORITY",
+    "MAX_RATE_LIMIT",
+    "MAX_RATE_PERIOD_S",
     "MAX_RESTORED_BYTES",
     "MAX_RESULT_MESSAGES",
     "MAX_RESULT_MESSAGES_BYTES",
@@ -106,5 +108,6 @@ SESSION_CALLS_KEPT = (
 MAX_CONCURRENCY_KEY_CHARS = 128  # RunInput.concurrency.key
 MAX_CONCURRENCY_LIMIT = 1_000  # RunInput.concurrency.limit: runs of one key at once
 MAX_DEBOUNCE_MS = 3_600_000  # RunInput.debounce.periodMs
+MAX_RATE_LIMIT, MAX_RATE_PERIOD_S = 100_000, 86_400  # RunInput.rate: starts per period, the period
 MIN_PRIORITY, DEFAULT_PRIORITY, MAX_PRIORITY = 0, 5, 9  # RunInput.priority: higher runs first
 MAX_RUN_AT_MS = 10**14 - 1  # RunInput.runAt (epoch ms, past year 5000): exact in Lua's "%.14g" numbers
