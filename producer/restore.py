@@ -37,7 +37,6 @@ from producer.original import REBUILT_FROM, Original, archived_original, take_pl
 from producer.placement import verdict
 from producer.prepared import checked_messages
 from producer.routing import run_script
-from producer.scope import run_id_for_key
 from producer.submission import SubmissionError, Submitted, outcome
 from shared import checkpoint as checkpoints
 from shared.fields import RunField
@@ -231,7 +230,7 @@ class Restorer:
         client's Idempotency-Key with the route and the original), so it is created once."""
         sub = self.p.submitter
         raw = {k: v for k, v in o.input.items() if k not in _NOT_INHERITED}
-        prep = sub.prepare(raw, tenant, run_id_for_key(tenant, key) if key else "", quota)
+        prep = sub.prepare(raw, tenant, await sub.key_run_id(tenant, key) if key else "", quota)
         seed = origin.to_json() if origin is not None else b""
         flat: list[Any] = []
         for i, r in records.items():

@@ -11,6 +11,7 @@ run's partition, so submitting the same runId twice yields one run.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -35,7 +36,7 @@ from producer.submission import SubmissionError, Submitted, outcome
 from shared import keys
 from shared.profiles import AgentProfile
 from shared.quotas import DEFAULT_TENANT, Quota
-from shared.scripts import Scripts
+from shared.scripts import Scripts, text
 from shared.settings import Settings
 
 __all__ = ["ADMIT_GRACE_MS", "Submitter"]
@@ -148,6 +149,21 @@ class Submitter:
             reply = await run_script(self.parts, self.scripts.submit, part, k, a)
         return outcome(prep.run, reply)
 
+    async def key_run_id(self, tenant: str, key: str) -> str:
+        """The run an Idempotency-Key (``key``: the client's, with what else names the request) names:
+        always the same id without AGENTMILL_IDEMPOTENCY_TTL_S (the key replays while that run is
+        kept); with it, the id its record names, else a new one, recorded for the window (one round
+        trip to the record's partition, idempotency_claim.lua)."""
+        named = run_id_for_key(tenant, key)
+        ttl = self.settings.idempotency_ttl_s
+        if ttl is None:
+            return named
+        home = self.layout.home(named)
+        offered = run_id_for_key(tenant, f"{key}\0{uuid.uuid4().hex}")
+        reply = await run_script(self.parts, self.scripts.idempotency_claim, home, [home.idempotency(named)],
+                                 [offered, ttl])  # fmt: skip
+        return text(reply)
+
     async def started(self, prep: Prepared, tenant: str) -> Prepared:
         """The run with the start its rate key gives it (producer.rate_keys), or 429 ``rate_full``."""
         if prep.run.rate is None:
@@ -179,7 +195,11 @@ class Submitter:
         """One run: prepared, placed, admitted (its pointer claimed meanwhile when its id was chosen:
         a generated id needs none) and sent; ``trace``: the submitter's trace context."""
         prep = self.prepare(
-            raw, tenant, run_id_for_key(tenant, idempotency_key) if idempotency_key else "", quota, trace
+            raw,
+            tenant,
+            await self.key_run_id(tenant, idempotency_key) if idempotency_key else "",
+            quota,
+            trace,
         )
         part = self.place(prep.run_id, prep.home)
         chosen = self.layout.count > 1 and (claimed_id(raw) is not None or bool(idempotency_key))

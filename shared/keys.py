@@ -303,6 +303,11 @@ class Partition:
     def conc_waiting(self, tenant: str, key: str) -> str:
         return self.conc_waiting_prefix + conc_suffix(tenant, key)
 
+    def idempotency(self, key_run_id: str) -> str:
+        """String: the run an Idempotency-Key names within its window (AGENTMILL_IDEMPOTENCY_TTL_S;
+        idempotency_claim.lua), at the home of the id the key names without one (``key_run_id``)."""
+        return f"{self.base}idem:{key_run_id}"
+
     def rate_key(self, tenant: str, key: str) -> str:
         """Zset runId -> the start it was given (ms): a rate key's starts (RunInput.rate; at the key's
         home, keys.rate_home; rate_slots.lua), within its period and ahead."""

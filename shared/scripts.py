@@ -87,6 +87,7 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
     **{
         name: ("clock", name)
         for name in ("capacity_acquire", "capacity_renew", "capacity_release", "capacity_pause", "admit_rate", "rate_slots",
+                     "idempotency_claim",
                      "budget_reserve", "schedule_rate", "live_tenants")
     },
     **{
@@ -138,6 +139,7 @@ class Scripts:
     admit_tenant: Script
     admit_rate: Script
     rate_slots: Script
+    idempotency_claim: Script
     budget_reserve: Script
     budget_settle: Script
     scaling: Script
