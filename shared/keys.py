@@ -48,8 +48,10 @@ __all__ = [
     "partition_tag",
     "provider_pause_key",
     "provider_requests_key",
+    "provider_seen_key",
     "provider_slots_key",
     "provider_tokens_key",
+    "provider_waiting_key",
     "rate_home",
     "slot_of",
 ]
@@ -440,6 +442,17 @@ def provider_requests_key(endpoint: str) -> str:
 def provider_tokens_key(endpoint: str) -> str:
     """Zset "holder:tokens" -> start (ms): the tokens of the sliding window (tokensPerMinute)."""
     return f"{PREFIX}:p:{{{endpoint}}}:tokens"
+
+
+def provider_waiting_key(endpoint: str) -> str:
+    """Zset holder -> its place: the calls waiting for the endpoint's capacity, served in this
+    order (capacity_acquire.lua: when it began waiting less its run's priority times the aging quantum)."""
+    return f"{PREFIX}:p:{{{endpoint}}}:waiting"
+
+
+def provider_seen_key(endpoint: str) -> str:
+    """Zset holder -> when it last asked: a waiter that stopped asking leaves the line."""
+    return f"{PREFIX}:p:{{{endpoint}}}:seen"
 
 
 def provider_pause_key(endpoint: str) -> str:

@@ -185,6 +185,7 @@ class RunDriver:
         self.fx.hints = dict(run_input.runtime_hints or {})
         self.is_child = bool(acq.ancestry)
         self.fx.tenant = acq.tenant
+        self.fx.priority = acq.priority
         self.records.update(acq.tool_records)
         resumed = acq.checkpoint is not None
         now = self.clock.now_ms()

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from agentmill_client.limits import DEFAULT_PRIORITY
 from shared.profiles import AgentProfile
 from shared.tool_records import ToolRecord
 from worker.machine import Event, RunState, ToolFinished
@@ -52,7 +53,9 @@ Posted = Event | FlushDeltas | ToolRecorded
 class EffectContext:
     """One per run, built by its driver: what every effect of the run may use."""
 
-    __slots__ = ("clock", "hints", "host", "out", "ports", "post", "records", "run_id", "settle", "tenant")
+    __slots__ = (
+        "clock", "hints", "host", "out", "ports", "post", "priority", "records", "run_id", "settle", "tenant",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -72,6 +75,7 @@ class EffectContext:
         self.hints: dict[str, Any] = {}  # the run's runtime hints, set once its input is read
         self.post = post  # the run's inbox
         self.tenant = ""  # the run's tenant ('' = the default tenant), set once it is acquired
+        self.priority = DEFAULT_PRIORITY  # the run's, as capped at submission, set once it is acquired
         self.settle: Settlement | None = None  # a model call's budget settlement for the next step's commit
 
     def now_ms(self) -> int:
