@@ -101,7 +101,7 @@ async def test_a_runs_priority_orders_its_calls_at_the_limiter(
     redis: Redis, redis_url: str, tmp_path: Path
 ) -> None:
     n = 60
-    fake = FakeOpenAI([Reply(text="low", pieces=2, chunk_delay_s=0.05) for _ in range(n + 1)])
+    fake = FakeOpenAI([Reply(text="low", pieces=2, chunk_delay_s=0.03) for _ in range(n + 1)])
     async with fake:
         path = tmp_path / "profiles.json"
         path.write_bytes(orjson.dumps({"profiles": [{"name": "lim", "provider": {
