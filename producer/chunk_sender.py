@@ -42,7 +42,8 @@ class ChunkSender:
         spec = [
             [p.run_id, p.digest, p.session_id, p.run.webhook or "", "1" if p.run.auto_create_session else "",
              p.run.multitask_strategy or "enqueue", p.run.agent, meta_terms(p.run.metadata), p.client_id,
-             p.client_session, str(items[n]) if items else "", *p.lane_args, p.trace, p.version_arg]
+             p.client_session, str(items[n]) if items else "", *p.lane_args, p.trace,
+             *p.key_args, p.version_arg]
             for n, p in enumerate(chunk)
         ]  # fmt: skip
         return [self.tenant, self.batch_id, batch_webhook, orjson.dumps(spec), *(p.body for p in chunk)]

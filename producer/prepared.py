@@ -15,6 +15,7 @@ from agentmill_client import limits
 from agentmill_client.models import ImagePart, Message, RunInput
 from producer.scope import Scope
 from producer.submission import SubmissionError, reserved_id_error, validation_error
+from shared import keys
 from shared.meta_terms import meta_term, meta_terms
 from shared.netguard_rules import host_refusal
 from shared.profiles import AgentProfile, unpriced_message
@@ -28,6 +29,7 @@ __all__ = [
     "check_agent",
     "check_priced",
     "checked_messages",
+    "concurrency_limit",
     "counted",
     "meta_term",
     "meta_terms",
@@ -52,6 +54,29 @@ class Prepared:
     client_session: str = ""
     priority: int = limits.DEFAULT_PRIORITY  # its lane: RunInput.priority capped by the tenant's quota
     trace: str = ""  # the submitter's trace context (RunField.TRACE), '' = none
+    conc_limit: int = 0  # its concurrency key's limit (concurrency_limit), 0 without a key
+    rate_at: int = 0  # when its rate key lets it start (ms; producer.rate_keys), 0 = now
+
+    @property
+    def home(self) -> str:
+        """The id whose home partition it lives at (producer.placement): its session's key, else its
+        concurrency key's, else its debounce key's, else '' (its own id's)."""
+        if self.session_id:
+            return self.session_id
+        if self.run.concurrency is not None:
+            return keys.conc_home(self.run.concurrency.key)
+        return keys.debounce_home(self.run.debounce.key) if self.run.debounce is not None else ""
+
+    @property
+    def key_args(self) -> list[str]:
+        """The submit scripts' arguments of the caller's keys ('' = none): concurrency key and limit,
+        debounce key and period, and why it is delayed (its rate key's, when it is)."""
+        c, d, r = self.run.concurrency, self.run.debounce, self.run.rate
+        return [
+            *(["", ""] if c is None else [c.key, str(self.conc_limit)]),
+            *(["", ""] if d is None else [d.key, str(d.period_ms)]),
+            f"rate:{r.key}" if r is not None and self.rate_at else "",
+        ]
 
     @property
     def version_arg(self) -> str:
@@ -61,7 +86,8 @@ class Prepared:
     @property
     def lane_args(self) -> list[str]:
         """The submit scripts' priority and runAt arguments ('' = none)."""
-        return [str(self.priority), "" if self.run.run_at is None else str(self.run.run_at)]
+        at = self.rate_at or self.run.run_at
+        return [str(self.priority), "" if at is None else str(at)]
 
 
 def counted(items: list[str]) -> list[Any]:
@@ -101,6 +127,24 @@ def check_agent(run: RunInput, profiles: dict[str, AgentProfile] | None) -> None
             raise SubmissionError("client_tool_not_allowed", problem, field=problem.split(":", 1)[0])
 
 
+def concurrency_limit(run: RunInput, quota: Quota | None) -> int:
+    """The limit of the run's concurrency key: its own, lowered to its tenant's concurrencyLimit,
+    else that one; 0 without a key. 422 naming the field when neither gives one."""
+    if run.concurrency is None:
+        return 0
+    cap = quota.concurrency_limit if quota is not None else 0
+    asked = run.concurrency.limit
+    if asked is None:
+        if cap == 0:
+            raise SubmissionError(
+                "invalid_input",
+                "concurrency.limit: required (the tenant's quota gives no concurrencyLimit)",
+                field="concurrency.limit",
+            )
+        return cap
+    return min(asked, cap) if cap else asked
+
+
 def check_priced(run: RunInput, profile: AgentProfile, quota: Quota | None) -> None:
     """A cost budget (the run's maxCostUsd, its tenant's costUsdPerDay) on a model with no price
     cannot be kept: 422 ``unpriced_model`` naming it, never a budget that counts the model as free."""
@@ -135,6 +179,7 @@ def prepare(
     default_id: Callable[[RunInput], str],
     max_priority: int = limits.MAX_PRIORITY,
     trace: str = "",
+    conc_limit: int = 0,
 ) -> Prepared:
     """Name a valid input and serialize it once: its runId (else ``default_id(run)``), its session
     (``ses_<runId>`` when it creates one unnamed) and the ids its keys use (``scope``); its stored
@@ -154,7 +199,7 @@ def prepare(
         run.model_copy(update={"run_id": rid, "session_id": sid or None}), key_rid, key_sid, stored.body,
         stored.digest, rid if rid != key_rid else "", sid if sid != key_sid else "",
         min(limits.DEFAULT_PRIORITY if run.priority is None else run.priority, max_priority),
-        trace,
+        trace, conc_limit,
     )  # fmt: skip
 
 

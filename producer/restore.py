@@ -36,7 +36,6 @@ from producer.listing import Catalog, RunFilter
 from producer.original import REBUILT_FROM, Original, archived_original, take_place, trimmed
 from producer.placement import verdict
 from producer.prepared import checked_messages
-from producer.scope import run_id_for_key
 from producer.submission import SubmissionError, Submitted, outcome
 from shared import checkpoint as checkpoints
 from shared.fields import RunField
@@ -238,14 +237,14 @@ class Restorer:
         raw = {k: v for k, v in o.input.items() if k not in _NOT_INHERITED}
         if agent is not None:  # a fork naming another agent: pinned anew
             raw = {**{k: v for k, v in raw.items() if k != "agentVersion"}, "agent": agent}
-        prep = sub.prepare(raw, tenant, run_id_for_key(tenant, key) if key else "",
+        prep = sub.prepare(raw, tenant, await sub.key_run_id(tenant, key) if key else "", quota,
                            choices=await sub.choices(tenant, [raw]))  # fmt: skip
         seed = origin.to_json() if origin is not None else b""
         flat: list[Any] = []
         for i, r in records.items():
             flat += [i, r.to_json()]
         _check_restored(lineage, len(prep.body), len(seed), sum(len(x) for x in flat))
-        part = sub.place(prep.run_id, prep.session_id)
+        part = sub.place(prep.run_id, prep.home)
         chosen = [(prep.run_id, part)] if key and sub.layout.count > 1 else []
         holders = await sub.admit(tenant, {part.index: [prep.run_id]}, quota, chosen)
         if holders and holders[0] is not None:  # created before (the same key, on another partition)
@@ -254,6 +253,7 @@ class Restorer:
         # the retry takes the original's place in its batch first: one retry per place
         if batch and not await take_place(self.p, o, prep.run.run_id or prep.run_id):
             batch, item = "", None
+        prep = await sub.started(prep, tenant)
         own, args = sub.submit_args(prep, part, tenant, batch, item)
         extra = [orjson.dumps(lineage), seed, len(records), *flat]
         k, a = self.p.scripts.framing.frame(part, [*own, part.tools(prep.run_id)], [*extra, *args])

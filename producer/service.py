@@ -49,7 +49,7 @@ F = RunField
 _RUN_FIELDS = [F.STATUS, F.TENANT, F.SESSION_ID, F.CREATED_AT, F.LAST_SEQ, F.RESULT, F.APPROVALS, F.ABORT,
                F.CLIENT_PENDING, F.CLIENT_SESSION, F.LINEAGE, F.RETRIED_BY, F.PARENT_RUN, F.PARENT_CALL,
                F.CHILDREN, F.PRIORITY, F.RUN_AT, F.USAGE_IN, F.USAGE_OUT, F.USAGE_ESTIMATED, F.USAGE_COST, F.USAGE_CACHE_READ, F.USAGE_CACHE_WRITE, F.ARCHIVED, F.AGENT,
-               F.AGENT_VERSION]  # fmt: skip
+               F.AGENT_VERSION, F.WAITING_FOR]  # fmt: skip
 
 
 class Producer:
@@ -231,6 +231,7 @@ class Producer:
             archived=h[F.ARCHIVED] == "1",
             agent=h[F.AGENT] or "",
             agent_version=int(v) if (v := h[F.AGENT_VERSION]) else None,
+            waiting_for=h[F.WAITING_FOR] or "",
         )
 
     async def input_messages(self, rec: RunRecord) -> list[dict[str, Any]] | None:

@@ -89,6 +89,16 @@ def outcome(run: RunInput, reply: Sequence[Any], run_id: str | None = None) -> S
             status=409,
             field="batchId",
         )
+    if verdict == "concurrency_full":
+        key = run.concurrency.key if run.concurrency is not None else ""
+        raise SubmissionError(
+            "concurrency_full",
+            f"concurrency.key {key!r} has as many runs waiting as a key may have "
+            "(AGENTMILL_KEY_MAX_WAITING); retry once some have started",
+            status=429,
+            field="concurrency.key",
+            retry_after_s=1,
+        )
     if verdict == "session_busy":
         active = "another run" if status.startswith(SCOPED_PREFIX) else status  # not its key
         raise SubmissionError(

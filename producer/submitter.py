@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,13 +24,24 @@ from producer.agents import AgentDirectory, Ref
 from producer.audit import Pending
 from producer.chunk_sender import ChunkSender
 from producer.placement import POINTER_EXTRA_S, Holder, claim, generated_id, partition_of, verdict
-from producer.prepared import Prepared, check_agent, check_priced, counted, meta_terms, prepare, validated
+from producer.prepared import (
+    Prepared,
+    check_agent,
+    check_priced,
+    concurrency_limit,
+    counted,
+    meta_terms,
+    prepare,
+    validated,
+)
+from producer.rate_keys import with_starts
 from producer.schemas_ready import schemas_ready
-from producer.scope import Scope, claimed_id, claimed_session, run_id_for_key
+from producer.scope import Scope, claimed_home, claimed_id, run_id_for_key
 from producer.submission import SubmissionError, Submitted, outcome
 from shared import keys
 from shared.profiles import AgentProfile
 from shared.quotas import DEFAULT_TENANT, Quota
+from shared.replies import text
 from shared.script_sending import Parts, run_script
 from shared.scripts import Scripts
 from shared.settings import Settings
@@ -62,7 +74,7 @@ class Submitter:
 
     def generated(self, scope: Scope, raw: RunInput | dict[str, Any]) -> str:
         """A new run id for ``raw`` (placement.generated_id), its keys living at home."""
-        return generated_id(self.layout, lambda r: scope.key(claimed_session(raw, r)), scope.key)
+        return generated_id(self.layout, lambda r: claimed_home(raw, r, scope), scope.key)
 
     def check_batch_size(self, n: int) -> None:
         """The batch limit (AGENTMILL_MAX_BATCH), for the API and the Python API alike: 413 past it."""
@@ -130,11 +142,13 @@ class Submitter:
             ):  # the profile's default, kept with the run
                 run = run.model_copy(update={"store_content": False})
             check_priced(run, profile, quota)
-        return prepare(run, scope, lambda r: default_id or self.generated(scope, r), cap, trace)
+        conc = concurrency_limit(run, quota)
+        return prepare(run, scope, lambda r: default_id or self.generated(scope, r), cap, trace, conc)
 
-    def place(self, run_id: str, session_id: str) -> keys.Partition:
-        """The partition of the run whose keys use ``run_id`` and ``session_id`` (producer.placement)."""
-        return partition_of(self.layout, run_id, session_id)
+    def place(self, run_id: str, home: str) -> keys.Partition:
+        """The partition of the run whose keys use ``run_id`` and that lives at ``home``'s home
+        ('' = its own: Prepared.home, producer.scope.claimed_home; producer.placement)."""
+        return partition_of(self.layout, run_id, home)
 
     async def admit(
         self, tenant: str, placed: Mapping[int, Sequence[str]], quota: Quota | None, claims: Claims = ()
@@ -171,7 +185,7 @@ class Submitter:
         """Submit one prepared run (SUBMIT; ``item``: its item index in the batch ``batch_id``). With
         more than one partition, the run's pointer is claimed first, unless the caller ``looked``
         already and found ``holder``. ``audit``: its audit entry, sent in the same round trip."""
-        part = self.place(prep.run_id, prep.session_id)
+        part = self.place(prep.run_id, prep.home)
         if not looked and self.layout.count > 1:
             holder = (await self.claim([(prep.run_id, part)]))[0]
         if holder is not None:
@@ -188,9 +202,38 @@ class Submitter:
             if any(isinstance(r, Exception) for r in recorded):
                 log.error("audit: submit of %s not recorded: %r", prep.run.run_id, recorded)
         else:
+            prep = await self.started(prep, tenant)
             k, a = self._submit_call(prep, part, tenant, batch_id, item)
             reply = await run_script(self.parts, self.scripts.submit, part, k, a)
         return outcome(prep.run, reply)
+
+    async def key_run_id(self, tenant: str, key: str) -> str:
+        """The run an Idempotency-Key (``key``: the client's, with what else names the request) names:
+        always the same id without AGENTMILL_IDEMPOTENCY_TTL_S (the key replays while that run is
+        kept); with it, the id its record names, else a new one, recorded for the window (one round
+        trip to the record's partition, idempotency_claim.lua)."""
+        named = run_id_for_key(tenant, key)
+        ttl = self.settings.idempotency_ttl_s
+        if ttl is None:
+            return named
+        home = self.layout.home(named)
+        offered = run_id_for_key(tenant, f"{key}\0{uuid.uuid4().hex}")
+        reply = await run_script(self.parts, self.scripts.idempotency_claim, home, [home.idempotency(named)],
+                                 [offered, ttl])  # fmt: skip
+        return text(reply)
+
+    async def started(self, prep: Prepared, tenant: str) -> Prepared:
+        """The run with the start its rate key gives it (producer.rate_keys), or 429 ``rate_full``."""
+        if prep.run.rate is None:
+            return prep
+        got = (await self.starts(tenant, [prep]))[0]
+        if isinstance(got, SubmissionError):
+            raise got
+        return got
+
+    async def starts(self, tenant: str, preps: Sequence[Prepared]) -> list[Prepared | SubmissionError]:
+        """The runs with the starts their rate keys give them (producer.rate_keys.with_starts)."""
+        return await with_starts(self.parts, self.scripts, tenant, self.settings.key_max_waiting, preps)
 
     def sender(self, tenant: str, batch_id: str) -> ChunkSender:
         """Sends a batch's chunks (SUBMIT_MANY), one connection per node (producer.chunk_sender)."""
@@ -215,12 +258,12 @@ class Submitter:
         prep = self.prepare(
             raw,
             tenant,
-            run_id_for_key(tenant, idempotency_key) if idempotency_key else "",
+            await self.key_run_id(tenant, idempotency_key) if idempotency_key else "",
             quota,
             trace,
             await self.choices(tenant, [raw]),
         )
-        part = self.place(prep.run_id, prep.session_id)
+        part = self.place(prep.run_id, prep.home)
         chosen = self.layout.count > 1 and (claimed_id(raw) is not None or bool(idempotency_key))
         holders = await self.admit(
             tenant, {part.index: [prep.run_id]}, quota, [(prep.run_id, part)] if chosen else ()
@@ -258,6 +301,7 @@ class Submitter:
             "" if item is None else str(item),
             *prep.lane_args,
             prep.trace,
+            *prep.key_args,
             prep.version_arg,
         ]
         return own, args

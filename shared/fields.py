@@ -48,6 +48,11 @@ class RunField(StrEnum):
     PRIORITY = "priority"  # 0-9, higher first (its queue score: shared/lua/prelude.lua queue_score)
     RUN_AT = "runAt"  # ms: when a scheduled run becomes due ('' or absent = at once)
     HELD = "held"  # '1' while the run waits for its session's active run to end
+    # Concurrency keys (RunInput.concurrency): the key ('' = none) and the limit it was submitted with;
+    # why a queued run is not in the queue yet ('concurrency:<key>' while it waits for a slot, '' = none)
+    CONC_KEY = "concKey"
+    CONC_LIMIT = "concLimit"
+    WAITING_FOR = "waitingFor"
     GEN = "gen"  # dispatch number (one arq job each)
     EPOCH = "epoch"  # fencing token, taken by every job start and by every ending from outside
     OWNER = "owner"  # the lease id of the worker running it, '' = none

@@ -39,14 +39,20 @@ __all__ = [
     "WAKE_KEPT",
     "Layout",
     "Partition",
+    "conc_home",
+    "conc_suffix",
+    "debounce_home",
     "endpoint_hash",
     "mcp_listing_key",
     "parse_job_id",
     "partition_tag",
     "provider_pause_key",
     "provider_requests_key",
+    "provider_seen_key",
     "provider_slots_key",
     "provider_tokens_key",
+    "provider_waiting_key",
+    "rate_home",
     "slot_of",
 ]
 
@@ -79,7 +85,29 @@ CONTEXT_FIELDS = (
     "worker_runs",
     "worker_inbox", "worker_lease", "tenant_running", "tenant_held", "index", "batch", "job_key", "job_id", "archive",
     "tenant_active", "usage", "transcript", "gone", "run_cached", "webhook", "job_result", "job_progress",
+    "conc_running", "conc_waiting", "debounce",
 )  # fmt: skip
+
+
+def conc_suffix(tenant: str, key: str) -> str:
+    """What follows a concurrency key's prefixes: the tenant's length (UTF-8 bytes), the tenant and the
+    key, so that no two (tenant, key) pairs meet whatever they hold (prelude.lua conc_suffix spells it the same)."""
+    return f"{len(tenant.encode())}:{tenant}:{key}"
+
+
+def conc_home(key: str) -> str:
+    """The id a concurrency key's partition is the home of (Layout.home): its runs live there."""
+    return f"conc:{key}"
+
+
+def rate_home(key: str) -> str:
+    """The id a rate key's partition is the home of (Layout.home): its starts are counted there."""
+    return f"rate:{key}"
+
+
+def debounce_home(key: str) -> str:
+    """The id a debounce key's partition is the home of (Layout.home): its runs live there."""
+    return f"debounce:{key}"
 
 
 def slot_of(key_or_tag: str) -> int:
@@ -139,6 +167,15 @@ class Partition:
         # zset job id -> its queue score: the tenant's due jobs its running cap holds back, in their
         # queue order; one goes back to the queue, with its score, each time a run of it stops running
         self.tenant_held_prefix = b + "t.held:"
+        # Concurrency keys (RunInput.concurrency), per tenant and key (conc_suffix), on the partition the
+        # key calls home (every run of a key lives there): zset runId -> since when it holds one of the
+        # key's slots (from its release to the queue until it ends); zset runId -> its queue score,
+        # the runs waiting for a slot, in the order they get one
+        self.conc_running_prefix = b + "c.run:"
+        self.conc_waiting_prefix = b + "c.wait:"
+        # Debounce keys (RunInput.debounce), per tenant and key (conc_suffix), at the key's home:
+        # string, the run waiting to start that a later submission of the key replaces
+        self.debounce_prefix = b + "d:"
         self.index_prefix = b + "ix:"  # + tenant:dim:value (index_key)
         self.usage_prefix = b + "usage:"  # + tenant:day (usage_day)
         self.pool_minute_prefix = b + "pool.min:"  # hash: runs started/ended in one minute (pool_minute)
@@ -309,6 +346,25 @@ class Partition:
     def tenant_held(self, tenant: str) -> str:
         return self.tenant_held_prefix + tenant
 
+    def conc_running(self, tenant: str, key: str) -> str:
+        return self.conc_running_prefix + conc_suffix(tenant, key)
+
+    def conc_waiting(self, tenant: str, key: str) -> str:
+        return self.conc_waiting_prefix + conc_suffix(tenant, key)
+
+    def idempotency(self, key_run_id: str) -> str:
+        """String: the run an Idempotency-Key names within its window (AGENTMILL_IDEMPOTENCY_TTL_S;
+        idempotency_claim.lua), at the home of the id the key names without one (``key_run_id``)."""
+        return f"{self.base}idem:{key_run_id}"
+
+    def rate_key(self, tenant: str, key: str) -> str:
+        """Zset runId -> the start it was given (ms): a rate key's starts (RunInput.rate; at the key's
+        home, keys.rate_home; rate_slots.lua), within its period and ahead."""
+        return f"{self.base}r:{conc_suffix(tenant, key)}"
+
+    def debounce(self, tenant: str, key: str) -> str:
+        return self.debounce_prefix + conc_suffix(tenant, key)
+
     def tenant_rate(self, tenant: str) -> str:
         """Hash (tokens, at): the tenant's submission token bucket (at its home partition; admit_rate.lua)."""
         return f"{self.base}t.rate:{tenant}"
@@ -443,6 +499,17 @@ def provider_requests_key(endpoint: str) -> str:
 def provider_tokens_key(endpoint: str) -> str:
     """Zset "holder:tokens" -> start (ms): the tokens of the sliding window (tokensPerMinute)."""
     return f"{PREFIX}:p:{{{endpoint}}}:tokens"
+
+
+def provider_waiting_key(endpoint: str) -> str:
+    """Zset holder -> its place: the calls waiting for the endpoint's capacity, served in this
+    order (capacity_acquire.lua: when it began waiting less its run's priority times the aging quantum)."""
+    return f"{PREFIX}:p:{{{endpoint}}}:waiting"
+
+
+def provider_seen_key(endpoint: str) -> str:
+    """Zset holder -> when it last asked: a waiter that stopped asking leaves the line."""
+    return f"{PREFIX}:p:{{{endpoint}}}:seen"
 
 
 def provider_pause_key(endpoint: str) -> str:

@@ -4,8 +4,9 @@ a full batch, refilled at submitsPerSecond). Defaults come from settings; AGENTM
 (JSON, inline or a file path) overrides them per tenant:
 ``{"tenant-a": {"maxActive": 50, "maxRunning": 10, "submitsPerSecond": 5, "submitBurst": 2000,
 "maxPriority": 5, "maxChildren": 20, "maxDescendants": 100, "tokensPerDay": 2000000, "costUsdPerDay": 25,
-"maxSchedules": 20, "scheduleFiringsPerMinute": 120}}``. 0 means no limit (maxPriority: the highest
-priority its runs get; higher ones are lowered to it, default 9). maxSchedules and
+"maxSchedules": 20, "scheduleFiringsPerMinute": 120, "concurrencyLimit": 2}}``. 0 means no limit
+(maxPriority: the highest priority its runs get; higher ones are lowered to it, default 9;
+concurrencyLimit: a concurrency key's limit when a run names none, and the most a run may ask). maxSchedules and
 scheduleFiringsPerMinute bound a tenant's cron schedules (producer/schedules/): how many it may have,
 and how many runs they make per UTC minute together (a firing beyond is skipped and counted); a
 tenant with more schedules than a lowered maxSchedules has its newest beyond it held.
@@ -67,6 +68,9 @@ class Quota(Model):
     cost_usd_per_day: float = Field(default=0.0, ge=0, allow_inf_nan=False)  # USD per UTC day (priced models)
     max_schedules: int = Field(default=0, ge=0)  # schedules (checked at creation)
     schedule_firings_per_minute: int = Field(default=0, ge=0)  # runs its schedules make per UTC minute
+    # a concurrency key's limit when a run names none, and the most a run may ask (higher is lowered
+    # to it); 0: none (a run with a concurrency key then names its limit)
+    concurrency_limit: int = Field(default=0, ge=0, le=limits.MAX_CONCURRENCY_LIMIT)
     disabled: bool = Field(default=False, strict=True)  # no new runs or schedules (403), its schedules held
 
     @property

@@ -35,7 +35,7 @@ Call = tuple[keys.Partition, list[Any], list[Any]]
 # template's four pieces (dispatch.JOB_TEMPLATE) and the settings the scripts read.
 CONTEXT_EXTRA = (
     "job_a", "job_b", "job_c", "job_d", "maxlen", "retention", "queued_check_ms", "job_expire_ms",
-    "index_max", "batch_delivery", "max_run_crashes", "aging_ms", "archive_on", "usage_ttl",
+    "index_max", "batch_delivery", "max_run_crashes", "aging_ms", "archive_on", "usage_ttl", "key_waiting_max",
 )  # fmt: skip
 
 
@@ -52,6 +52,7 @@ class Framing:
             "index_max": str(limits.MAX_INDEX_RUNS), "batch_delivery": keys.BATCH_DELIVERY,
             "max_run_crashes": str(s.max_run_crashes), "aging_ms": str(s.priority_aging_ms),
             "archive_on": "1" if s.archive_url else "", "usage_ttl": str(s.usage_retention_days * 86_400),
+            "key_waiting_max": str(s.key_max_waiting),
         }  # fmt: skip
         self._extra = keys.SEP.join(extra[f] for f in CONTEXT_EXTRA) + keys.SEP
         self._contexts: dict[int, str] = {}

@@ -93,7 +93,8 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
     **{
         name: ("clock", name)
         for name in ("capacity_acquire", "capacity_renew", "capacity_release", "capacity_pause", "admit_rate",
-                     "budget_reserve", "schedule_rate", "live_tenants", "agent_create", "agent_point")
+                     "rate_slots", "idempotency_claim", "budget_reserve", "schedule_rate", "live_tenants",
+                     "agent_create", "agent_point")
     },
     **{
         name: ("clock", "schedule_due", name)
@@ -137,6 +138,8 @@ class Scripts:
     capacity_pause: Script
     admit_tenant: Script
     admit_rate: Script
+    rate_slots: Script
+    idempotency_claim: Script
     budget_reserve: Script
     budget_settle: Script
     scaling: Script

@@ -202,6 +202,13 @@ class Settings(TenantQuotaSettings, ArchiveSettings, KeySettings, DeletionSettin
         description="streams and results of finished runs expire after this, and a session's history this "
         "long after its latest run ended",
     )
+    idempotency_ttl_s: int | None = Field(
+        default=None,
+        ge=1,
+        description="how long an `Idempotency-Key` (submit, retry, fork) answers with the run it made: "
+        "from its first use; after, the same key makes a new run. Unset: as long as that run is kept "
+        "in Redis (`AGENTMILL_RETENTION_S`, or `AGENTMILL_LIVE_RETENTION_S` after it is archived)",
+    )
 
     # api
     api_host: str = Field(

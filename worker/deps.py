@@ -91,9 +91,9 @@ class Providers:
         self._providers[id(cfg)] = (cfg, p)
         return p
 
-    async def hold(self, cfg: ProviderConfig, tokens: int, on_wait: OnWait) -> Held:
+    async def hold(self, cfg: ProviderConfig, tokens: int, on_wait: OnWait, priority: int) -> Held:
         try:
-            return await self.limiter.hold(cfg, tokens, on_wait)
+            return await self.limiter.hold(cfg, tokens, on_wait, priority)
         except RedisError as exc:
             raise ModelCallError("connection", f"the provider limiter could not reach Redis: {exc}") from None
 
@@ -138,6 +138,7 @@ class WorkerDeps:
         self.limiter = ProviderLimiter(
             self.scripts,
             lease_ms=self.settings.provider_slot_lease_ms,
+            aging_ms=self.settings.priority_aging_ms,
             on_key=None if self.parts.single else self.parts.call_key,
         )
         self.agents = AgentVersions(

@@ -330,7 +330,7 @@ class MemoryModels:
             profile.model_copy(update={"provider": profile.chain[index], "providers": None})
         )
 
-    async def hold(self, cfg: ProviderConfig, tokens: int, on_wait: OnWait) -> Capacity:
+    async def hold(self, cfg: ProviderConfig, tokens: int, on_wait: OnWait, priority: int) -> Capacity:
         self.holds += 1
         return _Unlimited()
 

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from agentmill_client import limits
 from agentmill_client.models import Message, ToolCall, ToolResult, Usage
 from shared.children import ChildSpec, Spawned
 from shared.clock import now_ms
@@ -92,6 +93,9 @@ class Acquired:
     trace: str = ""  # the submitter's trace context as stored (RunField.TRACE), '' = none
     config: bytes | None = None  # the run's configuration when its checkpoints leave it out (RunField.CONFIG)
     transcript: bytes | None = None  # its transcript when they leave that out (keys.Partition.transcript)
+    priority: int = (
+        limits.DEFAULT_PRIORITY
+    )  # as capped at submission (RunField.PRIORITY): its place at a provider's limiter
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,8 +247,9 @@ class ModelPort(Protocol):
         """The provider of the profile's fallback chain at ``index`` (0: the primary)."""
         ...
 
-    async def hold(self, cfg: ProviderConfig, tokens: int, on_wait: OnWait) -> Capacity:
-        """Wait for pool-wide capacity of a limited endpoint (worker/limiter.py)."""
+    async def hold(self, cfg: ProviderConfig, tokens: int, on_wait: OnWait, priority: int) -> Capacity:
+        """Wait for pool-wide capacity of a limited endpoint (worker/limiter.py), in its line at the
+        run's ``priority``."""
         ...
 
     async def pause(self, cfg: ProviderConfig, ms: int) -> None:

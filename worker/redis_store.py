@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from agentmill_client import limits
 from agentmill_client.models import Message, ToolCall, ToolResult
 from shared import children as kids
 from shared.calls import ForgetWorker, Release
@@ -124,6 +125,7 @@ class RedisRunStore:
             trace=text(r[12]) if len(r) > 12 else "",
             config=(r[13] or None) if len(r) > 13 else None,
             transcript=(r[14] or None) if len(r) > 14 else None,
+            priority=int(text(r[15])) if len(r) > 15 and r[15] else limits.DEFAULT_PRIORITY,
         )
 
     async def commit(self, step: CommitStep) -> int:

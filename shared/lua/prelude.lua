@@ -86,6 +86,80 @@ local function job_payload(id, gen, now)
   local c = ctx()
   return c.job_a .. id .. c.job_b .. gen .. c.job_c .. now .. c.job_d
 end
+local TERMINAL = {__TERMINAL__}  -- agentmill_client.statuses.TERMINAL
+local function is_terminal(s)
+  return TERMINAL[s] == true
+end
+-- Concurrency keys (RunInput.concurrency; keys.Partition.conc_running, conc_waiting): every run of
+-- a key lives on the key's home partition, so the key's slots are counted here, in one slot.
+local function conc_suffix(t, k) return #t .. ':' .. t .. ':' .. k end  -- keys.conc_suffix
+local function conc_running_key(t, k) return ctx().conc_running .. conc_suffix(t, k) end
+local function conc_waiting_key(t, k) return ctx().conc_waiting .. conc_suffix(t, k) end
+local function debounce_key(t, k) return ctx().debounce .. conc_suffix(t, k) end
+-- The runs holding a slot of a key (rk: its running set): those that ended or vanished without
+-- letting go (none should) are forgotten, looking at most limit + 50, only when it looks full.
+local function conc_holding(rk, limit)
+  local n = redis.call('ZCARD', rk)
+  if n < limit then return n end
+  for _, id in ipairs(redis.call('ZRANGE', rk, 0, limit + 49)) do
+    local st = redis.call('HGET', run_key(id), F.STATUS)
+    if not st or is_terminal(st) then redis.call('ZREM', rk, id) end
+  end
+  return redis.call('ZCARD', rk)
+end
+-- A run of key k (tenant t) is ready for the queue (submitted, or its runAt reached): true when it
+-- takes one of the key's slots (it holds it until it ends); else it waits in the key's waiting set
+-- at its queue score (``score``), not on the queue and holding no worker, its waitingFor naming the
+-- key, until conc_release gives it a slot.
+local function conc_take(run, id, t, k, limit, score)
+  local rk = conc_running_key(t, k)
+  if conc_holding(rk, limit) < limit then
+    redis.call('ZADD', rk, now_ms(), id)
+    redis.call('EXPIRE', rk, ctx().retention)
+    return true
+  end
+  local wk = conc_waiting_key(t, k)
+  redis.call('ZADD', wk, score, id)
+  redis.call('EXPIRE', wk, ctx().retention)
+  redis.call('HSET', run, F.WAITING_FOR, 'concurrency:' .. k)
+  return false
+end
+-- A run of key k ended: it lets go of its slot (or leaves the waiting set), and the waiting runs,
+-- in their order, take the slots free now (each waiting run's own limit decides: the one asked with
+-- the run), going to the queue at the score they waited with, ahead of later runs. At most 100
+-- looked at a call.
+local function conc_release(t, k, id)
+  local rk, wk = conc_running_key(t, k), conc_waiting_key(t, k)
+  if redis.call('ZREM', rk, id) == 0 then
+    redis.call('ZREM', wk, id)
+    return
+  end
+  local now = now_ms()
+  for _ = 1, 100 do
+    local nxt = redis.call('ZRANGE', wk, 0, 0, 'WITHSCORES')
+    if #nxt == 0 then return end
+    local wid = nxt[1]
+    local run = run_key(wid)
+    local h = redis.call('HMGET', run, F.STATUS, F.CONC_LIMIT, F.GEN, F.PRIORITY)
+    redis.call('ZREM', wk, wid)
+    if h[1] == S.QUEUED then
+      local limit = tonumber(h[2] or '') or 1
+      if conc_holding(rk, limit) >= limit then
+        redis.call('ZADD', wk, nxt[2], wid)
+        return
+      end
+      redis.call('ZADD', rk, now, wid)
+      redis.call('HSET', run, F.WAITING_FOR, '')
+      local jid = job_id(wid, tonumber(h[3] or '1') or 1)
+      local p = tonumber(h[4] or '') or DEFAULT_PRIORITY
+      redis.call('SET', ctx().job_key .. jid, job_payload(wid, tonumber(h[3] or '1') or 1, now), 'PX', ctx().job_expire_ms)
+      redis.call('ZADD', QUEUE, nxt[2], jid)
+      redis.call('HINCRBY', DEPTH, p, 1)
+      redis.call('ZADD', LIVE, now + tonumber(ctx().queued_check_ms), wid)
+      wake()
+    end
+  end
+end
 -- Is this worker lease id's lease unexpired? Its lease key exists (it expires by Redis's clock).
 local function worker_alive(w)
   if not w or w == '' then return false end
@@ -105,10 +179,6 @@ local function request_abort(run_id, reason)
     redis.call('RPUSH', inbox, run_id)
     redis.call('LTRIM', inbox, -10000, -1)
   end
-end
-local TERMINAL = {__TERMINAL__}  -- agentmill_client.statuses.TERMINAL
-local function is_terminal(s)
-  return TERMINAL[s] == true
 end
 -- A tenant's counted runs (maxActive) in its active zset on this partition, after forgetting the
 -- runs that ended (or whose hash never appeared within grace ms): oldest first, at most 200 a call,
@@ -249,8 +319,10 @@ local function track(run, id, old, new, usage)
   old = old or ''
   if old == new then return end
   local h = redis.call('HMGET', run, F.TENANT, F.CREATED_AT, F.BATCH, F.USAGE_IN, F.USAGE_OUT, F.USAGE_ESTIMATED,
-    F.USAGE_COST, F.USAGE_CACHE_READ, F.USAGE_CACHE_WRITE)
+    F.USAGE_COST, F.USAGE_CACHE_READ, F.USAGE_CACHE_WRITE, F.CONC_KEY)
   if not h[1] then return end
+  -- a run that ends lets go of its concurrency key's slot: the next run waiting for it goes
+  if h[10] and h[10] ~= '' and is_terminal(new) and not is_terminal(old) then conc_release(h[1], h[10], id) end
   -- a run that stops running (or leaves the queue unclaimed) frees its tenant's slot at once
   if old ~= '' and new ~= S.RUNNING and redis.call('ZREM', tenant_running_key(h[1]), id) == 1 then
     unhold(h[1], 1)

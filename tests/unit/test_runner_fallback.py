@@ -63,9 +63,9 @@ class Holding(MemoryModels):
         super().__init__(make)
         self.endpoints: list[str | None] = []
 
-    async def hold(self, cfg: ProviderConfig, tokens: int, on_wait: OnWait) -> Capacity:
+    async def hold(self, cfg: ProviderConfig, tokens: int, on_wait: OnWait, priority: int) -> Capacity:
         self.endpoints.append(cfg.base_url)
-        return await super().hold(cfg, tokens, on_wait)
+        return await super().hold(cfg, tokens, on_wait, priority)
 
 
 async def test_each_provider_takes_capacity_on_its_own_endpoint() -> None:

@@ -190,6 +190,7 @@ class RunDriver:
         self.fx.tenant = acq.tenant
         agent = await opening.agent_of(self.host, acq.tenant, run_input)  # a tenant's agent's version
         self.fx.agent = agent if not isinstance(agent, str) else None
+        self.fx.priority = acq.priority
         self.records.update(acq.tool_records)
         resumed = acq.checkpoint is not None
         now = self.clock.now_ms()

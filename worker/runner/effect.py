@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from agentmill_client.limits import DEFAULT_PRIORITY
 from shared.profiles import AgentProfile
 from shared.tool_records import ToolRecord
 from worker.machine import Event, RunState, ToolFinished
@@ -53,7 +54,8 @@ class EffectContext:
     """One per run, built by its driver: what every effect of the run may use."""
 
     __slots__ = (
-        "agent", "clock", "hints", "host", "out", "ports", "post", "records", "run_id", "settle", "tenant",
+        "agent", "clock", "hints", "host", "out", "ports", "post", "priority", "records", "run_id", "settle",
+        "tenant",
     )  # fmt: skip
 
     def __init__(
@@ -76,6 +78,7 @@ class EffectContext:
         self.tenant = ""  # the run's tenant ('' = the default tenant), set once it is acquired
         # the version of the tenant's agent it runs, set once it is acquired (None: a file profile)
         self.agent: AgentProfile | None = None
+        self.priority = DEFAULT_PRIORITY  # the run's, as capped at submission, set once it is acquired
         self.settle: Settlement | None = None  # a model call's budget settlement for the next step's commit
 
     def now_ms(self) -> int:

@@ -296,7 +296,9 @@ async def _capacity(cx: EffectContext, pcfg: ProviderConfig, req: ModelRequest) 
         cx.out.emit(notices.capacity_wait(req, reason, hint_ms))
         await cx.out.publish_now()
 
-    held = await cx.ports.models.hold(pcfg, policy.request_tokens(req.messages, pcfg.max_tokens), on_wait)
+    held = await cx.ports.models.hold(
+        pcfg, policy.request_tokens(req.messages, pcfg.max_tokens), on_wait, cx.priority
+    )
     if pcfg.max_concurrent or pcfg.requests_per_minute or pcfg.tokens_per_minute:
         obs.capacity_waited(cx.clock.monotonic() - t0)
     return held

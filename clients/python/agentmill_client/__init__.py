@@ -28,7 +28,7 @@ from agentmill_client.api import (
     ToolResultsAnswer,
 )
 from agentmill_client.errors import ApiError
-from agentmill_client.inputs import ClientToolResult, RunInput
+from agentmill_client.inputs import ClientToolResult, ConcurrencyKey, Debounce, RateKey, RunInput
 from agentmill_client.messages import Message
 from agentmill_client.outputs import RunEvent, RunResult
 from agentmill_client.schedules import Overlap, ScheduleAnswer, ScheduleInput, SchedulesPage, ScheduleView
@@ -53,9 +53,12 @@ __all__ = [
     "BatchView",
     "Client",
     "ClientToolResult",
+    "ConcurrencyKey",
+    "Debounce",
     "EventsPage",
     "Message",
     "Overlap",
+    "RateKey",
     "RunEvent",
     "RunInput",
     "RunResult",

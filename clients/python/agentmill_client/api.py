@@ -180,6 +180,11 @@ class RunView(Answer):
     run_at: int | None = Field(
         default=None, description="when it was asked to start (epoch ms); status scheduled until then"
     )
+    waiting_for: str | None = Field(
+        default=None,
+        description="while queued, why it is not on the queue yet: `concurrency:<key>` waits for a slot "
+        "of its concurrency key; while scheduled, `rate:<key>`: its rate key delayed it to its runAt",
+    )
     result: RunResult | None = None
     usage: Usage | None = Field(
         default=None, description="its usage so far, while it runs too (after an ending: result.usage)"

@@ -23,9 +23,12 @@ __all__ = [
     "Budget",
     "ClientTool",
     "ClientToolResult",
+    "ConcurrencyKey",
+    "Debounce",
     "JsonSchemaFormat",
     "LoopLimits",
     "MultitaskStrategy",
+    "RateKey",
     "ResponseFormat",
     "RunInput",
     "ToolPolicy",
@@ -84,6 +87,43 @@ class Budget(Model):
 
     max_tokens: int | None = Field(default=None, ge=1, le=10**12)
     max_cost_usd: float | None = Field(default=None, gt=0, le=1e9, allow_inf_nan=False)
+
+
+class ConcurrencyKey(Model):
+    """``RunInput.concurrency``: at most ``limit`` runs with this key (within the tenant) hold a slot
+    at once, pool-wide, from their release to the queue until they end (parked ones included). The
+    others stay ``queued`` without a worker, their view's ``waitingFor`` naming the key, and are
+    released in queue order (priority, then submission) as slots free up. ``limit`` may be left out
+    when the tenant's quota gives one (concurrencyLimit: the default, and the most a run may ask)."""
+
+    key: str = Field(
+        min_length=1, max_length=limits.MAX_CONCURRENCY_KEY_CHARS, pattern=r"^[^\x00-\x1f\x7f]+$"
+    )
+    limit: int | None = Field(default=None, ge=1, le=limits.MAX_CONCURRENCY_LIMIT)
+
+
+class Debounce(Model):
+    """``RunInput.debounce``: a run submitted with this key (within the tenant) while an earlier run
+    of the key waits to start replaces it: the earlier one ends ``aborted`` with
+    ``lastError.code = "superseded"`` (its id stays readable), and this one starts ``periodMs``
+    after its own submission (it is ``scheduled`` until then), unless replaced in turn."""
+
+    key: str = Field(
+        min_length=1, max_length=limits.MAX_CONCURRENCY_KEY_CHARS, pattern=r"^[^\x00-\x1f\x7f]+$"
+    )
+    period_ms: int = Field(ge=1, le=limits.MAX_DEBOUNCE_MS)
+
+
+class RateKey(Model):
+    """``RunInput.rate``: at most ``limit`` runs with this key (within the tenant) start in any
+    ``periodS`` seconds. A run beyond is accepted and delayed, never refused: ``scheduled`` until the
+    next start the key has room for (its view's ``runAt``, and ``waitingFor`` naming the key)."""
+
+    key: str = Field(
+        min_length=1, max_length=limits.MAX_CONCURRENCY_KEY_CHARS, pattern=r"^[^\x00-\x1f\x7f]+$"
+    )
+    limit: int = Field(ge=1, le=limits.MAX_RATE_LIMIT)
+    period_s: int = Field(ge=1, le=limits.MAX_RATE_PERIOD_S)
 
 
 def _local_refs_only(value: Any) -> bool:
@@ -227,6 +267,12 @@ class RunInput(Model):
     # content (marked contentRedacted; usage and timings kept) and its transcript is dropped.
     # None: its agent profile's storeContent (true unless the profile says otherwise).
     store_content: bool | None = None
+    # At most concurrency.limit runs of concurrency.key at once; the others wait queued (docs/api.md).
+    concurrency: ConcurrencyKey | None = None
+    # Submissions of one debounce key within periodMs of each other: only the last runs (docs/api.md).
+    debounce: Debounce | None = None
+    # At most rate.limit runs of rate.key start per rate.periodS; the others are delayed (docs/api.md).
+    rate: RateKey | None = None
 
     @field_validator("run_at", mode="before")
     @classmethod
@@ -239,6 +285,27 @@ class RunInput(Model):
             raise ValueError(
                 "runAt: a run in a session starts when the session's run before it ends; not both"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _concurrency_alone(self) -> RunInput:
+        if self.concurrency is not None and (self.session_id is not None or self.auto_create_session):
+            raise ValueError(
+                "concurrency: a session runs one run at a time already; a run in a session takes no "
+                "concurrency key"
+            )
+        if self.debounce is not None:
+            if self.session_id is not None or self.auto_create_session:
+                raise ValueError("debounce: a run in a session takes no debounce key")
+            if self.concurrency is not None:
+                raise ValueError("debounce: a run takes a debounce key or a concurrency key, not both")
+            if self.run_at is not None:
+                raise ValueError("debounce: the run starts debounce.periodMs after its submission; no runAt")
+        if self.rate is not None:
+            if self.session_id is not None or self.auto_create_session:
+                raise ValueError("rate: a run in a session takes no rate key")
+            if self.run_at is not None or self.debounce is not None:
+                raise ValueError("rate: a rate key decides when the run starts; no runAt nor debounce")
         return self
 
     @field_validator("input_messages")
