@@ -10,7 +10,7 @@ import orjson
 
 from producer.prepared import Prepared, meta_terms
 from producer.routing import Parts
-from shared import keys
+from shared import keys, payload_crypto
 from shared.scripts import Scripts
 
 __all__ = ["ChunkSender"]
@@ -45,7 +45,13 @@ class ChunkSender:
              p.client_session, str(items[n]) if items else "", *p.lane_args, p.trace, p.version_arg]
             for n, p in enumerate(chunk)
         ]  # fmt: skip
-        return [self.tenant, self.batch_id, batch_webhook, orjson.dumps(spec), *(p.body for p in chunk)]
+        return [
+            self.tenant,
+            self.batch_id,
+            batch_webhook,
+            orjson.dumps(spec),
+            *map(payload_crypto.active().seal_json, (p.body for p in chunk)),
+        ]
 
     async def send(
         self, part: keys.Partition, chunk: list[Prepared], batch_webhook: str, items: Sequence[int] = ()

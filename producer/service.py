@@ -29,7 +29,7 @@ from producer.scope import Scope
 from producer.sessions import SessionReads
 from producer.submission import SubmissionError, Submitted
 from producer.submitter import Submitter
-from shared import keys
+from shared import keys, payload_crypto
 from shared.archive.store import ArchiveStore
 from shared.children import child_runs
 from shared.events import decode_entry, stream_id
@@ -184,10 +184,10 @@ class Producer:
             return None
         run_id, part, h = found
         status = RunStatus(h[F.STATUS] or RunStatus.QUEUED.value)
-        result = RunResult.model_validate_json(raw) if (raw := h[F.RESULT]) else None
+        result = RunResult.model_validate(payload_crypto.loads(raw)) if (raw := h[F.RESULT]) else None
         pending: list[dict[str, Any]] = []
         if status == RunStatus.AWAITING_HUMAN and (approvals := h[F.APPROVALS]):
-            for call_id, entry in orjson.loads(approvals).items():
+            for call_id, entry in payload_crypto.loads(approvals).items():
                 if entry.get("decision") == "pending":
                     pending.append(
                         {
@@ -204,7 +204,11 @@ class Producer:
                 return list(await c.hmget(part.tools(run_id), [c_["toolCallId"] for c_ in calls]))  # type: ignore[misc]
 
             recs = await self.parts.call(part, tools)
-            calls = [c for c, r in zip(calls, recs, strict=True) if r and not ToolRecord.from_json(r).done]
+            calls = [
+                c
+                for c, r in zip(calls, recs, strict=True)
+                if r and not ToolRecord.from_json(payload_crypto.open_bytes(r)).done
+            ]
         return RunRecord(
             run_id=run_id,
             status=status,
@@ -243,7 +247,7 @@ class Producer:
         raw = await self.parts.call(part, read)
         if not raw:
             return None
-        messages = orjson.loads(raw).get("inputMessages")
+        messages = payload_crypto.loads(raw).get("inputMessages")
         return messages if isinstance(messages, list) else None
 
     async def children(self, rec: RunRecord) -> list[dict[str, str]]:
@@ -357,8 +361,9 @@ class Producer:
         if part is None:
             return "unknown_run", "", []
         args: list[Any] = [run_id, tenant or "", len(results)]
+        codec = payload_crypto.active()  # a client's results are stored sealed as a worker's are
         for r in results:
-            args += [r.tool_call_id, r.content, "1" if r.is_error else ""]
+            args += [r.tool_call_id, codec.seal_str(r.content), "1" if r.is_error else ""]
         k, a = self.scripts.frame(part, [part.run(run_id), part.tools(run_id)], args)
         reply = await run_script(self.parts, self.scripts.tool_results, part, k, a)
         verdict = text(reply[0])

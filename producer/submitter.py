@@ -28,7 +28,7 @@ from producer.routing import Parts, run_script
 from producer.schemas_ready import schemas_ready
 from producer.scope import Scope, claimed_id, claimed_session, run_id_for_key
 from producer.submission import SubmissionError, Submitted, outcome
-from shared import keys
+from shared import keys, payload_crypto
 from shared.profiles import AgentProfile
 from shared.quotas import DEFAULT_TENANT, Quota
 from shared.scripts import Scripts
@@ -243,7 +243,7 @@ class Submitter:
                part.session_runs(sid)]  # fmt: skip
         args: list[Any] = [
             rid,
-            prep.body,
+            payload_crypto.active().seal_json(prep.body),  # stored sealed (shared/payload_crypto.py)
             prep.digest,
             tenant,
             sid,

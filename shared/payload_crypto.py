@@ -1,0 +1,234 @@
+"""Payload encryption at rest (``AGENTMILL_DATA_KEYS``): the one codec every store boundary calls.
+
+The stored payloads are JSON that Lua scripts also read (a tool record's ``state``, an approval's
+``decision``, an input's ``storeContent``, the ids and names a session or a redaction keeps), so the
+codec seals JSON *leaves*: every string value becomes ``enc1:<key id>:<base64url(nonce | AES-GCM
+ciphertext and tag)>`` except the strings under the keys of ``PLAIN`` (ids, names, statuses, kinds,
+roles, codes: what the scripts and the listings read) and everything under ``metadata`` (what a
+listing filters on and a deletion by metadata matches). Numbers and booleans (usage, timings, counts,
+flags) and the object keys stay as they are. The result is still JSON of the same shape, so every
+script that parses it works unchanged; the sealed strings cannot be told from nothing else: JSON
+never begins with ``enc1:``, and a plaintext string that matches ``SEALED`` exactly is the one
+ambiguity (docs/operations.md).
+
+Keys: ``k2:BASE64,k1:BASE64`` (each 32 bytes, standard or URL-safe base64), the first the current
+one; or ``@/path/to/file`` naming a file that holds the same text (commas or newlines). New writes
+use the current key; any listed key opens what it sealed; a string sealed with a key no longer listed
+raises ``DataKeyError`` naming the key (the reader answers a clear error, not a crash).
+
+Without keys the codec seals nothing, and opening costs one substring test on data that holds no
+sealed string.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+__all__ = [
+    "PLAIN",
+    "Codec",
+    "DataKeyError",
+    "active",
+    "install",
+    "loads",
+    "open_bytes",
+    "parse_keys",
+]
+
+MAGIC = "enc1:"
+_MAGIC_B = MAGIC.encode()
+KEY_ID = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
+# a sealed string: the magic, a key id, the nonce (12 bytes) + tag (16) + ciphertext, base64url unpadded
+SEALED = re.compile(r"^enc1:([A-Za-z0-9_-]{1,32}):([A-Za-z0-9_-]{38,})$")
+
+# Strings under these keys stay plaintext: what Lua scripts, listings and redaction read.
+PLAIN = frozenset({
+    "id", "runId", "sessionId", "toolCallId", "providerCallId", "childRunId", "parentRunId", "streamKey",
+    "name", "state", "decision", "status", "kind", "type", "role", "code", "errorCode", "model", "provider",
+    "finishReason", "stopReason", "strategy", "multitaskStrategy", "agent", "tenant", "clientId", "scope",
+    "actor",
+})  # fmt: skip
+KEPT_TREES = frozenset({"metadata"})  # whole subtrees kept plaintext
+
+
+class DataKeyError(ValueError):
+    """Data sealed with a key that is not listed (removed), or that does not open with it."""
+
+
+def parse_keys(spec: str) -> tuple[str, dict[str, bytes]]:
+    """``kid:BASE64,kid:BASE64`` (first current) or ``@path`` of a file holding it: (current id, keys).
+    Raises ValueError with what is wrong."""
+    text = spec.strip()
+    if text.startswith("@"):
+        try:
+            text = Path(text[1:]).read_text()
+        except OSError as exc:
+            raise ValueError(f"data keys file {text[1:]!r}: {exc.strerror}") from None
+    keys: dict[str, bytes] = {}
+    current = ""
+    for item in (p.strip() for p in re.split(r"[,\n]", text)):
+        if not item or item.startswith("#"):
+            continue
+        kid, sep, b64 = item.partition(":")
+        if not sep or not KEY_ID.match(kid):
+            raise ValueError(
+                f"a data key is KEYID:BASE64 with a key id of [A-Za-z0-9_-]{{1,32}}, not {kid!r}"
+            )
+        try:
+            raw = base64.urlsafe_b64decode(b64.replace("+", "-").replace("/", "_") + "=" * (-len(b64) % 4))
+        except (binascii.Error, ValueError):
+            raise ValueError(f"data key {kid}: not base64") from None
+        if len(raw) != 32:
+            raise ValueError(f"data key {kid}: {len(raw)} bytes; a data key is 32 bytes (256 bits)")
+        if kid in keys:
+            raise ValueError(f"data key {kid} is listed twice")
+        keys[kid] = raw
+        current = current or kid
+    if not keys:
+        raise ValueError("no data key listed")
+    return current, keys
+
+
+def _b64(b: bytes) -> str:
+    return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+
+
+def _unb64(s: str) -> bytes:
+    return base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+
+
+class Codec:
+    """Seals and opens JSON leaves with a key ring. ``Codec()`` (no keys) seals nothing."""
+
+    def __init__(self, current: str = "", keys: dict[str, bytes] | None = None) -> None:
+        self.current = current
+        self._aead = {kid: AESGCM(k) for kid, k in (keys or {}).items()}
+        self.on = bool(current)
+
+    @classmethod
+    def from_spec(cls, spec: str | None) -> Codec:
+        return cls(*parse_keys(spec)) if spec else cls()
+
+    @property
+    def key_ids(self) -> list[str]:
+        return list(self._aead)
+
+    # --- strings ---
+    def seal_str(self, s: str) -> str:
+        if not self.on or SEALED.match(s):
+            return s
+        nonce = os.urandom(12)
+        return (
+            f"{MAGIC}{self.current}:{_b64(nonce + self._aead[self.current].encrypt(nonce, s.encode(), None))}"
+        )
+
+    def open_str(self, s: str) -> str:
+        m = SEALED.match(s) if s.startswith(MAGIC) else None
+        if m is None:
+            return s
+        kid = m.group(1)
+        aead = self._aead.get(kid)
+        if aead is None:
+            raise DataKeyError(f"data sealed with key {kid!r}, which AGENTMILL_DATA_KEYS does not list")
+        blob = _unb64(m.group(2))
+        try:
+            return aead.decrypt(blob[:12], blob[12:], None).decode()
+        except InvalidTag:
+            raise DataKeyError(f"data sealed with key {kid!r} does not open with that key") from None
+
+    # --- JSON values ---
+    def seal(self, v: Any) -> Any:
+        return _walk(v, self.seal_str) if self.on else v
+
+    def open(self, v: Any) -> Any:
+        return _walk(v, self.open_str)
+
+    # --- JSON bytes, as the stores hold them ---
+    def seal_json(self, raw: Any) -> Any:
+        """A JSON document with its leaves sealed; unchanged without keys or when empty."""
+        if not self.on or not raw:
+            return raw
+        return orjson.dumps(_walk(orjson.loads(raw), self.seal_str))
+
+    def open_json(self, raw: Any) -> Any:
+        """JSON bytes (or str, or None) with the leaves opened; unchanged when nothing is sealed."""
+        if not raw or not _sealed_in(raw):
+            return raw
+        return orjson.dumps(_walk(orjson.loads(raw), self.open_str))
+
+    def seal_fragment(self, raw: bytes) -> bytes:
+        """Comma-joined JSON values (a transcript's appended messages, maybe with a leading comma)."""
+        if not self.on or not raw:
+            return raw
+        lead = b"," if raw[:1] == b"," else b""
+        out = orjson.dumps(_walk(orjson.loads(b"[%b]" % raw[len(lead) :]), self.seal_str))
+        return lead + out[1:-1]
+
+    def open_fragment(self, raw: Any) -> Any:
+        if not raw or not _sealed_in(raw):
+            return raw
+        b = raw.encode() if isinstance(raw, str) else raw
+        lead = b"," if b[:1] == b"," else b""
+        return lead + orjson.dumps(_walk(orjson.loads(b"[%b]" % b[len(lead) :]), self.open_str))[1:-1]
+
+    def loads(self, raw: bytes | str) -> Any:
+        """orjson.loads with the leaves opened."""
+        v = orjson.loads(raw)
+        return _walk(v, self.open_str) if _sealed_in(raw) else v
+
+
+def _sealed_in(raw: bytes | str) -> bool:
+    return (_MAGIC_B in raw) if isinstance(raw, bytes) else (MAGIC in raw)
+
+
+def _walk(v: Any, f: Callable[[str], str], plain: bool = False) -> Any:
+    """``v`` with ``f`` applied to each string leaf not under a PLAIN key or a kept tree."""
+    if isinstance(v, str):
+        return v if plain else f(v)
+    if isinstance(v, dict):
+        return {
+            k: (x if k in KEPT_TREES else _walk(x, f, k in PLAIN)) if isinstance(x, (dict, list, str)) else x
+            for k, x in v.items()
+        }
+    if isinstance(v, list):
+        return [_walk(x, f, plain) for x in v]
+    return v
+
+
+_active: Codec | None = None
+
+
+def install(spec: str | None) -> Codec:
+    """The process's codec, from its settings' data keys (a process starting: the API, a worker)."""
+    global _active
+    _active = Codec.from_spec(spec)
+    return _active
+
+
+def active() -> Codec:
+    """The process's codec; the environment's settings when none was installed."""
+    if _active is None:
+        from shared.settings import get_settings
+
+        return install(get_settings().data_keys)
+    return _active
+
+
+def loads(raw: bytes | str) -> Any:
+    """orjson.loads with sealed leaves opened by the process's codec (a read boundary)."""
+    return active().loads(raw)
+
+
+def open_bytes(raw: Any) -> Any:
+    """Stored JSON bytes (or None) with sealed leaves opened by the process's codec."""
+    return active().open_json(raw)
