@@ -21,6 +21,7 @@ import orjson
 from agentmill_client.statuses import TERMINAL
 from producer.listing import STATUSES, ListingError
 from producer.routing import run_many
+from shared import payload_crypto
 from shared.scripts import text
 
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ def result_line(index: int, run_id: str, status: str, raw: str) -> dict[str, Any
     line: dict[str, Any] = {"runId": run_id, "index": index, "status": status}
     if not raw or status not in _TERMINAL:
         return line
-    result = orjson.loads(raw)
+    result = payload_crypto.loads(raw)
     if "output" in result:
         line["output"] = result["output"]
     elif isinstance(msg := result.get("finalAssistantMessage"), dict):

@@ -19,7 +19,7 @@ from agentmill_client.models import EventKind, RunStatus
 from producer.routing import run_script
 from producer.submission import SubmissionError
 from shared import checkpoint as checkpoints
-from shared import keys
+from shared import keys, payload_crypto
 from shared.archive.original import ArchivedOriginal, leave_batch, original
 from shared.fields import RunField
 from shared.scripts import text
@@ -102,10 +102,10 @@ async def archived_original(
     origin = record.get(F.ORIGIN)
     return Original(
         key=a.key_id, shown=run_id, part=part, status=RunStatus(record.get(F.STATUS) or a.status),
-        input=orjson.loads(raw_input), checkpoint=ckpt,
+        input=payload_crypto.loads(raw_input), checkpoint=ckpt,
         last_seq=a.last_seq, batch=record.get(F.BATCH, ""), item=a.item_index,
-        records={i: ToolRecord.from_json(r) for i, r in a.tools.items()},
-        events=[(s, k, orjson.loads(pl)) for s, k, pl in a.events if k in REBUILT_FROM],
+        records={i: ToolRecord.from_json(payload_crypto.open_bytes(r)) for i, r in a.tools.items()},
+        events=[(s, k, payload_crypto.loads(pl)) for s, k, pl in a.events if k in REBUILT_FROM],
         origin=orjson.loads(origin) if origin else None, archived=a, in_redis=bool(h),
     )  # fmt: skip
 

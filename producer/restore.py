@@ -40,6 +40,7 @@ from producer.routing import run_script
 from producer.scope import run_id_for_key
 from producer.submission import SubmissionError, Submitted, outcome
 from shared import checkpoint as checkpoints
+from shared import payload_crypto
 from shared.fields import RunField
 from shared.origin import Origin
 from shared.quotas import Quota
@@ -107,12 +108,12 @@ class Restorer:
         for _, f in entries:
             d = {text(k): v for k, v in f.items()}
             if text(d["kind"]) in REBUILT_FROM:
-                events.append((int(text(d["seq"])), text(d["kind"]), orjson.loads(d["payload"])))
+                events.append((int(text(d["seq"])), text(d["kind"]), payload_crypto.loads(d["payload"])))
         return Original(
-            key=key, shown=run_id, part=part, status=RunStatus(h[F.STATUS]), input=orjson.loads(h[F.INPUT]),
+            key=key, shown=run_id, part=part, status=RunStatus(h[F.STATUS]), input=payload_crypto.loads(h[F.INPUT]),
             checkpoint=checkpoints.load(h[F.CKPT], h[F.CONFIG], got[-1]), last_seq=int(h[F.LAST_SEQ] or 0),
             batch=h[F.BATCH], item=item, events=events, origin=orjson.loads(h[F.ORIGIN]) if h[F.ORIGIN] else None,
-            records={text(k): ToolRecord.from_json(v) for k, v in got[1].items()},
+            records={text(k): ToolRecord.from_json(payload_crypto.open_bytes(v)) for k, v in got[1].items()},
         )  # fmt: skip
 
     async def retry(

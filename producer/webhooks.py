@@ -43,7 +43,7 @@ from producer.batch_shares import merge_batch, read_batch
 from producer.listing import batch_body, batch_delivery_key
 from producer.routing import Parts, as_partitions, run_many
 from producer.scope import Scope
-from shared import backoff, keys
+from shared import backoff, keys, payload_crypto
 from shared.clock import now_ms
 from shared.fields import RunField
 from shared.netguard import BlockedAddressError, ResponseTooLargeError, guarded_client, guarded_request
@@ -237,6 +237,7 @@ class Deliverer:
                     [RunField.WEBHOOK, RunField.RESULT, RunField.CLIENT_ID, RunField.CLIENT_SESSION],
                 )
             )
+            body = payload_crypto.open_bytes(body)  # the receiver gets it as the tenant reads it
             if body and (client_id or client_session):  # kept under its tenant's keys: as its client knows it
                 result = orjson.loads(body)
                 if client_id:

@@ -35,7 +35,7 @@ import orjson
 from agentmill_client import limits
 from agentmill_client.models import RunResult, Usage
 from agentmill_client.statuses import RunStatus
-from shared import keys
+from shared import keys, payload_crypto
 from shared.fields import RunField
 from shared.partitions import Partitions
 from shared.quotas import ACTIVE_GRACE_MS, DEFAULT_TENANT, Quota
@@ -224,8 +224,8 @@ async def deliver(parts: Partitions[Any], scripts: Scripts, part: keys.Partition
     ppart = await parts.locate(parent)
     if ppart is None:
         return "missing"
-    result = RunResult.model_validate_json(raw) if raw else None
-    record = result_record(child_id, call, status, result)
+    result = RunResult.model_validate(payload_crypto.loads(raw)) if raw else None
+    record = payload_crypto.active().seal_json(result_record(child_id, call, status, result))
     k, a = scripts.frame(ppart, [ppart.run(parent), ppart.tools(parent)], [parent, call, child_id, record])
     r = await parts.call(ppart, lambda c: scripts.child_result(keys=k, args=a, client=c))
     return text(r[0])

@@ -23,16 +23,16 @@ sealed string.
 from __future__ import annotations
 
 import base64
-import binascii
 import os
 import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import orjson
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from shared.data_keys import parse_keys
 
 __all__ = [
     "PLAIN",
@@ -47,7 +47,6 @@ __all__ = [
 
 MAGIC = "enc1:"
 _MAGIC_B = MAGIC.encode()
-KEY_ID = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 # a sealed string: the magic, a key id, the nonce (12 bytes) + tag (16) + ciphertext, base64url unpadded
 SEALED = re.compile(r"^enc1:([A-Za-z0-9_-]{1,32}):([A-Za-z0-9_-]{38,})$")
 
@@ -63,40 +62,6 @@ KEPT_TREES = frozenset({"metadata"})  # whole subtrees kept plaintext
 
 class DataKeyError(ValueError):
     """Data sealed with a key that is not listed (removed), or that does not open with it."""
-
-
-def parse_keys(spec: str) -> tuple[str, dict[str, bytes]]:
-    """``kid:BASE64,kid:BASE64`` (first current) or ``@path`` of a file holding it: (current id, keys).
-    Raises ValueError with what is wrong."""
-    text = spec.strip()
-    if text.startswith("@"):
-        try:
-            text = Path(text[1:]).read_text()
-        except OSError as exc:
-            raise ValueError(f"data keys file {text[1:]!r}: {exc.strerror}") from None
-    keys: dict[str, bytes] = {}
-    current = ""
-    for item in (p.strip() for p in re.split(r"[,\n]", text)):
-        if not item or item.startswith("#"):
-            continue
-        kid, sep, b64 = item.partition(":")
-        if not sep or not KEY_ID.match(kid):
-            raise ValueError(
-                f"a data key is KEYID:BASE64 with a key id of [A-Za-z0-9_-]{{1,32}}, not {kid!r}"
-            )
-        try:
-            raw = base64.urlsafe_b64decode(b64.replace("+", "-").replace("/", "_") + "=" * (-len(b64) % 4))
-        except (binascii.Error, ValueError):
-            raise ValueError(f"data key {kid}: not base64") from None
-        if len(raw) != 32:
-            raise ValueError(f"data key {kid}: {len(raw)} bytes; a data key is 32 bytes (256 bits)")
-        if kid in keys:
-            raise ValueError(f"data key {kid} is listed twice")
-        keys[kid] = raw
-        current = current or kid
-    if not keys:
-        raise ValueError("no data key listed")
-    return current, keys
 
 
 def _b64(b: bytes) -> str:

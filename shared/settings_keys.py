@@ -1,12 +1,14 @@
-"""The settings of managed API keys, read tokens, the audit log (docs/operations.md#api-keys) and the
-data keys of encryption at rest:
-the key of their keyed hashes and signatures, and how much audit history Redis keeps. ``Settings``
-(shared/settings.py) holds them with the rest."""
+"""The settings of managed API keys, read tokens and the audit log (docs/operations.md#api-keys): the
+key of their keyed hashes and signatures, and how much audit history Redis keeps; and the data keys of
+encryption at rest (docs/operations.md#encryption-at-rest). ``Settings`` (shared/settings.py) holds
+them with the rest."""
 
 from __future__ import annotations
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from shared.data_keys import parse_keys
 
 __all__ = ["KeySettings"]
 
@@ -44,7 +46,5 @@ class KeySettings(BaseSettings):
     @classmethod
     def _data_keys_parse(cls, value: str | None) -> str | None:
         if value:
-            from shared.payload_crypto import parse_keys
-
             parse_keys(value)  # a ValueError names what is wrong
         return value or None
