@@ -49,6 +49,7 @@ MAGIC = "enc1:"
 _MAGIC_B = MAGIC.encode()
 # a sealed string: the magic, a key id, the nonce (12 bytes) + tag (16) + ciphertext, base64url unpadded
 SEALED = re.compile(r"^enc1:([A-Za-z0-9_-]{1,32}):([A-Za-z0-9_-]{38,})$")
+_TOKEN = re.compile(r"enc1:([A-Za-z0-9_-]{1,32}):[A-Za-z0-9_-]{38,}")  # one inside any text
 
 # Strings under these keys stay plaintext: what Lua scripts, listings and redaction read.
 PLAIN = frozenset({
@@ -145,6 +146,23 @@ class Codec:
         b = raw.encode() if isinstance(raw, str) else raw
         lead = b"," if b[:1] == b"," else b""
         return lead + orjson.dumps(_walk(orjson.loads(b"[%b]" % b[len(lead) :]), self.open_str))[1:-1]
+
+    def reseal_text(self, text: str) -> tuple[str, int]:
+        """Any text (a JSON document, a JSON string holding JSON, a transcript) with every sealed string
+        not under the current key sealed again under it (key rotation), and how many were. The sealed
+        strings are found as tokens: their alphabet needs no escaping in JSON, at any depth."""
+        if not self.on or MAGIC not in text:
+            return text, 0
+        n = 0
+
+        def again(m: re.Match[str]) -> str:
+            nonlocal n
+            if m.group(1) == self.current:
+                return m.group(0)
+            n += 1
+            return self.seal_str(self.open_str(m.group(0)))
+
+        return _TOKEN.sub(again, text), n
 
     def loads(self, raw: bytes | str) -> Any:
         """orjson.loads with the leaves opened."""

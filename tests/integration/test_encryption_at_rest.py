@@ -1,7 +1,8 @@
 """Payload encryption at rest (AGENTMILL_DATA_KEYS) with a real worker, the API and the PostgreSQL
 archive: a marker sent as input and returned as a tool result is in no Redis key and no archive row,
 while the API's reads (the run, its events, its session) serve it; a new current key leaves the old
-runs readable; a key removed from the list makes its runs' content a clear error."""
+runs readable; `agentmill keys rotate-data` seals the archive again under the current key, after which
+it reads without the old one; what Redis still holds under a key removed from the list is a clear error."""
 
 from __future__ import annotations
 
@@ -11,13 +12,17 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from redis.asyncio import Redis
 
+from producer.archived import ArchiveReads
 from shared import payload_crypto
+from shared.archive.store import ArchiveStore
 from tests.integration.api_support import A, api, settings, until_run
 from tests.integration.test_deletion import archive_count, archive_traces, key_of, redis_traces
 from tests.integration.test_store_content import profiles
+from tests.support.cli import cli
 from tests.support.postgres_server import PostgresServer, binaries
 from tests.support.procs import WorkerProc
 from tests.support.waits import until
@@ -92,8 +97,27 @@ async def test_a_marker_is_stored_nowhere_in_plaintext_and_read_back_through_eve
             await until("archived", lambda: archive_count(pg.url, [key_of("r-two")]), 20)
             assert await redis_traces(redis, [MARK]) == [] and await archive_traces(pg.url, [MARK]) == []
             (run_key,) = [k async for k in redis.scan_iter(match=f"*:run:{key_of('r-two')}")]
-            assert b"enc1:k2:" in await redis.hget(run_key, "input")  # type: ignore[misc]
-        # the old key removed: its runs' content is a clear error, the new key's runs still read
+            assert b"enc1:k2:" in await redis.hget(run_key, "result")  # type: ignore[misc]
+        # the archive sealed again under the current key, with progress; a second pass has nothing left
+        out = cli(redis_url, "keys", "rotate-data", "--page", "1", "--json",
+                  env={"AGENTMILL_ARCHIVE_URL": pg.url, "AGENTMILL_DATA_KEYS": f"{k2},{k1}"})  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        assert "rotate-data: 1/2 runs" in out.stderr and "rotate-data: 2/2 runs" in out.stderr, out.stderr
+        assert orjson.loads(out.stdout)["rows"] > 0, out.stdout
+        assert await archive_traces(pg.url, ["enc1:k1:", MARK]) == []
+        again = cli(redis_url, "keys", "rotate-data", "--json",
+                    env={"AGENTMILL_ARCHIVE_URL": pg.url, "AGENTMILL_DATA_KEYS": f"{k2},{k1}"})  # fmt: skip
+        assert orjson.loads(again.stdout)["rows"] == 0, again.stdout
+        # the old key removed: the archive reads under the new key alone (r-one's archived run), while
+        # what Redis still holds under the old key (the live retention) is a clear error
+        payload_crypto.install(k2)
+        reads = ArchiveReads(ArchiveStore(pg.url))
+        try:
+            rec = await reads.record([key_of("r-one")], None)
+            events = await reads.events(key_of("r-one"), after=0, limit=100, label="r-one")
+            assert rec is not None and MARK in str(rec.result) and MARK in str(events)
+        finally:
+            await reads.aclose()
         async with api(s(k2)) as base, httpx.AsyncClient(base_url=base, headers=A, timeout=30) as c:
             assert MARK in await served(c, "r-two")
             r = await c.get("/v1/runs/r-one/events", params={"format": "json"})
