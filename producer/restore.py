@@ -241,10 +241,11 @@ class Restorer:
             raw = {**{k: v for k, v in raw.items() if k != "agentVersion"}, "agent": agent}
         prep = sub.prepare(raw, tenant, run_id_for_key(tenant, key) if key else "",
                            choices=await sub.choices(tenant, [raw]))  # fmt: skip
-        seed = origin.to_json() if origin is not None else b""
+        seal = payload_crypto.active().seal_json  # stored as the worker's writes are
+        seed = seal(origin.to_json()) if origin is not None else b""
         flat: list[Any] = []
         for i, r in records.items():
-            flat += [i, r.to_json()]
+            flat += [i, seal(r.to_json())]
         _check_restored(lineage, len(prep.body), len(seed), sum(len(x) for x in flat))
         part = sub.place(prep.run_id, prep.session_id)
         chosen = [(prep.run_id, part)] if key and sub.layout.count > 1 else []

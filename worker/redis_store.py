@@ -117,7 +117,7 @@ class RedisRunStore:
             approvals=self.codec.loads(r[6]) if r[6] else {},
             tool_records=records,
             restarts=int(text(r[8])),
-            origin=(r[9] or None) if len(r) > 9 else None,
+            origin=(o(r[9]) or None) if len(r) > 9 else None,
             tenant=self.tenant,
             ancestry=r[11] if len(r) > 11 and r[11] else b"",
             trace=text(r[12]) if len(r) > 12 else "",

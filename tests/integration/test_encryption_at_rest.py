@@ -81,8 +81,14 @@ async def test_a_marker_is_stored_nowhere_in_plaintext_and_read_back_through_eve
             assert MARK in await served(c, "r-one")
             session = (await c.get("/v1/sessions/s-enc")).json()
             assert MARK in str(session["history"]), session
+            # a fork starts from the sealed original: its origin and copied records are stored sealed too
+            fork = await c.post("/v1/runs/r-one/fork", json={"atSeq": 3, "inputMessages": [
+                {"role": "user", "content": f"again {MARK}"}]})  # fmt: skip
+            assert fork.status_code in (200, 201, 202), fork.text
+            assert MARK in await served(c, fork.json()["runId"])
             assert await redis_traces(redis, [MARK]) == []
             await until("archived", lambda: archive_count(pg.url, [key_of("r-one")]), 20)
+            await until("archived", lambda: archive_count(pg.url, [key_of(fork.json()["runId"])]), 20)
             assert await archive_traces(pg.url, [MARK]) == []
         w.stop()
         # a new current key: new writes use it, the runs sealed with the old one still read
@@ -102,7 +108,7 @@ async def test_a_marker_is_stored_nowhere_in_plaintext_and_read_back_through_eve
         out = cli(redis_url, "keys", "rotate-data", "--page", "1", "--json",
                   env={"AGENTMILL_ARCHIVE_URL": pg.url, "AGENTMILL_DATA_KEYS": f"{k2},{k1}"})  # fmt: skip
         assert out.returncode == 0, out.stderr
-        assert "rotate-data: 1/2 runs" in out.stderr and "rotate-data: 2/2 runs" in out.stderr, out.stderr
+        assert "rotate-data: 1/3 runs" in out.stderr and "rotate-data: 3/3 runs" in out.stderr, out.stderr
         assert orjson.loads(out.stdout)["rows"] > 0, out.stdout
         assert await archive_traces(pg.url, ["enc1:k1:", MARK]) == []
         again = cli(redis_url, "keys", "rotate-data", "--json",
