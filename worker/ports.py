@@ -92,6 +92,7 @@ class Acquired:
     trace: str = ""  # the submitter's trace context as stored (RunField.TRACE), '' = none
     config: bytes | None = None  # the run's configuration when its checkpoints leave it out (RunField.CONFIG)
     transcript: bytes | None = None  # its transcript when they leave that out (keys.Partition.transcript)
+    unreadable: str = ""  # why its stored data does not open (a data key no longer listed); '' = it does
 
 
 @dataclass(frozen=True, slots=True)

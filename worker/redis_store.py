@@ -105,6 +105,14 @@ class RedisRunStore:
         self.lease_id = worker_id
         self.last_seq = int(text(r[2]) or 0)
         self.tenant = text(r[10]) if len(r) > 10 else ""
+        try:
+            return self._opened(r)
+        except payload_crypto.DataKeyError as exc:  # the run fails with the reason (its driver), not the job
+            return Acquired(self.epoch, self.last_seq, None, b"{}", "", {}, {}, int(text(r[8])), tenant=self.tenant,
+                            unreadable=str(exc))  # fmt: skip
+
+    def _opened(self, r: Any) -> Acquired:
+        """acquire_run.lua's reply with its sealed payloads opened (shared/payload_crypto.py)."""
         flat, o = r[7], self.codec.open_json
         records = {text(flat[i]): ToolRecord.from_json(o(flat[i + 1])) for i in range(0, len(flat), 2)}
         self.attempts = {k: v.attempts for k, v in records.items()}

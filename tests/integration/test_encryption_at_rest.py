@@ -114,6 +114,11 @@ async def test_a_marker_is_stored_nowhere_in_plaintext_and_read_back_through_eve
         again = cli(redis_url, "keys", "rotate-data", "--json",
                     env={"AGENTMILL_ARCHIVE_URL": pg.url, "AGENTMILL_DATA_KEYS": f"{k2},{k1}"})  # fmt: skip
         assert orjson.loads(again.stdout)["rows"] == 0, again.stdout
+        # a run sealed with the old key, queued: a worker that no longer lists it fails the run, clearly
+        w.stop()
+        async with api(s(k1)) as base, httpx.AsyncClient(base_url=base, headers=A, timeout=30) as c:
+            assert (await c.post("/v1/runs", json=run("r-three"))).status_code == 202
+        w = WorkerProc(redis_url, env={**env, "AGENTMILL_DATA_KEYS": k2}, log=tmp_path / "w3.log").start()
         # the old key removed: the archive reads under the new key alone (r-one's archived run), while
         # what Redis still holds under the old key (the live retention) is a clear error
         payload_crypto.install(k2)
@@ -129,6 +134,8 @@ async def test_a_marker_is_stored_nowhere_in_plaintext_and_read_back_through_eve
             r = await c.get("/v1/runs/r-one/events", params={"format": "json"})
             assert r.status_code == 500 and r.json()["error"]["code"] == "data_key_unavailable", r.text
             assert "'k1'" in r.json()["error"]["message"]
+            view = await until_run(c, "r-three", lambda v: v["status"] == "failed", within=30)
+            assert view["result"]["lastError"]["code"] == "data_key_unavailable", view
     finally:
         w.stop()
         pg.stop()
