@@ -13,8 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from agentmill_client.models import EventKind, RunStatus
 from producer.routing import run_script
 from producer.submission import SubmissionError
@@ -106,7 +104,7 @@ async def archived_original(
         last_seq=a.last_seq, batch=record.get(F.BATCH, ""), item=a.item_index,
         records={i: ToolRecord.from_json(payload_crypto.open_bytes(r)) for i, r in a.tools.items()},
         events=[(s, k, payload_crypto.loads(pl)) for s, k, pl in a.events if k in REBUILT_FROM],
-        origin=orjson.loads(origin) if origin else None, archived=a, in_redis=bool(h),
+        origin=payload_crypto.loads(origin) if origin else None, archived=a, in_redis=bool(h),
     )  # fmt: skip
 
 

@@ -112,7 +112,7 @@ class Restorer:
         return Original(
             key=key, shown=run_id, part=part, status=RunStatus(h[F.STATUS]), input=payload_crypto.loads(h[F.INPUT]),
             checkpoint=checkpoints.load(h[F.CKPT], h[F.CONFIG], got[-1]), last_seq=int(h[F.LAST_SEQ] or 0),
-            batch=h[F.BATCH], item=item, events=events, origin=orjson.loads(h[F.ORIGIN]) if h[F.ORIGIN] else None,
+            batch=h[F.BATCH], item=item, events=events, origin=payload_crypto.loads(h[F.ORIGIN]) if h[F.ORIGIN] else None,
             records={text(k): ToolRecord.from_json(payload_crypto.open_bytes(v)) for k, v in got[1].items()},
         )  # fmt: skip
 

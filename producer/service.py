@@ -363,7 +363,7 @@ class Producer:
         args: list[Any] = [run_id, tenant or "", len(results)]
         codec = payload_crypto.active()  # a client's results are stored sealed as a worker's are
         for r in results:
-            args += [r.tool_call_id, codec.seal_str(r.content), "1" if r.is_error else ""]
+            args += [r.tool_call_id, codec.seal_str(r.content, same=True), "1" if r.is_error else ""]
         k, a = self.scripts.frame(part, [part.run(run_id), part.tools(run_id)], args)
         reply = await run_script(self.parts, self.scripts.tool_results, part, k, a)
         verdict = text(reply[0])

@@ -23,6 +23,8 @@ sealed string.
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import os
 import re
 from collections.abc import Callable
@@ -65,10 +67,6 @@ class DataKeyError(ValueError):
     """Data sealed with a key that is not listed (removed), or that does not open with it."""
 
 
-def _b64(b: bytes) -> str:
-    return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
-
-
 def _unb64(s: str) -> bytes:
     return base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
 
@@ -79,6 +77,10 @@ class Codec:
     def __init__(self, current: str = "", keys: dict[str, bytes] | None = None) -> None:
         self.current = current
         self._aead = {kid: AESGCM(k) for kid, k in (keys or {}).items()}
+        # the key of seal_str's deterministic nonces (``same``), derived from the current key
+        self._siv = (
+            hmac.new(keys[current], b"agentmill nonce", hashlib.sha256).digest() if keys and current else b""
+        )
         self.on = bool(current)
 
     @classmethod
@@ -90,25 +92,32 @@ class Codec:
         return list(self._aead)
 
     # --- strings ---
-    def seal_str(self, s: str) -> str:
+    def seal_str(self, s: str, *, same: bool = False) -> str:
+        """``same``: equal strings seal equal (the nonce a keyed hash of the text, under the current key),
+        for a value a script compares as stored (a client's tool result sent again: tool_results.lua)."""
         if not self.on or SEALED.match(s):
             return s
-        nonce = os.urandom(12)
-        return (
-            f"{MAGIC}{self.current}:{_b64(nonce + self._aead[self.current].encrypt(nonce, s.encode(), None))}"
+        return self._sealed(s.encode(), same).decode()
+
+    def _sealed(self, b: bytes, same: bool = False) -> bytes:
+        nonce = hmac.new(self._siv, b, hashlib.sha256).digest()[:12] if same else os.urandom(12)
+        sealed = base64.urlsafe_b64encode(nonce + self._aead[self.current].encrypt(nonce, b, None)).rstrip(
+            b"="
         )
+        return b"%s%s:%s" % (_MAGIC_B, self.current.encode(), sealed)
 
     def open_str(self, s: str) -> str:
         m = SEALED.match(s) if s.startswith(MAGIC) else None
-        if m is None:
-            return s
+        return s if m is None else self._opened(m).decode()
+
+    def _opened(self, m: re.Match[str]) -> bytes:
         kid = m.group(1)
         aead = self._aead.get(kid)
         if aead is None:
             raise DataKeyError(f"data sealed with key {kid!r}, which AGENTMILL_DATA_KEYS does not list")
         blob = _unb64(m.group(2))
         try:
-            return aead.decrypt(blob[:12], blob[12:], None).decode()
+            return aead.decrypt(blob[:12], blob[12:], None)
         except InvalidTag:
             raise DataKeyError(f"data sealed with key {kid!r} does not open with that key") from None
 
@@ -121,15 +130,23 @@ class Codec:
 
     # --- JSON bytes, as the stores hold them ---
     def seal_json(self, raw: Any) -> Any:
-        """A JSON document with its leaves sealed; unchanged without keys or when empty."""
+        """A JSON document with its leaves sealed; unchanged without keys or when empty. What is not
+        JSON (nothing agentmill stores is not) is sealed whole."""
         if not self.on or not raw:
             return raw
-        return orjson.dumps(_walk(orjson.loads(raw), self.seal_str))
+        try:
+            doc = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return self._sealed(raw.encode() if isinstance(raw, str) else raw)
+        return orjson.dumps(_walk(doc, self.seal_str))
 
     def open_json(self, raw: Any) -> Any:
         """JSON bytes (or str, or None) with the leaves opened; unchanged when nothing is sealed."""
         if not raw or not _sealed_in(raw):
             return raw
+        text = raw.decode() if isinstance(raw, bytes) else raw
+        if text.startswith(MAGIC) and (m := SEALED.match(text)):  # sealed whole
+            return self._opened(m)
         return orjson.dumps(_walk(orjson.loads(raw), self.open_str))
 
     def seal_fragment(self, raw: bytes) -> bytes:

@@ -77,3 +77,12 @@ def test_data_keys_are_checked_at_start() -> None:
             parse_keys(bad)
     with pytest.raises(ValueError, match="data key"):
         Settings(data_keys="k1:nope")
+
+
+def test_what_is_not_json_is_sealed_whole_and_a_compared_value_seals_the_same() -> None:
+    c = Codec.from_spec(f"k1:{K1}")
+    sealed = c.seal_json(b"ckpt-" + MARK.encode())
+    assert sealed.startswith(b"enc1:k1:") and MARK.encode() not in sealed
+    assert c.open_json(sealed) == b"ckpt-" + MARK.encode()
+    assert c.seal_str(MARK, same=True) == c.seal_str(MARK, same=True) != c.seal_str(MARK)
+    assert c.open_str(c.seal_str(MARK, same=True)) == MARK
