@@ -35,6 +35,15 @@ TEN_STEPS: list[dict[str, Any]] = [
 SHAPES = {"fig1": [{"text": "hi"}], "ten_steps": TEN_STEPS}
 
 
+async def completed(r: Redis) -> int:
+    """Runs that ended completed (not failed: the figure is of runs that did their ten steps)."""
+    n = 0
+    async for k in r.scan_iter(match="am:*:run:*", count=1000):
+        if await r.type(k) == b"hash" and await r.hget(k, "status") == b"completed":
+            n += 1
+    return n
+
+
 async def measure(out: str, runs: int, rounds: int) -> None:
     keys = f"k1:{base64.b64encode(os.urandom(32)).decode()}"
     b = Bench(argparse.Namespace(poll_delay=0.05))
@@ -47,7 +56,12 @@ async def measure(out: str, runs: int, rounds: int) -> None:
                 for mode in ("off", "on"):
                     payload_crypto.install(keys if mode == "on" else None)  # this process seals the inputs
                     env = {"AGENTMILL_DATA_KEYS": keys} if mode == "on" else {}
-                    got[shape][mode].append(await one(b, r, runs, script, env, False, False))
+                    fig = await one(b, r, runs, script, env, False, False)
+                    fig["completed"] = await completed(r)
+                    assert fig["completed"] == runs, (
+                        f"{shape} {mode}: {fig['completed']} of {runs} runs completed"
+                    )
+                    got[shape][mode].append(fig)
     finally:
         for p in b.procs:
             b.stop(p)
@@ -57,7 +71,7 @@ async def measure(out: str, runs: int, rounds: int) -> None:
     for shape, modes in got.items():
         res[shape] = {
             mode: {k: round(statistics.median(x[k] for x in xs), 3)
-                   for k in ("worker_ms_per_run", "redis_ms_per_run", "runs_s", "load")}
+                   for k in ("worker_ms_per_run", "redis_ms_per_run", "runs_s", "load", "completed")}
             for mode, xs in modes.items()
         }  # fmt: skip
         off, on = res[shape]["off"]["worker_ms_per_run"], res[shape]["on"]["worker_ms_per_run"]
