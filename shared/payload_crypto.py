@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import itertools
 import os
 import re
 from collections.abc import Callable
@@ -82,6 +83,10 @@ class Codec:
             hmac.new(keys[current], b"agentmill nonce", hashlib.sha256).digest() if keys and current else b""
         )
         self.on = bool(current)
+        if self.on:
+            self._seal = self._aead[current].encrypt
+            self._head = b"%s%s:" % (_MAGIC_B, current.encode())
+            self._prefix, self._count = os.urandom(8), itertools.count()
 
     @classmethod
     def from_spec(cls, spec: str | None) -> Codec:
@@ -94,17 +99,22 @@ class Codec:
     # --- strings ---
     def seal_str(self, s: str, *, same: bool = False) -> str:
         """``same``: equal strings seal equal (the nonce a keyed hash of the text, under the current key),
-        for a value a script compares as stored (a client's tool result sent again: tool_results.lua)."""
-        if not self.on or SEALED.match(s):
+        for a value a script compares as stored (a client's tool result sent again: tool_results.lua).
+        An empty string holds nothing: kept as it is."""
+        if not self.on or not s or (s.startswith(MAGIC) and SEALED.match(s)):
             return s
         return self._sealed(s.encode(), same).decode()
 
     def _sealed(self, b: bytes, same: bool = False) -> bytes:
-        nonce = hmac.new(self._siv, b, hashlib.sha256).digest()[:12] if same else os.urandom(12)
-        sealed = base64.urlsafe_b64encode(nonce + self._aead[self.current].encrypt(nonce, b, None)).rstrip(
-            b"="
-        )
-        return b"%s%s:%s" % (_MAGIC_B, self.current.encode(), sealed)
+        if same:
+            nonce = hmac.new(self._siv, b, hashlib.sha256).digest()[:12]
+        else:  # 8 random bytes a process (anew every 2**32 nonces) and a counter: unique, no syscall each
+            n = next(self._count)
+            if n >= 1 << 32:
+                self._prefix, self._count = os.urandom(8), itertools.count(1)
+                n = 0
+            nonce = self._prefix + n.to_bytes(4, "big")
+        return self._head + base64.urlsafe_b64encode(nonce + self._seal(nonce, b, None)).rstrip(b"=")
 
     def open_str(self, s: str) -> str:
         m = SEALED.match(s) if s.startswith(MAGIC) else None
