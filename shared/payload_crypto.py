@@ -202,17 +202,39 @@ def _sealed_in(raw: bytes | str) -> bool:
 
 
 def _walk(v: Any, f: Callable[[str], str], plain: bool = False) -> Any:
-    """``v`` with ``f`` applied to each string leaf not under a PLAIN key or a kept tree."""
-    if isinstance(v, str):
+    """``v`` with ``f`` applied to each string leaf not under a PLAIN key or a kept tree (JSON from
+    orjson: exact types, so ``type(x) is`` tests; the hot path of every sealed commit)."""
+    t = type(v)
+    if t is dict:
+        return _walk_dict(v, f)
+    if t is list:
+        return _walk_list(v, f, plain)
+    if t is str:
         return v if plain else f(v)
-    if isinstance(v, dict):
-        return {
-            k: (x if k in KEPT_TREES else _walk(x, f, k in PLAIN)) if isinstance(x, (dict, list, str)) else x
-            for k, x in v.items()
-        }
-    if isinstance(v, list):
-        return [_walk(x, f, plain) for x in v]
     return v
+
+
+def _walk_dict(d: dict[str, Any], f: Callable[[str], str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, x in d.items():
+        t = type(x)
+        if t is str:
+            out[k] = x if k in PLAIN else f(x)
+        elif t is dict:
+            out[k] = x if k in KEPT_TREES else _walk_dict(x, f)
+        elif t is list:
+            out[k] = x if k in KEPT_TREES else _walk_list(x, f, k in PLAIN)
+        else:
+            out[k] = x
+    return out
+
+
+def _walk_list(xs: list[Any], f: Callable[[str], str], plain: bool) -> list[Any]:
+    return [
+        (x if plain else f(x)) if (t := type(x)) is str else _walk_dict(x, f) if t is dict
+        else _walk_list(x, f, plain) if t is list else x
+        for x in xs
+    ]  # fmt: skip
 
 
 _active: Codec | None = None
