@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-import orjson
 from redis.asyncio import Redis
 
 from agentmill_client import limits
@@ -198,7 +197,7 @@ class Producer:
                     )
         calls: list[dict[str, Any]] = []
         if status == RunStatus.AWAITING_TOOLS and (offered := h[F.CLIENT_PENDING]):
-            calls = orjson.loads(offered)
+            calls = payload_crypto.loads(offered)
 
             async def tools(c: Redis) -> list[Any]:
                 return list(await c.hmget(part.tools(run_id), [c_["toolCallId"] for c_ in calls]))  # type: ignore[misc]
