@@ -20,6 +20,7 @@ import orjson
 
 from agentmill_client.statuses import TERMINAL
 from producer.listing import STATUSES, ListingError
+from shared import payload_crypto
 from shared.calls.results import BatchResults
 from shared.replies import text
 from shared.script_sending import run_many
@@ -98,7 +99,7 @@ def result_line(index: int, run_id: str, status: str, raw: str) -> dict[str, Any
     line: dict[str, Any] = {"runId": run_id, "index": index, "status": status}
     if not raw or status not in _TERMINAL:
         return line
-    result = orjson.loads(raw)
+    result = payload_crypto.loads(raw)
     if "output" in result:
         line["output"] = result["output"]
     elif isinstance(msg := result.get("finalAssistantMessage"), dict):

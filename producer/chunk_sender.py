@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from producer.prepared import Prepared, meta_terms
-from shared import keys
+from shared import keys, payload_crypto
 from shared.script_sending import Parts
 from shared.scripts import Scripts
 
@@ -46,7 +46,13 @@ class ChunkSender:
              *p.key_args, p.version_arg]
             for n, p in enumerate(chunk)
         ]  # fmt: skip
-        return [self.tenant, self.batch_id, batch_webhook, orjson.dumps(spec), *(p.body for p in chunk)]
+        return [
+            self.tenant,
+            self.batch_id,
+            batch_webhook,
+            orjson.dumps(spec),
+            *map(payload_crypto.active().seal_json, (p.body for p in chunk)),
+        ]
 
     async def send(
         self, part: keys.Partition, chunk: list[Prepared], batch_webhook: str, items: Sequence[int] = ()

@@ -38,6 +38,7 @@ from producer.placement import verdict
 from producer.prepared import checked_messages
 from producer.submission import SubmissionError, Submitted, outcome
 from shared import checkpoint as checkpoints
+from shared import payload_crypto
 from shared.fields import RunField
 from shared.origin import Origin
 from shared.quotas import Quota
@@ -106,12 +107,12 @@ class Restorer:
         for _, f in entries:
             d = {text(k): v for k, v in f.items()}
             if text(d["kind"]) in REBUILT_FROM:
-                events.append((int(text(d["seq"])), text(d["kind"]), orjson.loads(d["payload"])))
+                events.append((int(text(d["seq"])), text(d["kind"]), payload_crypto.loads(d["payload"])))
         return Original(
-            key=key, shown=run_id, part=part, status=RunStatus(h[F.STATUS]), input=orjson.loads(h[F.INPUT]),
+            key=key, shown=run_id, part=part, status=RunStatus(h[F.STATUS]), input=payload_crypto.loads(h[F.INPUT]),
             checkpoint=checkpoints.load(h[F.CKPT], h[F.CONFIG], got[-1]), last_seq=int(h[F.LAST_SEQ] or 0),
-            batch=h[F.BATCH], item=item, events=events, origin=orjson.loads(h[F.ORIGIN]) if h[F.ORIGIN] else None,
-            records={text(k): ToolRecord.from_json(v) for k, v in got[1].items()},
+            batch=h[F.BATCH], item=item, events=events, origin=payload_crypto.loads(h[F.ORIGIN]) if h[F.ORIGIN] else None,
+            records={text(k): ToolRecord.from_json(payload_crypto.open_bytes(v)) for k, v in got[1].items()},
         )  # fmt: skip
 
     async def retry(
@@ -239,10 +240,11 @@ class Restorer:
             raw = {**{k: v for k, v in raw.items() if k != "agentVersion"}, "agent": agent}
         prep = sub.prepare(raw, tenant, await sub.key_run_id(tenant, key) if key else "", quota,
                            choices=await sub.choices(tenant, [raw]))  # fmt: skip
-        seed = origin.to_json() if origin is not None else b""
+        seal = payload_crypto.active().seal_json  # stored as the worker's writes are
+        seed = seal(origin.to_json()) if origin is not None else b""
         flat: list[Any] = []
         for i, r in records.items():
-            flat += [i, r.to_json()]
+            flat += [i, seal(r.to_json())]
         _check_restored(lineage, len(prep.body), len(seed), sum(len(x) for x in flat))
         part = sub.place(prep.run_id, prep.home)
         chosen = [(prep.run_id, part)] if key and sub.layout.count > 1 else []

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-import orjson
 from redis.asyncio import Redis
 
 from agentmill_client import limits
@@ -28,7 +27,7 @@ from producer.scope import Scope
 from producer.sessions import SessionReads
 from producer.submission import SubmissionError, Submitted
 from producer.submitter import Submitter
-from shared import keys
+from shared import keys, payload_crypto
 from shared.archive.store import ArchiveStore
 from shared.calls import Abort
 from shared.calls.results import ToolResults
@@ -187,10 +186,10 @@ class Producer:
             return None
         run_id, part, h = found
         status = RunStatus(h[F.STATUS] or RunStatus.QUEUED.value)
-        result = RunResult.model_validate_json(raw) if (raw := h[F.RESULT]) else None
+        result = RunResult.model_validate(payload_crypto.loads(raw)) if (raw := h[F.RESULT]) else None
         pending: list[dict[str, Any]] = []
         if status == RunStatus.AWAITING_HUMAN and (approvals := h[F.APPROVALS]):
-            for call_id, entry in orjson.loads(approvals).items():
+            for call_id, entry in payload_crypto.loads(approvals).items():
                 if entry.get("decision") == "pending":
                     pending.append(
                         {
@@ -201,13 +200,17 @@ class Producer:
                     )
         calls: list[dict[str, Any]] = []
         if status == RunStatus.AWAITING_TOOLS and (offered := h[F.CLIENT_PENDING]):
-            calls = orjson.loads(offered)
+            calls = payload_crypto.loads(offered)
 
             async def tools(c: Redis) -> list[Any]:
                 return list(await c.hmget(part.tools(run_id), [c_["toolCallId"] for c_ in calls]))  # type: ignore[misc]
 
             recs = await self.parts.call(part, tools)
-            calls = [c for c, r in zip(calls, recs, strict=True) if r and not ToolRecord.from_json(r).done]
+            calls = [
+                c
+                for c, r in zip(calls, recs, strict=True)
+                if r and not ToolRecord.from_json(payload_crypto.open_bytes(r)).done
+            ]
         return RunRecord(
             run_id=run_id,
             status=status,
@@ -247,7 +250,7 @@ class Producer:
         raw = await self.parts.call(part, read)
         if not raw:
             return None
-        messages = orjson.loads(raw).get("inputMessages")
+        messages = payload_crypto.loads(raw).get("inputMessages")
         return messages if isinstance(messages, list) else None
 
     async def children(self, rec: RunRecord) -> list[dict[str, str]]:
@@ -361,7 +364,12 @@ class Producer:
         part = await self.locate(run_id)
         if part is None:
             return "unknown_run", "", []
-        flat = tuple(v for r in results for v in (r.tool_call_id, r.content, "1" if r.is_error else ""))
+        codec = payload_crypto.active()  # a client's results are stored sealed as a worker's are
+        flat = tuple(
+            v
+            for r in results
+            for v in (r.tool_call_id, codec.seal_str(r.content, same=True), "1" if r.is_error else "")
+        )
         call = ToolResults(run_id, tenant or "", len(results), flat)
         k, a = self.scripts.framing.frame(part, call.keys(part), call.argv())
         reply = await run_script(self.parts, self.scripts.tool_results, part, k, a)

@@ -38,7 +38,7 @@ from producer.rate_keys import with_starts
 from producer.schemas_ready import schemas_ready
 from producer.scope import Scope, claimed_home, claimed_id, run_id_for_key
 from producer.submission import SubmissionError, Submitted, outcome
-from shared import keys
+from shared import keys, payload_crypto
 from shared.profiles import AgentProfile
 from shared.quotas import DEFAULT_TENANT, Quota
 from shared.replies import text
@@ -286,7 +286,7 @@ class Submitter:
                part.session_runs(sid)]  # fmt: skip
         args: list[Any] = [
             rid,
-            prep.body,
+            payload_crypto.active().seal_json(prep.body),  # stored sealed (shared/payload_crypto.py)
             prep.digest,
             tenant,
             sid,

@@ -42,7 +42,7 @@ from agentmill_client.models import usable_url
 from producer.batch_shares import merge_batch, read_batch
 from producer.listing import batch_body, batch_delivery_key
 from producer.scope import Scope
-from shared import backoff, keys
+from shared import backoff, keys, payload_crypto
 from shared.calls.results import ClaimWebhooks
 from shared.clock import now_ms
 from shared.fields import RunField
@@ -244,6 +244,7 @@ class Deliverer:
                     [RunField.WEBHOOK, RunField.RESULT, RunField.CLIENT_ID, RunField.CLIENT_SESSION],
                 )
             )
+            body = payload_crypto.open_bytes(body)  # the receiver gets it as the tenant reads it
             if body and (client_id or client_session):  # kept under its tenant's keys: as its client knows it
                 result = orjson.loads(body)
                 if client_id:

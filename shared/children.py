@@ -35,7 +35,7 @@ from pydantic import ValidationError
 from agentmill_client import limits
 from agentmill_client.models import RunInput, RunResult, Usage
 from agentmill_client.statuses import RunStatus
-from shared import keys
+from shared import keys, payload_crypto
 from shared.calls import Abort
 from shared.calls.results import ChildResult
 from shared.fields import RunField
@@ -231,8 +231,8 @@ async def deliver(parts: Partitions[Any], scripts: Scripts, part: keys.Partition
     ppart = await parts.locate(parent)
     if ppart is None:
         return "missing"
-    result = RunResult.model_validate_json(raw) if raw else None
-    record = result_record(child_id, call, status, result)
+    result = RunResult.model_validate(payload_crypto.loads(raw)) if raw else None
+    record = payload_crypto.active().seal_json(result_record(child_id, call, status, result))
     cr = ChildResult(parent, call, child_id, record)
     r = await run_script(parts, scripts.child_result, *scripts.framing.call(ppart, cr.keys(ppart), cr.argv()))
     return ChildResult.verdict(r).value

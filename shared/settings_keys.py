@@ -1,11 +1,14 @@
-"""The settings of managed API keys, read tokens and the audit log (docs/operations.md#api-keys):
-the key of their keyed hashes and signatures, and how much audit history Redis keeps. ``Settings``
-(shared/settings.py) holds them with the rest."""
+"""The settings of managed API keys, read tokens and the audit log (docs/operations.md#api-keys): the
+key of their keyed hashes and signatures, and how much audit history Redis keeps; and the data keys of
+encryption at rest (docs/operations.md#encryption-at-rest). ``Settings`` (shared/settings.py) holds
+them with the rest."""
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from shared.data_keys import parse_keys
 
 __all__ = ["KeySettings"]
 
@@ -31,3 +34,17 @@ class KeySettings(BaseSettings):
         description="audit entries Redis keeps per tenant (about: the stream is trimmed with `MAXLEN ~`); the "
         "archive, when on, keeps every entry",
     )
+    data_keys: str | None = Field(
+        default=None,
+        description="payload encryption at rest: `KEYID:BASE64,KEYID:BASE64` (32-byte keys, the first the "
+        "current one, used for new writes; every listed key reads what it sealed), or `@/path` of a file "
+        "holding the same; the same list on every process; unset: payloads are stored as they are "
+        "(docs/operations.md#encryption-at-rest)",
+    )
+
+    @field_validator("data_keys")
+    @classmethod
+    def _data_keys_parse(cls, value: str | None) -> str | None:
+        if value:
+            parse_keys(value)  # a ValueError names what is wrong
+        return value or None

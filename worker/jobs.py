@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from shared import netguard, scripts
+from shared import netguard, payload_crypto, scripts
 from shared.dispatch import RUN_FUNCTION, deserialize, serialize
 from shared.loop import unless_closing
 from shared.outage_log import OutageLog
@@ -112,6 +112,7 @@ class WorkerProcess(LeaseKeeping):
         self.settings = settings or get_settings()
         self.side_loops = tuple(side_loops)
         failpoints.arm(self.settings.failpoints)
+        payload_crypto.install(self.settings.data_keys)
         self.profiles = (
             profiles
             if profiles is not None

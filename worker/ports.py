@@ -96,6 +96,7 @@ class Acquired:
     priority: int = (
         limits.DEFAULT_PRIORITY
     )  # as capped at submission (RunField.PRIORITY): its place at a provider's limiter
+    unreadable: str = ""  # why its stored data does not open (a data key no longer listed); '' = it does
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,11 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from agentmill_client import limits
 from agentmill_client.models import Message, ToolCall, ToolResult
 from shared import children as kids
+from shared import payload_crypto
 from shared.calls import ForgetWorker, Release
 from shared.children import ChildSpec, Spawned
 from shared.functions import Script, each_with_reload
@@ -73,6 +72,7 @@ class RedisRunStore:
         self.lease_id = ""  # the worker lease id it acquired the run under
         self.tenant = ""
         self.claimed = claimed  # (lease id, acquire_run.lua's reply) from the job's claim
+        self.codec = payload_crypto.active()  # seals what commit and publish write, opens what acquire reads
 
     async def _run(self, script: Script, own_keys: list[Any], args: list[Any]) -> Any:
         k, a = self.scripts.frame(self.part, own_keys, args)
@@ -107,51 +107,59 @@ class RedisRunStore:
         self.lease_id = worker_id
         self.last_seq = int(text(r[2]) or 0)
         self.tenant = text(r[10]) if len(r) > 10 else ""
-        flat = r[7]
-        records = {text(flat[i]): ToolRecord.from_json(flat[i + 1]) for i in range(0, len(flat), 2)}
+        try:
+            return self._opened(r)
+        except payload_crypto.DataKeyError as exc:  # the run fails with the reason (its driver), not the job
+            return Acquired(self.epoch, self.last_seq, None, b"{}", "", {}, {}, int(text(r[8])), tenant=self.tenant,
+                            unreadable=str(exc))  # fmt: skip
+
+    def _opened(self, r: Any) -> Acquired:
+        """acquire_run.lua's reply with its sealed payloads opened (shared/payload_crypto.py)."""
+        flat, o = r[7], self.codec.open_json
+        records = {text(flat[i]): ToolRecord.from_json(o(flat[i + 1])) for i in range(0, len(flat), 2)}
         self.attempts = {k: v.attempts for k, v in records.items()}
         return Acquired(
             epoch=self.epoch,
             last_seq=self.last_seq,
-            checkpoint=r[3] or None,
-            input=r[4],
+            checkpoint=o(r[3]) or None,
+            input=o(r[4]),
             abort_reason=text(r[5]),
-            approvals=orjson.loads(r[6]) if r[6] else {},
+            approvals=self.codec.loads(r[6]) if r[6] else {},
             tool_records=records,
             restarts=int(text(r[8])),
-            origin=(r[9] or None) if len(r) > 9 else None,
+            origin=(o(r[9]) or None) if len(r) > 9 else None,
             tenant=self.tenant,
             ancestry=r[11] if len(r) > 11 and r[11] else b"",
             trace=text(r[12]) if len(r) > 12 else "",
-            config=(r[13] or None) if len(r) > 13 else None,
-            transcript=(r[14] or None) if len(r) > 14 else None,
+            config=(o(r[13]) or None) if len(r) > 13 else None,
+            transcript=(self.codec.open_fragment(r[14]) or None) if len(r) > 14 else None,
             priority=int(text(r[15])) if len(r) > 15 and r[15] else limits.DEFAULT_PRIORITY,
         )
 
     async def commit(self, step: CommitStep) -> int:
         """Append events, write the checkpoint, claims and tool records: one round trip."""
-        outbox = step.outbox
+        outbox, seal = step.outbox, self.codec.seal_json
         self._check_lease()
         first = self.last_seq + 1
         args: list[Any] = [
-            self.epoch, first, self.lease_id, self.run_id, step.status, step.aux,
-            step.checkpoint or b"", len(outbox.events),
+            self.epoch, first, self.lease_id, self.run_id, step.status, seal(step.aux),
+            seal(step.checkpoint or b""), len(outbox.events),
         ]  # fmt: skip
         for kind, ts, payload in outbox.events:
-            args += [kind, ts, payload]
+            args += [kind, ts, seal(payload)]
         args.append(len(outbox.claims))
         for call_id in outbox.claims:
             args += [call_id, self.attempts.get(call_id, 0) + 1]
         args.append(len(outbox.records))
         for call_id, rec in outbox.records:
-            args += [call_id, rec]
+            args += [call_id, seal(rec)]
         if step.session is None:
             args += ["", "", 0, 0]
         else:
-            args += [step.session.session_id, step.session.loop, len(step.session.tool_results)]
+            args += [step.session.session_id, seal(step.session.loop), len(step.session.tool_results)]
             for call_id, res in step.session.tool_results:
-                args += [call_id, res]
-            args += [len(step.session.calls), *step.session.calls]
+                args += [call_id, seal(res)]
+            args += [len(step.session.calls), *map(seal, step.session.calls)]
         args.append("" if step.approval_timeout_ms is None else step.approval_timeout_ms)
         args.append("" if step.run_deadline_ms is None else step.run_deadline_ms)
         args.append("" if step.iterations is None else step.iterations)
@@ -168,11 +176,11 @@ class RedisRunStore:
                 cost,
             ]
             args += [step.usage.cache_read_tokens, step.usage.cache_write_tokens]
-        args.append(step.config or "")
+        args.append(seal(step.config or ""))
         if step.transcript is None:
             args += ["", ""]
         else:
-            args += ["a" if step.transcript.append else "s", step.transcript.data]
+            args += ["a" if step.transcript.append else "s", self.codec.seal_fragment(step.transcript.data)]
         own = [*self._keys, self.part.worker_lease(self.lease_id)]
         if step.session is not None:
             own += self.part.session_keys(step.session.session_id)
@@ -202,7 +210,7 @@ class RedisRunStore:
         first = self.last_seq + 1
         args: list[Any] = [self.epoch, first, self.lease_id, len(events)]
         for kind, ts, payload in events:
-            args += [kind, ts, payload]
+            args += [kind, ts, self.codec.seal_json(payload)]
         self.round_trips += 1
         r = await self._run(
             self.scripts.publish, [*self._keys[:2], self.part.worker_lease(self.lease_id)], args
@@ -267,7 +275,7 @@ class RedisSessionStore:
         key = part.session_loops(session_id)
         n = max(cfg.max_run_loops, 1)
         raw = await self.parts.call(part, lambda c: c.lrange(key, -n, -1))
-        loops = [context.RunLoop.model_validate_json(r) for r in raw]
+        loops = [context.RunLoop.model_validate_json(payload_crypto.open_bytes(r)) for r in raw]
         return context.reduce_history(loops, cfg, self.clock.now_ms())
 
     async def recall(self, session_id: str | None, call: ToolCall, run_id: str | None = None) -> ToolResult:
@@ -280,14 +288,16 @@ class RedisSessionStore:
             tools = part.tools(run_id)
             recs = await self.parts.call(part, lambda c: c.hmget(tools, wanted))
             for w, rec in zip(wanted, recs, strict=True):
-                found[w] = ToolRecord.from_json(rec).recorded if rec is not None else None
+                found[w] = (
+                    ToolRecord.from_json(payload_crypto.open_bytes(rec)).recorded if rec is not None else None
+                )
         missing = [w for w in wanted if found[w] is None]
         if missing and session_id is not None:
             part = self.parts.home(session_id)
             results = part.session_results(session_id)
             raws = await self.parts.call(part, lambda c: c.hmget(results, missing))
             for w, raw in zip(missing, raws, strict=True):
-                found[w] = sessions.past_result(raw)
+                found[w] = sessions.past_result(payload_crypto.open_bytes(raw))
         return sessions.recall_answer(call, list(found.items()))
 
     async def load_past(
@@ -308,8 +318,8 @@ class RedisSessionStore:
             return list(await pipe.execute())
 
         raw, raw_calls = await self.parts.call(part, lists)
-        loops = [context.RunLoop.model_validate_json(r) for r in raw]
-        calls = [context.PastCall.model_validate_json(r) for r in raw_calls]
+        loops = [context.RunLoop.model_validate_json(payload_crypto.open_bytes(r)) for r in raw]
+        calls = [context.PastCall.model_validate_json(payload_crypto.open_bytes(r)) for r in raw_calls]
         ids = list(
             dict.fromkeys([*(c.id for lp in loops for c in context.past_calls(lp)), *(c.id for c in calls)])
         )
@@ -319,7 +329,11 @@ class RedisSessionStore:
         return (
             loops,
             calls,
-            {i: r for i, x in zip(ids, raws, strict=True) if (r := sessions.past_result(x)) is not None},
+            {
+                i: r
+                for i, x in zip(ids, raws, strict=True)
+                if (r := sessions.past_result(payload_crypto.open_bytes(x))) is not None
+            },
         )
 
 

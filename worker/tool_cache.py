@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from agentmill_client.models import ToolCall, ToolResult
-from shared import keys
+from shared import keys, payload_crypto
 from shared.fields import RunField
 from shared.partitions import Partitions
 from shared.quotas import DEFAULT_TENANT
@@ -45,7 +45,7 @@ def cache_digest(tenant: str, call: ToolCall) -> str:
 
 def served(call: ToolCall, raw: bytes | str) -> ToolResult:
     """A cached result, as this call's result."""
-    stored = orjson.loads(raw)
+    stored = payload_crypto.loads(raw)
     return ToolResult(
         tool_call_id=call.id, name=call.name, content=str(stored.get("content", "")), cached=True
     )
@@ -76,7 +76,7 @@ class RedisToolCache:
         if result.is_error:
             return
         key = await self._key(call)
-        body = orjson.dumps({"content": result.content})
+        body = payload_crypto.active().seal_json(orjson.dumps({"content": result.content}))
         p = self.part
         k, a = self.scripts.frame(p, [p.run(self.run_id), key, p.run_cached(self.run_id)], [body, ttl_s])
         await self.parts.call(p, lambda c: self.scripts.tool_cache_put(keys=k, args=a, client=c))

@@ -1,7 +1,8 @@
 """``agentmill keys create|list|revoke`` and ``agentmill audit``: a tenant's managed API keys and its
 audit log, straight to Redis (``--tenant``: what an operator does first, with the token file as the
 bootstrap) or through the HTTP API (``--api`` with an admin key's token). ``create`` prints the key
-once, on stdout; only its keyed hash is kept (AGENTMILL_KEY_SECRET)."""
+once, on stdout; only its keyed hash is kept (AGENTMILL_KEY_SECRET). ``keys rotate-data`` seals the
+archive again under the current data key (shared/archive/rekey.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,16 @@ from typing import Any
 import click
 
 from agentmill_client.errors import ApiError
-from app.cli.common import api_client, console, direct_producer, emit_json, exit_with, json_option, reach
+from app.cli.common import (
+    api_client,
+    console,
+    direct_producer,
+    emit_json,
+    exit_with,
+    json_option,
+    reach,
+    say_error,
+)
 
 __all__ = ["audit", "keys"]
 
@@ -181,6 +191,59 @@ def audit(
                 who = e["actor"] + (f" ({e['actorName']})" if e.get("actorName") else "")
                 line = f"{_when(e['at'])}  {e['action']}  {e['target']}  by {who}  {e.get('detail') or ''}"
                 console.print(line.rstrip(), soft_wrap=True, highlight=False, markup=False)
+        return 0
+
+    exit_with(go())
+
+
+@keys.command(
+    "rotate-data",
+    help="Seal the archive's rows again under the current data key (the first of AGENTMILL_DATA_KEYS), "
+    "with progress on stderr; safe to stop and run again. Keep every older key listed until it is done.",
+)
+@click.option(
+    "--page", type=click.IntRange(1, 10_000), default=200, show_default=True, help="runs a transaction"
+)
+@click.option(
+    "--pause-ms", type=click.IntRange(0, 60_000), default=0, show_default=True, help="pause between pages"
+)
+@json_option
+def rotate_data(page: int, pause_ms: int, as_json: bool) -> None:
+    from shared.settings import get_settings
+
+    settings = get_settings()
+    if not settings.archive_url:
+        raise click.UsageError("AGENTMILL_ARCHIVE_URL is not set: there is no archive to rotate")
+    if not settings.data_keys:
+        raise click.UsageError("AGENTMILL_DATA_KEYS is not set: there is no current data key")
+
+    async def go() -> int:
+        from shared.archive.rekey import Progress, rekey
+        from shared.archive.store import ArchiveStore
+        from shared.payload_crypto import Codec, DataKeyError
+
+        codec = Codec.from_spec(settings.data_keys)
+
+        def report(p: Progress) -> None:
+            click.echo(f"rotate-data: {p.runs}/{p.total} runs, {p.rows} rows sealed again under {codec.current}",
+                       err=True)  # fmt: skip
+
+        assert settings.archive_url
+        store = ArchiveStore(settings.archive_url)
+        try:
+            done = await rekey(store, codec, page=page, pause_s=pause_ms / 1000, report=report)
+        except DataKeyError as exc:
+            say_error(f"{exc}: list it again (after the current key) and run rotate-data again")
+            return 2
+        finally:
+            await store.aclose()
+        if as_json:
+            emit_json(
+                {"current": codec.current, "runs": done.runs, "rows": done.rows, "strings": done.strings}
+            )
+        else:
+            console.print(f"{done.runs} runs looked at, {done.rows} rows sealed again under {codec.current}",
+                          highlight=False, markup=False)  # fmt: skip
         return 0
 
     exit_with(go())

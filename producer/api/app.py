@@ -39,6 +39,7 @@ from producer.api.sse import MAX_BLOCK_S
 from producer.api.state import Api
 from producer.restore import StateOf
 from producer.schedules.live import beat_live_tenants, publish_live_tenants
+from shared import payload_crypto
 from shared.outage_log import OutageLog
 from shared.partitions import Partitions
 from shared.redis_watch import RedisWatch
@@ -80,6 +81,7 @@ def create_app(
     watches it (shared/redis_watch.py: /readyz, outages logged once). ``state_of``: what a fork
     starts from (the process root gives it: app.api)."""
     settings = settings or get_settings()
+    payload_crypto.install(settings.data_keys)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -40,6 +40,7 @@ from worker.machine import (
     Restored,
     Resumed,
     Started,
+    StartRejected,
     notices,
 )
 from worker.ports import Acquired, FencedError, Host, NotAcquired, Outbox, RunPorts, SeqConflictError
@@ -182,6 +183,11 @@ class RunDriver:
             await asyncio.wait_for(asyncio.shield(self.store.release(self.gen)), within_s)
 
     async def _run(self, acq: Acquired) -> str:
+        if acq.unreadable:  # sealed with a data key no longer listed: the run fails, its job does not
+            self.host.observer.run_started(resumed=False, job_try=self.job_try)
+            self.observed_start = True
+            self.pending.append(StartRejected(self.clock.now_ms(), "data_key_unavailable", acq.unreadable))
+            return await self._loop()
         run_input = RunInput.model_validate_json(acq.input)
         if run_input.session_id:
             logs.run_context.set({**(logs.run_context.get() or {}), "sessionId": run_input.session_id})
