@@ -24,7 +24,7 @@ A run that ends with a webhook configured is pushed on its partition's webhook l
 
 Every script on a partition touches that partition's slot only: it is called with its own KEYS
 followed by the partition's eight fixed keys (``Scripts.frame``), and with the partition's context
-as its first ARGV (key prefixes, the arq job template, the settings), so the Lua builds no key
+as its last ARGV (key prefixes, the arq job template, the settings), so the Lua builds no key
 format and reads no setting of its own. The provider limiter's scripts work on one endpoint's keys
 and take neither; nor do the schedules' (``schedule_*``), which take a schedule's keys on its partition.
 
@@ -209,7 +209,7 @@ class Scripts:
         return cls(redis, settings, mode=settings.redis_functions)
 
     def context(self, part: keys.Partition) -> str:
-        """The first ARGV of every script on ``part``."""
+        """The last ARGV of every script on ``part``."""
         c = self._contexts.get(part.index)
         if c is None:
             c = self._contexts[part.index] = part.context + self._extra
@@ -218,8 +218,9 @@ class Scripts:
     def frame(
         self, part: keys.Partition, own_keys: list[Any], args: list[Any]
     ) -> tuple[list[Any], list[Any]]:
-        """(KEYS, ARGV) of a script call on ``part``: its own keys then the partition's fixed keys
-        (prelude.lua takes them off again), the partition's context then its own arguments."""
+        """(KEYS, ARGV) of a script call on ``part``: its own keys then the partition's fixed keys,
+        its own arguments then the partition's context (prelude.lua takes them off again: from the
+        end, which costs Lua nothing, where taking the first ARGV off moved every other one)."""
         fixed = [
             part.queue,
             part.live,
@@ -230,7 +231,7 @@ class Scripts:
             part.depth,
             part.wake,
         ]
-        return [*own_keys, *fixed], [self.context(part), *args]
+        return [*own_keys, *fixed], [*args, self.context(part)]
 
 
 # The names the scripts spell as ``<namespace>.<MEMBER>`` tokens (``F.STATUS``, ``S.QUEUED``), each
