@@ -93,7 +93,7 @@ async def capture(url: str, until: asyncio.Event, name_prefix: bytes) -> list[li
     return got
 
 
-async def load(b: Bench, r: Redis, runs: int) -> list[list[bytes]]:
+async def load(b: Bench, r: Redis, runs: int, agent: str = "scripted-effects") -> list[list[bytes]]:
     """Figure 3c's load (one worker, FCALL, the echo tool with side effects), its commits captured."""
     await b.flush(r)
     profiles = b.pure_profiles()
@@ -108,7 +108,7 @@ async def load(b: Bench, r: Redis, runs: int) -> list[list[bytes]]:
         script = [{"toolCalls": [{"name": "echo", "arguments": {"text": "x"}}]}] * ff.STEPS + [
             {"text": "done"}
         ]
-        subs = await producer.submit_many([b.script_run(script, agent="scripted-effects")] * runs)
+        subs = await producer.submit_many([b.script_run(script, agent=agent)] * runs)
         await b._ended(producer, [s.run_id for s in subs])
         await asyncio.sleep(0.3)
     finally:
@@ -179,6 +179,16 @@ def no_claims(call: Call) -> Call:
     del args[c + 1 : c + 1 + 2 * nc]
     args[c] = b"0"
     return [*call[: 3 + nkeys], *args]
+
+
+BASE: dict[str, bytes] = {}  # --base-library: that library's version
+
+
+def on_base(call: Call) -> Call:
+    """The call as another checkout's library (``--base-library``, its context first) takes it."""
+    nkeys = int(call[2])
+    args = call[3 + nkeys :]
+    return [call[0], b"commit_" + BASE["version"], *call[2 : 3 + nkeys], args[-1], *args[:-1]]
 
 
 def noop(call: Call) -> Call:
@@ -264,6 +274,8 @@ async def wall(r: Redis, runs: dict[bytes, list[Call]], a: argparse.Namespace) -
     got: dict[str, list[dict[str, float]]] = collections.defaultdict(list)
     for rnd in range(a.rounds):
         for name, v in VARIANTS.items():
+            if a.variants is not None and name not in a.variants:
+                continue
             await r.flushdb()
             got[name].append(await replay(r, runs, v, a.replays, f"{rnd}{name[:2]}"))
         await r.flushdb()
@@ -311,6 +323,7 @@ async def instructions(runs: dict[bytes, list[Call]], a: argparse.Namespace) -> 
     got: dict[str, list[dict[str, float]]] = collections.defaultdict(list)
     todo: list[tuple[str, Callable[[Call], Call], bool]] = [(n, v, False) for n, v in VARIANTS.items()]
     todo.append(("missing (prelude + HMGET)", VARIANTS["as captured"], True))
+    todo = [t for t in todo if a.variants is None or t[0] in a.variants]
     for name, v, missing in todo:
         port = free_port()
         out = f"/tmp/commit_parts.{port}.callgrind"
@@ -352,6 +365,13 @@ async def main(argv: list[str]) -> None:
     ap.add_argument(
         "--callgrind", action="store_true", help="instructions per call (valgrind) instead of usec"
     )
+    ap.add_argument(
+        "--agent", default="scripted-effects", help="scripted-pure: echo declared sideEffects: false"
+    )
+    ap.add_argument("--variants", nargs="*", default=None, help="only these variants")
+    ap.add_argument(
+        "--base-library", default="", help="a file of another checkout's library: replayed beside"
+    )
     ap.add_argument("--hold", default="", help="replay this variant for --hold-s seconds (for perf -p)")
     ap.add_argument("--hold-s", type=float, default=20)
     a = ap.parse_args(argv)
@@ -363,7 +383,7 @@ async def main(argv: list[str]) -> None:
             with open(a.calls, "rb") as f:
                 calls = pickle.load(f)
         else:
-            calls = await load(b, r, a.runs)
+            calls = await load(b, r, a.runs, a.agent)
             if a.calls:
                 with open(a.calls, "wb") as f:
                     pickle.dump(calls, f)
@@ -378,6 +398,12 @@ async def main(argv: list[str]) -> None:
         from shared.scripts import library
 
         await r.execute_command("FUNCTION", "LOAD", "REPLACE", library().code)
+        if a.base_library:
+            with open(a.base_library) as f:
+                code = f.read()
+            BASE["version"] = re.search(r"name=agentmill_(\w+)", code).group(1).encode()  # type: ignore[union-attr]
+            await r.execute_command("FUNCTION", "LOAD", "REPLACE", code)
+            VARIANTS["as captured, base library"] = on_base
         await r.execute_command("FUNCTION", "LOAD", "REPLACE", NOOP_LIBRARY)
         if a.hold:
             pid = (await r.info("server"))["process_id"]
