@@ -632,16 +632,13 @@ local function approval_expired(run, now)
 end
 -- The start of every call: the partition's keys and context off KEYS and ARGV, the per-call state reset.
 local function enter_prelude(KEYS, ARGV)
-  CTX_RAW = table.remove(ARGV)  -- the last: taking off the first would move every other one
-  WAKE = table.remove(KEYS)
+  -- taken off the end, by index: no call of table.remove, and no argument moved
+  local na, nk = #ARGV, #KEYS
+  CTX_RAW = ARGV[na]; ARGV[na] = nil
+  QUEUE, LIVE, AWAITING, WORKERS = KEYS[nk - 7], KEYS[nk - 6], KEYS[nk - 5], KEYS[nk - 4]
+  WEBHOOKS, SCHEDULED, DEPTH, WAKE = KEYS[nk - 3], KEYS[nk - 2], KEYS[nk - 1], KEYS[nk]
+  for k = nk, nk - 7, -1 do KEYS[k] = nil end
   WAKES = 0
-  DEPTH = table.remove(KEYS)
-  SCHEDULED = table.remove(KEYS)
-  WEBHOOKS = table.remove(KEYS)
-  WORKERS = table.remove(KEYS)
-  AWAITING = table.remove(KEYS)
-  LIVE = table.remove(KEYS)
-  QUEUE = table.remove(KEYS)
   CTX = nil
   DEFERRED, TRIM, BATCH_NEW = nil, nil, nil
   BATCH_FINISHED = {}
