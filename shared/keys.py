@@ -16,7 +16,7 @@ run id alone always finds its run.
 
 Lua never composes a key format of its own: a script gets the keys it knows up front in KEYS, and
 for the keys that depend on what it reads (the next run of a session, the runs a listing returns)
-the partition's prefixes in ``Partition.context`` (the first ARGV of every script, parsed by
+the partition's prefixes in ``Partition.context`` (the last ARGV of every script, parsed by
 shared/lua/prelude.lua), where a key is a prefix followed by an id. Compound keys (a tenant's
 listing index, a batch) join their parts with ``:`` in both languages; a test compares them.
 """
@@ -425,7 +425,7 @@ class Partition:
     @cached_property
     def context(self) -> str:
         """The prefixes and fixed keys a script may need for keys that depend on what it reads
-        (CONTEXT_FIELDS order): the first ARGV of every script."""
+        (CONTEXT_FIELDS order): the last ARGV of every script."""
         return (
             SEP.join(
                 self.tag

@@ -2,7 +2,7 @@
 worker and shared code alike.
 
 - Framing (``Framing.frame``): a script on a partition is called with its own KEYS followed by the
-  partition's fixed keys, and with the partition's context as its first ARGV (its key prefixes,
+  partition's fixed keys, and with the partition's context as its last ARGV (its key prefixes,
   the arq job template, the settings the scripts read: ``CONTEXT_EXTRA``), so the Lua builds no key
   format and reads no setting of its own (prelude.lua takes them off again). A deployment's
   ``Scripts`` carry its framing (``Scripts.framing``).
@@ -58,7 +58,7 @@ class Framing:
         self._contexts: dict[int, str] = {}
 
     def context(self, part: keys.Partition) -> str:
-        """The first ARGV of every script on ``part``."""
+        """The last ARGV of every script on ``part``."""
         c = self._contexts.get(part.index)
         if c is None:
             c = self._contexts[part.index] = part.context + self._extra
@@ -68,7 +68,8 @@ class Framing:
         self, part: keys.Partition, own_keys: list[Any], args: list[Any]
     ) -> tuple[list[Any], list[Any]]:
         """(KEYS, ARGV) of a script call on ``part``: its own keys then the partition's fixed keys,
-        the partition's context then its own arguments."""
+        its own arguments then the partition's context (prelude.lua takes them off again: from the
+        end, which costs Lua nothing, where taking the first ARGV off moved every other one)."""
         fixed = [
             part.queue,
             part.live,
@@ -79,7 +80,7 @@ class Framing:
             part.depth,
             part.wake,
         ]
-        return [*own_keys, *fixed], [self.context(part), *args]
+        return [*own_keys, *fixed], [*args, self.context(part)]
 
     def call(self, part: keys.Partition, own_keys: list[Any], args: list[Any]) -> Call:
         """A call on ``part`` framed, for ``run_script`` and ``run_many``."""

@@ -23,7 +23,7 @@ Time comes from Redis (``TIME``), so worker clocks never decide whose lease has 
 A run that ends with a webhook configured is pushed on its partition's webhook list for delivery.
 
 Every script on a partition touches that partition's slot only: it is called with its own KEYS
-followed by the partition's eight fixed keys, and with the partition's context as its first ARGV
+followed by the partition's eight fixed keys, and with the partition's context as its last ARGV
 (key prefixes, the arq job template, the settings), so the Lua builds no key format and reads no
 setting of its own: ``Scripts.framing`` frames such a call (shared.script_sending, where calls are
 sent too). The provider limiter's scripts work on one endpoint's keys
@@ -201,7 +201,7 @@ class Scripts:
         return cls(redis, settings, mode=settings.redis_functions)
 
     def context(self, part: keys.Partition) -> str:
-        """The first ARGV of every script on ``part`` (``framing.context``)."""
+        """The last ARGV of every script on ``part`` (``framing.context``)."""
         return self.framing.context(part)
 
     def frame(

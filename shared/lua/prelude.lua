@@ -3,7 +3,7 @@
 -- if these were not there):
 --   KEYS (last eight): the partition's arq queue, live index, awaiting index, workers, webhook list,
 --         scheduled jobs, queue depth per priority, wake list
---   ARGV[1]: the partition's context (shared.scripts.Scripts.context: the key prefixes of
+--   ARGV (last): the partition's context (shared.scripts.Scripts.context: the key prefixes of
 --            shared.keys.Partition.context, the arq job template, the settings), parsed on demand
 -- enter_prelude (at the end) takes them off at the start of each call: with Redis Functions this
 -- file runs once, when the library loads, and each call only runs enter_prelude (shared.scripts).
@@ -194,9 +194,15 @@ local function active_pruned(key, now, grace)
   end
   return redis.call('ZCARD', key)
 end
+-- Counts and seqs to and from text on the hot path: Lua's tonumber (strtod) and tostring (printf's
+-- '%.14g') each cost more than a small Redis command; a count of a few is looked up, an integer
+-- printed with '%d' (exact to 2^53, where '%.14g' turns 1e14 into '1e+14').
+local SMALL = {['0'] = 0, ['1'] = 1, ['2'] = 2, ['3'] = 3, ['4'] = 4, ['5'] = 5, ['6'] = 6, ['7'] = 7, ['8'] = 8}
+local function num(s) return SMALL[s] or tonumber(s) end
+local function int_text(x) return string.format('%d', x) end
 local function xadd(stream, seq, kind, ts, payload, maxlen, epoch)
   -- seq formatted once: a Lua number is printed again for each place it is passed (.. and redis.call)
-  local s = tostring(seq)
+  local s = int_text(seq)
   redis.call('XADD', stream, 'MAXLEN', '~', maxlen, s .. '-0',
     'seq', s, 'kind', kind, 'ts', ts, 'payload', payload, 'epoch', epoch)
 end
@@ -208,7 +214,7 @@ end
 -- anyone took its runs over); or the stream does not end at first - 1.
 local function append_refused(h, epoch, lease_id, lease_key, stream, first, args, at)
   if not h[1] then return {'missing'} end
-  if tonumber(h[1]) ~= tonumber(epoch) then return {'fenced', h[1]} end
+  if h[1] ~= epoch and tonumber(h[1]) ~= tonumber(epoch) then return {'fenced', h[1]} end
   if h[3] ~= lease_id or redis.call('EXISTS', lease_key) == 0 then return {'fenced', h[1]} end
   if tonumber(h[2]) ~= first - 1 then
     -- The same append sent again after its reply was lost (redis-py retries on connection errors):
@@ -698,16 +704,13 @@ local function approval_expired(run, now)
 end
 -- The start of every call: the partition's keys and context off KEYS and ARGV, the per-call state reset.
 local function enter_prelude(KEYS, ARGV)
-  CTX_RAW = table.remove(ARGV, 1)
-  WAKE = table.remove(KEYS)
+  -- taken off the end, by index: no call of table.remove, and no argument moved
+  local na, nk = #ARGV, #KEYS
+  CTX_RAW = ARGV[na]; ARGV[na] = nil
+  QUEUE, LIVE, AWAITING, WORKERS = KEYS[nk - 7], KEYS[nk - 6], KEYS[nk - 5], KEYS[nk - 4]
+  WEBHOOKS, SCHEDULED, DEPTH, WAKE = KEYS[nk - 3], KEYS[nk - 2], KEYS[nk - 1], KEYS[nk]
+  for k = nk, nk - 7, -1 do KEYS[k] = nil end
   WAKES = 0
-  DEPTH = table.remove(KEYS)
-  SCHEDULED = table.remove(KEYS)
-  WEBHOOKS = table.remove(KEYS)
-  WORKERS = table.remove(KEYS)
-  AWAITING = table.remove(KEYS)
-  LIVE = table.remove(KEYS)
-  QUEUE = table.remove(KEYS)
   CTX = nil
   DEFERRED, TRIM, BATCH_NEW = nil, nil, nil
   BATCH_FINISHED = {}

@@ -93,6 +93,34 @@ async def test_events_checkpoint_claims_and_records_land_together(
     assert await tool_records(redis, rid) == {"c1": orjson.loads(done), "c2": tools["c2"]}  # c2 still open
 
 
+async def test_a_steps_claim_and_its_record_as_any_other_claims_and_records(
+    redis: Redis, redis_url: str, settings: Settings
+) -> None:
+    """commit.lua writes a step's claims, and closes its one open claim, without decoding the
+    claims' JSON: the same claims as the decoding way, which any other change still takes."""
+    rid = await new_run(redis, redis_url)
+    store, _ = await acquire(redis, settings, rid, "w1")
+    await store.commit(CommitStep(Outbox([ev()], claims=["c1.0"])))
+    one = await redis.hget(K.run(rid), RunField.CLAIMS)
+    assert orjson.loads(one or b"") == {"c1.0": {"state": "pending", "epoch": 1, "attempts": 1}}
+    other = orjson.dumps({"state": "done", "epoch": 1, "attempts": 1, "result": {"toolCallId": "x"}})
+    await store.commit(CommitStep(Outbox([ev()], records=[("x", other)])))  # not the open claim's
+    assert await redis.hget(K.run(rid), RunField.CLAIMS) == one
+    done = orjson.dumps({"state": "done", "epoch": 1, "attempts": 1, "result": {"toolCallId": "c1.0"}})
+    await store.commit(CommitStep(Outbox([ev("tool_result")], records=[("c1.0", done)])))
+    assert await redis.hget(K.run(rid), RunField.CLAIMS) == b""
+    assert await tool_records(redis, rid) == {"x": orjson.loads(other), "c1.0": orjson.loads(done)}
+    # an id JSON escapes, a claim beside an open one, a claim and a record in one commit: decoded
+    odd = 'call "q"\\é'
+    await store.commit(CommitStep(Outbox([ev()], claims=[odd])))
+    await store.commit(CommitStep(Outbox([ev()], claims=["c2.0", "c2.1"], records=[("c2.1", done)])))
+    assert orjson.loads(await redis.hget(K.run(rid), RunField.CLAIMS) or b"") == {
+        odd: {"state": "pending", "epoch": 1, "attempts": 1},
+        "c2.0": {"state": "pending", "epoch": 1, "attempts": 1},
+    }
+    assert [e.seq for e in await stream(redis, rid)] == [1, 2, 3, 4, 5]
+
+
 async def test_two_workers_acquiring_at_once_one_wins(
     redis: Redis, redis_url: str, settings: Settings
 ) -> None:

@@ -26,14 +26,13 @@ from worker.context import PastCall
 # The quoted literals that spell such a name but mean something else, each counted: a new literal
 # of a field or status name fails until it is a token (or, when it means something else, listed here).
 OTHER_MEANINGS = {
-    ("abort.lua", "aborted"): 2,  # the lastError code of an abort, and the script's verdict
+    ("abort.lua", "aborted"): 1,  # the lastError code of an abort (its verdict is V.ABORTED)
     ("submit_one.lua", "aborted"): 2,  # the lastError code of the runs an interrupt aborts
     ("redispatch.lua", "awaiting_tools"): 1,  # the script's verdict
     ("redispatch.lua", "awaiting_children"): 1,  # likewise
     ("prelude.lua", "epoch"): 1,  # a stream entry's field (xadd), not the run hash's
     ("settle_approval.lua", "pending"): 2,  # an approval's decision, not a tool record's state
     ("capacity_acquire.lua", "paused"): 1,  # the limiter's verdict, not a schedule's field
-    ("schedule_pause.lua", "paused"): 1,  # the script's verdict
     ("budget_reserve.lua", "cost"): 1,  # the limit a refusal names, not a usage hash's part
 }
 NAMED = {

@@ -85,7 +85,7 @@ def test_a_deployments_scripts_frame_with_its_settings() -> None:
     assert (own_keys, args) == Framing(settings).frame(part, ["k1"], ["a1", 2])
     assert own_keys[0] == "k1" and own_keys[1:] == [part.queue, part.live, part.awaiting, part.workers,
                                                      part.webhooks, part.scheduled, part.depth, part.wake]  # fmt: skip
-    assert args[1:] == ["a1", 2] and args[0].startswith(part.context)
-    assert f"{keys.SEP}1234{keys.SEP}" in args[0] and f"{keys.SEP}77{keys.SEP}" in args[0]
+    assert args[:-1] == ["a1", 2] and args[-1].startswith(part.context)  # the context last
+    assert f"{keys.SEP}1234{keys.SEP}" in args[-1] and f"{keys.SEP}77{keys.SEP}" in args[-1]
     assert scripts.framing.call(part, ["k1"], ["a1", 2]) == (part, own_keys, args)
     assert Framing().context(part) != scripts.framing.context(part)  # the defaults' retention differs
