@@ -123,7 +123,7 @@ class Partition:
         self.session_prefix = b + "s:"  # hash: shared.fields.SessionField
         self.session_loops_prefix = b + "s.loops:"  # list of finished run loops (JSON), oldest first
         self.session_results_prefix = b + "s.results:"  # hash toolCallId -> result, for recall
-        # list of every tool call its runs made, ended as they may (JSON worker.context.PastCall),
+        # list of every tool call its runs made, ended as they may (JSON worker.core.context.PastCall),
         # oldest first: what search_history walks
         self.session_calls_prefix = b + "s.calls:"
         self.session_pending_prefix = b + "s.pending:"  # list of runIds waiting for the active run

@@ -100,7 +100,7 @@ class CompactionConfig(Model):
     keep_recent: int = Field(default=8, ge=1)
     use_model: bool = False
     max_overflow_retries: int = Field(default=2, ge=0)
-    # truncate | summary | keyFacts | importance (worker/compaction.py); None: summary with
+    # truncate | summary | keyFacts | importance (worker/core/compaction.py); None: summary with
     # useModel, else truncate
     strategy: Literal["truncate", "summary", "keyFacts", "importance"] | None = None
     importance_budget_tokens: int = Field(default=4_000, ge=0)  # what importance keeps of the middle
@@ -204,7 +204,7 @@ class AgentProfile(Model):
     providers: list[ProviderConfig] | None = Field(default=None, min_length=1, max_length=MAX_PROVIDERS)
     fallback_on: list[FallbackClass] = Field(default_factory=lambda: list(FALLBACK_CLASSES))
     system_prompt: str = "You are a helpful assistant."
-    # What the system prompt begins with (worker/preamble.py): "v1" the built-in rules (untrusted
+    # What the system prompt begins with (worker/core/preamble.py): "v1" the built-in rules (untrusted
     # tool results, no secrets repeated, failures said as failures), "custom" preambleText instead,
     # "off" nothing. While a preamble is on, tool results reach the model framed as data.
     preamble: Literal["v1", "custom", "off"] = "v1"

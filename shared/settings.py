@@ -174,7 +174,7 @@ class Settings(TenantQuotaSettings, ArchiveSettings, KeySettings, DeletionSettin
         ge=1,
         description="the delta flushes a second one worker aims for over all its streaming runs: with "
         "n runs streaming, each flushes every max(`AGENTMILL_DELTA_FLUSH_MS`, n / this) seconds "
-        "(worker/delta_pace.py)",
+        "(worker/core/delta_pace.py)",
     )
     step_hold_ms: int = Field(
         default=50,

@@ -21,8 +21,8 @@ from shared.settings import Settings
 from worker.agent_cache import AgentVersions
 from worker.batcher import ScriptBatcher
 from worker.budgets import TenantBudgets
-from worker.config_cache import ConfigCache
-from worker.delta_pace import DeltaPace
+from worker.core.config_cache import ConfigCache
+from worker.core.delta_pace import DeltaPace
 from worker.lease import WorkerLease
 from worker.limiter import Held, OnWait, ProviderLimiter
 from worker.models.base import ModelCallError, ModelProvider

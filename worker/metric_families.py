@@ -9,10 +9,10 @@ from prometheus_client import CollectorRegistry, Gauge
 from agentmill_client.models import EventKind
 from agentmill_client.statuses import TERMINAL
 from shared.profiles import FALLBACK_CLASSES
+from worker.core.policy import RETRYABLE_STATUSES
 from worker.loop_metrics import Counter, Histogram
 from worker.machine import TRANSITIONS
 from worker.models.shapes import SHAPES
-from worker.policy import RETRYABLE_STATUSES
 
 __all__ = [
     "ITER_BUCKETS",
@@ -209,7 +209,7 @@ class MetricFamilies:
         )
         self.compaction_tokens = Counter(
             "agentmill_compaction_removed_tokens",
-            "Estimated tokens (worker.policy.estimate_tokens) removed from model input by compaction.",
+            "Estimated tokens (worker.core.policy.estimate_tokens) removed from model input by compaction.",
             registry=r,
         )
         self.state_seconds = Histogram(

@@ -17,8 +17,8 @@ from prometheus_client import CollectorRegistry, disable_created_metrics
 from prometheus_client.exposition import generate_latest
 
 from agentmill_client.models import Usage
-from worker.config import RECALL_TOOL
-from worker.history_tools import LOAD_OLDER_HISTORY, SEARCH_HISTORY
+from worker.core.config import RECALL_TOOL
+from worker.core.history_tools import LOAD_OLDER_HISTORY, SEARCH_HISTORY
 from worker.metric_families import (
     ITER_BUCKETS,
     LABELS,

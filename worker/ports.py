@@ -23,10 +23,10 @@ from shared.clock import now_ms
 from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
 from shared.settings import Settings
 from shared.tool_records import ToolRecord
-from worker.config import RunConfig, ToolSpec
-from worker.config_cache import ConfigCache
-from worker.context import PastCall, RunLoop
-from worker.delta_pace import DeltaPace
+from worker.core.config import RunConfig, ToolSpec
+from worker.core.config_cache import ConfigCache
+from worker.core.context import PastCall, RunLoop
+from worker.core.delta_pace import DeltaPace
 from worker.lease import WorkerLease
 from worker.models.base import ModelProvider
 from worker.observer import Observer
@@ -152,7 +152,7 @@ class UsageTally:
 class SessionUpdate:
     """Written with a run's terminal commit: its run loop (a completed run's; b"": none) joins the
     session's history, its tool results (session call id, ToolResult JSON) the session's results,
-    and its calls (worker.context.PastCall JSON, in order) the session's calls."""
+    and its calls (worker.core.context.PastCall JSON, in order) the session's calls."""
 
     session_id: str
     loop: bytes = b""

@@ -25,8 +25,9 @@ from shared.quotas import DEFAULT_TENANT, Quotas
 from shared.scripts import Scripts, text
 from shared.settings import Settings
 from shared.tool_records import ToolRecord
-from worker import budgets, context, sessions, tracing
+from worker import budgets, tracing
 from worker.batcher import ScriptBatcher
+from worker.core import context, sessions
 from worker.lease import WorkerLease
 from worker.ports import (
     Acquired,

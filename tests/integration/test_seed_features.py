@@ -22,8 +22,8 @@ from tests.integration.helpers import (
     stream,
     wait_all,
 )
+from worker.core.preamble import PREAMBLE_V1, unframe, with_preamble
 from worker.jobs import WorkerProcess
-from worker.preamble import PREAMBLE_V1, unframe, with_preamble
 
 pytestmark = pytest.mark.integration
 

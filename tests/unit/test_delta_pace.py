@@ -1,4 +1,4 @@
-"""The deltas' pace (worker/delta_pace.py): a few streaming runs flush every AGENTMILL_DELTA_FLUSH_MS,
+"""The deltas' pace (worker/core/delta_pace.py): a few streaming runs flush every AGENTMILL_DELTA_FLUSH_MS,
 many flush less often so one worker's flushes stay near AGENTMILL_DELTA_FLUSH_PER_S; every piece of
 text still goes out, in order."""
 
@@ -9,7 +9,7 @@ import asyncio
 from agentmill_client.models import RunInput
 from shared.profiles import AgentProfile
 from shared.settings import Settings
-from worker.delta_pace import DeltaPace
+from worker.core.delta_pace import DeltaPace
 from worker.memory_store import (
     MemoryHost,
     MemoryModels,

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from agentmill_client import limits
 from agentmill_client.models import LoopLimits, RunInput
 from shared.profiles import AgentProfile, ToolSettings, load_profiles
-from worker.config import DEFAULT_MAX_ITERATIONS, RunConfig, resolve_config
+from worker.core.config import DEFAULT_MAX_ITERATIONS, RunConfig, resolve_config
 
 HOUR = 3_600_000
 

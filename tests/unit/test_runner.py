@@ -18,6 +18,7 @@ from agentmill_client.models import RunInput, RunResult, RunStatus
 from shared import checkpoint
 from shared.profiles import AgentProfile, RetryConfig
 from shared.settings import Settings
+from worker.core.preamble import frame
 from worker.machine import Phase
 from worker.memory_store import (
     MemoryHost,
@@ -30,7 +31,6 @@ from worker.memory_store import (
 from worker.models.scripted import ScriptedProvider
 from worker.observer import NullObserver
 from worker.ports import Acquired, RunPorts
-from worker.preamble import frame
 from worker.runner import RunDriver
 
 PROFILE = AgentProfile(

@@ -10,8 +10,9 @@ from agentmill_client.models import Message, RunInput, ToolCall, ToolResult
 from shared.profiles import AgentProfile
 from shared.tool_records import ToolRecord, ToolState
 from tests.unit.machine_driver import config
-from worker import context
 from worker import machine as m
+from worker.core import context
+from worker.core.policy import ModelFailure
 from worker.memory_store import (
     MemoryHost,
     MemoryModels,
@@ -21,7 +22,6 @@ from worker.memory_store import (
     MemoryTools,
 )
 from worker.models.scripted import ScriptedProvider
-from worker.policy import ModelFailure
 from worker.ports import RunPorts
 from worker.runner import RunDriver
 

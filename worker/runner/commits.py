@@ -16,7 +16,7 @@ import orjson
 
 from agentmill_client.models import Message, Usage
 from worker import failpoints
-from worker.config import RunConfig
+from worker.core.config import RunConfig
 from worker.machine import Emit, RunState
 from worker.machine.children import children_record
 from worker.observer import Observer
@@ -52,7 +52,7 @@ _MESSAGE_JSON = Message.__pydantic_serializer__
 _Messages = dict[int, tuple[Message, bytes]]
 _SHARED_MAX = 256
 # id -> a configuration and its JSON, least recently used first: the configurations runs share
-# (worker/config_cache.py) stay, each run's own passes through (a run keeps its own in Commits).
+# (worker/core/config_cache.py) stay, each run's own passes through (a run keeps its own in Commits).
 _shared: OrderedDict[int, tuple[RunConfig, bytes]] = OrderedDict()
 
 

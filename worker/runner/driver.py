@@ -24,6 +24,7 @@ from agentmill_client.models import RunInput, RunStatus
 from shared import logs
 from shared.tool_records import ToolRecord
 from worker import machine, tracing
+from worker.core.sessions import session_update
 from worker.lease import LeaseExpiredError
 from worker.machine import (
     AbortRequested,
@@ -52,7 +53,6 @@ from worker.runner.holding import FlushHeld, StepHold
 from worker.runner.inbox import Inbox
 from worker.runner.parking import Park, ending_error, parking
 from worker.runner.tally import usage_tally
-from worker.sessions import session_update
 from worker.tools.declared import declared_settings
 
 __all__ = ["RunDriver"]

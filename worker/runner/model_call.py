@@ -13,8 +13,10 @@ from pydantic import ValidationError
 
 from agentmill_client.models import EventKind, Message, ToolCall, Usage
 from shared.profiles import AgentProfile, ProviderConfig
-from worker import context, failpoints, policy, preamble, tracing
-from worker.compaction import SUMMARY_PROMPT
+from worker import failpoints, tracing
+from worker.core import context, policy, preamble
+from worker.core.compaction import SUMMARY_PROMPT
+from worker.core.policy import ModelFailure
 from worker.limiter import limited
 from worker.machine import (
     BudgetRefused,
@@ -29,7 +31,6 @@ from worker.machine import (
     notices,
 )
 from worker.models.base import ModelCallError, ReasoningDelta, StreamEnd, TextDelta, ToolCallDelta
-from worker.policy import ModelFailure
 from worker.ports import BudgetHold, Capacity
 from worker.runner.effect import EffectContext, FlushDeltas
 
