@@ -331,7 +331,7 @@ class Partition:
 
     def agent_versions(self, tenant: str) -> str:
         """Hash ``<name>@<n>`` -> that version's profile as the tenant gave it (JSON), immutable: what
-        a worker reads for a run pinned to it (worker/agent_cache.py), beside ``agents``."""
+        a worker reads for a run pinned to it (worker/adapters/agent_cache.py), beside ``agents``."""
         return f"{self.base}agents.v:{tenant}"
 
     def usage_day(self, tenant: str, day: str) -> str:

@@ -167,7 +167,7 @@ class ProviderConfig(Model):
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 120.0
     # Pool-wide limits for this provider's endpoint (baseUrl), enforced across every worker through
-    # Redis (worker/limiter.py); a run waits for capacity. None = no such limit.
+    # Redis (worker/adapters/limiter.py); a run waits for capacity. None = no such limit.
     max_concurrent: int | None = Field(default=None, ge=1)
     requests_per_minute: int | None = Field(default=None, ge=1)
     tokens_per_minute: int | None = Field(default=None, ge=1)

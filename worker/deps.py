@@ -18,20 +18,20 @@ from shared.profiles import AgentProfile, ProviderConfig
 from shared.quotas import Quotas
 from shared.scripts import Scripts
 from shared.settings import Settings
-from worker.agent_cache import AgentVersions
-from worker.batcher import ScriptBatcher
-from worker.budgets import TenantBudgets
+from worker.adapters.agent_cache import AgentVersions
+from worker.adapters.batcher import ScriptBatcher
+from worker.adapters.budgets import TenantBudgets
+from worker.adapters.lease import WorkerLease
+from worker.adapters.limiter import Held, OnWait, ProviderLimiter
+from worker.adapters.redis_store import RedisRunStore, RedisSessionStore
+from worker.adapters.tool_cache import RedisToolCache
 from worker.core.config_cache import ConfigCache
 from worker.core.delta_pace import DeltaPace
-from worker.lease import WorkerLease
-from worker.limiter import Held, OnWait, ProviderLimiter
 from worker.models.base import ModelCallError, ModelProvider
 from worker.models.scripted import ScriptedProvider
 from worker.models.shapes import ShapeMemory
 from worker.observer import NullObserver, Observer
 from worker.ports import RunPorts, SystemClock
-from worker.redis_store import RedisRunStore, RedisSessionStore
-from worker.tool_cache import RedisToolCache
 from worker.tools.mcp_listings import McpListings, RedisListingStore
 from worker.tools.registry import Toolbox
 

@@ -33,16 +33,16 @@ from shared.redis_watch import RedisWatch
 from shared.scripts import prepare_scripts
 from shared.settings import Settings, get_settings
 from worker import failpoints, tracing
+from worker.adapters.lease import LeaseBackend, WorkerLease, add_lease_hook, lease_guarded_client
+from worker.adapters.redis_store import forget_worker
 from worker.archiving import archive_forever
 from worker.arq_worker import JOB_TIMEOUT_S, ResilientWorker, claim_size, run_agent
 from worker.deps import WorkerDeps
 from worker.health import HealthServer
-from worker.lease import LeaseBackend, WorkerLease, add_lease_hook, lease_guarded_client
 from worker.lease_keeping import LeaseKeeping
 from worker.metrics import MetricsObserver
 from worker.observer import Observer
 from worker.pool_report import PoolReport
-from worker.redis_store import forget_worker
 from worker.wake import Wake
 
 __all__ = [

@@ -14,12 +14,12 @@ from redis.exceptions import RedisError
 
 from shared.redis_watch import RedisWatch
 from shared.settings import Settings
+from worker.adapters.lease import WorkerLease
+from worker.adapters.redis_store import beat
 from worker.arq_worker import ResilientWorker
 from worker.deps import WorkerDeps
-from worker.lease import WorkerLease
 from worker.observer import Observer
 from worker.reconciler import reconcile_once, reconcile_worker
-from worker.redis_store import beat
 
 __all__ = ["LeaseKeeping"]
 

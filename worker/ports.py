@@ -1,5 +1,5 @@
 """The ports a run's driver talks to the world through: small protocols, with Redis implementations
-(worker/redis_store.py, worker/deps.py) and in-memory ones for unit tests (worker/memory_store.py).
+(worker/adapters/redis_store.py, worker/deps.py) and in-memory ones for unit tests (worker/adapters/memory_store.py).
 
 - ``RunStore``: one run at one epoch — acquire, fenced commits (events, checkpoint, tool claims and
   records, the ending), hand-back. Every write is refused once another worker holds the run.
@@ -23,11 +23,11 @@ from shared.clock import now_ms
 from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
 from shared.settings import Settings
 from shared.tool_records import ToolRecord
+from worker.adapters.lease import WorkerLease
 from worker.core.config import RunConfig, ToolSpec
 from worker.core.config_cache import ConfigCache
 from worker.core.context import PastCall, RunLoop
 from worker.core.delta_pace import DeltaPace
-from worker.lease import WorkerLease
 from worker.models.base import ModelProvider
 from worker.observer import Observer
 from worker.tools.base import ToolContext
@@ -244,7 +244,7 @@ class ModelPort(Protocol):
         ...
 
     async def hold(self, cfg: ProviderConfig, tokens: int, on_wait: OnWait) -> Capacity:
-        """Wait for pool-wide capacity of a limited endpoint (worker/limiter.py)."""
+        """Wait for pool-wide capacity of a limited endpoint (worker/adapters/limiter.py)."""
         ...
 
     async def pause(self, cfg: ProviderConfig, ms: int) -> None:
@@ -265,7 +265,7 @@ class BudgetHold(Protocol):
 
 
 class BudgetPort(Protocol):
-    """A tenant's budget per UTC day, pool-wide (worker/budgets.py)."""
+    """A tenant's budget per UTC day, pool-wide (worker/adapters/budgets.py)."""
 
     def limited(self, tenant: str) -> bool: ...
 
@@ -323,7 +323,7 @@ class ToolPort(Protocol):
 
 
 class ToolCache(Protocol):
-    """Tool results reused by tool, canonical arguments and tenant (worker/tool_cache.py)."""
+    """Tool results reused by tool, canonical arguments and tenant (worker/adapters/tool_cache.py)."""
 
     async def get(self, call: ToolCall) -> ToolResult | None: ...
 
@@ -382,5 +382,5 @@ class Host(Protocol):
     def profile(self, name: str) -> AgentProfile: ...
 
     async def agent(self, tenant: str, name: str, version: int) -> AgentProfile:
-        """A version of a tenant's agent (worker/agent_cache.py); LookupError when it is not kept."""
+        """A version of a tenant's agent (worker/adapters/agent_cache.py); LookupError when it is not kept."""
         ...

@@ -26,9 +26,10 @@ from shared.settings import Settings
 from shared.tool_records import ToolRecord, ToolState
 from tests.integration.helpers import producer_for, script_run, stream
 from tests.support.schema import K, parts_of, tool_records
+from worker.adapters.memory_store import MemoryRun, MemoryRunStore, MemorySessionStore, finalize
+from worker.adapters.redis_store import RedisRunStore, beat
 from worker.core import sessions
 from worker.core.context import PastCall
-from worker.memory_store import MemoryRun, MemoryRunStore, MemorySessionStore, finalize
 from worker.ports import (
     Acquired,
     CommitStep,
@@ -40,7 +41,6 @@ from worker.ports import (
     SessionUpdate,
     TranscriptWrite,
 )
-from worker.redis_store import RedisRunStore, beat
 
 SCRIPT = [{"text": "x"}]
 

@@ -14,10 +14,10 @@ from shared.scripts import Scripts, text
 from shared.settings import Settings
 from tests.integration.helpers import producer_for, script_run, stream
 from tests.support.schema import K, parts_of, tool_records
+from worker.adapters.redis_store import RedisRunStore as RunStore
+from worker.adapters.redis_store import beat
 from worker.ports import Acquired, CommitStep, FencedError, NotAcquired, Outbox, SeqConflictError
 from worker.reconciler import reconcile_once
-from worker.redis_store import RedisRunStore as RunStore
-from worker.redis_store import beat
 
 pytestmark = pytest.mark.integration
 

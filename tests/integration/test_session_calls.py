@@ -20,7 +20,7 @@ from shared.profiles import AgentProfile
 from shared.tool_records import ToolRecord
 from tests.integration.helpers import producer_for, running_worker, script_run, stream, until_status, wait_all
 from tests.support.schema import K
-from worker.memory_store import (
+from worker.adapters.memory_store import (
     MemoryHost,
     MemoryModels,
     MemoryRun,

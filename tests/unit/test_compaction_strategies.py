@@ -12,6 +12,14 @@ from hypothesis import strategies as st
 
 from agentmill_client.models import Message, RunInput, ToolCall
 from shared.profiles import AgentProfile, CompactionConfig
+from worker.adapters.memory_store import (
+    MemoryHost,
+    MemoryModels,
+    MemoryRun,
+    MemoryRunStore,
+    MemorySessionStore,
+    MemoryTools,
+)
 from worker.core import policy
 from worker.core.compaction import (
     KEY_FACTS_PROMPT,
@@ -22,14 +30,6 @@ from worker.core.compaction import (
 )
 from worker.core.preamble import PREAMBLE_V1, with_preamble
 from worker.machine import ModelRequest
-from worker.memory_store import (
-    MemoryHost,
-    MemoryModels,
-    MemoryRun,
-    MemoryRunStore,
-    MemorySessionStore,
-    MemoryTools,
-)
 from worker.models.base import Chunk
 from worker.models.scripted import ScriptedProvider
 from worker.ports import RunPorts

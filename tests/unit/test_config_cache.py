@@ -11,10 +11,7 @@ import pytest
 
 from agentmill_client.models import RunInput, ToolCall, ToolResult
 from shared.profiles import AgentProfile
-from worker.core import preamble
-from worker.core.config import RunConfig, ToolSpec, resolve_config
-from worker.core.config_cache import ConfigCache
-from worker.memory_store import (
+from worker.adapters.memory_store import (
     MemoryHost,
     MemoryModels,
     MemoryRun,
@@ -22,6 +19,9 @@ from worker.memory_store import (
     MemorySessionStore,
     MemoryTools,
 )
+from worker.core import preamble
+from worker.core.config import RunConfig, ToolSpec, resolve_config
+from worker.core.config_cache import ConfigCache
 from worker.models.scripted import ScriptedProvider
 from worker.ports import RunPorts
 from worker.runner import RunDriver

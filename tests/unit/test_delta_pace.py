@@ -9,8 +9,7 @@ import asyncio
 from agentmill_client.models import RunInput
 from shared.profiles import AgentProfile
 from shared.settings import Settings
-from worker.core.delta_pace import DeltaPace
-from worker.memory_store import (
+from worker.adapters.memory_store import (
     MemoryHost,
     MemoryModels,
     MemoryRun,
@@ -18,6 +17,7 @@ from worker.memory_store import (
     MemorySessionStore,
     MemoryTools,
 )
+from worker.core.delta_pace import DeltaPace
 from worker.models.scripted import ScriptedProvider
 from worker.ports import RunPorts
 from worker.runner import RunDriver

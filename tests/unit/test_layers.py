@@ -146,8 +146,8 @@ def test_the_ports_import_none_of_their_users() -> None:
     users = (
         "worker.runner",
         "worker.deps",
-        "worker.memory_store",
-        "worker.redis_store",
+        "worker.adapters.memory_store",
+        "worker.adapters.redis_store",
         "worker.tools.registry",
     )
     imported = _graph()["worker.ports"]

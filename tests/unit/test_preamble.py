@@ -12,9 +12,7 @@ from pydantic import ValidationError
 
 from agentmill_client.models import Message, RunInput
 from shared.profiles import AgentProfile, CompactionConfig
-from worker.core.preamble import CLOSE, PREAMBLE_V1, frame, framed, unframe, with_preamble
-from worker.machine import ModelRequest
-from worker.memory_store import (
+from worker.adapters.memory_store import (
     MemoryHost,
     MemoryModels,
     MemoryRun,
@@ -22,6 +20,8 @@ from worker.memory_store import (
     MemorySessionStore,
     MemoryTools,
 )
+from worker.core.preamble import CLOSE, PREAMBLE_V1, frame, framed, unframe, with_preamble
+from worker.machine import ModelRequest
 from worker.models.base import Chunk
 from worker.models.scripted import ScriptedProvider
 from worker.ports import RunPorts

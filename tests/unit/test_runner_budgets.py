@@ -48,7 +48,7 @@ class Budgets:
 
 
 def driver(w: World, budgets: Budgets) -> RunDriver:
-    from worker.memory_store import MemoryRunStore
+    from worker.adapters.memory_store import MemoryRunStore
 
     store = MemoryRunStore(w.run, w.sessions)
     ports = RunPorts(store, w.sessions, w.models, w.tools, rng=w.rng, budgets=budgets)

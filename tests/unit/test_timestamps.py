@@ -11,9 +11,7 @@ from shared.profiles import AgentProfile
 from shared.tool_records import ToolRecord, ToolState
 from tests.unit.machine_driver import config
 from worker import machine as m
-from worker.core import context
-from worker.core.policy import ModelFailure
-from worker.memory_store import (
+from worker.adapters.memory_store import (
     MemoryHost,
     MemoryModels,
     MemoryRun,
@@ -21,6 +19,8 @@ from worker.memory_store import (
     MemorySessionStore,
     MemoryTools,
 )
+from worker.core import context
+from worker.core.policy import ModelFailure
 from worker.models.scripted import ScriptedProvider
 from worker.ports import RunPorts
 from worker.runner import RunDriver

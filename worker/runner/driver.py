@@ -24,8 +24,8 @@ from agentmill_client.models import RunInput, RunStatus
 from shared import logs
 from shared.tool_records import ToolRecord
 from worker import machine, tracing
+from worker.adapters.lease import LeaseExpiredError
 from worker.core.sessions import session_update
-from worker.lease import LeaseExpiredError
 from worker.machine import (
     AbortRequested,
     ApprovalsDecided,

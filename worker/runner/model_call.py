@@ -14,10 +14,10 @@ from pydantic import ValidationError
 from agentmill_client.models import EventKind, Message, ToolCall, Usage
 from shared.profiles import AgentProfile, ProviderConfig
 from worker import failpoints, tracing
+from worker.adapters.limiter import limited
 from worker.core import context, policy, preamble
 from worker.core.compaction import SUMMARY_PROMPT
 from worker.core.policy import ModelFailure
-from worker.limiter import limited
 from worker.machine import (
     BudgetRefused,
     Compact,
@@ -252,7 +252,7 @@ def _assemble(req: ModelRequest, text: list[str], calls: dict[int, dict[str, str
 
 
 async def _reserve(cx: EffectContext, req: ModelRequest) -> BudgetHold | str:
-    """Hold the call's worst case on its tenant's day budget (worker/budgets.py); a str: refused.
+    """Hold the call's worst case on its tenant's day budget (worker/adapters/budgets.py); a str: refused.
     The failpoint ``after_budget_reserve`` kills the worker between the hold and its settlement."""
     hold_id = f"{cx.run_id}.{req.model_call_index}.{req.attempt}.{cx.ports.rng.random():.9f}"[:200]
     got = await cx.ports.budgets.reserve(cx.tenant, hold_id, req.reserve_tokens, req.reserve_cost_usd)
@@ -272,7 +272,7 @@ def _on(profile: AgentProfile, req: ModelRequest) -> ProviderConfig:
 
 
 async def _capacity(cx: EffectContext, pcfg: ProviderConfig, req: ModelRequest) -> Capacity | None:
-    """Wait for pool-wide capacity of the call's provider (worker/limiter.py: each endpoint
+    """Wait for pool-wide capacity of the call's provider (worker/adapters/limiter.py: each endpoint
     counted apart, so a fallback's calls count against the fallback's limits); None: unlimited."""
     if not limited(pcfg):
         return None

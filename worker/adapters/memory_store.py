@@ -31,10 +31,10 @@ from shared.children import ChildSpec, Spawned
 from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
 from shared.settings import Settings
 from shared.tool_records import ToolRecord, ToolState
+from worker.adapters.lease import WorkerLease
 from worker.core import context, sessions
 from worker.core.config_cache import ConfigCache
 from worker.core.delta_pace import DeltaPace
-from worker.lease import WorkerLease
 from worker.machine import TERMINAL_PHASES
 from worker.models.base import ModelProvider
 from worker.observer import NullObserver, Observer
