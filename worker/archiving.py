@@ -11,7 +11,7 @@ from shared.archive.archiver import Archiver
 from shared.archive.store import ArchiveStore
 from worker import failpoints
 from worker.deps import WorkerDeps
-from worker.metrics import MetricsObserver
+from worker.telemetry.metrics import MetricsObserver
 
 __all__ = ["archive_forever"]
 

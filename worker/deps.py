@@ -30,8 +30,8 @@ from worker.core.delta_pace import DeltaPace
 from worker.models.base import ModelCallError, ModelProvider
 from worker.models.scripted import ScriptedProvider
 from worker.models.shapes import ShapeMemory
-from worker.observer import NullObserver, Observer
 from worker.ports import RunPorts, SystemClock
+from worker.telemetry.observer import NullObserver, Observer
 from worker.tools.mcp_listings import McpListings, RedisListingStore
 from worker.tools.registry import Toolbox
 

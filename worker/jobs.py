@@ -32,7 +32,7 @@ from shared.quotas import Quotas
 from shared.redis_watch import RedisWatch
 from shared.scripts import prepare_scripts
 from shared.settings import Settings, get_settings
-from worker import failpoints, tracing
+from worker import failpoints
 from worker.adapters.lease import LeaseBackend, WorkerLease, add_lease_hook, lease_guarded_client
 from worker.adapters.redis_store import forget_worker
 from worker.archiving import archive_forever
@@ -40,9 +40,10 @@ from worker.arq_worker import JOB_TIMEOUT_S, ResilientWorker, claim_size, run_ag
 from worker.deps import WorkerDeps
 from worker.health import HealthServer
 from worker.lease_keeping import LeaseKeeping
-from worker.metrics import MetricsObserver
-from worker.observer import Observer
-from worker.pool_report import PoolReport
+from worker.telemetry import tracing
+from worker.telemetry.metrics import MetricsObserver
+from worker.telemetry.observer import Observer
+from worker.telemetry.pool_report import PoolReport
 from worker.wake import Wake
 
 __all__ = [

@@ -18,8 +18,8 @@ from worker.adapters.lease import WorkerLease
 from worker.adapters.redis_store import beat
 from worker.arq_worker import ResilientWorker
 from worker.deps import WorkerDeps
-from worker.observer import Observer
 from worker.reconciler import reconcile_once, reconcile_worker
+from worker.telemetry.observer import Observer
 
 __all__ = ["LeaseKeeping"]
 

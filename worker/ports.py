@@ -29,7 +29,7 @@ from worker.core.config_cache import ConfigCache
 from worker.core.context import PastCall, RunLoop
 from worker.core.delta_pace import DeltaPace
 from worker.models.base import ModelProvider
-from worker.observer import Observer
+from worker.telemetry.observer import Observer
 from worker.tools.base import ToolContext
 from worker.tools.mcp_listings import Relisted
 

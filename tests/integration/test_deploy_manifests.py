@@ -301,7 +301,7 @@ def known_metrics() -> set[str]:
     from producer.api.metrics import ApiMetrics
     from producer.gauges import ClusterGauges
     from worker.health import HealthServer
-    from worker.metrics import MetricsObserver
+    from worker.telemetry.metrics import MetricsObserver
 
     names: set[str] = set()
     obs = MetricsObserver()

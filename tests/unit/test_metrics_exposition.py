@@ -9,7 +9,7 @@ from __future__ import annotations
 from agentmill_client.models import Usage
 from producer.api.metrics import ApiMetrics
 from tests.integration.helpers import metric_samples
-from worker.metrics import LABELS, MetricsObserver
+from worker.telemetry.metrics import LABELS, MetricsObserver
 
 
 def test_every_worker_child_exists_at_zero_before_first_use() -> None:

@@ -29,9 +29,9 @@ from worker.adapters.memory_store import (
 from worker.core.preamble import frame
 from worker.machine import Phase
 from worker.models.scripted import ScriptedProvider
-from worker.observer import NullObserver
 from worker.ports import Acquired, RunPorts
 from worker.runner import RunDriver
+from worker.telemetry.observer import NullObserver
 
 PROFILE = AgentProfile(
     name="t",

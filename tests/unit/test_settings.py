@@ -22,7 +22,7 @@ NOT_SETTINGS = {
     "worker/tools/mcp_transport.py": 'an MCP server header secret a profile names ("${env:NAME}")',
     "app/cli/submit.py": "XDG_STATE_HOME, the platform's state directory",
     "app/supervisor.py": "its worker processes' environment: its own, each process's socket and id added",
-    "worker/tracing.py": "the standard OTEL_* variables, whether an OTLP endpoint is set (the SDK reads the rest)",
+    "worker/telemetry/tracing.py": "the standard OTEL_* variables, whether an OTLP endpoint is set (the SDK reads the rest)",
 }
 ENV_READ = re.compile(r"\b(?:environ|getenv)\b|\benvvar\s*=")
 OURS = re.compile(r"AGENTMILL_|REDIS_URL")

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from shared import trace_context
-from worker import tracing
+from worker.telemetry import tracing
 
 ROOT = Path(__file__).resolve().parents[2]
 TP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

@@ -37,7 +37,6 @@ from worker.core.config_cache import ConfigCache
 from worker.core.delta_pace import DeltaPace
 from worker.machine import TERMINAL_PHASES
 from worker.models.base import ModelProvider
-from worker.observer import NullObserver, Observer
 from worker.ports import (
     Acquired,
     Capacity,
@@ -53,6 +52,7 @@ from worker.ports import (
     SystemClock,
     ToolRetry,
 )
+from worker.telemetry.observer import NullObserver, Observer
 from worker.tools.base import ToolContext
 from worker.tools.registry import Toolbox
 

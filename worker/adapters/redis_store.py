@@ -25,7 +25,6 @@ from shared.quotas import DEFAULT_TENANT, Quotas
 from shared.scripts import Scripts, text
 from shared.settings import Settings
 from shared.tool_records import ToolRecord
-from worker import tracing
 from worker.adapters import budgets
 from worker.adapters.batcher import ScriptBatcher
 from worker.adapters.lease import WorkerLease
@@ -39,6 +38,7 @@ from worker.ports import (
     NotAcquired,
     SeqConflictError,
 )
+from worker.telemetry import tracing
 
 __all__ = ["Beat", "RedisRunStore", "RedisSessionStore", "beat", "forget_worker"]
 

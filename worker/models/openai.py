@@ -20,7 +20,6 @@ import orjson
 
 from agentmill_client.models import Message, ResponseFormat, Usage
 from shared.profiles import ProviderConfig
-from worker import tracing
 from worker.core.config import ToolSpec
 from worker.machine import ModelRequest, wire_id
 from worker.models.base import (
@@ -33,6 +32,7 @@ from worker.models.base import (
 )
 from worker.models.shapes import REFUSAL_STATUSES, ShapeMemory, adapt, refused_shape
 from worker.models.sse import SseParser
+from worker.telemetry import tracing
 
 __all__ = [
     "MAX_ERROR_CHARS",

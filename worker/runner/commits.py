@@ -19,7 +19,6 @@ from worker import failpoints
 from worker.core.config import RunConfig
 from worker.machine import Emit, RunState
 from worker.machine.children import children_record
-from worker.observer import Observer
 from worker.ports import (
     Clock,
     CommitStep,
@@ -31,6 +30,7 @@ from worker.ports import (
     TranscriptWrite,
     UsageTally,
 )
+from worker.telemetry.observer import Observer
 
 __all__ = ["Commits"]
 

@@ -23,7 +23,7 @@ from agentmill_client.codec import encode
 from agentmill_client.models import RunInput, RunStatus
 from shared import logs
 from shared.tool_records import ToolRecord
-from worker import machine, tracing
+from worker import machine
 from worker.adapters.lease import LeaseExpiredError
 from worker.core.sessions import session_update
 from worker.machine import (
@@ -53,6 +53,7 @@ from worker.runner.holding import FlushHeld, StepHold
 from worker.runner.inbox import Inbox
 from worker.runner.parking import Park, ending_error, parking
 from worker.runner.tally import usage_tally
+from worker.telemetry import tracing
 from worker.tools.declared import declared_settings
 
 __all__ = ["RunDriver"]

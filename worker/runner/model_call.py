@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from agentmill_client.models import EventKind, Message, ToolCall, Usage
 from shared.profiles import AgentProfile, ProviderConfig
-from worker import failpoints, tracing
+from worker import failpoints
 from worker.adapters.limiter import limited
 from worker.core import context, policy, preamble
 from worker.core.compaction import SUMMARY_PROMPT
@@ -33,6 +33,7 @@ from worker.machine import (
 from worker.models.base import ModelCallError, ReasoningDelta, StreamEnd, TextDelta, ToolCallDelta
 from worker.ports import BudgetHold, Capacity
 from worker.runner.effect import EffectContext, FlushDeltas
+from worker.telemetry import tracing
 
 __all__ = ["SUMMARY_PROMPT", "ModelStream", "call_model", "summarise"]
 
@@ -51,7 +52,7 @@ class ModelStream:
 
     def __init__(self, cx: EffectContext, req: ModelRequest, now: float, span: Any = None) -> None:
         self.cx = cx
-        self.span = span  # the call's trace span (worker/tracing.py); None: traces off
+        self.span = span  # the call's trace span (worker/telemetry/tracing.py); None: traces off
         self.req = req
         self.seq = 0
         self.last_flush = now

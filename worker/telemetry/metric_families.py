@@ -1,5 +1,5 @@
 """The worker's metric families, defined once: names, help, labels and buckets, and the values
-each label may take (``LABELS``). The observer that feeds them is worker/metrics.py.
+each label may take (``LABELS``). The observer that feeds them is worker/telemetry/metrics.py.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from agentmill_client.models import EventKind
 from agentmill_client.statuses import TERMINAL
 from shared.profiles import FALLBACK_CLASSES
 from worker.core.policy import RETRYABLE_STATUSES
-from worker.loop_metrics import Counter, Histogram
 from worker.machine import TRANSITIONS
 from worker.models.shapes import SHAPES
+from worker.telemetry.loop_metrics import Counter, Histogram
 
 __all__ = [
     "ITER_BUCKETS",
