@@ -34,7 +34,7 @@ from prometheus_client.exposition import generate_latest
 
 from shared.settings import Settings
 from shared.settings_doc import env_names
-from worker.health import METRICS_TYPE, HealthServer
+from worker.process.health import METRICS_TYPE, HealthServer
 from worker.telemetry.metrics_merge import MergedMetrics, parse
 
 __all__ = ["Supervisor", "describe_exit", "restart_delay"]

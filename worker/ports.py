@@ -1,5 +1,5 @@
 """The ports a run's driver talks to the world through: small protocols, with Redis implementations
-(worker/adapters/redis_store.py, worker/deps.py) and in-memory ones for unit tests (worker/adapters/memory_store.py).
+(worker/adapters/redis_store.py, worker/process/deps.py) and in-memory ones for unit tests (worker/adapters/memory_store.py).
 
 - ``RunStore``: one run at one epoch — acquire, fenced commits (events, checkpoint, tool claims and
   records, the ending), hand-back. Every write is refused once another worker holds the run.
@@ -369,7 +369,7 @@ class RunPorts:
 
 
 class Host(Protocol):
-    """What the worker process shares with its runs (worker/deps.py WorkerDeps)."""
+    """What the worker process shares with its runs (worker/process/deps.py WorkerDeps)."""
 
     settings: Settings
     observer: Observer

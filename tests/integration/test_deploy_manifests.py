@@ -300,7 +300,7 @@ def known_metrics() -> set[str]:
 
     from producer.api.metrics import ApiMetrics
     from producer.gauges import ClusterGauges
-    from worker.health import HealthServer
+    from worker.process.health import HealthServer
     from worker.telemetry.metrics import MetricsObserver
 
     names: set[str] = set()

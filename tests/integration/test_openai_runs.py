@@ -17,7 +17,7 @@ from tests.integration.helpers import producer_for, run_with, stream, wait_all
 from tests.support.fake_openai import FakeOpenAI, Reply
 from tests.support.schema import K
 from worker.core.preamble import unframe
-from worker.jobs import WorkerProcess
+from worker.process.jobs import WorkerProcess
 
 pytestmark = pytest.mark.integration
 KEY = "sk-live-DO-NOT-LEAK-42"

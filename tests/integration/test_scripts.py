@@ -17,7 +17,7 @@ from tests.support.schema import K, parts_of, tool_records
 from worker.adapters.redis_store import RedisRunStore as RunStore
 from worker.adapters.redis_store import beat
 from worker.ports import Acquired, CommitStep, FencedError, NotAcquired, Outbox, SeqConflictError
-from worker.reconciler import reconcile_once
+from worker.process.reconciler import reconcile_once
 
 pytestmark = pytest.mark.integration
 
@@ -412,7 +412,7 @@ async def test_an_early_check_of_an_approval_wait_keeps_its_deadline_watched(
 ) -> None:
     """The live index holds a parked run at the earlier of its approval timeout and run deadline; a
     check that comes before it (the sweeper's clock runs ahead of Redis's) leaves the entry in place."""
-    from worker.reconciler import _redispatch
+    from worker.process.reconciler import _redispatch
 
     rid = await new_run(redis, redis_url)
     store, _ = await acquire(redis, settings, rid, "w1")

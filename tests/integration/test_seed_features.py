@@ -23,7 +23,7 @@ from tests.integration.helpers import (
     wait_all,
 )
 from worker.core.preamble import PREAMBLE_V1, unframe, with_preamble
-from worker.jobs import WorkerProcess
+from worker.process.jobs import WorkerProcess
 
 pytestmark = pytest.mark.integration
 

@@ -145,7 +145,7 @@ def test_a_cycle_made_only_of_type_checking_imports_is_found(tmp_path: Path) -> 
 def test_the_ports_import_none_of_their_users() -> None:
     users = (
         "worker.runner",
-        "worker.deps",
+        "worker.process.deps",
         "worker.adapters.memory_store",
         "worker.adapters.redis_store",
         "worker.tools.registry",

@@ -11,7 +11,7 @@ import pytest
 
 from shared.settings import Settings
 from worker.adapters.lease import LeaseBackend, LeaseExpiredError, WorkerLease, lease_guarded_client
-from worker.jobs import lease_margin_ms
+from worker.process.jobs import lease_margin_ms
 
 
 class FakeClock:

@@ -25,8 +25,8 @@ from tests.support.schema import K, parts_of
 from worker.core.config import RECALL_TOOL, RunConfig
 from worker.core.context import MAX_NOTE_CHARS, TRUNCATED
 from worker.core.sessions import session_update
-from worker.deps import WorkerDeps
 from worker.machine import RunState, build_messages
+from worker.process.deps import WorkerDeps
 
 SID = "s-prop"
 words = st.text(alphabet="abcdefgh ", min_size=0, max_size=700)

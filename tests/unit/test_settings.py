@@ -103,7 +103,7 @@ def test_a_beat_that_cannot_keep_the_lease_is_refused_and_an_unset_one_follows_a
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from shared.settings import SettingsError, get_settings
-    from worker.jobs import lease_margin_ms
+    from worker.process.jobs import lease_margin_ms
 
     # Unset: 500 ms, or a third of a shorter lease; with a 0.8 s lease the default beat (500 ms)
     # came after the worker counted its lease over (0.8 s less a 0.4 s margin), at every beat.

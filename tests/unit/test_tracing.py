@@ -41,7 +41,7 @@ def test_off_the_worker_never_imports_the_sdk() -> None:
     and still no opentelemetry SDK or exporter module loaded."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     code = (
-        "import sys, worker.jobs, worker.runner.driver, worker.models.openai, worker.tools.http\n"
+        "import sys, worker.process.jobs, worker.runner.driver, worker.models.openai, worker.tools.http\n"
         "from worker.telemetry import tracing\n"
         "assert not tracing.configure(content=False, instance_id='w') and not tracing.on()\n"
         "print(sorted(m for m in sys.modules if m.startswith(('opentelemetry.sdk', 'opentelemetry.exporter'))))\n"

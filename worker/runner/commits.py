@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 import orjson
 
 from agentmill_client.models import Message, Usage
-from worker import failpoints
 from worker.core.config import RunConfig
 from worker.machine import Emit, RunState
 from worker.machine.children import children_record
@@ -30,6 +29,7 @@ from worker.ports import (
     TranscriptWrite,
     UsageTally,
 )
+from worker.process import failpoints
 from worker.telemetry.observer import Observer
 
 __all__ = ["Commits"]

@@ -13,7 +13,6 @@ from pydantic import ValidationError
 
 from agentmill_client.models import EventKind, Message, ToolCall, Usage
 from shared.profiles import AgentProfile, ProviderConfig
-from worker import failpoints
 from worker.adapters.limiter import limited
 from worker.core import context, policy, preamble
 from worker.core.compaction import SUMMARY_PROMPT
@@ -32,6 +31,7 @@ from worker.machine import (
 )
 from worker.models.base import ModelCallError, ReasoningDelta, StreamEnd, TextDelta, ToolCallDelta
 from worker.ports import BudgetHold, Capacity
+from worker.process import failpoints
 from worker.runner.effect import EffectContext, FlushDeltas
 from worker.telemetry import tracing
 
