@@ -7,23 +7,24 @@
 - ``ModelPort``: the provider of a profile, and the pool-wide capacity of its endpoint.
 - ``ToolPort``: the tools of a profile: their specs and their execution.
 - ``Clock`` and ``Rng``: wall time and the jitter the machine's retries use.
+- ``Host``: what the worker process shares with its runs (its ``Lease``, its ``Failpoints``…).
+
+Protocols and the plain values they exchange only: the implementations with nothing behind them
+(the system clock, no budgets, no failpoints) are in worker/adapters/plain.py, the bundle a run's
+driver is given in worker/runner/run_ports.py.
 """
 
 from __future__ import annotations
 
-import random
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agentmill_client.models import Message, ToolCall, ToolResult, Usage
 from shared.children import ChildSpec, Spawned
-from shared.clock import now_ms
 from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
 from shared.settings import Settings
 from shared.tool_records import ToolRecord
-from worker.adapters.lease import WorkerLease
 from worker.core.config import RunConfig, ToolSpec
 from worker.core.config_cache import ConfigCache
 from worker.core.context import PastCall, RunLoop
@@ -41,20 +42,19 @@ __all__ = [
     "Clock",
     "CommitStep",
     "Entry",
+    "Failpoints",
     "FencedError",
     "Host",
+    "Lease",
     "ModelPort",
-    "NoBudgets",
     "NotAcquired",
     "Outbox",
     "Rng",
-    "RunPorts",
     "RunStore",
     "SeqConflictError",
     "SessionStore",
     "SessionUpdate",
     "Settlement",
-    "SystemClock",
     "ToolCache",
     "ToolPort",
     "ToolRetry",
@@ -276,18 +276,6 @@ class BudgetPort(Protocol):
         ...
 
 
-class NoBudgets:
-    """No tenant has a budget (unit tests, in-memory runs)."""
-
-    def limited(self, tenant: str) -> bool:
-        return False
-
-    async def reserve(
-        self, tenant: str, hold_id: str, tokens: int, cost_usd: float | None
-    ) -> BudgetHold | str:
-        raise AssertionError("no tenant has a budget here")
-
-
 @dataclass(frozen=True, slots=True)
 class ToolRetry:
     """Reported for each retry of a tool call (the runner publishes it and counts it)."""
@@ -346,26 +334,21 @@ class Rng(Protocol):
         ...
 
 
-class SystemClock:
-    def now_ms(self) -> int:
-        return now_ms()
+class Lease(Protocol):
+    """The worker's own lease deadline (worker/adapters/lease.py ``WorkerLease``)."""
 
-    def monotonic(self) -> float:
-        return time.monotonic()
+    def check(self, what: str) -> None:
+        """Raises ``LeaseExpiredError`` past the deadline: ``what`` is not started."""
+        ...
+
+    def expired(self) -> bool: ...
 
 
-@dataclass(slots=True)
-class RunPorts:
-    """What one run's driver is given to reach the world."""
+class Failpoints(Protocol):
+    """Named points in a run where a chaos test may have the worker kill itself
+    (worker/process/failpoints.py; ``NoFailpoints`` in worker/adapters/plain.py)."""
 
-    store: RunStore
-    sessions: SessionStore
-    models: ModelPort
-    tools: ToolPort
-    clock: Clock = field(default_factory=SystemClock)
-    rng: Rng = field(default_factory=random.Random)
-    cache: ToolCache | None = None  # the tool-result cache; None: no tool is cached
-    budgets: BudgetPort = field(default_factory=NoBudgets)  # tenants' day budgets
+    def hit(self, name: str) -> None: ...
 
 
 class Host(Protocol):
@@ -373,11 +356,16 @@ class Host(Protocol):
 
     settings: Settings
     observer: Observer
-    lease: WorkerLease | None  # the worker's lease deadline; None = unguarded
     lease_id: str
     configs: ConfigCache  # resolved configurations shared by runs that set no knob of their own
     pace: DeltaPace  # how often a streaming run's deltas go out, given how many runs stream
     draining: bool  # the process is stopping: a run that starts now hands itself back at once
+    failpoints: Failpoints  # where a chaos test may have the worker kill itself
+
+    @property
+    def lease(self) -> Lease | None:
+        """The worker's lease deadline; None = unguarded."""
+        ...
 
     def profile(self, name: str) -> AgentProfile: ...
 

@@ -29,8 +29,7 @@ from worker.adapters.memory_store import (
     MemoryTools,
 )
 from worker.models.scripted import ScriptedProvider
-from worker.ports import RunPorts
-from worker.runner import RunDriver
+from worker.runner import RunDriver, RunPorts
 
 SID = "s-calls"
 INTERNAL = {"recall_tool_call", "search_history", "load_older_history"}  # not the session's calls

@@ -11,7 +11,7 @@ from shared import checkpoint
 from tests.unit.machine_driver import T0, calls_reply, config, go, result, text_reply
 from worker import machine as m
 from worker.adapters.memory_store import MemoryRun, MemoryRunStore, MemorySessionStore
-from worker.ports import SystemClock
+from worker.adapters.plain import SystemClock
 from worker.runner.commits import Commits
 from worker.telemetry.observer import NullObserver
 

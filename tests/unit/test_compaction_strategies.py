@@ -32,8 +32,7 @@ from worker.core.preamble import PREAMBLE_V1, with_preamble
 from worker.machine import ModelRequest
 from worker.models.base import Chunk
 from worker.models.scripted import ScriptedProvider
-from worker.ports import RunPorts
-from worker.runner import RunDriver
+from worker.runner import RunDriver, RunPorts
 
 N = 0
 

@@ -23,8 +23,7 @@ from worker.core import preamble
 from worker.core.config import RunConfig, ToolSpec, resolve_config
 from worker.core.config_cache import ConfigCache
 from worker.models.scripted import ScriptedProvider
-from worker.ports import RunPorts
-from worker.runner import RunDriver
+from worker.runner import RunDriver, RunPorts
 from worker.tools.base import ToolContext
 
 PROFILE = AgentProfile(

@@ -19,8 +19,7 @@ from worker.adapters.memory_store import (
 )
 from worker.core.delta_pace import DeltaPace
 from worker.models.scripted import ScriptedProvider
-from worker.ports import RunPorts
-from worker.runner import RunDriver
+from worker.runner import RunDriver, RunPorts
 
 TEXT = "word " * 60
 

@@ -29,8 +29,8 @@ from worker.adapters.memory_store import (
 from worker.core.preamble import frame
 from worker.machine import Phase
 from worker.models.scripted import ScriptedProvider
-from worker.ports import Acquired, RunPorts
-from worker.runner import RunDriver
+from worker.ports import Acquired
+from worker.runner import RunDriver, RunPorts
 from worker.telemetry.observer import NullObserver
 
 PROFILE = AgentProfile(

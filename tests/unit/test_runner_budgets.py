@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tests.unit.test_runner import World
-from worker.ports import BudgetHold, RunPorts, Settlement
-from worker.runner import RunDriver
+from worker.ports import BudgetHold, Settlement
+from worker.runner import RunDriver, RunPorts
 
 
 @dataclass

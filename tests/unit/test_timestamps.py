@@ -22,8 +22,7 @@ from worker.adapters.memory_store import (
 from worker.core import context
 from worker.core.policy import ModelFailure
 from worker.models.scripted import ScriptedProvider
-from worker.ports import RunPorts
-from worker.runner import RunDriver
+from worker.runner import RunDriver, RunPorts
 
 
 def emits(cmds: list[m.Command], kind: str) -> list[dict[str, object]]:

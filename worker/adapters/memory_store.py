@@ -32,6 +32,7 @@ from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
 from shared.settings import Settings
 from shared.tool_records import ToolRecord, ToolState
 from worker.adapters.lease import WorkerLease
+from worker.adapters.plain import NoFailpoints, SystemClock
 from worker.core import context, sessions
 from worker.core.config_cache import ConfigCache
 from worker.core.delta_pace import DeltaPace
@@ -43,13 +44,13 @@ from worker.ports import (
     Clock,
     CommitStep,
     Entry,
+    Failpoints,
     FencedError,
     NotAcquired,
     OnWait,
     Outbox,
     SeqConflictError,
     SessionUpdate,
-    SystemClock,
     ToolRetry,
 )
 from worker.telemetry.observer import NullObserver, Observer
@@ -371,6 +372,7 @@ class MemoryHost:
     lease: WorkerLease | None = None
     lease_id: str = "memory-worker"
     draining: bool = False
+    failpoints: Failpoints = field(default_factory=NoFailpoints)
     configs: ConfigCache = field(default_factory=ConfigCache)
     pace: DeltaPace = field(init=False)
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from agentmill_client.models import Message, Usage
+from worker.adapters.plain import NoFailpoints
 from worker.core.config import RunConfig
 from worker.machine import Emit, RunState
 from worker.machine.children import children_record
@@ -22,6 +23,7 @@ from worker.ports import (
     Clock,
     CommitStep,
     Entry,
+    Failpoints,
     Outbox,
     RunStore,
     SessionUpdate,
@@ -29,11 +31,11 @@ from worker.ports import (
     TranscriptWrite,
     UsageTally,
 )
-from worker.process import failpoints
 from worker.telemetry.observer import Observer
 
 __all__ = ["Commits"]
 
+NO_FAILPOINTS = NoFailpoints()
 _SPLICED = {"config", "history", "transcript"}  # serialised apart and spliced into the state's JSON
 
 
@@ -107,6 +109,7 @@ class Commits:
         clock: Clock,
         observer: Observer,
         *,
+        failpoints: Failpoints = NO_FAILPOINTS,
         config_apart: bool = False,
         transcript_apart: bool = False,
     ) -> None:
@@ -122,6 +125,7 @@ class Commits:
         self._transcript_sent: list[Message] | None = None
         self.clock = clock
         self.observer = observer
+        self.failpoints = failpoints
         self.lock = asyncio.Lock()
         self.buffer: list[Entry] = []  # published with the next commit
         self.ckpt_seq = 0  # the seq the last checkpoint was committed with
@@ -287,7 +291,7 @@ class Commits:
             if not events:
                 return
             await self.store.publish(events)
-        failpoints.hit("after_delta_publish")
+        self.failpoints.hit("after_delta_publish")
         for kind, _, _ in events:
             self.observer.event_published(kind)
 

@@ -43,7 +43,7 @@ from worker.machine import (
     Started,
     notices,
 )
-from worker.ports import Acquired, FencedError, Host, NotAcquired, Outbox, RunPorts, SeqConflictError
+from worker.ports import Acquired, FencedError, Host, NotAcquired, Outbox, SeqConflictError
 from worker.runner import hearing, opening
 from worker.runner.commits import Commits
 from worker.runner.deadline import RunDeadline
@@ -52,6 +52,7 @@ from worker.runner.effects import start as start_effect
 from worker.runner.holding import FlushHeld, StepHold
 from worker.runner.inbox import Inbox
 from worker.runner.parking import Park, ending_error, parking
+from worker.runner.run_ports import RunPorts
 from worker.runner.tally import usage_tally
 from worker.telemetry import tracing
 from worker.tools.declared import declared_settings
@@ -94,7 +95,7 @@ class RunDriver:
         self.state = machine.initial_state(run_id)
         self.records: dict[str, ToolRecord] = {}
         cfg = host.settings
-        self.out = Commits(self.store, self.clock, host.observer,
+        self.out = Commits(self.store, self.clock, host.observer, failpoints=host.failpoints,
                            config_apart=cfg.checkpoint_config == "apart",
                            transcript_apart=cfg.checkpoint_transcript == "apart")  # fmt: skip
         self.fx = EffectContext(run_id, host, ports, self.out, self.records, self.inbox.put_nowait)

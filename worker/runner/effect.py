@@ -16,8 +16,9 @@ from typing import Any
 from shared.profiles import AgentProfile
 from shared.tool_records import ToolRecord
 from worker.machine import Event, RunState, ToolFinished
-from worker.ports import Host, RunPorts, Settlement
+from worker.ports import Host, Settlement
 from worker.runner.commits import Commits
+from worker.runner.run_ports import RunPorts
 
 __all__ = ["EffectContext", "FlushDeltas", "Posted", "ToolRecorded"]
 

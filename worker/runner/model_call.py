@@ -31,7 +31,6 @@ from worker.machine import (
 )
 from worker.models.base import ModelCallError, ReasoningDelta, StreamEnd, TextDelta, ToolCallDelta
 from worker.ports import BudgetHold, Capacity
-from worker.process import failpoints
 from worker.runner.effect import EffectContext, FlushDeltas
 from worker.telemetry import tracing
 
@@ -258,7 +257,7 @@ async def _reserve(cx: EffectContext, req: ModelRequest) -> BudgetHold | str:
     hold_id = f"{cx.run_id}.{req.model_call_index}.{req.attempt}.{cx.ports.rng.random():.9f}"[:200]
     got = await cx.ports.budgets.reserve(cx.tenant, hold_id, req.reserve_tokens, req.reserve_cost_usd)
     if not isinstance(got, str):
-        failpoints.hit("after_budget_reserve")
+        cx.host.failpoints.hit("after_budget_reserve")
     return got
 
 
