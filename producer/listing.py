@@ -27,6 +27,7 @@ from producer.run_filter import STATUSES, ListingError, RunFilter
 from producer.run_record import lineage_view
 from producer.scope import SCOPED_PREFIX
 from shared import keys
+from shared.calls import Abort
 from shared.fields import BatchField, RunField, SessionField
 from shared.scripts import text
 
@@ -304,10 +305,9 @@ class Catalog:
         scripts, parts = self.p.scripts, self.p.parts
         calls = []
         for part, row in rows:
-            rid = row[0]
-            args = [rid, reason, tenant]
-            calls.append((part, *scripts.frame(part, part.run_keys(rid), args)))
-        return [text(r[0]) for r in await run_many(parts, scripts.abort, calls)]
+            call = Abort(row[0], reason, tenant)
+            calls.append((part, *scripts.frame(part, call.keys(part), call.argv())))
+        return [Abort.verdict(r).value for r in await run_many(parts, scripts.abort, calls)]
 
 
 def batch_delivery_key(delivery_id: str) -> str | None:

@@ -31,6 +31,7 @@ from producer.submission import SubmissionError, Submitted
 from producer.submitter import Submitter
 from shared import keys
 from shared.archive.store import ArchiveStore
+from shared.calls import Abort
 from shared.children import child_runs
 from shared.events import decode_entry, stream_id
 from shared.fields import RunField
@@ -312,8 +313,9 @@ class Producer:
         part = await self.locate(run_id)
         if part is None:
             return "unknown"
-        k, a = self.scripts.frame(part, part.run_keys(run_id), [run_id, reason, tenant or ""])
-        return text((await run_script(self.parts, self.scripts.abort, part, k, a))[0])
+        call = Abort(run_id, reason, tenant or "")
+        k, a = self.scripts.frame(part, call.keys(part), call.argv())
+        return Abort.verdict(await run_script(self.parts, self.scripts.abort, part, k, a)).value
 
     async def settle_approval(
         self,

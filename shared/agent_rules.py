@@ -36,7 +36,7 @@ _NAME = re.compile(NAME_PATTERN)
 # What a tenant's provider may set beside its connection (camelCase, as the JSON spells them).
 TENANT_PROVIDER_FIELDS = frozenset(
     {"connection", "model", "temperature", "maxTokens", "toolChoice", "extraBody", "responseFormatStyle",
-     "imageParts"}
+     "imageParts", "promptCaching", "promptCacheKey", "thinking"}
 )  # fmt: skip
 _ENV = re.compile(r"^env:|\$\{env:")
 _NAMED = re.compile(r"^([A-Za-z][A-Za-z0-9_.]*): ")

@@ -36,6 +36,7 @@ from agentmill_client import limits
 from agentmill_client.models import RunResult, Usage
 from agentmill_client.statuses import RunStatus
 from shared import keys
+from shared.calls import Abort
 from shared.fields import RunField
 from shared.partitions import Partitions
 from shared.quotas import ACTIVE_GRACE_MS, DEFAULT_TENANT, Quota
@@ -234,9 +235,10 @@ async def deliver(parts: Partitions[Any], scripts: Scripts, part: keys.Partition
 async def _abort(
     parts: Partitions[Any], scripts: Scripts, part: keys.Partition, run_id: str, reason: str
 ) -> str:
-    k, a = scripts.frame(part, part.run_keys(run_id), [run_id, reason, ""])
+    call = Abort(run_id, reason)
+    k, a = scripts.frame(part, call.keys(part), call.argv())
     r = await parts.call(part, lambda c: scripts.abort(keys=k, args=a, client=c))
-    return text(r[0])
+    return Abort.verdict(r).value
 
 
 async def cascade(parts: Partitions[Any], scripts: Scripts, part: keys.Partition, run_id: str) -> int:

@@ -17,6 +17,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from agentmill_client import limits
 from agentmill_client.models import Budget, ClientTool, LoopLimits, Model, ToolPolicy
+from shared.anthropic_config import ANTHROPIC_BASE_URL, ANTHROPIC_MAX_TOKENS, ThinkingConfig
 from shared.price_table import pricing_of
 from shared.prices import PriceTier, Pricing
 from shared.profile_refusals import PROFILES_ENV, describe_profile_errors
@@ -36,6 +37,8 @@ _DEFAULT_TOOL_SETTINGS = ToolSettings()  # frozen: one instance serves every too
 
 __all__ = [
     "AGENT_TOOL_PARAMETERS",
+    "ANTHROPIC_BASE_URL",
+    "ANTHROPIC_MAX_TOKENS",
     "BUILTIN_PROFILES",
     "BUILTIN_TOOLS",
     "DEV_PROFILES_ENV",
@@ -55,6 +58,7 @@ __all__ = [
     "ProfileFile",
     "ProviderConfig",
     "RetryConfig",
+    "ThinkingConfig",
     "ToolCache",
     "ToolSettings",
     "dev_profiles_enabled",
@@ -132,7 +136,7 @@ PROVIDER_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,39}$"  # a metric label: short, n
 
 
 class ProviderConfig(Model):
-    kind: Literal["scripted", "openai"] = "scripted"
+    kind: Literal["scripted", "openai", "anthropic"] = "scripted"
     # In a fallback chain (``providers``), the name events and metrics give this provider; unset:
     # its position ("0" the primary, "1" the first fallback …).
     name: str | None = Field(default=None, pattern=PROVIDER_NAME)
@@ -173,6 +177,24 @@ class ProviderConfig(Model):
     tokens_per_minute: int | None = Field(default=None, ge=1)
     # USD per million tokens, for usage.costUsd; None: the price table's (shared/price_table.py)
     pricing: Pricing | None = None
+    # openai: send prompt_cache_key (the run's session id, else its run id) so that OpenAI routes a
+    # run's calls to the same prompt cache. Off by default: other servers may refuse the field.
+    prompt_cache_key: bool = False
+    # anthropic: cache_control breakpoints on the tools, the system prompt and the transcript
+    prompt_caching: bool = True
+    thinking: ThinkingConfig | None = None  # anthropic: extended thinking
+
+    @model_validator(mode="before")
+    @classmethod
+    def _anthropic_defaults(cls, data: Any) -> Any:
+        """An anthropic provider's baseUrl and maxTokens when the profile leaves them out."""
+        if isinstance(data, dict) and data.get("kind") == "anthropic":
+            data = dict(data)
+            if data.get("baseUrl", data.get("base_url")) is None:
+                data["baseUrl"] = ANTHROPIC_BASE_URL
+            if data.get("maxTokens", data.get("max_tokens")) is None:
+                data["maxTokens"] = ANTHROPIC_MAX_TOKENS
+        return data
 
     def prices(self) -> Pricing | None:
         """The prices its calls cost by: its own ``pricing``, else the table's; None: unpriced."""
@@ -258,9 +280,25 @@ class AgentProfile(Model):
                     f"{', '.join(sorted(BUILTIN_TOOLS))}; HTTP tools go in httpTools, MCP servers in mcpServers)"
                 )
         for where, p in self._declared():
-            if p.kind == "openai" and (p.base_url is None or p.model is None):
+            if p.kind in ("openai", "anthropic") and (p.base_url is None or p.model is None):
                 missing = [n for n, v in (("baseUrl", p.base_url), ("model", p.model)) if v is None]
-                raise ValueError(f"{where}: an openai provider needs {' and '.join(missing)}")
+                raise ValueError(f"{where}: an {p.kind} provider needs {' and '.join(missing)}")
+            if p.thinking is not None and p.kind != "anthropic":
+                raise ValueError(f"{where}: thinking is read only by an anthropic provider")
+            if (
+                p.thinking is not None
+                and p.max_tokens is not None
+                and p.thinking.budget_tokens >= p.max_tokens
+            ):
+                raise ValueError(f"{where}: thinking.budgetTokens must be below maxTokens")
+            if p.thinking is not None and p.temperature not in (None, 1):
+                raise ValueError(
+                    f"{where}: with thinking, temperature may only be 1 (the API refuses others)"
+                )
+            if p.thinking is not None and p.tool_choice not in (None, "auto", "none"):
+                raise ValueError(
+                    f'{where}: with thinking, toolChoice may only be "auto" or "none" (the API refuses others)'
+                )
         return self
 
     def _declared(self) -> list[tuple[str, ProviderConfig]]:

@@ -51,6 +51,8 @@ from agentmill_client import limits
 from agentmill_client.models import EventKind
 from agentmill_client.statuses import TERMINAL, RunStatus
 from shared import dispatch, functions, keys
+from shared.calls import CALLS
+from shared.calls.base import bind
 from shared.fields import BatchField, BudgetField, RunField, ScheduleField, SessionField, UsagePart
 from shared.functions import EvalScript, FunctionScript, Library, Script
 from shared.quotas import NANO_USD
@@ -263,6 +265,12 @@ def _file(part: str) -> str:
     return (LUA_DIR / f"{part}.lua").read_text()
 
 
+def _body(name: str, part: str) -> str:
+    """A script's own file with its declared call's slots (``ARG.*``, ``KEY.*``, ``V.*``: shared.calls)
+    rendered to their positions."""
+    return bind(CALLS.get(name), _file(part), name)
+
+
 def _enter(part: str) -> str:
     """The call of a shared file's per-call start (``enter_<file>``), if it has one."""
     return f"enter_{part}(KEYS, ARGV)\n" if f"local function enter_{part}(" in _file(part) else ""
@@ -273,7 +281,7 @@ def source(name: str) -> str:
     """A script's source as written (as run by EVALSHA), its tokens not filled in yet: its shared
     files, the calls of their ``enter_<file>``, its body."""
     *shared, body = SCRIPTS[name]
-    return "".join(map(_file, shared)) + "".join(map(_enter, shared)) + _file(body)
+    return "".join(map(_file, shared)) + "".join(map(_enter, shared)) + _body(name, body)
 
 
 _VERSION = "__LIBRARY_VERSION__"
@@ -290,7 +298,7 @@ def library_source() -> str:
     out = [f"#!lua name={functions.LIBRARY_PREFIX}{_VERSION}\n", *map(_file, shared)]
     for name, (*uses, body) in SCRIPTS.items():
         out += [f"redis.register_function('{name}_{_VERSION}', function(KEYS, ARGV)\n",
-                *map(_enter, uses), _file(body), "\nend)\n"]  # fmt: skip
+                *map(_enter, uses), _body(name, body), "\nend)\n"]  # fmt: skip
     return "".join(out)
 
 

@@ -34,6 +34,7 @@ from producer.scope import SCOPED_PREFIX
 from producer.service import Producer
 from producer.submission import SubmissionError
 from shared import keys
+from shared.calls import ScheduleDelete, ScheduleDeleteVerdict, SchedulePause
 from shared.fields import ScheduleField
 from shared.quotas import Quotas
 from shared.scripts import text
@@ -195,12 +196,11 @@ class ScheduleStore:
 
     async def delete(self, schedule_id: str, tenant: str) -> bool:
         key, part = self.where(schedule_id, tenant)
+        call = ScheduleDelete(key, tenant)
         verdict = await run_script(
-            self.parts, self.scripts.schedule_delete, part,
-            [part.schedule(key), part.schedules_due(tenant), part.schedules_due_tenants,
-             part.schedule_index(tenant)], [key, tenant],
-        )  # fmt: skip
-        return text(verdict) == "deleted"
+            self.parts, self.scripts.schedule_delete, part, call.keys(part), call.argv()
+        )
+        return ScheduleDelete.verdict(verdict) is ScheduleDeleteVerdict.DELETED
 
     async def pause(self, schedule_id: str, tenant: str, paused: bool) -> str:
         """paused | resumed | unchanged | unknown. A resumed schedule's next firing is the first after now."""
@@ -211,12 +211,11 @@ class ScheduleStore:
             if not h or h.get(SF.TENANT) != tenant:
                 return "unknown"
             next_fire = first_after(timing(h[SF.CRON], h[SF.TIMEZONE]), now_ms(), end_of(h))
+        call = SchedulePause(key, tenant, "1" if paused else "", next_fire)
         verdict = await run_script(
-            self.parts, self.scripts.schedule_pause, part,
-            [part.schedule(key), part.schedules_due(tenant), part.schedules_due_tenants],
-            [key, tenant, "1" if paused else "", next_fire],
-        )  # fmt: skip
-        return text(verdict)
+            self.parts, self.scripts.schedule_pause, part, call.keys(part), call.argv()
+        )
+        return SchedulePause.verdict(verdict).value
 
 
 def end_of(h: dict[str, str]) -> int | None:

@@ -46,7 +46,7 @@ class Grant:
 
 def limited(cfg: ProviderConfig) -> bool:
     """Calls to this provider go through the limiter (a 429 pause applies to every HTTP endpoint)."""
-    return cfg.kind == "openai" and bool(cfg.base_url)
+    return cfg.kind in ("openai", "anthropic") and bool(cfg.base_url)
 
 
 class ProviderLimiter:

@@ -16,6 +16,7 @@ import orjson
 
 from agentmill_client.models import Message, ToolCall, ToolResult
 from shared import children as kids
+from shared.calls import ForgetWorker, Release
 from shared.children import ChildSpec, Spawned
 from shared.functions import Script, each_with_reload
 from shared.keys import Partition
@@ -245,8 +246,9 @@ class RedisRunStore:
         """Hand the run back: it goes straight back on the queue as dispatch gen + 1."""
         self._check_lease()
         self.round_trips += 1
-        r = await self._run(self.scripts.release, [self._keys[0]], [self.epoch, self.run_id, gen + 1])
-        return text(r[0])
+        call = Release(self.epoch, self.run_id, gen + 1)
+        r = await self._run(self.scripts.release, call.keys(self.part), call.argv())
+        return Release.verdict(r).value
 
 
 class RedisSessionStore:
@@ -368,11 +370,13 @@ async def forget_worker(
     verdict of the partition furthest from forgotten (has_runs, alive, gone, forgotten)."""
 
     def queue(pipe: Any, part: Partition) -> None:
-        own = [part.worker_runs(lease_id), part.worker_inbox(lease_id), part.worker_lease(lease_id)]
-        k, a = scripts.frame(part, own, [lease_id, "1" if only_if_expired else ""])
+        call = ForgetWorker(lease_id, "1" if only_if_expired else "")
+        k, a = scripts.frame(part, call.keys(part), call.argv())
         scripts.forget_worker.queue(pipe, k, a)
 
-    verdicts = {text(r[0]) for (r,) in await each_with_reload(parts, scripts.forget_worker, queue)}
+    verdicts = {
+        ForgetWorker.verdict(r).value for (r,) in await each_with_reload(parts, scripts.forget_worker, queue)
+    }
     for v in ("has_runs", "alive", "forgotten"):
         if v in verdicts:
             return v

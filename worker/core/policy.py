@@ -22,6 +22,8 @@ __all__ = [
     "CUT_OFF_CALL",
     "DEFAULT_MAX_PARALLEL",
     "LENGTH",
+    "MAX_TOKENS",
+    "REFUSAL",
     "RETRYABLE_STATUSES",
     "Classification",
     "FailureKind",
@@ -84,6 +86,8 @@ def classify(failure: ModelFailure) -> Classification:
 
 LENGTH = "length"  # the reply hit max_tokens (or the context end)
 CONTENT_FILTER = "content_filter"
+MAX_TOKENS = "max_tokens"  # anthropic: the reply hit the request's max_tokens
+REFUSAL = "refusal"  # anthropic: the model declined to answer
 CUT_OFF_CALL = (
     "error: the model's reply hit its token limit (finish_reason length) before this tool call was "
     "complete, so it was not executed. Ask again with shorter arguments."
@@ -95,7 +99,8 @@ def reply_failure(finish_reason: str | None, *, empty: bool = False) -> ModelFai
 
     None: the stream stopped without one (a server interrupted it, a proxy cut it): a retryable
     truncation. ``content_filter``: the provider withheld the answer; the run fails with its own
-    code. A reply with neither text nor a tool call (llama-cpp-python answers so to some
+    code, as does Anthropic's ``refusal``; Anthropic's ``max_tokens`` is a truncation (retried, never
+    a success). A reply with neither text nor a tool call (llama-cpp-python answers so to some
     ``tool_choice: auto`` requests) is retried too: an empty answer is no success. Every other
     reason (``stop``, ``tool_calls``, ``length``, …) is a complete reply; the machine handles
     ``length`` (cut-off tool calls are not executed).
@@ -107,6 +112,16 @@ def reply_failure(finish_reason: str | None, *, empty: bool = False) -> ModelFai
     if finish_reason == CONTENT_FILTER:
         return ModelFailure(
             kind="content_filter", message="the provider stopped the answer (finish_reason content_filter)"
+        )
+    if finish_reason == REFUSAL:
+        return ModelFailure(
+            kind="content_filter", message="the model refused to answer (stop_reason refusal)"
+        )
+    if finish_reason == MAX_TOKENS:
+        return ModelFailure(
+            kind="truncated",
+            message="the reply hit the provider's maxTokens before it ended (stop_reason max_tokens): "
+            "raise provider.maxTokens",
         )
     if empty:
         return ModelFailure(

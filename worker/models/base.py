@@ -10,7 +10,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Protocol
 
-from agentmill_client.models import Usage
+from agentmill_client.models import ThinkingBlock, Usage
 from worker.core.policy import FailureKind, ModelFailure
 from worker.machine import ModelRequest
 
@@ -21,6 +21,7 @@ __all__ = [
     "ReasoningDelta",
     "StreamEnd",
     "TextDelta",
+    "ThinkingDone",
     "ToolCallDelta",
 ]
 
@@ -48,6 +49,13 @@ class ToolCallDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class ThinkingDone:
+    """A complete thinking block (anthropic), kept on the reply to be sent back unchanged."""
+
+    block: ThinkingBlock
+
+
+@dataclass(frozen=True, slots=True)
 class StreamEnd:
     """What the stream said at its end. ``finish_reason`` None: it stopped without one (the
     machine decides what that means, see worker.core.policy.reply_failure); ``done``: it sent [DONE]."""
@@ -57,7 +65,7 @@ class StreamEnd:
     done: bool = False
 
 
-Chunk = TextDelta | ReasoningDelta | ToolCallDelta | StreamEnd
+Chunk = TextDelta | ReasoningDelta | ToolCallDelta | ThinkingDone | StreamEnd
 
 
 class ModelCallError(Exception):

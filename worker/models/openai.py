@@ -143,6 +143,8 @@ def request_body(cfg: ProviderConfig, req: ModelRequest) -> dict[str, Any]:
         body["temperature"] = cfg.temperature
     if cfg.max_tokens is not None:
         body["max_tokens"] = cfg.max_tokens
+    if cfg.prompt_cache_key:  # one cache key for a session's (else a run's) calls
+        body["prompt_cache_key"] = req.session_id or req.run_id
     body.update(cfg.extra_body)
     return body
 
@@ -187,9 +189,12 @@ class ChunkReader:
                 self.finish_reason = choice["finish_reason"]
         usage = obj.get("usage")
         if isinstance(usage, dict):
+            details = usage.get("prompt_tokens_details")
+            cached = details.get("cached_tokens") if isinstance(details, dict) else None
             self.usage = Usage(
-                input_tokens=int(usage.get("prompt_tokens") or 0),
+                input_tokens=int(usage.get("prompt_tokens") or 0),  # cached ones included
                 output_tokens=int(usage.get("completion_tokens") or 0),
+                cache_read_tokens=int(cached or 0),
             )
         return out
 

@@ -81,6 +81,10 @@ class Providers:
         p: ModelProvider
         if cfg.kind == "scripted":
             p = ScriptedProvider(cfg)
+        elif cfg.kind == "anthropic":
+            from worker.models.anthropic import AnthropicProvider
+
+            p = AnthropicProvider(cfg, self.http)
         else:
             from worker.models.openai import OpenAIProvider
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agentmill_client.models import EventKind, Message, ToolCall, Usage
+from agentmill_client.models import EventKind, Message, ThinkingBlock, ToolCall, Usage
 from shared.profiles import AgentProfile, ProviderConfig
 from worker.adapters.limiter import limited
 from worker.core import context, policy, preamble
@@ -29,7 +29,14 @@ from worker.machine import (
     identify,
     notices,
 )
-from worker.models.base import ModelCallError, ReasoningDelta, StreamEnd, TextDelta, ToolCallDelta
+from worker.models.base import (
+    ModelCallError,
+    ReasoningDelta,
+    StreamEnd,
+    TextDelta,
+    ThinkingDone,
+    ToolCallDelta,
+)
 from worker.ports import BudgetHold, Capacity
 from worker.runner.effect import EffectContext, FlushDeltas
 from worker.telemetry import tracing
@@ -127,6 +134,7 @@ async def _call_model(cx: EffectContext, state: RunState, req: ModelRequest, spa
     s = ModelStream(cx, req, t0, span)
     text: list[str] = []
     calls: dict[int, dict[str, str]] = {}
+    thinking: list[ThinkingBlock] = []  # blocks a provider needs back (anthropic)
     end = StreamEnd()  # a provider that stops without a StreamEnd said nothing about the ending
     held: Capacity | None = None
     hold: BudgetHold | None = None
@@ -167,6 +175,8 @@ async def _call_model(cx: EffectContext, state: RunState, req: ModelRequest, spa
                     slot["arguments"] += chunk.arguments
                     s.delta({"toolCall": {"index": chunk.index, "id": chunk.id, "name": chunk.name,
                                           "arguments": chunk.arguments}})  # fmt: skip
+                elif isinstance(chunk, ThinkingDone):
+                    thinking.append(chunk.block)
                 elif isinstance(chunk, StreamEnd):
                     end = chunk
                 if loop.time() - s.last_flush >= pace.interval_s() and not s.flush_queued:
@@ -201,7 +211,7 @@ async def _call_model(cx: EffectContext, state: RunState, req: ModelRequest, spa
             await held.release(u.input_tokens + u.output_tokens if u is not None else None)
     u = end.usage
     try:
-        msg = _assemble(req, text, calls)
+        msg = _assemble(req, text, calls, thinking)
     except ValidationError as exc:  # over a bound (content, arguments, names): not retried
         if hold is not None:
             if u is None:
@@ -236,7 +246,9 @@ async def _call_model(cx: EffectContext, state: RunState, req: ModelRequest, spa
     s.replied(msg, end, usage)
 
 
-def _assemble(req: ModelRequest, text: list[str], calls: dict[int, dict[str, str]]) -> Message:
+def _assemble(
+    req: ModelRequest, text: list[str], calls: dict[int, dict[str, str]], thinking: list[ThinkingBlock]
+) -> Message:
     """The reply from its fragments, its calls named by agentmill (``identify``: the provider's ids
     are kept for the wire only); raises ValidationError when a part is over its bound."""
     tool_calls = [
@@ -247,7 +259,8 @@ def _assemble(req: ModelRequest, text: list[str], calls: dict[int, dict[str, str
         )
         for i, c in sorted(calls.items())
     ]
-    reply = Message(role="assistant", content="".join(text), tool_calls=tool_calls or None)
+    reply = Message(role="assistant", content="".join(text), tool_calls=tool_calls or None,
+                    thinking_blocks=thinking or None)  # fmt: skip
     return identify(reply, req.model_call_index, req.messages)
 
 

@@ -212,6 +212,13 @@ class MetricFamilies:
             "Estimated tokens (worker.core.policy.estimate_tokens) removed from model input by compaction.",
             registry=r,
         )
+        self.cache_breaking_compactions = Counter(
+            "agentmill_cache_breaking_compactions",
+            "Compactions that rewrote the transcript a provider's prompt cache holds (the calls after"
+            " them read less from the cache), by agent.",
+            ["agent"],
+            registry=r,
+        )
         self.state_seconds = Histogram(
             "agentmill_state_duration_seconds",
             "Time a run spent in a machine state before leaving it (waits for humans and clients included).",

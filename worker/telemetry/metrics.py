@@ -92,6 +92,8 @@ class MetricsObserver(MetricFamilies):
             self.mcp_duration.labels(server)
             for outcome in LABELS["mcp_outcome"]:
                 self.mcp_calls.labels(server, outcome)
+        for agent in (*sorted({a for a, _ in self._models}), OTHER):
+            self.cache_breaking_compactions.labels(agent)
         for agent, model in (*sorted(self._models), (OTHER, OTHER)):
             self.cost.labels(agent, model)
             for direction in LABELS["direction"]:
@@ -194,6 +196,10 @@ class MetricsObserver(MetricFamilies):
     def compaction_removed(self, *, messages: int, tokens: int) -> None:
         self.compaction_messages.inc(messages)
         self.compaction_tokens.inc(tokens)
+
+    def cache_breaking_compaction(self, agent: str) -> None:
+        known = any(a == agent for a, _ in self._models)
+        self.cache_breaking_compactions.labels(agent if known else OTHER).inc()
 
     def state_time(self, state: str, seconds: float) -> None:
         self.state_seconds.labels(_bounded(state, "state")).observe(seconds)

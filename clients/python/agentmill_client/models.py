@@ -24,7 +24,7 @@ from agentmill_client.inputs import (
     run_at_ms,
     usable_url,
 )
-from agentmill_client.messages import Message, ToolCall, ToolResult
+from agentmill_client.messages import Message, ThinkingBlock, ToolCall, ToolResult
 from agentmill_client.outputs import EventKind, RunError, RunEvent, RunResult, Usage
 from agentmill_client.statuses import RunStatus
 
@@ -50,6 +50,7 @@ __all__ = [
     "RunResult",
     "RunStatus",  # defined in agentmill_client.statuses; part of this contract (RunResult.status)
     "TextPart",
+    "ThinkingBlock",
     "ToolCall",
     "ToolPolicy",
     "ToolResult",
