@@ -23,13 +23,15 @@ import orjson
 from redis.asyncio import Redis
 
 from producer.agent_choice import AgentChoice, Pointers
-from producer.routing import Parts, run_script
 from producer.submission import SubmissionError
 from shared import agent_rules, keys
 from shared.agent_rules import AgentRefusal, parse_ref
+from shared.calls.agents import AgentCreate, AgentPoint
 from shared.connections import connections_from
 from shared.profiles import AgentProfile
-from shared.scripts import Scripts, text
+from shared.replies import text
+from shared.script_sending import Parts, run_script
+from shared.scripts import Scripts
 from shared.settings import Settings
 
 __all__ = ["MAX_PROFILE_BYTES", "POINTERS_FRESH_S", "AgentDirectory", "Ref"]
@@ -89,13 +91,10 @@ class AgentDirectory:
                                   f"{MAX_PROFILE_BYTES}", status=413)  # fmt: skip
         name = str(body["name"])
         part = self.home(tenant)
-        reply = await run_script(
-            self.parts, self.scripts.agent_create, part,
-            [part.agents(tenant), part.agent_versions(tenant)],
-            [name, stored, "1" if make_current else "", self.settings.max_agents,
-             self.settings.max_agent_versions, self.keep_ms],
-        )  # fmt: skip
-        verdict, n = text(reply[0]), int(text(reply[1]))
+        call = AgentCreate(tenant, name, stored, "1" if make_current else "", self.settings.max_agents,
+                           self.settings.max_agent_versions, self.keep_ms)  # fmt: skip
+        reply = await run_script(self.parts, self.scripts.agent_create, part, call.keys(part), call.argv())
+        verdict, n = AgentCreate.verdict(reply).value, int(text(reply[1]))
         if verdict == "full":
             raise SubmissionError("agents_full", f"tenant {tenant!r} keeps {n} agents, the most "
                                   "(AGENTMILL_MAX_AGENTS); delete one first", status=409, field="name")  # fmt: skip
@@ -111,11 +110,9 @@ class AgentDirectory:
         """Set the current version, the ramp, or delete (``what``); 404 for no such agent, 422 for
         no such version."""
         part = self.home(tenant)
-        reply = await run_script(
-            self.parts, self.scripts.agent_point, part, [part.agents(tenant)],
-            [name, what, "" if version is None else str(version), repr(percent)],
-        )  # fmt: skip
-        verdict, out = text(reply[0]), text(reply[1])
+        call = AgentPoint(tenant, name, what, "" if version is None else str(version), repr(percent))
+        reply = await run_script(self.parts, self.scripts.agent_point, part, call.keys(part), call.argv())
+        verdict, out = AgentPoint.verdict(reply).value, text(reply[1])
         if verdict == "unknown":
             raise _unknown(name)
         if verdict == "no_version":

@@ -109,14 +109,14 @@ class ArchiveReads:
         )  # fmt: skip
         reply = ["", ""]
         if len(got) == limit:
-            reply = [got[-1][0][2], got[-1][0][0]]
+            reply = [got[-1][0].created_at, got[-1][0].run_id]
         streams: dict[str, str] = {}
         sessions: dict[str, str] = {}
         for row, stream, client_session in got:
-            if row[0] in seen:
+            if row.run_id in seen:
                 continue
-            reply += row
-            streams[row[0]] = stream
-            if client_session and row[3]:
-                sessions[row[3]] = client_session
+            reply += row.values()
+            streams[row.run_id] = stream
+            if client_session and row.session_id:
+                sessions[row.session_id] = client_session
         return reply, streams, sessions

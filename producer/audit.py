@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from producer.routing import Parts
 from shared import keys
 from shared.fields import AuditField as AF
+from shared.script_sending import Parts
 
 __all__ = [
     "MAX_PAGE", "Action", "Actor", "AuditQuery", "Pending", "command", "read", "record", "request_id_of",

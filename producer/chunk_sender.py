@@ -9,8 +9,8 @@ from typing import Any
 import orjson
 
 from producer.prepared import Prepared, meta_terms
-from producer.routing import Parts
 from shared import keys
+from shared.script_sending import Parts
 from shared.scripts import Scripts
 
 __all__ = ["ChunkSender"]
@@ -50,7 +50,7 @@ class ChunkSender:
     async def send(
         self, part: keys.Partition, chunk: list[Prepared], batch_webhook: str, items: Sequence[int] = ()
     ) -> None:
-        k, a = self.scripts.frame(part, [], self.args(chunk, batch_webhook, items))
+        k, a = self.scripts.framing.frame(part, [], self.args(chunk, batch_webhook, items))
         self.out.add_script(part, self.scripts.submit_many, k, a)
         await self.out.flush()
 

@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from agentmill_client.statuses import RunStatus
-from producer.routing import run_script
 from shared import keys
 from shared.clock import now_ms
 from shared.fields import RunField
 from shared.meta_terms import meta_terms
-from shared.scripts import text
+from shared.replies import text
+from shared.script_sending import run_script
 
 if TYPE_CHECKING:
     from producer.service import Producer
@@ -133,7 +133,7 @@ class Eraser:
             if sid:
                 own += part.session_keys(sid)
             args = [key, tenant, tomb, self.settings.tombstone_retention_s, sid, len(terms), *terms]
-            k, a = self.scripts.frame(part, own, args)
+            k, a = self.scripts.framing.frame(part, own, args)
             reply = await run_script(self.parts, self.scripts.delete_run, part, k, a)
             if text(reply[0]) != "moved":
                 return n + (1 if text(reply[0]) == "deleted" else 0)

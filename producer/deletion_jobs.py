@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from producer.deletion import Eraser
-from producer.routing import Parts
 from shared import keys
+from shared.calls.claims import DeletionClaim
 from shared.clock import now_ms
 from shared.fields import DeletionField
 from shared.meta_terms import meta_terms
-from shared.scripts import text
+from shared.replies import text
+from shared.script_sending import Parts
 from shared.settings import Settings
 
 if TYPE_CHECKING:
@@ -79,7 +80,11 @@ class DeletionJobs:
         """One step of one due deletion on each partition. How many deletions stepped."""
         out = self.parts.sending()  # the claims: one round trip per node
         for p in self.parts.parts:
-            out.add_script(p, self.scripts.deletion_claim, *self.scripts.frame(p, [p.deletions], [CLAIM_MS]))
+            out.add_script(
+                p,
+                self.scripts.deletion_claim,
+                *self.scripts.framing.frame(p, [p.deletions], DeletionClaim(CLAIM_MS).argv()),
+            )
         stepped = 0
         for p, claimed in zip(self.parts.parts, await out.replies(), strict=True):
             if isinstance(claimed, BaseException):

@@ -14,10 +14,10 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from producer.routing import Parts
 from shared import api_keys
 from shared.api_keys import Scope
 from shared.fields import ApiKeyField as K
+from shared.script_sending import Parts
 from shared.settings import Settings
 
 __all__ = ["KEPT_S", "KeyRecord", "KeyStore", "TooManyKeysError"]

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from agentmill_client.models import EventKind, RunStatus
-from producer.routing import run_script
 from producer.submission import SubmissionError
 from shared import checkpoint as checkpoints
 from shared import keys
 from shared.archive.original import ArchivedOriginal, leave_batch, original
 from shared.fields import RunField
-from shared.scripts import text
+from shared.replies import text
+from shared.script_sending import run_script
 from shared.tool_records import ToolRecord
 
 if TYPE_CHECKING:
@@ -122,5 +122,5 @@ async def take_place(p: Producer, o: Original, retry_id: str) -> bool:
         if p.archive is None or not await leave_batch(p.archive.store, o.archived, o.batch, retry_id):
             return False
         args += [o.archived.tenant, o.batch, o.status.value]
-    k, a = p.scripts.frame(o.part, [o.part.run(o.key)], args)
+    k, a = p.scripts.framing.frame(o.part, [o.part.run(o.key)], args)
     return text((await run_script(p.parts, p.scripts.batch_replace, o.part, k, a))[0]) == "left"

@@ -4,17 +4,14 @@ input hash all come from the same bytes); and the metadata terms it is listed un
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-import orjson
 from pydantic import ValidationError
 
 from agentmill_client import limits
-from agentmill_client.codec import to_jsonable
 from agentmill_client.models import ImagePart, Message, RunInput
 from producer.scope import Scope
 from producer.submission import SubmissionError, reserved_id_error, validation_error
@@ -24,6 +21,7 @@ from shared.profiles import AgentProfile, unpriced_message
 from shared.quotas import Quota
 from shared.schema_compiling import run_schemas
 from shared.schema_validator import SchemaBoundError, compiled
+from shared.stored_input import stored_input
 
 __all__ = [
     "Prepared",
@@ -139,33 +137,22 @@ def prepare(
     trace: str = "",
 ) -> Prepared:
     """Name a valid input and serialize it once: its runId (else ``default_id(run)``), its session
-    (``ses_<runId>`` when it creates one unnamed) and the ids its keys use (``scope``). The input
-    hash is that of the canonical form (sorted keys, without the runId); the stored input is that
-    form with the runId's key appended (ids match agentmill_client.ids.ID_PATTERN: nothing to escape).
-    The version of a tenant's agent it is pinned to (agentVersion) is stored, not hashed: a
-    resubmission after the agent's current version changed is the same run.
+    (``ses_<runId>`` when it creates one unnamed) and the ids its keys use (``scope``); its stored
+    input and input hash as shared.stored_input makes them for every run (the version of a tenant's
+    agent it is pinned to stored, not hashed).
     Its priority is capped at ``max_priority`` (the tenant's quota). ``trace``: the submitter's trace
     context, stored beside the input (not part of its hash). Raises SubmissionError naming the field."""
     if (reserved := reserved_id_error(run)) is not None:
         raise reserved
     checked_messages(run.input_messages)
-    body = to_jsonable(run)
-    rid = body.pop("runId", None) or default_id(run)
-    version = body.pop("agentVersion", None)
-    if run.session_id is None and run.auto_create_session:
-        body["sessionId"] = f"ses_{rid}"
-    sid = body.get("sessionId") or ""
+    rid = run.run_id or default_id(run)
+    sid = run.session_id or (f"ses_{rid}" if run.session_id is None and run.auto_create_session else "")
     key_rid, key_sid = scope.key(rid), scope.key(sid)
-    if key_sid:
-        body["sessionId"] = key_sid
-    canonical = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
-    _check_size(len(canonical))
-    stored = b"%s,\"runId\":\"%s\"}" % (canonical[:-1], key_rid.encode())  # fmt: skip
-    if version is not None:
-        stored = b'%s,"agentVersion":%d}' % (stored[:-1], version)
+    stored = stored_input(run, key_rid, key_sid)
+    _check_size(stored.size)
     return Prepared(
-        run.model_copy(update={"run_id": rid, "session_id": sid or None}), key_rid, key_sid, stored,
-        hashlib.sha256(canonical).hexdigest(), rid if rid != key_rid else "", sid if sid != key_sid else "",
+        run.model_copy(update={"run_id": rid, "session_id": sid or None}), key_rid, key_sid, stored.body,
+        stored.digest, rid if rid != key_rid else "", sid if sid != key_sid else "",
         min(limits.DEFAULT_PRIORITY if run.priority is None else run.priority, max_priority),
         trace,
     )  # fmt: skip

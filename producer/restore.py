@@ -36,14 +36,14 @@ from producer.listing import Catalog, RunFilter
 from producer.original import REBUILT_FROM, Original, archived_original, take_place, trimmed
 from producer.placement import verdict
 from producer.prepared import checked_messages
-from producer.routing import run_script
 from producer.scope import run_id_for_key
 from producer.submission import SubmissionError, Submitted, outcome
 from shared import checkpoint as checkpoints
 from shared.fields import RunField
 from shared.origin import Origin
 from shared.quotas import Quota
-from shared.scripts import text
+from shared.replies import text
+from shared.script_sending import run_script
 from shared.tool_records import ToolRecord
 
 if TYPE_CHECKING:
@@ -197,7 +197,7 @@ class Restorer:
                 page, cursor = await catalog._rows(  # and its archived runs
                     tenant, RunFilter(batch_id=batch_id, status=status), 500, cursor, {}
                 )
-                rows += [(r[0], r[7] or r[0]) for _, r in page]
+                rows += [(r.run_id, r.client_id or r.run_id) for _, r in page]
                 if cursor is None:
                     break
         gate = asyncio.Semaphore(BATCH_PARALLEL)
@@ -256,7 +256,7 @@ class Restorer:
             batch, item = "", None
         own, args = sub.submit_args(prep, part, tenant, batch, item)
         extra = [orjson.dumps(lineage), seed, len(records), *flat]
-        k, a = self.p.scripts.frame(part, [*own, part.tools(prep.run_id)], [*extra, *args])
+        k, a = self.p.scripts.framing.frame(part, [*own, part.tools(prep.run_id)], [*extra, *args])
         reply = await run_script(self.p.parts, self.p.scripts.submit_restored, part, k, a)
         return outcome(prep.run, reply)
 
@@ -287,6 +287,9 @@ def _state_at(o: Original, lineage: dict[str, Any], at_seq: int, state_of: State
         state = state_of(Origin(lineage, o.checkpoint, events, parent=o.origin), o.key, messages,
                          int(time.time() * 1000))  # fmt: skip
     except Exception as exc:  # an origin of an older form it cannot read: refused, never a 500
+        if o.input.get("storeContent") is False:  # its events hold no content to rebuild from
+            raise SubmissionError("restore_failed", f"run {o.shown} kept no content (storeContent: false): its "
+                                  f"state at seq {at_seq} cannot be rebuilt", status=409) from None  # fmt: skip
         raise SubmissionError("restore_failed", f"run {o.shown}'s state at seq {at_seq} cannot be rebuilt: "
                               f"{type(exc).__name__}: {str(exc)[:300]}", status=409) from None  # fmt: skip
     return None if state is None else {"seq": at_seq, "state": state}

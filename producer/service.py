@@ -23,7 +23,6 @@ from producer.archived import ArchiveReads
 from producer.audit import Pending
 from producer.client_ids import client_id_of
 from producer.placement import locate_many
-from producer.routing import Parts, as_partitions, run_script
 from producer.run_record import RunRecord, lineage_view, usage_of
 from producer.scope import Scope
 from producer.sessions import SessionReads
@@ -32,12 +31,15 @@ from producer.submitter import Submitter
 from shared import keys
 from shared.archive.store import ArchiveStore
 from shared.calls import Abort
+from shared.calls.results import ToolResults
 from shared.children import child_runs
 from shared.events import decode_entry, stream_id
 from shared.fields import RunField
 from shared.profiles import AgentProfile
 from shared.quotas import DEFAULT_TENANT, Quota
-from shared.scripts import Scripts, text
+from shared.replies import text
+from shared.script_sending import Parts, as_partitions, run_script
+from shared.scripts import Scripts
 from shared.settings import Settings, get_settings
 from shared.tool_records import ToolRecord
 
@@ -314,7 +316,7 @@ class Producer:
         if part is None:
             return "unknown"
         call = Abort(run_id, reason, tenant or "")
-        k, a = self.scripts.frame(part, call.keys(part), call.argv())
+        k, a = self.scripts.framing.frame(part, call.keys(part), call.argv())
         return Abort.verdict(await run_script(self.parts, self.scripts.abort, part, k, a)).value
 
     async def settle_approval(
@@ -339,7 +341,7 @@ class Producer:
             if gen_raw is None:
                 return "unknown_run"
             gen = int(gen_raw)
-            k, a = self.scripts.frame(
+            k, a = self.scripts.framing.frame(
                 part, [*part.run_keys(run_id), part.job_key(part.job_id(run_id, gen + 1))],
                 [run_id, tool_call_id, "approved" if approved else "rejected", reason or "", gen, tenant or ""],
             )  # fmt: skip
@@ -358,12 +360,11 @@ class Producer:
         part = await self.locate(run_id)
         if part is None:
             return "unknown_run", "", []
-        args: list[Any] = [run_id, tenant or "", len(results)]
-        for r in results:
-            args += [r.tool_call_id, r.content, "1" if r.is_error else ""]
-        k, a = self.scripts.frame(part, [part.run(run_id), part.tools(run_id)], args)
+        flat = tuple(v for r in results for v in (r.tool_call_id, r.content, "1" if r.is_error else ""))
+        call = ToolResults(run_id, tenant or "", len(results), flat)
+        k, a = self.scripts.framing.frame(part, call.keys(part), call.argv())
         reply = await run_script(self.parts, self.scripts.tool_results, part, k, a)
-        verdict = text(reply[0])
+        verdict = ToolResults.verdict(reply).value
         if verdict in ("recorded", "resumed"):
             return verdict, "", [text(v) for v in reply[1:]]
         return verdict, text(reply[1]) if len(reply) > 1 else "", []

@@ -19,11 +19,11 @@ import orjson
 from agentmill_client import limits
 from producer.archived import ArchiveReads
 from producer.placement import locate_many
-from producer.routing import Parts
 from producer.scope import SCOPED_PREFIX, Scope
 from shared import keys
 from shared.fields import RunField, SessionField
-from shared.scripts import text
+from shared.replies import text
+from shared.script_sending import Parts
 
 __all__ = ["HISTORY_SHOWN", "SessionReads"]
 

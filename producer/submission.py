@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from agentmill_client.models import RunInput
 from producer.scope import SCOPED_PREFIX
-from shared.scripts import text
+from shared.replies import text
 
 __all__ = ["SubmissionError", "Submitted", "outcome", "reserved_id_error", "validation_error"]
 

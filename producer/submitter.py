@@ -24,13 +24,13 @@ from producer.audit import Pending
 from producer.chunk_sender import ChunkSender
 from producer.placement import POINTER_EXTRA_S, Holder, claim, generated_id, partition_of, verdict
 from producer.prepared import Prepared, check_agent, check_priced, counted, meta_terms, prepare, validated
-from producer.routing import Parts, run_script
 from producer.schemas_ready import schemas_ready
 from producer.scope import Scope, claimed_id, claimed_session, run_id_for_key
 from producer.submission import SubmissionError, Submitted, outcome
 from shared import keys
 from shared.profiles import AgentProfile
 from shared.quotas import DEFAULT_TENANT, Quota
+from shared.script_sending import Parts, run_script
 from shared.scripts import Scripts
 from shared.settings import Settings
 
@@ -232,7 +232,7 @@ class Submitter:
     ) -> tuple[list[Any], list[Any]]:
         """SUBMIT's keys and arguments on the run's partition, framed; ``item``: the run's item index
         in the batch ``batch_id``."""
-        return self.scripts.frame(part, *self.submit_args(prep, part, tenant, batch_id, item))
+        return self.scripts.framing.frame(part, *self.submit_args(prep, part, tenant, batch_id, item))
 
     def submit_args(
         self, prep: Prepared, part: keys.Partition, tenant: str, batch_id: str = "", item: int | None = None

@@ -41,14 +41,16 @@ from agentmill_client import limits
 from agentmill_client.models import usable_url
 from producer.batch_shares import merge_batch, read_batch
 from producer.listing import batch_body, batch_delivery_key
-from producer.routing import Parts, as_partitions, run_many
 from producer.scope import Scope
 from shared import backoff, keys
+from shared.calls.results import ClaimWebhooks
 from shared.clock import now_ms
 from shared.fields import RunField
 from shared.netguard import BlockedAddressError, ResponseTooLargeError, guarded_client, guarded_request
 from shared.profiles import RetryConfig
-from shared.scripts import Scripts, text
+from shared.replies import text
+from shared.script_sending import Parts, as_partitions, run_many
+from shared.scripts import Scripts
 from shared.settings import Settings
 
 __all__ = [
@@ -132,7 +134,12 @@ class Deliverer:
         share = [limit // n + (1 if (i - self._turn) % n < limit % n else 0) for i in range(n)]
         self._turn = (self._turn + limit % n) % n
         calls = [
-            (p, *self.scripts.frame(p, [p.webhooks_due], [now, LEASE_MS, share[p.index]]))
+            (
+                p,
+                *self.scripts.framing.frame(
+                    p, (c := ClaimWebhooks(now, LEASE_MS, share[p.index])).keys(p), c.argv()
+                ),
+            )
             for p in parts
             if share[p.index] > 0
         ]

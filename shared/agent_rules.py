@@ -3,12 +3,15 @@ operator's profile file: pure checks, each refusal naming the field.
 
 - ``provider`` names an operator connection (``provider.connection``, shared/connections.py) and
   may choose the model and how it is called (model, temperature, maxTokens, toolChoice, extraBody,
-  responseFormatStyle, imageParts); never a URL, a key, a kind or limits of its own.
+  responseFormatStyle, imageParts); never a URL, a key, a kind or limits of its own, and no
+  extraBody key that overrides what the pool sends or prices (the model, the messages, the token
+  bound, the number of choices: RESERVED_EXTRA_BODY).
 - HTTP tools and MCP servers: their URLs are judged by the outbound guard's rules now (and the
   worker's guarded client judges every address it reaches); no ``allowHosts`` exemption, and no
   header read from the worker's environment (``env:NAME``, ``${env:NAME}``).
 - Sub-agents (``agentTools``) name the operator's profiles only.
 - Limits only narrow the operator's: ``maxPriority`` at most the tenant's quota maxPriority,
+  ``loopLimits.maxDepth`` at most the default sub-agent depth (a root run's profile sets its tree's),
   ``loopLimits.maxRunDurationMs`` at most AGENTMILL_RUN_DURATION_MAX_MS; the test-only tools only
   with AGENTMILL_DEV_PROFILES.
 
@@ -27,7 +30,7 @@ from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
 from shared.netguard_rules import host_refusal
-from shared.profiles import DEV_TOOLS, AgentProfile, ProviderConfig
+from shared.profiles import DEFAULT_MAX_DEPTH, DEV_TOOLS, AgentProfile, ProviderConfig
 
 __all__ = ["NAME_PATTERN", "AgentRefusal", "build", "checked", "parse_ref"]
 
@@ -37,6 +40,12 @@ _NAME = re.compile(NAME_PATTERN)
 TENANT_PROVIDER_FIELDS = frozenset(
     {"connection", "model", "temperature", "maxTokens", "toolChoice", "extraBody", "responseFormatStyle",
      "imageParts", "promptCaching", "promptCacheKey", "thinking"}
+)  # fmt: skip
+# extraBody keys a tenant may not set: what the worker's request body sets itself (extraBody is merged
+# over it), and what changes what a call costs past what its budget is priced and reserved on.
+RESERVED_EXTRA_BODY = frozenset(
+    {"model", "messages", "stream", "stream_options", "tools", "tool_choice", "functions", "function_call",
+     "response_format", "temperature", "max_tokens", "max_completion_tokens", "n", "best_of"}
 )  # fmt: skip
 _ENV = re.compile(r"^env:|\$\{env:")
 _NAMED = re.compile(r"^([A-Za-z][A-Za-z0-9_.]*): ")
@@ -52,9 +61,10 @@ class AgentRefusal(ValueError):
 
 
 def parse_ref(agent: str) -> tuple[str, int | None]:
-    """``support@7`` -> ("support", 7); ``support`` -> ("support", None)."""
+    """``support@7`` -> ("support", 7); ``support`` -> ("support", None). Only ASCII digits name a
+    version (``²`` is a digit to str.isdigit that int() refuses; ``١`` would name 1)."""
     name, sep, version = agent.rpartition("@")
-    if sep and name and version.isdigit() and len(version) <= 9:
+    if sep and name and version.isascii() and version.isdigit() and len(version) <= 9:
         return name, int(version)
     return agent, None
 
@@ -113,6 +123,14 @@ def checked(
                     "a tenant's agent names an operator connection (provider.connection); its URL, key, "
                     f"kind and limits are the operator's (may set: {', '.join(sorted(TENANT_PROVIDER_FIELDS))})",
                 )
+        extra = _camel(provider).get("extraBody")
+        for key in extra if isinstance(extra, dict) else ():
+            if key in RESERVED_EXTRA_BODY:
+                raise AgentRefusal(
+                    f"provider.extraBody.{key}",
+                    "the pool sets it (model, maxTokens, temperature and toolChoice are the provider's own "
+                    "fields), or it changes what a call costs past what its budget is priced on",
+                )
     for kind in ("httpTools", "mcpServers"):
         for i, tool in enumerate(_listed(body.get(kind))):
             if isinstance(tool, dict):
@@ -127,6 +145,11 @@ def checked(
     profile = build(body, connections)
     if profile.max_priority > max_priority:
         raise AgentRefusal("maxPriority", f"at most the tenant's quota maxPriority {max_priority}")
+    depth = profile.loop_limits.max_depth
+    if depth is not None and depth > DEFAULT_MAX_DEPTH:
+        raise AgentRefusal(
+            "loopLimits.maxDepth", f"at most the deployment's sub-agent depth {DEFAULT_MAX_DEPTH}"
+        )
     duration = profile.loop_limits.max_run_duration_ms
     if duration is not None and duration > duration_max_ms:
         raise AgentRefusal(

@@ -25,27 +25,32 @@ idempotent, so it can be done again until it is done:
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from pydantic import ValidationError
 
 from agentmill_client import limits
-from agentmill_client.models import RunResult, Usage
+from agentmill_client.models import RunInput, RunResult, Usage
 from agentmill_client.statuses import RunStatus
 from shared import keys
 from shared.calls import Abort
+from shared.calls.results import ChildResult
 from shared.fields import RunField
 from shared.partitions import Partitions
 from shared.quotas import ACTIVE_GRACE_MS, DEFAULT_TENANT, Quota
-from shared.scripts import Scripts, text
+from shared.replies import text
+from shared.script_sending import run_script
+from shared.scripts import Scripts
+from shared.stored_input import stored_input
 
 __all__ = [
     "ChildSpec",
     "Spawned",
     "cascade",
+    "child_input",
     "child_runs",
     "deliver",
     "hand_off",
@@ -80,16 +85,16 @@ class Spawned:
     error: str = ""
 
 
-def _input(spec: ChildSpec) -> tuple[bytes, str]:
-    """The child's stored RunInput and its input hash (as producer.prepared makes them)."""
+def child_input(spec: ChildSpec) -> RunInput:
+    """The child's RunInput (validated as a submitted one is): its agent, its task as its one user
+    message, its budget and, when it stores none, storeContent false. ValidationError when a
+    submission of it would be refused (a task longer than a message may be)."""
     body: dict[str, Any] = {"agent": spec.agent, "inputMessages": [{"role": "user", "content": spec.task}]}
     if spec.budget:
         body["budget"] = spec.budget
     if not spec.store_content:
         body["storeContent"] = False
-    canonical = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
-    stored = canonical[:-1] + b',"runId":"' + spec.child_id.encode() + b'"}'
-    return stored, hashlib.sha256(canonical).hexdigest()
+    return RunInput.model_validate(body)
 
 
 async def spawn(
@@ -123,14 +128,17 @@ async def spawn(
             return Spawned(error=refused[spec.call_id])
         part = parts.home(spec.child_id)
         cid = spec.child_id
-        stored, digest = _input(spec)
+        try:
+            stored = stored_input(child_input(spec), cid)
+        except ValidationError as exc:
+            why = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:3])
+            return Spawned(error=f"the child run {cid} could not be created: its input is not valid ({why})")
         own = [part.run(cid), part.job_key(part.job_id(cid, 1)), part.session(""), part.session_pending(""),
                part.session_runs(""), part.tenant_active(tenant)]  # fmt: skip
         room = "" if rooms is None else rooms[part.index]
-        args = [parent_id, spec.call_id, lineage, room, ttl_ms, ACTIVE_GRACE_MS, cid, stored, digest, tenant,
+        args = [parent_id, spec.call_id, lineage, room, ttl_ms, ACTIVE_GRACE_MS, cid, stored.body, stored.digest, tenant,
                 "", "", "", "enqueue", "", spec.agent, 0, "", "", "", "", "", trace]  # fmt: skip
-        k, a = scripts.frame(part, own, args)
-        r = await parts.call(part, lambda c: scripts.spawn_child(keys=k, args=a, client=c))
+        r = await run_script(parts, scripts.spawn_child, *scripts.framing.call(part, own, args))
         verdict = text(r[0])
         if verdict in ("created", "exists"):
             return Spawned(verdict == "created", part.events(cid))
@@ -158,10 +166,8 @@ async def _tree_admit(
         return {}
     home = parts.home(root_id)
     args = [parent_id, quota.max_children, quota.max_descendants, *(s.child_id for s in specs)]
-    k, a = scripts.frame(home, [home.tree(root_id)], args)
-    verdicts = [
-        text(v) for v in await parts.call(home, lambda c: scripts.tree_admit(keys=k, args=a, client=c))
-    ]
+    call = scripts.framing.call(home, [home.tree(root_id)], args)
+    verdicts = [text(v) for v in await run_script(parts, scripts.tree_admit, *call)]
     why = {
         "max_children": f"sub-agent refused: maxChildren={quota.max_children} reached (this run has started "
         f"{quota.max_children} child runs, the most its tenant's quota allows one run)",
@@ -227,17 +233,16 @@ async def deliver(parts: Partitions[Any], scripts: Scripts, part: keys.Partition
         return "missing"
     result = RunResult.model_validate_json(raw) if raw else None
     record = result_record(child_id, call, status, result)
-    k, a = scripts.frame(ppart, [ppart.run(parent), ppart.tools(parent)], [parent, call, child_id, record])
-    r = await parts.call(ppart, lambda c: scripts.child_result(keys=k, args=a, client=c))
-    return text(r[0])
+    cr = ChildResult(parent, call, child_id, record)
+    r = await run_script(parts, scripts.child_result, *scripts.framing.call(ppart, cr.keys(ppart), cr.argv()))
+    return ChildResult.verdict(r).value
 
 
 async def _abort(
     parts: Partitions[Any], scripts: Scripts, part: keys.Partition, run_id: str, reason: str
 ) -> str:
     call = Abort(run_id, reason)
-    k, a = scripts.frame(part, call.keys(part), call.argv())
-    r = await parts.call(part, lambda c: scripts.abort(keys=k, args=a, client=c))
+    r = await run_script(parts, scripts.abort, *scripts.framing.call(part, call.keys(part), call.argv()))
     return Abort.verdict(r).value
 
 

@@ -41,6 +41,7 @@ __all__ = [
     "ANTHROPIC_MAX_TOKENS",
     "BUILTIN_PROFILES",
     "BUILTIN_TOOLS",
+    "DEFAULT_MAX_DEPTH",
     "DEV_PROFILES_ENV",
     "DEV_TOOLS",
     "FALLBACK_CLASSES",
@@ -70,6 +71,7 @@ __all__ = [
 # Test-only parts: a scripted model in ``script`` mode follows the caller's runtimeHints (sleeps,
 # echoes, stalls on request) and these tools sleep, echo or fail on a caller's say-so. They are
 # loaded only with AGENTMILL_DEV_PROFILES=true (the tests and the bench set it).
+DEFAULT_MAX_DEPTH = 3  # sub-agent nesting when the profile sets none: a root run's children are at depth 1
 DEV_TOOLS = frozenset({"echo", "sleep", "fail", "flaky"})
 DEV_PROFILES_ENV = "AGENTMILL_DEV_PROFILES"
 MAX_PREAMBLE_CHARS = 8_000  # a profile's own preamble (preambleText)

@@ -38,11 +38,11 @@ from producer.api.middleware import BodyLimit, observe
 from producer.api.sse import MAX_BLOCK_S
 from producer.api.state import Api
 from producer.restore import StateOf
-from producer.routing import Parts
 from producer.schedules.live import beat_live_tenants, publish_live_tenants
 from shared.outage_log import OutageLog
 from shared.partitions import Partitions
 from shared.redis_watch import RedisWatch
+from shared.script_sending import Parts
 from shared.scripts import prepare_scripts
 from shared.settings import Settings, get_settings
 

@@ -36,6 +36,7 @@ class Caller:
     actor: str  # a key id, or token-file
     actor_name: str = ""
     operator: bool = False  # may act on every tenant's keys and audit log
+    expires_at: int | None = None  # a managed key's expiry (ms since the epoch): what it makes ends by then
 
     def require(self, scope: Scope | None) -> None:
         """403 ``scope_required`` naming the scope this caller lacks."""
@@ -119,4 +120,7 @@ class Authenticator:
         if rec.expires_at is not None and rec.expires_at <= time.time() * 1000:
             raise unauthorized("key_expired", f"the API key {key_id} has expired")
         await self.keys.used(rec)
-        return Caller(rec.tenant, rec.scopes, key_id, rec.name, operator=Scope.OPERATOR in rec.scopes)
+        return Caller(
+            rec.tenant, rec.scopes, key_id, rec.name, operator=Scope.OPERATOR in rec.scopes,
+            expires_at=rec.expires_at,
+        )  # fmt: skip

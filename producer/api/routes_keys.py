@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import time
+import unicodedata
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
@@ -34,6 +35,19 @@ __all__ = ["router"]
 router = APIRouter()
 _403 = {**COMMON_ERRORS, 403: {"model": ErrorResponse}}
 _CURSOR = re.compile(r"^\d{1,20}-\d{1,20}$")
+# Bidirectional embeddings, overrides, isolates and marks: a name shown to the operator (the CLI,
+# the audit log) cannot reorder what is printed around it.
+_BIDI = frozenset("\u200e\u200f\u061c\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+_ID_MAX = 2**64 - 1  # each part of a stream id; past it Redis refuses the range
+
+
+def _is_cursor(cursor: str) -> bool:
+    """An audit stream id as the API returns them: two decimal parts, each within 64 bits, short of
+    the last id (the page after it is past the range Redis reads: no cursor this API returns)."""
+    if _CURSOR.match(cursor) is None:
+        return False
+    ms, seq = (int(p) for p in cursor.split("-"))
+    return max(ms, seq) <= _ID_MAX and (ms, seq) < (_ID_MAX, _ID_MAX)
 
 
 def _tenant(caller: Caller, asked: str | None) -> str:
@@ -52,6 +66,16 @@ def _tenant(caller: Caller, asked: str | None) -> str:
 )
 async def create_key(body: KeyInput, api: ApiDep, caller: CallerDep, request: Request) -> dict[str, Any]:
     tenant = _tenant(caller, body.tenant)
+    if any(unicodedata.category(ch) == "Cc" or ch in _BIDI for ch in body.name):
+        raise ApiError(422, "invalid_input", "name: no control or bidirectional formatting characters")
+    if caller.expires_at is not None:  # a key cannot outlive the key that makes it
+        left_s = max(0, (caller.expires_at - int(time.time() * 1000)) // 1000)
+        if body.expires_in_s is None or body.expires_in_s > left_s:
+            raise ApiError(
+                422,
+                "invalid_input",
+                f"expiresInS: at most {left_s}, the rest of the life of the key that makes it",
+            )
     try:
         scopes = api_keys.parse_scopes(",".join(body.scopes))
     except ValueError as exc:
@@ -117,7 +141,7 @@ async def read_audit(
     limit: Annotated[int, Query(ge=1, le=audit.MAX_PAGE)] = 100,
     tenant: Annotated[str | None, Query(max_length=100)] = None,
 ) -> dict[str, Any]:
-    if cursor is not None and not _CURSOR.match(cursor):
+    if cursor is not None and not _is_cursor(cursor):
         raise ApiError(400, "invalid_cursor", "cursor: not a cursor this API returned")
     if action is not None and action not in {a.value for a in Action}:
         raise ApiError(422, "invalid_input", f"action: one of {', '.join(a.value for a in Action)}")

@@ -22,13 +22,13 @@ from producer.deletion_jobs import DeletionJobs
 from producer.gauges import ClusterGauges, read_gauges, running_caps
 from producer.key_store import KeyStore
 from producer.restore import Restorer, StateOf
-from producer.routing import Parts
 from producer.schedules.store import ScheduleStore
 from producer.service import Producer, RunRecord
 from shared import trace_context
 from shared.profiles import profiles_from
 from shared.quotas import Quotas
 from shared.redis_watch import RedisWatch
+from shared.script_sending import Parts
 from shared.settings import Settings
 
 __all__ = ["Api", "ApiDep", "CallerDep", "Tenant", "caller_of", "get_api", "record_or_404", "tenant_of"]

@@ -48,7 +48,6 @@ from prometheus_client import CollectorRegistry
 from redis.exceptions import RedisError
 
 from agentmill_client.schedules import Overlap
-from producer.routing import Parts, run_many, run_script
 from producer.schedules.cron import CronError, Due, timing
 from producer.schedules.holds import capped_schedules, held_tenants, over_cap_reason
 from producer.schedules.lag import FiringLag
@@ -57,10 +56,12 @@ from producer.schedules.store import end_of, first_after, read_schedule, run_id_
 from producer.service import Producer
 from producer.submission import SubmissionError
 from shared import keys
+from shared.calls.schedules import ScheduleRate
 from shared.fields import ScheduleField
 from shared.profiles import AgentProfile
 from shared.quotas import DEFAULT_TENANT, Quotas
-from shared.scripts import text
+from shared.replies import text
+from shared.script_sending import Parts, run_many, run_script
 from shared.settings import Settings
 
 __all__ = ["CLAIM_LIMIT", "TENANT_CONCURRENCY", "TENANT_SHARE", "Firer", "Look", "fire_forever"]
@@ -250,9 +251,10 @@ class Firer:
     async def _rate(self, tenant: str, want: int, cap: int) -> int:
         """The firings of ``want`` the tenant's per-minute cap grants now (schedule_rate.lua)."""
         home = self.producer.parts.layout.home(tenant)
+        call = ScheduleRate(tenant, want, cap)
         granted = await run_script(
-            self.producer.parts, self.producer.scripts.schedule_rate, home, [home.schedule_rate(tenant)], [want, cap]
-        )  # fmt: skip
+            self.producer.parts, self.producer.scripts.schedule_rate, home, call.keys(home), call.argv()
+        )
         return int(granted)
 
     def _refuse_keyless(self, tenant: str, sid: str) -> None:

@@ -23,12 +23,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from producer.admission import spent_budget
-from producer.routing import Parts
 from producer.schedules.live import LiveTenants
 from shared import keys
 from shared.clock import utc_day
 from shared.quotas import Quotas
-from shared.scripts import text
+from shared.replies import text
+from shared.script_sending import Parts
 
 __all__ = ["capped_schedules", "held_tenants", "over_cap_reason"]
 

@@ -27,17 +27,17 @@ from agentmill_client.schedules import ScheduleInput, ScheduleView
 from producer.admission import check_enabled
 from producer.agent_choice import AgentChoice
 from producer.agents import Ref
-from producer.routing import Parts, run_script
 from producer.schedules.cron import CronError, Timing, timing
 from producer.schemas_ready import schemas_ready
 from producer.scope import SCOPED_PREFIX
 from producer.service import Producer
 from producer.submission import SubmissionError
 from shared import keys
-from shared.calls import ScheduleDelete, ScheduleDeleteVerdict, SchedulePause
+from shared.calls import ScheduleCreate, ScheduleDelete, ScheduleDeleteVerdict, SchedulePause
 from shared.fields import ScheduleField
 from shared.quotas import Quotas
-from shared.scripts import text
+from shared.replies import text
+from shared.script_sending import Parts, run_script
 
 __all__ = [
     "MAX_SHOWN", "ScheduleStore", "end_of", "first_after", "now_ms", "read_schedule", "run_id_of", "view_of",
@@ -128,15 +128,11 @@ class ScheduleStore:
         first = first_after(t, now_ms(), body.end_at)
         cap = self.quotas.of(tenant).max_schedules
         elsewhere = await self._count_elsewhere(tenant, part) if cap else 0
-        verdict = text(
-            await run_script(
-                self.parts, self.scripts.schedule_create, part,
-                [part.schedule(key), part.schedules_due(tenant), part.schedules_due_tenants,
-                 part.schedule_index(tenant)],
-                [tenant, schedule_id, digest, t.expr, body.timezone, template, body.overlap.value,
-                 body.catchup, first, key, cap, elsewhere, end],
-            )
-        )  # fmt: skip
+        call = ScheduleCreate(tenant, schedule_id, digest, t.expr, body.timezone, template, body.overlap.value,
+                              body.catchup, first, key, cap, elsewhere, end)  # fmt: skip
+        verdict = ScheduleCreate.verdict(
+            await run_script(self.parts, self.scripts.schedule_create, part, call.keys(part), call.argv())
+        ).value
         if verdict == "conflict":
             raise SubmissionError("conflict", f"schedule {schedule_id} already exists with another definition",
                                   status=409, field="scheduleId")  # fmt: skip

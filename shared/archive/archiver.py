@@ -28,9 +28,11 @@ from typing import Any
 from shared import keys
 from shared.archive.audit_copy import AuditCopier
 from shared.archive.store import ArchivedRun, ArchiveStore, archived_run
+from shared.calls.claims import ArchiveClaim
 from shared.fields import RunField
 from shared.partitions import Partitions
-from shared.scripts import Scripts, text
+from shared.replies import text
+from shared.scripts import Scripts
 from shared.settings import Settings
 
 __all__ = ["Archiver"]
@@ -121,8 +123,10 @@ class Archiver:
     async def _claim(self) -> dict[keys.Partition, list[str]]:
         out = self.parts.sending()
         for p in self.parts.parts:
-            out.add_script(p, self.scripts.archive_claim,
-                           *self.scripts.frame(p, [], [self.per_partition, self.settings.archive_lease_ms]))  # fmt: skip
+            call = ArchiveClaim(self.per_partition, self.settings.archive_lease_ms)
+            out.add_script(
+                p, self.scripts.archive_claim, *self.scripts.framing.frame(p, call.keys(p), call.argv())
+            )
         replies = await out.replies()
         claimed: dict[keys.Partition, list[str]] = {}
         for p, reply in zip(self.parts.parts, replies, strict=True):
@@ -185,7 +189,7 @@ class Archiver:
             args: list[Any] = [live]
             for rid in ids:
                 args += [rid, len(terms.get(rid, ())), *terms.get(rid, ())]
-            out.add_script(p, self.scripts.archive_done, *self.scripts.frame(p, [], args))
+            out.add_script(p, self.scripts.archive_done, *self.scripts.framing.frame(p, [], args))
         late: list[str] = []
         for r in await out.replies():
             if isinstance(r, BaseException):

@@ -9,9 +9,20 @@ whose Lua still reads ``ARGV[n]`` by number (tests/unit/test_script_calls.py: th
 
 from __future__ import annotations
 
+from shared.calls.agents import AgentCreate, AgentPoint
 from shared.calls.base import ScriptCall
+from shared.calls.claims import ArchiveClaim, DeletionClaim
+from shared.calls.results import BatchResults, ChildResult, ClaimWebhooks, ToolResults
 from shared.calls.runs import Abort, AbortVerdict, Release, ReleaseVerdict
-from shared.calls.schedules import ScheduleDelete, ScheduleDeleteVerdict, SchedulePause, SchedulePauseVerdict
+from shared.calls.schedules import (
+    SayLiveTenants,
+    ScheduleCreate,
+    ScheduleDelete,
+    ScheduleDeleteVerdict,
+    SchedulePause,
+    SchedulePauseVerdict,
+    ScheduleRate,
+)
 from shared.calls.workers import ForgetWorker, ForgetWorkerVerdict
 
 __all__ = [
@@ -22,13 +33,34 @@ __all__ = [
     "ForgetWorkerVerdict",
     "Release",
     "ReleaseVerdict",
+    "SayLiveTenants",
+    "ScheduleCreate",
     "ScheduleDelete",
     "ScheduleDeleteVerdict",
     "SchedulePause",
     "SchedulePauseVerdict",
+    "ScheduleRate",
     "ScriptCall",
 ]
 
 CALLS: dict[str, type[ScriptCall]] = {
-    c.SCRIPT: c for c in (Abort, Release, ScheduleDelete, SchedulePause, ForgetWorker)
+    c.SCRIPT: c
+    for c in (
+        Abort,
+        Release,
+        ScheduleDelete,
+        SchedulePause,
+        ForgetWorker,
+        SayLiveTenants,
+        ChildResult,
+        ToolResults,
+        ClaimWebhooks,
+        BatchResults,
+        AgentCreate,
+        AgentPoint,
+        ScheduleCreate,
+        ScheduleRate,
+        ArchiveClaim,
+        DeletionClaim,
+    )
 }

@@ -10,46 +10,62 @@ from typing import Any, ClassVar
 
 __all__ = ["ScriptCall", "bind"]
 
-_TOKEN = re.compile(r"\b(ARG|V|KEY)\.([A-Z][A-Z0-9_]*)\b")
+_TOKEN = re.compile(r"\b(ARGN|ARG|V|KEY)\.([A-Z][A-Z0-9_]*)\b")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ScriptCall:
     """A script's call. Subclasses set ``SCRIPT``, ``KEY_NAMES`` (its own KEYS, in order) and
-    ``VERDICT`` (the first element of its reply); their fields, in order, are its ARGV."""
+    ``VERDICT`` (the first element of its reply); their fields, in order, are its ARGV. A last field
+    typed ``tuple[...]`` is spread (the rest of ARGV); the Lua finds where it starts as ``ARGN.<FIELD>``."""
 
     SCRIPT: ClassVar[str]
     KEY_NAMES: ClassVar[tuple[str, ...]]
-    VERDICT: ClassVar[type[StrEnum]]
+    VERDICT: ClassVar[type[StrEnum] | None] = None  # None: a reply that is no verdict (a value)
 
     def keys(self, part: Any) -> list[str]:
         """The call's own KEYS on ``part`` (a shared.keys.Partition), in ``KEY_NAMES``' order."""
         raise NotImplementedError
 
     def argv(self) -> list[Any]:
-        """The call's own arguments, in the script's order (None is sent as '')."""
-        return ["" if (v := getattr(self, f.name)) is None else v for f in dataclasses.fields(self)]
+        """The call's own arguments, in the script's order (None is sent as '', a rest spread)."""
+        out: list[Any] = []
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if _is_rest(f):
+                out += list(v)
+            else:
+                out.append("" if v is None else v)
+        return out
 
     @classmethod
     def positions(cls) -> dict[str, str]:
         """``ARG.<FIELD>`` and ``KEY.<NAME>`` tokens -> the Lua expressions they stand for."""
-        out = {f"ARG.{f.name.upper()}": f"ARGV[{i}]" for i, f in enumerate(dataclasses.fields(cls), 1)}
+        fs = dataclasses.fields(cls)
+        assert all(not _is_rest(f) for f in fs[:-1]), f"{cls.__name__}: only its last field may be a rest"
+        out = {f"ARG.{f.name.upper()}": f"ARGV[{i}]" for i, f in enumerate(fs, 1) if not _is_rest(f)}
+        out |= {f"ARGN.{f.name.upper()}": str(i) for i, f in enumerate(fs, 1) if _is_rest(f)}
         out |= {f"KEY.{n.upper()}": f"KEYS[{i}]" for i, n in enumerate(cls.KEY_NAMES, 1)}
-        out |= {f"V.{v.name}": f"'{v.value}'" for v in cls.VERDICT}
+        out |= {f"V.{v.name}": f"'{v.value}'" for v in cls.VERDICT or ()}
         return out
 
     @classmethod
     def verdict(cls, reply: Any) -> StrEnum:
         """The reply's verdict (the reply itself, or its first element) as the call's enum."""
         first = reply if isinstance(reply, bytes | str) else reply[0]
+        assert cls.VERDICT is not None, f"{cls.__name__} answers no verdict"
         return cls.VERDICT(first.decode() if isinstance(first, bytes) else str(first))
 
     @classmethod
     def header(cls) -> str:
         """The Lua header describing the call, generated (docs of the slots, never written by hand)."""
         args = ", ".join(f.name for f in dataclasses.fields(cls))
-        verdicts = " | ".join(v.value for v in cls.VERDICT)
+        verdicts = " | ".join(v.value for v in cls.VERDICT or ())
         return f"-- KEYS: {', '.join(cls.KEY_NAMES)}   ARGV: {args}   reply: {{{verdicts}, …}}"
+
+
+def _is_rest(f: dataclasses.Field[Any]) -> bool:
+    return str(f.type).startswith("tuple")
 
 
 def bind(call: type[ScriptCall] | None, text: str, script: str) -> str:

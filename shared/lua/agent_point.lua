@@ -1,16 +1,15 @@
 -- A tenant's agent's pointers changed: its current version, its ramp, or deleted (no new runs; its
 -- versions stay readable to the runs using them until they are forgotten: agent_create.lua).
--- KEYS: the tenant's agents (name -> pointers JSON)
--- ARGV: name, what ('current' | 'ramp' | 'delete'), version ('' for none), percent
--- Returns {'ok', pointers JSON} | {'unknown', ''} | {'no_version', latest}
-local name, what = ARGV[1], ARGV[2]
-local version, percent = tonumber(ARGV[3]), tonumber(ARGV[4])
-local raw = redis.call('HGET', KEYS[1], name)
-if not raw then return {'unknown', ''} end
+-- The call: shared.calls.agents.AgentPoint.
+-- Returns {V.OK, pointers JSON} | {V.UNKNOWN, ''} | {V.NO_VERSION, latest}
+local name, what = ARG.NAME, ARG.WHAT
+local version, percent = tonumber(ARG.VERSION), tonumber(ARG.PERCENT)
+local raw = redis.call('HGET', KEY.AGENTS, name)
+if not raw then return {V.UNKNOWN, ''} end
 local meta = cjson.decode(raw)
-if meta.deleted then return {'unknown', ''} end
+if meta.deleted then return {V.UNKNOWN, ''} end
 local now = now_ms()
-if version ~= nil and (version < 1 or version > meta.latest) then return {'no_version', tostring(meta.latest)} end
+if version ~= nil and (version < 1 or version > meta.latest) then return {V.NO_VERSION, tostring(meta.latest)} end
 if what == 'current' then
   meta.current = version
   if meta.ramp ~= nil and meta.ramp.version == version then meta.ramp = nil end
@@ -23,5 +22,5 @@ elseif what == 'delete' then
 end
 meta.updatedAt = now
 local out = cjson.encode(meta)
-redis.call('HSET', KEYS[1], name, out)
-return {'ok', out}
+redis.call('HSET', KEY.AGENTS, name, out)
+return {V.OK, out}

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from shared import scripts
-from shared.calls import CALLS, Abort, AbortVerdict, Release
+from shared.calls import CALLS, Abort, AbortVerdict, Release, SayLiveTenants
 from shared.calls.base import bind
 from shared.keys import Partition
 
@@ -18,13 +18,13 @@ POSITIONAL_READ = re.compile(r"\bARGV\[\d|\bA\[\d")
 # The Lua files that still read ARGV (or their copy A) by number. Declaring a script's call
 # (shared/calls) takes it off; a file that no longer reads by number must leave the list.
 POSITIONAL = {
-    "acquire", "admit_rate", "admit_tenant", "agent_create", "agent_point", "archive_claim", "archive_done",
-    "batch_replace", "batch_results", "beat", "budget_reserve", "budget_settle", "capacity_acquire",
-    "capacity_pause", "capacity_release", "capacity_renew", "child_result", "claim_jobs", "claim_webhooks",
-    "commit", "delete_run", "deletion_claim", "list_runs", "live_tenants", "prelude",
-    "publish", "redispatch", "schedule_advance", "schedule_claim", "schedule_create",
-    "schedule_rate", "settle_approval", "spawn_child", "submit_many", "submit_one",
-    "submit_restored", "tool_cache_put", "tool_results", "tree_admit",
+    "acquire", "admit_rate", "admit_tenant", "archive_done",
+    "batch_replace", "beat", "budget_reserve", "budget_settle", "capacity_acquire",
+    "capacity_pause", "capacity_release", "capacity_renew", "claim_jobs",
+    "commit", "delete_run", "list_runs", "prelude",
+    "publish", "redispatch", "schedule_advance", "schedule_claim",
+    "settle_approval", "spawn_child", "submit_many", "submit_one",
+    "submit_restored", "tool_cache_put", "tree_admit",
 }  # fmt: skip
 
 
@@ -65,6 +65,14 @@ def test_the_fields_in_order_are_the_arguments_and_none_is_sent_empty() -> None:
     assert Abort.verdict([b"requested", b"running"]) is AbortVerdict.REQUESTED
     with pytest.raises(ValueError):
         Abort.verdict([b"no-such-verdict"])
+
+
+def test_a_last_tuple_field_is_the_rest_of_the_arguments() -> None:
+    assert SayLiveTenants(100, ("a", "b")).argv() == [100, "a", "b"]
+    assert SayLiveTenants(100, ()).argv() == [100]
+    assert (
+        SayLiveTenants.positions()["ARGN.TENANTS"] == "2" and "ARG.TENANTS" not in SayLiveTenants.positions()
+    )
 
 
 def test_a_calls_keys_are_its_declared_keys_on_the_partition() -> None:

@@ -11,7 +11,14 @@ from typing import Any, Literal
 from pydantic import Field
 
 from agentmill_client.models import Budget, LoopLimits, Model, ResponseFormat, RunInput
-from shared.profiles import AgentProfile, CompactionConfig, ContextConfig, Pricing, RetryConfig
+from shared.profiles import (
+    DEFAULT_MAX_DEPTH,
+    AgentProfile,
+    CompactionConfig,
+    ContextConfig,
+    Pricing,
+    RetryConfig,
+)
 from shared.session_calls import RECALL_TOOL
 from worker.core import history_tools, policy, preamble, prompt
 
@@ -41,7 +48,6 @@ __all__ = [
 DEFAULT_MAX_ITERATIONS = 25
 DEFAULT_MAX_REPAIRS = 2  # repair turns of a structured answer that does not validate
 DEFAULT_MAX_TOOL_CALLS = 100  # tool calls a run executes before it is asked for its answer
-DEFAULT_MAX_DEPTH = 3  # sub-agent nesting: a root run's children are at depth 1
 # A call's worst-case reply when its model sets no maxTokens: what a budget reserves for it.
 DEFAULT_RESERVE_OUTPUT_TOKENS = 4096
 
