@@ -19,9 +19,9 @@ from shared.profiles import AgentProfile
 from shared.settings import Settings, get_settings
 from shared.settings_errors import exit_on_refusal
 from shared.tenants import require_id_secret
-from worker import failpoints
-from worker.jobs import SideLoop, WorkerProcess
-from worker.observer import Observer
+from worker.process import failpoints
+from worker.process.jobs import SideLoop, WorkerProcess
+from worker.telemetry.observer import Observer
 
 __all__ = ["main", "processes_for", "start_worker", "worker_process"]
 

@@ -36,7 +36,7 @@ from shared.profiles import ProviderConfig
 from shared.quotas import DEFAULT_TENANT
 from shared.scripts import Scripts
 from tests.support.schema import K
-from worker.limiter import ProviderLimiter
+from worker.adapters.limiter import ProviderLimiter
 
 BATCH = "lanes-batch"
 LIMITER_CALL_MS = 100

@@ -9,7 +9,7 @@ call each, not in one transaction: two requests of a tenant at once may pass its
 Before all of it, a tenant whose quota disables it (``"disabled": true``) is refused with 403
 ``tenant_disabled``, and a tenant with a day budget (tokensPerDay, costUsdPerDay) whose UTC day is spent
 (its settled usage at the limit, or a model call of the day refused for want of budget:
-worker/budgets.py) is refused with 429 ``budget_exhausted`` and a
+worker/adapters/budgets.py) is refused with 429 ``budget_exhausted`` and a
 Retry-After to the next UTC midnight."""
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ async def check_budget(parts: Parts, tenant: str, quota: Quota) -> None:
 
 async def spent_budget(parts: Parts, tenant: str, quota: Quota, now: int) -> str | None:
     """How the tenant's day budget of ``now``'s UTC day is spent (``has spent 120 of its 100
-    tokensPerDay``), from the day's counters the budget scripts keep (worker/budgets.py); None
+    tokensPerDay``), from the day's counters the budget scripts keep (worker/adapters/budgets.py); None
     while it is not (or the tenant has no day budget)."""
     if not quota.budgeted:
         return None

@@ -151,7 +151,7 @@ class Partition:
         self.session_prefix = b + "s:"  # hash: shared.fields.SessionField
         self.session_loops_prefix = b + "s.loops:"  # list of finished run loops (JSON), oldest first
         self.session_results_prefix = b + "s.results:"  # hash toolCallId -> result, for recall
-        # list of every tool call its runs made, ended as they may (JSON worker.context.PastCall),
+        # list of every tool call its runs made, ended as they may (JSON worker.core.context.PastCall),
         # oldest first: what search_history walks
         self.session_calls_prefix = b + "s.calls:"
         self.session_pending_prefix = b + "s.pending:"  # list of runIds waiting for the active run
@@ -387,7 +387,7 @@ class Partition:
 
     def agent_versions(self, tenant: str) -> str:
         """Hash ``<name>@<n>`` -> that version's profile as the tenant gave it (JSON), immutable: what
-        a worker reads for a run pinned to it (worker/agent_cache.py), beside ``agents``."""
+        a worker reads for a run pinned to it (worker/adapters/agent_cache.py), beside ``agents``."""
         return f"{self.base}agents.v:{tenant}"
 
     def usage_day(self, tenant: str, day: str) -> str:

@@ -106,7 +106,7 @@ class CompactionConfig(Model):
     keep_recent: int = Field(default=8, ge=1)
     use_model: bool = False
     max_overflow_retries: int = Field(default=2, ge=0)
-    # truncate | summary | keyFacts | importance (worker/compaction.py); None: summary with
+    # truncate | summary | keyFacts | importance (worker/core/compaction.py); None: summary with
     # useModel, else truncate
     strategy: Literal["truncate", "summary", "keyFacts", "importance"] | None = None
     importance_budget_tokens: int = Field(default=4_000, ge=0)  # what importance keeps of the middle
@@ -173,7 +173,7 @@ class ProviderConfig(Model):
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 120.0
     # Pool-wide limits for this provider's endpoint (baseUrl), enforced across every worker through
-    # Redis (worker/limiter.py); a run waits for capacity. None = no such limit.
+    # Redis (worker/adapters/limiter.py); a run waits for capacity. None = no such limit.
     max_concurrent: int | None = Field(default=None, ge=1)
     requests_per_minute: int | None = Field(default=None, ge=1)
     tokens_per_minute: int | None = Field(default=None, ge=1)
@@ -228,7 +228,7 @@ class AgentProfile(Model):
     providers: list[ProviderConfig] | None = Field(default=None, min_length=1, max_length=MAX_PROVIDERS)
     fallback_on: list[FallbackClass] = Field(default_factory=lambda: list(FALLBACK_CLASSES))
     system_prompt: str = "You are a helpful assistant."
-    # What the system prompt begins with (worker/preamble.py): "v1" the built-in rules (untrusted
+    # What the system prompt begins with (worker/core/preamble.py): "v1" the built-in rules (untrusted
     # tool results, no secrets repeated, failures said as failures), "custom" preambleText instead,
     # "off" nothing. While a preamble is on, tool results reach the model framed as data.
     preamble: Literal["v1", "custom", "off"] = "v1"

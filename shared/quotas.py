@@ -18,7 +18,7 @@ result naming the cap (shared/children.py), and the parent carries on. maxChildr
 run may start) and maxDescendants (runs in one root's tree) bound one tree the same way.
 
 tokensPerDay and costUsdPerDay are the tenant's budget for a UTC day, pool-wide: each model call
-reserves its worst case before it starts and settles its actual usage after (worker/budgets.py); a
+reserves its worst case before it starts and settles its actual usage after (worker/adapters/budgets.py); a
 call the day cannot afford ends its run ``budget_exceeded``, and a submission once the day is spent
 gets 429 ``budget_exhausted`` until the next UTC midnight (producer/admission.py).
 

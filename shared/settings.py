@@ -174,7 +174,7 @@ class Settings(TenantQuotaSettings, ArchiveSettings, KeySettings, DeletionSettin
         ge=1,
         description="the delta flushes a second one worker aims for over all its streaming runs: with "
         "n runs streaming, each flushes every max(`AGENTMILL_DELTA_FLUSH_MS`, n / this) seconds "
-        "(worker/delta_pace.py)",
+        "(worker/core/delta_pace.py)",
     )
     step_hold_ms: int = Field(
         default=50,
@@ -192,7 +192,7 @@ class Settings(TenantQuotaSettings, ArchiveSettings, KeySettings, DeletionSettin
     failpoints: str = Field(
         default="",
         description="chaos tests only: `point:probability,…` (e.g. `after_tool_effect:0.2`); at a named "
-        "point the worker kills itself with SIGKILL (`worker/failpoints.py`)",
+        "point the worker kills itself with SIGKILL (`worker/process/failpoints.py`)",
     )
 
     # retention
@@ -367,7 +367,7 @@ class Settings(TenantQuotaSettings, ArchiveSettings, KeySettings, DeletionSettin
 
     @model_validator(mode="after")
     def _beats_keep_the_lease(self) -> Self:
-        """A worker counts its lease over a margin early (worker.jobs.lease_margin_ms): a beat that
+        """A worker counts its lease over a margin early (worker.process.jobs.lease_margin_ms): a beat that
         comes every half lease or later finds it over every time, and the worker drops its runs at
         each beat. Unset, the beat follows a short lease; set, it must fit."""
         third = self.lease_ms // 3

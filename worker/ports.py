@@ -1,5 +1,5 @@
 """The ports a run's driver talks to the world through: small protocols, with Redis implementations
-(worker/redis_store.py, worker/deps.py) and in-memory ones for unit tests (worker/memory_store.py).
+(worker/adapters/redis_store.py, worker/process/deps.py) and in-memory ones for unit tests (worker/adapters/memory_store.py).
 
 - ``RunStore``: one run at one epoch — acquire, fenced commits (events, checkpoint, tool claims and
   records, the ending), hand-back. Every write is refused once another worker holds the run.
@@ -7,12 +7,15 @@
 - ``ModelPort``: the provider of a profile, and the pool-wide capacity of its endpoint.
 - ``ToolPort``: the tools of a profile: their specs and their execution.
 - ``Clock`` and ``Rng``: wall time and the jitter the machine's retries use.
+- ``Host``: what the worker process shares with its runs (its ``Lease``, its ``Failpoints``…).
+
+Protocols and the plain values they exchange only: the implementations with nothing behind them
+(the system clock, no budgets, no failpoints) are in worker/adapters/plain.py, the bundle a run's
+driver is given in worker/runner/run_ports.py.
 """
 
 from __future__ import annotations
 
-import random
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -20,17 +23,15 @@ from typing import Any, Protocol
 from agentmill_client import limits
 from agentmill_client.models import Message, ToolCall, ToolResult, Usage
 from shared.children import ChildSpec, Spawned
-from shared.clock import now_ms
 from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
 from shared.settings import Settings
 from shared.tool_records import ToolRecord
-from worker.config import RunConfig, ToolSpec
-from worker.config_cache import ConfigCache
-from worker.context import PastCall, RunLoop
-from worker.delta_pace import DeltaPace
-from worker.lease import WorkerLease
+from worker.core.config import RunConfig, ToolSpec
+from worker.core.config_cache import ConfigCache
+from worker.core.context import PastCall, RunLoop
+from worker.core.delta_pace import DeltaPace
 from worker.models.base import ModelProvider
-from worker.observer import Observer
+from worker.telemetry.observer import Observer
 from worker.tools.base import ToolContext
 from worker.tools.mcp_listings import Relisted
 
@@ -42,20 +43,19 @@ __all__ = [
     "Clock",
     "CommitStep",
     "Entry",
+    "Failpoints",
     "FencedError",
     "Host",
+    "Lease",
     "ModelPort",
-    "NoBudgets",
     "NotAcquired",
     "Outbox",
     "Rng",
-    "RunPorts",
     "RunStore",
     "SeqConflictError",
     "SessionStore",
     "SessionUpdate",
     "Settlement",
-    "SystemClock",
     "ToolCache",
     "ToolPort",
     "ToolRetry",
@@ -157,7 +157,7 @@ class UsageTally:
 class SessionUpdate:
     """Written with a run's terminal commit: its run loop (a completed run's; b"": none) joins the
     session's history, its tool results (session call id, ToolResult JSON) the session's results,
-    and its calls (worker.context.PastCall JSON, in order) the session's calls."""
+    and its calls (worker.core.context.PastCall JSON, in order) the session's calls."""
 
     session_id: str
     loop: bytes = b""
@@ -249,7 +249,7 @@ class ModelPort(Protocol):
         ...
 
     async def hold(self, cfg: ProviderConfig, tokens: int, on_wait: OnWait, priority: int) -> Capacity:
-        """Wait for pool-wide capacity of a limited endpoint (worker/limiter.py), in its line at the
+        """Wait for pool-wide capacity of a limited endpoint (worker/adapters/limiter.py), in its line at the
         run's ``priority``."""
         ...
 
@@ -271,7 +271,7 @@ class BudgetHold(Protocol):
 
 
 class BudgetPort(Protocol):
-    """A tenant's budget per UTC day, pool-wide (worker/budgets.py)."""
+    """A tenant's budget per UTC day, pool-wide (worker/adapters/budgets.py)."""
 
     def limited(self, tenant: str) -> bool: ...
 
@@ -280,18 +280,6 @@ class BudgetPort(Protocol):
     ) -> BudgetHold | str:
         """Hold a call's worst case; a str: why the tenant's day cannot afford it."""
         ...
-
-
-class NoBudgets:
-    """No tenant has a budget (unit tests, in-memory runs)."""
-
-    def limited(self, tenant: str) -> bool:
-        return False
-
-    async def reserve(
-        self, tenant: str, hold_id: str, tokens: int, cost_usd: float | None
-    ) -> BudgetHold | str:
-        raise AssertionError("no tenant has a budget here")
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,7 +317,7 @@ class ToolPort(Protocol):
 
 
 class ToolCache(Protocol):
-    """Tool results reused by tool, canonical arguments and tenant (worker/tool_cache.py)."""
+    """Tool results reused by tool, canonical arguments and tenant (worker/adapters/tool_cache.py)."""
 
     async def get(self, call: ToolCall) -> ToolResult | None: ...
 
@@ -352,41 +340,41 @@ class Rng(Protocol):
         ...
 
 
-class SystemClock:
-    def now_ms(self) -> int:
-        return now_ms()
+class Lease(Protocol):
+    """The worker's own lease deadline (worker/adapters/lease.py ``WorkerLease``)."""
 
-    def monotonic(self) -> float:
-        return time.monotonic()
+    def check(self, what: str) -> None:
+        """Raises ``LeaseExpiredError`` past the deadline: ``what`` is not started."""
+        ...
+
+    def expired(self) -> bool: ...
 
 
-@dataclass(slots=True)
-class RunPorts:
-    """What one run's driver is given to reach the world."""
+class Failpoints(Protocol):
+    """Named points in a run where a chaos test may have the worker kill itself
+    (worker/process/failpoints.py; ``NoFailpoints`` in worker/adapters/plain.py)."""
 
-    store: RunStore
-    sessions: SessionStore
-    models: ModelPort
-    tools: ToolPort
-    clock: Clock = field(default_factory=SystemClock)
-    rng: Rng = field(default_factory=random.Random)
-    cache: ToolCache | None = None  # the tool-result cache; None: no tool is cached
-    budgets: BudgetPort = field(default_factory=NoBudgets)  # tenants' day budgets
+    def hit(self, name: str) -> None: ...
 
 
 class Host(Protocol):
-    """What the worker process shares with its runs (worker/deps.py WorkerDeps)."""
+    """What the worker process shares with its runs (worker/process/deps.py WorkerDeps)."""
 
     settings: Settings
     observer: Observer
-    lease: WorkerLease | None  # the worker's lease deadline; None = unguarded
     lease_id: str
     configs: ConfigCache  # resolved configurations shared by runs that set no knob of their own
     pace: DeltaPace  # how often a streaming run's deltas go out, given how many runs stream
     draining: bool  # the process is stopping: a run that starts now hands itself back at once
+    failpoints: Failpoints  # where a chaos test may have the worker kill itself
+
+    @property
+    def lease(self) -> Lease | None:
+        """The worker's lease deadline; None = unguarded."""
+        ...
 
     def profile(self, name: str) -> AgentProfile: ...
 
     async def agent(self, tenant: str, name: str, version: int) -> AgentProfile:
-        """A version of a tenant's agent (worker/agent_cache.py); LookupError when it is not kept."""
+        """A version of a tenant's agent (worker/adapters/agent_cache.py); LookupError when it is not kept."""
         ...

@@ -1,4 +1,4 @@
-"""Calls about a worker's lease on a partition (worker/redis_store.py)."""
+"""Calls about a worker's lease on a partition (worker/adapters/redis_store.py)."""
 
 from __future__ import annotations
 

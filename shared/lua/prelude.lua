@@ -453,7 +453,7 @@ local function session_keep(results_key, calls_key, results, calls)
   redis.call('EXPIRE', calls_key, ctx().retention)
 end
 -- The order of the calls a run made: by calledAt, then agentmill's ids c<model call>.<position> by
--- their numbers (c10.0 after c9.1), any other id by its text after them (worker/sessions.py call_order).
+-- their numbers (c10.0 after c9.1), any other id by its text after them (worker/core/sessions.py call_order).
 local CONTEXT_TOOLS = {__CONTEXT_TOOLS__}  -- their calls are no session's calls
 local function call_rank(id)
   local head, pos = string.match(id, '^c(%d+)%.(%d+)$')
@@ -470,7 +470,7 @@ local function call_before(a, b)
   return a.id < b.id
 end
 -- The calls a run executed, from its tools hash, as session_keep takes them: each done record but
--- the context tools' (worker/sessions.py session_calls does the same for a worker's ending).
+-- the context tools' (worker/core/sessions.py session_calls does the same for a worker's ending).
 local function recorded_calls(tools, run_id)
   local raw = redis.call('HGETALL', tools)
   local done = {}
@@ -488,7 +488,7 @@ local function recorded_calls(tools, run_id)
   table.sort(done, call_before)
   local results, calls = {}, {}
   for _, c in ipairs(done) do
-    local sid = run_id .. '/' .. c.id  -- the session call id (worker/sessions.py session_call_id)
+    local sid = run_id .. '/' .. c.id  -- the session call id (worker/core/sessions.py session_call_id)
     results[#results + 1] = sid; results[#results + 1] = cjson.encode(c.result)
     calls[#calls + 1] = cjson.encode({[CALL.ID] = sid, [CALL.NAME] = c.name, [CALL.RUN_ID] = run_id,
       [CALL.IS_ERROR] = c.result.isError == true, [CALL.CALLED_AT] = c.at})

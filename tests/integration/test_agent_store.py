@@ -14,7 +14,7 @@ from producer.agents import POINTERS_FRESH_S, AgentDirectory
 from producer.submission import SubmissionError
 from shared.connections import connections_from
 from tests.integration.helpers import producer_for
-from worker.agent_cache import AgentVersions, UnknownVersionError
+from worker.adapters.agent_cache import AgentVersions, UnknownVersionError
 
 
 def body(prompt: str = "hi", name: str = "support") -> dict[str, Any]:

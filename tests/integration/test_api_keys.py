@@ -15,7 +15,7 @@ import pytest
 from redis.asyncio import Redis
 
 from tests.integration.api_support import A, B, api, run_body, settings
-from worker.jobs import WorkerProcess
+from worker.process.jobs import WorkerProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.integration.api_support import A, B, api, body, run_body, settings
-from worker.jobs import WorkerProcess
+from worker.process.jobs import WorkerProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

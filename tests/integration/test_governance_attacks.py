@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from tests.integration.api_support import A, B, api, run_body, settings, until_view
-from worker.jobs import WorkerProcess
+from worker.process.jobs import WorkerProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 AGENT = {"provider": {"connection": "scripted"}, "systemPrompt": "x"}

@@ -1,4 +1,4 @@
-"""Priority at the provider limiter (worker/limiter.py, capacity_acquire.lua) on a real Redis: calls
+"""Priority at the provider limiter (worker/adapters/limiter.py, capacity_acquire.lua) on a real Redis: calls
 waiting for an endpoint's capacity are served by run priority with the queue's aging rule, not by
 arrival; a waiter that stops asking or gives up leaves the line; and a run's priority reaches its
 calls' place (a worker, a fake OpenAI server limited to 2 concurrent calls)."""
@@ -20,7 +20,7 @@ from shared.scripts import Scripts
 from tests.integration.helpers import producer_for, running_worker, wait_all
 from tests.support.fake_openai import FakeOpenAI, Reply
 from tests.support.schema import K
-from worker.limiter import ProviderLimiter
+from worker.adapters.limiter import ProviderLimiter
 
 pytestmark = pytest.mark.integration
 

@@ -23,7 +23,7 @@ from shared.api_keys import Scope
 from tests.integration.api_support import A, B, api, run_body, until_view
 from tests.integration.api_support import settings as api_settings
 from tests.support.live_api import live_api
-from worker.jobs import WorkerProcess
+from worker.process.jobs import WorkerProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 TENANT_SCOPES = ("read", "submit", "control", "admin")

@@ -26,9 +26,10 @@ from shared.settings import Settings
 from shared.tool_records import ToolRecord, ToolState
 from tests.integration.helpers import producer_for, script_run, stream
 from tests.support.schema import K, parts_of, tool_records
-from worker import sessions
-from worker.context import PastCall
-from worker.memory_store import MemoryRun, MemoryRunStore, MemorySessionStore, finalize
+from worker.adapters.memory_store import MemoryRun, MemoryRunStore, MemorySessionStore, finalize
+from worker.adapters.redis_store import RedisRunStore, beat
+from worker.core import sessions
+from worker.core.context import PastCall
 from worker.ports import (
     Acquired,
     CommitStep,
@@ -40,7 +41,6 @@ from worker.ports import (
     SessionUpdate,
     TranscriptWrite,
 )
-from worker.redis_store import RedisRunStore, beat
 
 SCRIPT = [{"text": "x"}]
 
@@ -457,7 +457,7 @@ def kept(h: History) -> tuple[list[PastCall], dict[str, ToolResult]]:
 async def test_a_run_ended_outside_its_worker_leaves_the_calls_its_records_hold_in_its_session_once(
     backend: Backend,
 ) -> None:
-    """What a worker's ending would leave (worker/sessions.py, from the same records), in the order
+    """What a worker's ending would leave (worker/core/sessions.py, from the same records), in the order
     the model made the calls: done calls only, the context tools' left out, errors as errors."""
     await backend.submit("r1", session_id="s1")
     store, _ = await acquired(backend, "r1", "w1")

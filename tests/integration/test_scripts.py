@@ -14,10 +14,10 @@ from shared.scripts import Scripts, text
 from shared.settings import Settings
 from tests.integration.helpers import producer_for, script_run, stream
 from tests.support.schema import K, parts_of, tool_records
+from worker.adapters.redis_store import RedisRunStore as RunStore
+from worker.adapters.redis_store import beat
 from worker.ports import Acquired, CommitStep, FencedError, NotAcquired, Outbox, SeqConflictError
-from worker.reconciler import reconcile_once
-from worker.redis_store import RedisRunStore as RunStore
-from worker.redis_store import beat
+from worker.process.reconciler import reconcile_once
 
 pytestmark = pytest.mark.integration
 
@@ -440,7 +440,7 @@ async def test_an_early_check_of_an_approval_wait_keeps_its_deadline_watched(
 ) -> None:
     """The live index holds a parked run at the earlier of its approval timeout and run deadline; a
     check that comes before it (the sweeper's clock runs ahead of Redis's) leaves the entry in place."""
-    from worker.reconciler import _redispatch
+    from worker.process.reconciler import _redispatch
 
     rid = await new_run(redis, redis_url)
     store, _ = await acquire(redis, settings, rid, "w1")

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from agentmill_client.models import ImagePart, ImageUrl, Message, TextPart, ThinkingBlock, ToolCall
 from shared.profiles import ANTHROPIC_MAX_TOKENS, AgentProfile, ProviderConfig
-from worker import policy
-from worker.config import ToolSpec
+from worker.core import policy
+from worker.core.config import ToolSpec
 from worker.machine import ModelRequest
 from worker.models.anthropic import AnthropicProvider
 from worker.models.anthropic_wire import MAX_BREAKPOINTS, request_body

@@ -6,8 +6,8 @@ from __future__ import annotations
 from agentmill_client.models import EventKind
 from tests.integration.helpers import metric_samples
 from worker.machine import Emit
-from worker.metrics import MetricsObserver
 from worker.runner import hearing
+from worker.telemetry.metrics import MetricsObserver
 
 NAME = "agentmill_cache_breaking_compactions_total"
 

@@ -10,10 +10,10 @@ from agentmill_client.models import Message, RunInput
 from shared import checkpoint
 from tests.unit.machine_driver import T0, calls_reply, config, go, result, text_reply
 from worker import machine as m
-from worker.memory_store import MemoryRun, MemoryRunStore, MemorySessionStore
-from worker.observer import NullObserver
-from worker.ports import SystemClock
+from worker.adapters.memory_store import MemoryRun, MemoryRunStore, MemorySessionStore
+from worker.adapters.plain import SystemClock
 from worker.runner.commits import Commits
+from worker.telemetry.observer import NullObserver
 
 
 def commits() -> Commits:

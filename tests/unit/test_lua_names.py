@@ -21,7 +21,7 @@ from shared.fields import BatchField, BudgetField, RunField, ScheduleField, Sess
 from shared.scripts import LUA_DIR, NAMES, SCRIPTS, render, source
 from shared.session_calls import PastCallField
 from shared.tool_records import ToolState
-from worker.context import PastCall
+from worker.core.context import PastCall
 
 # The quoted literals that spell such a name but mean something else, each counted: a new literal
 # of a field or status name fails until it is a token (or, when it means something else, listed here).
@@ -124,5 +124,5 @@ def test_the_rendered_scripts_and_their_shas_are_the_same_in_every_process() -> 
 
 def test_the_lua_writes_a_sessions_calls_as_past_call_reads_them() -> None:
     """prelude.lua's recorded_calls spells an entry of a session's calls list by PastCallField: the
-    JSON of worker.context.PastCall, which the runs that search the session read."""
+    JSON of worker.core.context.PastCall, which the runs that search the session read."""
     assert set(PastCall(id="r/c1.0").model_dump(by_alias=True)) == set(PastCallField)

@@ -11,8 +11,8 @@ from agentmill_client.models import RunStatus
 from shared.profiles import AgentProfile, Pricing, ProviderConfig, RetryConfig
 from tests.peer import llama
 from tests.unit.test_runner import World
-from worker.limiter import OnWait
-from worker.memory_store import MemoryModels
+from worker.adapters.limiter import OnWait
+from worker.adapters.memory_store import MemoryModels
 from worker.models.base import ModelProvider
 from worker.models.openai import OpenAIProvider
 from worker.models.scripted import ScriptedProvider

@@ -21,7 +21,7 @@ POSITIONAL = {
     "acquire", "admit_rate", "admit_tenant", "archive_done",
     "batch_replace", "beat", "budget_reserve", "budget_settle", "capacity_acquire",
     "capacity_pause", "capacity_release", "capacity_renew", "claim_jobs",
-    "commit", "delete_run", "list_runs", "prelude",
+    "commit", "delete_run", "list_runs",
     "publish", "rate_slots", "idempotency_claim", "redispatch", "schedule_advance", "schedule_claim",
     "settle_approval", "spawn_child", "submit_many", "submit_one",
     "submit_restored", "tool_cache_put", "tree_admit",

@@ -15,9 +15,9 @@ from agentmill_client.models import EventKind, ResponseFormat, RunInput
 from agentmill_client.statuses import RunStatus
 from tests.unit.machine_driver import T0, Driver, calling, calls_reply, config, go, result, text_reply
 from worker import machine as m
-from worker.config import narrow_limits
+from worker.core.config import narrow_limits
+from worker.core.policy import check_output
 from worker.models.openai import request_body
-from worker.policy import check_output
 
 SCHEMA: dict[str, Any] = {
     "type": "object",

@@ -7,7 +7,7 @@ event in which node, and where it may lead.
 from __future__ import annotations
 
 from agentmill_client.models import EventKind, Message, RunError, RunStatus
-from worker import policy
+from worker.core import policy
 from worker.machine import fallback
 from worker.machine.budget import BUDGET_EXCEEDED
 from worker.machine.commands import CallModel, Command, Compact, Decision, Emit, LoadContext, Wait

@@ -13,8 +13,8 @@ import orjson
 from agentmill_client import limits
 from agentmill_client.codec import to_jsonable
 from agentmill_client.models import EventKind, Message, RunError, RunResult, RunStatus
-from worker import policy, preamble
-from worker.config import RunConfig
+from worker.core import policy, preamble
+from worker.core.config import RunConfig
 from worker.machine.budget import spent_with_children, unaffordable
 from worker.machine.commands import CallModel, Command, Compact, Decision, Emit, Finish, ModelRequest
 from worker.machine.state import CallPhase, Phase, RunState
@@ -144,7 +144,7 @@ def compact(s: RunState, cmds: list[Command], reason: str) -> Decision:
 
 def build_messages(s: RunState) -> list[Message]:
     """System prompt + reduced past run loops + the current run loop in full; while a
-    preamble is on, each tool result framed as data (worker/preamble.py)."""
+    preamble is on, each tool result framed as data (worker/core/preamble.py)."""
     transcript = s.transcript if s.cfg.preamble is None else preamble.framed(s.transcript)
     return [Message(role="system", content=s.cfg.system_prompt), *windowed_history(s), *transcript]
 

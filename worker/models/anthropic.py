@@ -17,13 +17,13 @@ import httpx
 import orjson
 
 from shared.profiles import ProviderConfig
-from worker import tracing
 from worker.machine import ModelRequest
 from worker.models.anthropic_stream import MessageReader
 from worker.models.anthropic_wire import request_body
 from worker.models.base import Chunk, ModelCallError
 from worker.models.openai import http_error, load_key
 from worker.models.sse import SseParser
+from worker.telemetry import tracing
 
 __all__ = ["ANTHROPIC_VERSION", "AnthropicProvider", "read_events"]
 

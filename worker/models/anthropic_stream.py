@@ -3,10 +3,10 @@
 The stream is ``message_start``, then per content block ``content_block_start`` /
 ``content_block_delta``… / ``content_block_stop``, then ``message_delta`` (stop reason, usage) and
 ``message_stop``; ``ping`` may come anywhere, ``error`` ends it. A stream that ends before
-``message_stop`` reports no finish reason: it is no answer (worker.policy.reply_failure).
+``message_stop`` reports no finish reason: it is no answer (worker.core.policy.reply_failure).
 
 Stop reasons become the machine's: ``end_turn`` and ``stop_sequence`` -> ``stop``, ``tool_use``
--> ``tool_calls``; ``max_tokens`` and ``refusal`` pass unchanged (worker.policy: never a success).
+-> ``tool_calls``; ``max_tokens`` and ``refusal`` pass unchanged (worker.core.policy: never a success).
 
 Usage: ``inputTokens`` is every prompt token, cached or not (Anthropic counts ``input_tokens``
 apart from ``cache_read_input_tokens`` and ``cache_creation_input_tokens``; agentmill adds them).

@@ -24,7 +24,7 @@ import orjson
 
 from agentmill_client.models import ImagePart, Message, ResponseFormat
 from shared.profiles import ProviderConfig
-from worker.config import ToolSpec
+from worker.core.config import ToolSpec
 from worker.machine import ModelRequest, wire_id
 
 __all__ = [

@@ -1,7 +1,7 @@
 """The model-provider port: a provider streams chunks for a ModelRequest or raises ModelCallError.
 
 Providers do I/O; the assembling of chunks into a message and every decision about failures
-happen elsewhere (worker/runner/model_call.py, worker/policy.py).
+happen elsewhere (worker/runner/model_call.py, worker/core/policy.py).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from agentmill_client.models import ThinkingBlock, Usage
+from worker.core.policy import FailureKind, ModelFailure
 from worker.machine import ModelRequest
-from worker.policy import FailureKind, ModelFailure
 
 __all__ = [
     "Chunk",
@@ -58,7 +58,7 @@ class ThinkingDone:
 @dataclass(frozen=True, slots=True)
 class StreamEnd:
     """What the stream said at its end. ``finish_reason`` None: it stopped without one (the
-    machine decides what that means, see worker.policy.reply_failure); ``done``: it sent [DONE]."""
+    machine decides what that means, see worker.core.policy.reply_failure); ``done``: it sent [DONE]."""
 
     finish_reason: str | None = None
     usage: Usage | None = None
@@ -69,7 +69,7 @@ Chunk = TextDelta | ReasoningDelta | ToolCallDelta | ThinkingDone | StreamEnd
 
 
 class ModelCallError(Exception):
-    """A failed model call, classified by worker.policy.classify via ``failure``."""
+    """A failed model call, classified by worker.core.policy.classify via ``failure``."""
 
     def __init__(
         self, kind: FailureKind, message: str, *, status: int | None = None, retry_after_ms: int | None = None

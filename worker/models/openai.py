@@ -20,8 +20,7 @@ import orjson
 
 from agentmill_client.models import Message, ResponseFormat, Usage
 from shared.profiles import ProviderConfig
-from worker import tracing
-from worker.config import ToolSpec
+from worker.core.config import ToolSpec
 from worker.machine import ModelRequest, wire_id
 from worker.models.base import (
     Chunk,
@@ -33,6 +32,7 @@ from worker.models.base import (
 )
 from worker.models.shapes import REFUSAL_STATUSES, ShapeMemory, adapt, refused_shape
 from worker.models.sse import SseParser
+from worker.telemetry import tracing
 
 __all__ = [
     "MAX_ERROR_CHARS",
@@ -153,7 +153,7 @@ class ChunkReader:
     """Turns decoded stream chunks into our chunks; remembers finish reason and usage.
 
     It only reports what the stream said; whether a stream that stopped without a finish_reason
-    is an answer is decided by the machine (worker.policy.reply_failure).
+    is an answer is decided by the machine (worker.core.policy.reply_failure).
     """
 
     def __init__(self) -> None:

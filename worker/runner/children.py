@@ -7,7 +7,7 @@ from __future__ import annotations
 import orjson
 
 from shared.children import ChildSpec
-from worker.config import Lineage
+from worker.core.config import Lineage
 from worker.machine import ChildrenStarted, RunState, StartChildren
 from worker.machine.children import child_task
 from worker.runner.effect import EffectContext

@@ -23,8 +23,9 @@ from agentmill_client.codec import encode
 from agentmill_client.models import RunInput, RunStatus
 from shared import logs
 from shared.tool_records import ToolRecord
-from worker import machine, tracing
-from worker.lease import LeaseExpiredError
+from worker import machine
+from worker.adapters.lease import LeaseExpiredError
+from worker.core.sessions import session_update
 from worker.machine import (
     AbortRequested,
     ApprovalsDecided,
@@ -43,7 +44,7 @@ from worker.machine import (
     StartRejected,
     notices,
 )
-from worker.ports import Acquired, FencedError, Host, NotAcquired, Outbox, RunPorts, SeqConflictError
+from worker.ports import Acquired, FencedError, Host, NotAcquired, Outbox, SeqConflictError
 from worker.runner import hearing, opening
 from worker.runner.commits import Commits
 from worker.runner.deadline import RunDeadline
@@ -52,8 +53,9 @@ from worker.runner.effects import start as start_effect
 from worker.runner.holding import FlushHeld, StepHold
 from worker.runner.inbox import Inbox
 from worker.runner.parking import Park, ending_error, parking
+from worker.runner.run_ports import RunPorts
 from worker.runner.tally import usage_tally
-from worker.sessions import session_update
+from worker.telemetry import tracing
 from worker.tools.declared import declared_settings
 
 __all__ = ["RunDriver"]
@@ -94,7 +96,7 @@ class RunDriver:
         self.state = machine.initial_state(run_id)
         self.records: dict[str, ToolRecord] = {}
         cfg = host.settings
-        self.out = Commits(self.store, self.clock, host.observer,
+        self.out = Commits(self.store, self.clock, host.observer, failpoints=host.failpoints,
                            config_apart=cfg.checkpoint_config == "apart",
                            transcript_apart=cfg.checkpoint_transcript == "apart")  # fmt: skip
         self.fx = EffectContext(run_id, host, ports, self.out, self.records, self.inbox.put_nowait)

@@ -17,8 +17,9 @@ from agentmill_client.limits import DEFAULT_PRIORITY
 from shared.profiles import AgentProfile
 from shared.tool_records import ToolRecord
 from worker.machine import Event, RunState, ToolFinished
-from worker.ports import Host, RunPorts, Settlement
+from worker.ports import Host, Settlement
 from worker.runner.commits import Commits
+from worker.runner.run_ports import RunPorts
 
 __all__ = ["EffectContext", "FlushDeltas", "Posted", "ToolRecorded"]
 

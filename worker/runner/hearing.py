@@ -4,9 +4,9 @@ the events worth counting on their own. Reporting only: nothing here changes the
 from __future__ import annotations
 
 from agentmill_client.models import EventKind
-from worker import tracing
 from worker.machine import Emit
-from worker.observer import Observer
+from worker.telemetry import tracing
+from worker.telemetry.observer import Observer
 
 __all__ = ["emitted", "transition"]
 

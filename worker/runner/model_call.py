@@ -13,9 +13,10 @@ from pydantic import ValidationError
 
 from agentmill_client.models import EventKind, Message, ThinkingBlock, ToolCall, Usage
 from shared.profiles import AgentProfile, ProviderConfig
-from worker import context, failpoints, policy, preamble, tracing
-from worker.compaction import SUMMARY_PROMPT
-from worker.limiter import limited
+from worker.adapters.limiter import limited
+from worker.core import context, policy, preamble
+from worker.core.compaction import SUMMARY_PROMPT
+from worker.core.policy import ModelFailure
 from worker.machine import (
     BudgetRefused,
     Compact,
@@ -36,9 +37,9 @@ from worker.models.base import (
     ThinkingDone,
     ToolCallDelta,
 )
-from worker.policy import ModelFailure
 from worker.ports import BudgetHold, Capacity
 from worker.runner.effect import EffectContext, FlushDeltas
+from worker.telemetry import tracing
 
 __all__ = ["SUMMARY_PROMPT", "ModelStream", "call_model", "summarise"]
 
@@ -57,7 +58,7 @@ class ModelStream:
 
     def __init__(self, cx: EffectContext, req: ModelRequest, now: float, span: Any = None) -> None:
         self.cx = cx
-        self.span = span  # the call's trace span (worker/tracing.py); None: traces off
+        self.span = span  # the call's trace span (worker/telemetry/tracing.py); None: traces off
         self.req = req
         self.seq = 0
         self.last_flush = now
@@ -264,12 +265,12 @@ def _assemble(
 
 
 async def _reserve(cx: EffectContext, req: ModelRequest) -> BudgetHold | str:
-    """Hold the call's worst case on its tenant's day budget (worker/budgets.py); a str: refused.
+    """Hold the call's worst case on its tenant's day budget (worker/adapters/budgets.py); a str: refused.
     The failpoint ``after_budget_reserve`` kills the worker between the hold and its settlement."""
     hold_id = f"{cx.run_id}.{req.model_call_index}.{req.attempt}.{cx.ports.rng.random():.9f}"[:200]
     got = await cx.ports.budgets.reserve(cx.tenant, hold_id, req.reserve_tokens, req.reserve_cost_usd)
     if not isinstance(got, str):
-        failpoints.hit("after_budget_reserve")
+        cx.host.failpoints.hit("after_budget_reserve")
     return got
 
 
@@ -284,7 +285,7 @@ def _on(profile: AgentProfile, req: ModelRequest) -> ProviderConfig:
 
 
 async def _capacity(cx: EffectContext, pcfg: ProviderConfig, req: ModelRequest) -> Capacity | None:
-    """Wait for pool-wide capacity of the call's provider (worker/limiter.py: each endpoint
+    """Wait for pool-wide capacity of the call's provider (worker/adapters/limiter.py: each endpoint
     counted apart, so a fallback's calls count against the fallback's limits); None: unlimited."""
     if not limited(pcfg):
         return None

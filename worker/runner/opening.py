@@ -16,7 +16,7 @@ from shared.quotas import disabled_reason
 from shared.schema_compiling import SchemaQueueFullError, compile_all, run_schemas
 from shared.settings import Settings
 from shared.tool_records import ToolRecord
-from worker.config import Lineage, resolve_config
+from worker.core.config import Lineage, resolve_config
 from worker.machine import (
     ApprovalsDecided,
     ChildrenEnded,

@@ -33,8 +33,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from shared.netguard import BlockedAddressError, ResponseTooLargeError
 from shared.profiles import MCP_SEP, McpServerConfig
 from shared.schema_compiling import SchemaQueueFullError, compile_all
-from worker import tracing
-from worker.lease import LeaseExpiredError
+from worker.adapters.lease import LeaseExpiredError
+from worker.telemetry import tracing
 from worker.tools.base import ToolContext, ToolError, ToolOutcome
 from worker.tools.mcp_answer import AnswerBoundError
 from worker.tools.mcp_bounds import (

@@ -72,7 +72,7 @@ class LoopLimits(Model):
     max_tool_rounds: int | None = Field(default=None, ge=0, le=1_000)
     max_run_duration_ms: int | None = Field(default=None, ge=1, le=7 * 24 * 3_600_000)
     max_repairs: int | None = Field(default=None, ge=0, le=10)  # repair turns of a structured answer
-    # tool calls executed in the run (internal ones not counted); default 100 (worker/config.py)
+    # tool calls executed in the run (internal ones not counted); default 100 (worker/core/config.py)
     max_tool_calls: int | None = Field(default=None, ge=0, le=10_000)
     max_depth: int | None = Field(default=None, ge=0, le=10)  # sub-agent nesting (default 3)
 

@@ -23,7 +23,7 @@ import orjson
 
 from agentmill_client.models import ToolCall, ToolResult
 from shared.session_calls import LOAD_OLDER_HISTORY, SEARCH_HISTORY
-from worker import context
+from worker.core import context
 
 __all__ = [
     "HISTORY_PROMPT",

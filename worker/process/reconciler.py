@@ -23,7 +23,7 @@ from shared.keys import Partition
 from shared.partitions import Partitions
 from shared.scripts import Scripts, text
 from shared.settings import Settings
-from worker.redis_store import forget_worker
+from worker.adapters.redis_store import forget_worker
 
 __all__ = ["reconcile_once", "reconcile_worker"]
 

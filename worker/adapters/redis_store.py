@@ -3,7 +3,7 @@ history and recall; and the worker beat.
 
 Every write goes through a script that checks the run's epoch and that the writing worker's lease is
 unexpired, so a stale worker (paused past its lease, or racing a re-dispatched job) is refused and
-stops without writing anything. The worker also checks its own lease deadline (worker.lease) before
+stops without writing anything. The worker also checks its own lease deadline (worker.adapters.lease) before
 it sends a write, so it does not even try once it knows it is late.
 """
 
@@ -26,9 +26,10 @@ from shared.quotas import DEFAULT_TENANT, Quotas
 from shared.scripts import Scripts, text
 from shared.settings import Settings
 from shared.tool_records import ToolRecord
-from worker import budgets, context, sessions, tracing
-from worker.batcher import ScriptBatcher
-from worker.lease import WorkerLease
+from worker.adapters import budgets
+from worker.adapters.batcher import ScriptBatcher
+from worker.adapters.lease import WorkerLease
+from worker.core import context, sessions
 from worker.ports import (
     Acquired,
     Clock,
@@ -38,6 +39,7 @@ from worker.ports import (
     NotAcquired,
     SeqConflictError,
 )
+from worker.telemetry import tracing
 
 __all__ = ["Beat", "RedisRunStore", "RedisSessionStore", "beat", "forget_worker"]
 

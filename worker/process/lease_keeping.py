@@ -1,4 +1,4 @@
-"""The worker's lease and sweeps, as the worker process keeps them (worker/jobs.py): the lease
+"""The worker's lease and sweeps, as the worker process keeps them (worker/process/jobs.py): the lease
 taken, beaten on every partition and, when lost, given up without writing (its runs fenced and
 handed back, a new lease id taken); the reconciler's sweep for other workers' lost runs."""
 
@@ -14,12 +14,12 @@ from redis.exceptions import RedisError
 
 from shared.redis_watch import RedisWatch
 from shared.settings import Settings
-from worker.arq_worker import ResilientWorker
-from worker.deps import WorkerDeps
-from worker.lease import WorkerLease
-from worker.observer import Observer
-from worker.reconciler import reconcile_once, reconcile_worker
-from worker.redis_store import beat
+from worker.adapters.lease import WorkerLease
+from worker.adapters.redis_store import beat
+from worker.process.arq_worker import ResilientWorker
+from worker.process.deps import WorkerDeps
+from worker.process.reconciler import reconcile_once, reconcile_worker
+from worker.telemetry.observer import Observer
 
 __all__ = ["LeaseKeeping"]
 

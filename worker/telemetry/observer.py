@@ -1,7 +1,7 @@
 """Observer hooks: the one place metrics and logs hang off the runner.
 
 The runner calls these on every transition, model call, retry, tool call, compaction and run
-start/finish, the tools on every MCP tools/call; the worker's reconciler sweep on every run it re-dispatches. Implementations must be cheap and must not raise (worker/metrics.py is the one in use).
+start/finish, the tools on every MCP tools/call; the worker's reconciler sweep on every run it re-dispatches. Implementations must be cheap and must not raise (worker/telemetry/metrics.py is the one in use).
 """
 
 from __future__ import annotations

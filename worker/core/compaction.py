@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from agentmill_client.models import Message
 from shared.profiles import CompactionConfig
-from worker import context, policy
+from worker.core import context, policy
 
 __all__ = ["KEY_FACTS_PROMPT", "SUMMARY_PROMPT", "by_importance", "summary_prompt", "without_model"]
 

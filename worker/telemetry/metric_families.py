@@ -1,5 +1,5 @@
 """The worker's metric families, defined once: names, help, labels and buckets, and the values
-each label may take (``LABELS``). The observer that feeds them is worker/metrics.py.
+each label may take (``LABELS``). The observer that feeds them is worker/telemetry/metrics.py.
 """
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from prometheus_client import CollectorRegistry, Gauge
 from agentmill_client.models import EventKind
 from agentmill_client.statuses import TERMINAL
 from shared.profiles import FALLBACK_CLASSES
-from worker.loop_metrics import Counter, Histogram
+from worker.core.policy import RETRYABLE_STATUSES
 from worker.machine import TRANSITIONS
 from worker.models.shapes import SHAPES
-from worker.policy import RETRYABLE_STATUSES
+from worker.telemetry.loop_metrics import Counter, Histogram
 
 __all__ = [
     "ITER_BUCKETS",
@@ -209,7 +209,7 @@ class MetricFamilies:
         )
         self.compaction_tokens = Counter(
             "agentmill_compaction_removed_tokens",
-            "Estimated tokens (worker.policy.estimate_tokens) removed from model input by compaction.",
+            "Estimated tokens (worker.core.policy.estimate_tokens) removed from model input by compaction.",
             registry=r,
         )
         self.cache_breaking_compactions = Counter(

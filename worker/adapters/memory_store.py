@@ -31,28 +31,29 @@ from shared.children import ChildSpec, Spawned
 from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
 from shared.settings import Settings
 from shared.tool_records import ToolRecord, ToolState
-from worker import context, sessions
-from worker.config_cache import ConfigCache
-from worker.delta_pace import DeltaPace
-from worker.lease import WorkerLease
+from worker.adapters.lease import WorkerLease
+from worker.adapters.plain import NoFailpoints, SystemClock
+from worker.core import context, sessions
+from worker.core.config_cache import ConfigCache
+from worker.core.delta_pace import DeltaPace
 from worker.machine import TERMINAL_PHASES
 from worker.models.base import ModelProvider
-from worker.observer import NullObserver, Observer
 from worker.ports import (
     Acquired,
     Capacity,
     Clock,
     CommitStep,
     Entry,
+    Failpoints,
     FencedError,
     NotAcquired,
     OnWait,
     Outbox,
     SeqConflictError,
     SessionUpdate,
-    SystemClock,
     ToolRetry,
 )
+from worker.telemetry.observer import NullObserver, Observer
 from worker.tools.base import ToolContext
 from worker.tools.registry import Toolbox
 
@@ -238,7 +239,7 @@ def finalize(
     """End a run from outside its worker, as prelude.lua's finalize does (an abort while queued or
     parked, an approval timeout): its status event, its result with ``code`` and ``message``, its
     epoch bumped so a worker still holding it is fenced, and the calls its records hold in its
-    session, as a worker's ending leaves them (worker/sessions.py). False, and nothing written, when
+    session, as a worker's ending leaves them (worker/core/sessions.py). False, and nothing written, when
     the run had ended already: its calls reach its session once."""
     if run.status in _TERMINAL:
         return False
@@ -371,6 +372,7 @@ class MemoryHost:
     lease: WorkerLease | None = None
     lease_id: str = "memory-worker"
     draining: bool = False
+    failpoints: Failpoints = field(default_factory=NoFailpoints)
     configs: ConfigCache = field(default_factory=ConfigCache)
     pace: DeltaPace = field(init=False)
 

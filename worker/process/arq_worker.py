@@ -27,10 +27,10 @@ from shared.dispatch import RUN_FUNCTION
 from shared.keys import Partition
 from shared.partitions import Partitions
 from shared.scripts import Scripts
-from worker.deps import WorkerDeps
-from worker.finisher import JobFinisher
+from worker.process.deps import WorkerDeps
+from worker.process.finisher import JobFinisher
+from worker.process.wake import IDLE_POLLS, Wake
 from worker.runner import RunDriver
-from worker.wake import IDLE_POLLS, Wake
 
 __all__ = ["JOB_TIMEOUT_S", "ResilientWorker", "claim_size", "run_agent"]
 
@@ -200,7 +200,7 @@ class ResilientWorker(Worker):
         then, so a high-priority run waits for a free slot, not for a slot and a poll delay.
 
         A worker whose poll left no due job behind (it claimed all it saw, or saw none) waits for a
-        wake signal (worker/wake.py) for IDLE_POLLS poll intervals, or until the earliest scheduled
+        wake signal (worker/process/wake.py) for IDLE_POLLS poll intervals, or until the earliest scheduled
         job it knows of, and polls as soon as one comes: a new job starts within a round trip or two, not
         a poll delay. A worker that saw more due jobs than it claimed (a deep queue) polls again
         at the next tick, as before, with no wait call in between."""

@@ -1,4 +1,4 @@
-"""The worker's Prometheus metrics, fed only by the runner's observer hooks (worker/observer.py).
+"""The worker's Prometheus metrics, fed only by the runner's observer hooks (worker/telemetry/observer.py).
 
 One ``agentmill_`` prefix, base units, ``_total`` counters, buckets fit for LLM latencies. Every
 label value comes from a fixed set (``LABELS``; tool names: the tools the deployment's profiles
@@ -17,9 +17,9 @@ from prometheus_client import CollectorRegistry, disable_created_metrics
 from prometheus_client.exposition import generate_latest
 
 from agentmill_client.models import Usage
-from worker.config import RECALL_TOOL
-from worker.history_tools import LOAD_OLDER_HISTORY, SEARCH_HISTORY
-from worker.metric_families import (
+from worker.core.config import RECALL_TOOL
+from worker.core.history_tools import LOAD_OLDER_HISTORY, SEARCH_HISTORY
+from worker.telemetry.metric_families import (
     ITER_BUCKETS,
     LABELS,
     LLM_BUCKETS,

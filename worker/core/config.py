@@ -20,7 +20,7 @@ from shared.profiles import (
     RetryConfig,
 )
 from shared.session_calls import RECALL_TOOL
-from worker import history_tools, policy, preamble, prompt
+from worker.core import history_tools, policy, preamble, prompt
 
 __all__ = [
     "DEFAULT_MAX_DEPTH",
@@ -168,7 +168,7 @@ class RunConfig(Model):
     reserve_output_tokens: int = DEFAULT_RESERVE_OUTPUT_TOKENS  # a call's worst-case reply (maxTokens)
     pricing: Pricing | None = None  # the model's prices (its own, else the table's), for a call's worst case
     # The system prompt's preamble (also at the head of system_prompt); while one is on, tool
-    # results reach the model framed as data (worker/preamble.py). None: off.
+    # results reach the model framed as data (worker/core/preamble.py). None: off.
     preamble: str | None = None
     # A fallback chain (the primary first; empty: one provider) and the failure classes that move a
     # call along it (worker/machine/fallback.py).

@@ -12,8 +12,8 @@ import orjson
 from agentmill_client.models import RunResult, RunStatus, ToolCall, ToolResult
 from shared.session_calls import CONTEXT_TOOLS
 from shared.tool_records import ToolRecord
-from worker import context
-from worker.config import MAX_RECALL_IDS
+from worker.core import context
+from worker.core.config import MAX_RECALL_IDS
 from worker.machine import RunState
 from worker.ports import SessionUpdate
 

@@ -24,7 +24,7 @@ __all__ = ["PoolReport"]
 
 log = logging.getLogger("agentmill.worker")
 
-_SAMPLES = {  # field -> (sample name, labels) in the worker's registry (worker/metrics.py)
+_SAMPLES = {  # field -> (sample name, labels) in the worker's registry (worker/telemetry/metrics.py)
     "started": ("agentmill_runs_started_total", {"resumed": "false"}),
     "completed": ("agentmill_runs_finished_total", {"status": "completed"}),
     "failed": ("agentmill_runs_finished_total", {"status": "failed"}),

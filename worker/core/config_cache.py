@@ -21,8 +21,8 @@ from typing import NamedTuple
 
 from agentmill_client.models import RunInput
 from shared.profiles import AgentProfile
-from worker import prompt
-from worker.config import RunConfig, ToolSpec
+from worker.core import prompt
+from worker.core.config import RunConfig, ToolSpec
 
 __all__ = ["MAX_ENTRIES", "ConfigCache", "shareable"]
 

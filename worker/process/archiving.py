@@ -1,6 +1,6 @@
 """A worker's archiver task (AGENTMILL_ARCHIVE_URL): shared.archive's Archiver on the worker's
 partitions, its backlog and writes on the worker's /metrics. Owned by the worker process
-(worker/jobs.py), which cancels and awaits it on shutdown; the store's connections close with it."""
+(worker/process/jobs.py), which cancels and awaits it on shutdown; the store's connections close with it."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import logging
 
 from shared.archive.archiver import Archiver
 from shared.archive.store import ArchiveStore
-from worker import failpoints
-from worker.deps import WorkerDeps
-from worker.metrics import MetricsObserver
+from worker.process import failpoints
+from worker.process.deps import WorkerDeps
+from worker.telemetry.metrics import MetricsObserver
 
 __all__ = ["archive_forever"]
 

@@ -1,4 +1,4 @@
-"""The worker process: the arq worker (worker/arq_worker.py) plus its heartbeat (one lease per
+"""The worker process: the arq worker (worker/process/arq_worker.py) plus its heartbeat (one lease per
 worker, beaten on every partition), reconciler, archiver (with the archive on) and graceful shutdown."""
 
 from __future__ import annotations
@@ -32,18 +32,19 @@ from shared.quotas import Quotas
 from shared.redis_watch import RedisWatch
 from shared.scripts import prepare_scripts
 from shared.settings import Settings, get_settings
-from worker import failpoints, tracing
-from worker.archiving import archive_forever
-from worker.arq_worker import JOB_TIMEOUT_S, ResilientWorker, claim_size, run_agent
-from worker.deps import WorkerDeps
-from worker.health import HealthServer
-from worker.lease import LeaseBackend, WorkerLease, add_lease_hook, lease_guarded_client
-from worker.lease_keeping import LeaseKeeping
-from worker.metrics import MetricsObserver
-from worker.observer import Observer
-from worker.pool_report import PoolReport
-from worker.redis_store import forget_worker
-from worker.wake import Wake
+from worker.adapters.lease import LeaseBackend, WorkerLease, add_lease_hook, lease_guarded_client
+from worker.adapters.redis_store import forget_worker
+from worker.process import failpoints
+from worker.process.archiving import archive_forever
+from worker.process.arq_worker import JOB_TIMEOUT_S, ResilientWorker, claim_size, run_agent
+from worker.process.deps import WorkerDeps
+from worker.process.health import HealthServer
+from worker.process.lease_keeping import LeaseKeeping
+from worker.process.wake import Wake
+from worker.telemetry import tracing
+from worker.telemetry.metrics import MetricsObserver
+from worker.telemetry.observer import Observer
+from worker.telemetry.pool_report import PoolReport
 
 __all__ = [
     "GC_THRESHOLDS",
@@ -277,7 +278,7 @@ class WorkerProcess(LeaseKeeping):
             )
         if (
             s.archive_url and s.worker_archiver
-        ):  # finished runs to PostgreSQL, off the hot path (worker/archiving.py)
+        ):  # finished runs to PostgreSQL, off the hot path (worker/process/archiving.py)
             self._bg.append(asyncio.create_task(archive_forever(self.deps, self.metrics)))
         if self.health is not None:
             self.health.ready = True

@@ -24,7 +24,7 @@ from typing import Any
 
 from shared.keys import Partition
 from shared.partitions import Partitions
-from worker import failpoints
+from worker.process import failpoints
 
 __all__ = ["IDLE_POLLS", "Wake"]
 

@@ -18,20 +18,23 @@ from shared.profiles import AgentProfile, ProviderConfig
 from shared.quotas import Quotas
 from shared.scripts import Scripts
 from shared.settings import Settings
-from worker.agent_cache import AgentVersions
-from worker.batcher import ScriptBatcher
-from worker.budgets import TenantBudgets
-from worker.config_cache import ConfigCache
-from worker.delta_pace import DeltaPace
-from worker.lease import WorkerLease
-from worker.limiter import Held, OnWait, ProviderLimiter
+from worker.adapters.agent_cache import AgentVersions
+from worker.adapters.batcher import ScriptBatcher
+from worker.adapters.budgets import TenantBudgets
+from worker.adapters.lease import WorkerLease
+from worker.adapters.limiter import Held, OnWait, ProviderLimiter
+from worker.adapters.plain import SystemClock
+from worker.adapters.redis_store import RedisRunStore, RedisSessionStore
+from worker.adapters.tool_cache import RedisToolCache
+from worker.core.config_cache import ConfigCache
+from worker.core.delta_pace import DeltaPace
 from worker.models.base import ModelCallError, ModelProvider
 from worker.models.scripted import ScriptedProvider
 from worker.models.shapes import ShapeMemory
-from worker.observer import NullObserver, Observer
-from worker.ports import RunPorts, SystemClock
-from worker.redis_store import RedisRunStore, RedisSessionStore
-from worker.tool_cache import RedisToolCache
+from worker.ports import Failpoints
+from worker.process import failpoints as process_failpoints
+from worker.runner.run_ports import RunPorts
+from worker.telemetry.observer import NullObserver, Observer
 from worker.tools.mcp_listings import McpListings, RedisListingStore
 from worker.tools.registry import Toolbox
 
@@ -119,6 +122,7 @@ class WorkerDeps:
     lease_id: str = ""  # the id this worker holds its lease and runs under ("" = worker_id)
     configs: ConfigCache = field(default_factory=ConfigCache)  # shared by runs of one profile
     draining: bool = False  # the process is stopping (a run that starts now hands itself back)
+    failpoints: Failpoints = process_failpoints  # armed from the settings when the process starts
     scripts: Scripts = field(init=False)
     limiter: ProviderLimiter = field(init=False)
     batcher: ScriptBatcher = field(init=False)  # the runs' commits, pipelined per loop turn
