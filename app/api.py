@@ -8,7 +8,7 @@ from redis.asyncio import Redis
 
 from app.forks import state_of
 from producer.api import app as api_app
-from producer.routing import Parts
+from shared.script_sending import Parts
 from shared.settings import Settings
 
 __all__ = ["create_app"]

@@ -8,7 +8,7 @@ them all and exits 0 (a process still there ``drain_timeout_s`` + 30 s later is 
 are recovered as a crash's). On Linux a process is sent SIGTERM when its supervisor dies.
 
 Each process serves its /metrics, /healthz and /readyz on a Unix socket of its own; the
-supervisor serves one of each on the metrics port: /metrics merged (worker/metrics_merge.py),
+supervisor serves one of each on the metrics port: /metrics merged (worker/telemetry/metrics_merge.py),
 /healthz 200 while its own event loop beats, /readyz 200 when every process answers its /readyz
 with 200 (asked every second).
 """
@@ -34,14 +34,14 @@ from prometheus_client.exposition import generate_latest
 
 from shared.settings import Settings
 from shared.settings_doc import env_names
-from worker.health import METRICS_TYPE, HealthServer
-from worker.metrics_merge import MergedMetrics, parse
+from worker.process.health import METRICS_TYPE, HealthServer
+from worker.telemetry.metrics_merge import MergedMetrics, parse
 
 __all__ = ["Supervisor", "describe_exit", "restart_delay"]
 
 log = logging.getLogger("agentmill.worker")
 
-disable_created_metrics()  # type: ignore[no-untyped-call]  # as the processes' (worker/metrics.py)
+disable_created_metrics()  # type: ignore[no-untyped-call]  # as the processes' (worker/telemetry/metrics.py)
 
 ASK_S = 1.0  # how often each process's /readyz is asked
 STOP_MARGIN_S = 20.0  # a process's drain: drain_timeout_s, up to 10 s more for what it cancels, then this

@@ -1,8 +1,8 @@
 """A worker process as ``agentmill worker`` starts it (``python -m app.worker``: one process, as a pod
 runs, or a process of ``--processes N``): its start-up checks once, then one worker process in this
 process or a supervisor of several (app/supervisor.py). The worker process gets its side loops
-here: the schedules' firing loop, which submits runs as the producer does, and the economy lane's
-batchers."""
+here: the schedules' firing loop, which submits runs as the producer does, the deletions by
+metadata, which delete as the API does, and the economy lane's batchers."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from shared.profiles import AgentProfile
 from shared.settings import Settings, get_settings
 from shared.settings_errors import exit_on_refusal
 from shared.tenants import require_id_secret
-from worker import failpoints
-from worker.jobs import SideLoop, WorkerProcess
-from worker.observer import Observer
+from worker.process import failpoints
+from worker.process.jobs import SideLoop, WorkerProcess
+from worker.telemetry.observer import Observer
 
 __all__ = ["main", "processes_for", "start_worker", "worker_process"]
 
@@ -50,6 +50,15 @@ async def _send_batches(
     await run_batchers(parts, settings, profiles, failpoints.hit, registry)
 
 
+async def _delete_by_metadata(
+    parts: Partitions[Any], settings: Settings, profiles: dict[str, AgentProfile], registry: CollectorRegistry
+) -> None:
+    """Deletions by metadata (POST /v1/deletions), a step at a time, in every worker."""
+    from producer.deletion_jobs import delete_forever
+
+    await delete_forever(parts, settings)
+
+
 def worker_process(
     settings: Settings | None = None,
     *,
@@ -59,7 +68,7 @@ def worker_process(
 ) -> WorkerProcess:
     """A worker process with the loops the settings ask for beside its own."""
     s = settings or get_settings()
-    sides: list[SideLoop] = []
+    sides: list[SideLoop] = [_delete_by_metadata]
     if s.schedules:  # croniter, dateutil and the producer: 150 ms of imports, now rather than on the loop
         import producer.schedules.firer  # noqa: F401
 

@@ -93,7 +93,7 @@ async def one(
 
 FIG4 = [{"text": "ok", "delayMs": 1000}]  # figure 4: the model answers after 1 s
 # --streamed: a reply of 100 words streamed over 2 s, as models do: its deltas flushed while it
-# streams (worker/delta_pace.py) are most of such a run's cost
+# streams (worker/core/delta_pace.py) are most of such a run's cost
 FIG4_STREAMED = [{"text": "word " * 100, "delayMs": 2000}]
 
 

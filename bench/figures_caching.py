@@ -47,7 +47,7 @@ class CachingFigures(Plumbing):
         script.append({"text": "done"})
         await self.flush(r)
         p = self.producer(r, profiles=path)
-        box: list[subprocess.Popen[bytes]] = [self.spawn(["-m", "worker"], AGENTMILL_PROFILES=path)]
+        box: list[subprocess.Popen[bytes]] = [self.spawn(["-m", "app.worker"], AGENTMILL_PROFILES=path)]
         try:
             usage = {}
             for agent in ("cached", "uncached"):

@@ -11,6 +11,12 @@ can take) arrives. The rule: a run of priority p is never overtaken by a run of 
 submitted more than (q - p) × AGENTMILL_PRIORITY_AGING_MS after it; the figure is when the oldest
 batch run started, and how many stream runs broke the rule (submitted more than 6 quanta after it,
 started before it).
+
+11c. Priority at a provider's limiter: calls of a provider limited to 2 concurrent calls, each
+holding its slot ``LIMITER_CALL_MS``; 200 priority-2 calls waiting in a loop, then priority-8 calls
+one at a time: each one's wait for its slot, beside the same calls to the idle limiter (the bound:
+the idle p99 plus one call's duration), and beside the same load served by arrival (the limiter as
+it was: no line), whose waits are capped at ``LIMITER_BASE_CAP_S``.
 """
 
 from __future__ import annotations
@@ -26,10 +32,15 @@ from redis.asyncio import Redis
 from bench.figure import Figure
 from bench.plumbing import Plumbing
 from bench.probes import pct
+from shared.profiles import ProviderConfig
 from shared.quotas import DEFAULT_TENANT
+from shared.scripts import Scripts
 from tests.support.schema import K
+from worker.adapters.limiter import ProviderLimiter
 
 BATCH = "lanes-batch"
+LIMITER_CALL_MS = 100
+LIMITER_BASE_CAP_S = 30.0
 SPACING_S = 0.04  # between two interactive runs
 
 
@@ -119,6 +130,7 @@ class LanesFigures(Plumbing):
         )
         self.figures.append(f)
         await self.fig_aging(r, {**env, "AGENTMILL_PRIORITY_AGING_MS": str(self.args.lanes_aging_ms)})
+        await self.fig_limiter(r)
 
     async def fig_aging(self, r: Redis, env: dict[str, str]) -> None:
         aging = self.args.lanes_aging_ms  # short, so the bound shows within the bench's time
@@ -171,5 +183,73 @@ class LanesFigures(Plumbing):
             f"started {waited / 1000:.1f} s after its submission; {ahead_ok} stream runs were submitted within "
             f"the bound after it (may go first); stream runs submitted past the bound that started "
             f"before it: {broke}; without aging it would wait for the whole stream ({seconds:.0f} s)"
+        )
+        self.figures.append(f)
+
+    async def limiter_waits(
+        self, r: Redis, lined: bool, n: int, cap_s: float
+    ) -> tuple[list[float], list[float]]:
+        """(idle waits, waits behind 200 priority-2 calls) of n priority-8 calls, in ms; ``lined``:
+        the calls stand in the endpoint's line (else served as they poll, the limiter before it)."""
+        await self.flush(r)
+        lim = ProviderLimiter(Scripts(r))
+        c = ProviderConfig.model_validate({"kind": "openai", "baseUrl": "http://bench.invalid/v1", "model": "m",
+                                           "maxConcurrent": 2})  # fmt: skip
+
+        def prio(p: int) -> int | None:
+            return p if lined else None
+
+        idle: list[float] = []
+        for _ in range(100):
+            t0 = time.monotonic()
+            held = await lim.hold(c, 0, priority=prio(8))
+            idle.append((time.monotonic() - t0) * 1000)
+            await held.release(None)
+
+        async def low() -> None:
+            while True:
+                held = await lim.hold(c, 0, priority=prio(2))
+                await asyncio.sleep(LIMITER_CALL_MS / 1000)
+                await held.release(None)
+
+        lows = [asyncio.create_task(low()) for _ in range(200)]
+        await asyncio.sleep(1.0)
+        busy: list[float] = []
+        try:
+            for _ in range(n):
+                t0 = time.monotonic()
+                try:
+                    held = await asyncio.wait_for(lim.hold(c, 0, priority=prio(8)), cap_s)
+                except TimeoutError:
+                    busy.append(cap_s * 1000)
+                    continue
+                busy.append((time.monotonic() - t0) * 1000)
+                await asyncio.sleep(LIMITER_CALL_MS / 1000)
+                await held.release(None)
+                await asyncio.sleep(0.05)
+        finally:
+            for t in lows:
+                t.cancel()
+            await asyncio.gather(*lows, return_exceptions=True)
+        return idle, busy
+
+    async def fig_limiter(self, r: Redis) -> None:
+        idle, busy = await self.limiter_waits(r, True, 20, LIMITER_BASE_CAP_S)
+        _, arrival = await self.limiter_waits(r, False, 3, LIMITER_BASE_CAP_S)
+        bound = pct(idle, 99) + LIMITER_CALL_MS
+        f = Figure(
+            "11c. a priority-8 call's wait for a provider limited to 2 concurrent calls, 200 priority-2 calls "
+            f"of {LIMITER_CALL_MS} ms waiting (p50 / p99)",
+            "ms",
+            base_name=f"the same by arrival (the limiter without its line; capped at {LIMITER_BASE_CAP_S:.0f} s)",
+            target="p99 ≤ idle p99 + one call",
+            higher_is_better=False,
+        )
+        f.ours, f.base = [statistics.median(busy), pct(busy, 99)], [statistics.median(arrival), max(arrival)]
+        f.note = (
+            f"behind 200 waiting: p50 {statistics.median(busy):.0f} ms, p99 {pct(busy, 99):.0f} ms; idle limiter "
+            f"p50 {statistics.median(idle):.1f} ms, p99 {pct(idle, 99):.1f} ms: bound {bound:.0f} ms "
+            f"{'✓' if pct(busy, 99) <= bound else '✗'}; by arrival: p50 {statistics.median(arrival) / 1000:.1f} s, "
+            f"max {max(arrival) / 1000:.1f} s"
         )
         self.figures.append(f)

@@ -110,8 +110,8 @@ class RunFigures(Plumbing):
 
     async def fig_cost(self, r: Redis) -> tuple[int, int]:
         """Redis commands (server side, INFO commandstats) and round trips (client side) per run and per step."""
-        from worker import redis_store as store_mod
-        from worker.jobs import WorkerProcess
+        from worker.adapters import redis_store as store_mod
+        from worker.process.jobs import WorkerProcess
 
         # Client round trips: every write to a connection (a command, a pipeline, the route's and
         # the batcher's packed sends all go through it; each send is followed by its replies' reads).

@@ -1,5 +1,5 @@
 """Figure 4s: runs whose model streams. One worker with N runs in flight, each a reply of 100 words
-streamed over 2 s, with the deltas' pace (worker/delta_pace.py, the default) beside the same load
+streamed over 2 s, with the deltas' pace (worker/core/delta_pace.py, the default) beside the same load
 flushing every run every AGENTMILL_DELTA_FLUSH_MS whatever the number of streams (the pace off), in
 one run, alternated: Redis and worker CPU a run, and runs/s."""
 

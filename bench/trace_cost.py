@@ -15,7 +15,7 @@ import statistics
 import time
 
 from tests.unit.test_runner import World
-from worker import tracing
+from worker.telemetry import tracing
 
 SCRIPT = [{"toolCalls": [{"name": "echo", "arguments": {"text": "x"}}]}, {"text": "done"}]
 

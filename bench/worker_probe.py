@@ -17,7 +17,7 @@ from collections.abc import Callable
 from bench.stall_watch import StallWatch
 from shared import logs, loop
 from shared.settings import get_settings
-from worker.jobs import WorkerProcess
+from worker.process.jobs import WorkerProcess
 
 
 class GcClock:

@@ -9,7 +9,7 @@ call each, not in one transaction: two requests of a tenant at once may pass its
 Before all of it, a tenant whose quota disables it (``"disabled": true``) is refused with 403
 ``tenant_disabled``, and a tenant with a day budget (tokensPerDay, costUsdPerDay) whose UTC day is spent
 (its settled usage at the limit, or a model call of the day refused for want of budget:
-worker/budgets.py) is refused with 429 ``budget_exhausted`` and a
+worker/adapters/budgets.py) is refused with 429 ``budget_exhausted`` and a
 Retry-After to the next UTC midnight."""
 
 from __future__ import annotations
@@ -18,13 +18,14 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from producer.routing import Parts, run_many, run_script
 from producer.submission import SubmissionError
 from shared import keys
 from shared.clock import ms_to_next_utc_day, now_ms, utc_day
 from shared.fields import BudgetField
 from shared.quotas import ACTIVE_GRACE_MS, NANO_USD, Quota
-from shared.scripts import Scripts, text
+from shared.replies import text
+from shared.script_sending import Parts, run_many, run_script
+from shared.scripts import Scripts
 
 __all__ = ["ADMIT_GRACE_MS", "admit", "check_budget", "check_enabled", "spent_budget"]
 
@@ -79,9 +80,9 @@ async def admit(
     for attempt in range(2):
         held = [a + b for a, b in zip(active, new, strict=True)]  # counted, and coming now
         calls = [
-            (p, *scripts.frame(p, [p.tenant_active(tenant)], [
+            scripts.framing.call(p, [p.tenant_active(tenant)], [
                 now, quota.max_active - (sum(held) - held[p.index]), ttl_ms, ADMIT_GRACE_MS, *placed[p.index],
-            ]))
+            ])
             for p in targets
         ]  # fmt: skip
         replies = await run_many(parts, scripts.admit_tenant, calls)
@@ -137,7 +138,7 @@ async def check_budget(parts: Parts, tenant: str, quota: Quota) -> None:
 
 async def spent_budget(parts: Parts, tenant: str, quota: Quota, now: int) -> str | None:
     """How the tenant's day budget of ``now``'s UTC day is spent (``has spent 120 of its 100
-    tokensPerDay``), from the day's counters the budget scripts keep (worker/budgets.py); None
+    tokensPerDay``), from the day's counters the budget scripts keep (worker/adapters/budgets.py); None
     while it is not (or the tenant has no day budget)."""
     if not quota.budgeted:
         return None
@@ -185,7 +186,7 @@ async def _forget_ended(parts: Parts, scripts: Scripts, ttl_ms: int, tenant: str
     """admit_tenant with nothing to add and room for nothing, on every partition: it forgets the
     ended runs it counts and answers how many are left."""
     args = [now_ms(), -1, ttl_ms, ADMIT_GRACE_MS]
-    calls = [(p, *scripts.frame(p, [p.tenant_active(tenant)], args)) for p in parts.parts]
+    calls = [scripts.framing.call(p, [p.tenant_active(tenant)], args) for p in parts.parts]
     return [int(text(r[1])) for r in await run_many(parts, scripts.admit_tenant, calls)]
 
 

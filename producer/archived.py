@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import orjson
-
 from agentmill_client.models import EventKind, RunEvent, RunResult, RunStatus
 from agentmill_client.statuses import TERMINAL
 from producer.run_filter import RunFilter
 from producer.run_record import RunRecord
+from shared import payload_crypto
 from shared.archive import groups
 from shared.archive.store import ArchiveStore
 from shared.fields import BatchField
@@ -40,10 +39,11 @@ class ArchiveReads:
             session_id=row["session_id"] or None,
             created_at_ms=int(row["created_at"]),
             last_seq=int(row["last_seq"]),
-            result=RunResult.model_validate_json(row["result"]) if row["result"] else None,
+            result=RunResult.model_validate(payload_crypto.loads(row["result"])) if row["result"] else None,
             stream_key=row["stream_key"],
             client_session=row["client_session"],
             agent=row["agent"],
+            agent_version=int(v) if (v := row["agent_version"]) else None,
             archived=True,
         )
 
@@ -88,7 +88,9 @@ class ArchiveReads:
     async def events(self, key_id: str, *, after: int, limit: int, label: str) -> list[RunEvent]:
         """Events with seq > after, oldest first, as decode_entry reads them from the stream."""
         return [
-            RunEvent(run_id=label, seq=seq, kind=EventKind(kind), payload=orjson.loads(payload), ts=ts)
+            RunEvent(
+                run_id=label, seq=seq, kind=EventKind(kind), payload=payload_crypto.loads(payload), ts=ts
+            )
             for seq, kind, ts, payload in await self.store.events(key_id, after, limit)
         ]
 
@@ -108,14 +110,14 @@ class ArchiveReads:
         )  # fmt: skip
         reply = ["", ""]
         if len(got) == limit:
-            reply = [got[-1][0][2], got[-1][0][0]]
+            reply = [got[-1][0].created_at, got[-1][0].run_id]
         streams: dict[str, str] = {}
         sessions: dict[str, str] = {}
         for row, stream, client_session in got:
-            if row[0] in seen:
+            if row.run_id in seen:
                 continue
-            reply += row
-            streams[row[0]] = stream
-            if client_session and row[3]:
-                sessions[row[3]] = client_session
+            reply += row.values()
+            streams[row.run_id] = stream
+            if client_session and row.session_id:
+                sessions[row.session_id] = client_session
         return reply, streams, sessions

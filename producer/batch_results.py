@@ -20,8 +20,10 @@ import orjson
 
 from agentmill_client.statuses import TERMINAL
 from producer.listing import STATUSES, ListingError
-from producer.routing import run_many
-from shared.scripts import text
+from shared import payload_crypto
+from shared.calls.results import BatchResults
+from shared.replies import text
+from shared.script_sending import run_many
 
 if TYPE_CHECKING:
     from producer.service import Producer
@@ -97,7 +99,7 @@ def result_line(index: int, run_id: str, status: str, raw: str) -> dict[str, Any
     line: dict[str, Any] = {"runId": run_id, "index": index, "status": status}
     if not raw or status not in _TERMINAL:
         return line
-    result = orjson.loads(raw)
+    result = payload_crypto.loads(raw)
     if "output" in result:
         line["output"] = result["output"]
     elif isinstance(msg := result.get("finalAssistantMessage"), dict):
@@ -137,8 +139,10 @@ async def export(
     wanted = ",".join(statuses)
 
     async def ask(where: list[int], start: Position) -> list[Any]:
-        args = [tenant, batch_id, *start, PAGE, SCAN_MAX, wanted, BYTES_MAX]
-        calls = [(q, *scripts.frame(q, [], args)) for q in (parts.parts[i] for i in where)]
+        call = BatchResults(tenant, batch_id, start[0], start[1], PAGE, SCAN_MAX, wanted, BYTES_MAX)
+        calls = [
+            (q, *scripts.framing.frame(q, call.keys(q), call.argv())) for q in (parts.parts[i] for i in where)
+        ]
         return await run_many(parts, scripts.batch_results, calls)
 
     pages = walk(ask, len(parts.parts))

@@ -8,10 +8,11 @@ from __future__ import annotations
 from typing import Any
 
 from agentmill_client.models import RunStatus
-from producer.routing import Parts, run_many
 from shared import keys
 from shared.fields import BatchField
-from shared.scripts import Scripts, text
+from shared.replies import text
+from shared.script_sending import Parts, run_many
+from shared.scripts import Scripts
 
 __all__ = ["batch_gate", "close_batch", "merge_batch", "read_batch"]
 
@@ -82,5 +83,5 @@ async def batch_gate(parts: Parts, tenant: str, batch_id: str, webhook: str) -> 
 
 async def close_batch(parts: Parts, scripts: Scripts, tenant: str, batch_id: str) -> None:
     """BATCH_CLOSE on every partition (a partition without a share answers 'missing')."""
-    calls = [(p, *scripts.frame(p, [p.batch(tenant, batch_id)], [])) for p in parts.parts]
+    calls = [(p, *scripts.framing.frame(p, [p.batch(tenant, batch_id)], [])) for p in parts.parts]
     await run_many(parts, scripts.batch_close, calls)

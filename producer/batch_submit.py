@@ -14,7 +14,8 @@ from agentmill_client.models import RunInput
 from producer.batch_shares import batch_gate, close_batch
 from producer.placement import Holder, verdict
 from producer.prepared import Prepared
-from producer.scope import batch_run_prefix, claimed_id, claimed_session
+from producer.schemas_ready import schemas_ready
+from producer.scope import batch_run_prefix, claimed_home, claimed_id
 from producer.submission import SubmissionError, Submitted, outcome
 from producer.submitter import Submitter
 from shared import keys
@@ -64,9 +65,10 @@ async def submit_many(
     def key_of(raw: RunInput | dict[str, Any], d: str) -> tuple[str, str]:
         """The ids the keys of an item's run and session use."""
         rid = claimed_id(raw) or d
-        return scope.key(rid), scope.key(claimed_session(raw, rid))
+        return scope.key(rid), claimed_home(raw, rid, scope)
 
     defaults = [default(i, raw) for i, raw in enumerate(items)]
+    choices = await p.choices(tenant, items)  # the tenant's agents they name (producer.agents)
     # The tenant's quota admits the whole request at once, in calls that Redis runs while the
     # first chunk is validated; nothing is sent before they answer (a check per chunk would
     # wait for Redis to finish the previous chunk every time). Items that then fail validation
@@ -129,17 +131,25 @@ async def submit_many(
                 answered.append(([(i, prep)], list(verdict(holder, tenant, prep.digest))))
             else:
                 go.append((i, prep))
+        if any(prep.run.rate is not None for _, prep in go):
+            started = await p.starts(tenant, [prep for _, prep in go])
+            for (i, _), got in zip(go, started, strict=True):
+                if isinstance(got, SubmissionError):
+                    got.field, got.message = f"runs.{i}.{got.field}", f"runs.{i}: {got.message}"
+                    out[i] = got
+            go = [(i, got) for (i, _), got in zip(go, started, strict=True) if isinstance(got, Prepared)]
         if go:
             await sender.send(
                 part, [p for _, p in go], webhook, [offset + i for i, _ in go] if batch_id else ()
             )
             sent.append(go)
 
+    await schemas_ready(items)  # off the loop, before each item's prepare checks them
     async with p.sender(tenant, batch_id or "") as sender:
         try:
             for i, raw in enumerate(items):
                 try:
-                    prep = p.prepare(raw, tenant, defaults[i], quota, trace)
+                    prep = p.prepare(raw, tenant, defaults[i], quota, trace, choices)
                 except SubmissionError as exc:
                     exc.field = f"runs.{i}.{exc.field}" if exc.field else f"runs.{i}"
                     exc.message = f"runs.{i}: {exc.message}"
@@ -153,7 +163,7 @@ async def submit_many(
                     )
                     continue
                 seen.add(prep.run_id)
-                part = p.place(prep.run_id, prep.session_id)
+                part = p.place(prep.run_id, prep.home)
                 chunk = unsent.setdefault(part.index, [])
                 chunk.append((i, prep))
                 if len(chunk) == SUBMIT_CHUNK:

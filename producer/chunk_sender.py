@@ -9,8 +9,8 @@ from typing import Any
 import orjson
 
 from producer.prepared import Prepared, meta_terms
-from producer.routing import Parts
-from shared import keys
+from shared import keys, payload_crypto
+from shared.script_sending import Parts
 from shared.scripts import Scripts
 
 __all__ = ["ChunkSender"]
@@ -42,15 +42,22 @@ class ChunkSender:
         spec = [
             [p.run_id, p.digest, p.session_id, p.run.webhook or "", "1" if p.run.auto_create_session else "",
              p.run.multitask_strategy or "enqueue", p.run.agent, meta_terms(p.run.metadata), p.client_id,
-             p.client_session, str(items[n]) if items else "", *p.lane_args, p.trace]
+             p.client_session, str(items[n]) if items else "", *p.lane_args, p.trace,
+             *p.key_args, p.version_arg]
             for n, p in enumerate(chunk)
         ]  # fmt: skip
-        return [self.tenant, self.batch_id, batch_webhook, orjson.dumps(spec), *(p.body for p in chunk)]
+        return [
+            self.tenant,
+            self.batch_id,
+            batch_webhook,
+            orjson.dumps(spec),
+            *map(payload_crypto.active().seal_json, (p.body for p in chunk)),
+        ]
 
     async def send(
         self, part: keys.Partition, chunk: list[Prepared], batch_webhook: str, items: Sequence[int] = ()
     ) -> None:
-        k, a = self.scripts.frame(part, [], self.args(chunk, batch_webhook, items))
+        k, a = self.scripts.framing.frame(part, [], self.args(chunk, batch_webhook, items))
         self.out.add_script(part, self.scripts.submit_many, k, a)
         await self.out.flush()
 

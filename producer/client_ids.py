@@ -8,11 +8,11 @@ from typing import Any
 from redis.asyncio import Redis
 
 from producer.archived import ArchiveReads
-from producer.routing import Parts
 from producer.scope import SCOPED_PREFIX
 from shared.archive import groups
 from shared.fields import RunField
-from shared.scripts import text
+from shared.replies import text
+from shared.script_sending import Parts
 
 __all__ = ["client_id_of"]
 

@@ -12,7 +12,7 @@ import orjson
 from shared import keys
 from shared.fields import EconomyBatchField as EB
 from shared.partitions import Partitions
-from shared.scripts import text
+from shared.replies import text
 
 __all__ = ["economy_wait"]
 

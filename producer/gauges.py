@@ -59,7 +59,7 @@ async def read_gauges(
     names = list(caps)
 
     def op(pipe: Any, part: Partition) -> None:
-        k, a = scripts.frame(part, [], names)
+        k, a = scripts.framing.frame(part, [], names)
         scripts.scaling.queue(pipe, k, a)
 
     depth = running = awaiting = held = scheduled = 0

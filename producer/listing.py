@@ -22,13 +22,15 @@ from agentmill_client.ids import is_valid_id
 from agentmill_client.models import RunStatus
 from agentmill_client.statuses import ACTIVE
 from producer.batch_shares import merge_batch, read_batch
-from producer.routing import run_many
 from producer.run_filter import STATUSES, ListingError, RunFilter
 from producer.run_record import lineage_view
 from producer.scope import SCOPED_PREFIX
 from shared import keys
+from shared.calls import Abort
 from shared.fields import BatchField, RunField, SessionField
-from shared.scripts import text
+from shared.listing_row import ListingRow
+from shared.replies import text
+from shared.script_sending import run_many
 
 if TYPE_CHECKING:
     from producer.service import Producer
@@ -88,39 +90,33 @@ def parse_ms(field: str, value: str) -> int:
     return int(value)
 
 
-def _summary(fields: list[Any], shown: dict[str, str]) -> dict[str, Any]:
+def _summary(row: ListingRow, shown: dict[str, str]) -> dict[str, Any]:
     """A listed run as its client knows it: ``shown`` maps its session's key to that session's id."""
-    run_id, status, created, session, agent, batch, finished, client_id, iterations, error = (
-        text(f) for f in fields[:10]
-    )
-    lineage, by, prio, run_at = (text(f) for f in fields[10:])
-    session = shown.get(session, session)
+    session = shown.get(row.session_id, row.session_id)
     d: dict[str, Any] = {
-        "runId": client_id or run_id,
-        "status": status,
-        "createdAt": int(created or 0),
-        "agent": agent,
+        "runId": row.client_id or row.run_id,
+        "status": row.status,
+        "createdAt": int(row.created_at or 0),
+        "agent": row.agent,
     }
     if session:
         d["sessionId"] = session
-    if batch:
-        d["batchId"] = batch
-    if finished:
-        d["finishedAt"] = int(finished)
-    if iterations:
-        d["iterations"] = int(iterations)
-    if error:
-        d["errorCode"] = error
-    d.update(lineage_view(lineage, by))
-    d["priority"] = int(prio or limits.DEFAULT_PRIORITY)
-    if run_at:
-        d["runAt"] = int(run_at)
+    if row.batch:
+        d["batchId"] = row.batch
+    if row.finished_at:
+        d["finishedAt"] = int(row.finished_at)
+    if row.iterations:
+        d["iterations"] = int(row.iterations)
+    if row.error_code:
+        d["errorCode"] = row.error_code
+    d.update(lineage_view(row.lineage, row.retried_by))
+    d["priority"] = int(row.priority or limits.DEFAULT_PRIORITY)
+    if row.run_at:
+        d["runAt"] = int(row.run_at)
     return d
 
 
-Row = list[str]  # a listing's run: runId, status, createdAt, sessionId, agent, batch, finishedAt, clientId,
-# iterations, errorCode, lineage, retriedBy, priority, runAt (list_runs.lua's reply, ROW_FIELDS a run)
-ROW_FIELDS = 14
+Row = ListingRow  # a listing's run (list_runs.lua's reply: ListingRow.width() values a run)
 Position = tuple[int, str, str]  # where a listing stopped: (createdAt, runId, the score as Redis wrote it)
 
 
@@ -136,12 +132,11 @@ def merge_pages(replies: list[list[Any]], limit: int) -> tuple[list[tuple[int, R
     for index, reply in enumerate(replies):
         if text(reply[0]):
             stops.append((int(text(reply[0])), text(reply[1]), text(reply[0])))
-        rows += [
-            (index, [text(f) for f in reply[k : k + ROW_FIELDS]]) for k in range(2, len(reply), ROW_FIELDS)
-        ]
+        width = Row.width()
+        rows += [(index, Row.parse(reply[k : k + width])) for k in range(2, len(reply), width)]
 
     def order(r: tuple[int, Row]) -> tuple[int, str]:
-        return int(r[1][2] or 0), r[1][0]
+        return int(r[1].created_at or 0), r[1].run_id
 
     bound = max(stops) if stops else None
     if bound is not None and len(replies) > 1:
@@ -150,7 +145,7 @@ def merge_pages(replies: list[list[Any]], limit: int) -> tuple[list[tuple[int, R
     if len(rows) > limit:
         rows = rows[:limit]
         last = rows[-1][1]
-        return rows, (int(last[2] or 0), last[0], last[2])
+        return rows, (int(last.created_at or 0), last.run_id, last.created_at)
     return rows, bound
 
 
@@ -207,17 +202,17 @@ class Catalog:
     ) -> dict[str, str]:
         """The ids the client knows the listed runs' sessions by, for those kept under a tenant's key
         (the session asked for, else read from the runs' ``clientSession``: one round trip per node)."""
-        keyed = [(part, row) for part, row in rows if text(row[3]).startswith(SCOPED_PREFIX)]
+        keyed = [(part, row) for part, row in rows if row.session_id.startswith(SCOPED_PREFIX)]
         if asked is not None:
-            return {text(row[3]): asked for _, row in keyed}
+            return {row.session_id: asked for _, row in keyed}
         if not keyed:
             return {}
 
         def hget(key: str) -> Any:
             return lambda pipe: pipe.hget(key, RunField.CLIENT_SESSION)
 
-        replies = await self.p.parts.pipelined([(part, hget(part.run(text(row[0])))) for part, row in keyed])
-        return {text(row[3]): text(r[0]) for (_, row), r in zip(keyed, replies, strict=True) if r[0]}
+        replies = await self.p.parts.pipelined([(part, hget(part.run(row.run_id))) for part, row in keyed])
+        return {row.session_id: text(r[0]) for (_, row), r in zip(keyed, replies, strict=True) if r[0]}
 
     async def _rows(
         self,
@@ -244,17 +239,17 @@ class Catalog:
         ]  # fmt: skip
         scripts, parts = self.p.scripts, self.p.parts
         where = [parts.home(flt.session_id)] if flt.session_id is not None else list(parts.parts)
-        replies = await run_many(parts, scripts.list_runs, [(q, *scripts.frame(q, [], args)) for q in where])
+        replies = await run_many(parts, scripts.list_runs, [scripts.framing.call(q, [], args) for q in where])
         streams: dict[str, str] = {}
         if archived is not None and self.p.archive is not None and flt.status not in _ACTIVE:
-            seen = {text(r[k]) for r in replies for k in range(2, len(r), ROW_FIELDS)}
+            seen = {text(r[k]) for r in replies for k in range(2, len(r), Row.width())}
             reply, streams, sessions = await self.p.archive.listing_reply(
                 tenant, flt, (cs, cid) if cs else None, limit, seen
             )
             replies.append(reply)
             archived.update(sessions)
         rows, at = merge_pages(replies, limit)
-        out = [(where[i] if i < len(where) else parts.layout.of_key(streams[r[0]]), r) for i, r in rows]
+        out = [(where[i] if i < len(where) else parts.layout.of_key(streams[r.run_id]), r) for i, r in rows]
         return out, encode_cursor(at[2], at[1]) if at is not None else None
 
     async def _own_session(self, tenant: str, session_id: str) -> str:
@@ -304,10 +299,9 @@ class Catalog:
         scripts, parts = self.p.scripts, self.p.parts
         calls = []
         for part, row in rows:
-            rid = row[0]
-            args = [rid, reason, tenant]
-            calls.append((part, *scripts.frame(part, part.run_keys(rid), args)))
-        return [text(r[0]) for r in await run_many(parts, scripts.abort, calls)]
+            call = Abort(row.run_id, reason, tenant)
+            calls.append((part, *scripts.framing.frame(part, call.keys(part), call.argv())))
+        return [Abort.verdict(r).value for r in await run_many(parts, scripts.abort, calls)]
 
 
 def batch_delivery_key(delivery_id: str) -> str | None:

@@ -13,16 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from agentmill_client.models import EventKind, RunStatus
-from producer.routing import run_script
 from producer.submission import SubmissionError
 from shared import checkpoint as checkpoints
-from shared import keys
+from shared import keys, payload_crypto
 from shared.archive.original import ArchivedOriginal, leave_batch, original
 from shared.fields import RunField
-from shared.scripts import text
+from shared.replies import text
+from shared.script_sending import run_script
 from shared.tool_records import ToolRecord
 
 if TYPE_CHECKING:
@@ -102,11 +100,11 @@ async def archived_original(
     origin = record.get(F.ORIGIN)
     return Original(
         key=a.key_id, shown=run_id, part=part, status=RunStatus(record.get(F.STATUS) or a.status),
-        input=orjson.loads(raw_input), checkpoint=ckpt,
+        input=payload_crypto.loads(raw_input), checkpoint=ckpt,
         last_seq=a.last_seq, batch=record.get(F.BATCH, ""), item=a.item_index,
-        records={i: ToolRecord.from_json(r) for i, r in a.tools.items()},
-        events=[(s, k, orjson.loads(pl)) for s, k, pl in a.events if k in REBUILT_FROM],
-        origin=orjson.loads(origin) if origin else None, archived=a, in_redis=bool(h),
+        records={i: ToolRecord.from_json(payload_crypto.open_bytes(r)) for i, r in a.tools.items()},
+        events=[(s, k, payload_crypto.loads(pl)) for s, k, pl in a.events if k in REBUILT_FROM],
+        origin=payload_crypto.loads(origin) if origin else None, archived=a, in_redis=bool(h),
     )  # fmt: skip
 
 
@@ -122,5 +120,5 @@ async def take_place(p: Producer, o: Original, retry_id: str) -> bool:
         if p.archive is None or not await leave_batch(p.archive.store, o.archived, o.batch, retry_id):
             return False
         args += [o.archived.tenant, o.batch, o.status.value]
-    k, a = p.scripts.frame(o.part, [o.part.run(o.key)], args)
+    k, a = p.scripts.framing.frame(o.part, [o.part.run(o.key)], args)
     return text((await run_script(p.parts, p.scripts.batch_replace, o.part, k, a))[0]) == "left"

@@ -14,10 +14,10 @@ from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
 from agentmill_client.ids import new_run_id
-from producer.routing import Parts
 from shared import keys
 from shared.fields import RunField
-from shared.scripts import text
+from shared.replies import text
+from shared.script_sending import Parts
 
 __all__ = ["POINTER_EXTRA_S", "Holder", "claim", "generated_id", "locate_many", "partition_of", "verdict"]
 

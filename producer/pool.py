@@ -11,7 +11,7 @@ from agentmill_client.api import PoolAnswer, PoolMinute, PoolPartition, PoolWork
 from shared import keys
 from shared.partitions import Partitions
 from shared.pool_stats import FIELDS, WINDOW_MIN, minute_of
-from shared.scripts import text
+from shared.replies import text
 
 __all__ = ["MAX_WORKERS", "read_pool"]
 

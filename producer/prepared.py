@@ -4,33 +4,36 @@ input hash all come from the same bytes); and the metadata terms it is listed un
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-import orjson
 from pydantic import ValidationError
 
 from agentmill_client import limits
-from agentmill_client.codec import to_jsonable
 from agentmill_client.models import ImagePart, Message, RunInput
 from producer.scope import Scope
 from producer.submission import SubmissionError, reserved_id_error, validation_error
+from shared import keys
 from shared.meta_terms import meta_term, meta_terms
 from shared.netguard_rules import host_refusal
 from shared.profiles import AgentProfile, unpriced_message
 from shared.quotas import Quota
+from shared.schema_compiling import run_schemas
 from shared.schema_validator import SchemaBoundError, compiled
+from shared.stored_input import stored_input
 
 __all__ = [
     "Prepared",
+    "check_agent",
     "check_priced",
     "checked_messages",
+    "concurrency_limit",
     "counted",
     "meta_term",
     "meta_terms",
+    "parsed",
     "prepare",
     "validated",
 ]
@@ -51,28 +54,68 @@ class Prepared:
     client_session: str = ""
     priority: int = limits.DEFAULT_PRIORITY  # its lane: RunInput.priority capped by the tenant's quota
     trace: str = ""  # the submitter's trace context (RunField.TRACE), '' = none
+    conc_limit: int = 0  # its concurrency key's limit (concurrency_limit), 0 without a key
+    rate_at: int = 0  # when its rate key lets it start (ms; producer.rate_keys), 0 = now
+
+    @property
+    def home(self) -> str:
+        """The id whose home partition it lives at (producer.placement): its session's key, else its
+        concurrency key's, else its debounce key's, else '' (its own id's)."""
+        if self.session_id:
+            return self.session_id
+        if self.run.concurrency is not None:
+            return keys.conc_home(self.run.concurrency.key)
+        return keys.debounce_home(self.run.debounce.key) if self.run.debounce is not None else ""
+
+    @property
+    def key_args(self) -> list[str]:
+        """The submit scripts' arguments of the caller's keys ('' = none): concurrency key and limit,
+        debounce key and period, and why it is delayed (its rate key's, when it is)."""
+        c, d, r = self.run.concurrency, self.run.debounce, self.run.rate
+        return [
+            *(["", ""] if c is None else [c.key, str(self.conc_limit)]),
+            *(["", ""] if d is None else [d.key, str(d.period_ms)]),
+            f"rate:{r.key}" if r is not None and self.rate_at else "",
+        ]
+
+    @property
+    def version_arg(self) -> str:
+        """The submit scripts' agent version argument: the tenant's agent version it is pinned to."""
+        return "" if self.run.agent_version is None else str(self.run.agent_version)
 
     @property
     def lane_args(self) -> list[str]:
         """The submit scripts' priority and runAt arguments ('' = none)."""
-        return [str(self.priority), "" if self.run.run_at is None else str(self.run.run_at)]
+        at = self.rate_at or self.run.run_at
+        return [str(self.priority), "" if at is None else str(at)]
 
 
 def counted(items: list[str]) -> list[Any]:
     return [len(items), *items]
 
 
+def parsed(raw: RunInput | dict[str, Any]) -> RunInput:
+    """The input as a RunInput; else SubmissionError naming the field."""
+    if isinstance(raw, RunInput):
+        return raw
+    try:
+        return RunInput.model_validate(raw)
+    except ValidationError as exc:
+        raise validation_error(exc) from None
+
+
 def validated(raw: RunInput | dict[str, Any], profiles: dict[str, AgentProfile] | None) -> RunInput:
     """The input as a RunInput of a known agent (``profiles``; None: any); else SubmissionError
     naming the field."""
-    if isinstance(raw, RunInput):
-        run = raw
-    else:
-        try:
-            run = RunInput.model_validate(raw)
-        except ValidationError as exc:
-            raise validation_error(exc) from None
+    run = parsed(raw)
     _check_schemas(run)
+    check_agent(run, profiles)
+    return run
+
+
+def check_agent(run: RunInput, profiles: dict[str, AgentProfile] | None) -> None:
+    """The run's agent among ``profiles`` (None: any), its client tools allowed there; else
+    SubmissionError naming the field."""
     if profiles is not None and run.agent not in profiles:
         known = ", ".join(sorted(profiles))
         raise SubmissionError(
@@ -88,7 +131,24 @@ def validated(raw: RunInput | dict[str, Any], profiles: dict[str, AgentProfile] 
         problem = profiles[run.agent].client_tool_problem(run.client_tools)
         if problem is not None:
             raise SubmissionError("client_tool_not_allowed", problem, field=problem.split(":", 1)[0])
-    return run
+
+
+def concurrency_limit(run: RunInput, quota: Quota | None) -> int:
+    """The limit of the run's concurrency key: its own, lowered to its tenant's concurrencyLimit,
+    else that one; 0 without a key. 422 naming the field when neither gives one."""
+    if run.concurrency is None:
+        return 0
+    cap = quota.concurrency_limit if quota is not None else 0
+    asked = run.concurrency.limit
+    if asked is None:
+        if cap == 0:
+            raise SubmissionError(
+                "invalid_input",
+                "concurrency.limit: required (the tenant's quota gives no concurrencyLimit)",
+                field="concurrency.limit",
+            )
+        return cap
+    return min(asked, cap) if cap else asked
 
 
 def check_priced(run: RunInput, profile: AgentProfile, quota: Quota | None) -> None:
@@ -104,15 +164,16 @@ def check_priced(run: RunInput, profile: AgentProfile, quota: Quota | None) -> N
 
 
 def _check_schemas(run: RunInput) -> None:
-    """The run's JSON Schemas within their bounds (shared/schema_bounds.py), compiled now (the worker
-    finds them compiled when it runs here too): else 422 ``schema_too_complex`` naming the bound."""
-    schemas = [(f"clientTools.{i}.parameters", t.parameters) for i, t in enumerate(run.client_tools or ())]
-    if run.response_format is not None and run.response_format.json_schema is not None:
-        schemas.append(("responseFormat.jsonSchema.schema", run.response_format.json_schema.schema_))
-    for field, schema in schemas:
+    """The run's JSON Schemas within their bounds (shared/schema_bounds.py), compiled now or found in
+    the cache (producer/schemas_ready.py compiles them off the loop first; the worker finds them compiled when
+    it runs here too): else 422 ``schema_too_complex`` naming the bound, or ``invalid_input`` for a
+    schema that is not a JSON Schema (2020-12)."""
+    for field, schema in run_schemas(run):
         try:
             compiled(schema)
         except SchemaBoundError as exc:
+            if exc.bound == "schema":  # not a JSON Schema at all: invalid, not too complex
+                raise SubmissionError("invalid_input", f"{field}: {exc.message}", field=field) from None
             raise SubmissionError(
                 "schema_too_complex", f"{field}: {exc.message} (bound: {exc.bound})", field=field
             ) from None
@@ -124,32 +185,27 @@ def prepare(
     default_id: Callable[[RunInput], str],
     max_priority: int = limits.MAX_PRIORITY,
     trace: str = "",
+    conc_limit: int = 0,
 ) -> Prepared:
     """Name a valid input and serialize it once: its runId (else ``default_id(run)``), its session
-    (``ses_<runId>`` when it creates one unnamed) and the ids its keys use (``scope``). The input
-    hash is that of the canonical form (sorted keys, without the runId); the stored input is that
-    form with the runId's key appended (ids match agentmill_client.ids.ID_PATTERN: nothing to escape).
+    (``ses_<runId>`` when it creates one unnamed) and the ids its keys use (``scope``); its stored
+    input and input hash as shared.stored_input makes them for every run (the version of a tenant's
+    agent it is pinned to stored, not hashed).
     Its priority is capped at ``max_priority`` (the tenant's quota). ``trace``: the submitter's trace
     context, stored beside the input (not part of its hash). Raises SubmissionError naming the field."""
     if (reserved := reserved_id_error(run)) is not None:
         raise reserved
     checked_messages(run.input_messages)
-    body = to_jsonable(run)
-    rid = body.pop("runId", None) or default_id(run)
-    if run.session_id is None and run.auto_create_session:
-        body["sessionId"] = f"ses_{rid}"
-    sid = body.get("sessionId") or ""
+    rid = run.run_id or default_id(run)
+    sid = run.session_id or (f"ses_{rid}" if run.session_id is None and run.auto_create_session else "")
     key_rid, key_sid = scope.key(rid), scope.key(sid)
-    if key_sid:
-        body["sessionId"] = key_sid
-    canonical = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
-    _check_size(len(canonical))
-    stored = b"%s,\"runId\":\"%s\"}" % (canonical[:-1], key_rid.encode())  # fmt: skip
+    stored = stored_input(run, key_rid, key_sid)
+    _check_size(stored.size)
     return Prepared(
-        run.model_copy(update={"run_id": rid, "session_id": sid or None}), key_rid, key_sid, stored,
-        hashlib.sha256(canonical).hexdigest(), rid if rid != key_rid else "", sid if sid != key_sid else "",
+        run.model_copy(update={"run_id": rid, "session_id": sid or None}), key_rid, key_sid, stored.body,
+        stored.digest, rid if rid != key_rid else "", sid if sid != key_sid else "",
         min(limits.DEFAULT_PRIORITY if run.priority is None else run.priority, max_priority),
-        trace,
+        trace, conc_limit,
     )  # fmt: skip
 
 

@@ -36,14 +36,14 @@ from producer.listing import Catalog, RunFilter
 from producer.original import REBUILT_FROM, Original, archived_original, take_place, trimmed
 from producer.placement import verdict
 from producer.prepared import checked_messages
-from producer.routing import run_script
-from producer.scope import run_id_for_key
 from producer.submission import SubmissionError, Submitted, outcome
 from shared import checkpoint as checkpoints
+from shared import payload_crypto
 from shared.fields import RunField
 from shared.origin import Origin
 from shared.quotas import Quota
-from shared.scripts import text
+from shared.replies import text
+from shared.script_sending import run_script
 from shared.tool_records import ToolRecord
 
 if TYPE_CHECKING:
@@ -107,12 +107,12 @@ class Restorer:
         for _, f in entries:
             d = {text(k): v for k, v in f.items()}
             if text(d["kind"]) in REBUILT_FROM:
-                events.append((int(text(d["seq"])), text(d["kind"]), orjson.loads(d["payload"])))
+                events.append((int(text(d["seq"])), text(d["kind"]), payload_crypto.loads(d["payload"])))
         return Original(
-            key=key, shown=run_id, part=part, status=RunStatus(h[F.STATUS]), input=orjson.loads(h[F.INPUT]),
+            key=key, shown=run_id, part=part, status=RunStatus(h[F.STATUS]), input=payload_crypto.loads(h[F.INPUT]),
             checkpoint=checkpoints.load(h[F.CKPT], h[F.CONFIG], got[-1]), last_seq=int(h[F.LAST_SEQ] or 0),
-            batch=h[F.BATCH], item=item, events=events, origin=orjson.loads(h[F.ORIGIN]) if h[F.ORIGIN] else None,
-            records={text(k): ToolRecord.from_json(v) for k, v in got[1].items()},
+            batch=h[F.BATCH], item=item, events=events, origin=payload_crypto.loads(h[F.ORIGIN]) if h[F.ORIGIN] else None,
+            records={text(k): ToolRecord.from_json(payload_crypto.open_bytes(v)) for k, v in got[1].items()},
         )  # fmt: skip
 
     async def retry(
@@ -147,10 +147,12 @@ class Restorer:
         *,
         quota: Quota | None = None,
         idempotency_key: str | None = None,
+        agent: str | None = None,
     ) -> Submitted:
         """A new run from the state at event ``at_seq`` of a run that ended (409 ``not_finished``
         before; 422 for a seq it does not have, or messages inside a tool round). The same
-        ``idempotency_key``, run and body name the same fork (created once)."""
+        ``idempotency_key``, run and body name the same fork (created once). ``agent``: another
+        agent for it (else the run's own, at the run's version)."""
         o = await self.read(run_id, tenant, upto=at_seq)
         if not o.status.terminal:
             raise SubmissionError(
@@ -176,9 +178,11 @@ class Restorer:
         published = {str(p.get("toolCallId")) for _, k, p in o.events if k == EventKind.TOOL_RESULT}
         published |= _inherited(o.origin)
         records = {i: r for i, r in o.records.items() if r.done and i in published}
-        body = orjson.dumps([at_seq, shown]).decode()  # the same key with another body: another fork
+        body = orjson.dumps([at_seq, shown, agent]).decode()  # the same key with another body: another fork
         key = f"fork\0{run_id}\0{body}\0{idempotency_key}" if idempotency_key else ""
-        return await self._send(o, tenant, lineage, origin, records, quota, in_batch=False, key=key)
+        return await self._send(
+            o, tenant, lineage, origin, records, quota, in_batch=False, key=key, agent=agent
+        )
 
     async def retry_batch(
         self, batch_id: str, tenant: str, statuses: tuple[str, ...], *, quota: Quota | None = None
@@ -193,7 +197,7 @@ class Restorer:
                 page, cursor = await catalog._rows(  # and its archived runs
                     tenant, RunFilter(batch_id=batch_id, status=status), 500, cursor, {}
                 )
-                rows += [(r[0], r[7] or r[0]) for _, r in page]
+                rows += [(r.run_id, r.client_id or r.run_id) for _, r in page]
                 if cursor is None:
                     break
         gate = asyncio.Semaphore(BATCH_PARALLEL)
@@ -226,18 +230,23 @@ class Restorer:
         *,
         in_batch: bool,
         key: str = "",
+        agent: str | None = None,
     ) -> Submitted:
         """The new run through the submission steps; ``key``: what its id is derived from (a
         client's Idempotency-Key with the route and the original), so it is created once."""
         sub = self.p.submitter
         raw = {k: v for k, v in o.input.items() if k not in _NOT_INHERITED}
-        prep = sub.prepare(raw, tenant, run_id_for_key(tenant, key) if key else "")
-        seed = origin.to_json() if origin is not None else b""
+        if agent is not None:  # a fork naming another agent: pinned anew
+            raw = {**{k: v for k, v in raw.items() if k != "agentVersion"}, "agent": agent}
+        prep = sub.prepare(raw, tenant, await sub.key_run_id(tenant, key) if key else "", quota,
+                           choices=await sub.choices(tenant, [raw]))  # fmt: skip
+        seal = payload_crypto.active().seal_json  # stored as the worker's writes are
+        seed = seal(origin.to_json()) if origin is not None else b""
         flat: list[Any] = []
         for i, r in records.items():
-            flat += [i, r.to_json()]
+            flat += [i, seal(r.to_json())]
         _check_restored(lineage, len(prep.body), len(seed), sum(len(x) for x in flat))
-        part = sub.place(prep.run_id, prep.session_id)
+        part = sub.place(prep.run_id, prep.home)
         chosen = [(prep.run_id, part)] if key and sub.layout.count > 1 else []
         holders = await sub.admit(tenant, {part.index: [prep.run_id]}, quota, chosen)
         if holders and holders[0] is not None:  # created before (the same key, on another partition)
@@ -246,9 +255,10 @@ class Restorer:
         # the retry takes the original's place in its batch first: one retry per place
         if batch and not await take_place(self.p, o, prep.run.run_id or prep.run_id):
             batch, item = "", None
+        prep = await sub.started(prep, tenant)
         own, args = sub.submit_args(prep, part, tenant, batch, item)
         extra = [orjson.dumps(lineage), seed, len(records), *flat]
-        k, a = self.p.scripts.frame(part, [*own, part.tools(prep.run_id)], [*extra, *args])
+        k, a = self.p.scripts.framing.frame(part, [*own, part.tools(prep.run_id)], [*extra, *args])
         reply = await run_script(self.p.parts, self.p.scripts.submit_restored, part, k, a)
         return outcome(prep.run, reply)
 
@@ -279,6 +289,9 @@ def _state_at(o: Original, lineage: dict[str, Any], at_seq: int, state_of: State
         state = state_of(Origin(lineage, o.checkpoint, events, parent=o.origin), o.key, messages,
                          int(time.time() * 1000))  # fmt: skip
     except Exception as exc:  # an origin of an older form it cannot read: refused, never a 500
+        if o.input.get("storeContent") is False:  # its events hold no content to rebuild from
+            raise SubmissionError("restore_failed", f"run {o.shown} kept no content (storeContent: false): its "
+                                  f"state at seq {at_seq} cannot be rebuilt", status=409) from None  # fmt: skip
         raise SubmissionError("restore_failed", f"run {o.shown}'s state at seq {at_seq} cannot be rebuilt: "
                               f"{type(exc).__name__}: {str(exc)[:300]}", status=409) from None  # fmt: skip
     return None if state is None else {"seq": at_seq, "state": state}

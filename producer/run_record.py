@@ -68,6 +68,10 @@ class RunRecord:
     usage: Usage | None = None  # so far (the run hash's usage fields); an ended run's equals result.usage
     archived: bool = False  # in the archive: its events are read from there (producer.archived)
     agent: str = ""  # its agent (profile) name
+    agent_version: int | None = None  # the version of its tenant's agent it is pinned to
+    # why a queued run is not on the queue yet ('concurrency:<key>') or a scheduled run was delayed
+    # ('rate:<key>'), '' = neither
+    waiting_for: str = ""
     economy_wait: dict[str, Any] | None = None  # awaiting_model: its call's batch (producer/economy_view.py)
 
     @property
@@ -91,8 +95,12 @@ class RunRecord:
         }
         if self.agent:
             d["agent"] = self.agent
+        if self.agent_version is not None:
+            d["agentVersion"] = self.agent_version
         if self.run_at_ms is not None:
             d["runAt"] = self.run_at_ms
+        if self.waiting_for and self.status in (RunStatus.QUEUED, RunStatus.SCHEDULED):
+            d["waitingFor"] = self.waiting_for
         usage = self.usage or (self.result.usage if self.result is not None else None)
         if usage is not None:
             d["usage"] = to_jsonable(usage)

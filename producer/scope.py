@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentmill_client.models import RunInput
+from shared import keys
 from shared.keys import SCOPED_PREFIX
 from shared.quotas import DEFAULT_TENANT
 from shared.settings import Settings
@@ -18,7 +19,9 @@ __all__ = [
     "SCOPED_PREFIX",
     "Scope",
     "batch_run_prefix",
+    "claimed_home",
     "claimed_id",
+    "claimed_key",
     "claimed_session",
     "run_id_for_key",
 ]
@@ -83,6 +86,28 @@ def claimed_id(raw: RunInput | dict[str, Any]) -> str | None:
     """The runId an item names, before it is validated (quota admission counts it by this id)."""
     rid = raw.run_id if isinstance(raw, RunInput) else raw.get("runId") if isinstance(raw, dict) else None
     return rid if isinstance(rid, str) and rid else None
+
+
+def claimed_key(raw: RunInput | dict[str, Any], field: str) -> str:
+    """The key of an item's ``field`` (concurrency, debounce), before it is validated ('' = none)."""
+    if isinstance(raw, RunInput):
+        c = getattr(raw, field)
+        return c.key if c is not None else ""
+    c = raw.get(field) if isinstance(raw, dict) else None
+    key = c.get("key") if isinstance(c, dict) else None
+    return key if isinstance(key, str) else ""
+
+
+def claimed_home(raw: RunInput | dict[str, Any], run_id: str, scope: Scope) -> str:
+    """The id whose home partition an item's run lives at (producer.placement), before it is
+    validated: its session's key, else its concurrency key's (keys.conc_home), else its debounce
+    key's (keys.debounce_home), else '' (its own)."""
+    if sid := claimed_session(raw, run_id):
+        return scope.key(sid)
+    if conc := claimed_key(raw, "concurrency"):
+        return keys.conc_home(conc)
+    deb = claimed_key(raw, "debounce")
+    return keys.debounce_home(deb) if deb else ""
 
 
 def claimed_session(raw: RunInput | dict[str, Any], run_id: str) -> str:

@@ -13,30 +13,33 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-import orjson
 from redis.asyncio import Redis
 
 from agentmill_client import limits
 from agentmill_client.models import ClientToolResult, RunEvent, RunInput, RunResult, RunStatus
 from producer import batch_submit
 from producer.archived import ArchiveReads
+from producer.audit import Pending
 from producer.client_ids import client_id_of
 from producer.economy_view import economy_wait
 from producer.placement import locate_many
-from producer.routing import Parts, as_partitions, run_script
 from producer.run_record import RunRecord, lineage_view, usage_of
 from producer.scope import Scope
 from producer.sessions import SessionReads
 from producer.submission import SubmissionError, Submitted
 from producer.submitter import Submitter
-from shared import keys
+from shared import keys, payload_crypto
 from shared.archive.store import ArchiveStore
+from shared.calls import Abort
+from shared.calls.results import ToolResults
 from shared.children import child_runs
 from shared.events import decode_entry, stream_id
 from shared.fields import RunField
 from shared.profiles import AgentProfile
 from shared.quotas import DEFAULT_TENANT, Quota
-from shared.scripts import Scripts, text
+from shared.replies import text
+from shared.script_sending import Parts, as_partitions, run_script
+from shared.scripts import Scripts
 from shared.settings import Settings, get_settings
 from shared.tool_records import ToolRecord
 
@@ -45,7 +48,8 @@ __all__ = ["DEFAULT_TENANT", "Producer", "RunRecord", "SubmissionError", "Submit
 F = RunField
 _RUN_FIELDS = [F.STATUS, F.TENANT, F.SESSION_ID, F.CREATED_AT, F.LAST_SEQ, F.RESULT, F.APPROVALS, F.ABORT,
                F.CLIENT_PENDING, F.CLIENT_SESSION, F.LINEAGE, F.RETRIED_BY, F.PARENT_RUN, F.PARENT_CALL,
-               F.CHILDREN, F.PRIORITY, F.RUN_AT, F.USAGE_IN, F.USAGE_OUT, F.USAGE_ESTIMATED, F.USAGE_COST, F.USAGE_CACHE_READ, F.USAGE_CACHE_WRITE, F.ARCHIVED, F.AGENT, F.MODEL_WAIT]  # fmt: skip
+               F.CHILDREN, F.PRIORITY, F.RUN_AT, F.USAGE_IN, F.USAGE_OUT, F.USAGE_ESTIMATED, F.USAGE_COST, F.USAGE_CACHE_READ, F.USAGE_CACHE_WRITE, F.ARCHIVED, F.AGENT,
+               F.AGENT_VERSION, F.WAITING_FOR, F.MODEL_WAIT]  # fmt: skip
 
 
 class Producer:
@@ -95,11 +99,13 @@ class Producer:
         idempotency_key: str | None = None,
         quota: Quota | None = None,
         trace: str = "",
+        audit: Pending | None = None,
     ) -> Submitted:
         """One run (Submitter.submit); a refusal raises its SubmissionError. ``trace``: the
-        submitter's W3C trace context (shared.trace_context.stored), which the worker continues."""
+        submitter's W3C trace context (shared.trace_context.stored), which the worker continues;
+        ``audit``: its audit entry (producer.audit), sent in the submission's round trip."""
         return await self.submitter.submit(
-            raw, tenant=tenant, idempotency_key=idempotency_key, quota=quota, trace=trace
+            raw, tenant=tenant, idempotency_key=idempotency_key, quota=quota, trace=trace, audit=audit
         )
 
     def check_batch_size(self, n: int) -> None:
@@ -181,10 +187,10 @@ class Producer:
             return None
         run_id, part, h = found
         status = RunStatus(h[F.STATUS] or RunStatus.QUEUED.value)
-        result = RunResult.model_validate_json(raw) if (raw := h[F.RESULT]) else None
+        result = RunResult.model_validate(payload_crypto.loads(raw)) if (raw := h[F.RESULT]) else None
         pending: list[dict[str, Any]] = []
         if status == RunStatus.AWAITING_HUMAN and (approvals := h[F.APPROVALS]):
-            for call_id, entry in orjson.loads(approvals).items():
+            for call_id, entry in payload_crypto.loads(approvals).items():
                 if entry.get("decision") == "pending":
                     pending.append(
                         {
@@ -195,13 +201,17 @@ class Producer:
                     )
         calls: list[dict[str, Any]] = []
         if status == RunStatus.AWAITING_TOOLS and (offered := h[F.CLIENT_PENDING]):
-            calls = orjson.loads(offered)
+            calls = payload_crypto.loads(offered)
 
             async def tools(c: Redis) -> list[Any]:
                 return list(await c.hmget(part.tools(run_id), [c_["toolCallId"] for c_ in calls]))  # type: ignore[misc]
 
             recs = await self.parts.call(part, tools)
-            calls = [c for c, r in zip(calls, recs, strict=True) if r and not ToolRecord.from_json(r).done]
+            calls = [
+                c
+                for c, r in zip(calls, recs, strict=True)
+                if r and not ToolRecord.from_json(payload_crypto.open_bytes(r)).done
+            ]
         waiting = None
         if status == RunStatus.AWAITING_MODEL and (wait := h[F.MODEL_WAIT]):
             waiting = await economy_wait(self.parts, wait)
@@ -227,6 +237,8 @@ class Producer:
             usage=usage_of(h),
             archived=h[F.ARCHIVED] == "1",
             agent=h[F.AGENT] or "",
+            agent_version=int(v) if (v := h[F.AGENT_VERSION]) else None,
+            waiting_for=h[F.WAITING_FOR] or "",
             economy_wait=waiting,
         )
 
@@ -243,7 +255,7 @@ class Producer:
         raw = await self.parts.call(part, read)
         if not raw:
             return None
-        messages = orjson.loads(raw).get("inputMessages")
+        messages = payload_crypto.loads(raw).get("inputMessages")
         return messages if isinstance(messages, list) else None
 
     async def children(self, rec: RunRecord) -> list[dict[str, str]]:
@@ -312,8 +324,9 @@ class Producer:
         part = await self.locate(run_id)
         if part is None:
             return "unknown"
-        k, a = self.scripts.frame(part, part.run_keys(run_id), [run_id, reason, tenant or ""])
-        return text((await run_script(self.parts, self.scripts.abort, part, k, a))[0])
+        call = Abort(run_id, reason, tenant or "")
+        k, a = self.scripts.framing.frame(part, call.keys(part), call.argv())
+        return Abort.verdict(await run_script(self.parts, self.scripts.abort, part, k, a)).value
 
     async def settle_approval(
         self,
@@ -337,7 +350,7 @@ class Producer:
             if gen_raw is None:
                 return "unknown_run"
             gen = int(gen_raw)
-            k, a = self.scripts.frame(
+            k, a = self.scripts.framing.frame(
                 part, [*part.run_keys(run_id), part.job_key(part.job_id(run_id, gen + 1))],
                 [run_id, tool_call_id, "approved" if approved else "rejected", reason or "", gen, tenant or ""],
             )  # fmt: skip
@@ -356,12 +369,16 @@ class Producer:
         part = await self.locate(run_id)
         if part is None:
             return "unknown_run", "", []
-        args: list[Any] = [run_id, tenant or "", len(results)]
-        for r in results:
-            args += [r.tool_call_id, r.content, "1" if r.is_error else ""]
-        k, a = self.scripts.frame(part, [part.run(run_id), part.tools(run_id)], args)
+        codec = payload_crypto.active()  # a client's results are stored sealed as a worker's are
+        flat = tuple(
+            v
+            for r in results
+            for v in (r.tool_call_id, codec.seal_str(r.content, same=True), "1" if r.is_error else "")
+        )
+        call = ToolResults(run_id, tenant or "", len(results), flat)
+        k, a = self.scripts.framing.frame(part, call.keys(part), call.argv())
         reply = await run_script(self.parts, self.scripts.tool_results, part, k, a)
-        verdict = text(reply[0])
+        verdict = ToolResults.verdict(reply).value
         if verdict in ("recorded", "resumed"):
             return verdict, "", [text(v) for v in reply[1:]]
         return verdict, text(reply[1]) if len(reply) > 1 else "", []

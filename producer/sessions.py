@@ -14,16 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import orjson
-
 from agentmill_client import limits
 from producer.archived import ArchiveReads
 from producer.placement import locate_many
-from producer.routing import Parts
 from producer.scope import SCOPED_PREFIX, Scope
-from shared import keys
+from shared import keys, payload_crypto
 from shared.fields import RunField, SessionField
-from shared.scripts import text
+from shared.replies import text
+from shared.script_sending import Parts
 
 __all__ = ["HISTORY_SHOWN", "SessionReads"]
 
@@ -66,7 +64,7 @@ class SessionReads:
                 return archived
         if h is None:
             return None
-        history = [orjson.loads(lp) for lp in loops]
+        history = [payload_crypto.loads(lp) for lp in loops]
         active = h.get(SessionField.ACTIVE_RUN) or ""
         shown = await self.client_ids([*runs, *(_loop_run(lp) for lp in history), active], tenant, part=part)
         return _view(session_id, h, runs, history, shown)
@@ -85,7 +83,7 @@ class SessionReads:
         shown = {r.key_id: r.client_id for r in newest if r.client_id != r.key_id}
         in_order = list(reversed(newest))  # submission order, as the session's runs list
         ended = sorted((r for r in in_order if r.loop), key=lambda r: (r.finished_at, r.created_at, r.key_id))
-        history = [orjson.loads(r.loop) for r in ended[-HISTORY_SHOWN:] if r.loop]
+        history = [payload_crypto.loads(r.loop) for r in ended[-HISTORY_SHOWN:] if r.loop]
         h = h or {SessionField.CREATED_AT: str(first)}
         if active := h.get(SessionField.ACTIVE_RUN):  # a run still in Redis: its hash names it
             shown |= await self.client_ids([active], tenant, part=part)

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from agentmill_client.models import RunInput
 from producer.scope import SCOPED_PREFIX
-from shared.scripts import text
+from shared.replies import text
 
 __all__ = ["SubmissionError", "Submitted", "outcome", "reserved_id_error", "validation_error"]
 
@@ -68,6 +68,9 @@ def outcome(run: RunInput, reply: Sequence[Any], run_id: str | None = None) -> S
     if verdict == "conflict":
         raise SubmissionError("conflict", f"run {rid} already exists with a different input", status=409,
                               field="runId")  # fmt: skip
+    if verdict == "deleted":
+        raise SubmissionError("run_deleted", f"run {rid} was deleted; its id is not used again", status=409,
+                              field="runId")  # fmt: skip
     if verdict == "unknown_session" and run.auto_create_session and run.session_id:
         raise SubmissionError(  # it would have been created: the default tenant's id another holds
             "unknown_session", f"sessionId: no session {run.session_id!r}", status=404, field="sessionId"
@@ -85,6 +88,16 @@ def outcome(run: RunInput, reply: Sequence[Any], run_id: str | None = None) -> S
             "the batch has finished (its last part came without more: true) and takes no new runs",
             status=409,
             field="batchId",
+        )
+    if verdict == "concurrency_full":
+        key = run.concurrency.key if run.concurrency is not None else ""
+        raise SubmissionError(
+            "concurrency_full",
+            f"concurrency.key {key!r} has as many runs waiting as a key may have "
+            "(AGENTMILL_KEY_MAX_WAITING); retry once some have started",
+            status=429,
+            field="concurrency.key",
+            retry_after_s=1,
         )
     if verdict == "session_busy":
         active = "another run" if status.startswith(SCOPED_PREFIX) else status  # not its key

@@ -9,11 +9,11 @@ import datetime as dt
 from typing import Any
 
 from agentmill_client.api import UsageAnswer, UsageDay, UsageTotals
-from producer.routing import Parts
 from shared import keys
 from shared.fields import UsagePart
 from shared.quotas import NANO_USD
-from shared.scripts import text
+from shared.replies import text
+from shared.script_sending import Parts
 
 __all__ = ["MAX_USAGE_DAYS", "read_usage", "usage_range"]
 

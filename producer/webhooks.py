@@ -41,14 +41,16 @@ from agentmill_client import limits
 from agentmill_client.models import usable_url
 from producer.batch_shares import merge_batch, read_batch
 from producer.listing import batch_body, batch_delivery_key
-from producer.routing import Parts, as_partitions, run_many
 from producer.scope import Scope
-from shared import backoff, keys
+from shared import backoff, keys, payload_crypto
+from shared.calls.results import ClaimWebhooks
 from shared.clock import now_ms
 from shared.fields import RunField
 from shared.netguard import BlockedAddressError, ResponseTooLargeError, guarded_client, guarded_request
 from shared.profiles import RetryConfig
-from shared.scripts import Scripts, text
+from shared.replies import text
+from shared.script_sending import Parts, as_partitions, run_many
+from shared.scripts import Scripts
 from shared.settings import Settings
 
 __all__ = [
@@ -132,7 +134,12 @@ class Deliverer:
         share = [limit // n + (1 if (i - self._turn) % n < limit % n else 0) for i in range(n)]
         self._turn = (self._turn + limit % n) % n
         calls = [
-            (p, *self.scripts.frame(p, [p.webhooks_due], [now, LEASE_MS, share[p.index]]))
+            (
+                p,
+                *self.scripts.framing.frame(
+                    p, (c := ClaimWebhooks(now, LEASE_MS, share[p.index])).keys(p), c.argv()
+                ),
+            )
             for p in parts
             if share[p.index] > 0
         ]
@@ -215,6 +222,13 @@ class Deliverer:
         def on(fn: Callable[[Redis], Any]) -> Awaitable[Any]:
             return self.parts.call(part, fn)  # following a failover, as every call to a partition
 
+        # A run deleted meanwhile (its tombstone, written with the deletion) keeps no delivery state
+        gone_key = part.gone(run_id)
+
+        async def forget(c: Redis) -> None:
+            await c.delete(state_key)
+            await c.zrem(due_key, run_id)
+
         state = {text(k): text(v) for k, v in (await on(lambda c: c.hgetall(state_key))).items()}
         if state.get("delivered") == "1":
             await on(lambda c: c.zrem(due_key, run_id))
@@ -230,6 +244,7 @@ class Deliverer:
                     [RunField.WEBHOOK, RunField.RESULT, RunField.CLIENT_ID, RunField.CLIENT_SESSION],
                 )
             )
+            body = payload_crypto.open_bytes(body)  # the receiver gets it as the tenant reads it
             if body and (client_id or client_session):  # kept under its tenant's keys: as its client knows it
                 result = orjson.loads(body)
                 if client_id:
@@ -265,7 +280,7 @@ class Deliverer:
             )  # fmt: skip
             if 200 <= resp.status_code < 300:
 
-                async def delivered(c: Redis) -> None:
+                async def delivered(c: Redis) -> bool:
                     async with c.pipeline(transaction=True) as pipe:
                         pipe.hset(
                             state_key,
@@ -273,9 +288,11 @@ class Deliverer:
                         )
                         pipe.expire(state_key, settings.retention_s)
                         pipe.zrem(due_key, run_id)
-                        await pipe.execute()
+                        pipe.exists(gone_key)
+                        return bool((await pipe.execute())[-1])
 
-                await on(delivered)
+                if await on(delivered):
+                    await on(forget)
                 return
             error = f"HTTP {resp.status_code}"
         except (BlockedAddressError, ValueError) as exc:  # refused or unusable URL: never retried
@@ -290,7 +307,7 @@ class Deliverer:
                 del self.busy[host]
         given_up = attempt >= settings.webhook_max_attempts
 
-        async def failed(c: Redis) -> None:
+        async def failed(c: Redis) -> bool:
             async with c.pipeline(transaction=True) as pipe:
                 pipe.hset(state_key, mapping={"attempts": attempt, "lastError": error[:500]})
                 pipe.expire(state_key, settings.retention_s)
@@ -299,9 +316,12 @@ class Deliverer:
                     pipe.zrem(due_key, run_id)
                 else:
                     pipe.zadd(due_key, {run_id: now_ms() + backoff_ms(attempt)})
-                await pipe.execute()
+                pipe.exists(gone_key)
+                return bool((await pipe.execute())[-1])
 
-        await on(failed)
+        if await on(failed):  # deleted while its delivery was under way: no state, no retry of it
+            await on(forget)
+            return
         if given_up:
             log.warning("webhook of run %s given up after %d attempts: %s", run_id, attempt, error)
 

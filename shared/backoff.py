@@ -1,4 +1,4 @@
-"""The one backoff rule, pure: model-call retries (worker/policy.py) and webhook
+"""The one backoff rule, pure: model-call retries (worker/core/policy.py) and webhook
 deliveries (producer/webhooks.py) all wait ``backoff_ms`` between attempts, each with its own
 RetryConfig. No clock, no randomness: jitter arrives as a number in [0, 1) drawn by the caller."""
 

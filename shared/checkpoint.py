@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
+from shared import payload_crypto
 
 __all__ = ["load"]
 
@@ -22,12 +22,12 @@ def load(
     transcript is empty. None without a checkpoint."""
     if not raw:
         return None
-    ck: dict[str, Any] = orjson.loads(raw)
+    ck: dict[str, Any] = payload_crypto.loads(raw)
     state = ck.get("state")
     if isinstance(state, dict):
         if config and state.get("config") is None:
-            state["config"] = orjson.loads(config)
+            state["config"] = payload_crypto.loads(config)
         if "transcript" in state and state["transcript"] is None:
             body = transcript.encode() if isinstance(transcript, str) else (transcript or b"")
-            state["transcript"] = orjson.loads(b"[%b]" % body)
+            state["transcript"] = payload_crypto.loads(b"[%b]" % body)
     return ck

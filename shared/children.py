@@ -25,26 +25,32 @@ idempotent, so it can be done again until it is done:
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from pydantic import ValidationError
 
 from agentmill_client import limits
-from agentmill_client.models import RunResult, Usage
+from agentmill_client.models import RunInput, RunResult, Usage
 from agentmill_client.statuses import RunStatus
-from shared import keys
+from shared import keys, payload_crypto
+from shared.calls import Abort
+from shared.calls.results import ChildResult
 from shared.fields import RunField
 from shared.partitions import Partitions
-from shared.quotas import ACTIVE_GRACE_MS, Quota
-from shared.scripts import Scripts, text
+from shared.quotas import ACTIVE_GRACE_MS, DEFAULT_TENANT, Quota
+from shared.replies import text
+from shared.script_sending import run_script
+from shared.scripts import Scripts
+from shared.stored_input import stored_input
 
 __all__ = [
     "ChildSpec",
     "Spawned",
     "cascade",
+    "child_input",
     "child_runs",
     "deliver",
     "hand_off",
@@ -67,6 +73,7 @@ class ChildSpec:
     agent: str
     task: str
     budget: dict[str, Any] | None = None  # the child's RunInput.budget (JSON): its parent's remainder
+    store_content: bool = True  # False: its parent stores no content, nor does it (RunInput.storeContent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,14 +85,16 @@ class Spawned:
     error: str = ""
 
 
-def _input(spec: ChildSpec) -> tuple[bytes, str]:
-    """The child's stored RunInput and its input hash (as producer.prepared makes them)."""
+def child_input(spec: ChildSpec) -> RunInput:
+    """The child's RunInput (validated as a submitted one is): its agent, its task as its one user
+    message, its budget and, when it stores none, storeContent false. ValidationError when a
+    submission of it would be refused (a task longer than a message may be)."""
     body: dict[str, Any] = {"agent": spec.agent, "inputMessages": [{"role": "user", "content": spec.task}]}
     if spec.budget:
         body["budget"] = spec.budget
-    canonical = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
-    stored = canonical[:-1] + b',"runId":"' + spec.child_id.encode() + b'"}'
-    return stored, hashlib.sha256(canonical).hexdigest()
+    if not spec.store_content:
+        body["storeContent"] = False
+    return RunInput.model_validate(body)
 
 
 async def spawn(
@@ -106,7 +115,11 @@ async def spawn(
     With a ``quota``, the children are first counted in their root's tree (``root_id``, '' = the
     parent is the root: maxChildren, maxDescendants), then each against the tenant's maxActive as
     its script creates it (``ttl_ms``: the active set's expiry); a child over a cap is not created,
-    and its Spawned names the cap."""
+    and its Spawned names the cap. A disabled tenant's children are all refused, with no round trip."""
+    if quota is not None and quota.disabled:  # its tenant starts nothing new (shared/quotas.py)
+        why = (f'sub-agent refused: tenant {tenant or DEFAULT_TENANT} is disabled ("disabled": true in '
+               "AGENTMILL_TENANT_QUOTAS); the child was not started")  # fmt: skip
+        return {s.call_id: Spawned(error=why) for s in specs}
     refused = await _tree_admit(parts, scripts, root_id or parent_id, parent_id, specs, quota)
     rooms = await _active_rooms(parts, tenant, quota)
 
@@ -115,14 +128,17 @@ async def spawn(
             return Spawned(error=refused[spec.call_id])
         part = parts.home(spec.child_id)
         cid = spec.child_id
-        stored, digest = _input(spec)
+        try:
+            stored = stored_input(child_input(spec), cid)
+        except ValidationError as exc:
+            why = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:3])
+            return Spawned(error=f"the child run {cid} could not be created: its input is not valid ({why})")
         own = [part.run(cid), part.job_key(part.job_id(cid, 1)), part.session(""), part.session_pending(""),
                part.session_runs(""), part.tenant_active(tenant)]  # fmt: skip
         room = "" if rooms is None else rooms[part.index]
-        args = [parent_id, spec.call_id, lineage, room, ttl_ms, ACTIVE_GRACE_MS, cid, stored, digest, tenant,
+        args = [parent_id, spec.call_id, lineage, room, ttl_ms, ACTIVE_GRACE_MS, cid, stored.body, stored.digest, tenant,
                 "", "", "", "enqueue", "", spec.agent, 0, "", "", "", "", "", trace]  # fmt: skip
-        k, a = scripts.frame(part, own, args)
-        r = await parts.call(part, lambda c: scripts.spawn_child(keys=k, args=a, client=c))
+        r = await run_script(parts, scripts.spawn_child, *scripts.framing.call(part, own, args))
         verdict = text(r[0])
         if verdict in ("created", "exists"):
             return Spawned(verdict == "created", part.events(cid))
@@ -150,10 +166,8 @@ async def _tree_admit(
         return {}
     home = parts.home(root_id)
     args = [parent_id, quota.max_children, quota.max_descendants, *(s.child_id for s in specs)]
-    k, a = scripts.frame(home, [home.tree(root_id)], args)
-    verdicts = [
-        text(v) for v in await parts.call(home, lambda c: scripts.tree_admit(keys=k, args=a, client=c))
-    ]
+    call = scripts.framing.call(home, [home.tree(root_id)], args)
+    verdicts = [text(v) for v in await run_script(parts, scripts.tree_admit, *call)]
     why = {
         "max_children": f"sub-agent refused: maxChildren={quota.max_children} reached (this run has started "
         f"{quota.max_children} child runs, the most its tenant's quota allows one run)",
@@ -217,19 +231,19 @@ async def deliver(parts: Partitions[Any], scripts: Scripts, part: keys.Partition
     ppart = await parts.locate(parent)
     if ppart is None:
         return "missing"
-    result = RunResult.model_validate_json(raw) if raw else None
-    record = result_record(child_id, call, status, result)
-    k, a = scripts.frame(ppart, [ppart.run(parent), ppart.tools(parent)], [parent, call, child_id, record])
-    r = await parts.call(ppart, lambda c: scripts.child_result(keys=k, args=a, client=c))
-    return text(r[0])
+    result = RunResult.model_validate(payload_crypto.loads(raw)) if raw else None
+    record = payload_crypto.active().seal_json(result_record(child_id, call, status, result))
+    cr = ChildResult(parent, call, child_id, record)
+    r = await run_script(parts, scripts.child_result, *scripts.framing.call(ppart, cr.keys(ppart), cr.argv()))
+    return ChildResult.verdict(r).value
 
 
 async def _abort(
     parts: Partitions[Any], scripts: Scripts, part: keys.Partition, run_id: str, reason: str
 ) -> str:
-    k, a = scripts.frame(part, part.run_keys(run_id), [run_id, reason, ""])
-    r = await parts.call(part, lambda c: scripts.abort(keys=k, args=a, client=c))
-    return text(r[0])
+    call = Abort(run_id, reason)
+    r = await run_script(parts, scripts.abort, *scripts.framing.call(part, call.keys(part), call.argv()))
+    return Abort.verdict(r).value
 
 
 async def cascade(parts: Partitions[Any], scripts: Scripts, part: keys.Partition, run_id: str) -> int:

@@ -1,6 +1,6 @@
 """How a run becomes an arq job: JSON job payloads that both Python and Lua can write.
 
-arq is configured with an orjson serializer (worker/jobs.py), so the job a script enqueues is the
+arq is configured with an orjson serializer (worker/process/jobs.py), so the job a script enqueues is the
 same bytes ``ArqRedis.enqueue_job`` would have written.
 """
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import orjson
-
 from agentmill_client.models import EventKind, RunEvent
+from shared import payload_crypto
 
 __all__ = ["decode_entry", "stream_id"]
 
@@ -26,6 +25,6 @@ def decode_entry(run_id: str, fields: Mapping[Any, Any]) -> RunEvent:
         run_id=run_id,
         seq=int(f["seq"]),
         kind=EventKind(_s(f["kind"])),
-        payload=orjson.loads(f["payload"]),
+        payload=payload_crypto.loads(f["payload"]),
         ts=int(f["ts"]),
     )

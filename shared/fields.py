@@ -15,8 +15,11 @@ from enum import StrEnum
 
 __all__ = [
     "USAGE_PARTS",
+    "ApiKeyField",
+    "AuditField",
     "BatchField",
     "BudgetField",
+    "DeletionField",
     "EconomyBatchField",
     "EconomyBatchState",
     "RunField",
@@ -37,6 +40,9 @@ class RunField(StrEnum):
     INPUT_HASH = "inputHash"  # what an idempotent resubmission must match
     SESSION_ID = "sessionId"  # '' = none
     AGENT = "agent"
+    AGENT_VERSION = (
+        "agentVersion"  # the version of a tenant's agent the run is pinned to (absent: a file profile)
+    )
     BATCH = "batch"  # batch id, '' = none
     CLIENT_ID = "clientId"  # the id the client knows a tenant-scoped run by
     CLIENT_SESSION = "clientSession"  # likewise for its session
@@ -44,6 +50,11 @@ class RunField(StrEnum):
     PRIORITY = "priority"  # 0-9, higher first (its queue score: shared/lua/prelude.lua queue_score)
     RUN_AT = "runAt"  # ms: when a scheduled run becomes due ('' or absent = at once)
     HELD = "held"  # '1' while the run waits for its session's active run to end
+    # Concurrency keys (RunInput.concurrency): the key ('' = none) and the limit it was submitted with;
+    # why a queued run is not in the queue yet ('concurrency:<key>' while it waits for a slot, '' = none)
+    CONC_KEY = "concKey"
+    CONC_LIMIT = "concLimit"
+    WAITING_FOR = "waitingFor"
     GEN = "gen"  # dispatch number (one arq job each)
     EPOCH = "epoch"  # fencing token, taken by every job start and by every ending from outside
     OWNER = "owner"  # the lease id of the worker running it, '' = none
@@ -125,6 +136,20 @@ class BatchField(StrEnum):
     ESTIMATED_RUNS = "estimatedRuns"  # ended runs whose usage is (partly) an estimate
     CACHE_READ_TOKENS = "cacheReadTokens"  # of inputTokens, read from a prompt cache
     CACHE_WRITE_TOKENS = "cacheWriteTokens"  # of inputTokens, written to a prompt cache
+
+
+class DeletionField(StrEnum):
+    """A deletion by metadata (keys.Partition.deletion, at its tenant's home; producer/deletion_jobs.py)."""
+
+    DELETION_ID = "deletionId"
+    TENANT = "tenant"
+    METADATA = "metadata"  # the metadata to match (JSON object)
+    STATE = "state"  # pending | running | done
+    MATCHED = "matched"  # runs found matching so far
+    DELETED = "deleted"  # of them deleted
+    ACTOR = "actor"
+    CREATED_AT = "createdAt"  # ms
+    FINISHED_AT = "finishedAt"  # ms, once done
 
 
 class SessionField(StrEnum):
@@ -209,3 +234,30 @@ def usage_field(agent: str, what: UsagePart) -> str:
 
 
 USAGE_PARTS = tuple(UsagePart)
+
+
+class ApiKeyField(StrEnum):
+    """A managed API key's hash (keys.Partition.api_key; shared/api_keys.py). Never the key itself."""
+
+    TENANT = "tenant"
+    NAME = "name"
+    SCOPES = "scopes"  # comma list of shared.api_keys.Scope values
+    DIGEST = "digest"  # hex HMAC-SHA256(AGENTMILL_KEY_SECRET, the key's secret part)
+    CREATED_AT = "createdAt"  # ms
+    CREATED_BY = "createdBy"  # the actor that created it (a key id, or token-file, or cli)
+    EXPIRES_AT = "expiresAt"  # ms, '' = never
+    REVOKED_AT = "revokedAt"  # ms, '' = not revoked
+    LAST_USED_AT = "lastUsedAt"  # ms, written at most once a minute per key and API process
+
+
+class AuditField(StrEnum):
+    """One entry of a tenant's audit stream (keys.Partition.audit; producer/audit.py). Its time is its
+    stream entry id's (Redis time, ms)."""
+
+    ACTION = "action"  # producer.audit.Action
+    TARGET = "target"  # the run, batch, schedule or key acted on (the id the tenant knows)
+    ACTOR = "actor"  # the key id, or token-file
+    ACTOR_NAME = "actorName"  # the key's name ('' for token-file)
+    TENANT = "tenant"
+    REQUEST_ID = "requestId"
+    DETAIL = "detail"  # a short free text ('' = none): e.g. a batch's run count

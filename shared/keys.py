@@ -16,7 +16,7 @@ run id alone always finds its run.
 
 Lua never composes a key format of its own: a script gets the keys it knows up front in KEYS, and
 for the keys that depend on what it reads (the next run of a session, the runs a listing returns)
-the partition's prefixes in ``Partition.context`` (the first ARGV of every script, parsed by
+the partition's prefixes in ``Partition.context`` (the last ARGV of every script, parsed by
 shared/lua/prelude.lua), where a key is a prefix followed by an id. Compound keys (a tenant's
 listing index, a batch) join their parts with ``:`` in both languages; a test compares them.
 """
@@ -27,7 +27,7 @@ import hashlib
 import zlib
 from functools import cached_property
 
-from arq.constants import in_progress_key_prefix, job_key_prefix
+from arq.constants import in_progress_key_prefix, job_key_prefix, result_key_prefix
 from redis.crc import key_slot
 
 __all__ = [
@@ -39,6 +39,9 @@ __all__ = [
     "WAKE_KEPT",
     "Layout",
     "Partition",
+    "conc_home",
+    "conc_suffix",
+    "debounce_home",
     "economy_batch_key",
     "economy_batches_key",
     "economy_lease_key",
@@ -52,8 +55,11 @@ __all__ = [
     "partition_tag",
     "provider_pause_key",
     "provider_requests_key",
+    "provider_seen_key",
     "provider_slots_key",
     "provider_tokens_key",
+    "provider_waiting_key",
+    "rate_home",
     "slot_of",
 ]
 
@@ -85,8 +91,30 @@ CONTEXT_FIELDS = (
     "run", "events", "tools", "session", "session_pending", "session_runs", "session_results", "session_calls",
     "worker_runs",
     "worker_inbox", "worker_lease", "tenant_running", "tenant_held", "index", "batch", "job_key", "job_id", "archive",
-    "tenant_active", "usage", "transcript",
+    "tenant_active", "usage", "transcript", "gone", "run_cached", "webhook", "job_result", "job_progress",
+    "conc_running", "conc_waiting", "debounce",
 )  # fmt: skip
+
+
+def conc_suffix(tenant: str, key: str) -> str:
+    """What follows a concurrency key's prefixes: the tenant's length (UTF-8 bytes), the tenant and the
+    key, so that no two (tenant, key) pairs meet whatever they hold (prelude.lua conc_suffix spells it the same)."""
+    return f"{len(tenant.encode())}:{tenant}:{key}"
+
+
+def conc_home(key: str) -> str:
+    """The id a concurrency key's partition is the home of (Layout.home): its runs live there."""
+    return f"conc:{key}"
+
+
+def rate_home(key: str) -> str:
+    """The id a rate key's partition is the home of (Layout.home): its starts are counted there."""
+    return f"rate:{key}"
+
+
+def debounce_home(key: str) -> str:
+    """The id a debounce key's partition is the home of (Layout.home): its runs live there."""
+    return f"debounce:{key}"
 
 
 def slot_of(key_or_tag: str) -> int:
@@ -120,11 +148,17 @@ class Partition:
         # (AGENTMILL_CHECKPOINT_TRANSCRIPT=apart): appended by each commit (commit.lua)
         self.transcript_prefix = b + "transcript:"
         self.webhook_prefix = b + "webhook:"  # hash: a run's (or batch's) webhook delivery state
+        # string: a deleted run's tombstone (JSON: runId, tenant, deletedAt, actor), expiring after
+        # AGENTMILL_TOMBSTONE_RETENTION_S: no script creates the run again while it is there
+        self.gone_prefix = b + "gone:"
+        self.run_cached_prefix = b + "tc.of:"  # set: the tool-result cache keys a run wrote (tool_cache)
+        # + tenant:id: hash (shared.fields.DeletionField), a deletion by metadata, at its tenant's home
+        self.deletion_prefix = b + "del:"
         self.pointer_prefix = b + "at:"  # string: partition index of a run living away from home
         self.session_prefix = b + "s:"  # hash: shared.fields.SessionField
         self.session_loops_prefix = b + "s.loops:"  # list of finished run loops (JSON), oldest first
         self.session_results_prefix = b + "s.results:"  # hash toolCallId -> result, for recall
-        # list of every tool call its runs made, ended as they may (JSON worker.context.PastCall),
+        # list of every tool call its runs made, ended as they may (JSON worker.core.context.PastCall),
         # oldest first: what search_history walks
         self.session_calls_prefix = b + "s.calls:"
         self.session_pending_prefix = b + "s.pending:"  # list of runIds waiting for the active run
@@ -140,6 +174,15 @@ class Partition:
         # zset job id -> its queue score: the tenant's due jobs its running cap holds back, in their
         # queue order; one goes back to the queue, with its score, each time a run of it stops running
         self.tenant_held_prefix = b + "t.held:"
+        # Concurrency keys (RunInput.concurrency), per tenant and key (conc_suffix), on the partition the
+        # key calls home (every run of a key lives there): zset runId -> since when it holds one of the
+        # key's slots (from its release to the queue until it ends); zset runId -> its queue score,
+        # the runs waiting for a slot, in the order they get one
+        self.conc_running_prefix = b + "c.run:"
+        self.conc_waiting_prefix = b + "c.wait:"
+        # Debounce keys (RunInput.debounce), per tenant and key (conc_suffix), at the key's home:
+        # string, the run waiting to start that a later submission of the key replaces
+        self.debounce_prefix = b + "d:"
         self.index_prefix = b + "ix:"  # + tenant:dim:value (index_key)
         self.usage_prefix = b + "usage:"  # + tenant:day (usage_day)
         self.pool_minute_prefix = b + "pool.min:"  # hash: runs started/ended in one minute (pool_minute)
@@ -148,6 +191,10 @@ class Partition:
             b + "tc:"
         )  # + tenant:tool:digest (tool_cache); string: a ToolResult, with a TTL
         self.job_key_prefix = job_key_prefix  # arq's; the job id carries the tag (job_id)
+        self.job_result_prefix = (
+            result_key_prefix  # arq's: a finished job's result (a run's deletion drops it)
+        )
+        self.job_progress_prefix = in_progress_key_prefix  # arq's: a job being run
         self.queue = f"arq:queue:{self.tag}"  # arq's sorted set of this partition's pending job ids
         self.live = b + "live"  # zset runId -> when the reconciler should next look at it (ms)
         self.awaiting = b + "awaiting"  # zset runId -> since when it waits for a human decision
@@ -177,6 +224,18 @@ class Partition:
         # list: one entry each time a script makes a job due or schedules one here (bounded to
         # WAKE_KEPT); a worker with nothing to do waits on it (BLPOP) instead of its next poll
         self.wake = b + "wake"
+        # Managed API keys (shared/api_keys.py): a key's hash (shared.fields.ApiKeyField) at its key
+        # id's home; a tenant's keys (zset key id -> createdAt ms) and its audit log (a stream trimmed
+        # with MAXLEN ~, shared.fields.AuditField; producer/audit.py) at the tenant's home.
+        self.api_key_prefix = b + "apikey:"
+        self.api_keys_prefix = b + "apikeys:"
+        self.audit_prefix = b + "audit:"
+        # With the archive on: the tenants with an audit log (a set, on partition 0) and, at each
+        # tenant's home, the id of its last entry copied to the archive (shared/archive/audit_copy.py)
+        self.audit_tenants = b + "audit.tenants"
+        self.audit_copied_prefix = b + "audit.copied:"
+        # zset deletion key -> when a deleter may take its next step (ms; a claim's expiry while held)
+        self.deletions = b + "deletions"
 
     def __repr__(self) -> str:
         return f"Partition({self.index}, {self.tag})"
@@ -198,6 +257,15 @@ class Partition:
 
     def pointer(self, run_id: str) -> str:
         return self.pointer_prefix + run_id
+
+    def gone(self, run_id: str) -> str:
+        return self.gone_prefix + run_id
+
+    def run_cached(self, run_id: str) -> str:
+        return self.run_cached_prefix + run_id
+
+    def deletion(self, tenant: str, deletion_id: str) -> str:
+        return f"{self.deletion_prefix}{tenant}:{deletion_id}"
 
     def tool_cache(self, tenant: str, tool: str, digest: str) -> str:
         """A cached tool result: the tool's name and a digest of its canonical arguments, per tenant."""
@@ -257,6 +325,22 @@ class Partition:
         """Runs the pool started and ended in one minute (epoch minutes), by field (shared.pool_stats)."""
         return self.pool_minute_prefix + str(minute)
 
+    def api_key(self, key_id: str) -> str:
+        """Hash: one managed API key (its keyed hash, never the key; shared.fields.ApiKeyField)."""
+        return self.api_key_prefix + key_id
+
+    def api_keys(self, tenant: str) -> str:
+        """Zset key id -> createdAt (ms): a tenant's managed API keys (at the tenant's home)."""
+        return self.api_keys_prefix + tenant
+
+    def audit(self, tenant: str) -> str:
+        """Stream: a tenant's audit log (at the tenant's home), shared.fields.AuditField per entry."""
+        return self.audit_prefix + tenant
+
+    def audit_copied(self, tenant: str) -> str:
+        """String: the id of the last entry of the tenant's audit log copied to the archive."""
+        return self.audit_copied_prefix + tenant
+
     def tenant_active(self, tenant: str) -> str:
         return self.tenant_active_prefix + tenant
 
@@ -268,6 +352,25 @@ class Partition:
 
     def tenant_held(self, tenant: str) -> str:
         return self.tenant_held_prefix + tenant
+
+    def conc_running(self, tenant: str, key: str) -> str:
+        return self.conc_running_prefix + conc_suffix(tenant, key)
+
+    def conc_waiting(self, tenant: str, key: str) -> str:
+        return self.conc_waiting_prefix + conc_suffix(tenant, key)
+
+    def idempotency(self, key_run_id: str) -> str:
+        """String: the run an Idempotency-Key names within its window (AGENTMILL_IDEMPOTENCY_TTL_S;
+        idempotency_claim.lua), at the home of the id the key names without one (``key_run_id``)."""
+        return f"{self.base}idem:{key_run_id}"
+
+    def rate_key(self, tenant: str, key: str) -> str:
+        """Zset runId -> the start it was given (ms): a rate key's starts (RunInput.rate; at the key's
+        home, keys.rate_home; rate_slots.lua), within its period and ahead."""
+        return f"{self.base}r:{conc_suffix(tenant, key)}"
+
+    def debounce(self, tenant: str, key: str) -> str:
+        return self.debounce_prefix + conc_suffix(tenant, key)
 
     def tenant_rate(self, tenant: str) -> str:
         """Hash (tokens, at): the tenant's submission token bucket (at its home partition; admit_rate.lua)."""
@@ -283,6 +386,16 @@ class Partition:
         """Zset ``holdId|tokens|cost`` -> expiry (ms, Redis time): the calls in flight holding part of
         that day's budget; an expired hold (its worker died before settling) is released."""
         return f"{self.base}t.holds:{tenant}:{day}"
+
+    def agents(self, tenant: str) -> str:
+        """Hash agent name -> its pointers as JSON (current, ramp, latest, versions' times, deleted):
+        the agents a tenant keeps through the API (producer/agents.py), at the tenant's home partition."""
+        return f"{self.base}agents:{tenant}"
+
+    def agent_versions(self, tenant: str) -> str:
+        """Hash ``<name>@<n>`` -> that version's profile as the tenant gave it (JSON), immutable: what
+        a worker reads for a run pinned to it (worker/adapters/agent_cache.py), beside ``agents``."""
+        return f"{self.base}agents.v:{tenant}"
 
     def usage_day(self, tenant: str, day: str) -> str:
         """Hash ``<agent>|in|out|cost|runs`` -> totals (shared.fields.usage_field): the usage of the
@@ -319,7 +432,7 @@ class Partition:
     @cached_property
     def context(self) -> str:
         """The prefixes and fixed keys a script may need for keys that depend on what it reads
-        (CONTEXT_FIELDS order): the first ARGV of every script."""
+        (CONTEXT_FIELDS order): the last ARGV of every script."""
         return (
             SEP.join(
                 self.tag
@@ -393,6 +506,17 @@ def provider_requests_key(endpoint: str) -> str:
 def provider_tokens_key(endpoint: str) -> str:
     """Zset "holder:tokens" -> start (ms): the tokens of the sliding window (tokensPerMinute)."""
     return f"{PREFIX}:p:{{{endpoint}}}:tokens"
+
+
+def provider_waiting_key(endpoint: str) -> str:
+    """Zset holder -> its place: the calls waiting for the endpoint's capacity, served in this
+    order (capacity_acquire.lua: when it began waiting less its run's priority times the aging quantum)."""
+    return f"{PREFIX}:p:{{{endpoint}}}:waiting"
+
+
+def provider_seen_key(endpoint: str) -> str:
+    """Zset holder -> when it last asked: a waiter that stopped asking leaves the line."""
+    return f"{PREFIX}:p:{{{endpoint}}}:seen"
 
 
 def provider_pause_key(endpoint: str) -> str:

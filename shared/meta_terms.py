@@ -29,6 +29,8 @@ def meta_terms(metadata: dict[str, Any] | None) -> list[str]:
 def meta_term(key: str, value: Any) -> str | None:
     if isinstance(value, bool):
         v = "true" if value else "false"
+    elif isinstance(value, int) and not -(2**63) <= value < 2**64:
+        return None  # no run holds it (orjson, which stores metadata, refuses it)
     elif isinstance(value, int | float):
         v = orjson.dumps(value).decode()
     elif isinstance(value, str):

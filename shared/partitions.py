@@ -17,8 +17,8 @@ from typing import Any, Generic, TypeVar
 from redis.asyncio import Redis
 
 from shared import keys
+from shared.replies import text
 from shared.route import Sending
-from shared.scripts import text
 from shared.settings import Settings
 from shared.topology import Topology
 

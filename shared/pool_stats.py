@@ -1,5 +1,5 @@
 """Pool activity by minute, the one fact both sides share: each worker adds the runs it started and
-ended since its last report to the minute's hash on partition 0 (worker/pool_report.py, one
+ended since its last report to the minute's hash on partition 0 (worker/telemetry/pool_report.py, one
 pipelined round trip every ``REPORT_S``, nothing per run); the API reads the last hour
 (producer/pool.py) for the console's pool page. No external service is needed."""
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import os
 
+from shared.connections import connections_from
 from shared.profile_refusals import PROFILES_ENV
 from shared.profiles import AgentProfile, profiles_from
 from shared.settings import Settings
@@ -39,6 +40,7 @@ def check_worker(settings: Settings) -> dict[str, AgentProfile]:
     the providers). The profiles, loaded."""
     check_archive_driver(settings)
     profiles = profiles_from(settings.profiles, dev=settings.dev_profiles)
+    connections_from(settings.providers, dev=settings.dev_profiles)  # the tenants' agents' connections
     if (why := missing_keys(profiles)) is not None:
         raise SettingsError(why)
     for p in profiles.values():  # each model's prices looked up now, its unpriced warning logged at start
@@ -50,6 +52,7 @@ def check_api(settings: Settings) -> dict[str, AgentProfile]:
     """The API's start: the archive's driver and its profiles. Not their keys: the API validates
     runs against the profiles but never calls a provider, so its pods need no model keys."""
     check_archive_driver(settings)
+    connections_from(settings.providers, dev=settings.dev_profiles)
     return profiles_from(settings.profiles, dev=settings.dev_profiles)
 
 

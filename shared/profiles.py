@@ -17,6 +17,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from agentmill_client import limits
 from agentmill_client.models import Budget, ClientTool, LoopLimits, Model, ToolPolicy
+from shared.anthropic_config import ANTHROPIC_BASE_URL, ANTHROPIC_MAX_TOKENS, ThinkingConfig
 from shared.price_table import pricing_of
 from shared.prices import PriceTier, Pricing
 from shared.profile_refusals import PROFILES_ENV, describe_profile_errors
@@ -36,8 +37,11 @@ _DEFAULT_TOOL_SETTINGS = ToolSettings()  # frozen: one instance serves every too
 
 __all__ = [
     "AGENT_TOOL_PARAMETERS",
+    "ANTHROPIC_BASE_URL",
+    "ANTHROPIC_MAX_TOKENS",
     "BUILTIN_PROFILES",
     "BUILTIN_TOOLS",
+    "DEFAULT_MAX_DEPTH",
     "DEV_PROFILES_ENV",
     "DEV_TOOLS",
     "FALLBACK_CLASSES",
@@ -55,6 +59,7 @@ __all__ = [
     "ProfileFile",
     "ProviderConfig",
     "RetryConfig",
+    "ThinkingConfig",
     "ToolCache",
     "ToolSettings",
     "dev_profiles_enabled",
@@ -66,6 +71,7 @@ __all__ = [
 # Test-only parts: a scripted model in ``script`` mode follows the caller's runtimeHints (sleeps,
 # echoes, stalls on request) and these tools sleep, echo or fail on a caller's say-so. They are
 # loaded only with AGENTMILL_DEV_PROFILES=true (the tests and the bench set it).
+DEFAULT_MAX_DEPTH = 3  # sub-agent nesting when the profile sets none: a root run's children are at depth 1
 DEV_TOOLS = frozenset({"echo", "sleep", "fail", "flaky"})
 DEV_PROFILES_ENV = "AGENTMILL_DEV_PROFILES"
 MAX_PREAMBLE_CHARS = 8_000  # a profile's own preamble (preambleText)
@@ -100,7 +106,7 @@ class CompactionConfig(Model):
     keep_recent: int = Field(default=8, ge=1)
     use_model: bool = False
     max_overflow_retries: int = Field(default=2, ge=0)
-    # truncate | summary | keyFacts | importance (worker/compaction.py); None: summary with
+    # truncate | summary | keyFacts | importance (worker/core/compaction.py); None: summary with
     # useModel, else truncate
     strategy: Literal["truncate", "summary", "keyFacts", "importance"] | None = None
     importance_budget_tokens: int = Field(default=4_000, ge=0)  # what importance keeps of the middle
@@ -132,7 +138,7 @@ PROVIDER_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,39}$"  # a metric label: short, n
 
 
 class ProviderConfig(Model):
-    kind: Literal["scripted", "openai"] = "scripted"
+    kind: Literal["scripted", "openai", "anthropic"] = "scripted"
     # In a fallback chain (``providers``), the name events and metrics give this provider; unset:
     # its position ("0" the primary, "1" the first fallback …).
     name: str | None = Field(default=None, pattern=PROVIDER_NAME)
@@ -167,12 +173,30 @@ class ProviderConfig(Model):
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 120.0
     # Pool-wide limits for this provider's endpoint (baseUrl), enforced across every worker through
-    # Redis (worker/limiter.py); a run waits for capacity. None = no such limit.
+    # Redis (worker/adapters/limiter.py); a run waits for capacity. None = no such limit.
     max_concurrent: int | None = Field(default=None, ge=1)
     requests_per_minute: int | None = Field(default=None, ge=1)
     tokens_per_minute: int | None = Field(default=None, ge=1)
     # USD per million tokens, for usage.costUsd; None: the price table's (shared/price_table.py)
     pricing: Pricing | None = None
+    # openai: send prompt_cache_key (the run's session id, else its run id) so that OpenAI routes a
+    # run's calls to the same prompt cache. Off by default: other servers may refuse the field.
+    prompt_cache_key: bool = False
+    # anthropic: cache_control breakpoints on the tools, the system prompt and the transcript
+    prompt_caching: bool = True
+    thinking: ThinkingConfig | None = None  # anthropic: extended thinking
+
+    @model_validator(mode="before")
+    @classmethod
+    def _anthropic_defaults(cls, data: Any) -> Any:
+        """An anthropic provider's baseUrl and maxTokens when the profile leaves them out."""
+        if isinstance(data, dict) and data.get("kind") == "anthropic":
+            data = dict(data)
+            if data.get("baseUrl", data.get("base_url")) is None:
+                data["baseUrl"] = ANTHROPIC_BASE_URL
+            if data.get("maxTokens", data.get("max_tokens")) is None:
+                data["maxTokens"] = ANTHROPIC_MAX_TOKENS
+        return data
 
     def prices(self) -> Pricing | None:
         """The prices its calls cost by: its own ``pricing``, else the table's; None: unpriced."""
@@ -221,7 +245,7 @@ class AgentProfile(Model):
     providers: list[ProviderConfig] | None = Field(default=None, min_length=1, max_length=MAX_PROVIDERS)
     fallback_on: list[FallbackClass] = Field(default_factory=lambda: list(FALLBACK_CLASSES))
     system_prompt: str = "You are a helpful assistant."
-    # What the system prompt begins with (worker/preamble.py): "v1" the built-in rules (untrusted
+    # What the system prompt begins with (worker/core/preamble.py): "v1" the built-in rules (untrusted
     # tool results, no secrets repeated, failures said as failures), "custom" preambleText instead,
     # "off" nothing. While a preamble is on, tool results reach the model framed as data.
     preamble: Literal["v1", "custom", "off"] = "v1"
@@ -250,6 +274,9 @@ class AgentProfile(Model):
     # The highest priority a run of this agent gets (a higher RunInput.priority is lowered to it),
     # beside the tenant's quota maxPriority: the lower of the two applies.
     max_priority: int = Field(default=limits.MAX_PRIORITY, ge=limits.MIN_PRIORITY, le=limits.MAX_PRIORITY)
+    # The default of its runs' RunInput.storeContent: false keeps no message or tool content once a run
+    # ends (resolved into the run's input at submission).
+    store_content: bool = True
 
     @model_validator(mode="after")
     def _preamble_text_with_custom(self) -> AgentProfile:
@@ -273,9 +300,25 @@ class AgentProfile(Model):
                     f"{', '.join(sorted(BUILTIN_TOOLS))}; HTTP tools go in httpTools, MCP servers in mcpServers)"
                 )
         for where, p in self._declared():
-            if p.kind == "openai" and (p.base_url is None or p.model is None):
+            if p.kind in ("openai", "anthropic") and (p.base_url is None or p.model is None):
                 missing = [n for n, v in (("baseUrl", p.base_url), ("model", p.model)) if v is None]
-                raise ValueError(f"{where}: an openai provider needs {' and '.join(missing)}")
+                raise ValueError(f"{where}: an {p.kind} provider needs {' and '.join(missing)}")
+            if p.thinking is not None and p.kind != "anthropic":
+                raise ValueError(f"{where}: thinking is read only by an anthropic provider")
+            if (
+                p.thinking is not None
+                and p.max_tokens is not None
+                and p.thinking.budget_tokens >= p.max_tokens
+            ):
+                raise ValueError(f"{where}: thinking.budgetTokens must be below maxTokens")
+            if p.thinking is not None and p.temperature not in (None, 1):
+                raise ValueError(
+                    f"{where}: with thinking, temperature may only be 1 (the API refuses others)"
+                )
+            if p.thinking is not None and p.tool_choice not in (None, "auto", "none"):
+                raise ValueError(
+                    f'{where}: with thinking, toolChoice may only be "auto" or "none" (the API refuses others)'
+                )
         return self
 
     def _declared(self) -> list[tuple[str, ProviderConfig]]:

@@ -4,10 +4,12 @@ a full batch, refilled at submitsPerSecond). Defaults come from settings; AGENTM
 (JSON, inline or a file path) overrides them per tenant:
 ``{"tenant-a": {"maxActive": 50, "maxRunning": 10, "submitsPerSecond": 5, "submitBurst": 2000,
 "maxPriority": 5, "maxChildren": 20, "maxDescendants": 100, "tokensPerDay": 2000000, "costUsdPerDay": 25,
-"maxSchedules": 20, "scheduleFiringsPerMinute": 120}}``. 0 means no limit (maxPriority: the highest
-priority its runs get; higher ones are lowered to it, default 9). maxSchedules and
+"maxSchedules": 20, "scheduleFiringsPerMinute": 120, "concurrencyLimit": 2}}``. 0 means no limit
+(maxPriority: the highest priority its runs get; higher ones are lowered to it, default 9;
+concurrencyLimit: a concurrency key's limit when a run names none, and the most a run may ask). maxSchedules and
 scheduleFiringsPerMinute bound a tenant's cron schedules (producer/schedules/): how many it may have,
-and how many runs they make per UTC minute together (a firing beyond is skipped and counted).
+and how many runs they make per UTC minute together (a firing beyond is skipped and counted); a
+tenant with more schedules than a lowered maxSchedules has its newest beyond it held.
 
 maxActive counts every run of the tenant that has not ended, child runs (sub-agents) included, and a
 run parked awaiting its children, a human or client tools still counts: a tenant's trees of runs
@@ -16,13 +18,16 @@ result naming the cap (shared/children.py), and the parent carries on. maxChildr
 run may start) and maxDescendants (runs in one root's tree) bound one tree the same way.
 
 tokensPerDay and costUsdPerDay are the tenant's budget for a UTC day, pool-wide: each model call
-reserves its worst case before it starts and settles its actual usage after (worker/budgets.py); a
+reserves its worst case before it starts and settles its actual usage after (worker/adapters/budgets.py); a
 call the day cannot afford ends its run ``budget_exceeded``, and a submission once the day is spent
 gets 429 ``budget_exhausted`` until the next UTC midnight (producer/admission.py).
 
 ``"disabled": true`` disables a tenant: its submissions (runs, batches, retries, forks, schedules)
-get 403 ``tenant_disabled``, and its schedules are held (producer/schedules/holds.py); its runs
-already queued or running go on.
+get 403 ``tenant_disabled``, its schedules are held (producer/schedules/holds.py), a sub-agent its
+runs would start is refused (an error result on the agent tool call, shared/children.py), and each
+of its runs is aborted, with a reason naming the quota, the next time a worker takes it up (a
+queued run when it would start, a parked one when it wakes, a running one when a worker takes it
+over: ``disabled_reason``).
 
 The running cap keeps tenants from crowding each other out, so it does not apply to the default
 tenant (the one an API without auth, a token without a tenant, and the Python producer submit as):
@@ -32,7 +37,7 @@ AGENTMILL_TENANT_QUOTAS gives it a cap after all.
 
 from __future__ import annotations
 
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 import orjson
@@ -42,7 +47,7 @@ from agentmill_client import limits
 from agentmill_client.models import Model
 from shared.settings import Settings
 
-__all__ = ["ACTIVE_GRACE_MS", "DEFAULT_TENANT", "NANO_USD", "Quota", "Quotas"]
+__all__ = ["ACTIVE_GRACE_MS", "DEFAULT_TENANT", "NANO_USD", "Quota", "Quotas", "disabled_reason"]
 
 DEFAULT_TENANT = "default"
 # a run counted against maxActive whose hash never appeared (refused when created) stops counting after this
@@ -63,6 +68,9 @@ class Quota(Model):
     cost_usd_per_day: float = Field(default=0.0, ge=0, allow_inf_nan=False)  # USD per UTC day (priced models)
     max_schedules: int = Field(default=0, ge=0)  # schedules (checked at creation)
     schedule_firings_per_minute: int = Field(default=0, ge=0)  # runs its schedules make per UTC minute
+    # a concurrency key's limit when a run names none, and the most a run may ask (higher is lowered
+    # to it); 0: none (a run with a concurrency key then names its limit)
+    concurrency_limit: int = Field(default=0, ge=0, le=limits.MAX_CONCURRENCY_LIMIT)
     disabled: bool = Field(default=False, strict=True)  # no new runs or schedules (403), its schedules held
 
     @property
@@ -119,3 +127,24 @@ class Quotas:
             t: q.max_running for t, q in self.overrides.items() if q.max_running != self.default.max_running
         }
         return orjson.dumps(caps).decode() if caps else ""
+
+
+@lru_cache(maxsize=16)
+def _disabled(spec: str) -> frozenset[str]:
+    """The tenants an AGENTMILL_TENANT_QUOTAS value disables (parsed once per value)."""
+    spec = spec.strip()
+    if not spec:
+        return frozenset()
+    raw = orjson.loads(spec if spec.startswith("{") else Path(spec).read_bytes())
+    if not isinstance(raw, dict):
+        return frozenset()
+    return frozenset(t for t, q in raw.items() if isinstance(q, dict) and q.get("disabled") is True)
+
+
+def disabled_reason(settings: Settings, tenant: str) -> str:
+    """Why the tenant's runs stop ('' when its quota does not disable it): a lookup once the
+    process's quotas are parsed, cheap enough for every run a worker takes up."""
+    tenant = tenant or DEFAULT_TENANT
+    if tenant not in _disabled(settings.tenant_quotas or ""):
+        return ""
+    return f'tenant {tenant} is disabled ("disabled": true in AGENTMILL_TENANT_QUOTAS)'

@@ -9,9 +9,9 @@ persistence, or is new) is sent again after the script (or library) is loaded on
 itself as the first time, which is what makes sending again safe.
 
 Who goes this way: the worker's script batcher (the runs' commits of one loop turn), arq's job
-bookkeeping (``worker.finisher``), the producer's batch chunks (``producer.chunk_sender``, which
+bookkeeping (``worker.process.finisher``), the producer's batch chunks (``producer.chunk_sender``, which
 writes each chunk as it is ready: ``Sending.flush``) and its scripts on several partitions
-(``producer.routing.run_many``). One function on one partition goes through ``Partitions.call``;
+(``shared.script_sending.run_many``). One function on one partition goes through ``Partitions.call``;
 reads with redis-py's reply parsing through ``Partitions.pipelined``. Both follow the same topology.
 """
 

@@ -1,7 +1,10 @@
 """JSON Schemas from tenants and tool servers, compiled once and run within a step budget.
 
 ``compiled(schema)`` checks the schema's bounds (shared/schema_bounds.py) and that it is a JSON
-Schema, and keeps the validator by the SHA-256 of its canonical JSON (an LRU of ``CACHED``).
+Schema, and keeps the validator by the SHA-256 of its canonical JSON (an LRU of ``CACHED``); a schema
+refused is kept the same way with its refusal, so that sending it again costs a hash, not the check.
+``is_cached(schema)`` says whether either is kept: shared/schema_compiling.py compiles the others
+off the event loop.
 ``validation_errors(schema, value)`` runs it on a value: draft 2020-12 as jsonschema implements it,
 except that patterns run on RE2 (shared/schema_regex.py), ``uniqueItems`` hashes instead of comparing
 every pair, and every keyword evaluated is a step (an ``enum`` one per value it lists): past
@@ -28,7 +31,7 @@ from agentmill_client import limits
 from shared.schema_bounds import SchemaBoundError, check_bounds
 from shared.schema_regex import search
 
-__all__ = ["CACHED", "SchemaBoundError", "compiled", "validation_errors"]
+__all__ = ["CACHED", "SchemaBoundError", "checked", "compiled", "is_cached", "keep", "validation_errors"]
 
 CACHED = 512
 Keyword = Callable[[Any, Any, Any, dict[str, Any]], Iterator[ValidationError] | None]
@@ -141,32 +144,68 @@ def _validator_class() -> Any:
 
 
 _Bounded = _validator_class()
-_cache: OrderedDict[bytes, Validator] = OrderedDict()
+_cache: OrderedDict[bytes, Validator | SchemaBoundError] = OrderedDict()  # a validator or its refusal
 _lock = threading.Lock()
+
+
+def _digest(schema: Any) -> bytes:
+    try:
+        return hashlib.sha256(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)).digest()
+    except orjson.JSONEncodeError as exc:
+        raise SchemaBoundError("bytes", f"the schema cannot be stored as JSON: {exc}") from None
+
+
+def is_cached(schema: Any) -> bool:
+    """Whether ``compiled(schema)`` answers from the cache (a validator or a refusal kept), or at once
+    (a schema that is not JSON)."""
+    try:
+        digest = _digest(schema)
+    except SchemaBoundError:
+        return True
+    with _lock:
+        return digest in _cache
+
+
+def checked(schema: Any) -> tuple[str, str] | None:
+    """``schema`` checked against its bounds and the metaschema, pure (the costly part of compiling
+    it, which shared/schema_compiling.py runs in a process of its own): None when it may be
+    compiled, else the refusal's (bound, message)."""
+    try:
+        check_bounds(schema)
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except SchemaBoundError as exc:
+        return exc.bound, exc.message
+    except jsonschema.SchemaError as exc:
+        return "schema", f"not a JSON Schema: {exc.message}"
+    return None
+
+
+def keep(schema: Any, refusal: tuple[str, str] | None) -> Validator | SchemaBoundError:
+    """``schema``'s validator (``refusal`` None: it was ``checked``) or its refusal, into the cache."""
+    kept: Validator | SchemaBoundError = (
+        _Bounded(schema, registry=Registry()) if refusal is None else SchemaBoundError(*refusal)
+    )
+    digest = _digest(schema)
+    with _lock:
+        _cache[digest] = kept
+        while len(_cache) > CACHED:
+            _cache.popitem(last=False)
+    return kept
 
 
 def compiled(schema: Any) -> Validator:
     """The validator of ``schema``, from the cache or compiled now; SchemaBoundError when the schema
-    passes a bound or is not a JSON Schema (bound ``schema``)."""
-    try:
-        digest = hashlib.sha256(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)).digest()
-    except orjson.JSONEncodeError as exc:
-        raise SchemaBoundError("bytes", f"the schema cannot be stored as JSON: {exc}") from None
+    passes a bound or is not a JSON Schema (bound ``schema``), kept as the validator would be."""
+    digest = _digest(schema)
     with _lock:
-        if (found := _cache.get(digest)) is not None:
+        found = _cache.get(digest)
+        if found is not None:
             _cache.move_to_end(digest)
-            return found
-    check_bounds(schema)
-    try:
-        jsonschema.Draft202012Validator.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        raise SchemaBoundError("schema", f"not a JSON Schema: {exc.message}") from None
-    validator: Validator = _Bounded(schema, registry=Registry())
-    with _lock:
-        _cache[digest] = validator
-        while len(_cache) > CACHED:
-            _cache.popitem(last=False)
-    return validator
+    if found is None:
+        found = keep(schema, checked(schema))
+    if isinstance(found, SchemaBoundError):
+        raise SchemaBoundError(found.bound, found.message)
+    return found
 
 
 def validation_errors(schema: Any, value: Any, most: int | None = None) -> list[ValidationError]:

@@ -23,9 +23,10 @@ Time comes from Redis (``TIME``), so worker clocks never decide whose lease has 
 A run that ends with a webhook configured is pushed on its partition's webhook list for delivery.
 
 Every script on a partition touches that partition's slot only: it is called with its own KEYS
-followed by the partition's eight fixed keys (``Scripts.frame``), and with the partition's context
-as its first ARGV (key prefixes, the arq job template, the settings), so the Lua builds no key
-format and reads no setting of its own. The provider limiter's scripts work on one endpoint's keys
+followed by the partition's eight fixed keys, and with the partition's context as its last ARGV
+(key prefixes, the arq job template, the settings), so the Lua builds no key format and reads no
+setting of its own: ``Scripts.framing`` frames such a call (shared.script_sending, where calls are
+sent too). The provider limiter's scripts work on one endpoint's keys
 and take neither; nor do the schedules' (``schedule_*``), which take a schedule's keys on its partition.
 
 Two ways to run them (shared.functions, AGENTMILL_REDIS_FUNCTIONS): by EVALSHA, each script's files
@@ -50,7 +51,9 @@ from redis.asyncio import Redis
 from agentmill_client import limits
 from agentmill_client.models import EventKind
 from agentmill_client.statuses import TERMINAL, RunStatus
-from shared import dispatch, functions, keys
+from shared import functions, keys, listing_row
+from shared.calls import CALLS
+from shared.calls.base import bind
 from shared.fields import (
     BatchField,
     BudgetField,
@@ -63,6 +66,8 @@ from shared.fields import (
 )
 from shared.functions import EvalScript, FunctionScript, Library, Script
 from shared.quotas import NANO_USD
+from shared.replies import text
+from shared.script_sending import CONTEXT_EXTRA, Framing
 from shared.session_calls import CONTEXT_TOOLS, PastCallField
 from shared.settings import Settings, get_settings
 from shared.tool_records import ToolState
@@ -90,14 +95,16 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
         for name in (
             "batch_close", "list_runs", "batch_results", "beat", "forget_worker", "release", "redispatch",
             "abort", "settle_approval", "tool_results", "child_result", "claim_webhooks", "admit_tenant",
-            "scaling", "batch_replace", "archive_claim", "archive_done", "tree_admit", "model_reply",
+            "scaling", "batch_replace", "archive_claim", "archive_done", "tree_admit", "delete_run",
+            "tool_cache_put", "deletion_claim", "model_reply",
         )
     },
     **{
         name: ("clock", name)
         for name in ("capacity_acquire", "capacity_renew", "capacity_release", "capacity_pause", "admit_rate",
-                     "budget_reserve", "schedule_rate", "live_tenants", "econ_enqueue", "econ_close", "econ_advance",
-                     "econ_done", "econ_lease")
+                     "rate_slots", "idempotency_claim", "budget_reserve", "schedule_rate", "live_tenants",
+                     "agent_create", "agent_point", "econ_enqueue", "econ_close", "econ_advance", "econ_done",
+                     "econ_lease")
     },
     **{
         name: ("clock", "schedule_due", name)
@@ -105,17 +112,11 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
     },
 }  # fmt: skip
 
-# The context's fields after the partition's key prefixes (keys.CONTEXT_FIELDS): the arq job
-# template's four pieces (dispatch.JOB_TEMPLATE) and the settings the scripts read.
-CONTEXT_EXTRA = (
-    "job_a", "job_b", "job_c", "job_d", "maxlen", "retention", "queued_check_ms", "job_expire_ms",
-    "index_max", "batch_delivery", "max_run_crashes", "aging_ms", "archive_on", "usage_ttl",
-)  # fmt: skip
-
 
 class Scripts:
-    """The scripts registered on one client; call a partition's script with ``frame``:
-    ``await scripts.commit(*scripts.frame(part, keys, args))`` (or ``keys=…, args=…`` of it).
+    """The scripts registered on one client; a partition's script is called framed
+    (``framing``, shared.script_sending) and sent through the partitions:
+    ``await run_script(parts, scripts.commit, *scripts.framing.call(part, keys, args))``.
     Each is a function of the library or a script run by EVALSHA (``functions``: as given, else as
     AGENTMILL_REDIS_FUNCTIONS says, auto following what start-up chose: ``prepare_scripts``)."""
 
@@ -147,6 +148,8 @@ class Scripts:
     capacity_pause: Script
     admit_tenant: Script
     admit_rate: Script
+    rate_slots: Script
+    idempotency_claim: Script
     budget_reserve: Script
     budget_settle: Script
     scaling: Script
@@ -159,6 +162,11 @@ class Scripts:
     live_tenants: Script
     archive_claim: Script
     archive_done: Script
+    delete_run: Script
+    tool_cache_put: Script
+    deletion_claim: Script
+    agent_create: Script
+    agent_point: Script
     model_reply: Script
     econ_enqueue: Script
     econ_close: Script
@@ -178,22 +186,12 @@ class Scripts:
         bound, the retention, the crash budget, the priority aging, whether finished runs go to the
         archive, how long a tenant's usage of a day is kept); None: the settings' declared defaults,
         whatever the environment says."""
-        s = Settings.model_construct() if settings is None else settings
         self._by_eval: dict[str, Script] = {n: EvalScript(redis, t) for n, t in _rendered().items()}
         lib = library()
         self._by_fcall: dict[str, Script] = {n: FunctionScript(redis, lib, n) for n in SCRIPTS}
         self._fixed = functions
         self._mode = mode
-        extra = {
-            **dict(zip(("job_a", "job_b", "job_c", "job_d"), dispatch.JOB_TEMPLATE, strict=True)),
-            "maxlen": str(s.stream_maxlen), "retention": str(s.retention_s),
-            "queued_check_ms": str(s.queued_check_ms), "job_expire_ms": str(dispatch.JOB_EXPIRE_MS),
-            "index_max": str(limits.MAX_INDEX_RUNS), "batch_delivery": keys.BATCH_DELIVERY,
-            "max_run_crashes": str(s.max_run_crashes), "aging_ms": str(s.priority_aging_ms),
-            "archive_on": "1" if s.archive_url else "", "usage_ttl": str(s.usage_retention_days * 86_400),
-        }  # fmt: skip
-        self._extra = keys.SEP.join(extra[f] for f in CONTEXT_EXTRA) + keys.SEP
-        self._contexts: dict[int, str] = {}
+        self.framing = Framing(settings)  # how a call on a partition is framed (shared.script_sending)
 
     @property
     def functions(self) -> bool:
@@ -219,28 +217,15 @@ class Scripts:
         return cls(redis, settings, mode=settings.redis_functions)
 
     def context(self, part: keys.Partition) -> str:
-        """The first ARGV of every script on ``part``."""
-        c = self._contexts.get(part.index)
-        if c is None:
-            c = self._contexts[part.index] = part.context + self._extra
-        return c
+        """The last ARGV of every script on ``part`` (``framing.context``)."""
+        return self.framing.context(part)
 
     def frame(
         self, part: keys.Partition, own_keys: list[Any], args: list[Any]
     ) -> tuple[list[Any], list[Any]]:
-        """(KEYS, ARGV) of a script call on ``part``: its own keys then the partition's fixed keys
-        (prelude.lua takes them off again), the partition's context then its own arguments."""
-        fixed = [
-            part.queue,
-            part.live,
-            part.awaiting,
-            part.workers,
-            part.webhooks,
-            part.scheduled,
-            part.depth,
-            part.wake,
-        ]
-        return [*own_keys, *fixed], [self.context(part), *args]
+        """(KEYS, ARGV) of a script call on ``part`` (``framing.frame``, for the callers not moved to
+        it yet)."""
+        return self.framing.frame(part, own_keys, args)
 
 
 # The names the scripts spell as ``<namespace>.<MEMBER>`` tokens (``F.STATUS``, ``S.QUEUED``), each
@@ -277,6 +262,14 @@ def _file(part: str) -> str:
     return (LUA_DIR / f"{part}.lua").read_text()
 
 
+def _body(name: str, part: str) -> str:
+    """A script's own file with its declared call's slots (``ARG.*``, ``KEY.*``, ``V.*``: shared.calls)
+    rendered to their positions, after the call's header generated from its declaration."""
+    call = CALLS.get(name)
+    body = bind(call, _file(part), name)
+    return body if call is None else f"{call.header()}\n{body}"
+
+
 def _enter(part: str) -> str:
     """The call of a shared file's per-call start (``enter_<file>``), if it has one."""
     return f"enter_{part}(KEYS, ARGV)\n" if f"local function enter_{part}(" in _file(part) else ""
@@ -287,7 +280,7 @@ def source(name: str) -> str:
     """A script's source as written (as run by EVALSHA), its tokens not filled in yet: its shared
     files, the calls of their ``enter_<file>``, its body."""
     *shared, body = SCRIPTS[name]
-    return "".join(map(_file, shared)) + "".join(map(_enter, shared)) + _file(body)
+    return "".join(map(_file, shared)) + "".join(map(_enter, shared)) + _body(name, body)
 
 
 _VERSION = "__LIBRARY_VERSION__"
@@ -304,7 +297,7 @@ def library_source() -> str:
     out = [f"#!lua name={functions.LIBRARY_PREFIX}{_VERSION}\n", *map(_file, shared)]
     for name, (*uses, body) in SCRIPTS.items():
         out += [f"redis.register_function('{name}_{_VERSION}', function(KEYS, ARGV)\n",
-                *map(_enter, uses), _file(body), "\nend)\n"]  # fmt: skip
+                *map(_enter, uses), _body(name, body), "\nend)\n"]  # fmt: skip
     return "".join(out)
 
 
@@ -336,6 +329,7 @@ def render(text_: str) -> str:
         "__NANO_USD__": str(NANO_USD),
         "__SESSION_CALLS_KEPT__": str(limits.SESSION_CALLS_KEPT),
         "__CONTEXT_TOOLS__": ", ".join(f"['{t}']=true" for t in sorted(CONTEXT_TOOLS)),
+        "__LISTING_FIELDS__": ", ".join(f"'{f}'" for f in listing_row.hash_fields()),
     }
     for token, value in tokens.items():
         text_ = text_.replace(token, value)
@@ -353,10 +347,3 @@ def warm() -> None:
     for that long: figure 4's loop lag)."""
     _rendered()
     library()
-
-
-def text(value: Any) -> str:
-    """Decode a script reply element (bytes from a client without decode_responses)."""
-    if isinstance(value, bytes):
-        return value.decode()
-    return "" if value is None else str(value)

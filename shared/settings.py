@@ -14,9 +14,12 @@ from pydantic import AliasChoices, Field, ValidationError, field_validator, mode
 from pydantic_settings import SettingsConfigDict
 
 from agentmill_client import limits
+from shared.settings_agents import AgentSettings
 from shared.settings_archive import ArchiveSettings
+from shared.settings_deletion import DeletionSettings
 from shared.settings_economy import EconomySettings
 from shared.settings_errors import SettingsError, describe
+from shared.settings_keys import KeySettings
 from shared.settings_quotas import TenantQuotaSettings
 
 __all__ = ["Settings", "SettingsError", "get_settings"]
@@ -25,7 +28,9 @@ DEFAULT_HEARTBEAT_MS = 500
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
-class Settings(TenantQuotaSettings, ArchiveSettings, EconomySettings):
+class Settings(
+    TenantQuotaSettings, ArchiveSettings, KeySettings, DeletionSettings, AgentSettings, EconomySettings
+):
     model_config = SettingsConfigDict(env_prefix="AGENTMILL_", extra="ignore", populate_by_name=True)
 
     # redis and the run key space
@@ -172,7 +177,7 @@ class Settings(TenantQuotaSettings, ArchiveSettings, EconomySettings):
         ge=1,
         description="the delta flushes a second one worker aims for over all its streaming runs: with "
         "n runs streaming, each flushes every max(`AGENTMILL_DELTA_FLUSH_MS`, n / this) seconds "
-        "(worker/delta_pace.py)",
+        "(worker/core/delta_pace.py)",
     )
     step_hold_ms: int = Field(
         default=50,
@@ -190,7 +195,7 @@ class Settings(TenantQuotaSettings, ArchiveSettings, EconomySettings):
     failpoints: str = Field(
         default="",
         description="chaos tests only: `point:probability,…` (e.g. `after_tool_effect:0.2`); at a named "
-        "point the worker kills itself with SIGKILL (`worker/failpoints.py`)",
+        "point the worker kills itself with SIGKILL (`worker/process/failpoints.py`)",
     )
 
     # retention
@@ -199,6 +204,13 @@ class Settings(TenantQuotaSettings, ArchiveSettings, EconomySettings):
         default=7 * 24 * 3600,
         description="streams and results of finished runs expire after this, and a session's history this "
         "long after its latest run ended",
+    )
+    idempotency_ttl_s: int | None = Field(
+        default=None,
+        ge=1,
+        description="how long an `Idempotency-Key` (submit, retry, fork) answers with the run it made: "
+        "from its first use; after, the same key makes a new run. Unset: as long as that run is kept "
+        "in Redis (`AGENTMILL_RETENTION_S`, or `AGENTMILL_LIVE_RETENTION_S` after it is archived)",
     )
 
     # api
@@ -358,7 +370,7 @@ class Settings(TenantQuotaSettings, ArchiveSettings, EconomySettings):
 
     @model_validator(mode="after")
     def _beats_keep_the_lease(self) -> Self:
-        """A worker counts its lease over a margin early (worker.jobs.lease_margin_ms): a beat that
+        """A worker counts its lease over a margin early (worker.process.jobs.lease_margin_ms): a beat that
         comes every half lease or later finds it over every time, and the worker drops its runs at
         each beat. Unset, the beat follows a short lease; set, it must fit."""
         third = self.lease_ms // 3

@@ -62,6 +62,14 @@ class TenantQuotaSettings(BaseSettings):
         default=None,
         description='per-tenant overrides, JSON or a JSON file: `{"tenant": {"maxActive", "maxRunning", '
         '"submitsPerSecond", "submitBurst", "maxPriority", "maxChildren", "maxDescendants", "tokensPerDay", '
-        '"costUsdPerDay", "maxSchedules", "scheduleFiringsPerMinute"}}` (tokensPerDay and costUsdPerDay: '
-        "the tenant's budget per UTC day, pool-wide; 0 = none)",
+        '"costUsdPerDay", "maxSchedules", "scheduleFiringsPerMinute", "concurrencyLimit"}}` (tokensPerDay and '
+        "costUsdPerDay: the tenant's budget per UTC day, pool-wide; 0 = none; concurrencyLimit: a "
+        "concurrency key's limit when a run names none, and the most one may ask)",
+    )
+    key_max_waiting: int = Field(
+        default=10_000,
+        ge=1,
+        description="most runs waiting on one caller's key: for a slot of a concurrency key "
+        "(`RunInput.concurrency`; beyond, 429 `concurrency_full`), or with a start given by a rate key "
+        "(`RunInput.rate`, the starts within its period and ahead; beyond, 429 `rate_full`)",
     )

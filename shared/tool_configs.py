@@ -35,7 +35,7 @@ class RetryConfig(Model):
 
 
 class ToolCache(Model):
-    """A tool's results reused for the same arguments and tenant (worker/tool_cache.py)."""
+    """A tool's results reused for the same arguments and tenant (worker/adapters/tool_cache.py)."""
 
     ttl_s: int = Field(ge=1, le=7 * 24 * 3_600)
 

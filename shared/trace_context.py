@@ -4,7 +4,7 @@ The API and the Python client pass the headers through ``stored``, which keeps t
 ``traceparent`` is well formed (version 00 rules of the W3C Trace Context spec; anything else is
 ignored, as the spec asks of a receiver) and bounds ``tracestate``; the submit scripts keep the
 result in the run hash (``RunField.TRACE``) and ``acquire`` hands it to every attempt, which
-continues the trace from it (worker/tracing.py). No OpenTelemetry import here: a producer without
+continues the trace from it (worker/telemetry/tracing.py). No OpenTelemetry import here: a producer without
 traces pays for one regular expression per submission.
 """
 

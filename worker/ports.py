@@ -1,5 +1,5 @@
 """The ports a run's driver talks to the world through: small protocols, with Redis implementations
-(worker/redis_store.py, worker/deps.py) and in-memory ones for unit tests (worker/memory_store.py).
+(worker/adapters/redis_store.py, worker/process/deps.py) and in-memory ones for unit tests (worker/adapters/memory_store.py).
 
 - ``RunStore``: one run at one epoch — acquire, fenced commits (events, checkpoint, tool claims and
   records, the ending), hand-back. Every write is refused once another worker holds the run.
@@ -7,29 +7,31 @@
 - ``ModelPort``: the provider of a profile, and the pool-wide capacity of its endpoint.
 - ``ToolPort``: the tools of a profile: their specs and their execution.
 - ``Clock`` and ``Rng``: wall time and the jitter the machine's retries use.
+- ``Host``: what the worker process shares with its runs (its ``Lease``, its ``Failpoints``…).
+
+Protocols and the plain values they exchange only: the implementations with nothing behind them
+(the system clock, no budgets, no failpoints) are in worker/adapters/plain.py, the bundle a run's
+driver is given in worker/runner/run_ports.py.
 """
 
 from __future__ import annotations
 
-import random
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from agentmill_client import limits
 from agentmill_client.models import Message, ToolCall, ToolResult, Usage
 from shared.children import ChildSpec, Spawned
-from shared.clock import now_ms
 from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
 from shared.settings import Settings
 from shared.tool_records import ToolRecord
-from worker.config import RunConfig, ToolSpec
-from worker.config_cache import ConfigCache
-from worker.context import PastCall, RunLoop
-from worker.delta_pace import DeltaPace
-from worker.lease import WorkerLease
+from worker.core.config import RunConfig, ToolSpec
+from worker.core.config_cache import ConfigCache
+from worker.core.context import PastCall, RunLoop
+from worker.core.delta_pace import DeltaPace
 from worker.models.base import ModelProvider
-from worker.observer import Observer
+from worker.telemetry.observer import Observer
 from worker.tools.base import ToolContext
 from worker.tools.mcp_listings import Relisted
 
@@ -39,23 +41,23 @@ __all__ = [
     "BudgetPort",
     "Capacity",
     "Clock",
+    "CommitStep",
     "EconomyAnswer",
     "EconomyPort",
     "Entry",
+    "Failpoints",
     "FencedError",
     "Host",
+    "Lease",
     "ModelPort",
-    "NoBudgets",
     "NotAcquired",
     "Outbox",
     "Rng",
-    "RunPorts",
     "RunStore",
     "SeqConflictError",
     "SessionStore",
     "SessionUpdate",
     "Settlement",
-    "SystemClock",
     "ToolCache",
     "ToolPort",
     "ToolRetry",
@@ -65,7 +67,12 @@ __all__ = [
 
 
 class FencedError(Exception):
-    """This worker no longer owns the run; it must stop without writing."""
+    """This worker no longer owns the run; it must stop without writing. ``deleted``: the run is gone
+    (deleted, or expired): its job leaves no result behind either."""
+
+    def __init__(self, message: str, *, deleted: bool = False) -> None:
+        super().__init__(message)
+        self.deleted = deleted
 
 
 class SeqConflictError(Exception):
@@ -88,6 +95,10 @@ class Acquired:
     trace: str = ""  # the submitter's trace context as stored (RunField.TRACE), '' = none
     config: bytes | None = None  # the run's configuration when its checkpoints leave it out (RunField.CONFIG)
     transcript: bytes | None = None  # its transcript when they leave that out (keys.Partition.transcript)
+    priority: int = (
+        limits.DEFAULT_PRIORITY
+    )  # as capped at submission (RunField.PRIORITY): its place at a provider's limiter
+    unreadable: str = ""  # why its stored data does not open (a data key no longer listed); '' = it does
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,12 +159,33 @@ class UsageTally:
 class SessionUpdate:
     """Written with a run's terminal commit: its run loop (a completed run's; b"": none) joins the
     session's history, its tool results (session call id, ToolResult JSON) the session's results,
-    and its calls (worker.context.PastCall JSON, in order) the session's calls."""
+    and its calls (worker.core.context.PastCall JSON, in order) the session's calls."""
 
     session_id: str
     loop: bytes = b""
     tool_results: list[tuple[str, bytes]] = field(default_factory=list)
     calls: list[bytes] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class CommitStep:
+    """One step's fenced write (``RunStore.commit``): its events, claims and records (``outbox``)
+    and, each when it changed, what else of the run the step wrote."""
+
+    outbox: Outbox
+    checkpoint: bytes | None = None  # the step's checkpoint; None: unchanged
+    status: str = ""  # the run's new status; '': still running
+    aux: bytes = b""  # the result JSON when terminal, the approvals (or pending client calls) when parked
+    session: SessionUpdate | None = None  # with a terminal status of a run in a session
+    approval_timeout_ms: int | None = None
+    run_deadline_ms: int | None = None  # maxRunDurationMs from the start: bounds a wait too
+    iterations: int | None = None
+    error_code: str = ""  # the ending's error code (a field, for listings)
+    children: bytes | None = None  # the current round's child runs (JSON [{toolCallId, runId}])
+    usage: Usage | None = None  # the run's usage so far
+    tally: UsageTally | None = None  # with a terminal status: the tenant's usage of the day
+    config: bytes | None = None  # the run's configuration, stored apart from checkpoints (RunField.CONFIG)
+    transcript: TranscriptWrite | None = None  # the transcript, stored apart from them
 
 
 class RunStore(Protocol):
@@ -163,28 +195,9 @@ class RunStore(Protocol):
 
     async def acquire(self, gen: int, worker_id: str) -> Acquired | NotAcquired: ...
 
-    async def commit(
-        self,
-        outbox: Outbox,
-        *,
-        checkpoint: bytes | None = None,
-        status: str = "",
-        aux: bytes = b"",
-        session: SessionUpdate | None = None,
-        approval_timeout_ms: int | None = None,
-        run_deadline_ms: int | None = None,
-        iterations: int | None = None,
-        error_code: str = "",
-        children: bytes | None = None,
-        usage: Usage | None = None,
-        tally: UsageTally | None = None,
-        config: bytes | None = None,
-        transcript: TranscriptWrite | None = None,
-    ) -> int:
-        """Everything in one fenced write; raises FencedError or SeqConflictError and writes nothing.
-        ``children``: the current round's child runs (JSON [{toolCallId, runId}]), when changed;
-        ``config``: the run's configuration, stored apart from its checkpoints (RunField.CONFIG);
-        ``transcript``: the transcript, stored apart from them (appended, or set whole)."""
+    async def commit(self, step: CommitStep) -> int:
+        """Everything of ``step`` in one fenced write; raises FencedError or SeqConflictError and
+        writes nothing."""
         ...
 
     async def publish(self, events: list[Entry]) -> int:
@@ -237,8 +250,9 @@ class ModelPort(Protocol):
         """The provider of the profile's fallback chain at ``index`` (0: the primary)."""
         ...
 
-    async def hold(self, cfg: ProviderConfig, tokens: int, on_wait: OnWait) -> Capacity:
-        """Wait for pool-wide capacity of a limited endpoint (worker/limiter.py)."""
+    async def hold(self, cfg: ProviderConfig, tokens: int, on_wait: OnWait, priority: int) -> Capacity:
+        """Wait for pool-wide capacity of a limited endpoint (worker/adapters/limiter.py), in its line at the
+        run's ``priority``."""
         ...
 
     async def pause(self, cfg: ProviderConfig, ms: int) -> None:
@@ -259,7 +273,7 @@ class BudgetHold(Protocol):
 
 
 class BudgetPort(Protocol):
-    """A tenant's budget per UTC day, pool-wide (worker/budgets.py)."""
+    """A tenant's budget per UTC day, pool-wide (worker/adapters/budgets.py)."""
 
     def limited(self, tenant: str) -> bool: ...
 
@@ -268,18 +282,6 @@ class BudgetPort(Protocol):
     ) -> BudgetHold | str:
         """Hold a call's worst case; a str: why the tenant's day cannot afford it."""
         ...
-
-
-class NoBudgets:
-    """No tenant has a budget (unit tests, in-memory runs)."""
-
-    def limited(self, tenant: str) -> bool:
-        return False
-
-    async def reserve(
-        self, tenant: str, hold_id: str, tokens: int, cost_usd: float | None
-    ) -> BudgetHold | str:
-        raise AssertionError("no tenant has a budget here")
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,7 +319,7 @@ class ToolPort(Protocol):
 
 
 class ToolCache(Protocol):
-    """Tool results reused by tool, canonical arguments and tenant (worker/tool_cache.py)."""
+    """Tool results reused by tool, canonical arguments and tenant (worker/adapters/tool_cache.py)."""
 
     async def get(self, call: ToolCall) -> ToolResult | None: ...
 
@@ -340,12 +342,14 @@ class Rng(Protocol):
         ...
 
 
-class SystemClock:
-    def now_ms(self) -> int:
-        return now_ms()
+class Lease(Protocol):
+    """The worker's own lease deadline (worker/adapters/lease.py ``WorkerLease``)."""
 
-    def monotonic(self) -> float:
-        return time.monotonic()
+    def check(self, what: str) -> None:
+        """Raises ``LeaseExpiredError`` past the deadline: ``what`` is not started."""
+        ...
+
+    def expired(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,30 +376,31 @@ class EconomyPort(Protocol):
         ...
 
 
-@dataclass(slots=True)
-class RunPorts:
-    """What one run's driver is given to reach the world."""
+class Failpoints(Protocol):
+    """Named points in a run where a chaos test may have the worker kill itself
+    (worker/process/failpoints.py; ``NoFailpoints`` in worker/adapters/plain.py)."""
 
-    store: RunStore
-    sessions: SessionStore
-    models: ModelPort
-    tools: ToolPort
-    clock: Clock = field(default_factory=SystemClock)
-    rng: Rng = field(default_factory=random.Random)
-    cache: ToolCache | None = None  # the tool-result cache; None: no tool is cached
-    budgets: BudgetPort = field(default_factory=NoBudgets)  # tenants' day budgets
-    economy: EconomyPort | None = None  # the economy lane; None: every call on the standard lane
+    def hit(self, name: str) -> None: ...
 
 
 class Host(Protocol):
-    """What the worker process shares with its runs (worker/deps.py WorkerDeps)."""
+    """What the worker process shares with its runs (worker/process/deps.py WorkerDeps)."""
 
     settings: Settings
     observer: Observer
-    lease: WorkerLease | None  # the worker's lease deadline; None = unguarded
     lease_id: str
     configs: ConfigCache  # resolved configurations shared by runs that set no knob of their own
     pace: DeltaPace  # how often a streaming run's deltas go out, given how many runs stream
     draining: bool  # the process is stopping: a run that starts now hands itself back at once
+    failpoints: Failpoints  # where a chaos test may have the worker kill itself
+
+    @property
+    def lease(self) -> Lease | None:
+        """The worker's lease deadline; None = unguarded."""
+        ...
 
     def profile(self, name: str) -> AgentProfile: ...
+
+    async def agent(self, tenant: str, name: str, version: int) -> AgentProfile:
+        """A version of a tenant's agent (worker/adapters/agent_cache.py); LookupError when it is not kept."""
+        ...

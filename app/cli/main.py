@@ -12,7 +12,7 @@ from __future__ import annotations
 import click
 
 from agentmill_client._version import __version__
-from app.cli import archiver, batches, demo, lineage, one_run, schedules, submit
+from app.cli import agents, archiver, batches, deletion, demo, keys, lineage, one_run, schedules, submit
 
 __all__ = ["main"]
 
@@ -37,9 +37,15 @@ for command in (
     batches.runs,
     batches.batch,
     schedules.schedule,
+    agents.agents,
     lineage.retry,
     lineage.fork,
     archiver.archiver,
+    keys.keys,
+    keys.audit,
+    deletion.sessions,
+    deletion.deletions,
 ):
     main.add_command(command)
 batches.batch.add_command(lineage.retry_batch)
+batches.runs.add_command(deletion.run_delete)

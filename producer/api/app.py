@@ -19,7 +19,10 @@ from redis.exceptions import RedisError
 from agentmill_client import __version__
 from producer.api import (
     errors,
+    routes_agents,
     routes_catalog,
+    routes_deletion,
+    routes_keys,
     routes_ops,
     routes_pool,
     routes_restore,
@@ -35,11 +38,12 @@ from producer.api.middleware import BodyLimit, observe
 from producer.api.sse import MAX_BLOCK_S
 from producer.api.state import Api
 from producer.restore import StateOf
-from producer.routing import Parts
 from producer.schedules.live import beat_live_tenants, publish_live_tenants
+from shared import payload_crypto
 from shared.outage_log import OutageLog
 from shared.partitions import Partitions
 from shared.redis_watch import RedisWatch
+from shared.script_sending import Parts
 from shared.scripts import prepare_scripts
 from shared.settings import Settings, get_settings
 
@@ -77,6 +81,7 @@ def create_app(
     watches it (shared/redis_watch.py: /readyz, outages logged once). ``state_of``: what a fork
     starts from (the process root gives it: app.api)."""
     settings = settings or get_settings()
+    payload_crypto.install(settings.data_keys)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -201,13 +206,16 @@ def create_app(
     app.middleware("http")(observe)
     for router in (
         routes_runs.router,
+        routes_deletion.router,
         routes_restore.router,
         sse.router,
         routes_ops.router,
         routes_catalog.router,
         routes_pool.router,
         routes_schedules.router,
+        routes_agents.router,
         routes_usage.router,
+        routes_keys.router,
         routes_ui.router,
     ):
         app.include_router(router)

@@ -2,7 +2,8 @@
 one mapping of each kind of failure to its HTTP answer, whichever route family meets it: an id the
 caller's tenant has no such thing under (``not_found``: 404 ``unknown_<kind>``), input the caller got
 wrong (SubmissionError, ListingError, request validation: 422 with ``field``; a cursor this API did
-not return: 400 ``invalid_cursor``), Redis or the archive unreachable (503)."""
+not return: 400 ``invalid_cursor``), Redis or the archive unreachable (503), stored data sealed with a data key no longer listed (500
+``data_key_unavailable``)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from agentmill_client.errors import ApiError
 from producer.run_filter import ListingError
 from producer.submission import SubmissionError
 from shared.archive.store import ArchiveUnavailableError
+from shared.payload_crypto import DataKeyError
 
 __all__ = [
     "COMMON_ERRORS",
@@ -111,7 +113,13 @@ async def on_archive_down(request: Request, exc: Exception) -> OrjsonResponse:
     )  # fmt: skip
 
 
+async def on_data_key(request: Request, exc: Exception) -> OrjsonResponse:
+    """The data was sealed with a key AGENTMILL_DATA_KEYS no longer lists: the operator's to put back."""
+    return error_response(500, "data_key_unavailable", f"the stored data cannot be read: {exc}")
+
+
 HANDLERS: list[tuple[type[Exception], Any]] = [
+    (DataKeyError, on_data_key),
     (ArchiveUnavailableError, on_archive_down),
     (ApiError, on_api_error),
     (SubmissionError, on_submission_error),
@@ -125,7 +133,11 @@ HANDLERS: list[tuple[type[Exception], Any]] = [
 
 # Documented on every route that can fail this way.
 COMMON_ERRORS: dict[int | str, dict[str, Any]] = {
-    401: {"model": ErrorResponse, "description": "missing or wrong bearer token"},
+    401: {
+        "model": ErrorResponse,
+        "description": "missing or wrong bearer token (key_expired, key_revoked: a managed key)",
+    },
+    403: {"model": ErrorResponse, "description": "scope_required: the API key lacks the route's scope"},
     422: {"model": ErrorResponse, "description": "invalid input; `field` names the offending field"},
     503: {"model": ErrorResponse, "description": "Redis (or the archive, PostgreSQL) is unreachable"},
 }

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BeforeValidator
 from pydantic_core import PydanticCustomError
@@ -17,6 +17,7 @@ from pydantic_core import PydanticCustomError
 from agentmill_client import limits
 from agentmill_client.api import BatchAbortAnswer, BatchView, RunsPage
 from agentmill_client.ids import ID_PATTERN
+from producer.api.audited import Action, audited
 from producer.api.errors import COMMON_ERRORS, NOT_FOUND, ErrorResponse, not_found
 from producer.api.state import ApiDep, Tenant
 from producer.batch_results import export, parse_statuses
@@ -158,9 +159,10 @@ async def batch_results(
     responses=_404,
     summary="Abort a batch's runs",
 )
-async def abort_batch(batch_id: str, api: ApiDep, tenant: Tenant) -> dict[str, Any]:
+async def abort_batch(batch_id: str, api: ApiDep, tenant: Tenant, request: Request) -> dict[str, Any]:
     await _batch_or_404(api, tenant, batch_id)
     verdicts = await Catalog(api.producer).abort_batch(
         tenant, batch_id, f"batch {batch_id} aborted by request"
     )
+    await audited(api, request, Action.BATCH_ABORT, batch_id)
     return {"batchId": batch_id, **verdicts}

@@ -11,7 +11,7 @@ from fastapi import APIRouter
 from agentmill_client.api import CallerView, PoolAnswer
 from agentmill_client.errors import ApiError
 from producer.api.errors import COMMON_ERRORS, ErrorResponse
-from producer.api.state import ApiDep, Tenant
+from producer.api.state import ApiDep, CallerDep, Tenant
 from producer.pool import read_pool
 
 __all__ = ["me", "pool", "router"]
@@ -39,5 +39,10 @@ async def pool(api: ApiDep, tenant: Tenant) -> PoolAnswer:
     responses=COMMON_ERRORS,
     summary="The caller's tenant, and whether it is an operator (may read the pool)",
 )
-async def me(api: ApiDep, tenant: Tenant) -> CallerView:
-    return CallerView(tenant=tenant, operator=api.auth.is_operator(tenant))
+async def me(api: ApiDep, caller: CallerDep) -> CallerView:
+    return CallerView(
+        tenant=caller.tenant,
+        operator=api.auth.is_operator(caller.tenant),
+        scopes=sorted(s.value for s in caller.scopes),
+        actor=caller.actor,
+    )

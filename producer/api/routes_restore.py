@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Header, Query, Response
+from fastapi import APIRouter, Body, Header, Query, Request, Response
 
 from agentmill_client.api import Accepted, BatchRetryAnswer, BatchRetryItem, ErrorBody, ForkBody, RetryBody
+from producer.api.audited import Action, audited
 from producer.api.errors import COMMON_ERRORS, NOT_FOUND, ErrorResponse, not_found
 from producer.api.routes_runs import run_links
 from producer.api.state import Api, ApiDep, Tenant
@@ -46,6 +47,7 @@ async def retry_run(
     run_id: str,
     api: ApiDep,
     tenant: Tenant,
+    request: Request,
     response: Response,
     body: Annotated[RetryBody | None, Body()] = None,
     idempotency_key: Annotated[str | None, Header(max_length=256)] = None,
@@ -55,6 +57,8 @@ async def retry_run(
     sub = await api.restorer().retry(
         run_id, tenant, from_start=from_start, quota=api.quotas.of(tenant), idempotency_key=idempotency_key
     )
+    if sub.created:
+        await audited(api, request, Action.RETRY, run_id, f"retryRunId={sub.run_id}")
     return _accepted(api, sub, response)
 
 
@@ -67,6 +71,7 @@ async def fork_run(
     body: ForkBody,
     api: ApiDep,
     tenant: Tenant,
+    request: Request,
     response: Response,
     idempotency_key: Annotated[str | None, Header(max_length=256)] = None,
 ) -> Accepted:
@@ -78,7 +83,10 @@ async def fork_run(
         body.input_messages,
         quota=api.quotas.of(tenant),
         idempotency_key=idempotency_key,
+        agent=body.agent,
     )
+    if sub.created:
+        await audited(api, request, Action.FORK, run_id, f"forkRunId={sub.run_id} atSeq={body.at_seq}")
     return _accepted(api, sub, response)
 
 
@@ -91,6 +99,7 @@ async def retry_batch(
     batch_id: str,
     api: ApiDep,
     tenant: Tenant,
+    request: Request,
     status: Annotated[str, Query(description="failed, aborted, or both as a comma list")] = "failed",
 ) -> BatchRetryAnswer:
     wanted = tuple(dict.fromkeys(s.strip() for s in status.split(",")))
@@ -106,5 +115,8 @@ async def retry_batch(
             items.append(BatchRetryItem(run_id=original, error=ErrorBody(**got.as_dict())))
         else:
             items.append(BatchRetryItem(run_id=original, retry_run_id=got.run_id))
-    api.metrics.submitted("accepted", sum(1 for i in items if i.retry_run_id))
+    retried = sum(1 for i in items if i.retry_run_id)
+    api.metrics.submitted("accepted", retried)
+    if retried:
+        await audited(api, request, Action.BATCH_RETRY, batch_id, f"{retried} runs retried")
     return BatchRetryAnswer(batch_id=batch_id, results=items)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Header, Query, Response
+from fastapi import APIRouter, Header, Query, Request, Response
 from pydantic import BaseModel, Field
 
 from agentmill_client import limits
@@ -24,6 +24,7 @@ from agentmill_client.api import (
 from agentmill_client.errors import ApiError
 from agentmill_client.ids import ID_PATTERN, new_batch_id
 from agentmill_client.models import ApprovalDecision, RunInput
+from producer.api.audited import Action, audit_command, audited
 from producer.api.errors import COMMON_ERRORS, ErrorResponse, OrjsonResponse
 from producer.api.state import ApiDep, Tenant, record_or_404
 from producer.service import SubmissionError, Submitted
@@ -115,6 +116,7 @@ async def submit(
     body: RunInput,
     api: ApiDep,
     tenant: Tenant,
+    request: Request,
     response: Response,
     idempotency_key: Annotated[str | None, Header(max_length=256)] = None,
     traceparent: Annotated[str | None, Header()] = None,
@@ -124,7 +126,7 @@ async def submit(
     try:
         sub = await api.producer.submit(
             body, tenant=tenant, idempotency_key=idempotency_key, quota=api.quotas.of(tenant),
-            trace=api.trace(traceparent, tracestate),
+            trace=api.trace(traceparent, tracestate), audit=audit_command(api, request, Action.SUBMIT),
         )  # fmt: skip
     except SubmissionError:
         api.metrics.submitted("rejected")
@@ -152,6 +154,7 @@ async def submit_batch(
     body: BatchBody,
     api: ApiDep,
     tenant: Tenant,
+    request: Request,
     traceparent: Annotated[str | None, Header()] = None,
     tracestate: Annotated[str | None, Header()] = None,
 ) -> Response:
@@ -185,6 +188,8 @@ async def submit_batch(
     api.metrics.submitted("accepted", created)
     api.metrics.submitted("replayed", replayed)
     api.metrics.submitted("rejected", len(results) - created - replayed)
+    if created:
+        await audited(api, request, Action.BATCH_CREATE, batch_id, f"{created} runs created")
     return OrjsonResponse({"results": out, "batchId": batch_id})
 
 
@@ -252,12 +257,14 @@ async def wait_run(
     responses={**COMMON_ERRORS, 404: {"model": ErrorResponse}},
     summary="Abort a run",
 )
-async def abort(run_id: str, api: ApiDep, tenant: Tenant) -> AbortAnswer:
+async def abort(run_id: str, api: ApiDep, tenant: Tenant, request: Request) -> AbortAnswer:
     verdict = await api.producer.abort(await api.producer.resolve(run_id, tenant), tenant=tenant)
     if verdict == "unknown" and api.producer.archive is not None:  # gone from Redis, maybe archived
         verdict = "finished" if await api.producer.get(run_id, tenant=tenant) is not None else verdict
     if verdict == "unknown":
         raise ApiError(404, "unknown_run", f"no run {run_id}")
+    if verdict in ("aborted", "requested"):
+        await audited(api, request, Action.ABORT, run_id)
     return AbortAnswer(run_id=run_id, result=verdict)
 
 
@@ -267,7 +274,9 @@ async def abort(run_id: str, api: ApiDep, tenant: Tenant) -> AbortAnswer:
     responses={**COMMON_ERRORS, 404: {"model": ErrorResponse}, 409: {"model": ErrorResponse}},
     summary="Approve or reject pending tool calls",
 )
-async def approvals(run_id: str, body: ApprovalsBody, api: ApiDep, tenant: Tenant) -> ApprovalsAnswer:
+async def approvals(
+    run_id: str, body: ApprovalsBody, api: ApiDep, tenant: Tenant, request: Request
+) -> ApprovalsAnswer:
     out: list[ApprovalVerdict] = []
     resumed = False
     key = await api.producer.resolve(run_id, tenant)
@@ -287,6 +296,8 @@ async def approvals(run_id: str, body: ApprovalsBody, api: ApiDep, tenant: Tenan
             raise ApiError(409, "not_awaiting_approval", f"run {run_id} is not waiting for approval")
         resumed = resumed or verdict == "resumed"
         out.append(ApprovalVerdict(tool_call_id=d.tool_call_id, result=verdict))
+        action = Action.APPROVE if d.approved else Action.REJECT
+        await audited(api, request, action, run_id, f"toolCallId={d.tool_call_id}")
     return ApprovalsAnswer(run_id=run_id, results=out, resumed=resumed)
 
 
@@ -296,10 +307,15 @@ async def approvals(run_id: str, body: ApprovalsBody, api: ApiDep, tenant: Tenan
     responses={**COMMON_ERRORS, 404: {"model": ErrorResponse}, 409: {"model": ErrorResponse}},
     summary="Post results of client tool calls (idempotent per toolCallId)",
 )
-async def tool_results(run_id: str, body: ToolResultsBody, api: ApiDep, tenant: Tenant) -> ToolResultsAnswer:
+async def tool_results(
+    run_id: str, body: ToolResultsBody, api: ApiDep, tenant: Tenant, request: Request
+) -> ToolResultsAnswer:
     key = await api.producer.resolve(run_id, tenant)
     verdict, call, each = await api.producer.post_tool_results(key, body.results, tenant=tenant)
     if verdict in ("recorded", "resumed"):
+        calls = ",".join(r.tool_call_id for r, v in zip(body.results, each, strict=True) if v == "recorded")
+        if calls:
+            await audited(api, request, Action.TOOL_RESULT, run_id, f"toolCallIds={calls}")
         out = [
             ToolResultVerdict(tool_call_id=r.tool_call_id, result=v)
             for r, v in zip(body.results, each, strict=True)

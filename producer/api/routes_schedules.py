@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 
 from agentmill_client.ids import new_run_id
 from agentmill_client.schedules import ScheduleAnswer, ScheduleInput, SchedulesPage, ScheduleView
+from producer.api.audited import Action, audited
 from producer.api.errors import COMMON_ERRORS, NOT_FOUND, ErrorResponse, not_found
 from producer.api.state import ApiDep, Tenant
 from producer.schedules.store import MAX_SHOWN
@@ -31,11 +32,15 @@ _404 = {**COMMON_ERRORS, **NOT_FOUND}
     },
     summary="Create a schedule",
 )
-async def create(body: ScheduleInput, api: ApiDep, tenant: Tenant, response: Response) -> ScheduleView:
+async def create(
+    body: ScheduleInput, api: ApiDep, tenant: Tenant, request: Request, response: Response
+) -> ScheduleView:
     schedule_id = body.schedule_id or "sch_" + new_run_id()[4:]
     view, created = await api.schedules.create(body, tenant, schedule_id)
     if not created:
         response.status_code = 200
+    else:
+        await audited(api, request, Action.SCHEDULE_CREATE, schedule_id)
     return view
 
 
@@ -71,16 +76,20 @@ async def get_schedule(
     responses=_404,
     summary="Delete a schedule (the runs it made stay)",
 )
-async def delete(schedule_id: str, api: ApiDep, tenant: Tenant) -> ScheduleAnswer:
+async def delete(schedule_id: str, api: ApiDep, tenant: Tenant, request: Request) -> ScheduleAnswer:
     if not await api.schedules.delete(schedule_id, tenant):
         raise not_found("schedule", schedule_id)
+    await audited(api, request, Action.SCHEDULE_DELETE, schedule_id)
     return ScheduleAnswer(schedule_id=schedule_id, result="deleted")
 
 
-async def _pause(schedule_id: str, api: ApiDep, tenant: str, paused: bool) -> ScheduleAnswer:
+async def _pause(
+    schedule_id: str, api: ApiDep, tenant: str, request: Request, paused: bool
+) -> ScheduleAnswer:
     verdict = await api.schedules.pause(schedule_id, tenant, paused)
     if verdict == "unknown":
         raise not_found("schedule", schedule_id)
+    await audited(api, request, Action.SCHEDULE_PAUSE if paused else Action.SCHEDULE_RESUME, schedule_id)
     return ScheduleAnswer(schedule_id=schedule_id, result=verdict)
 
 
@@ -90,8 +99,8 @@ async def _pause(schedule_id: str, api: ApiDep, tenant: str, paused: bool) -> Sc
     responses=_404,
     summary="Pause a schedule: no firing until it is resumed",
 )
-async def pause(schedule_id: str, api: ApiDep, tenant: Tenant) -> ScheduleAnswer:
-    return await _pause(schedule_id, api, tenant, True)
+async def pause(schedule_id: str, api: ApiDep, tenant: Tenant, request: Request) -> ScheduleAnswer:
+    return await _pause(schedule_id, api, tenant, request, True)
 
 
 @router.post(
@@ -100,5 +109,5 @@ async def pause(schedule_id: str, api: ApiDep, tenant: Tenant) -> ScheduleAnswer
     responses=_404,
     summary="Resume a schedule from its next firing after now (the firings missed while paused are not made)",
 )
-async def resume(schedule_id: str, api: ApiDep, tenant: Tenant) -> ScheduleAnswer:
-    return await _pause(schedule_id, api, tenant, False)
+async def resume(schedule_id: str, api: ApiDep, tenant: Tenant, request: Request) -> ScheduleAnswer:
+    return await _pause(schedule_id, api, tenant, request, False)

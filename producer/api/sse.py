@@ -7,22 +7,50 @@ from collections.abc import AsyncIterator
 from typing import Annotated
 
 import orjson
-from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
 
 from agentmill_client import limits
 from agentmill_client.api import EventsPage
 from agentmill_client.codec import to_jsonable
 from agentmill_client.errors import ApiError
 from producer.api.errors import COMMON_ERRORS, ErrorResponse, OrjsonResponse
-from producer.api.state import Api, ApiDep, Tenant, record_or_404
+from producer.api.state import Api, ApiDep, caller_of, get_api, record_or_404
 from producer.api.streams import SSE, SlotStreamingResponse
-from shared import keys
+from shared import api_keys, keys
 from shared.loop import unless_closing
 
 __all__ = ["MAX_BLOCK_S", "events", "router"]
 
 MAX_BLOCK_S = 5.0  # longest blocking stream read (XREAD BLOCK) of an SSE stream or long-poll
 router = APIRouter()
+
+
+async def reader_of(
+    request: Request,
+    run_id: str,
+    token: Annotated[
+        str | None,
+        Query(
+            max_length=2048,
+            description="a read token of this run (POST /v1/runs/{run_id}/token), "
+            "instead of a bearer token: what a browser's EventSource can send",
+        ),
+    ] = None,
+    authorization: Annotated[str | None, Header()] = None,
+) -> str:
+    """The tenant reading this run's events: a read token's (for this run only), else the bearer
+    token's caller's (scope read)."""
+    if token is None:
+        return (await caller_of(request, authorization)).tenant
+    api = get_api(request)
+    grant = api_keys.verify_read_token(api.keys.secret, token, int(time.time() * 1000))
+    if grant == "expired":
+        raise ApiError(401, "token_expired", "the read token has expired")
+    if isinstance(grant, str):
+        raise ApiError(401, "unauthorized", "token: not a valid read token")
+    if grant.run_id != run_id:
+        raise ApiError(403, "token_scope", f"this read token reads the events of run {grant.run_id} only")
+    return grant.tenant
 
 
 @router.get(
@@ -42,7 +70,7 @@ async def events(
     run_id: str,
     request: Request,
     api: ApiDep,
-    tenant: Tenant,
+    tenant: Annotated[str, Depends(reader_of)],
     after: Annotated[int | None, Query(ge=0, le=limits.MAX_SEQ)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     format: Annotated[str, Query(pattern="^(sse|json)$")] = "sse",

@@ -13,21 +13,25 @@ from fastapi import Depends, Header, Request
 from redis.asyncio import Redis
 
 from agentmill_client.errors import ApiError
-from producer.api.auth import Authenticator
+from producer.api.auth import Authenticator, Caller
+from producer.api.key_cache import KeyCache
 from producer.api.metrics import ApiMetrics
+from producer.api.scopes import scope_of
 from producer.api.streams import StreamLimiter
+from producer.deletion_jobs import DeletionJobs
 from producer.gauges import ClusterGauges, read_gauges, running_caps
+from producer.key_store import KeyStore
 from producer.restore import Restorer, StateOf
-from producer.routing import Parts
 from producer.schedules.store import ScheduleStore
 from producer.service import Producer, RunRecord
 from shared import trace_context
 from shared.profiles import profiles_from
 from shared.quotas import Quotas
 from shared.redis_watch import RedisWatch
+from shared.script_sending import Parts
 from shared.settings import Settings
 
-__all__ = ["Api", "ApiDep", "Tenant", "get_api", "record_or_404", "tenant_of"]
+__all__ = ["Api", "ApiDep", "CallerDep", "Tenant", "caller_of", "get_api", "record_or_404", "tenant_of"]
 
 log = logging.getLogger("agentmill.api")
 
@@ -58,9 +62,11 @@ class Api:
         )
         self.parts = self.producer.parts
         self.schedules = ScheduleStore(self.producer)
+        self.deletions = DeletionJobs(self.producer)  # and its Eraser: runs and sessions deleted
         self.streams = StreamLimiter(settings.max_streams_per_tenant, settings.max_streams)
         self.quotas = Quotas(settings)
-        self.auth = Authenticator(settings)
+        self.keys = KeyStore(self.parts, settings)
+        self.auth = Authenticator(settings, KeyCache(self.keys))
         self.metrics = metrics or ApiMetrics()
         self.metrics.streams = self.streams  # its gauges of open streams read this limiter
         self.running_caps = running_caps(self.quotas, (tenant for _, tenant in self.auth.tokens))
@@ -143,17 +149,23 @@ def starting_reason(request: Request) -> str:
     return f"starting: waiting for Redis{why}"
 
 
-async def tenant_of(request: Request, authorization: Annotated[str | None, Header()] = None) -> str:
-    tenant = get_api(request).auth.tenant(authorization)
-    if tenant is None:
-        raise ApiError(
-            401, "unauthorized", "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"}
-        )
-    return tenant
+async def caller_of(request: Request, authorization: Annotated[str | None, Header()] = None) -> Caller:
+    """The authenticated caller, holding the scope its route needs (producer/api/scopes.py): 401 or
+    403 otherwise. Kept on ``request.state.caller`` for the audit log (producer/audit.py)."""
+    caller = await get_api(request).auth.caller(authorization)
+    route = request.scope.get("route")
+    caller.require(scope_of(request.method, getattr(route, "path", "")))
+    request.state.caller = caller
+    return caller
+
+
+async def tenant_of(caller: Annotated[Caller, Depends(caller_of)]) -> str:
+    return caller.tenant
 
 
 ApiDep = Annotated[Api, Depends(get_api)]
 Tenant = Annotated[str, Depends(tenant_of)]
+CallerDep = Annotated[Caller, Depends(caller_of)]
 
 
 async def record_or_404(api: Api, run_id: str, tenant: str) -> RunRecord:

@@ -20,7 +20,9 @@ later (as a missed cron firing). The lag of each firing is agentmill_schedule_fi
 (producer.schedules.lag).
 
 A schedule of a tenant no running API process's token names (producer.schedules.live), whose
-quota disables it, or whose day budget is spent (producer.schedules.holds) is held: not fired, its
+quota disables it, or whose day budget is spent (producer.schedules.holds) is held, and so is each
+schedule past its tenant's maxSchedules (a quota lowered below what the tenant has: its oldest
+schedules fire): not fired, its
 firings counted as skipped, ``held`` saying why (``pausedReason`` in its view), looked at again
 once a lease later; when nothing holds it any more it fires from its next firing after then.
 
@@ -46,19 +48,20 @@ from prometheus_client import CollectorRegistry
 from redis.exceptions import RedisError
 
 from agentmill_client.schedules import Overlap
-from producer.routing import Parts, run_many, run_script
 from producer.schedules.cron import CronError, Due, timing
-from producer.schedules.holds import held_tenants
+from producer.schedules.holds import capped_schedules, held_tenants, over_cap_reason
 from producer.schedules.lag import FiringLag
 from producer.schedules.live import read_live_tenants
 from producer.schedules.store import end_of, first_after, read_schedule, run_id_of
 from producer.service import Producer
 from producer.submission import SubmissionError
 from shared import keys
+from shared.calls.schedules import ScheduleRate
 from shared.fields import ScheduleField
 from shared.profiles import AgentProfile
 from shared.quotas import DEFAULT_TENANT, Quotas
-from shared.scripts import text
+from shared.replies import text
+from shared.script_sending import Parts, run_many, run_script
 from shared.settings import Settings
 
 __all__ = ["CLAIM_LIMIT", "TENANT_CONCURRENCY", "TENANT_SHARE", "Firer", "Look", "fire_forever"]
@@ -80,6 +83,8 @@ class Look:
     now: int
     at: float
     held: Mapping[str, str] = field(default_factory=dict)
+    # tenant -> the schedules that may fire, for a tenant over its maxSchedules (the rest held)
+    capped: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     def redis_ms(self) -> float:
         """Redis's clock now, as this process follows it from the claim."""
@@ -140,10 +145,11 @@ class Firer:
             return 0
         now = int(claimed[0][1][0])
         tenants = {text(reply[i + 1]) for _, reply in claimed for i in range(1, len(reply), 2)}
-        look = Look(now, at, await held_tenants(parts, self.quotas, live, tenants, now))
+        held = await held_tenants(parts, self.quotas, live, tenants, now)
+        look = Look(now, at, held, await capped_schedules(parts, self.quotas, tenants - held.keys()))
         lanes: dict[str, asyncio.Semaphore] = {}  # a tenant's firings made at once in this look
         work = [
-            self.fire(p, text(reply[i]), Look(int(reply[0]), at, look.held),
+            self.fire(p, text(reply[i]), Look(int(reply[0]), at, look.held, look.capped),
                       lanes.setdefault(text(reply[i + 1]), asyncio.Semaphore(TENANT_CONCURRENCY)))
             for p, reply in claimed
             for i in range(1, len(reply), 2)
@@ -181,6 +187,8 @@ class Firer:
             return 0
         end = end_of(h)
         held = look.held.get(tenant, "")
+        if not held and (allowed := look.capped.get(tenant)) is not None and key not in allowed:
+            held = over_cap_reason(tenant, self.quotas.of(tenant).max_schedules)
         if h.get(SF.HELD) and not held:  # its tenant is back: from its next firing (as on a resume)
             due = Due([], 0, first_after(t, now, end))
         else:
@@ -243,9 +251,10 @@ class Firer:
     async def _rate(self, tenant: str, want: int, cap: int) -> int:
         """The firings of ``want`` the tenant's per-minute cap grants now (schedule_rate.lua)."""
         home = self.producer.parts.layout.home(tenant)
+        call = ScheduleRate(tenant, want, cap)
         granted = await run_script(
-            self.producer.parts, self.producer.scripts.schedule_rate, home, [home.schedule_rate(tenant)], [want, cap]
-        )  # fmt: skip
+            self.producer.parts, self.producer.scripts.schedule_rate, home, call.keys(home), call.argv()
+        )
         return int(granted)
 
     def _refuse_keyless(self, tenant: str, sid: str) -> None:

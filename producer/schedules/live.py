@@ -25,9 +25,11 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from producer.routing import Parts, run_script
+from shared.calls import SayLiveTenants
 from shared.quotas import DEFAULT_TENANT
-from shared.scripts import Scripts, text
+from shared.replies import text
+from shared.script_sending import Parts, run_script
+from shared.scripts import Scripts
 
 __all__ = ["LiveTenants", "beat_live_tenants", "publish_live_tenants", "read_live_tenants"]
 
@@ -49,9 +51,8 @@ async def publish_live_tenants(parts: Parts, scripts: Scripts, tenants: Iterable
     """Say that ``tenants`` (and ``default``) are live for ``ttl_ms`` from now; returns Redis's now."""
     part = parts.parts[0]
     names = sorted({*tenants, DEFAULT_TENANT})
-    now = await run_script(
-        parts, scripts.live_tenants, part, [part.live_tenants, part.live_tenants_before], [ttl_ms, *names]
-    )
+    call = SayLiveTenants(ttl_ms, tuple(names))
+    now = await run_script(parts, scripts.live_tenants, part, call.keys(part), call.argv())
     return int(now)
 
 

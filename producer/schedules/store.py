@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -24,15 +25,19 @@ from redis.asyncio import Redis
 from agentmill_client import limits
 from agentmill_client.schedules import ScheduleInput, ScheduleView
 from producer.admission import check_enabled
-from producer.routing import Parts, run_script
+from producer.agent_choice import AgentChoice
+from producer.agents import Ref
 from producer.schedules.cron import CronError, Timing, timing
+from producer.schemas_ready import schemas_ready
 from producer.scope import SCOPED_PREFIX
 from producer.service import Producer
 from producer.submission import SubmissionError
 from shared import keys
+from shared.calls import ScheduleCreate, ScheduleDelete, ScheduleDeleteVerdict, SchedulePause
 from shared.fields import ScheduleField
 from shared.quotas import Quotas
-from shared.scripts import text
+from shared.replies import text
+from shared.script_sending import Parts, run_script
 
 __all__ = [
     "MAX_SHOWN", "ScheduleStore", "end_of", "first_after", "now_ms", "read_schedule", "run_id_of", "view_of",
@@ -69,9 +74,16 @@ class ScheduleStore:
 
     # ---- creating ----
 
-    def check(self, body: ScheduleInput, tenant: str, schedule_id: str) -> Timing:
-        """The schedule's Timing, its run template validated as a run of ``tenant``; else
-        SubmissionError naming the field."""
+    def check(
+        self,
+        body: ScheduleInput,
+        tenant: str,
+        schedule_id: str,
+        choices: Mapping[Ref, AgentChoice] | None = None,
+    ) -> Timing:
+        """The schedule's Timing, its run template validated as a run of ``tenant`` (``choices``: the
+        tenant's agent it names, producer.agents; each firing is pinned to the version it gets
+        then); else SubmissionError naming the field."""
         if schedule_id.startswith(SCOPED_PREFIX):
             raise SubmissionError("reserved_id", f"scheduleId: ids starting with {SCOPED_PREFIX!r} are reserved",
                                   field="scheduleId")  # fmt: skip
@@ -84,7 +96,9 @@ class ScheduleStore:
                 "invalid_input", "input.runId: each firing names its run; leave it out", field="input.runId"
             )
         try:
-            self.producer.submitter.prepare({**body.input, "runId": run_id_of(schedule_id, 0)}, tenant)
+            self.producer.submitter.prepare(
+                {**body.input, "runId": run_id_of(schedule_id, 0)}, tenant, choices=choices
+            )
         except SubmissionError as exc:
             exc.field = f"input.{exc.field}" if exc.field else "input"
             exc.message = f"input.{exc.message}"
@@ -95,7 +109,8 @@ class ScheduleStore:
         """(the schedule, whether it was created now); 409 ``conflict`` when its id holds another
         definition."""
         check_enabled(tenant, self.quotas.of(tenant))
-        t = self.check(body, tenant, schedule_id)
+        await schemas_ready([body.input])  # off the loop, before check validates its template
+        t = self.check(body, tenant, schedule_id, await self.producer.submitter.choices(tenant, [body.input]))
         template = orjson.dumps(body.input, option=orjson.OPT_SORT_KEYS).decode()
         if len(template.encode()) > limits.MAX_SCHEDULE_INPUT_BYTES:
             raise SubmissionError(
@@ -113,15 +128,11 @@ class ScheduleStore:
         first = first_after(t, now_ms(), body.end_at)
         cap = self.quotas.of(tenant).max_schedules
         elsewhere = await self._count_elsewhere(tenant, part) if cap else 0
-        verdict = text(
-            await run_script(
-                self.parts, self.scripts.schedule_create, part,
-                [part.schedule(key), part.schedules_due(tenant), part.schedules_due_tenants,
-                 part.schedule_index(tenant)],
-                [tenant, schedule_id, digest, t.expr, body.timezone, template, body.overlap.value,
-                 body.catchup, first, key, cap, elsewhere, end],
-            )
-        )  # fmt: skip
+        call = ScheduleCreate(tenant, schedule_id, digest, t.expr, body.timezone, template, body.overlap.value,
+                              body.catchup, first, key, cap, elsewhere, end)  # fmt: skip
+        verdict = ScheduleCreate.verdict(
+            await run_script(self.parts, self.scripts.schedule_create, part, call.keys(part), call.argv())
+        ).value
         if verdict == "conflict":
             raise SubmissionError("conflict", f"schedule {schedule_id} already exists with another definition",
                                   status=409, field="scheduleId")  # fmt: skip
@@ -181,12 +192,11 @@ class ScheduleStore:
 
     async def delete(self, schedule_id: str, tenant: str) -> bool:
         key, part = self.where(schedule_id, tenant)
+        call = ScheduleDelete(key, tenant)
         verdict = await run_script(
-            self.parts, self.scripts.schedule_delete, part,
-            [part.schedule(key), part.schedules_due(tenant), part.schedules_due_tenants,
-             part.schedule_index(tenant)], [key, tenant],
-        )  # fmt: skip
-        return text(verdict) == "deleted"
+            self.parts, self.scripts.schedule_delete, part, call.keys(part), call.argv()
+        )
+        return ScheduleDelete.verdict(verdict) is ScheduleDeleteVerdict.DELETED
 
     async def pause(self, schedule_id: str, tenant: str, paused: bool) -> str:
         """paused | resumed | unchanged | unknown. A resumed schedule's next firing is the first after now."""
@@ -197,12 +207,11 @@ class ScheduleStore:
             if not h or h.get(SF.TENANT) != tenant:
                 return "unknown"
             next_fire = first_after(timing(h[SF.CRON], h[SF.TIMEZONE]), now_ms(), end_of(h))
+        call = SchedulePause(key, tenant, "1" if paused else "", next_fire)
         verdict = await run_script(
-            self.parts, self.scripts.schedule_pause, part,
-            [part.schedule(key), part.schedules_due(tenant), part.schedules_due_tenants],
-            [key, tenant, "1" if paused else "", next_fire],
-        )  # fmt: skip
-        return text(verdict)
+            self.parts, self.scripts.schedule_pause, part, call.keys(part), call.argv()
+        )
+        return SchedulePause.verdict(verdict).value
 
 
 def end_of(h: dict[str, str]) -> int | None:

@@ -6,7 +6,9 @@ process: ``agentmill archiver``) loops: it claims a batch from every partition f
 (archive_claim.lua: one round trip per node), reads each run's hash, stream and tool records (one
 pipelined round trip per node), writes them all in one PostgreSQL transaction
 (ArchiveStore.write, exactly once), then marks them archived (archive_done.lua): out of the index,
-the stream and tool records dropped, the hash expiring after AGENTMILL_LIVE_RETENTION_S.
+the stream and tool records dropped, the hash expiring after AGENTMILL_LIVE_RETENTION_S. A run deleted
+while it was being archived (its tombstone is there when it is marked) has the rows just written
+deleted again: a deletion deletes the rows written before its tombstone, the archiver those after.
 
 An archiver that dies mid-batch leaves its claims to expire; the next one writes the batch again,
 which inserts nothing twice. While PostgreSQL is down nothing is marked: the indexes grow (the
@@ -24,10 +26,13 @@ from collections.abc import Callable
 from typing import Any
 
 from shared import keys
+from shared.archive.audit_copy import AuditCopier
 from shared.archive.store import ArchivedRun, ArchiveStore, archived_run
+from shared.calls.claims import ArchiveClaim
 from shared.fields import RunField
 from shared.partitions import Partitions
-from shared.scripts import Scripts, text
+from shared.replies import text
+from shared.scripts import Scripts
 from shared.settings import Settings
 
 __all__ = ["Archiver"]
@@ -58,6 +63,7 @@ class Archiver:
         n = len(parts.parts)
         self.per_partition = max(1, -(-settings.archive_batch // n))
         self.archived = 0  # runs this archiver wrote (new rows)
+        self.audit = AuditCopier(parts, store)  # the tenants' audit logs, copied after each pass
         self._pruned_at = 0.0
 
     async def run_forever(self) -> None:
@@ -101,6 +107,7 @@ class Archiver:
                 self.after_write()
             terms = {r.key_id: r.meta for r in runs}
             await self._done(claimed, terms)  # the runs written, and those with nothing left to write
+        await self.audit.maybe_copy()
         if self.on_backlog is not None:
             self.on_backlog(await self.backlog())
         return sum(len(ids) for ids in claimed.values())
@@ -116,8 +123,10 @@ class Archiver:
     async def _claim(self) -> dict[keys.Partition, list[str]]:
         out = self.parts.sending()
         for p in self.parts.parts:
-            out.add_script(p, self.scripts.archive_claim,
-                           *self.scripts.frame(p, [], [self.per_partition, self.settings.archive_lease_ms]))  # fmt: skip
+            call = ArchiveClaim(self.per_partition, self.settings.archive_lease_ms)
+            out.add_script(
+                p, self.scripts.archive_claim, *self.scripts.framing.frame(p, call.keys(p), call.argv())
+            )
         replies = await out.replies()
         claimed: dict[keys.Partition, list[str]] = {}
         for p, reply in zip(self.parts.parts, replies, strict=True):
@@ -180,10 +189,15 @@ class Archiver:
             args: list[Any] = [live]
             for rid in ids:
                 args += [rid, len(terms.get(rid, ())), *terms.get(rid, ())]
-            out.add_script(p, self.scripts.archive_done, *self.scripts.frame(p, [], args))
+            out.add_script(p, self.scripts.archive_done, *self.scripts.framing.frame(p, [], args))
+        late: list[str] = []
         for r in await out.replies():
             if isinstance(r, BaseException):
                 raise r
+            late += [text(x) for x in r[1:]]
+        if late:  # deleted while this batch was written: its rows go again (the deletion's came first)
+            await self.store.delete_runs(late)
+            log.info("archive: %d runs deleted while being archived: their rows deleted", len(late))
 
     async def _maybe_prune(self) -> None:
         days = self.settings.archive_retention_days

@@ -76,6 +76,31 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             WHERE session_id <> '';
         """,
     ),
+    (
+        3,
+        # the tenants' audit logs, for good (shared/archive/audit_copy.py copies them from Redis)
+        """
+        CREATE TABLE audit_log (
+            tenant      text NOT NULL,
+            at          bigint NOT NULL,   -- ms: the Redis stream entry id's time
+            seq         bigint NOT NULL,   -- and its sequence: (at, seq) is the entry's place
+            action      text NOT NULL,
+            target      text NOT NULL,
+            actor       text NOT NULL,
+            actor_name  text NOT NULL,
+            request_id  text NOT NULL,
+            detail      text NOT NULL,
+            PRIMARY KEY (tenant, at, seq)
+        );
+        """,
+    ),
+    (
+        4,
+        # a run's children (sub-agents), which its deletion deletes with it
+        """
+        CREATE INDEX runs_parent ON runs ((record->>'parentRunId'));
+        """,
+    ),
 )
 
 

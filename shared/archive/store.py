@@ -19,6 +19,7 @@ import orjson
 
 from shared.archive.schema import migrate
 from shared.fields import RunField
+from shared.listing_row import ListingRow, select_list
 from shared.meta_terms import meta_terms
 
 __all__ = ["ArchiveStore", "ArchiveUnavailableError", "ArchivedRun", "EventRow", "archived_run"]
@@ -139,9 +140,15 @@ _INSERT_TOOLS = (
     "INSERT INTO run_tools (key_id, created_at, tool_call_id, record) SELECT * FROM "
     "unnest($1::text[], $2::bigint[], $3::text[], $4::text[]) ON CONFLICT DO NOTHING"
 )
+_DELETE_TREES = (
+    "WITH RECURSIVE tree(key_id) AS ("
+    " SELECT key_id FROM runs WHERE key_id = ANY($1::text[]) AND ($2::text IS NULL OR tenant = $2)"
+    " UNION SELECT r.key_id FROM runs r JOIN tree t ON r.record->>'parentRunId' = t.key_id)"
+    " DELETE FROM runs WHERE key_id IN (SELECT key_id FROM tree)"
+)
 _READ_COLS = (
     "key_id, tenant, client_id, status, created_at, session_id, client_session, agent, last_seq, stream_key, "
-    "result"
+    "result, record->>'agentVersion' AS agent_version"
 )
 
 
@@ -250,6 +257,37 @@ class ArchiveStore:
         )
         return int(str(status).rsplit(" ", 1)[-1] or 0)
 
+    # ---- deleting (DELETE /v1/runs/{id}, sessions and deletions by metadata: producer/deletion.py) ----
+
+    async def delete_runs(self, key_ids: Sequence[str], tenant: str | None = None) -> int:
+        """Delete the runs kept under ``key_ids`` (``tenant``'s, unless None), every version of each, and
+        their sub-agents' runs, with their events and tool records. How many runs went."""
+        if not key_ids:
+            return 0
+        pool = await self.pool()
+        status = await pool.execute(_DELETE_TREES, list(key_ids), tenant)
+        return int(str(status).rsplit(" ", 1)[-1] or 0)
+
+    async def key_ids_where(
+        self, tenant: str, *, terms: Sequence[str] = (), session_id: str = "", limit: int = 1000
+    ) -> list[str]:
+        """Up to ``limit`` ids of ``tenant``'s archived runs whose metadata has every term of ``terms``
+        (shared.meta_terms), or of its session ``session_id`` (the id its keys use)."""
+        rows = await self.fetch(
+            "SELECT DISTINCT key_id FROM runs WHERE tenant = $1 AND meta @> $2::text[] "
+            "AND ($3 = '' OR session_id = $3) LIMIT $4",
+            tenant, list(terms), session_id, limit,
+        )  # fmt: skip
+        return [r["key_id"] for r in rows]
+
+    async def count_where(self, tenant: str, terms: Sequence[str]) -> int:
+        """How many of ``tenant``'s archived runs have every term of ``terms`` in their metadata."""
+        rows = await self.fetch(
+            "SELECT count(DISTINCT key_id) AS n FROM runs WHERE tenant = $1 AND meta @> $2::text[]",
+            tenant, list(terms),
+        )  # fmt: skip
+        return int(rows[0]["n"]) if rows else 0
+
     # ---- reading ----
 
     async def run(self, ids: Sequence[str], tenant: str | None) -> dict[str, Any] | None:
@@ -274,21 +312,16 @@ class ArchiveStore:
         created_before: int | None,
         cursor: tuple[int, str] | None,
         limit: int,
-    ) -> list[tuple[list[str], str, str]]:
+    ) -> list[tuple[ListingRow, str, str]]:
         """A page of ``tenant``'s archived runs, newest first by (createdAt, id bytewise, as Redis
-        orders a listing index), after ``cursor``: each as a listing row (producer.listing.Row:
-        runId, status, createdAt, sessionId, agent, batch, finishedAt, clientId ('' when the run's
-        own id), iterations, errorCode, lineage, retriedBy, priority, runAt: the run hash's fields as
-        the archive keeps them in ``record``), with its stream key and its client's session id.
-        ``equal``: status, agent, session_id, batch_id, parent_run_id (the id the parent's keys used)
-        values the runs must have (None: any)."""
+        orders a listing index), after ``cursor``: each as its listing row (shared.listing_row: the
+        fields its run hash held, read from ``record``), with its stream key and its client's
+        session id. ``equal``: status, agent, session_id, batch_id, parent_run_id (the id the
+        parent's keys used) values the runs must have (None: any)."""
         cs, cid = cursor if cursor is not None else (None, "")
         rows = await self.fetch(
-            "SELECT key_id, status, created_at, session_id, agent, batch_id, finished_at, client_id, "
-            "coalesce(record->>'iterations', '') AS iterations, coalesce(record->>'errorCode', '') AS error, "
-            "coalesce(record->>'lineage', '') AS lineage, coalesce(record->>'retriedBy', '') AS retried_by, "
-            "coalesce(record->>'priority', '') AS priority, coalesce(record->>'runAt', '') AS run_at, "
-            "client_session, stream_key FROM runs WHERE tenant = $1 "
+            f"SELECT {select_list()}, client_session AS _client_session, stream_key AS _stream_key "
+            "FROM runs WHERE tenant = $1 "
             "AND ($2::text IS NULL OR status = $2) AND ($3::text IS NULL OR agent = $3) "
             "AND ($4::text IS NULL OR session_id = $4) AND ($5::text IS NULL OR batch_id = $5) "
             "AND meta @> $6::text[] AND ($7::bigint IS NULL OR created_at > $7) "
@@ -299,27 +332,9 @@ class ArchiveStore:
             tenant, equal.get("status"), equal.get("agent"), equal.get("session_id"), equal.get("batch_id"),
             list(meta), created_after, created_before, cs, cid, limit, equal.get("parent_run_id"),
         )  # fmt: skip
+        width = ListingRow.width()
         return [
-            (
-                [
-                    r["key_id"],
-                    r["status"],
-                    str(r["created_at"]),
-                    r["session_id"],
-                    r["agent"],
-                    r["batch_id"],
-                    str(r["finished_at"]),
-                    "" if r["client_id"] == r["key_id"] else r["client_id"],
-                    r["iterations"],
-                    r["error"],
-                    r["lineage"],
-                    r["retried_by"],
-                    r["priority"],
-                    r["run_at"],
-                ],
-                r["stream_key"],
-                r["client_session"],
-            )
+            (ListingRow.parse([r[i] for i in range(width)]), r["_stream_key"], r["_client_session"])
             for r in rows
         ]
 

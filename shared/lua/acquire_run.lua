@@ -8,11 +8,12 @@
 -- tools hash's and the run's open claims (commit.lua): a claim stands for its call unless the call
 -- has a record past its claim. Then its tenant, ancestry, and the submitter's trace context
 -- (F.TRACE, '' = none), its configuration when its checkpoints leave it out (F.CONFIG, '' =
--- inline), and its transcript when they leave that out (transcript_key, '' = inline or none yet).
+-- inline), and its transcript when they leave that out (transcript_key, '' = inline or none yet),
+-- and its priority (F.PRIORITY: as capped at submission; the provider limiter's line orders by it).
 -- Else a verdict: missing, terminal, superseded, no_lease, busy, exhausted.
 local function acquired(run, tools, run_id, epoch, crashes)
   local d = redis.call('HMGET', run, F.LAST_SEQ, F.CKPT, F.INPUT, F.ABORT, F.APPROVALS, F.ORIGIN, F.TENANT,
-    F.ANCESTRY, F.CLAIMS, F.TRACE, F.CONFIG)
+    F.ANCESTRY, F.CLAIMS, F.TRACE, F.CONFIG, F.PRIORITY)
   local origin = ((d[2] or '') == '') and (d[6] or '') or ''
   local records = redis.call('HGETALL', tools)
   if d[9] and d[9] ~= '' then
@@ -29,7 +30,7 @@ local function acquired(run, tools, run_id, epoch, crashes)
   end
   return {'ok', tostring(epoch), d[1] or '0', d[2] or '', d[3] or '', d[4] or '', d[5] or '', records,
     tostring(crashes), origin, d[7] or '', d[8] or '', d[10] or '', d[11] or '',
-    redis.call('GET', transcript_key(run_id)) or ''}
+    redis.call('GET', transcript_key(run_id)) or '', d[12] or ''}
 end
 local function acquire_run(run, stream, tools, run_id, gen, worker, alive)
   local h = redis.call('HMGET', run, F.STATUS, F.GEN, F.OWNER, F.EPOCH, F.CRASHES)

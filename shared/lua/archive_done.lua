@@ -4,9 +4,11 @@
 -- and the fields only a live run needs for the live retention, then expiring.
 -- KEYS: none of its own (run keys from the context; the archive index is the context's archive)
 -- ARGV: liveRetentionS, then per run: runId, nTerms, its metadata's listing terms (shared.meta_terms)
--- Reply: how many were still waiting in the index
+-- Reply: how many were still waiting in the index, then the runs deleted meanwhile (a tombstone:
+-- the archiver deletes the rows it just wrote; the deletion deletes any written before its tombstone)
 local live = tonumber(ARGV[1])
 local n = 0
+local deleted = {}
 local k = 2
 while k <= #ARGV do
   local id, nterms = ARGV[k], tonumber(ARGV[k + 1])
@@ -32,6 +34,7 @@ while k <= #ARGV do
     if live > 0 then redis.call('EXPIRE', run, live) else redis.call('DEL', run) end
   end
   redis.call('DEL', stream_key(id), tools_key(id), transcript_key(id))
+  if redis.call('EXISTS', ctx().gone .. id) == 1 then deleted[#deleted + 1] = id end
   k = k + 2 + nterms
 end
-return n
+return {n, unpack(deleted)}

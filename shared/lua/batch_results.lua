@@ -1,22 +1,21 @@
 -- A page of a batch's runs with their results, in item order (the batch's item index, kept by
 -- submit_one in the batch's 'item' index: runId -> item index). Read-only; at most scanMax entries
 -- looked at per call (one HMGET each), the next call starting where this one stopped.
--- KEYS: none of its own (the index is named by the arguments)
--- ARGV: tenant, batchId, start (an item index), after (a runId: the runs at ``start`` up to it
---   included are skipped, as the index orders the runs of one item index; '' = none), limit,
---   scanMax, statuses (a comma list; '' = every status), maxBytes (the call stops once the results
---   it answers reach this size)
+-- The call: shared.calls.results.BatchResults. ``after``: the runs at ``start`` up to it included
+--   are skipped, as the index orders the runs of one item index; ``max_bytes``: the call stops once
+--   the results it answers reach this size.
 -- Reply: stopIndex, stopId (the last entry looked at when the call stopped before the end of the
 --   index, else '', ''), then per run: item index, runId (as its keys name it), runId (as its
 --   tenant knows it), status, result JSON ('' while it has none).
-local t, start, after = ARGV[1], ARGV[3], ARGV[4]
-local limit, scan_max, max_bytes = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[8])
+
+local t, start, after = ARG.TENANT, ARG.START, ARG.AFTER
+local limit, scan_max, max_bytes = tonumber(ARG.LIMIT), tonumber(ARG.SCAN_MAX), tonumber(ARG.MAX_BYTES)
 local want = nil
-if ARGV[7] ~= '' then
+if ARG.STATUSES ~= '' then
   want = {}
-  for s in string.gmatch(ARGV[7], '[^,]+') do want[s] = true end
+  for s in string.gmatch(ARG.STATUSES, '[^,]+') do want[s] = true end
 end
-local key = index_key(t, DIM.ITEM, ARGV[2])
+local key = index_key(t, DIM.ITEM, ARG.BATCH_ID)
 -- Right after ``after`` by its rank while it is at ``start`` (Redis orders one score's members by
 -- their bytes; no string comparison here, whose order would follow the server's locale), else
 -- from the next item index on.

@@ -1,7 +1,7 @@
 -- One worker heartbeat on one partition, O(1) whatever the worker's number of runs: renew its lease
 -- (its lease key, which a commit checks, and its entry in the workers zset, which the sweep reads)
 -- and take up to ARGV[3] abort nudges from its inbox, each answered with the run's epoch and abort
--- reason (the run hash stays the truth), after the number of live workers (its claims' share). A
+-- reason (the run hash stays the truth; epoch -1: the run is gone), after the number of live workers (its claims' share). A
 -- lease that already expired is not renewed: the worker must give up its runs (``lost``).
 -- ARGV[4] = '1' registers a new lease id.
 -- KEYS: inbox, lease key   ARGV: lease id, leaseMs, max messages, register
@@ -14,7 +14,9 @@ local msgs = redis.call('LPOP', KEYS[1], tonumber(ARGV[3]))
 if msgs then
   for _, rid in ipairs(msgs) do
     local r = redis.call('HMGET', run_key(rid), F.EPOCH, F.ABORT, F.OWNER)
-    if r[3] == ARGV[1] then
+    if not r[1] then  -- gone (deleted after its abort was asked): epoch -1, its worker drops it now
+      out[#out + 1] = rid; out[#out + 1] = '-1'; out[#out + 1] = ''
+    elseif r[3] == ARGV[1] then
       out[#out + 1] = rid; out[#out + 1] = r[1] or '0'; out[#out + 1] = r[2] or ''
     end
   end

@@ -9,7 +9,8 @@
 -- a verdict other than ok ends the job as an acquire's would), else an empty list. A worker whose
 -- lease has expired claims nothing.
 -- First the scheduled jobs now due (runAt reached) move to the queue, scored as if enqueued at
--- their runAt (queue_score): they are claimed by the next poll.
+-- their runAt (queue_score): they are claimed by the next poll (a run with a concurrency key whose
+-- slots are all held waits for one instead: conc_take).
 -- A claimed run's reconciler check moves to one lease from now: if its worker dies before it takes
 -- the lease, the sweep finds the run still queued with its job in progress and re-dispatches it.
 -- Fair dispatch: a job whose tenant already runs its maxRunning is not claimed; it moves, with its
@@ -31,14 +32,20 @@ for i = 1, #due, 2 do
   redis.call('ZREM', SCHEDULED, jid)
   local rid = run_of_job(jid)
   local run = run_key(rid)
-  local h = redis.call('HMGET', run, F.STATUS, F.PRIORITY)
+  local h = redis.call('HMGET', run, F.STATUS, F.PRIORITY, F.TENANT, F.CONC_KEY, F.CONC_LIMIT, F.WAITING_FOR)
   if h[1] == S.SCHEDULED then
+    if (h[6] or '') ~= '' then redis.call('HSET', run, F.WAITING_FOR, '') end  -- its rate key's start came
     local p = tonumber(h[2] or '') or DEFAULT_PRIORITY
+    local score = queue_score(tonumber(due[i + 1]), p)
     redis.call('HSET', run, F.STATUS, S.QUEUED)
     track(run, rid, S.SCHEDULED, S.QUEUED)
-    redis.call('ZADD', QUEUE, queue_score(tonumber(due[i + 1]), p), jid)
-    redis.call('HINCRBY', DEPTH, p, 1)
-    wake()
+    if (h[4] or '') == '' or conc_take(run, rid, h[3] or '', h[4], tonumber(h[5] or '') or 1, score) then
+      redis.call('ZADD', QUEUE, score, jid)
+      redis.call('HINCRBY', DEPTH, p, 1)
+      wake()
+    else  -- waiting for a slot of its concurrency key: no reconciler check until it has one
+      redis.call('ZREM', LIVE, rid)
+    end
   end
 end
 

@@ -21,43 +21,82 @@
 --   in KEYS after the session's), then a budget settlement: the hold's member ('' = none), actual
 --   tokens, actual nano-USD, keys' ttl ms (budget.lua; the tenant's day budget hash and holds zset
 --   last in KEYS, in this run's slot).
-local h = redis.call('HMGET', KEYS[1], F.EPOCH, F.LAST_SEQ, F.OWNER, F.STATUS, F.WEBHOOK, F.CLAIMS)
-local first = tonumber(ARGV[2])
+-- The run's status and webhook only when this commit changes its status: each field of a script's
+-- reply costs Lua about as much as a small command.
+local h
+if ARGV[5] == '' then
+  h = redis.call('HMGET', KEYS[1], F.EPOCH, F.LAST_SEQ, F.OWNER, F.CLAIMS)
+else
+  h = redis.call('HMGET', KEYS[1], F.EPOCH, F.LAST_SEQ, F.OWNER, F.CLAIMS, F.STATUS, F.WEBHOOK)
+end
+local first = num(ARGV[2])
 local refused = append_refused(h, ARGV[1], ARGV[3], KEYS[4], KEYS[2], first, ARGV, 8)
 if refused then return refused end
-local n = tonumber(ARGV[8])
+local n = num(ARGV[8])
 local i = append_events(KEYS[2], first, n, ARGV, 9, ARGV[1])
 local last = first + n - 1
+local last_text = int_text(last)
 -- Tool claims (pending, with the attempt number the worker counted from the records it acquired):
 -- the run's open claims (field claims) gain them, in the run hash's HSET below, so a step that
 -- claims writes one hash. Tool records (results, offered client calls): one HSET of the tools hash;
 -- a record supersedes its call's claim, which leaves the open claims.
-local claims = nil
-local function open_claims()
-  if not claims then claims = (h[6] and h[6] ~= '') and cjson.decode(h[6]) or {} end
-  return claims
+local nc = num(ARGV[i]); i = i + 1
+local claims_at = i
+i = i + 2 * nc
+local nr = num(ARGV[i]); i = i + 1
+local records_at = i
+i = i + 2 * nr
+local open = h[4] or ''
+-- A step's two usual commits change the claims without a JSON round trip: its claims when none is
+-- open (their text written here), then the records that close its one open claim ('').
+-- claims_text: the field's new text; nil with claims nil: unchanged.
+local claims, claims_text = nil, nil
+local function plain_int(s) return #s < 15 and string.find(s, '^[1-9]%d*$') ~= nil end
+local function plain_id(s) return string.find(s, '^[%w%._:%-]+$') ~= nil end
+local fast = false
+if nc > 0 and nr == 0 and open == '' and plain_int(ARGV[1]) then
+  local parts = {}
+  for k = claims_at, claims_at + 2 * nc - 1, 2 do
+    if not (plain_id(ARGV[k]) and plain_int(ARGV[k + 1])) then parts = nil; break end
+    parts[#parts + 1] = '"' .. ARGV[k] .. '":{"state":"' .. TS.PENDING .. '","epoch":' .. ARGV[1] .. ',"attempts":' ..
+      ARGV[k + 1] .. '}'
+  end
+  if parts then claims_text, fast = '{' .. table.concat(parts, ',') .. '}', true end
+elseif nc == 0 and nr > 0 and open ~= '' then
+  local only = string.match(open, '^{"([%w%._:%-]+)":{[^{}]*}}$')
+  if only then
+    fast = true
+    for k = records_at, records_at + 2 * nr - 1, 2 do
+      if ARGV[k] == only then claims_text = ''; break end
+    end
+  end
 end
-local nc = tonumber(ARGV[i]); i = i + 1
-for k = 1, nc do
-  open_claims()[ARGV[i]] = {state = TS.PENDING, epoch = tonumber(ARGV[1]), attempts = tonumber(ARGV[i + 1])}
-  i = i + 2
+if not fast then
+  -- any other change: the open claims decoded, changed, encoded again
+  local function open_claims()
+    if not claims then claims = open ~= '' and cjson.decode(open) or {} end
+    return claims
+  end
+  for k = claims_at, claims_at + 2 * nc - 1, 2 do
+    open_claims()[ARGV[k]] = {state = TS.PENDING, epoch = tonumber(ARGV[1]), attempts = tonumber(ARGV[k + 1])}
+  end
+  for k = records_at, records_at + 2 * nr - 1, 2 do
+    if claims or open ~= '' then open_claims()[ARGV[k]] = nil end
+  end
 end
-local nr = tonumber(ARGV[i]); i = i + 1
 local tool_fields = {}
-for k = 1, nr do
-  tool_fields[#tool_fields + 1] = ARGV[i]; tool_fields[#tool_fields + 1] = ARGV[i + 1]
-  if claims or (h[6] and h[6] ~= '') then open_claims()[ARGV[i]] = nil end
-  i = i + 2
+for k = records_at, records_at + 2 * nr - 1, 2 do
+  tool_fields[#tool_fields + 1] = ARGV[k]; tool_fields[#tool_fields + 1] = ARGV[k + 1]
 end
 if #tool_fields > 0 then redis.call('HSET', KEYS[3], unpack(tool_fields)) end
 local sid = ARGV[i]; local loop = ARGV[i + 1]; i = i + 2
-local ntr = tonumber(ARGV[i]); i = i + 1
+local ntr = num(ARGV[i]); i = i + 1
 local trs = {}
 for k = 1, ntr do
   trs[#trs + 1] = ARGV[i]; trs[#trs + 1] = ARGV[i + 1]
   i = i + 2
 end
-local ncalls = tonumber(ARGV[i]); i = i + 1
+local ncalls = num(ARGV[i]); i = i + 1
 local calls = {}
 for k = 1, ncalls do calls[k] = ARGV[i]; i = i + 1 end
 local approval_timeout = ARGV[i]
@@ -77,14 +116,14 @@ local config = ARGV[i + 9] or ''
 local tr_mode, tr = ARGV[i + 10] or '', ARGV[i + 11] or ''
 i = i + 3  -- the usage tally and the settlement come after the configuration and the transcript
 local usage_ttl = ARGV[i + 9] or ''
-local nu = tonumber(ARGV[i + 10] or '0')
+local nu = num(ARGV[i + 10] or '0')
 local settle_at = i + 11 + 2 * nu
 local settle = (ARGV[settle_at] or '') ~= ''
 local usage_key = KEYS[#KEYS - (settle and 2 or 0)]
 -- The run hash's fields this commit changes, in one HSET at the end.
 local run_fields = {}
 local function set(k, v) run_fields[#run_fields + 1] = k; run_fields[#run_fields + 1] = v end
-if n > 0 then set(F.LAST_SEQ, last) end
+if n > 0 then set(F.LAST_SEQ, last_text) end
 if ARGV[7] ~= '' then set(F.CKPT, ARGV[7]) end
 if config ~= '' then set(F.CONFIG, config) end
 if tr_mode == 'a' then
@@ -92,7 +131,8 @@ if tr_mode == 'a' then
 elseif tr_mode == 's' then
   redis.call('SET', transcript_key(ARGV[4]), tr)
 end
-if claims then set(F.CLAIMS, next(claims) and cjson.encode(claims) or '') end
+if claims then claims_text = next(claims) and cjson.encode(claims) or '' end
+if claims_text then set(F.CLAIMS, claims_text) end
 if iterations ~= '' then set(F.ITERATIONS, iterations) end
 if children ~= '' then set(F.CHILDREN, children) end
 if usage then
@@ -107,7 +147,7 @@ local now = status ~= '' and now_ms() or 0
 if status ~= '' then
   local owner = h[3]
   if owner and owner ~= '' then redis.call('SREM', worker_runs_key(owner), ARGV[4]) end
-  track(KEYS[1], ARGV[4], h[4], status, usage)
+  track(KEYS[1], ARGV[4], h[5], status, usage)
   set(F.STATUS, status); set(F.OWNER, '')
 end
 if status == '' then
@@ -117,7 +157,7 @@ elseif is_terminal(status) then
   if error_code ~= '' then set(F.ERROR_CODE, error_code) end
   redis.call('ZREM', LIVE, ARGV[4])
   redis.call('ZREM', AWAITING, ARGV[4])
-  if h[5] and h[5] ~= '' then redis.call('LPUSH', WEBHOOKS, ARGV[4]) end
+  if h[6] and h[6] ~= '' then redis.call('LPUSH', WEBHOOKS, ARGV[4]) end
   if usage_ttl ~= '' then
     -- The day's hash expires usage_ttl after the first run that wrote a field of it (a field that
     -- comes out equal to its increment is new: the runs field, +1 a run, is new once a day and agent).
@@ -128,15 +168,17 @@ elseif is_terminal(status) then
     if fresh then redis.call('EXPIRE', usage_key, usage_ttl) end
   end
   redis.call('HSET', KEYS[1], unpack(run_fields)); run_fields = {}
+  local no_content = stores_no_content(KEYS[1])
+  if no_content then redact(KEYS[1], KEYS[2], KEYS[3], ARGV[4]) end
   ending_handoff(KEYS[1], ARGV[4], status)
   if sid ~= '' then
-    if loop ~= '' then
+    if loop ~= '' and not no_content then
       redis.call('RPUSH', KEYS[8], loop)
       redis.call('LTRIM', KEYS[8], -1000, -1)
       -- kept with the run until archived: the archive answers the session's history after its list expired
       if ctx().archive_on == '1' then redis.call('HSET', KEYS[1], F.LOOP, loop) end
     end
-    session_keep(KEYS[9], KEYS[10], trs, calls)
+    session_keep(KEYS[9], KEYS[10], no_content and {} or trs, calls)
     -- A session's history lives for the retention after its latest run ended.
     redis.call('LTRIM', KEYS[7], -1000, -1)
     for k = 7, 8 do redis.call('EXPIRE', KEYS[k], ctx().retention) end
@@ -207,4 +249,4 @@ if settle then
   budget_settle(KEYS[#KEYS - 1], KEYS[#KEYS], ARGV[settle_at], ARGV[settle_at + 1], ARGV[settle_at + 2],
     ARGV[settle_at + 3])
 end
-return {'ok', tostring(last)}
+return {'ok', last_text}

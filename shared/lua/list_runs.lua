@@ -9,9 +9,9 @@
 -- KEYS: none of its own (the indexes are named by its arguments)
 -- ARGV: tenant, limit, scanMax, cursorScore ('' = first page), cursorId, createdAfter ('' = none,
 --   exclusive), createdBefore ('' = none, exclusive), nFilters, then dim, value pairs.
--- Reply: nextCursorScore ('' = the end), nextCursorId, then per run: runId, status, createdAt,
---   sessionId, agent, batch, finishedAt, clientId (the id shown for a tenant-scoped run), iterations,
---   errorCode, lineage, retriedBy, priority, runAt: producer.listing.ROW_FIELDS fields a run.
+-- Reply: nextCursorScore ('' = the end), nextCursorId, then per run its row: runId, then the run
+--   hash fields of shared.listing_row.ListingRow (declared there once, rendered in the HMGET
+--   below as __LISTING_FIELDS__), '' for a field the hash lacks.
 local limit, budget = tonumber(ARGV[2]), tonumber(ARGV[3])
 local idx = {}
 for j = 1, tonumber(ARGV[8]) do idx[#idx + 1] = index_key(ARGV[1], ARGV[7 + 2 * j], ARGV[8 + 2 * j]) end
@@ -79,17 +79,12 @@ while not ended and used < budget and n < limit do
     end
     if ok then
       used = used + 1
-      local h = redis.call('HMGET', run_key(id), F.STATUS, F.CREATED_AT, F.SESSION_ID, F.AGENT, F.BATCH,
-        F.FINISHED_AT, F.CLIENT_ID, F.TENANT, F.ITERATIONS, F.ERROR_CODE, F.LINEAGE, F.RETRIED_BY, F.PRIORITY,
-        F.RUN_AT)
-      if not h[1] or h[8] ~= ARGV[1] then
+      local h = redis.call('HMGET', run_key(id), F.TENANT, __LISTING_FIELDS__)  -- the status first
+      if not h[2] or h[1] ~= ARGV[1] then
         dead[#dead + 1] = id
       else
         out[#out + 1] = id
-        for f = 1, 7 do out[#out + 1] = h[f] or '' end
-        out[#out + 1] = h[9] or ''; out[#out + 1] = h[10] or ''
-        out[#out + 1] = h[11] or ''; out[#out + 1] = h[12] or ''
-        out[#out + 1] = h[13] or ''; out[#out + 1] = h[14] or ''
+        for f = 2, #h do out[#out + 1] = h[f] or '' end
         n = n + 1
       end
     end

@@ -3,15 +3,13 @@
 -- score is the latest such "until" any process gave (never shortened by another process's), so the
 -- live tenants are the union of what the running API processes name; one no process has named for
 -- a day is forgotten. The tenants this adds (the default one always) keep the set from emptying.
--- KEYS: the live tenants (zset tenant -> until, ms Redis time), the set older versions kept (removed)
--- ARGV: ttl ms, tenant, …
--- Returns: now (ms, Redis time)
+-- The call: shared.calls.schedules.SayLiveTenants. Returns: now (ms, Redis time).
 local now = now_ms()
-local till = now + tonumber(ARGV[1])
-redis.call('DEL', KEYS[2])
-for i = 2, #ARGV do
-  local was = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[i]) or '0')
-  if till > was then redis.call('ZADD', KEYS[1], till, ARGV[i]) end
+local till = now + tonumber(ARG.TTL_MS)
+redis.call('DEL', KEY.BEFORE)
+for i = ARGN.TENANTS, #ARGV do
+  local was = tonumber(redis.call('ZSCORE', KEY.LIVE, ARGV[i]) or '0')
+  if till > was then redis.call('ZADD', KEY.LIVE, till, ARGV[i]) end
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - 86400000)
+redis.call('ZREMRANGEBYSCORE', KEY.LIVE, '-inf', now - 86400000)
 return now

@@ -3,7 +3,7 @@
 -- if these were not there):
 --   KEYS (last eight): the partition's arq queue, live index, awaiting index, workers, webhook list,
 --         scheduled jobs, queue depth per priority, wake list
---   ARGV[1]: the partition's context (shared.scripts.Scripts.context: the key prefixes of
+--   ARGV (last): the partition's context (shared.scripts.Scripts.context: the key prefixes of
 --            shared.keys.Partition.context, the arq job template, the settings), parsed on demand
 -- enter_prelude (at the end) takes them off at the start of each call: with Redis Functions this
 -- file runs once, when the library loads, and each call only runs enter_prelude (shared.scripts).
@@ -86,6 +86,80 @@ local function job_payload(id, gen, now)
   local c = ctx()
   return c.job_a .. id .. c.job_b .. gen .. c.job_c .. now .. c.job_d
 end
+local TERMINAL = {__TERMINAL__}  -- agentmill_client.statuses.TERMINAL
+local function is_terminal(s)
+  return TERMINAL[s] == true
+end
+-- Concurrency keys (RunInput.concurrency; keys.Partition.conc_running, conc_waiting): every run of
+-- a key lives on the key's home partition, so the key's slots are counted here, in one slot.
+local function conc_suffix(t, k) return #t .. ':' .. t .. ':' .. k end  -- keys.conc_suffix
+local function conc_running_key(t, k) return ctx().conc_running .. conc_suffix(t, k) end
+local function conc_waiting_key(t, k) return ctx().conc_waiting .. conc_suffix(t, k) end
+local function debounce_key(t, k) return ctx().debounce .. conc_suffix(t, k) end
+-- The runs holding a slot of a key (rk: its running set): those that ended or vanished without
+-- letting go (none should) are forgotten, looking at most limit + 50, only when it looks full.
+local function conc_holding(rk, limit)
+  local n = redis.call('ZCARD', rk)
+  if n < limit then return n end
+  for _, id in ipairs(redis.call('ZRANGE', rk, 0, limit + 49)) do
+    local st = redis.call('HGET', run_key(id), F.STATUS)
+    if not st or is_terminal(st) then redis.call('ZREM', rk, id) end
+  end
+  return redis.call('ZCARD', rk)
+end
+-- A run of key k (tenant t) is ready for the queue (submitted, or its runAt reached): true when it
+-- takes one of the key's slots (it holds it until it ends); else it waits in the key's waiting set
+-- at its queue score (``score``), not on the queue and holding no worker, its waitingFor naming the
+-- key, until conc_release gives it a slot.
+local function conc_take(run, id, t, k, limit, score)
+  local rk = conc_running_key(t, k)
+  if conc_holding(rk, limit) < limit then
+    redis.call('ZADD', rk, now_ms(), id)
+    redis.call('EXPIRE', rk, ctx().retention)
+    return true
+  end
+  local wk = conc_waiting_key(t, k)
+  redis.call('ZADD', wk, score, id)
+  redis.call('EXPIRE', wk, ctx().retention)
+  redis.call('HSET', run, F.WAITING_FOR, 'concurrency:' .. k)
+  return false
+end
+-- A run of key k ended: it lets go of its slot (or leaves the waiting set), and the waiting runs,
+-- in their order, take the slots free now (each waiting run's own limit decides: the one asked with
+-- the run), going to the queue at the score they waited with, ahead of later runs. At most 100
+-- looked at a call.
+local function conc_release(t, k, id)
+  local rk, wk = conc_running_key(t, k), conc_waiting_key(t, k)
+  if redis.call('ZREM', rk, id) == 0 then
+    redis.call('ZREM', wk, id)
+    return
+  end
+  local now = now_ms()
+  for _ = 1, 100 do
+    local nxt = redis.call('ZRANGE', wk, 0, 0, 'WITHSCORES')
+    if #nxt == 0 then return end
+    local wid = nxt[1]
+    local run = run_key(wid)
+    local h = redis.call('HMGET', run, F.STATUS, F.CONC_LIMIT, F.GEN, F.PRIORITY)
+    redis.call('ZREM', wk, wid)
+    if h[1] == S.QUEUED then
+      local limit = tonumber(h[2] or '') or 1
+      if conc_holding(rk, limit) >= limit then
+        redis.call('ZADD', wk, nxt[2], wid)
+        return
+      end
+      redis.call('ZADD', rk, now, wid)
+      redis.call('HSET', run, F.WAITING_FOR, '')
+      local jid = job_id(wid, tonumber(h[3] or '1') or 1)
+      local p = tonumber(h[4] or '') or DEFAULT_PRIORITY
+      redis.call('SET', ctx().job_key .. jid, job_payload(wid, tonumber(h[3] or '1') or 1, now), 'PX', ctx().job_expire_ms)
+      redis.call('ZADD', QUEUE, nxt[2], jid)
+      redis.call('HINCRBY', DEPTH, p, 1)
+      redis.call('ZADD', LIVE, now + tonumber(ctx().queued_check_ms), wid)
+      wake()
+    end
+  end
+end
 -- Is this worker lease id's lease unexpired? Its lease key exists (it expires by Redis's clock).
 local function worker_alive(w)
   if not w or w == '' then return false end
@@ -106,10 +180,6 @@ local function request_abort(run_id, reason)
     redis.call('LTRIM', inbox, -10000, -1)
   end
 end
-local TERMINAL = {__TERMINAL__}  -- agentmill_client.statuses.TERMINAL
-local function is_terminal(s)
-  return TERMINAL[s] == true
-end
 -- A tenant's counted runs (maxActive) in its active zset on this partition, after forgetting the
 -- runs that ended (or whose hash never appeared within grace ms): oldest first, at most 200 a call,
 -- so a full tenant costs Redis a bounded amount per refusal. A run that has not ended counts,
@@ -124,9 +194,15 @@ local function active_pruned(key, now, grace)
   end
   return redis.call('ZCARD', key)
 end
+-- Counts and seqs to and from text on the hot path: Lua's tonumber (strtod) and tostring (printf's
+-- '%.14g') each cost more than a small Redis command; a count of a few is looked up, an integer
+-- printed with '%d' (exact to 2^53, where '%.14g' turns 1e14 into '1e+14').
+local SMALL = {['0'] = 0, ['1'] = 1, ['2'] = 2, ['3'] = 3, ['4'] = 4, ['5'] = 5, ['6'] = 6, ['7'] = 7, ['8'] = 8}
+local function num(s) return SMALL[s] or tonumber(s) end
+local function int_text(x) return string.format('%d', x) end
 local function xadd(stream, seq, kind, ts, payload, maxlen, epoch)
   -- seq formatted once: a Lua number is printed again for each place it is passed (.. and redis.call)
-  local s = tostring(seq)
+  local s = int_text(seq)
   redis.call('XADD', stream, 'MAXLEN', '~', maxlen, s .. '-0',
     'seq', s, 'kind', kind, 'ts', ts, 'payload', payload, 'epoch', epoch)
 end
@@ -138,7 +214,7 @@ end
 -- anyone took its runs over); or the stream does not end at first - 1.
 local function append_refused(h, epoch, lease_id, lease_key, stream, first, args, at)
   if not h[1] then return {'missing'} end
-  if tonumber(h[1]) ~= tonumber(epoch) then return {'fenced', h[1]} end
+  if h[1] ~= epoch and tonumber(h[1]) ~= tonumber(epoch) then return {'fenced', h[1]} end
   if h[3] ~= lease_id or redis.call('EXISTS', lease_key) == 0 then return {'fenced', h[1]} end
   if tonumber(h[2]) ~= first - 1 then
     -- The same append sent again after its reply was lost (redis-py retries on connection errors):
@@ -249,8 +325,10 @@ local function track(run, id, old, new, usage)
   old = old or ''
   if old == new then return end
   local h = redis.call('HMGET', run, F.TENANT, F.CREATED_AT, F.BATCH, F.USAGE_IN, F.USAGE_OUT, F.USAGE_ESTIMATED,
-    F.USAGE_COST, F.USAGE_CACHE_READ, F.USAGE_CACHE_WRITE)
+    F.USAGE_COST, F.USAGE_CACHE_READ, F.USAGE_CACHE_WRITE, F.CONC_KEY)
   if not h[1] then return end
+  -- a run that ends lets go of its concurrency key's slot: the next run waiting for it goes
+  if h[10] and h[10] ~= '' and is_terminal(new) and not is_terminal(old) then conc_release(h[1], h[10], id) end
   -- a run that stops running (or leaves the queue unclaimed) frees its tenant's slot at once
   if old ~= '' and new ~= S.RUNNING and redis.call('ZREM', tenant_running_key(h[1]), id) == 1 then
     unhold(h[1], 1)
@@ -375,7 +453,7 @@ local function session_keep(results_key, calls_key, results, calls)
   redis.call('EXPIRE', calls_key, ctx().retention)
 end
 -- The order of the calls a run made: by calledAt, then agentmill's ids c<model call>.<position> by
--- their numbers (c10.0 after c9.1), any other id by its text after them (worker/sessions.py call_order).
+-- their numbers (c10.0 after c9.1), any other id by its text after them (worker/core/sessions.py call_order).
 local CONTEXT_TOOLS = {__CONTEXT_TOOLS__}  -- their calls are no session's calls
 local function call_rank(id)
   local head, pos = string.match(id, '^c(%d+)%.(%d+)$')
@@ -392,7 +470,7 @@ local function call_before(a, b)
   return a.id < b.id
 end
 -- The calls a run executed, from its tools hash, as session_keep takes them: each done record but
--- the context tools' (worker/sessions.py session_calls does the same for a worker's ending).
+-- the context tools' (worker/core/sessions.py session_calls does the same for a worker's ending).
 local function recorded_calls(tools, run_id)
   local raw = redis.call('HGETALL', tools)
   local done = {}
@@ -410,7 +488,7 @@ local function recorded_calls(tools, run_id)
   table.sort(done, call_before)
   local results, calls = {}, {}
   for _, c in ipairs(done) do
-    local sid = run_id .. '/' .. c.id  -- the session call id (worker/sessions.py session_call_id)
+    local sid = run_id .. '/' .. c.id  -- the session call id (worker/core/sessions.py session_call_id)
     results[#results + 1] = sid; results[#results + 1] = cjson.encode(c.result)
     calls[#calls + 1] = cjson.encode({[CALL.ID] = sid, [CALL.NAME] = c.name, [CALL.RUN_ID] = run_id,
       [CALL.IS_ERROR] = c.result.isError == true, [CALL.CALLED_AT] = c.at})
@@ -453,6 +531,97 @@ end
 -- approval timeout). Bumps the epoch so any worker still holding the run is fenced off. The calls its
 -- records hold reach its session, as a worker's ending takes them there: once, since only a run not
 -- ended yet is ended here, and a worker's later ending of it is fenced.
+-- Content that need not be stored (RunInput.storeContent false; its profile's default is resolved
+-- into the input at submission): once the run ends, its stream keeps no message or tool content (the
+-- payload of each event that carries some keeps its numbers, booleans, ids and names, marked
+-- contentRedacted), its result no answer, output or messages, its input no messages; its tool
+-- records, checkpoint and transcript go. Usage, timings, statuses and errors stay.
+local function stores_no_content(run)
+  local raw = redis.call('HGET', run, F.INPUT)
+  if not raw or not string.find(raw, '"storeContent":false', 1, true) then return false end
+  local ok, v = pcall(cjson.decode, raw)
+  return ok and type(v) == 'table' and v.storeContent == false
+end
+local CONTENT_KINDS = {[EVENT.MODEL_DELTA] = true, [EVENT.ASSISTANT_MESSAGE] = true, [EVENT.TOOL_CALL] = true,
+  [EVENT.TOOL_RESULT] = true, [EVENT.COMPACTION] = true, [EVENT.CHILD_ENDED] = true}
+local KEPT_TEXT = {toolCallId = true, providerCallId = true, name = true, childRunId = true, streamKey = true,
+  status = true, finishReason = true, stopReason = true, model = true, code = true, strategy = true, runId = true}
+local USAGES = {usage = true, total = true, childrenUsage = true}  -- tables of numbers: kept
+local function scalars_of(t)  -- a table's numbers and booleans (a usage)
+  local out = {}
+  for k, v in pairs(t) do
+    if type(v) == 'number' or type(v) == 'boolean' then out[k] = v end
+  end
+  return out
+end
+local function redacted_payload(payload)
+  local ok, p = pcall(cjson.decode, payload)
+  local out = {contentRedacted = true}
+  if not ok or type(p) ~= 'table' then return cjson.encode(out) end
+  for k, v in pairs(p) do
+    local t = type(v)
+    if t == 'number' or t == 'boolean' or (t == 'string' and KEPT_TEXT[k]) then
+      out[k] = v
+    elseif t == 'table' and USAGES[k] then
+      out[k] = scalars_of(v)
+    end
+  end
+  return cjson.encode(out)
+end
+local function redacted_result(raw)
+  local ok, r = pcall(cjson.decode, raw)
+  if not ok or type(r) ~= 'table' then return cjson.encode({contentRedacted = true}) end
+  local out = {contentRedacted = true, runId = r.runId, sessionId = r.sessionId, status = r.status,
+    iterations = r.iterations, stopReason = r.stopReason, finishReason = r.finishReason}
+  for k in pairs(USAGES) do
+    if type(r[k]) == 'table' then out[k] = scalars_of(r[k]) end
+  end
+  if type(r.lastError) == 'table' then
+    out.lastError = {code = r.lastError.code, message = r.lastError.message, retryable = r.lastError.retryable}
+  end
+  return cjson.encode(out)
+end
+local function redacted_input(raw)
+  local ok, v = pcall(cjson.decode, raw)
+  if not ok or type(v) ~= 'table' then return raw end
+  local out = {storeContent = false, inputMessages = {{role = 'user', content = ''}}}
+  for k, x in pairs(v) do
+    local t = type(x)
+    if k ~= 'systemPromptOverride' and (t == 'string' or t == 'number' or t == 'boolean') then out[k] = x end
+  end
+  if type(v.metadata) == 'table' then
+    local m = {}
+    for k, x in pairs(v.metadata) do
+      if type(x) ~= 'table' and type(x) ~= 'userdata' then m[k] = x end
+    end
+    if next(m) then out.metadata = m end
+  end
+  return cjson.encode(out)
+end
+local function redact(run, stream, tools, run_id)
+  local entries = redis.call('XRANGE', stream, '-', '+')
+  local rows, changed = {}, false
+  for _, e in ipairs(entries) do
+    local f = {}
+    for k = 1, #e[2], 2 do f[e[2][k]] = e[2][k + 1] end
+    if CONTENT_KINDS[f.kind] then f.payload = redacted_payload(f.payload); changed = true end
+    rows[#rows + 1] = {e[1], f}  -- its id is <seq>-0 (xadd)
+  end
+  if changed then
+    redis.call('DEL', stream)
+    for _, r in ipairs(rows) do
+      local f = r[2]
+      xadd(stream, tonumber(f.seq), f.kind, f.ts, f.payload, ctx().maxlen, f.epoch)
+    end
+  end
+  local h = redis.call('HMGET', run, F.RESULT, F.INPUT)
+  local set = {}
+  if h[1] then set[#set + 1] = F.RESULT; set[#set + 1] = redacted_result(h[1]) end
+  if h[2] then set[#set + 1] = F.INPUT; set[#set + 1] = redacted_input(h[2]) end
+  if #set > 0 then redis.call('HSET', run, unpack(set)) end
+  redis.call('HDEL', run, F.CKPT, F.LOOP, F.APPROVALS, F.CLIENT_PENDING, F.ORIGIN)
+  redis.call('DEL', tools, transcript_key(run_id))
+end
 local function finalize(run, stream, tools, run_id, status, code, message)
   local maxlen, retention = ctx().maxlen, ctx().retention
   flush_deferred()  -- a run created earlier in this script may be the one ending
@@ -487,10 +656,12 @@ local function finalize(run, stream, tools, run_id, status, code, message)
   track(run, run_id, h[5], status)
   local wh = redis.call('HGET', run, F.WEBHOOK)
   if wh and wh ~= '' then redis.call('LPUSH', WEBHOOKS, run_id) end
+  local no_content = stores_no_content(run)
   if h[2] and h[2] ~= '' then
     local results, calls = recorded_calls(tools, run_id)
-    session_keep(ctx().session_results .. h[2], ctx().session_calls .. h[2], results, calls)
+    session_keep(ctx().session_results .. h[2], ctx().session_calls .. h[2], no_content and {} or results, calls)
   end
+  if no_content then redact(run, stream, tools, run_id) end
   session_advance(h[2], run_id)
   to_archive(run_id, ts)
   redis.call('EXPIRE', run, retention)
@@ -533,16 +704,13 @@ local function approval_expired(run, now)
 end
 -- The start of every call: the partition's keys and context off KEYS and ARGV, the per-call state reset.
 local function enter_prelude(KEYS, ARGV)
-  CTX_RAW = table.remove(ARGV, 1)
-  WAKE = table.remove(KEYS)
+  -- taken off the end, by index: no call of table.remove, and no argument moved
+  local na, nk = #ARGV, #KEYS
+  CTX_RAW = ARGV[na]; ARGV[na] = nil
+  QUEUE, LIVE, AWAITING, WORKERS = KEYS[nk - 7], KEYS[nk - 6], KEYS[nk - 5], KEYS[nk - 4]
+  WEBHOOKS, SCHEDULED, DEPTH, WAKE = KEYS[nk - 3], KEYS[nk - 2], KEYS[nk - 1], KEYS[nk]
+  for k = nk, nk - 7, -1 do KEYS[k] = nil end
   WAKES = 0
-  DEPTH = table.remove(KEYS)
-  SCHEDULED = table.remove(KEYS)
-  WEBHOOKS = table.remove(KEYS)
-  WORKERS = table.remove(KEYS)
-  AWAITING = table.remove(KEYS)
-  LIVE = table.remove(KEYS)
-  QUEUE = table.remove(KEYS)
   CTX = nil
   DEFERRED, TRIM, BATCH_NEW = nil, nil, nil
   BATCH_FINISHED = {}

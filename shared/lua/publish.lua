@@ -6,11 +6,11 @@
 --   per event
 -- Returns {'ok', lastSeq} | {'missing'} | {'fenced', epoch} | {'seq_conflict', lastSeq}, as commit.lua.
 local h = redis.call('HMGET', KEYS[1], F.EPOCH, F.LAST_SEQ, F.OWNER)
-local first = tonumber(ARGV[2])
+local first = num(ARGV[2])
 local refused = append_refused(h, ARGV[1], ARGV[3], KEYS[3], KEYS[2], first, ARGV, 4)
 if refused then return refused end
-local n = tonumber(ARGV[4])
+local n = num(ARGV[4])
 append_events(KEYS[2], first, n, ARGV, 5, ARGV[1])
-local last = first + n - 1
+local last = int_text(first + n - 1)
 redis.call('HSET', KEYS[1], F.LAST_SEQ, last)
-return {'ok', tostring(last)}
+return {'ok', last}

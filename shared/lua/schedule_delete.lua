@@ -1,9 +1,7 @@
--- Delete a tenant's schedule (the runs it made stay).
--- KEYS: schedule hash, tenant's due zset, tenants with schedules due, tenant index
--- ARGV: schedule key, tenant
-if redis.call('HGET', KEYS[1], SCHED.TENANT) ~= ARGV[2] then return 'unknown' end
-redis.call('DEL', KEYS[1])
-redis.call('ZREM', KEYS[2], ARGV[1])
-due_sync(KEYS[2], KEYS[3], ARGV[2])
-redis.call('ZREM', KEYS[4], ARGV[1])
-return 'deleted'
+-- Delete a tenant's schedule (the runs it made stay). The call: shared.calls.schedules.ScheduleDelete.
+if redis.call('HGET', KEY.SCHEDULE, SCHED.TENANT) ~= ARG.TENANT then return V.UNKNOWN end
+redis.call('DEL', KEY.SCHEDULE)
+redis.call('ZREM', KEY.DUE, ARG.SCHEDULE_KEY)
+due_sync(KEY.DUE, KEY.DUE_TENANTS, ARG.TENANT)
+redis.call('ZREM', KEY.INDEX, ARG.SCHEDULE_KEY)
+return V.DELETED

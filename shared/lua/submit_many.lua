@@ -3,7 +3,8 @@
 -- KEYS: none of its own
 -- ARGV: tenant, batchId ('' = none), batch webhook ('' = none), runs JSON [[runId, inputHash,
 --   sessionId, webhook, autoCreateSession, multitaskStrategy, agent, [metadata 'key=value' terms],
---   clientId, clientSession, item index, priority, runAt, trace context], …], then each run's input.   Reply: verdict, status per run.
+--   clientId, clientSession, item index, priority, runAt, trace context, concurrency key, its
+--   limit, debounce key, its period ms, why it waits, agent version], …], then each run's input.   Reply: verdict, status per run.
 local t, batch = ARGV[1], ARGV[2]
 local runs = cjson.decode(ARGV[4])
 local out = {}
@@ -24,6 +25,12 @@ for n, r in ipairs(runs) do
   A[15 + #terms] = r[12] or ''
   A[16 + #terms] = r[13] or ''
   A[17 + #terms] = r[14] or ''
+  A[18 + #terms] = r[15] or ''
+  A[19 + #terms] = r[16] or ''
+  A[20 + #terms] = r[17] or ''
+  A[21 + #terms] = r[18] or ''
+  A[22 + #terms] = r[19] or ''
+  A[23 + #terms] = r[20] or ''
   local K = {run_key(id), c.job_key .. job_id(id, 1)}
   if sid ~= '' then
     K[3], K[4], K[5] = session_key(sid), c.session_pending .. sid, c.session_runs .. sid

@@ -7,7 +7,12 @@
 --    session by when runId and sessionId are its tenant's keys for them (absent or '' otherwise),
 --    then the run's item index in its batch (absent or '' outside a batch), its priority ('' =
 --    the default) and its runAt in ms ('' = none; one not ahead of now is due at once), then its trace
---    context (F.TRACE: traceparent, a newline, tracestate; absent or '' = none)
+--    context (F.TRACE: traceparent, a newline, tracestate; absent or '' = none), then its
+--    concurrency key and that key's limit (absent or '' = none; a run with one has no session), then
+--    its debounce key and period ms (absent or '' = none; a run with one has no session nor runAt:
+--    it is scheduled a period from now, and replaces the run of the key still waiting to start),
+--    then why it waits (F.WAITING_FOR: 'rate:<key>' when its rate key delayed its runAt; '' = none), then the version of
+--    the tenant's agent it is pinned to (F.AGENT_VERSION; absent or '' = a profile of the file)
 -- The listing indexes and the batch of a run just created (A as submit_one's).
 local function index_new(run, A, now, status)
   local t, id, batch = A[4], A[1], A[9] or ''
@@ -31,6 +36,21 @@ local function index_new(run, A, now, status)
   for j = 1, tonumber(A[11] or '0') do ix_add(t, DIM.META, A[11 + j], id, now) end
   ix_add(t, DIM.STATUS, status, id, now)
 end
+-- Run ``id`` (``shown``: the id its client knows it by) of debounce key k (tenant t) was just
+-- scheduled a period from now: the key's run still waiting to start, if any, is superseded (ended
+-- aborted, code superseded; its id stays readable), and this one is the key's now.
+local function debounce(t, k, id, shown, period)
+  local dk = debounce_key(t, k)
+  local pending = redis.call('GET', dk)
+  if pending and pending ~= id and redis.call('HGET', run_key(pending), F.STATUS) == S.SCHEDULED then
+    finalize(run_key(pending), stream_key(pending), tools_key(pending), pending, S.ABORTED, 'superseded',
+      'superseded by run ' .. shown .. ' (the same debounce key within its period)')
+    local jid = job_id(pending, 1)
+    redis.call('ZREM', SCHEDULED, jid)  -- after finalize: a run created earlier in this call is written by then
+    redis.call('DEL', ctx().job_key .. jid)
+  end
+  redis.call('SET', dk, id, 'PX', period + tonumber(ctx().queued_check_ms))
+end
 local function submit_one(K, A)
   if redis.call('EXISTS', K[1]) == 1 then
     local h = redis.call('HMGET', K[1], F.INPUT_HASH, F.STATUS, F.TENANT)
@@ -38,7 +58,13 @@ local function submit_one(K, A)
     if h[1] == A[3] then return {'exists', h[2]} end
     return {'conflict', h[2]}
   end
+  -- a deleted run is not created again while its tombstone lasts (a resubmission, a schedule firing)
+  if redis.call('EXISTS', ctx().gone .. A[1]) == 1 then return {'deleted', ''} end
   if (A[9] or '') ~= '' and batch_finished(A[4], A[9]) then return {'batch_finished', ''} end
+  local conc = A[18 + tonumber(A[11] or '0')] or ''
+  if conc ~= '' and redis.call('ZCARD', conc_waiting_key(A[4], conc)) >= tonumber(ctx().key_waiting_max) then
+    return {'concurrency_full', ''}
+  end
   local now = now_ms()
   local dispatch = true
   if A[5] ~= '' then
@@ -85,8 +111,10 @@ local function submit_one(K, A)
   local nm = tonumber(A[11] or '0')
   local prio = tonumber(A[15 + nm] or '') or DEFAULT_PRIORITY
   local run_at = tonumber(A[16 + nm] or '')
+  local deb = A[20 + nm] or ''
+  if deb ~= '' then run_at = now + tonumber(A[21 + nm]) end
   local status = (dispatch and run_at and run_at > now) and S.SCHEDULED or S.QUEUED
-  redis.call('HSET', K[1], F.STATUS, status, F.PRIORITY, prio, F.RUN_AT, run_at and A[16 + nm] or '',
+  redis.call('HSET', K[1], F.STATUS, status, F.PRIORITY, prio, F.RUN_AT, run_at and (deb ~= '' and tostring(run_at) or A[16 + nm]) or '',
     F.INPUT, A[2], F.INPUT_HASH, A[3],
     F.TENANT, A[4], F.SESSION_ID, A[5], F.CREATED_AT, now, F.GEN, 1, F.EPOCH, 0, F.LAST_SEQ, 0,
     F.OWNER, '', F.CRASHES, 0, F.WEBHOOK, A[6], F.ABORT, '', F.HELD, dispatch and '' or '1',
@@ -95,8 +123,18 @@ local function submit_one(K, A)
   if client_id and client_id ~= '' then redis.call('HSET', K[1], F.CLIENT_ID, client_id) end
   local client_session = A[13 + tonumber(A[11] or '0')]
   if client_session and client_session ~= '' then redis.call('HSET', K[1], F.CLIENT_SESSION, client_session) end
+  if (A[22 + nm] or '') ~= '' and status == S.SCHEDULED then redis.call('HSET', K[1], F.WAITING_FOR, A[22 + nm]) end
   local trace = A[17 + tonumber(A[11] or '0')]
   if trace and trace ~= '' then redis.call('HSET', K[1], F.TRACE, trace) end
+  local version = A[23 + nm]
+  if version and version ~= '' then redis.call('HSET', K[1], F.AGENT_VERSION, version) end
+  if conc ~= '' then
+    redis.call('HSET', K[1], F.CONC_KEY, conc, F.CONC_LIMIT, A[19 + nm])
+    -- a run due now takes a slot of its key or waits for one, not on the queue (conc_take)
+    if status == S.QUEUED and not conc_take(K[1], A[1], A[4], conc, tonumber(A[19 + nm]), queue_score(now, prio)) then
+      dispatch = false
+    end
+  end
   index_new(K[1], A, now, status)
   if status == S.SCHEDULED then  -- claim_jobs.lua moves it to the queue once due
     redis.call('SET', K[2], job_payload(A[1], 1, now), 'PX', ctx().job_expire_ms + run_at - now)
@@ -110,5 +148,6 @@ local function submit_one(K, A)
     zadd(LIVE, now + tonumber(ctx().queued_check_ms), A[1])
     wake()
   end
+  if deb ~= '' then debounce(A[4], deb, A[1], (client_id and client_id ~= '') and client_id or A[1], tonumber(A[21 + nm])) end
   return {'created', status}
 end

@@ -1,4 +1,5 @@
-"""The short chaos run of the suite (the long one: python -m tests.chaos.harness)."""
+"""The chaos run: a short one in the suite, the size it had before behind ``slow`` (``bin/dev test -m
+slow``), a longer one from the harness (``python -m tests.chaos.harness``)."""
 
 from __future__ import annotations
 
@@ -21,15 +22,29 @@ pytestmark = [
 
 
 async def test_no_run_lost_no_duplicate_event_no_recorded_tool_call_twice(tmp_path: Path) -> None:
-    # Runs of ~24 steps at ~0.65 s a step outlast the 20 s of chaos, so every fault lands mid-run.
+    # Runs of 20 steps at ~0.65 s a step outlast the 12 s of chaos, so every fault lands mid-run:
+    # three SIGKILLs or more (one every 1.25 to 3.75 s), a SIGSTOP past the lease, a SIGTERM, a Redis
+    # restart, and the failpoints' deaths.
+    cfg = ChaosConfig(
+        runs=16, steps=20, workers=3, seconds=12.0, lease_ms=2_000, kill_every_s=2.5, finish_timeout_s=150.0
+    )
+    await _holds(cfg, tmp_path)
+
+
+@pytest.mark.slow
+async def test_the_same_with_more_and_longer_runs_through_twenty_seconds_of_chaos(tmp_path: Path) -> None:
     cfg = ChaosConfig(
         runs=24, steps=24, workers=3, seconds=20.0, lease_ms=2_000, kill_every_s=2.5, finish_timeout_s=150.0
     )
+    await _holds(cfg, tmp_path)
+
+
+async def _holds(cfg: ChaosConfig, tmp_path: Path) -> None:
     report = await Chaos(cfg, tmp_path).run()
     print("\n" + report.table())
     assert report.violations() == []
     assert report.lost == 0
-    assert report.completed + sum(report.failed.values()) == report.submitted == 24
+    assert report.completed + sum(report.failed.values()) == report.submitted == cfg.runs
     assert report.kills >= 3 and report.sigstops == 1 and report.sigterms == 1 and report.redis_restarts == 1
     # Every step's tool call reached the ledger at least once.
     assert report.tool_executions >= report.completed * cfg.steps

@@ -142,7 +142,7 @@ async def run_trials(redis: Redis, redis_url: str, tmp_path: Path, trials: int, 
 async def test_a_worker_paused_while_connecting_sends_nothing_after_waking(
     redis: Redis, redis_url: str, tmp_path: Path
 ) -> None:
-    await run_trials(redis, redis_url, tmp_path, trials=3, n=8)
+    await run_trials(redis, redis_url, tmp_path, trials=2, n=8)
 
 
 @pytest.mark.slow

@@ -20,8 +20,8 @@ from tests.integration.api_support import settings as api_settings
 from tests.support.procs import WorkerProc
 from tests.support.redis_cluster import LocalRedisCluster
 from tests.support.waits import until
+from worker.core.preamble import unframe
 from worker.machine import child_run_id
-from worker.preamble import unframe
 
 pytestmark = [
     pytest.mark.integration,

@@ -11,7 +11,7 @@ import pytest
 from tests.integration.helpers import running_worker
 from tests.support.fake_openai import FakeOpenAI
 from tests.support.pricing import write_priced_profile
-from worker.jobs import WorkerProcess
+from worker.process.jobs import WorkerProcess
 
 if TYPE_CHECKING:
     from tests.support.mcp_server import McpServerProc

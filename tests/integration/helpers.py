@@ -23,7 +23,7 @@ from shared.fields import ScheduleField
 from shared.profiles import load_profiles, profiles_from
 from shared.settings import Settings
 from tests.support.schema import K
-from worker.jobs import WorkerProcess
+from worker.process.jobs import WorkerProcess
 
 
 @asynccontextmanager

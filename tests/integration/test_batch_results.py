@@ -158,25 +158,27 @@ async def test_the_blocking_client_and_the_cli_write_the_lines(redis_url: str) -
         assert [
             x.model_dump(by_alias=True, exclude_none=True) for x in await asyncio.to_thread(blocking)
         ] == expected
-        # stdout is the lines and nothing else, through the API and straight from Redis alike.
-        via_api = await asyncio.to_thread(
-            cli, redis_url, "batch", "results", "cli", "--api", url, "--token", "tok-a"
+        # stdout is the lines and nothing else, through the API and straight from Redis alike. The
+        # five CLI processes run side by side.
+        nobody = f"http://127.0.0.1:{free_port()}"
+        via_api, direct, failed, other, down = await asyncio.gather(
+            *(
+                asyncio.to_thread(cli, redis_url, "batch", "results", "cli", *args)
+                for args in (
+                    ("--api", url, "--token", "tok-a"),
+                    ("--tenant", "tenant-a"),
+                    ("--tenant", "tenant-a", "--status", "failed"),
+                    ("--api", url, "--token", "tok-b"),
+                    ("--api", nobody),
+                )
+            )
         )
-        direct = await asyncio.to_thread(cli, redis_url, "batch", "results", "cli", "--tenant", "tenant-a")
         for out in (via_api, direct):
             assert out.returncode == 0, out.stderr
             assert [orjson.loads(x) for x in out.stdout.splitlines()] == expected
             assert "8 run(s)" in out.stderr
-        failed = await asyncio.to_thread(
-            cli, redis_url, "batch", "results", "cli", "--tenant", "tenant-a", "--status", "failed"
-        )
         assert [orjson.loads(x)["index"] for x in failed.stdout.splitlines()] == [3]
-        other = await asyncio.to_thread(
-            cli, redis_url, "batch", "results", "cli", "--api", url, "--token", "tok-b"
-        )
         assert other.returncode == 2 and other.stdout == "" and "no batch cli" in other.stderr
-        nobody = f"http://127.0.0.1:{free_port()}"
-        down = await asyncio.to_thread(cli, redis_url, "batch", "results", "cli", "--api", nobody)
         assert (
             down.returncode == 1
             and down.stdout == ""

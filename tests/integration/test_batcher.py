@@ -1,4 +1,4 @@
-"""Script calls of one loop turn share a round trip, each with its own reply (worker/batcher.py)."""
+"""Script calls of one loop turn share a round trip, each with its own reply (worker/adapters/batcher.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from shared.redis_conn import connect
 from shared.route import pipelined
 from shared.settings import Settings
 from tests.support.schema import K, parts_of
-from worker.batcher import ScriptBatcher
+from worker.adapters.batcher import ScriptBatcher
 
 pytestmark = pytest.mark.integration
 

@@ -176,14 +176,14 @@ async def test_a_spent_day_is_a_429_budget_exhausted_until_midnight_utc(
 async def test_cost_per_day_holds_and_settles_in_nano_usd_and_expired_holds_are_released(
     redis: Redis, redis_url: str
 ) -> None:
-    """The scripts alone (worker/budgets.py on a real Redis): costUsdPerDay counts each call's worst
+    """The scripts alone (worker/adapters/budgets.py on a real Redis): costUsdPerDay counts each call's worst
     cost, a settlement replaces the hold by the actual cost exactly, an expired hold is released
     once, and a refusal says the figures."""
     from shared.partitions import Partitions
     from shared.quotas import Quotas
     from shared.scripts import Scripts
     from shared.settings import Settings
-    from worker.budgets import TenantBudgets
+    from worker.adapters.budgets import TenantBudgets
 
     quotas = orjson.dumps({"t1": {"costUsdPerDay": 0.01}}).decode()
     budgets = TenantBudgets(
@@ -239,7 +239,7 @@ async def test_in_the_runs_slot_the_settlement_goes_with_the_replys_commit(
     """One partition: the tenant's budget shares the run's slot, so no call settles by a round trip
     of its own (budget_settle.lua): each reply's commit writes its settlement (figure 3: 2 round
     trips a step for the run, plus the reserve)."""
-    from worker import budgets as budgets_mod
+    from worker.adapters import budgets as budgets_mod
 
     own: list[str] = []
     real = budgets_mod.RedisBudgetHold.settle
@@ -269,9 +269,9 @@ async def test_a_reply_whose_commit_is_refused_still_settles_its_hold(redis: Red
     from shared.settings import Settings
     from tests.integration.helpers import script_run
     from tests.support.schema import parts_of
-    from worker.budgets import TenantBudgets
-    from worker.ports import Acquired, FencedError, Outbox
-    from worker.redis_store import RedisRunStore, beat
+    from worker.adapters.budgets import TenantBudgets
+    from worker.adapters.redis_store import RedisRunStore, beat
+    from worker.ports import Acquired, CommitStep, FencedError, Outbox
 
     s = Settings(redis_url=redis_url, lease_ms=30_000,
                  tenant_quotas=orjson.dumps({"default": {"tokensPerDay": 10_000}}).decode())  # fmt: skip
@@ -287,7 +287,7 @@ async def test_a_reply_whose_commit_is_refused_still_settles_its_hold(redis: Red
     await redis.delete(K.worker_lease("w1"))  # its lease runs out while the model replies
     event = ("status", 1, orjson.dumps({"status": "running"}))
     with pytest.raises(FencedError):
-        await store.commit(Outbox([event], settle=hold.settlement(120, None)))
+        await store.commit(CommitStep(Outbox([event], settle=hold.settlement(120, None))))
     b = await budget_of(redis, "default")
     assert b[BudgetField.HELD_TOKENS] == 0 and b[BudgetField.SPENT_TOKENS] == 120
     assert b.get(BudgetField.RELEASED, 0) == 0  # settled, not released at its expiry
@@ -301,7 +301,7 @@ async def test_a_call_counted_past_its_hold_scales_the_days_later_holds(redis: R
     from shared.quotas import Quotas
     from shared.scripts import Scripts
     from shared.settings import Settings
-    from worker.budgets import TenantBudgets
+    from worker.adapters.budgets import TenantBudgets
 
     quotas = orjson.dumps({"t1": {"tokensPerDay": 1_000}}).decode()
     budgets = TenantBudgets(

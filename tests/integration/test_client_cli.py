@@ -23,7 +23,7 @@ from tests.integration.helpers import producer_for, running_worker, script_run, 
 from tests.support.cli import ROOT, cli
 from tests.support.redis_server import free_port
 from tests.support.schema import K
-from worker.jobs import WorkerProcess
+from worker.process.jobs import WorkerProcess
 
 pytestmark = pytest.mark.integration
 

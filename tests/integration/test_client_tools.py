@@ -33,7 +33,7 @@ from tests.integration.helpers import (
 from tests.support.procs import ROOT, WorkerProc
 from tests.support.redis_server import free_port
 from tests.support.schema import K
-from worker.preamble import unframe
+from worker.core.preamble import unframe
 
 pytestmark = pytest.mark.integration
 

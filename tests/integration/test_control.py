@@ -22,7 +22,7 @@ from tests.integration.helpers import (
     wait_all,
 )
 from tests.support.schema import K
-from worker.jobs import WorkerProcess
+from worker.process.jobs import WorkerProcess
 
 pytestmark = pytest.mark.integration
 

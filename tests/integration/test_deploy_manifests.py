@@ -300,8 +300,8 @@ def known_metrics() -> set[str]:
 
     from producer.api.metrics import ApiMetrics
     from producer.gauges import ClusterGauges
-    from worker.health import HealthServer
-    from worker.metrics import MetricsObserver
+    from worker.process.health import HealthServer
+    from worker.telemetry.metrics import MetricsObserver
 
     names: set[str] = set()
     obs = MetricsObserver()

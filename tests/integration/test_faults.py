@@ -18,7 +18,7 @@ from tests.integration.helpers import (
     stream,
     wait_all,
 )
-from worker.jobs import WorkerProcess
+from worker.process.jobs import WorkerProcess
 
 pytestmark = pytest.mark.integration
 

@@ -19,8 +19,8 @@ from shared.scripts import SCRIPTS, Scripts, library, prepare_scripts
 from shared.settings import Settings
 from tests.integration.helpers import producer_for, script_run
 from tests.support.schema import K, parts_of
-from worker.batcher import ScriptBatcher
-from worker.redis_store import beat
+from worker.adapters.batcher import ScriptBatcher
+from worker.adapters.redis_store import beat
 
 pytestmark = pytest.mark.integration
 

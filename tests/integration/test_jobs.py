@@ -1,4 +1,4 @@
-"""The worker starts and finishes the arq jobs it claimed itself (worker/jobs.py, worker/finisher.py):
+"""The worker starts and finishes the arq jobs it claimed itself (worker/process/jobs.py, worker/process/finisher.py):
 the runs are driven as before, arq's keys are cleared as arq clears them, arq reads the result."""
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from shared.partitions import Partitions
 from shared.settings import Settings
 from tests.integration.helpers import producer_for, running_worker, script_run, wait_all
 from tests.support.schema import LAYOUT, K
-from worker.arq_worker import START_CHUNK, run_agent
-from worker.finisher import JobFinisher
-from worker.jobs import GC_THRESHOLDS, WorkerProcess, claim_size
+from worker.process.arq_worker import START_CHUNK, run_agent
+from worker.process.finisher import JobFinisher
+from worker.process.jobs import GC_THRESHOLDS, WorkerProcess, claim_size
 
 pytestmark = pytest.mark.integration
 
@@ -59,7 +59,7 @@ async def test_a_poll_that_claims_hundreds_of_runs_starts_a_chunk_of_them_a_loop
     """The runs a poll claims take their first steps in the turn after their tasks are made: 256
     of them in one turn held the loop 25-60 ms (bench figure 4's loop lag). A callback that queues
     itself again counts the loop's turns; each run notes the turn its job started in."""
-    from worker import jobs
+    from worker.process import jobs
 
     turn = 0
     started_in: list[int] = []
@@ -96,7 +96,7 @@ async def test_a_stop_while_a_claims_runs_are_still_starting_hands_each_back_at_
     """The stop comes as the first of 256 claimed runs starts: the runs that start after the drain
     began hand themselves back as they join, instead of running their model calls until the drain
     timeout (13 s here before, with a 3 s timeout; the whole stop now takes well under one)."""
-    from worker import jobs
+    from worker.process import jobs
 
     box: list[WorkerProcess] = []
 
@@ -149,7 +149,7 @@ def test_a_worker_process_imports_at_start_up_what_its_clients_import_late() -> 
     code = (
         "import sys\n"
         "from shared.settings import Settings\n"
-        "from worker.jobs import WorkerProcess\n"
+        "from worker.process.jobs import WorkerProcess\n"
         "assert 'anyio._backends._asyncio' not in sys.modules\n"
         "WorkerProcess(Settings(redis_url='redis://127.0.0.1:1/0', worker_metrics_port=-1))\n"
         "assert 'anyio._backends._asyncio' in sys.modules\n"

@@ -16,8 +16,8 @@ from shared.settings import Settings
 from tests.integration.helpers import producer_for, run_with, stream, wait_all
 from tests.support.fake_openai import FakeOpenAI, Reply
 from tests.support.schema import K
-from worker.jobs import WorkerProcess
-from worker.preamble import unframe
+from worker.core.preamble import unframe
+from worker.process.jobs import WorkerProcess
 
 pytestmark = pytest.mark.integration
 KEY = "sk-live-DO-NOT-LEAK-42"

@@ -1,6 +1,6 @@
 """GET /v1/pool, the console's pool page's data: live workers with their runs and lease age, queue
 depth per partition, and runs started and ended per minute, reported by real workers to a real
-Redis (worker/pool_report.py) and read back by the API (producer/pool.py)."""
+Redis (worker/telemetry/pool_report.py) and read back by the API (producer/pool.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Pool-wide provider limits (worker/limiter.py) against a real Redis and real worker processes."""
+"""Pool-wide provider limits (worker/adapters/limiter.py) against a real Redis and real worker processes."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from tests.support.fake_openai import FakeOpenAI, Reply
 from tests.support.procs import WorkerProc
 from tests.support.redis_server import free_port
 from tests.support.schema import K
-from worker.limiter import ProviderLimiter
+from worker.adapters.limiter import ProviderLimiter
 
 pytestmark = pytest.mark.integration
 USER = {"inputMessages": [{"role": "user", "content": "hello"}]}

@@ -21,7 +21,7 @@ from tests.support.ledger import Ledger
 from tests.support.procs import WorkerProc
 from tests.support.redis_server import RedisServer
 from tests.support.schema import K
-from worker.preamble import unframe
+from worker.core.preamble import unframe
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

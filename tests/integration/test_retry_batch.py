@@ -15,7 +15,7 @@ from agentmill_client import AsyncClient, Message
 from tests.integration.api_support import api, run_body, settings
 from tests.integration.helpers import producer_for, running_worker, script_run, wait_all
 from tests.support.cli import cli
-from worker.jobs import WorkerProcess
+from worker.process.jobs import WorkerProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -19,7 +19,7 @@ from tests.integration.api_support import A, B, api, key, settings
 from tests.support.ledger import Ledger
 from tests.support.procs import WorkerProc
 from tests.support.schema import K
-from worker.preamble import unframe
+from worker.core.preamble import unframe
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -26,11 +26,21 @@ from shared.settings import Settings
 from shared.tool_records import ToolRecord, ToolState
 from tests.integration.helpers import producer_for, script_run, stream
 from tests.support.schema import K, parts_of, tool_records
-from worker import sessions
-from worker.context import PastCall
-from worker.memory_store import MemoryRun, MemoryRunStore, MemorySessionStore, finalize
-from worker.ports import Acquired, FencedError, NotAcquired, Outbox, RunStore, SeqConflictError, SessionUpdate
-from worker.redis_store import RedisRunStore, beat
+from worker.adapters.memory_store import MemoryRun, MemoryRunStore, MemorySessionStore, finalize
+from worker.adapters.redis_store import RedisRunStore, beat
+from worker.core import sessions
+from worker.core.context import PastCall
+from worker.ports import (
+    Acquired,
+    CommitStep,
+    FencedError,
+    NotAcquired,
+    Outbox,
+    RunStore,
+    SeqConflictError,
+    SessionUpdate,
+    TranscriptWrite,
+)
 
 SCRIPT = [{"text": "x"}]
 
@@ -208,9 +218,9 @@ async def test_a_new_run_is_acquired_at_epoch_one_with_its_input_and_nothing_els
 async def test_commits_append_events_at_the_next_seqs_and_answer_the_last(backend: Backend) -> None:
     await backend.submit("r1")
     store, _ = await acquired(backend, "r1", "w1")
-    assert await store.commit(Outbox([ev(), ev("model_delta", text="a")])) == 2
-    assert await store.commit(Outbox(), checkpoint=b'{"seq":2}') == 2  # nothing to append
-    assert await store.commit(Outbox([ev("model_delta", text="b")])) == 3
+    assert await store.commit(CommitStep(Outbox([ev(), ev("model_delta", text="a")]))) == 2
+    assert await store.commit(CommitStep(Outbox(), checkpoint=b'{"seq":2}')) == 2  # nothing to append
+    assert await store.commit(CommitStep(Outbox([ev("model_delta", text="b")]))) == 3
     assert store.last_seq == 3
     held = await backend.held("r1")
     assert held.events == [(1, "status", {"status": "running"}), (2, "model_delta", {"text": "a"}),
@@ -218,16 +228,35 @@ async def test_commits_append_events_at_the_next_seqs_and_answer_the_last(backen
     assert held.checkpoint == b'{"seq":2}'  # a commit without a checkpoint keeps the last one
 
 
+async def test_the_configuration_transcript_and_iterations_a_step_wrote_reach_the_next_worker(
+    backend: Backend,
+) -> None:
+    """Checkpoints written without the configuration and the transcript: what the steps wrote of
+    them (the transcript set whole, then appended to), the next worker's acquire reads back."""
+    await backend.submit("r1")
+    store, _ = await acquired(backend, "r1", "w1")
+    ckpt = b'{"seq":1,"state":{}}'
+    await store.commit(CommitStep(Outbox([ev()]), checkpoint=ckpt, config=b'{"agent":"a"}',
+                                  transcript=TranscriptWrite(False, b'{"m":1}'), iterations=1))  # fmt: skip
+    await store.commit(
+        CommitStep(Outbox([ev()]), transcript=TranscriptWrite(True, b',{"m":2}'), iterations=2)
+    )
+    assert await store.release(1) == "released"
+    _, acq = await acquired(backend, "r1", "w2", gen=2)  # (the hand-back's dispatch)
+    assert (acq.config, acq.transcript, acq.checkpoint) == (b'{"agent":"a"}', b'{"m":1},{"m":2}', ckpt)
+    assert (await backend.held("r1")).iterations == 2
+
+
 @pytest.mark.parametrize("believed", [0, 5])  # a repeat of seq 1, a gap
 async def test_a_commit_at_a_stale_seq_is_refused_and_writes_nothing(backend: Backend, believed: int) -> None:
     await backend.submit("r1")
     store, _ = await acquired(backend, "r1", "w1")
-    await store.commit(Outbox([ev(), ev()]), checkpoint=b"ck1")
+    await store.commit(CommitStep(Outbox([ev(), ev()]), checkpoint=b"ck1"))
     before = await backend.held("r1")
     store.last_seq = believed
     with pytest.raises(SeqConflictError):
-        await store.commit(Outbox([ev("x")], claims=["c1"], records=[("c2", done("c2").to_json())]),
-                           checkpoint=b"ck2", iterations=4)  # fmt: skip
+        await store.commit(CommitStep(Outbox([ev("x")], claims=["c1"], records=[("c2", done("c2").to_json())]),
+                           checkpoint=b"ck2", iterations=4))  # fmt: skip
     assert await backend.held("r1") == before
 
 
@@ -236,9 +265,11 @@ async def test_published_events_take_the_next_seqs_under_the_same_fence_as_a_com
     checkpoint left as it was; a stale seq or a lapsed lease writes nothing."""
     await backend.submit("r1")
     store, _ = await acquired(backend, "r1", "w1")
-    await store.commit(Outbox([ev()]), checkpoint=b"ck1")
+    await store.commit(CommitStep(Outbox([ev()]), checkpoint=b"ck1"))
     assert await store.publish([ev("model_delta", text="a"), ev("model_delta", text="b")]) == 3
-    assert await store.commit(Outbox([ev("model_delta", text="c")])) == 4  # a commit goes on after them
+    assert (
+        await store.commit(CommitStep(Outbox([ev("model_delta", text="c")]))) == 4
+    )  # a commit goes on after them
     held = await backend.held("r1")
     assert [(s, k) for s, k, _ in held.events] == [(1, "status"), (2, "model_delta"), (3, "model_delta"),
                                                    (4, "model_delta")]  # fmt: skip
@@ -257,48 +288,48 @@ async def test_published_events_take_the_next_seqs_under_the_same_fence_as_a_com
 async def test_events_checkpoint_claims_and_records_land_together(backend: Backend) -> None:
     await backend.submit("r1")
     store, _ = await acquired(backend, "r1", "w1")
-    await store.commit(Outbox([ev()], claims=["c1", "c2"]), checkpoint=b"ck1", iterations=1)
+    await store.commit(CommitStep(Outbox([ev()], claims=["c1", "c2"]), checkpoint=b"ck1", iterations=1))
     held = await backend.held("r1")
     assert held.tools == {"c1": ToolRecord.claim(1), "c2": ToolRecord.claim(1)}
     assert (held.checkpoint, held.iterations) == (b"ck1", 1)
     # A claim and a result in one commit: the result wins (the call ran between two commits).
-    await store.commit(Outbox([ev("tool_result")], claims=["c3"], records=[("c1", done("c1").to_json()),
-                                                                            ("c3", done("c3").to_json())]))  # fmt: skip
+    await store.commit(CommitStep(Outbox([ev("tool_result")], claims=["c3"], records=[("c1", done("c1").to_json()),
+                                                                            ("c3", done("c3").to_json())])))  # fmt: skip
     assert (await backend.held("r1")).tools == {"c1": done("c1"), "c2": ToolRecord.claim(1), "c3": done("c3")}
-    await store.commit(Outbox([ev()], claims=["c2"]))  # claimed again by the same worker
+    await store.commit(CommitStep(Outbox([ev()], claims=["c2"])))  # claimed again by the same worker
     assert (await backend.held("r1")).tools["c2"] == ToolRecord(ToolState.PENDING, epoch=1, attempts=2)
 
 
 async def test_a_worker_whose_lease_ran_out_is_fenced_and_its_claims_are_counted_on(backend: Backend) -> None:
     await backend.submit("r1")
     old, _ = await acquired(backend, "r1", "w-old")
-    await old.commit(Outbox([ev()], claims=["c1"]), checkpoint=b"ck1")
+    await old.commit(CommitStep(Outbox([ev()], claims=["c1"]), checkpoint=b"ck1"))
     await backend.lose("w-old")
     with pytest.raises(FencedError):  # late: nobody took the run yet, and still it writes nothing
-        await old.commit(Outbox([ev()]))
+        await old.commit(CommitStep(Outbox([ev()])))
     new, acq = await acquired(backend, "r1", "w-new")
     assert (acq.epoch, acq.last_seq, acq.checkpoint, acq.restarts) == (2, 1, b"ck1", 1)
     assert acq.tool_records == {"c1": ToolRecord.claim(1)}  # the dangling claim: run it again
     before = await backend.held("r1")
     with pytest.raises(FencedError):
-        await old.commit(Outbox([ev()], records=[("c1", done("c1").to_json())]), checkpoint=b"stale",
-                         status="completed", aux=b"{}")  # fmt: skip
+        await old.commit(CommitStep(Outbox([ev()], records=[("c1", done("c1").to_json())]), checkpoint=b"stale",
+                         status="completed", aux=b"{}"))  # fmt: skip
     assert await backend.held("r1") == before
     assert await old.release(1) == "fenced"
-    await new.commit(Outbox([ev()], claims=["c1"]))
+    await new.commit(CommitStep(Outbox([ev()], claims=["c1"])))
     assert (await backend.held("r1")).tools["c1"] == ToolRecord(ToolState.PENDING, epoch=2, attempts=2)
 
 
 async def test_a_run_held_by_a_live_worker_is_busy_and_its_own_worker_gets_it_back(backend: Backend) -> None:
     await backend.submit("r1")
     first, _ = await acquired(backend, "r1", "w1")
-    await first.commit(Outbox([ev()]))
+    await first.commit(CommitStep(Outbox([ev()])))
     other = await backend.handle("r1", "w2")
     busy = await other.acquire(1, "w2")
     assert isinstance(busy, NotAcquired) and busy.verdict == "busy"
     again, acq = await acquired(backend, "r1", "w1")  # the same worker (a re-sent acquire)
     assert (acq.epoch, acq.last_seq, acq.restarts) == (1, 1, 0)
-    assert await again.commit(Outbox([ev()])) == 2
+    assert await again.commit(CommitStep(Outbox([ev()]))) == 2
     await backend.lose("w3")
     late = await backend.handle("r1", "w3")
     await backend.lose("w3")
@@ -309,11 +340,11 @@ async def test_a_run_held_by_a_live_worker_is_busy_and_its_own_worker_gets_it_ba
 async def test_a_hand_back_queues_the_run_and_the_next_worker_resumes_it(backend: Backend) -> None:
     await backend.submit("r1")
     store, _ = await acquired(backend, "r1", "w1")
-    await store.commit(Outbox([ev()], records=[("c1", done("c1").to_json())]), checkpoint=b"ck1")
+    await store.commit(CommitStep(Outbox([ev()], records=[("c1", done("c1").to_json())]), checkpoint=b"ck1"))
     assert await store.release(1) == "released"
     assert (await backend.held("r1")).status == "queued"
     with pytest.raises(FencedError):  # handed back: no longer its to write
-        await store.commit(Outbox([ev()]))
+        await store.commit(CommitStep(Outbox([ev()])))
     _, acq = await acquired(backend, "r1", "w2", gen=2)  # (the hand-back's dispatch)
     assert (acq.epoch, acq.last_seq, acq.checkpoint, acq.restarts) == (2, 1, b"ck1", 0)
     assert acq.tool_records == {"c1": done("c1")}
@@ -323,11 +354,13 @@ async def test_the_ending_commit_ends_the_run_and_writes_the_session_history(bac
     await backend.submit("r1", session_id="s1")
     store, _ = await acquired(backend, "r1", "w1")
     session = SessionUpdate("s1", b'{"loop":1}', [("r1/c1", b'{"content":"ok"}')], [b'{"id":"r1/c1"}'])
-    await store.commit(Outbox([ev()]), session=SessionUpdate("s1", b'{"loop":0}'))  # not an ending
+    await store.commit(
+        CommitStep(Outbox([ev()]), session=SessionUpdate("s1", b'{"loop":0}'))
+    )  # not an ending
     assert await backend.history("s1") == History()
     result = b'{"status":"failed"}'
-    seq = await store.commit(Outbox([ev("status", status="failed")]), status="failed", aux=result,
-                             session=session, iterations=3, error_code="tool_error")  # fmt: skip
+    seq = await store.commit(CommitStep(Outbox([ev("status", status="failed")]), status="failed", aux=result,
+                             session=session, iterations=3, error_code="tool_error"))  # fmt: skip
     assert seq == 2
     held = await backend.held("r1")
     assert (held.status, held.result, held.iterations, held.error_code) == ("failed", result, 3, "tool_error")
@@ -335,7 +368,7 @@ async def test_the_ending_commit_ends_the_run_and_writes_the_session_history(bac
         [b'{"loop":1}'], {"r1/c1": b'{"content":"ok"}'}, [b'{"id":"r1/c1"}']
     )
     with pytest.raises(FencedError):  # an ended run takes no more writes…
-        await store.commit(Outbox([ev()]))
+        await store.commit(CommitStep(Outbox([ev()])))
     assert await store.release(1) == "terminal"  # …is not handed back…
     ended = await (await backend.handle("r1", "w2")).acquire(2, "w2")
     assert ended == NotAcquired("terminal", "failed")  # …nor taken again
@@ -346,11 +379,11 @@ async def test_a_run_parked_for_approval_keeps_its_approvals_for_the_next_worker
     await backend.submit("r1")
     store, _ = await acquired(backend, "r1", "w1")
     approvals = {"c1.0": {"decision": "pending", "name": "echo", "arguments": "{}"}}
-    await store.commit(Outbox([ev("status", status="awaiting_human")]), checkpoint=b"ck1",
-                       status="awaiting_human", aux=orjson.dumps(approvals), approval_timeout_ms=60_000)  # fmt: skip
+    await store.commit(CommitStep(Outbox([ev("status", status="awaiting_human")]), checkpoint=b"ck1",
+                       status="awaiting_human", aux=orjson.dumps(approvals), approval_timeout_ms=60_000))  # fmt: skip
     assert (await backend.held("r1")).status == "awaiting_human"
     with pytest.raises(FencedError):  # parked on no worker
-        await store.commit(Outbox([ev()]))
+        await store.commit(CommitStep(Outbox([ev()])))
     await backend.lose("w1")
     _, acq = await acquired(backend, "r1", "w2")
     assert (acq.approvals, acq.checkpoint, acq.epoch, acq.restarts) == (approvals, b"ck1", 2, 0)
@@ -372,8 +405,8 @@ async def test_a_run_parked_for_client_calls_gives_the_ones_past_their_deadline_
     store, _ = await acquired(backend, "r1", "w1")
     later = now_ms() + 60_000
     offered = [client_call("c1.0", later), client_call("c1.1", 1)]  # c1.1 is already past its deadline
-    await store.commit(Outbox([ev("status", status="awaiting_tools")], records=offered), checkpoint=b"ck1",
-                       status="awaiting_tools", aux=parked_on("c1.0", "c1.1"))  # fmt: skip
+    await store.commit(CommitStep(Outbox([ev("status", status="awaiting_tools")], records=offered), checkpoint=b"ck1",
+                       status="awaiting_tools", aux=parked_on("c1.0", "c1.1")))  # fmt: skip
     held = await backend.held("r1")
     assert held.status == "awaiting_tools"
     assert held.tools["c1.0"] == ToolRecord.from_json(offered[0][1])  # still the caller's to answer
@@ -382,7 +415,7 @@ async def test_a_run_parked_for_client_calls_gives_the_ones_past_their_deadline_
     assert held.tools["c1.1"] == ToolRecord(ToolState.DONE, client=True, timed_out=True, called_at_ms=42,
                                             result=timeout)  # fmt: skip
     with pytest.raises(FencedError):  # parked on no worker
-        await store.commit(Outbox([ev()]))
+        await store.commit(CommitStep(Outbox([ev()])))
 
 
 async def test_a_run_whose_client_calls_are_all_settled_goes_straight_back_on_the_queue(
@@ -390,8 +423,8 @@ async def test_a_run_whose_client_calls_are_all_settled_goes_straight_back_on_th
 ) -> None:
     await backend.submit("r1")
     store, _ = await acquired(backend, "r1", "w1")
-    await store.commit(Outbox([ev("status", status="awaiting_tools")], records=[client_call("c1.0", 1)]),
-                       checkpoint=b"ck1", status="awaiting_tools", aux=parked_on("c1.0"))  # fmt: skip
+    await store.commit(CommitStep(Outbox([ev("status", status="awaiting_tools")], records=[client_call("c1.0", 1)]),
+                       checkpoint=b"ck1", status="awaiting_tools", aux=parked_on("c1.0")))  # fmt: skip
     assert (await backend.held("r1")).status == "queued"
     _, acq = await acquired(backend, "r1", "w2", gen=2)  # (the resume's dispatch)
     assert acq.tool_records["c1.0"].timed_out and acq.tool_records["c1.0"].recorded is not None
@@ -424,7 +457,7 @@ def kept(h: History) -> tuple[list[PastCall], dict[str, ToolResult]]:
 async def test_a_run_ended_outside_its_worker_leaves_the_calls_its_records_hold_in_its_session_once(
     backend: Backend,
 ) -> None:
-    """What a worker's ending would leave (worker/sessions.py, from the same records), in the order
+    """What a worker's ending would leave (worker/core/sessions.py, from the same records), in the order
     the model made the calls: done calls only, the context tools' left out, errors as errors."""
     await backend.submit("r1", session_id="s1")
     store, _ = await acquired(backend, "r1", "w1")
@@ -435,8 +468,8 @@ async def test_a_run_ended_outside_its_worker_leaves_the_calls_its_records_hold_
         recorded("c1.0", 100, "first"), recorded("c2.0", 200, '{"hits": []}', name="search_history"),
         ("c3.0", answered.to_json()), client_call("c3.1", now_ms() + 60_000),
     ]  # fmt: skip
-    await store.commit(Outbox([ev("status", status="awaiting_tools")], claims=["c9.0"], records=records),
-                       checkpoint=b"ck1", status="awaiting_tools", aux=parked_on("c3.1"))  # fmt: skip
+    await store.commit(CommitStep(Outbox([ev("status", status="awaiting_tools")], claims=["c9.0"], records=records),
+                       checkpoint=b"ck1", status="awaiting_tools", aux=parked_on("c3.1")))  # fmt: skip
     assert await backend.history("s1") == History()  # parked: the session has nothing of it yet
     assert await backend.abort("r1", "enough") == "aborted"
     held = await backend.held("r1")
@@ -455,6 +488,6 @@ async def test_a_run_ended_outside_its_worker_leaves_the_calls_its_records_hold_
     )
     assert await backend.abort("r1", "again") == "finished"  # a repeat appends nothing
     with pytest.raises(FencedError):  # nor does a late ending of the worker that parked it
-        await store.commit(Outbox([ev("status", status="aborted")]), status="aborted", aux=b"{}",
-                           session=sessions.calls_update("s1", expected))  # fmt: skip
+        await store.commit(CommitStep(Outbox([ev("status", status="aborted")]), status="aborted", aux=b"{}",
+                           session=sessions.calls_update("s1", expected)))  # fmt: skip
     assert await backend.history("s1") == got

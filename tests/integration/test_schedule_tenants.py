@@ -1,7 +1,8 @@
 """Schedules kept inside their tenant's quotas and fired fairly across tenants, over a real Redis:
 one tenant's backlog of every-second schedules does not delay another tenant's firing beyond a look,
 the caps on schedules, firings per minute and template size, a tenant whose token is removed, whose
-day budget is spent or whose quota disables it held and resumed, two API processes with different
+day budget is spent or whose quota disables it held and resumed, the schedules past a lowered
+maxSchedules held (the oldest fire), two API processes with different
 tokens keeping both tenants' schedules firing, and the firing lag read from the API's /metrics."""
 
 from __future__ import annotations
@@ -309,6 +310,52 @@ async def test_a_disabled_tenant_is_refused_403_and_its_schedules_are_held(
     assert await _fired_within(Firer(p), 2.5) >= 1  # enabled again (a quota without "disabled")
     view = await store.get("tick", "tenant-b")
     assert view is not None and not view.paused and view.fired >= 1, view
+
+
+async def test_schedules_past_a_lowered_max_schedules_are_held_the_oldest_fire(
+    redis: Redis, redis_url: str
+) -> None:
+    p = producer_for(redis, redis_url, id_secret=SECRET, schedule_lease_ms=200)
+    store = ScheduleStore(p)
+    names = ["first", "second", "third"]
+    for name in names:  # made under the default cap (100), each a few ms after the last
+        await store.create(
+            ScheduleInput(cron="* * * * * *", input=body(), overlap="enqueue"),  # type: ignore[arg-type]
+            "tenant-b", name,
+        )  # fmt: skip
+        await asyncio.sleep(0.01)
+    lowered = orjson.dumps({"tenant-b": {"maxSchedules": 2}}).decode()
+    firer = Firer(
+        producer_for(redis, redis_url, id_secret=SECRET, schedule_lease_ms=200, tenant_quotas=lowered)
+    )
+
+    async def due_now() -> None:
+        for name in names:
+            if await store.get(name, "tenant-b") is not None:
+                key, home = store.where(name, "tenant-b")
+                await make_due(redis, home, key, "tenant-b", await _redis_ms(redis) - 1_500)
+
+    await due_now()
+    assert await firer.fire_due() >= 2  # the two oldest
+    views = {n: await store.get(n, "tenant-b") for n in names}
+    assert all(v is not None for v in views.values())
+    first, second, third = (views[n] for n in names)
+    assert first is not None and second is not None and third is not None
+    assert first.fired >= 1 and second.fired >= 1 and not first.paused and not second.paused
+    assert third.fired == 0 and third.paused and third.skipped >= 1, third
+    assert third.paused_reason is not None and third.paused_reason.startswith("quota: "), third
+    assert "maxSchedules (2" in third.paused_reason
+    # back within its cap: the third fires again from its next firing (here: made due again)
+    assert await store.delete("first", "tenant-b")
+    await asyncio.sleep(0.3)  # its hold's lease (200 ms) passed: looked at again
+    await firer.fire_due()  # lifts the hold (from its next firing)
+    deadline = time.monotonic() + 5.0
+    while (third := await store.get("third", "tenant-b")) is not None and not third.fired:
+        assert time.monotonic() < deadline, third
+        await due_now()
+        await firer.fire_due()
+        await asyncio.sleep(0.05)
+    assert third is not None and third.fired >= 1 and not third.paused, third
 
 
 async def _redis_ms(redis: Redis) -> int:

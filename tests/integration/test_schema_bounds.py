@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 from tests.integration.api_support import A, api, settings
 from tests.integration.helpers import producer_for, script_run, wait_all
 from tests.support.schemas import REDOS, REDOS_TEXT, doubling
-from worker.jobs import WorkerProcess
+from worker.process.jobs import WorkerProcess
 
 pytestmark = pytest.mark.integration
 

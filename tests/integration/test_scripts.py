@@ -14,10 +14,10 @@ from shared.scripts import Scripts, text
 from shared.settings import Settings
 from tests.integration.helpers import producer_for, script_run, stream
 from tests.support.schema import K, parts_of, tool_records
-from worker.ports import Acquired, FencedError, NotAcquired, Outbox, SeqConflictError
-from worker.reconciler import reconcile_once
-from worker.redis_store import RedisRunStore as RunStore
-from worker.redis_store import beat
+from worker.adapters.redis_store import RedisRunStore as RunStore
+from worker.adapters.redis_store import beat
+from worker.ports import Acquired, CommitStep, FencedError, NotAcquired, Outbox, SeqConflictError
+from worker.process.reconciler import reconcile_once
 
 pytestmark = pytest.mark.integration
 
@@ -52,13 +52,13 @@ async def test_compare_and_append_refuses_gaps_and_repeats(
     rid = await new_run(redis, redis_url)
     store, acq = await acquire(redis, settings, rid, "w1")
     assert isinstance(acq, Acquired) and acq.epoch == 1
-    assert await store.commit(Outbox([ev(), ev("model_delta", text="a")])) == 2
+    assert await store.commit(CommitStep(Outbox([ev(), ev("model_delta", text="a")]))) == 2
     store.last_seq = 0  # a writer that believes the stream is empty: a repeat of seq 1
     with pytest.raises(SeqConflictError):
-        await store.commit(Outbox([ev()]))
+        await store.commit(CommitStep(Outbox([ev()])))
     store.last_seq = 5  # a writer that skipped ahead: a gap
     with pytest.raises(SeqConflictError):
-        await store.commit(Outbox([ev()]))
+        await store.commit(CommitStep(Outbox([ev()])))
     assert [e.seq for e in await stream(redis, rid)] == [1, 2]
     # Redis itself refuses an entry id at or below the last one.
     with pytest.raises(Exception, match="equal or smaller"):
@@ -70,7 +70,7 @@ async def test_events_checkpoint_claims_and_records_land_together(
 ) -> None:
     rid = await new_run(redis, redis_url)
     store, _ = await acquire(redis, settings, rid, "w1")
-    await store.commit(Outbox([ev()], claims=["c1", "c2"]), checkpoint=b'{"seq":1,"state":{}}')
+    await store.commit(CommitStep(Outbox([ev()], claims=["c1", "c2"]), checkpoint=b'{"seq":1,"state":{}}'))
     assert await redis.hlen(K.tools(rid)) == 0  # claims are the run's (one HSET a claiming commit)
     tools = await tool_records(redis, rid)
     assert tools == {
@@ -86,11 +86,39 @@ async def test_events_checkpoint_claims_and_records_land_together(
         }
     )
     await store.commit(
-        Outbox([ev("tool_result")], records=[("c1", done)]), checkpoint=b'{"seq":2,"state":{}}'
+        CommitStep(Outbox([ev("tool_result")], records=[("c1", done)]), checkpoint=b'{"seq":2,"state":{}}')
     )
     assert await redis.hget(K.run(rid), "ckpt") == b'{"seq":2,"state":{}}'
     assert orjson.loads(await redis.hget(K.tools(rid), "c1"))["state"] == "done"
     assert await tool_records(redis, rid) == {"c1": orjson.loads(done), "c2": tools["c2"]}  # c2 still open
+
+
+async def test_a_steps_claim_and_its_record_as_any_other_claims_and_records(
+    redis: Redis, redis_url: str, settings: Settings
+) -> None:
+    """commit.lua writes a step's claims, and closes its one open claim, without decoding the
+    claims' JSON: the same claims as the decoding way, which any other change still takes."""
+    rid = await new_run(redis, redis_url)
+    store, _ = await acquire(redis, settings, rid, "w1")
+    await store.commit(CommitStep(Outbox([ev()], claims=["c1.0"])))
+    one = await redis.hget(K.run(rid), RunField.CLAIMS)
+    assert orjson.loads(one or b"") == {"c1.0": {"state": "pending", "epoch": 1, "attempts": 1}}
+    other = orjson.dumps({"state": "done", "epoch": 1, "attempts": 1, "result": {"toolCallId": "x"}})
+    await store.commit(CommitStep(Outbox([ev()], records=[("x", other)])))  # not the open claim's
+    assert await redis.hget(K.run(rid), RunField.CLAIMS) == one
+    done = orjson.dumps({"state": "done", "epoch": 1, "attempts": 1, "result": {"toolCallId": "c1.0"}})
+    await store.commit(CommitStep(Outbox([ev("tool_result")], records=[("c1.0", done)])))
+    assert await redis.hget(K.run(rid), RunField.CLAIMS) == b""
+    assert await tool_records(redis, rid) == {"x": orjson.loads(other), "c1.0": orjson.loads(done)}
+    # an id JSON escapes, a claim beside an open one, a claim and a record in one commit: decoded
+    odd = 'call "q"\\é'
+    await store.commit(CommitStep(Outbox([ev()], claims=[odd])))
+    await store.commit(CommitStep(Outbox([ev()], claims=["c2.0", "c2.1"], records=[("c2.1", done)])))
+    assert orjson.loads(await redis.hget(K.run(rid), RunField.CLAIMS) or b"") == {
+        odd: {"state": "pending", "epoch": 1, "attempts": 1},
+        "c2.0": {"state": "pending", "epoch": 1, "attempts": 1},
+    }
+    assert [e.seq for e in await stream(redis, rid)] == [1, 2, 3, 4, 5]
 
 
 async def test_two_workers_acquiring_at_once_one_wins(
@@ -108,7 +136,7 @@ async def test_a_stale_epoch_is_fenced_off_everywhere(
 ) -> None:
     rid = await new_run(redis, redis_url)
     old, _ = await acquire(redis, settings, rid, "w-old")
-    await old.commit(Outbox([ev()], claims=["c1"]))
+    await old.commit(CommitStep(Outbox([ev()], claims=["c1"])))
     await asyncio.sleep(0.35)  # the old worker is paused past its lease
     new, acq = await acquire(redis, settings, rid, "w-new")
     assert isinstance(acq, Acquired) and acq.epoch == 2 and acq.restarts == 1
@@ -116,10 +144,12 @@ async def test_a_stale_epoch_is_fenced_off_everywhere(
     before = await redis.hgetall(K.run(rid))
     with pytest.raises(FencedError):
         await old.commit(
-            Outbox([ev()], records=[("c1", b'{"state":"done"}')]),
-            checkpoint=b"stale",
-            status="completed",
-            aux=b"{}",
+            CommitStep(
+                Outbox([ev()], records=[("c1", b'{"state":"done"}')]),
+                checkpoint=b"stale",
+                status="completed",
+                aux=b"{}",
+            )
         )
     assert await redis.hgetall(K.run(rid)) == before
     assert (await tool_records(redis, rid))["c1"]["state"] == "pending"
@@ -128,7 +158,7 @@ async def test_a_stale_epoch_is_fenced_off_everywhere(
     assert (await beat(parts_of(redis), Scripts(redis), "w-old", 300)).lost
     renewed = await beat(parts_of(redis), Scripts(redis), "w-new", 300)
     assert not renewed.lost and renewed.workers == 1  # the expired w-old is not counted
-    await new.commit(Outbox([ev()], claims=["c1"]))
+    await new.commit(CommitStep(Outbox([ev()], claims=["c1"])))
     assert (await tool_records(redis, rid))["c1"] == {
         "state": "pending",
         "epoch": 2,
@@ -147,7 +177,10 @@ async def test_two_workers_claiming_one_call_at_once_only_the_owner_wins(
     news = [(await acquire(redis, settings, r, "w-new"))[0] for r in rids]
     commits = []
     for i, (old, new) in enumerate(zip(olds, news, strict=True)):
-        pair = [old.commit(Outbox([ev()], claims=["c1"])), new.commit(Outbox([ev()], claims=["c1"]))]
+        pair = [
+            old.commit(CommitStep(Outbox([ev()], claims=["c1"]))),
+            new.commit(CommitStep(Outbox([ev()], claims=["c1"]))),
+        ]
         commits += pair[::-1] if i % 2 else pair
     results = await asyncio.gather(*commits, return_exceptions=True)
     assert sum(isinstance(r, FencedError) for r in results) == 10
@@ -164,16 +197,16 @@ async def test_a_commit_sent_again_after_a_lost_reply_is_answered_not_refused(
     rid = await new_run(redis, redis_url)
     store, _ = await acquire(redis, settings, rid, "w")
     batch = Outbox([ev(step=1), ev(step=2)], claims=["c1"])
-    assert await store.commit(batch, checkpoint=b"ck") == 2
+    assert await store.commit(CommitStep(batch, checkpoint=b"ck")) == 2
     store.last_seq = 0  # the reply was lost: the client sends the very same commit again
-    assert await store.commit(batch, checkpoint=b"ck") == 2
+    assert await store.commit(CommitStep(batch, checkpoint=b"ck")) == 2
     assert [e.seq for e in await stream(redis, rid)] == [1, 2]
     assert (await tool_records(redis, rid))["c1"]["attempts"] == 1  # not applied twice
     store.last_seq = 0  # a different batch at a stale position is still refused
     with pytest.raises(SeqConflictError):
-        await store.commit(Outbox([ev(step=7), ev(step=8)]))
+        await store.commit(CommitStep(Outbox([ev(step=7), ev(step=8)])))
     with pytest.raises(SeqConflictError):
-        await store.commit(Outbox([ev(step=1)]))
+        await store.commit(CommitStep(Outbox([ev(step=1)])))
 
 
 async def test_a_publish_sent_again_after_a_lost_reply_is_answered_not_refused(
@@ -210,7 +243,7 @@ async def test_a_run_that_keeps_losing_its_worker_is_quarantined_at_its_next_acq
     for i in range(2):  # w0 and w1 take the run and die (their leases run out)
         store, acq = await acquire(redis, settings, rid, f"w{i}")
         assert isinstance(acq, Acquired) and acq.restarts == i
-        await store.commit(Outbox([ev()]))
+        await store.commit(CommitStep(Outbox([ev()])))
         await asyncio.sleep(0.35)
     _, acq = await acquire(redis, settings, rid, "w-last")  # w1's loss is the second: no third try
     assert isinstance(acq, NotAcquired) and acq.verdict == "exhausted"
@@ -226,7 +259,7 @@ async def test_the_lease_sweep_counts_each_lost_worker_once_and_quarantines_with
     for gen in (1, 2):
         store, acq = await acquire(redis, settings, rid, f"w{gen}", gen=gen)
         assert isinstance(acq, Acquired) and acq.restarts == gen - 1  # the sweep counted, not acquire
-        await store.commit(Outbox([ev()]))
+        await store.commit(CommitStep(Outbox([ev()])))
         await asyncio.sleep(0.35)
         sweeps = await asyncio.gather(*(reconcile_once(parts_of(redis), scripts, settings) for _ in range(3)))
         total = sum(sweeps, start=type(sweeps[0])())
@@ -407,14 +440,14 @@ async def test_an_early_check_of_an_approval_wait_keeps_its_deadline_watched(
 ) -> None:
     """The live index holds a parked run at the earlier of its approval timeout and run deadline; a
     check that comes before it (the sweeper's clock runs ahead of Redis's) leaves the entry in place."""
-    from worker.reconciler import _redispatch
+    from worker.process.reconciler import _redispatch
 
     rid = await new_run(redis, redis_url)
     store, _ = await acquire(redis, settings, rid, "w1")
     deadline = int((await redis.time())[0]) * 1000 + 60_000
     approvals = {"a": {"decision": "pending", "name": "t", "arguments": "{}"}}
-    await store.commit(Outbox([ev()]), status="awaiting_human", aux=orjson.dumps(approvals),
-                       approval_timeout_ms=600_000, run_deadline_ms=deadline)  # fmt: skip
+    await store.commit(CommitStep(Outbox([ev()]), status="awaiting_human", aux=orjson.dumps(approvals),
+                       approval_timeout_ms=600_000, run_deadline_ms=deadline))  # fmt: skip
     assert await redis.zscore(K.live, rid) == deadline
     assert (await _redispatch(parts_of(redis), Scripts(redis), settings, K, [rid]))["awaiting"] == 1
     assert await redis.zscore(K.live, rid) == deadline
@@ -430,7 +463,7 @@ async def test_approval_decisions(redis: Redis, redis_url: str, settings: Settin
         "a": {"decision": "pending", "name": "t", "arguments": "{}"},
         "b": {"decision": "pending", "name": "t", "arguments": "{}"},
     }
-    await store.commit(Outbox([ev()]), status="awaiting_human", aux=orjson.dumps(approvals))
+    await store.commit(CommitStep(Outbox([ev()]), status="awaiting_human", aux=orjson.dumps(approvals)))
     rec = await p.get(rid)
     assert rec is not None and [a["toolCallId"] for a in rec.pending_approvals] == ["a", "b"]
     assert await p.settle_approval(rid, "zzz", approved=True) == "unknown_call"
@@ -453,7 +486,7 @@ async def test_a_finished_run_leaves_its_worker(redis: Redis, redis_url: str, se
     store, _ = await acquire(redis, settings, rid, "w1")
     assert await redis.smembers(K.worker_runs("w1")) == {rid.encode()}
     assert await redis.zscore(K.live, rid) is None  # running: watched through w1's lease
-    await store.commit(Outbox([ev(status="completed")]), status="completed", aux=b"{}")
+    await store.commit(CommitStep(Outbox([ev(status="completed")]), status="completed", aux=b"{}"))
     assert await redis.zscore(K.live, rid) is None
     assert await redis.smembers(K.worker_runs("w1")) == set()
     await asyncio.sleep(0.35)  # w1's lease expires: the sweep finds nothing of it to re-dispatch
@@ -469,10 +502,10 @@ async def test_a_worker_without_a_live_lease_cannot_acquire_or_commit(
     assert await store.acquire(1, "never-registered") == NotAcquired("no_lease", "never-registered")
     store, acq = await acquire(redis, settings, rid, "w1")
     assert isinstance(acq, Acquired)
-    await store.commit(Outbox([ev()]))
+    await store.commit(CommitStep(Outbox([ev()])))
     await asyncio.sleep(0.35)  # w1 paused past its lease; nobody has taken the run over yet
     with pytest.raises(FencedError):  # Redis refuses the write all the same
-        await store.commit(Outbox([ev()]))
+        await store.commit(CommitStep(Outbox([ev()])))
     assert [e.seq for e in await stream(redis, rid)] == [1]
     # Its runs go back on the queue in one sweep, whatever their number: one lease, one check.
     assert (await reconcile_once(parts_of(redis), Scripts(redis), settings))["redispatched"] == 1

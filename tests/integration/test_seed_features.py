@@ -22,8 +22,8 @@ from tests.integration.helpers import (
     stream,
     wait_all,
 )
-from worker.jobs import WorkerProcess
-from worker.preamble import PREAMBLE_V1, unframe, with_preamble
+from worker.core.preamble import PREAMBLE_V1, unframe, with_preamble
+from worker.process.jobs import WorkerProcess
 
 pytestmark = pytest.mark.integration
 

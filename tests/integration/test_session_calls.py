@@ -20,7 +20,7 @@ from shared.profiles import AgentProfile
 from shared.tool_records import ToolRecord
 from tests.integration.helpers import producer_for, running_worker, script_run, stream, until_status, wait_all
 from tests.support.schema import K
-from worker.memory_store import (
+from worker.adapters.memory_store import (
     MemoryHost,
     MemoryModels,
     MemoryRun,
@@ -29,8 +29,7 @@ from worker.memory_store import (
     MemoryTools,
 )
 from worker.models.scripted import ScriptedProvider
-from worker.ports import RunPorts
-from worker.runner import RunDriver
+from worker.runner import RunDriver, RunPorts
 
 SID = "s-calls"
 INTERNAL = {"recall_tool_call", "search_history", "load_older_history"}  # not the session's calls

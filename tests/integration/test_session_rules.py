@@ -8,7 +8,7 @@ import pytest
 from redis.asyncio import Redis
 
 from tests.integration.helpers import producer_for, script_run, until_status, wait_all
-from worker.jobs import WorkerProcess
+from worker.process.jobs import WorkerProcess
 
 pytestmark = pytest.mark.integration
 

@@ -24,7 +24,7 @@ from tests.integration.helpers import (
     wait_all,
 )
 from tests.support.fake_openai import FakeOpenAI, Reply
-from worker.jobs import WorkerProcess
+from worker.process.jobs import WorkerProcess
 
 pytestmark = pytest.mark.integration
 

@@ -29,7 +29,7 @@ from tests.integration.helpers import (
 from tests.support.procs import WorkerProc
 from tests.support.schema import K
 from tests.support.waits import until
-from worker.preamble import unframe
+from worker.core.preamble import unframe
 
 pytestmark = pytest.mark.integration
 

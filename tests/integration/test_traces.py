@@ -28,7 +28,7 @@ from tests.support.fake_openai import FakeOpenAI, Reply
 from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.procs import WorkerProc
 from tests.support.schema import K
-from worker import tracing
+from worker.telemetry import tracing
 
 if TYPE_CHECKING:
     from tests.support.mcp_server import McpServerProc

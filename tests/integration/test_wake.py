@@ -1,4 +1,4 @@
-"""A worker with nothing to claim waits for its partition's wake signal (worker/wake.py): on an idle
+"""A worker with nothing to claim waits for its partition's wake signal (worker/process/wake.py): on an idle
 pool of real worker processes a run starts, and a parked run resumes, within milliseconds, not a
 poll interval; a lost signal costs at most two poll intervals (an idle worker's poll); one submission wakes one worker."""
 
@@ -17,7 +17,7 @@ from shared.fields import RunField as F
 from tests.integration.helpers import producer_for, script_run, until_status
 from tests.support.procs import workers
 from tests.support.schema import K
-from worker.wake import IDLE_POLLS
+from worker.process.wake import IDLE_POLLS
 
 pytestmark = pytest.mark.integration
 

@@ -25,8 +25,8 @@ from tests.integration.helpers import (
     wait_all,
 )
 from tests.support.procs import workers
-from worker.health import HealthServer
-from worker.jobs import WorkerProcess
+from worker.process.health import HealthServer
+from worker.process.jobs import WorkerProcess
 
 pytestmark = pytest.mark.integration
 

@@ -24,7 +24,7 @@ import orjson
 from agentmill_client.models import Message, ResponseFormat, ToolCall
 from shared.profiles import ProviderConfig
 from tests.support.redis_server import free_port
-from worker.config import ToolSpec
+from worker.core.config import ToolSpec
 from worker.machine import ModelRequest
 from worker.models.openai import request_body
 from worker.tools.builtin import BUILTINS

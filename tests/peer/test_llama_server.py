@@ -27,7 +27,7 @@ from tests.peer import llama
 from tests.support.redis_server import free_port
 from tests.support.schema import K
 from worker import machine
-from worker.config import resolve_config
+from worker.core.config import resolve_config
 from worker.models.openai import request_body
 from worker.tools.registry import ProfileTools
 

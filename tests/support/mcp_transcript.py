@@ -21,7 +21,7 @@ import orjson
 from agentmill_client.models import ToolCall, ToolResult
 from shared.netguard import guarded_client
 from shared.profiles import AgentProfile, McpServerConfig, ToolSettings
-from worker.config import ToolSpec
+from worker.core.config import ToolSpec
 from worker.tools.base import ToolContext
 from worker.tools.mcp import McpServer
 from worker.tools.mcp_transport import Exchange, GuardedMcpTransport

@@ -1,6 +1,8 @@
 """A private PostgreSQL cluster on a free loopback port, for the tests and the bench (as
 redis_server.py starts a redis-server): ``initdb`` into a temporary directory, ``pg_ctl`` to start and
-stop it (``stop()``/``start()`` keep the port and data, so an outage can be staged).
+stop it (``stop()``/``start()`` keep the port and data, so an outage can be staged). A process runs
+``initdb`` once, into a template, and gives each server a copy of it (``cp -a``, a tenth of a second
+beside initdb's seconds).
 
 PostgreSQL refuses to run as root; as root the binaries run as the ``postgres`` user (setpriv).
 ``binaries()`` is None when no PostgreSQL is installed: the tests then skip with that reason.
@@ -8,6 +10,7 @@ PostgreSQL refuses to run as root; as root the binaries run as the ``postgres`` 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import glob
 import os
@@ -31,6 +34,35 @@ def binaries() -> Path | None:
     return Path(found).parent if found and shutil.which("pg_ctl") else None
 
 
+_TEMPLATE: Path | None = None
+
+
+def _template(server: PostgresServer) -> Path:
+    """This process's initdb'd data directory (owned as the servers' own are), made on first use."""
+    global _TEMPLATE
+    if _TEMPLATE is None or not _TEMPLATE.exists():
+        d = Path(tempfile.mkdtemp(prefix="agentmill-pg-template-"))
+        atexit.register(shutil.rmtree, d, ignore_errors=True)
+        if server._user:
+            pw = pwd.getpwnam(server._user)
+            os.chown(d, pw.pw_uid, pw.pw_gid)
+        initdb = [
+            "initdb",
+            "-D",
+            str(d / "data"),
+            "-U",
+            "agentmill",
+            "-A",
+            "trust",
+            "--no-sync",
+            "-E",
+            "UTF8",
+        ]
+        server._run(*initdb)
+        _TEMPLATE = d / "data"
+    return _TEMPLATE
+
+
 class PostgresServer:
     def __init__(self) -> None:
         bindir = binaries()
@@ -45,7 +77,7 @@ class PostgresServer:
             self._user = "postgres"
             pw = pwd.getpwnam(self._user)
             os.chown(self.dir, pw.pw_uid, pw.pw_gid)
-        self._run("initdb", "-D", str(self.data), "-U", "agentmill", "-A", "trust", "--no-sync", "-E", "UTF8")
+        subprocess.run(["cp", "-a", str(_template(self)), str(self.data)], check=True, capture_output=True)
 
     @property
     def url(self) -> str:

@@ -8,8 +8,8 @@ from agentmill_client.models import Message, ToolCall, ToolResult, Usage
 from agentmill_client.statuses import RunStatus
 from shared.profiles import CompactionConfig, RetryConfig
 from worker import machine as m
-from worker.config import RunConfig, ToolSpec
-from worker.policy import ModelFailure
+from worker.core.config import RunConfig, ToolSpec
+from worker.core.policy import ModelFailure
 
 T0 = 1_000_000
 

@@ -10,10 +10,10 @@ from agentmill_client.models import Message, RunInput
 from shared import checkpoint
 from tests.unit.machine_driver import T0, calls_reply, config, go, result, text_reply
 from worker import machine as m
-from worker.memory_store import MemoryRun, MemoryRunStore, MemorySessionStore
-from worker.observer import NullObserver
-from worker.ports import SystemClock
+from worker.adapters.memory_store import MemoryRun, MemoryRunStore, MemorySessionStore
+from worker.adapters.plain import SystemClock
 from worker.runner.commits import Commits
+from worker.telemetry.observer import NullObserver
 
 
 def commits() -> Commits:
@@ -76,7 +76,7 @@ async def test_a_transcript_kept_apart_is_appended_and_set_whole_only_when_repla
     # AGENTMILL_CHECKPOINT_TRANSCRIPT=apart: the checkpoint's transcript is null; the transcript's key
     # gets each commit's new messages (a leading comma but the first), or all of them when the
     # machine replaced the list (compaction) or on an attempt's first commit.
-    from worker.ports import Outbox
+    from worker.ports import CommitStep, Outbox
 
     c = commits()
     c.transcript_apart = c.config_apart = True
@@ -86,10 +86,10 @@ async def test_a_transcript_kept_apart_is_appended_and_set_whole_only_when_repla
     sent: list[tuple[bool, bytes] | None] = []
     real = store.commit
 
-    async def spy(outbox: Outbox, **kw: object) -> int:
-        w = kw.get("transcript")
-        sent.append(None if w is None else (w.append, w.data))  # type: ignore[attr-defined]
-        return await real(outbox, **kw)  # type: ignore[arg-type]
+    async def spy(step: CommitStep) -> int:
+        w = step.transcript
+        sent.append(None if w is None else (w.append, w.data))
+        return await real(step)
 
     store.commit = spy  # type: ignore[method-assign]
 

@@ -8,8 +8,8 @@ from pydantic import ValidationError
 from agentmill_client.models import RunInput
 from shared.profiles import AgentProfile, CompactionConfig
 from tests.unit.test_preamble import drive, echo
-from worker.config import resolve_config
-from worker.config_cache import shareable
+from worker.core.config import resolve_config
+from worker.core.config_cache import shareable
 
 
 def run(**kw: object) -> RunInput:

@@ -12,10 +12,7 @@ from hypothesis import strategies as st
 
 from agentmill_client.models import Message, RunInput, ToolCall
 from shared.profiles import AgentProfile, CompactionConfig
-from worker import policy
-from worker.compaction import KEY_FACTS_PROMPT, SUMMARY_PROMPT, by_importance, summary_prompt, without_model
-from worker.machine import ModelRequest
-from worker.memory_store import (
+from worker.adapters.memory_store import (
     MemoryHost,
     MemoryModels,
     MemoryRun,
@@ -23,11 +20,19 @@ from worker.memory_store import (
     MemorySessionStore,
     MemoryTools,
 )
+from worker.core import policy
+from worker.core.compaction import (
+    KEY_FACTS_PROMPT,
+    SUMMARY_PROMPT,
+    by_importance,
+    summary_prompt,
+    without_model,
+)
+from worker.core.preamble import PREAMBLE_V1, with_preamble
+from worker.machine import ModelRequest
 from worker.models.base import Chunk
 from worker.models.scripted import ScriptedProvider
-from worker.ports import RunPorts
-from worker.preamble import PREAMBLE_V1, with_preamble
-from worker.runner import RunDriver
+from worker.runner import RunDriver, RunPorts
 
 N = 0
 

@@ -1,4 +1,4 @@
-"""Completion semantics: a reply counts only when its stream said it ended (worker.policy.reply_failure)."""
+"""Completion semantics: a reply counts only when its stream said it ended (worker.core.policy.reply_failure)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from agentmill_client.models import EventKind, Message, ToolCall
 from agentmill_client.statuses import RunStatus
 from tests.unit.machine_driver import T0, calling, go, result
 from worker import machine as m
-from worker import policy
+from worker.core import policy
 
 
 def reply(

@@ -1,5 +1,5 @@
 """Resolved configurations shared by the runs of a profile that set no knob of their own
-(worker/config_cache.py): the same configuration as resolving it afresh, never shared where a run's
+(worker/core/config_cache.py): the same configuration as resolving it afresh, never shared where a run's
 own input or a changed profile or tool list would make it differ, and never a channel between runs."""
 
 from __future__ import annotations
@@ -11,10 +11,7 @@ import pytest
 
 from agentmill_client.models import RunInput, ToolCall, ToolResult
 from shared.profiles import AgentProfile
-from worker import preamble
-from worker.config import RunConfig, ToolSpec, resolve_config
-from worker.config_cache import ConfigCache
-from worker.memory_store import (
+from worker.adapters.memory_store import (
     MemoryHost,
     MemoryModels,
     MemoryRun,
@@ -22,9 +19,11 @@ from worker.memory_store import (
     MemorySessionStore,
     MemoryTools,
 )
+from worker.core import preamble
+from worker.core.config import RunConfig, ToolSpec, resolve_config
+from worker.core.config_cache import ConfigCache
 from worker.models.scripted import ScriptedProvider
-from worker.ports import RunPorts
-from worker.runner import RunDriver
+from worker.runner import RunDriver, RunPorts
 from worker.tools.base import ToolContext
 
 PROFILE = AgentProfile(

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from agentmill_client.models import Message, ToolCall
 from shared.profiles import ContextConfig
-from worker.context import (
+from worker.core.context import (
     MAX_NOTE_CHARS,
     RECALL_HINT,
     TRUNCATED,

@@ -1,4 +1,4 @@
-"""The deltas' pace (worker/delta_pace.py): a few streaming runs flush every AGENTMILL_DELTA_FLUSH_MS,
+"""The deltas' pace (worker/core/delta_pace.py): a few streaming runs flush every AGENTMILL_DELTA_FLUSH_MS,
 many flush less often so one worker's flushes stay near AGENTMILL_DELTA_FLUSH_PER_S; every piece of
 text still goes out, in order."""
 
@@ -9,8 +9,7 @@ import asyncio
 from agentmill_client.models import RunInput
 from shared.profiles import AgentProfile
 from shared.settings import Settings
-from worker.delta_pace import DeltaPace
-from worker.memory_store import (
+from worker.adapters.memory_store import (
     MemoryHost,
     MemoryModels,
     MemoryRun,
@@ -18,9 +17,9 @@ from worker.memory_store import (
     MemorySessionStore,
     MemoryTools,
 )
+from worker.core.delta_pace import DeltaPace
 from worker.models.scripted import ScriptedProvider
-from worker.ports import RunPorts
-from worker.runner import RunDriver
+from worker.runner import RunDriver, RunPorts
 
 TEXT = "word " * 60
 

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 from agentmill_client.models import Message, ToolCall, ToolResult
 from shared.profiles import ContextConfig
 from tests.unit.machine_driver import T0, config, go, text_reply
-from worker import context, sessions
 from worker import machine as m
-from worker.config import LOAD_OLDER_SPEC, RECALL_SPEC, SEARCH_SPEC
-from worker.history_tools import candidates, search
+from worker.core import context, sessions
+from worker.core.config import LOAD_OLDER_SPEC, RECALL_SPEC, SEARCH_SPEC
+from worker.core.history_tools import candidates, search
 from worker.machine.window import initial_window, windowed_history
 
 
@@ -185,7 +185,7 @@ def test_recall_takes_several_ids_and_says_which_were_not_found() -> None:
 def test_the_context_tools_are_offered_to_a_run_with_a_session_unless_the_profile_turns_them_off() -> None:
     from agentmill_client.models import ClientTool, RunInput
     from shared.profiles import AgentProfile
-    from worker.config import ToolSpec, resolve_config
+    from worker.core.config import ToolSpec, resolve_config
 
     run = RunInput.model_validate({"inputMessages": [{"role": "user", "content": "x"}], "sessionId": "s1"})
     plain = AgentProfile(name="p", tools=["echo"])

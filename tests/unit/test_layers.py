@@ -7,6 +7,8 @@ modules together (and is one refactor away from a runtime cycle)."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,15 +145,90 @@ def test_a_cycle_made_only_of_type_checking_imports_is_found(tmp_path: Path) -> 
 
 
 def test_the_ports_import_none_of_their_users() -> None:
+    """Protocols and the values they exchange: no implementation (adapters, the process, the runner,
+    the tool registry), and of telemetry only the observer's protocol."""
     users = (
         "worker.runner",
-        "worker.deps",
-        "worker.memory_store",
-        "worker.redis_store",
+        "worker.process",
+        "worker.adapters",
+        "worker.telemetry",
         "worker.tools.registry",
     )
     imported = _graph()["worker.ports"]
-    assert not {m for m in imported if m.startswith(users)}, imported
+    assert not {m for m in imported if m.startswith(users)} - {"worker.telemetry.observer"}, imported
+    tree = ast.parse((ROOT / "worker" / "ports.py").read_text())
+    classes = [n for n in tree.body if isinstance(n, ast.ClassDef)]
+    assert len(classes) > 10
+    for c in classes:
+        bases = {b.id if isinstance(b, ast.Name) else "" for b in c.bases}
+        decorated = any("dataclass" in ast.unparse(d) for d in c.decorator_list)
+        # a protocol, a value (a frozen dataclass or a plain one of fields) or an exception
+        assert "Protocol" in bases or decorated or "Exception" in bases, (
+            f"ports.py: {c.name} is an implementation"
+        )
+
+
+# worker/'s wings: the pure core beside the machine, the runner between them and the world, the
+# adapters (the ports' implementations), telemetry, and the process that composes them; economy: the
+# economy lane's batchers and their Redis side (a side loop of the process, and a run's EconomyPort).
+WINGS = ("core", "machine", "runner", "adapters", "telemetry", "process", "models", "tools", "economy")
+IO_MODULES = {"asyncio", "socket", "redis", "httpx", "httpcore", "arq", "anyio", "time", "random", "os",
+              "subprocess", "threading", "urllib", "requests", "aiohttp", "uuid", "datetime", "io", "pathlib",
+              "select", "ssl", "signal", "prometheus_client", "opentelemetry"}  # fmt: skip
+
+
+def test_worker_has_its_wings_and_no_loose_module_but_its_ports() -> None:
+    worker = ROOT / "worker"
+    assert sorted(p.name for p in worker.glob("*.py")) == ["__init__.py", "ports.py"]
+    assert sorted(p.name for p in worker.iterdir() if p.is_dir() and (p / "__init__.py").is_file()) == sorted(
+        WINGS
+    )
+
+
+def test_the_core_imports_only_the_core_the_machine_and_the_ports() -> None:
+    graph = _graph()
+    core = sorted(m for m in graph if m.startswith("worker.core"))
+    assert {"worker.core.config", "worker.core.policy", "worker.core.context"} <= set(core)
+    allowed = ("worker.core", "worker.machine", "worker.ports", "shared", "agentmill_client")
+    for m in core:
+        assert all(n.startswith(allowed) for n in graph[m]), (m, graph[m])
+
+
+def test_the_core_imports_nothing_that_does_io() -> None:
+    """Like the machine (tests/unit/test_machine_properties.py): no I/O library named in the core,
+    and importing the core pulls none in."""
+    modules = sorted((ROOT / "worker" / "core").glob("*.py"))
+    assert len(modules) > 8
+    for path in modules:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
+            for name in names:
+                assert name.split(".")[0] not in IO_MODULES, f"{path.name} imports {name}"
+    # sessions.py aside: the value it returns is declared in ports.py, whose protocols name shared
+    # types whose modules import asyncio (nothing of them runs in the core).
+    pure = [f"worker.core.{p.stem}" for p in modules if p.stem not in {"__init__", "sessions"}]
+    code = (
+        f"import sys; import {', '.join(pure)}; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'redis', 'httpx', 'arq', 'asyncio', 'anyio', 'uvloop'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_the_runner_reaches_failpoints_only_through_its_host() -> None:
+    """The runner imports nothing of the process (failpoints included): its points are hit through
+    ``Host.failpoints``, a port."""
+    graph = _graph()
+    runner = [m for m in graph if m.startswith("worker.runner")]
+    assert "worker.runner.driver" in runner
+    for m in runner:
+        assert not {n for n in graph[m] if n.startswith("worker.process") or "failpoints" in n}, m
 
 
 def test_effects_never_import_the_driver() -> None:

@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from shared.settings import Settings
-from worker.jobs import lease_margin_ms
-from worker.lease import LeaseBackend, LeaseExpiredError, WorkerLease, lease_guarded_client
+from worker.adapters.lease import LeaseBackend, LeaseExpiredError, WorkerLease, lease_guarded_client
+from worker.process.jobs import lease_margin_ms
 
 
 class FakeClock:

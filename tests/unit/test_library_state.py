@@ -41,7 +41,10 @@ def _assigned(code: str) -> set[str]:
 
 
 def _enter_body(part: str, code: str) -> str:
-    m = re.search(rf"local function enter_{part}\(.*?\)(.*?)\bend\b\s*$", code, re.S | re.M)
+    # a function on one line, else its own end at column 0 (a loop's `end` may close a line inside it)
+    m = re.search(rf"local function enter_{part}\(.*?\)(.*?)\bend\s*$", code, re.M) or re.search(
+        rf"local function enter_{part}\(.*?\)(.*?)^end\b", code, re.S | re.M
+    )
     return m.group(1) if m else ""
 
 

@@ -16,9 +16,9 @@ from agentmill_client.statuses import RunStatus
 from tests.peer import llama
 from tests.unit.machine_driver import T0, calling, config, go
 from worker import machine as m
+from worker.core.policy import CUT_OFF_CALL, classify
 from worker.models.base import ModelCallError, ReasoningDelta, StreamEnd, TextDelta, ToolCallDelta
 from worker.models.openai import OpenAIProvider
-from worker.policy import CUT_OFF_CALL, classify
 
 REC = llama.load()
 

@@ -1,4 +1,4 @@
-"""worker/loop_metrics.py against prometheus-client: the same observations, through both, render
+"""worker/telemetry/loop_metrics.py against prometheus-client: the same observations, through both, render
 the same exposition byte for byte (names, _total, buckets and their bounds, sums, the order of the
 series), and refuse the same misuse."""
 
@@ -12,9 +12,9 @@ from prometheus_client import Counter as PromCounter
 from prometheus_client import Histogram as PromHistogram
 from prometheus_client.exposition import generate_latest
 
-from worker import loop_metrics
+from worker.telemetry import loop_metrics
 
-disable_created_metrics()  # type: ignore[no-untyped-call]  # as worker/metrics.py does
+disable_created_metrics()  # type: ignore[no-untyped-call]  # as worker/telemetry/metrics.py does
 
 BUCKETS = (0.005, 0.1, 0.5, 1, 2.5, 60)
 

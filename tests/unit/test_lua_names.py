@@ -30,12 +30,12 @@ from shared.fields import (
 from shared.scripts import LUA_DIR, NAMES, SCRIPTS, render, source
 from shared.session_calls import PastCallField
 from shared.tool_records import ToolState
-from worker.context import PastCall
+from worker.core.context import PastCall
 
 # The quoted literals that spell such a name but mean something else, each counted: a new literal
 # of a field or status name fails until it is a token (or, when it means something else, listed here).
 OTHER_MEANINGS = {
-    ("abort.lua", "aborted"): 2,  # the lastError code of an abort, and the script's verdict
+    ("abort.lua", "aborted"): 1,  # the lastError code of an abort (its verdict is V.ABORTED)
     ("submit_one.lua", "aborted"): 2,  # the lastError code of the runs an interrupt aborts
     ("redispatch.lua", "awaiting_tools"): 1,  # the script's verdict
     ("redispatch.lua", "awaiting_children"): 1,  # likewise
@@ -44,7 +44,6 @@ OTHER_MEANINGS = {
     ("prelude.lua", "epoch"): 1,  # a stream entry's field (xadd), not the run hash's
     ("settle_approval.lua", "pending"): 2,  # an approval's decision, not a tool record's state
     ("capacity_acquire.lua", "paused"): 1,  # the limiter's verdict, not a schedule's field
-    ("schedule_pause.lua", "paused"): 1,  # the script's verdict
     ("budget_reserve.lua", "cost"): 1,  # the limit a refusal names, not a usage hash's part
 }
 NAMED = {
@@ -151,5 +150,5 @@ def test_the_rendered_scripts_and_their_shas_are_the_same_in_every_process() -> 
 
 def test_the_lua_writes_a_sessions_calls_as_past_call_reads_them() -> None:
     """prelude.lua's recorded_calls spells an entry of a session's calls list by PastCallField: the
-    JSON of worker.context.PastCall, which the runs that search the session read."""
+    JSON of worker.core.context.PastCall, which the runs that search the session read."""
     assert set(PastCall(id="r/c1.0").model_dump(by_alias=True)) == set(PastCallField)

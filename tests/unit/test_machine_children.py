@@ -85,7 +85,7 @@ def test_a_child_that_could_not_be_created_is_an_error_result_and_bad_arguments_
 def test_the_depth_limit_is_the_roots_and_a_child_profile_may_only_narrow_it() -> None:
     from agentmill_client.models import LoopLimits, RunInput
     from shared.profiles import AgentProfile
-    from worker.config import Lineage, resolve_config
+    from worker.core.config import Lineage, resolve_config
 
     def depth(profile: int | None, run: int | None, lineage: Lineage | None) -> int:
         p = AgentProfile(name="x", loop_limits=LoopLimits(max_depth=profile))

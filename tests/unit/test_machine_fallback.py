@@ -14,9 +14,9 @@ from agentmill_client.statuses import RunStatus
 from shared.profiles import FALLBACK_CLASSES, AgentProfile, Pricing, ProviderConfig
 from tests.unit.machine_driver import T0, Driver, calling, config, failure, go, result, text_reply
 from worker import machine as m
-from worker.config import ChainLink, chain_of
+from worker.core.config import ChainLink, chain_of
+from worker.core.policy import ModelFailure
 from worker.machine import fallback
-from worker.policy import ModelFailure
 
 CHEAP, DEAR = Pricing(input_per_m_tok=1, output_per_m_tok=2), Pricing(input_per_m_tok=10, output_per_m_tok=20)
 

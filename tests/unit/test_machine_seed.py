@@ -9,7 +9,7 @@ from agentmill_client.models import Message, ToolCall
 from agentmill_client.statuses import RunStatus
 from tests.unit.machine_driver import T0, calling, calls_reply, config, failure, go, result, text_reply
 from worker import machine as m
-from worker.config import ToolSpec
+from worker.core.config import ToolSpec
 
 
 def errors(cmds: list[m.Command]) -> list[dict[str, Any]]:

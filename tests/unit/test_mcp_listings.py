@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from worker.config import RunConfig, ToolSpec
+from worker.core.config import RunConfig, ToolSpec
 from worker.runner.commits import config_json
 from worker.tools.mcp_listings import McpListing, McpListings, MemoryListingStore, listing_of
 

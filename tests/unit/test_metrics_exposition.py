@@ -9,7 +9,7 @@ from __future__ import annotations
 from agentmill_client.models import Usage
 from producer.api.metrics import ApiMetrics
 from tests.integration.helpers import metric_samples
-from worker.metrics import LABELS, MetricsObserver
+from worker.telemetry.metrics import LABELS, MetricsObserver
 
 
 def test_every_worker_child_exists_at_zero_before_first_use() -> None:
@@ -127,7 +127,7 @@ def test_token_and_cost_counters_by_configured_agent_and_model_only() -> None:
 def test_the_worker_process_exports_its_build_and_process_series() -> None:
     from agentmill_client import __version__
     from shared.settings import Settings
-    from worker.jobs import WorkerProcess
+    from worker.process.jobs import WorkerProcess
 
     wp = WorkerProcess(Settings(redis_url="redis://127.0.0.1:1/0", worker_metrics_port=-1))
     m = metric_samples(wp.metrics.render().decode())

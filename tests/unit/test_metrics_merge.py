@@ -1,4 +1,4 @@
-"""The merged /metrics of ``agentmill worker --processes N`` (worker/metrics_merge.py), from the
+"""The merged /metrics of ``agentmill worker --processes N`` (worker/telemetry/metrics_merge.py), from the
 expositions real worker registries render."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.supervisor import describe_exit, restart_delay
 from shared.process_metrics import register_process_metrics
-from worker.metrics import MetricsObserver
-from worker.metrics_merge import MergedMetrics, parse
+from worker.telemetry.metrics import MetricsObserver
+from worker.telemetry.metrics_merge import MergedMetrics, parse
 
 
 def process(finished: int, in_progress: int) -> str:

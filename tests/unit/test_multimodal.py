@@ -10,8 +10,8 @@ from pydantic import ValidationError
 from agentmill_client.models import Message, RunResult, RunStatus
 from shared.profiles import ProviderConfig
 from tests.unit.machine_driver import T0, calling, config, go, text_reply
-from worker import context, policy, sessions
 from worker import machine as m
+from worker.core import context, policy, sessions
 from worker.models.openai import request_body, wire_message
 
 PIXEL = "data:image/png;base64,iVBORw0KGgo="

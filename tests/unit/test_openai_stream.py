@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from agentmill_client.models import Message, ToolCall
 from shared.profiles import ProviderConfig
-from worker.config import ToolSpec
+from worker.core.config import ToolSpec
 from worker.machine import ModelRequest, identify
 from worker.models.base import Chunk, ModelCallError, ReasoningDelta, StreamEnd, TextDelta, ToolCallDelta
 from worker.models.openai import OpenAIProvider, request_body

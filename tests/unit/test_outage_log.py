@@ -14,7 +14,7 @@ from redis.exceptions import ResponseError
 from shared.outage_log import OutageLog, shown_url
 from shared.redis_watch import RedisWatch
 from shared.settings import Settings
-from worker.health import HealthServer
+from worker.process.health import HealthServer
 
 LOG = logging.getLogger("agentmill.test_outage")
 

@@ -20,7 +20,7 @@ from shared import price_table
 from shared.price_table import table_pricing
 from shared.prices import Pricing, round_usd
 from shared.profiles import ProviderConfig
-from worker import policy
+from worker.core import policy
 from worker.models.scripted import MIN_CACHE_TOKENS, cache_usage
 
 # (kind, model, baseUrl) as profiles name them, and the table's lookup of the same

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from agentmill_client import limits
 from agentmill_client.models import LoopLimits, RunInput
 from shared.profiles import AgentProfile, ToolSettings, load_profiles
-from worker.config import DEFAULT_MAX_ITERATIONS, RunConfig, resolve_config
+from worker.core.config import DEFAULT_MAX_ITERATIONS, RunConfig, resolve_config
 
 HOUR = 3_600_000
 
@@ -125,7 +125,7 @@ async def test_a_scripted_turns_delay_is_capped(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_retry_reason_labels_are_a_fixed_set() -> None:
-    from worker.metrics import MetricsObserver, retry_reason_label
+    from worker.telemetry.metrics import MetricsObserver, retry_reason_label
 
     assert retry_reason_label("http_503") == "http_503"
     assert retry_reason_label("timeout") == "timeout"

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentmill_client.models import Message, ToolCall
-from worker import policy
+from worker.core import policy
 
 CHAT_FORMAT_TOKENS = 4  # what OpenAI's chat format adds a message (role and separators)
 ANY_CHAR = st.characters(exclude_categories=())  # every code point, lone surrogates included

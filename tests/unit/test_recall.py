@@ -22,11 +22,11 @@ from shared.profiles import ContextConfig, profiles_from
 from shared.settings import Settings
 from shared.tool_records import ToolRecord
 from tests.support.schema import K, parts_of
-from worker.config import RECALL_TOOL, RunConfig
-from worker.context import MAX_NOTE_CHARS, TRUNCATED
-from worker.deps import WorkerDeps
+from worker.core.config import RECALL_TOOL, RunConfig
+from worker.core.context import MAX_NOTE_CHARS, TRUNCATED
+from worker.core.sessions import session_update
 from worker.machine import RunState, build_messages
-from worker.sessions import session_update
+from worker.process.deps import WorkerDeps
 
 SID = "s-prop"
 words = st.text(alphabet="abcdefgh ", min_size=0, max_size=700)
@@ -130,7 +130,7 @@ def test_past_tool_results_stay_out_of_the_model_input_but_are_recallable(
 async def test_without_a_session_recall_reads_the_runs_own_calls_and_the_prompt_names_it() -> None:
     from agentmill_client.models import RunInput
     from shared.profiles import AgentProfile
-    from worker.config import RECALL_PROMPT, ToolSpec, resolve_config
+    from worker.core.config import RECALL_PROMPT, ToolSpec, resolve_config
 
     run = RunInput.model_validate({"inputMessages": [{"role": "user", "content": "x"}]})
     cfg = resolve_config(AgentProfile(name="p", tools=["calculator"]), run,

@@ -12,8 +12,8 @@ from agentmill_client.statuses import RunStatus
 from shared.profiles import Pricing
 from tests.unit.machine_driver import T0, calling, config, go, result, text_reply
 from worker import machine as m
-from worker import policy
-from worker.config import narrow_budget
+from worker.core import policy
+from worker.core.config import narrow_budget
 
 
 def test_a_run_can_only_narrow_its_profiles_budget() -> None:

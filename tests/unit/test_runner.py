@@ -1,4 +1,4 @@
-"""The effect runner on in-memory ports (worker/memory_store.py): no Redis, no sockets, no processes.
+"""The effect runner on in-memory ports (worker/adapters/memory_store.py): no Redis, no sockets, no processes.
 
 Each test drives a real RunDriver with the scripted model and the builtin tools; what the run wrote
 is read back from the MemoryRun, as a reader would read the stream and the run hash.
@@ -18,8 +18,7 @@ from agentmill_client.models import RunInput, RunResult, RunStatus
 from shared import checkpoint
 from shared.profiles import AgentProfile, RetryConfig
 from shared.settings import Settings
-from worker.machine import Phase
-from worker.memory_store import (
+from worker.adapters.memory_store import (
     MemoryHost,
     MemoryModels,
     MemoryRun,
@@ -27,11 +26,12 @@ from worker.memory_store import (
     MemorySessionStore,
     MemoryTools,
 )
+from worker.core.preamble import frame
+from worker.machine import Phase
 from worker.models.scripted import ScriptedProvider
-from worker.observer import NullObserver
-from worker.ports import Acquired, RunPorts
-from worker.preamble import frame
-from worker.runner import RunDriver
+from worker.ports import Acquired
+from worker.runner import RunDriver, RunPorts
+from worker.telemetry.observer import NullObserver
 
 PROFILE = AgentProfile(
     name="t",

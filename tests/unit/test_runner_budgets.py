@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tests.unit.test_runner import World
-from worker.ports import BudgetHold, RunPorts, Settlement
-from worker.runner import RunDriver
+from worker.ports import BudgetHold, Settlement
+from worker.runner import RunDriver, RunPorts
 
 
 @dataclass
@@ -48,7 +48,7 @@ class Budgets:
 
 
 def driver(w: World, budgets: Budgets) -> RunDriver:
-    from worker.memory_store import MemoryRunStore
+    from worker.adapters.memory_store import MemoryRunStore
 
     store = MemoryRunStore(w.run, w.sessions)
     ports = RunPorts(store, w.sessions, w.models, w.tools, rng=w.rng, budgets=budgets)

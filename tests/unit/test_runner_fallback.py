@@ -11,8 +11,8 @@ from agentmill_client.models import RunStatus
 from shared.profiles import AgentProfile, Pricing, ProviderConfig, RetryConfig
 from tests.peer import llama
 from tests.unit.test_runner import World
-from worker.limiter import OnWait
-from worker.memory_store import MemoryModels
+from worker.adapters.limiter import OnWait
+from worker.adapters.memory_store import MemoryModels
 from worker.models.base import ModelProvider
 from worker.models.openai import OpenAIProvider
 from worker.models.scripted import ScriptedProvider
@@ -63,9 +63,9 @@ class Holding(MemoryModels):
         super().__init__(make)
         self.endpoints: list[str | None] = []
 
-    async def hold(self, cfg: ProviderConfig, tokens: int, on_wait: OnWait) -> Capacity:
+    async def hold(self, cfg: ProviderConfig, tokens: int, on_wait: OnWait, priority: int) -> Capacity:
         self.endpoints.append(cfg.base_url)
-        return await super().hold(cfg, tokens, on_wait)
+        return await super().hold(cfg, tokens, on_wait, priority)
 
 
 async def test_each_provider_takes_capacity_on_its_own_endpoint() -> None:

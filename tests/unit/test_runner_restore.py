@@ -11,7 +11,7 @@ import orjson
 from shared import checkpoint
 from shared.origin import Origin
 from tests.unit.test_runner import World
-from worker.preamble import unframe
+from worker.core.preamble import unframe
 
 SCRIPT: list[dict[str, Any]] = [
     {"toolCalls": [{"name": "echo", "arguments": {"text": "one"}}]},

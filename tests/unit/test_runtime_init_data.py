@@ -8,9 +8,9 @@ import pytest
 
 from agentmill_client.models import RunInput, ToolCall
 from shared.profiles import AgentProfile
-from worker import preamble
-from worker.config import resolve_config
-from worker.prompt import render
+from worker.core import preamble
+from worker.core.config import resolve_config
+from worker.core.prompt import render
 from worker.tools.base import ToolContext
 from worker.tools.builtin import FunctionTool
 from worker.tools.registry import ProfileTools

@@ -15,7 +15,7 @@ from agentmill_client import limits
 from shared.schema_bounds import SchemaBoundError, check_bounds
 from shared.schema_validator import compiled, validation_errors
 from tests.support.schemas import REDOS, REDOS_TEXT, doubling
-from worker import policy
+from worker.core import policy
 
 CHECK_CPU_S = 0.25  # compile + validate at worst: ~50 ms of CPU idle, ~100 ms on a loaded 2-core machine
 

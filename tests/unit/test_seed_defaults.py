@@ -10,10 +10,10 @@ from typing import Any
 from agentmill_client.models import Message, RunInput, RunResult, RunStatus, ToolCall, ToolResult
 from shared.profiles import AgentProfile, ContextConfig, RetryConfig, ToolSettings
 from shared.tool_records import ToolRecord
-from worker import context, policy
-from worker.config import resolve_config
+from worker.core import context, policy
+from worker.core.config import resolve_config
+from worker.core.sessions import session_update
 from worker.machine import initial_state
-from worker.sessions import session_update
 from worker.tools.base import ToolContext
 from worker.tools.registry import ProfileTools
 

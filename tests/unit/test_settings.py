@@ -22,7 +22,7 @@ NOT_SETTINGS = {
     "worker/tools/mcp_transport.py": 'an MCP server header secret a profile names ("${env:NAME}")',
     "app/cli/submit.py": "XDG_STATE_HOME, the platform's state directory",
     "app/supervisor.py": "its worker processes' environment: its own, each process's socket and id added",
-    "worker/tracing.py": "the standard OTEL_* variables, whether an OTLP endpoint is set (the SDK reads the rest)",
+    "worker/telemetry/tracing.py": "the standard OTEL_* variables, whether an OTLP endpoint is set (the SDK reads the rest)",
 }
 ENV_READ = re.compile(r"\b(?:environ|getenv)\b|\benvvar\s*=")
 OURS = re.compile(r"AGENTMILL_|REDIS_URL")
@@ -103,7 +103,7 @@ def test_a_beat_that_cannot_keep_the_lease_is_refused_and_an_unset_one_follows_a
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from shared.settings import SettingsError, get_settings
-    from worker.jobs import lease_margin_ms
+    from worker.process.jobs import lease_margin_ms
 
     # Unset: 500 ms, or a third of a shorter lease; with a 0.8 s lease the default beat (500 ms)
     # came after the worker counted its lease over (0.8 s less a 0.4 s margin), at every beat.

@@ -15,11 +15,11 @@ from tests.integration.helpers import metric_samples
 from tests.peer import llama
 from tests.support.llama_replay import recording_for
 from worker import machine as m
-from worker.metrics import MetricsObserver
+from worker.core.policy import check_output
 from worker.models.base import ModelCallError, StreamEnd, TextDelta
 from worker.models.openai import OpenAIProvider
 from worker.models.shapes import ShapeMemory, adapt, refused_shape
-from worker.policy import check_output
+from worker.telemetry.metrics import MetricsObserver
 
 REC = llama.load()
 URL = "http://127.0.0.1:9/v1"

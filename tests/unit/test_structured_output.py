@@ -15,9 +15,9 @@ from agentmill_client.models import EventKind, ResponseFormat, RunInput
 from agentmill_client.statuses import RunStatus
 from tests.unit.machine_driver import T0, Driver, calling, calls_reply, config, go, result, text_reply
 from worker import machine as m
-from worker.config import narrow_limits
+from worker.core.config import narrow_limits
+from worker.core.policy import check_output
 from worker.models.openai import request_body
-from worker.policy import check_output
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -140,7 +140,6 @@ def msg(**rf: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("rf", "field", "says"),
     [
-        ({"type": "json_schema", "jsonSchema": {"schema": {"type": 5}}}, "responseFormat.jsonSchema.schema", "not a JSON Schema"),
         ({"type": "json_schema", "jsonSchema": {"schema": {"$ref": "https://example.com/s.json"}}}, "responseFormat.jsonSchema.schema", "local $ref"),
         ({"type": "json_schema", "jsonSchema": {"schema": {"enum": ["x" * 1000] * 40}}}, "responseFormat.jsonSchema.schema", "larger than"),
         ({"type": "json_schema"}, "responseFormat", "needs jsonSchema"),
@@ -154,6 +153,23 @@ def test_bad_response_formats_are_refused_naming_the_field(rf: dict[str, Any], f
         RunInput.model_validate(msg(**rf))
     err = exc.value.errors()[0]
     assert ".".join(str(p) for p in err["loc"]) == field and says in str(err["msg"])
+
+
+def test_a_schema_that_is_not_json_schema_is_refused_at_submission_naming_the_field() -> None:
+    # The model checks size and references only; the metaschema's check (milliseconds a subschema)
+    # is the submission's, off the event loop (producer/schemas_ready.py), cached by the schema's hash.
+    from producer.prepared import validated
+    from producer.submission import SubmissionError
+
+    bad = {"type": "json_schema", "jsonSchema": {"schema": {"type": 5}}}
+    tool = {"name": "t", "parameters": {"type": 5}}
+    for body, field in ((msg(**bad), "responseFormat.jsonSchema.schema"),
+                        ({**msg(type="json_object"), "clientTools": [tool]}, "clientTools.0.parameters")):  # fmt: skip
+        RunInput.model_validate(body)
+        with pytest.raises(SubmissionError) as exc:
+            validated(body, None)
+        assert exc.value.code == "invalid_input" and exc.value.field == field
+        assert "not a JSON Schema" in exc.value.message
 
 
 def test_the_openai_request_carries_response_format_in_openais_shape() -> None:

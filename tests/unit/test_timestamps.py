@@ -10,9 +10,8 @@ from agentmill_client.models import Message, RunInput, ToolCall, ToolResult
 from shared.profiles import AgentProfile
 from shared.tool_records import ToolRecord, ToolState
 from tests.unit.machine_driver import config
-from worker import context
 from worker import machine as m
-from worker.memory_store import (
+from worker.adapters.memory_store import (
     MemoryHost,
     MemoryModels,
     MemoryRun,
@@ -20,10 +19,10 @@ from worker.memory_store import (
     MemorySessionStore,
     MemoryTools,
 )
+from worker.core import context
+from worker.core.policy import ModelFailure
 from worker.models.scripted import ScriptedProvider
-from worker.policy import ModelFailure
-from worker.ports import RunPorts
-from worker.runner import RunDriver
+from worker.runner import RunDriver, RunPorts
 
 
 def emits(cmds: list[m.Command], kind: str) -> list[dict[str, object]]:

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 from agentmill_client.models import ToolCall, ToolResult
 from shared.profiles import AgentProfile
-from worker.tool_cache import MemoryToolCache, cache_digest
+from worker.adapters.tool_cache import MemoryToolCache, cache_digest
 
 
 def profile(**settings: object) -> AgentProfile:

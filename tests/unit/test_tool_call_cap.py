@@ -11,7 +11,7 @@ from agentmill_client.statuses import RunStatus
 from shared.profiles import AgentProfile
 from tests.unit.machine_driver import Driver, calling, calls_reply, config, go, result, text_reply
 from worker import machine as m
-from worker.config import DEFAULT_MAX_TOOL_CALLS, RECALL_SPEC, resolve_config
+from worker.core.config import DEFAULT_MAX_TOOL_CALLS, RECALL_SPEC, resolve_config
 
 
 def test_the_cap_defaults_to_100_and_a_run_may_only_narrow_it() -> None:

@@ -10,7 +10,7 @@ import pytest
 from agentmill_client.models import RunInput, ToolPolicy
 from shared.profiles import AgentProfile, ToolSettings
 from shared.session_calls import CONTEXT_TOOLS
-from worker.config import RunConfig, ToolSpec, resolve_config
+from worker.core.config import RunConfig, ToolSpec, resolve_config
 
 TOOLS = ["calculator", "echo", "sleep", "fail"]
 SPECS = {n: ToolSpec(name=n) for n in TOOLS}

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from shared import trace_context
-from worker import tracing
+from worker.telemetry import tracing
 
 ROOT = Path(__file__).resolve().parents[2]
 TP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -41,8 +41,8 @@ def test_off_the_worker_never_imports_the_sdk() -> None:
     and still no opentelemetry SDK or exporter module loaded."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     code = (
-        "import sys, worker.jobs, worker.runner.driver, worker.models.openai, worker.tools.http\n"
-        "from worker import tracing\n"
+        "import sys, worker.process.jobs, worker.runner.driver, worker.models.openai, worker.tools.http\n"
+        "from worker.telemetry import tracing\n"
         "assert not tracing.configure(content=False, instance_id='w') and not tracing.on()\n"
         "print(sorted(m for m in sys.modules if m.startswith(('opentelemetry.sdk', 'opentelemetry.exporter'))))\n"
     )

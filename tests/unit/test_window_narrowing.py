@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from agentmill_client.models import Message, RunStatus, ToolCall
 from tests.unit.machine_driver import T0, failure, go, text_reply
 from tests.unit.test_history_tools import history, loaded, with_tools
-from worker import context
 from worker import machine as m
+from worker.core import context
 from worker.machine.window import OVERFLOW, on_overflow, windowed_history
 
 

@@ -14,7 +14,7 @@ def test_the_worker_renders_its_scripts_before_its_loop_runs() -> None:
         """
         from shared import scripts
         from shared.settings import Settings
-        from worker.jobs import WorkerProcess
+        from worker.process.jobs import WorkerProcess
         assert scripts._rendered.cache_info().currsize == 0 and scripts.library.cache_info().currsize == 0
         WorkerProcess(Settings())
         print(scripts._rendered.cache_info().currsize, scripts.library.cache_info().currsize)

@@ -14,7 +14,7 @@ work it can finish without sending a request twice or losing one:
 - submitted: the provider's id is kept; a successor polls it;
 - delivered: every answer went to ``deliver`` before the batch's record and requests go.
 
-Failpoints (worker/failpoints.py): ``economy_after_upload``, ``economy_after_creating``,
+Failpoints (worker/process/failpoints.py): ``economy_after_upload``, ``economy_after_creating``,
 ``economy_after_create``, ``economy_after_submitted``, ``economy_after_deliver``,
 ``economy_after_results``: the worker dies right after that step.
 """

@@ -24,8 +24,8 @@ from worker.economy.batcher import Batcher, BatcherConfig
 from worker.economy.openai_batches import OpenAIBatches
 from worker.economy.run_side import Deliveries
 from worker.economy.store import EconomyStore
-from worker.metric_families import EconomyGauges
 from worker.models.openai import load_key
+from worker.telemetry.metric_families import EconomyGauges
 
 __all__ = ["batch_endpoints", "run_batchers"]
 

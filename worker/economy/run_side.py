@@ -9,11 +9,12 @@ from typing import Any
 
 import orjson
 
-from shared import keys
+from shared import keys, payload_crypto
 from shared.fields import RunField as F
 from shared.partitions import Partitions
-from shared.scripts import Scripts, text
-from worker.budgets import TenantBudgets
+from shared.replies import text
+from shared.scripts import Scripts
+from worker.adapters.budgets import TenantBudgets
 from worker.economy.provider import BatchReply
 from worker.economy.store import EconomyStore
 from worker.ports import EconomyAnswer
@@ -49,7 +50,8 @@ class RedisRunEconomy:
         fields = (F.MODEL_REPLY_INDEX, F.MODEL_REPLY, F.MODEL_STANDARD)
         got, reply, standard = await self.parts.call(self.part, lambda c: c.hmget(k, fields))
         mine = got is not None and text(got) == str(index)
-        return EconomyAnswer(reply if mine else None, standard is not None and text(standard) == str(index))
+        opened = payload_crypto.open_bytes(reply) if mine else None
+        return EconomyAnswer(opened, standard is not None and text(standard) == str(index))
 
     async def enqueue(self, endpoint: str, model: str, custom_id: str, line: bytes) -> int:
         return await self.store.enqueue(endpoint, model, custom_id, line, self.max_open)
@@ -74,7 +76,8 @@ class Deliveries:
             self.counts["unknown_run"] += 1
             return
         run_id, index = parsed
-        k, a = self.scripts.frame(part, [part.run(run_id)], [run_id, index, orjson.dumps(reply.to_json())])
+        sealed = payload_crypto.active().seal_json(orjson.dumps(reply.to_json()))
+        k, a = self.scripts.framing.frame(part, [part.run(run_id)], [run_id, index, sealed])
         verdict = text(
             (await self.parts.call(part, lambda c: self.scripts.model_reply(keys=k, args=a, client=c)))[0]
         )

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from shared import keys
+from shared import keys, payload_crypto
 from shared.fields import EconomyBatchField as EB
 from shared.fields import EconomyBatchState
 from shared.functions import Script
@@ -154,4 +154,4 @@ class EconomyStore:
         """The request lines of ``ids`` (one missing: not sent; it was answered and removed)."""
         k = keys.economy_requests_key(endpoint)
         raw = await self.call_key(k, lambda c: c.hmget(k, ids)) if ids else []
-        return [r for r in raw if r is not None]
+        return [payload_crypto.open_bytes(r) for r in raw if r is not None]

@@ -24,8 +24,8 @@ from __future__ import annotations
 import math
 
 from agentmill_client.models import Budget, Message, RunError, Usage
-from worker import policy
-from worker.config import RunConfig
+from worker.core import policy
+from worker.core.config import RunConfig
 from worker.machine.state import RunState
 
 __all__ = [

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 from agentmill_client.models import EventKind, ToolCall, ToolResult
-from worker import policy
-from worker.config import RunConfig
+from worker.core import policy
+from worker.core.config import RunConfig
 from worker.machine.budget import remainder, share
 from worker.machine.commands import Emit, StartChildren
 from worker.machine.identity import child_run_id

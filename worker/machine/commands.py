@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentmill_client.models import Budget, EventKind, Message, ResponseFormat, RunResult, ToolCall
-from worker.config import ToolSpec
+from worker.core.config import ToolSpec
 from worker.machine.state import RunState
 
 __all__ = [

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentmill_client.models import Message, ToolResult, Usage
-from worker.config import RunConfig
+from worker.core.config import RunConfig
+from worker.core.policy import ModelFailure
 from worker.machine.state import RunState
-from worker.policy import ModelFailure
 
 __all__ = [
     "AbortRequested",

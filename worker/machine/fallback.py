@@ -14,12 +14,12 @@ from __future__ import annotations
 from typing import Final
 
 from agentmill_client.models import RunStatus
-from worker.config import RunConfig
+from worker.core.config import RunConfig
+from worker.core.policy import ModelFailure
 from worker.machine.budget import spent_with_children, unaffordable
 from worker.machine.commands import CallModel, Command, Decision
 from worker.machine.state import CallPhase, RunState
 from worker.machine.steps import build_messages_for_call, finish, over_time, request_of, status_event, up
-from worker.policy import ModelFailure
 
 __all__ = ["NOW", "RULES", "SPENT", "failure_class", "link_name", "move_on", "next_provider"]
 

@@ -7,7 +7,7 @@ event in which node, and where it may lead.
 from __future__ import annotations
 
 from agentmill_client.models import EventKind, Message, RunError, RunStatus
-from worker import policy
+from worker.core import policy
 from worker.machine import fallback
 from worker.machine.budget import BUDGET_EXCEEDED
 from worker.machine.commands import AwaitModel, CallModel, Command, Compact, Decision, Emit, LoadContext, Wait
@@ -30,6 +30,7 @@ from worker.machine.events import (
 from worker.machine.repair import final_answer
 from worker.machine.state import CallPhase, Phase, RunState
 from worker.machine.steps import (
+    agent_of,
     call_model,
     compact,
     duration_error,
@@ -67,7 +68,7 @@ __all__ = [
 def on_started(s: RunState, e: Started) -> Decision:
     stamped = [m.model_copy(update={"created_at": e.now_ms}) for m in e.input_messages]
     s = up(s, phase=Phase.PREPARING, config=e.config, transcript=stamped, started_at_ms=e.now_ms)
-    return s, [status_event(RunStatus.RUNNING.value, agent=e.config.agent), LoadContext(s.session_id)]
+    return s, [status_event(RunStatus.RUNNING.value, **agent_of(e.config)), LoadContext(s.session_id)]
 
 
 def on_context_loaded(s: RunState, e: ContextLoaded) -> Decision:

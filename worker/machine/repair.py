@@ -8,7 +8,7 @@ from __future__ import annotations
 import orjson
 
 from agentmill_client.models import Message, ResponseFormat, RunError, RunStatus
-from worker import policy
+from worker.core import policy
 from worker.machine.commands import Command, Decision
 from worker.machine.state import RunState
 from worker.machine.steps import error_event, finish, next_model_call, status_event, up

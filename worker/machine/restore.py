@@ -22,7 +22,7 @@ from worker.machine.commands import AwaitHuman, Command, Decision
 from worker.machine.events import Restored
 from worker.machine.repair import repair_prompt
 from worker.machine.state import CallPhase, Phase, RunState
-from worker.machine.steps import next_model_call, status_event, up
+from worker.machine.steps import agent_of, next_model_call, status_event, up
 from worker.machine.tool_round import begin_tools, tool_result_emits
 from worker.machine.window import initial_window
 
@@ -111,7 +111,7 @@ def on_restored(s: RunState, e: Restored) -> Decision:
         client_waiting={},
         last_error=None, final_message=None, finish_reason=None, output=None,
     )  # fmt: skip
-    cmds: list[Command] = [status_event(RunStatus.RUNNING.value, agent=e.config.agent, **e.lineage)]
+    cmds: list[Command] = [status_event(RunStatus.RUNNING.value, **agent_of(e.config), **e.lineage)]
     if s.round and e.append:
         # Messages cannot go inside a tool round: the fork starts before the reply that opened it.
         s = up(s, transcript=_before_round(s), round=[], results={}, approvals={})

@@ -13,7 +13,7 @@ from pydantic import Field
 
 from agentmill_client.models import Message, Model, RunError, ToolCall, ToolResult, Usage
 from agentmill_client.statuses import TERMINAL, RunStatus
-from worker.config import RunConfig
+from worker.core.config import RunConfig
 
 __all__ = [
     "CALLING",

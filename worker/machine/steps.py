@@ -13,7 +13,8 @@ import orjson
 from agentmill_client import limits
 from agentmill_client.codec import to_jsonable
 from agentmill_client.models import EventKind, Message, RunError, RunResult, RunStatus
-from worker import policy, preamble
+from worker.core import policy, preamble
+from worker.core.config import RunConfig
 from worker.machine.budget import spent_with_children, unaffordable
 from worker.machine.commands import CallModel, Command, Compact, Decision, Emit, Finish, ModelRequest
 from worker.machine.state import CallPhase, Phase, RunState
@@ -50,6 +51,14 @@ def up(state: RunState, **changes: Any) -> RunState:
 
 def status_event(status: str, **extra: Any) -> Emit:
     return Emit(EventKind.STATUS, {"status": status, **extra})
+
+
+def agent_of(config: RunConfig) -> dict[str, Any]:
+    """What the run's opening and closing events say of its agent: its name and, for a tenant's
+    agent, the version it is pinned to."""
+    if config.agent_version is None:
+        return {"agent": config.agent}
+    return {"agent": config.agent, "agentVersion": config.agent_version}
 
 
 def error_event(scope: str, code: str, message: str, **extra: Any) -> Emit:
@@ -135,7 +144,7 @@ def compact(s: RunState, cmds: list[Command], reason: str) -> Decision:
 
 def build_messages(s: RunState) -> list[Message]:
     """System prompt + reduced past run loops + the current run loop in full; while a
-    preamble is on, each tool result framed as data (worker/preamble.py)."""
+    preamble is on, each tool result framed as data (worker/core/preamble.py)."""
     transcript = s.transcript if s.cfg.preamble is None else preamble.framed(s.transcript)
     return [Message(role="system", content=s.cfg.system_prompt), *windowed_history(s), *transcript]
 
@@ -200,6 +209,8 @@ def finish(
         payload["finishReason"] = s.finish_reason
     if error is not None:
         payload["error"] = error.model_dump(by_alias=True)
+    if s.config is not None and s.config.agent_version is not None:
+        payload["agentVersion"] = s.config.agent_version
     if error is not None and status == RunStatus.FAILED:
         cmds = [*cmds, error_event("run", error.code, error.message, retryable=error.retryable)]
     return s, [*cmds, Emit(EventKind.STATUS, payload), Finish(result)]

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 from agentmill_client.models import EventKind, Message, RunError, RunStatus, ToolCall, ToolResult, Usage
-from worker import policy
-from worker.config import RunConfig
-from worker.history_tools import LOAD_OLDER_HISTORY
+from worker.core import policy
+from worker.core.config import RunConfig
+from worker.core.history_tools import LOAD_OLDER_HISTORY
 from worker.machine.children import child_ended_emit, child_problem, child_started_emit, start_children
 from worker.machine.commands import (
     AwaitChildren,

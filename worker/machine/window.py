@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from agentmill_client.models import EventKind, Message, ToolCall, ToolResult
-from worker import context
+from worker.core import context
 from worker.machine.commands import Emit
 from worker.machine.state import RunState
 

@@ -1,7 +1,7 @@
 """The model-provider port: a provider streams chunks for a ModelRequest or raises ModelCallError.
 
 Providers do I/O; the assembling of chunks into a message and every decision about failures
-happen elsewhere (worker/runner/model_call.py, worker/policy.py).
+happen elsewhere (worker/runner/model_call.py, worker/core/policy.py).
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Protocol
 
-from agentmill_client.models import Usage
+from agentmill_client.models import ThinkingBlock, Usage
+from worker.core.policy import FailureKind, ModelFailure
 from worker.machine import ModelRequest
-from worker.policy import FailureKind, ModelFailure
 
 __all__ = [
     "Chunk",
@@ -21,6 +21,7 @@ __all__ = [
     "ReasoningDelta",
     "StreamEnd",
     "TextDelta",
+    "ThinkingDone",
     "ToolCallDelta",
 ]
 
@@ -48,20 +49,27 @@ class ToolCallDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class ThinkingDone:
+    """A complete thinking block (anthropic), kept on the reply to be sent back unchanged."""
+
+    block: ThinkingBlock
+
+
+@dataclass(frozen=True, slots=True)
 class StreamEnd:
     """What the stream said at its end. ``finish_reason`` None: it stopped without one (the
-    machine decides what that means, see worker.policy.reply_failure); ``done``: it sent [DONE]."""
+    machine decides what that means, see worker.core.policy.reply_failure); ``done``: it sent [DONE]."""
 
     finish_reason: str | None = None
     usage: Usage | None = None
     done: bool = False
 
 
-Chunk = TextDelta | ReasoningDelta | ToolCallDelta | StreamEnd
+Chunk = TextDelta | ReasoningDelta | ToolCallDelta | ThinkingDone | StreamEnd
 
 
 class ModelCallError(Exception):
-    """A failed model call, classified by worker.policy.classify via ``failure``."""
+    """A failed model call, classified by worker.core.policy.classify via ``failure``."""
 
     def __init__(
         self, kind: FailureKind, message: str, *, status: int | None = None, retry_after_ms: int | None = None

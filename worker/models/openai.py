@@ -20,8 +20,7 @@ import orjson
 
 from agentmill_client.models import Message, ResponseFormat, Usage
 from shared.profiles import ProviderConfig
-from worker import tracing
-from worker.config import ToolSpec
+from worker.core.config import ToolSpec
 from worker.machine import ModelRequest, wire_id
 from worker.models.base import (
     Chunk,
@@ -33,6 +32,7 @@ from worker.models.base import (
 )
 from worker.models.shapes import REFUSAL_STATUSES, ShapeMemory, adapt, refused_shape
 from worker.models.sse import SseParser
+from worker.telemetry import tracing
 
 __all__ = [
     "MAX_ERROR_CHARS",
@@ -143,6 +143,8 @@ def request_body(cfg: ProviderConfig, req: ModelRequest) -> dict[str, Any]:
         body["temperature"] = cfg.temperature
     if cfg.max_tokens is not None:
         body["max_tokens"] = cfg.max_tokens
+    if cfg.prompt_cache_key:  # one cache key for a session's (else a run's) calls
+        body["prompt_cache_key"] = req.session_id or req.run_id
     body.update(cfg.extra_body)
     return body
 
@@ -151,7 +153,7 @@ class ChunkReader:
     """Turns decoded stream chunks into our chunks; remembers finish reason and usage.
 
     It only reports what the stream said; whether a stream that stopped without a finish_reason
-    is an answer is decided by the machine (worker.policy.reply_failure).
+    is an answer is decided by the machine (worker.core.policy.reply_failure).
     """
 
     def __init__(self) -> None:
@@ -187,9 +189,12 @@ class ChunkReader:
                 self.finish_reason = choice["finish_reason"]
         usage = obj.get("usage")
         if isinstance(usage, dict):
+            details = usage.get("prompt_tokens_details")
+            cached = details.get("cached_tokens") if isinstance(details, dict) else None
             self.usage = Usage(
-                input_tokens=int(usage.get("prompt_tokens") or 0),
+                input_tokens=int(usage.get("prompt_tokens") or 0),  # cached ones included
                 output_tokens=int(usage.get("completion_tokens") or 0),
+                cache_read_tokens=int(cached or 0),
             )
         return out
 

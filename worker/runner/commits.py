@@ -15,14 +15,15 @@ from dataclasses import dataclass, field
 import orjson
 
 from agentmill_client.models import Message, Usage
-from worker import failpoints
-from worker.config import RunConfig
+from worker.adapters.plain import NoFailpoints
+from worker.core.config import RunConfig
 from worker.machine import Emit, RunState
 from worker.machine.children import children_record
-from worker.observer import Observer
 from worker.ports import (
     Clock,
+    CommitStep,
     Entry,
+    Failpoints,
     Outbox,
     RunStore,
     SessionUpdate,
@@ -30,9 +31,11 @@ from worker.ports import (
     TranscriptWrite,
     UsageTally,
 )
+from worker.telemetry.observer import Observer
 
 __all__ = ["Commits"]
 
+NO_FAILPOINTS = NoFailpoints()
 _SPLICED = {"config", "history", "transcript"}  # serialised apart and spliced into the state's JSON
 
 
@@ -51,7 +54,7 @@ _MESSAGE_JSON = Message.__pydantic_serializer__
 _Messages = dict[int, tuple[Message, bytes]]
 _SHARED_MAX = 256
 # id -> a configuration and its JSON, least recently used first: the configurations runs share
-# (worker/config_cache.py) stay, each run's own passes through (a run keeps its own in Commits).
+# (worker/core/config_cache.py) stay, each run's own passes through (a run keeps its own in Commits).
 _shared: OrderedDict[int, tuple[RunConfig, bytes]] = OrderedDict()
 
 
@@ -106,6 +109,7 @@ class Commits:
         clock: Clock,
         observer: Observer,
         *,
+        failpoints: Failpoints = NO_FAILPOINTS,
         config_apart: bool = False,
         transcript_apart: bool = False,
     ) -> None:
@@ -121,6 +125,7 @@ class Commits:
         self._transcript_sent: list[Message] | None = None
         self.clock = clock
         self.observer = observer
+        self.failpoints = failpoints
         self.lock = asyncio.Lock()
         self.buffer: list[Entry] = []  # published with the next commit
         self.ckpt_seq = 0  # the seq the last checkpoint was committed with
@@ -180,20 +185,22 @@ class Commits:
                 config = config_json(state.config)
             transcript = self._transcript_write(state.transcript) if self.transcript_apart else None
             await self.store.commit(
-                Outbox(events, merged.claims, merged.records, merged.settle),
-                checkpoint=ckpt,
-                status=status,
-                aux=aux,
-                session=session,
-                approval_timeout_ms=approval_timeout_ms,
-                run_deadline_ms=run_deadline_ms,
-                iterations=state.iterations,
-                error_code=error_code,
-                children=kids if kids != self._children else None,
-                usage=usage,
-                tally=tally,
-                config=config,
-                transcript=transcript,
+                CommitStep(
+                    Outbox(events, merged.claims, merged.records, merged.settle),
+                    checkpoint=ckpt,
+                    status=status,
+                    aux=aux,
+                    session=session,
+                    approval_timeout_ms=approval_timeout_ms,
+                    run_deadline_ms=run_deadline_ms,
+                    iterations=state.iterations,
+                    error_code=error_code,
+                    children=kids if kids != self._children else None,
+                    usage=usage,
+                    tally=tally,
+                    config=config,
+                    transcript=transcript,
+                )
             )
             if config is not None:
                 self._config_sent = state.config
@@ -284,7 +291,7 @@ class Commits:
             if not events:
                 return
             await self.store.publish(events)
-        failpoints.hit("after_delta_publish")
+        self.failpoints.hit("after_delta_publish")
         for kind, _, _ in events:
             self.observer.event_published(kind)
 

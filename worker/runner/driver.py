@@ -23,8 +23,9 @@ from agentmill_client.codec import encode
 from agentmill_client.models import RunInput, RunStatus
 from shared import logs
 from shared.tool_records import ToolRecord
-from worker import machine, tracing
-from worker.lease import LeaseExpiredError
+from worker import machine
+from worker.adapters.lease import LeaseExpiredError
+from worker.core.sessions import session_update
 from worker.machine import (
     AbortRequested,
     ApprovalsDecided,
@@ -41,9 +42,10 @@ from worker.machine import (
     Restored,
     Resumed,
     Started,
+    StartRejected,
     notices,
 )
-from worker.ports import Acquired, FencedError, Host, NotAcquired, Outbox, RunPorts, SeqConflictError
+from worker.ports import Acquired, FencedError, Host, NotAcquired, Outbox, SeqConflictError
 from worker.runner import hearing, opening
 from worker.runner.commits import Commits
 from worker.runner.deadline import RunDeadline
@@ -52,8 +54,9 @@ from worker.runner.effects import start as start_effect
 from worker.runner.holding import FlushHeld, StepHold
 from worker.runner.inbox import Inbox
 from worker.runner.parking import Park, ending_error, parking
+from worker.runner.run_ports import RunPorts
 from worker.runner.tally import usage_tally
-from worker.sessions import session_update
+from worker.telemetry import tracing
 from worker.tools.declared import declared_settings
 
 __all__ = ["RunDriver"]
@@ -94,7 +97,7 @@ class RunDriver:
         self.state = machine.initial_state(run_id)
         self.records: dict[str, ToolRecord] = {}
         cfg = host.settings
-        self.out = Commits(self.store, self.clock, host.observer,
+        self.out = Commits(self.store, self.clock, host.observer, failpoints=host.failpoints,
                            config_apart=cfg.checkpoint_config == "apart",
                            transcript_apart=cfg.checkpoint_transcript == "apart")  # fmt: skip
         self.fx = EffectContext(run_id, host, ports, self.out, self.records, self.inbox.put_nowait)
@@ -103,6 +106,7 @@ class RunDriver:
         self.started_mono = self.clock.monotonic()
         self.draining = False
         self.fenced = False
+        self.deleted = False  # fenced because the run was deleted: its job leaves no result
         self.abort_reason: str | None = None
         self.observed_start = False
         self.is_child = False  # a sub-agent's run: its ending goes to its parent
@@ -115,7 +119,9 @@ class RunDriver:
             self._cancel_effects()
             self.inbox.put_nowait(AbortRequested(self.clock.now_ms(), self.abort_reason))
 
-    def fence(self) -> None:
+    def fence(self, *, deleted: bool = False) -> None:
+        """Stop without writing: the run is no longer this worker's (``deleted``: nor anyone's)."""
+        self.deleted = deleted
         self.fenced = True
         self._cancel_effects()
         self.inbox.put_nowait(_Wake())
@@ -154,7 +160,7 @@ class RunDriver:
             if isinstance(exc, SeqConflictError) and not self.fenced:
                 # Still ours, but Redis lost a write we saw acknowledged (a failover): hand it back.
                 await self._hand_back(5.0)
-            return "fenced"
+            return "deleted" if isinstance(exc, FencedError) and exc.deleted else "fenced"
         except asyncio.CancelledError:
             await self._cancel_tasks()
             if not self.state.terminal and not self.fenced:
@@ -180,19 +186,27 @@ class RunDriver:
             await asyncio.wait_for(asyncio.shield(self.store.release(self.gen)), within_s)
 
     async def _run(self, acq: Acquired) -> str:
+        if acq.unreadable:  # sealed with a data key no longer listed: the run fails, its job does not
+            self.host.observer.run_started(resumed=False, job_try=self.job_try)
+            self.observed_start = True
+            self.pending.append(StartRejected(self.clock.now_ms(), "data_key_unavailable", acq.unreadable))
+            return await self._loop()
         run_input = RunInput.model_validate_json(acq.input)
         if run_input.session_id:
             logs.run_context.set({**(logs.run_context.get() or {}), "sessionId": run_input.session_id})
         self.fx.hints = dict(run_input.runtime_hints or {})
         self.is_child = bool(acq.ancestry)
         self.fx.tenant = acq.tenant
+        agent = await opening.agent_of(self.host, acq.tenant, run_input)  # a tenant's agent's version
+        self.fx.agent = agent if not isinstance(agent, str) else None
+        self.fx.priority = acq.priority
         self.records.update(acq.tool_records)
         resumed = acq.checkpoint is not None
         now = self.clock.now_ms()
         first: Event
         if acq.checkpoint is not None:
             self.state, self.out.ckpt_seq = opening.restore(acq.checkpoint, acq.config, acq.transcript)
-            self.state, relisted = await opening.filled(self.host, self.ports.tools, self.state)
+            self.state, relisted = await opening.filled(self.host, self.ports.tools, self.state, agent)
             for note in relisted:
                 self.out.emit(note)
             first = opening.resumed(self.records, now)
@@ -200,7 +214,7 @@ class RunDriver:
             if run_input.session_id:  # the state built with the driver, not a second one
                 self.state = self.state.model_copy(update={"session_id": run_input.session_id})
             first = await opening.start(
-                self.host, self.ports.tools, self.ports.models, run_input, now, acq.ancestry
+                self.host, self.ports.tools, self.ports.models, run_input, now, acq.ancestry, agent
             )
             if acq.origin and isinstance(first, Started):  # a retry or fork: from the original's state
                 first = opening.restored_or_rejected(first, self.run_id, acq.origin, self.records)
@@ -212,6 +226,7 @@ class RunDriver:
         self.pending.append(first)
         if not acq.abort_reason and acq.ancestry and acq.checkpoint is None:
             acq = await opening.orphaned(self.store, acq)  # a child created after its parent ended
+        acq = opening.disabled(self.host.settings, acq)  # its tenant disabled since: aborted
         if acq.abort_reason:
             self.abort_reason = acq.abort_reason
             self.pending.append(AbortRequested(now, acq.abort_reason))
@@ -224,7 +239,9 @@ class RunDriver:
         while True:
             if self.fenced:
                 raise FencedError(
-                    f"run {self.run_id}: this worker gave the run up (its lease lapsed, or another worker took it)"
+                    f"run {self.run_id}: this worker gave the run up (its lease lapsed, another worker took it, "
+                    "or it was deleted)",
+                    deleted=self.deleted,
                 )
             if self.pending:
                 ev: Event | _Wake | FlushHeld | FlushDeltas | ToolRecorded = self.pending.popleft()
@@ -382,6 +399,9 @@ class RunDriver:
         if isinstance(exc, LeaseExpiredError):
             log.warning("run %s: %s; stopping without writing", self.run_id, exc)
             self.fence()
+        elif isinstance(exc, FencedError):  # an effect found the run gone (a deleted parent's children)
+            log.warning("run %s: %s; stopping without writing", self.run_id, exc)
+            self.fence(deleted=exc.deleted)
         elif exc is not None:
             log.error("run %s: effect crashed; failing the run", self.run_id, exc_info=exc)
             self.inbox.put_nowait(_Crashed(exc))

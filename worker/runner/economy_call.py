@@ -16,9 +16,10 @@ import orjson
 from pydantic import ValidationError
 
 from agentmill_client.models import Usage
-from shared import keys
+from shared import keys, payload_crypto
 from shared.profiles import AgentProfile, ProviderConfig
-from worker import failpoints, policy
+from worker.core import policy
+from worker.core.policy import ModelFailure
 from worker.economy.run_side import custom_id
 from worker.machine import (
     BudgetRefused,
@@ -31,7 +32,6 @@ from worker.machine import (
 )
 from worker.models.base import TextDelta, ToolCallDelta
 from worker.models.openai import ChunkReader, request_body
-from worker.policy import ModelFailure
 from worker.runner.effect import EffectContext
 from worker.runner.reply import assemble
 
@@ -73,10 +73,11 @@ async def economy_call(
             return True
     payload = {k: v for k, v in request_body(pcfg, req).items() if k not in ("stream", "stream_options")}
     line = orjson.dumps({"custom_id": cid, "method": "POST", "url": "/v1/chat/completions", "body": payload})
+    line = payload_crypto.active().seal_json(line)  # the run's content, sealed at rest as a transcript is
     endpoint = keys.endpoint_hash(pcfg.base_url)
     if await port.enqueue(endpoint, pcfg.model, cid, line) < 0:
         return await _standard(cx, req, "economy_full")
-    failpoints.hit("after_economy_enqueue")
+    cx.host.failpoints.hit("after_economy_enqueue")
     cx.post(ModelDeferred(cx.now_ms(), cid, state.cfg.switch_at_ms(state.started_at_ms), endpoint))
     return True
 

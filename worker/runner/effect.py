@@ -13,11 +13,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from agentmill_client.limits import DEFAULT_PRIORITY
 from shared.profiles import AgentProfile
 from shared.tool_records import ToolRecord
 from worker.machine import Event, RunState, ToolFinished
-from worker.ports import Host, RunPorts, Settlement
+from worker.ports import Host, Settlement
 from worker.runner.commits import Commits
+from worker.runner.run_ports import RunPorts
 
 __all__ = ["EffectContext", "FlushDeltas", "Posted", "ToolRecorded"]
 
@@ -52,7 +54,10 @@ Posted = Event | FlushDeltas | ToolRecorded
 class EffectContext:
     """One per run, built by its driver: what every effect of the run may use."""
 
-    __slots__ = ("clock", "hints", "host", "out", "ports", "post", "records", "run_id", "settle", "tenant")
+    __slots__ = (
+        "agent", "clock", "hints", "host", "out", "ports", "post", "priority", "records", "run_id", "settle",
+        "tenant",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -72,6 +77,9 @@ class EffectContext:
         self.hints: dict[str, Any] = {}  # the run's runtime hints, set once its input is read
         self.post = post  # the run's inbox
         self.tenant = ""  # the run's tenant ('' = the default tenant), set once it is acquired
+        # the version of the tenant's agent it runs, set once it is acquired (None: a file profile)
+        self.agent: AgentProfile | None = None
+        self.priority = DEFAULT_PRIORITY  # the run's, as capped at submission, set once it is acquired
         self.settle: Settlement | None = None  # a model call's budget settlement for the next step's commit
 
     def now_ms(self) -> int:
@@ -83,4 +91,8 @@ class EffectContext:
             self.host.lease.check(what)
 
     def profile(self, state: RunState) -> AgentProfile:
+        if self.agent is not None:
+            return self.agent
+        if state.cfg.agent_version is not None:  # never a file profile of the same name instead
+            raise LookupError(f"version {state.cfg.agent_version} of agent {state.cfg.agent!r} is not kept")
         return self.host.profile(state.cfg.agent)

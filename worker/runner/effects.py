@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any
 
-from worker import compaction
+from worker.core import compaction
 from worker.machine import (
     CallModel,
     Command,

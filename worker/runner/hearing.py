@@ -4,9 +4,9 @@ the events worth counting on their own. Reporting only: nothing here changes the
 from __future__ import annotations
 
 from agentmill_client.models import EventKind
-from worker import tracing
 from worker.machine import Emit
-from worker.observer import Observer
+from worker.telemetry import tracing
+from worker.telemetry.observer import Observer
 
 __all__ = ["emitted", "transition"]
 
@@ -21,7 +21,9 @@ def transition(obs: Observer, src: str, since_ms: int, dst: str, cause: str, now
 
 def emitted(obs: Observer, c: Emit, *, resumed: bool, agent: str = "") -> None:
     """An event the step publishes; ``resumed``: the step took over a checkpoint (its tool results
-    then come from their records); ``agent``: the run's profile."""
+    then come from their records); ``agent``: the run's profile. A compaction that removed
+    messages rewrote the transcript from the first of them on: the prompt cache a provider holds
+    for the run's prefix stops there."""
     status = c.payload.get("status") if c.kind == EventKind.STATUS else None
     if status == "retrying":
         obs.model_retry(str(c.payload.get("reason", "unknown")))
@@ -34,5 +36,7 @@ def emitted(obs: Observer, c: Emit, *, resumed: bool, agent: str = "") -> None:
         obs.compaction_removed(
             messages=int(c.payload.get("removed", 0)), tokens=int(c.payload.get("removedTokens", 0))
         )
+        if int(c.payload.get("removed", 0)) > 0:
+            obs.cache_breaking_compaction(agent)
     elif resumed and c.kind == EventKind.TOOL_RESULT:
         obs.tool_served_from_record(str(c.payload.get("name", "")))

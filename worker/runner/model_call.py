@@ -11,11 +11,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agentmill_client.models import EventKind, Message, Usage
+from agentmill_client.models import EventKind, Message, ThinkingBlock, Usage
 from shared.profiles import AgentProfile, ProviderConfig
-from worker import context, failpoints, policy, preamble, tracing
-from worker.compaction import SUMMARY_PROMPT
-from worker.limiter import limited
+from worker.adapters.limiter import limited
+from worker.core import context, policy, preamble
+from worker.core.compaction import SUMMARY_PROMPT
+from worker.core.policy import ModelFailure
 from worker.machine import (
     BudgetRefused,
     Compact,
@@ -27,12 +28,19 @@ from worker.machine import (
     RunState,
     notices,
 )
-from worker.models.base import ModelCallError, ReasoningDelta, StreamEnd, TextDelta, ToolCallDelta
-from worker.policy import ModelFailure
+from worker.models.base import (
+    ModelCallError,
+    ReasoningDelta,
+    StreamEnd,
+    TextDelta,
+    ThinkingDone,
+    ToolCallDelta,
+)
 from worker.ports import BudgetHold, Capacity
 from worker.runner.economy_call import economy_call
 from worker.runner.effect import EffectContext, FlushDeltas
 from worker.runner.reply import assemble
+from worker.telemetry import tracing
 
 __all__ = ["SUMMARY_PROMPT", "ModelStream", "call_model", "summarise"]
 
@@ -51,7 +59,7 @@ class ModelStream:
 
     def __init__(self, cx: EffectContext, req: ModelRequest, now: float, span: Any = None) -> None:
         self.cx = cx
-        self.span = span  # the call's trace span (worker/tracing.py); None: traces off
+        self.span = span  # the call's trace span (worker/telemetry/tracing.py); None: traces off
         self.req = req
         self.seq = 0
         self.last_flush = now
@@ -127,6 +135,7 @@ async def _call_model(cx: EffectContext, state: RunState, req: ModelRequest, spa
     s = ModelStream(cx, req, t0, span)
     text: list[str] = []
     calls: dict[int, dict[str, str]] = {}
+    thinking: list[ThinkingBlock] = []  # blocks a provider needs back (anthropic)
     end = StreamEnd()  # a provider that stops without a StreamEnd said nothing about the ending
     held: Capacity | None = None
     hold: BudgetHold | None = None
@@ -169,6 +178,8 @@ async def _call_model(cx: EffectContext, state: RunState, req: ModelRequest, spa
                     slot["arguments"] += chunk.arguments
                     s.delta({"toolCall": {"index": chunk.index, "id": chunk.id, "name": chunk.name,
                                           "arguments": chunk.arguments}})  # fmt: skip
+                elif isinstance(chunk, ThinkingDone):
+                    thinking.append(chunk.block)
                 elif isinstance(chunk, StreamEnd):
                     end = chunk
                 if loop.time() - s.last_flush >= pace.interval_s() and not s.flush_queued:
@@ -203,7 +214,7 @@ async def _call_model(cx: EffectContext, state: RunState, req: ModelRequest, spa
             await held.release(u.input_tokens + u.output_tokens if u is not None else None)
     u = end.usage
     try:
-        msg = assemble(req, text, calls)
+        msg = assemble(req, text, calls, thinking)
     except ValidationError as exc:  # over a bound (content, arguments, names): not retried
         if hold is not None:
             if u is None:
@@ -239,12 +250,12 @@ async def _call_model(cx: EffectContext, state: RunState, req: ModelRequest, spa
 
 
 async def _reserve(cx: EffectContext, req: ModelRequest) -> BudgetHold | str:
-    """Hold the call's worst case on its tenant's day budget (worker/budgets.py); a str: refused.
+    """Hold the call's worst case on its tenant's day budget (worker/adapters/budgets.py); a str: refused.
     The failpoint ``after_budget_reserve`` kills the worker between the hold and its settlement."""
     hold_id = f"{cx.run_id}.{req.model_call_index}.{req.attempt}.{cx.ports.rng.random():.9f}"[:200]
     got = await cx.ports.budgets.reserve(cx.tenant, hold_id, req.reserve_tokens, req.reserve_cost_usd)
     if not isinstance(got, str):
-        failpoints.hit("after_budget_reserve")
+        cx.host.failpoints.hit("after_budget_reserve")
     return got
 
 
@@ -259,7 +270,7 @@ def _on(profile: AgentProfile, req: ModelRequest) -> ProviderConfig:
 
 
 async def _capacity(cx: EffectContext, pcfg: ProviderConfig, req: ModelRequest) -> Capacity | None:
-    """Wait for pool-wide capacity of the call's provider (worker/limiter.py: each endpoint
+    """Wait for pool-wide capacity of the call's provider (worker/adapters/limiter.py: each endpoint
     counted apart, so a fallback's calls count against the fallback's limits); None: unlimited."""
     if not limited(pcfg):
         return None
@@ -271,7 +282,9 @@ async def _capacity(cx: EffectContext, pcfg: ProviderConfig, req: ModelRequest) 
         cx.out.emit(notices.capacity_wait(req, reason, hint_ms))
         await cx.out.publish_now()
 
-    held = await cx.ports.models.hold(pcfg, policy.request_tokens(req.messages, pcfg.max_tokens), on_wait)
+    held = await cx.ports.models.hold(
+        pcfg, policy.request_tokens(req.messages, pcfg.max_tokens), on_wait, cx.priority
+    )
     if pcfg.max_concurrent or pcfg.requests_per_minute or pcfg.tokens_per_minute:
         obs.capacity_waited(cx.clock.monotonic() - t0)
     return held

@@ -3,6 +3,7 @@ taken over from its checkpoint, and the answers that arrived while it was parked
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 
 from agentmill_client.models import Message, RunInput
@@ -10,9 +11,12 @@ from agentmill_client.statuses import TERMINAL, RunStatus
 from shared import checkpoint as checkpoints
 from shared.children import orphan_reason
 from shared.origin import Origin
+from shared.profiles import AgentProfile
+from shared.quotas import disabled_reason
+from shared.schema_compiling import SchemaQueueFullError, compile_all, run_schemas
 from shared.settings import Settings
 from shared.tool_records import ToolRecord
-from worker.config import Lineage, resolve_config
+from worker.core.config import Lineage, resolve_config
 from worker.machine import (
     ApprovalsDecided,
     ChildrenEnded,
@@ -31,6 +35,7 @@ from worker.ports import Acquired, Host, ModelPort, RunStore, ToolPort
 
 __all__ = [
     "answers",
+    "disabled",
     "filled",
     "orphaned",
     "restore",
@@ -57,15 +62,37 @@ def resumed(records: dict[str, ToolRecord], now_ms: int) -> Resumed:
     return Resumed(now_ms, {i: res for i, r in records.items() if (res := r.recorded) is not None})
 
 
+async def agent_of(host: Host, tenant: str, run_input: RunInput) -> AgentProfile | str | None:
+    """The version of the tenant's agent the run is pinned to (its input's agentVersion), or why
+    it cannot be had; None for a run of a file profile."""
+    if run_input.agent_version is None:
+        return None
+    try:
+        return await host.agent(tenant, run_input.agent, run_input.agent_version)
+    except LookupError as exc:
+        return str(exc)
+
+
 async def start(
-    host: Host, tools: ToolPort, models: ModelPort, run_input: RunInput, now_ms: int, lineage: bytes = b""
+    host: Host,
+    tools: ToolPort,
+    models: ModelPort,
+    run_input: RunInput,
+    now_ms: int,
+    lineage: bytes = b"",
+    agent: AgentProfile | str | None = None,
 ) -> Event:
-    """The run's configuration from its profile and input (and a child run's ``lineage``: its
-    ancestors and depth limit); a bad profile or policy rejects the start."""
+    """The run's configuration from its profile (``agent``: its version of a tenant's agent, or why
+    there is none: agent_of) and input (and a child run's ``lineage``: its ancestors and depth
+    limit); a bad profile or policy rejects the start."""
     s: Settings = host.settings
+    with contextlib.suppress(SchemaQueueFullError):  # else compiled inline where they are first used
+        await compile_all(schema for _, schema in run_schemas(run_input))  # off the loop
     try:
         line = Lineage.model_validate_json(lineage) if lineage else None
-        profile = host.profile(run_input.agent)
+        if isinstance(agent, str):
+            raise LookupError(agent)
+        profile = agent or host.profile(run_input.agent)
         specs = await tools.specs(profile)
         for i in range(len(profile.chain)):  # each provider of its chain is built (and checked) now
             models.provider(profile, i)
@@ -83,19 +110,32 @@ async def start(
     return Started(now_ms, cfg, list(run_input.input_messages))
 
 
-async def filled(host: Host, tools: ToolPort, state: RunState) -> tuple[RunState, list[Emit]]:
+async def filled(
+    host: Host, tools: ToolPort, state: RunState, agent: AgentProfile | str | None = None
+) -> tuple[RunState, list[Emit]]:
     """A restored state's configuration with its MCP tools' schemas back (its checkpoint names their
     listings), before the machine sees it; a listing no longer kept and listed otherwise now: the
     status events that say so."""
     if state.config is None or all(t.listing is None for t in state.config.tools):
         return state, []
+    profile: AgentProfile | None = None
     try:
-        profile = host.profile(state.config.agent)
+        profile = (
+            host.profile(state.config.agent) if agent is None else None if isinstance(agent, str) else agent
+        )
     except Exception:  # the profile is gone: the listings kept are all there is
         profile = None
     config, relisted = await tools.fill_listings(profile, state.config)
     notes = [notices.mcp_tools_relisted(r.server, r.digest, r.now, r.dropped) for r in relisted]
     return state.model_copy(update={"config": config}), notes
+
+
+def disabled(settings: Settings, acq: Acquired) -> Acquired:
+    """A run of a tenant whose quota disables it, taken up (started, woken, taken over): aborted, the
+    reason naming the quota (shared.quotas.disabled_reason); its children are aborted with it."""
+    if acq.abort_reason or not (why := disabled_reason(settings, acq.tenant)):
+        return acq
+    return replace(acq, abort_reason=why)
 
 
 async def orphaned(store: RunStore, acq: Acquired) -> Acquired:

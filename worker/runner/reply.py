@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from agentmill_client.models import Message, ToolCall
+from agentmill_client.models import Message, ThinkingBlock, ToolCall
 from worker.machine import ModelRequest, identify
 
 __all__ = ["assemble"]
 
 
-def assemble(req: ModelRequest, text: list[str], calls: dict[int, dict[str, str]]) -> Message:
+def assemble(
+    req: ModelRequest,
+    text: list[str],
+    calls: dict[int, dict[str, str]],
+    thinking: list[ThinkingBlock] | None = None,
+) -> Message:
     """The reply from its fragments, its calls named by agentmill (``identify``: the provider's ids
     are kept for the wire only); raises ValidationError when a part is over its bound."""
     tool_calls = [
@@ -19,5 +24,6 @@ def assemble(req: ModelRequest, text: list[str], calls: dict[int, dict[str, str]
         )
         for i, c in sorted(calls.items())
     ]
-    reply = Message(role="assistant", content="".join(text), tool_calls=tool_calls or None)
+    reply = Message(role="assistant", content="".join(text), tool_calls=tool_calls or None,
+                    thinking_blocks=thinking or None)  # fmt: skip
     return identify(reply, req.model_call_index, req.messages)

@@ -9,12 +9,12 @@ from collections.abc import Awaitable, Callable
 
 from agentmill_client.models import ToolCall, ToolResult
 from shared.tool_records import ToolRecord
-from worker import failpoints, tracing
-from worker.config import RECALL_TOOL
-from worker.history_tools import SEARCH_HISTORY, candidates, search
+from worker.core.config import RECALL_TOOL
+from worker.core.history_tools import SEARCH_HISTORY, candidates, search
 from worker.machine import RunState, ToolFinished, notices
 from worker.ports import ToolRetry
 from worker.runner.effect import EffectContext, ToolRecorded
+from worker.telemetry import tracing
 from worker.tools.base import ToolContext
 
 __all__ = ["run_tool"]
@@ -50,7 +50,7 @@ async def run_tool(cx: EffectContext, state: RunState, call: ToolCall) -> None:
         tracing.tool_done(span, is_error=result.is_error, content=result.content)
     outcome = "cached" if result.cached else "error" if result.is_error else "ok"
     obs.tool_call(call.name, outcome, duration_s=cx.clock.monotonic() - t0)
-    failpoints.hit("after_tool_effect")
+    cx.host.failpoints.hit("after_tool_effect")
     record = ToolRecord.finished(store.epoch, attempts, result, state.round_called_at_ms)
     cx.post(ToolRecorded(ToolFinished(cx.now_ms(), result), record, record.to_json()))
 

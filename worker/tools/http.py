@@ -16,7 +16,7 @@ import orjson
 from agentmill_client import limits
 from shared.netguard import BlockedAddressError, ResponseTooLargeError, guarded_request
 from shared.profiles import HttpToolConfig, ToolSettings
-from worker import tracing
+from worker.telemetry import tracing
 from worker.tools.base import ToolContext, ToolError, ToolOutcome
 
 __all__ = ["HttpTool"]

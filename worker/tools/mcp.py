@@ -32,8 +32,9 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from shared.netguard import BlockedAddressError, ResponseTooLargeError
 from shared.profiles import MCP_SEP, McpServerConfig
-from worker import tracing
-from worker.lease import LeaseExpiredError
+from shared.schema_compiling import SchemaQueueFullError, compile_all
+from worker.adapters.lease import LeaseExpiredError
+from worker.telemetry import tracing
 from worker.tools.base import ToolContext, ToolError, ToolOutcome
 from worker.tools.mcp_answer import AnswerBoundError
 from worker.tools.mcp_bounds import (
@@ -324,6 +325,9 @@ class McpServer:
         if self.refused is not None:
             raise ToolError(f"{name}: the server's tool listing was refused: {self.refused}")
         schema = self.output_schemas.get(remote)
+        if schema is not None:
+            with contextlib.suppress(SchemaQueueFullError):  # else compiled inline by check_schema
+                await compile_all([schema])  # off the loop (shared/schema_compiling.py)
         check_schema(name, schema)
         async with self._slots if self._slots is not None else contextlib.nullcontext():
             t0 = self.clock()

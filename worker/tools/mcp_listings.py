@@ -34,7 +34,7 @@ import orjson
 
 from shared import keys
 from shared.profiles import MCP_SEP
-from worker.config import RunConfig, ToolSpec
+from worker.core.config import RunConfig, ToolSpec
 
 __all__ = [
     "DEFAULT_TTL_S",

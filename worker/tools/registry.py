@@ -18,9 +18,9 @@ import orjson
 from agentmill_client import limits
 from agentmill_client.models import ToolCall, ToolResult
 from shared.profiles import AgentProfile, ToolSettings
-from worker.config import RunConfig, ToolSpec
-from worker.lease import LeaseExpiredError
-from worker.policy import argument_problem
+from worker.adapters.lease import LeaseExpiredError
+from worker.core.config import RunConfig, ToolSpec
+from worker.core.policy import argument_problem
 from worker.ports import ToolRetry
 from worker.tools.base import Tool, ToolContext, ToolError, ToolOutcome
 from worker.tools.builtin import BUILTINS

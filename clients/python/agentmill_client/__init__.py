@@ -10,6 +10,7 @@ import the models without them.
 from typing import TYPE_CHECKING, Any
 
 from agentmill_client._version import __version__
+from agentmill_client.agents import AgentsPage, AgentVersionView, AgentView
 from agentmill_client.api import (
     AbortAnswer,
     Accepted,
@@ -27,7 +28,7 @@ from agentmill_client.api import (
     ToolResultsAnswer,
 )
 from agentmill_client.errors import ApiError
-from agentmill_client.inputs import ClientToolResult, RunInput
+from agentmill_client.inputs import ClientToolResult, ConcurrencyKey, Debounce, RateKey, RunInput
 from agentmill_client.messages import Message
 from agentmill_client.outputs import RunEvent, RunResult
 from agentmill_client.schedules import Overlap, ScheduleAnswer, ScheduleInput, SchedulesPage, ScheduleView
@@ -38,6 +39,9 @@ if TYPE_CHECKING:
 __all__ = [
     "AbortAnswer",
     "Accepted",
+    "AgentVersionView",
+    "AgentView",
+    "AgentsPage",
     "ApiError",
     "ApprovalsAnswer",
     "AsyncClient",
@@ -49,9 +53,12 @@ __all__ = [
     "BatchView",
     "Client",
     "ClientToolResult",
+    "ConcurrencyKey",
+    "Debounce",
     "EventsPage",
     "Message",
     "Overlap",
+    "RateKey",
     "RunEvent",
     "RunInput",
     "RunResult",

@@ -26,6 +26,8 @@ __all__ = [
     "BatchRetryItem",
     "BatchView",
     "ChildRun",
+    "DeletionBody",
+    "DeletionView",
     "ErrorBody",
     "EventsPage",
     "ForkBody",
@@ -35,9 +37,11 @@ __all__ = [
     "PoolWorker",
     "ResultError",
     "RetryBody",
+    "RunDeleted",
     "RunSummary",
     "RunView",
     "RunsPage",
+    "SessionDeleted",
     "SessionView",
     "ToolResultVerdict",
     "ToolResultsAnswer",
@@ -160,6 +164,9 @@ class RunView(Answer):
     session_id: str | None = None
     created_at: int
     agent: str | None = Field(default=None, description="its agent (profile)")
+    agent_version: int | None = Field(
+        default=None, description="the version of its tenant's agent (POST /v1/agents) it is pinned to"
+    )
     input_messages: list[dict[str, Any]] | None = Field(
         default=None,
         description="with include=input: the messages it was submitted with, as sent (absent once "
@@ -172,6 +179,11 @@ class RunView(Answer):
     )
     run_at: int | None = Field(
         default=None, description="when it was asked to start (epoch ms); status scheduled until then"
+    )
+    waiting_for: str | None = Field(
+        default=None,
+        description="while queued, why it is not on the queue yet: `concurrency:<key>` waits for a slot "
+        "of its concurrency key; while scheduled, `rate:<key>`: its rate key delayed it to its runAt",
     )
     result: RunResult | None = None
     usage: Usage | None = Field(
@@ -219,6 +231,40 @@ class AbortAnswer(Answer):
     )
 
 
+class RunDeleted(Answer):
+    run_id: str
+    deleted_at: int = Field(description="ms since the epoch: when it was deleted")
+    runs_deleted: int = Field(
+        description="runs deleted by this call, its sub-agents' included (0: deleted before)"
+    )
+    already_deleted: bool = Field(
+        default=False, description="it was deleted before: its tombstone answers (while it is kept)"
+    )
+
+
+class SessionDeleted(Answer):
+    session_id: str
+    runs_deleted: int
+
+
+class DeletionBody(Answer):
+    metadata: dict[str, str | int | float | bool] = Field(
+        min_length=1,
+        max_length=limits.MAX_META_TERMS,
+        description="every run of the tenant whose metadata has all of these values is deleted",
+    )
+
+
+class DeletionView(Answer):
+    deletion_id: str
+    state: Literal["pending", "running", "done"]
+    metadata: dict[str, Any]
+    matched: int = Field(description="runs found matching so far (those deleted, and those still left)")
+    deleted: int
+    created_at: int
+    finished_at: int | None = None
+
+
 class ApprovalVerdict(Answer):
     tool_call_id: str
     result: str
@@ -247,6 +293,12 @@ class ForkBody(Answer):
     )
     input_messages: list[Message] | None = Field(
         default=None, max_length=256, description="messages appended before the fork's next model call"
+    )
+    agent: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        description="another agent for the fork (`name` or `name@n`); unset: the run's own, its version kept",
     )
 
 
@@ -293,6 +345,8 @@ class CallerView(Answer):
     operator: bool = Field(
         description="an operator tenant (AGENTMILL_OPERATOR_TENANTS): it may read GET /v1/pool"
     )
+    scopes: list[str] = Field(default_factory=list, description="what its token may do (read, submit, …)")
+    actor: str = Field(default="", description="its API key's id, or token-file: how the audit log names it")
 
 
 class PoolWorker(Answer):

@@ -4,6 +4,10 @@ Batches: ``submit_batch``, ``create_batch``, ``get_batch``, ``wait_batch``, ``ba
 ``batch_results``, ``abort_batch``, ``retry_batch`` (agentmill_client._batches).
 Schedules: ``create_schedule``, ``get_schedule``, ``list_schedules``, ``pause_schedule``,
 ``resume_schedule``, ``delete_schedule`` (agentmill_client._schedules).
+Deletion: ``delete_run``, ``delete_session``, ``create_deletion``, ``get_deletion``
+(agentmill_client._deletions).
+Agents: ``create_agent``, ``list_agents``, ``get_agent``, ``get_agent_version``,
+``set_current_agent_version``, ``ramp_agent``, ``delete_agent`` (agentmill_client._agents).
 
 ``submit``, ``submit_batch`` and ``create_batch`` send the caller's current OpenTelemetry context
 (``traceparent``) when opentelemetry-api is installed: the runs continue the caller's trace.
@@ -22,7 +26,10 @@ from typing import Any
 import httpx
 
 from agentmill_client import _wire as wire
+from agentmill_client._agents import AgentCalls, AsyncAgentCalls
 from agentmill_client._batches import AsyncBatchCalls, BatchCalls
+from agentmill_client._deletions import AsyncDeletionCalls, DeletionCalls
+from agentmill_client._governance import AsyncGovernanceCalls, GovernanceCalls
 from agentmill_client._schedules import AsyncScheduleCalls, ScheduleCalls
 from agentmill_client.api import (
     AbortAnswer,
@@ -43,7 +50,9 @@ from agentmill_client.statuses import TERMINAL
 __all__ = ["ApiError", "AsyncClient", "Client"]  # ApiError: what every call raises on an error answer
 
 
-class AsyncClient(AsyncBatchCalls, AsyncScheduleCalls):
+class AsyncClient(
+    AsyncBatchCalls, AsyncScheduleCalls, AsyncGovernanceCalls, AsyncDeletionCalls, AsyncAgentCalls
+):
     def __init__(
         self,
         base_url: str,
@@ -209,7 +218,7 @@ class AsyncClient(AsyncBatchCalls, AsyncScheduleCalls):
         return ApprovalsAnswer.model_validate(answer)
 
 
-class Client(BatchCalls, ScheduleCalls):
+class Client(BatchCalls, ScheduleCalls, GovernanceCalls, DeletionCalls, AgentCalls):
     """The blocking client: the same calls as AsyncClient, run on a private event loop."""
 
     def __init__(self, base_url: str, *, token: str | None = None, timeout: float = 30.0) -> None:

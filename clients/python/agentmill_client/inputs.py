@@ -23,9 +23,12 @@ __all__ = [
     "Budget",
     "ClientTool",
     "ClientToolResult",
+    "ConcurrencyKey",
+    "Debounce",
     "JsonSchemaFormat",
     "LoopLimits",
     "MultitaskStrategy",
+    "RateKey",
     "ResponseFormat",
     "RunInput",
     "ToolPolicy",
@@ -41,19 +44,10 @@ class ClientTool(Model):
 
     name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
     description: str = Field(default="", max_length=4096)
-    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})  # JSON Schema
+    # A JSON Schema (2020-12): the server checks it against the metaschema and its bounds when the
+    # run is submitted (a 422 naming the field), not here: that check costs milliseconds per subschema.
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
     execution: Literal["client"] = "client"
-
-    @field_validator("parameters")
-    @classmethod
-    def _a_schema(cls, value: dict[str, Any]) -> dict[str, Any]:
-        import jsonschema
-
-        try:
-            jsonschema.Draft202012Validator.check_schema(value)
-        except jsonschema.SchemaError as exc:
-            raise ValueError(f"not a JSON Schema: {exc.message}") from None
-        return value
 
 
 class ClientToolResult(Model):
@@ -78,7 +72,7 @@ class LoopLimits(Model):
     max_tool_rounds: int | None = Field(default=None, ge=0, le=1_000)
     max_run_duration_ms: int | None = Field(default=None, ge=1, le=7 * 24 * 3_600_000)
     max_repairs: int | None = Field(default=None, ge=0, le=10)  # repair turns of a structured answer
-    # tool calls executed in the run (internal ones not counted); default 100 (worker/config.py)
+    # tool calls executed in the run (internal ones not counted); default 100 (worker/core/config.py)
     max_tool_calls: int | None = Field(default=None, ge=0, le=10_000)
     max_depth: int | None = Field(default=None, ge=0, le=10)  # sub-agent nesting (default 3)
 
@@ -93,6 +87,43 @@ class Budget(Model):
 
     max_tokens: int | None = Field(default=None, ge=1, le=10**12)
     max_cost_usd: float | None = Field(default=None, gt=0, le=1e9, allow_inf_nan=False)
+
+
+class ConcurrencyKey(Model):
+    """``RunInput.concurrency``: at most ``limit`` runs with this key (within the tenant) hold a slot
+    at once, pool-wide, from their release to the queue until they end (parked ones included). The
+    others stay ``queued`` without a worker, their view's ``waitingFor`` naming the key, and are
+    released in queue order (priority, then submission) as slots free up. ``limit`` may be left out
+    when the tenant's quota gives one (concurrencyLimit: the default, and the most a run may ask)."""
+
+    key: str = Field(
+        min_length=1, max_length=limits.MAX_CONCURRENCY_KEY_CHARS, pattern=r"^[^\x00-\x1f\x7f]+$"
+    )
+    limit: int | None = Field(default=None, ge=1, le=limits.MAX_CONCURRENCY_LIMIT)
+
+
+class Debounce(Model):
+    """``RunInput.debounce``: a run submitted with this key (within the tenant) while an earlier run
+    of the key waits to start replaces it: the earlier one ends ``aborted`` with
+    ``lastError.code = "superseded"`` (its id stays readable), and this one starts ``periodMs``
+    after its own submission (it is ``scheduled`` until then), unless replaced in turn."""
+
+    key: str = Field(
+        min_length=1, max_length=limits.MAX_CONCURRENCY_KEY_CHARS, pattern=r"^[^\x00-\x1f\x7f]+$"
+    )
+    period_ms: int = Field(ge=1, le=limits.MAX_DEBOUNCE_MS)
+
+
+class RateKey(Model):
+    """``RunInput.rate``: at most ``limit`` runs with this key (within the tenant) start in any
+    ``periodS`` seconds. A run beyond is accepted and delayed, never refused: ``scheduled`` until the
+    next start the key has room for (its view's ``runAt``, and ``waitingFor`` naming the key)."""
+
+    key: str = Field(
+        min_length=1, max_length=limits.MAX_CONCURRENCY_KEY_CHARS, pattern=r"^[^\x00-\x1f\x7f]+$"
+    )
+    limit: int = Field(ge=1, le=limits.MAX_RATE_LIMIT)
+    period_s: int = Field(ge=1, le=limits.MAX_RATE_PERIOD_S)
 
 
 def _local_refs_only(value: Any) -> bool:
@@ -122,20 +153,15 @@ class JsonSchemaFormat(Model):
     @field_validator("schema_")
     @classmethod
     def _a_bounded_schema(cls, value: dict[str, Any]) -> dict[str, Any]:
-        import jsonschema
-
+        """Its size and references, cheap; that it is a JSON Schema (2020-12) within its bounds is
+        checked by the server when the run is submitted (a 422 naming the field), as the metaschema's
+        check costs milliseconds per subschema."""
         try:
             size = len(orjson.dumps(value))
         except orjson.JSONEncodeError as exc:
             raise ValueError(f"cannot be stored as JSON: {exc}") from None
         if size > limits.MAX_SCHEMA_BYTES:
             raise ValueError(f"is larger than {limits.MAX_SCHEMA_BYTES} bytes of JSON")
-        try:
-            jsonschema.Draft202012Validator.check_schema(value)
-        except jsonschema.SchemaError as exc:
-            raise ValueError(f"not a JSON Schema: {exc.message}") from None
-        except RecursionError:
-            raise ValueError("not a JSON Schema: nested too deeply") from None
         if not _local_refs_only(value):
             raise ValueError("only local $ref values (starting with #) are allowed")
         return value
@@ -211,6 +237,9 @@ class RunInput(Model):
     session_id: str | None = Field(default=None, pattern=ID_PATTERN)
     run_id: str | None = Field(default=None, pattern=ID_PATTERN)
     agent: str = Field(default="default", min_length=1, max_length=128)
+    # A tenant's agent (POST /v1/agents): the version the run is pinned to, set by the API at
+    # submission (the agent's current or ramped version, or the one ``agent: "name@n"`` asks for).
+    agent_version: int | None = Field(default=None, ge=1)
     input_messages: list[Message] = Field(min_length=1, max_length=limits.MAX_INPUT_MESSAGES)
     system_prompt_override: str | None = Field(default=None, max_length=limits.MAX_MESSAGE_CHARS)
     allowed_tools: list[str] | None = Field(default=None, max_length=limits.MAX_TOOL_NAMES)
@@ -234,6 +263,16 @@ class RunInput(Model):
     priority: int | None = Field(default=None, ge=limits.MIN_PRIORITY, le=limits.MAX_PRIORITY)
     # When the run may start: epoch ms, or an RFC 3339 time (stored as epoch ms). Until then: scheduled.
     run_at: int | None = Field(default=None, ge=0, le=limits.MAX_RUN_AT_MS)
+    # False: once the run ends, its events, result, input and archive rows keep no message or tool
+    # content (marked contentRedacted; usage and timings kept) and its transcript is dropped.
+    # None: its agent profile's storeContent (true unless the profile says otherwise).
+    store_content: bool | None = None
+    # At most concurrency.limit runs of concurrency.key at once; the others wait queued (docs/api.md).
+    concurrency: ConcurrencyKey | None = None
+    # Submissions of one debounce key within periodMs of each other: only the last runs (docs/api.md).
+    debounce: Debounce | None = None
+    # At most rate.limit runs of rate.key start per rate.periodS; the others are delayed (docs/api.md).
+    rate: RateKey | None = None
     # "economy": each model call goes through the provider's batch endpoint at its batch price, the
     # run waiting on no worker meanwhile, if the profile allows it (docs/api.md#the-economy-lane).
     lane: Literal["standard", "economy"] | None = None
@@ -257,6 +296,27 @@ class RunInput(Model):
             raise ValueError(
                 "runAt: a run in a session starts when the session's run before it ends; not both"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _concurrency_alone(self) -> RunInput:
+        if self.concurrency is not None and (self.session_id is not None or self.auto_create_session):
+            raise ValueError(
+                "concurrency: a session runs one run at a time already; a run in a session takes no "
+                "concurrency key"
+            )
+        if self.debounce is not None:
+            if self.session_id is not None or self.auto_create_session:
+                raise ValueError("debounce: a run in a session takes no debounce key")
+            if self.concurrency is not None:
+                raise ValueError("debounce: a run takes a debounce key or a concurrency key, not both")
+            if self.run_at is not None:
+                raise ValueError("debounce: the run starts debounce.periodMs after its submission; no runAt")
+        if self.rate is not None:
+            if self.session_id is not None or self.auto_create_session:
+                raise ValueError("rate: a run in a session takes no rate key")
+            if self.run_at is not None or self.debounce is not None:
+                raise ValueError("rate: a rate key decides when the run starts; no runAt nor debounce")
         return self
 
     @field_validator("input_messages")

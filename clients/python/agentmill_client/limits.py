@@ -5,6 +5,9 @@ __all__ = [
     "MAX_BATCH_ITEMS",
     "MAX_BATCH_OFFSET",
     "MAX_COMPACT_THRESHOLD",
+    "MAX_CONCURRENCY_KEY_CHARS",
+    "MAX_CONCURRENCY_LIMIT",
+    "MAX_DEBOUNCE_MS",
     "MAX_ID_CHARS",
     "MAX_IMAGE_DATA_BYTES",
     "MAX_IMAGE_PARTS",
@@ -18,6 +21,8 @@ __all__ = [
     "MAX_META_VALUE_CHARS",
     "MAX_MS_DIGITS",
     "MAX_PRIORITY",
+    "MAX_RATE_LIMIT",
+    "MAX_RATE_PERIOD_S",
     "MAX_RESTORED_BYTES",
     "MAX_RESULT_MESSAGES",
     "MAX_RESULT_MESSAGES_BYTES",
@@ -100,5 +105,9 @@ SESSION_RUNS_SHOWN = 1_000  # newest runs a session view reads (commit.lua trims
 SESSION_CALLS_KEPT = (
     5_000  # newest tool calls a session lists for search_history (commit.lua trims to as many)
 )
+MAX_CONCURRENCY_KEY_CHARS = 128  # RunInput.concurrency.key
+MAX_CONCURRENCY_LIMIT = 1_000  # RunInput.concurrency.limit: runs of one key at once
+MAX_DEBOUNCE_MS = 3_600_000  # RunInput.debounce.periodMs
+MAX_RATE_LIMIT, MAX_RATE_PERIOD_S = 100_000, 86_400  # RunInput.rate: starts per period, the period
 MIN_PRIORITY, DEFAULT_PRIORITY, MAX_PRIORITY = 0, 5, 9  # RunInput.priority: higher runs first
 MAX_RUN_AT_MS = 10**14 - 1  # RunInput.runAt (epoch ms, past year 5000): exact in Lua's "%.14g" numbers

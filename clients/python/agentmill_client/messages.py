@@ -10,7 +10,7 @@ from agentmill_client import limits
 from agentmill_client.base import Model
 from agentmill_client.content import IMAGE_PLACEHOLDER, ContentPart, ImagePart, ImageUrl, TextPart
 
-__all__ = ["Message", "ToolCall", "ToolResult"]
+__all__ = ["Message", "ThinkingBlock", "ToolCall", "ToolResult"]
 
 
 class ToolCall(Model):
@@ -28,6 +28,16 @@ class ToolCall(Model):
     arguments: str = Field(default="{}", max_length=limits.MAX_MESSAGE_CHARS)
 
 
+class ThinkingBlock(Model):
+    """A block of a model's extended thinking (Anthropic's ``thinking`` with its ``signature``, or
+    ``redacted_thinking`` with its encrypted ``data``), kept so it can be sent back unchanged."""
+
+    type: Literal["thinking", "redacted_thinking"]
+    thinking: str | None = Field(default=None, max_length=limits.MAX_MESSAGE_CHARS)
+    signature: str | None = Field(default=None, max_length=limits.MAX_MESSAGE_CHARS)
+    data: str | None = Field(default=None, max_length=limits.MAX_MESSAGE_CHARS)
+
+
 class Message(Model):
     role: Literal["system", "user", "assistant", "tool"]
     # A string, or (user messages) a list of parts as in OpenAI's chat format: text and images.
@@ -37,6 +47,8 @@ class Message(Model):
     name: str | None = Field(default=None, max_length=256)
     # unix ms, set by the worker from its clock when the message joins a run (a caller's value is replaced)
     created_at: int | None = None
+    # An assistant reply's thinking blocks, in order, for providers that need them back (anthropic)
+    thinking_blocks: list[ThinkingBlock] | None = Field(default=None, max_length=64)
 
     @model_validator(mode="after")
     def _role_fields(self) -> Message:
@@ -46,6 +58,8 @@ class Message(Model):
             raise ValueError("a tool message needs toolCallId")
         if self.role != "tool" and self.tool_call_id is not None:
             raise ValueError("toolCallId is only allowed on tool messages")
+        if self.thinking_blocks and self.role != "assistant":
+            raise ValueError("thinkingBlocks is only allowed on assistant messages")
         if isinstance(self.content, list) and self.role != "user":
             raise ValueError("content as a list of parts is only allowed on user messages")
         return self

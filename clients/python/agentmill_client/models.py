@@ -15,16 +15,19 @@ from agentmill_client.inputs import (
     Budget,
     ClientTool,
     ClientToolResult,
+    ConcurrencyKey,
+    Debounce,
     JsonSchemaFormat,
     LoopLimits,
     MultitaskStrategy,
+    RateKey,
     ResponseFormat,
     RunInput,
     ToolPolicy,
     run_at_ms,
     usable_url,
 )
-from agentmill_client.messages import Message, ToolCall, ToolResult
+from agentmill_client.messages import Message, ThinkingBlock, ToolCall, ToolResult
 from agentmill_client.outputs import EventKind, RunError, RunEvent, RunResult, Usage
 from agentmill_client.statuses import RunStatus
 
@@ -34,7 +37,9 @@ __all__ = [
     "Budget",
     "ClientTool",
     "ClientToolResult",
+    "ConcurrencyKey",
     "ContentPart",
+    "Debounce",
     "EventKind",
     "ImagePart",
     "ImageUrl",
@@ -43,6 +48,7 @@ __all__ = [
     "Message",
     "Model",
     "MultitaskStrategy",
+    "RateKey",
     "ResponseFormat",
     "RunError",
     "RunEvent",
@@ -50,6 +56,7 @@ __all__ = [
     "RunResult",
     "RunStatus",  # defined in agentmill_client.statuses; part of this contract (RunResult.status)
     "TextPart",
+    "ThinkingBlock",
     "ToolCall",
     "ToolPolicy",
     "ToolResult",

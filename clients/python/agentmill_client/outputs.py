@@ -69,6 +69,8 @@ class RunResult(Model):
     # and MAX_RESULT_MESSAGES_BYTES; messagesOmitted: how many older ones were left out.
     messages: list[Message] | None = None
     messages_omitted: int | None = None
+    # The run stored no content (RunInput.storeContent false): its answer, output and messages are gone.
+    content_redacted: bool | None = None
 
 
 class EventKind(StrEnum):

@@ -1,0 +1,427 @@
+"""Where a commit's FCALL time goes: the commits of the bench's figure 3c load (ten echo steps a run,
+one worker, FCALL), captured by MONITOR, replayed on the bench's own redis-server in variants that
+each leave one part out, alternated so the machine's load hits them alike.
+
+    bin/dev python -m bench.commit_parts [--runs 5] [--replays 150] [--rounds 4]
+
+Each replay runs one captured run's commits in order on a fresh copy of the run (its hash as its
+worker's acquisition left it, set by HMSET: counted apart from the commits' HSETs), so every commit
+passes its gate and does its real work. Per variant: INFO commandstats' FCALL usec per call (wall
+time inside the call, its commands included) and the commands it ran (their own usec, per FCALL):
+the difference is Lua and its bridge to Redis.
+
+Variants: ``as captured``; ``payloads {}`` (each event's payload replaced by ``{}``); ``no
+checkpoint`` (ckpt '' : unchanged); ``no claims`` (no tool claims: the claims JSON never decoded or
+encoded); ``noop function`` (the same keys and arguments to a function that returns at once: the
+call's own cost and its arguments' conversion into Lua); ``missing`` (the run absent: the prelude and
+one HMGET, figure 3d).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import os
+import pickle
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+
+from redis.asyncio import Redis
+
+from bench import figures_functions as ff
+from bench.__main__ import Bench
+from bench.__main__ import parser as bench_parser
+from shared.fields import RunField
+from tests.support.redis_server import free_port, redis_server_binary
+
+NOOP_LIBRARY = (
+    "#!lua name=commit_parts_noop\nredis.register_function('noop', function(KEYS, ARGV) return 1 end)\n"
+)
+_ESC = {"n": b"\n", "r": b"\r", "t": b"\t", "a": b"\a", "b": b"\b", "\\": b"\\", '"': b'"'}
+
+
+def monitor_args(line: bytes) -> list[bytes]:
+    """The arguments of one MONITOR line (``ts [db addr] "arg" "arg" ...``, sdscatrepr-escaped)."""
+    out: list[bytes] = []
+    i = line.index(b"] ") + 2
+    n = len(line)
+    while i < n:
+        if line[i] != 0x22:  # '"'
+            i += 1
+            continue
+        i += 1
+        buf = bytearray()
+        while line[i] != 0x22:
+            c = line[i]
+            if c == 0x5C:  # backslash
+                e = chr(line[i + 1])
+                if e == "x":
+                    buf.append(int(line[i + 2 : i + 4], 16))
+                    i += 4
+                    continue
+                buf += _ESC[e]
+                i += 2
+                continue
+            buf.append(c)
+            i += 1
+        out.append(bytes(buf))
+        i += 1
+    return out
+
+
+async def capture(url: str, until: asyncio.Event, name_prefix: bytes) -> list[list[bytes]]:
+    """Every ``FCALL <name_prefix>…`` a client sent (not the commands scripts ran) until ``until``."""
+    host, port = re.match(r"redis://([^:/]+):(\d+)", url).groups()  # type: ignore[union-attr]
+    reader, writer = await asyncio.open_connection(host, int(port), limit=1 << 26)
+    writer.write(b"MONITOR\r\n")
+    await writer.drain()
+    await reader.readline()  # +OK
+    got: list[list[bytes]] = []
+    while not until.is_set():
+        try:
+            line = await asyncio.wait_for(reader.readline(), 0.5)
+        except TimeoutError:
+            continue
+        if b' "FCALL" "' + name_prefix not in line[:200] or b" lua]" in line[:80]:
+            continue
+        got.append(monitor_args(line.rstrip(b"\r\n")[1:]))  # its leading '+'
+    writer.close()
+    return got
+
+
+async def load(b: Bench, r: Redis, runs: int, agent: str = "scripted-effects") -> list[list[bytes]]:
+    """Figure 3c's load (one worker, FCALL, the echo tool with side effects), its commits captured."""
+    await b.flush(r)
+    profiles = b.pure_profiles()
+    producer = b.producer(r, redis_functions="on", profiles=profiles)
+    proc = b.spawn(["-m", "app.worker"], AGENTMILL_REDIS_FUNCTIONS="on", AGENTMILL_PROFILES=profiles)
+    done = asyncio.Event()
+    try:
+        warm = await producer.submit_many([b.script_run([{"text": "warm"}])])
+        await b._ended(producer, [w.run_id for w in warm])
+        task = asyncio.create_task(capture(b.server.url, done, b"commit_"))
+        await asyncio.sleep(0.2)
+        script = [{"toolCalls": [{"name": "echo", "arguments": {"text": "x"}}]}] * ff.STEPS + [
+            {"text": "done"}
+        ]
+        subs = await producer.submit_many([b.script_run(script, agent=agent)] * runs)
+        await b._ended(producer, [s.run_id for s in subs])
+        await asyncio.sleep(0.3)
+    finally:
+        done.set()
+        b.stop(proc)
+    return await task
+
+
+Call = list[bytes]
+
+
+def by_run(calls: list[Call]) -> dict[bytes, list[Call]]:
+    """Captured commits (``current``) per run id (ARGV[4]: after epoch, firstSeq, lease)."""
+    out: dict[bytes, list[Call]] = collections.defaultdict(list)
+    for c in calls:
+        nkeys = int(c[2])
+        out[c[3 + nkeys + 3]].append(c)
+    return out
+
+
+def current(call: Call) -> Call:
+    """A captured commit for this checkout's library: its function's name (the library's version)."""
+    from shared.scripts import library
+
+    nkeys = int(call[2])
+    args = call[3 + nkeys :]
+    if b"\x1f" in args[0] and b"\x1f" not in args[-1]:  # captured with the context first: last now
+        args = [*args[1:], args[0]]
+    return [call[0], b"commit_" + library().version.encode(), *call[2 : 3 + nkeys], *args]
+
+
+def renamed(call: Call, old: bytes, new: bytes) -> Call:
+    """The call for a copy of the run named ``new``: its keys and run id argument."""
+    nkeys = int(call[2])
+    keys = [k.replace(old, new) for k in call[3 : 3 + nkeys]]
+    args = list(call[3 + nkeys :])
+    args[3] = new
+    return [*call[:3], *keys, *args]
+
+
+def _events(args: list[bytes]) -> tuple[int, int]:
+    """ARGV index (0-based; the context is last) of the events' count, and that count."""
+    return 7, int(args[7])
+
+
+def no_payloads(call: Call) -> Call:
+    nkeys = int(call[2])
+    args = list(call[3 + nkeys :])
+    at, n = _events(args)
+    for k in range(n):
+        args[at + 3 + 3 * k] = b"{}"
+    return [*call[: 3 + nkeys], *args]
+
+
+def no_checkpoint(call: Call) -> Call:
+    nkeys = int(call[2])
+    args = list(call[3 + nkeys :])
+    args[6] = b""
+    return [*call[: 3 + nkeys], *args]
+
+
+def no_claims(call: Call) -> Call:
+    nkeys = int(call[2])
+    args = list(call[3 + nkeys :])
+    at, n = _events(args)
+    c = at + 1 + 3 * n
+    nc = int(args[c])
+    del args[c + 1 : c + 1 + 2 * nc]
+    args[c] = b"0"
+    return [*call[: 3 + nkeys], *args]
+
+
+BASE: dict[str, bytes] = {}  # --base-library: that library's version
+
+
+def on_base(call: Call) -> Call:
+    """The call as another checkout's library (``--base-library``, its context first) takes it."""
+    nkeys = int(call[2])
+    args = call[3 + nkeys :]
+    return [call[0], b"commit_" + BASE["version"], *call[2 : 3 + nkeys], args[-1], *args[:-1]]
+
+
+def noop(call: Call) -> Call:
+    return [call[0], b"noop", *call[2:]]
+
+
+def noop_bare(call: Call) -> Call:
+    return [call[0], b"noop", b"0"]
+
+
+def noop_small(call: Call) -> Call:
+    """As many keys and arguments, each of one byte."""
+    return [call[0], b"noop", call[2], *(b"x" for _ in call[3:])]
+
+
+VARIANTS: dict[str, Callable[[Call], Call]] = {
+    "as captured": lambda c: c,
+    "payloads {}": no_payloads,
+    "no checkpoint": no_checkpoint,
+    "no claims": no_claims,
+    "noop function": noop,
+    "noop, args of 1 B": noop_small,
+    "noop, no args": noop_bare,
+}
+
+
+async def replay(r: Redis, runs: dict[bytes, list[Call]], variant: Callable[[Call], Call], replays: int,
+                 tag: str, missing: bool = False) -> dict[str, float]:  # fmt: skip
+    """``replays`` copies of the captured runs' commits, in order, each on a fresh copy of its run."""
+    ids = list(runs)
+    await r.config_resetstat()
+    calls = 0
+    for j in range(replays):
+        rid = ids[j % len(ids)]
+        seq = runs[rid]
+        new = rid + f"~{tag}{j}".encode()
+        first = seq[0]
+        nkeys = int(first[2])
+        args = first[3 + nkeys :]
+        async with r.pipeline(transaction=False) as pipe:
+            if not missing:
+                run_key = first[3].replace(rid, new)
+                pipe.execute_command(
+                    "HMSET", run_key, RunField.EPOCH, args[0], RunField.OWNER, args[2],
+                    RunField.LAST_SEQ, int(args[1]) - 1, RunField.STATUS, "running",
+                )  # fmt: skip
+                pipe.execute_command("SET", first[6].replace(rid, new), b"1")  # the worker's lease
+            for c in seq:
+                pipe.execute_command(*variant(renamed(c, rid, new)))
+                calls += 1
+            replies = await pipe.execute(raise_on_error=True)
+        bad = [
+            x
+            for x in replies[0 if missing else 2 :]
+            if not (isinstance(x, list) and x[0] in (b"ok", b"missing"))
+        ]
+        if bad and not variant.__name__.startswith("noop"):
+            raise RuntimeError(f"{tag}: a replayed commit was refused: {bad[0]!r}")
+    stats = await r.info("commandstats")
+    fcall = stats["cmdstat_fcall"]
+    inside = {
+        k.removeprefix("cmdstat_"): v["usec"] / calls
+        for k, v in stats.items()
+        if k not in ("cmdstat_fcall", "cmdstat_hmset", "cmdstat_set", "cmdstat_config", "cmdstat_info")
+    }
+    setn = stats.get("cmdstat_set", {"calls": 0, "usec": 0})
+    if setn["calls"] > replays:  # the commits' own SETs (a transcript): the leases' SETs out
+        inside["set"] = setn["usec"] * (setn["calls"] - replays) / setn["calls"] / calls
+    return {"fcall": fcall["usec"] / calls, "inside": sum(inside.values()), "calls": calls,
+            **{f"cmd:{k}": v for k, v in inside.items()}}  # fmt: skip
+
+
+def _report(got: dict[str, list[dict[str, float]]], unit: str) -> None:
+    print(f"{'variant':28s} {'FCALL ' + unit:>14s} {'commands':>10s} {'rest':>8s} {'ratio':>6s}")
+    for name, rows in got.items():
+        f = sorted(x["fcall"] for x in rows)[len(rows) // 2]
+        i = sorted(x["inside"] for x in rows)[len(rows) // 2]
+        print(f"{name:28s} {f:14.1f} {i:10.1f} {f - i:8.1f} {f / i if i else 0:6.2f}")
+
+
+async def wall(r: Redis, runs: dict[bytes, list[Call]], a: argparse.Namespace) -> None:
+    """commandstats usec per call, the variants alternated on one server."""
+    got: dict[str, list[dict[str, float]]] = collections.defaultdict(list)
+    for rnd in range(a.rounds):
+        for name, v in VARIANTS.items():
+            if a.variants is not None and name not in a.variants:
+                continue
+            await r.flushdb()
+            got[name].append(await replay(r, runs, v, a.replays, f"{rnd}{name[:2]}"))
+        await r.flushdb()
+        got["missing (prelude + HMGET)"].append(
+            await replay(r, runs, lambda c: c, a.replays, f"{rnd}m", True)
+        )
+    _report(got, "µs/call")
+    cmds = collections.Counter[str]()
+    base = got["as captured"]
+    for row in base:
+        for k, v in row.items():
+            if k.startswith("cmd:"):
+                cmds[k[4:]] += v / len(base)
+    print("as captured, commands per FCALL (µs):", ", ".join(f"{k} {v:.1f}" for k, v in cmds.most_common(12)))
+
+
+def _callgrind_totals(path: str) -> dict[str, float]:
+    """Inclusive instructions of fcallCommand and of the commands it ran (``call'2``: ``call``
+    inside a call), of the script's body (``lua_pcall``) and of the commands with their bridge
+    from Lua (``scriptCall``), from a
+    callgrind output file (its functions by name: redis-server's exported symbols)."""
+    out = subprocess.run(
+        ["callgrind_annotate", "--inclusive=yes", "--threshold=100", path], capture_output=True, text=True
+    ).stdout
+    got: dict[str, float] = {}
+    for line in out.splitlines():
+        m = re.match(r"\s*([\d,]+)\s+(?:\([^)]*\)\s+)?\S*:(\S+)", line)
+        if m:
+            got.setdefault(m.group(2), float(m.group(1).replace(",", "")))
+    return got
+
+
+def _callgrind_server(port: int, out: str) -> subprocess.Popen[bytes]:
+    """A redis-server under callgrind, collecting inside fcallCommand only."""
+    argv = ["valgrind", "--tool=callgrind", "--toggle-collect=fcallCommand", f"--callgrind-out-file={out}",
+            redis_server_binary(), "--port", str(port), "--save", "", "--appendonly", "no"]  # fmt: skip
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+async def instructions(runs: dict[bytes, list[Call]], a: argparse.Namespace) -> None:
+    """Instructions per FCALL (valgrind's callgrind, collecting inside fcallCommand only): exact and
+    load-insensitive. One redis-server under callgrind per variant."""
+    from shared.scripts import library
+
+    got: dict[str, list[dict[str, float]]] = collections.defaultdict(list)
+    todo: list[tuple[str, Callable[[Call], Call], bool]] = [(n, v, False) for n, v in VARIANTS.items()]
+    todo.append(("missing (prelude + HMGET)", VARIANTS["as captured"], True))
+    todo = [t for t in todo if a.variants is None or t[0] in a.variants]
+    for name, v, missing in todo:
+        port = free_port()
+        out = f"/tmp/commit_parts.{port}.callgrind"
+        proc = _callgrind_server(port, out)
+        r = Redis(port=port)
+        try:
+            for _ in range(300):
+                try:
+                    await r.ping()
+                    break
+                except Exception:
+                    await asyncio.sleep(0.1)
+            await r.execute_command("FUNCTION", "LOAD", library().code)
+            await r.execute_command("FUNCTION", "LOAD", NOOP_LIBRARY)
+            row = await replay(r, runs, v, a.replays, "cg", missing)
+            with contextlib.suppress(Exception):  # the server goes away while it answers
+                await r.execute_command("SHUTDOWN", "NOSAVE")
+        finally:
+            await r.aclose()
+            if proc.poll() is None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(60)
+            if proc.poll() is None:
+                proc.kill()
+        t = _callgrind_totals(out)
+        calls = row["calls"]
+        got[name].append({"fcall": t.get("fcallCommand", 0) / calls, "inside": t.get("call'2", 0) / calls})
+        parts = {k: t.get(k, 0) / calls for k in ("lua_pcall", "scriptCall", "call'2", "lua_pushlstring")}
+        print(f"  {name}: " + ", ".join(f"{k} {v:,.0f}" for k, v in parts.items()), flush=True)
+    _report(got, "instr/call")
+
+
+async def main(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--replays", type=int, default=150)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--calls", default="", help="a file of captured commits: read if present, else written")
+    ap.add_argument(
+        "--callgrind", action="store_true", help="instructions per call (valgrind) instead of usec"
+    )
+    ap.add_argument(
+        "--agent", default="scripted-effects", help="scripted-pure: echo declared sideEffects: false"
+    )
+    ap.add_argument("--variants", nargs="*", default=None, help="only these variants")
+    ap.add_argument(
+        "--base-library", default="", help="a file of another checkout's library: replayed beside"
+    )
+    ap.add_argument("--hold", default="", help="replay this variant for --hold-s seconds (for perf -p)")
+    ap.add_argument("--hold-s", type=float, default=20)
+    a = ap.parse_args(argv)
+    b = Bench(bench_parser().parse_args(["--only", "functions"]))
+    b.server.start()
+    r = Redis.from_url(b.server.url)
+    try:
+        if a.calls and os.path.exists(a.calls):
+            with open(a.calls, "rb") as f:
+                calls = pickle.load(f)
+        else:
+            calls = await load(b, r, a.runs, a.agent)
+            if a.calls:
+                with open(a.calls, "wb") as f:
+                    pickle.dump(calls, f)
+        runs = by_run([current(c) for c in calls])
+        one = next(iter(runs.values()))
+        print(
+            f"captured {len(calls)} commits of {len(runs)} runs; {sum(len(x) for c in one for x in c) / len(one):.0f} B a call"
+        )
+        if a.callgrind:
+            await instructions(runs, a)
+            return
+        from shared.scripts import library
+
+        await r.execute_command("FUNCTION", "LOAD", "REPLACE", library().code)
+        if a.base_library:
+            with open(a.base_library) as f:
+                code = f.read()
+            BASE["version"] = re.search(r"name=agentmill_(\w+)", code).group(1).encode()  # type: ignore[union-attr]
+            await r.execute_command("FUNCTION", "LOAD", "REPLACE", code)
+            VARIANTS["as captured, base library"] = on_base
+        await r.execute_command("FUNCTION", "LOAD", "REPLACE", NOOP_LIBRARY)
+        if a.hold:
+            pid = (await r.info("server"))["process_id"]
+            print(f"redis-server pid {pid}: replaying {a.hold!r} for {a.hold_s} s", flush=True)
+            t_end = asyncio.get_running_loop().time() + a.hold_s
+            k = 0
+            while asyncio.get_running_loop().time() < t_end:
+                await r.flushdb()
+                await replay(r, runs, VARIANTS[a.hold], a.replays, f"h{k}")
+                k += 1
+            return
+        await wall(r, runs, a)
+    finally:
+        await r.aclose()
+        for p in b.procs:
+            b.stop(p)
+        b.server.stop()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1:]))

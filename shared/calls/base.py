@@ -1,0 +1,82 @@
+"""What every declared script call is: its script, the names of its own KEYS in order, its fields as
+its ARGV in order (after the partition's context, which prelude.lua takes off), and its verdicts."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from enum import StrEnum
+from typing import Any, ClassVar
+
+__all__ = ["ScriptCall", "bind"]
+
+_TOKEN = re.compile(r"\b(ARGN|ARG|V|KEY)\.([A-Z][A-Z0-9_]*)\b")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ScriptCall:
+    """A script's call. Subclasses set ``SCRIPT``, ``KEY_NAMES`` (its own KEYS, in order) and
+    ``VERDICT`` (the first element of its reply); their fields, in order, are its ARGV. A last field
+    typed ``tuple[...]`` is spread (the rest of ARGV); the Lua finds where it starts as ``ARGN.<FIELD>``."""
+
+    SCRIPT: ClassVar[str]
+    KEY_NAMES: ClassVar[tuple[str, ...]]
+    VERDICT: ClassVar[type[StrEnum] | None] = None  # None: a reply that is no verdict (a value)
+
+    def keys(self, part: Any) -> list[str]:
+        """The call's own KEYS on ``part`` (a shared.keys.Partition), in ``KEY_NAMES``' order."""
+        raise NotImplementedError
+
+    def argv(self) -> list[Any]:
+        """The call's own arguments, in the script's order (None is sent as '', a rest spread)."""
+        out: list[Any] = []
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if _is_rest(f):
+                out += list(v)
+            else:
+                out.append("" if v is None else v)
+        return out
+
+    @classmethod
+    def positions(cls) -> dict[str, str]:
+        """``ARG.<FIELD>`` and ``KEY.<NAME>`` tokens -> the Lua expressions they stand for."""
+        fs = dataclasses.fields(cls)
+        assert all(not _is_rest(f) for f in fs[:-1]), f"{cls.__name__}: only its last field may be a rest"
+        out = {f"ARG.{f.name.upper()}": f"ARGV[{i}]" for i, f in enumerate(fs, 1) if not _is_rest(f)}
+        out |= {f"ARGN.{f.name.upper()}": str(i) for i, f in enumerate(fs, 1) if _is_rest(f)}
+        out |= {f"KEY.{n.upper()}": f"KEYS[{i}]" for i, n in enumerate(cls.KEY_NAMES, 1)}
+        out |= {f"V.{v.name}": f"'{v.value}'" for v in cls.VERDICT or ()}
+        return out
+
+    @classmethod
+    def verdict(cls, reply: Any) -> StrEnum:
+        """The reply's verdict (the reply itself, or its first element) as the call's enum."""
+        first = reply if isinstance(reply, bytes | str) else reply[0]
+        assert cls.VERDICT is not None, f"{cls.__name__} answers no verdict"
+        return cls.VERDICT(first.decode() if isinstance(first, bytes) else str(first))
+
+    @classmethod
+    def header(cls) -> str:
+        """The Lua header describing the call, generated (docs of the slots, never written by hand)."""
+        args = ", ".join(f.name for f in dataclasses.fields(cls))
+        verdicts = " | ".join(v.value for v in cls.VERDICT or ())
+        return f"-- KEYS: {', '.join(cls.KEY_NAMES)}   ARGV: {args}   reply: {{{verdicts}, …}}"
+
+
+def _is_rest(f: dataclasses.Field[Any]) -> bool:
+    return str(f.type).startswith("tuple")
+
+
+def bind(call: type[ScriptCall] | None, text: str, script: str) -> str:
+    """``text`` (a script's body) with its call's ``ARG.*``, ``KEY.*`` and ``V.*`` tokens rendered;
+    a token the call does not declare, or a token in a script with no declared call, raises."""
+    table = call.positions() if call is not None else {}
+
+    def sub(m: re.Match[str]) -> str:
+        token = m.group(0)
+        if token not in table:
+            raise ValueError(f"{script}.lua names {token}: its call declares no such slot")
+        return table[token]
+
+    return _TOKEN.sub(sub, text)

@@ -1,0 +1,57 @@
+"""Calls of one run's scripts from outside its worker, and the worker's hand-back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from shared.calls.base import ScriptCall
+from shared.keys import Partition
+
+__all__ = ["Abort", "AbortVerdict", "Release", "ReleaseVerdict"]
+
+
+class AbortVerdict(StrEnum):
+    UNKNOWN = "unknown"  # no such run (or another tenant's)
+    FINISHED = "finished"  # it had ended: its status second
+    ABORTED = "aborted"  # queued, scheduled or parked: ended now (its status before second)
+    REQUESTED = "requested"  # running: its worker stops it (its status second)
+
+
+@dataclass(frozen=True, slots=True)
+class Abort(ScriptCall):
+    """abort.lua: end a run that holds no worker now, else ask its worker to stop it."""
+
+    SCRIPT = "abort"
+    KEY_NAMES = ("run", "stream", "tools")
+    VERDICT = AbortVerdict
+
+    run_id: str
+    reason: str
+    tenant: str = ""  # '' = any tenant's
+
+    def keys(self, part: Partition) -> list[str]:
+        return part.run_keys(self.run_id)
+
+
+class ReleaseVerdict(StrEnum):
+    FENCED = "fenced"  # another epoch holds the run
+    TERMINAL = "terminal"  # it has ended
+    RELEASED = "released"  # back on the queue
+
+
+@dataclass(frozen=True, slots=True)
+class Release(ScriptCall):
+    """release.lua: the graceful hand-back; the worker stops at a checkpoint and the run goes
+    straight back on the queue as dispatch ``new_gen``."""
+
+    SCRIPT = "release"
+    KEY_NAMES = ("run",)
+    VERDICT = ReleaseVerdict
+
+    epoch: int
+    run_id: str
+    new_gen: int
+
+    def keys(self, part: Partition) -> list[str]:
+        return [part.run(self.run_id)]

@@ -1,0 +1,116 @@
+"""JSON Schemas from tenants and tool servers compiled away from the event loop: checked in a
+process of its own, kept by a bounded thread.
+
+Checking a schema (its bounds and the JSON Schema metaschema, shared/schema_validator.py ``checked``)
+costs a few hundred milliseconds of Python for a schema at the size bound. On the loop that serves
+every tenant, a tenant sending such schemas four at a time would hold everybody else's requests that
+long; on a thread of the same process it would still take the interpreter's lock from the loop for
+most of that time. So the check runs in one process apart (started at the first schema not cached,
+``spawn``ed), and the thread only waits for it and keeps the result (``keep``): another tenant's
+request waits for neither. Should that process fail, the thread checks the schema itself.
+
+``await compile_all(schemas)`` returns once each is in the validator's cache (compiled, or its
+refusal kept), so that the synchronous ``compiled(schema)`` that follows answers from the cache. A
+schema already cached costs its hash and nothing else, and a run with no schema does not touch the
+thread at all. At most MAX_PENDING calls wait for the thread in one process; past that,
+SchemaQueueFullError (the API answers 429). A check that takes more than CHECK_TIMEOUT_S is refused
+(bound ``steps``) and its process replaced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import multiprocessing
+import threading
+from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+from agentmill_client.models import RunInput
+from shared.schema_validator import checked, is_cached, keep
+
+__all__ = ["MAX_PENDING", "SchemaQueueFullError", "compile_all", "run_schemas"]
+
+MAX_PENDING = 64  # calls waiting for the thread, all tenants together
+CHECK_TIMEOUT_S = 10.0  # one schema's check in the process apart (a bounded schema takes < 1 s)
+
+log = logging.getLogger("agentmill.schemas")
+_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="schema-compile")
+_process: ProcessPoolExecutor | None = None  # started at the first schema not cached
+_lock = threading.Lock()
+_pending = 0  # jobs given to the thread and not done (a caller cancelled meanwhile still counts)
+
+
+class SchemaQueueFullError(Exception):
+    """MAX_PENDING calls already wait for schemas to be compiled in this process."""
+
+
+def run_schemas(run: RunInput) -> list[tuple[str, Any]]:
+    """The JSON Schemas a run brings, with the field each is in (clientTools' parameters, its
+    responseFormat's schema)."""
+    schemas: list[tuple[str, Any]] = [
+        (f"clientTools.{i}.parameters", t.parameters) for i, t in enumerate(run.client_tools or ())
+    ]
+    if run.response_format is not None and run.response_format.json_schema is not None:
+        schemas.append(("responseFormat.jsonSchema.schema", run.response_format.json_schema.schema_))
+    return schemas
+
+
+def _apart() -> ProcessPoolExecutor:
+    global _process
+    if _process is None:
+        _process = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+    return _process
+
+
+def _replace_process() -> None:
+    """The process apart stopped (killed: it may be stuck on a check); the next check starts another."""
+    global _process
+    gone, _process = _process, None
+    if gone is not None:
+        for proc in list(gone._processes.values()):
+            with contextlib.suppress(OSError):
+                proc.kill()
+        with contextlib.suppress(Exception):
+            gone.shutdown(wait=False, cancel_futures=True)
+
+
+def _compile(schemas: list[Any]) -> None:
+    """On the thread: each schema checked in the process apart (the thread waits, holding no lock
+    the event loop needs), then kept; here when that process cannot be had."""
+    for schema in schemas:
+        try:
+            refusal = _apart().submit(checked, schema).result(timeout=CHECK_TIMEOUT_S)
+        except TimeoutError:
+            refusal = ("steps", f"checking the schema took more than {CHECK_TIMEOUT_S:g} s")
+            _replace_process()
+        except (BrokenProcessPool, OSError, RuntimeError) as exc:
+            log.warning("schemas: the process that checks schemas failed (%r): checked on this thread", exc)
+            _replace_process()
+            refusal = checked(schema)
+        keep(schema, refusal)
+
+
+def _done(_: object) -> None:
+    global _pending
+    with _lock:
+        _pending -= 1
+
+
+async def compile_all(schemas: Iterable[Any]) -> None:
+    """Each of ``schemas`` compiled (or refused) into the validator's cache, on the thread when any
+    is not there yet; SchemaQueueFullError when MAX_PENDING jobs already wait for it."""
+    global _pending
+    todo = [s for s in schemas if not is_cached(s)]
+    if not todo:
+        return
+    with _lock:
+        if _pending >= MAX_PENDING:
+            raise SchemaQueueFullError(f"{MAX_PENDING} schema compilations are waiting already")
+        _pending += 1
+    job = _pool.submit(_compile, todo)
+    job.add_done_callback(_done)
+    await asyncio.wrap_future(job)

@@ -1,0 +1,84 @@
+"""Script calls declared once (shared.calls): a declared script reads its arguments, keys and verdicts
+by name, rendered to positions when the library is built; the scripts still read by position are
+listed here, and the list only shrinks."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+from shared import scripts
+from shared.calls import CALLS, Abort, AbortVerdict, Release, SayLiveTenants
+from shared.calls.base import bind
+from shared.keys import Partition
+
+POSITIONAL_READ = re.compile(r"\bARGV\[\d|\bA\[\d")
+# The Lua files that still read ARGV (or their copy A) by number. Declaring a script's call
+# (shared/calls) takes it off; a file that no longer reads by number must leave the list.
+POSITIONAL = {
+    "acquire", "admit_rate", "admit_tenant", "archive_done",
+    "batch_replace", "beat", "budget_reserve", "budget_settle", "capacity_acquire",
+    "capacity_pause", "capacity_release", "capacity_renew", "claim_jobs",
+    "commit", "delete_run", "list_runs",
+    "publish", "rate_slots", "idempotency_claim", "redispatch", "schedule_advance", "schedule_claim",
+    "settle_approval", "spawn_child", "submit_many", "submit_one",
+    "submit_restored", "tool_cache_put", "tree_admit",
+    "model_reply", "econ_enqueue", "econ_close", "econ_advance", "econ_done", "econ_lease",
+}  # fmt: skip
+
+
+def reading_by_position() -> set[str]:
+    return {p.stem for p in scripts.LUA_DIR.glob("*.lua") if POSITIONAL_READ.search(p.read_text())}
+
+
+def test_the_scripts_read_by_position_are_the_listed_ones() -> None:
+    assert reading_by_position() == POSITIONAL
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_a_declared_script_reads_nothing_by_position(name: str) -> None:
+    body = (scripts.LUA_DIR / f"{SCRIPT_FILE[name]}.lua").read_text()
+    assert not re.search(r"\b(ARGV|KEYS)\[\d", body), f"{name}.lua reads a slot by number"
+    rendered = scripts.source(name)
+    assert not re.search(r"\b(ARG|KEY|V)\.[A-Z]", rendered), "a token left unrendered"
+
+
+SCRIPT_FILE = {name: parts[-1] for name, parts in scripts.SCRIPTS.items()}
+
+
+def test_a_token_the_call_does_not_declare_is_refused() -> None:
+    assert (
+        bind(Release, "return {ARG.RUN_ID, KEY.RUN, V.FENCED}", "release")
+        == "return {ARGV[2], KEYS[1], 'fenced'}"
+    )
+    with pytest.raises(ValueError, match=r"ARG\.TENANT"):
+        bind(Release, "return ARG.TENANT", "release")
+    with pytest.raises(ValueError, match=r"ARG\.RUN_ID"):
+        bind(None, "return ARG.RUN_ID", "beat")  # a script with no declared call names no slot
+
+
+def test_the_fields_in_order_are_the_arguments_and_none_is_sent_empty() -> None:
+    assert [f.name for f in dataclasses.fields(Abort)] == ["run_id", "reason", "tenant"]
+    assert Abort("r1", "why").argv() == ["r1", "why", ""]
+    assert Release(3, "r1", 2).argv() == [3, "r1", 2]
+    assert Abort.verdict([b"requested", b"running"]) is AbortVerdict.REQUESTED
+    with pytest.raises(ValueError):
+        Abort.verdict([b"no-such-verdict"])
+
+
+def test_a_last_tuple_field_is_the_rest_of_the_arguments() -> None:
+    assert SayLiveTenants(100, ("a", "b")).argv() == [100, "a", "b"]
+    assert SayLiveTenants(100, ()).argv() == [100]
+    assert (
+        SayLiveTenants.positions()["ARGN.TENANTS"] == "2" and "ARG.TENANTS" not in SayLiveTenants.positions()
+    )
+
+
+def test_a_calls_keys_are_its_declared_keys_on_the_partition() -> None:
+    part = Partition(0, 1)
+    assert Abort("r1", "x").keys(part) == part.run_keys("r1")
+    assert Release(1, "r1", 2).keys(part) == [part.run("r1")]
+    assert len(Abort.KEY_NAMES) == 3 and Release.KEY_NAMES == ("run",)
+    assert Abort.header().startswith("-- KEYS: run, stream, tools   ARGV: run_id, reason, tenant")

@@ -1,0 +1,390 @@
+"""The ports of worker/ports.py in memory, for unit tests of the runner: no Redis, no sockets.
+
+``MemoryRun`` is what Redis holds for one run (hash, stream, tool records); a ``MemoryRunStore`` is
+one worker's handle on it at one epoch, so two handles on the same run are two workers, and the
+older one is fenced the way the Lua scripts fence it. The store keeps the promises of
+acquire.lua, commit.lua and release.lua that tests/integration/test_run_store_contract.py states
+for both stores; it does not model dispatch numbers (``gen``), the crash budget (``exhausted``) or
+a commit re-sent after its reply was lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from agentmill_client import limits
+from agentmill_client.models import (
+    Message,
+    RunError,
+    RunInput,
+    RunResult,
+    RunStatus,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
+from shared.children import ChildSpec, Spawned
+from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
+from shared.settings import Settings
+from shared.tool_records import ToolRecord, ToolState
+from worker.adapters.lease import WorkerLease
+from worker.adapters.plain import NoFailpoints, SystemClock
+from worker.core import context, sessions
+from worker.core.config_cache import ConfigCache
+from worker.core.delta_pace import DeltaPace
+from worker.machine import TERMINAL_PHASES
+from worker.models.base import ModelProvider
+from worker.ports import (
+    Acquired,
+    Capacity,
+    Clock,
+    CommitStep,
+    Entry,
+    Failpoints,
+    FencedError,
+    NotAcquired,
+    OnWait,
+    Outbox,
+    SeqConflictError,
+    SessionUpdate,
+    ToolRetry,
+)
+from worker.telemetry.observer import NullObserver, Observer
+from worker.tools.base import ToolContext
+from worker.tools.registry import Toolbox
+
+__all__ = [
+    "MemoryHost", "MemoryModels", "MemoryRun", "MemoryRunStore", "MemorySessionStore", "MemoryTools", "finalize",
+]  # fmt: skip
+
+_TERMINAL = {p.value for p in TERMINAL_PHASES}
+
+
+@dataclass
+class MemoryRun:
+    """One run's stored state: what the run hash, its event stream and its tool records hold."""
+
+    run_id: str
+    input: bytes
+    status: str = RunStatus.QUEUED.value
+    epoch: int = 0
+    checkpoint: bytes | None = None
+    config: bytes | None = None  # RunField.CONFIG: the configuration, when checkpoints leave it out
+    transcript: bytes | None = None  # the transcript key's: its messages comma-joined, when they leave it out
+    iterations: int = 0  # as the last commit reported it (the Redis run hash keeps the same field)
+    result: bytes = b""
+    aux: bytes = b""
+    abort_reason: str = ""
+    restarts: int = 0
+    owner: str = ""  # the worker holding the run ('' when none does: queued, parked or ended)
+    error_code: str = ""  # the ending's error code
+    usage: Usage | None = None  # the run's usage as the last commit that changed it reported it
+    # The workers whose lease is unexpired. None: leases not modelled, each worker's acquire takes
+    # the run over (its previous owner is taken to be lost), and an owner's commits are never late.
+    live: set[str] | None = None
+    events: list[tuple[int, str, int, bytes]] = field(default_factory=list)  # seq, kind, ts, payload
+    tools: dict[str, dict[str, Any]] = field(default_factory=dict)  # call id -> record, as JSON holds it
+    approvals: dict[str, Any] = field(default_factory=dict)
+    origin: bytes | None = None  # a retry's or fork's initial checkpoint payload (the run hash's origin)
+
+    @classmethod
+    def submitted(cls, run_id: str, run_input: RunInput) -> MemoryRun:
+        return cls(run_id, run_input.model_dump_json(by_alias=True).encode())
+
+    def kinds(self) -> list[str]:
+        return [k for _, k, _, _ in self.events]
+
+    def payloads(self, kind: str) -> list[dict[str, Any]]:
+        return [orjson.loads(p) for _, k, _, p in self.events if k == kind]
+
+
+class MemoryRunStore:
+    """RunStore on a MemoryRun: epochs fence older handles; seqs must follow on."""
+
+    def __init__(
+        self, run: MemoryRun, sessions: MemorySessionStore | None = None, clock: Clock | None = None
+    ) -> None:
+        self.run = run
+        self.sessions = sessions
+        self.clock = clock or SystemClock()  # decides client calls' deadlines (Redis's TIME does there)
+        self.epoch = 0
+        self.last_seq = 0
+        self.slot = -1  # no budget settlement goes with a commit here (BudgetPort holds settle themselves)
+        self.commits = 0
+        self.worker_id = ""  # the worker it acquired the run as
+
+    def _alive(self, worker_id: str) -> bool:
+        return self.run.live is None or worker_id in self.run.live
+
+    async def acquire(self, gen: int, worker_id: str) -> Acquired | NotAcquired:
+        r = self.run
+        if r.status in _TERMINAL:
+            return NotAcquired("terminal", r.status)
+        if not self._alive(worker_id):
+            return NotAcquired("no_lease", worker_id)
+        if not (r.owner == worker_id and r.status == RunStatus.RUNNING.value):  # else: its own, again
+            if r.owner and r.live is not None and r.owner in r.live:
+                return NotAcquired("busy", r.owner)
+            if r.owner:
+                r.restarts += 1  # taken over from a worker lost without handing it back
+            r.epoch += 1
+            r.owner, r.status = worker_id, RunStatus.RUNNING.value
+        self.worker_id = worker_id
+        self.epoch, self.last_seq = r.epoch, len(r.events)
+        return Acquired(self.epoch, self.last_seq, r.checkpoint, r.input, r.abort_reason, dict(r.approvals),
+                        {k: ToolRecord.from_dict(v) for k, v in r.tools.items()}, r.restarts,
+                        r.origin if r.checkpoint is None else None, config=r.config,
+                        transcript=r.transcript)  # fmt: skip
+
+    async def commit(self, step: CommitStep) -> int:
+        outbox = step.outbox
+        r = self.run
+        if r.epoch != self.epoch:
+            raise FencedError(f"run {r.run_id}: epoch {self.epoch} is no longer current (fenced)")
+        if r.owner != self.worker_id or not self._alive(self.worker_id):
+            raise FencedError(
+                f"run {r.run_id}: no longer held by {self.worker_id!r} (ended, parked or its lease lapsed)"
+            )
+        if self.last_seq != len(r.events):
+            raise SeqConflictError(
+                f"run {r.run_id}: expected last seq {self.last_seq}, stream has {len(r.events)}"
+            )
+        for kind, ts, payload in outbox.events:
+            r.events.append((len(r.events) + 1, kind, ts, payload))
+        for call_id in outbox.claims:
+            prev = r.tools.get(call_id)
+            r.tools[call_id] = ToolRecord.claim(
+                self.epoch, ToolRecord.from_dict(prev) if prev else None
+            ).to_dict()
+        for call_id, rec in outbox.records:
+            r.tools[call_id] = ToolRecord.from_json(rec).to_dict()
+        if step.checkpoint:
+            r.checkpoint = step.checkpoint
+        if step.config:
+            r.config = step.config
+        if step.transcript is not None:
+            r.transcript = (
+                (r.transcript or b"") + step.transcript.data
+                if step.transcript.append
+                else step.transcript.data
+            )
+        if step.iterations is not None:
+            r.iterations = step.iterations
+        if step.usage is not None:
+            r.usage = step.usage
+        if step.status:
+            r.status, r.owner = step.status, ""
+            if step.status in _TERMINAL:
+                r.result = step.aux
+                r.error_code = step.error_code or r.error_code
+                if step.session is not None and self.sessions is not None:
+                    self.sessions.apply(step.session)  # a session's history changes only when a run ends
+            else:
+                r.aux = step.aux
+        if step.status == RunStatus.AWAITING_HUMAN.value:
+            r.approvals = orjson.loads(step.aux) if step.aux else {}
+        if step.status == RunStatus.AWAITING_TOOLS.value and self._settle_client_calls() == 0:
+            r.status = RunStatus.QUEUED.value  # every call answered or timed out: back on the queue
+        self.last_seq = len(r.events)
+        self.commits += 1
+        return self.last_seq
+
+    async def publish(self, events: list[Entry]) -> int:
+        return await self.commit(CommitStep(Outbox(events)))
+
+    def _settle_client_calls(self) -> int:
+        """The parked run's client calls (``aux``) past their deadline get a timeout error as their
+        result (prelude.lua client_settle); how many are still open."""
+        r, now, still_open = self.run, self.clock.now_ms(), 0
+        for pending in orjson.loads(r.aux or b"[]"):
+            call_id = pending["toolCallId"]
+            if call_id not in r.tools:
+                continue
+            rec = ToolRecord.from_dict(r.tools[call_id])
+            if rec.state != ToolState.CLIENT_PENDING:
+                continue
+            if now >= rec.deadline_ms:
+                r.tools[call_id] = rec.timed_out_as(call_id).to_dict()
+            else:
+                still_open += 1
+        return still_open
+
+    async def start_children(self, specs: list[ChildSpec], lineage: bytes, root: str) -> dict[str, Spawned]:
+        """One run in memory has no children: every one is refused (sub-agents need Redis)."""
+        return {s.call_id: Spawned(error="sub-agents need the Redis store") for s in specs}
+
+    async def hand_off(self) -> dict[str, str]:
+        return {}
+
+    async def parent_status(self) -> tuple[str, str]:
+        return "", ""
+
+    async def release(self, gen: int) -> str:
+        r = self.run
+        if r.epoch != self.epoch:
+            return "fenced"
+        if r.status in _TERMINAL:
+            return "terminal"
+        r.status, r.owner = RunStatus.QUEUED.value, ""
+        return "released"
+
+
+def finalize(
+    run: MemoryRun, session_store: MemorySessionStore | None, status: RunStatus, code: str, message: str
+) -> bool:
+    """End a run from outside its worker, as prelude.lua's finalize does (an abort while queued or
+    parked, an approval timeout): its status event, its result with ``code`` and ``message``, its
+    epoch bumped so a worker still holding it is fenced, and the calls its records hold in its
+    session, as a worker's ending leaves them (worker/core/sessions.py). False, and nothing written, when
+    the run had ended already: its calls reach its session once."""
+    if run.status in _TERMINAL:
+        return False
+    sid = RunInput.model_validate_json(run.input).session_id
+    error = RunError(code=code, message=message)
+    result = RunResult(run_id=run.run_id, status=status, iterations=run.iterations, last_error=error,
+                       session_id=sid, usage=run.usage)  # fmt: skip
+    now = SystemClock().now_ms()
+    if status == RunStatus.FAILED:
+        run.events.append(
+            (len(run.events) + 1, "error", now, orjson.dumps({"scope": "run", **error.model_dump()}))
+        )
+    payload = {"status": status.value, "iterations": run.iterations, "error": error.model_dump()}
+    run.events.append((len(run.events) + 1, "status", now, orjson.dumps(payload)))
+    run.status, run.owner, run.epoch, run.error_code = status.value, "", run.epoch + 1, code
+    run.result, run.abort_reason = result.model_dump_json(by_alias=True).encode(), ""
+    if sid is not None and session_store is not None:
+        records = {k: ToolRecord.from_dict(v) for k, v in run.tools.items()}
+        session_store.apply(sessions.calls_update(sid, sessions.session_calls(run.run_id, records)))
+    return True
+
+
+class MemorySessionStore:
+    """SessionStore in memory: run loops and past tool results per session; ``runs`` for recall
+    of a run's own calls."""
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.clock = clock or SystemClock()
+        self.history: dict[str, list[bytes]] = {}
+        self.results: dict[str, dict[str, bytes]] = {}
+        self.calls: dict[str, list[bytes]] = {}
+        self.runs: dict[str, MemoryRun] = {}
+
+    def apply(self, u: SessionUpdate) -> None:
+        if u.loop:
+            self.history.setdefault(u.session_id, []).append(u.loop)
+        self.results.setdefault(u.session_id, {}).update(dict(u.tool_results))
+        calls = self.calls.setdefault(u.session_id, [])
+        calls.extend(u.calls)
+        del calls[: -limits.SESSION_CALLS_KEPT]
+
+    async def load_history(self, session_id: str | None, cfg: ContextConfig) -> list[Message]:
+        if session_id is None:
+            return []
+        raw = self.history.get(session_id, [])[-max(cfg.max_run_loops, 1) :]
+        loops = [context.RunLoop.model_validate_json(r) for r in raw]
+        return context.reduce_history(loops, cfg, self.clock.now_ms())
+
+    async def recall(self, session_id: str | None, call: ToolCall, run_id: str | None = None) -> ToolResult:
+        found = [(w, self._past(session_id, run_id, w)) for w in sessions.recall_ids(call)]
+        return sessions.recall_answer(call, found)
+
+    def _past(self, session_id: str | None, run_id: str | None, wanted: str) -> ToolResult | None:
+        past = None
+        run = self.runs.get(run_id or "")
+        if run is not None and wanted in run.tools:
+            past = ToolRecord.from_dict(run.tools[wanted]).recorded
+        if past is None and session_id is not None and wanted:
+            past = sessions.past_result(self.results.get(session_id, {}).get(wanted))
+        return past
+
+    async def load_past(
+        self, session_id: str | None, max_loops: int
+    ) -> tuple[list[context.RunLoop], list[context.PastCall], dict[str, ToolResult]]:
+        if session_id is None or max_loops <= 0:
+            return [], [], {}
+        loops = [
+            context.RunLoop.model_validate_json(r) for r in self.history.get(session_id, [])[-max_loops:]
+        ]
+        raw_calls = self.calls.get(session_id, [])[-sessions.MAX_SEARCHED_CALLS :]
+        calls = [context.PastCall.model_validate_json(r) for r in raw_calls]
+        stored = self.results.get(session_id, {})
+        ids = [*(c.id for lp in loops for c in context.past_calls(lp)), *(c.id for c in calls)]
+        return loops, calls, {i: r for i in ids if (r := sessions.past_result(stored.get(i))) is not None}
+
+
+class MemoryModels:
+    """ModelPort: a provider per profile name (or one for all); no limits."""
+
+    def __init__(self, provider: Callable[[AgentProfile], ModelProvider]) -> None:
+        self._provider = provider
+        self.holds = 0
+
+    def provider(self, profile: AgentProfile, index: int = 0) -> ModelProvider:
+        """A fallback's provider is made as for a profile whose one provider it is."""
+        if index == 0:
+            return self._provider(profile)
+        return self._provider(
+            profile.model_copy(update={"provider": profile.chain[index], "providers": None})
+        )
+
+    async def hold(self, cfg: ProviderConfig, tokens: int, on_wait: OnWait, priority: int) -> Capacity:
+        self.holds += 1
+        return _Unlimited()
+
+    async def pause(self, cfg: ProviderConfig, ms: int) -> None:
+        return None
+
+
+class _Unlimited:
+    async def release(self, actual_tokens: int | None) -> None:
+        return None
+
+
+class MemoryTools(Toolbox):
+    """ToolPort: the profile's builtin tools, noting each call it executes."""
+
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.executed: list[str] = []
+
+    async def execute(
+        self,
+        profile: AgentProfile,
+        call: ToolCall,
+        ctx: ToolContext,
+        on_retry: Callable[[ToolRetry], Awaitable[None]] | None = None,
+    ) -> ToolResult:
+        self.executed.append(call.id)
+        return await super().execute(profile, call, ctx, on_retry)
+
+
+@dataclass
+class MemoryHost:
+    """Host: what a worker process shares with its runs, without a process."""
+
+    profiles: dict[str, AgentProfile]
+    settings: Settings = field(default_factory=Settings)
+    observer: Observer = field(default_factory=NullObserver)
+    lease: WorkerLease | None = None
+    lease_id: str = "memory-worker"
+    draining: bool = False
+    failpoints: Failpoints = field(default_factory=NoFailpoints)
+    configs: ConfigCache = field(default_factory=ConfigCache)
+    pace: DeltaPace = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.pace = DeltaPace(self.settings.delta_flush_ms, self.settings.delta_flush_per_s)
+
+    def profile(self, name: str) -> AgentProfile:
+        try:
+            return self.profiles[name]
+        except KeyError:
+            raise LookupError(f"no profile named {name!r}") from None
+
+    async def agent(self, tenant: str, name: str, version: int) -> AgentProfile:
+        """A tenant's agent version: here, the profile ``name@version`` (tests add them to profiles)."""
+        return self.profile(f"{name}@{version}")

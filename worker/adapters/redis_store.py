@@ -1,0 +1,399 @@
+"""The ports of worker/ports.py on Redis: a run's store (acquire, fenced commits, hand-back), a session's
+history and recall; and the worker beat.
+
+Every write goes through a script that checks the run's epoch and that the writing worker's lease is
+unexpired, so a stale worker (paused past its lease, or racing a re-dispatched job) is refused and
+stops without writing anything. The worker also checks its own lease deadline (worker.adapters.lease) before
+it sends a write, so it does not even try once it knows it is late.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentmill_client import limits
+from agentmill_client.models import Message, ToolCall, ToolResult
+from shared import children as kids
+from shared import payload_crypto
+from shared.calls import ForgetWorker, Release
+from shared.children import ChildSpec, Spawned
+from shared.functions import Script, each_with_reload
+from shared.keys import Partition
+from shared.partitions import Partitions
+from shared.profiles import ContextConfig
+from shared.quotas import DEFAULT_TENANT, Quotas
+from shared.scripts import Scripts, text
+from shared.settings import Settings
+from shared.tool_records import ToolRecord
+from worker.adapters import budgets
+from worker.adapters.batcher import ScriptBatcher
+from worker.adapters.lease import WorkerLease
+from worker.core import context, sessions
+from worker.ports import (
+    Acquired,
+    Clock,
+    CommitStep,
+    Entry,
+    FencedError,
+    NotAcquired,
+    SeqConflictError,
+)
+from worker.telemetry import tracing
+
+__all__ = ["Beat", "RedisRunStore", "RedisSessionStore", "beat", "forget_worker"]
+
+
+class RedisRunStore:
+    """RunStore: one worker's handle on one run at one epoch. Counts its round trips (for the bench)."""
+
+    def __init__(
+        self,
+        parts: Partitions[Any],
+        scripts: Scripts,
+        settings: Settings,
+        part: Partition,
+        run_id: str,
+        lease: WorkerLease | None = None,
+        batcher: ScriptBatcher | None = None,
+        claimed: tuple[str, list[Any]] | None = None,
+    ) -> None:
+        self.parts = parts
+        self.part = part
+        self.slot = part.slot  # a budget settlement in this slot goes with a commit (commit.lua)
+        self.lease = lease
+        self.batcher = batcher
+        self.scripts = scripts
+        self.settings = settings
+        self.run_id = run_id
+        self.epoch = 0
+        self.last_seq = 0
+        self.round_trips = 0
+        self._keys = part.run_keys(run_id)
+        self.attempts: dict[str, int] = {}  # tool call id -> attempts recorded (claims count on)
+        self.lease_id = ""  # the worker lease id it acquired the run under
+        self.tenant = ""
+        self.claimed = claimed  # (lease id, acquire_run.lua's reply) from the job's claim
+        self.codec = payload_crypto.active()  # seals what commit and publish write, opens what acquire reads
+
+    async def _run(self, script: Script, own_keys: list[Any], args: list[Any]) -> Any:
+        k, a = self.scripts.frame(self.part, own_keys, args)
+        if self.batcher is not None:
+            return await self.batcher.call(self.part, script, k, a)
+        return await self.parts.call(self.part, lambda c: script(keys=k, args=a, client=c))
+
+    def _check_lease(self) -> None:
+        if self.lease is not None and self.lease.expired():
+            raise FencedError(f"run {self.run_id}: this worker is past its lease deadline")
+
+    async def acquire(self, gen: int, worker_id: str) -> Acquired | NotAcquired:
+        """``worker_id`` is the worker's lease id (keys.Partition.worker_lease); the run joins its runs set.
+        A run whose job this worker claimed was acquired by the claim (``claimed``: the lease id it
+        claimed under and the reply, for the job's gen): no round trip then, unless the worker has
+        carried on under a new lease id since (its old one lost: the run is taken again)."""
+        claimed, self.claimed = self.claimed, None
+        r = claimed[1] if claimed is not None and claimed[0] == worker_id else None
+        if r is None:
+            if self.lease is not None and self.lease.expired():
+                return NotAcquired("no_lease", "this worker is past its lease deadline")
+            self.round_trips += 1
+            r = await self._run(
+                self.scripts.acquire,
+                self._keys,
+                [self.run_id, gen, worker_id],
+            )
+        verdict = text(r[0])
+        if verdict != "ok":
+            return NotAcquired(verdict, text(r[1]) if len(r) > 1 else "")
+        self.epoch = int(text(r[1]))
+        self.lease_id = worker_id
+        self.last_seq = int(text(r[2]) or 0)
+        self.tenant = text(r[10]) if len(r) > 10 else ""
+        try:
+            return self._opened(r)
+        except payload_crypto.DataKeyError as exc:  # the run fails with the reason (its driver), not the job
+            return Acquired(self.epoch, self.last_seq, None, b"{}", "", {}, {}, int(text(r[8])), tenant=self.tenant,
+                            unreadable=str(exc))  # fmt: skip
+
+    def _opened(self, r: Any) -> Acquired:
+        """acquire_run.lua's reply with its sealed payloads opened (shared/payload_crypto.py)."""
+        flat, o = r[7], self.codec.open_json
+        records = {text(flat[i]): ToolRecord.from_json(o(flat[i + 1])) for i in range(0, len(flat), 2)}
+        self.attempts = {k: v.attempts for k, v in records.items()}
+        return Acquired(
+            epoch=self.epoch,
+            last_seq=self.last_seq,
+            checkpoint=o(r[3]) or None,
+            input=o(r[4]),
+            abort_reason=text(r[5]),
+            approvals=self.codec.loads(r[6]) if r[6] else {},
+            tool_records=records,
+            restarts=int(text(r[8])),
+            origin=(o(r[9]) or None) if len(r) > 9 else None,
+            tenant=self.tenant,
+            ancestry=r[11] if len(r) > 11 and r[11] else b"",
+            trace=text(r[12]) if len(r) > 12 else "",
+            config=(o(r[13]) or None) if len(r) > 13 else None,
+            transcript=(self.codec.open_fragment(r[14]) or None) if len(r) > 14 else None,
+            priority=int(text(r[15])) if len(r) > 15 and r[15] else limits.DEFAULT_PRIORITY,
+        )
+
+    async def commit(self, step: CommitStep) -> int:
+        """Append events, write the checkpoint, claims and tool records: one round trip."""
+        outbox, seal = step.outbox, self.codec.seal_json
+        self._check_lease()
+        first = self.last_seq + 1
+        args: list[Any] = [
+            self.epoch, first, self.lease_id, self.run_id, step.status, seal(step.aux),
+            seal(step.checkpoint or b""), len(outbox.events),
+        ]  # fmt: skip
+        for kind, ts, payload in outbox.events:
+            args += [kind, ts, seal(payload)]
+        args.append(len(outbox.claims))
+        for call_id in outbox.claims:
+            args += [call_id, self.attempts.get(call_id, 0) + 1]
+        args.append(len(outbox.records))
+        for call_id, rec in outbox.records:
+            args += [call_id, seal(rec)]
+        if step.session is None:
+            args += ["", "", 0, 0]
+        else:
+            args += [step.session.session_id, seal(step.session.loop), len(step.session.tool_results)]
+            for call_id, res in step.session.tool_results:
+                args += [call_id, seal(res)]
+            args += [len(step.session.calls), *map(seal, step.session.calls)]
+        args.append("" if step.approval_timeout_ms is None else step.approval_timeout_ms)
+        args.append("" if step.run_deadline_ms is None else step.run_deadline_ms)
+        args.append("" if step.iterations is None else step.iterations)
+        args.append(step.error_code)
+        args.append(step.children or "")
+        if step.usage is None:
+            args += ["", "", "", "", "", ""]
+        else:
+            cost = "" if step.usage.cost_usd is None else repr(step.usage.cost_usd)
+            args += [
+                step.usage.input_tokens,
+                step.usage.output_tokens,
+                "1" if step.usage.estimated else "0",
+                cost,
+            ]
+            args += [step.usage.cache_read_tokens, step.usage.cache_write_tokens]
+        args.append(seal(step.config or ""))
+        if step.transcript is None:
+            args += ["", ""]
+        else:
+            args += ["a" if step.transcript.append else "s", self.codec.seal_fragment(step.transcript.data)]
+        own = [*self._keys, self.part.worker_lease(self.lease_id)]
+        if step.session is not None:
+            own += self.part.session_keys(step.session.session_id)
+        if step.tally is not None and step.status:
+            args += [step.tally.ttl_s, len(step.tally.increments)]
+            for f, n in step.tally.increments:
+                args += [f, n]
+            own.append(self.part.usage_day(step.tally.tenant, step.tally.day))
+        else:
+            args += ["", 0]
+        if (st := outbox.settle) is not None:
+            args += [st.member, st.tokens, st.nano_usd, st.ttl_ms]
+            own += st.keys
+        self.round_trips += 1
+        r = await self._run(self.scripts.commit, own, args)
+        if text(r[0]) in ("fenced", "missing") and (st := outbox.settle) is not None:
+            # the call was made: its tokens count, its hold goes now
+            await budgets.settle_by_call(self.parts, self.scripts, self.part, st)
+        self._appended(r, first)
+        for call_id in outbox.claims:
+            self.attempts[call_id] = self.attempts.get(call_id, 0) + 1
+        return self.last_seq
+
+    async def publish(self, events: list[Entry]) -> int:
+        """Events alone (publish.lua: a commit's gate, no checkpoint): a model's deltas."""
+        self._check_lease()
+        first = self.last_seq + 1
+        args: list[Any] = [self.epoch, first, self.lease_id, len(events)]
+        for kind, ts, payload in events:
+            args += [kind, ts, self.codec.seal_json(payload)]
+        self.round_trips += 1
+        r = await self._run(
+            self.scripts.publish, [*self._keys[:2], self.part.worker_lease(self.lease_id)], args
+        )
+        self._appended(r, first)
+        return self.last_seq
+
+    def _appended(self, r: Any, first: int) -> None:
+        """An append's answer (commit.lua, publish.lua): the stream's new last seq, or the refusal."""
+        verdict = text(r[0])
+        if verdict == "fenced" or verdict == "missing":
+            raise FencedError(
+                f"run {self.run_id}: epoch {self.epoch} is no longer current ({verdict})",
+                deleted=verdict == "missing",
+            )
+        if verdict == "seq_conflict":
+            raise SeqConflictError(
+                f"run {self.run_id}: expected last seq {first - 1}, stream has {text(r[1])}"
+            )
+        self.last_seq = int(text(r[1]))
+
+    async def start_children(self, specs: list[ChildSpec], lineage: bytes, root: str) -> dict[str, Spawned]:
+        """The children on their partitions, in this run's tenant and within its quotas (the parent's
+        worker holds the run). A parent deleted meanwhile starts none (its hash is gone: one read)."""
+        self._check_lease()
+        run = self.part.run(self.run_id)
+        if not await self.parts.call(self.part, lambda c: c.exists(run)):
+            raise FencedError(f"run {self.run_id}: deleted; its children are not started", deleted=True)
+        quota = Quotas(self.settings).of(self.tenant or DEFAULT_TENANT)
+        return await kids.spawn(self.parts, self.scripts, parent_id=self.run_id, tenant=self.tenant,
+                                lineage=lineage, specs=specs, trace=tracing.current(), root_id=root, quota=quota,
+                                ttl_ms=self.settings.retention_s * 1000)  # fmt: skip
+
+    async def parent_status(self) -> tuple[str, str]:
+        return await kids.parent_status(self.parts, self.part, self.run_id)
+
+    async def hand_off(self) -> dict[str, str]:
+        return await kids.hand_off(self.parts, self.scripts, self.part, self.run_id)
+
+    async def release(self, gen: int) -> str:
+        """Hand the run back: it goes straight back on the queue as dispatch gen + 1."""
+        self._check_lease()
+        self.round_trips += 1
+        call = Release(self.epoch, self.run_id, gen + 1)
+        r = await self._run(self.scripts.release, call.keys(self.part), call.argv())
+        return Release.verdict(r).value
+
+
+class RedisSessionStore:
+    """SessionStore: a session's run loops (a list) and past tool results (a hash), read raw, on
+    the session's partition (a run of the session lives there too)."""
+
+    def __init__(self, parts: Partitions[Any], clock: Clock) -> None:
+        self.parts = parts
+        self.clock = clock
+
+    async def load_history(self, session_id: str | None, cfg: ContextConfig) -> list[Message]:
+        """The reduced past run loops of the session."""
+        if session_id is None:
+            return []
+        part = self.parts.home(session_id)
+        key = part.session_loops(session_id)
+        n = max(cfg.max_run_loops, 1)
+        raw = await self.parts.call(part, lambda c: c.lrange(key, -n, -1))
+        loops = [context.RunLoop.model_validate_json(payload_crypto.open_bytes(r)) for r in raw]
+        return context.reduce_history(loops, cfg, self.clock.now_ms())
+
+    async def recall(self, session_id: str | None, call: ToolCall, run_id: str | None = None) -> ToolResult:
+        """The internal recall_tool_call tool: tool results by their ids, from this run's own calls
+        (compacted away or not) or else from the session's past runs (one read of each hash)."""
+        wanted = sessions.recall_ids(call)
+        found: dict[str, ToolResult | None] = dict.fromkeys(wanted)
+        if run_id is not None and wanted:
+            part = self.parts.home(session_id) if session_id else self.parts.home(run_id)
+            tools = part.tools(run_id)
+            recs = await self.parts.call(part, lambda c: c.hmget(tools, wanted))
+            for w, rec in zip(wanted, recs, strict=True):
+                found[w] = (
+                    ToolRecord.from_json(payload_crypto.open_bytes(rec)).recorded if rec is not None else None
+                )
+        missing = [w for w in wanted if found[w] is None]
+        if missing and session_id is not None:
+            part = self.parts.home(session_id)
+            results = part.session_results(session_id)
+            raws = await self.parts.call(part, lambda c: c.hmget(results, missing))
+            for w, raw in zip(missing, raws, strict=True):
+                found[w] = sessions.past_result(payload_crypto.open_bytes(raw))
+        return sessions.recall_answer(call, list(found.items()))
+
+    async def load_past(
+        self, session_id: str | None, max_loops: int
+    ) -> tuple[list[context.RunLoop], list[context.PastCall], dict[str, ToolResult]]:
+        """The session's newest ``max_loops`` turns, its newest calls and their tool results
+        (search_history reads them): one pipelined read of the lists, one of the results."""
+        if session_id is None or max_loops <= 0:
+            return [], [], {}
+        part = self.parts.home(session_id)
+        key, results = part.session_loops(session_id), part.session_results(session_id)
+        calls_key, n = part.session_calls(session_id), sessions.MAX_SEARCHED_CALLS
+
+        async def lists(c: Any) -> list[Any]:
+            pipe = c.pipeline(transaction=False)
+            pipe.lrange(key, -max_loops, -1)
+            pipe.lrange(calls_key, -n, -1)
+            return list(await pipe.execute())
+
+        raw, raw_calls = await self.parts.call(part, lists)
+        loops = [context.RunLoop.model_validate_json(payload_crypto.open_bytes(r)) for r in raw]
+        calls = [context.PastCall.model_validate_json(payload_crypto.open_bytes(r)) for r in raw_calls]
+        ids = list(
+            dict.fromkeys([*(c.id for lp in loops for c in context.past_calls(lp)), *(c.id for c in calls)])
+        )
+        if not ids:
+            return loops, calls, {}
+        raws = await self.parts.call(part, lambda c: c.hmget(results, ids))
+        return (
+            loops,
+            calls,
+            {
+                i: r
+                for i, x in zip(ids, raws, strict=True)
+                if (r := sessions.past_result(payload_crypto.open_bytes(x))) is not None
+            },
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Beat:
+    """A heartbeat's answer: ``lost`` if the lease had already expired (not renewed); else the number
+    of live workers (this one included) and the abort requests waiting in the worker's inbox as
+    (runId, epoch, reason)."""
+
+    lost: bool
+    workers: int = 1
+    aborts: list[tuple[str, int, str]] = field(default_factory=list)
+
+
+async def beat(
+    parts: Partitions[Any],
+    scripts: Scripts,
+    lease_id: str,
+    lease_ms: int,
+    *,
+    register: bool = False,
+    max_messages: int = 200,
+) -> Beat:
+    """One worker heartbeat: one script per partition, one pipelined round trip per node, whatever
+    the number of runs the worker holds. Lost on any partition is lost (the worker starts over)."""
+
+    def queue(pipe: Any, part: Partition) -> None:
+        k, a = scripts.frame(part, [part.worker_inbox(lease_id), part.worker_lease(lease_id)],
+                             [lease_id, lease_ms, max_messages, "1" if register else ""])  # fmt: skip
+        scripts.beat.queue(pipe, k, a)
+
+    # Bounded: a beat stuck on a dead master would keep the worker from seeing its lease run out.
+    replies = await each_with_reload(parts, scripts.beat, queue, deadline_s=max(0.5, lease_ms / 3000.0))
+    aborts: list[tuple[str, int, str]] = []
+    workers = 1
+    for (r,) in replies:
+        if text(r[0]) == "lost":
+            return Beat(lost=True)
+        workers = max(workers, int(r[1]))
+        aborts += [(text(r[i]), int(text(r[i + 1]) or 0), text(r[i + 2])) for i in range(2, len(r), 3)]
+    return Beat(lost=False, workers=workers, aborts=aborts)
+
+
+async def forget_worker(
+    parts: Partitions[Any], scripts: Scripts, lease_id: str, *, only_if_expired: bool
+) -> str:
+    """Drop a worker's lease entries (and its runs sets and inboxes where the set is empty): the
+    verdict of the partition furthest from forgotten (has_runs, alive, gone, forgotten)."""
+
+    def queue(pipe: Any, part: Partition) -> None:
+        call = ForgetWorker(lease_id, "1" if only_if_expired else "")
+        k, a = scripts.frame(part, call.keys(part), call.argv())
+        scripts.forget_worker.queue(pipe, k, a)
+
+    verdicts = {
+        ForgetWorker.verdict(r).value for (r,) in await each_with_reload(parts, scripts.forget_worker, queue)
+    }
+    for v in ("has_runs", "alive", "forgotten"):
+        if v in verdicts:
+            return v
+    return "gone"

@@ -1,0 +1,143 @@
+"""The worker's lease and sweeps, as the worker process keeps them (worker/process/jobs.py): the lease
+taken, beaten on every partition and, when lost, given up without writing (its runs fenced and
+handed back, a new lease id taken); the reconciler's sweep for other workers' lost runs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections import Counter
+
+from redis.exceptions import RedisError
+
+from shared.redis_watch import RedisWatch
+from shared.settings import Settings
+from worker.adapters.lease import WorkerLease
+from worker.adapters.redis_store import beat
+from worker.process.arq_worker import ResilientWorker
+from worker.process.deps import WorkerDeps
+from worker.process.reconciler import reconcile_once, reconcile_worker
+from worker.telemetry.observer import Observer
+
+__all__ = ["LeaseKeeping"]
+
+log = logging.getLogger("agentmill.worker")
+
+
+class LeaseKeeping:
+    """What of the worker process keeps its lease and sweeps (mixed into WorkerProcess)."""
+
+    settings: Settings
+    lease: WorkerLease
+    deps: WorkerDeps
+    worker: ResilientWorker
+    observer: Observer
+    stopping: asyncio.Event
+    worker_id: str
+    incarnation: int
+    watch: RedisWatch
+
+    def _redis_failed(self, what: str, exc: BaseException) -> None:
+        """A loop's failed call: a debug line when it belongs to a Redis outage (which the watch logs
+        once), else a warning."""
+        level = logging.DEBUG if self.watch.in_outage(exc) else logging.WARNING
+        log.log(level, "worker %s: %s (%s)", self.worker_id, what, exc)
+
+    async def _until_idle(self) -> None:
+        while self.deps.active:  # noqa: ASYNC110 - runs leave the dict from their own tasks; 50 ms is fine at shutdown
+            await asyncio.sleep(0.05)
+
+    async def _register(self) -> bool:
+        """Take a lease under the current lease id (retrying while Redis is away)."""
+        s = self.settings
+        while True:
+            sent = self.lease.now()
+            try:
+                b = await beat(
+                    self.deps.parts, self.deps.scripts, self.deps.lease_id, s.lease_ms, register=True
+                )
+            except (RedisError, OSError) as exc:
+                self._redis_failed(f"cannot register lease {self.deps.lease_id}; retrying", exc)
+                await asyncio.sleep(s.heartbeat_ms / 1000.0)
+                continue
+            self.lease.renewed(sent)
+            self.worker.workers = b.workers
+            return True
+
+    async def _heartbeat(self) -> None:
+        """One beat per worker: renew its lease and read its abort inbox, O(1) whatever its runs. A
+        worker that finds itself past its own deadline (or told by Redis that its lease expired)
+        stops its runs without writing, hands them to the queue and carries on under a new lease id."""
+        s = self.settings
+        while True:
+            await asyncio.sleep(s.heartbeat_ms / 1000.0)
+            if self.lease.expired():
+                await self._lease_lost("its lease deadline passed")
+                continue
+            sent = self.lease.now()
+            try:
+                b = await beat(self.deps.parts, self.deps.scripts, self.deps.lease_id, s.lease_ms)
+            except (RedisError, OSError) as exc:
+                self._redis_failed("heartbeat failed", exc)
+                continue
+            if b.lost:
+                await self._lease_lost("Redis reports its lease expired")
+                continue
+            self.lease.renewed(sent)
+            self.worker.workers = b.workers
+            for run_id, epoch, reason in b.aborts:
+                d = self.deps.active.get(run_id)
+                if d is not None and epoch == -1:  # deleted: stop its calls now; it writes nothing more
+                    d.fence(deleted=True)
+                elif d is not None and d.store.epoch == epoch and reason:
+                    d.request_abort(reason)
+
+    async def _lease_lost(self, why: str) -> None:
+        """Stop every run here without writing, put them back on the queue, take a new lease id."""
+        self.lease.lapse()
+        pick = self.worker.allow_pick_jobs
+        self.worker.allow_pick_jobs = False
+        old = self.deps.lease_id
+        log.warning("worker %s: %s; stopping its %d runs without writing", old, why, len(self.deps.active))
+        for d in list(self.deps.active.values()):
+            d.fence()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._until_idle(), 5.0)
+        try:
+            self._redispatched(
+                await reconcile_worker(
+                    self.deps.parts, self.deps.scripts, self.settings, old, expired_only=False
+                )
+            )
+        except (RedisError, OSError) as exc:  # the reconcilers will find the old lease expired
+            log.warning("worker %s: could not hand its runs back (%s)", old, exc)
+        self.incarnation += 1
+        self.deps.lease_id = f"{self.worker_id}~{self.incarnation}"
+        await self._register()
+        self.worker.allow_pick_jobs = pick and not self.stopping.is_set()
+        log.info("worker %s carries on under lease id %s", self.worker_id, self.deps.lease_id)
+
+    def _redispatched(self, verdicts: Counter[str]) -> None:
+        for reason in ("lease_expired", "job_lost"):
+            if n := verdicts.get(f"redispatched:{reason}", 0):
+                self.observer.runs_redispatched(reason, n)
+        if n := verdicts.get("child_delivered", 0):
+            self.observer.children_ended(n)
+
+    async def _reconciler(self) -> None:
+        s = self.settings
+        while True:
+            await asyncio.sleep(s.reconcile_ms / 1000.0 * random.uniform(0.8, 1.2))
+            try:
+                verdicts = await reconcile_once(self.deps.parts, self.deps.scripts, s)
+            except (RedisError, OSError) as exc:
+                self._redis_failed("reconcile sweep failed", exc)
+                continue
+            self._redispatched(verdicts)
+            moved = {
+                k: v for k, v in verdicts.items() if k in ("redispatched", "approval_timeout", "poison_run")
+            }
+            if moved:
+                log.info("reconciler: %s", dict(moved))
