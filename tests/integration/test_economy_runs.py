@@ -5,6 +5,8 @@ the run, whose tool round continues on any worker."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import os
 import time
 from collections import Counter
 from pathlib import Path
@@ -14,6 +16,7 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
+from shared import payload_crypto
 from shared.profiles import load_profiles
 from tests.integration.helpers import (
     assert_clean_stream,
@@ -24,7 +27,8 @@ from tests.integration.helpers import (
     until_status,
     wait_all,
 )
-from tests.support.batch_server import BatchServer, Plan, tool_rounds_backend
+from tests.integration.test_deletion import redis_traces
+from tests.support.batch_server import BatchServer, Plan, chat_completion, tool_rounds_backend
 from tests.support.procs import WorkerProc
 from tests.support.redis_server import free_port
 from tests.support.schema import K
@@ -170,6 +174,51 @@ async def test_a_standard_run_starts_at_once_while_economy_runs_wait(
             for w in workers:
                 w.stop()
         assert len(server.received) == 20
+
+
+async def test_with_data_keys_the_request_lines_and_the_answers_are_sealed_at_rest(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    """A call's request line waits in Redis and its batch's answer is kept with the run: both hold
+    the run's content, so both are sealed (the batcher opens a line to upload it, the run its answer)."""
+    mark = "ECON-SECRET-7f3a"
+    key = f"k1:{base64.b64encode(os.urandom(32)).decode()}"
+    payload_crypto.install(key)  # the producer in this process seals the input as the API would
+    try:
+
+        async def answer(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+            return 200, chat_completion(str(body["model"]), text=f"{mark} answered")
+
+        async with BatchServer(answer, delay_s=1.0) as server:
+            path = profiles(tmp_path, server.base_url)
+            p = producer_for(redis, redis_url)
+            p.profiles = load_profiles(str(path))
+            ids = [
+                (
+                    await p.submit(
+                        {**economy_run(i), "inputMessages": [{"role": "user", "content": f"{mark} {i}"}]}
+                    )
+                ).run_id  # type: ignore[union-attr]
+                for i in range(3)
+            ]
+            workers = procs(redis_url, path, 1, AGENTMILL_DATA_KEYS=key)
+            try:
+                while len(server.received) < 3:  # the lines uploaded, still kept until answered
+                    await asyncio.sleep(0.05)
+                assert await redis_traces(redis, [mark]) == []
+                recs = await wait_all(p, ids, 60)
+            finally:
+                for w in workers:
+                    w.stop()
+            assert {r.status.value for r in recs.values()} == {"completed"}  # type: ignore[attr-defined]
+            assert server.received == {f"{rid}:1": 1 for rid in ids}  # opened to be sent
+            assert await redis_traces(redis, [mark]) == []  # the answers kept with the runs: sealed
+            assert any(
+                mark in str(payload_crypto.open_bytes(v))
+                for v in (await redis.hgetall(K.run(ids[0]))).values()
+            )
+    finally:
+        payload_crypto.install(None)
 
 
 async def test_an_expired_batch_sends_its_calls_to_the_standard_lane(
