@@ -13,6 +13,7 @@ from redis.exceptions import RedisError
 from rich.console import Console
 from rich.table import Table
 
+from agentmill_client.api import BatchView
 from agentmill_client.errors import ApiError
 from app.cli.common import (
     api_client,
@@ -148,6 +149,8 @@ async def _batch_call(
         async with direct_producer() as p:
             cat = Catalog(p)
             found = await cat.batch(tenant, batch_id)
+            if found is not None:  # the API's answer, field for field (its model fills what it defaults)
+                found = wire(BatchView.model_validate(found))
             if found is not None and abort:
                 verdicts = await cat.abort_batch(tenant, batch_id, "batch aborted from the CLI")
                 found = {"batchId": batch_id, **verdicts}

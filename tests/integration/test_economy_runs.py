@@ -315,9 +315,9 @@ async def chaos(redis: Redis, redis_url: str, tmp_path: Path, n: int, within: fl
     now and then at the batcher's durable states and restarted: all complete, the provider got each
     call once, every tool call's result recorded once."""
     points = ",".join(
-        f"{name}:{p}" for name, p in (("economy_after_upload", 0.05), ("economy_after_creating", 0.05),
-                                      ("economy_after_create", 0.05), ("economy_after_submitted", 0.05),
-                                      ("economy_after_results", 0.05), ("economy_after_deliver", 0.001),
+        f"{name}:{p}" for name, p in (("economy_after_upload", 0.25), ("economy_after_creating", 0.25),
+                                      ("economy_after_create", 0.25), ("economy_after_submitted", 0.25),
+                                      ("economy_after_results", 0.25), ("economy_after_deliver", 0.001),
                                       ("after_economy_enqueue", 0.001))
     )  # fmt: skip
     async with BatchServer(

@@ -63,7 +63,7 @@ async def test_a_batch_over_partitions_sums_its_ended_runs_usage(
         ids = [x["runId"] for x in r.json()["results"]]
         before = (await c.get("/v1/batches/usage-b")).json()
         assert before["usage"] == {"inputTokens": 0, "outputTokens": 0, "estimated": False, "costUsd": None,
-                                   "cacheReadTokens": 0, "cacheWriteTokens": 0}  # fmt: skip
+                                   "cacheReadTokens": 0, "cacheWriteTokens": 0, "lane": None}  # fmt: skip
         async with running_worker(redis_url, profiles=str(path), partitions=4):
             view = await until_batch(c, "usage-b", lambda v: v["finished"], within=30)
         assert view["finished"] and view["counts"]["completed"] == n, view
@@ -96,6 +96,6 @@ async def test_a_run_ended_from_outside_keeps_its_usage_and_its_batch_counts_it(
         batch = (await c.get("/v1/batches/waits")).json()
     assert end["status"] == "aborted"
     want = {"inputTokens": 70, "outputTokens": 9, "estimated": False, "costUsd": pytest.approx(cost(70, 9)),
-            "cacheReadTokens": 0, "cacheWriteTokens": 0}  # fmt: skip
+            "cacheReadTokens": 0, "cacheWriteTokens": 0, "lane": None}  # fmt: skip
     assert end["result"]["usage"] == want and end["usage"] == want
     assert batch["finished"] and batch["usage"] == want
