@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-import uvicorn
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tests.support.redis_server import free_port
+from tests.support.local_app import LocalApp
 
 
 @dataclass
@@ -39,7 +36,7 @@ class Reply:
     )  # (prompt, completion) tokens of the final usage chunk; None: none sent
 
 
-class FakeOpenAI:
+class FakeOpenAI(LocalApp):
     """``strict``: refuse a message whose content is not a string, the way llama-cpp-python does.
     ``usage_of``: the (prompt, completion) tokens reported for a request's body, in place of the
     reply's own (a provider whose tokenizer counts otherwise)."""
@@ -59,28 +56,11 @@ class FakeOpenAI:
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.disconnected = asyncio.Event()
-        self.port = free_port()
-        app = Starlette(routes=[Route("/v1/chat/completions", self.completions, methods=["POST"])])
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error", lifespan="off")
-        )
-        self.task: asyncio.Task[None] | None = None
+        super().__init__([Route("/v1/chat/completions", self.completions, methods=["POST"])])
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    async def __aenter__(self) -> FakeOpenAI:
-        self.task = asyncio.create_task(self.server.serve())
-        while not self.server.started:
-            await asyncio.sleep(0.01)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        if self.task:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.task, 5)
+        return f"{self.origin}/v1"
 
     async def completions(self, request: Request) -> Response:
         body = orjson.loads(await request.body())

@@ -6,19 +6,16 @@ request. A ``response_format`` of type ``json_schema`` gets the recorded refusal
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
-import uvicorn
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from tests.peer import llama
-from tests.support.redis_server import free_port
+from tests.support.local_app import LocalApp
 
 __all__ = ["LlamaReplay", "recording_for"]
 
@@ -30,32 +27,15 @@ def recording_for(body: dict[str, Any]) -> str:
     return "chat_stream"
 
 
-class LlamaReplay:
+class LlamaReplay(LocalApp):
     def __init__(self) -> None:
         self.recordings = llama.load()
         self.requests: list[dict[str, Any]] = []
-        self.port = free_port()
-        app = Starlette(routes=[Route("/v1/chat/completions", self.completions, methods=["POST"])])
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error", lifespan="off")
-        )
-        self.task: asyncio.Task[None] | None = None
+        super().__init__([Route("/v1/chat/completions", self.completions, methods=["POST"])])
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    async def __aenter__(self) -> LlamaReplay:
-        self.task = asyncio.create_task(self.server.serve())
-        while not self.server.started:
-            await asyncio.sleep(0.01)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        if self.task:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.task, 5)
+        return f"{self.origin}/v1"
 
     async def completions(self, request: Request) -> Response:
         body = orjson.loads(await request.body())

@@ -11,7 +11,6 @@ body also in <name>.<n>.sse (read by tests/unit/test_anthropic_stream.py).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,13 +18,11 @@ from typing import Any
 
 import httpx
 import orjson
-import uvicorn
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from tests.support.redis_server import free_port
+from tests.support.local_app import LocalApp
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "anthropic_litellm"
 MAX_BODY = 4 * 1024 * 1024
@@ -64,30 +61,13 @@ def load(name: str) -> tuple[dict[str, Any], list[Exchange]]:
     ]
 
 
-class _Server:
+class _Server(LocalApp):
     def __init__(self) -> None:
-        self.port = free_port()
-        app = Starlette(routes=[Route("/v1/messages", self.messages, methods=["POST"])])
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error", lifespan="off")
-        )
-        self.task: asyncio.Task[None] | None = None
+        super().__init__([Route("/v1/messages", self.messages, methods=["POST"])])
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    async def __aenter__(self) -> Any:
-        self.task = asyncio.create_task(self.server.serve())
-        while not self.server.started:
-            await asyncio.sleep(0.01)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        if self.task is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait_for(self.task, 10)
+        return f"{self.origin}"
 
     async def messages(self, request: Request) -> Response:
         raise NotImplementedError
