@@ -13,11 +13,9 @@ import click
 import orjson
 
 from agentmill_client.agents import AgentsPage, AgentVersionView, AgentView, RampSpec
-from agentmill_client.errors import ApiError
 from app.cli.common import (
-    api_client,
     console,
-    direct_producer,
+    either_way,
     emit_json,
     exit_with,
     json_option,
@@ -41,27 +39,18 @@ async def _call(
     api_url: str | None, token: str | None, tenant: str, as_json: bool, via_api: Call, via_redis: Call
 ) -> int:
     """One call through the API client or producer.agent_views (with ``tenant``); prints the answer."""
-    from producer.submission import SubmissionError
 
-    try:
-        if api_url:
-            async with api_client(api_url, token) as c:
-                answer = await via_api(c)
-        else:
-            from producer.agent_views import AgentViews
-            from shared.quotas import Quotas
+    async def direct(p: Any) -> Any:
+        from producer.agent_views import AgentViews
+        from shared.quotas import Quotas
 
-            async with direct_producer() as p:
-                views = AgentViews(p.submitter.agents, p.profiles, tenant)
-                answer = await via_redis((views, Quotas(p.settings).of(tenant).max_priority))
-    except ApiError as exc:
-        if exc.status in (401, 403):
-            raise  # exit_with says it: a refused token
-        say_error(exc.message)
-        return 2
-    except SubmissionError as exc:
-        say_error(exc.message)
-        return 2
+        return await via_redis(
+            (AgentViews(p.submitter.agents, p.profiles, tenant), Quotas(p.settings).of(tenant).max_priority)
+        )
+
+    answer, code = await either_way(api_url, token, via_api, direct)
+    if code:
+        return code
     (_emit if as_json else _show)(answer)
     return 0
 

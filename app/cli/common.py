@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -32,6 +32,7 @@ __all__ = [
     "counts_text",
     "describe",
     "direct_producer",
+    "either_way",
     "emit_json",
     "err",
     "exit_with",
@@ -119,6 +120,32 @@ def failure_text(exc: BaseException) -> str | None:
     if isinstance(exc, RedisConnectionError | RedisTimeoutError | ConnectionError):
         return f"cannot reach Redis at {safe_url(get_settings().redis_url)}: {exc}"
     return None
+
+
+async def either_way(
+    api_url: str | None,
+    token: str | None,
+    via_api: Callable[[AsyncClient], Awaitable[Any]],
+    via_producer: Callable[[Any], Awaitable[Any]],
+) -> tuple[Any, int]:
+    """One call of a command: through the API client with ``--api``, else on a producer straight to
+    Redis. (its answer, 0), or (None, 2) once a refusal is said on stderr; a refused token raises
+    (exit_with says it)."""
+    from producer.submission import SubmissionError
+
+    try:
+        if api_url:
+            async with api_client(api_url, token) as c:
+                return await via_api(c), 0
+        async with direct_producer() as p:
+            return await via_producer(p), 0
+    except ApiError as exc:
+        if exc.status in (401, 403):
+            raise
+        say_error(exc.message)
+    except SubmissionError as exc:
+        say_error(exc.message)
+    return None, 2
 
 
 def api_client(url: str, token: str | None) -> AsyncClient:

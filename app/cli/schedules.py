@@ -17,9 +17,8 @@ from pydantic import ValidationError
 from agentmill_client.errors import ApiError
 from agentmill_client.schedules import MAX_CATCHUP, Overlap, ScheduleInput, ScheduleView
 from app.cli.common import (
-    api_client,
     console,
-    direct_producer,
+    either_way,
     emit_json,
     exit_with,
     json_option,
@@ -52,20 +51,15 @@ async def _call(
     api_url: str | None, token: str | None, tenant: str, as_json: bool, via_api: Call, via_redis: Call
 ) -> int:
     """One call through the API client or a ScheduleStore (with ``tenant``); prints the answer."""
-    try:
-        if api_url:
-            async with api_client(api_url, token) as c:
-                answer = await via_api(c)
-        else:
-            from producer.schedules.store import ScheduleStore
 
-            async with direct_producer() as p:
-                answer = await via_redis((ScheduleStore(p), tenant))
-    except ApiError as exc:
-        if exc.status in (401, 403):
-            raise  # exit_with says it: a refused token
-        say_error(exc.message)
-        return 2
+    async def direct(p: Any) -> Any:
+        from producer.schedules.store import ScheduleStore
+
+        return await via_redis((ScheduleStore(p), tenant))
+
+    answer, code = await either_way(api_url, token, via_api, direct)
+    if code:
+        return code
     if answer is None:
         say_error("no such schedule")
         return 2
