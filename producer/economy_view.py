@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from shared import keys
+from shared import endpoint_keys
 from shared.fields import EconomyBatchField as EB
 from shared.partitions import Partitions
 from shared.replies import text
@@ -24,16 +24,16 @@ async def economy_wait(parts: Partitions[Any], raw: str) -> dict[str, Any]:
     view: dict[str, Any] = {"customId": cid, "switchAt": w.get("switchAt")}
     if not ep or not cid:
         return view
-    where = keys.economy_where_key(ep)
+    where = endpoint_keys.economy_where_key(ep)
 
     async def read(c: Any) -> tuple[str, list[Any]]:
         async with c.pipeline(transaction=False) as p:
             p.hget(where, cid)
-            p.hexists(keys.economy_requests_key(ep), cid)
+            p.hexists(endpoint_keys.economy_requests_key(ep), cid)
             bid, pending = await p.execute()
         if bid is None:
             return ("open" if pending else "delivered"), []
-        h = await c.hmget(keys.economy_batch_key(ep, text(bid)), [EB.STATE, EB.PROVIDER_ID])
+        h = await c.hmget(endpoint_keys.economy_batch_key(ep, text(bid)), [EB.STATE, EB.PROVIDER_ID])
         return text(bid), list(h)
 
     got, h = await parts.call_key(where, read)

@@ -197,7 +197,7 @@ class BudgetField(StrEnum):
 
 
 class EconomyBatchField(StrEnum):
-    """One economy batch of a provider endpoint (keys.economy_batch_key; worker/economy/): each state
+    """One economy batch of a provider endpoint (endpoint_keys.economy_batch_key; worker/economy/): each state
     is written before the next is begun, so a batcher taking over knows where its predecessor was."""
 
     STATE = "state"  # EconomyBatchState

@@ -13,7 +13,7 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from shared import keys
+from shared import endpoint_keys
 from shared.scripts import Scripts
 from tests.support.batch_server import BatchServer, Plan, tool_rounds_backend
 from worker.economy.batcher import MISSING, Batcher, BatcherConfig
@@ -83,8 +83,8 @@ async def test_requests_are_written_once_batched_by_size_and_age_and_delivered(r
             body is not None and body["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "calc"
         )
         assert set(sink.calls.values()) == {1}
-        assert await redis.hlen(keys.economy_requests_key(ENDPOINT)) == 0  # delivered: gone
-        assert await redis.zcard(keys.economy_batches_key(ENDPOINT)) == 0
+        assert await redis.hlen(endpoint_keys.economy_requests_key(ENDPOINT)) == 0  # delivered: gone
+        assert await redis.zcard(endpoint_keys.economy_batches_key(ENDPOINT)) == 0
         await provider.aclose()
 
 
@@ -143,7 +143,7 @@ async def test_a_batcher_killed_at_each_state_is_taken_over_exactly(redis: Redis
         assert server.received == {cid: 1 for cid in ids}  # no request sent twice, none lost
         assert len(server.batches) == 2
         assert set(sink.got) == set(ids)
-        assert await redis.zcard(keys.economy_batches_key(ENDPOINT)) == 0
+        assert await redis.zcard(endpoint_keys.economy_batches_key(ENDPOINT)) == 0
         await provider.aclose()
 
 

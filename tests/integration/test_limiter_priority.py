@@ -14,7 +14,7 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from shared import keys
+from shared import endpoint_keys
 from shared.profiles import ProviderConfig, load_profiles
 from shared.scripts import Scripts
 from tests.integration.helpers import producer_for, running_worker, wait_all
@@ -53,8 +53,8 @@ async def test_a_high_priority_call_passes_the_low_priority_calls_waiting_before
     # low-priority calls still waiting (about 0.5 s of them)
     assert granted.index("high") - before <= 3, granted
     assert waited < 0.25, waited
-    endpoint = keys.endpoint_hash(c.base_url or "")
-    assert await redis.zcard(keys.provider_waiting_key(endpoint)) == 0
+    endpoint = endpoint_keys.endpoint_hash(c.base_url or "")
+    assert await redis.zcard(endpoint_keys.provider_waiting_key(endpoint)) == 0
 
 
 async def test_a_call_that_waited_longer_than_the_aging_keeps_its_place(redis: Redis) -> None:
@@ -80,7 +80,7 @@ async def test_a_call_that_waited_longer_than_the_aging_keeps_its_place(redis: R
 async def test_a_waiter_that_stops_asking_or_gives_up_leaves_the_line(redis: Redis) -> None:
     lim = ProviderLimiter(Scripts(redis), poll_max_ms=100)  # a waiter is stale after 1.3 s
     c = cfg(maxConcurrent=1)
-    endpoint = keys.endpoint_hash(c.base_url or "")
+    endpoint = endpoint_keys.endpoint_hash(c.base_url or "")
     held = await lim.hold(c, 0, priority=5)
     # a dead worker's waiter at the head of the line: asked once, never again
     assert (await lim.try_acquire(c, "dead", 0, priority=9))[1] == "concurrency"
@@ -89,7 +89,7 @@ async def test_a_waiter_that_stops_asking_or_gives_up_leaves_the_line(redis: Red
     gave_up.cancel()
     with pytest.raises(asyncio.CancelledError):
         await gave_up
-    assert await redis.zrange(keys.provider_waiting_key(endpoint), 0, -1) == [b"dead"]
+    assert await redis.zrange(endpoint_keys.provider_waiting_key(endpoint), 0, -1) == [b"dead"]
     await held.release(None)
     t0 = time.monotonic()
     again = await lim.hold(c, 0, priority=0)  # behind the dead one until it is stale

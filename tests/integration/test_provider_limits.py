@@ -11,7 +11,7 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from shared import keys
+from shared import endpoint_keys
 from shared.profiles import ProviderConfig, load_profiles
 from shared.scripts import Scripts
 from tests.integration.helpers import (
@@ -85,7 +85,9 @@ async def test_max_concurrent_holds_across_two_worker_processes(
         s.get(("agentmill_provider_throttled_total", (("reason", "concurrency"),)), 0) for s in scraped
     )
     assert count == 8 and throttled == waits
-    assert await redis.zcard(keys.provider_slots_key(keys.endpoint_hash(fake.base_url))) == 0  # all freed
+    assert (
+        await redis.zcard(endpoint_keys.provider_slots_key(endpoint_keys.endpoint_hash(fake.base_url))) == 0
+    )  # all freed
 
 
 async def test_tokens_per_minute_are_honoured_within_a_window(redis: Redis) -> None:
@@ -196,7 +198,9 @@ async def test_a_run_waiting_for_capacity_aborts_at_once(
             rec = (await wait_all(p, [sub.run_id], 5))[sub.run_id]
             stopped = time.monotonic() - t0
     assert rec.status.value == "aborted" and stopped < 1.0 and not fake.requests
-    slots = await redis.zrange(keys.provider_slots_key(keys.endpoint_hash(fake.base_url)), 0, -1)
+    slots = await redis.zrange(
+        endpoint_keys.provider_slots_key(endpoint_keys.endpoint_hash(fake.base_url)), 0, -1
+    )
     assert slots == [b"someone-else"]  # the aborted run took nothing
 
 
@@ -220,7 +224,7 @@ async def test_the_slot_of_a_killed_worker_frees_itself_and_another_worker_finis
             await asyncio.sleep(0.5)  # mid-stream, the slot renewed at least once
             victim.kill()
             t_kill = time.monotonic()
-            slots = keys.provider_slots_key(keys.endpoint_hash(fake.base_url))
+            slots = endpoint_keys.provider_slots_key(endpoint_keys.endpoint_hash(fake.base_url))
             assert await redis.zcard(slots) == 1  # the dead worker's slot is still there
             rescuer = WorkerProc(redis_url, env=env).start()
             rec = (await wait_all(p, [sub.run_id], 30))[sub.run_id]

@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from shared import keys
+from shared import endpoint_keys
 from shared.functions import Script
 from shared.profiles import ProviderConfig
 from shared.scripts import Scripts, text
@@ -86,12 +86,12 @@ class ProviderLimiter:
     @staticmethod
     def _keys(endpoint: str) -> list[str]:
         return [
-            keys.provider_slots_key(endpoint),
-            keys.provider_requests_key(endpoint),
-            keys.provider_tokens_key(endpoint),
-            keys.provider_pause_key(endpoint),
-            keys.provider_waiting_key(endpoint),
-            keys.provider_seen_key(endpoint),
+            endpoint_keys.provider_slots_key(endpoint),
+            endpoint_keys.provider_requests_key(endpoint),
+            endpoint_keys.provider_tokens_key(endpoint),
+            endpoint_keys.provider_pause_key(endpoint),
+            endpoint_keys.provider_waiting_key(endpoint),
+            endpoint_keys.provider_seen_key(endpoint),
         ]
 
     async def try_acquire(
@@ -106,7 +106,7 @@ class ProviderLimiter:
         self, cfg: ProviderConfig, holder: str, tokens: int, priority: int | None
     ) -> tuple[int, str, int]:
         """One attempt: (wait hint ms, reason, rank in the line (-1: none)); (0, "ok", -1) when granted."""
-        endpoint = keys.endpoint_hash(cfg.base_url or "")
+        endpoint = endpoint_keys.endpoint_hash(cfg.base_url or "")
         ks = self._keys(endpoint)
         reply = await self._run(
             self.scripts.capacity_acquire,
@@ -123,7 +123,7 @@ class ProviderLimiter:
         """Wait until the endpoint has capacity for one call of about ``tokens`` tokens, in the
         endpoint's line at ``priority`` (the run's; None: served as it polls). A waiter that gives up
         (cancelled: its run aborted) leaves the line."""
-        endpoint = keys.endpoint_hash(cfg.base_url or "")
+        endpoint = endpoint_keys.endpoint_hash(cfg.base_url or "")
         holder = uuid.uuid4().hex
         told = False
         poll = self.poll_min_ms
@@ -154,13 +154,13 @@ class ProviderLimiter:
         """A waiter gives up: out of the endpoint's line (capacity_release.lua)."""
         await self._run(
             self.scripts.capacity_release,
-            [keys.provider_slots_key(endpoint), keys.provider_tokens_key(endpoint),
-             keys.provider_waiting_key(endpoint), keys.provider_seen_key(endpoint)],
+            [endpoint_keys.provider_slots_key(endpoint), endpoint_keys.provider_tokens_key(endpoint),
+             endpoint_keys.provider_waiting_key(endpoint), endpoint_keys.provider_seen_key(endpoint)],
             [holder, 0, -1],
         )  # fmt: skip
 
     async def renew(self, grant: Grant) -> None:
-        k = keys.provider_slots_key(grant.endpoint)
+        k = endpoint_keys.provider_slots_key(grant.endpoint)
         await self._run(self.scripts.capacity_renew, [k], [grant.holder, self.lease_ms])
 
     async def keep(self, grant: Grant) -> None:
@@ -181,18 +181,18 @@ class ProviderLimiter:
         return Held(self, grant, keeper)
 
     async def release(self, grant: Grant, actual_tokens: int | None) -> None:
-        k = keys.provider_slots_key(grant.endpoint)
+        k = endpoint_keys.provider_slots_key(grant.endpoint)
         await self._run(
             self.scripts.capacity_release,
-            [k, keys.provider_tokens_key(grant.endpoint)],
+            [k, endpoint_keys.provider_tokens_key(grant.endpoint)],
             [grant.holder, grant.tokens, -1 if actual_tokens is None else actual_tokens],
         )
 
     async def pause(self, cfg: ProviderConfig, ms: int) -> None:
         """No call to this endpoint starts for ``ms`` (a 429's Retry-After), on any worker."""
         if ms > 0:
-            endpoint = keys.endpoint_hash(cfg.base_url or "")
-            k = keys.provider_pause_key(endpoint)
+            endpoint = endpoint_keys.endpoint_hash(cfg.base_url or "")
+            k = endpoint_keys.provider_pause_key(endpoint)
             await self._run(self.scripts.capacity_pause, [k], [ms])
 
     async def _run(self, script: Script, ks: list[str], args: list[Any]) -> Any:

@@ -14,7 +14,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from shared import keys
+from shared import endpoint_keys
 from shared.fields import EconomyBatchState as ES
 from shared.partitions import Partitions
 from shared.profiles import AgentProfile, ProviderConfig
@@ -38,7 +38,7 @@ def batch_endpoints(profiles: dict[str, AgentProfile]) -> dict[str, tuple[Provid
     for p in profiles.values():
         for name, cfg in zip(p.provider_names(), p.chain, strict=True):
             if p.economy.allows(name, cfg.kind) and cfg.base_url and cfg.model:
-                _, models = out.setdefault(keys.endpoint_hash(cfg.base_url), (cfg, []))
+                _, models = out.setdefault(endpoint_keys.endpoint_hash(cfg.base_url), (cfg, []))
                 if cfg.model not in models:
                     models.append(cfg.model)
     return out

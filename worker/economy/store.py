@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from shared import keys, payload_crypto
+from shared import endpoint_keys, payload_crypto
 from shared.fields import EconomyBatchField as EB
 from shared.fields import EconomyBatchState
 from shared.functions import Script
@@ -56,17 +56,19 @@ class EconomyStore:
 
     async def enqueue(self, endpoint: str, model: str, custom_id: str, line: bytes, max_open: int) -> int:
         """1 written, 0 written before (nothing changes), -1 the model's open requests are full."""
-        ks = [keys.economy_requests_key(endpoint), keys.economy_open_key(endpoint, model)]
+        ks = [endpoint_keys.economy_requests_key(endpoint), endpoint_keys.economy_open_key(endpoint, model)]
         return int(await self._run(self.scripts.econ_enqueue, ks, [custom_id, line, max_open]))
 
     async def lease(self, endpoint: str, holder: str, ttl_ms: int) -> bool:
         return bool(
-            await self._run(self.scripts.econ_lease, [keys.economy_lease_key(endpoint)], [holder, ttl_ms])
+            await self._run(
+                self.scripts.econ_lease, [endpoint_keys.economy_lease_key(endpoint)], [holder, ttl_ms]
+            )
         )
 
     async def oldest_open(self, endpoint: str, model: str) -> tuple[int, int | None]:
         """(open requests of the model, when the oldest was written, ms)."""
-        k = keys.economy_open_key(endpoint, model)
+        k = endpoint_keys.economy_open_key(endpoint, model)
 
         async def read(c: Any) -> tuple[int, int | None]:
             async with c.pipeline(transaction=False) as p:
@@ -80,15 +82,15 @@ class EconomyStore:
 
     async def close(self, endpoint: str, model: str, holder: str, n: int) -> str | None:
         """A new batch of the model's oldest ``n`` open requests; its id (None: none open)."""
-        seq = keys.economy_seq_key(endpoint)
+        seq = endpoint_keys.economy_seq_key(endpoint)
         number = await self.call_key(seq, lambda c: c.incr(seq))
         batch_id = f"{int(number):08d}"
         ks = [
-            keys.economy_open_key(endpoint, model),
-            keys.economy_batches_key(endpoint),
-            keys.economy_batch_key(endpoint, batch_id),
-            keys.economy_lease_key(endpoint),
-            keys.economy_where_key(endpoint),
+            endpoint_keys.economy_open_key(endpoint, model),
+            endpoint_keys.economy_batches_key(endpoint),
+            endpoint_keys.economy_batch_key(endpoint, batch_id),
+            endpoint_keys.economy_lease_key(endpoint),
+            endpoint_keys.economy_where_key(endpoint),
         ]
         got = int(await self._run(self.scripts.econ_close, ks, [holder, batch_id, n, model]))
         if got < 0:
@@ -97,7 +99,7 @@ class EconomyStore:
 
     async def advance(self, endpoint: str, batch_id: str, holder: str, fields: dict[EB, str | int]) -> bool:
         """Write the batch's next state; False: it was delivered already."""
-        ks = [keys.economy_batch_key(endpoint, batch_id), keys.economy_lease_key(endpoint)]
+        ks = [endpoint_keys.economy_batch_key(endpoint, batch_id), endpoint_keys.economy_lease_key(endpoint)]
         args: list[Any] = [holder, len(fields)]
         for f, v in fields.items():
             args += [f.value, v]
@@ -108,11 +110,11 @@ class EconomyStore:
 
     async def done(self, endpoint: str, batch_id: str, holder: str) -> int:
         ks = [
-            keys.economy_requests_key(endpoint),
-            keys.economy_batches_key(endpoint),
-            keys.economy_batch_key(endpoint, batch_id),
-            keys.economy_lease_key(endpoint),
-            keys.economy_where_key(endpoint),
+            endpoint_keys.economy_requests_key(endpoint),
+            endpoint_keys.economy_batches_key(endpoint),
+            endpoint_keys.economy_batch_key(endpoint, batch_id),
+            endpoint_keys.economy_lease_key(endpoint),
+            endpoint_keys.economy_where_key(endpoint),
         ]
         got = int(await self._run(self.scripts.econ_done, ks, [holder, batch_id]))
         if got < 0:
@@ -121,13 +123,13 @@ class EconomyStore:
 
     async def batches(self, endpoint: str, limit: int = 100) -> list[BatchRecord]:
         """The endpoint's undelivered batches, oldest first (at most ``limit``)."""
-        bk = keys.economy_batches_key(endpoint)
+        bk = endpoint_keys.economy_batches_key(endpoint)
 
         async def read(c: Any) -> list[tuple[str, dict[Any, Any]]]:
             ids = [_s(i) for i in await c.zrange(bk, 0, limit - 1)]
             async with c.pipeline(transaction=False) as p:
                 for i in ids:
-                    p.hgetall(keys.economy_batch_key(endpoint, i))
+                    p.hgetall(endpoint_keys.economy_batch_key(endpoint, i))
                 rows = await p.execute()
             return list(zip(ids, rows, strict=True))
 
@@ -152,6 +154,6 @@ class EconomyStore:
 
     async def lines(self, endpoint: str, ids: list[str]) -> list[bytes]:
         """The request lines of ``ids`` (one missing: not sent; it was answered and removed)."""
-        k = keys.economy_requests_key(endpoint)
+        k = endpoint_keys.economy_requests_key(endpoint)
         raw = await self.call_key(k, lambda c: c.hmget(k, ids)) if ids else []
         return [payload_crypto.open_bytes(r) for r in raw if r is not None]

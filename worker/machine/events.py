@@ -127,7 +127,7 @@ class ModelDeferred:
     now_ms: int
     custom_id: str
     switch_at_ms: int | None  # when it goes to the standard lane if the batch has not answered
-    endpoint: str = ""  # the provider endpoint's hash (keys.endpoint_hash): where its batch is
+    endpoint: str = ""  # the provider endpoint's hash (endpoint_keys.endpoint_hash): where its batch is
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ import orjson
 from pydantic import ValidationError
 
 from agentmill_client.models import Usage
-from shared import keys, payload_crypto
+from shared import endpoint_keys, payload_crypto
 from shared.profiles import AgentProfile, ProviderConfig
 from worker.core import policy
 from worker.core.policy import ModelFailure
@@ -74,7 +74,7 @@ async def economy_call(
     payload = {k: v for k, v in request_body(pcfg, req).items() if k not in ("stream", "stream_options")}
     line = orjson.dumps({"custom_id": cid, "method": "POST", "url": "/v1/chat/completions", "body": payload})
     line = payload_crypto.active().seal_json(line)  # the run's content, sealed at rest as a transcript is
-    endpoint = keys.endpoint_hash(pcfg.base_url)
+    endpoint = endpoint_keys.endpoint_hash(pcfg.base_url)
     if await port.enqueue(endpoint, pcfg.model, cid, line) < 0:
         return await _standard(cx, req, "economy_full")
     cx.host.failpoints.hit("after_economy_enqueue")

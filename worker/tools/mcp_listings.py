@@ -5,7 +5,7 @@ offers some of them, and it is stored with the run (in its checkpoint, or once a
 hash's config field) for as long as the run is kept. So an MCP tool's ``ToolSpec`` carries the
 content hash of its server's accepted listing (``digest``), a run's stored configuration keeps such
 a tool as its name and that hash (worker/runner/commits.py), and the listing itself is kept once
-under ``keys.mcp_listing_key(server, digest)``:
+under ``endpoint_keys.mcp_listing_key(server, digest)``:
 
 - a run starting stores its listings (``McpListings.keep``): the key's expiry is pushed back to
   ``ttl_s``, or the listing written when the key is gone; at most once per ``REFRESH_S`` per listing
@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from shared import keys
+from shared import endpoint_keys
 from shared.profiles import MCP_SEP
 from worker.core.config import RunConfig, ToolSpec
 
@@ -103,14 +103,14 @@ class ListingStore(Protocol):
 
 
 class RedisListingStore:
-    """ListingStore on Redis: ``keys.mcp_listing_key``. ``on_key``: runs a function with the client of
+    """ListingStore on Redis: ``endpoint_keys.mcp_listing_key``. ``on_key``: runs a function with the client of
     the node serving a key (``Partitions.call_key``)."""
 
     def __init__(self, on_key: Callable[[str, Callable[[Any], Awaitable[Any]]], Awaitable[Any]]) -> None:
         self.on_key = on_key
 
     async def keep(self, server: str, digest: str, body: bytes, ttl_s: int) -> None:
-        k = keys.mcp_listing_key(server, digest)
+        k = endpoint_keys.mcp_listing_key(server, digest)
 
         async def fn(c: Any) -> None:
             if not await c.expire(k, ttl_s):
@@ -119,7 +119,7 @@ class RedisListingStore:
         await self.on_key(k, fn)
 
     async def get(self, server: str, digest: str, ttl_s: int) -> bytes | None:
-        k = keys.mcp_listing_key(server, digest)
+        k = endpoint_keys.mcp_listing_key(server, digest)
         got: bytes | None = await self.on_key(k, lambda c: c.getex(k, ex=ttl_s))
         return got
 
