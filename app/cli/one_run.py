@@ -99,7 +99,9 @@ def tail(run_id: str, after: int, as_json: bool, api_url: str | None, token: str
     )
 
 
-@click.command(help="Show a run's status and result (exit code 1 when it failed or was aborted).")
+@click.command(
+    help="Show a run's status and result (exit code 1 when it failed, was aborted or was superseded)."
+)
 @click.argument("run_id")
 @json_option
 @reach

@@ -64,7 +64,7 @@ async def list_runs(
     status: Annotated[
         str | None,
         Query(
-            description="queued, running, awaiting_human, awaiting_tools, awaiting_children, awaiting_model, completed, failed, aborted"
+            description="queued, running, awaiting_human, awaiting_tools, awaiting_children, awaiting_model, completed, failed, aborted, superseded"
         ),
     ] = None,
     agent: Annotated[str | None, Query(max_length=128)] = None,

@@ -37,13 +37,13 @@ local function index_new(run, A, now, status)
   ix_add(t, DIM.STATUS, status, id, now)
 end
 -- Run ``id`` (``shown``: the id its client knows it by) of debounce key k (tenant t) was just
--- scheduled a period from now: the key's run still waiting to start, if any, is superseded (ended
--- aborted, code superseded; its id stays readable), and this one is the key's now.
+-- scheduled a period from now: the key's run still waiting to start, if any, ends superseded (its
+-- lastError names the run that replaced it; its id stays readable), and this one is the key's now.
 local function debounce(t, k, id, shown, period)
   local dk = debounce_key(t, k)
   local pending = redis.call('GET', dk)
   if pending and pending ~= id and redis.call('HGET', run_key(pending), F.STATUS) == S.SCHEDULED then
-    finalize(run_key(pending), stream_key(pending), tools_key(pending), pending, S.ABORTED, 'superseded',
+    finalize(run_key(pending), stream_key(pending), tools_key(pending), pending, S.SUPERSEDED, 'superseded',
       'superseded by run ' .. shown .. ' (the same debounce key within its period)')
     local jid = job_id(pending, 1)
     redis.call('ZREM', SCHEDULED, jid)  -- after finalize: a run created earlier in this call is written by then

@@ -37,6 +37,8 @@ from worker.core.context import PastCall
 OTHER_MEANINGS = {
     ("abort.lua", "aborted"): 1,  # the lastError code of an abort (its verdict is V.ABORTED)
     ("submit_one.lua", "aborted"): 2,  # the lastError code of the runs an interrupt aborts
+    ("submit_one.lua", "superseded"): 1,  # the lastError code of a debounced run replaced
+    ("acquire_run.lua", "superseded"): 1,  # the verdict for a stale dispatch, not the run's status
     ("redispatch.lua", "awaiting_tools"): 1,  # the script's verdict
     ("redispatch.lua", "awaiting_children"): 1,  # likewise
     ("redispatch.lua", "awaiting_model"): 1,  # likewise
