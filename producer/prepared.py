@@ -4,6 +4,7 @@ input hash all come from the same bytes); and the metadata terms it is listed un
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,7 @@ from agentmill_client.models import ImagePart, Message, RunInput
 from producer.scope import Scope
 from producer.submission import SubmissionError, reserved_id_error, validation_error
 from shared import keys
+from shared.agent_rules import NAME_PATTERN, parse_ref
 from shared.meta_terms import meta_term, meta_terms
 from shared.netguard_rules import host_refusal
 from shared.profiles import AgentProfile, unpriced_message
@@ -35,6 +37,7 @@ __all__ = [
     "meta_terms",
     "parsed",
     "prepare",
+    "unknown_agent",
     "validated",
 ]
 
@@ -113,14 +116,26 @@ def validated(raw: RunInput | dict[str, Any], profiles: dict[str, AgentProfile] 
     return run
 
 
+def unknown_agent(agent: str, profiles: dict[str, AgentProfile] | None = None) -> SubmissionError:
+    """An agent the tenant cannot use: 404 ``unknown_agent`` whether no tenant has it or another tenant
+    does (the message says neither); a name no agent could have is 422 ``invalid_input``."""
+    if not re.match(NAME_PATTERN, parse_ref(agent)[0]):
+        return SubmissionError(
+            "invalid_input",
+            "agent: a name of 1-64 letters, digits, '.', '_' or '-', then @<version> or nothing",
+            field="agent",
+        )
+    known = f" (the operator's profiles: {', '.join(sorted(profiles))})" if profiles else ""
+    return SubmissionError(
+        "unknown_agent", f"agent: this tenant has no agent {agent!r}{known}", status=404, field="agent"
+    )
+
+
 def check_agent(run: RunInput, profiles: dict[str, AgentProfile] | None) -> None:
     """The run's agent among ``profiles`` (None: any), its client tools allowed there; else
     SubmissionError naming the field."""
     if profiles is not None and run.agent not in profiles:
-        known = ", ".join(sorted(profiles))
-        raise SubmissionError(
-            "unknown_agent", f"agent: no profile named {run.agent!r} (known: {known})", field="agent"
-        )
+        raise unknown_agent(run.agent, profiles)
     if profiles is not None and run.lane == "economy" and not profiles[run.agent].economy.enabled:
         raise SubmissionError(
             "economy_not_enabled",

@@ -32,6 +32,7 @@ from producer.prepared import (
     counted,
     meta_terms,
     prepare,
+    unknown_agent,
     validated,
 )
 from producer.rate_keys import with_starts
@@ -131,8 +132,10 @@ class Submitter:
             check_agent(run, {choice.name: profile})
             return prepare(run, scope, lambda r: rid, min(cap, profile.max_priority), trace)
         if run.agent_version is not None:
-            raise SubmissionError("unknown_agent", f"agentVersion: no agent {run.agent!r} of this tenant has "
-                                  "versions", field="agentVersion")  # fmt: skip
+            if self.profiles is not None and run.agent in self.profiles:
+                raise SubmissionError("unknown_version", f"agentVersion: the operator's profile {run.agent!r} "
+                                      "has no versions", field="agentVersion")  # fmt: skip
+            raise unknown_agent(run.agent, self.profiles)
         check_agent(run, self.profiles)
         if self.profiles is not None:
             profile = self.profiles[run.agent]
