@@ -39,6 +39,7 @@ from producer.prepared import checked_messages
 from producer.submission import SubmissionError, Submitted, outcome
 from shared import checkpoint as checkpoints
 from shared import payload_crypto
+from shared.calls.submission import SubmitRestored
 from shared.fields import RunField
 from shared.origin import Origin
 from shared.quotas import Quota
@@ -256,9 +257,8 @@ class Restorer:
         if batch and not await take_place(self.p, o, prep.run.run_id or prep.run_id):
             batch, item = "", None
         prep = await sub.started(prep, tenant)
-        own, args = sub.submit_args(prep, part, tenant, batch, item)
-        extra = [orjson.dumps(lineage), seed, len(records), *flat]
-        k, a = self.p.scripts.framing.frame(part, [*own, part.tools(prep.run_id)], [*extra, *args])
+        call = SubmitRestored(orjson.dumps(lineage), seed, tuple(flat), prep.submission(tenant, batch, item))
+        k, a = self.p.scripts.framing.frame(part, call.keys(part), call.argv())
         reply = await run_script(self.p.parts, self.p.scripts.submit_restored, part, k, a)
         return outcome(prep.run, reply)
 

@@ -23,6 +23,18 @@ from shared.calls.schedules import (
     SchedulePauseVerdict,
     ScheduleRate,
 )
+from shared.calls.submission import (
+    AdmitRate,
+    AdmitTenant,
+    BatchReplace,
+    IdempotencyClaim,
+    SpawnChild,
+    Submit,
+    SubmitMany,
+    SubmitRestored,
+    SubmitVerdict,
+    TreeAdmit,
+)
 from shared.calls.workers import ForgetWorker, ForgetWorkerVerdict
 
 __all__ = [
@@ -41,6 +53,8 @@ __all__ = [
     "SchedulePauseVerdict",
     "ScheduleRate",
     "ScriptCall",
+    "Submit",
+    "SubmitVerdict",
 ]
 
 CALLS: dict[str, type[ScriptCall]] = {
@@ -62,5 +76,14 @@ CALLS: dict[str, type[ScriptCall]] = {
         ScheduleRate,
         ArchiveClaim,
         DeletionClaim,
+        Submit,
+        SubmitMany,
+        SubmitRestored,
+        SpawnChild,
+        TreeAdmit,
+        AdmitTenant,
+        AdmitRate,
+        IdempotencyClaim,
+        BatchReplace,
     )
 }
