@@ -181,6 +181,8 @@ async def test_a_new_version_reaches_running_workers_and_each_run_keeps_its_own(
         assert (await ended(c, fork))["agentVersion"] == 2
         other = (await c.post(f"/v1/runs/{pinned}/fork", json={"atSeq": 0, "agent": "support@1"})).json()
         assert (await ended(c, other["runId"]))["agentVersion"] == 1
+        r = await c.post(f"/v1/runs/{pinned}/fork", json={"atSeq": 0, "agent": "nobody-has-it"})
+        assert r.status_code == 404 and r.json()["error"]["code"] == "unknown_agent", r.text  # as on submit
     finally:
         for p in procs.values():
             p.stop()
