@@ -57,13 +57,8 @@ class Submit(ScriptCall):
     record for submit_one.lua whichever script creates it ('' = none for each optional one)."""
 
     SCRIPT = "submit"
-    KEY_NAMES = (
-        "run",
-        "job",
-        "session",
-        "session_pending",
-        "session_runs",
-    )  # the session's unused without one
+    # the run, its first dispatch's arq job, and its session's three (unused without a session)
+    KEY_NAMES = ("run", "job", "session", "session_pending", "session_runs")
     VERDICT = SubmitVerdict
 
     run_id: str
