@@ -28,6 +28,7 @@ from producer.scope import Scope
 from producer.sessions import SessionReads
 from producer.submission import SubmissionError, Submitted
 from producer.submitter import Submitter
+from producer.tombstones import tombstoned
 from shared import keys, payload_crypto
 from shared.archive.store import ArchiveStore
 from shared.calls import Abort
@@ -143,8 +144,9 @@ class Producer:
         under ``run_id`` itself."""
         ids = [run_id] if tenant is None else self.scope(tenant).lookups(run_id)
         rec = await self._get(ids, tenant)
-        if rec is None and self.archive is not None:
+        if rec is None and self.archive is not None:  # (not a deleted run's rows left to the deleters)
             rec = await self.archive.record(ids, tenant)
+            rec = None if rec is None or await tombstoned(self.parts, rec.key) else rec
         if rec is None:
             return None
         if tenant is not None and rec.parent_run_id:  # a child names its parent as its tenant knows it
