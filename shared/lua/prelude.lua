@@ -546,9 +546,10 @@ local function stores_no_content(run)
   return ok and type(v) == 'table' and v.storeContent == false
 end
 local CONTENT_KINDS = {[EVENT.MODEL_DELTA] = true, [EVENT.ASSISTANT_MESSAGE] = true, [EVENT.TOOL_CALL] = true,
-  [EVENT.TOOL_RESULT] = true, [EVENT.COMPACTION] = true, [EVENT.CHILD_ENDED] = true}
+  [EVENT.TOOL_RESULT] = true, [EVENT.COMPACTION] = true, [EVENT.CHILD_ENDED] = true, [EVENT.APPROVAL] = true}
 local KEPT_TEXT = {toolCallId = true, providerCallId = true, name = true, childRunId = true, streamKey = true,
-  status = true, finishReason = true, stopReason = true, model = true, code = true, strategy = true, runId = true}
+  status = true, finishReason = true, stopReason = true, model = true, code = true, strategy = true, runId = true,
+  decision = true}
 local USAGES = {usage = true, total = true, childrenUsage = true}  -- tables of numbers: kept
 local function scalars_of(t)  -- a table's numbers and booleans (a usage)
   local out = {}
@@ -567,6 +568,8 @@ local function redacted_payload(payload)
       out[k] = v
     elseif t == 'table' and USAGES[k] then
       out[k] = scalars_of(v)
+    elseif t == 'table' and k == 'actor' then  -- who acted (shared/actors.py): ids, no content
+      out[k] = {kind = v.kind, id = v.id, name = v.name}
     end
   end
   return cjson.encode(out)

@@ -1,6 +1,7 @@
 """The run's own control events name who acted, as the audit log does: a scripted sequence on a real
 Redis with a real worker (an abort by key A of a running run and of a scheduled one, an approval and
-a rejection by key B, a client's tool result by a token of the token file, a retry by key A) shows
+a rejection by key B, a client's tool result by a token of the token file, kept when its content is dropped, a retry by
+key A) shows
 each event's ``actor`` through ``GET /v1/runs/{id}/events`` and the SSE route."""
 
 from __future__ import annotations
@@ -108,6 +109,7 @@ async def test_each_control_event_names_its_actor(redis_url: str, worker: Worker
         client = {
             **run_body([{"toolCalls": [{"name": "lookup", "arguments": {}}]}, {"text": "ok"}]),
             "agent": "crm",
+            "storeContent": False,  # its content is dropped at its ending, not who sent its result
         }
         made = await c.post("/v1/runs", json=client, headers=A)
         assert made.status_code == 202, made.text
@@ -118,6 +120,7 @@ async def test_each_control_event_names_its_actor(redis_url: str, worker: Worker
         await status(c, r2, {"completed"})
         for evs in (await events(c, r2), await sse_events(c, r2)):
             assert actors_of(evs, "tool_result") == [token_file], evs
+            assert [e["payload"].get("contentRedacted") for e in evs if e["kind"] == "tool_result"] == [True]
 
         # a retry by key A: its first status event names it beside the run it retries
         retried = await c.post(f"/v1/runs/{slow['runId']}/retry", headers=ka)
