@@ -36,6 +36,7 @@ from agentmill_client import limits
 from agentmill_client.models import RunInput, RunResult, Usage
 from agentmill_client.statuses import RunStatus
 from shared import keys, payload_crypto
+from shared.actors import actor_json, system
 from shared.calls import Abort
 from shared.calls.results import ChildResult
 from shared.calls.submission import SpawnChild, SpawnVerdict, Submit, TreeAdmit, TreeVerdict
@@ -244,7 +245,7 @@ async def deliver(parts: Partitions[Any], scripts: Scripts, part: keys.Partition
 async def _abort(
     parts: Partitions[Any], scripts: Scripts, part: keys.Partition, run_id: str, reason: str
 ) -> str:
-    call = Abort(run_id, reason)
+    call = Abort(run_id, reason, actor=actor_json(system("parent")))
     r = await run_script(parts, scripts.abort, *scripts.framing.call(part, call.keys(part), call.argv()))
     return Abort.verdict(r).value
 

@@ -10,6 +10,7 @@ whose Lua still reads ``ARGV[n]`` by number (tests/unit/test_script_calls.py: th
 from __future__ import annotations
 
 from shared.calls.agents import AgentCreate, AgentPoint
+from shared.calls.approvals import SettleApproval, SettleApprovalVerdict
 from shared.calls.base import ScriptCall
 from shared.calls.claims import ArchiveClaim, DeletionClaim
 from shared.calls.results import BatchResults, ChildResult, ClaimWebhooks, ToolResults
@@ -53,6 +54,8 @@ __all__ = [
     "SchedulePauseVerdict",
     "ScheduleRate",
     "ScriptCall",
+    "SettleApproval",
+    "SettleApprovalVerdict",
     "Submit",
     "SubmitVerdict",
 ]
@@ -85,5 +88,6 @@ CALLS: dict[str, type[ScriptCall]] = {
         AdmitRate,
         IdempotencyClaim,
         BatchReplace,
+        SettleApproval,
     )
 }

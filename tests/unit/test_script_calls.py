@@ -23,7 +23,6 @@ POSITIONAL = {
     "capacity_pause", "capacity_release", "capacity_renew", "claim_jobs",
     "commit", "delete_run", "list_runs",
     "publish", "rate_slots", "redispatch", "schedule_advance", "schedule_claim",
-    "settle_approval",
     "tool_cache_put",
     "model_reply", "econ_enqueue", "econ_close", "econ_advance", "econ_done", "econ_lease",
 }  # fmt: skip
@@ -60,8 +59,8 @@ def test_a_token_the_call_does_not_declare_is_refused() -> None:
 
 
 def test_the_fields_in_order_are_the_arguments_and_none_is_sent_empty() -> None:
-    assert [f.name for f in dataclasses.fields(Abort)] == ["run_id", "reason", "tenant"]
-    assert Abort("r1", "why").argv() == ["r1", "why", ""]
+    assert [f.name for f in dataclasses.fields(Abort)] == ["run_id", "reason", "tenant", "actor"]
+    assert Abort("r1", "why").argv() == ["r1", "why", "", ""]
     assert Release(3, "r1", 2).argv() == [3, "r1", 2]
     assert Abort.verdict([b"requested", b"running"]) is AbortVerdict.REQUESTED
     with pytest.raises(ValueError):

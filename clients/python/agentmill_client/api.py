@@ -242,6 +242,11 @@ class RunDeleted(Answer):
     already_deleted: bool = Field(
         default=False, description="it was deleted before: its tombstone answers (while it is kept)"
     )
+    archive_pending: bool = Field(
+        default=False,
+        description="its archive rows were held by another transaction (an archiver's write) past the "
+        "bounded wait: the workers delete them in the background; the run is deleted everywhere else",
+    )
 
 
 class SessionDeleted(Answer):
