@@ -12,6 +12,7 @@ from __future__ import annotations
 from shared.calls.agents import AgentCreate, AgentPoint
 from shared.calls.base import ScriptCall
 from shared.calls.claims import ArchiveClaim, DeletionClaim
+from shared.calls.economy import EconAdvance, EconClose, EconDone, EconEnqueue, EconLease
 from shared.calls.results import BatchResults, ChildResult, ClaimWebhooks, ToolResults
 from shared.calls.runs import Abort, AbortVerdict, Release, ReleaseVerdict
 from shared.calls.schedules import (
@@ -23,14 +24,40 @@ from shared.calls.schedules import (
     SchedulePauseVerdict,
     ScheduleRate,
 )
+from shared.calls.steps import (
+    Acquire,
+    AcquireVerdict,
+    AppendVerdict,
+    Beat,
+    BeatVerdict,
+    Commit,
+    ModelReply,
+    ModelReplyVerdict,
+    Publish,
+    ToolCachePut,
+)
 from shared.calls.workers import ForgetWorker, ForgetWorkerVerdict
 
 __all__ = [
     "CALLS",
     "Abort",
     "AbortVerdict",
+    "Acquire",
+    "AcquireVerdict",
+    "AppendVerdict",
+    "Beat",
+    "BeatVerdict",
+    "Commit",
+    "EconAdvance",
+    "EconClose",
+    "EconDone",
+    "EconEnqueue",
+    "EconLease",
     "ForgetWorker",
     "ForgetWorkerVerdict",
+    "ModelReply",
+    "ModelReplyVerdict",
+    "Publish",
     "Release",
     "ReleaseVerdict",
     "SayLiveTenants",
@@ -41,6 +68,7 @@ __all__ = [
     "SchedulePauseVerdict",
     "ScheduleRate",
     "ScriptCall",
+    "ToolCachePut",
 ]
 
 CALLS: dict[str, type[ScriptCall]] = {
@@ -62,5 +90,16 @@ CALLS: dict[str, type[ScriptCall]] = {
         ScheduleRate,
         ArchiveClaim,
         DeletionClaim,
+        Acquire,
+        Commit,
+        Publish,
+        Beat,
+        ToolCachePut,
+        ModelReply,
+        EconEnqueue,
+        EconLease,
+        EconClose,
+        EconAdvance,
+        EconDone,
     )
 }

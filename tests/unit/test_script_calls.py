@@ -18,14 +18,13 @@ POSITIONAL_READ = re.compile(r"\bARGV\[\d|\bA\[\d")
 # The Lua files that still read ARGV (or their copy A) by number. Declaring a script's call
 # (shared/calls) takes it off; a file that no longer reads by number must leave the list.
 POSITIONAL = {
-    "acquire", "admit_rate", "admit_tenant", "archive_done",
-    "batch_replace", "beat", "budget_reserve", "budget_settle", "capacity_acquire",
+    "admit_rate", "admit_tenant", "archive_done",
+    "batch_replace", "budget_reserve", "budget_settle", "capacity_acquire",
     "capacity_pause", "capacity_release", "capacity_renew", "claim_jobs",
-    "commit", "delete_run", "list_runs",
-    "publish", "rate_slots", "idempotency_claim", "redispatch", "schedule_advance", "schedule_claim",
+    "delete_run", "list_runs",
+    "rate_slots", "idempotency_claim", "redispatch", "schedule_advance", "schedule_claim",
     "settle_approval", "spawn_child", "submit_many", "submit_one",
-    "submit_restored", "tool_cache_put", "tree_admit",
-    "model_reply", "econ_enqueue", "econ_close", "econ_advance", "econ_done", "econ_lease",
+    "submit_restored", "tree_admit",
 }  # fmt: skip
 
 
