@@ -19,7 +19,6 @@ __all__ = [
     "BeatVerdict",
     "Commit",
     "CommitMore",
-    "CommitUsage",
     "ModelReply",
     "ModelReplyVerdict",
     "Publish",
@@ -64,19 +63,6 @@ class AppendVerdict(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class CommitUsage:
-    """The run's usage so far, when a step changed it (kept as fields so GET shows it while running
-    and a batch sums it): one argument of commit.lua, its parts packed (``Packed``)."""
-
-    input_tokens: int
-    output_tokens: int
-    estimated: str  # '1' | '0'
-    cost_usd: str  # '' = none
-    cache_read_tokens: int
-    cache_write_tokens: int
-
-
-@dataclass(frozen=True, slots=True)
 class CommitMore:
     """What only some steps write (an ending, a wait, a session's, a budget's): one argument of
     commit.lua, '' for the steps that write none of it."""
@@ -95,11 +81,10 @@ class CommitMore:
     n_usage: int = 0  # the usage terms of the day (sections)
 
 
-Packed = CommitUsage | CommitMore
-PACKED: dict[str, type[Packed]] = {"usage": CommitUsage, "more": CommitMore}
+PACKED: dict[str, type[CommitMore]] = {"more": CommitMore}
 
 
-def packed(v: Packed | None) -> str:
+def packed(v: CommitMore | None) -> str:
     """A packed argument: each part then keys.SEP ('' for None: none of it); commit.lua splits it
     once, into the local named as its field, and reads its parts by name (``ARG.MORE_ERROR_CODE``)."""
     if v is None:
@@ -110,7 +95,7 @@ def packed(v: Packed | None) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Commit(ScriptCall):
-    """commit.lua: one step's fenced write. Its scalars (two of them packed: ``usage``, ``more``),
+    """commit.lua: one step's fenced write. Its scalars (what few steps write packed in ``more``),
     the counts of the variable sections, then ``sections``: the events (kind, ts, payload each), the
     tool claims (call id, attempt number: pending), the tool records (call id, JSON), the session's
     tool results (session call id, JSON), the session's calls (JSON each), the day's usage terms
@@ -135,7 +120,12 @@ class Commit(ScriptCall):
     aux: bytes | str = b""  # the result JSON when terminal; approvals, client calls, model wait when parked
     ckpt: bytes | str = b""  # the checkpoint ('' = unchanged)
     iterations: int | None = None  # a field, so scripts that end a run report it
-    usage: CommitUsage | None = None  # None: unchanged
+    usage_in: int | None = None  # the run's usage so far, when it changed (None: unchanged)
+    usage_out: int | None = None
+    usage_estimated: str = ""  # '1' | '0'
+    usage_cost: str = ""  # USD ('' = none)
+    usage_cache_read: int | None = None
+    usage_cache_write: int | None = None
     config: bytes | str = b""  # the run's configuration JSON (checkpoints are written without it)
     transcript_mode: str = ""  # 'a' append, 's' set, '' unchanged
     transcript: bytes | str = b""
@@ -153,7 +143,7 @@ class Commit(ScriptCall):
         return [*part.run_keys(self.run_id), part.worker_lease(self.lease_id)]
 
     def argv(self) -> list[Any]:
-        return [packed(v) if isinstance(v, Packed) else v for v in ScriptCall.argv(self)]
+        return [packed(v) if isinstance(v, CommitMore) else v for v in ScriptCall.argv(self)]
 
     @classmethod
     def positions(cls) -> dict[str, str]:

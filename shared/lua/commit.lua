@@ -76,7 +76,7 @@ for k = records_at, records_at + 2 * nr - 1, 2 do
   tool_fields[#tool_fields + 1] = ARGV[k]; tool_fields[#tool_fields + 1] = ARGV[k + 1]
 end
 if #tool_fields > 0 then redis.call('HSET', KEY.TOOLS, unpack(tool_fields)) end
--- usage and more: packed (shared.calls.steps.Commit), each part followed by \031; '' = none of it
+-- more: packed (shared.calls.steps.CommitMore), each part followed by \031; '' = none of it
 local function unpacked(s)
   local t, k = {}, 0
   for v in string.gmatch(s, '([^\031]*)\031') do k = k + 1; t[k] = v end
@@ -94,8 +94,12 @@ for k = 1, ncalls do calls[k] = ARGV[i]; i = i + 1 end
 local usage_at, nu = i, num(ARG.MORE_N_USAGE or '0')
 local approval_timeout, run_deadline = ARG.MORE_APPROVAL_TIMEOUT_MS or '', ARG.MORE_RUN_DEADLINE_MS or ''
 local iterations, error_code, children = ARG.ITERATIONS, ARG.MORE_ERROR_CODE or '', ARG.CHILDREN
--- in the order track() and batch_usage() read: in, out, estimated, cost, cache read, cache write
-local usage = ARG.USAGE ~= '' and unpacked(ARG.USAGE) or nil
+local usage = nil
+if ARG.USAGE_IN ~= '' then
+  -- in the order track() and batch_usage() read them
+  usage = {ARG.USAGE_IN, ARG.USAGE_OUT, ARG.USAGE_ESTIMATED, ARG.USAGE_COST, ARG.USAGE_CACHE_READ,
+    ARG.USAGE_CACHE_WRITE}
+end
 local config = ARG.CONFIG
 -- The transcript when checkpoints leave it out: 'a' appends its new messages' JSON (a leading comma
 -- unless the first), 's' sets it whole (the machine replaced it: compaction, a fork; an attempt's
@@ -120,12 +124,11 @@ if claims_text then set(F.CLAIMS, claims_text) end
 if iterations ~= '' then set(F.ITERATIONS, iterations) end
 if children ~= '' then set(F.CHILDREN, children) end
 if usage then
-  set(F.USAGE_IN, ARG.USAGE_INPUT_TOKENS); set(F.USAGE_OUT, ARG.USAGE_OUTPUT_TOKENS)
-  set(F.USAGE_ESTIMATED, ARG.USAGE_ESTIMATED)
-  if ARG.USAGE_COST_USD ~= '' then set(F.USAGE_COST, ARG.USAGE_COST_USD) end
+  set(F.USAGE_IN, usage[1]); set(F.USAGE_OUT, usage[2]); set(F.USAGE_ESTIMATED, usage[3])
+  if usage[4] ~= '' then set(F.USAGE_COST, usage[4]) end
   -- (a run's usage only grows: a count still 0 was never written)
-  if ARG.USAGE_CACHE_READ_TOKENS ~= '0' then set(F.USAGE_CACHE_READ, ARG.USAGE_CACHE_READ_TOKENS) end
-  if ARG.USAGE_CACHE_WRITE_TOKENS ~= '0' then set(F.USAGE_CACHE_WRITE, ARG.USAGE_CACHE_WRITE_TOKENS) end
+  if usage[5] ~= '0' then set(F.USAGE_CACHE_READ, usage[5]) end
+  if usage[6] ~= '0' then set(F.USAGE_CACHE_WRITE, usage[6]) end
 end
 local status = ARG.STATUS
 local now = status ~= '' and now_ms() or 0

@@ -7,7 +7,7 @@ import dataclasses
 
 from shared.calls import CALLS, AppendVerdict, Commit, Publish
 from shared.calls.economy import EconAdvance, EconEnqueue
-from shared.calls.steps import CommitMore, CommitUsage
+from shared.calls.steps import CommitMore
 from shared.keys import Partition
 
 
@@ -28,13 +28,12 @@ def test_a_commit_sends_its_events_right_after_their_count() -> None:
 
 def test_what_most_steps_leave_empty_goes_packed_and_the_lua_reads_its_parts_by_name() -> None:
     more = CommitMore(error_code="timeout", usage_ttl=86400, n_calls=2)
-    call = Commit(1, 1, "w", "r", usage=CommitUsage(281, 12, "1", "", 0, 0), more=more)
+    call = Commit(1, 1, "w", "r", more=more)
     argv = call.argv()
     names = [f.name for f in dataclasses.fields(Commit)]
-    assert argv[names.index("usage")] == "281\x1f12\x1f1\x1f\x1f0\x1f0\x1f"
     assert argv[names.index("more")] == "\x1f\x1f\x1ftimeout\x1f86400\x1f\x1f\x1f\x1f\x1f0\x1f2\x1f0\x1f"
     at = Commit.positions()
-    assert at["ARG.MORE_ERROR_CODE"] == "more[4]" and at["ARG.USAGE_OUTPUT_TOKENS"] == "usage[2]"
+    assert at["ARG.MORE_ERROR_CODE"] == "more[4]" and at["ARG.MORE_N_USAGE"] == "more[12]"
     assert at["ARG.MORE"] == f"ARGV[{names.index('more') + 1}]"
 
 

@@ -24,7 +24,6 @@ from shared.calls.steps import (
     BeatVerdict,
     Commit,
     CommitMore,
-    CommitUsage,
     Publish,
 )
 from shared.calls.steps import Beat as BeatCall
@@ -194,11 +193,11 @@ class RedisRunStore:
         return Commit(
             epoch=self.epoch, first_seq=self.last_seq + 1, lease_id=self.lease_id, run_id=self.run_id,
             status=step.status, aux=seal(step.aux), ckpt=seal(step.checkpoint or b""), iterations=step.iterations,
-            usage=None if usage is None else CommitUsage(
-                usage.input_tokens, usage.output_tokens, "1" if usage.estimated else "0",
-                "" if usage.cost_usd is None else repr(usage.cost_usd), usage.cache_read_tokens,
-                usage.cache_write_tokens,
-            ),
+            usage_in=usage.input_tokens if usage else None, usage_out=usage.output_tokens if usage else None,
+            usage_estimated=("1" if usage.estimated else "0") if usage else "",
+            usage_cost=repr(usage.cost_usd) if usage and usage.cost_usd is not None else "",
+            usage_cache_read=usage.cache_read_tokens if usage else None,
+            usage_cache_write=usage.cache_write_tokens if usage else None,
             config=seal(step.config or b""),
             transcript_mode=("a" if step.transcript.append else "s") if step.transcript else "",
             transcript=self.codec.seal_fragment(step.transcript.data) if step.transcript else b"",
