@@ -3,13 +3,11 @@ deltas, its heartbeat, the tool cache's write, and a provider batch's answer to 
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 from shared.calls.base import ScriptCall
-from shared.keys import SEP, Partition
+from shared.keys import Partition
 
 __all__ = [
     "Acquire",
@@ -18,7 +16,6 @@ __all__ = [
     "Beat",
     "BeatVerdict",
     "Commit",
-    "CommitMore",
     "ModelReply",
     "ModelReplyVerdict",
     "Publish",
@@ -63,49 +60,16 @@ class AppendVerdict(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class CommitMore:
-    """What only some steps write (an ending, a wait, a session's, a budget's): one argument of
-    commit.lua, '' for the steps that write none of it."""
-
-    session_id: str = ""  # with a terminal status of a run in a session: its results and calls follow
-    approval_timeout_ms: int | None = None
-    run_deadline_ms: int | None = None  # maxRunDurationMs from the start: bounds a wait too
-    error_code: str = ""  # the ending's error code (a field, for listings)
-    usage_ttl: int | None = None  # with a terminal status: the tenant's usage hash of the day's ttl s
-    settle_member: str = ""  # a budget hold settled with the step (budget.lua; '' = none)
-    settle_tokens: int | None = None
-    settle_nano_usd: int | None = None
-    settle_ttl_ms: int | None = None
-    n_results: int = 0  # the session's tool results (sections)
-    n_calls: int = 0  # the session's calls (sections)
-    n_usage: int = 0  # the usage terms of the day (sections)
-
-
-PACKED: dict[str, type[CommitMore]] = {"more": CommitMore}
-
-
-def packed(v: CommitMore | None) -> str:
-    """A packed argument: each part then keys.SEP ('' for None: none of it); commit.lua splits it
-    once, into the local named as its field, and reads its parts by name (``ARG.MORE_ERROR_CODE``)."""
-    if v is None:
-        return ""
-    parts = ("" if (x := getattr(v, f.name)) is None else str(x) for f in dataclasses.fields(v))
-    return "".join(p + SEP for p in parts)
-
-
-@dataclass(frozen=True, slots=True)
 class Commit(ScriptCall):
-    """commit.lua: one step's fenced write. Its scalars (what few steps write packed in ``more``),
-    the counts of the variable sections, then ``sections``: the events (kind, ts, payload each), the
-    tool claims (call id, attempt number: pending), the tool records (call id, JSON), the session's
-    tool results (session call id, JSON), the session's calls (JSON each), the day's usage terms
-    (field, increment). ``n_events`` is the last scalar, just before the events (append_refused
-    reads the events after their count). Each argument costs the call about as much as a small
-    command, and each byte is hashed: what most steps leave empty goes packed in ``more``.
+    """commit.lua: one step's fenced write. After the scalars, the counts of the variable sections,
+    then ``sections``: the events (kind, ts, payload each), the tool claims (call id, attempt number:
+    pending), the tool records (call id, JSON), the session's tool results (session call id, JSON),
+    the session's calls (JSON each), the day's usage terms (field, increment). ``n_events`` is the
+    last scalar, just before the events (append_refused reads the events after their count).
 
     KEYS: the run's, the worker's lease; with a session update the session's six; with a usage
     tally the tenant's usage hash of the day; with a settlement the budget's hash and holds zset
-    (those two and the usage hash found from the end of KEYS). ``''``/None: unchanged or none."""
+    (those two and the usage hash found from the end of KEYS). ``'' ``/None: unchanged or none."""
 
     SCRIPT = "commit"
     KEY_NAMES = ("run", "stream", "tools", "lease", "session", "session_pending", "session_runs",
@@ -119,7 +83,13 @@ class Commit(ScriptCall):
     status: str = ""  # the run's new status ('' = still running)
     aux: bytes | str = b""  # the result JSON when terminal; approvals, client calls, model wait when parked
     ckpt: bytes | str = b""  # the checkpoint ('' = unchanged)
+    session_id: str = ""  # with a terminal status of a run in a session
+    loop: bytes | str = b""  # its run loop JSON ('' = none)
+    approval_timeout_ms: int | None = None
+    run_deadline_ms: int | None = None  # maxRunDurationMs from the start: bounds a wait too
     iterations: int | None = None  # a field, so scripts that end a run report it
+    error_code: str = ""  # the ending's error code (a field, for listings)
+    children: bytes | str = b""  # the current round's child runs (JSON [{toolCallId, runId}])
     usage_in: int | None = None  # the run's usage so far, when it changed (None: unchanged)
     usage_out: int | None = None
     usage_estimated: str = ""  # '1' | '0'
@@ -129,11 +99,16 @@ class Commit(ScriptCall):
     config: bytes | str = b""  # the run's configuration JSON (checkpoints are written without it)
     transcript_mode: str = ""  # 'a' append, 's' set, '' unchanged
     transcript: bytes | str = b""
-    children: bytes | str = b""  # the current round's child runs (JSON [{toolCallId, runId}])
-    loop: bytes | str = b""  # a run in a session, ending: its run loop JSON ('' = none)
-    more: CommitMore | None = None
+    usage_ttl: int | None = None  # the usage hash of the day's ttl s (with a terminal status)
+    settle_member: str = ""  # a budget hold settled with the step (budget.lua; '' = none)
+    settle_tokens: int | None = None
+    settle_nano_usd: int | None = None
+    settle_ttl_ms: int | None = None
     n_claims: int = 0
     n_records: int = 0
+    n_results: int = 0
+    n_calls: int = 0
+    n_usage: int = 0
     n_events: int = 0
     sections: tuple[bytes | str | int, ...] = ()
 
@@ -141,19 +116,6 @@ class Commit(ScriptCall):
         """The run's keys and the worker's lease (a session's, the usage day's, the budget's keys
         follow, from the step: worker.adapters.redis_store)."""
         return [*part.run_keys(self.run_id), part.worker_lease(self.lease_id)]
-
-    def argv(self) -> list[Any]:
-        return [packed(v) if isinstance(v, CommitMore) else v for v in ScriptCall.argv(self)]
-
-    @classmethod
-    def positions(cls) -> dict[str, str]:
-        """ScriptCall's, and ``ARG.<FIELD>_<PART>`` for each part of a packed field: the part in the
-        Lua local named as the field."""
-        out = ScriptCall.positions.__func__(cls)  # type: ignore[attr-defined]
-        for name, group in PACKED.items():
-            for i, f in enumerate(dataclasses.fields(group), 1):
-                out[f"ARG.{name.upper()}_{f.name.upper()}"] = f"{name}[{i}]"
-        return dict(out)
 
 
 @dataclass(frozen=True, slots=True)

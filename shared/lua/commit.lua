@@ -76,27 +76,19 @@ for k = records_at, records_at + 2 * nr - 1, 2 do
   tool_fields[#tool_fields + 1] = ARGV[k]; tool_fields[#tool_fields + 1] = ARGV[k + 1]
 end
 if #tool_fields > 0 then redis.call('HSET', KEY.TOOLS, unpack(tool_fields)) end
--- more: packed (shared.calls.steps.CommitMore), each part followed by \031; '' = none of it
-local function unpacked(s)
-  local t, k = {}, 0
-  for v in string.gmatch(s, '([^\031]*)\031') do k = k + 1; t[k] = v end
-  return t
-end
-local more = ARG.MORE ~= '' and unpacked(ARG.MORE) or {}
-local sid, loop = ARG.MORE_SESSION_ID or '', ARG.LOOP
-local ntr = num(ARG.MORE_N_RESULTS or '0')
+local sid, loop = ARG.SESSION_ID, ARG.LOOP
+local ntr = num(ARG.N_RESULTS)
 local trs = {}
 for k = i, i + 2 * ntr - 1 do trs[#trs + 1] = ARGV[k] end
 i = i + 2 * ntr
-local ncalls = num(ARG.MORE_N_CALLS or '0')
+local ncalls = num(ARG.N_CALLS)
 local calls = {}
 for k = 1, ncalls do calls[k] = ARGV[i]; i = i + 1 end
-local usage_at, nu = i, num(ARG.MORE_N_USAGE or '0')
-local approval_timeout, run_deadline = ARG.MORE_APPROVAL_TIMEOUT_MS or '', ARG.MORE_RUN_DEADLINE_MS or ''
-local iterations, error_code, children = ARG.ITERATIONS, ARG.MORE_ERROR_CODE or '', ARG.CHILDREN
+local usage_at, nu = i, num(ARG.N_USAGE)
+local approval_timeout, run_deadline = ARG.APPROVAL_TIMEOUT_MS, ARG.RUN_DEADLINE_MS
+local iterations, error_code, children = ARG.ITERATIONS, ARG.ERROR_CODE, ARG.CHILDREN
 local usage = nil
 if ARG.USAGE_IN ~= '' then
-  -- in the order track() and batch_usage() read them
   usage = {ARG.USAGE_IN, ARG.USAGE_OUT, ARG.USAGE_ESTIMATED, ARG.USAGE_COST, ARG.USAGE_CACHE_READ,
     ARG.USAGE_CACHE_WRITE}
 end
@@ -105,8 +97,8 @@ local config = ARG.CONFIG
 -- unless the first), 's' sets it whole (the machine replaced it: compaction, a fork; an attempt's
 -- first commit), '' leaves it.
 local tr_mode, tr = ARG.TRANSCRIPT_MODE, ARG.TRANSCRIPT
-local usage_ttl = ARG.MORE_USAGE_TTL or ''
-local settle = (ARG.MORE_SETTLE_MEMBER or '') ~= ''
+local usage_ttl = ARG.USAGE_TTL
+local settle = ARG.SETTLE_MEMBER ~= ''
 local usage_key = KEYS[#KEYS - (settle and 2 or 0)]
 -- The run hash's fields this commit changes, in one HSET at the end.
 local run_fields = {}
@@ -127,8 +119,8 @@ if usage then
   set(F.USAGE_IN, usage[1]); set(F.USAGE_OUT, usage[2]); set(F.USAGE_ESTIMATED, usage[3])
   if usage[4] ~= '' then set(F.USAGE_COST, usage[4]) end
   -- (a run's usage only grows: a count still 0 was never written)
-  if usage[5] ~= '0' then set(F.USAGE_CACHE_READ, usage[5]) end
-  if usage[6] ~= '0' then set(F.USAGE_CACHE_WRITE, usage[6]) end
+  if (usage[5] or '0') ~= '0' then set(F.USAGE_CACHE_READ, usage[5]) end
+  if (usage[6] or '0') ~= '0' then set(F.USAGE_CACHE_WRITE, usage[6]) end
 end
 local status = ARG.STATUS
 local now = status ~= '' and now_ms() or 0
@@ -235,7 +227,7 @@ elseif status == S.AWAITING_CHILDREN then
 end
 if #run_fields > 0 then redis.call('HSET', KEY.RUN, unpack(run_fields)) end
 if settle then
-  budget_settle(KEYS[#KEYS - 1], KEYS[#KEYS], ARG.MORE_SETTLE_MEMBER, ARG.MORE_SETTLE_TOKENS,
-    ARG.MORE_SETTLE_NANO_USD, ARG.MORE_SETTLE_TTL_MS)
+  budget_settle(KEYS[#KEYS - 1], KEYS[#KEYS], ARG.SETTLE_MEMBER, ARG.SETTLE_TOKENS, ARG.SETTLE_NANO_USD,
+    ARG.SETTLE_TTL_MS)
 end
 return {V.OK, last_text}

@@ -7,7 +7,6 @@ import dataclasses
 
 from shared.calls import CALLS, AppendVerdict, Commit, Publish
 from shared.calls.economy import EconAdvance, EconEnqueue
-from shared.calls.steps import CommitMore
 from shared.keys import Partition
 
 
@@ -23,18 +22,7 @@ def test_a_commit_sends_its_events_right_after_their_count() -> None:
     argv = call.argv()
     assert argv[:6] == [3, 7, "w1", "r1", "", b""] and argv[-6:] == [1, "status", 5, b"{}", "c1", 1]
     assert len(argv) == len(names) - 1 + 5
-    assert argv[names.index("iterations")] == "" and argv[names.index("more")] == ""  # None goes as ''
-
-
-def test_what_most_steps_leave_empty_goes_packed_and_the_lua_reads_its_parts_by_name() -> None:
-    more = CommitMore(error_code="timeout", usage_ttl=86400, n_calls=2)
-    call = Commit(1, 1, "w", "r", more=more)
-    argv = call.argv()
-    names = [f.name for f in dataclasses.fields(Commit)]
-    assert argv[names.index("more")] == "\x1f\x1f\x1ftimeout\x1f86400\x1f\x1f\x1f\x1f\x1f0\x1f2\x1f0\x1f"
-    at = Commit.positions()
-    assert at["ARG.MORE_ERROR_CODE"] == "more[4]" and at["ARG.MORE_N_USAGE"] == "more[12]"
-    assert at["ARG.MORE"] == f"ARGV[{names.index('more') + 1}]"
+    assert argv[names.index("approval_timeout_ms")] == ""  # None goes as ''
 
 
 def test_a_commit_and_a_publish_answer_the_same_verdicts() -> None:

@@ -17,15 +17,7 @@ from agentmill_client.models import Message, ToolCall, ToolResult
 from shared import children as kids
 from shared import payload_crypto
 from shared.calls import ForgetWorker, Release
-from shared.calls.steps import (
-    Acquire,
-    AcquireVerdict,
-    AppendVerdict,
-    BeatVerdict,
-    Commit,
-    CommitMore,
-    Publish,
-)
+from shared.calls.steps import Acquire, AcquireVerdict, AppendVerdict, BeatVerdict, Commit, Publish
 from shared.calls.steps import Beat as BeatCall
 from shared.children import ChildSpec, Spawned
 from shared.functions import Script, each_with_reload
@@ -167,8 +159,13 @@ class RedisRunStore:
 
     def _commit_call(self, step: CommitStep) -> Commit:
         """``step`` as commit.lua's call (shared.calls.steps.Commit), its payloads sealed."""
-        outbox, seal, session, usage = step.outbox, self.codec.seal_json, step.session, step.usage
-        st = outbox.settle
+        outbox, seal, session, usage, st = (
+            step.outbox,
+            self.codec.seal_json,
+            step.session,
+            step.usage,
+            step.outbox.settle,
+        )
         tally = step.tally if step.status else None
         events = [x for kind, ts, payload in outbox.events for x in (kind, ts, seal(payload))]
         claims = [x for call_id in outbox.claims for x in (call_id, self.attempts.get(call_id, 0) + 1)]
@@ -176,23 +173,12 @@ class RedisRunStore:
         results = [x for cid, res in session.tool_results for x in (cid, seal(res))] if session else []
         calls = [seal(c) for c in session.calls] if session else []
         terms = [x for term in tally.increments for x in term] if tally else []
-        more = CommitMore(
-            session_id=session.session_id if session else "",
-            approval_timeout_ms=step.approval_timeout_ms,
-            run_deadline_ms=step.run_deadline_ms,
-            error_code=step.error_code,
-            usage_ttl=tally.ttl_s if tally else None,
-            settle_member=st.member if st else "",
-            settle_tokens=st.tokens if st else None,
-            settle_nano_usd=st.nano_usd if st else None,
-            settle_ttl_ms=st.ttl_ms if st else None,
-            n_results=len(results) // 2,
-            n_calls=len(calls),
-            n_usage=len(terms) // 2,
-        )
         return Commit(
             epoch=self.epoch, first_seq=self.last_seq + 1, lease_id=self.lease_id, run_id=self.run_id,
-            status=step.status, aux=seal(step.aux), ckpt=seal(step.checkpoint or b""), iterations=step.iterations,
+            status=step.status, aux=seal(step.aux), ckpt=seal(step.checkpoint or b""),
+            session_id=session.session_id if session else "", loop=seal(session.loop) if session else b"",
+            approval_timeout_ms=step.approval_timeout_ms, run_deadline_ms=step.run_deadline_ms,
+            iterations=step.iterations, error_code=step.error_code, children=step.children or b"",
             usage_in=usage.input_tokens if usage else None, usage_out=usage.output_tokens if usage else None,
             usage_estimated=("1" if usage.estimated else "0") if usage else "",
             usage_cost=repr(usage.cost_usd) if usage and usage.cost_usd is not None else "",
@@ -201,9 +187,11 @@ class RedisRunStore:
             config=seal(step.config or b""),
             transcript_mode=("a" if step.transcript.append else "s") if step.transcript else "",
             transcript=self.codec.seal_fragment(step.transcript.data) if step.transcript else b"",
-            children=step.children or b"", loop=seal(session.loop) if session else b"",
-            more=None if more == CommitMore() else more,
-            n_claims=len(outbox.claims), n_records=len(outbox.records), n_events=len(outbox.events),
+            usage_ttl=tally.ttl_s if tally else None,
+            settle_member=st.member if st else "", settle_tokens=st.tokens if st else None,
+            settle_nano_usd=st.nano_usd if st else None, settle_ttl_ms=st.ttl_ms if st else None,
+            n_claims=len(outbox.claims), n_records=len(outbox.records), n_results=len(results) // 2,
+            n_calls=len(calls), n_usage=len(terms) // 2, n_events=len(outbox.events),
             sections=(*events, *claims, *records, *results, *calls, *terms),
         )  # fmt: skip
 
