@@ -97,13 +97,13 @@ class RedisRunStore:
         r = claimed[1] if claimed is not None and claimed[0] == worker_id else None
         if r is None:
             if self.lease is not None and self.lease.expired():
-                return NotAcquired("no_lease", "this worker is past its lease deadline")
+                return NotAcquired(AcquireVerdict.NO_LEASE, "this worker is past its lease deadline")
             self.round_trips += 1
             call = Acquire(self.run_id, gen, worker_id)
             r = await self._run(self.scripts.acquire, call.keys(self.part), call.argv())
-        verdict = Acquire.verdict(r)
+        verdict = AcquireVerdict(Acquire.verdict(r))
         if verdict != AcquireVerdict.OK:
-            return NotAcquired(verdict.value, text(r[1]) if len(r) > 1 else "")
+            return NotAcquired(verdict, text(r[1]) if len(r) > 1 else "")
         self.epoch = int(text(r[1]))
         self.lease_id = worker_id
         self.last_seq = int(text(r[2]) or 0)
