@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import os
 import pickle
 import re
@@ -35,6 +36,7 @@ from redis.asyncio import Redis
 from bench import figures_functions as ff
 from bench.__main__ import Bench
 from bench.__main__ import parser as bench_parser
+from shared.calls.steps import Commit
 from shared.fields import RunField
 from tests.support.redis_server import free_port, redis_server_binary
 
@@ -149,9 +151,13 @@ def renamed(call: Call, old: bytes, new: bytes) -> Call:
     return [*call[:3], *keys, *args]
 
 
+# ARGV index (0-based; the context is last) of each of commit.lua's fields (shared.calls.steps.Commit)
+_AT = {f.name: i for i, f in enumerate(dataclasses.fields(Commit))}
+
+
 def _events(args: list[bytes]) -> tuple[int, int]:
-    """ARGV index (0-based; the context is last) of the events' count, and that count."""
-    return 7, int(args[7])
+    """ARGV index of the first event (its kind), and the events' count."""
+    return _AT["sections"], int(args[_AT["n_events"]])
 
 
 def no_payloads(call: Call) -> Call:
@@ -159,14 +165,14 @@ def no_payloads(call: Call) -> Call:
     args = list(call[3 + nkeys :])
     at, n = _events(args)
     for k in range(n):
-        args[at + 3 + 3 * k] = b"{}"
+        args[at + 2 + 3 * k] = b"{}"
     return [*call[: 3 + nkeys], *args]
 
 
 def no_checkpoint(call: Call) -> Call:
     nkeys = int(call[2])
     args = list(call[3 + nkeys :])
-    args[6] = b""
+    args[_AT["ckpt"]] = b""
     return [*call[: 3 + nkeys], *args]
 
 
@@ -174,10 +180,10 @@ def no_claims(call: Call) -> Call:
     nkeys = int(call[2])
     args = list(call[3 + nkeys :])
     at, n = _events(args)
-    c = at + 1 + 3 * n
-    nc = int(args[c])
-    del args[c + 1 : c + 1 + 2 * nc]
-    args[c] = b"0"
+    c = at + 3 * n
+    nc = int(args[_AT["n_claims"]])
+    del args[c : c + 2 * nc]
+    args[_AT["n_claims"]] = b"0"
     return [*call[: 3 + nkeys], *args]
 
 

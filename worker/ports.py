@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from agentmill_client import limits
 from agentmill_client.models import Message, ToolCall, ToolResult, Usage
+from shared.calls.steps import AcquireVerdict
 from shared.children import ChildSpec, Spawned
 from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
 from shared.settings import Settings
@@ -103,7 +104,7 @@ class Acquired:
 
 @dataclass(frozen=True, slots=True)
 class NotAcquired:
-    verdict: str  # missing | terminal | superseded | busy | exhausted | no_lease
+    verdict: AcquireVerdict  # never OK
     detail: str = ""
 
 

@@ -13,6 +13,7 @@ from shared.calls.agents import AgentCreate, AgentPoint
 from shared.calls.approvals import SettleApproval, SettleApprovalVerdict
 from shared.calls.base import ScriptCall
 from shared.calls.claims import ArchiveClaim, DeletionClaim
+from shared.calls.economy import EconAdvance, EconClose, EconDone, EconEnqueue, EconLease
 from shared.calls.results import BatchResults, ChildResult, ClaimWebhooks, ToolResults
 from shared.calls.runs import Abort, AbortVerdict, Release, ReleaseVerdict
 from shared.calls.schedules import (
@@ -23,6 +24,18 @@ from shared.calls.schedules import (
     SchedulePause,
     SchedulePauseVerdict,
     ScheduleRate,
+)
+from shared.calls.steps import (
+    Acquire,
+    AcquireVerdict,
+    AppendVerdict,
+    Beat,
+    BeatVerdict,
+    Commit,
+    ModelReply,
+    ModelReplyVerdict,
+    Publish,
+    ToolCachePut,
 )
 from shared.calls.submission import (
     AdmitRate,
@@ -42,8 +55,22 @@ __all__ = [
     "CALLS",
     "Abort",
     "AbortVerdict",
+    "Acquire",
+    "AcquireVerdict",
+    "AppendVerdict",
+    "Beat",
+    "BeatVerdict",
+    "Commit",
+    "EconAdvance",
+    "EconClose",
+    "EconDone",
+    "EconEnqueue",
+    "EconLease",
     "ForgetWorker",
     "ForgetWorkerVerdict",
+    "ModelReply",
+    "ModelReplyVerdict",
+    "Publish",
     "Release",
     "ReleaseVerdict",
     "SayLiveTenants",
@@ -58,6 +85,7 @@ __all__ = [
     "SettleApprovalVerdict",
     "Submit",
     "SubmitVerdict",
+    "ToolCachePut",
 ]
 
 CALLS: dict[str, type[ScriptCall]] = {
@@ -89,5 +117,16 @@ CALLS: dict[str, type[ScriptCall]] = {
         IdempotencyClaim,
         BatchReplace,
         SettleApproval,
+        Acquire,
+        Commit,
+        Publish,
+        Beat,
+        ToolCachePut,
+        ModelReply,
+        EconEnqueue,
+        EconLease,
+        EconClose,
+        EconAdvance,
+        EconDone,
     )
 }

@@ -1,5 +1,4 @@
--- KEYS: run, stream, tools
--- ARGV: runId, gen, worker lease id
 -- A worker takes a run (acquire_run.lua; its reply). A job this worker claimed was taken by the
 -- claim itself (claim_jobs.lua); this call is for a job arq started (and tests).
-return acquire_run(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3])
+-- Call: shared.calls.steps.Acquire.
+return acquire_run(KEY.RUN, KEY.STREAM, KEY.TOOLS, ARG.RUN_ID, ARG.GEN, ARG.LEASE_ID)

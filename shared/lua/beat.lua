@@ -1,22 +1,22 @@
 -- One worker heartbeat on one partition, O(1) whatever the worker's number of runs: renew its lease
 -- (its lease key, which a commit checks, and its entry in the workers zset, which the sweep reads)
--- and take up to ARGV[3] abort nudges from its inbox, each answered with the run's epoch and abort
--- reason (the run hash stays the truth; epoch -1: the run is gone), after the number of live workers (its claims' share). A
--- lease that already expired is not renewed: the worker must give up its runs (``lost``).
--- ARGV[4] = '1' registers a new lease id.
--- KEYS: inbox, lease key   ARGV: lease id, leaseMs, max messages, register
-if ARGV[4] ~= '1' and redis.call('EXISTS', KEYS[2]) == 0 then return {'lost'} end
-redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
+-- and take up to max_messages abort nudges from its inbox, each answered with the run's epoch and
+-- abort reason (the run hash stays the truth; epoch -1: the run is gone), after the number of live
+-- workers (its claims' share). A lease that already expired is not renewed: the worker must give up
+-- its runs (``lost``); register = '1' registers a new lease id.
+-- Call: shared.calls.steps.Beat.
+if ARG.REGISTER ~= '1' and redis.call('EXISTS', KEY.LEASE) == 0 then return {V.LOST} end
+redis.call('SET', KEY.LEASE, '1', 'PX', ARG.LEASE_MS)
 local now = now_ms()
-redis.call('ZADD', WORKERS, now + tonumber(ARGV[2]), ARGV[1])
-local out = {'ok', redis.call('ZCOUNT', WORKERS, now, '+inf')}
-local msgs = redis.call('LPOP', KEYS[1], tonumber(ARGV[3]))
+redis.call('ZADD', WORKERS, now + tonumber(ARG.LEASE_MS), ARG.LEASE_ID)
+local out = {V.OK, redis.call('ZCOUNT', WORKERS, now, '+inf')}
+local msgs = redis.call('LPOP', KEY.INBOX, tonumber(ARG.MAX_MESSAGES))
 if msgs then
   for _, rid in ipairs(msgs) do
     local r = redis.call('HMGET', run_key(rid), F.EPOCH, F.ABORT, F.OWNER)
     if not r[1] then  -- gone (deleted after its abort was asked): epoch -1, its worker drops it now
       out[#out + 1] = rid; out[#out + 1] = '-1'; out[#out + 1] = ''
-    elseif r[3] == ARGV[1] then
+    elseif r[3] == ARG.LEASE_ID then
       out[#out + 1] = rid; out[#out + 1] = r[1] or '0'; out[#out + 1] = r[2] or ''
     end
   end

@@ -1,9 +1,8 @@
 -- An economy request line, written once: a custom_id already written (a resumed run asking again)
--- adds nothing. Bounded: an endpoint's open requests of a model stop at ARGV max.
--- KEYS requests, open (the model's)   ARGV customId, line, max
--- Returns 1 written, 0 already there, -1 full.
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
-if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[3]) then return -1 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('ZADD', KEYS[2], now_ms(), ARGV[1])
+-- adds nothing. Bounded: an endpoint's open requests of a model stop at max_open.
+-- Call: shared.calls.economy.EconEnqueue. Returns 1 written, 0 already there, -1 full.
+if redis.call('HEXISTS', KEY.REQUESTS, ARG.CUSTOM_ID) == 1 then return 0 end
+if redis.call('ZCARD', KEY.OPEN) >= tonumber(ARG.MAX_OPEN) then return -1 end
+redis.call('HSET', KEY.REQUESTS, ARG.CUSTOM_ID, ARG.LINE)
+redis.call('ZADD', KEY.OPEN, now_ms(), ARG.CUSTOM_ID)
 return 1

@@ -2,18 +2,17 @@
 -- repeat (a batcher taking over delivers again) changes nothing, nor does an answer to a call the
 -- run is past or sent to the standard lane (a late answer: discarded). When the run is parked
 -- waiting for this call, it goes back on the queue; its worker reads the answer from here.
--- KEYS: run   ARGV: runId, the call's index, the answer (JSON)
--- Returns {'resumed'}, {'recorded'}, {'duplicate'}, {'late'}, {'finished'} or {'unknown_run'}.
-local h = redis.call('HMGET', KEYS[1], F.STATUS, F.MODEL_REPLY_INDEX, F.MODEL_AWAITED, F.MODEL_STANDARD)
-if not h[1] then return {'unknown_run'} end
-if is_terminal(h[1]) then return {'finished'} end
-local index = tonumber(ARGV[2])
-if h[2] and tonumber(h[2]) >= index then return {'duplicate'} end
-if (h[4] and h[4] ~= '' and tonumber(h[4]) >= index) or (h[3] and tonumber(h[3]) > index) then return {'late'} end
+-- Call: shared.calls.steps.ModelReply; its verdict alone.
+local h = redis.call('HMGET', KEY.RUN, F.STATUS, F.MODEL_REPLY_INDEX, F.MODEL_AWAITED, F.MODEL_STANDARD)
+if not h[1] then return {V.UNKNOWN_RUN} end
+if is_terminal(h[1]) then return {V.FINISHED} end
+local index = tonumber(ARG.INDEX)
+if h[2] and tonumber(h[2]) >= index then return {V.DUPLICATE} end
+if (h[4] and h[4] ~= '' and tonumber(h[4]) >= index) or (h[3] and tonumber(h[3]) > index) then return {V.LATE} end
 local now = now_ms()
-redis.call('HSET', KEYS[1], F.MODEL_REPLY_INDEX, ARGV[2], F.MODEL_REPLY, ARGV[3])
-if h[1] == S.AWAITING_MODEL and h[3] == ARGV[2] then
-  client_resume(KEYS[1], ARGV[1], now)
-  return {'resumed'}
+redis.call('HSET', KEY.RUN, F.MODEL_REPLY_INDEX, ARG.INDEX, F.MODEL_REPLY, ARG.ANSWER)
+if h[1] == S.AWAITING_MODEL and h[3] == ARG.INDEX then
+  client_resume(KEY.RUN, ARG.RUN_ID, now)
+  return {V.RESUMED}
 end
-return {'recorded'}
+return {V.RECORDED}

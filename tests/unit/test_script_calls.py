@@ -18,13 +18,9 @@ POSITIONAL_READ = re.compile(r"\bARGV\[\d|\bA\[\d")
 # The Lua files that still read ARGV (or their copy A) by number. Declaring a script's call
 # (shared/calls) takes it off; a file that no longer reads by number must leave the list.
 POSITIONAL = {
-    "acquire", "archive_done",
-    "beat", "budget_reserve", "budget_settle", "capacity_acquire",
-    "capacity_pause", "capacity_release", "capacity_renew", "claim_jobs",
-    "commit", "delete_run", "list_runs",
-    "publish", "rate_slots", "redispatch", "schedule_advance", "schedule_claim",
-    "tool_cache_put",
-    "model_reply", "econ_enqueue", "econ_close", "econ_advance", "econ_done", "econ_lease",
+    "archive_done", "budget_reserve", "budget_settle", "capacity_acquire", "capacity_pause",
+    "capacity_release", "capacity_renew", "claim_jobs", "delete_run", "list_runs", "rate_slots",
+    "redispatch", "schedule_advance", "schedule_claim",
 }  # fmt: skip
 
 

@@ -27,6 +27,7 @@ from agentmill_client.models import (
     ToolResult,
     Usage,
 )
+from shared.calls.steps import AcquireVerdict
 from shared.children import ChildSpec, Spawned
 from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
 from shared.settings import Settings
@@ -123,12 +124,12 @@ class MemoryRunStore:
     async def acquire(self, gen: int, worker_id: str) -> Acquired | NotAcquired:
         r = self.run
         if r.status in _TERMINAL:
-            return NotAcquired("terminal", r.status)
+            return NotAcquired(AcquireVerdict.TERMINAL, r.status)
         if not self._alive(worker_id):
-            return NotAcquired("no_lease", worker_id)
+            return NotAcquired(AcquireVerdict.NO_LEASE, worker_id)
         if not (r.owner == worker_id and r.status == RunStatus.RUNNING.value):  # else: its own, again
             if r.owner and r.live is not None and r.owner in r.live:
-                return NotAcquired("busy", r.owner)
+                return NotAcquired(AcquireVerdict.BUSY, r.owner)
             if r.owner:
                 r.restarts += 1  # taken over from a worker lost without handing it back
             r.epoch += 1

@@ -17,6 +17,8 @@ from agentmill_client.models import Message, ToolCall, ToolResult
 from shared import children as kids
 from shared import payload_crypto
 from shared.calls import ForgetWorker, Release
+from shared.calls.steps import Acquire, AcquireVerdict, AppendVerdict, BeatVerdict, Commit, Publish
+from shared.calls.steps import Beat as BeatCall
 from shared.children import ChildSpec, Spawned
 from shared.functions import Script, each_with_reload
 from shared.keys import Partition
@@ -95,15 +97,12 @@ class RedisRunStore:
         r = claimed[1] if claimed is not None and claimed[0] == worker_id else None
         if r is None:
             if self.lease is not None and self.lease.expired():
-                return NotAcquired("no_lease", "this worker is past its lease deadline")
+                return NotAcquired(AcquireVerdict.NO_LEASE, "this worker is past its lease deadline")
             self.round_trips += 1
-            r = await self._run(
-                self.scripts.acquire,
-                self._keys,
-                [self.run_id, gen, worker_id],
-            )
-        verdict = text(r[0])
-        if verdict != "ok":
+            call = Acquire(self.run_id, gen, worker_id)
+            r = await self._run(self.scripts.acquire, call.keys(self.part), call.argv())
+        verdict = AcquireVerdict(Acquire.verdict(r))
+        if verdict != AcquireVerdict.OK:
             return NotAcquired(verdict, text(r[1]) if len(r) > 1 else "")
         self.epoch = int(text(r[1]))
         self.lease_id = worker_id
@@ -140,95 +139,82 @@ class RedisRunStore:
 
     async def commit(self, step: CommitStep) -> int:
         """Append events, write the checkpoint, claims and tool records: one round trip."""
-        outbox, seal = step.outbox, self.codec.seal_json
         self._check_lease()
-        first = self.last_seq + 1
-        args: list[Any] = [
-            self.epoch, first, self.lease_id, self.run_id, step.status, seal(step.aux),
-            seal(step.checkpoint or b""), len(outbox.events),
-        ]  # fmt: skip
-        for kind, ts, payload in outbox.events:
-            args += [kind, ts, seal(payload)]
-        args.append(len(outbox.claims))
-        for call_id in outbox.claims:
-            args += [call_id, self.attempts.get(call_id, 0) + 1]
-        args.append(len(outbox.records))
-        for call_id, rec in outbox.records:
-            args += [call_id, seal(rec)]
-        if step.session is None:
-            args += ["", "", 0, 0]
-        else:
-            args += [step.session.session_id, seal(step.session.loop), len(step.session.tool_results)]
-            for call_id, res in step.session.tool_results:
-                args += [call_id, seal(res)]
-            args += [len(step.session.calls), *map(seal, step.session.calls)]
-        args.append("" if step.approval_timeout_ms is None else step.approval_timeout_ms)
-        args.append("" if step.run_deadline_ms is None else step.run_deadline_ms)
-        args.append("" if step.iterations is None else step.iterations)
-        args.append(step.error_code)
-        args.append(step.children or "")
-        if step.usage is None:
-            args += ["", "", "", "", "", ""]
-        else:
-            cost = "" if step.usage.cost_usd is None else repr(step.usage.cost_usd)
-            args += [
-                step.usage.input_tokens,
-                step.usage.output_tokens,
-                "1" if step.usage.estimated else "0",
-                cost,
-            ]
-            args += [step.usage.cache_read_tokens, step.usage.cache_write_tokens]
-        args.append(seal(step.config or ""))
-        if step.transcript is None:
-            args += ["", ""]
-        else:
-            args += ["a" if step.transcript.append else "s", self.codec.seal_fragment(step.transcript.data)]
-        own = [*self._keys, self.part.worker_lease(self.lease_id)]
+        call, own = self._commit_call(step), [*self._keys, self.part.worker_lease(self.lease_id)]
         if step.session is not None:
             own += self.part.session_keys(step.session.session_id)
         if step.tally is not None and step.status:
-            args += [step.tally.ttl_s, len(step.tally.increments)]
-            for f, n in step.tally.increments:
-                args += [f, n]
             own.append(self.part.usage_day(step.tally.tenant, step.tally.day))
-        else:
-            args += ["", 0]
-        if (st := outbox.settle) is not None:
-            args += [st.member, st.tokens, st.nano_usd, st.ttl_ms]
+        if (st := step.outbox.settle) is not None:
             own += st.keys
         self.round_trips += 1
-        r = await self._run(self.scripts.commit, own, args)
-        if text(r[0]) in ("fenced", "missing") and (st := outbox.settle) is not None:
+        r = await self._run(self.scripts.commit, own, call.argv())
+        if Commit.verdict(r) in (AppendVerdict.FENCED, AppendVerdict.MISSING) and st is not None:
             # the call was made: its tokens count, its hold goes now
             await budgets.settle_by_call(self.parts, self.scripts, self.part, st)
-        self._appended(r, first)
-        for call_id in outbox.claims:
+        self._appended(r, call.first_seq)
+        for call_id in step.outbox.claims:
             self.attempts[call_id] = self.attempts.get(call_id, 0) + 1
         return self.last_seq
+
+    def _commit_call(self, step: CommitStep) -> Commit:
+        """``step`` as commit.lua's call (shared.calls.steps.Commit), its payloads sealed."""
+        outbox, seal, session, usage, st = (
+            step.outbox,
+            self.codec.seal_json,
+            step.session,
+            step.usage,
+            step.outbox.settle,
+        )
+        tally = step.tally if step.status else None
+        events = [x for kind, ts, payload in outbox.events for x in (kind, ts, seal(payload))]
+        claims = [x for call_id in outbox.claims for x in (call_id, self.attempts.get(call_id, 0) + 1)]
+        records = [x for call_id, rec in outbox.records for x in (call_id, seal(rec))]
+        results = [x for cid, res in session.tool_results for x in (cid, seal(res))] if session else []
+        calls = [seal(c) for c in session.calls] if session else []
+        terms = [x for term in tally.increments for x in term] if tally else []
+        return Commit(
+            epoch=self.epoch, first_seq=self.last_seq + 1, lease_id=self.lease_id, run_id=self.run_id,
+            status=step.status, aux=seal(step.aux), ckpt=seal(step.checkpoint or b""),
+            session_id=session.session_id if session else "", loop=seal(session.loop) if session else b"",
+            approval_timeout_ms=step.approval_timeout_ms, run_deadline_ms=step.run_deadline_ms,
+            iterations=step.iterations, error_code=step.error_code, children=step.children or b"",
+            usage_in=usage.input_tokens if usage else None, usage_out=usage.output_tokens if usage else None,
+            usage_estimated=("1" if usage.estimated else "0") if usage else "",
+            usage_cost=repr(usage.cost_usd) if usage and usage.cost_usd is not None else "",
+            usage_cache_read=usage.cache_read_tokens if usage else None,
+            usage_cache_write=usage.cache_write_tokens if usage else None,
+            config=seal(step.config or b""),
+            transcript_mode=("a" if step.transcript.append else "s") if step.transcript else "",
+            transcript=self.codec.seal_fragment(step.transcript.data) if step.transcript else b"",
+            usage_ttl=tally.ttl_s if tally else None,
+            settle_member=st.member if st else "", settle_tokens=st.tokens if st else None,
+            settle_nano_usd=st.nano_usd if st else None, settle_ttl_ms=st.ttl_ms if st else None,
+            n_claims=len(outbox.claims), n_records=len(outbox.records), n_results=len(results) // 2,
+            n_calls=len(calls), n_usage=len(terms) // 2, n_events=len(outbox.events),
+            sections=(*events, *claims, *records, *results, *calls, *terms),
+        )  # fmt: skip
 
     async def publish(self, events: list[Entry]) -> int:
         """Events alone (publish.lua: a commit's gate, no checkpoint): a model's deltas."""
         self._check_lease()
-        first = self.last_seq + 1
-        args: list[Any] = [self.epoch, first, self.lease_id, len(events)]
-        for kind, ts, payload in events:
-            args += [kind, ts, self.codec.seal_json(payload)]
+        seal = self.codec.seal_json
+        call = Publish(self.epoch, self.last_seq + 1, self.lease_id, len(events),
+                       tuple(x for kind, ts, payload in events for x in (kind, ts, seal(payload))))  # fmt: skip
         self.round_trips += 1
-        r = await self._run(
-            self.scripts.publish, [*self._keys[:2], self.part.worker_lease(self.lease_id)], args
-        )
-        self._appended(r, first)
+        r = await self._run(self.scripts.publish, call.keys(self.part, self.run_id), call.argv())
+        self._appended(r, call.first_seq)
         return self.last_seq
 
     def _appended(self, r: Any, first: int) -> None:
         """An append's answer (commit.lua, publish.lua): the stream's new last seq, or the refusal."""
-        verdict = text(r[0])
-        if verdict == "fenced" or verdict == "missing":
+        verdict = Commit.verdict(r)
+        if verdict in (AppendVerdict.FENCED, AppendVerdict.MISSING):
             raise FencedError(
                 f"run {self.run_id}: epoch {self.epoch} is no longer current ({verdict})",
-                deleted=verdict == "missing",
+                deleted=verdict == AppendVerdict.MISSING,
             )
-        if verdict == "seq_conflict":
+        if verdict == AppendVerdict.SEQ_CONFLICT:
             raise SeqConflictError(
                 f"run {self.run_id}: expected last seq {first - 1}, stream has {text(r[1])}"
             )
@@ -363,8 +349,8 @@ async def beat(
     the number of runs the worker holds. Lost on any partition is lost (the worker starts over)."""
 
     def queue(pipe: Any, part: Partition) -> None:
-        k, a = scripts.frame(part, [part.worker_inbox(lease_id), part.worker_lease(lease_id)],
-                             [lease_id, lease_ms, max_messages, "1" if register else ""])  # fmt: skip
+        call = BeatCall(lease_id, lease_ms, max_messages, "1" if register else "")
+        k, a = scripts.frame(part, call.keys(part), call.argv())
         scripts.beat.queue(pipe, k, a)
 
     # Bounded: a beat stuck on a dead master would keep the worker from seeing its lease run out.
@@ -372,7 +358,7 @@ async def beat(
     aborts: list[tuple[str, int, str]] = []
     workers = 1
     for (r,) in replies:
-        if text(r[0]) == "lost":
+        if BeatCall.verdict(r) == BeatVerdict.LOST:
             return Beat(lost=True)
         workers = max(workers, int(r[1]))
         aborts += [(text(r[i]), int(text(r[i + 1]) or 0), text(r[i + 2])) for i in range(2, len(r), 3)]

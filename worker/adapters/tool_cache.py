@@ -19,6 +19,7 @@ import orjson
 
 from agentmill_client.models import ToolCall, ToolResult
 from shared import keys, payload_crypto
+from shared.calls.steps import ToolCachePut
 from shared.fields import RunField
 from shared.partitions import Partitions
 from shared.quotas import DEFAULT_TENANT
@@ -78,7 +79,8 @@ class RedisToolCache:
         key = await self._key(call)
         body = payload_crypto.active().seal_json(orjson.dumps({"content": result.content}))
         p = self.part
-        k, a = self.scripts.frame(p, [p.run(self.run_id), key, p.run_cached(self.run_id)], [body, ttl_s])
+        put = ToolCachePut(body, ttl_s)
+        k, a = self.scripts.frame(p, put.keys(p, self.run_id, key), put.argv())
         await self.parts.call(p, lambda c: self.scripts.tool_cache_put(keys=k, args=a, client=c))
 
 

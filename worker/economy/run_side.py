@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from shared import keys, payload_crypto
+from shared.calls.steps import ModelReply
 from shared.fields import RunField as F
 from shared.partitions import Partitions
 from shared.replies import text
@@ -77,8 +78,9 @@ class Deliveries:
             return
         run_id, index = parsed
         sealed = payload_crypto.active().seal_json(orjson.dumps(reply.to_json()))
-        k, a = self.scripts.framing.frame(part, [part.run(run_id)], [run_id, index, sealed])
-        verdict = text(
-            (await self.parts.call(part, lambda c: self.scripts.model_reply(keys=k, args=a, client=c)))[0]
+        call = ModelReply(run_id, index, sealed)
+        k, a = self.scripts.framing.frame(part, call.keys(part), call.argv())
+        verdict = ModelReply.verdict(
+            await self.parts.call(part, lambda c: self.scripts.model_reply(keys=k, args=a, client=c))
         )
-        self.counts[verdict] += 1
+        self.counts[verdict.value] += 1

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from shared import endpoint_keys, payload_crypto
+from shared.calls.economy import LEASE_LOST, EconAdvance, EconClose, EconDone, EconEnqueue, EconLease
 from shared.fields import EconomyBatchField as EB
 from shared.fields import EconomyBatchState
 from shared.functions import Script
@@ -56,15 +57,12 @@ class EconomyStore:
 
     async def enqueue(self, endpoint: str, model: str, custom_id: str, line: bytes, max_open: int) -> int:
         """1 written, 0 written before (nothing changes), -1 the model's open requests are full."""
-        ks = [endpoint_keys.economy_requests_key(endpoint), endpoint_keys.economy_open_key(endpoint, model)]
-        return int(await self._run(self.scripts.econ_enqueue, ks, [custom_id, line, max_open]))
+        call = EconEnqueue(custom_id, line, max_open)
+        return int(await self._run(self.scripts.econ_enqueue, call.keys(endpoint, model), call.argv()))
 
     async def lease(self, endpoint: str, holder: str, ttl_ms: int) -> bool:
-        return bool(
-            await self._run(
-                self.scripts.econ_lease, [endpoint_keys.economy_lease_key(endpoint)], [holder, ttl_ms]
-            )
-        )
+        call = EconLease(holder, ttl_ms)
+        return bool(await self._run(self.scripts.econ_lease, call.keys(endpoint), call.argv()))
 
     async def oldest_open(self, endpoint: str, model: str) -> tuple[int, int | None]:
         """(open requests of the model, when the oldest was written, ms)."""
@@ -85,39 +83,24 @@ class EconomyStore:
         seq = endpoint_keys.economy_seq_key(endpoint)
         number = await self.call_key(seq, lambda c: c.incr(seq))
         batch_id = f"{int(number):08d}"
-        ks = [
-            endpoint_keys.economy_open_key(endpoint, model),
-            endpoint_keys.economy_batches_key(endpoint),
-            endpoint_keys.economy_batch_key(endpoint, batch_id),
-            endpoint_keys.economy_lease_key(endpoint),
-            endpoint_keys.economy_where_key(endpoint),
-        ]
-        got = int(await self._run(self.scripts.econ_close, ks, [holder, batch_id, n, model]))
-        if got < 0:
+        call = EconClose(holder, batch_id, n, model)
+        got = int(await self._run(self.scripts.econ_close, call.keys(endpoint), call.argv()))
+        if got == LEASE_LOST:
             raise LeaseLostError(endpoint)
         return batch_id if got else None
 
     async def advance(self, endpoint: str, batch_id: str, holder: str, fields: dict[EB, str | int]) -> bool:
         """Write the batch's next state; False: it was delivered already."""
-        ks = [endpoint_keys.economy_batch_key(endpoint, batch_id), endpoint_keys.economy_lease_key(endpoint)]
-        args: list[Any] = [holder, len(fields)]
-        for f, v in fields.items():
-            args += [f.value, v]
-        got = int(await self._run(self.scripts.econ_advance, ks, args))
-        if got < 0:
+        call = EconAdvance(holder, len(fields), tuple(x for f, v in fields.items() for x in (f.value, v)))
+        got = int(await self._run(self.scripts.econ_advance, call.keys(endpoint, batch_id), call.argv()))
+        if got == LEASE_LOST:
             raise LeaseLostError(endpoint)
         return got == 1
 
     async def done(self, endpoint: str, batch_id: str, holder: str) -> int:
-        ks = [
-            endpoint_keys.economy_requests_key(endpoint),
-            endpoint_keys.economy_batches_key(endpoint),
-            endpoint_keys.economy_batch_key(endpoint, batch_id),
-            endpoint_keys.economy_lease_key(endpoint),
-            endpoint_keys.economy_where_key(endpoint),
-        ]
-        got = int(await self._run(self.scripts.econ_done, ks, [holder, batch_id]))
-        if got < 0:
+        call = EconDone(holder, batch_id)
+        got = int(await self._run(self.scripts.econ_done, call.keys(endpoint), call.argv()))
+        if got == LEASE_LOST:
             raise LeaseLostError(endpoint)
         return got
 

@@ -23,6 +23,7 @@ from agentmill_client.codec import encode
 from agentmill_client.models import RunInput, RunStatus
 from shared import logs
 from shared.actors import abort_of
+from shared.calls.steps import AcquireVerdict
 from shared.tool_records import ToolRecord
 from worker import machine
 from worker.adapters.lease import LeaseExpiredError
@@ -144,7 +145,7 @@ class RunDriver:
         obs = self.host.observer
         acq = await self.store.acquire(self.gen, self.host.lease_id)
         if isinstance(acq, NotAcquired):
-            if acq.verdict == "exhausted":
+            if acq.verdict == AcquireVerdict.EXHAUSTED:
                 obs.run_started(resumed=True, job_try=self.job_try)
                 obs.run_finished(RunStatus.FAILED.value, iterations=0, duration_s=0.0)
             log.info("run %s gen %s not started: %s %s", self.run_id, self.gen, acq.verdict, acq.detail)
