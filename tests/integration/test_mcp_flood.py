@@ -52,6 +52,32 @@ async def test_a_listing_of_too_many_tools_is_refused_and_a_call_names_the_bound
     assert err and "more than 256 tools" in text and "maxTools" in text, text
 
 
+async def test_a_page_of_too_many_tools_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
+    # 1,000 tools of 2 kB in one page: parsed by the SDK before the count refused them, about 30 ms
+    # of CPU in one turn of the loop; counted as the bytes arrive, about 3 ms.
+    with flood_server(tmp_path, tools=1_000, schema_bytes=2_000, page=1_000) as srv:
+        async with toolbox(srv.url) as (box, prof):
+            box_specs = box.specs(prof)
+            lags: list[float] = []
+            done = asyncio.Event()
+
+            async def probe() -> None:  # the loop's CPU time between two turns of this task
+                while not done.is_set():
+                    t = time.thread_time()
+                    await asyncio.sleep(0.001)
+                    lags.append(time.thread_time() - t)
+
+            prober = asyncio.create_task(probe())
+            try:
+                assert await box_specs == {}
+                err, text = await call(box, prof, "srv__blocks", '{"n": 1}')
+            finally:
+                done.set()
+                await prober
+    assert err and "more than 256 tools" in text and "maxTools" in text, text
+    assert max(lags) < 0.015, f"the loop was blocked for {max(lags) * 1000:.0f} ms of CPU"
+
+
 async def test_too_many_pages_or_bytes_refuse_the_listing_and_a_huge_schema_leaves_its_tool_out(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -249,6 +249,20 @@ class McpServer:
             return self.tools
 
     async def _list(self) -> dict[str, McpTool]:
+        """The listing; a page the transport refused unparsed (worker/tools/mcp_listing_shape.py)
+        raises that refusal."""
+        refused: list[Exception] = []
+        token = REFUSALS.set(refused)
+        try:
+            return await self._pages_read()
+        except Exception:
+            if refused:
+                raise refused[0] from None
+            raise
+        finally:
+            REFUSALS.reset(token)
+
+    async def _pages_read(self) -> dict[str, McpTool]:
         allow = None if self.cfg.allow_tools is None else set(self.cfg.allow_tools)
         out: dict[str, McpTool] = {}
         outputs: dict[str, dict[str, Any]] = {}
