@@ -12,7 +12,10 @@ its content's hash). The bounds (agentmill_client/limits.py) are what keeps vali
   within MAX_SCHEMA_PATTERN_CHARS; a schema with both ``unevaluatedProperties`` and
   ``patternProperties`` is refused (that combination would run patterns outside RE2);
 - ``refs``: references stay inside the schema (``#``, ``#/json/pointer``, ``#anchor``); neither
-  ``$id`` below the root (a second base for references) nor ``$dynamicRef``/``$recursiveRef``.
+  ``$id`` below the root (a second base for references) nor ``$dynamicRef``/``$recursiveRef``; and no
+  reference reaches back to itself on the same value (through ``$ref``, ``allOf``/``anyOf``/``oneOf``,
+  ``not``, ``if``/``then``/``else`` or ``dependentSchemas`` only): validation of such a loop never
+  descends into the value, so it would only end when the interpreter's stack does.
 
 A schema past a bound raises SchemaBoundError naming the bound.
 """
@@ -39,7 +42,9 @@ _ONE = frozenset({
 _LIST = frozenset({"allOf", "anyOf", "oneOf", "prefixItems"})
 _MAP = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
 _BRANCHING = ("allOf", "anyOf", "oneOf")
+_IN_PLACE_ONE = ("not", "if", "then", "else")  # applied to the same value, as _BRANCHING and $ref are
 _UNSUPPORTED = ("$dynamicRef", "$recursiveRef")
+_END = object()
 
 
 class SchemaBoundError(ValueError):
@@ -73,6 +78,7 @@ def check_bounds(schema: Any) -> Measure:
         )
     depth = _depth(schema)
     nodes, branches = _expand(schema)
+    _refuse_loops(schema)
     return Measure(size, depth, nodes, branches)
 
 
@@ -195,3 +201,51 @@ def _check_keywords(node: dict[str, Any], at_root: bool) -> None:
             compiled(p)
         except PatternError as exc:
             raise SchemaBoundError("patterns", str(exc)) from None
+
+
+def _in_place(node: dict[str, Any], root: Any, anchors: dict[str, Any]) -> Iterator[Any]:
+    """The subschemas validation applies to the same value as ``node`` (its ``$ref``'s target too)."""
+    for key in _BRANCHING:
+        if isinstance(value := node.get(key), list):
+            yield from value
+    for key in _IN_PLACE_ONE:
+        if key in node:
+            yield node[key]
+    if isinstance(value := node.get("dependentSchemas"), dict):
+        yield from value.values()
+    if isinstance(ref := node.get("$ref"), str):
+        yield _resolve(root, ref, anchors)
+
+
+def _refuse_loops(root: Any) -> None:
+    """SchemaBoundError("refs") when a subschema leads back to itself on the same value (a cycle of
+    in-place applications, one of them a $ref): ``{"allOf": [{"$ref": "#"}]}`` recurses without end.
+    A reference back through ``properties``, ``items``… descends into the value: it ends with it."""
+    anchors = _anchors(root)
+    done: set[int] = set()
+    starts = [root]
+    while starts:
+        start = starts.pop()
+        if not isinstance(start, dict):
+            continue
+        starts.extend(_subschemas(start))
+        if id(start) in done:
+            continue
+        on_path: set[int] = {id(start)}
+        stack: list[tuple[dict[str, Any], Iterator[Any]]] = [(start, _in_place(start, root, anchors))]
+        while stack:
+            node, rest = stack[-1]
+            nxt = next(rest, _END)
+            if nxt is _END:
+                stack.pop()
+                on_path.discard(id(node))
+                done.add(id(node))
+            elif isinstance(nxt, dict) and id(nxt) not in done:
+                if id(nxt) in on_path:
+                    raise SchemaBoundError(
+                        "refs",
+                        "a $ref leads back to itself on the same value (through allOf/anyOf/oneOf/"
+                        "not/if/then/else only): validating it would never end",
+                    )
+                on_path.add(id(nxt))
+                stack.append((nxt, _in_place(nxt, root, anchors)))

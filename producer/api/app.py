@@ -40,6 +40,7 @@ from producer.api.state import Api
 from producer.restore import StateOf
 from producer.schedules.live import beat_live_tenants, publish_live_tenants
 from shared import payload_crypto
+from shared.gc_settle import settle_gc
 from shared.outage_log import OutageLog
 from shared.partitions import Partitions
 from shared.redis_watch import RedisWatch
@@ -125,6 +126,7 @@ def create_app(
                     tasks.append(asyncio.create_task(firer.run_forever(stop)))
                 if watch is not None:
                     tasks.append(asyncio.create_task(watch.run_forever()))
+                settle_gc()  # what start-up built, frozen: no collection walks it in a request's turn
                 app.state.api = api
 
             async def own_pools() -> None:

@@ -21,7 +21,7 @@ from shared.profiles import AgentProfile, McpServerConfig
 from tests.support.mcp_flood_server import flood_server
 from worker.tools import mcp_bounds
 from worker.tools.base import ToolContext
-from worker.tools.mcp import McpServer
+from worker.tools.mcp import FAILED_LISTING_S, McpServer
 from worker.tools.mcp_transport import GuardedMcpTransport
 from worker.tools.registry import Toolbox
 
@@ -50,6 +50,53 @@ async def test_a_listing_of_too_many_tools_is_refused_and_a_call_names_the_bound
             assert await box.specs(prof) == {}
             err, text = await call(box, prof, "srv__blocks", '{"n": 1}')
     assert err and "more than 256 tools" in text and "maxTools" in text, text
+
+
+async def test_a_page_of_too_many_tools_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
+    # 1,000 tools of 2 kB in one page: parsed by the SDK before the count refused them, about 30 ms
+    # of CPU in one turn of the loop; counted as the bytes arrive, about 3 ms.
+    with flood_server(tmp_path, tools=1_000, schema_bytes=2_000, page=1_000) as srv:
+        async with toolbox(srv.url) as (box, prof):
+            box_specs = box.specs(prof)
+            lags: list[float] = []
+            done = asyncio.Event()
+
+            async def probe() -> None:  # the loop's CPU time between two turns of this task
+                while not done.is_set():
+                    t = time.thread_time()
+                    await asyncio.sleep(0.001)
+                    lags.append(time.thread_time() - t)
+
+            prober = asyncio.create_task(probe())
+            try:
+                assert await box_specs == {}
+                err, text = await call(box, prof, "srv__blocks", '{"n": 1}')
+            finally:
+                done.set()
+                await prober
+    assert err and "more than 256 tools" in text and "maxTools" in text, text
+    assert max(lags) < 0.015, f"the loop was blocked for {max(lags) * 1000:.0f} ms of CPU"
+
+
+async def test_a_refused_listing_is_not_asked_for_at_every_run_even_with_no_ttl(tmp_path: Path) -> None:
+    # toolsTtlS 0 (figure 9's MCP attack): a refused listing was asked for, sent whole and refused
+    # again at every run start; now at most once per FAILED_LISTING_S.
+    now = [0.0]
+    with flood_server(tmp_path, tools=mcp_bounds.MAX_TOOLS + 50, schema_bytes=100, page=1_000) as srv:
+        http = guarded_client()
+        cfg = McpServerConfig(name="srv", url=srv.url, allow_hosts=["127.0.0.1"], tools_ttl_s=0)
+        server = McpServer(cfg, GuardedMcpTransport(http, allow_hosts=cfg.allow_hosts), clock=lambda: now[0])
+        try:
+            for _ in range(5):
+                assert await server.list() == {}
+                now[0] += 1.0
+            assert server.relists == 1 and server.refused is not None
+            now[0] += FAILED_LISTING_S
+            assert await server.list() == {}
+            assert server.relists == 2
+        finally:
+            await server.aclose()
+            await http.aclose()
 
 
 async def test_too_many_pages_or_bytes_refuse_the_listing_and_a_huge_schema_leaves_its_tool_out(

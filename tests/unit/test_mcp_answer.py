@@ -7,6 +7,8 @@ import orjson
 import pytest
 
 from worker.tools.mcp_answer import AnswerBoundError, AnswerShape
+from worker.tools.mcp_bounds import ListingRefusedError
+from worker.tools.mcp_listing_shape import ListingShape
 
 
 def fed(body: bytes, size: int, **bounds: int) -> AnswerShape:
@@ -32,3 +34,26 @@ def test_past_the_items_or_the_depth_the_answer_is_refused_naming_the_bound() ->
     with pytest.raises(AnswerBoundError, match="maxAnswerDepth"):
         fed(deep, 5, max_depth=32)
     assert fed(b"[" * 32 + b"]" * 32, 5, max_depth=32).items == 32
+
+
+def _tool(i: int) -> dict[str, object]:
+    schema = {"type": "object", "properties": {"a": {"type": "array", "items": [{"type": "string"}]}}}
+    return {"name": f"t{i}", "description": 'a "{[" \\ \\" ]}', "inputSchema": schema}
+
+
+def listed(tools: int, size: int, sse: bool = False, max_tools: int = 5) -> ListingShape:
+    msg = orjson.dumps({"jsonrpc": "2.0", "id": 1, "result": {"tools": [_tool(i) for i in range(tools)],
+                                                             "_meta": {"x": [{"y": 1}]}}})  # fmt: skip
+    body = b"event: message\ndata: " + msg + b"\n\n" if sse else msg
+    shape = ListingShape(max_tools)
+    for i in range(0, len(body), size):
+        shape.feed(body[i : i + size])
+    return shape
+
+
+@pytest.mark.parametrize("size", [1, 3, 64, 100_000])
+@pytest.mark.parametrize("sse", [False, True])
+def test_a_listing_counts_its_tools_not_their_schemas_nor_its_meta(size: int, sse: bool) -> None:
+    assert listed(5, size, sse).tools == 5
+    with pytest.raises(ListingRefusedError, match=r"more than 5 tools \(bound: maxTools"):
+        listed(6, size, sse)

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from agentmill_client import limits
@@ -112,6 +112,30 @@ def test_a_recursive_schema_is_accepted_and_its_cost_is_bounded_by_steps() -> No
     assert err.bound == "steps" and str(limits.MAX_SCHEMA_STEPS) in err.message
 
 
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"allOf": [{}, {"uniqueItems": True}, {"$ref": "#"}]},
+        {"$ref": "#"},
+        {"not": {"anyOf": [{"$ref": "#/$defs/a"}]}, "$defs": {"a": {"if": {"$ref": "#"}}}},
+        {"properties": {"x": {"$ref": "#/$defs/a"}}, "$defs": {"a": {"oneOf": [{"$ref": "#/$defs/a"}]}}},
+        {"dependentSchemas": {"k": {"$ref": "#"}}},
+    ],
+)
+def test_a_reference_looping_on_the_same_value_is_refused_at_compile(schema: dict[str, Any]) -> None:
+    # Validation would recurse until the interpreter's stack ran out: seconds of CPU under a tracer.
+    t0 = time.thread_time()
+    err = refused(schema, [None, None])
+    assert time.thread_time() - t0 < 0.05
+    assert err.bound == "refs" and "leads back to itself" in err.message, err.message
+
+
+def test_a_reference_through_the_value_is_not_a_loop() -> None:
+    tree = {"anyOf": [{"type": "null"}, {"type": "array", "items": {"$ref": "#"}}]}
+    assert validation_errors(tree, [[None], [[None]]]) == []
+    assert "does not resolve" in refused({"$ref": "#/$defs/missing", "allOf": [{}]}, 1).message  # not a loop
+
+
 def test_unique_items_hashes_and_keeps_json_equality() -> None:
     schema = {"type": "array", "uniqueItems": True}
     many = [{"x": i, "y": [i]} for i in range(2_000)]  # every pair compared: 2 million comparisons
@@ -179,6 +203,7 @@ _json = st.recursive(
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(root=_schema, defs=st.lists(_schema, min_size=3, max_size=3), value=_json)
+@example(root={"allOf": [{}, {"uniqueItems": True}, {"$ref": "#"}]}, defs=[{}, {}, {}], value=[None, None])
 def test_any_accepted_schema_checks_any_value_within_the_bound(
     root: dict[str, Any], defs: list[dict[str, Any]], value: Any
 ) -> None:
@@ -187,5 +212,5 @@ def test_any_accepted_schema_checks_any_value_within_the_bound(
     try:
         validation_errors(schema, value)
     except SchemaBoundError as exc:  # refused (a bound, or its steps spent): never anything else
-        assert exc.bound in ("nodes", "branches", "steps", "depth", "schema", "patterns"), exc
+        assert exc.bound in ("nodes", "branches", "steps", "depth", "schema", "patterns", "refs"), exc
     assert time.thread_time() - t0 < CHECK_CPU_S

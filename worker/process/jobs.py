@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import os
 import signal
@@ -23,6 +22,7 @@ from redis.exceptions import RedisError
 
 from shared import netguard, payload_crypto, scripts
 from shared.dispatch import RUN_FUNCTION, deserialize, serialize
+from shared.gc_settle import GC_THRESHOLDS, settle_gc
 from shared.loop import unless_closing
 from shared.outage_log import OutageLog
 from shared.partitions import Partitions
@@ -61,25 +61,6 @@ __all__ = [
 log = logging.getLogger("agentmill.worker")
 
 T = TypeVar("T")
-
-
-# Python's defaults are (700, 10, 10). Young collections every 20,000 allocations; their survivors
-# (mostly objects of runs in flight) move on after two of them, so no middle generation grows to
-# the size of thousands of runs (a collection of it took 70 ms at 2,000 in flight). At 50,000 a
-# middle collection held the loop 40-55 ms at 2,000 in flight, at 20,000 14-25 ms, for the same
-# collector time in all (77-98 ms in 13 passes against 80-98 ms in 6; 10,000: 13 passes, 27 ms,
-# against 3 passes, 13 ms at 50,000 while 1,000 runs started and ended).
-GC_THRESHOLDS = (20_000, 2, 10)
-
-
-def settle_gc() -> None:
-    """What start-up built (modules, settings, profiles) lives as long as the process: the collector
-    stops scanning it. With a thousand runs in flight, full collections walking all of it took up
-    to 200 ms (event-loop lag) and much of the worker's CPU. Runs free their objects by reference
-    counting (the collector is there for their cycles), so it runs less often (GC_THRESHOLDS)."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def lease_margin_ms(settings: Settings) -> int:

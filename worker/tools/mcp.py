@@ -61,7 +61,7 @@ log = logging.getLogger("agentmill.mcp")
 # tools/list_changed: the listing is asked for again at most once per interval per server, and at
 # most one line per interval is logged (with how many notices came since the last one).
 LIST_CHANGED_INTERVAL_S = 5.0
-FAILED_LISTING_S = 5.0  # a listing that failed is asked for again after this (or toolsTtlS if shorter)
+FAILED_LISTING_S = 5.0  # a failed listing is asked again after this (toolsTtlS if shorter; refused: longer)
 McpObserver = Callable[[str, str, float], None]  # (server, outcome ok|error|failed, seconds)
 
 
@@ -240,7 +240,8 @@ class McpServer:
                     log.warning("MCP server %s (%s): tools/list refused: %s; none of its tools are offered",
                                 self.cfg.name, self.cfg.url, leaf)  # fmt: skip
                     self.refused, self.tools = leaf, {}
-                    self.listed_at = self.clock()  # asked again after toolsTtlS or a tools/list_changed
+                    # asked again after toolsTtlS (FAILED_LISTING_S at least) or a tools/list_changed
+                    self.listed_at = self.clock() + max(0.0, FAILED_LISTING_S - self.cfg.tools_ttl_s)
                     return self.tools
                 log.warning("MCP server %s (%s): tools/list failed: %s: %s; serving %d tools listed before",
                             self.cfg.name, self.cfg.url, type(leaf).__name__, leaf, len(self.tools))  # fmt: skip
@@ -249,6 +250,19 @@ class McpServer:
             return self.tools
 
     async def _list(self) -> dict[str, McpTool]:
+        """The listing; a page refused unparsed (worker/tools/mcp_listing_shape.py) raises that."""
+        refused: list[Exception] = []
+        token = REFUSALS.set(refused)
+        try:
+            return await self._pages_read()
+        except Exception:
+            if refused:
+                raise refused[0] from None
+            raise
+        finally:
+            REFUSALS.reset(token)
+
+    async def _pages_read(self) -> dict[str, McpTool]:
         allow = None if self.cfg.allow_tools is None else set(self.cfg.allow_tools)
         out: dict[str, McpTool] = {}
         outputs: dict[str, dict[str, Any]] = {}

@@ -12,7 +12,7 @@ never parsed.
 
 from __future__ import annotations
 
-__all__ = ["MAX_ANSWER_DEPTH", "MAX_ANSWER_ITEMS", "AnswerBoundError", "AnswerShape"]
+__all__ = ["MAX_ANSWER_DEPTH", "MAX_ANSWER_ITEMS", "AnswerBoundError", "AnswerShape", "Brackets"]
 
 MAX_ANSWER_ITEMS = 5_000  # JSON objects and arrays in one tools/call answer (content blocks and all)
 MAX_ANSWER_DEPTH = 32  # how deep they nest
@@ -28,19 +28,15 @@ class AnswerBoundError(ValueError):
         self.bound = bound
 
 
-class AnswerShape:
-    """The brackets of an answer's JSON outside its strings, fed chunk by chunk (``feed``)."""
+class Brackets:
+    """The brackets of a JSON text outside its strings, chunk by chunk (``outside``): what the
+    answer's and the listing's shapes (worker/tools/mcp_listing_shape.py) count."""
 
-    def __init__(self, max_items: int = MAX_ANSWER_ITEMS, max_depth: int = MAX_ANSWER_DEPTH) -> None:
-        self.max_items = max_items
-        self.max_depth = max_depth
-        self.items = 0
-        self._depth = 0  # brackets open now
+    def __init__(self) -> None:
         self._in_string = False
         self._escaped = False  # the chunk before ended on a backslash inside a string
 
-    def feed(self, chunk: bytes) -> None:
-        """AnswerBoundError once the bytes so far are past a bound."""
+    def outside(self, chunk: bytes) -> bytes:
         if self._escaped and chunk:
             chunk, self._escaped = chunk[1:], False
         # Escapes only occur inside strings: drop them so that every '"' left opens or closes one.
@@ -51,7 +47,22 @@ class AnswerShape:
         outside = parts[1::2] if self._in_string else parts[0::2]
         if len(parts) % 2 == 0:
             self._in_string = not self._in_string
-        brackets = b"".join(outside).translate(None, _NOT_BRACKETS)
+        return b"".join(outside).translate(None, _NOT_BRACKETS)
+
+
+class AnswerShape:
+    """The brackets of an answer's JSON outside its strings, fed chunk by chunk (``feed``)."""
+
+    def __init__(self, max_items: int = MAX_ANSWER_ITEMS, max_depth: int = MAX_ANSWER_DEPTH) -> None:
+        self.max_items = max_items
+        self.max_depth = max_depth
+        self.items = 0
+        self._depth = 0  # brackets open now
+        self._brackets = Brackets()
+
+    def feed(self, chunk: bytes) -> None:
+        """AnswerBoundError once the bytes so far are past a bound."""
+        brackets = self._brackets.outside(chunk)
         self.items += brackets.count(b"{") + brackets.count(b"[")
         if self.items > self.max_items:
             raise AnswerBoundError(

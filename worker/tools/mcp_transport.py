@@ -23,6 +23,7 @@ import orjson
 
 from shared.netguard import DESTINATION, ResponseTooLargeError, checked_destination
 from worker.tools.mcp_answer import AnswerShape
+from worker.tools.mcp_listing_shape import ListingShape
 
 __all__ = ["REFUSALS", "Exchange", "GuardedMcpTransport", "McpConfigError", "expand_headers"]
 
@@ -70,12 +71,12 @@ class _Body(httpx2.AsyncByteStream):
         resp: httpx.Response,
         max_bytes: int,
         on_done: Callable[[bytes], None] | None,
-        shape: AnswerShape | None = None,
+        shape: AnswerShape | ListingShape | None = None,
     ) -> None:
         self.resp = resp
         self.max_bytes = max_bytes
         self.on_done = on_done
-        self.shape = shape  # a tools/call answer's: bounded in items and depth before it is parsed
+        self.shape = shape  # a tools/call or tools/list answer's: bounded before it is parsed
         self.seen = bytearray() if on_done is not None else None
         self.n = 0
 
@@ -112,15 +113,17 @@ def _refused(exc: Exception) -> Exception:
     return exc
 
 
-def _calls_a_tool(body: bytes) -> bool:
-    """Whether the request is a tools/call (its answer is bounded in shape, not only in bytes)."""
-    if b"tools/call" not in body:
-        return False
+def _shape_of(body: bytes) -> AnswerShape | ListingShape | None:
+    """What bounds the answer to the request ``body`` in shape, not only in bytes: a tools/call's
+    (items and depth) or a tools/list's (tools)."""
+    if b"tools/call" not in body and b"tools/list" not in body:
+        return None
     try:
         msg = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return False
-    return isinstance(msg, dict) and msg.get("method") == "tools/call"
+        return None
+    method = msg.get("method") if isinstance(msg, dict) else None
+    return AnswerShape() if method == "tools/call" else ListingShape() if method == "tools/list" else None
 
 
 def _as_httpx2(exc: httpx.TransportError) -> httpx2.TransportError:
@@ -168,7 +171,7 @@ class GuardedMcpTransport(httpx2.AsyncBaseTransport):
         return httpx2.Response(
             resp.status_code,
             headers=resp.headers.multi_items(),
-            stream=_Body(resp, self.max_bytes, on_done, AnswerShape() if _calls_a_tool(body) else None),
+            stream=_Body(resp, self.max_bytes, on_done, _shape_of(body)),
         )
 
     def _recorder(
