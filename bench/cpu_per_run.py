@@ -80,7 +80,7 @@ async def one(
     await b.flush(r)
     p = b.spawn(["-m", "app.worker"], **env)
     a = b.spawn(["-m", "app.cli", "archiver"], **env) if apart else None
-    await b.wait_started(r)
+    await b.wait_started(r, 90.0)  # a loaded machine starts a worker slowly
     await asyncio.sleep(1.5)  # imports and first polls over
     c0, rc0, t0 = cpu_s(p.pid), await redis_cpu_s(r), time.perf_counter()
     a0 = cpu_s(a.pid) if a else 0.0
