@@ -19,6 +19,11 @@ whose CPU is reported beside (``archiver_ms_per_run``); both drain the archive b
 is taken, so it includes the archiving of its runs. ``--archive index`` measures the runs' own path
 with the archive on and nothing archiving meanwhile (the ending scripts add each run to the
 archive's index; no archiver runs): the hot path's share of the archive.
+
+``--kind openai`` runs figure 1 (only) on an ``openai``-kind profile (gpt-4o-mini, priced by the
+profile, so both trees cost each call) against the tree's tests/support/fake_openai.py, served in this
+process and answering "hi" in one chunk at once: the provider's own path (request body, stream
+parsing, usage and cost) on top of the scripted kind's. Its CPU is not counted.
 """
 
 from __future__ import annotations
@@ -62,17 +67,29 @@ async def archived_all(r: Redis) -> bool:
 
 
 async def one(
-    b: Any, r: Redis, n: int, script: list[dict[str, Any]], env: dict[str, str], apart: bool, drain: bool
+    b: Any,
+    r: Redis,
+    n: int,
+    script: list[dict[str, Any]],
+    env: dict[str, str],
+    apart: bool,
+    drain: bool,
+    agent: str = "scripted",
 ) -> dict[str, float]:
     """n runs of ``script`` through one fresh worker process, counted from after its start-up."""
     await b.flush(r)
     p = b.spawn(["-m", "app.worker"], **env)
     a = b.spawn(["-m", "app.cli", "archiver"], **env) if apart else None
-    await b.wait_started(r)
+    await b.wait_started(r, 90.0)  # a loaded machine starts a worker slowly
     await asyncio.sleep(1.5)  # imports and first polls over
     c0, rc0, t0 = cpu_s(p.pid), await redis_cpu_s(r), time.perf_counter()
     a0 = cpu_s(a.pid) if a else 0.0
-    await b.producer(r).submit_many([b.script_run(script)] * n)
+    run = (
+        b.script_run(script, agent)
+        if script
+        else {"agent": agent, "inputMessages": [{"role": "user", "content": "bench"}]}
+    )
+    await b.producer(r).submit_many([run] * n)
     while not await b.runs_done(r):
         await asyncio.sleep(0.01)
     t1 = time.perf_counter()
@@ -97,7 +114,35 @@ FIG4 = [{"text": "ok", "delayMs": 1000}]  # figure 4: the model answers after 1 
 FIG4_STREAMED = [{"text": "word " * 100, "delayMs": 2000}]
 
 
-async def measure(out: str, runs: int, inflight: int, archive: str, streamed: bool = False) -> None:
+async def openai_fig1(
+    b: Any, r: Redis, n: int, env: dict[str, str], apart: bool, drain: bool
+) -> dict[str, float]:
+    """Figure 1 on an ``openai``-kind profile against the tree's fake OpenAI server."""
+    import tempfile
+
+    from tests.support.fake_openai import FakeOpenAI, Reply  # the tree's
+
+    replies = [Reply(text="hi", chunk_delay_s=0.0, pieces=1) for _ in range(n + 100)]
+    async with FakeOpenAI(replies) as fake:
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "profiles.json")
+            prov = {"kind": "openai", "baseUrl": fake.base_url, "model": "gpt-4o-mini",
+                    "pricing": {"inputPerMTok": 0.15, "outputPerMTok": 0.6}}  # fmt: skip
+            with open(path, "w") as f:
+                json.dump({"profiles": [{"name": "oa", "systemPrompt": "Be brief.", "provider": prov}]}, f)
+            producer = b.producer
+            b.producer = lambda r, **s: producer(r, profiles=path, **s)
+            try:
+                res = await one(b, r, n, [], {**env, "AGENTMILL_PROFILES": path}, apart, drain, agent="oa")
+            finally:
+                b.producer = producer
+    res["model_calls"] = len(fake.requests)
+    return res
+
+
+async def measure(
+    out: str, runs: int, inflight: int, archive: str, streamed: bool = False, kind: str = "scripted"
+) -> None:
     b = Bench(argparse.Namespace(poll_delay=0.05))
     b.server.start()
     r = Redis.from_url(b.server.url)
@@ -113,20 +158,23 @@ async def measure(out: str, runs: int, inflight: int, archive: str, streamed: bo
             env["AGENTMILL_WORKER_ARCHIVER"] = "false"
     try:
         apart, drain = archive == "apart", archive in ("worker", "apart")
-        res = {
-            "fig1": await one(b, r, runs, [{"text": "hi"}], env, apart, drain),
-            # all of figure 4's runs in flight at once, as the bench's figure 4 has them (the
-            # default AGENTMILL_MAX_JOBS of 500 ran 1,000 in two waves here until 2026-11-26)
-            "fig4": await one(
-                b,
-                r,
-                inflight,
-                FIG4_STREAMED if streamed else FIG4,
-                {**env, "AGENTMILL_MAX_JOBS": str(inflight + 10)},
-                apart,
-                drain,
-            ),
-        }
+        if kind == "openai":
+            res = {"fig1_openai": await openai_fig1(b, r, runs, env, apart, drain)}
+        else:
+            res = {
+                "fig1": await one(b, r, runs, [{"text": "hi"}], env, apart, drain),
+                # all of figure 4's runs in flight at once, as the bench's figure 4 has them (the
+                # default AGENTMILL_MAX_JOBS of 500 ran 1,000 in two waves here until 2026-11-26)
+                "fig4": await one(
+                    b,
+                    r,
+                    inflight,
+                    FIG4_STREAMED if streamed else FIG4,
+                    {**env, "AGENTMILL_MAX_JOBS": str(inflight + 10)},
+                    apart,
+                    drain,
+                ),
+            }
     finally:
         for p in b.procs:
             b.stop(p)
@@ -150,5 +198,7 @@ if __name__ == "__main__":
         "or 'index' (runs indexed for the archive, none archived meanwhile)",
     )  # fmt: skip
     ap.add_argument("--streamed", action="store_true", help="figure 4's reply: 100 words streamed over 2 s")
+    ap.add_argument("--kind", choices=["scripted", "openai"], default="scripted",
+                    help="openai: figure 1 only, on an openai-kind profile against the fake server")  # fmt: skip
     a = ap.parse_args()
-    asyncio.run(measure(a.out, a.runs, a.inflight, a.archive, a.streamed))
+    asyncio.run(measure(a.out, a.runs, a.inflight, a.archive, a.streamed, a.kind))

@@ -49,8 +49,11 @@ CALCULATOR = {
 }
 # What the replay runs again: the profile's provider (baseUrl set per run) and the RunInput, and
 # how the run ends. Forced: the call, then (loopLimits.maxIterations 1) one last call without tools
-# for the answer. Auto: llama-cpp-python streams an empty message whenever tool_choice is auto
-# (tests/data/llama_cpp: empty_stream_auto), which LiteLLM passes on as an empty text block with
+# for the answer. Auto: LiteLLM sends llama tool_choice "auto" with the tools and the system prompt,
+# but llama-cpp-python 0.3.36's chatml-function-calling cannot answer it streamed: a text answer is
+# held by its grammar to a tool's name or the end (always empty), and a tool call raises "Automatic
+# streaming tool choice is not supported" after the 200 OK (tests/data/llama_cpp:
+# empty_stream_auto, auto_tool_broken_stream). LiteLLM passes either on as an empty text block with
 # end_turn; agentmill retries each as an empty answer and the run fails, never completes on one.
 RUNS: dict[str, tuple[dict[str, Any], str]] = {
     "forced_tool": ({"toolChoice": {"type": "function", "function": {"name": "calculator"}}}, "completed"),
