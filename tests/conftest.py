@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
@@ -46,3 +47,19 @@ async def redis(redis_url: str) -> AsyncIterator[aioredis.Redis]:
         yield client
     finally:
         await client.aclose()
+
+
+PEER_TESTS = Path(__file__).parent / "peer"
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The peer suites' modules (tests/peer/test_*.py) import their peers' SDKs: anthropic alone is
+    ~2.5 s of CPU, paid by every pytest process that collects them. Where the marker expression
+    leaves the peer tests out (the default: ``not slow and not peer``), they are not imported."""
+    if (
+        collection_path.parent == PEER_TESTS
+        and collection_path.name.startswith("test_")
+        and "not peer" in (config.option.markexpr or "")
+    ):
+        return True
+    return None

@@ -4,15 +4,24 @@ economy lane's tests point agentmill at it, so it has to speak the protocol a re
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import pytest
-from openai import AsyncOpenAI, NotFoundError
 
 from tests.support.batch_server import BatchServer, Plan, tool_rounds_backend
 
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
+
 pytestmark = pytest.mark.timeout(30)
+
+
+def _client(base_url: str) -> AsyncOpenAI:
+    # openai imported here, not at the top: ~1.2 s of CPU that every pytest process paid to collect
+    from openai import AsyncOpenAI
+
+    return AsyncOpenAI(base_url=base_url, api_key="test", max_retries=0)
 
 
 def _jsonl(ids: list[str], messages: list[dict[str, Any]] | None = None) -> bytes:
@@ -54,7 +63,7 @@ async def _submit(client: AsyncOpenAI, ids: list[str]) -> Any:
 
 async def test_the_official_client_uploads_creates_polls_and_downloads() -> None:
     async with BatchServer(tool_rounds_backend("calc", rounds=1), delay_s=0.1) as server:
-        client = AsyncOpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+        client = _client(server.base_url)
         created = await _submit(client, ["r1:0", "r2:0"])
         assert created.status in ("validating", "in_progress") and created.request_counts is not None
         assert created.metadata == {"pool": "t"}
@@ -70,6 +79,8 @@ async def test_the_official_client_uploads_creates_polls_and_downloads() -> None
         page = await client.batches.list(limit=10)
         assert [b.id for b in page.data] == [created.id]
         assert server.received == {"r1:0": 1, "r2:0": 1}
+        from openai import NotFoundError
+
         with pytest.raises(NotFoundError):
             await client.batches.retrieve("batch-nope")
         await client.close()
@@ -83,7 +94,7 @@ async def test_a_batch_can_fail_expire_partly_answer_and_be_cancelled() -> None:
         Plan(delay_s=30),
     ]
     async with BatchServer(tool_rounds_backend("calc", rounds=0), delay_s=0.05, plans=plans) as server:
-        client = AsyncOpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+        client = _client(server.base_url)
         failed = await _until_done(client, (await _submit(client, ["a:0"])).id)
         assert failed.status == "failed" and failed.errors is not None and failed.errors.data
         assert failed.output_file_id is None and failed.error_file_id is None
@@ -116,7 +127,7 @@ async def test_a_batch_can_fail_expire_partly_answer_and_be_cancelled() -> None:
 
 async def test_a_duplicate_custom_id_fails_the_batch_as_openai_does() -> None:
     async with BatchServer(tool_rounds_backend("calc", rounds=0)) as server:
-        client = AsyncOpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+        client = _client(server.base_url)
         done = await _until_done(client, (await _submit(client, ["x:0", "x:0"])).id)
         assert done.status == "failed" and done.errors is not None and done.errors.data
         assert done.errors.data[0].code == "duplicate_custom_id" and done.errors.data[0].line == 2
