@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from shared.calls.agents import AgentCreate, AgentPoint
 from shared.calls.base import ScriptCall
+from shared.calls.budgets import BudgetReserve, BudgetSettle
 from shared.calls.claims import ArchiveClaim, DeletionClaim
+from shared.calls.limits import CapacityAcquire, CapacityPause, CapacityRelease, CapacityRenew, RateSlots
 from shared.calls.results import BatchResults, ChildResult, ClaimWebhooks, ToolResults
 from shared.calls.runs import Abort, AbortVerdict, Release, ReleaseVerdict
 from shared.calls.schedules import (
@@ -62,5 +64,12 @@ CALLS: dict[str, type[ScriptCall]] = {
         ScheduleRate,
         ArchiveClaim,
         DeletionClaim,
+        CapacityAcquire,
+        CapacityRelease,
+        CapacityRenew,
+        CapacityPause,
+        RateSlots,
+        BudgetReserve,
+        BudgetSettle,
     )
 }

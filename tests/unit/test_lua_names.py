@@ -43,7 +43,6 @@ OTHER_MEANINGS = {
     ("batch_close.lua", "closed"): 1,  # a batch's verdict, not an economy batch's state
     ("prelude.lua", "epoch"): 1,  # a stream entry's field (xadd), not the run hash's
     ("settle_approval.lua", "pending"): 2,  # an approval's decision, not a tool record's state
-    ("capacity_acquire.lua", "paused"): 1,  # the limiter's verdict, not a schedule's field
     ("budget_reserve.lua", "cost"): 1,  # the limit a refusal names, not a usage hash's part
 }
 NAMED = {
