@@ -13,11 +13,14 @@ from shared.calls.agents import AgentCreate, AgentPoint
 from shared.calls.base import ScriptCall
 from shared.calls.budgets import BudgetReserve, BudgetSettle
 from shared.calls.claims import ArchiveClaim, DeletionClaim
+from shared.calls.erasure import ArchiveDone, DeleteRun
 from shared.calls.limits import CapacityAcquire, CapacityPause, CapacityRelease, CapacityRenew, RateSlots
 from shared.calls.results import BatchResults, ChildResult, ClaimWebhooks, ToolResults
 from shared.calls.runs import Abort, AbortVerdict, Release, ReleaseVerdict
 from shared.calls.schedules import (
     SayLiveTenants,
+    ScheduleAdvance,
+    ScheduleClaim,
     ScheduleCreate,
     ScheduleDelete,
     ScheduleDeleteVerdict,
@@ -71,5 +74,9 @@ CALLS: dict[str, type[ScriptCall]] = {
         RateSlots,
         BudgetReserve,
         BudgetSettle,
+        ScheduleClaim,
+        ScheduleAdvance,
+        ArchiveDone,
+        DeleteRun,
     )
 }

@@ -18,11 +18,11 @@ POSITIONAL_READ = re.compile(r"\bARGV\[\d|\bA\[\d")
 # The Lua files that still read ARGV (or their copy A) by number. Declaring a script's call
 # (shared/calls) takes it off; a file that no longer reads by number must leave the list.
 POSITIONAL = {
-    "acquire", "admit_rate", "admit_tenant", "archive_done",
+    "acquire", "admit_rate", "admit_tenant",
     "batch_replace", "beat",
     "claim_jobs",
-    "commit", "delete_run", "list_runs",
-    "publish", "idempotency_claim", "redispatch", "schedule_advance", "schedule_claim",
+    "commit", "list_runs",
+    "publish", "idempotency_claim", "redispatch",
     "settle_approval", "spawn_child", "submit_many", "submit_one",
     "submit_restored", "tool_cache_put", "tree_admit",
     "model_reply", "econ_enqueue", "econ_close", "econ_advance", "econ_done", "econ_lease",
