@@ -13,8 +13,10 @@ from shared.calls.agents import AgentCreate, AgentPoint
 from shared.calls.base import ScriptCall
 from shared.calls.budgets import BudgetReserve, BudgetSettle
 from shared.calls.claims import ArchiveClaim, DeletionClaim
+from shared.calls.dispatch import ClaimJobs, Redispatch
 from shared.calls.erasure import ArchiveDone, DeleteRun
 from shared.calls.limits import CapacityAcquire, CapacityPause, CapacityRelease, CapacityRenew, RateSlots
+from shared.calls.listing import ListRuns
 from shared.calls.results import BatchResults, ChildResult, ClaimWebhooks, ToolResults
 from shared.calls.runs import Abort, AbortVerdict, Release, ReleaseVerdict
 from shared.calls.schedules import (
@@ -78,5 +80,8 @@ CALLS: dict[str, type[ScriptCall]] = {
         ScheduleAdvance,
         ArchiveDone,
         DeleteRun,
+        Redispatch,
+        ClaimJobs,
+        ListRuns,
     )
 }

@@ -20,9 +20,8 @@ POSITIONAL_READ = re.compile(r"\bARGV\[\d|\bA\[\d")
 POSITIONAL = {
     "acquire", "admit_rate", "admit_tenant",
     "batch_replace", "beat",
-    "claim_jobs",
-    "commit", "list_runs",
-    "publish", "idempotency_claim", "redispatch",
+    "commit",
+    "publish", "idempotency_claim",
     "settle_approval", "spawn_child", "submit_many", "submit_one",
     "submit_restored", "tool_cache_put", "tree_admit",
     "model_reply", "econ_enqueue", "econ_close", "econ_advance", "econ_done", "econ_lease",
