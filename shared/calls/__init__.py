@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from shared.calls.agents import AgentCreate, AgentPoint
 from shared.calls.base import ScriptCall
+from shared.calls.batches import BatchClose
 from shared.calls.budgets import BudgetReserve, BudgetSettle
 from shared.calls.claims import ArchiveClaim, DeletionClaim
-from shared.calls.dispatch import ClaimJobs, Redispatch
+from shared.calls.dispatch import ClaimJobs, Redispatch, Scaling
 from shared.calls.erasure import ArchiveDone, DeleteRun
 from shared.calls.limits import CapacityAcquire, CapacityPause, CapacityRelease, CapacityRenew, RateSlots
 from shared.calls.listing import ListRuns
@@ -83,5 +84,7 @@ CALLS: dict[str, type[ScriptCall]] = {
         Redispatch,
         ClaimJobs,
         ListRuns,
+        BatchClose,
+        Scaling,
     )
 }

@@ -1,5 +1,6 @@
 """Calls that hand a partition's runs to workers: a worker's batched job start (arq_worker), the
-reconciler's check of a run it found overdue (worker/process/reconciler.py)."""
+reconciler's check of a run it found overdue (worker/process/reconciler.py); and the reading of
+the partition's work that scales the pool (producer/gauges.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from enum import StrEnum
 from shared.calls.base import ScriptCall
 from shared.keys import Partition
 
-__all__ = ["ClaimJobs", "Redispatch", "RedispatchVerdict"]
+__all__ = ["ClaimJobs", "Redispatch", "RedispatchVerdict", "Scaling"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,3 +74,18 @@ class Redispatch(ScriptCall):
     def keys(self, part: Partition) -> list[str]:
         return [*part.run_keys(self.run_id), part.job_key(self.job_id), part.in_progress_key(self.job_id),
                 part.job_key(part.job_id(self.run_id, self.gen + 1))]  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Scaling(ScriptCall):
+    """scaling.lua: the scaling signal's reading of the partition (read-only, producer/gauges.py):
+    {queued jobs, running runs, awaiting approval, scheduled, queued of each priority from the
+    lowest, then queued and running of each of ``tenants``}."""
+
+    SCRIPT = "scaling"
+    KEY_NAMES = ()  # the partition's fixed keys
+
+    tenants: tuple[str, ...]
+
+    def keys(self, part: Partition) -> list[str]:
+        return []

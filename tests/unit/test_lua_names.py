@@ -37,7 +37,6 @@ from worker.core.context import PastCall
 OTHER_MEANINGS = {
     ("abort.lua", "aborted"): 1,  # the lastError code of an abort (its verdict is V.ABORTED)
     ("submit_one.lua", "aborted"): 2,  # the lastError code of the runs an interrupt aborts
-    ("batch_close.lua", "closed"): 1,  # a batch's verdict, not an economy batch's state
     ("prelude.lua", "epoch"): 1,  # a stream entry's field (xadd), not the run hash's
     ("settle_approval.lua", "pending"): 2,  # an approval's decision, not a tool record's state
     ("budget_reserve.lua", "cost"): 1,  # the limit a refusal names, not a usage hash's part
