@@ -18,6 +18,7 @@ from typing import Any
 
 from shared import children
 from shared.calls.dispatch import Redispatch, RedispatchVerdict
+from shared.calls.results import ChildResultVerdict
 from shared.clock import now_ms
 from shared.fields import RunField
 from shared.keys import Partition
@@ -125,6 +126,6 @@ async def _redispatch(
         except Exception:
             verdicts["handoff_error"] += 1
             continue
-        if done.get("deliver") in ("recorded", "resumed"):
+        if done.get("deliver") in (ChildResultVerdict.RECORDED, ChildResultVerdict.RESUMED):
             verdicts["child_delivered"] += 1
     return verdicts

@@ -22,6 +22,7 @@ import orjson
 from agentmill_client.codec import encode
 from agentmill_client.models import RunInput, RunStatus
 from shared import logs
+from shared.calls.results import ChildResultVerdict
 from shared.tool_records import ToolRecord
 from worker import machine
 from worker.adapters.lease import LeaseExpiredError
@@ -383,7 +384,7 @@ class RunDriver:
                 "run %s: handing its ending off failed (the reconciler retries): %s", self.run_id, exc
             )
             return
-        if done.get("deliver") in ("recorded", "resumed"):
+        if done.get("deliver") in (ChildResultVerdict.RECORDED, ChildResultVerdict.RESUMED):
             self.host.observer.children_ended(1)
 
     # ---- effects ----
