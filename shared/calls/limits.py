@@ -25,11 +25,11 @@ __all__ = [
 class CapacityVerdict(StrEnum):
     """Why a call may not start yet (the reply's second element; its first is the wait hint ms)."""
 
-    OK = "ok"  # granted
-    PAUSED = "paused"  # a 429's Retry-After pause
     CONCURRENCY = "concurrency"  # maxConcurrent
     REQUESTS = "requests"  # requestsPerMinute
     TOKENS = "tokens"  # tokensPerMinute
+    PAUSED = "paused"  # a 429's Retry-After pause
+    OK = "ok"  # granted
 
 
 @dataclass(frozen=True, slots=True)
