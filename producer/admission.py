@@ -20,11 +20,12 @@ from typing import Any
 
 from producer.submission import SubmissionError
 from shared import keys
+from shared.calls.submission import AdmitRate, AdmitRateVerdict, AdmitTenant, AdmitTenantVerdict
 from shared.clock import ms_to_next_utc_day, now_ms, utc_day
 from shared.fields import BudgetField
 from shared.quotas import ACTIVE_GRACE_MS, NANO_USD, Quota
 from shared.replies import text
-from shared.script_sending import Parts, run_many, run_script
+from shared.script_sending import Call, Parts, run_many, run_script
 from shared.scripts import Scripts
 
 __all__ = ["ADMIT_GRACE_MS", "admit", "check_budget", "check_enabled", "spent_budget"]
@@ -51,20 +52,21 @@ async def admit(
     home = parts.home(tenant)
     now = now_ms()
 
-    async def rate(refund: bool) -> tuple[str, int]:
-        args = [n, quota.submits_per_second, quota.burst, "1" if refund else ""]
-        reply = await run_script(parts, scripts.admit_rate, home, [home.tenant_rate(tenant)], args)
-        return text(reply[0]), int(reply[1])
+    async def rate(refund: bool) -> tuple[AdmitRateVerdict, int]:
+        call = AdmitRate(tenant, n, quota.submits_per_second, quota.burst, "1" if refund else "")
+        k, a = scripts.framing.frame(home, call.keys(home), call.argv())
+        reply = await run_script(parts, scripts.admit_rate, home, k, a)
+        return AdmitRateVerdict(text(reply[0])), int(reply[1])
 
-    async def no_rate() -> tuple[str, int]:
-        return "ok", 0
+    async def no_rate() -> tuple[AdmitRateVerdict, int]:
+        return AdmitRateVerdict.OK, 0
 
     # The rate once, at the tenant's home; meanwhile what the tenant has on every partition.
     limited = quota.submits_per_second > 0
     (verdict, wait_ms), (active, new) = await asyncio.gather(
         rate(False) if limited else no_rate(), _counted(parts, tenant, placed, quota)
     )
-    if verdict == "rate_limited":
+    if verdict is AdmitRateVerdict.RATE_LIMITED:
         wait_s = max(1, -(-wait_ms // 1000))
         raise SubmissionError(
             "rate_limited",
@@ -80,14 +82,14 @@ async def admit(
     for attempt in range(2):
         held = [a + b for a, b in zip(active, new, strict=True)]  # counted, and coming now
         calls = [
-            scripts.framing.call(p, [p.tenant_active(tenant)], [
-                now, quota.max_active - (sum(held) - held[p.index]), ttl_ms, ADMIT_GRACE_MS, *placed[p.index],
-            ])
+            _admit_call(scripts, p, AdmitTenant(tenant, now, quota.max_active - (sum(held) - held[p.index]),
+                                                ttl_ms, ADMIT_GRACE_MS, tuple(placed[p.index])))
             for p in targets
         ]  # fmt: skip
         replies = await run_many(parts, scripts.admit_tenant, calls)
-        full = [(p, int(text(r[1]))) for p, r in zip(targets, replies, strict=True) if text(r[0]) == "full"]
-        admitted += [p for p, r in zip(targets, replies, strict=True) if text(r[0]) != "full"]
+        was_full = [AdmitTenant.verdict(r) is AdmitTenantVerdict.FULL for r in replies]
+        full = [(p, int(text(r[1]))) for p, r, f in zip(targets, replies, was_full, strict=True) if f]
+        admitted += [p for p, f in zip(targets, was_full, strict=True) if not f]
         if not full:
             return
         p, here = full[0]
@@ -185,9 +187,15 @@ async def _counted(
 async def _forget_ended(parts: Parts, scripts: Scripts, ttl_ms: int, tenant: str) -> list[int]:
     """admit_tenant with nothing to add and room for nothing, on every partition: it forgets the
     ended runs it counts and answers how many are left."""
-    args = [now_ms(), -1, ttl_ms, ADMIT_GRACE_MS]
-    calls = [scripts.framing.call(p, [p.tenant_active(tenant)], args) for p in parts.parts]
+    now = now_ms()
+    calls = [
+        _admit_call(scripts, p, AdmitTenant(tenant, now, -1, ttl_ms, ADMIT_GRACE_MS, ())) for p in parts.parts
+    ]
     return [int(text(r[1])) for r in await run_many(parts, scripts.admit_tenant, calls)]
+
+
+def _admit_call(scripts: Scripts, part: keys.Partition, call: AdmitTenant) -> Call:
+    return scripts.framing.call(part, call.keys(part), call.argv())
 
 
 async def _give_back(parts: Parts, tenant: str, now: int, admitted: dict[int, Sequence[str]]) -> None:

@@ -48,6 +48,9 @@ class Action(StrEnum):
     KEY_CREATE = "key_create"
     KEY_REVOKE = "key_revoke"
     DELETE = "delete"
+    AGENT_CREATE = "agent_create"
+    AGENT_POINT = "agent_point"
+    AGENT_DELETE = "agent_delete"
 
 
 @dataclass(frozen=True, slots=True)

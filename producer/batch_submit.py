@@ -19,6 +19,7 @@ from producer.scope import batch_run_prefix, claimed_home, claimed_id
 from producer.submission import SubmissionError, Submitted, outcome
 from producer.submitter import Submitter
 from shared import keys
+from shared.calls.submission import SubmitVerdict
 from shared.quotas import DEFAULT_TENANT, Quota
 
 __all__ = ["SUBMIT_CHUNK", "submit_many"]
@@ -124,7 +125,7 @@ async def submit_many(
         go: Chunk = []
         for i, prep in chunk:
             if part.index in refusing:  # a finished batch with no share here (the script would add one)
-                answered.append(([(i, prep)], ["batch_finished", ""]))
+                answered.append(([(i, prep)], [SubmitVerdict.BATCH_FINISHED, ""]))
             elif misplaced(i, prep, part):
                 answered.append(([(i, prep)], None))
             elif (holder := holders.get(i)) is not None:

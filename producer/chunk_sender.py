@@ -6,10 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import orjson
-
-from producer.prepared import Prepared, meta_terms
-from shared import keys, payload_crypto
+from producer.prepared import Prepared
+from shared import keys
+from shared.calls.submission import SubmitMany
 from shared.script_sending import Parts
 from shared.scripts import Scripts
 
@@ -36,28 +35,19 @@ class ChunkSender:
     async def __aexit__(self, *exc: object) -> None:
         await self.out.aclose()
 
-    def args(self, chunk: list[Prepared], batch_webhook: str, items: Sequence[int] = ()) -> list[Any]:
-        """SUBMIT_MANY's arguments (after the partition's context) for one chunk; ``items``: the
-        runs' item indexes in the batch (the order its results are exported in)."""
-        spec = [
-            [p.run_id, p.digest, p.session_id, p.run.webhook or "", "1" if p.run.auto_create_session else "",
-             p.run.multitask_strategy or "enqueue", p.run.agent, meta_terms(p.run.metadata), p.client_id,
-             p.client_session, str(items[n]) if items else "", *p.lane_args, p.trace,
-             *p.key_args, p.version_arg]
-            for n, p in enumerate(chunk)
-        ]  # fmt: skip
-        return [
-            self.tenant,
-            self.batch_id,
-            batch_webhook,
-            orjson.dumps(spec),
-            *map(payload_crypto.active().seal_json, (p.body for p in chunk)),
+    def call(self, chunk: list[Prepared], batch_webhook: str, items: Sequence[int] = ()) -> SubmitMany:
+        """SUBMIT_MANY for one chunk; ``items``: the runs' item indexes in the batch (the order its
+        results are exported in)."""
+        runs = [
+            p.submission(self.tenant, self.batch_id, items[n] if items else None) for n, p in enumerate(chunk)
         ]
+        return SubmitMany.of(self.tenant, self.batch_id, batch_webhook, runs)
 
     async def send(
         self, part: keys.Partition, chunk: list[Prepared], batch_webhook: str, items: Sequence[int] = ()
     ) -> None:
-        k, a = self.scripts.framing.frame(part, [], self.args(chunk, batch_webhook, items))
+        call = self.call(chunk, batch_webhook, items)
+        k, a = self.scripts.framing.frame(part, call.keys(part), call.argv())
         self.out.add_script(part, self.scripts.submit_many, k, a)
         await self.out.flush()
 

@@ -5,7 +5,10 @@ of a session (DELETE /v1/sessions/{id}); deletions by metadata step through runs
 A run is erased in this order: aborted if it has not ended (the abort path: a queued or parked run
 ends at once, a running one's worker is asked to stop), its children erased first, then one script
 on its partition (delete_run.lua) deletes every key and entry of it and leaves its tombstone, then its
-archive rows go. The tombstone, written with the deletion, is what every late writer finds: a worker
+archive rows go. Their delete waits AGENTMILL_DELETION_LOCK_TIMEOUT_MS at most for rows another
+transaction holds (an archiver's write, its worker paused or slow): past it the run is put in its
+home partition's archive erasures, which the workers' deleters delete in the background
+(``erase_deferred``), and the archiver deletes what it writes of a run with a tombstone anyway. The tombstone, written with the deletion, is what every late writer finds: a worker
 still holding the run is refused at its next write (no run hash), the archiver deletes rows it wrote
 meanwhile (archive_done.lua names the run), a webhook delivery under way drops its state, and no
 submission (a resubmission, a schedule's firing) creates the run again while it lasts.
@@ -21,6 +24,7 @@ import orjson
 
 from agentmill_client.statuses import RunStatus
 from shared import keys
+from shared.archive.store import ArchiveBusyError
 from shared.calls.erasure import DeleteRun, DeleteRunVerdict
 from shared.clock import now_ms
 from shared.fields import RunField
@@ -48,6 +52,7 @@ class Deleted:
     deleted_at: int  # ms
     runs: int  # runs deleted, its sub-agents' included; 0 when it was deleted before
     already: bool  # deleted before: what its tombstone says
+    archive_pending: bool = False  # its archive rows were locked: the deleters delete them later
 
 
 class Eraser:
@@ -75,9 +80,9 @@ class Eraser:
             if parent is not None and not parent.status.terminal:
                 raise ParentRunningError(f"run {client_id} is a sub-agent of run {rec.parent_run_id}, which has "
                                          "not ended: delete that run")  # fmt: skip
-        at = now_ms()
-        n = await self.erase(rec.key, tenant, actor, at)
-        return Deleted(client_id, at, n, False)
+        at, pending = now_ms(), list[str]()
+        n = await self.erase(rec.key, tenant, actor, at, pending=pending)
+        return Deleted(client_id, at, n, False, bool(pending))
 
     async def tombstone(self, key: str, tenant: str) -> dict[str, Any] | None:
         """The tombstone of ``tenant``'s run kept under ``key`` (at its home partition), if it lasts."""
@@ -88,14 +93,17 @@ class Eraser:
         tomb: dict[str, Any] = orjson.loads(raw)
         return tomb if tomb.get("tenant") == tenant else None
 
-    async def erase(self, key: str, tenant: str, actor: str, at: int, depth: int = 0) -> int:
+    async def erase(
+        self, key: str, tenant: str, actor: str, at: int, depth: int = 0, pending: list[str] | None = None
+    ) -> int:
         """Delete the run kept under ``key`` and its sub-agents' runs, in Redis and the archive; leave
-        its tombstone. How many runs went (0: none was left)."""
+        its tombstone. How many runs went (0: none was left). A run whose archive rows were locked
+        past the bounded wait is deferred to the deleters (and named in ``pending``)."""
         tomb = orjson.dumps({"runId": key, "tenant": tenant, "deletedAt": at, "actor": actor})
         n = 0
         part = await self.parts.locate(key)
         if part is not None:
-            n += await self._erase_live(part, key, tenant, actor, at, tomb, depth)
+            n += await self._erase_live(part, key, tenant, actor, at, tomb, depth, pending)
         home = self.parts.home(key)
         ttl = self.settings.tombstone_retention_s
 
@@ -105,12 +113,63 @@ class Eraser:
 
         await self.parts.pipelined([(home, at_home)])
         if self.store is not None:
-            archived = await self.store.delete_runs([key], tenant)
+            try:
+                archived = await self.store.delete_runs(
+                    [key], tenant, lock_timeout_ms=self.settings.deletion_lock_timeout_ms
+                )
+            except ArchiveBusyError:
+                await self._defer(home, key, tenant, now_ms())
+                if pending is not None:
+                    pending.append(key)
+                archived = 0
             n = max(n, archived) if part is not None else archived
         return n
 
+    async def _defer(self, home: keys.Partition, key: str, tenant: str, due: int) -> None:
+        member = orjson.dumps({"key": key, "tenant": tenant})
+        await self.parts.call(home, lambda c: c.zadd(home.archive_erasures, {member: due}))
+
+    async def erase_deferred(self, limit: int = 16, retry_ms: int = 2000) -> int:
+        """Delete the archive rows of deleted runs that were locked when they were deleted (up to
+        ``limit`` a partition); those still locked are tried again ``retry_ms`` later. How many went."""
+        if self.store is None:
+            return 0
+        done = 0
+        for p in self.parts.parts:
+            now = now_ms()
+
+            def due(c: Any, p: keys.Partition = p, now: int = now) -> Any:
+                return c.zrangebyscore(p.archive_erasures, 0, now, start=0, num=limit)
+
+            for raw in await self.parts.call(p, due):
+                entry = orjson.loads(raw)
+                try:
+                    await self.store.delete_runs(
+                        [entry["key"]],
+                        entry["tenant"],
+                        lock_timeout_ms=self.settings.deletion_lock_timeout_ms,
+                    )
+                except ArchiveBusyError:
+                    await self._defer(p, entry["key"], entry["tenant"], now + retry_ms)
+                    continue
+
+                def drop(c: Any, p: keys.Partition = p, raw: bytes = raw) -> Any:
+                    return c.zrem(p.archive_erasures, raw)
+
+                await self.parts.call(p, drop)
+                done += 1
+        return done
+
     async def _erase_live(
-        self, part: keys.Partition, key: str, tenant: str, actor: str, at: int, tomb: bytes, depth: int
+        self,
+        part: keys.Partition,
+        key: str,
+        tenant: str,
+        actor: str,
+        at: int,
+        tomb: bytes,
+        depth: int,
+        pending: list[str] | None,
     ) -> int:
         run = part.run(key)
         h = [text(v) for v in await self.parts.call(part, lambda c: c.hmget(run, _READ))]  # type: ignore[arg-type,return-value]
@@ -123,7 +182,7 @@ class Eraser:
         n = 0
         if depth < MAX_DEPTH:
             for child in await self._children(key, tenant, h[3]):
-                n += await self.erase(child, tenant, actor, at, depth + 1)
+                n += await self.erase(child, tenant, actor, at, depth + 1, pending)
         for _ in range(5):  # its session, as read; read again if it changed in between
             h = [text(v) for v in await self.parts.call(part, lambda c: c.hmget(run, _READ))]  # type: ignore[arg-type,return-value]
             if not h[0]:

@@ -7,7 +7,8 @@ deleter claims one due deletion a partition (deletion_claim.lua, for a lease), d
 AGENTMILL_DELETION_STEP of its runs (producer.deletion.Eraser, run after run), counts them, and puts
 the deletion back, due again, or marks it done when none is left: bounded work a step, with the other
 deletions and the pool's own work in between (AGENTMILL_DELETION_PAUSE_MS). A deleter that dies
-mid-step leaves its claim to expire; its runs deleted so far stay deleted.
+mid-step leaves its claim to expire; its runs deleted so far stay deleted. Each step also deletes
+the archive rows a deletion found locked (producer.deletion.Eraser.erase_deferred).
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ class DeletionJobs:
                 self.scripts.deletion_claim,
                 *self.scripts.framing.frame(p, [p.deletions], DeletionClaim(CLAIM_MS).argv()),
             )
-        stepped = 0
+        stepped = min(1, await self.eraser.erase_deferred())  # archive rows a deletion found locked
         for p, claimed in zip(self.parts.parts, await out.replies(), strict=True):
             if isinstance(claimed, BaseException):
                 raise claimed

@@ -26,6 +26,7 @@ from producer.run_filter import STATUSES, ListingError, RunFilter
 from producer.run_record import lineage_view
 from producer.scope import SCOPED_PREFIX
 from shared import keys
+from shared.actors import actor_json
 from shared.calls import Abort
 from shared.calls.listing import ListRuns
 from shared.fields import BatchField, RunField, SessionField
@@ -272,8 +273,11 @@ class Catalog:
             h = await self.p.archive.batch(tenant, batch_id)
         return batch_view(h) if h is not None else None
 
-    async def abort_batch(self, tenant: str, batch_id: str, reason: str) -> dict[str, int]:
-        """Abort every run of the batch that has not ended; counts of the abort verdicts."""
+    async def abort_batch(
+        self, tenant: str, batch_id: str, reason: str, actor: dict[str, str] | None = None
+    ) -> dict[str, int]:
+        """Abort every run of the batch that has not ended (``actor``: who, shared.actors); counts of
+        the abort verdicts."""
         verdicts: dict[str, int] = {"aborted": 0, "requested": 0, "finished": 0}
         for status in sorted(ACTIVE, key=lambda s: (s == RunStatus.RUNNING, s.value)):  # running ones last
             cursor: str | None = None
@@ -281,7 +285,7 @@ class Catalog:
                 page, cursor = await self._rows(
                     tenant, RunFilter(batch_id=batch_id, status=status), limit=500, cursor=cursor
                 )
-                for verdict in await self._abort_many(page, reason, tenant):
+                for verdict in await self._abort_many(page, reason, tenant, actor_json(actor)):
                     if verdict in verdicts:
                         verdicts[verdict] += 1
                 if cursor is None:
@@ -289,7 +293,7 @@ class Catalog:
         return verdicts
 
     async def _abort_many(
-        self, rows: list[tuple[keys.Partition, Row]], reason: str, tenant: str
+        self, rows: list[tuple[keys.Partition, Row]], reason: str, tenant: str, actor: str
     ) -> list[str]:
         """ABORT for each listed run, on its partition: one pipelined round trip per node."""
         if not rows:
@@ -297,7 +301,7 @@ class Catalog:
         scripts, parts = self.p.scripts, self.p.parts
         calls = []
         for part, row in rows:
-            call = Abort(row.run_id, reason, tenant)
+            call = Abort(row.run_id, reason, tenant, actor)
             calls.append((part, *scripts.framing.frame(part, call.keys(part), call.argv())))
         return [Abort.verdict(r).value for r in await run_many(parts, scripts.abort, calls)]
 

@@ -18,8 +18,8 @@ from producer.submission import SubmissionError
 from shared import checkpoint as checkpoints
 from shared import keys, payload_crypto
 from shared.archive.original import ArchivedOriginal, leave_batch, original
+from shared.calls.submission import BatchReplace, BatchReplaceVerdict
 from shared.fields import RunField
-from shared.replies import text
 from shared.script_sending import run_script
 from shared.tool_records import ToolRecord
 
@@ -115,10 +115,13 @@ async def take_place(p: Producer, o: Original, retry_id: str) -> bool:
     Redis follow, and its hash when Redis still holds it."""
     if o.part is None or not o.batch:
         return False
-    args = [o.key, retry_id]
+    call = BatchReplace(o.key, retry_id)
     if o.archived is not None:
         if p.archive is None or not await leave_batch(p.archive.store, o.archived, o.batch, retry_id):
             return False
-        args += [o.archived.tenant, o.batch, o.status.value]
-    k, a = p.scripts.framing.frame(o.part, [o.part.run(o.key)], args)
-    return text((await run_script(p.parts, p.scripts.batch_replace, o.part, k, a))[0]) == "left"
+        call = BatchReplace(o.key, retry_id, o.archived.tenant, o.batch, o.status.value)
+    k, a = p.scripts.framing.frame(o.part, call.keys(o.part), call.argv())
+    return (
+        BatchReplace.verdict(await run_script(p.parts, p.scripts.batch_replace, o.part, k, a))
+        is BatchReplaceVerdict.LEFT
+    )

@@ -15,6 +15,7 @@ from redis.exceptions import WatchError
 
 from agentmill_client.ids import new_run_id
 from shared import keys
+from shared.calls.submission import SubmitVerdict
 from shared.fields import RunField
 from shared.replies import text
 from shared.script_sending import Parts
@@ -53,8 +54,8 @@ def verdict(holder: list[Any], tenant: str, digest: str) -> Verdict:
     same run, or a conflict."""
     owner, held_digest, status = (text(v) for v in holder)
     if owner != tenant:
-        return "conflict", ""
-    return ("exists", status) if held_digest == digest else ("conflict", status)
+        return SubmitVerdict.CONFLICT, ""
+    return (SubmitVerdict.EXISTS, status) if held_digest == digest else (SubmitVerdict.CONFLICT, status)
 
 
 async def claim(parts: Parts, runs: Sequence[tuple[str, keys.Partition]], ttl_s: int) -> list[Holder]:

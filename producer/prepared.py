@@ -4,6 +4,7 @@ input hash all come from the same bytes); and the metadata terms it is listed un
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +16,9 @@ from agentmill_client import limits
 from agentmill_client.models import ImagePart, Message, RunInput
 from producer.scope import Scope
 from producer.submission import SubmissionError, reserved_id_error, validation_error
-from shared import keys
+from shared import keys, payload_crypto
+from shared.agent_rules import NAME_PATTERN, parse_ref
+from shared.calls.submission import Submit
 from shared.meta_terms import meta_term, meta_terms
 from shared.netguard_rules import host_refusal
 from shared.profiles import AgentProfile, unpriced_message
@@ -30,11 +33,11 @@ __all__ = [
     "check_priced",
     "checked_messages",
     "concurrency_limit",
-    "counted",
     "meta_term",
     "meta_terms",
     "parsed",
     "prepare",
+    "unknown_agent",
     "validated",
 ]
 
@@ -67,31 +70,36 @@ class Prepared:
             return keys.conc_home(self.run.concurrency.key)
         return keys.debounce_home(self.run.debounce.key) if self.run.debounce is not None else ""
 
-    @property
-    def key_args(self) -> list[str]:
-        """The submit scripts' arguments of the caller's keys ('' = none): concurrency key and limit,
-        debounce key and period, and why it is delayed (its rate key's, when it is)."""
-        c, d, r = self.run.concurrency, self.run.debounce, self.run.rate
-        return [
-            *(["", ""] if c is None else [c.key, str(self.conc_limit)]),
-            *(["", ""] if d is None else [d.key, str(d.period_ms)]),
-            f"rate:{r.key}" if r is not None and self.rate_at else "",
-        ]
-
-    @property
-    def version_arg(self) -> str:
-        """The submit scripts' agent version argument: the tenant's agent version it is pinned to."""
-        return "" if self.run.agent_version is None else str(self.run.agent_version)
-
-    @property
-    def lane_args(self) -> list[str]:
-        """The submit scripts' priority and runAt arguments ('' = none)."""
-        at = self.rate_at or self.run.run_at
-        return [str(self.priority), "" if at is None else str(at)]
-
-
-def counted(items: list[str]) -> list[Any]:
-    return [len(items), *items]
+    def submission(self, tenant: str, batch_id: str = "", item: int | None = None) -> Submit:
+        """The run's record for the submit scripts (shared.calls.submission.Submit), its input sealed
+        as stored (shared/payload_crypto.py); ``item``: its item index in the batch ``batch_id``."""
+        run, c, d, r = self.run, self.run.concurrency, self.run.debounce, self.run.rate
+        at = self.rate_at or run.run_at
+        return Submit(
+            run_id=self.run_id,
+            input=payload_crypto.active().seal_json(self.body),
+            input_hash=self.digest,
+            tenant=tenant,
+            session_id=self.session_id,
+            webhook=run.webhook or "",
+            auto_create_session="1" if run.auto_create_session else "",
+            multitask=run.multitask_strategy or "enqueue",
+            batch_id=batch_id,
+            agent=run.agent,
+            client_id=self.client_id,
+            client_session=self.client_session,
+            item="" if item is None else str(item),
+            priority=str(self.priority),
+            run_at="" if at is None else str(at),
+            trace=self.trace,
+            conc_key="" if c is None else c.key,
+            conc_limit="" if c is None else str(self.conc_limit),
+            debounce_key="" if d is None else d.key,
+            debounce_ms="" if d is None else str(d.period_ms),
+            waiting_for=f"rate:{r.key}" if r is not None and self.rate_at else "",
+            agent_version="" if run.agent_version is None else str(run.agent_version),
+            meta=tuple(meta_terms(run.metadata)),
+        )
 
 
 def parsed(raw: RunInput | dict[str, Any]) -> RunInput:
@@ -113,14 +121,26 @@ def validated(raw: RunInput | dict[str, Any], profiles: dict[str, AgentProfile] 
     return run
 
 
+def unknown_agent(agent: str, profiles: dict[str, AgentProfile] | None = None) -> SubmissionError:
+    """An agent the tenant cannot use: 404 ``unknown_agent`` whether no tenant has it or another tenant
+    does (the message says neither); a name no agent could have is 422 ``invalid_input``."""
+    if not re.match(NAME_PATTERN, parse_ref(agent)[0]):
+        return SubmissionError(
+            "invalid_input",
+            "agent: a name of 1-64 letters, digits, '.', '_' or '-', then @<version> or nothing",
+            field="agent",
+        )
+    known = f" (the operator's profiles: {', '.join(sorted(profiles))})" if profiles else ""
+    return SubmissionError(
+        "unknown_agent", f"agent: this tenant has no agent {agent!r}{known}", status=404, field="agent"
+    )
+
+
 def check_agent(run: RunInput, profiles: dict[str, AgentProfile] | None) -> None:
     """The run's agent among ``profiles`` (None: any), its client tools allowed there; else
     SubmissionError naming the field."""
     if profiles is not None and run.agent not in profiles:
-        known = ", ".join(sorted(profiles))
-        raise SubmissionError(
-            "unknown_agent", f"agent: no profile named {run.agent!r} (known: {known})", field="agent"
-        )
+        raise unknown_agent(run.agent, profiles)
     if profiles is not None and run.lane == "economy" and not profiles[run.agent].economy.enabled:
         raise SubmissionError(
             "economy_not_enabled",

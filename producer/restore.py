@@ -39,6 +39,7 @@ from producer.prepared import checked_messages
 from producer.submission import SubmissionError, Submitted, outcome
 from shared import checkpoint as checkpoints
 from shared import payload_crypto
+from shared.calls.submission import SubmitRestored
 from shared.fields import RunField
 from shared.origin import Origin
 from shared.quotas import Quota
@@ -123,6 +124,7 @@ class Restorer:
         from_start: bool = False,
         quota: Quota | None = None,
         idempotency_key: str | None = None,
+        actor: dict[str, str] | None = None,
     ) -> Submitted:
         """A failed or aborted run again (409 ``not_retryable`` for another status). The same
         ``idempotency_key`` for the same run names the same retry (created once)."""
@@ -132,7 +134,11 @@ class Restorer:
                 "not_retryable", f"run {run_id} is {o.status.value}: only a failed or aborted run is retried",
                 status=409,
             )  # fmt: skip
-        lineage: dict[str, Any] = {"retryOf": run_id, **({"from": "start"} if from_start else {})}
+        lineage: dict[str, Any] = {
+            "retryOf": run_id,
+            **({"from": "start"} if from_start else {}),
+            **_by(actor),
+        }
         origin = None if from_start else Origin(lineage, checkpoint=o.checkpoint)
         records = {} if from_start else {i: r for i, r in o.records.items() if r.done}
         key = f"retry\0{run_id}\0{idempotency_key}" if idempotency_key else ""
@@ -148,6 +154,7 @@ class Restorer:
         quota: Quota | None = None,
         idempotency_key: str | None = None,
         agent: str | None = None,
+        actor: dict[str, str] | None = None,
     ) -> Submitted:
         """A new run from the state at event ``at_seq`` of a run that ended (409 ``not_finished``
         before; 422 for a seq it does not have, or messages inside a tool round). The same
@@ -172,7 +179,7 @@ class Restorer:
                 "by then): inputMessages need a seq outside a round",
                 field="atSeq",
             )
-        lineage = {"forkOf": run_id, "atSeq": at_seq}
+        lineage = {"forkOf": run_id, "atSeq": at_seq, **_by(actor)}
         shown = _appended(input_messages or [])
         origin = Origin(lineage, _state_at(o, lineage, at_seq, self.state_of), append=shown)
         published = {str(p.get("toolCallId")) for _, k, p in o.events if k == EventKind.TOOL_RESULT}
@@ -185,7 +192,13 @@ class Restorer:
         )
 
     async def retry_batch(
-        self, batch_id: str, tenant: str, statuses: tuple[str, ...], *, quota: Quota | None = None
+        self,
+        batch_id: str,
+        tenant: str,
+        statuses: tuple[str, ...],
+        *,
+        quota: Quota | None = None,
+        actor: dict[str, str] | None = None,
     ) -> list[tuple[str, Submitted | SubmissionError]]:
         """Each run of the batch in ``statuses`` (failed, aborted) retried from its checkpoint, in
         the batch's place: (its id, its retry or why not). A run a retry replaced already is skipped."""
@@ -208,7 +221,7 @@ class Restorer:
                     o = await self.read(shown, tenant)
                     if o.batch != batch_id:
                         return None  # a retry took its place already
-                    lineage = {"retryOf": shown}
+                    lineage = {"retryOf": shown, **_by(actor)}
                     records = {i: r for i, r in o.records.items() if r.done}
                     origin = Origin(lineage, checkpoint=o.checkpoint)
                     return await self._send(o, tenant, lineage, origin, records, quota, in_batch=True)
@@ -256,9 +269,8 @@ class Restorer:
         if batch and not await take_place(self.p, o, prep.run.run_id or prep.run_id):
             batch, item = "", None
         prep = await sub.started(prep, tenant)
-        own, args = sub.submit_args(prep, part, tenant, batch, item)
-        extra = [orjson.dumps(lineage), seed, len(records), *flat]
-        k, a = self.p.scripts.framing.frame(part, [*own, part.tools(prep.run_id)], [*extra, *args])
+        call = SubmitRestored(orjson.dumps(lineage), seed, tuple(flat), prep.submission(tenant, batch, item))
+        k, a = self.p.scripts.framing.frame(part, call.keys(part), call.argv())
         reply = await run_script(self.p.parts, self.p.scripts.submit_restored, part, k, a)
         return outcome(prep.run, reply)
 
@@ -276,6 +288,11 @@ def _appended(messages: list[Message]) -> list[dict[str, Any]]:
         raise SubmissionError("too_large", f"inputMessages are {size} bytes; at most {limits.MAX_RUN_INPUT_BYTES}",
                               status=413, field="inputMessages")  # fmt: skip
     return shown
+
+
+def _by(actor: dict[str, str] | None) -> dict[str, Any]:
+    """Who made the retry or fork (shared.actors): its lineage names it, and so its first status event."""
+    return {"actor": actor} if actor else {}
 
 
 def _state_at(o: Original, lineage: dict[str, Any], at_seq: int, state_of: StateOf) -> dict[str, Any] | None:

@@ -7,7 +7,6 @@ partition); a session lives at its id's home partition."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -17,7 +16,7 @@ from redis.asyncio import Redis
 
 from agentmill_client import limits
 from agentmill_client.models import ClientToolResult, RunEvent, RunInput, RunResult, RunStatus
-from producer import batch_submit
+from producer import batch_submit, decisions
 from producer.archived import ArchiveReads
 from producer.audit import Pending
 from producer.client_ids import client_id_of
@@ -28,10 +27,11 @@ from producer.scope import Scope
 from producer.sessions import SessionReads
 from producer.submission import SubmissionError, Submitted
 from producer.submitter import Submitter
+from producer.tombstones import tombstoned
 from shared import keys, payload_crypto
+from shared.actors import actor_json
 from shared.archive.store import ArchiveStore
 from shared.calls import Abort
-from shared.calls.results import ToolResults
 from shared.children import child_runs
 from shared.events import decode_entry, stream_id
 from shared.fields import RunField
@@ -143,8 +143,9 @@ class Producer:
         under ``run_id`` itself."""
         ids = [run_id] if tenant is None else self.scope(tenant).lookups(run_id)
         rec = await self._get(ids, tenant)
-        if rec is None and self.archive is not None:
+        if rec is None and self.archive is not None:  # (not a deleted run's rows left to the deleters)
             rec = await self.archive.record(ids, tenant)
+            rec = None if rec is None or await tombstoned(self.parts, rec.key) else rec
         if rec is None:
             return None
         if tenant is not None and rec.parent_run_id:  # a child names its parent as its tenant knows it
@@ -318,13 +319,19 @@ class Producer:
     # ---- control ----
 
     async def abort(
-        self, run_id: str, *, reason: str = "aborted by request", tenant: str | None = None
+        self,
+        run_id: str,
+        *,
+        reason: str = "aborted by request",
+        tenant: str | None = None,
+        actor: dict[str, str] | None = None,
     ) -> str:
-        """unknown | finished | aborted (was queued or awaiting approval) | requested (its worker stops it)."""
+        """unknown | finished | aborted (was queued or awaiting approval) | requested (its worker stops it).
+        ``actor`` (shared.actors): who aborts, named in the run's status event."""
         part = await self.locate(run_id)
         if part is None:
             return "unknown"
-        call = Abort(run_id, reason, tenant or "")
+        call = Abort(run_id, reason, tenant or "", actor_json(actor))
         k, a = self.scripts.framing.frame(part, call.keys(part), call.argv())
         return Abort.verdict(await run_script(self.parts, self.scripts.abort, part, k, a)).value
 
@@ -336,52 +343,30 @@ class Producer:
         approved: bool,
         reason: str | None = None,
         tenant: str | None = None,
+        actor: dict[str, str] | None = None,
     ) -> str:
-        """Record one approval decision; the last one re-enqueues the run. Returns the script verdict."""
+        """Record one approval decision (producer.decisions); the last one re-enqueues the run."""
         part = await self.locate(run_id)
         if part is None:
             return "unknown_run"
-
-        async def gen_of(c: Redis) -> Any:
-            return await c.hget(part.run(run_id), F.GEN)  # type: ignore[misc]
-
-        for _ in range(5):
-            gen_raw = await self.parts.call(part, gen_of)
-            if gen_raw is None:
-                return "unknown_run"
-            gen = int(gen_raw)
-            k, a = self.scripts.framing.frame(
-                part, [*part.run_keys(run_id), part.job_key(part.job_id(run_id, gen + 1))],
-                [run_id, tool_call_id, "approved" if approved else "rejected", reason or "", gen, tenant or ""],
-            )  # fmt: skip
-            verdict = text((await run_script(self.parts, self.scripts.settle_approval, part, k, a))[0])
-            if verdict != "moved":
-                return verdict
-            await asyncio.sleep(0.01)
-        return "moved"
+        return await decisions.settle_approval(self.parts, self.scripts, part, run_id, tool_call_id,
+                                               approved=approved, reason=reason, tenant=tenant, actor=actor)  # fmt: skip
 
     async def post_tool_results(
-        self, run_id: str, results: Sequence[ClientToolResult], *, tenant: str | None = None
+        self,
+        run_id: str,
+        results: Sequence[ClientToolResult],
+        *,
+        tenant: str | None = None,
+        actor: dict[str, str] | None = None,
     ) -> tuple[str, str, list[str]]:
-        """Record results of client tool calls, all or none. Returns (verdict, toolCallId, per-result
-        verdicts): recorded | resumed (the run went back on the queue), each result recorded | duplicate;
-        or unknown_run | finished | unknown_call | not_client | conflict | timed_out naming the call."""
+        """Record results of client tool calls, all or none (producer.decisions.post_tool_results)."""
         part = await self.locate(run_id)
         if part is None:
             return "unknown_run", "", []
-        codec = payload_crypto.active()  # a client's results are stored sealed as a worker's are
-        flat = tuple(
-            v
-            for r in results
-            for v in (r.tool_call_id, codec.seal_str(r.content, same=True), "1" if r.is_error else "")
+        return await decisions.post_tool_results(
+            self.parts, self.scripts, part, run_id, results, tenant=tenant, actor=actor
         )
-        call = ToolResults(run_id, tenant or "", len(results), flat)
-        k, a = self.scripts.framing.frame(part, call.keys(part), call.argv())
-        reply = await run_script(self.parts, self.scripts.tool_results, part, k, a)
-        verdict = ToolResults.verdict(reply).value
-        if verdict in ("recorded", "resumed"):
-            return verdict, "", [text(v) for v in reply[1:]]
-        return verdict, text(reply[1]) if len(reply) > 1 else "", []
 
     async def get_session(self, session_id: str, *, tenant: str | None = None) -> dict[str, Any] | None:
         """The session's newest runs, its active run and its history of run loops, as ``tenant``

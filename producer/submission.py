@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from agentmill_client.models import RunInput
 from producer.scope import SCOPED_PREFIX
+from shared.calls.submission import SubmitVerdict
 from shared.replies import text
 
 __all__ = ["SubmissionError", "Submitted", "outcome", "reserved_id_error", "validation_error"]
@@ -63,33 +64,33 @@ def reserved_id_error(run: RunInput) -> SubmissionError | None:
 def outcome(run: RunInput, reply: Sequence[Any], run_id: str | None = None) -> Submitted:
     """A SUBMIT verdict as the run's answer; a refusal raises its SubmissionError. ``run`` and
     ``run_id``: as the client knows them (errors name its ids, never their keys)."""
-    verdict, status = text(reply[0]), text(reply[1])
+    verdict, status = SubmitVerdict(text(reply[0])), text(reply[1])
     rid = run_id or run.run_id or ""
-    if verdict == "conflict":
+    if verdict is SubmitVerdict.CONFLICT:
         raise SubmissionError("conflict", f"run {rid} already exists with a different input", status=409,
                               field="runId")  # fmt: skip
-    if verdict == "deleted":
+    if verdict is SubmitVerdict.DELETED:
         raise SubmissionError("run_deleted", f"run {rid} was deleted; its id is not used again", status=409,
                               field="runId")  # fmt: skip
-    if verdict == "unknown_session" and run.auto_create_session and run.session_id:
+    if verdict is SubmitVerdict.UNKNOWN_SESSION and run.auto_create_session and run.session_id:
         raise SubmissionError(  # it would have been created: the default tenant's id another holds
             "unknown_session", f"sessionId: no session {run.session_id!r}", status=404, field="sessionId"
         )
-    if verdict == "unknown_session":
+    if verdict is SubmitVerdict.UNKNOWN_SESSION:
         raise SubmissionError(
             "unknown_session",
             f"sessionId: no session {run.session_id!r}; set autoCreateSession to create it",
             status=404,
             field="sessionId",
         )
-    if verdict == "batch_finished":
+    if verdict is SubmitVerdict.BATCH_FINISHED:
         raise SubmissionError(
             "batch_finished",
             "the batch has finished (its last part came without more: true) and takes no new runs",
             status=409,
             field="batchId",
         )
-    if verdict == "concurrency_full":
+    if verdict is SubmitVerdict.CONCURRENCY_FULL:
         key = run.concurrency.key if run.concurrency is not None else ""
         raise SubmissionError(
             "concurrency_full",
@@ -99,7 +100,7 @@ def outcome(run: RunInput, reply: Sequence[Any], run_id: str | None = None) -> S
             field="concurrency.key",
             retry_after_s=1,
         )
-    if verdict == "session_busy":
+    if verdict is SubmitVerdict.SESSION_BUSY:
         active = "another run" if status.startswith(SCOPED_PREFIX) else status  # not its key
         raise SubmissionError(
             "session_busy",
@@ -107,7 +108,7 @@ def outcome(run: RunInput, reply: Sequence[Any], run_id: str | None = None) -> S
             status=409,
             field="multitaskStrategy",
         )
-    return Submitted(run_id=rid, status=status, created=verdict == "created")
+    return Submitted(run_id=rid, status=status, created=verdict is SubmitVerdict.CREATED)
 
 
 def validation_error(exc: ValidationError) -> SubmissionError:

@@ -29,16 +29,16 @@ from producer.prepared import (
     check_agent,
     check_priced,
     concurrency_limit,
-    counted,
-    meta_terms,
     prepare,
+    unknown_agent,
     validated,
 )
 from producer.rate_keys import with_starts
 from producer.schemas_ready import schemas_ready
 from producer.scope import Scope, claimed_home, claimed_id, run_id_for_key
 from producer.submission import SubmissionError, Submitted, outcome
-from shared import keys, payload_crypto
+from shared import keys
+from shared.calls.submission import IdempotencyClaim
 from shared.profiles import AgentProfile
 from shared.quotas import DEFAULT_TENANT, Quota
 from shared.replies import text
@@ -131,8 +131,10 @@ class Submitter:
             check_agent(run, {choice.name: profile})
             return prepare(run, scope, lambda r: rid, min(cap, profile.max_priority), trace)
         if run.agent_version is not None:
-            raise SubmissionError("unknown_agent", f"agentVersion: no agent {run.agent!r} of this tenant has "
-                                  "versions", field="agentVersion")  # fmt: skip
+            if self.profiles is not None and run.agent in self.profiles:
+                raise SubmissionError("unknown_version", f"agentVersion: the operator's profile {run.agent!r} "
+                                      "has no versions", field="agentVersion")  # fmt: skip
+            raise unknown_agent(run.agent, self.profiles)
         check_agent(run, self.profiles)
         if self.profiles is not None:
             profile = self.profiles[run.agent]
@@ -218,9 +220,9 @@ class Submitter:
             return named
         home = self.layout.home(named)
         offered = run_id_for_key(tenant, f"{key}\0{uuid.uuid4().hex}")
-        reply = await run_script(self.parts, self.scripts.idempotency_claim, home, [home.idempotency(named)],
-                                 [offered, ttl])  # fmt: skip
-        return text(reply)
+        call = IdempotencyClaim(named, offered, ttl)
+        k, a = self.scripts.framing.frame(home, call.keys(home), call.argv())
+        return text(await run_script(self.parts, self.scripts.idempotency_claim, home, k, a))
 
     async def started(self, prep: Prepared, tenant: str) -> Prepared:
         """The run with the start its rate key gives it (producer.rate_keys), or 429 ``rate_full``."""
@@ -275,33 +277,5 @@ class Submitter:
     ) -> tuple[list[Any], list[Any]]:
         """SUBMIT's keys and arguments on the run's partition, framed; ``item``: the run's item index
         in the batch ``batch_id``."""
-        return self.scripts.framing.frame(part, *self.submit_args(prep, part, tenant, batch_id, item))
-
-    def submit_args(
-        self, prep: Prepared, part: keys.Partition, tenant: str, batch_id: str = "", item: int | None = None
-    ) -> tuple[list[Any], list[Any]]:
-        """submit_one.lua's own keys and arguments (not framed: submit_restored.lua adds its own)."""
-        run, rid, sid = prep.run, prep.run_id, prep.session_id
-        own = [part.run(rid), part.job_key(part.job_id(rid, 1)), part.session(sid), part.session_pending(sid),
-               part.session_runs(sid)]  # fmt: skip
-        args: list[Any] = [
-            rid,
-            payload_crypto.active().seal_json(prep.body),  # stored sealed (shared/payload_crypto.py)
-            prep.digest,
-            tenant,
-            sid,
-            run.webhook or "",
-            "1" if run.auto_create_session else "",
-            (run.multitask_strategy or "enqueue"),
-            batch_id,
-            run.agent,
-            *counted(meta_terms(run.metadata)),
-            prep.client_id,
-            prep.client_session,
-            "" if item is None else str(item),
-            *prep.lane_args,
-            prep.trace,
-            *prep.key_args,
-            prep.version_arg,
-        ]
-        return own, args
+        call = prep.submission(tenant, batch_id, item)
+        return self.scripts.framing.frame(part, call.keys(part), call.argv())

@@ -36,8 +36,10 @@ from agentmill_client import limits
 from agentmill_client.models import RunInput, RunResult, Usage
 from agentmill_client.statuses import RunStatus
 from shared import keys, payload_crypto
+from shared.actors import actor_json, system
 from shared.calls import Abort
 from shared.calls.results import ChildResult
+from shared.calls.submission import SpawnChild, SpawnVerdict, Submit, TreeAdmit, TreeVerdict
 from shared.fields import RunField
 from shared.partitions import Partitions
 from shared.quotas import ACTIVE_GRACE_MS, DEFAULT_TENANT, Quota
@@ -133,16 +135,16 @@ async def spawn(
         except ValidationError as exc:
             why = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:3])
             return Spawned(error=f"the child run {cid} could not be created: its input is not valid ({why})")
-        own = [part.run(cid), part.job_key(part.job_id(cid, 1)), part.session(""), part.session_pending(""),
-               part.session_runs(""), part.tenant_active(tenant)]  # fmt: skip
+        run = Submit(cid, stored.body, stored.digest, tenant, agent=spec.agent, trace=trace)
         room = "" if rooms is None else rooms[part.index]
-        args = [parent_id, spec.call_id, lineage, room, ttl_ms, ACTIVE_GRACE_MS, cid, stored.body, stored.digest, tenant,
-                "", "", "", "enqueue", "", spec.agent, 0, "", "", "", "", "", trace]  # fmt: skip
-        r = await run_script(parts, scripts.spawn_child, *scripts.framing.call(part, own, args))
-        verdict = text(r[0])
-        if verdict in ("created", "exists"):
-            return Spawned(verdict == "created", part.events(cid))
-        if verdict == "quota_exceeded" and quota is not None:
+        call = SpawnChild(parent_id, spec.call_id, lineage, room, ttl_ms, ACTIVE_GRACE_MS, run)
+        r = await run_script(
+            parts, scripts.spawn_child, *scripts.framing.call(part, call.keys(part), call.argv())
+        )
+        verdict = SpawnChild.verdict(r)
+        if verdict in (SpawnVerdict.CREATED, SpawnVerdict.EXISTS):
+            return Spawned(verdict is SpawnVerdict.CREATED, part.events(cid))
+        if verdict is SpawnVerdict.QUOTA_EXCEEDED and quota is not None:
             return Spawned(error=f"sub-agent refused: maxActive={quota.max_active} reached (this tenant's "
                            "runs that have not ended, parked parents and their children included, fill its "
                            "quota); the child was not started")  # fmt: skip
@@ -165,14 +167,16 @@ async def _tree_admit(
     if quota is None or not specs or (quota.max_children == 0 and quota.max_descendants == 0):
         return {}
     home = parts.home(root_id)
-    args = [parent_id, quota.max_children, quota.max_descendants, *(s.child_id for s in specs)]
-    call = scripts.framing.call(home, [home.tree(root_id)], args)
-    verdicts = [text(v) for v in await run_script(parts, scripts.tree_admit, *call)]
+    admit = TreeAdmit(
+        root_id, parent_id, quota.max_children, quota.max_descendants, tuple(s.child_id for s in specs)
+    )
+    call = scripts.framing.call(home, admit.keys(home), admit.argv())
+    verdicts = [TreeVerdict(text(v)) for v in await run_script(parts, scripts.tree_admit, *call)]
     why = {
-        "max_children": f"sub-agent refused: maxChildren={quota.max_children} reached (this run has started "
-        f"{quota.max_children} child runs, the most its tenant's quota allows one run)",
-        "max_descendants": f"sub-agent refused: maxDescendants={quota.max_descendants} reached (the tree of "
-        f"root run {root_id} holds {quota.max_descendants} child runs, the most its tenant's quota allows)",
+        TreeVerdict.MAX_CHILDREN: f"sub-agent refused: maxChildren={quota.max_children} reached (this run has "
+        f"started {quota.max_children} child runs, the most its tenant's quota allows one run)",
+        TreeVerdict.MAX_DESCENDANTS: f"sub-agent refused: maxDescendants={quota.max_descendants} reached (the "
+        f"tree of root run {root_id} holds {quota.max_descendants} child runs, the most its tenant's quota allows)",
     }
     return {s.call_id: why[v] for s, v in zip(specs, verdicts, strict=True) if v in why}
 
@@ -241,7 +245,7 @@ async def deliver(parts: Partitions[Any], scripts: Scripts, part: keys.Partition
 async def _abort(
     parts: Partitions[Any], scripts: Scripts, part: keys.Partition, run_id: str, reason: str
 ) -> str:
-    call = Abort(run_id, reason)
+    call = Abort(run_id, reason, actor=actor_json(system("parent")))
     r = await run_script(parts, scripts.abort, *scripts.framing.call(part, call.keys(part), call.argv()))
     return Abort.verdict(r).value
 

@@ -70,7 +70,7 @@ class RunField(StrEnum):
     CLAIMS = "claims"
     ITERATIONS = "iterations"  # kept beside the checkpoint so an ending from outside reports it
     CRASHES = "crashes"  # attempts that lost their worker (AGENTMILL_MAX_RUN_CRASHES ends it, poison_run)
-    ABORT = "abort"  # the reason of a pending abort request, '' = none
+    ABORT = "abort"  # a pending abort request: its reason, or it and its actor (shared.actors), '' = none
     RESULT = "result"  # the RunResult JSON, once the run ended
     FINISHED_AT = "finishedAt"  # ms, Redis time
     ERROR_CODE = "errorCode"  # the ending's lastError code, for listings (not a completed run's)

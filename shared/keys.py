@@ -220,6 +220,9 @@ class Partition:
         self.audit_copied_prefix = b + "audit.copied:"
         # zset deletion key -> when a deleter may take its next step (ms; a claim's expiry while held)
         self.deletions = b + "deletions"
+        # zset {"key": run key, "tenant": …} (JSON) -> when to try again (ms): deleted runs whose archive
+        # rows were locked when they were deleted (an archiver's open write); the deleters delete them
+        self.archive_erasures = b + "archive.erase"
 
     def __repr__(self) -> str:
         return f"Partition({self.index}, {self.tag})"

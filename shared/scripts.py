@@ -54,6 +54,7 @@ from agentmill_client.statuses import TERMINAL, RunStatus
 from shared import functions, keys, listing_row
 from shared.calls import CALLS
 from shared.calls.base import bind
+from shared.calls.submission import bind_new_run
 from shared.fields import (
     BatchField,
     BudgetField,
@@ -259,7 +260,8 @@ def _name(m: re.Match[str]) -> str:
 
 
 def _file(part: str) -> str:
-    return (LUA_DIR / f"{part}.lua").read_text()
+    """A Lua file, the run's record's names (``NEW.*``: shared.calls.submission) rendered."""
+    return bind_new_run((LUA_DIR / f"{part}.lua").read_text(), part)
 
 
 def _body(name: str, part: str) -> str:

@@ -32,3 +32,10 @@ class DeletionSettings(BaseSettings):
         ge=0,
         description="a deleter's pause between two steps of a deletion by metadata",
     )
+    deletion_lock_timeout_ms: int = Field(
+        default=2000,
+        ge=1,
+        description="how long a deletion waits for a deleted run's archive rows while another transaction "
+        "(an archiver's write) holds them: past it the request answers, and the workers' deleters delete "
+        "those rows in the background (archivePending)",
+    )

@@ -66,6 +66,7 @@ class ToolRecord:
     called_at_ms: int = 0  # when the model called it (unix ms, the run's clock; 0: a claim, or older records)
     result: ToolResult | None = None
     usage: Usage | None = None  # a child run's record: the child's usage with its own children's
+    actor: dict[str, Any] | None = None  # a client's result: who sent it (shared.actors)
 
     @classmethod
     def claim(cls, epoch: int, prev: ToolRecord | None = None) -> ToolRecord:
@@ -107,6 +108,8 @@ class ToolRecord:
             d["result"] = to_jsonable(self.result)
         if self.usage is not None:
             d["usage"] = to_jsonable(self.usage)
+        if self.actor:
+            d["actor"] = self.actor
         return d
 
     def to_json(self) -> bytes:
@@ -136,6 +139,7 @@ class ToolRecord:
             called_at_ms=int(d.get("calledAt") or 0),
             result=ToolResult.model_validate(raw) if isinstance(raw, dict) else None,
             usage=Usage.model_validate(usage) if isinstance(usage, dict) else None,
+            actor=d["actor"] if isinstance(d.get("actor"), dict) else None,
         )
 
     @classmethod

@@ -85,7 +85,7 @@ class Acquired:
     last_seq: int
     checkpoint: bytes | None
     input: bytes
-    abort_reason: str
+    abort_reason: str  # the run's abort field: its reason, or with who aborts (shared.actors.abort_of)
     approvals: dict[str, Any]
     tool_records: dict[str, ToolRecord]
     restarts: int

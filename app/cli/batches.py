@@ -41,7 +41,7 @@ def runs() -> None:
 @click.option(
     "--status",
     default=None,
-    help="queued, running, awaiting_human, awaiting_tools, completed, failed, aborted",
+    help="queued, running, awaiting_human, awaiting_tools, completed, failed, aborted, superseded",
 )
 @click.option("--agent", default=None)
 @click.option("--session", "session_id", default=None)

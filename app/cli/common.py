@@ -175,7 +175,7 @@ def describe(e: RunEvent) -> str:
             return f"[yellow]↻ retrying[/] attempt {p.get('attempt')} in {p.get('delayMs', 0) / 1000:.1f} s ({p.get('reason')})"
         if s == "completed":
             return f"[green]✓ completed[/] after {p.get('iterations')} iterations"
-        if s in TERMINAL:  # failed or aborted (completed is above)
+        if s in TERMINAL:  # failed, aborted or superseded (completed is above)
             er = p.get("error") or {}
             return f"[red]✗ {s}[/] {er.get('code', '')}: {er.get('message', '')}"
         if s == "awaiting_human":

@@ -27,8 +27,11 @@ from app.cli.common import (
     say_error,
     wire,
 )
+from shared.actors import actor
 
 __all__ = ["abort", "approve", "reject", "status", "tail", "tool_result"]
+
+CLI = actor("cli")  # who the run's events name for a command straight to Redis (shared.actors)
 
 
 def _refused(exc: ApiError) -> int:
@@ -99,7 +102,9 @@ def tail(run_id: str, after: int, as_json: bool, api_url: str | None, token: str
     )
 
 
-@click.command(help="Show a run's status and result (exit code 1 when it failed or was aborted).")
+@click.command(
+    help="Show a run's status and result (exit code 1 when it failed, was aborted or was superseded)."
+)
 @click.argument("run_id")
 @json_option
 @reach
@@ -156,7 +161,9 @@ def abort(
                     return _refused(exc)
         else:
             async with direct_producer() as p:
-                verdict = await p.abort(await p.resolve(run_id, tenant), reason=reason, tenant=tenant)
+                verdict = await p.abort(
+                    await p.resolve(run_id, tenant), reason=reason, tenant=tenant, actor=CLI
+                )
                 if verdict == "unknown" and await p.get(run_id, tenant=tenant) is not None:
                     verdict = "finished"  # archived: gone from Redis
             if verdict == "unknown":
@@ -202,7 +209,7 @@ def _decision(approved: bool) -> Any:
                 async with direct_producer() as p:
                     key = await p.resolve(run_id, tenant)
                     verdict = await p.settle_approval(
-                        key, tool_call_id, approved=approved, reason=reason, tenant=tenant
+                        key, tool_call_id, approved=approved, reason=reason, tenant=tenant, actor=CLI
                     )
                 if verdict not in ("recorded", "resumed"):
                     say_error(_approval_refusal(verdict, run_id, tool_call_id))
@@ -260,7 +267,7 @@ def tool_result(run_id: str, tool_call_id: str, content: str, is_error: bool, as
         else:
             async with direct_producer() as p:
                 key = await p.resolve(run_id, tenant)
-                verdict, call, each = await p.post_tool_results(key, [result], tenant=tenant)
+                verdict, call, each = await p.post_tool_results(key, [result], tenant=tenant, actor=CLI)
             if verdict not in ("recorded", "resumed"):
                 said = _TOOL_REFUSALS.get(verdict, verdict + ": {call}")
                 say_error(said.format(run=run_id, call=call or tool_call_id))

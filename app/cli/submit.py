@@ -45,6 +45,7 @@ from app.cli.common import (
     reach,
     wire,
 )
+from app.cli.key_flags import concurrency_flag, debounce_flag, rate_flag
 from app.cli.plan import PASSING_CODES, Parsed, Part, parse_jsonl, parts, retry_delay_ms, to_send
 from shared.quotas import DEFAULT_TENANT
 from shared.settings import get_settings
@@ -52,7 +53,8 @@ from shared.settings import get_settings
 __all__ = ["Journal", "submit"]
 
 Outcome = str | tuple[str, str]  # a run id, or (error code, message)
-_LANE_FLAGS = {"priority": "--priority", "runAt": "--run-at"}
+_LANE_FLAGS = {"priority": "--priority", "runAt": "--run-at", "concurrency": "--concurrency", "rate": "--rate",
+               "debounce": "--debounce"}  # fmt: skip
 
 
 @click.command(help="Submit runs from a JSONL file (one RunInput object per line) as one batch.")
@@ -78,6 +80,17 @@ _LANE_FLAGS = {"priority": "--priority", "runAt": "--run-at"}
     default=None,
     help="when the runs whose line names no runAt may start: RFC 3339 (2026-01-31T09:00:00Z) or epoch ms",
 )
+@click.option(
+    "--concurrency",
+    default=None,
+    help="KEY or KEY=LIMIT: the concurrency key of the runs whose line names none",
+)
+@click.option(
+    "--rate", default=None, help="KEY=LIMIT/PERIOD_S: the rate key of the runs whose line names none"
+)
+@click.option(
+    "--debounce", default=None, help="KEY=PERIOD_MS: the debounce key of the runs whose line names none"
+)
 def submit(
     file: Path,
     wait: bool,
@@ -87,6 +100,9 @@ def submit(
     batch_id: str | None,
     priority: int | None,
     run_at: str | None,
+    concurrency: str | None,
+    rate: str | None,
+    debounce: str | None,
 ) -> None:
     lanes: dict[str, Any] = {}
     if priority is not None:
@@ -96,7 +112,12 @@ def submit(
             lanes["runAt"] = run_at_ms(run_at)
         except ValueError as exc:
             raise click.BadParameter(str(exc).removeprefix("runAt: "), param_hint="--run-at") from None
-    exit_with(_submit(file, wait, api_url, token, tenant, batch_id, lanes))
+    shown = {k: str(v) for k, v in lanes.items()}
+    for name, given, parse in (("concurrency", concurrency, concurrency_flag), ("rate", rate, rate_flag),
+                               ("debounce", debounce, debounce_flag)):  # fmt: skip
+        if given is not None:
+            lanes[name], shown[name] = parse(given), given
+    exit_with(_submit(file, wait, api_url, token, tenant, batch_id, lanes, shown))
 
 
 @dataclass
@@ -258,6 +279,7 @@ async def _submit(
     tenant: str,
     named: str | None,
     lanes: dict[str, Any],
+    shown: dict[str, str],
 ) -> int:
     if named is not None and not re.match(ID_PATTERN, named):
         raise CliError(
@@ -276,7 +298,7 @@ async def _submit(
     way = ["--api", api_url] if api_url else ["--tenant", tenant] if tenant != DEFAULT_TENANT else []
     resume = shlex.join(["agentmill", "submit", str(file), *way,
                          *(["--wait"] if wait else []),
-                         *[a for k, v in lanes.items() for a in (_LANE_FLAGS[k], str(v))],
+                         *[a for k, v in shown.items() for a in (_LANE_FLAGS[k], v)],
                          "--batch-id", batch_id])  # fmt: skip
     before = len(plan) - len([p for p in todo if p.offset not in journal.done])
     err.print(

@@ -12,8 +12,9 @@ from producer import audit
 from producer.api.auth import Caller
 from producer.api.state import Api
 from producer.audit import Action, Actor
+from shared import actors
 
-__all__ = ["Action", "actor_of", "audit_command", "audited"]
+__all__ = ["Action", "actor_of", "audit_command", "audited", "event_actor"]
 
 log = logging.getLogger("agentmill.api")
 
@@ -25,6 +26,13 @@ def actor_of(request: Request) -> Actor:
         rid = request.state.request_id = audit.request_id_of(request.headers.get("x-request-id"))
     caller: Caller = request.state.caller
     return Actor(caller.actor, caller.actor_name, rid)
+
+
+def event_actor(request: Request) -> dict[str, str]:
+    """The request's actor as the run's own control events name it (shared.actors): the audit
+    entry's actor and actor name."""
+    a = actor_of(request)
+    return actors.actor(a.id, a.name)
 
 
 def _tenant(request: Request) -> str:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Query
+from fastapi import APIRouter, Body, Query, Request
 
 from agentmill_client.agents import AgentPointer, AgentsPage, AgentVersionView, AgentView
 from producer.admission import check_enabled
 from producer.agent_views import AgentViews
+from producer.api.audited import Action, audited
 from producer.api.errors import COMMON_ERRORS, NOT_FOUND, ErrorResponse
 from producer.api.state import Api, ApiDep, Tenant
 
@@ -39,6 +40,7 @@ def _views(api: Api, tenant: str) -> AgentViews:
 async def create_agent(
     api: ApiDep,
     tenant: Tenant,
+    request: Request,
     body: Annotated[
         dict[str, Any], Body(description="a profile as an AGENTMILL_PROFILES entry, with its name")
     ],
@@ -49,7 +51,9 @@ async def create_agent(
 ) -> AgentVersionView:
     quota = api.quotas.of(tenant)
     check_enabled(tenant, quota)
-    return await _views(api, tenant).create(body, current=current, max_priority=quota.max_priority)
+    made = await _views(api, tenant).create(body, current=current, max_priority=quota.max_priority)
+    await audited(api, request, Action.AGENT_CREATE, made.name, f"version={made.version} current={current}")
+    return made
 
 
 @router.get("/v1/agents", response_model=AgentsPage, responses=COMMON_ERRORS, summary="List agents")
@@ -83,9 +87,16 @@ async def get_version(name: str, version: int, api: ApiDep, tenant: Tenant) -> A
     responses={**_404, **_409},
     summary="Point new runs at a version (roll back or forward), or ramp one over a share of them",
 )
-async def point(name: str, body: AgentPointer, api: ApiDep, tenant: Tenant) -> AgentView:
+async def point(name: str, body: AgentPointer, api: ApiDep, tenant: Tenant, request: Request) -> AgentView:
     given = "ramp" in body.model_fields_set
-    return await _views(api, tenant).point(name, body.version, body.ramp, ramp_given=given)
+    view = await _views(api, tenant).point(name, body.version, body.ramp, ramp_given=given)
+    await audited(api, request, Action.AGENT_POINT, name, _pointed(view))
+    return view
+
+
+def _pointed(view: AgentView) -> str:
+    ramp = f" ramp={view.ramp.version}@{view.ramp.percent:g}%" if view.ramp else ""
+    return f"current={view.current_version}{ramp}"
 
 
 @router.delete(
@@ -94,5 +105,7 @@ async def point(name: str, body: AgentPointer, api: ApiDep, tenant: Tenant) -> A
     responses={**_404, **_409},
     summary="Delete an agent: it takes no new runs; its running runs finish on their version",
 )
-async def delete_agent(name: str, api: ApiDep, tenant: Tenant) -> AgentView:
-    return await _views(api, tenant).delete(name)
+async def delete_agent(name: str, api: ApiDep, tenant: Tenant, request: Request) -> AgentView:
+    gone = await _views(api, tenant).delete(name)
+    await audited(api, request, Action.AGENT_DELETE, name)
+    return gone

@@ -17,7 +17,7 @@ from pydantic_core import PydanticCustomError
 from agentmill_client import limits
 from agentmill_client.api import BatchAbortAnswer, BatchView, RunsPage
 from agentmill_client.ids import ID_PATTERN
-from producer.api.audited import Action, audited
+from producer.api.audited import Action, audited, event_actor
 from producer.api.errors import COMMON_ERRORS, NOT_FOUND, ErrorResponse, not_found
 from producer.api.state import ApiDep, Tenant
 from producer.batch_results import export, parse_statuses
@@ -64,7 +64,7 @@ async def list_runs(
     status: Annotated[
         str | None,
         Query(
-            description="queued, running, awaiting_human, awaiting_tools, awaiting_children, awaiting_model, completed, failed, aborted"
+            description="queued, running, awaiting_human, awaiting_tools, awaiting_children, awaiting_model, completed, failed, aborted, superseded"
         ),
     ] = None,
     agent: Annotated[str | None, Query(max_length=128)] = None,
@@ -162,7 +162,7 @@ async def batch_results(
 async def abort_batch(batch_id: str, api: ApiDep, tenant: Tenant, request: Request) -> dict[str, Any]:
     await _batch_or_404(api, tenant, batch_id)
     verdicts = await Catalog(api.producer).abort_batch(
-        tenant, batch_id, f"batch {batch_id} aborted by request"
+        tenant, batch_id, f"batch {batch_id} aborted by request", event_actor(request)
     )
     await audited(api, request, Action.BATCH_ABORT, batch_id)
     return {"batchId": batch_id, **verdicts}

@@ -44,7 +44,11 @@ async def delete_run(run_id: str, api: ApiDep, tenant: Tenant, request: Request)
     if not done.already:
         await audited(api, request, Action.DELETE, run_id, f"runs={done.runs}")
     return RunDeleted(
-        run_id=run_id, deleted_at=done.deleted_at, runs_deleted=done.runs, already_deleted=done.already
+        run_id=run_id,
+        deleted_at=done.deleted_at,
+        runs_deleted=done.runs,
+        already_deleted=done.already,
+        archive_pending=done.archive_pending,
     )
 
 

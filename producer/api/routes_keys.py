@@ -82,6 +82,10 @@ async def create_key(body: KeyInput, api: ApiDep, caller: CallerDep, request: Re
         raise ApiError(422, "invalid_input", str(exc)) from None
     if Scope.OPERATOR in scopes and not caller.operator:
         raise ApiError(403, "operator_required", "only an operator may grant the scope operator")
+    lacking = sorted(s.value for s in scopes if s not in caller.scopes and s is not Scope.OPERATOR)
+    if lacking:  # a key grants no more than it holds
+        raise ApiError(403, "scope_required", f"this key does not hold the scope {', '.join(lacking)}: "
+                       "a key grants only scopes it holds")  # fmt: skip
     try:
         rec, key = await api.keys.create(
             tenant, scopes, name=body.name, expires_in_s=body.expires_in_s, created_by=caller.actor

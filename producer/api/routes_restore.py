@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Header, Query, Request, Response
 
 from agentmill_client.api import Accepted, BatchRetryAnswer, BatchRetryItem, ErrorBody, ForkBody, RetryBody
-from producer.api.audited import Action, audited
+from producer.api.audited import Action, audited, event_actor
 from producer.api.errors import COMMON_ERRORS, NOT_FOUND, ErrorResponse, not_found
 from producer.api.routes_runs import run_links
 from producer.api.state import Api, ApiDep, Tenant
@@ -55,8 +55,9 @@ async def retry_run(
     await api.admit()
     from_start = body is not None and body.from_ == "start"
     sub = await api.restorer().retry(
-        run_id, tenant, from_start=from_start, quota=api.quotas.of(tenant), idempotency_key=idempotency_key
-    )
+        run_id, tenant, from_start=from_start, quota=api.quotas.of(tenant), idempotency_key=idempotency_key,
+        actor=event_actor(request),
+    )  # fmt: skip
     if sub.created:
         await audited(api, request, Action.RETRY, run_id, f"retryRunId={sub.run_id}")
     return _accepted(api, sub, response)
@@ -84,6 +85,7 @@ async def fork_run(
         quota=api.quotas.of(tenant),
         idempotency_key=idempotency_key,
         agent=body.agent,
+        actor=event_actor(request),
     )
     if sub.created:
         await audited(api, request, Action.FORK, run_id, f"forkRunId={sub.run_id} atSeq={body.at_seq}")
@@ -108,7 +110,9 @@ async def retry_batch(
     if await Catalog(api.producer).batch(tenant, batch_id) is None:
         raise not_found("batch", batch_id)
     await api.admit()
-    done = await api.restorer().retry_batch(batch_id, tenant, wanted, quota=api.quotas.of(tenant))
+    done = await api.restorer().retry_batch(
+        batch_id, tenant, wanted, quota=api.quotas.of(tenant), actor=event_actor(request)
+    )
     items = []
     for original, got in done:
         if isinstance(got, SubmissionError):

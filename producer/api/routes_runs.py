@@ -24,7 +24,7 @@ from agentmill_client.api import (
 from agentmill_client.errors import ApiError
 from agentmill_client.ids import ID_PATTERN, new_batch_id
 from agentmill_client.models import ApprovalDecision, RunInput
-from producer.api.audited import Action, audit_command, audited
+from producer.api.audited import Action, audit_command, audited, event_actor
 from producer.api.errors import COMMON_ERRORS, ErrorResponse, OrjsonResponse
 from producer.api.state import ApiDep, Tenant, record_or_404
 from producer.service import SubmissionError, Submitted
@@ -258,7 +258,8 @@ async def wait_run(
     summary="Abort a run",
 )
 async def abort(run_id: str, api: ApiDep, tenant: Tenant, request: Request) -> AbortAnswer:
-    verdict = await api.producer.abort(await api.producer.resolve(run_id, tenant), tenant=tenant)
+    key = await api.producer.resolve(run_id, tenant)
+    verdict = await api.producer.abort(key, tenant=tenant, actor=event_actor(request))
     if verdict == "unknown" and api.producer.archive is not None:  # gone from Redis, maybe archived
         verdict = "finished" if await api.producer.get(run_id, tenant=tenant) is not None else verdict
     if verdict == "unknown":
@@ -282,7 +283,12 @@ async def approvals(
     key = await api.producer.resolve(run_id, tenant)
     for d in body.decisions:
         verdict = await api.producer.settle_approval(
-            key, d.tool_call_id, approved=d.approved, reason=d.reason, tenant=tenant
+            key,
+            d.tool_call_id,
+            approved=d.approved,
+            reason=d.reason,
+            tenant=tenant,
+            actor=event_actor(request),
         )
         if verdict == "unknown_run":
             raise ApiError(404, "unknown_run", f"no run {run_id}")
@@ -311,7 +317,9 @@ async def tool_results(
     run_id: str, body: ToolResultsBody, api: ApiDep, tenant: Tenant, request: Request
 ) -> ToolResultsAnswer:
     key = await api.producer.resolve(run_id, tenant)
-    verdict, call, each = await api.producer.post_tool_results(key, body.results, tenant=tenant)
+    verdict, call, each = await api.producer.post_tool_results(
+        key, body.results, tenant=tenant, actor=event_actor(request)
+    )
     if verdict in ("recorded", "resumed"):
         calls = ",".join(r.tool_call_id for r, v in zip(body.results, each, strict=True) if v == "recorded")
         if calls:

@@ -56,6 +56,7 @@ from producer.schedules.store import end_of, first_after, read_schedule, run_id_
 from producer.service import Producer
 from producer.submission import SubmissionError
 from shared import keys
+from shared.actors import system
 from shared.calls.schedules import (
     ScheduleAdvance,
     ScheduleAdvanceVerdict,
@@ -232,8 +233,9 @@ class Firer:
                         skipped += 1
                         continue
                     await self.producer.abort(
-                        prev.key, reason=f"replaced by the next firing of schedule {sid}", tenant=tenant
-                    )
+                        prev.key, reason=f"replaced by the next firing of schedule {sid}", tenant=tenant,
+                        actor=system("schedule"),
+                    )  # fmt: skip
             try:
                 await self.producer.submit(
                     {**template, "runId": rid, "metadata": meta}, tenant=tenant, quota=quota

@@ -22,7 +22,14 @@ from shared.fields import RunField
 from shared.listing_row import ListingRow, select_list
 from shared.meta_terms import meta_terms
 
-__all__ = ["ArchiveStore", "ArchiveUnavailableError", "ArchivedRun", "EventRow", "archived_run"]
+__all__ = [
+    "ArchiveBusyError",
+    "ArchiveStore",
+    "ArchiveUnavailableError",
+    "ArchivedRun",
+    "EventRow",
+    "archived_run",
+]
 
 F = RunField
 EventRow = tuple[int, str, int, str, int]  # seq, kind, ts, payload (JSON text), epoch
@@ -30,6 +37,10 @@ EventRow = tuple[int, str, int, str, int]  # seq, kind, ts, payload (JSON text),
 
 class ArchiveUnavailableError(Exception):
     """PostgreSQL is unreachable (down, restarting, refusing connections): try again shortly."""
+
+
+class ArchiveBusyError(Exception):
+    """Rows to delete stayed locked by another transaction (an archiver's write) past the wait allowed."""
 
 
 def _down_errors() -> tuple[type[BaseException], ...]:
@@ -259,13 +270,27 @@ class ArchiveStore:
 
     # ---- deleting (DELETE /v1/runs/{id}, sessions and deletions by metadata: producer/deletion.py) ----
 
-    async def delete_runs(self, key_ids: Sequence[str], tenant: str | None = None) -> int:
+    async def delete_runs(
+        self, key_ids: Sequence[str], tenant: str | None = None, *, lock_timeout_ms: int | None = None
+    ) -> int:
         """Delete the runs kept under ``key_ids`` (``tenant``'s, unless None), every version of each, and
-        their sub-agents' runs, with their events and tool records. How many runs went."""
+        their sub-agents' runs, with their events and tool records. How many runs went. With
+        ``lock_timeout_ms``: a row another transaction holds is waited for that long at most, then
+        ArchiveBusyError (nothing deleted)."""
         if not key_ids:
             return 0
         pool = await self.pool()
-        status = await pool.execute(_DELETE_TREES, list(key_ids), tenant)
+        if lock_timeout_ms is None:
+            status = await pool.execute(_DELETE_TREES, list(key_ids), tenant)
+            return int(str(status).rsplit(" ", 1)[-1] or 0)
+        import asyncpg
+
+        try:
+            async with pool.acquire() as conn, conn.transaction():
+                await conn.execute(f"SET LOCAL lock_timeout = {max(1, int(lock_timeout_ms))}")
+                status = await conn.execute(_DELETE_TREES, list(key_ids), tenant)
+        except asyncpg.exceptions.LockNotAvailableError as exc:
+            raise ArchiveBusyError(f"{len(key_ids)} runs' rows locked past {lock_timeout_ms} ms") from exc
         return int(str(status).rsplit(" ", 1)[-1] or 0)
 
     async def key_ids_where(

@@ -10,6 +10,7 @@ whose Lua still reads ``ARGV[n]`` by number (tests/unit/test_script_calls.py: th
 from __future__ import annotations
 
 from shared.calls.agents import AgentCreate, AgentPoint
+from shared.calls.approvals import SettleApproval, SettleApprovalVerdict
 from shared.calls.base import ScriptCall
 from shared.calls.batches import BatchClose
 from shared.calls.budgets import BudgetReserve, BudgetSettle
@@ -31,6 +32,18 @@ from shared.calls.schedules import (
     SchedulePauseVerdict,
     ScheduleRate,
 )
+from shared.calls.submission import (
+    AdmitRate,
+    AdmitTenant,
+    BatchReplace,
+    IdempotencyClaim,
+    SpawnChild,
+    Submit,
+    SubmitMany,
+    SubmitRestored,
+    SubmitVerdict,
+    TreeAdmit,
+)
 from shared.calls.workers import ForgetWorker, ForgetWorkerVerdict
 
 __all__ = [
@@ -49,6 +62,10 @@ __all__ = [
     "SchedulePauseVerdict",
     "ScheduleRate",
     "ScriptCall",
+    "SettleApproval",
+    "SettleApprovalVerdict",
+    "Submit",
+    "SubmitVerdict",
 ]
 
 CALLS: dict[str, type[ScriptCall]] = {
@@ -70,6 +87,16 @@ CALLS: dict[str, type[ScriptCall]] = {
         ScheduleRate,
         ArchiveClaim,
         DeletionClaim,
+        Submit,
+        SubmitMany,
+        SubmitRestored,
+        SpawnChild,
+        TreeAdmit,
+        AdmitTenant,
+        AdmitRate,
+        IdempotencyClaim,
+        BatchReplace,
+        SettleApproval,
         CapacityAcquire,
         CapacityRelease,
         CapacityRenew,

@@ -68,6 +68,7 @@ class ToolResults(ScriptCall):
 
     run_id: str
     tenant: str  # '' = any
+    actor: str  # who sent them: its JSON (shared.actors.actor_json), kept in each record; '' = none
     count: int
     results: tuple[str, ...]
 

@@ -29,6 +29,7 @@ class Abort(ScriptCall):
     run_id: str
     reason: str
     tenant: str = ""  # '' = any tenant's
+    actor: str = ""  # who aborts: its JSON (shared.actors.actor_json), '' = none
 
     def keys(self, part: Partition) -> list[str]:
         return part.run_keys(self.run_id)

@@ -1,4 +1,5 @@
--- The call: shared.calls.runs.Abort (KEYS run, stream, tools; ARG.RUN_ID, ARG.REASON, ARG.TENANT).
+-- The call: shared.calls.runs.Abort (KEYS run, stream, tools; ARG.RUN_ID, ARG.REASON, ARG.TENANT,
+-- ARG.ACTOR: who aborts, named in the run's status event or its abort request; '' = none).
 -- A queued or scheduled run's job leaves the queue (or the scheduled jobs, or its tenant's held
 -- jobs) with it: an aborted run takes no slot and is not counted in the queue's depth.
 local h = redis.call('HMGET', KEY.RUN, F.STATUS, F.TENANT, F.GEN)
@@ -16,8 +17,8 @@ if h[1] == S.QUEUED or h[1] == S.SCHEDULED then
 end
 if h[1] == S.QUEUED or h[1] == S.SCHEDULED or h[1] == S.AWAITING_HUMAN or h[1] == S.AWAITING_TOOLS
     or h[1] == S.AWAITING_CHILDREN or h[1] == S.AWAITING_MODEL then
-  finalize(KEY.RUN, KEY.STREAM, KEY.TOOLS, ARG.RUN_ID, S.ABORTED, 'aborted', ARG.REASON)
+  finalize(KEY.RUN, KEY.STREAM, KEY.TOOLS, ARG.RUN_ID, S.ABORTED, 'aborted', ARG.REASON, ARG.ACTOR)
   return {V.ABORTED, h[1]}
 end
-request_abort(ARG.RUN_ID, ARG.REASON)
+request_abort(ARG.RUN_ID, ARG.REASON, ARG.ACTOR)
 return {V.REQUESTED, h[1]}

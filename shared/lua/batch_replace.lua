@@ -3,21 +3,19 @@
 -- results show the retry instead; it stays in the batch's run listing, naming the retry. A run Redis
 -- no longer holds (the archive does, which took the place first: shared/archive/original.py) comes
 -- with its tenant, batch and status: only the batch's counters change, no hash is made for it.
--- KEYS: the run
--- ARGV: runId, the retry's id (as its client knows it)[, tenant, batchId, status: the archive's]
--- Reply: left | none (not in a batch, or it left already; or the batch's hash is gone)
-local h = redis.call('HMGET', KEYS[1], F.TENANT, F.BATCH, F.STATUS)
+-- Reply: V.LEFT | V.NONE (not in a batch, or it left already; or the batch's hash is gone)
+local h = redis.call('HMGET', KEY.RUN, F.TENANT, F.BATCH, F.STATUS)
 local gone = not h[1]
-if gone and ARGV[3] then h = {ARGV[3], ARGV[4], ARGV[5]} end
-if not h[1] or (h[2] or '') == '' then return {'none'} end
+if gone and ARG.TENANT ~= '' then h = {ARG.TENANT, ARG.BATCH_ID, ARG.STATUS} end
+if not h[1] or (h[2] or '') == '' then return {V.NONE} end
 local bk = batch_key(h[1], h[2])
 if redis.call('EXISTS', bk) == 1 then
   redis.call('HINCRBY', bk, h[3], -1)
   redis.call('HINCRBY', bk, BATCH.TOTAL, -1)
   if is_terminal(h[3]) then redis.call('HINCRBY', bk, BATCH.DONE, -1) end
 elseif gone then
-  return {'none'}
+  return {V.NONE}
 end
-redis.call('ZREM', index_key(h[1], DIM.ITEM, h[2]), ARGV[1])
-if not gone then redis.call('HSET', KEYS[1], F.BATCH, '', F.RETRIED_BY, ARGV[2]) end
-return {'left'}
+redis.call('ZREM', index_key(h[1], DIM.ITEM, h[2]), ARG.RUN_ID)
+if not gone then redis.call('HSET', KEY.RUN, F.BATCH, '', F.RETRIED_BY, ARG.RETRY_ID) end
+return {V.LEFT}

@@ -171,8 +171,11 @@ local function leave_worker(run, run_id)
   if owner and owner ~= '' then redis.call('SREM', worker_runs_key(owner), run_id) end
 end
 -- Ask the worker running a run to abort it: the run hash holds the reason, the inbox the nudge.
-local function request_abort(run_id, reason)
-  redis.call('HSET', run_key(run_id), F.ABORT, reason)
+-- With an actor (its JSON, shared/actors.py): the field holds both, as shared.actors.abort_field.
+local function request_abort(run_id, reason, actor)
+  local v = reason
+  if actor and actor ~= '' then v = cjson.encode({reason = reason, actor = cjson.decode(actor)}) end
+  redis.call('HSET', run_key(run_id), F.ABORT, v)
   local owner = redis.call('HGET', run_key(run_id), F.OWNER)
   if owner and owner ~= '' then
     local inbox = worker_inbox_key(owner)
@@ -543,9 +546,10 @@ local function stores_no_content(run)
   return ok and type(v) == 'table' and v.storeContent == false
 end
 local CONTENT_KINDS = {[EVENT.MODEL_DELTA] = true, [EVENT.ASSISTANT_MESSAGE] = true, [EVENT.TOOL_CALL] = true,
-  [EVENT.TOOL_RESULT] = true, [EVENT.COMPACTION] = true, [EVENT.CHILD_ENDED] = true}
+  [EVENT.TOOL_RESULT] = true, [EVENT.COMPACTION] = true, [EVENT.CHILD_ENDED] = true, [EVENT.APPROVAL] = true}
 local KEPT_TEXT = {toolCallId = true, providerCallId = true, name = true, childRunId = true, streamKey = true,
-  status = true, finishReason = true, stopReason = true, model = true, code = true, strategy = true, runId = true}
+  status = true, finishReason = true, stopReason = true, model = true, code = true, strategy = true, runId = true,
+  decision = true}
 local USAGES = {usage = true, total = true, childrenUsage = true}  -- tables of numbers: kept
 local function scalars_of(t)  -- a table's numbers and booleans (a usage)
   local out = {}
@@ -564,6 +568,8 @@ local function redacted_payload(payload)
       out[k] = v
     elseif t == 'table' and USAGES[k] then
       out[k] = scalars_of(v)
+    elseif t == 'table' and k == 'actor' then  -- who acted (shared/actors.py): ids, no content
+      out[k] = {kind = v.kind, id = v.id, name = v.name}
     end
   end
   return cjson.encode(out)
@@ -622,7 +628,8 @@ local function redact(run, stream, tools, run_id)
   redis.call('HDEL', run, F.CKPT, F.LOOP, F.APPROVALS, F.CLIENT_PENDING, F.ORIGIN)
   redis.call('DEL', tools, transcript_key(run_id))
 end
-local function finalize(run, stream, tools, run_id, status, code, message)
+-- ``actor`` (optional): who ended it, its JSON (shared/actors.py), named in the status event.
+local function finalize(run, stream, tools, run_id, status, code, message, actor)
   local maxlen, retention = ctx().maxlen, ctx().retention
   flush_deferred()  -- a run created earlier in this script may be the one ending
   local h = redis.call('HMGET', run, F.LAST_SEQ, F.SESSION_ID, F.ITERATIONS, F.EPOCH, F.STATUS, F.USAGE_IN,
@@ -646,8 +653,9 @@ local function finalize(run, stream, tools, run_id, status, code, message)
       maxlen, tonumber(h[4] or '0') + 1)
     seq = seq + 1
   end
-  xadd(stream, seq, EVENT.STATUS, ts, cjson.encode({status = status, iterations = iterations, error = err}), maxlen,
-    tonumber(h[4] or '0') + 1)
+  local said = {status = status, iterations = iterations, error = err}
+  if actor and actor ~= '' then said.actor = cjson.decode(actor) end
+  xadd(stream, seq, EVENT.STATUS, ts, cjson.encode(said), maxlen, tonumber(h[4] or '0') + 1)
   redis.call('HSET', run, F.STATUS, status, F.RESULT, cjson.encode(result), F.LAST_SEQ, seq,
     F.OWNER, '', F.EPOCH, tonumber(h[4] or '0') + 1, F.FINISHED_AT, ts, F.ABORT, '', F.ERROR_CODE, code)
   redis.call('ZREM', LIVE, run_id)

@@ -3,23 +3,21 @@
 -- the parent's children. Made again (a resumed parent), it finds the same run ('exists').
 -- A new child counts against its tenant's maxActive like a submitted run (admit_tenant.lua): without
 -- room it is not created ({'quota_exceeded', the tenant's runs counted here}).
--- KEYS: as submit_one's, then the tenant's active zset on this partition
--- ARGV: parentRunId, parentToolCallId, ancestry JSON (config.Lineage), maxActive for this partition
---       (the tenant's quota less its runs counted on the other partitions; '' = none), active set
---       ttl ms, grace ms, then submit_one's A
-local parent, call, lineage = table.remove(ARGV, 1), table.remove(ARGV, 1), table.remove(ARGV, 1)
-local room, ttl, grace = table.remove(ARGV, 1), table.remove(ARGV, 1), table.remove(ARGV, 1)
-if room ~= '' and redis.call('EXISTS', KEYS[1]) == 0 and not redis.call('ZSCORE', KEYS[6], ARGV[1]) then
+local A = {}
+for k = ARGN.RUN, #ARGV do A[#A + 1] = ARGV[k] end
+local id = A[NEW.RUN_ID]
+if ARG.ROOM ~= '' and redis.call('EXISTS', KEY.RUN) == 0 and not redis.call('ZSCORE', KEY.TENANT_ACTIVE, id) then
   local now = now_ms()
-  local count = redis.call('ZCARD', KEYS[6])
-  if count + 1 > tonumber(room) then count = active_pruned(KEYS[6], now, tonumber(grace)) end
-  if count + 1 > tonumber(room) then return {'quota_exceeded', tostring(count)} end
-  redis.call('ZADD', KEYS[6], now, ARGV[1])
-  redis.call('PEXPIRE', KEYS[6], ttl)
+  local count = redis.call('ZCARD', KEY.TENANT_ACTIVE)
+  local room = tonumber(ARG.ROOM)
+  if count + 1 > room then count = active_pruned(KEY.TENANT_ACTIVE, now, tonumber(ARG.GRACE_MS)) end
+  if count + 1 > room then return {V.QUOTA_EXCEEDED, tostring(count)} end
+  redis.call('ZADD', KEY.TENANT_ACTIVE, now, id)
+  redis.call('PEXPIRE', KEY.TENANT_ACTIVE, ARG.ACTIVE_TTL_MS)
 end
-local r = submit_one(KEYS, ARGV)
-if r[1] == 'created' then
-  redis.call('HSET', KEYS[1], F.PARENT_RUN, parent, F.PARENT_CALL, call, F.ANCESTRY, lineage)
-  ix_add(ARGV[4], DIM.PARENT, parent, ARGV[1], tonumber(redis.call('HGET', KEYS[1], F.CREATED_AT)))
+local r = submit_one(KEYS, A)
+if r[1] == V.CREATED then
+  redis.call('HSET', KEY.RUN, F.PARENT_RUN, ARG.PARENT_RUN_ID, F.PARENT_CALL, ARG.PARENT_CALL_ID, F.ANCESTRY, ARG.ANCESTRY)
+  ix_add(A[NEW.TENANT], DIM.PARENT, ARG.PARENT_RUN_ID, id, tonumber(redis.call('HGET', KEY.RUN, F.CREATED_AT)))
 end
 return r

@@ -1,7 +1,7 @@
 -- A caller's results for client tool calls, all or none: each must name a client call of the run;
 -- a repeat of a recorded result is a no-op, a different one a conflict. When the run is parked and
 -- this completes its calls, it goes back on the queue.
--- The call: shared.calls.results.ToolResults.
+-- The call: shared.calls.results.ToolResults. Each new result's record keeps who sent it (its actor).
 local h = redis.call('HMGET', KEY.RUN, F.STATUS, F.TENANT)
 if not h[1] then return {V.UNKNOWN_RUN} end
 if ARG.TENANT ~= '' and h[2] ~= ARG.TENANT then return {V.UNKNOWN_RUN} end
@@ -10,6 +10,7 @@ local now = now_ms()
 local n = tonumber(ARG.COUNT)
 local out = {V.RECORDED}
 local new = {}
+local actor = ARG.ACTOR ~= '' and cjson.decode(ARG.ACTOR) or nil
 for k = 0, n - 1 do
   local id, content, is_err = ARGV[ARGN.RESULTS + 3 * k], ARGV[ARGN.RESULTS + 1 + 3 * k], ARGV[ARGN.RESULTS + 2 + 3 * k] == '1'
   local rec = redis.call('HGET', KEY.TOOLS, id)
@@ -32,7 +33,7 @@ for k = 0, n - 1 do
     end
     out[#out + 1] = V.DUPLICATE
   else
-    new[id] = {state = TS.DONE, client = true, calledAt = r.calledAt,
+    new[id] = {state = TS.DONE, client = true, calledAt = r.calledAt, actor = actor,
       result = {toolCallId = id, name = r.name, content = content, isError = is_err}}
     out[#out + 1] = V.RECORDED
   end

@@ -181,6 +181,8 @@ async def test_a_new_version_reaches_running_workers_and_each_run_keeps_its_own(
         assert (await ended(c, fork))["agentVersion"] == 2
         other = (await c.post(f"/v1/runs/{pinned}/fork", json={"atSeq": 0, "agent": "support@1"})).json()
         assert (await ended(c, other["runId"]))["agentVersion"] == 1
+        r = await c.post(f"/v1/runs/{pinned}/fork", json={"atSeq": 0, "agent": "nobody-has-it"})
+        assert r.status_code == 404 and r.json()["error"]["code"] == "unknown_agent", r.text  # as on submit
     finally:
         for p in procs.values():
             p.stop()
@@ -222,7 +224,16 @@ async def test_another_tenant_sees_no_agent_and_a_tenant_names_no_url(client: ht
     assert r.status_code == 404
     assert (await c.delete("/v1/agents/support", **other)).status_code == 404  # type: ignore[arg-type]
     r = await c.post("/v1/runs", json=run(), **other)  # type: ignore[arg-type]
-    assert r.status_code == 422 and r.json()["error"]["code"] == "unknown_agent", r.text
+    assert r.status_code == 404 and r.json()["error"]["code"] == "unknown_agent", r.text
+    unknown = await c.post("/v1/runs", json=run(agent="nobody-has-it"), **other)  # type: ignore[arg-type]
+    assert unknown.status_code == 404  # the same answer as for another tenant's: it reveals neither
+    assert r.json()["error"]["message"].replace("support", "X") == unknown.json()["error"]["message"].replace(
+        "nobody-has-it", "X"
+    )
+    r = await c.post("/v1/runs", json=run(agent="no spaces!"), **other)  # type: ignore[arg-type]
+    assert r.status_code == 422 and r.json()["error"]["field"] == "agent", r.text  # malformed: 422
+    r = await c.post("/v1/runs/batch", json={"runs": [run()]}, **other)  # type: ignore[arg-type]
+    assert r.json()["results"][0]["error"]["code"] == "unknown_agent", r.text
     listed = (await c.get("/v1/agents", **other)).json()["agents"]  # type: ignore[arg-type]
     assert [a["name"] for a in listed if a["source"] == "tenant"] == []
     assert {"default", "scripted"} <= {a["name"] for a in listed if a["source"] == "operator"}
@@ -252,12 +263,12 @@ async def test_another_tenant_sees_no_agent_and_a_tenant_names_no_url(client: ht
     r = await c.post("/v1/schedules", json=sched)
     assert r.status_code == 201, r.text
     r = await c.post("/v1/schedules", json=sched, **other)  # type: ignore[arg-type]
-    assert r.status_code == 422 and r.json()["error"]["field"] == "input.agent", r.text
+    assert r.status_code == 404 and r.json()["error"]["field"] == "input.agent", r.text
 
     # deleted: no new runs; the operator's profiles are read-only
     assert (await c.delete("/v1/agents/support")).status_code == 200
     r = await c.post("/v1/runs", json=run())
-    assert r.status_code == 422 and r.json()["error"]["code"] == "unknown_agent", r.text
+    assert r.status_code == 404 and r.json()["error"]["code"] == "unknown_agent", r.text
     assert (await c.get("/v1/agents/support")).status_code == 404
     assert (await c.delete("/v1/agents/default")).status_code == 409
     view = (await c.get("/v1/agents/default")).json()

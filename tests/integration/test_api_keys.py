@@ -96,7 +96,7 @@ async def test_an_admin_key_manages_its_tenants_keys_and_an_operator_any_tenants
         api(settings(redis_url, operator_tenants="tenant-b")) as url,
         httpx.AsyncClient(base_url=url) as c,
     ):
-        admin = bearer((await new_key(c, ["admin"]))["key"])
+        admin = bearer((await new_key(c, ["admin", "read", "control"]))["key"])
         made = await new_key(c, ["read", "control"], admin, name="ops")
         assert made["tenant"] == "tenant-a" and made["createdBy"] != "token-file"
         r = await c.post("/v1/keys", json={"scopes": ["read"], "tenant": "tenant-b"}, headers=admin)

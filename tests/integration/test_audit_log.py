@@ -1,6 +1,6 @@
 """The audit log through the API on a real Redis with a real worker: a scripted sequence of control
-actions (submit, approve, abort, retry, fork, schedule create and delete, key create and revoke)
-leaves exactly one entry each, in order, with the right actor (the key's id and name, or
+actions (submit, approve, abort, retry, fork, schedule create and delete, agent create, point and
+delete, key create and revoke) leaves exactly one entry each, in order, with the right actor (the key's id and name, or
 token-file) and request id; filters and the cursor page it; no route writes it, and no other tenant
 reads it."""
 
@@ -59,6 +59,14 @@ async def test_one_entry_per_control_action_with_its_actor(redis_url: str, worke
         sched = {"scheduleId": "nightly", "cron": "0 3 * * *", "input": body()}
         assert (await c.post("/v1/schedules", json=sched, headers=kh)).status_code == 201
         assert (await c.delete("/v1/schedules/nightly", headers=kh)).status_code == 200
+        agent = {"name": "helper", "provider": {"connection": "scripted"}, "systemPrompt": "x"}
+        assert (await c.post("/v1/agents", json=agent, headers=A)).status_code == 201
+        assert (
+            await c.post("/v1/agents", json=agent, params={"current": "false"}, headers=A)
+        ).status_code == 201
+        ramp = {"ramp": {"version": 2, "percent": 25}}
+        assert (await c.post("/v1/agents/helper/current", json=ramp, headers=A)).status_code == 200
+        assert (await c.delete("/v1/agents/helper", headers=A)).status_code == 200
         assert (await c.delete(f"/v1/keys/{key_id}", headers=A)).json()["result"] == "revoked"
         # what was not an action leaves nothing: reads, a refused request, a repeated create
         assert (await c.get(f"/v1/runs/{r1}", headers=A)).status_code == 200
@@ -66,6 +74,8 @@ async def test_one_entry_per_control_action_with_its_actor(redis_url: str, worke
         assert (
             await c.post("/v1/schedules", json={**sched, "scheduleId": "x", "cron": "bad"}, headers=A)
         ).status_code == 422
+        assert (await c.post("/v1/agents/nope/current", json={"version": 1}, headers=A)).status_code == 404
+        assert (await c.delete("/v1/agents/nope", headers=A)).status_code == 404
 
         page = (await c.get("/v1/audit", headers=A)).json()
         got = [(e["action"], e["target"], e["actor"], e["actorName"]) for e in page["entries"]]
@@ -80,8 +90,16 @@ async def test_one_entry_per_control_action_with_its_actor(redis_url: str, worke
             ("fork", r1, *bot),
             ("schedule_create", "nightly", *bot),
             ("schedule_delete", "nightly", *bot),
+            ("agent_create", "helper", *boot),
+            ("agent_create", "helper", *boot),
+            ("agent_point", "helper", *boot),
+            ("agent_delete", "helper", *boot),
             ("key_revoke", key_id, *boot),
         ], got
+        details = [e["detail"] for e in page["entries"] if e["action"].startswith("agent_")]
+        assert details == ["version=1 current=True", "version=2 current=False", "current=1 ramp=2@25%", ""], (
+            details
+        )
         entries = page["entries"]
         assert entries[2]["requestId"] == "req-approve" and all(e["requestId"] for e in entries)
         assert all(e["tenant"] == "tenant-a" for e in entries) and page["next"] is None
@@ -93,7 +111,7 @@ async def test_one_entry_per_control_action_with_its_actor(redis_url: str, worke
         about = (await c.get("/v1/audit", params={"target": r2}, headers=A)).json()["entries"]
         assert [e["action"] for e in about] == ["submit", "abort", "retry"]
         since = (await c.get("/v1/audit", params={"from": entries[5]["at"]}, headers=A)).json()["entries"]
-        assert since[-5:] == entries[-5:] and len(since) <= 5 + 3
+        assert since[-9:] == entries[-9:] and len(since) <= 9 + 3
         seen, cursor = [], None
         while True:
             params: dict[str, Any] = {"limit": 3, **({"cursor": cursor} if cursor else {})}

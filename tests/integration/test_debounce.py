@@ -1,5 +1,5 @@
 """Debounce keys (RunInput.debounce) on a real Redis with a worker: submissions of one key within its
-period replace the run waiting to start (it ends aborted, code superseded, still readable); the
+period replace the run waiting to start (it ends superseded, still readable, naming its successor); the
 last starts a period after its own submission, with its own input."""
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
+from producer.listing import Catalog, RunFilter
 from producer.service import SubmissionError
 from shared import keys
+from shared.quotas import DEFAULT_TENANT
 from tests.integration.helpers import producer_for, running_worker, script_run, stream, wait_all
 
 pytestmark = pytest.mark.integration
@@ -34,7 +36,7 @@ async def test_five_submissions_in_a_second_run_only_the_last(redis: Redis, redi
         other = (await p.submit(debounced("chat-7", "other"))).run_id  # another key: its own run
         done = await wait_all(p, [*ids, other], 15)
     superseded = [done[r] for r in ids[:4]]
-    assert {(r.status.value, r.result.last_error.code) for r in superseded} == {("aborted", "superseded")}  # type: ignore[union-attr]
+    assert {(r.status.value, r.result.last_error.code) for r in superseded} == {("superseded", "superseded")}  # type: ignore[union-attr]
     for rid, after in itertools.pairwise(ids):  # each names the run that replaced it
         err = done[rid].result.last_error  # type: ignore[union-attr]
         assert err is not None and after in err.message, err
@@ -48,8 +50,11 @@ async def test_five_submissions_in_a_second_run_only_the_last(redis: Redis, redi
     assert await redis.exists(part.run(ids[4])) == 1  # every run of the key lives at the key's home
     events = [e for e in await stream_at(redis, part, ids[4])]
     assert events[0].ts / 1000 >= last_at + 1.0 - 0.05
-    for rid in ids[:4]:  # the superseded never ran: no running status in their events
-        assert all(e.payload.get("status") != "running" for e in await stream_at(redis, part, rid))
+    for rid in ids[:4]:  # the superseded never ran: no running status, and their stream ends superseded
+        seen = [e.payload.get("status") for e in await stream_at(redis, part, rid)]
+        assert "running" not in seen and seen[-1] == "superseded", seen
+    listed, _ = await Catalog(p).list_runs(DEFAULT_TENANT, RunFilter(status="superseded"))
+    assert {r["runId"] for r in listed} == set(ids[:4])  # a status of its own in the listing
 
 
 async def stream_at(redis: Redis, part: keys.Partition, run_id: str) -> list[Any]:
@@ -96,4 +101,4 @@ async def test_a_batch_with_one_debounce_key_keeps_its_last_item(redis: Redis, r
     ids = [s.run_id for s in subs]  # type: ignore[union-attr]
     async with running_worker(redis_url):
         done = await wait_all(p, ids, 10)
-    assert [done[r].status.value for r in ids] == ["aborted"] * 3 + ["completed"]
+    assert [done[r].status.value for r in ids] == ["superseded"] * 3 + ["completed"]

@@ -102,7 +102,7 @@ async def test_agent_names_and_versions_that_smuggle_are_refused(c: httpx.AsyncC
     # another tenant sees none of it, and its own "support" is its own
     assert (await c.get("/v1/agents/support", headers=B)).status_code == 404
     r = await c.post("/v1/runs", json={**run_body(), "agent": "support@1"}, headers=B)
-    assert r.status_code == 422, r.text
+    assert r.status_code == 404 and r.json()["error"]["code"] == "unknown_agent", r.text
 
 
 def _b64(raw: bytes) -> str:
@@ -323,10 +323,30 @@ async def test_an_agents_loop_limits_cannot_raise_the_sub_agent_depth(c: httpx.A
     assert r.status_code == 201, r.text
 
 
+async def test_an_admin_key_grants_only_the_scopes_it_holds(c: httpx.AsyncClient) -> None:
+    """Attack: an admin key (no submit, no control) mints a key with submit or control, doing by
+    proxy what it may not do itself (was accepted: 201)."""
+    admin = bearer((await c.post("/v1/keys", json={"scopes": ["admin", "read"]})).json()["key"])
+    for scopes, named in (
+        (["submit"], "submit"),
+        (["admin", "control"], "control"),
+        (["control", "submit"], "control, submit"),
+    ):
+        r = await c.post("/v1/keys", json={"scopes": scopes}, headers=admin)
+        err = r.json()["error"]
+        assert r.status_code == 403 and err["code"] == "scope_required" and named in err["message"], r.text
+    r = await c.post("/v1/keys", json={"scopes": ["read"]}, headers=admin)
+    assert r.status_code == 201 and r.json()["scopes"] == ["read"], r.text
+    assert (await c.post("/v1/keys", json={"scopes": ["admin", "read"]}, headers=admin)).status_code == 201
+    # the token file's tokens hold every scope: they grant any
+    assert (await c.post("/v1/keys", json={"scopes": ["submit", "control", "admin"]})).status_code == 201
+
+
 async def test_a_key_cannot_mint_a_key_that_outlives_it(c: httpx.AsyncClient) -> None:
     """Attack: an admin key given for a minute mints an admin key that never expires (or expires
     after it), keeping the access its expiry was meant to end (was accepted: 201)."""
-    short = bearer((await c.post("/v1/keys", json={"scopes": ["admin"], "expiresInS": 60})).json()["key"])
+    made = await c.post("/v1/keys", json={"scopes": ["admin", "read"], "expiresInS": 60})
+    short = bearer(made.json()["key"])
     for body in ({"scopes": ["admin"]}, {"scopes": ["read"], "expiresInS": 3600}):
         r = await c.post("/v1/keys", json=body, headers=short)
         err = r.json()["error"]

@@ -117,7 +117,8 @@ async def test_a_run_failed_after_three_recorded_tool_calls_is_retried_and_execu
     assert view["retryOf"] == rid
     assert (await c.get(f"/v1/runs/{rid}", headers=A)).json().get("retryOf") is None
     evs = await events(c, retry)
-    assert evs[0]["payload"] == {"status": "running", "agent": "chaos", "retryOf": rid}
+    by = {"kind": "token-file", "id": "token-file", "name": ""}  # who retried it
+    assert evs[0]["payload"] == {"status": "running", "agent": "chaos", "retryOf": rid, "actor": by}
     assert not [e for e in evs if e["kind"] == "tool_call"]  # nothing was called again
     listed = {r["runId"]: r for r in (await c.get("/v1/runs", headers=A)).json()["runs"]}
     assert listed[retry]["retryOf"] == rid

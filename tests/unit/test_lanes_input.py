@@ -65,11 +65,16 @@ def test_a_prepared_runs_lane_is_its_priority_capped_by_the_tenants_quota() -> N
     quotas = Quotas(Settings(tenant_quotas='{"t1": {"maxPriority": 3}}'))
     cap = quotas.of("t1").max_priority
     at = int(datetime(2030, 1, 1, tzinfo=UTC).timestamp() * 1000)
-    assert prepare(run(), scope, lambda r: "r1").lane_args == ["5", ""]
-    assert prepare(run(priority=8, runAt=at), scope, lambda r: "r1").lane_args == ["8", str(at)]
-    assert prepare(run(priority=8), scope, lambda r: "r1", cap).lane_args == ["3", ""]
-    assert prepare(run(), scope, lambda r: "r1", cap).lane_args == ["3", ""]  # the default too
-    assert prepare(run(priority=1), scope, lambda r: "r1", cap).lane_args == ["1", ""]
+
+    def lane(*a: Any) -> tuple[str, str]:
+        s = prepare(*a).submission(DEFAULT_TENANT)  # the run's record for the submit scripts
+        return s.priority, s.run_at
+
+    assert lane(run(), scope, lambda r: "r1") == ("5", "")
+    assert lane(run(priority=8, runAt=at), scope, lambda r: "r1") == ("8", str(at))
+    assert lane(run(priority=8), scope, lambda r: "r1", cap) == ("3", "")
+    assert lane(run(), scope, lambda r: "r1", cap) == ("3", "")  # the default too
+    assert lane(run(priority=1), scope, lambda r: "r1", cap) == ("1", "")
     assert quotas.of("other").max_priority == 9
 
 

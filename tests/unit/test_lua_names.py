@@ -37,6 +37,8 @@ from worker.core.context import PastCall
 OTHER_MEANINGS = {
     ("abort.lua", "aborted"): 1,  # the lastError code of an abort (its verdict is V.ABORTED)
     ("submit_one.lua", "aborted"): 2,  # the lastError code of the runs an interrupt aborts
+    ("submit_one.lua", "superseded"): 1,  # the lastError code of a debounced run replaced
+    ("acquire_run.lua", "superseded"): 1,  # the verdict for a stale dispatch, not the run's status
     ("prelude.lua", "epoch"): 1,  # a stream entry's field (xadd), not the run hash's
     ("settle_approval.lua", "pending"): 2,  # an approval's decision, not a tool record's state
     ("budget_reserve.lua", "cost"): 1,  # the limit a refusal names, not a usage hash's part

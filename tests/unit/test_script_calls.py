@@ -20,12 +20,7 @@ POSITIONAL_READ = re.compile(r"\bARGV\[\d|\bA\[\d")
 # The Lua files that still read ARGV (or their copy A) by number. Declaring a script's call
 # (shared/calls) takes it off; a file that no longer reads by number must leave the list.
 POSITIONAL = {
-    "acquire", "admit_rate", "admit_tenant",
-    "batch_replace", "beat",
-    "commit",
-    "publish", "idempotency_claim",
-    "settle_approval", "spawn_child", "submit_many", "submit_one",
-    "submit_restored", "tool_cache_put", "tree_admit",
+    "acquire", "beat", "commit", "publish", "tool_cache_put",
     "model_reply", "econ_enqueue", "econ_close", "econ_advance", "econ_done", "econ_lease",
 }  # fmt: skip
 
@@ -61,8 +56,8 @@ def test_a_token_the_call_does_not_declare_is_refused() -> None:
 
 
 def test_the_fields_in_order_are_the_arguments_and_none_is_sent_empty() -> None:
-    assert [f.name for f in dataclasses.fields(Abort)] == ["run_id", "reason", "tenant"]
-    assert Abort("r1", "why").argv() == ["r1", "why", ""]
+    assert [f.name for f in dataclasses.fields(Abort)] == ["run_id", "reason", "tenant", "actor"]
+    assert Abort("r1", "why").argv() == ["r1", "why", "", ""]
     assert Release(3, "r1", 2).argv() == [3, "r1", 2]
     assert Abort.verdict([b"requested", b"running"]) is AbortVerdict.REQUESTED
     with pytest.raises(ValueError):

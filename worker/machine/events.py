@@ -117,6 +117,7 @@ class ApprovalsDecided:
     now_ms: int
     decisions: dict[str, bool]
     reasons: dict[str, str] = field(default_factory=dict)
+    actors: dict[str, dict[str, Any]] = field(default_factory=dict)  # who decided each (shared.actors)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +138,7 @@ class ClientResultsReceived:
 
     now_ms: int
     results: dict[str, ToolResult]
+    actors: dict[str, dict[str, Any]] = field(default_factory=dict)  # who sent each (shared.actors)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +173,7 @@ class CompactionDone:
 class AbortRequested:
     now_ms: int
     reason: str = "aborted by request"
+    actor: dict[str, Any] | None = None  # who aborts (shared.actors), named in the status event
 
 
 @dataclass(frozen=True, slots=True)

@@ -240,7 +240,7 @@ def on_compacted(s: RunState, e: CompactionDone) -> Decision:
 
 
 def on_abort(s: RunState, e: AbortRequested) -> Decision:
-    return finish(s, RunStatus.ABORTED, [], error=RunError(code="aborted", message=e.reason))
+    return finish(s, RunStatus.ABORTED, [], error=RunError(code="aborted", message=e.reason), actor=e.actor)
 
 
 def on_budget_refused(s: RunState, e: BudgetRefused) -> Decision:

@@ -64,7 +64,8 @@ class CallPhase(StrEnum):
     RETRYING = "retrying"
 
 
-TERMINAL_PHASES = TERMINAL
+# The machine's own endings: a status ended outside it (superseded, before any worker took the run) is no phase.
+TERMINAL_PHASES = TERMINAL & frozenset(STATUS_PHASES)
 
 # Each (phase, call) pair's node name, built once: RunState.node is read on every event (the table's
 # lookup, the metrics' transitions) and formatting two enums each time was 2 % of a run's CPU.

@@ -22,6 +22,7 @@ from worker.machine.window import windowed_history
 
 __all__ = [
     "FINAL_ANSWER_PROMPT",
+    "approval_emit",
     "bounded_messages",
     "build_messages",
     "build_messages_for_call",
@@ -51,6 +52,18 @@ def up(state: RunState, **changes: Any) -> RunState:
 
 def status_event(status: str, **extra: Any) -> Emit:
     return Emit(EventKind.STATUS, {"status": status, **extra})
+
+
+def approval_emit(
+    call_id: str, name: str, decision: str, reason: str | None, actor: dict[str, Any] | None
+) -> Emit:
+    """The ``approval`` event: a human's decision on a call, with its reason and who decided."""
+    payload: dict[str, Any] = {"toolCallId": call_id, "name": name, "decision": decision}
+    if reason:
+        payload["reason"] = reason
+    if actor:
+        payload["actor"] = actor
+    return Emit(EventKind.APPROVAL, payload)
 
 
 def agent_of(config: RunConfig) -> dict[str, Any]:
@@ -194,7 +207,9 @@ def finish(
     *,
     final: Message | None = None,
     error: RunError | None = None,
+    actor: dict[str, Any] | None = None,
 ) -> Decision:
+    """The run's ending: its status event (naming ``actor``, who ended it, when given) and Finish."""
     phase = {
         RunStatus.COMPLETED: RunStatus.COMPLETED,
         RunStatus.FAILED: RunStatus.FAILED,
@@ -211,6 +226,8 @@ def finish(
         payload["error"] = error.model_dump(by_alias=True)
     if s.config is not None and s.config.agent_version is not None:
         payload["agentVersion"] = s.config.agent_version
+    if actor:
+        payload["actor"] = actor
     if error is not None and status == RunStatus.FAILED:
         cmds = [*cmds, error_event("run", error.code, error.message, retryable=error.retryable)]
     return s, [*cmds, Emit(EventKind.STATUS, payload), Finish(result)]

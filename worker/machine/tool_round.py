@@ -4,11 +4,13 @@ until every call has a result and the round closes into the next model call."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from agentmill_client.models import EventKind, Message, RunError, RunStatus, ToolCall, ToolResult, Usage
 from worker.core import policy
 from worker.core.config import RunConfig
 from worker.core.history_tools import LOAD_OLDER_HISTORY
+from worker.machine import steps
 from worker.machine.children import child_ended_emit, child_problem, child_started_emit, start_children
 from worker.machine.commands import (
     AwaitChildren,
@@ -161,10 +163,14 @@ def _precheck(call: ToolCall, allowed: set[str]) -> str | None:
     return None
 
 
-def tool_result_emits(res: ToolResult, called_at_ms: int, code: str = "tool_failed") -> list[Command]:
-    """The tool_result event (with its call's ``calledAt``), and beside an error result the ``error``
-    event naming it."""
+def tool_result_emits(
+    res: ToolResult, called_at_ms: int, code: str = "tool_failed", actor: dict[str, Any] | None = None
+) -> list[Command]:
+    """The tool_result event (with its call's ``calledAt``, and ``actor``: who sent a client's
+    result), and beside an error result the ``error`` event naming it."""
     payload = {**res.model_dump(mode="json", by_alias=True, exclude_none=True), "calledAt": called_at_ms}
+    if actor:
+        payload["actor"] = actor
     out: list[Command] = [Emit(EventKind.TOOL_RESULT, payload)]
     if res.is_error:
         out.append(error_event("tool", code, res.content, toolCallId=res.tool_call_id, name=res.name))
@@ -241,7 +247,7 @@ def on_client_results(s: RunState, e: ClientResultsReceived) -> Decision:
             continue
         res = ToolResult(tool_call_id=c.id, name=c.name, content=res.content, is_error=res.is_error)
         results[c.id] = res
-        cmds += tool_result_emits(res, s.round_called_at_ms, "client_tool_error")
+        cmds += tool_result_emits(res, s.round_called_at_ms, "client_tool_error", e.actors.get(c.id))
     s = up(s, results=results)
     waiting = [c for c in s.round if c.id in s.client_waiting and c.id not in s.results]
     if waiting:  # still open: park again with the same deadlines
@@ -380,9 +386,9 @@ def on_approvals(s: RunState, e: ApprovalsDecided) -> Decision:
         ok = e.decisions.get(call.id)
         if ok is None:
             raise MachineError(f"no decision for pending tool call {call.id}")
-        approvals[call.id] = "approved" if ok else "rejected"
+        approvals[call.id], why = "approved" if ok else "rejected", e.reasons.get(call.id)
+        cmds.append(steps.approval_emit(call.id, call.name, approvals[call.id], why, e.actors.get(call.id)))
         if not ok:
-            why = e.reasons.get(call.id)
             text = "rejected by a human" + (f": {why}" if why else "")
             res = ToolResult(tool_call_id=call.id, name=call.name, content=text, is_error=True)
             results[call.id] = res

@@ -22,6 +22,7 @@ import orjson
 from agentmill_client.codec import encode
 from agentmill_client.models import RunInput, RunStatus
 from shared import logs
+from shared.actors import abort_of
 from shared.calls.results import ChildResultVerdict
 from shared.tool_records import ToolRecord
 from worker import machine
@@ -115,10 +116,12 @@ class RunDriver:
     # ---- signals from the worker (lease keeper, shutdown) ----
 
     def request_abort(self, reason: str) -> None:
+        """``reason``: the run's abort field (its reason, or with who aborts: shared.actors.abort_of)."""
         if self.abort_reason is None and not self.state.terminal:
-            self.abort_reason = reason or "aborted by request"
+            why, actor = abort_of(reason)
+            self.abort_reason = why or "aborted by request"
             self._cancel_effects()
-            self.inbox.put_nowait(AbortRequested(self.clock.now_ms(), self.abort_reason))
+            self.inbox.put_nowait(AbortRequested(self.clock.now_ms(), self.abort_reason, actor))
 
     def fence(self, *, deleted: bool = False) -> None:
         """Stop without writing: the run is no longer this worker's (``deleted``: nor anyone's)."""
@@ -229,8 +232,8 @@ class RunDriver:
             acq = await opening.orphaned(self.store, acq)  # a child created after its parent ended
         acq = opening.disabled(self.host.settings, acq)  # its tenant disabled since: aborted
         if acq.abort_reason:
-            self.abort_reason = acq.abort_reason
-            self.pending.append(AbortRequested(now, acq.abort_reason))
+            self.abort_reason, actor = abort_of(acq.abort_reason)
+            self.pending.append(AbortRequested(now, self.abort_reason, actor))
         else:
             self.pending.extend(opening.answers(self.state, acq, self.records, now))
         return await self._loop()

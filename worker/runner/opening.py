@@ -9,6 +9,7 @@ from dataclasses import replace
 from agentmill_client.models import Message, RunInput
 from agentmill_client.statuses import TERMINAL, RunStatus
 from shared import checkpoint as checkpoints
+from shared.actors import abort_field, system
 from shared.children import orphan_reason
 from shared.origin import Origin
 from shared.profiles import AgentProfile
@@ -135,7 +136,7 @@ def disabled(settings: Settings, acq: Acquired) -> Acquired:
     reason naming the quota (shared.quotas.disabled_reason); its children are aborted with it."""
     if acq.abort_reason or not (why := disabled_reason(settings, acq.tenant)):
         return acq
-    return replace(acq, abort_reason=why)
+    return replace(acq, abort_reason=abort_field(why, system("quota")))
 
 
 async def orphaned(store: RunStore, acq: Acquired) -> Acquired:
@@ -143,7 +144,7 @@ async def orphaned(store: RunStore, acq: Acquired) -> Acquired:
     land after the parent's ending passed an abort on to its children)."""
     parent, status = await store.parent_status()
     if status in TERMINAL:
-        return replace(acq, abort_reason=orphan_reason(parent, status))
+        return replace(acq, abort_reason=abort_field(orphan_reason(parent, status), system("parent")))
     return acq
 
 
@@ -183,13 +184,15 @@ def answers(state: RunState, acq: Acquired, records: dict[str, ToolRecord], now_
                     now_ms,
                     {k: v["decision"] == "approved" for k, v in decided.items()},
                     {k: str(v["reason"]) for k, v in decided.items() if v.get("reason")},
+                    {k: v["actor"] for k, v in decided.items() if isinstance(v.get("actor"), dict)},
                 )
             ]
     elif state.phase == RunStatus.AWAITING_TOOLS:
         results = {
             i: res for i in state.client_waiting if i in records and (res := records[i].recorded) is not None
         }
-        return [ClientResultsReceived(now_ms, results)]
+        actors = {i: a for i in results if (a := records[i].actor)}
+        return [ClientResultsReceived(now_ms, results, actors)]
     elif state.phase == RunStatus.AWAITING_CHILDREN:  # the children's results, delivered to the records
         done = {i: res for i in state.children if i in records and (res := records[i].recorded) is not None}
         usage = {i: u for i in done if (u := records[i].usage) is not None}

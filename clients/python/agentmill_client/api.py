@@ -88,7 +88,9 @@ class RunSummary(Answer):
     iterations: int | None = Field(
         default=None, description="model replies so far (its result's, once ended)"
     )
-    error_code: str | None = Field(default=None, description="a failed or aborted run's lastError.code")
+    error_code: str | None = Field(
+        default=None, description="a failed, aborted or superseded run's lastError.code"
+    )
     retry_of: str | None = Field(
         default=None, description="the run this one retries (POST /v1/runs/{id}/retry)"
     )
@@ -116,7 +118,7 @@ class BatchView(Answer):
     batch_id: str
     total: int = Field(description="runs created in the batch")
     counts: dict[str, int] = Field(description="runs per status, kept by the scripts that change statuses")
-    done: int = Field(description="runs that have ended (completed, failed or aborted)")
+    done: int = Field(description="runs that have ended (completed, failed, aborted or superseded)")
     progress: float = Field(description="done / total")
     created_at: int
     finished_at: int | None = Field(default=None, description="when its last run ended")
@@ -239,6 +241,11 @@ class RunDeleted(Answer):
     )
     already_deleted: bool = Field(
         default=False, description="it was deleted before: its tombstone answers (while it is kept)"
+    )
+    archive_pending: bool = Field(
+        default=False,
+        description="its archive rows were held by another transaction (an archiver's write) past the "
+        "bounded wait: the workers delete them in the background; the run is deleted everywhere else",
     )
 
 

@@ -104,8 +104,8 @@ class ConcurrencyKey(Model):
 
 class Debounce(Model):
     """``RunInput.debounce``: a run submitted with this key (within the tenant) while an earlier run
-    of the key waits to start replaces it: the earlier one ends ``aborted`` with
-    ``lastError.code = "superseded"`` (its id stays readable), and this one starts ``periodMs``
+    of the key waits to start replaces it: the earlier one ends ``superseded`` (its lastError names
+    the run that replaced it; its id stays readable), and this one starts ``periodMs``
     after its own submission (it is ``scheduled`` until then), unless replaced in turn."""
 
     key: str = Field(

@@ -84,6 +84,7 @@ class EventKind(StrEnum):
     USAGE = "usage"  # after each model reply: that call's usage and the run's total so far
     CHILD_STARTED = "child_started"  # a sub-agent call's child run was created (its id and streamKey)
     CHILD_ENDED = "child_ended"  # the parent took a child run's ending as that call's result
+    APPROVAL = "approval"  # a human's decision on a call awaiting approval (with who decided: actor)
 
 
 class RunEvent(Model):

@@ -18,6 +18,7 @@ class RunStatus(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     ABORTED = "aborted"
+    SUPERSEDED = "superseded"  # replaced, before it started, by a later run of its debounce key
 
     @property
     def terminal(self) -> bool:
@@ -25,5 +26,5 @@ class RunStatus(StrEnum):
 
 
 # A StrEnum member equals (and hashes as) its value, so ``"failed" in TERMINAL`` holds as well.
-TERMINAL = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.ABORTED})
+TERMINAL = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.ABORTED, RunStatus.SUPERSEDED})
 ACTIVE = frozenset(RunStatus) - TERMINAL

@@ -4,8 +4,8 @@
 "use strict";
 
 const TOKEN_KEY = "agentmill.token";
-const TERMINAL = new Set(["completed", "failed", "aborted"]);
-const STATUSES = ["scheduled", "queued", "running", "awaiting_human", "awaiting_tools", "awaiting_children", "completed", "failed", "aborted"];
+const TERMINAL = new Set(["completed", "failed", "aborted", "superseded"]);
+const STATUSES = ["scheduled", "queued", "running", "awaiting_human", "awaiting_tools", "awaiting_children", "completed", "failed", "aborted", "superseded"];
 let cleanup = [];  // what the current page must stop (timers, streams) when the user leaves it
 let caller = null;  // GET /v1/me for the token signed in (a promise): its tenant, and operator or not
 

@@ -1,0 +1,335 @@
+"""Calls of the submission path: a run created (``Submit``, whose fields are also the per-run record
+every creating script hands submit_one.lua: ``SubmitMany``, ``SubmitRestored``, ``SpawnChild``), and
+the admissions before it (a tenant's maxActive and submission rate, a tree of sub-agents, an
+Idempotency-Key's window), and a retry taking its original's place in a batch.
+
+submit_one.lua is shared code, not a script body: it reads the run's record as ``A`` and its keys as
+``K``, by name (``A[NEW.<FIELD>]``, ``NEWN.META``: where the metadata terms start, ``NEWK.<KEY>``:
+``K[i]``, ``V.<VERDICT>``), rendered by ``bind_new_run``."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+from shared.calls.base import ScriptCall
+from shared.keys import Partition
+
+__all__ = [
+    "AdmitRate",
+    "AdmitRateVerdict",
+    "AdmitTenant",
+    "AdmitTenantVerdict",
+    "BatchReplace",
+    "BatchReplaceVerdict",
+    "IdempotencyClaim",
+    "SpawnChild",
+    "SpawnVerdict",
+    "Submit",
+    "SubmitMany",
+    "SubmitRestored",
+    "SubmitVerdict",
+    "TreeAdmit",
+    "TreeVerdict",
+    "bind_new_run",
+]
+
+
+class SubmitVerdict(StrEnum):
+    CREATED = "created"  # its status second
+    EXISTS = "exists"  # the same input under that id: its status second
+    CONFLICT = "conflict"  # another input (or another tenant's run) under that id
+    DELETED = "deleted"  # the id's run was deleted: not made again while its tombstone lasts
+    BATCH_FINISHED = "batch_finished"
+    CONCURRENCY_FULL = "concurrency_full"  # its concurrency key holds the most runs waiting
+    UNKNOWN_SESSION = "unknown_session"
+    SESSION_BUSY = "session_busy"  # multitaskStrategy reject: the session's active run second
+
+
+@dataclass(frozen=True, slots=True)
+class Submit(ScriptCall):
+    """submit.lua: one run created (or answered for the one already there). Its fields are the run's
+    record for submit_one.lua whichever script creates it ('' = none for each optional one)."""
+
+    SCRIPT = "submit"
+    # the run, its first dispatch's arq job, and its session's three (unused without a session)
+    KEY_NAMES = ("run", "job", "session", "session_pending", "session_runs")
+    VERDICT = SubmitVerdict
+
+    run_id: str
+    input: bytes | str  # the stored (sealed) RunInput JSON; '' in a SubmitMany record (its rest holds it)
+    input_hash: str
+    tenant: str
+    session_id: str = ""
+    webhook: str = ""
+    auto_create_session: str = ""  # '1' | ''
+    multitask: str = "enqueue"  # enqueue | reject | interrupt
+    batch_id: str = ""
+    agent: str = ""
+    client_id: str = ""  # the id the client knows the run by, when its tenant's key names it
+    client_session: str = ""  # likewise its session
+    item: str = ""  # its item index in its batch
+    priority: str = ""  # '' = the default
+    run_at: str = ""  # ms; one not ahead of now is due at once
+    trace: str = ""  # F.TRACE: traceparent, a newline, tracestate
+    conc_key: str = ""  # a run with one has no session
+    conc_limit: str = ""
+    debounce_key: str = ""  # a run with one has no session nor runAt: scheduled a period from now
+    debounce_ms: str = ""
+    waiting_for: str = ""  # F.WAITING_FOR: 'rate:<key>' when its rate key delayed its runAt
+    agent_version: str = ""  # F.AGENT_VERSION: the tenant's agent version it is pinned to
+    meta: tuple[str, ...] = ()  # the indexed metadata, 'key=value' terms
+
+    def keys(self, part: Partition) -> list[str]:
+        sid = self.session_id
+        return [part.run(self.run_id), part.job_key(part.job_id(self.run_id, 1)), part.session(sid),
+                part.session_pending(sid), part.session_runs(sid)]  # fmt: skip
+
+
+_NEW = re.compile(r"\b(NEWN|NEWK|NEW)\.([A-Z][A-Z0-9_]*)\b")
+_V = re.compile(r"\bV\.([A-Z][A-Z0-9_]*)\b")
+
+
+def bind_new_run(text: str, file: str) -> str:
+    """A Lua file with the run's record's (``Submit``'s) names rendered: ``NEW.<FIELD>`` as its index
+    in ``A``, ``NEWN.META`` as where its metadata terms start, ``NEWK.<KEY>`` as ``K[i]``; in submit_one.lua
+    (shared code, which no call binds) ``V.<VERDICT>`` as SubmitVerdict's values too."""
+    table = {f"NEWK.{n.upper()}": f"K[{i}]" for i, n in enumerate(Submit.KEY_NAMES, 1)}
+    for k, v in Submit.positions().items():
+        space, _, name = k.partition(".")
+        if space in ("ARG", "ARGN"):  # the slot's index in A (A[NEW.RUN_ID] is A[1])
+            table[f"{'NEW' if space == 'ARG' else 'NEWN'}.{name}"] = v.removeprefix("ARGV[").removesuffix("]")
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group(0) not in table:
+            raise ValueError(f"{file}.lua names {m.group(0)}: the run's record declares no such slot")
+        return table[m.group(0)]
+
+    text = _NEW.sub(sub, text)
+    if file == "submit_one":
+        text = _V.sub(lambda m: f"'{SubmitVerdict[m.group(1)].value}'", text)
+    return text
+
+
+def _slots(cls: type[ScriptCall], args: dict[str, str]) -> dict[str, str]:
+    """``args`` (the ARG/ARGN tokens) with the call's KEY and V tokens."""
+    out = {f"KEY.{n.upper()}": f"KEYS[{i}]" for i, n in enumerate(cls.KEY_NAMES, 1)}
+    return {**args, **out, **{f"V.{v.name}": f"'{v.value}'" for v in cls.VERDICT or ()}}
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitMany(ScriptCall):
+    """submit_many.lua: many runs of one tenant on one partition (the batch path); each run's record
+    (``Submit.argv()`` with its input '') in one JSON array, the inputs after it. Reply: a verdict
+    (SubmitVerdict) and a status per run."""
+
+    SCRIPT = "submit_many"
+    KEY_NAMES = ()  # the runs' keys come from the context
+    VERDICT = SubmitVerdict
+
+    tenant: str
+    batch_id: str  # '' = none
+    batch_webhook: str  # '' = none
+    runs: bytes  # JSON: [record, …]
+    inputs: tuple[bytes | str, ...]
+
+    def keys(self, part: Partition) -> list[str]:
+        return []
+
+    @classmethod
+    def of(cls, tenant: str, batch_id: str, batch_webhook: str, runs: list[Submit]) -> SubmitMany:
+        records = orjson.dumps([dataclasses.replace(r, input="").argv() for r in runs])
+        return cls(tenant, batch_id, batch_webhook, records, tuple(r.input for r in runs))
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitRestored(ScriptCall):
+    """submit_restored.lua: a retry or fork, created as submit_one does, with its lineage, its origin
+    and the tool records copied from the run it continues (call id, record JSON, per record; the
+    run's record after them). Reply: submit_one's."""
+
+    SCRIPT = "submit_restored"
+    KEY_NAMES = (*Submit.KEY_NAMES, "tools")
+    VERDICT = SubmitVerdict
+
+    lineage: bytes | str  # JSON
+    origin: bytes | str  # JSON ('' = from its input)
+    records: tuple[bytes | str | int, ...]
+    run: Submit
+
+    def keys(self, part: Partition) -> list[str]:
+        return [*self.run.keys(part), part.tools(self.run.run_id)]
+
+    def argv(self) -> list[Any]:
+        return [self.lineage, self.origin, len(self.records) // 2, *self.records, *self.run.argv()]
+
+    @classmethod
+    def positions(cls) -> dict[str, str]:
+        args = {
+            "ARG.LINEAGE": "ARGV[1]",
+            "ARG.ORIGIN": "ARGV[2]",
+            "ARG.N_RECORDS": "ARGV[3]",
+            "ARGN.RECORDS": "4",
+        }
+        return _slots(cls, args)
+
+
+class SpawnVerdict(StrEnum):
+    CREATED = "created"
+    EXISTS = "exists"
+    CONFLICT = "conflict"
+    DELETED = "deleted"
+    BATCH_FINISHED = "batch_finished"
+    CONCURRENCY_FULL = "concurrency_full"
+    UNKNOWN_SESSION = "unknown_session"
+    SESSION_BUSY = "session_busy"
+    QUOTA_EXCEEDED = "quota_exceeded"  # its tenant's maxActive: the runs counted here second
+
+
+@dataclass(frozen=True, slots=True)
+class SpawnChild(ScriptCall):
+    """spawn_child.lua: a sub-agent call's child run on the child's partition: submit_one's run with
+    its parent, the parent's tool call and ancestry; counted against its tenant's maxActive."""
+
+    SCRIPT = "spawn_child"
+    KEY_NAMES = (*Submit.KEY_NAMES, "tenant_active")
+    VERDICT = SpawnVerdict
+
+    parent_run_id: str
+    parent_call_id: str
+    ancestry: bytes | str  # JSON (config.Lineage)
+    room: int | str  # maxActive for this partition ('' = none)
+    active_ttl_ms: int
+    grace_ms: int
+    run: Submit
+
+    def keys(self, part: Partition) -> list[str]:
+        return [*self.run.keys(part), part.tenant_active(self.run.tenant)]
+
+    def argv(self) -> list[Any]:
+        return [*(getattr(self, f.name) for f in dataclasses.fields(self)[:-1]), *self.run.argv()]
+
+    @classmethod
+    def positions(cls) -> dict[str, str]:
+        fs = dataclasses.fields(cls)
+        args = {f"ARG.{f.name.upper()}": f"ARGV[{i}]" for i, f in enumerate(fs[:-1], 1)}
+        return _slots(cls, {**args, "ARGN.RUN": str(len(fs))})
+
+
+class TreeVerdict(StrEnum):
+    OK = "ok"
+    MAX_CHILDREN = "max_children"  # the parent's children are at maxChildren
+    MAX_DESCENDANTS = "max_descendants"  # the tree's runs are at maxDescendants
+
+
+@dataclass(frozen=True, slots=True)
+class TreeAdmit(ScriptCall):
+    """tree_admit.lua: a root run's tree of sub-agents counts each new child (at the root's home).
+    Reply: a TreeVerdict per child, in order."""
+
+    SCRIPT = "tree_admit"
+    KEY_NAMES = ("tree",)
+    VERDICT = TreeVerdict
+
+    root_id: str
+    parent_run_id: str
+    max_children: int  # 0 = none
+    max_descendants: int  # 0 = none
+    child_ids: tuple[str, ...]
+
+    def keys(self, part: Partition) -> list[str]:
+        return [part.tree(self.root_id)]
+
+
+class AdmitTenantVerdict(StrEnum):
+    OK = "ok"
+    FULL = "full"  # the runs counted here second
+
+
+@dataclass(frozen=True, slots=True)
+class AdmitTenant(ScriptCall):
+    """admit_tenant.lua: the tenant's maxActive on one partition for runs about to be submitted there
+    (counted until they end)."""
+
+    SCRIPT = "admit_tenant"
+    KEY_NAMES = ("active",)
+    VERDICT = AdmitTenantVerdict
+
+    tenant: str
+    now: int
+    room: int | str  # maxActive for this partition ('' = none; -1: count, add nothing)
+    ttl_ms: int
+    grace_ms: int
+    run_ids: tuple[str, ...]
+
+    def keys(self, part: Partition) -> list[str]:
+        return [part.tenant_active(self.tenant)]
+
+
+class AdmitRateVerdict(StrEnum):
+    OK = "ok"
+    RATE_LIMITED = "rate_limited"  # the ms until the tokens are there second
+
+
+@dataclass(frozen=True, slots=True)
+class AdmitRate(ScriptCall):
+    """admit_rate.lua: a tenant's submission token bucket at its home partition (n runs take n tokens,
+    or all wait)."""
+
+    SCRIPT = "admit_rate"
+    KEY_NAMES = ("bucket",)
+    VERDICT = AdmitRateVerdict
+
+    tenant: str
+    n: int
+    per_second: float
+    burst: int
+    refund: str = ""  # '1' gives n back
+
+    def keys(self, part: Partition) -> list[str]:
+        return [part.tenant_rate(self.tenant)]
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotencyClaim(ScriptCall):
+    """idempotency_claim.lua: the run an Idempotency-Key names within its window (the record's, else
+    the one offered, recorded). Reply: that run id."""
+
+    SCRIPT = "idempotency_claim"
+    KEY_NAMES = ("record",)
+
+    named: str  # the id the key names without a window: where its record lives
+    offered: str
+    ttl_s: int
+
+    def keys(self, part: Partition) -> list[str]:
+        return [part.idempotency(self.named)]
+
+
+class BatchReplaceVerdict(StrEnum):
+    LEFT = "left"
+    NONE = "none"  # not in a batch, or it left already, or the batch's hash is gone
+
+
+@dataclass(frozen=True, slots=True)
+class BatchReplace(ScriptCall):
+    """batch_replace.lua: a retry takes this run's place in its batch. A run Redis no longer holds
+    comes with its tenant, batch and status (the archive's)."""
+
+    SCRIPT = "batch_replace"
+    KEY_NAMES = ("run",)
+    VERDICT = BatchReplaceVerdict
+
+    run_id: str
+    retry_id: str  # as its client knows it
+    tenant: str = ""
+    batch_id: str = ""
+    status: str = ""
+
+    def keys(self, part: Partition) -> list[str]:
+        return [part.run(self.run_id)]
