@@ -26,7 +26,7 @@ from producer.agent_choice import AgentChoice, Pointers
 from producer.submission import SubmissionError
 from shared import agent_rules, keys
 from shared.agent_rules import AgentRefusal, parse_ref
-from shared.calls.agents import AgentCreate, AgentPoint
+from shared.calls.agents import AgentCreate, AgentPoint, AgentPointVerdict
 from shared.connections import connections_from
 from shared.profiles import AgentProfile
 from shared.replies import text
@@ -112,10 +112,10 @@ class AgentDirectory:
         part = self.home(tenant)
         call = AgentPoint(tenant, name, what, "" if version is None else str(version), repr(percent))
         reply = await run_script(self.parts, self.scripts.agent_point, part, call.keys(part), call.argv())
-        verdict, out = AgentPoint.verdict(reply).value, text(reply[1])
-        if verdict == "unknown":
+        verdict, out = AgentPoint.verdict(reply), text(reply[1])
+        if verdict is AgentPointVerdict.UNKNOWN:
             raise _unknown(name)
-        if verdict == "no_version":
+        if verdict is AgentPointVerdict.NO_VERSION:
             raise SubmissionError("unknown_version", f"agent {name!r} has versions 1 to {out}; no {version}",
                                   field="version")  # fmt: skip
         got = Pointers.parse(orjson.loads(out))

@@ -9,6 +9,7 @@ from typing import Any
 
 from agentmill_client.models import RunStatus
 from shared import keys
+from shared.calls.batches import BatchClose
 from shared.fields import BatchField
 from shared.replies import text
 from shared.script_sending import Parts, run_many
@@ -82,6 +83,7 @@ async def batch_gate(parts: Parts, tenant: str, batch_id: str, webhook: str) -> 
 
 
 async def close_batch(parts: Parts, scripts: Scripts, tenant: str, batch_id: str) -> None:
-    """BATCH_CLOSE on every partition (a partition without a share answers 'missing')."""
-    calls = [(p, *scripts.framing.frame(p, [p.batch(tenant, batch_id)], [])) for p in parts.parts]
+    """batch_close.lua on every partition (a partition without a share answers missing)."""
+    call = BatchClose(tenant, batch_id)
+    calls = [scripts.framing.call(p, call.keys(p), call.argv()) for p in parts.parts]
     await run_many(parts, scripts.batch_close, calls)

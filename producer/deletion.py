@@ -25,6 +25,7 @@ import orjson
 from agentmill_client.statuses import RunStatus
 from shared import keys
 from shared.archive.store import ArchiveBusyError
+from shared.calls.erasure import DeleteRun, DeleteRunVerdict
 from shared.clock import now_ms
 from shared.fields import RunField
 from shared.meta_terms import meta_terms
@@ -188,14 +189,17 @@ class Eraser:
                 return n
             terms = _terms(h[2])
             sid = h[1]
-            own = [*part.run_keys(key), part.webhooks_due, part.tree(key)]
-            if sid:
-                own += part.session_keys(sid)
-            args = [key, tenant, tomb, self.settings.tombstone_retention_s, sid, len(terms), *terms]
-            k, a = self.scripts.framing.frame(part, own, args)
-            reply = await run_script(self.parts, self.scripts.delete_run, part, k, a)
-            if text(reply[0]) != "moved":
-                return n + (1 if text(reply[0]) == "deleted" else 0)
+            call = DeleteRun(
+                key, tenant, tomb, self.settings.tombstone_retention_s, sid, len(terms), tuple(terms)
+            )
+            reply = await run_script(
+                self.parts,
+                self.scripts.delete_run,
+                *self.scripts.framing.call(part, call.keys(part), call.argv()),
+            )
+            verdict = call.verdict(reply)
+            if verdict is not DeleteRunVerdict.MOVED:
+                return n + (1 if verdict is DeleteRunVerdict.DELETED else 0)
         raise RuntimeError(f"run {key}: its session kept changing while it was deleted")
 
     async def _children(self, key: str, tenant: str, children_raw: str) -> list[str]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentmill_client import limits
+from shared.calls.dispatch import Scaling
 from shared.functions import each_with_reload
 from shared.keys import Partition
 from shared.partitions import Partitions
@@ -58,8 +59,10 @@ async def read_gauges(
     """Raises what Redis raises: a scrape that cannot read Redis exports none of these gauges."""
     names = list(caps)
 
+    call = Scaling(tuple(names))
+
     def op(pipe: Any, part: Partition) -> None:
-        k, a = scripts.framing.frame(part, [], names)
+        k, a = scripts.framing.frame(part, call.keys(part), call.argv())
         scripts.scaling.queue(pipe, k, a)
 
     depth = running = awaiting = held = scheduled = 0

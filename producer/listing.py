@@ -28,6 +28,7 @@ from producer.scope import SCOPED_PREFIX
 from shared import keys
 from shared.actors import actor_json
 from shared.calls import Abort
+from shared.calls.listing import ListRuns
 from shared.fields import BatchField, RunField, SessionField
 from shared.listing_row import ListingRow
 from shared.replies import text
@@ -232,15 +233,12 @@ class Catalog:
             flt = replace(flt, parent_run_id=await self.p.resolve(flt.parent_run_id, tenant))
         pairs = flt.pairs()
         cs, cid = decode_cursor(cursor) if cursor is not None else ("", "")
-        args = [
-            tenant, limit, SCAN_MAX, cs, cid,
-            "" if flt.created_after is None else flt.created_after,
-            "" if flt.created_before is None else flt.created_before,
-            len(pairs) // 2, *pairs,
-        ]  # fmt: skip
+        call = ListRuns(tenant, limit, SCAN_MAX, cs, cid, flt.created_after, flt.created_before, len(pairs) // 2,
+                        tuple(pairs))  # fmt: skip
         scripts, parts = self.p.scripts, self.p.parts
         where = [parts.home(flt.session_id)] if flt.session_id is not None else list(parts.parts)
-        replies = await run_many(parts, scripts.list_runs, [scripts.framing.call(q, [], args) for q in where])
+        calls = [scripts.framing.call(q, call.keys(q), call.argv()) for q in where]
+        replies = await run_many(parts, scripts.list_runs, calls)
         streams: dict[str, str] = {}
         if archived is not None and self.p.archive is not None and flt.status not in _ACTIVE:
             seen = {text(r[k]) for r in replies for k in range(2, len(r), Row.width())}

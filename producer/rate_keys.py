@@ -11,6 +11,7 @@ from dataclasses import replace
 from producer.prepared import Prepared
 from producer.submission import SubmissionError
 from shared import keys
+from shared.calls.limits import RateSlots
 from shared.replies import text
 from shared.script_sending import Parts, run_many
 from shared.scripts import Scripts
@@ -46,13 +47,15 @@ async def with_starts(
     calls = []
     for index, items in by_part.items():
         part = parts.layout.parts[index]
-        ks, args = [], [str(most)]
+        rate_keys: list[str] = []
+        runs: list[str] = []
         for i in items:
             r = preps[i].run.rate
             assert r is not None
-            ks.append(part.rate_key(tenant, r.key))
-            args += [preps[i].run_id, str(r.limit), str(r.period_s * 1000)]
-        calls.append((part, ks, args))
+            rate_keys.append(r.key)
+            runs += [preps[i].run_id, str(r.limit), str(r.period_s * 1000)]
+        call = RateSlots(tenant, tuple(rate_keys), most, tuple(runs))
+        calls.append((part, call.keys(part), call.argv()))
     replies = await run_many(parts, scripts.rate_slots, calls)
     for items, reply in zip(by_part.values(), replies, strict=True):
         for i, at in zip(items, reply, strict=True):

@@ -327,6 +327,8 @@ def render(text_: str) -> str:
         "__CONTEXT_FIELDS__": ", ".join(f"'{f}'" for f in (*keys.CONTEXT_FIELDS, *CONTEXT_EXTRA)),
         "__TERMINAL__": ", ".join(f"{s.value}=true" for s in sorted(TERMINAL)),
         "__DEFAULT_PRIORITY__": str(limits.DEFAULT_PRIORITY),
+        "__MIN_PRIORITY__": str(limits.MIN_PRIORITY),
+        "__MAX_PRIORITY__": str(limits.MAX_PRIORITY),
         "__WAKE_KEPT__": str(keys.WAKE_KEPT),
         "__NANO_USD__": str(NANO_USD),
         "__SESSION_CALLS_KEPT__": str(limits.SESSION_CALLS_KEPT),

@@ -26,6 +26,7 @@ from app.cli.common import (
     say_error,
     wire,
 )
+from shared.calls.schedules import SchedulePauseVerdict
 
 __all__ = ["schedule"]
 
@@ -173,7 +174,7 @@ def _control(verb: str) -> Any:
             if verb == "delete":
                 return "deleted" if await store.delete(schedule_id, t) else None
             verdict = await store.pause(schedule_id, t, verb == "pause")
-            return None if verdict == "unknown" else verdict
+            return None if verdict is SchedulePauseVerdict.UNKNOWN else verdict
 
         exit_with(_call(api_url, token, tenant, as_json, via_api, via_redis))
 

@@ -13,6 +13,7 @@ from producer.api.audited import Action, audited
 from producer.api.errors import COMMON_ERRORS, NOT_FOUND, ErrorResponse, not_found
 from producer.api.state import ApiDep, Tenant
 from producer.schedules.store import MAX_SHOWN
+from shared.calls.schedules import SchedulePauseVerdict
 
 __all__ = ["router"]
 
@@ -87,7 +88,7 @@ async def _pause(
     schedule_id: str, api: ApiDep, tenant: str, request: Request, paused: bool
 ) -> ScheduleAnswer:
     verdict = await api.schedules.pause(schedule_id, tenant, paused)
-    if verdict == "unknown":
+    if verdict is SchedulePauseVerdict.UNKNOWN:
         raise not_found("schedule", schedule_id)
     await audited(api, request, Action.SCHEDULE_PAUSE if paused else Action.SCHEDULE_RESUME, schedule_id)
     return ScheduleAnswer(schedule_id=schedule_id, result=verdict)

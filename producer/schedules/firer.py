@@ -57,7 +57,12 @@ from producer.service import Producer
 from producer.submission import SubmissionError
 from shared import keys
 from shared.actors import system
-from shared.calls.schedules import ScheduleRate
+from shared.calls.schedules import (
+    ScheduleAdvance,
+    ScheduleAdvanceVerdict,
+    ScheduleClaim,
+    ScheduleRate,
+)
 from shared.fields import ScheduleField
 from shared.profiles import AgentProfile
 from shared.quotas import DEFAULT_TENANT, Quotas
@@ -134,11 +139,9 @@ class Firer:
         parts = self.producer.parts
         live = await read_live_tenants(parts)
         lease = self.settings.schedule_lease_ms
-        calls = [
-            (p, [p.schedules_due_tenants, p.schedules_due_before],
-             [lease, CLAIM_LIMIT, p.schedules_due_prefix, p.schedule_prefix, TENANT_SHARE])
-            for p in parts.parts
-        ]  # fmt: skip
+        claims = [(p, ScheduleClaim(lease, CLAIM_LIMIT, p.schedules_due_prefix, p.schedule_prefix, TENANT_SHARE))
+                  for p in parts.parts]  # fmt: skip
+        calls = [(p, c.keys(p), c.argv()) for p, c in claims]
         replies = await run_many(parts, self.producer.scripts.schedule_claim, calls)
         at = time.monotonic()
         claimed = [(p, reply) for p, reply in zip(parts.parts, replies, strict=True) if len(reply) > 1]
@@ -273,14 +276,14 @@ class Firer:
     async def _advance(
         self, part: keys.Partition, key: str, tenant: str, read: str, new: str, made: int, skipped: int,
         last_fire: str = "", last_run: str = "", error: str = "", *, held: str = "", due_at: str = "",
-    ) -> str:  # fmt: skip
-        return text(
-            await run_script(
-                self.producer.parts, self.producer.scripts.schedule_advance, part,
-                [part.schedule(key), part.schedules_due(tenant), part.schedules_due_tenants],
-                [key, read, new or "0", made, skipped, last_fire, last_run, error, tenant, held, due_at],
-            )
-        )  # fmt: skip
+    ) -> ScheduleAdvanceVerdict:  # fmt: skip
+        call = ScheduleAdvance(
+            key, read, new or "0", made, skipped, last_fire, last_run, error, tenant, held, due_at
+        )
+        reply = await run_script(
+            self.producer.parts, self.producer.scripts.schedule_advance, part, call.keys(part), call.argv()
+        )
+        return ScheduleAdvanceVerdict(text(reply))
 
 
 async def fire_forever(

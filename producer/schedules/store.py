@@ -33,7 +33,13 @@ from producer.scope import SCOPED_PREFIX
 from producer.service import Producer
 from producer.submission import SubmissionError
 from shared import keys
-from shared.calls import ScheduleCreate, ScheduleDelete, ScheduleDeleteVerdict, SchedulePause
+from shared.calls import (
+    ScheduleCreate,
+    ScheduleDelete,
+    ScheduleDeleteVerdict,
+    SchedulePause,
+    SchedulePauseVerdict,
+)
 from shared.fields import ScheduleField
 from shared.quotas import Quotas
 from shared.replies import text
@@ -198,20 +204,20 @@ class ScheduleStore:
         )
         return ScheduleDelete.verdict(verdict) is ScheduleDeleteVerdict.DELETED
 
-    async def pause(self, schedule_id: str, tenant: str, paused: bool) -> str:
+    async def pause(self, schedule_id: str, tenant: str, paused: bool) -> SchedulePauseVerdict:
         """paused | resumed | unchanged | unknown. A resumed schedule's next firing is the first after now."""
         key, part = self.where(schedule_id, tenant)
         next_fire = 0
         if not paused:
             h = await read_schedule(self.parts, part, key)
             if not h or h.get(SF.TENANT) != tenant:
-                return "unknown"
+                return SchedulePauseVerdict.UNKNOWN
             next_fire = first_after(timing(h[SF.CRON], h[SF.TIMEZONE]), now_ms(), end_of(h))
         call = SchedulePause(key, tenant, "1" if paused else "", next_fire)
         verdict = await run_script(
             self.parts, self.scripts.schedule_pause, part, call.keys(part), call.argv()
         )
-        return SchedulePause.verdict(verdict).value
+        return SchedulePauseVerdict(SchedulePause.verdict(verdict))
 
 
 def end_of(h: dict[str, str]) -> int | None:

@@ -29,6 +29,7 @@ from shared import keys
 from shared.archive.audit_copy import AuditCopier
 from shared.archive.store import ArchivedRun, ArchiveStore, archived_run
 from shared.calls.claims import ArchiveClaim
+from shared.calls.erasure import ArchiveDone
 from shared.fields import RunField
 from shared.partitions import Partitions
 from shared.replies import text
@@ -186,10 +187,13 @@ class Archiver:
         live = self.settings.live_retention_s
         out = self.parts.sending()
         for p, ids in done.items():
-            args: list[Any] = [live]
+            runs: list[str | int] = []
             for rid in ids:
-                args += [rid, len(terms.get(rid, ())), *terms.get(rid, ())]
-            out.add_script(p, self.scripts.archive_done, *self.scripts.framing.frame(p, [], args))
+                runs += [rid, len(terms.get(rid, ())), *terms.get(rid, ())]
+            call = ArchiveDone(live, tuple(runs))
+            out.add_script(
+                p, self.scripts.archive_done, *self.scripts.framing.frame(p, call.keys(p), call.argv())
+            )
         late: list[str] = []
         for r in await out.replies():
             if isinstance(r, BaseException):

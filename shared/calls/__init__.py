@@ -12,12 +12,20 @@ from __future__ import annotations
 from shared.calls.agents import AgentCreate, AgentPoint
 from shared.calls.approvals import SettleApproval, SettleApprovalVerdict
 from shared.calls.base import ScriptCall
+from shared.calls.batches import BatchClose
+from shared.calls.budgets import BudgetReserve, BudgetSettle
 from shared.calls.claims import ArchiveClaim, DeletionClaim
+from shared.calls.dispatch import ClaimJobs, Redispatch, Scaling
 from shared.calls.economy import EconAdvance, EconClose, EconDone, EconEnqueue, EconLease
+from shared.calls.erasure import ArchiveDone, DeleteRun
+from shared.calls.limits import CapacityAcquire, CapacityPause, CapacityRelease, CapacityRenew, RateSlots
+from shared.calls.listing import ListRuns
 from shared.calls.results import BatchResults, ChildResult, ClaimWebhooks, ToolResults
 from shared.calls.runs import Abort, AbortVerdict, Release, ReleaseVerdict
 from shared.calls.schedules import (
     SayLiveTenants,
+    ScheduleAdvance,
+    ScheduleClaim,
     ScheduleCreate,
     ScheduleDelete,
     ScheduleDeleteVerdict,
@@ -128,5 +136,21 @@ CALLS: dict[str, type[ScriptCall]] = {
         EconClose,
         EconAdvance,
         EconDone,
+        CapacityAcquire,
+        CapacityRelease,
+        CapacityRenew,
+        CapacityPause,
+        RateSlots,
+        BudgetReserve,
+        BudgetSettle,
+        ScheduleClaim,
+        ScheduleAdvance,
+        ArchiveDone,
+        DeleteRun,
+        Redispatch,
+        ClaimJobs,
+        ListRuns,
+        BatchClose,
+        Scaling,
     )
 }

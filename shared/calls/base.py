@@ -6,9 +6,10 @@ from __future__ import annotations
 import dataclasses
 import re
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any, ClassVar
 
-__all__ = ["ScriptCall", "bind"]
+__all__ = ["KEY_ONLY", "ScriptCall", "bind"]
 
 _TOKEN = re.compile(r"\b(ARGN|ARG|V|KEY)\.([A-Z][A-Z0-9_]*)\b")
 
@@ -17,7 +18,9 @@ _TOKEN = re.compile(r"\b(ARGN|ARG|V|KEY)\.([A-Z][A-Z0-9_]*)\b")
 class ScriptCall:
     """A script's call. Subclasses set ``SCRIPT``, ``KEY_NAMES`` (its own KEYS, in order) and
     ``VERDICT`` (the first element of its reply); their fields, in order, are its ARGV. A last field
-    typed ``tuple[...]`` is spread (the rest of ARGV); the Lua finds where it starts as ``ARGN.<FIELD>``."""
+    typed ``tuple[...]`` is spread (the rest of ARGV); the Lua finds where it starts as ``ARGN.<FIELD>``.
+    A field declared ``field(metadata=KEY_ONLY)`` is no argument: it names where the call's keys are
+    (``keys``)."""
 
     SCRIPT: ClassVar[str]
     KEY_NAMES: ClassVar[tuple[str, ...]]
@@ -30,7 +33,7 @@ class ScriptCall:
     def argv(self) -> list[Any]:
         """The call's own arguments, in the script's order (None is sent as '', a rest spread)."""
         out: list[Any] = []
-        for f in dataclasses.fields(self):
+        for f in _arguments(type(self)):
             v = getattr(self, f.name)
             if _is_rest(f):
                 out += list(v)
@@ -41,7 +44,7 @@ class ScriptCall:
     @classmethod
     def positions(cls) -> dict[str, str]:
         """``ARG.<FIELD>`` and ``KEY.<NAME>`` tokens -> the Lua expressions they stand for."""
-        fs = dataclasses.fields(cls)
+        fs = _arguments(cls)
         assert all(not _is_rest(f) for f in fs[:-1]), f"{cls.__name__}: only its last field may be a rest"
         out = {f"ARG.{f.name.upper()}": f"ARGV[{i}]" for i, f in enumerate(fs, 1) if not _is_rest(f)}
         out |= {f"ARGN.{f.name.upper()}": str(i) for i, f in enumerate(fs, 1) if _is_rest(f)}
@@ -59,9 +62,18 @@ class ScriptCall:
     @classmethod
     def header(cls) -> str:
         """The Lua header describing the call, generated (docs of the slots, never written by hand)."""
-        args = ", ".join(f.name for f in dataclasses.fields(cls))
+        args = ", ".join(f.name for f in _arguments(cls))
         verdicts = " | ".join(v.value for v in cls.VERDICT or ())
         return f"-- KEYS: {', '.join(cls.KEY_NAMES)}   ARGV: {args}   reply: {{{verdicts}, …}}"
+
+
+# A call's field that is no argument of its script, only what its ``keys`` are built from (an
+# endpoint, a tenant and day, the names of its variable keys): ``x: str = field(metadata=KEY_ONLY)``.
+KEY_ONLY = MappingProxyType({"agentmill.key_only": True})
+
+
+def _arguments(cls: type[ScriptCall]) -> tuple[dataclasses.Field[Any], ...]:
+    return tuple(f for f in dataclasses.fields(cls) if not f.metadata.get("agentmill.key_only"))
 
 
 def _is_rest(f: dataclasses.Field[Any]) -> bool:

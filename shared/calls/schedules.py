@@ -10,6 +10,9 @@ from shared.keys import Partition
 
 __all__ = [
     "SayLiveTenants",
+    "ScheduleAdvance",
+    "ScheduleAdvanceVerdict",
+    "ScheduleClaim",
     "ScheduleDelete",
     "ScheduleDeleteVerdict",
     "SchedulePause",
@@ -126,3 +129,53 @@ class ScheduleRate(ScriptCall):
 
     def keys(self, part: Partition) -> list[str]:
         return [part.schedule_rate(self.tenant)]
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleClaim(ScriptCall):
+    """schedule_claim.lua: the partition's due schedules claimed for ``lease_ms``, fairly across
+    tenants (at most ``limit`` in all, ``share`` a tenant); answers {now (ms), schedule key, its
+    tenant, …}."""
+
+    SCRIPT = "schedule_claim"
+    KEY_NAMES = ("due_tenants", "due_before")  # the tenants with schedules due; older versions' one due set
+
+    lease_ms: int
+    limit: int
+    due_prefix: str  # a tenant's due set's key is this and the tenant (Partition.schedules_due_prefix)
+    schedule_prefix: str  # a schedule hash's key is this and its key (Partition.schedule_prefix)
+    share: int  # a tenant's most per look
+
+    def keys(self, part: Partition) -> list[str]:
+        return [part.schedules_due_tenants, part.schedules_due_before]
+
+
+class ScheduleAdvanceVerdict(StrEnum):
+    GONE = "gone"  # deleted meanwhile: out of the due set
+    MOVED = "moved"  # another firer advanced it first: nothing written
+    ADVANCED = "advanced"
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleAdvance(ScriptCall):
+    """schedule_advance.lua: a claimed schedule's firings recorded and its next firing set, if its
+    nextFire is still ``read`` (no other firer advanced it)."""
+
+    SCRIPT = "schedule_advance"
+    KEY_NAMES = ("schedule", "due", "due_tenants")
+    VERDICT = ScheduleAdvanceVerdict
+
+    schedule_key: str
+    read: str  # the nextFire the firer read
+    next_fire: str  # '0' = none: it ended
+    made: int  # runs made
+    skipped: int  # firings skipped
+    last_fire: str  # '' = keep
+    last_run: str  # '' = keep
+    last_error: str  # '' = keep, '-' = clear
+    tenant: str
+    held: str  # why its tenant's firings are held, '' = not held
+    due_at: str  # when it is looked at again, '' = at its next firing
+
+    def keys(self, part: Partition) -> list[str]:
+        return [part.schedule(self.schedule_key), part.schedules_due(self.tenant), part.schedules_due_tenants]

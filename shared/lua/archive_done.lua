@@ -2,14 +2,14 @@
 -- listing indexes (the listings read them from the archive now) and active set, marked archived, their stream and
 -- tool records dropped (the archive serves them), the run hash kept without its input, checkpoint
 -- and the fields only a live run needs for the live retention, then expiring.
--- KEYS: none of its own (run keys from the context; the archive index is the context's archive)
--- ARGV: liveRetentionS, then per run: runId, nTerms, its metadata's listing terms (shared.meta_terms)
+-- The call: shared.calls.erasure.ArchiveDone (run keys from the context; the archive index is the
+-- context's archive).
 -- Reply: how many were still waiting in the index, then the runs deleted meanwhile (a tombstone:
 -- the archiver deletes the rows it just wrote; the deletion deletes any written before its tombstone)
-local live = tonumber(ARGV[1])
+local live = tonumber(ARG.LIVE_RETENTION_S)
 local n = 0
 local deleted = {}
-local k = 2
+local k = ARGN.RUNS
 while k <= #ARGV do
   local id, nterms = ARGV[k], tonumber(ARGV[k + 1])
   n = n + redis.call('ZREM', ctx().archive, id)

@@ -1,7 +1,8 @@
--- KEYS pause; ARGV ms. No call to the endpoint starts for ms (an existing longer pause stays).
+-- No call to the endpoint starts for ms (an existing longer pause stays).
+-- The call: shared.calls.limits.CapacityPause. Returns: the pause's ms from now.
 local now = now_ms()
-local ms = tonumber(ARGV[1])
-local current = tonumber(redis.call('GET', KEYS[1]) or '0')
+local ms = tonumber(ARG.MS)
+local current = tonumber(redis.call('GET', KEY.PAUSE) or '0')
 if current >= now + ms then return current - now end
-redis.call('SET', KEYS[1], now + ms, 'PX', ms)
+redis.call('SET', KEY.PAUSE, now + ms, 'PX', ms)
 return ms

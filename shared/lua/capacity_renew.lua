@@ -1,4 +1,4 @@
--- KEYS slots; ARGV holder, leaseMs. Extends a live call's slot (puts it back if it had expired).
-redis.call('ZADD', KEYS[1], now_ms() + tonumber(ARGV[2]), ARGV[1])
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 2)
+-- Extends a live call's slot (puts it back if it had expired). The call: shared.calls.limits.CapacityRenew.
+redis.call('ZADD', KEY.SLOTS, now_ms() + tonumber(ARG.LEASE_MS), ARG.HOLDER)
+redis.call('PEXPIRE', KEY.SLOTS, tonumber(ARG.LEASE_MS) * 2)
 return 1

@@ -1,9 +1,7 @@
--- arq's job start, batched: claim up to ARGV[3] of the given job ids in one round trip, with arq's
+-- arq's job start, batched: claim up to ARG.LIMIT of the given job ids in one round trip, with arq's
 -- own rule (the job is due and nobody holds its in-progress key); a claimed job leaves the queue.
--- KEYS: none of its own (the partition's queue, live index, scheduled jobs and depth counters)
--- ARGV: now ms, in-progress ttl ms, most jobs to claim, in-progress key prefix, claim check ms,
---       default maxRunning per tenant (0: none), {tenant: maxRunning} JSON or '', the claiming
---       worker's lease id ('' = claim only), job ids…
+-- The call: shared.calls.dispatch.ClaimJobs (the partition's queue, live index, scheduled jobs and
+-- depth counters are its fixed keys).
 -- Reply: per claimed job its id, its queue score and, with a lease id, what acquire_run answered
 -- for its run (the worker took it in the same call: one script a job, not a claim and an acquire;
 -- a verdict other than ok ends the job as an acquire's would), else an empty list. A worker whose
@@ -18,13 +16,13 @@
 -- window, and goes back to the queue at that score when a run of the tenant stops running (track
 -- in prelude.lua): it keeps its place among the tenant's runs.
 local out = {}
-local now = tonumber(ARGV[1])
-local limit = tonumber(ARGV[3])
-local check_ms = tonumber(ARGV[5])
+local now = tonumber(ARG.NOW_MS)
+local limit = tonumber(ARG.LIMIT)
+local check_ms = tonumber(ARG.CHECK_MS)
 local check_at = now + check_ms
-local max_running = tonumber(ARGV[6])
+local max_running = tonumber(ARG.MAX_RUNNING)
 local caps = {}
-if ARGV[7] ~= '' then caps = cjson.decode(ARGV[7]) end
+if ARG.RUNNING_CAPS ~= '' then caps = cjson.decode(ARG.RUNNING_CAPS) end
 
 local due = redis.call('ZRANGEBYSCORE', SCHEDULED, '-inf', now, 'WITHSCORES', 'LIMIT', 0, 1000)
 for i = 1, #due, 2 do
@@ -72,8 +70,8 @@ local function running_count(t, cap)
   counts[t] = n
   return n
 end
-local worker = ARGV[8]
-local first = 9
+local worker = ARG.LEASE_ID
+local first = ARGN.JOB_IDS
 if worker ~= '' and not worker_alive(worker) then first = #ARGV + 1 end
 for i = first, #ARGV do
   if #out >= 3 * limit then break end
@@ -83,11 +81,11 @@ for i = first, #ARGV do
   if score and tonumber(score) <= now then
     local h = redis.call('HMGET', run_key(rid), F.TENANT, F.PRIORITY)
     local tenant, cap = h[1] or '', 0
-    if max_running > 0 or ARGV[7] ~= '' then cap = tonumber(caps[tenant] or max_running) end
+    if max_running > 0 or ARG.RUNNING_CAPS ~= '' then cap = tonumber(caps[tenant] or max_running) end
     if cap > 0 and running_count(tenant, cap) >= cap then
       redis.call('ZREM', QUEUE, id)
       redis.call('ZADD', tenant_held_key(tenant), score, id)
-    elseif redis.call('SET', ARGV[4] .. id, '1', 'NX', 'PX', ARGV[2]) then
+    elseif redis.call('SET', ARG.IN_PROGRESS_PREFIX .. id, '1', 'NX', 'PX', ARG.IN_PROGRESS_MS) then
       -- Claimed: off the queue, so later polls (every worker's, every 50 ms) do not scan it again
       -- while it runs. A lost claim is found by the reconciler (the run's live-index check), not
       -- by arq's in-progress expiry.

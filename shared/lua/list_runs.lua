@@ -6,27 +6,28 @@
 -- read costs one of the scanMax reads; when they are spent the page ends there, possibly empty, and
 -- the cursor continues after the last entry looked at. Nothing before the cursor, or at or past
 -- createdBefore, is walked.
--- KEYS: none of its own (the indexes are named by its arguments)
--- ARGV: tenant, limit, scanMax, cursorScore ('' = first page), cursorId, createdAfter ('' = none,
---   exclusive), createdBefore ('' = none, exclusive), nFilters, then dim, value pairs.
+-- The call: shared.calls.listing.ListRuns (the indexes named by its arguments; createdAfter and
+-- createdBefore exclusive, '' = none; then nFilters dim, value pairs).
 -- Reply: nextCursorScore ('' = the end), nextCursorId, then per run its row: runId, then the run
 --   hash fields of shared.listing_row.ListingRow (declared there once, rendered in the HMGET
 --   below as __LISTING_FIELDS__), '' for a field the hash lacks.
-local limit, budget = tonumber(ARGV[2]), tonumber(ARGV[3])
+local limit, budget = tonumber(ARG.LIMIT), tonumber(ARG.SCAN_MAX)
 local idx = {}
-for j = 1, tonumber(ARGV[8]) do idx[#idx + 1] = index_key(ARGV[1], ARGV[7 + 2 * j], ARGV[8 + 2 * j]) end
-if #idx == 0 then idx = {index_key(ARGV[1], DIM.ALL, '')} end
+for j = 1, tonumber(ARG.N_FILTERS) do
+  idx[#idx + 1] = index_key(ARG.TENANT, ARGV[ARGN.FILTERS + 2 * j - 2], ARGV[ARGN.FILTERS + 2 * j - 1])
+end
+if #idx == 0 then idx = {index_key(ARG.TENANT, DIM.ALL, '')} end
 local driver, best = 1, nil
 for j, k in ipairs(idx) do
   local n = redis.call('ZCARD', k)
   if best == nil or n < best then driver, best = j, n end
 end
 local dkey = idx[driver]
-local after = ARGV[6] ~= '' and tonumber(ARGV[6]) or nil
-local before = ARGV[7] ~= '' and tonumber(ARGV[7]) or nil
-local max = before and ('(' .. ARGV[7]) or '+inf'
-local min = after and ('(' .. ARGV[6]) or '-inf'
-local cs, cid = ARGV[4], ARGV[5]
+local after = ARG.CREATED_AFTER ~= '' and tonumber(ARG.CREATED_AFTER) or nil
+local before = ARG.CREATED_BEFORE ~= '' and tonumber(ARG.CREATED_BEFORE) or nil
+local max = before and ('(' .. ARG.CREATED_BEFORE) or '+inf'
+local min = after and ('(' .. ARG.CREATED_AFTER) or '-inf'
+local cs, cid = ARG.CURSOR_SCORE, ARG.CURSOR_ID
 -- The rank right after the cursor: its entry's rank while it is in the index; else after every
 -- entry of a higher score and every entry of its score with an id at or above its id (ids descend
 -- among equal scores), found by bisecting those ties: O(log n), however many runs share a time.
@@ -80,7 +81,7 @@ while not ended and used < budget and n < limit do
     if ok then
       used = used + 1
       local h = redis.call('HMGET', run_key(id), F.TENANT, __LISTING_FIELDS__)  -- the status first
-      if not h[2] or h[1] ~= ARGV[1] then
+      if not h[2] or h[1] ~= ARG.TENANT then
         dead[#dead + 1] = id
       else
         out[#out + 1] = id

@@ -4,16 +4,16 @@
 -- it holds fewer than `limit` starts: now, or `period` after the limit-th latest start given. A
 -- run asked again (its submission sent again) gets the start it got. Starts older than a period
 -- are forgotten; the zset expires a period after its latest start.
--- KEYS: the rate key of each run (keys of one partition)
--- ARGV: most starts one key may hold ahead (beyond: the run is refused), then runId, limit,
---       period ms per run
+-- The call: shared.calls.limits.RateSlots (a rate key in KEYS per run; ARG.MOST starts one key may
+-- hold ahead, beyond which the run is refused; then runId, limit, period ms per run).
 -- Reply per run: its start ms ('0' = now, not delayed; '-1' = refused: the key holds too many)
-local most = tonumber(ARGV[1])
+local most = tonumber(ARG.MOST)
 local now = now_ms()
 local out = {}
 for i = 1, #KEYS do
-  local rk, id = KEYS[i], ARGV[3 * i - 1]
-  local limit, period = tonumber(ARGV[3 * i]), tonumber(ARGV[3 * i + 1])
+  local at0 = ARGN.RUNS + 3 * (i - 1)
+  local rk, id = KEYS[i], ARGV[at0]
+  local limit, period = tonumber(ARGV[at0 + 1]), tonumber(ARGV[at0 + 2])
   local had = redis.call('ZSCORE', rk, id)
   if had then
     out[i] = tonumber(had) > now and had or '0'

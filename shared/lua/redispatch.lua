@@ -1,101 +1,99 @@
--- The reconciler's per-run check of a run whose live-index deadline has passed, or (ARGV[4] = a
--- worker lease id) of a run in the runs set of a worker whose lease expired.
--- KEYS: run, stream, tools, current job key, current job in-progress key, next job key
--- ARGV: runId, expectedGen, currentJobId, dead worker lease id ('' = from the
---       live index)
+-- The reconciler's per-run check of a run whose live-index deadline has passed, or (a dead worker's
+-- lease id given) of a run in the runs set of a worker whose lease expired.
+-- The call: shared.calls.dispatch.Redispatch.
 -- A running run whose worker's lease expired counts a lost attempt (worker_lost): at
 -- AGENTMILL_MAX_RUN_CRASHES it ends failed (poison_run) instead of being re-dispatched.
-local h = redis.call('HMGET', KEYS[1], F.STATUS, F.GEN, F.OWNER, F.TENANT)
-if ARGV[4] ~= '' and (h[3] ~= ARGV[4] or h[1] ~= S.RUNNING) then
-  redis.call('SREM', worker_runs_key(ARGV[4]), ARGV[1])  -- no longer that worker's to carry
-  return {'moved'}
+local h = redis.call('HMGET', KEY.RUN, F.STATUS, F.GEN, F.OWNER, F.TENANT)
+if ARG.DEAD_WORKER ~= '' and (h[3] ~= ARG.DEAD_WORKER or h[1] ~= S.RUNNING) then
+  redis.call('SREM', worker_runs_key(ARG.DEAD_WORKER), ARG.RUN_ID)  -- no longer that worker's to carry
+  return {V.MOVED}
 end
-if not h[1] then redis.call('ZREM', LIVE, ARGV[1]); return {'missing'} end
+if not h[1] then redis.call('ZREM', LIVE, ARG.RUN_ID); return {V.MISSING} end
 if is_terminal(h[1]) then
-  local owed = redis.call('HGET', KEYS[1], F.HANDOFF)
-  if owed and owed ~= '' then return {'ending_owed', owed} end  -- shared/children.py clears it when done
-  redis.call('ZREM', LIVE, ARGV[1])
-  return {'terminal'}
+  local owed = redis.call('HGET', KEY.RUN, F.HANDOFF)
+  if owed and owed ~= '' then return {V.ENDING_OWED, owed} end  -- shared/children.py clears it when done
+  redis.call('ZREM', LIVE, ARG.RUN_ID)
+  return {V.TERMINAL}
 end
-if tonumber(h[2]) ~= tonumber(ARGV[2]) then return {'moved'} end
+if tonumber(h[2]) ~= tonumber(ARG.GEN) then return {V.MOVED} end
 local now = now_ms()
 local reason = ''
 if h[1] == S.RUNNING then
-  if worker_alive(h[3]) then redis.call('ZREM', LIVE, ARGV[1]); return {'alive'} end
-  local crashes, ended = worker_lost(KEYS[1], KEYS[2], KEYS[3], ARGV[1], h[3])
-  if ended then return {'poison_run', tostring(crashes)} end
+  if worker_alive(h[3]) then redis.call('ZREM', LIVE, ARG.RUN_ID); return {V.ALIVE} end
+  local crashes, ended = worker_lost(KEY.RUN, KEY.STREAM, KEY.TOOLS, ARG.RUN_ID, h[3])
+  if ended then return {V.POISON_RUN, tostring(crashes)} end
   reason = 'lease_expired'
 elseif h[1] == S.QUEUED then
-  if redis.call('EXISTS', KEYS[5]) == 0 and redis.call('EXISTS', KEYS[4]) == 1 then
-    redis.call('ZADD', LIVE, now + tonumber(ctx().queued_check_ms), ARGV[1])
+  if redis.call('EXISTS', KEY.IN_PROGRESS) == 0 and redis.call('EXISTS', KEY.JOB) == 1 then
+    redis.call('ZADD', LIVE, now + tonumber(ctx().queued_check_ms), ARG.RUN_ID)
     -- held back by its tenant's running cap while none of the tenant's runs is running (the cap
     -- was raised or lifted since): nothing else would put the tenant's earliest held job back
     local t = h[4] or ''
-    if redis.call('ZSCORE', tenant_held_key(t), ARGV[3]) and redis.call('ZCARD', tenant_running_key(t)) == 0 then
+    if redis.call('ZSCORE', tenant_held_key(t), ARG.JOB_ID) and redis.call('ZCARD', tenant_running_key(t)) == 0 then
       unhold(t, 1)
-      return {'unheld'}
+      return {V.UNHELD}
     end
-    return {'waiting'}
+    return {V.WAITING}
   end
   reason = 'job_lost'
 elseif h[1] == S.SCHEDULED then
-  local at = redis.call('ZSCORE', SCHEDULED, ARGV[3])
+  local at = redis.call('ZSCORE', SCHEDULED, ARG.JOB_ID)
   if at then
-    redis.call('ZADD', LIVE, tonumber(at) + tonumber(ctx().queued_check_ms), ARGV[1])
-    return {'not_due'}
+    redis.call('ZADD', LIVE, tonumber(at) + tonumber(ctx().queued_check_ms), ARG.RUN_ID)
+    return {V.NOT_DUE}
   end
   reason = 'job_lost'
 elseif h[1] == S.AWAITING_HUMAN then
-  local code, message, due = approval_expired(KEYS[1], now)
+  local code, message, due = approval_expired(KEY.RUN, now)
   if code then
-    finalize(KEYS[1], KEYS[2], KEYS[3], ARGV[1], S.FAILED, code, message)
+    finalize(KEY.RUN, KEY.STREAM, KEY.TOOLS, ARG.RUN_ID, S.FAILED, code, message)
     return {code}
   end
   if due then  -- checked early (the sweeper's clock is not Redis's): keep the deadline watched
-    redis.call('ZADD', LIVE, due, ARGV[1])
+    redis.call('ZADD', LIVE, due, ARG.RUN_ID)
   else
-    redis.call('ZREM', LIVE, ARGV[1])
+    redis.call('ZREM', LIVE, ARG.RUN_ID)
   end
-  return {'awaiting'}
+  return {V.AWAITING}
 elseif h[1] == S.AWAITING_TOOLS then
-  local open, earliest = client_settle(KEYS[1], KEYS[3], now)
+  local open, earliest = client_settle(KEY.RUN, KEY.TOOLS, now)
   if open > 0 then
-    redis.call('ZADD', LIVE, earliest, ARGV[1])
-    return {'awaiting_tools'}
+    redis.call('ZADD', LIVE, earliest, ARG.RUN_ID)
+    return {V.AWAITING_TOOLS}
   end
   reason = 'client_tools_settled'
 elseif h[1] == S.AWAITING_MODEL then
-  local m = redis.call('HMGET', KEYS[1], F.MODEL_AWAITED, F.MODEL_REPLY_INDEX, F.MODEL_SWITCH_AT)
+  local m = redis.call('HMGET', KEY.RUN, F.MODEL_AWAITED, F.MODEL_REPLY_INDEX, F.MODEL_SWITCH_AT)
   if m[1] and m[1] == m[2] then
     reason = 'model_replied'  -- a wake-up that did not happen
   elseif m[3] and m[3] ~= '' and now >= tonumber(m[3]) then
-    redis.call('HSET', KEYS[1], F.MODEL_STANDARD, m[1])  -- its resume asks the standard lane
+    redis.call('HSET', KEY.RUN, F.MODEL_STANDARD, m[1])  -- its resume asks the standard lane
     reason = 'economy_deadline'
   else
-    if m[3] and m[3] ~= '' then redis.call('ZADD', LIVE, tonumber(m[3]), ARGV[1]) else redis.call('ZREM', LIVE, ARGV[1]) end
-    return {'awaiting_model'}
+    if m[3] and m[3] ~= '' then redis.call('ZADD', LIVE, tonumber(m[3]), ARG.RUN_ID) else redis.call('ZREM', LIVE, ARG.RUN_ID) end
+    return {V.AWAITING_MODEL}
   end
 elseif h[1] == S.AWAITING_CHILDREN then
-  local deadline = tonumber(redis.call('HGET', KEYS[1], F.RUN_DEADLINE_MS) or '')
+  local deadline = tonumber(redis.call('HGET', KEY.RUN, F.RUN_DEADLINE_MS) or '')
   if deadline and now >= deadline then
-    finalize(KEYS[1], KEYS[2], KEYS[3], ARGV[1], S.FAILED, 'max_run_duration',
+    finalize(KEY.RUN, KEY.STREAM, KEY.TOOLS, ARG.RUN_ID, S.FAILED, 'max_run_duration',
       'loopLimits.maxRunDurationMs reached while awaiting its child runs')
-    return {'max_run_duration'}
+    return {V.MAX_RUN_DURATION}
   end
-  if children_open(KEYS[1], KEYS[3]) > 0 then
+  if children_open(KEY.RUN, KEY.TOOLS) > 0 then
     local due = now + tonumber(ctx().queued_check_ms)
     if deadline and deadline < due then due = deadline end
-    redis.call('ZADD', LIVE, due, ARGV[1])
-    return {'awaiting_children'}
+    redis.call('ZADD', LIVE, due, ARG.RUN_ID)
+    return {V.AWAITING_CHILDREN}
   end
   reason = 'children_ended'  -- a wake-up that did not happen (it is never lost for long)
 end
-if redis.call('ZREM', QUEUE, ARGV[3]) == 1 or redis.call('ZREM', tenant_held_key(h[4] or ''), ARGV[3]) == 1 then
-  depth_down(run_priority(ARGV[1]))
+if redis.call('ZREM', QUEUE, ARG.JOB_ID) == 1 or redis.call('ZREM', tenant_held_key(h[4] or ''), ARG.JOB_ID) == 1 then
+  depth_down(run_priority(ARG.RUN_ID))
 end
-redis.call('DEL', KEYS[4])
+redis.call('DEL', KEY.JOB)
 local gen = tonumber(h[2]) + 1
-redis.call('HSET', KEYS[1], F.GEN, gen, F.STATUS, S.QUEUED)
-track(KEYS[1], ARGV[1], h[1], S.QUEUED)
-enqueue_gen(ARGV[1], gen, now, KEYS[6])
-return {'redispatched', reason}
+redis.call('HSET', KEY.RUN, F.GEN, gen, F.STATUS, S.QUEUED)
+track(KEY.RUN, ARG.RUN_ID, h[1], S.QUEUED)
+enqueue_gen(ARG.RUN_ID, gen, now, KEY.NEXT_JOB)
+return {V.REDISPATCHED, reason}

@@ -3,30 +3,27 @@
 -- schedule stays out of the due set, and so does one past its end (its next firing 0); a deleted
 -- one leaves it. A held schedule (its tenant not live: producer.schedules.firer) is looked at again
 -- at `dueAt` rather than at its next firing.
--- KEYS: schedule hash, tenant's due zset, tenants with schedules due
--- ARGV: schedule key, nextFire read, new nextFire (0 = none: ended), runs made, firings skipped,
---       lastFire ('' = keep), lastRun ('' = keep), lastError ('' = keep, '-' = clear), tenant,
---       held (why its tenant's firings are held, '' = not held), dueAt ('' = its next firing)
-local h = KEYS[1]
+-- The call: shared.calls.schedules.ScheduleAdvance.
+local h = KEY.SCHEDULE
 if redis.call('EXISTS', h) == 0 then
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  due_sync(KEYS[2], KEYS[3], ARGV[9])
-  return 'gone'
+  redis.call('ZREM', KEY.DUE, ARG.SCHEDULE_KEY)
+  due_sync(KEY.DUE, KEY.DUE_TENANTS, ARG.TENANT)
+  return V.GONE
 end
-if redis.call('HGET', h, SCHED.NEXT_FIRE) ~= ARGV[2] then return 'moved' end
-redis.call('HSET', h, SCHED.NEXT_FIRE, ARGV[3], SCHED.HELD, ARGV[10])
-redis.call('HINCRBY', h, SCHED.FIRED, tonumber(ARGV[4]))
-redis.call('HINCRBY', h, SCHED.SKIPPED, tonumber(ARGV[5]))
-if ARGV[6] ~= '' then redis.call('HSET', h, SCHED.LAST_FIRE, ARGV[6]) end
-if ARGV[7] ~= '' then redis.call('HSET', h, SCHED.LAST_RUN, ARGV[7]) end
-if ARGV[8] == '-' then redis.call('HSET', h, SCHED.LAST_ERROR, '')
-elseif ARGV[8] ~= '' then redis.call('HSET', h, SCHED.LAST_ERROR, ARGV[8]) end
-if redis.call('HGET', h, SCHED.PAUSED) == '1' or ARGV[3] == '0' then
-  redis.call('ZREM', KEYS[2], ARGV[1])
+if redis.call('HGET', h, SCHED.NEXT_FIRE) ~= ARG.READ then return V.MOVED end
+redis.call('HSET', h, SCHED.NEXT_FIRE, ARG.NEXT_FIRE, SCHED.HELD, ARG.HELD)
+redis.call('HINCRBY', h, SCHED.FIRED, tonumber(ARG.MADE))
+redis.call('HINCRBY', h, SCHED.SKIPPED, tonumber(ARG.SKIPPED))
+if ARG.LAST_FIRE ~= '' then redis.call('HSET', h, SCHED.LAST_FIRE, ARG.LAST_FIRE) end
+if ARG.LAST_RUN ~= '' then redis.call('HSET', h, SCHED.LAST_RUN, ARG.LAST_RUN) end
+if ARG.LAST_ERROR == '-' then redis.call('HSET', h, SCHED.LAST_ERROR, '')
+elseif ARG.LAST_ERROR ~= '' then redis.call('HSET', h, SCHED.LAST_ERROR, ARG.LAST_ERROR) end
+if redis.call('HGET', h, SCHED.PAUSED) == '1' or ARG.NEXT_FIRE == '0' then
+  redis.call('ZREM', KEY.DUE, ARG.SCHEDULE_KEY)
 else
-  local at = ARGV[11]
-  if at == '' then at = ARGV[3] end
-  redis.call('ZADD', KEYS[2], at, ARGV[1])
+  local at = ARG.DUE_AT
+  if at == '' then at = ARG.NEXT_FIRE end
+  redis.call('ZADD', KEY.DUE, at, ARG.SCHEDULE_KEY)
 end
-due_sync(KEYS[2], KEYS[3], ARGV[9])
-return 'advanced'
+due_sync(KEY.DUE, KEY.DUE_TENANTS, ARG.TENANT)
+return V.ADVANCED

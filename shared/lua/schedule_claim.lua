@@ -6,25 +6,24 @@
 -- firer that dies holding a claim leaves it to be claimed again when the lease expires (its
 -- firings' run ids are deterministic, so making one again creates nothing new).
 -- schedule_advance.lua sets the next firing.
--- KEYS: tenants with schedules due, the single due set of older versions (moved here once)
--- ARGV: leaseMs, limit, tenant due set prefix, schedule hash prefix, share (a tenant's most per look)
+-- The call: shared.calls.schedules.ScheduleClaim (the single due set of older versions is moved here once).
 -- Returns: {now (ms, Redis time), schedule key, its tenant, …}
 local now = now_ms()
-local tenants, prefix = KEYS[1], ARGV[3]
-if redis.call('EXISTS', KEYS[2]) == 1 then  -- schedules created by an older version: to their tenant's set
-  local before = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
+local tenants, prefix = KEY.DUE_TENANTS, ARG.DUE_PREFIX
+if redis.call('EXISTS', KEY.DUE_BEFORE) == 1 then  -- schedules created by an older version: to their tenant's set
+  local before = redis.call('ZRANGE', KEY.DUE_BEFORE, 0, -1, 'WITHSCORES')
   local seen = {}
   for i = 1, #before, 2 do
-    local t = redis.call('HGET', ARGV[4] .. before[i], SCHED.TENANT)
+    local t = redis.call('HGET', ARG.SCHEDULE_PREFIX .. before[i], SCHED.TENANT)
     if t then
       redis.call('ZADD', prefix .. t, before[i + 1], before[i])
       seen[t] = true
     end
   end
-  redis.call('DEL', KEYS[2])
+  redis.call('DEL', KEY.DUE_BEFORE)
   for t in pairs(seen) do due_sync(prefix .. t, tenants, t) end
 end
-local lease, limit = now + tonumber(ARGV[1]), tonumber(ARGV[2])
+local lease, limit = now + tonumber(ARG.LEASE_MS), tonumber(ARG.LIMIT)
 local due = redis.call('ZRANGEBYSCORE', tenants, '-inf', now, 'LIMIT', 0, limit)
 local ids = {now}
 local function take(t, n)
@@ -37,7 +36,7 @@ local function take(t, n)
   return #got
 end
 if #due > 0 then
-  local share = math.max(1, math.min(tonumber(ARGV[5]), math.floor(limit / #due)))
+  local share = math.max(1, math.min(tonumber(ARG.SHARE), math.floor(limit / #due)))
   for _, t in ipairs(due) do
     take(t, share)
     due_sync(prefix .. t, tenants, t)

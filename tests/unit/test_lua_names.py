@@ -39,13 +39,8 @@ OTHER_MEANINGS = {
     ("submit_one.lua", "aborted"): 2,  # the lastError code of the runs an interrupt aborts
     ("submit_one.lua", "superseded"): 1,  # the lastError code of a debounced run replaced
     ("acquire_run.lua", "superseded"): 1,  # the verdict for a stale dispatch, not the run's status
-    ("redispatch.lua", "awaiting_tools"): 1,  # the script's verdict
-    ("redispatch.lua", "awaiting_children"): 1,  # likewise
-    ("redispatch.lua", "awaiting_model"): 1,  # likewise
-    ("batch_close.lua", "closed"): 1,  # a batch's verdict, not an economy batch's state
     ("prelude.lua", "epoch"): 1,  # a stream entry's field (xadd), not the run hash's
     ("settle_approval.lua", "pending"): 2,  # an approval's decision, not a tool record's state
-    ("capacity_acquire.lua", "paused"): 1,  # the limiter's verdict, not a schedule's field
     ("budget_reserve.lua", "cost"): 1,  # the limit a refusal names, not a usage hash's part
 }
 NAMED = {

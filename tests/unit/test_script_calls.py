@@ -12,16 +12,14 @@ import pytest
 from shared import scripts
 from shared.calls import CALLS, Abort, AbortVerdict, Release, SayLiveTenants
 from shared.calls.base import bind
+from shared.calls.dispatch import Redispatch, RedispatchVerdict
+from shared.calls.limits import CapacityAcquire, CapacityRelease, CapacityVerdict, RateSlots
 from shared.keys import Partition
 
 POSITIONAL_READ = re.compile(r"\bARGV\[\d|\bA\[\d")
-# The Lua files that still read ARGV (or their copy A) by number. Declaring a script's call
-# (shared/calls) takes it off; a file that no longer reads by number must leave the list.
-POSITIONAL = {
-    "archive_done", "budget_reserve", "budget_settle", "capacity_acquire", "capacity_pause",
-    "capacity_release", "capacity_renew", "claim_jobs", "delete_run", "list_runs", "rate_slots",
-    "redispatch", "schedule_advance", "schedule_claim",
-}  # fmt: skip
+# The Lua files that read ARGV (or their copy A) by number: none. Every script's arguments are its
+# declared call's fields (shared/calls), read by name.
+POSITIONAL: set[str] = set()
 
 
 def reading_by_position() -> set[str]:
@@ -77,3 +75,21 @@ def test_a_calls_keys_are_its_declared_keys_on_the_partition() -> None:
     assert Release(1, "r1", 2).keys(part) == [part.run("r1")]
     assert len(Abort.KEY_NAMES) == 3 and Release.KEY_NAMES == ("run",)
     assert Abort.header().startswith("-- KEYS: run, stream, tools   ARGV: run_id, reason, tenant")
+
+
+def test_a_key_only_field_builds_the_keys_and_is_no_argument() -> None:
+    part = Partition(0, 1)
+    call = RateSlots("t1", ("k1", "k2"), 5, ("r1", "2", "1000", "r2", "3", "2000"))
+    assert call.keys(part) == [part.rate_key("t1", "k1"), part.rate_key("t1", "k2")]
+    assert call.argv() == [5, "r1", "2", "1000", "r2", "3", "2000"]
+    assert RateSlots.positions()["ARG.MOST"] == "ARGV[1]" and RateSlots.positions()["ARGN.RUNS"] == "2"
+    assert not any("TENANT" in t or "RATE_KEYS" in t for t in RateSlots.positions())
+    assert RateSlots.header().startswith("-- KEYS: ") and "ARGV: most, runs" in RateSlots.header()
+    leave = CapacityRelease("e1", True, "h1", 0, -1)
+    assert leave.argv() == ["h1", 0, -1] and len(leave.keys()) == 4
+    assert len(CapacityRelease("e1", False, "h1", 10, 7).keys()) == 2  # the line's keys only to leave it
+
+
+def test_a_verdict_read_from_the_reply_where_the_script_puts_it() -> None:
+    assert CapacityAcquire.verdict([3, b"concurrency", 0]) is CapacityVerdict.CONCURRENCY
+    assert Redispatch.verdict([b"redispatched", b"job_lost"]) is RedispatchVerdict.REDISPATCHED

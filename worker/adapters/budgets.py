@@ -22,6 +22,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from shared import keys
+from shared.calls.budgets import BudgetReserve, BudgetReserveVerdict, BudgetSettle
 from shared.clock import now_ms, utc_day
 from shared.partitions import Partitions
 from shared.quotas import DEFAULT_TENANT, NANO_USD, Quotas
@@ -62,9 +63,10 @@ async def settle_by_call(
     """A settlement by a call of its own (budget_settle.lua) on ``part``, the node of the budget's
     slot. Best effort: one that cannot reach Redis leaves the hold to expire (released), as a dead
     worker's does."""
-    args = [st.member, st.tokens, st.nano_usd, st.ttl_ms]
+    call = BudgetSettle(tuple(st.keys), st.member, st.tokens, st.nano_usd, st.ttl_ms)
+    k, args = call.keys(part), call.argv()
     try:
-        await parts.call(part, lambda c: scripts.budget_settle(keys=st.keys, args=args, client=c))
+        await parts.call(part, lambda c: scripts.budget_settle(keys=k, args=args, client=c))
     except RedisError as exc:
         log.warning("budget hold %s not settled (%s): it is released when it expires", st.member, exc)
 
@@ -104,22 +106,14 @@ class TenantBudgets:
         q = self.quotas.of(tenant)
         day = utc_day(now_ms())
         part = self.parts.home(tenant)
-        k = [part.tenant_budget(tenant, day), part.tenant_budget_holds(tenant, day)]
-        nano = nano_usd(cost_usd)
-        args = [
-            hold_id,
-            tokens,
-            nano,
-            q.tokens_per_day,
-            nano_usd(q.cost_usd_per_day),
-            self.hold_ms,
-            KEYS_TTL_MS,
-        ]
+        call = BudgetReserve(tenant, day, hold_id, tokens, nano_usd(cost_usd), q.tokens_per_day,
+                             nano_usd(q.cost_usd_per_day), self.hold_ms, KEYS_TTL_MS)  # fmt: skip
+        k = call.keys(part)
         try:
-            reply = await self.run(self.scripts.budget_reserve, part, k, args)
+            reply = await self.run(self.scripts.budget_reserve, part, k, call.argv())
         except RedisError as exc:
             raise ModelCallError("connection", f"the tenant budget could not reach Redis: {exc}") from None
-        if text(reply[0]) == "ok":
+        if call.verdict(reply) is BudgetReserveVerdict.OK:
             return RedisBudgetHold(self, part, k, text(reply[1]))
         which, spent, held, this, limit, scale = text(reply[1]), *(int(text(x)) for x in reply[2:7])
         scaled = (

@@ -32,9 +32,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared import endpoint_keys
+from shared.calls.base import ScriptCall
+from shared.calls.limits import (
+    CapacityAcquire,
+    CapacityPause,
+    CapacityRelease,
+    CapacityRenew,
+    CapacityVerdict,
+)
 from shared.functions import Script
 from shared.profiles import ProviderConfig
-from shared.scripts import Scripts, text
+from shared.scripts import Scripts
 
 __all__ = ["WINDOW_MS", "Grant", "Held", "OnKey", "OnWait", "ProviderLimiter", "limited"]
 
@@ -83,17 +91,6 @@ class ProviderLimiter:
         self.aging_ms = aging_ms
         self.stale_ms = 3 * poll_max_ms + 1_000  # a waiter asks at least every poll_max_ms
 
-    @staticmethod
-    def _keys(endpoint: str) -> list[str]:
-        return [
-            endpoint_keys.provider_slots_key(endpoint),
-            endpoint_keys.provider_requests_key(endpoint),
-            endpoint_keys.provider_tokens_key(endpoint),
-            endpoint_keys.provider_pause_key(endpoint),
-            endpoint_keys.provider_waiting_key(endpoint),
-            endpoint_keys.provider_seen_key(endpoint),
-        ]
-
     async def try_acquire(
         self, cfg: ProviderConfig, holder: str, tokens: int, priority: int | None = None
     ) -> tuple[int, str]:
@@ -106,16 +103,13 @@ class ProviderLimiter:
         self, cfg: ProviderConfig, holder: str, tokens: int, priority: int | None
     ) -> tuple[int, str, int]:
         """One attempt: (wait hint ms, reason, rank in the line (-1: none)); (0, "ok", -1) when granted."""
-        endpoint = endpoint_keys.endpoint_hash(cfg.base_url or "")
-        ks = self._keys(endpoint)
-        reply = await self._run(
-            self.scripts.capacity_acquire,
-            ks,
-            [holder, self.lease_ms, cfg.max_concurrent or 0, cfg.requests_per_minute or 0,
-             cfg.tokens_per_minute or 0, max(0, tokens), self.window_ms,
-             "" if priority is None else priority, self.aging_ms, self.stale_ms],
+        call = CapacityAcquire(
+            endpoint_keys.endpoint_hash(cfg.base_url or ""), holder, self.lease_ms, cfg.max_concurrent or 0,
+            cfg.requests_per_minute or 0, cfg.tokens_per_minute or 0, max(0, tokens), self.window_ms, priority,
+            self.aging_ms, self.stale_ms,
         )  # fmt: skip
-        return int(reply[0]), text(reply[1]), int(reply[2]) if len(reply) > 2 else -1
+        reply = await self._run(self.scripts.capacity_acquire, call)
+        return int(reply[0]), call.verdict(reply).value, int(reply[2]) if len(reply) > 2 else -1
 
     async def acquire(
         self, cfg: ProviderConfig, tokens: int, on_wait: OnWait | None = None, priority: int | None = None
@@ -135,9 +129,11 @@ class ProviderLimiter:
                 if not told and on_wait is not None:
                     told = True
                     await on_wait(reason, wait)
-                if reason == "concurrency" and 0 <= rank < (cfg.max_concurrent or 0):
+                if reason == CapacityVerdict.CONCURRENCY and 0 <= rank < (cfg.max_concurrent or 0):
                     delay: float = self.poll_min_ms  # at the head of the line: the next free slots are theirs
-                elif reason == "concurrency" or (reason == "requests" and wait <= 1):
+                elif reason == CapacityVerdict.CONCURRENCY or (
+                    reason == CapacityVerdict.REQUESTS and wait <= 1
+                ):
                     # A freed slot is noticed by polling: short at first, growing, jittered to spread waiters.
                     delay = poll * random.uniform(0.5, 1.0)
                     poll = min(self.poll_max_ms, poll * 2)
@@ -152,16 +148,12 @@ class ProviderLimiter:
 
     async def _leave(self, endpoint: str, holder: str) -> None:
         """A waiter gives up: out of the endpoint's line (capacity_release.lua)."""
-        await self._run(
-            self.scripts.capacity_release,
-            [endpoint_keys.provider_slots_key(endpoint), endpoint_keys.provider_tokens_key(endpoint),
-             endpoint_keys.provider_waiting_key(endpoint), endpoint_keys.provider_seen_key(endpoint)],
-            [holder, 0, -1],
-        )  # fmt: skip
+        await self._run(self.scripts.capacity_release, CapacityRelease(endpoint, True, holder, 0, -1))
 
     async def renew(self, grant: Grant) -> None:
-        k = endpoint_keys.provider_slots_key(grant.endpoint)
-        await self._run(self.scripts.capacity_renew, [k], [grant.holder, self.lease_ms])
+        await self._run(
+            self.scripts.capacity_renew, CapacityRenew(grant.endpoint, grant.holder, self.lease_ms)
+        )
 
     async def keep(self, grant: Grant) -> None:
         """Renew the slot while the call runs (a task the caller cancels)."""
@@ -181,21 +173,20 @@ class ProviderLimiter:
         return Held(self, grant, keeper)
 
     async def release(self, grant: Grant, actual_tokens: int | None) -> None:
-        k = endpoint_keys.provider_slots_key(grant.endpoint)
+        actual = -1 if actual_tokens is None else actual_tokens
         await self._run(
             self.scripts.capacity_release,
-            [k, endpoint_keys.provider_tokens_key(grant.endpoint)],
-            [grant.holder, grant.tokens, -1 if actual_tokens is None else actual_tokens],
+            CapacityRelease(grant.endpoint, False, grant.holder, grant.tokens, actual),
         )
 
     async def pause(self, cfg: ProviderConfig, ms: int) -> None:
         """No call to this endpoint starts for ``ms`` (a 429's Retry-After), on any worker."""
         if ms > 0:
             endpoint = endpoint_keys.endpoint_hash(cfg.base_url or "")
-            k = endpoint_keys.provider_pause_key(endpoint)
-            await self._run(self.scripts.capacity_pause, [k], [ms])
+            await self._run(self.scripts.capacity_pause, CapacityPause(endpoint, ms))
 
-    async def _run(self, script: Script, ks: list[str], args: list[Any]) -> Any:
+    async def _run(self, script: Script, call: ScriptCall) -> Any:
+        ks, args = call.keys(None), call.argv()
         if self.on_key is None:
             return await script(keys=ks, args=args)
         return await self.on_key(ks[0], lambda c: script(keys=ks, args=args, client=c))

@@ -23,6 +23,7 @@ from arq.utils import timestamp_ms
 from arq.worker import Worker
 from redis.exceptions import RedisError
 
+from shared.calls.dispatch import ClaimJobs
 from shared.dispatch import RUN_FUNCTION
 from shared.keys import Partition
 from shared.partitions import Partitions
@@ -258,12 +259,10 @@ class ResilientWorker(Worker):
         if self.finisher is None:
             self.finisher = JobFinisher(self.parts, int(self.keep_result_s * 1000))
         claim = self.scripts.claim_jobs
-        k, a = self.scripts.frame(
-            part,
-            [],
-            [int(time.time() * 1000), int(self.in_progress_timeout_s * 1000), free, in_progress_key_prefix,
-             self.claim_check_ms, self.max_running, self.running_caps, lease_id, *job_ids],
-        )  # fmt: skip
+        call = ClaimJobs(int(time.time() * 1000), int(self.in_progress_timeout_s * 1000), free,
+                         in_progress_key_prefix, self.claim_check_ms, self.max_running, self.running_caps,
+                         lease_id, tuple(job_ids))  # fmt: skip
+        k, a = self.scripts.frame(part, call.keys(part), call.argv())
         reply = await self.parts.call(part, lambda c: claim(keys=k, args=a, client=c))
         self._claimed += len(reply) // 3
         for i in range(0, len(reply), 3):

@@ -17,6 +17,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from shared import children
+from shared.calls.dispatch import Redispatch, RedispatchVerdict
+from shared.calls.results import ChildResultVerdict
 from shared.clock import now_ms
 from shared.fields import RunField
 from shared.keys import Partition
@@ -101,13 +103,8 @@ async def _redispatch(
                         pipe.srem(part.worker_runs(dead_worker), rid)
                     continue
                 gen = int(g)
-                cur_job = part.job_id(rid, gen)
-                k, a = scripts.frame(
-                    part,
-                    [*part.run_keys(rid), part.job_key(cur_job), part.in_progress_key(cur_job),
-                     part.job_key(part.job_id(rid, gen + 1))],
-                    [rid, gen, cur_job, dead_worker],
-                )  # fmt: skip
+                call = Redispatch(rid, gen, part.job_id(rid, gen), dead_worker)
+                k, a = scripts.frame(part, call.keys(part), call.argv())
                 await scripts.redispatch(keys=k, args=a, client=pipe)
             return list(await pipe.execute(raise_on_error=False))
 
@@ -117,10 +114,11 @@ async def _redispatch(
         if isinstance(r, Exception):
             verdicts["error"] += 1
         elif isinstance(r, list):
-            verdicts[text(r[0])] += 1
-            if text(r[0]) == "redispatched":  # and why: the worker metric counts retries by it
-                verdicts[f"redispatched:{text(r[1])}"] += 1
-            elif text(r[0]) == "ending_owed":
+            verdict = Redispatch.verdict(r)
+            verdicts[verdict] += 1
+            if verdict is RedispatchVerdict.REDISPATCHED:  # and why: the worker metric counts retries by it
+                verdicts[f"{verdict}:{text(r[1])}"] += 1
+            elif verdict is RedispatchVerdict.ENDING_OWED:
                 owed.append(rid)
     for rid in owed:  # ended runs whose ending still owes their parent or children (shared/children.py)
         try:
@@ -128,6 +126,6 @@ async def _redispatch(
         except Exception:
             verdicts["handoff_error"] += 1
             continue
-        if done.get("deliver") in ("recorded", "resumed"):
+        if done.get("deliver") in (ChildResultVerdict.RECORDED, ChildResultVerdict.RESUMED):
             verdicts["child_delivered"] += 1
     return verdicts

@@ -23,6 +23,7 @@ from agentmill_client.codec import encode
 from agentmill_client.models import RunInput, RunStatus
 from shared import logs
 from shared.actors import abort_of
+from shared.calls.results import ChildResultVerdict
 from shared.calls.steps import AcquireVerdict
 from shared.tool_records import ToolRecord
 from worker import machine
@@ -387,7 +388,7 @@ class RunDriver:
                 "run %s: handing its ending off failed (the reconciler retries): %s", self.run_id, exc
             )
             return
-        if done.get("deliver") in ("recorded", "resumed"):
+        if done.get("deliver") in (ChildResultVerdict.RECORDED, ChildResultVerdict.RESUMED):
             self.host.observer.children_ended(1)
 
     # ---- effects ----

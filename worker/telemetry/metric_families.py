@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from agentmill_client.models import EventKind
 from agentmill_client.statuses import TERMINAL
+from shared.calls.limits import CapacityVerdict
 from shared.profiles import FALLBACK_CLASSES
 from worker.core.policy import RETRYABLE_STATUSES
 from worker.machine import TRANSITIONS
@@ -56,7 +57,7 @@ LABELS: dict[str, tuple[str, ...]] = {
     "kind": tuple(k.value for k in EventKind),
     "reason.refused": ("fenced", "duplicate"),
     "reason.compaction": ("threshold", "overflow"),
-    "reason.throttled": ("concurrency", "requests", "tokens", "paused", "http_429"),
+    "reason.throttled": (*(v.value for v in CapacityVerdict if v is not CapacityVerdict.OK), "http_429"),
     "reason.redispatch": ("lease_expired", "job_lost", "economy_deadline", "model_replied"),
     # why an economy call went to the standard lane (worker/runner/economy_call.py)
     "reason.lane": ("deadline", "expired", "cancelled", "failed", "http", "missing", "economy_full"),
