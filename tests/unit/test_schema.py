@@ -44,6 +44,8 @@ def test_no_script_spells_a_key_or_a_setting_of_its_own() -> None:
             "__CONTEXT_TOOLS__",  # tool names (shared.session_calls), not a setting
             "__WAKE_KEPT__",  # a bound of a wake list (shared.keys), not a setting
             "__LISTING_FIELDS__",  # run hash fields (shared.listing_row), not a setting
+            "__MIN_PRIORITY__",  # the priority range (agentmill_client.limits), not a setting
+            "__MAX_PRIORITY__",
         }, name
     shared_code = {f for files in SCRIPTS.values() for f in files[:-1]}  # functions, not a script's body
     for path in LUA_DIR.glob("*.lua"):
