@@ -1,4 +1,5 @@
-"""A local server speaking OpenAI's Batch API for tests: ``/v1/files`` (upload a JSONL file with
+"""A local server speaking OpenAI's Batch API (and Anthropic's Message Batches, tests/support/
+message_batches.py) for tests: ``/v1/files`` (upload a JSONL file with
 purpose ``batch``, read it and its content back) and ``/v1/batches`` (create, retrieve, cancel, list);
 and ``/v1/chat/completions`` (streamed) by the same backend, the standard lane of the same provider.
 
@@ -32,6 +33,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from tests.support.message_batches import MessageBatches
 from tests.support.redis_server import free_port
 
 __all__ = ["BatchServer", "ChatBackend", "Plan", "chat_completion", "tool_rounds_backend"]
@@ -182,6 +184,7 @@ class BatchServer:
         self.standard: list[dict[str, Any]] = []  # requests made on the standard lane (chat completions)
         self._ids = itertools.count(1)
         self.port = free_port()
+        self.messages = MessageBatches(self)  # Anthropic's Message Batches and Messages API
         app = Starlette(
             routes=[
                 Route("/v1/files", self.upload, methods=["POST"]),
@@ -192,6 +195,7 @@ class BatchServer:
                 Route("/v1/batches/{batch_id}", self.retrieve, methods=["GET"]),
                 Route("/v1/batches/{batch_id}/cancel", self.cancel, methods=["POST"]),
                 Route("/v1/chat/completions", self.completions, methods=["POST"]),
+                *self.messages.routes(),
             ]
         )
         self.server = uvicorn.Server(
@@ -213,10 +217,14 @@ class BatchServer:
         for b in self.batches.values():
             if b.task is not None:
                 b.task.cancel()
+        self.messages.close()
         self.server.should_exit = True
         if self.task:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.task, 5)
+
+    def next_plan(self) -> Plan:
+        return self.plans.pop(0) if self.plans else Plan()
 
     def _id(self, prefix: str) -> str:
         return f"{prefix}-{next(self._ids):06d}"
@@ -282,7 +290,7 @@ class BatchServer:
         self.batches[b.id] = b
         for line in lines:
             self.received[str(line.get("custom_id"))] += 1
-        plan = self.plans.pop(0) if self.plans else Plan()
+        plan = self.next_plan()
         b.task = asyncio.create_task(self._work(b, lines, plan))
         return JSONResponse(b.object())
 

@@ -8,7 +8,8 @@ Each state is in Redis before the next is begun, so a batcher killed anywhere le
 work it can finish without sending a request twice or losing one:
 
 - closed: the requests are chosen; a successor uploads them (an upload whose id was lost is an
-  unused file at the provider, not a request sent);
+  unused file at the provider, not a request sent; a provider taking the requests in its create
+  uploads nothing);
 - creating: the upload's id is kept; whether the batch was created is unknown, so a successor
   first looks for it by its tag (``BatchProvider.find``) and creates it only if it is not there;
 - submitted: the provider's id is kept; a successor polls it;
@@ -129,8 +130,9 @@ class Batcher:
 
     async def _move(self, b: BatchRecord) -> None:
         recovered = b.state == ES.CREATING  # read so from Redis: a predecessor may have created it
+        lines: list[bytes] | None = None
         if b.state == ES.CLOSED:
-            lines = await self.store.lines(self.endpoint, b.ids)
+            lines = await self.store.lines(self.endpoint, b.ids) if self.provider.uploads else []
             upload = await self.provider.upload(lines, self.tag(b.batch_id))
             self.hit("economy_after_upload")
             if not await self.store.advance(
@@ -142,7 +144,9 @@ class Batcher:
         if b.state == ES.CREATING:
             pid = await self.provider.find(self.tag(b.batch_id)) if recovered else None
             if pid is None:
-                pid = await self.provider.create(b.upload_id, self.tag(b.batch_id))
+                if not self.provider.uploads:  # the requests go with the create
+                    lines = await self.store.lines(self.endpoint, b.ids)
+                pid = await self.provider.create(b.upload_id, self.tag(b.batch_id), lines or [])
             self.hit("economy_after_create")
             await self.store.advance(
                 self.endpoint, b.batch_id, self.holder, {EB.STATE: ES.SUBMITTED, EB.PROVIDER_ID: pid}
@@ -159,7 +163,7 @@ class Batcher:
             await self.store.advance(self.endpoint, b.batch_id, self.holder, {EB.POLLS: polls})
             self.next_poll[b.batch_id] = now + poll_wait_s(polls, self.cfg)
             return
-        results = await self.provider.results(b.provider_id)
+        results = await self.provider.results(b.provider_id, b.ids)
         self.hit("economy_after_results")
         whole = results.get("*")
         for cid in b.ids:
