@@ -207,6 +207,7 @@ class EconomyBatchField(StrEnum):
     FILE = "file"  # the provider's id of the uploaded input (OpenAI: a file id)
     PROVIDER_ID = "providerId"  # the provider's batch id, once created
     POLLS = "polls"  # status polls so far (the backoff's step)
+    CANCELLED = "cancelled"  # "1": every request of it left for the standard lane; the provider was asked to cancel it
 
 
 class EconomyBatchState(StrEnum):

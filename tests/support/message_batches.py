@@ -125,6 +125,8 @@ def _sse(message: dict[str, Any]) -> bytes:
         ("message_start", {"type": "message_start", "message": start})
     ]
     for i, b in enumerate(message["content"]):
+        first: dict[str, Any]
+        delta: dict[str, Any]
         if b["type"] == "text":
             first, delta = {"type": "text", "text": ""}, {"type": "text_delta", "text": b["text"]}
         else:

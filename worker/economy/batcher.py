@@ -15,6 +15,11 @@ work it can finish without sending a request twice or losing one:
 - submitted: the provider's id is kept; a successor polls it;
 - delivered: every answer went to ``deliver`` before the batch's record and requests go.
 
+A run whose call goes to the standard lane while it waits withdraws its request
+(``EconomyStore.withdraw``): an open request is never batched, a closed batch's unsent line is left
+out, and a sent batch all of whose requests left is cancelled at the provider (``_cancel``; the
+providers cancel whole batches only, so one still holding a waiting request runs on).
+
 Failpoints (worker/process/failpoints.py): ``economy_after_upload``, ``economy_after_creating``,
 ``economy_after_create``, ``economy_after_submitted``, ``economy_after_deliver``,
 ``economy_after_results``: the worker dies right after that step.
@@ -75,6 +80,7 @@ class Batcher:
         self.next_poll: dict[str, float] = {}  # batch id -> when to poll it next (this holder's view)
         self.held = False
         self.delivered = 0  # answers handed to deliver (counting repeats after a takeover)
+        self.cancelled = 0  # batches this holder asked the provider to cancel
         # what the last pass saw (for the gauges): model -> (open requests, oldest's age s); batches by state
         self.open_seen: dict[str, tuple[int, float]] = {}
         self.batches_seen: dict[str, int] = {}
@@ -133,6 +139,9 @@ class Batcher:
         lines: list[bytes] | None = None
         if b.state == ES.CLOSED:
             lines = await self.store.lines(self.endpoint, b.ids) if self.provider.uploads else []
+            if self.provider.uploads and not lines:  # every request of it left: nothing to send
+                await self._forget(b)
+                return
             upload = await self.provider.upload(lines, self.tag(b.batch_id))
             self.hit("economy_after_upload")
             if not await self.store.advance(
@@ -146,6 +155,9 @@ class Batcher:
             if pid is None:
                 if not self.provider.uploads:  # the requests go with the create
                     lines = await self.store.lines(self.endpoint, b.ids)
+                    if not lines:  # every request of it left: nothing to send
+                        await self._forget(b)
+                        return
                 pid = await self.provider.create(b.upload_id, self.tag(b.batch_id), lines or [])
             self.hit("economy_after_create")
             await self.store.advance(
@@ -159,6 +171,8 @@ class Batcher:
             return
         status = await self.provider.status(b.provider_id)
         if not status.done:
+            if not b.cancelled and await self.store.all_left(self.endpoint, b.ids):
+                await self._cancel(b)
             polls = b.polls + 1
             await self.store.advance(self.endpoint, b.batch_id, self.holder, {EB.POLLS: polls})
             self.next_poll[b.batch_id] = now + poll_wait_s(polls, self.cfg)
@@ -170,8 +184,7 @@ class Batcher:
             await self.deliver(cid, results.get(cid) or whole or BatchReply(error=MISSING))
             self.delivered += 1
             self.hit("economy_after_deliver")
-        await self.store.done(self.endpoint, b.batch_id, self.holder)
-        self.next_poll.pop(b.batch_id, None)
+        await self._forget(b)
         log.info(
             "economy batch %s (%s) delivered: %d requests, %s",
             b.batch_id,
@@ -179,3 +192,17 @@ class Batcher:
             len(b.ids),
             status.state,
         )
+
+    async def _cancel(self, b: BatchRecord) -> None:
+        """Every request of the batch went to the standard lane: the provider is asked to stop it
+        (OpenAI and Anthropic cancel whole batches, never one request of one). It is polled on
+        until it ends, its answers then delivered as any batch's (each run discards them)."""
+        await self.provider.cancel(b.provider_id)
+        await self.store.advance(self.endpoint, b.batch_id, self.holder, {EB.CANCELLED: "1"})
+        self.cancelled += 1
+        log.info("economy batch %s (%s): every request left; cancelled", b.batch_id, b.provider_id)
+
+    async def _forget(self, b: BatchRecord) -> None:
+        await self.store.done(self.endpoint, b.batch_id, self.holder)
+        await self.store.forget_left(self.endpoint, b.ids)
+        self.next_poll.pop(b.batch_id, None)

@@ -63,7 +63,10 @@ def config_of(s: Settings) -> BatcherConfig:
 
 
 def show(b: Batcher, gauges: EconomyGauges) -> None:
-    """The gauges of one endpoint as its batcher last saw it (nothing when it does not hold it)."""
+    """The gauges of one endpoint as its batcher last saw it (nothing when it does not hold it),
+    and the batches it cancelled since the last pass."""
+    child = gauges.cancelled.labels(b.endpoint)
+    child.inc(b.cancelled - child.value)
     for model in b.models:
         n, age = b.open_seen.get(model, (0, 0.0))
         if b.held:
@@ -93,14 +96,16 @@ async def run_batchers(
         return
     scripts = Scripts.for_settings(parts.client(parts.parts[0]), settings)
     store = EconomyStore(scripts, parts.call_key)
-    deliver = Deliveries(parts, scripts)
+    gauges = EconomyGauges(registry)
+    deliver = Deliveries(parts, scripts, gauges.verdict)
     holder = uuid.uuid4().hex
     cfg = config_of(settings)
     batchers = [
         Batcher(store, ep, models, provider_of(pcfg), deliver, holder, cfg, hit)
         for ep, (pcfg, models) in endpoints.items()
     ]
-    gauges = EconomyGauges(registry)
+    for b in batchers:
+        gauges.cancelled.labels(b.endpoint)
     tick = max(0.05, min(1.0, cfg.batch_age_s / 4, cfg.poll_min_s / 2, cfg.lease_ms / 3000))
     try:
         while True:

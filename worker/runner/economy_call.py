@@ -59,9 +59,10 @@ async def economy_call(
         if isinstance(body, dict):
             return await _replied(cx, req, profile.name, pcfg, body)
         return await _standard(cx, req, str(answer.get("error") or "failed"))
-    if got.standard:
-        return await _standard(cx, req, "deadline")
     cid = custom_id(cx.run_id, req.model_call_index)
+    if got.standard:  # its deadline came first: the request, if still waiting, is withdrawn
+        await port.withdraw(batch_endpoint(pcfg), pcfg.model, cid)
+        return await _standard(cx, req, "deadline")
     if cx.ports.budgets.limited(cx.tenant):  # held at the batch price (RunConfig.link_pricing)
         hold_id = f"{cid}.{req.attempt}.economy"
         got_hold = await cx.ports.budgets.reserve(
