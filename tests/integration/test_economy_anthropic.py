@@ -7,6 +7,7 @@ price."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import time
 from collections import Counter
 from pathlib import Path
@@ -16,7 +17,9 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
+from producer.usage import read_usage
 from shared.profiles import load_profiles
+from shared.quotas import DEFAULT_TENANT
 from tests.integration.helpers import assert_clean_stream, producer_for, stream, wait_all
 from tests.integration.test_economy_runs import economy_run, procs
 from tests.support.batch_server import BatchServer, tool_rounds_backend
@@ -81,6 +84,13 @@ async def test_anthropic_economy_runs_go_through_message_batches_once(
         assert usage[0]["costUsd"] == pytest.approx((7 * 3.0 + 4 * 0.3 + 5 * 15.0) / 1e6 / 2)
         final = recs[ids[0]].result.final_assistant_message  # type: ignore[attr-defined]
         assert final.text == "done after 2 tool results" and final.thinking_blocks is None
+        # GET /v1/usage's split: every call of these runs in the economy lane, none in the standard
+        today = dt.datetime.now(dt.UTC).date()
+        report = await read_usage(p.parts, DEFAULT_TENANT, today - dt.timedelta(days=1), today)
+        eco, std = report.lanes["economy"], report.lanes["standard"]
+        assert (eco.runs, eco.input_tokens, eco.cache_read_tokens) == (20, 20 * 3 * 11, 20 * 3 * 4)
+        assert eco.cost_usd == pytest.approx(report.total.cost_usd) and eco.cost_usd > 0
+        assert (std.runs, std.input_tokens, std.output_tokens, std.cost_usd) == (0, 0, 0, 0)
 
 
 @pytest.mark.parametrize(

@@ -391,10 +391,19 @@ class UsageTotals(Answer):
     runs: int = Field(default=0, description="runs that ended")
 
 
+LANES_DOC = (
+    "the totals split by lane: economy (the model calls a provider batch answered; runs submitted with"
+    ' lane "economy") and standard (the rest)'
+)
+
+
 class UsageDay(Answer):
     day: str = Field(description="a UTC day, YYYY-MM-DD")
     agents: dict[str, UsageTotals] = Field(description="by agent (profile); only agents with runs that day")
     total: UsageTotals
+    lanes: dict[Literal["standard", "economy"], UsageTotals] = Field(
+        default_factory=dict, description=LANES_DOC
+    )
 
 
 class UsageAnswer(Answer):
@@ -405,3 +414,6 @@ class UsageAnswer(Answer):
     to: str
     days: list[UsageDay] = Field(description="every day of the range, oldest first")
     total: UsageTotals
+    lanes: dict[Literal["standard", "economy"], UsageTotals] = Field(
+        default_factory=dict, description=LANES_DOC
+    )
