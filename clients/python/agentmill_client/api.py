@@ -191,6 +191,9 @@ class RunView(Answer):
     )
     pending_approvals: list[dict[str, Any]] | None = None
     pending_tool_calls: list[dict[str, Any]] | None = None
+    lane: Literal["standard", "economy"] | None = Field(
+        default=None, description="with include=input: the lane it was submitted in (RunInput.lane)"
+    )
     economy_wait: dict[str, Any] | None = Field(
         default=None,
         description="awaiting_model: its model call's customId, switchAt (when it goes to the standard "
