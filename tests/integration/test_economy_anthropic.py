@@ -21,7 +21,7 @@ from producer.usage import read_usage
 from shared.profiles import load_profiles
 from shared.quotas import DEFAULT_TENANT
 from tests.integration.helpers import assert_clean_stream, producer_for, stream, wait_all
-from tests.integration.test_economy_runs import economy_run, procs
+from tests.integration.test_economy_runs import economy_run, procs, started
 from tests.support.batch_server import BatchServer, tool_rounds_backend
 from worker.economy.wire import wire_custom_id
 
@@ -30,12 +30,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 PRICES = {"inputPerMTok": 3.0, "outputPerMTok": 15.0, "cacheReadPerMTok": 0.3}
 
 
-def profiles(tmp_path: Path, base_url: str) -> Path:
+def profiles(tmp_path: Path, base_url: str, **economy: Any) -> Path:
     path = tmp_path / "profiles.json"
     provider = {"kind": "anthropic", "baseUrl": base_url, "model": "claude-test", "maxTokens": 512,
                 "pricing": PRICES}  # fmt: skip
     path.write_bytes(orjson.dumps({"profiles": [
-        {"name": "eco", "provider": provider, "tools": ["echo"], "economy": {"enabled": True}},
+        {"name": "eco", "provider": provider, "tools": ["echo"], "economy": {"enabled": True, **economy}},
+        {"name": "std", "provider": {"kind": "scripted"}},
     ]}))  # fmt: skip
     return path
 
@@ -122,3 +123,39 @@ async def test_a_worker_killed_at_a_batcher_state_sends_no_anthropic_request_twi
                 e.payload["toolCallId"] for e in await stream(redis, rid) if e.kind == "tool_result"
             )
             assert len(results) == 1 and set(results.values()) == {1}, results
+
+
+async def test_an_anthropic_batch_whose_calls_all_went_standard_is_cancelled_and_they_stream_as_messages(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    async with BatchServer(tool_rounds_backend("echo", rounds=0), delay_s=60) as server:
+        path = profiles(tmp_path, server.base_url, standardTimeMs=4000)
+        p = producer_for(redis, redis_url)
+        p.profiles = load_profiles(str(path))
+        workers = procs(redis_url, path, 1, AGENTMILL_RECONCILE_MS="200")
+        try:
+            await started(p, workers)
+            deadline = int(time.time() * 1000) + 8000  # the switch at deadline - 4 s
+            ids = [
+                (await p.submit({**economy_run(i), "deadline": deadline})).run_id  # type: ignore[union-attr]
+                for i in range(3)
+            ]
+            recs = await wait_all(p, ids, 30)
+            assert int(time.time() * 1000) < deadline
+            for _ in range(100):  # the batch cancelled at the provider
+                if [b.status for b in server.messages.batches.values()] == ["ended"]:
+                    break
+                await asyncio.sleep(0.1)
+        finally:
+            for w in workers:
+                w.stop()
+        assert {r.status.value for r in recs.values()} == {"completed"}  # type: ignore[attr-defined]
+        (batch,) = server.messages.batches.values()
+        assert batch.cancel_initiated_at is not None and not server.answered  # long before its 60 s
+        assert {r["type"] for r in batch.results.values()} == {"canceled"}
+        assert server.received == sent_once(ids, (1,)) and len(server.messages.standard) == 3
+        assert all(m.get("stream") for m in server.messages.standard)  # the standard lane: streamed
+        for rid in ids:
+            changed = [e.payload["reason"] for e in await stream(redis, rid) if e.kind == "status"
+                       and e.payload.get("status") == "lane_changed"]  # fmt: skip
+            assert changed == ["deadline"]
