@@ -95,7 +95,8 @@ async def test_anthropic_economy_runs_go_through_message_batches_once(
 
 
 @pytest.mark.parametrize(
-    "point", ["economy_after_creating", "economy_after_submitted", "economy_after_deliver"]
+    "point",
+    ["economy_after_creating", "economy_after_create", "economy_after_submitted", "economy_after_deliver"],
 )
 async def test_a_worker_killed_at_a_batcher_state_sends_no_anthropic_request_twice(
     redis: Redis, redis_url: str, tmp_path: Path, point: str

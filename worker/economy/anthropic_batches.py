@@ -3,27 +3,32 @@ the requests (``{custom_id, params}``; nothing is uploaded first), ``processing_
 it has ``ended``, and the results are JSONL at the batch's ``results_url``, one line per request:
 ``succeeded`` (a ``message``), ``errored``, ``canceled`` or ``expired``.
 
-A batch takes no metadata, so a create whose answer was lost cannot be found again by its tag
-(``find`` answers None): a batcher killed after sending the create and before keeping the batch's
-id (one Redis write later) has its successor create it again. Those requests are then answered
-twice by the provider (and billed twice); each run still records one answer per call (the first
-delivered; the other is discarded as a duplicate).
+A batch takes no metadata, so a create whose answer was lost (the batcher killed after sending it,
+before keeping the batch's id) is found by what is known of it instead (``find``): the one batch
+created since it was closed, with its number of requests, that is none of the endpoint's other
+batches. Another client of the same workspace creating a batch of that size in that window makes
+it ambiguous (then it is created again: those requests answered, and billed, twice; each run
+still records one answer per call); adopting another client's batch by mistake finds none of
+agentmill's custom_ids in its results, so those calls go to the standard lane: never a wrong answer.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import httpx
 import orjson
 
-from worker.economy.provider import BatchReply, BatchStatus
+from worker.economy.provider import BatchReply, BatchStatus, LostCreate
 from worker.economy.wire import wire_custom_id
 from worker.models.anthropic import ANTHROPIC_VERSION
 
 __all__ = ["AnthropicBatches"]
 
 _ERRORS = {"canceled": "cancelled", "expired": "expired"}
+_LIST_PAGES = 20  # batches listed (100 a page) when looking for a lost create: the newest first
+_SKEW_MS = 60_000  # the provider's clock against Redis's
 
 
 class AnthropicBatches:
@@ -52,8 +57,26 @@ class AnthropicBatches:
         got = await self._json("POST", self.url, content=body, headers={"Content-Type": "application/json"})
         return str(got["id"])
 
-    async def find(self, tag: str) -> str | None:
-        return None  # a Message Batch has no label to be found by (see the module's docstring)
+    async def find(self, tag: str, lost: LostCreate) -> str | None:
+        """A Message Batch has no tag: the one batch created since the lost one was closed, with its
+        number of requests, that is none of the endpoint's other batches (several such: None)."""
+        found: list[str] = []
+        after: str | None = None
+        for _ in range(_LIST_PAGES):
+            page = await self._json(
+                "GET", self.url, params={"limit": 100, **({"after_id": after} if after else {})}
+            )
+            for b in page.get("data") or []:
+                created = dt.datetime.fromisoformat(str(b["created_at"])).timestamp() * 1000
+                if created < lost.since_ms - _SKEW_MS:  # newest first: none older can be it
+                    return found[0] if len(found) == 1 else None
+                total = sum(int(v) for v in (b.get("request_counts") or {}).values())
+                if total == lost.requests and str(b["id"]) not in lost.known:
+                    found.append(str(b["id"]))
+            if not page.get("has_more"):
+                break
+            after = page.get("last_id")
+        return found[0] if len(found) == 1 else None
 
     async def status(self, provider_id: str) -> BatchStatus:
         b = await self._json("GET", f"{self.url}/{provider_id}")

@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 
 from shared.fields import EconomyBatchField as EB
 from shared.fields import EconomyBatchState as ES
-from worker.economy.provider import BatchProvider, BatchReply
+from worker.economy.provider import BatchProvider, BatchReply, LostCreate
 from worker.economy.store import BatchRecord, EconomyStore, LeaseLostError
 
 __all__ = ["Batcher", "BatcherConfig", "Deliver", "poll_wait_s"]
@@ -151,13 +151,13 @@ class Batcher:
             self.hit("economy_after_creating")
             b = replace(b, state=ES.CREATING, upload_id=upload)
         if b.state == ES.CREATING:
-            pid = await self.provider.find(self.tag(b.batch_id)) if recovered else None
+            if not self.provider.uploads:  # the requests go with the create
+                lines = await self.store.lines(self.endpoint, b.ids)
+                if not lines:  # every request of it left: nothing to send
+                    await self._forget(b)
+                    return
+            pid = await self._find(b, len(lines) if lines else len(b.ids)) if recovered else None
             if pid is None:
-                if not self.provider.uploads:  # the requests go with the create
-                    lines = await self.store.lines(self.endpoint, b.ids)
-                    if not lines:  # every request of it left: nothing to send
-                        await self._forget(b)
-                        return
                 pid = await self.provider.create(b.upload_id, self.tag(b.batch_id), lines or [])
             self.hit("economy_after_create")
             await self.store.advance(
@@ -192,6 +192,11 @@ class Batcher:
             len(b.ids),
             status.state,
         )
+
+    async def _find(self, b: BatchRecord, requests: int) -> str | None:
+        others = await self.store.batches(self.endpoint)
+        known = frozenset(x.provider_id for x in others if x.provider_id and x.batch_id != b.batch_id)
+        return await self.provider.find(self.tag(b.batch_id), LostCreate(b.closed_at_ms, requests, known))
 
     async def _cancel(self, b: BatchRecord) -> None:
         """Every request of the batch went to the standard lane: the provider is asked to stop it

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import orjson
 
-from worker.economy.provider import BatchReply, BatchStatus
+from worker.economy.provider import BatchReply, BatchStatus, LostCreate
 
 __all__ = ["TAG_FIELD", "OpenAIBatches"]
 
@@ -53,7 +53,7 @@ class OpenAIBatches:
         }
         return str((await self._json("POST", "/batches", json=body))["id"])
 
-    async def find(self, tag: str) -> str | None:
+    async def find(self, tag: str, lost: LostCreate) -> str | None:
         after: str | None = None
         for _ in range(_LIST_PAGES):
             page = await self._json(

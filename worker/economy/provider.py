@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["BatchProvider", "BatchReply", "BatchStatus"]
+__all__ = ["BatchProvider", "BatchReply", "BatchStatus", "LostCreate"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +23,16 @@ class BatchReply:
 
     def to_json(self) -> dict[str, Any]:
         return {"body": self.body} if self.body is not None else {"error": self.error}
+
+
+@dataclass(frozen=True, slots=True)
+class LostCreate:
+    """What is known of a batch whose create may have been sent without its answer kept: for a
+    provider whose batches carry no tag to find it by (Anthropic's)."""
+
+    since_ms: int  # the batch was closed then: it cannot have been created before
+    requests: int  # how many requests it was created with
+    known: frozenset[str]  # the provider ids of the endpoint's other batches (not it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +54,7 @@ class BatchProvider(Protocol):
         labelled ``tag``; its provider id."""
         ...
 
-    async def find(self, tag: str) -> str | None:
+    async def find(self, tag: str, lost: LostCreate) -> str | None:
         """The provider id of a batch created with ``tag``, if one was (a create whose answer was lost)."""
         ...
 
