@@ -25,6 +25,7 @@ from bench.attack_kinds import ATTACKS
 from bench.figure import Figure, fmt
 from bench.figures_caching import CachingFigures
 from bench.figures_cluster import ClusterFigures
+from bench.figures_economy import EconomyFigures
 from bench.figures_functions import FunctionsFigures
 from bench.figures_io import IoFigures
 from bench.figures_isolation import IsolationFigures
@@ -48,6 +49,7 @@ class Bench(
     FunctionsFigures,
     StreamingFigures,
     CachingFigures,
+    EconomyFigures,
 ):
     """Every figure, run in order; a table and JSON at the end."""
 
@@ -99,6 +101,7 @@ class Bench(
                 ("lanes", lambda: self.fig_lanes(r)),
                 ("peers", lambda: self.fig_peers(r)),
                 ("caching", lambda: self.fig_caching(r)),
+                ("economy", lambda: self.fig_economy(r)),
             ]
             for name, measure in figures:
                 if name not in a.only:
@@ -186,6 +189,7 @@ def parser() -> argparse.ArgumentParser:
             "lanes",
             "peers",
             "caching",
+            "economy",
         ],
     )
     ap.add_argument(
@@ -210,6 +214,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--peer-concurrency", type=int, default=100, help="figure 12: concurrent jobs per worker")
     ap.add_argument("--peer-latency-runs", type=int, default=300, help="figure 12: paced jobs for latency")
     ap.add_argument("--peer-rate", type=float, default=100.0, help="figure 12: paced submissions per second")
+    ap.add_argument("--economy-runs", type=int, default=200, help="figure 14: runs per lane")
+    ap.add_argument(
+        "--economy-delay", type=float, default=1.0, help="figure 14: the batch server's delay (s) per batch"
+    )
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "latest.json")
     return ap
 

@@ -243,9 +243,9 @@ class Producer:
             economy_wait=waiting,
         )
 
-    async def input_messages(self, rec: RunRecord) -> list[dict[str, Any]] | None:
-        """The messages the run was submitted with (its RunInput's inputMessages, as sent), while its
-        hash holds its input: None once archiving dropped it, or for a run read from the archive."""
+    async def submitted_input(self, rec: RunRecord) -> dict[str, Any] | None:
+        """The RunInput the run was submitted with (as sent), while its hash holds it: None once
+        archiving dropped it, or for a run read from the archive."""
         if rec.archived:
             return None
         part = self.parts.layout.of_key(rec.stream_key)
@@ -256,8 +256,8 @@ class Producer:
         raw = await self.parts.call(part, read)
         if not raw:
             return None
-        messages = payload_crypto.loads(raw).get("inputMessages")
-        return messages if isinstance(messages, list) else None
+        given = payload_crypto.loads(raw)
+        return given if isinstance(given, dict) else None
 
     async def children(self, rec: RunRecord) -> list[dict[str, str]]:
         """The child runs (sub-agents) a run started, oldest first: runId, status, parentToolCallId

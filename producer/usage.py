@@ -6,11 +6,11 @@ a report reads one hash per day and partition, pipelined: one round trip per nod
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, Literal
 
 from agentmill_client.api import UsageAnswer, UsageDay, UsageTotals
 from shared import keys
-from shared.fields import UsagePart
+from shared.fields import EconomyUsagePart, UsagePart
 from shared.quotas import NANO_USD
 from shared.replies import text
 from shared.script_sending import Parts
@@ -41,6 +41,23 @@ def usage_range(start: str | None, end: str | None, today: dt.date) -> tuple[dt.
     if (last - first).days + 1 > MAX_USAGE_DAYS:
         raise ValueError(f"from: a report spans at most {MAX_USAGE_DAYS} days")
     return first, last
+
+
+_ECONOMY = {
+    UsagePart.IN: EconomyUsagePart.IN,
+    UsagePart.OUT: EconomyUsagePart.OUT,
+    UsagePart.COST: EconomyUsagePart.COST,
+    UsagePart.RUNS: EconomyUsagePart.RUNS,
+    UsagePart.CACHE_READ: EconomyUsagePart.CACHE_READ,
+    UsagePart.CACHE_WRITE: EconomyUsagePart.CACHE_WRITE,
+}
+
+
+def _lanes(fields: dict[str, int]) -> dict[Literal["standard", "economy"], UsageTotals]:
+    """The totals split by lane: the economy lane's share is counted apart, the standard's is the rest."""
+    economy = {part.value: fields.get(eco, 0) for part, eco in _ECONOMY.items()}
+    standard = {part.value: fields.get(part, 0) - economy[part.value] for part in _ECONOMY}
+    return {"standard": _totals(standard), "economy": _totals(economy)}
 
 
 def _totals(fields: dict[str, int]) -> UsageTotals:
@@ -77,6 +94,11 @@ async def read_usage(parts: Parts, tenant: str, first: dt.date, last: dt.date) -
                 total[what] = total.get(what, 0) + n
                 grand[what] = grand.get(what, 0) + n
         out.append(
-            UsageDay(day=d, agents={k: _totals(v) for k, v in sorted(agents.items())}, total=_totals(total))
+            UsageDay(
+                day=d,
+                agents={k: _totals(v) for k, v in sorted(agents.items())},
+                total=_totals(total),
+                lanes=_lanes(total),
+            )
         )
-    return UsageAnswer(from_=days[0], to=days[-1], days=out, total=_totals(grand))
+    return UsageAnswer(from_=days[0], to=days[-1], days=out, total=_totals(grand), lanes=_lanes(grand))

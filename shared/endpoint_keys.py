@@ -13,6 +13,7 @@ __all__ = [
     "economy_batch_key",
     "economy_batches_key",
     "economy_lease_key",
+    "economy_left_key",
     "economy_open_key",
     "economy_requests_key",
     "economy_seq_key",
@@ -99,6 +100,12 @@ def economy_batch_key(endpoint: str, batch_id: str) -> str:
 def economy_where_key(endpoint: str) -> str:
     """Hash custom_id -> the batch id it is in (from its batch's closing to its delivery)."""
     return f"{PREFIX}:e:{{{endpoint}}}:where"
+
+
+def economy_left_key(endpoint: str) -> str:
+    """Set of custom_ids whose run sent the call to the standard lane while it was waiting here (a
+    batch all of whose requests left is cancelled at the provider); its batch's delivery clears them."""
+    return f"{PREFIX}:e:{{{endpoint}}}:left"
 
 
 def economy_seq_key(endpoint: str) -> str:

@@ -22,6 +22,7 @@ __all__ = [
     "DeletionField",
     "EconomyBatchField",
     "EconomyBatchState",
+    "EconomyUsagePart",
     "RunField",
     "ScheduleField",
     "SessionField",
@@ -207,6 +208,7 @@ class EconomyBatchField(StrEnum):
     FILE = "file"  # the provider's id of the uploaded input (OpenAI: a file id)
     PROVIDER_ID = "providerId"  # the provider's batch id, once created
     POLLS = "polls"  # status polls so far (the backoff's step)
+    CANCELLED = "cancelled"  # "1": every request of it left for the standard lane; the provider was asked to cancel it
 
 
 class EconomyBatchState(StrEnum):
@@ -228,7 +230,21 @@ class UsagePart(StrEnum):
     CACHE_WRITE = "cw"  # of the input tokens, written to a prompt cache
 
 
-def usage_field(agent: str, what: UsagePart) -> str:
+class EconomyUsagePart(StrEnum):
+    """Of a day's UsagePart counts, the economy lane's share: the model calls a provider batch
+    answered, and the runs submitted in the economy lane (a worker's terminal commit adds them; the
+    standard lane's share is the rest: GET /v1/usage's ``lanes``). An ending from outside a worker
+    counts in the standard lane's share."""
+
+    IN = "e.in"
+    OUT = "e.out"
+    COST = "e.cost"
+    RUNS = "e.runs"
+    CACHE_READ = "e.cr"
+    CACHE_WRITE = "e.cw"
+
+
+def usage_field(agent: str, what: UsagePart | EconomyUsagePart) -> str:
     """A field of a tenant's usage hash for one day (keys.Partition.usage_day): ``<agent>|<what>``."""
     return f"{agent}|{what}"
 

@@ -221,7 +221,8 @@ class ProviderConfig(Model):
 
 class EconomyConfig(Model):
     """The economy lane (docs/api.md#the-economy-lane): whether a run of the profile may ask for it,
-    and on which of its providers (their names, as in ``providers``; None: each of kind openai)."""
+    and on which of its providers (their names, as in ``providers``; None: each of kind openai or
+    anthropic, the kinds with a batch endpoint)."""
 
     enabled: bool = False
     providers: list[str] | None = Field(default=None, max_length=MAX_PROVIDERS)
@@ -231,7 +232,7 @@ class EconomyConfig(Model):
 
     def allows(self, name: str, kind: str) -> bool:
         """Whether a call on the provider named ``name`` (of ``kind``) may go to the economy lane."""
-        if not self.enabled or kind != "openai":  # the one batch endpoint spoken so far: OpenAI's
+        if not self.enabled or kind not in ("openai", "anthropic"):  # the kinds with a batch endpoint
             return False
         return self.providers is None or name in self.providers
 

@@ -376,6 +376,11 @@ class EconomyPort(Protocol):
         """The answered call's usage counted on its tenant's day budget (when the tenant has one)."""
         ...
 
+    async def withdraw(self, endpoint: str, model: str, custom_id: str) -> None:
+        """The call went to the standard lane while its request waited: not sent if it is not yet,
+        and its batch cancelled at the provider once every request of it left."""
+        ...
+
 
 class Failpoints(Protocol):
     """Named points in a run where a chaos test may have the worker kill itself

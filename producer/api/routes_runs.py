@@ -215,13 +215,15 @@ async def get_run(
     tenant: Tenant,
     include: Annotated[
         Literal["input"] | None,
-        Query(description="input: add the run's inputMessages (what it was submitted with)"),
+        Query(description="input: add the run's inputMessages and lane (what it was submitted with)"),
     ] = None,
 ) -> dict[str, Any]:
     rec = await record_or_404(api, run_id, tenant)
     view = rec.view()
-    if include == "input" and (messages := await api.producer.input_messages(rec)) is not None:
-        view["inputMessages"] = messages
+    if include == "input" and (given := await api.producer.submitted_input(rec)) is not None:
+        if isinstance(messages := given.get("inputMessages"), list):
+            view["inputMessages"] = messages
+        view["lane"] = "economy" if given.get("lane") == "economy" else "standard"
     if kids := await api.producer.children(rec):
         view["children"] = kids
     return view

@@ -251,6 +251,22 @@ async def test_an_expired_batch_sends_its_calls_to_the_standard_lane(
         assert usage[0]["costUsd"] == pytest.approx((11 * 1.0 + 5 * 2.0) / 1e6)
 
 
+def discarded_late(samples: dict[Any, float]) -> float:
+    """Answers discarded as late: the call had gone standard, or the run had ended."""
+    return sum(
+        v
+        for (name, lb), v in samples.items()
+        if name == "agentmill_economy_answers_discarded_total" and dict(lb)["reason"] in ("late", "finished")
+    )
+
+
+async def started(p: Any, workers: list[WorkerProc]) -> None:
+    """The workers are up (a standard run of the scripted profile done): a deadline counted from
+    now is not spent on their start."""
+    std = await p.submit({"agent": "std", "inputMessages": [{"role": "user", "content": "up?"}]})
+    await wait_all(p, [std.run_id], 30)
+
+
 async def test_a_deadline_with_the_batch_pending_completes_on_the_standard_lane_and_the_late_answer_changes_nothing(
     redis: Redis, redis_url: str, tmp_path: Path
 ) -> None:
@@ -258,17 +274,22 @@ async def test_a_deadline_with_the_batch_pending_completes_on_the_standard_lane_
         path = profiles(tmp_path, server.base_url, standardTimeMs=4000)
         p = producer_for(redis, redis_url)
         p.profiles = load_profiles(str(path))
-        deadline = int(time.time() * 1000) + 8000  # the switch at deadline - 4 s
-        rid = (await p.submit({**economy_run(0), "deadline": deadline})).run_id  # type: ignore[union-attr]
-        workers = procs(redis_url, path, 1, AGENTMILL_RECONCILE_MS="200")
+        port = free_port()
+        workers = procs(
+            redis_url, path, 1, AGENTMILL_RECONCILE_MS="200", AGENTMILL_WORKER_METRICS_PORT=str(port)
+        )
         try:
+            await started(p, workers)
+            deadline = int(time.time() * 1000) + 8000  # the switch at deadline - 4 s
+            rid = (await p.submit({**economy_run(0), "deadline": deadline})).run_id  # type: ignore[union-attr]
+            # a run in the same batch that waits for it: the batch is not cancelled, the provider answers both
+            other = (await p.submit(economy_run(1))).run_id  # type: ignore[union-attr]
             rec = (await wait_all(p, [rid], 30))[rid]
             done_ms = int(time.time() * 1000)
             assert done_ms < deadline, done_ms - deadline  # done before its deadline
             before = await stream(redis, rid)
-            while not any(b.status == "completed" for b in server.batches.values()):
-                await asyncio.sleep(0.1)  # the provider answers the batch too, late
-            await asyncio.sleep(1.0)  # and the batcher delivers it
+            (await wait_all(p, [other], 30))[other]  # the provider answered the batch, late for rid
+            samples = metric_samples(http_get(f"http://127.0.0.1:{port}/metrics")[1])
         finally:
             for w in workers:
                 w.stop()
@@ -277,9 +298,59 @@ async def test_a_deadline_with_the_batch_pending_completes_on_the_standard_lane_
             e.payload for e in before if e.kind == "status" and e.payload.get("status") == "lane_changed"
         ]
         assert [c["reason"] for c in changed] == ["deadline"]
-        assert server.received == {f"{rid}:1": 1} and len(server.standard) == 1
+        assert server.received == {f"{rid}:1": 1, f"{other}:1": 1} and len(server.standard) == 1
+        assert [b.status for b in server.batches.values()] == ["completed"]
         assert await stream(redis, rid) == before  # the late answer changed nothing
         assert await redis.hget(K.run(rid), "modelReply") is None  # discarded, not kept
+        discarded = {
+            dict(lb)["reason"]: v
+            for (name, lb), v in samples.items()
+            if name == "agentmill_economy_answers_discarded_total"
+        }
+        # late: it reached the run after its call went standard (finished: after the run ended)
+        assert discarded["late"] + discarded["finished"] == 1
+        assert discarded["duplicate"] == discarded["unknown_run"] == 0
+
+
+async def test_a_batch_whose_every_request_left_for_the_standard_lane_is_cancelled_at_the_provider(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    async with BatchServer(tool_rounds_backend("echo", rounds=0), delay_s=60) as server:
+        path = profiles(tmp_path, server.base_url, standardTimeMs=4000)
+        p = producer_for(redis, redis_url)
+        p.profiles = load_profiles(str(path))
+        port = free_port()
+        workers = procs(
+            redis_url, path, 1, AGENTMILL_RECONCILE_MS="200", AGENTMILL_WORKER_METRICS_PORT=str(port)
+        )
+        try:
+            await started(p, workers)
+            deadline = int(time.time() * 1000) + 8000
+            ids = [
+                (await p.submit({**economy_run(i), "deadline": deadline})).run_id  # type: ignore[union-attr]
+                for i in range(3)
+            ]
+            recs = await wait_all(p, ids, 30)
+            assert int(time.time() * 1000) < deadline
+            for _ in range(100):  # cancelled at the provider, its cancelled lines delivered and discarded
+                samples = metric_samples(http_get(f"http://127.0.0.1:{port}/metrics")[1])
+                if discarded_late(samples) == 3:
+                    break
+                await asyncio.sleep(0.1)
+        finally:
+            for w in workers:
+                w.stop()
+        assert {r.status.value for r in recs.values()} == {"completed"}  # type: ignore[attr-defined]
+        assert [b.status for b in server.batches.values()] == ["cancelled"]  # long before its 60 s
+        assert server.received == {f"{rid}:1": 1 for rid in ids} and len(server.standard) == 3
+        assert not server.answered  # the provider answered none of them
+        cancelled = [
+            v for (name, _), v in samples.items() if name == "agentmill_economy_batches_cancelled_total"
+        ]
+        assert cancelled == [1]
+        assert discarded_late(samples) == 3
+        left = [k async for k in redis.scan_iter(match="am:e:*")]
+        assert not [k for k in left if not k.endswith((b":seq", b":lease"))], left  # nothing left behind
 
 
 async def test_a_tenants_cost_per_day_counts_economy_calls_at_the_batch_price(

@@ -1,4 +1,5 @@
-"""A local server speaking OpenAI's Batch API for tests: ``/v1/files`` (upload a JSONL file with
+"""A local server speaking OpenAI's Batch API (and Anthropic's Message Batches, tests/support/
+message_batches.py) for tests: ``/v1/files`` (upload a JSONL file with
 purpose ``batch``, read it and its content back) and ``/v1/batches`` (create, retrieve, cancel, list);
 and ``/v1/chat/completions`` (streamed) by the same backend, the standard lane of the same provider.
 
@@ -20,7 +21,6 @@ import contextlib
 import itertools
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -32,11 +32,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from tests.support.chat_answers import ChatBackend, chat_completion, tool_rounds_backend
+from tests.support.message_batches import MessageBatches
 from tests.support.redis_server import free_port
 
 __all__ = ["BatchServer", "ChatBackend", "Plan", "chat_completion", "tool_rounds_backend"]
-
-ChatBackend = Callable[[dict[str, Any]], Awaitable[tuple[int, dict[str, Any]]]]
 
 MAX_LINES = 50_000  # OpenAI's limit of requests per batch
 ENDPOINTS = ("/v1/chat/completions",)
@@ -53,49 +53,6 @@ class Plan:
     answered: int = 0
     fail_ids: frozenset[str] = frozenset()
     delay_s: float | None = None
-
-
-def chat_completion(
-    model: str,
-    text: str = "",
-    tool_calls: list[tuple[str, dict[str, Any]]] | None = None,
-    usage: tuple[int, int] = (11, 5),
-) -> dict[str, Any]:
-    """A chat.completion object (not streamed) with text or tool calls."""
-    message: dict[str, Any] = {"role": "assistant", "content": text or None}
-    if tool_calls:
-        message["tool_calls"] = [
-            {
-                "id": f"call_{i}_{abs(hash((name, orjson.dumps(args)))) % 10**8}",
-                "type": "function",
-                "function": {"name": name, "arguments": orjson.dumps(args).decode()},
-            }
-            for i, (name, args) in enumerate(tool_calls)
-        ]
-    return {
-        "id": f"chatcmpl-{time.monotonic_ns()}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [
-            {"index": 0, "message": message, "finish_reason": "tool_calls" if tool_calls else "stop"}
-        ],
-        "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)},
-    }
-
-
-def tool_rounds_backend(tool: str, rounds: int, arguments: dict[str, Any] | None = None) -> ChatBackend:
-    """A model that calls ``tool`` once a turn until the conversation holds ``rounds`` tool
-    results, then answers ``done after N tool results``: a run of ``rounds + 1`` model calls."""
-
-    async def answer(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        results = sum(1 for m in body.get("messages", []) if m.get("role") == "tool")
-        model = str(body.get("model", "m"))
-        if results < rounds:
-            return 200, chat_completion(model, tool_calls=[(tool, arguments or {"n": results})])
-        return 200, chat_completion(model, text=f"done after {results} tool results")
-
-    return answer
 
 
 @dataclass
@@ -182,6 +139,7 @@ class BatchServer:
         self.standard: list[dict[str, Any]] = []  # requests made on the standard lane (chat completions)
         self._ids = itertools.count(1)
         self.port = free_port()
+        self.messages = MessageBatches(self)  # Anthropic's Message Batches and Messages API
         app = Starlette(
             routes=[
                 Route("/v1/files", self.upload, methods=["POST"]),
@@ -192,6 +150,7 @@ class BatchServer:
                 Route("/v1/batches/{batch_id}", self.retrieve, methods=["GET"]),
                 Route("/v1/batches/{batch_id}/cancel", self.cancel, methods=["POST"]),
                 Route("/v1/chat/completions", self.completions, methods=["POST"]),
+                *self.messages.routes(),
             ]
         )
         self.server = uvicorn.Server(
@@ -213,10 +172,14 @@ class BatchServer:
         for b in self.batches.values():
             if b.task is not None:
                 b.task.cancel()
+        self.messages.close()
         self.server.should_exit = True
         if self.task:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.task, 5)
+
+    def next_plan(self) -> Plan:
+        return self.plans.pop(0) if self.plans else Plan()
 
     def _id(self, prefix: str) -> str:
         return f"{prefix}-{next(self._ids):06d}"
@@ -282,7 +245,7 @@ class BatchServer:
         self.batches[b.id] = b
         for line in lines:
             self.received[str(line.get("custom_id"))] += 1
-        plan = self.plans.pop(0) if self.plans else Plan()
+        plan = self.next_plan()
         b.task = asyncio.create_task(self._work(b, lines, plan))
         return JSONResponse(b.object())
 

@@ -8,11 +8,17 @@ Each state is in Redis before the next is begun, so a batcher killed anywhere le
 work it can finish without sending a request twice or losing one:
 
 - closed: the requests are chosen; a successor uploads them (an upload whose id was lost is an
-  unused file at the provider, not a request sent);
+  unused file at the provider, not a request sent; a provider taking the requests in its create
+  uploads nothing);
 - creating: the upload's id is kept; whether the batch was created is unknown, so a successor
   first looks for it by its tag (``BatchProvider.find``) and creates it only if it is not there;
 - submitted: the provider's id is kept; a successor polls it;
 - delivered: every answer went to ``deliver`` before the batch's record and requests go.
+
+A run whose call goes to the standard lane while it waits withdraws its request
+(``EconomyStore.withdraw``): an open request is never batched, a closed batch's unsent line is left
+out, and a sent batch all of whose requests left is cancelled at the provider (``_cancel``; the
+providers cancel whole batches only, so one still holding a waiting request runs on).
 
 Failpoints (worker/process/failpoints.py): ``economy_after_upload``, ``economy_after_creating``,
 ``economy_after_create``, ``economy_after_submitted``, ``economy_after_deliver``,
@@ -30,7 +36,7 @@ from dataclasses import dataclass, replace
 
 from shared.fields import EconomyBatchField as EB
 from shared.fields import EconomyBatchState as ES
-from worker.economy.provider import BatchProvider, BatchReply
+from worker.economy.provider import BatchProvider, BatchReply, LostCreate
 from worker.economy.store import BatchRecord, EconomyStore, LeaseLostError
 
 __all__ = ["Batcher", "BatcherConfig", "Deliver", "poll_wait_s"]
@@ -74,6 +80,7 @@ class Batcher:
         self.next_poll: dict[str, float] = {}  # batch id -> when to poll it next (this holder's view)
         self.held = False
         self.delivered = 0  # answers handed to deliver (counting repeats after a takeover)
+        self.cancelled = 0  # batches this holder asked the provider to cancel
         # what the last pass saw (for the gauges): model -> (open requests, oldest's age s); batches by state
         self.open_seen: dict[str, tuple[int, float]] = {}
         self.batches_seen: dict[str, int] = {}
@@ -129,8 +136,12 @@ class Batcher:
 
     async def _move(self, b: BatchRecord) -> None:
         recovered = b.state == ES.CREATING  # read so from Redis: a predecessor may have created it
+        lines: list[bytes] | None = None
         if b.state == ES.CLOSED:
-            lines = await self.store.lines(self.endpoint, b.ids)
+            lines = await self.store.lines(self.endpoint, b.ids) if self.provider.uploads else []
+            if self.provider.uploads and not lines:  # every request of it left: nothing to send
+                await self._forget(b)
+                return
             upload = await self.provider.upload(lines, self.tag(b.batch_id))
             self.hit("economy_after_upload")
             if not await self.store.advance(
@@ -140,9 +151,14 @@ class Batcher:
             self.hit("economy_after_creating")
             b = replace(b, state=ES.CREATING, upload_id=upload)
         if b.state == ES.CREATING:
-            pid = await self.provider.find(self.tag(b.batch_id)) if recovered else None
+            if not self.provider.uploads:  # the requests go with the create
+                lines = await self.store.lines(self.endpoint, b.ids)
+                if not lines:  # every request of it left: nothing to send
+                    await self._forget(b)
+                    return
+            pid = await self._find(b, len(lines) if lines else len(b.ids)) if recovered else None
             if pid is None:
-                pid = await self.provider.create(b.upload_id, self.tag(b.batch_id))
+                pid = await self.provider.create(b.upload_id, self.tag(b.batch_id), lines or [])
             self.hit("economy_after_create")
             await self.store.advance(
                 self.endpoint, b.batch_id, self.holder, {EB.STATE: ES.SUBMITTED, EB.PROVIDER_ID: pid}
@@ -155,19 +171,20 @@ class Batcher:
             return
         status = await self.provider.status(b.provider_id)
         if not status.done:
+            if not b.cancelled and await self.store.all_left(self.endpoint, b.ids):
+                await self._cancel(b)
             polls = b.polls + 1
             await self.store.advance(self.endpoint, b.batch_id, self.holder, {EB.POLLS: polls})
             self.next_poll[b.batch_id] = now + poll_wait_s(polls, self.cfg)
             return
-        results = await self.provider.results(b.provider_id)
+        results = await self.provider.results(b.provider_id, b.ids)
         self.hit("economy_after_results")
         whole = results.get("*")
         for cid in b.ids:
             await self.deliver(cid, results.get(cid) or whole or BatchReply(error=MISSING))
             self.delivered += 1
             self.hit("economy_after_deliver")
-        await self.store.done(self.endpoint, b.batch_id, self.holder)
-        self.next_poll.pop(b.batch_id, None)
+        await self._forget(b)
         log.info(
             "economy batch %s (%s) delivered: %d requests, %s",
             b.batch_id,
@@ -175,3 +192,22 @@ class Batcher:
             len(b.ids),
             status.state,
         )
+
+    async def _find(self, b: BatchRecord, requests: int) -> str | None:
+        others = await self.store.batches(self.endpoint)
+        known = frozenset(x.provider_id for x in others if x.provider_id and x.batch_id != b.batch_id)
+        return await self.provider.find(self.tag(b.batch_id), LostCreate(b.closed_at_ms, requests, known))
+
+    async def _cancel(self, b: BatchRecord) -> None:
+        """Every request of the batch went to the standard lane: the provider is asked to stop it
+        (OpenAI and Anthropic cancel whole batches, never one request of one). It is polled on
+        until it ends, its answers then delivered as any batch's (each run discards them)."""
+        await self.provider.cancel(b.provider_id)
+        await self.store.advance(self.endpoint, b.batch_id, self.holder, {EB.CANCELLED: "1"})
+        self.cancelled += 1
+        log.info("economy batch %s (%s): every request left; cancelled", b.batch_id, b.provider_id)
+
+    async def _forget(self, b: BatchRecord) -> None:
+        await self.store.done(self.endpoint, b.batch_id, self.holder)
+        await self.store.forget_left(self.endpoint, b.ids)
+        self.next_poll.pop(b.batch_id, None)

@@ -14,16 +14,18 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from shared import endpoint_keys
 from shared.fields import EconomyBatchState as ES
 from shared.partitions import Partitions
 from shared.profiles import AgentProfile, ProviderConfig
 from shared.scripts import Scripts
 from shared.settings import Settings
+from worker.economy.anthropic_batches import AnthropicBatches
 from worker.economy.batcher import Batcher, BatcherConfig
 from worker.economy.openai_batches import OpenAIBatches
+from worker.economy.provider import BatchProvider
 from worker.economy.run_side import Deliveries
 from worker.economy.store import EconomyStore
+from worker.economy.wire import batch_endpoint
 from worker.models.openai import load_key
 from worker.telemetry.metric_families import EconomyGauges
 
@@ -38,10 +40,16 @@ def batch_endpoints(profiles: dict[str, AgentProfile]) -> dict[str, tuple[Provid
     for p in profiles.values():
         for name, cfg in zip(p.provider_names(), p.chain, strict=True):
             if p.economy.allows(name, cfg.kind) and cfg.base_url and cfg.model:
-                _, models = out.setdefault(endpoint_keys.endpoint_hash(cfg.base_url), (cfg, []))
+                _, models = out.setdefault(batch_endpoint(cfg), (cfg, []))
                 if cfg.model not in models:
                     models.append(cfg.model)
     return out
+
+
+def provider_of(pcfg: ProviderConfig) -> BatchProvider:
+    """The batch endpoint of a provider, spoken as its kind speaks it."""
+    kind = AnthropicBatches if pcfg.kind == "anthropic" else OpenAIBatches
+    return kind(pcfg.base_url or "", load_key(pcfg))
 
 
 def config_of(s: Settings) -> BatcherConfig:
@@ -55,7 +63,10 @@ def config_of(s: Settings) -> BatcherConfig:
 
 
 def show(b: Batcher, gauges: EconomyGauges) -> None:
-    """The gauges of one endpoint as its batcher last saw it (nothing when it does not hold it)."""
+    """The gauges of one endpoint as its batcher last saw it (nothing when it does not hold it),
+    and the batches it cancelled since the last pass."""
+    child = gauges.cancelled.labels(b.endpoint)
+    child.inc(b.cancelled - child.value)
     for model in b.models:
         n, age = b.open_seen.get(model, (0, 0.0))
         if b.held:
@@ -85,16 +96,16 @@ async def run_batchers(
         return
     scripts = Scripts.for_settings(parts.client(parts.parts[0]), settings)
     store = EconomyStore(scripts, parts.call_key)
-    deliver = Deliveries(parts, scripts)
+    gauges = EconomyGauges(registry)
+    deliver = Deliveries(parts, scripts, gauges.verdict)
     holder = uuid.uuid4().hex
     cfg = config_of(settings)
     batchers = [
-        Batcher(
-            store, ep, models, OpenAIBatches(pcfg.base_url or "", load_key(pcfg)), deliver, holder, cfg, hit
-        )
+        Batcher(store, ep, models, provider_of(pcfg), deliver, holder, cfg, hit)
         for ep, (pcfg, models) in endpoints.items()
     ]
-    gauges = EconomyGauges(registry)
+    for b in batchers:
+        gauges.cancelled.labels(b.endpoint)
     tick = max(0.05, min(1.0, cfg.batch_age_s / 4, cfg.poll_min_s / 2, cfg.lease_ms / 3000))
     try:
         while True:

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import orjson
 
-from worker.economy.provider import BatchReply, BatchStatus
+from worker.economy.provider import BatchReply, BatchStatus, LostCreate
 
 __all__ = ["TAG_FIELD", "OpenAIBatches"]
 
@@ -19,6 +19,8 @@ _LIST_PAGES = 20  # batches listed (100 a page) when looking for a lost create: 
 
 
 class OpenAIBatches:
+    uploads = True
+
     def __init__(self, base_url: str, api_key: str | None, client: httpx.AsyncClient | None = None) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.base = base_url.rstrip("/")
@@ -42,7 +44,7 @@ class OpenAIBatches:
         )
         return str(got["id"])
 
-    async def create(self, upload_id: str, tag: str) -> str:
+    async def create(self, upload_id: str, tag: str, lines: list[bytes]) -> str:
         body = {
             "input_file_id": upload_id,
             "endpoint": "/v1/chat/completions",
@@ -51,7 +53,7 @@ class OpenAIBatches:
         }
         return str((await self._json("POST", "/batches", json=body))["id"])
 
-    async def find(self, tag: str) -> str | None:
+    async def find(self, tag: str, lost: LostCreate) -> str | None:
         after: str | None = None
         for _ in range(_LIST_PAGES):
             page = await self._json(
@@ -70,7 +72,7 @@ class OpenAIBatches:
         counts = {k: int(v) for k, v in (b.get("request_counts") or {}).items()}
         return BatchStatus(str(b["status"]), b["status"] in _DONE, counts)
 
-    async def results(self, provider_id: str) -> dict[str, BatchReply]:
+    async def results(self, provider_id: str, ids: list[str]) -> dict[str, BatchReply]:
         b = await self._json("GET", f"/batches/{provider_id}")
         out: dict[str, BatchReply] = {}
         for fid in (b.get("output_file_id"), b.get("error_file_id")):
@@ -87,6 +89,11 @@ class OpenAIBatches:
             reason = f"failed: {errors.get('code') or 'batch refused'}"
             return {"*": BatchReply(error=reason)}
         return out
+
+    async def cancel(self, provider_id: str) -> None:
+        r = await self.http.post(f"{self.base}/batches/{provider_id}/cancel")
+        if r.status_code != 409:  # 409: it had ended already
+            r.raise_for_status()
 
 
 def _reply(line: dict[str, Any]) -> BatchReply:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -57,6 +58,9 @@ class RedisRunEconomy:
     async def enqueue(self, endpoint: str, model: str, custom_id: str, line: bytes) -> int:
         return await self.store.enqueue(endpoint, model, custom_id, line, self.max_open)
 
+    async def withdraw(self, endpoint: str, model: str, custom_id: str) -> None:
+        await self.store.withdraw(endpoint, model, custom_id)
+
     async def spent(self, tenant: str, custom_id: str, tokens: int, cost_usd: float | None) -> None:
         if self.budgets is not None and self.budgets.limited(tenant):
             await self.budgets.spent(tenant, f"{custom_id}.economy", tokens, cost_usd)
@@ -66,8 +70,10 @@ class Deliveries:
     """``deliver(custom_id, reply)`` for the batcher: one script on the run's partition. Counts the
     verdicts (recorded, resumed, duplicate, late, finished, unknown_run) in ``counts``."""
 
-    def __init__(self, parts: Partitions[Any], scripts: Scripts) -> None:
-        self.parts, self.scripts = parts, scripts
+    def __init__(
+        self, parts: Partitions[Any], scripts: Scripts, on_verdict: Callable[[str], None] = lambda v: None
+    ) -> None:
+        self.parts, self.scripts, self.on_verdict = parts, scripts, on_verdict
         self.counts: Counter[str] = Counter()
 
     async def __call__(self, cid: str, reply: BatchReply) -> None:
@@ -75,6 +81,7 @@ class Deliveries:
         part = await self.parts.locate(parsed[0]) if parsed else None
         if parsed is None or part is None:
             self.counts["unknown_run"] += 1
+            self.on_verdict("unknown_run")
             return
         run_id, index = parsed
         sealed = payload_crypto.active().seal_json(orjson.dumps(reply.to_json()))
@@ -84,3 +91,4 @@ class Deliveries:
             await self.parts.call(part, lambda c: self.scripts.model_reply(keys=k, args=a, client=c))
         )
         self.counts[verdict.value] += 1
+        self.on_verdict(verdict.value)

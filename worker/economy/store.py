@@ -41,6 +41,7 @@ class BatchRecord:
     upload_id: str
     provider_id: str
     polls: int
+    cancelled: bool = False
 
 
 def _s(v: Any) -> str:
@@ -131,9 +132,36 @@ class EconomyStore:
                     h.get(EB.FILE, ""),
                     h.get(EB.PROVIDER_ID, ""),
                     int(h.get(EB.POLLS, "0")),
+                    h.get(EB.CANCELLED) == "1",
                 )
             )
         return out
+
+    async def withdraw(self, endpoint: str, model: str, custom_id: str) -> None:
+        """A request whose run sent the call to the standard lane: out of the open set (never put in
+        a batch), its line gone (a closed batch not yet sent leaves it out), marked as left (a sent
+        batch all of whose requests left is cancelled). One transaction on the endpoint's slot."""
+        requests = endpoint_keys.economy_requests_key(endpoint)
+
+        async def write(c: Any) -> None:
+            async with c.pipeline(transaction=True) as p:
+                p.zrem(endpoint_keys.economy_open_key(endpoint, model), custom_id)
+                p.hdel(requests, custom_id)
+                p.sadd(endpoint_keys.economy_left_key(endpoint), custom_id)
+                await p.execute()
+
+        await self.call_key(requests, write)
+
+    async def all_left(self, endpoint: str, ids: list[str]) -> bool:
+        """Whether every one of ``ids`` was withdrawn (``withdraw``)."""
+        k = endpoint_keys.economy_left_key(endpoint)
+        got = await self.call_key(k, lambda c: c.smismember(k, ids)) if ids else []
+        return bool(got) and all(int(x) for x in got)
+
+    async def forget_left(self, endpoint: str, ids: list[str]) -> None:
+        k = endpoint_keys.economy_left_key(endpoint)
+        if ids:
+            await self.call_key(k, lambda c: c.srem(k, *ids))
 
     async def lines(self, endpoint: str, ids: list[str]) -> list[bytes]:
         """The request lines of ``ids`` (one missing: not sent; it was answered and removed)."""

@@ -127,8 +127,11 @@ def on_replied(s: RunState, e: ModelReplied) -> Decision:
     if refused:  # the last call for an answer accepts no tool calls: keep the text only
         msg = Message(role="assistant", content=msg.content, created_at=e.now_ms)
     usage = s.usage + e.usage if e.usage else s.usage
+    economy = s.economy_usage
+    if e.usage and e.usage.lane == "economy":
+        economy = e.usage if economy is None else economy + e.usage
     s = up(s, iterations=s.iterations + 1, usage=usage, transcript=[*s.transcript, msg], attempt=0,
-            finish_reason=e.finish_reason)  # fmt: skip
+            finish_reason=e.finish_reason, economy_usage=economy)  # fmt: skip
     cmds: list[Command] = [
         Emit(
             EventKind.ASSISTANT_MESSAGE,

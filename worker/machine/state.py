@@ -117,6 +117,7 @@ class RunState(Model):
     spawning: list[str] = Field(default_factory=list)  # sub-agent calls whose child is being created now
     child_streams: dict[str, str] = Field(default_factory=dict)  # toolCallId -> the child's stream key
     usage: Usage = Field(default_factory=Usage)  # the run's own model calls
+    economy_usage: Usage | None = None  # of ``usage``, the calls a provider batch answered (economy lane)
     children_usage: Usage | None = None  # its ended children's (with theirs): the budget counts it too
     final_message: Message | None = None
     finish_reason: str | None = None  # of the last model reply

@@ -16,11 +16,12 @@ import orjson
 from pydantic import ValidationError
 
 from agentmill_client.models import Usage
-from shared import endpoint_keys, payload_crypto
+from shared import payload_crypto
 from shared.profiles import AgentProfile, ProviderConfig
 from worker.core import policy
 from worker.core.policy import ModelFailure
 from worker.economy.run_side import custom_id
+from worker.economy.wire import batch_endpoint, reply_of, request_line
 from worker.machine import (
     BudgetRefused,
     ModelDeferred,
@@ -30,12 +31,10 @@ from worker.machine import (
     RunState,
     notices,
 )
-from worker.models.base import TextDelta, ToolCallDelta
-from worker.models.openai import ChunkReader, request_body
 from worker.runner.effect import EffectContext
 from worker.runner.reply import assemble
 
-__all__ = ["economy_call", "reply_of"]
+__all__ = ["economy_call"]
 
 
 async def economy_call(
@@ -60,9 +59,10 @@ async def economy_call(
         if isinstance(body, dict):
             return await _replied(cx, req, profile.name, pcfg, body)
         return await _standard(cx, req, str(answer.get("error") or "failed"))
-    if got.standard:
-        return await _standard(cx, req, "deadline")
     cid = custom_id(cx.run_id, req.model_call_index)
+    if got.standard:  # its deadline came first: the request, if still waiting, is withdrawn
+        await port.withdraw(batch_endpoint(pcfg), pcfg.model, cid)
+        return await _standard(cx, req, "deadline")
     if cx.ports.budgets.limited(cx.tenant):  # held at the batch price (RunConfig.link_pricing)
         hold_id = f"{cid}.{req.attempt}.economy"
         got_hold = await cx.ports.budgets.reserve(
@@ -71,10 +71,10 @@ async def economy_call(
         if isinstance(got_hold, str):  # the tenant's day cannot afford it: nothing is written
             cx.post(BudgetRefused(cx.now_ms(), got_hold))
             return True
-    payload = {k: v for k, v in request_body(pcfg, req).items() if k not in ("stream", "stream_options")}
-    line = orjson.dumps({"custom_id": cid, "method": "POST", "url": "/v1/chat/completions", "body": payload})
-    line = payload_crypto.active().seal_json(line)  # the run's content, sealed at rest as a transcript is
-    endpoint = endpoint_keys.endpoint_hash(pcfg.base_url)
+    line = payload_crypto.active().seal_json(
+        request_line(pcfg, req, cid)
+    )  # sealed at rest as a transcript is
+    endpoint = batch_endpoint(pcfg)
     if await port.enqueue(endpoint, pcfg.model, cid, line) < 0:
         return await _standard(cx, req, "economy_full")
     cx.host.failpoints.hit("after_economy_enqueue")
@@ -88,37 +88,12 @@ async def _standard(cx: EffectContext, req: ModelRequest, reason: str) -> bool:
     return False
 
 
-def reply_of(body: dict[str, Any], req: ModelRequest) -> tuple[list[str], dict[int, dict[str, str]], Any]:
-    """A chat completion read as the stream of it would be: (text, tool calls, StreamEnd)."""
-    reader = ChunkReader()
-    choice = (body.get("choices") or [{}])[0]
-    message = dict(choice.get("message") or {})
-    delta: dict[str, Any] = {"content": message.get("content")}
-    if message.get("tool_calls"):
-        delta["tool_calls"] = [{**c, "index": i} for i, c in enumerate(message["tool_calls"])]
-    text: list[str] = []
-    calls: dict[int, dict[str, str]] = {}
-    chunk = {
-        "choices": [{"index": 0, "delta": delta, "finish_reason": choice.get("finish_reason")}],
-        "usage": body.get("usage"),
-    }
-    for c in reader.consume(chunk):
-        if isinstance(c, TextDelta):
-            text.append(c.text)
-        elif isinstance(c, ToolCallDelta):
-            slot = calls.setdefault(c.index, {"id": "", "name": "", "arguments": ""})
-            slot["id"] = slot["id"] or (c.id or "")
-            slot["name"] = slot["name"] or (c.name or "")
-            slot["arguments"] += c.arguments
-    return text, calls, reader.end(done=True)
-
-
 async def _replied(
     cx: EffectContext, req: ModelRequest, agent: str, pcfg: ProviderConfig, body: dict[str, Any]
 ) -> bool:
-    text, calls, end = reply_of(body, req)
+    text, calls, thinking, end = reply_of(pcfg.kind, body)
     try:
-        msg = assemble(req, text, calls)
+        msg = assemble(req, text, calls, thinking)
     except ValidationError as exc:
         detail = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:3])
         failure = ModelFailure(kind="invalid", message=f"the model's reply is not a valid message: {detail}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from agentmill_client.models import RunResult, Usage
 from shared.clock import utc_day
-from shared.fields import UsagePart, usage_field
+from shared.fields import EconomyUsagePart, UsagePart, usage_field
 from shared.quotas import DEFAULT_TENANT, NANO_USD
 from worker.machine import RunState
 from worker.ports import UsageTally
@@ -24,12 +24,21 @@ def usage_tally(
         return None
     u = result.usage or Usage()
     a = cfg.agent
-    added = (
+    added: tuple[tuple[str, int], ...] = (
         (usage_field(a, UsagePart.IN), u.input_tokens),
         (usage_field(a, UsagePart.OUT), u.output_tokens),
         (usage_field(a, UsagePart.COST), round((u.cost_usd or 0.0) * NANO_USD)),
         (usage_field(a, UsagePart.CACHE_READ), u.cache_read_tokens),
         (usage_field(a, UsagePart.CACHE_WRITE), u.cache_write_tokens),
+    )
+    e = state.economy_usage or Usage()
+    added += (
+        (usage_field(a, EconomyUsagePart.IN), e.input_tokens),
+        (usage_field(a, EconomyUsagePart.OUT), e.output_tokens),
+        (usage_field(a, EconomyUsagePart.COST), round((e.cost_usd or 0.0) * NANO_USD)),
+        (usage_field(a, EconomyUsagePart.CACHE_READ), e.cache_read_tokens),
+        (usage_field(a, EconomyUsagePart.CACHE_WRITE), e.cache_write_tokens),
+        (usage_field(a, EconomyUsagePart.RUNS), int(cfg.lane == "economy")),
     )
     # Only what the run adds (no cost without prices): one HINCRBY fewer a run; runs always +1.
     increments = [(f, n) for f, n in added if n] + [(usage_field(a, UsagePart.RUNS), 1)]

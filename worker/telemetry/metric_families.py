@@ -269,6 +269,9 @@ class MetricFamilies:
         )
 
 
+DISCARDED = ("late", "duplicate", "finished", "unknown_run")  # the verdicts of an answer not kept
+
+
 class EconomyGauges:
     """What the economy batcher holding an endpoint's lease sees of it (worker/economy/loop.py);
     a worker not holding it reports nothing for it."""
@@ -293,3 +296,23 @@ class EconomyGauges:
             ["endpoint", "state"],
             registry=r,
         )
+        self.discarded = Counter(
+            "agentmill_economy_answers_discarded",
+            "Batch answers not kept, by why: late (the call had gone to the standard lane), duplicate"
+            " (delivered again after a takeover), finished (the run had ended), unknown_run.",
+            ["reason"],
+            registry=r,
+        )
+        for reason in DISCARDED:  # at 0 from the start: rate() sees the first one
+            self.discarded.labels(reason)
+        self.cancelled = Counter(
+            "agentmill_economy_batches_cancelled",
+            "Batches cancelled at the provider once every request of them had left for the standard lane.",
+            ["endpoint"],
+            registry=r,
+        )
+
+    def verdict(self, verdict: str) -> None:
+        """A delivery's verdict (worker/economy/run_side.py Deliveries): counted when discarded."""
+        if verdict in DISCARDED:
+            self.discarded.labels(verdict).inc()

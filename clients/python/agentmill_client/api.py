@@ -193,6 +193,9 @@ class RunView(Answer):
     )
     pending_approvals: list[dict[str, Any]] | None = None
     pending_tool_calls: list[dict[str, Any]] | None = None
+    lane: Literal["standard", "economy"] | None = Field(
+        default=None, description="with include=input: the lane it was submitted in (RunInput.lane)"
+    )
     economy_wait: dict[str, Any] | None = Field(
         default=None,
         description="awaiting_model: its model call's customId, switchAt (when it goes to the standard "
@@ -398,10 +401,19 @@ class UsageTotals(Answer):
     runs: int = Field(default=0, description="runs that ended")
 
 
+LANES_DOC = (
+    "the totals split by lane: economy (the model calls a provider batch answered; runs submitted with"
+    ' lane "economy") and standard (the rest)'
+)
+
+
 class UsageDay(Answer):
     day: str = Field(description="a UTC day, YYYY-MM-DD")
     agents: dict[str, UsageTotals] = Field(description="by agent (profile); only agents with runs that day")
     total: UsageTotals
+    lanes: dict[Literal["standard", "economy"], UsageTotals] = Field(
+        default_factory=dict, description=LANES_DOC
+    )
 
 
 class UsageAnswer(Answer):
@@ -412,3 +424,6 @@ class UsageAnswer(Answer):
     to: str
     days: list[UsageDay] = Field(description="every day of the range, oldest first")
     total: UsageTotals
+    lanes: dict[Literal["standard", "economy"], UsageTotals] = Field(
+        default_factory=dict, description=LANES_DOC
+    )

@@ -423,6 +423,7 @@ function runPage(view, runId) {
   const approvals = el("section", { class: "approvals", id: "approvals", "aria-labelledby": "approvals-title", hidden: true });
   const meta = el("p", { class: "muted" });
   const usage = el("p", { id: "run-usage", hidden: true });
+  const economy = el("p", { id: "run-economy", "aria-live": "polite", hidden: true });
   const timeline = el("ol", { class: "timeline", id: "timeline", "aria-label": "Events, oldest first" });
   const live = el("p", { class: "muted", id: "live", text: "connecting…" });
   const outputText = el("pre", { id: "run-output" });
@@ -433,10 +434,10 @@ function runPage(view, runId) {
   const fork = el("button", { type: "button", id: "fork", text: "Fork at seq", disabled: true });
   const tree = el("section", { id: "children", "aria-labelledby": "children-title", hidden: true });
   const input = el("section", { id: "input", "aria-labelledby": "input-title", hidden: true });
-  view.append(el("h1", {}, "Run ", el("code", { text: runId })), el("p", {}, "Status: ", status), meta, usage,
+  view.append(el("h1", {}, "Run ", el("code", { text: runId })), el("p", {}, "Status: ", status), meta, economy, usage,
     el("div", { class: "actions" }, abort, retry, fork, forkSeq), approvals, input, output, tree,
     el("h2", { text: "Timeline" }), live, timeline);
-  const state = { stream: null, last: 0, status: "", ended: false, createdAt: 0, prevTs: 0 };
+  const state = { stream: null, last: 0, status: "", ended: false, createdAt: 0, prevTs: 0, loadedSeq: 0 };
   const controller = new AbortController();
   cleanup.push(() => controller.abort());
 
@@ -471,6 +472,16 @@ function runPage(view, runId) {
         no.addEventListener("click", () => decide(false, [yes, no]));
         return el("li", {}, el("code", { text: `${a.name}(${describeArgs(a.arguments)})` }), " ", yes, " ", no, " ", result);
       })));
+  }
+
+  // The economy lane: while a model call waits in a provider batch, that batch (GET's economyWait).
+  function showEconomy(run) {
+    const w = run.economyWait;
+    economy.hidden = !w;
+    if (!w) { economy.replaceChildren(); return; }
+    economy.replaceChildren("Waiting in a provider batch: call ", el("code", { text: w.customId || "" }),
+      ", batch ", el("strong", { id: "economy-batch-state", text: w.batchState || "—" }),
+      w.providerBatchId ? ` (${w.providerBatchId})` : "", ` · standard lane at ${when(w.switchAt)}`);
   }
 
   // Its usage so far: from GET (usage) and from each usage event's running total.
@@ -534,6 +545,9 @@ function runPage(view, runId) {
     if (e.kind === "status" && e.payload.status !== "retrying") {
       setStatus(e.payload.status);
       if (e.payload.status === "awaiting_human") showApprovals(e.payload.pendingApprovals);
+      if (e.seq > state.loadedSeq && e.payload.status === "awaiting_model") {  // (the first GET showed older ones)
+        api("GET", `/v1/runs/${encodeURIComponent(runId)}`).then(showEconomy, () => {});
+      } else if (e.seq > state.loadedSeq && e.payload.status !== "lane_changed") showEconomy({});
       if (TERMINAL.has(e.payload.status)) {
         state.ended = true;
         api("GET", `/v1/runs/${encodeURIComponent(runId)}`).then((r) => { showUsage(r.usage); showOutput(r); showTree(r); }, () => {});
@@ -547,11 +561,14 @@ function runPage(view, runId) {
       setStatus(run.status);
       state.createdAt = run.createdAt;
       meta.replaceChildren("agent ", el("strong", { id: "run-agent", text: run.agent || "—" }),
+        " · lane ", el("strong", { id: "run-lane", text: run.lane || "standard" }),
         ` · created ${when(run.createdAt)}` + (run.sessionId ? ` · session ${run.sessionId}` : ""), lineage(run) || "");
       showInput(input, run.inputMessages);
       forkSeq.max = run.lastSeq; forkSeq.value = run.lastSeq;
+      state.loadedSeq = run.lastSeq;
       if (run.status === "awaiting_human") showApprovals(run.pendingApprovals);
       showUsage(run.usage);
+      showEconomy(run);
       showOutput(run);
       showTree(run).catch(() => {});
     } catch (e) { onError(view, e); return; }
