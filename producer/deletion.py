@@ -16,6 +16,7 @@ submission (a resubmission, a schedule's firing) creates the run again while it 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,11 @@ __all__ = ["Deleted", "Eraser", "ParentRunningError"]
 F = RunField
 _READ = [F.STATUS, F.SESSION_ID, F.INPUT, F.CHILDREN, F.TENANT]
 MAX_DEPTH = 16  # sub-agents' depth is bounded far below this (profiles' maxDepth)
+# An ended run's worker writes its job's last record a moment after the ending; the deletion waits for
+# it (DeleteRunVerdict.FINISHING) up to JOB_FINISH_WAITS × JOB_FINISH_WAIT_S: past that the worker is
+# gone (its job key expires) and the run is deleted anyway.
+JOB_FINISH_WAITS = 100
+JOB_FINISH_WAIT_S = 0.02
 
 
 class ParentRunningError(Exception):
@@ -183,14 +189,22 @@ class Eraser:
         if depth < MAX_DEPTH:
             for child in await self._children(key, tenant, h[3]):
                 n += await self.erase(child, tenant, actor, at, depth + 1, pending)
-        for _ in range(5):  # its session, as read; read again if it changed in between
+        moved, waits = 0, 0
+        while moved < 5:  # its session, as read; read again if it changed in between
             h = [text(v) for v in await self.parts.call(part, lambda c: c.hmget(run, _READ))]  # type: ignore[arg-type,return-value]
             if not h[0]:
                 return n
             terms = _terms(h[2])
             sid = h[1]
             call = DeleteRun(
-                key, tenant, tomb, self.settings.tombstone_retention_s, sid, len(terms), tuple(terms)
+                key,
+                tenant,
+                tomb,
+                self.settings.tombstone_retention_s,
+                sid,
+                int(waits < JOB_FINISH_WAITS),
+                len(terms),
+                tuple(terms),
             )
             reply = await run_script(
                 self.parts,
@@ -198,8 +212,13 @@ class Eraser:
                 *self.scripts.framing.call(part, call.keys(part), call.argv()),
             )
             verdict = call.verdict(reply)
+            if verdict is DeleteRunVerdict.FINISHING:  # its worker's last write comes in a moment
+                waits += 1
+                await asyncio.sleep(JOB_FINISH_WAIT_S)
+                continue
             if verdict is not DeleteRunVerdict.MOVED:
                 return n + (1 if verdict is DeleteRunVerdict.DELETED else 0)
+            moved += 1
         raise RuntimeError(f"run {key}: its session kept changing while it was deleted")
 
     async def _children(self, key: str, tenant: str, children_raw: str) -> list[str]:

@@ -34,6 +34,7 @@ class DeleteRunVerdict(StrEnum):
     UNKNOWN = "unknown"  # no such run of the tenant
     GONE = "gone"  # deleted before (its tombstone after)
     MOVED = "moved"  # not in the session the caller read (its sessionId after): read again
+    FINISHING = "finishing"  # ended, its job's bookkeeping (arq's result record) not yet written: again
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,7 @@ class DeleteRun(ScriptCall):
     tombstone: bytes | str  # its JSON
     tombstone_ttl_s: int
     session_id: str  # as the caller read it ('' = none)
+    wait_job: int  # 1: answer FINISHING while an ended run's job is still being finished
     n_terms: int
     terms: tuple[str, ...]
 

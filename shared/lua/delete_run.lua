@@ -6,6 +6,7 @@
 -- a worker still holding it is refused at its next write (no run hash: append_refused's 'missing').
 -- Reply: {V.DELETED, its status, its sessionId} | {V.UNKNOWN} | {V.GONE, tombstone} (deleted before)
 --   | {V.MOVED, sessionId} (not the session the caller read: read again)
+--   | {V.FINISHING} (ended, its job still being finished: call again)
 local id = ARG.RUN_ID
 local h = redis.call('HMGET', KEY.RUN, F.STATUS, F.TENANT, F.SESSION_ID, F.AGENT, F.BATCH, F.GEN, F.OWNER,
   F.PARENT_RUN)
@@ -20,6 +21,12 @@ local st, t, sid = h[1], h[2] or '', h[3] or ''
 if sid ~= ARG.SESSION_ID then return {V.MOVED, sid} end
 -- its job, wherever it waits
 local jid = job_id(id, tonumber(h[6] or '1'))
+-- An ended run whose job is still being finished: its worker writes arq's result record (and clears
+-- the job's in-progress key after it) a moment after the ending. Deleted now, that record would land
+-- after the deletion: the caller asks again once the job is finished (or, past its patience, not).
+if tonumber(ARG.WAIT_JOB) == 1 and is_terminal(st) and redis.call('EXISTS', ctx().job_progress .. jid) == 1 then
+  return {V.FINISHING}
+end
 if redis.call('ZREM', QUEUE, jid) == 1 or redis.call('ZREM', tenant_held_key(t), jid) == 1 then
   depth_down(run_priority(id))
 end

@@ -426,3 +426,35 @@ async def test_runs_on_four_partitions_are_deleted_wherever_they_live(
             assert r.status_code == 409 and r.json()["error"]["code"] == "run_deleted", r.text
     finally:
         w.stop()
+
+
+async def test_a_run_deleted_as_its_job_finishes_leaves_no_arq_result_behind(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    """A run's worker writes arq's result record (then clears the job's in-progress key) a moment after
+    the run's ending. A deletion landing in that moment waits for the record, then deletes it too,
+    rather than deleting first and leaving the late record behind for its minute."""
+    from producer.deletion import Eraser
+    from shared.keys import Partition
+    from tests.integration.helpers import producer_for, wait_all
+
+    w = WorkerProc(redis_url, log=tmp_path / "w.log").start()
+    p = producer_for(redis, redis_url)
+    try:
+        sub = await p.submit({"agent": "scripted", "inputMessages": [{"role": "user", "content": MARK}]})
+        await wait_all(p, [sub.run_id], 20)
+    finally:
+        w.stop()
+    part: Partition = p.parts.parts[0]
+    job = part.job_id(sub.run_id, 1)
+    # The job as its worker still finishes it: in progress, no result record yet.
+    await redis.set(part.in_progress_key(job), b"1", px=60_000)
+    await redis.delete(part.job_result_prefix + job)
+    erasing = asyncio.create_task(Eraser(p).erase(sub.run_id, "default", "test", 1))
+    await asyncio.sleep(0.3)
+    assert not erasing.done(), "deleted while its job was still being finished"
+    # The worker's finish, in arq's order: the result record, then the in-progress key cleared.
+    await redis.set(part.job_result_prefix + job, b"late", px=60_000)
+    await redis.delete(part.in_progress_key(job))
+    assert await asyncio.wait_for(erasing, 5) == 1
+    assert await redis_traces(redis, [sub.run_id, MARK]) == []
