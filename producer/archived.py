@@ -20,6 +20,11 @@ from shared.fields import BatchField
 __all__ = ["ArchiveReads"]
 
 
+# BatchRow.economy's counts, in its order
+_ECONOMY = (BatchField.ECONOMY_INPUT_TOKENS, BatchField.ECONOMY_OUTPUT_TOKENS, BatchField.ECONOMY_COST,
+            BatchField.ECONOMY_CACHE_READ_TOKENS, BatchField.ECONOMY_CACHE_WRITE_TOKENS)  # fmt: skip
+
+
 class ArchiveReads:
     def __init__(self, store: ArchiveStore) -> None:
         self.store = store
@@ -50,7 +55,7 @@ class ArchiveReads:
     async def batch(self, tenant: str, batch_id: str) -> dict[str, str] | None:
         """The batch's hash as Redis would hold it had it counted the batch's archived runs (one per
         item index): total, done and a counter per status, created at its first run's creation,
-        finished at its last run's ending, its usage totals; None when the archive has none of its
+        finished at its last run's ending, its usage totals (and their economy lane's share); None when the archive has none of its
         runs. Only ended runs are archived: a run of the batch still in Redis is not counted."""
         rows = await groups.batch_rows(self.store, tenant, batch_id)
         if not rows:
@@ -70,6 +75,7 @@ class ArchiveReads:
             BatchField.CACHE_READ_TOKENS: str(sum(r.cache_read_tokens for r in rows)),
             BatchField.CACHE_WRITE_TOKENS: str(sum(r.cache_write_tokens for r in rows)),
             **{r.status: str(r.runs) for r in rows},
+            **{f: str(sum(r.economy[i] for r in rows)) for i, f in enumerate(_ECONOMY)},
         }
         if costs:
             h[BatchField.COST_USD] = repr(sum(costs))

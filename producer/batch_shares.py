@@ -18,7 +18,9 @@ from shared.scripts import Scripts
 __all__ = ["batch_gate", "close_batch", "merge_batch", "read_batch"]
 
 _COUNTERS = ("total", "done", *(s.value for s in RunStatus), BatchField.INPUT_TOKENS, BatchField.OUTPUT_TOKENS,
-             BatchField.ESTIMATED_RUNS, BatchField.CACHE_READ_TOKENS, BatchField.CACHE_WRITE_TOKENS)  # fmt: skip
+             BatchField.ESTIMATED_RUNS, BatchField.CACHE_READ_TOKENS, BatchField.CACHE_WRITE_TOKENS,
+             BatchField.ECONOMY_INPUT_TOKENS, BatchField.ECONOMY_OUTPUT_TOKENS, BatchField.ECONOMY_COST,
+             BatchField.ECONOMY_CACHE_READ_TOKENS, BatchField.ECONOMY_CACHE_WRITE_TOKENS)  # fmt: skip
 
 
 def merge_batch(shares: list[dict[str, str]]) -> dict[str, str] | None:

@@ -31,6 +31,7 @@ from shared.calls import Abort
 from shared.calls.listing import ListRuns
 from shared.fields import BatchField, RunField, SessionField
 from shared.listing_row import ListingRow
+from shared.quotas import NANO_USD
 from shared.replies import text
 from shared.script_sending import run_many
 
@@ -171,16 +172,30 @@ def batch_view(h: dict[str, str]) -> dict[str, Any]:
     }
 
 
+_TOTALS = {"inputTokens": (BatchField.INPUT_TOKENS, BatchField.ECONOMY_INPUT_TOKENS),
+           "outputTokens": (BatchField.OUTPUT_TOKENS, BatchField.ECONOMY_OUTPUT_TOKENS),
+           "cacheReadTokens": (BatchField.CACHE_READ_TOKENS, BatchField.ECONOMY_CACHE_READ_TOKENS),
+           "cacheWriteTokens": (BatchField.CACHE_WRITE_TOKENS, BatchField.ECONOMY_CACHE_WRITE_TOKENS)}  # fmt: skip
+
+
 def batch_usage(h: dict[str, str]) -> dict[str, Any]:
-    """The usage totals of a batch's ended runs (summed by track() in the scripts as each ends)."""
+    """The usage totals of a batch's ended runs (summed by track() in the scripts as each ends), and
+    ``lanes``: the economy lane's share (its own counters) and the standard lane's (the rest)."""
     cost = h.get(BatchField.COST_USD)
+    total = {name: int(h.get(f) or 0) for name, (f, _) in _TOTALS.items()}
+    economy: dict[str, Any] = {name: int(h.get(e) or 0) for name, (_, e) in _TOTALS.items()}
+    standard: dict[str, Any] = {name: total[name] - economy[name] for name in _TOTALS}
+    economy_cost = int(h.get(BatchField.ECONOMY_COST) or 0) / NANO_USD
+    economy["costUsd"] = round(economy_cost, 9) if cost or economy_cost else None
+    standard["costUsd"] = round(float(cost) - economy_cost, 9) if cost else None
     return {
-        "inputTokens": int(h.get(BatchField.INPUT_TOKENS) or 0),
-        "outputTokens": int(h.get(BatchField.OUTPUT_TOKENS) or 0),
+        "inputTokens": total["inputTokens"],
+        "outputTokens": total["outputTokens"],
         "estimated": int(h.get(BatchField.ESTIMATED_RUNS) or 0) > 0,
         "costUsd": round(float(cost), 9) if cost else None,
-        "cacheReadTokens": int(h.get(BatchField.CACHE_READ_TOKENS) or 0),
-        "cacheWriteTokens": int(h.get(BatchField.CACHE_WRITE_TOKENS) or 0),
+        "cacheReadTokens": total["cacheReadTokens"],
+        "cacheWriteTokens": total["cacheWriteTokens"],
+        "lanes": {"standard": standard, "economy": economy},
     }
 
 

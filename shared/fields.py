@@ -111,6 +111,13 @@ class RunField(StrEnum):
     USAGE_COST = "costUsd"  # absent = the model has no pricing
     USAGE_CACHE_READ = "cacheReadTokens"  # of inputTokens, read from a prompt cache (absent = 0)
     USAGE_CACHE_WRITE = "cacheWriteTokens"  # of inputTokens, written to a prompt cache (absent = 0)
+    # Of its usage, the economy lane's share (EconomyUsagePart), written by its terminal commit when
+    # not 0 (absent = 0): the archive keeps it with the run, as a batch's economy counters sum it.
+    ECONOMY_IN = "economyInputTokens"
+    ECONOMY_OUT = "economyOutputTokens"
+    ECONOMY_COST = "economyCostNanoUsd"  # nano-USD (shared.quotas.NANO_USD), an integer
+    ECONOMY_CACHE_READ = "economyCacheReadTokens"
+    ECONOMY_CACHE_WRITE = "economyCacheWriteTokens"
     TRACE = "trace"  # the submitter's W3C traceparent, then a newline and its tracestate if any; unset = none
     ARCHIVED = "archived"  # '1' once in the archive (archive_done.lua): its events are read from there
     # With the archive on: the run loop a completed session run added to its session's history (JSON,
@@ -137,6 +144,13 @@ class BatchField(StrEnum):
     ESTIMATED_RUNS = "estimatedRuns"  # ended runs whose usage is (partly) an estimate
     CACHE_READ_TOKENS = "cacheReadTokens"  # of inputTokens, read from a prompt cache
     CACHE_WRITE_TOKENS = "cacheWriteTokens"  # of inputTokens, written to a prompt cache
+    # Of those totals, the economy lane's share (the run hash's economy fields; absent = 0); the
+    # standard lane's share is the rest.
+    ECONOMY_INPUT_TOKENS = "economyInputTokens"
+    ECONOMY_OUTPUT_TOKENS = "economyOutputTokens"
+    ECONOMY_COST = "economyCostNanoUsd"  # nano-USD, an integer (HINCRBY)
+    ECONOMY_CACHE_READ_TOKENS = "economyCacheReadTokens"
+    ECONOMY_CACHE_WRITE_TOKENS = "economyCacheWriteTokens"
 
 
 class DeletionField(StrEnum):

@@ -60,6 +60,7 @@ from shared.fields import (
     BudgetField,
     EconomyBatchField,
     EconomyBatchState,
+    EconomyUsagePart,
     RunField,
     ScheduleField,
     SessionField,
@@ -240,6 +241,7 @@ NAMES: dict[str, type[StrEnum]] = {
     "BUDGET": BudgetField,  # a tenant's day budget
     "EVENT": EventKind,  # a stream entry's kind
     "USAGE": UsagePart,  # what a tenant's usage hash of a day counts per agent
+    "EUSAGE": EconomyUsagePart,  # of those counts, the economy lane's share
     "CALL": PastCallField,  # an entry of a session's calls list (shared/session_calls.py)
     "TS": ToolState,  # a tool record's state (shared/tool_records.py)
     "EB": EconomyBatchField,  # an economy batch's hash (worker/economy/)
@@ -247,7 +249,7 @@ NAMES: dict[str, type[StrEnum]] = {
 }
 _DIMS = {d.upper(): d for d in keys.INDEX_DIMS}  # DIM.STATUS: a listing index's dimension
 _NAME_TOKEN = re.compile(
-    r"\b(F|S|BATCH|SESSION|SCHED|BUDGET|EVENT|USAGE|CALL|TS|EB|ES|DIM)\.([A-Z][A-Z0-9_]*)\b"
+    r"\b(F|S|BATCH|SESSION|SCHED|BUDGET|EVENT|USAGE|EUSAGE|CALL|TS|EB|ES|DIM)\.([A-Z][A-Z0-9_]*)\b"
 )
 
 

@@ -32,6 +32,8 @@ class BatchRow:
     cost: float | None
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    # of those, the economy lane's share (the run hash's economy fields; a run archived without them: 0)
+    economy: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)  # in, out, nano-USD, cache read, cache write
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +49,9 @@ def _num(field: str, cast: str) -> str:
     return f"nullif(record->>'{field}', '')::{cast}"
 
 
+_ECONOMY = ((F.ECONOMY_IN, "e_in"), (F.ECONOMY_OUT, "e_out"), (F.ECONOMY_COST, "e_cost"),
+            (F.ECONOMY_CACHE_READ, "e_cr"), (F.ECONOMY_CACHE_WRITE, "e_cw"))  # fmt: skip
+
 # One run per item index (the newest: an id used again after its run left Redis is a new run that
 # answers for it), as a batch's counters count its items; a run without an item index on its own.
 # ``batch_id <> ''`` lets PostgreSQL use the partial index runs_batch.
@@ -57,7 +62,9 @@ _BATCH = (
     f"count(*) FILTER (WHERE record->>'{F.USAGE_ESTIMATED}' = '1') AS estimated, "
     f"sum({_num(F.USAGE_COST, 'numeric')}) AS cost, "
     f"coalesce(sum({_num(F.USAGE_CACHE_READ, 'bigint')}), 0) AS cache_read_tokens, "
-    f"coalesce(sum({_num(F.USAGE_CACHE_WRITE, 'bigint')}), 0) AS cache_write_tokens FROM ("
+    f"coalesce(sum({_num(F.USAGE_CACHE_WRITE, 'bigint')}), 0) AS cache_write_tokens, "
+    + ", ".join(f"coalesce(sum({_num(f, 'bigint')}), 0) AS {c}" for f, c in _ECONOMY)
+    + " FROM ("
     "SELECT DISTINCT ON (item_index, CASE WHEN item_index IS NULL THEN key_id END) "
     "status, created_at, finished_at, record FROM runs "
     "WHERE tenant = $1 AND batch_id = $2 AND batch_id <> '' "
@@ -81,6 +88,7 @@ async def batch_rows(store: ArchiveStore, tenant: str, batch_id: str) -> list[Ba
             float(r["cost"]) if r["cost"] is not None else None,
             int(r["cache_read_tokens"] or 0),
             int(r["cache_write_tokens"] or 0),
+            (int(r["e_in"]), int(r["e_out"]), int(r["e_cost"]), int(r["e_cr"]), int(r["e_cw"])),
         )
         for r in rows
     ]

@@ -124,10 +124,29 @@ if usage then
 end
 local status = ARG.STATUS
 local now = status ~= '' and now_ms() or 0
+-- The economy lane's share of an ending run's usage: the day's usage terms ``<agent>|e.*``, which
+-- usage_tally puts just before the last term (a run without them costs one string match). Kept on
+-- the run hash (the archive's copy of the run) and added to its batch's economy counters.
+local econ = nil
+if nu > 1 and status ~= '' and usage_ttl ~= '' then
+  for k = usage_at + 2 * (nu - 2), usage_at, -2 do
+    local what = string.match(ARGV[k], '|(e%.%a+)$')
+    if not what then break end
+    econ = econ or {}
+    econ[what] = ARGV[k + 1]
+  end
+  if econ then
+    local runf = {[EUSAGE.IN] = F.ECONOMY_IN, [EUSAGE.OUT] = F.ECONOMY_OUT, [EUSAGE.COST] = F.ECONOMY_COST,
+      [EUSAGE.CACHE_READ] = F.ECONOMY_CACHE_READ, [EUSAGE.CACHE_WRITE] = F.ECONOMY_CACHE_WRITE}
+    for what, n in pairs(econ) do
+      if runf[what] then set(runf[what], n) end
+    end
+  end
+end
 if status ~= '' then
   local owner = h[3]
   if owner and owner ~= '' then redis.call('SREM', worker_runs_key(owner), run_id) end
-  track(KEY.RUN, run_id, h[5], status, usage)
+  track(KEY.RUN, run_id, h[5], status, usage, econ)
   set(F.STATUS, status); set(F.OWNER, '')
 end
 if status == '' then

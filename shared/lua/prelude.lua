@@ -308,8 +308,17 @@ local function ix_add(t, dim, value, id, score)
   if TRIM then TRIM[k] = true else ix_trim(k) end
 end
 -- A run that ended adds its usage (input, output tokens, estimated '1'/'0', cost USD '' = none, cache
--- read and cache write tokens) to its batch's totals.
-local function batch_usage(bk, u)
+-- read and cache write tokens) to its batch's totals; ``econ``: the economy lane's share of it (the
+-- day's usage terms: EconomyUsagePart -> increment, only those not 0), nil = none.
+local function batch_usage(bk, u, econ)
+  if econ then
+    local to = {[EUSAGE.IN] = BATCH.ECONOMY_INPUT_TOKENS, [EUSAGE.OUT] = BATCH.ECONOMY_OUTPUT_TOKENS,
+      [EUSAGE.COST] = BATCH.ECONOMY_COST, [EUSAGE.CACHE_READ] = BATCH.ECONOMY_CACHE_READ_TOKENS,
+      [EUSAGE.CACHE_WRITE] = BATCH.ECONOMY_CACHE_WRITE_TOKENS}
+    for what, n in pairs(econ) do
+      if to[what] then redis.call('HINCRBY', bk, to[what], n) end
+    end
+  end
   local inp, out = tonumber(u[1] or '0') or 0, tonumber(u[2] or '0') or 0
   if inp ~= 0 then redis.call('HINCRBY', bk, BATCH.INPUT_TOKENS, inp) end
   if out ~= 0 then redis.call('HINCRBY', bk, BATCH.OUTPUT_TOKENS, out) end
@@ -323,8 +332,9 @@ end
 -- indexes and its batch's counters. Every script that changes a run's status calls this, in the same
 -- call, so the counters are the runs' real statuses. The batch's last run to end marks it finished
 -- (batch_settle). ``usage``: the run's usage when the caller writes it in this call (commit.lua),
--- else the run hash's is the one a batch adds when the run ends.
-local function track(run, id, old, new, usage)
+-- else the run hash's is the one a batch adds when the run ends; ``econ``: its economy lane's share
+-- (batch_usage), nil = none.
+local function track(run, id, old, new, usage, econ)
   old = old or ''
   if old == new then return end
   local h = redis.call('HMGET', run, F.TENANT, F.CREATED_AT, F.BATCH, F.USAGE_IN, F.USAGE_OUT, F.USAGE_ESTIMATED,
@@ -346,7 +356,7 @@ local function track(run, id, old, new, usage)
   redis.call('EXPIRE', bk, ctx().retention)
   if is_terminal(new) and not is_terminal(old) then
     redis.call('HINCRBY', bk, BATCH.DONE, 1)
-    batch_usage(bk, usage or {h[4], h[5], h[6], h[7], h[8], h[9]})
+    batch_usage(bk, usage or {h[4], h[5], h[6], h[7], h[8], h[9]}, econ)
     redis.call('EXPIRE', index_key(h[1], DIM.BATCH, h[3]), ctx().retention)
     redis.call('EXPIRE', index_key(h[1], DIM.ITEM, h[3]), ctx().retention)
     batch_settle(bk)

@@ -94,7 +94,7 @@ def test_a_camel_case_attribute_reads_with_a_warning_naming_the_new_one() -> Non
         assert view.result is not None
         assert view.result.finalAssistantMessage is view.result.final_assistant_message  # type: ignore[attr-defined]
     batch = BatchView.model_validate(DUMPS["BatchView"]["wire"])
-    with pytest.warns(DeprecationWarning, match=r"Usage\.costUsd is deprecated: read \.cost_usd"):
+    with pytest.warns(DeprecationWarning, match=r"BatchUsage\.costUsd is deprecated: read \.cost_usd"):
         assert batch.usage.costUsd == 0.25  # type: ignore[attr-defined]
 
 

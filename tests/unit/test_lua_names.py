@@ -77,7 +77,7 @@ def test_every_token_is_filled_in_with_its_python_value() -> None:
     for name in SCRIPTS:
         rendered = render(source(name))
         assert not re.search(
-            r"\b(F|S|BATCH|SESSION|SCHED|BUDGET|EVENT|USAGE|CALL|TS|DIM)\.[A-Z]", rendered
+            r"\b(F|S|BATCH|SESSION|SCHED|BUDGET|EVENT|USAGE|EUSAGE|CALL|TS|DIM)\.[A-Z]", rendered
         ), name
     assert render(
         "h[F.LAST_SEQ], S.AWAITING_HUMAN, BATCH.DONE, SESSION.ACTIVE_RUN, SCHED.NEXT_FIRE, EVENT.ERROR, DIM.META"
@@ -91,6 +91,7 @@ def test_every_token_is_filled_in_with_its_python_value() -> None:
         "BUDGET",
         "EVENT",
         "USAGE",
+        "EUSAGE",
         "CALL",
         "TS",
         "EB",
@@ -102,6 +103,7 @@ def test_every_token_is_filled_in_with_its_python_value() -> None:
     assert render("[CALL.IS_ERROR] = e, [CALL.CALLED_AT] = t") == "['isError'] = e, ['calledAtMs'] = t"
     assert render("BUDGET.HELD_TOKENS") == "'heldTokens'"
     assert render("f .. USAGE.RUNS, F.USAGE_IN") == "f .. 'runs', 'inputTokens'"
+    assert render("[EUSAGE.COST] = BATCH.ECONOMY_COST") == "['e.cost'] = 'economyCostNanoUsd'"
     # a lowercase member (a Lua table's field, ctx().run) is no token
     assert render("local c = ctx(); return c.run, f.epoch") == "local c = ctx(); return c.run, f.epoch"
 

@@ -40,6 +40,7 @@ def usage_tally(
         (usage_field(a, EconomyUsagePart.CACHE_WRITE), e.cache_write_tokens),
         (usage_field(a, EconomyUsagePart.RUNS), int(cfg.lane == "economy")),
     )
-    # Only what the run adds (no cost without prices): one HINCRBY fewer a run; runs always +1.
+    # Only what the run adds (no cost without prices): one HINCRBY fewer a run; runs always +1, last.
+    # commit.lua finds the economy terms (for the run hash and its batch) just before that last one.
     increments = [(f, n) for f, n in added if n] + [(usage_field(a, UsagePart.RUNS), 1)]
     return UsageTally(tenant or DEFAULT_TENANT, utc_day(now_ms), increments, retention_days * 86_400)

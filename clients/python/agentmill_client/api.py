@@ -11,7 +11,7 @@ from agentmill_client import limits
 from agentmill_client.base import Answer
 from agentmill_client.inputs import ClientToolResult
 from agentmill_client.messages import Message
-from agentmill_client.outputs import RunEvent, RunResult, Usage
+from agentmill_client.outputs import BatchUsage, RunEvent, RunResult, Usage
 
 __all__ = [
     "AbortAnswer",
@@ -123,10 +123,10 @@ class BatchView(Answer):
     created_at: int
     finished_at: int | None = Field(default=None, description="when its last run ended")
     finished: bool
-    usage: Usage = Field(
-        default_factory=Usage,
+    usage: BatchUsage = Field(
+        default_factory=BatchUsage,
         description="its ended runs' usage summed (added as each run ends): tokens, costUsd (None when no"
-        " run had a price), estimated (some run's usage is an estimate)",
+        " run had a price), estimated (some run's usage is an estimate), lanes (the totals split by lane)",
     )
 
 

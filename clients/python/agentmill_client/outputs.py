@@ -12,7 +12,7 @@ from agentmill_client.base import Model
 from agentmill_client.messages import Message
 from agentmill_client.statuses import TERMINAL, RunStatus
 
-__all__ = ["EventKind", "RunError", "RunEvent", "RunResult", "Usage"]
+__all__ = ["BatchUsage", "EventKind", "LaneUsage", "RunError", "RunEvent", "RunResult", "Usage"]
 
 
 class RunError(Model):
@@ -47,6 +47,23 @@ class Usage(Model):
             cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
             cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
         )
+
+
+class LaneUsage(Model):
+    """One lane's share of a batch's usage totals (``costUsd`` None when no run had a price)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = None
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+class BatchUsage(Usage):
+    """A batch's ended runs' usage summed, and ``lanes``: the economy lane's share (the model calls a
+    provider batch answered) and the standard lane's (the rest), which add up to the totals."""
+
+    lanes: dict[Literal["standard", "economy"], LaneUsage] = Field(default_factory=dict)
 
 
 class RunResult(Model):
