@@ -98,4 +98,9 @@ async def test_a_run_ended_from_outside_keeps_its_usage_and_its_batch_counts_it(
     want = {"inputTokens": 70, "outputTokens": 9, "estimated": False, "costUsd": pytest.approx(cost(70, 9)),
             "cacheReadTokens": 0, "cacheWriteTokens": 0, "lane": None}  # fmt: skip
     assert end["result"]["usage"] == want and end["usage"] == want
-    assert batch["finished"] and batch["usage"] == want
+    # ended from outside its worker: the standard lane's
+    lane = {
+        k: want[k] for k in ("inputTokens", "outputTokens", "costUsd", "cacheReadTokens", "cacheWriteTokens")
+    }
+    none = {"inputTokens": 0, "outputTokens": 0, "costUsd": 0.0, "cacheReadTokens": 0, "cacheWriteTokens": 0}
+    assert batch["finished"] and batch["usage"] == {**want, "lanes": {"standard": lane, "economy": none}}
