@@ -62,8 +62,16 @@ async def test_a_batch_over_partitions_sums_its_ended_runs_usage(
         assert r.status_code == 200, r.text
         ids = [x["runId"] for x in r.json()["results"]]
         before = (await c.get("/v1/batches/usage-b")).json()
+        zero = {
+            "inputTokens": 0,
+            "outputTokens": 0,
+            "costUsd": None,
+            "cacheReadTokens": 0,
+            "cacheWriteTokens": 0,
+        }
         assert before["usage"] == {"inputTokens": 0, "outputTokens": 0, "estimated": False, "costUsd": None,
-                                   "cacheReadTokens": 0, "cacheWriteTokens": 0, "lane": None}  # fmt: skip
+                                   "cacheReadTokens": 0, "cacheWriteTokens": 0, "lane": None,
+                                   "lanes": {"standard": zero, "economy": zero}}  # fmt: skip
         async with running_worker(redis_url, profiles=str(path), partitions=4):
             view = await until_batch(c, "usage-b", lambda v: v["finished"], within=30)
         assert view["finished"] and view["counts"]["completed"] == n, view
@@ -75,6 +83,8 @@ async def test_a_batch_over_partitions_sums_its_ended_runs_usage(
     assert usage.cost_usd == pytest.approx(cost(want_in, want_out))
     assert usage.input_tokens == sum(x["result"]["usage"]["inputTokens"] for x in runs)
     assert usage.output_tokens == sum(x["result"]["usage"]["outputTokens"] for x in runs)
+    standard, economy = usage.lanes["standard"], usage.lanes["economy"]  # no economy run: all standard
+    assert (standard.input_tokens, standard.output_tokens, economy.input_tokens) == (want_in, want_out, 0)
 
 
 async def test_a_run_ended_from_outside_keeps_its_usage_and_its_batch_counts_it(
