@@ -54,6 +54,8 @@ def _tenant(caller: Caller, asked: str | None) -> str:
     """The tenant acted on: the caller's own, or another one an operator names."""
     if asked is None or asked == caller.tenant:
         return caller.tenant
+    if not asked.strip() or any(unicodedata.category(ch) in ("Cc", "Cs") for ch in asked):
+        raise ApiError(422, "invalid_input", "tenant: a tenant's name (not empty, no control characters)")
     if not caller.operator:
         raise ApiError(
             403, "operator_required", "only an operator may act on another tenant's keys and audit"
@@ -66,8 +68,11 @@ def _tenant(caller: Caller, asked: str | None) -> str:
 )
 async def create_key(body: KeyInput, api: ApiDep, caller: CallerDep, request: Request) -> dict[str, Any]:
     tenant = _tenant(caller, body.tenant)
-    if any(unicodedata.category(ch) == "Cc" or ch in _BIDI for ch in body.name):
-        raise ApiError(422, "invalid_input", "name: no control or bidirectional formatting characters")
+    # (a lone surrogate, which JSON's \u escapes can carry, cannot be stored as UTF-8 either)
+    if any(unicodedata.category(ch) in ("Cc", "Cs") or ch in _BIDI for ch in body.name):
+        raise ApiError(
+            422, "invalid_input", "name: no control, surrogate or bidirectional formatting characters"
+        )
     if caller.expires_at is not None:  # a key cannot outlive the key that makes it
         left_s = max(0, (caller.expires_at - int(time.time() * 1000)) // 1000)
         if body.expires_in_s is None or body.expires_in_s > left_s:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -282,11 +283,25 @@ async def test_a_key_name_cannot_carry_terminal_or_bidi_controls(c: httpx.AsyncC
         "\u2066x\u2069",
         "line\nbreak",
         "\x85",
+        "\udbe8x",  # a lone surrogate, as JSON's \u escapes carry it
+        "\udce0\udbe8\uffba\u00a4N{",
     ):
-        r = await c.post("/v1/keys", json={"scopes": ["read"], "name": name})
+        sent = json.dumps({"scopes": ["read"], "name": name})  # ASCII: \u escapes for all of them
+        r = await c.post("/v1/keys", content=sent, headers={"content-type": "application/json"})
         assert r.status_code == 422 and "name" in r.json()["error"]["message"], (name, r.text)
     r = await c.post("/v1/keys", json={"scopes": ["read"], "name": "café ☕ dashboard – prod"})
     assert r.status_code == 201 and r.json()["name"] == "café ☕ dashboard – prod", r.text
+
+
+async def test_a_key_for_an_empty_tenant_is_refused(redis_url: str) -> None:
+    """Found by the route fuzzer: an operator asking for a key of tenant "" got a 500."""
+    async with (
+        api(settings(redis_url, operator_tenants="tenant-a")) as url,
+        httpx.AsyncClient(base_url=url, headers=A, timeout=20) as c,
+    ):
+        for tenant in ("", " ", "a\x00b"):
+            r = await c.post("/v1/keys", json={"scopes": ["read"], "name": "n", "tenant": tenant})
+            assert r.status_code == 422 and "tenant" in r.json()["error"]["message"], (tenant, r.text)
 
 
 async def test_an_agents_extra_body_cannot_override_what_the_pool_sends_or_prices(
