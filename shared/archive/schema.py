@@ -105,7 +105,18 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
 
 
 async def migrate(conn: Any) -> int:
-    """Apply the migrations ``conn``'s database lacks; the schema version it has then."""
+    """Apply the migrations ``conn``'s database lacks; the schema version it has then. A database
+    that has them all is read without the migrations' lock: another process that holds it (one
+    paused mid-start, say) does not hold up this one's first archive read or deletion."""
+    import asyncpg
+
+    latest = max(v for v, _ in MIGRATIONS)
+    try:
+        have = {r["version"] for r in await conn.fetch("SELECT version FROM agentmill_migrations")}
+    except asyncpg.exceptions.UndefinedTableError:
+        have = set()
+    if all(v in have for v, _ in MIGRATIONS):
+        return latest
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", LOCK_ID)
         await conn.execute(
@@ -118,4 +129,4 @@ async def migrate(conn: Any) -> int:
                 continue
             await conn.execute(sql)
             await conn.execute("INSERT INTO agentmill_migrations (version) VALUES ($1)", version)
-    return max(v for v, _ in MIGRATIONS)
+    return latest

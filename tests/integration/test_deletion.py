@@ -214,8 +214,15 @@ async def test_a_run_deleted_while_its_worker_is_paused_mid_tool_call_is_never_w
 ) -> None:
     """The worker is SIGSTOPped while its tool call (sleep) runs; the run is deleted; on SIGCONT the
     call finishes and its commit is refused: no key, no archive row, no webhook state comes back."""
+    from shared.archive.store import ArchiveStore
+
     pg = PostgresServer()
     pg.start()
+    # The archive's schema first: the pause is meant mid-tool-call, not mid-way through the worker
+    # creating a fresh database's tables (its migration holds them locked until it commits).
+    migrated = ArchiveStore(pg.url)
+    await migrated.pool()
+    await migrated.aclose()
     seen: list[int] = []
 
     async def hook(request: Request) -> Response:
