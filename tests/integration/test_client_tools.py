@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +28,7 @@ from tests.integration.helpers import (
     until_status,
     wait_all,
 )
+from tests.support import forkserver
 from tests.support.procs import ROOT, WorkerProc
 from tests.support.redis_server import free_port
 from tests.support.schema import K
@@ -196,8 +195,8 @@ async def test_run_declared_client_tools_the_api_the_client_and_the_cli(
             assert (exc.value.status, exc.value.code) == (409, "conflict")
             env = {**os.environ, "REDIS_URL": redis_url, "AGENTMILL_PROFILES": path}
             out = await asyncio.to_thread(
-                subprocess.run, [sys.executable, "-m", "app.cli", "tool-result", run_id, "c1.1", "--content",
-                                 "page two", "--error"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+                forkserver.run, ["-m", "app.cli", "tool-result", run_id, "c1.1", "--content", "page two", "--error"],
+                cwd=ROOT, env=env, timeout=60,
             )  # fmt: skip
             assert out.returncode == 0 and "resumed" in out.stdout, out.stdout + out.stderr
             again = await c.tool_result(run_id, "c1.0", "page one")  # before or after the run ends:

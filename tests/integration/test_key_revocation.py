@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +15,7 @@ import httpx
 import orjson
 import pytest
 
+from tests.support import forkserver
 from tests.support.procs import ROOT, WorkerProc
 from tests.support.redis_server import free_port
 
@@ -31,8 +30,7 @@ ENV = {
 
 def cli(redis_url: str, *args: str) -> str:
     env = {**os.environ, **ENV, "REDIS_URL": redis_url}
-    done = subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=ROOT, env=env,
-                          capture_output=True, timeout=60, check=False)  # fmt: skip
+    done = forkserver.run(["-m", "app.cli", *args], cwd=ROOT, env=env, timeout=60, text=False)
     assert done.returncode == 0, done.stderr.decode()
     return done.stdout.decode()
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import sys
 import time
 from datetime import datetime
 from zoneinfo import ZoneInfo
@@ -27,6 +26,7 @@ from shared import keys
 from shared.fields import ScheduleField
 from tests.integration.api_support import A, api, body, settings
 from tests.integration.helpers import make_due, producer_for
+from tests.support import forkserver
 
 pytestmark = pytest.mark.integration
 
@@ -216,10 +216,8 @@ async def test_a_claimed_firing_whose_firer_died_is_made_once_the_claim_expires(
 
 
 def _cli(redis_url: str, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [sys.executable, "-m", "app.cli", "schedule", *args], input=stdin, capture_output=True,
-        env={**os.environ, "REDIS_URL": redis_url}, timeout=60, check=False,
-    )  # fmt: skip
+    return forkserver.run(["-m", "app.cli", "schedule", *args], input=stdin, text=False,
+                          env={**os.environ, "REDIS_URL": redis_url}, timeout=60)  # fmt: skip
 
 
 async def test_the_cli_manages_schedules_through_the_api_and_straight_on_redis(redis_url: str) -> None:

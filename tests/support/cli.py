@@ -1,12 +1,14 @@
-"""The CLI as a user runs it: ``python -m app.cli`` in a child process, on the test's Redis."""
+"""The CLI as a user runs it: ``python -m app.cli`` in a child process (forked from the test process's
+fork server: tests/support/forkserver.py), on the test's Redis."""
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
+
+from tests.support import forkserver
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -19,11 +21,4 @@ def cli(
     journals = str(Path(tempfile.gettempdir()) / "agentmill-cli-tests")  # submit's, not the user's
     env = {**os.environ, "REDIS_URL": redis_url, "COLUMNS": "200", "AGENTMILL_CLI_STATE_DIR": journals,
            **(env or {})}  # fmt: skip
-    return subprocess.run(
-        [sys.executable, "-m", "app.cli", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return forkserver.run(["-m", "app.cli", *args], cwd=ROOT, env=env, timeout=timeout)

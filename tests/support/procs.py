@@ -5,17 +5,19 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tests.support import forkserver
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 class WorkerProc:
-    """A process of the project's own entry points: ``python -m app.worker`` unless ``argv`` says otherwise."""
+    """A process of the project's own entry points: ``python -m app.worker`` unless ``argv`` says otherwise,
+    forked from the test process's fork server (tests/support/forkserver.py)."""
 
     def __init__(
         self,
@@ -34,19 +36,14 @@ class WorkerProc:
             **(env or {}),
         }
         self.log_path = log
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: forkserver.Child | subprocess.Popen[bytes] | None = None
 
     def start(self) -> WorkerProc:
         if self.log_path is None:
-            self.proc = subprocess.Popen(
-                [sys.executable, *self.argv], cwd=ROOT, env=self.env,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            )  # fmt: skip
+            self.proc = forkserver.popen(self.argv, cwd=ROOT, env=self.env)
             return self
         with open(self.log_path, "ab") as out:  # the child keeps its own copy of the descriptor
-            self.proc = subprocess.Popen(
-                [sys.executable, *self.argv], cwd=ROOT, env=self.env, stdout=out, stderr=out
-            )
+            self.proc = forkserver.popen(self.argv, cwd=ROOT, env=self.env, stdout=out, stderr=out)
         return self
 
     @property
