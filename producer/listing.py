@@ -27,8 +27,8 @@ from producer.run_record import lineage_view
 from producer.scope import SCOPED_PREFIX
 from shared import keys
 from shared.actors import actor_json
-from shared.calls import Abort
 from shared.calls.listing import ListRuns
+from shared.calls.runs import Abort
 from shared.fields import BatchField, RunField, SessionField
 from shared.listing_row import ListingRow
 from shared.quotas import NANO_USD

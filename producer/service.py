@@ -31,7 +31,7 @@ from producer.tombstones import tombstoned
 from shared import keys, payload_crypto
 from shared.actors import actor_json
 from shared.archive.store import ArchiveStore
-from shared.calls import Abort
+from shared.calls.runs import Abort
 from shared.children import child_runs
 from shared.events import decode_entry, stream_id
 from shared.fields import RunField

@@ -37,8 +37,8 @@ from agentmill_client.models import RunInput, RunResult, Usage
 from agentmill_client.statuses import RunStatus
 from shared import keys, payload_crypto
 from shared.actors import actor_json, system
-from shared.calls import Abort
 from shared.calls.results import ChildResult
+from shared.calls.runs import Abort
 from shared.calls.submission import SpawnChild, SpawnVerdict, Submit, TreeAdmit, TreeVerdict
 from shared.fields import RunField
 from shared.partitions import Partitions

@@ -32,6 +32,7 @@ from redis.crc import key_slot
 __all__ = [
     "BATCH_DELIVERY",
     "CONTEXT_FIELDS",
+    "INBOX_KEPT",
     "INDEX_DIMS",
     "SCOPED_PREFIX",
     "SLOTS",
@@ -67,6 +68,9 @@ BATCH_DELIVERY = "{batch}"
 # How many wake signals a partition's wake list keeps (and one script call writes at most): a burst
 # of jobs made due at once wakes up to this many waiting workers; the others' polls find the rest.
 WAKE_KEPT = 8
+
+# How many abort requests a worker's inbox keeps (the oldest go first): its beat reads them all.
+INBOX_KEPT = 10_000
 
 # The order of Partition.context's fields; prelude.lua reads them by these names. Only what a script
 # needs for keys that depend on what it reads: every field is a ``<field>_prefix`` of Partition but

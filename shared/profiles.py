@@ -91,7 +91,7 @@ class ContextConfig(Model):
     # expandContextWindowSize more messages (names from the design documents: docs/design/seeds-audit.md); search_history answers at most
     # searchMaxResults hits. A run's configuration holds the resolved true or false.
     history_tools: bool | None = None
-    max_history_loops: int = Field(default=50, ge=0, le=1_000)
+    max_history_loops: int = Field(default=50, ge=0, le=limits.SESSION_LOOPS_KEPT)
     expand_context_window_size: int = Field(default=10, ge=1, le=1_000)
     search_max_results: int = Field(default=8, ge=1, le=50)
 

@@ -49,11 +49,15 @@ from typing import Any
 from redis.asyncio import Redis
 
 from agentmill_client import limits
+from agentmill_client.inputs import MultitaskStrategy
 from agentmill_client.models import EventKind
 from agentmill_client.statuses import TERMINAL, RunStatus
 from shared import functions, keys, listing_row
 from shared.calls import CALLS
 from shared.calls.base import bind
+from shared.calls.budgets import SCALE_ONE, BudgetLimit
+from shared.calls.dispatch import RedispatchReason
+from shared.calls.steps import AcquireVerdict, AppendVerdict
 from shared.calls.submission import bind_new_run
 from shared.fields import (
     BatchField,
@@ -246,11 +250,14 @@ NAMES: dict[str, type[StrEnum]] = {
     "TS": ToolState,  # a tool record's state (shared/tool_records.py)
     "EB": EconomyBatchField,  # an economy batch's hash (worker/economy/)
     "ES": EconomyBatchState,
+    "LIMIT": BudgetLimit,  # the day's limit a budget hold was refused for
+    "REASON": RedispatchReason,  # why the reconciler re-dispatched a run
+    "ACQ": AcquireVerdict,  # acquire_run.lua's answer (shared code: no call's V.*)
+    "APPEND": AppendVerdict,  # an append's gate (prelude.lua's append_refused)
+    "MULTI": MultitaskStrategy,  # a session's multitask strategy
 }
 _DIMS = {d.upper(): d for d in keys.INDEX_DIMS}  # DIM.STATUS: a listing index's dimension
-_NAME_TOKEN = re.compile(
-    r"\b(F|S|BATCH|SESSION|SCHED|BUDGET|EVENT|USAGE|EUSAGE|CALL|TS|EB|ES|DIM)\.([A-Z][A-Z0-9_]*)\b"
-)
+_NAME_TOKEN = re.compile(rf"\b({'|'.join([*NAMES, 'DIM'])})\.([A-Z][A-Z0-9_]*)\b")
 
 
 def _name(m: re.Match[str]) -> str:
@@ -334,6 +341,10 @@ def render(text_: str) -> str:
         "__WAKE_KEPT__": str(keys.WAKE_KEPT),
         "__NANO_USD__": str(NANO_USD),
         "__SESSION_CALLS_KEPT__": str(limits.SESSION_CALLS_KEPT),
+        "__SESSION_RUNS_SHOWN__": str(limits.SESSION_RUNS_SHOWN),
+        "__SESSION_LOOPS_KEPT__": str(limits.SESSION_LOOPS_KEPT),
+        "__INBOX_KEPT__": str(keys.INBOX_KEPT),
+        "__SCALE_ONE__": str(SCALE_ONE),
         "__CONTEXT_TOOLS__": ", ".join(f"['{t}']=true" for t in sorted(CONTEXT_TOOLS)),
         "__LISTING_FIELDS__": ", ".join(f"'{f}'" for f in listing_row.hash_fields()),
     }

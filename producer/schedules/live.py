@@ -25,7 +25,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from shared.calls import SayLiveTenants
+from shared.calls.schedules import SayLiveTenants
 from shared.quotas import DEFAULT_TENANT
 from shared.replies import text
 from shared.script_sending import Parts, run_script

@@ -33,7 +33,7 @@ from producer.scope import SCOPED_PREFIX
 from producer.service import Producer
 from producer.submission import SubmissionError
 from shared import keys
-from shared.calls import (
+from shared.calls.schedules import (
     ScheduleCreate,
     ScheduleDelete,
     ScheduleDeleteVerdict,

@@ -9,12 +9,23 @@ from enum import StrEnum
 from shared.calls.base import KEY_ONLY, ScriptCall
 from shared.keys import Partition
 
-__all__ = ["BudgetReserve", "BudgetReserveVerdict", "BudgetSettle"]
+__all__ = ["SCALE_ONE", "BudgetLimit", "BudgetReserve", "BudgetReserveVerdict", "BudgetSettle"]
+
+# A hold's scale in thousandths: SCALE_ONE holds a call at its worst case as estimated; a day on which a
+# call used more than it held scales its later holds up (BudgetField.OVERCOUNT).
+SCALE_ONE = 1000
 
 
 class BudgetReserveVerdict(StrEnum):
     OK = "ok"  # held (the hold's member second)
-    REFUSED = "refused"  # ('tokens' | 'cost' second, then spent, held, this call, the limit, the scale)
+    REFUSED = "refused"  # (the BudgetLimit second, then spent, held, this call, the limit, the scale)
+
+
+class BudgetLimit(StrEnum):
+    """The day's limit a refused hold would pass (the Lua's ``LIMIT.*``)."""
+
+    TOKENS = "tokens"  # tokensPerDay
+    COST = "cost"  # costUsdPerDay
 
 
 @dataclass(frozen=True, slots=True)

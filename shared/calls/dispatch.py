@@ -10,7 +10,7 @@ from enum import StrEnum
 from shared.calls.base import ScriptCall
 from shared.keys import Partition
 
-__all__ = ["ClaimJobs", "Redispatch", "RedispatchVerdict", "Scaling"]
+__all__ = ["ClaimJobs", "Redispatch", "RedispatchReason", "RedispatchVerdict", "Scaling"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +53,18 @@ class RedispatchVerdict(StrEnum):
     AWAITING_TOOLS = "awaiting_tools"
     AWAITING_MODEL = "awaiting_model"
     AWAITING_CHILDREN = "awaiting_children"
-    REDISPATCHED = "redispatched"  # (why second)
+    REDISPATCHED = "redispatched"  # (its RedispatchReason second)
+
+
+class RedispatchReason(StrEnum):
+    """Why a run was re-dispatched (the Lua's ``REASON.*``; the metrics count some by it)."""
+
+    LEASE_EXPIRED = "lease_expired"  # running, its worker's lease expired
+    JOB_LOST = "job_lost"  # queued or scheduled with no job to run it
+    CLIENT_TOOLS_SETTLED = "client_tools_settled"  # its client tools all answered or timed out
+    MODEL_REPLIED = "model_replied"  # its awaited economy reply is in (a missed wake-up)
+    ECONOMY_DEADLINE = "economy_deadline"  # its economy call's deadline passed: the standard lane next
+    CHILDREN_ENDED = "children_ended"  # its child runs all ended (a missed wake-up)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,10 +13,12 @@ __all__ = [
     "ScheduleAdvance",
     "ScheduleAdvanceVerdict",
     "ScheduleClaim",
+    "ScheduleCreate",
     "ScheduleDelete",
     "ScheduleDeleteVerdict",
     "SchedulePause",
     "SchedulePauseVerdict",
+    "ScheduleRate",
 ]
 
 

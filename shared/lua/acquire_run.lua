@@ -28,23 +28,23 @@ local function acquired(run, tools, run_id, epoch, crashes)
       end
     end
   end
-  return {'ok', tostring(epoch), d[1] or '0', d[2] or '', d[3] or '', d[4] or '', d[5] or '', records,
+  return {ACQ.OK, tostring(epoch), d[1] or '0', d[2] or '', d[3] or '', d[4] or '', d[5] or '', records,
     tostring(crashes), origin, d[7] or '', d[8] or '', d[10] or '', d[11] or '',
     redis.call('GET', transcript_key(run_id)) or '', d[12] or ''}
 end
 local function acquire_run(run, stream, tools, run_id, gen, worker, alive)
   local h = redis.call('HMGET', run, F.STATUS, F.GEN, F.OWNER, F.EPOCH, F.CRASHES)
-  if not h[1] then return {'missing'} end
-  if is_terminal(h[1]) then return {'terminal', h[1]} end
-  if tonumber(h[2]) ~= tonumber(gen) then return {'superseded', h[2]} end
-  if not alive and not worker_alive(worker) then return {'no_lease', worker} end
+  if not h[1] then return {ACQ.MISSING} end
+  if is_terminal(h[1]) then return {ACQ.TERMINAL, h[1]} end
+  if tonumber(h[2]) ~= tonumber(gen) then return {ACQ.SUPERSEDED, h[2]} end
+  if not alive and not worker_alive(worker) then return {ACQ.NO_LEASE, worker} end
   if h[3] == worker and h[1] == S.RUNNING then return acquired(run, tools, run_id, h[4], h[5] or '0') end
-  if h[3] ~= '' and worker_alive(h[3]) then return {'busy', h[3]} end
+  if h[3] ~= '' and worker_alive(h[3]) then return {ACQ.BUSY, h[3]} end
   local crashes = tonumber(h[5] or '0')
   if h[3] ~= '' then  -- its worker died without handing it back and no sweep has counted that yet
     local ended
     crashes, ended = worker_lost(run, stream, tools, run_id, h[3])
-    if ended then return {'exhausted', tostring(crashes)} end
+    if ended then return {ACQ.EXHAUSTED, tostring(crashes)} end
   end
   local epoch = tonumber(h[4]) + 1
   redis.call('HSET', run, F.EPOCH, epoch, F.OWNER, worker, F.STATUS, S.RUNNING)

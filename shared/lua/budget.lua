@@ -4,7 +4,7 @@
 -- expired first) is not released twice; the actual usage is counted all the same: the call was made.
 -- A call that used more than it held (a provider counting what the hold could not see) raises the
 -- day's BUDGET.OVERCOUNT to its ratio, in thousandths of the hold the call would have had unscaled:
--- the member names the scale it was held at ('holdId|scale|tokens|nanoUsd'; one without: 1000).
+-- the member names the scale it was held at ('holdId|scale|tokens|nanoUsd'; one without: __SCALE_ONE__).
 -- KEYS: none of its own: the caller passes the day's budget hash and its holds zset (in its KEYS).
 -- Returns 1 when the hold was still there, else 0.
 local function budget_settle(hash, holds, member, tokens, nano, ttl)
@@ -13,8 +13,8 @@ local function budget_settle(hash, holds, member, tokens, nano, ttl)
     BUDGET.OVERCOUNT)
   local mt, mc = string.match(member, '|(%d+)|(%d+)$')
   mt, mc = tonumber(mt), tonumber(mc)
-  local scale = tonumber(string.match(member, '|(%d+)|%d+|%d+$') or '1000')
-  local over = math.max(1000, tonumber(h[5] or '1000'))
+  local scale = tonumber(string.match(member, '|(%d+)|%d+|%d+$') or __SCALE_ONE__)
+  local over = math.max(__SCALE_ONE__, tonumber(h[5] or __SCALE_ONE__))
   local seen = over
   if mt > 0 then seen = math.max(seen, math.ceil(tonumber(tokens) * scale / mt)) end
   if mc > 0 then seen = math.max(seen, math.ceil(tonumber(nano) * scale / mc)) end

@@ -7,8 +7,8 @@
 -- the highest such ratio (BUDGET.OVERCOUNT): a provider counting more than the hold sees overspends
 -- by one hold's excess per call in flight, not by its excess on every call.
 -- The call: shared.calls.budgets.BudgetReserve (the holds zset: member 'holdId|scale|tokens|nanoUsd' ->
--- expiry ms; scale: BUDGET.OVERCOUNT when held, 1000 = none).
--- Returns {V.OK, member} | {V.REFUSED, 'tokens'|'cost', spent, held, this call, limit, scale}; a refusal is counted
+-- expiry ms; scale: BUDGET.OVERCOUNT when held, __SCALE_ONE__ = none).
+-- Returns {V.OK, member} | {V.REFUSED, LIMIT.TOKENS|LIMIT.COST, spent, held, this call, limit, scale}; a refusal is counted
 -- (BUDGET.REFUSED): from then on the day counts as spent and submissions are refused (admission).
 local now = now_ms()
 local h = redis.call('HMGET', KEY.BUDGET, BUDGET.SPENT_TOKENS, BUDGET.HELD_TOKENS, BUDGET.SPENT_COST,
@@ -25,16 +25,16 @@ if #expired > 0 then
   redis.call('ZREMRANGEBYSCORE', KEY.HOLDS, '-inf', now)
   released = released + #expired
 end
-local scale = math.max(1000, tonumber(h[7] or '1000'))
-local tokens = math.ceil(tonumber(ARG.TOKENS) * scale / 1000)
-local cost = math.ceil(tonumber(ARG.NANO_USD) * scale / 1000)
+local scale = math.max(__SCALE_ONE__, tonumber(h[7] or __SCALE_ONE__))
+local tokens = math.ceil(tonumber(ARG.TOKENS) * scale / __SCALE_ONE__)
+local cost = math.ceil(tonumber(ARG.NANO_USD) * scale / __SCALE_ONE__)
 local member = ARG.HOLD_ID .. string.format('|%d|%d|%d', scale, tokens, cost)
 local tpd, cpd = tonumber(ARG.TOKENS_PER_DAY), tonumber(ARG.NANO_USD_PER_DAY)
 local verdict = nil
 if tpd > 0 and spent_t + held_t + tokens > tpd then
-  verdict = {V.REFUSED, 'tokens', spent_t, held_t, tokens, tpd, scale}
+  verdict = {V.REFUSED, LIMIT.TOKENS, spent_t, held_t, tokens, tpd, scale}
 elseif cpd > 0 and spent_c + held_c + cost > cpd then
-  verdict = {V.REFUSED, 'cost', spent_c, held_c, cost, cpd, scale}
+  verdict = {V.REFUSED, LIMIT.COST, spent_c, held_c, cost, cpd, scale}
 end
 if verdict then
   refused = refused + 1

@@ -173,13 +173,13 @@ elseif is_terminal(status) then
   if sid ~= '' then
     if loop ~= '' and not no_content then
       redis.call('RPUSH', KEY.SESSION_LOOPS, loop)
-      redis.call('LTRIM', KEY.SESSION_LOOPS, -1000, -1)
+      redis.call('LTRIM', KEY.SESSION_LOOPS, -__SESSION_LOOPS_KEPT__, -1)
       -- kept with the run until archived: the archive answers the session's history after its list expired
       if ctx().archive_on == '1' then redis.call('HSET', KEY.RUN, F.LOOP, loop) end
     end
     session_keep(KEY.SESSION_RESULTS, KEY.SESSION_CALLS, no_content and {} or trs, calls)
     -- A session's history lives for the retention after its latest run ended.
-    redis.call('LTRIM', KEY.SESSION_RUNS, -1000, -1)
+    redis.call('LTRIM', KEY.SESSION_RUNS, -__SESSION_RUNS_SHOWN__, -1)
     redis.call('EXPIRE', KEY.SESSION_RUNS, ctx().retention)
     redis.call('EXPIRE', KEY.SESSION_LOOPS, ctx().retention)
     session_advance(sid, run_id)

@@ -180,7 +180,7 @@ local function request_abort(run_id, reason, actor)
   if owner and owner ~= '' then
     local inbox = worker_inbox_key(owner)
     redis.call('RPUSH', inbox, run_id)
-    redis.call('LTRIM', inbox, -10000, -1)
+    redis.call('LTRIM', inbox, -__INBOX_KEPT__, -1)
   end
 end
 -- A tenant's counted runs (maxActive) in its active zset on this partition, after forgetting the
@@ -216,9 +216,9 @@ end
 -- another owner, or the caller's lease gone: a worker past its lease writes nothing, even before
 -- anyone took its runs over); or the stream does not end at first - 1.
 local function append_refused(h, epoch, lease_id, lease_key, stream, first, args, at)
-  if not h[1] then return {'missing'} end
-  if h[1] ~= epoch and tonumber(h[1]) ~= tonumber(epoch) then return {'fenced', h[1]} end
-  if h[3] ~= lease_id or redis.call('EXISTS', lease_key) == 0 then return {'fenced', h[1]} end
+  if not h[1] then return {APPEND.MISSING} end
+  if h[1] ~= epoch and tonumber(h[1]) ~= tonumber(epoch) then return {APPEND.FENCED, h[1]} end
+  if h[3] ~= lease_id or redis.call('EXISTS', lease_key) == 0 then return {APPEND.FENCED, h[1]} end
   if tonumber(h[2]) ~= first - 1 then
     -- The same append sent again after its reply was lost (redis-py retries on connection errors):
     -- same epoch, the stream ends where this batch ends, with this batch's last event. It was
@@ -231,10 +231,10 @@ local function append_refused(h, epoch, lease_id, lease_key, stream, first, args
       if #e == 1 then
         local f = {}
         for k = 1, #e[1][2], 2 do f[e[1][2][k]] = e[1][2][k + 1] end
-        if f.epoch == epoch and f.payload == last_payload then return {'ok', h[2]} end
+        if f.epoch == epoch and f.payload == last_payload then return {APPEND.OK, h[2]} end
       end
     end
-    return {'seq_conflict', h[2]}
+    return {APPEND.SEQ_CONFLICT, h[2]}
   end
   return nil
 end

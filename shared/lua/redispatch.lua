@@ -22,7 +22,7 @@ if h[1] == S.RUNNING then
   if worker_alive(h[3]) then redis.call('ZREM', LIVE, ARG.RUN_ID); return {V.ALIVE} end
   local crashes, ended = worker_lost(KEY.RUN, KEY.STREAM, KEY.TOOLS, ARG.RUN_ID, h[3])
   if ended then return {V.POISON_RUN, tostring(crashes)} end
-  reason = 'lease_expired'
+  reason = REASON.LEASE_EXPIRED
 elseif h[1] == S.QUEUED then
   if redis.call('EXISTS', KEY.IN_PROGRESS) == 0 and redis.call('EXISTS', KEY.JOB) == 1 then
     redis.call('ZADD', LIVE, now + tonumber(ctx().queued_check_ms), ARG.RUN_ID)
@@ -35,14 +35,14 @@ elseif h[1] == S.QUEUED then
     end
     return {V.WAITING}
   end
-  reason = 'job_lost'
+  reason = REASON.JOB_LOST
 elseif h[1] == S.SCHEDULED then
   local at = redis.call('ZSCORE', SCHEDULED, ARG.JOB_ID)
   if at then
     redis.call('ZADD', LIVE, tonumber(at) + tonumber(ctx().queued_check_ms), ARG.RUN_ID)
     return {V.NOT_DUE}
   end
-  reason = 'job_lost'
+  reason = REASON.JOB_LOST
 elseif h[1] == S.AWAITING_HUMAN then
   local code, message, due = approval_expired(KEY.RUN, now)
   if code then
@@ -61,14 +61,14 @@ elseif h[1] == S.AWAITING_TOOLS then
     redis.call('ZADD', LIVE, earliest, ARG.RUN_ID)
     return {V.AWAITING_TOOLS}
   end
-  reason = 'client_tools_settled'
+  reason = REASON.CLIENT_TOOLS_SETTLED
 elseif h[1] == S.AWAITING_MODEL then
   local m = redis.call('HMGET', KEY.RUN, F.MODEL_AWAITED, F.MODEL_REPLY_INDEX, F.MODEL_SWITCH_AT)
   if m[1] and m[1] == m[2] then
-    reason = 'model_replied'  -- a wake-up that did not happen
+    reason = REASON.MODEL_REPLIED  -- a wake-up that did not happen
   elseif m[3] and m[3] ~= '' and now >= tonumber(m[3]) then
     redis.call('HSET', KEY.RUN, F.MODEL_STANDARD, m[1])  -- its resume asks the standard lane
-    reason = 'economy_deadline'
+    reason = REASON.ECONOMY_DEADLINE
   else
     if m[3] and m[3] ~= '' then redis.call('ZADD', LIVE, tonumber(m[3]), ARG.RUN_ID) else redis.call('ZREM', LIVE, ARG.RUN_ID) end
     return {V.AWAITING_MODEL}
@@ -86,7 +86,7 @@ elseif h[1] == S.AWAITING_CHILDREN then
     redis.call('ZADD', LIVE, due, ARG.RUN_ID)
     return {V.AWAITING_CHILDREN}
   end
-  reason = 'children_ended'  -- a wake-up that did not happen (it is never lost for long)
+  reason = REASON.CHILDREN_ENDED  -- a wake-up that did not happen (it is never lost for long)
 end
 if redis.call('ZREM', QUEUE, ARG.JOB_ID) == 1 or redis.call('ZREM', tenant_held_key(h[4] or ''), ARG.JOB_ID) == 1 then
   depth_down(run_priority(ARG.RUN_ID))

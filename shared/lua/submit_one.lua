@@ -68,9 +68,9 @@ local function submit_one(K, A)
     if active and active ~= '' then
       local st = redis.call('HGET', run_key(active), F.STATUS)
       if st and not is_terminal(st) then
-        if A[NEW.MULTITASK] == 'reject' then return {V.SESSION_BUSY, active} end
+        if A[NEW.MULTITASK] == MULTI.REJECT then return {V.SESSION_BUSY, active} end
         dispatch = false
-        if A[NEW.MULTITASK] == 'interrupt' then
+        if A[NEW.MULTITASK] == MULTI.INTERRUPT then
           local shown = A[NEW.CLIENT_ID]  -- the id the client knows the run by
           local why = 'interrupted by run ' .. (shown ~= '' and shown or A[NEW.RUN_ID])
           for _, pid in ipairs(redis.call('LRANGE', NEWK.SESSION_PENDING, 0, -1)) do

@@ -35,12 +35,8 @@ async def test_a_keys_limit_holds_on_a_cluster() -> None:
     with LocalRedisCluster(masters=3, replicas_per_master=0) as cluster:
         s = api_settings(cluster.url, redis_cluster=True)
         rc = RedisCluster.from_url(cluster.url)
-        async with (
-            api(s) as url,
-            running_worker(cluster.url, redis_cluster=True, max_jobs=20),
-            running_worker(cluster.url, redis_cluster=True, max_jobs=20),
-            httpx.AsyncClient(base_url=url, headers=A, timeout=30) as http,
-        ):
+        async with api(s) as url, httpx.AsyncClient(base_url=url, headers=A, timeout=30) as http:
+            # submitted before any worker is up, so the sampling starts before the first run can end
             runs = [
                 run_body(
                     [{"text": "ok", "delayMs": 150}], concurrency={"key": f"user-{i % n_keys}", "limit": 2}
@@ -62,8 +58,10 @@ async def test_a_keys_limit_holds_on_a_cluster() -> None:
                 )
             peak: Counter[str] = Counter()
             ended: set[str] = set()
+            seen_running = 0  # (sample, run) pairs in which the run was running
 
             async def sampled() -> bool:
+                nonlocal seen_running
                 async with rc.pipeline(transaction=False) as pipe:
                     for h, _ in hashes.values():
                         pipe.hget(h, "status")
@@ -71,17 +69,27 @@ async def test_a_keys_limit_holds_on_a_cluster() -> None:
                 now = Counter(
                     k for (_, k), st in zip(hashes.values(), statuses, strict=True) if st == b"running"
                 )
+                seen_running += sum(now.values())
                 for k, n in now.items():
                     peak[k] = max(peak[k], n)
                 ended.update(rid for rid, st in zip(hashes, statuses, strict=True) if st == b"completed")
                 await asyncio.sleep(0.01)
                 return len(ended) == len(ids)
 
-            await until("every keyed run completes", sampled, 90, every=0)
+            sampling = asyncio.create_task(until("every keyed run completes", sampled, 90, every=0))
+            try:
+                async with (
+                    running_worker(cluster.url, redis_cluster=True, max_jobs=20),
+                    running_worker(cluster.url, redis_cluster=True, max_jobs=20),
+                ):
+                    await sampling
+            finally:
+                sampling.cancel()
         await rc.aclose()
         # the keys' homes are on more than one master
         owners = {
             cluster.master_for_slot(layout.home(keys.conc_home(f"user-{i}")).slot) for i in range(n_keys)
         }
     assert len(owners) > 1
+    assert seen_running > 0, "no sample saw a run running: the limit was never observed"
     assert max(peak.values()) == 2, peak

@@ -12,8 +12,8 @@ import pytest
 
 from tests.integration.api_support import A, api, settings
 from tests.integration.test_console_render import NODE, render
-from tests.integration.test_economy_runs import economy_run, procs, profiles
 from tests.support.batch_server import BatchServer, tool_rounds_backend
+from tests.support.economy_workers import economy_run, procs, profiles
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

@@ -13,16 +13,15 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 from redis.asyncio import Redis
 
 from producer.usage import read_usage
-from shared.profiles import load_profiles
 from shared.quotas import DEFAULT_TENANT
-from tests.integration.helpers import assert_clean_stream, producer_for, stream, wait_all
-from tests.integration.test_economy_runs import economy_run, procs, started
+from tests.integration.helpers import assert_clean_stream, stream, wait_all
+from tests.support import economy_workers
 from tests.support.batch_server import BatchServer, tool_rounds_backend
+from tests.support.economy_workers import died_at, economy_producer, economy_run, finished_on, procs, started
 from worker.economy.wire import wire_custom_id
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -30,15 +29,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 PRICES = {"inputPerMTok": 3.0, "outputPerMTok": 15.0, "cacheReadPerMTok": 0.3}
 
 
+ANTHROPIC = {"kind": "anthropic", "model": "claude-test", "maxTokens": 512, "pricing": PRICES}
+
+
 def profiles(tmp_path: Path, base_url: str, **economy: Any) -> Path:
-    path = tmp_path / "profiles.json"
-    provider = {"kind": "anthropic", "baseUrl": base_url, "model": "claude-test", "maxTokens": 512,
-                "pricing": PRICES}  # fmt: skip
-    path.write_bytes(orjson.dumps({"profiles": [
-        {"name": "eco", "provider": provider, "tools": ["echo"], "economy": {"enabled": True, **economy}},
-        {"name": "std", "provider": {"kind": "scripted"}},
-    ]}))  # fmt: skip
-    return path
+    return economy_workers.profiles(tmp_path, base_url, provider=ANTHROPIC, **economy)
 
 
 def sent_once(ids: list[str], calls: tuple[int, ...]) -> dict[str, int]:
@@ -46,8 +41,7 @@ def sent_once(ids: list[str], calls: tuple[int, ...]) -> dict[str, int]:
 
 
 async def submit(redis: Redis, redis_url: str, path: Path, n: int) -> tuple[Any, list[str]]:
-    p = producer_for(redis, redis_url)
-    p.profiles = load_profiles(str(path))
+    p = economy_producer(redis, redis_url, path)
     return p, [(await p.submit(economy_run(i))).run_id for i in range(n)]  # type: ignore[union-attr]
 
 
@@ -58,13 +52,9 @@ async def test_anthropic_economy_runs_go_through_message_batches_once(
         tool_rounds_backend("echo", rounds=2, arguments={"text": "x"}), delay_s=0.2
     ) as server:
         server.messages.cache_read_tokens = 4
-        p, ids = await submit(redis, redis_url, profiles(tmp_path, server.base_url), 20)
-        workers = procs(redis_url, profiles(tmp_path, server.base_url), 2)
-        try:
-            recs = await wait_all(p, ids, 90)
-        finally:
-            for w in workers:
-                w.stop()
+        path = profiles(tmp_path, server.base_url)
+        p, ids = await submit(redis, redis_url, path, 20)
+        recs = await finished_on(p, ids, redis_url, path)
         assert {r.status.value for r in recs.values()} == {"completed"}  # type: ignore[attr-defined]
         assert server.received == sent_once(ids, (1, 2, 3))  # Message Batches, each call once
         assert not server.batches and not server.messages.standard  # nothing on the other paths
@@ -106,17 +96,8 @@ async def test_a_worker_killed_at_a_batcher_state_sends_no_anthropic_request_twi
     ) as server:
         path = profiles(tmp_path, server.base_url)
         p, ids = await submit(redis, redis_url, path, 20)
-        doomed = procs(redis_url, path, 1, AGENTMILL_FAILPOINTS=point)[0]
-        deadline = time.monotonic() + 30
-        while doomed.alive and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        assert not doomed.alive
-        workers = procs(redis_url, path, 2)
-        try:
-            recs = await wait_all(p, ids, 90)
-        finally:
-            for w in workers:
-                w.stop()
+        await died_at(redis_url, path, point)
+        recs = await finished_on(p, ids, redis_url, path)
         assert {r.status.value for r in recs.values()} == {"completed"}  # type: ignore[attr-defined]
         assert server.received == sent_once(ids, (1, 2))
         for rid in ids:  # no tool executed twice
@@ -131,8 +112,7 @@ async def test_an_anthropic_batch_whose_calls_all_went_standard_is_cancelled_and
 ) -> None:
     async with BatchServer(tool_rounds_backend("echo", rounds=0), delay_s=60) as server:
         path = profiles(tmp_path, server.base_url, standardTimeMs=4000)
-        p = producer_for(redis, redis_url)
-        p.profiles = load_profiles(str(path))
+        p = economy_producer(redis, redis_url, path)
         workers = procs(redis_url, path, 1, AGENTMILL_RECONCILE_MS="200")
         try:
             await started(p, workers)

@@ -14,10 +14,9 @@ from redis.asyncio import Redis
 from producer.archived import ArchiveReads
 from producer.listing import Catalog, batch_view
 from shared.archive.store import ArchiveStore
-from shared.profiles import load_profiles
-from tests.integration.helpers import producer_for, stream, wait_all
-from tests.integration.test_economy_runs import economy_run, procs, profiles
+from tests.integration.helpers import stream
 from tests.support.batch_server import BatchServer, tool_rounds_backend
+from tests.support.economy_workers import economy_producer, economy_run, finished_on, profiles
 from tests.support.postgres_server import PostgresServer, binaries
 from tests.support.procs import WorkerProc
 from tests.support.schema import K
@@ -51,15 +50,9 @@ async def test_a_batchs_usage_splits_by_lane_in_redis_and_in_the_archive(
             tool_rounds_backend("echo", rounds=1, arguments={"text": "x"}), delay_s=0.1
         ) as server:
             path = profiles(tmp_path, server.base_url)
-            p = producer_for(redis, redis_url, **({"archive_url": pg.url} if pg else {}))
-            p.profiles = load_profiles(str(path))
-            ids = [s.run_id for s in await p.submit_many(items, batch_id="mix")]  # type: ignore[union-attr]
-            workers = procs(redis_url, path, 2, **env)
-            try:
-                recs = await wait_all(p, ids, 90)
-            finally:
-                for w in workers:
-                    w.stop()
+            p = economy_producer(redis, redis_url, path, **({"archive_url": pg.url} if pg else {}))
+            ids = [s.run_id for s in await p.submit_many(items, batch_id="mix")]
+            recs = await finished_on(p, ids, redis_url, path, **env)
         assert {r.status.value for r in recs.values()} == {"completed"}  # type: ignore[attr-defined]
 
         # each model call's recorded usage, by the lane that answered it

@@ -17,51 +17,29 @@ import pytest
 from redis.asyncio import Redis
 
 from shared import payload_crypto
-from shared.profiles import load_profiles
 from tests.integration.helpers import (
     assert_clean_stream,
     http_get,
     metric_samples,
-    producer_for,
     stream,
     until_status,
     wait_all,
 )
 from tests.integration.test_deletion import redis_traces
 from tests.support.batch_server import BatchServer, Plan, chat_completion, tool_rounds_backend
-from tests.support.procs import WorkerProc
+from tests.support.economy_workers import (
+    died_at,
+    economy_producer,
+    economy_run,
+    finished_on,
+    procs,
+    profiles,
+    started,
+)
 from tests.support.redis_server import free_port
 from tests.support.schema import K
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
-
-FAST_BATCHES = {
-    "AGENTMILL_ECONOMY_BATCH_REQUESTS": "50",
-    "AGENTMILL_ECONOMY_BATCH_AGE_S": "0.2",
-    "AGENTMILL_ECONOMY_POLL_MIN_S": "0.05",
-    "AGENTMILL_ECONOMY_POLL_MAX_S": "0.2",
-    "AGENTMILL_ECONOMY_LEASE_MS": "1000",
-}
-
-
-def profiles(tmp_path: Path, base_url: str, **economy: Any) -> Path:
-    path = tmp_path / "profiles.json"
-    provider = {"kind": "openai", "baseUrl": base_url, "model": "gpt-4o-mini",
-                "pricing": {"inputPerMTok": 1.0, "outputPerMTok": 2.0}}  # fmt: skip
-    path.write_bytes(orjson.dumps({"profiles": [
-        {"name": "eco", "provider": provider, "tools": ["echo"], "economy": {"enabled": True, **economy}},
-        {"name": "std", "provider": {"kind": "scripted"}},
-    ]}))  # fmt: skip
-    return path
-
-
-def economy_run(i: int) -> dict[str, Any]:
-    return {"agent": "eco", "lane": "economy", "inputMessages": [{"role": "user", "content": f"ticket {i}"}]}
-
-
-def procs(redis_url: str, path: Path, n: int, **env: str) -> list[WorkerProc]:
-    base = {"AGENTMILL_PROFILES": str(path), **FAST_BATCHES, **env}
-    return [WorkerProc(redis_url, env=base).start() for _ in range(n)]
 
 
 async def test_economy_runs_go_through_batches_exactly_once_on_two_workers(
@@ -72,8 +50,7 @@ async def test_economy_runs_go_through_batches_exactly_once_on_two_workers(
         tool_rounds_backend("echo", rounds=2, arguments={"text": "x"}), delay_s=0.2
     ) as server:
         path = profiles(tmp_path, server.base_url)
-        p = producer_for(redis, redis_url)
-        p.profiles = load_profiles(str(path))
+        p = economy_producer(redis, redis_url, path)
         # a standard run of the same profile first: its configuration is not the economy runs'
         std = [(await p.submit({**economy_run(-1), "lane": "standard"})).run_id]  # type: ignore[union-attr]
         workers = procs(redis_url, path, 2)
@@ -115,21 +92,11 @@ async def test_a_worker_killed_at_a_failpoint_hands_over_and_nothing_is_sent_twi
         tool_rounds_backend("echo", rounds=1, arguments={"text": "y"}), delay_s=0.1
     ) as server:
         path = profiles(tmp_path, server.base_url)
-        p = producer_for(redis, redis_url)
-        p.profiles = load_profiles(str(path))
+        p = economy_producer(redis, redis_url, path)
         ids = [(await p.submit(economy_run(i))).run_id for i in range(n)]  # type: ignore[union-attr]
         # the first worker dies at the point (after_create: the batch exists, its id is not kept)
-        doomed = procs(redis_url, path, 1, AGENTMILL_FAILPOINTS=point)[0]
-        deadline = time.monotonic() + 30
-        while doomed.alive and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        assert not doomed.alive
-        workers = procs(redis_url, path, 2)
-        try:
-            recs = await wait_all(p, ids, 90)
-        finally:
-            for w in workers:
-                w.stop()
+        await died_at(redis_url, path, point)
+        recs = await finished_on(p, ids, redis_url, path)
         assert {r.status.value for r in recs.values()} == {"completed"}  # type: ignore[attr-defined]
         assert server.received == {f"{rid}:{k}": 1 for rid in ids for k in (1, 2)}
 
@@ -139,8 +106,7 @@ async def test_a_standard_run_starts_at_once_while_economy_runs_wait(
 ) -> None:
     async with BatchServer(tool_rounds_backend("echo", rounds=0), delay_s=30) as server:
         path = profiles(tmp_path, server.base_url)
-        p = producer_for(redis, redis_url)
-        p.profiles = load_profiles(str(path))
+        p = economy_producer(redis, redis_url, path)
         eco = [(await p.submit(economy_run(i))).run_id for i in range(20)]  # type: ignore[union-attr]
         port = free_port()
         workers = procs(redis_url, path, 1, AGENTMILL_MAX_JOBS="4", AGENTMILL_WORKER_METRICS_PORT=str(port))
@@ -191,8 +157,7 @@ async def test_with_data_keys_the_request_lines_and_the_answers_are_sealed_at_re
 
         async with BatchServer(answer, delay_s=1.0) as server:
             path = profiles(tmp_path, server.base_url)
-            p = producer_for(redis, redis_url)
-            p.profiles = load_profiles(str(path))
+            p = economy_producer(redis, redis_url, path)
             ids = [
                 (
                     await p.submit(
@@ -227,8 +192,7 @@ async def test_an_expired_batch_sends_its_calls_to_the_standard_lane(
     backend = tool_rounds_backend("echo", rounds=0)
     async with BatchServer(backend, plans=[Plan(outcome="expired", answered=0)]) as server:
         path = profiles(tmp_path, server.base_url)
-        p = producer_for(redis, redis_url)
-        p.profiles = load_profiles(str(path))
+        p = economy_producer(redis, redis_url, path)
         rid = (await p.submit(economy_run(0))).run_id  # type: ignore[union-attr]
         port = free_port()
         workers = procs(redis_url, path, 1, AGENTMILL_WORKER_METRICS_PORT=str(port))
@@ -260,20 +224,12 @@ def discarded_late(samples: dict[Any, float]) -> float:
     )
 
 
-async def started(p: Any, workers: list[WorkerProc]) -> None:
-    """The workers are up (a standard run of the scripted profile done): a deadline counted from
-    now is not spent on their start."""
-    std = await p.submit({"agent": "std", "inputMessages": [{"role": "user", "content": "up?"}]})
-    await wait_all(p, [std.run_id], 30)
-
-
 async def test_a_deadline_with_the_batch_pending_completes_on_the_standard_lane_and_the_late_answer_changes_nothing(
     redis: Redis, redis_url: str, tmp_path: Path
 ) -> None:
     async with BatchServer(tool_rounds_backend("echo", rounds=0), delay_s=10) as server:
         path = profiles(tmp_path, server.base_url, standardTimeMs=4000)
-        p = producer_for(redis, redis_url)
-        p.profiles = load_profiles(str(path))
+        p = economy_producer(redis, redis_url, path)
         port = free_port()
         workers = procs(
             redis_url, path, 1, AGENTMILL_RECONCILE_MS="200", AGENTMILL_WORKER_METRICS_PORT=str(port)
@@ -317,8 +273,7 @@ async def test_a_batch_whose_every_request_left_for_the_standard_lane_is_cancell
 ) -> None:
     async with BatchServer(tool_rounds_backend("echo", rounds=0), delay_s=60) as server:
         path = profiles(tmp_path, server.base_url, standardTimeMs=4000)
-        p = producer_for(redis, redis_url)
-        p.profiles = load_profiles(str(path))
+        p = economy_producer(redis, redis_url, path)
         port = free_port()
         workers = procs(
             redis_url, path, 1, AGENTMILL_RECONCILE_MS="200", AGENTMILL_WORKER_METRICS_PORT=str(port)
@@ -361,8 +316,7 @@ async def test_a_tenants_cost_per_day_counts_economy_calls_at_the_batch_price(
 
     async with BatchServer(tool_rounds_backend("echo", rounds=1, arguments={"text": "z"})) as server:
         path = profiles(tmp_path, server.base_url)
-        p = producer_for(redis, redis_url)
-        p.profiles = load_profiles(str(path))
+        p = economy_producer(redis, redis_url, path)
         ids = [(await p.submit(economy_run(i))).run_id for i in range(5)]  # type: ignore[union-attr]
         quotas = orjson.dumps({"default": {"costUsdPerDay": 1.0}}).decode()
         workers = procs(redis_url, path, 1, AGENTMILL_TENANT_QUOTAS=quotas)
@@ -395,8 +349,7 @@ async def chaos(redis: Redis, redis_url: str, tmp_path: Path, n: int, within: fl
         tool_rounds_backend("echo", rounds=2, arguments={"text": "c"}), delay_s=0.2
     ) as server:
         path = profiles(tmp_path, server.base_url)
-        p = producer_for(redis, redis_url)
-        p.profiles = load_profiles(str(path))
+        p = economy_producer(redis, redis_url, path)
         ids = [s.run_id for s in await p.submit_many([economy_run(i) for i in range(n)])]  # type: ignore[union-attr]
         # a run whose worker dies more often than this would be quarantined (poison_run): not the point here
         env = {"AGENTMILL_LEASE_MS": "2000", "AGENTMILL_RECONCILE_MS": "300", "AGENTMILL_FAILPOINTS": points,

@@ -41,6 +41,10 @@ def test_no_script_spells_a_key_or_a_setting_of_its_own() -> None:
             "__DEFAULT_PRIORITY__",
             "__NANO_USD__",  # a unit (shared.quotas.NANO_USD), not a setting
             "__SESSION_CALLS_KEPT__",  # a bound (agentmill_client.limits), not a setting
+            "__SESSION_RUNS_SHOWN__",
+            "__SESSION_LOOPS_KEPT__",
+            "__INBOX_KEPT__",  # a bound of a worker's inbox (shared.keys), not a setting
+            "__SCALE_ONE__",  # a budget hold's unit scale (shared.calls.budgets), not a setting
             "__CONTEXT_TOOLS__",  # tool names (shared.session_calls), not a setting
             "__WAKE_KEPT__",  # a bound of a wake list (shared.keys), not a setting
             "__LISTING_FIELDS__",  # run hash fields (shared.listing_row), not a setting

@@ -5,15 +5,19 @@ listed here, and the list only shrinks."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import pkgutil
 import re
 
 import pytest
 
-from shared import scripts
-from shared.calls import CALLS, Abort, AbortVerdict, Release, SayLiveTenants
+from shared import calls, scripts
+from shared.calls import CALLS, ScriptCall, declared_calls
 from shared.calls.base import bind
 from shared.calls.dispatch import Redispatch, RedispatchVerdict
 from shared.calls.limits import CapacityAcquire, CapacityRelease, CapacityVerdict, RateSlots
+from shared.calls.runs import Abort, AbortVerdict, Release
+from shared.calls.schedules import SayLiveTenants
 from shared.keys import Partition
 
 POSITIONAL_READ = re.compile(r"\bARGV\[\d|\bA\[\d")
@@ -93,3 +97,39 @@ def test_a_key_only_field_builds_the_keys_and_is_no_argument() -> None:
 def test_a_verdict_read_from_the_reply_where_the_script_puts_it() -> None:
     assert CapacityAcquire.verdict([3, b"concurrency", 0]) is CapacityVerdict.CONCURRENCY
     assert Redispatch.verdict([b"redispatched", b"job_lost"]) is RedispatchVerdict.REDISPATCHED
+
+
+def _defined_calls() -> set[type[ScriptCall]]:
+    """Every ScriptCall subclass the modules of shared.calls define, exported or not."""
+    found: set[type[ScriptCall]] = set()
+    for info in pkgutil.iter_modules(calls.__path__):
+        module = importlib.import_module(f"shared.calls.{info.name}")
+        found |= {
+            c
+            for c in vars(module).values()
+            if isinstance(c, type)
+            and issubclass(c, ScriptCall)
+            and c is not ScriptCall
+            and c.__module__ == module.__name__
+        }
+    return found
+
+
+def test_every_call_a_module_defines_is_in_calls_by_its_script() -> None:
+    defined = _defined_calls()
+    assert len(defined) > 50
+    assert {c.SCRIPT: c for c in defined} == CALLS
+    # a declared script is one of the library's, and its body reads its slots by name (ARG.*): a
+    # call left out of CALLS would fail to render (bind refuses its tokens)
+    assert set(CALLS) <= set(scripts.SCRIPTS)
+
+
+def test_calls_are_built_from_the_modules_exports() -> None:
+    assert declared_calls() == CALLS
+    schedules = importlib.import_module("shared.calls.schedules")
+    exported = list(schedules.__all__)
+    try:
+        schedules.__all__ = [n for n in exported if n != "ScheduleRate"]
+        assert "schedule_rate" not in declared_calls()  # not exported: not declared
+    finally:
+        schedules.__all__ = exported

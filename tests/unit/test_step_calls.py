@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from shared.calls import CALLS, AppendVerdict, Commit, Publish
+from shared.calls import CALLS
 from shared.calls.economy import EconAdvance, EconEnqueue
+from shared.calls.steps import AppendVerdict, Commit, Publish
 from shared.keys import Partition
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from shared import keys
-from shared.calls.budgets import BudgetReserve, BudgetReserveVerdict, BudgetSettle
+from shared.calls.budgets import SCALE_ONE, BudgetLimit, BudgetReserve, BudgetReserveVerdict, BudgetSettle
 from shared.clock import now_ms, utc_day
 from shared.partitions import Partitions
 from shared.quotas import DEFAULT_TENANT, NANO_USD, Quotas
@@ -81,7 +81,9 @@ class TenantBudgets:
         part = self.parts.home(tenant)
         day = utc_day(now_ms())
         k = [part.tenant_budget(tenant, day), part.tenant_budget_holds(tenant, day)]
-        st = Settlement(k, f"{member}|1000|0|0", max(0, tokens), max(0, nano_usd(cost_usd)), KEYS_TTL_MS)
+        st = Settlement(
+            k, f"{member}|{SCALE_ONE}|0|0", max(0, tokens), max(0, nano_usd(cost_usd)), KEYS_TTL_MS
+        )
         await settle_by_call(self.parts, self.scripts, part, st)
 
     def __init__(self, parts: Partitions[Any], scripts: Scripts, quotas: Quotas, hold_ms: int) -> None:
@@ -117,11 +119,11 @@ class TenantBudgets:
             return RedisBudgetHold(self, part, k, text(reply[1]))
         which, spent, held, this, limit, scale = text(reply[1]), *(int(text(x)) for x in reply[2:7])
         scaled = (
-            f" ({scale / 1000:g}x its bound: a call of the day was counted at that many times its hold)"
-            if scale > 1000
+            f" ({scale / SCALE_ONE:g}x its bound: a call of the day was counted at that many times its hold)"
+            if scale > SCALE_ONE
             else ""
         )
-        if which == "tokens":
+        if which == BudgetLimit.TOKENS:
             return (
                 f"tenant {tenant!r} tokensPerDay={limit} ({day} UTC): spent {spent}, held {held} by calls in "
                 f"flight, the next model call reserves {this}{scaled}; {spent + held + this} > {limit}"

@@ -16,9 +16,10 @@ from agentmill_client import limits
 from agentmill_client.models import Message, ToolCall, ToolResult
 from shared import children as kids
 from shared import payload_crypto
-from shared.calls import ForgetWorker, Release
+from shared.calls.runs import Release
 from shared.calls.steps import Acquire, AcquireVerdict, AppendVerdict, BeatVerdict, Commit, Publish
 from shared.calls.steps import Beat as BeatCall
+from shared.calls.workers import ForgetWorker
 from shared.children import ChildSpec, Spawned
 from shared.functions import Script, each_with_reload
 from shared.keys import Partition

@@ -12,6 +12,7 @@ from collections import Counter
 
 from redis.exceptions import RedisError
 
+from shared.calls.dispatch import RedispatchReason
 from shared.redis_watch import RedisWatch
 from shared.settings import Settings
 from worker.adapters.lease import WorkerLease
@@ -120,7 +121,7 @@ class LeaseKeeping:
         log.info("worker %s carries on under lease id %s", self.worker_id, self.deps.lease_id)
 
     def _redispatched(self, verdicts: Counter[str]) -> None:
-        for reason in ("lease_expired", "job_lost"):
+        for reason in (RedispatchReason.LEASE_EXPIRED, RedispatchReason.JOB_LOST):
             if n := verdicts.get(f"redispatched:{reason}", 0):
                 self.observer.runs_redispatched(reason, n)
         if n := verdicts.get("child_delivered", 0):

@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from agentmill_client.models import EventKind
 from agentmill_client.statuses import TERMINAL
+from shared.calls.dispatch import RedispatchReason
 from shared.calls.limits import CapacityVerdict
 from shared.profiles import FALLBACK_CLASSES
 from worker.core.policy import RETRYABLE_STATUSES
@@ -58,7 +59,15 @@ LABELS: dict[str, tuple[str, ...]] = {
     "reason.refused": ("fenced", "duplicate"),
     "reason.compaction": ("threshold", "overflow"),
     "reason.throttled": (*(v.value for v in CapacityVerdict if v is not CapacityVerdict.OK), "http_429"),
-    "reason.redispatch": ("lease_expired", "job_lost", "economy_deadline", "model_replied"),
+    "reason.redispatch": tuple(
+        r.value
+        for r in (
+            RedispatchReason.LEASE_EXPIRED,
+            RedispatchReason.JOB_LOST,
+            RedispatchReason.ECONOMY_DEADLINE,
+            RedispatchReason.MODEL_REPLIED,
+        )
+    ),
     # why an economy call went to the standard lane (worker/runner/economy_call.py)
     "reason.lane": ("deadline", "expired", "cancelled", "failed", "http", "missing", "economy_full"),
     "state": tuple(s for s in _STATES if s not in TERMINAL),

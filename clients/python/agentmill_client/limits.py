@@ -46,6 +46,7 @@ __all__ = [
     "MAX_WEBHOOK_RESPONSE_BYTES",
     "MIN_PRIORITY",
     "SESSION_CALLS_KEPT",
+    "SESSION_LOOPS_KEPT",
     "SESSION_RUNS_SHOWN",
 ]
 
@@ -102,6 +103,8 @@ MAX_META_VALUE_CHARS = 256
 MAX_RESULT_MESSAGES = 500
 MAX_RESULT_MESSAGES_BYTES = 512_000  # their JSON, together
 SESSION_RUNS_SHOWN = 1_000  # newest runs a session view reads (commit.lua trims a session's list to as many)
+# newest run loops a session keeps (commit.lua trims to as many): the most a run loads (maxHistoryLoops)
+SESSION_LOOPS_KEPT = 1_000
 SESSION_CALLS_KEPT = (
     5_000  # newest tool calls a session lists for search_history (commit.lua trims to as many)
 )
