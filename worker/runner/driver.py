@@ -28,7 +28,10 @@ from shared.calls.steps import AcquireVerdict
 from shared.tool_records import ToolRecord
 from worker import machine
 from worker.adapters.lease import LeaseExpiredError
+from worker.core.acquisition import Acquired, NotAcquired
+from worker.core.commit_step import Outbox
 from worker.core.sessions import session_update
+from worker.core.store_errors import FencedError, SeqConflictError
 from worker.machine import (
     AbortRequested,
     ApprovalsDecided,
@@ -48,7 +51,7 @@ from worker.machine import (
     StartRejected,
     notices,
 )
-from worker.ports import Acquired, FencedError, Host, NotAcquired, Outbox, SeqConflictError
+from worker.ports import Host
 from worker.runner import hearing, opening
 from worker.runner.commits import Commits
 from worker.runner.deadline import RunDeadline
