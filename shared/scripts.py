@@ -51,7 +51,7 @@ from redis.asyncio import Redis
 from agentmill_client import limits
 from agentmill_client.models import EventKind
 from agentmill_client.statuses import TERMINAL, RunStatus
-from shared import functions, keys, listing_row
+from shared import functions, index_keys, keys, listing_row
 from shared.calls import CALLS
 from shared.calls.base import bind
 from shared.calls.submission import bind_new_run
@@ -247,7 +247,7 @@ NAMES: dict[str, type[StrEnum]] = {
     "EB": EconomyBatchField,  # an economy batch's hash (worker/economy/)
     "ES": EconomyBatchState,
 }
-_DIMS = {d.upper(): d for d in keys.INDEX_DIMS}  # DIM.STATUS: a listing index's dimension
+_DIMS = {d.upper(): d for d in index_keys.INDEX_DIMS}  # DIM.STATUS: a listing index's dimension
 _NAME_TOKEN = re.compile(
     r"\b(F|S|BATCH|SESSION|SCHED|BUDGET|EVENT|USAGE|EUSAGE|CALL|TS|EB|ES|DIM)\.([A-Z][A-Z0-9_]*)\b"
 )

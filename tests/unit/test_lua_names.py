@@ -16,7 +16,7 @@ import pytest
 
 from agentmill_client.models import EventKind
 from agentmill_client.statuses import RunStatus
-from shared import keys
+from shared import index_keys
 from shared.fields import (
     BatchField,
     BudgetField,
@@ -56,7 +56,7 @@ NAMED = {
     *ToolState,
     *EconomyBatchField,
     *EconomyBatchState,
-    *keys.INDEX_DIMS,
+    *index_keys.INDEX_DIMS,
 }
 
 
