@@ -22,7 +22,8 @@ from typing import Protocol
 
 from agentmill_client.models import Message, ToolCall, ToolResult
 from shared.children import ChildSpec, Spawned
-from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
+from shared.profiles import AgentProfile, ContextConfig
+from shared.provider_config import ProviderConfig
 from shared.settings import Settings
 from worker.core.acquisition import Acquired, NotAcquired
 from worker.core.commit_step import CommitStep, Entry, Settlement

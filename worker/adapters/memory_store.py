@@ -29,7 +29,8 @@ from agentmill_client.models import (
 )
 from shared.calls.steps import AcquireVerdict
 from shared.children import ChildSpec, Spawned
-from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
+from shared.profiles import AgentProfile, ContextConfig
+from shared.provider_config import ProviderConfig
 from shared.settings import Settings
 from shared.tool_records import ToolRecord, ToolState
 from worker.adapters.lease import WorkerLease
