@@ -32,7 +32,7 @@ from redis.asyncio import Redis
 from bench.figure import Figure
 from bench.plumbing import Plumbing
 from bench.probes import pct
-from shared.profiles import ProviderConfig
+from shared.provider_config import ProviderConfig
 from shared.quotas import DEFAULT_TENANT
 from shared.scripts import Scripts
 from tests.support.schema import K

@@ -2,7 +2,7 @@
 (``GET /v1/batches/{id}/results``, ``Client.batch_results``, ``agentmill batch results``).
 
 The order is the batch's item index, kept per partition by the submit scripts in the batch's
-``item`` index (runId -> item index; keys.INDEX_DIMS). The export walks it in pages: every
+``item`` index (runId -> item index; index_keys.INDEX_DIMS). The export walks it in pages: every
 partition answers the runs from the same item index on (BATCH_RESULTS: at most PAGE runs,
 SCAN_MAX entries looked at and about BYTES_MAX of results per call, one pipelined round trip per
 node for all partitions), and

@@ -25,7 +25,7 @@ import orjson
 
 from agentmill_client.statuses import RunStatus
 from shared import keys
-from shared.archive.store import ArchiveBusyError
+from shared.archive.deletion import ArchiveBusyError
 from shared.calls.erasure import DeleteRun, DeleteRunVerdict
 from shared.clock import now_ms
 from shared.fields import RunField

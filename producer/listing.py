@@ -25,7 +25,7 @@ from producer.batch_shares import merge_batch, read_batch
 from producer.run_filter import STATUSES, ListingError, RunFilter
 from producer.run_record import lineage_view
 from producer.scope import SCOPED_PREFIX
-from shared import keys
+from shared import index_keys, keys
 from shared.actors import actor_json
 from shared.calls.listing import ListRuns
 from shared.calls.runs import Abort
@@ -323,8 +323,8 @@ class Catalog:
 
 def batch_delivery_key(delivery_id: str) -> str | None:
     """The batch hash a webhook delivery id names, or None for a run's delivery."""
-    if delivery_id.startswith(keys.BATCH_DELIVERY):
-        return delivery_id[len(keys.BATCH_DELIVERY) :]
+    if delivery_id.startswith(index_keys.BATCH_DELIVERY):
+        return delivery_id[len(index_keys.BATCH_DELIVERY) :]
     return None
 
 

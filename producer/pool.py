@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentmill_client.api import PoolAnswer, PoolMinute, PoolPartition, PoolWorker
+from agentmill_client.pool import PoolAnswer, PoolMinute, PoolPartition, PoolWorker
 from shared import keys
 from shared.partitions import Partitions
 from shared.pool_stats import FIELDS, WINDOW_MIN, minute_of

@@ -21,7 +21,8 @@ from shared.agent_rules import NAME_PATTERN, parse_ref
 from shared.calls.submission import Submit
 from shared.meta_terms import meta_term, meta_terms
 from shared.netguard_rules import host_refusal
-from shared.profiles import AgentProfile, unpriced_message
+from shared.profiles import AgentProfile
+from shared.provider_config import unpriced_message
 from shared.quotas import Quota
 from shared.schema_compiling import run_schemas
 from shared.schema_validator import SchemaBoundError, compiled

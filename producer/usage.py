@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Literal
 
-from agentmill_client.api import UsageAnswer, UsageDay, UsageTotals
+from agentmill_client.usage import UsageAnswer, UsageDay, UsageTotals
 from shared import keys
 from shared.fields import EconomyUsagePart, UsagePart
 from shared.quotas import NANO_USD

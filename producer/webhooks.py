@@ -42,7 +42,7 @@ from agentmill_client.models import usable_url
 from producer.batch_shares import merge_batch, read_batch
 from producer.listing import batch_body, batch_delivery_key
 from producer.scope import Scope
-from shared import backoff, keys, payload_crypto
+from shared import backoff, index_keys, keys, payload_crypto
 from shared.calls.results import ClaimWebhooks
 from shared.clock import now_ms
 from shared.fields import RunField
@@ -200,7 +200,7 @@ class Deliverer:
         h = merge_batch(shares)
         if h is None or not all(s.get("finishedAt") for s in shares):
             return delivery_id, None, None  # a share still runs: its own delivery comes when it finishes
-        mine = keys.BATCH_DELIVERY + share_key
+        mine = index_keys.BATCH_DELIVERY + share_key
         done = home.batch_done(tenant, batch_id)
 
         async def won(c: Redis) -> bool:

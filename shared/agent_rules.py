@@ -30,7 +30,8 @@ from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
 from shared.netguard_rules import host_refusal
-from shared.profiles import DEFAULT_MAX_DEPTH, DEV_TOOLS, AgentProfile, ProviderConfig
+from shared.profiles import DEFAULT_MAX_DEPTH, DEV_TOOLS, AgentProfile
+from shared.provider_config import ProviderConfig
 
 __all__ = ["NAME_PATTERN", "AgentRefusal", "build", "checked", "parse_ref"]
 

@@ -1,4 +1,4 @@
-"""What a profile's anthropic provider takes beyond the openai kind's settings (shared/profiles.py)."""
+"""What a profile's anthropic provider takes beyond the openai kind's settings (shared/provider_config.py)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ import orjson
 from pydantic import Field, ValidationError
 
 from agentmill_client.models import Model
-from shared.profiles import ProviderConfig
+from shared.provider_config import ProviderConfig
 from shared.settings_errors import SettingsError
 
 __all__ = ["PROVIDERS_ENV", "ConnectionFile", "connections_from", "load_connections"]

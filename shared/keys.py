@@ -19,6 +19,10 @@ for the keys that depend on what it reads (the next run of a session, the runs a
 the partition's prefixes in ``Partition.context`` (the last ARGV of every script, parsed by
 shared/lua/prelude.lua), where a key is a prefix followed by an id. Compound keys (a tenant's
 listing index, a batch) join their parts with ``:`` in both languages; a test compares them.
+
+``Partition`` declares a run's own keys and the partition's fixed ones here; a session's keys
+(shared/session_keys.py), the listing and counting keys (shared/index_keys.py) and a schedule's keys
+(shared/schedule_keys.py) are declared in its bases, each key once.
 """
 
 from __future__ import annotations
@@ -29,11 +33,13 @@ from functools import cached_property
 from arq.constants import in_progress_key_prefix, job_key_prefix, result_key_prefix
 from redis.crc import key_slot
 
+from shared.index_keys import IndexKeys
+from shared.schedule_keys import ScheduleKeys
+from shared.session_keys import SessionKeys
+
 __all__ = [
-    "BATCH_DELIVERY",
     "CONTEXT_FIELDS",
     "INBOX_KEPT",
-    "INDEX_DIMS",
     "SCOPED_PREFIX",
     "SLOTS",
     "WAKE_KEPT",
@@ -55,15 +61,6 @@ SEP = "\x1f"  # between the fields of Partition.context (ids, tenants and JSON n
 # client id does, and no view shows one: a view names a run by the id its tenant knows.
 SCOPED_PREFIX = "tsc_"
 
-# Listing indexes (per tenant and partition; bounded, expiring with the retention): sorted sets
-# runId -> createdAt (ms). ``dim`` is one of these; the tenant-wide index is dim "all", value "".
-# "item" (value: a batch id) is the batch's order instead: runId -> its item index in the batch.
-# "parent" (value: the parent's run id, the one its keys use): a parent's child runs (sub-agents).
-INDEX_DIMS = ("all", "status", "agent", "session", "batch", "meta", "item", "parent")
-
-# A finished batch's delivery id on a partition's webhook list: this prefix, then the batch key (a
-# runId never holds a brace, so the two kinds of delivery cannot be confused).
-BATCH_DELIVERY = "{batch}"
 
 # How many wake signals a partition's wake list keeps (and one script call writes at most): a burst
 # of jobs made due at once wakes up to this many waiting workers; the others' polls find the rest.
@@ -121,14 +118,18 @@ def partition_tag(index: int, count: int) -> str:
     return "{" + candidate + "}"
 
 
-class Partition:
-    """The keys of one partition. Per-id keys are a prefix followed by the id."""
+class Partition(SessionKeys, IndexKeys, ScheduleKeys):
+    """The keys of one partition. Per-id keys are a prefix followed by the id; a session's keys,
+    the listing and counting keys and a schedule's keys are declared in the modules of their bases."""
 
     def __init__(self, index: int, count: int) -> None:
         self.index = index
         self.tag = partition_tag(index, count)
         self.slot = slot_of(self.tag)
         b = self.base = f"{PREFIX}:{self.tag}:"
+        self._session_prefixes(b)
+        self._index_prefixes(b)
+        self._schedule_prefixes(b)
         self.run_prefix = b + "run:"  # hash: shared.fields.RunField
         self.events_prefix = b + "events:"  # stream of RunEvents; entry id <seq>-0
         self.tools_prefix = b + "tools:"  # hash toolCallId -> {state, epoch, attempts, result}
@@ -143,14 +144,6 @@ class Partition:
         # + tenant:id: hash (shared.fields.DeletionField), a deletion by metadata, at its tenant's home
         self.deletion_prefix = b + "del:"
         self.pointer_prefix = b + "at:"  # string: partition index of a run living away from home
-        self.session_prefix = b + "s:"  # hash: shared.fields.SessionField
-        self.session_loops_prefix = b + "s.loops:"  # list of finished run loops (JSON), oldest first
-        self.session_results_prefix = b + "s.results:"  # hash toolCallId -> result, for recall
-        # list of every tool call its runs made, ended as they may (JSON worker.core.context.PastCall),
-        # oldest first: what search_history walks
-        self.session_calls_prefix = b + "s.calls:"
-        self.session_pending_prefix = b + "s.pending:"  # list of runIds waiting for the active run
-        self.session_runs_prefix = b + "s.runs:"  # list of every runId of the session
         self.worker_runs_prefix = b + "w.runs:"  # set of the runIds a worker (lease id) holds here
         self.worker_inbox_prefix = b + "w.inbox:"  # list of runIds with an abort request (bounded)
         self.worker_lease_prefix = b + "w.lease:"  # string, expiring with the worker's lease here
@@ -171,10 +164,6 @@ class Partition:
         # Debounce keys (RunInput.debounce), per tenant and key (conc_suffix), at the key's home:
         # string, the run waiting to start that a later submission of the key replaces
         self.debounce_prefix = b + "d:"
-        self.index_prefix = b + "ix:"  # + tenant:dim:value (index_key)
-        self.usage_prefix = b + "usage:"  # + tenant:day (usage_day)
-        self.pool_minute_prefix = b + "pool.min:"  # hash: runs started/ended in one minute (pool_minute)
-        self.batch_prefix = b + "batch:"  # + tenant:batchId (batch_key); hash: shared.fields.BatchField
         self.tool_cache_prefix = (
             b + "tc:"
         )  # + tenant:tool:digest (tool_cache); string: a ToolResult, with a TTL
@@ -192,16 +181,6 @@ class Partition:
         # With the archive on (AGENTMILL_ARCHIVE_URL): the finished runs still to archive, runId -> when
         # an archiver may take it (its ending, or the expiry of an archiver's claim; ms, Redis time).
         self.archive = b + "archive"
-        # Schedules (producer/schedules/) living here: those whose key calls this partition home.
-        self.schedule_prefix = b + "sched:"  # hash: shared.fields.ScheduleField
-        self.schedule_index_prefix = b + "sched.ix:"  # + tenant: zset schedule key -> createdAt (ms)
-        # + tenant: zset schedule key -> next firing (ms), or its claim's expiry (its unpaused schedules)
-        self.schedules_due_prefix = b + "sched.due:"
-        self.schedules_due_tenants = b + "sched.due.t"  # zset tenant -> its earliest due score here
-        self.schedules_due_before = b + "sched.due"  # one zset of every tenant's (older versions): moved
-        self.schedule_rate_prefix = (
-            b + "sched.rate:"
-        )  # + tenant (at its home): hash of its firings this minute
         # zset (partition 0) tenant -> until when (ms, Redis time) an API process's tokens name it
         self.live_tenants = b + "tenants.live.until"
         self.live_tenants_before = b + "tenants.live"  # the set older versions kept: removed
@@ -262,45 +241,6 @@ class Partition:
         """A cached tool result: the tool's name and a digest of its canonical arguments, per tenant."""
         return f"{self.tool_cache_prefix}{tenant}:{tool}:{digest}"
 
-    def session(self, session_id: str) -> str:
-        return self.session_prefix + session_id
-
-    def session_loops(self, session_id: str) -> str:
-        return self.session_loops_prefix + session_id
-
-    def session_results(self, session_id: str) -> str:
-        return self.session_results_prefix + session_id
-
-    def session_calls(self, session_id: str) -> str:
-        return self.session_calls_prefix + session_id
-
-    def session_pending(self, session_id: str) -> str:
-        return self.session_pending_prefix + session_id
-
-    def session_runs(self, session_id: str) -> str:
-        return self.session_runs_prefix + session_id
-
-    def session_keys(self, session_id: str) -> list[str]:
-        """hash, pending, runs, loops, results, calls: what the scripts that create or end runs touch."""
-        s = session_id
-        return [self.session(s), self.session_pending(s), self.session_runs(s), self.session_loops(s),
-                self.session_results(s), self.session_calls(s)]  # fmt: skip
-
-    def schedule(self, schedule_key: str) -> str:
-        return self.schedule_prefix + schedule_key
-
-    def schedules_due(self, tenant: str) -> str:
-        """A tenant's schedules due here (the firers claim from it)."""
-        return self.schedules_due_prefix + tenant
-
-    def schedule_rate(self, tenant: str) -> str:
-        """A tenant's schedule firings this minute (at the tenant's home partition)."""
-        return self.schedule_rate_prefix + tenant
-
-    def schedule_index(self, tenant: str) -> str:
-        """A tenant's schedules here (its listing)."""
-        return self.schedule_index_prefix + tenant
-
     def worker_runs(self, lease_id: str) -> str:
         return self.worker_runs_prefix + lease_id
 
@@ -311,10 +251,6 @@ class Partition:
         """Exists while the worker's lease is unexpired (PX: Redis's clock decides): what a commit
         checks in one command. ``workers`` holds the same expiry, for the sweep to find it."""
         return self.worker_lease_prefix + lease_id
-
-    def pool_minute(self, minute: int) -> str:
-        """Runs the pool started and ended in one minute (epoch minutes), by field (shared.pool_stats)."""
-        return self.pool_minute_prefix + str(minute)
 
     def api_key(self, key_id: str) -> str:
         """Hash: one managed API key (its keyed hash, never the key; shared.fields.ApiKeyField)."""
@@ -387,24 +323,6 @@ class Partition:
         """Hash ``<name>@<n>`` -> that version's profile as the tenant gave it (JSON), immutable: what
         a worker reads for a run pinned to it (worker/adapters/agent_cache.py), beside ``agents``."""
         return f"{self.base}agents.v:{tenant}"
-
-    def usage_day(self, tenant: str, day: str) -> str:
-        """Hash ``<agent>|in|out|cost|runs`` -> totals (shared.fields.usage_field): the usage of the
-        tenant's runs that ended on this partition on one UTC day (commit.lua, and prelude.lua's
-        finalize for a run ended from outside its worker; GET /v1/usage sums the partitions)."""
-        return f"{self.usage_prefix}{tenant}:{day}"
-
-    def index_key(self, tenant: str, dim: str, value: str = "") -> str:
-        return f"{self.index_prefix}{tenant}:{dim}:{value}"
-
-    def batch(self, tenant: str, batch_id: str) -> str:
-        """Hash: createdAt, total, done, one counter per status, open, finishedAt, webhook (this
-        partition's share of the batch's runs)."""
-        return f"{self.batch_prefix}{tenant}:{batch_id}"
-
-    def batch_done(self, tenant: str, batch_id: str) -> str:
-        """String set once when the whole batch finished (at its home partition): its webhook fires once."""
-        return f"{self.batch_prefix}{tenant}:{batch_id}:done"
 
     def job_id(self, run_id: str, gen: int) -> str:
         """arq job id of a run's dispatch ``gen``: the tag, the run id, and ``#gen`` past the first."""

@@ -19,7 +19,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from agentmill_client import limits
-from shared import dispatch, keys
+from shared import dispatch, index_keys, keys
 from shared.functions import Script
 from shared.partitions import Partitions, partition_count
 from shared.settings import Settings
@@ -49,7 +49,7 @@ class Framing:
             **dict(zip(("job_a", "job_b", "job_c", "job_d"), dispatch.JOB_TEMPLATE, strict=True)),
             "maxlen": str(s.stream_maxlen), "retention": str(s.retention_s),
             "queued_check_ms": str(s.queued_check_ms), "job_expire_ms": str(dispatch.JOB_EXPIRE_MS),
-            "index_max": str(limits.MAX_INDEX_RUNS), "batch_delivery": keys.BATCH_DELIVERY,
+            "index_max": str(limits.MAX_INDEX_RUNS), "batch_delivery": index_keys.BATCH_DELIVERY,
             "max_run_crashes": str(s.max_run_crashes), "aging_ms": str(s.priority_aging_ms),
             "archive_on": "1" if s.archive_url else "", "usage_ttl": str(s.usage_retention_days * 86_400),
             "key_waiting_max": str(s.key_max_waiting),

@@ -52,7 +52,7 @@ from agentmill_client import limits
 from agentmill_client.inputs import MultitaskStrategy
 from agentmill_client.models import EventKind
 from agentmill_client.statuses import TERMINAL, RunStatus
-from shared import functions, keys, listing_row
+from shared import functions, index_keys, keys, listing_row
 from shared.calls import CALLS
 from shared.calls.base import bind
 from shared.calls.budgets import SCALE_ONE, BudgetLimit
@@ -256,7 +256,7 @@ NAMES: dict[str, type[StrEnum]] = {
     "APPEND": AppendVerdict,  # an append's gate (prelude.lua's append_refused)
     "MULTI": MultitaskStrategy,  # a session's multitask strategy
 }
-_DIMS = {d.upper(): d for d in keys.INDEX_DIMS}  # DIM.STATUS: a listing index's dimension
+_DIMS = {d.upper(): d for d in index_keys.INDEX_DIMS}  # DIM.STATUS: a listing index's dimension
 _NAME_TOKEN = re.compile(rf"\b({'|'.join([*NAMES, 'DIM'])})\.([A-Z][A-Z0-9_]*)\b")
 
 

@@ -9,184 +9,51 @@
 - ``Clock`` and ``Rng``: wall time and the jitter the machine's retries use.
 - ``Host``: what the worker process shares with its runs (its ``Lease``, its ``Failpoints``…).
 
-Protocols and the plain values they exchange only: the implementations with nothing behind them
-(the system clock, no budgets, no failpoints) are in worker/adapters/plain.py, the bundle a run's
-driver is given in worker/runner/run_ports.py.
+Protocols only. The values they exchange are in worker/core (acquisition.py, commit_step.py,
+store_errors.py, tool_retry.py, economy_answer.py); the implementations with nothing behind them (the
+system clock, no budgets, no failpoints) are in worker/adapters/plain.py, the bundle a run's driver is
+given in worker/runner/run_ports.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
-from agentmill_client import limits
-from agentmill_client.models import Message, ToolCall, ToolResult, Usage
-from shared.calls.steps import AcquireVerdict
+from agentmill_client.models import Message, ToolCall, ToolResult
 from shared.children import ChildSpec, Spawned
-from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
+from shared.profiles import AgentProfile, ContextConfig
+from shared.provider_config import ProviderConfig
 from shared.settings import Settings
-from shared.tool_records import ToolRecord
+from worker.core.acquisition import Acquired, NotAcquired
+from worker.core.commit_step import CommitStep, Entry, Settlement
 from worker.core.config import RunConfig, ToolSpec
 from worker.core.config_cache import ConfigCache
 from worker.core.context import PastCall, RunLoop
 from worker.core.delta_pace import DeltaPace
+from worker.core.economy_answer import EconomyAnswer
+from worker.core.tool_retry import ToolRetry
 from worker.models.base import ModelProvider
 from worker.telemetry.observer import Observer
 from worker.tools.base import ToolContext
 from worker.tools.mcp_listings import Relisted
 
 __all__ = [
-    "Acquired",
     "BudgetHold",
     "BudgetPort",
     "Capacity",
     "Clock",
-    "CommitStep",
-    "EconomyAnswer",
     "EconomyPort",
-    "Entry",
     "Failpoints",
-    "FencedError",
     "Host",
     "Lease",
     "ModelPort",
-    "NotAcquired",
-    "Outbox",
     "Rng",
     "RunStore",
-    "SeqConflictError",
     "SessionStore",
-    "SessionUpdate",
-    "Settlement",
     "ToolCache",
     "ToolPort",
-    "ToolRetry",
-    "TranscriptWrite",
-    "UsageTally",
 ]
-
-
-class FencedError(Exception):
-    """This worker no longer owns the run; it must stop without writing. ``deleted``: the run is gone
-    (deleted, or expired): its job leaves no result behind either."""
-
-    def __init__(self, message: str, *, deleted: bool = False) -> None:
-        super().__init__(message)
-        self.deleted = deleted
-
-
-class SeqConflictError(Exception):
-    """The stream's last seq is not what this writer expected (another writer got in)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Acquired:
-    epoch: int
-    last_seq: int
-    checkpoint: bytes | None
-    input: bytes
-    abort_reason: str  # the run's abort field: its reason, or with who aborts (shared.actors.abort_of)
-    approvals: dict[str, Any]
-    tool_records: dict[str, ToolRecord]
-    restarts: int
-    origin: bytes | None = None  # a retry's or fork's initial checkpoint payload, until its first commit
-    tenant: str = ""
-    ancestry: bytes = b""  # a child run's (config.Lineage JSON: its ancestors); b"" for a root run
-    trace: str = ""  # the submitter's trace context as stored (RunField.TRACE), '' = none
-    config: bytes | None = None  # the run's configuration when its checkpoints leave it out (RunField.CONFIG)
-    transcript: bytes | None = None  # its transcript when they leave that out (keys.Partition.transcript)
-    priority: int = (
-        limits.DEFAULT_PRIORITY
-    )  # as capped at submission (RunField.PRIORITY): its place at a provider's limiter
-    unreadable: str = ""  # why its stored data does not open (a data key no longer listed); '' = it does
-
-
-@dataclass(frozen=True, slots=True)
-class NotAcquired:
-    verdict: AcquireVerdict  # never OK
-    detail: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class TranscriptWrite:
-    """The transcript kept apart from the checkpoints (keys.Partition.transcript): its messages' JSON
-    comma-joined, ``data`` appended to it (``append``: a leading comma unless the first) or set whole."""
-
-    append: bool
-    data: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Settlement:
-    """A model call's budget hold settled by the run's next commit (budget.lua, in commit.lua) rather
-    than by a round trip of its own: possible when the tenant's budget shares the run's slot."""
-
-    keys: list[str]  # the day's budget hash, its holds zset
-    member: str  # the hold
-    tokens: int
-    nano_usd: int
-    ttl_ms: int
-
-
-Entry = tuple[str, int, bytes]  # an event on its way to the stream: kind, ts, payload JSON
-
-
-@dataclass(slots=True)
-class Outbox:
-    """What one commit writes besides the checkpoint."""
-
-    events: list[Entry] = field(default_factory=list)
-    claims: list[str] = field(default_factory=list)
-    records: list[tuple[str, bytes]] = field(default_factory=list)
-    settle: Settlement | None = None  # a model call's budget settlement, written with this step
-
-    def __bool__(self) -> bool:
-        return bool(self.events or self.claims or self.records)
-
-
-@dataclass(frozen=True, slots=True)
-class UsageTally:
-    """Written with a run's terminal commit: its usage added to its tenant's usage of the UTC day
-    (keys.Partition.usage_day, fields shared.fields.usage_field), which GET /v1/usage reads."""
-
-    tenant: str
-    day: str  # YYYY-MM-DD
-    increments: list[tuple[str, int]]  # field, amount
-    ttl_s: int
-
-
-@dataclass(frozen=True, slots=True)
-class SessionUpdate:
-    """Written with a run's terminal commit: its run loop (a completed run's; b"": none) joins the
-    session's history, its tool results (session call id, ToolResult JSON) the session's results,
-    and its calls (worker.core.context.PastCall JSON, in order) the session's calls."""
-
-    session_id: str
-    loop: bytes = b""
-    tool_results: list[tuple[str, bytes]] = field(default_factory=list)
-    calls: list[bytes] = field(default_factory=list)
-
-
-@dataclass(frozen=True, slots=True)
-class CommitStep:
-    """One step's fenced write (``RunStore.commit``): its events, claims and records (``outbox``)
-    and, each when it changed, what else of the run the step wrote."""
-
-    outbox: Outbox
-    checkpoint: bytes | None = None  # the step's checkpoint; None: unchanged
-    status: str = ""  # the run's new status; '': still running
-    aux: bytes = b""  # the result JSON when terminal, the approvals (or pending client calls) when parked
-    session: SessionUpdate | None = None  # with a terminal status of a run in a session
-    approval_timeout_ms: int | None = None
-    run_deadline_ms: int | None = None  # maxRunDurationMs from the start: bounds a wait too
-    iterations: int | None = None
-    error_code: str = ""  # the ending's error code (a field, for listings)
-    children: bytes | None = None  # the current round's child runs (JSON [{toolCallId, runId}])
-    usage: Usage | None = None  # the run's usage so far
-    tally: UsageTally | None = None  # with a terminal status: the tenant's usage of the day
-    config: bytes | None = None  # the run's configuration, stored apart from checkpoints (RunField.CONFIG)
-    transcript: TranscriptWrite | None = None  # the transcript, stored apart from them
 
 
 class RunStore(Protocol):
@@ -285,15 +152,6 @@ class BudgetPort(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class ToolRetry:
-    """Reported for each retry of a tool call (the runner publishes it and counts it)."""
-
-    call: ToolCall
-    attempt: int
-    reason: str
-
-
 class ToolPort(Protocol):
     async def specs(self, profile: AgentProfile) -> dict[str, ToolSpec]:
         """The profile's tools as the model is told about them (MCP servers' listed now or as kept)."""
@@ -351,15 +209,6 @@ class Lease(Protocol):
         ...
 
     def expired(self) -> bool: ...
-
-
-@dataclass(frozen=True, slots=True)
-class EconomyAnswer:
-    """What the run holds of its economy call: the batch's answer (JSON: ``{"body": …}`` or
-    ``{"error": …}``) for that call, and whether the reconciler sent the call to the standard lane."""
-
-    reply: bytes | None
-    standard: bool
 
 
 class EconomyPort(Protocol):

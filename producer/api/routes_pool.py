@@ -8,8 +8,9 @@ import time
 
 from fastapi import APIRouter
 
-from agentmill_client.api import CallerView, PoolAnswer
+from agentmill_client.api import CallerView
 from agentmill_client.errors import ApiError
+from agentmill_client.pool import PoolAnswer
 from producer.api.errors import COMMON_ERRORS, ErrorResponse
 from producer.api.state import ApiDep, CallerDep, Tenant
 from producer.pool import read_pool

@@ -6,8 +6,8 @@ import datetime as dt
 
 from fastapi import APIRouter, Query
 
-from agentmill_client.api import UsageAnswer
 from agentmill_client.errors import ApiError
+from agentmill_client.usage import UsageAnswer
 from producer.api.errors import COMMON_ERRORS
 from producer.api.state import ApiDep, Tenant
 from producer.usage import MAX_USAGE_DAYS, read_usage, usage_range

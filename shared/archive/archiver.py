@@ -218,7 +218,7 @@ def _due_now(p: keys.Partition, ids: list[str]) -> Callable[[Any], None]:
 
 
 def _zscore(p: keys.Partition, tenant: str, batch: str, rid: str) -> Callable[[Any], None]:
-    """The run's item index in its batch (keys.INDEX_DIMS: the batch's ``item`` index)."""
+    """The run's item index in its batch (index_keys.INDEX_DIMS: the batch's ``item`` index)."""
     return lambda pipe: pipe.zscore(p.index_key(tenant, "item", batch), rid)
 
 

@@ -6,6 +6,8 @@ again once its run left Redis names another run: both are kept), and a batch is 
 ``INSERT … ON CONFLICT DO NOTHING``; a batch written again (its archiver died before marking it
 archived in Redis) inserts nothing, and its events and tool records go in only with a run row this
 transaction inserted.
+
+Deleting (runs with their sub-agents, by metadata, the retention's prune) is in deletion.py.
 """
 
 from __future__ import annotations
@@ -17,13 +19,13 @@ from typing import Any
 
 import orjson
 
+from shared.archive.deletion import ArchiveDeletion
 from shared.archive.schema import migrate
 from shared.fields import RunField
 from shared.listing_row import ListingRow, select_list
 from shared.meta_terms import meta_terms
 
 __all__ = [
-    "ArchiveBusyError",
     "ArchiveStore",
     "ArchiveUnavailableError",
     "ArchivedRun",
@@ -37,10 +39,6 @@ EventRow = tuple[int, str, int, str, int]  # seq, kind, ts, payload (JSON text),
 
 class ArchiveUnavailableError(Exception):
     """PostgreSQL is unreachable (down, restarting, refusing connections): try again shortly."""
-
-
-class ArchiveBusyError(Exception):
-    """Rows to delete stayed locked by another transaction (an archiver's write) past the wait allowed."""
 
 
 def _down_errors() -> tuple[type[BaseException], ...]:
@@ -151,19 +149,13 @@ _INSERT_TOOLS = (
     "INSERT INTO run_tools (key_id, created_at, tool_call_id, record) SELECT * FROM "
     "unnest($1::text[], $2::bigint[], $3::text[], $4::text[]) ON CONFLICT DO NOTHING"
 )
-_DELETE_TREES = (
-    "WITH RECURSIVE tree(key_id) AS ("
-    " SELECT key_id FROM runs WHERE key_id = ANY($1::text[]) AND ($2::text IS NULL OR tenant = $2)"
-    " UNION SELECT r.key_id FROM runs r JOIN tree t ON r.record->>'parentRunId' = t.key_id)"
-    " DELETE FROM runs WHERE key_id IN (SELECT key_id FROM tree)"
-)
 _READ_COLS = (
     "key_id, tenant, client_id, status, created_at, session_id, client_session, agent, last_seq, stream_key, "
     "result, record->>'agentVersion' AS agent_version"
 )
 
 
-class ArchiveStore:
+class ArchiveStore(ArchiveDeletion):
     """One process's connections to the archive (a small pool, opened and migrated on first use)."""
 
     def __init__(self, url: str, *, max_size: int = 4) -> None:
@@ -255,63 +247,6 @@ class ArchiveStore:
             if tl[0]:
                 await conn.execute(_INSERT_TOOLS, *tl)
         return len(new)
-
-    async def prune(self, before_ms: int, limit: int = 1000) -> int:
-        """Delete up to ``limit`` runs that finished before ``before_ms`` (their events and tool
-        records with them): the retention's delete job. How many went."""
-        pool = await self.pool()
-        status = await pool.execute(
-            "DELETE FROM runs WHERE (key_id, created_at) IN "
-            "(SELECT key_id, created_at FROM runs WHERE finished_at < $1 ORDER BY finished_at LIMIT $2)",
-            before_ms,
-            limit,
-        )
-        return int(str(status).rsplit(" ", 1)[-1] or 0)
-
-    # ---- deleting (DELETE /v1/runs/{id}, sessions and deletions by metadata: producer/deletion.py) ----
-
-    async def delete_runs(
-        self, key_ids: Sequence[str], tenant: str | None = None, *, lock_timeout_ms: int | None = None
-    ) -> int:
-        """Delete the runs kept under ``key_ids`` (``tenant``'s, unless None), every version of each, and
-        their sub-agents' runs, with their events and tool records. How many runs went. With
-        ``lock_timeout_ms``: a row another transaction holds is waited for that long at most, then
-        ArchiveBusyError (nothing deleted)."""
-        if not key_ids:
-            return 0
-        pool = await self.pool()
-        if lock_timeout_ms is None:
-            status = await pool.execute(_DELETE_TREES, list(key_ids), tenant)
-            return int(str(status).rsplit(" ", 1)[-1] or 0)
-        import asyncpg
-
-        try:
-            async with pool.acquire() as conn, conn.transaction():
-                await conn.execute(f"SET LOCAL lock_timeout = {max(1, int(lock_timeout_ms))}")
-                status = await conn.execute(_DELETE_TREES, list(key_ids), tenant)
-        except asyncpg.exceptions.LockNotAvailableError as exc:
-            raise ArchiveBusyError(f"{len(key_ids)} runs' rows locked past {lock_timeout_ms} ms") from exc
-        return int(str(status).rsplit(" ", 1)[-1] or 0)
-
-    async def key_ids_where(
-        self, tenant: str, *, terms: Sequence[str] = (), session_id: str = "", limit: int = 1000
-    ) -> list[str]:
-        """Up to ``limit`` ids of ``tenant``'s archived runs whose metadata has every term of ``terms``
-        (shared.meta_terms), or of its session ``session_id`` (the id its keys use)."""
-        rows = await self.fetch(
-            "SELECT DISTINCT key_id FROM runs WHERE tenant = $1 AND meta @> $2::text[] "
-            "AND ($3 = '' OR session_id = $3) LIMIT $4",
-            tenant, list(terms), session_id, limit,
-        )  # fmt: skip
-        return [r["key_id"] for r in rows]
-
-    async def count_where(self, tenant: str, terms: Sequence[str]) -> int:
-        """How many of ``tenant``'s archived runs have every term of ``terms`` in their metadata."""
-        rows = await self.fetch(
-            "SELECT count(DISTINCT key_id) AS n FROM runs WHERE tenant = $1 AND meta @> $2::text[]",
-            tenant, list(terms),
-        )  # fmt: skip
-        return int(rows[0]["n"]) if rows else 0
 
     # ---- reading ----
 

@@ -271,7 +271,9 @@ async def test_a_reply_whose_commit_is_refused_still_settles_its_hold(redis: Red
     from tests.support.schema import parts_of
     from worker.adapters.budgets import TenantBudgets
     from worker.adapters.redis_store import RedisRunStore, beat
-    from worker.ports import Acquired, CommitStep, FencedError, Outbox
+    from worker.core.acquisition import Acquired
+    from worker.core.commit_step import CommitStep, Outbox
+    from worker.core.store_errors import FencedError
 
     s = Settings(redis_url=redis_url, lease_ms=30_000,
                  tenant_quotas=orjson.dumps({"default": {"tokensPerDay": 10_000}}).decode())  # fmt: skip

@@ -15,7 +15,8 @@ import pytest
 from redis.asyncio import Redis
 
 from shared import endpoint_keys
-from shared.profiles import ProviderConfig, load_profiles
+from shared.profiles import load_profiles
+from shared.provider_config import ProviderConfig
 from shared.scripts import Scripts
 from tests.integration.helpers import producer_for, running_worker, wait_all
 from tests.support.fake_openai import FakeOpenAI, Reply

@@ -29,18 +29,11 @@ from tests.support.schema import K, parts_of, tool_records
 from worker.adapters.memory_store import MemoryRun, MemoryRunStore, MemorySessionStore, finalize
 from worker.adapters.redis_store import RedisRunStore, beat
 from worker.core import sessions
+from worker.core.acquisition import Acquired, NotAcquired
+from worker.core.commit_step import CommitStep, Outbox, SessionUpdate, TranscriptWrite
 from worker.core.context import PastCall
-from worker.ports import (
-    Acquired,
-    CommitStep,
-    FencedError,
-    NotAcquired,
-    Outbox,
-    RunStore,
-    SeqConflictError,
-    SessionUpdate,
-    TranscriptWrite,
-)
+from worker.core.store_errors import FencedError, SeqConflictError
+from worker.ports import RunStore
 
 SCRIPT = [{"text": "x"}]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from redis.asyncio import Redis
 
-from shared import dispatch, keys
+from shared import dispatch, index_keys, keys
 from shared.clock import utc_day
 from shared.fields import RunField, UsagePart, usage_field
 from shared.scripts import LUA_DIR, Scripts, render
@@ -41,7 +41,7 @@ async def test_what_the_lua_builds_equals_the_python_schema(redis: Redis, count:
         part.index_key("acme", "meta", "k=v"), part.batch("acme", "b1"), part.job_id("run-1", 1),
         part.job_id("run-1", 4), dispatch.job_payload("run-1", 4, 1234).decode(), "run-1",
         part.session_pending("ses-1"), part.queue, part.live, part.awaiting, part.workers, part.webhooks,
-        "55", "99", "777", keys.BATCH_DELIVERY,
+        "55", "99", "777", index_keys.BATCH_DELIVERY,
     ]  # fmt: skip
 
 

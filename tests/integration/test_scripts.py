@@ -16,7 +16,9 @@ from tests.integration.helpers import producer_for, script_run, stream
 from tests.support.schema import K, parts_of, tool_records
 from worker.adapters.redis_store import RedisRunStore as RunStore
 from worker.adapters.redis_store import beat
-from worker.ports import Acquired, CommitStep, FencedError, NotAcquired, Outbox, SeqConflictError
+from worker.core.acquisition import Acquired, NotAcquired
+from worker.core.commit_step import CommitStep, Outbox
+from worker.core.store_errors import FencedError, SeqConflictError
 from worker.process.reconciler import reconcile_once
 
 pytestmark = pytest.mark.integration

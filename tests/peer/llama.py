@@ -22,7 +22,7 @@ import httpx
 import orjson
 
 from agentmill_client.models import Message, ResponseFormat, ToolCall
-from shared.profiles import ProviderConfig
+from shared.provider_config import ProviderConfig
 from tests.support.redis_server import free_port
 from worker.core.config import ToolSpec
 from worker.machine import ModelRequest

@@ -11,7 +11,8 @@ import pytest
 
 from shared.agent_rules import AgentRefusal, build, checked, parse_ref
 from shared.connections import load_connections
-from shared.profiles import BUILTIN_PROFILES, ProviderConfig
+from shared.profiles import BUILTIN_PROFILES
+from shared.provider_config import ProviderConfig
 from shared.settings_errors import SettingsError
 
 CONNECTIONS = {

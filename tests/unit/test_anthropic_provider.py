@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentmill_client.models import ImagePart, ImageUrl, Message, TextPart, ThinkingBlock, ToolCall
-from shared.profiles import ANTHROPIC_MAX_TOKENS, AgentProfile, ProviderConfig
+from shared.profiles import ANTHROPIC_MAX_TOKENS, AgentProfile
+from shared.provider_config import ProviderConfig
 from worker.core import policy
 from worker.core.config import ToolSpec
 from worker.machine import ModelRequest

@@ -76,7 +76,7 @@ async def test_a_transcript_kept_apart_is_appended_and_set_whole_only_when_repla
     # AGENTMILL_CHECKPOINT_TRANSCRIPT=apart: the checkpoint's transcript is null; the transcript's key
     # gets each commit's new messages (a leading comma but the first), or all of them when the
     # machine replaced the list (compaction) or on an attempt's first commit.
-    from worker.ports import CommitStep, Outbox
+    from worker.core.commit_step import CommitStep, Outbox
 
     c = commits()
     c.transcript_apart = c.config_apart = True

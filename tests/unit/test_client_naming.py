@@ -21,11 +21,12 @@ from pydantic.alias_generators import to_camel
 
 import agentmill_client
 from agentmill_client import RunView
-from agentmill_client.api import BatchView, UsageTotals
+from agentmill_client.api import BatchView
 from agentmill_client.base import WireModel, camel_names
 from agentmill_client.codec import encode
 from agentmill_client.outputs import RunResult, Usage
 from agentmill_client.schedules import ScheduleInput
+from agentmill_client.usage import UsageTotals
 
 SNAKE = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*_?")
 # Wire names that are not the field's camelCase: Python keywords and OpenAI's own spelling.

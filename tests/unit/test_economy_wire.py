@@ -7,7 +7,7 @@ import re
 
 import orjson
 
-from shared.profiles import ProviderConfig
+from shared.provider_config import ProviderConfig
 from worker.economy.wire import batch_endpoint, reply_of, wire_custom_id
 
 ANTHROPIC_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")

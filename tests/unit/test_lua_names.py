@@ -15,7 +15,7 @@ from collections import Counter
 import pytest
 
 from agentmill_client import limits
-from shared import keys
+from shared import index_keys, keys
 from shared.calls.budgets import SCALE_ONE
 from shared.scripts import LUA_DIR, NAMES, SCRIPTS, render, source
 from shared.session_calls import PastCallField
@@ -31,7 +31,7 @@ OTHER_MEANINGS = {
     ("settle_approval.lua", "pending"): 2,  # an approval's decision, not a tool record's state
     ("admit_rate.lua", "tokens"): 2,  # a token bucket's hash field, not a budget's limit
 }
-NAMED = {*(v for names in NAMES.values() for v in names), *keys.INDEX_DIMS}
+NAMED = {*(v for names in NAMES.values() for v in names), *index_keys.INDEX_DIMS}
 
 
 def _literals() -> Counter[tuple[str, str]]:

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from agentmill_client.models import Budget, EventKind, Message, ToolCall, Usage
 from agentmill_client.statuses import RunStatus
-from shared.profiles import FALLBACK_CLASSES, AgentProfile, Pricing, ProviderConfig
+from shared.profiles import AgentProfile, Pricing
+from shared.provider_config import FALLBACK_CLASSES, ProviderConfig
 from tests.unit.machine_driver import T0, Driver, calling, config, failure, go, result, text_reply
 from worker import machine as m
 from worker.core.config import ChainLink, chain_of

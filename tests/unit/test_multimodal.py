@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from agentmill_client.models import Message, RunResult, RunStatus
-from shared.profiles import ProviderConfig
+from shared.provider_config import ProviderConfig
 from tests.unit.machine_driver import T0, calling, config, go, text_reply
 from worker import machine as m
 from worker.core import context, policy, sessions

@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from agentmill_client.models import Message, ToolCall
-from shared.profiles import ProviderConfig
+from shared.provider_config import ProviderConfig
 from worker.core.config import ToolSpec
 from worker.machine import ModelRequest, identify
 from worker.models.base import Chunk, ModelCallError, ReasoningDelta, StreamEnd, TextDelta, ToolCallDelta

@@ -19,7 +19,7 @@ from agentmill_client.models import Message, Usage
 from shared import price_table
 from shared.price_table import table_pricing
 from shared.prices import Pricing, round_usd
-from shared.profiles import ProviderConfig
+from shared.provider_config import ProviderConfig
 from worker.core import policy
 from worker.models.scripted import MIN_CACHE_TOKENS, cache_usage
 

@@ -112,7 +112,7 @@ async def test_a_scripted_turns_delay_is_capped(monkeypatch: pytest.MonkeyPatch)
     import time
 
     from agentmill_client.models import Message
-    from shared.profiles import ProviderConfig
+    from shared.provider_config import ProviderConfig
     from worker.machine import ModelRequest
     from worker.models.scripted import ScriptedProvider
 

@@ -9,7 +9,8 @@ import orjson
 import pytest
 
 from shared.preflight import missing_keys
-from shared.profiles import BUILTIN_TOOLS, AgentProfile, ProviderConfig, load_profiles
+from shared.profiles import BUILTIN_TOOLS, AgentProfile, load_profiles
+from shared.provider_config import ProviderConfig
 from shared.settings_errors import SettingsError
 from worker.tools.builtin import BUILTINS
 

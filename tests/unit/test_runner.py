@@ -26,10 +26,10 @@ from worker.adapters.memory_store import (
     MemorySessionStore,
     MemoryTools,
 )
+from worker.core.acquisition import Acquired
 from worker.core.preamble import frame
 from worker.machine import Phase
 from worker.models.scripted import ScriptedProvider
-from worker.ports import Acquired
 from worker.runner import RunDriver, RunPorts
 from worker.telemetry.observer import NullObserver
 

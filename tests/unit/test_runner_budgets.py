@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tests.unit.test_runner import World
-from worker.ports import BudgetHold, Settlement
+from worker.core.commit_step import Settlement
+from worker.ports import BudgetHold
 from worker.runner import RunDriver, RunPorts
 
 

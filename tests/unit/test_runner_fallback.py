@@ -8,7 +8,8 @@ from collections.abc import Callable
 import httpx
 
 from agentmill_client.models import RunStatus
-from shared.profiles import AgentProfile, Pricing, ProviderConfig, RetryConfig
+from shared.profiles import AgentProfile, Pricing, RetryConfig
+from shared.provider_config import ProviderConfig
 from tests.peer import llama
 from tests.unit.test_runner import World
 from worker.adapters.limiter import OnWait

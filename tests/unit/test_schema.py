@@ -59,3 +59,18 @@ def test_no_script_spells_a_key_or_a_setting_of_its_own() -> None:
             assert CALLS[path.stem].header() in source(path.stem), path.name
             continue
         assert re.search(r"^-- KEYS", path.read_text(), re.M), f"{path.name} documents no KEYS"
+
+
+def test_every_key_of_a_partition_is_its_own_and_in_its_slot() -> None:
+    """The keys are declared over several modules (keys.Partition and its bases): no two spell the
+    same, every one carries the partition's tag but arq's own, and the context finds each prefix."""
+    part = keys.Partition(3, 16)
+    declared = {n: v for n, v in vars(part).items() if isinstance(v, str) and n not in ("tag", "base")}
+    assert {"session_prefix", "index_prefix", "schedule_prefix", "run_prefix", "queue"} <= set(declared)
+    assert len(set(declared.values())) == len(declared), declared
+    for name, key in declared.items():
+        assert key.startswith(("arq:", part.base)) and (
+            key.startswith("arq:") or keys.slot_of(key) == part.slot
+        ), name
+    for field in keys.CONTEXT_FIELDS:
+        assert field in ("job_id", "archive") or f"{field}_prefix" in declared, field

@@ -10,7 +10,7 @@ import httpx
 import orjson
 import pytest
 
-from shared.profiles import ProviderConfig
+from shared.provider_config import ProviderConfig
 from tests.integration.helpers import metric_samples
 from tests.peer import llama
 from tests.support.llama_replay import recording_for

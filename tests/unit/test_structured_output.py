@@ -173,7 +173,7 @@ def test_a_schema_that_is_not_json_schema_is_refused_at_submission_naming_the_fi
 
 
 def test_the_openai_request_carries_response_format_in_openais_shape() -> None:
-    from shared.profiles import ProviderConfig
+    from shared.provider_config import ProviderConfig
 
     cfg = ProviderConfig.model_validate({"kind": "openai", "baseUrl": "http://x/v1", "model": "m"})
     _, cmds = go(
@@ -198,7 +198,7 @@ def test_the_openai_request_carries_response_format_in_openais_shape() -> None:
     ],
 )
 def test_the_provider_can_send_the_other_shapes(style: str, wire: dict[str, Any] | None) -> None:
-    from shared.profiles import ProviderConfig
+    from shared.provider_config import ProviderConfig
 
     cfg = ProviderConfig.model_validate(
         {"kind": "openai", "baseUrl": "http://x/v1", "model": "m", "responseFormatStyle": style}

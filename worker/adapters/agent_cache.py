@@ -20,7 +20,8 @@ from redis.asyncio import Redis
 
 from shared import agent_rules
 from shared.partitions import Partitions
-from shared.profiles import AgentProfile, ProviderConfig
+from shared.profiles import AgentProfile
+from shared.provider_config import ProviderConfig
 from shared.quotas import DEFAULT_TENANT
 
 __all__ = ["MAX_ENTRIES", "AgentVersions", "UnknownVersionError"]

@@ -27,8 +27,9 @@ from shared.clock import now_ms, utc_day
 from shared.partitions import Partitions
 from shared.quotas import DEFAULT_TENANT, NANO_USD, Quotas
 from shared.scripts import Scripts, text
+from worker.core.commit_step import Settlement
 from worker.models.base import ModelCallError
-from worker.ports import BudgetHold, Settlement
+from worker.ports import BudgetHold
 
 __all__ = ["KEYS_TTL_MS", "RedisBudgetHold", "TenantBudgets", "nano_usd", "settle_by_call"]
 

@@ -41,7 +41,7 @@ from shared.calls.limits import (
     CapacityVerdict,
 )
 from shared.functions import Script
-from shared.profiles import ProviderConfig
+from shared.provider_config import ProviderConfig
 from shared.scripts import Scripts
 
 __all__ = ["WINDOW_MS", "Grant", "Held", "OnKey", "OnWait", "ProviderLimiter", "limited"]

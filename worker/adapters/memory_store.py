@@ -29,31 +29,22 @@ from agentmill_client.models import (
 )
 from shared.calls.steps import AcquireVerdict
 from shared.children import ChildSpec, Spawned
-from shared.profiles import AgentProfile, ContextConfig, ProviderConfig
+from shared.profiles import AgentProfile, ContextConfig
+from shared.provider_config import ProviderConfig
 from shared.settings import Settings
 from shared.tool_records import ToolRecord, ToolState
 from worker.adapters.lease import WorkerLease
 from worker.adapters.plain import NoFailpoints, SystemClock
 from worker.core import context, sessions
+from worker.core.acquisition import Acquired, NotAcquired
+from worker.core.commit_step import CommitStep, Entry, Outbox, SessionUpdate
 from worker.core.config_cache import ConfigCache
 from worker.core.delta_pace import DeltaPace
+from worker.core.store_errors import FencedError, SeqConflictError
+from worker.core.tool_retry import ToolRetry
 from worker.machine import TERMINAL_PHASES
 from worker.models.base import ModelProvider
-from worker.ports import (
-    Acquired,
-    Capacity,
-    Clock,
-    CommitStep,
-    Entry,
-    Failpoints,
-    FencedError,
-    NotAcquired,
-    OnWait,
-    Outbox,
-    SeqConflictError,
-    SessionUpdate,
-    ToolRetry,
-)
+from worker.ports import Capacity, Clock, Failpoints, OnWait
 from worker.telemetry.observer import NullObserver, Observer
 from worker.tools.base import ToolContext
 from worker.tools.registry import Toolbox

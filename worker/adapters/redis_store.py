@@ -33,15 +33,10 @@ from worker.adapters import budgets
 from worker.adapters.batcher import ScriptBatcher
 from worker.adapters.lease import WorkerLease
 from worker.core import context, sessions
-from worker.ports import (
-    Acquired,
-    Clock,
-    CommitStep,
-    Entry,
-    FencedError,
-    NotAcquired,
-    SeqConflictError,
-)
+from worker.core.acquisition import Acquired, NotAcquired
+from worker.core.commit_step import CommitStep, Entry
+from worker.core.store_errors import FencedError, SeqConflictError
+from worker.ports import Clock
 from worker.telemetry import tracing
 
 __all__ = ["Beat", "RedisRunStore", "RedisSessionStore", "beat", "forget_worker"]

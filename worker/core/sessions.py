@@ -13,9 +13,9 @@ from agentmill_client.models import RunResult, RunStatus, ToolCall, ToolResult
 from shared.session_calls import CONTEXT_TOOLS
 from shared.tool_records import ToolRecord
 from worker.core import context
+from worker.core.commit_step import SessionUpdate
 from worker.core.config import MAX_RECALL_IDS
 from worker.machine import RunState
-from worker.ports import SessionUpdate
 
 __all__ = [
     "MAX_RECALL_CHARS",

@@ -16,7 +16,8 @@ from prometheus_client import CollectorRegistry
 
 from shared.fields import EconomyBatchState as ES
 from shared.partitions import Partitions
-from shared.profiles import AgentProfile, ProviderConfig
+from shared.profiles import AgentProfile
+from shared.provider_config import ProviderConfig
 from shared.scripts import Scripts
 from shared.settings import Settings
 from worker.economy.anthropic_batches import AnthropicBatches

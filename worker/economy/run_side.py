@@ -17,9 +17,9 @@ from shared.partitions import Partitions
 from shared.replies import text
 from shared.scripts import Scripts
 from worker.adapters.budgets import TenantBudgets
+from worker.core.economy_answer import EconomyAnswer
 from worker.economy.provider import BatchReply
 from worker.economy.store import EconomyStore
-from worker.ports import EconomyAnswer
 
 __all__ = ["Deliveries", "RedisRunEconomy", "custom_id", "parse_custom_id"]
 

@@ -26,7 +26,7 @@ import orjson
 
 from agentmill_client.models import ThinkingBlock
 from shared import endpoint_keys
-from shared.profiles import ProviderConfig
+from shared.provider_config import ProviderConfig
 from worker.machine import ModelRequest
 from worker.models import anthropic_wire, openai
 from worker.models.anthropic_stream import MessageReader

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import orjson
 
-from shared.profiles import ProviderConfig
+from shared.provider_config import ProviderConfig
 from worker.machine import ModelRequest
 from worker.models.anthropic_stream import MessageReader
 from worker.models.anthropic_wire import request_body

@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from agentmill_client.models import ImagePart, Message, ResponseFormat
-from shared.profiles import ProviderConfig
+from shared.provider_config import ProviderConfig
 from worker.core.config import ToolSpec
 from worker.machine import ModelRequest, wire_id
 

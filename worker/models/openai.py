@@ -19,7 +19,7 @@ import httpx
 import orjson
 
 from agentmill_client.models import Message, ResponseFormat, Usage
-from shared.profiles import ProviderConfig
+from shared.provider_config import ProviderConfig
 from worker.core.config import ToolSpec
 from worker.machine import ModelRequest, wire_id
 from worker.models.base import (

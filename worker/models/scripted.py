@@ -31,7 +31,7 @@ import orjson
 
 from agentmill_client import limits
 from agentmill_client.models import Message, Usage
-from shared.profiles import ProviderConfig
+from shared.provider_config import ProviderConfig
 from worker.core import policy, preamble
 from worker.machine import ModelRequest
 from worker.models.base import Chunk, ModelCallError, ReasoningDelta, StreamEnd, TextDelta, ToolCallDelta

@@ -14,7 +14,8 @@ from redis.exceptions import RedisError
 from shared import keys, netguard
 from shared.connections import connections_from
 from shared.partitions import Partitions
-from shared.profiles import AgentProfile, ProviderConfig
+from shared.profiles import AgentProfile
+from shared.provider_config import ProviderConfig
 from shared.quotas import Quotas
 from shared.scripts import Scripts
 from shared.settings import Settings

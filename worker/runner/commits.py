@@ -16,21 +16,19 @@ import orjson
 
 from agentmill_client.models import Message, Usage
 from worker.adapters.plain import NoFailpoints
-from worker.core.config import RunConfig
-from worker.machine import Emit, RunState
-from worker.machine.children import children_record
-from worker.ports import (
-    Clock,
+from worker.core.commit_step import (
     CommitStep,
     Entry,
-    Failpoints,
     Outbox,
-    RunStore,
     SessionUpdate,
     Settlement,
     TranscriptWrite,
     UsageTally,
 )
+from worker.core.config import RunConfig
+from worker.machine import Emit, RunState
+from worker.machine.children import children_record
+from worker.ports import Clock, Failpoints, RunStore
 from worker.telemetry.observer import Observer
 
 __all__ = ["Commits"]

@@ -5,7 +5,9 @@ claims and tool results go to the store in one fenced commit before any effect i
 so a crash at any point resumes from the last commit: a checkpointed model reply is never asked
 for again, a recorded tool result is never executed again. The driver reaches the world only
 through the ports it is given (worker/ports.py). Its effects (effects.py, model_call.py, tool_call.py)
-get the run's ``EffectContext``, never the driver, and report back through its inbox (effect.py).
+get the run's ``EffectContext``, never the driver, and report back through its inbox (effect.py);
+their tasks are owned by the run's ``EffectTasks`` (effect_tasks.py). The ending's commit and
+hand-off are in ending.py.
 """
 
 from __future__ import annotations
@@ -15,20 +17,18 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Coroutine
-from typing import Any
 
 import orjson
 
-from agentmill_client.codec import encode
 from agentmill_client.models import RunInput, RunStatus
 from shared import logs
 from shared.actors import abort_of
-from shared.calls.results import ChildResultVerdict
 from shared.calls.steps import AcquireVerdict
 from shared.tool_records import ToolRecord
 from worker import machine
-from worker.adapters.lease import LeaseExpiredError
-from worker.core.sessions import session_update
+from worker.core.acquisition import Acquired, NotAcquired
+from worker.core.commit_step import Outbox
+from worker.core.store_errors import FencedError, SeqConflictError
 from worker.machine import (
     AbortRequested,
     ApprovalsDecided,
@@ -48,34 +48,23 @@ from worker.machine import (
     StartRejected,
     notices,
 )
-from worker.ports import Acquired, FencedError, Host, NotAcquired, Outbox, SeqConflictError
-from worker.runner import hearing, opening
+from worker.ports import Host
+from worker.runner import ending, hearing, opening
 from worker.runner.commits import Commits
 from worker.runner.deadline import RunDeadline
 from worker.runner.effect import EffectContext, FlushDeltas, ToolRecorded
+from worker.runner.effect_tasks import Crashed, EffectTasks, Wake
 from worker.runner.effects import start as start_effect
 from worker.runner.holding import FlushHeld, StepHold
 from worker.runner.inbox import Inbox
-from worker.runner.parking import Park, ending_error, parking
+from worker.runner.parking import Park, parking
 from worker.runner.run_ports import RunPorts
-from worker.runner.tally import usage_tally
 from worker.telemetry import tracing
 from worker.tools.declared import declared_settings
 
 __all__ = ["RunDriver"]
 
 log = logging.getLogger("agentmill.runner")
-
-
-class _Wake:
-    """Put in the inbox to make the loop look at its flags (drain, fence)."""
-
-
-class _Crashed(_Wake):
-    """An effect raised something it should not have: the run fails with it as lastError."""
-
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
 
 
 class RunDriver:
@@ -94,9 +83,10 @@ class RunDriver:
         self.gen = gen
         self.job_try = job_try
         self.store = ports.store
-        self.inbox: Inbox[Event | _Wake | FlushHeld | FlushDeltas | ToolRecorded] = Inbox()
+        self.inbox: Inbox[Event | Wake | FlushHeld | FlushDeltas | ToolRecorded] = Inbox()
         self.pending: deque[Event] = deque()
-        self.tasks: set[asyncio.Task[None]] = set()  # running effects; a drain waits for them
+        self.effects = EffectTasks(run_id, self.inbox.put_nowait, lambda deleted: self.fence(deleted=deleted))
+        self.tasks = self.effects.tasks  # running effects; a drain waits for them
         self.state = machine.initial_state(run_id)
         self.records: dict[str, ToolRecord] = {}
         cfg = host.settings
@@ -121,23 +111,23 @@ class RunDriver:
         if self.abort_reason is None and not self.state.terminal:
             why, actor = abort_of(reason)
             self.abort_reason = why or "aborted by request"
-            self._cancel_effects()
+            self.effects.cancel()
             self.inbox.put_nowait(AbortRequested(self.clock.now_ms(), self.abort_reason, actor))
 
     def fence(self, *, deleted: bool = False) -> None:
         """Stop without writing: the run is no longer this worker's (``deleted``: nor anyone's)."""
         self.deleted = deleted
         self.fenced = True
-        self._cancel_effects()
-        self.inbox.put_nowait(_Wake())
+        self.effects.cancel()
+        self.inbox.put_nowait(Wake())
 
     def drain(self) -> None:
         self.draining = True
-        self.inbox.put_nowait(_Wake())
+        self.inbox.put_nowait(Wake())
 
     def cancel_effects_for_shutdown(self) -> None:
-        self._cancel_effects()
-        self.inbox.put_nowait(_Wake())
+        self.effects.cancel()
+        self.inbox.put_nowait(Wake())
 
     # ---- the job ----
 
@@ -249,7 +239,7 @@ class RunDriver:
                     deleted=self.deleted,
                 )
             if self.pending:
-                ev: Event | _Wake | FlushHeld | FlushDeltas | ToolRecorded = self.pending.popleft()
+                ev: Event | Wake | FlushHeld | FlushDeltas | ToolRecorded = self.pending.popleft()
             elif self.draining and not self.tasks and not self.inbox:  # what the effects posted first
                 return await self._released()
             elif self.tasks:
@@ -261,10 +251,10 @@ class RunDriver:
                           "handing it back at its checkpoint", self.run_id, self.stall_s, self.state.node,
                           self.state.phase, self.state.call)  # fmt: skip
                 return await self._released()
-            if isinstance(ev, _Crashed):
+            if isinstance(ev, Crashed):
                 await self._cancel_tasks()
                 ev = EffectCrashed(self.clock.now_ms(), f"{type(ev.exc).__name__}: {str(ev.exc)[:500]}")
-            if isinstance(ev, _Wake):
+            if isinstance(ev, Wake):
                 continue
             if isinstance(ev, FlushDeltas):
                 await ev.flush()
@@ -322,22 +312,8 @@ class RunDriver:
             outbox.settle, self.fx.settle = self.fx.settle, None
         if finish is not None:
             await self._cancel_tasks()
-            now = self.clock.now_ms()
-            session = session_update(self.state, finish.result, self.records, now)
-            days = self.host.settings.usage_retention_days
-            await self.out.step(
-                self.state,
-                outbox,
-                status=finish.result.status.value,
-                aux=encode(finish.result),
-                session=session,
-                error_code=ending_error(finish.result),
-                tally=usage_tally(self.state, finish.result, self.fx.tenant, now, days),
-            )
-            obs.run_finished(finish.result.status.value, iterations=finish.result.iterations,
-                             duration_s=self.clock.monotonic() - self.started_mono)  # fmt: skip
-            if self.is_child or self.state.children:  # what the ending owes a parent or children
-                await self._hand_off()
+            owes = self.is_child or bool(self.state.children)  # what the ending owes a parent or children
+            await ending.end(self.fx, self.state, outbox, finish.result, self.started_mono, hand_off=owes)
             return finish.result.status.value
         if park is not None:  # on no worker until the answer's script puts it back on the queue
             p = parking(park, self.state, self.deadline.at_ms(self.state))
@@ -369,7 +345,7 @@ class RunDriver:
         for c in effects:
             started = start_effect(self.fx, self.state, c)
             if isinstance(started, Coroutine):
-                self.spawn(started)
+                self.effects.spawn(started)
             else:  # answered without I/O
                 self.pending.append(started)
         return None
@@ -378,51 +354,9 @@ class RunDriver:
         self.hold.disarm()
         await self.out.flush_held()
 
-    async def _hand_off(self) -> None:
-        """What the ending owes other runs (a child's result to its parent, an abort to a parent's
-        children), done now; if it fails, the reconciler does it (the ending marked it)."""
-        try:
-            done = await asyncio.wait_for(self.store.hand_off(), 10.0)
-        except Exception as exc:
-            log.warning(
-                "run %s: handing its ending off failed (the reconciler retries): %s", self.run_id, exc
-            )
-            return
-        if done.get("deliver") in (ChildResultVerdict.RECORDED, ChildResultVerdict.RESUMED):
-            self.host.observer.children_ended(1)
-
     # ---- effects ----
-
-    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(coro)
-        self.tasks.add(task)
-        task.add_done_callback(self._effect_done)
-
-    def _effect_done(self, task: asyncio.Task[None]) -> None:
-        self.tasks.discard(task)
-        exc = None if task.cancelled() else task.exception()
-        if isinstance(exc, LeaseExpiredError):
-            log.warning("run %s: %s; stopping without writing", self.run_id, exc)
-            self.fence()
-        elif isinstance(exc, FencedError):  # an effect found the run gone (a deleted parent's children)
-            log.warning("run %s: %s; stopping without writing", self.run_id, exc)
-            self.fence(deleted=exc.deleted)
-        elif exc is not None:
-            log.error("run %s: effect crashed; failing the run", self.run_id, exc_info=exc)
-            self.inbox.put_nowait(_Crashed(exc))
-            return
-        self.inbox.put_nowait(_Wake())
-
-    def _cancel_effects(self) -> None:
-        for t in list(self.tasks):
-            if not t.cancelling():  # a second cancel would interrupt its clean-up (closing an HTTP stream)
-                t.cancel()
 
     async def _cancel_tasks(self) -> None:
         self.deadline.cancel()
         self.hold.disarm()
-        tasks = list(self.tasks)
-        self._cancel_effects()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
-        self.tasks.clear()
+        await self.effects.cancelled()

@@ -17,7 +17,8 @@ from pydantic import ValidationError
 
 from agentmill_client.models import Usage
 from shared import payload_crypto
-from shared.profiles import AgentProfile, ProviderConfig
+from shared.profiles import AgentProfile
+from shared.provider_config import ProviderConfig
 from worker.core import policy
 from worker.core.policy import ModelFailure
 from worker.economy.run_side import custom_id

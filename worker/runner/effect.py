@@ -16,8 +16,9 @@ from typing import Any
 from agentmill_client.limits import DEFAULT_PRIORITY
 from shared.profiles import AgentProfile
 from shared.tool_records import ToolRecord
+from worker.core.commit_step import Settlement
 from worker.machine import Event, RunState, ToolFinished
-from worker.ports import Host, Settlement
+from worker.ports import Host
 from worker.runner.commits import Commits
 from worker.runner.run_ports import RunPorts
 

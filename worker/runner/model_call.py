@@ -12,7 +12,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from agentmill_client.models import EventKind, Message, ThinkingBlock, Usage
-from shared.profiles import AgentProfile, ProviderConfig
+from shared.profiles import AgentProfile
+from shared.provider_config import ProviderConfig
 from worker.adapters.limiter import limited
 from worker.core import context, policy, preamble
 from worker.core.compaction import SUMMARY_PROMPT

@@ -17,6 +17,7 @@ from shared.quotas import disabled_reason
 from shared.schema_compiling import SchemaQueueFullError, compile_all, run_schemas
 from shared.settings import Settings
 from shared.tool_records import ToolRecord
+from worker.core.acquisition import Acquired
 from worker.core.config import Lineage, resolve_config
 from worker.machine import (
     ApprovalsDecided,
@@ -32,7 +33,7 @@ from worker.machine import (
     notices,
     origin_state,
 )
-from worker.ports import Acquired, Host, ModelPort, RunStore, ToolPort
+from worker.ports import Host, ModelPort, RunStore, ToolPort
 
 __all__ = [
     "answers",

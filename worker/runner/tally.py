@@ -10,8 +10,8 @@ from agentmill_client.models import RunResult, Usage
 from shared.clock import utc_day
 from shared.fields import EconomyUsagePart, UsagePart, usage_field
 from shared.quotas import DEFAULT_TENANT, NANO_USD
+from worker.core.commit_step import UsageTally
 from worker.machine import RunState
-from worker.ports import UsageTally
 
 __all__ = ["usage_tally"]
 

@@ -11,8 +11,8 @@ from agentmill_client.models import ToolCall, ToolResult
 from shared.tool_records import ToolRecord
 from worker.core.config import RECALL_TOOL
 from worker.core.history_tools import SEARCH_HISTORY, candidates, search
+from worker.core.tool_retry import ToolRetry
 from worker.machine import RunState, ToolFinished, notices
-from worker.ports import ToolRetry
 from worker.runner.effect import EffectContext, ToolRecorded
 from worker.telemetry import tracing
 from worker.tools.base import ToolContext

@@ -10,7 +10,7 @@ from agentmill_client.models import EventKind
 from agentmill_client.statuses import TERMINAL
 from shared.calls.dispatch import RedispatchReason
 from shared.calls.limits import CapacityVerdict
-from shared.profiles import FALLBACK_CLASSES
+from shared.provider_config import FALLBACK_CLASSES
 from worker.core.policy import RETRYABLE_STATUSES
 from worker.machine import TRANSITIONS
 from worker.models.shapes import SHAPES

@@ -35,7 +35,8 @@ from typing import Any
 import orjson
 
 from shared import trace_context
-from worker.ports import Acquired, FencedError, SeqConflictError
+from worker.core.acquisition import Acquired
+from worker.core.store_errors import FencedError, SeqConflictError
 
 __all__ = [
     "WAIT_SPANS",

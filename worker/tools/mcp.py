@@ -11,7 +11,8 @@ sent again. Each operation is a connection of its own (at the 2026-07-28 revisio
 version found by the first one pinned), so a per-call header needs no shared session state and a
 server that restarted costs nothing to reconnect to. What comes back: ``isError`` an error result,
 an MCP error a plain failure, a server that cannot be reached or answers 5xx a retryable failure
-(the tool's retry policy, then an error result to the model).
+(the tool's retry policy, then an error result to the model). A listing's pages are read in
+mcp_pages.py, a failure classified in mcp_failures.py.
 """
 
 from __future__ import annotations
@@ -26,27 +27,21 @@ from typing import Any
 import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, DiscoverResult, ListToolsResult, RequestParamsMeta
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from shared.netguard import BlockedAddressError, ResponseTooLargeError
 from shared.profiles import MCP_SEP, McpServerConfig
 from shared.schema_compiling import SchemaQueueFullError, compile_all
 from worker.adapters.lease import LeaseExpiredError
 from worker.telemetry import tracing
 from worker.tools.base import ToolContext, ToolError, ToolOutcome
-from worker.tools.mcp_answer import AnswerBoundError
 from worker.tools.mcp_bounds import (
-    MAX_LISTING_BYTES,
-    MAX_PAGES,
-    MAX_TOOL_BYTES,
-    MAX_TOOLS,
     ListingRefusedError,
-    tool_bytes,
 )
-from worker.tools.mcp_content import exposed_name, render
+from worker.tools.mcp_content import render
+from worker.tools.mcp_failures import call_failure, innermost, unchecked
 from worker.tools.mcp_output import check_result, check_schema
+from worker.tools.mcp_pages import read_pages
 from worker.tools.mcp_transport import REFUSALS, McpConfigError, expand_headers
 
 __all__ = [
@@ -63,13 +58,6 @@ log = logging.getLogger("agentmill.mcp")
 LIST_CHANGED_INTERVAL_S = 5.0
 FAILED_LISTING_S = 5.0  # a failed listing is asked again after this (toolsTtlS if shorter; refused: longer)
 McpObserver = Callable[[str, str, float], None]  # (server, outcome ok|error|failed, seconds)
-
-
-def _leaf(exc: BaseException) -> BaseException:
-    """The first real failure inside the SDK's task-group exception groups."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return exc
 
 
 class McpTool:
@@ -168,9 +156,9 @@ class McpServer:
             except asyncio.CancelledError:
                 raise
             except BaseException as exc:
-                if isinstance(_leaf(exc), asyncio.CancelledError):
+                if isinstance(innermost(exc), asyncio.CancelledError):
                     raise
-                log.debug("MCP server %s: listen stream ended: %r", self.cfg.name, _leaf(exc))
+                log.debug("MCP server %s: listen stream ended: %r", self.cfg.name, innermost(exc))
             self.stale()  # a change may have come while the stream was down
             await asyncio.sleep(delay)
             delay = min(60.0, delay * 2)
@@ -233,7 +221,7 @@ class McpServer:
             except McpConfigError:
                 raise
             except BaseException as exc:
-                leaf = _leaf(exc)
+                leaf = innermost(exc)
                 if isinstance(leaf, asyncio.CancelledError | LeaseExpiredError):
                     raise leaf from None
                 if isinstance(leaf, ListingRefusedError):
@@ -263,51 +251,14 @@ class McpServer:
             REFUSALS.reset(token)
 
     async def _pages_read(self) -> dict[str, McpTool]:
-        allow = None if self.cfg.allow_tools is None else set(self.cfg.allow_tools)
-        out: dict[str, McpTool] = {}
-        outputs: dict[str, dict[str, Any]] = {}
-        pages: list[ListToolsResult] = []
-        listed = kept = 0
         async with self._connect({}) as client:
-            cursor: str | None = None
-            for n in range(MAX_PAGES + 1):
-                if n == MAX_PAGES:
-                    raise ListingRefusedError(
-                        f"the server lists more than {MAX_PAGES} pages of tools", "maxPages"
-                    )
-                page = await client.list_tools(cursor=cursor)
-                pages.append(page)
-                listed += len(page.tools)
-                if listed > MAX_TOOLS:
-                    raise ListingRefusedError(f"the server lists more than {MAX_TOOLS} tools", "maxTools")
-                for t in page.tools:
-                    if allow is not None and t.name not in allow:
-                        continue
-                    name = exposed_name(self.cfg.name, t.name)
-                    if name is None or name in out:
-                        log.warning("MCP server %s: tool %r not offered (its name is too long or taken)",
-                                    self.cfg.name, t.name)  # fmt: skip
-                        continue
-                    size = tool_bytes(t)
-                    if size > MAX_TOOL_BYTES:
-                        log.warning("MCP server %s: tool %r not offered (%d bytes of name, description and "
-                                    "schemas, over %d)", self.cfg.name, t.name, size, MAX_TOOL_BYTES)  # fmt: skip
-                        continue
-                    kept += size
-                    if kept > MAX_LISTING_BYTES:
-                        raise ListingRefusedError(
-                            f"the server's tools are more than {MAX_LISTING_BYTES} bytes together",
-                            "maxListingBytes",
-                        )
-                    out[name] = McpTool(self, t.name, name, t.description or "", dict(t.input_schema))
-                    if t.output_schema is not None:
-                        outputs[t.name] = dict(t.output_schema)
-                cursor = page.next_cursor
-                if cursor is None:
-                    break
-        self._pages = pages
-        self.output_schemas = outputs
-        return out
+            got = await read_pages(client, self.cfg)
+        self._pages = got.pages
+        self.output_schemas = got.output_schemas
+        return {
+            name: McpTool(self, tool.remote, name, tool.description, tool.parameters)
+            for name, tool in got.tools.items()
+        }
 
     def _prime(self, client: Client) -> None:
         """Give a new connection the listing this worker holds, as if it had listed itself: the SDK
@@ -316,7 +267,7 @@ class McpServer:
         The SDK's own check of a result against the output schema is turned off: ``call`` checks it
         on the bounded validator (worker/tools/mcp_output.py)."""
         with contextlib.suppress(AttributeError):
-            client.session.validate_tool_result = _unchecked  # type: ignore[method-assign]
+            client.session.validate_tool_result = unchecked  # type: ignore[method-assign]
         absorb = getattr(client.session, "_absorb_tool_listing", None)
         if not callable(absorb):  # a later SDK without it: the SDK lists the tools itself
             return
@@ -370,34 +321,6 @@ class McpServer:
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
-            raise _failure(name, refused[0] if refused else _leaf(exc)) from None
+            raise call_failure(name, refused[0] if refused else innermost(exc)) from None
         finally:
             REFUSALS.reset(token)
-
-
-async def _unchecked(name: str, result: CallToolResult) -> None:
-    """In place of the SDK's check of a result against the tool's output schema (McpServer.call's)."""
-
-
-def _failure(name: str, exc: BaseException) -> BaseException:
-    """A failed tools/call as a ToolError: retryable when the server may answer next time."""
-    if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit | LeaseExpiredError):
-        return exc  # not the tool's failure: the run stops (a lapsed lease writes nothing)
-    if isinstance(exc, McpConfigError):
-        return ToolError(f"{name}: {exc}")
-    if isinstance(exc, BlockedAddressError):
-        return ToolError(f"refused: {exc}")
-    if isinstance(exc, ResponseTooLargeError):
-        return ToolError(str(exc))
-    if isinstance(exc, AnswerBoundError):
-        return ToolError(f"{name}: refused: {exc}")
-    if isinstance(exc, TimeoutError | httpx2.TimeoutException):
-        return ToolError(f"{name} timed out", retryable=True)
-    if isinstance(exc, httpx2.TransportError | OSError):
-        return ToolError(f"{name} unreachable: {type(exc).__name__}", retryable=True)
-    if isinstance(exc, MCPError):
-        # -32000..-32099 are the server's own; a closed connection (-32000 CONNECTION_CLOSED) or an
-        # internal error (-32603, what a 5xx becomes) may pass; a bad request or unknown tool will not.
-        retryable = exc.code in (-32000, -32603)
-        return ToolError(f"{name}: MCP error {exc.code}: {exc.error.message}", retryable=retryable)
-    return ToolError(f"{name}: {type(exc).__name__}: {exc}")

@@ -21,7 +21,7 @@ from shared.profiles import AgentProfile, ToolSettings
 from worker.adapters.lease import LeaseExpiredError
 from worker.core.config import RunConfig, ToolSpec
 from worker.core.policy import argument_problem
-from worker.ports import ToolRetry
+from worker.core.tool_retry import ToolRetry
 from worker.tools.base import Tool, ToolContext, ToolError, ToolOutcome
 from worker.tools.builtin import BUILTINS
 from worker.tools.mcp_listings import McpListing, McpListings, Relisted, listing_of

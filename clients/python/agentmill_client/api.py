@@ -1,5 +1,9 @@
 """The HTTP API's answers, shared by the API (which documents them in OpenAPI) and the Python
-client (which returns them). Attributes are snake_case, the JSON camelCase (base.Answer)."""
+client (which returns them). Attributes are snake_case, the JSON camelCase (base.Answer).
+
+The operators' pool view is in pool.py, a tenant's usage in usage.py; their names stay importable
+from here, as the client's public surface.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ from agentmill_client.base import Answer
 from agentmill_client.inputs import ClientToolResult
 from agentmill_client.messages import Message
 from agentmill_client.outputs import BatchUsage, RunEvent, RunResult, Usage
+from agentmill_client.pool import PoolAnswer, PoolMinute, PoolPartition, PoolWorker
+from agentmill_client.usage import UsageAnswer, UsageDay, UsageTotals
 
 __all__ = [
     "AbortAnswer",
@@ -357,73 +363,3 @@ class CallerView(Answer):
     )
     scopes: list[str] = Field(default_factory=list, description="what its token may do (read, submit, …)")
     actor: str = Field(default="", description="its API key's id, or token-file: how the audit log names it")
-
-
-class PoolWorker(Answer):
-    lease_id: str
-    runs: int = Field(description="runs it holds now")
-    lease_age_ms: int = Field(
-        description="since it last renewed its lease (beats every AGENTMILL_HEARTBEAT_MS)"
-    )
-    expires_in_ms: int = Field(description="until its lease runs out unless renewed")
-
-
-class PoolPartition(Answer):
-    index: int
-    queued: int = Field(description="jobs in the partition's queue (due or scheduled)")
-    running: int = Field(description="runs the listed workers hold on it")
-    awaiting_human: int
-
-
-class PoolMinute(Answer):
-    minute: int = Field(description="the minute's start (epoch ms)")
-    started: int = Field(description="new runs started (resumes not counted)")
-    completed: int
-    failed: int
-    aborted: int
-
-
-class PoolAnswer(Answer):
-    now: int
-    lease_ms: int
-    workers: list[PoolWorker]
-    partitions: list[PoolPartition]
-    minutes: list[PoolMinute] = Field(description="the last hour, oldest first; the current minute last")
-    last_hour: dict[str, int] = Field(description="the minutes' sums")
-
-
-class UsageTotals(Answer):
-    input_tokens: int = Field(default=0, description="the prompts' tokens, their cached parts included")
-    output_tokens: int = 0
-    cost_usd: float = Field(default=0.0, description="by the models' prices (unpriced models add nothing)")
-    cache_read_tokens: int = Field(default=0, description="of input_tokens, read from a prompt cache")
-    cache_write_tokens: int = Field(default=0, description="of input_tokens, written to a prompt cache")
-    runs: int = Field(default=0, description="runs that ended")
-
-
-LANES_DOC = (
-    "the totals split by lane: economy (the model calls a provider batch answered; runs submitted with"
-    ' lane "economy") and standard (the rest)'
-)
-
-
-class UsageDay(Answer):
-    day: str = Field(description="a UTC day, YYYY-MM-DD")
-    agents: dict[str, UsageTotals] = Field(description="by agent (profile); only agents with runs that day")
-    total: UsageTotals
-    lanes: dict[Literal["standard", "economy"], UsageTotals] = Field(
-        default_factory=dict, description=LANES_DOC
-    )
-
-
-class UsageAnswer(Answer):
-    """``GET /v1/usage``: the tenant's usage by UTC day and agent, counted when each run ends (a run
-    counts on the day it ended, with all its model calls)."""
-
-    from_: str = Field(alias="from")
-    to: str
-    days: list[UsageDay] = Field(description="every day of the range, oldest first")
-    total: UsageTotals
-    lanes: dict[Literal["standard", "economy"], UsageTotals] = Field(
-        default_factory=dict, description=LANES_DOC
-    )

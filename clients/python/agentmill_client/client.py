@@ -39,13 +39,13 @@ from agentmill_client.api import (
     RunSummary,
     RunView,
     ToolResultsAnswer,
-    UsageAnswer,
 )
 from agentmill_client.codec import to_jsonable
 from agentmill_client.errors import ApiError
 from agentmill_client.inputs import ClientToolResult, RunInput
 from agentmill_client.outputs import RunEvent
 from agentmill_client.statuses import TERMINAL
+from agentmill_client.usage import UsageAnswer
 
 __all__ = ["ApiError", "AsyncClient", "Client"]  # ApiError: what every call raises on an error answer
 

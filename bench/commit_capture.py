@@ -1,0 +1,91 @@
+"""The commits bench/commit_parts.py replays, captured: the bench's figure 3c load (ten echo steps a
+run, one worker, FCALL) run while a MONITOR connection records every ``FCALL commit_…`` a client
+sends, each parsed back into its arguments."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+from redis.asyncio import Redis
+
+from bench import figures_functions as ff
+from bench.__main__ import Bench
+
+__all__ = ["capture", "load", "monitor_args"]
+
+
+_ESC = {"n": b"\n", "r": b"\r", "t": b"\t", "a": b"\a", "b": b"\b", "\\": b"\\", '"': b'"'}
+
+
+def monitor_args(line: bytes) -> list[bytes]:
+    """The arguments of one MONITOR line (``ts [db addr] "arg" "arg" ...``, sdscatrepr-escaped)."""
+    out: list[bytes] = []
+    i = line.index(b"] ") + 2
+    n = len(line)
+    while i < n:
+        if line[i] != 0x22:  # '"'
+            i += 1
+            continue
+        i += 1
+        buf = bytearray()
+        while line[i] != 0x22:
+            c = line[i]
+            if c == 0x5C:  # backslash
+                e = chr(line[i + 1])
+                if e == "x":
+                    buf.append(int(line[i + 2 : i + 4], 16))
+                    i += 4
+                    continue
+                buf += _ESC[e]
+                i += 2
+                continue
+            buf.append(c)
+            i += 1
+        out.append(bytes(buf))
+        i += 1
+    return out
+
+
+async def capture(url: str, until: asyncio.Event, name_prefix: bytes) -> list[list[bytes]]:
+    """Every ``FCALL <name_prefix>…`` a client sent (not the commands scripts ran) until ``until``."""
+    host, port = re.match(r"redis://([^:/]+):(\d+)", url).groups()  # type: ignore[union-attr]
+    reader, writer = await asyncio.open_connection(host, int(port), limit=1 << 26)
+    writer.write(b"MONITOR\r\n")
+    await writer.drain()
+    await reader.readline()  # +OK
+    got: list[list[bytes]] = []
+    while not until.is_set():
+        try:
+            line = await asyncio.wait_for(reader.readline(), 0.5)
+        except TimeoutError:
+            continue
+        if b' "FCALL" "' + name_prefix not in line[:200] or b" lua]" in line[:80]:
+            continue
+        got.append(monitor_args(line.rstrip(b"\r\n")[1:]))  # its leading '+'
+    writer.close()
+    return got
+
+
+async def load(b: Bench, r: Redis, runs: int, agent: str = "scripted-effects") -> list[list[bytes]]:
+    """Figure 3c's load (one worker, FCALL, the echo tool with side effects), its commits captured."""
+    await b.flush(r)
+    profiles = b.pure_profiles()
+    producer = b.producer(r, redis_functions="on", profiles=profiles)
+    proc = b.spawn(["-m", "app.worker"], AGENTMILL_REDIS_FUNCTIONS="on", AGENTMILL_PROFILES=profiles)
+    done = asyncio.Event()
+    try:
+        warm = await producer.submit_many([b.script_run([{"text": "warm"}])])
+        await b._ended(producer, [w.run_id for w in warm])
+        task = asyncio.create_task(capture(b.server.url, done, b"commit_"))
+        await asyncio.sleep(0.2)
+        script = [{"toolCalls": [{"name": "echo", "arguments": {"text": "x"}}]}] * ff.STEPS + [
+            {"text": "done"}
+        ]
+        subs = await producer.submit_many([b.script_run(script, agent=agent)] * runs)
+        await b._ended(producer, [s.run_id for s in subs])
+        await asyncio.sleep(0.3)
+    finally:
+        done.set()
+        b.stop(proc)
+    return await task
