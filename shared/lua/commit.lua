@@ -20,9 +20,8 @@ local refused = append_refused(h, epoch, ARG.LEASE_ID, KEY.LEASE, KEY.STREAM, fi
 if refused then return refused end
 local run_id = ARG.RUN_ID
 local n = num(ARG.N_EVENTS)
-local i = append_events(KEY.STREAM, first, n, ARGV, ARGN.SECTIONS, epoch)
-local last = first + n - 1
-local last_text = int_text(last)
+local i, last_text = append_events(KEY.STREAM, first, ARG.FIRST_SEQ, n, ARGV, ARGN.SECTIONS, epoch)
+last_text = last_text or int_text(first - 1)
 -- Tool claims (pending, with the attempt number the worker counted from the records it acquired):
 -- the run's open claims (field claims) gain them, in the run hash's HSET below, so a step that
 -- claims writes one hash. Tool records (results, offered client calls): one HSET of the tools hash;
@@ -71,19 +70,24 @@ if not fast then
     if claims or open ~= '' then open_claims()[ARGV[k]] = nil end
   end
 end
-local tool_fields = {}
-for k = records_at, records_at + 2 * nr - 1, 2 do
-  tool_fields[#tool_fields + 1] = ARGV[k]; tool_fields[#tool_fields + 1] = ARGV[k + 1]
+-- (straight from ARGV, a thousand arguments a call at most: unpack's limit)
+local records_end = records_at + 2 * nr - 1
+for k = records_at, records_end, 1000 do
+  redis.call('HSET', KEY.TOOLS, unpack(ARGV, k, math.min(k + 999, records_end)))
 end
-if #tool_fields > 0 then redis.call('HSET', KEY.TOOLS, unpack(tool_fields)) end
 local sid, loop = ARG.SESSION_ID, ARG.LOOP
 local ntr = num(ARG.N_RESULTS)
-local trs = {}
-for k = i, i + 2 * ntr - 1 do trs[#trs + 1] = ARGV[k] end
-i = i + 2 * ntr
+local trs, calls = NONE, NONE
+if ntr > 0 then
+  trs = {}
+  for k = i, i + 2 * ntr - 1 do trs[#trs + 1] = ARGV[k] end
+  i = i + 2 * ntr
+end
 local ncalls = num(ARG.N_CALLS)
-local calls = {}
-for k = 1, ncalls do calls[k] = ARGV[i]; i = i + 1 end
+if ncalls > 0 then
+  calls = {}
+  for k = 1, ncalls do calls[k] = ARGV[i]; i = i + 1 end
+end
 local usage_at, nu = i, num(ARG.N_USAGE)
 local approval_timeout, run_deadline = ARG.APPROVAL_TIMEOUT_MS, ARG.RUN_DEADLINE_MS
 local iterations, error_code, children = ARG.ITERATIONS, ARG.ERROR_CODE, ARG.CHILDREN

@@ -202,12 +202,20 @@ end
 -- printed with '%d' (exact to 2^53, where '%.14g' turns 1e14 into '1e+14').
 local SMALL = {['0'] = 0, ['1'] = 1, ['2'] = 2, ['3'] = 3, ['4'] = 4, ['5'] = 5, ['6'] = 6, ['7'] = 7, ['8'] = 8}
 local function num(s) return SMALL[s] or tonumber(s) end
+local NONE = {}  -- an empty list passed where a call has none (never changed)
 local function int_text(x) return string.format('%d', x) end
+-- One stream entry at seq text ``s`` (its id <seq>-0), trimmed to about ``maxlen`` (nil: not trimmed).
+local function xadd_text(stream, s, kind, ts, payload, maxlen, epoch)
+  if maxlen then
+    redis.call('XADD', stream, 'MAXLEN', '~', maxlen, s .. '-0',
+      'seq', s, 'kind', kind, 'ts', ts, 'payload', payload, 'epoch', epoch)
+  else
+    redis.call('XADD', stream, s .. '-0', 'seq', s, 'kind', kind, 'ts', ts, 'payload', payload, 'epoch', epoch)
+  end
+end
 local function xadd(stream, seq, kind, ts, payload, maxlen, epoch)
   -- seq formatted once: a Lua number is printed again for each place it is passed (.. and redis.call)
-  local s = int_text(seq)
-  redis.call('XADD', stream, 'MAXLEN', '~', maxlen, s .. '-0',
-    'seq', s, 'kind', kind, 'ts', ts, 'payload', payload, 'epoch', epoch)
+  xadd_text(stream, int_text(seq), kind, ts, payload, maxlen, epoch)
 end
 -- The gate of a worker's append to its run (commit.lua, publish.lua). h: the run hash's F.EPOCH,
 -- F.LAST_SEQ, F.OWNER first; the caller's epoch, lease id and lease key; its first seq; its ARGV and
@@ -239,13 +247,17 @@ local function append_refused(h, epoch, lease_id, lease_key, stream, first, args
   return nil
 end
 -- An append's n events (kind, ts, payload each, from args[i]: the call's ARGV) at seqs
--- first..first+n-1; the index after them.
-local function append_events(stream, first, n, args, i, epoch)
+-- first..first+n-1, ``first_text`` the caller's text of first (its argument as sent: no formatting
+-- for a commit's usual one event). The stream is trimmed once, by the last of them. Returns the
+-- index after them and the last one's seq text (nil for no event).
+local function append_events(stream, first, first_text, n, args, i, epoch)
+  local s = nil
   for k = 0, n - 1 do
-    xadd(stream, first + k, args[i], args[i + 1], args[i + 2], ctx().maxlen, epoch)
+    s = k == 0 and first_text or int_text(first + k)
+    xadd_text(stream, s, args[i], args[i + 1], args[i + 2], k == n - 1 and ctx().maxlen or nil, epoch)
     i = i + 3
   end
-  return i
+  return i, s
 end
 -- Listing indexes and batch counters (keys.index_key, keys.batch_key): each index is a zset
 -- runId -> createdAt, trimmed to tonumber(ctx().index_max) entries and expiring a retention after its last write.
