@@ -27,7 +27,7 @@ OTHER_MEANINGS = {
     ("abort.lua", "aborted"): 1,  # the lastError code of an abort (its verdict is V.ABORTED)
     ("submit_one.lua", "aborted"): 2,  # the lastError code of the runs an interrupt aborts
     ("submit_one.lua", "superseded"): 1,  # the lastError code of a debounced run replaced
-    ("prelude.lua", "epoch"): 1,  # a stream entry's field (xadd), not the run hash's
+    ("prelude.lua", "epoch"): 2,  # a stream entry's field (xadd_text, trimmed or not), not the run hash's
     ("settle_approval.lua", "pending"): 2,  # an approval's decision, not a tool record's state
     ("admit_rate.lua", "tokens"): 2,  # a token bucket's hash field, not a budget's limit
 }
