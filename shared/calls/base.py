@@ -9,7 +9,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-__all__ = ["KEY_ONLY", "ScriptCall", "bind"]
+__all__ = ["KEY_ONLY", "TAIL", "ScriptCall", "bind"]
 
 _TOKEN = re.compile(r"\b(ARGN|ARG|V|KEY)\.([A-Z][A-Z0-9_]*)\b")
 
@@ -20,7 +20,8 @@ class ScriptCall:
     ``VERDICT`` (the first element of its reply); their fields, in order, are its ARGV. A last field
     typed ``tuple[...]`` is spread (the rest of ARGV); the Lua finds where it starts as ``ARGN.<FIELD>``.
     A field declared ``field(metadata=KEY_ONLY)`` is no argument: it names where the call's keys are
-    (``keys``)."""
+    (``keys``). Fields declared ``field(metadata=TAIL)`` (after the rest) are the call's tail: sent
+    after the rest only when one of them differs from its default (see ``TAIL``)."""
 
     SCRIPT: ClassVar[str]
     KEY_NAMES: ClassVar[tuple[str, ...]]
@@ -33,7 +34,11 @@ class ScriptCall:
     def argv(self) -> list[Any]:
         """The call's own arguments, in the script's order (None is sent as '', a rest spread)."""
         out: list[Any] = []
-        for f in _arguments(type(self)):
+        tail = _tail(type(self))
+        sent = _arguments(type(self))
+        if any(getattr(self, f.name) != f.default for f in tail):
+            sent += tail
+        for f in sent:
             v = getattr(self, f.name)
             if _is_rest(f):
                 out += list(v)
@@ -48,6 +53,15 @@ class ScriptCall:
         assert all(not _is_rest(f) for f in fs[:-1]), f"{cls.__name__}: only its last field may be a rest"
         out = {f"ARG.{f.name.upper()}": f"ARGV[{i}]" for i, f in enumerate(fs, 1) if not _is_rest(f)}
         out |= {f"ARGN.{f.name.upper()}": str(i) for i, f in enumerate(fs, 1) if _is_rest(f)}
+        tail = _tail(cls)
+        assert all(not _is_rest(f) for f in tail[:-1]), (
+            f"{cls.__name__}: only its tail's last field may be a rest"
+        )
+        for k, f in enumerate(tail, 1):
+            if _is_rest(f):
+                out[f"ARGN.{f.name.upper()}"] = f"TAIL + {k}"
+            else:
+                out[f"ARG.{f.name.upper()}"] = f"(ARGV[TAIL + {k}] or '{_lua_default(f)}')"
         out |= {f"KEY.{n.upper()}": f"KEYS[{i}]" for i, n in enumerate(cls.KEY_NAMES, 1)}
         out |= {f"V.{v.name}": f"'{v.value}'" for v in cls.VERDICT or ()}
         return out
@@ -63,6 +77,8 @@ class ScriptCall:
     def header(cls) -> str:
         """The Lua header describing the call, generated (docs of the slots, never written by hand)."""
         args = ", ".join(f.name for f in _arguments(cls))
+        if tail := _tail(cls):
+            args += f"; tail (all or none, after TAIL): {', '.join(f.name for f in tail)}"
         verdicts = " | ".join(v.value for v in cls.VERDICT or ())
         return f"-- KEYS: {', '.join(cls.KEY_NAMES)}   ARGV: {args}   reply: {{{verdicts}, …}}"
 
@@ -72,8 +88,33 @@ class ScriptCall:
 KEY_ONLY = MappingProxyType({"agentmill.key_only": True})
 
 
+# A call's field that only some of its calls need: ``x: str = field(default="", metadata=TAIL)``,
+# declared after the rest. The tail's fields go after the rest, all of them when one differs from
+# its default, else none (a script's every argument costs Redis's Lua bridge about as much as
+# 40 bytes of it). The Lua reads one as ``ARG.<FIELD>`` too, rendered ``(ARGV[TAIL + k] or
+# '<its default>')``: the script sets the local ``TAIL`` to the index of the rest's last argument
+# before it reads one. The tail's last field may be a rest of its own (``ARGN.<FIELD>``: ``TAIL + k``).
+TAIL = MappingProxyType({"agentmill.tail": True})
+
+
 def _arguments(cls: type[ScriptCall]) -> tuple[dataclasses.Field[Any], ...]:
-    return tuple(f for f in dataclasses.fields(cls) if not f.metadata.get("agentmill.key_only"))
+    return tuple(
+        f
+        for f in dataclasses.fields(cls)
+        if not f.metadata.get("agentmill.key_only") and not f.metadata.get("agentmill.tail")
+    )
+
+
+def _tail(cls: type[ScriptCall]) -> tuple[dataclasses.Field[Any], ...]:
+    return tuple(f for f in dataclasses.fields(cls) if f.metadata.get("agentmill.tail"))
+
+
+def _lua_default(f: dataclasses.Field[Any]) -> str:
+    """A tail field's default as the Lua reads it when the tail is not sent (what argv sends it as)."""
+    d = f.default
+    text = "" if d is None else d.decode() if isinstance(d, bytes) else str(d)
+    assert "'" not in text and "\\" not in text, f"{f.name}: a default the Lua cannot quote"
+    return text
 
 
 def _is_rest(f: dataclasses.Field[Any]) -> bool:

@@ -3,10 +3,10 @@ deltas, its heartbeat, the tool cache's write, and a provider batch's answer to 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
-from shared.calls.base import ScriptCall
+from shared.calls.base import TAIL, ScriptCall
 from shared.keys import Partition
 
 __all__ = [
@@ -61,11 +61,15 @@ class AppendVerdict(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Commit(ScriptCall):
-    """commit.lua: one step's fenced write. After the scalars, the counts of the variable sections,
-    then ``sections``: the events (kind, ts, payload each), the tool claims (call id, attempt number:
-    pending), the tool records (call id, JSON), the session's tool results (session call id, JSON),
-    the session's calls (JSON each), the day's usage terms (field, increment). ``n_events`` is the
-    last scalar, just before the events (append_refused reads the events after their count).
+    """commit.lua: one step's fenced write. After the scalars every commit may need, the counts of
+    its sections, then ``sections``: the events (kind, ts, payload each), the tool claims (call id,
+    attempt number: pending), the tool records (call id, JSON). ``n_events`` is the last scalar, just
+    before the events (append_refused reads the events after their count). Then the tail (base.TAIL),
+    sent only by a commit that needs one of its fields: a status's companions (its result, approvals
+    or waits, error code, deadlines), the session's, the run's configuration, its children, the
+    budget settlement, and ``tail_sections``: the session's tool results (session call id, JSON),
+    the session's calls (JSON each), the day's usage terms (field, increment). A step's usual commit
+    sends no tail: some twenty arguments fewer.
 
     KEYS: the run's, the worker's lease; with a session update the session's six; with a usage
     tally the tenant's usage hash of the day; with a settlement the budget's hash and holds zset
@@ -81,36 +85,50 @@ class Commit(ScriptCall):
     lease_id: str  # the committing worker's
     run_id: str
     status: str = ""  # the run's new status ('' = still running)
-    aux: bytes | str = b""  # the result JSON when terminal; approvals, client calls, model wait when parked
     ckpt: bytes | str = b""  # the checkpoint ('' = unchanged)
-    session_id: str = ""  # with a terminal status of a run in a session
-    loop: bytes | str = b""  # its run loop JSON ('' = none)
-    approval_timeout_ms: int | None = None
-    run_deadline_ms: int | None = None  # maxRunDurationMs from the start: bounds a wait too
     iterations: int | None = None  # a field, so scripts that end a run report it
-    error_code: str = ""  # the ending's error code (a field, for listings)
-    children: bytes | str = b""  # the current round's child runs (JSON [{toolCallId, runId}])
     usage_in: int | None = None  # the run's usage so far, when it changed (None: unchanged)
     usage_out: int | None = None
     usage_estimated: str = ""  # '1' | '0'
     usage_cost: str = ""  # USD ('' = none)
     usage_cache_read: int | None = None
     usage_cache_write: int | None = None
-    config: bytes | str = b""  # the run's configuration JSON (checkpoints are written without it)
     transcript_mode: str = ""  # 'a' append, 's' set, '' unchanged
     transcript: bytes | str = b""
-    usage_ttl: int | None = None  # the usage hash of the day's ttl s (with a terminal status)
-    settle_member: str = ""  # a budget hold settled with the step (budget.lua; '' = none)
-    settle_tokens: int | None = None
-    settle_nano_usd: int | None = None
-    settle_ttl_ms: int | None = None
     n_claims: int = 0
     n_records: int = 0
-    n_results: int = 0
-    n_calls: int = 0
-    n_usage: int = 0
     n_events: int = 0
     sections: tuple[bytes | str | int, ...] = ()
+    # the tail
+    aux: bytes | str = field(
+        default=b"", metadata=TAIL
+    )  # the result JSON when terminal; approvals, client calls, model wait when parked
+    session_id: str = field(default="", metadata=TAIL)  # with a terminal status of a run in a session
+    loop: bytes | str = field(default=b"", metadata=TAIL)  # its run loop JSON ('' = none)
+    approval_timeout_ms: int | None = field(default=None, metadata=TAIL)
+    run_deadline_ms: int | None = field(
+        default=None, metadata=TAIL
+    )  # maxRunDurationMs from the start: bounds a wait too
+    error_code: str = field(default="", metadata=TAIL)  # the ending's error code (a field, for listings)
+    children: bytes | str = field(
+        default=b"", metadata=TAIL
+    )  # the current round's child runs (JSON [{toolCallId, runId}])
+    config: bytes | str = field(
+        default=b"", metadata=TAIL
+    )  # the run's configuration JSON (checkpoints are written without it)
+    usage_ttl: int | None = field(
+        default=None, metadata=TAIL
+    )  # the usage hash of the day's ttl s (with a terminal status)
+    settle_member: str = field(
+        default="", metadata=TAIL
+    )  # a budget hold settled with the step (budget.lua; '' = none)
+    settle_tokens: int | None = field(default=None, metadata=TAIL)
+    settle_nano_usd: int | None = field(default=None, metadata=TAIL)
+    settle_ttl_ms: int | None = field(default=None, metadata=TAIL)
+    n_results: int = field(default=0, metadata=TAIL)
+    n_calls: int = field(default=0, metadata=TAIL)
+    n_usage: int = field(default=0, metadata=TAIL)
+    tail_sections: tuple[bytes | str | int, ...] = field(default=(), metadata=TAIL)
 
     def keys(self, part: Partition) -> list[str]:
         """The run's keys and the worker's lease (a session's, the usage day's, the budget's keys

@@ -1,5 +1,6 @@
 -- One step's fenced write: its events, tool claims and records, checkpoint, and what else of the run
--- it changed. Call: shared.calls.steps.Commit (its fields say what each argument is).
+-- it changed. Call: shared.calls.steps.Commit (its fields say what each argument is; a step's usual
+-- commit sends none of its tail's).
 -- KEYS after the run's and the lease: with a session update the session's six
 -- (shared.keys.Partition.session_keys); with a terminal status and a usage tally the tenant's usage
 -- hash of the day (keys.Partition.usage_day), then with a settlement the tenant's day budget hash and
@@ -32,13 +33,14 @@ i = i + 2 * nc
 local nr = num(ARG.N_RECORDS)
 local records_at = i
 i = i + 2 * nr
+-- The tail (shared.calls.base.TAIL: what only some commits send) after the records; its fields read
+-- as their defaults when a commit sends none.
+local TAIL = i - 1
 local open = h[4] or ''
 -- A step's two usual commits change the claims without a JSON round trip: its claims when none is
 -- open (their text written here), then the records that close its one open claim ('').
 -- claims_text: the field's new text; nil with claims nil: unchanged.
 local claims, claims_text = nil, nil
-local function plain_int(s) return #s < 15 and string.find(s, '^[1-9]%d*$') ~= nil end
-local function plain_id(s) return string.find(s, '^[%w%._:%-]+$') ~= nil end
 local fast = false
 if nc > 0 and nr == 0 and open == '' and plain_int(epoch) then
   local parts = {}
@@ -75,34 +77,39 @@ local records_end = records_at + 2 * nr - 1
 for k = records_at, records_end, 1000 do
   redis.call('HSET', KEY.TOOLS, unpack(ARGV, k, math.min(k + 999, records_end)))
 end
-local sid, loop = ARG.SESSION_ID, ARG.LOOP
-local ntr = num(ARG.N_RESULTS)
-local trs, calls = NONE, NONE
-if ntr > 0 then
-  trs = {}
-  for k = i, i + 2 * ntr - 1 do trs[#trs + 1] = ARGV[k] end
-  i = i + 2 * ntr
-end
-local ncalls = num(ARG.N_CALLS)
-if ncalls > 0 then
-  calls = {}
-  for k = 1, ncalls do calls[k] = ARGV[i]; i = i + 1 end
-end
-local usage_at, nu = i, num(ARG.N_USAGE)
-local approval_timeout, run_deadline = ARG.APPROVAL_TIMEOUT_MS, ARG.RUN_DEADLINE_MS
-local iterations, error_code, children = ARG.ITERATIONS, ARG.ERROR_CODE, ARG.CHILDREN
+local iterations = ARG.ITERATIONS
 local usage = nil
 if ARG.USAGE_IN ~= '' then
   usage = {ARG.USAGE_IN, ARG.USAGE_OUT, ARG.USAGE_ESTIMATED, ARG.USAGE_COST, ARG.USAGE_CACHE_READ,
     ARG.USAGE_CACHE_WRITE}
 end
-local config = ARG.CONFIG
 -- The transcript when checkpoints leave it out: 'a' appends its new messages' JSON (a leading comma
 -- unless the first), 's' sets it whole (the machine replaced it: compaction, a fork; an attempt's
 -- first commit), '' leaves it.
 local tr_mode, tr = ARG.TRANSCRIPT_MODE, ARG.TRANSCRIPT
-local usage_ttl = ARG.USAGE_TTL
-local settle = ARG.SETTLE_MEMBER ~= ''
+-- The tail's fields, read only when the commit sent its tail (else each is its default).
+local sid, loop, approval_timeout, run_deadline, error_code, children, config, usage_ttl =
+  '', '', '', '', '', '', '', ''
+local settle, trs, calls, usage_at, nu = false, NONE, NONE, 0, 0
+if ARGV[TAIL + 1] then
+  sid, loop = ARG.SESSION_ID, ARG.LOOP
+  approval_timeout, run_deadline = ARG.APPROVAL_TIMEOUT_MS, ARG.RUN_DEADLINE_MS
+  error_code, children, config, usage_ttl = ARG.ERROR_CODE, ARG.CHILDREN, ARG.CONFIG, ARG.USAGE_TTL
+  settle = ARG.SETTLE_MEMBER ~= ''
+  i = ARGN.TAIL_SECTIONS
+  local ntr = num(ARG.N_RESULTS)
+  if ntr > 0 then
+    trs = {}
+    for k = i, i + 2 * ntr - 1 do trs[#trs + 1] = ARGV[k] end
+    i = i + 2 * ntr
+  end
+  local ncalls = num(ARG.N_CALLS)
+  if ncalls > 0 then
+    calls = {}
+    for k = 1, ncalls do calls[k] = ARGV[i]; i = i + 1 end
+  end
+  usage_at, nu = i, num(ARG.N_USAGE)
+end
 local usage_key = KEYS[#KEYS - (settle and 2 or 0)]
 -- The run hash's fields this commit changes, in one HSET at the end.
 local run_fields = {}

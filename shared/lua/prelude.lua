@@ -203,6 +203,9 @@ end
 local SMALL = {['0'] = 0, ['1'] = 1, ['2'] = 2, ['3'] = 3, ['4'] = 4, ['5'] = 5, ['6'] = 6, ['7'] = 7, ['8'] = 8}
 local function num(s) return SMALL[s] or tonumber(s) end
 local NONE = {}  -- an empty list passed where a call has none (never changed)
+-- Texts that go into JSON as they are (commit.lua's claims): a positive integer, an id.
+local function plain_int(s) return #s < 15 and string.find(s, '^[1-9]%d*$') ~= nil end
+local function plain_id(s) return string.find(s, '^[%w%._:%-]+$') ~= nil end
 local function int_text(x) return string.format('%d', x) end
 -- One stream entry at seq text ``s`` (its id <seq>-0), trimmed to about ``maxlen`` (nil: not trimmed).
 local function xadd_text(stream, s, kind, ts, payload, maxlen, epoch)

@@ -14,7 +14,7 @@ from shared.keys import Partition
 def test_a_commit_sends_its_events_right_after_their_count() -> None:
     """append_refused (prelude.lua) finds a re-sent append's last payload from the events' count,
     which must come just before the events: the last scalar, then the sections."""
-    names = [f.name for f in dataclasses.fields(Commit)]
+    names = [f.name for f in dataclasses.fields(Commit) if not f.metadata.get("agentmill.tail")]
     assert names[:5] == ["epoch", "first_seq", "lease_id", "run_id", "status"]  # the gate's (bench 3d)
     assert names[-2:] == ["n_events", "sections"]
     at = Commit.positions()
@@ -23,7 +23,28 @@ def test_a_commit_sends_its_events_right_after_their_count() -> None:
     argv = call.argv()
     assert argv[:6] == [3, 7, "w1", "r1", "", b""] and argv[-6:] == [1, "status", 5, b"{}", "c1", 1]
     assert len(argv) == len(names) - 1 + 5
-    assert argv[names.index("approval_timeout_ms")] == ""  # None goes as ''
+    assert argv[names.index("iterations")] == ""  # None goes as ''
+
+
+def test_a_steady_commit_sends_no_tail_and_an_ending_sends_all_of_it() -> None:
+    """The tail (an ending's, a parked run's, a settlement's fields) goes only with a commit that
+    needs one of them: a step's usual commit is some twenty arguments shorter. The Lua reads an
+    unsent tail field as its default, as argv would have sent it."""
+    head = [f.name for f in dataclasses.fields(Commit) if not f.metadata.get("agentmill.tail")]
+    tail = [f.name for f in dataclasses.fields(Commit) if f.metadata.get("agentmill.tail")]
+    assert {"aux", "session_id", "config", "settle_member", "n_usage"} <= set(tail) and len(tail) >= 16
+    steady = Commit(3, 7, "w1", "r1", ckpt=b"{}", n_events=1, sections=("status", 5, b"{}"))
+    assert len(steady.argv()) == len(head) - 1 + 3
+    ending = Commit(3, 7, "w1", "r1", status="completed", aux=b"{}", n_events=1, sections=("status", 5, b"{}"),
+                    usage_ttl=60, n_usage=1, tail_sections=("a|runs", 1))  # fmt: skip
+    argv = ending.argv()
+    assert len(argv) == len(head) - 1 + 3 + len(tail) - 1 + 2
+    assert argv[len(head) - 1 + 3] == b"{}" and argv[-2:] == ["a|runs", 1]  # aux first, the usage terms last
+    settling = Commit(3, 7, "w1", "r1", settle_member="h1", settle_tokens=5)
+    assert len(settling.argv()) == len(head) - 1 + len(tail) - 1
+    at = Commit.positions()
+    assert at["ARG.AUX"] == "(ARGV[TAIL + 1] or '')" and at["ARG.N_USAGE"].endswith(" or '0')")
+    assert at["ARGN.TAIL_SECTIONS"] == f"TAIL + {len(tail)}"
 
 
 def test_a_commit_and_a_publish_answer_the_same_verdicts() -> None:

@@ -188,7 +188,7 @@ class RedisRunStore:
             settle_nano_usd=st.nano_usd if st else None, settle_ttl_ms=st.ttl_ms if st else None,
             n_claims=len(outbox.claims), n_records=len(outbox.records), n_results=len(results) // 2,
             n_calls=len(calls), n_usage=len(terms) // 2, n_events=len(outbox.events),
-            sections=(*events, *claims, *records, *results, *calls, *terms),
+            sections=(*events, *claims, *records), tail_sections=(*results, *calls, *terms),
         )  # fmt: skip
 
     async def publish(self, events: list[Entry]) -> int:
