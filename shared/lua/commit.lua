@@ -72,10 +72,10 @@ if not fast then
     if claims or open ~= '' then open_claims()[ARGV[k]] = nil end
   end
 end
--- (straight from ARGV, a thousand arguments a call at most: unpack's limit)
+-- (straight from ARGV, CHUNK arguments a call at most: unpack's limit)
 local records_end = records_at + 2 * nr - 1
-for k = records_at, records_end, 1000 do
-  redis.call('HSET', KEY.TOOLS, unpack(ARGV, k, math.min(k + 999, records_end)))
+for k = records_at, records_end, CHUNK do
+  redis.call('HSET', KEY.TOOLS, unpack(ARGV, k, math.min(k + CHUNK - 1, records_end)))
 end
 local iterations = ARG.ITERATIONS
 local usage = nil

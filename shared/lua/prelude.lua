@@ -203,6 +203,7 @@ end
 local SMALL = {['0'] = 0, ['1'] = 1, ['2'] = 2, ['3'] = 3, ['4'] = 4, ['5'] = 5, ['6'] = 6, ['7'] = 7, ['8'] = 8}
 local function num(s) return SMALL[s] or tonumber(s) end
 local NONE = {}  -- an empty list passed where a call has none (never changed)
+local CHUNK = 1000  -- the arguments one redis.call takes from unpack at most (even: pairs stay whole)
 -- Texts that go into JSON as they are (commit.lua's claims): a positive integer, an id.
 local function plain_int(s) return #s < 15 and string.find(s, '^[1-9]%d*$') ~= nil end
 local function plain_id(s) return string.find(s, '^[%w%._:%-]+$') ~= nil end
