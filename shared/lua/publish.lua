@@ -1,6 +1,6 @@
 -- Events alone, without a checkpoint: a model's deltas while it streams (worker/runner/commits.py
 -- publish_now), several a second for every run that streams. commit.lua's gate and events, and the
--- stream's last seq, in a call of a few arguments where a commit takes some forty.
+-- stream's last seq, in a call of a few arguments where a commit takes some twenty to fifty.
 -- Call: shared.calls.steps.Publish (n_events ≥ 1). Returns {ok, lastSeq} | {missing} |
 -- {fenced, epoch} | {seq_conflict, lastSeq}, as commit.lua.
 local h = redis.call('HMGET', KEY.RUN, F.EPOCH, F.LAST_SEQ, F.OWNER)
