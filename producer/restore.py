@@ -33,7 +33,6 @@ import orjson
 from agentmill_client import limits
 from agentmill_client.models import EventKind, Message, RunStatus
 from producer.listing import Catalog, RunFilter
-from producer.off_loop import off_loop
 from producer.original import REBUILT_FROM, Original, archived_original, take_place, trimmed
 from producer.placement import verdict
 from producer.prepared import checked_messages
@@ -42,6 +41,7 @@ from shared import checkpoint as checkpoints
 from shared import payload_crypto
 from shared.calls.submission import SubmitRestored
 from shared.fields import RunField
+from shared.off_loop import off_loop
 from shared.origin import Origin
 from shared.quotas import Quota
 from shared.replies import text
