@@ -5,6 +5,9 @@ again costs its hash; the thread's queue is bounded."""
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
+import threading
 import time
 from typing import Any
 
@@ -153,3 +156,15 @@ async def test_without_the_process_apart_the_thread_checks_the_schema(
     compiled(ok)
     with pytest.raises(SchemaBoundError):
         compiled(bad)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a thread's own nice value is Linux's")
+async def test_the_process_apart_runs_below_the_loops_priority() -> None:
+    await compile_all(_variants(1))  # not cached: checked in the process apart, started if need be
+    apart = schema_compiling._process
+    assert apart is not None
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    pids = list(apart._processes)
+    nice = [os.getpriority(os.PRIO_PROCESS, pid) for pid in pids]
+    assert pids and all(n > mine for n in nice), (mine, nice)  # its start-up and checks yield to the loops
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine  # the loop's thread: as it was
