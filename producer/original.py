@@ -20,6 +20,7 @@ from shared import keys, payload_crypto
 from shared.archive.original import ArchivedOriginal, leave_batch, original
 from shared.calls.submission import BatchReplace, BatchReplaceVerdict
 from shared.fields import RunField
+from shared.off_loop import off_loop
 from shared.script_sending import run_script
 from shared.tool_records import ToolRecord
 
@@ -96,15 +97,29 @@ async def archived_original(
     record = h or a.record
     if not h:  # its partition: the one its events were on
         part = next((q for q in p.parts.parts if q.events(a.key_id) == a.stream_key), None)
+    return await off_loop(_decoded, a, run_id, part, record, raw_input, in_redis=bool(h))
+
+
+def _decoded(
+    a: ArchivedOriginal,
+    shown: str,
+    part: keys.Partition | None,
+    record: Any,
+    raw_input: Any,
+    *,
+    in_redis: bool,
+) -> Original:
+    """The archived run, its payloads opened and parsed: the costly part, run off the loop
+    (shared/off_loop.py) as a run read from Redis is."""
     ckpt = checkpoints.load(a.record.get(F.CKPT), a.record.get(F.CONFIG), a.record.get(F.TRANSCRIPT))
     origin = record.get(F.ORIGIN)
     return Original(
-        key=a.key_id, shown=run_id, part=part, status=RunStatus(record.get(F.STATUS) or a.status),
+        key=a.key_id, shown=shown, part=part, status=RunStatus(record.get(F.STATUS) or a.status),
         input=payload_crypto.loads(raw_input), checkpoint=ckpt,
         last_seq=a.last_seq, batch=record.get(F.BATCH, ""), item=a.item_index,
         records={i: ToolRecord.from_json(payload_crypto.open_bytes(r)) for i, r in a.tools.items()},
         events=[(s, k, payload_crypto.loads(pl)) for s, k, pl in a.events if k in REBUILT_FROM],
-        origin=payload_crypto.loads(origin) if origin else None, archived=a, in_redis=bool(h),
+        origin=payload_crypto.loads(origin) if origin else None, archived=a, in_redis=in_redis,
     )  # fmt: skip
 
 

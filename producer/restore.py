@@ -41,6 +41,7 @@ from shared import checkpoint as checkpoints
 from shared import payload_crypto
 from shared.calls.submission import SubmitRestored
 from shared.fields import RunField
+from shared.off_loop import off_loop
 from shared.origin import Origin
 from shared.quotas import Quota
 from shared.replies import text
@@ -104,17 +105,7 @@ class Restorer:
         entries = got[2] if upto else []
         if entries and text(entries[0][0]) != "1-0":  # the stream's MAXLEN trimmed its first events
             raise trimmed(run_id, text(entries[0][0]))
-        events: list[tuple[int, str, dict[str, Any]]] = []
-        for _, f in entries:
-            d = {text(k): v for k, v in f.items()}
-            if text(d["kind"]) in REBUILT_FROM:
-                events.append((int(text(d["seq"])), text(d["kind"]), payload_crypto.loads(d["payload"])))
-        return Original(
-            key=key, shown=run_id, part=part, status=RunStatus(h[F.STATUS]), input=payload_crypto.loads(h[F.INPUT]),
-            checkpoint=checkpoints.load(h[F.CKPT], h[F.CONFIG], got[-1]), last_seq=int(h[F.LAST_SEQ] or 0),
-            batch=h[F.BATCH], item=item, events=events, origin=payload_crypto.loads(h[F.ORIGIN]) if h[F.ORIGIN] else None,
-            records={text(k): ToolRecord.from_json(payload_crypto.open_bytes(v)) for k, v in got[1].items()},
-        )  # fmt: skip
+        return await off_loop(_decoded, key, run_id, part, h, item, entries, got[1], got[-1])
 
     async def retry(
         self,
@@ -161,32 +152,9 @@ class Restorer:
         ``idempotency_key``, run and body name the same fork (created once). ``agent``: another
         agent for it (else the run's own, at the run's version)."""
         o = await self.read(run_id, tenant, upto=at_seq)
-        if not o.status.terminal:
-            raise SubmissionError(
-                "not_finished",
-                f"run {run_id} is {o.status.value}: only a run that ended is forked",
-                status=409,
-            )
-        if not 0 <= at_seq <= o.last_seq:
-            raise SubmissionError(
-                "invalid_input", f"atSeq: run {run_id} has events 1..{o.last_seq}", field="atSeq"
-            )
-        open_calls = _open_calls(o.events)
-        if input_messages and open_calls:
-            raise SubmissionError(
-                "invalid_input",
-                f"atSeq: seq {at_seq} is inside a tool round (calls {', '.join(open_calls)} have no result "
-                "by then): inputMessages need a seq outside a round",
-                field="atSeq",
-            )
-        lineage = {"forkOf": run_id, "atSeq": at_seq, **_by(actor)}
-        shown = _appended(input_messages or [])
-        origin = Origin(lineage, _state_at(o, lineage, at_seq, self.state_of), append=shown)
-        published = {str(p.get("toolCallId")) for _, k, p in o.events if k == EventKind.TOOL_RESULT}
-        published |= _inherited(o.origin)
-        records = {i: r for i, r in o.records.items() if r.done and i in published}
-        body = orjson.dumps([at_seq, shown, agent]).decode()  # the same key with another body: another fork
-        key = f"fork\0{run_id}\0{body}\0{idempotency_key}" if idempotency_key else ""
+        lineage, origin, records, key = await off_loop(
+            _forked, o, self.state_of, at_seq, input_messages, idempotency_key, agent, actor
+        )
         return await self._send(
             o, tenant, lineage, origin, records, quota, in_batch=False, key=key, agent=agent
         )
@@ -251,13 +219,10 @@ class Restorer:
         raw = {k: v for k, v in o.input.items() if k not in _NOT_INHERITED}
         if agent is not None:  # a fork naming another agent: pinned anew
             raw = {**{k: v for k, v in raw.items() if k != "agentVersion"}, "agent": agent}
-        prep = sub.prepare(raw, tenant, await sub.key_run_id(tenant, key) if key else "", quota,
-                           choices=await sub.choices(tenant, [raw]))  # fmt: skip
-        seal = payload_crypto.active().seal_json  # stored as the worker's writes are
-        seed = seal(origin.to_json()) if origin is not None else b""
-        flat: list[Any] = []
-        for i, r in records.items():
-            flat += [i, seal(r.to_json())]
+        default_id = await sub.key_run_id(tenant, key) if key else ""
+        choices = await sub.choices(tenant, [raw])
+        prep = await off_loop(sub.prepare, raw, tenant, default_id, quota, choices=choices)
+        seed, flat = await off_loop(_sealed, origin, records)  # stored as the worker's writes are
         _check_restored(lineage, len(prep.body), len(seed), sum(len(x) for x in flat))
         part = sub.place(prep.run_id, prep.home)
         chosen = [(prep.run_id, part)] if key and sub.layout.count > 1 else []
@@ -273,6 +238,68 @@ class Restorer:
         k, a = self.p.scripts.framing.frame(part, call.keys(part), call.argv())
         reply = await run_script(self.p.parts, self.p.scripts.submit_restored, part, k, a)
         return outcome(prep.run, reply)
+
+
+def _decoded(
+    key: str, shown: str, part: Any, h: dict[str, str], item: int | None, entries: list[Any],
+    tools: dict[Any, Any], transcript: Any,
+) -> Original:  # fmt: skip
+    """The run ``read`` fetched, its payloads opened and parsed (up to a megabyte of input, its
+    checkpoint and transcript, and each event): the costly part of a read, run off the loop."""
+    events: list[tuple[int, str, dict[str, Any]]] = []
+    for _, f in entries:
+        d = {text(k): v for k, v in f.items()}
+        if text(d["kind"]) in REBUILT_FROM:
+            events.append((int(text(d["seq"])), text(d["kind"]), payload_crypto.loads(d["payload"])))
+    return Original(
+        key=key, shown=shown, part=part, status=RunStatus(h[F.STATUS]), input=payload_crypto.loads(h[F.INPUT]),
+        checkpoint=checkpoints.load(h[F.CKPT], h[F.CONFIG], transcript), last_seq=int(h[F.LAST_SEQ] or 0),
+        batch=h[F.BATCH], item=item, events=events, origin=payload_crypto.loads(h[F.ORIGIN]) if h[F.ORIGIN] else None,
+        records={text(k): ToolRecord.from_json(payload_crypto.open_bytes(v)) for k, v in tools.items()},
+    )  # fmt: skip
+
+
+def _forked(
+    o: Original, state_of: StateOf, at_seq: int, input_messages: list[Message] | None,
+    idempotency_key: str | None, agent: str | None, actor: dict[str, str] | None,
+) -> tuple[dict[str, Any], Origin, dict[str, ToolRecord], str]:  # fmt: skip
+    """What a fork of ``o`` at ``at_seq`` stores, checked (``Restorer.fork``): its lineage, its origin
+    (the state rebuilt at the seq), the tool records it copies and the key its id derives from. Pure
+    and costly for a large transcript: run off the loop."""
+    if not o.status.terminal:
+        raise SubmissionError(
+            "not_finished", f"run {o.shown} is {o.status.value}: only a run that ended is forked", status=409
+        )
+    if not 0 <= at_seq <= o.last_seq:
+        raise SubmissionError(
+            "invalid_input", f"atSeq: run {o.shown} has events 1..{o.last_seq}", field="atSeq"
+        )
+    open_calls = _open_calls(o.events)
+    if input_messages and open_calls:
+        raise SubmissionError(
+            "invalid_input",
+            f"atSeq: seq {at_seq} is inside a tool round (calls {', '.join(open_calls)} have no result "
+            "by then): inputMessages need a seq outside a round",
+            field="atSeq",
+        )
+    lineage = {"forkOf": o.shown, "atSeq": at_seq, **_by(actor)}
+    shown = _appended(input_messages or [])
+    origin = Origin(lineage, _state_at(o, lineage, at_seq, state_of), append=shown)
+    published = {str(p.get("toolCallId")) for _, k, p in o.events if k == EventKind.TOOL_RESULT}
+    published |= _inherited(o.origin)
+    records = {i: r for i, r in o.records.items() if r.done and i in published}
+    body = orjson.dumps([at_seq, shown, agent]).decode()  # the same key with another body: another fork
+    key = f"fork\0{o.shown}\0{body}\0{idempotency_key}" if idempotency_key else ""
+    return lineage, origin, records, key
+
+
+def _sealed(origin: Origin | None, records: dict[str, ToolRecord]) -> tuple[bytes, list[Any]]:
+    """The origin and the records a retry or fork stores, sealed (shared.payload_crypto)."""
+    seal = payload_crypto.active().seal_json
+    flat: list[Any] = []
+    for i, r in records.items():
+        flat += [i, seal(r.to_json())]
+    return (seal(origin.to_json()) if origin is not None else b""), flat
 
 
 def _appended(messages: list[Message]) -> list[dict[str, Any]]:

@@ -15,6 +15,14 @@ schema already cached costs its hash and nothing else, and a run with no schema 
 thread at all. At most MAX_PENDING calls wait for the thread in one process; past that,
 SchemaQueueFullError (the API answers 429). A check that takes more than CHECK_TIMEOUT_S is refused
 (bound ``steps``) and its process replaced.
+
+The process apart runs APART_NICE below the process that starts it (on Linux): its start, about a
+second of CPU importing what the process's main module imports, and every check after are a tenant's
+schemas' cost, and take the CPU the API's and workers' loops leave rather than a share beside them.
+A thread of its own starts it, at that priority (a Linux thread's nice value is its own, and a
+process it starts inherits it); the start has its own timeout, START_TIMEOUT_S, apart from a check's.
+It exits once its parent is gone (``_exit_with_parent``): killed, the parent cannot stop it, and it
+would wait on its queue for ever.
 """
 
 from __future__ import annotations
@@ -23,7 +31,10 @@ import asyncio
 import contextlib
 import logging
 import multiprocessing
+import os
+import sys
 import threading
+import time
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -36,6 +47,9 @@ __all__ = ["MAX_PENDING", "SchemaQueueFullError", "compile_all", "run_schemas"]
 
 MAX_PENDING = 64  # calls waiting for the thread, all tenants together
 CHECK_TIMEOUT_S = 10.0  # one schema's check in the process apart (a bounded schema takes < 1 s)
+START_TIMEOUT_S = 120.0  # the process apart's start, at its lower priority on a busy machine
+APART_NICE = 10  # the process apart's nice value above its parent's (the module's docstring)
+PARENT_POLL_S = 1.0  # how often the process apart looks for its parent
 
 log = logging.getLogger("agentmill.schemas")
 _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="schema-compile")
@@ -60,10 +74,39 @@ def run_schemas(run: RunInput) -> list[tuple[str, Any]]:
 
 
 def _apart() -> ProcessPoolExecutor:
+    """The process apart, started now when there is none (RuntimeError when it cannot be)."""
     global _process
     if _process is None:
-        _process = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+        started: list[ProcessPoolExecutor] = []
+        starter = threading.Thread(target=_start_apart, args=(started,), name="schema-apart-start")
+        starter.start()
+        starter.join()
+        if not started:
+            raise RuntimeError("the process that checks schemas did not start")
+        _process = started[0]
     return _process
+
+
+def _start_apart(started: list[ProcessPoolExecutor]) -> None:
+    """On a thread of its own, lowered by APART_NICE (Linux): the process apart, started by it and
+    so at its priority, once it answers."""
+    if sys.platform.startswith("linux"):
+        me = threading.get_native_id()
+        with contextlib.suppress(OSError):  # PRIO_PROCESS with a thread's id: that thread alone
+            os.setpriority(os.PRIO_PROCESS, me, min(19, os.getpriority(os.PRIO_PROCESS, me) + APART_NICE))
+    pool = ProcessPoolExecutor(
+        max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_exit_with_parent
+    )
+    try:
+        pool.submit(int).result(timeout=START_TIMEOUT_S)
+    except Exception as exc:
+        log.warning("schemas: the process that checks schemas did not start (%r)", exc)
+        for proc in list(pool._processes.values()):
+            with contextlib.suppress(OSError):
+                proc.kill()
+        pool.shutdown(wait=False, cancel_futures=True)
+        return
+    started.append(pool)
 
 
 def _replace_process() -> None:
@@ -76,6 +119,19 @@ def _replace_process() -> None:
                 proc.kill()
         with contextlib.suppress(Exception):
             gone.shutdown(wait=False, cancel_futures=True)
+
+
+def _exit_with_parent() -> None:
+    """In the process apart, at its start: a thread that ends it once the process that started it
+    is gone (its parent is then another)."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def _compile(schemas: list[Any]) -> None:

@@ -31,7 +31,17 @@ from shared.redis_watch import RedisWatch
 from shared.script_sending import Parts
 from shared.settings import Settings
 
-__all__ = ["Api", "ApiDep", "CallerDep", "Tenant", "caller_of", "get_api", "record_or_404", "tenant_of"]
+__all__ = [
+    "Api",
+    "ApiDep",
+    "CallerDep",
+    "Tenant",
+    "api_of",
+    "caller_of",
+    "get_api",
+    "record_or_404",
+    "tenant_of",
+]
 
 log = logging.getLogger("agentmill.api")
 
@@ -163,7 +173,13 @@ async def tenant_of(caller: Annotated[Caller, Depends(caller_of)]) -> str:
     return caller.tenant
 
 
-ApiDep = Annotated[Api, Depends(get_api)]
+async def api_of(request: Request) -> Api:
+    """``get_api`` as a dependency: a coroutine, so FastAPI calls it on the loop rather than
+    handing it to its thread pool (a thread hop in every request, and a thread started in the first)."""
+    return get_api(request)
+
+
+ApiDep = Annotated[Api, Depends(api_of)]
 Tenant = Annotated[str, Depends(tenant_of)]
 CallerDep = Annotated[Caller, Depends(caller_of)]
 

@@ -5,7 +5,12 @@ again costs its hash; the thread's queue is bounded."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
+import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +20,7 @@ from shared.schema_compiling import MAX_PENDING, SchemaQueueFullError, compile_a
 from shared.schema_validator import SchemaBoundError, compiled, is_cached
 from tests.support.schemas import doubling, wide
 
+ROOT = Path(__file__).resolve().parents[2]
 LOOP_TURN_BOUND_S = 0.05  # the loop's longest turn while the thread compiles, quiet machine
 TICK_S = 0.002
 
@@ -153,3 +159,48 @@ async def test_without_the_process_apart_the_thread_checks_the_schema(
     compiled(ok)
     with pytest.raises(SchemaBoundError):
         compiled(bad)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a thread's own nice value is Linux's")
+async def test_the_process_apart_runs_below_the_loops_priority() -> None:
+    await compile_all(_variants(1))  # not cached: checked in the process apart, started if need be
+    apart = schema_compiling._process
+    assert apart is not None
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    pids = list(apart._processes)
+    nice = [os.getpriority(os.PRIO_PROCESS, pid) for pid in pids]
+    assert pids and all(n > mine for n in nice), (mine, nice)  # its start-up and checks yield to the loops
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine  # the loop's thread: as it was
+
+
+def _gone(pid: int) -> bool:
+    """No such process, or a zombie no one has reaped yet."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_process_apart_ends_when_its_parent_is_killed() -> None:
+    code = (
+        "import asyncio, time\n"
+        "from shared import schema_compiling as sc\n"
+        "from tests.support.schemas import doubling\n"
+        "asyncio.run(sc.compile_all([{**doubling(), 'title': str(time.time())}]))\n"
+        "print(*sc._process._processes, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, cwd=ROOT)
+    try:
+        assert parent.stdout is not None
+        apart = int(parent.stdout.readline())
+        assert not _gone(apart)
+    finally:
+        parent.kill()  # SIGKILL: it cannot shut its executor down
+        parent.wait()
+    deadline = time.monotonic() + 10 * schema_compiling.PARENT_POLL_S
+    while not _gone(apart) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(apart), f"the process apart {apart} outlived its parent"

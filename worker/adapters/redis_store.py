@@ -23,6 +23,7 @@ from shared.calls.workers import ForgetWorker
 from shared.children import ChildSpec, Spawned
 from shared.functions import Script, each_with_reload
 from shared.keys import Partition
+from shared.off_loop import large, off_loop
 from shared.partitions import Partitions
 from shared.profiles import ContextConfig
 from shared.quotas import DEFAULT_TENANT, Quotas
@@ -105,6 +106,8 @@ class RedisRunStore:
         self.last_seq = int(text(r[2]) or 0)
         self.tenant = text(r[10]) if len(r) > 10 else ""
         try:
+            if large(*(r[i] for i in (3, 4, 9, 14) if len(r) > i)):  # a fork's state, a large input
+                return await off_loop(self._opened, r)
             return self._opened(r)
         except payload_crypto.DataKeyError as exc:  # the run fails with the reason (its driver), not the job
             return Acquired(self.epoch, self.last_seq, None, b"{}", "", {}, {}, int(text(r[8])), tenant=self.tenant,

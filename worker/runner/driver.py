@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections import deque
 from collections.abc import Coroutine
@@ -24,6 +25,7 @@ from agentmill_client.models import RunInput, RunStatus
 from shared import logs
 from shared.actors import abort_of
 from shared.calls.steps import AcquireVerdict
+from shared.off_loop import large, off_loop
 from shared.tool_records import ToolRecord
 from worker import machine
 from worker.core.acquisition import Acquired, NotAcquired
@@ -186,7 +188,9 @@ class RunDriver:
             self.observed_start = True
             self.pending.append(StartRejected(self.clock.now_ms(), "data_key_unavailable", acq.unreadable))
             return await self._loop()
-        run_input = RunInput.model_validate_json(acq.input)
+        big = large(acq.input, acq.origin)  # a fork of a large transcript: parsed off the loop
+        parse = functools.partial(RunInput.model_validate_json, acq.input)
+        run_input = await off_loop(parse) if big else parse()
         if run_input.session_id:
             logs.run_context.set({**(logs.run_context.get() or {}), "sessionId": run_input.session_id})
         self.fx.hints = dict(run_input.runtime_hints or {})
@@ -212,7 +216,10 @@ class RunDriver:
                 self.host, self.ports.tools, self.ports.models, run_input, now, acq.ancestry, agent
             )
             if acq.origin and isinstance(first, Started):  # a retry or fork: from the original's state
-                first = opening.restored_or_rejected(first, self.run_id, acq.origin, self.records)
+                restore = functools.partial(
+                    opening.restored_or_rejected, first, self.run_id, acq.origin, self.records
+                )
+                first = await off_loop(restore) if big else restore()
         self.host.observer.run_started(resumed=resumed, job_try=self.job_try)
         self.observed_start = True
         if resumed and acq.last_seq > self.out.ckpt_seq:

@@ -1,0 +1,109 @@
+"""The API's event loop serves every tenant: no request of one tenant may hold it for long. Measured
+in CPU (``time.thread_time`` of the loop's thread between two turns of a probe task), not wall time,
+so that the machine's other work does not count:
+
+- the first request after start-up: FastAPI builds an included router's routes (their validators)
+  at the first request that reaches it, over 100 ms of CPU for all of them; the API builds them at
+  start-up instead (producer.api.app.warm_routes);
+- forks of a run whose state is 3.6 MB (figure 9's fork attack forks one of 0.9 MB), and their runs'
+  starts: in the API, decoding the run, rebuilding its state at the seq, validating and sealing what
+  the fork stores; in the worker, opening and parsing the fork's input and state. 10-15 ms of CPU in
+  one turn each; they run on a thread of their own (shared/off_loop.py), the loop taking turns
+  between.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from shared.settings import Settings
+from tests.integration.api_support import A, api, settings
+from tests.integration.test_fork_chain import ended
+from worker.process.jobs import WorkerProcess
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+TURN_CPU_S = 0.008  # the longest turn allowed (measured: 2-5.5 ms; 57 ms and 15-17.5 ms on the loop)
+MESSAGES, MESSAGE_CHARS = 9, 100_000  # figure 9's forked run: a 0.9 MB transcript
+GROWN = 3  # forks of forks, each appending 0.9 MB: the state a fork then rebuilds is near its bound
+
+
+async def longest_turn(work: Callable[[], Awaitable[Any]]) -> tuple[Any, float]:
+    """``work``'s result, and the most CPU the loop's thread spent between two turns of a probe
+    (everything that ran on the loop meanwhile: the API's handling and the test's client)."""
+    turns: list[float] = []
+    done = asyncio.Event()
+
+    async def probe() -> None:
+        while not done.is_set():
+            t = time.thread_time()
+            await asyncio.sleep(0.001)
+            turns.append(time.thread_time() - t)
+
+    prober = asyncio.create_task(probe())
+    await asyncio.sleep(0.01)
+    try:
+        got = await work()
+    finally:
+        done.set()
+        await prober
+    return got, max(turns)
+
+
+@pytest.fixture
+async def client(redis_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with api(settings(redis_url)) as url, httpx.AsyncClient(base_url=url, timeout=30) as c:
+        for _ in range(200):
+            if (await c.get("/readyz")).status_code == 200:
+                break
+            await asyncio.sleep(0.02)
+        yield c
+
+
+async def test_the_first_request_after_start_up_builds_no_routes(client: httpx.AsyncClient) -> None:
+    # A path no router has: matching it walks every router, building each one not built yet.
+    got, turn = await longest_turn(lambda: client.get("/v1/no-such-route", headers=A))
+    assert got.status_code == 404
+    assert turn < TURN_CPU_S, f"the first request held the loop for {turn * 1000:.0f} ms of CPU"
+
+
+async def test_forks_of_a_large_state_hold_no_loop_for_a_long_turn(
+    redis_url: str, client: httpx.AsyncClient
+) -> None:
+    # The worker in this process too, on the same loop: the fork's request and its run's start.
+    worker = WorkerProcess(Settings(redis_url=redis_url, poll_delay_s=0.02, worker_metrics_port=-1))
+    working = asyncio.create_task(worker.run())
+    try:
+        big = [{"role": "user", "content": f"{i}" * MESSAGE_CHARS} for i in range(MESSAGES)]
+        run = {"agent": "scripted", "inputMessages": big, "runtimeHints": {"script": [{"text": "done"}]}}
+        r = await client.post("/v1/runs", json=run, headers=A)
+        assert r.status_code == 202, r.text
+        view = await ended(client, r.json()["runId"])
+        for _ in range(GROWN):  # the state grows by each fork's appended messages, to 3.6 MB
+            url = f"/v1/runs/{view['runId']}/fork"
+            r = await client.post(url, json={"atSeq": view["lastSeq"], "inputMessages": big}, headers=A)
+            assert r.status_code == 202, r.text
+            view = await ended(client, r.json()["runId"])
+            assert view["status"] == "completed"
+        url = f"/v1/runs/{view['runId']}/fork"
+
+        async def forks() -> list[str]:
+            ends = []
+            for _ in range(3):
+                r = await client.post(url, json={"atSeq": view["lastSeq"]}, headers=A)
+                assert r.status_code == 202, r.text
+                ends.append((await ended(client, r.json()["runId"]))["status"])
+            return ends
+
+        statuses, turn = await longest_turn(forks)
+    finally:
+        working.cancel()
+        await asyncio.gather(working, return_exceptions=True)
+    assert statuses == ["completed"] * 3
+    assert turn < TURN_CPU_S, f"a fork held the loop for {turn * 1000:.0f} ms of CPU"
