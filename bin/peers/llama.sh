@@ -7,8 +7,8 @@
 #   in the same llama-cpp-python sdist: with --jinja it streams tool calls under tool_choice "auto",
 #   which llama-cpp-python's server cannot. tests/peer/test_anthropic_litellm.py puts LiteLLM in
 #   front of it.
-# Each takes 5-25 minutes of compiling on 2 cores the first time; each part is a no-op when
-# already installed (its own stamp).
+# Each compiles llama.cpp: on 2 busy cores (2026-11-29) 28 minutes for llama-cpp-python and 48 for
+# llama-server. Each part is a no-op when already installed (its own stamp).
 set -euo pipefail
 PEERS=${AGENTMILL_PEERS_DIR:-$HOME/.cache/agentmill-peers}
 VENV="$PEERS/llama"
