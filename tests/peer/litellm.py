@@ -31,7 +31,8 @@ def installed() -> Path | None:
 class LiteLLMProxy:
     """``litellm --config …`` on a free loopback port; stopped (its own pid) on exit."""
 
-    def __init__(self, upstream: str, workdir: Path) -> None:
+    def __init__(self, upstream: str, workdir: Path, params: str = "") -> None:
+        """``params``: more ``litellm_params`` lines of the model, as YAML."""
         exe = installed()
         if exe is None:
             raise RuntimeError("LiteLLM is not installed: run bin/peers/litellm.sh")
@@ -47,6 +48,7 @@ class LiteLLMProxy:
             "      model: hosted_vllm/gemma-3-270m\n"
             f"      api_base: {upstream}\n"
             "      api_key: none\n"
+            f"{params}"
             "litellm_settings:\n"
             "  drop_params: true\n"
             "  num_retries: 0\n"

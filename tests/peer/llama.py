@@ -1,4 +1,6 @@
-"""llama-cpp-python's OpenAI-compatible server, as installed by bin/peers/llama.sh, on a free port.
+"""The llama.cpp peers installed by bin/peers/llama.sh, each on a free port: llama-cpp-python's
+OpenAI-compatible server (``LlamaServer``) and llama.cpp's own ``llama-server --jinja``
+(``LlamaCppServer``), both serving the same Gemma 3 270M GGUF.
 
 ``recordings()`` talks to a running server and returns the transcripts the unit suite replays
 (tests/data/llama_cpp/): the exact response bytes for requests our provider builds.
@@ -16,7 +18,7 @@ import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 import orjson
@@ -32,6 +34,8 @@ from worker.tools.builtin import BUILTINS
 PEERS = Path(os.environ.get("AGENTMILL_PEERS_DIR", Path.home() / ".cache" / "agentmill-peers"))
 VENV = PEERS / "llama"
 DATA = Path(__file__).resolve().parents[1] / "data" / "llama_cpp"
+# The GGUF has no chat template: llama-server gets Gemma's turns with Hermes-style tool calls.
+TOOLS_TEMPLATE = Path(__file__).with_name("gemma_tools.jinja")
 SYSTEM = "You are a helpful assistant. Use the calculator tool for arithmetic."
 FORCED = {"type": "function", "function": {"name": "calculator"}}
 # A structured answer Gemma 270M can give under the server's grammar (responseFormatStyle
@@ -53,14 +57,11 @@ def installed() -> tuple[Path, Path] | None:
     return (python, models[0]) if python.exists() and models else None
 
 
-class LlamaServer:
-    """``python -m llama_cpp.server`` started on a free loopback port; stopped (its own pid) on exit."""
+class _Server:
+    """A server process on a free loopback port, serving ``model``; stopped (its own pid) on exit."""
 
-    def __init__(self, log: Path) -> None:
-        found = installed()
-        if found is None:
-            raise RuntimeError("llama-cpp-python is not installed: run bin/peers/llama.sh (or bin/dev peer)")
-        self.python, self.model = found
+    def __init__(self, log: Path, model: Path) -> None:
+        self.model = model
         self.port = free_port()
         self.log = log
         self.proc: subprocess.Popen[bytes] | None = None
@@ -69,19 +70,21 @@ class LlamaServer:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def start(self, within_s: float = 120.0) -> LlamaServer:
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def ready_url(self) -> str:
+        return f"{self.base_url}/models"
+
+    def start(self, within_s: float = 120.0) -> Self:
         out = open(self.log, "ab")  # noqa: SIM115 - closed with the process
-        self.proc = subprocess.Popen(
-            [str(self.python), "-m", "llama_cpp.server", "--model", str(self.model),
-             "--chat_format", "chatml-function-calling", "--host", "127.0.0.1", "--port", str(self.port)],
-            stdout=out, stderr=out,
-        )  # fmt: skip
+        self.proc = subprocess.Popen(self.command(), stdout=out, stderr=out)
         deadline = time.monotonic() + within_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the llama server exited with {self.proc.returncode}; see {self.log}")
             try:
-                if httpx.get(f"{self.base_url}/models", timeout=1.0).status_code == 200:
+                if httpx.get(self.ready_url(), timeout=1.0).status_code == 200:
                     return self
             except httpx.TransportError:
                 pass
@@ -97,6 +100,50 @@ class LlamaServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+
+
+def server_installed() -> tuple[Path, Path] | None:
+    """llama.cpp's ``llama-server`` and the GGUF, when bin/peers/llama.sh has built it."""
+    exe = VENV / "bin" / "llama-server"
+    found = installed()
+    stamped = (VENV / ".agentmill-llama-server-installed").exists()
+    return (exe, found[1]) if found and exe.exists() and stamped else None
+
+
+class LlamaServer(_Server):
+    """``python -m llama_cpp.server``."""
+
+    def __init__(self, log: Path) -> None:
+        found = installed()
+        if found is None:
+            raise RuntimeError("llama-cpp-python is not installed: run bin/peers/llama.sh (or bin/dev peer)")
+        self.python = found[0]
+        super().__init__(log, found[1])
+
+    def command(self) -> list[str]:
+        return [str(self.python), "-m", "llama_cpp.server", "--model", str(self.model),
+                "--chat_format", "chatml-function-calling", "--host", "127.0.0.1", "--port", str(self.port)]  # fmt: skip
+
+
+class LlamaCppServer(_Server):
+    """llama.cpp's ``llama-server --jinja`` on a free loopback port: OpenAI-style tool calls from
+    the chat template (``TOOLS_TEMPLATE``), streamed under ``tool_choice`` "auto" as well; one slot
+    (``--parallel 1``) of ``ctx`` tokens."""
+
+    def __init__(self, log: Path, ctx: int = 8192) -> None:
+        found = server_installed()
+        if found is None:
+            raise RuntimeError("llama-server is not installed: run bin/peers/llama.sh (or bin/dev peer)")
+        self.exe = found[0]
+        self.ctx = ctx
+        super().__init__(log, found[1])
+
+    def command(self) -> list[str]:
+        return [str(self.exe), "--model", str(self.model), "--jinja", "--chat-template-file", str(TOOLS_TEMPLATE),
+                "-c", str(self.ctx), "--parallel", "1", "--no-webui", "--host", "127.0.0.1", "--port", str(self.port)]  # fmt: skip
+
+    def ready_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/health"  # 503 until the model is loaded
 
 
 def provider(base_url: str, **kw: Any) -> ProviderConfig:

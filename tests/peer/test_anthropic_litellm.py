@@ -1,9 +1,9 @@
 """The anthropic provider against a Messages API server we did not write: LiteLLM's proxy serving
-``/v1/messages`` in front of the llama.cpp peer (llama-cpp-python, Gemma 3 270M).
+``/v1/messages`` in front of llama.cpp's own ``llama-server --jinja`` (Gemma 3 270M).
 
-First the official ``anthropic`` SDK drives the proxy (a plain and a tool-forced call, streamed),
-to show the server is one the SDK takes. Then tool-using runs go agentmill → recorder → LiteLLM →
-llama, with ``toolChoice`` auto and forced. ``AGENTMILL_RECORD=1`` writes their exchanges to
+First the official ``anthropic`` SDK drives the proxy (a plain call and one with a tool call and its
+result, streamed), to show the server is one the SDK takes. Then tool-using runs go agentmill →
+recorder → LiteLLM → llama-server, with ``toolChoice`` auto and forced. ``AGENTMILL_RECORD=1`` writes their exchanges to
 tests/data/anthropic_litellm/ (tests/integration/test_anthropic_replay.py replays them in CI, and
 tests/unit/test_anthropic_stream.py parses their streams against the SDK's).
 
@@ -33,7 +33,7 @@ pytestmark = [
     pytest.mark.peer,
     pytest.mark.timeout(900),
     pytest.mark.skipif(
-        llama.installed() is None, reason="llama-cpp-python not installed: run bin/peers/llama.sh"
+        llama.server_installed() is None, reason="llama-server not installed: run bin/peers/llama.sh"
     ),
     pytest.mark.skipif(litellm.installed() is None, reason="LiteLLM not installed: run bin/peers/litellm.sh"),
 ]
@@ -48,16 +48,13 @@ CALCULATOR = {
     },
 }
 # What the replay runs again: the profile's provider (baseUrl set per run) and the RunInput, and
-# how the run ends. Forced: the call, then (loopLimits.maxIterations 1) one last call without tools
-# for the answer. Auto: LiteLLM sends llama tool_choice "auto" with the tools and the system prompt,
-# but llama-cpp-python 0.3.36's chatml-function-calling cannot answer it streamed: a text answer is
-# held by its grammar to a tool's name or the end (always empty), and a tool call raises "Automatic
-# streaming tool choice is not supported" after the 200 OK (tests/data/llama_cpp:
-# empty_stream_auto, auto_tool_broken_stream). LiteLLM passes either on as an empty text block with
-# end_turn; agentmill retries each as an empty answer and the run fails, never completes on one.
-RUNS: dict[str, tuple[dict[str, Any], str]] = {
-    "forced_tool": ({"toolChoice": {"type": "function", "function": {"name": "calculator"}}}, "completed"),
-    "auto_tool": ({"toolChoice": "auto"}, "failed"),
+# how the run ends. The call, then (loopLimits.maxIterations 1) one last call without tools for the
+# answer. llama-server streams a call under "auto" (its grammar starts at the template's
+# <tool_call>); it reads the named form of tool_choice, which LiteLLM sends for the forced run, as
+# "auto" (a warning in its log), so both ask the model to choose.
+RUNS: dict[str, dict[str, Any]] = {
+    "forced_tool": {"toolChoice": {"type": "function", "function": {"name": "calculator"}}},
+    "auto_tool": {"toolChoice": "auto"},
 }
 ASK = {"inputMessages": [{"role": "user", "content": "What is 17 * 23? Use the calculator tool."}],
        "loopLimits": {"maxIterations": 1}}  # fmt: skip
@@ -66,9 +63,9 @@ ASK = {"inputMessages": [{"role": "user", "content": "What is 17 * 23? Use the c
 @pytest.fixture(scope="module")
 def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[litellm.LiteLLMProxy]:
     work = tmp_path_factory.mktemp("litellm")
-    server = llama.LlamaServer(work / "llama.log").start()
+    server = llama.LlamaCppServer(work / "llama.log").start()
     try:
-        p = litellm.LiteLLMProxy(server.base_url, work).start()
+        p = litellm.LiteLLMProxy(server.base_url, work, GEMMA_PARAMS).start()
         try:
             yield p
         finally:
@@ -80,14 +77,24 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[litellm.LiteLLMP
 def provider(base_url: str, **kw: Any) -> dict[str, Any]:
     return {"kind": "anthropic", "baseUrl": base_url, "model": litellm.MODEL, "apiKeyEnv": KEY_ENV,
             "temperature": 0, "maxTokens": 256, "readTimeoutS": 300, "maxConcurrent": 1,
-            # LiteLLM passes content lists through, and llama-cpp-python takes only a string as a
-            # system message's content: no cache_control blocks (the cache is the API's anyway)
+            # no cache_control blocks (the cache is the API's): every message of one text block
+            # goes out as a plain string
             "promptCaching": False, **kw}  # fmt: skip
+
+
+# Sent with every request, for Gemma 3 270M (a base model: it repeats its prompt and never ends a
+# turn of its own): one call per reply (allowed more, it repeats the call until max_tokens), and a
+# reply ends at its first blank line (the template puts the call's opening tag before any).
+GEMMA_PARAMS = '      parallel_tool_calls: false\n      stop: ["\\n\\n"]\n'
+# Without the built-in preamble (a thousand characters of rules): Gemma 270M begins its reply by
+# repeating its prompt, and reaches the tool call's opening tag within max_tokens only when the
+# prompt is short.
+PROFILE = {"systemPrompt": llama.SYSTEM, "preamble": "off"}
 
 
 def profiles_file(path: Path, prov: dict[str, Any]) -> Path:
     path.write_bytes(orjson.dumps({"profiles": [{
-        "name": "claudish", "systemPrompt": llama.SYSTEM, "tools": ["calculator"],
+        "name": "claudish", **PROFILE, "tools": ["calculator"],
         "retry": {"maxRetries": 3, "baseDelayMs": 200, "maxDelayMs": 1000}, "provider": prov}]}))  # fmt: skip
     return path
 
@@ -117,17 +124,15 @@ def test_the_official_sdk_takes_the_proxy(proxy: litellm.LiteLLMProxy) -> None:
     assert after.role == "assistant" and after.stop_reason in ("end_turn", "max_tokens", "tool_use")
 
 
-@pytest.mark.parametrize("name", sorted(RUNS))
-async def test_tool_using_runs_complete_through_litellm(
-    name: str, proxy: litellm.LiteLLMProxy, redis: Redis, redis_url: str, tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
-    monkeypatch.setenv(KEY_ENV, litellm.MASTER_KEY)
+async def _run(
+    proxy: litellm.LiteLLMProxy, redis: Redis, redis_url: str, tmp_path: Path, kw: dict[str, Any],
+    cut: frozenset[int] = frozenset(),
+) -> tuple[Any, list[Any], list[messages_replay.Exchange]]:  # fmt: skip
+    """A run of ``ASK`` through a recorder in front of the proxy: its record, events and exchanges."""
     async with (
         httpx.AsyncClient(timeout=300) as client,
-        messages_replay.Recorder(proxy.base_url, client) as rec,
+        messages_replay.Recorder(proxy.base_url, client, cut) as rec,
     ):
-        kw, expected = RUNS[name]
         path = profiles_file(tmp_path / "profiles.json", provider(rec.base_url, **kw))
         p = producer_for(redis, redis_url)
         p.profiles = load_profiles(str(path))
@@ -136,15 +141,43 @@ async def test_tool_using_runs_complete_through_litellm(
             done = (await wait_all(p, [sub.run_id], 600))[sub.run_id]  # type: ignore[union-attr]
         events = await stream(redis, sub.run_id)  # type: ignore[union-attr]
     assert_clean_stream(events)
+    return done, events, rec.exchanges
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+async def test_tool_using_runs_complete_through_litellm(
+    name: str, proxy: litellm.LiteLLMProxy, redis: Redis, redis_url: str, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.setenv(KEY_ENV, litellm.MASTER_KEY)
+    kw = RUNS[name]
+    done, events, exchanges = await _run(proxy, redis, redis_url, tmp_path, kw)
     calls = [e.payload for e in events if e.kind == EventKind.TOOL_CALL]
     if os.environ.get("AGENTMILL_RECORD") == "1":
-        run = {"provider": provider("", **kw), "input": ASK, "status": done.status.value}
-        messages_replay.save(name, run, rec.exchanges)
-    assert all(x.status == 200 and b"message_start" in x.body for x in rec.exchanges)
-    assert done.status.value == expected, (done.result, [x.status for x in rec.exchanges])
-    if expected == "completed":
-        assert calls and calls[0]["name"] == "calculator"
-        assert done.result is not None and done.result.final_assistant_message is not None
-    else:
-        retried = [e.payload.get("reason") for e in events if e.payload.get("status") == "retrying"]
-        assert retried and set(retried) == {"empty"}
+        run = {"profile": PROFILE, "provider": provider("", **kw), "input": ASK, "status": done.status.value}
+        messages_replay.save(name, run, exchanges)
+    assert all(x.status == 200 and b"message_stop" in x.body for x in exchanges)
+    assert done.status.value == "completed", (done.result, [x.status for x in exchanges])
+    assert calls and calls[0]["name"] == "calculator"
+    assert orjson.loads(calls[0]["arguments"]).get("expression")
+    assert done.result is not None and done.result.final_assistant_message is not None
+    assert done.result.final_assistant_message.content
+
+
+async def test_a_cut_stream_is_retried_never_taken_as_the_answer(
+    proxy: litellm.LiteLLMProxy, redis: Redis, redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first reply (the model's tool call) reaches the worker without its message_delta and
+    message_stop: the worker retries the call, and the run goes on from the retry's reply."""
+    monkeypatch.setenv(KEY_ENV, litellm.MASTER_KEY)
+    done, events, exchanges = await _run(proxy, redis, redis_url, tmp_path, RUNS["auto_tool"], frozenset({0}))
+    assert b"tool_use" in exchanges[0].body and b"message_stop" not in exchanges[0].body
+    retries = [
+        e.payload.get("reason")
+        for e in events
+        if e.kind == EventKind.STATUS and e.payload.get("status") == "retrying"
+    ]
+    assert retries == ["truncated"]
+    assert exchanges[1].request == exchanges[0].request
+    calls = [e.payload for e in events if e.kind == EventKind.TOOL_CALL]
+    assert done.status.value == "completed" and len(calls) == 1, done.result

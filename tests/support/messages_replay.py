@@ -74,12 +74,15 @@ class _Server(LocalApp):
 
 
 class Recorder(_Server):
-    """Forwards to ``upstream`` (a Messages API base URL); ``exchanges`` in the order answered."""
+    """Forwards to ``upstream`` (a Messages API base URL); ``exchanges`` in the order answered.
+    The replies numbered in ``cut`` (0 the first) are read whole, then passed on (and kept) only up
+    to their ``message_delta``: a stream cut off on its way, with no stop reason or end."""
 
-    def __init__(self, upstream: str, client: httpx.AsyncClient) -> None:
+    def __init__(self, upstream: str, client: httpx.AsyncClient, cut: frozenset[int] = frozenset()) -> None:
         super().__init__()
         self.upstream = upstream.rstrip("/")
         self.client = client
+        self.cut = cut
         self.exchanges: list[Exchange] = []
 
     async def messages(self, request: Request) -> Response:
@@ -90,6 +93,14 @@ class Recorder(_Server):
         resp = await self.client.send(req, stream=True)
         x = Exchange(orjson.loads(raw), resp.status_code, resp.headers.get("content-type", ""), b"")
         self.exchanges.append(x)
+        if len(self.exchanges) - 1 in self.cut:
+            whole = await resp.aread()
+            await resp.aclose()
+            end = whole.find(b"event: message_delta")
+            x.body = whole[: end if end > 0 else len(whole) // 2]
+            return StreamingResponse(
+                iter([x.body]), status_code=resp.status_code, media_type=x.content_type or None
+            )
 
         async def body() -> AsyncIterator[bytes]:
             try:

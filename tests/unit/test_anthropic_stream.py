@@ -2,7 +2,8 @@
 stream accumulator (``client.messages.stream(...).get_final_message()``) and through agentmill's
 reader (worker/models/anthropic_stream.py) give the same text, tool calls, thinking blocks, stop
 reason and usage (cache fields included), for every stream under tests/data/anthropic/ and
-tests/data/anthropic_litellm/, whole and split at arbitrary byte boundaries."""
+tests/data/anthropic_litellm/ (LiteLLM's proxy in front of llama-server, and under llama_cpp_python/
+in front of llama-cpp-python's server), whole and split at arbitrary byte boundaries."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from worker.models.base import ModelCallError, StreamEnd, TextDelta, ThinkingDon
 from worker.models.sse import SseParser
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-ALL = sorted([*(DATA / "anthropic").glob("*.sse"), *(DATA / "anthropic_litellm").glob("*.sse")])
+ALL = sorted([*(DATA / "anthropic").glob("*.sse"), *(DATA / "anthropic_litellm").rglob("*.sse")])
 
 
 def _repeats_an_id(raw: bytes) -> bool:
