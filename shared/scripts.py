@@ -258,11 +258,16 @@ NAMES: dict[str, type[StrEnum]] = {
 }
 _DIMS = {d.upper(): d for d in index_keys.INDEX_DIMS}  # DIM.STATUS: a listing index's dimension
 _NAME_TOKEN = re.compile(rf"\b({'|'.join([*NAMES, 'DIM'])})\.([A-Z][A-Z0-9_]*)\b")
+# Each namespace's members by name, built once: the scripts spell thousands of these tokens.
+_VALUES: dict[str, dict[str, str]] = {
+    **{space: {e.name: e.value for e in enum} for space, enum in NAMES.items()},
+    "DIM": _DIMS,
+}
 
 
 def _name(m: re.Match[str]) -> str:
     space, member = m.group(1), m.group(2)
-    values = _DIMS if space == "DIM" else {e.name: e.value for e in NAMES[space]}
+    values = _VALUES[space]
     if member not in values:
         raise ValueError(f"the Lua names {space}.{member}: no such member")
     return f"'{values[member]}'"

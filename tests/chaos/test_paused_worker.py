@@ -106,7 +106,13 @@ async def trial(redis: Redis, redis_url: str, tmp_path: Path, n: int, k: int) ->
 
             await until("the stopped worker's connects to complete", connected, 20, every=0.05)
             stale.signal(signal.SIGCONT)
-            await asyncio.sleep(2.0)  # time to send whatever it still would
+
+            async def gave_up() -> bool:  # its beat found its lease lapsed; its runs' calls ended
+                text = (tmp_path / f"stale{k}.log").read_text(errors="replace")
+                return f"worker stale{k} carries on under lease id" in text
+
+            await until("the woken worker to give its runs up", gave_up, 20, every=0.05)
+            await asyncio.sleep(0.3)  # and whatever it still sent to reach the ledger
             assert stale.alive
         finally:
             stale.signal(signal.SIGCONT)

@@ -17,6 +17,7 @@ from tests.integration.api_support import A, api, run_body
 from tests.integration.api_support import settings as api_settings
 from tests.integration.helpers import running_worker
 from tests.support.redis_cluster import LocalRedisCluster
+from tests.support.waits import until
 
 pytestmark = [
     pytest.mark.integration,
@@ -46,7 +47,12 @@ async def test_schedules_fire_on_every_master_of_a_cluster() -> None:
                 body = {"scheduleId": sid, "cron": "* * * * * *", "input": run_body(), "overlap": "enqueue"}
                 r = await http.post("/v1/schedules", json=body)
                 assert r.status_code == 201, r.text
-            await asyncio.sleep(4)
+
+            async def each_fired_twice() -> bool:
+                listed = (await http.get("/v1/schedules")).json()["schedules"]
+                return len(listed) == len(ids) and all(v["fired"] >= 2 for v in listed)
+
+            await until("every schedule fired twice", each_fired_twice, 20)
             for sid in ids:
                 assert (await http.post(f"/v1/schedules/{sid}/pause")).status_code == 200
             await asyncio.sleep(1)

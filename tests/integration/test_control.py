@@ -19,6 +19,7 @@ from tests.integration.helpers import (
     running_worker,
     script_run,
     stream,
+    until_status,
     wait_all,
 )
 from tests.support.schema import K
@@ -90,7 +91,9 @@ async def test_abort_awaiting_approval_finished_and_unknown(
     p = producer_for(redis, redis_url)
     sub = await p.submit(script_run([{"toolCalls": [{"name": "echo", "arguments": {"text": "x"}}]}],
                                     toolPolicy={"requireApprovalByDefault": True}))  # fmt: skip
-    rec = await p.wait(sub.run_id, timeout_s=10)
+    # awaiting_human is not terminal: Producer.wait would only return at its timeout
+    await until_status(redis, sub.run_id, "awaiting_human", 10)
+    rec = await p.get(sub.run_id)
     assert rec is not None and rec.status.value == "awaiting_human"
     assert await p.abort(sub.run_id) == "aborted"
     events = await stream(redis, sub.run_id)
@@ -119,7 +122,9 @@ async def test_approval_pauses_without_holding_a_worker_and_resumes_elsewhere(
     sub = await p.submit(script_run(script, toolPolicy={"requireApprovalByDefault": True}))
     first = WorkerProcess(Settings(redis_url=redis_url, poll_delay_s=0.02))
     t1 = asyncio.create_task(first.run())
-    rec = await p.wait(sub.run_id, timeout_s=10)
+    # awaiting_human is not terminal: Producer.wait would only return at its timeout
+    await until_status(redis, sub.run_id, "awaiting_human", 10)
+    rec = await p.get(sub.run_id)
     assert rec is not None and rec.status.value == "awaiting_human"
     assert {a["toolCallId"] for a in rec.pending_approvals} == {"c1.0", "c1.1"}
     await asyncio.sleep(0.3)

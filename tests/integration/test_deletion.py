@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -248,13 +249,22 @@ async def test_a_run_deleted_while_its_worker_is_paused_mid_tool_call_is_never_w
                 return bool(await redis.hget(f"am:{{0}}:run:{k}", "claims"))
 
             await until("the sleep call claimed", claimed, 20, every=0.02)
+            call_ends = time.monotonic() + 1.5
             w.signal(signal.SIGSTOP)
             try:
                 r = await c.delete("/v1/runs/paused-1")
                 assert r.status_code == 200, r.text
             finally:
                 w.signal(signal.SIGCONT)
-            await asyncio.sleep(3.5)  # the call ends (1.5 s), its commit is refused, beats and passes go by
+            log = tmp_path / "w.log"
+
+            async def refused() -> bool:  # the worker found the run deleted and gave it up
+                lines = log.read_text(errors="replace").splitlines()
+                return any(f"run {k}: " in ln and "stopping without writing" in ln for ln in lines)
+
+            await until("the paused worker giving the run up", refused, 20, every=0.05)
+            # past the call's end, then two beats and ten archiver passes
+            await asyncio.sleep(max(0.0, call_ends - time.monotonic()) + 1.0)
             assert await redis_traces(redis, [k, MARK]) == []
             assert await archive_traces(pg.url, [k, MARK]) == []
             assert seen == []

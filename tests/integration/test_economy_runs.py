@@ -227,8 +227,9 @@ def discarded_late(samples: dict[Any, float]) -> float:
 async def test_a_deadline_with_the_batch_pending_completes_on_the_standard_lane_and_the_late_answer_changes_nothing(
     redis: Redis, redis_url: str, tmp_path: Path
 ) -> None:
-    async with BatchServer(tool_rounds_backend("echo", rounds=0), delay_s=10) as server:
-        path = profiles(tmp_path, server.base_url, standardTimeMs=4000)
+    # the switch to the standard lane at 3 s, the batch's answer at 6.5 s: late by 3.5 s
+    async with BatchServer(tool_rounds_backend("echo", rounds=0), delay_s=6.5) as server:
+        path = profiles(tmp_path, server.base_url, standardTimeMs=3000)
         p = economy_producer(redis, redis_url, path)
         port = free_port()
         workers = procs(
@@ -236,7 +237,7 @@ async def test_a_deadline_with_the_batch_pending_completes_on_the_standard_lane_
         )
         try:
             await started(p, workers)
-            deadline = int(time.time() * 1000) + 8000  # the switch at deadline - 4 s
+            deadline = int(time.time() * 1000) + 6000  # the switch at deadline - 3 s
             rid = (await p.submit({**economy_run(0), "deadline": deadline})).run_id  # type: ignore[union-attr]
             # a run in the same batch that waits for it: the batch is not cancelled, the provider answers both
             other = (await p.submit(economy_run(1))).run_id  # type: ignore[union-attr]

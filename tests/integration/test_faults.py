@@ -63,17 +63,23 @@ async def test_401_fails_at_once(redis: Redis, redis_url: str, worker: WorkerPro
     assert result.last_error.code == "model_http_401" and "bad key" in result.last_error.message  # type: ignore[attr-defined]
 
 
-async def test_exhausted_retries_name_the_cause(redis: Redis, redis_url: str, worker: WorkerProcess) -> None:
-    p = producer_for(redis, redis_url)
-    script = [{"error": {"kind": "connection", "message": "refused", "retryAfterMs": 0}}] * 4
-    body = script_run(script)
-    # A profile-independent way to keep this fast: Retry-After 0 does not shorten backoff, so use 1 retry budget
-    # via four connection errors and the default 3 retries: 1 + 2 + 4 s. Too slow for the suite; use 429 + retry-after instead.
-    body["runtimeHints"]["script"] = [{"error": {"status": 429, "retryAfterMs": 10}}] * 4
-    status, events, result = await run_one(p, redis, body, within=40)
+async def test_exhausted_retries_name_the_cause(redis: Redis, redis_url: str, tmp_path: Path) -> None:
+    # The default three retries, their backoff 50 ms doubling (a profile's retry settings) rather than
+    # the default 1 s (1 + 2 + 4 s of waiting; test_two_503s_then_success checks those delays).
+    path = tmp_path / "profiles.json"
+    quick = {"name": "quick", "provider": {"kind": "scripted", "mode": "script"},
+             "retry": {"baseDelayMs": 50, "maxDelayMs": 400}}  # fmt: skip
+    path.write_bytes(orjson.dumps({"profiles": [quick]}))
+    p = producer_for(redis, redis_url, profiles=str(path))
+    body = {**script_run([{"error": {"status": 429, "retryAfterMs": 10}}] * 4), "agent": "quick"}
+    async with running_worker(redis_url, profiles=str(path)):
+        status, events, result = await run_one(p, redis, body, within=40)
     assert status == "failed"
     assert result.last_error.code == "model_retries_exhausted" and "http_429" in result.last_error.message  # type: ignore[attr-defined]
     assert statuses(events).count("retrying") == 3
+    assert [
+        e.payload["delayMs"] for e in events if e.kind == "status" and e.payload["status"] == "retrying"
+    ] == [pytest.approx(d, rel=0.25) for d in (50, 100, 200)]
 
 
 async def test_a_tool_that_always_fails_is_seen_by_the_model_and_the_run_completes(

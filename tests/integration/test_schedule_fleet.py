@@ -1,7 +1,7 @@
 """The schedule guarantee with real processes: three workers and two API processes all fire
 an every-second schedule; each firing makes exactly one run, and a worker SIGKILLed in the middle of
 a firing (after the firing's run was made, before the schedule was advanced: the failpoint
-after_schedule_fire) loses no firing. 8 s in the suite (the killed firer's claim expires after 2 s,
+after_schedule_fire) loses no firing. 5 s in the suite (the killed firer's claim expires after 2 s,
 within them), 60 s behind the ``slow`` marker."""
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ async def _fleet(redis: Redis, redis_url: str, tmp_path: Path, seconds: int) -> 
 async def test_three_workers_and_two_apis_make_each_firing_of_an_every_second_cron_once(
     redis: Redis, redis_url: str, tmp_path: Path
 ) -> None:
-    await _fleet(redis, redis_url, tmp_path, 8)
+    await _fleet(redis, redis_url, tmp_path, 5)
 
 
 @pytest.mark.slow

@@ -30,6 +30,7 @@ from tests.integration.api_support import A, B, api, body, settings
 from tests.integration.helpers import make_due, metric_samples, producer_for
 from tests.support.procs import WorkerProc
 from tests.support.redis_server import free_port
+from tests.support.waits import until
 
 pytestmark = pytest.mark.integration
 
@@ -397,13 +398,30 @@ async def test_two_api_processes_with_different_tokens_both_keep_their_tenants_s
                 made = await c.post("/v1/schedules", json={"scheduleId": "tick", "cron": "* * * * * *",
                                                            "input": body(), "overlap": "enqueue"})  # fmt: skip
                 assert made.status_code == 201, made.text
-        await asyncio.sleep(3.2)
+
+        async def fired(tenant: str) -> int:
+            view = await store.get("tick", tenant)
+            return view.fired if view is not None else 0
+
+        async def both_fired_twice() -> bool:
+            return min([await fired(t) for t in ports]) >= 2
+
+        await until("both tenants' schedules fired twice", both_fired_twice, 15)
         views = {t: await store.get("tick", t) for t in ports}
         for t, v in views.items():
             assert v is not None and not v.paused and v.fired >= 2, (t, v)
 
         procs["tenant-a"].stop()  # tenant-a's last word lasts a TTL, then its schedules are held
-        await asyncio.sleep(ttl_ms / 1000 + 1.5)
+
+        async def a_held() -> bool:
+            view = await store.get("tick", "tenant-a")
+            return view is not None and view.paused
+
+        async def b_fired_twice_more() -> bool:
+            return await fired("tenant-b") >= views["tenant-b"].fired + 2  # type: ignore[union-attr]
+
+        await until("tenant-a's schedule held", a_held, ttl_ms / 1000 + 1.5)
+        await until("tenant-b's schedule fired twice more", b_fired_twice_more, 10)
         a, b = await store.get("tick", "tenant-a"), await store.get("tick", "tenant-b")
         assert a is not None and a.paused and a.paused_reason is not None, a
         assert a.paused_reason.startswith("token: ") and "tenant-a" in a.paused_reason

@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse, Response
 from agentmill_client import AsyncClient
 from shared.fields import RunField
 from tests.integration.api_support import A, HookServer, api, key, settings
-from tests.integration.helpers import producer_for, running_worker, script_run, stream, wait_all
+from tests.integration.helpers import producer_for, running_worker, script_run, stream, until_status, wait_all
 from tests.support.fake_openai import FakeOpenAI, Reply
 from tests.support.otlp_receiver import OtlpReceiver
 from tests.support.procs import WorkerProc
@@ -330,7 +330,9 @@ async def test_an_approval_wait_is_a_span_between_two_attempts_of_one_trace(
     script = [{"toolCalls": [{"id": "a", "name": "echo", "arguments": {"text": "x"}}]}, {"text": "ok"}]
     sub = await p.submit(script_run(script, toolPolicy={"requireApprovalByDefault": True}), trace=TRACEPARENT)
     async with running_worker(redis_url):
-        rec = await p.wait(sub.run_id, timeout_s=10)
+        # awaiting_human is not terminal: Producer.wait would only return at its timeout
+        await until_status(redis, sub.run_id, "awaiting_human", 10)
+        rec = await p.get(sub.run_id)
         assert rec is not None and rec.status.value == "awaiting_human"
         await asyncio.sleep(0.3)  # the wait lasts at least this
         assert await p.settle_approval(sub.run_id, "c1.0", approved=True) == "resumed"

@@ -19,6 +19,7 @@ from tests.support.procs import WorkerProc
 
 __all__ = [
     "FAST_BATCHES",
+    "FAST_TAKEOVER",
     "died_at",
     "economy_producer",
     "economy_run",
@@ -35,6 +36,13 @@ FAST_BATCHES = {
     "AGENTMILL_ECONOMY_POLL_MIN_S": "0.05",
     "AGENTMILL_ECONOMY_POLL_MAX_S": "0.2",
     "AGENTMILL_ECONOMY_LEASE_MS": "1000",
+}
+# A worker that dies holding runs (at a failpoint) loses them after a 2 s lease, not the default
+# 30 s: its successors (polling the lost every 0.3 s) take them over a few seconds after the kill.
+FAST_TAKEOVER = {
+    "AGENTMILL_LEASE_MS": "2000",
+    "AGENTMILL_HEARTBEAT_MS": "300",
+    "AGENTMILL_RECONCILE_MS": "300",
 }
 OPENAI = {"kind": "openai", "model": "gpt-4o-mini", "pricing": {"inputPerMTok": 1.0, "outputPerMTok": 2.0}}
 
@@ -79,8 +87,8 @@ async def started(p: Any, workers: list[WorkerProc]) -> None:
 
 async def died_at(redis_url: str, path: Path, point: str, within: float = 30) -> None:
     """One worker started with the failpoint ``point``, which must kill it (SIGKILL at the point)
-    within ``within`` seconds."""
-    (doomed,) = procs(redis_url, path, 1, AGENTMILL_FAILPOINTS=point)
+    within ``within`` seconds; the runs it held are lost after its short lease (FAST_TAKEOVER)."""
+    (doomed,) = procs(redis_url, path, 1, **FAST_TAKEOVER, AGENTMILL_FAILPOINTS=point)
     deadline = time.monotonic() + within
     while doomed.alive and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
@@ -90,8 +98,9 @@ async def died_at(redis_url: str, path: Path, point: str, within: float = 30) ->
 async def finished_on(
     p: Any, ids: list[str], redis_url: str, path: Path, n: int = 2, within: float = 90, **env: str
 ) -> dict[str, Any]:
-    """``ids`` run to their end on ``n`` fresh workers (stopped after): their records."""
-    workers = procs(redis_url, path, n, **env)
+    """``ids`` run to their end on ``n`` fresh workers (stopped after), which take over the runs of a
+    worker that died (FAST_TAKEOVER, unless ``env`` says otherwise): their records."""
+    workers = procs(redis_url, path, n, **{**FAST_TAKEOVER, **env})
     try:
         return await wait_all(p, ids, within)
     finally:

@@ -107,6 +107,9 @@ def _child(request: dict[str, object], fds: list[int]) -> None:
 def serve(path: str) -> None:
     for name in PRELOAD:
         importlib.import_module(name)
+    # The Lua scripts rendered and the function library built (pure text, the same in every process):
+    # each worker and API process did it again at start (about 0.3 s of CPU).
+    importlib.import_module("shared.scripts").warm()
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen(64)

@@ -33,7 +33,11 @@ def live_api(logs: Path, **env: str) -> Iterator[str]:
             env={"AGENTMILL_API_PORT": str(port), "AGENTMILL_AUTH_DISABLED": "true", **env},
             log=logs / "api.log",
         ).start()
-        worker = WorkerProc(redis.url, log=logs / "worker.log").start()
+        # The fuzzers start runs that sleep for a minute: stopped, the worker hands them back at once
+        # rather than waiting out the default drain for calls in flight (20 s; 10 s to SIGKILL here).
+        worker = WorkerProc(
+            redis.url, env={"AGENTMILL_DRAIN_TIMEOUT_S": "0.5"}, log=logs / "worker.log"
+        ).start()
         url = f"http://127.0.0.1:{port}"
         try:
             if not wait_until(lambda: ready(url) or not api.alive, 30.0) or not api.alive:
