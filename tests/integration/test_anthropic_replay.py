@@ -21,11 +21,16 @@ from tests.integration.helpers import assert_clean_stream, producer_for, running
 from tests.support import messages_replay
 from tests.support.messages_replay import Exchange, Replayer
 
-NAMES = messages_replay.names()
+# The llama.cpp server recordings, and the forced run recorded through llama-cpp-python's server
+# (llama-server reads the named tool_choice as auto; this server honoured it: the one recording of
+# a forced choice that the upstream itself enforced).
+NAMES = [*messages_replay.names(), "llama_cpp_python/forced_tool"]
 KEY_ENV = "AGENTMILL_LITELLM_KEY"
 SYSTEM = "You are a helpful assistant. Use the calculator tool for arithmetic."
 
-pytestmark = pytest.mark.skipif(not NAMES, reason="no recordings in tests/data/anthropic_litellm")
+pytestmark = pytest.mark.skipif(
+    not messages_replay.names(), reason="no recordings in tests/data/anthropic_litellm"
+)
 
 
 def _recorded_calls(exchanges: list[Exchange]) -> list[tuple[str, dict[str, Any]]]:
