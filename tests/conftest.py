@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
+from tests.support import forkserver
 from tests.support.redis_server import RedisServer
 
 # A worker built in a test serves /metrics on an ephemeral port unless the test asks otherwise:
@@ -63,3 +64,11 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     ):
         return True
     return None
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The fork server for this process's worker, API and CLI starts (tests/support/forkserver.py);
+    not in xdist's controller, which runs no test."""
+    if getattr(session.config.option, "numprocesses", None) and not hasattr(session.config, "workerinput"):
+        return
+    forkserver.prestart()

@@ -42,6 +42,7 @@ class ForkServer:
     """The server process of this test process, and how to ask it for a child."""
 
     def __init__(self) -> None:
+        """Starts the server process; ``ready`` waits for its imports."""
         self.dir = tempfile.mkdtemp(prefix="agentmill-forkserver-")
         self.path = os.path.join(self.dir, "s")
         self.env = dict(os.environ)
@@ -50,12 +51,20 @@ class ForkServer:
             [sys.executable, "-m", "tests.support.forkserver_main", self.path],
             cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log,
         )  # fmt: skip
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if line.strip() != b"ready":
-            self.proc.kill()
-            raise RuntimeError(f"the fork server did not start: {Path(self.log.name).read_text()[-2000:]}")
+        self.started = False
         atexit.register(self.close)
+
+    def ready(self) -> ForkServer:
+        if not self.started:
+            assert self.proc.stdout is not None
+            line = self.proc.stdout.readline()
+            if line.strip() != b"ready":
+                self.proc.kill()
+                raise RuntimeError(
+                    f"the fork server did not start: {Path(self.log.name).read_text()[-2000:]}"
+                )
+            self.started = True
+        return self
 
     def takes(self, env: Mapping[str, str]) -> bool:
         """Whether a child with ``env`` starts as a fresh interpreter would: the settings the
@@ -89,12 +98,24 @@ _server: ForkServer | None = None
 _lock = threading.Lock()
 
 
+def prestart() -> None:
+    """Starts this test process's server without waiting for it (tests/conftest.py, at session
+    start): its imports then overlap collection instead of stalling the first test that needs it
+    (a stall of seconds in an async test also stalls the API or worker it runs in its own loop)."""
+    global _server
+    if os.environ.get("AGENTMILL_TEST_FORKSERVER") == "0":
+        return
+    with _lock:
+        if _server is None:
+            _server = ForkServer()
+
+
 def _the_server() -> ForkServer:
     global _server
     with _lock:
         if _server is None or _server.proc.poll() is not None:
             _server = ForkServer()
-        return _server
+        return _server.ready()
 
 
 class Child:
