@@ -80,8 +80,7 @@ class ForkServer:
         message = HEADER.pack(len(body)) + body
         sent = socket.send_fds(conn, [message[:4096]], fds)
         conn.sendall(message[sent:])
-        child = Child(conn, [sys.executable, "-m", module, *args])
-        return child
+        return Child(conn, [sys.executable, "-m", module, *args])
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -204,15 +203,8 @@ def popen(
     """``[sys.executable, *argv]`` started as ``subprocess.Popen`` would (None streams: /dev/null)."""
     env = dict(os.environ if env is None else env)
     mod = _module(argv)
-    if mod is None or os.environ.get("AGENTMILL_TEST_FORKSERVER") == "0":
-        return subprocess.Popen(
-            [sys.executable, *argv], cwd=cwd, env=env,
-            stdin=subprocess.DEVNULL if stdin is None else stdin,
-            stdout=subprocess.DEVNULL if stdout is None else stdout,
-            stderr=subprocess.DEVNULL if stderr is None else stderr,
-        )  # fmt: skip
-    server = _the_server()
-    if not server.takes(env):
+    server = None if mod is None or os.environ.get("AGENTMILL_TEST_FORKSERVER") == "0" else _the_server()
+    if mod is None or server is None or not server.takes(env):
         return subprocess.Popen(
             [sys.executable, *argv], cwd=cwd, env=env,
             stdin=subprocess.DEVNULL if stdin is None else stdin,
@@ -228,9 +220,7 @@ def popen(
         return server.spawn(mod[0], mod[1], env, str(cwd), fds)
 
 
-def _pump(
-    child: Child | subprocess.Popen[bytes], outs: list[int], stdin: int | None, data: bytes
-) -> list[bytes]:
+def _pump(outs: list[int], stdin: int | None, data: bytes) -> list[bytes]:
     """Everything the child writes on ``outs`` until it closes them, ``data`` written to ``stdin``."""
     if stdin is not None:
 
@@ -275,9 +265,7 @@ def run(
                 os.close(fd)
     data = input.encode() if isinstance(input, str) else (input or b"")
     outcome: list[list[bytes]] = []
-    reader = threading.Thread(
-        target=lambda: outcome.append(_pump(child, [out_r, err_r], in_w, data)), daemon=True
-    )
+    reader = threading.Thread(target=lambda: outcome.append(_pump([out_r, err_r], in_w, data)), daemon=True)
     reader.start()
     reader.join(timeout)
     if reader.is_alive():

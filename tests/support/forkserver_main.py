@@ -40,19 +40,21 @@ PRELOAD = (
 HEADER = struct.Struct("!I")
 
 
+def _at_least(conn: socket.socket, data: bytes, size: int) -> bytes:
+    """``data`` and what follows it on ``conn`` until it holds ``size`` bytes."""
+    while len(data) < size:
+        more = conn.recv(1 << 16)
+        if not more:
+            raise EOFError("the request ended early")
+        data += more
+    return data
+
+
 def _read_request(conn: socket.socket) -> tuple[dict[str, object], list[int]]:
     data, fds, _flags, _addr = socket.recv_fds(conn, 1 << 16, 3)
-    while len(data) < HEADER.size:
-        more = conn.recv(1 << 16)
-        if not more:
-            raise EOFError("the request ended early")
-        data += more
+    data = _at_least(conn, data, HEADER.size)
     (size,) = HEADER.unpack_from(data)
-    while len(data) < HEADER.size + size:
-        more = conn.recv(1 << 16)
-        if not more:
-            raise EOFError("the request ended early")
-        data += more
+    data = _at_least(conn, data, HEADER.size + size)
     return json.loads(data[HEADER.size : HEADER.size + size]), list(fds)
 
 
