@@ -61,6 +61,18 @@ async def sampling(redis: Redis, tenant: str) -> AsyncIterator[dict[str, int]]:
             await task
 
 
+def middles_that_work_first(path: str, ms: int) -> str:
+    """The profiles of `path` with each middle sleeping `ms` before it asks its helper: the tree then
+    holds the tenant's quota for that long, where middles that asked at once were refused, answered
+    and ended within a fraction of a second (the quota in use for a sample or two)."""
+    doc = orjson.loads(Path(path).read_bytes())
+    (middle,) = [p for p in doc["profiles"] if p["name"] == "middle"]
+    middle["tools"] = ["sleep"]
+    middle["provider"]["script"].insert(0, {"toolCalls": [{"name": "sleep", "arguments": {"ms": ms}}]})
+    Path(path).write_bytes(orjson.dumps(doc))
+    return path
+
+
 def refusals(content: str) -> list[str]:
     return [c for _, c in tool_messages(content) if c.startswith("error: sub-agent refused")]
 
@@ -70,7 +82,7 @@ async def test_a_tenants_nested_children_stay_within_its_max_active_and_all_end(
 ) -> None:
     """maxActive 4; two roots each start three middles, each of which starts a helper: 14 runs if
     nothing bounded them. Running, parked or queued, the tenant's runs never pass 4; all end."""
-    path = profiles(tmp_path, child_sleep_ms=400)
+    path = middles_that_work_first(profiles(tmp_path, child_sleep_ms=400), ms=800)
     quotas = orjson.dumps({"tenant-a": {"maxActive": 4}}).decode()
     env = {"AGENTMILL_PROFILES": path, "AGENTMILL_TENANT_QUOTAS": quotas, "AGENTMILL_ID_SECRET": SECRET}
     procs = [WorkerProc(redis_url, env=env, log=tmp_path / f"w{i}.log").start() for i in range(2)]
