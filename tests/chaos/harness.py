@@ -172,7 +172,7 @@ class ChaosReport:
         return bad
 
 
-def chaos_profiles(ledger_url: str, path: Path, *, declared: bool = False) -> Path:
+def chaos_profiles(ledger_url: str, path: Path, *, declared: bool = False, timeout_s: float = 10) -> Path:
     doc = {
         "profiles": [
             {
@@ -193,7 +193,7 @@ def chaos_profiles(ledger_url: str, path: Path, *, declared: bool = False) -> Pa
                     }
                 ],
                 "toolSettings": {
-                    "ledger": {"timeoutS": 10, "maxTries": 3, "retryDelayMs": 100}
+                    "ledger": {"timeoutS": timeout_s, "maxTries": 3, "retryDelayMs": 100}
                     | ({"sideEffects": False} if declared else {})
                 },
                 "retry": {"baseDelayMs": 100, "maxDelayMs": 500},

@@ -4,8 +4,11 @@ The finding: a downstream slow to accept connections (a full listen backlog), a 
 SIGSTOPped while its HTTP tool calls wait in connect, another worker taking its runs over and
 publishing the calls' results; on SIGCONT the stale worker's connects completed and it sent its
 requests, which executed *after* the results had been published. Fencing refused its commits, too
-late to stop the effect. Now the worker checks its own lease deadline right before the request's
-bytes are written, so it sends nothing.
+late to stop the effect. Now two things keep the woken worker from sending: its heartbeat, whose
+sleep ends in the same loop turn as the connects, finds the lease deadline passed and stops the runs
+before their tasks step again; and the HTTP client checks the lease right before the request's bytes
+are written (for a deadline that passes between beats: tests/unit/test_lease.py). Either alone keeps
+this test green; with both removed every trial sends all its calls late.
 
 In the suite: a few short trials (< 60 s). More: ``pytest -m slow tests/chaos/test_paused_worker.py``.
 """
@@ -70,7 +73,9 @@ async def trial(redis: Redis, redis_url: str, tmp_path: Path, n: int, k: int) ->
     (and the fencing tokens they carried: 1 is the paused worker's, 2 the rescuer's)."""
     await redis.flushall()
     with Ledger(backlog=1) as ledger:
-        profiles = chaos_profiles(ledger.url, tmp_path / f"profiles{k}.json")
+        # a connect that outlives the tool's timeout fails on waking whatever the guard does: the
+        # timeout is set past the longest pause, so the guard is what keeps the requests unsent
+        profiles = chaos_profiles(ledger.url, tmp_path / f"profiles{k}.json", timeout_s=90)
         env = {**LEASE, "AGENTMILL_PROFILES": str(profiles)}
         p = producer_for(redis, redis_url, profiles=str(profiles))
         assert load_profiles(str(profiles))
