@@ -300,10 +300,13 @@ class Producer:
             entries = await self.stream_parts.call(part, wait)
         return [decode_entry(label or run_id, fields) for _, fields in entries]
 
-    async def wait(self, run_id: str, *, timeout_s: float, tenant: str | None = None) -> RunRecord | None:
-        """Until the run is terminal or the timeout passes; returns the latest record."""
+    async def wait(
+        self, run_id: str, *, timeout_s: float, tenant: str | None = None, read: RunRecord | None = None
+    ) -> RunRecord | None:
+        """Until the run is terminal or the timeout passes; returns the latest record. ``read``: the
+        record the caller has just read (``get``), not read again."""
         deadline = time.monotonic() + timeout_s
-        rec = await self.get(run_id, tenant=tenant)
+        rec = read or await self.get(run_id, tenant=tenant)
         while rec is not None and not rec.status.terminal and (left := deadline - time.monotonic()) > 0:
             part = self.parts.layout.of_key(rec.stream_key)
             h = await self._told(part, rec, max(1, int(min(left, 1.0) * 1000)))

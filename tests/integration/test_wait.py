@@ -42,6 +42,9 @@ async def test_a_waiter_reads_the_record_in_the_round_trip_that_wakes_it(
                 wakes = sum(Counted.sends)
                 # one read first, then one round trip each time the stream wakes it (none after)
                 assert wakes >= 1 and len(Counted.sends) == 1 + wakes, Counted.sends
+                # a record the caller has just read (the API's /wait reads one for its 404) is not read again
+                Counted.sends.clear()
+                assert await p.wait(sub.run_id, timeout_s=20, read=rec) is rec and Counted.sends == []
             # and many waiters at once all see their runs end
             subs = [await p.submit(script_run([{"text": "x", "delayMs": 50}])) for _ in range(10)]
             recs = await wait_all(p, [s.run_id for s in subs], 20)
