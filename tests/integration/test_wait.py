@@ -35,7 +35,8 @@ async def test_a_waiter_reads_the_record_in_the_round_trip_that_wakes_it(
         p = producer_for(counted, redis_url)
         with workers(redis_url, 1):
             for _ in range(5):
-                sub = await p.submit(script_run([{"text": "a"}]))
+                # its reply takes 200 ms: the waiter is blocked on the stream when the run ends
+                sub = await p.submit(script_run([{"text": "a", "delayMs": 200}]))
                 Counted.sends.clear()
                 rec = await p.wait(sub.run_id, timeout_s=20)
                 assert rec is not None and rec.status == RunStatus.COMPLETED and rec.result is not None
