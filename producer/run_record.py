@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -12,10 +12,23 @@ from agentmill_client import limits
 from agentmill_client.codec import to_jsonable
 from agentmill_client.models import RunResult, RunStatus, Usage
 from shared.fields import RunField
+from shared.replies import text
 
-__all__ = ["LINEAGE_KEYS", "RunRecord", "lineage_view", "usage_of"]
+__all__ = ["LINEAGE_KEYS", "RUN_FIELDS", "RunRecord", "fields_of", "lineage_view", "usage_of"]
 
 LINEAGE_KEYS = ("retryOf", "forkOf", "atSeq")
+
+F = RunField
+# The run hash's fields a record is read from (Producer.get, Producer.wait): one HMGET.
+RUN_FIELDS = [F.STATUS, F.TENANT, F.SESSION_ID, F.CREATED_AT, F.LAST_SEQ, F.RESULT, F.APPROVALS, F.ABORT,
+               F.CLIENT_PENDING, F.CLIENT_SESSION, F.LINEAGE, F.RETRIED_BY, F.PARENT_RUN, F.PARENT_CALL,
+               F.CHILDREN, F.PRIORITY, F.RUN_AT, F.USAGE_IN, F.USAGE_OUT, F.USAGE_ESTIMATED, F.USAGE_COST, F.USAGE_CACHE_READ, F.USAGE_CACHE_WRITE, F.ARCHIVED, F.AGENT,
+               F.AGENT_VERSION, F.WAITING_FOR, F.MODEL_WAIT]  # fmt: skip
+
+
+def fields_of(vals: Sequence[Any]) -> dict[RunField, str | None]:
+    """A run hash's RUN_FIELDS as HMGET answered them, as text."""
+    return dict(zip(RUN_FIELDS, (text(v) if v is not None else None for v in vals), strict=True))
 
 
 def lineage_view(lineage: str, retried_by: str) -> dict[str, Any]:

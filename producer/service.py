@@ -22,7 +22,7 @@ from producer.audit import Pending
 from producer.client_ids import client_id_of
 from producer.economy_view import economy_wait
 from producer.placement import locate_many
-from producer.run_record import RunRecord, lineage_view, usage_of
+from producer.run_record import RUN_FIELDS, RunRecord, fields_of, lineage_view, usage_of
 from producer.scope import Scope
 from producer.sessions import SessionReads
 from producer.submission import SubmissionError, Submitted
@@ -46,10 +46,6 @@ from shared.tool_records import ToolRecord
 __all__ = ["DEFAULT_TENANT", "Producer", "RunRecord", "SubmissionError", "Submitted"]
 
 F = RunField
-_RUN_FIELDS = [F.STATUS, F.TENANT, F.SESSION_ID, F.CREATED_AT, F.LAST_SEQ, F.RESULT, F.APPROVALS, F.ABORT,
-               F.CLIENT_PENDING, F.CLIENT_SESSION, F.LINEAGE, F.RETRIED_BY, F.PARENT_RUN, F.PARENT_CALL,
-               F.CHILDREN, F.PRIORITY, F.RUN_AT, F.USAGE_IN, F.USAGE_OUT, F.USAGE_ESTIMATED, F.USAGE_COST, F.USAGE_CACHE_READ, F.USAGE_CACHE_WRITE, F.ARCHIVED, F.AGENT,
-               F.AGENT_VERSION, F.WAITING_FOR, F.MODEL_WAIT]  # fmt: skip
 
 
 class Producer:
@@ -146,9 +142,12 @@ class Producer:
         if rec is None and self.archive is not None:  # (not a deleted run's rows left to the deleters)
             rec = await self.archive.record(ids, tenant)
             rec = None if rec is None or await tombstoned(self.parts, rec.key) else rec
-        if rec is None:
-            return None
-        if tenant is not None and rec.parent_run_id:  # a child names its parent as its tenant knows it
+        return None if rec is None else await self._seen(rec, run_id, tenant)
+
+    async def _seen(self, rec: RunRecord, run_id: str, tenant: str | None) -> RunRecord:
+        """The record as ``tenant`` knows it, by ``run_id`` (a child names its parent by the id its
+        tenant knows it by)."""
+        if tenant is not None and rec.parent_run_id:
             parent = await client_id_of(self.parts, self.archive, rec.parent_run_id, tenant)
             rec = replace(rec, parent_run_id=parent or "")
         return rec.as_seen_by(run_id)
@@ -175,18 +174,18 @@ class Producer:
         ]
 
         def read(key: str) -> Any:
-            return lambda pipe: pipe.hmget(key, _RUN_FIELDS)
+            return lambda pipe: pipe.hmget(key, RUN_FIELDS)
 
         replies = await self.parts.pipelined([(p, read(p.run(r))) for r, p in where]) if where else []
-        found = None
         for (rid, p), (vals,) in zip(where, replies, strict=True):
-            h = dict(zip(_RUN_FIELDS, (text(v) if v is not None else None for v in vals), strict=True))
+            h = fields_of(vals)
             if vals[0] is not None and (tenant is None or h[F.TENANT] == tenant):
-                found = (rid, p, h)
-                break
-        if found is None:
-            return None
-        run_id, part, h = found
+                return await self._record(rid, p, h)
+        return None
+
+    async def _record(self, run_id: str, part: keys.Partition, h: dict[RunField, str | None]) -> RunRecord:
+        """The record of the run ``run_id`` on ``part`` from its hash's fields ``h`` (RUN_FIELDS),
+        with what its status needs read besides (its client calls still open, its economy wait)."""
         status = RunStatus(h[F.STATUS] or RunStatus.QUEUED.value)
         result = RunResult.model_validate(payload_crypto.loads(raw)) if (raw := h[F.RESULT]) else None
         pending: list[dict[str, Any]] = []
@@ -301,20 +300,37 @@ class Producer:
             entries = await self.stream_parts.call(part, wait)
         return [decode_entry(label or run_id, fields) for _, fields in entries]
 
-    async def wait(self, run_id: str, *, timeout_s: float, tenant: str | None = None) -> RunRecord | None:
-        """Until the run is terminal or the timeout passes; returns the latest record."""
+    async def wait(
+        self, run_id: str, *, timeout_s: float, tenant: str | None = None, read: RunRecord | None = None
+    ) -> RunRecord | None:
+        """Until the run is terminal or the timeout passes; returns the latest record. ``read``: the
+        record the caller has just read (``get``), not read again."""
         deadline = time.monotonic() + timeout_s
-        while True:
-            rec = await self.get(run_id, tenant=tenant)
-            if rec is None or rec.status.terminal:
-                return rec
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return rec
-            await self.read_events(
-                rec.key, after=rec.last_seq, limit=1, block_ms=max(1, int(min(left, 1.0) * 1000)),
-                part=self.parts.layout.of_key(rec.stream_key),
-            )  # fmt: skip
+        rec = read or await self.get(run_id, tenant=tenant)
+        while rec is not None and not rec.status.terminal and (left := deadline - time.monotonic()) > 0:
+            part = self.parts.layout.of_key(rec.stream_key)
+            h = await self._told(part, rec, max(1, int(min(left, 1.0) * 1000)))
+            if h is None:  # its hash is gone (deleted, archived): read as any reader would
+                return await self.get(run_id, tenant=tenant)
+            rec = await self._seen(await self._record(rec.key, part, h), run_id, tenant)
+        return rec
+
+    async def _told(
+        self, part: keys.Partition, rec: RunRecord, block_ms: int
+    ) -> dict[RunField, str | None] | None:
+        """Until the run's stream has an event past ``rec``'s last or ``block_ms`` pass, then its
+        hash's fields (RUN_FIELDS; None: no hash), read right behind the event in the same round
+        trip: a waiter hears of the end and reads the result at once."""
+        stream, run_key = part.events(rec.key), part.run(rec.key)
+
+        async def told(c: Redis) -> list[Any]:
+            async with c.pipeline(transaction=False) as pipe:
+                pipe.xread({stream: stream_id(rec.last_seq)}, count=1, block=block_ms)
+                pipe.hmget(run_key, RUN_FIELDS)
+                return list(await pipe.execute())
+
+        _, vals = await self.stream_parts.call(part, told)
+        return fields_of(vals) if vals[0] is not None else None
 
     # ---- control ----
 

@@ -241,10 +241,10 @@ async def wait_run(
     tenant: Tenant,
     timeout_s: Annotated[float, Query(alias="timeout", ge=0, le=60)] = 30.0,
 ) -> dict[str, Any]:
-    await record_or_404(api, run_id, tenant)
+    read = await record_or_404(api, run_id, tenant)
     with api.streams.acquire(tenant):
         waited, rec = await unless_closing(
-            api.closing, api.producer.wait(run_id, timeout_s=timeout_s, tenant=tenant)
+            api.closing, api.producer.wait(run_id, timeout_s=timeout_s, tenant=tenant, read=read)
         )
     if not waited:  # shutting down: the run as it is now, as when the wait times out
         rec = await api.producer.get(run_id, tenant=tenant)

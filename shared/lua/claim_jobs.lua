@@ -1,5 +1,7 @@
 -- arq's job start, batched: claim up to ARG.LIMIT of the given job ids in one round trip, with arq's
 -- own rule (the job is due and nobody holds its in-progress key); a claimed job leaves the queue.
+-- Given no ids, the call picks the queue's due jobs itself, in queue order (the worker's poll: the
+-- ids never travel to the worker and back, and a woken worker claims in one round trip).
 -- The call: shared.calls.dispatch.ClaimJobs (the partition's queue, live index, scheduled jobs and
 -- depth counters are its fixed keys).
 -- Reply: per claimed job its id, its queue score and, with a lease id, what acquire_run answered
@@ -15,6 +17,7 @@
 -- score, to the tenant's held set, so the jobs of other tenants behind it come within arq's poll
 -- window, and goes back to the queue at that score when a run of the tenant stops running (track
 -- in prelude.lua): it keeps its place among the tenant's runs.
+local PICK_MAX = 1024  -- due jobs one call looks at, at most, when it picks them itself
 local out = {}
 local now = tonumber(ARG.NOW_MS)
 local limit = tonumber(ARG.LIMIT)
@@ -71,39 +74,62 @@ local function running_count(t, cap)
   return n
 end
 local worker = ARG.LEASE_ID
-local first = ARGN.JOB_IDS
-if worker ~= '' and not worker_alive(worker) then first = #ARGV + 1 end
-for i = first, #ARGV do
-  if #out >= 3 * limit then break end
-  local id = ARGV[i]
+local alive = worker == '' or worker_alive(worker)
+
+-- One job: claimed (true), held back for its tenant's cap (true: it left the queue too), or left
+-- where it is (false: not due, gone, or its in-progress key held).
+local function take(id)
   local rid = run_of_job(id)
   local score = redis.call('ZSCORE', QUEUE, id)
-  if score and tonumber(score) <= now then
-    local h = redis.call('HMGET', run_key(rid), F.TENANT, F.PRIORITY)
-    local tenant, cap = h[1] or '', 0
-    if max_running > 0 or ARG.RUNNING_CAPS ~= '' then cap = tonumber(caps[tenant] or max_running) end
-    if cap > 0 and running_count(tenant, cap) >= cap then
-      redis.call('ZREM', QUEUE, id)
-      redis.call('ZADD', tenant_held_key(tenant), score, id)
-    elseif redis.call('SET', ARG.IN_PROGRESS_PREFIX .. id, '1', 'NX', 'PX', ARG.IN_PROGRESS_MS) then
-      -- Claimed: off the queue, so later polls (every worker's, every 50 ms) do not scan it again
-      -- while it runs. A lost claim is found by the reconciler (the run's live-index check), not
-      -- by arq's in-progress expiry.
-      redis.call('ZREM', QUEUE, id)
-      depth_down(tonumber(h[2] or '') or DEFAULT_PRIORITY)
-      out[#out + 1] = id
-      out[#out + 1] = score
-      redis.call('ZADD', LIVE, 'XX', 'LT', check_at, rid)
-      if cap > 0 then
-        redis.call('ZADD', tenant_running_key(tenant), now, rid)
-        counts[tenant] = counts[tenant] + 1
-      end
-      if worker ~= '' then
-        out[#out + 1] = acquire_run(run_key(rid), stream_key(rid), tools_key(rid), rid, gen_of_job(id), worker, true)
-      else
-        out[#out + 1] = {}
-      end
-    end
+  if not (score and tonumber(score) <= now) then return false end
+  local h = redis.call('HMGET', run_key(rid), F.TENANT, F.PRIORITY)
+  local tenant, cap = h[1] or '', 0
+  if max_running > 0 or ARG.RUNNING_CAPS ~= '' then cap = tonumber(caps[tenant] or max_running) end
+  if cap > 0 and running_count(tenant, cap) >= cap then
+    redis.call('ZREM', QUEUE, id)
+    redis.call('ZADD', tenant_held_key(tenant), score, id)
+    return true
+  end
+  if not redis.call('SET', ARG.IN_PROGRESS_PREFIX .. id, '1', 'NX', 'PX', ARG.IN_PROGRESS_MS) then
+    return false
+  end
+  -- Claimed: off the queue, so later polls (every worker's, every 50 ms) do not scan it again
+  -- while it runs. A lost claim is found by the reconciler (the run's live-index check), not
+  -- by arq's in-progress expiry.
+  redis.call('ZREM', QUEUE, id)
+  depth_down(tonumber(h[2] or '') or DEFAULT_PRIORITY)
+  out[#out + 1] = id
+  out[#out + 1] = score
+  redis.call('ZADD', LIVE, 'XX', 'LT', check_at, rid)
+  if cap > 0 then
+    redis.call('ZADD', tenant_running_key(tenant), now, rid)
+    counts[tenant] = counts[tenant] + 1
+  end
+  if worker ~= '' then
+    out[#out + 1] = acquire_run(run_key(rid), stream_key(rid), tools_key(rid), rid, gen_of_job(id), worker, true)
+  else
+    out[#out + 1] = {}
+  end
+  return true
+end
+
+if not alive then return out end
+if ARGN.JOB_IDS <= #ARGV then
+  for i = ARGN.JOB_IDS, #ARGV do
+    if #out >= 3 * limit then break end
+    take(ARGV[i])
+  end
+  return out
+end
+-- No ids given: the queue's due jobs in its order, read a page at a time (a page is what is still
+-- to claim; the jobs left where they were are skipped by the next page), at most PICK_MAX looked at.
+local left_behind, looked = 0, 0
+while #out < 3 * limit and looked < PICK_MAX do
+  local page = redis.call('ZRANGEBYSCORE', QUEUE, '-inf', now, 'LIMIT', left_behind, limit - math.floor(#out / 3))
+  if #page == 0 then break end
+  for _, id in ipairs(page) do
+    looked = looked + 1
+    if not take(id) then left_behind = left_behind + 1 end
   end
 end
 return out

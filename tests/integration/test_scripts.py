@@ -417,6 +417,32 @@ async def test_a_claimed_run_whose_worker_died_before_its_lease_is_redispatched_
     assert isinstance(fresh, Acquired)
 
 
+async def test_a_claim_given_no_ids_picks_the_due_jobs_itself_in_queue_order(
+    redis: Redis, redis_url: str, settings: Settings
+) -> None:
+    # A worker's poll sends no ids: the script reads the queue a page at a time, claims up to its
+    # limit in the queue's order, and skips a job whose in-progress key is held (it stays queued).
+    p = producer_for(redis, redis_url)
+    for i, rid in enumerate(("a", "b", "c", "d", "e")):
+        await p.submit(script_run([{"text": "x"}], runId=rid, priority=9 - i))  # a first, e last
+    order = [m.decode() for m in await redis.zrange(K.queue, 0, -1)]
+    assert order == [K.job_id(r, 1) for r in "abcde"]
+    await redis.set(K.in_progress_key(K.job_id("b", 1)), "1")  # another's, from arq's own start
+    scripts = Scripts(redis)
+
+    async def claim(limit: int) -> list[str]:
+        t = await redis.time()
+        now_ms = int(t[0]) * 1000 + int(t[1]) // 1000
+        args = [now_ms, 86_400_000, limit, K.in_progress_key(""), settings.lease_ms, 0, "", ""]
+        reply: list[Any] = await scripts.claim_jobs(*scripts.frame(K, [], args))
+        return [r.decode() for r in reply[::3]]
+
+    assert await claim(2) == [K.job_id("a", 1), K.job_id("c", 1)]
+    assert await claim(0) == []
+    assert await claim(10) == [K.job_id("d", 1), K.job_id("e", 1)]
+    assert [m.decode() for m in await redis.zrange(K.queue, 0, -1)] == [K.job_id("b", 1)]
+
+
 async def test_abort_verdicts(redis: Redis, redis_url: str, settings: Settings) -> None:
     p = producer_for(redis, redis_url)
     assert await p.abort("nobody") == "unknown"

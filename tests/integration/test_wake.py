@@ -131,3 +131,38 @@ async def test_one_submission_wakes_one_of_four_idle_workers(redis: Redis, redis
             await asyncio.gather(counter, return_exceptions=True)
     print(f"claim calls: {claims} for {n} submissions, 4 idle workers")
     assert n <= claims <= 2 * n
+
+
+async def test_a_woken_worker_claims_in_one_round_trip(redis: Redis, redis_url: str) -> None:
+    """A signal is answered by the claim itself (the script picks the due jobs): the worker reads
+    no queue first. MONITOR counts the queue reads sent by clients (not from scripts) against the
+    claims: only the idle worker's own polls, every two poll intervals, read it."""
+    p = producer_for(redis, redis_url)
+    n = 20
+    reads_of_queue = [[c, K.queue] for c in ("ZRANGEBYSCORE", "ZCOUNT", "ZRANGE")]
+    with workers(redis_url, 1, env=ENV):
+        await _idle(redis, 1)
+        claims, reads = 0, 0
+        async with redis.monitor() as m:
+
+            async def count() -> None:
+                nonlocal claims, reads
+                async for cmd in m.listen():
+                    line = str(cmd.get("command", ""))
+                    if "claim_jobs" in line:
+                        claims += 1
+                    elif cmd.get("client_address") != "lua" and line.split(" ", 2)[:2] in reads_of_queue:
+                        reads += 1
+
+            counter = asyncio.create_task(count())
+            await asyncio.sleep(0.2)
+            t0 = time.perf_counter()
+            await _start_latencies(p, redis, n)
+            took = time.perf_counter() - t0
+            await asyncio.sleep(0.2)
+            counter.cancel()
+            await asyncio.gather(counter, return_exceptions=True)
+    polls = (took + 0.4) / (IDLE_POLLS * POLL_S) + 2  # the idle polls meanwhile, and a margin
+    print(f"{claims} claims, {reads} queue reads for {n} submissions in {took:.2f} s")
+    assert claims >= n
+    assert reads <= polls, (reads, polls)

@@ -97,13 +97,14 @@ class ResilientWorker(Worker):
     finisher: JobFinisher | None = None
     wake: Wake | None = None  # waits for a wake signal when a poll claimed nothing (main)
 
-    async def _due_jobs(self, full: bool) -> list[tuple[Partition, list[bytes], bool]]:
-        """Every partition's due job ids, in queue order (priority first: shared/lua/prelude.lua
-        queue_score; none when the worker is ``full``), and whether a scheduled job is due there
-        (the claim moves it to the queue): one pipelined round trip per node. A partition's
-        scheduled jobs are looked at when the earliest one seen is due, and once a second besides
-        (a run scheduled sooner meanwhile is seen within a second of its runAt at worst)."""
-        now, count = timestamp_ms(), self.queue_read_limit
+    async def _due_jobs(self, full: bool) -> list[tuple[Partition, int, bool]]:
+        """Every partition's count of due jobs (none counted when the worker is ``full``: the claim
+        script picks them itself, in queue order, priority first: shared/lua/prelude.lua
+        queue_score), and whether a scheduled job is due there (the claim moves it to the queue): one
+        pipelined round trip per node. A partition's scheduled jobs are looked at when the earliest
+        one seen is due, and once a second besides (a run scheduled sooner meanwhile is seen within a
+        second of its runAt at worst)."""
+        now = timestamp_ms()
         look = {
             p.index for p in self.parts.parts
             if now >= self._next_due.get(p.index, 0) or now >= self._looked_at.get(p.index, 0) + 1000
@@ -114,7 +115,7 @@ class ResilientWorker(Worker):
         def read(part: Partition) -> Callable[[Any], None]:
             def op(pipe: Any) -> None:
                 if not full:
-                    pipe.zrangebyscore(part.queue, "-inf", now, start=0, num=count)
+                    pipe.zcount(part.queue, "-inf", now)
                 if part.index in look:
                     pipe.zrange(part.scheduled, 0, 0, withscores=True)
 
@@ -124,20 +125,43 @@ class ResilientWorker(Worker):
         replies = await self.parts.pipelined(
             [(p, read(p)) for p in self.parts.parts], deadline_s=self.poll_delay_s * 4, skip_failed=True
         )
-        out: list[tuple[Partition, list[bytes], bool]] = []
+        out: list[tuple[Partition, int, bool]] = []
         for p, r in zip(self.parts.parts, replies, strict=True):
             if not r:
                 continue
-            ids = [] if full else r[0]
+            n = 0 if full else int(r[0])
             due = False
             if p.index in look:
                 first = r[-1]
                 self._looked_at[p.index] = now
                 self._next_due[p.index] = first[0][1] if first else float("inf")
                 due = self._next_due[p.index] <= now
-            if ids or due:
-                out.append((p, ids, due))
+            if n or due:
+                out.append((p, n, due))
         return out
+
+    async def _claim_woken(self, woken: set[int]) -> int:
+        """A woken worker's poll of the partitions that signalled: each one's claim (the script picks
+        the due jobs) and a look at its earliest scheduled job, in one round trip per node, with no
+        count first. Returns the due jobs seen: those claimed, one more when a claim was full (more
+        may be due: the next poll comes without a wait)."""
+        now = timestamp_ms()
+        seen = 0
+        for part in (p for p in self.parts.parts if p.index in woken):
+            free = self._room(claim_size(self.max_jobs - self.job_counter, 0, self.claim_batch, self.workers))
+            out = self.parts.sending(deadline_s=self.poll_delay_s * 4)
+            k, a, lease_id = self._claim_call(part, free)
+            out.add_script(part, self.scripts.claim_jobs, k, a)
+            out.add(part, ("ZRANGE", part.scheduled, 0, 0, "WITHSCORES"))
+            reply, first = await out.replies()
+            if isinstance(reply, Exception):
+                raise reply
+            if not isinstance(first, Exception):
+                self._looked_at[part.index] = now
+                self._next_due[part.index] = float(first[1]) if first else float("inf")
+            n = await self._start_claimed(part, reply, lease_id)
+            seen += n + (1 if free and n >= free else 0)
+        return seen
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -155,15 +179,18 @@ class ResilientWorker(Worker):
         """arq's poll over every partition's queue: claim what is due, then arq's health record."""
         self._claimed, seen = 0, 0
         try:
-            if self.allow_pick_jobs:
+            if self.allow_pick_jobs and self._woken and self.job_counter < self.max_jobs:
+                woken, self._woken = self._woken, set()
+                seen = await self._claim_woken(woken)
+            elif self.allow_pick_jobs:
                 due = await self._due_jobs(self.job_counter >= self.max_jobs)
-                seen = sum(len(ids) for _, ids, _ in due)
+                seen = sum(n for _, n, _ in due)
                 # Partitions in turn from a rotating start, so none is always served last.
                 if due:
                     k = self._poll_turn % len(due)
                     self._poll_turn += 1
-                    for part, ids, scheduled in due[k:] + due[:k]:
-                        await self.start_jobs_on(part, ids, scheduled)
+                    for part, n, scheduled in due[k:] + due[:k]:
+                        await self.start_jobs_on(part, n, scheduled)
             self._left = max(0, seen - self._claimed)
             await self.heart_beat()
         except (RedisError, OSError) as exc:
@@ -202,8 +229,8 @@ class ResilientWorker(Worker):
 
         A worker whose poll left no due job behind (it claimed all it saw, or saw none) waits for a
         wake signal (worker/process/wake.py) for IDLE_POLLS poll intervals, or until the earliest scheduled
-        job it knows of, and polls as soon as one comes: a new job starts within a round trip or two, not
-        a poll delay. A worker that saw more due jobs than it claimed (a deep queue) polls again
+        job it knows of, and claims as soon as one comes (``_claim_woken``: the claim is its first call,
+        no count before it): a new job starts within a round trip, not a poll delay. A worker that saw more due jobs than it claimed (a deep queue) polls again
         at the next tick, as before, with no wait call in between."""
         self.ctx["redis"] = self.pool
         self._freed = asyncio.Event()
@@ -244,26 +271,43 @@ class ResilientWorker(Worker):
             await self.wake.aclose()
         await super().close()
 
-    async def start_jobs_on(self, part: Partition, job_ids: list[bytes], scheduled: bool = False) -> None:
-        """Claim what ``claim_size`` allows of ``job_ids``; ``scheduled``: a scheduled job is due on
-        the partition, so the claim script runs even for a full worker (it moves the job to the queue,
-        where it waits with its priority and its runAt as its place, and shows as queued)."""
-        free = claim_size(self.max_jobs - self.job_counter, len(job_ids), self.claim_batch, self.workers)
+    async def start_jobs_on(self, part: Partition, due: int, scheduled: bool = False) -> None:
+        """Claim what ``claim_size`` allows of the ``due`` jobs seen on the partition (the script
+        picks them, in queue order); ``scheduled``: a scheduled job is due on the partition, so the
+        claim script runs even for a full worker (it moves the job to the queue, where it waits with
+        its priority and its runAt as its place, and shows as queued)."""
+        free = claim_size(self.max_jobs - self.job_counter, due, self.claim_batch, self.workers)
         if free <= 0 and not scheduled:
             return
+        k, a, lease_id = self._claim_call(part, self._room(free))
+        claim = self.scripts.claim_jobs
+        reply = await self.parts.call(part, lambda c: claim(keys=k, args=a, client=c))
+        await self._start_claimed(part, reply, lease_id)
+
+    def _room(self, free: int) -> int:
+        """``free``, or none past the worker's lease (it must not take runs; a claim still moves due
+        scheduled jobs)."""
         deps: WorkerDeps | None = self.ctx.get("deps")
         if deps is not None and deps.lease is not None and deps.lease.expired():
-            free = 0  # past its lease: it must not take runs (the claim still moves due scheduled jobs)
-        free = max(0, free)
+            return 0
+        return max(0, free)
+
+    def _claim_call(self, part: Partition, free: int) -> tuple[list[Any], list[Any], str]:
+        """claim_jobs.lua's keys and arguments on ``part`` for up to ``free`` due jobs (the script
+        picks them), framed, and the lease id the runs are taken under."""
+        deps: WorkerDeps | None = self.ctx.get("deps")
         lease_id = deps.lease_id if deps is not None else ""
-        if self.finisher is None:
-            self.finisher = JobFinisher(self.parts, int(self.keep_result_s * 1000))
-        claim = self.scripts.claim_jobs
         call = ClaimJobs(int(time.time() * 1000), int(self.in_progress_timeout_s * 1000), free,
                          in_progress_key_prefix, self.claim_check_ms, self.max_running, self.running_caps,
-                         lease_id, tuple(job_ids))  # fmt: skip
+                         lease_id, ())  # fmt: skip
         k, a = self.scripts.frame(part, call.keys(part), call.argv())
-        reply = await self.parts.call(part, lambda c: claim(keys=k, args=a, client=c))
+        return k, a, lease_id
+
+    async def _start_claimed(self, part: Partition, reply: list[Any], lease_id: str) -> int:
+        """A task for each job the claim's ``reply`` names (id, queue score, what acquire_run
+        answered for ``lease_id``): how many."""
+        if self.finisher is None:
+            self.finisher = JobFinisher(self.parts, int(self.keep_result_s * 1000))
         self._claimed += len(reply) // 3
         for i in range(0, len(reply), 3):
             job_id = reply[i].decode() if isinstance(reply[i], bytes) else str(reply[i])
@@ -276,6 +320,7 @@ class ResilientWorker(Worker):
             self.tasks[job_id] = task
             if (i // 3 + 1) % START_CHUNK == 0:
                 await asyncio.sleep(0)  # these take their first steps before the next ones start
+        return len(reply) // 3
 
     def _job_done(self, task: asyncio.Task[None]) -> None:
         """Free the slot and forget the task (arq's poll would walk every task to find the done);

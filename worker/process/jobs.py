@@ -222,8 +222,8 @@ class WorkerProcess(LeaseKeeping):
             burst=self.burst,
             ctx={"deps": self.deps},
             health_check_interval=10,
-            # Ids read per poll: enough for the largest claim (claim_size) and some lost races;
-            # arq's default (5 × max_jobs) re-reads thousands of ids 20 times a second.
+            # arq's own poll is not used: a poll counts the due jobs and the claim script picks
+            # them (claim_jobs.lua looks at up to 1,024 a call); arq still asks for a limit.
             queue_read_limit=max(100, 16 * s.claim_batch),
         )
         self.worker.parts = arq_parts
