@@ -33,6 +33,7 @@ from shared.tool_records import ToolRecord
 from worker.adapters import budgets
 from worker.adapters.batcher import ScriptBatcher
 from worker.adapters.lease import WorkerLease
+from worker.adapters.left_out import left_out, read_left_out
 from worker.core import context, sessions
 from worker.core.acquisition import Acquired, NotAcquired
 from worker.core.commit_step import CommitStep, Entry
@@ -105,6 +106,12 @@ class RedisRunStore:
         self.lease_id = worker_id
         self.last_seq = int(text(r[2]) or 0)
         self.tenant = text(r[10]) if len(r) > 10 else ""
+        if left := left_out(r):  # large payloads: read after the script (worker/adapters/left_out.py)
+            self.round_trips += 1
+            read = await read_left_out(self.parts, self.part, self.run_id, r, left, self.epoch, worker_id)
+            if isinstance(read, NotAcquired):
+                return read
+            r = read
         try:
             if large(*(r[i] for i in (3, 4, 9, 14) if len(r) > i)):  # a fork's state, a large input
                 return await off_loop(self._opened, r)
