@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import orjson
@@ -117,7 +117,7 @@ class Observe:
             path = getattr(scope.get("route"), "path", "unmatched")
             scope["app"].state.metrics.request(scope["method"], path, status, time.perf_counter() - t0)
 
-        async def sent(message: dict[str, Any]) -> None:
+        async def sent(message: MutableMapping[str, Any]) -> None:
             if message["type"] == "http.response.start" and not counted:
                 count(message["status"])
             await send(message)
