@@ -137,7 +137,7 @@ class Partition(SessionKeys, IndexKeys, ScheduleKeys):
         # string: the transcript's messages as JSON, comma-joined, when checkpoints leave it out
         # (AGENTMILL_CHECKPOINT_TRANSCRIPT=apart): appended by each commit (commit.lua)
         self.transcript_prefix = b + "transcript:"
-        # hash: a large retry's or fork's input and origin, staged (script_sending.run_staged)
+        # a run's large payloads, staged (script_sending.run_staged): a fork's input and origin, a transcript
         self.staged_prefix = b + "staged:"
         self.webhook_prefix = b + "webhook:"  # hash: a run's (or batch's) webhook delivery state
         # string: a deleted run's tombstone (JSON: runId, tenant, deletedAt, actor), expiring after

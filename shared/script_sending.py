@@ -118,21 +118,24 @@ async def run_staged(
     parts: Parts,
     script: Script,
     part: keys.Partition,
-    staged: tuple[str, dict[str, Any]],
+    staged: tuple[str, dict[str, Any] | bytes | str],
     k: list[Any],
     a: list[Any],
 ) -> Any:
-    """``script`` on ``part``'s node after ``staged`` (a key and its hash's fields, kept
-    keys.STAGED_TTL_MS) is written by plain commands, all pipelined on one connection, so the script
-    runs once they are there: payloads of megabytes a Lua script would copy in (each byte into a Lua
-    string, then into Redis again: milliseconds in which no other command runs) and the script
+    """``script`` on ``part``'s node after ``staged`` (a key and its hash's fields, or its string,
+    kept keys.STAGED_TTL_MS) is written by plain commands, all pipelined on one connection, so the
+    script runs once they are there: payloads of megabytes a Lua script would copy in (each byte into
+    a Lua string, then into Redis again: milliseconds in which no other command runs) and the script
     renames into place."""
-    key, fields = staged
+    key, value = staged
 
     async def go(c: Redis) -> Any:
         async with c.pipeline(transaction=False) as p:
-            p.hset(key, mapping=fields)
-            p.pexpire(key, keys.STAGED_TTL_MS)
+            if isinstance(value, dict):
+                p.hset(key, mapping=value)
+                p.pexpire(key, keys.STAGED_TTL_MS)
+            else:
+                p.set(key, value, px=keys.STAGED_TTL_MS)
             script.queue(p, k, a)
             got = await p.execute(raise_on_error=False)
         if isinstance(got[-1], Exception):

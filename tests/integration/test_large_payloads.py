@@ -148,3 +148,36 @@ async def test_a_small_run_is_claimed_whole_in_one_round_trip(redis: Redis, redi
     got = await store.acquire(1, "w-1")
     assert isinstance(got, Acquired) and store.round_trips == 0
     assert got.input == await redis.hget(K.run("small"), "input")
+
+
+async def test_a_large_forks_first_commit_stages_its_transcript(
+    redis: Redis, redis_url: str, client: httpx.AsyncClient
+) -> None:
+    # The fork's first commit sets its whole transcript (0.9 MB): staged by a plain SET, renamed
+    # into the run's transcript key by commit.lua.
+    worker = WorkerProcess(
+        Settings(redis_url=redis_url, poll_delay_s=0.02, worker_metrics_port=-1, redis_functions="on")
+    )
+    working = asyncio.create_task(worker.run())
+    try:
+        big = [{"role": "user", "content": f"{i}" * MESSAGE_CHARS} for i in range(MESSAGES)]
+        run = {"agent": "scripted", "inputMessages": big, "runtimeHints": {"script": [{"text": "done"}]}}
+        r = await client.post("/v1/runs", json=run, headers=A)
+        view = await ended(client, r.json()["runId"])
+        await redis.config_set("slowlog-max-len", 100_000)
+        await redis.config_set("slowlog-log-slower-than", 0)
+        r = await client.post(f"/v1/runs/{view['runId']}/fork", json={"atSeq": view["lastSeq"]}, headers=A)
+        forked = await ended(client, r.json()["runId"])
+    finally:
+        working.cancel()
+        await asyncio.gather(working, return_exceptions=True)
+    assert forked["status"] == "completed"
+    commits = [e for e in await slowlog(redis) if e["command"].startswith(b"FCALL commit")]
+    assert commits and max(sent_bytes(e) for e in commits) < 16_000, [sent_bytes(e) for e in commits]
+    fork = key(forked["runId"])
+    original = await redis.get(K.transcript(key(view["runId"])))
+    copied = await redis.get(K.transcript(fork))
+    assert len(copied) >= len(original) > MESSAGES * MESSAGE_CHARS
+    assert [k async for k in redis.scan_iter(match=K.staged_prefix + "*")] == []
+    messages = (await client.get(f"/v1/runs/{forked['runId']}", headers=A)).json()
+    assert messages["status"] == "completed"

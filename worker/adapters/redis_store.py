@@ -9,6 +9,8 @@ it sends a write, so it does not even try once it knows it is late.
 
 from __future__ import annotations
 
+import dataclasses
+import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +29,7 @@ from shared.off_loop import large, off_loop
 from shared.partitions import Partitions
 from shared.profiles import ContextConfig
 from shared.quotas import DEFAULT_TENANT, Quotas
+from shared.script_sending import run_staged
 from shared.scripts import Scripts, text
 from shared.settings import Settings
 from shared.tool_records import ToolRecord
@@ -154,7 +157,13 @@ class RedisRunStore:
         if (st := step.outbox.settle) is not None:
             own += st.keys
         self.round_trips += 1
-        r = await self._run(self.scripts.commit, own, call.argv())
+        if call.transcript_mode == "s" and large(call.transcript):  # staged by a plain SET (commit.lua)
+            staged = (self.part.staged(self.run_id, secrets.token_hex(8)), call.transcript)
+            call = dataclasses.replace(call, transcript=b"", transcript_staged=staged[0])
+            k, a = self.scripts.frame(self.part, own, call.argv())
+            r = await run_staged(self.parts, self.scripts.commit, self.part, staged, k, a)
+        else:
+            r = await self._run(self.scripts.commit, own, call.argv())
         if Commit.verdict(r) in (AppendVerdict.FENCED, AppendVerdict.MISSING) and st is not None:
             # the call was made: its tokens count, its hold goes now
             await budgets.settle_by_call(self.parts, self.scripts, self.part, st)
