@@ -84,7 +84,7 @@ async def ended(c: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
             return view
 
 
-async def main(forks: int, given: str) -> None:
+async def main(forks: int, given: str, small: int = 0) -> None:
     counting()
     server = RedisServer()
     if not given:
@@ -99,14 +99,20 @@ async def main(forks: int, given: str) -> None:
                 await asyncio.sleep(0.05)
             big = [{"role": "user", "content": f"{i % 10}" * MESSAGE_CHARS} for i in range(MESSAGES)]
             run = {"agent": "scripted", "inputMessages": big, "runtimeHints": {"script": [{"text": "done"}]}}
-            made = await c.post("/v1/runs", json=run, headers=A)
-            view = await ended(c, made.json()["runId"])
+            view: dict[str, Any] = {}
+            if forks:
+                made = await c.post("/v1/runs", json=run, headers=A)
+                view = await ended(c, made.json()["runId"])
             await r.config_set("slowlog-log-slower-than", 0)
             await r.config_set("slowlog-max-len", 100_000)
             await r.slowlog_reset()
             answered.clear()
             called.clear()
             sent.clear()
+            for _ in range(small):  # small runs, one at a time (figure 1's kind): their commands a run
+                got = await c.post("/v1/runs", json={**run, "inputMessages": [{"role": "user", "content": "hi"}]},
+                                   headers=A)  # fmt: skip
+                assert (await ended(c, got.json()["runId"]))["status"] == "completed"
             for _ in range(forks):
                 got = await c.post(
                     f"/v1/runs/{view['runId']}/fork", json={"atSeq": view["lastSeq"]}, headers=A
@@ -131,7 +137,10 @@ async def main(forks: int, given: str) -> None:
         if name == "FCALL" and len(cmd) > 1:
             name = _VERSION.sub("", cmd[1])
         us[name].append(int(e["duration"]))
-    print(f"{forks} forks of a run with a {MESSAGES * MESSAGE_CHARS / 1e6:.1f} MB transcript")
+    print(
+        f"{forks} forks of a run with a {MESSAGES * MESSAGE_CHARS / 1e6:.1f} MB transcript, {small} small runs"
+    )
+    print(f"commands Redis ran (scripts' own included): {len(log)}")
     print(
         f"{'command':<22}{'calls':>7}{'µs mean':>9}{'µs max':>8}{'µs total':>10}{'answered kB/call':>18}{'sent kB':>9}"
     )
@@ -147,5 +156,6 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--forks", type=int, default=10)
     ap.add_argument("--url", default="", help="a redis-server already running (e.g. under callgrind)")
+    ap.add_argument("--small", type=int, default=0, help="small runs first (one step each), as figure 1's")
     a = ap.parse_args()
-    asyncio.run(main(a.forks, a.url))
+    asyncio.run(main(a.forks, a.url, a.small))
