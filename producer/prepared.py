@@ -99,6 +99,7 @@ class Prepared:
             debounce_ms="" if d is None else str(d.period_ms),
             waiting_for=f"rate:{r.key}" if r is not None and self.rate_at else "",
             agent_version="" if run.agent_version is None else str(run.agent_version),
+            no_content="1" if run.store_content is False else "0",
             meta=tuple(meta_terms(run.metadata)),
         )
 

@@ -24,6 +24,8 @@ counts and results show the retry instead of it; its run listing shows both.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import secrets
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -41,11 +43,11 @@ from shared import checkpoint as checkpoints
 from shared import payload_crypto
 from shared.calls.submission import SubmitRestored
 from shared.fields import RunField
-from shared.off_loop import off_loop
+from shared.off_loop import large, off_loop
 from shared.origin import Origin
 from shared.quotas import Quota
 from shared.replies import text
-from shared.script_sending import run_script
+from shared.script_sending import run_script, run_staged
 from shared.tool_records import ToolRecord
 
 if TYPE_CHECKING:
@@ -234,10 +236,20 @@ class Restorer:
         if batch and not await take_place(self.p, o, prep.run.run_id or prep.run_id):
             batch, item = "", None
         prep = await sub.started(prep, tenant)
-        call = SubmitRestored(orjson.dumps(lineage), seed, tuple(flat), prep.submission(tenant, batch, item))
+        run, token = prep.submission(tenant, batch, item), ""
+        sent: bytes | str = seed
+        staged: dict[str, Any] = {}
+        if large(run.input, seed):  # its input and origin staged by plain commands (submit_restored.lua)
+            token = secrets.token_hex(8)
+            staged = {F.INPUT: run.input, **({F.ORIGIN: seed} if seed else {})}
+            run, sent = dataclasses.replace(run, input=""), ""
+        call = SubmitRestored(orjson.dumps(lineage), sent, tuple(flat), run, token)
         k, a = self.p.scripts.framing.frame(part, call.keys(part), call.argv())
-        reply = await run_script(self.p.parts, self.p.scripts.submit_restored, part, k, a)
-        return outcome(prep.run, reply)
+        script = self.p.scripts.submit_restored
+        if token:
+            at = (part.staged(run.run_id, token), staged)
+            return outcome(prep.run, await run_staged(self.p.parts, script, part, at, k, a))
+        return outcome(prep.run, await run_script(self.p.parts, script, part, k, a))
 
 
 def _decoded(

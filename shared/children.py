@@ -135,7 +135,8 @@ async def spawn(
         except ValidationError as exc:
             why = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:3])
             return Spawned(error=f"the child run {cid} could not be created: its input is not valid ({why})")
-        run = Submit(cid, stored.body, stored.digest, tenant, agent=spec.agent, trace=trace)
+        run = Submit(cid, stored.body, stored.digest, tenant, agent=spec.agent, trace=trace,
+                     no_content="0" if spec.store_content else "1")  # fmt: skip
         room = "" if rooms is None else rooms[part.index]
         call = SpawnChild(parent_id, spec.call_id, lineage, room, ttl_ms, ACTIVE_GRACE_MS, run)
         r = await run_script(

@@ -89,6 +89,9 @@ class RunField(StrEnum):
     MODEL_SWITCH_AT = "modelSwitchAt"
     MODEL_WAIT = "modelWait"  # the call's wait as parked (JSON: customId, index, switchAt, endpoint)
     CLIENT_PENDING = "clientPending"  # awaiting_tools: the client calls it waits for (JSON)
+    # '1': its input's storeContent is false (its content goes at its end), '0': it is kept; '' or
+    # absent (a run stored before the field): its input tells (prelude.lua stores_no_content)
+    NO_CONTENT = "noContent"
     ORIGIN = "origin"  # a retry's or fork's initial checkpoint payload (JSON, submit_restored.lua)
     LINEAGE = "lineage"  # {"retryOf": id} or {"forkOf": id, "atSeq": n} (JSON, submit_restored.lua)
     RETRIED_BY = "retriedBy"  # the retry that took its place in its batch (batch_replace.lua)

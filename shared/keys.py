@@ -72,6 +72,7 @@ INBOX_KEPT = 10_000
 # The order of Partition.context's fields; prelude.lua reads them by these names. Only what a script
 # needs for keys that depend on what it reads: every field is a ``<field>_prefix`` of Partition but
 # job_id (the tag) and archive (the key itself: every ending script may add to it). The partition's fixed keys (queue, live, …) go as KEYS (shared/scripts.py).
+STAGED_TTL_MS = 60_000  # a staged retry's or fork's payloads (Partition.staged) left unclaimed
 CONTEXT_FIELDS = (
     "run", "events", "tools", "session", "session_pending", "session_runs", "session_results", "session_calls",
     "worker_runs",
@@ -136,6 +137,8 @@ class Partition(SessionKeys, IndexKeys, ScheduleKeys):
         # string: the transcript's messages as JSON, comma-joined, when checkpoints leave it out
         # (AGENTMILL_CHECKPOINT_TRANSCRIPT=apart): appended by each commit (commit.lua)
         self.transcript_prefix = b + "transcript:"
+        # a run's large payloads, staged (script_sending.run_staged): a fork's input and origin, a transcript
+        self.staged_prefix = b + "staged:"
         self.webhook_prefix = b + "webhook:"  # hash: a run's (or batch's) webhook delivery state
         # string: a deleted run's tombstone (JSON: runId, tenant, deletedAt, actor), expiring after
         # AGENTMILL_TOMBSTONE_RETENTION_S: no script creates the run again while it is there
@@ -221,6 +224,9 @@ class Partition(SessionKeys, IndexKeys, ScheduleKeys):
 
     def transcript(self, run_id: str) -> str:
         return self.transcript_prefix + run_id
+
+    def staged(self, run_id: str, token: str) -> str:  # token: its request's
+        return f"{self.staged_prefix}{run_id}:{token}"
 
     def webhook(self, delivery_id: str) -> str:
         return self.webhook_prefix + delivery_id

@@ -6,7 +6,8 @@ worker and shared code alike.
   the arq job template, the settings the scripts read: ``CONTEXT_EXTRA``), so the Lua builds no key
   format and reads no setting of its own (prelude.lua takes them off again). A deployment's
   ``Scripts`` carry its framing (``Scripts.framing``).
-- Sending: one script on one partition (``run_script``: ``Partitions.call``), one script on several
+- Sending: one script on one partition (``run_script``: ``Partitions.call``; ``run_staged``: with large
+  payloads written by a plain HSET just before it, in the same round trip), one script on several
   partitions in one round trip per node (``run_many``: ``Partitions.sending``; reads on several
   partitions: ``Partitions.pipelined``). Every call follows a failover or a moved slot.
 """
@@ -20,11 +21,20 @@ from redis.asyncio import Redis
 
 from agentmill_client import limits
 from shared import dispatch, index_keys, keys
-from shared.functions import Script
+from shared.functions import Script, missing
 from shared.partitions import Partitions, partition_count
 from shared.settings import Settings
 
-__all__ = ["CONTEXT_EXTRA", "Call", "Framing", "Parts", "as_partitions", "run_many", "run_script"]
+__all__ = [
+    "CONTEXT_EXTRA",
+    "Call",
+    "Framing",
+    "Parts",
+    "as_partitions",
+    "run_many",
+    "run_script",
+    "run_staged",
+]
 
 Parts = Partitions[Redis]
 # One script call already framed (Framing.frame, or plain for a script off the partitions): where it
@@ -100,6 +110,39 @@ async def run_script(parts: Parts, script: Script, part: keys.Partition, k: list
 
     async def go(c: Redis) -> Any:
         return await script(keys=k, args=a, client=c)
+
+    return await parts.call(part, go)
+
+
+async def run_staged(
+    parts: Parts,
+    script: Script,
+    part: keys.Partition,
+    staged: tuple[str, dict[str, Any] | bytes | str],
+    k: list[Any],
+    a: list[Any],
+) -> Any:
+    """``script`` on ``part``'s node after ``staged`` (a key and its hash's fields, or its string,
+    kept keys.STAGED_TTL_MS) is written by plain commands, all pipelined on one connection, so the
+    script runs once they are there: payloads of megabytes a Lua script would copy in (each byte into
+    a Lua string, then into Redis again: milliseconds in which no other command runs) and the script
+    renames into place."""
+    key, value = staged
+
+    async def go(c: Redis) -> Any:
+        async with c.pipeline(transaction=False) as p:
+            if isinstance(value, dict):
+                p.hset(key, mapping=value)
+                p.pexpire(key, keys.STAGED_TTL_MS)
+            else:
+                p.set(key, value, px=keys.STAGED_TTL_MS)
+            script.queue(p, k, a)
+            got = await p.execute(raise_on_error=False)
+        if isinstance(got[-1], Exception):
+            if not missing(got[-1]):
+                raise got[-1]
+            return await script(keys=k, args=a, client=c)  # loads it, the payloads staged already
+        return got[-1]
 
     return await parts.call(part, go)
 

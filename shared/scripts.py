@@ -52,7 +52,7 @@ from agentmill_client import limits
 from agentmill_client.inputs import MultitaskStrategy
 from agentmill_client.models import EventKind
 from agentmill_client.statuses import TERMINAL, RunStatus
-from shared import functions, index_keys, keys, listing_row
+from shared import functions, index_keys, keys, listing_row, off_loop
 from shared.calls import CALLS
 from shared.calls.base import bind
 from shared.calls.budgets import SCALE_ONE, BudgetLimit
@@ -341,6 +341,7 @@ def render(text_: str) -> str:
         "__CONTEXT_FIELDS__": ", ".join(f"'{f}'" for f in (*keys.CONTEXT_FIELDS, *CONTEXT_EXTRA)),
         "__TERMINAL__": ", ".join(f"{s.value}=true" for s in sorted(TERMINAL)),
         "__DEFAULT_PRIORITY__": str(limits.DEFAULT_PRIORITY),
+        "__LARGE_BYTES__": str(off_loop.LARGE_BYTES),
         "__MIN_PRIORITY__": str(limits.MIN_PRIORITY),
         "__MAX_PRIORITY__": str(limits.MAX_PRIORITY),
         "__WAKE_KEPT__": str(keys.WAKE_KEPT),

@@ -34,7 +34,7 @@ from producer.api import (
 )
 from producer.api.errors import OrjsonResponse
 from producer.api.metrics import ApiMetrics
-from producer.api.middleware import BodyLimit, observe
+from producer.api.middleware import BodyLimit, Observe
 from producer.api.sse import MAX_BLOCK_S
 from producer.api.state import Api
 from producer.restore import StateOf
@@ -222,7 +222,7 @@ def create_app(
     for exc_type, handler in errors.HANDLERS:
         app.add_exception_handler(exc_type, handler)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s)
-    app.middleware("http")(observe)
+    app.add_middleware(Observe)
     for router in (
         routes_runs.router,
         routes_deletion.router,

@@ -95,6 +95,7 @@ class Commit(ScriptCall):
     usage_cache_write: int | None = None
     transcript_mode: str = ""  # 'a' append, 's' set, '' unchanged
     transcript: bytes | str = b""
+    transcript_staged: str = ""  # with 's': the key a large transcript was staged in (Partition.staged)
     n_claims: int = 0
     n_records: int = 0
     n_events: int = 0

@@ -83,6 +83,7 @@ class Submit(ScriptCall):
     debounce_ms: str = ""
     waiting_for: str = ""  # F.WAITING_FOR: 'rate:<key>' when its rate key delayed its runAt
     agent_version: str = ""  # F.AGENT_VERSION: the tenant's agent version it is pinned to
+    no_content: str = ""  # F.NO_CONTENT: '1' when its input's storeContent is false, else '0' ('' = unsaid)
     meta: tuple[str, ...] = ()  # the indexed metadata, 'key=value' terms
 
     def keys(self, part: Partition) -> list[str]:
@@ -151,30 +152,37 @@ class SubmitMany(ScriptCall):
 class SubmitRestored(ScriptCall):
     """submit_restored.lua: a retry or fork, created as submit_one does, with its lineage, its origin
     and the tool records copied from the run it continues (call id, record JSON, per record; the
-    run's record after them). Reply: submit_one's."""
+    run's record after them). A large one's input and origin come staged (``staged``: written by
+    plain commands just before, renamed into the run's hash). Reply: submit_one's."""
 
     SCRIPT = "submit_restored"
-    KEY_NAMES = (*Submit.KEY_NAMES, "tools")
+    KEY_NAMES = (*Submit.KEY_NAMES, "tools", "staged")
     VERDICT = SubmitVerdict
 
     lineage: bytes | str  # JSON
-    origin: bytes | str  # JSON ('' = from its input)
+    origin: bytes | str  # JSON ('' = from its input, or staged)
     records: tuple[bytes | str | int, ...]
-    run: Submit
+    run: Submit  # its input '' when staged
+    staged: str = (
+        ""  # the token of a staging hash (Partition.staged) holding its input and origin ('' = none)
+    )
 
     def keys(self, part: Partition) -> list[str]:
-        return [*self.run.keys(part), part.tools(self.run.run_id)]
+        rid = self.run.run_id
+        return [*self.run.keys(part), part.tools(rid), part.staged(rid, self.staged or "-")]
 
     def argv(self) -> list[Any]:
-        return [self.lineage, self.origin, len(self.records) // 2, *self.records, *self.run.argv()]
+        flag = "1" if self.staged else ""
+        return [self.lineage, self.origin, flag, len(self.records) // 2, *self.records, *self.run.argv()]
 
     @classmethod
     def positions(cls) -> dict[str, str]:
         args = {
             "ARG.LINEAGE": "ARGV[1]",
             "ARG.ORIGIN": "ARGV[2]",
-            "ARG.N_RECORDS": "ARGV[3]",
-            "ARGN.RECORDS": "4",
+            "ARG.STAGED": "ARGV[3]",
+            "ARG.N_RECORDS": "ARGV[4]",
+            "ARGN.RECORDS": "5",
         }
         return _slots(cls, args)
 

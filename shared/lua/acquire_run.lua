@@ -11,10 +11,36 @@
 -- inline), and its transcript when they leave that out (transcript_key, '' = inline or none yet),
 -- and its priority (F.PRIORITY: as capped at submission; the provider limiter's line orders by it).
 -- Else a verdict: missing, terminal, superseded, no_lease, busy, exhausted.
+-- A payload from LARGE_BYTES on (a fork's input and state, a long run's checkpoint, configuration or
+-- transcript) is left out of an ok reply: false (nil) in its place, for the worker to read with plain
+-- commands after the script (worker/adapters/left_out.py). Copied into Lua and out again, a megabyte
+-- costs the script milliseconds of Redis's CPU in which no other command runs; a plain read copies it
+-- once. Whether any may be that large, the hash's memory tells first (MEMORY USAGE: at least its bytes),
+-- so a small run pays one command for it.
+local LARGE_BYTES = __LARGE_BYTES__
+local FIELDS = {F.LAST_SEQ, F.CKPT, F.INPUT, F.ABORT, F.APPROVALS, F.ORIGIN, F.TENANT, F.ANCESTRY, F.CLAIMS,
+  F.TRACE, F.CONFIG, F.PRIORITY}
+local PAYLOADS = {2, 3, 6, 11}  -- ckpt, input, origin, config: FIELDS' indexes
 local function acquired(run, tools, run_id, epoch, crashes)
-  local d = redis.call('HMGET', run, F.LAST_SEQ, F.CKPT, F.INPUT, F.ABORT, F.APPROVALS, F.ORIGIN, F.TENANT,
-    F.ANCESTRY, F.CLAIMS, F.TRACE, F.CONFIG, F.PRIORITY)
-  local origin = ((d[2] or '') == '') and (d[6] or '') or ''
+  local left, asked = {}, FIELDS
+  if (redis.call('MEMORY', 'USAGE', run, 'SAMPLES', '0') or 0) >= LARGE_BYTES then
+    asked = {}
+    for i, f in ipairs(FIELDS) do asked[i] = f end
+    for _, i in ipairs(PAYLOADS) do
+      if redis.call('HSTRLEN', run, FIELDS[i]) >= LARGE_BYTES then left[i] = true; asked[i] = F.EPOCH end
+    end
+  end
+  local d = redis.call('HMGET', run, unpack(asked))
+  local function field(i) if left[i] then return false end return d[i] or '' end
+  local origin = ''  -- a retry's or fork's, until it has a checkpoint of its own
+  if not left[2] and (d[2] or '') == '' then origin = field(6) end
+  local transcript = ''
+  local tlen = redis.call('STRLEN', transcript_key(run_id))
+  if tlen >= LARGE_BYTES then
+    transcript = false
+  elseif tlen > 0 then
+    transcript = redis.call('GET', transcript_key(run_id))
+  end
   local records = redis.call('HGETALL', tools)
   if d[9] and d[9] ~= '' then
     local at = {}
@@ -28,9 +54,8 @@ local function acquired(run, tools, run_id, epoch, crashes)
       end
     end
   end
-  return {ACQ.OK, tostring(epoch), d[1] or '0', d[2] or '', d[3] or '', d[4] or '', d[5] or '', records,
-    tostring(crashes), origin, d[7] or '', d[8] or '', d[10] or '', d[11] or '',
-    redis.call('GET', transcript_key(run_id)) or '', d[12] or ''}
+  return {ACQ.OK, tostring(epoch), d[1] or '0', field(2), field(3), d[4] or '', d[5] or '', records,
+    tostring(crashes), origin, d[7] or '', d[8] or '', d[10] or '', field(11), transcript, d[12] or ''}
 end
 local function acquire_run(run, stream, tools, run_id, gen, worker, alive)
   local h = redis.call('HMGET', run, F.STATUS, F.GEN, F.OWNER, F.EPOCH, F.CRASHES)

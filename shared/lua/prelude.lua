@@ -566,6 +566,8 @@ end
 -- contentRedacted), its result no answer, output or messages, its input no messages; its tool
 -- records, checkpoint and transcript go. Usage, timings, statuses and errors stay.
 local function stores_no_content(run)
+  local said = redis.call('HGET', run, F.NO_CONTENT)  -- said at submission: its input (megabytes) not read
+  if said == '1' or said == '0' then return said == '1' end
   local raw = redis.call('HGET', run, F.INPUT)
   if not raw or not string.find(raw, '"storeContent":false', 1, true) then return false end
   local ok, v = pcall(cjson.decode, raw)

@@ -1,6 +1,7 @@
--- submit_one(K, A): create one run (the body of SUBMIT and, per run, of SUBMIT_MANY, SPAWN_CHILD and
+-- submit_one(K, A, staged): create one run (the body of SUBMIT and, per run, of SUBMIT_MANY, SPAWN_CHILD and
 -- SUBMIT_RESTORED). A: the run's record, K: its keys, both read by name (shared.calls.submission.Submit:
--- NEW.<FIELD>, NEWK.<KEY>; its metadata terms from NEWN.META to #A). Reply: {V.<verdict>, status or ''}.
+-- NEW.<FIELD>, NEWK.<KEY>; its metadata terms from NEWN.META to #A); staged, when given, a hash holding
+-- its input already (A's is ''), renamed into the run's. Reply: {V.<verdict>, status or ''}.
 -- The listing indexes and the batch of a run just created (A as submit_one's).
 local function index_new(run, A, now, status)
   local t, id, batch = A[NEW.TENANT], A[NEW.RUN_ID], A[NEW.BATCH_ID]
@@ -39,7 +40,7 @@ local function debounce(t, k, id, shown, period)
   end
   redis.call('SET', dk, id, 'PX', period + tonumber(ctx().queued_check_ms))
 end
-local function submit_one(K, A)
+local function submit_one(K, A, staged)
   if redis.call('EXISTS', NEWK.RUN) == 1 then
     local h = redis.call('HMGET', NEWK.RUN, F.INPUT_HASH, F.STATUS, F.TENANT)
     if h[3] ~= A[NEW.TENANT] then return {V.CONFLICT, ''} end
@@ -101,12 +102,18 @@ local function submit_one(K, A)
   local deb = A[NEW.DEBOUNCE_KEY]
   if deb ~= '' then run_at = now + tonumber(A[NEW.DEBOUNCE_MS]) end
   local status = (dispatch and run_at and run_at > now) and S.SCHEDULED or S.QUEUED
+  local input = F.INPUT  -- staged: a large retry's or fork's input and origin (submit_restored.lua)
+  if staged then
+    redis.call('RENAME', staged, NEWK.RUN)
+    redis.call('PERSIST', NEWK.RUN)
+    input = F.INPUT_HASH  -- the input is there: the slot below writes the hash twice instead
+  end
   redis.call('HSET', NEWK.RUN, F.STATUS, status, F.PRIORITY, prio,
     F.RUN_AT, run_at and (deb ~= '' and tostring(run_at) or A[NEW.RUN_AT]) or '',
-    F.INPUT, A[NEW.INPUT], F.INPUT_HASH, A[NEW.INPUT_HASH],
+    input, staged and A[NEW.INPUT_HASH] or A[NEW.INPUT], F.INPUT_HASH, A[NEW.INPUT_HASH],
     F.TENANT, A[NEW.TENANT], F.SESSION_ID, A[NEW.SESSION_ID], F.CREATED_AT, now, F.GEN, 1, F.EPOCH, 0, F.LAST_SEQ, 0,
     F.OWNER, '', F.CRASHES, 0, F.WEBHOOK, A[NEW.WEBHOOK], F.ABORT, '', F.HELD, dispatch and '' or '1',
-    F.AGENT, A[NEW.AGENT], F.BATCH, A[NEW.BATCH_ID])
+    F.AGENT, A[NEW.AGENT], F.BATCH, A[NEW.BATCH_ID], F.NO_CONTENT, A[NEW.NO_CONTENT])
   local client_id = A[NEW.CLIENT_ID]
   if client_id ~= '' then redis.call('HSET', NEWK.RUN, F.CLIENT_ID, client_id) end
   local client_session = A[NEW.CLIENT_SESSION]

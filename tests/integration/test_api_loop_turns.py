@@ -107,3 +107,24 @@ async def test_forks_of_a_large_state_hold_no_loop_for_a_long_turn(
         await asyncio.gather(working, return_exceptions=True)
     assert statuses == ["completed"] * 3
     assert turn < TURN_CPU_S, f"a fork held the loop for {turn * 1000:.0f} ms of CPU"
+
+
+async def test_a_request_runs_in_the_one_task_the_server_made_for_it(client: httpx.AsyncClient) -> None:
+    # A function middleware (Starlette's BaseHTTPMiddleware) runs the app in a task of its own behind
+    # memory streams: more turns of the loop for every request, each queued behind the other
+    # tenants' turns, and about a fifth more of the API's CPU (bench/api_request_cpu.py).
+    loop = asyncio.get_running_loop()
+    made: list[str] = []
+
+    def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kw: Any) -> asyncio.Task[Any]:
+        made.append(getattr(coro, "__qualname__", repr(coro)))
+        return asyncio.Task(coro, loop=loop, **kw)
+
+    await client.request("BREW", "/v1/runs")
+    loop.set_task_factory(factory)  # type: ignore[arg-type]
+    try:
+        r = await client.request("BREW", "/v1/runs")  # answered without Redis
+    finally:
+        loop.set_task_factory(None)
+    assert r.status_code == 405
+    assert made == ["RequestResponseCycle.run_asgi"]

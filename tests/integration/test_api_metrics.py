@@ -55,7 +55,7 @@ async def test_made_up_methods_mint_no_series(redis_url: str) -> None:
     assert series(after) == series(before), series(after) - series(before)
     assert long not in after and "M999" not in after
     m = metric_samples(after)
-    key = ("agentmill_api_requests_total", (("code", "405"), ("method", "other"), ("route", "/v1/runs")))
+    key = ("agentmill_api_requests_total", (("code", "405"), ("method", "other"), ("route", "unmatched")))
     assert m[key] == 1002
 
 

@@ -47,6 +47,7 @@ def test_no_script_spells_a_key_or_a_setting_of_its_own() -> None:
             "__SCALE_ONE__",  # a budget hold's unit scale (shared.calls.budgets), not a setting
             "__CONTEXT_TOOLS__",  # tool names (shared.session_calls), not a setting
             "__WAKE_KEPT__",  # a bound of a wake list (shared.keys), not a setting
+            "__LARGE_BYTES__",  # the size from which a payload is read apart (shared.off_loop), not a setting
             "__LISTING_FIELDS__",  # run hash fields (shared.listing_row), not a setting
             "__MIN_PRIORITY__",  # the priority range (agentmill_client.limits), not a setting
             "__MAX_PRIORITY__",

@@ -51,8 +51,10 @@ def test_the_calls_that_create_a_run_carry_the_same_record() -> None:
     assert records[0] == [("" if v == b"{}" else v) for v in RUN.argv()] and records[1][0] == "r2"
     assert many.argv()[4:] == [b"{}", b"{}"]  # the inputs after the records
     restored = SubmitRestored(b"{}", "", ("c1", b"rec"), RUN)
-    assert restored.argv() == [b"{}", "", 1, "c1", b"rec", *RUN.argv()]
-    assert restored.keys(part) == [*RUN.keys(part), part.tools("r1")]
+    assert restored.argv() == [b"{}", "", "", 1, "c1", b"rec", *RUN.argv()]
+    assert restored.keys(part) == [*RUN.keys(part), part.tools("r1"), part.staged("r1", "-")]
+    staged = SubmitRestored(b"{}", "", (), dataclasses.replace(RUN, input=""), "t0k")
+    assert staged.argv()[:4] == [b"{}", "", "1", 0] and staged.keys(part)[-1] == part.staged("r1", "t0k")
     child = SpawnChild("p1", "call-1", b"[]", "", 1000, 50, RUN)
     assert child.argv()[:6] == ["p1", "call-1", b"[]", "", 1000, 50] and child.argv()[6:] == RUN.argv()
     assert SpawnChild.positions()["ARGN.RUN"] == "7"

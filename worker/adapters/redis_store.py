@@ -9,6 +9,8 @@ it sends a write, so it does not even try once it knows it is late.
 
 from __future__ import annotations
 
+import dataclasses
+import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,12 +29,14 @@ from shared.off_loop import large, off_loop
 from shared.partitions import Partitions
 from shared.profiles import ContextConfig
 from shared.quotas import DEFAULT_TENANT, Quotas
+from shared.script_sending import run_staged
 from shared.scripts import Scripts, text
 from shared.settings import Settings
 from shared.tool_records import ToolRecord
 from worker.adapters import budgets
 from worker.adapters.batcher import ScriptBatcher
 from worker.adapters.lease import WorkerLease
+from worker.adapters.left_out import left_out, read_left_out
 from worker.core import context, sessions
 from worker.core.acquisition import Acquired, NotAcquired
 from worker.core.commit_step import CommitStep, Entry
@@ -105,6 +109,12 @@ class RedisRunStore:
         self.lease_id = worker_id
         self.last_seq = int(text(r[2]) or 0)
         self.tenant = text(r[10]) if len(r) > 10 else ""
+        if left := left_out(r):  # large payloads: read after the script (worker/adapters/left_out.py)
+            self.round_trips += 1
+            read = await read_left_out(self.parts, self.part, self.run_id, r, left, self.epoch, worker_id)
+            if isinstance(read, NotAcquired):
+                return read
+            r = read
         try:
             if large(*(r[i] for i in (3, 4, 9, 14) if len(r) > i)):  # a fork's state, a large input
                 return await off_loop(self._opened, r)
@@ -147,7 +157,13 @@ class RedisRunStore:
         if (st := step.outbox.settle) is not None:
             own += st.keys
         self.round_trips += 1
-        r = await self._run(self.scripts.commit, own, call.argv())
+        if call.transcript_mode == "s" and large(call.transcript):  # staged by a plain SET (commit.lua)
+            staged = (self.part.staged(self.run_id, secrets.token_hex(8)), call.transcript)
+            call = dataclasses.replace(call, transcript=b"", transcript_staged=staged[0])
+            k, a = self.scripts.frame(self.part, own, call.argv())
+            r = await run_staged(self.parts, self.scripts.commit, self.part, staged, k, a)
+        else:
+            r = await self._run(self.scripts.commit, own, call.argv())
         if Commit.verdict(r) in (AppendVerdict.FENCED, AppendVerdict.MISSING) and st is not None:
             # the call was made: its tokens count, its hold goes now
             await budgets.settle_by_call(self.parts, self.scripts, self.part, st)
