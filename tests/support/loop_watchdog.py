@@ -8,8 +8,8 @@ three samples). Every loop the test process creates through the event-loop polic
 100 ms keeps an idle loop turning). A thread checks four times a second; a running loop that has not
 turned for longer than the threshold is a stall, and the thread samples the stack of the loop's
 thread once a second while it lasts, with what the thread did meanwhile (Linux's schedstat: on a
-CPU, waiting for one, or asleep in a call), so a stall says whether the test blocked the loop or
-the machine starved the process.
+CPU, waiting for one, or asleep in a call or for the GIL) and the loop's other tasks it held up,
+so a stall says whether the test blocked the loop or the machine starved the process.
 
 ``AGENTMILL_LOOP_STALL_S`` sets the threshold (default 1 s; ``0`` turns the watchdog off). Each stall
 is added to its test's report (printed when the test fails) and, with ``AGENTMILL_LOOP_STALL_LOG``
@@ -27,6 +27,7 @@ import threading
 import time
 import traceback
 import weakref
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,6 +47,18 @@ def _schedstat(tid: int | None) -> tuple[float, float] | None:
     except (OSError, ValueError):
         return None
     return int(on_cpu) / 1e9, int(waiting) / 1e9
+
+
+def _tasks(loop: asyncio.AbstractEventLoop) -> str:
+    """The loop's unfinished tasks by coroutine, most first (read from another thread while the loop's
+    own is stuck: a best effort)."""
+    try:
+        names = Counter(
+            getattr(t.get_coro(), "__qualname__", "?") for t in asyncio.all_tasks(loop) if not t.done()
+        )
+    except RuntimeError:  # the set changed while read
+        return "(unknown)"
+    return ", ".join(f"{n} x{c}" if c > 1 else n for n, c in names.most_common(8))
 
 
 class WatchedLoop(asyncio.SelectorEventLoop):
@@ -79,6 +92,7 @@ class Stall:
     cpu_s: float | None = None
     wait_s: float | None = None
     samples: list[tuple[float, str]] = field(default_factory=list)
+    waiting: str = ""  # the loop's other tasks, what the stall held up (the API, a worker, a fake server)
 
     def text(self) -> str:
         head = f"loop stalled {self.seconds:.1f} s in {self.where}"
@@ -86,9 +100,9 @@ class Stall:
             asleep = max(0.0, self.seconds - self.cpu_s - self.wait_s)
             head += (
                 f" (its thread: {self.cpu_s:.2f} s on a CPU, {self.wait_s:.2f} s waiting for one,"
-                f" {asleep:.2f} s asleep in a call)"
+                f" {asleep:.2f} s asleep: a blocking call, or waiting for the GIL)"
             )
-        lines = [head]
+        lines = [head, f"  tasks held up: {self.waiting or 'none'}"]
         previous = None
         for at, stack in self.samples:
             lines.append(f"  at +{at:.1f} s:" + (" the same stack" if stack == previous else ""))
@@ -153,7 +167,7 @@ class Watchdog:
                 w.before = _schedstat(loop.native_tid)
                 continue
             if w.stall is None:
-                w.stall = Stall(self.where, late)
+                w.stall = Stall(self.where, late, waiting=_tasks(loop))
                 w.since = loop.turned
                 w.next_sample = now
             w.stall.seconds = late
