@@ -30,8 +30,9 @@ import weakref
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-__all__ = ["Stall", "Watchdog", "WatchedLoop", "install"]
+__all__ = ["Stall", "Watchdog", "WatchedLoop", "install", "task_stacks"]
 
 BEAT_S = 0.1
 MAX_SAMPLES = 8
@@ -59,6 +60,35 @@ def _tasks(loop: asyncio.AbstractEventLoop) -> str:
     except RuntimeError:  # the set changed while read
         return "(unknown)"
     return ", ".join(f"{n} x{c}" if c > 1 else n for n, c in names.most_common(8))
+
+
+def task_stacks(tasks: set[asyncio.Task[Any]] | None = None) -> str:
+    """What each unfinished task of the running loop (or ``tasks``) awaits, innermost last: for a
+    test whose worker or server did not stop in time, where each of its tasks stands."""
+    lines = []
+    for task in sorted(tasks if tasks is not None else asyncio.all_tasks(), key=lambda t: t.get_name()):
+        if task.done():
+            continue
+        chain: list[str] = []
+        aw: Any = task.get_coro()
+        for _ in range(64):
+            frame = (
+                getattr(aw, "cr_frame", None)
+                or getattr(aw, "ag_frame", None)
+                or getattr(aw, "gi_frame", None)
+            )
+            if frame is None:
+                if aw is not None:
+                    chain.append(repr(aw)[:160])
+                break
+            chain.append(f"{frame.f_code.co_qualname} ({frame.f_code.co_filename}:{frame.f_lineno})")
+            aw = (
+                getattr(aw, "cr_await", None)
+                or getattr(aw, "ag_await", None)
+                or getattr(aw, "gi_yieldfrom", None)
+            )
+        lines.append(f"{task.get_name()}: " + " -> ".join(chain))
+    return "\n".join(lines)
 
 
 class WatchedLoop(asyncio.SelectorEventLoop):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from tests.support.loop_watchdog import Watchdog, WatchedLoop
+from tests.support.loop_watchdog import Watchdog, WatchedLoop, task_stacks
 
 
 def run_watched(dog: Watchdog, coro_fn: object) -> None:
@@ -43,3 +43,17 @@ def test_a_blocking_call_is_a_stall_with_its_stack_and_an_idle_wait_is_not() -> 
     if stall.cpu_s is not None and stall.wait_s is not None:  # Linux: the thread slept, it did not spin
         assert stall.cpu_s < 0.3, stall.text()
     assert stall.text().startswith("loop stalled")
+
+
+async def test_task_stacks_name_where_each_task_waits() -> None:
+    gate = asyncio.Event()
+
+    async def drain() -> None:
+        await gate.wait()
+
+    task = asyncio.create_task(drain(), name="worker")
+    await asyncio.sleep(0)
+    text = task_stacks({task})
+    gate.set()
+    await task
+    assert text.startswith("worker: ") and "drain" in text and "Event.wait" in text, text
