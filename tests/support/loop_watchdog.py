@@ -194,7 +194,8 @@ class Watchdog:
             late = now - loop.turned
             if not loop.is_running() or late <= self.threshold_s:
                 self._end(w, now)
-                w.before = _schedstat(loop.native_tid)
+                if late <= 2 * BEAT_S:  # the thread's figures from where the loop last turned
+                    w.before = _schedstat(loop.native_tid)
                 continue
             if w.stall is None:
                 w.stall = Stall(self.where, late, waiting=_tasks(loop))
