@@ -12,6 +12,9 @@ import redis.asyncio as aioredis
 from tests.support import forkserver, loop_watchdog
 from tests.support.redis_server import RedisServer
 
+# --dist loadgroup's groups, where pytest 9 reads them (tests/support/xdist_groups.py)
+pytest_plugins = ("tests.support.xdist_groups",)
+
 # A worker built in a test serves /metrics on an ephemeral port unless the test asks otherwise:
 # a fixed port (the production default, 9100) collides between workers and with the machine.
 os.environ["AGENTMILL_WORKER_METRICS_PORT"] = "0"
