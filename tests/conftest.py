@@ -112,18 +112,25 @@ def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
     return (yield)
 
 
-STALLS: list[str] = []
+STALLS: list[tuple[float, str]] = []
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Collected where the summary is printed (xdist's controller or the only process)."""
     for title, text in report.sections:
         if title == "loop stalls":
-            STALLS.extend(line for line in text.splitlines() if line.startswith("loop stalled"))
+            STALLS.extend(
+                (float(line.split()[2]), line)
+                for line in text.splitlines()
+                if line.startswith("loop stalled")
+            )
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if STALLS:
         terminalreporter.section("event-loop stalls (tests/support/loop_watchdog.py)")
-        for line in STALLS:
+        terminalreporter.write_line(
+            f"{len(STALLS)} stalls over {loop_watchdog.threshold_s()} s; the longest:"
+        )
+        for _, line in sorted(STALLS, reverse=True)[:10]:
             terminalreporter.write_line(line)

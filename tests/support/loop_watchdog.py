@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Stall", "Watchdog", "WatchedLoop", "install", "task_stacks"]
+__all__ = ["Stall", "Watchdog", "WatchedLoop", "install", "task_stacks", "threshold_s"]
 
 BEAT_S = 0.1
 MAX_SAMPLES = 8
@@ -246,10 +246,15 @@ class _Policy(asyncio.DefaultEventLoopPolicy):
         return loop
 
 
+def threshold_s() -> float:
+    """The threshold of a stall, AGENTMILL_LOOP_STALL_S (0: no watchdog)."""
+    return float(os.environ.get("AGENTMILL_LOOP_STALL_S", "1.0"))
+
+
 def install(name: str) -> Watchdog | None:
     """Watches every loop made from now on through the event-loop policy (None when turned off by
     ``AGENTMILL_LOOP_STALL_S=0``); ``name`` names this process's log file."""
-    threshold = float(os.environ.get("AGENTMILL_LOOP_STALL_S", "1.0"))
+    threshold = threshold_s()
     if threshold <= 0:
         return None
     log_dir = os.environ.get("AGENTMILL_LOOP_STALL_LOG")
