@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from tests.support import forkserver
+from tests.support import forkserver, loop_watchdog
 from tests.support.redis_server import RedisServer
+
+# --dist loadgroup's groups, where pytest 9 reads them (tests/support/xdist_groups.py)
+pytest_plugins = ("tests.support.xdist_groups",)
 
 # A worker built in a test serves /metrics on an ephemeral port unless the test asks otherwise:
 # a fixed port (the production default, 9100) collides between workers and with the machine.
@@ -18,6 +21,9 @@ os.environ["AGENTMILL_WORKER_METRICS_PORT"] = "0"
 # The tests drive runs with the test-only `scripted` profile and tools (echo, sleep, fail, flaky);
 # worker processes the tests start inherit this. Production leaves it unset.
 os.environ["AGENTMILL_DEV_PROFILES"] = "true"
+# Every event loop of this process is watched: a loop that does not turn for a second is a stall,
+# reported with its stacks in its test's report (tests/support/loop_watchdog.py).
+WATCHDOG = loop_watchdog.install(os.environ.get("PYTEST_XDIST_WORKER", "main"))
 
 
 @pytest.fixture(scope="session")
@@ -72,3 +78,59 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if getattr(session.config.option, "numprocesses", None) and not hasattr(session.config, "workerinput"):
         return
     forkserver.prestart()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    """The stalls of the test's loops in this phase, as a section of its report."""
+    report = yield
+    if WATCHDOG is not None:
+        if stalls := WATCHDOG.take():
+            report.sections.append(("loop stalls", "\n\n".join(s.text() for s in stalls)))
+        WATCHDOG.where = f"{item.nodeid} (after {call.when})"
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    if WATCHDOG is not None:
+        WATCHDOG.where = f"{item.nodeid} (setup)"
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    if WATCHDOG is not None:
+        WATCHDOG.where = f"{item.nodeid} (call)"
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    if WATCHDOG is not None:
+        WATCHDOG.where = f"{item.nodeid} (teardown)"
+    return (yield)
+
+
+STALLS: list[tuple[float, str]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Collected where the summary is printed (xdist's controller or the only process)."""
+    for title, text in report.sections:
+        if title == "loop stalls":
+            STALLS.extend(
+                (float(line.split()[2]), line)
+                for line in text.splitlines()
+                if line.startswith("loop stalled")
+            )
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if STALLS:
+        terminalreporter.section("event-loop stalls (tests/support/loop_watchdog.py)")
+        terminalreporter.write_line(
+            f"{len(STALLS)} stalls over {loop_watchdog.threshold_s()} s; the longest:"
+        )
+        for _, line in sorted(STALLS, reverse=True)[:10]:
+            terminalreporter.write_line(line)

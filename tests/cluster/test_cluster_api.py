@@ -37,8 +37,11 @@ from tests.support.redis_cluster import LocalRedisCluster
 from tests.support.schema import ids_where
 from tests.support.waits import until
 
+# One process runs the module (--dist loadgroup): its cluster (and what it builds on it) is
+# module-scoped, and spread over the test processes each built all of it again.
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.xdist_group("cluster_api"),
     pytest.mark.timeout(120),
     pytest.mark.asyncio(loop_scope="module"),
     pytest.mark.skipif(

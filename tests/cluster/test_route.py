@@ -19,8 +19,11 @@ from shared.scripts import Scripts
 from shared.settings import Settings
 from tests.support.redis_cluster import LocalRedisCluster
 
+# One process runs the module (--dist loadgroup): its cluster (and what it builds on it) is
+# module-scoped, and spread over the test processes each built all of it again.
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.xdist_group("cluster_route"),
     pytest.mark.timeout(90),
     pytest.mark.skipif(shutil.which("redis-cli") is None, reason="redis-cli is needed to create a cluster"),
 ]

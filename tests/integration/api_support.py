@@ -4,6 +4,8 @@ tenants' tokens, run bodies for the scripted profile, and waits on a run's or a 
 from __future__ import annotations
 
 import asyncio
+import functools
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -48,7 +50,15 @@ def settings(redis_url: str, **kw: Any) -> Settings:
 
 def key(run_id: str, tenant: str = "tenant-a") -> str:
     """The id the keys of a named tenant's run (or session) use (producer.submission.Scope)."""
-    return Scope.of(Settings(), tenant).key(run_id)
+    return _scope(tenant, os.environ.get("AGENTMILL_ID_SECRET")).key(run_id)
+
+
+@functools.lru_cache(maxsize=32)
+def _scope(tenant: str, _id_secret: str | None) -> Scope:
+    """The tenant's scope under the environment's settings, built once per secret: Settings() takes
+    about 3 ms of CPU, and built per id, the ids of a 200-run batch held the test's loop (with the API
+    and the worker in it) for 1-2 s under load."""
+    return Scope.of(Settings(), tenant)
 
 
 def body(**kw: Any) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from shared.events import decode_entry
 from shared.fields import ScheduleField
 from shared.profiles import load_profiles, profiles_from
 from shared.settings import Settings
+from tests.support.loop_watchdog import task_stacks
 from tests.support.schema import K
 from worker.process.jobs import WorkerProcess
 
@@ -36,7 +37,15 @@ async def running_worker(redis_url: str, **settings: Any) -> AsyncIterator[Worke
         yield wp
     finally:
         wp.request_stop()
-        await asyncio.wait_for(task, 30)
+        try:
+            await asyncio.wait_for(asyncio.shield(task), 30)
+        except TimeoutError:  # where each of the loop's tasks stood, then the worker cancelled
+            stacks = task_stacks()
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            raise AssertionError(
+                f"the in-process worker did not stop within 30 s; the loop's tasks:\n{stacks}"
+            ) from None
 
 
 def producer_for(redis: Redis, redis_url: str, **settings: Any) -> Producer:

@@ -21,7 +21,9 @@ from shared.topology import Topology, is_retryable
 from tests.support.redis_cluster import LocalRedisCluster
 from tests.support.redis_server import RedisServer
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
+# One process runs the module (--dist loadgroup): its cluster is module-scoped, and spread over the
+# test processes each built a cluster of its own.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(90), pytest.mark.xdist_group("topology")]
 
 
 @pytest.fixture(scope="module")

@@ -106,6 +106,15 @@ def _child(request: dict[str, object], fds: list[int]) -> None:
         os._exit(code)
 
 
+def _warm(module: str) -> None:
+    """A test's own server (``tests.support.*``: the MCP servers) is imported here at its first
+    start, so that every later child finds its SDK imported (the child still runs the module as
+    ``__main__``). The process roots are imported at start-up (PRELOAD)."""
+    if module.startswith("tests.support.") and module not in sys.modules:
+        with contextlib.suppress(Exception):
+            importlib.import_module(module)
+
+
 def serve(path: str) -> None:
     for name in PRELOAD:
         importlib.import_module(name)
@@ -128,6 +137,7 @@ def serve(path: str) -> None:
             except (OSError, EOFError, ValueError):
                 conn.close()
                 continue
+            _warm(str(request["module"]))
             pid = os.fork()
             if pid == 0:
                 _child(request, fds)

@@ -77,4 +77,5 @@ def main(port: int, tools: int, schema_bytes: int, page: int) -> None:
 
 
 if __name__ == "__main__":
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # the log, as it happens
     main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))

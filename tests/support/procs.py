@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -74,8 +75,25 @@ class WorkerProc:
         self.signal(signal.SIGTERM)
         rc = self.wait(timeout)
         if rc is None:
+            self._note_late(timeout)
             self.kill()
         return rc
+
+    def _note_late(self, timeout: float) -> None:
+        """A process that outlived its stop's timeout, and its state then (a zombie: it had ended and
+        its end was not reported; S or R: it was still draining), on stderr and in the loop-stall log
+        (tests/support/loop_watchdog.py) when one is kept."""
+        try:
+            state = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            state = "gone"
+        line = (
+            f"{' '.join(self.argv)} (pid {self.pid}) not ended {timeout:.0f} s after SIGTERM; state {state}"
+        )
+        print(line, file=sys.stderr)
+        if log_dir := os.environ.get("AGENTMILL_LOOP_STALL_LOG"):
+            with open(Path(log_dir) / f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.log", "a") as f:
+                f.write(line + "\n\n")
 
     @property
     def alive(self) -> bool:
