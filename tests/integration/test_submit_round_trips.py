@@ -6,6 +6,7 @@ the script, counts nothing against the tenant (counted as the packed writes on t
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -79,3 +80,31 @@ async def test_a_refused_submission_counts_nothing(redis: Redis, redis_url: str)
         assert await redis.zcard(active) == 2 and not await redis.zscore(active, key("r-full", "tenant-b"))
         assert await redis.xlen(audit) == entries  # a refused submission is not audited (as before)
         assert (await c.post("/v1/runs", json=run_body(runId=first))).status_code in (200, 409)
+
+
+async def test_with_partitions_a_refusal_takes_no_token_and_counts_nothing(
+    redis: Redis, redis_url: str
+) -> None:
+    """Four partitions: a run's partition is the tenant's home (its bucket taken in the script) or
+    not (taken at home first, given back on a refusal); the tenant's runs counted on every one."""
+    quotas = orjson.dumps({"tenant-b": {"maxActive": 3, "submitsPerSecond": 1}}).decode()
+    layout = keys.Layout(4)
+    bucket = layout.home("tenant-b").tenant_rate("tenant-b")
+
+    async def counted_runs() -> int:
+        return sum([await redis.zcard(p.tenant_active("tenant-b")) for p in layout.parts])
+
+    s = settings(redis_url, tenant_quotas=quotas, partitions=4, max_batch=20)  # a bucket of 21
+    async with api(s) as url, httpx.AsyncClient(base_url=url, headers=B) as c:
+        t0 = time.monotonic()
+        ids = [(await c.post("/v1/runs", json=run_body())).json()["runId"] for _ in range(3)]
+        for _ in range(4):
+            r = await c.post("/v1/runs", json=run_body())
+            assert r.status_code == 429 and r.json()["error"]["code"] == "quota_exceeded", r.text
+            assert "has 3 queued and running" in r.json()["error"]["message"]
+        assert await counted_runs() == 3
+        tokens = float(await redis.hget(bucket, "tokens") or 0) / 1000
+        assert 18 <= tokens <= 18 + time.monotonic() - t0 + 1, tokens  # 3 taken, none by the refusals
+        assert (await c.post(f"/v1/runs/{ids[0]}/abort")).status_code == 200
+        assert (await c.post("/v1/runs", json=run_body())).status_code == 202
+        assert await counted_runs() == 3
