@@ -6,6 +6,12 @@ counted already and this request's new ones). A refusal anywhere uncounts what t
 gives the bucket its tokens back and refuses the whole request. Partitions are admitted one
 call each, not in one transaction: two requests of a tenant at once may pass its quota by a little.
 
+One run submitted alone (``admit_one``, ``settle_one``) is admitted by the script that creates it
+(admit_submit.lua: the bucket when it lives on the run's partition, then maxActive there, then the
+run), after one round trip with more than one partition (the tenant's runs counted on each, and the
+bucket's token at home when home is another partition, given back if the script refuses). Nothing
+is taken or counted for a refusal, and the run is counted only once created.
+
 Before all of it, a tenant whose quota disables it (``"disabled": true``) is refused with 403
 ``tenant_disabled``, and a tenant with a day budget (tokensPerDay, costUsdPerDay) whose UTC day is spent
 (its settled usage at the limit, or a model call of the day refused for want of budget:
