@@ -1,7 +1,7 @@
 """Calls of the submission path: a run created (``Submit``, whose fields are also the per-run record
 every creating script hands submit_one.lua: ``SubmitMany``, ``SubmitRestored``, ``SpawnChild``), and
 the admissions before it (a tenant's maxActive and submission rate, a tree of sub-agents, an
-Idempotency-Key's window), and a retry taking its original's place in a batch.
+Idempotency-Key's window) or with it (``AdmitSubmit``: one run with its tenant's quotas), and a retry taking its original's place in a batch.
 
 submit_one.lua is shared code, not a script body: it reads the run's record as ``A`` and its keys as
 ``K``, by name (``A[NEW.<FIELD>]``, ``NEWN.META``: where the metadata terms start, ``NEWK.<KEY>``:
