@@ -6,6 +6,12 @@ counted already and this request's new ones). A refusal anywhere uncounts what t
 gives the bucket its tokens back and refuses the whole request. Partitions are admitted one
 call each, not in one transaction: two requests of a tenant at once may pass its quota by a little.
 
+One run submitted alone (``admit_one``, ``settle_one``) is admitted by the script that creates it
+(admit_submit.lua: the bucket when it lives on the run's partition, then maxActive there, then the
+run), after one round trip with more than one partition (the tenant's runs counted on each, and the
+bucket's token at home when home is another partition, given back if the script refuses). Nothing
+is taken or counted for a refusal, and the run is counted only once created.
+
 Before all of it, a tenant whose quota disables it (``"disabled": true``) is refused with 403
 ``tenant_disabled``, and a tenant with a day budget (tokensPerDay, costUsdPerDay) whose UTC day is spent
 (its settled usage at the limit, or a model call of the day refused for want of budget:
@@ -15,12 +21,19 @@ Retry-After to the next UTC midnight."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from producer.submission import SubmissionError
 from shared import keys
-from shared.calls.submission import AdmitRate, AdmitRateVerdict, AdmitTenant, AdmitTenantVerdict
+from shared.calls.submission import (
+    AdmitRate,
+    AdmitRateVerdict,
+    AdmitSubmitVerdict,
+    AdmitTenant,
+    AdmitTenantVerdict,
+)
 from shared.clock import ms_to_next_utc_day, now_ms, utc_day
 from shared.fields import BudgetField
 from shared.quotas import ACTIVE_GRACE_MS, NANO_USD, Quota
@@ -28,7 +41,10 @@ from shared.replies import text
 from shared.script_sending import Call, Parts, run_many, run_script
 from shared.scripts import Scripts
 
-__all__ = ["ADMIT_GRACE_MS", "admit", "check_budget", "check_enabled", "spent_budget"]
+__all__ = [
+    "ADMIT_GRACE_MS", "OneAdmission", "admit", "admit_one", "check_budget", "check_enabled", "settle_one",
+    "spent_budget",
+]  # fmt: skip
 
 ADMIT_GRACE_MS = ACTIVE_GRACE_MS  # a counted run whose hash never appeared stops counting after this
 
@@ -67,14 +83,7 @@ async def admit(
         rate(False) if limited else no_rate(), _counted(parts, tenant, placed, quota)
     )
     if verdict is AdmitRateVerdict.RATE_LIMITED:
-        wait_s = max(1, -(-wait_ms // 1000))
-        raise SubmissionError(
-            "rate_limited",
-            f"this tenant may submit {quota.submits_per_second} runs per second, in bursts of up to "
-            f"{quota.burst}; {n} more can be taken in {wait_s} s",
-            status=429,
-            retry_after_s=wait_s,
-        )
+        raise _rate_limited(quota, n, wait_ms)
     if quota.max_active == 0:
         return
     targets = [p for p in parts.parts if placed.get(p.index)]
@@ -103,13 +112,112 @@ async def admit(
         await _give_back(parts, tenant, now, {q.index: placed[q.index] for q in admitted})
         if limited:
             await rate(True)
-        raise SubmissionError(
-            "quota_exceeded",
-            f"this tenant has {here + sum(active) - active[p.index]} queued and running runs and may have "
-            f"{quota.max_active}; retry when some have finished",
-            status=429,
-            retry_after_s=5,
-        )
+        raise _quota_exceeded(quota, here + sum(active) - active[p.index])
+
+
+@dataclass(frozen=True, slots=True)
+class OneAdmission:
+    """What admit_submit.lua is told of one run's tenant quotas on the run's partition (AdmitSubmit),
+    and what the first round trip found: the tenant's runs counted per partition; whether the
+    tenant's bucket gave its token already (its home is another partition)."""
+
+    room: int | str  # maxActive for this partition ('' = none)
+    per_second: int  # the bucket taken in the script (0: not there)
+    burst: int
+    active: tuple[int, ...]
+    rate_taken: bool
+
+
+async def admit_one(
+    parts: Parts, scripts: Scripts, tenant: str, part: keys.Partition, quota: Quota | None
+) -> OneAdmission | None:
+    """The admission of one run going to ``part`` up to the script that creates it: 403/429 for a
+    disabled tenant or a spent budget; with more than one partition, the tenant's runs counted on
+    each and, when the tenant's home is not ``part``, its bucket's token (429 rate_limited), in one
+    round trip (none with one partition). None: no quota to count against."""
+    if quota is not None:
+        check_enabled(tenant, quota)
+        if quota.budgeted:
+            await check_budget(parts, tenant, quota)
+    if quota is None or (quota.max_active == 0 and quota.submits_per_second == 0):
+        return None
+    home, limited = parts.home(tenant), quota.submits_per_second > 0
+    away = limited and home is not part
+
+    async def rate() -> tuple[AdmitRateVerdict, int]:
+        call = AdmitRate(tenant, 1, quota.submits_per_second, quota.burst)
+        k, a = scripts.framing.frame(home, call.keys(home), call.argv())
+        reply = await run_script(parts, scripts.admit_rate, home, k, a)
+        return AdmitRateVerdict(text(reply[0])), int(reply[1])
+
+    async def no_rate() -> tuple[AdmitRateVerdict, int]:
+        return AdmitRateVerdict.OK, 0
+
+    (verdict, wait_ms), (active, _) = await asyncio.gather(
+        rate() if away else no_rate(), _counted(parts, tenant, {}, quota)
+    )
+    if verdict is AdmitRateVerdict.RATE_LIMITED:
+        raise _rate_limited(quota, 1, wait_ms)
+    room = "" if quota.max_active == 0 else quota.max_active - (sum(active) - active[part.index])
+    per_second = quota.submits_per_second if limited and not away else 0
+    return OneAdmission(room, per_second, quota.burst, tuple(active), away)
+
+
+async def settle_one(
+    parts: Parts,
+    scripts: Scripts,
+    ttl_ms: int,
+    tenant: str,
+    part: keys.Partition,
+    quota: Quota,
+    admission: OneAdmission,
+    send: Callable[[OneAdmission], Awaitable[Sequence[Any]]],
+) -> Sequence[Any]:
+    """``send`` the run's admit_submit call (``admission`` of ``admit_one``) and answer its reply
+    when it created the run or answered for it (submit_one's verdicts), else 429: its bucket was
+    empty, or the tenant is at maxActive (asked once more with fresh counts when runs counted on
+    other partitions may have ended; the token taken at home, if any, given back)."""
+    for attempt in range(2):
+        reply = await send(admission)
+        verdict = AdmitSubmitVerdict(text(reply[0]))
+        if verdict is AdmitSubmitVerdict.RATE_LIMITED:
+            raise _rate_limited(quota, 1, int(reply[1]))
+        if verdict is not AdmitSubmitVerdict.QUOTA_EXCEEDED:
+            return reply
+        here, active = int(text(reply[1])), admission.active
+        others = sum(active) - active[part.index]
+        if attempt == 1 or others == 0:
+            break
+        active = tuple(await _forget_ended(parts, scripts, ttl_ms, tenant))
+        room = quota.max_active - (sum(active) - active[part.index])
+        admission = replace(admission, room=room, active=active)
+    if admission.rate_taken:
+        home = parts.home(tenant)
+        call = AdmitRate(tenant, 1, quota.submits_per_second, quota.burst, "1")
+        k, a = scripts.framing.frame(home, call.keys(home), call.argv())
+        await run_script(parts, scripts.admit_rate, home, k, a)
+    raise _quota_exceeded(quota, here + others)
+
+
+def _rate_limited(quota: Quota, n: int, wait_ms: int) -> SubmissionError:
+    wait_s = max(1, -(-wait_ms // 1000))
+    return SubmissionError(
+        "rate_limited",
+        f"this tenant may submit {quota.submits_per_second} runs per second, in bursts of up to "
+        f"{quota.burst}; {n} more can be taken in {wait_s} s",
+        status=429,
+        retry_after_s=wait_s,
+    )
+
+
+def _quota_exceeded(quota: Quota, held: int) -> SubmissionError:
+    return SubmissionError(
+        "quota_exceeded",
+        f"this tenant has {held} queued and running runs and may have {quota.max_active}; retry when "
+        "some have finished",
+        status=429,
+        retry_after_s=5,
+    )
 
 
 def check_enabled(tenant: str, quota: Quota) -> None:

@@ -17,12 +17,15 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+import orjson
+
 from shared import keys
 from shared.fields import AuditField as AF
 from shared.script_sending import Parts
 
 __all__ = [
-    "MAX_PAGE", "Action", "Actor", "AuditQuery", "Pending", "command", "read", "record", "request_id_of",
+    "MAX_PAGE", "Action", "Actor", "AuditQuery", "Pending", "command", "entry_on", "read", "record",
+    "request_id_of",
 ]  # fmt: skip
 
 MAX_PAGE = 1000
@@ -103,6 +106,17 @@ def command(
         first = parts.parts[0]
         out.append((first, ("SADD", first.audit_tenants, tenant)))
     return out
+
+
+def entry_on(
+    cmds: list[tuple[keys.Partition, tuple[Any, ...]]], part: keys.Partition
+) -> tuple[bytes, list[tuple[keys.Partition, tuple[Any, ...]]]]:
+    """``command``'s XADD as a script on ``part`` writes it (JSON: [max entries, field, value, …];
+    b'' when the entry goes to another partition), and the commands left to send beside it."""
+    for i, (p, cmd) in enumerate(cmds):
+        if p is part and cmd[0] == "XADD":
+            return orjson.dumps([cmd[4], *cmd[6:]]), [c for j, c in enumerate(cmds) if j != i]
+    return b"", cmds
 
 
 async def record(

@@ -21,7 +21,7 @@ from agentmill_client.models import RunInput
 from producer import admission
 from producer.agent_choice import AgentChoice
 from producer.agents import AgentDirectory, Ref
-from producer.audit import Pending
+from producer.audit import Pending, entry_on
 from producer.chunk_sender import ChunkSender
 from producer.placement import POINTER_EXTRA_S, Holder, claim, generated_id, partition_of, verdict
 from producer.prepared import (
@@ -38,7 +38,7 @@ from producer.schemas_ready import schemas_ready
 from producer.scope import Scope, claimed_home, claimed_id, run_id_for_key
 from producer.submission import SubmissionError, Submitted, outcome
 from shared import keys
-from shared.calls.submission import IdempotencyClaim
+from shared.calls.submission import AdmitSubmit, AdmitSubmitVerdict, IdempotencyClaim
 from shared.profiles import AgentProfile
 from shared.quotas import DEFAULT_TENANT, Quota
 from shared.replies import text
@@ -193,6 +193,7 @@ class Submitter:
         if holder is not None:
             reply: Sequence[Any] = verdict(holder, tenant, prep.digest)
         elif audit is not None:
+            prep = await self.started(prep, tenant)
             k, a = self._submit_call(prep, part, tenant, batch_id, item)
             out = self.parts.sending()
             out.add_script(part, self.scripts.submit, k, a)
@@ -255,7 +256,10 @@ class Submitter:
     ) -> Submitted:
         """One run: prepared, placed, admitted (its pointer claimed meanwhile when its id was chosen:
         a generated id needs none) and sent; ``trace``: the submitter's trace context; ``audit``: its
-        audit entry, sent in the submission's round trip."""
+        audit entry, sent in the submission's round trip. With quotas, the admission ends in the
+        script that creates the run (admit_submit.lua, producer.admission.settle_one): one round
+        trip with one partition; with more, one before it (the tenant's runs counted on each
+        partition, and its bucket's token when the tenant's home is not the run's partition)."""
         await schemas_ready([raw])  # off the loop, before prepare checks them
         prep = self.prepare(
             raw,
@@ -267,10 +271,61 @@ class Submitter:
         )
         part = self.place(prep.run_id, prep.home)
         chosen = self.layout.count > 1 and (claimed_id(raw) is not None or bool(idempotency_key))
-        holders = await self.admit(
-            tenant, {part.index: [prep.run_id]}, quota, [(prep.run_id, part)] if chosen else ()
+        looked = asyncio.ensure_future(self.claim([(prep.run_id, part)])) if chosen else None
+        try:
+            admitted = await admission.admit_one(self.parts, self.scripts, tenant, part, quota)
+        except BaseException:
+            if looked is not None:
+                looked.cancel()
+            raise
+        holder = (await looked)[0] if looked is not None else None
+        if admitted is None or quota is None or holder is not None:
+            return await self.send(prep, tenant, looked=True, holder=holder, audit=audit)
+        prep = await self.started(prep, tenant)
+
+        async def send(a: admission.OneAdmission) -> Sequence[Any]:
+            return await self._send_admitted(prep, part, tenant, a, audit)
+
+        ttl_ms = self.settings.retention_s * 1000
+        reply = await admission.settle_one(
+            self.parts, self.scripts, ttl_ms, tenant, part, quota, admitted, send
         )
-        return await self.send(prep, tenant, looked=True, holder=holders[0] if holders else None, audit=audit)
+        return outcome(prep.run, reply)
+
+    async def _send_admitted(
+        self,
+        prep: Prepared,
+        part: keys.Partition,
+        tenant: str,
+        a: admission.OneAdmission,
+        audit: Pending | None,
+    ) -> Sequence[Any]:
+        """The run's admit_submit call (AdmitSubmit) on its partition: its audit entry written by the
+        script once the run is admitted when the tenant's log is there, else sent after it."""
+        cmds = audit(prep.run.run_id or prep.run_id) if audit is not None else []
+        entry, rest = entry_on(cmds, part)
+        call = AdmitSubmit(a.room, self.settings.retention_s * 1000, ADMIT_GRACE_MS, a.per_second, a.burst,
+                           entry, prep.submission(tenant))  # fmt: skip
+        k, args = self.scripts.framing.frame(part, call.keys(part), call.argv())
+        after = [] if entry or not cmds else rest  # an entry for another partition: once admitted
+        out = self.parts.sending()
+        out.add_script(part, self.scripts.admit_submit, k, args)
+        for part_cmd in [] if after else rest:
+            out.add(*part_cmd)
+        reply, *recorded = await out.replies()
+        if isinstance(reply, Exception):
+            raise reply
+        if after and text(reply[0]) not in (
+            AdmitSubmitVerdict.RATE_LIMITED,
+            AdmitSubmitVerdict.QUOTA_EXCEEDED,
+        ):
+            out = self.parts.sending()
+            for part_cmd in after:
+                out.add(*part_cmd)
+            recorded = await out.replies()
+        if any(isinstance(r, Exception) for r in recorded):
+            log.error("audit: submit of %s not recorded: %r", prep.run.run_id, recorded)
+        return list(reply)
 
     def _submit_call(
         self, prep: Prepared, part: keys.Partition, tenant: str, batch_id: str = "", item: int | None = None

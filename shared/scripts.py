@@ -93,6 +93,8 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
     "budget_settle": ("clock", "budget", "budget_settle"),
     "submit_many": (*_ON_PARTITION, "submit_one", "submit_many"),
     "spawn_child": (*_ON_PARTITION, "submit_one", "spawn_child"),
+    "admit_submit": (*_ON_PARTITION, "rate_bucket", "submit_one", "admit_submit"),  # a submission admitted
+    "admit_rate": ("clock", "rate_bucket", "admit_rate"),
     "submit_restored": (*_ON_PARTITION, "submit_one", "submit_restored"),
     "acquire": (*_ON_PARTITION, "acquire_run", "acquire"),
     "claim_jobs": (*_ON_PARTITION, "acquire_run", "claim_jobs"),  # a claimed job's run taken at once
@@ -107,7 +109,7 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
     },
     **{
         name: ("clock", name)
-        for name in ("capacity_acquire", "capacity_renew", "capacity_release", "capacity_pause", "admit_rate",
+        for name in ("capacity_acquire", "capacity_renew", "capacity_release", "capacity_pause",
                      "rate_slots", "idempotency_claim", "budget_reserve", "schedule_rate", "live_tenants",
                      "agent_create", "agent_point", "econ_enqueue", "econ_close", "econ_advance", "econ_done",
                      "econ_lease")
@@ -129,6 +131,7 @@ class Scripts:
     submit: Script
     submit_many: Script
     spawn_child: Script
+    admit_submit: Script
     tree_admit: Script
     child_result: Script
     submit_restored: Script

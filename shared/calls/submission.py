@@ -1,7 +1,7 @@
 """Calls of the submission path: a run created (``Submit``, whose fields are also the per-run record
 every creating script hands submit_one.lua: ``SubmitMany``, ``SubmitRestored``, ``SpawnChild``), and
 the admissions before it (a tenant's maxActive and submission rate, a tree of sub-agents, an
-Idempotency-Key's window), and a retry taking its original's place in a batch.
+Idempotency-Key's window) or with it (``AdmitSubmit``: one run with its tenant's quotas), and a retry taking its original's place in a batch.
 
 submit_one.lua is shared code, not a script body: it reads the run's record as ``A`` and its keys as
 ``K``, by name (``A[NEW.<FIELD>]``, ``NEWN.META``: where the metadata terms start, ``NEWK.<KEY>``:
@@ -23,6 +23,8 @@ from shared.keys import Partition
 __all__ = [
     "AdmitRate",
     "AdmitRateVerdict",
+    "AdmitSubmit",
+    "AdmitSubmitVerdict",
     "AdmitTenant",
     "AdmitTenantVerdict",
     "BatchReplace",
@@ -218,6 +220,52 @@ class SpawnChild(ScriptCall):
 
     def keys(self, part: Partition) -> list[str]:
         return [*self.run.keys(part), part.tenant_active(self.run.tenant)]
+
+    def argv(self) -> list[Any]:
+        return [*(getattr(self, f.name) for f in dataclasses.fields(self)[:-1]), *self.run.argv()]
+
+    @classmethod
+    def positions(cls) -> dict[str, str]:
+        fs = dataclasses.fields(cls)
+        args = {f"ARG.{f.name.upper()}": f"ARGV[{i}]" for i, f in enumerate(fs[:-1], 1)}
+        return _slots(cls, {**args, "ARGN.RUN": str(len(fs))})
+
+
+class AdmitSubmitVerdict(StrEnum):
+    CREATED = "created"
+    EXISTS = "exists"
+    CONFLICT = "conflict"
+    DELETED = "deleted"
+    BATCH_FINISHED = "batch_finished"
+    CONCURRENCY_FULL = "concurrency_full"
+    UNKNOWN_SESSION = "unknown_session"
+    SESSION_BUSY = "session_busy"
+    RATE_LIMITED = "rate_limited"  # the tenant's bucket: the ms until it holds a token second
+    QUOTA_EXCEEDED = "quota_exceeded"  # its tenant's maxActive: the runs counted here second
+
+
+@dataclass(frozen=True, slots=True)
+class AdmitSubmit(ScriptCall):
+    """admit_submit.lua: one run on its partition, admitted by its tenant's submission rate (when
+    the tenant's bucket lives there: ``per_second`` > 0) and maxActive (``room``), then created as
+    submit_one does, in one call; counted against maxActive only once created. Its bucket and audit
+    keys are the tenant's home's only when the partition is the tenant's home (else not touched)."""
+
+    SCRIPT = "admit_submit"
+    KEY_NAMES = (*Submit.KEY_NAMES, "tenant_active", "bucket", "audit")
+    VERDICT = AdmitSubmitVerdict
+
+    room: int | str  # maxActive for this partition ('' = none)
+    active_ttl_ms: int
+    grace_ms: int
+    per_second: int  # the bucket's refill; 0: not taken here (another partition's, or none)
+    burst: int
+    audit: bytes | str  # the audit entry (JSON: [max entries, field, value, …]); '' = none
+    run: Submit
+
+    def keys(self, part: Partition) -> list[str]:
+        t = self.run.tenant
+        return [*self.run.keys(part), part.tenant_active(t), part.tenant_rate(t), part.audit(t)]
 
     def argv(self) -> list[Any]:
         return [*(getattr(self, f.name) for f in dataclasses.fields(self)[:-1]), *self.run.argv()]

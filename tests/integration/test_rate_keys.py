@@ -8,11 +8,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import httpx
+import orjson
 import pytest
 from redis.asyncio import Redis
 
 from producer.service import SubmissionError
 from shared import keys
+from tests.integration.api_support import A, api, run_body, settings
 from tests.integration.helpers import producer_for, running_worker, script_run, wait_all
 
 pytestmark = pytest.mark.integration
@@ -99,3 +102,17 @@ async def test_rate_and_concurrency_keys_together(redis: Redis, redis_url: str) 
         done = await wait_all(p, ids, 15)
         await asyncio.sleep(0)
     assert {r.status.value for r in done.values()} == {"completed"}
+
+
+async def test_an_api_submission_keeps_its_rate_key(redis_url: str) -> None:
+    """RunInput.rate holds for a submission through the API (audited, with quotas or without): the
+    run beyond the key's limit is delayed, not started at once."""
+    rated = {**run_body(), "rate": {"key": "k1", "limit": 1, "periodS": 60}}
+    quotas = orjson.dumps({"tenant-b": {"maxActive": 0, "submitsPerSecond": 0}}).decode()
+    async with api(settings(redis_url, tenant_quotas=quotas)) as url:
+        for headers in (A, {"Authorization": "Bearer tok-b"}):  # the default quotas; none
+            async with httpx.AsyncClient(base_url=url, headers=headers) as c:
+                answers = [(await c.post("/v1/runs", json=rated)).json() for _ in range(2)]
+                assert [a["status"] for a in answers] == ["queued", "scheduled"], answers
+                view = (await c.get(f"/v1/runs/{answers[1]['runId']}")).json()
+                assert view["waitingFor"] == "rate:k1", view

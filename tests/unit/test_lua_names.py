@@ -29,7 +29,7 @@ OTHER_MEANINGS = {
     ("submit_one.lua", "superseded"): 1,  # the lastError code of a debounced run replaced
     ("prelude.lua", "epoch"): 2,  # a stream entry's field (xadd_text, trimmed or not), not the run hash's
     ("settle_approval.lua", "pending"): 2,  # an approval's decision, not a tool record's state
-    ("admit_rate.lua", "tokens"): 2,  # a token bucket's hash field, not a budget's limit
+    ("rate_bucket.lua", "tokens"): 2,  # a token bucket's hash field, not a budget's limit
 }
 NAMED = {*(v for names in NAMES.values() for v in names), *index_keys.INDEX_DIMS}
 

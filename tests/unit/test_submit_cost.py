@@ -1,7 +1,7 @@
 """What one submission costs: Redis round trips (writes on a connection) and encodings of its input.
 
-One submit is one admission and one SUBMIT (with more than one partition, a chosen id's pointer is
-claimed alongside the admission); its input is serialized once (size check, stored input and input
+One submit is one SUBMIT; with quotas, one ADMIT_SUBMIT with one partition, and with more one round
+trip before it (the tenant's counts; a chosen id's pointer is claimed alongside); its input is serialized once (size check, stored input and input
 hash all come from the same bytes). A private redis-server runs the scripts for real."""
 
 from __future__ import annotations
@@ -100,10 +100,22 @@ async def test_the_input_is_encoded_once(client: Redis, counts: Counts, kw: dict
 
 
 @pytest.mark.parametrize("n_parts", [1, 4])
-async def test_a_quota_adds_the_admission(client: Redis, counts: Counts, n_parts: int) -> None:
+async def test_a_quota_is_checked_by_the_script_that_creates_the_run(
+    client: Redis, counts: Counts, n_parts: int
+) -> None:
     p = Producer(Partitions.of_client(client, n_parts), settings=Settings())
-    c = await submitted(p, counts, quota=QUOTA)
-    assert c.writes == {1: 3, 4: 4}[n_parts]  # the rate and the counts together, the count, SUBMIT
+    await p.submit({**BODY, "runId": "warm"}, quota=QUOTA)
+    seen = set()
+    for _ in range(40):
+        counts.reset()
+        sub = await p.submit(BODY, quota=QUOTA)
+        away = p.parts.home(sub.run_id) is not p.parts.home("default")
+        seen.add(away)
+        # one partition: ADMIT_SUBMIT alone (the rate, the count and the run in one script); more:
+        # the tenant's runs counted on each partition (and its bucket's token, when its home is
+        # not the run's partition) beside each other, then ADMIT_SUBMIT
+        assert counts.writes == (1 if n_parts == 1 else 3 if away else 2), (n_parts, away)
+    assert len(seen) == (1 if n_parts == 1 else 2)  # both cases met (40 draws of 4 partitions)
 
 
 @pytest.mark.parametrize("n_parts", [1, 4])
