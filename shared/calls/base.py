@@ -33,15 +33,14 @@ class ScriptCall:
 
     def argv(self) -> list[Any]:
         """The call's own arguments, in the script's order (None is sent as '', a rest spread)."""
-        out: list[Any] = []
-        tail = _tail(type(self))
-        sent = _arguments(type(self))
-        if any(getattr(self, f.name) != f.default for f in tail):
+        sent, tail = _layout(type(self))
+        if tail and any(getattr(self, name) != default for name, default, _ in tail):
             sent += tail
-        for f in sent:
-            v = getattr(self, f.name)
-            if _is_rest(f):
-                out += list(v)
+        out: list[Any] = []
+        for name, _, rest in sent:
+            v = getattr(self, name)
+            if rest:
+                out += v
             else:
                 out.append("" if v is None else v)
         return out
@@ -107,6 +106,26 @@ def _arguments(cls: type[ScriptCall]) -> tuple[dataclasses.Field[Any], ...]:
 
 def _tail(cls: type[ScriptCall]) -> tuple[dataclasses.Field[Any], ...]:
     return tuple(f for f in dataclasses.fields(cls) if f.metadata.get("agentmill.tail"))
+
+
+# (name, default, is a rest) of each field argv sends
+_Slot = tuple[str, Any, bool]
+
+
+_LAYOUTS: dict[type[ScriptCall], tuple[tuple[_Slot, ...], tuple[_Slot, ...]]] = {}
+
+
+def _layout(cls: type[ScriptCall]) -> tuple[tuple[_Slot, ...], tuple[_Slot, ...]]:
+    """The class's arguments and its tail as argv reads them, worked out once per class: every
+    step's commit builds an argv, and walking some forty fields' metadata and types each time cost
+    more than all the rest of building it."""
+    if (got := _LAYOUTS.get(cls)) is None:
+
+        def slots(fs: tuple[dataclasses.Field[Any], ...]) -> tuple[_Slot, ...]:
+            return tuple((f.name, f.default, _is_rest(f)) for f in fs)
+
+        got = _LAYOUTS[cls] = (slots(_arguments(cls)), slots(_tail(cls)))
+    return got
 
 
 def _lua_default(f: dataclasses.Field[Any]) -> str:

@@ -73,6 +73,19 @@ def test_a_last_tuple_field_is_the_rest_of_the_arguments() -> None:
     )
 
 
+def test_argv_reads_a_calls_fields_once_per_class(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every step's commit builds an argv: the fields' layout is the class's, read once."""
+    assert Abort("r0", "warm").argv() == ["r0", "warm", "", ""]
+    read: list[type] = []
+    fields = dataclasses.fields
+    monkeypatch.setattr(dataclasses, "fields", lambda c: read.append(c) or fields(c))
+    assert [Abort("r1", "why", "t1").argv(), Abort("r2", "x").argv()] == [
+        ["r1", "why", "t1", ""],
+        ["r2", "x", "", ""],
+    ]
+    assert read == []
+
+
 def test_a_calls_keys_are_its_declared_keys_on_the_partition() -> None:
     part = Partition(0, 1)
     assert Abort("r1", "x").keys(part) == part.run_keys("r1")
