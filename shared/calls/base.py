@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, ClassVar
@@ -33,17 +34,7 @@ class ScriptCall:
 
     def argv(self) -> list[Any]:
         """The call's own arguments, in the script's order (None is sent as '', a rest spread)."""
-        sent, tail = _layout(type(self))
-        if tail and any(getattr(self, name) != default for name, default, _ in tail):
-            sent += tail
-        out: list[Any] = []
-        for name, _, rest in sent:
-            v = getattr(self, name)
-            if rest:
-                out += v
-            else:
-                out.append("" if v is None else v)
-        return out
+        return (_ARGV.get(type(self)) or _argv_of(type(self)))(self)
 
     @classmethod
     def positions(cls) -> dict[str, str]:
@@ -108,24 +99,37 @@ def _tail(cls: type[ScriptCall]) -> tuple[dataclasses.Field[Any], ...]:
     return tuple(f for f in dataclasses.fields(cls) if f.metadata.get("agentmill.tail"))
 
 
-# (name, default, is a rest) of each field argv sends
-_Slot = tuple[str, Any, bool]
+_ARGV: dict[type[ScriptCall], Callable[[ScriptCall], list[Any]]] = {}
 
 
-_LAYOUTS: dict[type[ScriptCall], tuple[tuple[_Slot, ...], tuple[_Slot, ...]]] = {}
+def _argv_of(cls: type[ScriptCall]) -> Callable[[ScriptCall], list[Any]]:
+    """``cls``'s argv, written from its fields once per class as dataclasses writes ``__init__``:
+    every step's commit builds the argv of some forty fields, and walking their metadata and types
+    on each call cost more than all the rest of the commit's building."""
+    tail = _tail(cls)
+    code = compile(argv_source(cls), f"<{cls.__name__}.argv>", "exec")
+    ns: dict[str, Any] = {}
+    exec(code, {f"_d{i}": f.default for i, f in enumerate(tail)}, ns)  # the tail's defaults by name
+    fn: Callable[[ScriptCall], list[Any]] = ns["argv"]
+    _ARGV[cls] = fn
+    return fn
 
 
-def _layout(cls: type[ScriptCall]) -> tuple[tuple[_Slot, ...], tuple[_Slot, ...]]:
-    """The class's arguments and its tail as argv reads them, worked out once per class: every
-    step's commit builds an argv, and walking some forty fields' metadata and types each time cost
-    more than all the rest of building it."""
-    if (got := _LAYOUTS.get(cls)) is None:
+def argv_source(cls: type[ScriptCall]) -> str:
+    """The source of ``cls``'s argv: its arguments in order (None sent as '', a rest spread), then
+    its tail, all of it when one of its fields differs from its default (``_d<i>``), else none."""
 
-        def slots(fs: tuple[dataclasses.Field[Any], ...]) -> tuple[_Slot, ...]:
-            return tuple((f.name, f.default, _is_rest(f)) for f in fs)
+    def slots(fs: tuple[dataclasses.Field[Any], ...]) -> str:
+        return ", ".join(
+            f"*self.{f.name}" if _is_rest(f) else f"'' if self.{f.name} is None else self.{f.name}"
+            for f in fs
+        )
 
-        got = _LAYOUTS[cls] = (slots(_arguments(cls)), slots(_tail(cls)))
-    return got
+    src = f"def argv(self):\n    out = [{slots(_arguments(cls))}]\n"
+    if tail := _tail(cls):
+        differs = " or ".join(f"self.{f.name} != _d{i}" for i, f in enumerate(tail))
+        src += f"    if {differs}:\n        out += [{slots(tail)}]\n"
+    return src + "    return out\n"
 
 
 def _lua_default(f: dataclasses.Field[Any]) -> str:
