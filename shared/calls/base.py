@@ -61,6 +61,8 @@ class ScriptCall:
         """The reply's verdict (the reply itself, or its first element) as the call's enum."""
         first = reply if isinstance(reply, bytes | str) else reply[0]
         assert cls.VERDICT is not None, f"{cls.__name__} answers no verdict"
+        if (known := _verdicts(cls.VERDICT).get(first)) is not None:
+            return known
         return cls.VERDICT(first.decode() if isinstance(first, bytes) else str(first))
 
     @classmethod
@@ -130,6 +132,17 @@ def argv_source(cls: type[ScriptCall]) -> str:
         differs = " or ".join(f"self.{f.name} != _d{i}" for i, f in enumerate(tail))
         src += f"    if {differs}:\n        out += [{slots(tail)}]\n"
     return src + "    return out\n"
+
+
+_VERDICTS: dict[type[StrEnum], dict[bytes | str, StrEnum]] = {}
+
+
+def _verdicts(enum: type[StrEnum]) -> dict[bytes | str, StrEnum]:
+    """The enum's members by value, as bytes and as str (a reply's first element, whichever the
+    client decodes it to): found with one look-up, not the enum's call, on every commit's reply."""
+    if (got := _VERDICTS.get(enum)) is None:
+        got = _VERDICTS[enum] = {**{v.value: v for v in enum}, **{v.value.encode(): v for v in enum}}
+    return got
 
 
 def _lua_default(f: dataclasses.Field[Any]) -> str:

@@ -130,6 +130,20 @@ def test_a_calls_argv_is_its_fields_in_order_none_empty_the_rest_spread_the_tail
         assert call.argv() == _reference_argv(call), argv_source(cls)
 
 
+@pytest.mark.parametrize(
+    "name", sorted(n for n, c in CALLS.items() if c.VERDICT and "verdict" not in vars(c))
+)
+def test_every_verdict_is_read_as_its_member_from_bytes_str_or_a_reply(name: str) -> None:
+    """Each member, from the reply's first element as either client decodes it (bytes, str)."""
+    cls = CALLS[name]
+    assert cls.VERDICT is not None
+    for v in cls.VERDICT:
+        for reply in (v.value.encode(), v.value, [v.value.encode(), b"1"], [v.value]):
+            assert cls.verdict(reply) is v
+    with pytest.raises(ValueError):
+        cls.verdict([b"no-such-verdict"])
+
+
 def test_a_calls_keys_are_its_declared_keys_on_the_partition() -> None:
     part = Partition(0, 1)
     assert Abort("r1", "x").keys(part) == part.run_keys("r1")

@@ -10,7 +10,7 @@ it sends a write, so it does not even try once it knows it is late.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from agentmill_client import limits
 from agentmill_client.models import Message, ToolCall, ToolResult
@@ -98,7 +98,7 @@ class RedisRunStore:
             self.round_trips += 1
             call = Acquire(self.run_id, gen, worker_id)
             r = await self._run(self.scripts.acquire, call.keys(self.part), call.argv())
-        verdict = AcquireVerdict(Acquire.verdict(r))
+        verdict = cast(AcquireVerdict, Acquire.verdict(r))
         if verdict != AcquireVerdict.OK:
             return NotAcquired(verdict, text(r[1]) if len(r) > 1 else "")
         self.epoch = int(text(r[1]))
