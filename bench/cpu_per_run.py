@@ -78,7 +78,7 @@ async def one(
 ) -> dict[str, float]:
     """n runs of ``script`` through one fresh worker process, counted from after its start-up."""
     await b.flush(r)
-    p = b.spawn(["-m", "app.worker"], **env)
+    p = b.spawn(["-m", "app.worker" if os.path.isdir("app") else "worker"], **env)  # older trees: worker
     a = b.spawn(["-m", "app.cli", "archiver"], **env) if apart else None
     await b.wait_started(r, 90.0)  # a loaded machine starts a worker slowly
     await asyncio.sleep(1.5)  # imports and first polls over

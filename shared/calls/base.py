@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, ClassVar
@@ -33,18 +34,7 @@ class ScriptCall:
 
     def argv(self) -> list[Any]:
         """The call's own arguments, in the script's order (None is sent as '', a rest spread)."""
-        out: list[Any] = []
-        tail = _tail(type(self))
-        sent = _arguments(type(self))
-        if any(getattr(self, f.name) != f.default for f in tail):
-            sent += tail
-        for f in sent:
-            v = getattr(self, f.name)
-            if _is_rest(f):
-                out += list(v)
-            else:
-                out.append("" if v is None else v)
-        return out
+        return (_ARGV.get(type(self)) or _argv_of(type(self)))(self)
 
     @classmethod
     def positions(cls) -> dict[str, str]:
@@ -71,6 +61,8 @@ class ScriptCall:
         """The reply's verdict (the reply itself, or its first element) as the call's enum."""
         first = reply if isinstance(reply, bytes | str) else reply[0]
         assert cls.VERDICT is not None, f"{cls.__name__} answers no verdict"
+        if (known := _verdicts(cls.VERDICT).get(first)) is not None:
+            return known
         return cls.VERDICT(first.decode() if isinstance(first, bytes) else str(first))
 
     @classmethod
@@ -107,6 +99,50 @@ def _arguments(cls: type[ScriptCall]) -> tuple[dataclasses.Field[Any], ...]:
 
 def _tail(cls: type[ScriptCall]) -> tuple[dataclasses.Field[Any], ...]:
     return tuple(f for f in dataclasses.fields(cls) if f.metadata.get("agentmill.tail"))
+
+
+_ARGV: dict[type[ScriptCall], Callable[[ScriptCall], list[Any]]] = {}
+
+
+def _argv_of(cls: type[ScriptCall]) -> Callable[[ScriptCall], list[Any]]:
+    """``cls``'s argv, written from its fields once per class as dataclasses writes ``__init__``:
+    every step's commit builds the argv of some forty fields, and walking their metadata and types
+    on each call cost more than all the rest of the commit's building."""
+    tail = _tail(cls)
+    code = compile(argv_source(cls), f"<{cls.__name__}.argv>", "exec")
+    ns: dict[str, Any] = {}
+    exec(code, {f"_d{i}": f.default for i, f in enumerate(tail)}, ns)  # the tail's defaults by name
+    fn: Callable[[ScriptCall], list[Any]] = ns["argv"]
+    _ARGV[cls] = fn
+    return fn
+
+
+def argv_source(cls: type[ScriptCall]) -> str:
+    """The source of ``cls``'s argv: its arguments in order (None sent as '', a rest spread), then
+    its tail, all of it when one of its fields differs from its default (``_d<i>``), else none."""
+
+    def slots(fs: tuple[dataclasses.Field[Any], ...]) -> str:
+        return ", ".join(
+            f"*self.{f.name}" if _is_rest(f) else f"'' if self.{f.name} is None else self.{f.name}"
+            for f in fs
+        )
+
+    src = f"def argv(self):\n    out = [{slots(_arguments(cls))}]\n"
+    if tail := _tail(cls):
+        differs = " or ".join(f"self.{f.name} != _d{i}" for i, f in enumerate(tail))
+        src += f"    if {differs}:\n        out += [{slots(tail)}]\n"
+    return src + "    return out\n"
+
+
+_VERDICTS: dict[type[StrEnum], dict[bytes | str, StrEnum]] = {}
+
+
+def _verdicts(enum: type[StrEnum]) -> dict[bytes | str, StrEnum]:
+    """The enum's members by value, as bytes and as str (a reply's first element, whichever the
+    client decodes it to): found with one look-up, not the enum's call, on every commit's reply."""
+    if (got := _VERDICTS.get(enum)) is None:
+        got = _VERDICTS[enum] = {**{v.value: v for v in enum}, **{v.value.encode(): v for v in enum}}
+    return got
 
 
 def _lua_default(f: dataclasses.Field[Any]) -> str:

@@ -13,7 +13,7 @@ import pytest
 
 from shared import calls, scripts
 from shared.calls import CALLS, ScriptCall, declared_calls
-from shared.calls.base import bind
+from shared.calls.base import argv_source, bind
 from shared.calls.dispatch import Redispatch, RedispatchVerdict
 from shared.calls.limits import CapacityAcquire, CapacityRelease, CapacityVerdict, RateSlots
 from shared.calls.runs import Abort, AbortVerdict, Release
@@ -71,6 +71,77 @@ def test_a_last_tuple_field_is_the_rest_of_the_arguments() -> None:
     assert (
         SayLiveTenants.positions()["ARGN.TENANTS"] == "2" and "ARG.TENANTS" not in SayLiveTenants.positions()
     )
+
+
+def _reference_argv(call: ScriptCall) -> list[object]:
+    """What argv sends, read off the fields as the class declares them (its generated argv must agree)."""
+    fs = dataclasses.fields(call)
+    args = [
+        f for f in fs if not f.metadata.get("agentmill.key_only") and not f.metadata.get("agentmill.tail")
+    ]
+    tail = [f for f in fs if f.metadata.get("agentmill.tail")]
+    if any(getattr(call, f.name) != f.default for f in tail):
+        args += tail
+    out: list[object] = []
+    for f in args:
+        v = getattr(call, f.name)
+        out += list(v) if str(f.type).startswith("tuple") else ["" if v is None else v]
+    return out
+
+
+def _samples(cls: type[ScriptCall]) -> list[ScriptCall]:
+    """Instances of a call: every field set (a rest to two values), then each field at None, then
+    each tail field alone off its default."""
+    fs = dataclasses.fields(cls)
+
+    def value(f: dataclasses.Field[object], i: int) -> object:
+        return (f"r{i}", i) if str(f.type).startswith("tuple") else f"v{i}"
+
+    full = {f.name: value(f, i) for i, f in enumerate(fs)}
+    plain = {f.name: value(f, i) for i, f in enumerate(fs) if not f.metadata.get("agentmill.tail")}
+    out = [cls(**full), cls(**plain)]  # type: ignore[arg-type]
+    out += [cls(**{**full, f.name: None}) for f in fs if not str(f.type).startswith("tuple")]  # type: ignore[arg-type]
+    out += [cls(**{**plain, f.name: value(f, 99)}) for f in fs if f.metadata.get("agentmill.tail")]  # type: ignore[arg-type]
+    return out
+
+
+def test_argv_reads_a_calls_fields_once_per_class(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every step's commit builds an argv: what it reads off the fields is the class's, read once."""
+    assert Abort("r0", "warm").argv() == ["r0", "warm", "", ""]
+    read: list[type] = []
+    fields = dataclasses.fields
+    monkeypatch.setattr(dataclasses, "fields", lambda c: read.append(c) or fields(c))
+    assert [Abort("r1", "why", "t1").argv(), Abort("r2", "x").argv()] == [
+        ["r1", "why", "t1", ""],
+        ["r2", "x", "", ""],
+    ]
+    assert read == []
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_a_calls_argv_is_its_fields_in_order_none_empty_the_rest_spread_the_tail_all_or_none(
+    name: str,
+) -> None:
+    """argv is written from the class's fields once (base.argv_source): it sends what they declare."""
+    cls = CALLS[name]
+    if "argv" in vars(cls):
+        pytest.skip("the call writes its own argv")
+    for call in _samples(cls):
+        assert call.argv() == _reference_argv(call), argv_source(cls)
+
+
+@pytest.mark.parametrize(
+    "name", sorted(n for n, c in CALLS.items() if c.VERDICT and "verdict" not in vars(c))
+)
+def test_every_verdict_is_read_as_its_member_from_bytes_str_or_a_reply(name: str) -> None:
+    """Each member, from the reply's first element as either client decodes it (bytes, str)."""
+    cls = CALLS[name]
+    assert cls.VERDICT is not None
+    for v in cls.VERDICT:
+        for reply in (v.value.encode(), v.value, [v.value.encode(), b"1"], [v.value]):
+            assert cls.verdict(reply) is v
+    with pytest.raises(ValueError):
+        cls.verdict([b"no-such-verdict"])
 
 
 def test_a_calls_keys_are_its_declared_keys_on_the_partition() -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import secrets
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from agentmill_client import limits
 from agentmill_client.models import Message, ToolCall, ToolResult
@@ -102,7 +102,7 @@ class RedisRunStore:
             self.round_trips += 1
             call = Acquire(self.run_id, gen, worker_id)
             r = await self._run(self.scripts.acquire, call.keys(self.part), call.argv())
-        verdict = AcquireVerdict(Acquire.verdict(r))
+        verdict = cast(AcquireVerdict, Acquire.verdict(r))
         if verdict != AcquireVerdict.OK:
             return NotAcquired(verdict, text(r[1]) if len(r) > 1 else "")
         self.epoch = int(text(r[1]))

@@ -6,6 +6,8 @@ it started."""
 
 from __future__ import annotations
 
+import functools
+
 from agentmill_client.models import RunResult, Usage
 from shared.clock import utc_day
 from shared.fields import EconomyUsagePart, UsagePart, usage_field
@@ -15,6 +17,20 @@ from worker.machine import RunState
 
 __all__ = ["usage_tally"]
 
+# The parts a run adds to, in the order of its increments: its own, then the economy lane's, then
+# its run (commit.lua finds the economy terms, for the run hash and its batch, just before that last one).
+_PARTS = (
+    UsagePart.IN, UsagePart.OUT, UsagePart.COST, UsagePart.CACHE_READ, UsagePart.CACHE_WRITE,
+    EconomyUsagePart.IN, EconomyUsagePart.OUT, EconomyUsagePart.COST, EconomyUsagePart.CACHE_READ,
+    EconomyUsagePart.CACHE_WRITE, EconomyUsagePart.RUNS, UsagePart.RUNS,
+)  # fmt: skip
+
+
+@functools.lru_cache(maxsize=4096)
+def _fields(agent: str) -> tuple[str, ...]:
+    """The agent's fields of the usage hash, in ``_PARTS``' order: an agent's, not a run's."""
+    return tuple(usage_field(agent, part) for part in _PARTS)
+
 
 def usage_tally(
     state: RunState, result: RunResult, tenant: str, now_ms: int, retention_days: int
@@ -23,24 +39,23 @@ def usage_tally(
     if cfg is None:  # it never started (no configuration): nothing to tally
         return None
     u = result.usage or Usage()
-    a = cfg.agent
-    added: tuple[tuple[str, int], ...] = (
-        (usage_field(a, UsagePart.IN), u.input_tokens),
-        (usage_field(a, UsagePart.OUT), u.output_tokens),
-        (usage_field(a, UsagePart.COST), round((u.cost_usd or 0.0) * NANO_USD)),
-        (usage_field(a, UsagePart.CACHE_READ), u.cache_read_tokens),
-        (usage_field(a, UsagePart.CACHE_WRITE), u.cache_write_tokens),
-    )
-    e = state.economy_usage or Usage()
-    added += (
-        (usage_field(a, EconomyUsagePart.IN), e.input_tokens),
-        (usage_field(a, EconomyUsagePart.OUT), e.output_tokens),
-        (usage_field(a, EconomyUsagePart.COST), round((e.cost_usd or 0.0) * NANO_USD)),
-        (usage_field(a, EconomyUsagePart.CACHE_READ), e.cache_read_tokens),
-        (usage_field(a, EconomyUsagePart.CACHE_WRITE), e.cache_write_tokens),
-        (usage_field(a, EconomyUsagePart.RUNS), int(cfg.lane == "economy")),
-    )
+    f = _fields(cfg.agent)
+    added = [
+        (f[0], u.input_tokens),
+        (f[1], u.output_tokens),
+        (f[2], round((u.cost_usd or 0.0) * NANO_USD)),
+        (f[3], u.cache_read_tokens),
+        (f[4], u.cache_write_tokens),
+    ]
+    if (e := state.economy_usage) is not None:  # the calls a provider batch answered
+        added += [
+            (f[5], e.input_tokens),
+            (f[6], e.output_tokens),
+            (f[7], round((e.cost_usd or 0.0) * NANO_USD)),
+            (f[8], e.cache_read_tokens),
+            (f[9], e.cache_write_tokens),
+        ]
+    added.append((f[10], int(cfg.lane == "economy")))
     # Only what the run adds (no cost without prices): one HINCRBY fewer a run; runs always +1, last.
-    # commit.lua finds the economy terms (for the run hash and its batch) just before that last one.
-    increments = [(f, n) for f, n in added if n] + [(usage_field(a, UsagePart.RUNS), 1)]
+    increments = [(k, n) for k, n in added if n] + [(f[11], 1)]
     return UsageTally(tenant or DEFAULT_TENANT, utc_day(now_ms), increments, retention_days * 86_400)
