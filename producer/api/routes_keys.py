@@ -34,7 +34,7 @@ __all__ = ["router"]
 
 router = APIRouter()
 _403 = {**COMMON_ERRORS, 403: {"model": ErrorResponse}}
-_CURSOR = re.compile(r"^\d{1,20}-\d{1,20}$")
+_CURSOR = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")  # ASCII digits, no trailing newline: fullmatch
 # Bidirectional embeddings, overrides, isolates and marks: a name shown to the operator (the CLI,
 # the audit log) cannot reorder what is printed around it.
 _BIDI = frozenset("\u200e\u200f\u061c\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
@@ -44,7 +44,7 @@ _ID_MAX = 2**64 - 1  # each part of a stream id; past it Redis refuses the range
 def _is_cursor(cursor: str) -> bool:
     """An audit stream id as the API returns them: two decimal parts, each within 64 bits, short of
     the last id (the page after it is past the range Redis reads: no cursor this API returns)."""
-    if _CURSOR.match(cursor) is None:
+    if _CURSOR.fullmatch(cursor) is None:
         return False
     ms, seq = (int(p) for p in cursor.split("-"))
     return max(ms, seq) <= _ID_MAX and (ms, seq) < (_ID_MAX, _ID_MAX)

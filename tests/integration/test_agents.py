@@ -28,6 +28,7 @@ from tests.support.waits import until
 PART = keys.Partition(0, 1)
 FAST = {"AGENTMILL_LEASE_MS": "2000", "AGENTMILL_HEARTBEAT_MS": "300", "AGENTMILL_RECONCILE_MS": "300",
         "AGENTMILL_TENANT_MAX_RUNNING": "0"}  # fmt: skip
+HOLD_MS = 10_000  # how long a run of v1 streams its answer: past the kill, on a loaded machine too
 
 
 def agent(prompt: str, name: str = "support", **kw: Any) -> dict[str, Any]:
@@ -73,6 +74,15 @@ async def ended(c: httpx.AsyncClient, run_id: str, within: float = 30.0) -> dict
 async def all_running(redis: Redis, run_ids: list[str]) -> bool:
     got = await asyncio.gather(*(redis.hget(PART.run(key(rid)), F.STATUS) for rid in run_ids))
     return all(s == b"running" for s in got)
+
+
+async def mid_answer(redis: Redis, run_ids: list[str]) -> list[str]:
+    """The owners of those of the runs mid-answer: running, with part of the model's answer
+    published (an event past the run's first, its running status)."""
+    got = await asyncio.gather(
+        *(redis.hmget(PART.run(key(rid)), [F.STATUS, F.OWNER, F.LAST_SEQ]) for rid in run_ids)
+    )
+    return [o.decode() for status, o, seq in got if status == b"running" and o and int(seq or 0) > 1]
 
 
 async def events(c: httpx.AsyncClient, run_id: str) -> list[dict[str, Any]]:
@@ -123,12 +133,14 @@ async def test_a_new_version_reaches_running_workers_and_each_run_keeps_its_own(
             return int(await redis.zcard(PART.workers)) == 2
 
         await until("both workers up", both_up, within=60)
-        # half of them first, the rest once both workers run some: each worker holds runs of v1
+        # half of them first, the rest once both workers run some: each worker holds runs of v1.
+        # They stream for long enough to be mid-answer still at the kill, after v2's own checks (4 s
+        # was not: under load those checks alone took longer and no run was left to resume).
         old: list[str] = []
         for half in (in_flight // 2, in_flight - in_flight // 2):
             got = await c.post(
                 "/v1/runs/batch",
-                json={"runs": [run(delay_ms=4_000 if in_flight <= 12 else 15_000) for _ in range(half)]},
+                json={"runs": [run(delay_ms=HOLD_MS if in_flight <= 12 else 15_000) for _ in range(half)]},
             )
             old += [r["runId"] for r in got.json()["results"]]  # in flight while v2 arrives
 
@@ -144,12 +156,12 @@ async def test_a_new_version_reaches_running_workers_and_each_run_keeps_its_own(
         began = min(e["ts"] for e in await events(c, new) if e["payload"].get("status") == "running")
         assert began - at_ms < 1_000  # a running worker ran it on v2 within 1 s: no restart, no poll
 
-        owners = [
-            v.decode()
-            for v in await asyncio.gather(*(redis.hget(PART.run(key(rid)), F.OWNER) for rid in old))
-        ]
-        victim = max(procs, key=lambda w: sum(o.startswith(w) for o in owners))
-        assert sum(o.startswith(victim) for o in owners) > 0, owners
+        # The set-up's premise: the victim holds runs cut off mid-answer by its kill (a run not yet
+        # streaming at the kill starts afresh; one that ended before it has nothing to resume).
+        await until("runs of v1 mid-answer", lambda: mid_answer(redis, old), within=30, every=0.02)
+        held = await mid_answer(redis, old)
+        victim = max(procs, key=lambda w: sum(o.startswith(w) for o in held))
+        assert sum(o.startswith(victim) for o in held) > 0, ("no run of v1 left mid-answer", held)
         procs[victim].kill()  # mid-run: its runs resume on the other worker, on their version
 
         resumed = 0

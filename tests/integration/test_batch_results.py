@@ -23,6 +23,9 @@ from tests.support.redis_server import free_port
 pytestmark = pytest.mark.integration
 TERMINAL = ("completed", "failed", "aborted")
 PART = 1_000
+# The clients' timeout: only a hang's bound. The API and the worker share the test's loop, and with
+# 64 runs going on a loaded machine an answer took over httpx's default 5 s (a read timed out).
+HANG_S = 60
 
 
 def _item(i: int) -> dict[str, Any]:
@@ -37,7 +40,7 @@ async def _send(c: httpx.AsyncClient, batch_id: str, n: int) -> None:
     for start in range(0, n, PART):
         part = [_item(i) for i in range(start, min(n, start + PART))]
         body = {"runs": part, "batchId": batch_id, "offset": start, "more": start + PART < n}
-        r = await c.post("/v1/runs/batch", json=body, timeout=60)
+        r = await c.post("/v1/runs/batch", json=body)
         assert r.status_code == 200, r.text
         assert all("runId" in x for x in r.json()["results"])
 
@@ -45,7 +48,7 @@ async def _send(c: httpx.AsyncClient, batch_id: str, n: int) -> None:
 async def _export(c: httpx.AsyncClient, batch_id: str, **params: str) -> list[dict[str, Any]]:
     """The download, read as a stream, each line parsed on its own."""
     lines: list[dict[str, Any]] = []
-    async with c.stream("GET", f"/v1/batches/{batch_id}/results", params=params, timeout=60) as r:
+    async with c.stream("GET", f"/v1/batches/{batch_id}/results", params=params) as r:
         assert r.status_code == 200
         assert r.headers["content-type"] == "application/x-ndjson"
         async for line in r.aiter_lines():
@@ -72,7 +75,7 @@ async def _exported_in_item_order(redis_url: str, n: int) -> None:
     every run once, in item order, what it says matching its item. Four partitions: the batch's
     runs spread over them, the export merges their pages."""
     s = settings(redis_url, tenant_submits_per_second=1_000_000, partitions=4)
-    async with api(s) as url, httpx.AsyncClient(base_url=url, headers=A) as c:
+    async with api(s) as url, httpx.AsyncClient(base_url=url, headers=A, timeout=HANG_S) as c:
         await _send(c, "big", n)
         before = await _export(c, "big")
         assert [x["index"] for x in before] == list(range(n))
@@ -118,7 +121,10 @@ async def test_a_10000_run_batch_exports_every_run_once_in_item_order_while_it_f
 
 
 async def test_results_are_the_tenants_own_and_bad_filters_are_refused(redis_url: str) -> None:
-    async with api(settings(redis_url)) as url, httpx.AsyncClient(base_url=url, headers=A) as c:
+    async with (
+        api(settings(redis_url)) as url,
+        httpx.AsyncClient(base_url=url, headers=A, timeout=HANG_S) as c,
+    ):
         await _send(c, "mine", 3)
         r = await c.get("/v1/batches/mine/results", headers=B)
         assert r.status_code == 404 and r.json()["error"]["code"] == "unknown_batch"
@@ -132,7 +138,7 @@ async def test_results_are_the_tenants_own_and_bad_filters_are_refused(redis_url
 
 async def test_the_python_client_streams_typed_lines(redis_url: str) -> None:
     async with api(settings(redis_url)) as url, running_worker(redis_url):
-        async with httpx.AsyncClient(base_url=url, headers=A) as c:
+        async with httpx.AsyncClient(base_url=url, headers=A, timeout=HANG_S) as c:
             await _send(c, "typed", 10)
             await until_batch(c, "typed", lambda v: v["finished"])
         async with AsyncClient(url, token="tok-a") as client:
@@ -146,7 +152,7 @@ async def test_the_python_client_streams_typed_lines(redis_url: str) -> None:
 
 async def test_the_blocking_client_and_the_cli_write_the_lines(redis_url: str) -> None:
     async with api(settings(redis_url)) as url, running_worker(redis_url):
-        async with httpx.AsyncClient(base_url=url, headers=A) as c:
+        async with httpx.AsyncClient(base_url=url, headers=A, timeout=HANG_S) as c:
             await _send(c, "cli", 8)
             await until_batch(c, "cli", lambda v: v["finished"])
             expected = await _export(c, "cli")
@@ -194,7 +200,7 @@ async def test_runs_that_name_their_ids_keep_their_place_even_when_scoped(
     its tenant's HMAC-scoped id, producer.submission.Scope): each line at its item's index, under
     the id the tenant chose."""
     s = settings(redis_url, partitions=partitions)
-    async with api(s) as url, httpx.AsyncClient(base_url=url, headers=A) as c:
+    async with api(s) as url, httpx.AsyncClient(base_url=url, headers=A, timeout=HANG_S) as c:
         r = await c.post("/v1/runs", json={**_item(0), "runId": "taken-1"}, headers=B)
         assert r.status_code in (200, 201, 202), r.text
         items = [
@@ -262,7 +268,7 @@ async def test_runs_submitted_on_their_own_keep_their_place(redis_url: str) -> N
     of its own goes in SUBMIT_MANY with the session's client id beside its item index. Each line is
     still at its item's index, under the id the tenant knows."""
     s = settings(redis_url, partitions=4)
-    async with api(s) as url, httpx.AsyncClient(base_url=url, headers=A) as c:
+    async with api(s) as url, httpx.AsyncClient(base_url=url, headers=A, timeout=HANG_S) as c:
         items = [{**_item(i), "autoCreateSession": "true"} if i % 2 else _item(i) for i in range(8)]
         items[3]["runId"] = "mine-3"
         items[4].update(sessionId="own-session", autoCreateSession=True)
@@ -286,7 +292,7 @@ async def test_a_structured_output_run_exports_its_parsed_output(redis_url: str)
         run_body([{"json": False}], responseFormat=rf),
     ]
     async with api(settings(redis_url)) as url, running_worker(redis_url):
-        async with httpx.AsyncClient(base_url=url, headers=A) as c:
+        async with httpx.AsyncClient(base_url=url, headers=A, timeout=HANG_S) as c:
             r = await c.post("/v1/runs/batch", json={"runs": items, "batchId": "shaped"})
             assert r.status_code == 200, r.text
             await until_batch(c, "shaped", lambda v: v["finished"])

@@ -20,11 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
 
+from tests.support.fuzz_seed import DERANDOMIZE
 from tests.support.live_api import live_api
 from tests.support.procs import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
-DERANDOMIZE = os.environ.get("CI") == "true"
 PREFIXES = ("/v1/schedules", "/v1/agents", "/v1/tools", "/v1/usage", "/v1/me", "/v1/pool", "/v1/keys",
             "/v1/audit", "/v1/deletions")  # fmt: skip
 SUFFIXES = ("/fork", "/retry", "/token")

@@ -54,6 +54,11 @@ async def test_a_forged_audit_cursor_is_a_400_not_a_500(c: httpx.AsyncClient) ->
         assert r.status_code in (200, 400), (cursor, r.text)
         if r.status_code == 400:
             assert r.json()["error"]["code"] == "invalid_cursor", r.text
+    # A cursor the shape check let through with a trailing newline or non-ASCII digits (int() reads
+    # both; Redis refused the range: was a 500).
+    for cursor in ("0-0\n", "1-1\n", "\u0661-\u0661", "0-\u0660"):
+        r = await c.get("/v1/audit", params={"cursor": cursor})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_cursor", (cursor, r.text)
     r = await c.get("/v1/audit", params={"cursor": "18446744073709551615-0"})
     assert r.status_code == 200 and r.json() == {"entries": [], "next": None}, r.text
     r = await c.get("/v1/audit", params={"cursor": "0-0"})

@@ -22,6 +22,7 @@ from producer.api.scopes import ROUTE_SCOPES
 from shared.api_keys import Scope
 from tests.integration.api_support import A, B, api, run_body, until_view
 from tests.integration.api_support import settings as api_settings
+from tests.support.fuzz_seed import DERANDOMIZE
 from tests.support.live_api import live_api
 from worker.process.jobs import WorkerProcess
 
@@ -206,7 +207,7 @@ def _generated(live: tuple[str, dict[str, dict[str, str]], dict[str, str]], exam
     )
 
     @settings(max_examples=examples, deadline=None,
-              suppress_health_check=list(HealthCheck), database=None, derandomize=os.environ.get("CI") == "true")  # fmt: skip
+              suppress_health_check=list(HealthCheck), database=None, derandomize=DERANDOMIZE)  # fmt: skip
     @given(req=request)
     def check(req: tuple[tuple[str, str, Scope], str, str, Any]) -> None:
         (method, route, scope), who, whose, junk = req

@@ -22,12 +22,11 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from tests.support.fuzz_seed import DERANDOMIZE
 from tests.support.live_api import live_api
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
-# Local runs explore new inputs each time; CI replays a fixed set so a landing is not decided by chance.
-DERANDOMIZE = os.environ.get("CI") == "true"
 EXAMPLES = int(os.environ.get("AGENTMILL_FUZZ_EXAMPLES", "25"))
 
 

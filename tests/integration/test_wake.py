@@ -63,11 +63,14 @@ async def test_an_idle_pool_starts_each_run_within_milliseconds_of_its_submissio
     p = producer_for(redis, redis_url)
     with workers(redis_url, 2, env=ENV):
         await _idle(redis, 2)
-        lat = await _start_latencies(p, redis, 50)
+        lat = await _start_latencies(p, redis, 100)
     p50, p99 = statistics.median(lat), _p99(lat)
     print(f"submit -> running: p50 {p50:.1f} ms, p99 {p99:.1f} ms (poll {POLL_S * 1000:.0f} ms)")
     # Measured 2-4 ms p50 on a loaded 2-core machine; by poll alone it would be about 125 ms.
     assert p50 <= 25, lat
+    # The p99 of 100 samples is their second slowest: one stall of a loaded machine (a sample of
+    # 164 ms among 2-4 ms ones, 50 samples: their slowest was the p99) is not held against the
+    # signal, two runs left to the poll are (a signal lost one time in 20: failed 5 times in 5).
     assert p99 <= 4 * 25, lat
 
 
