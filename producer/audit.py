@@ -30,7 +30,7 @@ __all__ = [
 
 MAX_PAGE = 1000
 _SCAN_PAGES = 10  # a filtered read scans at most this many pages' worth of entries per call
-_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}\Z")
 
 
 class Action(StrEnum):

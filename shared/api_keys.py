@@ -41,8 +41,8 @@ __all__ = [
 KEY_PREFIX = "amk_"
 READ_TOKEN_PREFIX = "amr_"
 DEV_KEY_SECRET = "agentmill-dev-id-secret"  # the ID secret's public development key: dev only
-_KEY = re.compile(r"^amk_([0-9a-f]{16})_([A-Za-z0-9_-]{20,100})$")
-_DURATION = re.compile(r"^(\d{1,6})([smhd])$")
+_KEY = re.compile(r"^amk_([0-9a-f]{16})_([A-Za-z0-9_-]{20,100})\Z")
+_DURATION = re.compile(r"^([0-9]{1,6})([smhd])\Z")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 

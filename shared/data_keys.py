@@ -11,7 +11,7 @@ from pathlib import Path
 
 __all__ = ["KEY_ID", "parse_keys"]
 
-KEY_ID = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
+KEY_ID = re.compile(r"^[A-Za-z0-9_-]{1,32}\Z")
 
 
 def parse_keys(spec: str) -> tuple[str, dict[str, bytes]]:

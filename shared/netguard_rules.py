@@ -135,7 +135,7 @@ def forbidden(ip: IP) -> bool:
 # Names that never resolve to a public address (RFC 6761, 6762, 8375; cloud metadata names end in
 # .internal), and what a legacy IPv4 literal may look like (``127.1``, ``0x7f000001``, ``2130706433``).
 _LOCAL_NAMES = ("localhost", ".localhost", ".local", ".internal", ".home.arpa", ".localdomain")
-_LEGACY_V4 = re.compile(r"^[0-9a-fx.]+$")
+_LEGACY_V4 = re.compile(r"^[0-9a-fx.]+\Z")
 
 
 def host_refusal(host: str) -> str | None:

@@ -51,7 +51,7 @@ __all__ = [
 MAGIC = "enc1:"
 _MAGIC_B = MAGIC.encode()
 # a sealed string: the magic, a key id, the nonce (12 bytes) + tag (16) + ciphertext, base64url unpadded
-SEALED = re.compile(r"^enc1:([A-Za-z0-9_-]{1,32}):([A-Za-z0-9_-]{38,})$")
+SEALED = re.compile(r"^enc1:([A-Za-z0-9_-]{1,32}):([A-Za-z0-9_-]{38,})\Z")
 _TOKEN = re.compile(r"enc1:([A-Za-z0-9_-]{1,32}):[A-Za-z0-9_-]{38,}")  # one inside any text
 
 # Strings under these keys stay plaintext: what Lua scripts, listings and redaction read.

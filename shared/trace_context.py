@@ -16,7 +16,7 @@ __all__ = ["MAX_TRACESTATE_CHARS", "headers", "stored"]
 
 MAX_TRACESTATE_CHARS = 512  # the spec's suggested limit a receiver may truncate to
 
-_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$")
+_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}\Z")
 
 
 def stored(traceparent: str | None, tracestate: str | None = None) -> str:
