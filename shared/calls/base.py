@@ -10,6 +10,8 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, ClassVar
 
+from shared.calls.construct import install_init
+
 __all__ = ["KEY_ONLY", "TAIL", "ScriptCall", "bind"]
 
 _TOKEN = re.compile(r"\b(ARGN|ARG|V|KEY)\.([A-Z][A-Z0-9_]*)\b")
@@ -27,6 +29,13 @@ class ScriptCall:
     SCRIPT: ClassVar[str]
     KEY_NAMES: ClassVar[tuple[str, ...]]
     VERDICT: ClassVar[type[StrEnum] | None] = None  # None: a reply that is no verdict (a value)
+
+    def __init_subclass__(cls) -> None:
+        """A declared call (``@dataclass(frozen=True, slots=True)``) gets the ``__init__`` written
+        by shared.calls.construct: dataclasses makes a slotted class anew, with its fields and its
+        ``__init__`` already in its namespace, and this hook runs for that class."""
+        if "__slots__" in cls.__dict__ and "__dataclass_fields__" in cls.__dict__:
+            install_init(cls)
 
     def keys(self, part: Any) -> list[str]:
         """The call's own KEYS on ``part`` (a shared.keys.Partition), in ``KEY_NAMES``' order."""
