@@ -21,6 +21,7 @@ from shared.settings_economy import EconomySettings
 from shared.settings_errors import SettingsError, describe
 from shared.settings_keys import KeySettings
 from shared.settings_quotas import TenantQuotaSettings
+from shared.settings_runner import RunnerSettings
 
 __all__ = ["Settings", "SettingsError", "get_settings"]
 
@@ -29,7 +30,13 @@ REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
 class Settings(
-    TenantQuotaSettings, ArchiveSettings, KeySettings, DeletionSettings, AgentSettings, EconomySettings
+    TenantQuotaSettings,
+    ArchiveSettings,
+    KeySettings,
+    DeletionSettings,
+    AgentSettings,
+    EconomySettings,
+    RunnerSettings,
 ):
     model_config = SettingsConfigDict(env_prefix="AGENTMILL_", extra="ignore", populate_by_name=True)
 
@@ -178,14 +185,6 @@ class Settings(
         description="the delta flushes a second one worker aims for over all its streaming runs: with "
         "n runs streaming, each flushes every max(`AGENTMILL_DELTA_FLUSH_MS`, n / this) seconds "
         "(worker/core/delta_pace.py)",
-    )
-    step_hold_ms: int = Field(
-        default=50,
-        ge=0,
-        le=10_000,
-        description="how long a model reply's commit may wait for its tool calls when every one of them "
-        "is declared `sideEffects: false`: reply and results then go out in one commit (a crash in "
-        "between asks the model again and may run those calls again); `0`: every step commits alone",
     )
     provider_slot_lease_ms: int = Field(
         default=15_000,

@@ -4,12 +4,18 @@ deltas come from the model task, steps from the loop.
 
 A step may be held (``hold``) instead of committed: its events, claims and records then go out with
 the next commit, under the later state's checkpoint. The driver holds only a step whose effects may
-run again after a crash (tool calls declared ``sideEffects: false``), for a bounded time."""
+run again after a crash (tool calls declared ``sideEffects: false``), for a bounded time.
+
+A step may also be sent behind (``send``): its commit goes out and the driver goes on without its
+reply, which every later write awaits first (``landed``), so commits stay one at a time and in order;
+a refused commit (fenced, a seq conflict) is raised to whoever awaits it next. The driver sends
+behind only a step whose one effect is a model call (RunDriver.model_commit)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import orjson
@@ -133,6 +139,7 @@ class Commits:
         self._usage: Usage | None = None  # the usage the last commit wrote to the run hash
         self._messages: _Messages = {}  # the messages of the last checkpoint and their JSON
         self._held: _Held | None = None  # steps whose writes wait for the next commit (hold)
+        self.behind: asyncio.Task[None] | None = None  # a commit sent, its reply not yet awaited (send)
 
     @property
     def holding(self) -> bool:
@@ -149,6 +156,38 @@ class Commits:
         if self._held is not None:
             await self.step(None, Outbox())
 
+    def send(self, state: RunState, outbox: Outbox, on_reply: Callable[[], None]) -> None:
+        """``step`` without waiting for its reply: the commit leaves first (its task starts before any
+        task created after this call), ``on_reply`` is called when its reply (or refusal) is in."""
+        task = asyncio.create_task(self._after(self.behind, state, outbox))
+
+        def replied(t: asyncio.Task[None]) -> None:
+            if not t.cancelled():
+                t.exception()  # retrieved: whoever awaits it next raises it
+            on_reply()
+
+        task.add_done_callback(replied)
+        self.behind = task
+
+    async def _after(self, prev: asyncio.Task[None] | None, state: RunState, outbox: Outbox) -> None:
+        if prev is not None:  # one sent behind before it: its refusal is this one's too
+            await asyncio.shield(prev)
+        await self.step(state, outbox)
+
+    async def landed(self) -> None:
+        """The commit sent behind, if any, acknowledged; raises its refusal (every time it is asked)."""
+        task = self.behind
+        if task is None:
+            return
+        await asyncio.shield(task)  # a cancelled waiter leaves the commit to finish
+        if self.behind is task:
+            self.behind = None
+
+    def refused(self) -> bool:
+        """Whether the commit sent behind came back refused (or failed)."""
+        t = self.behind
+        return t is not None and t.done() and (t.cancelled() or t.exception() is not None)
+
     async def step(
         self,
         state: RunState | None,
@@ -164,6 +203,8 @@ class Commits:
     ) -> None:
         """The held steps, the buffer, the step's events, its claims and records and the checkpoint:
         one fenced write. ``state`` None: the held steps' own (``flush_held``), if still held then."""
+        if self.behind is not None and self.behind is not asyncio.current_task():
+            await self.landed()
         async with self.lock:
             held, self._held = self._held, None
             if state is None:
@@ -284,6 +325,7 @@ class Commits:
         if self._held is not None:
             await self.flush_held()
             return
+        await self.landed()
         async with self.lock:
             events = self._stamped(self._take())
             if not events:

@@ -8,6 +8,14 @@ through the ports it is given (worker/ports.py). Its effects (effects.py, model_
 get the run's ``EffectContext``, never the driver, and report back through its inbox (effect.py);
 their tasks are owned by the run's ``EffectTasks`` (effect_tasks.py). The ending's commit and
 hand-off are in ending.py.
+
+One exception to "before any effect it asked for starts", the ``behind`` mode
+(``AGENTMILL_MODEL_COMMIT``, ``model_commit``): a step whose one effect is a model call (a run's
+start or resumption) sends its commit and starts the call at once, without waiting for the commit's
+reply; the call is no recorded side effect, and a crash before the reply redoes the step. The reply
+is awaited before anything else goes out: the next commit or delta (Commits.landed), a budget hold or
+an economy request (model_call.py), a release. A refused commit wakes the loop, which stops the run
+as a refused commit does (FencedError, SeqConflictError): the call is cancelled unanswered.
 """
 
 from __future__ import annotations
@@ -56,6 +64,7 @@ from worker.runner.commits import Commits
 from worker.runner.deadline import RunDeadline
 from worker.runner.effect import EffectContext, FlushDeltas, ToolRecorded
 from worker.runner.effect_tasks import Crashed, EffectTasks, Wake
+from worker.runner.effects import model_only
 from worker.runner.effects import start as start_effect
 from worker.runner.holding import FlushHeld, StepHold
 from worker.runner.inbox import Inbox
@@ -105,6 +114,7 @@ class RunDriver:
         self.abort_reason: str | None = None
         self.observed_start = False
         self.is_child = False  # a sub-agent's run: its ending goes to its parent
+        self.model_commit = cfg.model_commit  # "behind": a model call starts with its step's commit
 
     # ---- signals from the worker (lease keeper, shutdown) ----
 
@@ -173,12 +183,15 @@ class RunDriver:
     async def _released(self) -> str:
         """The run back on the queue at its last checkpoint, its loop done (a drain, a stall)."""
         await self._flush_held()
+        await self.out.landed()
         verdict = await self.store.release(self.gen)
         log.info("run %s handed back at a checkpoint (%s)", self.run_id, verdict)
         return "released"
 
     async def _hand_back(self, within_s: float) -> None:
         """Best effort: the run back on the queue now (else it waits for the lease to run out)."""
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.out.landed(), within_s)  # the release after the commit sent behind
         with contextlib.suppress(Exception):
             await asyncio.wait_for(asyncio.shield(self.store.release(self.gen)), within_s)
 
@@ -245,6 +258,8 @@ class RunDriver:
                     "or it was deleted)",
                     deleted=self.deleted,
                 )
+            if self.out.refused():
+                await self.out.landed()  # raises the refusal
             if self.pending:
                 ev: Event | Wake | FlushHeld | FlushDeltas | ToolRecorded = self.pending.popleft()
             elif self.draining and not self.tasks and not self.inbox:  # what the effects posted first
@@ -334,6 +349,8 @@ class RunDriver:
         if self.hold.allows(effects, settings, holding=self.out.holding, draining=self.draining):
             self.out.hold(self.state, outbox)
             self.hold.arm()
+        elif outbox and self._behind(effects, outbox):
+            self.out.send(self.state, outbox, lambda: self.inbox.put_nowait(Wake()))
         elif outbox or (effects and self.out.holding):
             await self.out.step(self.state, outbox)
             self.hold.disarm()
@@ -349,6 +366,8 @@ class RunDriver:
         if effects and self.host.lease is not None and self.host.lease.expired():
             self.fence()  # past the worker's lease: start nothing; whoever takes the run over will
             return None
+        if effects and not model_only(effects):
+            await self.out.landed()  # only a model call starts ahead of a commit's reply
         for c in effects:
             started = start_effect(self.fx, self.state, c)
             if isinstance(started, Coroutine):
@@ -356,6 +375,16 @@ class RunDriver:
             else:  # answered without I/O
                 self.pending.append(started)
         return None
+
+    def _behind(self, effects: list[machine.Command], outbox: Outbox) -> bool:
+        """Whether this step's commit may go out behind its model call (``model_commit``): nothing
+        held, no drain, no claim, tool record or budget settlement in it, and a model call its only
+        effect (a context with nothing to load is answered inline)."""
+        return (
+            self.model_commit == "behind"
+            and not (self.draining or self.out.holding or outbox.claims or outbox.records or outbox.settle)
+            and model_only(effects)
+        )
 
     async def _flush_held(self) -> None:
         self.hold.disarm()

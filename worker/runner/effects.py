@@ -28,7 +28,7 @@ from worker.runner.effect import EffectContext
 from worker.runner.model_call import call_model, summarise
 from worker.runner.tool_call import run_tool
 
-__all__ = ["start"]
+__all__ = ["model_only", "start"]
 
 
 def start(cx: EffectContext, state: RunState, c: Command) -> Coroutine[Any, Any, None] | Event:
@@ -67,3 +67,11 @@ async def _load_context(cx: EffectContext, state: RunState, c: LoadContext) -> N
 async def _wait(cx: EffectContext, delay_ms: int) -> None:
     await asyncio.sleep(delay_ms / 1000.0)
     cx.post(RetryTimerFired(cx.now_ms()))
+
+
+def model_only(effects: list[Command]) -> bool:
+    """Effects that may start before their step's commit is acknowledged (RunDriver.model_commit):
+    a model call, and a context load with nothing to load (answered inline)."""
+    return bool(effects) and all(
+        isinstance(c, CallModel) or (isinstance(c, LoadContext) and c.session_id is None) for c in effects
+    )

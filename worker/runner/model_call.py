@@ -147,6 +147,8 @@ async def _call_model(cx: EffectContext, state: RunState, req: ModelRequest, spa
         profile = cx.profile(state)
         at = _at(profile, req)
         pcfg = profile.chain[at]
+        if state.cfg.lane == "economy" or cx.ports.budgets.limited(cx.tenant):
+            await cx.out.landed()  # a commit sent behind this call (RunDriver.model_commit) in first
         if await economy_call(cx, state, req, profile, at):  # answered from a provider batch, or parked
             return
         provider = cx.ports.models.provider(profile, at)
