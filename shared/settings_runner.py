@@ -15,7 +15,7 @@ class RunnerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="AGENTMILL_", extra="ignore", populate_by_name=True)
 
     model_commit: Literal["behind", "awaited"] = Field(
-        default="behind",
+        default="awaited",
         description="a step whose only effect is a model call (a run's start, its resumption): `behind` "
         "sends the step's commit and the model request together, so a run's first model call no longer "
         "waits a Redis round trip; the commit's reply is still awaited before the run writes again, "

@@ -92,9 +92,12 @@ def driver(
     return RunDriver(w.host, ports, w.run.run_id, gen=1), store
 
 
+BEHIND = Settings(model_commit="behind")  # not the default: see docs/settings.md
+
+
 async def test_behind_the_model_is_asked_before_the_start_commit_is_answered() -> None:
     log: list[str] = []
-    w = World([{"text": "ok"}])  # the default mode
+    w = World([{"text": "ok"}], settings=BEHIND)
     d, _ = driver(w, log)
     assert await d.run() == "completed"
     # one round trip less before the model call: the start commit's reply comes while it streams
@@ -115,7 +118,8 @@ async def test_awaited_the_model_is_asked_after_the_start_commit_is_answered() -
 async def test_a_start_commit_refused_behind_stops_the_run_before_any_tool_or_write(delay_ms: int) -> None:
     log: list[str] = []
     w = World(
-        [{"toolCalls": [{"id": "c1", "name": "echo", "arguments": {"text": "hi"}}], "delayMs": delay_ms}]
+        [{"toolCalls": [{"id": "c1", "name": "echo", "arguments": {"text": "hi"}}], "delayMs": delay_ms}],
+        settings=BEHIND,
     )
     d, _ = driver(w, log, fence_first=True)
     job = started(d.run())
@@ -133,7 +137,10 @@ async def test_a_start_commit_refused_behind_stops_the_run_before_any_tool_or_wr
 
 async def test_a_tool_round_behind_runs_its_tools_only_after_the_start_commit_is_answered() -> None:
     log: list[str] = []
-    w = World([{"toolCalls": [{"id": "c1", "name": "echo", "arguments": {"text": "hi"}}]}, {"text": "fin"}])
+    w = World(
+        [{"toolCalls": [{"id": "c1", "name": "echo", "arguments": {"text": "hi"}}]}, {"text": "fin"}],
+        settings=BEHIND,
+    )
     d, _ = driver(w, log)
     assert await d.run() == "completed"
     assert w.tools.executed == ["c1.0"]
@@ -144,7 +151,7 @@ async def test_a_tool_round_behind_runs_its_tools_only_after_the_start_commit_is
 
 async def test_a_call_on_a_tenant_budget_holds_it_only_after_the_start_commit_is_answered() -> None:
     log: list[str] = []
-    w = World([{"text": "ok"}])
+    w = World([{"text": "ok"}], settings=BEHIND)
     d, _ = driver(w, log, budgets=Booked(log))
     assert await d.run() == "completed"
     assert log[:4] == ["commit 1 sent", "commit 1 replied", "budget held", "model asked"]

@@ -140,6 +140,7 @@ class Commits:
         self._messages: _Messages = {}  # the messages of the last checkpoint and their JSON
         self._held: _Held | None = None  # steps whose writes wait for the next commit (hold)
         self.behind: asyncio.Task[None] | None = None  # a commit sent, its reply not yet awaited (send)
+        self._sending: set[asyncio.Task[None]] = set()  # the tasks of commits sent behind, not done
 
     @property
     def holding(self) -> bool:
@@ -160,8 +161,10 @@ class Commits:
         """``step`` without waiting for its reply: the commit leaves first (its task starts before any
         task created after this call), ``on_reply`` is called when its reply (or refusal) is in."""
         task = asyncio.create_task(self._after(self.behind, state, outbox))
+        self._sending.add(task)
 
         def replied(t: asyncio.Task[None]) -> None:
+            self._sending.discard(t)
             if not t.cancelled():
                 t.exception()  # retrieved: whoever awaits it next raises it
             on_reply()
@@ -203,7 +206,9 @@ class Commits:
     ) -> None:
         """The held steps, the buffer, the step's events, its claims and records and the checkpoint:
         one fenced write. ``state`` None: the held steps' own (``flush_held``), if still held then."""
-        if self.behind is not None and self.behind is not asyncio.current_task():
+        # A commit sent behind waits for the one before it (``_after``), never for a later one: a
+        # third sent while the second still commits would wait on it while it waits on the third.
+        if self.behind is not None and asyncio.current_task() not in self._sending:
             await self.landed()
         async with self.lock:
             held, self._held = self._held, None
