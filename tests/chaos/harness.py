@@ -38,6 +38,7 @@ from redis.asyncio import Redis
 
 from producer.service import Producer, Submitted
 from shared.events import decode_entry
+from shared.fields import RunField
 from shared.keys import Partition
 from shared.partitions import Partitions
 from shared.profiles import load_profiles
@@ -78,6 +79,7 @@ class ChaosReport:
     completed: int = 0
     failed: dict[str, int] = field(default_factory=dict)
     lost: int = 0
+    lost_runs: list[str] = field(default_factory=list)  # each: id, status, owner, epoch, last event
     duplicate_seqs: int = 0
     gaps: int = 0
     recorded_results_reexecuted: int = 0
@@ -110,6 +112,7 @@ class ChaosReport:
             "completed": self.completed,
             "failed (by reason)": dict(self.failed) or 0,
             "lost (must be 0)": self.lost,
+            "the lost runs (id status owner epoch, last event)": "; ".join(self.lost_runs) or "-",
             "duplicate seqs (must be 0)": self.duplicate_seqs,
             "seq gaps (must be 0)": self.gaps,
             "recorded tool results executed again (must be 0)": self.recorded_results_reexecuted,
@@ -512,9 +515,14 @@ class Chaos:
                 r.completed += 1
             elif status in ("failed", "aborted"):
                 failed[orjson.loads(h[b"result"])["lastError"]["code"]] += 1
-            else:
-                r.lost += 1
             entries = await redis.xrange(part.events(rid))
+            if status not in ("completed", "failed", "aborted"):
+                r.lost += 1
+                last = entries[-1][1] if entries else {}
+                r.lost_runs.append(
+                    f"{rid} {status or '-'} {h.get(RunField.OWNER.encode(), b'-').decode()} {h.get(RunField.EPOCH.encode(), b'-').decode()},"
+                    f" {last.get(b'kind', b'-').decode()} seq {last.get(b'seq', b'-').decode()}"
+                )
             seqs = [int(f[b"seq"]) for _, f in entries]
             r.duplicate_seqs += len(seqs) - len(set(seqs))
             r.gaps += 0 if seqs == list(range(1, len(seqs) + 1)) else 1
