@@ -32,16 +32,32 @@ def test_deadline_is_the_last_acknowledged_send_plus_the_lease_minus_the_margin(
     clock.t = 101.69
     assert not lease.expired() and lease.remaining() == pytest.approx(0.01)
     lease.check("a tool call")
-    clock.t = 101.7
-    assert lease.expired()
-    with pytest.raises(LeaseExpiredError, match="not starting a tool call"):
-        lease.check("a tool call")
     # An acknowledgement of an older beat never moves the deadline back.
     lease.renewed(sent_at=101.5)
     lease.renewed(sent_at=100.5)
     assert lease.deadline == pytest.approx(101.5 + 1.7)
+    clock.t = 103.2
+    assert lease.expired()
+    with pytest.raises(LeaseExpiredError, match="not starting a tool call"):
+        lease.check("a tool call")
     lease.lapse()
     assert lease.expired()
+
+
+def test_a_beat_acknowledged_after_the_deadline_does_not_revive_the_lease() -> None:
+    """A beat sent before the deadline and answered after it (a failover, a slow master): runs may
+    have stopped on the passed deadline without writing or being handed back. Revived, the worker
+    kept its lease id, so those runs stayed 'running' under a live lease and were never redispatched
+    (the cluster chaos run lost 7 so). The heartbeat must find the lease expired and take a new id."""
+    clock = FakeClock()
+    lease = WorkerLease(lease_ms=2_000, margin_ms=300, clock=clock)
+    lease.renewed(sent_at=100.0)  # deadline 101.7
+    clock.t = 101.8  # a run checked the lease now and stopped
+    lease.renewed(sent_at=101.6)  # the beat sent just before the deadline, acknowledged after it
+    assert lease.expired()
+    lease.lapse()  # what the heartbeat does then: a new lease id, registered afresh
+    lease.renewed(sent_at=101.9)
+    assert not lease.expired() and lease.deadline == pytest.approx(101.9 + 1.7)
 
 
 def test_margin_is_a_beat_at_least_a_tenth_of_the_lease_and_never_the_whole_lease() -> None:

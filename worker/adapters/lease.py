@@ -46,7 +46,12 @@ class WorkerLease:
         return self.clock()
 
     def renewed(self, sent_at: float) -> None:
-        """A beat sent at ``sent_at`` (this clock) was acknowledged by Redis."""
+        """A beat sent at ``sent_at`` (this clock) was acknowledged by Redis. A deadline that has
+        already passed stays passed: runs may have stopped on it without writing (and without being
+        handed back), so the worker must take a new lease id (the heartbeat finds it expired), which
+        lets the old one lapse in Redis and the reconciler redispatch those runs."""
+        if self.deadline != float("-inf") and self.clock() >= self.deadline:
+            return
         self.deadline = max(self.deadline, sent_at + self.lease_s - self.margin_s)
 
     def lapse(self) -> None:
