@@ -30,9 +30,9 @@ from shared import keys
 from shared.calls.submission import (
     AdmitRate,
     AdmitRateVerdict,
-    AdmitSubmitVerdict,
     AdmitTenant,
     AdmitTenantVerdict,
+    SubmitVerdict,
 )
 from shared.clock import ms_to_next_utc_day, now_ms, utc_day
 from shared.fields import BudgetField
@@ -179,10 +179,10 @@ async def settle_one(
     other partitions may have ended; the token taken at home, if any, given back)."""
     for attempt in range(2):
         reply = await send(admission)
-        verdict = AdmitSubmitVerdict(text(reply[0]))
-        if verdict is AdmitSubmitVerdict.RATE_LIMITED:
+        verdict = SubmitVerdict(text(reply[0]))
+        if verdict is SubmitVerdict.RATE_LIMITED:
             raise _rate_limited(quota, 1, int(reply[1]))
-        if verdict is not AdmitSubmitVerdict.QUOTA_EXCEEDED:
+        if verdict is not SubmitVerdict.QUOTA_EXCEEDED:
             return reply
         here, active = int(text(reply[1])), admission.active
         others = sum(active) - active[part.index]

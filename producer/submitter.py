@@ -38,7 +38,7 @@ from producer.schemas_ready import schemas_ready
 from producer.scope import Scope, claimed_home, claimed_id, run_id_for_key
 from producer.submission import SubmissionError, Submitted, outcome
 from shared import keys
-from shared.calls.submission import AdmitSubmit, AdmitSubmitVerdict, IdempotencyClaim
+from shared.calls.submission import AdmitSubmit, IdempotencyClaim, SubmitVerdict
 from shared.profiles import AgentProfile
 from shared.quotas import DEFAULT_TENANT, Quota
 from shared.replies import text
@@ -316,8 +316,8 @@ class Submitter:
         if isinstance(reply, Exception):
             raise reply
         if after and text(reply[0]) not in (
-            AdmitSubmitVerdict.RATE_LIMITED,
-            AdmitSubmitVerdict.QUOTA_EXCEEDED,
+            SubmitVerdict.RATE_LIMITED,
+            SubmitVerdict.QUOTA_EXCEEDED,
         ):
             out = self.parts.sending()
             for part_cmd in after:

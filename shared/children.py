@@ -39,7 +39,7 @@ from shared import keys, payload_crypto
 from shared.actors import actor_json, system
 from shared.calls.results import ChildResult
 from shared.calls.runs import Abort
-from shared.calls.submission import SpawnChild, SpawnVerdict, Submit, TreeAdmit, TreeVerdict
+from shared.calls.submission import SpawnChild, Submit, SubmitVerdict, TreeAdmit, TreeVerdict
 from shared.fields import RunField
 from shared.partitions import Partitions
 from shared.quotas import ACTIVE_GRACE_MS, DEFAULT_TENANT, Quota
@@ -143,9 +143,9 @@ async def spawn(
             parts, scripts.spawn_child, *scripts.framing.call(part, call.keys(part), call.argv())
         )
         verdict = SpawnChild.verdict(r)
-        if verdict in (SpawnVerdict.CREATED, SpawnVerdict.EXISTS):
-            return Spawned(verdict is SpawnVerdict.CREATED, part.events(cid))
-        if verdict is SpawnVerdict.QUOTA_EXCEEDED and quota is not None:
+        if verdict in (SubmitVerdict.CREATED, SubmitVerdict.EXISTS):
+            return Spawned(verdict is SubmitVerdict.CREATED, part.events(cid))
+        if verdict is SubmitVerdict.QUOTA_EXCEEDED and quota is not None:
             return Spawned(error=f"sub-agent refused: maxActive={quota.max_active} reached (this tenant's "
                            "runs that have not ended, parked parents and their children included, fill its "
                            "quota); the child was not started")  # fmt: skip

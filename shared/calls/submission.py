@@ -24,14 +24,12 @@ __all__ = [
     "AdmitRate",
     "AdmitRateVerdict",
     "AdmitSubmit",
-    "AdmitSubmitVerdict",
     "AdmitTenant",
     "AdmitTenantVerdict",
     "BatchReplace",
     "BatchReplaceVerdict",
     "IdempotencyClaim",
     "SpawnChild",
-    "SpawnVerdict",
     "Submit",
     "SubmitMany",
     "SubmitRestored",
@@ -43,6 +41,10 @@ __all__ = [
 
 
 class SubmitVerdict(StrEnum):
+    """What every call that creates a run answers (submit_one.lua's verdicts), and the admissions'
+    refusals of the calls that admit it too (spawn_child, admit_submit): one list, so a new verdict
+    reaches them all."""
+
     CREATED = "created"  # its status second
     EXISTS = "exists"  # the same input under that id: its status second
     CONFLICT = "conflict"  # another input (or another tenant's run) under that id
@@ -51,6 +53,10 @@ class SubmitVerdict(StrEnum):
     CONCURRENCY_FULL = "concurrency_full"  # its concurrency key holds the most runs waiting
     UNKNOWN_SESSION = "unknown_session"
     SESSION_BUSY = "session_busy"  # multitaskStrategy reject: the session's active run second
+    # admit_submit only: the tenant's bucket, the ms until it holds a token second
+    RATE_LIMITED = "rate_limited"
+    # spawn_child, admit_submit: its tenant's maxActive, the runs counted here second
+    QUOTA_EXCEEDED = "quota_exceeded"
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,18 +195,6 @@ class SubmitRestored(ScriptCall):
         return _slots(cls, args)
 
 
-class SpawnVerdict(StrEnum):
-    CREATED = "created"
-    EXISTS = "exists"
-    CONFLICT = "conflict"
-    DELETED = "deleted"
-    BATCH_FINISHED = "batch_finished"
-    CONCURRENCY_FULL = "concurrency_full"
-    UNKNOWN_SESSION = "unknown_session"
-    SESSION_BUSY = "session_busy"
-    QUOTA_EXCEEDED = "quota_exceeded"  # its tenant's maxActive: the runs counted here second
-
-
 @dataclass(frozen=True, slots=True)
 class SpawnChild(ScriptCall):
     """spawn_child.lua: a sub-agent call's child run on the child's partition: submit_one's run with
@@ -208,7 +202,7 @@ class SpawnChild(ScriptCall):
 
     SCRIPT = "spawn_child"
     KEY_NAMES = (*Submit.KEY_NAMES, "tenant_active")
-    VERDICT = SpawnVerdict
+    VERDICT = SubmitVerdict
 
     parent_run_id: str
     parent_call_id: str
@@ -231,19 +225,6 @@ class SpawnChild(ScriptCall):
         return _slots(cls, {**args, "ARGN.RUN": str(len(fs))})
 
 
-class AdmitSubmitVerdict(StrEnum):
-    CREATED = "created"
-    EXISTS = "exists"
-    CONFLICT = "conflict"
-    DELETED = "deleted"
-    BATCH_FINISHED = "batch_finished"
-    CONCURRENCY_FULL = "concurrency_full"
-    UNKNOWN_SESSION = "unknown_session"
-    SESSION_BUSY = "session_busy"
-    RATE_LIMITED = "rate_limited"  # the tenant's bucket: the ms until it holds a token second
-    QUOTA_EXCEEDED = "quota_exceeded"  # its tenant's maxActive: the runs counted here second
-
-
 @dataclass(frozen=True, slots=True)
 class AdmitSubmit(ScriptCall):
     """admit_submit.lua: one run on its partition, admitted by its tenant's submission rate (when
@@ -253,7 +234,7 @@ class AdmitSubmit(ScriptCall):
 
     SCRIPT = "admit_submit"
     KEY_NAMES = (*Submit.KEY_NAMES, "tenant_active", "bucket", "audit")
-    VERDICT = AdmitSubmitVerdict
+    VERDICT = SubmitVerdict
 
     room: int | str  # maxActive for this partition ('' = none)
     active_ttl_ms: int

@@ -11,9 +11,9 @@ import pytest
 
 from shared import scripts
 from shared.calls.submission import (
+    AdmitSubmit,
     AdmitTenant,
     SpawnChild,
-    SpawnVerdict,
     Submit,
     SubmitMany,
     SubmitRestored,
@@ -58,7 +58,13 @@ def test_the_calls_that_create_a_run_carry_the_same_record() -> None:
     child = SpawnChild("p1", "call-1", b"[]", "", 1000, 50, RUN)
     assert child.argv()[:6] == ["p1", "call-1", b"[]", "", 1000, 50] and child.argv()[6:] == RUN.argv()
     assert SpawnChild.positions()["ARGN.RUN"] == "7"
-    assert SpawnChild.verdict([b"quota_exceeded", b"3"]) is SpawnVerdict.QUOTA_EXCEEDED
+    assert SpawnChild.verdict([b"quota_exceeded", b"3"]) is SubmitVerdict.QUOTA_EXCEEDED
+
+
+def test_every_call_that_creates_a_run_answers_the_one_list_of_submit_verdicts() -> None:
+    for call in (Submit, SubmitMany, SubmitRestored, SpawnChild, AdmitSubmit):
+        assert call.VERDICT is SubmitVerdict, call.__name__
+        assert " | ".join(SubmitVerdict) in call.header(), call.__name__
 
 
 def test_admissions_name_their_keys_from_their_fields() -> None:
