@@ -27,13 +27,8 @@ from typing import Any
 
 from producer.submission import SubmissionError
 from shared import keys
-from shared.calls.submission import (
-    AdmitRate,
-    AdmitRateVerdict,
-    AdmitTenant,
-    AdmitTenantVerdict,
-    SubmitVerdict,
-)
+from shared.calls.admissions import AdmitRate, AdmitRateVerdict, AdmitTenant, AdmitTenantVerdict
+from shared.calls.submission import SubmitVerdict
 from shared.clock import ms_to_next_utc_day, now_ms, utc_day
 from shared.fields import BudgetField
 from shared.quotas import ACTIVE_GRACE_MS, NANO_USD, Quota

@@ -18,7 +18,7 @@ from producer.submission import SubmissionError
 from shared import checkpoint as checkpoints
 from shared import keys, payload_crypto
 from shared.archive.original import ArchivedOriginal, leave_batch, original
-from shared.calls.submission import BatchReplace, BatchReplaceVerdict
+from shared.calls.batches import BatchReplace, BatchReplaceVerdict
 from shared.fields import RunField
 from shared.off_loop import off_loop
 from shared.script_sending import run_script

@@ -38,7 +38,8 @@ from producer.schemas_ready import schemas_ready
 from producer.scope import Scope, claimed_home, claimed_id, run_id_for_key
 from producer.submission import SubmissionError, Submitted, outcome
 from shared import keys
-from shared.calls.submission import AdmitSubmit, IdempotencyClaim, SubmitVerdict
+from shared.calls.admissions import IdempotencyClaim
+from shared.calls.submission import AdmitSubmit, SubmitVerdict
 from shared.profiles import AgentProfile
 from shared.quotas import DEFAULT_TENANT, Quota
 from shared.replies import text

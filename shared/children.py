@@ -37,9 +37,10 @@ from agentmill_client.models import RunInput, RunResult, Usage
 from agentmill_client.statuses import RunStatus
 from shared import keys, payload_crypto
 from shared.actors import actor_json, system
+from shared.calls.admissions import TreeAdmit, TreeVerdict
 from shared.calls.results import ChildResult
 from shared.calls.runs import Abort
-from shared.calls.submission import SpawnChild, Submit, SubmitVerdict, TreeAdmit, TreeVerdict
+from shared.calls.submission import SpawnChild, Submit, SubmitVerdict
 from shared.fields import RunField
 from shared.partitions import Partitions
 from shared.quotas import ACTIVE_GRACE_MS, DEFAULT_TENANT, Quota

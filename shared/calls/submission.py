@@ -1,7 +1,7 @@
-"""Calls of the submission path: a run created (``Submit``, whose fields are also the per-run record
-every creating script hands submit_one.lua: ``SubmitMany``, ``SubmitRestored``, ``SpawnChild``), and
-the admissions before it (a tenant's maxActive and submission rate, a tree of sub-agents, an
-Idempotency-Key's window) or with it (``AdmitSubmit``: one run with its tenant's quotas), and a retry taking its original's place in a batch.
+"""Calls that create a run: ``Submit``, whose fields are also the per-run record every creating
+script hands submit_one.lua (``SubmitMany``, ``SubmitRestored``, ``SpawnChild``), and ``AdmitSubmit``
+(one run admitted with its tenant's quotas and created in one call). The admissions asked before a
+run is created are shared.calls.admissions'.
 
 submit_one.lua is shared code, not a script body: it reads the run's record as ``A`` and its keys as
 ``K``, by name (``A[NEW.<FIELD>]``, ``NEWN.META``: where the metadata terms start, ``NEWK.<KEY>``:
@@ -21,21 +21,12 @@ from shared.calls.base import ScriptCall
 from shared.keys import Partition
 
 __all__ = [
-    "AdmitRate",
-    "AdmitRateVerdict",
     "AdmitSubmit",
-    "AdmitTenant",
-    "AdmitTenantVerdict",
-    "BatchReplace",
-    "BatchReplaceVerdict",
-    "IdempotencyClaim",
     "SpawnChild",
     "Submit",
     "SubmitMany",
     "SubmitRestored",
     "SubmitVerdict",
-    "TreeAdmit",
-    "TreeVerdict",
     "bind_new_run",
 ]
 
@@ -256,117 +247,3 @@ class AdmitSubmit(ScriptCall):
         fs = dataclasses.fields(cls)
         args = {f"ARG.{f.name.upper()}": f"ARGV[{i}]" for i, f in enumerate(fs[:-1], 1)}
         return _slots(cls, {**args, "ARGN.RUN": str(len(fs))})
-
-
-class TreeVerdict(StrEnum):
-    OK = "ok"
-    MAX_CHILDREN = "max_children"  # the parent's children are at maxChildren
-    MAX_DESCENDANTS = "max_descendants"  # the tree's runs are at maxDescendants
-
-
-@dataclass(frozen=True, slots=True)
-class TreeAdmit(ScriptCall):
-    """tree_admit.lua: a root run's tree of sub-agents counts each new child (at the root's home).
-    Reply: a TreeVerdict per child, in order."""
-
-    SCRIPT = "tree_admit"
-    KEY_NAMES = ("tree",)
-    VERDICT = TreeVerdict
-
-    root_id: str
-    parent_run_id: str
-    max_children: int  # 0 = none
-    max_descendants: int  # 0 = none
-    child_ids: tuple[str, ...]
-
-    def keys(self, part: Partition) -> list[str]:
-        return [part.tree(self.root_id)]
-
-
-class AdmitTenantVerdict(StrEnum):
-    OK = "ok"
-    FULL = "full"  # the runs counted here second
-
-
-@dataclass(frozen=True, slots=True)
-class AdmitTenant(ScriptCall):
-    """admit_tenant.lua: the tenant's maxActive on one partition for runs about to be submitted there
-    (counted until they end)."""
-
-    SCRIPT = "admit_tenant"
-    KEY_NAMES = ("active",)
-    VERDICT = AdmitTenantVerdict
-
-    tenant: str
-    now: int
-    room: int | str  # maxActive for this partition ('' = none; -1: count, add nothing)
-    ttl_ms: int
-    grace_ms: int
-    run_ids: tuple[str, ...]
-
-    def keys(self, part: Partition) -> list[str]:
-        return [part.tenant_active(self.tenant)]
-
-
-class AdmitRateVerdict(StrEnum):
-    OK = "ok"
-    RATE_LIMITED = "rate_limited"  # the ms until the tokens are there second
-
-
-@dataclass(frozen=True, slots=True)
-class AdmitRate(ScriptCall):
-    """admit_rate.lua: a tenant's submission token bucket at its home partition (n runs take n tokens,
-    or all wait)."""
-
-    SCRIPT = "admit_rate"
-    KEY_NAMES = ("bucket",)
-    VERDICT = AdmitRateVerdict
-
-    tenant: str
-    n: int
-    per_second: float
-    burst: int
-    refund: str = ""  # '1' gives n back
-
-    def keys(self, part: Partition) -> list[str]:
-        return [part.tenant_rate(self.tenant)]
-
-
-@dataclass(frozen=True, slots=True)
-class IdempotencyClaim(ScriptCall):
-    """idempotency_claim.lua: the run an Idempotency-Key names within its window (the record's, else
-    the one offered, recorded). Reply: that run id."""
-
-    SCRIPT = "idempotency_claim"
-    KEY_NAMES = ("record",)
-
-    named: str  # the id the key names without a window: where its record lives
-    offered: str
-    ttl_s: int
-
-    def keys(self, part: Partition) -> list[str]:
-        return [part.idempotency(self.named)]
-
-
-class BatchReplaceVerdict(StrEnum):
-    LEFT = "left"
-    NONE = "none"  # not in a batch, or it left already, or the batch's hash is gone
-
-
-@dataclass(frozen=True, slots=True)
-class BatchReplace(ScriptCall):
-    """batch_replace.lua: a retry takes this run's place in its batch. A run Redis no longer holds
-    comes with its tenant, batch and status (the archive's)."""
-
-    SCRIPT = "batch_replace"
-    KEY_NAMES = ("run",)
-    VERDICT = BatchReplaceVerdict
-
-    run_id: str
-    retry_id: str  # as its client knows it
-    tenant: str = ""
-    batch_id: str = ""
-    status: str = ""
-
-    def keys(self, part: Partition) -> list[str]:
-        return [part.run(self.run_id)]

@@ -10,15 +10,14 @@ import orjson
 import pytest
 
 from shared import scripts
+from shared.calls.admissions import AdmitTenant, TreeAdmit
 from shared.calls.submission import (
     AdmitSubmit,
-    AdmitTenant,
     SpawnChild,
     Submit,
     SubmitMany,
     SubmitRestored,
     SubmitVerdict,
-    TreeAdmit,
     bind_new_run,
 )
 from shared.keys import Partition
