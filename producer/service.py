@@ -14,15 +14,14 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from agentmill_client import limits
-from agentmill_client.models import ClientToolResult, RunEvent, RunInput, RunResult, RunStatus
+from agentmill_client.models import ClientToolResult, RunEvent, RunInput
 from producer import batch_submit, decisions
 from producer.archived import ArchiveReads
 from producer.audit import Pending
 from producer.client_ids import client_id_of
-from producer.economy_view import economy_wait
+from producer.hash_record import record_of
 from producer.placement import locate_many
-from producer.run_record import RUN_FIELDS, RunRecord, fields_of, lineage_view, usage_of
+from producer.run_record import RUN_FIELDS, RunRecord, fields_of
 from producer.scope import Scope
 from producer.sessions import SessionReads
 from producer.submission import SubmissionError, Submitted
@@ -41,7 +40,6 @@ from shared.replies import text
 from shared.script_sending import Parts, as_partitions, run_script
 from shared.scripts import Scripts
 from shared.settings import Settings, get_settings
-from shared.tool_records import ToolRecord
 
 __all__ = ["DEFAULT_TENANT", "Producer", "RunRecord", "SubmissionError", "Submitted"]
 
@@ -180,67 +178,8 @@ class Producer:
         for (rid, p), (vals,) in zip(where, replies, strict=True):
             h = fields_of(vals)
             if vals[0] is not None and (tenant is None or h[F.TENANT] == tenant):
-                return await self._record(rid, p, h)
+                return await record_of(self.parts, rid, p, h)
         return None
-
-    async def _record(self, run_id: str, part: keys.Partition, h: dict[RunField, str | None]) -> RunRecord:
-        """The record of the run ``run_id`` on ``part`` from its hash's fields ``h`` (RUN_FIELDS),
-        with what its status needs read besides (its client calls still open, its economy wait)."""
-        status = RunStatus(h[F.STATUS] or RunStatus.QUEUED.value)
-        result = RunResult.model_validate(payload_crypto.loads(raw)) if (raw := h[F.RESULT]) else None
-        pending: list[dict[str, Any]] = []
-        if status == RunStatus.AWAITING_HUMAN and (approvals := h[F.APPROVALS]):
-            for call_id, entry in payload_crypto.loads(approvals).items():
-                if entry.get("decision") == "pending":
-                    pending.append(
-                        {
-                            "toolCallId": call_id,
-                            "name": entry.get("name"),
-                            "arguments": entry.get("arguments"),
-                        }
-                    )
-        calls: list[dict[str, Any]] = []
-        if status == RunStatus.AWAITING_TOOLS and (offered := h[F.CLIENT_PENDING]):
-            calls = payload_crypto.loads(offered)
-
-            async def tools(c: Redis) -> list[Any]:
-                return list(await c.hmget(part.tools(run_id), [c_["toolCallId"] for c_ in calls]))  # type: ignore[misc]
-
-            recs = await self.parts.call(part, tools)
-            calls = [
-                c
-                for c, r in zip(calls, recs, strict=True)
-                if r and not ToolRecord.from_json(payload_crypto.open_bytes(r)).done
-            ]
-        waiting = None
-        if status == RunStatus.AWAITING_MODEL and (wait := h[F.MODEL_WAIT]):
-            waiting = await economy_wait(self.parts, wait)
-        return RunRecord(
-            run_id=run_id,
-            status=status,
-            tenant=h[F.TENANT] or "",
-            session_id=h[F.SESSION_ID] or None,
-            created_at_ms=int(h[F.CREATED_AT] or 0),
-            last_seq=int(h[F.LAST_SEQ] or 0),
-            result=result,
-            pending_approvals=pending,
-            abort_requested=bool(h[F.ABORT]),
-            pending_tool_calls=calls,
-            stream_key=part.events(run_id),
-            client_session=h[F.CLIENT_SESSION] or "",
-            parent_run_id=h[F.PARENT_RUN] or "",
-            parent_tool_call_id=h[F.PARENT_CALL] or "",
-            had_children=h[F.CHILDREN] is not None,
-            lineage=lineage_view(h[F.LINEAGE] or "", h[F.RETRIED_BY] or ""),
-            priority=int(h[F.PRIORITY] or limits.DEFAULT_PRIORITY),
-            run_at_ms=int(at) if (at := h[F.RUN_AT]) else None,
-            usage=usage_of(h),
-            archived=h[F.ARCHIVED] == "1",
-            agent=h[F.AGENT] or "",
-            agent_version=int(v) if (v := h[F.AGENT_VERSION]) else None,
-            waiting_for=h[F.WAITING_FOR] or "",
-            economy_wait=waiting,
-        )
 
     async def submitted_input(self, rec: RunRecord) -> dict[str, Any] | None:
         """The RunInput the run was submitted with (as sent), while its hash holds it: None once
@@ -312,7 +251,7 @@ class Producer:
             h = await self._told(part, rec, max(1, int(min(left, 1.0) * 1000)))
             if h is None:  # its hash is gone (deleted, archived): read as any reader would
                 return await self.get(run_id, tenant=tenant)
-            rec = await self._seen(await self._record(rec.key, part, h), run_id, tenant)
+            rec = await self._seen(await record_of(self.parts, rec.key, part, h), run_id, tenant)
         return rec
 
     async def _told(
