@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 
 from bench.figures_isolation import ID_SECRET, TOKENS
+from bench.plumbing import api_env, wait_ready
 from tests.support.redis_server import RedisServer, free_port
 
 
@@ -32,23 +33,15 @@ async def main(n: int) -> None:
     server = RedisServer()
     server.start()
     port = free_port()
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("AGENTMILL_TENANT_")},
-           "REDIS_URL": server.url, "AGENTMILL_API_TOKENS": TOKENS, "AGENTMILL_ID_SECRET": ID_SECRET,
-           "AGENTMILL_API_PORT": str(port), "AGENTMILL_LOG_LEVEL": "WARNING"}  # fmt: skip
+    env = api_env(server.url, port, AGENTMILL_API_TOKENS=TOKENS, AGENTMILL_ID_SECRET=ID_SECRET)
     api = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "app.cli", "api", env=env, stderr=subprocess.DEVNULL
     )
     url = f"http://127.0.0.1:{port}"
     a = {"Authorization": "Bearer tok-a"}
     try:
+        await wait_ready(url)
         async with httpx.AsyncClient(base_url=url, timeout=60) as c:
-            for _ in range(600):
-                try:
-                    if (await c.get("/readyz")).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                await asyncio.sleep(0.1)
             listing = {"createdBefore": 1, "limit": 1}
             kinds = {
                 "bogus method (no token)": lambda i: c.request(

@@ -34,6 +34,26 @@ PURE = "scripted-pure"  # the scripted profile with echo declared sideEffects: f
 EFFECTS = "scripted-effects"
 
 
+def api_env(redis_url: str, port: int, **extra: str) -> dict[str, str]:
+    """This process's environment for an API (or worker) process of a probe's own: on ``redis_url``,
+    the API on ``port``, warnings only, no tenant quota defaults (``AGENTMILL_TENANT_*``), ``extra``."""
+    kept = {k: v for k, v in os.environ.items() if not k.startswith("AGENTMILL_TENANT_")}
+    return {**kept, "REDIS_URL": redis_url, "AGENTMILL_API_PORT": str(port),
+            "AGENTMILL_LOG_LEVEL": "WARNING", **extra}  # fmt: skip
+
+
+async def wait_ready(url: str, within_s: float = 60.0) -> None:
+    """Until the API at ``url`` answers ``/readyz`` with 200; RuntimeError after ``within_s``."""
+    deadline = time.monotonic() + within_s
+    async with httpx.AsyncClient() as c:
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                if (await c.get(f"{url}/readyz")).status_code == 200:
+                    return
+            await asyncio.sleep(0.05)
+    raise RuntimeError(f"the API at {url} did not start within {within_s:g} s")
+
+
 class Plumbing:
     """Processes, Redis and producers the figures share."""
 
@@ -81,13 +101,8 @@ class Plumbing:
             AGENTMILL_MAX_QUEUE_DEPTH="10000000",
         )
         url = f"http://127.0.0.1:{port}"
-        async with httpx.AsyncClient() as c:
-            for _ in range(600):
-                with contextlib.suppress(httpx.HTTPError):
-                    if (await c.get(f"{url}/readyz")).status_code == 200:
-                        return p, url
-                await asyncio.sleep(0.05)
-        raise RuntimeError("the API did not start")
+        await wait_ready(url)
+        return p, url
 
     def stop(self, p: subprocess.Popen[bytes]) -> None:
         if p.poll() is None:

@@ -14,11 +14,12 @@ import argparse
 import asyncio
 import gc
 import json
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from bench.stack_sampler import sample_main_stack
 
 __all__ = ["StallWatch"]
 
@@ -37,12 +38,13 @@ class StallWatch:
         self.collections: list[tuple[float, int, float]] = []
         self.stacks: list[tuple[float, str]] = []
         self._gc_start = 0.0
-        self._main = threading.main_thread().ident
         self._stop = threading.Event()
 
     def start(self) -> asyncio.Task[None]:
         gc.callbacks.append(self._on_gc)
-        threading.Thread(target=self._sample, name="stall-watch", daemon=True).start()
+        sample_main_stack(
+            SAMPLE_S, self._stalled, self._keep, self._stop, skip=_SKIP, depth=8, name="stall-watch"
+        )
         return asyncio.create_task(self._tick())
 
     async def _tick(self) -> None:
@@ -63,19 +65,11 @@ class StallWatch:
                     (round(self._gc_start - self.t0, 3), info["generation"], round(ms, 1))
                 )
 
-    def _sample(self) -> None:
-        while not self._stop.wait(SAMPLE_S):
-            now = time.monotonic()
-            if now - self.beat < STALL_S or self._main is None:
-                continue
-            frame = sys._current_frames().get(self._main)
-            names: list[str] = []
-            while frame is not None and len(names) < 8:
-                where = f"{Path(frame.f_code.co_filename).name}:{frame.f_code.co_name}"
-                if not where.startswith(_SKIP):
-                    names.append(where)
-                frame = frame.f_back
-            self.stacks.append((round(now - self.t0, 3), " < ".join(names)))
+    def _stalled(self) -> bool:
+        return time.monotonic() - self.beat >= STALL_S
+
+    def _keep(self, stack: str) -> None:
+        self.stacks.append((round(time.monotonic() - self.t0, 3), stack))
 
     def dump(self, path: str) -> None:
         self._stop.set()

@@ -21,12 +21,13 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
 
 from bench.figures_isolation import ID_SECRET, TOKENS, lowest
+from bench.plumbing import api_env, wait_ready
+from bench.stack_sampler import sample_main_stack
 from tests.support.redis_server import RedisServer, free_port
 
 LONG_S = 0.004  # turns this long (CPU) are kept
@@ -41,7 +42,6 @@ class Turns:
         self.samples: list[str] = []
         self.long: list[tuple[float, str, list[str]]] = []
         self.count = 0
-        self.main = threading.main_thread().ident
         self.stop = threading.Event()
 
     def install(self) -> None:
@@ -61,20 +61,14 @@ class Turns:
                     turns.long.append((cpu, repr(getattr(handle, "_callback", "?"))[:160], turns.samples))
 
         asyncio.events.Handle._run = run  # type: ignore[method-assign]
-        threading.Thread(target=self._sample, daemon=True).start()
+        sample_main_stack(SAMPLE_S, self._busy, self._keep, self.stop, skip=_SKIP, depth=10)
 
-    def _sample(self) -> None:
-        while not self.stop.wait(SAMPLE_S):
-            if self.handle is None or time.monotonic() - self.started < 0.003:
-                continue
-            frame = sys._current_frames().get(self.main or 0)
-            names: list[str] = []
-            while frame is not None and len(names) < 10:
-                where = f"{Path(frame.f_code.co_filename).name}:{frame.f_code.co_name}"
-                if not where.startswith(_SKIP):
-                    names.append(where)
-                frame = frame.f_back
-            self.samples.append(" < ".join(names))
+    def _busy(self) -> bool:
+        """A turn is running, for 3 ms or more."""
+        return self.handle is not None and time.monotonic() - self.started >= 0.003
+
+    def _keep(self, stack: str) -> None:
+        self.samples.append(stack)  # the running turn's list (each turn starts its own)
 
     def report(self, top: int = 25) -> str:
         lines = [f"{self.count} turns, {len(self.long)} over {LONG_S * 1000:.0f} ms of CPU"]
@@ -108,13 +102,6 @@ def redis_report(log: list[dict[str, Any]], seconds: float) -> str:
     return "\n".join(lines)
 
 
-def env(redis_url: str, port: int) -> dict[str, str]:
-    e = {k: v for k, v in os.environ.items() if not k.startswith("AGENTMILL_TENANT_")}
-    return {**e, "REDIS_URL": redis_url, "AGENTMILL_API_TOKENS": TOKENS, "AGENTMILL_ID_SECRET": ID_SECRET,
-            "AGENTMILL_API_PORT": str(port), "AGENTMILL_WORKER_METRICS_PORT": "-1",
-            "AGENTMILL_LOG_LEVEL": "WARNING", "AGENTMILL_DEV_PROFILES": "true"}  # fmt: skip
-
-
 async def victim(c: httpx.AsyncClient, until: asyncio.Task[Any]) -> list[float]:
     body = {"inputMessages": [{"role": "user", "content": "6*7"}]}
     out = []
@@ -130,7 +117,10 @@ async def main(side: str, seconds: float, index: int) -> None:
     server = RedisServer()
     server.start()
     port = free_port()
-    os.environ.update(env(server.url, port))
+    os.environ.update(
+        api_env(server.url, port, AGENTMILL_API_TOKENS=TOKENS, AGENTMILL_ID_SECRET=ID_SECRET,
+                AGENTMILL_WORKER_METRICS_PORT="-1", AGENTMILL_DEV_PROFILES="true")
+    )  # fmt: skip
     from shared.settings import Settings
 
     settings = Settings()
@@ -151,14 +141,8 @@ async def main(side: str, seconds: float, index: int) -> None:
 
             task = asyncio.create_task(WorkerProcess(settings).run())
         url = f"http://127.0.0.1:{port}"
+        await wait_ready(url)
         async with httpx.AsyncClient(base_url=url, timeout=60) as c:
-            for _ in range(600):
-                try:
-                    if (await c.get("/readyz")).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                await asyncio.sleep(0.1)
             a = {"Authorization": "Bearer tok-a"}
             for _ in range(index // 500):
                 runs = [{"inputMessages": [{"role": "user", "content": "1+1"}]}] * 500
