@@ -22,15 +22,13 @@ from typing import Any
 import httpx
 import pytest
 
-from shared.settings import Settings
-from tests.integration.api_support import A, api, settings
-from tests.integration.test_fork_chain import ended
-from worker.process.jobs import WorkerProcess
+from tests.integration.api_support import A, settings
+from tests.integration.helpers import running_worker
+from tests.support.large_forks import ended, large_messages, large_run, ready_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 TURN_CPU_S = 0.008  # the longest turn allowed (measured: 2-5.5 ms; 57 ms and 15-17.5 ms on the loop)
-MESSAGES, MESSAGE_CHARS = 9, 100_000  # figure 9's forked run: a 0.9 MB transcript
 GROWN = 3  # forks of forks, each appending 0.9 MB: the state a fork then rebuilds is near its bound
 
 
@@ -58,11 +56,7 @@ async def longest_turn(work: Callable[[], Awaitable[Any]]) -> tuple[Any, float]:
 
 @pytest.fixture
 async def client(redis_url: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with api(settings(redis_url)) as url, httpx.AsyncClient(base_url=url, timeout=30) as c:
-        for _ in range(200):
-            if (await c.get("/readyz")).status_code == 200:
-                break
-            await asyncio.sleep(0.02)
+    async with ready_client(settings(redis_url)) as c:
         yield c
 
 
@@ -77,14 +71,9 @@ async def test_forks_of_a_large_state_hold_no_loop_for_a_long_turn(
     redis_url: str, client: httpx.AsyncClient
 ) -> None:
     # The worker in this process too, on the same loop: the fork's request and its run's start.
-    worker = WorkerProcess(Settings(redis_url=redis_url, poll_delay_s=0.02, worker_metrics_port=-1))
-    working = asyncio.create_task(worker.run())
-    try:
-        big = [{"role": "user", "content": f"{i}" * MESSAGE_CHARS} for i in range(MESSAGES)]
-        run = {"agent": "scripted", "inputMessages": big, "runtimeHints": {"script": [{"text": "done"}]}}
-        r = await client.post("/v1/runs", json=run, headers=A)
-        assert r.status_code == 202, r.text
-        view = await ended(client, r.json()["runId"])
+    async with running_worker(redis_url):
+        view = await large_run(client)
+        big = large_messages()
         for _ in range(GROWN):  # the state grows by each fork's appended messages, to 3.6 MB
             url = f"/v1/runs/{view['runId']}/fork"
             r = await client.post(url, json={"atSeq": view["lastSeq"], "inputMessages": big}, headers=A)
@@ -102,9 +91,6 @@ async def test_forks_of_a_large_state_hold_no_loop_for_a_long_turn(
             return ends
 
         statuses, turn = await longest_turn(forks)
-    finally:
-        working.cancel()
-        await asyncio.gather(working, return_exceptions=True)
     assert statuses == ["completed"] * 3
     assert turn < TURN_CPU_S, f"a fork held the loop for {turn * 1000:.0f} ms of CPU"
 

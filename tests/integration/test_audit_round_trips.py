@@ -4,35 +4,16 @@ and a managed key costs one read per key and API process while its cache entry l
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
-
 import httpx
 import pytest
 from redis.asyncio import Redis
-from redis.asyncio.connection import AbstractConnection
 
 from producer.audit import Action, Actor, command
 from tests.integration.api_support import A, api, run_body, settings
 from tests.integration.helpers import producer_for
+from tests.support.round_trips import counted
 
 pytestmark = pytest.mark.integration
-
-
-@contextmanager
-def counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """[round trips]: each packed write to a Redis connection is one (a pipeline is one write)."""
-    n = [0]
-    real = AbstractConnection.send_packed_command
-
-    async def send(self: Any, command: Any, check_health: bool = True) -> None:
-        n[0] += 1
-        await real(self, command, check_health)
-
-    monkeypatch.setattr(AbstractConnection, "send_packed_command", send)
-    yield n
-    monkeypatch.setattr(AbstractConnection, "send_packed_command", real)
 
 
 async def test_a_submission_and_its_audit_entry_take_the_round_trips_of_the_submission_alone(

@@ -6,7 +6,6 @@ one takes long (SLOWLOG at threshold 0). A retry or fork whose state is past its
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import httpx
@@ -15,6 +14,7 @@ from redis.asyncio import Redis
 
 from agentmill_client import limits
 from tests.integration.api_support import A, api, key, settings
+from tests.support.large_forks import ended
 from tests.support.procs import WorkerProc
 from tests.support.schema import K
 
@@ -22,17 +22,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 CHUNK = "x" * 90_000  # one message's worth (MAX_MESSAGE_CHARS is 100,000)
 SCRIPT_BOUND_US = 100_000  # the longest submit_restored call (measured: about 6 ms on a loaded machine)
-
-
-async def ended(c: httpx.AsyncClient, run_id: str, within: float = 40.0) -> dict[str, Any]:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        view: dict[str, Any] = (
-            await c.get(f"/v1/runs/{run_id}/wait", params={"timeout": 5}, headers=A)
-        ).json()
-        if view["status"] in ("completed", "failed", "aborted"):
-            return view
-    raise AssertionError(f"run {run_id} did not end")
 
 
 async def stored(redis: Redis, run_id: str) -> dict[str, int]:

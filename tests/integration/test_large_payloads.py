@@ -16,7 +16,6 @@ the scripts ran too) and the replies' bytes: the machine's load does not change 
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 from collections.abc import AsyncIterator
@@ -29,16 +28,15 @@ from redis.asyncio import Redis
 from shared.calls.steps import Acquire
 from shared.scripts import Scripts
 from shared.settings import Settings
-from tests.integration.api_support import A, api, key, settings
-from tests.integration.test_fork_chain import ended
+from tests.integration.api_support import A, key, settings
+from tests.integration.helpers import running_worker
+from tests.support.large_forks import MESSAGE_CHARS, MESSAGES, ended, large_run, ready_client
 from tests.support.schema import K, parts_of
 from worker.adapters.redis_store import RedisRunStore, beat
 from worker.core.acquisition import Acquired, NotAcquired
-from worker.process.jobs import WorkerProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
-MESSAGES, MESSAGE_CHARS = 9, 100_000  # figure 9's forked run: a 0.9 MB transcript
 _MORE = re.compile(rb"\.\.\. \((\d+) more bytes\)")
 
 
@@ -56,12 +54,8 @@ def reply_bytes(reply: Any) -> int:
 
 @pytest.fixture
 async def client(redis_url: str) -> AsyncIterator[httpx.AsyncClient]:
-    s = settings(redis_url, redis_functions="on")  # every script by FCALL: its name in SLOWLOG
-    async with api(s) as url, httpx.AsyncClient(base_url=url, timeout=30) as c:
-        for _ in range(200):
-            if (await c.get("/readyz")).status_code == 200:
-                break
-            await asyncio.sleep(0.02)
+    # every script by FCALL: its name in SLOWLOG
+    async with ready_client(settings(redis_url, redis_functions="on")) as c:
         yield c
 
 
@@ -74,20 +68,8 @@ async def test_a_large_fork_is_stored_and_claimed_with_its_payloads_outside_lua(
 ) -> None:
     await redis.config_set("slowlog-max-len", 100_000)
     await redis.config_set("slowlog-log-slower-than", 0)
-    worker = WorkerProcess(
-        Settings(redis_url=redis_url, poll_delay_s=0.02, worker_metrics_port=-1, redis_functions="on")
-    )
-    working = asyncio.create_task(worker.run())
-    try:
-        big = [{"role": "user", "content": f"{i}" * MESSAGE_CHARS} for i in range(MESSAGES)]
-        run = {"agent": "scripted", "inputMessages": big, "runtimeHints": {"script": [{"text": "done"}]}}
-        r = await client.post("/v1/runs", json=run, headers=A)
-        assert r.status_code == 202, r.text
-        view = await ended(client, r.json()["runId"])
-        assert view["status"] == "completed"
-    finally:
-        working.cancel()
-        await asyncio.gather(working, return_exceptions=True)
+    async with running_worker(redis_url, redis_functions="on"):
+        view = await large_run(client)
     original = K.run(key(view["runId"]))
     # Its ending checked its storeContent by the flag its submission wrote, not by reading its input.
     reads = [
@@ -155,22 +137,12 @@ async def test_a_large_forks_first_commit_stages_its_transcript(
 ) -> None:
     # The fork's first commit sets its whole transcript (0.9 MB): staged by a plain SET, renamed
     # into the run's transcript key by commit.lua.
-    worker = WorkerProcess(
-        Settings(redis_url=redis_url, poll_delay_s=0.02, worker_metrics_port=-1, redis_functions="on")
-    )
-    working = asyncio.create_task(worker.run())
-    try:
-        big = [{"role": "user", "content": f"{i}" * MESSAGE_CHARS} for i in range(MESSAGES)]
-        run = {"agent": "scripted", "inputMessages": big, "runtimeHints": {"script": [{"text": "done"}]}}
-        r = await client.post("/v1/runs", json=run, headers=A)
-        view = await ended(client, r.json()["runId"])
+    async with running_worker(redis_url, redis_functions="on"):
+        view = await large_run(client)
         await redis.config_set("slowlog-max-len", 100_000)
         await redis.config_set("slowlog-log-slower-than", 0)
         r = await client.post(f"/v1/runs/{view['runId']}/fork", json={"atSeq": view["lastSeq"]}, headers=A)
         forked = await ended(client, r.json()["runId"])
-    finally:
-        working.cancel()
-        await asyncio.gather(working, return_exceptions=True)
     assert forked["status"] == "completed"
     commits = [e for e in await slowlog(redis) if e["command"].startswith(b"FCALL commit")]
     assert commits and max(sent_bytes(e) for e in commits) < 16_000, [sent_bytes(e) for e in commits]

@@ -5,41 +5,20 @@ the script, counts nothing against the tenant (counted as the packed writes on t
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
 
 import httpx
 import orjson
 import pytest
 from redis.asyncio import Redis
-from redis.asyncio.connection import AbstractConnection
 
 from shared import keys
 from tests.integration.api_support import A, api, key, run_body, settings
+from tests.support.round_trips import counted
 
 pytestmark = pytest.mark.integration
 
 B = {"Authorization": "Bearer tok-b"}
-
-
-@contextmanager
-def counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """[round trips]: each packed write to a Redis connection is one (a pipeline is one write),
-    from the tasks started meanwhile (the requests'), not the API's background tasks."""
-    n = [0]
-    real = AbstractConnection.send_packed_command
-    before = asyncio.all_tasks()
-
-    async def send(self: Any, command: Any, check_health: bool = True) -> None:
-        n[0] += asyncio.current_task() not in before
-        await real(self, command, check_health)
-
-    monkeypatch.setattr(AbstractConnection, "send_packed_command", send)
-    yield n
-    monkeypatch.setattr(AbstractConnection, "send_packed_command", real)
 
 
 async def test_an_api_submission_with_the_default_quotas_is_one_round_trip(
@@ -47,7 +26,7 @@ async def test_an_api_submission_with_the_default_quotas_is_one_round_trip(
 ) -> None:
     async with api(settings(redis_url)) as url, httpx.AsyncClient(base_url=url, headers=A) as c:
         assert (await c.post("/v1/runs", json=run_body())).status_code == 202  # scripts loaded, connected
-        with counted(monkeypatch) as n:
+        with counted(monkeypatch, new_tasks_only=True) as n:
             for _ in range(10):
                 assert (await c.post("/v1/runs", json=run_body())).status_code == 202
     print(f"round trips per API submission: {n[0] / 10:g}")
