@@ -1,5 +1,5 @@
-"""``agentmill submit`` cannot half-do a batch, and the CLI's manners
-(finding 7): real API, real redis-server, the CLI as a subprocess (test_client_cli's setup)."""
+"""``agentmill submit`` cannot half-do a batch, and the CLI's manners: real API, real redis-server,
+the CLI as a subprocess (test_client_cli's setup)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-CODE_DIRS = ("shared", "producer", "worker", "bench", "tests", "clients", "k8s", "bin")
+CODE_DIRS = ("shared", "producer", "worker", "app", "bench", "tests", "clients", "k8s", "bin")
 CODE_SUFFIXES = {".py", ".lua", ".sh", ".yaml", ".yml", ".toml", ".md", ""}
 KEPT = {ROOT / "bench" / "HISTORY.md", Path(__file__).resolve()}
 KEPT_DIRS = (ROOT / "docs" / "design",)
