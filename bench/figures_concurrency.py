@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 from bench.bare_arq import ARQ_UP
 from bench.figure import Figure
 from bench.plumbing import Plumbing
-from bench.probes import read_json, tree_kib
+from bench.probes import process_cpu_s, read_json, tree_cpu_s, tree_kib
 from tests.support.schema import K
 
 ONE_TARGET = "1,000 in flight ≥ 0.8 of ideal, ≥ 1.3 × bare arq"
@@ -107,7 +107,9 @@ class ConcurrencyFigures(Plumbing):
             f.base.append(float(n))
             for key, value in got.items():
                 lag.setdefault(key, []).append(float(value))
-            bare.append(n / await self.bare_arq_drain(r, n, k))
+            t, cpu = await self.bare_arq_drain(r, n, k)
+            bare.append(n / t)
+            lag.setdefault("arq_cpu_ms", []).append(cpu)
         med = {key: statistics.median(v) for key, v in lag.items()}
         x_bare = statistics.median(f.ours) / statistics.median(bare)
         f.extra = {
@@ -118,6 +120,9 @@ class ConcurrencyFigures(Plumbing):
             "bare_arq_of_ideal": statistics.median(bare) / n,
             "x_bare_arq": x_bare,
             "first_runs_apart_ms": med["gap_ms"],
+            "worker_cpu_ms_per_run": med["cpu_ms"],
+            "supervisor_cpu_ms_per_run": med["supervisor_cpu_ms"],
+            "bare_arq_cpu_ms_per_job": med["arq_cpu_ms"],
         }
         bare_text = ", ".join(f"{b:.0f}" for b in bare)
         f.note = (
@@ -128,6 +133,12 @@ class ConcurrencyFigures(Plumbing):
             + (
                 f"; the processes' first runs {med['gap_ms']:.0f} ms apart (sampled every 20 ms), "
                 f"runs held at most {watch.peaks()} (last rep)"
+                + (
+                    f"; CPU a run {med['cpu_ms']:.2f} ms in the worker processes, "
+                    f"{med['supervisor_cpu_ms']:.3f} ms in the supervisor (bare arq: {med['arq_cpu_ms']:.2f} ms a job)"
+                    if self.warm(k)
+                    else ""
+                )
                 if k > 1
                 else ""
             )
@@ -159,9 +170,11 @@ class ConcurrencyFigures(Plumbing):
                 "AGENTMILL_BENCH_STALLS": f"{a.stalls}-{n}.json" if a.stalls else "",
             }
         box: list[subprocess.Popen[bytes]] = []
+        cpu0 = (0.0, 0.0)
         if self.warm(k):
             box.append(self.spawn(argv, **env))
             await self.until(lambda: self.count_workers(r), k)
+            cpu0 = tree_cpu_s(box[0].pid)
         await self.producer(r).submit_many([self.script_run([{"text": "ok", "delayMs": 1000}])] * n)
 
         async def done() -> bool:
@@ -171,6 +184,7 @@ class ConcurrencyFigures(Plumbing):
 
         t = await self.drain_time(r, n, lambda: box or box.append(self.spawn(argv, **env)), done)
         spread, fastest = self.last_spread_ms
+        cpu1 = tree_cpu_s(box[0].pid) if self.warm(k) else (float("nan"), float("nan"))
         rss_peak = tree_kib(box[0].pid, "VmHWM")
         idle_rss = tree_kib(box[0].pid, "VmRSS")
         self.stop(box[0])
@@ -184,11 +198,16 @@ class ConcurrencyFigures(Plumbing):
             "gc_ms": sum(got.get("gc_ms") or [0.0]),
             "gc_passes": sum(got.get("gc_count") or [0]),
             "gap_ms": watch.gap_ms(),
+            # CPU a run from the submission to the drained queue (a warm start only): the worker
+            # processes', and the supervisor's beside them
+            "cpu_ms": (cpu1[1] - cpu0[1]) / n * 1e3,
+            "supervisor_cpu_ms": (cpu1[0] - cpu0[0]) / n * 1e3,
         }
 
-    async def bare_arq_drain(self, r: Redis, n: int, k: int) -> float:
+    async def bare_arq_drain(self, r: Redis, n: int, k: int) -> tuple[float, float]:
         """The same in-flight count of bare arq jobs that only sleep 1 s, on as many arq processes,
-        each with the same share of slots: what arq itself reaches (the span, s)."""
+        each with the same share of slots: what arq itself reaches (the span, s), and the arq
+        processes' CPU a job (ms; a warm start only)."""
         await self.flush(r)
         argv = ["-m", "arq", "bench.bare_arq.WorkerSettings"]
         procs: list[subprocess.Popen[bytes]] = []
@@ -196,14 +215,17 @@ class ConcurrencyFigures(Plumbing):
         def start() -> None:
             procs.extend(self.spawn(argv, AGENTMILL_MAX_JOBS=str(slots(n, k))) for _ in range(k))
 
+        cpu0 = 0.0
         if self.warm(k):
             start()
             await self.until(lambda: self.count_arq(r), k)
+            cpu0 = sum(process_cpu_s(p.pid) for p in procs)
         await self.raw_enqueue(r, n, prefix="sleep", function="sleep1")
         t = await self.drain_time(r, n, lambda: procs or start(), lambda: self.arq_done(r))
+        cpu = (sum(process_cpu_s(p.pid) for p in procs) - cpu0) / n * 1e3 if self.warm(k) else float("nan")
         for p in procs:
             self.stop(p)
-        return t
+        return t, cpu
 
     async def count_workers(self, r: Redis) -> int:
         return int(await r.zcard(K.workers))
