@@ -3,19 +3,21 @@ machine's cores (4m., ``agentmill worker --processes k``), each beside bare arq 
 as many arq processes, the jobs split between them as the runs are.
 
 The span is from the first run's start to the last run's end. The one-process rows fill the queue
-before the process starts. The 4m rows start the processes first and submit once all of them wait
-idle, as on a pool that runs before a burst comes: filled first, a process whose start-up (imports)
-ended later than its sibling's would count its start-up in the span (``--machine-cold``: so, for
-both agentmill and arq)."""
+before the process starts. The 4m rows start the processes first, as on a pool that runs before a
+burst comes, and fill the queue while they are paused (SIGSTOP, then SIGCONT together): filled
+before they start, a process whose start-up (imports) ended later than its sibling's would count
+its start-up in the span (``--machine-cold``: so, for both agentmill and arq)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import statistics
 import subprocess
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 from redis.asyncio import Redis
@@ -23,7 +25,7 @@ from redis.asyncio import Redis
 from bench.bare_arq import ARQ_UP
 from bench.figure import Figure
 from bench.plumbing import Plumbing
-from bench.probes import process_cpu_s, read_json, tree_cpu_s, tree_kib
+from bench.probes import children, process_cpu_s, read_json, tree_cpu_s, tree_kib
 from tests.support.schema import K
 
 ONE_TARGET = "1,000 in flight ≥ 0.8 of ideal, ≥ 1.3 × bare arq"
@@ -39,6 +41,20 @@ def machine_cores() -> int:
 def slots(n: int, k: int) -> int:
     """Each of ``k`` processes' max_jobs for ``n`` runs: its share, and a margin (one process: all)."""
     return -(-n // k) + 10
+
+
+@contextlib.contextmanager
+def paused(pids: list[int]) -> Iterator[None]:
+    """The processes stopped (SIGSTOP) meanwhile, then continued together: a queue filled while they
+    wait is all there when they look (a submission that takes longer than arq's raw enqueue, under
+    load, would otherwise start its first runs while the last ones are still being validated)."""
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
 
 
 class ProcessWatch:
@@ -171,11 +187,15 @@ class ConcurrencyFigures(Plumbing):
             }
         box: list[subprocess.Popen[bytes]] = []
         cpu0 = (0.0, 0.0)
+        runs = [self.script_run([{"text": "ok", "delayMs": 1000}])] * n
         if self.warm(k):
             box.append(self.spawn(argv, **env))
             await self.until(lambda: self.count_workers(r), k)
             cpu0 = tree_cpu_s(box[0].pid)
-        await self.producer(r).submit_many([self.script_run([{"text": "ok", "delayMs": 1000}])] * n)
+            with paused([box[0].pid, *children(box[0].pid)]):
+                await self.producer(r).submit_many(runs)
+        else:
+            await self.producer(r).submit_many(runs)
 
         async def done() -> bool:
             if k > 1:
@@ -220,7 +240,10 @@ class ConcurrencyFigures(Plumbing):
             start()
             await self.until(lambda: self.count_arq(r), k)
             cpu0 = sum(process_cpu_s(p.pid) for p in procs)
-        await self.raw_enqueue(r, n, prefix="sleep", function="sleep1")
+            with paused([p.pid for p in procs]):
+                await self.raw_enqueue(r, n, prefix="sleep", function="sleep1")
+        else:
+            await self.raw_enqueue(r, n, prefix="sleep", function="sleep1")
         t = await self.drain_time(r, n, lambda: procs or start(), lambda: self.arq_done(r))
         cpu = (sum(process_cpu_s(p.pid) for p in procs) - cpu0) / n * 1e3 if self.warm(k) else float("nan")
         for p in procs:
