@@ -83,8 +83,10 @@ class ProcessWatch:
         """Between the first process's first run and the last process's (to the 20 ms sampled)."""
         return (max(self.first.values()) - min(self.first.values())) * 1000 if self.first else 0.0
 
-    def peaks(self) -> str:
-        return "/".join(str(v) for v in sorted(self.peak.values(), reverse=True))
+    def peaks(self, k: int) -> str:
+        """Each process's most runs at once, most first (0: a process that held none)."""
+        held = sorted(self.peak.values(), reverse=True)
+        return "/".join(str(v) for v in held + [0] * (k - len(held)))
 
 
 class ConcurrencyFigures(Plumbing):
@@ -148,7 +150,7 @@ class ConcurrencyFigures(Plumbing):
             f"runs started over {med['spread_ms']:.0f} ms, the fastest took {med['fastest_ms']:.0f} ms"
             + (
                 f"; the processes' first runs {med['gap_ms']:.0f} ms apart (sampled every 20 ms), "
-                f"runs held at most {watch.peaks()} (last rep)"
+                f"runs held at most {watch.peaks(k)} (last rep)"
                 + (
                     f"; CPU a run {med['cpu_ms']:.2f} ms in the worker processes, "
                     f"{med['supervisor_cpu_ms']:.3f} ms in the supervisor (bare arq: {med['arq_cpu_ms']:.2f} ms a job)"

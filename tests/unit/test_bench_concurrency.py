@@ -44,6 +44,15 @@ def test_each_process_has_its_share_of_slots_and_one_process_all(bench: Any) -> 
     assert conc.slots(1000, 3) * 3 >= 1000
 
 
+def test_a_process_that_held_no_run_shows_as_zero(bench: Any) -> None:
+    _, conc = bench
+    w = conc.ProcessWatch()
+    w.peak = {b"a": 60}
+    assert w.peaks(2) == "60/0"
+    w.peak = {b"a": 490, b"b": 510}
+    assert w.peaks(2) == "510/490"
+
+
 def test_the_pool_sizing_reads_the_one_process_rows_only(bench: Any) -> None:
     from bench.report import Sizing
 
