@@ -25,6 +25,7 @@ from bench.attack_kinds import ATTACKS
 from bench.figure import Figure, fmt
 from bench.figures_caching import CachingFigures
 from bench.figures_cluster import ClusterFigures
+from bench.figures_concurrency import ConcurrencyFigures, machine_cores
 from bench.figures_economy import EconomyFigures
 from bench.figures_functions import FunctionsFigures
 from bench.figures_io import IoFigures
@@ -40,6 +41,7 @@ from bench.plumbing import ROOT
 
 class Bench(
     RunFigures,
+    ConcurrencyFigures,
     IoFigures,
     IsolationFigures,
     ResultsFigures,
@@ -128,7 +130,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--runs", type=int, default=1000, help="one-step runs per repetition (figure 1)")
     ap.add_argument("--step-runs", type=int, default=100, help="ten-step runs per repetition (figure 2)")
     ap.add_argument("--cost-runs", type=int, default=100)
-    ap.add_argument("--inflight", type=int, nargs="+", default=[100, 1000, 2000])
+    ap.add_argument(
+        "--inflight", type=int, nargs="+", default=[100, 1000, 2000], help="figure 4: one worker process"
+    )
     ap.add_argument("--beat-inflight", type=int, nargs="+", default=[100, 1000, 2000], help="figure 4b")
     ap.add_argument("--beat-seconds", type=float, default=3.0, help="figure 4b: how long to count")
     ap.add_argument("--latency-samples", type=int, default=100)
@@ -148,10 +152,19 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--poll-delay", type=float, default=0.05)
     ap.add_argument(
-        "--worker-processes",
+        "--machine-processes",
         type=int,
-        default=1,
-        help="figure 4: the worker as `agentmill worker --processes N` (above 1: no loop-lag figures)",
+        default=machine_cores(),
+        help="figure 4m: `agentmill worker --processes N` beside N bare arq processes (default: one a "
+        "core; 1: no 4m rows)",
+    )
+    ap.add_argument(
+        "--machine-cold",
+        action="store_true",
+        help="figure 4m: start the processes on the filled queue (their start-up in the span), not before",
+    )
+    ap.add_argument(
+        "--machine-inflight", type=int, nargs="+", default=[1000], help="figure 4m: runs in flight"
     )
     ap.add_argument("--cluster-runs", type=int, default=300, help="ten-step runs per cluster load (figure 8)")
     ap.add_argument("--functions-runs", type=int, default=200, help="ten-step runs per load of figure 3b")

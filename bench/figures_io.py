@@ -15,14 +15,18 @@ from redis.asyncio import Redis
 from bench.figure import Figure
 from bench.plumbing import ROOT, Plumbing
 from bench.probes import pct, raw_xadd_latency, sse_latency, tail_latency
+from bench.resume_latency import approval_latencies, client_tool_latencies, resume_profiles
 from tests.support.schema import K
+
+LATENCY = "p50 ≤ 5 ms, p99 ≤ 15 ms"
 
 
 class IoFigures(Plumbing):
     async def fig_latency(self, r: Redis) -> None:
         await self.flush(r)
-        p = self.producer(r)
-        w = self.spawn(["-m", "app.worker"])
+        profiles = resume_profiles()
+        p = self.producer(r, profiles=profiles)
+        w = self.spawn(["-m", "app.worker"], AGENTMILL_PROFILES=profiles)
         await self.wait_started(r)
         await asyncio.sleep(0.3)
         lat: list[float] = []
@@ -32,12 +36,24 @@ class IoFigures(Plumbing):
             await r.xread({K.events(sub.run_id): "0-0"}, count=1, block=5000)
             lat.append((time.perf_counter() - t0) * 1000)
             await asyncio.sleep(0.01)
-        f = Figure(
-            "5a. submit → first `status running` event, idle pool (p50 / p99)", "ms", target="p99 < 100 ms"
-        )
+        f = Figure("5a. submit → first `status running` event, idle pool (p50 / p99)", "ms", target=LATENCY)
         f.ours = [statistics.median(lat), pct(lat, 99)]
         f.note = f"p50 {statistics.median(lat):.1f} ms, p99 {pct(lat, 99):.1f} ms over {len(lat)} runs"
         self.figures.append(f)
+        # A parked run answered: the worker back in its wait, as after submit.
+        idle_s = 2 * self.args.poll_delay + 0.05
+        for what, measure in (
+            ("a client tool result", client_tool_latencies),
+            ("an approval", approval_latencies),
+        ):
+            lat = await measure(r, p, self.args.latency_samples, idle_s)
+            f = Figure(f"5a. {what} → the run's next event, idle pool (p50 / p99)", "ms", target=LATENCY)
+            f.ours = [statistics.median(lat), pct(lat, 99)]
+            f.note = (
+                f"p50 {statistics.median(lat):.1f} ms, p99 {pct(lat, 99):.1f} ms over {len(lat)} parked runs, "
+                f"answered through the Producer {idle_s * 1000:.0f} ms after they parked"
+            )
+            self.figures.append(f)
         # Event publish → a Redis tail in another process: ours (worker → stream) vs raw XADD → XREAD.
         sub = await p.submit(self.script_run([{"text": "x" * 4000, "delayMs": 4000}]))
         ours = await tail_latency(self.server.url, K.events(sub.run_id), 3.5)

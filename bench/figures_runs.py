@@ -1,20 +1,17 @@
-"""Figures 1–4b: throughput, steps, Redis cost per step, concurrency, heartbeat cost."""
+"""Figures 1–3 and 4b: throughput, steps, Redis cost per step, heartbeat cost."""
 
 from __future__ import annotations
 
 import asyncio
-import os
 import statistics
 import subprocess
 import time
-from pathlib import Path
 from typing import Any
 
 from redis.asyncio import Redis
 
 from bench.figure import Figure
 from bench.plumbing import EFFECTS, PURE, Plumbing
-from bench.probes import read_json, tree_kib
 from shared.settings import Settings
 from tests.support.schema import K
 
@@ -284,77 +281,5 @@ class RunFigures(Plumbing):
                 f"{beats / span:.1f} beats/s, {beat_cmds / max(1, beats):.0f} commands per beat "
                 f"(EVALSHA, {', '.join(c.upper() for c in BEAT_COMMANDS)}); the rest is arq's poll loop "
                 f"and the reconciler sweep"
-            )
-            self.figures.append(f)
-
-    async def fig_concurrency(self, r: Redis) -> None:
-        for n in self.args.inflight:
-            await self.flush(r)
-            await self.producer(r).submit_many([self.script_run([{"text": "ok", "delayMs": 1000}])] * n)
-            stats_path = Path(f"/tmp/agentmill-bench-lag-{os.getpid()}-{n}.json")
-            box: list[subprocess.Popen[bytes]] = []
-            idle_rss = 0
-
-            k = self.args.worker_processes
-
-            def start(
-                box: list[subprocess.Popen[bytes]] = box, n: int = n, stats: Path = stats_path, k: int = k
-            ) -> None:
-                if k > 1:  # each process takes its share, so all of them carry runs
-                    argv = ["-m", "app.cli", "worker", "--processes", str(k)]
-                    box.append(self.spawn(argv, AGENTMILL_MAX_JOBS=str(-(-n // k) + 10)))
-                    return
-                box.append(
-                    self.spawn(
-                        ["-m", "bench.worker_probe"],
-                        AGENTMILL_MAX_JOBS=str(n + 10),
-                        AGENTMILL_BENCH_STATS=str(stats),
-                        AGENTMILL_BENCH_PROFILE=f"{self.args.profile}-{n}.json" if self.args.profile else "",
-                        AGENTMILL_BENCH_STALLS=f"{self.args.stalls}-{n}.json" if self.args.stalls else "",
-                    )
-                )
-
-            t = await self.drain_time(r, n, start, lambda: self.runs_done(r))
-            spread, fastest = self.last_spread_ms
-            rss_peak = tree_kib(box[0].pid, "VmHWM")
-            idle_rss = tree_kib(box[0].pid, "VmRSS")
-            self.stop(box[0])
-            lag = await asyncio.to_thread(read_json, stats_path)
-            # The same in-flight count of bare arq jobs that only sleep 1 s: what arq itself reaches.
-            await self.flush(r)
-            await self.raw_enqueue(r, n, prefix="sleep", function="sleep1")
-            bare = await self.drain_time(
-                r,
-                n,
-                lambda box=box, n=n: box.append(
-                    self.spawn(["-m", "arq", "bench.bare_arq.WorkerSettings"], AGENTMILL_MAX_JOBS=str(n + 10))
-                ),
-                lambda: self.arq_done(r),
-            )
-            self.stop(box[-1])
-            f = Figure(
-                # py-spy samples on the same cores: such a figure is not comparable with the others.
-                f"4. {n} runs in flight, model latency 1 s{' (profiled)' if self.args.profile else ''}"
-                f"{f', {k} worker processes' if k > 1 else ''}",
-                "runs/s",
-                base_name="ideal (in-flight ÷ latency)",
-                target="1,000 in flight ≥ 80 % of ideal",
-            )
-            f.ours = [n / t]
-            f.base = [float(n)]
-            kb_per_run = max(0, rss_peak - lag.get("rss_start", idle_rss)) / n / 1e3
-            f.extra = {
-                "in_flight": float(n),
-                "worker_kb_per_run": kb_per_run,
-                "loop_lag_p99_ms": float(lag.get("lag_p99_ms", float("nan"))),
-                "bare_arq_of_ideal": n / bare / n,
-            }
-            f.note = (
-                f"runs started over {spread} ms, the fastest took {fastest} ms; "
-                f"collector {sum(lag.get('gc_ms', [0.0])):.0f} ms in {sum(lag.get('gc_count', [0]))} passes "
-                f"(by generation: {lag.get('gc_ms')} ms); "
-                f"peak RSS {rss_peak / 1e6:.0f} MB, {kb_per_run:.0f} KB per run "
-                f"(target ≤ 150 KB); loop lag p99 {lag.get('lag_p99_ms', float('nan')):.1f} ms (target < 50 ms); "
-                f"bare arq jobs sleeping 1 s: {n / bare:.0f}/s ({n / bare / n:.2f} of ideal)"
             )
             self.figures.append(f)

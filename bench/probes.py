@@ -44,6 +44,18 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def children(pid: int) -> list[int]:
+    try:
+        return [int(k) for k in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def tree_cpu_s(pid: int) -> tuple[float, float]:
+    """``process_cpu_s`` of ``pid``, and of its live children summed (a supervisor, its worker processes)."""
+    return process_cpu_s(pid), sum(process_cpu_s(k) for k in children(pid))
+
+
 async def redis_cpu_s(r: Any) -> float:
     """redis-server's user + system CPU seconds (INFO cpu)."""
     i = await r.info("cpu")
