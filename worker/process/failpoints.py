@@ -4,8 +4,10 @@ At a named point, with the given probability, the worker process kills itself wi
 test can crash it exactly after a tool's side effect but before its result is recorded, or after
 events were published but before the checkpoint. A few points are faults short of a crash, checked
 with ``on``: ``drop_wake_signal`` (the worker ignores a wake signal it received, as if it were
-lost: its poll has to find the job). The worker arms them from its settings
-(``Settings.failpoints``) when it starts; unarmed (the default), every check is a dict lookup.
+lost: its poll has to find the job), ``beat_reply_late`` (a beat that Redis executed is answered
+three leases late: the worker's deadline passes while Redis still holds its lease). The worker arms
+them from its settings (``Settings.failpoints``) when it starts; unarmed (the default), every check
+is a dict lookup.
 """
 
 from __future__ import annotations

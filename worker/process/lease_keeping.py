@@ -17,6 +17,7 @@ from shared.redis_watch import RedisWatch
 from shared.settings import Settings
 from worker.adapters.lease import WorkerLease
 from worker.adapters.redis_store import beat
+from worker.process import failpoints
 from worker.process.arq_worker import ResilientWorker
 from worker.process.deps import WorkerDeps
 from worker.process.reconciler import reconcile_once, reconcile_worker
@@ -83,6 +84,8 @@ class LeaseKeeping:
             except (RedisError, OSError) as exc:
                 self._redis_failed("heartbeat failed", exc)
                 continue
+            if failpoints.on("beat_reply_late"):  # Redis renewed the lease; its reply comes 3 leases late
+                await asyncio.sleep(3 * s.lease_ms / 1000.0)
             if b.lost:
                 await self._lease_lost("Redis reports its lease expired")
                 continue

@@ -1,0 +1,40 @@
+"""A run that stops short of its ending goes back on the queue at once, rather than when its
+worker's lease runs out and a reconciler finds it: after a refused write that Redis lost (a
+failover), a cancelled job, or a stop on the worker's passed lease deadline (``lost``: release.lua
+takes it back only while it still runs under this worker's lease id at this epoch, so a worker that
+has taken it since is never undone)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from worker.ports import RunStore
+from worker.runner.commits import Commits
+
+__all__ = ["hand_back"]
+
+log = logging.getLogger("agentmill.runner")
+
+
+async def hand_back(
+    run_id: str, out: Commits, store: RunStore, gen: int, within_s: float, *, lost: bool = False
+) -> None:
+    """Best effort, within ``within_s`` for each of its two waits: the commit sent behind answered
+    (the release goes after it), then the release."""
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(out.landed(), within_s)
+    level = logging.INFO if lost else logging.DEBUG
+    try:
+        verdict = await asyncio.wait_for(asyncio.shield(store.release(gen, lost=lost)), within_s)
+    except Exception as exc:  # the lease keeper hands it back, or a reconciler once the lease lapses
+        log.log(level, "run %s: not handed back (%s: %s)", run_id, type(exc).__name__, exc)
+        return
+    log.log(
+        level,
+        "run %s handed back%s (%s)",
+        run_id,
+        " past its worker's lease deadline" if lost else "",
+        verdict,
+    )
