@@ -65,7 +65,7 @@ from worker.runner.effect import EffectContext, FlushDeltas, ToolRecorded
 from worker.runner.effect_tasks import Crashed, EffectTasks, Wake
 from worker.runner.effects import model_only
 from worker.runner.effects import start as start_effect
-from worker.runner.hand_back import hand_back
+from worker.runner.hand_back import hand_back, released
 from worker.runner.holding import FlushHeld, StepHold
 from worker.runner.inbox import Inbox
 from worker.runner.parking import Park, parking
@@ -177,6 +177,11 @@ class RunDriver:
             if not self.state.terminal and not self.fenced:
                 await self._hand_back(2.0)
             raise
+        except Exception:  # the job fails: the run goes back, a lost attempt (else it stays 'running'
+            await self._cancel_tasks()  # under this worker's live lease, which no sweep looks past)
+            if not self.fenced:
+                await self._hand_back(2.0, lost=True)
+            raise
         finally:
             await self._cancel_tasks()
             if active is not None and active.get(self.run_id) is self:
@@ -187,10 +192,7 @@ class RunDriver:
     async def _released(self) -> str:
         """The run back on the queue at its last checkpoint, its loop done (a drain, a stall)."""
         await self._flush_held()
-        await self.out.landed()
-        verdict = await self.store.release(self.gen)
-        log.info("run %s handed back at a checkpoint (%s)", self.run_id, verdict)
-        return "released"
+        return await released(self.run_id, self.out, self.store, self.gen)
 
     async def _hand_back(self, within_s: float, *, lost: bool = False) -> None:
         await hand_back(self.run_id, self.out, self.store, self.gen, within_s, lost=lost)

@@ -1,8 +1,9 @@
 """A run that stops short of its ending goes back on the queue at once, rather than when its
-worker's lease runs out and a reconciler finds it: after a refused write that Redis lost (a
-failover), a cancelled job, or a stop on the worker's passed lease deadline (``lost``: release.lua
-takes it back only while it still runs under this worker's lease id at this epoch, so a worker that
-has taken it since is never undone)."""
+worker's lease runs out and a reconciler finds it: at a checkpoint (a drain, a stall), after a
+refused write that Redis lost (a failover), a cancelled job, or (``lost``, a lost attempt) a stop on
+the worker's passed lease deadline or a job that failed. A lost hand-back is taken only while the run
+still runs under this worker's lease id at this epoch (release.lua), so a worker that has taken it
+since is never undone."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import logging
 from worker.ports import RunStore
 from worker.runner.commits import Commits
 
-__all__ = ["hand_back"]
+__all__ = ["hand_back", "released"]
 
 log = logging.getLogger("agentmill.runner")
 
@@ -38,3 +39,11 @@ async def hand_back(
         " past its worker's lease deadline" if lost else "",
         verdict,
     )
+
+
+async def released(run_id: str, out: Commits, store: RunStore, gen: int) -> str:
+    """The run back on the queue at its last checkpoint, after the commit sent behind."""
+    await out.landed()
+    verdict = await store.release(gen)
+    log.info("run %s handed back at a checkpoint (%s)", run_id, verdict)
+    return "released"
