@@ -35,7 +35,8 @@ async def test_a_run_stopped_on_a_passed_lease_deadline_is_resumed_elsewhere_at_
 ) -> None:
     p = producer_for(redis, redis_url)
     late = WorkerProc(redis_url, env={**ENV, "AGENTMILL_WORKER_ID": "late", "AGENTMILL_FAILPOINTS": "beat_reply_late"},
-                      log=tmp_path / "late.log").start()  # fmt: skip
+                      log=tmp_path / "late.log")  # fmt: skip
+    await asyncio.to_thread(late.start)  # the first worker of a session starts the fork server: seconds
     other: WorkerProc | None = None
     try:
         await until("the first worker's lease", lambda: redis.zscore(K.workers, "late"), 30, every=0.05)
@@ -47,9 +48,8 @@ async def test_a_run_stopped_on_a_passed_lease_deadline_is_resumed_elsewhere_at_
 
         await until("the first worker to take the run", lambda: epoch(), 10, every=0.01)
         taken = time.monotonic()
-        other = WorkerProc(
-            redis_url, env={**ENV, "AGENTMILL_WORKER_ID": "other"}, log=tmp_path / "other.log"
-        ).start()
+        other = WorkerProc(redis_url, env={**ENV, "AGENTMILL_WORKER_ID": "other"}, log=tmp_path / "other.log")
+        await asyncio.to_thread(other.start)
         await until("the second worker's lease", lambda: redis.zscore(K.workers, "other"), 30, every=0.05)
 
         async def resumed() -> bool:
