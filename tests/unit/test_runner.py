@@ -54,12 +54,16 @@ class Counting(NullObserver):
     def __init__(self) -> None:
         self.served: list[str] = []
         self.refused: list[str] = []
+        self.redispatched: list[str] = []
 
     def tool_served_from_record(self, tool: str) -> None:
         self.served.append(tool)
 
     def append_refused(self, reason: str) -> None:
         self.refused.append(reason)
+
+    def runs_redispatched(self, reason: str, count: int = 1) -> None:
+        self.redispatched += [reason] * count
 
 
 class World:
@@ -287,6 +291,7 @@ async def test_a_run_stopped_on_its_workers_passed_lease_deadline_hands_itself_b
     assert await job == "fenced"
     assert w.run.status == RunStatus.QUEUED.value and w.run.owner == ""  # back on the queue now
     assert (w.run.restarts, store.epoch) == (1, w.run.epoch)
+    assert w.observer.redispatched == ["lease_expired"]  # as the sweep counts a lapsed lease's run
 
 
 async def test_a_run_whose_job_fails_is_handed_back_not_left_running_under_a_live_lease(
@@ -307,7 +312,7 @@ async def test_a_run_whose_job_fails_is_handed_back_not_left_running_under_a_liv
     with pytest.raises(ConnectionError):
         await driver.run()
     assert w.run.status == RunStatus.QUEUED.value and w.run.owner == ""
-    assert w.run.restarts == 1
+    assert w.run.restarts == 1 and w.observer.redispatched == ["lease_expired"]
 
 
 async def test_a_configuration_rejected_before_start_fails_the_run_through_the_machine() -> None:

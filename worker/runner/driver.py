@@ -166,8 +166,7 @@ class RunDriver:
             obs.append_refused("fenced" if isinstance(exc, FencedError) else "duplicate")
             log.warning("run %s: %s; stopping without writing", self.run_id, exc)
             if isinstance(exc, SeqConflictError) and not self.fenced:
-                # Still ours, but Redis lost a write we saw acknowledged (a failover): hand it back.
-                await self._hand_back(5.0)
+                await self._hand_back(5.0)  # still ours; Redis lost a write it acknowledged (a failover)
             elif lapsed and not (isinstance(exc, FencedError) and exc.deleted):
                 await self._cancel_tasks()  # its effects stopped before another worker may take it over
                 await self._hand_back(2.0, lost=True)
@@ -195,7 +194,8 @@ class RunDriver:
         return await released(self.run_id, self.out, self.store, self.gen)
 
     async def _hand_back(self, within_s: float, *, lost: bool = False) -> None:
-        await hand_back(self.run_id, self.out, self.store, self.gen, within_s, lost=lost)
+        obs = self.host.observer if lost else None
+        await hand_back(self.run_id, self.out, self.store, self.gen, within_s, lost=obs)
 
     async def _run(self, acq: Acquired) -> str:
         if acq.unreadable:  # sealed with a data key no longer listed: the run fails, its job does not

@@ -11,8 +11,11 @@ import asyncio
 import contextlib
 import logging
 
+from shared.calls.dispatch import RedispatchReason
+from shared.calls.runs import ReleaseVerdict
 from worker.ports import RunStore
 from worker.runner.commits import Commits
+from worker.telemetry.observer import Observer
 
 __all__ = ["hand_back", "released"]
 
@@ -20,25 +23,24 @@ log = logging.getLogger("agentmill.runner")
 
 
 async def hand_back(
-    run_id: str, out: Commits, store: RunStore, gen: int, within_s: float, *, lost: bool = False
+    run_id: str, out: Commits, store: RunStore, gen: int, within_s: float, *, lost: Observer | None = None
 ) -> None:
     """Best effort, within ``within_s`` for each of its two waits: the commit sent behind answered
-    (the release goes after it), then the release."""
+    (the release goes after it), then the release. ``lost``: a lost attempt, counted there as the
+    sweep counts a lapsed lease's run (runs re-dispatched, ``lease_expired``)."""
     with contextlib.suppress(Exception):
         await asyncio.wait_for(out.landed(), within_s)
-    level = logging.INFO if lost else logging.DEBUG
+    level = logging.INFO if lost is not None else logging.DEBUG
     try:
-        verdict = await asyncio.wait_for(asyncio.shield(store.release(gen, lost=lost)), within_s)
+        verdict = await asyncio.wait_for(asyncio.shield(store.release(gen, lost=lost is not None)), within_s)
     except Exception as exc:  # the lease keeper hands it back, or a reconciler once the lease lapses
         log.log(level, "run %s: not handed back (%s: %s)", run_id, type(exc).__name__, exc)
         return
     log.log(
-        level,
-        "run %s handed back%s (%s)",
-        run_id,
-        " past its worker's lease deadline" if lost else "",
-        verdict,
+        level, "run %s handed back%s (%s)", run_id, " as a lost attempt" if lost is not None else "", verdict
     )
+    if lost is not None and verdict == ReleaseVerdict.RELEASED:
+        lost.runs_redispatched(RedispatchReason.LEASE_EXPIRED)
 
 
 async def released(run_id: str, out: Commits, store: RunStore, gen: int) -> str:
