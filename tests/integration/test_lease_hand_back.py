@@ -67,3 +67,27 @@ async def test_a_run_stopped_on_a_passed_lease_deadline_is_resumed_elsewhere_at_
         late.kill()  # its keeper sleeps on the late reply: no graceful stop to wait for
         if other is not None:
             await asyncio.to_thread(other.stop, 10)
+
+
+async def test_a_run_claimed_by_a_claim_whose_reply_was_lost_is_handed_back(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    """The claim ran in Redis and took the run under the worker's lease, but its reply never reached
+    the worker (failpoint ``claim_reply_lost``, once; in life the connection dropped and the client
+    sent the claim again): no job drives the run, its worker's lease is live, so no sweep frees it.
+    The worker's own sweep finds it in its runs set on two sweeps in a row and hands it back."""
+    p = producer_for(redis, redis_url)
+    env = {**ENV, "AGENTMILL_LEASE_MS": "1500", "AGENTMILL_RECONCILE_MS": "300", "AGENTMILL_WORKER_ID": "w",
+           "AGENTMILL_FAILPOINTS": "claim_reply_lost"}  # fmt: skip
+    w = WorkerProc(redis_url, env=env, log=tmp_path / "w.log")
+    await asyncio.to_thread(w.start)
+    try:
+        await until("the worker's lease", lambda: redis.zscore(K.workers, "w"), 30, every=0.05)
+        sub = await p.submit(script_run([{"text": "done"}]))
+        rec = (await wait_all(p, [sub.run_id], 20))[sub.run_id]  # type: ignore[union-attr]
+        assert rec.status.value == "completed", rec.result
+        crashes = await redis.hget(K.run(sub.run_id), RunField.CRASHES)  # type: ignore[union-attr,misc]
+        assert int(text(crashes or b"0")) == 1  # a lost attempt, as the lapsed lease's sweep would count
+        assert "runs held in Redis under its lease and by no job here" in (tmp_path / "w.log").read_text()
+    finally:
+        await asyncio.to_thread(w.stop, 10)
