@@ -73,7 +73,10 @@ class RunStore(Protocol):
         cheap as the store can make it (a model's deltas, several a second while it streams)."""
         ...
 
-    async def release(self, gen: int) -> str: ...
+    async def release(self, gen: int, *, lost: bool = False) -> str:
+        """The run back on the queue (dispatch ``gen`` + 1): at a checkpoint, or (``lost``) stopped
+        without writing on the worker's passed lease deadline, if no one has moved it since."""
+        ...
 
     async def start_children(self, specs: list[ChildSpec], lineage: bytes, root: str) -> dict[str, Spawned]:
         """Create this run's child runs (sub-agents), in its tenant and within its tenant's quotas

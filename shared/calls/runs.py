@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
-from shared.calls.base import ScriptCall
+from shared.calls.base import TAIL, ScriptCall
 from shared.keys import Partition
 
 __all__ = ["Abort", "AbortVerdict", "Release", "ReleaseVerdict"]
@@ -39,20 +39,25 @@ class ReleaseVerdict(StrEnum):
     FENCED = "fenced"  # another epoch holds the run
     TERMINAL = "terminal"  # it has ended
     RELEASED = "released"  # back on the queue
+    POISON_RUN = "poison_run"  # a lost attempt too many (``lost_owner``): it ended failed
 
 
 @dataclass(frozen=True, slots=True)
 class Release(ScriptCall):
-    """release.lua: the graceful hand-back; the worker stops at a checkpoint and the run goes
-    straight back on the queue as dispatch ``new_gen``."""
+    """release.lua: the hand-back; the run goes straight back on the queue as dispatch ``new_gen``.
+    Graceful: the worker stops at a checkpoint. With ``lost_owner`` (the lease id it ran under): the
+    run stopped without writing on its worker's passed lease deadline; it goes back only while
+    still running under that lease id at ``epoch``, counted as a lost attempt as the reconciler
+    counts a lapsed lease's runs."""
 
     SCRIPT = "release"
-    KEY_NAMES = ("run",)
+    KEY_NAMES = ("run", "stream", "tools")
     VERDICT = ReleaseVerdict
 
     epoch: int
     run_id: str
     new_gen: int
+    lost_owner: str = field(default="", metadata=TAIL)  # sent only when given
 
     def keys(self, part: Partition) -> list[str]:
-        return [part.run(self.run_id)]
+        return part.run_keys(self.run_id)

@@ -240,6 +240,25 @@ async def test_the_configuration_transcript_and_iterations_a_step_wrote_reach_th
     assert (await backend.held("r1")).iterations == 2
 
 
+async def test_a_run_stopped_on_its_workers_passed_lease_goes_back_only_while_still_its_own(
+    backend: Backend,
+) -> None:
+    """release(lost=True): the run stopped without writing on its worker's passed lease deadline. It
+    goes back while it still runs under that worker at that epoch, a lost attempt counted; moved
+    since (put back on the queue, taken by another worker), it is left where it is."""
+    await backend.submit("r1")
+    store, _ = await acquired(backend, "r1", "w1")
+    await store.commit(CommitStep(Outbox([ev()]), checkpoint=b"ck1"))
+    assert await store.release(1, lost=True) == "released"
+    assert (await backend.held("r1")).restarts == 1
+    assert await store.release(1, lost=True) == "fenced"  # queued now: a sweep's or its own doing
+    again, acq = await acquired(backend, "r1", "w2", gen=2)
+    assert (acq.epoch, acq.checkpoint, acq.restarts) == (2, b"ck1", 1)
+    assert await store.release(1, lost=True) == "fenced"  # w2 holds it at a later epoch
+    assert await again.commit(CommitStep(Outbox([ev()]))) == 2
+    assert (await backend.held("r1")).status == "running"
+
+
 @pytest.mark.parametrize("believed", [0, 5])  # a repeat of seq 1, a gap
 async def test_a_commit_at_a_stale_seq_is_refused_and_writes_nothing(backend: Backend, believed: int) -> None:
     await backend.submit("r1")

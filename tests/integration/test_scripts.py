@@ -286,6 +286,23 @@ async def test_release_hands_back_without_counting_a_crash(
     assert int(await redis.hget(K.run(rid), RunField.CRASHES) or 0) == 0
 
 
+async def test_a_lost_hand_back_counts_a_crash_and_quarantines_at_the_budget(
+    redis: Redis, redis_url: str, settings: Settings
+) -> None:
+    """release(lost=True), a run stopped on its worker's passed lease deadline: counted as the sweep
+    counts a lapsed lease's run, once (a second try finds it moved), and at max_run_crashes ended."""
+    rid = await new_run(redis, redis_url)
+    for gen in (1, 2):
+        store, acq = await acquire(redis, settings, rid, f"w{gen}", gen=gen)
+        assert isinstance(acq, Acquired) and acq.restarts == gen - 1
+        await store.commit(CommitStep(Outbox([ev()])))
+        assert await store.release(gen, lost=True) == ("released" if gen == 1 else "poison_run")
+        assert await store.release(gen, lost=True) == "fenced"  # moved on (queued; ended at a new epoch)
+        assert not await redis.exists(K.worker_runs(f"w{gen}"))
+    assert_quarantined(await redis.hgetall(K.run(rid)), await stream(redis, rid), crashes=2)
+    assert await redis.zscore(K.queue, K.job_id(rid, 3)) is None
+
+
 async def test_reconciler_redispatches_expired_and_lost_runs_once(
     redis: Redis, redis_url: str, settings: Settings
 ) -> None:

@@ -18,6 +18,7 @@ from agentmill_client.models import RunInput, RunResult, RunStatus
 from shared import checkpoint
 from shared.profiles import AgentProfile, RetryConfig
 from shared.settings import Settings
+from worker.adapters.lease import WorkerLease
 from worker.adapters.memory_store import (
     MemoryHost,
     MemoryModels,
@@ -53,12 +54,16 @@ class Counting(NullObserver):
     def __init__(self) -> None:
         self.served: list[str] = []
         self.refused: list[str] = []
+        self.redispatched: list[str] = []
 
     def tool_served_from_record(self, tool: str) -> None:
         self.served.append(tool)
 
     def append_refused(self, reason: str) -> None:
         self.refused.append(reason)
+
+    def runs_redispatched(self, reason: str, count: int = 1) -> None:
+        self.redispatched += [reason] * count
 
 
 class World:
@@ -270,6 +275,44 @@ async def test_a_run_whose_acknowledged_write_was_lost_is_handed_back_not_left_t
     assert w.observer.refused == ["duplicate"]
     assert w.run.status == RunStatus.QUEUED.value  # handed back at once: another worker resumes it
     assert store.epoch == w.run.epoch  # it still held the run when it gave it back
+
+
+async def test_a_run_stopped_on_its_workers_passed_lease_deadline_hands_itself_back() -> None:
+    """Past the worker's lease deadline the run starts nothing and writes nothing; it goes back on
+    the queue at once (a lost attempt), not when the lease keeper or a sweep gets to it."""
+    w = World([{"toolCalls": [{"id": "c1", "name": "sleep", "arguments": {"ms": 30}}]}, {"text": "fin"}])
+    now = [0.0]
+    w.host.lease = WorkerLease(3000, 300, clock=lambda: now[0])
+    w.host.lease.renewed(0.0)
+    driver, store = w.driver()
+    job = started(driver.run())
+    await until(lambda: "c1.0" in w.run.tools)
+    now[0] = 10.0  # the deadline passes while the tool runs: its result's step starts no model call
+    assert await job == "fenced"
+    assert w.run.status == RunStatus.QUEUED.value and w.run.owner == ""  # back on the queue now
+    assert (w.run.restarts, store.epoch) == (1, w.run.epoch)
+    assert w.observer.redispatched == ["lease_expired"]  # as the sweep counts a lapsed lease's run
+
+
+async def test_a_run_whose_job_fails_is_handed_back_not_left_running_under_a_live_lease(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An error the driver does not expect (a store call that fails past its retries, a bug) fails
+    the job; the run goes back as a lost attempt, so the crash budget ends a run that always fails."""
+    w = World([{"toolCalls": [{"id": "c1", "name": "sleep", "arguments": {"ms": 30}}]}, {"text": "fin"}])
+    driver, store = w.driver()
+    real = store.commit
+
+    async def failing(step: Any) -> int:
+        if "c1.0" in w.run.tools:
+            raise ConnectionError("the store went away")
+        return await real(step)
+
+    monkeypatch.setattr(store, "commit", failing)
+    with pytest.raises(ConnectionError):
+        await driver.run()
+    assert w.run.status == RunStatus.QUEUED.value and w.run.owner == ""
+    assert w.run.restarts == 1 and w.observer.redispatched == ["lease_expired"]
 
 
 async def test_a_configuration_rejected_before_start_fails_the_run_through_the_machine() -> None:

@@ -59,7 +59,8 @@ def test_a_token_the_call_does_not_declare_is_refused() -> None:
 def test_the_fields_in_order_are_the_arguments_and_none_is_sent_empty() -> None:
     assert [f.name for f in dataclasses.fields(Abort)] == ["run_id", "reason", "tenant", "actor"]
     assert Abort("r1", "why").argv() == ["r1", "why", "", ""]
-    assert Release(3, "r1", 2).argv() == [3, "r1", 2]
+    assert Release(3, "r1", 2).argv() == [3, "r1", 2]  # its tail (lost_owner) only when given
+    assert Release(3, "r1", 2, "w1~2").argv() == [3, "r1", 2, "w1~2"]
     assert Abort.verdict([b"requested", b"running"]) is AbortVerdict.REQUESTED
     with pytest.raises(ValueError):
         Abort.verdict([b"no-such-verdict"])
@@ -147,8 +148,8 @@ def test_every_verdict_is_read_as_its_member_from_bytes_str_or_a_reply(name: str
 def test_a_calls_keys_are_its_declared_keys_on_the_partition() -> None:
     part = Partition(0, 1)
     assert Abort("r1", "x").keys(part) == part.run_keys("r1")
-    assert Release(1, "r1", 2).keys(part) == [part.run("r1")]
-    assert len(Abort.KEY_NAMES) == 3 and Release.KEY_NAMES == ("run",)
+    assert Release(1, "r1", 2).keys(part) == part.run_keys("r1")
+    assert len(Abort.KEY_NAMES) == 3 and Release.KEY_NAMES == ("run", "stream", "tools")
     assert Abort.header().startswith("-- KEYS: run, stream, tools   ARGV: run_id, reason, tenant")
 
 

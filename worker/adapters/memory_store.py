@@ -215,12 +215,16 @@ class MemoryRunStore:
     async def parent_status(self) -> tuple[str, str]:
         return "", ""
 
-    async def release(self, gen: int) -> str:
+    async def release(self, gen: int, *, lost: bool = False) -> str:
         r = self.run
         if r.epoch != self.epoch:
             return "fenced"
         if r.status in _TERMINAL:
             return "terminal"
+        if lost:  # as a lapsed lease's run, taken over: a lost attempt
+            if r.status != RunStatus.RUNNING.value or r.owner != self.worker_id:
+                return "fenced"
+            r.restarts += 1
         r.status, r.owner = RunStatus.QUEUED.value, ""
         return "released"
 

@@ -3,8 +3,7 @@ history and recall; and the worker beat.
 
 Every write goes through a script that checks the run's epoch and that the writing worker's lease is
 unexpired, so a stale worker (paused past its lease, or racing a re-dispatched job) is refused and
-stops without writing anything. The worker also checks its own lease deadline (worker.adapters.lease) before
-it sends a write, so it does not even try once it knows it is late.
+stops without writing anything. The worker checks its own lease deadline (worker.adapters.lease) first.
 """
 
 from __future__ import annotations
@@ -253,11 +252,12 @@ class RedisRunStore:
     async def hand_off(self) -> dict[str, str]:
         return await kids.hand_off(self.parts, self.scripts, self.part, self.run_id)
 
-    async def release(self, gen: int) -> str:
-        """Hand the run back: it goes straight back on the queue as dispatch gen + 1."""
-        self._check_lease()
+    async def release(self, gen: int, *, lost: bool = False) -> str:
+        """Hand the run back as dispatch gen + 1; ``lost``: past the lease deadline (release.lua)."""
+        if not lost:
+            self._check_lease()
         self.round_trips += 1
-        call = Release(self.epoch, self.run_id, gen + 1)
+        call = Release(self.epoch, self.run_id, gen + 1, self.lease_id if lost else "")
         r = await self._run(self.scripts.release, call.keys(self.part), call.argv())
         return Release.verdict(r).value
 

@@ -28,6 +28,7 @@ from shared.dispatch import RUN_FUNCTION
 from shared.keys import Partition
 from shared.partitions import Partitions
 from shared.scripts import Scripts
+from worker.process import failpoints
 from worker.process.deps import WorkerDeps
 from worker.process.finisher import JobFinisher
 from worker.process.wake import IDLE_POLLS, Wake
@@ -308,6 +309,8 @@ class ResilientWorker(Worker):
         answered for ``lease_id``): how many."""
         if self.finisher is None:
             self.finisher = JobFinisher(self.parts, int(self.keep_result_s * 1000))
+        if reply and failpoints.once("claim_reply_lost"):
+            return 0
         self._claimed += len(reply) // 3
         for i in range(0, len(reply), 3):
             job_id = reply[i].decode() if isinstance(reply[i], bytes) else str(reply[i])

@@ -4,7 +4,10 @@ At a named point, with the given probability, the worker process kills itself wi
 test can crash it exactly after a tool's side effect but before its result is recorded, or after
 events were published but before the checkpoint. A few points are faults short of a crash, checked
 with ``on``: ``drop_wake_signal`` (the worker ignores a wake signal it received, as if it were
-lost: its poll has to find the job). The worker arms them from its settings
+lost: its poll has to find the job), ``beat_reply_late`` (a beat that Redis executed is answered
+three leases late: the worker's deadline passes while Redis still holds its lease),
+``claim_reply_lost`` (once: a claim ran, its reply never reached the worker, as when the connection
+drops after the script and the client sends it again). The worker arms them from its settings
 (``Settings.failpoints``) when it starts; unarmed (the default), every check is a dict lookup.
 """
 
@@ -14,7 +17,7 @@ import os
 import random
 import signal
 
-__all__ = ["arm", "hit", "on"]
+__all__ = ["arm", "hit", "on", "once"]
 
 
 _points: dict[str, float] = {}
@@ -40,3 +43,11 @@ def on(name: str) -> bool:
     """Whether the fault named ``name`` happens this time (its probability; never when unarmed)."""
     p = _points.get(name)
     return p is not None and random.random() < p
+
+
+def once(name: str) -> bool:
+    """``on``, and the point disarmed when it happens: a fault a test wants exactly once."""
+    if on(name):
+        del _points[name]
+        return True
+    return False

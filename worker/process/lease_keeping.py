@@ -17,9 +17,10 @@ from shared.redis_watch import RedisWatch
 from shared.settings import Settings
 from worker.adapters.lease import WorkerLease
 from worker.adapters.redis_store import beat
+from worker.process import failpoints
 from worker.process.arq_worker import ResilientWorker
 from worker.process.deps import WorkerDeps
-from worker.process.reconciler import reconcile_once, reconcile_worker
+from worker.process.reconciler import hand_back_unheld, reconcile_once, reconcile_worker, runs_of
 from worker.telemetry.observer import Observer
 
 __all__ = ["LeaseKeeping"]
@@ -39,6 +40,7 @@ class LeaseKeeping:
     worker_id: str
     incarnation: int
     watch: RedisWatch
+    _unheld_seen: tuple[str, frozenset[tuple[int, str]]] = ("", frozenset())  # (lease id, runs) last sweep
 
     def _redis_failed(self, what: str, exc: BaseException) -> None:
         """A loop's failed call: a debug line when it belongs to a Redis outage (which the watch logs
@@ -83,6 +85,8 @@ class LeaseKeeping:
             except (RedisError, OSError) as exc:
                 self._redis_failed("heartbeat failed", exc)
                 continue
+            if failpoints.on("beat_reply_late"):  # Redis renewed the lease; its reply comes 3 leases late
+                await asyncio.sleep(3 * s.lease_ms / 1000.0)
             if b.lost:
                 await self._lease_lost("Redis reports its lease expired")
                 continue
@@ -137,8 +141,31 @@ class LeaseKeeping:
                 self._redis_failed("reconcile sweep failed", exc)
                 continue
             self._redispatched(verdicts)
+            try:
+                verdicts += await self._unheld()
+            except (RedisError, OSError) as exc:
+                self._redis_failed("own runs sweep failed", exc)
             moved = {
                 k: v for k, v in verdicts.items() if k in ("redispatched", "approval_timeout", "poison_run")
             }
             if moved:
                 log.info("reconciler: %s", dict(moved))
+
+    async def _unheld(self) -> Counter[str]:
+        """Runs Redis holds under this worker's lease id that no job here drives (a claim that ran
+        but whose reply was lost, sent again by the client: its runs stay 'running' under a live
+        lease, which no sweep looks past), handed back once found so on two sweeps in a row."""
+        lease_id = self.deps.lease_id
+        layout = self.deps.parts.layout
+        held = set(self.deps.active) | {layout.of_job(j)[1] for j in list(self.worker.tasks)}
+        runs = {(p.index, r): p for p, r in await runs_of(self.deps.parts, lease_id) if r not in held}
+        last, self._unheld_seen = self._unheld_seen, (lease_id, frozenset(runs))
+        due = [(runs[k], k[1]) for k in runs if last[0] == lease_id and k in last[1]]
+        if not due or lease_id != self.deps.lease_id:
+            return Counter()
+        log.warning("worker %s: %d runs held in Redis under its lease and by no job here; handing them back",
+                    lease_id, len(due))  # fmt: skip
+        got = await hand_back_unheld(self.deps.parts, self.deps.scripts, lease_id, due)
+        if n := got.get("unheld:released", 0):
+            self.observer.runs_redispatched(RedispatchReason.LEASE_EXPIRED, n)
+        return got

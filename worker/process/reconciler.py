@@ -19,6 +19,7 @@ from typing import Any
 from shared import children
 from shared.calls.dispatch import Redispatch, RedispatchVerdict
 from shared.calls.results import ChildResultVerdict
+from shared.calls.runs import Release
 from shared.clock import now_ms
 from shared.fields import RunField
 from shared.keys import Partition
@@ -27,7 +28,7 @@ from shared.scripts import Scripts, text
 from shared.settings import Settings
 from worker.adapters.redis_store import forget_worker
 
-__all__ = ["reconcile_once", "reconcile_worker"]
+__all__ = ["hand_back_unheld", "reconcile_once", "reconcile_worker", "runs_of"]
 
 
 async def reconcile_once(
@@ -129,3 +130,35 @@ async def _redispatch(
         if done.get("deliver") in (ChildResultVerdict.RECORDED, ChildResultVerdict.RESUMED):
             verdicts["child_delivered"] += 1
     return verdicts
+
+
+async def runs_of(parts: Partitions[Any], lease_id: str) -> list[tuple[Partition, str]]:
+    """The runs Redis holds under ``lease_id`` (its runs set on each partition): one round trip a node."""
+    sets = await parts.each(lambda pipe, part: pipe.smembers(part.worker_runs(lease_id)))
+    return [(part, text(r)) for part, (members,) in zip(parts.parts, sets, strict=True) for r in members]
+
+
+async def hand_back_unheld(
+    parts: Partitions[Any], scripts: Scripts, lease_id: str, runs: list[tuple[Partition, str]]
+) -> Counter[str]:
+    """Hand back runs Redis holds under ``lease_id`` that no job of its worker drives, each at the
+    epoch and dispatch it is at and only while it still runs under that lease id (release.lua's
+    lost hand-back, a lost attempt): verdicts counted as ``unheld:<verdict>``."""
+    verdicts: Counter[str] = Counter()
+    for part, rid in runs:
+        epoch, gen = await parts.call(part, _fields(part.run(rid)))
+        if epoch is None or gen is None:
+            continue
+        call = Release(int(epoch), rid, int(gen) + 1, lease_id)
+        k, a = scripts.frame(part, call.keys(part), call.argv())
+        r = await parts.call(part, _script(scripts.release, k, a))
+        verdicts[f"unheld:{Release.verdict(r)}"] += 1
+    return verdicts
+
+
+def _fields(run: str) -> Callable[[Any], Awaitable[Any]]:
+    return lambda c: c.hmget(run, RunField.EPOCH, RunField.GEN)
+
+
+def _script(script: Any, k: list[Any], a: list[Any]) -> Callable[[Any], Awaitable[Any]]:
+    return lambda c: script(keys=k, args=a, client=c)

@@ -21,7 +21,6 @@ as a refused commit does (FencedError, SeqConflictError): the call is cancelled 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 from collections import deque
@@ -66,6 +65,7 @@ from worker.runner.effect import EffectContext, FlushDeltas, ToolRecorded
 from worker.runner.effect_tasks import Crashed, EffectTasks, Wake
 from worker.runner.effects import model_only
 from worker.runner.effects import start as start_effect
+from worker.runner.hand_back import hand_back, released
 from worker.runner.holding import FlushHeld, StepHold
 from worker.runner.inbox import Inbox
 from worker.runner.parking import Park, parking
@@ -162,16 +162,24 @@ class RunDriver:
         try:
             return await tracing.attempt(self.run_id, self.gen, acq, self._run)  # in its span, if traced
         except (FencedError, SeqConflictError) as exc:
+            lapsed = self.host.lease is not None and self.host.lease.expired()  # stopped on its deadline
             obs.append_refused("fenced" if isinstance(exc, FencedError) else "duplicate")
             log.warning("run %s: %s; stopping without writing", self.run_id, exc)
             if isinstance(exc, SeqConflictError) and not self.fenced:
-                # Still ours, but Redis lost a write we saw acknowledged (a failover): hand it back.
-                await self._hand_back(5.0)
+                await self._hand_back(5.0)  # still ours; Redis lost a write it acknowledged (a failover)
+            elif lapsed and not (isinstance(exc, FencedError) and exc.deleted):
+                await self._cancel_tasks()  # its effects stopped before another worker may take it over
+                await self._hand_back(2.0, lost=True)
             return "deleted" if isinstance(exc, FencedError) and exc.deleted else "fenced"
         except asyncio.CancelledError:
             await self._cancel_tasks()
             if not self.state.terminal and not self.fenced:
                 await self._hand_back(2.0)
+            raise
+        except Exception:  # the job fails: the run goes back, a lost attempt (else it stays 'running'
+            await self._cancel_tasks()  # under this worker's live lease, which no sweep looks past)
+            if not self.fenced:
+                await self._hand_back(2.0, lost=True)
             raise
         finally:
             await self._cancel_tasks()
@@ -183,17 +191,11 @@ class RunDriver:
     async def _released(self) -> str:
         """The run back on the queue at its last checkpoint, its loop done (a drain, a stall)."""
         await self._flush_held()
-        await self.out.landed()
-        verdict = await self.store.release(self.gen)
-        log.info("run %s handed back at a checkpoint (%s)", self.run_id, verdict)
-        return "released"
+        return await released(self.run_id, self.out, self.store, self.gen)
 
-    async def _hand_back(self, within_s: float) -> None:
-        """Best effort: the run back on the queue now (else it waits for the lease to run out)."""
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.out.landed(), within_s)  # the release after the commit sent behind
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(asyncio.shield(self.store.release(self.gen)), within_s)
+    async def _hand_back(self, within_s: float, *, lost: bool = False) -> None:
+        obs = self.host.observer if lost else None
+        await hand_back(self.run_id, self.out, self.store, self.gen, within_s, lost=obs)
 
     async def _run(self, acq: Acquired) -> str:
         if acq.unreadable:  # sealed with a data key no longer listed: the run fails, its job does not
