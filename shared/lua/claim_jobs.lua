@@ -21,6 +21,7 @@
 -- tenants take turns (below): a burst of one tenant's jobs does not fill a batch, nor start first,
 -- ahead of another tenant's job just behind it.
 local PICK_MAX = 1024  -- due jobs one call looks at, at most, when it picks them itself
+local LOOK_AHEAD = 64  -- due jobs a window reads past what is still to claim, at most (below)
 local out = {}
 local now = tonumber(ARG.NOW_MS)
 local limit = tonumber(ARG.LIMIT)
@@ -129,16 +130,18 @@ if ARGN.JOB_IDS <= #ARGV then
   end
   return out
 end
--- No ids given: the queue's due jobs, a window at a time (twice what is still to claim, at most
--- PICK_MAX looked at in all), claimed in turns between the tenants in the window: each tenant's
--- first job, the tenants in the order of their first jobs in the queue, then each one's second,
--- and so on until the limit. A tenant alone claims in queue order, as much as before; a tenant
--- whose burst of jobs is ahead of another's no longer fills the batch first, and the worker
--- starts the jobs in the reply's order. A job left where it was (its in-progress key held) is
--- skipped by the next window; a tenant at its cap has its jobs in the window held.
+-- No ids given: the queue's due jobs, a window at a time (what is still to claim and as many again,
+-- up to LOOK_AHEAD more; at most PICK_MAX looked at in all), claimed in turns between the tenants
+-- in the window: each tenant's first job, the tenants in the order of their first jobs in the
+-- queue, then each one's second, and so on until the limit. A tenant alone claims in queue order,
+-- as much as before; a burst of one tenant's jobs just ahead of another's job no longer fills the
+-- batch first, nor starts first (the worker starts the jobs in the reply's order). Another
+-- tenant's job further back is seen as the burst leaves the queue, or is held at its tenant's cap.
+-- A job left where it was (its in-progress key held) is skipped by the next window.
 local left_behind, looked = 0, 0
 while not full() and looked < PICK_MAX do
-  local want = math.min(2 * (limit - #out / 3), PICK_MAX - looked)
+  local left = limit - #out / 3
+  local want = math.min(left + math.min(left, LOOK_AHEAD), PICK_MAX - looked)
   local page = redis.call('ZRANGEBYSCORE', QUEUE, '-inf', now, 'WITHSCORES', 'LIMIT', left_behind, want)
   if #page == 0 then break end
   local tenants, jobs = {}, {}
