@@ -16,8 +16,9 @@ __all__ = ["ClaimJobs", "Redispatch", "RedispatchReason", "RedispatchVerdict", "
 @dataclass(frozen=True, slots=True)
 class ClaimJobs(ScriptCall):
     """claim_jobs.lua: the partition's due scheduled jobs moved to the queue, then up to ``limit`` of
-    ``job_ids`` claimed with arq's rule and each one's run taken by the worker ``lease_id`` at once;
-    answers per claimed job its id, its queue score and what acquire_run answered ({} with no
+    ``job_ids`` (none: of the queue's due jobs, the tenants taking turns) claimed with arq's rule and
+    each one's run taken by the worker ``lease_id`` at once; answers per claimed job, in the order
+    the worker starts them, its id, its queue score and what acquire_run answered ({} with no
     lease id)."""
 
     SCRIPT = "claim_jobs"

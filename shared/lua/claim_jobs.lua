@@ -1,23 +1,27 @@
 -- arq's job start, batched: claim up to ARG.LIMIT of the given job ids in one round trip, with arq's
 -- own rule (the job is due and nobody holds its in-progress key); a claimed job leaves the queue.
--- Given no ids, the call picks the queue's due jobs itself, in queue order (the worker's poll: the
--- ids never travel to the worker and back, and a woken worker claims in one round trip).
+-- Given no ids, the call picks the queue's due jobs itself, in turns between tenants (below: the
+-- worker's poll: the ids never travel to the worker and back, and a woken worker claims in one
+-- round trip).
 -- The call: shared.calls.dispatch.ClaimJobs (the partition's queue, live index, scheduled jobs and
 -- depth counters are its fixed keys).
 -- Reply: per claimed job its id, its queue score and, with a lease id, what acquire_run answered
 -- for its run (the worker took it in the same call: one script a job, not a claim and an acquire;
 -- a verdict other than ok ends the job as an acquire's would), else an empty list. A worker whose
--- lease has expired claims nothing.
+-- lease has expired claims nothing. The worker starts the jobs in the reply's order.
 -- First the scheduled jobs now due (runAt reached) move to the queue, scored as if enqueued at
 -- their runAt (queue_score): they are claimed by the next poll (a run with a concurrency key whose
 -- slots are all held waits for one instead: conc_take).
 -- A claimed run's reconciler check moves to one lease from now: if its worker dies before it takes
 -- the lease, the sweep finds the run still queued with its job in progress and re-dispatches it.
--- Fair dispatch: a job whose tenant already runs its maxRunning is not claimed; it moves, with its
--- score, to the tenant's held set, so the jobs of other tenants behind it come within arq's poll
--- window, and goes back to the queue at that score when a run of the tenant stops running (track
--- in prelude.lua): it keeps its place among the tenant's runs.
+-- Fair dispatch, between tenants: a job whose tenant already runs its maxRunning is not claimed; it
+-- moves, with its score, to the tenant's held set, so the jobs of other tenants behind it come
+-- within arq's poll window, and goes back to the queue at that score when a run of the tenant stops
+-- running (track in prelude.lua): it keeps its place among the tenant's runs. Within one claim, the
+-- tenants take turns (below): a burst of one tenant's jobs does not fill a batch, nor start first,
+-- ahead of another tenant's job just behind it.
 local PICK_MAX = 1024  -- due jobs one call looks at, at most, when it picks them itself
+local LOOK_AHEAD = 64  -- due jobs a window reads past what is still to claim, at most (below)
 local out = {}
 local now = tonumber(ARG.NOW_MS)
 local limit = tonumber(ARG.LIMIT)
@@ -76,28 +80,26 @@ end
 local worker = ARG.LEASE_ID
 local alive = worker == '' or worker_alive(worker)
 
--- One job: claimed (true), held back for its tenant's cap (true: it left the queue too), or left
--- where it is (false: not due, gone, or its in-progress key held).
-local function take(id)
-  local rid = run_of_job(id)
-  local score = redis.call('ZSCORE', QUEUE, id)
-  if not (score and tonumber(score) <= now) then return false end
-  local h = redis.call('HMGET', run_key(rid), F.TENANT, F.PRIORITY)
-  local tenant, cap = h[1] or '', 0
+-- One due job (its run id, queue score, tenant and priority read): claimed (CLAIMED), held back
+-- for its tenant's cap (HELD: it left the queue too), or left where it is (nil: its in-progress
+-- key held).
+local CLAIMED, HELD = 1, 2
+local function take(id, rid, score, tenant, priority)
+  local cap = 0
   if max_running > 0 or ARG.RUNNING_CAPS ~= '' then cap = tonumber(caps[tenant] or max_running) end
   if cap > 0 and running_count(tenant, cap) >= cap then
     redis.call('ZREM', QUEUE, id)
     redis.call('ZADD', tenant_held_key(tenant), score, id)
-    return true
+    return HELD
   end
   if not redis.call('SET', ARG.IN_PROGRESS_PREFIX .. id, '1', 'NX', 'PX', ARG.IN_PROGRESS_MS) then
-    return false
+    return nil
   end
   -- Claimed: off the queue, so later polls (every worker's, every 50 ms) do not scan it again
   -- while it runs. A lost claim is found by the reconciler (the run's live-index check), not
   -- by arq's in-progress expiry.
   redis.call('ZREM', QUEUE, id)
-  depth_down(tonumber(h[2] or '') or DEFAULT_PRIORITY)
+  depth_down(tonumber(priority or '') or DEFAULT_PRIORITY)
   out[#out + 1] = id
   out[#out + 1] = score
   redis.call('ZADD', LIVE, 'XX', 'LT', check_at, rid)
@@ -110,26 +112,66 @@ local function take(id)
   else
     out[#out + 1] = {}
   end
-  return true
+  return CLAIMED
 end
 
 if not alive then return out end
+local function full() return #out >= 3 * limit end
 if ARGN.JOB_IDS <= #ARGV then
   for i = ARGN.JOB_IDS, #ARGV do
-    if #out >= 3 * limit then break end
-    take(ARGV[i])
+    if full() then break end
+    local id = ARGV[i]
+    local score = redis.call('ZSCORE', QUEUE, id)
+    if score and tonumber(score) <= now then  -- else not due, or gone
+      local rid = run_of_job(id)
+      local h = redis.call('HMGET', run_key(rid), F.TENANT, F.PRIORITY)
+      take(id, rid, score, h[1] or '', h[2])
+    end
   end
   return out
 end
--- No ids given: the queue's due jobs in its order, read a page at a time (a page is what is still
--- to claim; the jobs left where they were are skipped by the next page), at most PICK_MAX looked at.
+-- No ids given: the queue's due jobs, a window at a time (what is still to claim and as many again,
+-- up to LOOK_AHEAD more; at most PICK_MAX looked at in all), claimed in turns between the tenants
+-- in the window: each tenant's first job, the tenants in the order of their first jobs in the
+-- queue, then each one's second, and so on until the limit. A tenant alone claims in queue order,
+-- as much as before; a burst of one tenant's jobs just ahead of another's job no longer fills the
+-- batch first, nor starts first (the worker starts the jobs in the reply's order). Another
+-- tenant's job further back is seen as the burst leaves the queue, or is held at its tenant's cap.
+-- A job left where it was (its in-progress key held) is skipped by the next window.
 local left_behind, looked = 0, 0
-while #out < 3 * limit and looked < PICK_MAX do
-  local page = redis.call('ZRANGEBYSCORE', QUEUE, '-inf', now, 'LIMIT', left_behind, limit - math.floor(#out / 3))
+while not full() and looked < PICK_MAX do
+  local left = limit - #out / 3
+  local want = math.min(left + math.min(left, LOOK_AHEAD), PICK_MAX - looked)
+  local page = redis.call('ZRANGEBYSCORE', QUEUE, '-inf', now, 'WITHSCORES', 'LIMIT', left_behind, want)
   if #page == 0 then break end
-  for _, id in ipairs(page) do
-    looked = looked + 1
-    if not take(id) then left_behind = left_behind + 1 end
+  local tenants, jobs = {}, {}
+  for i = 1, #page, 2 do
+    local rid = run_of_job(page[i])
+    local h = redis.call('HMGET', run_key(rid), F.TENANT, F.PRIORITY)
+    local t = h[1] or ''
+    if not jobs[t] then jobs[t] = {}; tenants[#tenants + 1] = t end
+    local q = jobs[t]
+    q[#q + 1] = {page[i], rid, page[i + 1], h[2]}
   end
+  looked = looked + #page / 2
+  local turn = 1
+  while #tenants > 0 and not full() do
+    local next_turn = {}
+    for _, t in ipairs(tenants) do
+      if full() then break end
+      local q = jobs[t]
+      local j = q[turn]
+      local got = take(j[1], j[2], j[3], t, j[4])
+      if got == HELD then  -- its other jobs here too: they go back in their order as its runs stop
+        for k = turn + 1, #q do take(q[k][1], q[k][2], q[k][3], t, q[k][4]) end
+      elseif q[turn + 1] then
+        next_turn[#next_turn + 1] = t
+      end
+      if got == nil then left_behind = left_behind + 1 end
+    end
+    tenants = next_turn
+    turn = turn + 1
+  end
+  if #page / 2 < want then break end
 end
 return out
