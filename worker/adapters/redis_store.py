@@ -121,7 +121,7 @@ class RedisRunStore:
             return self._opened(r)
         except payload_crypto.DataKeyError as exc:  # the run fails with the reason (its driver), not the job
             return Acquired(self.epoch, self.last_seq, None, b"{}", "", {}, {}, int(text(r[8])), tenant=self.tenant,
-                            unreadable=str(exc))  # fmt: skip
+                            unreadable=str(exc), opened=int(text(r[16])) if len(r) > 16 and r[16] else 0)  # fmt: skip
 
     def _opened(self, r: Any) -> Acquired:
         """acquire_run.lua's reply with its sealed payloads opened (shared/payload_crypto.py)."""
@@ -144,6 +144,7 @@ class RedisRunStore:
             config=(o(r[13]) or None) if len(r) > 13 else None,
             transcript=(self.codec.open_fragment(r[14]) or None) if len(r) > 14 else None,
             priority=int(text(r[15])) if len(r) > 15 and r[15] else limits.DEFAULT_PRIORITY,
+            opened=int(text(r[16])) if len(r) > 16 and r[16] else 0,
         )
 
     async def commit(self, step: CommitStep) -> int:

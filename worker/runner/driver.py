@@ -56,7 +56,6 @@ from worker.machine import (
     Resumed,
     Started,
     StartRejected,
-    notices,
 )
 from worker.ports import Host
 from worker.runner import ending, hearing, opening
@@ -115,6 +114,7 @@ class RunDriver:
         self.observed_start = False
         self.is_child = False  # a sub-agent's run: its ending goes to its parent
         self.model_commit = cfg.model_commit  # "behind": a model call starts with its step's commit
+        self.opening = opening.Opening(0)  # the run's opening event: the machine's to write, or written
 
     # ---- signals from the worker (lease keeper, shutdown) ----
 
@@ -235,9 +235,8 @@ class RunDriver:
                 first = await off_loop(restore) if big else restore()
         self.host.observer.run_started(resumed=resumed, job_try=self.job_try)
         self.observed_start = True
-        if resumed and acq.last_seq > self.out.ckpt_seq:
-            # Deltas of a model call that was cut off by a crash: tell readers to drop them.
-            self.out.emit(notices.model_call_restarted(self.state.model_call_index, self.out.ckpt_seq))
+        self.opening = opening.Opening(0 if resumed else acq.opened)  # written by the acquisition?
+        self.out.emit(*opening.cut_off(acq, self.state, resumed, self.out.ckpt_seq))
         self.pending.append(first)
         if not acq.abort_reason and acq.ancestry and acq.checkpoint is None:
             acq = await opening.orphaned(self.store, acq)  # a child created after its parent ended
@@ -307,7 +306,8 @@ class RunDriver:
         draining, resumed = self.draining, isinstance(ev, Resumed)
         for c in cmds:
             if isinstance(c, Emit):
-                outbox.events.append((c.kind.value, ts, orjson.dumps(c.payload)))
+                if not self.opening.written_already(c):
+                    outbox.events.append((c.kind.value, ts, orjson.dumps(c.payload)))
                 hearing.emitted(
                     obs, c, resumed=resumed, agent=self.state.config.agent if self.state.config else ""
                 )
