@@ -79,6 +79,11 @@ def per_job(a: dict[str, Any], b: dict[str, Any], n: int) -> dict[str, Any]:
     }
 
 
+def start_worker(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as f:
+        return subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=env, stdout=f, stderr=f)
+
+
 async def measure(name: str, fsync: str, n: int, paced: int, rate: float) -> dict[str, Any]:
     peer, why = make_peer(name)
     if peer is None:
@@ -104,8 +109,7 @@ async def measure(name: str, fsync: str, n: int, paced: int, rate: float) -> dic
     w: subprocess.Popen[bytes] | None = None
     try:
         await peer.reset()
-        with log.open("wb") as f:
-            w = subprocess.Popen([sys.executable, *peer.worker_argv], cwd=ROOT, env=env, stdout=f, stderr=f)
+        w = start_worker(peer.worker_argv, env, log)
         await peer.enqueue("warm", job_input(0))  # started, scripts loaded, one job done
         t_end = time.monotonic() + 60
         while not await peer.done():

@@ -95,6 +95,8 @@ async def test_a_model_call_cut_off_after_its_deltas_were_published_is_announced
     assert_clean_stream(events)
     restarts = [e for e in events if e.kind == "status" and e.payload["status"] == "model_call_restarted"]
     assert len(restarts) == 1
+    # opened once (by the acquisition that first took it), though its second worker started it anew
+    assert [e.seq for e in events if e.kind == "status" and e.payload["status"] == "running"] == [1]
     cut = restarts[0]
     abandoned = [e for e in events if e.kind == "model_delta" and e.seq < cut.seq]
     assert abandoned and all(e.seq > cut.payload["discardAfterSeq"] for e in abandoned)

@@ -2,9 +2,8 @@
 history and recall; and the worker beat.
 
 Every write goes through a script that checks the run's epoch and that the writing worker's lease is
-unexpired, so a stale worker (paused past its lease, or racing a re-dispatched job) is refused and
-stops without writing anything. The worker also checks its own lease deadline (worker.adapters.lease) before
-it sends a write, so it does not even try once it knows it is late.
+unexpired, so a stale worker (paused past its lease, or racing a re-dispatched job) is refused and writes
+nothing; the worker also checks its own lease deadline (worker.adapters.lease) before it sends one.
 """
 
 from __future__ import annotations
