@@ -290,6 +290,8 @@ class WorkerProcess(LeaseKeeping):
             log.info(
                 "worker %s: stop requested; draining %d runs", self.worker_id, len(deps.active) if deps else 0
             )
+            if deps is not None:  # a run that starts from now on hands itself back at once: a new run
+                deps.draining = True  # has no commit before its model call, where the drain would find it
             self.stopping.set()
 
     async def _graceful_stop(self) -> None:
