@@ -43,8 +43,8 @@ local function acquired(run, stream, tools, run_id, epoch, crashes)
   local opened = d[13] or ''
   if opened == '' and not left[2] and (d[2] or '') == '' and not left[6] and (d[6] or '') == '' then
     opened = int_text(tonumber(d[1] or '0') + 1)
-    local version = d[15] or ''
-    if version ~= '' then version = ',"agentVersion":' .. int_text(tonumber(version)) end
+    local version = tonumber(d[15] or '')
+    version = version and ',"agentVersion":' .. int_text(version) or ''
     xadd_text(stream, opened, EVENT.STATUS, now_ms(),
       '{"status":"' .. S.RUNNING .. '","agent":' .. cjson.encode(d[14] or '') .. version .. '}', ctx().maxlen, epoch)
     redis.call('HSET', run, F.LAST_SEQ, opened, F.OPENED, opened)
