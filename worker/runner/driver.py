@@ -10,8 +10,8 @@ their tasks are owned by the run's ``EffectTasks`` (effect_tasks.py). The ending
 hand-off are in ending.py.
 
 One exception to "before any effect it asked for starts", the ``behind`` mode
-(``AGENTMILL_MODEL_COMMIT``, ``model_commit``): a step whose one effect is a model call (a run's
-start or resumption) sends its commit and starts the call at once, without waiting for the commit's
+(``AGENTMILL_MODEL_COMMIT``, ``model_commit``): a step whose one effect is a model call (a retry's
+or fork's start) sends its commit and starts the call at once, without waiting for the commit's
 reply; the call is no recorded side effect, and a crash before the reply redoes the step. The reply
 is awaited before anything else goes out: the next commit or delta (Commits.landed), a budget hold or
 an economy request (model_call.py), a release. A refused commit wakes the loop, which stops the run
