@@ -308,6 +308,8 @@ class RunDriver:
             if isinstance(c, Emit):
                 if not self.opening.written_already(c):
                     outbox.events.append((c.kind.value, ts, orjson.dumps(c.payload)))
+                else:  # its claim published it
+                    obs.event_published(c.kind.value)
                 hearing.emitted(
                     obs, c, resumed=resumed, agent=self.state.config.agent if self.state.config else ""
                 )
