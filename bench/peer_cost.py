@@ -6,8 +6,9 @@ with AOF at the level asked for, twice: a burst (N jobs enqueued while the worke
 SIGSTOP, then let go) and a paced pass (jobs submitted one by one at 100/s to the idle worker, the
 figure's latency pass). Per job: the worker's CPU (/proc), redis-server's CPU (INFO cpu), the
 commands Redis ran (top-level, and inside scripts from INFO commandstats) and its socket reads
-(INFO stats total_reads_processed: about one per round trip), less the submitter's own round
-trips, which this process counts on its connections. CPU time holds up better than rates on a
+(INFO stats total_reads_processed, less the submitter's own round trips, which this process counts
+on its connections: a rough count of the worker's round trips, which share reads when they come
+together; tests/integration/test_run_round_trips.py counts a run's exactly). CPU time holds up better than rates on a
 shared machine; compare trees side by side, each from its own checkout.
 """
 
@@ -72,7 +73,7 @@ def per_job(a: dict[str, Any], b: dict[str, Any], n: int) -> dict[str, Any]:
     return {
         "worker_ms": round((b["worker"] - a["worker"]) * 1000 / n, 3),
         "redis_ms": round((b["redis"] - a["redis"]) * 1000 / n, 3),
-        "worker_round_trips": round((b["reads"] - a["reads"] - sent) / n, 2),
+        "worker_reads": round((b["reads"] - a["reads"] - sent) / n, 2),
         "submit_round_trips": round(sent / n, 2),
         "top_commands": round((b["top"] - a["top"] - sent) / n, 2),
         "commands": {k: round(v, 2) for k, v in sorted(cmds.items(), key=lambda kv: -kv[1]) if v >= 0.05},
