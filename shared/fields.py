@@ -71,6 +71,10 @@ class RunField(StrEnum):
     CLAIMS = "claims"
     ITERATIONS = "iterations"  # kept beside the checkpoint so an ending from outside reports it
     CRASHES = "crashes"  # attempts that lost their worker (AGENTMILL_MAX_RUN_CRASHES ends it, poison_run)
+    # The seq of the run's opening event (its ``running`` status), written by the acquisition that
+    # first took it (acquire_run.lua); absent: not opened there (a retry or fork, or a run taken up
+    # from a checkpoint).
+    OPENED = "opened"
     ABORT = "abort"  # a pending abort request: its reason, or it and its actor (shared.actors), '' = none
     RESULT = "result"  # the RunResult JSON, once the run ended
     FINISHED_AT = "finishedAt"  # ms, Redis time

@@ -16,9 +16,10 @@ class RunnerSettings(BaseSettings):
 
     model_commit: Literal["behind", "awaited"] = Field(
         default="awaited",
-        description="a step whose only effect is a model call (a run's start, its resumption): `behind` "
-        "sends the step's commit and the model request together, so a run's first model call no longer "
-        "waits a Redis round trip; the commit's reply is still awaited before the run writes again, "
+        description="a step whose only effect is a model call with something to commit (a retry's or fork's "
+        "start; a new run's start commits nothing before its first call, its claim wrote its opening event): "
+        "`behind` sends the step's commit and the model request together, so the call does not wait a Redis "
+        "round trip; the commit's reply is still awaited before the run writes again, "
         "publishes a delta, holds budget, writes an economy request, runs a tool or parks, and a refused "
         "commit (the run fenced or deleted) stops the run and cancels the call unanswered; `awaited`: "
         "the commit's reply first, then the call",

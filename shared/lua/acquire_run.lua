@@ -9,7 +9,15 @@
 -- has a record past its claim. Then its tenant, ancestry, and the submitter's trace context
 -- (F.TRACE, '' = none), its configuration when its checkpoints leave it out (F.CONFIG, '' =
 -- inline), and its transcript when they leave that out (transcript_key, '' = inline or none yet),
--- and its priority (F.PRIORITY: as capped at submission; the provider limiter's line orders by it).
+-- and its priority (F.PRIORITY: as capped at submission; the provider limiter's line orders by it),
+-- and the seq of its opening event (F.OPENED, '' = not opened here).
+-- The opening: a run taken for the first time (no checkpoint, no retry's or fork's origin) gets its
+-- ``running`` status event here, at the stream's next seq and the new epoch, as the machine's
+-- on_started has it (worker/machine/handlers.py: the status and the agent, with the version of a
+-- tenant's agent), so a new run's first write of its own is its first model step's commit, not a
+-- round trip before its model call. F.OPENED keeps the event's seq: a run taken again before its
+-- first checkpoint (its worker lost) is not opened twice, and its driver leaves the machine's own
+-- event out (worker/runner/opening.py).
 -- Else a verdict: missing, terminal, superseded, no_lease, busy, exhausted.
 -- A payload from LARGE_BYTES on (a fork's input and state, a long run's checkpoint, configuration or
 -- transcript) is left out of an ok reply: false (nil) in its place, for the worker to read with plain
@@ -19,9 +27,9 @@
 -- so a small run pays one command for it.
 local LARGE_BYTES = __LARGE_BYTES__
 local FIELDS = {F.LAST_SEQ, F.CKPT, F.INPUT, F.ABORT, F.APPROVALS, F.ORIGIN, F.TENANT, F.ANCESTRY, F.CLAIMS,
-  F.TRACE, F.CONFIG, F.PRIORITY}
+  F.TRACE, F.CONFIG, F.PRIORITY, F.OPENED, F.AGENT, F.AGENT_VERSION}
 local PAYLOADS = {2, 3, 6, 11}  -- ckpt, input, origin, config: FIELDS' indexes
-local function acquired(run, tools, run_id, epoch, crashes)
+local function acquired(run, stream, tools, run_id, epoch, crashes)
   local left, asked = {}, FIELDS
   if (redis.call('MEMORY', 'USAGE', run, 'SAMPLES', '0') or 0) >= LARGE_BYTES then
     asked = {}
@@ -32,6 +40,16 @@ local function acquired(run, tools, run_id, epoch, crashes)
   end
   local d = redis.call('HMGET', run, unpack(asked))
   local function field(i) if left[i] then return false end return d[i] or '' end
+  local opened = d[13] or ''
+  if opened == '' and not left[2] and (d[2] or '') == '' and not left[6] and (d[6] or '') == '' then
+    opened = int_text(tonumber(d[1] or '0') + 1)
+    local version = tonumber(d[15] or '')
+    version = version and ',"agentVersion":' .. int_text(version) or ''
+    xadd_text(stream, opened, EVENT.STATUS, now_ms(),
+      '{"status":"' .. S.RUNNING .. '","agent":' .. cjson.encode(d[14] or '') .. version .. '}', ctx().maxlen, epoch)
+    redis.call('HSET', run, F.LAST_SEQ, opened, F.OPENED, opened)
+    d[1] = opened
+  end
   local origin = ''  -- a retry's or fork's, until it has a checkpoint of its own
   if not left[2] and (d[2] or '') == '' then origin = field(6) end
   local transcript = ''
@@ -55,7 +73,7 @@ local function acquired(run, tools, run_id, epoch, crashes)
     end
   end
   return {ACQ.OK, tostring(epoch), d[1] or '0', field(2), field(3), d[4] or '', d[5] or '', records,
-    tostring(crashes), origin, d[7] or '', d[8] or '', d[10] or '', field(11), transcript, d[12] or ''}
+    tostring(crashes), origin, d[7] or '', d[8] or '', d[10] or '', field(11), transcript, d[12] or '', opened}
 end
 local function acquire_run(run, stream, tools, run_id, gen, worker, alive)
   local h = redis.call('HMGET', run, F.STATUS, F.GEN, F.OWNER, F.EPOCH, F.CRASHES)
@@ -63,7 +81,7 @@ local function acquire_run(run, stream, tools, run_id, gen, worker, alive)
   if is_terminal(h[1]) then return {ACQ.TERMINAL, h[1]} end
   if tonumber(h[2]) ~= tonumber(gen) then return {ACQ.SUPERSEDED, h[2]} end
   if not alive and not worker_alive(worker) then return {ACQ.NO_LEASE, worker} end
-  if h[3] == worker and h[1] == S.RUNNING then return acquired(run, tools, run_id, h[4], h[5] or '0') end
+  if h[3] == worker and h[1] == S.RUNNING then return acquired(run, stream, tools, run_id, h[4], h[5] or '0') end
   if h[3] ~= '' and worker_alive(h[3]) then return {ACQ.BUSY, h[3]} end
   local crashes = tonumber(h[5] or '0')
   if h[3] ~= '' then  -- its worker died without handing it back and no sweep has counted that yet
@@ -76,5 +94,5 @@ local function acquire_run(run, stream, tools, run_id, gen, worker, alive)
   track(run, run_id, h[1], S.RUNNING)
   redis.call('SADD', worker_runs_key(worker), run_id)
   redis.call('ZREM', LIVE, run_id)  -- a running run is watched through its worker's lease
-  return acquired(run, tools, run_id, epoch, crashes)
+  return acquired(run, stream, tools, run_id, epoch, crashes)
 end

@@ -270,7 +270,8 @@ async def test_a_reply_whose_commit_is_refused_still_settles_its_hold(redis: Red
     from tests.integration.helpers import script_run
     from tests.support.schema import parts_of
     from worker.adapters.budgets import TenantBudgets
-    from worker.adapters.redis_store import RedisRunStore, beat
+    from worker.adapters.redis_store import RedisRunStore
+    from worker.adapters.worker_beat import beat
     from worker.core.acquisition import Acquired
     from worker.core.commit_step import CommitStep, Outbox
     from worker.core.store_errors import FencedError

@@ -35,10 +35,16 @@ def chaos_run(script: list[dict[str, object]]) -> dict[str, object]:
 
 
 async def crash_then_rescue(
-    redis: Redis, redis_url: str, tmp_path: Path, ledger: Ledger, failpoint: str, body: dict[str, object]
+    redis: Redis,
+    redis_url: str,
+    tmp_path: Path,
+    ledger: Ledger,
+    failpoint: str,
+    body: dict[str, object],
+    resumed: int = 1,
 ) -> tuple[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]]:
-    """The run's first worker dies at the failpoint; a second finishes it. Returns the run id and
-    the rescuer's metrics."""
+    """The run's first worker dies at the failpoint; a second finishes it (``resumed``: from the
+    first one's checkpoint, else it starts the run anew). Returns the run id and the rescuer's metrics."""
     profiles = chaos_profiles(ledger.url, tmp_path / "profiles.json")
     env = {**FAST, "AGENTMILL_PROFILES": str(profiles)}
     p = producer_for(redis, redis_url, profiles=str(profiles))  # the chaos profile: an HTTP ledger tool
@@ -55,8 +61,8 @@ async def crash_then_rescue(
     assert rec.status.value == "completed", rec.result
     assert status == 200
     metrics = metric_samples(body_text)
-    assert metrics[("agentmill_runs_resumed_total", ())] == 1
-    assert metrics[("agentmill_runs_started_total", (("resumed", "true"),))] == 1
+    assert metrics[("agentmill_runs_resumed_total", ())] == resumed
+    assert metrics[("agentmill_runs_started_total", (("resumed", "true" if resumed else "false"),))] == 1
     return sub.run_id, metrics
 
 
@@ -90,11 +96,14 @@ async def test_a_model_call_cut_off_after_its_deltas_were_published_is_announced
         run_id, _ = await crash_then_rescue(
             redis, redis_url, tmp_path, ledger, "after_delta_publish",
             chaos_run([{"text": "a long answer streamed in many small pieces " * 4, "delayMs": 800}]),
+            resumed=0,  # cut off in its first model call: before its first checkpoint
         )  # fmt: skip
     events = await stream(redis, run_id)
     assert_clean_stream(events)
     restarts = [e for e in events if e.kind == "status" and e.payload["status"] == "model_call_restarted"]
     assert len(restarts) == 1
+    # opened once (by the acquisition that first took it), though its second worker started it anew
+    assert [e.seq for e in events if e.kind == "status" and e.payload["status"] == "running"] == [1]
     cut = restarts[0]
     abandoned = [e for e in events if e.kind == "model_delta" and e.seq < cut.seq]
     assert abandoned and all(e.seq > cut.payload["discardAfterSeq"] for e in abandoned)

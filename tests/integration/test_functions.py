@@ -20,7 +20,7 @@ from shared.settings import Settings
 from tests.integration.helpers import producer_for, script_run
 from tests.support.schema import K, parts_of
 from worker.adapters.batcher import ScriptBatcher
-from worker.adapters.redis_store import beat
+from worker.adapters.worker_beat import beat
 
 pytestmark = pytest.mark.integration
 

@@ -32,7 +32,8 @@ from tests.integration.api_support import A, key, settings
 from tests.integration.helpers import running_worker
 from tests.support.large_forks import MESSAGE_CHARS, MESSAGES, ended, large_run, ready_client
 from tests.support.schema import K, parts_of
-from worker.adapters.redis_store import RedisRunStore, beat
+from worker.adapters.redis_store import RedisRunStore
+from worker.adapters.worker_beat import beat
 from worker.core.acquisition import Acquired, NotAcquired
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

@@ -27,7 +27,8 @@ from shared.tool_records import ToolRecord, ToolState
 from tests.integration.helpers import producer_for, script_run, stream
 from tests.support.schema import K, parts_of, tool_records
 from worker.adapters.memory_store import MemoryRun, MemoryRunStore, MemorySessionStore, finalize
-from worker.adapters.redis_store import RedisRunStore, beat
+from worker.adapters.redis_store import RedisRunStore
+from worker.adapters.worker_beat import beat
 from worker.core import sessions
 from worker.core.acquisition import Acquired, NotAcquired
 from worker.core.commit_step import CommitStep, Outbox, SessionUpdate, TranscriptWrite
@@ -197,28 +198,34 @@ async def acquired(backend: Backend, run_id: str, worker: str, gen: int = 1) -> 
     return store, acq
 
 
-async def test_a_new_run_is_acquired_at_epoch_one_with_its_input_and_nothing_else(backend: Backend) -> None:
+async def test_a_new_run_is_acquired_at_epoch_one_with_its_input_and_opened(backend: Backend) -> None:
+    """Opened: its running event written by the acquisition, once (not again when taken again)."""
     await backend.submit("r1")
     store, acq = await acquired(backend, "r1", "w1")
-    assert (acq.epoch, acq.last_seq, acq.checkpoint, acq.abort_reason) == (1, 0, None, "")
+    assert (acq.epoch, acq.last_seq, acq.checkpoint, acq.abort_reason, acq.opened) == (1, 1, None, "", 1)
     assert (acq.approvals, acq.tool_records, acq.restarts) == ({}, {}, 0)
     assert RunInput.model_validate_json(acq.input).runtime_hints == {"script": SCRIPT}
-    assert (store.epoch, store.last_seq) == (1, 0)
+    assert (store.epoch, store.last_seq) == (1, 1)
     held = await backend.held("r1")
-    assert (held.status, held.epoch, held.events, held.tools) == ("running", 1, [], {})
+    opening = (1, "status", {"status": "running", "agent": "scripted"})
+    assert (held.status, held.epoch, held.events, held.tools) == ("running", 1, [opening], {})
+    await backend.lose("w1")
+    _, acq = await acquired(backend, "r1", "w2")  # taken again before a checkpoint: not opened twice
+    assert (acq.epoch, acq.last_seq, acq.opened) == (2, 1, 1)
+    assert (await backend.held("r1")).events == [opening]
 
 
 async def test_commits_append_events_at_the_next_seqs_and_answer_the_last(backend: Backend) -> None:
     await backend.submit("r1")
     store, _ = await acquired(backend, "r1", "w1")
-    assert await store.commit(CommitStep(Outbox([ev(), ev("model_delta", text="a")]))) == 2
-    assert await store.commit(CommitStep(Outbox(), checkpoint=b'{"seq":2}')) == 2  # nothing to append
-    assert await store.commit(CommitStep(Outbox([ev("model_delta", text="b")]))) == 3
-    assert store.last_seq == 3
+    assert await store.commit(CommitStep(Outbox([ev(), ev("model_delta", text="a")]))) == 3  # opening: 1
+    assert await store.commit(CommitStep(Outbox(), checkpoint=b'{"seq":3}')) == 3  # nothing to append
+    assert await store.commit(CommitStep(Outbox([ev("model_delta", text="b")]))) == 4
+    assert store.last_seq == 4
     held = await backend.held("r1")
-    assert held.events == [(1, "status", {"status": "running"}), (2, "model_delta", {"text": "a"}),
-                           (3, "model_delta", {"text": "b"})]  # fmt: skip
-    assert held.checkpoint == b'{"seq":2}'  # a commit without a checkpoint keeps the last one
+    assert held.events[1:] == [(2, "status", {"status": "running"}), (3, "model_delta", {"text": "a"}),
+                               (4, "model_delta", {"text": "b"})]  # fmt: skip
+    assert held.checkpoint == b'{"seq":3}'  # a commit without a checkpoint keeps the last one
 
 
 async def test_the_configuration_transcript_and_iterations_a_step_wrote_reach_the_next_worker(
@@ -278,19 +285,19 @@ async def test_published_events_take_the_next_seqs_under_the_same_fence_as_a_com
     await backend.submit("r1")
     store, _ = await acquired(backend, "r1", "w1")
     await store.commit(CommitStep(Outbox([ev()]), checkpoint=b"ck1"))
-    assert await store.publish([ev("model_delta", text="a"), ev("model_delta", text="b")]) == 3
+    assert await store.publish([ev("model_delta", text="a"), ev("model_delta", text="b")]) == 4
     assert (
-        await store.commit(CommitStep(Outbox([ev("model_delta", text="c")]))) == 4
+        await store.commit(CommitStep(Outbox([ev("model_delta", text="c")]))) == 5
     )  # a commit goes on after them
     held = await backend.held("r1")
-    assert [(s, k) for s, k, _ in held.events] == [(1, "status"), (2, "model_delta"), (3, "model_delta"),
-                                                   (4, "model_delta")]  # fmt: skip
+    assert [(s, k) for s, k, _ in held.events] == [(1, "status"), (2, "status"), (3, "model_delta"),
+                                                   (4, "model_delta"), (5, "model_delta")]  # fmt: skip
     assert held.checkpoint == b"ck1"
-    store.last_seq = 2  # stale
+    store.last_seq = 3  # stale
     with pytest.raises(SeqConflictError):
         await store.publish([ev("model_delta", text="x")])
     assert await backend.held("r1") == held
-    store.last_seq = 4
+    store.last_seq = 5
     await backend.lose("w1")
     with pytest.raises(FencedError):
         await store.publish([ev("model_delta", text="late")])
@@ -320,7 +327,7 @@ async def test_a_worker_whose_lease_ran_out_is_fenced_and_its_claims_are_counted
     with pytest.raises(FencedError):  # late: nobody took the run yet, and still it writes nothing
         await old.commit(CommitStep(Outbox([ev()])))
     new, acq = await acquired(backend, "r1", "w-new")
-    assert (acq.epoch, acq.last_seq, acq.checkpoint, acq.restarts) == (2, 1, b"ck1", 1)
+    assert (acq.epoch, acq.last_seq, acq.checkpoint, acq.restarts) == (2, 2, b"ck1", 1)
     assert acq.tool_records == {"c1": ToolRecord.claim(1)}  # the dangling claim: run it again
     before = await backend.held("r1")
     with pytest.raises(FencedError):
@@ -340,8 +347,8 @@ async def test_a_run_held_by_a_live_worker_is_busy_and_its_own_worker_gets_it_ba
     busy = await other.acquire(1, "w2")
     assert isinstance(busy, NotAcquired) and busy.verdict == "busy"
     again, acq = await acquired(backend, "r1", "w1")  # the same worker (a re-sent acquire)
-    assert (acq.epoch, acq.last_seq, acq.restarts) == (1, 1, 0)
-    assert await again.commit(CommitStep(Outbox([ev()]))) == 2
+    assert (acq.epoch, acq.last_seq, acq.restarts) == (1, 2, 0)
+    assert await again.commit(CommitStep(Outbox([ev()]))) == 3
     await backend.lose("w3")
     late = await backend.handle("r1", "w3")
     await backend.lose("w3")
@@ -358,7 +365,7 @@ async def test_a_hand_back_queues_the_run_and_the_next_worker_resumes_it(backend
     with pytest.raises(FencedError):  # handed back: no longer its to write
         await store.commit(CommitStep(Outbox([ev()])))
     _, acq = await acquired(backend, "r1", "w2", gen=2)  # (the hand-back's dispatch)
-    assert (acq.epoch, acq.last_seq, acq.checkpoint, acq.restarts) == (2, 1, b"ck1", 0)
+    assert (acq.epoch, acq.last_seq, acq.checkpoint, acq.restarts) == (2, 2, b"ck1", 0)
     assert acq.tool_records == {"c1": done("c1")}
 
 
@@ -373,7 +380,7 @@ async def test_the_ending_commit_ends_the_run_and_writes_the_session_history(bac
     result = b'{"status":"failed"}'
     seq = await store.commit(CommitStep(Outbox([ev("status", status="failed")]), status="failed", aux=result,
                              session=session, iterations=3, error_code="tool_error"))  # fmt: skip
-    assert seq == 2
+    assert seq == 3
     held = await backend.held("r1")
     assert (held.status, held.result, held.iterations, held.error_code) == ("failed", result, 3, "tool_error")
     assert await backend.history("s1") == History(

@@ -15,7 +15,7 @@ from shared.settings import Settings
 from tests.integration.helpers import producer_for, script_run, stream
 from tests.support.schema import K, parts_of, tool_records
 from worker.adapters.redis_store import RedisRunStore as RunStore
-from worker.adapters.redis_store import beat
+from worker.adapters.worker_beat import beat
 from worker.core.acquisition import Acquired, NotAcquired
 from worker.core.commit_step import CommitStep, Outbox
 from worker.core.store_errors import FencedError, SeqConflictError
@@ -54,17 +54,17 @@ async def test_compare_and_append_refuses_gaps_and_repeats(
     rid = await new_run(redis, redis_url)
     store, acq = await acquire(redis, settings, rid, "w1")
     assert isinstance(acq, Acquired) and acq.epoch == 1
-    assert await store.commit(CommitStep(Outbox([ev(), ev("model_delta", text="a")]))) == 2
+    assert await store.commit(CommitStep(Outbox([ev(), ev("model_delta", text="a")]))) == 3  # the opening: 1
     store.last_seq = 0  # a writer that believes the stream is empty: a repeat of seq 1
     with pytest.raises(SeqConflictError):
         await store.commit(CommitStep(Outbox([ev()])))
     store.last_seq = 5  # a writer that skipped ahead: a gap
     with pytest.raises(SeqConflictError):
         await store.commit(CommitStep(Outbox([ev()])))
-    assert [e.seq for e in await stream(redis, rid)] == [1, 2]
+    assert [e.seq for e in await stream(redis, rid)] == [1, 2, 3]
     # Redis itself refuses an entry id at or below the last one.
     with pytest.raises(Exception, match="equal or smaller"):
-        await redis.xadd(K.events(rid), {"seq": 2}, id="2-0")
+        await redis.xadd(K.events(rid), {"seq": 3}, id="3-0")
 
 
 async def test_events_checkpoint_claims_and_records_land_together(
@@ -120,7 +120,7 @@ async def test_a_steps_claim_and_its_record_as_any_other_claims_and_records(
         odd: {"state": "pending", "epoch": 1, "attempts": 1},
         "c2.0": {"state": "pending", "epoch": 1, "attempts": 1},
     }
-    assert [e.seq for e in await stream(redis, rid)] == [1, 2, 3, 4, 5]
+    assert [e.seq for e in await stream(redis, rid)] == [1, 2, 3, 4, 5, 6]  # the opening, then the five
 
 
 async def test_two_workers_acquiring_at_once_one_wins(
@@ -155,7 +155,7 @@ async def test_a_stale_epoch_is_fenced_off_everywhere(
         )
     assert await redis.hgetall(K.run(rid)) == before
     assert (await tool_records(redis, rid))["c1"]["state"] == "pending"
-    assert [e.seq for e in await stream(redis, rid)] == [1]
+    assert [e.seq for e in await stream(redis, rid)] == [1, 2]
     # The old worker's heartbeat is refused (its lease expired); the new owner's renews.
     assert (await beat(parts_of(redis), Scripts(redis), "w-old", 300)).lost
     renewed = await beat(parts_of(redis), Scripts(redis), "w-new", 300)
@@ -190,7 +190,7 @@ async def test_two_workers_claiming_one_call_at_once_only_the_owner_wins(
     for rid in rids:
         claim = (await tool_records(redis, rid))["c1"]
         assert claim == {"state": "pending", "epoch": 2, "attempts": 1}
-        assert [e.seq for e in await stream(redis, rid)] == [1]  # one event: the owner's
+        assert [e.seq for e in await stream(redis, rid)] == [1, 2]  # the opening and one event: the owner's
 
 
 async def test_a_commit_sent_again_after_a_lost_reply_is_answered_not_refused(
@@ -199,12 +199,12 @@ async def test_a_commit_sent_again_after_a_lost_reply_is_answered_not_refused(
     rid = await new_run(redis, redis_url)
     store, _ = await acquire(redis, settings, rid, "w")
     batch = Outbox([ev(step=1), ev(step=2)], claims=["c1"])
-    assert await store.commit(CommitStep(batch, checkpoint=b"ck")) == 2
-    store.last_seq = 0  # the reply was lost: the client sends the very same commit again
-    assert await store.commit(CommitStep(batch, checkpoint=b"ck")) == 2
-    assert [e.seq for e in await stream(redis, rid)] == [1, 2]
+    assert await store.commit(CommitStep(batch, checkpoint=b"ck")) == 3  # after the opening (seq 1)
+    store.last_seq = 1  # the reply was lost: the client sends the very same commit again
+    assert await store.commit(CommitStep(batch, checkpoint=b"ck")) == 3
+    assert [e.seq for e in await stream(redis, rid)] == [1, 2, 3]
     assert (await tool_records(redis, rid))["c1"]["attempts"] == 1  # not applied twice
-    store.last_seq = 0  # a different batch at a stale position is still refused
+    store.last_seq = 1  # a different batch at a stale position is still refused
     with pytest.raises(SeqConflictError):
         await store.commit(CommitStep(Outbox([ev(step=7), ev(step=8)])))
     with pytest.raises(SeqConflictError):
@@ -217,15 +217,15 @@ async def test_a_publish_sent_again_after_a_lost_reply_is_answered_not_refused(
     rid = await new_run(redis, redis_url)
     store, _ = await acquire(redis, settings, rid, "w")
     deltas = [ev("model_delta", text="a"), ev("model_delta", text="b")]
-    assert await store.publish(deltas) == 2
-    store.last_seq = 0  # the reply was lost: the client sends the very same publish again
-    assert await store.publish(deltas) == 2
-    assert [e.seq for e in await stream(redis, rid)] == [1, 2]
-    store.last_seq = 0  # other events at a stale position are still refused
+    assert await store.publish(deltas) == 3  # after the opening (seq 1)
+    store.last_seq = 1  # the reply was lost: the client sends the very same publish again
+    assert await store.publish(deltas) == 3
+    assert [e.seq for e in await stream(redis, rid)] == [1, 2, 3]
+    store.last_seq = 1  # other events at a stale position are still refused
     with pytest.raises(SeqConflictError):
         await store.publish([ev("model_delta", text="c"), ev("model_delta", text="d")])
-    store.last_seq = 2
-    assert await store.publish([ev("model_delta", text="c")]) == 3
+    store.last_seq = 3
+    assert await store.publish([ev("model_delta", text="c")]) == 4
 
 
 def assert_quarantined(h: dict[bytes, bytes], events: list[Any], crashes: int) -> None:
@@ -369,9 +369,9 @@ async def test_a_claim_with_the_workers_lease_id_takes_its_runs_in_the_same_call
         reply[::3], reply[1::3], reply[2::3], strict=True
     )}  # fmt: skip
     assert got == {
-        K.job_id("mine", 1): ["ok", "1", "0"],  # taken at epoch 1, no events yet
+        K.job_id("mine", 1): ["ok", "1", "1"],  # taken at epoch 1, opened: its running event
         K.job_id("two", 1): ["superseded", "2"],
-        K.job_id("two", 2): ["ok", "1", "0"],
+        K.job_id("two", 2): ["ok", "1", "1"],
     }
     for rid in ("mine", "two"):
         assert await redis.hmget(K.run(rid), ["status", "owner"]) == [b"running", b"w-1"]
@@ -551,7 +551,7 @@ async def test_a_worker_without_a_live_lease_cannot_acquire_or_commit(
     await asyncio.sleep(0.35)  # w1 paused past its lease; nobody has taken the run over yet
     with pytest.raises(FencedError):  # Redis refuses the write all the same
         await store.commit(CommitStep(Outbox([ev()])))
-    assert [e.seq for e in await stream(redis, rid)] == [1]
+    assert [e.seq for e in await stream(redis, rid)] == [1, 2]
     # Its runs go back on the queue in one sweep, whatever their number: one lease, one check.
     assert (await reconcile_once(parts_of(redis), Scripts(redis), settings))["redispatched"] == 1
     assert await redis.hget(K.run(rid), "gen") == b"2"

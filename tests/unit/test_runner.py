@@ -142,7 +142,7 @@ async def test_a_reply_whose_end_comes_with_its_last_delta_publishes_both_in_one
     driver, store = w.driver()
     assert await driver.run() == "completed"
     assert w.run.kinds() == ["status", "model_delta", "assistant_message", "usage", "status"]
-    assert store.commits == 2  # the start; then the delta, the reply and the end together
+    assert store.commits == 1  # the delta, the reply and the end together (the acquisition opened it)
 
 
 async def test_the_deltas_of_a_slow_stream_are_published_while_it_streams() -> None:
@@ -154,7 +154,7 @@ async def test_the_deltas_of_a_slow_stream_are_published_while_it_streams() -> N
     assert await task == "completed"
     deltas = [p["text"] for p in w.run.payloads("model_delta")]
     assert "".join(deltas) == "x" * 40 and len(deltas) >= 3
-    assert store.commits == 2 + len(deltas) - 1  # the last delta goes with the reply
+    assert store.commits == 1 + len(deltas) - 1  # the last delta goes with the reply
 
 
 async def test_a_failed_model_call_is_retried_with_the_drawn_jitter() -> None:

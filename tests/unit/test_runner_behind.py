@@ -28,7 +28,10 @@ REPLY_S = 0.03  # a commit's round trip
 
 class Lagging(MemoryRunStore):
     """Each commit is applied when it is sent and answered ``REPLY_S`` later (``fence_first``: the
-    first one refused then, as when another worker took the run meanwhile)."""
+    first one refused then, as when another worker took the run meanwhile). Its acquisitions leave
+    the opening event to the run's first step, as for a retry or a fork: a start commit."""
+
+    opens = False
 
     def __init__(self, w: World, log: list[str], fence_first: bool = False) -> None:
         super().__init__(w.run, w.sessions)
@@ -127,7 +130,8 @@ async def test_a_start_commit_refused_behind_stops_the_run_before_any_tool_or_wr
     _, newer = w.driver()
     assert isinstance(await newer.acquire(2, "other-worker"), Acquired)  # another worker takes the run
     assert await asyncio.wait_for(job, 0.4) == "fenced"  # not after the 500 ms call
-    assert w.tools.executed == [] and w.run.events == [] and w.run.tools == {}
+    assert w.tools.executed == [] and w.run.tools == {}
+    assert [(seq, k) for seq, k, _, _ in w.run.events] == [(1, "status")]  # the other's opening, none of its
     assert w.observer.refused == ["fenced"]
     assert "commit 2 sent" not in log  # nothing written after the refusal
     assert log[:3] == ["commit 1 sent", "model asked", "commit 1 refused"]

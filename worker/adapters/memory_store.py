@@ -10,6 +10,7 @@ a commit re-sent after its reply was lost.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,6 +83,7 @@ class MemoryRun:
     tools: dict[str, dict[str, Any]] = field(default_factory=dict)  # call id -> record, as JSON holds it
     approvals: dict[str, Any] = field(default_factory=dict)
     origin: bytes | None = None  # a retry's or fork's initial checkpoint payload (the run hash's origin)
+    opened: int = 0  # the seq of its opening event, written by its first acquisition (RunField.OPENED)
 
     @classmethod
     def submitted(cls, run_id: str, run_input: RunInput) -> MemoryRun:
@@ -96,6 +98,8 @@ class MemoryRun:
 
 class MemoryRunStore:
     """RunStore on a MemoryRun: epochs fence older handles; seqs must follow on."""
+
+    opens = True  # its acquisitions write a new run's opening event, as acquire_run.lua does
 
     def __init__(
         self, run: MemoryRun, sessions: MemorySessionStore | None = None, clock: Clock | None = None
@@ -125,12 +129,20 @@ class MemoryRunStore:
                 r.restarts += 1  # taken over from a worker lost without handing it back
             r.epoch += 1
             r.owner, r.status = worker_id, RunStatus.RUNNING.value
+        if self.opens and not (r.opened or r.checkpoint or r.origin):  # as acquire_run.lua opens it
+            i = orjson.loads(r.input)
+            version = {} if i.get("agentVersion") is None else {"agentVersion": i["agentVersion"]}
+            payload = orjson.dumps(
+                {"status": RunStatus.RUNNING.value, "agent": i.get("agent", ""), **version}
+            )
+            r.opened = len(r.events) + 1
+            r.events.append((r.opened, "status", int(time.time() * 1000), payload))
         self.worker_id = worker_id
         self.epoch, self.last_seq = r.epoch, len(r.events)
         return Acquired(self.epoch, self.last_seq, r.checkpoint, r.input, r.abort_reason, dict(r.approvals),
                         {k: ToolRecord.from_dict(v) for k, v in r.tools.items()}, r.restarts,
                         r.origin if r.checkpoint is None else None, config=r.config,
-                        transcript=r.transcript)  # fmt: skip
+                        transcript=r.transcript, opened=r.opened)  # fmt: skip
 
     async def commit(self, step: CommitStep) -> int:
         outbox = step.outbox

@@ -2,15 +2,14 @@
 history and recall; and the worker beat.
 
 Every write goes through a script that checks the run's epoch and that the writing worker's lease is
-unexpired, so a stale worker (paused past its lease, or racing a re-dispatched job) is refused and
-stops without writing anything. The worker checks its own lease deadline (worker.adapters.lease) first.
+unexpired, so a stale worker (paused past its lease, or racing a re-dispatched job) is refused and writes
+nothing; the worker also checks its own lease deadline (worker.adapters.lease) before it sends one.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import secrets
-from dataclasses import dataclass, field
 from typing import Any, cast
 
 from agentmill_client import limits
@@ -18,11 +17,9 @@ from agentmill_client.models import Message, ToolCall, ToolResult
 from shared import children as kids
 from shared import payload_crypto
 from shared.calls.runs import Release
-from shared.calls.steps import Acquire, AcquireVerdict, AppendVerdict, BeatVerdict, Commit, Publish
-from shared.calls.steps import Beat as BeatCall
-from shared.calls.workers import ForgetWorker
+from shared.calls.steps import Acquire, AcquireVerdict, AppendVerdict, Commit, Publish
 from shared.children import ChildSpec, Spawned
-from shared.functions import Script, each_with_reload
+from shared.functions import Script
 from shared.keys import Partition
 from shared.off_loop import large, off_loop
 from shared.partitions import Partitions
@@ -43,7 +40,7 @@ from worker.core.store_errors import FencedError, SeqConflictError
 from worker.ports import Clock
 from worker.telemetry import tracing
 
-__all__ = ["Beat", "RedisRunStore", "RedisSessionStore", "beat", "forget_worker"]
+__all__ = ["RedisRunStore", "RedisSessionStore"]
 
 
 class RedisRunStore:
@@ -120,7 +117,7 @@ class RedisRunStore:
             return self._opened(r)
         except payload_crypto.DataKeyError as exc:  # the run fails with the reason (its driver), not the job
             return Acquired(self.epoch, self.last_seq, None, b"{}", "", {}, {}, int(text(r[8])), tenant=self.tenant,
-                            unreadable=str(exc))  # fmt: skip
+                            unreadable=str(exc), opened=int(text(r[16])) if len(r) > 16 and r[16] else 0)  # fmt: skip
 
     def _opened(self, r: Any) -> Acquired:
         """acquire_run.lua's reply with its sealed payloads opened (shared/payload_crypto.py)."""
@@ -143,6 +140,7 @@ class RedisRunStore:
             config=(o(r[13]) or None) if len(r) > 13 else None,
             transcript=(self.codec.open_fragment(r[14]) or None) if len(r) > 14 else None,
             priority=int(text(r[15])) if len(r) > 15 and r[15] else limits.DEFAULT_PRIORITY,
+            opened=int(text(r[16])) if len(r) > 16 and r[16] else 0,
         )
 
     async def commit(self, step: CommitStep) -> int:
@@ -338,63 +336,3 @@ class RedisSessionStore:
                 if (r := sessions.past_result(payload_crypto.open_bytes(x))) is not None
             },
         )
-
-
-@dataclass(frozen=True, slots=True)
-class Beat:
-    """A heartbeat's answer: ``lost`` if the lease had already expired (not renewed); else the number
-    of live workers (this one included) and the abort requests waiting in the worker's inbox as
-    (runId, epoch, reason)."""
-
-    lost: bool
-    workers: int = 1
-    aborts: list[tuple[str, int, str]] = field(default_factory=list)
-
-
-async def beat(
-    parts: Partitions[Any],
-    scripts: Scripts,
-    lease_id: str,
-    lease_ms: int,
-    *,
-    register: bool = False,
-    max_messages: int = 200,
-) -> Beat:
-    """One worker heartbeat: one script per partition, one pipelined round trip per node, whatever
-    the number of runs the worker holds. Lost on any partition is lost (the worker starts over)."""
-
-    def queue(pipe: Any, part: Partition) -> None:
-        call = BeatCall(lease_id, lease_ms, max_messages, "1" if register else "")
-        k, a = scripts.frame(part, call.keys(part), call.argv())
-        scripts.beat.queue(pipe, k, a)
-
-    # Bounded: a beat stuck on a dead master would keep the worker from seeing its lease run out.
-    replies = await each_with_reload(parts, scripts.beat, queue, deadline_s=max(0.5, lease_ms / 3000.0))
-    aborts: list[tuple[str, int, str]] = []
-    workers = 1
-    for (r,) in replies:
-        if BeatCall.verdict(r) == BeatVerdict.LOST:
-            return Beat(lost=True)
-        workers = max(workers, int(r[1]))
-        aborts += [(text(r[i]), int(text(r[i + 1]) or 0), text(r[i + 2])) for i in range(2, len(r), 3)]
-    return Beat(lost=False, workers=workers, aborts=aborts)
-
-
-async def forget_worker(
-    parts: Partitions[Any], scripts: Scripts, lease_id: str, *, only_if_expired: bool
-) -> str:
-    """Drop a worker's lease entries (and its runs sets and inboxes where the set is empty): the
-    verdict of the partition furthest from forgotten (has_runs, alive, gone, forgotten)."""
-
-    def queue(pipe: Any, part: Partition) -> None:
-        call = ForgetWorker(lease_id, "1" if only_if_expired else "")
-        k, a = scripts.frame(part, call.keys(part), call.argv())
-        scripts.forget_worker.queue(pipe, k, a)
-
-    verdicts = {
-        ForgetWorker.verdict(r).value for (r,) in await each_with_reload(parts, scripts.forget_worker, queue)
-    }
-    for v in ("has_runs", "alive", "forgotten"):
-        if v in verdicts:
-            return v
-    return "gone"

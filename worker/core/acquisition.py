@@ -35,6 +35,9 @@ class Acquired:
         limits.DEFAULT_PRIORITY
     )  # as capped at submission (RunField.PRIORITY): its place at a provider's limiter
     unreadable: str = ""  # why its stored data does not open (a data key no longer listed); '' = it does
+    # the seq of its opening event (``running``) when the acquisition wrote it (acquire_run.lua: a
+    # new run, once), 0 = not written there: the machine's own opening event is written instead
+    opened: int = 0
 
 
 @dataclass(frozen=True, slots=True)

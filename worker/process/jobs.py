@@ -33,7 +33,7 @@ from shared.redis_watch import RedisWatch
 from shared.scripts import prepare_scripts
 from shared.settings import Settings, get_settings
 from worker.adapters.lease import LeaseBackend, WorkerLease, add_lease_hook, lease_guarded_client
-from worker.adapters.redis_store import forget_worker
+from worker.adapters.worker_beat import forget_worker
 from worker.process import failpoints
 from worker.process.archiving import archive_forever
 from worker.process.arq_worker import JOB_TIMEOUT_S, ResilientWorker, claim_size, run_agent
@@ -290,6 +290,8 @@ class WorkerProcess(LeaseKeeping):
             log.info(
                 "worker %s: stop requested; draining %d runs", self.worker_id, len(deps.active) if deps else 0
             )
+            if deps is not None:  # a run that starts from now on hands itself back at once: a new run
+                deps.draining = True  # has no commit before its model call, where the drain would find it
             self.stopping.set()
 
     async def _graceful_stop(self) -> None:

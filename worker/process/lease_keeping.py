@@ -16,7 +16,7 @@ from shared.calls.dispatch import RedispatchReason
 from shared.redis_watch import RedisWatch
 from shared.settings import Settings
 from worker.adapters.lease import WorkerLease
-from worker.adapters.redis_store import beat
+from worker.adapters.worker_beat import beat
 from worker.process import failpoints
 from worker.process.arq_worker import ResilientWorker
 from worker.process.deps import WorkerDeps

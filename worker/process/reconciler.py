@@ -26,7 +26,7 @@ from shared.keys import Partition
 from shared.partitions import Partitions
 from shared.scripts import Scripts, text
 from shared.settings import Settings
-from worker.adapters.redis_store import forget_worker
+from worker.adapters.worker_beat import forget_worker
 
 __all__ = ["hand_back_unheld", "reconcile_once", "reconcile_worker", "runs_of"]
 

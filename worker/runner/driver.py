@@ -9,13 +9,10 @@ get the run's ``EffectContext``, never the driver, and report back through its i
 their tasks are owned by the run's ``EffectTasks`` (effect_tasks.py). The ending's commit and
 hand-off are in ending.py.
 
-One exception to "before any effect it asked for starts", the ``behind`` mode
-(``AGENTMILL_MODEL_COMMIT``, ``model_commit``): a step whose one effect is a model call (a run's
-start or resumption) sends its commit and starts the call at once, without waiting for the commit's
-reply; the call is no recorded side effect, and a crash before the reply redoes the step. The reply
-is awaited before anything else goes out: the next commit or delta (Commits.landed), a budget hold or
-an economy request (model_call.py), a release. A refused commit wakes the loop, which stops the run
-as a refused commit does (FencedError, SeqConflictError): the call is cancelled unanswered.
+One exception, the ``behind`` mode (``AGENTMILL_MODEL_COMMIT``): a retry's or fork's start step,
+whose one effect is a model call, sends its commit and starts the call without waiting for the
+reply (a crash before it redoes the step). The reply is awaited before anything else goes out
+(Commits.landed); a refused one stops the run as a refused commit does, the call cancelled.
 """
 
 from __future__ import annotations
@@ -55,7 +52,6 @@ from worker.machine import (
     Resumed,
     Started,
     StartRejected,
-    notices,
 )
 from worker.ports import Host
 from worker.runner import ending, hearing, opening
@@ -115,6 +111,7 @@ class RunDriver:
         self.observed_start = False
         self.is_child = False  # a sub-agent's run: its ending goes to its parent
         self.model_commit = cfg.model_commit  # "behind": a model call starts with its step's commit
+        self.opening = opening.Opening(0)  # the run's opening event: the machine's to write, or written
 
     # ---- signals from the worker (lease keeper, shutdown) ----
 
@@ -237,9 +234,8 @@ class RunDriver:
                 first = await off_loop(restore) if big else restore()
         self.host.observer.run_started(resumed=resumed, job_try=self.job_try)
         self.observed_start = True
-        if resumed and acq.last_seq > self.out.ckpt_seq:
-            # Deltas of a model call that was cut off by a crash: tell readers to drop them.
-            self.out.emit(notices.model_call_restarted(self.state.model_call_index, self.out.ckpt_seq))
+        self.opening = opening.Opening(0 if resumed else acq.opened)  # written by the acquisition?
+        self.out.emit(*opening.cut_off(acq, self.state, resumed, self.out.ckpt_seq))
         self.pending.append(first)
         if not acq.abort_reason and acq.ancestry and acq.checkpoint is None:
             acq = await opening.orphaned(self.store, acq)  # a child created after its parent ended
@@ -309,7 +305,10 @@ class RunDriver:
         draining, resumed = self.draining, isinstance(ev, Resumed)
         for c in cmds:
             if isinstance(c, Emit):
-                outbox.events.append((c.kind.value, ts, orjson.dumps(c.payload)))
+                if not self.opening.written_already(c):
+                    outbox.events.append((c.kind.value, ts, orjson.dumps(c.payload)))
+                else:  # its claim published it
+                    obs.event_published(c.kind.value)
                 hearing.emitted(
                     obs, c, resumed=resumed, agent=self.state.config.agent if self.state.config else ""
                 )

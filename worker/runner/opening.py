@@ -1,12 +1,16 @@
 """The first events of a job: ``Started`` (or ``StartRejected``) for a new run, ``Resumed`` for a run
-taken over from its checkpoint, and the answers that arrived while it was parked."""
+taken over from its checkpoint, and the answers that arrived while it was parked.
+
+A new run's opening event (the machine's ``running`` status on ``Started``) is written by the
+acquisition that took it (acquire_run.lua, ``Acquired.opened``): ``Opening`` leaves the machine's
+own out of the first commit, so the run's first round trip after its claim is its model step's."""
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import replace
 
-from agentmill_client.models import Message, RunInput
+from agentmill_client.models import EventKind, Message, RunInput
 from agentmill_client.statuses import TERMINAL, RunStatus
 from shared import checkpoint as checkpoints
 from shared.actors import abort_field, system
@@ -36,6 +40,7 @@ from worker.machine import (
 from worker.ports import Host, ModelPort, RunStore, ToolPort
 
 __all__ = [
+    "Opening",
     "answers",
     "disabled",
     "filled",
@@ -48,6 +53,23 @@ __all__ = [
 ]
 
 
+class Opening:
+    """Whether the run's opening event is still the machine's to write: not when its acquisition
+    wrote it (``opened``: its seq); then the machine's is dropped, once."""
+
+    __slots__ = ("written",)
+
+    def __init__(self, opened: int) -> None:
+        self.written = opened > 0
+
+    def written_already(self, c: Emit) -> bool:
+        """Whether ``c`` is the opening event the acquisition wrote (each step's events pass here)."""
+        if self.written and c.kind == EventKind.STATUS and c.payload.get("status") == RunStatus.RUNNING.value:
+            self.written = False
+            return True
+        return False
+
+
 def restore(
     checkpoint: bytes, config: bytes | None = None, transcript: bytes | None = None
 ) -> tuple[RunState, int]:
@@ -57,6 +79,15 @@ def restore(
     ck = checkpoints.load(checkpoint, config, transcript)
     assert ck is not None
     return RunState.model_validate(ck["state"]), int(ck["seq"])
+
+
+def cut_off(acq: Acquired, state: RunState, resumed: bool, ckpt_seq: int) -> list[Emit]:
+    """Deltas of a model call cut off by a crash, past the run's checkpoint (``ckpt_seq``; a new
+    run's opening event when it has none yet): the notice that tells readers to drop them."""
+    since = ckpt_seq if resumed else acq.opened
+    if not (resumed or acq.opened) or acq.last_seq <= since:
+        return []
+    return [notices.model_call_restarted(state.model_call_index if resumed else 1, since)]
 
 
 def resumed(records: dict[str, ToolRecord], now_ms: int) -> Resumed:

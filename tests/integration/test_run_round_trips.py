@@ -1,0 +1,72 @@
+"""A new one-step run's round trips after its claim: its ending commit, and arq's finish of its job
+(the finisher's, shared by the jobs that end together). Its opening event (``running``) is written
+by the claim that takes it (acquire_run.lua), not by a commit of its own before its model call.
+Counted as the packed writes to Redis that name the run, from the worker's tasks (the claim names
+no run: it picks the queue's jobs itself)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection
+
+from tests.integration.helpers import producer_for, running_worker, script_run, stream, until_status
+
+pytestmark = pytest.mark.integration
+
+
+@contextmanager
+def writes_naming(monkeypatch: pytest.MonkeyPatch, run_id: list[str]) -> Iterator[list[bytes]]:
+    """The packed writes that name ``run_id[0]``, from tasks other than the test's own."""
+    sent: list[bytes] = []
+    real = AbstractConnection.send_packed_command
+    me = asyncio.current_task()
+
+    async def send(self: Any, command: Any, check_health: bool = True) -> None:
+        packed = command if isinstance(command, bytes | str) else b"".join(bytes(c) for c in command)
+        packed = packed.encode() if isinstance(packed, str) else packed
+        if run_id and run_id[0].encode() in packed and asyncio.current_task() is not me:
+            sent.append(packed)
+        await real(self, command, check_health)
+
+    monkeypatch.setattr(AbstractConnection, "send_packed_command", send)
+    yield sent
+    monkeypatch.setattr(AbstractConnection, "send_packed_command", real)
+
+
+def script_of(packed: bytes) -> str:
+    """The function a write calls (FCALL's first argument), else its first command's name."""
+    parts = packed.split(b"\r\n")
+    name = parts[2].decode()
+    return parts[4].decode().rsplit("_", 1)[0] if name.upper() == "FCALL" else name.upper()
+
+
+async def test_a_new_one_step_run_makes_two_round_trips_after_its_claim(
+    redis: Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    p = producer_for(redis, redis_url)
+    run_id: list[str] = []
+    async with running_worker(redis_url) as wp:
+        warm = (await p.submit(script_run([{"text": "hi"}]))).run_id  # scripts loaded, connections made
+        await until_status(redis, warm, "completed")
+        with writes_naming(monkeypatch, run_id) as sent:
+            run_id.append((await p.submit(script_run([{"text": "hi"}]))).run_id)
+            await until_status(redis, run_id[0], "completed")
+            for _ in range(200):  # arq's finish of the job comes a moment after the run's ending
+                if not await redis.exists(f"arq:in-progress:{{0}}{run_id[0]}"):
+                    break
+                await asyncio.sleep(0.01)
+        assert wp.worker.job_counter == 0
+    calls = [script_of(w) for w in sent]
+    print(f"round trips naming the run after its claim: {calls}")
+    assert calls == ["commit", "SET"], calls  # the ending's commit, then arq's result (the finisher)
+    events = await stream(redis, run_id[0])
+    kinds = [(e.kind.value, e.payload.get("status")) for e in events]
+    assert kinds[0] == ("status", "running") and kinds[-1] == ("status", "completed"), kinds
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert events[0].payload == {"status": "running", "agent": "scripted"}
