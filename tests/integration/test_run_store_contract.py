@@ -262,7 +262,7 @@ async def test_a_run_stopped_on_its_workers_passed_lease_goes_back_only_while_st
     again, acq = await acquired(backend, "r1", "w2", gen=2)
     assert (acq.epoch, acq.checkpoint, acq.restarts) == (2, b"ck1", 1)
     assert await store.release(1, lost=True) == "fenced"  # w2 holds it at a later epoch
-    assert await again.commit(CommitStep(Outbox([ev()]))) == 2
+    assert await again.commit(CommitStep(Outbox([ev()]))) == 3  # after the opening (1) and w1's commit (2)
     assert (await backend.held("r1")).status == "running"
 
 
