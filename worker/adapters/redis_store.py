@@ -182,17 +182,10 @@ class RedisRunStore:
             step.outbox.settle,
         )
         tally = step.tally if step.status else None
-        # each comprehension only when it has something to walk: a step's usual commit has events alone
         events = [x for kind, ts, payload in outbox.events for x in (kind, ts, seal(payload))]
         claims = [x for c in outbox.claims for x in (c, self.attempts.get(c, 0) + 1)] if outbox.claims else []
-        records = (
-            [x for call_id, rec in outbox.records for x in (call_id, seal(rec))] if outbox.records else []
-        )
-        results = (
-            [x for cid, r in session.tool_results for x in (cid, seal(r))]
-            if session and session.tool_results
-            else []
-        )
+        records = [x for i, rec in outbox.records for x in (i, seal(rec))] if outbox.records else []
+        results = [x for i, r in session.tool_results for x in (i, seal(r))] if session else []
         calls = [seal(c) for c in session.calls] if session and session.calls else []
         terms = [x for term in tally.increments for x in term] if tally else []
         return Commit(

@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agentmill_client.models import Usage
-from shared.calls.construct import install_init
 
 __all__ = ["CommitStep", "Entry", "Outbox", "SessionUpdate", "Settlement", "TranscriptWrite", "UsageTally"]
 
@@ -90,8 +89,3 @@ class CommitStep:
     tally: UsageTally | None = None  # with a terminal status: the tenant's usage of the day
     config: bytes | None = None  # the run's configuration, stored apart from checkpoints (RunField.CONFIG)
     transcript: TranscriptWrite | None = None  # the transcript, stored apart from them
-
-
-# Built for every commit with some fifteen fields: the written __init__ sets each through its slot
-# (shared.calls.construct), a third cheaper than the frozen dataclass's object.__setattr__ per field.
-install_init(CommitStep)
