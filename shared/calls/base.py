@@ -68,7 +68,7 @@ class ScriptCall:
     @classmethod
     def verdict(cls, reply: Any) -> StrEnum:
         """The reply's verdict (the reply itself, or its first element) as the call's enum."""
-        first = reply if isinstance(reply, bytes | str) else reply[0]
+        first = reply if isinstance(reply, _TEXT) else reply[0]
         assert cls.VERDICT is not None, f"{cls.__name__} answers no verdict"
         if (known := _verdicts(cls.VERDICT).get(first)) is not None:
             return known
@@ -143,6 +143,7 @@ def argv_source(cls: type[ScriptCall]) -> str:
     return src + "    return out\n"
 
 
+_TEXT = (bytes, str)  # a tuple: ``bytes | str`` would build a union on every reply
 _VERDICTS: dict[type[StrEnum], dict[bytes | str, StrEnum]] = {}
 
 

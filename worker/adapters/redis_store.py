@@ -161,7 +161,7 @@ class RedisRunStore:
             r = await run_staged(self.parts, self.scripts.commit, self.part, staged, k, a)
         else:
             r = await self._run(self.scripts.commit, own, call.argv())
-        if Commit.verdict(r) in (AppendVerdict.FENCED, AppendVerdict.MISSING) and st is not None:
+        if st is not None and Commit.verdict(r) in (AppendVerdict.FENCED, AppendVerdict.MISSING):
             # the call was made: its tokens count, its hold goes now
             await budgets.settle_by_call(self.parts, self.scripts, self.part, st)
         self._appended(r, call.first_seq)
@@ -180,10 +180,10 @@ class RedisRunStore:
         )
         tally = step.tally if step.status else None
         events = [x for kind, ts, payload in outbox.events for x in (kind, ts, seal(payload))]
-        claims = [x for call_id in outbox.claims for x in (call_id, self.attempts.get(call_id, 0) + 1)]
-        records = [x for call_id, rec in outbox.records for x in (call_id, seal(rec))]
-        results = [x for cid, res in session.tool_results for x in (cid, seal(res))] if session else []
-        calls = [seal(c) for c in session.calls] if session else []
+        claims = [x for c in outbox.claims for x in (c, self.attempts.get(c, 0) + 1)] if outbox.claims else []
+        records = [x for i, rec in outbox.records for x in (i, seal(rec))] if outbox.records else []
+        results = [x for i, r in session.tool_results for x in (i, seal(r))] if session else []
+        calls = [seal(c) for c in session.calls] if session and session.calls else []
         terms = [x for term in tally.increments for x in term] if tally else []
         return Commit(
             epoch=self.epoch, first_seq=self.last_seq + 1, lease_id=self.lease_id, run_id=self.run_id,
