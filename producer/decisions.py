@@ -4,16 +4,13 @@ the run's worker publishes when it takes them up."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
-from typing import Any
 
 from agentmill_client.models import ClientToolResult
 from shared import keys, payload_crypto
 from shared.actors import actor_json
-from shared.calls.approvals import SettleApproval, SettleApprovalVerdict
+from shared.calls.approvals import SettleApproval
 from shared.calls.results import ToolResults
-from shared.fields import RunField
 from shared.replies import text
 from shared.script_sending import Parts, run_script
 from shared.scripts import Scripts
@@ -34,24 +31,10 @@ async def settle_approval(
     actor: dict[str, str] | None,
 ) -> str:
     """Record one approval decision; the last one re-enqueues the run. Returns the script verdict."""
-
-    async def gen_of(c: Any) -> Any:
-        return await c.hget(part.run(run_id), RunField.GEN)
-
-    for _ in range(5):
-        gen_raw = await parts.call(part, gen_of)
-        if gen_raw is None:
-            return SettleApprovalVerdict.UNKNOWN_RUN.value
-        decision = "approved" if approved else "rejected"
-        call = SettleApproval(
-            run_id, tool_call_id, decision, reason or "", int(gen_raw), tenant or "", actor_json(actor)
-        )
-        k, a = scripts.framing.frame(part, call.keys(part), call.argv())
-        verdict = SettleApproval.verdict(await run_script(parts, scripts.settle_approval, part, k, a))
-        if verdict != SettleApprovalVerdict.MOVED:
-            return verdict.value
-        await asyncio.sleep(0.01)
-    return SettleApprovalVerdict.MOVED.value
+    decision = "approved" if approved else "rejected"
+    call = SettleApproval(run_id, tool_call_id, decision, reason or "", tenant or "", actor_json(actor))
+    k, a = scripts.framing.frame(part, call.keys(part), call.argv())
+    return SettleApproval.verdict(await run_script(parts, scripts.settle_approval, part, k, a)).value
 
 
 async def post_tool_results(

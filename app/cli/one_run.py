@@ -185,7 +185,6 @@ def _approval_refusal(verdict: str, run_id: str, call_id: str) -> str:
         "unknown_call": f"unknown_tool_call: run {run_id} has no pending tool call {call_id}",
         "already_decided": f"already_decided: tool call {call_id} was already decided",
         "not_awaiting": f"not_awaiting_approval: run {run_id} is not waiting for approval",
-        "moved": f"not_awaiting_approval: run {run_id} is not waiting for approval",
     }.get(verdict, verdict)
 
 

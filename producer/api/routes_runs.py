@@ -300,7 +300,7 @@ async def approvals(
             )
         if verdict == "already_decided":
             raise ApiError(409, "already_decided", f"tool call {d.tool_call_id} was already decided")
-        if verdict in ("not_awaiting", "moved"):
+        if verdict == "not_awaiting":
             raise ApiError(409, "not_awaiting_approval", f"run {run_id} is not waiting for approval")
         resumed = resumed or verdict == "resumed"
         out.append(ApprovalVerdict(tool_call_id=d.tool_call_id, result=verdict))

@@ -14,7 +14,6 @@ __all__ = ["SettleApproval", "SettleApprovalVerdict"]
 class SettleApprovalVerdict(StrEnum):
     UNKNOWN_RUN = "unknown_run"  # no such run (or another tenant's)
     NOT_AWAITING = "not_awaiting"  # it waits for no approval (its status second)
-    MOVED = "moved"  # its dispatch moved on since ``expected_gen`` was read: read it again
     UNKNOWN_CALL = "unknown_call"
     ALREADY_DECIDED = "already_decided"  # (the decision second)
     RECORDED = "recorded"  # (how many calls still wait second)
@@ -24,19 +23,18 @@ class SettleApprovalVerdict(StrEnum):
 @dataclass(frozen=True, slots=True)
 class SettleApproval(ScriptCall):
     """settle_approval.lua: record one decision (with who decided) in the run's approvals; the last
-    one puts the run back on the queue as dispatch ``expected_gen + 1``."""
+    one puts the run back on the queue as its next dispatch (the script reads the run's own)."""
 
     SCRIPT = "settle_approval"
-    KEY_NAMES = ("run", "stream", "tools", "next_job")
+    KEY_NAMES = ("run", "stream", "tools")
     VERDICT = SettleApprovalVerdict
 
     run_id: str
     tool_call_id: str
     decision: str  # approved | rejected
     reason: str  # '' = none
-    expected_gen: int
     tenant: str  # '' = any
     actor: str  # who decided: its JSON (shared.actors.actor_json), '' = none
 
     def keys(self, part: Partition) -> list[str]:
-        return [*part.run_keys(self.run_id), part.job_key(part.job_id(self.run_id, self.expected_gen + 1))]
+        return part.run_keys(self.run_id)

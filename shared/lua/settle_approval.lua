@@ -5,7 +5,6 @@ local h = redis.call('HMGET', KEY.RUN, F.STATUS, F.APPROVALS, F.GEN, F.TENANT)
 if not h[1] then return {V.UNKNOWN_RUN} end
 if ARG.TENANT ~= '' and h[4] ~= ARG.TENANT then return {V.UNKNOWN_RUN} end
 if h[1] ~= S.AWAITING_HUMAN then return {V.NOT_AWAITING, h[1]} end
-if tonumber(h[3]) ~= tonumber(ARG.EXPECTED_GEN) then return {V.MOVED} end
 local code, message = approval_expired(KEY.RUN, now_ms())
 if code then
   finalize(KEY.RUN, KEY.STREAM, KEY.TOOLS, ARG.RUN_ID, S.FAILED, code, message)
@@ -25,6 +24,6 @@ if open > 0 then return {V.RECORDED, tostring(open)} end
 local gen = tonumber(h[3]) + 1
 redis.call('HSET', KEY.RUN, F.GEN, gen, F.STATUS, S.QUEUED)
 track(KEY.RUN, ARG.RUN_ID, h[1], S.QUEUED)
-enqueue_gen(ARG.RUN_ID, gen, now_ms(), KEY.NEXT_JOB)
+enqueue_gen(ARG.RUN_ID, gen, now_ms())
 redis.call('ZREM', AWAITING, ARG.RUN_ID)
 return {V.RESUMED, '0'}

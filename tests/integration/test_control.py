@@ -22,6 +22,7 @@ from tests.integration.helpers import (
     until_status,
     wait_all,
 )
+from tests.support.round_trips import counted
 from tests.support.schema import K
 from worker.process.jobs import WorkerProcess
 
@@ -111,7 +112,7 @@ async def test_abort_awaiting_approval_finished_and_unknown(
 
 
 async def test_approval_pauses_without_holding_a_worker_and_resumes_elsewhere(
-    redis: Redis, redis_url: str
+    redis: Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     p = producer_for(redis, redis_url)
     script = [
@@ -133,9 +134,14 @@ async def test_approval_pauses_without_holding_a_worker_and_resumes_elsewhere(
     first.request_stop()
     await t1  # a worker restart in between changes nothing
     assert (await p.get(sub.run_id)).status.value == "awaiting_human"  # type: ignore[union-attr]
-    assert await p.settle_approval(sub.run_id, "c1.0", approved=True) == "recorded"
-    assert await p.settle_approval(sub.run_id, "c1.1", approved=False, reason="not today") == "resumed"
-    assert await p.settle_approval(sub.run_id, "c1.1", approved=True) in ("not_awaiting", "already_decided")
+    with counted(monkeypatch) as n:  # a decision is one round trip (its script reads the dispatch)
+        assert await p.settle_approval(sub.run_id, "c1.0", approved=True) == "recorded"
+        assert await p.settle_approval(sub.run_id, "c1.1", approved=False, reason="not today") == "resumed"
+        assert await p.settle_approval(sub.run_id, "c1.1", approved=True) in (
+            "not_awaiting",
+            "already_decided",
+        )
+    assert n[0] == 3, n[0]
     second = WorkerProcess(Settings(redis_url=redis_url, poll_delay_s=0.02))
     t2 = asyncio.create_task(second.run())
     rec = await p.wait(sub.run_id, timeout_s=10)
