@@ -58,7 +58,9 @@ def test_an_ending_step_carries_every_tail_field_to_its_own_place(with_settle: b
         config=b'{"cfg":1}', transcript=TranscriptWrite(False, b"{}"),
     )  # fmt: skip
     settled: dict[str, Any] = (
-        {"settle_member": "m1", "settle_tokens": 21, "settle_nano_usd": 22, "settle_ttl_ms": 23} if settle else {}
+        {"settle_member": "m1", "settle_tokens": 21, "settle_nano_usd": 22, "settle_ttl_ms": 23}
+        if settle
+        else {}
     )
     assert store()._commit_call(step) == by_keyword(
         step, aux=b'{"out":1}', session_id="s1", loop=b"[1]", approval_timeout_ms=31, run_deadline_ms=32,
