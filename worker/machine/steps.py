@@ -117,11 +117,11 @@ def next_model_call(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
 
 def call_model(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
     """Ask the model, if the run's budget affords the call's worst case; else end budget_exceeded."""
-    messages = _messages_of(s)
-    total = spent_with_children(s)
-    spent = total.input_tokens + total.output_tokens
-    if (err := unaffordable(s.cfg, spent, total.cost_usd, messages)) is not None:
-        return finish(s, RunStatus.FAILED, cmds, error=err)
+    if s.cfg.budget is not None:  # (without one, nothing to afford: its messages not built twice)
+        total = spent_with_children(s)
+        spent = total.input_tokens + total.output_tokens
+        if (err := unaffordable(s.cfg, spent, total.cost_usd, _messages_of(s))) is not None:
+            return finish(s, RunStatus.FAILED, cmds, error=err)
     s = up(
         s,
         phase=Phase.MODEL_RUNNING,
