@@ -170,41 +170,43 @@ class RedisRunStore:
         return self.last_seq
 
     def _commit_call(self, step: CommitStep) -> Commit:
-        """``step`` as commit.lua's call (shared.calls.steps.Commit), its payloads sealed."""
-        outbox, seal, session, usage, st = (
-            step.outbox,
-            self.codec.seal_json,
-            step.session,
-            step.usage,
-            step.outbox.settle,
-        )
-        tally = step.tally if step.status else None
+        """``step`` as commit.lua's call (shared.calls.steps.Commit), its payloads sealed. Built by
+        position, in Commit's order of fields (a class called with keywords passes them as a dict:
+        a third more per commit), its tail left to its defaults when the step needs none of it."""
+        outbox, seal, usage = step.outbox, self.codec.seal_json, step.usage
         events = [x for kind, ts, payload in outbox.events for x in (kind, ts, seal(payload))]
-        claims = [x for c in outbox.claims for x in (c, self.attempts.get(c, 0) + 1)] if outbox.claims else []
-        records = [x for i, rec in outbox.records for x in (i, seal(rec))] if outbox.records else []
+        if outbox.claims:
+            events += [x for c in outbox.claims for x in (c, self.attempts.get(c, 0) + 1)]
+        if outbox.records:
+            events += [x for i, rec in outbox.records for x in (i, seal(rec))]
+        u_in = u_out = u_read = u_write = None
+        u_est = u_cost = t_mode = ""
+        if usage is not None:
+            u_in, u_out, u_read, u_write = (usage.input_tokens, usage.output_tokens,
+                                            usage.cache_read_tokens, usage.cache_write_tokens)  # fmt: skip
+            u_est = "1" if usage.estimated else "0"
+            u_cost = repr(usage.cost_usd) if usage.cost_usd is not None else ""
+        t_data = b""
+        if (tw := step.transcript) is not None:
+            t_mode, t_data = "a" if tw.append else "s", self.codec.seal_fragment(tw.data)
+        head = (self.epoch, self.last_seq + 1, self.lease_id, self.run_id, step.status,
+                seal(step.checkpoint or b""), step.iterations, u_in, u_out, u_est, u_cost, u_read, u_write,
+                t_mode, t_data, "", len(outbox.claims), len(outbox.records), len(outbox.events),
+                tuple(events))  # fmt: skip
+        session, st = step.session, outbox.settle
+        tally = step.tally if step.status else None
+        if not (step.aux or session or step.approval_timeout_ms is not None or step.run_deadline_ms is not None
+                or step.error_code or step.children or step.config or tally or st):  # fmt: skip
+            return Commit(*head)  # no tail
         results = [x for i, r in session.tool_results for x in (i, seal(r))] if session else []
         calls = [seal(c) for c in session.calls] if session and session.calls else []
         terms = [x for term in tally.increments for x in term] if tally else []
         return Commit(
-            epoch=self.epoch, first_seq=self.last_seq + 1, lease_id=self.lease_id, run_id=self.run_id,
-            status=step.status, aux=seal(step.aux), ckpt=seal(step.checkpoint or b""),
-            session_id=session.session_id if session else "", loop=seal(session.loop) if session else b"",
-            approval_timeout_ms=step.approval_timeout_ms, run_deadline_ms=step.run_deadline_ms,
-            iterations=step.iterations, error_code=step.error_code, children=step.children or b"",
-            usage_in=usage.input_tokens if usage else None, usage_out=usage.output_tokens if usage else None,
-            usage_estimated=("1" if usage.estimated else "0") if usage else "",
-            usage_cost=repr(usage.cost_usd) if usage and usage.cost_usd is not None else "",
-            usage_cache_read=usage.cache_read_tokens if usage else None,
-            usage_cache_write=usage.cache_write_tokens if usage else None,
-            config=seal(step.config or b""),
-            transcript_mode=("a" if step.transcript.append else "s") if step.transcript else "",
-            transcript=self.codec.seal_fragment(step.transcript.data) if step.transcript else b"",
-            usage_ttl=tally.ttl_s if tally else None,
-            settle_member=st.member if st else "", settle_tokens=st.tokens if st else None,
-            settle_nano_usd=st.nano_usd if st else None, settle_ttl_ms=st.ttl_ms if st else None,
-            n_claims=len(outbox.claims), n_records=len(outbox.records), n_results=len(results) // 2,
-            n_calls=len(calls), n_usage=len(terms) // 2, n_events=len(outbox.events),
-            sections=(*events, *claims, *records), tail_sections=(*results, *calls, *terms),
+            *head, seal(step.aux), session.session_id if session else "", seal(session.loop) if session else b"",
+            step.approval_timeout_ms, step.run_deadline_ms, step.error_code, step.children or b"",
+            seal(step.config or b""), tally.ttl_s if tally else None,
+            st.member if st else "", st.tokens if st else None, st.nano_usd if st else None,
+            st.ttl_ms if st else None, len(results) // 2, len(calls), len(terms) // 2, (*results, *calls, *terms),
         )  # fmt: skip
 
     async def publish(self, events: list[Entry]) -> int:

@@ -305,4 +305,6 @@ def call_usage(
     cost = None
     if pricing is not None:
         cost = pricing.cost_usd(inp, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens)
+    if cost == u.cost_usd and inp == u.input_tokens:  # (unpriced, or priced as reported): as it is
+        return u
     return u.model_copy(update={"cost_usd": cost, "input_tokens": inp})

@@ -33,6 +33,7 @@ from worker.machine.steps import (
     agent_of,
     call_model,
     compact,
+    copied,
     duration_error,
     error_event,
     finish,
@@ -66,7 +67,7 @@ __all__ = [
 
 
 def on_started(s: RunState, e: Started) -> Decision:
-    stamped = [m.model_copy(update={"created_at": e.now_ms}) for m in e.input_messages]
+    stamped = [copied(m, created_at=e.now_ms) for m in e.input_messages]
     s = up(s, phase=Phase.PREPARING, config=e.config, transcript=stamped, started_at_ms=e.now_ms)
     return s, [status_event(RunStatus.RUNNING.value, **agent_of(e.config)), LoadContext(s.session_id)]
 
@@ -122,7 +123,7 @@ def on_replied(s: RunState, e: ModelReplied) -> Decision:
     if (failure := policy.reply_failure(e.finish_reason, empty=empty)) is not None:
         s = up(s, finish_reason=e.finish_reason)
         return on_failed(s, ModelFailed(e.now_ms, failure, e.jitter, e.partial))
-    msg = e.message.model_copy(update={"created_at": e.now_ms})
+    msg = copied(e.message, created_at=e.now_ms)
     refused = len(msg.tool_calls or ()) if s.final_call else 0
     if refused:  # the last call for an answer accepts no tool calls: keep the text only
         msg = Message(role="assistant", content=msg.content, created_at=e.now_ms)

@@ -6,9 +6,11 @@ The run's ending is built here only: ``finish`` sets the terminal phase, the clo
 
 from __future__ import annotations
 
-from typing import Any
+from functools import lru_cache
+from typing import Any, TypeVar
 
 import orjson
+from pydantic import BaseModel
 
 from agentmill_client import limits
 from agentmill_client.codec import to_jsonable
@@ -26,6 +28,7 @@ __all__ = [
     "bounded_messages",
     "build_messages",
     "build_messages_for_call",
+    "copied",
     "error_event",
     "finish",
     "result_of",
@@ -40,11 +43,20 @@ def up(state: RunState, **changes: Any) -> RunState:
     """``state.model_copy(update=changes)``, without its generic path (deep copies, extras, private
     attributes: RunState has none): the machine copies its state about ten times a run, and this is
     a third of model_copy's cost. Like model_copy, the changes are not validated."""
-    new = _new(RunState)
-    fields = state.__dict__.copy()
+    return copied(state, **changes)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def copied(model: M, **changes: Any) -> M:
+    """``up`` for any of the machine's frozen models with no extras or private attributes (a
+    message stamped with its time): ``model.model_copy(update=changes)``, not validated."""
+    new = _new(type(model))
+    fields = model.__dict__.copy()
     fields.update(changes)
     _set(new, "__dict__", fields)
-    _set(new, "__pydantic_fields_set__", state.__pydantic_fields_set__.union(changes))
+    _set(new, "__pydantic_fields_set__", model.__pydantic_fields_set__.union(changes))
     _set(new, "__pydantic_extra__", None)
     _set(new, "__pydantic_private__", None)
     return new
@@ -117,11 +129,11 @@ def next_model_call(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
 
 def call_model(s: RunState, now_ms: int, cmds: list[Command]) -> Decision:
     """Ask the model, if the run's budget affords the call's worst case; else end budget_exceeded."""
-    messages = _messages_of(s)
-    total = spent_with_children(s)
-    spent = total.input_tokens + total.output_tokens
-    if (err := unaffordable(s.cfg, spent, total.cost_usd, messages)) is not None:
-        return finish(s, RunStatus.FAILED, cmds, error=err)
+    if s.cfg.budget is not None:  # (without one, nothing to afford: its messages not built twice)
+        total = spent_with_children(s)
+        spent = total.input_tokens + total.output_tokens
+        if (err := unaffordable(s.cfg, spent, total.cost_usd, _messages_of(s))) is not None:
+            return finish(s, RunStatus.FAILED, cmds, error=err)
     s = up(
         s,
         phase=Phase.MODEL_RUNNING,
@@ -159,7 +171,13 @@ def build_messages(s: RunState) -> list[Message]:
     """System prompt + reduced past run loops + the current run loop in full; while a
     preamble is on, each tool result framed as data (worker/core/preamble.py)."""
     transcript = s.transcript if s.cfg.preamble is None else preamble.framed(s.transcript)
-    return [Message(role="system", content=s.cfg.system_prompt), *windowed_history(s), *transcript]
+    return [system_message(s.cfg.system_prompt), *windowed_history(s), *transcript]
+
+
+@lru_cache(maxsize=256)
+def system_message(prompt: str) -> Message:
+    """The system prompt as a message (frozen: one per prompt, not one validated per model call)."""
+    return Message(role="system", content=prompt)
 
 
 def build_messages_for_call(s: RunState) -> list[Message]:

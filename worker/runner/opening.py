@@ -119,8 +119,9 @@ async def start(
     there is none: agent_of) and input (and a child run's ``lineage``: its ancestors and depth
     limit); a bad profile or policy rejects the start."""
     s: Settings = host.settings
-    with contextlib.suppress(SchemaQueueFullError):  # else compiled inline where they are first used
-        await compile_all(schema for _, schema in run_schemas(run_input))  # off the loop
+    if schemas := run_schemas(run_input):
+        with contextlib.suppress(SchemaQueueFullError):  # else compiled inline where they are first used
+            await compile_all(schema for _, schema in schemas)  # off the loop
     try:
         line = Lineage.model_validate_json(lineage) if lineage else None
         if isinstance(agent, str):
