@@ -4,24 +4,18 @@ same share of slots; the pool sizing reads the one-process rows only. Nothing he
 
 from __future__ import annotations
 
-import importlib
 import os
-from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
 import pytest
 
+from tests.support.bench_modules import bench_modules
+
 
 @pytest.fixture(scope="module")
-def bench() -> Iterator[tuple[ModuleType, ModuleType]]:
-    # bench.plumbing turns the dev profiles on for the bench's workers; not for the rest of this suite.
-    before = os.environ.get("AGENTMILL_DEV_PROFILES")
-    main = importlib.import_module("bench.__main__")
-    conc = importlib.import_module("bench.figures_concurrency")
-    if before is None:
-        os.environ.pop("AGENTMILL_DEV_PROFILES", None)
-    yield main, conc
+def bench() -> tuple[ModuleType, ...]:
+    return bench_modules("__main__", "figures_concurrency")
 
 
 def test_the_default_run_has_a_row_per_machine_at_one_process_a_core(bench: Any) -> None:

@@ -4,23 +4,17 @@ skip of a peer whose package is missing and the side-by-side table. Nothing here
 from __future__ import annotations
 
 import importlib
-import os
-from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
 import pytest
 
+from tests.support.bench_modules import bench_modules
+
 
 @pytest.fixture(scope="module")
-def bench() -> Iterator[tuple[ModuleType, ModuleType]]:
-    # bench.plumbing turns the dev profiles on for the bench's workers; not for the rest of this suite.
-    before = os.environ.get("AGENTMILL_DEV_PROFILES")
-    main = importlib.import_module("bench.__main__")
-    peers = importlib.import_module("bench.figures_peers")
-    if before is None:
-        os.environ.pop("AGENTMILL_DEV_PROFILES", None)
-    yield main, peers
+def bench() -> tuple[ModuleType, ...]:
+    return bench_modules("__main__", "figures_peers")
 
 
 def test_peers_is_a_figure_of_the_default_run_with_every_peer_at_both_levels(bench: Any) -> None:
