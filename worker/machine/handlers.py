@@ -11,6 +11,7 @@ from worker.core import policy
 from worker.machine import fallback
 from worker.machine.budget import BUDGET_EXCEEDED
 from worker.machine.commands import AwaitModel, CallModel, Command, Compact, Decision, Emit, LoadContext, Wait
+from worker.machine.copying import copied
 from worker.machine.events import (
     AbortRequested,
     BudgetRefused,
@@ -33,7 +34,6 @@ from worker.machine.steps import (
     agent_of,
     call_model,
     compact,
-    copied,
     duration_error,
     error_event,
     finish,

@@ -7,10 +7,9 @@ The run's ending is built here only: ``finish`` sets the terminal phase, the clo
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
-from pydantic import BaseModel
 
 from agentmill_client import limits
 from agentmill_client.codec import to_jsonable
@@ -19,6 +18,7 @@ from worker.core import policy, preamble
 from worker.core.config import RunConfig
 from worker.machine.budget import spent_with_children, unaffordable
 from worker.machine.commands import CallModel, Command, Compact, Decision, Emit, Finish, ModelRequest
+from worker.machine.copying import copied
 from worker.machine.state import CallPhase, Phase, RunState
 from worker.machine.window import windowed_history
 
@@ -28,15 +28,10 @@ __all__ = [
     "bounded_messages",
     "build_messages",
     "build_messages_for_call",
-    "copied",
     "error_event",
     "finish",
     "result_of",
 ]
-
-
-_new = object.__new__
-_set = object.__setattr__
 
 
 def up(state: RunState, **changes: Any) -> RunState:
@@ -44,22 +39,6 @@ def up(state: RunState, **changes: Any) -> RunState:
     attributes: RunState has none): the machine copies its state about ten times a run, and this is
     a third of model_copy's cost. Like model_copy, the changes are not validated."""
     return copied(state, **changes)
-
-
-M = TypeVar("M", bound=BaseModel)
-
-
-def copied(model: M, **changes: Any) -> M:
-    """``up`` for any of the machine's frozen models with no extras or private attributes (a
-    message stamped with its time): ``model.model_copy(update=changes)``, not validated."""
-    new = _new(type(model))
-    fields = model.__dict__.copy()
-    fields.update(changes)
-    _set(new, "__dict__", fields)
-    _set(new, "__pydantic_fields_set__", model.__pydantic_fields_set__.union(changes))
-    _set(new, "__pydantic_extra__", None)
-    _set(new, "__pydantic_private__", None)
-    return new
 
 
 def status_event(status: str, **extra: Any) -> Emit:
