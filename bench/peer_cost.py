@@ -1,7 +1,7 @@
 """Where a one-step job's cost goes in figure 12's setup (bench/figures_peers.py), per peer:
 ``bin/dev python -m bench.peer_cost [--peers agentmill saq] [--fsync always] [--runs N]``.
 
-One worker process per peer (concurrency 100, as the figure's), against a private redis-server
+One worker process per peer (concurrency 100 as the figure's, or --concurrency), against a private redis-server
 with AOF at the level asked for, twice: a burst (N jobs enqueued while the worker is stopped by
 SIGSTOP, then let go) and a paced pass (jobs submitted one by one at 100/s to the idle worker, the
 figure's latency pass). Per job: the worker's CPU (/proc), redis-server's CPU (INFO cpu), the
@@ -85,7 +85,9 @@ def start_worker(argv: list[str], env: dict[str, str], log: Path) -> subprocess.
         return subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=env, stdout=f, stderr=f)
 
 
-async def measure(name: str, fsync: str, n: int, paced: int, rate: float) -> dict[str, Any]:
+async def measure(
+    name: str, fsync: str, n: int, paced: int, rate: float, concurrency: int = 100
+) -> dict[str, Any]:
     peer, why = make_peer(name)
     if peer is None:
         raise SystemExit(why)
@@ -95,7 +97,7 @@ async def measure(name: str, fsync: str, n: int, paced: int, rate: float) -> dic
     env = {
         **os.environ,
         "REDIS_URL": server.url,
-        "AGENTMILL_MAX_JOBS": "100",
+        "AGENTMILL_MAX_JOBS": str(concurrency),
         "AGENTMILL_WORKER_METRICS_PORT": "-1",
         "AGENTMILL_POLL_DELAY_S": "0.05",
         "AGENTMILL_LOG_LEVEL": "WARNING",
@@ -168,11 +170,12 @@ async def main() -> None:
     ap.add_argument("--runs", type=int, default=1000)
     ap.add_argument("--paced", type=int, default=200)
     ap.add_argument("--rate", type=float, default=100.0)
+    ap.add_argument("--concurrency", type=int, default=100, help="the worker's slots (figure 12: 100)")
     a = ap.parse_args()
     count_round_trips()
     for fsync in a.fsync:
         for name in a.peers:
-            res = await measure(name, fsync, a.runs, a.paced, a.rate)
+            res = await measure(name, fsync, a.runs, a.paced, a.rate, a.concurrency)
             print(f"== {name} appendfsync {fsync} (load {os.getloadavg()[0]:.1f})")
             for phase, v in res.items():
                 print(f"  {phase}: {v}")

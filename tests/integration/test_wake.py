@@ -5,6 +5,7 @@ poll interval; a lost signal costs at most two poll intervals (an idle worker's 
 from __future__ import annotations
 
 import asyncio
+import signal
 import statistics
 import time
 from pathlib import Path
@@ -204,3 +205,33 @@ async def test_a_woken_worker_claims_in_one_round_trip(redis: Redis, redis_url: 
     print(f"{claims} claims, {reads} queue reads for {n} submissions in {took:.2f} s")
     assert claims >= n
     assert reads <= polls, (reads, polls)
+
+
+async def test_a_worker_that_leaves_due_jobs_behind_claims_again_without_waiting(
+    redis: Redis, redis_url: str
+) -> None:
+    """A claim that takes part of a deep queue (two workers each take half their room, as
+    worker/process/arq_worker.py claim_size shares it) is followed by the next claim within a
+    tenth of a poll interval, not by an idle worker's wait for a signal (two poll intervals: a
+    queue of 600 took over 6 s to drain at a poll of 1 s)."""
+    poll_s = 1.0
+    env = {"AGENTMILL_POLL_DELAY_S": str(poll_s), "AGENTMILL_MAX_JOBS": "200"}
+    p = producer_for(redis, redis_url, max_batch=1000)
+    with workers(redis_url, 2, env=env) as procs:
+        await _idle(redis, 2)
+        for w in procs:
+            w.signal(signal.SIGSTOP)
+        try:
+            subs = await p.submit_many([script_run([{"text": "hi"}]) for _ in range(600)])
+        finally:
+            t0 = time.perf_counter()
+            for w in procs:
+                w.signal(signal.SIGCONT)
+        ids = [s.run_id for s in subs if not isinstance(s, Exception)]
+        assert len(ids) == 600
+        while await redis.zcard(K.live) or await redis.zcard(K.queue):
+            assert time.perf_counter() - t0 < 30, "the queue did not drain in 30 s"
+            await asyncio.sleep(0.02)
+        took = time.perf_counter() - t0
+    print(f"600 runs drained by 2 workers in {took:.2f} s (poll {poll_s:.0f} s)")
+    assert took < 1.5 * IDLE_POLLS * poll_s, took

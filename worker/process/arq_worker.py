@@ -231,8 +231,10 @@ class ResilientWorker(Worker):
         A worker whose poll left no due job behind (it claimed all it saw, or saw none) waits for a
         wake signal (worker/process/wake.py) for IDLE_POLLS poll intervals, or until the earliest scheduled
         job it knows of, and claims as soon as one comes (``_claim_woken``: the claim is its first call,
-        no count before it): a new job starts within a round trip, not a poll delay. A worker that saw more due jobs than it claimed (a deep queue) polls again
-        at the next tick, as before, with no wait call in between."""
+        no count before it): a new job starts within a round trip, not a poll delay. A worker with
+        free slots that saw more due jobs than it claimed (a deep queue, shared with other workers
+        by ``claim_size``) polls again a tenth of the poll delay after its last poll began, with no
+        wait call in between."""
         self.ctx["redis"] = self.pool
         self._freed = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -251,6 +253,8 @@ class ResilientWorker(Worker):
             if self._full:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._freed.wait(), wait)
+                wait = max(0.0, self.poll_delay_s / 10 - (loop.time() - before))
+            elif self._left and self.allow_pick_jobs:
                 wait = max(0.0, self.poll_delay_s / 10 - (loop.time() - before))
             elif self.wake is not None and self.allow_pick_jobs and not self.burst:
                 idle = max(0.0, IDLE_POLLS * self.poll_delay_s - (loop.time() - before))
