@@ -15,6 +15,7 @@ import string
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -43,7 +44,7 @@ async def main(n: int) -> None:
         await wait_ready(url)
         async with httpx.AsyncClient(base_url=url, timeout=60) as c:
             listing = {"createdBefore": 1, "limit": 1}
-            kinds = {
+            kinds: dict[str, Callable[[int], Awaitable[httpx.Response]]] = {
                 "bogus method (no token)": lambda i: c.request(
                     "".join(random.choices(string.ascii_uppercase, k=(7, 40, 3000)[i % 3])), "/v1/runs"
                 ),

@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 
 from bench import figures_functions as ff
 from bench.__main__ import Bench
+from bench.plumbing import run_ids
 
 __all__ = ["capture", "load", "monitor_args"]
 
@@ -76,14 +77,14 @@ async def load(b: Bench, r: Redis, runs: int, agent: str = "scripted-effects") -
     done = asyncio.Event()
     try:
         warm = await producer.submit_many([b.script_run([{"text": "warm"}])])
-        await b._ended(producer, [w.run_id for w in warm])
+        await b._ended(producer, run_ids(warm))
         task = asyncio.create_task(capture(b.server.url, done, b"commit_"))
         await asyncio.sleep(0.2)
         script = [{"toolCalls": [{"name": "echo", "arguments": {"text": "x"}}]}] * ff.STEPS + [
             {"text": "done"}
         ]
         subs = await producer.submit_many([b.script_run(script, agent=agent)] * runs)
-        await b._ended(producer, [s.run_id for s in subs])
+        await b._ended(producer, run_ids(subs))
         await asyncio.sleep(0.3)
     finally:
         done.set()

@@ -25,6 +25,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 sys.path.insert(0, os.getcwd())  # the tree measured is the one it runs in
@@ -36,10 +37,10 @@ from bench.__main__ import Bench
 from shared.settings import Settings
 from tests.support.schema import K, stored
 
-with contextlib.suppress(ImportError):  # older trees keep it in shared/
+try:
     from tests.support.redis_server import free_port
-if "free_port" not in globals():
-    from shared.redis_server import free_port  # type: ignore[no-redef]
+except ImportError:  # older trees keep it in shared/
+    from shared.redis_server import free_port  # type: ignore[no-redef,import-not-found]
 
 TICK = os.sysconf("SC_CLK_TCK")
 SECRET = "bench-id-secret"
@@ -136,8 +137,11 @@ async def schema_attack(c: httpx.AsyncClient, r: Redis, api: int, worker: int, n
 
     a_hdr = {"Authorization": "Bearer tok-a"}
     out: dict[str, Any] = {}
-    for name, body in (("redos", lambda i: REDOS_RUN), ("doubling", lambda i: DOUBLING_RUN),
-                       ("wide", lambda i: _wide(f"{time.time_ns()} {i}"))):  # fmt: skip
+    bodies: tuple[tuple[str, Callable[[int], dict[str, Any]]], ...] = (
+        ("redos", lambda i: REDOS_RUN), ("doubling", lambda i: DOUBLING_RUN),
+        ("wide", lambda i: _wide(f"{time.time_ns()} {i}")),
+    )  # fmt: skip
+    for name, body in bodies:
         a0 = cpu_s(api)
         codes: dict[int, int] = {}
         for i in range(n):
@@ -158,7 +162,7 @@ async def schema_attack(c: httpx.AsyncClient, r: Redis, api: int, worker: int, n
             i += 1
 
     async def victim_submits() -> list[float]:
-        took = []
+        took: list[float] = []
         await asyncio.sleep(0.5)
         while time.monotonic() < until:
             t0 = time.perf_counter()
@@ -167,7 +171,8 @@ async def schema_attack(c: httpx.AsyncClient, r: Redis, api: int, worker: int, n
             await asyncio.sleep(0.05)
         return took
 
-    *_, took = await asyncio.gather(*(attacker(k) for k in range(4)), victim_submits())
+    took = (await asyncio.gather(*(attacker(k) for k in range(4)), victim_submits()))[-1]
+    assert took is not None
     took.sort()
     out.update(victim_n=len(took), victim_p50_ms=took[len(took) // 2], victim_p99_ms=took[int(len(took) * 0.99)],
                victim_max_ms=took[-1])  # fmt: skip

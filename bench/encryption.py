@@ -39,7 +39,7 @@ async def completed(r: Redis) -> int:
     """Runs that ended completed (not failed: the figure is of runs that did their ten steps)."""
     n = 0
     async for k in r.scan_iter(match="am:*:run:*", count=1000):
-        if await r.type(k) == b"hash" and await r.hget(k, "status") == b"completed":
+        if await r.type(k) == b"hash" and await r.hget(k, "status") == b"completed":  # type: ignore[misc]
             n += 1
     return n
 

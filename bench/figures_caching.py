@@ -7,6 +7,7 @@ repetition tells it."""
 from __future__ import annotations
 
 import subprocess
+from typing import Any
 
 import orjson
 from redis.asyncio import Redis
@@ -43,7 +44,9 @@ class CachingFigures(Plumbing):
 
     async def fig_caching(self, r: Redis) -> None:
         path = self.caching_profiles()
-        script = [{"toolCalls": [{"name": "echo", "arguments": {"text": f"step {i}"}}]} for i in range(STEPS)]
+        script: list[dict[str, Any]] = [
+            {"toolCalls": [{"name": "echo", "arguments": {"text": f"step {i}"}}]} for i in range(STEPS)
+        ]
         script.append({"text": "done"})
         await self.flush(r)
         p = self.producer(r, profiles=path)

@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 
 from agentmill_client.statuses import TERMINAL
 from bench.figure import Figure
-from bench.plumbing import EFFECTS, PURE, Plumbing
+from bench.plumbing import EFFECTS, PURE, Plumbing, run_ids
 from producer.service import Producer
 from shared.partitions import Partitions
 from shared.profiles import profiles_from
@@ -122,11 +122,11 @@ class ClusterFigures(Plumbing):
                     # Started and polling before the clock starts: interpreter start-up was about 1 s
                     # of a 2 s span. Submission is measured with the runs (its commands count too).
                     warm = await producer.submit_many([self.script_run([{"text": "warm"}])] * workers)
-                    await self._until_terminal(producer, [w.run_id for w in warm])
+                    await self._until_terminal(producer, run_ids(warm))
                     before = cluster.node_stats()
                     t0 = time.perf_counter()
                     subs = await producer.submit_many([self.script_run(script, agent)] * runs)
-                    await self._until_terminal(producer, [sub.run_id for sub in subs])
+                    await self._until_terminal(producer, run_ids(subs))
                     span = time.perf_counter() - t0
                 finally:
                     for p in procs:

@@ -22,7 +22,7 @@ import orjson
 from redis.asyncio import Redis
 
 from bench.figure import Figure
-from bench.plumbing import Plumbing
+from bench.plumbing import Plumbing, run_ids
 from bench.probes import pct
 from shared.profiles import load_profiles
 from tests.integration.helpers import producer_for, stream, wait_all
@@ -59,11 +59,14 @@ async def lane_figures(r: Redis, p: Any, lane: str, n: int) -> dict[str, Any]:
         {"agent": "eco", "lane": lane, "inputMessages": [{"role": "user", "content": f"t{i}"}]}
         for i in range(n)
     ]
-    ids = [s.run_id for s in await p.submit_many(runs)]
+    ids = run_ids(await p.submit_many(runs))
     recs = await wait_all(p, ids, 900)
     calls = await commands(r)
     lat = sorted([((await stream(r, rid))[-1].ts - rec.created_at_ms) / 1000 for rid, rec in recs.items()])
-    costs = [rec.result.usage.cost_usd or 0.0 for rec in recs.values()]
+    costs = [
+        (rec.result.usage.cost_usd if rec.result and rec.result.usage else None) or 0.0
+        for rec in recs.values()
+    ]
     return {
         "runs": n,
         "statuses": sorted({rec.status.value for rec in recs.values()}),

@@ -167,7 +167,7 @@ class IoFigures(Plumbing):
                     t = await self.drain_time(
                         r,
                         n,
-                        lambda box=box: box.append(
+                        lambda box=box: box.append(  # type: ignore[misc]
                             self.spawn(["-m", "app.worker"], AGENTMILL_PROFILES=str(profiles))
                         ),
                         lambda: self.runs_done(r),

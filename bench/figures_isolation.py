@@ -86,7 +86,8 @@ class IsolationFigures(Plumbing):
     ) -> tuple[list[float], list[float]]:
         """``n`` runs one after another; with ``until``, more until that task (the attack) is over."""
         body = {"inputMessages": [{"role": "user", "content": "6*7"}]}
-        submit, first = [], []
+        submit: list[float] = []
+        first: list[float] = []
         while len(submit) < n or (until is not None and not until.done()):
             t0 = time.perf_counter()
             resp = await c.post("/v1/runs", json=body, headers={"Authorization": "Bearer tok-b"})

@@ -63,7 +63,7 @@ class LanesFigures(Plumbing):
         return [int(e[0][1][b"ts"]) if e else 0 for e in replies]
 
     async def batch_done(self, r: Redis) -> int:
-        return int(await r.hget(K.batch(DEFAULT_TENANT, BATCH), "completed") or 0)
+        return int(await r.hget(K.batch(DEFAULT_TENANT, BATCH), "completed") or 0)  # type: ignore[misc]
 
     async def interactive(self, r: Redis, p: Any, n: int) -> tuple[list[float], list[int]]:
         """n priority-8 runs, one every SPACING_S: submit → first event (ms), once all started, and

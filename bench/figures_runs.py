@@ -37,7 +37,7 @@ class RunFigures(Plumbing):
             t = await self.drain_time(
                 r,
                 a.runs,
-                lambda box=box: box.append(self.spawn(["-m", "arq", "bench.bare_arq.WorkerSettings"])),
+                lambda box=box: box.append(self.spawn(["-m", "arq", "bench.bare_arq.WorkerSettings"])),  # type: ignore[misc]
                 lambda: self.arq_done(r),
             )
             f.base.append(a.runs / t)
@@ -48,7 +48,7 @@ class RunFigures(Plumbing):
             t = await self.drain_time(
                 r,
                 a.runs,
-                lambda box=box: box.append(self.spawn(["-m", "app.worker"])),
+                lambda box=box: box.append(self.spawn(["-m", "app.worker"])),  # type: ignore[misc]
                 lambda: self.runs_done(r),
             )
             f.ours.append(a.runs / t)
@@ -74,7 +74,10 @@ class RunFigures(Plumbing):
             await self.producer(r).submit_many([self.script_run(script)] * n)
             box: list[subprocess.Popen[bytes]] = []
             t = await self.drain_time(
-                r, n, lambda box=box: box.append(self.spawn(["-m", "app.worker"])), lambda: self.runs_done(r)
+                r,
+                n,
+                lambda box=box: box.append(self.spawn(["-m", "app.worker"])),  # type: ignore[misc]
+                lambda: self.runs_done(r),
             )
             f.ours.append(n * 10 / t)
             self.stop(box[0])
@@ -96,7 +99,7 @@ class RunFigures(Plumbing):
                             if k % 3 == 0:
                                 pipe.xadd(stream, {"seq": s, "payload": payload})
                             elif k % 3 == 1:
-                                pipe.hset(h, "ckpt", payload)
+                                pipe.hset(h, "ckpt", payload)  # type: ignore[arg-type]
                             else:
                                 pipe.zadd("raw:live", {str(i): s})
                         await pipe.execute()

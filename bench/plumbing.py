@@ -20,6 +20,7 @@ from redis.asyncio import Redis
 
 from bench.figure import Figure
 from producer.service import Producer
+from producer.submission import SubmissionError, Submitted
 from shared.profiles import BUILTIN_PROFILES, ToolSettings, profiles_from
 from shared.settings import Settings
 from tests.support.redis_server import RedisServer, free_port
@@ -40,6 +41,16 @@ def api_env(redis_url: str, port: int, **extra: str) -> dict[str, str]:
     kept = {k: v for k, v in os.environ.items() if not k.startswith("AGENTMILL_TENANT_")}
     return {**kept, "REDIS_URL": redis_url, "AGENTMILL_API_PORT": str(port),
             "AGENTMILL_LOG_LEVEL": "WARNING", **extra}  # fmt: skip
+
+
+def run_ids(subs: list[Submitted | SubmissionError]) -> list[str]:
+    """The run ids of a batch submission's answers; a refused item fails the figure with its reason."""
+    out = []
+    for sub in subs:
+        if isinstance(sub, SubmissionError):
+            raise RuntimeError(f"a bench submission was refused: {sub}")
+        out.append(sub.run_id)
+    return out
 
 
 async def wait_ready(url: str, within_s: float = 60.0) -> None:
@@ -124,7 +135,7 @@ class Plumbing:
                 raise RuntimeError("worker did not start")
             await asyncio.sleep(0.01)
 
-    last_spread_ms: tuple[int, int] = (0, 0)
+    last_spread_ms: tuple[float, float] = (0.0, 0.0)
 
     async def drain_time(
         self, r: Redis, n: int, start: Callable[[], Any], done: Callable[[], Awaitable[bool]]
@@ -137,7 +148,8 @@ class Plumbing:
             if time.monotonic() > deadline:
                 raise RuntimeError("the queue did not drain in 10 minutes")
             await asyncio.sleep(0.02)  # the span comes from arq's records, not from this poll
-        starts, ends = [], []
+        starts: list[float] = []
+        ends: list[float] = []
         async for key in r.scan_iter(match="arq:result:*", count=1000):
             raw = await r.get(key)
             if raw:
@@ -151,7 +163,7 @@ class Plumbing:
             max(starts) - min(starts),
             min(e - s for s, e in zip(starts, ends, strict=True)),
         )
-        return (max(ends) - min(starts)) / 1000.0
+        return float(max(ends) - min(starts)) / 1000.0
 
     async def arq_done(self, r: Redis, queue: str = default_queue_name) -> bool:
         """The bare arq baseline's queue (arq's default) is empty and nothing is in progress. Cheap,

@@ -81,6 +81,8 @@ class PostgresCluster:
 
     def create_database(self, name: str, synchronous_commit: str) -> str:
         """A fresh database with its own ``synchronous_commit``; returns its SQLAlchemy URL."""
+        if self.bin is None:
+            raise PostgresError("no PostgreSQL binaries (psql) under " + ", ".join(PG_BIN_DIRS))
         psql = [
             str(self.bin / "psql"),
             "-h",

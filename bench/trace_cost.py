@@ -13,11 +13,15 @@ import argparse
 import asyncio
 import statistics
 import time
+from typing import Any
 
 from tests.unit.test_runner import World
 from worker.telemetry import tracing
 
-SCRIPT = [{"toolCalls": [{"name": "echo", "arguments": {"text": "x"}}]}, {"text": "done"}]
+SCRIPT: list[dict[str, Any]] = [
+    {"toolCalls": [{"name": "echo", "arguments": {"text": "x"}}]},
+    {"text": "done"},
+]
 
 
 async def cpu_per_run_us(n: int) -> float:

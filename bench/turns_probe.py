@@ -60,7 +60,7 @@ class Turns:
                 if cpu > LONG_S:
                     turns.long.append((cpu, repr(getattr(handle, "_callback", "?"))[:160], turns.samples))
 
-        asyncio.events.Handle._run = run  # type: ignore[method-assign]
+        asyncio.events.Handle._run = run  # type: ignore[method-assign,assignment]
         sample_main_stack(SAMPLE_S, self._busy, self._keep, self.stop, skip=_SKIP, depth=10)
 
     def _busy(self) -> bool:
