@@ -234,13 +234,14 @@ local CHUNK = 1000  -- the arguments one redis.call takes from unpack at most (e
 local function plain_int(s) return #s < 15 and string.find(s, '^[1-9]%d*$') ~= nil end
 local function plain_id(s) return string.find(s, '^[%w%._:%-]+$') ~= nil end
 local function int_text(x) return string.format('%d', x) end
--- One stream entry at seq text ``s`` (its id <seq>-0), trimmed to about ``maxlen`` (nil: not trimmed).
+-- One stream entry at seq text ``s`` (its id <seq>-0: an id given without its sequence part gets 0,
+-- and the seq's text is not joined to '-0' into one more Lua string), trimmed to about ``maxlen``
+-- (nil: not trimmed).
 local function xadd_text(stream, s, kind, ts, payload, maxlen, epoch)
   if maxlen then
-    redis.call('XADD', stream, 'MAXLEN', '~', maxlen, s .. '-0',
-      'seq', s, 'kind', kind, 'ts', ts, 'payload', payload, 'epoch', epoch)
+    redis.call('XADD', stream, 'MAXLEN', '~', maxlen, s, 'seq', s, 'kind', kind, 'ts', ts, 'payload', payload, 'epoch', epoch)
   else
-    redis.call('XADD', stream, s .. '-0', 'seq', s, 'kind', kind, 'ts', ts, 'payload', payload, 'epoch', epoch)
+    redis.call('XADD', stream, s, 'seq', s, 'kind', kind, 'ts', ts, 'payload', payload, 'epoch', epoch)
   end
 end
 local function xadd(stream, seq, kind, ts, payload, maxlen, epoch)
@@ -338,9 +339,10 @@ local function batch_settle(bk)
   if (b[5] or '') ~= '' then redis.call('LPUSH', WEBHOOKS, ctx().batch_delivery .. bk) end
   return true
 end
-local BATCH_FINISHED = {}  -- batch key -> finished, looked up once per script call
+local BATCH_FINISHED = nil  -- batch key -> finished, looked up once per script call (made on first use)
 local function batch_finished(t, batch)
   local bk = batch_key(t, batch)
+  if not BATCH_FINISHED then BATCH_FINISHED = {} end
   if BATCH_FINISHED[bk] == nil then BATCH_FINISHED[bk] = redis.call('HEXISTS', bk, BATCH.FINISHED_AT) == 1 end
   return BATCH_FINISHED[bk]
 end
@@ -786,6 +788,5 @@ local function enter_prelude(KEYS, ARGV)
     for k = nk, nk - 7, -1 do KEYS[k] = nil end
   end
   WAKES = 0
-  DEFERRED, TRIM, BATCH_NEW = nil, nil, nil
-  BATCH_FINISHED = {}
+  DEFERRED, TRIM, BATCH_NEW, BATCH_FINISHED = nil, nil, nil, nil
 end
