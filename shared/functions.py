@@ -155,7 +155,7 @@ class _Contexts:
 
     def __init__(self) -> None:
         self.of: dict[str, tuple[str, str]] = {}  # context -> (token with its fixed keys, token without)
-        self.told: dict[str, tuple[str, str, str, tuple[str, ...]]] = {}  # token without -> all of it
+        self.told: dict[str, tuple[str, str, str, tuple[Any, ...]]] = {}  # token without -> all of it
 
     def tokens(self, context: str, keys: Sequence[Any]) -> tuple[str, str]:
         got = self.of.get(context)
@@ -166,10 +166,10 @@ class _Contexts:
                 oldest = next(iter(self.of))
                 self.told.pop(self.of.pop(oldest)[1], None)
             self.of[context] = got
-            self.told[got[1]] = (*got, context, tuple(str(k) for k in keys[-FIXED_KEYS:]))
+            self.told[got[1]] = (*got, context, tuple(keys[-FIXED_KEYS:]))
         return got
 
-    def argv(self) -> list[str]:
+    def argv(self) -> list[Any]:
         """register_contexts' arguments: per context its tokens, the context, its fixed keys."""
         return [x for tok_k, tok, context, fixed in self.told.values() for x in (tok_k, tok, context, *fixed)]
 
