@@ -113,7 +113,7 @@ def no_claims(call: Call) -> Call:
     return [*call[: 3 + nkeys], *args]
 
 
-BASE: dict[str, bytes] = {}  # --base-library: that library's version
+BASE: dict[str, bytes] = {}  # --base-library: that library's version, and whether it takes the context first
 # The captured contexts calls' tokens (shared.functions): token -> (the context, the fixed keys sent
 # with it: none for a token sent with them)
 TOKENS: dict[bytes, tuple[bytes, list[bytes]]] = {}
@@ -146,11 +146,13 @@ def full_form(call: Call) -> Call:
 
 
 def on_base(call: Call) -> Call:
-    """The call as another checkout's library (``--base-library``, its context first) takes it."""
+    """The call as another checkout's library (``--base-library``: its context whole, first or last) takes it."""
     call = full_form(call)
     nkeys = int(call[2])
     args = call[3 + nkeys :]
-    return [call[0], b"commit_" + BASE["version"], *call[2 : 3 + nkeys], args[-1], *args[:-1]]
+    if BASE["context_first"]:
+        args = [args[-1], *args[:-1]]
+    return [call[0], b"commit_" + BASE["version"], *call[2 : 3 + nkeys], *args]
 
 
 def noop(call: Call) -> Call:
@@ -367,6 +369,7 @@ async def main(argv: list[str]) -> None:
             with open(a.base_library) as f:
                 code = f.read()
             BASE["version"] = re.search(r"name=agentmill_(\w+)", code).group(1).encode()  # type: ignore[union-attr]
+            BASE["context_first"] = b"" if "ARGV[na]" in code else b"1"
             await r.execute_command("FUNCTION", "LOAD", "REPLACE", code)
             VARIANTS["as captured, base library"] = on_base
         await r.execute_command("FUNCTION", "LOAD", "REPLACE", NOOP_LIBRARY)
