@@ -113,14 +113,46 @@ def no_claims(call: Call) -> Call:
     return [*call[: 3 + nkeys], *args]
 
 
-BASE: dict[str, bytes] = {}  # --base-library: that library's version
+BASE: dict[str, bytes] = {}  # --base-library: that library's version, and whether it takes the context first
+# The captured contexts calls' tokens (shared.functions): token -> (the context, the fixed keys sent
+# with it: none for a token sent with them)
+TOKENS: dict[bytes, tuple[bytes, list[bytes]]] = {}
+
+
+def contexts_argv(calls: list[Call]) -> list[bytes]:
+    """The captured contexts calls' arguments (their tokens in ``TOKENS``), for this library's."""
+    argv = [a for c in calls if c[1].startswith(b"contexts_") for a in c[3 + int(c[2]) :]]
+    for i in range(0, len(argv), 11):
+        TOKENS[argv[i]] = (argv[i + 2], [])
+        TOKENS[argv[i + 1]] = (argv[i + 2], argv[i + 3 : i + 11])
+    return argv
+
+
+async def tell_contexts(r: Redis, argv: list[bytes]) -> None:
+    from shared.scripts import library
+
+    if argv:
+        await r.execute_command("FCALL", "contexts_" + library().version, 0, *argv)
+
+
+def full_form(call: Call) -> Call:
+    """A call sent with a context token as the library before them takes it: the context, the fixed keys."""
+    nkeys = int(call[2])
+    args = call[3 + nkeys :]
+    if args[-1] not in TOKENS:
+        return call
+    context, fixed = TOKENS[args[-1]]
+    return [*call[:2], str(nkeys + len(fixed)).encode(), *call[3 : 3 + nkeys], *fixed, *args[:-1], context]
 
 
 def on_base(call: Call) -> Call:
-    """The call as another checkout's library (``--base-library``, its context first) takes it."""
+    """The call as another checkout's library (``--base-library``: its context whole, first or last) takes it."""
+    call = full_form(call)
     nkeys = int(call[2])
     args = call[3 + nkeys :]
-    return [call[0], b"commit_" + BASE["version"], *call[2 : 3 + nkeys], args[-1], *args[:-1]]
+    if BASE["context_first"]:
+        args = [args[-1], *args[:-1]]
+    return [call[0], b"commit_" + BASE["version"], *call[2 : 3 + nkeys], *args]
 
 
 def noop(call: Call) -> Call:
@@ -270,6 +302,7 @@ async def instructions(runs: dict[bytes, list[Call]], a: argparse.Namespace) -> 
                     await asyncio.sleep(0.1)
             await r.execute_command("FUNCTION", "LOAD", library().code)
             await r.execute_command("FUNCTION", "LOAD", NOOP_LIBRARY)
+            await tell_contexts(r, a.contexts)
             row = await replay(r, runs, v, a.replays, "cg", missing)
             with contextlib.suppress(Exception):  # the server goes away while it answers
                 await r.execute_command("SHUTDOWN", "NOSAVE")
@@ -319,7 +352,8 @@ async def main(argv: list[str]) -> None:
             if a.calls:
                 with open(a.calls, "wb") as f:
                     pickle.dump(calls, f)
-        runs = by_run([current(c) for c in calls])
+        runs = by_run([current(c) for c in calls if not c[1].startswith(b"contexts_")])
+        a.contexts = contexts_argv(calls)
         one = next(iter(runs.values()))
         print(
             f"captured {len(calls)} commits of {len(runs)} runs; {sum(len(x) for c in one for x in c) / len(one):.0f} B a call"
@@ -330,10 +364,12 @@ async def main(argv: list[str]) -> None:
         from shared.scripts import library
 
         await r.execute_command("FUNCTION", "LOAD", "REPLACE", library().code)
+        await tell_contexts(r, a.contexts)
         if a.base_library:
             with open(a.base_library) as f:
                 code = f.read()
             BASE["version"] = re.search(r"name=agentmill_(\w+)", code).group(1).encode()  # type: ignore[union-attr]
+            BASE["context_first"] = b"" if "ARGV[na]" in code else b"1"
             await r.execute_command("FUNCTION", "LOAD", "REPLACE", code)
             VARIANTS["as captured, base library"] = on_base
         await r.execute_command("FUNCTION", "LOAD", "REPLACE", NOOP_LIBRARY)

@@ -44,6 +44,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 LIBRARY_PREFIX = "agentmill_"
+NO_CONTEXT = "NOCONTEXT the library does not know"  # a function's answer to a context token it was not told (prelude.lua)
+FIXED_KEYS = 8  # the partition's fixed keys ending a framed call's KEYS (shared.script_sending.Framing)
 MIN_VERSION = (7, 0)  # FUNCTION LOAD / FCALL
 _chosen: bool | None = None  # what start-up chose for this process (mode auto); None: not yet
 
@@ -72,7 +74,12 @@ def missing(exc: BaseException) -> bool:
     if not isinstance(exc, ResponseError):
         return False
     text = str(exc)  # a pipeline's annotated error carries the reply's text
-    return "Function not found" in text or "NOSCRIPT" in text or "No matching script" in text
+    return (
+        "Function not found" in text
+        or "NOSCRIPT" in text
+        or "No matching script" in text
+        or NO_CONTEXT in text
+    )
 
 
 class EvalScript(AsyncScript):
@@ -115,6 +122,14 @@ class Library:
             if "already exists" not in str(exc):
                 raise
 
+    async def tell_contexts(self, client: Any) -> None:
+        """``client``'s node told the context tokens of this process (prelude.lua's register_contexts)."""
+        argv = CONTEXTS.argv()
+        if not argv:  # nothing to tell: the library itself
+            await self.load(client)
+            return
+        await client.execute_command("FCALL", f"contexts_{self.version}", 0, *argv)
+
     async def ensure(self, client: Any) -> list[str]:
         """This library loaded on ``client``'s node (only when missing), the other versions deleted;
         the names of those deleted."""
@@ -129,26 +144,80 @@ class Library:
         return others
 
 
-class FunctionScript:
-    """One function of a ``Library``: FCALL, the library loaded again where the node lacks it."""
+class _Contexts:
+    """The contexts this process frames calls with, each under its tokens (with Functions, a call on a
+    partition sends a token in place of the context, some 500 bytes that Lua would hash byte by byte,
+    and without the partition's eight fixed keys when it has keys of its own: prelude.lua keeps them
+    per token once told, ``FunctionScript.load``). Bounded: the oldest forgotten past ``MAX`` (a
+    token it forgot is made again, the same, from its context at its next call)."""
 
-    def __init__(self, registered_client: Any, library: Library, script: str) -> None:
+    MAX = 256  # one per partition and settings: a process has a handful
+
+    def __init__(self) -> None:
+        self.of: dict[str, tuple[str, str]] = {}  # context -> (token with its fixed keys, token without)
+        self.told: dict[str, tuple[str, str, str, tuple[Any, ...]]] = {}  # token without -> all of it
+
+    def tokens(self, context: str, keys: Sequence[Any]) -> tuple[str, str]:
+        got = self.of.get(context)
+        if got is None:
+            digest = hashlib.sha1(context.encode()).hexdigest()[:16]
+            got = (f"ctk:{digest}", f"ctx:{digest}")
+            if len(self.of) >= self.MAX:
+                oldest = next(iter(self.of))
+                self.told.pop(self.of.pop(oldest)[1], None)
+            self.of[context] = got
+            self.told[got[1]] = (*got, context, tuple(keys[-FIXED_KEYS:]))
+        return got
+
+    def argv(self) -> list[Any]:
+        """register_contexts' arguments: per context its tokens, the context, its fixed keys."""
+        return [x for tok_k, tok, context, fixed in self.told.values() for x in (tok_k, tok, context, *fixed)]
+
+
+CONTEXTS = _Contexts()
+
+
+class FunctionScript:
+    """One function of a ``Library``: FCALL, the library loaded again where the node lacks it. A
+    script on a partition (``framed``: called as shared.script_sending.Framing frames it) sends its
+    context's token instead of the context, and not the fixed keys when it has keys of its own (a
+    call with no key of its own still names a key of its slot, so a cluster redirects it)."""
+
+    def __init__(self, registered_client: Any, library: Library, script: str, framed: bool = False) -> None:
         self.registered_client = registered_client
         self.library = library
         self.name = f"{script}_{library.version}"
+        self.framed = framed
 
     @property
     def load_key(self) -> str:
         return self.library.name
 
     def command(self, keys: Sequence[Any], args: Sequence[Any]) -> tuple[Any, ...]:
-        return ("FCALL", self.name, len(keys), *keys, *args)
+        if not self.framed or len(args[-1]) < 64:
+            return ("FCALL", self.name, len(keys), *keys, *args)
+        with_keys, without = CONTEXTS.tokens(args[-1], keys)
+        n = len(keys) - FIXED_KEYS
+        if n > 0:
+            return ("FCALL", self.name, n, *keys[:n], *args[:-1], without)
+        return ("FCALL", self.name, len(keys), *keys, *args[:-1], with_keys)
 
     def queue(self, pipe: Any, keys: Sequence[Any], args: Sequence[Any]) -> None:
-        pipe.execute_command("FCALL", self.name, len(keys), *keys, *args)
+        pipe.execute_command(*self.command(keys, args))
 
     async def load(self, client: Any) -> None:
-        await self.library.load(client)
+        """The library on ``client``'s node, told this process's context tokens (loaded first when
+        the node lacks it)."""
+        if not self.framed:
+            await self.library.load(client)
+            return
+        try:
+            await self.library.tell_contexts(client)
+        except ResponseError as exc:
+            if not missing(exc):
+                raise
+            await self.library.load(client)
+            await self.library.tell_contexts(client)
 
     async def __call__(
         self, keys: Sequence[Any] | None = None, args: Iterable[Any] | None = None, client: Any = None

@@ -5,7 +5,8 @@ worker and shared code alike.
   partition's fixed keys, and with the partition's context as its last ARGV (its key prefixes,
   the arq job template, the settings the scripts read: ``CONTEXT_EXTRA``), so the Lua builds no key
   format and reads no setting of its own (prelude.lua takes them off again). A deployment's
-  ``Scripts`` carry its framing (``Scripts.framing``).
+  ``Scripts`` carry its framing (``Scripts.framing``). With Functions, the call as sent carries a
+  token for the context and, with keys of its own, not the fixed keys (shared.functions).
 - Sending: one script on one partition (``run_script``: ``Partitions.call``; ``run_staged``: with large
   payloads written by a plain HSET just before it, in the same round trip), one script on several
   partitions in one round trip per node (``run_many``: ``Partitions.sending``; reads on several

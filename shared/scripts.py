@@ -197,7 +197,9 @@ class Scripts:
         whatever the environment says."""
         self._by_eval: dict[str, Script] = {n: EvalScript(redis, t) for n, t in _rendered().items()}
         lib = library()
-        self._by_fcall: dict[str, Script] = {n: FunctionScript(redis, lib, n) for n in SCRIPTS}
+        self._by_fcall: dict[str, Script] = {
+            n: FunctionScript(redis, lib, n, framed="prelude" in parts) for n, parts in SCRIPTS.items()
+        }
         self._fixed = functions
         self._mode = mode
         self.framing = Framing(settings)  # how a call on a partition is framed (shared.script_sending)
@@ -317,6 +319,10 @@ def library_source() -> str:
     for name, (*uses, body) in SCRIPTS.items():
         out += [f"redis.register_function('{name}_{_VERSION}', function(KEYS, ARGV)\n",
                 *map(_enter, uses), _body(name, body), "\nend)\n"]  # fmt: skip
+    # the context tokens a process tells the library (shared.functions.FunctionScript.load)
+    out.append(
+        f"redis.register_function('contexts_{_VERSION}', function(KEYS, ARGV) return register_contexts(ARGV) end)\n"
+    )
     return "".join(out)
 
 

@@ -52,13 +52,15 @@ local open = h[4] or ''
 local claims, claims_text = nil, nil
 local fast = false
 if nc > 0 and nr == 0 and open == '' and plain_int(epoch) then
-  local parts = {}
-  for k = claims_at, claims_at + 2 * nc - 1, 2 do
+  -- each claim's text made whole in one concatenation, the braces around them included: every Lua
+  -- string made is hashed byte by byte, so a step's one claim is one string, not three
+  local parts, last = {}, claims_at + 2 * nc - 2
+  for k = claims_at, last, 2 do
     if not (plain_id(ARGV[k]) and plain_int(ARGV[k + 1])) then parts = nil; break end
-    parts[#parts + 1] = '"' .. ARGV[k] .. '":{"state":"' .. TS.PENDING .. '","epoch":' .. epoch .. ',"attempts":' ..
-      ARGV[k + 1] .. '}'
+    parts[#parts + 1] = (k == claims_at and '{"' or '"') .. ARGV[k] .. '":{"state":"' .. TS.PENDING .. '","epoch":' ..
+      epoch .. ',"attempts":' .. ARGV[k + 1] .. (k == last and '}}' or '}')
   end
-  if parts then claims_text, fast = '{' .. table.concat(parts, ',') .. '}', true end
+  if parts then claims_text, fast = nc == 1 and parts[1] or table.concat(parts, ','), true end
 elseif nc == 0 and nr > 0 and open ~= '' then
   local only = string.match(open, '^{"([%w%._:%-]+)":{[^{}]*}}$')
   if only then

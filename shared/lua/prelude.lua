@@ -8,22 +8,48 @@
 -- enter_prelude (at the end) takes them off at the start of each call: with Redis Functions this
 -- file runs once, when the library loads, and each call only runs enter_prelude (shared.scripts).
 -- Every local below that a call changes is reset there.
+-- With Redis Functions a call sends, instead of the context, its token (shared.functions: a few
+-- bytes where the context is some 500, each byte of an argument hashed as Lua takes it in) and, when
+-- it has keys of its own, not the eight fixed keys either: the library keeps both per token, told
+-- them by register_contexts; a token it was not told (a restarted or new node, the table reset)
+-- fails the call before it does anything, and the caller tells it and sends the call again.
 local CTX_RAW, DEPTH, SCHEDULED, WEBHOOKS, WORKERS, AWAITING, LIVE, QUEUE = nil, nil, nil, nil, nil, nil, nil, nil
 local WAKE, WAKES = nil, 0
 local CTX = nil
-local CTX_OF, CTX_COUNT = {}, 0  -- raw context -> parsed, kept across the calls of a library
+local CTX_OF, CTX_COUNT = {}, 0  -- raw context or token -> parsed, kept across the calls of a library
+local FIXED_OF = {}  -- a token sent without the fixed keys -> those keys (the library's, as CTX_OF)
+local function parsed_context(raw)
+  local c = {}
+  local names = {__CONTEXT_FIELDS__}
+  local i = 1
+  for v in string.gmatch(raw, '([^\031]*)\031') do c[names[i]] = v; i = i + 1 end
+  return c
+end
+local function keep_context(key, c)
+  if CTX_COUNT >= 1000 then CTX_OF, FIXED_OF, CTX_COUNT = {}, {}, 0 end  -- bounded: one per partition and settings
+  CTX_OF[key] = c
+  CTX_COUNT = CTX_COUNT + 1
+end
 local function ctx()
   if CTX then return CTX end
   CTX = CTX_OF[CTX_RAW]
   if CTX then return CTX end
-  CTX = {}
-  local names = {__CONTEXT_FIELDS__}
-  local i = 1
-  for v in string.gmatch(CTX_RAW, '([^\031]*)\031') do CTX[names[i]] = v; i = i + 1 end
-  if CTX_COUNT >= 1000 then CTX_OF, CTX_COUNT = {}, 0 end  -- bounded: one per partition and settings
-  CTX_OF[CTX_RAW] = CTX
-  CTX_COUNT = CTX_COUNT + 1
+  CTX = parsed_context(CTX_RAW)
+  keep_context(CTX_RAW, CTX)
   return CTX
+end
+-- The library told the contexts' tokens (shared.functions.FunctionScript.load; Functions only): per
+-- context its token sent with the fixed keys, its token sent without them, the context, the fixed keys.
+local function register_contexts(ARGV)
+  if CTX_COUNT + 2 * #ARGV / 11 > 1000 then CTX_OF, FIXED_OF, CTX_COUNT = {}, {}, 0 end  -- all of them kept
+  for i = 1, #ARGV, 11 do
+    local c = parsed_context(ARGV[i + 2])
+    keep_context(ARGV[i], c)
+    keep_context(ARGV[i + 1], c)
+    FIXED_OF[ARGV[i + 1]] = {ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], ARGV[i + 7], ARGV[i + 8],
+      ARGV[i + 9], ARGV[i + 10]}
+  end
+  return #ARGV / 11
 end
 -- Keys that depend on what a script reads: a prefix of the context followed by an id.
 local function run_key(id) return ctx().run .. id end
@@ -208,13 +234,14 @@ local CHUNK = 1000  -- the arguments one redis.call takes from unpack at most (e
 local function plain_int(s) return #s < 15 and string.find(s, '^[1-9]%d*$') ~= nil end
 local function plain_id(s) return string.find(s, '^[%w%._:%-]+$') ~= nil end
 local function int_text(x) return string.format('%d', x) end
--- One stream entry at seq text ``s`` (its id <seq>-0), trimmed to about ``maxlen`` (nil: not trimmed).
+-- One stream entry at seq text ``s`` (its id <seq>-0: an id given without its sequence part gets 0,
+-- and the seq's text is not joined to '-0' into one more Lua string), trimmed to about ``maxlen``
+-- (nil: not trimmed).
 local function xadd_text(stream, s, kind, ts, payload, maxlen, epoch)
   if maxlen then
-    redis.call('XADD', stream, 'MAXLEN', '~', maxlen, s .. '-0',
-      'seq', s, 'kind', kind, 'ts', ts, 'payload', payload, 'epoch', epoch)
+    redis.call('XADD', stream, 'MAXLEN', '~', maxlen, s, 'seq', s, 'kind', kind, 'ts', ts, 'payload', payload, 'epoch', epoch)
   else
-    redis.call('XADD', stream, s .. '-0', 'seq', s, 'kind', kind, 'ts', ts, 'payload', payload, 'epoch', epoch)
+    redis.call('XADD', stream, s, 'seq', s, 'kind', kind, 'ts', ts, 'payload', payload, 'epoch', epoch)
   end
 end
 local function xadd(stream, seq, kind, ts, payload, maxlen, epoch)
@@ -312,9 +339,10 @@ local function batch_settle(bk)
   if (b[5] or '') ~= '' then redis.call('LPUSH', WEBHOOKS, ctx().batch_delivery .. bk) end
   return true
 end
-local BATCH_FINISHED = {}  -- batch key -> finished, looked up once per script call
+local BATCH_FINISHED = nil  -- batch key -> finished, looked up once per script call (made on first use)
 local function batch_finished(t, batch)
   local bk = batch_key(t, batch)
+  if not BATCH_FINISHED then BATCH_FINISHED = {} end
   if BATCH_FINISHED[bk] == nil then BATCH_FINISHED[bk] = redis.call('HEXISTS', bk, BATCH.FINISHED_AT) == 1 end
   return BATCH_FINISHED[bk]
 end
@@ -741,13 +769,24 @@ end
 -- The start of every call: the partition's keys and context off KEYS and ARGV, the per-call state reset.
 local function enter_prelude(KEYS, ARGV)
   -- taken off the end, by index: no call of table.remove, and no argument moved
-  local na, nk = #ARGV, #KEYS
+  local na = #ARGV
   CTX_RAW = ARGV[na]; ARGV[na] = nil
-  QUEUE, LIVE, AWAITING, WORKERS = KEYS[nk - 7], KEYS[nk - 6], KEYS[nk - 5], KEYS[nk - 4]
-  WEBHOOKS, SCHEDULED, DEPTH, WAKE = KEYS[nk - 3], KEYS[nk - 2], KEYS[nk - 1], KEYS[nk]
-  for k = nk, nk - 7, -1 do KEYS[k] = nil end
+  CTX = CTX_OF[CTX_RAW]
+  local fixed = FIXED_OF[CTX_RAW]
+  if fixed then  -- a token sent without the fixed keys
+    QUEUE, LIVE, AWAITING, WORKERS = fixed[1], fixed[2], fixed[3], fixed[4]
+    WEBHOOKS, SCHEDULED, DEPTH, WAKE = fixed[5], fixed[6], fixed[7], fixed[8]
+  else
+    -- a token the library was not told (a token is a few bytes, a context hundreds): nothing done,
+    -- the caller tells it
+    if not CTX and #CTX_RAW < 64 then
+      error({err = 'NOCONTEXT the library does not know this context token (shared.functions)'})
+    end
+    local nk = #KEYS
+    QUEUE, LIVE, AWAITING, WORKERS = KEYS[nk - 7], KEYS[nk - 6], KEYS[nk - 5], KEYS[nk - 4]
+    WEBHOOKS, SCHEDULED, DEPTH, WAKE = KEYS[nk - 3], KEYS[nk - 2], KEYS[nk - 1], KEYS[nk]
+    for k = nk, nk - 7, -1 do KEYS[k] = nil end
+  end
   WAKES = 0
-  CTX = nil
-  DEFERRED, TRIM, BATCH_NEW = nil, nil, nil
-  BATCH_FINISHED = {}
+  DEFERRED, TRIM, BATCH_NEW, BATCH_FINISHED = nil, nil, nil, nil
 end

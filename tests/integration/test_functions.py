@@ -44,7 +44,8 @@ async def test_start_up_loads_one_library_with_every_script_as_a_function(redis:
     await redis.execute_command("FUNCTION", "FLUSH")
     assert await prepare_scripts(parts_of(redis), Settings(redis_functions="on"))
     lib = library()
-    assert await _libraries(redis) == {lib.name: sorted(f"{n}_{lib.version}" for n in SCRIPTS)}
+    names = [*SCRIPTS, "contexts"]  # contexts: the context tokens a process tells it (shared.functions)
+    assert await _libraries(redis) == {lib.name: sorted(f"{n}_{lib.version}" for n in names)}
     # the shared files once, not once per script that uses them
     assert lib.code.count("local function now_ms()") == 1
     assert lib.code.count("local function enter_prelude(") == 1
@@ -132,3 +133,48 @@ async def test_start_up_falls_back_to_evalsha_below_redis_7(monkeypatch: pytest.
     with pytest.raises(RuntimeError, match=r"Functions need 7\.0"):
         await functions.prepare([_OldRedis()], "on", library())
     assert not await functions.prepare([_OldRedis()], "off", library())
+
+
+async def test_a_call_on_a_partition_sends_a_token_for_its_context_and_keys(redis: Redis) -> None:
+    """With Functions a call on a partition sends its context's token (a few bytes, not the some
+    500 of the context, which Lua would hash byte by byte) and, having keys of its own, not the
+    partition's eight fixed keys: the library keeps both per token."""
+    scripts = Scripts(redis, functions=True)
+    own = [K.worker_inbox("w1"), K.worker_lease("w1")]
+    k, a = scripts.frame(K, own, ["w1", 5_000, 10, "1"])
+    command = scripts.beat.command(k, a)
+    assert command[2:5] == (2, *own) and len(command) == 5 + 4 + 1
+    assert len(command[-1]) < 64 and command[-1] != scripts.context(K)
+    assert (await scripts.beat(keys=k, args=a))[0] == b"ok"  # the library told the token on the way
+    assert await redis.zscore(K.workers, "w1") is not None  # the fixed keys (the workers zset) found by token
+    # a call with no key of its own keeps the fixed keys (a cluster redirects it by them)
+    assert scripts.beat.command(*scripts.frame(K, [], ["w1", 5_000, 10, ""]))[2] == 8
+
+
+async def test_an_unknown_token_is_refused_before_the_call_does_anything(redis: Redis) -> None:
+    scripts = Scripts(redis, functions=True)
+    k, a = scripts.frame(K, [K.worker_inbox("w1"), K.worker_lease("w1")], ["w1", 5_000, 10, "1"])
+    command = list(scripts.beat.command(k, a))
+    await library().load(redis)
+    command[-1] = "ctx:0000000000000000"
+    with pytest.raises(Exception, match=functions.NO_CONTEXT):
+        await redis.execute_command(*command)
+    assert await redis.exists(K.worker_lease("w1"), K.workers) == 0
+
+
+async def test_a_library_that_forgot_its_tokens_is_told_them_again_on_every_route(redis: Redis) -> None:
+    """A library loaded again (a restarted node, another process's FUNCTION LOAD REPLACE) knows no
+    token: a direct call, a batched call (shared/route.py) and a pipelined one (the beat) each tell
+    it and go on."""
+    scripts = Scripts(redis, functions=True)
+    forget = lambda: redis.execute_command("FUNCTION", "LOAD", "REPLACE", library().code)  # noqa: E731
+    await forget()
+    assert not (await beat(parts_of(redis), scripts, "w1", 5_000, register=True)).lost
+    await forget()
+    k, a = scripts.frame(K, [K.worker_inbox("w2"), K.worker_lease("w2")], ["w2", 5_000, 10, "1"])
+    assert (await scripts.beat(keys=k, args=a))[0] == b"ok"
+    await forget()
+    batcher = ScriptBatcher(parts_of(redis))
+    k, a = scripts.frame(K, [K.worker_inbox("w3"), K.worker_lease("w3")], ["w3", 5_000, 10, "1"])
+    replies = await asyncio.gather(*(batcher.call(K, scripts.beat, k, a) for _ in range(3)))
+    assert [r[0] for r in replies] == [b"ok"] * 3

@@ -10,8 +10,9 @@ import re
 
 from shared.scripts import LUA_DIR, SCRIPTS, library, source
 
-# Kept across calls on purpose: the parsed partition contexts (a cache keyed by the raw context).
-KEPT = {("prelude", "CTX_OF"), ("prelude", "CTX_COUNT")}
+# Kept across calls on purpose: the parsed partition contexts (a cache keyed by the raw context or its
+# token) and the fixed keys of the tokens sent without them.
+KEPT = {("prelude", "CTX_OF"), ("prelude", "CTX_COUNT"), ("prelude", "FIXED_OF")}
 # An assignment ``A = …`` or ``A, B = …`` anywhere (a one-line function's too); a declaration
 # (``local A = …``) is not one.
 _ASSIGN = re.compile(r"(?<![\w.:'\"])((?:[A-Za-z_]\w*\s*,\s*)*[A-Za-z_]\w*)\s*=(?!=)")
@@ -76,7 +77,7 @@ def test_each_script_runs_its_shared_files_enter_before_its_body() -> None:
     )
     code = library().code
     assert code.startswith(f"#!lua name={library().name}\n")
-    assert code.count("redis.register_function(") == len(SCRIPTS)
+    assert code.count("redis.register_function(") == len(SCRIPTS) + 1  # and contexts (shared.functions)
 
 
 def test_every_lua_file_is_in_the_library() -> None:
