@@ -190,3 +190,27 @@ async def test_sealed_at_rest_the_answers_event_is_sealed_or_left_to_the_worker(
         assert b"qv-secret-78" not in raw_stream
     finally:
         payload_crypto.install(None)
+
+
+async def test_while_a_worker_of_an_earlier_release_is_live_the_answers_event_is_left_to_the_worker(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    """A worker that does not know RunField.ANSWERED (its lease key holds '1', as beat.lua wrote it
+    before) would write the event again if it took the run up: during such a rolling deploy the
+    script writes none."""
+    path = crm(tmp_path / "p.json")
+    p, env = producer_for(redis, redis_url, profiles=path), {"AGENTMILL_PROFILES": path}
+    script = [{"toolCalls": [{"name": "lookup", "arguments": {"q": "ACME"}}]}, {"text": "ok"}]
+    rid = await parked(
+        redis, p, env, {**script_run(script), "agent": "crm", "clientTools": [LOOKUP]}, "awaiting_tools"
+    )
+    before = await stream(redis, rid)
+    await redis.set(K.worker_lease("w-old"), "1", px=60_000)
+    await redis.zadd(K.workers, {"w-old": 2**52})
+    assert (await p.post_tool_results(rid, [ClientToolResult(tool_call_id="c1.0", content="x")]))[
+        0
+    ] == "resumed"
+    assert await stream(redis, rid) == before and not await redis.hget(K.run(rid), F.ANSWERED)
+    await redis.delete(K.worker_lease("w-old"))  # gone: the next answer writes its event again
+    events = await finished(redis, p, env, rid)
+    assert after(events, "awaiting_tools")[:1] == [("tool_result", "c1.0")]
