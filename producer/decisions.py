@@ -1,6 +1,7 @@
 """What a caller decides for a parked run: an approval decision (settle_approval.lua) and a client's
 tool results (tool_results.lua), each kept with who sent it (``actor``, shared.actors) for the events
-the run's worker publishes when it takes them up."""
+the run publishes of them: the script that resumes the run writes the first (a tool result, an
+approval), the run's worker the rest when it takes them up."""
 
 from __future__ import annotations
 
@@ -32,7 +33,9 @@ async def settle_approval(
 ) -> str:
     """Record one approval decision; the last one re-enqueues the run. Returns the script verdict."""
     decision = "approved" if approved else "rejected"
-    call = SettleApproval(run_id, tool_call_id, decision, reason or "", tenant or "", actor_json(actor))
+    sealed = "1" if payload_crypto.active().on else ""  # a reason in its event is the worker's to seal
+    who = actor_json(actor)
+    call = SettleApproval(run_id, tool_call_id, decision, reason or "", tenant or "", who, sealed)
     k, a = scripts.framing.frame(part, call.keys(part), call.argv())
     return SettleApproval.verdict(await run_script(parts, scripts.settle_approval, part, k, a)).value
 

@@ -75,6 +75,11 @@ class RunField(StrEnum):
     # first took it (acquire_run.lua); absent: not opened there (a retry or fork, or a run taken up
     # from a checkpoint).
     OPENED = "opened"
+    # The first event of the answer that put the parked run back on the queue (a client's tool result,
+    # a human's decision), written by the script that recorded it (tool_results.lua,
+    # settle_approval.lua): '<seq>:<kind>:<toolCallId>'; the resumed run leaves the machine's own out
+    # (worker/runner/opening.py) while its checkpoint is older than the seq. Absent: none written.
+    ANSWERED = "answered"
     ABORT = "abort"  # a pending abort request: its reason, or it and its actor (shared.actors), '' = none
     RESULT = "result"  # the RunResult JSON, once the run ended
     FINISHED_AT = "finishedAt"  # ms, Redis time

@@ -35,6 +35,7 @@ class SettleApproval(ScriptCall):
     reason: str  # '' = none
     tenant: str  # '' = any
     actor: str  # who decided: its JSON (shared.actors.actor_json), '' = none
+    sealed: str  # '1': payloads are sealed at rest (AGENTMILL_DATA_KEYS), '' = not
 
     def keys(self, part: Partition) -> list[str]:
         return part.run_keys(self.run_id)

@@ -10,7 +10,8 @@
 -- (F.TRACE, '' = none), its configuration when its checkpoints leave it out (F.CONFIG, '' =
 -- inline), and its transcript when they leave that out (transcript_key, '' = inline or none yet),
 -- and its priority (F.PRIORITY: as capped at submission; the provider limiter's line orders by it),
--- and the seq of its opening event (F.OPENED, '' = not opened here).
+-- and the seq of its opening event (F.OPENED, '' = not opened here), and the first event of the
+-- answer that resumed it when its script wrote one (F.ANSWERED, '' = none).
 -- The opening: a run taken for the first time (no checkpoint, no retry's or fork's origin) gets its
 -- ``running`` status event here, at the stream's next seq and the new epoch, as the machine's
 -- on_started has it (worker/machine/handlers.py: the status and the agent, with the version of a
@@ -27,7 +28,7 @@
 -- so a small run pays one command for it.
 local LARGE_BYTES = __LARGE_BYTES__
 local FIELDS = {F.LAST_SEQ, F.CKPT, F.INPUT, F.ABORT, F.APPROVALS, F.ORIGIN, F.TENANT, F.ANCESTRY, F.CLAIMS,
-  F.TRACE, F.CONFIG, F.PRIORITY, F.OPENED, F.AGENT, F.AGENT_VERSION}
+  F.TRACE, F.CONFIG, F.PRIORITY, F.OPENED, F.AGENT, F.AGENT_VERSION, F.ANSWERED}
 local PAYLOADS = {2, 3, 6, 11}  -- ckpt, input, origin, config: FIELDS' indexes
 local function acquired(run, stream, tools, run_id, epoch, crashes)
   local left, asked = {}, FIELDS
@@ -73,7 +74,8 @@ local function acquired(run, stream, tools, run_id, epoch, crashes)
     end
   end
   return {ACQ.OK, tostring(epoch), d[1] or '0', field(2), field(3), d[4] or '', d[5] or '', records,
-    tostring(crashes), origin, d[7] or '', d[8] or '', d[10] or '', field(11), transcript, d[12] or '', opened}
+    tostring(crashes), origin, d[7] or '', d[8] or '', d[10] or '', field(11), transcript, d[12] or '', opened,
+    d[16] or ''}
 end
 local function acquire_run(run, stream, tools, run_id, gen, worker, alive)
   local h = redis.call('HMGET', run, F.STATUS, F.GEN, F.OWNER, F.EPOCH, F.CRASHES)

@@ -451,6 +451,24 @@ local function client_resume(run, run_id, now)
   redis.call('HSET', run, F.GEN, gen, F.STATUS, S.QUEUED, F.OWNER, '')
   enqueue_gen(run_id, gen, now)
 end
+-- A parked run's answer recorded (a client's tool results, a human's decisions): the first event its
+-- resumed run writes (``kind`` about call ``call_id``, ``payload`` as the machine builds it) is
+-- written now, at the stream's next seq, with the epoch the run's next acquisition takes, so readers
+-- see the answer within its own round trip instead of after a wake, a claim, a restore and a commit.
+-- F.ANSWERED names it: the resumed run leaves the machine's own out (worker/runner/opening.py). A
+-- worker's lease key holds LEASE_ANSWERS (beat.lua) when its runs do; one of a release before them
+-- holds '1' and would write the event again: while one is live here, the worker writes it.
+local LEASE_ANSWERS = '2'
+local function answer_event(run, stream, kind, call_id, payload)
+  for _, w in ipairs(redis.call('ZRANGEBYSCORE', WORKERS, '(0', '+inf')) do
+    local v = redis.call('GET', ctx().worker_lease .. w)
+    if v and v ~= LEASE_ANSWERS then return end
+  end
+  local h = redis.call('HMGET', run, F.LAST_SEQ, F.EPOCH)
+  local seq = int_text(tonumber(h[1] or '0') + 1)
+  xadd_text(stream, seq, kind, now_ms(), payload, ctx().maxlen, int_text(tonumber(h[2] or '0') + 1))
+  redis.call('HSET', run, F.LAST_SEQ, seq, F.ANSWERED, seq .. ':' .. kind .. ':' .. call_id)
+end
 -- A parent's children of its current round (run field children: [{toolCallId, runId}], JSON): how
 -- many have no result in its tools hash yet (each child's ending delivers one: child_result.lua).
 local function children_open(run, tools)

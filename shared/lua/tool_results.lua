@@ -2,6 +2,24 @@
 -- a repeat of a recorded result is a no-op, a different one a conflict. When the run is parked and
 -- this completes its calls, it goes back on the queue.
 -- The call: shared.calls.results.ToolResults. Each new result's record keeps who sent it (its actor).
+-- The resume writes the run's next event, the tool_result of its first client call, as the machine's
+-- on_client_results builds it (worker/machine/tool_round.py tool_result_emits: the content as the
+-- record holds it, sealed when payloads are sealed at rest); a call that timed out leaves it to the
+-- worker (its error text is the worker's to seal).
+local function first_result_event()
+  local raw = redis.call('HGET', KEY.RUN, F.CLIENT_PENDING)
+  local pending = raw and raw ~= '' and cjson.decode(raw) or {}
+  local id = pending[1] and pending[1].toolCallId
+  local rec = id and redis.call('HGET', KEY.TOOLS, id)
+  if not rec then return end
+  local r = cjson.decode(rec)
+  local res = r.result
+  if r.state ~= TS.DONE or r.timedOut or type(res) ~= 'table' or type(r.calledAt) ~= 'number' then return end
+  local actor = type(r.actor) == 'table' and (',"actor":' .. cjson.encode(r.actor)) or ''
+  answer_event(KEY.RUN, KEY.STREAM, EVENT.TOOL_RESULT, id, '{"toolCallId":' .. cjson.encode(id) .. ',"name":'
+    .. cjson.encode(res.name) .. ',"content":' .. cjson.encode(res.content) .. ',"isError":'
+    .. tostring(res.isError == true) .. ',"calledAt":' .. int_text(r.calledAt) .. actor .. '}')
+end
 local h = redis.call('HMGET', KEY.RUN, F.STATUS, F.TENANT)
 if not h[1] then return {V.UNKNOWN_RUN} end
 if ARG.TENANT ~= '' and h[2] ~= ARG.TENANT then return {V.UNKNOWN_RUN} end
@@ -42,6 +60,7 @@ for id, rec in pairs(new) do redis.call('HSET', KEY.TOOLS, id, cjson.encode(rec)
 if h[1] == S.AWAITING_TOOLS then
   local open = client_settle(KEY.RUN, KEY.TOOLS, now)
   if open == 0 then
+    first_result_event()
     client_resume(KEY.RUN, ARG.RUN_ID, now)
     out[1] = V.RESUMED
   end

@@ -181,7 +181,8 @@ async def test_an_approved_declared_call_is_written_with_its_decision_once_it_ra
     redis: Redis, redis_url: str, tmp_path: Path
 ) -> None:
     """Approval first (the reply and the pending approval are written when the run parks); once
-    approved, the decision's events wait for the declared call and go out with its result."""
+    approved, the decision's events (but its approval, which the decision writes itself) wait for
+    the declared call and go out with its result."""
     with Ledger() as ledger:
         env, p = declared(ledger, tmp_path, redis, redis_url)
         sub = await p.submit({**chaos_run(ONE_CALL), "toolPolicy": {"requireApprovalByDefault": True}})

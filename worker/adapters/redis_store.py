@@ -141,6 +141,7 @@ class RedisRunStore:
             transcript=(self.codec.open_fragment(r[14]) or None) if len(r) > 14 else None,
             priority=int(text(r[15])) if len(r) > 15 and r[15] else limits.DEFAULT_PRIORITY,
             opened=int(text(r[16])) if len(r) > 16 and r[16] else 0,
+            answered=text(r[17]) if len(r) > 17 and r[17] else "",
         )
 
     async def commit(self, step: CommitStep) -> int:

@@ -38,6 +38,9 @@ class Acquired:
     # the seq of its opening event (``running``) when the acquisition wrote it (acquire_run.lua: a
     # new run, once), 0 = not written there: the machine's own opening event is written instead
     opened: int = 0
+    # the answer's first event when the script that resumed the run wrote it (RunField.ANSWERED:
+    # '<seq>:<kind>:<toolCallId>'), '' = none: the machine's own is left out while the checkpoint is older
+    answered: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -234,8 +234,8 @@ class RunDriver:
                 first = await off_loop(restore) if big else restore()
         self.host.observer.run_started(resumed=resumed, job_try=self.job_try)
         self.observed_start = True
-        self.opening = opening.Opening(0 if resumed else acq.opened)  # written by the acquisition?
-        self.out.emit(*opening.cut_off(acq, self.state, resumed, self.out.ckpt_seq))
+        self.opening = opening.Opening(0 if resumed else acq.opened, acq.answered, self.out.ckpt_seq)
+        self.out.emit(*opening.cut_off(acq, self.state, resumed, self.opening.since(self.out.ckpt_seq)))
         self.pending.append(first)
         if not acq.abort_reason and acq.ancestry and acq.checkpoint is None:
             acq = await opening.orphaned(self.store, acq)  # a child created after its parent ended

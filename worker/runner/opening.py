@@ -3,7 +3,9 @@ taken over from its checkpoint, and the answers that arrived while it was parked
 
 A new run's opening event (the machine's ``running`` status on ``Started``) is written by the
 acquisition that took it (acquire_run.lua, ``Acquired.opened``): ``Opening`` leaves the machine's
-own out of the first commit, so the run's first round trip after its claim is its model step's."""
+own out of the first commit, so the run's first round trip after its claim is its model step's. The
+same for a parked run's answer: the script that recorded it wrote its first event (a tool result,
+an approval: ``Acquired.answered``), which the machine writes again on taking the answer up."""
 
 from __future__ import annotations
 
@@ -55,17 +57,34 @@ __all__ = [
 
 class Opening:
     """Whether the run's opening event is still the machine's to write: not when its acquisition
-    wrote it (``opened``: its seq); then the machine's is dropped, once."""
+    wrote it (``opened``: its seq); nor the first event of the answer that resumed it when the
+    answer's script wrote that (``answered``: RunField.ANSWERED, '<seq>:<kind>:<toolCallId>', past
+    the checkpoint's ``ckpt_seq``: else a commit of the run holds it already). The machine's own is
+    dropped, once each."""
 
-    __slots__ = ("written",)
+    __slots__ = ("answer", "answered_seq", "written")
 
-    def __init__(self, opened: int) -> None:
+    def __init__(self, opened: int, answered: str = "", ckpt_seq: int = 0) -> None:
         self.written = opened > 0
+        seq, _, rest = answered.partition(":")
+        self.answered_seq = int(seq) if seq and int(seq) > ckpt_seq else 0
+        self.answer: tuple[str, str] | None = None
+        if self.answered_seq:
+            kind, _, call_id = rest.partition(":")
+            self.answer = (kind, call_id)
+
+    def since(self, ckpt_seq: int) -> int:
+        """The seq of the run's last event a crash cannot have cut off: its checkpoint's, or past it
+        its answer's event."""
+        return max(ckpt_seq, self.answered_seq)
 
     def written_already(self, c: Emit) -> bool:
-        """Whether ``c`` is the opening event the acquisition wrote (each step's events pass here)."""
+        """Whether ``c`` is an event a script wrote already (each step's events pass here)."""
         if self.written and c.kind == EventKind.STATUS and c.payload.get("status") == RunStatus.RUNNING.value:
             self.written = False
+            return True
+        if self.answer is not None and self.answer == (c.kind.value, c.payload.get("toolCallId")):
+            self.answer = None
             return True
         return False
 
@@ -82,8 +101,9 @@ def restore(
 
 
 def cut_off(acq: Acquired, state: RunState, resumed: bool, ckpt_seq: int) -> list[Emit]:
-    """Deltas of a model call cut off by a crash, past the run's checkpoint (``ckpt_seq``; a new
-    run's opening event when it has none yet): the notice that tells readers to drop them."""
+    """Deltas of a model call cut off by a crash, past the run's checkpoint (``ckpt_seq``: its seq,
+    or its answer's event after it, Opening.since; a new run's opening event when it has none yet):
+    the notice that tells readers to drop them."""
     since = ckpt_seq if resumed else acq.opened
     if not (resumed or acq.opened) or acq.last_seq <= since:
         return []
