@@ -28,7 +28,8 @@ class WorkerSettings(BaseSettings):
         default=64,
         description="jobs one poll claims, so a burst spreads over the workers; when more are due, half of "
         "them, up to four batches and half the worker's free room (a worker alone, by its last heartbeat, "
-        "takes all that is due up to four batches)",
+        "takes all that is due up to four batches); a claim that comes back full is followed at once by the "
+        "next, sent while its jobs start",
     )
     lease_ms: int = Field(
         default=30_000,

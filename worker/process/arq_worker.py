@@ -29,12 +29,13 @@ from shared.keys import Partition
 from shared.partitions import Partitions
 from shared.scripts import Scripts
 from worker.process import failpoints
+from worker.process.claims import START_CHUNK, claim_size
 from worker.process.deps import WorkerDeps
 from worker.process.finisher import JobFinisher
 from worker.process.wake import IDLE_POLLS, Wake
 from worker.runner import RunDriver
 
-__all__ = ["JOB_TIMEOUT_S", "ResilientWorker", "claim_size", "run_agent"]
+__all__ = ["JOB_TIMEOUT_S", "START_CHUNK", "ResilientWorker", "claim_size", "run_agent"]
 
 log = logging.getLogger("agentmill.worker")
 
@@ -49,23 +50,6 @@ async def run_agent(ctx: dict[str, Any], run_id: str, gen: int) -> str:
     return await RunDriver(deps, ports, run_id, int(gen), job_try=job_try).run(deps.active)
 
 
-# A poll claims up to four batches (claim_size); the runs it starts take their first steps (their
-# driver built, their first commit framed) in the loop turn after their task is made. 256 of them
-# made one turn of 25-60 ms, during which no timer of any run fired (bench figure 4's loop lag):
-# they start this many a turn.
-START_CHUNK = 32
-
-
-def claim_size(room: int, due: int, batch: int, workers: int = 2) -> int:
-    """How many of ``due`` jobs one poll claims with ``room`` free slots: up to ``batch``, or half
-    of what is due (at most half the room, at most four batches) when that is more, so that other
-    workers find the other half. A worker alone (``workers`` live, itself included) shares with no
-    one: it takes what is due, up to its room and four batches. The jobs a poll claims take their
-    first steps in one event-loop turn: four batches keep that turn short."""
-    share = due if workers <= 1 else min(due // 2, room // 2)
-    return max(0, min(room, max(batch, min(share, 4 * batch))))
-
-
 class ResilientWorker(Worker):
     """arq's Worker whose poll loop outlives a Redis restart, which claims jobs in batches and which
     starts and finishes the jobs it claimed itself.
@@ -77,8 +61,9 @@ class ResilientWorker(Worker):
     so a worker that dies between claiming a job and taking the run's lease delays the run by a
     lease, not by the queued-run check.
 
-    A claim takes ``claim_size`` jobs: a deep queue fills an idle worker in a few polls, and other
-    workers polling meanwhile still find the other half.
+    A claim takes ``claim_size`` jobs: a deep queue fills an idle worker in a few claims, and other
+    workers polling meanwhile still find the other half. A claim that came back full is followed by
+    the next one at once, sent before its jobs start (``_start_claims``).
 
     arq's ``run_job`` then reads the job and bumps its retry counter in one transaction and
     ``finish_job`` clears its keys in another: two round trips and much Python per job. A job id
@@ -160,8 +145,8 @@ class ResilientWorker(Worker):
             if not isinstance(first, Exception):
                 self._looked_at[part.index] = now
                 self._next_due[part.index] = float(first[1]) if first else float("inf")
-            n = await self._start_claimed(part, reply, lease_id)
-            seen += n + (1 if free and n >= free else 0)
+            n, full = await self._start_claims(part, reply, lease_id, free, 0)
+            seen += n + (1 if full else 0)
         return seen
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -284,14 +269,44 @@ class ResilientWorker(Worker):
         free = claim_size(self.max_jobs - self.job_counter, due, self.claim_batch, self.workers)
         if free <= 0 and not scheduled:
             return
-        k, a, lease_id = self._claim_call(part, self._room(free))
+        free = self._room(free)
+        reply, lease_id = await self._claim(part, free)
+        await self._start_claims(part, reply, lease_id, free, due)
+
+    async def _claim(self, part: Partition, free: int) -> tuple[list[Any], str]:
+        """claim_jobs.lua's reply on ``part`` for up to ``free`` due jobs, and the runs' lease id."""
+        k, a, lease_id = self._claim_call(part, free)
         claim = self.scripts.claim_jobs
-        reply = await self.parts.call(part, lambda c: claim(keys=k, args=a, client=c))
-        await self._start_claimed(part, reply, lease_id)
+        return await self.parts.call(part, lambda c: claim(keys=k, args=a, client=c)), lease_id
+
+    async def _start_claims(
+        self, part: Partition, reply: list[Any], lease_id: str, asked: int, due: int
+    ) -> tuple[int, bool]:
+        """Start the jobs of a claim's ``reply`` (of ``asked``; ``due``: as the poll counted, 0: not
+        counted). While claims come back full, more are due and there is room, the next claim goes
+        out before this one's jobs start: Redis runs it (256 jobs: 12-23 ms) while the worker starts
+        them. Returns the jobs started and whether the last claim was full (more may be due)."""
+        started = 0
+        while True:
+            n = len(reply) // 3
+            full, more = asked > 0 and n >= asked, max(0, due - n)
+            free = self._room(
+                claim_size(self.max_jobs - self.job_counter - n, more, self.claim_batch, self.workers)
+            )
+            go = full and (more or not due) and self.allow_pick_jobs and free > 0
+            ahead = asyncio.ensure_future(self._claim(part, free)) if go else None
+            try:
+                started += await self._start_claimed(part, reply, lease_id)
+            except BaseException:
+                if ahead is not None:
+                    ahead.cancel()
+                raise
+            if ahead is None:
+                return started, full
+            (reply, lease_id), asked, due = await ahead, free, more
 
     def _room(self, free: int) -> int:
-        """``free``, or none past the worker's lease (it must not take runs; a claim still moves due
-        scheduled jobs)."""
+        """``free``, or none past the worker's lease (a claim then only moves due scheduled jobs)."""
         deps: WorkerDeps | None = self.ctx.get("deps")
         if deps is not None and deps.lease is not None and deps.lease.expired():
             return 0
