@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from arq.jobs import Job, JobStatus
+from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
 from shared.dispatch import deserialize
@@ -101,11 +102,14 @@ async def test_a_full_claim_is_followed_by_the_next_one_while_its_jobs_are_still
 
     start_claimed = ResilientWorker._start_claimed
     queue_around: list[tuple[int, int]] = []  # the queue's depth as a claim's jobs begin and end starting
+    # Read without yielding to the loop: an await here would let the claim sent ahead go out before
+    # the depth "before" is read (seen under load: the queue then had shrunk already).
+    depth = SyncRedis.from_url(redis_url)
 
     async def noting(self: ResilientWorker, part: Any, reply: list[Any], lease_id: str) -> int:
-        before = await redis.zcard(K.queue)
+        before = int(depth.zcard(K.queue))
         n = await start_claimed(self, part, reply, lease_id)
-        queue_around.append((before, await redis.zcard(K.queue)))
+        queue_around.append((before, int(depth.zcard(K.queue))))
         return n
 
     monkeypatch.setattr(ResilientWorker, "_start_claimed", noting)
@@ -113,6 +117,7 @@ async def test_a_full_claim_is_followed_by_the_next_one_while_its_jobs_are_still
     ids = [s.run_id for s in await p.submit_many([script_run([{"text": "hi"}])] * 768)]
     async with running_worker(redis_url, claim_batch=64, max_jobs=1000):  # claims of up to 256
         recs = await wait_all(p, ids, 60)
+    depth.close()
     assert {r.status.value for r in recs.values()} == {"completed"}
     assert any(after < before for before, after in queue_around), queue_around
 
