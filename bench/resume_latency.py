@@ -55,7 +55,7 @@ def _run(script: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
 async def _parked(r: Redis, run_id: str, status: str, within: float = 10.0) -> bytes:
     """Until the run's status is ``status``: its stream's last entry id then."""
     deadline = time.monotonic() + within
-    while await r.hget(K.run(run_id), RunField.STATUS) != status.encode():
+    while await r.hget(K.run(run_id), RunField.STATUS) != status.encode():  # type: ignore[misc]
         if time.monotonic() > deadline:
             raise RuntimeError(f"run {run_id} did not reach {status} within {within} s")
         await asyncio.sleep(0.005)
@@ -72,7 +72,10 @@ async def _next_event_ms(r: Redis, run_id: str, after: bytes, t0: float) -> floa
 
 async def client_tool_latencies(r: Redis, p: Producer, n: int, idle_s: float) -> list[float]:
     """Client tool result posted → the run's next event (ms), ``n`` runs one after another."""
-    script = [{"toolCalls": [{"name": "lookup", "arguments": {"q": "ACME"}}]}, {"text": "ok"}]
+    script: list[dict[str, Any]] = [
+        {"toolCalls": [{"name": "lookup", "arguments": {"q": "ACME"}}]},
+        {"text": "ok"},
+    ]
     out = []
     for _ in range(n):
         sub = await p.submit(_run(script, clientTools=[LOOKUP]))
@@ -94,12 +97,16 @@ async def client_tool_latencies(r: Redis, p: Producer, n: int, idle_s: float) ->
 
 async def approval_latencies(r: Redis, p: Producer, n: int, idle_s: float) -> list[float]:
     """An approval (a ToolPolicy that requires it) → the run's next event (ms)."""
-    script = [{"toolCalls": [{"name": "echo", "arguments": {"text": "x"}}]}, {"text": "ok"}]
+    script: list[dict[str, Any]] = [
+        {"toolCalls": [{"name": "echo", "arguments": {"text": "x"}}]},
+        {"text": "ok"},
+    ]
     out = []
     for _ in range(n):
         sub = await p.submit(_run(script, toolPolicy={"requireApprovalByDefault": True}))
         last = await _parked(r, sub.run_id, "awaiting_human")
-        calls = list(orjson.loads(await r.hget(K.run(sub.run_id), RunField.APPROVALS) or b"{}"))
+        raw = await r.hget(K.run(sub.run_id), RunField.APPROVALS)  # type: ignore[misc]
+        calls = list(orjson.loads(raw or b"{}"))
         if not calls:
             raise RuntimeError("no approval pending")
         await asyncio.sleep(idle_s)

@@ -21,8 +21,9 @@ shared/lua/prelude.lua), where a key is a prefix followed by an id. Compound key
 listing index, a batch) join their parts with ``:`` in both languages; a test compares them.
 
 ``Partition`` declares a run's own keys and the partition's fixed ones here; a session's keys
-(shared/session_keys.py), the listing and counting keys (shared/index_keys.py) and a schedule's keys
-(shared/schedule_keys.py) are declared in its bases, each key once.
+(shared/session_keys.py), the listing and counting keys (shared/index_keys.py), a schedule's keys
+(shared/schedule_keys.py) and a worker's (shared/worker_keys.py) are declared in its bases, each key
+once.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from redis.crc import key_slot
 from shared.index_keys import IndexKeys
 from shared.schedule_keys import ScheduleKeys
 from shared.session_keys import SessionKeys
+from shared.worker_keys import WorkerKeys
 
 __all__ = [
     "CONTEXT_FIELDS",
@@ -119,9 +121,10 @@ def partition_tag(index: int, count: int) -> str:
     return "{" + candidate + "}"
 
 
-class Partition(SessionKeys, IndexKeys, ScheduleKeys):
+class Partition(SessionKeys, IndexKeys, ScheduleKeys, WorkerKeys):
     """The keys of one partition. Per-id keys are a prefix followed by the id; a session's keys,
-    the listing and counting keys and a schedule's keys are declared in the modules of their bases."""
+    the listing and counting keys, a schedule's keys and a worker's are declared in the modules of
+    their bases."""
 
     def __init__(self, index: int, count: int) -> None:
         self.index = index
@@ -131,6 +134,7 @@ class Partition(SessionKeys, IndexKeys, ScheduleKeys):
         self._session_prefixes(b)
         self._index_prefixes(b)
         self._schedule_prefixes(b)
+        self._worker_prefixes(b)
         self.run_prefix = b + "run:"  # hash: shared.fields.RunField
         self.events_prefix = b + "events:"  # stream of RunEvents; entry id <seq>-0
         self.tools_prefix = b + "tools:"  # hash toolCallId -> {state, epoch, attempts, result}
@@ -147,9 +151,6 @@ class Partition(SessionKeys, IndexKeys, ScheduleKeys):
         # + tenant:id: hash (shared.fields.DeletionField), a deletion by metadata, at its tenant's home
         self.deletion_prefix = b + "del:"
         self.pointer_prefix = b + "at:"  # string: partition index of a run living away from home
-        self.worker_runs_prefix = b + "w.runs:"  # set of the runIds a worker (lease id) holds here
-        self.worker_inbox_prefix = b + "w.inbox:"  # list of runIds with an abort request (bounded)
-        self.worker_lease_prefix = b + "w.lease:"  # string, expiring with the worker's lease here
         self.tenant_active_prefix = b + "t.active:"  # zset runId -> submitted at: maxActive
         # hash: one root run's tree of sub-agents: childRunId -> its parent, '#' + parentId -> that
         # run's children, '*' -> the tree's runs (tree_admit.lua: maxChildren, maxDescendants)
@@ -178,7 +179,6 @@ class Partition(SessionKeys, IndexKeys, ScheduleKeys):
         self.queue = f"arq:queue:{self.tag}"  # arq's sorted set of this partition's pending job ids
         self.live = b + "live"  # zset runId -> when the reconciler should next look at it (ms)
         self.awaiting = b + "awaiting"  # zset runId -> since when it waits for a human decision
-        self.workers = b + "workers"  # zset worker lease id -> lease expiry (ms, Redis time)
         self.webhooks = b + "webhooks"  # list of deliveries (runIds, batch ids) to make
         self.webhooks_due = b + "webhooks:due"  # zset delivery id -> next attempt (ms)
         # With the archive on (AGENTMILL_ARCHIVE_URL): the finished runs still to archive, runId -> when
@@ -246,17 +246,6 @@ class Partition(SessionKeys, IndexKeys, ScheduleKeys):
     def tool_cache(self, tenant: str, tool: str, digest: str) -> str:
         """A cached tool result: the tool's name and a digest of its canonical arguments, per tenant."""
         return f"{self.tool_cache_prefix}{tenant}:{tool}:{digest}"
-
-    def worker_runs(self, lease_id: str) -> str:
-        return self.worker_runs_prefix + lease_id
-
-    def worker_inbox(self, lease_id: str) -> str:
-        return self.worker_inbox_prefix + lease_id
-
-    def worker_lease(self, lease_id: str) -> str:
-        """Exists while the worker's lease is unexpired (PX: Redis's clock decides): what a commit
-        checks in one command. ``workers`` holds the same expiry, for the sweep to find it."""
-        return self.worker_lease_prefix + lease_id
 
     def api_key(self, key_id: str) -> str:
         """Hash: one managed API key (its keyed hash, never the key; shared.fields.ApiKeyField)."""

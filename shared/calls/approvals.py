@@ -26,7 +26,7 @@ class SettleApproval(ScriptCall):
     one puts the run back on the queue as its next dispatch (the script reads the run's own)."""
 
     SCRIPT = "settle_approval"
-    KEY_NAMES = ("run", "stream", "tools")
+    KEY_NAMES = ("run", "stream", "tools", "answer_workers")  # the last: prelude.lua answer_event
     VERDICT = SettleApprovalVerdict
 
     run_id: str
@@ -38,4 +38,4 @@ class SettleApproval(ScriptCall):
     sealed: str  # '1': payloads are sealed at rest (AGENTMILL_DATA_KEYS), '' = not
 
     def keys(self, part: Partition) -> list[str]:
-        return part.run_keys(self.run_id)
+        return [*part.run_keys(self.run_id), part.answer_workers]

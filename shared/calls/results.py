@@ -63,7 +63,7 @@ class ToolResults(ScriptCall):
     toolCallId, content, isError ('1' | '') per result."""
 
     SCRIPT = "tool_results"
-    KEY_NAMES = ("run", "stream", "tools")
+    KEY_NAMES = ("run", "stream", "tools", "answer_workers")  # the last: prelude.lua answer_event
     VERDICT = ToolResultsVerdict
 
     run_id: str
@@ -73,7 +73,7 @@ class ToolResults(ScriptCall):
     results: tuple[str, ...]
 
     def keys(self, part: Partition) -> list[str]:
-        return part.run_keys(self.run_id)
+        return [*part.run_keys(self.run_id), part.answer_workers]
 
 
 @dataclass(frozen=True, slots=True)

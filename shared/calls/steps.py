@@ -165,7 +165,7 @@ class Beat(ScriptCall):
     """beat.lua: a worker's heartbeat on one partition (its lease renewed, its abort inbox read)."""
 
     SCRIPT = "beat"
-    KEY_NAMES = ("inbox", "lease")
+    KEY_NAMES = ("inbox", "lease", "answer_workers")
     VERDICT = BeatVerdict
 
     lease_id: str
@@ -174,7 +174,7 @@ class Beat(ScriptCall):
     register: str = ""  # '1': a new lease id
 
     def keys(self, part: Partition) -> list[str]:
-        return [part.worker_inbox(self.lease_id), part.worker_lease(self.lease_id)]
+        return [part.worker_inbox(self.lease_id), part.worker_lease(self.lease_id), part.answer_workers]
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ class ForgetWorker(ScriptCall):
     dead one; the entry, runs set and inbox go once the runs set is empty."""
 
     SCRIPT = "forget_worker"
-    KEY_NAMES = ("runs", "inbox", "lease")
+    KEY_NAMES = ("runs", "inbox", "lease", "answer_workers")
     VERDICT = ForgetWorkerVerdict
 
     lease_id: str
@@ -35,4 +35,5 @@ class ForgetWorker(ScriptCall):
             part.worker_runs(self.lease_id),
             part.worker_inbox(self.lease_id),
             part.worker_lease(self.lease_id),
+            part.answer_workers,
         ]

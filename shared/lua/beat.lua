@@ -6,9 +6,11 @@
 -- its runs (``lost``); register = '1' registers a new lease id.
 -- Call: shared.calls.steps.Beat.
 if ARG.REGISTER ~= '1' and redis.call('EXISTS', KEY.LEASE) == 0 then return {V.LOST} end
-redis.call('SET', KEY.LEASE, LEASE_ANSWERS, 'PX', ARG.LEASE_MS)  -- what its runs know (prelude.lua)
+redis.call('SET', KEY.LEASE, '1', 'PX', ARG.LEASE_MS)
 local now = now_ms()
 redis.call('ZADD', WORKERS, now + tonumber(ARG.LEASE_MS), ARG.LEASE_ID)
+-- the same expiry: its runs leave out the event an answer wrote (prelude.lua answer_event)
+redis.call('ZADD', KEY.ANSWER_WORKERS, now + tonumber(ARG.LEASE_MS), ARG.LEASE_ID)
 local out = {V.OK, redis.call('ZCOUNT', WORKERS, now, '+inf')}
 local msgs = redis.call('LPOP', KEY.INBOX, tonumber(ARG.MAX_MESSAGES))
 if msgs then

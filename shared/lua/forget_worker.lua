@@ -5,6 +5,7 @@
 local exp = redis.call('ZSCORE', WORKERS, ARG.LEASE_ID)
 if ARG.ONLY_IF_EXPIRED == '1' and redis.call('EXISTS', KEY.LEASE) == 1 then return {V.ALIVE} end
 redis.call('DEL', KEY.LEASE)
+redis.call('ZREM', KEY.ANSWER_WORKERS, ARG.LEASE_ID)  -- not live: as WORKERS's entry (prelude.lua answer_event)
 if redis.call('SCARD', KEY.RUNS) > 0 then
   if exp then redis.call('ZADD', WORKERS, 0, ARG.LEASE_ID) end
   return {V.HAS_RUNS}

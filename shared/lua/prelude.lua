@@ -456,17 +456,17 @@ end
 -- written now, at the stream's next seq, with the epoch the run's next acquisition takes, so readers
 -- see the answer within its own round trip instead of after a wake, a claim, a restore and a commit.
 -- F.ANSWERED names it: the resumed run leaves the machine's own out (worker/runner/opening.py). A
--- worker's lease key holds LEASE_ANSWERS (beat.lua) when its runs do; one of a release before them
--- holds '1' and would write the event again: while one is live here, the worker writes it.
-local LEASE_ANSWERS = '2'
-local function answer_event(run, stream, kind, call_id, payload)
-  for _, w in ipairs(redis.call('ZRANGEBYSCORE', WORKERS, '(0', '+inf')) do
-    local v = redis.call('GET', ctx().worker_lease .. w)
-    if v and v ~= LEASE_ANSWERS then return end
-  end
+-- worker of a release before that would write the event again. Each worker of this release is in
+-- ``answers`` (the partition's answer_workers zset) as it is in WORKERS, with the same lease expiry
+-- (beat.lua; forget_worker.lua takes it from both), an earlier one in WORKERS only: while the live
+-- counts differ, one of those is live here and the worker writes the event. Two ZCOUNTs: O(log N)
+-- in the partition's workers, no command per worker.
+local function answer_event(run, stream, answers, kind, call_id, payload)
+  local now = now_ms()
+  if redis.call('ZCOUNT', WORKERS, now, '+inf') ~= redis.call('ZCOUNT', answers, now, '+inf') then return end
   local h = redis.call('HMGET', run, F.LAST_SEQ, F.EPOCH)
   local seq = int_text(tonumber(h[1] or '0') + 1)
-  xadd_text(stream, seq, kind, now_ms(), payload, ctx().maxlen, int_text(tonumber(h[2] or '0') + 1))
+  xadd_text(stream, seq, kind, now, payload, ctx().maxlen, int_text(tonumber(h[2] or '0') + 1))
   redis.call('HSET', run, F.LAST_SEQ, seq, F.ANSWERED, seq .. ':' .. kind .. ':' .. call_id)
 end
 -- A parent's children of its current round (run field children: [{toolCallId, runId}], JSON): how

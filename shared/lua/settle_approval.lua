@@ -16,7 +16,7 @@ local function first_approval_event(approvals)
   if not e or (e.reason and ARG.SEALED == '1') then return end
   local reason = e.reason and (',"reason":' .. cjson.encode(e.reason)) or ''
   local actor = type(e.actor) == 'table' and (',"actor":' .. cjson.encode(e.actor)) or ''
-  answer_event(KEY.RUN, KEY.STREAM, EVENT.APPROVAL, first, '{"toolCallId":' .. cjson.encode(first) .. ',"name":'
+  answer_event(KEY.RUN, KEY.STREAM, KEY.ANSWER_WORKERS, EVENT.APPROVAL, first, '{"toolCallId":' .. cjson.encode(first) .. ',"name":'
     .. cjson.encode(e.name) .. ',"decision":' .. cjson.encode(e.decision) .. reason .. actor .. '}')
 end
 local h = redis.call('HMGET', KEY.RUN, F.STATUS, F.APPROVALS, F.GEN, F.TENANT)

@@ -16,7 +16,7 @@ local function first_result_event()
   local res = r.result
   if r.state ~= TS.DONE or r.timedOut or type(res) ~= 'table' or type(r.calledAt) ~= 'number' then return end
   local actor = type(r.actor) == 'table' and (',"actor":' .. cjson.encode(r.actor)) or ''
-  answer_event(KEY.RUN, KEY.STREAM, EVENT.TOOL_RESULT, id, '{"toolCallId":' .. cjson.encode(id) .. ',"name":'
+  answer_event(KEY.RUN, KEY.STREAM, KEY.ANSWER_WORKERS, EVENT.TOOL_RESULT, id, '{"toolCallId":' .. cjson.encode(id) .. ',"name":'
     .. cjson.encode(res.name) .. ',"content":' .. cjson.encode(res.content) .. ',"isError":'
     .. tostring(res.isError == true) .. ',"calledAt":' .. int_text(r.calledAt) .. actor .. '}')
 end

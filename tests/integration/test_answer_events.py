@@ -22,6 +22,7 @@ from producer.service import Producer
 from shared import payload_crypto
 from shared.actors import actor
 from shared.fields import RunField as F
+from shared.scripts import Scripts
 from tests.integration.helpers import (
     assert_clean_stream,
     producer_for,
@@ -34,7 +35,8 @@ from tests.integration.test_failpoints import chaos_run
 from tests.integration.test_step_hold import ONE_CALL, declared
 from tests.support.ledger import Ledger
 from tests.support.procs import WorkerProc, wait_until
-from tests.support.schema import K
+from tests.support.schema import K, parts_of
+from worker.adapters.worker_beat import beat
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -53,13 +55,21 @@ def crm(path: Path) -> str:
 
 async def parked(redis: Redis, p: Producer, env: dict[str, str], body: dict[str, Any], status: str) -> str:
     """The run submitted, parked by a worker that then stops: no worker runs when it is answered."""
-    sub = await p.submit(body)
+    return (await parked_runs(redis, p, env, body, status, 1))[0]
+
+
+async def parked_runs(
+    redis: Redis, p: Producer, env: dict[str, str], body: dict[str, Any], status: str, n: int
+) -> list[str]:
+    """``n`` runs of ``body``, parked as ``parked`` parks one (by one worker)."""
+    subs = [await p.submit(body) for _ in range(n)]
     w = WorkerProc(p.settings.redis_url, env=env).start()
     try:
-        await until_status(redis, sub.run_id, status, 30)
+        for sub in subs:
+            await until_status(redis, sub.run_id, status, 30)
     finally:
         w.stop()
-    return sub.run_id
+    return [sub.run_id for sub in subs]
 
 
 async def finished(redis: Redis, p: Producer, env: dict[str, str], run_id: str) -> list[RunEvent]:
@@ -205,12 +215,48 @@ async def test_while_a_worker_of_an_earlier_release_is_live_the_answers_event_is
         redis, p, env, {**script_run(script), "agent": "crm", "clientTools": [LOOKUP]}, "awaiting_tools"
     )
     before = await stream(redis, rid)
+    # as that release's beat.lua leaves a live worker: its lease key, its entry in workers only
     await redis.set(K.worker_lease("w-old"), "1", px=60_000)
     await redis.zadd(K.workers, {"w-old": 2**52})
+    assert not (await beat(parts_of(redis), Scripts(redis), "w-new", 60_000, register=True)).lost
     assert (await p.post_tool_results(rid, [ClientToolResult(tool_call_id="c1.0", content="x")]))[
         0
     ] == "resumed"
     assert await stream(redis, rid) == before and not await redis.hget(K.run(rid), F.ANSWERED)
-    await redis.delete(K.worker_lease("w-old"))  # gone: the next answer writes its event again
+    await redis.zrem(K.workers, "w-old")  # forgotten, as that release's forget_worker.lua does
+    await redis.delete(K.worker_lease("w-old"), K.worker_lease("w-new"))
     events = await finished(redis, p, env, rid)
     assert after(events, "awaiting_tools")[:1] == [("tool_result", "c1.0")]
+
+
+async def test_an_answers_check_of_the_workers_release_costs_the_same_commands_with_50_live_workers(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    """The check that no live worker is of an earlier release counts two zsets (workers and
+    answer_workers, each worker of this release in both): an answer while 50 workers of this release
+    are live runs exactly the commands of one while none is (INFO commandstats), and writes its event."""
+    path = crm(tmp_path / "p.json")
+    p, env = producer_for(redis, redis_url, profiles=path), {"AGENTMILL_PROFILES": path}
+    script = [{"toolCalls": [{"name": "lookup", "arguments": {"q": "ACME"}}]}, {"text": "ok"}]
+    body = {**script_run(script), "agent": "crm", "clientTools": [LOOKUP]}
+    first, alone, among = await parked_runs(redis, p, env, body, "awaiting_tools", 3)
+
+    async def answered(rid: str) -> dict[str, int]:
+        """The commands (calls by name) the answer ran: its own, and those of its script."""
+        await redis.config_resetstat()
+        assert (await p.post_tool_results(rid, [ClientToolResult(tool_call_id="c1.0", content="x")]))[
+            0
+        ] == "resumed"
+        stats = await redis.info("commandstats")
+        assert await redis.hget(K.run(rid), F.ANSWERED)  # the event written: the check passed
+        return {name: int(v["calls"]) for name, v in stats.items()}
+
+    await answered(first)  # the producer's first call (its library and context told, once)
+    none = await answered(alone)
+    for i in range(50):
+        assert not (await beat(parts_of(redis), Scripts(redis), f"w{i}", 60_000, register=True)).lost
+    assert await redis.zcount(K.workers, 1, "+inf") == 50
+    many = await answered(among)
+    assert many == none, {
+        k: (none.get(k), many.get(k)) for k in set(none) | set(many) if none.get(k) != many.get(k)
+    }

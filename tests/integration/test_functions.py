@@ -25,6 +25,11 @@ from worker.adapters.worker_beat import beat
 pytestmark = pytest.mark.integration
 
 
+def beat_keys(lease_id: str) -> list[str]:
+    """beat.lua's own keys for a worker (shared.calls.steps.Beat)."""
+    return [K.worker_inbox(lease_id), K.worker_lease(lease_id), K.answer_workers]
+
+
 async def _libraries(redis: Redis) -> dict[str, list[str]]:
     """{library name: its function names} of the agentmill libraries on the node."""
     out: dict[str, list[str]] = {}
@@ -93,12 +98,12 @@ async def test_a_node_that_lost_the_library_gets_it_again_on_every_route(redis: 
     assert library().name in await _libraries(redis)
 
     await redis.execute_command("FUNCTION", "FLUSH")
-    k, a = scripts.frame(K, [K.worker_inbox("w2"), K.worker_lease("w2")], ["w2", 5_000, 10, "1"])
+    k, a = scripts.frame(K, beat_keys("w2"), ["w2", 5_000, 10, "1"])
     assert (await scripts.beat(keys=k, args=a))[0] == b"ok"
 
     await redis.execute_command("FUNCTION", "FLUSH")
     batcher = ScriptBatcher(parts_of(redis))
-    k, a = scripts.frame(K, [K.worker_inbox("w3"), K.worker_lease("w3")], ["w3", 5_000, 10, "1"])
+    k, a = scripts.frame(K, beat_keys("w3"), ["w3", 5_000, 10, "1"])
     replies = await asyncio.gather(*(batcher.call(K, scripts.beat, k, a) for _ in range(3)))
     assert [r[0] for r in replies] == [b"ok"] * 3
     assert library().name in await _libraries(redis)
@@ -140,10 +145,10 @@ async def test_a_call_on_a_partition_sends_a_token_for_its_context_and_keys(redi
     500 of the context, which Lua would hash byte by byte) and, having keys of its own, not the
     partition's eight fixed keys: the library keeps both per token."""
     scripts = Scripts(redis, functions=True)
-    own = [K.worker_inbox("w1"), K.worker_lease("w1")]
+    own = beat_keys("w1")
     k, a = scripts.frame(K, own, ["w1", 5_000, 10, "1"])
     command = scripts.beat.command(k, a)
-    assert command[2:5] == (2, *own) and len(command) == 5 + 4 + 1
+    assert command[2:6] == (3, *own) and len(command) == 6 + 4 + 1
     assert len(command[-1]) < 64 and command[-1] != scripts.context(K)
     assert (await scripts.beat(keys=k, args=a))[0] == b"ok"  # the library told the token on the way
     assert await redis.zscore(K.workers, "w1") is not None  # the fixed keys (the workers zset) found by token
@@ -153,7 +158,7 @@ async def test_a_call_on_a_partition_sends_a_token_for_its_context_and_keys(redi
 
 async def test_an_unknown_token_is_refused_before_the_call_does_anything(redis: Redis) -> None:
     scripts = Scripts(redis, functions=True)
-    k, a = scripts.frame(K, [K.worker_inbox("w1"), K.worker_lease("w1")], ["w1", 5_000, 10, "1"])
+    k, a = scripts.frame(K, beat_keys("w1"), ["w1", 5_000, 10, "1"])
     command = list(scripts.beat.command(k, a))
     await library().load(redis)
     command[-1] = "ctx:0000000000000000"
@@ -171,10 +176,10 @@ async def test_a_library_that_forgot_its_tokens_is_told_them_again_on_every_rout
     await forget()
     assert not (await beat(parts_of(redis), scripts, "w1", 5_000, register=True)).lost
     await forget()
-    k, a = scripts.frame(K, [K.worker_inbox("w2"), K.worker_lease("w2")], ["w2", 5_000, 10, "1"])
+    k, a = scripts.frame(K, beat_keys("w2"), ["w2", 5_000, 10, "1"])
     assert (await scripts.beat(keys=k, args=a))[0] == b"ok"
     await forget()
     batcher = ScriptBatcher(parts_of(redis))
-    k, a = scripts.frame(K, [K.worker_inbox("w3"), K.worker_lease("w3")], ["w3", 5_000, 10, "1"])
+    k, a = scripts.frame(K, beat_keys("w3"), ["w3", 5_000, 10, "1"])
     replies = await asyncio.gather(*(batcher.call(K, scripts.beat, k, a) for _ in range(3)))
     assert [r[0] for r in replies] == [b"ok"] * 3
