@@ -177,6 +177,12 @@ class _Contexts:
 CONTEXTS = _Contexts()
 
 
+def know_context(context: str, keys: Sequence[Any]) -> None:
+    """Keep ``context``'s tokens (its partition's fixed keys ending ``keys``), to be told to a node
+    with the others the first time it answers NOCONTEXT (shared.script_sending.Framing)."""
+    CONTEXTS.tokens(context, keys)
+
+
 class FunctionScript:
     """One function of a ``Library``: FCALL, the library loaded again where the node lacks it. A
     script on a partition (``framed``: called as shared.script_sending.Framing frames it) sends its

@@ -128,6 +128,7 @@ class Partition(SessionKeys, IndexKeys, ScheduleKeys, WorkerKeys):
 
     def __init__(self, index: int, count: int) -> None:
         self.index = index
+        self.count = count  # the layout's partitions
         self.tag = partition_tag(index, count)
         self.slot = slot_of(self.tag)
         b = self.base = f"{PREFIX}:{self.tag}:"

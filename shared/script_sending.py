@@ -21,7 +21,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from agentmill_client import limits
-from shared import dispatch, index_keys, keys
+from shared import dispatch, functions, index_keys, keys
 from shared.functions import Script, missing
 from shared.partitions import Partitions, partition_count
 from shared.settings import Settings
@@ -41,6 +41,10 @@ Parts = Partitions[Redis]
 # One script call already framed (Framing.frame, or plain for a script off the partitions): where it
 # runs, its KEYS and its ARGV.
 Call = tuple[keys.Partition, list[Any], list[Any]]
+
+# A layout of up to this many partitions has every partition's context made, and its tokens kept, at
+# the first call (shared.functions.know_context); a larger one, each partition's at its own first.
+EAGER_PARTITIONS = 64
 
 # The context's fields after the partition's key prefixes (keys.CONTEXT_FIELDS): the arq job
 # template's four pieces (dispatch.JOB_TEMPLATE) and the settings the scripts read.
@@ -69,11 +73,27 @@ class Framing:
         self._contexts: dict[int, str] = {}
 
     def context(self, part: keys.Partition) -> str:
-        """The last ARGV of every script on ``part``."""
+        """The last ARGV of every script on ``part``. The first one asked for makes those of every
+        partition of its layout (up to ``EAGER_PARTITIONS``) and has shared.functions keep their
+        tokens: a node that does not know them yet is told them all at once, not one partition's
+        first call after another."""
         c = self._contexts.get(part.index)
         if c is None:
             c = self._contexts[part.index] = part.context + self._extra
+            functions.know_context(c, self.fixed(part))
+            if part.count <= EAGER_PARTITIONS:
+                for i in range(part.count):
+                    if i not in self._contexts:
+                        other = keys.Partition(i, part.count)
+                        self._contexts[i] = other.context + self._extra
+                        functions.know_context(self._contexts[i], self.fixed(other))
         return c
+
+    @staticmethod
+    def fixed(part: keys.Partition) -> list[str]:
+        """The partition's fixed keys, which end the KEYS of every call on it."""
+        return [part.queue, part.live, part.awaiting, part.workers, part.webhooks, part.scheduled, part.depth,
+                part.wake]  # fmt: skip
 
     def frame(
         self, part: keys.Partition, own_keys: list[Any], args: list[Any]
@@ -81,17 +101,7 @@ class Framing:
         """(KEYS, ARGV) of a script call on ``part``: its own keys then the partition's fixed keys,
         its own arguments then the partition's context (prelude.lua takes them off again: from the
         end, which costs Lua nothing, where taking the first ARGV off moved every other one)."""
-        fixed = [
-            part.queue,
-            part.live,
-            part.awaiting,
-            part.workers,
-            part.webhooks,
-            part.scheduled,
-            part.depth,
-            part.wake,
-        ]
-        return [*own_keys, *fixed], [*args, self.context(part)]
+        return [*own_keys, *self.fixed(part)], [*args, self.context(part)]
 
     def call(self, part: keys.Partition, own_keys: list[Any], args: list[Any]) -> Call:
         """A call on ``part`` framed, for ``run_script`` and ``run_many``."""
