@@ -18,7 +18,6 @@ from typing import Any
 
 from arq.connections import ArqRedis
 from arq.constants import in_progress_key_prefix
-from arq.jobs import serialize_result
 from arq.utils import timestamp_ms
 from arq.worker import Worker
 from redis.exceptions import RedisError
@@ -30,7 +29,7 @@ from shared.partitions import Partitions
 from shared.scripts import Scripts
 from worker.process import failpoints
 from worker.process.deps import WorkerDeps
-from worker.process.finisher import JobFinisher
+from worker.process.finisher import JobEnding, JobFinisher
 from worker.process.wake import IDLE_POLLS, Wake
 from worker.runner import RunDriver
 
@@ -45,6 +44,7 @@ async def run_agent(ctx: dict[str, Any], run_id: str, gen: int) -> str:
     deps: WorkerDeps = ctx["deps"]
     part = ctx.get("partition") or deps.parts.layout.of_job(ctx["job_id"])[0]
     ports = deps.ports(part, run_id, ctx.get("acquired"))
+    ports.job_end = ctx.get("job_end")  # the claimed job's finish, for the run's ending commit
     job_try = int(ctx.get("job_try", 1))
     return await RunDriver(deps, ports, run_id, int(gen), job_try=job_try).run(deps.active)
 
@@ -355,7 +355,8 @@ class ResilientWorker(Worker):
             "partition": part,
             "acquired": acquired,
         }
-        start_ms = timestamp_ms()
+        ending = ctx["job_end"] = JobEnding(job_id, (run_id, gen), score, self.queue_name, self.job_serializer,
+                                            int(self.keep_result_s * 1000))  # fmt: skip
         result: Any = None
         finished, success = True, False
         try:
@@ -370,12 +371,10 @@ class ResilientWorker(Worker):
             log.exception("job %s failed", job_id)
             result = exc
             self.jobs_failed += 1
-        record = None
-        if finished and self.keep_result_s > 0 and result != "deleted":  # a deleted run's job: no record
-            record = serialize_result(
-                RUN_FUNCTION, (run_id, gen), {}, 1, score, success, result, start_ms, timestamp_ms(),
-                f"{job_id}:{RUN_FUNCTION}", self.queue_name, job_id=job_id, serializer=self.job_serializer,
-            )  # fmt: skip
+        if finished and ending.finished(success, result):
+            return  # its run's ending commit finished it
+        # a deleted run's job: no record
+        record = ending.record(success, result) if finished and result != "deleted" else None
         # Shutdown: arq's close cancels its job tasks, then gathers them without return_exceptions.
         # A cancel that lands here, while the finish runs on shielded, ends the task normally as one
         # landing in the job does; raised, it failed the worker's close (seen once in a full suite).
