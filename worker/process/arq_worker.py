@@ -111,7 +111,8 @@ class ResilientWorker(Worker):
             if now >= self._next_due.get(p.index, 0) or now >= self._looked_at.get(p.index, 0) + 1000
             or p.index in self._woken
         }  # fmt: skip
-        self._woken.clear()
+        if not full:  # a full worker claims there first once it has room
+            self._woken.clear()
 
         def read(part: Partition) -> Callable[[Any], None]:
             def op(pipe: Any) -> None:
@@ -144,12 +145,15 @@ class ResilientWorker(Worker):
     async def _claim_woken(self, woken: set[int]) -> int:
         """A woken worker's poll of the partitions that signalled: each one's claim (the script picks
         the due jobs) and a look at its earliest scheduled job, in one round trip per node, with no
-        count first. Returns the due jobs seen: those claimed, one more when a claim was full (more
-        may be due: the next poll comes without a wait)."""
+        count first (so does the poll after one that left due jobs behind: ``_poll_iteration``).
+        Returns the due jobs seen: those claimed, and when a claim was full (more may be due: the
+        next poll comes without a wait, and claims there first) at least one more."""
         now = timestamp_ms()
         seen = 0
         for part in (p for p in self.parts.parts if p.index in woken):
-            free = self._room(claim_size(self.max_jobs - self.job_counter, 0, self.claim_batch, self.workers))
+            free = self._room(
+                claim_size(self.max_jobs - self.job_counter, self._left, self.claim_batch, self.workers)
+            )
             out = self.parts.sending(deadline_s=self.poll_delay_s * 4)
             k, a, lease_id = self._claim_call(part, free)
             out.add_script(part, self.scripts.claim_jobs, k, a)
@@ -161,7 +165,10 @@ class ResilientWorker(Worker):
                 self._looked_at[part.index] = now
                 self._next_due[part.index] = float(first[1]) if first else float("inf")
             n = await self._start_claimed(part, reply, lease_id)
-            seen += n + (1 if free and n >= free else 0)
+            if free and n >= free:  # more may be due there: the next poll claims there first, uncounted
+                seen += max(1, self._left - n)  # what the last count left, less these
+                self._woken.add(part.index)
+            seen += n
         return seen
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -192,6 +199,8 @@ class ResilientWorker(Worker):
                     self._poll_turn += 1
                     for part, n, scheduled in due[k:] + due[:k]:
                         await self.start_jobs_on(part, n, scheduled)
+                if seen > self._claimed:  # what it left there the next poll claims without a count first
+                    self._woken |= {p.index for p, n, _ in due if n}
             self._left = max(0, seen - self._claimed)
             await self.heart_beat()
         except (RedisError, OSError) as exc:
