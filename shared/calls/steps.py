@@ -126,6 +126,9 @@ class Commit(ScriptCall):
     settle_tokens: int | None = field(default=None, metadata=TAIL)
     settle_nano_usd: int | None = field(default=None, metadata=TAIL)
     settle_ttl_ms: int | None = field(default=None, metadata=TAIL)
+    job: str = field(default="", metadata=TAIL)  # with a terminal status: arq's finish of this job id
+    job_result: bytes | str = field(default=b"", metadata=TAIL)  # its result record ('' = none kept)
+    job_result_ms: int | None = field(default=None, metadata=TAIL)  # how long the record is kept
     n_results: int = field(default=0, metadata=TAIL)
     n_calls: int = field(default=0, metadata=TAIL)
     n_usage: int = field(default=0, metadata=TAIL)

@@ -214,6 +214,13 @@ elseif is_terminal(status) then
   redis.call('EXPIRE', KEY.STREAM, ctx().retention)
   redis.call('EXPIRE', KEY.TOOLS, ctx().retention)
   redis.call('EXPIRE', transcript_key(run_id), ctx().retention)
+  -- arq's finish of the run's job (worker/process/finisher.py's writes), with its ending: a round trip fewer
+  if ARG.JOB ~= '' then
+    redis.call('DEL', ctx().job_progress .. ARG.JOB, ctx().job_key .. ARG.JOB)
+    if ARG.JOB_RESULT ~= '' then
+      redis.call('SET', ctx().job_result .. ARG.JOB, ARG.JOB_RESULT, 'PX', ARG.JOB_RESULT_MS)
+    end
+  end
 elseif status == S.AWAITING_HUMAN then
   set(F.APPROVALS, ARG.AUX); set(F.AWAITING_SINCE, now)
   set(F.APPROVAL_TIMEOUT_MS, approval_timeout); set(F.RUN_DEADLINE_MS, run_deadline)

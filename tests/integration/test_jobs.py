@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 from shared.dispatch import deserialize
 from shared.partitions import Partitions
 from shared.settings import Settings
-from tests.integration.helpers import producer_for, running_worker, script_run, wait_all
+from tests.integration.helpers import producer_for, running_worker, script_run, until_status, wait_all
 from tests.support.schema import LAYOUT, K
 from worker.process.arq_worker import START_CHUNK, run_agent
 from worker.process.finisher import JobFinisher
@@ -31,26 +31,37 @@ pytestmark = pytest.mark.integration
 async def test_finished_jobs_leave_arq_keys_as_arq_does_and_share_round_trips(
     redis: Redis, redis_url: str
 ) -> None:
+    """A job whose run ends with it is finished by the run's ending commit (JobEnding); a job that
+    ends otherwise (its run parked for an approval) by the finisher, the jobs ending together in
+    shared round trips. Either way arq reads the job as complete, with what it returned."""
     p = producer_for(redis, redis_url)
-    subs = await p.submit_many([script_run([{"text": "hi", "delayMs": 200}])] * 60)
-    ids = [s.run_id for s in subs]
+    ending = [script_run([{"text": "hi", "delayMs": 200}])] * 40
+    parking = [
+        script_run([{"toolCalls": [{"id": "t1", "name": "echo", "arguments": {}}]}, {"text": "ok"}],
+                   toolPolicy={"requireApprovalByDefault": True})
+    ] * 20  # fmt: skip
+    ids = [s.run_id for s in await p.submit_many(ending)]
+    parked = [s.run_id for s in await p.submit_many(parking)]
     async with running_worker(redis_url) as wp:
         recs = await wait_all(p, ids, 20)
         assert {r.status.value for r in recs.values()} == {"completed"}
-        for _ in range(100):  # a job's keys go a moment after its run's terminal commit
+        for rid in parked:
+            await until_status(redis, rid, "awaiting_human")
+        for _ in range(100):  # a parked run's job's keys go a moment after its commit
             if not await redis.keys("arq:in-progress:*"):
                 break
             await asyncio.sleep(0.02)
         finisher = wp.worker.finisher
-        assert finisher is not None and 1 <= finisher.batches < len(ids)  # finishes shared round trips
+        assert finisher is not None and 1 <= finisher.batches < len(parked)  # finishes shared round trips
     assert await redis.zcard(K.queue) == 0
-    for rid in ids:
+    for rid in ids + parked:
         jid = K.job_id(rid, 1)
         assert not await redis.exists(K.job_key(jid), K.in_progress_key(jid), f"arq:retry:{jid}")
         job = Job(jid, redis, _deserializer=deserialize)
         assert await job.status() == JobStatus.complete
         info = await job.result_info()
-        assert info is not None and info.success and info.result == "completed"
+        assert info is not None and info.success
+        assert info.result == ("completed" if rid in ids else "awaiting_human"), (rid, info.result)
         assert info.function == "run_agent" and tuple(info.args) == (rid, 1)
 
 

@@ -1,5 +1,5 @@
-"""A new one-step run's round trips after its claim: its ending commit, and arq's finish of its job
-(the finisher's, shared by the jobs that end together). Its opening event (``running``) is written
+"""A new one-step run's round trips after its claim: its ending commit, which also finishes arq's job
+(its keys gone, its result stored: worker/process/finisher.py JobEnding). Its opening event (``running``) is written
 by the claim that takes it (acquire_run.lua), not by a commit of its own before its model call.
 Counted as the packed writes to Redis that name the run, from the worker's tasks (the claim names
 no run: it picks the queue's jobs itself)."""
@@ -15,6 +15,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 
+from shared.dispatch import deserialize
 from tests.integration.helpers import producer_for, running_worker, script_run, stream, until_status
 
 pytestmark = pytest.mark.integration
@@ -46,7 +47,7 @@ def script_of(packed: bytes) -> str:
     return parts[4].decode().rsplit("_", 1)[0] if name.upper() == "FCALL" else name.upper()
 
 
-async def test_a_new_one_step_run_makes_two_round_trips_after_its_claim(
+async def test_a_new_one_step_run_makes_one_round_trip_after_its_claim(
     redis: Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     p = producer_for(redis, redis_url)
@@ -64,7 +65,12 @@ async def test_a_new_one_step_run_makes_two_round_trips_after_its_claim(
         assert wp.worker.job_counter == 0
     calls = [script_of(w) for w in sent]
     print(f"round trips naming the run after its claim: {calls}")
-    assert calls == ["commit", "SET"], calls  # the ending's commit, then arq's result (the finisher)
+    assert calls == ["commit"], calls  # the ending's commit, which finishes arq's job too
+    job = f"{{0}}{run_id[0]}"
+    assert not await redis.exists(f"arq:in-progress:{job}", f"arq:job:{job}")
+    record = deserialize(await redis.get(f"arq:result:{job}"))  # arq's, as arq's Job.result() reads it
+    assert record["s"] is True and record["r"] == "completed" and record["st"] <= record["ft"], record
+    assert 0 < await redis.pttl(f"arq:result:{job}") <= 60_000
     events = await stream(redis, run_id[0])
     kinds = [(e.kind.value, e.payload.get("status")) for e in events]
     assert kinds[0] == ("status", "running") and kinds[-1] == ("status", "completed"), kinds

@@ -196,8 +196,9 @@ class RedisRunStore:
                 tuple(events))  # fmt: skip
         session, st = step.session, outbox.settle
         tally = step.tally if step.status else None
+        je = step.job_end if step.status else None
         if not (step.aux or session or step.approval_timeout_ms is not None or step.run_deadline_ms is not None
-                or step.error_code or step.children or step.config or tally or st):  # fmt: skip
+                or step.error_code or step.children or step.config or tally or st or je):  # fmt: skip
             return Commit(*head)  # no tail
         results = [x for i, r in session.tool_results for x in (i, seal(r))] if session else []
         calls = [seal(c) for c in session.calls] if session and session.calls else []
@@ -207,7 +208,9 @@ class RedisRunStore:
             step.approval_timeout_ms, step.run_deadline_ms, step.error_code, step.children or b"",
             seal(step.config or b""), tally.ttl_s if tally else None,
             st.member if st else "", st.tokens if st else None, st.nano_usd if st else None,
-            st.ttl_ms if st else None, len(results) // 2, len(calls), len(terms) // 2, (*results, *calls, *terms),
+            st.ttl_ms if st else None,
+            je.job_id if je else "", je.record if je else b"", je.keep_ms if je and je.record else None,
+            len(results) // 2, len(calls), len(terms) // 2, (*results, *calls, *terms),
         )  # fmt: skip
 
     async def publish(self, events: list[Entry]) -> int:

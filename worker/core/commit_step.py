@@ -7,7 +7,16 @@ from dataclasses import dataclass, field
 
 from agentmill_client.models import Usage
 
-__all__ = ["CommitStep", "Entry", "Outbox", "SessionUpdate", "Settlement", "TranscriptWrite", "UsageTally"]
+__all__ = [
+    "CommitStep",
+    "Entry",
+    "JobEnd",
+    "Outbox",
+    "SessionUpdate",
+    "Settlement",
+    "TranscriptWrite",
+    "UsageTally",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +38,20 @@ class Settlement:
     tokens: int
     nano_usd: int
     ttl_ms: int
+
+
+@dataclass(slots=True)
+class JobEnd:
+    """arq's finish of the run's job (its keys gone, its result record kept ``keep_ms``), written by
+    the run's ending commit instead of a round trip of its own after it (``JobFinisher``). ``result``:
+    what the job returns with it; ``landed``: set once the commit is acknowledged (the worker then
+    finishes the job no more, unless the job ends otherwise)."""
+
+    job_id: str
+    result: str
+    record: bytes  # b"": none kept
+    keep_ms: int
+    landed: bool = False
 
 
 Entry = tuple[str, int, bytes]  # an event on its way to the stream: kind, ts, payload JSON
@@ -89,3 +112,4 @@ class CommitStep:
     tally: UsageTally | None = None  # with a terminal status: the tenant's usage of the day
     config: bytes | None = None  # the run's configuration, stored apart from checkpoints (RunField.CONFIG)
     transcript: TranscriptWrite | None = None  # the transcript, stored apart from them
+    job_end: JobEnd | None = None  # with a terminal status: arq's finish of the run's job

@@ -1,4 +1,4 @@
-"""The arq worker: the job function, and a Worker that claims, starts and finishes its jobs itself,
+"""The arq worker: a Worker that claims, starts and finishes its jobs itself,
 over every partition's queue, and survives Redis outages and failovers.
 
 arq facts designed around (0.28): a SIGKILLed job is retried only after its in-progress key
@@ -18,7 +18,6 @@ from typing import Any
 
 from arq.connections import ArqRedis
 from arq.constants import in_progress_key_prefix
-from arq.jobs import serialize_result
 from arq.utils import timestamp_ms
 from arq.worker import Worker
 from redis.exceptions import RedisError
@@ -29,25 +28,15 @@ from shared.keys import Partition
 from shared.partitions import Partitions
 from shared.scripts import Scripts
 from worker.process import failpoints
+from worker.process.agent_job import JOB_TIMEOUT_S, run_agent
 from worker.process.claims import START_CHUNK, claim_size
 from worker.process.deps import WorkerDeps
-from worker.process.finisher import JobFinisher
+from worker.process.finisher import JobEnding, JobFinisher
 from worker.process.wake import IDLE_POLLS, Wake
-from worker.runner import RunDriver
 
 __all__ = ["JOB_TIMEOUT_S", "START_CHUNK", "ResilientWorker", "claim_size", "run_agent"]
 
 log = logging.getLogger("agentmill.worker")
-
-JOB_TIMEOUT_S = 8 * 24 * 3600  # beyond the longest allowed run; runs end themselves by maxRunDurationMs
-
-
-async def run_agent(ctx: dict[str, Any], run_id: str, gen: int) -> str:
-    deps: WorkerDeps = ctx["deps"]
-    part = ctx.get("partition") or deps.parts.layout.of_job(ctx["job_id"])[0]
-    ports = deps.ports(part, run_id, ctx.get("acquired"))
-    job_try = int(ctx.get("job_try", 1))
-    return await RunDriver(deps, ports, run_id, int(gen), job_try=job_try).run(deps.active)
 
 
 class ResilientWorker(Worker):
@@ -96,7 +85,8 @@ class ResilientWorker(Worker):
             if now >= self._next_due.get(p.index, 0) or now >= self._looked_at.get(p.index, 0) + 1000
             or p.index in self._woken
         }  # fmt: skip
-        self._woken.clear()
+        if not full:  # a full worker claims there first once it has room
+            self._woken.clear()
 
         def read(part: Partition) -> Callable[[Any], None]:
             def op(pipe: Any) -> None:
@@ -129,12 +119,15 @@ class ResilientWorker(Worker):
     async def _claim_woken(self, woken: set[int]) -> int:
         """A woken worker's poll of the partitions that signalled: each one's claim (the script picks
         the due jobs) and a look at its earliest scheduled job, in one round trip per node, with no
-        count first. Returns the due jobs seen: those claimed, one more when a claim was full (more
-        may be due: the next poll comes without a wait)."""
+        count first (so does the poll after one that left due jobs behind: ``_poll_iteration``).
+        Returns the due jobs seen: those claimed, and when a claim was full (more may be due: the
+        next poll comes without a wait, and claims there first) at least one more."""
         now = timestamp_ms()
         seen = 0
         for part in (p for p in self.parts.parts if p.index in woken):
-            free = self._room(claim_size(self.max_jobs - self.job_counter, 0, self.claim_batch, self.workers))
+            free = self._room(
+                claim_size(self.max_jobs - self.job_counter, self._left, self.claim_batch, self.workers)
+            )
             out = self.parts.sending(deadline_s=self.poll_delay_s * 4)
             k, a, lease_id = self._claim_call(part, free)
             out.add_script(part, self.scripts.claim_jobs, k, a)
@@ -146,7 +139,10 @@ class ResilientWorker(Worker):
                 self._looked_at[part.index] = now
                 self._next_due[part.index] = float(first[1]) if first else float("inf")
             n, full = await self._start_claims(part, reply, lease_id, free, 0)
-            seen += n + (1 if full else 0)
+            if full:  # more may be due there: the next poll claims there first, uncounted
+                seen += max(1, self._left - n)  # what the last count left, less these
+                self._woken.add(part.index)
+            seen += n
         return seen
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -177,6 +173,8 @@ class ResilientWorker(Worker):
                     self._poll_turn += 1
                     for part, n, scheduled in due[k:] + due[:k]:
                         await self.start_jobs_on(part, n, scheduled)
+                if seen > self._claimed:  # what it left there the next poll claims without a count first
+                    self._woken |= {p.index for p, n, _ in due if n}
             self._left = max(0, seen - self._claimed)
             await self.heart_beat()
         except (RedisError, OSError) as exc:
@@ -370,7 +368,8 @@ class ResilientWorker(Worker):
             "partition": part,
             "acquired": acquired,
         }
-        start_ms = timestamp_ms()
+        ending = ctx["job_end"] = JobEnding(job_id, (run_id, gen), score, self.queue_name, self.job_serializer,
+                                            int(self.keep_result_s * 1000))  # fmt: skip
         result: Any = None
         finished, success = True, False
         try:
@@ -385,12 +384,10 @@ class ResilientWorker(Worker):
             log.exception("job %s failed", job_id)
             result = exc
             self.jobs_failed += 1
-        record = None
-        if finished and self.keep_result_s > 0 and result != "deleted":  # a deleted run's job: no record
-            record = serialize_result(
-                RUN_FUNCTION, (run_id, gen), {}, 1, score, success, result, start_ms, timestamp_ms(),
-                f"{job_id}:{RUN_FUNCTION}", self.queue_name, job_id=job_id, serializer=self.job_serializer,
-            )  # fmt: skip
+        if finished and ending.finished(success, result):
+            return  # its run's ending commit finished it
+        # a deleted run's job: no record
+        record = ending.record(success, result) if finished and result != "deleted" else None
         # Shutdown: arq's close cancels its job tasks, then gathers them without return_exceptions.
         # A cancel that lands here, while the finish runs on shielded, ends the task normally as one
         # landing in the job does; raised, it failed the worker's close (seen once in a full suite).

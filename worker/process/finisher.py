@@ -1,4 +1,5 @@
-"""arq's per-job bookkeeping at the end of a job, for every job ending in one event-loop turn at once.
+"""arq's per-job bookkeeping at the end of a job: written by the run's ending commit when the run ends
+with its job (``JobEnding``), else for every job ending in one event-loop turn at once (``JobFinisher``).
 
 arq finishes each job with its own MULTI (delete the job, retry and in-progress keys, drop the job
 from the queue and the abort set, store the result). At a thousand runs in flight those
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from arq.constants import (
@@ -20,14 +22,55 @@ from arq.constants import (
     result_key_prefix,
     retry_key_prefix,
 )
+from arq.jobs import serialize_result
+from arq.utils import timestamp_ms
 
+from shared.dispatch import RUN_FUNCTION
 from shared.partitions import Partitions
+from worker.core.commit_step import JobEnd
 
 log = logging.getLogger("agentmill.worker")
 
 # (job id, finished, result record or None): an unfinished job (cancelled at shutdown) gives back
 # only its in-progress key; its job key stays, as arq leaves it, for the reconciler's checks.
 _End = tuple[str, bool, bytes | None]
+
+
+class JobEnding:
+    """A claimed job's end: arq's result record, and its finish handed to the run's ending commit
+    (``RunPorts.job_end``): a run that ends as its job ends (a terminal status, nothing owed to other
+    runs) has its job's keys cleared and its result stored by that commit, not by a round trip of
+    the finisher's after it (and a worker that dies in between leaves no job behind). Any other
+    end of the job (parked, handed back, fenced, failed, or returning other than what the commit
+    wrote) is finished by ``JobFinisher`` as before."""
+
+    __slots__ = ("end", "job_id", "keep_ms", "queue", "run", "score", "serializer", "start_ms")
+
+    def __init__(self, job_id: str, run: tuple[str, int], score: int, queue: str,
+                 serializer: Callable[[dict[str, Any]], bytes] | None, keep_ms: int) -> None:  # fmt: skip
+        self.job_id, self.run, self.score, self.queue = job_id, run, score, queue
+        self.serializer, self.keep_ms = serializer, keep_ms
+        self.start_ms = timestamp_ms()
+        self.end: JobEnd | None = None
+
+    def record(self, success: bool, result: Any) -> bytes | None:
+        """arq's result record of the job ending now (None: none kept)."""
+        if self.keep_ms <= 0:
+            return None
+        return serialize_result(
+            RUN_FUNCTION, self.run, {}, 1, self.score, success, result, self.start_ms, timestamp_ms(),
+            f"{self.job_id}:{RUN_FUNCTION}", self.queue, job_id=self.job_id, serializer=self.serializer,
+        )  # fmt: skip
+
+    def __call__(self, result: str) -> JobEnd:
+        """The finish for the ending commit, the job returning ``result``."""
+        self.end = JobEnd(self.job_id, result, self.record(True, result) or b"", self.keep_ms)
+        return self.end
+
+    def finished(self, success: bool, result: Any) -> bool:
+        """Whether the ending commit finished the job as it ended (acknowledged, with this result)."""
+        e = self.end
+        return e is not None and e.landed and success and result == e.result
 
 
 class JobFinisher:

@@ -25,6 +25,7 @@ from worker.adapters.plain import NoFailpoints
 from worker.core.commit_step import (
     CommitStep,
     Entry,
+    JobEnd,
     Outbox,
     SessionUpdate,
     Settlement,
@@ -203,6 +204,7 @@ class Commits:
         run_deadline_ms: int | None = None,
         error_code: str = "",
         tally: UsageTally | None = None,
+        job_end: JobEnd | None = None,
     ) -> None:
         """The held steps, the buffer, the step's events, its claims and records and the checkpoint:
         one fenced write. ``state`` None: the held steps' own (``flush_held``), if still held then."""
@@ -244,6 +246,7 @@ class Commits:
                     tally=tally,
                     config=config,
                     transcript=transcript,
+                    job_end=job_end,
                 )
             )
             if config is not None:

@@ -35,6 +35,9 @@ async def end(
     now = fx.now_ms()
     session = session_update(state, result, fx.records, now)
     days = fx.host.settings.usage_retention_days
+    # The job's finish with it, unless the ending owes other runs: the job ends after their hand-off.
+    fold = fx.ports.job_end is not None and result.status.terminal and not hand_off
+    job = fx.ports.job_end(result.status.value) if fx.ports.job_end is not None and fold else None
     await fx.out.step(
         state,
         outbox,
@@ -43,7 +46,10 @@ async def end(
         session=session,
         error_code=ending_error(result),
         tally=usage_tally(state, result, fx.tenant, now, days),
+        job_end=job,
     )
+    if job is not None:
+        job.landed = True
     fx.host.observer.run_finished(result.status.value, iterations=result.iterations,
                                   duration_s=fx.clock.monotonic() - started_mono)  # fmt: skip
     if hand_off:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from worker.adapters.plain import NoBudgets, SystemClock
+from worker.core.commit_step import JobEnd
 from worker.ports import (
     BudgetPort,
     Clock,
@@ -34,3 +36,6 @@ class RunPorts:
     cache: ToolCache | None = None  # the tool-result cache; None: no tool is cached
     budgets: BudgetPort = field(default_factory=NoBudgets)  # tenants' day budgets
     economy: EconomyPort | None = None  # the economy lane; None: every call on the standard lane
+    # arq's finish of the run's job for what the job returns, for its ending commit to write (None:
+    # the worker finishes the job after it, worker/process/finisher.py)
+    job_end: Callable[[str], JobEnd] | None = None
