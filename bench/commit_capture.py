@@ -110,7 +110,7 @@ async def load(
         done.set()
         b.stop(proc)
     got = await task
-    measured = {s.run_id.encode() for s in subs}
+    measured = {rid.encode() for rid in run_ids(subs)}
     kept = [i for i, c in enumerate(got) if c[1].startswith(b"contexts_") or c[3 + int(c[2]) + 3] in measured]
     if inner is not None:
         inner += [ran[i] for i in kept]

@@ -73,7 +73,7 @@ async def _instructions(runs: list[tuple[bytes, list[tuple[Call, list[Call]]]]],
     port = free_port()
     out = f"/tmp/commit_plain.{port}.callgrind"
     argv = ["valgrind", "--tool=callgrind", "--toggle-collect=processInputBuffer", f"--callgrind-out-file={out}",
-            redis_server_binary(), "--port", str(port), "--save", "", "--appendonly", "no"]  # fmt: skip
+            redis_server_binary() or "redis-server", "--port", str(port), "--save", "", "--appendonly", "no"]  # fmt: skip
     proc = await asyncio.create_subprocess_exec(
         *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
     )
@@ -85,11 +85,11 @@ async def _instructions(runs: list[tuple[bytes, list[tuple[Call, list[Call]]]]],
                 break
             except Exception:
                 await asyncio.sleep(0.1)
-        await r.execute_command("FUNCTION", "LOAD", library().code)
+        await r.execute_command("FUNCTION", "LOAD", library().code)  # type: ignore[no-untyped-call]
         await cp.tell_contexts(r, contexts)
         sent = await _replay(r, runs, how, replays)
         with contextlib.suppress(Exception):
-            await r.execute_command("SHUTDOWN", "NOSAVE")
+            await r.execute_command("SHUTDOWN", "NOSAVE")  # type: ignore[no-untyped-call]
     finally:
         await r.aclose()
         with contextlib.suppress(TimeoutError):

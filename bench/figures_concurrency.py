@@ -204,7 +204,11 @@ class ConcurrencyFigures(Plumbing):
                 await watch.sample(r)
             return await self.runs_done(r)
 
-        t = await self.drain_time(r, n, lambda: box or box.append(self.spawn(argv, **env)), done)
+        def start_once() -> None:
+            if not box:
+                box.append(self.spawn(argv, **env))
+
+        t = await self.drain_time(r, n, start_once, done)
         spread, fastest = self.last_spread_ms
         cpu1 = tree_cpu_s(box[0].pid) if self.warm(k) else (float("nan"), float("nan"))
         rss_peak = tree_kib(box[0].pid, "VmHWM")
@@ -246,7 +250,12 @@ class ConcurrencyFigures(Plumbing):
                 await self.raw_enqueue(r, n, prefix="sleep", function="sleep1")
         else:
             await self.raw_enqueue(r, n, prefix="sleep", function="sleep1")
-        t = await self.drain_time(r, n, lambda: procs or start(), lambda: self.arq_done(r))
+
+        def start_once() -> None:
+            if not procs:
+                start()
+
+        t = await self.drain_time(r, n, start_once, lambda: self.arq_done(r))
         cpu = (sum(process_cpu_s(p.pid) for p in procs) - cpu0) / n * 1e3 if self.warm(k) else float("nan")
         for p in procs:
             self.stop(p)

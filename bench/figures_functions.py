@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 
 from agentmill_client.statuses import TERMINAL
 from bench.figure import Figure
-from bench.plumbing import EFFECTS, PURE, Plumbing
+from bench.plumbing import EFFECTS, PURE, Plumbing, run_ids
 from bench.probes import process_cpu_s, redis_cpu_s
 from shared.scripts import Scripts
 from tests.support.schema import K
@@ -81,7 +81,7 @@ class FunctionsFigures(Plumbing):
         worker_f.note = "3e's loads: the worker processes' user + system CPU over the load / steps"
         self.figures += [cpu_f, inside_f, hold_f, worker_f, await self._setup_cost(r)]
 
-    async def _load(self, r: Redis, mode: str, runs: int, workers: int) -> dict[str, float]:
+    async def _load(self, r: Redis, mode: str, runs: int, workers: int) -> dict[str, Any]:
         await self.flush(r)
         profiles = self.pure_profiles()
         functions = "on" if mode == "pure" else mode
@@ -90,7 +90,7 @@ class FunctionsFigures(Plumbing):
                  for _ in range(workers)]  # fmt: skip
         try:
             warm = await producer.submit_many([self.script_run([{"text": "warm"}])] * workers)
-            await self._ended(producer, [w.run_id for w in warm])
+            await self._ended(producer, run_ids(warm))
             before = await _stats(r)
             workers_before = sum(process_cpu_s(p.pid) for p in procs)
             await r.config_resetstat()  # commandstats from here (INFO cpu is the process's, not reset)
@@ -99,7 +99,7 @@ class FunctionsFigures(Plumbing):
             ]
             body = self.script_run(script, agent=PURE if mode == "pure" else EFFECTS)
             subs = await producer.submit_many([body] * runs)
-            await self._ended(producer, [s.run_id for s in subs])
+            await self._ended(producer, run_ids(subs))
             after = await _stats(r)
             workers_after = sum(process_cpu_s(p.pid) for p in procs)
             stats = await r.info("commandstats")
