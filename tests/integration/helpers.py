@@ -107,7 +107,15 @@ async def until_status(redis: Redis, run_id: str, status: str, within: float = 1
     deadline = time.monotonic() + within
     while await redis.hget(K.run(run_id), "status") != status.encode():
         if time.monotonic() > deadline:
-            raise AssertionError(f"run {run_id} did not reach {status} within {within} s")
+            h = {k.decode(): v[:80] for k, v in (await redis.hgetall(K.run(run_id))).items()}
+            shown = {
+                k: h.get(k)
+                for k in ("status", "owner", "epoch", "gen", "held", "crashes", "lastSeq", "opened")
+            }
+            queued = await redis.zscore(K.queue, K.job_id(run_id, int(h.get("gen") or 1)))
+            raise AssertionError(
+                f"run {run_id} did not reach {status} within {within} s: {shown}, its job's queue score {queued}"
+            )
         await asyncio.sleep(0.05)
 
 
