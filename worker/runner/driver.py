@@ -285,7 +285,7 @@ class RunDriver:
             outcome = await self._apply(ev)
             if outcome is not None:
                 return outcome
-            if isinstance(ev, Started | Restored):
+            if isinstance(ev, (Started, Restored)):
                 self.deadline.arm(self.state)
 
     async def _apply(self, ev: Event | ToolRecorded) -> str | None:
@@ -318,7 +318,7 @@ class RunDriver:
                     effects.append(c)
             elif isinstance(c, Finish):
                 finish = c
-            elif isinstance(c, AwaitHuman | AwaitClient | AwaitChildren | AwaitModel):
+            elif isinstance(c, (AwaitHuman, AwaitClient, AwaitChildren, AwaitModel)):
                 park = c
             elif isinstance(c, OfferClientCalls):
                 for call in c.calls:
