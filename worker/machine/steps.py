@@ -217,7 +217,7 @@ def finish(
     phase = _ENDINGS[status]
     s = up(s, phase=phase, call=CallPhase.NONE, final_message=final, last_error=error, running=[])
     result = result_of(s)
-    payload: dict[str, Any] = {"status": status.value, "iterations": s.iterations}
+    payload: dict[str, Any] = {"status": status._value_, "iterations": s.iterations}
     if result.stop_reason:
         payload["stopReason"] = result.stop_reason
     if final is not None and s.finish_reason is not None:
