@@ -155,3 +155,28 @@ def test_the_api_exports_its_build_process_and_stream_series_from_start_up() -> 
         slot.release()  # idempotent
     m = metric_samples(metrics.render()[0].decode())
     assert m[("agentmill_api_sse_streams_open", ())] == 0 and m[("agentmill_api_long_polls_open", ())] == 0
+
+
+def test_the_children_found_once_are_the_series_a_scrape_shows() -> None:
+    """A step's transition, event and time in its state go to the children MetricsObserver looks up
+    at start-up (not by labels() each time): a known value's own series, another's ``other``, and
+    no value adds to those lookups."""
+    obs = MetricsObserver()
+    sizes = [len(obs._step_kids), len(obs._event_kids), len(obs._state_kids), len(obs._token_kids)]
+    for _ in range(3):
+        obs.transition("idle", "preparing", "Started")
+        obs.event_published("status")
+        obs.state_time("preparing", 0.2)
+    for i in range(5):
+        obs.transition(f"s-{i}", "idle", "Ev")
+        obs.event_published(f"kind-{i}", 2)
+        obs.state_time(f"s-{i}", 1.0)
+        obs.tokens_used(Usage(input_tokens=1), agent=f"a-{i}", model="m")
+    m = metric_samples(obs.render().decode())
+    assert m[("agentmill_state_transitions_total", (("from_state", "idle"), ("to_state", "preparing")))] == 3
+    assert m[("agentmill_state_transitions_total", (("from_state", "other"), ("to_state", "other")))] == 5
+    assert m[("agentmill_events_published_total", (("kind", "status"),))] == 3
+    assert m[("agentmill_events_published_total", (("kind", "other"),))] == 10
+    assert m[("agentmill_state_duration_seconds_count", (("state", "preparing"),))] == 3
+    assert m[("agentmill_state_duration_seconds_count", (("state", "other"),))] == 5
+    assert sizes == [len(obs._step_kids), len(obs._event_kids), len(obs._state_kids), len(obs._token_kids)]

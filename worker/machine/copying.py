@@ -19,9 +19,7 @@ _set = object.__setattr__
 def copied(model: M, **changes: Any) -> M:
     """``model.model_copy(update=changes)`` for a model with no extras or private attributes."""
     new = _new(type(model))
-    fields = model.__dict__.copy()
-    fields.update(changes)
-    _set(new, "__dict__", fields)
+    _set(new, "__dict__", {**model.__dict__, **changes})
     _set(new, "__pydantic_fields_set__", model.__pydantic_fields_set__.union(changes))
     _set(new, "__pydantic_extra__", None)
     _set(new, "__pydantic_private__", None)

@@ -65,11 +65,13 @@ __all__ = [
     "on_stream_opened",
 ]
 
+_RUNNING = RunStatus.RUNNING.value  # (an enum's .value, read at every step, is two Python calls)
+
 
 def on_started(s: RunState, e: Started) -> Decision:
     stamped = [copied(m, created_at=e.now_ms) for m in e.input_messages]
     s = up(s, phase=Phase.PREPARING, config=e.config, transcript=stamped, started_at_ms=e.now_ms)
-    return s, [status_event(RunStatus.RUNNING.value, **agent_of(e.config)), LoadContext(s.session_id)]
+    return s, [status_event(_RUNNING, **agent_of(e.config)), LoadContext(s.session_id)]
 
 
 def on_context_loaded(s: RunState, e: ContextLoaded) -> Decision:

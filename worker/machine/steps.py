@@ -19,7 +19,7 @@ from worker.core.config import RunConfig
 from worker.machine.budget import spent_with_children, unaffordable
 from worker.machine.commands import CallModel, Command, Compact, Decision, Emit, Finish, ModelRequest
 from worker.machine.copying import copied
-from worker.machine.state import CallPhase, Phase, RunState
+from worker.machine.state import AnyPhase, CallPhase, Phase, RunState
 from worker.machine.window import windowed_history
 
 __all__ = [
@@ -197,6 +197,13 @@ def request_of(s: RunState) -> ModelRequest:
     )
 
 
+# The machine's endings (a phase each); the status a result reports for each phase (others: running).
+_ENDINGS = {status: status for status in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.ABORTED)}
+_PARKED = (RunStatus.AWAITING_HUMAN, RunStatus.AWAITING_TOOLS, RunStatus.AWAITING_CHILDREN)
+_STATUS_OF: dict[AnyPhase, RunStatus] = {p: p for p in (*_ENDINGS, *_PARKED)}
+_STATUS_OF[Phase.IDLE] = RunStatus.QUEUED
+
+
 def finish(
     s: RunState,
     status: RunStatus,
@@ -207,14 +214,10 @@ def finish(
     actor: dict[str, Any] | None = None,
 ) -> Decision:
     """The run's ending: its status event (naming ``actor``, who ended it, when given) and Finish."""
-    phase = {
-        RunStatus.COMPLETED: RunStatus.COMPLETED,
-        RunStatus.FAILED: RunStatus.FAILED,
-        RunStatus.ABORTED: RunStatus.ABORTED,
-    }[status]
+    phase = _ENDINGS[status]
     s = up(s, phase=phase, call=CallPhase.NONE, final_message=final, last_error=error, running=[])
     result = result_of(s)
-    payload: dict[str, Any] = {"status": status.value, "iterations": s.iterations}
+    payload: dict[str, Any] = {"status": status._value_, "iterations": s.iterations}
     if result.stop_reason:
         payload["stopReason"] = result.stop_reason
     if final is not None and s.finish_reason is not None:
@@ -244,15 +247,7 @@ def bounded_messages(transcript: list[Message]) -> tuple[list[Message], int]:
 
 
 def result_of(s: RunState) -> RunResult:
-    status = {
-        RunStatus.COMPLETED: RunStatus.COMPLETED,
-        RunStatus.FAILED: RunStatus.FAILED,
-        RunStatus.ABORTED: RunStatus.ABORTED,
-        RunStatus.AWAITING_HUMAN: RunStatus.AWAITING_HUMAN,
-        RunStatus.AWAITING_TOOLS: RunStatus.AWAITING_TOOLS,
-        RunStatus.AWAITING_CHILDREN: RunStatus.AWAITING_CHILDREN,
-        Phase.IDLE: RunStatus.QUEUED,
-    }.get(s.phase, RunStatus.RUNNING)
+    status = _STATUS_OF.get(s.phase, RunStatus.RUNNING)
     messages, omitted = (
         bounded_messages(s.transcript) if s.config and s.config.include_messages else (None, None)
     )

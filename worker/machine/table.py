@@ -208,12 +208,14 @@ def decide(state: RunState, event: Event) -> Decision:
     if state.terminal:
         return state, []
     node = state.node
-    rule = TABLE.get(node, {}).get(type(event))
+    row = TABLE.get(node)
+    rule = row.get(type(event)) if row is not None else None
     if rule is None:
         raise IllegalTransition(node, event)
     new, commands = rule.handler(state, event)
-    if new.node not in rule.to:
-        raise MachineError(f"{type(event).__name__} led {node} to {new.node}, outside the table")
-    if new.node != node:
+    to = new.node
+    if to not in rule.to:
+        raise MachineError(f"{type(event).__name__} led {node} to {to}, outside the table")
+    if to != node:
         new = up(new, node_since_ms=event.now_ms)
     return new, commands

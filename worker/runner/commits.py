@@ -346,7 +346,7 @@ class Commits:
     def emit(self, *events: Emit) -> None:
         """Events built between checkpoints (worker/machine/notices.py): out with the next commit."""
         now = self.clock.now_ms()
-        self.buffer.extend((e.kind.value, now, orjson.dumps(e.payload)) for e in events)
+        self.buffer.extend((e.kind._value_, now, orjson.dumps(e.payload)) for e in events)
 
     def extend_last(self, kind: str, field: str, text: str, max_chars: int) -> bool:
         """Coalesce: ``text`` appended to ``field`` of the last buffered event when that is a

@@ -92,7 +92,7 @@ class RunDriver:
         self.store = ports.store
         self.inbox: Inbox[Event | Wake | FlushHeld | FlushDeltas | ToolRecorded] = Inbox()
         self.pending: deque[Event] = deque()
-        self.effects = EffectTasks(run_id, self.inbox.put_nowait, lambda deleted: self.fence(deleted=deleted))
+        self.effects = EffectTasks(run_id, self.inbox.put_nowait, self.fence)
         self.tasks = self.effects.tasks  # running effects; a drain waits for them
         self.state = machine.initial_state(run_id)
         self.records: dict[str, ToolRecord] = {}
@@ -285,7 +285,7 @@ class RunDriver:
             outcome = await self._apply(ev)
             if outcome is not None:
                 return outcome
-            if isinstance(ev, Started | Restored):
+            if isinstance(ev, (Started, Restored)):
                 self.deadline.arm(self.state)
 
     async def _apply(self, ev: Event | ToolRecorded) -> str | None:
@@ -306,9 +306,9 @@ class RunDriver:
         for c in cmds:
             if isinstance(c, Emit):
                 if not self.opening.written_already(c):
-                    outbox.events.append((c.kind.value, ts, orjson.dumps(c.payload)))
+                    outbox.events.append((c.kind._value_, ts, orjson.dumps(c.payload)))
                 else:  # its claim published it
-                    obs.event_published(c.kind.value)
+                    obs.event_published(c.kind._value_)
                 hearing.emitted(
                     obs, c, resumed=resumed, agent=self.state.config.agent if self.state.config else ""
                 )
@@ -318,7 +318,7 @@ class RunDriver:
                     effects.append(c)
             elif isinstance(c, Finish):
                 finish = c
-            elif isinstance(c, AwaitHuman | AwaitClient | AwaitChildren | AwaitModel):
+            elif isinstance(c, (AwaitHuman, AwaitClient, AwaitChildren, AwaitModel)):
                 park = c
             elif isinstance(c, OfferClientCalls):
                 for call in c.calls:
@@ -337,7 +337,7 @@ class RunDriver:
             await self._cancel_tasks()
             owes = self.is_child or bool(self.state.children)  # what the ending owes a parent or children
             await ending.end(self.fx, self.state, outbox, finish.result, self.started_mono, hand_off=owes)
-            return finish.result.status.value
+            return finish.result.status._value_
         if park is not None:  # on no worker until the answer's script puts it back on the queue
             p = parking(park, self.state, self.deadline.at_ms(self.state))
             await self.out.step(self.state, outbox, status=p.status, aux=p.aux,

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, Protocol
 
 from worker.adapters.lease import LeaseExpiredError
 from worker.core.store_errors import FencedError
@@ -28,14 +29,27 @@ class Crashed(Wake):
         self.exc = exc
 
 
+class Fence(Protocol):
+    """Stop the run without writing (``deleted``: it was deleted): its driver's ``fence``."""
+
+    def __call__(self, *, deleted: bool = False) -> None: ...
+
+
 class EffectTasks:
     """One run's running effects (``tasks``: a drain waits for them)."""
 
-    def __init__(self, run_id: str, post: Callable[[Wake], None], fence: Callable[[bool], None]) -> None:
+    def __init__(self, run_id: str, post: Callable[[Wake], None], fence: Fence) -> None:
         self.run_id = run_id
         self.post = post  # the run's inbox
-        self.fence = fence  # stop the run without writing (True: it was deleted)
+        # The driver's method, held weakly: the driver holds this, and a strong hold made the driver
+        # and all it holds (its state, commits, effects) a cycle, left to the collector when the run
+        # ended instead of freed then. The driver outlives its effects (its job awaits them).
+        self._fence = weakref.WeakMethod(fence)
         self.tasks: set[asyncio.Task[None]] = set()
+
+    def fence(self, deleted: bool) -> None:
+        if (fence := self._fence()) is not None:
+            fence(deleted=deleted)
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)

@@ -32,16 +32,16 @@ async def end(
     hand_off: bool,
 ) -> None:
     """``hand_off``: the run is a child, or has children (its ending owes them)."""
-    now = fx.now_ms()
+    now, status = fx.now_ms(), result.status._value_  # (an enum's .value: two Python calls)
     session = session_update(state, result, fx.records, now)
     days = fx.host.settings.usage_retention_days
     # The job's finish with it, unless the ending owes other runs: the job ends after their hand-off.
     fold = fx.ports.job_end is not None and result.status.terminal and not hand_off
-    job = fx.ports.job_end(result.status.value) if fx.ports.job_end is not None and fold else None
+    job = fx.ports.job_end(status) if fx.ports.job_end is not None and fold else None
     await fx.out.step(
         state,
         outbox,
-        status=result.status.value,
+        status=status,
         aux=encode(result),
         session=session,
         error_code=ending_error(result),
@@ -50,7 +50,7 @@ async def end(
     )
     if job is not None:
         job.landed = True
-    fx.host.observer.run_finished(result.status.value, iterations=result.iterations,
+    fx.host.observer.run_finished(status, iterations=result.iterations,
                                   duration_s=fx.clock.monotonic() - started_mono)  # fmt: skip
     if hand_off:
         await _hand_off(fx)

@@ -54,6 +54,8 @@ __all__ = [
     "start",
 ]
 
+_RUNNING = RunStatus.RUNNING.value  # (an enum's .value, read at every step, is two Python calls)
+
 
 class Opening:
     """Whether the run's opening event is still the machine's to write: not when its acquisition
@@ -80,10 +82,10 @@ class Opening:
 
     def written_already(self, c: Emit) -> bool:
         """Whether ``c`` is an event a script wrote already (each step's events pass here)."""
-        if self.written and c.kind == EventKind.STATUS and c.payload.get("status") == RunStatus.RUNNING.value:
+        if self.written and c.kind == EventKind.STATUS and c.payload.get("status") == _RUNNING:
             self.written = False
             return True
-        if self.answer is not None and self.answer == (c.kind.value, c.payload.get("toolCallId")):
+        if self.answer is not None and self.answer == (c.kind._value_, c.payload.get("toolCallId")):
             self.answer = None
             return True
         return False

@@ -68,6 +68,7 @@ class MetricsObserver(MetricFamilies):
         self._mcp_servers = frozenset(mcp_servers)
         self._tools = frozenset({*tools, RECALL_TOOL, LOAD_OLDER_HISTORY, SEARCH_HISTORY})
         self._precreate()
+        self._resolve()
 
     def _precreate(self) -> None:
         """Every child at 0 (a series that appears at its first increment hides that increment
@@ -107,6 +108,21 @@ class MetricsObserver(MetricFamilies):
         for shape in LABELS["shape"]:
             self.shape_fallbacks.labels(shape)
 
+    def _resolve(self) -> None:
+        """The children a run's every step feeds, found once by their label values (each a fixed
+        set: a value outside it is ``other``'s): a step then costs one dict read, not the label
+        checks and ``labels()``. The children never change after start-up (``_Family`` keeps them)."""
+        self._step_kids = {
+            (src, dst): self.transitions.labels(src, dst) for src, dst in (*STEPS, (OTHER, OTHER))
+        }
+        self._event_kids = {k: self.events.labels(k) for k in (*LABELS["kind"], OTHER)}
+        self._state_kids = {st: self.state_seconds.labels(st) for st in (*LABELS["state"], OTHER)}
+        # (agent, model) -> each direction's (tokens, usage_tokens) children, in _DIRECTIONS' order
+        self._token_kids = {
+            pair: tuple((self.tokens.labels(d), self.usage_tokens.labels(*pair, d)) for d in _DIRECTIONS)
+            for pair in (*self._models, (OTHER, OTHER))
+        }
+
     def _tool(self, name: str) -> str:
         return name if name in self._tools else OTHER
 
@@ -114,8 +130,8 @@ class MetricsObserver(MetricFamilies):
 
     def transition(self, src: str, dst: str, event: str) -> None:
         if src != dst:
-            known = (src, dst) in _STEP_SET
-            self.transitions.labels(*((src, dst) if known else (OTHER, OTHER))).inc()
+            kid = self._step_kids.get((src, dst))
+            (kid if kid is not None else self._step_kids[OTHER, OTHER]).inc()
 
     def run_started(self, *, resumed: bool, job_try: int) -> None:
         self.runs_started.labels("true" if resumed else "false").inc()
@@ -155,14 +171,11 @@ class MetricsObserver(MetricFamilies):
 
     def tokens_used(self, usage: Usage, *, agent: str, model: str) -> None:
         pair = (agent, model) if (agent, model) in self._models else (OTHER, OTHER)
-        for direction, n in (
-            ("input", usage.input_tokens),
-            ("output", usage.output_tokens),
-            ("cache_read", usage.cache_read_tokens),
-            ("cache_write", usage.cache_write_tokens),
-        ):
-            self.tokens.labels(direction).inc(n)
-            self.usage_tokens.labels(*pair, direction).inc(n)
+        counts = (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens)
+        for (tokens, by_model), n in zip(self._token_kids[pair], counts, strict=True):
+            if n:  # (a cache's counts are 0 in most calls: adding 0 changes nothing)
+                tokens.inc(n)
+                by_model.inc(n)
         if usage.cost_usd:
             self.cost.labels(*pair).inc(usage.cost_usd)
 
@@ -186,7 +199,8 @@ class MetricsObserver(MetricFamilies):
         self.mcp_duration.labels(s).observe(duration_s)
 
     def event_published(self, kind: str, count: int = 1) -> None:
-        self.events.labels(_bounded(kind, "kind")).inc(count)
+        kid = self._event_kids.get(kind)
+        (kid if kid is not None else self._event_kids[OTHER]).inc(count)
 
     def append_refused(self, reason: str) -> None:
         self.refused.labels(_bounded(reason, "reason.refused")).inc()
@@ -203,7 +217,8 @@ class MetricsObserver(MetricFamilies):
         self.cache_breaking_compactions.labels(agent if known else OTHER).inc()
 
     def state_time(self, state: str, seconds: float) -> None:
-        self.state_seconds.labels(_bounded(state, "state")).observe(seconds)
+        kid = self._state_kids.get(state)
+        (kid if kid is not None else self._state_kids[OTHER]).observe(seconds)
 
     def capacity_waited(self, seconds: float) -> None:
         self.capacity_wait.observe(seconds)
@@ -227,7 +242,7 @@ class MetricsObserver(MetricFamilies):
         return generate_latest(self.registry)
 
 
-_STEP_SET = frozenset(STEPS)
+_DIRECTIONS = ("input", "output", "cache_read", "cache_write")  # tokens_used's order: Usage's counts
 _SETS = {label: frozenset(values) for label, values in LABELS.items()}
 
 
