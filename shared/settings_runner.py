@@ -17,7 +17,8 @@ class RunnerSettings(BaseSettings):
     model_commit: Literal["behind", "awaited"] = Field(
         default="awaited",
         description="a step whose only effect is a model call with something to commit (a retry's or fork's "
-        "start; a new run's start commits nothing before its first call, its claim wrote its opening event): "
+        "start; a new run's start commits nothing before its first call, its claim wrote its opening event, "
+        "nor does a run resumed by its client's tool results when their answer wrote the results' event): "
         "`behind` sends the step's commit and the model request together, so the call does not wait a Redis "
         "round trip; the commit's reply is still awaited before the run writes again, "
         "publishes a delta, holds budget, writes an economy request, runs a tool or parks, and a refused "
