@@ -18,7 +18,7 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from agentmill_client.models import RunInput, RunStatus, ToolCall, ToolResult
+from agentmill_client.models import ClientToolResult, RunInput, RunStatus, ToolCall, ToolResult
 from shared.clock import now_ms
 from shared.fields import RunField
 from shared.scripts import Scripts
@@ -26,7 +26,13 @@ from shared.settings import Settings
 from shared.tool_records import ToolRecord, ToolState
 from tests.integration.helpers import producer_for, script_run, stream
 from tests.support.schema import K, parts_of, tool_records
-from worker.adapters.memory_store import MemoryRun, MemoryRunStore, MemorySessionStore, finalize
+from worker.adapters.memory_store import (
+    MemoryRun,
+    MemoryRunStore,
+    MemorySessionStore,
+    finalize,
+    post_tool_results,
+)
 from worker.adapters.redis_store import RedisRunStore
 from worker.adapters.worker_beat import beat
 from worker.core import sessions
@@ -86,6 +92,10 @@ class Backend(Protocol):
         finalize). aborted | finished (it had ended)."""
         ...
 
+    async def answer(self, run_id: str, call_id: str, content: str) -> str:
+        """The run's client posts its call's result (tool_results.lua): recorded | resumed, or a refusal."""
+        ...
+
     async def held(self, run_id: str) -> Held: ...
 
     async def history(self, session_id: str) -> History: ...
@@ -115,6 +125,9 @@ class InMemory:
     async def abort(self, run_id: str, reason: str) -> str:
         ended = finalize(self.runs[run_id], self.sessions, RunStatus.ABORTED, "aborted", reason)
         return "aborted" if ended else "finished"
+
+    async def answer(self, run_id: str, call_id: str, content: str) -> str:
+        return post_tool_results(self.runs[run_id], [(call_id, content, False)], now_ms())
 
     async def held(self, run_id: str) -> Held:
         r = self.runs[run_id]
@@ -152,6 +165,10 @@ class InRedis:
 
     async def abort(self, run_id: str, reason: str) -> str:
         return await producer_for(self.redis, self.redis_url).abort(run_id, reason=reason)
+
+    async def answer(self, run_id: str, call_id: str, content: str) -> str:
+        results = [ClientToolResult(tool_call_id=call_id, content=content)]
+        return (await producer_for(self.redis, self.redis_url).post_tool_results(run_id, results))[0]
 
     async def held(self, run_id: str) -> Held:
         h = {k.decode(): v for k, v in (await self.redis.hgetall(K.run(run_id))).items()}
@@ -448,6 +465,29 @@ async def test_a_run_whose_client_calls_are_all_settled_goes_straight_back_on_th
     _, acq = await acquired(backend, "r1", "w2", gen=2)  # (the resume's dispatch)
     assert acq.tool_records["c1.0"].timed_out and acq.tool_records["c1.0"].recorded is not None
     assert (acq.checkpoint, acq.epoch) == (b"ck1", 2)
+
+
+async def test_a_client_calls_answer_is_the_runs_next_event_and_the_next_acquisition_names_it(
+    backend: Backend,
+) -> None:
+    """The answer that leaves no call of the round open writes the first call's ``tool_result`` at the
+    stream's next seq and queues the run; its next acquisition names that event (``answered``) and
+    counts it in its last seq, so the resumed run leaves the machine's own out."""
+    await backend.submit("r1")
+    store, _ = await acquired(backend, "r1", "w1")
+    offered = [client_call("c1.0", now_ms() + 60_000), client_call("c1.1", now_ms() + 60_000)]
+    await store.commit(CommitStep(Outbox([ev("status", status="awaiting_tools")], records=offered), checkpoint=b"ck1",
+                       status="awaiting_tools", aux=parked_on("c1.0", "c1.1")))  # fmt: skip
+    parked = (await backend.held("r1")).events
+    assert await backend.answer("r1", "c1.1", "second") == "recorded"  # c1.0 still open: nothing written
+    assert (await backend.held("r1")).events == parked
+    assert await backend.answer("r1", "c1.0", "12 open orders") == "resumed"
+    held = await backend.held("r1")
+    first = {"toolCallId": "c1.0", "name": "ask", "content": "12 open orders", "isError": False, "calledAt": 42}  # fmt: skip
+    assert (held.status, held.events) == ("queued", [*parked, (3, "tool_result", first)])
+    assert held.tools["c1.0"].recorded == ToolResult(tool_call_id="c1.0", name="ask", content="12 open orders")  # fmt: skip
+    _, acq = await acquired(backend, "r1", "w2", gen=2)  # (the resume's dispatch)
+    assert (acq.answered, acq.last_seq, acq.epoch, acq.checkpoint) == ("3:tool_result:c1.0", 3, 2, b"ck1")
 
 
 async def test_an_abort_requested_while_running_is_handed_to_the_next_worker(backend: Backend) -> None:

@@ -3,9 +3,10 @@
 ``MemoryRun`` is what Redis holds for one run (hash, stream, tool records); a ``MemoryRunStore`` is
 one worker's handle on it at one epoch, so two handles on the same run are two workers, and the
 older one is fenced the way the Lua scripts fence it. The store keeps the promises of
-acquire.lua, commit.lua and release.lua that tests/integration/test_run_store_contract.py states
-for both stores; it does not model dispatch numbers (``gen``), the crash budget (``exhausted``) or
-a commit re-sent after its reply was lost.
+acquire.lua, commit.lua, release.lua and tool_results.lua (``post_tool_results``) that
+tests/integration/test_run_store_contract.py states for both stores; it does not model dispatch
+numbers (``gen``), the crash budget (``exhausted``) or a commit re-sent after its reply was lost.
+``MemoryRun`` lives in memory_run.py, ``MemorySessionStore`` in memory_sessions.py.
 """
 
 from __future__ import annotations
@@ -17,28 +18,20 @@ from typing import Any
 
 import orjson
 
-from agentmill_client import limits
-from agentmill_client.models import (
-    Message,
-    RunError,
-    RunInput,
-    RunResult,
-    RunStatus,
-    ToolCall,
-    ToolResult,
-    Usage,
-)
+from agentmill_client.models import RunError, RunInput, RunResult, RunStatus, ToolCall, ToolResult
 from shared.calls.steps import AcquireVerdict
 from shared.children import ChildSpec, Spawned
-from shared.profiles import AgentProfile, ContextConfig
+from shared.profiles import AgentProfile
 from shared.provider_config import ProviderConfig
 from shared.settings import Settings
 from shared.tool_records import ToolRecord, ToolState
 from worker.adapters.lease import WorkerLease
+from worker.adapters.memory_run import MemoryRun
+from worker.adapters.memory_sessions import MemorySessionStore
 from worker.adapters.plain import NoFailpoints, SystemClock
-from worker.core import context, sessions
+from worker.core import sessions
 from worker.core.acquisition import Acquired, NotAcquired
-from worker.core.commit_step import CommitStep, Entry, Outbox, SessionUpdate
+from worker.core.commit_step import CommitStep, Entry, Outbox
 from worker.core.config_cache import ConfigCache
 from worker.core.delta_pace import DeltaPace
 from worker.core.store_errors import FencedError, SeqConflictError
@@ -52,48 +45,10 @@ from worker.tools.registry import Toolbox
 
 __all__ = [
     "MemoryHost", "MemoryModels", "MemoryRun", "MemoryRunStore", "MemorySessionStore", "MemoryTools", "finalize",
+    "post_tool_results",
 ]  # fmt: skip
 
 _TERMINAL = {p.value for p in TERMINAL_PHASES}
-
-
-@dataclass
-class MemoryRun:
-    """One run's stored state: what the run hash, its event stream and its tool records hold."""
-
-    run_id: str
-    input: bytes
-    status: str = RunStatus.QUEUED.value
-    epoch: int = 0
-    checkpoint: bytes | None = None
-    config: bytes | None = None  # RunField.CONFIG: the configuration, when checkpoints leave it out
-    transcript: bytes | None = None  # the transcript key's: its messages comma-joined, when they leave it out
-    iterations: int = 0  # as the last commit reported it (the Redis run hash keeps the same field)
-    result: bytes = b""
-    aux: bytes = b""
-    abort_reason: str = ""
-    restarts: int = 0
-    owner: str = ""  # the worker holding the run ('' when none does: queued, parked or ended)
-    error_code: str = ""  # the ending's error code
-    usage: Usage | None = None  # the run's usage as the last commit that changed it reported it
-    # The workers whose lease is unexpired. None: leases not modelled, each worker's acquire takes
-    # the run over (its previous owner is taken to be lost), and an owner's commits are never late.
-    live: set[str] | None = None
-    events: list[tuple[int, str, int, bytes]] = field(default_factory=list)  # seq, kind, ts, payload
-    tools: dict[str, dict[str, Any]] = field(default_factory=dict)  # call id -> record, as JSON holds it
-    approvals: dict[str, Any] = field(default_factory=dict)
-    origin: bytes | None = None  # a retry's or fork's initial checkpoint payload (the run hash's origin)
-    opened: int = 0  # the seq of its opening event, written by its first acquisition (RunField.OPENED)
-
-    @classmethod
-    def submitted(cls, run_id: str, run_input: RunInput) -> MemoryRun:
-        return cls(run_id, run_input.model_dump_json(by_alias=True).encode())
-
-    def kinds(self) -> list[str]:
-        return [k for _, k, _, _ in self.events]
-
-    def payloads(self, kind: str) -> list[dict[str, Any]]:
-        return [orjson.loads(p) for _, k, _, p in self.events if k == kind]
 
 
 class MemoryRunStore:
@@ -142,7 +97,7 @@ class MemoryRunStore:
         return Acquired(self.epoch, self.last_seq, r.checkpoint, r.input, r.abort_reason, dict(r.approvals),
                         {k: ToolRecord.from_dict(v) for k, v in r.tools.items()}, r.restarts,
                         r.origin if r.checkpoint is None else None, config=r.config,
-                        transcript=r.transcript, opened=r.opened)  # fmt: skip
+                        transcript=r.transcript, opened=r.opened, answered=r.answered)  # fmt: skip
 
     async def commit(self, step: CommitStep) -> int:
         outbox = step.outbox
@@ -191,7 +146,8 @@ class MemoryRunStore:
                 r.aux = step.aux
         if step.status == RunStatus.AWAITING_HUMAN.value:
             r.approvals = orjson.loads(step.aux) if step.aux else {}
-        if step.status == RunStatus.AWAITING_TOOLS.value and self._settle_client_calls() == 0:
+        parked_on_client = step.status == RunStatus.AWAITING_TOOLS.value
+        if parked_on_client and _settle_client_calls(r, self.clock.now_ms()) == 0:
             r.status = RunStatus.QUEUED.value  # every call answered or timed out: back on the queue
         self.last_seq = len(r.events)
         self.commits += 1
@@ -199,23 +155,6 @@ class MemoryRunStore:
 
     async def publish(self, events: list[Entry]) -> int:
         return await self.commit(CommitStep(Outbox(events)))
-
-    def _settle_client_calls(self) -> int:
-        """The parked run's client calls (``aux``) past their deadline get a timeout error as their
-        result (prelude.lua client_settle); how many are still open."""
-        r, now, still_open = self.run, self.clock.now_ms(), 0
-        for pending in orjson.loads(r.aux or b"[]"):
-            call_id = pending["toolCallId"]
-            if call_id not in r.tools:
-                continue
-            rec = ToolRecord.from_dict(r.tools[call_id])
-            if rec.state != ToolState.CLIENT_PENDING:
-                continue
-            if now >= rec.deadline_ms:
-                r.tools[call_id] = rec.timed_out_as(call_id).to_dict()
-            else:
-                still_open += 1
-        return still_open
 
     async def start_children(self, specs: list[ChildSpec], lineage: bytes, root: str) -> dict[str, Spawned]:
         """One run in memory has no children: every one is refused (sub-agents need Redis)."""
@@ -239,6 +178,83 @@ class MemoryRunStore:
             r.restarts += 1
         r.status, r.owner = RunStatus.QUEUED.value, ""
         return "released"
+
+
+def _settle_client_calls(r: MemoryRun, now: int) -> int:
+    """The parked run's client calls (``aux``) past their deadline get a timeout error as their
+    result (prelude.lua client_settle); how many are still open."""
+    still_open = 0
+    for pending in orjson.loads(r.aux or b"[]"):
+        call_id = pending["toolCallId"]
+        if call_id not in r.tools:
+            continue
+        rec = ToolRecord.from_dict(r.tools[call_id])
+        if rec.state != ToolState.CLIENT_PENDING:
+            continue
+        if now >= rec.deadline_ms:
+            r.tools[call_id] = rec.timed_out_as(call_id).to_dict()
+        else:
+            still_open += 1
+    return still_open
+
+
+def post_tool_results(
+    run: MemoryRun, results: list[tuple[str, str, bool]], now: int, actor: dict[str, Any] | None = None
+) -> str:
+    """A caller's results for client calls (call id, content, is error), all or none, as tool_results.lua
+    records them: recorded | resumed, or the first refusal (unknown_call, not_client, timed_out,
+    conflict, finished). When the parked run has no call left open, its first call's ``tool_result``
+    is written at the next seq, named in ``answered``, and the run goes back on the queue. Not
+    modelled: tenants, sealing at rest, the event's epoch, and workers of an earlier release (every
+    live one is taken to know ``answered``)."""
+    finished = run.status in _TERMINAL
+    new: dict[str, ToolRecord] = {}
+    for call_id, content, is_error in results:
+        if call_id not in run.tools:
+            return "finished" if finished else "unknown_call"
+        rec = ToolRecord.from_dict(run.tools[call_id])
+        if finished and not rec.done:
+            return "finished"
+        if not rec.client:
+            return "not_client"
+        prev = new[call_id].result if call_id in new else None
+        if rec.done:
+            if rec.timed_out:
+                return "timed_out"
+            prev = rec.result
+        elif prev is None and now >= rec.deadline_ms:
+            return "timed_out"
+        if prev is not None:
+            if (prev.content, prev.is_error) != (content, is_error):
+                return "finished" if finished else "conflict"
+            continue
+        result = ToolResult(tool_call_id=call_id, name=rec.name, content=content, is_error=is_error)
+        new[call_id] = ToolRecord(ToolState.DONE, client=True, called_at_ms=rec.called_at_ms, actor=actor,
+                                  result=result)  # fmt: skip
+    run.tools.update((i, rec.to_dict()) for i, rec in new.items())
+    if run.status != RunStatus.AWAITING_TOOLS.value or _settle_client_calls(run, now) != 0:
+        return "recorded"
+    _answer_event(run, now)
+    run.status, run.owner = RunStatus.QUEUED.value, ""
+    return "resumed"
+
+
+def _answer_event(run: MemoryRun, now: int) -> None:
+    """The round's first client call's ``tool_result``, as tool_results.lua first_result_event writes
+    it: only for a result a client sent (a timed-out call's is left to the worker)."""
+    pending = orjson.loads(run.aux or b"[]")
+    call_id = pending[0]["toolCallId"] if pending else None
+    if call_id is None or call_id not in run.tools:
+        return
+    rec = ToolRecord.from_dict(run.tools[call_id])
+    if not rec.done or rec.timed_out or rec.result is None or not rec.called_at_ms:
+        return
+    res = rec.result
+    payload = {"toolCallId": call_id, "name": res.name, "content": res.content, "isError": res.is_error,
+               "calledAt": rec.called_at_ms, **({"actor": rec.actor} if rec.actor else {})}  # fmt: skip
+    seq = len(run.events) + 1
+    run.events.append((seq, "tool_result", now, orjson.dumps(payload)))
+    run.answered = f"{seq}:tool_result:{call_id}"
 
 
 def finalize(
@@ -268,60 +284,6 @@ def finalize(
         records = {k: ToolRecord.from_dict(v) for k, v in run.tools.items()}
         session_store.apply(sessions.calls_update(sid, sessions.session_calls(run.run_id, records)))
     return True
-
-
-class MemorySessionStore:
-    """SessionStore in memory: run loops and past tool results per session; ``runs`` for recall
-    of a run's own calls."""
-
-    def __init__(self, clock: Clock | None = None) -> None:
-        self.clock = clock or SystemClock()
-        self.history: dict[str, list[bytes]] = {}
-        self.results: dict[str, dict[str, bytes]] = {}
-        self.calls: dict[str, list[bytes]] = {}
-        self.runs: dict[str, MemoryRun] = {}
-
-    def apply(self, u: SessionUpdate) -> None:
-        if u.loop:
-            self.history.setdefault(u.session_id, []).append(u.loop)
-        self.results.setdefault(u.session_id, {}).update(dict(u.tool_results))
-        calls = self.calls.setdefault(u.session_id, [])
-        calls.extend(u.calls)
-        del calls[: -limits.SESSION_CALLS_KEPT]
-
-    async def load_history(self, session_id: str | None, cfg: ContextConfig) -> list[Message]:
-        if session_id is None:
-            return []
-        raw = self.history.get(session_id, [])[-max(cfg.max_run_loops, 1) :]
-        loops = [context.RunLoop.model_validate_json(r) for r in raw]
-        return context.reduce_history(loops, cfg, self.clock.now_ms())
-
-    async def recall(self, session_id: str | None, call: ToolCall, run_id: str | None = None) -> ToolResult:
-        found = [(w, self._past(session_id, run_id, w)) for w in sessions.recall_ids(call)]
-        return sessions.recall_answer(call, found)
-
-    def _past(self, session_id: str | None, run_id: str | None, wanted: str) -> ToolResult | None:
-        past = None
-        run = self.runs.get(run_id or "")
-        if run is not None and wanted in run.tools:
-            past = ToolRecord.from_dict(run.tools[wanted]).recorded
-        if past is None and session_id is not None and wanted:
-            past = sessions.past_result(self.results.get(session_id, {}).get(wanted))
-        return past
-
-    async def load_past(
-        self, session_id: str | None, max_loops: int
-    ) -> tuple[list[context.RunLoop], list[context.PastCall], dict[str, ToolResult]]:
-        if session_id is None or max_loops <= 0:
-            return [], [], {}
-        loops = [
-            context.RunLoop.model_validate_json(r) for r in self.history.get(session_id, [])[-max_loops:]
-        ]
-        raw_calls = self.calls.get(session_id, [])[-sessions.MAX_SEARCHED_CALLS :]
-        calls = [context.PastCall.model_validate_json(r) for r in raw_calls]
-        stored = self.results.get(session_id, {})
-        ids = [*(c.id for lp in loops for c in context.past_calls(lp)), *(c.id for c in calls)]
-        return loops, calls, {i: r for i in ids if (r := sessions.past_result(stored.get(i))) is not None}
 
 
 class MemoryModels:
