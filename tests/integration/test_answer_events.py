@@ -53,6 +53,12 @@ def crm(path: Path) -> str:
     return str(path)
 
 
+def lookup_run() -> dict[str, Any]:
+    """A run of the crm agent whose model calls the client's ``lookup`` once, then answers."""
+    script = [{"toolCalls": [{"name": "lookup", "arguments": {"q": "ACME"}}]}, {"text": "ok"}]
+    return {**script_run(script), "agent": "crm", "clientTools": [LOOKUP]}
+
+
 async def parked(redis: Redis, p: Producer, env: dict[str, str], body: dict[str, Any], status: str) -> str:
     """The run submitted, parked by a worker that then stops: no worker runs when it is answered."""
     return (await parked_runs(redis, p, env, body, status, 1))[0]
@@ -96,10 +102,7 @@ async def test_a_client_result_is_written_as_the_runs_next_event_by_its_post(
 ) -> None:
     path = crm(tmp_path / "p.json")
     p, env = producer_for(redis, redis_url, profiles=path), {"AGENTMILL_PROFILES": path}
-    script = [{"toolCalls": [{"name": "lookup", "arguments": {"q": "ACME"}}]}, {"text": "ok"}]
-    rid = await parked(
-        redis, p, env, {**script_run(script), "agent": "crm", "clientTools": [LOOKUP]}, "awaiting_tools"
-    )
+    rid = await parked(redis, p, env, lookup_run(), "awaiting_tools")
     before = await stream(redis, rid)
     results = [ClientToolResult(tool_call_id="c1.0", content="12 open orders", is_error=True)]
     assert (await p.post_tool_results(rid, results, actor=WHO))[0] == "resumed"
@@ -179,8 +182,7 @@ async def test_sealed_at_rest_the_answers_event_is_sealed_or_left_to_the_worker(
         path = crm(tmp_path / "p.json")
         p = producer_for(redis, redis_url, profiles=path)
         env = {"AGENTMILL_PROFILES": path, "AGENTMILL_DATA_KEYS": keys}
-        script = [{"toolCalls": [{"name": "lookup", "arguments": {"q": "ACME"}}]}, {"text": "ok"}]
-        body = {**script_run(script), "agent": "crm", "clientTools": [LOOKUP]}
+        body = lookup_run()
         rid = await parked(redis, p, env, body, "awaiting_tools")
         await p.post_tool_results(rid, [ClientToolResult(tool_call_id="c1.0", content="qv-secret-77")])
         (_, raw), *_ = await redis.xrevrange(K.events(rid), count=1)
@@ -210,10 +212,7 @@ async def test_while_a_worker_of_an_earlier_release_is_live_the_answers_event_is
     script writes none."""
     path = crm(tmp_path / "p.json")
     p, env = producer_for(redis, redis_url, profiles=path), {"AGENTMILL_PROFILES": path}
-    script = [{"toolCalls": [{"name": "lookup", "arguments": {"q": "ACME"}}]}, {"text": "ok"}]
-    rid = await parked(
-        redis, p, env, {**script_run(script), "agent": "crm", "clientTools": [LOOKUP]}, "awaiting_tools"
-    )
+    rid = await parked(redis, p, env, lookup_run(), "awaiting_tools")
     before = await stream(redis, rid)
     # as that release's beat.lua leaves a live worker: its lease key, its entry in workers only
     await redis.set(K.worker_lease("w-old"), "1", px=60_000)
@@ -237,8 +236,7 @@ async def test_an_answers_check_of_the_workers_release_costs_the_same_commands_w
     are live runs exactly the commands of one while none is (INFO commandstats), and writes its event."""
     path = crm(tmp_path / "p.json")
     p, env = producer_for(redis, redis_url, profiles=path), {"AGENTMILL_PROFILES": path}
-    script = [{"toolCalls": [{"name": "lookup", "arguments": {"q": "ACME"}}]}, {"text": "ok"}]
-    body = {**script_run(script), "agent": "crm", "clientTools": [LOOKUP]}
+    body = lookup_run()
     first, alone, among = await parked_runs(redis, p, env, body, "awaiting_tools", 3)
 
     async def answered(rid: str) -> dict[str, int]:
