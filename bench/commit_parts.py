@@ -36,6 +36,7 @@ from redis.asyncio import Redis
 from bench.__main__ import Bench
 from bench.__main__ import parser as bench_parser
 from bench.commit_capture import load
+from bench.probes import until_up
 from shared.calls.steps import Commit
 from shared.fields import RunField
 from tests.support.redis_server import free_port, redis_server_binary
@@ -295,12 +296,7 @@ async def instructions(runs: dict[bytes, list[Call]], a: argparse.Namespace) -> 
         proc = _callgrind_server(port, out)
         r = Redis(port=port)
         try:
-            for _ in range(300):
-                try:
-                    await r.ping()
-                    break
-                except Exception:
-                    await asyncio.sleep(0.1)
+            await until_up(r)
             await r.execute_command("FUNCTION", "LOAD", library().code)  # type: ignore[no-untyped-call]
             await r.execute_command("FUNCTION", "LOAD", NOOP_LIBRARY)  # type: ignore[no-untyped-call]
             await tell_contexts(r, a.contexts)

@@ -27,6 +27,7 @@ from bench import commit_parts as cp
 from bench.__main__ import Bench
 from bench.__main__ import parser as bench_parser
 from bench.commit_capture import load
+from bench.probes import until_up
 from shared.fields import RunField
 from shared.scripts import library
 from tests.support.redis_server import free_port, redis_server_binary
@@ -79,12 +80,7 @@ async def _instructions(runs: list[tuple[bytes, list[tuple[Call, list[Call]]]]],
     )
     r = Redis(port=port)
     try:
-        for _ in range(300):
-            try:
-                await r.ping()
-                break
-            except Exception:
-                await asyncio.sleep(0.1)
+        await until_up(r)
         await r.execute_command("FUNCTION", "LOAD", library().code)  # type: ignore[no-untyped-call]
         await cp.tell_contexts(r, contexts)
         sent = await _replay(r, runs, how, replays)

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from redis.asyncio import Redis
+
 
 def read_json(path: Path) -> dict[str, Any]:
     if not path.exists():
@@ -131,3 +133,13 @@ async def raw_xadd_latency(url: str, n: int = 150) -> list[float]:
     writer = await asyncio.create_subprocess_exec(sys.executable, "-c", WRITER, url, key, str(n))
     await writer.wait()
     return await reader
+
+
+async def until_up(r: Redis, within_s: float = 30.0) -> None:
+    """Until the redis-server behind ``r`` answers (one started under callgrind takes seconds)."""
+    for _ in range(int(within_s * 10)):
+        try:
+            await r.ping()
+            return
+        except Exception:
+            await asyncio.sleep(0.1)
