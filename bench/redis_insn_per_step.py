@@ -208,10 +208,10 @@ def main(argv: list[str]) -> None:
             os.chmod(wrapper, stat.S_IRWXU)
             os.environ["PATH"] = d + os.pathsep + os.environ["PATH"]  # the bench's redis-server: the wrapper
             got = asyncio.run(measure(a, os.path.join(tempfile.gettempdir(), "redis_insn")))
-    _report(got)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({**got, "tree": os.getcwd(), "runs": a.runs, "workers": a.workers}, f, indent=1)
+    _report(got)
 
 
 if __name__ == "__main__":
