@@ -27,9 +27,13 @@ try:
 except ImportError:  # pragma: no cover - hiredis is a dependency (redis[hiredis])
     _hiredis_pack = None
 
-__all__ = ["FastPack", "connect", "fast_pack"]
+__all__ = ["QUIET", "FastPack", "connect", "fast_pack"]
 
 R = TypeVar("R", bound=Redis)
+
+# No CLIENT SETINFO on a new connection: redis-py sends two by default, a round trip each new
+# connection pays, and a Redis before 7.2 answers both with an error.
+QUIET: dict[str, Any] = {"lib_name": None, "lib_version": None}
 
 
 class FastPack:
@@ -109,6 +113,7 @@ def connect(
         socket_connect_timeout=2.0,
         socket_keepalive=True,
         health_check_interval=15,
+        **QUIET,
     )
     if settings.redis_sentinels:
         hosts = []
@@ -117,14 +122,23 @@ def connect(
             hosts.append((host, int(port)))
         url = urlparse(settings.redis_url)
         db = int((url.path or "/0").lstrip("/") or 0)
-        sentinel = Sentinel(hosts, password=url.password, db=db, ssl=url.scheme == "rediss", **common)  # type: ignore[no-untyped-call]
+        # What redis-py gives the sentinels by default (the socket options), quiet too.
+        to_sentinels = {k: v for k, v in common.items() if k.startswith("socket_")} | QUIET
+        sentinel = Sentinel(  # type: ignore[no-untyped-call]
+            hosts,
+            sentinel_kwargs=to_sentinels,
+            password=url.password,
+            db=db,
+            ssl=url.scheme == "rediss",
+            **common,
+        )
         client: R = sentinel.master_for(settings.redis_sentinel_master, redis_class=cls)
     else:
         pool = BlockingConnectionPool.from_url(
             settings.redis_url, max_connections=max_connections, timeout=30, **common
         )
         pool.connection_class = fast_pack(pool.connection_class)
-        client = cls(connection_pool=pool, retry=retry, retry_on_error=common["retry_on_error"])  # type: ignore[arg-type]
+        client = cls(connection_pool=pool, retry=retry, retry_on_error=common["retry_on_error"])
     # The client owns the pool built for it: its aclose() closes the pool's connections too (redis-py
     # leaves a pool it was given open, so each closed client left its sockets to the collector).
     client.auto_close_connection_pool = True
