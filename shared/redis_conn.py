@@ -7,6 +7,7 @@ answer 503 quickly; workers use a long one so runs ride out an outage.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import urlparse
@@ -27,7 +28,7 @@ try:
 except ImportError:  # pragma: no cover - hiredis is a dependency (redis[hiredis])
     _hiredis_pack = None
 
-__all__ = ["QUIET", "FastPack", "connect", "fast_pack"]
+__all__ = ["QUIET", "FastPack", "JustConnected", "connect", "fast_pack"]
 
 R = TypeVar("R", bound=Redis)
 
@@ -83,15 +84,28 @@ class FastPack:
         return output
 
 
+class JustConnected:
+    """No health-check PING before a new connection's first command. redis-py checks a connection
+    whose last reply is older than ``health_check_interval``, and one that read no reply while
+    connecting (no AUTH, no SELECT) counts as never checked: a round trip for a connection that
+    has just been made."""
+
+    async def on_connect(self) -> None:
+        await super().on_connect()  # type: ignore[misc]
+        interval: float = self.health_check_interval  # type: ignore[attr-defined]
+        if interval:
+            self.next_health_check = asyncio.get_running_loop().time() + interval
+
+
 _fast: dict[type[AbstractConnection], type[AbstractConnection]] = {}
 
 
 def fast_pack(cls: type[AbstractConnection]) -> type[AbstractConnection]:
-    """``cls`` (a redis-py connection class) with ``FastPack``'s packing."""
+    """``cls`` (a redis-py connection class) with ``FastPack``'s packing, ``JustConnected``."""
     if issubclass(cls, FastPack):
         return cls
     if cls not in _fast:
-        _fast[cls] = type(cls.__name__, (FastPack, cls), {})
+        _fast[cls] = type(cls.__name__, (FastPack, JustConnected, cls), {})
     return _fast[cls]
 
 
