@@ -6,8 +6,9 @@ on two cores Redis spends this time on the same cores as the worker processes.
     .venv/bin/python bench/claim_cost.py [--runs 1000] [--claim 256 64] [--reps 3]
 
 prints, a claim size a line, the microseconds a job (median of ``--reps``), those of its commands
-(the rest is Lua's) and each claim's. The times are wall time inside the calls: a Redis that shares
-busy cores counts the time it was not scheduled too; compare trees side by side.
+(the rest is Lua's) and how many commands, and each claim's. The times are wall time inside the
+calls: a Redis that shares busy cores counts the time it was not scheduled too; compare trees side
+by side. The command counts are exact.
 """
 
 from __future__ import annotations
@@ -33,10 +34,10 @@ LEASE_ID = "claim-cost"
 OUTSIDE = {"fcall", "evalsha", "time", "config|set", "config|resetstat", "slowlog|reset"}  # not a claim's
 
 
-async def one(b: Any, r: Redis, runs: int, size: int) -> tuple[float, float, list[int]]:
+async def one(b: Any, r: Redis, runs: int, size: int) -> tuple[float, float, list[int], float]:
     """``runs`` one-step runs queued, then claimed ``size`` at a time under a live lease: Redis's
     microseconds a claimed job, of them in the commands the claims ran (INFO commandstats; the rest
-    is Lua), and each claim's."""
+    is Lua), each claim's, and the commands the claims ran a job."""
     await b.flush(r)
     await b.producer(r).submit_many([b.script_run([{"text": "ok"}])] * runs)
     s = Settings(redis_url=b.server.url)
@@ -62,8 +63,9 @@ async def one(b: Any, r: Redis, runs: int, size: int) -> tuple[float, float, lis
         for e in reversed(await r.slowlog_get(100_000))
         if bytes(e["command"]).startswith((b"FCALL", b"EVALSHA"))  # the claims: nothing else runs a script
     ]
-    inside = sum(v["usec"] for k, v in stats.items() if k.removeprefix("cmdstat_") not in OUTSIDE)
-    return sum(claims) / max(1, got), inside / max(1, got), claims
+    inside = [v for k, v in stats.items() if k.removeprefix("cmdstat_") not in OUTSIDE]
+    usec, calls = sum(v["usec"] for v in inside), sum(v["calls"] for v in inside)
+    return sum(claims) / max(1, got), usec / max(1, got), claims, calls / max(1, got)
 
 
 async def main(runs: int, sizes: list[int], reps: int) -> None:
@@ -75,7 +77,8 @@ async def main(runs: int, sizes: list[int], reps: int) -> None:
             got = [await one(b, r, runs, size) for _ in range(reps)]
             per_job = statistics.median(g[0] for g in got)
             print(f"claims of {size}: {per_job:.1f} µs a job ({', '.join(f'{g[0]:.1f}' for g in got)}), "
-                  f"{statistics.median(g[1] for g in got):.1f} µs of it in its commands; "
+                  f"{statistics.median(g[1] for g in got):.1f} µs of it in its commands "
+                  f"({statistics.median(g[3] for g in got):.2f} commands); "
                   f"last rep's claims, µs: {got[-1][2]}")  # fmt: skip
     finally:
         await r.aclose()

@@ -7,6 +7,7 @@ answer 503 quickly; workers use a long one so runs ride out an outage.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import urlparse
@@ -27,9 +28,13 @@ try:
 except ImportError:  # pragma: no cover - hiredis is a dependency (redis[hiredis])
     _hiredis_pack = None
 
-__all__ = ["FastPack", "connect", "fast_pack"]
+__all__ = ["QUIET", "FastPack", "JustConnected", "connect", "fast_pack"]
 
 R = TypeVar("R", bound=Redis)
+
+# No CLIENT SETINFO on a new connection: redis-py sends two by default, a round trip each new
+# connection pays, and a Redis before 7.2 answers both with an error.
+QUIET: dict[str, Any] = {"lib_name": None, "lib_version": None}
 
 
 class FastPack:
@@ -79,15 +84,28 @@ class FastPack:
         return output
 
 
+class JustConnected:
+    """No health-check PING before a new connection's first command. redis-py checks a connection
+    whose last reply is older than ``health_check_interval``, and one that read no reply while
+    connecting (no AUTH, no SELECT) counts as never checked: a round trip for a connection that
+    has just been made."""
+
+    async def on_connect(self) -> None:
+        await super().on_connect()  # type: ignore[misc]
+        interval: float = self.health_check_interval  # type: ignore[attr-defined]
+        if interval:
+            self.next_health_check = asyncio.get_running_loop().time() + interval
+
+
 _fast: dict[type[AbstractConnection], type[AbstractConnection]] = {}
 
 
 def fast_pack(cls: type[AbstractConnection]) -> type[AbstractConnection]:
-    """``cls`` (a redis-py connection class) with ``FastPack``'s packing."""
+    """``cls`` (a redis-py connection class) with ``FastPack``'s packing, ``JustConnected``."""
     if issubclass(cls, FastPack):
         return cls
     if cls not in _fast:
-        _fast[cls] = type(cls.__name__, (FastPack, cls), {})
+        _fast[cls] = type(cls.__name__, (FastPack, JustConnected, cls), {})
     return _fast[cls]
 
 
@@ -109,6 +127,7 @@ def connect(
         socket_connect_timeout=2.0,
         socket_keepalive=True,
         health_check_interval=15,
+        **QUIET,
     )
     if settings.redis_sentinels:
         hosts = []
@@ -117,14 +136,23 @@ def connect(
             hosts.append((host, int(port)))
         url = urlparse(settings.redis_url)
         db = int((url.path or "/0").lstrip("/") or 0)
-        sentinel = Sentinel(hosts, password=url.password, db=db, ssl=url.scheme == "rediss", **common)  # type: ignore[no-untyped-call]
+        # What redis-py gives the sentinels by default (the socket options), quiet too.
+        to_sentinels = {k: v for k, v in common.items() if k.startswith("socket_")} | QUIET
+        sentinel = Sentinel(  # type: ignore[no-untyped-call]
+            hosts,
+            sentinel_kwargs=to_sentinels,
+            password=url.password,
+            db=db,
+            ssl=url.scheme == "rediss",
+            **common,
+        )
         client: R = sentinel.master_for(settings.redis_sentinel_master, redis_class=cls)
     else:
         pool = BlockingConnectionPool.from_url(
             settings.redis_url, max_connections=max_connections, timeout=30, **common
         )
         pool.connection_class = fast_pack(pool.connection_class)
-        client = cls(connection_pool=pool, retry=retry, retry_on_error=common["retry_on_error"])  # type: ignore[arg-type]
+        client = cls(connection_pool=pool, retry=retry, retry_on_error=common["retry_on_error"])
     # The client owns the pool built for it: its aclose() closes the pool's connections too (redis-py
     # leaves a pool it was given open, so each closed client left its sockets to the collector).
     client.auto_close_connection_pool = True

@@ -7,7 +7,10 @@ every tenant, a tenant sending such schemas four at a time would hold everybody 
 long; on a thread of the same process it would still take the interpreter's lock from the loop for
 most of that time. So the check runs in one process apart (started at the first schema not cached,
 ``spawn``ed), and the thread only waits for it and keeps the result (``keep``): another tenant's
-request waits for neither. Should that process fail, the thread checks the schema itself.
+request waits for neither. Should that process fail, the thread checks the schema itself. A small
+schema (below INLINE_BYTES), a millisecond or two to check, is checked on the thread at once: a
+run bringing a client tool's parameters does not wait for the process apart to start (seconds of
+CPU at its lower priority, longer on a busy machine).
 
 ``await compile_all(schemas)`` returns once each is in the validator's cache (compiled, or its
 refusal kept), so that the synchronous ``compiled(schema)`` that follows answers from the cache. A
@@ -40,6 +43,8 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
+import orjson
+
 from agentmill_client.models import RunInput
 from shared.schema_validator import checked, is_cached, keep
 
@@ -50,6 +55,10 @@ CHECK_TIMEOUT_S = 10.0  # one schema's check in the process apart (a bounded sch
 START_TIMEOUT_S = 120.0  # the process apart's start, at its lower priority on a busy machine
 APART_NICE = 10  # the process apart's nice value above its parent's (the module's docstring)
 PARENT_POLL_S = 1.0  # how often the process apart looks for its parent
+# A schema smaller than this (as JSON) is checked on the thread: a millisecond or two of the
+# interpreter (a client tool's parameters, typically), where the process apart would first have to
+# start (seconds at its priority on a busy machine) and then answer.
+INLINE_BYTES = 512
 
 log = logging.getLogger("agentmill.schemas")
 _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="schema-compile")
@@ -136,8 +145,12 @@ def _exit_with_parent() -> None:
 
 def _compile(schemas: list[Any]) -> None:
     """On the thread: each schema checked in the process apart (the thread waits, holding no lock
-    the event loop needs), then kept; here when that process cannot be had."""
+    the event loop needs), then kept; here when that process cannot be had, and when the schema is
+    small (below INLINE_BYTES as JSON)."""
     for schema in schemas:
+        if _small(schema):
+            keep(schema, checked(schema))
+            continue
         try:
             refusal = _apart().submit(checked, schema).result(timeout=CHECK_TIMEOUT_S)
         except TimeoutError:
@@ -148,6 +161,13 @@ def _compile(schemas: list[Any]) -> None:
             _replace_process()
             refusal = checked(schema)
         keep(schema, refusal)
+
+
+def _small(schema: Any) -> bool:
+    try:
+        return len(orjson.dumps(schema)) < INLINE_BYTES
+    except orjson.JSONEncodeError:  # refused by its check (bound ``bytes``), at once
+        return True
 
 
 def _done(_: object) -> None:

@@ -41,7 +41,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shared import slot_map
 from shared.keys import SLOTS
-from shared.redis_conn import connect, fast_pack
+from shared.redis_conn import QUIET, connect, fast_pack
 from shared.settings import Settings
 from shared.slot_map import Shard
 
@@ -263,7 +263,11 @@ class Topology(Generic[R]):
         """Node ``addr``'s slot map: (slot ranges, master address, every node address) per shard."""
         host = addr.rpartition(":")[0]
         client: Redis = Redis.from_url(
-            self._node_url(addr), decode_responses=True, socket_timeout=2.0, socket_connect_timeout=1.0
+            self._node_url(addr),
+            decode_responses=True,
+            socket_timeout=2.0,
+            socket_connect_timeout=1.0,
+            **QUIET,
         )
         try:
             try:
@@ -326,6 +330,7 @@ class Topology(Generic[R]):
                 socket_connect_timeout=2.0,
                 socket_keepalive=True,
                 health_check_interval=15,
+                **QUIET,
             )
             pool.connection_class = _one_connect(fast_pack(pool.connection_class))
             self._clients[addr] = self._cls(connection_pool=pool, retry=retry, retry_on_error=retry_on)

@@ -38,11 +38,15 @@ def redis_server() -> Iterator[RedisServer]:
 
 @pytest.fixture
 def redis_url(redis_server: RedisServer) -> Iterator[str]:
-    """A clean database on the private server for each test."""
+    """A clean database on the private server for each test, its slow log as Redis starts it (a test
+    that logs every command leaves neither its entries nor the setting to the next)."""
     import redis as sync_redis
 
     c = sync_redis.Redis.from_url(redis_server.url)
     c.flushall()
+    c.config_set("slowlog-log-slower-than", 10_000)
+    c.config_set("slowlog-max-len", 128)
+    c.slowlog_reset()
     c.close()
     yield redis_server.url
 

@@ -9,8 +9,12 @@ if ARG.REGISTER ~= '1' and redis.call('EXISTS', KEY.LEASE) == 0 then return {V.L
 redis.call('SET', KEY.LEASE, '1', 'PX', ARG.LEASE_MS)
 local now = now_ms()
 redis.call('ZADD', WORKERS, now + tonumber(ARG.LEASE_MS), ARG.LEASE_ID)
--- the same expiry: its runs leave out the event an answer wrote (prelude.lua answer_event)
+-- the same expiry: its runs leave out the event an answer wrote (prelude.lua answer_event); and the
+-- entries whose lease expired go (never counted again, and a worker forgotten by the reconciler of
+-- a release before answer_workers, forget_worker.lua, would leave its entry forever): O(log N) when
+-- there is none, each entry removed once.
 redis.call('ZADD', KEY.ANSWER_WORKERS, now + tonumber(ARG.LEASE_MS), ARG.LEASE_ID)
+redis.call('ZREMRANGEBYSCORE', KEY.ANSWER_WORKERS, '-inf', '(' .. now)
 local out = {V.OK, redis.call('ZCOUNT', WORKERS, now, '+inf')}
 local msgs = redis.call('LPOP', KEY.INBOX, tonumber(ARG.MAX_MESSAGES))
 if msgs then

@@ -12,8 +12,12 @@
 -- First the scheduled jobs now due (runAt reached) move to the queue, scored as if enqueued at
 -- their runAt (queue_score): they are claimed by the next poll (a run with a concurrency key whose
 -- slots are all held waits for one instead: conc_take).
--- A claimed run's reconciler check moves to one lease from now: if its worker dies before it takes
--- the lease, the sweep finds the run still queued with its job in progress and re-dispatches it.
+-- A run claimed without a lease id (taken later, by acquire.lua) has its reconciler check moved to
+-- one lease from now: if its worker dies before it takes the run, the sweep finds the run still
+-- queued with its job in progress and re-dispatches it. A run taken in the claim needs no such
+-- check: taken, it leaves the live index (acquire_run); refused, it is not a queued run waiting
+-- for this job (a queued run has no owner, so it is not busy; missing, terminal, superseded or
+-- exhausted, its own check, if any, stands).
 -- Fair dispatch, between tenants: a job whose tenant already runs its maxRunning is not claimed; it
 -- moves, with its score, to the tenant's held set, so the jobs of other tenants behind it come
 -- within arq's poll window, and goes back to the queue at that score when a run of the tenant stops
@@ -102,14 +106,14 @@ local function take(id, rid, score, tenant, priority)
   depth_down(tonumber(priority or '') or DEFAULT_PRIORITY)
   out[#out + 1] = id
   out[#out + 1] = score
-  redis.call('ZADD', LIVE, 'XX', 'LT', check_at, rid)
   if cap > 0 then
     redis.call('ZADD', tenant_running_key(tenant), now, rid)
     counts[tenant] = counts[tenant] + 1
   end
   if worker ~= '' then
     out[#out + 1] = acquire_run(run_key(rid), stream_key(rid), tools_key(rid), rid, gen_of_job(id), worker, true)
-  else
+  else  -- taken later (acquire.lua): checked by then
+    redis.call('ZADD', LIVE, 'XX', 'LT', check_at, rid)
     out[#out + 1] = {}
   end
   return CLAIMED

@@ -258,3 +258,16 @@ async def test_an_answers_check_of_the_workers_release_costs_the_same_commands_w
     assert many == none, {
         k: (none.get(k), many.get(k)) for k in set(none) | set(many) if none.get(k) != many.get(k)
     }
+
+
+async def test_a_beat_removes_the_answer_workers_entries_whose_lease_expired(redis: Redis) -> None:
+    """A dead worker forgotten by a reconciler of a release before answer_workers keeps its entry
+    there (that release's forget_worker.lua takes it from workers only); the next beat of any
+    worker on the partition removes it, and leaves the live ones."""
+    scripts, parts = Scripts(redis), parts_of(redis)
+    for w in ("w-dead", "w-live"):
+        assert not (await beat(parts, scripts, w, 60_000, register=True)).lost
+    await redis.zadd(K.answer_workers, {"w-dead": 1})  # its lease expired long ago
+    await redis.zrem(K.workers, "w-dead")
+    assert not (await beat(parts, scripts, "w-new", 60_000, register=True)).lost
+    assert sorted(await redis.zrange(K.answer_workers, 0, -1)) == [b"w-live", b"w-new"]

@@ -161,6 +161,33 @@ async def test_without_the_process_apart_the_thread_checks_the_schema(
         compiled(bad)
 
 
+async def test_a_small_schema_is_checked_on_the_thread_without_the_process_apart(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A client tool's parameters (below INLINE_BYTES as JSON) are checked on the thread at once: a
+    run bringing them does not wait for the process apart to start (seconds on a busy machine)."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    asked: list[int] = []
+
+    def apart() -> Any:
+        asked.append(1)
+        raise BrokenProcessPool("the process apart is not asked: the thread checks it")
+
+    monkeypatch.setattr(schema_compiling, "_apart", apart)
+    tag = f"{time.perf_counter_ns()}"
+    small = {"type": "object", "properties": {"q": {"type": "string"}}, "title": tag}
+    refused = {"type": 12, "title": tag}  # not a JSON Schema, and small
+    await compile_all([small, refused])
+    assert asked == []
+    compiled(small)
+    with pytest.raises(SchemaBoundError) as exc:
+        compiled(refused)
+    assert exc.value.bound == "schema"
+    await compile_all([wide(20, tag)])  # past INLINE_BYTES: the process apart's
+    assert asked == [1]
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a thread's own nice value is Linux's")
 async def test_the_process_apart_runs_below_the_loops_priority() -> None:
     await compile_all(_variants(1))  # not cached: checked in the process apart, started if need be
