@@ -134,7 +134,7 @@ class ResilientWorker(WokenClaims, Worker):
             if self.allow_pick_jobs and self._woken and self._free_slots() > 0:
                 woken, self._woken = self._woken, set()
                 seen += await self._claim_woken(woken)
-            elif self.allow_pick_jobs and len(rode) < len(self.parts.parts):
+            elif self.allow_pick_jobs and not self._polled_by_rides(rode):
                 due = await self._due_jobs(self._free_slots() <= 0)
                 seen += sum(n for _, n, _ in due)
                 # Partitions in turn from a rotating start, so none is always served last.

@@ -17,7 +17,9 @@ commands a second than polling every interval did, and a lost signal costs at mo
 A wait can carry a call behind it (``Ride``: the worker's claim, worker/process/woken_claims.py): sent on
 the BLPOP's connection in the same write, Redis runs it the moment the BLPOP ends (a signal, or the
 time up), so a woken worker's claim costs no round trip of its own. Its reply lands with the wait's
-(``Wake.landed``), whether a signal ended it or not.
+(``Wake.landed``), whether a signal ended it or not: a claim riding behind a wait that timed out
+is the idle worker's poll, so a lost signal costs a wait's time (a BLPOP's time runs out on the
+server's clock tick: up to 100 ms late).
 """
 
 from __future__ import annotations
@@ -68,6 +70,11 @@ class Wake:
     def reserved(self) -> int:
         """The jobs the claims riding behind the waits in flight, and those landed, may have taken."""
         return sum(r.asked for r in self._riding.values()) + sum(r.asked for r in self.landed)
+
+    @property
+    def riding(self) -> set[int]:
+        """The partitions whose wait in flight carries a ride."""
+        return set(self._riding)
 
     def take(self) -> list[Ride]:
         """The rides landed so far, the waits ended since the last ``wait`` among them; the worker

@@ -6,10 +6,15 @@ one write on the wait's connection, and Redis runs it the moment the wait ends, 
 (claim_jobs.lua with no time given). A submission's signal is thus answered by the claim of the
 worker it woke with no round trip in between: the wait's reply brings the claim's. A claim that
 rode behind a wait that timed out is the idle worker's poll (nothing left behind: no count follows).
-Every guarantee of a claim sent on its own holds: the claim script's rule and its check of the
+An idle worker's own poll is left to the claims riding (``_polled_by_rides``). Every guarantee of
+a claim sent on its own holds: the claim script's rule and its check of the
 worker's lease, the run's reconciler check a lease from now (a worker that dies before it reads
 the reply, or whose reply is lost, leaves its runs to the reconciler), one signal waking one
 worker. While claims ride, the worker keeps room for what they may take (``Wake.reserved``).
+What differs: a worker paused (or cut off) just after it sent a wait holds what its ride claims when
+that wait ends (one claim, within the wait's time: up to IDLE_POLLS poll intervals and a server
+tick) until it resumes, or until its lease runs out and the reconciler re-dispatches them; its wait
+alone used to take only a signal, the job left to the others' polls.
 """
 
 from __future__ import annotations
@@ -71,14 +76,14 @@ class WokenClaims:
         return max(0, free)
 
     def _claim_call(
-        self, part: Partition, free: int, now_ms: int | None = None
+        self, part: Partition, free: int, *, ahead: bool = False
     ) -> tuple[list[Any], list[Any], str]:
         """claim_jobs.lua's keys and arguments on ``part`` for up to ``free`` due jobs (the script
-        picks them), framed, and the lease id the runs are taken under; ``now_ms`` 0: the server's
-        time when it runs (a claim riding behind a wait)."""
+        picks them), framed, and the lease id the runs are taken under. ``ahead``: a claim riding
+        behind a wait, run later: on the server's clock then."""
         deps: WorkerDeps | None = self.ctx.get("deps")
         lease_id = deps.lease_id if deps is not None else ""
-        now = int(time.time() * 1000) if now_ms is None else now_ms
+        now = 0 if ahead else int(time.time() * 1000)
         call = ClaimJobs(now, int(self.in_progress_timeout_s * 1000), free, in_progress_key_prefix,
                          self.claim_check_ms, self.max_running, self.running_caps, lease_id, ())  # fmt: skip
         k, a = self.scripts.frame(part, call.keys(part), call.argv())
@@ -93,7 +98,7 @@ class WokenClaims:
         free = self._room(claim_size(self._free_slots(), 0, self.claim_batch, self.workers))
         if free <= 0:
             return None
-        k, a, lease_id = self._claim_call(part, free, 0)
+        k, a, lease_id = self._claim_call(part, free, ahead=True)
         claim = self.scripts.claim_jobs
 
         def queue(pipe: Any) -> None:
@@ -123,9 +128,21 @@ class WokenClaims:
             if full:
                 seen += 1
                 self._woken.add(i)
-            else:
+            else:  # the signal answered (a signal that found nothing due: its claim finds no more)
                 self._woken.discard(i)
         return covered, seen
+
+    def _polled_by_rides(self, rode: set[int]) -> bool:
+        """Whether this poll is left to the rides: every partition's claim landed (``rode``) or is
+        riding behind a wait in flight, which Redis runs when that wait ends (a BLPOP's time runs
+        out within the server's clock tick, up to 100 ms late: that is when its claim polls), no
+        due jobs were left behind and no scheduled job is due."""
+        riding = self.wake.riding if self.wake is not None else set()
+        return (
+            not self._left
+            and len(rode | riding) >= len(self.parts.parts)
+            and min(self._next_due.values(), default=float("inf")) > timestamp_ms()
+        )
 
     async def _claim_woken(self, woken: set[int]) -> int:
         """A woken worker's poll of the partitions that signalled: each one's claim (the script picks
