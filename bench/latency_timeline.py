@@ -78,13 +78,14 @@ def install_worker_stamps(out: str) -> None:
 
     wake.Wake._pop = pop  # type: ignore[method-assign,assignment]
 
-    ride0 = arq_worker.ResilientWorker._ride
+    ride0 = getattr(arq_worker.ResilientWorker, "_ride", None)  # (a tree before the claim rode)
 
     def ride(self: Any, part: Any) -> Any:
         _stamp("ride framed")
-        return ride0(self, part)
+        return ride0(self, part) if ride0 is not None else None
 
-    arq_worker.ResilientWorker._ride = ride  # type: ignore[method-assign]
+    if ride0 is not None:
+        arq_worker.ResilientWorker._ride = ride  # type: ignore[method-assign]
 
     wait0 = wake.Wake.wait
 
@@ -273,7 +274,8 @@ def report(jobs: list[tuple[int, int, str]], recs: list[Any], worker: list[list[
     lat = [f - c for rec in recs if rec for c, f in [rec]]
     if lat:
         lat.sort()
-        print(f"records finishedAt − createdAt ms: p50 {statistics.median(lat):g}  p90 {lat[int(0.9 * (len(lat) - 1))]}"
+        print(f"records finishedAt − createdAt ms: mean {statistics.mean(lat):.2f}  p50 {statistics.median(lat):g}  "
+              f"p90 {lat[int(0.9 * (len(lat) - 1))]}"
               f"  p99 {lat[int(0.99 * (len(lat) - 1))]}  ({len(lat)} of {n}) histogram "
               f"{ {x: lat.count(x) for x in sorted(set(lat))} }")  # fmt: skip
 
