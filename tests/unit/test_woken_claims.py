@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 from shared.keys import Layout, Partition
+from worker.process.claims import RIDE_JOBS
 from worker.process.wake import Wake
 from worker.process.woken_claims import WokenClaims
 
@@ -41,16 +42,17 @@ class _Worker(WokenClaims):
 
 
 async def test_the_rides_of_three_partitions_share_the_room_and_free_it_when_taken() -> None:
-    w = _Worker(max_jobs=100, running=10)
+    w = _Worker(max_jobs=20, running=10)
     w.wake = wake = Wake(_Parts(3), ride=w._ride)  # type: ignore[arg-type]
     waiting = asyncio.create_task(wake.wait(0.05))
     await asyncio.sleep(0.01)
-    assert sorted(r.asked for r in wake._riding.values()) == [26, 64]  # the third waits with no claim
-    assert wake.reserved == 90 and w._free_slots() == 0
+    # RIDE_JOBS at most a ride, then what room is left; the third waits with no claim behind it
+    assert sorted(r.asked for r in wake._riding.values()) == [2, RIDE_JOBS]
+    assert wake.reserved == 10 and w._free_slots() == 0
     assert await waiting == set()  # the time ran out: no signal
     rides = wake.take()
-    assert sorted(r.asked for r in rides) == [26, 64] and wake.reserved == 0
-    assert w._free_slots() == 90
+    assert sorted(r.asked for r in rides) == [2, RIDE_JOBS] and wake.reserved == 0
+    assert w._free_slots() == 10
 
 
 async def test_a_worker_that_stops_taking_jobs_sends_no_claim_behind_its_wait() -> None:

@@ -12,9 +12,9 @@ worker's lease, the run's reconciler check a lease from now (a worker that dies 
 the reply, or whose reply is lost, leaves its runs to the reconciler), one signal waking one
 worker. While claims ride, the worker keeps room for what they may take (``Wake.reserved``).
 What differs: a worker paused (or cut off) just after it sent a wait holds what its ride claims when
-that wait ends (one claim, within the wait's time: up to IDLE_POLLS poll intervals and a server
-tick) until it resumes, or until its lease runs out and the reconciler re-dispatches them; its wait
-alone used to take only a signal, the job left to the others' polls.
+that wait ends (one claim of at most RIDE_JOBS, within the wait's time: up to IDLE_POLLS poll
+intervals and a server tick) until it resumes, or until its lease runs out and the reconciler
+re-dispatches them; its wait alone used to take only a signal, the job left to the others' polls.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from shared.keys import Partition
 from shared.partitions import Partitions
 from shared.scripts import Scripts
 from worker.process import failpoints
-from worker.process.claims import claim_size
+from worker.process.claims import RIDE_JOBS, claim_size
 from worker.process.deps import WorkerDeps
 from worker.process.wake import Ride, Wake
 
@@ -95,7 +95,7 @@ class WokenClaims:
         signal, whose job only a poll finds)."""
         if not self.allow_pick_jobs or failpoints.on("drop_wake_signal"):
             return None
-        free = self._room(claim_size(self._free_slots(), 0, self.claim_batch, self.workers))
+        free = self._room(min(RIDE_JOBS, claim_size(self._free_slots(), 0, self.claim_batch, self.workers)))
         if free <= 0:
             return None
         k, a, lease_id = self._claim_call(part, free, ahead=True)
