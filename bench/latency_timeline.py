@@ -1,10 +1,14 @@
 """``python -m bench.latency_timeline``: where a paced one-step run's time goes, stage by stage.
 
 A private redis-server (AOF everysec), one worker process (as ``python -m app.worker``, with wall-clock
-stamps at its Redis sends and replies, its wake wait, the run's start, events and ending) and
-``redis-cli monitor`` (when each command ran on the server); the paced jobs of figure 12 (the scripted
-agent answering "hi") submitted one at a time by the producer. Prints, per stage, the median and p90
-µs from the producer's submit start, and the run records' whole-ms latency (finishedAt − createdAt).
+stamps at its Redis sends and replies, its wake wait, the run's start, events and ending, and its
+collections) and, with ``--monitor``, ``redis-cli monitor`` (when each command ran on the server, the
+scripts' own commands marked ``[lua]``; it slows the server); the paced jobs of figure 12 (the
+scripted agent answering "hi") submitted one at a time by the producer. Prints, per stage, the median
+and p90 µs from the producer's submit start (a stage's second occurrence in a run as ``#2``; a
+pipeline's replies under its first command's name), and the run records' whole-ms latency
+(finishedAt − createdAt, both stamped by the scripts on the server's clock). One machine: the
+processes' clocks are the same clock.
 """
 
 from __future__ import annotations
