@@ -5,7 +5,7 @@ stamps at its Redis sends and replies, its wake wait, the run's start, events an
 collections) and, with ``--monitor``, ``redis-cli monitor`` (when each command ran on the server, the
 scripts' own commands marked ``[lua]``; it slows the server); the paced jobs of figure 12 (the
 scripted agent answering "hi") submitted one at a time by the producer. Prints, per stage, the median
-and p90 µs from the producer's submit start (a stage's second occurrence in a run as ``#2``; a
+and p90 µs from the producer's submit start (a stage's second occurrence in a run as ``(2)``; a
 pipeline's replies under its first command's name), and the run records' whole-ms latency
 (finishedAt − createdAt, both stamped by the scripts on the server's clock). One machine: the
 processes' clocks are the same clock.
@@ -264,7 +264,7 @@ def report(jobs: list[tuple[int, int, str]], recs: list[Any], worker: list[list[
             n = seen.get(w, 0)
             seen[w] = n + 1
             if n:
-                k = f"{w} #{n + 1}"
+                k = f"{w} ({n + 1})"
             stages.setdefault(k, []).append((t - t0) / 1000)
     for k, v in stages.items():
         order[k] = statistics.median(v)
