@@ -21,8 +21,9 @@ class WorkerSettings(BaseSettings):
     poll_delay_s: float = Field(
         default=0.05,
         description="arq queue poll interval: a busy worker polls this often; an idle one starts a new run "
-        "as soon as its wake signal comes and polls every second interval besides, so a run whose signal "
-        "was lost waits at most twice this long",
+        "as soon as its wake signal comes and polls every second interval besides (when its wait's time "
+        "runs out on Redis's clock tick, up to 0.1 s later), so a run whose signal was lost waits about "
+        "twice this long",
     )
     claim_batch: int = Field(
         default=64,

@@ -24,7 +24,7 @@ class ClaimJobs(ScriptCall):
     SCRIPT = "claim_jobs"
     KEY_NAMES = ()  # the partition's queue, live index, scheduled jobs and depth counters
 
-    now_ms: int
+    now_ms: int  # 0: the server's clock when it runs (a claim sent behind a wake wait)
     in_progress_ms: int  # the in-progress key's ttl
     limit: int  # most jobs to claim
     in_progress_prefix: str  # arq's in-progress key prefix

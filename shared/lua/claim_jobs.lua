@@ -28,6 +28,7 @@ local PICK_MAX = 1024  -- due jobs one call looks at, at most, when it picks the
 local LOOK_AHEAD = 64  -- due jobs a window reads past what is still to claim, at most (below)
 local out = {}
 local now = tonumber(ARG.NOW_MS)
+if now == 0 then now = now_ms() end  -- a claim sent before it runs (behind a wake wait): the server's clock
 local limit = tonumber(ARG.LIMIT)
 local check_ms = tonumber(ARG.CHECK_MS)
 local check_at = now + check_ms

@@ -76,3 +76,36 @@ async def test_a_new_one_step_run_makes_one_round_trip_after_its_claim(
     assert kinds[0] == ("status", "running") and kinds[-1] == ("status", "completed"), kinds
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     assert events[0].payload == {"status": "running", "agent": "scripted"}
+
+
+async def test_a_woken_worker_claims_with_its_wait_not_after_it(
+    redis: Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An idle worker's claim rides behind its wait (worker/process/woken_claims.py): sent with the
+    BLPOP in one write, run by Redis as the submission's signal ends the wait. Between the
+    submission and its run's end the worker sends no claim on its own (it used to send one as the
+    signal came: a round trip before the run could start)."""
+    p = producer_for(redis, redis_url)
+    writes: list[bytes] = []
+    real = AbstractConnection.send_packed_command
+    me = asyncio.current_task()
+
+    async def send(self: Any, command: Any, check_health: bool = True) -> None:
+        packed = command if isinstance(command, bytes | str) else b"".join(bytes(c) for c in command)
+        if asyncio.current_task() is not me:
+            writes.append(packed.encode() if isinstance(packed, str) else packed)
+        await real(self, command, check_health)
+
+    async with running_worker(redis_url, poll_delay_s=0.5) as wp:  # idle polls a second apart
+        warm = (await p.submit(script_run([{"text": "hi"}]))).run_id
+        await until_status(redis, warm, "completed")
+        await asyncio.sleep(0.1)  # waiting again, its claim behind the wait
+        monkeypatch.setattr(AbstractConnection, "send_packed_command", send)
+        rid = (await p.submit(script_run([{"text": "hi"}]))).run_id
+        await until_status(redis, rid, "completed")
+        monkeypatch.setattr(AbstractConnection, "send_packed_command", real)
+        assert wp.worker.wake is not None and wp.worker.wake.signals >= 2
+    claims = [w for w in writes if b"claim_jobs" in w]
+    alone = [w[:80] for w in claims if script_of(w) != "BLPOP"]
+    print(f"claims sent after the submission: {len(claims)}, {len(alone)} not behind a wait")
+    assert not alone, alone

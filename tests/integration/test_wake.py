@@ -235,3 +235,31 @@ async def test_a_worker_that_leaves_due_jobs_behind_claims_again_without_waiting
         took = time.perf_counter() - t0
     print(f"600 runs drained by 2 workers in {took:.2f} s (poll {poll_s:.0f} s)")
     assert took < 1.5 * IDLE_POLLS * poll_s, took
+
+
+async def test_an_idle_workers_polls_are_the_claims_riding_behind_its_waits(
+    redis: Redis, redis_url: str
+) -> None:
+    """An idle worker's claim rides behind each wait (worker/process/woken_claims.py): Redis runs it
+    when the wait's time runs out, and that is its poll; it counts the queue on its own no more
+    (MONITOR: no ZCOUNT of the queue sent by a client, claims every wait)."""
+    with workers(redis_url, 1, env=ENV):
+        await _idle(redis, 1)
+        claims, counts = 0, 0
+        async with redis.monitor() as m:
+
+            async def count() -> None:
+                nonlocal claims, counts
+                async for cmd in m.listen():
+                    line = str(cmd.get("command", ""))
+                    if "claim_jobs" in line:
+                        claims += 1
+                    elif cmd.get("client_address") != "lua" and line.startswith(f"ZCOUNT {K.queue}"):
+                        counts += 1
+
+            counter = asyncio.create_task(count())
+            await asyncio.sleep(4 * IDLE_POLLS * POLL_S)
+            counter.cancel()
+            await asyncio.gather(counter, return_exceptions=True)
+    print(f"an idle worker over {4 * IDLE_POLLS * POLL_S:g} s: {claims} claims, {counts} queue counts")
+    assert claims >= 2 and counts == 0, (claims, counts)

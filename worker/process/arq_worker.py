@@ -17,29 +17,27 @@ from collections.abc import Callable
 from typing import Any
 
 from arq.connections import ArqRedis
-from arq.constants import in_progress_key_prefix
 from arq.utils import timestamp_ms
 from arq.worker import Worker
 from redis.exceptions import RedisError
 
-from shared.calls.dispatch import ClaimJobs
 from shared.dispatch import RUN_FUNCTION
 from shared.keys import Partition
 from shared.partitions import Partitions
 from shared.scripts import Scripts
 from worker.process import failpoints
 from worker.process.agent_job import JOB_TIMEOUT_S, run_agent
-from worker.process.claims import START_CHUNK, claim_size
-from worker.process.deps import WorkerDeps
+from worker.process.claims import FIRST_STEP_TURNS, START_CHUNK, claim_size
 from worker.process.finisher import JobEnding, JobFinisher
 from worker.process.wake import IDLE_POLLS, Wake
+from worker.process.woken_claims import WokenClaims
 
 __all__ = ["JOB_TIMEOUT_S", "START_CHUNK", "ResilientWorker", "claim_size", "run_agent"]
 
 log = logging.getLogger("agentmill.worker")
 
 
-class ResilientWorker(Worker):
+class ResilientWorker(WokenClaims, Worker):
     """arq's Worker whose poll loop outlives a Redis restart, which claims jobs in batches and which
     starts and finishes the jobs it claimed itself.
 
@@ -116,35 +114,6 @@ class ResilientWorker(Worker):
                 out.append((p, n, due))
         return out
 
-    async def _claim_woken(self, woken: set[int]) -> int:
-        """A woken worker's poll of the partitions that signalled: each one's claim (the script picks
-        the due jobs) and a look at its earliest scheduled job, in one round trip per node, with no
-        count first (so does the poll after one that left due jobs behind: ``_poll_iteration``).
-        Returns the due jobs seen: those claimed, and when a claim was full (more may be due: the
-        next poll comes without a wait, and claims there first) at least one more."""
-        now = timestamp_ms()
-        seen = 0
-        for part in (p for p in self.parts.parts if p.index in woken):
-            free = self._room(
-                claim_size(self.max_jobs - self.job_counter, self._left, self.claim_batch, self.workers)
-            )
-            out = self.parts.sending(deadline_s=self.poll_delay_s * 4)
-            k, a, lease_id = self._claim_call(part, free)
-            out.add_script(part, self.scripts.claim_jobs, k, a)
-            out.add(part, ("ZRANGE", part.scheduled, 0, 0, "WITHSCORES"))
-            reply, first = await out.replies()
-            if isinstance(reply, Exception):
-                raise reply
-            if not isinstance(first, Exception):
-                self._looked_at[part.index] = now
-                self._next_due[part.index] = float(first[1]) if first else float("inf")
-            n, full = await self._start_claims(part, reply, lease_id, free, 0)
-            if full:  # more may be due there: the next poll claims there first, uncounted
-                seen += max(1, self._left - n)  # what the last count left, less these
-                self._woken.add(part.index)
-            seen += n
-        return seen
-
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # per partition: the earliest scheduled job's runAt seen, and when it was looked at (ms)
@@ -161,12 +130,13 @@ class ResilientWorker(Worker):
         """arq's poll over every partition's queue: claim what is due, then arq's health record."""
         self._claimed, seen = 0, 0
         try:
-            if self.allow_pick_jobs and self._woken and self.job_counter < self.max_jobs:
+            rode, seen = await self._start_rides()  # the claims that rode behind the last waits
+            if self.allow_pick_jobs and self._woken and self._free_slots() > 0:
                 woken, self._woken = self._woken, set()
-                seen = await self._claim_woken(woken)
-            elif self.allow_pick_jobs:
-                due = await self._due_jobs(self.job_counter >= self.max_jobs)
-                seen = sum(n for _, n, _ in due)
+                seen += await self._claim_woken(woken)
+            elif self.allow_pick_jobs and not self._polled_by_rides(rode):
+                due = await self._due_jobs(self._free_slots() <= 0)
+                seen += sum(n for _, n, _ in due)
                 # Partitions in turn from a rotating start, so none is always served last.
                 if due:
                     k = self._poll_turn % len(due)
@@ -213,8 +183,10 @@ class ResilientWorker(Worker):
 
         A worker whose poll left no due job behind (it claimed all it saw, or saw none) waits for a
         wake signal (worker/process/wake.py) for IDLE_POLLS poll intervals, or until the earliest scheduled
-        job it knows of, and claims as soon as one comes (``_claim_woken``: the claim is its first call,
-        no count before it): a new job starts within a round trip, not a poll delay. A worker with
+        job it knows of. Its claim rides behind the wait (worker/process/woken_claims.py): Redis runs
+        it as the signal comes, and the wait's reply brings what it took (a claim that could not
+        ride, ``_claim_woken``, is the first call after the signal, no count before it): a new job
+        starts within the signal's delivery, not a poll delay. A worker with
         free slots that saw more due jobs than it claimed (a deep queue, shared with other workers
         by ``claim_size``) polls again a tenth of the poll delay after its last poll began, with no
         wait call in between."""
@@ -240,6 +212,8 @@ class ResilientWorker(Worker):
             elif self._left and self.allow_pick_jobs:
                 wait = max(0.0, self.poll_delay_s / 10 - (loop.time() - before))
             elif self.wake is not None and self.allow_pick_jobs and not self.burst:
+                for _ in range(FIRST_STEP_TURNS if self._claimed else 0):
+                    await asyncio.sleep(0)  # the runs it just started go first (claims.py)
                 idle = max(0.0, IDLE_POLLS * self.poll_delay_s - (loop.time() - before))
                 until = min(idle, self._until_scheduled())
                 self._woken = await self.wake.wait(until, call=not self._left)
@@ -264,7 +238,7 @@ class ResilientWorker(Worker):
         picks them, in queue order); ``scheduled``: a scheduled job is due on the partition, so the
         claim script runs even for a full worker (it moves the job to the queue, where it waits with
         its priority and its runAt as its place, and shows as queued)."""
-        free = claim_size(self.max_jobs - self.job_counter, due, self.claim_batch, self.workers)
+        free = claim_size(self._free_slots(), due, self.claim_batch, self.workers)
         if free <= 0 and not scheduled:
             return
         free = self._room(free)
@@ -288,9 +262,7 @@ class ResilientWorker(Worker):
         while True:
             n = len(reply) // 3
             full, more = asked > 0 and n >= asked, max(0, due - n)
-            free = self._room(
-                claim_size(self.max_jobs - self.job_counter - n, more, self.claim_batch, self.workers)
-            )
+            free = self._room(claim_size(self._free_slots() - n, more, self.claim_batch, self.workers))
             go = full and (more or not due) and self.allow_pick_jobs and free > 0
             ahead = asyncio.ensure_future(self._claim(part, free)) if go else None
             try:
@@ -302,24 +274,6 @@ class ResilientWorker(Worker):
             if ahead is None:
                 return started, full
             (reply, lease_id), asked, due = await ahead, free, more
-
-    def _room(self, free: int) -> int:
-        """``free``, or none past the worker's lease (a claim then only moves due scheduled jobs)."""
-        deps: WorkerDeps | None = self.ctx.get("deps")
-        if deps is not None and deps.lease is not None and deps.lease.expired():
-            return 0
-        return max(0, free)
-
-    def _claim_call(self, part: Partition, free: int) -> tuple[list[Any], list[Any], str]:
-        """claim_jobs.lua's keys and arguments on ``part`` for up to ``free`` due jobs (the script
-        picks them), framed, and the lease id the runs are taken under."""
-        deps: WorkerDeps | None = self.ctx.get("deps")
-        lease_id = deps.lease_id if deps is not None else ""
-        call = ClaimJobs(int(time.time() * 1000), int(self.in_progress_timeout_s * 1000), free,
-                         in_progress_key_prefix, self.claim_check_ms, self.max_running, self.running_caps,
-                         lease_id, ())  # fmt: skip
-        k, a = self.scripts.frame(part, call.keys(part), call.argv())
-        return k, a, lease_id
 
     async def _start_claimed(self, part: Partition, reply: list[Any], lease_id: str) -> int:
         """A task for each job the claim's ``reply`` names (id, queue score, what acquire_run

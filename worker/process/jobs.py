@@ -227,7 +227,7 @@ class WorkerProcess(LeaseKeeping):
             queue_read_limit=max(100, 16 * s.claim_batch),
         )
         self.worker.parts = arq_parts
-        self.worker.wake = Wake(arq_parts)
+        self.worker.wake = Wake(arq_parts, ride=self.worker._ride)  # its claim rides behind each wait
         self.worker.in_outage = self.watch.in_outage
         self.worker.scripts = self.deps.scripts
         self.worker.claim_batch = s.claim_batch

@@ -13,6 +13,13 @@ wait cancels a call (which would cost its connection). The caller polls after ev
 not: that poll finds what a lost signal would have started. An idle worker waits ``IDLE_POLLS``
 poll intervals between its polls: with the wait call beside each poll, it issues fewer Redis
 commands a second than polling every interval did, and a lost signal costs at most that long.
+
+A wait can carry a call behind it (``Ride``: the worker's claim, worker/process/woken_claims.py): sent on
+the BLPOP's connection in the same write, Redis runs it the moment the BLPOP ends (a signal, or the
+time up), so a woken worker's claim costs no round trip of its own. Its reply lands with the wait's
+(``Wake.landed``), whether a signal ended it or not: a claim riding behind a wait that timed out
+is the idle worker's poll, so a lost signal costs a wait's time (a BLPOP's time runs out on the
+server's clock tick: up to 100 ms late).
 """
 
 from __future__ import annotations
@@ -20,13 +27,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from shared.keys import Partition
 from shared.partitions import Partitions
 from worker.process import failpoints
 
-__all__ = ["IDLE_POLLS", "Wake"]
+__all__ = ["IDLE_POLLS", "Ride", "Wake"]
 
 log = logging.getLogger("agentmill.worker")
 
@@ -34,11 +43,57 @@ MIN_WAIT_S = 0.002  # shorter waits are not worth a call (and BLPOP's timeout 0 
 IDLE_POLLS = 2  # an idle worker polls every second poll interval (a lost signal's longest wait)
 
 
+@dataclass(eq=False)
+class Ride:
+    """A call sent behind a partition's wait (``queue`` puts its commands on the wait's pipeline),
+    and its replies once the wait has ended (``replies``; an exception: the call failed, not run)."""
+
+    part: Partition
+    queue: Callable[[Any], None]
+    asked: int = 0  # the jobs its claim may take (the worker keeps room for them while it rides)
+    lease_id: str = ""
+    replies: list[Any] | BaseException = field(default_factory=list)
+
+
 class Wake:
-    def __init__(self, parts: Partitions[Any]) -> None:
+    def __init__(
+        self, parts: Partitions[Any], ride: Callable[[Partition], Ride | None] | None = None
+    ) -> None:
         self.parts = parts
+        self.ride = ride  # the call each new wait carries on its partition (None: none)
         self._calls: dict[int, asyncio.Task[bool]] = {}  # partition index -> its BLPOP in flight
+        self._riding: dict[int, Ride] = {}  # partition index -> the ride of its BLPOP in flight
+        self.landed: list[Ride] = []  # rides whose wait has ended, their replies in: the worker's to take
         self.signals = 0  # signals taken (tests, the bench)
+
+    @property
+    def reserved(self) -> int:
+        """The jobs the claims riding behind the waits in flight, and those landed, may have taken."""
+        return sum(r.asked for r in self._riding.values()) + sum(r.asked for r in self.landed)
+
+    @property
+    def riding(self) -> set[int]:
+        """The partitions whose wait in flight carries a ride."""
+        return set(self._riding)
+
+    def take(self) -> list[Ride]:
+        """The rides landed so far, the waits ended since the last ``wait`` among them; the worker
+        starts what their claims took."""
+        self._collect()
+        out, self.landed = self.landed, []
+        return out
+
+    def _collect(self) -> set[int]:
+        """Forget the waits that have ended (their rides to ``landed``): the partitions signalled."""
+        woken = set()
+        for i, t in list(self._calls.items()):
+            if t.done():
+                del self._calls[i]
+                if (ride := self._riding.pop(i, None)) is not None:
+                    self.landed.append(ride)
+                if t.result():
+                    woken.add(i)
+        return woken
 
     async def wait(self, timeout_s: float, *, call: bool = True) -> set[int]:
         """Until a wake signal comes on some partition or ``timeout_s`` has passed: the indexes of
@@ -51,34 +106,54 @@ class Wake:
             if call:
                 for part in self.parts.parts:
                     if part.index not in self._calls:
-                        self._calls[part.index] = asyncio.create_task(self._pop(part, left))
+                        ride = self.ride(part) if self.ride is not None else None
+                        if ride is not None:
+                            self._riding[part.index] = ride
+                        self._calls[part.index] = asyncio.create_task(self._pop(part, left, ride))
             if not self._calls:
                 await asyncio.sleep(left)
                 break
             await asyncio.wait(self._calls.values(), timeout=left, return_when=asyncio.FIRST_COMPLETED)
-            woken = {i for i, t in list(self._calls.items()) if t.done() and self._calls.pop(i).result()}
+            woken = self._collect()
             if woken:
                 self.signals += len(woken)
                 return woken
+            if self.landed:  # a ride's claim may have taken jobs: the worker starts them now
+                break
         return set()
 
-    async def _pop(self, part: Partition, timeout_s: float) -> bool:
-        """One BLPOP on the partition's wake list: whether it took a signal. A failed call (Redis
-        down, a failover) waits out its time, so a wait never spins."""
+    async def _pop(self, part: Partition, timeout_s: float, ride: Ride | None = None) -> bool:
+        """One BLPOP on the partition's wake list (and the ``ride`` behind it): whether it took a
+        signal. A failed call (Redis down, a failover) waits out its time, so a wait never spins."""
+        timeout = round(timeout_s, 3)
+
+        async def pop(c: Any) -> Any:
+            if ride is None:
+                return await c.blpop([part.wake], timeout=timeout)
+            pipe = c.pipeline(transaction=False)
+            pipe.blpop([part.wake], timeout=timeout)
+            ride.queue(pipe)
+            got = await pipe.execute(raise_on_error=False)
+            if isinstance(got[0], Exception):  # the wait itself failed (a failover): the call follows it
+                raise got[0]
+            ride.replies = got[1:]
+            return got[0]
+
         try:
-            got = await self.parts.call(
-                part, lambda c: c.blpop([part.wake], timeout=round(timeout_s, 3)), deadline_s=timeout_s
-            )
+            got = await self.parts.call(part, pop, deadline_s=timeout_s)
         except Exception as exc:  # RedisError, OSError (TimeoutError among them)
             log.debug("wake wait on %r failed (%s: %s)", part, type(exc).__name__, exc)
+            if ride is not None:
+                ride.replies = exc
             await asyncio.sleep(timeout_s)
             return False
-        return got is not None and not failpoints.on("drop_wake_signal")
+        return got is not None and not isinstance(got, Exception) and not failpoints.on("drop_wake_signal")
 
     async def aclose(self) -> None:
         """Cancel the calls in flight (their connections are closed) and wait for them."""
         calls = list(self._calls.values())
         self._calls.clear()
+        self._riding.clear()
         for t in calls:
             t.cancel()
         with contextlib.suppress(Exception):
