@@ -135,9 +135,9 @@ class Firer:
 
     async def fire_due(self) -> int:
         """One look: claim every partition's due schedules (one round trip per node; a share per
-        tenant: schedule_claim.lua) and fire them. Returns the runs made."""
+        tenant: schedule_claim.lua) and fire them. Returns the runs made. The live tenants are read
+        only when something was claimed: a look that finds nothing due is that one round trip."""
         parts = self.producer.parts
-        live = await read_live_tenants(parts)
         lease = self.settings.schedule_lease_ms
         claims = [(p, ScheduleClaim(lease, CLAIM_LIMIT, p.schedules_due_prefix, p.schedule_prefix, TENANT_SHARE))
                   for p in parts.parts]  # fmt: skip
@@ -149,7 +149,7 @@ class Firer:
             return 0
         now = int(claimed[0][1][0])
         tenants = {text(reply[i + 1]) for _, reply in claimed for i in range(1, len(reply), 2)}
-        held = await held_tenants(parts, self.quotas, live, tenants, now)
+        held = await held_tenants(parts, self.quotas, await read_live_tenants(parts), tenants, now)
         look = Look(now, at, held, await capped_schedules(parts, self.quotas, tenants - held.keys()))
         lanes: dict[str, asyncio.Semaphore] = {}  # a tenant's firings made at once in this look
         work = [

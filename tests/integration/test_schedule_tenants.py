@@ -433,3 +433,16 @@ async def test_two_api_processes_with_different_tokens_both_keep_their_tenants_s
     finally:
         for proc in procs.values():
             proc.stop(timeout=20)
+
+
+async def test_a_look_that_finds_nothing_due_is_one_call(redis: Redis, redis_url: str) -> None:
+    """A firer's look with nothing due claims and stops there: the live tenants (read for the holds
+    of what it claimed) are not read; an idle worker looks five times a second."""
+    firer = Firer(producer_for(redis, redis_url))
+    await firer.fire_due()  # the library loaded, the connection made
+    await redis.config_resetstat()
+    assert await firer.fire_due() == 0
+    stats = await redis.info("commandstats")
+    calls = {k.removeprefix("cmdstat_"): v["calls"] for k, v in stats.items()}
+    assert "zrange" not in calls, calls
+    assert calls.get("fcall", 0) + calls.get("evalsha", 0) == 1, calls
