@@ -20,6 +20,7 @@ from shared.fields import RunField as F
 from tests.integration.helpers import producer_for, script_run, until_status
 from tests.support.procs import workers
 from tests.support.schema import K
+from worker.process.claims import IDLE_RIDES
 from worker.process.wake import IDLE_POLLS
 
 pytestmark = pytest.mark.integration
@@ -237,29 +238,48 @@ async def test_a_worker_that_leaves_due_jobs_behind_claims_again_without_waiting
     assert took < 1.5 * IDLE_POLLS * poll_s, took
 
 
-async def test_an_idle_workers_polls_are_the_claims_riding_behind_its_waits(
+async def _claims_and_counts(redis: Redis, seconds: float) -> tuple[int, int]:
+    """MONITOR for ``seconds``: the claim scripts called, and the queue counts sent by a client."""
+    claims, counts = 0, 0
+    async with redis.monitor() as m:
+
+        async def count() -> None:
+            nonlocal claims, counts
+            async for cmd in m.listen():
+                line = str(cmd.get("command", ""))
+                if "claim_jobs" in line:
+                    claims += 1
+                elif cmd.get("client_address") != "lua" and line.startswith(f"ZCOUNT {K.queue}"):
+                    counts += 1
+
+        counter = asyncio.create_task(count())
+        await asyncio.sleep(seconds)
+        counter.cancel()
+        await asyncio.gather(counter, return_exceptions=True)
+    return claims, counts
+
+
+async def test_an_idle_workers_claims_ride_behind_its_waits_until_it_has_been_idle_a_while(
     redis: Redis, redis_url: str
 ) -> None:
-    """An idle worker's claim rides behind each wait (worker/process/woken_claims.py): Redis runs it
-    when the wait's time runs out, and that is its poll; it counts the queue on its own no more
-    (MONITOR: no ZCOUNT of the queue sent by a client, claims every wait)."""
-    with workers(redis_url, 1, env=ENV):
+    """After a run, a worker's claim rides behind each wait (worker/process/woken_claims.py): Redis runs
+    it when the wait's time runs out, and that is its poll (no queue count of its own). After
+    IDLE_RIDES waits in a row took nothing, its waits carry no claim and it polls by counting, as
+    cheap as an idle pool was before the rides; the next run brings the rides back."""
+    poll_s = 0.05
+    wait_s = IDLE_POLLS * poll_s + 0.1  # a BLPOP's time runs out on the server's clock tick
+    with workers(redis_url, 1, env={"AGENTMILL_POLL_DELAY_S": str(poll_s)}):
         await _idle(redis, 1)
-        claims, counts = 0, 0
-        async with redis.monitor() as m:
-
-            async def count() -> None:
-                nonlocal claims, counts
-                async for cmd in m.listen():
-                    line = str(cmd.get("command", ""))
-                    if "claim_jobs" in line:
-                        claims += 1
-                    elif cmd.get("client_address") != "lua" and line.startswith(f"ZCOUNT {K.queue}"):
-                        counts += 1
-
-            counter = asyncio.create_task(count())
-            await asyncio.sleep(4 * IDLE_POLLS * POLL_S)
-            counter.cancel()
-            await asyncio.gather(counter, return_exceptions=True)
-    print(f"an idle worker over {4 * IDLE_POLLS * POLL_S:g} s: {claims} claims, {counts} queue counts")
-    assert claims >= 2 and counts == 0, (claims, counts)
+        p = producer_for(redis, redis_url)
+        for again in (False, True):
+            sub = await p.submit(script_run([{"text": "hi"}]))
+            await until_status(redis, sub.run_id, "completed")
+            riding = await _claims_and_counts(redis, 2 * wait_s)
+            print(f"after a run: {riding} (claims, counts)")
+            assert riding[0] >= 1 and riding[1] == 0, riding
+            if again:
+                break
+            await asyncio.sleep(IDLE_RIDES * wait_s)  # idle past its rides
+            idle = await _claims_and_counts(redis, 4 * wait_s)
+            print(f"idle a while: {idle}")
+            assert idle[0] == 0 and idle[1] >= 2, idle

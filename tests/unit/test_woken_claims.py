@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 from shared.keys import Layout, Partition
-from worker.process.claims import RIDE_JOBS
+from worker.process.claims import IDLE_RIDES, RIDE_JOBS
 from worker.process.wake import Wake
 from worker.process.woken_claims import WokenClaims
 
@@ -31,6 +31,7 @@ class _Worker(WokenClaims):
         self.max_jobs, self.job_counter = max_jobs, running
         self.claim_batch, self.workers = 64, 1
         self.allow_pick_jobs = True
+        self._idle_rides = 0
         self.ctx = {}
         self.scripts = cast(Any, SimpleNamespace(claim_jobs=None))
 
@@ -55,7 +56,9 @@ async def test_the_rides_of_three_partitions_share_the_room_and_free_it_when_tak
     assert w._free_slots() == 10
 
 
-async def test_a_worker_that_stops_taking_jobs_sends_no_claim_behind_its_wait() -> None:
+async def test_a_worker_that_stops_taking_jobs_or_has_been_idle_a_while_sends_no_claim_behind_its_wait() -> (
+    None
+):
     w = _Worker(max_jobs=10, running=0)
     w.wake = Wake(_Parts(1), ride=w._ride)  # type: ignore[arg-type]
     assert w._ride(Layout(1).parts[0]) is not None
@@ -63,3 +66,7 @@ async def test_a_worker_that_stops_taking_jobs_sends_no_claim_behind_its_wait() 
     assert w._ride(Layout(1).parts[0]) is None
     w.allow_pick_jobs, w.job_counter = True, 10  # full
     assert w._ride(Layout(1).parts[0]) is None
+    w.job_counter, w._idle_rides = 0, IDLE_RIDES  # idle: that many waits in a row took nothing
+    assert w._ride(Layout(1).parts[0]) is None
+    w._idle_rides = IDLE_RIDES - 1
+    assert w._ride(Layout(1).parts[0]) is not None

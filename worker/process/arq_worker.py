@@ -122,6 +122,7 @@ class ResilientWorker(WokenClaims, Worker):
         self._woken: set[int] = set()  # partitions whose wake signal ended the last wait
         self._claimed = 0  # jobs the last poll claimed
         self._left = 0  # due jobs the last poll saw and did not claim (other workers', or too many)
+        self._idle_rides = 0  # waits in a row whose riding claims took nothing (claims.IDLE_RIDES)
         # The worker's RedisWatch.in_outage: True when a failed poll belongs to a Redis outage,
         # logged once there (shared/outage_log.py); it then goes to the debug log, not a warning each
         self.in_outage: Callable[[BaseException], bool] = lambda exc: False
@@ -146,6 +147,7 @@ class ResilientWorker(WokenClaims, Worker):
                 if seen > self._claimed:  # what it left there the next poll claims without a count first
                     self._woken |= {p.index for p, n, _ in due if n}
             self._left = max(0, seen - self._claimed)
+            self._idle_rides = 0 if self._claimed else self._idle_rides + bool(rode)
             await self.heart_beat()
         except (RedisError, OSError) as exc:
             level = logging.DEBUG if self.in_outage(exc) else logging.WARNING

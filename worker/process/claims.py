@@ -3,7 +3,7 @@ event-loop turn, and how long the runs it started go first (worker/process/arq_w
 
 from __future__ import annotations
 
-__all__ = ["FIRST_STEP_TURNS", "RIDE_JOBS", "START_CHUNK", "claim_size"]
+__all__ = ["FIRST_STEP_TURNS", "IDLE_RIDES", "RIDE_JOBS", "START_CHUNK", "claim_size"]
 
 # A poll claims up to four batches (claim_size); the runs it starts take their first steps (their
 # driver built, their first commit framed) in the loop turn after their task is made. 256 of them
@@ -23,6 +23,13 @@ FIRST_STEP_TURNS = 16
 # is. A worker paused (or cut off) just after it sent its wait holds at most these until it resumes
 # or its lease runs out.
 RIDE_JOBS = 8
+
+# An idle worker's waits carry a claim for this many waits in a row that took nothing (a second or
+# so at the default poll delay); after that its waits carry none, and it polls by counting the queue
+# every IDLE_POLLS poll intervals: a pool with no work issues a count a poll (2 commands with its
+# wait), not a claim script's 6. The first claim that takes a job brings the rides back, so a pool
+# that was idle for longer pays one claim's round trip on its first run.
+IDLE_RIDES = 8
 
 
 def claim_size(room: int, due: int, batch: int, workers: int = 2) -> int:

@@ -30,7 +30,7 @@ from shared.keys import Partition
 from shared.partitions import Partitions
 from shared.scripts import Scripts
 from worker.process import failpoints
-from worker.process.claims import RIDE_JOBS, claim_size
+from worker.process.claims import IDLE_RIDES, RIDE_JOBS, claim_size
 from worker.process.deps import WorkerDeps
 from worker.process.wake import Ride, Wake
 
@@ -58,6 +58,7 @@ class WokenClaims:
     _looked_at: dict[int, float]
     _woken: set[int]
     _left: int
+    _idle_rides: int  # waits in a row whose claims took nothing (the worker's poll iteration keeps it)
 
     async def _start_claims(
         self, part: Partition, reply: list[Any], lease_id: str, asked: int, due: int
@@ -91,9 +92,9 @@ class WokenClaims:
 
     def _ride(self, part: Partition) -> Ride | None:
         """The claim a new wait on ``part`` carries (and a look at its earliest scheduled job), or
-        none: no room, no jobs to take, or signals dropped (failpoint drop_wake_signal: a lost
-        signal, whose job only a poll finds)."""
-        if not self.allow_pick_jobs or failpoints.on("drop_wake_signal"):
+        none: no room, no jobs to take, an idle worker (IDLE_RIDES waits in a row took nothing), or
+        signals dropped (failpoint drop_wake_signal: a lost signal, whose job only a poll finds)."""
+        if not self.allow_pick_jobs or self._idle_rides >= IDLE_RIDES or failpoints.on("drop_wake_signal"):
             return None
         free = self._room(min(RIDE_JOBS, claim_size(self._free_slots(), 0, self.claim_batch, self.workers)))
         if free <= 0:
