@@ -138,6 +138,7 @@ class Commits:
         self._config_json = b"null"  # each checkpoint
         self._children = b"[]"  # the round's children as the run hash has them (RunField.CHILDREN)
         self._usage: Usage | None = None  # the usage the last commit wrote to the run hash
+        self._iterations = -1  # the iterations it wrote (sent only when they changed)
         self._messages: _Messages = {}  # the messages of the last checkpoint and their JSON
         self._held: _Held | None = None  # steps whose writes wait for the next commit (hold)
         self.behind: asyncio.Task[None] | None = None  # a commit sent, its reply not yet awaited (send)
@@ -239,7 +240,7 @@ class Commits:
                     session=session,
                     approval_timeout_ms=approval_timeout_ms,
                     run_deadline_ms=run_deadline_ms,
-                    iterations=state.iterations,
+                    iterations=state.iterations if state.iterations != self._iterations else None,
                     error_code=error_code,
                     children=kids if kids != self._children else None,
                     usage=usage,
@@ -256,6 +257,7 @@ class Commits:
             self.ckpt_seq = last
             self._children = kids
             self._usage = state.usage
+            self._iterations = state.iterations
         for kind, _, _ in events:
             self.observer.event_published(kind)
 
