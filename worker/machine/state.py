@@ -28,6 +28,7 @@ __all__ = [
     "MachineError",
     "Phase",
     "RunState",
+    "at_defaults",
     "initial_state",
 ]
 
@@ -167,3 +168,17 @@ def initial_state(run_id: str, session_id: str | None = None) -> RunState:
     new = copied(_BLANK, run_id=run_id, session_id=session_id, **fresh)
     object.__setattr__(new, "__pydantic_fields_set__", {"run_id", "session_id"})  # as validating sets it
     return new
+
+
+# The fields whose default is no None, with it: a checkpoint leaves a field out when it holds its
+# default (``at_defaults``) or None (its dump's exclude_none: every field of the state and of the
+# models in it that may be None defaults to None), and loading puts the default back.
+_DEFAULTS = tuple(
+    (name, value) for name, value in _BLANK.__dict__.items() if value is not None and name != "run_id"
+)
+
+
+def at_defaults(s: RunState) -> set[str]:
+    """The fields of ``s`` that hold their defaults (a value of the default's type, equal to it)."""
+    d = s.__dict__
+    return {n for n, v in _DEFAULTS if d[n] == v and type(d[n]) is type(v)}
