@@ -62,7 +62,8 @@ class AppendVerdict(StrEnum):
 @dataclass(frozen=True, slots=True)
 class Commit(ScriptCall):
     """commit.lua: one step's fenced write. After the scalars every commit may need, the counts of
-    its sections, then ``sections``: the events (kind, ts, payload each), the tool claims (call id,
+    its sections, then ``sections``: the events (kind, payload each: ``ts`` is the time of all of
+    them, the time they are published, sent once), the tool claims (call id,
     attempt number: pending), the tool records (call id, JSON). ``n_events`` is the last scalar, just
     before the events (append_refused reads the events after their count). Then the tail (base.TAIL),
     sent up to its last field a commit needs: the iterations and usage when they changed, the run's
@@ -91,6 +92,7 @@ class Commit(ScriptCall):
     transcript: bytes | str = b""
     n_claims: int = 0
     n_records: int = 0
+    ts: int | None = None  # the events' (unix ms)
     n_events: int = 0
     sections: tuple[bytes | str | int, ...] = ()
     # the tail: sent up to its last field that is not its default, so the fields a step's usual
@@ -158,8 +160,9 @@ class Publish(ScriptCall):
     epoch: int
     first_seq: int
     lease_id: str
+    ts: int  # the events' (unix ms)
     n_events: int
-    events: tuple[bytes | str | int, ...]  # kind, ts, payload per event
+    events: tuple[bytes | str | int, ...]  # kind, payload per event
 
     def keys(self, part: Partition, run_id: str = "") -> list[str]:
         return [*part.run_keys(run_id)[:2], part.worker_lease(self.lease_id)]

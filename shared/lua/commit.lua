@@ -23,19 +23,19 @@ local refused = append_refused(h, epoch, ARG.LEASE_ID, KEY.LEASE, KEY.STREAM, fi
 -- tail, after the sections (TAIL: their end).
 if refused then
   if ARG.TRANSCRIPT_MODE == 's' then
-    local TAIL = ARGN.SECTIONS - 1 + 3 * num(ARG.N_EVENTS) + 2 * num(ARG.N_CLAIMS) + 2 * num(ARG.N_RECORDS)
+    local TAIL = ARGN.SECTIONS - 1 + 2 * num(ARG.N_EVENTS) + 2 * num(ARG.N_CLAIMS) + 2 * num(ARG.N_RECORDS)
     if ARG.TRANSCRIPT_STAGED ~= '' then redis.call('DEL', ARG.TRANSCRIPT_STAGED) end
   end
   return refused
 end
--- The sections: the events, then the tool claims (pending, with the attempt number the worker
+-- The sections: the events (kind, payload each; ARG.TS their time), then the tool claims (pending, with the attempt number the worker
 -- counted from the records it acquired), then the tool records (results, offered client calls).
 -- The tail (shared.calls.base.TAIL: what only some commits send) after them; its fields read as
 -- their defaults when a commit stops before them.
 local n = num(ARG.N_EVENTS)
 local nc = num(ARG.N_CLAIMS)
 local nr = num(ARG.N_RECORDS)
-local claims_at = ARGN.SECTIONS + 3 * n
+local claims_at = ARGN.SECTIONS + 2 * n
 local records_at = claims_at + 2 * nc
 local TAIL = records_at + 2 * nr - 1
 local staged = ARG.TRANSCRIPT_STAGED
@@ -43,7 +43,7 @@ if staged ~= '' and redis.call('EXISTS', staged) == 0 then  -- before any write:
   return redis.error_reply('ERR the staged transcript of run ' .. ARG.RUN_ID .. ' expired before its commit')
 end
 local run_id = ARG.RUN_ID
-local _, last_text = append_events(KEY.STREAM, first, ARG.FIRST_SEQ, n, ARGV, ARGN.SECTIONS, epoch)
+local _, last_text = append_events(KEY.STREAM, first, ARG.FIRST_SEQ, n, ARGV, ARGN.SECTIONS, epoch, ARG.TS)
 last_text = last_text or int_text(first - 1)
 -- The claims: the run's open claims (field claims) gain them, in the run hash's HSET below, so a
 -- step that claims writes one hash. The records: one HSET of the tools hash; a record supersedes

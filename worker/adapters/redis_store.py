@@ -176,7 +176,7 @@ class RedisRunStore:
         a third more per commit), its tail (sent up to its last field not its default) left to its
         defaults from the first field the step does not need."""
         outbox, seal, usage = step.outbox, self.codec.seal_json, step.usage
-        events = [x for kind, ts, payload in outbox.events for x in (kind, ts, seal(payload))]
+        events = [x for kind, _, payload in outbox.events for x in (kind, seal(payload))]  # ts sent once
         if outbox.claims:
             events += [x for c in outbox.claims for x in (c, self.attempts.get(c, 0) + 1)]
         if outbox.records:
@@ -186,7 +186,7 @@ class RedisRunStore:
             t_mode, t_data = "a" if tw.append else "s", self.codec.seal_fragment(tw.data)
         head = (self.epoch, self.last_seq + 1, self.lease_id, self.run_id, step.status,
                 seal(step.checkpoint or b""), t_mode, t_data, len(outbox.claims), len(outbox.records),
-                len(outbox.events), tuple(events))  # fmt: skip
+                outbox.events[0][1] if outbox.events else None, len(outbox.events), tuple(events))  # fmt: skip
         session, st = step.session, outbox.settle
         tally = step.tally if step.status else None
         je = step.job_end if step.status else None
@@ -222,8 +222,8 @@ class RedisRunStore:
         """Events alone (publish.lua: a commit's gate, no checkpoint): a model's deltas."""
         self._check_lease()
         seal = self.codec.seal_json
-        call = Publish(self.epoch, self.last_seq + 1, self.lease_id, len(events),
-                       tuple(x for kind, ts, payload in events for x in (kind, ts, seal(payload))))  # fmt: skip
+        call = Publish(self.epoch, self.last_seq + 1, self.lease_id, events[0][1], len(events),
+                       tuple(x for kind, _, payload in events for x in (kind, seal(payload))))  # fmt: skip
         self.round_trips += 1
         r = await self._run(self.scripts.publish, call.keys(self.part, self.run_id), call.argv())
         self._appended(r, call.first_seq)
