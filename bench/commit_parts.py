@@ -92,7 +92,7 @@ def no_payloads(call: Call) -> Call:
     args = list(call[3 + nkeys :])
     at, n = _events(args)
     for k in range(n):
-        args[at + 2 + 3 * k] = b"{}"
+        args[at + 1 + 2 * k] = b"{}"  # (kind, payload per event)
     return [*call[: 3 + nkeys], *args]
 
 
@@ -107,7 +107,7 @@ def no_claims(call: Call) -> Call:
     nkeys = int(call[2])
     args = list(call[3 + nkeys :])
     at, n = _events(args)
-    c = at + 3 * n
+    c = at + 2 * n
     nc = int(args[_AT["n_claims"]])
     del args[c : c + 2 * nc]
     args[_AT["n_claims"]] = b"0"

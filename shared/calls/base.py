@@ -24,7 +24,7 @@ class ScriptCall:
     typed ``tuple[...]`` is spread (the rest of ARGV); the Lua finds where it starts as ``ARGN.<FIELD>``.
     A field declared ``field(metadata=KEY_ONLY)`` is no argument: it names where the call's keys are
     (``keys``). Fields declared ``field(metadata=TAIL)`` (after the rest) are the call's tail: sent
-    after the rest only when one of them differs from its default (see ``TAIL``)."""
+    after the rest up to the last of them that differs from its default (see ``TAIL``)."""
 
     SCRIPT: ClassVar[str]
     KEY_NAMES: ClassVar[tuple[str, ...]]
@@ -57,9 +57,8 @@ class ScriptCall:
             f"{cls.__name__}: only its tail's last field may be a rest"
         )
         for k, f in enumerate(tail, 1):
-            if _is_rest(f):
-                out[f"ARGN.{f.name.upper()}"] = f"TAIL + {k}"
-            else:
+            out[f"ARGN.{f.name.upper()}"] = f"TAIL + {k}"  # where it is (sent when ARGV[that] is)
+            if not _is_rest(f):
                 out[f"ARG.{f.name.upper()}"] = f"(ARGV[TAIL + {k}] or '{_lua_default(f)}')"
         out |= {f"KEY.{n.upper()}": f"KEYS[{i}]" for i, n in enumerate(cls.KEY_NAMES, 1)}
         out |= {f"V.{v.name}": f"'{v.value}'" for v in cls.VERDICT or ()}
@@ -79,7 +78,7 @@ class ScriptCall:
         """The Lua header describing the call, generated (docs of the slots, never written by hand)."""
         args = ", ".join(f.name for f in _arguments(cls))
         if tail := _tail(cls):
-            args += f"; tail (all or none, after TAIL): {', '.join(f.name for f in tail)}"
+            args += f"; tail (after TAIL, up to its last field sent): {', '.join(f.name for f in tail)}"
         verdicts = " | ".join(v.value for v in cls.VERDICT or ())
         return f"-- KEYS: {', '.join(cls.KEY_NAMES)}   ARGV: {args}   reply: {{{verdicts}, …}}"
 
@@ -90,11 +89,13 @@ KEY_ONLY = MappingProxyType({"agentmill.key_only": True})
 
 
 # A call's field that only some of its calls need: ``x: str = field(default="", metadata=TAIL)``,
-# declared after the rest. The tail's fields go after the rest, all of them when one differs from
-# its default, else none (a script's every argument costs Redis's Lua bridge about as much as
-# 40 bytes of it). The Lua reads one as ``ARG.<FIELD>`` too, rendered ``(ARGV[TAIL + k] or
+# declared after the rest. The tail's fields go after the rest, in order, up to the last one that
+# differs from its default: none when all are their defaults (a script's every argument costs
+# Redis's Lua bridge about as much as 40 bytes of it, ~530 instructions), so the fields most
+# calls need come first. The Lua reads one as ``ARG.<FIELD>`` too, rendered ``(ARGV[TAIL + k] or
 # '<its default>')``: the script sets the local ``TAIL`` to the index of the rest's last argument
-# before it reads one. The tail's last field may be a rest of its own (``ARGN.<FIELD>``: ``TAIL + k``).
+# before it reads one; ``ARGN.<FIELD>`` is where the field is (``TAIL + k``): ``ARGV[ARGN.X]`` is
+# nil when neither X nor any field after it was sent. The tail's last field may be a rest of its own.
 TAIL = MappingProxyType({"agentmill.tail": True})
 
 
@@ -128,7 +129,7 @@ def _argv_of(cls: type[ScriptCall]) -> Callable[[ScriptCall], list[Any]]:
 
 def argv_source(cls: type[ScriptCall]) -> str:
     """The source of ``cls``'s argv: its arguments in order (None sent as '', a rest spread), then
-    its tail, all of it when one of its fields differs from its default (``_d<i>``), else none."""
+    its tail up to its last field that differs from its default (``_d<i>``): none when all do not."""
 
     def slots(fs: tuple[dataclasses.Field[Any], ...]) -> str:
         return ", ".join(
@@ -137,9 +138,11 @@ def argv_source(cls: type[ScriptCall]) -> str:
         )
 
     src = f"def argv(self):\n    out = [{slots(_arguments(cls))}]\n"
-    if tail := _tail(cls):
-        differs = " or ".join(f"self.{f.name} != _d{i}" for i, f in enumerate(tail))
-        src += f"    if {differs}:\n        out += [{slots(tail)}]\n"
+    tail = _tail(cls)
+    for n in range(len(tail), 0, -1):  # from the last field: the first that differs ends what is sent
+        f = tail[n - 1]
+        src += f"    {'if' if n == len(tail) else 'elif'} self.{f.name} != _d{n - 1}:\n"
+        src += f"        out += [{slots(tail[:n])}]\n"
     return src + "    return out\n"
 
 

@@ -62,14 +62,16 @@ class AppendVerdict(StrEnum):
 @dataclass(frozen=True, slots=True)
 class Commit(ScriptCall):
     """commit.lua: one step's fenced write. After the scalars every commit may need, the counts of
-    its sections, then ``sections``: the events (kind, ts, payload each), the tool claims (call id,
+    its sections, then ``sections``: the events (kind, payload each: ``ts`` is the time of all of
+    them, the time they are published, sent once), the tool claims (call id,
     attempt number: pending), the tool records (call id, JSON). ``n_events`` is the last scalar, just
     before the events (append_refused reads the events after their count). Then the tail (base.TAIL),
-    sent only by a commit that needs one of its fields: a status's companions (its result, approvals
-    or waits, error code, deadlines), the session's, the run's configuration, its children, the
-    budget settlement, and ``tail_sections``: the session's tool results (session call id, JSON),
-    the session's calls (JSON each), the day's usage terms (field, increment). A step's usual commit
-    sends no tail: some twenty arguments fewer.
+    sent up to its last field a commit needs: the iterations and usage when they changed, the run's
+    children and configuration, a staged transcript, a status's companions (its result, approvals
+    or waits, error code, deadlines), the session's, the budget settlement, arq's finish, and
+    ``tail_sections``: the session's tool results (session call id, JSON), the session's calls
+    (JSON each), the day's usage terms (field, increment). A step's commit after its tools ran
+    sends no tail; the one after its model call its iterations and usage.
 
     KEYS: the run's, the worker's lease; with a session update the session's six; with a usage
     tally the tenant's usage hash of the day; with a settlement the budget's hash and holds zset
@@ -86,21 +88,34 @@ class Commit(ScriptCall):
     run_id: str
     status: str = ""  # the run's new status ('' = still running)
     ckpt: bytes | str = b""  # the checkpoint ('' = unchanged)
-    iterations: int | None = None  # a field, so scripts that end a run report it
-    usage_in: int | None = None  # the run's usage so far, when it changed (None: unchanged)
-    usage_out: int | None = None
-    usage_estimated: str = ""  # '1' | '0'
-    usage_cost: str = ""  # USD ('' = none)
-    usage_cache_read: int | None = None
-    usage_cache_write: int | None = None
     transcript_mode: str = ""  # 'a' append, 's' set, '' unchanged
     transcript: bytes | str = b""
-    transcript_staged: str = ""  # with 's': the key a large transcript was staged in (Partition.staged)
     n_claims: int = 0
     n_records: int = 0
+    ts: int | None = None  # the events' (unix ms)
     n_events: int = 0
     sections: tuple[bytes | str | int, ...] = ()
-    # the tail
+    # the tail: sent up to its last field that is not its default, so the fields a step's usual
+    # commits need come first (a step's commit after its model call sends the first four or five,
+    # the one after its tools none)
+    iterations: int | None = field(default=None, metadata=TAIL)  # a field, so scripts that end a run
+    # report it (None: unchanged)
+    usage_in: int | None = field(default=None, metadata=TAIL)  # the run's usage so far, when it
+    # changed (None: unchanged)
+    usage_out: int | None = field(default=None, metadata=TAIL)
+    usage_estimated: str = field(default="", metadata=TAIL)  # '1' | '0'
+    usage_cost: str = field(default="", metadata=TAIL)  # USD ('' = none)
+    usage_cache_read: int | None = field(default=None, metadata=TAIL)  # None: 0 or unchanged
+    usage_cache_write: int | None = field(default=None, metadata=TAIL)
+    children: bytes | str = field(
+        default=b"", metadata=TAIL
+    )  # the current round's child runs (JSON [{toolCallId, runId}])
+    config: bytes | str = field(
+        default=b"", metadata=TAIL
+    )  # the run's configuration JSON (checkpoints are written without it)
+    transcript_staged: str = field(
+        default="", metadata=TAIL
+    )  # with 's': the key a large transcript was staged in (Partition.staged)
     aux: bytes | str = field(
         default=b"", metadata=TAIL
     )  # the result JSON when terminal; approvals, client calls, model wait when parked
@@ -111,12 +126,6 @@ class Commit(ScriptCall):
         default=None, metadata=TAIL
     )  # maxRunDurationMs from the start: bounds a wait too
     error_code: str = field(default="", metadata=TAIL)  # the ending's error code (a field, for listings)
-    children: bytes | str = field(
-        default=b"", metadata=TAIL
-    )  # the current round's child runs (JSON [{toolCallId, runId}])
-    config: bytes | str = field(
-        default=b"", metadata=TAIL
-    )  # the run's configuration JSON (checkpoints are written without it)
     usage_ttl: int | None = field(
         default=None, metadata=TAIL
     )  # the usage hash of the day's ttl s (with a terminal status)
@@ -151,8 +160,9 @@ class Publish(ScriptCall):
     epoch: int
     first_seq: int
     lease_id: str
+    ts: int  # the events' (unix ms)
     n_events: int
-    events: tuple[bytes | str | int, ...]  # kind, ts, payload per event
+    events: tuple[bytes | str | int, ...]  # kind, payload per event
 
     def keys(self, part: Partition, run_id: str = "") -> list[str]:
         return [*part.run_keys(run_id)[:2], part.worker_lease(self.lease_id)]

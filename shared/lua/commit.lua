@@ -1,6 +1,6 @@
 -- One step's fenced write: its events, tool claims and records, checkpoint, and what else of the run
--- it changed. Call: shared.calls.steps.Commit (its fields say what each argument is; a step's usual
--- commit sends none of its tail's).
+-- it changed. Call: shared.calls.steps.Commit (its fields say what each argument is; a commit sends
+-- its tail up to the last field it needs: a step's usual commits the first few or none).
 -- KEYS after the run's and the lease: with a session update the session's six
 -- (shared.keys.Partition.session_keys); with a terminal status and a usage tally the tenant's usage
 -- hash of the day (keys.Partition.usage_day), then with a settlement the tenant's day budget hash and
@@ -19,32 +19,35 @@ local first = num(ARG.FIRST_SEQ)
 local epoch = ARG.EPOCH
 local refused = append_refused(h, epoch, ARG.LEASE_ID, KEY.LEASE, KEY.STREAM, first, ARGV, ARGN.SECTIONS - 1)
 -- A transcript from LARGE_BYTES on comes staged: written by a plain SET just before this call (in its
--- round trip), renamed into place below, so its megabytes never pass through Lua.
-local staged = ARG.TRANSCRIPT_STAGED or ''  -- (a gate's bench sends the first arguments only)
+-- round trip), renamed into place below, so its megabytes never pass through Lua. Its key is in the
+-- tail, after the sections (TAIL: their end).
 if refused then
-  if staged ~= '' then redis.call('DEL', staged) end
+  if ARG.TRANSCRIPT_MODE == 's' then
+    local TAIL = ARGN.SECTIONS - 1 + 2 * num(ARG.N_EVENTS) + 2 * num(ARG.N_CLAIMS) + 2 * num(ARG.N_RECORDS)
+    if ARG.TRANSCRIPT_STAGED ~= '' then redis.call('DEL', ARG.TRANSCRIPT_STAGED) end
+  end
   return refused
 end
+-- The sections: the events (kind, payload each; ARG.TS their time), then the tool claims (pending, with the attempt number the worker
+-- counted from the records it acquired), then the tool records (results, offered client calls).
+-- The tail (shared.calls.base.TAIL: what only some commits send) after them; its fields read as
+-- their defaults when a commit stops before them.
+local n = num(ARG.N_EVENTS)
+local nc = num(ARG.N_CLAIMS)
+local nr = num(ARG.N_RECORDS)
+local claims_at = ARGN.SECTIONS + 2 * n
+local records_at = claims_at + 2 * nc
+local TAIL = records_at + 2 * nr - 1
+local staged = ARG.TRANSCRIPT_STAGED
 if staged ~= '' and redis.call('EXISTS', staged) == 0 then  -- before any write: nothing half made
   return redis.error_reply('ERR the staged transcript of run ' .. ARG.RUN_ID .. ' expired before its commit')
 end
 local run_id = ARG.RUN_ID
-local n = num(ARG.N_EVENTS)
-local i, last_text = append_events(KEY.STREAM, first, ARG.FIRST_SEQ, n, ARGV, ARGN.SECTIONS, epoch)
+local _, last_text = append_events(KEY.STREAM, first, ARG.FIRST_SEQ, n, ARGV, ARGN.SECTIONS, epoch, ARG.TS)
 last_text = last_text or int_text(first - 1)
--- Tool claims (pending, with the attempt number the worker counted from the records it acquired):
--- the run's open claims (field claims) gain them, in the run hash's HSET below, so a step that
--- claims writes one hash. Tool records (results, offered client calls): one HSET of the tools hash;
--- a record supersedes its call's claim, which leaves the open claims.
-local nc = num(ARG.N_CLAIMS)
-local claims_at = i
-i = i + 2 * nc
-local nr = num(ARG.N_RECORDS)
-local records_at = i
-i = i + 2 * nr
--- The tail (shared.calls.base.TAIL: what only some commits send) after the records; its fields read
--- as their defaults when a commit sends none.
-local TAIL = i - 1
+-- The claims: the run's open claims (field claims) gain them, in the run hash's HSET below, so a
+-- step that claims writes one hash. The records: one HSET of the tools hash; a record supersedes
+-- its call's claim, which leaves the open claims.
 local open = h[4] or ''
 -- A step's two usual commits change the claims without a JSON round trip: its claims when none is
 -- open (their text written here), then the records that close its one open claim ('').
@@ -98,16 +101,17 @@ end
 -- unless the first), 's' sets it whole (the machine replaced it: compaction, a fork; an attempt's
 -- first commit), '' leaves it.
 local tr_mode, tr = ARG.TRANSCRIPT_MODE, ARG.TRANSCRIPT
--- The tail's fields, read only when the commit sent its tail (else each is its default).
-local sid, loop, approval_timeout, run_deadline, error_code, children, config, usage_ttl =
-  '', '', '', '', '', '', '', ''
+-- The tail's later fields, read only when the commit sent one of them (else each is its default).
+local children, config = '', ''
+if ARGV[ARGN.CHILDREN] then children, config = ARG.CHILDREN, ARG.CONFIG end
+local sid, loop, approval_timeout, run_deadline, error_code, usage_ttl = '', '', '', '', '', ''
 local settle, trs, calls, usage_at, nu = false, NONE, NONE, 0, 0
-if ARGV[TAIL + 1] then
+if ARGV[ARGN.AUX] then
   sid, loop = ARG.SESSION_ID, ARG.LOOP
   approval_timeout, run_deadline = ARG.APPROVAL_TIMEOUT_MS, ARG.RUN_DEADLINE_MS
-  error_code, children, config, usage_ttl = ARG.ERROR_CODE, ARG.CHILDREN, ARG.CONFIG, ARG.USAGE_TTL
+  error_code, usage_ttl = ARG.ERROR_CODE, ARG.USAGE_TTL
   settle = ARG.SETTLE_MEMBER ~= ''
-  i = ARGN.TAIL_SECTIONS
+  local i = ARGN.TAIL_SECTIONS
   local ntr = num(ARG.N_RESULTS)
   if ntr > 0 then
     trs = {}
@@ -143,9 +147,9 @@ if children ~= '' then set(F.CHILDREN, children) end
 if usage then
   set(F.USAGE_IN, usage[1]); set(F.USAGE_OUT, usage[2]); set(F.USAGE_ESTIMATED, usage[3])
   if usage[4] ~= '' then set(F.USAGE_COST, usage[4]) end
-  -- (a run's usage only grows: a count still 0 was never written)
-  if (usage[5] or '0') ~= '0' then set(F.USAGE_CACHE_READ, usage[5]) end
-  if (usage[6] or '0') ~= '0' then set(F.USAGE_CACHE_WRITE, usage[6]) end
+  -- (a run's usage only grows: a count still 0 is sent as none, never written)
+  if usage[5] ~= '' then set(F.USAGE_CACHE_READ, usage[5]) end
+  if usage[6] ~= '' then set(F.USAGE_CACHE_WRITE, usage[6]) end
 end
 local status = ARG.STATUS
 local now = status ~= '' and now_ms() or 0

@@ -250,7 +250,7 @@ local function xadd(stream, seq, kind, ts, payload, maxlen, epoch)
 end
 -- The gate of a worker's append to its run (commit.lua, publish.lua). h: the run hash's F.EPOCH,
 -- F.LAST_SEQ, F.OWNER first; the caller's epoch, lease id and lease key; its first seq; its ARGV and
--- the index there of its events' count (kind, ts, payload per event follow it), read only when the
+-- the index there of its events' count (kind, payload per event follow it), read only when the
 -- seq does not follow. nil: go on. Else the answer: the run is missing; fenced (another epoch,
 -- another owner, or the caller's lease gone: a worker past its lease writes nothing, even before
 -- anyone took its runs over); or the stream does not end at first - 1.
@@ -263,7 +263,7 @@ local function append_refused(h, epoch, lease_id, lease_key, stream, first, args
     -- same epoch, the stream ends where this batch ends, with this batch's last event. It was
     -- applied; answer as the first time did instead of refusing the worker its own write.
     local n = tonumber(args[at])
-    local last_payload = args[at + 3 * n]
+    local last_payload = args[at + 2 * n]
     local last0 = first + n - 1
     if n > 0 and tonumber(h[2]) == last0 then
       local e = redis.call('XRANGE', stream, last0 .. '-0', last0 .. '-0')
@@ -277,16 +277,17 @@ local function append_refused(h, epoch, lease_id, lease_key, stream, first, args
   end
   return nil
 end
--- An append's n events (kind, ts, payload each, from args[i]: the call's ARGV) at seqs
--- first..first+n-1, ``first_text`` the caller's text of first (its argument as sent: no formatting
--- for a commit's usual one event). The stream is trimmed once, by the last of them. Returns the
--- index after them and the last one's seq text (nil for no event).
-local function append_events(stream, first, first_text, n, args, i, epoch)
+-- An append's n events (kind, payload each, from args[i]: the call's ARGV; ``ts`` theirs, the time
+-- they were published, sent once) at seqs first..first+n-1, ``first_text`` the caller's text of
+-- first (its argument as sent: no formatting for a commit's usual one event). The stream is
+-- trimmed once, by the last of them. Returns the index after them and the last one's seq text
+-- (nil for no event).
+local function append_events(stream, first, first_text, n, args, i, epoch, ts)
   local s = nil
   for k = 0, n - 1 do
     s = k == 0 and first_text or int_text(first + k)
-    xadd_text(stream, s, args[i], args[i + 1], args[i + 2], k == n - 1 and ctx().maxlen or nil, epoch)
-    i = i + 3
+    xadd_text(stream, s, args[i], ts, args[i + 1], k == n - 1 and ctx().maxlen or nil, epoch)
+    i = i + 2
   end
   return i, s
 end

@@ -8,7 +8,7 @@ local first = num(ARG.FIRST_SEQ)
 local refused = append_refused(h, ARG.EPOCH, ARG.LEASE_ID, KEY.LEASE, KEY.STREAM, first, ARGV, ARGN.EVENTS - 1)
 if refused then return refused end
 local n = num(ARG.N_EVENTS)
-local _, last = append_events(KEY.STREAM, first, ARG.FIRST_SEQ, n, ARGV, ARGN.EVENTS, ARG.EPOCH)
+local _, last = append_events(KEY.STREAM, first, ARG.FIRST_SEQ, n, ARGV, ARGN.EVENTS, ARG.EPOCH, ARG.TS)
 last = last or int_text(first - 1)
 redis.call('HSET', KEY.RUN, F.LAST_SEQ, last)
 return {V.OK, last}

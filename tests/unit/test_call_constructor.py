@@ -165,7 +165,7 @@ def _swapped(cls: type) -> str:
     [
         (Commit, _swapped),  # two fields set from each other's parameter
         (Commit, lambda c: init_source(c).replace("    _s5(self, ckpt)\n", "")),  # a field left unset
-        (Commit, lambda c: init_source(c).replace("_s6(self, iterations)", "_s6(self, None)")),
+        (Commit, lambda c: init_source(c).replace("_s13(self, iterations)", "_s13(self, None)")),
         (_Factories, lambda c: init_source(c).replace("    self.__post_init__()\n", "")),
         (_Factories, lambda c: init_source(c).replace("_f1() if items is _d1 else items", "items")),
     ],

@@ -81,8 +81,8 @@ def _reference_argv(call: ScriptCall) -> list[object]:
         f for f in fs if not f.metadata.get("agentmill.key_only") and not f.metadata.get("agentmill.tail")
     ]
     tail = [f for f in fs if f.metadata.get("agentmill.tail")]
-    if any(getattr(call, f.name) != f.default for f in tail):
-        args += tail
+    sent = [i for i, f in enumerate(tail, 1) if getattr(call, f.name) != f.default]
+    args += tail[: max(sent, default=0)]  # up to the last field off its default
     out: list[object] = []
     for f in args:
         v = getattr(call, f.name)
@@ -120,7 +120,7 @@ def test_argv_reads_a_calls_fields_once_per_class(monkeypatch: pytest.MonkeyPatc
 
 
 @pytest.mark.parametrize("name", sorted(CALLS))
-def test_a_calls_argv_is_its_fields_in_order_none_empty_the_rest_spread_the_tail_all_or_none(
+def test_a_calls_argv_is_its_fields_in_order_none_empty_the_rest_spread_the_tail_to_its_last_sent(
     name: str,
 ) -> None:
     """argv is written from the class's fields once (base.argv_source): it sends what they declare."""

@@ -173,40 +173,45 @@ class RedisRunStore:
     def _commit_call(self, step: CommitStep) -> Commit:
         """``step`` as commit.lua's call (shared.calls.steps.Commit), its payloads sealed. Built by
         position, in Commit's order of fields (a class called with keywords passes them as a dict:
-        a third more per commit), its tail left to its defaults when the step needs none of it."""
+        a third more per commit), its tail (sent up to its last field not its default) left to its
+        defaults from the first field the step does not need."""
         outbox, seal, usage = step.outbox, self.codec.seal_json, step.usage
-        events = [x for kind, ts, payload in outbox.events for x in (kind, ts, seal(payload))]
+        events = [x for kind, _, payload in outbox.events for x in (kind, seal(payload))]  # ts sent once
         if outbox.claims:
             events += [x for c in outbox.claims for x in (c, self.attempts.get(c, 0) + 1)]
         if outbox.records:
             events += [x for i, rec in outbox.records for x in (i, seal(rec))]
-        u_in = u_out = u_read = u_write = None
-        u_est = u_cost = t_mode = ""
-        if usage is not None:
-            u_in, u_out, u_read, u_write = (usage.input_tokens, usage.output_tokens,
-                                            usage.cache_read_tokens, usage.cache_write_tokens)  # fmt: skip
-            u_est = "1" if usage.estimated else "0"
-            u_cost = repr(usage.cost_usd) if usage.cost_usd is not None else ""
-        t_data = b""
+        t_mode, t_data = "", b""
         if (tw := step.transcript) is not None:
             t_mode, t_data = "a" if tw.append else "s", self.codec.seal_fragment(tw.data)
         head = (self.epoch, self.last_seq + 1, self.lease_id, self.run_id, step.status,
-                seal(step.checkpoint or b""), step.iterations, u_in, u_out, u_est, u_cost, u_read, u_write,
-                t_mode, t_data, "", len(outbox.claims), len(outbox.records), len(outbox.events),
-                tuple(events))  # fmt: skip
+                seal(step.checkpoint or b""), t_mode, t_data, len(outbox.claims), len(outbox.records),
+                outbox.events[0][1] if outbox.events else None, len(outbox.events), tuple(events))  # fmt: skip
         session, st = step.session, outbox.settle
         tally = step.tally if step.status else None
         je = step.job_end if step.status else None
-        if not (step.aux or session or step.approval_timeout_ms is not None or step.run_deadline_ms is not None
-                or step.error_code or step.children or step.config or tally or st or je):  # fmt: skip
+        rare = (step.aux or session or step.approval_timeout_ms is not None or step.run_deadline_ms is not None
+                or step.error_code or tally or st or je)  # fmt: skip
+        if not rare and usage is None and step.iterations is None and not step.children and not step.config:
             return Commit(*head)  # no tail
+        u_in = u_out = u_read = u_write = None
+        u_est = u_cost = ""
+        if usage is not None:  # (a cache count 0 is never written: sent as none)
+            u_in, u_out = usage.input_tokens, usage.output_tokens
+            u_read, u_write = usage.cache_read_tokens or None, usage.cache_write_tokens or None
+            u_est = "1" if usage.estimated else "0"
+            u_cost = repr(usage.cost_usd) if usage.cost_usd is not None else ""
+        mid = (step.iterations, u_in, u_out, u_est, u_cost, u_read, u_write, step.children or b"",
+               seal(step.config or b""))  # fmt: skip
+        if not rare:
+            return Commit(*head, *mid)
         results = [x for i, r in session.tool_results for x in (i, seal(r))] if session else []
         calls = [seal(c) for c in session.calls] if session and session.calls else []
         terms = [x for term in tally.increments for x in term] if tally else []
         return Commit(
-            *head, seal(step.aux), session.session_id if session else "", seal(session.loop) if session else b"",
-            step.approval_timeout_ms, step.run_deadline_ms, step.error_code, step.children or b"",
-            seal(step.config or b""), tally.ttl_s if tally else None,
+            *head, *mid, "", seal(step.aux), session.session_id if session else "",
+            seal(session.loop) if session else b"", step.approval_timeout_ms, step.run_deadline_ms, step.error_code,
+            tally.ttl_s if tally else None,
             st.member if st else "", st.tokens if st else None, st.nano_usd if st else None,
             st.ttl_ms if st else None,
             je.job_id if je else "", je.record if je else b"", je.keep_ms if je and je.record else None,
@@ -217,8 +222,8 @@ class RedisRunStore:
         """Events alone (publish.lua: a commit's gate, no checkpoint): a model's deltas."""
         self._check_lease()
         seal = self.codec.seal_json
-        call = Publish(self.epoch, self.last_seq + 1, self.lease_id, len(events),
-                       tuple(x for kind, ts, payload in events for x in (kind, ts, seal(payload))))  # fmt: skip
+        call = Publish(self.epoch, self.last_seq + 1, self.lease_id, events[0][1], len(events),
+                       tuple(x for kind, _, payload in events for x in (kind, seal(payload))))  # fmt: skip
         self.round_trips += 1
         r = await self._run(self.scripts.publish, call.keys(self.part, self.run_id), call.argv())
         self._appended(r, call.first_seq)

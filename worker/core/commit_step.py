@@ -54,7 +54,9 @@ class JobEnd:
     landed: bool = False
 
 
-Entry = tuple[str, int, bytes]  # an event on its way to the stream: kind, ts, payload JSON
+# An event on its way to the stream: kind, ts, payload JSON. The events of one append (a commit, a
+# publish) share their ts, the time they are published (Commits._stamped): stores send it once.
+Entry = tuple[str, int, bytes]
 
 
 @dataclass(slots=True)

@@ -73,6 +73,7 @@ from worker.machine.state import (
     MachineError,
     Phase,
     RunState,
+    at_defaults,
     initial_state,
 )
 from worker.machine.steps import FINAL_ANSWER_PROMPT, build_messages, error_event, result_of
@@ -132,6 +133,7 @@ __all__ = [
     "Started",
     "ToolFinished",
     "Wait",
+    "at_defaults",
     "build_messages",
     "call_id",
     "child_run_id",

@@ -7,6 +7,8 @@ holds the run then, and its status is running)."""
 from __future__ import annotations
 
 from enum import StrEnum
+from itertools import compress
+from operator import itemgetter, not_
 from typing import Any
 
 from pydantic import Field
@@ -28,6 +30,7 @@ __all__ = [
     "MachineError",
     "Phase",
     "RunState",
+    "at_defaults",
     "initial_state",
 ]
 
@@ -167,3 +170,34 @@ def initial_state(run_id: str, session_id: str | None = None) -> RunState:
     new = copied(_BLANK, run_id=run_id, session_id=session_id, **fresh)
     object.__setattr__(new, "__pydantic_fields_set__", {"run_id", "session_id"})  # as validating sets it
     return new
+
+
+# The fields whose default is no None: a checkpoint leaves a field out when it holds its default
+# (``at_defaults``) or None (its dump's exclude_none: every field of the state and of the models in
+# it that may be None defaults to None), and loading puts the default back. Checked once a commit,
+# so cheaply: a falsy default (0, False, an empty list or dict) by the value's truth (validation
+# fixes its type), an enum by identity, a model by its fields.
+_FALSY = tuple(n for n, v in _BLANK.__dict__.items() if n != "run_id" and v is not None and not v)
+_OTHERS = tuple(
+    (n, v)
+    for n, v in _BLANK.__dict__.items()
+    if n != "run_id" and v is not None and v and not isinstance(v, Model)
+)
+_MODELS = tuple((n, v.__dict__) for n, v in _BLANK.__dict__.items() if isinstance(v, Model))
+
+
+_FALSY_OF = itemgetter(*_FALSY)
+
+
+def at_defaults(s: RunState) -> set[str]:
+    """The fields of ``s`` that hold their defaults (the falsy ones picked in C: a Python loop over
+    them cost as much as the checkpoint's serialisation saved)."""
+    d = s.__dict__
+    out = set(compress(_FALSY, map(not_, _FALSY_OF(d))))
+    for n, v in _OTHERS:
+        if d[n] is v:  # enum members: one object each
+            out.add(n)
+    for n, fields in _MODELS:
+        if d[n].__dict__ == fields:
+            out.add(n)
+    return out

@@ -33,7 +33,7 @@ from worker.core.commit_step import (
     UsageTally,
 )
 from worker.core.config import RunConfig
-from worker.machine import Emit, RunState
+from worker.machine import Emit, RunState, at_defaults
 from worker.machine.children import children_record
 from worker.ports import Clock, Failpoints, RunStore
 from worker.telemetry.observer import Observer
@@ -138,6 +138,7 @@ class Commits:
         self._config_json = b"null"  # each checkpoint
         self._children = b"[]"  # the round's children as the run hash has them (RunField.CHILDREN)
         self._usage: Usage | None = None  # the usage the last commit wrote to the run hash
+        self._iterations = -1  # the iterations it wrote (sent only when they changed)
         self._messages: _Messages = {}  # the messages of the last checkpoint and their JSON
         self._held: _Held | None = None  # steps whose writes wait for the next commit (hold)
         self.behind: asyncio.Task[None] | None = None  # a commit sent, its reply not yet awaited (send)
@@ -239,7 +240,7 @@ class Commits:
                     session=session,
                     approval_timeout_ms=approval_timeout_ms,
                     run_deadline_ms=run_deadline_ms,
-                    iterations=state.iterations,
+                    iterations=state.iterations if state.iterations != self._iterations else None,
                     error_code=error_code,
                     children=kids if kids != self._children else None,
                     usage=usage,
@@ -256,40 +257,38 @@ class Commits:
             self.ckpt_seq = last
             self._children = kids
             self._usage = state.usage
+            self._iterations = state.iterations
         for kind, _, _ in events:
             self.observer.event_published(kind)
 
     def _dump(self, state: RunState) -> bytes:
-        """The state's JSON. Its config, set at start and never changed (and shared by the runs of a
-        profile that set no knob of their own), is serialised once and spliced in: it was two thirds
-        of a checkpoint's serialisation. So are its message lists, a message serialised once
-        (``_messages``)."""
-        body: bytes = _STATE_JSON.to_json(state, by_alias=True, exclude=_SPLICED)
+        """The state's JSON, its fields at their defaults or None left out (loading puts them back;
+        they were half a checkpoint's bytes, and Redis's Lua hashes every byte it is sent). Its
+        config, set at start and never changed (and shared by the runs of a profile that set no knob
+        of their own), is serialised once and spliced in: it was two thirds of a checkpoint's
+        serialisation. So are its message lists, a message serialised once (``_messages``)."""
+        body: bytes = _STATE_JSON.to_json(
+            state, by_alias=True, exclude=_SPLICED | at_defaults(state), exclude_none=True
+        )
         seen: _Messages = {}
         history = self._messages_json(state.history, seen)
+        parts = [body[:-1]]  # an object with at least runId: its closing brace after the spliced fields
+        if state.history:
+            parts += (b",", _HISTORY_FIELD, b":", history)
         if self.transcript_apart:  # the transcript's key holds it (commit.lua), restore puts it back
             for m in state.transcript:  # the cache keeps the messages the next append may need
                 seen[id(m)] = (m, self._message_json(m))
-            transcript = b"null"
-        else:
-            transcript = self._messages_json(state.transcript, seen)
+            parts += (b",", _TRANSCRIPT_FIELD, b":null")  # null: kept apart (shared.checkpoint)
+        elif state.transcript:
+            parts += (b",", _TRANSCRIPT_FIELD, b":", self._messages_json(state.transcript, seen))
         self._messages = seen  # only what this state holds: the cache never outgrows the checkpoint
-        if state.config is None or self.config_apart:
-            config = b"null"  # apart: the run hash holds it (RunField.CONFIG), restore puts it back
-        else:
+        # apart (or none yet): left out; the run hash holds it (RunField.CONFIG), restore puts it back
+        if state.config is not None and not self.config_apart:
             if state.config is not self._config:
                 self._config, self._config_json = state.config, config_json(state.config)
-            config = self._config_json
-        # body is an object with at least runId: its closing brace gives way to the spliced fields
-        return b"%b,%b:%b,%b:%b,%b:%b}" % (
-            body[:-1],
-            _HISTORY_FIELD,
-            history,
-            _TRANSCRIPT_FIELD,
-            transcript,
-            _CONFIG_FIELD,
-            config,
-        )
+            parts += (b",", _CONFIG_FIELD, b":", self._config_json)
+        parts.append(b"}")
+        return b"".join(parts)
 
     def _transcript_write(self, messages: list[Message]) -> TranscriptWrite | None:
         """What the transcript's key needs to hold ``messages``: the new ones appended when the list
@@ -311,7 +310,7 @@ class Commits:
         hit = self._messages.get(id(m))
         if hit is not None and hit[0] is m:
             return hit[1]
-        out: bytes = _MESSAGE_JSON.to_json(m, by_alias=True)
+        out: bytes = _MESSAGE_JSON.to_json(m, by_alias=True, exclude_none=True)
         return out
 
     def _messages_json(self, messages: list[Message], seen: _Messages) -> bytes:
@@ -322,7 +321,7 @@ class Commits:
             key = id(m)
             hit = cache.get(key) or seen.get(key)
             if hit is None or hit[0] is not m:
-                hit = (m, _MESSAGE_JSON.to_json(m, by_alias=True))
+                hit = (m, _MESSAGE_JSON.to_json(m, by_alias=True, exclude_none=True))
             seen[key] = hit
             parts.append(hit[1])
         return b"[%b]" % b",".join(parts)
