@@ -223,7 +223,8 @@ def decide(state: RunState, event: Event) -> Decision:
 
 
 # sys.getrefcount of a state held by one local of decide's alone: that local, _entered's own and
-# getrefcount's argument
+# getrefcount's argument (CPython 3.11's count: tests/unit/test_machine_entered.py checks a state held
+# elsewhere is copied, should an interpreter count otherwise)
 _DECIDE_ONLY = 3
 
 
