@@ -11,6 +11,8 @@ Like bench/cpu_per_run.py it measures the tree it is run from, with that tree's 
 prints {"insn_per_run", "runs", "load", "callgrind": the dump, for callgrind_annotate} (valgrind from
 Debian's package). Time-driven work (polls, heartbeats) is counted too and
 runs slower under valgrind: compare trees at the same settings, not against CPU figures.
+``--delay-ms 1000`` is figure 4's load instead: the model answers after a second, so the window's
+runs are all in flight at once (their starts, then their endings).
 """
 
 from __future__ import annotations
@@ -62,8 +64,10 @@ async def drained(b: Any, r: Redis) -> None:
         await asyncio.sleep(0.02)
 
 
-async def measure(runs: int, warm: int, profile: str) -> dict[str, Any]:
-    b = Bench(argparse.Namespace(poll_delay=0.05))
+async def measure(
+    runs: int, warm: int, profile: str, delay_ms: int = 0, poll_delay: float = 0.05
+) -> dict[str, Any]:
+    b = Bench(argparse.Namespace(poll_delay=poll_delay))
     b.server.start()
     r = Redis.from_url(b.server.url)
     module = "app.worker" if os.path.isdir("app") else "worker"  # older trees: worker
@@ -76,9 +80,10 @@ async def measure(runs: int, warm: int, profile: str) -> dict[str, Any]:
         argv = [sys.executable, wrap, module]
     else:
         argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, "-m", module]
-    env = b.env(INSN_PROFILE_OUT=os.path.abspath(profile) if profile else "")
+    slots = {"AGENTMILL_MAX_JOBS": str(max(runs, warm) + 10)} if delay_ms else {}  # all in flight
+    env = b.env(INSN_PROFILE_OUT=os.path.abspath(profile) if profile else "", **slots)
     p = start_worker(argv, env)
-    run = b.script_run([{"text": "hi"}])
+    run = b.script_run([{"text": "hi", "delayMs": delay_ms}] if delay_ms else [{"text": "hi"}])
     try:
         await b.flush(r)
         await b.wait_started(r, 600.0)
@@ -94,7 +99,14 @@ async def measure(runs: int, warm: int, profile: str) -> dict[str, Any]:
 
         toggle(True)
         t0 = time.perf_counter()
-        await b.producer(r).submit_many([run] * runs)
+        # The worker stopped while the runs are submitted: it finds them all queued when it looks,
+        # so how it claims them (and how often it polls meanwhile) does not hang on how fast the
+        # producer was beside it on a busy machine (a window claimed in small pieces cost 10 % more).
+        os.kill(p.pid, signal.SIGSTOP)
+        try:
+            await b.producer(r).submit_many([run] * runs)
+        finally:
+            os.kill(p.pid, signal.SIGCONT)
         await drained(b, r)
         took = time.perf_counter() - t0
         toggle(False)
@@ -118,5 +130,18 @@ if __name__ == "__main__":
     ap.add_argument("--runs", type=int, default=300)
     ap.add_argument("--warm", type=int, default=200)
     ap.add_argument("--profile", default="", help="cProfile's stats to this file instead of callgrind")
+    ap.add_argument(
+        "--delay-ms",
+        type=int,
+        default=0,
+        help="the model answers after this long (figure 4: 1000, with --runs 1000 all in flight)",
+    )
+    ap.add_argument(
+        "--poll-delay",
+        type=float,
+        default=0.05,
+        help="the worker's poll interval (s): its polls are counted too, more of them the slower the "
+        "worker runs under valgrind on a busy machine; a second keeps them out of the comparison",
+    )
     a = ap.parse_args()
-    print(asyncio.run(measure(a.runs, a.warm, a.profile)))
+    print(asyncio.run(measure(a.runs, a.warm, a.profile, a.delay_ms, a.poll_delay)))

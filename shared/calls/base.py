@@ -10,7 +10,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-from shared.calls.construct import install_init
+from shared.construct import install_init
 
 __all__ = ["KEY_ONLY", "TAIL", "ScriptCall", "bind"]
 
@@ -32,7 +32,7 @@ class ScriptCall:
 
     def __init_subclass__(cls) -> None:
         """A declared call (``@dataclass(frozen=True, slots=True)``) gets the ``__init__`` written
-        by shared.calls.construct: dataclasses makes a slotted class anew, with its fields and its
+        by shared.construct: dataclasses makes a slotted class anew, with its fields and its
         ``__init__`` already in its namespace, and this hook runs for that class."""
         if "__slots__" in cls.__dict__ and "__dataclass_fields__" in cls.__dict__:
             install_init(cls)

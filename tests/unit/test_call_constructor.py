@@ -1,4 +1,4 @@
-"""Every declared call is built by an ``__init__`` written from its fields (shared.calls.construct):
+"""Every declared call is built by an ``__init__`` written from its fields (shared.construct):
 it must build what the dataclass's own ``__init__`` builds, from the same arguments, and refuse what
 it refuses; an object built so is as frozen, equal, hashable and printed as before."""
 
@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from shared.calls import CALLS, ScriptCall
-from shared.calls.construct import DATACLASS_INIT, init_source, written_init
 from shared.calls.steps import Commit
+from shared.construct import DATACLASS_INIT, init_source, written_init
 
 _UNSET = object()
 
@@ -179,3 +179,37 @@ def test_a_broken_written_init_is_caught(cls: type, broken: Callable[[type], str
 
 def test_a_written_init_whose_signature_differs_is_not_installed() -> None:
     assert written_init(Commit, lambda c: init_source(c).replace("status=_d4", "status=_d5")) is None
+
+
+def _worker_values() -> list[type]:
+    """The run's values built at every step with a written ``__init__`` (shared.construct.with_written_init)."""
+    import worker.core.acquisition
+    import worker.core.commit_step
+    import worker.machine
+    import worker.runner.effect
+    import worker.runner.parking  # noqa: F401
+
+    return sorted(
+        (c for c in DATACLASS_INIT if c.__module__.startswith("worker.")), key=lambda c: c.__qualname__
+    )
+
+
+def test_the_runs_values_have_written_inits() -> None:
+    names = {c.__name__ for c in _worker_values()}
+    assert {
+        "Started",
+        "ModelReplied",
+        "Emit",
+        "CallModel",
+        "ModelRequest",
+        "Finish",
+        "Acquired",
+        "CommitStep",
+    } <= names
+
+
+@pytest.mark.parametrize("cls", _worker_values(), ids=lambda c: c.__qualname__)
+def test_each_of_the_runs_values_is_built_by_its_written_init_as_the_dataclass_builds_it(cls: type) -> None:
+    assert cls.__init__ is not DATACLASS_INIT[cls]
+    assert inspect.signature(cls.__init__) == inspect.signature(DATACLASS_INIT[cls])
+    assert _differences(cls, cls.__init__) == [], init_source(cls)

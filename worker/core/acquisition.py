@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agentmill_client import limits
+from shared.construct import with_written_init
 from shared.tool_records import ToolRecord
 
 if TYPE_CHECKING:
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
 __all__ = ["Acquired", "NotAcquired"]
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class Acquired:
     epoch: int
@@ -43,6 +45,7 @@ class Acquired:
     answered: str = ""
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class NotAcquired:
     verdict: AcquireVerdict  # never OK

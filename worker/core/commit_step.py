@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agentmill_client.models import Usage
+from shared.construct import with_written_init
 
 __all__ = [
     "CommitStep",
@@ -19,6 +20,7 @@ __all__ = [
 ]
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class TranscriptWrite:
     """The transcript kept apart from the checkpoints (keys.Partition.transcript): its messages' JSON
@@ -28,6 +30,7 @@ class TranscriptWrite:
     data: bytes
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class Settlement:
     """A model call's budget hold settled by the run's next commit (budget.lua, in commit.lua) rather
@@ -72,6 +75,7 @@ class Outbox:
         return bool(self.events or self.claims or self.records)
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class UsageTally:
     """Written with a run's terminal commit: its usage added to its tenant's usage of the UTC day
@@ -83,6 +87,7 @@ class UsageTally:
     ttl_s: int
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class SessionUpdate:
     """Written with a run's terminal commit: its run loop (a completed run's; b"": none) joins the
@@ -95,6 +100,7 @@ class SessionUpdate:
     calls: list[bytes] = field(default_factory=list)
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class CommitStep:
     """One step's fenced write (``RunStore.commit``): its events, claims and records (``outbox``)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentmill_client.models import Budget, EventKind, Message, ResponseFormat, RunResult, ToolCall
+from shared.construct import with_written_init
 from worker.core.config import ToolSpec
 from worker.machine.state import RunState
 
@@ -30,6 +31,7 @@ __all__ = [
 ]
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class Emit:
     """Publish a RunEvent; the runner numbers it and commits it with the checkpoint."""
@@ -38,11 +40,13 @@ class Emit:
     payload: dict[str, Any]
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class LoadContext:
     session_id: str | None
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class ModelRequest:
     run_id: str
@@ -62,21 +66,25 @@ class ModelRequest:
     provider_index: int = 0  # the provider of the profile's fallback chain to call (0: the primary)
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class CallModel:
     request: ModelRequest
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class Wait:
     delay_ms: int
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class ExecuteTool:
     call: ToolCall
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class Compact:
     transcript: list[Message]
@@ -84,6 +92,7 @@ class Compact:
     reason: str
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class AwaitHuman:
     pending: list[ToolCall]
@@ -93,6 +102,7 @@ class AwaitHuman:
         return {c.id: {"decision": "pending", "name": c.name, "arguments": c.arguments} for c in self.pending}
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class OfferClientCalls:
     """Record these client calls as pending, with their deadlines, in the same commit."""
@@ -102,6 +112,7 @@ class OfferClientCalls:
     timeout_ms: int
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class AwaitClient:
     """Park the run until every pending client call has a result (or passed its deadline)."""
@@ -117,6 +128,7 @@ class AwaitClient:
         ]
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class StartChildren:
     """Create the child runs of these sub-agent calls (idempotent: the ids are derived from the
@@ -127,6 +139,7 @@ class StartChildren:
     budget: Budget | None = None  # each child's: what the parent's budget has left (None: no budget)
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class AwaitChildren:
     """Park the run until every pending child has ended (its result delivered to the tools hash)."""
@@ -139,6 +152,7 @@ class AwaitChildren:
         return [{"toolCallId": c.id, "name": c.name, "runId": self.child_ids[c.id]} for c in self.pending]
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class AwaitModel:
     """Park the run until the provider batch holding its model call answers (economy lane)."""
@@ -153,6 +167,7 @@ class AwaitModel:
                 "endpoint": self.endpoint}  # fmt: skip
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class Finish:
     result: RunResult

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentmill_client.models import Message, ToolResult, Usage
+from shared.construct import with_written_init
 from worker.core.config import RunConfig
 from worker.core.policy import ModelFailure
 from worker.machine.state import RunState
@@ -36,6 +37,7 @@ __all__ = [
 ]
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class Started:
     now_ms: int
@@ -43,6 +45,7 @@ class Started:
     input_messages: list[Message]
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class Restored:
     """A new run that continues another's (a retry or a fork: worker/machine/restore.py).
@@ -61,12 +64,14 @@ class Restored:
     lineage: dict[str, Any] = field(default_factory=dict)
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class ContextLoaded:
     now_ms: int
     history: list[Message]
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class Resumed:
     """A new job took the run over from its checkpoint. ``recorded``: tool results the store holds
@@ -76,11 +81,13 @@ class Resumed:
     recorded: dict[str, ToolResult] = field(default_factory=dict)
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class ModelStreamOpened:
     now_ms: int
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class ModelReplied:
     """The stream ended; ``finish_reason`` is what it said (None: it stopped without saying)."""
@@ -93,6 +100,7 @@ class ModelReplied:
     partial: bool = False  # deltas of this attempt were already published
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class ModelFailed:
     now_ms: int
@@ -101,17 +109,20 @@ class ModelFailed:
     partial: bool = False  # deltas of this attempt were already published
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class RetryTimerFired:
     now_ms: int
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class ToolFinished:
     now_ms: int
     result: ToolResult
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class ApprovalsDecided:
     now_ms: int
@@ -120,6 +131,7 @@ class ApprovalsDecided:
     actors: dict[str, dict[str, Any]] = field(default_factory=dict)  # who decided each (shared.actors)
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class ModelDeferred:
     """The economy lane: the model call was written as one request of a provider batch
@@ -131,6 +143,7 @@ class ModelDeferred:
     endpoint: str = ""  # the provider endpoint's hash (endpoint_keys.endpoint_hash): where its batch is
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class ClientResultsReceived:
     """Results of client tool calls the caller posted (the store holds them; a call past its
@@ -141,6 +154,7 @@ class ClientResultsReceived:
     actors: dict[str, dict[str, Any]] = field(default_factory=dict)  # who sent each (shared.actors)
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class ChildrenStarted:
     """The child runs of sub-agent calls exist (``streams``: toolCallId -> the child's stream key),
@@ -151,6 +165,7 @@ class ChildrenStarted:
     failed: dict[str, str] = field(default_factory=dict)
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class ChildrenEnded:
     """Results of sub-agent calls whose child runs ended (delivered to the parent's tools hash), and
@@ -161,6 +176,7 @@ class ChildrenEnded:
     usage: dict[str, Usage] = field(default_factory=dict)
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class CompactionDone:
     now_ms: int
@@ -169,6 +185,7 @@ class CompactionDone:
     reason: str
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class AbortRequested:
     now_ms: int
@@ -176,6 +193,7 @@ class AbortRequested:
     actor: dict[str, Any] | None = None  # who aborts (shared.actors), named in the status event
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class BudgetRefused:
     """The tenant's budget for the day cannot afford the model call about to start (nothing was
@@ -185,11 +203,13 @@ class BudgetRefused:
     message: str
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class DeadlineReached:
     now_ms: int
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class StartRejected:
     """The run cannot start: its profile or policy does not resolve to a configuration."""
@@ -199,6 +219,7 @@ class StartRejected:
     message: str
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class EffectCrashed:
     """An effect raised what it should not (a bug, corrupt data): the run fails with it, never hangs."""

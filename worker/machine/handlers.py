@@ -6,7 +6,9 @@ event in which node, and where it may lead.
 
 from __future__ import annotations
 
-from agentmill_client.models import EventKind, Message, RunError, RunStatus
+from typing import Any
+
+from agentmill_client.models import EventKind, Message, RunError, RunStatus, Usage
 from worker.core import policy
 from worker.machine import fallback
 from worker.machine.budget import BUDGET_EXCEEDED
@@ -135,6 +137,7 @@ def on_replied(s: RunState, e: ModelReplied) -> Decision:
         economy = e.usage if economy is None else economy + e.usage
     s = up(s, iterations=s.iterations + 1, usage=usage, transcript=[*s.transcript, msg], attempt=0,
             finish_reason=e.finish_reason, economy_usage=economy)  # fmt: skip
+    call_usage = usage_forms(e.usage) if e.usage else None
     cmds: list[Command] = [
         Emit(
             EventKind.ASSISTANT_MESSAGE,
@@ -143,15 +146,15 @@ def on_replied(s: RunState, e: ModelReplied) -> Decision:
                 "modelCallIndex": s.model_call_index,
                 "finishReason": e.finish_reason,
                 "calledLlmAt": s.called_llm_at_ms,
-                **({"usage": e.usage.model_dump(by_alias=True)} if e.usage else {}),
+                **({"usage": call_usage[0]} if call_usage else {}),
             },
         )
     ]
-    if e.usage:
+    if call_usage:
         answered = {} if not s.cfg.chain else {"provider": fallback.link_name(s.cfg, s.provider_index),
                                                  "model": s.cfg.chain[s.provider_index].model}  # fmt: skip
         cmds.append(Emit(EventKind.USAGE, {"modelCallIndex": s.model_call_index,
-                                           "usage": e.usage.model_dump(mode="json", by_alias=True, exclude_none=True),
+                                           "usage": call_usage[1],
                                            "total": usage.model_dump(mode="json", by_alias=True, exclude_none=True),
                                            **answered}))  # fmt: skip
     if refused:
@@ -159,6 +162,13 @@ def on_replied(s: RunState, e: ModelReplied) -> Decision:
     if not msg.tool_calls:
         return final_answer(s, msg, e.now_ms, cmds)
     return start_round(s, msg, e.now_ms, e.finish_reason, cmds)
+
+
+def usage_forms(u: Usage) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A call's usage as its events carry it: with its None fields (assistant_message) and in JSON
+    form without them (usage), from one serialisation (a Usage's fields are JSON values as they are)."""
+    full = u.model_dump(by_alias=True)
+    return full, {k: v for k, v in full.items() if v is not None}
 
 
 def on_failed(s: RunState, e: ModelFailed) -> Decision:

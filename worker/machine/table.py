@@ -9,6 +9,7 @@ lead to. The literal below is the whole table: a (node, event) pair it does not 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -217,5 +218,23 @@ def decide(state: RunState, event: Event) -> Decision:
     if to not in rule.to:
         raise MachineError(f"{type(event).__name__} led {node} to {to}, outside the table")
     if to != node:
-        new = up(new, node_since_ms=event.now_ms)
+        new = _entered(new, event.now_ms)
     return new, commands
+
+
+# sys.getrefcount of a state held by one local of decide's alone: that local, _entered's own and
+# getrefcount's argument (CPython 3.11's count: tests/unit/test_machine_entered.py checks a state held
+# elsewhere is copied, should an interpreter count otherwise)
+_DECIDE_ONLY = 3
+
+
+def _entered(new: RunState, now_ms: int) -> RunState:
+    """``up(new, node_since_ms=now_ms)``. The state a handler made for this step is held by decide
+    alone (no command, event or other state holds it: the handlers copy the fields they keep):
+    that one is stamped where it is, not copied a second time (the run's every transition copied
+    its some forty fields again for this one); one held anywhere else is copied."""
+    if sys.getrefcount(new) <= _DECIDE_ONLY:
+        new.__dict__["node_since_ms"] = now_ms
+        object.__setattr__(new, "__pydantic_fields_set__", new.__pydantic_fields_set__ | {"node_since_ms"})
+        return new
+    return up(new, node_since_ms=now_ms)

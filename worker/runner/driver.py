@@ -92,7 +92,7 @@ class RunDriver:
         self.store = ports.store
         self.inbox: Inbox[Event | Wake | FlushHeld | FlushDeltas | ToolRecorded] = Inbox()
         self.pending: deque[Event] = deque()
-        self.effects = EffectTasks(run_id, self.inbox.put_nowait, self.fence)
+        self.effects = EffectTasks(run_id, self.inbox.put_nowait, self)
         self.tasks = self.effects.tasks  # running effects; a drain waits for them
         self.state = machine.initial_state(run_id)
         self.records: dict[str, ToolRecord] = {}

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentmill_client.limits import DEFAULT_PRIORITY
+from shared.construct import with_written_init
 from shared.profiles import AgentProfile
 from shared.tool_records import ToolRecord
 from worker.core.commit_step import Settlement
@@ -25,6 +26,7 @@ from worker.runner.run_ports import RunPorts
 __all__ = ["EffectContext", "FlushDeltas", "Posted", "ToolRecorded"]
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class FlushDeltas:
     """Posted when a model call's buffered deltas are due out: the driver awaits ``flush`` when it
@@ -35,6 +37,7 @@ class FlushDeltas:
     flush: Callable[[], Awaitable[None]]
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class ToolRecorded:
     """A tool call's outcome with its record: the driver keeps the record and writes it with the

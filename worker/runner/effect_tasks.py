@@ -29,27 +29,29 @@ class Crashed(Wake):
         self.exc = exc
 
 
-class Fence(Protocol):
-    """Stop the run without writing (``deleted``: it was deleted): its driver's ``fence``."""
+class Fenced(Protocol):
+    """The run's driver, as its effects reach it: ``fence`` stops the run without writing
+    (``deleted``: it was deleted)."""
 
-    def __call__(self, *, deleted: bool = False) -> None: ...
+    def fence(self, *, deleted: bool = False) -> None: ...
 
 
 class EffectTasks:
     """One run's running effects (``tasks``: a drain waits for them)."""
 
-    def __init__(self, run_id: str, post: Callable[[Wake], None], fence: Fence) -> None:
+    def __init__(self, run_id: str, post: Callable[[Wake], None], driver: Fenced) -> None:
         self.run_id = run_id
         self.post = post  # the run's inbox
-        # The driver's method, held weakly: the driver holds this, and a strong hold made the driver
-        # and all it holds (its state, commits, effects) a cycle, left to the collector when the run
-        # ended instead of freed then. The driver outlives its effects (its job awaits them).
-        self._fence = weakref.WeakMethod(fence)
+        # The driver, held weakly: the driver holds this, and a strong hold made the driver and all
+        # it holds (its state, commits, effects) a cycle, left to the collector when the run ended
+        # instead of freed then. The driver outlives its effects (its job awaits them). (A weak
+        # reference to the driver, not a WeakMethod of its fence: that cost seven times as much.)
+        self._driver = weakref.ref(driver)
         self.tasks: set[asyncio.Task[None]] = set()
 
     def fence(self, deleted: bool) -> None:
-        if (fence := self._fence()) is not None:
-            fence(deleted=deleted)
+        if (driver := self._driver()) is not None:
+            driver.fence(deleted=deleted)
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)
@@ -77,8 +79,10 @@ class EffectTasks:
                 t.cancel()
 
     async def cancelled(self) -> None:
-        """Every running effect cancelled, and awaited."""
-        tasks = list(self.tasks)
+        """Every running effect cancelled, and awaited. One that has ended already (a model call
+        that posted its reply and returned, its ``_done`` not yet run) is not waited for: a gather
+        of it costs the run a turn of the loop and changes nothing (``_done`` reads its outcome)."""
         self.cancel()
+        tasks = [t for t in self.tasks if not t.done()]
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)

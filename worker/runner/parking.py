@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import orjson
 
 from agentmill_client.models import RunResult, RunStatus
+from shared.construct import with_written_init
 from worker.machine import AwaitChildren, AwaitClient, AwaitHuman, AwaitModel, RunState
 
 __all__ = ["Park", "Parking", "ending_error", "parking"]
@@ -17,6 +18,7 @@ __all__ = ["Park", "Parking", "ending_error", "parking"]
 Park = AwaitHuman | AwaitClient | AwaitChildren | AwaitModel
 
 
+@with_written_init
 @dataclass(frozen=True, slots=True)
 class Parking:
     status: str

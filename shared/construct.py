@@ -1,11 +1,13 @@
-"""A call's constructor, written from its fields once per class as dataclasses writes ``__init__``,
-but setting each field through its slot's descriptor: a frozen dataclass's ``__init__`` sets every
-field with ``object.__setattr__`` (a look-up along the class's MRO each), and a step's commit builds
-a call of some forty fields twice. The dataclass stays the declaration (its signature is the one
-mypy and ``inspect`` read); the written ``__init__`` takes the same parameters, defaults and
-default factories, calls ``__post_init__`` if the class has one, and leaves the object as frozen.
-A class whose fields this does not cover (an ``InitVar``, a field without a slot) keeps the
-dataclass's own ``__init__``."""
+"""A frozen slotted dataclass's constructor, written from its fields once per class as dataclasses
+writes ``__init__``, but setting each field through its slot's descriptor: a frozen dataclass's
+``__init__`` sets every field with ``object.__setattr__`` (a look-up along the class's MRO each), and
+a step's commit builds a call of some forty fields twice; a run's every step builds its events,
+commands and commit steps. The dataclass stays the declaration (its signature is the one mypy and
+``inspect`` read); the written ``__init__`` takes the same parameters, defaults and default
+factories, calls ``__post_init__`` if the class has one, and leaves the object as frozen. A class
+whose fields this does not cover (an ``InitVar``, a field without a slot) keeps the dataclass's own
+``__init__``. Declared script calls get it by their base (shared.calls.base); other values by
+``with_written_init``. No import beyond the standard library: the machine and the core use it."""
 
 from __future__ import annotations
 
@@ -13,9 +15,11 @@ import dataclasses
 import inspect
 from collections.abc import Callable
 from types import MemberDescriptorType
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["DATACLASS_INIT", "init_source", "install_init", "written_init"]
+__all__ = ["DATACLASS_INIT", "init_source", "install_init", "with_written_init", "written_init"]
+
+T = TypeVar("T", bound=type)
 
 # Each class given a written __init__ -> the dataclass's own (the reference the tests compare with).
 DATACLASS_INIT: dict[type, Callable[..., None]] = {}
@@ -85,3 +89,10 @@ def install_init(cls: type) -> bool:
     DATACLASS_INIT[cls] = cls.__dict__["__init__"]
     type.__setattr__(cls, "__init__", written)
     return True
+
+
+def with_written_init(cls: T) -> T:
+    """Class decorator, over ``@dataclass(frozen=True, slots=True)``: ``cls`` with its written
+    ``__init__`` (``install_init``), for the values built at every step of a run."""
+    install_init(cls)
+    return cls
