@@ -6,15 +6,17 @@ one write on the wait's connection, and Redis runs it the moment the wait ends, 
 (claim_jobs.lua with no time given). A submission's signal is thus answered by the claim of the
 worker it woke with no round trip in between: the wait's reply brings the claim's. A claim that
 rode behind a wait that timed out is the idle worker's poll (nothing left behind: no count follows).
-An idle worker's own poll is left to the claims riding (``_polled_by_rides``). Every guarantee of
-a claim sent on its own holds: the claim script's rule and its check of the
-worker's lease, the run's reconciler check a lease from now (a worker that dies before it reads
+An idle worker's own poll is left to the claims riding (``_polled_by_rides``), until IDLE_RIDES
+waits in a row took nothing: its waits then carry none and it counts the queue, until a claim takes
+a job again. Every guarantee of a claim sent on its own holds: the claim script's rule and its
+check of the worker's lease, the run's reconciler check a lease from now (a worker that dies before it reads
 the reply, or whose reply is lost, leaves its runs to the reconciler), one signal waking one
 worker. While claims ride, the worker keeps room for what they may take (``Wake.reserved``).
 What differs: a worker paused (or cut off) just after it sent a wait holds what its ride claims when
 that wait ends (one claim of at most RIDE_JOBS, within the wait's time: up to IDLE_POLLS poll
 intervals and a server tick) until it resumes, or until its lease runs out and the reconciler
-re-dispatches them; its wait alone used to take only a signal, the job left to the others' polls.
+re-dispatches them, where a wait alone would take only a signal and leave the job to the others'
+polls.
 """
 
 from __future__ import annotations
