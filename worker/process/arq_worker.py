@@ -44,9 +44,10 @@ class ResilientWorker(WokenClaims, Worker):
     arq claims each job with its own WATCH/MULTI transaction, one job after another, which caps
     how fast a worker fills up (about 700 jobs/s on two cores). ``start_jobs_on`` here claims every
     due job it has room for in one script with the same rule (the job is due and its in-progress
-    key is free). The same script moves each claimed run's reconciler check to one lease from now,
-    so a worker that dies between claiming a job and taking the run's lease delays the run by a
-    lease, not by the queued-run check.
+    key is free), and takes each claimed run under the worker's lease in the same call
+    (``acquire_run``), so a worker that dies after its claim leaves the run to the reconciler one
+    lease later. A claim without a lease id (the run taken later, by acquire.lua) moves the run's
+    reconciler check to one lease from now instead.
 
     A claim takes ``claim_size`` jobs: a deep queue fills an idle worker in a few claims, and other
     workers polling meanwhile still find the other half. A claim that came back full is followed by
