@@ -33,6 +33,7 @@ from collections.abc import Callable
 
 from redis.asyncio import Redis
 
+from bench import callgrind
 from bench.__main__ import Bench
 from bench.__main__ import parser as bench_parser
 from bench.commit_capture import load
@@ -258,22 +259,6 @@ async def wall(r: Redis, runs: dict[bytes, list[Call]], a: argparse.Namespace) -
     print("as captured, commands per FCALL (µs):", ", ".join(f"{k} {v:.1f}" for k, v in top))
 
 
-def _callgrind_totals(path: str) -> dict[str, float]:
-    """Inclusive instructions of fcallCommand and of the commands it ran (``call'2``: ``call``
-    inside a call), of the script's body (``lua_pcall``) and of the commands with their bridge
-    from Lua (``scriptCall``), from a
-    callgrind output file (its functions by name: redis-server's exported symbols)."""
-    out = subprocess.run(
-        ["callgrind_annotate", "--inclusive=yes", "--threshold=100", path], capture_output=True, text=True
-    ).stdout
-    got: dict[str, float] = {}
-    for line in out.splitlines():
-        m = re.match(r"\s*([\d,]+)\s+(?:\([^)]*\)\s+)?\S*:(\S+)", line)
-        if m:
-            got.setdefault(m.group(2), float(m.group(1).replace(",", "")))
-    return got
-
-
 def _callgrind_server(port: int, out: str) -> subprocess.Popen[bytes]:
     """A redis-server under callgrind, collecting inside fcallCommand only."""
     argv = ["valgrind", "--tool=callgrind", "--toggle-collect=fcallCommand", f"--callgrind-out-file={out}",
@@ -310,7 +295,7 @@ async def instructions(runs: dict[bytes, list[Call]], a: argparse.Namespace) -> 
                     proc.wait(60)
             if proc.poll() is None:
                 proc.kill()
-        t = _callgrind_totals(out)
+        t = callgrind.totals(out)  # fcallCommand, call'2 (the commands it ran), lua_pcall, scriptCall
         calls = row["calls"]
         got[name].append({"fcall": t.get("fcallCommand", 0) / calls, "inside": t.get("call'2", 0) / calls})
         parts = {k: t.get(k, 0) / calls for k in ("lua_pcall", "scriptCall", "call'2", "lua_pushlstring")}

@@ -23,6 +23,7 @@ import sys
 
 from redis.asyncio import Redis
 
+from bench import callgrind
 from bench import commit_parts as cp
 from bench.__main__ import Bench
 from bench.__main__ import parser as bench_parser
@@ -92,7 +93,7 @@ async def _instructions(runs: list[tuple[bytes, list[tuple[Call, list[Call]]]]],
             await asyncio.wait_for(proc.wait(), 60)
         if proc.returncode is None:
             proc.kill()
-    return cp._callgrind_totals(out).get("processInputBuffer", 0.0), sent
+    return callgrind.totals(out).get("processInputBuffer", 0.0), sent
 
 
 async def main(argv: list[str]) -> None:

@@ -15,7 +15,7 @@ callgrind leaves out); ``--json OUT`` also writes the figures.
 One copy serves older checkouts too, as bench/cpu_per_run.py does (539fcba's, before the
 ``scripted-effects`` profile and ``app/``): it needs only the tree's ``Bench`` (``server``,
 ``flush``, ``producer``, ``spawn``, ``script_run``, ``pure_profiles``, ``_ended``) and keeps the
-rest here. A tree without ``EFFECTS`` runs the ``scripted`` profile, whose echo was undeclared
+rest here (bench/callgrind.py it loads from beside itself). A tree without ``EFFECTS`` runs the ``scripted`` profile, whose echo was undeclared
 there: two commits a step, as ``EFFECTS`` declares it now.
 
 Time-driven work (arq's polls, heartbeats) is counted too and runs slower under valgrind: compare
@@ -27,9 +27,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import glob
+import importlib.util
 import json
 import os
-import re
 import stat
 import subprocess
 import sys
@@ -51,21 +51,15 @@ from tests.support.redis_server import redis_server_binary
 EFFECTS: str = getattr(plumbing, "EFFECTS", "scripted")
 WORKER = "app.worker" if os.path.exists("app/worker.py") else "worker"  # the module moved to app/
 
+# bench/callgrind.py from beside this file, not from the measured tree (older ones lack it).
+_spec = importlib.util.spec_from_file_location(
+    "_callgrind", os.path.join(os.path.dirname(__file__), "callgrind.py")
+)
+assert _spec is not None and _spec.loader is not None
+_callgrind = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_callgrind)
+
 WRAPPER = '#!/bin/sh\nexec valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file={out}.%p {binary} "$@"\n'
-
-
-def _callgrind_totals(path: str) -> dict[str, float]:
-    """Inclusive instructions by function name (the first line of each), from callgrind_annotate.
-    bench/commit_parts.py has this too; kept here for older checkouts, which lack it."""
-    out = subprocess.run(
-        ["callgrind_annotate", "--inclusive=yes", "--threshold=100", path], capture_output=True, text=True
-    ).stdout
-    got: dict[str, float] = {}
-    for line in out.splitlines():
-        m = re.match(r"\s*([\d,]+)\s+(?:\([^)]*\)\s+)?\S*:(\S+)", line)
-        if m:
-            got.setdefault(m.group(2), float(m.group(1).replace(",", "")))
-    return got
 
 
 def _run_ids(subs: list[Any]) -> list[str]:
@@ -151,7 +145,7 @@ async def measure(a: argparse.Namespace, out: str | None) -> dict[str, Any]:
                 "sys_us_per_step": (sys1 - sys0) / steps * 1e6, "script_usec_per_step": script_usec / steps}  # fmt: skip
     await asyncio.sleep(1)
     dump = sorted(glob.glob(f"{out}.{pid}.*"))[-1]
-    t = _callgrind_totals(dump)
+    t = _callgrind.totals(dump)
     total = 0.0
     with open(dump) as f:
         for line in f:
