@@ -5,9 +5,12 @@ poll interval; a lost signal costs at most two poll intervals (an idle worker's 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import statistics
 import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
@@ -173,35 +176,59 @@ async def test_one_submission_wakes_one_of_four_idle_workers(redis: Redis, redis
     assert n <= claims <= 2 * n
 
 
+@dataclass
+class _Seen:
+    claims: int = 0  # claim scripts called
+    reads: int = 0  # the queue reads given, sent by a client (not from a script)
+
+
+@contextlib.asynccontextmanager
+async def _monitored(redis: Redis, reads: list[str]) -> AsyncIterator[_Seen]:
+    """MONITOR while the block runs: the claim scripts called, and the client reads of the queue
+    by the commands ``reads`` names."""
+    seen = _Seen()
+    async with redis.monitor() as m:
+
+        async def count() -> None:
+            async for cmd in m.listen():
+                line = str(cmd.get("command", ""))
+                if "claim_jobs" in line:
+                    seen.claims += 1
+                elif cmd.get("client_address") != "lua" and line.split(" ", 2)[:2] in (
+                    [c, K.queue] for c in reads
+                ):
+                    seen.reads += 1
+
+        counter = asyncio.create_task(count())
+        try:
+            yield seen
+        finally:
+            counter.cancel()
+            await asyncio.gather(counter, return_exceptions=True)
+
+
+async def _claims_and_counts(redis: Redis, seconds: float) -> tuple[int, int]:
+    """For ``seconds``: the claim scripts called, and the queue counts sent by a client."""
+    async with _monitored(redis, ["ZCOUNT"]) as seen:
+        await asyncio.sleep(seconds)
+    return seen.claims, seen.reads
+
+
 async def test_a_woken_worker_claims_in_one_round_trip(redis: Redis, redis_url: str) -> None:
     """A signal is answered by the claim itself (the script picks the due jobs): the worker reads
     no queue first. MONITOR counts the queue reads sent by clients (not from scripts) against the
     claims: only the idle worker's own polls, every two poll intervals, read it."""
     p = producer_for(redis, redis_url)
     n = 20
-    reads_of_queue = [[c, K.queue] for c in ("ZRANGEBYSCORE", "ZCOUNT", "ZRANGE")]
     with workers(redis_url, 1, env=ENV):
         await _idle(redis, 1)
-        claims, reads = 0, 0
-        async with redis.monitor() as m:
-
-            async def count() -> None:
-                nonlocal claims, reads
-                async for cmd in m.listen():
-                    line = str(cmd.get("command", ""))
-                    if "claim_jobs" in line:
-                        claims += 1
-                    elif cmd.get("client_address") != "lua" and line.split(" ", 2)[:2] in reads_of_queue:
-                        reads += 1
-
-            counter = asyncio.create_task(count())
+        async with _monitored(redis, ["ZRANGEBYSCORE", "ZCOUNT", "ZRANGE"]) as seen:
             await asyncio.sleep(0.2)
             t0 = time.perf_counter()
             await _start_latencies(p, redis, n)
             took = time.perf_counter() - t0
             await asyncio.sleep(0.2)
-            counter.cancel()
-            await asyncio.gather(counter, return_exceptions=True)
+    claims, reads = seen.claims, seen.reads
     polls = (took + 0.4) / (IDLE_POLLS * POLL_S) + 2  # the idle polls meanwhile, and a margin
     print(f"{claims} claims, {reads} queue reads for {n} submissions in {took:.2f} s")
     assert claims >= n
@@ -236,27 +263,6 @@ async def test_a_worker_that_leaves_due_jobs_behind_claims_again_without_waiting
         took = time.perf_counter() - t0
     print(f"600 runs drained by 2 workers in {took:.2f} s (poll {poll_s:.0f} s)")
     assert took < 1.5 * IDLE_POLLS * poll_s, took
-
-
-async def _claims_and_counts(redis: Redis, seconds: float) -> tuple[int, int]:
-    """MONITOR for ``seconds``: the claim scripts called, and the queue counts sent by a client."""
-    claims, counts = 0, 0
-    async with redis.monitor() as m:
-
-        async def count() -> None:
-            nonlocal claims, counts
-            async for cmd in m.listen():
-                line = str(cmd.get("command", ""))
-                if "claim_jobs" in line:
-                    claims += 1
-                elif cmd.get("client_address") != "lua" and line.startswith(f"ZCOUNT {K.queue}"):
-                    counts += 1
-
-        counter = asyncio.create_task(count())
-        await asyncio.sleep(seconds)
-        counter.cancel()
-        await asyncio.gather(counter, return_exceptions=True)
-    return claims, counts
 
 
 async def test_an_idle_workers_claims_ride_behind_its_waits_until_it_has_been_idle_a_while(
