@@ -41,7 +41,9 @@ class WorkerSettings(BaseSettings):
         default=DEFAULT_HEARTBEAT_MS,
         gt=0,
         description="the worker's lease renewal and abort inbox: one O(1) script per beat, whatever its runs; "
-        "under a third of the lease (unset: 500 ms, or a third of a shorter lease)",
+        "under a third of the lease (unset: 500 ms, or a third of a shorter lease); a worker with no runs beats "
+        "every four heartbeats, or every sixth of the lease when that is sooner (never more often than every "
+        "heartbeat)",
     )
     reconcile_ms: int = Field(
         default=2_000, description="how often each worker sweeps for runs that lost their worker"

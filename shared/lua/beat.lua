@@ -5,8 +5,11 @@
 -- workers (its claims' share). A lease that already expired is not renewed: the worker must give up
 -- its runs (``lost``); register = '1' registers a new lease id.
 -- Call: shared.calls.steps.Beat.
-if ARG.REGISTER ~= '1' and redis.call('EXISTS', KEY.LEASE) == 0 then return {V.LOST} end
-redis.call('SET', KEY.LEASE, '1', 'PX', ARG.LEASE_MS)
+if ARG.REGISTER == '1' then
+  redis.call('SET', KEY.LEASE, '1', 'PX', ARG.LEASE_MS)
+elseif not redis.call('SET', KEY.LEASE, '1', 'PX', ARG.LEASE_MS, 'XX') then  -- renewed only if it still exists
+  return {V.LOST}
+end
 local now = now_ms()
 redis.call('ZADD', WORKERS, now + tonumber(ARG.LEASE_MS), ARG.LEASE_ID)
 -- the same expiry: its runs leave out the event an answer wrote (prelude.lua answer_event); and the

@@ -23,9 +23,15 @@ from worker.process.deps import WorkerDeps
 from worker.process.reconciler import hand_back_unheld, reconcile_once, reconcile_worker, runs_of
 from worker.telemetry.observer import Observer
 
-__all__ = ["LeaseKeeping"]
+__all__ = ["LeaseKeeping", "idle_beat_ms"]
 
 log = logging.getLogger("agentmill.worker")
+
+
+def idle_beat_ms(heartbeat_ms: int, lease_ms: int) -> int:
+    """How often a worker with no runs beats: four heartbeats, within a sixth of the lease (so the
+    lease is renewed five times before it could run out), never more often than a heartbeat."""
+    return max(heartbeat_ms, min(4 * heartbeat_ms, lease_ms // 6))
 
 
 class LeaseKeeping:
@@ -70,16 +76,22 @@ class LeaseKeeping:
             return True
 
     async def _heartbeat(self) -> None:
-        """One beat per worker: renew its lease and read its abort inbox, O(1) whatever its runs. A
-        worker that finds itself past its own deadline (or told by Redis that its lease expired)
-        stops its runs without writing, hands them to the queue and carries on under a new lease id."""
+        """One beat per worker: renew its lease and read its abort inbox, O(1) whatever its runs,
+        every AGENTMILL_HEARTBEAT_MS while it has runs, every ``idle_beat_ms`` while it has none (a
+        run that starts brings the next beat within AGENTMILL_HEARTBEAT_MS). A worker that finds
+        itself past its own deadline (or told by Redis that its lease expired) stops its runs
+        without writing, hands them to the queue and carries on under a new lease id."""
         s = self.settings
+        idle_s, last = idle_beat_ms(s.heartbeat_ms, s.lease_ms) / 1000.0, self.lease.now()
         while True:
             await asyncio.sleep(s.heartbeat_ms / 1000.0)
             if self.lease.expired():
                 await self._lease_lost("its lease deadline passed")
                 continue
             sent = self.lease.now()
+            if not (self.deps.active or self.worker.tasks) and sent - last < idle_s:
+                continue  # no runs here: no abort to read, and the lease is far from its end
+            last = sent
             try:
                 b = await beat(self.deps.parts, self.deps.scripts, self.deps.lease_id, s.lease_ms)
             except (RedisError, OSError) as exc:
