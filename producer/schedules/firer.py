@@ -70,7 +70,15 @@ from shared.replies import text
 from shared.script_sending import Parts, run_many, run_script
 from shared.settings import Settings
 
-__all__ = ["CLAIM_LIMIT", "TENANT_CONCURRENCY", "TENANT_SHARE", "Firer", "Look", "fire_forever"]
+__all__ = [
+    "CLAIM_LIMIT",
+    "MIGRATE_EVERY",
+    "TENANT_CONCURRENCY",
+    "TENANT_SHARE",
+    "Firer",
+    "Look",
+    "fire_forever",
+]
 
 log = logging.getLogger("agentmill.schedules")
 SF = ScheduleField
@@ -79,6 +87,9 @@ TENANT_SHARE = 20  # schedules of one tenant one firer claims on a partition per
 # A tenant's schedules one firer fires at once in a look: another tenant's firing shares the
 # process with at most this many of each other tenant's.
 TENANT_CONCURRENCY = 8
+# One look in this many (the first included) also moves the schedules an older version left in its
+# single due set: a rolling upgrade's old API processes may still add to it for a while.
+MIGRATE_EVERY = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +125,7 @@ class Firer:
         self.settings = producer.settings
         self.quotas = Quotas(self.settings)
         self.on_fired = on_fired
+        self.looks = 0  # looks made: every MIGRATE_EVERY-th moves an older version's due set
         self.keyless_said = False  # a named tenant's firing refused for want of AGENTMILL_ID_SECRET, logged
         # The process's RedisWatch.in_outage: True when a failed look belongs to a Redis outage,
         # logged once there (shared/outage_log.py); it then goes to the debug log, not a warning a poll
@@ -139,8 +151,10 @@ class Firer:
         only when something was claimed: a look that finds nothing due is that one round trip."""
         parts = self.producer.parts
         lease = self.settings.schedule_lease_ms
-        claims = [(p, ScheduleClaim(lease, CLAIM_LIMIT, p.schedules_due_prefix, p.schedule_prefix, TENANT_SHARE))
-                  for p in parts.parts]  # fmt: skip
+        migrate = "1" if self.looks % MIGRATE_EVERY == 0 else ""
+        self.looks += 1
+        claims = [(p, ScheduleClaim(lease, CLAIM_LIMIT, p.schedules_due_prefix, p.schedule_prefix, TENANT_SHARE,
+                                    migrate)) for p in parts.parts]  # fmt: skip
         calls = [(p, c.keys(p), c.argv()) for p, c in claims]
         replies = await run_many(parts, self.producer.scripts.schedule_claim, calls)
         at = time.monotonic()

@@ -147,6 +147,7 @@ class ScheduleClaim(ScriptCall):
     due_prefix: str  # a tenant's due set's key is this and the tenant (Partition.schedules_due_prefix)
     schedule_prefix: str  # a schedule hash's key is this and its key (Partition.schedule_prefix)
     share: int  # a tenant's most per look
+    migrate: str = ""  # '1': move the schedules older versions left in their one due set first
 
     def keys(self, part: Partition) -> list[str]:
         return [part.schedules_due_tenants, part.schedules_due_before]

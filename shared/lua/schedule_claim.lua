@@ -6,11 +6,13 @@
 -- firer that dies holding a claim leaves it to be claimed again when the lease expires (its
 -- firings' run ids are deterministic, so making one again creates nothing new).
 -- schedule_advance.lua sets the next firing.
--- The call: shared.calls.schedules.ScheduleClaim (the single due set of older versions is moved here once).
+-- The call: shared.calls.schedules.ScheduleClaim (the single due set of older versions is moved here
+-- when the firer asks: its first look, then one look in MIGRATE_EVERY, producer/schedules/firer.py).
 -- Returns: {now (ms, Redis time), schedule key, its tenant, …}
 local now = now_ms()
 local tenants, prefix = KEY.DUE_TENANTS, ARG.DUE_PREFIX
-if redis.call('EXISTS', KEY.DUE_BEFORE) == 1 then  -- schedules created by an older version: to their tenant's set
+-- Schedules created by an older version: to their tenant's set (a firer asks now and then: MIGRATE).
+if ARG.MIGRATE == '1' and redis.call('EXISTS', KEY.DUE_BEFORE) == 1 then
   local before = redis.call('ZRANGE', KEY.DUE_BEFORE, 0, -1, 'WITHSCORES')
   local seen = {}
   for i = 1, #before, 2 do

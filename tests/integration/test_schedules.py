@@ -20,7 +20,7 @@ from agentmill_client import AsyncClient
 from agentmill_client.errors import ApiError
 from agentmill_client.schedules import ScheduleInput
 from producer.listing import Catalog, RunFilter
-from producer.schedules.firer import Firer
+from producer.schedules.firer import MIGRATE_EVERY, Firer
 from producer.schedules.store import ScheduleStore, run_id_of
 from shared import keys
 from shared.fields import ScheduleField
@@ -213,6 +213,37 @@ async def test_a_claimed_firing_whose_firer_died_is_made_once_the_claim_expires(
     await asyncio.sleep(0.9)
     assert await Firer(p).fire_due() >= 1  # the claim expired: made, with what came due since
     assert run_id_of("tick", fire) in await _runs(redis, "tick")
+
+
+async def test_a_schedule_an_older_version_left_in_its_one_due_set_fires_from_a_firers_first_look(
+    redis: Redis, redis_url: str
+) -> None:
+    """Older versions kept every tenant's due schedules in one set: a firer moves them to their
+    tenant's set at its first look, and at one look in MIGRATE_EVERY after that (an old API process
+    of a rolling upgrade may still add to it); the looks between do not read it."""
+
+    async def to_older_set(sid: str) -> int:
+        fire = await _due_since(redis, sid, 0)
+        await redis.zrem(P.schedules_due("default"), sid)
+        await redis.zrem(P.schedules_due_tenants, "default")
+        await redis.zadd(P.schedules_due_before, {sid: fire})
+        return fire
+
+    await _every_second(redis, redis_url, "old", overlap="enqueue")
+    fire = await to_older_set("old")
+    firer = Firer(producer_for(redis, redis_url))
+    assert await firer.fire_due() >= 1  # its first look moved it, and made its firing
+    assert run_id_of("old", fire) in await _runs(redis, "old")
+    assert not await redis.exists(P.schedules_due_before)
+
+    await _every_second(redis, redis_url, "later", overlap="enqueue")
+    fire = await to_older_set("later")
+    while firer.looks % MIGRATE_EVERY:  # the looks between leave the older set alone
+        await firer.fire_due()
+        assert await redis.zscore(P.schedules_due_before, "later") == fire
+    await firer.fire_due()
+    assert not await redis.exists(P.schedules_due_before)
+    assert run_id_of("later", fire) in await _runs(redis, "later")
 
 
 def _cli(redis_url: str, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
