@@ -39,6 +39,7 @@ __all__ = ["CLAIM_MS", "DeletionJobs", "delete_forever"]
 D = DeletionField
 CLAIM_MS = 60_000  # a step's claim: a deleter that dies mid-step leaves it this long
 ERASING = 8  # runs of a step deleted at once
+IDLE_S, IDLE_MAX_S = 0.5, 2.0  # a deleter's look when none was due: after 0.5 s, doubling to 2 s
 log = logging.getLogger("agentmill.deletion")
 
 
@@ -186,12 +187,15 @@ def view(h: dict[str, str]) -> dict[str, Any]:
 
 
 async def delete_forever(parts: Parts, settings: Settings, stop: asyncio.Event | None = None) -> None:
-    """A worker's deleter: steps the due deletions, pausing AGENTMILL_DELETION_PAUSE_MS between steps
-    and half a second when none is due; a failure (Redis or the archive down) backs off and retries."""
+    """A worker's deleter: steps the due deletions, pausing AGENTMILL_DELETION_PAUSE_MS between steps;
+    when none is due it looks again after half a second, then less often while none comes, up to
+    IDLE_MAX_S (a new deletion starts within that); a failure (Redis or the archive down) backs off
+    and retries."""
     from producer.service import Producer  # the worker builds one for its deleter alone
 
     producer = Producer(parts, settings=settings)
     jobs = DeletionJobs(producer)
+    pause = IDLE_S  # the next look's pause when none is due
     try:
         while stop is None or not stop.is_set():
             try:
@@ -202,7 +206,12 @@ async def delete_forever(parts: Parts, settings: Settings, stop: asyncio.Event |
                 log.warning("deletion: step failed: %s", exc)
                 stepped = 0
                 await asyncio.sleep(2.0)
-            await asyncio.sleep(settings.deletion_pause_ms / 1000 if stepped else 0.5)
+            if stepped:
+                pause = IDLE_S
+                await asyncio.sleep(settings.deletion_pause_ms / 1000)
+            else:
+                await asyncio.sleep(pause)
+                pause = min(IDLE_MAX_S, pause * 2)
     finally:
         if producer.archive is not None:
             with contextlib.suppress(Exception):
