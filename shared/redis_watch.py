@@ -25,10 +25,15 @@ PING_TIMEOUT_S = 2.0
 
 
 class RedisWatch:
-    def __init__(self, settings: Settings, outage: OutageLog, *, interval_s: float = 1.0) -> None:
+    def __init__(
+        self, settings: Settings, outage: OutageLog, *, interval_s: float = 1.0, up_interval_s: float = 5.0
+    ) -> None:
         self.settings = settings
         self.outage = outage
-        self.interval_s = interval_s
+        self.interval_s = interval_s  # between probes during an outage: its end is seen within this
+        # between probes while Redis answers: an outage's start is seen at once by the first loop
+        # whose call fails (in_outage), so the probes are only a backstop then
+        self.up_interval_s = max(interval_s, up_interval_s)
         self._probe: Partitions[Any] | None = None
 
     @property
@@ -72,10 +77,15 @@ class RedisWatch:
             await asyncio.sleep(min(2.0, 0.25 * 2 ** min(attempt, 3)))
 
     async def run_forever(self) -> None:
-        """Probe every ``interval_s`` (each change logged once) until cancelled."""
+        """Probe every ``interval_s`` during an outage, every ``up_interval_s`` while Redis answers
+        (each change logged once), until cancelled."""
         try:
+            ticks = max(1, round(self.up_interval_s / self.interval_s))
             while True:
-                await asyncio.sleep(self.interval_s)
+                for _ in range(ticks):
+                    await asyncio.sleep(self.interval_s)
+                    if self.outage.active:  # under way, or begun by a loop's failed call: probe now
+                        break
                 await self.check()
         finally:
             await self._drop_probe()
