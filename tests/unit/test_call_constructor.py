@@ -151,6 +151,12 @@ def test_a_built_call_is_frozen_equal_hashable_and_printed_as_before() -> None:
     assert dataclasses.replace(call, epoch=5) == dataclasses.replace(same, epoch=5)
 
 
+def _set(cls: type, name: str, value: str = "") -> str:
+    """The written ``__init__``'s line that sets field ``name`` (to ``value``: its parameter)."""
+    i = [f.name for f in dataclasses.fields(cls)].index(name)
+    return f"_s{i}(self, {value or name})"
+
+
 def _swapped(cls: type) -> str:
     return (
         init_source(cls)
@@ -164,8 +170,8 @@ def _swapped(cls: type) -> str:
     ("cls", "broken"),
     [
         (Commit, _swapped),  # two fields set from each other's parameter
-        (Commit, lambda c: init_source(c).replace("    _s5(self, ckpt)\n", "")),  # a field left unset
-        (Commit, lambda c: init_source(c).replace("_s13(self, iterations)", "_s13(self, None)")),
+        (Commit, lambda c: init_source(c).replace(f"    {_set(c, 'ckpt')}\n", "")),  # a field left unset
+        (Commit, lambda c: init_source(c).replace(_set(c, "iterations"), _set(c, "iterations", "None"))),
         (_Factories, lambda c: init_source(c).replace("    self.__post_init__()\n", "")),
         (_Factories, lambda c: init_source(c).replace("_f1() if items is _d1 else items", "items")),
     ],
