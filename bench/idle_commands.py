@@ -39,7 +39,7 @@ def count(url: str, seconds: float) -> collections.Counter[tuple[str, str]]:
     """(sender, command) -> calls seen by MONITOR in ``seconds``."""
     seen: collections.Counter[tuple[str, str]] = collections.Counter()
     r = redis.Redis.from_url(url)
-    with r.monitor() as m:
+    with r.monitor() as m:  # type: ignore[no-untyped-call]
         stop = time.monotonic() + seconds
         done = threading.Timer(seconds + 0.5, lambda: r.ping())  # a command to end the last wait
         done.start()
