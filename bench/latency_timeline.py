@@ -132,11 +132,64 @@ def install_worker_stamps(out: str) -> None:
         _stamp(f"gc{info['generation']} {phase}")
 
     gc.callbacks.append(gc_cb)
+    if os.environ.get("TIMELINE_FINE"):
+        _fine_stamps()
 
     def dump() -> None:
         Path(out).write_text(json.dumps(STAMPS))
 
     atexit.register(dump)
+
+
+# ``--fine``: stamps at the start (``<``) and end (``>``) of these calls on a run's path.
+FINE = [
+    ("worker.adapters.redis_store", "RedisRunStore", "acquire"),
+    ("worker.runner.opening", None, "agent_of"),
+    ("worker.runner.opening", None, "start"),
+    ("worker.runner.commits", "Commits", "step"),
+    ("worker.adapters.redis_store", "RedisRunStore", "commit"),
+    ("worker.adapters.redis_store", "RedisRunStore", "_commit_call"),
+    ("worker.adapters.batcher", "ScriptBatcher", "_send"),
+    ("worker.runner.model_call", None, "_call_model"),
+    ("worker.process.arq_worker", "ResilientWorker", "_start_claims"),
+]
+
+
+def _fine_stamps() -> None:
+    import functools
+    import importlib
+    import inspect
+
+    for mod_name, cls_name, name in FINE:
+        mod = importlib.import_module(mod_name)
+        owner = getattr(mod, cls_name) if cls_name else mod
+        f = getattr(owner, name)
+        label = name
+
+        def wrap(f: Any, label: str) -> Any:
+            if inspect.iscoroutinefunction(f):
+
+                @functools.wraps(f)
+                async def aw(*a: Any, **k: Any) -> Any:
+                    _stamp(label + " <")
+                    try:
+                        return await f(*a, **k)
+                    finally:
+                        _stamp(label + " >")
+
+                return aw
+
+            @functools.wraps(f)
+            def w(*a: Any, **k: Any) -> Any:
+                _stamp(label + " <")
+                try:
+                    return f(*a, **k)
+                finally:
+                    _stamp(label + " >")
+
+            return w
+
+        setattr(owner, name, wrap(f, label))
 
 
 def worker_main(out: str) -> None:
@@ -230,6 +283,16 @@ async def submit_all(args: argparse.Namespace, url: str) -> tuple[list[tuple[int
     return jobs, recs
 
 
+# Intervals within each run (first occurrences; the second by its prefix): their medians over the
+# runs say more than the difference of two stages' medians, each taken over different runs.
+SPANS = [
+    ("client submit start", "worker job task start"),
+    ("worker job task start", "worker ending start"),
+    ("worker ending start", "worker send FCALL commit"),
+    ("worker job task start", "worker send FCALL commit"),
+]
+
+
 def _monitor(text: str) -> list[tuple[int, str]]:
     """(ns, what) of each command the server ran: the command, the function's name for FCALL, and
     ``[lua]`` before those a script ran."""
@@ -254,6 +317,7 @@ def report(jobs: list[tuple[int, int, str]], recs: list[Any], worker: list[list[
     events = sorted([(t, "server " + w) for t, w in mon] + [(t, "worker " + w) for t, w in worker])
     stages: dict[str, list[float]] = {}
     order: dict[str, float] = {}
+    spans: dict[tuple[str, str], list[float]] = {}
     for i, (t0, t1, _) in enumerate(jobs):
         end = jobs[i + 1][0] if i + 1 < len(jobs) else t0 + 10**9
         seen: dict[str, int] = {}
@@ -266,6 +330,13 @@ def report(jobs: list[tuple[int, int, str]], recs: list[Any], worker: list[list[
             if n:
                 k = f"{w} ({n + 1})"
             stages.setdefault(k, []).append((t - t0) / 1000)
+        firsts: dict[str, int] = {}
+        for t, w in sorted(row):
+            firsts.setdefault(w, t)
+        for a, b in SPANS:
+            ta, tb = firsts.get(a), next((t for w, t in firsts.items() if w.startswith(b)), None)
+            if ta is not None and tb is not None and tb >= ta:
+                spans.setdefault((a, b), []).append((tb - ta) / 1000)
     for k, v in stages.items():
         order[k] = statistics.median(v)
     n = len(jobs)
@@ -275,6 +346,12 @@ def report(jobs: list[tuple[int, int, str]], recs: list[Any], worker: list[list[
         if len(v) < n // 2 or "PING" in k:
             continue
         print(f"{k:<52} {order[k]:>8.0f} {v[int(0.9 * (len(v) - 1))]:>8.0f} {len(v):>5}")
+    for (a, b), v in spans.items():
+        v.sort()
+        print(
+            f"span {a.removeprefix('worker ')} → {b.removeprefix('worker ')}, each run's own (µs): p50 "
+            f"{statistics.median(v):.0f}  p90 {v[int(0.9 * (len(v) - 1))]:.0f}  ({len(v)})"
+        )
     lat = [f - c for rec in recs if rec for c, f in [rec]]
     if lat:
         lat.sort()
@@ -290,11 +367,14 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=20.0)
     ap.add_argument("--warm", type=int, default=20)
     ap.add_argument("--monitor", action="store_true", help="also the server's times (redis-cli monitor)")
+    ap.add_argument("--fine", action="store_true", help="also stamps inside the run (FINE)")
     ap.add_argument("--worker-out", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker_out:
         worker_main(args.worker_out)
         return
+    if args.fine:
+        os.environ["TIMELINE_FINE"] = "1"
     drive(args)
 
 
