@@ -127,3 +127,34 @@ async def test_a_connected_client_closes_its_pools_connections_when_closed(redis
     assert opened
     await client.aclose()
     assert not any(c.is_connected for c in opened)
+
+
+async def test_a_turns_first_batch_leaves_in_the_next_turn(redis: Redis, incr: tuple[Script, Forget]) -> None:
+    """The calls of one turn are sent from the turn after it, not one more turn later (a callback
+    that then made the batch's task): a run's commit waits one turn, not two."""
+    script, _forget = incr
+    await script(keys=["warm"], args=["x"])
+    b = ScriptBatcher(parts_of(redis), max_batch=2)
+    loop = asyncio.get_running_loop()
+    turn = 0
+
+    def tick() -> None:
+        nonlocal turn
+        turn += 1
+        loop.call_soon(tick)
+
+    loop.call_soon(tick)
+    await asyncio.sleep(0)
+    sent_at: list[int] = []
+    send = b._send
+
+    async def stamped(batch: Any, deadline_s: float) -> None:
+        sent_at.append(turn)
+        await send(batch, deadline_s)
+
+    b._send = stamped  # type: ignore[method-assign]
+    called_at = turn
+    replies = await asyncio.gather(*(b.call(K, script, ["n"], [str(i)]) for i in range(5)))
+    assert replies == [str(i).encode() for i in range(5)]
+    assert sent_at[0] == called_at + 1  # the first batch, from the turn after the calls
+    assert len(sent_at) == 3 and max(sent_at) <= called_at + 2  # the others beside it

@@ -57,24 +57,30 @@ class ScriptBatcher:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
         self.pending.append((part, script, keys, args, fut))
-        if not self.scheduled:
+        if not self.scheduled:  # the turn's first call: its batch leaves in the next turn
             self.scheduled = True
-            loop.call_soon(self._flush)
+            self._track(loop.create_task(self._turn()))
         return fut
 
-    def _flush(self) -> None:
+    async def _turn(self) -> None:
+        """The calls made since the last batch left: the first ``max_batch`` sent by this task
+        itself (one turn after the first call, as a callback scheduling the batch's task took two),
+        the others by tasks of their own, side by side."""
         self.scheduled = False
         pending, self.pending = self.pending, []
-        self._dispatch(pending, self.reroute_deadline_s)
+        self._dispatch(pending[self.max_batch :], self.reroute_deadline_s)
+        await self._send(pending[: self.max_batch], self.reroute_deadline_s)
+
+    def _track(self, task: asyncio.Task[None]) -> None:
+        self.sending.add(task)
+        task.add_done_callback(self.sending.discard)
 
     def _dispatch(self, calls: list[_Call], deadline_s: float) -> None:
         """One task per ``max_batch`` calls, each sent by ``Partitions.sending`` (one round trip per
         node it spans; on a single Redis, one)."""
         loop = asyncio.get_running_loop()
         for i in range(0, len(calls), self.max_batch):
-            task = loop.create_task(self._send(calls[i : i + self.max_batch], deadline_s))
-            self.sending.add(task)
-            task.add_done_callback(self.sending.discard)
+            self._track(loop.create_task(self._send(calls[i : i + self.max_batch], deadline_s)))
 
     async def _send(self, batch: list[_Call], deadline_s: float) -> None:
         batch = [c for c in batch if not c[4].done()]  # its caller gave up before it left
