@@ -32,6 +32,23 @@ from typing import Any
 os.environ.setdefault("AGENTMILL_DEV_PROFILES", "true")  # the test-only `scripted` profile
 
 STAMPS: list[tuple[int, str]] = []
+TURNS: list[Any] = [0, False]  # ``--fine``: the loop's turns from a run's task start to its commit
+
+
+def _count_turns() -> None:
+    """A callback that schedules itself each turn of the loop, counting, until the commit is sent
+    (it keeps the loop from sleeping meanwhile: a count, not a time)."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    TURNS[:] = [0, True]
+
+    def tick() -> None:
+        if TURNS[1]:
+            TURNS[0] += 1
+            loop.call_soon(tick)
+
+    loop.call_soon(tick)
 
 
 def _stamp(what: str) -> None:
@@ -60,6 +77,9 @@ def install_worker_stamps(out: str) -> None:
     async def send(self: Any, command: Any, check_health: bool = True) -> None:
         name = _cmd_name(command)
         self._probe_cmd = name
+        if name.startswith("FCALL commit") and TURNS[1]:
+            TURNS[1] = False
+            _stamp(f"turns {TURNS[0]}")
         _stamp("send " + name)
         await send0(self, command, check_health)
 
@@ -106,6 +126,8 @@ def install_worker_stamps(out: str) -> None:
 
     async def run_claimed(self: Any, *a: Any, **k: Any) -> None:
         _stamp("job task start")
+        if os.environ.get("TIMELINE_FINE"):
+            _count_turns()
         await run0(self, *a, **k)
         _stamp("job task end")
 
@@ -152,6 +174,15 @@ FINE = [
     ("worker.adapters.batcher", "ScriptBatcher", "_send"),
     ("worker.runner.model_call", None, "_call_model"),
     ("worker.process.arq_worker", "ResilientWorker", "_start_claims"),
+    ("worker.process.deps", "WorkerDeps", "ports"),
+    ("worker.runner.driver", "RunDriver", "__init__"),
+    ("worker.runner.driver", "RunDriver", "_run"),
+    ("worker.machine", None, "decide"),
+    ("worker.runner.ending", None, "session_update"),
+    ("worker.runner.ending", None, "usage_tally"),
+    ("worker.runner.ending", None, "encode"),
+    ("worker.runner.commits", "Commits", "_dump"),
+    ("shared.route", "Sending", "replies"),
 ]
 
 
@@ -283,10 +314,12 @@ async def submit_all(args: argparse.Namespace, url: str) -> tuple[list[tuple[int
     return jobs, recs
 
 
-# Intervals within each run (first occurrences; the second by its prefix): their medians over the
-# runs say more than the difference of two stages' medians, each taken over different runs.
+# Intervals within each run (from the last of the first before the first of the second, named by its
+# prefix): their medians over the runs say more than the difference of two stages' medians, each
+# taken over different runs.
 SPANS = [
     ("client submit start", "worker job task start"),
+    ("worker reply BLPOP", "worker job task start"),
     ("worker job task start", "worker ending start"),
     ("worker ending start", "worker send FCALL commit"),
     ("worker job task start", "worker send FCALL commit"),
@@ -333,9 +366,10 @@ def report(jobs: list[tuple[int, int, str]], recs: list[Any], worker: list[list[
         firsts: dict[str, int] = {}
         for t, w in sorted(row):
             firsts.setdefault(w, t)
-        for a, b in SPANS:
-            ta, tb = firsts.get(a), next((t for w, t in firsts.items() if w.startswith(b)), None)
-            if ta is not None and tb is not None and tb >= ta:
+        for a, b in SPANS:  # from the last ``a`` before the first ``b``
+            tb = next((t for w, t in firsts.items() if w.startswith(b)), None)
+            ta = max((t for t, w in row if w == a and tb is not None and t <= tb), default=None)
+            if ta is not None and tb is not None:
                 spans.setdefault((a, b), []).append((tb - ta) / 1000)
     for k, v in stages.items():
         order[k] = statistics.median(v)
