@@ -158,3 +158,29 @@ async def test_a_turns_first_batch_leaves_in_the_next_turn(redis: Redis, incr: t
     assert replies == [str(i).encode() for i in range(5)]
     assert sent_at[0] == called_at + 1  # the first batch, from the turn after the calls
     assert len(sent_at) == 3 and max(sent_at) <= called_at + 2  # the others beside it
+
+
+async def test_a_call_alone_is_sent_by_its_caller_and_those_made_meanwhile_wait_for_a_batch(
+    redis: Redis, incr: tuple[Script, Forget]
+) -> None:
+    """``run``: with nothing else in flight or waiting, the call leaves at once, in its caller's task
+    (no turn of the loop first); calls made while it is out go in the next turn's batch together."""
+    script, _forget = incr
+    await script(keys=["warm"], args=["x"])
+    b = ScriptBatcher(parts_of(redis))
+    sent: list[int] = []
+    send = b._send
+
+    async def counted(batch: Any, deadline_s: float) -> None:
+        sent.append(len(batch))
+        await send(batch, deadline_s)
+
+    b._send = counted  # type: ignore[method-assign]
+    first = asyncio.ensure_future(b.run(K, script, ["n"], ["a"]))
+    await asyncio.sleep(0)  # its first step: sent, its reply awaited
+    assert sent == [1] and b.alone == 1
+    rest = [asyncio.ensure_future(b.run(K, script, ["n"], [str(i)])) for i in range(3)]
+    assert await first == b"a" and await asyncio.gather(*rest) == [b"0", b"1", b"2"]
+    assert sent == [1, 3] and b.alone == 0
+    assert await b.run(K, script, ["n"], ["z"]) == b"z" and sent == [1, 3, 1]
+    assert await redis.get("n") == b"5"

@@ -50,8 +50,27 @@ class ScriptBatcher:
         self.pending: list[_Call] = []
         self.scheduled = False
         self.sending: set[asyncio.Task[None]] = set()
+        self.alone = 0  # calls being sent by their callers (``run``)
         self.batches = 0  # round trips sent (for the bench)
         self.calls = 0
+
+    async def run(self, part: Partition, script: Script, keys: list[Any], args: list[Any]) -> Any:
+        """The call's reply. A call with no other in flight or waiting is sent at once, by its
+        caller (a paced run's commit: no turn of the loop before it leaves); the calls made while
+        it is out wait for the turn's batch, as every call did (``call``)."""
+        if self.pending or self.sending or self.alone:
+            return await self.call(part, script, keys, args)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.alone += 1
+        try:
+            await self._send([(part, script, keys, args, fut)], self.reroute_deadline_s)
+        except BaseException:  # cancelled: the reply (or the cancel) set on the future is not needed
+            if fut.done() and not fut.cancelled():
+                fut.exception()
+            raise
+        finally:
+            self.alone -= 1
+        return await fut
 
     def call(self, part: Partition, script: Script, keys: list[Any], args: list[Any]) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
