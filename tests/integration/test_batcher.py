@@ -15,7 +15,7 @@ from shared.redis_conn import connect
 from shared.route import pipelined
 from shared.settings import Settings
 from tests.support.schema import K, parts_of
-from worker.adapters.batcher import ScriptBatcher
+from worker.adapters.batcher import QUIET_S, ScriptBatcher
 
 pytestmark = pytest.mark.integration
 
@@ -163,8 +163,9 @@ async def test_a_turns_first_batch_leaves_in_the_next_turn(redis: Redis, incr: t
 async def test_a_call_alone_is_sent_by_its_caller_and_those_made_meanwhile_wait_for_a_batch(
     redis: Redis, incr: tuple[Script, Forget]
 ) -> None:
-    """``run``: with nothing else in flight or waiting, the call leaves at once, in its caller's task
-    (no turn of the loop first); calls made while it is out go in the next turn's batch together."""
+    """``run``: with nothing else in flight or waiting and nothing sent for QUIET_S, the call leaves
+    at once, in its caller's task (no turn of the loop first); calls made while it is out, or soon
+    after another, go in the next turn's batch together."""
     script, _forget = incr
     await script(keys=["warm"], args=["x"])
     b = ScriptBatcher(parts_of(redis))
@@ -182,5 +183,11 @@ async def test_a_call_alone_is_sent_by_its_caller_and_those_made_meanwhile_wait_
     rest = [asyncio.ensure_future(b.run(K, script, ["n"], [str(i)])) for i in range(3)]
     assert await first == b"a" and await asyncio.gather(*rest) == [b"0", b"1", b"2"]
     assert sent == [1, 3] and b.alone == 0
-    assert await b.run(K, script, ["n"], ["z"]) == b"z" and sent == [1, 3, 1]
-    assert await redis.get("n") == b"5"
+    soon = asyncio.ensure_future(b.run(K, script, ["n"], ["y"]))  # right after the others: batched
+    await asyncio.sleep(0)
+    assert b.alone == 0 and len(b.pending) == 1 and await soon == b"y"
+    await asyncio.sleep(QUIET_S * 2)  # quiet again: at once
+    later = asyncio.ensure_future(b.run(K, script, ["n"], ["z"]))
+    await asyncio.sleep(0)
+    assert b.alone == 1 and await later == b"z" and sent == [1, 3, 1, 1]
+    assert await redis.get("n") == b"6"

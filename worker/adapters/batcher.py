@@ -31,6 +31,10 @@ __all__ = ["ScriptBatcher"]
 
 _Call = tuple[Partition, Script, list[Any], list[Any], "asyncio.Future[Any]"]
 
+# A call after this long with none (``ScriptBatcher.run``) goes at once: the batcher is quiet, no
+# other run is stepping beside it. Calls closer together than this wait for the turn's batch.
+QUIET_S = 0.002
+
 
 class ScriptBatcher:
     def __init__(
@@ -51,16 +55,22 @@ class ScriptBatcher:
         self.scheduled = False
         self.sending: set[asyncio.Task[None]] = set()
         self.alone = 0  # calls being sent by their callers (``run``)
+        self.last_out = float("-inf")  # the loop's time when the last call or batch went out
         self.batches = 0  # round trips sent (for the bench)
         self.calls = 0
 
     async def run(self, part: Partition, script: Script, keys: list[Any], args: list[Any]) -> Any:
-        """The call's reply. A call with no other in flight or waiting is sent at once, by its
-        caller (a paced run's commit: no turn of the loop before it leaves); the calls made while
-        it is out wait for the turn's batch, as every call did (``call``)."""
-        if self.pending or self.sending or self.alone:
+        """The call's reply. A call that finds the batcher quiet (nothing in flight or waiting, and
+        nothing sent for ``QUIET_S``: a paced run's commit) is sent at once, by its caller, with no
+        turn of the loop before it leaves; the others, and those made while it is out, wait for
+        the turn's batch, as every call did (``call``): runs stepping side by side share round trips."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if self.pending or self.sending or self.alone or now - self.last_out < QUIET_S:
+            self.last_out = now
             return await self.call(part, script, keys, args)
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.last_out = now
+        fut: asyncio.Future[Any] = loop.create_future()
         self.alone += 1
         try:
             await self._send([(part, script, keys, args, fut)], self.reroute_deadline_s)
