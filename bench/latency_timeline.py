@@ -32,23 +32,6 @@ from typing import Any
 os.environ.setdefault("AGENTMILL_DEV_PROFILES", "true")  # the test-only `scripted` profile
 
 STAMPS: list[tuple[int, str]] = []
-TURNS: list[Any] = [0, False]  # ``--fine``: the loop's turns from a run's task start to its commit
-
-
-def _count_turns() -> None:
-    """A callback that schedules itself each turn of the loop, counting, until the commit is sent
-    (it keeps the loop from sleeping meanwhile: a count, not a time)."""
-    import asyncio
-
-    loop = asyncio.get_running_loop()
-    TURNS[:] = [0, True]
-
-    def tick() -> None:
-        if TURNS[1]:
-            TURNS[0] += 1
-            loop.call_soon(tick)
-
-    loop.call_soon(tick)
 
 
 def _stamp(what: str) -> None:
@@ -69,6 +52,7 @@ def install_worker_stamps(out: str) -> None:
     """Wall-clock stamps in this (worker) process, written to ``out`` when it exits."""
     import redis.asyncio.connection as rc
 
+    from bench import timeline_fine
     from worker.process import arq_worker, wake
     from worker.runner import driver, ending
 
@@ -77,9 +61,8 @@ def install_worker_stamps(out: str) -> None:
     async def send(self: Any, command: Any, check_health: bool = True) -> None:
         name = _cmd_name(command)
         self._probe_cmd = name
-        if name.startswith("FCALL commit") and TURNS[1]:
-            TURNS[1] = False
-            _stamp(f"turns {TURNS[0]}")
+        if name.startswith("FCALL commit") and (turns := timeline_fine.turns_taken()) is not None:
+            _stamp(f"turns {turns}")
         _stamp("send " + name)
         await send0(self, command, check_health)
 
@@ -127,7 +110,7 @@ def install_worker_stamps(out: str) -> None:
     async def run_claimed(self: Any, *a: Any, **k: Any) -> None:
         _stamp("job task start")
         if os.environ.get("TIMELINE_FINE"):
-            _count_turns()
+            timeline_fine.count_turns()
         await run0(self, *a, **k)
         _stamp("job task end")
 
@@ -155,72 +138,12 @@ def install_worker_stamps(out: str) -> None:
 
     gc.callbacks.append(gc_cb)
     if os.environ.get("TIMELINE_FINE"):
-        _fine_stamps()
+        timeline_fine.install(_stamp)
 
     def dump() -> None:
         Path(out).write_text(json.dumps(STAMPS))
 
     atexit.register(dump)
-
-
-# ``--fine``: stamps at the start (``<``) and end (``>``) of these calls on a run's path.
-FINE = [
-    ("worker.adapters.redis_store", "RedisRunStore", "acquire"),
-    ("worker.runner.opening", None, "agent_of"),
-    ("worker.runner.opening", None, "start"),
-    ("worker.runner.commits", "Commits", "step"),
-    ("worker.adapters.redis_store", "RedisRunStore", "commit"),
-    ("worker.adapters.redis_store", "RedisRunStore", "_commit_call"),
-    ("worker.adapters.batcher", "ScriptBatcher", "_send"),
-    ("worker.runner.model_call", None, "_call_model"),
-    ("worker.process.arq_worker", "ResilientWorker", "_start_claims"),
-    ("worker.process.deps", "WorkerDeps", "ports"),
-    ("worker.runner.driver", "RunDriver", "__init__"),
-    ("worker.runner.driver", "RunDriver", "_run"),
-    ("worker.machine", None, "decide"),
-    ("worker.runner.ending", None, "session_update"),
-    ("worker.runner.ending", None, "usage_tally"),
-    ("worker.runner.ending", None, "encode"),
-    ("worker.runner.commits", "Commits", "_dump"),
-    ("shared.route", "Sending", "replies"),
-]
-
-
-def _fine_stamps() -> None:
-    import functools
-    import importlib
-    import inspect
-
-    for mod_name, cls_name, name in FINE:
-        mod = importlib.import_module(mod_name)
-        owner = getattr(mod, cls_name) if cls_name else mod
-        f = getattr(owner, name)
-        label = name
-
-        def wrap(f: Any, label: str) -> Any:
-            if inspect.iscoroutinefunction(f):
-
-                @functools.wraps(f)
-                async def aw(*a: Any, **k: Any) -> Any:
-                    _stamp(label + " <")
-                    try:
-                        return await f(*a, **k)
-                    finally:
-                        _stamp(label + " >")
-
-                return aw
-
-            @functools.wraps(f)
-            def w(*a: Any, **k: Any) -> Any:
-                _stamp(label + " <")
-                try:
-                    return f(*a, **k)
-                finally:
-                    _stamp(label + " >")
-
-            return w
-
-        setattr(owner, name, wrap(f, label))
 
 
 def worker_main(out: str) -> None:
@@ -401,7 +324,7 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=20.0)
     ap.add_argument("--warm", type=int, default=20)
     ap.add_argument("--monitor", action="store_true", help="also the server's times (redis-cli monitor)")
-    ap.add_argument("--fine", action="store_true", help="also stamps inside the run (FINE)")
+    ap.add_argument("--fine", action="store_true", help="also stamps inside the run (bench/timeline_fine.py)")
     ap.add_argument("--worker-out", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker_out:
