@@ -52,6 +52,7 @@ def install_worker_stamps(out: str) -> None:
     """Wall-clock stamps in this (worker) process, written to ``out`` when it exits."""
     import redis.asyncio.connection as rc
 
+    from bench import timeline_fine
     from worker.process import arq_worker, wake
     from worker.runner import driver, ending
 
@@ -60,6 +61,8 @@ def install_worker_stamps(out: str) -> None:
     async def send(self: Any, command: Any, check_health: bool = True) -> None:
         name = _cmd_name(command)
         self._probe_cmd = name
+        if name.startswith("FCALL commit") and (turns := timeline_fine.turns_taken()) is not None:
+            _stamp(f"turns {turns}")
         _stamp("send " + name)
         await send0(self, command, check_health)
 
@@ -106,6 +109,8 @@ def install_worker_stamps(out: str) -> None:
 
     async def run_claimed(self: Any, *a: Any, **k: Any) -> None:
         _stamp("job task start")
+        if os.environ.get("TIMELINE_FINE"):
+            timeline_fine.count_turns()
         await run0(self, *a, **k)
         _stamp("job task end")
 
@@ -132,6 +137,8 @@ def install_worker_stamps(out: str) -> None:
         _stamp(f"gc{info['generation']} {phase}")
 
     gc.callbacks.append(gc_cb)
+    if os.environ.get("TIMELINE_FINE"):
+        timeline_fine.install(_stamp)
 
     def dump() -> None:
         Path(out).write_text(json.dumps(STAMPS))
@@ -230,6 +237,18 @@ async def submit_all(args: argparse.Namespace, url: str) -> tuple[list[tuple[int
     return jobs, recs
 
 
+# Intervals within each run (from the last of the first before the first of the second, named by its
+# prefix): their medians over the runs say more than the difference of two stages' medians, each
+# taken over different runs.
+SPANS = [
+    ("client submit start", "worker job task start"),
+    ("worker reply BLPOP", "worker job task start"),
+    ("worker job task start", "worker ending start"),
+    ("worker ending start", "worker send FCALL commit"),
+    ("worker job task start", "worker send FCALL commit"),
+]
+
+
 def _monitor(text: str) -> list[tuple[int, str]]:
     """(ns, what) of each command the server ran: the command, the function's name for FCALL, and
     ``[lua]`` before those a script ran."""
@@ -254,6 +273,7 @@ def report(jobs: list[tuple[int, int, str]], recs: list[Any], worker: list[list[
     events = sorted([(t, "server " + w) for t, w in mon] + [(t, "worker " + w) for t, w in worker])
     stages: dict[str, list[float]] = {}
     order: dict[str, float] = {}
+    spans: dict[tuple[str, str], list[float]] = {}
     for i, (t0, t1, _) in enumerate(jobs):
         end = jobs[i + 1][0] if i + 1 < len(jobs) else t0 + 10**9
         seen: dict[str, int] = {}
@@ -266,6 +286,14 @@ def report(jobs: list[tuple[int, int, str]], recs: list[Any], worker: list[list[
             if n:
                 k = f"{w} ({n + 1})"
             stages.setdefault(k, []).append((t - t0) / 1000)
+        firsts: dict[str, int] = {}
+        for t, w in sorted(row):
+            firsts.setdefault(w, t)
+        for a, b in SPANS:  # from the last ``a`` before the first ``b``
+            tb = next((t for w, t in firsts.items() if w.startswith(b)), None)
+            ta = max((t for t, w in row if w == a and tb is not None and t <= tb), default=None)
+            if ta is not None and tb is not None:
+                spans.setdefault((a, b), []).append((tb - ta) / 1000)
     for k, v in stages.items():
         order[k] = statistics.median(v)
     n = len(jobs)
@@ -275,6 +303,12 @@ def report(jobs: list[tuple[int, int, str]], recs: list[Any], worker: list[list[
         if len(v) < n // 2 or "PING" in k:
             continue
         print(f"{k:<52} {order[k]:>8.0f} {v[int(0.9 * (len(v) - 1))]:>8.0f} {len(v):>5}")
+    for (a, b), v in spans.items():
+        v.sort()
+        print(
+            f"span {a.removeprefix('worker ')} → {b.removeprefix('worker ')}, each run's own (µs): p50 "
+            f"{statistics.median(v):.0f}  p90 {v[int(0.9 * (len(v) - 1))]:.0f}  ({len(v)})"
+        )
     lat = [f - c for rec in recs if rec for c, f in [rec]]
     if lat:
         lat.sort()
@@ -290,11 +324,14 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=20.0)
     ap.add_argument("--warm", type=int, default=20)
     ap.add_argument("--monitor", action="store_true", help="also the server's times (redis-cli monitor)")
+    ap.add_argument("--fine", action="store_true", help="also stamps inside the run (bench/timeline_fine.py)")
     ap.add_argument("--worker-out", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker_out:
         worker_main(args.worker_out)
         return
+    if args.fine:
+        os.environ["TIMELINE_FINE"] = "1"
     drive(args)
 
 

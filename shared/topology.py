@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 from urllib.parse import urlparse, urlunparse
 
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterParser
 from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
@@ -41,7 +41,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shared import slot_map
 from shared.keys import SLOTS
-from shared.redis_conn import QUIET, connect, fast_pack
+from shared.redis_conn import QUIET, QuickPool, connect, fast_pack
 from shared.settings import Settings
 from shared.slot_map import Shard
 
@@ -319,7 +319,7 @@ class Topology(Generic[R]):
         if addr not in self._clients:
             retry = Retry(ExponentialBackoff(cap=0.1, base=0.02), NODE_RETRIES)
             retry_on = [RedisConnectionError, RedisTimeoutError, ConnectionResetError, OSError]
-            pool = BlockingConnectionPool.from_url(
+            pool = QuickPool.from_url(
                 self._node_url(addr),
                 max_connections=self._max_connections,
                 timeout=30,

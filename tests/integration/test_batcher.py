@@ -15,7 +15,7 @@ from shared.redis_conn import connect
 from shared.route import pipelined
 from shared.settings import Settings
 from tests.support.schema import K, parts_of
-from worker.adapters.batcher import ScriptBatcher
+from worker.adapters.batcher import QUIET_S, ScriptBatcher
 
 pytestmark = pytest.mark.integration
 
@@ -127,3 +127,67 @@ async def test_a_connected_client_closes_its_pools_connections_when_closed(redis
     assert opened
     await client.aclose()
     assert not any(c.is_connected for c in opened)
+
+
+async def test_a_turns_first_batch_leaves_in_the_next_turn(redis: Redis, incr: tuple[Script, Forget]) -> None:
+    """The calls of one turn are sent from the turn after it, not one more turn later (a callback
+    that then made the batch's task): a run's commit waits one turn, not two."""
+    script, _forget = incr
+    await script(keys=["warm"], args=["x"])
+    b = ScriptBatcher(parts_of(redis), max_batch=2)
+    loop = asyncio.get_running_loop()
+    turn = 0
+
+    def tick() -> None:
+        nonlocal turn
+        turn += 1
+        loop.call_soon(tick)
+
+    loop.call_soon(tick)
+    await asyncio.sleep(0)
+    sent_at: list[int] = []
+    send = b._send
+
+    async def stamped(batch: Any, deadline_s: float) -> None:
+        sent_at.append(turn)
+        await send(batch, deadline_s)
+
+    b._send = stamped  # type: ignore[method-assign]
+    called_at = turn
+    replies = await asyncio.gather(*(b.call(K, script, ["n"], [str(i)]) for i in range(5)))
+    assert replies == [str(i).encode() for i in range(5)]
+    assert sent_at[0] == called_at + 1  # the first batch, from the turn after the calls
+    assert len(sent_at) == 3 and max(sent_at) <= called_at + 2  # the others beside it
+
+
+async def test_a_call_alone_is_sent_by_its_caller_and_those_made_meanwhile_wait_for_a_batch(
+    redis: Redis, incr: tuple[Script, Forget]
+) -> None:
+    """``run``: with nothing else in flight or waiting and nothing sent for QUIET_S, the call leaves
+    at once, in its caller's task (no turn of the loop first); calls made while it is out, or soon
+    after another, go in the next turn's batch together."""
+    script, _forget = incr
+    await script(keys=["warm"], args=["x"])
+    b = ScriptBatcher(parts_of(redis))
+    sent: list[int] = []
+    send = b._send
+
+    async def counted(batch: Any, deadline_s: float) -> None:
+        sent.append(len(batch))
+        await send(batch, deadline_s)
+
+    b._send = counted  # type: ignore[method-assign]
+    first = asyncio.ensure_future(b.run(K, script, ["n"], ["a"]))
+    await asyncio.sleep(0)  # its first step: sent, its reply awaited
+    assert sent == [1] and b.alone == 1
+    rest = [asyncio.ensure_future(b.run(K, script, ["n"], [str(i)])) for i in range(3)]
+    assert await first == b"a" and await asyncio.gather(*rest) == [b"0", b"1", b"2"]
+    assert sent == [1, 3] and b.alone == 0
+    soon = asyncio.ensure_future(b.run(K, script, ["n"], ["y"]))  # right after the others: batched
+    await asyncio.sleep(0)
+    assert b.alone == 0 and len(b.pending) == 1 and await soon == b"y"
+    await asyncio.sleep(QUIET_S * 2)  # quiet again: at once
+    later = asyncio.ensure_future(b.run(K, script, ["n"], ["z"]))
+    await asyncio.sleep(0)
+    assert b.alone == 1 and await later == b"z" and sent == [1, 3, 1, 1]
+    assert await redis.get("n") == b"6"

@@ -11,6 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 RUNTIME = ["shared", "worker", "producer"]
 ROUTE = {"shared/partitions.py", "shared/route.py", "shared/topology.py"}
+POOL = "shared/redis_conn.py"  # the clients' pool itself (QuickPool.get_connection hands connections out)
 # A client taken once for what is not a call to a partition: registering the scripts (redis-py
 # binds them to a client; every call names its own) and arq's own pool (its records on partition 0
 # go through Partitions.call: ResilientWorker.record_health).
@@ -32,7 +33,7 @@ def test_no_runtime_module_holds_a_partition_client_or_a_pooled_connection() -> 
     for rel, src in _sources():
         for n, line in enumerate(src.splitlines(), 1):
             code = line.split("#", 1)[0]
-            if "get_connection(" in code or "for_slot(" in code or "topology.call(" in code:
+            if ("get_connection(" in code and rel != POOL) or "for_slot(" in code or "topology.call(" in code:
                 found.append(f"{rel}:{n}: {line.strip()}")
             for m in re.finditer(r"\.client\([^)]*\)", code):
                 if not ANCHORED.search(m.group(0)) and "parts" in code:

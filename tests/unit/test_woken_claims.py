@@ -33,7 +33,9 @@ class _Worker(WokenClaims):
         self.allow_pick_jobs = True
         self._idle_rides = 0
         self.ctx = {}
-        self.scripts = cast(Any, SimpleNamespace(claim_jobs=None))
+        self.scripts = cast(
+            Any, SimpleNamespace(claim_jobs=SimpleNamespace(command=lambda k, a: ("FCALL", "c", 0)))
+        )
 
     def _claim_call(
         self, part: Partition, free: int, *, ahead: bool = False
@@ -70,3 +72,25 @@ async def test_a_worker_that_stops_taking_jobs_or_has_been_idle_a_while_sends_no
     assert w._ride(Layout(1).parts[0]) is None
     w._idle_rides = IDLE_RIDES - 1
     assert w._ride(Layout(1).parts[0]) is not None
+
+
+async def test_a_landed_rides_look_at_the_scheduled_jobs_sets_when_the_next_one_is_due() -> None:
+    """The ride's replies are raw: its ZRANGE WITHSCORES a flat [member, score]."""
+    w = _Worker(max_jobs=10, running=0)
+    w._next_due, w._looked_at, w._woken = {}, {}, set()
+    started: list[Any] = []
+
+    async def start_claims(part: Partition, reply: list[Any], lease_id: str, asked: int, due: int) -> Any:
+        started.append(reply)
+        return 0, False
+
+    w._start_claims = start_claims  # type: ignore[method-assign]
+    w.wake = wake = Wake(_Parts(2), ride=w._ride)  # type: ignore[arg-type]
+    due, nothing = (w._ride(p) for p in Layout(2).parts)
+    assert due is not None and nothing is not None
+    assert due.commands[-1] == ("ZRANGE", due.part.scheduled, 0, 0, "WITHSCORES")
+    due.replies, nothing.replies = [[], [b"job-1", b"1234567"]], [[], []]
+    wake.landed += [due, nothing]
+    covered, seen = await w._start_rides()
+    assert covered == {0, 1} and seen == 0 and started == [[], []]
+    assert w._next_due == {0: 1234567.0, 1: float("inf")}

@@ -31,6 +31,10 @@ __all__ = ["ScriptBatcher"]
 
 _Call = tuple[Partition, Script, list[Any], list[Any], "asyncio.Future[Any]"]
 
+# A call after this long with none (``ScriptBatcher.run``) goes at once: the batcher is quiet, no
+# other run is stepping beside it. Calls closer together than this wait for the turn's batch.
+QUIET_S = 0.002
+
 
 class ScriptBatcher:
     def __init__(
@@ -50,31 +54,62 @@ class ScriptBatcher:
         self.pending: list[_Call] = []
         self.scheduled = False
         self.sending: set[asyncio.Task[None]] = set()
+        self.alone = 0  # calls being sent by their callers (``run``)
+        self.last_out = float("-inf")  # the loop's time when the last call or batch went out
         self.batches = 0  # round trips sent (for the bench)
         self.calls = 0
+
+    async def run(self, part: Partition, script: Script, keys: list[Any], args: list[Any]) -> Any:
+        """The call's reply. A call that finds the batcher quiet (nothing in flight or waiting, and
+        nothing sent for ``QUIET_S``: a paced run's commit) is sent at once, by its caller, with no
+        turn of the loop before it leaves; the others, and those made while it is out, wait for
+        the turn's batch, as every call did (``call``): runs stepping side by side share round trips."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if self.pending or self.sending or self.alone or now - self.last_out < QUIET_S:
+            self.last_out = now
+            return await self.call(part, script, keys, args)
+        self.last_out = now
+        fut: asyncio.Future[Any] = loop.create_future()
+        self.alone += 1
+        try:
+            await self._send([(part, script, keys, args, fut)], self.reroute_deadline_s)
+        except BaseException:  # cancelled: the reply (or the cancel) set on the future is not needed
+            if fut.done() and not fut.cancelled():
+                fut.exception()
+            raise
+        finally:
+            self.alone -= 1
+        return await fut
 
     def call(self, part: Partition, script: Script, keys: list[Any], args: list[Any]) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
         self.pending.append((part, script, keys, args, fut))
-        if not self.scheduled:
+        if not self.scheduled:  # the turn's first call: its batch leaves in the next turn
             self.scheduled = True
-            loop.call_soon(self._flush)
+            self._track(loop.create_task(self._turn()))
         return fut
 
-    def _flush(self) -> None:
+    async def _turn(self) -> None:
+        """The calls made since the last batch left: the first ``max_batch`` sent by this task
+        itself (one turn after the first call, as a callback scheduling the batch's task took two),
+        the others by tasks of their own, side by side."""
         self.scheduled = False
         pending, self.pending = self.pending, []
-        self._dispatch(pending, self.reroute_deadline_s)
+        self._dispatch(pending[self.max_batch :], self.reroute_deadline_s)
+        await self._send(pending[: self.max_batch], self.reroute_deadline_s)
+
+    def _track(self, task: asyncio.Task[None]) -> None:
+        self.sending.add(task)
+        task.add_done_callback(self.sending.discard)
 
     def _dispatch(self, calls: list[_Call], deadline_s: float) -> None:
         """One task per ``max_batch`` calls, each sent by ``Partitions.sending`` (one round trip per
         node it spans; on a single Redis, one)."""
         loop = asyncio.get_running_loop()
         for i in range(0, len(calls), self.max_batch):
-            task = loop.create_task(self._send(calls[i : i + self.max_batch], deadline_s))
-            self.sending.add(task)
-            task.add_done_callback(self.sending.discard)
+            self._track(loop.create_task(self._send(calls[i : i + self.max_batch], deadline_s)))
 
     async def _send(self, batch: list[_Call], deadline_s: float) -> None:
         batch = [c for c in batch if not c[4].done()]  # its caller gave up before it left

@@ -78,7 +78,7 @@ class RedisRunStore:
     async def _run(self, script: Script, own_keys: list[Any], args: list[Any]) -> Any:
         k, a = self.scripts.frame(self.part, own_keys, args)
         if self.batcher is not None:
-            return await self.batcher.call(self.part, script, k, a)
+            return await self.batcher.run(self.part, script, k, a)
         return await self.parts.call(self.part, lambda c: script(keys=k, args=a, client=c))
 
     def _check_lease(self) -> None:

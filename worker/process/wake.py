@@ -33,6 +33,7 @@ from typing import Any
 
 from shared.keys import Partition
 from shared.partitions import Partitions
+from shared.route import Command, pipelined
 from worker.process import failpoints
 
 __all__ = ["IDLE_POLLS", "Ride", "Wake"]
@@ -45,11 +46,12 @@ IDLE_POLLS = 2  # an idle worker polls every second poll interval (a lost signal
 
 @dataclass(eq=False)
 class Ride:
-    """A call sent behind a partition's wait (``queue`` puts its commands on the wait's pipeline),
-    and its replies once the wait has ended (``replies``; an exception: the call failed, not run)."""
+    """A call sent behind a partition's wait (``commands``, written after the wait's BLPOP), and
+    their raw replies once the wait has ended (``replies``: an error reply is that command's; an
+    exception: the call failed, not run)."""
 
     part: Partition
-    queue: Callable[[Any], None]
+    commands: list[Command]
     asked: int = 0  # the jobs its claim may take (the worker keeps room for them while it rides)
     lease_id: str = ""
     replies: list[Any] | BaseException = field(default_factory=list)
@@ -130,10 +132,9 @@ class Wake:
         async def pop(c: Any) -> Any:
             if ride is None:
                 return await c.blpop([part.wake], timeout=timeout)
-            pipe = c.pipeline(transaction=False)
-            pipe.blpop([part.wake], timeout=timeout)
-            ride.queue(pipe)
-            got = await pipe.execute(raise_on_error=False)
+            # Raw replies, in one write and one read (shared.route.pipelined): the wait's reply is
+            # on a woken claim's path, and redis-py's pipeline costs more than the claim's parse.
+            got = await pipelined(c, [("BLPOP", part.wake, timeout), *ride.commands])
             if isinstance(got[0], Exception):  # the wait itself failed (a failover): the call follows it
                 raise got[0]
             ride.replies = got[1:]

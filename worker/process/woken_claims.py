@@ -102,13 +102,8 @@ class WokenClaims:
         if free <= 0:
             return None
         k, a, lease_id = self._claim_call(part, free, ahead=True)
-        claim = self.scripts.claim_jobs
-
-        def queue(pipe: Any) -> None:
-            claim.queue(pipe, k, a)
-            pipe.zrange(part.scheduled, 0, 0, withscores=True)
-
-        return Ride(part, queue, free, lease_id)
+        claim = self.scripts.claim_jobs.command(k, a)  # (a script missing there: that reply's error)
+        return Ride(part, [claim, ("ZRANGE", part.scheduled, 0, 0, "WITHSCORES")], free, lease_id)
 
     async def _start_rides(self) -> tuple[set[int], int]:
         """Start the jobs the claims landed with their waits took: the partitions they claimed on
@@ -122,9 +117,9 @@ class WokenClaims:
             if isinstance(got, BaseException) or len(got) < 2 or isinstance(got[0], BaseException):
                 continue
             reply, first = got[0], got[1]
-            if not isinstance(first, BaseException):
+            if not isinstance(first, BaseException):  # (a raw reply: [member, score])
                 self._looked_at[i] = timestamp_ms()
-                self._next_due[i] = float(first[0][1]) if first else float("inf")
+                self._next_due[i] = float(first[1]) if first else float("inf")
             n, full = await self._start_claims(ride.part, reply, ride.lease_id, ride.asked, 0)
             covered.add(i)
             seen += n
