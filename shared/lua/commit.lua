@@ -9,11 +9,15 @@
 -- status the run's usage is added to its tenant's usage hash of the day (the usage terms).
 -- The run's status and webhook only when this commit changes its status: each field of a script's
 -- reply costs Lua about as much as a small command.
+-- A commit that changes the status reads in the same HMGET what its ending reads of the run (whether
+-- it stores no content, its parent and children, and track's fields from index 10: TRACKED): one
+-- read of the run hash, not four.
 local h
 if ARG.STATUS == '' then
   h = redis.call('HMGET', KEY.RUN, F.EPOCH, F.LAST_SEQ, F.OWNER, F.CLAIMS)
 else
-  h = redis.call('HMGET', KEY.RUN, F.EPOCH, F.LAST_SEQ, F.OWNER, F.CLAIMS, F.STATUS, F.WEBHOOK)
+  h = redis.call('HMGET', KEY.RUN, F.EPOCH, F.LAST_SEQ, F.OWNER, F.CLAIMS, F.STATUS, F.WEBHOOK, F.NO_CONTENT,
+    F.PARENT_RUN, F.CHILDREN, unpack(TRACKED))
 end
 local first = num(ARG.FIRST_SEQ)
 local epoch = ARG.EPOCH
@@ -175,7 +179,7 @@ end
 if status ~= '' then
   local owner = h[3]
   if owner and owner ~= '' then redis.call('SREM', worker_runs_key(owner), run_id) end
-  track(KEY.RUN, run_id, h[5], status, usage, econ)
+  track(KEY.RUN, run_id, h[5], status, usage, econ, h, 10)
   set(F.STATUS, status); set(F.OWNER, '')
 end
 if status == '' then
@@ -196,9 +200,9 @@ elseif is_terminal(status) then
     if fresh then redis.call('EXPIRE', usage_key, usage_ttl) end
   end
   redis.call('HSET', KEY.RUN, unpack(run_fields)); run_fields = {}
-  local no_content = stores_no_content(KEY.RUN)
+  local no_content = stores_no_content(KEY.RUN, h[7])
   if no_content then redact(KEY.RUN, KEY.STREAM, KEY.TOOLS, run_id) end
-  ending_handoff(KEY.RUN, run_id, status)
+  ending_handoff(KEY.RUN, run_id, status, {h[8], children ~= '' and children or h[9]})
   if sid ~= '' then
     if loop ~= '' and not no_content then
       redis.call('RPUSH', KEY.SESSION_LOOPS, loop)

@@ -379,11 +379,15 @@ end
 -- (batch_settle). ``usage``: the run's usage when the caller writes it in this call (commit.lua),
 -- else the run hash's is the one a batch adds when the run ends; ``econ``: its economy lane's share
 -- (batch_usage), nil = none.
-local function track(run, id, old, new, usage, econ)
+-- TRACKED: the run hash's fields it reads, in this order. A caller that read them already in its
+-- own HMGET of the run, in this call and with none of them written since, passes that reply and
+-- the index of the first of them there (``read``, ``at``): a command fewer.
+local TRACKED = {F.TENANT, F.CREATED_AT, F.BATCH, F.USAGE_IN, F.USAGE_OUT, F.USAGE_ESTIMATED, F.USAGE_COST,
+  F.USAGE_CACHE_READ, F.USAGE_CACHE_WRITE, F.CONC_KEY}
+local function track(run, id, old, new, usage, econ, read, at)
   old = old or ''
   if old == new then return end
-  local h = redis.call('HMGET', run, F.TENANT, F.CREATED_AT, F.BATCH, F.USAGE_IN, F.USAGE_OUT, F.USAGE_ESTIMATED,
-    F.USAGE_COST, F.USAGE_CACHE_READ, F.USAGE_CACHE_WRITE, F.CONC_KEY)
+  local h = read and {unpack(read, at, at + #TRACKED - 1)} or redis.call('HMGET', run, unpack(TRACKED))
   if not h[1] then return end
   -- a run that ends lets go of its concurrency key's slot: the next run waiting for it goes
   if h[10] and h[10] ~= '' and is_terminal(new) and not is_terminal(old) then conc_release(h[1], h[10], id) end
@@ -485,9 +489,10 @@ end
 -- A run ends: what its ending owes other runs, maybe on other partitions, is marked in the run hash
 -- (handoff: 'd' its result to its parent, 'a' an abort to its children) and the run put in the
 -- live index, due now: shared/children.py does it (the ending worker at once, else the reconciler)
--- and clears the mark. Call after the run left the live index.
-local function ending_handoff(run, run_id, status)
-  local h = redis.call('HMGET', run, F.PARENT_RUN, F.CHILDREN)
+-- and clears the mark. Call after the run left the live index. ``read``: {its parent run, its
+-- children} as the caller has them now, nil: read here.
+local function ending_handoff(run, run_id, status, read)
+  local h = read or redis.call('HMGET', run, F.PARENT_RUN, F.CHILDREN)
   local flags = ''
   if h[1] and h[1] ~= '' then flags = 'd' end
   if status ~= S.COMPLETED and h[2] and h[2] ~= '' and h[2] ~= '[]' and h[2] ~= '{}' then flags = flags .. 'a' end
@@ -612,8 +617,10 @@ end
 -- payload of each event that carries some keeps its numbers, booleans, ids and names, marked
 -- contentRedacted), its result no answer, output or messages, its input no messages; its tool
 -- records, checkpoint and transcript go. Usage, timings, statuses and errors stay.
-local function stores_no_content(run)
-  local said = redis.call('HGET', run, F.NO_CONTENT)  -- said at submission: its input (megabytes) not read
+local function stores_no_content(run, said)
+  -- said at submission: its input (megabytes) not read. ``said``: the field as its caller read it
+  -- (false: not set), nil: read here.
+  if said == nil then said = redis.call('HGET', run, F.NO_CONTENT) end
   if said == '1' or said == '0' then return said == '1' end
   local raw = redis.call('HGET', run, F.INPUT)
   if not raw or not string.find(raw, '"storeContent":false', 1, true) then return false end

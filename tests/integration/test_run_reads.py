@@ -1,0 +1,73 @@
+"""How often the scripts that take and end a run read its hash: acquire_run reads track's fields in its
+own HMGET, and a commit that ends the run reads in its one HMGET what the ending reads (track's
+fields, whether the run stores no content, its parent and children). Counted by INFO commandstats
+on a real redis-server; what those reads decide (the status indexes, the ending's handoff) is
+checked beside."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from redis.asyncio import Redis
+
+from shared.fields import RunField
+from shared.scripts import Scripts
+from shared.settings import Settings
+from tests.integration.helpers import producer_for, script_run
+from tests.support.schema import K, parts_of
+from worker.adapters.redis_store import RedisRunStore as RunStore
+from worker.adapters.worker_beat import beat
+from worker.core.acquisition import Acquired
+from worker.core.commit_step import CommitStep, Outbox
+
+pytestmark = pytest.mark.integration
+
+TENANT = "default"
+
+
+async def reads(redis: Redis) -> dict[str, int]:
+    """The reads of a hash since the last CONFIG RESETSTAT."""
+    stats = await redis.info("commandstats")
+    return {c: int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("hmget", "hget", "hgetall")}
+
+
+async def taken(redis: Redis, redis_url: str, rid: str) -> RunStore:
+    """Run ``rid`` submitted, then taken by worker w1; the hash reads of the acquire checked."""
+    settings = Settings(redis_url=redis_url, lease_ms=5_000)
+    await producer_for(redis, redis_url).submit(script_run([{"text": "x"}], runId=rid))
+    scripts = Scripts.for_settings(redis, settings)
+    await beat(parts_of(redis), scripts, "w1", settings.lease_ms, register=True)
+    store = RunStore(parts_of(redis), scripts, settings, K, rid)
+    await redis.config_resetstat()
+    assert isinstance(await store.acquire(1, "w1"), Acquired)
+    # its check with track's fields, then what the worker gets back (and the tools hash)
+    assert await reads(redis) == {"hmget": 2, "hget": 0, "hgetall": 1}
+    assert await redis.zscore(K.index_key(TENANT, "status", "running"), rid) is not None
+    assert await redis.zscore(K.index_key(TENANT, "status", "queued"), rid) is None
+    return store
+
+
+def ended(status: str) -> CommitStep:
+    payload = orjson.dumps({"status": status})
+    return CommitStep(Outbox([("status", 1, payload)]), status=status, aux=b"{}")
+
+
+async def test_an_ending_commit_reads_the_run_hash_once(redis: Redis, redis_url: str) -> None:
+    store = await taken(redis, redis_url, "r-reads")
+    await redis.config_resetstat()
+    await store.commit(ended("completed"))
+    assert await reads(redis) == {"hmget": 1, "hget": 0, "hgetall": 0}
+    assert await redis.zscore(K.index_key(TENANT, "status", "completed"), "r-reads") is not None
+    assert await redis.zscore(K.index_key(TENANT, "status", "running"), "r-reads") is None
+    assert await redis.hget(K.run("r-reads"), RunField.HANDOFF) is None  # no parent, no children
+
+
+async def test_the_ending_reads_children_the_same_commit_wrote(redis: Redis, redis_url: str) -> None:
+    """Children the ending commit itself records are the ones its handoff sees: a failed run with
+    children is marked to abort them."""
+    store = await taken(redis, redis_url, "r-kids")
+    children = orjson.dumps([{"toolCallId": "c1.0", "runId": "r-child"}])
+    await redis.config_resetstat()
+    await store.commit(CommitStep(ended("failed").outbox, status="failed", aux=b"{}", children=children))
+    assert (await reads(redis))["hmget"] == 1
+    assert await redis.hget(K.run("r-kids"), RunField.HANDOFF) == b"a"
