@@ -1,8 +1,8 @@
-"""How often the scripts that take and end a run read its hash: acquire_run reads track's fields in its
-own HMGET, and a commit that ends the run reads in its one HMGET what the ending reads (track's
-fields, whether the run stores no content, its parent and children). Counted by INFO commandstats
-on a real redis-server; what those reads decide (the status indexes, the ending's handoff) is
-checked beside."""
+"""How often the scripts that create, take and end a run read Redis: a submission asks whether the run
+or its tombstone exists in one EXISTS, acquire_run reads track's fields in its own HMGET, and a
+commit that ends the run reads in its one HMGET what the ending reads (track's fields, whether the
+run stores no content, its parent and children). Counted by INFO commandstats on a real
+redis-server; what those reads decide (the status indexes, the ending's handoff) is checked beside."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
+from producer.submission import SubmissionError
 from shared.fields import RunField
 from shared.scripts import Scripts
 from shared.settings import Settings
@@ -25,16 +26,19 @@ pytestmark = pytest.mark.integration
 TENANT = "default"
 
 
-async def reads(redis: Redis) -> dict[str, int]:
-    """The reads of a hash since the last CONFIG RESETSTAT."""
+async def reads(redis: Redis, commands: tuple[str, ...] = ("hmget", "hget", "hgetall")) -> dict[str, int]:
+    """The calls of ``commands`` since the last CONFIG RESETSTAT."""
     stats = await redis.info("commandstats")
-    return {c: int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("hmget", "hget", "hgetall")}
+    return {c: int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in commands}
 
 
 async def taken(redis: Redis, redis_url: str, rid: str) -> RunStore:
     """Run ``rid`` submitted, then taken by worker w1; the hash reads of the acquire checked."""
     settings = Settings(redis_url=redis_url, lease_ms=5_000)
-    await producer_for(redis, redis_url).submit(script_run([{"text": "x"}], runId=rid))
+    producer = producer_for(redis, redis_url)
+    await redis.config_resetstat()
+    await producer.submit(script_run([{"text": "x"}], runId=rid))
+    assert (await reads(redis, ("exists",)))["exists"] == 1  # the run and its tombstone, together
     scripts = Scripts.for_settings(redis, settings)
     await beat(parts_of(redis), scripts, "w1", settings.lease_ms, register=True)
     store = RunStore(parts_of(redis), scripts, settings, K, rid)
@@ -71,3 +75,18 @@ async def test_the_ending_reads_children_the_same_commit_wrote(redis: Redis, red
     await store.commit(CommitStep(ended("failed").outbox, status="failed", aux=b"{}", children=children))
     assert (await reads(redis))["hmget"] == 1
     assert await redis.hget(K.run("r-kids"), RunField.HANDOFF) == b"a"
+
+
+async def test_an_id_again_is_answered_by_its_run_or_its_tombstone(redis: Redis, redis_url: str) -> None:
+    """The one EXISTS's other answers: the same run again (its record answers), another input under
+    the id (a conflict), and an id whose run was deleted (its tombstone refuses it)."""
+    producer = producer_for(redis, redis_url)
+    first = await producer.submit(script_run([{"text": "x"}], runId="r-again"))
+    again = await producer.submit(script_run([{"text": "x"}], runId="r-again"))
+    assert again.run_id == first.run_id
+    with pytest.raises(SubmissionError, match="different input"):
+        await producer.submit(script_run([{"text": "y"}], runId="r-again"))
+    await redis.set(K.gone("r-gone"), "1")
+    with pytest.raises(SubmissionError, match="was deleted"):
+        await producer.submit(script_run([{"text": "x"}], runId="r-gone"))
+    assert not await redis.exists(K.run("r-gone"))
