@@ -379,35 +379,38 @@ end
 -- (batch_settle). ``usage``: the run's usage when the caller writes it in this call (commit.lua),
 -- else the run hash's is the one a batch adds when the run ends; ``econ``: its economy lane's share
 -- (batch_usage), nil = none.
--- TRACKED: the run hash's fields it reads, in this order. A caller that read them already in its
--- own HMGET of the run, in this call and with none of them written since, passes that reply and
--- the index of the first of them there (``read``, ``at``): a command fewer.
-local TRACKED = {F.TENANT, F.CREATED_AT, F.BATCH, F.USAGE_IN, F.USAGE_OUT, F.USAGE_ESTIMATED, F.USAGE_COST,
-  F.USAGE_CACHE_READ, F.USAGE_CACHE_WRITE, F.CONC_KEY}
+-- TRACKED: the run hash's fields it reads, in this order (the run's usage only for a batch's run that
+-- ends without one given, read then). A caller that read them already in its own HMGET of the run,
+-- in this call and with none of them written since, passes that reply and the index of the first of
+-- them there (``read``, ``at``): a command fewer.
+local TRACKED = {F.TENANT, F.CREATED_AT, F.BATCH, F.CONC_KEY}
 local function track(run, id, old, new, usage, econ, read, at)
   old = old or ''
   if old == new then return end
-  local h = read and {unpack(read, at, at + #TRACKED - 1)} or redis.call('HMGET', run, unpack(TRACKED))
-  if not h[1] then return end
+  local h = read or redis.call('HMGET', run, unpack(TRACKED))
+  local o = read and at - 1 or 0
+  local tenant, batch, conc = h[o + 1], h[o + 3], h[o + 4]
+  if not tenant then return end
   -- a run that ends lets go of its concurrency key's slot: the next run waiting for it goes
-  if h[10] and h[10] ~= '' and is_terminal(new) and not is_terminal(old) then conc_release(h[1], h[10], id) end
+  if conc and conc ~= '' and is_terminal(new) and not is_terminal(old) then conc_release(tenant, conc, id) end
   -- a run that stops running (or leaves the queue unclaimed) frees its tenant's slot at once
-  if old ~= '' and new ~= S.RUNNING and redis.call('ZREM', tenant_running_key(h[1]), id) == 1 then
-    unhold(h[1], 1)
+  if old ~= '' and new ~= S.RUNNING and redis.call('ZREM', tenant_running_key(tenant), id) == 1 then
+    unhold(tenant, 1)
   end
-  if old ~= '' then redis.call('ZREM', index_key(h[1], DIM.STATUS, old), id) end
-  ix_add(h[1], DIM.STATUS, new, id, tonumber(h[2] or '0'))
-  if not h[3] or h[3] == '' then return end
-  local bk = batch_key(h[1], h[3])
+  if old ~= '' then redis.call('ZREM', index_key(tenant, DIM.STATUS, old), id) end
+  ix_add(tenant, DIM.STATUS, new, id, tonumber(h[o + 2] or '0'))
+  if not batch or batch == '' then return end
+  local bk = batch_key(tenant, batch)
   if redis.call('EXISTS', bk) == 0 then return end
   if old ~= '' then redis.call('HINCRBY', bk, old, -1) end
   redis.call('HINCRBY', bk, new, 1)
   redis.call('EXPIRE', bk, ctx().retention)
   if is_terminal(new) and not is_terminal(old) then
     redis.call('HINCRBY', bk, BATCH.DONE, 1)
-    batch_usage(bk, usage or {h[4], h[5], h[6], h[7], h[8], h[9]}, econ)
-    redis.call('EXPIRE', index_key(h[1], DIM.BATCH, h[3]), ctx().retention)
-    redis.call('EXPIRE', index_key(h[1], DIM.ITEM, h[3]), ctx().retention)
+    batch_usage(bk, usage or redis.call('HMGET', run, F.USAGE_IN, F.USAGE_OUT, F.USAGE_ESTIMATED, F.USAGE_COST,
+      F.USAGE_CACHE_READ, F.USAGE_CACHE_WRITE), econ)
+    redis.call('EXPIRE', index_key(tenant, DIM.BATCH, batch), ctx().retention)
+    redis.call('EXPIRE', index_key(tenant, DIM.ITEM, batch), ctx().retention)
     batch_settle(bk)
   end
 end
