@@ -253,11 +253,15 @@ end
 -- the index there of its events' count (kind, payload per event follow it), read only when the
 -- seq does not follow. nil: go on. Else the answer: the run is missing; fenced (another epoch,
 -- another owner, or the caller's lease gone: a worker past its lease writes nothing, even before
--- anyone took its runs over); or the stream does not end at first - 1.
-local function append_refused(h, epoch, lease_id, lease_key, stream, first, args, at)
+-- anyone took its runs over); or the stream does not end at first - 1. ``lease_key`` and ``stream``
+-- nil: built from ``lease_id`` and ``run_id`` when needed (commit.lua: the refusals before them
+-- build neither).
+local function append_refused(h, epoch, lease_id, lease_key, stream, first, args, at, run_id)
   if not h[1] then return {APPEND.MISSING} end
   if h[1] ~= epoch and tonumber(h[1]) ~= tonumber(epoch) then return {APPEND.FENCED, h[1]} end
-  if h[3] ~= lease_id or redis.call('EXISTS', lease_key) == 0 then return {APPEND.FENCED, h[1]} end
+  if h[3] ~= lease_id or redis.call('EXISTS', lease_key or ctx().worker_lease .. lease_id) == 0 then
+    return {APPEND.FENCED, h[1]}
+  end
   if tonumber(h[2]) ~= first - 1 then
     -- The same append sent again after its reply was lost (redis-py retries on connection errors):
     -- same epoch, the stream ends where this batch ends, with this batch's last event. It was
@@ -266,7 +270,7 @@ local function append_refused(h, epoch, lease_id, lease_key, stream, first, args
     local last_payload = args[at + 2 * n]
     local last0 = first + n - 1
     if n > 0 and tonumber(h[2]) == last0 then
-      local e = redis.call('XRANGE', stream, last0 .. '-0', last0 .. '-0')
+      local e = redis.call('XRANGE', stream or stream_key(run_id), last0 .. '-0', last0 .. '-0')
       if #e == 1 then
         local f = {}
         for k = 1, #e[1][2], 2 do f[e[1][2][k]] = e[1][2][k + 1] end
