@@ -2,9 +2,12 @@
 or its tombstone exists in one EXISTS, acquire_run reads track's fields in its own HMGET, and a
 commit that ends the run reads in its one HMGET what the ending reads (track's fields, whether the
 run stores no content, its parent and children). Counted by INFO commandstats on a real
-redis-server; what those reads decide (the status indexes, the ending's handoff) is checked beside."""
+redis-server; what those reads decide (the status indexes, the ending's handoff) is checked beside.
+And what a commit is sent: the run's key alone."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import orjson
 import pytest
@@ -20,6 +23,7 @@ from worker.adapters.redis_store import RedisRunStore as RunStore
 from worker.adapters.worker_beat import beat
 from worker.core.acquisition import Acquired
 from worker.core.commit_step import CommitStep, Outbox
+from worker.core.store_errors import FencedError
 
 pytestmark = pytest.mark.integration
 
@@ -90,3 +94,29 @@ async def test_an_id_again_is_answered_by_its_run_or_its_tombstone(redis: Redis,
     with pytest.raises(SubmissionError, match="was deleted"):
         await producer.submit(script_run([{"text": "x"}], runId="r-gone"))
     assert not await redis.exists(K.run("r-gone"))
+
+
+async def test_a_commit_sends_the_run_key_alone_and_is_still_fenced_by_the_lease(
+    redis: Redis, redis_url: str
+) -> None:
+    """commit.lua builds the run's stream, tools hash and lease keys from the ids it is sent: one key a
+    commit (four before); its writes land in those keys, and a lapsed lease still refuses it."""
+    store = await taken(redis, redis_url, "r-keys")
+    sent: list[list[Any]] = []
+    run = store._run
+
+    async def recorded(script: Any, own_keys: list[Any], args: list[Any]) -> Any:
+        sent.append(list(own_keys))
+        return await run(script, own_keys, args)
+
+    store._run = recorded  # type: ignore[method-assign]
+    claim = CommitStep(Outbox([("tool_call", 1, b"{}")], claims=["c1"]), checkpoint=b'{"seq":2,"state":{}}')
+    await store.commit(claim)
+    await store.commit(CommitStep(Outbox([("tool_result", 1, b"{}")], records=[("c1", b'{"state":"done"}')])))
+    assert sent == [[K.run("r-keys")]] * 2
+    assert [e[0] for e in await redis.xrange(K.events("r-keys"))] == [b"1-0", b"2-0", b"3-0"]
+    assert orjson.loads((await redis.hget(K.tools("r-keys"), "c1")) or b"{}") == {"state": "done"}
+    await redis.delete(K.worker_lease("w1"))  # its lease lapsed; no one took the run over yet
+    with pytest.raises(FencedError):
+        await store.commit(CommitStep(Outbox([("status", 1, b"{}")])))
+    assert await redis.xlen(K.events("r-keys")) == 3
