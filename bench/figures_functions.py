@@ -134,7 +134,7 @@ class FunctionsFigures(Plumbing):
         for _ in range(self.args.reps):
             for functions in (True, False):
                 scripts = Scripts(r, functions=functions)
-                k, a = scripts.frame(K, [*K.run_keys("nope"), K.worker_lease("w")], [1, 1, "w", "nope", ""])
+                k, a = scripts.frame(K, [K.run("nope")], [1, 1, "w", "nope", ""])
                 command = scripts.commit.command(k, a)
                 await scripts.commit(keys=k, args=a)  # loaded
                 await r.config_resetstat()

@@ -331,7 +331,8 @@ class Partition(SessionKeys, IndexKeys, ScheduleKeys, WorkerKeys):
         return in_progress_key_prefix + job
 
     def run_keys(self, run_id: str) -> list[str]:
-        """run, stream, tools: the keys of one run every run script takes first."""
+        """run, stream, tools: the keys of one run a run script takes first (commit.lua takes the run's
+        alone and builds the other two, and the lease's, from the ids it is sent)."""
         return [self.run_prefix + run_id, self.events_prefix + run_id, self.tools_prefix + run_id]
 
     @cached_property

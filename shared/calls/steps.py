@@ -73,13 +73,14 @@ class Commit(ScriptCall):
     (JSON each), the day's usage terms (field, increment). A step's commit after its tools ran
     sends no tail; the one after its model call its iterations and usage.
 
-    KEYS: the run's, the worker's lease; with a session update the session's six; with a usage
+    KEYS: the run's (its stream, tools hash and the worker's lease the script builds from ``run_id``
+    and ``lease_id``, in the run's slot); with a session update the session's six; with a usage
     tally the tenant's usage hash of the day; with a settlement the budget's hash and holds zset
     (those two and the usage hash found from the end of KEYS). ``'' ``/None: unchanged or none."""
 
     SCRIPT = "commit"
-    KEY_NAMES = ("run", "stream", "tools", "lease", "session", "session_pending", "session_runs",
-                 "session_loops", "session_results", "session_calls")  # fmt: skip
+    KEY_NAMES = ("run", "session", "session_pending", "session_runs", "session_loops", "session_results",
+                 "session_calls")  # fmt: skip
     VERDICT = AppendVerdict
 
     epoch: int

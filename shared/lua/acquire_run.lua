@@ -77,8 +77,10 @@ local function acquired(run, stream, tools, run_id, epoch, crashes)
     tostring(crashes), origin, d[7] or '', d[8] or '', d[10] or '', field(11), transcript, d[12] or '', opened,
     d[16] or ''}
 end
+-- (The HMGET reads track's fields too, from index 6: a run taken from no one moves its indexes with
+-- them, a read fewer.)
 local function acquire_run(run, stream, tools, run_id, gen, worker, alive)
-  local h = redis.call('HMGET', run, F.STATUS, F.GEN, F.OWNER, F.EPOCH, F.CRASHES)
+  local h = redis.call('HMGET', run, F.STATUS, F.GEN, F.OWNER, F.EPOCH, F.CRASHES, unpack(TRACKED))
   if not h[1] then return {ACQ.MISSING} end
   if is_terminal(h[1]) then return {ACQ.TERMINAL, h[1]} end
   if tonumber(h[2]) ~= tonumber(gen) then return {ACQ.SUPERSEDED, h[2]} end
@@ -86,14 +88,16 @@ local function acquire_run(run, stream, tools, run_id, gen, worker, alive)
   if h[3] == worker and h[1] == S.RUNNING then return acquired(run, stream, tools, run_id, h[4], h[5] or '0') end
   if h[3] ~= '' and worker_alive(h[3]) then return {ACQ.BUSY, h[3]} end
   local crashes = tonumber(h[5] or '0')
+  local read = h  -- track's fields as read, unless worker_lost wrote the run since
   if h[3] ~= '' then  -- its worker died without handing it back and no sweep has counted that yet
     local ended
     crashes, ended = worker_lost(run, stream, tools, run_id, h[3])
     if ended then return {ACQ.EXHAUSTED, tostring(crashes)} end
+    read = nil
   end
   local epoch = tonumber(h[4]) + 1
   redis.call('HSET', run, F.EPOCH, epoch, F.OWNER, worker, F.STATUS, S.RUNNING)
-  track(run, run_id, h[1], S.RUNNING)
+  track(run, run_id, h[1], S.RUNNING, nil, nil, read, 6)
   redis.call('SADD', worker_runs_key(worker), run_id)
   redis.call('ZREM', LIVE, run_id)  -- a running run is watched through its worker's lease
   return acquired(run, stream, tools, run_id, epoch, crashes)

@@ -1,7 +1,7 @@
 -- One step's fenced write: its events, tool claims and records, checkpoint, and what else of the run
 -- it changed. Call: shared.calls.steps.Commit (its fields say what each argument is; a commit sends
 -- its tail up to the last field it needs: a step's usual commits the first few or none).
--- KEYS after the run's and the lease: with a session update the session's six
+-- KEYS after the run's: with a session update the session's six
 -- (shared.keys.Partition.session_keys); with a terminal status and a usage tally the tenant's usage
 -- hash of the day (keys.Partition.usage_day), then with a settlement the tenant's day budget hash and
 -- holds zset (budget.lua, in this run's slot): those last ones found from the end of KEYS.
@@ -9,15 +9,23 @@
 -- status the run's usage is added to its tenant's usage hash of the day (the usage terms).
 -- The run's status and webhook only when this commit changes its status: each field of a script's
 -- reply costs Lua about as much as a small command.
+-- A commit that changes the status reads in the same HMGET what its ending reads of the run (whether
+-- it stores no content, its parent and children, and track's fields from index 10: TRACKED): one
+-- read of the run hash, not four.
 local h
 if ARG.STATUS == '' then
   h = redis.call('HMGET', KEY.RUN, F.EPOCH, F.LAST_SEQ, F.OWNER, F.CLAIMS)
 else
-  h = redis.call('HMGET', KEY.RUN, F.EPOCH, F.LAST_SEQ, F.OWNER, F.CLAIMS, F.STATUS, F.WEBHOOK)
+  h = redis.call('HMGET', KEY.RUN, F.EPOCH, F.LAST_SEQ, F.OWNER, F.CLAIMS, F.STATUS, F.WEBHOOK, F.NO_CONTENT,
+    F.PARENT_RUN, F.CHILDREN, unpack(TRACKED))
 end
 local first = num(ARG.FIRST_SEQ)
 local epoch = ARG.EPOCH
-local refused = append_refused(h, epoch, ARG.LEASE_ID, KEY.LEASE, KEY.STREAM, first, ARGV, ARGN.SECTIONS - 1)
+-- The run's stream and tools hash and the worker's lease: built here from the run id and the lease id
+-- (keys.Partition's prefixes, as transcript_key is), not sent as KEYS: three keys fewer a commit to
+-- parse and copy into Lua, in the run's slot as its hash is.
+local run_id = ARG.RUN_ID
+local refused = append_refused(h, epoch, ARG.LEASE_ID, nil, nil, first, ARGV, ARGN.SECTIONS - 1, run_id)
 -- A transcript from LARGE_BYTES on comes staged: written by a plain SET just before this call (in its
 -- round trip), renamed into place below, so its megabytes never pass through Lua. Its key is in the
 -- tail, after the sections (TAIL: their end).
@@ -35,6 +43,7 @@ end
 local n = num(ARG.N_EVENTS)
 local nc = num(ARG.N_CLAIMS)
 local nr = num(ARG.N_RECORDS)
+local TOOLS = (nr > 0 or ARG.STATUS ~= '') and tools_key(run_id) or nil  -- (only its records and a status use it)
 local claims_at = ARGN.SECTIONS + 2 * n
 local records_at = claims_at + 2 * nc
 local TAIL = records_at + 2 * nr - 1
@@ -42,8 +51,8 @@ local staged = ARG.TRANSCRIPT_STAGED
 if staged ~= '' and redis.call('EXISTS', staged) == 0 then  -- before any write: nothing half made
   return redis.error_reply('ERR the staged transcript of run ' .. ARG.RUN_ID .. ' expired before its commit')
 end
-local run_id = ARG.RUN_ID
-local _, last_text = append_events(KEY.STREAM, first, ARG.FIRST_SEQ, n, ARGV, ARGN.SECTIONS, epoch, ARG.TS)
+local STREAM = stream_key(run_id)
+local _, last_text = append_events(STREAM, first, ARG.FIRST_SEQ, n, ARGV, ARGN.SECTIONS, epoch, ARG.TS)
 last_text = last_text or int_text(first - 1)
 -- The claims: the run's open claims (field claims) gain them, in the run hash's HSET below, so a
 -- step that claims writes one hash. The records: one HSET of the tools hash; a record supersedes
@@ -89,7 +98,7 @@ end
 -- (straight from ARGV, CHUNK arguments a call at most: unpack's limit)
 local records_end = records_at + 2 * nr - 1
 for k = records_at, records_end, CHUNK do
-  redis.call('HSET', KEY.TOOLS, unpack(ARGV, k, math.min(k + CHUNK - 1, records_end)))
+  redis.call('HSET', TOOLS, unpack(ARGV, k, math.min(k + CHUNK - 1, records_end)))
 end
 local iterations = ARG.ITERATIONS
 local usage = nil
@@ -175,7 +184,7 @@ end
 if status ~= '' then
   local owner = h[3]
   if owner and owner ~= '' then redis.call('SREM', worker_runs_key(owner), run_id) end
-  track(KEY.RUN, run_id, h[5], status, usage, econ)
+  track(KEY.RUN, run_id, h[5], status, usage, econ, h, 10)
   set(F.STATUS, status); set(F.OWNER, '')
 end
 if status == '' then
@@ -196,9 +205,9 @@ elseif is_terminal(status) then
     if fresh then redis.call('EXPIRE', usage_key, usage_ttl) end
   end
   redis.call('HSET', KEY.RUN, unpack(run_fields)); run_fields = {}
-  local no_content = stores_no_content(KEY.RUN)
-  if no_content then redact(KEY.RUN, KEY.STREAM, KEY.TOOLS, run_id) end
-  ending_handoff(KEY.RUN, run_id, status)
+  local no_content = stores_no_content(KEY.RUN, h[7])
+  if no_content then redact(KEY.RUN, STREAM, TOOLS, run_id) end
+  ending_handoff(KEY.RUN, run_id, status, {h[8], children ~= '' and children or h[9]})
   if sid ~= '' then
     if loop ~= '' and not no_content then
       redis.call('RPUSH', KEY.SESSION_LOOPS, loop)
@@ -215,8 +224,8 @@ elseif is_terminal(status) then
   end
   to_archive(run_id, now)
   redis.call('EXPIRE', KEY.RUN, ctx().retention)
-  redis.call('EXPIRE', KEY.STREAM, ctx().retention)
-  redis.call('EXPIRE', KEY.TOOLS, ctx().retention)
+  redis.call('EXPIRE', STREAM, ctx().retention)
+  redis.call('EXPIRE', TOOLS, ctx().retention)
   redis.call('EXPIRE', transcript_key(run_id), ctx().retention)
   -- arq's finish of the run's job (worker/process/finisher.py's writes), with its ending: a round trip fewer
   if ARG.JOB ~= '' then
@@ -242,7 +251,7 @@ elseif status == S.AWAITING_TOOLS then
   -- aux: the pending client calls. Parked on no worker until each has a result or times out.
   set(F.CLIENT_PENDING, ARG.AUX); set(F.AWAITING_SINCE, now)
   redis.call('HSET', KEY.RUN, unpack(run_fields)); run_fields = {}
-  local open, earliest = client_settle(KEY.RUN, KEY.TOOLS, now)
+  local open, earliest = client_settle(KEY.RUN, TOOLS, now)
   if open == 0 then
     client_resume(KEY.RUN, run_id, now)
   else
@@ -272,7 +281,7 @@ elseif status == S.AWAITING_CHILDREN then
   -- the run's deadline (maxRunDurationMs), or after the queued-run check, whichever is first.
   set(F.AWAITING_SINCE, now); set(F.RUN_DEADLINE_MS, run_deadline)
   redis.call('HSET', KEY.RUN, unpack(run_fields)); run_fields = {}
-  if children_open(KEY.RUN, KEY.TOOLS) == 0 then
+  if children_open(KEY.RUN, TOOLS) == 0 then
     client_resume(KEY.RUN, run_id, now)
   else
     local due = now + tonumber(ctx().queued_check_ms)

@@ -253,11 +253,15 @@ end
 -- the index there of its events' count (kind, payload per event follow it), read only when the
 -- seq does not follow. nil: go on. Else the answer: the run is missing; fenced (another epoch,
 -- another owner, or the caller's lease gone: a worker past its lease writes nothing, even before
--- anyone took its runs over); or the stream does not end at first - 1.
-local function append_refused(h, epoch, lease_id, lease_key, stream, first, args, at)
+-- anyone took its runs over); or the stream does not end at first - 1. ``lease_key`` and ``stream``
+-- nil: built from ``lease_id`` and ``run_id`` when needed (commit.lua: the refusals before them
+-- build neither).
+local function append_refused(h, epoch, lease_id, lease_key, stream, first, args, at, run_id)
   if not h[1] then return {APPEND.MISSING} end
   if h[1] ~= epoch and tonumber(h[1]) ~= tonumber(epoch) then return {APPEND.FENCED, h[1]} end
-  if h[3] ~= lease_id or redis.call('EXISTS', lease_key) == 0 then return {APPEND.FENCED, h[1]} end
+  if h[3] ~= lease_id or redis.call('EXISTS', lease_key or ctx().worker_lease .. lease_id) == 0 then
+    return {APPEND.FENCED, h[1]}
+  end
   if tonumber(h[2]) ~= first - 1 then
     -- The same append sent again after its reply was lost (redis-py retries on connection errors):
     -- same epoch, the stream ends where this batch ends, with this batch's last event. It was
@@ -266,7 +270,7 @@ local function append_refused(h, epoch, lease_id, lease_key, stream, first, args
     local last_payload = args[at + 2 * n]
     local last0 = first + n - 1
     if n > 0 and tonumber(h[2]) == last0 then
-      local e = redis.call('XRANGE', stream, last0 .. '-0', last0 .. '-0')
+      local e = redis.call('XRANGE', stream or stream_key(run_id), last0 .. '-0', last0 .. '-0')
       if #e == 1 then
         local f = {}
         for k = 1, #e[1][2], 2 do f[e[1][2][k]] = e[1][2][k + 1] end
@@ -379,31 +383,38 @@ end
 -- (batch_settle). ``usage``: the run's usage when the caller writes it in this call (commit.lua),
 -- else the run hash's is the one a batch adds when the run ends; ``econ``: its economy lane's share
 -- (batch_usage), nil = none.
-local function track(run, id, old, new, usage, econ)
+-- TRACKED: the run hash's fields it reads, in this order (the run's usage only for a batch's run that
+-- ends without one given, read then). A caller that read them already in its own HMGET of the run,
+-- in this call and with none of them written since, passes that reply and the index of the first of
+-- them there (``read``, ``at``): a command fewer.
+local TRACKED = {F.TENANT, F.CREATED_AT, F.BATCH, F.CONC_KEY}
+local function track(run, id, old, new, usage, econ, read, at)
   old = old or ''
   if old == new then return end
-  local h = redis.call('HMGET', run, F.TENANT, F.CREATED_AT, F.BATCH, F.USAGE_IN, F.USAGE_OUT, F.USAGE_ESTIMATED,
-    F.USAGE_COST, F.USAGE_CACHE_READ, F.USAGE_CACHE_WRITE, F.CONC_KEY)
-  if not h[1] then return end
+  local h = read or redis.call('HMGET', run, unpack(TRACKED))
+  local o = read and at - 1 or 0
+  local tenant, batch, conc = h[o + 1], h[o + 3], h[o + 4]
+  if not tenant then return end
   -- a run that ends lets go of its concurrency key's slot: the next run waiting for it goes
-  if h[10] and h[10] ~= '' and is_terminal(new) and not is_terminal(old) then conc_release(h[1], h[10], id) end
+  if conc and conc ~= '' and is_terminal(new) and not is_terminal(old) then conc_release(tenant, conc, id) end
   -- a run that stops running (or leaves the queue unclaimed) frees its tenant's slot at once
-  if old ~= '' and new ~= S.RUNNING and redis.call('ZREM', tenant_running_key(h[1]), id) == 1 then
-    unhold(h[1], 1)
+  if old ~= '' and new ~= S.RUNNING and redis.call('ZREM', tenant_running_key(tenant), id) == 1 then
+    unhold(tenant, 1)
   end
-  if old ~= '' then redis.call('ZREM', index_key(h[1], DIM.STATUS, old), id) end
-  ix_add(h[1], DIM.STATUS, new, id, tonumber(h[2] or '0'))
-  if not h[3] or h[3] == '' then return end
-  local bk = batch_key(h[1], h[3])
+  if old ~= '' then redis.call('ZREM', index_key(tenant, DIM.STATUS, old), id) end
+  ix_add(tenant, DIM.STATUS, new, id, tonumber(h[o + 2] or '0'))
+  if not batch or batch == '' then return end
+  local bk = batch_key(tenant, batch)
   if redis.call('EXISTS', bk) == 0 then return end
   if old ~= '' then redis.call('HINCRBY', bk, old, -1) end
   redis.call('HINCRBY', bk, new, 1)
   redis.call('EXPIRE', bk, ctx().retention)
   if is_terminal(new) and not is_terminal(old) then
     redis.call('HINCRBY', bk, BATCH.DONE, 1)
-    batch_usage(bk, usage or {h[4], h[5], h[6], h[7], h[8], h[9]}, econ)
-    redis.call('EXPIRE', index_key(h[1], DIM.BATCH, h[3]), ctx().retention)
-    redis.call('EXPIRE', index_key(h[1], DIM.ITEM, h[3]), ctx().retention)
+    batch_usage(bk, usage or redis.call('HMGET', run, F.USAGE_IN, F.USAGE_OUT, F.USAGE_ESTIMATED, F.USAGE_COST,
+      F.USAGE_CACHE_READ, F.USAGE_CACHE_WRITE), econ)
+    redis.call('EXPIRE', index_key(tenant, DIM.BATCH, batch), ctx().retention)
+    redis.call('EXPIRE', index_key(tenant, DIM.ITEM, batch), ctx().retention)
     batch_settle(bk)
   end
 end
@@ -485,9 +496,10 @@ end
 -- A run ends: what its ending owes other runs, maybe on other partitions, is marked in the run hash
 -- (handoff: 'd' its result to its parent, 'a' an abort to its children) and the run put in the
 -- live index, due now: shared/children.py does it (the ending worker at once, else the reconciler)
--- and clears the mark. Call after the run left the live index.
-local function ending_handoff(run, run_id, status)
-  local h = redis.call('HMGET', run, F.PARENT_RUN, F.CHILDREN)
+-- and clears the mark. Call after the run left the live index. ``read``: {its parent run, its
+-- children} as the caller has them now, nil: read here.
+local function ending_handoff(run, run_id, status, read)
+  local h = read or redis.call('HMGET', run, F.PARENT_RUN, F.CHILDREN)
   local flags = ''
   if h[1] and h[1] ~= '' then flags = 'd' end
   if status ~= S.COMPLETED and h[2] and h[2] ~= '' and h[2] ~= '[]' and h[2] ~= '{}' then flags = flags .. 'a' end
@@ -612,8 +624,10 @@ end
 -- payload of each event that carries some keeps its numbers, booleans, ids and names, marked
 -- contentRedacted), its result no answer, output or messages, its input no messages; its tool
 -- records, checkpoint and transcript go. Usage, timings, statuses and errors stay.
-local function stores_no_content(run)
-  local said = redis.call('HGET', run, F.NO_CONTENT)  -- said at submission: its input (megabytes) not read
+local function stores_no_content(run, said)
+  -- said at submission: its input (megabytes) not read. ``said``: the field as its caller read it
+  -- (false: not set), nil: read here.
+  if said == nil then said = redis.call('HGET', run, F.NO_CONTENT) end
   if said == '1' or said == '0' then return said == '1' end
   local raw = redis.call('HGET', run, F.INPUT)
   if not raw or not string.find(raw, '"storeContent":false', 1, true) then return false end

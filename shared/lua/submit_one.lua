@@ -41,14 +41,16 @@ local function debounce(t, k, id, shown, period)
   redis.call('SET', dk, id, 'PX', period + tonumber(ctx().queued_check_ms))
 end
 local function submit_one(K, A, staged)
-  if redis.call('EXISTS', NEWK.RUN) == 1 then
+  -- The run and its tombstone asked in one EXISTS: neither, but for a resubmission. A run that exists
+  -- is answered by its record; a deleted run is not created again while its tombstone lasts (a
+  -- resubmission, a schedule firing).
+  if redis.call('EXISTS', NEWK.RUN, ctx().gone .. A[NEW.RUN_ID]) > 0 then
+    if redis.call('EXISTS', NEWK.RUN) == 0 then return {V.DELETED, ''} end
     local h = redis.call('HMGET', NEWK.RUN, F.INPUT_HASH, F.STATUS, F.TENANT)
     if h[3] ~= A[NEW.TENANT] then return {V.CONFLICT, ''} end
     if h[1] == A[NEW.INPUT_HASH] then return {V.EXISTS, h[2]} end
     return {V.CONFLICT, h[2]}
   end
-  -- a deleted run is not created again while its tombstone lasts (a resubmission, a schedule firing)
-  if redis.call('EXISTS', ctx().gone .. A[NEW.RUN_ID]) == 1 then return {V.DELETED, ''} end
   if A[NEW.BATCH_ID] ~= '' and batch_finished(A[NEW.TENANT], A[NEW.BATCH_ID]) then return {V.BATCH_FINISHED, ''} end
   local conc = A[NEW.CONC_KEY]
   if conc ~= '' and redis.call('ZCARD', conc_waiting_key(A[NEW.TENANT], conc)) >= tonumber(ctx().key_waiting_max) then

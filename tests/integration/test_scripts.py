@@ -561,7 +561,7 @@ async def test_an_append_to_a_missing_run_is_answered_before_its_events_are_read
     """commit.lua and publish.lua answer 'missing' from the run hash alone: bench figure 3d times a
     commit of a missing run with its first arguments only (the gate's cost, nothing else)."""
     scripts = Scripts(redis)
-    k, a = scripts.frame(K, [*K.run_keys("nope"), K.worker_lease("w")], [1, 1, "w", "nope", ""])
+    k, a = scripts.frame(K, [K.run("nope")], [1, 1, "w", "nope", ""])
     assert [text(x) for x in await scripts.commit(keys=k, args=a)] == ["missing"]
     k, a = scripts.frame(K, [*K.run_keys("nope")[:2], K.worker_lease("w")], [1, 1, "w"])
     assert [text(x) for x in await scripts.publish(keys=k, args=a)] == ["missing"]

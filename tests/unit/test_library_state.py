@@ -71,7 +71,7 @@ def test_the_rule_sees_a_leak() -> None:
 
 
 def test_each_script_runs_its_shared_files_enter_before_its_body() -> None:
-    assert "enter_prelude(KEYS, ARGV)\n-- KEYS: run, stream, tools" in source("commit")
+    assert "enter_prelude(KEYS, ARGV)\n-- KEYS: run, session" in source("commit")
     assert "enter_prelude" not in source("capacity_acquire") and "enter_clock(KEYS, ARGV)" in source(
         "capacity_acquire"
     )

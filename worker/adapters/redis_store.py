@@ -147,7 +147,7 @@ class RedisRunStore:
     async def commit(self, step: CommitStep) -> int:
         """Append events, write the checkpoint, claims and tool records: one round trip."""
         self._check_lease()
-        call, own = self._commit_call(step), [*self._keys, self.part.worker_lease(self.lease_id)]
+        call, own = self._commit_call(step), [self._keys[0]]  # the run's: commit.lua builds the rest
         if step.session is not None:
             own += self.part.session_keys(step.session.session_id)
         if step.tally is not None and step.status:
