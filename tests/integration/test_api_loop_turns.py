@@ -28,7 +28,10 @@ from tests.support.large_forks import ended, large_messages, large_run, ready_cl
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
-TURN_CPU_S = 0.008  # the longest turn allowed (measured: 2-5.5 ms; 57 ms and 15-17.5 ms on the loop)
+# The longest turn allowed: measured 2-5.5 ms on one 2-core machine, 7-9 ms (a fork's longest,
+# every fork) on a slower one; the work on the loop these tests exist for: 57 ms (routes) and
+# 15-17.5 ms (a fork's decoding) on the faster machine.
+TURN_CPU_S = 0.012
 GROWN = 3  # forks of forks, each appending 0.9 MB: the state a fork then rebuilds is near its bound
 
 
@@ -82,17 +85,17 @@ async def test_forks_of_a_large_state_hold_no_loop_for_a_long_turn(
             assert view["status"] == "completed"
         url = f"/v1/runs/{view['runId']}/fork"
 
-        async def forks() -> list[str]:
-            ends = []
-            for _ in range(3):
-                r = await client.post(url, json={"atSeq": view["lastSeq"]}, headers=A)
-                assert r.status_code == 202, r.text
-                ends.append((await ended(client, r.json()["runId"]))["status"])
-            return ends
+        async def fork() -> str:
+            r = await client.post(url, json={"atSeq": view["lastSeq"]}, headers=A)
+            assert r.status_code == 202, r.text
+            return str((await ended(client, r.json()["runId"]))["status"])
 
-        statuses, turn = await longest_turn(forks)
-    assert statuses == ["completed"] * 3
-    assert turn < TURN_CPU_S, f"a fork held the loop for {turn * 1000:.0f} ms of CPU"
+        measured = [await longest_turn(fork) for _ in range(3)]
+    assert [status for status, _ in measured] == ["completed"] * 3
+    # Work a fork does on the loop shows in each fork's longest turn; a turn that the machine made
+    # long once (another process on the core, a cold cache) in one of them: the middle one is judged.
+    turns = sorted(turn for _, turn in measured)
+    assert turns[1] < TURN_CPU_S, f"forks held the loop for {[round(t * 1000) for t in turns]} ms of CPU"
 
 
 async def test_a_request_runs_in_the_one_task_the_server_made_for_it(client: httpx.AsyncClient) -> None:
