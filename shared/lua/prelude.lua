@@ -61,6 +61,7 @@ local function tenant_running_key(t) return ctx().tenant_running .. t end
 local function tenant_held_key(t) return ctx().tenant_held .. t end
 local function worker_runs_key(w) return ctx().worker_runs .. w end
 local function worker_inbox_key(w) return ctx().worker_inbox .. w end
+local function worker_lease_key(w) return ctx().worker_lease .. w end
 -- arq job id of dispatch ``gen`` of a run (shared.keys.Partition.job_id) and its job payload
 -- (shared.dispatch.JOB_TEMPLATE: four pieces around the run id, dispatch number and enqueue time).
 local function job_id(id, gen)
@@ -189,7 +190,7 @@ end
 -- Is this worker lease id's lease unexpired? Its lease key exists (it expires by Redis's clock).
 local function worker_alive(w)
   if not w or w == '' then return false end
-  return redis.call('EXISTS', ctx().worker_lease .. w) == 1
+  return redis.call('EXISTS', worker_lease_key(w)) == 1
 end
 -- The run leaves its worker (finished, handed back, waiting for someone): out of the worker's set.
 local function leave_worker(run, run_id)
@@ -259,7 +260,7 @@ end
 local function append_refused(h, epoch, lease_id, lease_key, stream, first, args, at, run_id)
   if not h[1] then return {APPEND.MISSING} end
   if h[1] ~= epoch and tonumber(h[1]) ~= tonumber(epoch) then return {APPEND.FENCED, h[1]} end
-  if h[3] ~= lease_id or redis.call('EXISTS', lease_key or ctx().worker_lease .. lease_id) == 0 then
+  if h[3] ~= lease_id or redis.call('EXISTS', lease_key or worker_lease_key(lease_id)) == 0 then
     return {APPEND.FENCED, h[1]}
   end
   if tonumber(h[2]) ~= first - 1 then
