@@ -66,10 +66,9 @@ class ScriptBatcher:
         the turn's batch, as every call did (``call``): runs stepping side by side share round trips."""
         loop = asyncio.get_running_loop()
         now = loop.time()
-        if self.pending or self.sending or self.alone or now - self.last_out < QUIET_S:
-            self.last_out = now
+        last, self.last_out = self.last_out, now
+        if self.pending or self.sending or self.alone or now - last < QUIET_S:
             return await self.call(part, script, keys, args)
-        self.last_out = now
         fut: asyncio.Future[Any] = loop.create_future()
         self.alone += 1
         try:
