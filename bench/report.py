@@ -140,8 +140,9 @@ def figures_table(data: dict[str, Any]) -> list[str]:
         lines.append(
             f"| {cell(f['figure'])} | {cell(ours_text)} | {cell(base_text)} | {ratio} | {cell(f['target']) or '–'} |"
         )
-        if f["note"]:
-            notes.append(f"- **{cell(label(f['figure']))}**: {cell(f['note'])}")
+        note = f"- **{cell(label(f['figure']))}**: {cell(f['note'])}" if f["note"] else ""
+        if note and note not in notes:  # rows of one figure often carry one note: said once
+            notes.append(note)
     return [*lines, "", "What the bench noted beside each figure:", "", *notes]
 
 

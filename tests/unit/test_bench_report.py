@@ -114,3 +114,21 @@ def test_a_file_that_is_not_the_bench_json_is_refused_in_one_line(
 def test_a_document_without_its_markers_is_refused() -> None:
     with pytest.raises(report.ReportError, match="no '<!-- figures"):
         report.replace_part("# Performance\n", report.FIGURES, "x", "docs/performance.md")
+
+
+def test_a_note_several_rows_share_is_listed_once_and_different_notes_each() -> None:
+    data = copy.deepcopy(DATA)
+    for n in (100, 1000, 2000):
+        row = figure(f"4b. Redis commands/s of one worker, {n} runs waiting", [68.0], [68.0])
+        data["figures"].append({**row, "note": "2.0 beats/s"})
+    data["figures"][0]["note"] = "13.7 KB a run"
+    data["figures"][3]["note"] = "81 KB a run"
+    data["figures"][4]["note"] = "52 KB a run"
+    lines = report.figures_table(data)
+    notes = lines[lines.index("What the bench noted beside each figure:") + 2 :]
+    assert notes == [
+        "- **1. one-step runs/s**: 13.7 KB a run",
+        "- **4. 100 runs in flight**: 81 KB a run",
+        "- **4. 1000 runs in flight**: 52 KB a run",
+        "- **4b. Redis commands/s of one worker**: 2.0 beats/s",
+    ]
