@@ -40,6 +40,9 @@ DURABILITY = {"everysec": "off", "always": "on"}
 
 
 class Peer(Protocol):
+    """A peer's harness. It may also have ``async why_lost(keys) -> str``: what its records say of
+    the jobs that did not complete, printed beside their count."""
+
     name: str
     worker_argv: list[str]
 
@@ -92,6 +95,7 @@ class PeerResult:
     p99: float = float("nan")
     skipped: str = ""
     lost: int = 0  # jobs submitted that never completed (left no finished record)
+    why_lost: str = ""  # what the peer's records say of them, where its harness can tell (why_lost)
 
 
 class PeerFigures(Plumbing):
@@ -149,6 +153,8 @@ class PeerFigures(Plumbing):
                     await self.wait_done(peer, w, log, 600)
                     recs = await self.all_records(peer, keys)
                     res.lost += n - len(recs)
+                    if len(recs) < n and (why := getattr(peer, "why_lost", None)) is not None:
+                        res.why_lost = await why(keys)
                     if len(recs) < 0.99 * n:
                         raise RuntimeError(f"only {len(recs)} of {n} jobs completed")
                     span_s = (max(f for _, _, f in recs) - min(s for _, s, _ in recs)) / 1000
@@ -232,7 +238,10 @@ class PeerFigures(Plumbing):
                 if res.skipped:
                     lines.append(f"{store:<44} {names[res.peer]:<14} skipped: {res.skipped}")
                     continue
-                lost = f"  ({res.lost} of {a.peer_runs * a.reps} jobs did not complete)" if res.lost else ""
+                why = f": {res.why_lost}" if res.why_lost else ""
+                lost = (
+                    f"  ({res.lost} of {a.peer_runs * a.reps} jobs did not complete{why})" if res.lost else ""
+                )
                 lines.append(
                     f"{store:<44} {names[res.peer]:<14} {self.fmt_rates(res.rates):>24} {res.p50:>8.1f} {res.p99:>8.1f}{lost}"
                 )

@@ -70,3 +70,19 @@ class SaqPeer:
                 if job is not None and job.completed:
                     out.append((float(job.queued), float(job.started), float(job.completed)))
         return out
+
+    async def why_lost(self, keys: list[str]) -> str:
+        """What SAQ's records say of the jobs that did not complete, e.g. ``t0-0: aborting (swept)``:
+        SAQ's start-up sweep aborts a job its worker has moved to the active list but not yet
+        marked active."""
+        said = []
+        for k in range(0, len(keys), 1000):
+            for key, job in zip(keys[k : k + 1000], await self.queue.jobs(keys[k : k + 1000]), strict=True):
+                if job is None:
+                    said.append(f"{key}: no record")
+                elif not job.completed:
+                    said.append(
+                        f"{key}: {getattr(job.status, 'value', job.status)}"
+                        + (f" ({job.error})" if job.error else "")
+                    )
+        return ", ".join(said[:3]) + (f" and {len(said) - 3} more" if len(said) > 3 else "")
