@@ -164,7 +164,7 @@ def parser() -> argparse.ArgumentParser:
         help="figure 4m: start the processes on the filled queue (their start-up in the span), not before",
     )
     ap.add_argument(
-        "--machine-inflight", type=int, nargs="+", default=[1000], help="figure 4m: runs in flight"
+        "--machine-inflight", type=int, nargs="+", default=[1000, 2000], help="figure 4m: runs in flight"
     )
     ap.add_argument("--cluster-runs", type=int, default=300, help="ten-step runs per cluster load (figure 8)")
     ap.add_argument("--functions-runs", type=int, default=200, help="ten-step runs per load of figure 3b")
