@@ -155,7 +155,7 @@ def on_replied(s: RunState, e: ModelReplied) -> Decision:
                                                  "model": s.cfg.chain[s.provider_index].model}  # fmt: skip
         cmds.append(Emit(EventKind.USAGE, {"modelCallIndex": s.model_call_index,
                                            "usage": call_usage[1],
-                                           "total": usage.model_dump(mode="json", by_alias=True, exclude_none=True),
+                                           "total": usage_forms(usage)[1],
                                            **answered}))  # fmt: skip
     if refused:
         cmds.append(status_event("tool_calls_refused", count=refused, reason=f"{s.final_call} reached"))
@@ -164,10 +164,17 @@ def on_replied(s: RunState, e: ModelReplied) -> Decision:
     return start_round(s, msg, e.now_ms, e.finish_reason, cmds)
 
 
+# Usage's fields and their JSON names: its fields are JSON values as they are (numbers, a bool, a
+# str), so its dump is its fields by these names (no serializer walked at every reply).
+_USAGE_NAMES = tuple((name, f.alias or name) for name, f in Usage.model_fields.items())
+
+
 def usage_forms(u: Usage) -> tuple[dict[str, Any], dict[str, Any]]:
     """A call's usage as its events carry it: with its None fields (assistant_message) and in JSON
-    form without them (usage), from one serialisation (a Usage's fields are JSON values as they are)."""
-    full = u.model_dump(by_alias=True)
+    form without them (usage): ``u.model_dump(by_alias=True)`` and the same in JSON mode without
+    its None fields, read off its fields."""
+    d = u.__dict__
+    full = {alias: d[name] for name, alias in _USAGE_NAMES}
     return full, {k: v for k, v in full.items() if v is not None}
 
 
