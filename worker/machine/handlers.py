@@ -142,7 +142,7 @@ def on_replied(s: RunState, e: ModelReplied) -> Decision:
         Emit(
             EventKind.ASSISTANT_MESSAGE,
             {
-                "message": msg.model_dump(mode="json", by_alias=True, exclude_none=True),
+                "message": message_form(msg),
                 "modelCallIndex": s.model_call_index,
                 "finishReason": e.finish_reason,
                 "calledLlmAt": s.called_llm_at_ms,
@@ -162,6 +162,24 @@ def on_replied(s: RunState, e: ModelReplied) -> Decision:
     if not msg.tool_calls:
         return final_answer(s, msg, e.now_ms, cmds)
     return start_round(s, msg, e.now_ms, e.finish_reason, cmds)
+
+
+def message_form(m: Message) -> dict[str, Any]:
+    """A message as its event carries it: ``m.model_dump(mode="json", by_alias=True,
+    exclude_none=True)``; a message of text (a string, no calls, no thinking: most replies) read off
+    its fields, in their order (no serializer walked at every reply)."""
+    d = m.__dict__
+    if d["content"].__class__ is not str or d["tool_calls"] is not None or d["thinking_blocks"] is not None:
+        return m.model_dump(mode="json", by_alias=True, exclude_none=True)
+    out = {"role": d["role"], "content": d["content"]}
+    for name, alias in _MESSAGE_TAIL:
+        if (v := d[name]) is not None:
+            out[alias] = v
+    return out
+
+
+# A message of text's fields after its content (its calls and thinking blocks None), JSON names.
+_MESSAGE_TAIL = (("tool_call_id", "toolCallId"), ("name", "name"), ("created_at", "createdAt"))
 
 
 # Usage's fields and their JSON names: its fields are JSON values as they are (numbers, a bool, a
