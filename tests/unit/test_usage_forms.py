@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import pytest
 
 from agentmill_client.models import Usage
@@ -23,3 +25,23 @@ def test_the_forms_are_the_two_dumps(u: Usage) -> None:
     assert full == u.model_dump(by_alias=True)
     want = u.model_dump(mode="json", by_alias=True, exclude_none=True)
     assert compact == want and list(compact) == list(want)
+
+
+def test_the_forms_are_read_off_the_fields(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No serializer walked at every reply: the forms come from the fields (Usage's are JSON values
+    as they are, which the test above checks)."""
+    want = [usage_forms(u) for u in USAGES]
+
+    def refused(*_: object, **__: object) -> None:
+        raise AssertionError("serialised")
+
+    monkeypatch.setattr(Usage, "model_dump", refused)
+    assert [usage_forms(u) for u in USAGES] == want
+
+
+def test_usage_has_only_fields_that_are_json_values_as_they_are() -> None:
+    """What the forms rely on: no nested model, no container, no custom serializer."""
+    for name, f in Usage.model_fields.items():
+        assert f.annotation in (int, bool, float | None, Literal["economy"] | None), name
+    assert not Usage.__pydantic_decorators__.field_serializers
+    assert not Usage.__pydantic_decorators__.model_serializers

@@ -142,7 +142,7 @@ def on_replied(s: RunState, e: ModelReplied) -> Decision:
         Emit(
             EventKind.ASSISTANT_MESSAGE,
             {
-                "message": msg.model_dump(mode="json", by_alias=True, exclude_none=True),
+                "message": message_form(msg),
                 "modelCallIndex": s.model_call_index,
                 "finishReason": e.finish_reason,
                 "calledLlmAt": s.called_llm_at_ms,
@@ -155,7 +155,7 @@ def on_replied(s: RunState, e: ModelReplied) -> Decision:
                                                  "model": s.cfg.chain[s.provider_index].model}  # fmt: skip
         cmds.append(Emit(EventKind.USAGE, {"modelCallIndex": s.model_call_index,
                                            "usage": call_usage[1],
-                                           "total": usage.model_dump(mode="json", by_alias=True, exclude_none=True),
+                                           "total": usage_forms(usage)[1],
                                            **answered}))  # fmt: skip
     if refused:
         cmds.append(status_event("tool_calls_refused", count=refused, reason=f"{s.final_call} reached"))
@@ -164,10 +164,35 @@ def on_replied(s: RunState, e: ModelReplied) -> Decision:
     return start_round(s, msg, e.now_ms, e.finish_reason, cmds)
 
 
+def message_form(m: Message) -> dict[str, Any]:
+    """A message as its event carries it: ``m.model_dump(mode="json", by_alias=True,
+    exclude_none=True)``; a message of text (a string, no calls, no thinking: most replies) read off
+    its fields, in their order (no serializer walked at every reply)."""
+    d = m.__dict__
+    if d["content"].__class__ is not str or d["tool_calls"] is not None or d["thinking_blocks"] is not None:
+        return m.model_dump(mode="json", by_alias=True, exclude_none=True)
+    out = {"role": d["role"], "content": d["content"]}
+    for name, alias in _MESSAGE_TAIL:
+        if (v := d[name]) is not None:
+            out[alias] = v
+    return out
+
+
+# A message of text's fields after its content (its calls and thinking blocks None), JSON names.
+_MESSAGE_TAIL = (("tool_call_id", "toolCallId"), ("name", "name"), ("created_at", "createdAt"))
+
+
+# Usage's fields and their JSON names: its fields are JSON values as they are (numbers, a bool, a
+# str), so its dump is its fields by these names (no serializer walked at every reply).
+_USAGE_NAMES = tuple((name, f.alias or name) for name, f in Usage.model_fields.items())
+
+
 def usage_forms(u: Usage) -> tuple[dict[str, Any], dict[str, Any]]:
     """A call's usage as its events carry it: with its None fields (assistant_message) and in JSON
-    form without them (usage), from one serialisation (a Usage's fields are JSON values as they are)."""
-    full = u.model_dump(by_alias=True)
+    form without them (usage): ``u.model_dump(by_alias=True)`` and the same in JSON mode without
+    its None fields, read off its fields."""
+    d = u.__dict__
+    full = {alias: d[name] for name, alias in _USAGE_NAMES}
     return full, {k: v for k, v in full.items() if v is not None}
 
 

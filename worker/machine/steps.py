@@ -18,7 +18,7 @@ from worker.core import policy, preamble
 from worker.core.config import RunConfig
 from worker.machine.budget import spent_with_children, unaffordable
 from worker.machine.commands import CallModel, Command, Compact, Decision, Emit, Finish, ModelRequest
-from worker.machine.copying import copied
+from worker.machine.copying import built, copied
 from worker.machine.state import AnyPhase, CallPhase, Phase, RunState
 from worker.machine.window import windowed_history
 
@@ -247,11 +247,13 @@ def bounded_messages(transcript: list[Message]) -> tuple[list[Message], int]:
 
 
 def result_of(s: RunState) -> RunResult:
+    """The run's result from its state (its values validated as the state's: not validated again)."""
     status = _STATUS_OF.get(s.phase, RunStatus.RUNNING)
     messages, omitted = (
         bounded_messages(s.transcript) if s.config and s.config.include_messages else (None, None)
     )
-    return RunResult(
+    return built(
+        RunResult,
         session_id=s.session_id,
         run_id=s.run_id,
         status=status,

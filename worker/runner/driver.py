@@ -25,11 +25,12 @@ from collections.abc import Coroutine
 
 import orjson
 
-from agentmill_client.models import RunInput, RunStatus
+from agentmill_client.models import RunStatus
 from shared import logs
 from shared.actors import abort_of
 from shared.calls.steps import AcquireVerdict
 from shared.off_loop import large, off_loop
+from shared.stored_input import read_input
 from shared.tool_records import ToolRecord
 from worker import machine
 from worker.core.acquisition import Acquired, NotAcquired
@@ -201,7 +202,7 @@ class RunDriver:
             self.pending.append(StartRejected(self.clock.now_ms(), "data_key_unavailable", acq.unreadable))
             return await self._loop()
         big = large(acq.input, acq.origin)  # a fork of a large transcript: parsed off the loop
-        parse = functools.partial(RunInput.model_validate_json, acq.input)
+        parse = functools.partial(read_input, acq.input)  # stored validated: read as it stands
         run_input = await off_loop(parse) if big else parse()
         if run_input.session_id:
             logs.run_context.set({**(logs.run_context.get() or {}), "sessionId": run_input.session_id})
