@@ -28,6 +28,7 @@ import struct
 import sys
 import threading
 import traceback
+import warnings
 
 # The process roots and what they import later, inside functions (off the loop, or per command).
 PRELOAD = (
@@ -86,6 +87,10 @@ def _child(request: dict[str, object], fds: list[int]) -> None:
         assert isinstance(args, list)
         sys.path[0] = cwd  # as `python -m` puts the working directory first
         sys.argv = [module, *map(str, args)]  # runpy sets argv[0] to the module's file
+        # runpy's warning that the module was imported before it runs as __main__: the server's own
+        # preloading (PRELOAD), which a fresh `python -m` does not do, so it does not say it either
+        warnings.filterwarnings("ignore", message=".* found in sys.modules after import of package",
+                                category=RuntimeWarning, module="runpy")  # fmt: skip
         try:
             runpy.run_module(module, run_name="__main__", alter_sys=True)
             code = 0
