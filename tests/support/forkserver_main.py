@@ -38,6 +38,11 @@ PRELOAD = (
     "app.api",
     "app.supervisor",
     "producer.schedules.firer",
+    # imported by a worker or the API as it starts (the loop, the economy lane, the HTTP clients' anyio)
+    "uvloop",
+    "anyio._backends._asyncio",
+    "worker.economy.loop",
+    "worker.models.anthropic",
 )
 HEADER = struct.Struct("!I")
 
