@@ -1,12 +1,11 @@
 """``agentmill submit`` cannot half-do a batch, and the CLI's manners: real API, real redis-server,
-the CLI as a subprocess (test_client_cli's setup)."""
+the CLI as a process of its own (test_client_cli's setup)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import signal
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,6 +20,7 @@ from producer.listing import Catalog
 from shared.quotas import DEFAULT_TENANT
 from tests.integration.helpers import producer_for
 from tests.integration.test_client_cli import api_server
+from tests.support import forkserver
 from tests.support.cli import ROOT, cli
 from tests.support.redis_server import free_port
 from tests.support.schema import K
@@ -110,18 +110,29 @@ async def test_a_submission_killed_midway_resumes_with_every_line_once(
     jsonl = runs_file(tmp_path / "runs.jsonl", LINES)
     journals = str(tmp_path / "state")
     async with api_at(redis_url, **QUOTA) as url:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "app.cli", "submit", str(jsonl), "--api", url, cwd=ROOT,
-            env={**os.environ, "AGENTMILL_CLI_STATE_DIR": journals, "COLUMNS": "200"},
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        assert proc.stderr is not None
-        said: list[str] = []
-        while not said or not said[-1].startswith("part 1/3 (lines 1-1000): 1000 accepted"):
-            said.append((await asyncio.wait_for(proc.stderr.readline(), 15)).decode())
-            assert said[-1], said
-        proc.send_signal(sig)  # part 2 is waiting out its 429
-        _, tail = await asyncio.wait_for(proc.communicate(), 15)
+        # `agentmill submit` forked from the test process's fork server (tests/support/forkserver.py:
+        # run as `python -m app.cli` would, without a fresh interpreter's imports), its output piped
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            proc = forkserver.popen(
+                ["-m", "app.cli", "submit", str(jsonl), "--api", url], cwd=ROOT,
+                env={**os.environ, "AGENTMILL_CLI_STATE_DIR": journals, "COLUMNS": "200"},
+                stdout=out_w, stderr=err_w,
+            )  # fmt: skip
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        with open(out_r, "rb") as out, open(err_r, "rb") as err:
+            drained = asyncio.ensure_future(asyncio.to_thread(out.read))  # stdout, read as it comes
+            said: list[str] = []
+            while not said or not said[-1].startswith("part 1/3 (lines 1-1000): 1000 accepted"):
+                said.append((await asyncio.wait_for(asyncio.to_thread(err.readline), 15)).decode())
+                assert said[-1], said
+            proc.send_signal(sig)  # part 2 is waiting out its 429
+            tail = await asyncio.wait_for(asyncio.to_thread(err.read), 15)
+            await asyncio.wait_for(drained, 15)
+        await asyncio.to_thread(proc.wait, 15)
         said.append(tail.decode())
         batch_id = said[0].split()[1].rstrip(":")
         resume = next(line for line in said if "resume with:" in line).split("resume with: ")[1].split()

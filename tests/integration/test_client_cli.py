@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +18,7 @@ from app.api import create_app
 from producer.api import serve
 from shared.settings import Settings
 from tests.integration.helpers import producer_for, running_worker, script_run, stream, until_status, wait_all
+from tests.support import forkserver
 from tests.support.cli import ROOT, cli
 from tests.support.redis_server import free_port
 from tests.support.schema import K
@@ -163,8 +162,10 @@ async def test_cli_tail_status_submit(redis: Redis, redis_url: str, tmp_path: Pa
 
 def test_cli_demo_runs_to_completion() -> None:
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
-    out = subprocess.run([sys.executable, "-m", "app.cli", "demo", "--runs", "20"], cwd=ROOT, env={**env, "COLUMNS": "200"},
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    # `agentmill demo` through the fork server (tests/support/forkserver.py), without a fresh
+    # interpreter's imports; the demo starts its own redis-server, API and worker as it would anyway
+    out = forkserver.run(["-m", "app.cli", "demo", "--runs", "20"], cwd=ROOT, env={**env, "COLUMNS": "200"},
+                         timeout=120)  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     assert (
         "20 / 20" in out.stdout

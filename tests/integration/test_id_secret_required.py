@@ -1,7 +1,11 @@
 """Processes that make a named tenant's runs hold AGENTMILL_ID_SECRET: `agentmill api` and
 `agentmill worker` refuse to start without it when their settings name a tenant (one line, exit 2),
 and a firer without it leaves a named tenant's schedule to one that has it instead of storing runs
-no other process can read."""
+no other process can read.
+
+The processes start as ``python -m …`` through the fork server (tests/support/forkserver.py): the
+module run as ``__main__`` with the test's environment in a child of a process that imported it
+(the checks run at start, not at import), without about 2 s of CPU for a fresh interpreter's imports."""
 
 from __future__ import annotations
 
@@ -9,7 +13,6 @@ import asyncio
 import logging
 import os
 import subprocess
-import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -22,15 +25,16 @@ from producer.schedules.firer import Firer
 from producer.schedules.store import ScheduleStore
 from tests.integration.api_support import body
 from tests.integration.helpers import make_due, producer_for
+from tests.support import forkserver
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "test-id-secret"
 ENTRY_POINTS = {
-    "api": [sys.executable, "-m", "app.cli", "api"],
-    "agentmill worker": [sys.executable, "-m", "app.cli", "worker"],
-    "python -m app.worker": [sys.executable, "-m", "app.worker"],
+    "api": ["-m", "app.cli", "api"],
+    "agentmill worker": ["-m", "app.cli", "worker"],
+    "python -m app.worker": ["-m", "app.worker"],
 }
 NAMED = {
     "tokens": {"AGENTMILL_API_TOKENS": "tok-a=tenant-a"},
@@ -45,10 +49,9 @@ def started(argv: list[str], env: dict[str, str], within: float = 30.0) -> subpr
     full = {**clean, "REDIS_URL": "redis://127.0.0.1:1/0", "AGENTMILL_WORKER_METRICS_PORT": "-1",
             "AGENTMILL_API_PORT": "0", **env}  # fmt: skip
     try:
-        return subprocess.run(argv, cwd=ROOT, env=full, capture_output=True, text=True, timeout=within)
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stderr.decode() if isinstance(exc.stderr, bytes) else exc.stderr or ""
-        return subprocess.CompletedProcess(argv, -1, "", out)
+        return forkserver.run(argv, cwd=ROOT, env=full, timeout=within)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(argv, -1, "", f"still running after {within} s")
 
 
 @pytest.mark.parametrize("named", NAMED)
@@ -67,18 +70,20 @@ def waiting_for_redis(argv: list[str], env: dict[str, str], within: float = 60.0
     the outage) within ``within`` s, and what it wrote to stderr until then; stopped either way."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("AGENTMILL_") and k != "REDIS_URL"}
     full = {**clean, "REDIS_URL": "redis://127.0.0.1:1/0", "AGENTMILL_WORKER_METRICS_PORT": "-1", **env}
-    proc = subprocess.Popen(
-        argv, cwd=ROOT, env=full, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
-    )
+    err_r, err_w = os.pipe()
+    try:
+        proc = forkserver.popen(argv, cwd=ROOT, env=full, stderr=err_w)
+    finally:
+        os.close(err_w)
     lines: list[str] = []
     timer = threading.Timer(within, proc.kill)
     timer.start()
     try:
-        assert proc.stderr is not None
-        for line in proc.stderr:  # ends when the process ends (or is killed at ``within``)
-            lines.append(line)
-            if "redis unreachable" in line:
-                return True, "".join(lines)
+        with open(err_r, encoding="utf-8", errors="replace") as stderr:
+            for line in stderr:  # ends when the process ends (or is killed at ``within``)
+                lines.append(line)
+                if "redis unreachable" in line:
+                    return True, "".join(lines)
         return False, "".join(lines)
     finally:
         timer.cancel()

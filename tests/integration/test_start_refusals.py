@@ -1,17 +1,22 @@
 """Configuration that could only fail later is refused at start-up: the real entry points, run as
 a user runs them, say so in one line on stderr naming the setting, and exit 2 before connecting
-anywhere (REDIS_URL points at a port nothing listens on), with no traceback."""
+anywhere (REDIS_URL points at a port nothing listens on), with no traceback.
+
+Each is started as ``python -m …`` through the fork server (tests/support/forkserver.py: the module
+run as ``__main__`` in a child forked from a process that imported it, with the test's environment
+and descriptors), not a fresh interpreter: the checks run at start, not at import, so the child
+meets them as a fresh process would, without paying about 2 s of CPU for the imports each time.
+The refusals of a missing driver set PYTHONPATH, so they start in a fresh interpreter anyway."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import orjson
 import pytest
 
+from tests.support import forkserver
 from tests.support.procs import ROOT
 
 WORKER = ["-m", "app.worker"]
@@ -39,9 +44,7 @@ def refused(argv: list[str], env: dict[str, str]) -> str:
     """The one line ``argv`` says on stderr as it exits 2."""
     full = {k: v for k, v in os.environ.items() if not k.startswith("AGENTMILL_") and k != "REDIS_URL"}
     full |= {"REDIS_URL": NOWHERE, "AGENTMILL_WORKER_METRICS_PORT": "-1", **env}
-    done = subprocess.run(
-        [sys.executable, *argv], cwd=ROOT, env=full, capture_output=True, text=True, timeout=60
-    )
+    done = forkserver.run(argv, cwd=ROOT, env=full, timeout=60)
     out = done.stdout + done.stderr
     assert done.returncode == 2, out
     assert "Traceback" not in out, out

@@ -9,6 +9,8 @@ the worker's own load_history + build_messages.
 from __future__ import annotations
 
 import asyncio
+import functools
+import ssl
 import time
 
 import fakeredis
@@ -18,7 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentmill_client.models import Message, RunResult, RunStatus, ToolCall, ToolResult
-from shared.profiles import ContextConfig, profiles_from
+from shared import netguard
+from shared.profiles import AgentProfile, ContextConfig, profiles_from
 from shared.settings import Settings
 from shared.tool_records import ToolRecord
 from tests.support.schema import K, parts_of
@@ -68,12 +71,22 @@ def finished_state(
     return state, result, records
 
 
+@functools.cache
+def _made_once() -> tuple[Settings, dict[str, AgentProfile], ssl.SSLContext]:
+    """What every example's worker is built from, made once: the settings and profiles read from the
+    environment, and a TLS context (loading the CA file is about 50 ms, twice an example otherwise:
+    the test's HTTP client and the worker's guarded one). No example connects anywhere."""
+    return Settings(), profiles_from(None), ssl.create_default_context()
+
+
 async def check(runs: list[tuple[str, list[str], str]], cfg: ContextConfig) -> None:
     redis = fakeredis.aioredis.FakeRedis()
-    async with httpx.AsyncClient() as http:
+    settings_, profiles, tls = _made_once()
+    async with httpx.AsyncClient(verify=tls) as http, netguard.guarded_client(tls=tls) as guarded:
         deps = WorkerDeps(
-            parts=parts_of(redis), settings=Settings(), profiles=profiles_from(None), http=http, worker_id="t"
-        )
+            parts=parts_of(redis), settings=settings_, profiles=profiles, http=http, worker_id="t",
+            guarded_http=guarded,
+        )  # fmt: skip
         now = int(time.time() * 1000)
         for i, (user, results, reply) in enumerate(runs):  # one a minute, the last a minute ago
             update = session_update(

@@ -132,12 +132,15 @@ def test_a_beat_that_cannot_keep_the_lease_is_refused_and_an_unset_one_follows_a
     "argv", [["-m", "app.cli", "worker"], ["-m", "app.worker"], ["-m", "app.cli", "api"]]
 )
 def test_a_process_started_with_refused_settings_says_so_in_a_line_and_exits_2(argv: list[str]) -> None:
+    """Started as ``python -m …`` through the fork server (tests/support/forkserver.py): the settings
+    are read at start, not at import, so a child of a process that imported the module meets them
+    as a fresh interpreter would."""
     import os
-    import subprocess
-    import sys
+
+    from tests.support import forkserver
 
     env = {**os.environ, "AGENTMILL_LEASE_MS": "1500", "AGENTMILL_HEARTBEAT_MS": "900"}
-    done = subprocess.run([sys.executable, *argv], env=env, capture_output=True, text=True, timeout=60)
+    done = forkserver.run(argv, env=env, timeout=60)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "AGENTMILL_HEARTBEAT_MS=900 must be at most a third" in lines[0], done.stderr
