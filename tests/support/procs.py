@@ -53,8 +53,11 @@ class WorkerProc:
         return self.proc.pid
 
     def signal(self, sig: int) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, sig)
+        # send_signal, not os.kill: a child of the fork server that ends on its own is reaped by the
+        # server, so between a poll that finds it running and the kill its pid can be gone (the
+        # server's Child.send_signal takes that as the end it is); a Popen child stays a zombie.
+        if self.proc is not None:
+            self.proc.send_signal(sig)
 
     def kill(self) -> None:
         self.signal(signal.SIGKILL)
