@@ -22,6 +22,7 @@ import orjson
 
 from agentmill_client.codec import to_jsonable
 from agentmill_client.models import Message, RunInput
+from shared.model_copies import built
 
 __all__ = ["StoredInput", "read_input", "stored_input"]
 
@@ -67,30 +68,13 @@ _PLAIN: dict[str, tuple[str, type]] = {
     )
     for k in keys
 }
-# An input message of text: its keys and their JSON types.
-_MESSAGE_KEYS = {"role": str, "content": str, "name": str, "createdAt": int}
-_MESSAGE_NAME = {"role": "role", "content": "content", "name": "name", "createdAt": "created_at"}
+# An input message of text: its keys, each with its field's name and its JSON type.
+_MESSAGE_NAME_OF = {f.alias or n: n for n, f in Message.model_fields.items()}
+_MESSAGE_KEYS = {
+    k: (_MESSAGE_NAME_OF[k], kind)
+    for k, kind in (("role", str), ("content", str), ("name", str), ("createdAt", int))
+}
 _ROLES = frozenset(("system", "user", "assistant"))
-
-
-def _blank(cls: type[Any]) -> dict[str, Any]:
-    """The model's fields at their defaults (each one immutable: None, a str), required ones None."""
-    return {n: (None if f.is_required() else f.default) for n, f in cls.model_fields.items()}
-
-
-_INPUT_BLANK = _blank(RunInput)
-_MESSAGE_BLANK = _blank(Message)
-_new, _set = object.__new__, object.__setattr__
-
-
-def _built(cls: type[Any], blank: dict[str, Any], fields: dict[str, Any]) -> Any:
-    """``cls`` with ``fields`` set and the others at their defaults, as validating would make it."""
-    out = _new(cls)
-    _set(out, "__dict__", {**blank, **fields})
-    _set(out, "__pydantic_fields_set__", set(fields))
-    _set(out, "__pydantic_extra__", None)
-    _set(out, "__pydantic_private__", None)
-    return out
 
 
 def _message(raw: Any) -> Message | None:
@@ -99,12 +83,12 @@ def _message(raw: Any) -> Message | None:
         return None
     fields = {}
     for k, v in raw.items():
-        kind = _MESSAGE_KEYS.get(k)
-        if kind is None or type(v) is not kind:
+        named = _MESSAGE_KEYS.get(k)
+        if named is None or type(v) is not named[1]:
             return None
-        fields[_MESSAGE_NAME[k]] = v
-    built: Message = _built(Message, _MESSAGE_BLANK, fields)
-    return built
+        fields[named[0]] = v
+    built_message: Message = built(Message, **fields)
+    return built_message
 
 
 def read_input(body: bytes | str) -> RunInput:
@@ -120,10 +104,10 @@ def read_input(body: bytes | str) -> RunInput:
     if type(data) is dict and type(msgs := data.get("inputMessages")) is list and msgs:
         for k, v in data.items():
             if k == "inputMessages":
-                built = [m for raw in v if (m := _message(raw)) is not None]
-                if len(built) != len(v):
+                messages = [m for raw in v if (m := _message(raw)) is not None]
+                if len(messages) != len(v):
                     break
-                fields["input_messages"] = built
+                fields["input_messages"] = messages
                 continue
             plain = _PLAIN.get(k)
             if plain is None or type(v) is not plain[1]:
@@ -132,6 +116,6 @@ def read_input(body: bytes | str) -> RunInput:
                 break
             fields[plain[0]] = v
         else:
-            built_input: RunInput = _built(RunInput, _INPUT_BLANK, fields)
+            built_input: RunInput = built(RunInput, **fields)
             return built_input
     return RunInput.model_validate_json(body)

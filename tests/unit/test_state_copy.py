@@ -11,8 +11,8 @@ import pytest
 
 from agentmill_client.codec import encode
 from agentmill_client.models import Message, RunError, RunResult, RunStatus, Usage
+from shared.model_copies import built
 from tests.unit.machine_driver import config
-from worker.machine.copying import built
 from worker.machine.state import CallPhase, Phase, RunState
 from worker.machine.steps import result_of, up
 

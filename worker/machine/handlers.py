@@ -9,11 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from agentmill_client.models import EventKind, Message, RunError, RunStatus, Usage
+from shared.model_copies import copied
 from worker.core import policy
 from worker.machine import fallback
 from worker.machine.budget import BUDGET_EXCEEDED
 from worker.machine.commands import AwaitModel, CallModel, Command, Compact, Decision, Emit, LoadContext, Wait
-from worker.machine.copying import copied
 from worker.machine.events import (
     AbortRequested,
     BudgetRefused,

@@ -15,8 +15,8 @@ from pydantic import Field
 
 from agentmill_client.models import Message, Model, RunError, ToolCall, ToolResult, Usage
 from agentmill_client.statuses import TERMINAL, RunStatus
+from shared.model_copies import copied
 from worker.core.config import RunConfig
-from worker.machine.copying import copied
 
 __all__ = [
     "CALLING",

@@ -14,11 +14,11 @@ import orjson
 from agentmill_client import limits
 from agentmill_client.codec import to_jsonable
 from agentmill_client.models import EventKind, Message, RunError, RunResult, RunStatus
+from shared.model_copies import built, copied
 from worker.core import policy, preamble
 from worker.core.config import RunConfig
 from worker.machine.budget import spent_with_children, unaffordable
 from worker.machine.commands import CallModel, Command, Compact, Decision, Emit, Finish, ModelRequest
-from worker.machine.copying import built, copied
 from worker.machine.state import AnyPhase, CallPhase, Phase, RunState
 from worker.machine.window import windowed_history
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from agentmill_client import limits
 from agentmill_client.models import Message, ThinkingBlock, ToolCall
+from shared.model_copies import built
 from worker.machine import ModelRequest, identify
-from worker.machine.copying import built
 
 __all__ = ["assemble"]
 

@@ -1,7 +1,8 @@
 """A copy of one of the machine's frozen models with some fields changed, not validated: what
 ``model_copy(update=…)`` does, without its generic path (deep copies, extras, private attributes:
-the machine's models have none), at about a third of its cost. And ``built``: a new one from values
-the machine holds, validated already, as validating them would make it."""
+the machine's and the client's models have none), at about a third of its cost. And ``built``: a new
+one from values validated already (the machine's state, a stored input read back), as validating
+them would make it."""
 
 from __future__ import annotations
 
